@@ -1,0 +1,102 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+)
+
+// MaxIfNameLen is the longest Linux interface name (IFNAMSIZ - 1).
+const MaxIfNameLen = 15
+
+// nameRe is what network and VM names may look like: they become parts of
+// interface names, file names and command lines, so no spaces, slashes,
+// shell metacharacters or leading dashes.
+var nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// checkName returns why s cannot be a network or VM name, or "".
+func checkName(s string) string {
+	switch {
+	case s == "":
+		return "must not be empty"
+	case len(s) > 63:
+		return fmt.Sprintf("%q is longer than 63 characters", s)
+	case !nameRe.MatchString(s):
+		return fmt.Sprintf("%q may only contain letters, digits, '-', '_' and '.', and must start with a letter or digit", s)
+	}
+	return ""
+}
+
+// checkIfName returns why s cannot be a host interface name, or "".
+func checkIfName(s string) string {
+	switch {
+	case s == "":
+		return "must not be empty"
+	case len(s) > MaxIfNameLen:
+		return fmt.Sprintf("%q is longer than %d characters, the limit for interface names", s, MaxIfNameLen)
+	case s == "." || s == "..":
+		return fmt.Sprintf("%q is not an interface name", s)
+	case strings.HasPrefix(s, "-"):
+		return fmt.Sprintf("%q must not start with '-'", s)
+	}
+	for _, r := range s {
+		if r <= ' ' || r >= 0x7f || r == '/' || r == ':' || strings.ContainsRune("\"'`$\\;&|<>()*?[]{}!#~", r) {
+			return fmt.Sprintf("%q contains %q, which an interface name cannot hold", s, r)
+		}
+	}
+	return ""
+}
+
+// BridgePrefix starts the name of every bridge vmnetctl creates.
+const BridgePrefix = "vmn-"
+
+// BridgeName is the deterministic name of the Linux bridge for a network id:
+// "vmn-" and the id when that fits in 15 characters, else "vmn-", the first
+// four characters of the id, "-" and six hex digits of its SHA-256.
+func BridgeName(networkID string) string {
+	if len(BridgePrefix)+len(networkID) <= MaxIfNameLen && checkIfName(BridgePrefix+networkID) == "" {
+		return BridgePrefix + networkID
+	}
+	sum := sha256.Sum256([]byte(networkID))
+	head := networkID
+	if len(head) > 4 {
+		head = head[:4]
+	}
+	return BridgePrefix + head + "-" + hex.EncodeToString(sum[:3])
+}
+
+// DeriveMAC returns the MAC address vmnetctl gives the index'th network entry
+// of a VM that names none: lima's locally administered prefix 52:55:55 and
+// three bytes of SHA-256 of the VM name and index. It depends on nothing
+// else, so the same file gives the same MACs on every machine and run.
+func DeriveMAC(vm string, index int) net.HardwareAddr {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("vmnetctl/%s/%d", vm, index)))
+	return net.HardwareAddr{0x52, 0x55, 0x55, sum[0], sum[1], sum[2]}
+}
+
+// parseMAC accepts a 48-bit unicast MAC address written with colons.
+func parseMAC(s string) (net.HardwareAddr, string) {
+	hw, err := net.ParseMAC(s)
+	if err != nil || len(hw) != 6 || strings.Count(s, ":") != 5 {
+		return nil, fmt.Sprintf("%q is not a MAC address like 52:55:55:12:34:56", s)
+	}
+	if hw[0]&1 == 1 {
+		return nil, fmt.Sprintf("%q is a multicast address; a VM needs a unicast MAC", s)
+	}
+	if isZero(hw) {
+		return nil, fmt.Sprintf("%q is the all-zero address", s)
+	}
+	return hw, ""
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,363 @@
+package api
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+)
+
+// RefKind is the key a VM file's network entry uses to name its network.
+type RefKind string
+
+const (
+	// RefVMNet is `- vmnet: NAME` (lima's newer form).
+	RefVMNet RefKind = "vmnet"
+	// RefLima is `- lima: NAME` (lima's socket_vmnet form).
+	RefLima RefKind = "lima"
+)
+
+// AttachKind is how the VM process is connected to its network.
+type AttachKind string
+
+const (
+	// AttachSocket connects the VM through a unix datagram socket served by a helper.
+	AttachSocket AttachKind = "socket"
+	// AttachTAP hands the VM a TAP device that it opens itself.
+	AttachTAP AttachKind = "tap"
+)
+
+// Default values for a VM file's network entries, as lima has them.
+const DefaultMetric = 100
+
+// VM file shapes.
+const (
+	ShapeLima = "lima" // a lima instance file: top-level `networks:` list
+	ShapeVMs  = "vms"  // vmnetctl's multi-VM file: top-level `vms:` map
+)
+
+// Attachment is one VM's connection to one network: one helper process.
+type Attachment struct {
+	VM    string  `json:"vm"`
+	Index int     `json:"index"`
+	Ref   RefKind `json:"ref"`
+	// NetworkRef is the network name as written; Network is the resolved ID.
+	NetworkRef string     `json:"networkRef"`
+	Network    string     `json:"network"`
+	MAC        string     `json:"mac"`
+	MACDerived bool       `json:"macDerived"`
+	Interface  string     `json:"interface"`
+	Metric     int        `json:"metric"`
+	IP         netip.Addr `json:"ip,omitzero"`
+	Attach     AttachKind `json:"attach"`
+	Source     Source     `json:"source"`
+
+	lines map[string]int
+	path  string
+}
+
+// Key identifies an attachment: its VM and its position in the VM's list.
+func (a *Attachment) Key() string { return fmt.Sprintf("%s/%d", a.VM, a.Index) }
+
+// Skipped is a network entry that vmnetctl leaves to someone else.
+type Skipped struct {
+	Index  int    `json:"index"`
+	Entry  string `json:"entry"`
+	Reason string `json:"reason"`
+	Source Source `json:"source"`
+}
+
+// VM is a virtual machine and its network entries.
+type VM struct {
+	Name        string        `json:"name"`
+	Attachments []*Attachment `json:"attachments"`
+	Skipped     []Skipped     `json:"skipped,omitempty"`
+	Source      Source        `json:"source"`
+}
+
+// VMFile is a loaded VM file.
+type VMFile struct {
+	File  string `json:"file"`
+	Shape string `json:"shape"`
+	VMs   []*VM  `json:"vms"`
+}
+
+// VMFileOptions changes how a VM file is read.
+type VMFileOptions struct {
+	// Name is the VM's name for a lima instance file; by default the name of
+	// the file's directory, as lima's ~/.lima/NAME/lima.yaml.
+	Name string
+}
+
+var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach"}
+
+// LoadVMFile parses a lima instance file or a multi-VM file. When there are
+// errors the result holds what could be read (entries with errors left out),
+// so that Resolve can still report the rest; it is nil only when nothing
+// could be read. References to networks are checked by Resolve.
+func LoadVMFile(file string, data []byte, opts VMFileOptions) (*VMFile, Diagnostics) {
+	w := &walker{file: file}
+	root := w.parse(data)
+	if root == nil {
+		if !w.diags.HasErrors() {
+			w.errorf(nil, "", "is empty (expected `networks:` as in a lima instance file, or `vms:`)")
+		}
+		return nil, w.diags
+	}
+	if root.Kind != yaml.MappingNode {
+		w.errorf(root, "", "must be a mapping with `networks:` or `vms:`, not %s", kindName(root))
+		return nil, w.diags
+	}
+	top := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		top[deref(root.Content[i]).Value] = deref(root.Content[i+1])
+	}
+	vf := &VMFile{File: file}
+	switch vms, nets := top["vms"], top["networks"]; {
+	case vms != nil:
+		vf.Shape = ShapeVMs
+		w.mapping(root, "", map[string]fieldFunc{
+			"vms": func(_, v *yaml.Node, path string) {
+				if !w.mapping(v, path, nil, true) {
+					return
+				}
+				for i := 0; i+1 < len(v.Content); i += 2 {
+					k, vv := deref(v.Content[i]), deref(v.Content[i+1])
+					if vm := w.vm(k, vv, joinPath(path, k.Value)); vm != nil {
+						vf.VMs = append(vf.VMs, vm)
+					}
+				}
+			},
+		}, false)
+	case nets != nil && nets.Kind == yaml.MappingNode:
+		w.errorf(nets, "networks", "is a mapping, so this looks like networks.yaml; pass it with --networks (a VM file lists `networks:` entries like `- vmnet: shared`)")
+	case nets != nil:
+		vf.Shape = ShapeLima
+		name, from := opts.Name, "--name"
+		if name == "" {
+			abs, err := filepath.Abs(file)
+			if err != nil {
+				abs = file
+			}
+			name, from = filepath.Base(filepath.Dir(abs)), "the file's directory"
+		}
+		if msg := checkName(name); msg != "" {
+			w.errorf(nil, "", "VM name (from %s) %s; pass --name", from, msg)
+			break
+		}
+		vm := &VM{Name: name, Source: Source{File: file, Line: 1}}
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if deref(root.Content[i]).Value == "networks" {
+				vm.Source.Line = root.Content[i].Line
+				w.entries(vm, deref(root.Content[i+1]), "networks")
+			}
+		}
+		vf.VMs = append(vf.VMs, vm)
+	default:
+		w.errorf(root, "", "has neither `networks:` (a lima instance file) nor `vms:` (a multi-VM file)%s", suggest(firstKey(root), []string{"networks", "vms"}))
+	}
+	if vf.Shape == "" {
+		return nil, w.diags
+	}
+	return vf, w.diags
+}
+
+func firstKey(n *yaml.Node) string {
+	if len(n.Content) > 0 {
+		return deref(n.Content[0]).Value
+	}
+	return ""
+}
+
+func (w *walker) vm(k, v *yaml.Node, path string) *VM {
+	if msg := checkName(k.Value); msg != "" {
+		w.errorf(k, path, "VM name %s", msg)
+		return nil
+	}
+	vm := &VM{Name: k.Value, Source: Source{File: w.file, Line: k.Line}}
+	w.mapping(v, path, map[string]fieldFunc{
+		"networks": func(_, v *yaml.Node, path string) { w.entries(vm, v, path) },
+	}, false)
+	return vm
+}
+
+func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
+	if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
+		return
+	}
+	if list.Kind != yaml.SequenceNode {
+		w.errorf(list, path, "must be a list of entries like `- vmnet: shared`, not %s", kindName(list))
+		return
+	}
+	for i, item := range list.Content {
+		item = deref(item)
+		p := fmt.Sprintf("%s[%d]", path, i)
+		f, lines, ok := w.collect(item, p, entryKeys)
+		if !ok {
+			continue
+		}
+		at := func(k string) string { return joinPath(p, k) }
+		var kinds []string
+		for _, k := range []string{"lima", "vmnet", "socket", "vzNAT", "vnl"} {
+			if _, ok := f[k]; ok {
+				kinds = append(kinds, k)
+			}
+		}
+		if len(kinds) != 1 {
+			w.errorf(item, p, "needs exactly one of vmnet, lima, socket or vzNAT (has %d)", len(kinds))
+			continue
+		}
+		src := Source{File: w.file, Line: item.Line}
+		errsBefore := len(w.diags.Errors())
+		switch kinds[0] {
+		case "socket", "vzNAT", "vnl":
+			reason := "not managed by vmnetctl"
+			if kinds[0] == "vnl" {
+				reason = "vnl was removed from lima; ignored"
+				w.warnf(f["vnl"], at("vnl"), "%s", reason)
+			}
+			vm.Skipped = append(vm.Skipped, Skipped{Index: i, Entry: kinds[0], Reason: reason, Source: src})
+			continue
+		}
+		if sp, ok := f["switchPort"]; ok {
+			w.warnf(sp, at("switchPort"), "switchPort was removed from lima; ignored")
+		}
+		a := &Attachment{VM: vm.Name, Index: i, Ref: RefKind(kinds[0]), Metric: DefaultMetric,
+			Interface: fmt.Sprintf("lima%d", i), Attach: AttachSocket, Source: src, lines: lines, path: p}
+		if s, ok := w.str(f[kinds[0]], at(kinds[0])); ok {
+			if msg := checkName(s); msg != "" {
+				w.errorf(f[kinds[0]], at(kinds[0]), "network name %s", msg)
+			}
+			a.NetworkRef = s
+		}
+		if mv, ok := f["macAddress"]; ok {
+			if s, ok := w.str(mv, at("macAddress")); ok {
+				hw, msg := parseMAC(s)
+				if msg != "" {
+					w.errorf(mv, at("macAddress"), "%s", msg)
+				} else {
+					a.MAC = hw.String()
+				}
+			}
+		} else {
+			a.MAC, a.MACDerived = DeriveMAC(vm.Name, i).String(), true
+		}
+		if iv, ok := f["interface"]; ok {
+			if s, ok := w.str(iv, at("interface")); ok {
+				if msg := checkIfName(s); msg != "" {
+					w.errorf(iv, at("interface"), "%s", msg)
+				}
+				a.Interface = s
+			}
+		}
+		if mv, ok := f["metric"]; ok {
+			if m, ok := w.integer(mv, at("metric")); ok {
+				if m < 0 {
+					w.errorf(mv, at("metric"), "must not be negative")
+				}
+				a.Metric = m
+			}
+		}
+		if iv, ok := f["ip"]; ok {
+			if ip, ok := w.ipv4(iv, at("ip")); ok {
+				a.IP = ip
+			}
+		}
+		if av, ok := f["attach"]; ok {
+			if s, ok := w.str(av, at("attach")); ok {
+				switch AttachKind(s) {
+				case AttachSocket, AttachTAP:
+					a.Attach = AttachKind(s)
+				default:
+					w.errorf(av, at("attach"), "must be socket or tap, not %q%s", s, suggest(s, []string{"socket", "tap"}))
+				}
+			}
+		}
+		if len(w.diags.Errors()) == errsBefore {
+			vm.Attachments = append(vm.Attachments, a)
+		}
+	}
+}
+
+// Resolve binds the VM files' network entries to the networks and checks
+// what spans files: unknown networks, duplicate VM names, MACs and fixed IPs.
+// It sets each Attachment's Network and moves entries that name a network
+// vmnetctl does not manage to their VM's Skipped list.
+func Resolve(nets *Networks, files []*VMFile) Diagnostics {
+	var ds Diagnostics
+	errAt := func(src Source, line int, field, format string, args ...any) {
+		if line == 0 {
+			line = src.Line
+		}
+		ds = append(ds, Diagnostic{File: src.File, Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	var names []string
+	for _, n := range nets.Networks {
+		names = append(names, n.Name)
+	}
+	vms := map[string]*VM{}
+	macs := map[string]*Attachment{}
+	type netIP struct {
+		net string
+		ip  netip.Addr
+	}
+	ips := map[netIP]*Attachment{}
+	for _, f := range files {
+		for _, vm := range f.VMs {
+			if prev, dup := vms[vm.Name]; dup {
+				errAt(vm.Source, 0, vm.Name, "VM %q is also defined at %s", vm.Name, prev.Source)
+			}
+			vms[vm.Name] = vm
+			kept := vm.Attachments[:0]
+			for _, a := range vm.Attachments {
+				field := a.path
+				n := nets.Lookup(a.Ref, a.NetworkRef)
+				if n == nil {
+					errAt(a.Source, a.lines[string(a.Ref)], field+"."+string(a.Ref), "network %q is not defined in %s%s", a.NetworkRef, nets.Source, suggest(a.NetworkRef, names))
+					continue
+				}
+				if !n.Managed() {
+					vm.Skipped = append(vm.Skipped, Skipped{Index: a.Index, Entry: string(a.Ref) + ": " + a.NetworkRef, Reason: fmt.Sprintf("%s network, not managed by vmnetctl", n.Mode), Source: a.Source})
+					continue
+				}
+				a.Network = n.ID
+				kept = append(kept, a)
+				if prev, dup := macs[a.MAC]; dup {
+					errAt(a.Source, a.lines["macAddress"], field+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, prev.Source)
+				}
+				macs[a.MAC] = a
+				if !a.IP.IsValid() {
+					continue
+				}
+				ipField, ipLine := field+".ip", a.lines["ip"]
+				switch {
+				case !n.Routed():
+					errAt(a.Source, ipLine, ipField, "network %q is %s: its LAN assigns addresses, not vmnetctl", n.ID, n.Mode)
+					continue
+				case !n.Subnet.Contains(a.IP):
+					errAt(a.Source, ipLine, ipField, "%s is outside the subnet %s of network %q", a.IP, n.Subnet, n.ID)
+					continue
+				case a.IP == n.Gateway || a.IP == n.Subnet.Addr() || a.IP == broadcast(n.Subnet):
+					errAt(a.Source, ipLine, ipField, "%s is the gateway, network or broadcast address of network %q", a.IP, n.ID)
+					continue
+				}
+				for _, r := range n.Reservations {
+					if r.IP == a.IP && r.MAC != a.MAC {
+						errAt(a.Source, ipLine, ipField, "%s is reserved for %s in %s:%d", a.IP, r.MAC, n.Source.File, r.Line)
+					}
+				}
+				k := netIP{n.ID, a.IP}
+				if prev, dup := ips[k]; dup {
+					errAt(a.Source, ipLine, ipField, "%s is also the fixed address of VM %q at %s", a.IP, prev.VM, prev.Source)
+				}
+				ips[k] = a
+			}
+			vm.Attachments = kept
+			slices.SortFunc(vm.Skipped, func(a, b Skipped) int { return cmp.Compare(a.Index, b.Index) })
+		}
+	}
+	return ds
+}

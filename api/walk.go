@@ -1,0 +1,218 @@
+package api
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// walker reads a yaml.v3 node tree and records diagnostics with positions.
+// We walk nodes instead of unmarshalling into structs so that every problem
+// carries its line, unknown keys get a suggestion, and all problems are
+// reported at once rather than the first one only.
+type walker struct {
+	file  string
+	diags Diagnostics
+}
+
+func (w *walker) errorf(n *yaml.Node, field, format string, args ...any) {
+	w.diags = append(w.diags, Diagnostic{File: w.file, Line: line(n), Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+func (w *walker) warnf(n *yaml.Node, field, format string, args ...any) {
+	w.diags = append(w.diags, Diagnostic{File: w.file, Line: line(n), Field: field, Message: fmt.Sprintf(format, args...), Severity: SeverityWarning})
+}
+
+func line(n *yaml.Node) int {
+	if n == nil {
+		return 0
+	}
+	return n.Line
+}
+
+// deref follows an alias to the node it names.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 8; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+var yamlLineRe = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+// parse turns data into the document's root node. An empty document gives nil.
+func (w *walker) parse(data []byte) *yaml.Node {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		msg := err.Error()
+		d := Diagnostic{File: w.file, Message: "invalid YAML: " + msg}
+		if m := yamlLineRe.FindStringSubmatch(msg); m != nil {
+			d.Line, _ = strconv.Atoi(m[1])
+			d.Message = "invalid YAML: " + m[2]
+		}
+		w.diags = append(w.diags, d)
+		return nil
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return nil
+	}
+	root := deref(doc.Content[0])
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil
+	}
+	return root
+}
+
+// fieldFunc handles one key of a mapping; path is the dotted path of the value.
+type fieldFunc func(key, val *yaml.Node, path string)
+
+// mapping calls handle for every key of n. Keys missing from known are
+// reported with a "did you mean" hint, unless lenient is set, in which case
+// they are ignored (for files that belong to other tools, such as lima.yaml).
+// Duplicate keys are an error.
+func (w *walker) mapping(n *yaml.Node, path string, known map[string]fieldFunc, lenient bool) bool {
+	n = deref(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		w.errorf(n, path, "must be a mapping, not %s", kindName(n))
+		return false
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			w.errorf(k, path, "keys must be plain strings")
+			continue
+		}
+		sub := joinPath(path, k.Value)
+		if prev, dup := seen[k.Value]; dup {
+			w.errorf(k, sub, "defined twice (first at line %d)", prev)
+			continue
+		}
+		seen[k.Value] = k.Line
+		h, ok := known[k.Value]
+		if !ok {
+			if !lenient {
+				w.errorf(k, sub, "unknown field%s", suggest(k.Value, keys(known)))
+			}
+			continue
+		}
+		if h != nil {
+			h(k, v, sub)
+		}
+	}
+	return true
+}
+
+func keys(m map[string]fieldFunc) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func kindName(n *yaml.Node) string {
+	if n == nil {
+		return "nothing"
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "empty"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "something else"
+}
+
+// str reads a scalar as a string.
+func (w *walker) str(n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		w.errorf(n, path, "must be a string, not %s", kindName(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+// boolean reads true or false; YAML 1.1's yes/no/on/off are refused because
+// their meaning differs between parsers.
+func (w *walker) boolean(n *yaml.Node, path string) (bool, bool) {
+	if n.Kind == yaml.ScalarNode {
+		switch n.Value {
+		case "true", "True", "TRUE":
+			return true, true
+		case "false", "False", "FALSE":
+			return false, true
+		}
+	}
+	w.errorf(n, path, "must be true or false, not %s", kindName(n))
+	return false, false
+}
+
+// integer reads a whole number.
+func (w *walker) integer(n *yaml.Node, path string) (int, bool) {
+	if n.Kind == yaml.ScalarNode {
+		if v, err := strconv.Atoi(n.Value); err == nil {
+			return v, true
+		}
+	}
+	w.errorf(n, path, "must be a whole number, not %s", kindName(n))
+	return 0, false
+}
+
+// suggest returns ` (did you mean "x"?)` for the closest candidate, or "".
+func suggest(got string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if strings.EqualFold(c, got) {
+			return fmt.Sprintf(" (did you mean %q?)", c)
+		}
+		if d := levenshtein(strings.ToLower(got), strings.ToLower(c)); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	if best == "" {
+		if len(candidates) > 0 && len(candidates) <= 12 {
+			return fmt.Sprintf(" (known: %s)", strings.Join(candidates, ", "))
+		}
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func levenshtein(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}
