@@ -1,0 +1,86 @@
+package helperexec
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// Counters are one direction's cumulative counts in a stats line.
+type Counters struct {
+	// Packets and Bytes were forwarded; Drops were lost (peer too slow,
+	// oversized, or malformed).
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+	Drops   uint64 `json:"drops"`
+	// Fast counts syscalls that moved a batch of frames, Slow those that
+	// moved one.
+	Fast uint64 `json:"fast"`
+	Slow uint64 `json:"slow"`
+}
+
+// Stats is one `INFO  [stats] {...}` line. Host counts the frames forwarded
+// to the VM, VM the frames it sent.
+type Stats struct {
+	Time time.Time `json:"-"`
+	Host Counters  `json:"host"`
+	VM   Counters  `json:"vm"`
+}
+
+// StatsPrefix starts every stats line on a helper's stderr.
+const StatsPrefix = "INFO  [stats] "
+
+// ParseStatsLine parses a stats line of a helper's stderr. ok is false for
+// any other line, or a stats line that is not valid.
+func ParseStatsLine(line string) (Stats, bool) {
+	line = strings.TrimRight(line, "\r\n")
+	rest, ok := strings.CutPrefix(line, StatsPrefix)
+	if !ok {
+		return Stats{}, false
+	}
+	var wire struct {
+		Time json.RawMessage `json:"time"`
+		Host *Counters       `json:"host"`
+		VM   *Counters       `json:"vm"`
+	}
+	dec := json.NewDecoder(strings.NewReader(rest))
+	if err := dec.Decode(&wire); err != nil || wire.Host == nil || wire.VM == nil {
+		return Stats{}, false
+	}
+	if dec.More() {
+		return Stats{}, false
+	}
+	s := Stats{Host: *wire.Host, VM: *wire.VM}
+	s.Time, _ = parseStatsTime(wire.Time)
+	return s, true
+}
+
+// parseStatsTime accepts an RFC 3339 string or seconds since the epoch.
+func parseStatsTime(raw json.RawMessage) (time.Time, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return time.Time{}, false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		return t, err == nil
+	}
+	var f float64
+	if json.Unmarshal(raw, &f) == nil && f >= 0 && f < 1e11 {
+		sec := int64(f)
+		return time.Unix(sec, int64((f-float64(sec))*1e9)).UTC(), true
+	}
+	return time.Time{}, false
+}
+
+// FormatStatsLine is the stats line a helper logs for s, without a newline.
+func FormatStatsLine(s Stats) string {
+	b, _ := json.Marshal(struct {
+		Time string   `json:"time"`
+		Host Counters `json:"host"`
+		VM   Counters `json:"vm"`
+	}{s.Time.UTC().Format(time.RFC3339Nano), s.Host, s.VM})
+	return StatsPrefix + string(b)
+}
