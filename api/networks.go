@@ -359,6 +359,11 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 			}
 		}
 	}
+	if !n.Routed() {
+		// vmnetctl serves no DHCP, DNS or NAT on a bridged network (the LAN
+		// does) nor on lima's user-v2; say so rather than show lima's defaults.
+		n.DHCP, n.DNSProxy, n.NAT44, n.NAT66, n.RouterAdvertisement = false, false, false, false, false
+	}
 	if len(w.diags.Errors()) > errsBefore {
 		return nil
 	}

@@ -1,0 +1,204 @@
+package api
+
+import (
+	"net/netip"
+	"testing"
+)
+
+const testNetworks = `
+networks:
+  user-v2: {mode: user-v2, gateway: 192.168.104.1}
+  shared: {mode: shared, gateway: 192.168.105.1}
+  host: {mode: host, gateway: 192.168.106.1}
+  br: {mode: bridged, interface: eth0}
+vmnet:
+  lab:
+    subnet: 10.10.0.0/24
+    reservations:
+      "52:55:55:00:00:99": 10.10.0.50
+`
+
+// loadAll loads each file (name → content) and resolves them; files are
+// loaded in the order given.
+func loadAll(t *testing.T, opts VMFileOptions, files ...[2]string) ([]*VMFile, Diagnostics) {
+	t.Helper()
+	nets := mustNetworks(t, testNetworks)
+	var all Diagnostics
+	var vfs []*VMFile
+	for _, f := range files {
+		vf, diags := LoadVMFile(f[0], []byte(f[1]), opts)
+		all = append(all, diags...)
+		if vf != nil {
+			vfs = append(vfs, vf)
+		}
+	}
+	return vfs, append(all, Resolve(nets, vfs)...)
+}
+
+func TestLimaInstanceFile(t *testing.T) {
+	src := `
+vmType: vz
+images: [{location: x}]
+networks:
+  - vmnet: shared
+  - lima: host
+    macAddress: "52:55:55:12:34:56"
+    interface: eth5
+    metric: 50
+  - lima: user-v2
+  - socket: /var/run/socket_vmnet
+  - vzNAT: true
+`
+	vfs, diags := loadAll(t, VMFileOptions{}, [2]string{"/home/u/.lima/dev/lima.yaml", src})
+	if diags.HasErrors() {
+		t.Fatalf("errors:\n%s", diagText(diags))
+	}
+	vm := vfs[0].VMs[0]
+	if vfs[0].Shape != ShapeLima || vm.Name != "dev" {
+		t.Fatalf("shape %q, VM %q; want lima, dev", vfs[0].Shape, vm.Name)
+	}
+	if len(vm.Attachments) != 2 {
+		t.Fatalf("got %d attachments, want 2", len(vm.Attachments))
+	}
+	a0, a1 := vm.Attachments[0], vm.Attachments[1]
+	if a0.Network != "shared" || a0.MAC != DeriveMAC("dev", 0).String() || !a0.MACDerived || a0.Interface != "lima0" || a0.Metric != 100 || a0.Attach != AttachSocket {
+		t.Errorf("first attachment = %+v", a0)
+	}
+	if a1.Network != "host" || a1.MAC != "52:55:55:12:34:56" || a1.MACDerived || a1.Interface != "eth5" || a1.Metric != 50 {
+		t.Errorf("second attachment = %+v", a1)
+	}
+	var entries []string
+	for _, s := range vm.Skipped {
+		entries = append(entries, s.Entry)
+	}
+	if want := []string{"lima: user-v2", "socket", "vzNAT"}; len(entries) != 3 || entries[0] != want[0] || entries[1] != want[1] || entries[2] != want[2] {
+		t.Errorf("skipped = %v, want %v", entries, want)
+	}
+}
+
+func TestLimaInstanceFileName(t *testing.T) {
+	src := "networks:\n  - vmnet: shared\n"
+	vfs, diags := loadAll(t, VMFileOptions{Name: "given"}, [2]string{"x/lima.yaml", src})
+	if diags.HasErrors() || vfs[0].VMs[0].Name != "given" {
+		t.Fatalf("--name not used: %v %s", vfs, diagText(diags))
+	}
+	_, diags = loadAll(t, VMFileOptions{}, [2]string{"/tmp/bad dir/lima.yaml", src})
+	checkDiags(t, diags, SeverityError, []want{{0, "", "from the file's directory"}})
+}
+
+func TestMultiVMFile(t *testing.T) {
+	src := `
+vms:
+  a:
+    networks:
+      - vmnet: lab
+        ip: 10.10.0.7
+        attach: tap
+  b:
+    networks:
+      - vmnet: shared
+      - vmnet: lab
+`
+	vfs, diags := loadAll(t, VMFileOptions{}, [2]string{"vms.yaml", src})
+	if diags.HasErrors() {
+		t.Fatalf("errors:\n%s", diagText(diags))
+	}
+	vms := vfs[0].VMs
+	if len(vms) != 2 || vms[0].Name != "a" || vms[1].Name != "b" {
+		t.Fatalf("VMs = %+v", vms)
+	}
+	a := vms[0].Attachments[0]
+	if a.IP != netip.MustParseAddr("10.10.0.7") || a.Attach != AttachTAP || a.Network != "lab" {
+		t.Errorf("a's attachment = %+v", a)
+	}
+	if vms[1].Attachments[1].MAC != DeriveMAC("b", 1).String() {
+		t.Errorf("b's second MAC is not derived from (b, 1)")
+	}
+}
+
+func TestDeriveMACIsStable(t *testing.T) {
+	// Pinned: the same file must give the same MACs on every machine and run.
+	if got := DeriveMAC("default", 0).String(); got != "52:55:55:09:05:a7" {
+		t.Errorf("DeriveMAC(default, 0) = %s; changing it changes every user's MACs", got)
+	}
+	if DeriveMAC("a", 0).String() == DeriveMAC("a", 1).String() {
+		t.Errorf("two entries of one VM got the same MAC")
+	}
+}
+
+func TestVMFileErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		files [][2]string
+		wants []want
+	}{
+		{"undefined network with a suggestion", [][2]string{{"v.yaml", "networks:\n  - vmnet: shraed\n"}},
+			[]want{{2, "networks[0].vmnet", `did you mean "shared"?`}}},
+		{"two kinds in one entry", [][2]string{{"v.yaml", "networks:\n  - vmnet: shared\n    lima: host\n"}},
+			[]want{{2, "networks[0]", "exactly one of"}}},
+		{"unknown entry key", [][2]string{{"v.yaml", "networks:\n  - vmnet: shared\n    macadress: x\n"}},
+			[]want{{3, "networks[0].macadress", `did you mean "macAddress"?`}}},
+		{"bad MAC", [][2]string{{"v.yaml", "networks:\n  - vmnet: shared\n    macAddress: 52:55:55:zz:00:01\n"}},
+			[]want{{3, "networks[0].macAddress", "not a MAC address"}}},
+		{"duplicate MACs across files", [][2]string{
+			{"a/lima.yaml", "networks:\n  - vmnet: shared\n    macAddress: \"52:55:55:00:00:01\"\n"},
+			{"b/lima.yaml", "networks:\n  - vmnet: host\n    macAddress: \"52:55:55:00:00:01\"\n"}},
+			[]want{{3, "networks[0].macAddress", `also used by VM "a"`}}},
+		{"duplicate fixed IPs", [][2]string{{"v.yaml", "vms:\n  a:\n    networks:\n      - vmnet: lab\n        ip: 10.10.0.9\n  b:\n    networks:\n      - vmnet: lab\n        ip: 10.10.0.9\n"}},
+			[]want{{9, "vms.b.networks[0].ip", `also the fixed address of VM "a"`}}},
+		{"fixed IP outside the subnet", [][2]string{{"v.yaml", "vms:\n  a:\n    networks:\n      - vmnet: lab\n        ip: 10.11.0.9\n"}},
+			[]want{{5, "vms.a.networks[0].ip", "outside the subnet"}}},
+		{"fixed IP on a bridged network", [][2]string{{"v.yaml", "vms:\n  a:\n    networks:\n      - lima: br\n        ip: 10.11.0.9\n"}},
+			[]want{{5, "vms.a.networks[0].ip", "its LAN assigns addresses"}}},
+		{"fixed IP reserved for another MAC", [][2]string{{"v.yaml", "vms:\n  a:\n    networks:\n      - vmnet: lab\n        ip: 10.10.0.50\n"}},
+			[]want{{5, "vms.a.networks[0].ip", "reserved for 52:55:55:00:00:99"}}},
+		{"bad attach", [][2]string{{"v.yaml", "vms:\n  a:\n    networks:\n      - vmnet: lab\n        attach: tapp\n"}},
+			[]want{{5, "vms.a.networks[0].attach", `did you mean "tap"?`}}},
+		{"duplicate VM names", [][2]string{{"v.yaml", "vms:\n  a:\n    networks: []\n"}, {"w.yaml", "vms:\n  a:\n    networks: []\n"}},
+			[]want{{2, "a", "also defined at v.yaml:2"}}},
+		{"VM name injection", [][2]string{{"v.yaml", "vms:\n  \"a b\":\n    networks: []\n"}},
+			[]want{{2, "vms.a b", "may only contain"}}},
+		{"guest interface too long", [][2]string{{"v.yaml", "networks:\n  - vmnet: shared\n    interface: abcdefghijklmnopq\n"}},
+			[]want{{3, "networks[0].interface", "longer than 15"}}},
+		{"a networks.yaml passed as a VM file", [][2]string{{"v.yaml", "networks:\n  shared:\n    mode: shared\n"}},
+			[]want{{2, "networks", "pass it with --networks"}}},
+		{"neither shape", [][2]string{{"v.yaml", "vm:\n  a: {}\n"}},
+			[]want{{1, "", `did you mean "vms"?`}}},
+		{"unknown key in a multi-VM file", [][2]string{{"v.yaml", "vms:\n  a:\n    network: []\n"}},
+			[]want{{3, "vms.a.network", `did you mean "networks"?`}}},
+		{"every problem at once", [][2]string{{"v.yaml", "vms:\n  a:\n    networks:\n      - vmnet: nope\n      - vmnet: shared\n        metric: -1\n  b:\n    networks:\n      - vmnet: lab\n        ip: 10.10.0.1\n"}},
+			[]want{{4, "vms.a.networks[0].vmnet", "not defined"}, {6, "vms.a.networks[1].metric", "negative"}, {10, "vms.b.networks[0].ip", "gateway"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, diags := loadAll(t, VMFileOptions{}, tt.files...)
+			checkDiags(t, diags, SeverityError, tt.wants)
+		})
+	}
+}
+
+func TestVMFileWarnings(t *testing.T) {
+	_, diags := loadAll(t, VMFileOptions{Name: "v"}, [2]string{"v.yaml", "networks:\n  - vnl: /tmp/vde.ctl\n    switchPort: 65535\n  - vmnet: shared\n    switchPort: 1\n"})
+	if diags.HasErrors() {
+		t.Fatalf("errors:\n%s", diagText(diags))
+	}
+	checkDiags(t, diags, SeverityWarning, []want{{2, "networks[0].vnl", "removed from lima"}, {5, "networks[1].switchPort", "removed from lima"}})
+}
+
+func TestBridgeName(t *testing.T) {
+	tests := map[string]string{
+		"shared":               "vmn-shared",
+		"abcdefghijk":          "vmn-abcdefghijk",
+		"abcdefghijkl":         "vmn-abcd-",
+		"a-very-long-name-too": "vmn-a-ve-",
+	}
+	for id, prefix := range tests {
+		got := BridgeName(id)
+		if len(got) > MaxIfNameLen || got[:len(prefix)] != prefix {
+			t.Errorf("BridgeName(%q) = %q, want a name of at most 15 bytes starting with %q", id, got, prefix)
+		}
+	}
+	if BridgeName("abcdefghijkl") == BridgeName("abcdefghijkm") {
+		t.Errorf("long names that differ got the same bridge")
+	}
+}

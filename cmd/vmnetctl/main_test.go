@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// runCLI runs vmnetctl with args and returns its exit status and output.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	t.Setenv("VMNETCTL_NETWORKS", "")
+	var out, errOut bytes.Buffer
+	code = run(args, streams{in: strings.NewReader(""), out: &out, err: &errOut})
+	return code, out.String(), errOut.String()
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (go test ./cmd/vmnetctl -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func TestNetworksJSONGolden(t *testing.T) {
+	for _, tt := range []struct{ golden, networks string }{
+		{"networks-embedded.json", ""},
+		{"networks-lima.json", "../../examples/lima-networks.yaml"},
+		{"networks-vmnet.json", "../../examples/vmnet-networks.yaml"},
+	} {
+		t.Run(tt.golden, func(t *testing.T) {
+			args := []string{"networks", "--json"}
+			if tt.networks != "" {
+				args = append(args, "--networks", tt.networks)
+			}
+			code, out, errOut := runCLI(t, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var v map[string]any
+			if err := json.Unmarshal([]byte(out), &v); err != nil {
+				t.Fatalf("not JSON: %v", err)
+			}
+			golden(t, tt.golden, out)
+		})
+	}
+}
+
+func TestNetworksTable(t *testing.T) {
+	code, out, _ := runCLI(t, "networks", "--networks", "../../examples/lima-networks.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	golden(t, "networks-lima.txt", out)
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		stdout   []string // substrings
+		stderr   []string
+		noStdout bool
+	}{
+		{name: "a lima instance file with - vmnet: shared",
+			args:   []string{"validate", "-f", "../../examples/default/lima.yaml"},
+			stdout: []string{"examples/default/lima.yaml: 1 VM, valid", "default  shared   52:55:55:09:05:a7", "skipping entry 3 (socket)"}},
+		{name: "lima's networks.yaml",
+			args:   []string{"validate", "--networks", "../../examples/lima-networks.yaml"},
+			stdout: []string{"lima-networks.yaml: 4 networks, valid"}},
+		{name: "a broken file: every error, exit 1, nothing on stdout",
+			args: []string{"validate", "-f", "../../examples/broken/vms.yaml"}, code: 1, noStdout: true,
+			stderr: []string{
+				`examples/broken/vms.yaml:5: vms.web.networks[0].vmnet: network "shraed" is not defined`,
+				`examples/broken/vms.yaml:7: vms.web.networks[1].ip:`,
+				`examples/broken/vms.yaml:11: vms.db.networks[0].macAdress: unknown field (did you mean "macAddress"?)`,
+				`examples/broken/vms.yaml:12: vms.bad name;rm -rf: VM name`,
+				"4 errors found"}},
+		{name: "a broken networks.yaml and a VM file: both reported",
+			args: []string{"validate", "--networks", "testdata/broken-networks.yaml", "-f", "../../examples/broken/vms.yaml"}, code: 1, noStdout: true,
+			stderr: []string{"testdata/broken-networks.yaml:4: networks.shared.gateway:", "vms.db.networks[0].macAdress"}},
+		{name: "a missing file",
+			args: []string{"validate", "-f", "nope.yaml"}, code: 1, noStdout: true,
+			stderr: []string{"nope.yaml: no such file"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.code, out, errOut)
+			}
+			if tt.noStdout && out != "" {
+				t.Errorf("stdout is not empty:\n%s", out)
+			}
+			for _, s := range tt.stdout {
+				if !strings.Contains(out, s) {
+					t.Errorf("stdout lacks %q:\n%s", s, out)
+				}
+			}
+			for _, s := range tt.stderr {
+				if !strings.Contains(errOut, s) {
+					t.Errorf("stderr lacks %q:\n%s", s, errOut)
+				}
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := runCLI(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "version: v") || !strings.Contains(out, "\ncommit: ") {
+		t.Errorf("version printed %q (exit %d), want vmnet-helper's version: and commit: lines", out, code)
+	}
+}
