@@ -1,0 +1,39 @@
+# vmnetctl: `make demo` runs the main job, `make test` runs every test.
+GO ?= go
+BIN := bin/vmnetctl
+
+.PHONY: build demo test test-unit check-darwin fuzz clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/vmnetctl
+
+# The main job with the built-in default networks. Grows with the product:
+# today it shows the networks and validates the example VM files.
+demo: build
+	$(BIN) networks
+	$(BIN) validate -f examples/default/lima.yaml -f examples/vms.yaml
+
+# Every test: installs what the tests need (test/setup.sh, as root), then
+# unit, data-plane, helper and end-to-end tests (those that need root skip
+# without it), the fuzzers' seed corpora, and the macOS build.
+test:
+	test/setup.sh
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 30m ./...
+	$(MAKE) check-darwin
+
+test-unit:
+	$(GO) test -count=1 ./api/... ./config/... ./cmd/...
+
+check-darwin:
+	GOOS=darwin $(GO) vet ./...
+	GOOS=darwin $(GO) build ./...
+
+# Run each fuzzer for a while (the seed corpora run in `make test`).
+FUZZTIME ?= 60s
+fuzz:
+	cd api && $(GO) test -run '^$$' -fuzz FuzzLoadNetworks -fuzztime $(FUZZTIME) .
+	cd api && $(GO) test -run '^$$' -fuzz FuzzLoadVMFile -fuzztime $(FUZZTIME) .
+
+clean:
+	rm -rf bin
