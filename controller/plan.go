@@ -1,0 +1,316 @@
+package controller
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// Action is what a plan does to one network or attachment.
+type Action string
+
+const (
+	ActionCreate  Action = "create"
+	ActionUpdate  Action = "update"  // changed in place: helpers keep running
+	ActionReplace Action = "replace" // removed and created again: helpers restart
+	ActionDelete  Action = "delete"
+)
+
+var actionSigns = map[Action]string{ActionCreate: "+", ActionUpdate: "~", ActionReplace: "-/+", ActionDelete: "-"}
+
+// FieldChange is one field that differs between the current and desired state.
+type FieldChange struct {
+	Field string `json:"field"`
+	Old   string `json:"old"`
+	New   string `json:"new"`
+	// Replace is set when this change cannot be made in place.
+	Replace bool `json:"replace"`
+}
+
+// NetworkChange is the plan for one network.
+type NetworkChange struct {
+	Action  Action        `json:"action"`
+	ID      string        `json:"id"`
+	Old     *api.Network  `json:"-"`
+	New     *api.Network  `json:"-"`
+	Changes []FieldChange `json:"changes,omitempty"`
+}
+
+// AttachmentChange is the plan for one attachment.
+type AttachmentChange struct {
+	Action  Action        `json:"action"`
+	Key     string        `json:"key"`
+	Old     *Attachment   `json:"-"`
+	New     *Attachment   `json:"-"`
+	Changes []FieldChange `json:"changes,omitempty"`
+	// Reason says why an attachment whose own fields are unchanged is replaced.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Plan is the typed difference between what runs and what should run.
+type Plan struct {
+	Networks    []NetworkChange    `json:"networks"`
+	Attachments []AttachmentChange `json:"attachments"`
+}
+
+// Empty reports whether the plan changes nothing.
+func (p *Plan) Empty() bool { return len(p.Networks) == 0 && len(p.Attachments) == 0 }
+
+// networkField is a field of a network that a plan compares.
+type networkField struct {
+	name    string
+	get     func(*api.Network) string
+	replace bool // true when a change needs the network rebuilt
+}
+
+// networkFields lists what matters in a network. Addresses, mode, MTU and
+// isolation shape the bridge and its ports, so changing them replaces the
+// network and restarts its helpers; DHCP, DNS and NAT settings are applied
+// in place.
+var networkFields = []networkField{
+	{"mode", func(n *api.Network) string { return string(n.Mode) }, true},
+	{"subnet", func(n *api.Network) string { return prefixString(n.Subnet) }, true},
+	{"gateway", func(n *api.Network) string { return addrString(n.Gateway) }, true},
+	{"interface", func(n *api.Network) string { return n.Interface }, true},
+	{"mtu", func(n *api.Network) string { return fmt.Sprint(n.MTU) }, true},
+	{"isolation", func(n *api.Network) string { return fmt.Sprint(n.Isolation) }, true},
+	{"dhcp", func(n *api.Network) string { return fmt.Sprint(n.DHCP) }, false},
+	{"dhcpRange", func(n *api.Network) string {
+		if !n.DHCPStart.IsValid() {
+			return ""
+		}
+		return n.DHCPStart.String() + "-" + n.DHCPEnd.String()
+	}, false},
+	{"leaseTime", func(n *api.Network) string { return n.LeaseTime.String() }, false},
+	{"reservations", func(n *api.Network) string {
+		var parts []string
+		for _, r := range n.Reservations {
+			parts = append(parts, r.MAC+"="+r.IP.String())
+		}
+		return strings.Join(parts, ",")
+	}, false},
+	{"dnsProxy", func(n *api.Network) string { return fmt.Sprint(n.DNSProxy) }, false},
+	{"nat44", func(n *api.Network) string { return fmt.Sprint(n.NAT44) }, false},
+	{"nat66", func(n *api.Network) string { return fmt.Sprint(n.NAT66) }, false},
+	{"routerAdvertisement", func(n *api.Network) string { return fmt.Sprint(n.RouterAdvertisement) }, false},
+}
+
+type attachmentField struct {
+	name    string
+	get     func(*Attachment) string
+	replace bool
+}
+
+// attachmentFields: a new network, MAC or kind of attachment needs a new
+// helper; a fixed address is a DHCP reservation, changed in place.
+var attachmentFields = []attachmentField{
+	{"network", func(a *Attachment) string { return a.Network }, true},
+	{"mac", func(a *Attachment) string { return a.MAC }, true},
+	{"attach", func(a *Attachment) string { return string(a.Attach) }, true},
+	{"ip", func(a *Attachment) string { return addrString(a.IP) }, false},
+	{"project", func(a *Attachment) string { return a.Project }, false},
+	{"interface", func(a *Attachment) string { return a.Interface }, false},
+	{"metric", func(a *Attachment) string { return fmt.Sprint(a.Metric) }, false},
+}
+
+func prefixString(p netip.Prefix) string {
+	if !p.IsValid() {
+		return ""
+	}
+	return p.String()
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+// ComputePlan compares the current state (what was applied and still runs;
+// nil for nothing) with the desired one.
+func ComputePlan(current, desired *Desired) *Plan {
+	if current == nil {
+		current = &Desired{}
+	}
+	p := &Plan{}
+	replaced := map[string]bool{} // networks being rebuilt
+	oldNets := map[string]*api.Network{}
+	for _, n := range current.Networks {
+		oldNets[n.ID] = n
+	}
+	newNets := map[string]*api.Network{}
+	for _, n := range desired.Networks {
+		newNets[n.ID] = n
+	}
+	for _, id := range sortedKeys(oldNets, newNets) {
+		o, n := oldNets[id], newNets[id]
+		switch {
+		case o == nil:
+			p.Networks = append(p.Networks, NetworkChange{Action: ActionCreate, ID: id, New: n})
+		case n == nil:
+			p.Networks = append(p.Networks, NetworkChange{Action: ActionDelete, ID: id, Old: o})
+			replaced[id] = true
+		default:
+			var changes []FieldChange
+			action := ActionUpdate
+			for _, f := range networkFields {
+				if ov, nv := f.get(o), f.get(n); ov != nv {
+					changes = append(changes, FieldChange{Field: f.name, Old: ov, New: nv, Replace: f.replace})
+					if f.replace {
+						action = ActionReplace
+					}
+				}
+			}
+			if len(changes) > 0 {
+				p.Networks = append(p.Networks, NetworkChange{Action: action, ID: id, Old: o, New: n, Changes: changes})
+				if action == ActionReplace {
+					replaced[id] = true
+				}
+			}
+		}
+	}
+
+	oldAtts := map[string]*Attachment{}
+	for _, a := range current.Attachments {
+		oldAtts[a.Key()] = a
+	}
+	newAtts := map[string]*Attachment{}
+	for _, a := range desired.Attachments {
+		newAtts[a.Key()] = a
+	}
+	for _, key := range sortedKeys(oldAtts, newAtts) {
+		o, n := oldAtts[key], newAtts[key]
+		switch {
+		case o == nil:
+			p.Attachments = append(p.Attachments, AttachmentChange{Action: ActionCreate, Key: key, New: n})
+		case n == nil:
+			p.Attachments = append(p.Attachments, AttachmentChange{Action: ActionDelete, Key: key, Old: o})
+		default:
+			var changes []FieldChange
+			action := ActionUpdate
+			for _, f := range attachmentFields {
+				if ov, nv := f.get(o), f.get(n); ov != nv {
+					changes = append(changes, FieldChange{Field: f.name, Old: ov, New: nv, Replace: f.replace})
+					if f.replace {
+						action = ActionReplace
+					}
+				}
+			}
+			reason := ""
+			if action != ActionReplace && replaced[n.Network] {
+				action, reason = ActionReplace, fmt.Sprintf("network %s is replaced", n.Network)
+			}
+			if len(changes) > 0 || reason != "" {
+				p.Attachments = append(p.Attachments, AttachmentChange{Action: action, Key: key, Old: o, New: n, Changes: changes, Reason: reason})
+			}
+		}
+	}
+	return p
+}
+
+func sortedKeys[V any](maps ...map[string]V) []string {
+	var keys []string
+	for _, m := range maps {
+		for k := range m {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Summary is the plan's closing line.
+func (p *Plan) Summary() string {
+	if p.Empty() {
+		return "No changes."
+	}
+	count := map[Action]int{}
+	for _, c := range p.Networks {
+		count[c.Action]++
+	}
+	for _, c := range p.Attachments {
+		count[c.Action]++
+	}
+	return fmt.Sprintf("Plan: %d to create, %d to change, %d to replace, %d to delete.",
+		count[ActionCreate], count[ActionUpdate], count[ActionReplace], count[ActionDelete])
+}
+
+// Render writes the plan as a readable diff.
+func (p *Plan) Render(w io.Writer) {
+	if p.Empty() {
+		fmt.Fprintln(w, p.Summary())
+		return
+	}
+	if len(p.Networks) > 0 {
+		fmt.Fprintln(w, "Networks:")
+		for _, c := range p.Networks {
+			switch c.Action {
+			case ActionCreate:
+				fmt.Fprintf(w, "  %-3s %s: %s\n", actionSigns[c.Action], c.ID, describeNetwork(c.New))
+			case ActionDelete:
+				fmt.Fprintf(w, "  %-3s %s: %s\n", actionSigns[c.Action], c.ID, describeNetwork(c.Old))
+			default:
+				fmt.Fprintf(w, "  %-3s %s\n", actionSigns[c.Action], c.ID)
+				renderChanges(w, c.Changes)
+			}
+		}
+	}
+	if len(p.Attachments) > 0 {
+		fmt.Fprintln(w, "Attachments:")
+		for _, c := range p.Attachments {
+			switch c.Action {
+			case ActionCreate:
+				fmt.Fprintf(w, "  %-3s %s: %s\n", actionSigns[c.Action], c.Key, describeAttachment(c.New))
+			case ActionDelete:
+				fmt.Fprintf(w, "  %-3s %s: %s\n", actionSigns[c.Action], c.Key, describeAttachment(c.Old))
+			default:
+				line := fmt.Sprintf("  %-3s %s", actionSigns[c.Action], c.Key)
+				if c.Reason != "" {
+					line += " (" + c.Reason + ")"
+				}
+				fmt.Fprintln(w, line)
+				renderChanges(w, c.Changes)
+			}
+		}
+	}
+	fmt.Fprintln(w, p.Summary())
+}
+
+func renderChanges(w io.Writer, changes []FieldChange) {
+	for _, ch := range changes {
+		note := ""
+		if ch.Replace {
+			note = "  (forces replacement)"
+		}
+		fmt.Fprintf(w, "        %s: %s -> %s%s\n", ch.Field, quoteEmpty(ch.Old), quoteEmpty(ch.New), note)
+	}
+}
+
+func quoteEmpty(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+func describeNetwork(n *api.Network) string {
+	if n.Mode == api.ModeBridged {
+		return fmt.Sprintf("bridged onto %s", n.Interface)
+	}
+	return fmt.Sprintf("%s %s, gateway %s, bridge %s", n.Mode, n.Subnet, n.Gateway, n.Bridge())
+}
+
+func describeAttachment(a *Attachment) string {
+	s := fmt.Sprintf("%s on %s, %s, %s", a.VM, a.Network, a.MAC, a.Attach)
+	if a.IP.IsValid() {
+		s += ", ip " + a.IP.String()
+	}
+	return s
+}

@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -update creates it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}
+
+const planNetworks = `
+vmnet:
+  shared:
+    subnet: 192.168.105.0/24
+  host:
+    mode: host
+    subnet: 192.168.106.0/24
+  unused:
+    subnet: 192.168.120.0/24
+`
+
+func desired(t *testing.T, networks string, projects ...*Project) *Desired {
+	t.Helper()
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(networks))
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := ComputeDesired(nets, projects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func project(name, vms string) *Project {
+	return &Project{Name: name, Files: []ProjectFile{{Path: name + ".yaml", Data: []byte(vms)}}}
+}
+
+const planVMs = `
+vms:
+  web:
+    networks:
+      - vmnet: shared
+      - vmnet: host
+  db:
+    networks:
+      - vmnet: shared
+        ip: 192.168.105.20
+`
+
+func TestComputeDesiredKeepsOnlyUsedNetworks(t *testing.T) {
+	d := desired(t, planNetworks, project("p", planVMs))
+	var ids []string
+	for _, n := range d.Networks {
+		ids = append(ids, n.ID)
+	}
+	if len(ids) != 2 || ids[0] != "host" || ids[1] != "shared" {
+		t.Errorf("networks = %v, want [host shared]", ids)
+	}
+	if len(d.Attachments) != 3 || d.Attachments[0].Key() != "db/0" || d.Attachments[0].Project != "p" {
+		t.Errorf("attachments = %+v", d.Attachments)
+	}
+}
+
+func TestComputeDesiredRejectsCollisionsAcrossProjects(t *testing.T) {
+	nets, _ := api.LoadNetworks("networks.yaml", []byte(planNetworks))
+	_, err := ComputeDesired(nets, []*Project{project("a", planVMs), project("b", "vms:\n  web:\n    networks: [{vmnet: shared}]\n")})
+	if err == nil {
+		t.Fatal("two projects defining VM web were accepted")
+	}
+}
+
+func TestPlan(t *testing.T) {
+	base := desired(t, planNetworks, project("p", planVMs))
+	tests := []struct {
+		name    string
+		current *Desired
+		desired *Desired
+		summary string
+	}{
+		{"from nothing", nil, base, "Plan: 5 to create, 0 to change, 0 to replace, 0 to delete."},
+		{"converged", base, desired(t, planNetworks, project("p", planVMs)), "No changes."},
+		{"a change to a network no attachment uses", base, desired(t,
+			planNetworks+"    leaseTime: 1h\n", // appended to unused: no change to used networks
+			project("p", planVMs)), "No changes."},
+		{"edits", base, desired(t, `
+vmnet:
+  shared:
+    subnet: 192.168.105.0/24
+    leaseTime: 1h
+    reservations:
+      "52:55:55:00:00:07": 192.168.105.7
+  host:
+    mode: host
+    subnet: 192.168.116.0/24
+`, project("p", `
+vms:
+  web:
+    networks:
+      - vmnet: shared
+      - vmnet: host
+  db:
+    networks:
+      - vmnet: shared
+        ip: 192.168.105.21
+  cache:
+    networks:
+      - vmnet: shared
+`)), "Plan: 1 to create, 2 to change, 2 to replace, 0 to delete."},
+		{"everything removed", base, &Desired{}, "Plan: 0 to create, 0 to change, 0 to replace, 5 to delete."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := ComputePlan(tt.current, tt.desired)
+			if got := p.Summary(); got != tt.summary {
+				t.Errorf("summary = %q, want %q", got, tt.summary)
+			}
+			var out bytes.Buffer
+			p.Render(&out)
+			golden(t, "plan-"+strings.ReplaceAll(tt.name, " ", "-")+".txt", out.String())
+		})
+	}
+}
