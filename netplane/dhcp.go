@@ -1,0 +1,211 @@
+package netplane
+
+import (
+	"encoding/binary"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// DHCPStats counts a DHCP server's traffic since it started.
+type DHCPStats struct {
+	// Requests counts received messages by DHCP message type
+	// ("DISCOVER", "REQUEST", "RELEASE", "DECLINE", "INFORM", "other").
+	Requests map[string]uint64 `json:"requests"`
+	// Replies counts sent messages by type ("OFFER", "ACK", "NAK").
+	Replies map[string]uint64 `json:"replies"`
+	// Errors counts messages dropped: unparsable, not for us, no address left,
+	// or a reply that could not be sent.
+	Errors uint64 `json:"errors"`
+}
+
+// dhcpHandler answers DHCP clients of one network from its Allocator. The
+// socket is server4's; the decisions are here, so they can be tested with
+// packets alone.
+type dhcpHandler struct {
+	n     *api.Network
+	alloc *Allocator
+	dns   []net.IP
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	stats DHCPStats
+}
+
+func newDHCPHandler(n *api.Network, alloc *Allocator, dns []netip.Addr, log *slog.Logger) *dhcpHandler {
+	h := &dhcpHandler{n: n, alloc: alloc, log: log,
+		stats: DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}}}
+	for _, a := range dns {
+		h.dns = append(h.dns, net.IP(a.AsSlice()))
+	}
+	return h
+}
+
+func (h *dhcpHandler) count(req string, reply string, failed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if req != "" {
+		h.stats.Requests[req]++
+	}
+	if reply != "" {
+		h.stats.Replies[reply]++
+	}
+	if failed {
+		h.stats.Errors++
+	}
+}
+
+// Stats returns a copy of the counters.
+func (h *dhcpHandler) Stats() DHCPStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}, Errors: h.stats.Errors}
+	for k, v := range h.stats.Requests {
+		s.Requests[k] = v
+	}
+	for k, v := range h.stats.Replies {
+		s.Replies[k] = v
+	}
+	return s
+}
+
+// serve is server4's Handler: it answers on conn, to peer.
+func (h *dhcpHandler) serve(conn net.PacketConn, peer net.Addr, req *dhcpv4.DHCPv4) {
+	reply := h.handle(req)
+	if reply == nil {
+		return
+	}
+	// A client that has no address yet cannot receive unicast before it
+	// has answered ARP, so those replies are broadcast on the bridge
+	// (server4 already turns a 0.0.0.0 source into 255.255.255.255).
+	if req.ClientIPAddr.IsUnspecified() || req.IsBroadcast() || reply.MessageType() == dhcpv4.MessageTypeNak {
+		if u, ok := peer.(*net.UDPAddr); ok {
+			peer = &net.UDPAddr{IP: net.IPv4bcast, Port: u.Port}
+		}
+	}
+	if _, err := conn.WriteTo(reply.ToBytes(), peer); err != nil {
+		h.log.Warn("sending DHCP reply", "network", h.n.ID, "to", peer, "type", reply.MessageType(), "err", err)
+		h.count("", "", true)
+	}
+}
+
+// handle returns the reply to req, or nil when there is none to send.
+func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
+	mt := req.MessageType()
+	name := "other"
+	switch mt {
+	case dhcpv4.MessageTypeDiscover, dhcpv4.MessageTypeRequest, dhcpv4.MessageTypeRelease,
+		dhcpv4.MessageTypeDecline, dhcpv4.MessageTypeInform:
+		name = mt.String()
+	}
+	if req.OpCode != dhcpv4.OpcodeBootRequest || req.HWType != iana.HWTypeEthernet || len(req.ClientHWAddr) != 6 {
+		h.count(name, "", true)
+		return nil
+	}
+	mac := req.ClientHWAddr
+	gw := net.IP(h.n.Gateway.AsSlice())
+	if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(gw) && mt != dhcpv4.MessageTypeDiscover {
+		// The client chose, or talks to, another server.
+		h.count(name, "", false)
+		return nil
+	}
+	switch mt {
+	case dhcpv4.MessageTypeDiscover:
+		ip, err := h.alloc.Offer(mac, addrOf(req.RequestedIPAddress()))
+		if err != nil {
+			h.log.Warn("no address to offer", "network", h.n.ID, "mac", mac, "err", err)
+			h.count(name, "", true)
+			return nil
+		}
+		h.count(name, "OFFER", false)
+		return h.reply(req, dhcpv4.MessageTypeOffer, ip)
+	case dhcpv4.MessageTypeRequest:
+		ip := addrOf(req.RequestedIPAddress())
+		if !ip.IsValid() {
+			ip = addrOf(req.ClientIPAddr) // renewing or rebinding
+		}
+		l, err := h.alloc.Commit(mac, ip, req.HostName())
+		if err != nil {
+			h.log.Info("refusing DHCP request", "network", h.n.ID, "mac", mac, "ip", ip, "err", err)
+			h.count(name, "NAK", false)
+			nak, err := dhcpv4.NewReplyFromRequest(req, dhcpv4.WithMessageType(dhcpv4.MessageTypeNak),
+				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(gw)))
+			if err != nil {
+				return nil
+			}
+			return nak
+		}
+		h.log.Debug("leased", "network", h.n.ID, "mac", mac, "ip", l.IP, "hostname", l.Hostname)
+		h.count(name, "ACK", false)
+		return h.reply(req, dhcpv4.MessageTypeAck, l.IP)
+	case dhcpv4.MessageTypeRelease, dhcpv4.MessageTypeDecline:
+		if err := h.alloc.Release(mac); err != nil {
+			h.log.Warn("releasing lease", "network", h.n.ID, "mac", mac, "err", err)
+		}
+		h.count(name, "", false)
+		return nil
+	case dhcpv4.MessageTypeInform:
+		h.count(name, "ACK", false)
+		r := h.reply(req, dhcpv4.MessageTypeAck, netip.Addr{})
+		if r != nil {
+			r.DeleteOption(dhcpv4.OptionIPAddressLeaseTime)
+		}
+		return r
+	}
+	h.count(name, "", false)
+	return nil
+}
+
+func addrOf(ip net.IP) netip.Addr {
+	a, ok := netip.AddrFromSlice(ip.To4())
+	if !ok || a.IsUnspecified() {
+		return netip.Addr{}
+	}
+	return a
+}
+
+// reply builds an OFFER or ACK for yiaddr with the network's options.
+func (h *dhcpHandler) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, yiaddr netip.Addr) *dhcpv4.DHCPv4 {
+	gw := net.IP(h.n.Gateway.AsSlice())
+	mask := net.CIDRMask(h.n.Subnet.Bits(), 32)
+	lt := h.alloc.leaseTime
+	mtu := make([]byte, 2)
+	binary.BigEndian.PutUint16(mtu, uint16(h.n.MTU))
+	mods := []dhcpv4.Modifier{
+		dhcpv4.WithMessageType(mt),
+		dhcpv4.WithServerIP(gw),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(gw)),
+		dhcpv4.WithOption(dhcpv4.OptSubnetMask(mask)),
+		dhcpv4.WithOption(dhcpv4.OptRouter(gw)),
+		dhcpv4.WithOption(dhcpv4.OptIPAddressLeaseTime(lt)),
+		dhcpv4.WithOption(dhcpv4.OptRenewTimeValue(lt / 2)),
+		dhcpv4.WithOption(dhcpv4.OptRebindingTimeValue(lt * 7 / 8)),
+		dhcpv4.WithOption(dhcpv4.OptGeneric(dhcpv4.OptionInterfaceMTU, mtu)),
+	}
+	if len(h.dns) > 0 {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptDNS(h.dns...)))
+	}
+	if yiaddr.IsValid() {
+		mods = append(mods, dhcpv4.WithYourIP(net.IP(yiaddr.AsSlice())))
+	}
+	r, err := dhcpv4.NewReplyFromRequest(req, mods...)
+	if err != nil {
+		h.log.Warn("building DHCP reply", "network", h.n.ID, "err", err)
+		return nil
+	}
+	return r
+}
+
+// leaseTimeOf is the lease time a network's clients get.
+func leaseTimeOf(n *api.Network) time.Duration {
+	if n.LeaseTime > 0 {
+		return n.LeaseTime
+	}
+	return api.DefaultLeaseTime
+}

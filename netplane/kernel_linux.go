@@ -1,0 +1,493 @@
+package netplane
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vmnetctl/vmnetctl/api"
+	"golang.org/x/sys/unix"
+)
+
+// dumpRetries bounds the retries of a netlink dump that the kernel
+// interrupted because the list changed while it was read.
+const dumpRetries = 10
+
+// retryDump calls f until its dump is not interrupted.
+func retryDump[T any](f func() (T, error)) (T, error) {
+	var v T
+	var err error
+	for range dumpRetries {
+		v, err = f()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return v, err
+		}
+	}
+	return v, err
+}
+
+func linkList() ([]netlink.Link, error) { return retryDump(netlink.LinkList) }
+
+func addrList(link netlink.Link) ([]netlink.Addr, error) {
+	return retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, netlink.FAMILY_V4) })
+}
+
+func notFound(err error) bool {
+	var lnf netlink.LinkNotFoundError
+	return errors.As(err, &lnf)
+}
+
+// ownedBy returns the network id whose mark a link carries.
+func ownedBy(l netlink.Link) (string, bool) { return markedID(l.Attrs().Alias) }
+
+// Ensure makes the kernel state of network n what its configuration says,
+// creating what is missing and correcting what differs; run twice, the
+// second run changes nothing. Everything it creates carries n's mark. It
+// works in the calling thread's network namespace.
+//
+//   - shared, host: the bridge n.Bridge() with the gateway address, the MTU,
+//     up; the nftables table inet vmnetctl-<id>; for shared,
+//     net.ipv4.ip_forward=1 (which Remove leaves alone: other software may
+//     rely on it).
+//   - bridged: nothing is created; Ensure checks that n.Interface exists.
+//     VM ports are created per VM, see PortBridge and CreateMacvtap.
+//
+// It refuses, changing nothing, a subnet that overlaps an address or a
+// route on the host that is not the network's own, and a link or table of
+// the network's name that is not marked as vmnetctl's.
+func Ensure(ctx context.Context, n *api.Network) error {
+	switch {
+	case n.Mode == api.ModeBridged:
+		_, err := bridgedParent(n)
+		return err
+	case !n.Routed():
+		return fmt.Errorf("network %q: mode %s is not managed by vmnetctl", n.ID, n.Mode)
+	case !n.Subnet.IsValid() || !n.Gateway.IsValid():
+		return fmt.Errorf("network %q: no subnet or gateway", n.ID)
+	}
+	if err := checkConflicts(n); err != nil {
+		return err
+	}
+	if err := checkTableOwner(ctx, n.ID); err != nil {
+		return err
+	}
+	br, err := ensureBridge(n)
+	if err != nil {
+		return err
+	}
+	if err := ensureAddr(n, br); err != nil {
+		return err
+	}
+	if n.Mode == api.ModeShared {
+		if err := ensureSysctl("/proc/sys/net/ipv4/ip_forward", "1"); err != nil {
+			return fmt.Errorf("network %q: enabling IPv4 forwarding: %w", n.ID, err)
+		}
+	}
+	return ensureTable(ctx, n)
+}
+
+// bridgedParent returns the host interface of bridged network n.
+func bridgedParent(n *api.Network) (netlink.Link, error) {
+	if n.Interface == "" {
+		return nil, fmt.Errorf("network %q: bridged network has no interface", n.ID)
+	}
+	l, err := netlink.LinkByName(n.Interface)
+	if err != nil {
+		if notFound(err) {
+			return nil, fmt.Errorf("network %q: interface %s does not exist", n.ID, n.Interface)
+		}
+		return nil, fmt.Errorf("network %q: interface %s: %w", n.ID, n.Interface, err)
+	}
+	return l, nil
+}
+
+// checkConflicts refuses a subnet that overlaps an address or a route that
+// belongs to something other than n's own bridge: two owners of one subnet
+// would break both. A default route is not a conflict.
+func checkConflicts(n *api.Network) error {
+	links, err := linkList()
+	if err != nil {
+		return fmt.Errorf("listing links: %w", err)
+	}
+	names := map[int]string{}
+	own := 0
+	for _, l := range links {
+		names[l.Attrs().Index] = l.Attrs().Name
+		if id, ok := ownedBy(l); ok && id == n.ID && l.Attrs().Name == n.Bridge() {
+			own = l.Attrs().Index
+		}
+	}
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
+	if err != nil {
+		return fmt.Errorf("listing addresses: %w", err)
+	}
+	for _, a := range addrs {
+		p, ok := prefixOf(a.IPNet)
+		if !ok || a.LinkIndex == own {
+			continue
+		}
+		if p.Overlaps(n.Subnet) {
+			return fmt.Errorf("network %q: subnet %s overlaps the address %s of %s, which vmnetctl does not own; choose another subnet",
+				n.ID, n.Subnet, p, names[a.LinkIndex])
+		}
+	}
+	routes, err := retryDump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	})
+	if err != nil {
+		return fmt.Errorf("listing routes: %w", err)
+	}
+	for _, r := range routes {
+		p, ok := prefixOf(r.Dst)
+		if !ok || p.Bits() == 0 || (own != 0 && r.LinkIndex == own) {
+			continue
+		}
+		if p.Overlaps(n.Subnet) {
+			dev := names[r.LinkIndex]
+			if dev == "" {
+				dev = "no device"
+			}
+			return fmt.Errorf("network %q: subnet %s overlaps the route to %s (%s), which vmnetctl does not own; choose another subnet",
+				n.ID, n.Subnet, p, dev)
+		}
+	}
+	return nil
+}
+
+func prefixOf(ipn *net.IPNet) (netip.Prefix, bool) {
+	if ipn == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(ipn.IP.To4())
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, bits := ipn.Mask.Size()
+	if bits != 32 {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, ones).Masked(), true
+}
+
+// ensureBridge creates n's bridge, or checks that the existing link of its
+// name is a bridge marked as n's, and sets its MTU and state.
+func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
+	name := n.Bridge()
+	l, err := netlink.LinkByName(name)
+	if notFound(err) {
+		la := netlink.NewLinkAttrs()
+		la.Name = name
+		la.MTU = n.MTU
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("network %q: creating bridge %s: %w", n.ID, name, err)
+		} else if err == nil {
+			created, err := netlink.LinkByName(name)
+			if err != nil {
+				return nil, fmt.Errorf("network %q: bridge %s: %w", n.ID, name, err)
+			}
+			// Marked at once: a bridge without the mark would be foreign
+			// to every later run, Remove included.
+			if err := netlink.LinkSetAlias(created, Mark(n.ID)); err != nil {
+				netlink.LinkDel(created)
+				return nil, fmt.Errorf("network %q: marking bridge %s: %w", n.ID, name, err)
+			}
+		}
+		l, err = netlink.LinkByName(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("network %q: bridge %s: %w", n.ID, name, err)
+	}
+	if id, ok := ownedBy(l); !ok || id != n.ID {
+		return nil, fmt.Errorf("network %q: a %s named %s exists and is not this network's (alias %q); delete or rename it",
+			n.ID, l.Type(), name, l.Attrs().Alias)
+	}
+	br, ok := l.(*netlink.Bridge)
+	if !ok {
+		return nil, fmt.Errorf("network %q: %s is a %s, not a bridge", n.ID, name, l.Type())
+	}
+	if br.Attrs().MTU != n.MTU {
+		if err := netlink.LinkSetMTU(br, n.MTU); err != nil {
+			return nil, fmt.Errorf("network %q: setting MTU of %s to %d: %w", n.ID, name, n.MTU, err)
+		}
+	}
+	if br.Attrs().Flags&net.FlagUp == 0 {
+		if err := netlink.LinkSetUp(br); err != nil {
+			return nil, fmt.Errorf("network %q: setting %s up: %w", n.ID, name, err)
+		}
+	}
+	return br, nil
+}
+
+// ensureAddr gives n's bridge the gateway address and no other IPv4 one
+// (one left from an older configuration would route a stale subnet).
+func ensureAddr(n *api.Network, br netlink.Link) error {
+	want := netip.PrefixFrom(n.Gateway, n.Subnet.Bits())
+	addrs, err := addrList(br)
+	if err != nil {
+		return fmt.Errorf("network %q: listing addresses of %s: %w", n.ID, br.Attrs().Name, err)
+	}
+	have := false
+	for _, a := range addrs {
+		p, ok := prefixOf(a.IPNet)
+		if ok && a.IP.To4().Equal(net.IP(want.Addr().AsSlice())) && p.Bits() == want.Bits() {
+			have = true
+			continue
+		}
+		if err := netlink.AddrDel(br, &a); err != nil {
+			return fmt.Errorf("network %q: removing stale address %s from %s: %w", n.ID, a.IPNet, br.Attrs().Name, err)
+		}
+	}
+	if have {
+		return nil
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(want.Addr().AsSlice()), Mask: net.CIDRMask(want.Bits(), 32)}}
+	if err := netlink.AddrAdd(br, addr); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("network %q: adding %s to %s: %w", n.ID, want, br.Attrs().Name, err)
+	}
+	return nil
+}
+
+// ensureSysctl writes value to a /proc/sys file unless it holds it already.
+// /proc/sys/net belongs to the writing thread's network namespace.
+func ensureSysctl(path, value string) error {
+	cur, err := os.ReadFile(path)
+	if err == nil && string(bytes.TrimSpace(cur)) == value {
+		return nil
+	}
+	return os.WriteFile(path, []byte(value), 0o644)
+}
+
+// Remove deletes what Ensure and CreateMacvtap created for network id: its
+// bridge, its nftables table and the VM ports marked as its, and with a
+// non-empty stateDir its lease file. Objects that do not carry id's mark are
+// left alone, so a foreign link of the bridge's name survives. Removing a
+// network that does not exist is not an error.
+func Remove(ctx context.Context, id, stateDir string) error {
+	var errs []error
+	links, err := linkList()
+	if err != nil {
+		return fmt.Errorf("network %q: listing links: %w", id, err)
+	}
+	for _, l := range links {
+		if owner, ok := ownedBy(l); ok && owner == id {
+			if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+				errs = append(errs, fmt.Errorf("network %q: deleting %s: %w", id, l.Attrs().Name, err))
+			}
+		}
+	}
+	if err := removeTable(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	if stateDir != "" {
+		if err := os.Remove(LeaseFile(stateDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("network %q: removing leases: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Sweep removes, as Remove does, every network whose mark is found on a
+// link, an nftables table or (with a stateDir) a lease file, but whose id is
+// not in keep. It returns the ids it removed.
+func Sweep(ctx context.Context, keep []string, stateDir string) ([]string, error) {
+	found := map[string]bool{}
+	links, err := linkList()
+	if err != nil {
+		return nil, fmt.Errorf("listing links: %w", err)
+	}
+	for _, l := range links {
+		if id, ok := ownedBy(l); ok {
+			found[id] = true
+		}
+	}
+	tables, err := markedTables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range tables {
+		found[id] = true
+	}
+	if stateDir != "" {
+		files, _ := filepath.Glob(filepath.Join(stateDir, "*.leases.json"))
+		for _, f := range files {
+			found[strings.TrimSuffix(filepath.Base(f), ".leases.json")] = true
+		}
+	}
+	var removed []string
+	var errs []error
+	for id := range found {
+		if slices.Contains(keep, id) {
+			continue
+		}
+		if err := Remove(ctx, id, stateDir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, id)
+	}
+	slices.Sort(removed)
+	return removed, errors.Join(errs...)
+}
+
+// State is what the kernel holds for a network, read back by Inspect.
+type State struct {
+	ID string `json:"id"`
+	// Bridge is the network's bridge; empty when it does not exist.
+	Bridge string         `json:"bridge,omitempty"`
+	Up     bool           `json:"up"`
+	MTU    int            `json:"mtu,omitempty"`
+	Addrs  []netip.Prefix `json:"addrs,omitempty"`
+	// Ports are the links enslaved to the bridge (VM TAPs).
+	Ports []string `json:"ports,omitempty"`
+	// Macvtaps are the VM ports of a bridged network marked as its.
+	Macvtaps []string `json:"macvtaps,omitempty"`
+	// Table is the nftables table's listing; empty when it does not exist.
+	Table string `json:"table,omitempty"`
+}
+
+// Inspect reads what the kernel holds for network id. A network with
+// nothing in the kernel gives a State with every field empty.
+func Inspect(ctx context.Context, id string) (*State, error) {
+	s := &State{ID: id}
+	links, err := linkList()
+	if err != nil {
+		return nil, fmt.Errorf("network %q: listing links: %w", id, err)
+	}
+	var br netlink.Link
+	for _, l := range links {
+		if owner, ok := ownedBy(l); !ok || owner != id {
+			continue
+		}
+		if _, isBridge := l.(*netlink.Bridge); isBridge {
+			br = l
+		} else {
+			s.Macvtaps = append(s.Macvtaps, l.Attrs().Name)
+		}
+	}
+	if br != nil {
+		s.Bridge = br.Attrs().Name
+		s.Up = br.Attrs().Flags&net.FlagUp != 0
+		s.MTU = br.Attrs().MTU
+		addrs, err := addrList(br)
+		if err != nil {
+			return nil, fmt.Errorf("network %q: listing addresses: %w", id, err)
+		}
+		for _, a := range addrs {
+			if p, ok := prefixOf(a.IPNet); ok {
+				ip, _ := netip.AddrFromSlice(a.IP.To4())
+				s.Addrs = append(s.Addrs, netip.PrefixFrom(ip, p.Bits()))
+			}
+		}
+		for _, l := range links {
+			if l.Attrs().MasterIndex == br.Attrs().Index {
+				s.Ports = append(s.Ports, l.Attrs().Name)
+			}
+		}
+	}
+	if s.Table, err = tableRuleset(ctx, id); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// PortBridge returns the bridge a VM's TAP joins with AttachPort on network
+// n: the network's own bridge for shared and host, the host interface for a
+// bridged network whose interface is a bridge. For any other bridged
+// interface it returns "": the VM gets a macvtap, see CreateMacvtap.
+func PortBridge(n *api.Network) (string, error) {
+	if n.Routed() {
+		return n.Bridge(), nil
+	}
+	if n.Mode != api.ModeBridged {
+		return "", fmt.Errorf("network %q: mode %s has no ports", n.ID, n.Mode)
+	}
+	parent, err := bridgedParent(n)
+	if err != nil {
+		return "", err
+	}
+	if _, ok := parent.(*netlink.Bridge); ok {
+		return parent.Attrs().Name, nil
+	}
+	return "", nil
+}
+
+// CreateMacvtap creates (or returns, if it is there already and marked as
+// n's) the macvtap VM port name on bridged network n's interface, in bridge
+// mode, with the VM's MAC address, marked as n's and up. The VM reads and
+// writes frames on /dev/tap<ifindex>.
+//
+// Macvtap needs no change to the host interface, but the host cannot talk to
+// its own macvtap VMs through that interface: the lower device does not
+// loop frames back from its macvtaps. VMs on the same interface reach each
+// other (bridge mode). A host that must reach its VMs bridges its interface
+// and names that bridge as the network's interface instead.
+func CreateMacvtap(n *api.Network, name string, mac net.HardwareAddr) (*netlink.Macvtap, error) {
+	if n.Mode != api.ModeBridged {
+		return nil, fmt.Errorf("network %q: only bridged networks have macvtap ports", n.ID)
+	}
+	parent, err := bridgedParent(n)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := parent.(*netlink.Bridge); ok {
+		return nil, fmt.Errorf("network %q: interface %s is a bridge; attach a TAP to it with AttachPort", n.ID, n.Interface)
+	}
+	existing, err := netlink.LinkByName(name)
+	switch {
+	case err == nil:
+		mv, ok := existing.(*netlink.Macvtap)
+		owner, marked := ownedBy(existing)
+		if !ok || !marked || owner != n.ID || mv.Attrs().ParentIndex != parent.Attrs().Index {
+			return nil, fmt.Errorf("network %q: a %s named %s exists and is not this network's macvtap", n.ID, existing.Type(), name)
+		}
+		if !bytes.Equal(mv.Attrs().HardwareAddr, mac) {
+			if err := netlink.LinkSetHardwareAddr(mv, mac); err != nil {
+				return nil, fmt.Errorf("network %q: setting MAC of %s: %w", n.ID, name, err)
+			}
+		}
+		if err := netlink.LinkSetUp(mv); err != nil {
+			return nil, fmt.Errorf("network %q: setting %s up: %w", n.ID, name, err)
+		}
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return nil, err
+		}
+		return l.(*netlink.Macvtap), nil
+	case !notFound(err):
+		return nil, fmt.Errorf("network %q: %s: %w", n.ID, name, err)
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = name
+	la.ParentIndex = parent.Attrs().Index
+	la.MTU = parent.Attrs().MTU
+	la.HardwareAddr = mac
+	mv := &netlink.Macvtap{Macvlan: netlink.Macvlan{LinkAttrs: la, Mode: netlink.MACVLAN_MODE_BRIDGE}}
+	if err := netlink.LinkAdd(mv); err != nil {
+		return nil, fmt.Errorf("network %q: creating macvtap %s on %s: %w", n.ID, name, n.Interface, err)
+	}
+	l, err := netlink.LinkByName(name)
+	if err == nil {
+		err = netlink.LinkSetAlias(l, Mark(n.ID))
+	}
+	if err == nil {
+		err = netlink.LinkSetUp(l)
+	}
+	if err != nil {
+		if l != nil {
+			netlink.LinkDel(l)
+		}
+		return nil, fmt.Errorf("network %q: setting up macvtap %s: %w", n.ID, name, err)
+	}
+	if l, err = netlink.LinkByName(name); err != nil {
+		return nil, err
+	}
+	return l.(*netlink.Macvtap), nil
+}

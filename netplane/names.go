@@ -1,0 +1,38 @@
+package netplane
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// ErrUnsupported is returned by the data plane on systems other than Linux,
+// where vmnet (through vmnet-helper) is the data plane instead.
+var ErrUnsupported = fmt.Errorf("the vmnetctl data plane runs on Linux, not %s: %w", runtime.GOOS, errors.ErrUnsupported)
+
+// markPrefix starts the interface alias (ifalias) and nftables table comment
+// that mark a kernel object as vmnetctl's. Only objects that carry the mark
+// of a network are ever changed or deleted, and only for that network.
+const markPrefix = "vmnetctl:network="
+
+// tablePrefix starts the name of each network's nftables table.
+const tablePrefix = "vmnetctl-"
+
+// Mark is the ifalias and table comment of the objects of network id.
+func Mark(id string) string { return markPrefix + id }
+
+// markedID returns the network id a mark names, and whether s is a mark.
+func markedID(s string) (string, bool) {
+	id, ok := strings.CutPrefix(s, markPrefix)
+	return id, ok && id != ""
+}
+
+// TableName is the nftables table (family inet) of network id.
+func TableName(id string) string { return tablePrefix + id }
+
+// LeaseFile is where the DHCP leases of network id are kept under stateDir.
+func LeaseFile(stateDir, id string) string {
+	return filepath.Join(stateDir, id+".leases.json")
+}

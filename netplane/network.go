@@ -1,0 +1,102 @@
+package netplane
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+)
+
+// Options configure Start.
+type Options struct {
+	// StateDir holds the lease files, <StateDir>/<id>.leases.json. Empty
+	// keeps leases in memory only.
+	StateDir string
+	// Upstreams are the resolvers the DNS proxy forwards to, as host:port.
+	// Empty means the name servers of ResolvConf.
+	Upstreams []string
+	// ResolvConf is read for upstream resolvers; default /etc/resolv.conf.
+	ResolvConf string
+	// Log receives the services' events; default slog.Default().
+	Log *slog.Logger
+}
+
+// Stats are a running network's counters and leases.
+type Stats struct {
+	DHCP   DHCPStats `json:"dhcp"`
+	DNS    DNSStats  `json:"dns"`
+	Leases []Lease   `json:"leases"`
+}
+
+// hostTable maps VMs' MAC addresses to their names for the DNS proxy.
+type hostTable struct {
+	mu     sync.Mutex
+	byMAC  map[string]string
+	byName map[string]string // lower-case name → MAC
+}
+
+func (t *hostTable) set(mac net.HardwareAddr, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := mac.String()
+	if old, ok := t.byMAC[m]; ok {
+		delete(t.byName, strings.ToLower(old))
+	}
+	if name == "" {
+		delete(t.byMAC, m)
+		return
+	}
+	t.byMAC[m] = name
+	t.byName[strings.ToLower(name)] = m
+}
+
+func (t *hostTable) mac(name string) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m, ok := t.byName[strings.ToLower(name)]
+	return m, ok
+}
+
+// resolver answers names for the DNS proxy: VM names the controller set
+// first (their fixed address, else their current lease), then the host
+// names DHCP clients sent.
+func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool) {
+	return func(name string) (netip.Addr, bool) {
+		if alloc == nil {
+			return netip.Addr{}, false
+		}
+		if m, ok := hosts.mac(name); ok {
+			hw, _ := net.ParseMAC(m)
+			if ip, ok := alloc.Fixed(hw); ok {
+				return ip, true
+			}
+			if l, ok := alloc.Lookup(hw); ok {
+				return l.IP, true
+			}
+		}
+		for _, l := range alloc.Leases() {
+			if l.Hostname != "" && strings.EqualFold(l.Hostname, name) {
+				return l.IP, true
+			}
+		}
+		return netip.Addr{}, false
+	}
+}
+
+func newHostTable() *hostTable {
+	return &hostTable{byMAC: map[string]string{}, byName: map[string]string{}}
+}
+
+// validHostName reports whether name can be answered under DNSDomain.
+func validHostName(name string) bool {
+	if name == "" || len(name) > 63 || strings.HasPrefix(name, "-") {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,240 @@
+package netplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/miekg/dns"
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// Network is a running network: its kernel state ensured, its DHCP server
+// and DNS proxy serving. The controller holds one per managed network.
+type Network struct {
+	n     *api.Network
+	log   *slog.Logger
+	alloc *Allocator // nil without DHCP
+	hosts *hostTable
+	dhcp  *dhcpHandler
+	dns   *dnsHandler
+
+	closeOnce sync.Once
+	closers   []func() error
+	wg        sync.WaitGroup
+	stop      chan struct{}
+}
+
+// Start ensures network n's kernel state (see Ensure) in the calling
+// thread's network namespace and starts its services there: for shared and
+// host networks, the DHCP server on the bridge (if n.DHCP) and the DNS
+// proxy on the gateway's port 53, UDP and TCP (if n.DNSProxy). A bridged
+// network has no services: its LAN provides them.
+//
+// The services stop when Close is called or ctx is done. Neither removes
+// the kernel state: a vmnetctl restart must not cut the VMs off. Remove
+// does that.
+func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := Ensure(ctx, n); err != nil {
+		return nil, err
+	}
+	nw := &Network{n: n, log: log, hosts: newHostTable(), stop: make(chan struct{})}
+	if !n.Routed() {
+		return nw, nil
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			nw.Close()
+		}
+	}()
+	// Sockets are bound to the namespace they are created in; dials made
+	// later, from goroutines on any thread, must go back to it.
+	netns, err := ns.GetCurrentNS()
+	if err != nil {
+		return nil, fmt.Errorf("network %q: %w", n.ID, err)
+	}
+	nw.closers = append(nw.closers, netns.Close)
+
+	leasePath := ""
+	if opts.StateDir != "" {
+		leasePath = LeaseFile(opts.StateDir, n.ID)
+	}
+	if n.DHCP || n.DNSProxy {
+		if nw.alloc, err = NewAllocator(n, leasePath); err != nil {
+			return nil, err
+		}
+	}
+	resolvConf := opts.ResolvConf
+	if resolvConf == "" {
+		resolvConf = "/etc/resolv.conf"
+	}
+
+	if n.DNSProxy {
+		ups := opts.Upstreams
+		if len(ups) == 0 {
+			// The proxy runs on the host, so a loopback stub resolver
+			// (systemd-resolved's 127.0.0.53) is as good as any.
+			ups, _ = ResolvConfServers(resolvConf, false)
+		}
+		nw.dns = &dnsHandler{
+			network:   n.ID,
+			resolve:   resolver(nw.hosts, nw.alloc),
+			upstreams: ups,
+			log:       log,
+			dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var c net.Conn
+				err := netns.Do(func(ns.NetNS) error {
+					var err error
+					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+					return err
+				})
+				return c, err
+			},
+		}
+		addr := net.JoinHostPort(n.Gateway.String(), "53")
+		pc, err := net.ListenPacket("udp4", addr)
+		if err != nil {
+			return nil, fmt.Errorf("network %q: DNS proxy: %w", n.ID, err)
+		}
+		ln, err := net.Listen("tcp4", addr)
+		if err != nil {
+			pc.Close()
+			return nil, fmt.Errorf("network %q: DNS proxy: %w", n.ID, err)
+		}
+		udp := &dns.Server{PacketConn: pc, Handler: nw.dns}
+		tcp := &dns.Server{Listener: ln, Handler: nw.dns}
+		for _, s := range []*dns.Server{udp, tcp} {
+			nw.wg.Add(1)
+			go func() {
+				defer nw.wg.Done()
+				if err := s.ActivateAndServe(); err != nil && !nw.stopped() {
+					log.Error("DNS proxy stopped", "network", n.ID, "err", err)
+				}
+			}()
+			nw.closers = append(nw.closers, s.Shutdown)
+		}
+	}
+
+	if n.DHCP {
+		var dnsServers []netip.Addr
+		if n.DNSProxy {
+			dnsServers = []netip.Addr{n.Gateway}
+		} else {
+			dnsServers = hostResolvers(resolvConf, "/run/systemd/resolve/resolv.conf")
+		}
+		nw.dhcp = newDHCPHandler(n, nw.alloc, dnsServers, log)
+		conn, err := server4.NewIPv4UDPConn(n.Bridge(), &net.UDPAddr{Port: 67})
+		if err != nil {
+			return nil, fmt.Errorf("network %q: DHCP server on %s: %w", n.ID, n.Bridge(), err)
+		}
+		srv, err := server4.NewServer(n.Bridge(), nil, nw.dhcp.serve, server4.WithConn(conn))
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("network %q: DHCP server: %w", n.ID, err)
+		}
+		nw.closers = append(nw.closers, srv.Close)
+		nw.wg.Add(1)
+		go func() {
+			defer nw.wg.Done()
+			if err := srv.Serve(); err != nil && !nw.stopped() {
+				log.Error("DHCP server stopped", "network", n.ID, "err", err)
+			}
+		}()
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			nw.Close()
+		case <-nw.stop:
+		}
+	}()
+	ok = true
+	return nw, nil
+}
+
+func (nw *Network) stopped() bool {
+	select {
+	case <-nw.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close stops the network's services and waits for them. The kernel state
+// stays. Closing twice is fine.
+func (nw *Network) Close() error {
+	var errs []error
+	nw.closeOnce.Do(func() {
+		close(nw.stop)
+		for i := len(nw.closers) - 1; i >= 0; i-- {
+			if err := nw.closers[i](); err != nil && !errors.Is(err, net.ErrClosed) {
+				errs = append(errs, err)
+			}
+		}
+		nw.wg.Wait()
+	})
+	return errors.Join(errs...)
+}
+
+// Config is the network the services run for.
+func (nw *Network) Config() *api.Network { return nw.n }
+
+// SetHost tells the network that the VM with this MAC is called name, for
+// the DNS proxy (name.vmnet.internal), and, if ip is valid, pins the MAC to
+// that address in DHCP (a VM file's `ip:`). An empty name forgets the name.
+func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) error {
+	if name != "" && !validHostName(name) {
+		return fmt.Errorf("network %q: VM name %q cannot be a DNS name (letters, digits, '-' and '_' only)", nw.n.ID, name)
+	}
+	if ip.IsValid() {
+		if nw.alloc == nil {
+			return fmt.Errorf("network %q: fixed address %s for %s: the network has no DHCP server", nw.n.ID, ip, mac)
+		}
+		if err := nw.alloc.SetFixed(mac, ip); err != nil {
+			return err
+		}
+	}
+	nw.hosts.set(mac, name)
+	return nil
+}
+
+// RemoveHost forgets the name and run-time fixed address of a MAC. Its lease
+// is kept until it expires.
+func (nw *Network) RemoveHost(mac net.HardwareAddr) {
+	nw.hosts.set(mac, "")
+	if nw.alloc != nil {
+		nw.alloc.ClearFixed(mac)
+	}
+}
+
+// Leases returns the current (unexpired) DHCP leases, by address.
+func (nw *Network) Leases() []Lease {
+	if nw.alloc == nil {
+		return nil
+	}
+	return nw.alloc.Leases()
+}
+
+// Stats returns the counters of the DHCP server and DNS proxy, and the leases.
+func (nw *Network) Stats() Stats {
+	s := Stats{Leases: nw.Leases()}
+	if nw.dhcp != nil {
+		s.DHCP = nw.dhcp.Stats()
+	}
+	if nw.dns != nil {
+		s.DNS = nw.dns.Stats()
+	}
+	return s
+}

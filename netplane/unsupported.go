@@ -1,0 +1,35 @@
+//go:build !linux
+
+package netplane
+
+import (
+	"context"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// Network is a running network; see the Linux documentation.
+type Network struct{}
+
+// State is what the kernel holds for a network; see the Linux documentation.
+type State struct{}
+
+func Start(context.Context, *api.Network, Options) (*Network, error) { return nil, ErrUnsupported }
+func Ensure(context.Context, *api.Network) error                     { return ErrUnsupported }
+func Remove(context.Context, string, string) error                   { return ErrUnsupported }
+func Sweep(context.Context, []string, string) ([]string, error)      { return nil, ErrUnsupported }
+func Inspect(context.Context, string) (*State, error)                { return nil, ErrUnsupported }
+func PortBridge(*api.Network) (string, error)                        { return "", ErrUnsupported }
+func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, error) {
+	return nil, ErrUnsupported
+}
+func AttachPort(string, netlink.Link, bool) error                   { return ErrUnsupported }
+func (*Network) Close() error                                       { return nil }
+func (*Network) Config() *api.Network                               { return nil }
+func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error { return ErrUnsupported }
+func (*Network) RemoveHost(net.HardwareAddr)                        {}
+func (*Network) Leases() []Lease                                    { return nil }
+func (*Network) Stats() Stats                                       { return Stats{} }
