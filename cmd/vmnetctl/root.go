@@ -73,6 +73,7 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 		newValidateCommand(g, s),
 		newNetworksCommand(g, s),
 		newVersionCommand(s),
+		newHelperCommand(g, s),
 	)
 	return root
 }

@@ -1,0 +1,17 @@
+//go:build !linux
+
+package helper
+
+import (
+	"context"
+	"errors"
+)
+
+// errNotLinux: elsewhere vmnetctl runs vmnet-helper itself.
+var errNotLinux = errors.New("`vmnetctl helper` runs on Linux only; on macOS vmnetctl uses vmnet-helper")
+
+// Run is Linux only.
+func Run(context.Context, Options) error { return errNotLinux }
+
+// ListSharedInterfaces is Linux only.
+func ListSharedInterfaces() ([]string, error) { return nil, errNotLinux }

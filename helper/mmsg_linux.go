@@ -1,0 +1,55 @@
+package helper
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// mmsghdr is struct mmsghdr; x/sys/unix has no recvmmsg/sendmmsg wrappers.
+// Go pads it to the C size on every architecture (64 bytes on 64-bit).
+type mmsghdr struct {
+	Hdr unix.Msghdr
+	Len uint32
+}
+
+// recvmmsg receives up to len(msgs) datagrams; with MSG_DONTWAIT it
+// returns EAGAIN when there is none. It does not allocate.
+func recvmmsg(fd int, msgs []mmsghdr, flags int) (int, error) {
+	n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+// sendmmsg sends up to len(msgs) datagrams and returns how many were sent;
+// an error only when none was.
+func sendmmsg(fd int, msgs []mmsghdr, flags int) (int, error) {
+	n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+// batch is preallocated room for n frames of up to size bytes each, with the
+// iovecs and mmsghdrs that point into it.
+type batch struct {
+	bufs [][]byte
+	iovs []unix.Iovec
+	msgs []mmsghdr
+}
+
+func newBatch(n, size int) *batch {
+	slab := make([]byte, n*size)
+	b := &batch{bufs: make([][]byte, n), iovs: make([]unix.Iovec, n), msgs: make([]mmsghdr, n)}
+	for i := range n {
+		b.bufs[i] = slab[i*size : (i+1)*size : (i+1)*size]
+		b.iovs[i].Base = &b.bufs[i][0]
+		b.iovs[i].SetLen(size)
+		b.msgs[i].Hdr.Iov = &b.iovs[i]
+		b.msgs[i].Hdr.SetIovlen(1)
+	}
+	return b
+}

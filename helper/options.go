@@ -1,0 +1,288 @@
+// Package helper is `vmnetctl helper`: the Linux counterpart of vmnet-helper.
+// One helper process per VM and network owns the VM's TAP on the network's
+// bridge and relays Ethernet frames between it and the VM process over a
+// unix datagram socket, one frame per datagram. It is the cable, not a
+// switch: the kernel bridge switches.
+//
+// The contract (flags, the JSON line on stdout, the log and stats lines on
+// stderr, SIGTERM) is vmnet-helper's; see docs/helper.md. On macOS vmnetctl
+// runs the real vmnet-helper and this package only resolves options.
+package helper
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// Attach modes.
+const (
+	// AttachRelay relays frames between the TAP and the VM's socket.
+	AttachRelay = ""
+	// AttachTap hands a persistent TAP to the VMM (firecracker,
+	// cloud-hypervisor, qemu -netdev tap) and relays nothing.
+	AttachTap = "tap"
+)
+
+// Frame sizes.
+const (
+	ethHeaderLen = 14
+	// MaxJumboMTU is the largest MTU the relay carries.
+	MaxJumboMTU = 65520
+	// TSOMaxPacketSize is vmnet's max packet size with TSO.
+	TSOMaxPacketSize = 65550
+	// VirtioNetHdrLen is the virtio-net header (struct virtio_net_hdr_v1)
+	// that starts every datagram when offloads are on.
+	VirtioNetHdrLen = 12
+)
+
+// Options are a helper's settings, as the command line gives them.
+type Options struct {
+	// FD is an inherited connected SOCK_DGRAM unix socket (--fd), or -1.
+	FD int
+	// SocketPath is a unix datagram socket to create and serve (--socket).
+	SocketPath string
+	// Network is the network to join (resolved from --network or
+	// --operation-mode).
+	Network *api.Network
+	// NetworkFlag is set when --network chose it: the JSON line then has
+	// the net_* keys, as vmnet-helper's has with --network.
+	NetworkFlag bool
+	// InterfaceID names the interface; the same id gives the same MAC.
+	InterfaceID string
+	// TapName is the TAP's name; empty derives one from InterfaceID.
+	TapName string
+	// Attach is AttachRelay or AttachTap.
+	Attach string
+	// Isolation makes the TAP an isolated bridge port.
+	Isolation bool
+	// TSO and ChecksumOffload put a virtio-net header on every datagram.
+	TSO, ChecksumOffload bool
+	// StatsInterval logs stats lines this often; 0 only at exit.
+	StatsInterval time.Duration
+	// UID and GID are the VM owner's: the TAP is theirs and the helper runs
+	// as them after the privileged steps. -1 keeps the current ids.
+	UID, GID int
+	// Verbose logs DEBUG lines.
+	Verbose bool
+	// Stdout receives the JSON line; Stderr the log.
+	Stdout, Stderr io.Writer
+}
+
+// Offloads reports whether datagrams carry a virtio-net header.
+func (o *Options) Offloads() bool { return o.TSO || o.ChecksumOffload }
+
+// MTU is the network's MTU, capped to what the relay carries.
+func (o *Options) MTU() int {
+	if o.Network == nil || o.Network.MTU <= 0 {
+		return api.DefaultMTU
+	}
+	return min(o.Network.MTU, MaxJumboMTU)
+}
+
+// MaxPacketSize is the largest frame (without virtio-net header) exchanged
+// with the VM: MTU+14, or 65550 with TSO.
+func (o *Options) MaxPacketSize() int {
+	if o.TSO {
+		return TSOMaxPacketSize
+	}
+	return o.MTU() + ethHeaderLen
+}
+
+// ModeFlags are vmnet-helper's way of choosing a network without --network.
+type ModeFlags struct {
+	OperationMode   string
+	SharedInterface string
+	StartAddress    string
+	EndAddress      string
+	SubnetMask      string
+}
+
+func (m ModeFlags) addressesSet() int {
+	n := 0
+	for _, s := range []string{m.StartAddress, m.EndAddress, m.SubnetMask} {
+		if s != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// ResolveNetwork finds the network a helper joins: the one named by id, or
+// else the one of mode m.OperationMode (for shared and host: the network
+// named like the mode, or the only one of that mode). vmnet-helper's address
+// flags are accepted only all together and only if they describe the
+// network as networks.yaml defines it: the helper cannot change a network.
+func ResolveNetwork(nets *api.Networks, id string, m ModeFlags) (*api.Network, error) {
+	if id != "" {
+		if m.OperationMode != "" || m.SharedInterface != "" || m.addressesSet() > 0 {
+			return nil, errors.New("--network excludes --operation-mode, --shared-interface, --start-address, --end-address and --subnet-mask")
+		}
+		n := nets.Get(id)
+		if n == nil {
+			return nil, fmt.Errorf("network %q is not defined in %s%s", id, nets.Source, knownNetworks(nets))
+		}
+		if !n.Managed() {
+			return nil, fmt.Errorf("network %q is %s, which vmnetctl does not manage", id, n.Mode)
+		}
+		return n, nil
+	}
+	mode := api.Mode(m.OperationMode)
+	if mode == "" {
+		mode = api.ModeShared // vmnet-helper's default
+	}
+	switch mode {
+	case api.ModeShared, api.ModeHost:
+		if m.SharedInterface != "" {
+			return nil, fmt.Errorf("--shared-interface is only for --operation-mode bridged")
+		}
+	case api.ModeBridged:
+		if m.SharedInterface == "" {
+			return nil, errors.New("--operation-mode bridged requires --shared-interface (see --list-shared-interfaces)")
+		}
+		if m.addressesSet() > 0 {
+			return nil, errors.New("--start-address, --end-address and --subnet-mask are not used with --operation-mode bridged")
+		}
+	default:
+		return nil, fmt.Errorf("unknown --operation-mode %q (shared, host or bridged)", m.OperationMode)
+	}
+	var cands []*api.Network
+	for _, n := range nets.Networks {
+		if n.Mode != mode {
+			continue
+		}
+		if mode == api.ModeBridged && n.Interface != m.SharedInterface {
+			continue
+		}
+		cands = append(cands, n)
+	}
+	var n *api.Network
+	switch {
+	case len(cands) == 1:
+		n = cands[0]
+	case len(cands) > 1 && mode != api.ModeBridged:
+		for _, c := range cands {
+			if c.ID == string(mode) {
+				n = c
+			}
+		}
+		if n == nil {
+			ids := make([]string, len(cands))
+			for i, c := range cands {
+				ids[i] = c.ID
+			}
+			return nil, fmt.Errorf("%s defines several %s networks (%s): choose one with --network", nets.Source, mode, strings.Join(ids, ", "))
+		}
+	case mode == api.ModeBridged && len(cands) > 1:
+		return nil, fmt.Errorf("%s defines several bridged networks on %s: choose one with --network", nets.Source, m.SharedInterface)
+	case mode == api.ModeBridged:
+		return nil, fmt.Errorf("%s defines no bridged network on interface %q: add one to networks.yaml", nets.Source, m.SharedInterface)
+	default:
+		return nil, fmt.Errorf("%s defines no %s network", nets.Source, mode)
+	}
+	switch m.addressesSet() {
+	case 0:
+	case 3:
+		if err := matchAddresses(n, m); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errors.New("--start-address, --end-address and --subnet-mask must be given together")
+	}
+	return n, nil
+}
+
+func matchAddresses(n *api.Network, m ModeFlags) error {
+	parse := func(flag, s string) (netip.Addr, error) {
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() {
+			return netip.Addr{}, fmt.Errorf("--%s %q is not an IPv4 address", flag, s)
+		}
+		return a, nil
+	}
+	start, err1 := parse("start-address", m.StartAddress)
+	end, err2 := parse("end-address", m.EndAddress)
+	mask, err3 := parse("subnet-mask", m.SubnetMask)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return err
+	}
+	want := SubnetMask(n.Subnet)
+	if start != n.Gateway || end != n.DHCPEnd || mask != want {
+		return fmt.Errorf("--start-address %s --end-address %s --subnet-mask %s do not match network %q (%s to %s, mask %s, defined at %s): the helper joins networks as networks.yaml defines them",
+			start, end, mask, n.ID, n.Gateway, n.DHCPEnd, want, n.Source)
+	}
+	return nil
+}
+
+// SubnetMask is the dotted IPv4 mask of p, or the zero Addr.
+func SubnetMask(p netip.Prefix) netip.Addr {
+	if !p.IsValid() || !p.Addr().Is4() {
+		return netip.Addr{}
+	}
+	m := net.CIDRMask(p.Bits(), 32)
+	return netip.AddrFrom4([4]byte(m))
+}
+
+func knownNetworks(nets *api.Networks) string {
+	var ids []string
+	for _, n := range nets.Networks {
+		if n.Managed() {
+			ids = append(ids, n.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	slices.Sort(ids)
+	return " (defined: " + strings.Join(ids, ", ") + ")"
+}
+
+var uuidRe = regexp.MustCompile(`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`)
+
+// CheckInterfaceID reports why id is not a UUID, as vmnet requires.
+func CheckInterfaceID(id string) error {
+	if !uuidRe.MatchString(id) {
+		return fmt.Errorf("--interface-id %q is not a UUID (like 2835E074-9892-4A79-AFFB-7E41D2605678)", id)
+	}
+	return nil
+}
+
+// NewInterfaceID returns a random (version 4) UUID.
+func NewInterfaceID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%X-%X-%X-%X-%X", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// InterfaceMAC derives the VM's MAC address from an interface id: a locally
+// administered unicast address from SHA-256 of the id (case-insensitive, as
+// UUIDs are), so one id gives one MAC on every run and machine.
+func InterfaceMAC(id string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("vmnetctl/helper/" + strings.ToLower(id)))
+	mac := net.HardwareAddr(sum[:6:6])
+	mac[0] = mac[0]&^0x01 | 0x02
+	return mac
+}
+
+// TapPrefix starts the name of every TAP the helper creates.
+const TapPrefix = "vmt-"
+
+// TapName is the default TAP name for an interface id: "vmt-" and ten hex
+// digits of its SHA-256 (14 bytes, within IFNAMSIZ). One id, one TAP: a
+// second helper for the same id fails instead of sharing the interface.
+func TapName(id string) string {
+	sum := sha256.Sum256([]byte("vmnetctl/tap/" + strings.ToLower(id)))
+	return fmt.Sprintf("%s%x", TapPrefix, sum[:5])
+}

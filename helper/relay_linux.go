@@ -1,0 +1,247 @@
+package helper
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Relay tuning.
+const (
+	// batchSize is how many frames one recvmmsg/sendmmsg moves at most.
+	batchSize = 64
+	// sendRetries and sendRetryWait bound the wait for a VM that does not
+	// read: like vmnet-helper v0.13, a batch waits at most 10 × 50 µs for
+	// room in the socket, then its rest is dropped and counted. Waiting
+	// longer would hold back every other flow queued behind it.
+	sendRetries   = 10
+	sendRetryWait = 50 * time.Microsecond
+	// minFirstDatagram: shorter first datagrams on --socket are hellos
+	// (vfkit's "VFKT"), not frames.
+	minFirstDatagram = 64
+)
+
+// errStopped ends the relay when the helper is told to stop.
+var errStopped = errors.New("stopped")
+
+// errPeerGone ends the relay when the VM's end of the socket is gone.
+var errPeerGone = errors.New("the VM's end of the socket is gone")
+
+// relay moves frames between a TAP and the VM's socket: two goroutines on
+// their own OS threads, non-blocking fds, and ppoll (on the fd and the stop
+// eventfd) only when a fd has nothing to give. Under load a direction never
+// polls: it reads until EAGAIN and sends in batches.
+type relay struct {
+	tap, sock, stop int
+	hdr             int // virtio-net header length, 0 without offloads
+	frame           int // buffer size: hdr + max packet size
+	host, vm        *counters
+	log             *logger
+}
+
+// run relays until stop is signalled or a direction fails. first, if not
+// empty, is a frame received from the VM before the relay started.
+func (r *relay) run(first []byte) error {
+	if len(first) > 0 {
+		r.writeTap(first)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, f := range []func() error{r.tapToSocket, r.socketToTap} {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			errs[i] = f()
+			// Whatever ended one direction ends the other.
+			signal(r.stop)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, errStopped) {
+			return err
+		}
+	}
+	return nil
+}
+
+// signal makes an eventfd readable.
+func signal(efd int) {
+	var one = [8]byte{1}
+	unix.Write(efd, one[:])
+}
+
+// waiter polls one fd together with the stop eventfd, without allocating.
+type waiter struct {
+	fds [2]unix.PollFd
+	ts  unix.Timespec
+}
+
+func newWaiter(fd, stop int) *waiter {
+	return &waiter{fds: [2]unix.PollFd{{Fd: int32(fd)}, {Fd: int32(stop), Events: unix.POLLIN}}}
+}
+
+// wait returns when fd has events (or errors), after timeout (< 0: never),
+// or with errStopped when stop is signalled.
+func (w *waiter) wait(events int16, timeout time.Duration) error {
+	w.fds[0].Events = events
+	w.fds[0].Revents, w.fds[1].Revents = 0, 0
+	tsp := (*unix.Timespec)(nil)
+	if timeout >= 0 {
+		w.ts = unix.NsecToTimespec(int64(timeout))
+		tsp = &w.ts
+	}
+	for {
+		_, err := unix.Ppoll(w.fds[:], tsp, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("ppoll: %w", err)
+		}
+		if w.fds[1].Revents != 0 {
+			return errStopped
+		}
+		return nil
+	}
+}
+
+func peerGone(err error) bool {
+	return err == unix.ECONNREFUSED || err == unix.ENOTCONN || err == unix.EPIPE || err == unix.ECONNRESET
+}
+
+// tapToSocket forwards what the network sends the VM ("host" counters):
+// read frames from the TAP until it is empty or the batch is full, then
+// sendmmsg them.
+func (r *relay) tapToSocket() error {
+	b := newBatch(batchSize, r.frame)
+	tapWait := newWaiter(r.tap, r.stop)
+	sockWait := newWaiter(r.sock, r.stop)
+	for {
+		n := 0
+		for n < batchSize {
+			nr, err := unix.Read(r.tap, b.bufs[n])
+			if err == unix.EAGAIN {
+				break
+			}
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("reading from the TAP: %w", err)
+			}
+			if nr <= r.hdr {
+				continue
+			}
+			b.iovs[n].SetLen(nr)
+			n++
+		}
+		if n == 0 {
+			if err := tapWait.wait(unix.POLLIN, -1); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.send(b, n, sockWait); err != nil {
+			return err
+		}
+	}
+}
+
+// send sends b's first n frames to the VM with bounded back-pressure.
+func (r *relay) send(b *batch, n int, w *waiter) error {
+	sent, retries := 0, 0
+	for sent < n {
+		k, err := sendmmsg(r.sock, b.msgs[sent:n], unix.MSG_DONTWAIT)
+		if k > 0 {
+			var bytes uint64
+			for i := sent; i < sent+k; i++ {
+				bytes += b.iovs[i].Len - uint64(r.hdr)
+			}
+			r.host.packets.Add(uint64(k))
+			r.host.bytes.Add(bytes)
+			r.host.syscall(k)
+			sent += k
+			continue
+		}
+		switch {
+		case err == unix.EINTR:
+		case err == unix.EAGAIN || err == unix.ENOBUFS:
+			if retries == sendRetries {
+				r.host.drops.Add(uint64(n - sent))
+				return nil
+			}
+			retries++
+			if err := w.wait(unix.POLLOUT, sendRetryWait); err != nil {
+				return err
+			}
+		case peerGone(err):
+			return errPeerGone
+		case err == unix.EMSGSIZE:
+			// Larger than the socket's send buffer allows: drop that frame.
+			r.host.drops.Add(1)
+			sent++
+		default:
+			return fmt.Errorf("sending to the VM: %w", err)
+		}
+	}
+	return nil
+}
+
+// socketToTap forwards what the VM sends ("vm" counters): recvmmsg a batch,
+// then write each frame to the TAP (a TAP takes one frame per write).
+func (r *relay) socketToTap() error {
+	b := newBatch(batchSize, r.frame)
+	w := newWaiter(r.sock, r.stop)
+	for {
+		k, err := recvmmsg(r.sock, b.msgs, unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN:
+			if err := w.wait(unix.POLLIN, -1); err != nil {
+				return err
+			}
+			continue
+		case err == unix.EINTR:
+			continue
+		case peerGone(err):
+			return errPeerGone
+		case err != nil:
+			return fmt.Errorf("receiving from the VM: %w", err)
+		}
+		r.vm.syscall(k)
+		var packets, bytes, drops uint64
+		for i := range k {
+			m := &b.msgs[i]
+			l := int(m.Len)
+			if m.Hdr.Flags&unix.MSG_TRUNC != 0 || l < r.hdr+ethHeaderLen {
+				drops++
+				continue
+			}
+			if r.writeTap(b.bufs[i][:l]) {
+				packets++
+				bytes += uint64(l - r.hdr)
+			} else {
+				drops++
+			}
+		}
+		r.vm.packets.Add(packets)
+		r.vm.bytes.Add(bytes)
+		r.vm.drops.Add(drops)
+	}
+}
+
+// writeTap writes one frame; false if the kernel refused it (a malformed
+// frame or virtio-net header, or no memory): that frame is dropped.
+func (r *relay) writeTap(frame []byte) bool {
+	for {
+		_, err := unix.Write(r.tap, frame)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil
+	}
+}

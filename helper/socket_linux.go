@@ -1,0 +1,146 @@
+package helper
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Socket buffer sizes vmnet-helper uses on the sockets it creates.
+const (
+	sendBufferSize         = 65 * 1024
+	receiveBufferSize      = 4 << 20
+	receiveBufferOffloaded = 8 << 20
+)
+
+// checkFD checks that fd is an inherited unix datagram socket and makes it
+// close-on-exec and non-blocking.
+func checkFD(fd int) error {
+	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil {
+		return fmt.Errorf("--fd %d: %w", fd, err)
+	}
+	domain, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	if err != nil {
+		return fmt.Errorf("--fd %d: %w", fd, err)
+	}
+	if typ != unix.SOCK_DGRAM || domain != unix.AF_UNIX {
+		return fmt.Errorf("--fd %d is not a unix datagram socket (a socketpair(AF_UNIX, SOCK_DGRAM) end)", fd)
+	}
+	unix.CloseOnExec(fd)
+	return unix.SetNonblock(fd, true)
+}
+
+// listener is the --socket PATH socket and its lock.
+type listener struct {
+	fd         int
+	path, lock string
+	lockFile   *os.File
+}
+
+// listen creates the unix datagram socket at path (mode 0600, owned by the
+// user the helper runs as) after taking path.lock, so two helpers never
+// serve one path; a stale socket left by a crashed helper is replaced.
+func listen(path string, offloads bool) (*listener, error) {
+	l := &listener{fd: -1, path: path, lock: path + ".lock"}
+	f, err := os.OpenFile(l.lock, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--socket %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if err == unix.EWOULDBLOCK {
+			return nil, fmt.Errorf("--socket %s is in use by another helper (%s is locked)", path, l.lock)
+		}
+		return nil, fmt.Errorf("locking %s: %w", l.lock, err)
+	}
+	l.lockFile = f
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		l.close()
+		return nil, fmt.Errorf("removing stale socket: %w", err)
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		l.close()
+		return nil, fmt.Errorf("creating socket: %w", err)
+	}
+	l.fd = fd
+	old := unix.Umask(0o177) // bind creates the path 0600, with no window
+	err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
+	unix.Umask(old)
+	if err != nil {
+		l.close()
+		return nil, fmt.Errorf("--socket %s: %w", path, err)
+	}
+	rcv := receiveBufferSize
+	if offloads {
+		rcv = receiveBufferOffloaded
+	}
+	if err := setBuffers(fd, sendBufferSize, rcv); err != nil {
+		l.close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func setBuffers(fd, snd, rcv int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, snd); err != nil {
+		return fmt.Errorf("setting SO_SNDBUF: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcv); err != nil {
+		return fmt.Errorf("setting SO_RCVBUF: %w", err)
+	}
+	return nil
+}
+
+// close removes the socket and its lock.
+func (l *listener) close() {
+	if l.fd >= 0 {
+		unix.Close(l.fd)
+		os.Remove(l.path)
+		l.fd = -1
+	}
+	if l.lockFile != nil {
+		os.Remove(l.lock)
+		l.lockFile.Close()
+		l.lockFile = nil
+	}
+}
+
+// accept waits for the first datagram, learns the client's address from it
+// and connects to it: from then on the kernel delivers only that client's
+// datagrams and refuses other senders. It returns the first frame.
+func (l *listener) accept(stop int, buf []byte, log *logger) ([]byte, string, error) {
+	w := newWaiter(l.fd, stop)
+	for {
+		n, from, err := unix.Recvfrom(l.fd, buf, 0)
+		switch {
+		case err == unix.EAGAIN:
+			if err := w.wait(unix.POLLIN, -1); err != nil {
+				return nil, "", err
+			}
+			continue
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, "", fmt.Errorf("waiting for a client: %w", err)
+		}
+		sa, ok := from.(*unix.SockaddrUnix)
+		if !ok || sa.Name == "" {
+			log.warnf("main", "ignoring a datagram from an unbound client: a client must bind its own socket path")
+			continue
+		}
+		if err := unix.Connect(l.fd, sa); err != nil {
+			log.warnf("main", "cannot connect to client %q: %v", sa.Name, err)
+			continue
+		}
+		if n < minFirstDatagram {
+			log.debugf("main", "dropping a %d byte hello from %q", n, sa.Name)
+			return nil, sa.Name, nil
+		}
+		return buf[:n], sa.Name, nil
+	}
+}

@@ -1,0 +1,171 @@
+package helper
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/netplane"
+)
+
+// BridgeMark starts the ifalias of every bridge vmnetctl's data plane runs.
+const BridgeMark = "vmnetctl:"
+
+// networkBridge returns the bridge of network n, checking that vmnetctl's
+// data plane runs it: the bridge exists, carries vmnetctl's mark and is up.
+// Without that the VM would get no DHCP, and the helper says so instead of
+// running on a dead network.
+func networkBridge(n *api.Network) (netlink.Link, error) {
+	name := n.Bridge()
+	if name == "" {
+		return nil, fmt.Errorf("network %q is %s: the helper joins shared and host networks only (bridged networks are not supported yet)", n.ID, n.Mode)
+	}
+	notUp := fmt.Errorf("network %q is not up (run `vmnetctl up`)", n.ID)
+	br, err := netlink.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return nil, fmt.Errorf("%w: bridge %s does not exist", notUp, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("network %q: bridge %s: %w", n.ID, name, err)
+	}
+	if _, ok := br.(*netlink.Bridge); !ok {
+		return nil, fmt.Errorf("network %q: %s is a %s, not vmnetctl's bridge", n.ID, name, br.Type())
+	}
+	if !strings.HasPrefix(br.Attrs().Alias, BridgeMark) {
+		return nil, fmt.Errorf("network %q: bridge %s is not vmnetctl's (its alias %q does not start with %q)", n.ID, name, br.Attrs().Alias, BridgeMark)
+	}
+	if br.Attrs().Flags&net.FlagUp == 0 {
+		return nil, fmt.Errorf("%w: bridge %s is down", notUp, name)
+	}
+	return br, nil
+}
+
+// tapConfig says how to create a TAP.
+type tapConfig struct {
+	name     string
+	uid, gid int  // owner, -1 for none
+	offloads uint // TUN_F_* flags; nonzero puts a virtio-net header on frames
+	persist  bool // survives closing the fd (--attach tap)
+}
+
+// createTap creates a TAP and returns its non-blocking fd. IFF_TUN_EXCL
+// makes it fail when the name exists, so two helpers never share a TAP.
+func createTap(c tapConfig) (int, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening /dev/net/tun: %w", err)
+	}
+	fail := func(what string, err error) (int, error) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("creating TAP %s: %s: %w", c.name, what, err)
+	}
+	ifr, err := unix.NewIfreq(c.name)
+	if err != nil {
+		return fail("name", err)
+	}
+	flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_TUN_EXCL)
+	if c.offloads != 0 {
+		flags |= unix.IFF_VNET_HDR
+	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		if err == unix.EBUSY {
+			return fail("TUNSETIFF", fmt.Errorf("%w (an interface of that name exists: is another helper running for this interface id?)", err))
+		}
+		return fail("TUNSETIFF", err)
+	}
+	if c.uid >= 0 {
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOWNER, c.uid); err != nil {
+			return fail("TUNSETOWNER", err)
+		}
+	}
+	if c.gid >= 0 {
+		if err := unix.IoctlSetInt(fd, unix.TUNSETGROUP, c.gid); err != nil {
+			return fail("TUNSETGROUP", err)
+		}
+	}
+	if c.offloads != 0 {
+		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VirtioNetHdrLen); err != nil {
+			return fail("TUNSETVNETHDRSZ", err)
+		}
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(c.offloads)); err != nil {
+			return fail("TUNSETOFFLOAD", err)
+		}
+	}
+	if c.persist {
+		if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1); err != nil {
+			return fail("TUNSETPERSIST", err)
+		}
+	}
+	return fd, nil
+}
+
+// offloadFlags are the TUN_F_* flags for the options.
+func offloadFlags(o *Options) uint {
+	var f uint
+	if o.ChecksumOffload || o.TSO {
+		f |= unix.TUN_F_CSUM
+	}
+	if o.TSO {
+		f |= unix.TUN_F_TSO4 | unix.TUN_F_TSO6
+	}
+	return f
+}
+
+// attachTap puts the TAP on the bridge: netplane owns what a port looks like.
+func attachTap(name, bridge string, isolated bool) (netlink.Link, error) {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("TAP %s: %w", name, err)
+	}
+	if err := netplane.AttachPort(bridge, link, isolated); err != nil {
+		return nil, err
+	}
+	return link, nil
+}
+
+// deleteLink removes a link by name; a link already gone is not an error.
+func deleteLink(name string) error {
+	link, err := netlink.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return netlink.LinkDel(link)
+}
+
+// ListSharedInterfaces returns the host interfaces a bridged network could
+// use: physical Ethernet devices that are not already a bridge port.
+func ListSharedInterfaces() ([]string, error) {
+	links, err := netlink.LinkList()
+	if errors.Is(err, netlink.ErrDumpInterrupted) {
+		links, err = netlink.LinkList()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing interfaces: %w", err)
+	}
+	var names []string
+	for _, l := range links {
+		a := l.Attrs()
+		if l.Type() != "device" || a.Flags&net.FlagLoopback != 0 || a.MasterIndex != 0 || len(a.HardwareAddr) != 6 {
+			continue
+		}
+		// Virtual devices without a driver type still show as "device";
+		// a physical NIC has a device directory in sysfs.
+		if _, err := os.Stat("/sys/class/net/" + a.Name + "/device"); err != nil {
+			continue
+		}
+		names = append(names, a.Name)
+	}
+	return names, nil
+}
