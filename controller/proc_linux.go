@@ -1,0 +1,59 @@
+package controller
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// ReadProcIdentity reads the identity of a running process from /proc.
+func ReadProcIdentity(pid int) (ProcIdentity, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ProcIdentity{}, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces or
+	// parentheses itself: fields are counted from the last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return ProcIdentity{}, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	// fields[0] is field 3 (state); starttime is field 22.
+	if len(fields) < 20 {
+		return ProcIdentity{}, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	if fields[0] == "Z" {
+		return ProcIdentity{}, fmt.Errorf("process %d is a zombie", pid)
+	}
+	start, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return ProcIdentity{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return ProcIdentity{}, err
+	}
+	cmdline := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
+	return ProcIdentity{PID: pid, StartTime: start, Cmdline: cmdline}, nil
+}
+
+// alive reports whether the process recorded in id still runs, and is the
+// same process (not a new one that got the pid).
+func (id ProcIdentity) alive() bool {
+	if id.PID <= 0 {
+		return false
+	}
+	cur, err := ReadProcIdentity(id.PID)
+	if err != nil || cur.StartTime != id.StartTime || len(cur.Cmdline) != len(id.Cmdline) {
+		return false
+	}
+	for i := range cur.Cmdline {
+		if cur.Cmdline[i] != id.Cmdline[i] {
+			return false
+		}
+	}
+	return true
+}
