@@ -136,7 +136,7 @@ func checkConflicts(n *api.Network) error {
 		}
 		if p.Overlaps(n.Subnet) {
 			return fmt.Errorf("network %q: subnet %s overlaps the address %s of %s, which vmnetctl does not own; choose another subnet",
-				n.ID, n.Subnet, p, names[a.LinkIndex])
+				n.ID, n.Subnet, a.IPNet, names[a.LinkIndex])
 		}
 	}
 	routes, err := retryDump(func() ([]netlink.Route, error) {

@@ -1,0 +1,168 @@
+package netplane
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+func testNet(id string, mode api.Mode, cidr string) *api.Network {
+	p := netip.MustParsePrefix(cidr)
+	gw := p.Addr().Next()
+	return &api.Network{
+		ID: id, Name: id, Section: api.SectionVMNet, Mode: mode,
+		Subnet: p, Gateway: gw, DHCPStart: gw.Next(), DHCPEnd: lastAddr(p).Prev(),
+		MTU: 1400, DHCP: true, DNSProxy: true, NAT44: mode == api.ModeShared,
+		LeaseTime: time.Minute,
+	}
+}
+
+func mustMAC(s string) net.HardwareAddr {
+	hw, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return hw
+}
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func lease(t *testing.T, a *Allocator, mac string) netip.Addr {
+	t.Helper()
+	hw := mustMAC(mac)
+	off, err := a.Offer(hw, netip.Addr{})
+	if err != nil {
+		t.Fatalf("offer to %s: %v", mac, err)
+	}
+	l, err := a.Commit(hw, off, "")
+	if err != nil {
+		t.Fatalf("commit %s to %s: %v", off, mac, err)
+	}
+	return l.IP
+}
+
+func TestAllocatorPersistsAndReuses(t *testing.T) {
+	n := testNet("t", api.ModeShared, "10.9.0.0/24")
+	n.Reservations = []api.Reservation{{MAC: "52:55:55:00:00:99", IP: ip("10.9.0.50")}}
+	path := filepath.Join(t.TempDir(), "t.leases.json")
+	a, err := NewAllocator(n, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	a.now = func() time.Time { return now }
+	if got := lease(t, a, "52:55:55:00:00:01"); got != ip("10.9.0.2") {
+		t.Errorf("first client got %s, want 10.9.0.2", got)
+	}
+	if got := lease(t, a, "52:55:55:00:00:99"); got != ip("10.9.0.50") {
+		t.Errorf("reserved client got %s, want 10.9.0.50", got)
+	}
+	if err := a.Release(mustMAC("52:55:55:00:00:01")); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new allocator on the same file: a released address is remembered
+	// for its MAC and a new client gets a never-used one.
+	b, err := NewAllocator(n, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.now = a.now
+	if got := lease(t, b, "52:55:55:00:00:02"); got != ip("10.9.0.3") {
+		t.Errorf("new client after restart got %s, want 10.9.0.3", got)
+	}
+	if got := lease(t, b, "52:55:55:00:00:01"); got != ip("10.9.0.2") {
+		t.Errorf("old client after restart got %s, want its 10.9.0.2", got)
+	}
+	// A request for someone else's address is refused (NAK).
+	if _, err := b.Commit(mustMAC("52:55:55:00:00:03"), ip("10.9.0.2"), ""); err == nil {
+		t.Error("committing another client's address succeeded")
+	}
+	// A run-time fixed address moves a client; it cannot take a reservation.
+	if err := b.SetFixed(mustMAC("52:55:55:00:00:02"), ip("10.9.0.200")); err != nil {
+		t.Fatal(err)
+	}
+	if got := lease(t, b, "52:55:55:00:00:02"); got != ip("10.9.0.200") {
+		t.Errorf("fixed client got %s, want 10.9.0.200", got)
+	}
+	if err := b.SetFixed(mustMAC("52:55:55:00:00:04"), ip("10.9.0.50")); err == nil {
+		t.Error("fixing a reserved address for another MAC succeeded")
+	}
+	if err := b.SetFixed(mustMAC("52:55:55:00:00:04"), ip("10.9.0.1")); err == nil {
+		t.Error("fixing the gateway succeeded")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(b.Leases()); got != 3 {
+		t.Errorf("%d leases, want 3: %v", got, b.Leases())
+	}
+	// Expired leases are reused for others only when nothing else is left.
+	now = now.Add(2 * time.Minute)
+	if got := len(b.Leases()); got != 0 {
+		t.Errorf("%d unexpired leases after expiry, want 0", got)
+	}
+}
+
+func TestAllocatorExhaustion(t *testing.T) {
+	n := testNet("t", api.ModeHost, "10.9.0.0/29") // .1 gateway, .2-.6 range
+	n.DHCPEnd = ip("10.9.0.3")
+	a, err := NewAllocator(n, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	a.now = func() time.Time { return now }
+	lease(t, a, "52:55:55:00:00:01")
+	lease(t, a, "52:55:55:00:00:02")
+	if _, err := a.Offer(mustMAC("52:55:55:00:00:03"), netip.Addr{}); !errors.Is(err, ErrNoAddress) {
+		t.Fatalf("offer with a full range: %v, want ErrNoAddress", err)
+	}
+	now = now.Add(time.Hour)
+	if got := lease(t, a, "52:55:55:00:00:03"); got != ip("10.9.0.2") {
+		t.Errorf("after expiry got %s, want the oldest expired 10.9.0.2", got)
+	}
+}
+
+func TestLocalName(t *testing.T) {
+	for _, tc := range []struct {
+		q            string
+		name         string
+		inZone, isOK bool
+	}{
+		{"vm1.vmnet.internal.", "vm1", true, true},
+		{"VM1.VMNET.Internal.", "vm1", true, true},
+		{"a.b.vmnet.internal.", "", true, false},
+		{"vmnet.internal.", "", true, false},
+		{"vm1.", "vm1", false, true},
+		{"example.com.", "", false, false},
+	} {
+		name, inZone, ok := localName(tc.q)
+		if name != tc.name || inZone != tc.inZone || ok != tc.isOK {
+			t.Errorf("localName(%q) = %q, %v, %v; want %q, %v, %v", tc.q, name, inZone, ok, tc.name, tc.inZone, tc.isOK)
+		}
+	}
+}
+
+func TestNFTRules(t *testing.T) {
+	n := testNet("s", api.ModeShared, "10.9.0.0/24")
+	r := nftRules(n)
+	if len(r["postrouting"]) != 1 || len(r["input"]) != 2 {
+		t.Errorf("shared rules: %q", r)
+	}
+	h := testNet("h", api.ModeHost, "10.9.1.0/24")
+	h.DNSProxy = false
+	r = nftRules(h)
+	if _, ok := r["postrouting"]; ok {
+		t.Errorf("host network masquerades: %q", r)
+	}
+	if len(r["input"]) != 1 {
+		t.Errorf("host network without DNS proxy: input %q", r["input"])
+	}
+}

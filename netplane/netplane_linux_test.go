@@ -1,0 +1,487 @@
+package netplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// start starts n in namespace host and closes it at cleanup.
+func start(t *testing.T, host ns.NetNS, n *api.Network, opts Options) *Network {
+	t.Helper()
+	var nw *Network
+	in(t, host, func() error {
+		var err error
+		nw, err = Start(context.Background(), n, opts)
+		return err
+	})
+	t.Cleanup(func() { nw.Close() })
+	return nw
+}
+
+func checkLease(t *testing.T, n *api.Network, l map[string]string, wantDNS string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(l["ip"])
+	if err != nil {
+		t.Fatalf("lease address %q: %v", l["ip"], err)
+	}
+	if a.Less(n.DHCPStart) || n.DHCPEnd.Less(a) {
+		t.Errorf("leased %s, outside %s-%s", a, n.DHCPStart, n.DHCPEnd)
+	}
+	want := map[string]string{
+		"router": n.Gateway.String(), "dns": wantDNS, "mtu": fmt.Sprint(n.MTU),
+		"mask": fmt.Sprint(n.Subnet.Bits()), "serverid": n.Gateway.String(),
+		"lease": fmt.Sprint(int(n.LeaseTime.Seconds())),
+	}
+	for k, v := range want {
+		if got := strings.TrimSpace(l[k]); got != v {
+			t.Errorf("lease %s = %q, want %q", k, got, v)
+		}
+	}
+	return a
+}
+
+func query(v ns.NetNS, server, name string, qtype uint16, network string) (*dns.Msg, error) {
+	var resp *dns.Msg
+	err := v.Do(func(ns.NetNS) error {
+		m := new(dns.Msg)
+		m.SetQuestion(dns.Fqdn(name), qtype)
+		c := &dns.Client{Net: network, Timeout: 2 * time.Second}
+		var err error
+		resp, _, err = c.Exchange(m, net.JoinHostPort(server, "53"))
+		return err
+	})
+	return resp, err
+}
+
+func answerA(m *dns.Msg) string {
+	for _, rr := range m.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			return a.A.String()
+		}
+	}
+	return ""
+}
+
+// wanDNS serves example.test. A 192.0.2.7 on wanPeer:53 in namespace w.
+func wanDNS(t *testing.T, w ns.NetNS) {
+	t.Helper()
+	var pc net.PacketConn
+	var ln net.Listener
+	in(t, w, func() error {
+		var err error
+		if pc, err = net.ListenPacket("udp4", wanPeer+":53"); err != nil {
+			return err
+		}
+		ln, err = net.Listen("tcp4", wanPeer+":53")
+		return err
+	})
+	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if r.Question[0].Name == "example.test." {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: "example.test.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+				A: net.ParseIP("192.0.2.7")})
+		} else {
+			m.Rcode = dns.RcodeNameError
+		}
+		w.WriteMsg(m)
+	})
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
+		go srv.ActivateAndServe()
+		t.Cleanup(func() { srv.Shutdown() })
+	}
+}
+
+func TestShared(t *testing.T) {
+	needRoot(t)
+	host := newNS(t)
+	w := wan(t, host)
+	wanDNS(t, w)
+	n := testNet("lan1", api.ModeShared, "10.200.1.0/24")
+	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{wanPeer + ":53"}})
+
+	v := vm(t, host, "vm1", "52:55:55:00:01:01", n.Bridge(), false)
+	l := mustUdhcpc(t, v, "guest1")
+	addr := checkLease(t, n, l, n.Gateway.String())
+	if err := ping(v, n.Gateway.String()); err != nil {
+		t.Errorf("VM cannot ping the gateway: %v", err)
+	}
+
+	t.Run("NAT", func(t *testing.T) {
+		srv, seen := tcpServer(t, w)
+		if err := dial(v, srv, 5*time.Second); err != nil {
+			t.Fatalf("VM cannot reach the WAN: %v", err)
+		}
+		if src := <-seen; src != netip.MustParseAddr(wanHost) {
+			t.Errorf("WAN server saw %s, want the uplink address %s", src, wanHost)
+		}
+	})
+
+	t.Run("DNS", func(t *testing.T) {
+		if err := nw.SetHost(mustMAC("52:55:55:00:01:01"), "vm1", netip.Addr{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct{ name, proto, want string }{
+			{"vm1.vmnet.internal", "udp", addr.String()},
+			{"vm1.vmnet.internal", "tcp", addr.String()},
+			{"vm1", "udp", addr.String()},
+			{"guest1.vmnet.internal", "udp", addr.String()}, // the DHCP hostname
+			{"example.test", "udp", "192.0.2.7"},            // forwarded to the WAN resolver
+			{"example.test", "tcp", "192.0.2.7"},
+		} {
+			resp, err := query(v, n.Gateway.String(), tc.name, dns.TypeA, tc.proto)
+			if err != nil {
+				t.Errorf("%s over %s: %v", tc.name, tc.proto, err)
+				continue
+			}
+			if got := answerA(resp); got != tc.want {
+				t.Errorf("%s over %s: answer %q, want %q (%v)", tc.name, tc.proto, got, tc.want, resp)
+			}
+		}
+		resp, err := query(v, n.Gateway.String(), "nosuch.vmnet.internal", dns.TypeA, "udp")
+		if err != nil || resp.Rcode != dns.RcodeNameError {
+			t.Errorf("unknown VM name: %v %v, want NXDOMAIN", resp, err)
+		}
+		s := nw.Stats()
+		if s.DNS.Queries < 7 || s.DNS.Local < 4 || s.DNS.Forwarded < 2 || s.DNS.NXDomain < 1 {
+			t.Errorf("DNS stats %+v", s.DNS)
+		}
+	})
+
+	t.Run("Stats", func(t *testing.T) {
+		s := nw.Stats()
+		if s.DHCP.Requests["DISCOVER"] < 1 || s.DHCP.Requests["REQUEST"] < 1 || s.DHCP.Replies["ACK"] < 1 {
+			t.Errorf("DHCP stats %+v", s.DHCP)
+		}
+		if len(s.Leases) != 1 || s.Leases[0].IP != addr || s.Leases[0].MAC != "52:55:55:00:01:01" || s.Leases[0].Hostname != "guest1" {
+			t.Errorf("leases %+v", s.Leases)
+		}
+	})
+
+	t.Run("EnsureTwice", func(t *testing.T) {
+		// The kernel settles the bridge's operstate in its own time.
+		eventually(t, 5*time.Second, "bridge operstate up", func() error {
+			var err error
+			host.Do(func(ns.NetNS) error {
+				l, e := netlink.LinkByName(n.Bridge())
+				if err = e; e == nil && l.Attrs().OperState != netlink.OperUp {
+					err = fmt.Errorf("operstate %s", l.Attrs().OperState)
+				}
+				return nil
+			})
+			return err
+		})
+		before := snapshot(t, host)
+		in(t, host, func() error { return Ensure(context.Background(), n) })
+		if after := snapshot(t, host); after != before {
+			t.Errorf("second Ensure changed the host:\n%s", lineDiff(before, after))
+		}
+		var fwd []byte
+		in(t, host, func() (err error) { fwd, err = os.ReadFile("/proc/sys/net/ipv4/ip_forward"); return err })
+		if strings.TrimSpace(string(fwd)) != "1" {
+			t.Errorf("ip_forward = %q", fwd)
+		}
+	})
+
+	t.Run("Inspect", func(t *testing.T) {
+		var s *State
+		in(t, host, func() (err error) { s, err = Inspect(context.Background(), n.ID); return err })
+		if s.Bridge != n.Bridge() || !s.Up || s.MTU != n.MTU || len(s.Addrs) != 1 || s.Addrs[0] != netip.MustParsePrefix("10.200.1.1/24") ||
+			len(s.Ports) != 1 || s.Ports[0] != "p-vm1" || !strings.Contains(s.Table, "masquerade") {
+			t.Errorf("Inspect: %+v", s)
+		}
+	})
+}
+
+func TestHost(t *testing.T) {
+	needRoot(t)
+	host := newNS(t)
+	w := wan(t, host)
+	// A host that forwards: the drop rule, not the sysctl, must stop VMs.
+	in(t, host, func() error { return ensureSysctl("/proc/sys/net/ipv4/ip_forward", "1") })
+	n := testNet("hostonly", api.ModeHost, "10.200.2.0/24")
+	start(t, host, n, Options{Upstreams: []string{wanPeer + ":53"}})
+	v := vm(t, host, "vm1", "52:55:55:00:02:01", n.Bridge(), false)
+	checkLease(t, n, mustUdhcpc(t, v, ""), n.Gateway.String())
+	if err := ping(v, n.Gateway.String()); err != nil {
+		t.Errorf("VM cannot ping the gateway: %v", err)
+	}
+	srv, seen := tcpServer(t, w)
+	if err := dial(v, srv, time.Second); err == nil {
+		t.Errorf("VM on a host network reached the WAN")
+	}
+	if err := ping(v, wanPeer); err == nil {
+		t.Errorf("VM on a host network pinged the WAN")
+	}
+	select {
+	case src := <-seen:
+		t.Errorf("WAN server saw a connection from %s", src)
+	default:
+	}
+	// The host itself reaches the VM.
+	var vmAddr string
+	in(t, v, func() error {
+		as, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+		for _, a := range as {
+			if !a.IP.IsLoopback() {
+				vmAddr = a.IP.String()
+			}
+		}
+		return err
+	})
+	if err := ping(host, vmAddr); err != nil {
+		t.Errorf("host cannot ping its VM: %v", err)
+	}
+}
+
+func TestIsolation(t *testing.T) {
+	needRoot(t)
+	host := newNS(t)
+	n := testNet("iso", api.ModeShared, "10.200.3.0/24")
+	n.Isolation = true
+	start(t, host, n, Options{})
+	a := vm(t, host, "a", "52:55:55:00:03:01", n.Bridge(), true)
+	b := vm(t, host, "b", "52:55:55:00:03:02", n.Bridge(), true)
+	mustUdhcpc(t, a, "")
+	lb := mustUdhcpc(t, b, "")
+	if err := ping(a, n.Gateway.String()); err != nil {
+		t.Errorf("isolated VM cannot ping the gateway: %v", err)
+	}
+	if err := ping(a, lb["ip"]); err == nil {
+		t.Errorf("isolated VM a pinged VM b at %s", lb["ip"])
+	}
+}
+
+func TestRestartAndReservation(t *testing.T) {
+	needRoot(t)
+	host := newNS(t)
+	n := testNet("sticky", api.ModeHost, "10.200.4.0/24")
+	n.Reservations = []api.Reservation{{MAC: "52:55:55:00:04:99", IP: netip.MustParseAddr("10.200.4.77")}}
+	state := t.TempDir()
+	nw := start(t, host, n, Options{StateDir: state})
+	a := vm(t, host, "a", "52:55:55:00:04:01", n.Bridge(), false)
+	first := mustUdhcpc(t, a, "")["ip"]
+	if err := nw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(LeaseFile(state, n.ID)); err != nil {
+		t.Fatalf("no lease file: %v", err)
+	}
+
+	nw = start(t, host, n, Options{StateDir: state})
+	// A new VM asks first: it must not get a's address.
+	b := vm(t, host, "b", "52:55:55:00:04:02", n.Bridge(), false)
+	if got := mustUdhcpc(t, b, "")["ip"]; got == first {
+		t.Errorf("after a restart a new MAC got %s, the address of another", got)
+	}
+	if got := mustUdhcpc(t, a, "")["ip"]; got != first {
+		t.Errorf("after a restart the same MAC got %s, want %s", got, first)
+	}
+	r := vm(t, host, "r", "52:55:55:00:04:99", n.Bridge(), false)
+	if got := mustUdhcpc(t, r, "")["ip"]; got != "10.200.4.77" {
+		t.Errorf("reserved MAC got %s, want 10.200.4.77", got)
+	}
+	// A fixed address set at run time.
+	c := vm(t, host, "c", "52:55:55:00:04:03", n.Bridge(), false)
+	if err := nw.SetHost(mustMAC("52:55:55:00:04:03"), "c", netip.MustParseAddr("10.200.4.250")); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustUdhcpc(t, c, "")["ip"]; got != "10.200.4.250" {
+		t.Errorf("fixed MAC got %s, want 10.200.4.250", got)
+	}
+}
+
+func TestBridged(t *testing.T) {
+	needRoot(t)
+	host := newNS(t)
+	lan := newNS(t)
+
+	// The LAN: a DHCP server (busybox udhcpd) behind the host bridge lanbr.
+	in(t, host, func() error {
+		la := netlink.NewLinkAttrs()
+		la.Name = "lanbr"
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
+			return err
+		}
+		br, _ := netlink.LinkByName("lanbr")
+		return netlink.LinkSetUp(br)
+	})
+	veth(t, host, "lan0", lan, "")
+	in(t, host, func() error {
+		l, err := netlink.LinkByName("lan0")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetMaster(l, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "lanbr"}})
+	})
+	in(t, lan, func() error { return addAddr("eth0", "10.77.0.1/24") })
+	dir := t.TempDir()
+	conf := fmt.Sprintf("start 10.77.0.100\nend 10.77.0.150\ninterface eth0\nlease_file %s/leases\npidfile %s/pid\noption subnet 255.255.255.0\noption router 10.77.0.1\noption dns 10.77.0.1\n", dir, dir)
+	if err := os.WriteFile(dir+"/udhcpd.conf", []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(dir+"/leases", nil, 0o644)
+	in(t, lan, func() error {
+		cmd := exec.Command(busybox, "udhcpd", "-f", dir+"/udhcpd.conf")
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return nil
+	})
+
+	n := &api.Network{ID: "br", Name: "br", Mode: api.ModeBridged, Interface: "lanbr", MTU: 1500}
+	nw := start(t, host, n, Options{})
+	if s := nw.Stats(); s.DHCP.Requests != nil {
+		t.Errorf("a bridged network runs a DHCP server: %+v", s)
+	}
+	var bridge string
+	in(t, host, func() (err error) { bridge, err = PortBridge(n); return err })
+	if bridge != "lanbr" {
+		t.Fatalf("PortBridge = %q, want lanbr", bridge)
+	}
+	v := vm(t, host, "vm1", "52:55:55:00:05:01", bridge, false)
+	// udhcpd answers its first DISCOVER only once it is up: retry.
+	var l map[string]string
+	eventually(t, 20*time.Second, "lease from the LAN", func() (err error) { l, err = udhcpc(t, v, ""); return err })
+	if !strings.HasPrefix(l["ip"], "10.77.0.1") || l["router"] != "10.77.0.1" {
+		t.Errorf("lease from the LAN: %v", l)
+	}
+	if err := ping(v, "10.77.0.1"); err != nil {
+		t.Errorf("VM cannot ping the LAN: %v", err)
+	}
+
+	t.Run("Macvtap", func(t *testing.T) {
+		m := &api.Network{ID: "mv", Name: "mv", Mode: api.ModeBridged, Interface: "uplink0", MTU: 1500}
+		other := newNS(t)
+		veth(t, host, "uplink0", other, "")
+		in(t, host, func() error {
+			if err := Ensure(context.Background(), m); err != nil {
+				return err
+			}
+			if b, err := PortBridge(m); err != nil || b != "" {
+				return fmt.Errorf("PortBridge of a non-bridge interface = %q, %v; want \"\"", b, err)
+			}
+			mac := mustMAC("52:55:55:00:05:02")
+			for range 2 { // idempotent
+				mv, err := CreateMacvtap(m, "mvt-vm1", mac)
+				if err != nil {
+					return err
+				}
+				parent, _ := netlink.LinkByName("uplink0")
+				if mv.Mode != netlink.MACVLAN_MODE_BRIDGE || mv.Attrs().ParentIndex != parent.Attrs().Index ||
+					mv.Attrs().HardwareAddr.String() != mac.String() || mv.Attrs().Alias != Mark("mv") {
+					return fmt.Errorf("macvtap %+v", mv)
+				}
+			}
+			if err := Remove(context.Background(), "mv", ""); err != nil {
+				return err
+			}
+			if _, err := netlink.LinkByName("mvt-vm1"); !notFound(err) {
+				return fmt.Errorf("macvtap survived Remove: %v", err)
+			}
+			if _, err := netlink.LinkByName("uplink0"); err != nil {
+				return fmt.Errorf("Remove deleted the interface: %v", err)
+			}
+			return nil
+		})
+	})
+}
+
+func TestRemoveAndSweep(t *testing.T) {
+	needRoot(t)
+	host := newNS(t)
+	before := snapshot(t, host)
+	state := t.TempDir()
+	a := testNet("a", api.ModeShared, "10.200.6.0/24")
+	b := testNet("b", api.ModeHost, "10.200.7.0/24")
+	nwA := start(t, host, a, Options{StateDir: state})
+	nwB := start(t, host, b, Options{StateDir: state})
+	v := vm(t, host, "vm1", "52:55:55:00:06:01", b.Bridge(), false)
+	mustUdhcpc(t, v, "")
+	nwA.Close()
+	nwB.Close()
+	in(t, host, func() error { return netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "p-vm1"}}) })
+	if _, err := os.Stat(LeaseFile(state, "b")); err != nil {
+		t.Fatal(err)
+	}
+
+	var removed []string
+	in(t, host, func() (err error) { removed, err = Sweep(context.Background(), []string{"a"}, state); return err })
+	if fmt.Sprint(removed) != "[b]" {
+		t.Errorf("Sweep removed %v, want [b]", removed)
+	}
+	if _, err := os.Stat(LeaseFile(state, "b")); !os.IsNotExist(err) {
+		t.Errorf("lease file of b survived Sweep: %v", err)
+	}
+	var s *State
+	in(t, host, func() (err error) { s, err = Inspect(context.Background(), "a"); return err })
+	if s.Bridge == "" || s.Table == "" {
+		t.Errorf("Sweep removed the kept network a: %+v", s)
+	}
+	for range 2 {
+		in(t, host, func() error { return Remove(context.Background(), "a", state) })
+	}
+	if after := snapshot(t, host); after != before {
+		t.Errorf("Remove left the host changed:\n%s", lineDiff(before, after))
+	}
+}
+
+func TestConflicts(t *testing.T) {
+	needRoot(t)
+	host := newNS(t)
+	other := newNS(t)
+	veth(t, host, "taken", other, "")
+	in(t, host, func() error {
+		if err := addAddr("taken", "10.201.0.1/24"); err != nil {
+			return err
+		}
+		l, _ := netlink.LinkByName("taken")
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: net.ParseIP("10.202.0.0"), Mask: net.CIDRMask(16, 32)}})
+	})
+	// A foreign bridge of the name vmnetctl would use, and a foreign table.
+	in(t, host, func() error {
+		la := netlink.NewLinkAttrs()
+		la.Name = api.BridgeName("squat")
+		return netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la})
+	})
+	if _, err := run(host, 5*time.Second, "nft", "add", "table", "inet", TableName("tbl")); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, host)
+	for _, tc := range []struct {
+		n    *api.Network
+		want string
+	}{
+		{testNet("addr", api.ModeShared, "10.201.0.0/16"), "overlaps the address 10.201.0.1/24 of taken"},
+		{testNet("route", api.ModeHost, "10.202.5.0/24"), "overlaps the route to 10.202.0.0/16"},
+		{testNet("squat", api.ModeShared, "10.203.0.0/24"), "is not this network's"},
+		{testNet("tbl", api.ModeShared, "10.204.0.0/24"), "is not vmnetctl's"},
+		{&api.Network{ID: "nic", Mode: api.ModeBridged, Interface: "nosuch0"}, "interface nosuch0 does not exist"},
+	} {
+		var err error
+		host.Do(func(ns.NetNS) error { err = Ensure(context.Background(), tc.n); return nil })
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Ensure(%s) = %v, want an error containing %q", tc.n.ID, err, tc.want)
+		}
+	}
+	// Refusing changed nothing, and Remove leaves foreign objects alone.
+	for _, id := range []string{"squat", "tbl"} {
+		in(t, host, func() error { return Remove(context.Background(), id, "") })
+	}
+	if after := snapshot(t, host); after != before {
+		t.Errorf("refused Ensure or Remove changed the host:\n%s", lineDiff(before, after))
+	}
+}
