@@ -16,6 +16,10 @@ type Project struct {
 	Files []ProjectFile `json:"files"`
 	// VMName is --name, for lima instance files.
 	VMName string `json:"vmName,omitempty"`
+	// UID and GID own the project's helpers and sockets: the user who ran
+	// `up` ($SUDO_UID and $SUDO_GID under sudo).
+	UID int `json:"uid"`
+	GID int `json:"gid"`
 }
 
 // ProjectFile is one VM file of a project.

@@ -70,6 +70,11 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 	root.PersistentFlags().StringVar(&g.networks, "networks", "", "networks.yaml to use (default $VMNETCTL_NETWORKS, /etc/vmnetctl/networks.yaml, else the built-in defaults)")
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", controller.DefaultStateDir(), "directory for vmnetctl's state")
 	root.AddCommand(
+		newUpCommand(g, s),
+		newDownCommand(g, s),
+		newPlanCommand(g, s),
+		newStatusCommand(g, s),
+		newServeCommand(g, s),
 		newValidateCommand(g, s),
 		newNetworksCommand(g, s),
 		newVersionCommand(s),

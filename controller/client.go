@@ -1,0 +1,130 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Client talks to the controller of a state dir over its unix socket.
+type Client struct {
+	sd   StateDir
+	http *http.Client
+}
+
+// NewClient returns a client for the controller of sd.
+func NewClient(sd StateDir) *Client {
+	path := sd.File(socketFile)
+	return &Client{sd: sd, http: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+	}}}
+}
+
+// Running reports whether a controller answers on the socket.
+func (cl *Client) Running(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://vmnetctl/healthz", nil)
+	resp, err := cl.http.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Status returns the live status.
+func (cl *Client) Status(ctx context.Context) (*Status, error) {
+	st := &Status{}
+	return st, cl.do(ctx, http.MethodGet, "/v1/status", st)
+}
+
+// Reconcile asks the controller to converge and returns the result.
+func (cl *Client) Reconcile(ctx context.Context) (*ReconcileResponse, error) {
+	resp := &ReconcileResponse{}
+	return resp, cl.do(ctx, http.MethodPost, "/v1/reconcile", resp)
+}
+
+func (cl *Client) do(ctx context.Context, method, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, method, "http://vmnetctl"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := cl.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("controller API: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("controller API %s: %s: %s", path, resp.Status, bytes.TrimSpace(body))
+	}
+	return json.Unmarshal(body, v)
+}
+
+// EnsureController starts `exe serve` in the background for sd unless a
+// controller already runs, and waits until it answers. Its output goes to
+// controller.log in the state dir, whose tail is in the error if it fails.
+func EnsureController(ctx context.Context, sd StateDir, exe string, extraArgs ...string) error {
+	cl := NewClient(sd)
+	if cl.Running(ctx) {
+		return nil
+	}
+	if err := sd.Init(); err != nil {
+		return err
+	}
+	// Someone holds the lock but does not answer yet: it is starting.
+	if l, err := sd.TryLock(controllerLockFile); err == nil {
+		l.Unlock()
+		logf, err := os.OpenFile(sd.File(controllerLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+		if err != nil {
+			return err
+		}
+		defer logf.Close()
+		args := append([]string{"serve", "--state-dir", sd.Path}, extraArgs...)
+		cmd := exec.Command(exe, args...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.Env = os.Environ()
+		// A session of its own: it outlives the command that started it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("starting controller: %w", err)
+		}
+		go cmd.Wait() // reap it if it exits while we wait
+	} else if !errors.Is(err, ErrLocked) {
+		return err
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if cl.Running(ctx) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	tail, _ := os.ReadFile(sd.File(controllerLogFile))
+	lines := strings.Split(strings.TrimSpace(string(tail)), "\n")
+	if len(lines) > 10 {
+		lines = lines[len(lines)-10:]
+	}
+	return fmt.Errorf("controller did not start within 15s; its log (%s):\n  %s", sd.File(controllerLogFile), strings.Join(lines, "\n  "))
+}

@@ -1,0 +1,532 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/netplane"
+)
+
+// Options configure a controller.
+type Options struct {
+	StateDir StateDir
+	// Executable is the vmnetctl binary that runs helpers; default this one.
+	Executable string
+	Log        *slog.Logger
+	// Resync is how often the controller reconciles without being asked.
+	Resync time.Duration
+	// StatsInterval is the helpers' --stats-interval.
+	StatsInterval time.Duration
+	// ReadyTimeout bounds a helper's start; StopGrace its SIGTERM.
+	ReadyTimeout time.Duration
+	StopGrace    time.Duration
+	// Upstreams are the DNS proxies' resolvers (default: /etc/resolv.conf's).
+	Upstreams []string
+	// Group may use the API socket (besides root); empty for root only.
+	Group string
+}
+
+func (o *Options) setDefaults() error {
+	if o.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.Executable = exe
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Resync == 0 {
+		o.Resync = 30 * time.Second
+	}
+	if o.StatsInterval == 0 {
+		o.StatsInterval = 5 * time.Second
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 15 * time.Second
+	}
+	if o.StopGrace == 0 {
+		o.StopGrace = 5 * time.Second
+	}
+	return nil
+}
+
+// runtimeState is runtime.json: the helpers that run and what was applied.
+type runtimeState struct {
+	Helpers         []HelperRecord    `json:"helpers"`
+	AppliedNetworks *NetworksSnapshot `json:"appliedNetworks,omitempty"`
+	AppliedProjects []*Project        `json:"appliedProjects,omitempty"`
+}
+
+// Controller keeps what runs equal to what the projects in the state dir ask for.
+type Controller struct {
+	opts Options
+	sd   StateDir
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	nets     map[string]*netplane.Network
+	netErrs  map[string]string
+	helpers  map[string]*helperProc
+	applied  *Desired
+	appliedN *NetworksSnapshot
+	appliedP []*Project
+	lastErr  error
+	lastOK   time.Time
+	started  time.Time
+
+	kickc chan struct{}
+	gen   genWaiter
+}
+
+// New makes a controller; Run starts it.
+func New(opts Options) (*Controller, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log,
+		nets: map[string]*netplane.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
+		kickc: make(chan struct{}, 1), started: time.Now()}, nil
+}
+
+func (c *Controller) kick() {
+	select {
+	case c.kickc <- struct{}{}:
+	default:
+	}
+}
+
+// Run takes the state dir's controller lock, adopts the helpers a previous
+// controller left running, serves the API and reconciles until ctx ends or
+// no project is left. Helpers keep running when it returns because ctx ended:
+// VMs keep their network while the controller restarts.
+func (c *Controller) Run(ctx context.Context) error {
+	if err := c.sd.Init(); err != nil {
+		return err
+	}
+	lock, err := c.sd.TryLock(controllerLockFile)
+	if err != nil {
+		if errors.Is(err, ErrLocked) {
+			return fmt.Errorf("a controller already runs for %s", c.sd.Path)
+		}
+		return err
+	}
+	defer lock.Unlock()
+	c.restore()
+
+	ln, err := c.listen()
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	defer func() {
+		c.gen.close()
+		shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(shutCtx)
+		os.Remove(c.sd.File(socketFile))
+	}()
+	c.log.Info("controller started", "stateDir", c.sd.Path, "pid", os.Getpid())
+
+	resync := time.NewTicker(c.opts.Resync)
+	defer resync.Stop()
+	for {
+		done, err := c.reconcile(ctx)
+		if err != nil {
+			c.log.Error("reconcile failed", "err", err)
+		}
+		if done {
+			c.log.Info("no project left; controller exits")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			c.closeNetworks()
+			c.log.Info("controller stopped; helpers keep running")
+			return nil
+		case <-c.kickc:
+		case <-resync.C:
+		case <-c.nextRetry():
+		}
+	}
+}
+
+// listen opens the API socket, usable by root and the configured group.
+func (c *Controller) listen() (net.Listener, error) {
+	path := c.sd.File(socketFile)
+	os.Remove(path) // stale from a crash: we hold the controller lock
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("daemon API: %w", err)
+	}
+	mode := os.FileMode(0o600)
+	if c.opts.Group != "" {
+		if gid, err := lookupGroup(c.opts.Group); err == nil {
+			os.Chown(path, 0, gid)
+			mode = 0o660
+		} else {
+			c.log.Warn("API socket group not found; root only", "group", c.opts.Group, "err", err)
+		}
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// restore loads runtime.json and adopts the helpers that still run.
+func (c *Controller) restore() {
+	var rs runtimeState
+	if _, err := c.sd.ReadJSON(runtimeFile, &rs); err != nil {
+		c.log.Warn("cannot read runtime state; starting afresh", "err", err)
+		return
+	}
+	for _, rec := range rs.Helpers {
+		if rec.Proc.Alive() {
+			c.helpers[rec.Key] = c.adopt(rec)
+			c.log.Info("adopted running helper", "attachment", rec.Key, "pid", rec.Proc.PID)
+		}
+	}
+	if rs.AppliedNetworks != nil {
+		if nets, err := rs.AppliedNetworks.Load(); err == nil {
+			if d, err := ComputeDesired(nets, rs.AppliedProjects); err == nil {
+				c.applied, c.appliedN, c.appliedP = d, rs.AppliedNetworks, rs.AppliedProjects
+			}
+		}
+	}
+}
+
+func (c *Controller) saveRuntime() {
+	rs := runtimeState{AppliedNetworks: c.appliedN, AppliedProjects: c.appliedP}
+	for _, key := range sortedKeys(c.helpers) {
+		if h := c.helpers[key]; h.rec.Proc.PID > 0 && h.state == StateRunning {
+			rs.Helpers = append(rs.Helpers, h.rec)
+		}
+	}
+	if err := c.sd.WriteJSON(runtimeFile, rs); err != nil {
+		c.log.Error("saving runtime state", "err", err)
+	}
+}
+
+// loadDesired reads the projects and networks of the state dir.
+func (c *Controller) loadDesired() (*Desired, *NetworksSnapshot, []*Project, error) {
+	projects, err := c.sd.Projects()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	snap, err := c.sd.Networks()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if len(projects) == 0 {
+		return &Desired{}, snap, nil, nil
+	}
+	if snap == nil {
+		return nil, nil, nil, errors.New("projects exist but no networks.yaml was recorded")
+	}
+	nets, err := snap.Load()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	d, err := ComputeDesired(nets, projects)
+	return d, snap, projects, err
+}
+
+// reconcile makes what runs match the state dir. done is true when no
+// project is left and everything was removed.
+func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen.begin()
+	defer c.gen.end()
+	desired, snap, projects, err := c.loadDesired()
+	if err != nil {
+		// What should exist cannot be known: destroy nothing.
+		c.lastErr = fmt.Errorf("reading desired state: %w", err)
+		return false, c.lastErr
+	}
+	owners := map[string]*Project{}
+	for _, p := range projects {
+		owners[p.Name] = p
+	}
+	plan := ComputePlan(c.applied, desired)
+	var errs []error
+
+	// 1. Stop the helpers that go away or must be replaced, before their networks.
+	gone := map[string]bool{}
+	for _, ch := range plan.Attachments {
+		if ch.Action == ActionDelete || ch.Action == ActionReplace {
+			gone[ch.Key] = true
+		}
+	}
+	for key, h := range c.helpers {
+		a := findAttachment(desired, key)
+		if a == nil || gone[key] {
+			c.log.Info("stopping helper", "attachment", key, "pid", h.rec.Proc.PID)
+			c.stopProc(h)
+			delete(c.helpers, key)
+			os.Remove(c.sd.File(helpersDir, fileKey(key)+".json"))
+		}
+	}
+
+	// 2. Networks: remove the deleted and replaced, restart the services of
+	// those changed in place, start the missing.
+	for _, ch := range plan.Networks {
+		switch ch.Action {
+		case ActionDelete, ActionReplace:
+			if nw := c.nets[ch.ID]; nw != nil {
+				nw.Close()
+				delete(c.nets, ch.ID)
+			}
+			if err := netplane.Remove(ctx, ch.ID, c.sd.File(leasesDir)); err != nil {
+				errs = append(errs, fmt.Errorf("removing network %q: %w", ch.ID, err))
+			}
+			c.log.Info("network removed", "network", ch.ID, "action", ch.Action)
+		case ActionUpdate:
+			if nw := c.nets[ch.ID]; nw != nil {
+				nw.Close()
+				delete(c.nets, ch.ID)
+			}
+		}
+	}
+	clear(c.netErrs)
+	for _, n := range desired.Networks {
+		if c.nets[n.ID] != nil {
+			continue
+		}
+		nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: c.sd.File(leasesDir), Upstreams: c.opts.Upstreams, Log: c.log.With("network", n.ID)})
+		if err != nil {
+			c.netErrs[n.ID] = err.Error()
+			errs = append(errs, fmt.Errorf("starting network %q: %w", n.ID, err))
+			continue
+		}
+		c.nets[n.ID] = nw
+		c.log.Info("network up", "network", n.ID, "bridge", n.Bridge())
+	}
+
+	// 3. Names and fixed addresses for DHCP and DNS.
+	for _, a := range desired.Attachments {
+		if nw := c.nets[a.Network]; nw != nil {
+			if err := nw.SetHost(mustMAC(a.MAC), a.VM, a.IP); err != nil {
+				errs = append(errs, fmt.Errorf("attachment %s: %w", a.Key(), err))
+			}
+		}
+	}
+
+	// 4. Every desired attachment gets a live helper (level-triggered: this
+	// also restarts helpers that died).
+	now := time.Now()
+	for _, a := range desired.Attachments {
+		h := c.helpers[a.Key()]
+		if h != nil && !isClosed(h.exited) {
+			h.att = a
+			h.rec.Project = a.Project
+			continue
+		}
+		restarts := 0
+		var bo Backoff
+		if h != nil { // it exited
+			restarts = h.rec.Restarts + 1
+			bo = h.backoff
+			if h.state != StateBackoff && h.state != StateFailed {
+				uptime := now.Sub(h.rec.StartedAt)
+				h.retryAt = now.Add(bo.Next(uptime))
+				h.state = StateBackoff
+				h.backoff = bo
+				h.lastErr = "helper exited" + logTail(h.logPath, max(0, h.statsOff))
+				c.log.Warn("helper exited; restarting", "attachment", a.Key(), "in", h.retryAt.Sub(now).String())
+			}
+			if now.Before(h.retryAt) {
+				continue
+			}
+			bo = h.backoff
+		} else {
+			bo = DefaultBackoff()
+		}
+		n := c.nets[a.Network]
+		if n == nil {
+			c.setFailed(a, h, restarts, bo, fmt.Sprintf("network %s is not up: %s", a.Network, c.netErrs[a.Network]))
+			continue
+		}
+		owner := owners[a.Project]
+		if owner == nil {
+			owner = &Project{UID: -1, GID: -1}
+		}
+		nh, err := c.launchHelper(ctx, a, n.Config(), owner)
+		if err != nil {
+			errs = append(errs, err)
+			c.setFailed(a, h, restarts, bo, err.Error())
+			continue
+		}
+		nh.rec.Restarts = restarts
+		nh.backoff = bo
+		c.helpers[a.Key()] = nh
+		c.log.Info("helper running", "attachment", a.Key(), "network", a.Network, "pid", nh.rec.Proc.PID, "restarts", restarts)
+	}
+
+	c.applied, c.appliedN, c.appliedP = desired, snap, projects
+	c.saveRuntime()
+	c.lastErr = errors.Join(errs...)
+	if c.lastErr == nil {
+		c.lastOK = time.Now()
+	}
+	if len(projects) == 0 {
+		c.closeNetworksLocked()
+		removed, err := netplane.Sweep(ctx, nil, c.sd.File(leasesDir))
+		if err != nil {
+			c.log.Warn("sweep", "err", err)
+		} else if len(removed) > 0 {
+			c.log.Info("swept leftovers", "removed", removed)
+		}
+		// Nothing runs: remove what the state dir held for it. The projects,
+		// locks and log stay for the CLI (it may be writing a project).
+		for _, name := range []string{runtimeFile, helpersDir, vmsDir, leasesDir, networksSnapshotFile, networksYAMLFile} {
+			os.RemoveAll(c.sd.File(name))
+		}
+		return true, c.lastErr
+	}
+	return false, c.lastErr
+}
+
+// setFailed records a helper that could not start, to be retried with backoff.
+func (c *Controller) setFailed(a *Attachment, h *helperProc, restarts int, bo Backoff, msg string) {
+	if h == nil {
+		h = &helperProc{exited: make(chan struct{})}
+		close(h.exited)
+	}
+	h.att = a
+	h.rec = HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: a.Attach, Restarts: restarts, StartedAt: time.Now()}
+	h.backoff = bo
+	h.retryAt = time.Now().Add(h.backoff.Next(0))
+	h.state = StateFailed
+	h.lastErr = msg
+	c.helpers[a.Key()] = h
+}
+
+// nextRetry fires when the earliest helper in backoff is due.
+func (c *Controller) nextRetry() <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next time.Time
+	for _, h := range c.helpers {
+		if (h.state == StateBackoff || h.state == StateFailed) && (next.IsZero() || h.retryAt.Before(next)) {
+			next = h.retryAt
+		}
+	}
+	if next.IsZero() {
+		return nil
+	}
+	return time.After(max(0, time.Until(next)))
+}
+
+func (c *Controller) closeNetworks() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closeNetworksLocked()
+}
+
+func (c *Controller) closeNetworksLocked() {
+	for id, nw := range c.nets {
+		nw.Close()
+		delete(c.nets, id)
+	}
+}
+
+func findAttachment(d *Desired, key string) *Attachment {
+	i := slices.IndexFunc(d.Attachments, func(a *Attachment) bool { return a.Key() == key })
+	if i < 0 {
+		return nil
+	}
+	return d.Attachments[i]
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func mustMAC(s string) net.HardwareAddr {
+	hw, _ := net.ParseMAC(s)
+	return hw
+}
+
+// genWaiter lets API callers wait for a reconcile that starts after them:
+// one that began earlier may have read the state dir before their change.
+type genWaiter struct {
+	mu      sync.Mutex
+	started uint64
+	done    uint64
+	closed  bool
+	ch      chan struct{} // closed and replaced whenever done advances
+}
+
+func (g *genWaiter) begin() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.started++
+}
+
+func (g *genWaiter) end() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.done++
+	g.signal()
+}
+
+// close releases every waiter: no reconcile will follow.
+func (g *genWaiter) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	g.signal()
+}
+
+func (g *genWaiter) signal() {
+	if g.ch != nil {
+		close(g.ch)
+	}
+	g.ch = make(chan struct{})
+}
+
+func (g *genWaiter) state() (started, done uint64, closed bool, ch <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
+	return g.started, g.done, g.closed, g.ch
+}
+
+// waitReconcile kicks the loop and waits until a reconcile that started
+// after the call has finished (or the controller stopped).
+func (c *Controller) waitReconcile(ctx context.Context) error {
+	started, _, _, _ := c.gen.state()
+	target := started + 1
+	c.kick()
+	for {
+		_, done, closed, ch := c.gen.state()
+		if done >= target || closed {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}

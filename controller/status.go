@@ -1,0 +1,271 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/netplane"
+)
+
+// Status is `vmnetctl status --json`: a stable contract. Fields are only
+// ever added. See docs/status.md.
+type Status struct {
+	Controller  ControllerStatus   `json:"controller"`
+	Networks    []NetworkStatus    `json:"networks"`
+	Attachments []AttachmentStatus `json:"attachments"`
+	Skipped     []string           `json:"skipped,omitempty"`
+}
+
+// ControllerStatus tells whether a controller runs for the state dir.
+type ControllerStatus struct {
+	Running       bool    `json:"running"`
+	PID           int     `json:"pid,omitempty"`
+	StateDir      string  `json:"stateDir"`
+	UptimeSeconds float64 `json:"uptimeSeconds,omitempty"`
+	LastError     string  `json:"lastError,omitempty"`
+}
+
+// NetworkStatus is one network that some attachment uses.
+type NetworkStatus struct {
+	Name      string   `json:"name"`
+	Mode      string   `json:"mode"`
+	Bridge    string   `json:"bridge,omitempty"`
+	Interface string   `json:"interface,omitempty"`
+	Subnet    string   `json:"subnet,omitempty"`
+	Gateway   string   `json:"gateway,omitempty"`
+	VMs       []string `json:"vms"`
+	// State is "up" when the kernel has the network as configured, "down"
+	// when it is missing, "error" with Error set otherwise.
+	State  string `json:"state"`
+	Error  string `json:"error,omitempty"`
+	Leases int    `json:"leases"`
+}
+
+// AttachmentStatus is one VM's cable to one network.
+type AttachmentStatus struct {
+	VM       string `json:"vm"`
+	Index    int    `json:"index"`
+	Network  string `json:"network"`
+	Project  string `json:"project"`
+	MAC      string `json:"mac"`
+	Attach   string `json:"attach"`
+	Socket   string `json:"socket"`
+	Tap      string `json:"tap"`
+	IP       string `json:"ip"`
+	PID      int    `json:"pid"`
+	State    string `json:"state"`
+	Restarts int    `json:"restarts"`
+	// UptimeSeconds is how long the current helper has run.
+	UptimeSeconds float64 `json:"uptimeSeconds"`
+	Error         string  `json:"error,omitempty"`
+	// Cumulative counters from the helper's stats: To is towards the VM.
+	RxBytes uint64 `json:"rxBytes"`
+	TxBytes uint64 `json:"txBytes"`
+	Drops   uint64 `json:"drops"`
+}
+
+// status builds the live status; the caller holds no lock.
+func (c *Controller) status() *Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := &Status{Controller: ControllerStatus{Running: true, PID: os.Getpid(), StateDir: c.sd.Path,
+		UptimeSeconds: time.Since(c.started).Seconds()}}
+	if c.lastErr != nil {
+		st.Controller.LastError = c.lastErr.Error()
+	}
+	d := c.applied
+	if d == nil {
+		d = &Desired{}
+	}
+	st.Skipped = d.Skipped
+	ips := map[string]string{} // network/mac → ip
+	for _, n := range d.Networks {
+		ns := NetworkStatus{Name: n.ID, Mode: string(n.Mode), Bridge: n.Bridge(), Interface: n.Interface, VMs: []string{}, State: "down"}
+		if n.Subnet.IsValid() {
+			ns.Subnet, ns.Gateway = n.Subnet.String(), n.Gateway.String()
+		}
+		if nw := c.nets[n.ID]; nw != nil {
+			ns.State = "up"
+			for _, l := range nw.Leases() {
+				ips[n.ID+"/"+l.MAC] = l.IP.String()
+			}
+			ns.Leases = len(nw.Leases())
+		} else if msg := c.netErrs[n.ID]; msg != "" {
+			ns.State, ns.Error = "error", msg
+		}
+		for _, a := range d.Attachments {
+			if a.Network == n.ID && !slices.Contains(ns.VMs, a.VM) {
+				ns.VMs = append(ns.VMs, a.VM)
+			}
+		}
+		st.Networks = append(st.Networks, ns)
+	}
+	for _, a := range d.Attachments {
+		as := AttachmentStatus{VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC,
+			Attach: string(a.Attach), State: StateStopped, IP: ips[a.Network+"/"+a.MAC]}
+		if as.IP == "" && a.IP.IsValid() {
+			as.IP = a.IP.String()
+		}
+		if h := c.helpers[a.Key()]; h != nil {
+			h.refreshStats()
+			as.State, as.Restarts, as.Error = h.state, h.rec.Restarts, h.lastErr
+			as.Socket, as.Tap = h.rec.Socket, h.rec.Tap
+			if h.state == StateRunning {
+				as.PID = h.rec.Proc.PID
+				as.UptimeSeconds = time.Since(h.rec.StartedAt).Seconds()
+				as.Error = ""
+			}
+			as.RxBytes, as.TxBytes = h.stats.VM.Bytes, h.stats.Host.Bytes
+			as.Drops = h.stats.VM.Drops + h.stats.Host.Drops
+		}
+		st.Attachments = append(st.Attachments, as)
+	}
+	if st.Networks == nil {
+		st.Networks = []NetworkStatus{}
+	}
+	if st.Attachments == nil {
+		st.Attachments = []AttachmentStatus{}
+	}
+	return st
+}
+
+// OfflineStatus reads the status from the state dir, the kernel and the
+// process table when no controller runs.
+func OfflineStatus(ctx context.Context, sd StateDir) (*Status, error) {
+	st := &Status{Controller: ControllerStatus{StateDir: sd.Path}, Networks: []NetworkStatus{}, Attachments: []AttachmentStatus{}}
+	var rs runtimeState
+	if _, err := sd.ReadJSON(runtimeFile, &rs); err != nil {
+		return nil, err
+	}
+	if rs.AppliedNetworks == nil {
+		return st, nil
+	}
+	nets, err := rs.AppliedNetworks.Load()
+	if err != nil {
+		return nil, err
+	}
+	d, err := ComputeDesired(nets, rs.AppliedProjects)
+	if err != nil {
+		return nil, err
+	}
+	recs := map[string]HelperRecord{}
+	for _, r := range rs.Helpers {
+		recs[r.Key] = r
+	}
+	for _, n := range d.Networks {
+		ns := NetworkStatus{Name: n.ID, Mode: string(n.Mode), Bridge: n.Bridge(), Interface: n.Interface, VMs: []string{}, State: "down"}
+		if n.Subnet.IsValid() {
+			ns.Subnet, ns.Gateway = n.Subnet.String(), n.Gateway.String()
+		}
+		if _, err := netplane.Inspect(ctx, n.ID); err == nil {
+			ns.State = "up"
+		} else {
+			ns.Error = err.Error()
+		}
+		for _, a := range d.Attachments {
+			if a.Network == n.ID && !slices.Contains(ns.VMs, a.VM) {
+				ns.VMs = append(ns.VMs, a.VM)
+			}
+		}
+		st.Networks = append(st.Networks, ns)
+	}
+	for _, a := range d.Attachments {
+		as := AttachmentStatus{VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: string(a.Attach), State: StateStopped}
+		if a.IP.IsValid() {
+			as.IP = a.IP.String()
+		}
+		if r, ok := recs[a.Key()]; ok {
+			as.Socket, as.Tap, as.Restarts = r.Socket, r.Tap, r.Restarts
+			if r.Proc.Alive() {
+				as.State, as.PID = StateRunning, r.Proc.PID
+				as.UptimeSeconds = time.Since(r.StartedAt).Seconds()
+			}
+		}
+		st.Attachments = append(st.Attachments, as)
+	}
+	return st, nil
+}
+
+// Render writes the status as tables.
+func (st *Status) Render(w io.Writer) {
+	if st.Controller.Running {
+		fmt.Fprintf(w, "Controller: running (pid %d, up %s), state dir %s\n", st.Controller.PID, roundDur(st.Controller.UptimeSeconds), st.Controller.StateDir)
+	} else {
+		fmt.Fprintf(w, "Controller: not running, state dir %s\n", st.Controller.StateDir)
+	}
+	if st.Controller.LastError != "" {
+		fmt.Fprintf(w, "Last error: %s\n", st.Controller.LastError)
+	}
+	if len(st.Networks) == 0 && len(st.Attachments) == 0 {
+		fmt.Fprintln(w, "Nothing is running.")
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NETWORK\tMODE\tBRIDGE\tSUBNET\tGATEWAY\tSTATE\tLEASES\tVMS")
+	for _, n := range st.Networks {
+		bridge := n.Bridge
+		if bridge == "" {
+			bridge = "onto " + n.Interface
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.Mode, bridge, dash(n.Subnet), dash(n.Gateway), n.State, n.Leases, strings.Join(n.VMs, ","))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tPID\tSTATE\tRESTARTS\tUPTIME")
+	for _, a := range st.Attachments {
+		where := a.Socket
+		if a.Attach == "tap" {
+			where = "tap " + a.Tap
+		}
+		pid := "-"
+		if a.PID > 0 {
+			pid = fmt.Sprint(a.PID)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", a.VM, a.Network, a.MAC, dash(where), dash(a.IP), pid, a.State, a.Restarts, roundDur(a.UptimeSeconds))
+	}
+	tw.Flush()
+	for _, a := range st.Attachments {
+		if a.Error != "" {
+			fmt.Fprintf(w, "\n%s/%d: %s\n", a.VM, a.Index, a.Error)
+		}
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func roundDur(secs float64) string {
+	if secs <= 0 {
+		return "-"
+	}
+	return (time.Duration(secs) * time.Second).Round(time.Second).String()
+}
+
+// AppliedState is what the controller last applied, from runtime.json; an
+// empty state when nothing was.
+func AppliedState(sd StateDir) (*Desired, error) {
+	var rs runtimeState
+	if _, err := sd.ReadJSON(runtimeFile, &rs); err != nil {
+		return nil, err
+	}
+	if rs.AppliedNetworks == nil {
+		return &Desired{}, nil
+	}
+	nets, err := rs.AppliedNetworks.Load()
+	if err != nil {
+		return nil, err
+	}
+	return ComputeDesired(nets, rs.AppliedProjects)
+}
