@@ -144,7 +144,15 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 		h.log.Debug("leased", "network", h.n.ID, "mac", mac, "ip", l.IP, "hostname", l.Hostname)
 		h.count(name, "ACK", false)
 		return h.reply(req, dhcpv4.MessageTypeAck, l.IP)
-	case dhcpv4.MessageTypeRelease, dhcpv4.MessageTypeDecline:
+	case dhcpv4.MessageTypeDecline:
+		ip := addrOf(req.RequestedIPAddress())
+		h.log.Warn("client declined its address: another host uses it", "network", h.n.ID, "mac", mac, "ip", ip)
+		if err := h.alloc.Decline(mac, ip); err != nil {
+			h.log.Warn("declining lease", "network", h.n.ID, "mac", mac, "err", err)
+		}
+		h.count(name, "", false)
+		return nil
+	case dhcpv4.MessageTypeRelease:
 		if err := h.alloc.Release(mac); err != nil {
 			h.log.Warn("releasing lease", "network", h.n.ID, "mac", mac, "err", err)
 		}

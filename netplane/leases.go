@@ -54,9 +54,10 @@ type Allocator struct {
 	path      string
 	now       func() time.Time
 
-	leases   map[string]*Lease     // by MAC
-	fixed    map[string]netip.Addr // by MAC: reservations and SetFixed
-	reserved map[string]bool       // MACs whose fixed address comes from networks.yaml
+	leases   map[string]*Lease        // by MAC
+	fixed    map[string]netip.Addr    // by MAC: reservations and SetFixed
+	reserved map[string]bool          // MACs whose fixed address comes from networks.yaml
+	declined map[netip.Addr]time.Time // addresses a client found in use, until when
 }
 
 // NewAllocator returns the allocator of a shared or host network, loading the
@@ -75,6 +76,7 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 		id: n.ID, subnet: n.Subnet, gateway: n.Gateway, start: n.DHCPStart, end: n.DHCPEnd,
 		leaseTime: lt, path: path, now: time.Now,
 		leases: map[string]*Lease{}, fixed: map[string]netip.Addr{}, reserved: map[string]bool{},
+		declined: map[netip.Addr]time.Time{},
 	}
 	for _, r := range n.Reservations {
 		mac, err := normMAC(r.MAC)
@@ -151,6 +153,11 @@ func (a *Allocator) owner(ip netip.Addr, mac string, now time.Time) string {
 	for m, l := range a.leases {
 		if l.IP == ip && m != mac && now.Before(l.Expiry) {
 			return m
+		}
+	}
+	if until, ok := a.declined[ip]; ok && now.Before(until) {
+		if _, fixed := a.fixed[mac]; !fixed {
+			return "declined"
 		}
 	}
 	return ""
@@ -254,7 +261,29 @@ func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string)
 	return *l, nil
 }
 
-// Release ends mac's lease now (DHCPRELEASE, DHCPDECLINE) but remembers the
+// Decline records that mac found its address in use by someone else
+// (DHCPDECLINE): the binding is dropped and the address not offered to
+// anyone for a lease time.
+func (a *Allocator) Decline(mac net.HardwareAddr, ip netip.Addr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := mac.String()
+	l, ok := a.leases[m]
+	if !ip.IsValid() && ok {
+		ip = l.IP
+	}
+	if !a.usable(ip) {
+		return nil
+	}
+	a.declined[ip] = a.now().Add(a.leaseTime)
+	if ok && l.IP == ip {
+		delete(a.leases, m)
+		return a.save()
+	}
+	return nil
+}
+
+// Release ends mac's lease now (DHCPRELEASE) but remembers the
 // address, so mac gets it back when it asks again and it is still free.
 func (a *Allocator) Release(mac net.HardwareAddr) error {
 	a.mu.Lock()

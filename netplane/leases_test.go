@@ -166,3 +166,22 @@ func TestNFTRules(t *testing.T) {
 		t.Errorf("host network without DNS proxy: input %q", r["input"])
 	}
 }
+
+func TestAllocatorDecline(t *testing.T) {
+	n := testNet("t", api.ModeShared, "10.9.0.0/24")
+	a, err := NewAllocator(n, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := "52:55:55:00:00:01"
+	first := lease(t, a, mac)
+	if err := a.Decline(mustMAC(mac), first); err != nil {
+		t.Fatal(err)
+	}
+	if got := lease(t, a, mac); got == first {
+		t.Errorf("after DECLINE of %s the client got it again", first)
+	}
+	if got := lease(t, a, "52:55:55:00:00:02"); got == first {
+		t.Errorf("a declined address %s was given to another client", first)
+	}
+}
