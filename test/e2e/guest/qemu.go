@@ -56,7 +56,7 @@ type Config struct {
 // Result is what a guest reported.
 type Result struct {
 	Name     string
-	Values   map[string]string // E2E key=value lines; a repeated key keeps the last value
+	Values   map[string]string // E2E key=value lines (value trimmed); a repeated key keeps the last value
 	Done     bool              // "E2E done" seen: the script ran to its end
 	Failure  string            // first "E2E fail" reason, if any
 	Console  string            // the whole serial console output
@@ -391,7 +391,7 @@ func (g *Guest) line(raw string) {
 		g.finishOnce.Do(func() { close(g.finished) })
 	default:
 		if k, v, ok := strings.Cut(msg, "="); ok {
-			g.values[k] = v
+			g.values[k] = strings.TrimSpace(v)
 		}
 	}
 }

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
+)
+
+// lab is a throwaway network namespace with a bridge (10.99.0.1/24), one TAP
+// port per guest and busybox udhcpd serving the bridge.
+type lab struct {
+	ns  string
+	dir string
+}
+
+const (
+	labGateway = "10.99.0.1"
+	echoPort   = 7000
+)
+
+func newLab(t *testing.T, taps int, staticLeases map[string]string) *lab {
+	t.Helper()
+	l := &lab{ns: guest.NewNetns(t), dir: t.TempDir()}
+	guest.NetnsRun(t, l.ns, "ip", "link", "add", "br0", "type", "bridge", "stp_state", "0", "forward_delay", "0")
+	guest.NetnsRun(t, l.ns, "ip", "addr", "add", labGateway+"/24", "dev", "br0")
+	guest.NetnsRun(t, l.ns, "ip", "link", "set", "br0", "up")
+	for i := 0; i < taps; i++ {
+		tap := fmt.Sprintf("tap%d", i)
+		guest.NetnsRun(t, l.ns, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
+		guest.NetnsRun(t, l.ns, "ip", "link", "set", tap, "master", "br0", "up")
+	}
+
+	conf := fmt.Sprintf(`start 10.99.0.10
+end 10.99.0.20
+interface br0
+max_leases 11
+lease_file %[1]s/udhcpd.leases
+pidfile %[1]s/udhcpd.pid
+opt subnet 255.255.255.0
+opt router %[2]s
+opt dns %[2]s
+opt mtu 1400
+opt lease 600
+`, l.dir, labGateway)
+	for mac, ip := range staticLeases {
+		conf += fmt.Sprintf("static_lease %s %s\n", mac, ip)
+	}
+	confPath := filepath.Join(l.dir, "udhcpd.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(l.dir, "udhcpd.leases"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	guest.NetnsStart(t, l.ns, filepath.Join(l.dir, "udhcpd.log"), "busybox", "udhcpd", "-f", confPath)
+	guest.WaitFor(t, 10*time.Second, "udhcpd listening on udp/67", func() bool { return guest.NetnsListeningUDP(l.ns, 67) })
+
+	// A host-side TCP echo server on the bridge address.
+	guest.NetnsStart(t, l.ns, filepath.Join(l.dir, "echo.log"), "busybox", "nc", "-ll", "-p", fmt.Sprint(echoPort), "-e", "/bin/cat")
+	guest.WaitFor(t, 10*time.Second, "echo server listening", func() bool { return guest.NetnsListeningTCP(l.ns, echoPort) })
+	return l
+}
+
+func (l *lab) guestConfig(name string, tap int, mac string, s *guest.Script) guest.Config {
+	return guest.Config{
+		Name:    name,
+		Script:  s,
+		Netns:   l.ns,
+		NetArgs: guest.NetTap("n0", fmt.Sprintf("tap%d", tap), mac),
+	}
+}
+
+func inLeaseRange(t *testing.T, r *guest.Result, key string) {
+	t.Helper()
+	v, _ := r.Get(key)
+	a, err := netip.ParseAddr(v)
+	if err != nil || a.Compare(netip.MustParseAddr("10.99.0.10")) < 0 || a.Compare(netip.MustParseAddr("10.99.0.20")) > 0 {
+		t.Errorf("%s: %s = %q, want an address in 10.99.0.10-20", r.Name, key, v)
+	}
+}
+
+func expectLease(t *testing.T, r *guest.Result) {
+	t.Helper()
+	r.Expect(t, "eth0.dhcp", "ok")
+	inLeaseRange(t, r, "eth0.ip")
+	r.Expect(t, "eth0.prefix", "24")
+	r.Expect(t, "eth0.router", labGateway)
+	r.Expect(t, "eth0.dns", labGateway)
+	r.Expect(t, "eth0.mtu_option", "1400")
+	r.Expect(t, "eth0.mtu", "1400")
+}
+
+// TestHarnessGuestDHCP boots one guest on a TAP port of a bridge in a
+// throwaway namespace: it must get a lease from udhcpd with the router, DNS
+// and MTU options applied, ping the gateway and talk TCP to the host.
+func TestHarnessGuestDHCP(t *testing.T) {
+	start := time.Now()
+	img := guest.SharedImage(t)
+	t.Logf("image: kernel %s, initrd %s (cached %v, %v)", img.Kernel, img.Initrd, img.Cached, img.BuildTime.Round(time.Millisecond))
+	l := newLab(t, 1, nil)
+
+	s := guest.NewScript().
+		DHCP("eth0").
+		Ping(labGateway).
+		TCP(labGateway, echoPort).
+		Echo(labGateway, echoPort, "hello-host", 10*time.Second).
+		Report("route", "ip route show default")
+	r := guest.Run(t, l.guestConfig("dhcp", 0, guest.MAC(1), s))
+
+	expectLease(t, r)
+	r.Expect(t, "eth0.mac", guest.MAC(1))
+	r.Expect(t, guest.PingKey(labGateway), "ok")
+	r.Expect(t, guest.TCPKey(labGateway, echoPort), "ok")
+	r.Expect(t, guest.EchoKey(labGateway, echoPort), "ok")
+	r.Expect(t, "route", "default via 10.99.0.1 dev eth0")
+	t.Logf("guest boot (qemu start to /init) %v, guest run %v, test %v",
+		r.BootTime.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// TestHarnessParallelGuests boots two guests at once on the same bridge:
+// both get leases; B pings A and uses A's TCP echo server.
+func TestHarnessParallelGuests(t *testing.T) {
+	start := time.Now()
+	guest.SharedImage(t)
+	const serverIP = "10.99.0.11"
+	macA, macB := guest.MAC(0x0b), guest.MAC(0x0c)
+	l := newLab(t, 2, map[string]string{macA: serverIP})
+
+	a := guest.Boot(t, l.guestConfig("server", 0, macA, guest.NewScript().
+		DHCP("eth0").
+		Listen(7001).
+		Ping(labGateway).
+		AwaitConns(7001, 1, 150*time.Second)))
+	b := guest.Boot(t, l.guestConfig("client", 1, macB, guest.NewScript().
+		DHCP("eth0").
+		Ping(labGateway).
+		Echo(serverIP, 7001, "hello-vm", 150*time.Second).
+		Ping(serverIP)))
+	ra := a.MustWait(t)
+	rb := b.MustWait(t)
+
+	expectLease(t, ra)
+	expectLease(t, rb)
+	ra.Expect(t, "eth0.ip", serverIP)
+	ra.Expect(t, guest.ListenKey(7001), "up")
+	ra.Expect(t, guest.ListenKey(7001)+".conns", "1")
+	ra.Expect(t, guest.ListenKey(7001)+".data", "hello-vm")
+	ra.Expect(t, guest.PingKey(labGateway), "ok")
+	rb.Expect(t, guest.PingKey(labGateway), "ok")
+	rb.Expect(t, guest.EchoKey(serverIP, 7001), "ok")
+	rb.Expect(t, guest.PingKey(serverIP), "ok")
+	if ipA, ipB := ra.Values["eth0.ip"], rb.Values["eth0.ip"]; ipA == ipB {
+		t.Errorf("both guests got %s", ipA)
+	}
+	t.Logf("server: boot %v, run %v; client: boot %v, run %v; test %v",
+		ra.BootTime.Round(time.Millisecond), ra.Elapsed.Round(time.Millisecond),
+		rb.BootTime.Round(time.Millisecond), rb.Elapsed.Round(time.Millisecond),
+		time.Since(start).Round(time.Millisecond))
+}
