@@ -19,7 +19,11 @@ const (
 // checkFD checks that fd is an inherited unix datagram socket and makes it
 // close-on-exec and non-blocking.
 func checkFD(fd int) error {
+	notDgram := fmt.Errorf("--fd %d is not a unix datagram socket (a socketpair(AF_UNIX, SOCK_DGRAM) end)", fd)
 	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err == unix.ENOTSOCK {
+		return notDgram
+	}
 	if err != nil {
 		return fmt.Errorf("--fd %d: %w", fd, err)
 	}
@@ -28,7 +32,7 @@ func checkFD(fd int) error {
 		return fmt.Errorf("--fd %d: %w", fd, err)
 	}
 	if typ != unix.SOCK_DGRAM || domain != unix.AF_UNIX {
-		return fmt.Errorf("--fd %d is not a unix datagram socket (a socketpair(AF_UNIX, SOCK_DGRAM) end)", fd)
+		return notDgram
 	}
 	unix.CloseOnExec(fd)
 	return unix.SetNonblock(fd, true)

@@ -14,9 +14,6 @@ import (
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
-// BridgeMark starts the ifalias of every bridge vmnetctl's data plane runs.
-const BridgeMark = "vmnetctl:"
-
 // networkBridge returns the bridge of network n, checking that vmnetctl's
 // data plane runs it: the bridge exists, carries vmnetctl's mark and is up.
 // Without that the VM would get no DHCP, and the helper says so instead of
@@ -38,8 +35,11 @@ func networkBridge(n *api.Network) (netlink.Link, error) {
 	if _, ok := br.(*netlink.Bridge); !ok {
 		return nil, fmt.Errorf("network %q: %s is a %s, not vmnetctl's bridge", n.ID, name, br.Type())
 	}
-	if !strings.HasPrefix(br.Attrs().Alias, BridgeMark) {
-		return nil, fmt.Errorf("network %q: bridge %s is not vmnetctl's (its alias %q does not start with %q)", n.ID, name, br.Attrs().Alias, BridgeMark)
+	if mark := netplane.Mark(n.ID); br.Attrs().Alias != mark {
+		if strings.HasPrefix(br.Attrs().Alias, mark[:strings.Index(mark, ":")+1]) {
+			return nil, fmt.Errorf("network %q: bridge %s belongs to another vmnetctl network (alias %q)", n.ID, name, br.Attrs().Alias)
+		}
+		return nil, fmt.Errorf("network %q: bridge %s is not vmnetctl's (its alias is %q, not %q)", n.ID, name, br.Attrs().Alias, mark)
 	}
 	if br.Attrs().Flags&net.FlagUp == 0 {
 		return nil, fmt.Errorf("%w: bridge %s is down", notUp, name)

@@ -1,0 +1,778 @@
+package helper_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helper"
+	"github.com/vmnetctl/vmnetctl/helperexec"
+)
+
+// The tests run the real binary, as root, in network namespaces they create
+// and remove: a "host" namespace with the network's bridge (named and marked
+// as the data plane would) and a "vm" namespace with a TAP whose frames a
+// small relay moves to and from the helper's socket, as qemu's -netdev
+// dgram would.
+
+var vmnetctlBin string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() == 0 {
+		dir, err := os.MkdirTemp("", "vmnetctl-helper-test")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		vmnetctlBin = filepath.Join(dir, "vmnetctl")
+		out, err := exec.Command("go", "build", "-o", vmnetctlBin, "github.com/vmnetctl/vmnetctl/cmd/vmnetctl").CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "building vmnetctl: %v\n%s", err, out)
+			os.Exit(1)
+		}
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+const (
+	netID     = "shared"
+	gateway   = "192.168.105.1"
+	vmAddr    = "192.168.105.50"
+	ownerID   = 65534 // nobody
+	networks  = "networks:\n  shared:\n    mode: shared\n    gateway: 192.168.105.1\n    dhcpEnd: 192.168.105.254\n    netmask: 255.255.255.0\n"
+	pollEvery = 10 * time.Millisecond
+)
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+var nsSeq atomic.Int32
+
+type fixture struct {
+	host, vm string // netns names
+	bridge   string
+	networks string // networks.yaml
+	dir      string
+}
+
+// newFixture creates the namespaces and the network's bridge.
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces, bridges and TAPs")
+	}
+	for _, tool := range []string{"ip", "busybox"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	n := nsSeq.Add(1)
+	f := &fixture{
+		host:   fmt.Sprintf("vmnh-host-%d-%d", os.Getpid(), n),
+		vm:     fmt.Sprintf("vmnh-vm-%d-%d", os.Getpid(), n),
+		bridge: api.BridgeName(netID),
+		dir:    t.TempDir(),
+	}
+	for _, ns := range []string{f.host, f.vm} {
+		run(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+		// No IPv6: no spontaneous traffic, so counters can be compared exactly.
+		run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+	}
+	run(t, "ip", "-n", f.host, "link", "add", f.bridge, "type", "bridge")
+	run(t, "ip", "-n", f.host, "link", "set", f.bridge, "alias", "vmnetctl:network="+netID)
+	run(t, "ip", "-n", f.host, "addr", "add", gateway+"/24", "dev", f.bridge)
+	run(t, "ip", "-n", f.host, "link", "set", f.bridge, "up")
+	f.networks = filepath.Join(f.dir, "networks.yaml")
+	if err := os.WriteFile(f.networks, []byte(networks), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The helper runs as nobody after setup: its socket directory must be
+	// nobody's.
+	if err := os.Chown(f.dir, ownerID, ownerID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(f.dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// inNS runs fn on a thread in namespace name.
+func inNS(t *testing.T, name string, fn func() error) error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromName(name)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			errc <- err
+			return
+		}
+		errc <- fn()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread() // else the thread dies with the goroutine
+		}
+	}()
+	return <-errc
+}
+
+// openTap creates a TAP in namespace ns and returns its fd.
+func openTap(t *testing.T, ns, name string, vnetHdr bool, offloads int) *os.File {
+	t.Helper()
+	var fd int
+	err := inNS(t, ns, func() error {
+		var err error
+		fd, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		ifr, _ := unix.NewIfreq(name)
+		flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI)
+		if vnetHdr {
+			flags |= unix.IFF_VNET_HDR
+		}
+		ifr.SetUint16(flags)
+		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+			return fmt.Errorf("TUNSETIFF %s: %w", name, err)
+		}
+		if vnetHdr {
+			if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, helper.VirtioNetHdrLen); err != nil {
+				return err
+			}
+			if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, offloads); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// vmRelay plays the VMM: it moves frames between the VM's TAP and the
+// helper's socket, counting what it moved.
+type vmRelay struct {
+	tap      *os.File
+	conn     io.ReadWriteCloser
+	sent     atomic.Uint64 // bytes sent to the helper (VM → host), without header
+	received atomic.Uint64 // bytes received from the helper (host → VM)
+	hdr      int
+	wg       sync.WaitGroup
+}
+
+func startRelay(tap *os.File, conn io.ReadWriteCloser, hdr int) *vmRelay {
+	r := &vmRelay{tap: tap, conn: conn, hdr: hdr}
+	r.wg.Add(2)
+	go func() {
+		defer r.wg.Done()
+		buf := make([]byte, 70000)
+		for {
+			n, err := tap.Read(buf)
+			if err != nil {
+				return
+			}
+			if _, err := conn.Write(buf[:n]); err != nil {
+				if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
+					return
+				}
+				continue // helper gone or slow: a real VMM drops too
+			}
+			r.sent.Add(uint64(n - hdr))
+		}
+	}()
+	go func() {
+		defer r.wg.Done()
+		buf := make([]byte, 70000)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			r.received.Add(uint64(n - hdr))
+			tap.Write(buf[:n])
+		}
+	}()
+	return r
+}
+
+// stop ends the relay and closes its end of the socket.
+func (r *vmRelay) stop() {
+	r.conn.Close()
+	r.tap.Close()
+	r.wg.Wait()
+}
+
+// setupVM configures the VM's TAP: the helper's MAC, a static address.
+func (f *fixture) setupVM(t *testing.T, tap string, mac net.HardwareAddr) {
+	t.Helper()
+	run(t, "ip", "-n", f.vm, "link", "set", tap, "address", mac.String())
+	run(t, "ip", "-n", f.vm, "addr", "add", vmAddr+"/24", "dev", tap)
+	run(t, "ip", "-n", f.vm, "link", "set", tap, "up")
+}
+
+// helperProc is a running `vmnetctl helper`.
+type helperProc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	ready helperexec.Ready
+	mu    sync.Mutex
+	lines []string
+	done  chan struct{}
+	err   error
+}
+
+// startHelper starts the helper in the host namespace and waits for its
+// JSON line.
+func (f *fixture) startHelper(t *testing.T, extra []*os.File, args ...string) *helperProc {
+	t.Helper()
+	h, line := f.launch(t, extra, args...)
+	if line == "" {
+		t.Fatalf("helper printed no ready line; stderr:\n%s", h.stderr())
+	}
+	r, err := helperexec.ParseReady([]byte(line))
+	if err != nil {
+		t.Fatalf("helper's ready line %q: %v", line, err)
+	}
+	h.ready = r
+	return h
+}
+
+// launch starts the helper and returns its first stdout line, or "" if it
+// exited first.
+func (f *fixture) launch(t *testing.T, extra []*os.File, args ...string) (*helperProc, string) {
+	t.Helper()
+	all := append([]string{"netns", "exec", f.host, vmnetctlBin, "--networks", f.networks, "helper"}, args...)
+	cmd := exec.Command("ip", all...)
+	cmd.ExtraFiles = extra
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &helperProc{t: t, cmd: cmd, done: make(chan struct{})}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			h.mu.Lock()
+			h.lines = append(h.lines, sc.Text())
+			h.mu.Unlock()
+		}
+		h.err = cmd.Wait()
+		close(h.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-h.done:
+		default:
+			cmd.Process.Kill()
+			<-h.done
+		}
+		if t.Failed() {
+			t.Logf("helper stderr:\n%s", h.stderr())
+		}
+	})
+	select {
+	case line := <-lines:
+		return h, line
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no ready line within 10s; stderr:\n%s", h.stderr())
+	}
+	return nil, ""
+}
+
+func (h *helperProc) stderr() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Join(h.lines, "\n")
+}
+
+// lastStats is the helper's last stats line.
+func (h *helperProc) lastStats() (helperexec.Stats, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := len(h.lines) - 1; i >= 0; i-- {
+		if s, ok := helperexec.ParseStatsLine(h.lines[i]); ok {
+			return s, true
+		}
+	}
+	return helperexec.Stats{}, false
+}
+
+func (h *helperProc) exited() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// terminate sends SIGTERM and waits for a clean exit.
+func (h *helperProc) terminate() {
+	h.t.Helper()
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	h.wait(10 * time.Second)
+}
+
+func (h *helperProc) wait(timeout time.Duration) {
+	h.t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	if !h.exited() {
+		select {
+		case <-h.done:
+		case <-timer.C:
+			h.t.Fatalf("helper did not exit within %v", timeout)
+		}
+	}
+	if h.err != nil {
+		h.t.Fatalf("helper exited with %v; stderr:\n%s", h.err, h.stderr())
+	}
+}
+
+func (f *fixture) linkExists(name string) bool {
+	return exec.Command("ip", "-n", f.host, "link", "show", name).Run() == nil
+}
+
+// procUID is the real uid in /proc/PID/status.
+func procUID(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "Uid:"); ok {
+			fields := strings.Fields(rest)
+			uid, _ := strconv.Atoi(fields[0])
+			for _, f := range fields[1:] {
+				if f != fields[0] {
+					t.Errorf("uids differ: %s", rest)
+				}
+			}
+			return uid
+		}
+	}
+	t.Fatal("no Uid line")
+	return -1
+}
+
+func socketpair(t *testing.T) (helperEnd *os.File, vmEnd *net.UnixConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Buffers as vmnet-helper's users set them on both ends.
+	for _, fd := range fds {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 65*1024)
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	}
+	helperEnd = os.NewFile(uintptr(fds[0]), "helper-end")
+	vmFile := os.NewFile(uintptr(fds[1]), "vm-end")
+	c, err := net.FileConn(vmFile)
+	vmFile.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return helperEnd, c.(*net.UnixConn)
+}
+
+// dialSocket connects to the helper's --socket as a client, bound to its own
+// path, and sends a short hello as vfkit does.
+func dialSocket(t *testing.T, dir, path string) *net.UnixConn {
+	t.Helper()
+	laddr := &net.UnixAddr{Name: filepath.Join(dir, "vm.sock"), Net: "unixgram"}
+	c, err := net.DialUnix("unixgram", laddr, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); os.Remove(laddr.Name) })
+	// The VM runs as the helper's user; sending to a socket needs write
+	// permission on it.
+	if err := os.Chown(laddr.Name, ownerID, ownerID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("VFKT")); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func ping(ns, addr string) error {
+	return exec.Command("ip", "netns", "exec", ns, "busybox", "ping", "-c", "1", "-W", "1", addr).Run()
+}
+
+// stream sends size bytes over TCP between the VM and the gateway (toVM:
+// from the gateway to the VM) and returns how many the receiver got.
+func (f *fixture) stream(t *testing.T, size int64, toVM bool) int64 {
+	t.Helper()
+	var ln net.Listener
+	if err := inNS(t, f.host, func() (err error) {
+		ln, err = net.Listen("tcp4", gateway+":0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var vmConn net.Conn
+	if err := inNS(t, f.vm, func() (err error) {
+		vmConn, err = net.DialTimeout("tcp4", ln.Addr().String(), 10*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer vmConn.Close()
+	hostConn, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostConn.Close()
+	from, to := vmConn, hostConn
+	if toVM {
+		from, to = hostConn, vmConn
+	}
+	start := time.Now()
+	go func() {
+		io.CopyN(from, zeros{}, size)
+		from.(*net.TCPConn).CloseWrite()
+	}()
+	to.SetReadDeadline(time.Now().Add(60 * time.Second))
+	got, err := io.Copy(io.Discard, to)
+	if err != nil {
+		t.Fatalf("stream: %v after %d bytes", err, got)
+	}
+	t.Logf("stream toVM=%v: %d bytes at %.2f Gbit/s", toVM, got, float64(got)*8/time.Since(start).Seconds()/1e9)
+	return got
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func TestRelay(t *testing.T) {
+	tests := []struct {
+		name   string
+		socket bool
+		tso    bool
+	}{
+		{name: "fd"},
+		{name: "socket", socket: true},
+		{name: "fd with TSO", tso: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			id := "2835E074-9892-4A79-AFFB-7E41D2605678"
+			hdr, offloads := 0, 0
+			args := []string{"--interface-id", id, "--uid", strconv.Itoa(ownerID), "--gid", strconv.Itoa(ownerID), "--stats-interval", "0.2"}
+			if tt.tso {
+				args = append(args, "--enable-tso")
+				hdr, offloads = helper.VirtioNetHdrLen, unix.TUN_F_CSUM|unix.TUN_F_TSO4|unix.TUN_F_TSO6
+			}
+			tap := openTap(t, f.vm, "vmeth0", tt.tso, offloads)
+
+			var h *helperProc
+			var conn *net.UnixConn
+			if tt.socket {
+				path := filepath.Join(f.dir, "helper.sock")
+				h = f.startHelper(t, nil, append(args, "--socket", path)...)
+				fi, err := os.Stat(path)
+				if err != nil {
+					t.Fatalf("socket not there after the ready line: %v", err)
+				}
+				st := fi.Sys().(*syscall.Stat_t)
+				if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 || st.Uid != ownerID {
+					t.Errorf("socket %s: mode %v uid %d, want a 0600 socket of uid %d", path, fi.Mode(), st.Uid, ownerID)
+				}
+				if _, err := os.Stat(path + ".lock"); err != nil {
+					t.Errorf("lock: %v", err)
+				}
+				// A second helper on the same path must refuse.
+				_, line := f.launch(t, nil, "--socket", path, "--tap", "vmt-second")
+				if line != "" {
+					t.Errorf("second helper on %s printed %q", path, line)
+				}
+				conn = dialSocket(t, f.dir, path)
+				defer func() {
+					waitFor(t, 5*time.Second, "socket and lock removal", func() bool {
+						_, e1 := os.Stat(path)
+						_, e2 := os.Stat(path + ".lock")
+						return errors.Is(e1, os.ErrNotExist) && errors.Is(e2, os.ErrNotExist)
+					})
+				}()
+			} else {
+				var helperEnd *os.File
+				helperEnd, conn = socketpair(t)
+				h = f.startHelper(t, []*os.File{helperEnd}, append(args, "--fd", "3")...)
+				helperEnd.Close()
+			}
+
+			// The JSON line.
+			r := h.ready
+			wantMax := 1514
+			if tt.tso {
+				wantMax = 65550
+			}
+			if r.MACAddress.String() != helper.InterfaceMAC(id).String() || r.MTU != 1500 || r.MaxPacketSize != wantMax ||
+				r.InterfaceID != id || r.StartAddress.String() != gateway || r.EndAddress.String() != "192.168.105.254" ||
+				r.SubnetMask.String() != "255.255.255.0" || r.TapName != helper.TapName(id) {
+				t.Errorf("ready line = %+v", r)
+			}
+			if !f.linkExists(r.TapName) {
+				t.Fatalf("TAP %s does not exist", r.TapName)
+			}
+			if uid := procUID(t, h.cmd.Process.Pid); uid != ownerID {
+				t.Errorf("helper runs as uid %d, want %d", uid, ownerID)
+			}
+
+			relay := startRelay(tap, conn, hdr)
+			f.setupVM(t, "vmeth0", r.MACAddress)
+			waitFor(t, 10*time.Second, "ping from the VM to the gateway", func() bool { return ping(f.vm, gateway) == nil })
+
+			const size = 20 << 20
+			if got := f.stream(t, size, false); got != size {
+				t.Errorf("VM → host: received %d bytes, want %d", got, size)
+			}
+			if got := f.stream(t, size, true); got != size {
+				t.Errorf("host → VM: received %d bytes, want %d", got, size)
+			}
+
+			// A stats line comes every 0.2 s.
+			waitFor(t, 5*time.Second, "a stats line with the stream", func() bool {
+				s, ok := h.lastStats()
+				return ok && s.VM.Bytes >= size && s.Host.Bytes >= size
+			})
+
+			h.terminate()
+			if f.linkExists(r.TapName) {
+				t.Errorf("TAP %s still exists after SIGTERM", r.TapName)
+			}
+			s, ok := h.lastStats()
+			if !ok {
+				t.Fatal("no stats line")
+			}
+			// Every frame the helper sent reaches the relay (the socket is
+			// reliable), and every frame the relay sent was read by the helper
+			// (the VM side is quiet after the stream).
+			waitFor(t, 5*time.Second, "the relay to read the helper's last frames", func() bool {
+				return relay.received.Load() == s.Host.Bytes
+			})
+			relay.stop()
+			if relay.sent.Load() != s.VM.Bytes+0 && s.VM.Drops == 0 {
+				t.Errorf("relay sent %d bytes, helper counted %d from the VM", relay.sent.Load(), s.VM.Bytes)
+			}
+			if s.VM.Bytes < size || s.Host.Bytes < size {
+				t.Errorf("stats %+v: want at least %d bytes each way", s, size)
+			}
+			if s.Host.Fast+s.Host.Slow == 0 || s.VM.Fast+s.VM.Slow == 0 {
+				t.Errorf("stats %+v: no syscalls counted", s)
+			}
+			t.Logf("final stats: host %+v vm %+v", s.Host, s.VM)
+		})
+	}
+}
+
+func TestPeerGone(t *testing.T) {
+	f := newFixture(t)
+	tap := openTap(t, f.vm, "vmeth0", false, 0)
+	helperEnd, conn := socketpair(t)
+	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3", "--uid", strconv.Itoa(ownerID))
+	helperEnd.Close()
+	relay := startRelay(tap, conn, 0)
+	f.setupVM(t, "vmeth0", h.ready.MACAddress)
+	waitFor(t, 10*time.Second, "ping from the VM to the gateway", func() bool { return ping(f.vm, gateway) == nil })
+
+	// The VM dies. The helper notices when it next sends to it: a dgram
+	// socketpair has no hangup, so traffic towards the VM is what tells.
+	relay.stop()
+	waitFor(t, 10*time.Second, "the helper to exit", func() bool {
+		ping(f.host, vmAddr)
+		return h.exited()
+	})
+	h.wait(0)
+	if f.linkExists(h.ready.TapName) {
+		t.Errorf("TAP %s still exists after the peer went away", h.ready.TapName)
+	}
+}
+
+func TestStableMAC(t *testing.T) {
+	f := newFixture(t)
+	id := "6f1c2d4e-0000-4000-8000-0123456789ab"
+	var macs []string
+	for range 2 {
+		helperEnd, _ := socketpair(t)
+		h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3", "--interface-id", id)
+		helperEnd.Close()
+		macs = append(macs, h.ready.MACAddress.String())
+		h.terminate()
+	}
+	if macs[0] != macs[1] || macs[0] != helper.InterfaceMAC(id).String() {
+		t.Errorf("MACs for one interface id: %v, want %s", macs, helper.InterfaceMAC(id))
+	}
+	// Without an id, a random one is reported and the MAC derives from it.
+	helperEnd, _ := socketpair(t)
+	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3")
+	helperEnd.Close()
+	if err := helper.CheckInterfaceID(h.ready.InterfaceID); err != nil || h.ready.MACAddress.String() != helper.InterfaceMAC(h.ready.InterfaceID).String() {
+		t.Errorf("random id: %+v (%v)", h.ready, err)
+	}
+	h.terminate()
+}
+
+func TestAttachTap(t *testing.T) {
+	f := newFixture(t)
+	h := f.startHelper(t, nil, "--attach", "tap", "--uid", strconv.Itoa(ownerID), "--gid", strconv.Itoa(ownerID), "--stats-interval", "0.1", "--tap", "vmt-attach")
+	if h.ready.TapName != "vmt-attach" {
+		t.Fatalf("tap_name = %q", h.ready.TapName)
+	}
+	owner := strings.TrimSpace(run(t, "ip", "netns", "exec", f.host, "cat", "/sys/class/net/vmt-attach/tun_flags", "/sys/class/net/vmt-attach/owner", "/sys/class/net/vmt-attach/brport/bridge/uevent"))
+	if !strings.Contains(owner, "\n65534\n") || !strings.Contains(owner, "INTERFACE="+f.bridge) {
+		t.Errorf("TAP flags, owner, bridge: %q", owner)
+	}
+	// The VMM opens the TAP, as firecracker would, and moves its frames to
+	// and from the VM (here: a TAP in the VM's namespace).
+	vmm := openTap(t, f.host, "vmt-attach", false, 0)
+	vmTap := openTap(t, f.vm, "vmeth0", false, 0)
+	relay := startRelay(vmTap, vmm, 0)
+	defer relay.stop()
+	f.setupVM(t, "vmeth0", h.ready.MACAddress)
+	waitFor(t, 10*time.Second, "ping from the VM to the gateway", func() bool { return ping(f.vm, gateway) == nil })
+	// On a TAP the kernel's rx is what the VM sent: "vm" in the stats.
+	waitFor(t, 5*time.Second, "stats with the ping", func() bool {
+		s, ok := h.lastStats()
+		return ok && s.VM.Packets >= 2 && s.Host.Packets >= 2 && s.VM.Bytes >= 98+42
+	})
+	// SIGTERM deletes the TAP even while the VMM still has it open.
+	h.terminate()
+	if f.linkExists("vmt-attach") {
+		t.Error("TAP vmt-attach still exists after SIGTERM")
+	}
+}
+
+func TestFailures(t *testing.T) {
+	f := newFixture(t)
+	other := filepath.Join(f.dir, "other.yaml")
+	os.WriteFile(other, []byte(strings.ReplaceAll(networks, "shared", "host")), 0o644)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"network down", []string{"--networks", other, "helper", "--attach", "tap", "--network", "host"}, `network "host" is not up (run ` + "`vmnetctl up`)"},
+		{"unknown network", []string{"helper", "--fd", "0", "--network", "nope"}, `network "nope" is not defined`},
+		{"fd and socket", []string{"helper", "--fd", "0", "--socket", "/tmp/x"}, "exactly one of --fd and --socket"},
+		{"not a socket", []string{"helper", "--fd", "0"}, "is not a unix datagram socket"},
+		{"addresses mismatch", []string{"helper", "--fd", "0", "--start-address", "10.0.0.1", "--end-address", "10.0.0.9", "--subnet-mask", "255.0.0.0"}, "do not match network"},
+		{"partial addresses", []string{"helper", "--fd", "0", "--start-address", "192.168.105.1"}, "must be given together"},
+		{"bad interface id", []string{"helper", "--fd", "0", "--interface-id", "nope"}, "is not a UUID"},
+		{"tso with attach", []string{"helper", "--attach", "tap", "--enable-tso"}, "have no meaning with --attach tap"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"netns", "exec", f.host, vmnetctlBin}, tt.args...)
+			if tt.args[0] == "helper" {
+				args = append([]string{"netns", "exec", f.host, vmnetctlBin, "--networks", f.networks}, tt.args...)
+			}
+			var stdout, stderr bytes.Buffer
+			cmd := exec.Command("ip", args...)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Errorf("exit: %v, want status 1", err)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout = %q, want nothing", stdout.String())
+			}
+			if !strings.Contains(stderr.String(), tt.want) {
+				t.Errorf("stderr = %q, want %q", stderr.String(), tt.want)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	if vmnetctlBin == "" {
+		t.Skip("needs root (the binary is built in TestMain)")
+	}
+	out := run(t, vmnetctlBin, "helper", "--version")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "version: v") || !strings.HasPrefix(lines[1], "commit: ") {
+		t.Errorf("--version printed %q", out)
+	}
+}
