@@ -90,7 +90,7 @@ func (h *dhcpHandler) serve(conn net.PacketConn, peer net.Addr, req *dhcpv4.DHCP
 		}
 	}
 	if _, err := conn.WriteTo(reply.ToBytes(), peer); err != nil {
-		h.log.Warn("sending DHCP reply", "network", h.n.ID, "to", peer, "type", reply.MessageType(), "err", err)
+		h.log.Warn("sending DHCP reply", "to", peer, "type", reply.MessageType(), "err", err)
 		h.count("", "", true)
 	}
 }
@@ -119,7 +119,7 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 	case dhcpv4.MessageTypeDiscover:
 		ip, err := h.alloc.Offer(mac, addrOf(req.RequestedIPAddress()))
 		if err != nil {
-			h.log.Warn("no address to offer", "network", h.n.ID, "mac", mac, "err", err)
+			h.log.Warn("no address to offer", "mac", mac, "err", err)
 			h.count(name, "", true)
 			return nil
 		}
@@ -132,7 +132,7 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 		}
 		l, err := h.alloc.Commit(mac, ip, req.HostName())
 		if err != nil {
-			h.log.Info("refusing DHCP request", "network", h.n.ID, "mac", mac, "ip", ip, "err", err)
+			h.log.Info("refusing DHCP request", "mac", mac, "ip", ip, "err", err)
 			h.count(name, "NAK", false)
 			nak, err := dhcpv4.NewReplyFromRequest(req, dhcpv4.WithMessageType(dhcpv4.MessageTypeNak),
 				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(gw)))
@@ -141,20 +141,20 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 			}
 			return nak
 		}
-		h.log.Debug("leased", "network", h.n.ID, "mac", mac, "ip", l.IP, "hostname", l.Hostname)
+		h.log.Debug("leased", "mac", mac, "ip", l.IP, "hostname", l.Hostname)
 		h.count(name, "ACK", false)
 		return h.reply(req, dhcpv4.MessageTypeAck, l.IP)
 	case dhcpv4.MessageTypeDecline:
 		ip := addrOf(req.RequestedIPAddress())
-		h.log.Warn("client declined its address: another host uses it", "network", h.n.ID, "mac", mac, "ip", ip)
+		h.log.Warn("client declined its address: another host uses it", "mac", mac, "ip", ip)
 		if err := h.alloc.Decline(mac, ip); err != nil {
-			h.log.Warn("declining lease", "network", h.n.ID, "mac", mac, "err", err)
+			h.log.Warn("declining lease", "mac", mac, "err", err)
 		}
 		h.count(name, "", false)
 		return nil
 	case dhcpv4.MessageTypeRelease:
 		if err := h.alloc.Release(mac); err != nil {
-			h.log.Warn("releasing lease", "network", h.n.ID, "mac", mac, "err", err)
+			h.log.Warn("releasing lease", "mac", mac, "err", err)
 		}
 		h.count(name, "", false)
 		return nil
@@ -204,7 +204,7 @@ func (h *dhcpHandler) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, yiaddr ne
 	}
 	r, err := dhcpv4.NewReplyFromRequest(req, mods...)
 	if err != nil {
-		h.log.Warn("building DHCP reply", "network", h.n.ID, "err", err)
+		h.log.Warn("building DHCP reply", "err", err)
 		return nil
 	}
 	return r

@@ -128,7 +128,7 @@ func (h *dnsHandler) forward(w dns.ResponseWriter, r *dns.Msg) {
 	for _, up := range h.upstreams {
 		resp, err := h.exchange(c, network, up, r)
 		if err != nil {
-			h.log.Debug("upstream resolver failed", "network", h.network, "upstream", up, "err", err)
+			h.log.Debug("upstream resolver failed", "upstream", up, "err", err)
 			continue
 		}
 		h.count(func(s *DNSStats) { s.Forwarded++ })

@@ -491,3 +491,96 @@ func CreateMacvtap(n *api.Network, name string, mac net.HardwareAddr) (*netlink.
 	}
 	return l.(*netlink.Macvtap), nil
 }
+
+// Check compares the kernel with what Ensure would set up for n, without
+// changing anything, and returns an error naming every difference: a
+// missing or foreign bridge, one that is down or has the wrong MTU or
+// addresses, a missing table or rule, forwarding off for a shared network,
+// a missing bridged interface. nil means the network is up as configured.
+func Check(ctx context.Context, n *api.Network) error {
+	if n.Mode == api.ModeBridged {
+		_, err := bridgedParent(n)
+		return err
+	}
+	if !n.Routed() {
+		return fmt.Errorf("network %q: mode %s is not managed by vmnetctl", n.ID, n.Mode)
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("network %q: "+format, append([]any{n.ID}, args...)...))
+	}
+	name := n.Bridge()
+	l, err := netlink.LinkByName(name)
+	switch {
+	case notFound(err):
+		bad("bridge %s does not exist", name)
+	case err != nil:
+		bad("bridge %s: %w", name, err)
+	default:
+		if id, ok := ownedBy(l); !ok || id != n.ID {
+			bad("%s is not this network's (alias %q)", name, l.Attrs().Alias)
+			break
+		}
+		if _, ok := l.(*netlink.Bridge); !ok {
+			bad("%s is a %s, not a bridge", name, l.Type())
+		}
+		if l.Attrs().Flags&net.FlagUp == 0 {
+			bad("bridge %s is down", name)
+		}
+		if l.Attrs().MTU != n.MTU {
+			bad("bridge %s has MTU %d, want %d", name, l.Attrs().MTU, n.MTU)
+		}
+		want := netip.PrefixFrom(n.Gateway, n.Subnet.Bits())
+		addrs, err := addrList(l)
+		if err != nil {
+			bad("listing addresses of %s: %w", name, err)
+		}
+		var have []string
+		found := false
+		for _, a := range addrs {
+			ip, _ := netip.AddrFromSlice(a.IP.To4())
+			ones, _ := a.Mask.Size()
+			p := netip.PrefixFrom(ip, ones)
+			found = found || p == want
+			have = append(have, p.String())
+		}
+		if !found || len(addrs) != 1 {
+			bad("bridge %s has the addresses %v, want %s", name, have, want)
+		}
+	}
+	listing, err := tableRuleset(ctx, n.ID)
+	switch {
+	case err != nil:
+		errs = append(errs, err)
+	case listing == "":
+		bad("nftables table inet %s does not exist", TableName(n.ID))
+	default:
+		if !strings.Contains(listing, "comment \""+Mark(n.ID)+"\"") {
+			bad("nftables table inet %s is not marked as vmnetctl's", TableName(n.ID))
+		}
+		want := 0
+		for _, rs := range nftRules(n) {
+			for _, r := range rs {
+				want++
+				if !strings.Contains(listing, "\t\t"+r+"\n") {
+					bad("nftables table inet %s lacks the rule %q", TableName(n.ID), r)
+				}
+			}
+		}
+		got := 0
+		for _, line := range strings.Split(listing, "\n") {
+			if strings.HasPrefix(line, "\t\t") && !strings.HasPrefix(line, "\t\ttype ") {
+				got++
+			}
+		}
+		if got != want {
+			bad("nftables table inet %s has %d rules, want %d", TableName(n.ID), got, want)
+		}
+	}
+	if n.Mode == api.ModeShared {
+		if v, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err != nil || string(bytes.TrimSpace(v)) != "1" {
+			bad("IPv4 forwarding is off")
+		}
+	}
+	return errors.Join(errs...)
+}

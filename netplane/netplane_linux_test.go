@@ -203,6 +203,27 @@ func TestShared(t *testing.T) {
 			t.Errorf("Inspect: %+v", s)
 		}
 	})
+
+	t.Run("CheckAndRepair", func(t *testing.T) {
+		in(t, host, func() error { return Check(context.Background(), n) })
+		// Break what Ensure set up; Check names it, Ensure repairs it.
+		if _, err := run(host, 5*time.Second, "ip", "link", "set", n.Bridge(), "down"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run(host, 5*time.Second, "nft", "flush", "chain", "inet", TableName(n.ID), "postrouting"); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		host.Do(func(ns.NetNS) error { err = Check(context.Background(), n); return nil })
+		if err == nil || !strings.Contains(err.Error(), "is down") || !strings.Contains(err.Error(), "masquerade") {
+			t.Errorf("Check after breaking: %v", err)
+		}
+		in(t, host, func() error { return Ensure(context.Background(), n) })
+		in(t, host, func() error { return Check(context.Background(), n) })
+		if err := ping(v, n.Gateway.String()); err != nil {
+			t.Errorf("VM cannot ping the gateway after repair: %v", err)
+		}
+	})
 }
 
 func TestHost(t *testing.T) {
@@ -433,6 +454,11 @@ func TestRemoveAndSweep(t *testing.T) {
 	}
 	for range 2 {
 		in(t, host, func() error { return Remove(context.Background(), "a", state) })
+	}
+	var err error
+	host.Do(func(ns.NetNS) error { err = Check(context.Background(), a); return nil })
+	if err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("Check after Remove: %v", err)
 	}
 	if after := snapshot(t, host); after != before {
 		t.Errorf("Remove left the host changed:\n%s", lineDiff(before, after))

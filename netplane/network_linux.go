@@ -37,14 +37,15 @@ type Network struct {
 // proxy on the gateway's port 53, UDP and TCP (if n.DNSProxy). A bridged
 // network has no services: its LAN provides them.
 //
-// The services stop when Close is called or ctx is done. Neither removes
-// the kernel state: a vmnetctl restart must not cut the VMs off. Remove
-// does that.
+// ctx bounds the setup only: the services run until Close, which does not
+// remove the kernel state (a vmnetctl restart must not cut the VMs off;
+// Remove does that). Log lines carry the attribute network=<id>.
 func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) {
 	log := opts.Log
 	if log == nil {
 		log = slog.Default()
 	}
+	log = log.With("network", n.ID)
 	if err := Ensure(ctx, n); err != nil {
 		return nil, err
 	}
@@ -119,7 +120,7 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 			go func() {
 				defer nw.wg.Done()
 				if err := s.ActivateAndServe(); err != nil && !nw.stopped() {
-					log.Error("DNS proxy stopped", "network", n.ID, "err", err)
+					log.Error("DNS proxy stopped", "err", err)
 				}
 			}()
 			nw.closers = append(nw.closers, s.Shutdown)
@@ -148,17 +149,10 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 		go func() {
 			defer nw.wg.Done()
 			if err := srv.Serve(); err != nil && !nw.stopped() {
-				log.Error("DHCP server stopped", "network", n.ID, "err", err)
+				log.Error("DHCP server stopped", "err", err)
 			}
 		}()
 	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			nw.Close()
-		case <-nw.stop:
-		}
-	}()
 	ok = true
 	return nw, nil
 }

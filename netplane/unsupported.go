@@ -22,6 +22,7 @@ func Ensure(context.Context, *api.Network) error                     { return Er
 func Remove(context.Context, string, string) error                   { return ErrUnsupported }
 func Sweep(context.Context, []string, string) ([]string, error)      { return nil, ErrUnsupported }
 func Inspect(context.Context, string) (*State, error)                { return nil, ErrUnsupported }
+func Check(context.Context, *api.Network) error                      { return ErrUnsupported }
 func PortBridge(*api.Network) (string, error)                        { return "", ErrUnsupported }
 func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, error) {
 	return nil, ErrUnsupported
