@@ -3,10 +3,12 @@ package helper_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,8 +25,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/config"
 	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 // The tests run the real binary, as root, in network namespaces they create
@@ -775,4 +779,71 @@ func TestVersion(t *testing.T) {
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "version: v") || !strings.HasPrefix(lines[1], "commit: ") {
 		t.Errorf("--version printed %q", out)
 	}
+}
+
+// TestDHCP joins a network the data plane runs (netplane.Start: bridge,
+// nftables, DHCP server, DNS proxy) and gets a lease in the VM.
+func TestDHCP(t *testing.T) {
+	f := newFixture(t)
+	// The data plane creates the bridge itself.
+	run(t, "ip", "-n", f.host, "link", "del", f.bridge)
+	for _, tool := range []string{"nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	nets, _, err := config.LoadNetworks(f.networks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := nets.Get(netID)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resolv := filepath.Join(f.dir, "resolv.conf")
+	os.WriteFile(resolv, []byte("nameserver 192.0.2.53\n"), 0o644)
+	var nw *netplane.Network
+	if err := inNS(t, f.host, func() (err error) {
+		nw, err = netplane.Start(ctx, n, netplane.Options{ResolvConf: resolv, Upstreams: []string{"192.0.2.53:53"}})
+		return err
+	}); err != nil {
+		t.Fatalf("starting the network: %v", err)
+	}
+	defer nw.Close()
+
+	tap := openTap(t, f.vm, "vmeth0", false, 0)
+	helperEnd, conn := socketpair(t)
+	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3", "--network", netID, "--uid", strconv.Itoa(ownerID))
+	helperEnd.Close()
+	if h.ready.IPv4Subnet.String() != "192.168.105.0" || h.ready.IPv4Mask.String() != "255.255.255.0" {
+		t.Errorf("--network ready line: %+v", h.ready)
+	}
+	relay := startRelay(tap, conn, 0)
+	defer relay.stop()
+	run(t, "ip", "-n", f.vm, "link", "set", "vmeth0", "address", h.ready.MACAddress.String())
+	run(t, "ip", "-n", f.vm, "link", "set", "vmeth0", "up")
+
+	// Debian's busybox looks for its script in /etc/udhcpc: pass our own.
+	script := filepath.Join(f.dir, "udhcpc.sh")
+	lease := filepath.Join(f.dir, "lease")
+	os.WriteFile(script, []byte("#!/bin/sh\ncase \"$1\" in bound|renew) echo \"$ip $subnet $router\" >"+lease+" ;; esac\n"), 0o755)
+	out, err := exec.Command("ip", "netns", "exec", f.vm, "busybox", "udhcpc", "-i", "vmeth0", "-s", script, "-f", "-q", "-n", "-t", "10", "-T", "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("udhcpc: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(lease)
+	if err != nil {
+		t.Fatalf("no lease: %v\n%s", err, out)
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 3 || fields[1] != "255.255.255.0" || fields[2] != gateway {
+		t.Fatalf("lease %q, want an address in 192.168.105.0/24 with router %s", b, gateway)
+	}
+	ip, err := netip.ParseAddr(fields[0])
+	if err != nil || !n.Subnet.Contains(ip) || ip.Compare(n.DHCPStart) < 0 || ip.Compare(n.DHCPEnd) > 0 {
+		t.Fatalf("leased %q, not in %s-%s", fields[0], n.DHCPStart, n.DHCPEnd)
+	}
+	t.Logf("leased %s", ip)
+	run(t, "ip", "-n", f.vm, "addr", "add", ip.String()+"/24", "dev", "vmeth0")
+	waitFor(t, 10*time.Second, "ping from the leased address to the gateway", func() bool { return ping(f.vm, gateway) == nil })
+	h.terminate()
 }
