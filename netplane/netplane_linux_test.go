@@ -324,6 +324,30 @@ func TestRestartAndReservation(t *testing.T) {
 	}
 }
 
+// udhcpd runs busybox udhcpd on eth0 of namespace lan, which becomes
+// <net>.1/24 and leases <net>.100-150.
+func udhcpd(t *testing.T, lan ns.NetNS, net string) {
+	t.Helper()
+	in(t, lan, func() error { return addAddr("eth0", net+".1/24") })
+	dir := t.TempDir()
+	conf := fmt.Sprintf("start %[2]s.100\nend %[2]s.150\ninterface eth0\nlease_file %[1]s/leases\npidfile %[1]s/pid\n"+
+		"option subnet 255.255.255.0\noption router %[2]s.1\noption dns %[2]s.1\n", dir, net)
+	if err := os.WriteFile(dir+"/udhcpd.conf", []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/leases", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in(t, lan, func() error {
+		cmd := exec.Command(busybox, "udhcpd", "-f", dir+"/udhcpd.conf")
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return nil
+	})
+}
+
 func TestBridged(t *testing.T) {
 	needRoot(t)
 	host := newNS(t)
@@ -347,21 +371,7 @@ func TestBridged(t *testing.T) {
 		}
 		return netlink.LinkSetMaster(l, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "lanbr"}})
 	})
-	in(t, lan, func() error { return addAddr("eth0", "10.77.0.1/24") })
-	dir := t.TempDir()
-	conf := fmt.Sprintf("start 10.77.0.100\nend 10.77.0.150\ninterface eth0\nlease_file %s/leases\npidfile %s/pid\noption subnet 255.255.255.0\noption router 10.77.0.1\noption dns 10.77.0.1\n", dir, dir)
-	if err := os.WriteFile(dir+"/udhcpd.conf", []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(dir+"/leases", nil, 0o644)
-	in(t, lan, func() error {
-		cmd := exec.Command(busybox, "udhcpd", "-f", dir+"/udhcpd.conf")
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		return nil
-	})
+	udhcpd(t, lan, "10.77.0")
 
 	n := &api.Network{ID: "br", Name: "br", Mode: api.ModeBridged, Interface: "lanbr", MTU: 1500}
 	nw := start(t, host, n, Options{})
