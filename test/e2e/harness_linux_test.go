@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
 )
 
@@ -21,6 +23,8 @@ type lab struct {
 const (
 	labGateway = "10.99.0.1"
 	echoPort   = 7000
+	labName    = "vm.e2e.test"
+	labNameIP  = "10.99.0.53"
 )
 
 func newLab(t *testing.T, taps int, staticLeases map[string]string) *lab {
@@ -63,6 +67,22 @@ opt lease 600
 	// A host-side TCP echo server on the bridge address.
 	guest.NetnsStart(t, l.ns, filepath.Join(l.dir, "echo.log"), "busybox", "nc", "-ll", "-p", fmt.Sprint(echoPort), "-e", "/bin/cat")
 	guest.WaitFor(t, 10*time.Second, "echo server listening", func() bool { return guest.NetnsListeningTCP(l.ns, echoPort) })
+
+	// A DNS server on the bridge address that knows one name.
+	pc := guest.ListenUDPInNetns(t, l.ns, labGateway+":53")
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(q)
+		if len(q.Question) == 1 && q.Question[0].Name == labName+"." && q.Question[0].Qtype == dns.TypeA {
+			rr, _ := dns.NewRR(labName + ". 60 IN A " + labNameIP)
+			m.Answer = append(m.Answer, rr)
+		} else if len(q.Question) == 1 && q.Question[0].Name != labName+"." {
+			m.Rcode = dns.RcodeNameError
+		}
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
 	return l
 }
 
@@ -109,6 +129,8 @@ func TestHarnessGuestDHCP(t *testing.T) {
 		Ping(labGateway).
 		TCP(labGateway, echoPort).
 		Echo(labGateway, echoPort, "hello-host", 10*time.Second).
+		Resolve(labName, labGateway).
+		Resolve("missing.e2e.test", labGateway).
 		Report("route", "ip route show default")
 	r := guest.Run(t, l.guestConfig("dhcp", 0, guest.MAC(1), s))
 
@@ -117,6 +139,8 @@ func TestHarnessGuestDHCP(t *testing.T) {
 	r.Expect(t, guest.PingKey(labGateway), "ok")
 	r.Expect(t, guest.TCPKey(labGateway, echoPort), "ok")
 	r.Expect(t, guest.EchoKey(labGateway, echoPort), "ok")
+	r.Expect(t, guest.ResolveKey(labName), labNameIP)
+	r.Expect(t, guest.ResolveKey("missing.e2e.test"), "fail")
 	r.Expect(t, "route", "default via 10.99.0.1 dev eth0")
 	t.Logf("guest boot (qemu start to /init) %v, guest run %v, test %v",
 		r.BootTime.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))

@@ -3,6 +3,7 @@ package guest
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -52,4 +53,22 @@ func runPair(t *testing.T, start time.Time, ca, cb Config) {
 	rb.Expect(t, PingKey("10.98.0.1"), "ok")
 	t.Logf("boot %v / %v, run %v / %v, test %v", ra.BootTime.Round(time.Millisecond), rb.BootTime.Round(time.Millisecond),
 		ra.Elapsed.Round(time.Millisecond), rb.Elapsed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// TestBootTimeout: a guest that does not finish in time is killed and the
+// error says so and carries the qemu command and console tail.
+func TestBootTimeout(t *testing.T) {
+	g := Boot(t, Config{Name: "slow", Script: NewScript().Sh("sleep 600"), Timeout: time.Second})
+	r, err := g.Wait()
+	if err == nil {
+		t.Fatal("no error from a guest that timed out")
+	}
+	for _, want := range []string{"timed out after 1s", "qemu-system-x86_64", "console ("} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if r.Done || r.Elapsed > 30*time.Second {
+		t.Errorf("done %v elapsed %v", r.Done, r.Elapsed)
+	}
 }

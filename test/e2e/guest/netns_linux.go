@@ -2,12 +2,16 @@ package guest
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var netnsSeq atomic.Int64
@@ -103,4 +107,46 @@ func NetnsListeningTCP(ns string, port int) bool {
 		}
 	}
 	return false
+}
+
+// InNetns runs fn on an OS thread switched into the named namespace, then
+// switches the thread back. Sockets fn creates stay in the namespace, so it
+// is the way to listen there from the test process.
+func InNetns(ns string, fn func() error) error {
+	runtime.LockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer orig.Close()
+	target, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("setns %s: %w", ns, err)
+	}
+	fnErr := fn()
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		// Leave the thread locked: it dies with its goroutine.
+		return fmt.Errorf("setns back: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return fnErr
+}
+
+// ListenUDPInNetns opens a UDP socket bound to addr inside the namespace and
+// closes it on test cleanup.
+func ListenUDPInNetns(tb testing.TB, ns, addr string) net.PacketConn {
+	tb.Helper()
+	var pc net.PacketConn
+	if err := InNetns(ns, func() (err error) { pc, err = net.ListenPacket("udp4", addr); return err }); err != nil {
+		tb.Fatalf("listen udp %s in %s: %v", addr, ns, err)
+	}
+	tb.Cleanup(func() { pc.Close() })
+	return pc
 }
