@@ -42,9 +42,13 @@ type Config struct {
 	// Timeout bounds the whole run, boot included. Default:
 	// $VMNETCTL_E2E_TIMEOUT (a Go duration), else 3 minutes.
 	Timeout time.Duration
-	// Dir receives the console log (NAME.console.log) and the per-guest
-	// initrd. Default (Boot/Run): a test temp dir; (Start): a new temp dir.
+	// Dir receives the console log (NAME.console.log). Default (Boot/Run):
+	// tb.ArtifactDir(), kept with `go test -artifacts`; (Start): a new temp
+	// dir.
 	Dir string
+	// WorkDir receives the per-guest initrd (NAME.initrd). Default
+	// (Boot/Run): tb.TempDir(); (Start): Dir.
+	WorkDir string
 	// KernelArgs are appended to the kernel command line.
 	KernelArgs []string
 	// ExtraArgs are appended to the qemu command line.
@@ -151,8 +155,11 @@ func Start(cfg Config) (*Guest, error) {
 		}
 		cfg.Dir = d
 	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = cfg.Dir
+	}
 
-	initrd := filepath.Join(cfg.Dir, cfg.Name+".initrd")
+	initrd := filepath.Join(cfg.WorkDir, cfg.Name+".initrd")
 	if err := writeGuestInitrd(initrd, cfg.Image.Initrd, cfg.Script); err != nil {
 		return nil, err
 	}
@@ -221,15 +228,18 @@ func Start(cfg Config) (*Guest, error) {
 }
 
 // Boot starts a guest for a test and kills it on test cleanup. Defaults:
-// Image = SharedImage(tb), Dir = tb.TempDir(). It skips the test if qemu is
-// missing.
+// Image = SharedImage(tb), Dir = tb.ArtifactDir(), WorkDir = tb.TempDir().
+// It skips the test if qemu is missing.
 func Boot(tb testing.TB, cfg Config) *Guest {
 	tb.Helper()
 	if cfg.Image == nil {
 		cfg.Image = SharedImage(tb)
 	}
 	if cfg.Dir == "" {
-		cfg.Dir = tb.TempDir()
+		cfg.Dir = tb.ArtifactDir()
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = tb.TempDir()
 	}
 	g, err := Start(cfg)
 	if errors.Is(err, ErrMissing) {
