@@ -63,7 +63,7 @@ func (h *dnsHandler) Stats() DNSStats {
 // NAME.vmnet.internal. (inZone true), or a bare single-label NAME. (a VM
 // whose resolver has no search domain asks for those).
 func localName(qname string) (name string, inZone bool, ok bool) {
-	q := strings.TrimSuffix(strings.ToLower(qname), ".")
+	q := strings.TrimSuffix(asciiLower(qname), ".")
 	if rest, found := strings.CutSuffix(q, "."+DNSDomain); found {
 		if rest == "" || strings.Contains(rest, ".") {
 			return "", true, false
@@ -77,6 +77,18 @@ func localName(qname string) (name string, inZone bool, ok bool) {
 		return q, false, true
 	}
 	return "", false, false
+}
+
+// asciiLower lower-cases ASCII letters only: DNS names compare
+// case-insensitively in ASCII, and other bytes must stay as they are.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // ServeDNS implements dns.Handler.

@@ -2,7 +2,6 @@ package netplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -70,7 +69,11 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 var tableCommentRe = regexp.MustCompile(`(?m)^\s*comment "([^"]*)"`)
 
 // tableMark returns the comment of table inet name, and whether it exists.
+// Without nft installed there is no table vmnetctl could have made.
 func tableMark(ctx context.Context, name string) (string, bool, error) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		return "", false, nil
+	}
 	out, err := exec.CommandContext(ctx, "nft", "list", "table", "inet", name).CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "No such file or directory") {
@@ -123,7 +126,7 @@ func removeTable(ctx context.Context, id string) error {
 // markedTables returns the network ids of every table that carries a mark.
 func markedTables(ctx context.Context) ([]string, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
-		return nil, errors.New("nft not found: install the nftables package")
+		return nil, nil // no nft, no tables of ours
 	}
 	out, err := exec.CommandContext(ctx, "nft", "list", "tables", "inet").CombinedOutput()
 	if err != nil {
@@ -148,6 +151,9 @@ func markedTables(ctx context.Context) ([]string, error) {
 
 // tableRuleset returns `nft list table` of network id, or "" without one.
 func tableRuleset(ctx context.Context, id string) (string, error) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		return "", nil
+	}
 	out, err := exec.CommandContext(ctx, "nft", "list", "table", "inet", TableName(id)).CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "No such file or directory") {
