@@ -121,6 +121,9 @@ func checkConflicts(n *api.Network) error {
 	own := 0
 	for _, l := range links {
 		names[l.Attrs().Index] = l.Attrs().Name
+		if id, ok := ownedBy(l); ok && id != n.ID {
+			names[l.Attrs().Index] = fmt.Sprintf("%s, the bridge of network %q", l.Attrs().Name, id)
+		}
 		if id, ok := ownedBy(l); ok && id == n.ID && l.Attrs().Name == n.Bridge() {
 			own = l.Attrs().Index
 		}
@@ -135,7 +138,7 @@ func checkConflicts(n *api.Network) error {
 			continue
 		}
 		if p.Overlaps(n.Subnet) {
-			return fmt.Errorf("network %q: subnet %s overlaps the address %s of %s, which vmnetctl does not own; choose another subnet",
+			return fmt.Errorf("network %q: subnet %s overlaps the address %s of %s; choose another subnet",
 				n.ID, n.Subnet, a.IPNet, names[a.LinkIndex])
 		}
 	}
@@ -155,7 +158,7 @@ func checkConflicts(n *api.Network) error {
 			if dev == "" {
 				dev = "no device"
 			}
-			return fmt.Errorf("network %q: subnet %s overlaps the route to %s (%s), which vmnetctl does not own; choose another subnet",
+			return fmt.Errorf("network %q: subnet %s overlaps the route to %s (%s); choose another subnet",
 				n.ID, n.Subnet, p, dev)
 		}
 	}

@@ -496,6 +496,8 @@ func TestConflicts(t *testing.T) {
 	if _, err := run(host, 5*time.Second, "nft", "add", "table", "inet", TableName("tbl")); err != nil {
 		t.Fatal(err)
 	}
+	first := testNet("first", api.ModeShared, "10.205.0.0/24")
+	in(t, host, func() error { return Ensure(context.Background(), first) })
 	before := snapshot(t, host)
 	for _, tc := range []struct {
 		n    *api.Network
@@ -506,6 +508,7 @@ func TestConflicts(t *testing.T) {
 		{testNet("squat", api.ModeShared, "10.203.0.0/24"), "is not this network's"},
 		{testNet("tbl", api.ModeShared, "10.204.0.0/24"), "is not vmnetctl's"},
 		{&api.Network{ID: "nic", Mode: api.ModeBridged, Interface: "nosuch0"}, "interface nosuch0 does not exist"},
+		{testNet("second", api.ModeHost, "10.205.0.0/25"), `vmn-first, the bridge of network "first"`},
 	} {
 		var err error
 		host.Do(func(ns.NetNS) error { err = Ensure(context.Background(), tc.n); return nil })
