@@ -131,7 +131,7 @@ func TestHarnessGuestDHCP(t *testing.T) {
 		Echo(labGateway, echoPort, "hello-host", 10*time.Second).
 		Resolve(labName, labGateway).
 		Resolve("missing.e2e.test", labGateway).
-		Report("route", "ip route show default")
+		Report("route", "ip route | grep ^default")
 	r := guest.Run(t, l.guestConfig("dhcp", 0, guest.MAC(1), s))
 
 	expectLease(t, r)

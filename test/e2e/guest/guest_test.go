@@ -27,7 +27,7 @@ func TestQuote(t *testing.T) {
 
 func TestScriptText(t *testing.T) {
 	got := NewScript().DHCP("eth0").Ping("10.99.0.1").Echo("10.0.0.2", 7, "hi there", 1500e6).Report("k", "cat /x").String()
-	want := "e2e_dhcp eth0\ne2e_ping 10.99.0.1\ne2e_echo 10.0.0.2 7 'hi there' 2\ne2e_report k \"$(cat /x)\"\n"
+	want := "e2e_dhcp eth0\ne2e_ping 10.99.0.1\ne2e_echo 10.0.0.2 7 'hi there' 2\ne2e_report k \"$({ cat /x; } | tr '\\n' ' ')\"\n"
 	if got != want {
 		t.Errorf("script:\n%s\nwant:\n%s", got, want)
 	}

@@ -43,9 +43,9 @@ func (s *Script) call(fn string, args ...string) *Script {
 }
 
 // Report reports key=value where value is the output of the shell command
-// cmd (for example `cat /sys/class/net/eth0/mtu`).
+// cmd (for example `cat /sys/class/net/eth0/mtu`), lines joined by spaces.
 func (s *Script) Report(key, cmd string) *Script {
-	return s.Sh("e2e_report %s \"$(%s)\"", Quote(key), cmd)
+	return s.Sh("e2e_report %s \"$({ %s; } | tr '\\n' ' ')\"", Quote(key), cmd)
 }
 
 // Fail aborts the script with a failure reason.
