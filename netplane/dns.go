@@ -33,7 +33,6 @@ type DNSStats struct {
 // dnsHandler answers a network's VMs: names of VMs from resolve, the rest
 // from the host's resolvers.
 type dnsHandler struct {
-	network   string
 	resolve   func(name string) (netip.Addr, bool)
 	upstreams []string // host:port
 	// dial opens a connection to an upstream. It exists because the proxy

@@ -76,7 +76,9 @@ func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool
 			}
 		}
 		for _, l := range alloc.Leases() {
-			if l.Hostname != "" && strings.EqualFold(l.Hostname, name) {
+			// A client may send a full name; its first label is its name here.
+			host, _, _ := strings.Cut(l.Hostname, ".")
+			if host != "" && strings.EqualFold(host, name) {
 				return l.IP, true
 			}
 		}

@@ -89,7 +89,6 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 			ups, _ = ResolvConfServers(resolvConf, false)
 		}
 		nw.dns = &dnsHandler{
-			network:   n.ID,
 			resolve:   resolver(nw.hosts, nw.alloc),
 			upstreams: ups,
 			log:       log,
