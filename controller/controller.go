@@ -305,7 +305,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		if c.nets[n.ID] != nil {
 			continue
 		}
-		nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: c.sd.File(leasesDir), Upstreams: c.opts.Upstreams, Log: c.log.With("network", n.ID)})
+		nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: c.sd.File(leasesDir), Upstreams: c.opts.Upstreams, Log: c.log})
 		if err != nil {
 			c.netErrs[n.ID] = err.Error()
 			errs = append(errs, fmt.Errorf("starting network %q: %w", n.ID, err))

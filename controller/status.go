@@ -163,10 +163,12 @@ func OfflineStatus(ctx context.Context, sd StateDir) (*Status, error) {
 		if n.Subnet.IsValid() {
 			ns.Subnet, ns.Gateway = n.Subnet.String(), n.Gateway.String()
 		}
-		if _, err := netplane.Inspect(ctx, n.ID); err == nil {
+		// Check compares the kernel with what the network needs; Inspect
+		// alone would read an empty state as fine.
+		if err := netplane.Check(ctx, n); err == nil {
 			ns.State = "up"
 		} else {
-			ns.Error = err.Error()
+			ns.State, ns.Error = "error", err.Error()
 		}
 		for _, a := range d.Attachments {
 			if a.Network == n.ID && !slices.Contains(ns.VMs, a.VM) {

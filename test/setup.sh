@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   iproute2 nftables procps psmisc    # data plane: ip, nft, ps/pkill
   busybox-static                     # udhcpc, ping, nc in simulated VMs and guests
-  iperf3                             # throughput tests and benchmarks
+  iperf3 iputils-ping                # throughput tests and benchmarks; ping -f floods
   socat                              # helper socket tests
   prometheus                         # metrics: a real Prometheus scrapes us; promtool
   qemu-system-x86 cpio linux-image-amd64  # real guests in test/e2e
