@@ -32,7 +32,13 @@ type Options struct {
 	Upstreams []string
 	// Group may use the API socket (besides root); empty for root only.
 	Group string
+	// MetricsAddr is where /metrics and /healthz are served over HTTP
+	// (default DefaultMetricsAddr; "off" serves none).
+	MetricsAddr string
 }
+
+// DefaultMetricsAddr is the controller's default Prometheus endpoint.
+const DefaultMetricsAddr = "127.0.0.1:9464"
 
 func (o *Options) setDefaults() error {
 	if o.Executable == "" {
@@ -56,6 +62,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.StopGrace == 0 {
 		o.StopGrace = 5 * time.Second
+	}
+	if o.MetricsAddr == "" {
+		o.MetricsAddr = DefaultMetricsAddr
 	}
 	return nil
 }
@@ -84,6 +93,10 @@ type Controller struct {
 	lastOK   time.Time
 	started  time.Time
 
+	// Reconcile bookkeeping for metrics.
+	reconciles        map[string]uint64 // by result: "success", "error"
+	lastReconcileTime time.Duration
+
 	kickc chan struct{}
 	gen   genWaiter
 }
@@ -95,7 +108,8 @@ func New(opts Options) (*Controller, error) {
 	}
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log,
 		nets: map[string]*netplane.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
-		kickc: make(chan struct{}, 1), started: time.Now()}, nil
+		reconciles: map[string]uint64{},
+		kickc:      make(chan struct{}, 1), started: time.Now()}, nil
 }
 
 func (c *Controller) kick() {
@@ -136,7 +150,18 @@ func (c *Controller) Run(ctx context.Context) error {
 		srv.Shutdown(shutCtx)
 		os.Remove(c.sd.File(socketFile))
 	}()
-	c.log.Info("controller started", "stateDir", c.sd.Path, "pid", os.Getpid())
+	if c.opts.MetricsAddr != "off" {
+		// A busy port (another state dir's controller) costs the metrics,
+		// not the VMs' networks.
+		if mln, err := net.Listen("tcp", c.opts.MetricsAddr); err != nil {
+			c.log.Warn("not serving metrics", "addr", c.opts.MetricsAddr, "err", err)
+		} else {
+			msrv := &http.Server{Handler: c.metricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+			go msrv.Serve(mln)
+			defer msrv.Close()
+		}
+	}
+	c.log.Info("controller started", "stateDir", c.sd.Path, "pid", os.Getpid(), "metrics", c.opts.MetricsAddr)
 
 	resync := time.NewTicker(c.opts.Resync)
 	defer resync.Stop()
@@ -250,6 +275,15 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	defer c.mu.Unlock()
 	c.gen.begin()
 	defer c.gen.end()
+	began := time.Now()
+	defer func() {
+		c.lastReconcileTime = time.Since(began)
+		if err != nil {
+			c.reconciles["error"]++
+		} else {
+			c.reconciles["success"]++
+		}
+	}()
 	desired, snap, projects, err := c.loadDesired()
 	if err != nil {
 		// What should exist cannot be known: destroy nothing.

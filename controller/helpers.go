@@ -48,17 +48,19 @@ type HelperRecord struct {
 
 // helperProc is one supervised helper.
 type helperProc struct {
-	rec      HelperRecord
-	att      *Attachment
-	state    string
-	lastErr  string
-	exited   chan struct{} // closed when the process is gone
-	backoff  Backoff
-	retryAt  time.Time
-	cmd      *exec.Cmd // nil for an adopted helper
-	logPath  string
-	stats    helperexec.Stats
-	statsOff int64
+	rec     HelperRecord
+	att     *Attachment
+	state   string
+	lastErr string
+	exited  chan struct{} // closed when the process is gone
+	backoff Backoff
+	retryAt time.Time
+	cmd     *exec.Cmd // nil for an adopted helper
+	logPath string
+	// startLatency is how long the helper took from exec to ready.
+	startLatency time.Duration
+	stats        helperexec.Stats
+	statsOff     int64
 }
 
 // fileKey turns an attachment key ("vm/0") into a file name ("vm.0").
@@ -139,6 +141,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 	// Its own process group: signals to the controller's group (Ctrl-C, a
 	// service manager stopping the controller) do not reach VMs' cables.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting helper for %s: %w", a.Key(), err)
 	}
@@ -166,6 +169,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 	h.rec = HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: n.ID, Project: a.Project, MAC: a.MAC,
 		Attach: a.Attach, Proc: id, Socket: sock, Tap: r.TapName, Ready: string(bytes.TrimSpace(line)), StartedAt: time.Now()}
 	h.statsOff = logStart
+	h.startLatency = time.Since(began)
 	h.state = StateRunning
 	return h, nil
 }

@@ -12,7 +12,7 @@ import (
 )
 
 func newServeCommand(g *globals, s streams) *cobra.Command {
-	var group string
+	var group, metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the controller in the foreground (what `up` starts in the background)",
@@ -21,9 +21,10 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			c, err := controller.New(controller.Options{
-				StateDir: controller.StateDir{Path: g.stateDir},
-				Log:      slog.New(slog.NewTextHandler(s.err, nil)),
-				Group:    group,
+				StateDir:    controller.StateDir{Path: g.stateDir},
+				Log:         slog.New(slog.NewTextHandler(s.err, nil)),
+				Group:       group,
+				MetricsAddr: metricsAddr,
 			})
 			if err != nil {
 				return err
@@ -32,5 +33,6 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&group, "group", "", "group allowed to use the controller's API socket (default: root only)")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `serve Prometheus /metrics and /healthz here ("off" for none)`)
 	return cmd
 }

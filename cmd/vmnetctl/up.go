@@ -17,6 +17,7 @@ import (
 func newUpCommand(g *globals, s streams) *cobra.Command {
 	f := &projectFlags{}
 	var asJSON bool
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "up -f FILE... [-p PROJECT]",
 		Short: "Bring up the networks and helpers of VM files, and return once every attachment is ready",
@@ -48,7 +49,7 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 			if err := sd.SaveProject(p); err != nil {
 				return err
 			}
-			resp, err := reconcile(ctx, sd)
+			resp, err := reconcile(ctx, sd, "--metrics-addr", metricsAddr)
 			if err != nil {
 				return err
 			}
@@ -62,16 +63,17 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 	}
 	f.bind(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `where the controller it starts serves Prometheus /metrics ("off" for none)`)
 	return cmd
 }
 
 // reconcile starts the controller if none runs and asks it to converge.
-func reconcile(ctx context.Context, sd controller.StateDir) (*controller.ReconcileResponse, error) {
+func reconcile(ctx context.Context, sd controller.StateDir, serveArgs ...string) (*controller.ReconcileResponse, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	if err := controller.EnsureController(ctx, sd, exe); err != nil {
+	if err := controller.EnsureController(ctx, sd, exe, serveArgs...); err != nil {
 		return nil, err
 	}
 	return controller.NewClient(sd).Reconcile(ctx)
