@@ -35,7 +35,13 @@ type Options struct {
 	// MetricsAddr is where /metrics and /healthz are served over HTTP
 	// (default DefaultMetricsAddr; "off" serves none).
 	MetricsAddr string
+	// Version is the controller's version for vmnetctl_build_info.
+	Version string
 }
+
+// EnvStatsInterval overrides the default helper stats interval (a Go
+// duration such as "500ms"), for tests that watch rates move.
+const EnvStatsInterval = "VMNETCTL_STATS_INTERVAL"
 
 // DefaultMetricsAddr is the controller's default Prometheus endpoint.
 const DefaultMetricsAddr = "127.0.0.1:9464"
@@ -56,6 +62,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.StatsInterval == 0 {
 		o.StatsInterval = 5 * time.Second
+		if d, err := time.ParseDuration(os.Getenv(EnvStatsInterval)); err == nil && d > 0 {
+			o.StatsInterval = d
+		}
+	}
+	if o.Version == "" {
+		o.Version = "unknown"
 	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 15 * time.Second
@@ -96,6 +108,8 @@ type Controller struct {
 	// Reconcile bookkeeping for metrics.
 	reconciles        map[string]uint64 // by result: "success", "error"
 	lastReconcileTime time.Duration
+	// meters keep each helper's latest stats lines for rates (metrics.go).
+	meters map[string]*trafficMeter
 
 	kickc chan struct{}
 	gen   genWaiter
@@ -368,6 +382,10 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 			h.rec.Project = a.Project
 			continue
 		}
+		if a.External {
+			c.watchExternal(a, h)
+			continue
+		}
 		restarts := 0
 		var bo Backoff
 		if h != nil { // it exited
@@ -431,6 +449,28 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		return true, c.lastErr
 	}
 	return false, c.lastErr
+}
+
+// watchExternal adopts the helper that `vmnetctl run` started for a, once
+// run has recorded it; a helper of run's that exited is shown stopped, not
+// restarted: its socketpair died with it.
+func (c *Controller) watchExternal(a *Attachment, h *helperProc) {
+	if h != nil {
+		h.state = StateStopped
+		return
+	}
+	var recs []HelperRecord
+	if _, err := c.sd.ReadJSON(runRecordFile(a.Project), &recs); err != nil {
+		return
+	}
+	for _, rec := range recs {
+		if rec.Key == a.Key() && rec.Proc.Alive() {
+			h := c.adopt(rec)
+			h.att = a
+			c.helpers[a.Key()] = h
+			c.log.Info("watching run's helper", "attachment", a.Key(), "pid", rec.Proc.PID)
+		}
+	}
 }
 
 // setFailed records a helper that could not start, to be retried with backoff.

@@ -20,6 +20,12 @@ type Project struct {
 	// `up` ($SUDO_UID and $SUDO_GID under sudo).
 	UID int `json:"uid"`
 	GID int `json:"gid"`
+	// OnlyVMs limits the project to these VMs of its files (for `run --vm`).
+	OnlyVMs []string `json:"onlyVMs,omitempty"`
+	// External projects belong to `vmnetctl run`: the controller keeps their
+	// networks, addresses and names, but their helpers are run's, started
+	// on socketpairs; the controller adopts them to watch, never restarts them.
+	External bool `json:"external,omitempty"`
 }
 
 // ProjectFile is one VM file of a project.
@@ -32,6 +38,8 @@ type ProjectFile struct {
 type Attachment struct {
 	*api.Attachment
 	Project string `json:"project"`
+	// External is set for attachments whose helper `vmnetctl run` owns.
+	External bool `json:"external,omitempty"`
 }
 
 // Desired is everything that should run: the networks some attachment uses,
@@ -59,14 +67,17 @@ func (d *Desired) Network(id string) *api.Network {
 func ComputeDesired(nets *api.Networks, projects []*Project) (*Desired, error) {
 	var all api.Diagnostics
 	var files []*api.VMFile
-	owner := map[*api.VMFile]string{}
+	owner := map[*api.VMFile]*Project{}
 	for _, p := range projects {
 		for _, f := range p.Files {
 			vf, diags := api.LoadVMFile(f.Path, f.Data, api.VMFileOptions{Name: p.VMName})
 			all = append(all, diags...)
 			if vf != nil {
+				if len(p.OnlyVMs) > 0 {
+					vf.VMs = slices.DeleteFunc(vf.VMs, func(vm *api.VM) bool { return !slices.Contains(p.OnlyVMs, vm.Name) })
+				}
 				files = append(files, vf)
-				owner[vf] = p.Name
+				owner[vf] = p
 			}
 		}
 	}
@@ -81,7 +92,7 @@ func ComputeDesired(nets *api.Networks, projects []*Project) (*Desired, error) {
 	for _, vf := range files {
 		for _, vm := range vf.VMs {
 			for _, a := range vm.Attachments {
-				d.Attachments = append(d.Attachments, &Attachment{Attachment: a, Project: owner[vf]})
+				d.Attachments = append(d.Attachments, &Attachment{Attachment: a, Project: owner[vf].Name, External: owner[vf].External})
 				used[a.Network] = true
 			}
 			for _, s := range vm.Skipped {

@@ -34,7 +34,7 @@ func run(args []string, s streams) int {
 			}
 			n := len(ve.Diagnostics)
 			fmt.Fprintf(s.err, "%d error%s found\n", n, plural(n))
-		} else {
+		} else if ee := (exitError{}); !errors.As(err, &ee) || ee.err != nil {
 			fmt.Fprintln(s.err, "vmnetctl:", err)
 		}
 		var ee exitError
@@ -51,7 +51,12 @@ type exitError struct {
 	err  error
 }
 
-func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
 func (e exitError) Unwrap() error { return e.err }
 
 func newRootCommand(s streams) *cobra.Command {
@@ -75,6 +80,8 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 		newPlanCommand(g, s),
 		newStatusCommand(g, s),
 		newServeCommand(g, s),
+		newRunCommand(g, s),
+		newArgsCommand(g, s),
 		newValidateCommand(g, s),
 		newNetworksCommand(g, s),
 		newVersionCommand(s),

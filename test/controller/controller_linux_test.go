@@ -6,6 +6,7 @@ package controller_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -315,5 +316,49 @@ func TestConcurrentUpDown(t *testing.T) {
 	}
 	if st := h.status(); len(st.Attachments) != 0 || st.Controller.Running {
 		t.Fatalf("after two concurrent downs: %+v", st)
+	}
+}
+
+func TestRunStopsHelpersWithTheCommand(t *testing.T) {
+	h := newHost(t)
+	vms := h.writeFile("vms.yaml", twoVMs)
+	gate := filepath.Join(h.dir, "gate")
+	// The command waits for the test to open the gate, then exits 7.
+	script := fmt.Sprintf(`echo "fds=$VMNETCTL_FDS"; [ -S /proc/self/fd/4 ] || ls -l /proc/self/fd/4 | grep -q socket || exit 99; while [ ! -e %s ]; do sleep 0.05; done; exit 7`, gate)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	run := h.Command(ctx, vmnetctl, "--state-dir", h.stateDir(), "--networks", h.networks, "run", "-f", vms, "--vm", "a", "--", "sh", "-c", script)
+	var out strings.Builder
+	run.Stdout, run.Stderr = &out, &out
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var helperPID int
+	simvm.Eventually(t, 20*time.Second, "run's helper is running", func() error {
+		st := h.status()
+		for _, a := range st.Attachments {
+			if a.VM == "a" && a.State == controller.StateRunning && a.PID > 0 {
+				helperPID = a.PID
+				return nil
+			}
+		}
+		return fmt.Errorf("attachments: %+v", st.Attachments)
+	})
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := run.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("run exited with %v, want the command's status 7\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "fds=4") {
+		t.Errorf("the command did not get fd 4:\n%s", out.String())
+	}
+	if syscall.Kill(helperPID, 0) == nil {
+		t.Errorf("helper %d still runs after the command exited", helperPID)
+	}
+	if st := h.status(); len(st.Attachments) != 0 {
+		t.Errorf("run's project is still up: %+v", st.Attachments)
 	}
 }

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/vmnetctl/vmnetctl/controller"
+)
+
+func TestVMMArgs(t *testing.T) {
+	sd := controller.StateDir{Path: "/run/vmnetctl"}
+	sock := []controller.AttachmentStatus{
+		{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", Socket: "/run/vmnetctl/vms/web/0.sock"},
+		{VM: "web", Index: 1, Network: "host", MAC: "52:55:55:00:00:02", Attach: "socket", Socket: "/run/vmnetctl/vms/web/1.sock"},
+	}
+	tap := []controller.AttachmentStatus{
+		{VM: "fc", Index: 0, Network: "shared", MAC: "52:55:55:00:00:03", Attach: "tap", Tap: "vmt-0123456789"},
+	}
+	tests := []struct {
+		vmm  string
+		atts []controller.AttachmentStatus
+		fds  bool
+		want string
+	}{
+		{"qemu", sock, false, "-netdev dgram,id=net0,local.type=unix,local.path=/run/vmnetctl/vms/web/0.vm.sock,remote.type=unix,remote.path=/run/vmnetctl/vms/web/0.sock -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:01 " +
+			"-netdev dgram,id=net1,local.type=unix,local.path=/run/vmnetctl/vms/web/1.vm.sock,remote.type=unix,remote.path=/run/vmnetctl/vms/web/1.sock -device virtio-net-pci,netdev=net1,mac=52:55:55:00:00:02"},
+		{"qemu", sock, true, "-netdev dgram,id=net0,local.type=fd,local.str=4 -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:01 -netdev dgram,id=net1,local.type=fd,local.str=5 -device virtio-net-pci,netdev=net1,mac=52:55:55:00:00:02"},
+		{"qemu", tap, false, "-netdev tap,id=net0,ifname=vmt-0123456789,script=no,downscript=no -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:03"},
+		{"vfkit", sock[:1], false, "--device virtio-net,unixSocketPath=/run/vmnetctl/vms/web/0.sock,mac=52:55:55:00:00:01"},
+		{"krunkit", sock[:1], false, "--device virtio-net,type=unixgram,path=/run/vmnetctl/vms/web/0.sock,mac=52:55:55:00:00:01"},
+		{"cloud-hypervisor", tap, false, "--net tap=vmt-0123456789,mac=52:55:55:00:00:03"},
+		{"firecracker", tap, false, `[{"iface_id":"net0","host_dev_name":"vmt-0123456789","guest_mac":"52:55:55:00:00:03"}]`},
+	}
+	for _, tt := range tests {
+		got, err := vmmArgs(sd, tt.vmm, tt.atts, tt.fds)
+		if err != nil || strings.Join(got, " ") != tt.want {
+			t.Errorf("%s (fds=%v):\n got %s (%v)\nwant %s", tt.vmm, tt.fds, strings.Join(got, " "), err, tt.want)
+		}
+	}
+	if _, err := vmmArgs(sd, "firecracker", sock, false); err == nil || !strings.Contains(err.Error(), "attach: tap") {
+		t.Errorf("firecracker with a socket attachment: %v", err)
+	}
+	if got := shellQuote("/tmp/my dir/x.sock"); got != `'/tmp/my dir/x.sock'` {
+		t.Errorf("shellQuote = %s", got)
+	}
+}

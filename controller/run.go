@@ -1,0 +1,255 @@
+package controller
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/helperexec"
+)
+
+// FirstVMFD is the descriptor number of the VM's first attachment in the
+// command `vmnetctl run` starts; the next attachment has the next number.
+// Descriptor 3 is left to /dev/null, as in vmnet-helper's vmnet-run, where
+// it is the helper's.
+const FirstVMFD = 4
+
+func runRecordFile(project string) string { return filepath.Join("run", project+".json") }
+
+// RunOptions configure RunVM.
+type RunOptions struct {
+	Executable     string
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	ReadyTimeout   time.Duration
+	StopGrace      time.Duration
+	StatsInterval  time.Duration
+	// OnReady is called once every helper is ready, before the command starts.
+	OnReady func()
+}
+
+// Socket buffer sizes of a socketpair, as vmnet-helper's vmnet-run sets them.
+const (
+	socketpairSndBuf = 65 << 10
+	socketpairRcvBuf = 4 << 20
+)
+
+// RunVM is `vmnetctl run`: one socketpair per attachment of the VM, a
+// helper on one end of each (--fd), and command on the others (descriptors
+// 4, 5, ...), supervised as one unit: when the command exits the helpers
+// stop. It returns the command's exit status. The project must be saved and
+// its networks up. Under sudo the command runs as the invoking user.
+func RunVM(ctx context.Context, sd StateDir, p *Project, atts []*Attachment, command []string, o RunOptions) (int, error) {
+	if len(command) == 0 {
+		return 0, errors.New("no command to run (vmnetctl run ... -- COMMAND)")
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 15 * time.Second
+	}
+	if o.StopGrace == 0 {
+		o.StopGrace = 5 * time.Second
+	}
+	if o.StatsInterval == 0 {
+		o.StatsInterval = 5 * time.Second
+	}
+	var helpers []*exec.Cmd
+	var recs []HelperRecord
+	var vmEnds []*os.File
+	stopAll := func() {
+		for _, h := range helpers {
+			syscall.Kill(-h.Process.Pid, syscall.SIGTERM)
+		}
+		deadline := time.Now().Add(o.StopGrace)
+		for _, h := range helpers {
+			done := make(chan struct{})
+			go func() { h.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(time.Until(deadline)):
+				syscall.Kill(-h.Process.Pid, syscall.SIGKILL)
+				<-done
+			}
+		}
+		os.Remove(sd.File(runRecordFile(p.Name)))
+	}
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	for _, a := range atts {
+		helperEnd, vmEnd, err := socketpair()
+		if err != nil {
+			closeAll(vmEnds)
+			stopAll()
+			return 0, err
+		}
+		vmEnds = append(vmEnds, vmEnd)
+		h, rec, err := startFDHelper(ctx, sd, a, p, helperEnd, o)
+		helperEnd.Close() // the helper has it now
+		if err != nil {
+			closeAll(vmEnds)
+			stopAll()
+			return 0, err
+		}
+		helpers = append(helpers, h)
+		recs = append(recs, rec)
+	}
+	if err := sd.WriteJSON(runRecordFile(p.Name), recs); err != nil {
+		closeAll(vmEnds)
+		stopAll()
+		return 0, err
+	}
+	if o.OnReady != nil {
+		o.OnReady()
+	}
+
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		closeAll(vmEnds)
+		stopAll()
+		return 0, err
+	}
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, o.Stdout, o.Stderr
+	cmd.ExtraFiles = append([]*os.File{devnull}, vmEnds...)
+	var fds, macs []string
+	for i, a := range atts {
+		fds = append(fds, strconv.Itoa(FirstVMFD+i))
+		macs = append(macs, a.MAC)
+	}
+	cmd.Env = append(os.Environ(), "VMNETCTL_FDS="+strings.Join(fds, ","), "VMNETCTL_MACS="+strings.Join(macs, ","))
+	if uid, gid := os.Getenv("SUDO_UID"), os.Getenv("SUDO_GID"); os.Geteuid() == 0 && uid != "" && gid != "" {
+		u, _ := strconv.Atoi(uid)
+		g, _ := strconv.Atoi(gid)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u), Gid: uint32(g)}}
+	}
+	err = cmd.Start()
+	devnull.Close()
+	closeAll(vmEnds) // the command has them; the helpers see it go when it exits
+	if err != nil {
+		stopAll()
+		return 0, fmt.Errorf("starting %s: %w", command[0], err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var werr error
+loop:
+	for {
+		select {
+		case s := <-sigs:
+			cmd.Process.Signal(s)
+		case werr = <-waited:
+			break loop
+		}
+	}
+	stopAll()
+	var ee *exec.ExitError
+	switch {
+	case werr == nil:
+		return 0, nil
+	case errors.As(werr, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return ee.ExitCode(), nil
+	default:
+		return 0, werr
+	}
+}
+
+func socketpair() (helperEnd, vmEnd *os.File, err error) {
+	syscall.ForkLock.RLock() // no fork between socketpair and close-on-exec
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_DGRAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	for _, fd := range fds {
+		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUF, socketpairSndBuf)
+		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, socketpairRcvBuf)
+	}
+	return os.NewFile(uintptr(fds[0]), "helper-end"), os.NewFile(uintptr(fds[1]), "vm-end"), nil
+}
+
+// startFDHelper starts a helper on an inherited socketpair end and waits for
+// its JSON line. Its stderr goes where the controller's helpers' go, so the
+// controller reads its stats the same way.
+func startFDHelper(ctx context.Context, sd StateDir, a *Attachment, p *Project, end *os.File, o RunOptions) (*exec.Cmd, HelperRecord, error) {
+	key := fileKey(a.Key())
+	if err := os.MkdirAll(sd.File(helpersDir), 0o750); err != nil {
+		return nil, HelperRecord{}, err
+	}
+	logf, err := os.OpenFile(sd.File(helpersDir, key+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, HelperRecord{}, err
+	}
+	defer logf.Close()
+	logStart, _ := logf.Seek(0, io.SeekEnd)
+	args := []string{"helper", "--fd", "3", "--networks", sd.File(networksYAMLFile), "--network", a.Network,
+		"--interface-id", InterfaceID(a), "--stats-interval", strconv.FormatFloat(o.StatsInterval.Seconds(), 'f', -1, 64)}
+	if p.UID >= 0 {
+		args = append(args, "--uid", strconv.Itoa(p.UID), "--gid", strconv.Itoa(p.GID))
+	}
+	cmd := exec.Command(o.Executable, args...)
+	cmd.ExtraFiles = []*os.File{end}
+	cmd.Stderr = logf
+	cmd.Env = helperEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, HelperRecord{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, HelperRecord{}, fmt.Errorf("starting helper for %s: %w", a.Key(), err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- line
+		io.Copy(io.Discard, stdout)
+	}()
+	fail := func(err error) (*exec.Cmd, HelperRecord, error) {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		return nil, HelperRecord{}, fmt.Errorf("helper for %s on network %s: %w%s", a.Key(), a.Network, err, logTail(sd.File(helpersDir, key+".log"), logStart))
+	}
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(o.ReadyTimeout):
+		return fail(fmt.Errorf("not ready after %s", o.ReadyTimeout))
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
+	if strings.TrimSpace(line) == "" {
+		return fail(errExited)
+	}
+	r, err := helperexec.ParseReady([]byte(line))
+	if err != nil {
+		return fail(err)
+	}
+	id, err := ReadProcIdentity(cmd.Process.Pid)
+	if err != nil {
+		return fail(err)
+	}
+	return cmd, HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC,
+		Attach: a.Attach, Proc: id, Tap: r.TapName, Ready: strings.TrimSpace(line), StartedAt: time.Now()}, nil
+}
