@@ -2,16 +2,25 @@
 GO ?= go
 BIN := bin/vmnetctl
 
-.PHONY: build demo test test-unit check-darwin fuzz clean
+
+.PHONY: build demo demo-down test test-unit check-darwin fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/vmnetctl
 
-# The main job with the built-in default networks. Grows with the product:
-# today it shows the networks and validates the example VM files.
+# The main job with the built-in default networks: show them, validate the
+# example VM files, then (as root) bring their networks and helpers up, show
+# the status and the qemu arguments of one VM. `make demo-down` undoes it.
 demo: build
 	$(BIN) networks
 	$(BIN) validate -f examples/default/lima.yaml -f examples/vms.yaml
+	@if [ "$$(id -u)" -ne 0 ]; then echo "run as root (sudo make demo) to bring the example networks up"; exit 0; fi; \
+	  set -e; $(BIN) up -f examples/vms.yaml; echo; $(BIN) status; echo; \
+	  echo "qemu arguments for VM web:"; $(BIN) args web --vmm qemu; echo; \
+	  echo "Undo with: sudo make demo-down"
+
+demo-down: build
+	$(BIN) down -f examples/vms.yaml
 
 # Every test: installs what the tests need (test/setup.sh, as root), then
 # unit, data-plane, helper and end-to-end tests (those that need root skip
