@@ -1,15 +1,345 @@
 package controller
 
 import (
+	"bufio"
+	"io"
 	"net/http"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/metrics"
 )
 
-// metricsHandler serves /metrics and /healthz on the metrics address.
+// metricsHandler serves /metrics and /healthz on the metrics address. The
+// registry is the controller's own: nothing registered globally by a
+// library can leak into it, and two controllers in one process (tests) do
+// not collide.
 func (c *Controller) metricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&collector{c: c},
+	)
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry: reg, // promhttp_metric_handler_errors_total
+		// A scrape that waits behind a long reconcile (a helper that is slow
+		// to start holds the lock) gives up rather than piling up.
+		Timeout: 30 * time.Second,
+	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	return mux
+}
+
+// The labels of the per-attachment metrics: network and VM name, and the
+// attachment's position in the VM's list of networks. VM names are unique
+// across projects, so these identify an attachment; PIDs and MACs are left
+// out so that a restarted helper or an edited MAC continues the series.
+var attachmentLabels = []string{"network", "vm", "index"}
+
+func attachmentDesc(name, help string, extra ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, append(append([]string{}, attachmentLabels...), extra...), nil)
+}
+
+func networkDesc(name, help string, extra ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, append([]string{"network"}, extra...), nil)
+}
+
+var (
+	descAttachmentInfo = attachmentDesc("vmnetctl_attachment_info",
+		"An attachment of a VM to a network (always 1), with its project and kind (socket or tap).", "project", "attach")
+	descBytes = attachmentDesc("vmnetctl_attachment_bytes_total",
+		"Bytes of Ethernet frames the attachment's helper forwarded, to the VM (to_vm) or from it (from_vm). Starts again at 0 when the helper restarts.", "direction")
+	descPackets = attachmentDesc("vmnetctl_attachment_packets_total",
+		"Ethernet frames the attachment's helper forwarded, by direction. Starts again at 0 when the helper restarts.", "direction")
+	descDrops = attachmentDesc("vmnetctl_attachment_dropped_packets_total",
+		"Frames the attachment's helper dropped (peer too slow, oversized or malformed), by direction. Starts again at 0 when the helper restarts.", "direction")
+	descSyscalls = attachmentDesc("vmnetctl_attachment_forward_syscalls_total",
+		"System calls the helper made to forward frames, by direction and path: fast moved a batch of frames, slow one frame.", "direction", "path")
+	descStatsTime = attachmentDesc("vmnetctl_attachment_stats_timestamp_seconds",
+		"When the helper last reported its counters, as a Unix time.")
+	descHelperUp = attachmentDesc("vmnetctl_helper_up",
+		"Whether the attachment's helper process runs (1) or not (0: starting, in backoff, failed).")
+	descRestarts = attachmentDesc("vmnetctl_helper_restarts_total",
+		"Times the controller restarted the attachment's helper after it exited.")
+	descStartDuration = attachmentDesc("vmnetctl_helper_start_duration_seconds",
+		"How long the running helper took from exec to ready (absent for a helper adopted from a previous controller).")
+	descStartTime = attachmentDesc("vmnetctl_helper_start_time_seconds",
+		"When the running helper started, as a Unix time.")
+	descCPU = attachmentDesc("vmnetctl_helper_cpu_seconds_total",
+		"User and system CPU time of the running helper process (Linux only).")
+	descRSS = attachmentDesc("vmnetctl_helper_resident_memory_bytes",
+		"Resident memory of the running helper process (Linux only).")
+
+	descNetworkInfo = networkDesc("vmnetctl_network_info",
+		"A network some attachment uses (always 1), with its mode, subnet and bridge.", "mode", "subnet", "bridge")
+	descNetworkUp = networkDesc("vmnetctl_network_up",
+		"Whether the network is up with its services (DHCP, DNS) running in the controller (1) or failed to start (0).")
+	descNetworkAttachments = networkDesc("vmnetctl_network_attachments",
+		"Attachments of VMs to the network.")
+	descLeases = networkDesc("vmnetctl_network_dhcp_leases",
+		"Unexpired DHCP leases of the network.")
+	descPool = networkDesc("vmnetctl_network_dhcp_pool_addresses",
+		"Addresses in the network's DHCP range (dhcpStart to dhcpEnd).")
+	descDHCPRequests = networkDesc("vmnetctl_network_dhcp_requests_total",
+		"DHCP messages the network's server received, by message type.", "type")
+	descDHCPReplies = networkDesc("vmnetctl_network_dhcp_replies_total",
+		"DHCP messages the network's server sent, by message type.", "type")
+	descDHCPErrors = networkDesc("vmnetctl_network_dhcp_errors_total",
+		"DHCP messages dropped: unparsable, not for this server, no address left, or a reply that could not be sent.")
+	descDNSQueries = networkDesc("vmnetctl_network_dns_queries_total",
+		"DNS queries the network's proxy received.")
+	descDNSResponses = networkDesc("vmnetctl_network_dns_responses_total",
+		"DNS queries the network's proxy answered, by outcome: local (a VM's name), nxdomain (an unknown name under vmnet.internal), forwarded (answered upstream), servfail (no upstream answered).", "outcome")
+
+	descReconciles = prometheus.NewDesc("vmnetctl_reconciles_total",
+		"Reconciles by result (success or error).", []string{"result"}, nil)
+	descReconcileDuration = prometheus.NewDesc("vmnetctl_reconcile_duration_seconds",
+		"How long the latest reconcile took.", nil, nil)
+	descLastSuccess = prometheus.NewDesc("vmnetctl_last_successful_reconcile_timestamp_seconds",
+		"When a reconcile last succeeded, as a Unix time.", nil, nil)
+	descBuildInfo = prometheus.NewDesc("vmnetctl_build_info",
+		"The controller's version, commit and Go version (always 1).", []string{"version", "commit", "goversion"}, nil)
+)
+
+// The DHCP message types and DNS outcomes are always exported, at 0 until
+// they happen, so that rate() over them works from the first scrape.
+var (
+	dhcpRequestTypes = []string{"DISCOVER", "REQUEST", "RELEASE", "DECLINE", "INFORM", "other"}
+	dhcpReplyTypes   = []string{"OFFER", "ACK", "NAK"}
+)
+
+// collector reads the controller's state at scrape time, under its lock.
+type collector struct{ c *Controller }
+
+func (*collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		descAttachmentInfo, descBytes, descPackets, descDrops, descSyscalls, descStatsTime,
+		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
+		descNetworkInfo, descNetworkUp, descNetworkAttachments, descLeases, descPool,
+		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDNSQueries, descDNSResponses,
+		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
+	} {
+		ch <- d
+	}
+}
+
+func (col *collector) Collect(ch chan<- prometheus.Metric) {
+	c := col.c
+	emit := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, t, v, labels...)
+	}
+	emit(descBuildInfo, prometheus.GaugeValue, 1, c.opts.Version, buildCommit(), runtime.Version())
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, result := range []string{"success", "error"} {
+		emit(descReconciles, prometheus.CounterValue, float64(c.reconciles[result]), result)
+	}
+	if c.reconciles["success"]+c.reconciles["error"] > 0 {
+		emit(descReconcileDuration, prometheus.GaugeValue, c.lastReconcileTime.Seconds())
+	}
+	if !c.lastOK.IsZero() {
+		emit(descLastSuccess, prometheus.GaugeValue, unixSeconds(c.lastOK))
+	}
+	d := c.applied
+	if d == nil {
+		d = &Desired{}
+	}
+
+	for _, n := range d.Networks {
+		subnet := ""
+		if n.Subnet.IsValid() {
+			subnet = n.Subnet.String()
+		}
+		emit(descNetworkInfo, prometheus.GaugeValue, 1, n.ID, string(n.Mode), subnet, n.Bridge())
+		attachments := 0
+		for _, a := range d.Attachments {
+			if a.Network == n.ID {
+				attachments++
+			}
+		}
+		emit(descNetworkAttachments, prometheus.GaugeValue, float64(attachments), n.ID)
+		nw := c.nets[n.ID]
+		emit(descNetworkUp, prometheus.GaugeValue, boolFloat(nw != nil), n.ID)
+		if nw == nil {
+			continue
+		}
+		st := nw.Stats()
+		if n.DHCP {
+			emit(descLeases, prometheus.GaugeValue, float64(len(st.Leases)), n.ID)
+			emit(descPool, prometheus.GaugeValue, float64(metrics.PoolSize(n.DHCPStart, n.DHCPEnd)), n.ID)
+			for _, t := range withKnown(st.DHCP.Requests, dhcpRequestTypes) {
+				emit(descDHCPRequests, prometheus.CounterValue, float64(st.DHCP.Requests[t]), n.ID, strings.ToLower(t))
+			}
+			for _, t := range withKnown(st.DHCP.Replies, dhcpReplyTypes) {
+				emit(descDHCPReplies, prometheus.CounterValue, float64(st.DHCP.Replies[t]), n.ID, strings.ToLower(t))
+			}
+			emit(descDHCPErrors, prometheus.CounterValue, float64(st.DHCP.Errors), n.ID)
+		}
+		if n.DNSProxy {
+			emit(descDNSQueries, prometheus.CounterValue, float64(st.DNS.Queries), n.ID)
+			for _, o := range []struct {
+				outcome string
+				v       uint64
+			}{{"local", st.DNS.Local}, {"nxdomain", st.DNS.NXDomain}, {"forwarded", st.DNS.Forwarded}, {"servfail", st.DNS.ForwardErrors}} {
+				emit(descDNSResponses, prometheus.CounterValue, float64(o.v), n.ID, o.outcome)
+			}
+		}
+	}
+
+	for _, a := range d.Attachments {
+		labels := []string{a.Network, a.VM, strconv.Itoa(a.Index)}
+		with := func(extra ...string) []string { return append(append([]string{}, labels...), extra...) }
+		emit(descAttachmentInfo, prometheus.GaugeValue, 1, with(a.Project, string(a.Attach))...)
+		h := c.helpers[a.Key()]
+		up := h != nil && h.state == StateRunning && !isClosed(h.exited)
+		emit(descHelperUp, prometheus.GaugeValue, boolFloat(up), labels...)
+		if h == nil {
+			continue
+		}
+		emit(descRestarts, prometheus.CounterValue, float64(h.rec.Restarts), labels...)
+		s := c.observeLocked(a.Key(), h).Last()
+		if s.Time.IsZero() {
+			s = h.stats // a stats line without a time still has counters
+		}
+		for _, dir := range []struct {
+			name string
+			c    helperexec.Counters
+		}{{"to_vm", s.Host}, {"from_vm", s.VM}} {
+			emit(descBytes, prometheus.CounterValue, float64(dir.c.Bytes), with(dir.name)...)
+			emit(descPackets, prometheus.CounterValue, float64(dir.c.Packets), with(dir.name)...)
+			emit(descDrops, prometheus.CounterValue, float64(dir.c.Drops), with(dir.name)...)
+			emit(descSyscalls, prometheus.CounterValue, float64(dir.c.Fast), with(dir.name, "fast")...)
+			emit(descSyscalls, prometheus.CounterValue, float64(dir.c.Slow), with(dir.name, "slow")...)
+		}
+		if !s.Time.IsZero() {
+			emit(descStatsTime, prometheus.GaugeValue, unixSeconds(s.Time), labels...)
+		}
+		if !up {
+			continue
+		}
+		emit(descStartTime, prometheus.GaugeValue, unixSeconds(h.rec.StartedAt), labels...)
+		if h.startLatency > 0 {
+			emit(descStartDuration, prometheus.GaugeValue, h.startLatency.Seconds(), labels...)
+		}
+		if p, err := metrics.ReadProcess(h.rec.Proc.PID); err == nil {
+			emit(descCPU, prometheus.CounterValue, p.CPUSeconds, labels...)
+			emit(descRSS, prometheus.GaugeValue, float64(p.ResidentBytes), labels...)
+		}
+	}
+	c.pruneMetersLocked()
+}
+
+// trafficMeter is what the controller remembers of one helper's stats lines
+// between two reads, for rates.
+type trafficMeter struct {
+	h *helperProc // a new helper starts a new meter: its counters start at 0
+	m metrics.Meter
+}
+
+// observeLocked reads the stats lines h logged since the last read (as
+// refreshStats does, and in its place) and records each in the
+// attachment's meter, so that rates are over the latest stats interval
+// however long ago the previous read was. c.mu is held.
+func (c *Controller) observeLocked(key string, h *helperProc) *metrics.Meter {
+	if c.meters == nil {
+		c.meters = map[string]*trafficMeter{}
+	}
+	tm := c.meters[key]
+	if tm == nil || tm.h != h {
+		tm = &trafficMeter{h: h}
+		c.meters[key] = tm
+	}
+	readStatsLines(h, tm.m.Add)
+	return &tm.m
+}
+
+// pruneMetersLocked forgets the meters of attachments that are gone.
+func (c *Controller) pruneMetersLocked() {
+	for key, tm := range c.meters {
+		if c.helpers[key] != tm.h {
+			delete(c.meters, key)
+		}
+	}
+}
+
+// rateMaxAge is how old a helper's latest stats line may be for its rates
+// to count as current.
+func (c *Controller) rateMaxAge() time.Duration {
+	return 3*c.opts.StatsInterval + time.Second
+}
+
+// readStatsLines reads the lines h logged since h.statsOff, keeps the
+// latest stats in h.stats and passes every stats line to add.
+func readStatsLines(h *helperProc, add func(helperexec.Stats)) {
+	if h.logPath == "" {
+		return
+	}
+	f, err := os.Open(h.logPath)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() < h.statsOff {
+		h.statsOff = 0 // the log was truncated
+	}
+	if _, err := f.Seek(h.statsOff, io.SeekStart); err != nil {
+		return
+	}
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			break // a partial last line is read again next time
+		}
+		h.statsOff += int64(len(line))
+		if s, ok := helperexec.ParseStatsLine(line); ok {
+			h.stats = s
+			add(s)
+		}
+	}
+}
+
+// withKnown is the keys of m, after the known ones in their order.
+func withKnown(m map[string]uint64, known []string) []string {
+	keys := append([]string{}, known...)
+	for _, k := range sortedKeys(m) {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// buildCommit is the VCS revision the binary was built from, if known.
+func buildCommit() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
 }

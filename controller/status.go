@@ -68,6 +68,11 @@ type AttachmentStatus struct {
 	RxBytes uint64 `json:"rxBytes"`
 	TxBytes uint64 `json:"txBytes"`
 	Drops   uint64 `json:"drops"`
+	// Current rates over the helper's latest stats interval, in bits per
+	// second: Rx is what the VM sent, Tx what it was sent. Zero until the
+	// helper has reported twice, and when it stopped reporting.
+	RxBitsPerSecond float64 `json:"rxBitsPerSecond"`
+	TxBitsPerSecond float64 `json:"txBitsPerSecond"`
 }
 
 // status builds the live status; the caller holds no lock.
@@ -113,7 +118,7 @@ func (c *Controller) status() *Status {
 			as.IP = a.IP.String()
 		}
 		if h := c.helpers[a.Key()]; h != nil {
-			h.refreshStats()
+			meter := c.observeLocked(a.Key(), h)
 			as.State, as.Restarts, as.Error = h.state, h.rec.Restarts, h.lastErr
 			as.Socket, as.Tap = h.rec.Socket, h.rec.Tap
 			if h.state == StateRunning {
@@ -123,6 +128,10 @@ func (c *Controller) status() *Status {
 			}
 			as.RxBytes, as.TxBytes = h.stats.VM.Bytes, h.stats.Host.Bytes
 			as.Drops = h.stats.VM.Drops + h.stats.Host.Drops
+			if h.state == StateRunning {
+				r := meter.Rates(time.Now(), c.rateMaxAge())
+				as.RxBitsPerSecond, as.TxBitsPerSecond = r.FromVM, r.ToVM
+			}
 		}
 		st.Attachments = append(st.Attachments, as)
 	}
@@ -221,7 +230,7 @@ func (st *Status) Render(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tPID\tSTATE\tRESTARTS\tUPTIME")
+	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tPID\tSTATE\tRESTARTS\tUPTIME\tFROM VM\tTO VM")
 	for _, a := range st.Attachments {
 		where := a.Socket
 		if a.Attach == "tap" {
@@ -231,7 +240,11 @@ func (st *Status) Render(w io.Writer) {
 		if a.PID > 0 {
 			pid = fmt.Sprint(a.PID)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", a.VM, a.Network, a.MAC, dash(where), dash(a.IP), pid, a.State, a.Restarts, roundDur(a.UptimeSeconds))
+		from, to := "-", "-"
+		if st.Controller.Running && a.State == StateRunning { // no rates offline
+			from, to = formatBits(a.RxBitsPerSecond), formatBits(a.TxBitsPerSecond)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.VM, a.Network, a.MAC, dash(where), dash(a.IP), pid, a.State, a.Restarts, roundDur(a.UptimeSeconds), from, to)
 	}
 	tw.Flush()
 	for _, a := range st.Attachments {
@@ -239,6 +252,24 @@ func (st *Status) Render(w io.Writer) {
 			fmt.Fprintf(w, "\n%s/%d: %s\n", a.VM, a.Index, a.Error)
 		}
 	}
+}
+
+// formatBits writes a rate in bits per second with an SI prefix: "0",
+// "950 b/s", "12.3 Mb/s".
+func formatBits(bps float64) string {
+	if bps < 0.5 {
+		return "0"
+	}
+	units := []string{"b/s", "kb/s", "Mb/s", "Gb/s", "Tb/s"}
+	i := 0
+	for bps >= 999.5 && i < len(units)-1 {
+		bps /= 1000
+		i++
+	}
+	if i == 0 || bps >= 99.95 {
+		return fmt.Sprintf("%.0f %s", bps, units[i])
+	}
+	return fmt.Sprintf("%.1f %s", bps, units[i])
 }
 
 func dash(s string) string {

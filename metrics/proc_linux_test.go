@@ -1,0 +1,31 @@
+package metrics
+
+import (
+	"os"
+	"testing"
+)
+
+func TestParseStat(t *testing.T) {
+	// A command name with spaces and parentheses, as a process may set it.
+	stat := "4242 (vm (a) b) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 50 0 0 20 0 8 0 123456 1000000 500 18446744073709551615\n"
+	p, err := parseStat([]byte(stat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.CPUSeconds != 3 {
+		t.Errorf("CPUSeconds = %v, want 3 (250+50 ticks)", p.CPUSeconds)
+	}
+	if _, err := parseStat([]byte("4242 (x) S 1 2")); err == nil {
+		t.Errorf("a short stat line parsed")
+	}
+}
+
+func TestReadProcessSelf(t *testing.T) {
+	p, err := ReadProcess(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ResidentBytes < 1<<20 || p.CPUSeconds < 0 {
+		t.Errorf("ReadProcess(self) = %+v", p)
+	}
+}
