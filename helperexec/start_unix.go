@@ -1,0 +1,236 @@
+//go:build unix
+
+package helperexec
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// StartOptions tune Start. Zero values are sensible.
+type StartOptions struct {
+	// SocketPath, if set (the helper's --socket), must exist before the
+	// helper counts as ready.
+	SocketPath string
+	// ReadyTimeout bounds the wait for the JSON line (default 10s).
+	ReadyTimeout time.Duration
+	// StopGrace is how long Stop waits after SIGTERM before SIGKILL
+	// (default 5s).
+	StopGrace time.Duration
+	// OnStats receives every stats line, in order, from the helper's
+	// stderr reader goroutine.
+	OnStats func(Stats)
+	// Log receives the other stderr lines (with newline), if set.
+	Log io.Writer
+}
+
+// Helper is a running helper process.
+type Helper struct {
+	// Ready is the helper's JSON line.
+	Ready Ready
+
+	cmd   *exec.Cmd
+	grace time.Duration
+	tail  *tail
+	done  chan struct{}
+	err   error // from Wait, valid after done
+	once  sync.Once
+}
+
+// tailLines is how much of stderr a start failure quotes.
+const tailLines = 20
+
+// Start runs cmd (a helper: vmnet-helper or `vmnetctl helper`) in its own
+// process group and waits until it is ready: its JSON line parsed and, with
+// opts.SocketPath, the socket there. On failure — the helper exits, prints
+// an invalid line, ctx is done or the deadline passes — the helper is
+// killed and the error quotes the tail of its stderr. cmd's Stdout and
+// Stderr must be unset: Start reads them. After Start, ctx no longer
+// matters: call Stop.
+func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, error) {
+	if cmd.Stdout != nil || cmd.Stderr != nil {
+		return nil, errors.New("helperexec.Start reads the helper's stdout and stderr: leave them unset")
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = 10 * time.Second
+	}
+	if opts.StopGrace <= 0 {
+		opts.StopGrace = 5 * time.Second
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	h := &Helper{cmd: cmd, grace: opts.StopGrace, tail: &tail{max: tailLines}, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting helper: %w", err)
+	}
+
+	lines := make(chan []byte, 1)
+	var readers sync.WaitGroup
+	readers.Go(func() {
+		r := bufio.NewReader(stdout)
+		line, err := r.ReadBytes('\n')
+		if err == nil || len(line) > 0 {
+			lines <- line
+		}
+		close(lines)
+		io.Copy(io.Discard, r) // a helper prints one line; never block it
+	})
+	readers.Go(func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if s, ok := ParseStatsLine(line); ok {
+				if opts.OnStats != nil {
+					opts.OnStats(s)
+				}
+				continue
+			}
+			h.tail.add(line)
+			if opts.Log != nil {
+				io.WriteString(opts.Log, line+"\n")
+			}
+		}
+	})
+	go func() {
+		// Wait only after the pipes are drained, as exec.Cmd requires.
+		readers.Wait()
+		h.err = cmd.Wait()
+		close(h.done)
+	}()
+
+	fail := func(format string, args ...any) (*Helper, error) {
+		select {
+		case <-h.done: // reaped: its pid may already be someone else's
+		default:
+			h.kill()
+			<-h.done
+		}
+		msg := fmt.Sprintf(format, args...)
+		if t := h.tail.String(); t != "" {
+			msg += ":\n" + t
+		}
+		return nil, errors.New(msg)
+	}
+	timer := time.NewTimer(opts.ReadyTimeout)
+	defer timer.Stop()
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			<-h.done
+			return fail("helper exited before it was ready (%v)", h.err)
+		}
+		r, err := ParseReady(bytes.TrimSpace(line))
+		if err != nil {
+			return fail("%v", err)
+		}
+		h.Ready = r
+	case <-timer.C:
+		return fail("helper not ready after %v", opts.ReadyTimeout)
+	case <-ctx.Done():
+		return fail("starting helper: %v", ctx.Err())
+	}
+	if opts.SocketPath != "" {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := os.Stat(opts.SocketPath); err == nil {
+				break
+			}
+			select {
+			case <-tick.C:
+			case <-h.done:
+				return fail("helper exited before creating %s (%v)", opts.SocketPath, h.err)
+			case <-timer.C:
+				return fail("helper did not create %s within %v", opts.SocketPath, opts.ReadyTimeout)
+			case <-ctx.Done():
+				return fail("starting helper: %v", ctx.Err())
+			}
+		}
+	}
+	return h, nil
+}
+
+// Pid is the helper's process id (and process group id).
+func (h *Helper) Pid() int { return h.cmd.Process.Pid }
+
+// Done is closed when the helper has exited.
+func (h *Helper) Done() <-chan struct{} { return h.done }
+
+// Wait waits for the helper to exit and returns how it did.
+func (h *Helper) Wait() error {
+	<-h.done
+	return h.err
+}
+
+// Stop sends SIGTERM to the helper's process group, then SIGKILL if it is
+// still running after the grace period, and waits for it. A helper that
+// exits on SIGTERM returns nil (vmnet-helper and ours exit 0); the error of
+// one that had to be killed says so.
+func (h *Helper) Stop() error {
+	select {
+	case <-h.done:
+		return h.err
+	default:
+	}
+	syscall.Kill(-h.Pid(), syscall.SIGTERM)
+	t := time.NewTimer(h.grace)
+	defer t.Stop()
+	select {
+	case <-h.done:
+		return h.err
+	case <-t.C:
+	}
+	h.kill()
+	<-h.done
+	return fmt.Errorf("helper %d ignored SIGTERM for %v and was killed", h.Pid(), h.grace)
+}
+
+// Tail is the last lines the helper logged (stats lines excluded).
+func (h *Helper) Tail() string { return h.tail.String() }
+
+func (h *Helper) kill() {
+	h.once.Do(func() { syscall.Kill(-h.Pid(), syscall.SIGKILL) })
+}
+
+// tail keeps the last max lines.
+type tail struct {
+	mu    sync.Mutex
+	max   int
+	lines []string
+}
+
+func (t *tail) add(line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, line)
+	if len(t.lines) > t.max {
+		t.lines = t.lines[len(t.lines)-t.max:]
+	}
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
+}

@@ -1,0 +1,171 @@
+//go:build unix
+
+package helperexec
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as a fake helper: HELPEREXEC_FAKE says how to
+// behave.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("HELPEREXEC_FAKE"); mode != "" {
+		os.Exit(fakeHelper(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func fakeHelper(mode string) int {
+	term := make(chan os.Signal, 1)
+	if mode == "stubborn" {
+		signal.Ignore(syscall.SIGTERM)
+	} else {
+		signal.Notify(term, syscall.SIGTERM)
+	}
+	fmt.Fprintln(os.Stderr, "INFO  [main] running fake helper")
+	switch mode {
+	case "fail":
+		fmt.Fprintln(os.Stderr, `vmnetctl: network "shared" is not up (run `+"`vmnetctl up`)")
+		return 1
+	case "hang":
+		<-term
+		return 0
+	case "garbage":
+		fmt.Println(`{"vmnet_mtu": 1500}`)
+		<-term
+		return 0
+	}
+	if mode == "socket" {
+		// The socket appears a little after the line, as with vmnet-helper.
+		fmt.Println(`{"vmnet_mac_address":"0a:d6:36:c1:ea:f3","vmnet_max_packet_size":1514}`)
+		time.Sleep(50 * time.Millisecond)
+		os.WriteFile(os.Getenv("HELPEREXEC_SOCKET"), nil, 0o600)
+	} else {
+		fmt.Println(`{"vmnet_max_packet_size":1514,"vmnet_mac_address":"0a:d6:36:c1:ea:f3","tap_name":"vmt-x"}`)
+	}
+	for i := range 3 {
+		fmt.Fprintf(os.Stderr, `INFO  [stats] {"time":"2026-11-22T15:00:00Z","host":{"packets":%d},"vm":{"packets":%d}}`+"\n", i, i)
+	}
+	if mode == "stubborn" {
+		time.Sleep(time.Hour)
+	}
+	<-term
+	fmt.Fprintln(os.Stderr, "INFO  [main] stopping: terminated")
+	return 0
+}
+
+func fake(t *testing.T, mode string, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "HELPEREXEC_FAKE="+mode), env...)
+	return cmd
+}
+
+func TestStart(t *testing.T) {
+	var mu sync.Mutex
+	var stats []Stats
+	h, err := Start(context.Background(), fake(t, "ok"), StartOptions{OnStats: func(s Stats) {
+		mu.Lock()
+		stats = append(stats, s)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Ready.TapName != "vmt-x" || h.Ready.MaxPacketSize != 1514 {
+		t.Errorf("Ready = %+v", h.Ready)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(stats)
+		mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d stats lines, want 3", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if stats[2].Host.Packets != 2 {
+		t.Errorf("last stats = %+v", stats[2])
+	}
+	if err := h.Stop(); err != nil {
+		t.Errorf("Stop() = %v", err)
+	}
+	if !strings.Contains(h.Tail(), "stopping: terminated") || strings.Contains(h.Tail(), "[stats]") {
+		t.Errorf("Tail() = %q", h.Tail())
+	}
+}
+
+func TestStartSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "helper.sock")
+	h, err := Start(context.Background(), fake(t, "socket", "HELPEREXEC_SOCKET="+path), StartOptions{SocketPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("Start returned before the socket existed: %v", err)
+	}
+}
+
+func TestStartFailures(t *testing.T) {
+	tests := []struct {
+		mode string
+		opts StartOptions
+		want []string
+	}{
+		{"fail", StartOptions{}, []string{"exited before it was ready", `network "shared" is not up`, "running fake helper"}},
+		{"hang", StartOptions{ReadyTimeout: 200 * time.Millisecond}, []string{"not ready after 200ms", "running fake helper"}},
+		{"garbage", StartOptions{}, []string{"vmnet_mac_address is missing"}},
+		{"ok", StartOptions{SocketPath: "/nonexistent/helper.sock", ReadyTimeout: 200 * time.Millisecond}, []string{"did not create /nonexistent/helper.sock"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode, func(t *testing.T) {
+			_, err := Start(context.Background(), fake(t, tt.mode), tt.opts)
+			if err == nil {
+				t.Fatal("Start() succeeded")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Start() error = %q, want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestStopKillsStubbornHelper(t *testing.T) {
+	h, err := Start(context.Background(), fake(t, "stubborn"), StartOptions{StopGrace: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = h.Stop()
+	if err == nil || !strings.Contains(err.Error(), "ignored SIGTERM") {
+		t.Errorf("Stop() = %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Stop took %v", d)
+	}
+}
+
+func TestStartContext(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := Start(ctx, fake(t, "hang"), StartOptions{})
+	if err == nil || !strings.Contains(err.Error(), "context deadline exceeded") {
+		t.Errorf("Start() = %v", err)
+	}
+}
