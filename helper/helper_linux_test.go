@@ -847,3 +847,30 @@ func TestDHCP(t *testing.T) {
 	waitFor(t, 10*time.Second, "ping from the leased address to the gateway", func() bool { return ping(f.vm, gateway) == nil })
 	h.terminate()
 }
+
+// TestBridged joins a bridged network whose interface is a bridge (the
+// host's LAN bridge), chosen the vmnet-helper way.
+func TestBridged(t *testing.T) {
+	f := newFixture(t)
+	run(t, "ip", "-n", f.host, "link", "add", "br-lan", "type", "bridge")
+	run(t, "ip", "-n", f.host, "addr", "add", "10.9.0.1/24", "dev", "br-lan")
+	run(t, "ip", "-n", f.host, "link", "set", "br-lan", "up")
+	cfg := filepath.Join(f.dir, "bridged.yaml")
+	os.WriteFile(cfg, []byte("networks:\n  lan:\n    mode: bridged\n    interface: br-lan\n"), 0o644)
+
+	tap := openTap(t, f.vm, "vmeth0", false, 0)
+	helperEnd, conn := socketpair(t)
+	f.networks = cfg
+	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3", "--operation-mode", "bridged", "--shared-interface", "br-lan")
+	helperEnd.Close()
+	if h.ready.StartAddress.IsValid() || h.ready.MaxPacketSize != 1514 {
+		t.Errorf("bridged ready line: %+v", h.ready)
+	}
+	relay := startRelay(tap, conn, 0)
+	defer relay.stop()
+	run(t, "ip", "-n", f.vm, "link", "set", "vmeth0", "address", h.ready.MACAddress.String())
+	run(t, "ip", "-n", f.vm, "addr", "add", "10.9.0.7/24", "dev", "vmeth0")
+	run(t, "ip", "-n", f.vm, "link", "set", "vmeth0", "up")
+	waitFor(t, 10*time.Second, "ping from the VM to the LAN", func() bool { return ping(f.vm, "10.9.0.1") == nil })
+	h.terminate()
+}

@@ -19,9 +19,12 @@ import (
 // Without that the VM would get no DHCP, and the helper says so instead of
 // running on a dead network.
 func networkBridge(n *api.Network) (netlink.Link, error) {
+	if n.Mode == api.ModeBridged {
+		return bridgedBridge(n)
+	}
 	name := n.Bridge()
 	if name == "" {
-		return nil, fmt.Errorf("network %q is %s: the helper joins shared and host networks only (bridged networks are not supported yet)", n.ID, n.Mode)
+		return nil, fmt.Errorf("network %q is %s, which the helper cannot join", n.ID, n.Mode)
 	}
 	notUp := fmt.Errorf("network %q is not up (run `vmnetctl up`)", n.ID)
 	br, err := netlink.LinkByName(name)
@@ -145,7 +148,9 @@ func deleteLink(name string) error {
 }
 
 // ListSharedInterfaces returns the host interfaces a bridged network could
-// use: physical Ethernet devices that are not already a bridge port.
+// use: bridges that are not vmnetctl's, and physical Ethernet devices that
+// are not a bridge port (the helper joins only bridges so far: bridge those
+// first).
 func ListSharedInterfaces() ([]string, error) {
 	links, err := netlink.LinkList()
 	if errors.Is(err, netlink.ErrDumpInterrupted) {
@@ -157,6 +162,12 @@ func ListSharedInterfaces() ([]string, error) {
 	var names []string
 	for _, l := range links {
 		a := l.Attrs()
+		if _, ok := l.(*netlink.Bridge); ok {
+			if !strings.HasPrefix(a.Alias, "vmnetctl:") && a.MasterIndex == 0 {
+				names = append(names, a.Name)
+			}
+			continue
+		}
 		if l.Type() != "device" || a.Flags&net.FlagLoopback != 0 || a.MasterIndex != 0 || len(a.HardwareAddr) != 6 {
 			continue
 		}
@@ -168,4 +179,25 @@ func ListSharedInterfaces() ([]string, error) {
 		names = append(names, a.Name)
 	}
 	return names, nil
+}
+
+// bridgedBridge is the bridge a bridged network's VMs join: the network's
+// host interface, which must be a bridge that is up. The data plane creates
+// nothing for a bridged network, so there is no mark to check.
+func bridgedBridge(n *api.Network) (netlink.Link, error) {
+	name, err := netplane.PortBridge(n)
+	if err != nil {
+		return nil, err
+	}
+	if name == "" {
+		return nil, fmt.Errorf("network %q: interface %s is not a bridge, and the helper does not support macvtap ports yet: bridge %s and name the bridge as the network's interface", n.ID, n.Interface, n.Interface)
+	}
+	br, err := netlink.LinkByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: bridge %s: %w", n.ID, name, err)
+	}
+	if br.Attrs().Flags&net.FlagUp == 0 {
+		return nil, fmt.Errorf("network %q: bridge %s is down", n.ID, name)
+	}
+	return br, nil
 }
