@@ -116,6 +116,25 @@ e2e_resolve() {
 	fi
 }
 
+# e2e_resolve_within NAME SERVER SECONDS [KEY]: e2e_resolve, retried every
+# 0.5 s until the name resolves or SECONDS pass (another guest may not have
+# its lease yet).
+e2e_resolve_within() {
+	_n=$(($3 * 2))
+	while :; do
+		_out=$(timeout 10 nslookup "$1" "$2" 2>&1)
+		_addrs=$(echo "$_out" | awk '/^Name:/ {f=1; next} f && /^Address/ {sub(/^Address[ 0-9]*:[ \t]*/, ""); print}' | tr '\n' ',' | sed 's/,$//')
+		if [ -n "$_addrs" ]; then e2e_report "${4:-dns.$1}" "$_addrs"; return 0; fi
+		_n=$((_n - 1))
+		if [ "$_n" -le 0 ]; then
+			echo "$_out" | sed 's/^/nslookup: /'
+			e2e_report "${4:-dns.$1}" fail
+			return 1
+		fi
+		sleep 0.5
+	done
+}
+
 # e2e_tcp ADDR PORT [KEY]: connect and close.
 e2e_tcp() {
 	if timeout 10 nc -w 3 "$1" "$2" -e /bin/true >/dev/null 2>&1; then

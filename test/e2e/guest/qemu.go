@@ -55,6 +55,11 @@ type Config struct {
 	ExtraArgs []string
 	// Stdout, if set, receives a copy of the console output as it arrives.
 	Stdout io.Writer
+	// Wrapper, if set, is a command that runs qemu: the qemu command line
+	// is appended to it (e.g. `vmnetctl run -f vms.yaml --vm a --`). The
+	// console is the wrapper's stdout, and Result.ExitCode is its status.
+	// The wrapper runs in its own process group, which Kill signals.
+	Wrapper []string
 }
 
 // Result is what a guest reported.
@@ -68,6 +73,9 @@ type Result struct {
 	BootTime time.Duration     // from qemu start to /init running
 	Elapsed  time.Duration     // from qemu start to qemu exit (or kill)
 	Command  []string          // qemu command line
+	// ExitCode is qemu's (or the wrapper's) exit status once it has exited:
+	// -1 if it was killed by a signal or has not exited.
+	ExitCode int
 }
 
 // Get returns the value reported for key.
@@ -168,6 +176,7 @@ func Start(cfg Config) (*Guest, error) {
 	if cfg.Netns != "" {
 		args = append(args, "ip", "netns", "exec", cfg.Netns)
 	}
+	args = append(args, cfg.Wrapper...)
 	args = append(args, qemu,
 		"-name", cfg.Name,
 		"-machine", cfg.Machine,
@@ -213,6 +222,9 @@ func Start(cfg Config) (*Guest, error) {
 	g.cmd.ExtraFiles = cfg.ExtraFiles
 	g.cmd.Stderr = &lockedWriter{mu: &g.mu, w: &g.stderr}
 	g.cmd.SysProcAttr = sysProcAttr()
+	if len(cfg.Wrapper) > 0 {
+		setpgid(g.cmd.SysProcAttr)
+	}
 	stdout, err := g.cmd.StdoutPipe()
 	if err != nil {
 		g.logFile.Close()
@@ -317,10 +329,53 @@ func (g *Guest) Kill() {
 		select {
 		case <-g.exited:
 		default:
+			if len(g.cfg.Wrapper) > 0 {
+				// Let the wrapper stop what it started, then kill the group.
+				killGroup(g.cmd.Process.Pid, false)
+				select {
+				case <-g.exited:
+					return
+				case <-time.After(10 * time.Second):
+				}
+				killGroup(g.cmd.Process.Pid, true)
+			}
 			g.cmd.Process.Kill()
 		}
 	})
 	<-g.exited
+}
+
+// Value returns the value the guest has reported for key so far.
+func (g *Guest) Value(key string) (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	v, ok := g.values[key]
+	return v, ok
+}
+
+// Await waits up to timeout for the guest to report key and returns the
+// value. It returns an error if the guest finishes or exits first, or the
+// timeout passes.
+func (g *Guest) Await(key string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if v, ok := g.Value(key); ok {
+			return v, nil
+		}
+		select {
+		case <-g.finished:
+			if v, ok := g.Value(key); ok {
+				return v, nil
+			}
+			return "", fmt.Errorf("guest %s finished without reporting %s (console %s)", g.cfg.Name, key, g.logPath)
+		case <-g.exited:
+			return "", fmt.Errorf("guest %s exited without reporting %s (console %s)", g.cfg.Name, key, g.logPath)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("guest %s: %s not reported within %v (console %s)", g.cfg.Name, key, timeout, g.logPath)
+		}
+	}
 }
 
 // LogPath is the file the console output is written to.
@@ -339,6 +394,12 @@ func (g *Guest) result() *Result {
 		BootTime: g.bootTime,
 		Elapsed:  time.Since(g.start),
 		Command:  g.cmd.Args,
+		ExitCode: -1,
+	}
+	select {
+	case <-g.exited:
+		r.ExitCode = g.cmd.ProcessState.ExitCode()
+	default:
 	}
 	for k, v := range g.values {
 		r.Values[k] = v

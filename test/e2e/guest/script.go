@@ -75,6 +75,26 @@ func (s *Script) Ping(addr string) *Script { return s.call("e2e_ping", addr) }
 // = the addresses, comma separated, or fail.
 func (s *Script) Resolve(name, server string) *Script { return s.call("e2e_resolve", name, server) }
 
+// ResolveWithin is Resolve, retried every 0.5 s until the name resolves or
+// within passes (for a name that appears when another guest gets its lease).
+func (s *Script) ResolveWithin(name, server string, within time.Duration) *Script {
+	return s.call("e2e_resolve_within", name, server, seconds(within))
+}
+
+// PingAs is Ping reporting under key instead of PingKey(addr).
+func (s *Script) PingAs(key, addr string) *Script { return s.call("e2e_ping", addr, key) }
+
+// TCPAs is TCP reporting under key instead of TCPKey(addr, port): for a
+// second check of the same address, e.g. one that must fail.
+func (s *Script) TCPAs(key, addr string, port int) *Script {
+	return s.call("e2e_tcp", addr, fmt.Sprint(port), key)
+}
+
+// EchoAs is Echo reporting under key instead of EchoKey(addr, port).
+func (s *Script) EchoAs(key, addr string, port int, payload string, within time.Duration) *Script {
+	return s.call("e2e_echo", addr, fmt.Sprint(port), payload, seconds(within), key)
+}
+
 // TCP connects to addr:port and closes; reports TCPKey(addr, port) = ok or
 // fail.
 func (s *Script) TCP(addr string, port int) *Script {

@@ -1,0 +1,506 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
+)
+
+// The world of TestGuests: a "host" namespace where vmnetctl runs, and a
+// "WAN" namespace behind it (veth uplink, the host routes by default to the
+// WAN side). The WAN routes the VM subnets back to the host, so only
+// vmnetctl's NAT and filtering decide what a VM's packet looks like there
+// and whether it gets there at all.
+const (
+	sharedGW = "10.61.0.1"  // shared (NAT) network
+	isoGW    = "10.62.0.1"  // shared with isolation: true
+	jumboGW  = "10.63.0.1"  // host-only network with mtu: 9000
+	aShared  = "10.61.0.10" // VM a's fixed addresses
+	aIso     = "10.62.0.10"
+	wanHost  = "198.51.100.1" // the host's uplink address (TEST-NET-2)
+	wanPeer  = "198.51.100.2" // the WAN namespace: TCP echo servers
+	wanPort  = 8080           // WAN echo server, always up
+	gatePort = 8081           // WAN echo server opened once the host-side checks are done
+	vmPort   = 7001           // VM a's echo server
+)
+
+const e2eNetworks = `vmnet:
+  shared:
+    mode: shared
+    subnet: 10.61.0.0/24
+  iso:
+    mode: shared
+    subnet: 10.62.0.0/24
+    isolation: true
+  jumbo:
+    mode: host
+    subnet: 10.63.0.0/24
+    mtu: 9000
+`
+
+// VMs brought up by `vmnetctl up`: a connects its own unix datagram sockets
+// to the helpers' (qemu -netdev dgram with the arguments of `vmnetctl args`);
+// c opens TAP devices (attach: tap).
+const upVMs = `vms:
+  a:
+    networks:
+      - vmnet: shared
+        ip: 10.61.0.10
+      - vmnet: iso
+        ip: 10.62.0.10
+  c:
+    networks:
+      - vmnet: shared
+        attach: tap
+      - vmnet: jumbo
+        attach: tap
+`
+
+// The VM started by `vmnetctl run` (socketpairs on fds 4 and 5). Its MACs are
+// fixed in the file because `vmnetctl args b` knows b only while it runs
+// (inside the command, $VMNETCTL_MACS has them).
+const (
+	runVMs = `vms:
+  b:
+    networks:
+      - vmnet: shared
+        macAddress: "` + bMAC0 + `"
+      - vmnet: iso
+        macAddress: "` + bMAC1 + `"
+`
+	bMAC0 = "52:55:55:e2:00:b0"
+	bMAC1 = "52:55:55:e2:00:b1"
+)
+
+type world struct {
+	t        *testing.T
+	host     string // network namespace vmnetctl runs in
+	wan      string // network namespace behind the host's uplink
+	dir      string // networks.yaml, VM files
+	state    string // --state-dir
+	networks string
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	for _, tool := range []string{"nft", "busybox", "qemu-system-x86_64"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (test/setup.sh installs it)", tool)
+		}
+	}
+	guest.SharedImage(t) // skips without a kernel or busybox
+	// Short paths: unix socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "vmne2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	w := &world{t: t, dir: dir, state: filepath.Join(dir, "state"), networks: filepath.Join(dir, "networks.yaml")}
+	w.host = guest.NewNetns(t)
+	w.wan = guest.NewNetns(t)
+	// Registered after the namespaces, so it runs before they are deleted
+	// (and after the guests, booted later, are killed).
+	t.Cleanup(w.teardown)
+
+	if out, err := exec.Command("ip", "-n", w.host, "link", "add", "uplink", "type", "veth", "peer", "name", "eth0", "netns", w.wan).CombinedOutput(); err != nil {
+		t.Fatalf("veth: %v: %s", err, out)
+	}
+	guest.NetnsRun(t, w.host, "ip", "addr", "add", wanHost+"/24", "dev", "uplink")
+	guest.NetnsRun(t, w.host, "ip", "link", "set", "uplink", "up")
+	guest.NetnsRun(t, w.host, "ip", "route", "add", "default", "via", wanPeer)
+	guest.NetnsRun(t, w.wan, "ip", "addr", "add", wanPeer+"/24", "dev", "eth0")
+	guest.NetnsRun(t, w.wan, "ip", "link", "set", "eth0", "up")
+	guest.NetnsRun(t, w.wan, "ip", "route", "add", "10.60.0.0/14", "via", wanHost)
+	w.write("networks.yaml", e2eNetworks)
+	return w
+}
+
+// teardown removes everything vmnetctl made, then kills what is left in the
+// host namespace (the controller, helpers): all started by this test.
+func (w *world) teardown() {
+	if out, err := w.vmnetctl("down", "--all"); err != nil {
+		w.t.Errorf("down --all: %v\n%s", err, out)
+	}
+	out, _ := exec.Command("ip", "netns", "pids", w.host).Output()
+	for _, f := range strings.Fields(string(out)) {
+		var pid int
+		if _, err := fmt.Sscan(f, &pid); err == nil && pid > 1 {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func (w *world) write(name, content string) string {
+	path := filepath.Join(w.dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	return path
+}
+
+// cmdline is vmnetctl with the world's global flags, to run in the host
+// namespace.
+func (w *world) cmdline(args ...string) []string {
+	return append([]string{vmnetctlBin, "--state-dir", w.state, "--networks", w.networks}, args...)
+}
+
+func (w *world) vmnetctl(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	full := append([]string{"netns", "exec", w.host}, w.cmdline(args...)...)
+	var stdout, stderr strings.Builder
+	cmd := exec.CommandContext(ctx, "ip", full...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("vmnetctl %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+func (w *world) mustVmnetctl(args ...string) string {
+	w.t.Helper()
+	out, err := w.vmnetctl(args...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return out
+}
+
+func (w *world) status() (*controller.Status, error) {
+	out, err := w.vmnetctl("status", "--json")
+	if err != nil {
+		return nil, err
+	}
+	st := &controller.Status{}
+	if err := json.Unmarshal([]byte(out), st); err != nil {
+		return nil, fmt.Errorf("status --json: %w\n%s", err, out)
+	}
+	return st, nil
+}
+
+// qemuArgs runs `vmnetctl args VM --vmm qemu` and splits its words (the
+// arguments here need no shell quoting).
+func (w *world) qemuArgs(vm string) []string {
+	w.t.Helper()
+	out := strings.TrimSpace(w.mustVmnetctl("args", vm, "--vmm", "qemu"))
+	if strings.ContainsAny(out, `'"\`) {
+		w.t.Fatalf("args %s: quoted words, split them with a shell: %s", vm, out)
+	}
+	return strings.Fields(out)
+}
+
+// echoServer is a TCP line echo server in a namespace that records the
+// source address of every connection.
+type echoServer struct {
+	mu    sync.Mutex
+	peers []string
+	data  []string
+}
+
+func (s *echoServer) sources() ([]string, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.peers...), append([]string(nil), s.data...)
+}
+
+func serveEcho(t *testing.T, ns, addr string) *echoServer {
+	t.Helper()
+	var ln net.Listener
+	if err := guest.InNetns(ns, func() (err error) { ln, err = net.Listen("tcp4", addr); return err }); err != nil {
+		t.Fatalf("listen %s in %s: %v", addr, ns, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	s := &echoServer{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				s.mu.Lock()
+				s.peers = append(s.peers, c.RemoteAddr().(*net.TCPAddr).IP.String())
+				s.data = append(s.data, strings.TrimSpace(line))
+				s.mu.Unlock()
+				c.Write([]byte(line))
+			}()
+		}
+	}()
+	return s
+}
+
+// staleSocket leaves a unix datagram socket file at path, as a qemu that was
+// killed leaves its local.path behind.
+func staleSocket(t *testing.T, path string) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatalf("bind %s: %v", path, err)
+	}
+}
+
+func attachmentByMAC(st *controller.Status, mac string) (controller.AttachmentStatus, bool) {
+	for _, a := range st.Attachments {
+		if strings.EqualFold(a.MAC, mac) {
+			return a, true
+		}
+	}
+	return controller.AttachmentStatus{}, false
+}
+
+// TestGuests boots three real guests on vmnetctl networks, one per way of
+// attaching a VMM, all at once:
+//
+//	a: `vmnetctl up`, then qemu with `vmnetctl args a --vmm qemu`
+//	   (-netdev dgram over unix sockets); shared (fixed .10) + iso (fixed .10).
+//	   Serves TCP for the others.
+//	b: `vmnetctl run -f run.yaml --vm b -- qemu ... local.type=fd,local.str=4/5`
+//	   (socketpairs); shared + iso, dynamic leases.
+//	c: `attach: tap`, qemu -netdev tap with the TAP names of `vmnetctl args`;
+//	   jumbo (host-only, MTU 9000) + shared, dynamic leases.
+//
+// Checks: every guest gets the lease `status --json` reports for its MAC and
+// pings its gateways; names resolve through the DNS proxy (a finds b and c,
+// b finds a and c as NAME.vmnet.internal, c finds the bare name a); every
+// guest reaches a TCP server in the WAN namespace through NAT (the server sees
+// the host's uplink address), c cannot reach it from the host-only network;
+// b and c reach a on shared, b cannot reach a on the isolated network but
+// reaches its gateway; c gets MTU 9000 by DHCP and pings the gateway with
+// 8000-byte packets; `vmnetctl run` exits with qemu's status (0) and removes
+// b when it does.
+func TestGuests(t *testing.T) {
+	start := time.Now()
+	w := newWorld(t)
+	wanSrv := serveEcho(t, w.wan, fmt.Sprintf("%s:%d", wanPeer, wanPort))
+	vms := w.write("vms.yaml", upVMs)
+	runFile := w.write("run.yaml", runVMs)
+
+	w.mustVmnetctl("up", "-f", vms)
+	argsA := w.qemuArgs("a")
+	argsC := w.qemuArgs("c")
+	for i, want := range []string{"tap,id=net0,ifname=vmt-", "virtio-net-pci,netdev=net0,mac=", "tap,id=net1,ifname=vmt-"} {
+		if !strings.HasPrefix(argsC[2*i+1], want) {
+			t.Fatalf("args c --vmm qemu: %v, word %d should start with %q", argsC, 2*i+1, want)
+		}
+	}
+	// qemu binds local.path (STATE/vms/a/N.vm.sock). A socket file left there
+	// by an earlier qemu must not stop the next one.
+	staleSocket(t, filepath.Join(w.state, "vms", "a", "0.vm.sock"))
+	upTime := time.Since(start)
+
+	long := 150 * time.Second
+	a := guest.Boot(t, guest.Config{
+		Name:    "a",
+		Netns:   w.host,
+		NetArgs: argsA,
+		Script: guest.NewScript().
+			DHCP("eth0").
+			Ping(sharedGW).
+			Echo(wanPeer, wanPort, "from-a", 30*time.Second).
+			DHCP("eth1").
+			Ping(isoGW).
+			Listen(vmPort).
+			ResolveWithin("b.vmnet.internal", sharedGW, long).
+			ResolveWithin("c", sharedGW, long).
+			AwaitConns(vmPort, 3, long).
+			EchoAs("gate", wanPeer, gatePort, "gate-a", long),
+	})
+	b := guest.Boot(t, guest.Config{
+		Name:    "b",
+		Netns:   w.host,
+		Wrapper: w.cmdline("run", "-f", runFile, "--vm", "b", "--"),
+		NetArgs: append(guest.NetDgramFD("net0", controller.FirstVMFD, bMAC0), guest.NetDgramFD("net1", controller.FirstVMFD+1, bMAC1)...),
+		Script: guest.NewScript().
+			DHCP("eth0").
+			DHCP("eth1").
+			Ping(sharedGW).
+			Ping(isoGW).
+			Resolve("a.vmnet.internal", sharedGW).
+			ResolveWithin("c.vmnet.internal", sharedGW, long).
+			// a is up and serving once this succeeds: the checks below
+			// that must fail fail because of isolation, not a slow boot.
+			EchoAs("a.first", aShared, vmPort, "b-first", long).
+			Ping(aShared).
+			Echo(wanPeer, wanPort, "from-b", 30*time.Second).
+			PingAs("iso.ping.a", aIso).
+			TCPAs("iso.tcp.a", aIso, vmPort).
+			EchoAs("a.last", aShared, vmPort, "b-last", 30*time.Second).
+			EchoAs("gate", wanPeer, gatePort, "gate-b", long),
+	})
+	c := guest.Boot(t, guest.Config{
+		Name:    "c",
+		Netns:   w.host,
+		NetArgs: argsC,
+		Script: guest.NewScript().
+			DHCP("eth1").
+			Ping(jumboGW).
+			Report("jumbo.ping", "ping -c 2 -W 3 -s 8000 "+jumboGW+" >/dev/null && echo ok || echo fail").
+			// The host-only network must not lead out, even to a guest that
+			// routes everything to its gateway.
+			Sh("ip route replace default via %s dev eth1", jumboGW).
+			TCPAs("wan.hostonly", wanPeer, wanPort).
+			DHCP("eth0").
+			Ping(sharedGW).
+			Resolve("a", sharedGW).
+			Echo(wanPeer, wanPort, "from-c", 30*time.Second).
+			EchoAs("a.echo", aShared, vmPort, "c", long).
+			EchoAs("gate", wanPeer, gatePort, "gate-c", long),
+	})
+	guests := []*guest.Guest{a, b, c}
+
+	// Every lease the guests got is the one status reports for their MAC
+	// (b only exists while `vmnetctl run` runs: check before the gate opens).
+	type nic struct {
+		g      *guest.Guest
+		name   string
+		ifname string
+	}
+	nics := []nic{{a, "a", "eth0"}, {a, "a", "eth1"}, {b, "b", "eth0"}, {b, "b", "eth1"}, {c, "c", "eth0"}, {c, "c", "eth1"}}
+	leases := map[string]string{} // "vm/ifname" → IP
+	macs := map[string]string{}
+	for _, n := range nics {
+		ip, err := n.g.Await(n.ifname+".ip", 3*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mac, _ := n.g.Value(n.ifname + ".mac")
+		leases[n.name+"/"+n.ifname], macs[n.name+"/"+n.ifname] = ip, mac
+	}
+	leaseTime := time.Since(start)
+	var st *controller.Status
+	guest.WaitFor(t, 20*time.Second, "status --json to report every guest's lease", func() bool {
+		s, err := w.status()
+		if err != nil {
+			t.Log(err)
+			return false
+		}
+		st = s
+		for k, ip := range leases {
+			if att, ok := attachmentByMAC(s, macs[k]); !ok || att.IP != ip {
+				return false
+			}
+		}
+		return true
+	})
+	for k := range leases {
+		att, _ := attachmentByMAC(st, macs[k])
+		vm, ifname, _ := strings.Cut(k, "/")
+		wantNet := map[string]string{"a/eth0": "shared", "a/eth1": "iso", "b/eth0": "shared", "b/eth1": "iso", "c/eth0": "shared", "c/eth1": "jumbo"}[k]
+		if att.VM != vm || att.Network != wantNet || att.State != "running" {
+			t.Errorf("%s (%s, MAC %s): status says VM %s network %s state %s", k, ifname, macs[k], att.VM, att.Network, att.State)
+		}
+	}
+	gate := serveEcho(t, w.wan, fmt.Sprintf("%s:%d", wanPeer, gatePort))
+
+	results := map[string]*guest.Result{}
+	for _, g := range guests {
+		r := g.MustWait(t)
+		results[r.Name] = r
+	}
+	ra, rb, rc := results["a"], results["b"], results["c"]
+
+	// a: fixed addresses by DHCP, WAN through NAT, names of b and c.
+	ra.Expect(t, "eth0.ip", aShared)
+	ra.Expect(t, "eth0.router", sharedGW)
+	ra.Expect(t, "eth0.dns", sharedGW)
+	ra.Expect(t, "eth0.mtu", "1500")
+	ra.Expect(t, "eth1.ip", aIso)
+	ra.Expect(t, "eth1.router", isoGW)
+	ra.Expect(t, guest.PingKey(sharedGW), "ok")
+	ra.Expect(t, guest.PingKey(isoGW), "ok")
+	ra.Expect(t, guest.EchoKey(wanPeer, wanPort), "ok")
+	ra.Expect(t, guest.ListenKey(vmPort), "up")
+	ra.Expect(t, guest.ResolveKey("b.vmnet.internal"), leases["b/eth0"])
+	ra.Expect(t, guest.ResolveKey("c"), leases["c/eth0"])
+	ra.Expect(t, guest.ListenKey(vmPort)+".conns", "3")
+	ra.Expect(t, "gate", "ok")
+
+	// b: under vmnetctl run; shared reaches a, isolation keeps it from a.
+	rb.Expect(t, "eth0.mac", bMAC0)
+	rb.Expect(t, "eth1.mac", bMAC1)
+	rb.Expect(t, "eth0.router", sharedGW)
+	rb.Expect(t, "eth1.router", isoGW)
+	rb.Expect(t, guest.PingKey(sharedGW), "ok")
+	rb.Expect(t, guest.PingKey(isoGW), "ok")
+	rb.Expect(t, guest.ResolveKey("a.vmnet.internal"), aShared)
+	rb.Expect(t, guest.ResolveKey("c.vmnet.internal"), leases["c/eth0"])
+	rb.Expect(t, "a.first", "ok")
+	rb.Expect(t, guest.PingKey(aShared), "ok")
+	rb.Expect(t, guest.EchoKey(wanPeer, wanPort), "ok")
+	rb.Expect(t, "iso.ping.a", "fail")
+	rb.Expect(t, "iso.tcp.a", "fail")
+	rb.Expect(t, "a.last", "ok")
+	rb.Expect(t, "gate", "ok")
+	if rb.ExitCode != 0 {
+		t.Errorf("vmnetctl run exited with %d after qemu powered off, want 0", rb.ExitCode)
+	}
+
+	// c: TAPs; jumbo MTU from DHCP, no way out from host-only.
+	rc.Expect(t, "eth1.mtu_option", "9000")
+	rc.Expect(t, "eth1.mtu", "9000")
+	rc.Expect(t, "eth1.router", jumboGW)
+	rc.Expect(t, guest.PingKey(jumboGW), "ok")
+	rc.Expect(t, "jumbo.ping", "ok")
+	rc.Expect(t, "wan.hostonly", "fail")
+	rc.Expect(t, "eth0.mtu", "1500")
+	rc.Expect(t, guest.PingKey(sharedGW), "ok")
+	rc.Expect(t, guest.ResolveKey("a"), aShared)
+	rc.Expect(t, guest.EchoKey(wanPeer, wanPort), "ok")
+	rc.Expect(t, "a.echo", "ok")
+	rc.Expect(t, "gate", "ok")
+
+	// The WAN saw every guest, always from the host's uplink address (NAT).
+	for _, s := range []*echoServer{wanSrv, gate} {
+		peers, data := s.sources()
+		for i, p := range peers {
+			if p != wanHost {
+				t.Errorf("WAN server: %q came from %s, want %s (masqueraded)", data[i], p, wanHost)
+			}
+		}
+	}
+	_, data := wanSrv.sources()
+	for _, want := range []string{"from-a", "from-b", "from-c"} {
+		if !slices.Contains(data, want) {
+			t.Errorf("WAN server got %q, want %s among them", data, want)
+		}
+	}
+
+	// After qemu exits, `vmnetctl run` has removed b.
+	if st, err := w.status(); err != nil {
+		t.Error(err)
+	} else {
+		for _, att := range st.Attachments {
+			if att.VM == "b" {
+				t.Errorf("b still in status after vmnetctl run exited: %+v", att)
+			}
+		}
+	}
+
+	for _, r := range []*guest.Result{ra, rb, rc} {
+		t.Logf("guest %s: boot (qemu start to /init) %v, run %v", r.Name, r.BootTime.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
+	}
+	t.Logf("up and args %v, all six leases at %v, test %v", upTime.Round(time.Millisecond), leaseTime.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
