@@ -1,0 +1,579 @@
+// Package metrics_test checks the controller's Prometheus metrics end to
+// end, as root, inside network namespaces the test creates: the vmnetctl
+// binary runs the networks, simulated VMs move known traffic, promtool
+// lints what /metrics serves and a real Prometheus server scrapes it.
+package metrics_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/test/simvm"
+)
+
+var vmnetctl string // the binary under test
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vmnetctl-metrics-bin")
+	if err != nil {
+		panic(err)
+	}
+	vmnetctl = filepath.Join(dir, "vmnetctl")
+	if out, err := exec.Command("go", "build", "-o", vmnetctl, "github.com/vmnetctl/vmnetctl/cmd/vmnetctl").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building vmnetctl: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const networksYAML = `
+vmnet:
+  shared:
+    subnet: 10.79.0.0/24
+`
+
+const twoVMs = `
+vms:
+  a:
+    networks:
+      - vmnet: shared
+  b:
+    networks:
+      - vmnet: shared
+`
+
+// statsInterval is the helpers' stats interval here: short, so that
+// counters and rates follow the traffic within a test's patience.
+const statsInterval = "200ms"
+
+// metricsAddr is the controller's default address, inside the host namespace.
+const metricsAddr = "127.0.0.1:9464"
+
+// host is a "host" namespace with a state dir and a networks.yaml.
+type host struct {
+	*simvm.NS
+	t        *testing.T
+	dir      string
+	networks string
+	http     *http.Client
+}
+
+func newHost(t *testing.T) *host {
+	simvm.NeedRoot(t, "nft", "busybox", "ping", "iperf3", "promtool", "prometheus")
+	h := &host{NS: simvm.NewNS(t, "vmnm"), t: t, dir: t.TempDir()}
+	h.networks = filepath.Join(h.dir, "networks.yaml")
+	if err := os.WriteFile(h.networks, []byte(networksYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// HTTP from the test process, with its sockets made inside the namespace.
+	h.http = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := h.Do(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	t.Cleanup(func() {
+		// Whatever the test did, leave no controller or helper behind.
+		exec.Command("pkill", "-9", "-f", "--state-dir "+h.stateDir()).Run()
+		exec.Command("pkill", "-9", "-f", "--networks "+h.stateDir()).Run()
+	})
+	return h
+}
+
+func (h *host) stateDir() string { return filepath.Join(h.dir, "state") }
+
+func (h *host) vmnetctl(args ...string) string {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := h.Command(ctx, vmnetctl, append([]string{"--state-dir", h.stateDir(), "--networks", h.networks}, args...)...)
+	// `up` starts the controller with its own environment.
+	cmd.Env = append(os.Environ(), controller.EnvStatsInterval+"="+statsInterval)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		h.t.Fatalf("vmnetctl %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errOut.String())
+	}
+	return out.String()
+}
+
+func (h *host) status() *controller.Status {
+	h.t.Helper()
+	st := &controller.Status{}
+	if err := json.Unmarshal([]byte(h.vmnetctl("status", "--json")), st); err != nil {
+		h.t.Fatal(err)
+	}
+	return st
+}
+
+func (h *host) attachment(st *controller.Status, vm string) controller.AttachmentStatus {
+	h.t.Helper()
+	for _, a := range st.Attachments {
+		if a.VM == vm {
+			return a
+		}
+	}
+	h.t.Fatalf("status has no attachment for %s: %+v", vm, st.Attachments)
+	return controller.AttachmentStatus{}
+}
+
+func (h *host) get(u string) (string, error) {
+	resp, err := h.http.Get(u)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", u, resp.Status, body)
+	}
+	return string(body), nil
+}
+
+// scrape reads the controller's /metrics.
+func (h *host) scrape() (string, samples) {
+	h.t.Helper()
+	body, err := h.get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return body, parseSamples(h.t, body)
+}
+
+// value is the one sample of name with labels (a subset of its labels),
+// or -1 when there is none.
+func (h *host) value(name string, labels ...string) float64 {
+	h.t.Helper()
+	_, s := h.scrape()
+	return s.value(h.t, name, labels...)
+}
+
+func TestMetrics(t *testing.T) {
+	began := time.Now()
+	h := newHost(t)
+	vms := filepath.Join(h.dir, "vms.yaml")
+	if err := os.WriteFile(vms, []byte(twoVMs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.vmnetctl("up", "-f", vms)
+	t.Cleanup(func() { h.vmnetctl("down", "-f", vms) })
+	st := h.status()
+	sa, sb := h.attachment(st, "a"), h.attachment(st, "b")
+
+	// The endpoint serves, and what it serves passes promtool's linter.
+	body, s := h.scrape()
+	lint := exec.Command("promtool", "check", "metrics")
+	lint.Stdin = strings.NewReader(body)
+	if out, err := lint.CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	if health, err := h.get("http://" + metricsAddr + "/healthz"); err != nil || health != "ok\n" {
+		t.Errorf("/healthz: %q, %v", health, err)
+	}
+	for _, want := range []struct {
+		name   string
+		labels []string
+		value  float64
+	}{
+		{"vmnetctl_network_info", []string{"network", "shared", "mode", "shared", "subnet", "10.79.0.0/24", "bridge", api.BridgeName("shared")}, 1},
+		{"vmnetctl_network_up", []string{"network", "shared"}, 1},
+		{"vmnetctl_network_attachments", []string{"network", "shared"}, 2},
+		{"vmnetctl_network_dhcp_pool_addresses", []string{"network", "shared"}, -2}, // any
+		{"vmnetctl_network_dhcp_leases", []string{"network", "shared"}, 0},
+		{"vmnetctl_attachment_info", []string{"vm", "a", "index", "0", "network", "shared", "attach", "socket"}, 1},
+		{"vmnetctl_helper_up", []string{"vm", "a"}, 1},
+		{"vmnetctl_helper_restarts_total", []string{"vm", "b"}, 0},
+		{"vmnetctl_reconciles_total", []string{"result", "error"}, 0},
+	} {
+		got := s.value(t, want.name, want.labels...)
+		if got < 0 || want.value >= 0 && got != want.value {
+			t.Errorf("%s%v = %v, want %v", want.name, want.labels, got, want.value)
+		}
+	}
+	for _, name := range []string{"vmnetctl_build_info", "vmnetctl_reconcile_duration_seconds", "vmnetctl_last_successful_reconcile_timestamp_seconds",
+		"go_goroutines", "process_resident_memory_bytes", "vmnetctl_helper_start_duration_seconds", "vmnetctl_helper_resident_memory_bytes", "vmnetctl_helper_cpu_seconds_total"} {
+		if s.value(t, name, "vm", "a") < 0 && s.value(t, name) < 0 {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	if s.value(t, "vmnetctl_reconciles_total", "result", "success") < 1 {
+		t.Errorf("no successful reconcile counted")
+	}
+	if rss := s.value(t, "vmnetctl_helper_resident_memory_bytes", "vm", "a"); rss < 1<<20 {
+		t.Errorf("helper's resident memory: %v bytes", rss)
+	}
+
+	// A lease moves the leases gauge and the DHCP counters.
+	a, b := simvm.AttachSocket(t, "vma", sa.MAC, sa.Socket, filepath.Join(h.dir, "a.client.sock")), simvm.AttachSocket(t, "vmb", sb.MAC, sb.Socket, filepath.Join(h.dir, "b.client.sock"))
+	la, lb := a.DHCP(t), b.DHCP(t)
+	simvm.Eventually(t, 5*time.Second, "two leases counted", func() error {
+		_, s := h.scrape()
+		if got := s.value(t, "vmnetctl_network_dhcp_leases", "network", "shared"); got != 2 {
+			return fmt.Errorf("leases %v", got)
+		}
+		if got := s.value(t, "vmnetctl_network_dhcp_replies_total", "network", "shared", "type", "ack"); got < 2 {
+			return fmt.Errorf("ACKs %v", got)
+		}
+		return nil
+	})
+
+	// Known traffic: a sends N bytes of TCP payload to b. a's from_vm and
+	// b's to_vm counters move by at least N, and not by much more (headers
+	// and ACKs only).
+	const n = 4 << 20
+	// settle is a counter once the helper has reported all traffic so far:
+	// from its first stats line written after the call.
+	settle := func(vm, dir string) float64 {
+		since := float64(time.Now().UnixNano()) / 1e9
+		var v float64
+		simvm.Eventually(t, 5*time.Second, "a new stats line from "+vm+"'s helper", func() error {
+			_, s := h.scrape()
+			if stamp := s.value(t, "vmnetctl_attachment_stats_timestamp_seconds", "vm", vm); stamp <= since {
+				return fmt.Errorf("latest stats line at %.3f, waiting for one after %.3f", stamp, since)
+			}
+			v = s.value(t, "vmnetctl_attachment_bytes_total", "vm", vm, "direction", dir)
+			return nil
+		})
+		return v
+	}
+	if err := a.Ping(lb["ip"], 1); err != nil { // ARP: no retries below
+		t.Fatal(err)
+	}
+	fromA0, toB0 := settle("a", "from_vm"), settle("b", "to_vm")
+	if got := sendTCP(t, a.NS, b.NS, lb["ip"], n); got != n {
+		t.Fatalf("b received %d bytes of %d", got, n)
+	}
+	fromA, toB := settle("a", "from_vm")-fromA0, settle("b", "to_vm")-toB0
+	limit := 1.5*n + 64<<10
+	for _, c := range []struct {
+		what string
+		got  float64
+	}{{"a's from_vm bytes", fromA}, {"b's to_vm bytes", toB}} {
+		if c.got < n || c.got > limit {
+			t.Errorf("%s moved by %.0f for %d bytes of payload (want %d to %.0f)", c.what, c.got, n, n, limit)
+		}
+	}
+	_, after := h.scrape()
+	t.Logf("%d bytes of payload: a's from_vm +%.0f, b's to_vm +%.0f; drops: a from_vm %v, b to_vm %v", n, fromA, toB,
+		after.value(t, "vmnetctl_attachment_dropped_packets_total", "vm", "a", "direction", "from_vm"),
+		after.value(t, "vmnetctl_attachment_dropped_packets_total", "vm", "b", "direction", "to_vm"))
+	if p := h.value("vmnetctl_attachment_packets_total", "vm", "a", "direction", "from_vm"); p < n/1500 {
+		t.Errorf("a's from_vm packets: %v", p)
+	}
+
+	// A real Prometheus scrapes the controller and computes a per-VM rate
+	// while traffic flows; status shows the same traffic as current rates.
+	prom := startPrometheus(t, h)
+	flow := a.Command(context.Background(), "iperf3", "-c", lb["ip"], "-t", "30", "-b", "20M", "-4")
+	srv := b.Command(context.Background(), "iperf3", "-s", "-1", "-B", lb["ip"])
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	simvm.Eventually(t, 5*time.Second, "the iperf3 server listens", func() error {
+		_, err := b.Run(context.Background(), "sh", "-c", "ss -ltn | grep -q ':5201 '")
+		return err
+	})
+	if err := flow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { flow.Process.Kill(); flow.Wait(); srv.Process.Kill(); srv.Wait() })
+	query := `rate(vmnetctl_attachment_bytes_total{vm="a",direction="from_vm"}[10s])`
+	simvm.Eventually(t, 20*time.Second, "Prometheus sees a's rate", func() error {
+		v, err := prom.query(query)
+		if err != nil {
+			return err
+		}
+		if v <= 0 {
+			return fmt.Errorf("%s = %v", query, v)
+		}
+		t.Logf("Prometheus: %s = %.0f bytes/s", query, v)
+		return nil
+	})
+	simvm.Eventually(t, 5*time.Second, "status shows a's rate", func() error {
+		st := h.status()
+		if a := h.attachment(st, "a"); a.RxBitsPerSecond < 1e6 {
+			return fmt.Errorf("a's rx %v bits/s", a.RxBitsPerSecond)
+		}
+		if b := h.attachment(st, "b"); b.TxBitsPerSecond < 1e6 {
+			return fmt.Errorf("b's tx %v bits/s", b.TxBitsPerSecond)
+		}
+		return nil
+	})
+	if table := h.vmnetctl("status"); !strings.Contains(table, "FROM VM") || !strings.Contains(table, "Mb/s") {
+		t.Errorf("status table shows no rate:\n%s", table)
+	}
+	flow.Process.Kill()
+	flow.Wait()
+
+	// kill -9 b's helper: the restart counter moves and the helper is up again.
+	syscall.Kill(h.attachment(h.status(), "b").PID, syscall.SIGKILL)
+	simvm.Eventually(t, 10*time.Second, "b's restart is counted", func() error {
+		_, s := h.scrape()
+		if r := s.value(t, "vmnetctl_helper_restarts_total", "vm", "b"); r != 1 {
+			return fmt.Errorf("restarts %v", r)
+		}
+		if up := s.value(t, "vmnetctl_helper_up", "vm", "b"); up != 1 {
+			return fmt.Errorf("up %v", up)
+		}
+		return nil
+	})
+	simvm.Eventually(t, 10*time.Second, "Prometheus sees the restart", func() error {
+		v, err := prom.query(`max(vmnetctl_helper_restarts_total{vm="b"})`)
+		if err != nil || v != 1 {
+			return fmt.Errorf("restarts %v, %v", v, err)
+		}
+		return nil
+	})
+	if la["ip"] == "" {
+		t.Errorf("a has no lease")
+	}
+	t.Logf("took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// sendTCP sends n bytes over TCP from namespace from to to's addr and
+// returns how many the receiver read before the sender's FIN: when it
+// returns, every byte went through both helpers. Small socket buffers keep
+// few segments in flight, so that the simulated VMs' relays drop (and TCP
+// retransmits) little and the counters stay close to the payload.
+func sendTCP(t *testing.T, from, to *simvm.NS, addr string, n int) int64 {
+	t.Helper()
+	var ln net.Listener
+	if err := to.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp4", net.JoinHostPort(addr, "0"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		c.(*net.TCPConn).SetReadBuffer(64 << 10)
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		m, _ := io.Copy(io.Discard, c)
+		got <- m
+	}()
+	var c net.Conn
+	if err := from.Do(func() error {
+		var err error
+		c, err = (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp4", ln.Addr().String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetWriteBuffer(64 << 10)
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.CopyN(c, zeros{}, int64(n)); err != nil {
+		t.Fatalf("sending %d bytes: %v", n, err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	return <-got
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// prometheus is a Prometheus server the test runs in the host namespace.
+type prometheus struct {
+	h    *host
+	addr string
+}
+
+func startPrometheus(t *testing.T, h *host) *prometheus {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: vmnetctl
+    static_configs:
+      - targets: [%q]
+`, metricsAddr)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &prometheus{h: h, addr: "127.0.0.1:9090"}
+	cmd := h.Command(context.Background(), "prometheus", "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+p.addr, "--log.level=warn")
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			log, _ := os.ReadFile(logf.Name())
+			t.Logf("prometheus log:\n%s", log)
+		}
+	})
+	simvm.Eventually(t, 20*time.Second, "Prometheus is ready", func() error {
+		_, err := h.get("http://" + p.addr + "/-/ready")
+		return err
+	})
+	return p
+}
+
+// query runs an instant query and returns its single value (0 for an empty
+// result).
+func (p *prometheus) query(q string) (float64, error) {
+	body, err := p.h.get("http://" + p.addr + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		return 0, err
+	}
+	var resp struct {
+		Status string `json:"status"`
+		Data   struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		return 0, fmt.Errorf("%s: %w", body, err)
+	}
+	if resp.Status != "success" {
+		return 0, fmt.Errorf("query %s: %s", q, body)
+	}
+	switch len(resp.Data.Result) {
+	case 0:
+		return 0, nil
+	case 1:
+		s, _ := resp.Data.Result[0].Value[1].(string)
+		return strconv.ParseFloat(s, 64)
+	default:
+		return 0, fmt.Errorf("query %s: %d series: %s", q, len(resp.Data.Result), body)
+	}
+}
+
+// sample is one line of the text exposition format.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+type samples []sample
+
+// value is the value of the one sample of name whose labels include the
+// given pairs; -1 when there is none. More than one fails the test.
+func (ss samples) value(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	found := -1.0
+	n := 0
+next:
+	for _, s := range ss {
+		if s.name != name {
+			continue
+		}
+		for i := 0; i+1 < len(labels); i += 2 {
+			if s.labels[labels[i]] != labels[i+1] {
+				continue next
+			}
+		}
+		found = s.value
+		n++
+	}
+	if n > 1 {
+		t.Fatalf("%d samples of %s%v", n, name, labels)
+	}
+	return found
+}
+
+// parseSamples parses the text format, which is all promhttp serves
+// without content negotiation.
+func parseSamples(t testing.TB, body string) samples {
+	t.Helper()
+	var ss samples
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		s := sample{labels: map[string]string{}}
+		rest := line
+		if i := strings.IndexAny(rest, "{ "); i >= 0 {
+			s.name, rest = rest[:i], rest[i:]
+		}
+		if strings.HasPrefix(rest, "{") {
+			rest = rest[1:]
+			for !strings.HasPrefix(rest, "}") {
+				eq := strings.Index(rest, `="`)
+				if eq < 0 {
+					t.Fatalf("bad sample line %q", line)
+				}
+				key := rest[:eq]
+				rest = rest[eq+2:]
+				var val strings.Builder
+				for rest != "" && rest[0] != '"' {
+					if rest[0] == '\\' && len(rest) > 1 {
+						val.WriteByte(map[byte]byte{'n': '\n', '\\': '\\', '"': '"'}[rest[1]])
+						rest = rest[2:]
+						continue
+					}
+					val.WriteByte(rest[0])
+					rest = rest[1:]
+				}
+				s.labels[key] = val.String()
+				rest = strings.TrimPrefix(strings.TrimPrefix(rest[1:], ","), " ")
+			}
+			rest = rest[1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			t.Fatalf("bad sample line %q", line)
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			t.Fatalf("bad value in %q: %v", line, err)
+		}
+		s.value = v
+		ss = append(ss, s)
+	}
+	return ss
+}
