@@ -53,17 +53,23 @@ func TestThroughput(t *testing.T) {
 	type result struct {
 		name, dir string
 		gbps      float64
+		cpuPerGB  float64 // CPU seconds of the helpers per GB moved
 	}
 	var results []result
-	measure := func(name, hostNS, vmNS string) {
+	// measure runs iperf3 both ways; pids are the helpers, whose CPU time
+	// per GB is a measure the machine's other load disturbs less than
+	// throughput.
+	measure := func(name, hostNS, vmNS string, pids ...int) {
 		for _, reverse := range []bool{false, true} {
 			dir := "vm→host"
 			if reverse {
 				dir = "host→vm"
 			}
-			g := iperf(t, hostNS, vmNS, reverse)
-			results = append(results, result{name, dir, g})
-			t.Logf("%-22s %s %6.2f Gbit/s", name, dir, g)
+			before := cpuTime(t, pids)
+			g, bytes := iperf(t, hostNS, vmNS, reverse)
+			cpu := (cpuTime(t, pids) - before) / (float64(bytes) / 1e9)
+			results = append(results, result{name, dir, g, cpu})
+			t.Logf("%-22s %s %6.2f Gbit/s, helpers' CPU %.2f s/GB", name, dir, g, cpu)
 		}
 	}
 
@@ -117,37 +123,30 @@ func TestThroughput(t *testing.T) {
 			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, snd)
 			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcv)
 		}
+		var pids []int
 		for i, s := range []struct{ ns, id string }{{h, "shared"}, {v, "vmside"}} {
 			f := os.NewFile(uintptr(fds[i]), "sock")
 			args := append([]string{"netns", "exec", s.ns, bin, "--networks", cfg[s.id], "helper", "--fd", "3", "--network", s.id, "--tap", "tap0"}, extra...)
-			startHelper(t, f, args)
+			pids = append(pids, startHelper(t, f, args))
 			f.Close()
 		}
-		measure(name, h, v)
+		measure(name, h, v, pids...)
 	}
 
+	// The table for docs/performance.md.
 	base := map[string]float64{}
-	fmt.Printf("\n| path | vm→host Gbit/s | host→vm Gbit/s | vm→host vs veth | host→vm vs veth |\n|---|---|---|---|---|\n")
-	rows := map[string][2]float64{}
-	var order []string
 	for _, r := range results {
-		i := 0
-		if r.dir == "host→vm" {
-			i = 1
-		}
-		if _, ok := rows[r.name]; !ok {
-			order = append(order, r.name)
-		}
-		row := rows[r.name]
-		row[i] = r.gbps
-		rows[r.name] = row
 		if r.name == "veth" {
 			base[r.dir] = r.gbps
 		}
 	}
-	for _, name := range order {
-		row := rows[name]
-		fmt.Printf("| %s | %.2f | %.2f | %.0f%% | %.0f%% |\n", name, row[0], row[1], 100*row[0]/base["vm→host"], 100*row[1]/base["host→vm"])
+	fmt.Printf("\n| path | direction | Gbit/s | vs veth | helpers' CPU s/GB |\n|---|---|---|---|---|\n")
+	for _, r := range results {
+		cpu := "-"
+		if r.name != "veth" {
+			cpu = fmt.Sprintf("%.2f", r.cpuPerGB)
+		}
+		fmt.Printf("| %s | %s | %.2f | %.0f%% | %s |\n", r.name, r.dir, r.gbps, 100*r.gbps/base[r.dir], cpu)
 	}
 }
 
@@ -171,7 +170,25 @@ func netns(t *testing.T, prefix string) string {
 	return name
 }
 
-func startHelper(t *testing.T, sock *os.File, args []string) {
+// cpuTime is the user+system CPU seconds of the processes.
+func cpuTime(t *testing.T, pids []int) float64 {
+	var total float64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Fields after the command name (which may hold spaces): utime and
+		// stime are the 14th and 15th fields of the line.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		total += (ut + st) / 100 // USER_HZ
+	}
+	return total
+}
+
+func startHelper(t *testing.T, sock *os.File, args []string) int {
 	t.Helper()
 	cmd := exec.Command("ip", args...)
 	cmd.ExtraFiles = []*os.File{sock}
@@ -197,10 +214,12 @@ func startHelper(t *testing.T, sock *os.File, args []string) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no ready line in 10s")
 	}
+	return cmd.Process.Pid
 }
 
-// iperf runs iperf3 for a few seconds and returns the receiver's Gbit/s.
-func iperf(t *testing.T, hostNS, vmNS string, reverse bool) float64 {
+// iperf runs iperf3 for a few seconds and returns the receiver's Gbit/s
+// and bytes.
+func iperf(t *testing.T, hostNS, vmNS string, reverse bool) (float64, int64) {
 	t.Helper()
 	srv := exec.Command("ip", "netns", "exec", hostNS, "iperf3", "-s", "-1", "-B", "192.168.105.1")
 	if err := srv.Start(); err != nil {
@@ -224,6 +243,7 @@ func iperf(t *testing.T, hostNS, vmNS string, reverse bool) float64 {
 			var res struct {
 				End struct {
 					SumReceived struct {
+						Bytes         int64   `json:"bytes"`
 						BitsPerSecond float64 `json:"bits_per_second"`
 					} `json:"sum_received"`
 				} `json:"end"`
@@ -234,7 +254,7 @@ func iperf(t *testing.T, hostNS, vmNS string, reverse bool) float64 {
 			if res.End.SumReceived.BitsPerSecond == 0 {
 				t.Logf("iperf3 reported nothing received:\n%s", out)
 			}
-			return res.End.SumReceived.BitsPerSecond / 1e9
+			return res.End.SumReceived.BitsPerSecond / 1e9, res.End.SumReceived.Bytes
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("iperf3 %v: %v\n%s", args, err, out)

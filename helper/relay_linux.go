@@ -121,11 +121,19 @@ func (r *relay) tapToSocket() error {
 	b := newBatch(batchSize, r.frame)
 	tapWait := newWaiter(r.tap, r.stop)
 	sockWait := newWaiter(r.sock, r.stop)
+	empty := false // the last read found the TAP empty: poll, don't read again
 	for {
+		if empty {
+			if err := tapWait.wait(unix.POLLIN, -1); err != nil {
+				return err
+			}
+			empty = false
+		}
 		n := 0
 		for n < batchSize {
 			nr, err := unix.Read(r.tap, b.bufs[n])
 			if err == unix.EAGAIN {
+				empty = true
 				break
 			}
 			if err == unix.EINTR {
@@ -141,9 +149,6 @@ func (r *relay) tapToSocket() error {
 			n++
 		}
 		if n == 0 {
-			if err := tapWait.wait(unix.POLLIN, -1); err != nil {
-				return err
-			}
 			continue
 		}
 		if err := r.send(b, n, sockWait); err != nil {
@@ -197,13 +202,17 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 func (r *relay) socketToTap() error {
 	b := newBatch(batchSize, r.frame)
 	w := newWaiter(r.sock, r.stop)
+	empty := false // the last batch was not full: the socket is likely empty
 	for {
-		k, err := recvmmsg(r.sock, b.msgs, unix.MSG_DONTWAIT)
-		switch {
-		case err == unix.EAGAIN:
+		if empty {
 			if err := w.wait(unix.POLLIN, -1); err != nil {
 				return err
 			}
+		}
+		k, err := recvmmsg(r.sock, b.msgs, unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN:
+			empty = true
 			continue
 		case err == unix.EINTR:
 			continue
@@ -212,6 +221,7 @@ func (r *relay) socketToTap() error {
 		case err != nil:
 			return fmt.Errorf("receiving from the VM: %w", err)
 		}
+		empty = k < batchSize
 		r.vm.syscall(k)
 		var packets, bytes, drops uint64
 		for i := range k {
