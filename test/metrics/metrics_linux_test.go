@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
+	"golang.org/x/sys/unix"
 )
 
 var vmnetctl string // the binary under test
@@ -57,6 +59,10 @@ vms:
   b:
     networks:
       - vmnet: shared
+  c:
+    networks:
+      - vmnet: shared
+        attach: tap
 `
 
 // statsInterval is the helpers' stats interval here: short, so that
@@ -193,6 +199,7 @@ func TestMetrics(t *testing.T) {
 	if out, err := lint.CombinedOutput(); err != nil || len(out) > 0 {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
+	checkDocumented(t, s)
 	if health, err := h.get("http://" + metricsAddr + "/healthz"); err != nil || health != "ok\n" {
 		t.Errorf("/healthz: %q, %v", health, err)
 	}
@@ -203,11 +210,13 @@ func TestMetrics(t *testing.T) {
 	}{
 		{"vmnetctl_network_info", []string{"network", "shared", "mode", "shared", "subnet", "10.79.0.0/24", "bridge", api.BridgeName("shared")}, 1},
 		{"vmnetctl_network_up", []string{"network", "shared"}, 1},
-		{"vmnetctl_network_attachments", []string{"network", "shared"}, 2},
+		{"vmnetctl_network_attachments", []string{"network", "shared"}, 3},
 		{"vmnetctl_network_dhcp_pool_addresses", []string{"network", "shared"}, -2}, // any
 		{"vmnetctl_network_dhcp_leases", []string{"network", "shared"}, 0},
 		{"vmnetctl_attachment_info", []string{"vm", "a", "index", "0", "network", "shared", "attach", "socket"}, 1},
 		{"vmnetctl_helper_up", []string{"vm", "a"}, 1},
+		{"vmnetctl_attachment_info", []string{"vm", "c", "attach", "tap"}, 1},
+		{"vmnetctl_helper_up", []string{"vm", "c"}, 1},
 		{"vmnetctl_helper_restarts_total", []string{"vm", "b"}, 0},
 		{"vmnetctl_reconciles_total", []string{"result", "error"}, 0},
 	} {
@@ -327,6 +336,8 @@ func TestMetrics(t *testing.T) {
 	})
 	if table := h.vmnetctl("status"); !strings.Contains(table, "FROM VM") || !strings.Contains(table, "Mb/s") {
 		t.Errorf("status table shows no rate:\n%s", table)
+	} else {
+		t.Logf("vmnetctl status while traffic flows:\n%s", table)
 	}
 	flow.Process.Kill()
 	flow.Wait()
@@ -352,6 +363,19 @@ func TestMetrics(t *testing.T) {
 	})
 	if la["ip"] == "" {
 		t.Errorf("a has no lease")
+	}
+
+	// attach: tap: the helper reports the kernel's TAP counters in the same
+	// stats lines. Frames the "VMM" (the test, holding the TAP) writes are
+	// what the VM sent.
+	sc := h.attachment(h.status(), "c")
+	const frames, size = 200, 1000
+	fromC0 := settle("c", "from_vm")
+	writeTapFrames(t, h.NS, sc.Tap, sc.MAC, frames, size)
+	if got := settle("c", "from_vm") - fromC0; got < frames*size || got > 1.5*frames*size+64<<10 {
+		t.Errorf("c's from_vm bytes moved by %.0f for %d frames of %d bytes written to its TAP", got, frames, size)
+	} else {
+		t.Logf("TAP attachment: %d frames of %d bytes moved c's from_vm bytes by %.0f", frames, size, got)
 	}
 	t.Logf("took %s", time.Since(began).Round(time.Millisecond))
 }
@@ -408,6 +432,79 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// writeTapFrames opens the TAP name in ns, as a VMM would, and writes count
+// broadcast frames of size bytes from mac to it.
+func writeTapFrames(t *testing.T, ns *simvm.NS, name, mac string, count, size int) {
+	t.Helper()
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := make([]byte, size)
+	copy(frame[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	copy(frame[6:12], hw)
+	frame[12], frame[13] = 0x88, 0xb5 // local experimental EtherType: nobody answers
+	err = ns.Do(func() error {
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		ifr, err := unix.NewIfreq(name)
+		if err != nil {
+			return err
+		}
+		ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
+		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+			return fmt.Errorf("attaching to TAP %s: %w", name, err)
+		}
+		for range count {
+			if _, err := unix.Write(fd, frame); err != nil {
+				return fmt.Errorf("writing to TAP %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkDocumented fails unless docs/metrics.md documents every vmnetctl_
+// metric served, and every metric the docs and the Grafana dashboard use
+// is served: the docs cannot rot.
+func checkDocumented(t *testing.T, served samples) {
+	t.Helper()
+	names := map[string]bool{}
+	for _, s := range served {
+		name := s.name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			name = strings.TrimSuffix(name, suffix)
+		}
+		names[name] = true
+	}
+	for _, doc := range []string{"../../docs/metrics.md", "../../docs/grafana-dashboard.json"} {
+		data, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used := map[string]bool{}
+		for _, m := range regexp.MustCompile(`\bvmnetctl_[a-z0-9_]*[a-z0-9]\b`).FindAllString(string(data), -1) {
+			used[m] = true
+			if !names[m] {
+				t.Errorf("%s uses %s, which /metrics does not serve", doc, m)
+			}
+		}
+		if strings.HasSuffix(doc, ".md") {
+			for name := range names {
+				if strings.HasPrefix(name, "vmnetctl_") && !used[name] {
+					t.Errorf("%s does not document %s", doc, name)
+				}
+			}
+		}
+	}
 }
 
 // prometheus is a Prometheus server the test runs in the host namespace.
