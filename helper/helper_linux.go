@@ -80,6 +80,9 @@ func Run(ctx context.Context, o Options) error {
 	log.infof("main", "created TAP %s on bridge %s of network %q", tapName, bridge.Attrs().Name, o.Network.ID)
 
 	mtu := link.Attrs().MTU // AttachPort gave it the bridge's MTU
+	if mtu > MaxJumboMTU {
+		return fmt.Errorf("network %q: bridge %s has MTU %d; the helper relays frames up to MTU %d", o.Network.ID, bridge.Attrs().Name, mtu, MaxJumboMTU)
+	}
 	ready := o.ready(id, tapName, mtu)
 
 	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
@@ -121,7 +124,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Offloads() {
 		r.hdr = VirtioNetHdrLen
 	}
-	r.frame = r.hdr + o.MaxPacketSize()
+	r.frame = r.hdr + ready.MaxPacketSize
 
 	var lis *listener
 	if o.SocketPath != "" {

@@ -674,6 +674,32 @@ func TestPeerGone(t *testing.T) {
 	}
 }
 
+// TestJumbo relays 9000-byte frames on a network with MTU 9000.
+func TestJumbo(t *testing.T) {
+	f := newFixture(t)
+	os.WriteFile(f.networks, []byte(networks+"    mtu: 9000\n"), 0o644)
+	run(t, "ip", "-n", f.host, "link", "set", f.bridge, "mtu", "9000")
+	tap := openTap(t, f.vm, "vmeth0", false, 0)
+	helperEnd, conn := socketpair(t)
+	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3")
+	helperEnd.Close()
+	if h.ready.MTU != 9000 || h.ready.MaxPacketSize != 9014 {
+		t.Errorf("ready line: mtu %d, max packet size %d; want 9000, 9014", h.ready.MTU, h.ready.MaxPacketSize)
+	}
+	relay := startRelay(tap, conn, 0)
+	defer relay.stop()
+	run(t, "ip", "-n", f.vm, "link", "set", "vmeth0", "mtu", "9000")
+	f.setupVM(t, "vmeth0", h.ready.MACAddress)
+	// 8972 bytes of ICMP payload: a 9014-byte frame each way, unfragmented.
+	waitFor(t, 10*time.Second, "a jumbo ping", func() bool {
+		return exec.Command("ip", "netns", "exec", f.vm, "busybox", "ping", "-c", "1", "-W", "1", "-s", "8972", gateway).Run() == nil
+	})
+	h.terminate()
+	if s, _ := h.lastStats(); s.Host.Bytes < 9014 || s.VM.Bytes < 9014 || s.VM.Drops != 0 {
+		t.Errorf("stats %+v: want a 9014-byte frame each way", s)
+	}
+}
+
 func TestStableMAC(t *testing.T) {
 	f := newFixture(t)
 	id := "6f1c2d4e-0000-4000-8000-0123456789ab"

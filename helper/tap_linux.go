@@ -131,7 +131,8 @@ func attachTap(name, bridge string, isolated bool) (netlink.Link, error) {
 	if err := netplane.AttachPort(bridge, link, isolated); err != nil {
 		return nil, err
 	}
-	return link, nil
+	// Read it again: AttachPort changed its MTU and state.
+	return netlink.LinkByName(name)
 }
 
 // deleteLink removes a link by name; a link already gone is not an error.
