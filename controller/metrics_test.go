@@ -1,0 +1,206 @@
+package controller
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helperexec"
+)
+
+// metricsController is a controller with one network and two attachments:
+// a's helper runs (this test process stands in for it) and has logged two
+// stats lines a second apart; b's is in backoff after restarts.
+func metricsController(t *testing.T) *Controller {
+	t.Helper()
+	c, err := New(Options{StateDir: StateDir{Path: t.TempDir()}, StatsInterval: time.Second, Version: "v1.2.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &api.Network{ID: "shared", Mode: api.ModeShared, Subnet: netip.MustParsePrefix("10.9.0.0/24"),
+		DHCPStart: netip.MustParseAddr("10.9.0.2"), DHCPEnd: netip.MustParseAddr("10.9.0.254"), DHCP: true, DNSProxy: true}
+	att := func(vm string) *Attachment {
+		return &Attachment{Attachment: &api.Attachment{VM: vm, Network: "shared", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}, Project: "p"}
+	}
+	c.applied = &Desired{Networks: []*api.Network{n}, Attachments: []*Attachment{att("a"), att("b")}}
+
+	now := time.Now()
+	log := filepath.Join(t.TempDir(), "a.0.log")
+	lines := []string{
+		"INFO  [main] serving\n",
+		helperexec.FormatStatsLine(helperexec.Stats{Time: now.Add(-time.Second), Host: helperexec.Counters{Bytes: 1000, Packets: 10}, VM: helperexec.Counters{Bytes: 500, Packets: 5}}) + "\n",
+		helperexec.FormatStatsLine(helperexec.Stats{Time: now, Host: helperexec.Counters{Bytes: 2000, Packets: 20, Drops: 1, Fast: 3, Slow: 4}, VM: helperexec.Counters{Bytes: 1000, Packets: 10}}) + "\n",
+	}
+	if err := os.WriteFile(log, []byte(strings.Join(lines, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id, err := ReadProcIdentity(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.helpers["a/0"] = &helperProc{att: c.applied.Attachments[0], state: StateRunning, exited: make(chan struct{}), logPath: log,
+		startLatency: 150 * time.Millisecond,
+		rec:          HelperRecord{Key: "a/0", VM: "a", Network: "shared", Proc: id, StartedAt: now.Add(-time.Minute)}}
+	gone := make(chan struct{})
+	close(gone)
+	c.helpers["b/0"] = &helperProc{att: c.applied.Attachments[1], state: StateBackoff, exited: gone,
+		rec: HelperRecord{Key: "b/0", VM: "b", Network: "shared", Restarts: 3}}
+	c.reconciles["success"] = 4
+	c.lastReconcileTime = 20 * time.Millisecond
+	c.lastOK = now
+	return c
+}
+
+func gather(t *testing.T, c *Controller) map[string]*dto.MetricFamily {
+	t.Helper()
+	// The pedantic registry checks what is collected against Describe.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(&collector{c: c})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		byName[mf.GetName()] = mf
+	}
+	return byName
+}
+
+// value finds the sample of name whose labels include want ("k=v" each).
+func value(mfs map[string]*dto.MetricFamily, name string, want ...string) (float64, bool) {
+next:
+	for _, m := range mfs[name].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		for _, kv := range want {
+			k, v, _ := strings.Cut(kv, "=")
+			if labels[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+func TestCollector(t *testing.T) {
+	c := metricsController(t)
+	mfs := gather(t, c)
+	tests := []struct {
+		name   string
+		labels []string
+		want   float64 // -1: absent
+	}{
+		{"vmnetctl_attachment_bytes_total", []string{"vm=a", "index=0", "network=shared", "direction=to_vm"}, 2000},
+		{"vmnetctl_attachment_bytes_total", []string{"vm=a", "direction=from_vm"}, 1000},
+		{"vmnetctl_attachment_packets_total", []string{"vm=a", "direction=to_vm"}, 20},
+		{"vmnetctl_attachment_dropped_packets_total", []string{"vm=a", "direction=to_vm"}, 1},
+		{"vmnetctl_attachment_forward_syscalls_total", []string{"vm=a", "direction=to_vm", "path=slow"}, 4},
+		{"vmnetctl_attachment_info", []string{"vm=b", "project=p", "attach=socket"}, 1},
+		{"vmnetctl_helper_up", []string{"vm=a"}, 1},
+		{"vmnetctl_helper_up", []string{"vm=b"}, 0},
+		{"vmnetctl_helper_restarts_total", []string{"vm=b"}, 3},
+		{"vmnetctl_helper_start_duration_seconds", []string{"vm=a"}, 0.15},
+		{"vmnetctl_helper_start_duration_seconds", []string{"vm=b"}, -1},
+		{"vmnetctl_helper_cpu_seconds_total", []string{"vm=b"}, -1},
+		{"vmnetctl_network_info", []string{"network=shared", "mode=shared", "subnet=10.9.0.0/24", "bridge=" + api.BridgeName("shared")}, 1},
+		{"vmnetctl_network_attachments", []string{"network=shared"}, 2},
+		{"vmnetctl_network_up", []string{"network=shared"}, 0},
+		{"vmnetctl_network_dhcp_leases", nil, -1}, // the network is not up here
+		{"vmnetctl_reconciles_total", []string{"result=success"}, 4},
+		{"vmnetctl_reconciles_total", []string{"result=error"}, 0},
+		{"vmnetctl_reconcile_duration_seconds", nil, 0.02},
+		{"vmnetctl_build_info", []string{"version=v1.2.3"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.name, tt.labels), func(t *testing.T) {
+			got, ok := value(mfs, tt.name, tt.labels...)
+			if tt.want < 0 {
+				if ok {
+					t.Errorf("present: %v", got)
+				}
+				return
+			}
+			if !ok || got != tt.want {
+				t.Errorf("= %v (present %v), want %v", got, ok, tt.want)
+			}
+		})
+	}
+	if rss, ok := value(mfs, "vmnetctl_helper_resident_memory_bytes", "vm=a"); !ok || rss < 1<<20 {
+		t.Errorf("resident memory of a's helper (this process): %v", rss)
+	}
+}
+
+func TestStatusRates(t *testing.T) {
+	c := metricsController(t)
+	st := c.status()
+	var a, b AttachmentStatus
+	for _, as := range st.Attachments {
+		switch as.VM {
+		case "a":
+			a = as
+		case "b":
+			b = as
+		}
+	}
+	// 1000 bytes to the VM and 500 from it over the second between the lines.
+	if a.TxBitsPerSecond != 8000 || a.RxBitsPerSecond != 4000 || a.TxBytes != 2000 {
+		t.Errorf("a: tx %v bit/s, rx %v bit/s, tx %d bytes", a.TxBitsPerSecond, a.RxBitsPerSecond, a.TxBytes)
+	}
+	if b.TxBitsPerSecond != 0 || b.RxBitsPerSecond != 0 {
+		t.Errorf("b, in backoff, has rates: %+v", b)
+	}
+	var out strings.Builder
+	st.Render(&out)
+	if !strings.Contains(out.String(), "FROM VM") || !strings.Contains(out.String(), "4.0 kb/s") || !strings.Contains(out.String(), "8.0 kb/s") {
+		t.Errorf("status table:\n%s", out.String())
+	}
+
+	// A later read sees only lines written since: the meter keeps the rate
+	// between the two latest, and a scrape in between does not disturb it.
+	gather(t, c)
+	h := c.helpers["a/0"]
+	f, err := os.OpenFile(h.logPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(f, helperexec.FormatStatsLine(helperexec.Stats{Time: time.Now().Add(time.Second), Host: helperexec.Counters{Bytes: 2000 + 125000}, VM: helperexec.Counters{Bytes: 1000}}))
+	f.Close()
+	st = c.status()
+	if a := st.Attachments[0]; a.TxBitsPerSecond < 0.9e6 || a.RxBitsPerSecond != 0 {
+		t.Errorf("after a third line: tx %v bit/s, rx %v bit/s", a.TxBitsPerSecond, a.RxBitsPerSecond)
+	}
+}
+
+func TestFormatBits(t *testing.T) {
+	for bps, want := range map[float64]string{0: "0", 0.4: "0", 950: "950 b/s", 999.6: "1.0 kb/s", 12345: "12.3 kb/s",
+		123456: "123 kb/s", 12.3e6: "12.3 Mb/s", 9.99e9: "10.0 Gb/s", 2e15: "2000 Tb/s"} {
+		if got := formatBits(bps); got != want {
+			t.Errorf("formatBits(%v) = %q, want %q", bps, got, want)
+		}
+	}
+}
