@@ -67,7 +67,7 @@ func (o *Options) setDefaults() error {
 		}
 	}
 	if o.Version == "" {
-		o.Version = "unknown"
+		o.Version = buildVersion()
 	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 15 * time.Second

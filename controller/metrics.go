@@ -332,6 +332,16 @@ func boolFloat(b bool) float64 {
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
+// buildVersion is the main module's version as the go command stamped it
+// (a tag, or a pseudo-version from the VCS), for a controller whose caller
+// did not set Options.Version.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "unknown"
+}
+
 // buildCommit is the VCS revision the binary was built from, if known.
 func buildCommit() string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
