@@ -243,6 +243,10 @@ func (o *Options) ready(id, tapName string, mtu int) helperexec.Ready {
 		SubnetMask:    SubnetMask(n.Subnet),
 		TapName:       tapName,
 	}
+	if o.Attach == AttachRelay {
+		// The most frames one syscall moves, as vmnet reports its own.
+		r.ReadMaxPackets, r.WriteMaxPackets = batchSize, batchSize
+	}
 	if o.NetworkFlag {
 		r.IPv4Subnet = n.Subnet.Masked().Addr()
 		r.IPv4Mask = r.SubnetMask

@@ -533,10 +533,12 @@ func TestRelay(t *testing.T) {
 		name   string
 		socket bool
 		tso    bool
+		csum   bool
 	}{
 		{name: "fd"},
 		{name: "socket", socket: true},
 		{name: "fd with TSO", tso: true},
+		{name: "socket with checksum offload", socket: true, csum: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -544,11 +546,15 @@ func TestRelay(t *testing.T) {
 			id := "2835E074-9892-4A79-AFFB-7E41D2605678"
 			hdr, offloads := 0, 0
 			args := []string{"--interface-id", id, "--uid", strconv.Itoa(ownerID), "--gid", strconv.Itoa(ownerID), "--stats-interval", "0.2"}
-			if tt.tso {
+			switch {
+			case tt.tso:
 				args = append(args, "--enable-tso")
 				hdr, offloads = helper.VirtioNetHdrLen, unix.TUN_F_CSUM|unix.TUN_F_TSO4|unix.TUN_F_TSO6
+			case tt.csum:
+				args = append(args, "--enable-checksum-offload")
+				hdr, offloads = helper.VirtioNetHdrLen, unix.TUN_F_CSUM
 			}
-			tap := openTap(t, f.vm, "vmeth0", tt.tso, offloads)
+			tap := openTap(t, f.vm, "vmeth0", hdr > 0, offloads)
 
 			var h *helperProc
 			var conn *net.UnixConn
