@@ -239,7 +239,6 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 			emit(descRSS, prometheus.GaugeValue, float64(p.ResidentBytes), labels...)
 		}
 	}
-	c.pruneMetersLocked()
 }
 
 // trafficMeter is what the controller remembers of one helper's stats lines
@@ -259,6 +258,7 @@ func (c *Controller) observeLocked(key string, h *helperProc) *metrics.Meter {
 	}
 	tm := c.meters[key]
 	if tm == nil || tm.h != h {
+		c.pruneMetersLocked() // rarely: when a helper starts
 		tm = &trafficMeter{h: h}
 		c.meters[key] = tm
 	}
