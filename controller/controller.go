@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
@@ -375,6 +376,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	// 4. Every desired attachment gets a live helper (level-triggered: this
 	// also restarts helpers that died).
 	now := time.Now()
+	var launches []*launch
 	for _, a := range desired.Attachments {
 		h := c.helpers[a.Key()]
 		if h != nil && !isClosed(h.exited) {
@@ -415,16 +417,35 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		if owner == nil {
 			owner = &Project{UID: -1, GID: -1}
 		}
-		nh, err := c.launchHelper(ctx, a, n.Config(), owner)
-		if err != nil {
-			errs = append(errs, err)
-			c.setFailed(a, h, restarts, bo, err.Error())
+		launches = append(launches, &launch{a: a, n: n.Config(), owner: owner, prev: h, restarts: restarts, bo: bo})
+		starting := &helperProc{att: a, exited: make(chan struct{}), state: StateStarting,
+			rec: HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: a.Attach, Restarts: restarts}}
+		close(starting.exited)
+		c.helpers[a.Key()] = starting
+	}
+	// Start the helpers in parallel and without the lock: a slow helper
+	// must not hold up status, metrics or the other helpers.
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range launches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.h, l.err = c.launchHelper(ctx, l.a, l.n, l.owner)
+		}()
+	}
+	wg.Wait()
+	c.mu.Lock()
+	for _, l := range launches {
+		if l.err != nil {
+			errs = append(errs, l.err)
+			c.setFailed(l.a, l.prev, l.restarts, l.bo, l.err.Error())
 			continue
 		}
-		nh.rec.Restarts = restarts
-		nh.backoff = bo
-		c.helpers[a.Key()] = nh
-		c.log.Info("helper running", "attachment", a.Key(), "network", a.Network, "pid", nh.rec.Proc.PID, "restarts", restarts)
+		l.h.rec.Restarts = l.restarts
+		l.h.backoff = l.bo
+		c.helpers[l.a.Key()] = l.h
+		c.log.Info("helper running", "attachment", l.a.Key(), "network", l.a.Network, "pid", l.h.rec.Proc.PID, "restarts", l.restarts)
 	}
 
 	c.applied, c.appliedN, c.appliedP = desired, snap, projects
@@ -449,6 +470,18 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		return true, c.lastErr
 	}
 	return false, c.lastErr
+}
+
+// launch is a helper start that reconcile runs without the lock.
+type launch struct {
+	a        *Attachment
+	n        *api.Network
+	owner    *Project
+	prev     *helperProc
+	restarts int
+	bo       Backoff
+	h        *helperProc
+	err      error
 }
 
 // watchExternal adopts the helper that `vmnetctl run` started for a, once

@@ -242,32 +242,6 @@ func logTail(path string, offset int64) string {
 	return "\nhelper's stderr:\n  " + strings.Join(lines, "\n  ")
 }
 
-// refreshStats reads the stats lines the helper logged since the last call.
-func (h *helperProc) refreshStats() {
-	f, err := os.Open(h.logPath)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() < h.statsOff {
-		h.statsOff = 0 // the log was truncated
-	}
-	if _, err := f.Seek(h.statsOff, io.SeekStart); err != nil {
-		return
-	}
-	r := bufio.NewReader(f)
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			break // a partial last line is read again next time
-		}
-		h.statsOff += int64(len(line))
-		if s, ok := helperexec.ParseStatsLine(line); ok {
-			h.stats = s
-		}
-	}
-}
-
 // stopProc stops a helper: SIGTERM to its process group, SIGKILL after the
 // grace period. It returns once the helper is gone.
 func (c *Controller) stopProc(h *helperProc) {

@@ -248,8 +248,8 @@ type trafficMeter struct {
 	m metrics.Meter
 }
 
-// observeLocked reads the stats lines h logged since the last read (as
-// refreshStats does, and in its place) and records each in the
+// observeLocked reads the stats lines h logged since the last read (for
+// the status does) and records each in the
 // attachment's meter, so that rates are over the latest stats interval
 // however long ago the previous read was. c.mu is held.
 func (c *Controller) observeLocked(key string, h *helperProc) *metrics.Meter {

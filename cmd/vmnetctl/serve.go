@@ -25,6 +25,7 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 				Log:         slog.New(slog.NewTextHandler(s.err, nil)),
 				Group:       group,
 				MetricsAddr: metricsAddr,
+				Version:     version,
 			})
 			if err != nil {
 				return err
