@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 // Run runs a helper until ctx is done (SIGTERM or SIGINT in the command) or
@@ -37,8 +38,12 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	bridge, err := networkBridge(o.Network)
-	if err != nil {
+	if err != nil && !errors.Is(err, errNeedsMacvtap) {
 		return err
+	}
+	macvtap := errors.Is(err, errNeedsMacvtap)
+	if macvtap && o.Attach == AttachTap {
+		return fmt.Errorf("%w; --attach tap needs a bridge", err)
 	}
 	id := o.InterfaceID
 	if id == "" {
@@ -53,12 +58,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	// Privileged: create the TAP, owned by the VM's user, and attach it.
-	tc := tapConfig{name: tapName, uid: uid, gid: gid, offloads: offloadFlags(&o), persist: o.Attach == AttachTap}
-	tapFD, err := createTap(tc)
-	if err != nil {
-		return err
-	}
+	// Privileged: create the VM's port, owned by the VM's user, on the network.
+	tapFD, mtu := -1, 0
 	cleanupTap := func() {
 		if tapFD >= 0 {
 			unix.Close(tapFD) // a non-persistent TAP goes with its last fd
@@ -66,22 +67,46 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	defer cleanupTap()
-	if tc.persist {
-		defer func() {
-			if err := deleteLink(tapName); err != nil {
-				log.warnf("main", "deleting TAP %s: %v", tapName, err)
-			}
-		}()
+	if macvtap {
+		// A macvtap outlives its fds, and the helper is not root when it
+		// stops: a root child deletes it when the helper's end of a pipe
+		// closes, however the helper ends.
+		mv, err := netplane.CreateMacvtap(o.Network, tapName, InterfaceMAC(id))
+		if err != nil {
+			return err
+		}
+		reaper, err := deleteOnExit(tapName, o.Stderr)
+		if err != nil {
+			deleteLink(tapName)
+			return err
+		}
+		defer reaper()
+		if tapFD, err = openMacvtap(mv, offloadFlags(&o)); err != nil {
+			return err
+		}
+		mtu = mv.Attrs().MTU
+		log.infof("main", "created macvtap %s on %s of network %q", tapName, o.Network.Interface, o.Network.ID)
+	} else {
+		tc := tapConfig{name: tapName, uid: uid, gid: gid, offloads: offloadFlags(&o), persist: o.Attach == AttachTap}
+		if tapFD, err = createTap(tc); err != nil {
+			return err
+		}
+		if tc.persist {
+			defer func() {
+				if err := deleteLink(tapName); err != nil {
+					log.warnf("main", "deleting TAP %s: %v", tapName, err)
+				}
+			}()
+		}
+		link, err := attachTap(tapName, bridge.Attrs().Name, o.Isolation)
+		if err != nil {
+			return fmt.Errorf("network %q: %w", o.Network.ID, err)
+		}
+		log.infof("main", "created TAP %s on bridge %s of network %q", tapName, bridge.Attrs().Name, o.Network.ID)
+		mtu = link.Attrs().MTU // AttachPort gave it the bridge's MTU
 	}
-	link, err := attachTap(tapName, bridge.Attrs().Name, o.Isolation)
-	if err != nil {
-		return fmt.Errorf("network %q: %w", o.Network.ID, err)
-	}
-	log.infof("main", "created TAP %s on bridge %s of network %q", tapName, bridge.Attrs().Name, o.Network.ID)
-
-	mtu := link.Attrs().MTU // AttachPort gave it the bridge's MTU
 	if mtu > MaxJumboMTU {
-		return fmt.Errorf("network %q: bridge %s has MTU %d; the helper relays frames up to MTU %d", o.Network.ID, bridge.Attrs().Name, mtu, MaxJumboMTU)
+		return fmt.Errorf("network %q has MTU %d; the helper relays frames up to MTU %d", o.Network.ID, mtu, MaxJumboMTU)
 	}
 	ready := o.ready(id, tapName, mtu)
 

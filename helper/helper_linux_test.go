@@ -906,3 +906,43 @@ func TestBridged(t *testing.T) {
 	waitFor(t, 10*time.Second, "ping from the VM to the LAN", func() bool { return ping(f.vm, "10.9.0.1") == nil })
 	h.terminate()
 }
+
+// TestMacvtap joins a bridged network on an interface that is not a bridge:
+// the VM's port is a macvtap on it. The "LAN" is a namespace at the other
+// end of a veth.
+func TestMacvtap(t *testing.T) {
+	f := newFixture(t)
+	lan := fmt.Sprintf("vmnh-lan-%d-%d", os.Getpid(), nsSeq.Add(1))
+	run(t, "ip", "netns", "add", lan)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", lan).Run() })
+	run(t, "ip", "-n", f.host, "link", "add", "lan0", "type", "veth", "peer", "name", "eth0", "netns", lan)
+	run(t, "ip", "-n", f.host, "link", "set", "lan0", "up")
+	run(t, "ip", "-n", lan, "addr", "add", "10.9.1.1/24", "dev", "eth0")
+	run(t, "ip", "-n", lan, "link", "set", "eth0", "up")
+	f.networks = filepath.Join(f.dir, "lan.yaml")
+	os.WriteFile(f.networks, []byte("networks:\n  lan:\n    mode: bridged\n    interface: lan0\n"), 0o644)
+
+	for _, kill := range []bool{false, true} {
+		tap := openTap(t, f.vm, "vmeth0", false, 0)
+		helperEnd, conn := socketpair(t)
+		h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3", "--network", "lan", "--uid", strconv.Itoa(ownerID), "--tap", "vmt-mv")
+		helperEnd.Close()
+		if uid := procUID(t, h.cmd.Process.Pid); uid != ownerID {
+			t.Errorf("helper runs as uid %d", uid)
+		}
+		relay := startRelay(tap, conn, 0)
+		// A macvtap passes the frames of its own MAC: the VM must use it.
+		f.setupVM(t, "vmeth0", h.ready.MACAddress)
+		run(t, "ip", "-n", f.vm, "addr", "add", "10.9.1.7/24", "dev", "vmeth0")
+		waitFor(t, 10*time.Second, "ping from the VM to the LAN", func() bool { return ping(f.vm, "10.9.1.1") == nil })
+		if kill {
+			// Even a helper killed outright leaves no macvtap behind.
+			h.cmd.Process.Kill()
+			<-h.done
+		} else {
+			h.terminate()
+		}
+		waitFor(t, 5*time.Second, "the macvtap to be deleted", func() bool { return !f.linkExists("vmt-mv") })
+		relay.stop() // closing the VM's TAP deletes it too
+	}
+}

@@ -5,6 +5,7 @@ package helper
 import (
 	"context"
 	"errors"
+	"io"
 )
 
 // errNotLinux: elsewhere vmnetctl runs vmnet-helper itself.
@@ -15,3 +16,9 @@ func Run(context.Context, Options) error { return errNotLinux }
 
 // ListSharedInterfaces is Linux only.
 func ListSharedInterfaces() ([]string, error) { return nil, errNotLinux }
+
+// DeleteLinkFlag is the hidden flag of the child that deletes a macvtap.
+const DeleteLinkFlag = "delete-link-on-eof"
+
+// DeleteLinkOnEOF is Linux only.
+func DeleteLinkOnEOF(string, io.Reader) error { return errNotLinux }

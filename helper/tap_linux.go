@@ -3,9 +3,13 @@ package helper
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
+	gosignal "os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -182,6 +186,10 @@ func ListSharedInterfaces() ([]string, error) {
 	return names, nil
 }
 
+// errNeedsMacvtap: the VM joins a bridged network through a macvtap on the
+// host interface rather than a TAP on a bridge.
+var errNeedsMacvtap = errors.New("the VM's port is a macvtap")
+
 // bridgedBridge is the bridge a bridged network's VMs join: the network's
 // host interface, which must be a bridge that is up. The data plane creates
 // nothing for a bridged network, so there is no mark to check.
@@ -191,7 +199,7 @@ func bridgedBridge(n *api.Network) (netlink.Link, error) {
 		return nil, err
 	}
 	if name == "" {
-		return nil, fmt.Errorf("network %q: interface %s is not a bridge, and the helper does not support macvtap ports yet: bridge %s and name the bridge as the network's interface", n.ID, n.Interface, n.Interface)
+		return nil, fmt.Errorf("network %q: interface %s is not a bridge: %w", n.ID, n.Interface, errNeedsMacvtap)
 	}
 	br, err := netlink.LinkByName(name)
 	if err != nil {
@@ -201,4 +209,83 @@ func bridgedBridge(n *api.Network) (netlink.Link, error) {
 		return nil, fmt.Errorf("network %q: bridge %s is down", n.ID, name)
 	}
 	return br, nil
+}
+
+// openMacvtap opens the character device of macvtap mv (/dev/tap<ifindex>,
+// which devtmpfs creates) as the VM's port: non-blocking, with the
+// virtio-net header and offloads only if asked (a macvtap starts with the
+// header on).
+func openMacvtap(mv *netlink.Macvtap, offloads uint) (int, error) {
+	path := fmt.Sprintf("/dev/tap%d", mv.Attrs().Index)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening macvtap %s: %w (is devtmpfs mounted on /dev?)", mv.Attrs().Name, err)
+	}
+	fail := func(what string, err error) (int, error) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("macvtap %s: %s: %w", mv.Attrs().Name, what, err)
+	}
+	ifr, err := unix.NewIfreq("")
+	if err != nil {
+		return fail("ifreq", err)
+	}
+	flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI)
+	if offloads != 0 {
+		flags |= unix.IFF_VNET_HDR
+	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		return fail("TUNSETIFF", err)
+	}
+	if offloads != 0 {
+		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VirtioNetHdrLen); err != nil {
+			return fail("TUNSETVNETHDRSZ", err)
+		}
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(offloads)); err != nil {
+			return fail("TUNSETOFFLOAD", err)
+		}
+	}
+	return fd, nil
+}
+
+// DeleteLinkFlag is the hidden `vmnetctl helper` flag that runs the child
+// deleteOnExit starts.
+const DeleteLinkFlag = "delete-link-on-eof"
+
+// deleteOnExit starts a child, still root, that deletes link name when the
+// helper's end of a pipe to it closes: when the helper returns, exits or is
+// killed. The returned func closes the pipe and waits for the deletion.
+func deleteOnExit(name string, stderr io.Writer) (func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding the helper's executable: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "helper", "--"+DeleteLinkFlag, name)
+	cmd.Stdin = r
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("starting the child that deletes %s: %w", name, err)
+	}
+	r.Close()
+	return func() {
+		w.Close()
+		cmd.Wait()
+	}, nil
+}
+
+// DeleteLinkOnEOF is that child: it ignores the signals its process group
+// gets, waits for EOF on r, then deletes link name.
+func DeleteLinkOnEOF(name string, r io.Reader) error {
+	gosignal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	io.Copy(io.Discard, r)
+	if err := deleteLink(name); err != nil {
+		return fmt.Errorf("deleting %s: %w", name, err)
+	}
+	return nil
 }

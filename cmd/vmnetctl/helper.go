@@ -32,6 +32,7 @@ type helperFlags struct {
 	uid, gid             int
 	tap                  string
 	attach               string
+	deleteLink           string
 }
 
 func newHelperCommand(g *globals, s streams) *cobra.Command {
@@ -70,6 +71,8 @@ before it touches the VM's socket.`,
 	fl.IntVar(&f.uid, "uid", envID("SUDO_UID"), "run as this user after creating the TAP, and make it the TAP's owner (default $SUDO_UID, else unchanged)")
 	fl.IntVar(&f.gid, "gid", envID("SUDO_GID"), "run as this group (default $SUDO_GID, else the user's primary group)")
 	fl.StringVar(&f.tap, "tap", "", "name of the TAP (default vmt- and a hash of the interface id)")
+	fl.StringVar(&f.deleteLink, helper.DeleteLinkFlag, "", "internal: delete this link when stdin closes")
+	fl.MarkHidden(helper.DeleteLinkFlag)
 	fl.StringVar(&f.attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing")
 	return cmd
 }
@@ -83,6 +86,9 @@ func envID(name string) int {
 }
 
 func runHelper(cmd *cobra.Command, g *globals, s streams, f *helperFlags) error {
+	if f.deleteLink != "" {
+		return helper.DeleteLinkOnEOF(f.deleteLink, s.in)
+	}
 	if f.version {
 		fmt.Fprintf(s.out, "version: %s\ncommit: %s\n", version, commit())
 		return nil
