@@ -121,7 +121,7 @@ func expectLease(t *testing.T, r *guest.Result) {
 func TestHarnessGuestDHCP(t *testing.T) {
 	start := time.Now()
 	img := guest.SharedImage(t)
-	t.Logf("image: kernel %s, initrd %s (cached %v, %v)", img.Kernel, img.Initrd, img.Cached, img.BuildTime.Round(time.Millisecond))
+	t.Logf("image: kernel %s (booted as %s, PVH: %v), initrd %s (cached %v, %v)", img.Kernel, img.BootKernel, img.PVHError, img.Initrd, img.Cached, img.BuildTime.Round(time.Millisecond))
 	l := newLab(t, 1, nil)
 
 	s := guest.NewScript().

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestQuote(t *testing.T) {
@@ -132,5 +133,29 @@ func TestVersionLess(t *testing.T) {
 	}
 	if versionLess("vmlinuz-6.10.0", "vmlinuz-6.9.0") {
 		t.Error("6.10 should sort after 6.9")
+	}
+}
+
+func TestPVHKernel(t *testing.T) {
+	var opts ImageOptions
+	if err := opts.fill(); err != nil {
+		t.Skip(err)
+	}
+	sum, err := hashFile(opts.Kernel)
+	if err != nil {
+		t.Skip(err)
+	}
+	start := time.Now()
+	path, err := pvhKernel(opts.Kernel, sum, t.TempDir())
+	if err != nil {
+		t.Fatalf("%s: %v", opts.Kernel, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s → %s (%d bytes) in %v", opts.Kernel, path, fi.Size(), time.Since(start).Round(time.Millisecond))
+	if err := checkPVH([]byte("not an ELF")); err == nil {
+		t.Error("checkPVH accepted garbage")
 	}
 }

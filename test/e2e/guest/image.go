@@ -53,7 +53,13 @@ type ImageOptions struct {
 // Image is a bootable guest: a kernel used in place and a cached base
 // initramfs. One Image is shared by any number of guests.
 type Image struct {
-	Kernel        string        // path of the vmlinuz, used directly
+	Kernel string // path of the vmlinuz
+	// BootKernel is what qemu boots: the uncompressed vmlinux extracted from
+	// Kernel into the cache, booted through its PVH entry point (much faster
+	// under TCG), or Kernel itself when that is not possible (PVHError says
+	// why) or $VMNETCTL_E2E_PVH=0.
+	BootKernel    string
+	PVHError      error
 	KernelVersion string        // e.g. 6.1.0-56-amd64
 	Initrd        string        // base initramfs (gzip newc cpio) in the cache
 	Key           string        // cache key: hash of every input
@@ -112,6 +118,10 @@ func BuildImage(opts ImageOptions) (*Image, error) {
 	}
 	for _, m := range mods {
 		img.Modules = append(img.Modules, m.name)
+	}
+	img.BootKernel, img.PVHError = pvhKernel(opts.Kernel, kernelSum, opts.CacheDir)
+	if img.PVHError != nil {
+		img.BootKernel = opts.Kernel
 	}
 	if _, err := os.Stat(img.Initrd); err == nil {
 		img.Cached = true

@@ -186,7 +186,7 @@ func Start(cfg Config) (*Guest, error) {
 		"-display", "none",
 		"-no-reboot",
 		"-serial", "stdio",
-		"-kernel", cfg.Image.Kernel,
+		"-kernel", bootKernel(cfg.Image),
 		"-initrd", initrd,
 		"-append", strings.Join(append([]string{
 			"console=ttyS0", "quiet", "loglevel=1", "panic=-1",
@@ -431,7 +431,7 @@ func (g *Guest) read(stdout io.Reader) {
 
 func (g *Guest) line(raw string) {
 	line := strings.TrimRight(strings.ReplaceAll(raw, "\r", ""), "\n")
-	g.logFile.WriteString(line + "\n")
+	fmt.Fprintf(g.logFile, "[%7.3f] %s\n", time.Since(g.start).Seconds(), line)
 	if g.cfg.Stdout != nil {
 		io.WriteString(g.cfg.Stdout, line+"\n")
 	}
@@ -496,6 +496,13 @@ func writeGuestInitrd(path, base string, s *Script) error {
 		return err
 	}
 	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+func bootKernel(img *Image) string {
+	if img.BootKernel != "" {
+		return img.BootKernel
+	}
+	return img.Kernel
 }
 
 func tail(s string, n int) string {
