@@ -92,11 +92,15 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		if tc.persist {
-			defer func() {
-				if err := deleteLink(tapName); err != nil {
-					log.warnf("main", "deleting TAP %s: %v", tapName, err)
-				}
-			}()
+			// Like a macvtap, a persistent TAP outlives the helper's fd and
+			// its root privileges: a root child deletes it when the helper
+			// ends, even while a VMM still holds it, and even on kill -9.
+			reaper, err := deleteOnExit(tapName, o.Stderr)
+			if err != nil {
+				deleteLink(tapName)
+				return err
+			}
+			defer reaper()
 		}
 		link, err := attachTap(tapName, bridge.Attrs().Name, o.Isolation)
 		if err != nil {
@@ -126,10 +130,12 @@ func Run(ctx context.Context, o Options) error {
 	}()
 
 	if o.Attach == AttachTap {
-		// The VMM opens the TAP itself. The helper keeps root so that it can
-		// delete the TAP on SIGTERM even while a VMM still holds it; it has
-		// no socket to an untrusted peer.
+		// The VMM opens the TAP itself, as its owner.
 		cleanupTap()
+		if err := dropPrivileges(uid, gid); err != nil {
+			return err
+		}
+		log.infof("main", "running as uid: %d gid: %d", os.Getuid(), os.Getgid())
 		if err := printReady(&o, ready); err != nil {
 			return err
 		}

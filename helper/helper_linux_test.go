@@ -658,25 +658,38 @@ func TestRelay(t *testing.T) {
 }
 
 func TestPeerGone(t *testing.T) {
-	f := newFixture(t)
-	tap := openTap(t, f.vm, "vmeth0", false, 0)
-	helperEnd, conn := socketpair(t)
-	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3", "--uid", strconv.Itoa(ownerID))
-	helperEnd.Close()
-	relay := startRelay(tap, conn, 0)
-	f.setupVM(t, "vmeth0", h.ready.MACAddress)
-	waitFor(t, 10*time.Second, "ping from the VM to the gateway", func() bool { return ping(f.vm, gateway) == nil })
+	for _, socket := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fd", true: "socket"}[socket], func(t *testing.T) {
+			f := newFixture(t)
+			tap := openTap(t, f.vm, "vmeth0", false, 0)
+			var h *helperProc
+			var conn *net.UnixConn
+			if socket {
+				path := filepath.Join(f.dir, "helper.sock")
+				h = f.startHelper(t, nil, "--socket", path, "--uid", strconv.Itoa(ownerID))
+				conn = dialSocket(t, f.dir, path)
+			} else {
+				var helperEnd *os.File
+				helperEnd, conn = socketpair(t)
+				h = f.startHelper(t, []*os.File{helperEnd}, "--fd", "3", "--uid", strconv.Itoa(ownerID))
+				helperEnd.Close()
+			}
+			relay := startRelay(tap, conn, 0)
+			f.setupVM(t, "vmeth0", h.ready.MACAddress)
+			waitFor(t, 10*time.Second, "ping from the VM to the gateway", func() bool { return ping(f.vm, gateway) == nil })
 
-	// The VM dies. The helper notices when it next sends to it: a dgram
-	// socketpair has no hangup, so traffic towards the VM is what tells.
-	relay.stop()
-	waitFor(t, 10*time.Second, "the helper to exit", func() bool {
-		ping(f.host, vmAddr)
-		return h.exited()
-	})
-	h.wait(0)
-	if f.linkExists(h.ready.TapName) {
-		t.Errorf("TAP %s still exists after the peer went away", h.ready.TapName)
+			// The VM dies. The helper notices when it next sends to it: a
+			// dgram socket has no hangup, so traffic towards the VM tells.
+			relay.stop()
+			waitFor(t, 10*time.Second, "the helper to exit", func() bool {
+				ping(f.host, vmAddr)
+				return h.exited()
+			})
+			h.wait(0)
+			if f.linkExists(h.ready.TapName) {
+				t.Errorf("TAP %s still exists after the peer went away", h.ready.TapName)
+			}
+		})
 	}
 }
 
@@ -753,11 +766,18 @@ func TestAttachTap(t *testing.T) {
 		s, ok := h.lastStats()
 		return ok && s.VM.Packets >= 2 && s.Host.Packets >= 2 && s.VM.Bytes >= 98+42
 	})
+	if uid := procUID(t, h.cmd.Process.Pid); uid != ownerID {
+		t.Errorf("helper runs as uid %d, want %d", uid, ownerID)
+	}
 	// SIGTERM deletes the TAP even while the VMM still has it open.
 	h.terminate()
-	if f.linkExists("vmt-attach") {
-		t.Error("TAP vmt-attach still exists after SIGTERM")
-	}
+	waitFor(t, 5*time.Second, "TAP vmt-attach to be deleted after SIGTERM", func() bool { return !f.linkExists("vmt-attach") })
+
+	// So does kill -9.
+	h = f.startHelper(t, nil, "--attach", "tap", "--uid", strconv.Itoa(ownerID), "--tap", "vmt-attach")
+	h.cmd.Process.Kill()
+	<-h.done
+	waitFor(t, 5*time.Second, "TAP vmt-attach to be deleted after kill -9", func() bool { return !f.linkExists("vmt-attach") })
 }
 
 func TestFailures(t *testing.T) {
