@@ -5,7 +5,6 @@ package controller_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -23,27 +22,21 @@ import (
 var vmnetctl string // the binary under test
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "vmnetctl-e2e-bin")
+	bin, dir, err := simvm.BuildVmnetctl()
 	if err != nil {
-		panic(err)
-	}
-	vmnetctl = filepath.Join(dir, "vmnetctl")
-	if out, err := exec.Command("go", "build", "-o", vmnetctl, "github.com/vmnetctl/vmnetctl/cmd/vmnetctl").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building vmnetctl: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	vmnetctl = bin
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// host is a "host" namespace with a state dir and a networks.yaml: the
-// machine vmnetctl manages.
+// host is the machine under test (simvm.Host) with short names for the checks.
 type host struct {
-	*simvm.NS
-	t        *testing.T
-	dir      string
-	networks string
+	*simvm.Host
+	t *testing.T
 }
 
 const networksYAML = `
@@ -58,77 +51,7 @@ vmnet:
 
 func newHost(t *testing.T) *host {
 	simvm.NeedRoot(t, "nft", "busybox", "ping")
-	h := &host{NS: simvm.NewNS(t, "vmnh"), t: t, dir: t.TempDir()}
-	h.networks = filepath.Join(h.dir, "networks.yaml")
-	if err := os.WriteFile(h.networks, []byte(networksYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Whatever the test did, leave no controller or helper behind.
-		exec.Command("pkill", "-9", "-f", "--state-dir "+h.stateDir()).Run()
-		exec.Command("pkill", "-9", "-f", "--networks "+h.stateDir()).Run()
-	})
-	return h
-}
-
-func (h *host) stateDir() string { return filepath.Join(h.dir, "state") }
-
-// vmnetctl runs the binary inside the host namespace.
-func (h *host) vmnetctl(args ...string) (string, error) {
-	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	full := append([]string{"--state-dir", h.stateDir(), "--networks", h.networks}, args...)
-	cmd := h.Command(ctx, vmnetctl, full...)
-	var out, errOut strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	if err != nil {
-		return out.String(), fmt.Errorf("vmnetctl %s: %w\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errOut.String())
-	}
-	return out.String(), nil
-}
-
-func (h *host) mustVmnetctl(args ...string) string {
-	h.t.Helper()
-	out, err := h.vmnetctl(args...)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return out
-}
-
-func (h *host) status() *controller.Status {
-	h.t.Helper()
-	st := &controller.Status{}
-	if err := json.Unmarshal([]byte(h.mustVmnetctl("status", "--json")), st); err != nil {
-		h.t.Fatal(err)
-	}
-	return st
-}
-
-func (h *host) attachment(st *controller.Status, vm string) controller.AttachmentStatus {
-	h.t.Helper()
-	for _, a := range st.Attachments {
-		if a.VM == vm {
-			return a
-		}
-	}
-	h.t.Fatalf("status has no attachment for %s: %+v", vm, st.Attachments)
-	return controller.AttachmentStatus{}
-}
-
-func (h *host) writeFile(name, content string) string {
-	path := filepath.Join(h.dir, name)
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		h.t.Fatal(err)
-	}
-	return path
-}
-
-// vm attaches a simulated VM to the helper socket of an attachment.
-func (h *host) vm(a controller.AttachmentStatus) *simvm.VM {
-	return simvm.AttachSocket(h.t, "vm"+a.VM, a.MAC, a.Socket, filepath.Join(h.dir, a.VM+".client.sock"))
+	return &host{Host: simvm.NewHost(t, vmnetctl, "vmnh", networksYAML), t: t}
 }
 
 func pids(st *controller.Status) map[string]int {
@@ -152,15 +75,15 @@ vms:
 func TestLifecycle(t *testing.T) {
 	h := newHost(t)
 	before, _ := h.Run(context.Background(), "nft", "list", "ruleset")
-	vms := h.writeFile("vms.yaml", twoVMs)
+	vms := h.WriteFile("vms.yaml", twoVMs)
 
 	// up: both attachments run; two simulated VMs lease and reach each other.
-	out := h.mustVmnetctl("up", "-f", vms)
+	out := h.MustVmnetctl("up", "-f", vms)
 	if strings.Count(out, "running") != 2 {
 		t.Fatalf("up printed:\n%s", out)
 	}
-	st := h.status()
-	a, b := h.vm(h.attachment(st, "a")), h.vm(h.attachment(st, "b"))
+	st := h.Status()
+	a, b := h.VM(h.Attachment(st, "a")), h.VM(h.Attachment(st, "b"))
 	la, lb := a.DHCP(t), b.DHCP(t)
 	if la["router"] != "10.77.0.1" || !strings.HasPrefix(lb["ip"], "10.77.0.") {
 		t.Fatalf("leases: a=%v b=%v", la, lb)
@@ -172,35 +95,35 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("a cannot reach the gateway: %v", err)
 	}
 	simvm.Eventually(t, 10*time.Second, "status reports a's lease", func() error {
-		if got := h.attachment(h.status(), "a").IP; got != la["ip"] {
+		if got := h.Attachment(h.Status(), "a").IP; got != la["ip"] {
 			return fmt.Errorf("status says %q, the lease is %q", got, la["ip"])
 		}
 		return nil
 	})
 
 	// up again: nothing changes, the same helpers run.
-	pidsBefore := pids(h.status())
-	if out := h.mustVmnetctl("plan", "-f", vms); strings.TrimSpace(out) != "No changes." {
+	pidsBefore := pids(h.Status())
+	if out := h.MustVmnetctl("plan", "-f", vms); strings.TrimSpace(out) != "No changes." {
 		t.Errorf("plan of the applied file:\n%s", out)
 	}
-	h.mustVmnetctl("up", "-f", vms)
-	if got := pids(h.status()); fmt.Sprint(got) != fmt.Sprint(pidsBefore) {
+	h.MustVmnetctl("up", "-f", vms)
+	if got := pids(h.Status()); fmt.Sprint(got) != fmt.Sprint(pidsBefore) {
 		t.Errorf("up twice restarted helpers: %v then %v", pidsBefore, got)
 	}
 
 	// plan after an edit shows exactly the edit.
-	edited := h.writeFile("vms.yaml", twoVMs+"  c:\n    networks:\n      - vmnet: shared\n")
-	planOut := h.mustVmnetctl("plan", "-f", edited)
+	edited := h.WriteFile("vms.yaml", twoVMs+"  c:\n    networks:\n      - vmnet: shared\n")
+	planOut := h.MustVmnetctl("plan", "-f", edited)
 	if !strings.Contains(planOut, "+   c/0: c on shared") || !strings.Contains(planOut, "Plan: 1 to create, 0 to change, 0 to replace, 0 to delete.") || strings.Contains(planOut, "a/0") {
 		t.Errorf("plan after adding c:\n%s", planOut)
 	}
-	h.writeFile("vms.yaml", twoVMs)
+	h.WriteFile("vms.yaml", twoVMs)
 
 	// kill -9 a helper: it comes back, same MAC and address, traffic resumes.
-	old := h.attachment(h.status(), "a")
+	old := h.Attachment(h.Status(), "a")
 	syscall.Kill(old.PID, syscall.SIGKILL)
 	simvm.Eventually(t, 10*time.Second, "the helper is restarted", func() error {
-		cur := h.attachment(h.status(), "a")
+		cur := h.Attachment(h.Status(), "a")
 		if cur.State != controller.StateRunning || cur.PID == old.PID || cur.Restarts != 1 {
 			return fmt.Errorf("state %s pid %d restarts %d", cur.State, cur.PID, cur.Restarts)
 		}
@@ -213,7 +136,7 @@ func TestLifecycle(t *testing.T) {
 
 	// kill -9 the controller during a ping flood: nothing is lost; the next
 	// controller adopts the same helpers.
-	pidsBefore = pids(h.status())
+	pidsBefore = pids(h.Status())
 	flood := a.Command(context.Background(), "ping", "-n", "-q", "-f", "-c", "3000", "-w", "30", lb["ip"])
 	var floodOut strings.Builder
 	flood.Stdout, flood.Stderr = &floodOut, &floodOut
@@ -228,12 +151,12 @@ func TestLifecycle(t *testing.T) {
 	if !strings.Contains(floodOut.String(), " 0% packet loss") {
 		t.Errorf("ping flood lost packets:\n%s", floodOut.String())
 	}
-	offline := h.status()
-	if offline.Controller.Running || h.attachment(offline, "a").State != controller.StateRunning {
+	offline := h.Status()
+	if offline.Controller.Running || h.Attachment(offline, "a").State != controller.StateRunning {
 		t.Errorf("status without a controller: %+v", offline)
 	}
-	h.mustVmnetctl("up", "-f", vms)
-	if got := pids(h.status()); fmt.Sprint(got) != fmt.Sprint(pidsBefore) {
+	h.MustVmnetctl("up", "-f", vms)
+	if got := pids(h.Status()); fmt.Sprint(got) != fmt.Sprint(pidsBefore) {
 		t.Errorf("the new controller did not adopt the helpers: %v then %v", pidsBefore, got)
 	}
 	if err := a.Ping(lb["ip"], 1); err != nil {
@@ -241,7 +164,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// down: no link, rule, process, socket or state file of ours remains.
-	h.mustVmnetctl("down", "-f", vms)
+	h.MustVmnetctl("down", "-f", vms)
 	links, _ := h.Run(context.Background(), "ip", "-br", "link")
 	if strings.TrimSpace(links) != "" && len(strings.Split(strings.TrimSpace(links), "\n")) != 1 {
 		t.Errorf("links left after down:\n%s", links)
@@ -250,10 +173,10 @@ func TestLifecycle(t *testing.T) {
 	if after != before {
 		t.Errorf("nftables after down differs:\n%s", after)
 	}
-	if out, err := exec.Command("pgrep", "-f", h.stateDir()).Output(); err == nil {
+	if out, err := exec.Command("pgrep", "-f", h.StateDir()).Output(); err == nil {
 		t.Errorf("processes left after down:\n%s", out)
 	}
-	entries, _ := os.ReadDir(h.stateDir())
+	entries, _ := os.ReadDir(h.StateDir())
 	for _, e := range entries {
 		switch e.Name() {
 		case "ops.lock", "controller.lock", "controller.log":
@@ -261,14 +184,14 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("state left after down: %s", e.Name())
 		}
 	}
-	if _, err := h.vmnetctl("down", "-f", vms); err != nil {
+	if _, err := h.Vmnetctl("down", "-f", vms); err != nil {
 		t.Errorf("down twice: %v", err)
 	}
 }
 
 func (h *host) controllerPID() int {
 	h.t.Helper()
-	st := h.status()
+	st := h.Status()
 	if !st.Controller.Running || st.Controller.PID == 0 {
 		h.t.Fatalf("no controller runs: %+v", st.Controller)
 	}
@@ -277,12 +200,12 @@ func (h *host) controllerPID() int {
 
 func TestBadInputChangesNothing(t *testing.T) {
 	h := newHost(t)
-	bad := h.writeFile("bad.yaml", "vms:\n  a:\n    networks:\n      - vmnet: nope\n")
-	out, err := h.vmnetctl("up", "-f", bad)
+	bad := h.WriteFile("bad.yaml", "vms:\n  a:\n    networks:\n      - vmnet: nope\n")
+	out, err := h.Vmnetctl("up", "-f", bad)
 	if err == nil || out != "" || !strings.Contains(err.Error(), `bad.yaml:4: vms.a.networks[0].vmnet: network "nope" is not defined`) {
 		t.Fatalf("up with a bad file: out %q, err %v", out, err)
 	}
-	if _, err := os.Stat(filepath.Join(h.stateDir(), "projects")); err == nil {
+	if _, err := os.Stat(filepath.Join(h.StateDir(), "projects")); err == nil {
 		t.Errorf("a bad file created state")
 	}
 	links, _ := h.Run(context.Background(), "ip", "-br", "link")
@@ -293,41 +216,41 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 func TestConcurrentUpDown(t *testing.T) {
 	h := newHost(t)
-	one := h.writeFile("one.yaml", "vms:\n  one:\n    networks: [{vmnet: shared}]\n")
-	two := h.writeFile("two.yaml", "vms:\n  two:\n    networks: [{vmnet: isolated}]\n")
+	one := h.WriteFile("one.yaml", "vms:\n  one:\n    networks: [{vmnet: shared}]\n")
+	two := h.WriteFile("two.yaml", "vms:\n  two:\n    networks: [{vmnet: isolated}]\n")
 	errs := make(chan error, 2)
-	go func() { _, err := h.vmnetctl("up", "-f", one); errs <- err }()
-	go func() { _, err := h.vmnetctl("up", "-f", two); errs <- err }()
+	go func() { _, err := h.Vmnetctl("up", "-f", one); errs <- err }()
+	go func() { _, err := h.Vmnetctl("up", "-f", two); errs <- err }()
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
-	st := h.status()
-	if len(st.Attachments) != 2 || h.attachment(st, "one").State != controller.StateRunning || h.attachment(st, "two").State != controller.StateRunning {
+	st := h.Status()
+	if len(st.Attachments) != 2 || h.Attachment(st, "one").State != controller.StateRunning || h.Attachment(st, "two").State != controller.StateRunning {
 		t.Fatalf("after two concurrent ups: %+v", st.Attachments)
 	}
-	go func() { _, err := h.vmnetctl("down", "-f", one); errs <- err }()
-	go func() { _, err := h.vmnetctl("down", "-f", two); errs <- err }()
+	go func() { _, err := h.Vmnetctl("down", "-f", one); errs <- err }()
+	go func() { _, err := h.Vmnetctl("down", "-f", two); errs <- err }()
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
-	if st := h.status(); len(st.Attachments) != 0 || st.Controller.Running {
+	if st := h.Status(); len(st.Attachments) != 0 || st.Controller.Running {
 		t.Fatalf("after two concurrent downs: %+v", st)
 	}
 }
 
 func TestRunStopsHelpersWithTheCommand(t *testing.T) {
 	h := newHost(t)
-	vms := h.writeFile("vms.yaml", twoVMs)
-	gate := filepath.Join(h.dir, "gate")
+	vms := h.WriteFile("vms.yaml", twoVMs)
+	gate := filepath.Join(h.Dir, "gate")
 	// The command waits for the test to open the gate, then exits 7.
 	script := fmt.Sprintf(`echo "fds=$VMNETCTL_FDS"; [ -S /proc/self/fd/4 ] || ls -l /proc/self/fd/4 | grep -q socket || exit 99; while [ ! -e %s ]; do sleep 0.05; done; exit 7`, gate)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	run := h.Command(ctx, vmnetctl, "--state-dir", h.stateDir(), "--networks", h.networks, "run", "-f", vms, "--vm", "a", "--", "sh", "-c", script)
+	run := h.VmnetctlCommand(ctx, "run", "-f", vms, "--vm", "a", "--", "sh", "-c", script)
 	var out strings.Builder
 	run.Stdout, run.Stderr = &out, &out
 	if err := run.Start(); err != nil {
@@ -335,7 +258,7 @@ func TestRunStopsHelpersWithTheCommand(t *testing.T) {
 	}
 	var helperPID int
 	simvm.Eventually(t, 20*time.Second, "run's helper is running", func() error {
-		st := h.status()
+		st := h.Status()
 		for _, a := range st.Attachments {
 			if a.VM == "a" && a.State == controller.StateRunning && a.PID > 0 {
 				helperPID = a.PID
@@ -358,7 +281,7 @@ func TestRunStopsHelpersWithTheCommand(t *testing.T) {
 	if syscall.Kill(helperPID, 0) == nil {
 		t.Errorf("helper %d still runs after the command exited", helperPID)
 	}
-	if st := h.status(); len(st.Attachments) != 0 {
+	if st := h.Status(); len(st.Attachments) != 0 {
 		t.Errorf("run's project is still up: %+v", st.Attachments)
 	}
 }

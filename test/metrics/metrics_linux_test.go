@@ -31,15 +31,12 @@ import (
 var vmnetctl string // the binary under test
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "vmnetctl-metrics-bin")
+	bin, dir, err := simvm.BuildVmnetctl()
 	if err != nil {
-		panic(err)
-	}
-	vmnetctl = filepath.Join(dir, "vmnetctl")
-	if out, err := exec.Command("go", "build", "-o", vmnetctl, "github.com/vmnetctl/vmnetctl/cmd/vmnetctl").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building vmnetctl: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	vmnetctl = bin
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -72,78 +69,27 @@ const statsInterval = "200ms"
 // metricsAddr is the controller's default address, inside the host namespace.
 const metricsAddr = "127.0.0.1:9464"
 
-// host is a "host" namespace with a state dir and a networks.yaml.
+// host is the machine under test, with an HTTP client that reaches the
+// controller's metrics on the namespace's loopback.
 type host struct {
-	*simvm.NS
-	t        *testing.T
-	dir      string
-	networks string
-	http     *http.Client
+	*simvm.Host
+	t    *testing.T
+	http *http.Client
 }
 
 func newHost(t *testing.T) *host {
 	simvm.NeedRoot(t, "nft", "busybox", "ping", "iperf3", "promtool", "prometheus")
-	h := &host{NS: simvm.NewNS(t, "vmnm"), t: t, dir: t.TempDir()}
-	h.networks = filepath.Join(h.dir, "networks.yaml")
-	if err := os.WriteFile(h.networks, []byte(networksYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// HTTP from the test process, with its sockets made inside the namespace.
-	h.http = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := h.Do(func() error {
-				var err error
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-	}}
-	t.Cleanup(func() {
-		// Whatever the test did, leave no controller or helper behind.
-		exec.Command("pkill", "-9", "-f", "--state-dir "+h.stateDir()).Run()
-		exec.Command("pkill", "-9", "-f", "--networks "+h.stateDir()).Run()
-	})
+	h := &host{Host: simvm.NewHost(t, vmnetctl, "vmnm", networksYAML), t: t}
+	// `up` starts the controller with this environment.
+	h.Env = []string{controller.EnvStatsInterval + "=" + statsInterval}
+	h.http = h.HTTPClient()
 	return h
 }
 
-func (h *host) stateDir() string { return filepath.Join(h.dir, "state") }
-
+// vmnetctl runs vmnetctl and fails the test on error.
 func (h *host) vmnetctl(args ...string) string {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := h.Command(ctx, vmnetctl, append([]string{"--state-dir", h.stateDir(), "--networks", h.networks}, args...)...)
-	// `up` starts the controller with its own environment.
-	cmd.Env = append(os.Environ(), controller.EnvStatsInterval+"="+statsInterval)
-	var out, errOut strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		h.t.Fatalf("vmnetctl %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errOut.String())
-	}
-	return out.String()
-}
-
-func (h *host) status() *controller.Status {
-	h.t.Helper()
-	st := &controller.Status{}
-	if err := json.Unmarshal([]byte(h.vmnetctl("status", "--json")), st); err != nil {
-		h.t.Fatal(err)
-	}
-	return st
-}
-
-func (h *host) attachment(st *controller.Status, vm string) controller.AttachmentStatus {
-	h.t.Helper()
-	for _, a := range st.Attachments {
-		if a.VM == vm {
-			return a
-		}
-	}
-	h.t.Fatalf("status has no attachment for %s: %+v", vm, st.Attachments)
-	return controller.AttachmentStatus{}
+	return h.MustVmnetctl(args...)
 }
 
 func (h *host) get(u string) (string, error) {
@@ -183,14 +129,14 @@ func (h *host) value(name string, labels ...string) float64 {
 func TestMetrics(t *testing.T) {
 	began := time.Now()
 	h := newHost(t)
-	vms := filepath.Join(h.dir, "vms.yaml")
+	vms := filepath.Join(h.Dir, "vms.yaml")
 	if err := os.WriteFile(vms, []byte(twoVMs), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	h.vmnetctl("up", "-f", vms)
 	t.Cleanup(func() { h.vmnetctl("down", "-f", vms) })
-	st := h.status()
-	sa, sb := h.attachment(st, "a"), h.attachment(st, "b")
+	st := h.Status()
+	sa, sb := h.Attachment(st, "a"), h.Attachment(st, "b")
 
 	// The endpoint serves, and what it serves passes promtool's linter.
 	body, s := h.scrape()
@@ -238,7 +184,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// A lease moves the leases gauge and the DHCP counters.
-	a, b := simvm.AttachSocket(t, "vma", sa.MAC, sa.Socket, filepath.Join(h.dir, "a.client.sock")), simvm.AttachSocket(t, "vmb", sb.MAC, sb.Socket, filepath.Join(h.dir, "b.client.sock"))
+	a, b := simvm.AttachSocket(t, "vma", sa.MAC, sa.Socket, filepath.Join(h.Dir, "a.client.sock")), simvm.AttachSocket(t, "vmb", sb.MAC, sb.Socket, filepath.Join(h.Dir, "b.client.sock"))
 	la, lb := a.DHCP(t), b.DHCP(t)
 	simvm.Eventually(t, 5*time.Second, "two leases counted", func() error {
 		_, s := h.scrape()
@@ -329,11 +275,11 @@ func TestMetrics(t *testing.T) {
 		return nil
 	})
 	simvm.Eventually(t, 5*time.Second, "status shows a's rate", func() error {
-		st := h.status()
-		if a := h.attachment(st, "a"); a.RxBitsPerSecond < 1e6 {
+		st := h.Status()
+		if a := h.Attachment(st, "a"); a.RxBitsPerSecond < 1e6 {
 			return fmt.Errorf("a's rx %v bits/s", a.RxBitsPerSecond)
 		}
-		if b := h.attachment(st, "b"); b.TxBitsPerSecond < 1e6 {
+		if b := h.Attachment(st, "b"); b.TxBitsPerSecond < 1e6 {
 			return fmt.Errorf("b's tx %v bits/s", b.TxBitsPerSecond)
 		}
 		return nil
@@ -352,7 +298,7 @@ func TestMetrics(t *testing.T) {
 	flow.Wait()
 
 	// kill -9 b's helper: the restart counter moves and the helper is up again.
-	syscall.Kill(h.attachment(h.status(), "b").PID, syscall.SIGKILL)
+	syscall.Kill(h.Attachment(h.Status(), "b").PID, syscall.SIGKILL)
 	simvm.Eventually(t, 10*time.Second, "b's restart is counted", func() error {
 		_, s := h.scrape()
 		if r := s.value(t, "vmnetctl_helper_restarts_total", "vm", "b"); r != 1 {
@@ -377,7 +323,7 @@ func TestMetrics(t *testing.T) {
 	// attach: tap: the helper reports the kernel's TAP counters in the same
 	// stats lines. Frames the "VMM" (the test, holding the TAP) writes are
 	// what the VM sent.
-	sc := h.attachment(h.status(), "c")
+	sc := h.Attachment(h.Status(), "c")
 	const frames, size = 200, 1000
 	fromC0 := settle("c", "from_vm")
 	writeTapFrames(t, h.NS, sc.Tap, sc.MAC, frames, size)

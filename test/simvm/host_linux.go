@@ -1,0 +1,145 @@
+package simvm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/controller"
+)
+
+// BuildVmnetctl builds the vmnetctl binary for a test package's TestMain.
+// The caller removes the returned directory when the tests are done.
+func BuildVmnetctl() (binary, dir string, err error) {
+	dir, err = os.MkdirTemp("", "vmnetctl-test-bin")
+	if err != nil {
+		return "", "", err
+	}
+	binary = filepath.Join(dir, "vmnetctl")
+	if out, err := exec.Command("go", "build", "-o", binary, "github.com/vmnetctl/vmnetctl/cmd/vmnetctl").CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", "", fmt.Errorf("building vmnetctl: %v\n%s", err, out)
+	}
+	return binary, dir, nil
+}
+
+// Host is the machine vmnetctl manages, for end-to-end tests: a namespace
+// of its own, a state dir and a networks.yaml, and the binary under test.
+// When the test ends, no controller or helper of its state dir is left.
+type Host struct {
+	*NS
+	T        testing.TB
+	Dir      string
+	Networks string
+	Binary   string
+	// Env is added to the environment of every vmnetctl command (and so of
+	// the controller that `up` starts).
+	Env []string
+}
+
+// NewHost makes a host namespace whose networks.yaml holds networksYAML.
+func NewHost(t testing.TB, binary, prefix, networksYAML string) *Host {
+	t.Helper()
+	h := &Host{NS: NewNS(t, prefix), T: t, Dir: t.TempDir(), Binary: binary}
+	h.Networks = h.WriteFile("networks.yaml", networksYAML)
+	t.Cleanup(func() {
+		exec.Command("pkill", "-9", "-f", "--state-dir "+h.StateDir()).Run()
+		exec.Command("pkill", "-9", "-f", "--networks "+h.StateDir()).Run()
+	})
+	return h
+}
+
+// StateDir is the host's vmnetctl state dir.
+func (h *Host) StateDir() string { return filepath.Join(h.Dir, "state") }
+
+// WriteFile writes a file into the host's directory and returns its path.
+func (h *Host) WriteFile(name, content string) string {
+	h.T.Helper()
+	path := filepath.Join(h.Dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		h.T.Fatal(err)
+	}
+	return path
+}
+
+// VmnetctlCommand is vmnetctl with the host's state dir and networks, in its namespace.
+func (h *Host) VmnetctlCommand(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := h.NS.Command(ctx, h.Binary, append([]string{"--state-dir", h.StateDir(), "--networks", h.Networks}, args...)...)
+	cmd.Env = append(os.Environ(), h.Env...)
+	return cmd
+}
+
+// Vmnetctl runs vmnetctl and returns its stdout; the error has both streams.
+func (h *Host) Vmnetctl(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := h.VmnetctlCommand(ctx, args...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("vmnetctl %s: %w\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errOut.String())
+	}
+	return out.String(), nil
+}
+
+// MustVmnetctl is Vmnetctl that fails the test on error.
+func (h *Host) MustVmnetctl(args ...string) string {
+	h.T.Helper()
+	out, err := h.Vmnetctl(args...)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return out
+}
+
+// Status is `vmnetctl status --json`.
+func (h *Host) Status() *controller.Status {
+	h.T.Helper()
+	st := &controller.Status{}
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("status", "--json")), st); err != nil {
+		h.T.Fatal(err)
+	}
+	return st
+}
+
+// Attachment returns the first attachment of vm in st.
+func (h *Host) Attachment(st *controller.Status, vm string) controller.AttachmentStatus {
+	h.T.Helper()
+	for _, a := range st.Attachments {
+		if a.VM == vm {
+			return a
+		}
+	}
+	h.T.Fatalf("status has no attachment for %s: %+v", vm, st.Attachments)
+	return controller.AttachmentStatus{}
+}
+
+// VM attaches a simulated VM to the helper socket of an attachment.
+func (h *Host) VM(a controller.AttachmentStatus) *VM {
+	return AttachSocket(h.T, "vm"+a.VM, a.MAC, a.Socket, filepath.Join(h.Dir, fmt.Sprintf("%s.%d.client.sock", a.VM, a.Index)))
+}
+
+// HTTPClient is a client whose connections are made inside the namespace
+// (to reach the controller's metrics on the host's loopback).
+func (h *Host) HTTPClient() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := h.Do(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+}
