@@ -45,6 +45,9 @@ func Run(ctx context.Context, o Options) error {
 	if macvtap && o.Attach == AttachTap {
 		return fmt.Errorf("%w; --attach tap needs a bridge", err)
 	}
+	if macvtap && o.Isolation {
+		return fmt.Errorf("%w; isolation needs a bridge (bridge mode macvtaps always reach each other)", err)
+	}
 	id := o.InterfaceID
 	if id == "" {
 		id = NewInterfaceID()
