@@ -119,6 +119,7 @@ func expectLease(t *testing.T, r *guest.Result) {
 // throwaway namespace: it must get a lease from udhcpd with the router, DNS
 // and MTU options applied, ping the gateway and talk TCP to the host.
 func TestHarnessGuestDHCP(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	img := guest.SharedImage(t)
 	t.Logf("image: kernel %s (booted as %s, PVH: %v), initrd %s (cached %v, %v)", img.Kernel, img.BootKernel, img.PVHError, img.Initrd, img.Cached, img.BuildTime.Round(time.Millisecond))
@@ -149,6 +150,7 @@ func TestHarnessGuestDHCP(t *testing.T) {
 // TestHarnessParallelGuests boots two guests at once on the same bridge:
 // both get leases; B pings A and uses A's TCP echo server.
 func TestHarnessParallelGuests(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	guest.SharedImage(t)
 	const serverIP = "10.99.0.11"
