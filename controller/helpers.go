@@ -101,6 +101,15 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 		return nil, err
 	}
 	if owner.UID >= 0 {
+		// The helper creates its socket in vmDir after dropping to the VM's
+		// owner, and the owner's VMM binds its own beside it: the owner
+		// must be able to pass through the state dir and vms/ (not list
+		// them: mode 0711).
+		for _, d := range []string{c.sd.Path, c.sd.File(vmsDir)} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				return nil, err
+			}
+		}
 		if err := os.Chown(vmDir, owner.UID, owner.GID); err != nil {
 			return nil, fmt.Errorf("giving %s to uid %d: %w", vmDir, owner.UID, err)
 		}
