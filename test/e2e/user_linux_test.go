@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
+)
+
+// The unprivileged user the VMs belong to in TestGuestsAsUser, as if
+// `sudo vmnetctl up` had been run by them.
+const (
+	vmUID = 65534 // nobody
+	vmGID = 65534
+)
+
+// userImage copies the shared image's kernel and base initramfs into dir
+// (readable by everyone): the cache may be in root's home, which qemu
+// running as another user cannot enter.
+func userImage(t *testing.T, dir string) *guest.Image {
+	t.Helper()
+	src := guest.SharedImage(t)
+	img := *src
+	cp := func(from string) string {
+		to := filepath.Join(dir, filepath.Base(from))
+		if err := os.Link(from, to); err == nil {
+			return to
+		}
+		in, err := os.Open(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			t.Fatal(err)
+		}
+		if err := out.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return to
+	}
+	img.BootKernel = cp(src.BootKernel)
+	img.Initrd = cp(src.Initrd)
+	return &img
+}
+
+// TestGuestsAsUser is the way vmnetctl is meant to be used: `sudo vmnetctl
+// up` and `sudo vmnetctl run` by a user, whose VMs run as that user, not
+// root. vmnetctl runs as root with SUDO_UID/SUDO_GID set; qemu runs as that
+// user (setpriv for the VM of `up`; `run` drops to the user itself). Two
+// guests at once:
+//
+//	u: `up`, qemu as the user with `vmnetctl args u --vmm qemu`: eth0 on a
+//	   unix datagram socket, eth1 on a TAP (both must be usable by the user).
+//	r: `run`, qemu as the user with the socketpair on fd 4.
+//
+// Each gets its lease on every NIC and pings the gateway.
+func TestGuestsAsUser(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	w := newWorld(t)
+	// The user must be able to reach STATE/vms/VM/, as under /run.
+	if err := os.Chmod(w.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	imgDir := filepath.Join(w.dir, "image")
+	if err := os.Mkdir(imgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img := userImage(t, imgDir)
+	work := filepath.Join(w.dir, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sudo := []string{fmt.Sprintf("SUDO_UID=%d", vmUID), fmt.Sprintf("SUDO_GID=%d", vmGID)}
+	asUser := func(args ...string) []string { return append(append([]string{"env"}, sudo...), w.cmdline(args...)...) }
+
+	vms := w.write("user.yaml", `vms:
+  u:
+    networks:
+      - vmnet: shared
+      - vmnet: shared
+        attach: tap
+`)
+	runFile := w.write("user-run.yaml", `vms:
+  r:
+    networks:
+      - vmnet: shared
+        macAddress: "52:55:55:e2:01:00"
+`)
+	if out, err := exec.Command("ip", append([]string{"netns", "exec", w.host}, asUser("up", "-f", vms)...)...).CombinedOutput(); err != nil {
+		t.Fatalf("sudo vmnetctl up (SUDO_UID=%d): %v\n%s", vmUID, err, out)
+	}
+	st, err := w.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmDir := filepath.Join(w.state, "vms", "u")
+	if fi, err := os.Stat(vmDir); err != nil {
+		t.Fatal(err)
+	} else if uid := statUID(fi); uid != vmUID {
+		t.Errorf("%s belongs to uid %d, want %d", vmDir, uid, vmUID)
+	}
+	for _, a := range st.Attachments {
+		t.Logf("%s/%d: %s %s %s", a.VM, a.Index, a.Attach, a.Socket, a.Tap)
+	}
+
+	mkScript := func() *guest.Script {
+		return guest.NewScript().DHCP("eth0").Ping(sharedGW)
+	}
+	u := guest.Boot(t, guest.Config{
+		Name:    "u",
+		Image:   img,
+		WorkDir: work,
+		Netns:   w.host,
+		Wrapper: []string{"setpriv", "--reuid", fmt.Sprint(vmUID), "--regid", fmt.Sprint(vmGID), "--clear-groups", "--"},
+		NetArgs: w.qemuArgs("u"),
+		Script:  mkScript().DHCP("eth1").PingAs("eth1.ping", sharedGW),
+	})
+	r := guest.Boot(t, guest.Config{
+		Name:    "r",
+		Image:   img,
+		WorkDir: work,
+		Netns:   w.host,
+		Wrapper: asUser("run", "-f", runFile, "--vm", "r", "--"),
+		NetArgs: guest.NetDgramFD("net0", controller.FirstVMFD, "52:55:55:e2:01:00"),
+		Script:  mkScript(),
+	})
+	ru, rr := u.MustWait(t), r.MustWait(t)
+	for _, res := range []*guest.Result{ru, rr} {
+		res.Expect(t, "eth0.dhcp", "ok")
+		res.Expect(t, "eth0.router", sharedGW)
+		res.Expect(t, guest.PingKey(sharedGW), "ok")
+		if !strings.HasPrefix(res.Values["eth0.ip"], "10.61.0.") {
+			t.Errorf("%s: eth0.ip = %q", res.Name, res.Values["eth0.ip"])
+		}
+	}
+	ru.Expect(t, "eth1.dhcp", "ok")
+	ru.Expect(t, "eth1.ping", "ok")
+	if rr.ExitCode != 0 {
+		t.Errorf("vmnetctl run exited with %d, want 0", rr.ExitCode)
+	}
+	// qemu ran as the user: the socket it bound is the user's.
+	if fi, err := os.Stat(filepath.Join(vmDir, "0.vm.sock")); err != nil {
+		t.Error(err)
+	} else if uid := statUID(fi); uid != vmUID {
+		t.Errorf("qemu's socket belongs to uid %d, want %d", uid, vmUID)
+	}
+	t.Logf("u: boot %v, run %v; r: boot %v, run %v; test %v",
+		ru.BootTime.Round(time.Millisecond), ru.Elapsed.Round(time.Millisecond),
+		rr.BootTime.Round(time.Millisecond), rr.Elapsed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+func statUID(fi os.FileInfo) int {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid)
+	}
+	return -1
+}
