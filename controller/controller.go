@@ -418,9 +418,8 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 			owner = &Project{UID: -1, GID: -1}
 		}
 		launches = append(launches, &launch{a: a, n: n.Config(), owner: owner, prev: h, restarts: restarts, bo: bo})
-		starting := &helperProc{att: a, exited: make(chan struct{}), state: StateStarting,
+		starting := &helperProc{att: a, exited: closedChan(), state: StateStarting,
 			rec: HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: a.Attach, Restarts: restarts}}
-		close(starting.exited)
 		c.helpers[a.Key()] = starting
 	}
 	// Start the helpers in parallel and without the lock: a slow helper
@@ -509,8 +508,7 @@ func (c *Controller) watchExternal(a *Attachment, h *helperProc) {
 // setFailed records a helper that could not start, to be retried with backoff.
 func (c *Controller) setFailed(a *Attachment, h *helperProc, restarts int, bo Backoff, msg string) {
 	if h == nil {
-		h = &helperProc{exited: make(chan struct{})}
-		close(h.exited)
+		h = &helperProc{exited: closedChan()}
 	}
 	h.att = a
 	h.rec = HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: a.Attach, Restarts: restarts, StartedAt: time.Now()}

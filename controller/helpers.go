@@ -2,10 +2,8 @@ package controller
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,15 +50,22 @@ type helperProc struct {
 	att     *Attachment
 	state   string
 	lastErr string
-	exited  chan struct{} // closed when the process is gone
+	exited  <-chan struct{} // closed when the process is gone
 	backoff Backoff
 	retryAt time.Time
-	cmd     *exec.Cmd // nil for an adopted helper
+	proc    *helperexec.Helper // nil for an adopted helper
 	logPath string
 	// startLatency is how long the helper took from exec to ready.
 	startLatency time.Duration
 	stats        helperexec.Stats
 	statsOff     int64
+}
+
+// closedChan is an exited channel for a helper that is not running.
+func closedChan() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
 }
 
 // fileKey turns an attachment key ("vm/0") into a file name ("vm.0").
@@ -132,54 +137,35 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 		os.Remove(sock + ".lock")
 		args = append(args, "--socket", sock)
 	}
-	ready, err := os.OpenFile(readyPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
-	if err != nil {
-		return nil, err
+	var logStart int64
+	if fi, err := os.Stat(logPath); err == nil {
+		logStart = fi.Size()
 	}
-	defer ready.Close()
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	logStart, _ := logf.Seek(0, io.SeekEnd)
-
 	cmd := exec.Command(c.opts.Executable, args...)
-	cmd.Stdout, cmd.Stderr = ready, logf
 	cmd.Env = helperEnv()
-	// Its own process group: signals to the controller's group (Ctrl-C, a
-	// service manager stopping the controller) do not reach VMs' cables.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	began := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting helper for %s: %w", a.Key(), err)
+	// Output to files, not pipes: the helper outlives a crash of the
+	// controller and can be adopted. helperexec puts it in its own process
+	// group, so signals to the controller's group do not reach VMs' cables.
+	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: sock, ReadyTimeout: c.opts.ReadyTimeout,
+		StopGrace: c.opts.StopGrace, ReadyFile: readyPath, LogFile: logPath})
+	if err != nil {
+		return nil, fmt.Errorf("helper for %s on network %s: %w", a.Key(), n.ID, err)
 	}
-	h := &helperProc{att: a, cmd: cmd, exited: make(chan struct{}), logPath: logPath, state: StateStarting}
 	go func() {
-		cmd.Wait()
-		close(h.exited)
+		<-proc.Done()
 		c.kick()
 	}()
-	line, err := waitReady(ctx, readyPath, sock, h.exited, c.opts.ReadyTimeout)
+	h := &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: logPath, state: StateRunning,
+		statsOff: logStart, startLatency: time.Since(began)}
+	id, err := ReadProcIdentity(proc.Pid())
 	if err != nil {
-		c.stopProc(h)
-		return nil, fmt.Errorf("helper for %s on network %s: %w%s", a.Key(), n.ID, err, logTail(logPath, logStart))
-	}
-	r, err := helperexec.ParseReady(line)
-	if err != nil {
-		c.stopProc(h)
+		proc.Stop()
 		return nil, fmt.Errorf("helper for %s: %w", a.Key(), err)
 	}
-	id, err := ReadProcIdentity(cmd.Process.Pid)
-	if err != nil {
-		c.stopProc(h)
-		return nil, fmt.Errorf("helper for %s: %w", a.Key(), err)
-	}
+	ready, _ := proc.Ready.MarshalJSON()
 	h.rec = HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: n.ID, Project: a.Project, MAC: a.MAC,
-		Attach: a.Attach, Proc: id, Socket: sock, Tap: r.TapName, Ready: string(bytes.TrimSpace(line)), StartedAt: time.Now()}
-	h.statsOff = logStart
-	h.startLatency = time.Since(began)
-	h.state = StateRunning
+		Attach: a.Attach, Proc: id, Socket: sock, Tap: proc.Ready.TapName, Ready: string(ready), StartedAt: time.Now()}
 	return h, nil
 }
 
@@ -193,36 +179,6 @@ func helperEnv() []string {
 		}
 	}
 	return env
-}
-
-var errExited = errors.New("exited before it was ready")
-
-// waitReady polls for the helper's JSON line and socket until timeout.
-func waitReady(ctx context.Context, readyPath, sock string, exited <-chan struct{}, timeout time.Duration) ([]byte, error) {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		data, _ := os.ReadFile(readyPath)
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			if sock == "" {
-				return data[:i], nil
-			}
-			if _, err := os.Stat(sock); err == nil {
-				return data[:i], nil
-			}
-		}
-		select {
-		case <-exited:
-			return nil, errExited
-		case <-deadline.C:
-			return nil, fmt.Errorf("not ready after %s", timeout)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
-	}
 }
 
 // logTail returns the helper's log lines written since offset, for errors.
@@ -251,16 +207,20 @@ func logTail(path string, offset int64) string {
 	return "\nhelper's stderr:\n  " + strings.Join(lines, "\n  ")
 }
 
-// stopProc stops a helper: SIGTERM to its process group, SIGKILL after the
-// grace period. It returns once the helper is gone.
+// stopProc stops a helper: SIGTERM, then SIGKILL after the grace period.
+// It returns once the helper is gone. Signals go to the helper's pid only:
+// its root child must live on to delete its TAP.
 func (c *Controller) stopProc(h *helperProc) {
-	pid := h.rec.Proc.PID
-	if h.cmd != nil {
-		pid = h.cmd.Process.Pid
-	} else if !h.rec.Proc.Alive() {
+	if h.proc != nil {
+		if err := h.proc.Stop(); err != nil {
+			c.log.Warn("stopping helper", "attachment", h.rec.Key, "err", err)
+		}
+		return
+	}
+	if !h.rec.Proc.Alive() {
 		return // adopted, and gone or no longer the process we recorded
 	}
-	syscall.Kill(-pid, syscall.SIGTERM)
+	pid := h.rec.Proc.PID
 	syscall.Kill(pid, syscall.SIGTERM)
 	select {
 	case <-h.exited:
@@ -268,7 +228,6 @@ func (c *Controller) stopProc(h *helperProc) {
 	case <-time.After(c.opts.StopGrace):
 	}
 	c.log.Warn("helper did not stop on SIGTERM; killing it", "attachment", h.rec.Key, "pid", pid)
-	syscall.Kill(-pid, syscall.SIGKILL)
 	syscall.Kill(pid, syscall.SIGKILL)
 	<-h.exited
 }
@@ -276,14 +235,15 @@ func (c *Controller) stopProc(h *helperProc) {
 // adopt takes over a helper that a previous controller started and that
 // still runs: the same pid, start time and command line.
 func (c *Controller) adopt(rec HelperRecord) *helperProc {
-	h := &helperProc{rec: rec, exited: make(chan struct{}), state: StateRunning,
+	exited := make(chan struct{})
+	h := &helperProc{rec: rec, exited: exited, state: StateRunning,
 		logPath: c.sd.File(helpersDir, fileKey(rec.Key)+".log")}
 	if fi, err := os.Stat(h.logPath); err == nil {
 		h.statsOff = max(0, fi.Size()-4096) // pick up the latest stats line
 	}
 	go func() {
 		waitExit(rec.Proc)
-		close(h.exited)
+		close(exited)
 		c.kick()
 	}()
 	return h

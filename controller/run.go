@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -62,24 +62,15 @@ func RunVM(ctx context.Context, sd StateDir, p *Project, atts []*Attachment, com
 	if o.StatsInterval == 0 {
 		o.StatsInterval = 5 * time.Second
 	}
-	var helpers []*exec.Cmd
+	var helpers []*helperexec.Helper
 	var recs []HelperRecord
 	var vmEnds []*os.File
 	stopAll := func() {
+		var wg sync.WaitGroup
 		for _, h := range helpers {
-			syscall.Kill(-h.Process.Pid, syscall.SIGTERM)
+			wg.Go(func() { h.Stop() })
 		}
-		deadline := time.Now().Add(o.StopGrace)
-		for _, h := range helpers {
-			done := make(chan struct{})
-			go func() { h.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(time.Until(deadline)):
-				syscall.Kill(-h.Process.Pid, syscall.SIGKILL)
-				<-done
-			}
-		}
+		wg.Wait()
 		os.Remove(sd.File(runRecordFile(p.Name)))
 	}
 	closeAll := func(fs []*os.File) {
@@ -190,19 +181,13 @@ func socketpair() (helperEnd, vmEnd *os.File, err error) {
 }
 
 // startFDHelper starts a helper on an inherited socketpair end and waits for
-// its JSON line. Its stderr goes where the controller's helpers' go, so the
+// its JSON line. Its output goes where the controller's helpers' goes, so the
 // controller reads its stats the same way.
-func startFDHelper(ctx context.Context, sd StateDir, a *Attachment, p *Project, end *os.File, o RunOptions) (*exec.Cmd, HelperRecord, error) {
+func startFDHelper(ctx context.Context, sd StateDir, a *Attachment, p *Project, end *os.File, o RunOptions) (*helperexec.Helper, HelperRecord, error) {
 	key := fileKey(a.Key())
 	if err := os.MkdirAll(sd.File(helpersDir), 0o750); err != nil {
 		return nil, HelperRecord{}, err
 	}
-	logf, err := os.OpenFile(sd.File(helpersDir, key+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	if err != nil {
-		return nil, HelperRecord{}, err
-	}
-	defer logf.Close()
-	logStart, _ := logf.Seek(0, io.SeekEnd)
 	args := []string{"helper", "--fd", "3", "--networks", sd.File(networksYAMLFile), "--network", a.Network,
 		"--interface-id", InterfaceID(a), "--stats-interval", strconv.FormatFloat(o.StatsInterval.Seconds(), 'f', -1, 64)}
 	if p.UID >= 0 {
@@ -210,46 +195,18 @@ func startFDHelper(ctx context.Context, sd StateDir, a *Attachment, p *Project, 
 	}
 	cmd := exec.Command(o.Executable, args...)
 	cmd.ExtraFiles = []*os.File{end}
-	cmd.Stderr = logf
 	cmd.Env = helperEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
+	h, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{ReadyTimeout: o.ReadyTimeout, StopGrace: o.StopGrace,
+		ReadyFile: sd.File(helpersDir, key+".json"), LogFile: sd.File(helpersDir, key+".log")})
 	if err != nil {
+		return nil, HelperRecord{}, fmt.Errorf("helper for %s on network %s: %w", a.Key(), a.Network, err)
+	}
+	id, err := ReadProcIdentity(h.Pid())
+	if err != nil {
+		h.Stop()
 		return nil, HelperRecord{}, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, HelperRecord{}, fmt.Errorf("starting helper for %s: %w", a.Key(), err)
-	}
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		lines <- line
-		io.Copy(io.Discard, stdout)
-	}()
-	fail := func(err error) (*exec.Cmd, HelperRecord, error) {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
-		return nil, HelperRecord{}, fmt.Errorf("helper for %s on network %s: %w%s", a.Key(), a.Network, err, logTail(sd.File(helpersDir, key+".log"), logStart))
-	}
-	var line string
-	select {
-	case line = <-lines:
-	case <-time.After(o.ReadyTimeout):
-		return fail(fmt.Errorf("not ready after %s", o.ReadyTimeout))
-	case <-ctx.Done():
-		return fail(ctx.Err())
-	}
-	if strings.TrimSpace(line) == "" {
-		return fail(errExited)
-	}
-	r, err := helperexec.ParseReady([]byte(line))
-	if err != nil {
-		return fail(err)
-	}
-	id, err := ReadProcIdentity(cmd.Process.Pid)
-	if err != nil {
-		return fail(err)
-	}
-	return cmd, HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC,
-		Attach: a.Attach, Proc: id, Tap: r.TapName, Ready: strings.TrimSpace(line), StartedAt: time.Now()}, nil
+	ready, _ := h.Ready.MarshalJSON()
+	return h, HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC,
+		Attach: a.Attach, Proc: id, Tap: h.Ready.TapName, Ready: string(ready), StartedAt: time.Now()}, nil
 }

@@ -32,6 +32,12 @@ type StartOptions struct {
 	OnStats func(Stats)
 	// Log receives the other stderr lines (with newline), if set.
 	Log io.Writer
+	// ReadyFile and LogFile, when set, take the helper's stdout (truncated)
+	// and stderr (appended) instead of pipes, so that the helper outlives
+	// the process that started it: a pipe would break when that process
+	// dies. Readiness is then read from ReadyFile; OnStats and Log are not
+	// used (read LogFile for stats), and failures quote LogFile's new lines.
+	ReadyFile, LogFile string
 }
 
 // Helper is a running helper process.
@@ -39,12 +45,14 @@ type Helper struct {
 	// Ready is the helper's JSON line.
 	Ready Ready
 
-	cmd   *exec.Cmd
-	grace time.Duration
-	tail  *tail
-	done  chan struct{}
-	err   error // from Wait, valid after done
-	once  sync.Once
+	cmd      *exec.Cmd
+	grace    time.Duration
+	logFile  string // file mode: the helper's stderr
+	logStart int64
+	tail     *tail
+	done     chan struct{}
+	err      error // from Wait, valid after done
+	once     sync.Once
 }
 
 // tailLines is how much of stderr a start failure quotes.
@@ -71,6 +79,77 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
+	h := &Helper{cmd: cmd, grace: opts.StopGrace, tail: &tail{max: tailLines}, done: make(chan struct{})}
+	var lines <-chan []byte
+	if opts.ReadyFile != "" {
+		var err error
+		if lines, err = h.startWithFiles(opts); err != nil {
+			return nil, err
+		}
+	} else {
+		var err error
+		if lines, err = h.startWithPipes(opts); err != nil {
+			return nil, err
+		}
+	}
+
+	fail := func(format string, args ...any) (*Helper, error) {
+		select {
+		case <-h.done: // reaped: its pid may already be someone else's
+		default:
+			h.kill()
+			<-h.done
+		}
+		h.readLogTail()
+		msg := fmt.Sprintf(format, args...)
+		if t := h.tail.String(); t != "" {
+			msg += ":\n" + t
+		}
+		return nil, errors.New(msg)
+	}
+	timer := time.NewTimer(opts.ReadyTimeout)
+	defer timer.Stop()
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			<-h.done
+			h.readLogTail()
+			return fail("helper exited before it was ready (%v)", h.err)
+		}
+		r, err := ParseReady(bytes.TrimSpace(line))
+		if err != nil {
+			return fail("%v", err)
+		}
+		h.Ready = r
+	case <-timer.C:
+		return fail("helper not ready after %v", opts.ReadyTimeout)
+	case <-ctx.Done():
+		return fail("starting helper: %v", ctx.Err())
+	}
+	if opts.SocketPath != "" {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := os.Stat(opts.SocketPath); err == nil {
+				break
+			}
+			select {
+			case <-tick.C:
+			case <-h.done:
+				return fail("helper exited before creating %s (%v)", opts.SocketPath, h.err)
+			case <-timer.C:
+				return fail("helper did not create %s within %v", opts.SocketPath, opts.ReadyTimeout)
+			case <-ctx.Done():
+				return fail("starting helper: %v", ctx.Err())
+			}
+		}
+	}
+	return h, nil
+}
+
+// startWithPipes starts cmd reading its stdout and stderr through pipes.
+func (h *Helper) startWithPipes(opts StartOptions) (<-chan []byte, error) {
+	cmd := h.cmd
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -79,11 +158,9 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 	if err != nil {
 		return nil, err
 	}
-	h := &Helper{cmd: cmd, grace: opts.StopGrace, tail: &tail{max: tailLines}, done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting helper: %w", err)
 	}
-
 	lines := make(chan []byte, 1)
 	var readers sync.WaitGroup
 	readers.Go(func() {
@@ -118,57 +195,73 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 		h.err = cmd.Wait()
 		close(h.done)
 	}()
+	return lines, nil
+}
 
-	fail := func(format string, args ...any) (*Helper, error) {
-		select {
-		case <-h.done: // reaped: its pid may already be someone else's
-		default:
-			h.kill()
-			<-h.done
-		}
-		msg := fmt.Sprintf(format, args...)
-		if t := h.tail.String(); t != "" {
-			msg += ":\n" + t
-		}
-		return nil, errors.New(msg)
+// startWithFiles starts cmd with its stdout and stderr on files, and
+// watches the ready file for the JSON line.
+func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
+	cmd := h.cmd
+	ready, err := os.OpenFile(opts.ReadyFile, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return nil, err
 	}
-	timer := time.NewTimer(opts.ReadyTimeout)
-	defer timer.Stop()
-	select {
-	case line, ok := <-lines:
-		if !ok {
-			<-h.done
-			return fail("helper exited before it was ready (%v)", h.err)
-		}
-		r, err := ParseReady(bytes.TrimSpace(line))
-		if err != nil {
-			return fail("%v", err)
-		}
-		h.Ready = r
-	case <-timer.C:
-		return fail("helper not ready after %v", opts.ReadyTimeout)
-	case <-ctx.Done():
-		return fail("starting helper: %v", ctx.Err())
+	defer ready.Close()
+	logf, err := os.OpenFile(opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, err
 	}
-	if opts.SocketPath != "" {
+	defer logf.Close()
+	h.logFile = opts.LogFile
+	h.logStart, _ = logf.Seek(0, io.SeekEnd)
+	cmd.Stdout, cmd.Stderr = ready, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting helper: %w", err)
+	}
+	go func() {
+		h.err = cmd.Wait()
+		close(h.done)
+	}()
+	lines := make(chan []byte, 1)
+	go func() {
+		defer close(lines)
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if _, err := os.Stat(opts.SocketPath); err == nil {
-				break
+			data, _ := os.ReadFile(opts.ReadyFile)
+			if i := bytes.IndexByte(data, '\n'); i >= 0 {
+				lines <- data[:i+1]
+				return
 			}
 			select {
-			case <-tick.C:
 			case <-h.done:
-				return fail("helper exited before creating %s (%v)", opts.SocketPath, h.err)
-			case <-timer.C:
-				return fail("helper did not create %s within %v", opts.SocketPath, opts.ReadyTimeout)
-			case <-ctx.Done():
-				return fail("starting helper: %v", ctx.Err())
+				return
+			case <-tick.C:
 			}
 		}
+	}()
+	return lines, nil
+}
+
+// readLogTail fills the tail from the log file, in file mode.
+func (h *Helper) readLogTail() {
+	if h.logFile == "" {
+		return
 	}
-	return h, nil
+	f, err := os.Open(h.logFile)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if _, err := f.Seek(h.logStart, io.SeekStart); err != nil {
+		return
+	}
+	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+	for sc.Scan() {
+		if _, isStats := ParseStatsLine(sc.Text()); !isStats {
+			h.tail.add(sc.Text())
+		}
+	}
 }
 
 // Pid is the helper's process id (and process group id).
@@ -183,8 +276,10 @@ func (h *Helper) Wait() error {
 	return h.err
 }
 
-// Stop sends SIGTERM to the helper's process group, then SIGKILL if it is
-// still running after the grace period, and waits for it. A helper that
+// Stop sends SIGTERM to the helper, then SIGKILL if it is still running
+// after the grace period, and waits for it. The signals go to the helper's
+// pid, not its process group: our helper leaves a root child behind that
+// deletes its TAP when the helper is gone, even after a SIGKILL. A helper that
 // exits on SIGTERM returns nil (vmnet-helper and ours exit 0); the error of
 // one that had to be killed says so.
 func (h *Helper) Stop() error {
@@ -193,7 +288,7 @@ func (h *Helper) Stop() error {
 		return h.err
 	default:
 	}
-	syscall.Kill(-h.Pid(), syscall.SIGTERM)
+	syscall.Kill(h.Pid(), syscall.SIGTERM)
 	t := time.NewTimer(h.grace)
 	defer t.Stop()
 	select {
@@ -210,7 +305,7 @@ func (h *Helper) Stop() error {
 func (h *Helper) Tail() string { return h.tail.String() }
 
 func (h *Helper) kill() {
-	h.once.Do(func() { syscall.Kill(-h.Pid(), syscall.SIGKILL) })
+	h.once.Do(func() { syscall.Kill(h.Pid(), syscall.SIGKILL) })
 }
 
 // tail keeps the last max lines.

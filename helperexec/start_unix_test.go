@@ -169,3 +169,30 @@ func TestStartContext(t *testing.T) {
 		t.Errorf("Start() = %v", err)
 	}
 }
+
+// TestStartWithFiles: the helper's output goes to files, so it would outlive
+// its starter; readiness, failures and the log work as with pipes.
+func TestStartWithFiles(t *testing.T) {
+	dir := t.TempDir()
+	ready, logf := filepath.Join(dir, "h.json"), filepath.Join(dir, "h.log")
+	sock := filepath.Join(dir, "h.sock")
+	h, err := Start(context.Background(), fake(t, "socket", "HELPEREXEC_SOCKET="+sock), StartOptions{ReadyFile: ready, LogFile: logf, SocketPath: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Ready.MaxPacketSize != 1514 {
+		t.Errorf("Ready = %+v", h.Ready)
+	}
+	if err := h.Stop(); err != nil {
+		t.Errorf("Stop() = %v", err)
+	}
+	data, _ := os.ReadFile(logf)
+	if !strings.Contains(string(data), "INFO  [stats]") || !strings.Contains(string(data), "stopping: terminated") {
+		t.Errorf("log file:\n%s", data)
+	}
+
+	_, err = Start(context.Background(), fake(t, "fail"), StartOptions{ReadyFile: ready, LogFile: logf})
+	if err == nil || !strings.Contains(err.Error(), `network "shared" is not up`) || strings.Contains(err.Error(), "stopping: terminated") {
+		t.Errorf("a failing helper in file mode: %v (want only its new log lines)", err)
+	}
+}
