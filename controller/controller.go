@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 // Options configure a controller.
@@ -36,6 +35,8 @@ type Options struct {
 	// MetricsAddr is where /metrics and /healthz are served over HTTP
 	// (default DefaultMetricsAddr; "off" serves none).
 	MetricsAddr string
+	// Backend is the platform's data plane and helper (default: by GOOS).
+	Backend Backend
 	// Version is the controller's version for vmnetctl_build_info.
 	Version string
 }
@@ -76,6 +77,9 @@ func (o *Options) setDefaults() error {
 	if o.StopGrace == 0 {
 		o.StopGrace = 5 * time.Second
 	}
+	if o.Backend == nil {
+		o.Backend = DefaultBackend()
+	}
 	if o.MetricsAddr == "" {
 		o.MetricsAddr = DefaultMetricsAddr
 	}
@@ -91,12 +95,13 @@ type runtimeState struct {
 
 // Controller keeps what runs equal to what the projects in the state dir ask for.
 type Controller struct {
-	opts Options
-	sd   StateDir
-	log  *slog.Logger
+	opts    Options
+	sd      StateDir
+	log     *slog.Logger
+	backend Backend
 
 	mu       sync.Mutex
-	nets     map[string]*netplane.Network
+	nets     map[string]NetworkRuntime
 	netErrs  map[string]string
 	helpers  map[string]*helperProc
 	applied  *Desired
@@ -121,8 +126,8 @@ func New(opts Options) (*Controller, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log,
-		nets: map[string]*netplane.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
+	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, backend: opts.Backend,
+		nets: map[string]NetworkRuntime{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
 		reconciles: map[string]uint64{},
 		kickc:      make(chan struct{}, 1), started: time.Now()}, nil
 }
@@ -338,7 +343,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 				nw.Close()
 				delete(c.nets, ch.ID)
 			}
-			if err := netplane.Remove(ctx, ch.ID, c.sd.File(leasesDir)); err != nil {
+			if err := c.backend.RemoveNetwork(ctx, ch.ID, c.sd.File(leasesDir)); err != nil {
 				errs = append(errs, fmt.Errorf("removing network %q: %w", ch.ID, err))
 			}
 			c.log.Info("network removed", "network", ch.ID, "action", ch.Action)
@@ -354,7 +359,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		if c.nets[n.ID] != nil {
 			continue
 		}
-		nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: c.sd.File(leasesDir), Upstreams: c.opts.Upstreams, Log: c.log})
+		nw, err := c.backend.StartNetwork(ctx, n, c.sd.File(leasesDir), c.opts.Upstreams, c.log)
 		if err != nil {
 			c.netErrs[n.ID] = err.Error()
 			errs = append(errs, fmt.Errorf("starting network %q: %w", n.ID, err))
@@ -455,7 +460,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	}
 	if len(projects) == 0 {
 		c.closeNetworksLocked()
-		removed, err := netplane.Sweep(ctx, nil, c.sd.File(leasesDir))
+		removed, err := c.backend.Sweep(ctx, c.sd.File(leasesDir))
 		if err != nil {
 			c.log.Warn("sweep", "err", err)
 		} else if len(removed) > 0 {

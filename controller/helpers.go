@@ -120,28 +120,23 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 		}
 	}
 	sock := c.sd.SocketPath(a.VM, a.Index)
-	args := []string{"helper", "--networks", c.sd.File(networksYAMLFile), "--network", n.ID,
-		"--interface-id", InterfaceID(a), "--stats-interval", strconv.FormatFloat(c.opts.StatsInterval.Seconds(), 'f', -1, 64)}
-	if owner.UID >= 0 {
-		args = append(args, "--uid", strconv.Itoa(owner.UID), "--gid", strconv.Itoa(owner.GID))
-	}
-	if n.Isolation {
-		args = append(args, "--enable-isolation")
-	}
 	if a.Attach == api.AttachTAP {
-		args = append(args, "--attach", "tap")
 		sock = ""
 	} else {
 		// A helper that was killed leaves its socket and lock behind.
 		os.Remove(sock)
 		os.Remove(sock + ".lock")
-		args = append(args, "--socket", sock)
+	}
+	argv, err := c.backend.HelperCommand(HelperSpec{Executable: c.opts.Executable, Attachment: a, Network: n, Owner: owner,
+		Socket: sock, FD: -1, NetworksFile: c.sd.File(networksYAMLFile), StatsInterval: c.opts.StatsInterval})
+	if err != nil {
+		return nil, fmt.Errorf("helper for %s on network %s: %w", a.Key(), n.ID, err)
 	}
 	var logStart int64
 	if fi, err := os.Stat(logPath); err == nil {
 		logStart = fi.Size()
 	}
-	cmd := exec.Command(c.opts.Executable, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = helperEnv()
 	began := time.Now()
 	// Output to files, not pipes: the helper outlives a crash of the

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperexec"
 )
 
@@ -36,6 +37,8 @@ type RunOptions struct {
 	StatsInterval  time.Duration
 	// OnReady is called once every helper is ready, before the command starts.
 	OnReady func()
+	// Backend builds the helpers' command lines (default: the platform's).
+	Backend Backend
 }
 
 // Socket buffer sizes of a socketpair, as vmnet-helper's vmnet-run sets them.
@@ -48,8 +51,8 @@ const (
 // helper on one end of each (--fd), and command on the others (descriptors
 // 4, 5, ...), supervised as one unit: when the command exits the helpers
 // stop. It returns the command's exit status. The project must be saved and
-// its networks up. Under sudo the command runs as the invoking user.
-func RunVM(ctx context.Context, sd StateDir, p *Project, atts []*Attachment, command []string, o RunOptions) (int, error) {
+// its networks (nets, by ID) up. Under sudo the command runs as the invoking user.
+func RunVM(ctx context.Context, sd StateDir, p *Project, atts []*Attachment, nets map[string]*api.Network, command []string, o RunOptions) (int, error) {
 	if len(command) == 0 {
 		return 0, errors.New("no command to run (vmnetctl run ... -- COMMAND)")
 	}
@@ -61,6 +64,9 @@ func RunVM(ctx context.Context, sd StateDir, p *Project, atts []*Attachment, com
 	}
 	if o.StatsInterval == 0 {
 		o.StatsInterval = 5 * time.Second
+	}
+	if o.Backend == nil {
+		o.Backend = DefaultBackend()
 	}
 	var helpers []*helperexec.Helper
 	var recs []HelperRecord
@@ -86,7 +92,7 @@ func RunVM(ctx context.Context, sd StateDir, p *Project, atts []*Attachment, com
 			return 0, err
 		}
 		vmEnds = append(vmEnds, vmEnd)
-		h, rec, err := startFDHelper(ctx, sd, a, p, helperEnd, o)
+		h, rec, err := startFDHelper(ctx, sd, a, nets[a.Network], p, helperEnd, o)
 		helperEnd.Close() // the helper has it now
 		if err != nil {
 			closeAll(vmEnds)
@@ -183,17 +189,17 @@ func socketpair() (helperEnd, vmEnd *os.File, err error) {
 // startFDHelper starts a helper on an inherited socketpair end and waits for
 // its JSON line. Its output goes where the controller's helpers' goes, so the
 // controller reads its stats the same way.
-func startFDHelper(ctx context.Context, sd StateDir, a *Attachment, p *Project, end *os.File, o RunOptions) (*helperexec.Helper, HelperRecord, error) {
+func startFDHelper(ctx context.Context, sd StateDir, a *Attachment, n *api.Network, p *Project, end *os.File, o RunOptions) (*helperexec.Helper, HelperRecord, error) {
 	key := fileKey(a.Key())
 	if err := os.MkdirAll(sd.File(helpersDir), 0o750); err != nil {
 		return nil, HelperRecord{}, err
 	}
-	args := []string{"helper", "--fd", "3", "--networks", sd.File(networksYAMLFile), "--network", a.Network,
-		"--interface-id", InterfaceID(a), "--stats-interval", strconv.FormatFloat(o.StatsInterval.Seconds(), 'f', -1, 64)}
-	if p.UID >= 0 {
-		args = append(args, "--uid", strconv.Itoa(p.UID), "--gid", strconv.Itoa(p.GID))
+	argv, err := o.Backend.HelperCommand(HelperSpec{Executable: o.Executable, Attachment: a, Network: n, Owner: p,
+		FD: 3, NetworksFile: sd.File(networksYAMLFile), StatsInterval: o.StatsInterval})
+	if err != nil {
+		return nil, HelperRecord{}, err
 	}
-	cmd := exec.Command(o.Executable, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = []*os.File{end}
 	cmd.Env = helperEnv()
 	h, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{ReadyTimeout: o.ReadyTimeout, StopGrace: o.StopGrace,

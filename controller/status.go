@@ -9,8 +9,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 // Status is `vmnetctl status --json`: a stable contract. Fields are only
@@ -147,6 +145,10 @@ func (c *Controller) status() *Status {
 // OfflineStatus reads the status from the state dir, the kernel and the
 // process table when no controller runs.
 func OfflineStatus(ctx context.Context, sd StateDir) (*Status, error) {
+	return offlineStatus(ctx, sd, DefaultBackend())
+}
+
+func offlineStatus(ctx context.Context, sd StateDir, backend Backend) (*Status, error) {
 	st := &Status{Controller: ControllerStatus{StateDir: sd.Path}, Networks: []NetworkStatus{}, Attachments: []AttachmentStatus{}}
 	var rs runtimeState
 	if _, err := sd.ReadJSON(runtimeFile, &rs); err != nil {
@@ -174,7 +176,7 @@ func OfflineStatus(ctx context.Context, sd StateDir) (*Status, error) {
 		}
 		// Check compares the kernel with what the network needs; Inspect
 		// alone would read an empty state as fine.
-		if err := netplane.Check(ctx, n); err == nil {
+		if err := backend.CheckNetwork(ctx, n); err == nil {
 			ns.State = "up"
 		} else {
 			ns.State, ns.Error = "error", err.Error()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
 )
 
@@ -104,7 +105,11 @@ with COMMAND's status. Under sudo, COMMAND runs as the invoking user.
 				return err
 			}
 			cl := controller.NewClient(sd)
-			code, runErr := controller.RunVM(ctx, sd, p, atts, command, controller.RunOptions{
+			byID := map[string]*api.Network{}
+			for _, n := range nets.Networks {
+				byID[n.ID] = n
+			}
+			code, runErr := controller.RunVM(ctx, sd, p, atts, byID, command, controller.RunOptions{
 				Executable: exe, Stdin: s.in, Stdout: s.out, Stderr: s.err,
 				// Let the controller watch run's helpers (status, metrics).
 				OnReady: func() { go cl.Reconcile(context.WithoutCancel(ctx)) },
