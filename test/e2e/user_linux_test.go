@@ -63,7 +63,8 @@ func userImage(t *testing.T, dir string) *guest.Image {
 // guests at once:
 //
 //	u: `up`, qemu as the user with `vmnetctl args u --vmm qemu`: eth0 on a
-//	   unix datagram socket, eth1 on a TAP (both must be usable by the user).
+//	   unix datagram socket (shared), eth1 on a TAP (jumbo); both must be
+//	   usable by the user.
 //	r: `run`, qemu as the user with the socketpair on fd 4.
 //
 // Each gets its lease on every NIC and pings the gateway.
@@ -94,7 +95,7 @@ func TestGuestsAsUser(t *testing.T) {
   u:
     networks:
       - vmnet: shared
-      - vmnet: shared
+      - vmnet: jumbo
         attach: tap
 `)
 	runFile := w.write("user-run.yaml", `vms:
@@ -130,7 +131,7 @@ func TestGuestsAsUser(t *testing.T) {
 		Netns:   w.host,
 		Wrapper: []string{"setpriv", "--reuid", fmt.Sprint(vmUID), "--regid", fmt.Sprint(vmGID), "--clear-groups", "--"},
 		NetArgs: w.qemuArgs("u"),
-		Script:  mkScript().DHCP("eth1").PingAs("eth1.ping", sharedGW),
+		Script:  mkScript().DHCP("eth1").Ping(jumboGW),
 	})
 	r := guest.Boot(t, guest.Config{
 		Name:    "r",
@@ -151,7 +152,8 @@ func TestGuestsAsUser(t *testing.T) {
 		}
 	}
 	ru.Expect(t, "eth1.dhcp", "ok")
-	ru.Expect(t, "eth1.ping", "ok")
+	ru.Expect(t, "eth1.router", jumboGW)
+	ru.Expect(t, guest.PingKey(jumboGW), "ok")
 	if rr.ExitCode != 0 {
 		t.Errorf("vmnetctl run exited with %d, want 0", rr.ExitCode)
 	}
