@@ -316,7 +316,7 @@ func VMNetHelperWarnings(n *api.Network) []string {
 	if !n.DHCP {
 		add("dhcp: false cannot be honoured on macOS: vmnet always runs its DHCP server on %s networks", n.Mode)
 	}
-	if n.DHCP && n.Gateway.IsValid() && n.DHCPStart.IsValid() && n.DHCPStart != n.Gateway.Next() {
+	if n.Gateway.IsValid() && n.DHCPStart.IsValid() && n.DHCPStart != n.Gateway.Next() {
 		add("dhcpRange: the start %s cannot be honoured on macOS: vmnet's DHCP pool starts right after the gateway, so it is %s-%s", n.DHCPStart, n.Gateway.Next(), n.DHCPEnd)
 	}
 	if len(n.Reservations) > 0 {

@@ -1,0 +1,309 @@
+package helperexec
+
+import (
+	"flag"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+var update = flag.Bool("update", false, "rewrite helperexec/testdata/*.golden")
+
+// testNetworksYAML is loaded through api.LoadNetworks, so the networks carry
+// the defaults vmnetctl applies.
+const testNetworksYAML = `paths:
+  vmnetHelper: /opt/vmnet-helper/bin/vmnet-helper
+networks:
+  shared:
+    mode: shared
+    gateway: 192.168.105.1
+    dhcpEnd: 192.168.105.254
+    netmask: 255.255.255.0
+  host:
+    mode: host
+    gateway: 192.168.106.1
+    dhcpEnd: 192.168.106.200
+    netmask: 255.255.255.0
+  bridged:
+    mode: bridged
+    interface: en0
+vmnet:
+  isolated:
+    mode: host
+    subnet: 192.168.107.0/24
+    isolation: true
+  small:
+    mode: shared
+    subnet: 10.20.0.0/16
+  custom:
+    subnet: 10.30.0.0/16
+    mtu: 9000
+    dhcp: false
+    dnsProxy: false
+    nat44: false
+    nat66: false
+    routerAdvertisement: false
+    leaseTime: 1h
+    dhcpRange: {start: 10.30.1.0, end: 10.30.1.255}
+    reservations:
+      "52:55:55:12:34:56": 10.30.0.10
+      "52:55:55:12:34:57": 10.30.0.11
+  jumbo-bridge:
+    mode: bridged
+    interface: en1
+    mtu: 9000
+`
+
+func testNetworks(t testing.TB) *api.Networks {
+	t.Helper()
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(testNetworksYAML))
+	if nets == nil {
+		t.Fatalf("LoadNetworks: %v", diags)
+	}
+	return nets
+}
+
+func testNetwork(t testing.TB, id string) *api.Network {
+	t.Helper()
+	n := testNetworks(t).Get(id)
+	if n == nil {
+		t.Fatalf("no network %q", id)
+	}
+	return n
+}
+
+const testHelperPath = "/opt/vmnet-helper/bin/vmnet-helper"
+
+func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+func TestVMNetHelperCommandGolden(t *testing.T) {
+	id := VMNetHelperInterfaceID("vm1", 0, "52:55:55:12:34:56")
+	tests := []struct {
+		name string
+		opts VMNetHelperOptions
+	}{
+		{"shared", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "shared"), StatsInterval: 10 * time.Second}},
+		{"host", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "host")}},
+		{"bridged", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "bridged")}},
+		{"isolation", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "isolated")}},
+		{"offloads", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "small"), TSO: true, ChecksumOffload: true, StatsInterval: 1500 * time.Millisecond, Verbose: true}},
+		{"broker-network", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, BrokerNetwork: "shared"}},
+		{"sudo-fd", VMNetHelperOptions{FD: 3, InterfaceID: id, Network: testNetwork(t, "shared"), Sudo: true, StatsInterval: 10 * time.Second}},
+		{"sudo-socket", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "shared"), Sudo: true}},
+		{"no-interface-id", VMNetHelperOptions{FD: 4, Network: testNetwork(t, "host")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.opts.Path = testHelperPath
+			argv, err := VMNetHelperCommand(tt.opts)
+			if err != nil {
+				t.Fatalf("VMNetHelperCommand() error = %v", err)
+			}
+			got := strings.Join(argv, "\n") + "\n"
+			golden := filepath.Join("testdata", "vmnethelper-"+tt.name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./helperexec -run TestVMNetHelperCommandGolden -update)", err)
+			}
+			if got != string(want) {
+				t.Errorf("argv differs from %s:\ngot:\n%s\nwant:\n%s", golden, got, want)
+			}
+		})
+	}
+}
+
+func TestVMNetHelperCommandErrors(t *testing.T) {
+	shared := testNetwork(t, "shared")
+	bridged := testNetwork(t, "bridged")
+	with := func(n *api.Network, f func(*api.Network)) *api.Network {
+		c := *n
+		f(&c)
+		return &c
+	}
+	tests := []struct {
+		name    string
+		opts    VMNetHelperOptions
+		wantErr string
+	}{
+		{"no path", VMNetHelperOptions{FD: 3, Network: shared}, "no path"},
+		{"socket and fd", VMNetHelperOptions{Path: "h", Socket: "/s", FD: 3, Network: shared}, "not both"},
+		{"neither socket nor fd", VMNetHelperOptions{Path: "h", FD: -1, Network: shared}, "needs a socket path or an fd"},
+		{"fd zero (FD left unset)", VMNetHelperOptions{Path: "h", Network: shared}, "fd 0 is stdin"},
+		{"fd 2", VMNetHelperOptions{Path: "h", FD: 2, Network: shared}, "fd 2"},
+		{"long socket", VMNetHelperOptions{Path: "h", FD: -1, Socket: "/" + strings.Repeat("x", 103), Network: shared}, "more than macOS's limit"},
+		{"bad interface id", VMNetHelperOptions{Path: "h", FD: 3, InterfaceID: "vm1-0", Network: shared}, "not a UUID"},
+		{"no network", VMNetHelperOptions{Path: "h", FD: 3}, "no network"},
+		{"network and broker", VMNetHelperOptions{Path: "h", FD: 3, Network: shared, BrokerNetwork: "shared"}, "not both"},
+		{"broker name like a flag", VMNetHelperOptions{Path: "h", FD: 3, BrokerNetwork: "--x"}, "starts with '-'"},
+		{"isolation on bridged", VMNetHelperOptions{Path: "h", FD: 3, Network: with(bridged, func(n *api.Network) { n.Isolation = true })}, "isolation works only on a host network"},
+		{"isolation on shared", VMNetHelperOptions{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.Isolation = true })}, "--operation-mode shared"},
+		{"bridged without interface", VMNetHelperOptions{Path: "h", FD: 3, Network: with(bridged, func(n *api.Network) { n.Interface = "" })}, "needs an interface"},
+		{"user-v2", VMNetHelperOptions{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.Mode = api.ModeUserV2 })}, "is not one vmnet-helper runs"},
+		{"public subnet", VMNetHelperOptions{Path: "h", FD: 3, Network: &api.Network{ID: "pub", Mode: api.ModeShared,
+			Subnet: mustPrefix("100.64.0.0/24"), Gateway: mustAddr("100.64.0.1"), DHCPStart: mustAddr("100.64.0.2"), DHCPEnd: mustAddr("100.64.0.254")}}, "private (RFC 1918)"},
+		{"end outside subnet", VMNetHelperOptions{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.DHCPEnd = mustAddr("192.168.106.9") })}, "both in 192.168.105.0/24"},
+		{"negative stats interval", VMNetHelperOptions{Path: "h", FD: 3, Network: shared, StatsInterval: -time.Second}, "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			argv, err := VMNetHelperCommand(tt.opts)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("VMNetHelperCommand() = %q, %v; want an error containing %q", argv, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestVMNetHelperWarnings(t *testing.T) {
+	nets := testNetworks(t)
+	tests := []struct {
+		id   string
+		want []string // substrings, one per warning, in order
+	}{
+		{"shared", []string{"dnsProxy: the names of VMs"}},
+		{"host", []string{"dnsProxy: the names of VMs"}},
+		{"isolated", []string{"dnsProxy: the names of VMs"}},
+		{"bridged", nil},
+		{"jumbo-bridge", []string{"mtu: 9000 cannot be honoured"}},
+		{"custom", []string{
+			"mtu: 9000 cannot be honoured on macOS: vmnet-helper has no MTU option",
+			"dhcp: false cannot be honoured",
+			"dhcpRange: the start 10.30.1.0 cannot be honoured on macOS: vmnet's DHCP pool starts right after the gateway, so it is 10.30.0.2-10.30.1.255",
+			"reservations: 2 reservations cannot be honoured",
+			"leaseTime: 1h0m0s cannot be honoured",
+			"dnsProxy: false cannot be honoured on macOS: vmnet always offers its DNS proxy on the gateway 10.30.0.1",
+			"nat44: false cannot be honoured",
+			"nat66: false cannot be honoured",
+			"routerAdvertisement: false cannot be honoured",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id, func(t *testing.T) {
+			got := VMNetHelperWarnings(nets.Get(tt.id))
+			if len(got) != len(tt.want) {
+				t.Fatalf("VMNetHelperWarnings(%s) = %d warnings, want %d:\n%s", tt.id, len(got), len(tt.want), strings.Join(got, "\n"))
+			}
+			for i, w := range got {
+				if !strings.Contains(w, tt.want[i]) {
+					t.Errorf("warning %d = %q, want one containing %q", i, w, tt.want[i])
+				}
+				if strings.HasSuffix(w, ".") {
+					t.Errorf("warning %d ends with a period: %q", i, w)
+				}
+			}
+		})
+	}
+	// A host network does not NAT: nat44/nat66 false are honoured there.
+	host := *nets.Get("host")
+	host.NAT44, host.NAT66 = false, false
+	for _, w := range VMNetHelperWarnings(&host) {
+		if strings.HasPrefix(w, "nat") {
+			t.Errorf("host network warned %q", w)
+		}
+	}
+	// user-v2 is lima's: nothing to say.
+	if w := VMNetHelperWarnings(&api.Network{ID: "u", Mode: api.ModeUserV2, MTU: 9000}); w != nil {
+		t.Errorf("user-v2 warnings = %q", w)
+	}
+}
+
+func TestVMNetHelperInterfaceID(t *testing.T) {
+	a := VMNetHelperInterfaceID("vm1", 0, "52:55:55:12:34:56")
+	if a != VMNetHelperInterfaceID("vm1", 0, "52:55:55:12:34:56") {
+		t.Fatal("not stable")
+	}
+	if !uuidRe.MatchString(a) || a != strings.ToUpper(a) {
+		t.Fatalf("%q is not an uppercase UUID", a)
+	}
+	if a[14] != '5' || !strings.ContainsRune("89AB", rune(a[19])) {
+		t.Errorf("%q: want version 5 and the RFC 4122 variant", a)
+	}
+	// The value is pinned: it is controller.InterfaceID's derivation, and a
+	// change would give every VM a new MAC address from vmnet.
+	if want := "992D024D-BB19-5176-840B-CCF5D574A0B1"; a != want {
+		t.Errorf("VMNetHelperInterfaceID = %s, want %s", a, want)
+	}
+	for _, other := range []string{
+		VMNetHelperInterfaceID("vm1", 1, "52:55:55:12:34:56"),
+		VMNetHelperInterfaceID("vm2", 0, "52:55:55:12:34:56"),
+		VMNetHelperInterfaceID("vm1", 0, "52:55:55:12:34:57"),
+	} {
+		if other == a {
+			t.Errorf("different attachments share the id %s", a)
+		}
+	}
+}
+
+type fakeFileInfo struct {
+	name string
+	mode fs.FileMode
+}
+
+func (f fakeFileInfo) Name() string       { return f.name }
+func (f fakeFileInfo) Size() int64        { return 1 }
+func (f fakeFileInfo) Mode() fs.FileMode  { return f.mode }
+func (f fakeFileInfo) ModTime() time.Time { return time.Time{} }
+func (f fakeFileInfo) IsDir() bool        { return f.mode.IsDir() }
+func (f fakeFileInfo) Sys() any           { return nil }
+
+func fakeStat(files map[string]fs.FileMode) func(string) (os.FileInfo, error) {
+	return func(p string) (os.FileInfo, error) {
+		m, ok := files[p]
+		if !ok {
+			return nil, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
+		}
+		return fakeFileInfo{filepath.Base(p), m}, nil
+	}
+}
+
+func TestFindVMNetHelper(t *testing.T) {
+	const (
+		brew    = "/opt/homebrew/bin/vmnet-helper"
+		intel   = "/usr/local/bin/vmnet-helper"
+		release = "/opt/vmnet-helper/bin/vmnet-helper"
+	)
+	tests := []struct {
+		name       string
+		configured string
+		files      map[string]fs.FileMode
+		want       string
+		wantErr    string
+	}{
+		{"configured", "/custom/vmnet-helper", map[string]fs.FileMode{"/custom/vmnet-helper": 0o755, brew: 0o755}, "/custom/vmnet-helper", ""},
+		{"configured missing, no fallback", "/custom/vmnet-helper", map[string]fs.FileMode{brew: 0o755}, "", "paths.vmnetHelper in networks.yaml: /custom/vmnet-helper does not exist"},
+		{"homebrew first", "", map[string]fs.FileMode{brew: 0o755, release: 0o755}, brew, ""},
+		{"intel homebrew", "", map[string]fs.FileMode{intel: 0o555, release: 0o755}, intel, ""},
+		{"release archive", "", map[string]fs.FileMode{release: 0o755}, release, ""},
+		{"none", "", nil, "", "tried /opt/homebrew/bin/vmnet-helper (not found), /usr/local/bin/vmnet-helper (not found), /opt/vmnet-helper/bin/vmnet-helper (not found)"},
+		{"world-writable", "", map[string]fs.FileMode{release: 0o777}, "", "writable by group or others"},
+		{"not executable", "", map[string]fs.FileMode{release: 0o644}, "", "not executable"},
+		{"directory", "", map[string]fs.FileMode{brew: fs.ModeDir | 0o755, release: 0o755}, "", "not a regular file"},
+		{"setuid is fine", "", map[string]fs.FileMode{release: fs.ModeSetuid | 0o755}, release, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := FindVMNetHelper(tt.configured, fakeStat(tt.files))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("FindVMNetHelper() = %q, %v; want an error containing %q", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("FindVMNetHelper() = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
