@@ -44,9 +44,11 @@ type HelperSpec struct {
 	Socket string
 	// FD is the inherited socket's descriptor in the helper, or -1.
 	FD int
-	// NetworksFile is the networks.yaml in force.
-	NetworksFile  string
-	StatsInterval time.Duration
+	// NetworksFile is the networks.yaml in force; VMNetHelperPath its
+	// paths.vmnetHelper.
+	NetworksFile    string
+	VMNetHelperPath string
+	StatsInterval   time.Duration
 }
 
 // NetworkRuntime is a network that runs.

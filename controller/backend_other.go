@@ -2,6 +2,8 @@
 
 package controller
 
+import "os"
+
 // DefaultBackend is the platform's backend: elsewhere (macOS), vmnet and
-// vmnet-helper.
-func DefaultBackend() Backend { return linuxBackend{} }
+// vmnet-helper, through sudo unless the controller is root.
+func DefaultBackend() Backend { return VMNetHelperBackend{Sudo: os.Geteuid() != 0} }

@@ -102,6 +102,7 @@ type Controller struct {
 
 	mu       sync.Mutex
 	nets     map[string]NetworkRuntime
+	paths    api.Paths // networks.yaml's, as last read
 	netErrs  map[string]string
 	helpers  map[string]*helperProc
 	applied  *Desired
@@ -284,6 +285,7 @@ func (c *Controller) loadDesired() (*Desired, *NetworksSnapshot, []*Project, err
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	c.paths = nets.Paths
 	d, err := ComputeDesired(nets, projects)
 	return d, snap, projects, err
 }
@@ -366,7 +368,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 			continue
 		}
 		c.nets[n.ID] = nw
-		c.log.Info("network up", "network", n.ID, "bridge", n.Bridge())
+		c.log.Info("network up", "network", n.ID, "backend", c.backend.Name())
 	}
 
 	// 3. Names and fixed addresses for DHCP and DNS.

@@ -128,7 +128,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 		os.Remove(sock + ".lock")
 	}
 	argv, err := c.backend.HelperCommand(HelperSpec{Executable: c.opts.Executable, Attachment: a, Network: n, Owner: owner,
-		Socket: sock, FD: -1, NetworksFile: c.sd.File(networksYAMLFile), StatsInterval: c.opts.StatsInterval})
+		Socket: sock, FD: -1, NetworksFile: c.sd.File(networksYAMLFile), VMNetHelperPath: c.paths.VMNetHelper, StatsInterval: c.opts.StatsInterval})
 	if err != nil {
 		return nil, fmt.Errorf("helper for %s on network %s: %w", a.Key(), n.ID, err)
 	}
@@ -137,7 +137,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 		logStart = fi.Size()
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = helperEnv()
+	cmd.Env = helperEnv(owner)
 	began := time.Now()
 	// Output to files, not pipes: the helper outlives a crash of the
 	// controller and can be adopted. helperexec puts it in its own process
@@ -164,14 +164,18 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 	return h, nil
 }
 
-// helperEnv is the controller's environment without sudo's variables: the
-// helper gets its user from --uid and --gid.
-func helperEnv() []string {
+// helperEnv is the controller's environment with sudo's ids set to the
+// VM's owner: vmnet-helper drops its privileges to $SUDO_UID and $SUDO_GID
+// (ours takes --uid and --gid, which say the same).
+func helperEnv(owner *Project) []string {
 	var env []string
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "SUDO_") {
 			env = append(env, e)
 		}
+	}
+	if owner != nil && owner.UID >= 0 {
+		env = append(env, "SUDO_UID="+strconv.Itoa(owner.UID), "SUDO_GID="+strconv.Itoa(owner.GID))
 	}
 	return env
 }

@@ -39,6 +39,8 @@ type RunOptions struct {
 	OnReady func()
 	// Backend builds the helpers' command lines (default: the platform's).
 	Backend Backend
+	// VMNetHelperPath is networks.yaml's paths.vmnetHelper.
+	VMNetHelperPath string
 }
 
 // Socket buffer sizes of a socketpair, as vmnet-helper's vmnet-run sets them.
@@ -195,13 +197,13 @@ func startFDHelper(ctx context.Context, sd StateDir, a *Attachment, n *api.Netwo
 		return nil, HelperRecord{}, err
 	}
 	argv, err := o.Backend.HelperCommand(HelperSpec{Executable: o.Executable, Attachment: a, Network: n, Owner: p,
-		FD: 3, NetworksFile: sd.File(networksYAMLFile), StatsInterval: o.StatsInterval})
+		FD: 3, NetworksFile: sd.File(networksYAMLFile), VMNetHelperPath: o.VMNetHelperPath, StatsInterval: o.StatsInterval})
 	if err != nil {
 		return nil, HelperRecord{}, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = []*os.File{end}
-	cmd.Env = helperEnv()
+	cmd.Env = helperEnv(p)
 	h, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{ReadyTimeout: o.ReadyTimeout, StopGrace: o.StopGrace,
 		ReadyFile: sd.File(helpersDir, key+".json"), LogFile: sd.File(helpersDir, key+".log")})
 	if err != nil {

@@ -110,7 +110,7 @@ with COMMAND's status. Under sudo, COMMAND runs as the invoking user.
 				byID[n.ID] = n
 			}
 			code, runErr := controller.RunVM(ctx, sd, p, atts, byID, command, controller.RunOptions{
-				Executable: exe, Stdin: s.in, Stdout: s.out, Stderr: s.err,
+				Executable: exe, Stdin: s.in, Stdout: s.out, Stderr: s.err, VMNetHelperPath: nets.Paths.VMNetHelper,
 				// Let the controller watch run's helpers (status, metrics).
 				OnReady: func() { go cl.Reconcile(context.WithoutCancel(ctx)) },
 			})

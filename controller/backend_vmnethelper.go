@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/netplane"
+)
+
+// VMNetHelperBackend is macOS's: vmnet is the data plane, and each
+// attachment's helper is vmnet-helper. vmnet creates a network when the
+// first helper joins it and removes it when the last leaves, so there is
+// nothing to start or remove per network; its DHCP server (bootpd) keeps
+// its leases in /var/db/dhcpd_leases. It is plain Go, so it is tested on
+// Linux with a fake vmnet-helper.
+type VMNetHelperBackend struct {
+	// Path is vmnet-helper; empty looks it up (helperexec.FindVMNetHelper)
+	// from paths.vmnetHelper in networks.yaml, then the usual places.
+	Path string
+	// Sudo runs vmnet-helper through `sudo --non-interactive`, for a
+	// controller that is not root.
+	Sudo bool
+	// LeasesFile is bootpd's lease file (default /var/db/dhcpd_leases).
+	LeasesFile string
+}
+
+// ErrTapNeedsLinux is returned for `attach: tap` attachments on macOS.
+var ErrTapNeedsLinux = errors.New("attach: tap needs Linux (vmnet has no TAP devices); use a socket attachment")
+
+func (b VMNetHelperBackend) Name() string { return "vmnet-helper" }
+
+func (b VMNetHelperBackend) StartNetwork(_ context.Context, n *api.Network, _ string, _ []string, _ *slog.Logger) (NetworkRuntime, error) {
+	if err := helperexec.CheckVMNetHelperNetwork(n); err != nil {
+		return nil, err
+	}
+	return &vmnetNetwork{n: n, leasesFile: b.leasesFile()}, nil
+}
+
+func (b VMNetHelperBackend) leasesFile() string {
+	if b.LeasesFile != "" {
+		return b.LeasesFile
+	}
+	return "/var/db/dhcpd_leases"
+}
+
+func (VMNetHelperBackend) RemoveNetwork(context.Context, string, string) error { return nil }
+
+func (VMNetHelperBackend) Sweep(context.Context, string) ([]string, error) { return nil, nil }
+
+func (VMNetHelperBackend) CheckNetwork(_ context.Context, n *api.Network) error {
+	return helperexec.CheckVMNetHelperNetwork(n)
+}
+
+func (VMNetHelperBackend) Warnings(n *api.Network) []string { return helperexec.VMNetHelperWarnings(n) }
+
+func (b VMNetHelperBackend) HelperCommand(s HelperSpec) ([]string, error) {
+	a := s.Attachment
+	if a.Attach == api.AttachTAP {
+		return nil, ErrTapNeedsLinux
+	}
+	path := b.Path
+	if path == "" {
+		var err error
+		if path, err = helperexec.FindVMNetHelper(s.VMNetHelperPath, os.Stat); err != nil {
+			return nil, err
+		}
+	}
+	return helperexec.VMNetHelperCommand(helperexec.VMNetHelperOptions{
+		Path: path, Socket: s.Socket, FD: s.FD,
+		InterfaceID:   helperexec.VMNetHelperInterfaceID(a.VM, a.Index, a.MAC),
+		Network:       s.Network,
+		StatsInterval: s.StatsInterval,
+		Sudo:          b.Sudo,
+	})
+}
+
+// vmnetNetwork is a network vmnet runs; vmnetctl only reads its leases.
+type vmnetNetwork struct {
+	n          *api.Network
+	leasesFile string
+}
+
+func (v *vmnetNetwork) Config() *api.Network { return v.n }
+
+// SetHost has nothing to do: vmnet serves neither reservations nor names
+// (validate and plan warn about both).
+func (v *vmnetNetwork) SetHost(net.HardwareAddr, string, netip.Addr) error { return nil }
+
+func (v *vmnetNetwork) Leases() []netplane.Lease { return nil }
+
+func (v *vmnetNetwork) Stats() netplane.Stats { return netplane.Stats{} }
+
+func (v *vmnetNetwork) Close() error { return nil }

@@ -1,0 +1,129 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// TestVMNetHelperBackend runs the whole controller with the macOS backend
+// against a fake vmnet-helper (test/fakevmnethelper), on any OS, as any
+// user: vmnet-helper is started per attachment with the network's flags,
+// its socket is waited for, its stats reach the status, and it is stopped
+// with SIGTERM when the project goes.
+func TestVMNetHelperBackend(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs the go command to build the fake vmnet-helper")
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "vmnet-helper")
+	if out, err := exec.Command("go", "build", "-o", fake, "github.com/vmnetctl/vmnetctl/test/fakevmnethelper").CombinedOutput(); err != nil {
+		t.Fatalf("building the fake vmnet-helper: %v\n%s", err, out)
+	}
+	argvFile := filepath.Join(dir, "argv.json")
+	t.Setenv("FAKE_VMNET_HELPER_MODE", "shared")
+	t.Setenv("FAKE_VMNET_HELPER_ARGV", argvFile)
+	t.Setenv("FAKE_VMNET_HELPER_TICK", "50ms")
+
+	sd := StateDir{Path: filepath.Join(dir, "state")}
+	networks := []byte("networks:\n  shared:\n    mode: shared\n    gateway: 192.168.105.1\n    dhcpEnd: 192.168.105.254\n    netmask: 255.255.255.0\n")
+	if err := sd.SaveNetworks(NetworksSnapshot{Source: "networks.yaml", Data: networks}); err != nil {
+		t.Fatal(err)
+	}
+	p := &Project{Name: "dev", VMName: "dev", UID: os.Getuid(), GID: os.Getgid(),
+		Files: []ProjectFile{{Path: "lima.yaml", Data: []byte("networks:\n  - vmnet: shared\n")}}}
+	if err := sd.SaveProject(p); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Options{StateDir: sd, Backend: VMNetHelperBackend{Path: fake}, MetricsAddr: "off", StopGrace: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- c.Run(ctx) }()
+	cl := NewClient(sd)
+	deadline := time.Now().Add(10 * time.Second)
+	for !cl.Running(ctx) {
+		if time.Now().After(deadline) {
+			t.Fatal("the controller did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := cl.Reconcile(ctx)
+	if err != nil || resp.Error != "" {
+		t.Fatalf("reconcile: %v %s", err, resp.Error)
+	}
+	a := resp.Status.Attachments[0]
+	if a.State != StateRunning || a.Socket != sd.SocketPath("dev", 0) || a.PID == 0 {
+		t.Fatalf("attachment = %+v", a)
+	}
+	if _, err := os.Stat(a.Socket); err != nil {
+		t.Errorf("reported ready before its socket existed: %v", err)
+	}
+	var argv []string
+	data, _ := os.ReadFile(argvFile)
+	if err := json.Unmarshal(data, &argv); err != nil {
+		t.Fatalf("argv file: %v (%s)", err, data)
+	}
+	got := strings.Join(argv[1:], " ")
+	for _, want := range []string{"--socket " + a.Socket, "--operation-mode shared", "--start-address 192.168.105.1",
+		"--end-address 192.168.105.254", "--subnet-mask 255.255.255.0", "--interface-id "} {
+		if !strings.Contains(got, want) {
+			t.Errorf("vmnet-helper ran with %q, want %q in it", got, want)
+		}
+	}
+	if slices.Contains(argv, "helper") || slices.Contains(argv, "--network") {
+		t.Errorf("vmnet-helper got vmnetctl helper's flags: %q", got)
+	}
+	// Its stats lines reach the status, as with our helper.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st, err := cl.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Attachments[0].RxBytes > 0 && st.Attachments[0].TxBytes > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stats after 10s: %+v", st.Attachments[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Removing the project stops vmnet-helper (SIGTERM) and the controller.
+	if _, err := sd.DeleteProject("dev"); err != nil {
+		t.Fatal(err)
+	}
+	cl.Reconcile(ctx)
+	select {
+	case err := <-runErr:
+		if err != nil {
+			t.Fatalf("controller: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the controller did not exit after the last project went")
+	}
+	if id, err := ReadProcIdentity(a.PID); err == nil && strings.Contains(strings.Join(id.Cmdline, " "), "vmnet-helper") {
+		t.Errorf("vmnet-helper %d still runs", a.PID)
+	}
+}
+
+func TestVMNetHelperBackendRefusesTap(t *testing.T) {
+	_, err := VMNetHelperBackend{Path: "/x"}.HelperCommand(HelperSpec{Attachment: &Attachment{Attachment: tapAttachment()}})
+	if err != ErrTapNeedsLinux {
+		t.Errorf("tap attachment: %v", err)
+	}
+}
+
+func tapAttachment() *api.Attachment {
+	return &api.Attachment{VM: "fc", Attach: api.AttachTAP, MAC: "52:55:55:00:00:01"}
+}
