@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -106,4 +107,39 @@ func (linuxBackend) HelperCommand(s HelperSpec) ([]string, error) {
 		args = append(args, "--socket", s.Socket)
 	}
 	return args, nil
+}
+
+// Backends are the backends by name, for --backend.
+var Backends = map[string]Backend{
+	"vmnetctl":     linuxBackend{},
+	"vmnet-helper": VMNetHelperBackend{},
+}
+
+// BackendWarnings lists, as "network NAME: ..." and "VM/INDEX: ..." lines,
+// what the backend cannot honour of the managed networks and attachments
+// given: its warnings, and what it would refuse to run at all.
+func BackendWarnings(b Backend, nets []*api.Network, atts []*api.Attachment) []string {
+	var out []string
+	for _, n := range nets {
+		if !n.Managed() {
+			continue
+		}
+		if err := b.CheckNetwork(context.Background(), n); err != nil && b.Name() != "vmnetctl" {
+			out = append(out, fmt.Sprintf("network %s (%s): will not start: %v", n.ID, b.Name(), err))
+		}
+		for _, w := range b.Warnings(n) {
+			out = append(out, fmt.Sprintf("network %s (%s): %s", n.ID, b.Name(), w))
+		}
+	}
+	if _, ok := b.(VMNetHelperBackend); ok {
+		for _, a := range atts {
+			switch {
+			case a.Attach == api.AttachTAP:
+				out = append(out, fmt.Sprintf("%s (%s): will not start: %v", a.Key(), b.Name(), ErrTapNeedsLinux))
+			case a.IP.IsValid():
+				out = append(out, fmt.Sprintf("%s (%s): ip: %s cannot be honoured on macOS: vmnet's DHCP server takes no reservations from vmnetctl", a.Key(), b.Name(), a.IP))
+			}
+		}
+	}
+	return out
 }

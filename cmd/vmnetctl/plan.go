@@ -5,11 +5,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
 )
 
 func newPlanCommand(g *globals, s streams) *cobra.Command {
 	f := &projectFlags{}
+	be := &backendFlag{}
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "plan -f FILE... [-p PROJECT]",
@@ -33,6 +35,13 @@ func newPlanCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var atts []*api.Attachment
+			for _, a := range desired.Attachments {
+				atts = append(atts, a.Attachment)
+			}
+			if err := warnBackend(s.err, be, desired.Networks, atts); err != nil {
+				return err
+			}
 			plan := controller.ComputePlan(current, desired)
 			if asJSON {
 				enc := json.NewEncoder(s.out)
@@ -44,6 +53,7 @@ func newPlanCommand(g *globals, s streams) *cobra.Command {
 		},
 	}
 	f.bind(cmd)
+	be.bind(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	return cmd
 }

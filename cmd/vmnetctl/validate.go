@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
+	"github.com/vmnetctl/vmnetctl/controller"
 )
 
 // vmFileFlags are the flags of every command that reads VM files.
@@ -45,8 +47,37 @@ func isValidation(err error) bool {
 	return ok
 }
 
+// backendFlag is --backend: whose limits validate and plan warn about.
+type backendFlag struct{ name string }
+
+func (b *backendFlag) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&b.name, "backend", controller.DefaultBackend().Name(),
+		"warn about what this backend cannot honour: vmnetctl (Linux) or vmnet-helper (macOS)")
+}
+
+func (b *backendFlag) backend() (controller.Backend, error) {
+	be, ok := controller.Backends[b.name]
+	if !ok {
+		return nil, fmt.Errorf("unknown --backend %q (vmnetctl or vmnet-helper)", b.name)
+	}
+	return be, nil
+}
+
+// warnBackend prints the backend's warnings for nets and atts on w.
+func warnBackend(w io.Writer, b *backendFlag, nets []*api.Network, atts []*api.Attachment) error {
+	be, err := b.backend()
+	if err != nil {
+		return err
+	}
+	for _, msg := range controller.BackendWarnings(be, nets, atts) {
+		fmt.Fprintln(w, "warning:", msg)
+	}
+	return nil
+}
+
 func newValidateCommand(g *globals, s streams) *cobra.Command {
 	f := &vmFileFlags{}
+	be := &backendFlag{}
 	cmd := &cobra.Command{
 		Use:   "validate [-f FILE]... [--networks FILE]",
 		Short: "Check networks.yaml and VM files, reporting every problem with its file and line",
@@ -55,6 +86,15 @@ func newValidateCommand(g *globals, s streams) *cobra.Command {
 			nets, files, diags, err := loadDesired(g, f)
 			printWarnings(s.err, diags)
 			if err != nil {
+				return err
+			}
+			var atts []*api.Attachment
+			for _, vf := range files {
+				for _, vm := range vf.VMs {
+					atts = append(atts, vm.Attachments...)
+				}
+			}
+			if err := warnBackend(s.err, be, nets.Networks, atts); err != nil {
 				return err
 			}
 			fmt.Fprintf(s.out, "%s: %d network%s, valid\n", nets.Source, len(nets.Networks), plural(len(nets.Networks)))
@@ -91,5 +131,6 @@ func newValidateCommand(g *globals, s streams) *cobra.Command {
 		},
 	}
 	f.bind(cmd)
+	be.bind(cmd)
 	return cmd
 }
