@@ -161,12 +161,14 @@ func TestHarnessParallelGuests(t *testing.T) {
 		DHCP("eth0").
 		Listen(7001).
 		Ping(labGateway).
-		AwaitConns(7001, 1, 150*time.Second)))
+		AwaitConns(7001, 2, 150*time.Second)))
 	b := guest.Boot(t, l.guestConfig("client", 1, macB, guest.NewScript().
 		DHCP("eth0").
 		Ping(labGateway).
 		Echo(serverIP, 7001, "hello-vm", 150*time.Second).
-		Ping(serverIP)))
+		Ping(serverIP).
+		// The server waits for this one, so it is still up for the ping.
+		EchoAs("again", serverIP, 7001, "hello-again", 30*time.Second)))
 	ra := a.MustWait(t)
 	rb := b.MustWait(t)
 
@@ -174,12 +176,13 @@ func TestHarnessParallelGuests(t *testing.T) {
 	expectLease(t, rb)
 	ra.Expect(t, "eth0.ip", serverIP)
 	ra.Expect(t, guest.ListenKey(7001), "up")
-	ra.Expect(t, guest.ListenKey(7001)+".conns", "1")
-	ra.Expect(t, guest.ListenKey(7001)+".data", "hello-vm")
+	ra.Expect(t, guest.ListenKey(7001)+".conns", "2")
+	ra.Expect(t, guest.ListenKey(7001)+".data", "hello-vm hello-again")
 	ra.Expect(t, guest.PingKey(labGateway), "ok")
 	rb.Expect(t, guest.PingKey(labGateway), "ok")
 	rb.Expect(t, guest.EchoKey(serverIP, 7001), "ok")
 	rb.Expect(t, guest.PingKey(serverIP), "ok")
+	rb.Expect(t, "again", "ok")
 	if ipA, ipB := ra.Values["eth0.ip"], rb.Values["eth0.ip"]; ipA == ipB {
 		t.Errorf("both guests got %s", ipA)
 	}
