@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -95,6 +96,38 @@ func checkVMNetHelper(path string, stat func(string) (os.FileInfo, error)) error
 		return fmt.Errorf("%s is writable by group or others (%s): vmnet-helper runs as root and must be modifiable only by root (chmod go-w)", path, m.Perm())
 	}
 	return nil
+}
+
+// CheckVMNetHelperOwner checks what vmnet-helper's README requires before
+// it is run as root through sudo: path and every directory above it are
+// owned by root and writable by no one else (a sticky directory such as
+// /tmp does not count as safe either). path should have its symlinks
+// resolved (filepath.EvalSymlinks): Homebrew's bin/vmnet-helper is a link
+// into a Cellar the user owns, which is fine on macOS 26 (no sudo) and
+// refused here. stat is os.Stat outside tests; uid returns a FileInfo's
+// owner (on darwin, fi.Sys().(*syscall.Stat_t).Uid), false if unknown.
+func CheckVMNetHelperOwner(path string, stat func(string) (os.FileInfo, error), uid func(os.FileInfo) (uint32, bool)) error {
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("vmnet-helper path %q is not absolute", path)
+	}
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		fi, err := stat(p)
+		if err != nil {
+			return err
+		}
+		owner, ok := uid(fi)
+		switch {
+		case !ok:
+			return fmt.Errorf("cannot tell the owner of %s", p)
+		case owner != 0:
+			return fmt.Errorf("%s is owned by uid %d, not root: vmnet-helper runs as root through sudo, so it and its directories must be root's (vmnet-helper's README)", p, owner)
+		case fi.Mode().Perm()&0o022 != 0:
+			return fmt.Errorf("%s is writable by group or others (%s): vmnet-helper runs as root through sudo, so only root may modify it and its directories", p, fi.Mode().Perm())
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }
 
 // VMNetHelperOptions are the settings of one vmnet-helper process (one VM

@@ -307,3 +307,68 @@ func TestFindVMNetHelper(t *testing.T) {
 		})
 	}
 }
+
+type ownedFileInfo struct {
+	fakeFileInfo
+	uid int // -1: unknown
+}
+
+func TestCheckVMNetHelperOwner(t *testing.T) {
+	type entry struct {
+		mode fs.FileMode
+		uid  int
+	}
+	root := map[string]entry{
+		"/":                                  {fs.ModeDir | 0o755, 0},
+		"/opt":                               {fs.ModeDir | 0o755, 0},
+		"/opt/vmnet-helper":                  {fs.ModeDir | 0o755, 0},
+		"/opt/vmnet-helper/bin":              {fs.ModeDir | 0o755, 0},
+		"/opt/vmnet-helper/bin/vmnet-helper": {0o755, 0},
+	}
+	with := func(p string, e entry) map[string]entry {
+		m := map[string]entry{}
+		for k, v := range root {
+			m[k] = v
+		}
+		m[p] = e
+		return m
+	}
+	tests := []struct {
+		name    string
+		path    string
+		files   map[string]entry
+		wantErr string
+	}{
+		{"root's", "/opt/vmnet-helper/bin/vmnet-helper", root, ""},
+		{"setuid root's", "/opt/vmnet-helper/bin/vmnet-helper", with("/opt/vmnet-helper/bin/vmnet-helper", entry{fs.ModeSetuid | 0o755, 0}), ""},
+		{"user's file", "/opt/vmnet-helper/bin/vmnet-helper", with("/opt/vmnet-helper/bin/vmnet-helper", entry{0o755, 501}), "/opt/vmnet-helper/bin/vmnet-helper is owned by uid 501"},
+		{"user's directory", "/opt/vmnet-helper/bin/vmnet-helper", with("/opt/vmnet-helper", entry{fs.ModeDir | 0o755, 501}), "/opt/vmnet-helper is owned by uid 501"},
+		{"group-writable directory", "/opt/vmnet-helper/bin/vmnet-helper", with("/opt", entry{fs.ModeDir | 0o775, 0}), "/opt is writable by group or others"},
+		{"sticky /tmp", "/opt/vmnet-helper/bin/vmnet-helper", with("/opt/vmnet-helper/bin", entry{fs.ModeDir | fs.ModeSticky | 0o777, 0}), "writable by group or others"},
+		{"owner unknown", "/opt/vmnet-helper/bin/vmnet-helper", with("/opt/vmnet-helper/bin/vmnet-helper", entry{0o755, -1}), "cannot tell the owner"},
+		{"missing", "/opt/vmnet-helper/bin/other", root, "not exist"},
+		{"relative", "vmnet-helper", root, "not absolute"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stat := func(p string) (os.FileInfo, error) {
+				e, ok := tt.files[p]
+				if !ok {
+					return nil, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
+				}
+				return ownedFileInfo{fakeFileInfo{filepath.Base(p), e.mode}, e.uid}, nil
+			}
+			uid := func(fi os.FileInfo) (uint32, bool) {
+				u := fi.(ownedFileInfo).uid
+				return uint32(u), u >= 0
+			}
+			err := CheckVMNetHelperOwner(tt.path, stat, uid)
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("CheckVMNetHelperOwner() = %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("CheckVMNetHelperOwner() = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
