@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
@@ -75,7 +77,19 @@ func TestRepositoryYAML(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, block := range yamlBlocks(data) {
-			add(p+"#yaml"+string(rune('1'+i)), block, bytes.Contains(block, []byte("# broken")))
+			name := p + "#yaml" + string(rune('1'+i))
+			// A block is a vmnetctl input when its first line says which
+			// (# networks.yaml, # lima.yaml, # vms.yaml); any other YAML in
+			// the docs (a Prometheus config, say) must still parse.
+			first, _, _ := bytes.Cut(block, []byte("\n"))
+			if !bytes.HasPrefix(first, []byte("# ")) || !bytes.Contains(first, []byte(".yaml")) {
+				var v any
+				if err := yaml.Unmarshal(block, &v); err != nil {
+					t.Errorf("%s: invalid YAML: %v", name, err)
+				}
+				continue
+			}
+			add(name, block, bytes.Contains(block, []byte("# broken")))
 		}
 	}
 	if len(inputs) < 6 {

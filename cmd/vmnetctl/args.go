@@ -90,6 +90,12 @@ func vmmArgs(sd controller.StateDir, vmm string, atts []controller.AttachmentSta
 		if tap && (vmm == "vfkit" || vmm == "krunkit") {
 			return nil, fmt.Errorf("%s uses unix sockets: %s's entry %d is `attach: tap`", vmm, a.VM, a.Index)
 		}
+		if fds && vmm == "qemu" && !tap {
+			// The descriptors of `vmnetctl run` need no socket.
+		} else if (tap && a.Tap == "") || (!tap && a.Socket == "") {
+			return nil, fmt.Errorf("%s's attachment %d to %s is %s, so it has no %s yet: %s",
+				a.VM, a.Index, a.Network, a.State, map[bool]string{true: "TAP", false: "socket"}[tap], a.Error)
+		}
 		switch vmm {
 		case "qemu":
 			switch {

@@ -40,6 +40,10 @@ func TestVMMArgs(t *testing.T) {
 	if _, err := vmmArgs(sd, "firecracker", sock, false); err == nil || !strings.Contains(err.Error(), "attach: tap") {
 		t.Errorf("firecracker with a socket attachment: %v", err)
 	}
+	failed := []controller.AttachmentStatus{{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", State: "failed", Error: "network shared is not up"}}
+	if _, err := vmmArgs(sd, "qemu", failed, false); err == nil || !strings.Contains(err.Error(), "web's attachment 0 to shared is failed, so it has no socket yet: network shared is not up") {
+		t.Errorf("args of a failed attachment: %v", err)
+	}
 	if got := shellQuote("/tmp/my dir/x.sock"); got != `'/tmp/my dir/x.sock'` {
 		t.Errorf("shellQuote = %s", got)
 	}

@@ -24,9 +24,9 @@ helper on one end of each and COMMAND with the other ends as file descriptors
 $VMNETCTL_MACS list them). When COMMAND exits its helpers stop, and run exits
 with COMMAND's status. Under sudo, COMMAND runs as the invoking user.
 
-  vmnetctl run -f vms.yaml --vm web -- qemu-system-x86_64 ... \
+  vmnetctl run -f vms.yaml --vm web -- sh -c 'exec qemu-system-x86_64 ... \
       -netdev dgram,id=net0,local.type=fd,local.str=4 \
-      -device virtio-net-pci,netdev=net0,mac=$(vmnetctl args web --mac 0)`,
+      -device virtio-net-pci,netdev=net0,mac=${VMNETCTL_MACS%%,*}'`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, command []string) error {
 			ctx := cmd.Context()

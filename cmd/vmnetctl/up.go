@@ -49,7 +49,13 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 			if err := sd.SaveProject(p); err != nil {
 				return err
 			}
-			resp, err := reconcile(ctx, sd, "--metrics-addr", metricsAddr)
+			serveArgs := []string{"--metrics-addr", metricsAddr}
+			if nets.Group != "" {
+				// networks.yaml's group (lima's) may use the controller's
+				// API: status and args, without root.
+				serveArgs = append(serveArgs, "--group", nets.Group)
+			}
+			resp, err := reconcile(ctx, sd, serveArgs...)
 			if err != nil {
 				return err
 			}
