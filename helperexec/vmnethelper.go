@@ -179,8 +179,9 @@ type VMNetHelperOptions struct {
 //
 // The addresses are the network's: vmnet's --start-address is the gateway
 // (the DHCP pool starts right after it), --end-address the end of the DHCP
-// range, --subnet-mask the subnet's. A vmnet: network without a subnet
-// passes none and gets vmnet's default. Errors are what vmnet-helper or
+// range, --subnet-mask the subnet's. A network without a subnet (api gives
+// every shared and host network one, so only a hand-made api.Network) passes
+// none and gets vmnet's default. Errors are what vmnet-helper or
 // vmnet would refuse (CheckVMNetHelperNetwork); settings it would silently
 // not honour are VMNetHelperWarnings.
 func VMNetHelperCommand(o VMNetHelperOptions) ([]string, error) {
