@@ -293,3 +293,39 @@ func (l DHCPDLease) String() string {
 	}
 	return fmt.Sprintf("%s %s %s %s", l.IP, mac, name, exp)
 }
+
+// CurrentLeases are the leases a network's status shows: those in subnet
+// (all if subnet is the zero Prefix), not expired at now (none are if now
+// is zero), and one per MAC — the one that expires last, as LookupLease
+// picks. Leases without a MAC (a DUID-EN client id) are kept, one per IP
+// address. The order is the file's.
+func CurrentLeases(leases []DHCPDLease, subnet netip.Prefix, now time.Time) []DHCPDLease {
+	keep := func(l DHCPDLease) bool {
+		return (!subnet.IsValid() || subnet.Contains(l.IP)) &&
+			(now.IsZero() || l.Expires.IsZero() || l.Expires.After(now))
+	}
+	best := map[string]int{} // MAC or "ip:"+IP → index into leases
+	for i, l := range leases {
+		if !keep(l) {
+			continue
+		}
+		key := "ip:" + l.IP.String()
+		if l.MAC != nil {
+			key = l.MAC.String()
+		}
+		if j, ok := best[key]; !ok || l.Expires.After(leases[j].Expires) {
+			best[key] = i
+		}
+	}
+	var out []DHCPDLease
+	for i, l := range leases {
+		key := "ip:" + l.IP.String()
+		if l.MAC != nil {
+			key = l.MAC.String()
+		}
+		if j, ok := best[key]; ok && j == i {
+			out = append(out, l)
+		}
+	}
+	return out
+}

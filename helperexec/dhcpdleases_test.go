@@ -2,6 +2,7 @@ package helperexec
 
 import (
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -229,3 +230,42 @@ func FuzzParseDHCPDLeases(f *testing.F) {
 }
 
 func macEqual(a, b net.HardwareAddr) bool { return a.String() == b.String() }
+
+func TestCurrentLeases(t *testing.T) {
+	leases, err := ParseDHCPDLeases([]byte(leasesStale + leasesClassic + leasesSystemdDUID + leasesSystemdDUID + leasesDUIDLLT))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips := func(ls []DHCPDLease) string {
+		var s []string
+		for _, l := range ls {
+			s = append(s, l.IP.String())
+		}
+		return strings.Join(s, " ")
+	}
+	tests := []struct {
+		name   string
+		subnet string
+		now    time.Time
+		want   string
+	}{
+		// vm1's stale .2 loses to .7 (later), the DUID-EN lease appears once.
+		{"all", "", time.Time{}, "192.168.105.7 192.168.105.3 192.168.64.3 192.168.64.4"},
+		{"one subnet", "192.168.105.0/24", time.Time{}, "192.168.105.7 192.168.105.3"},
+		{"other subnet", "192.168.64.0/24", time.Time{}, "192.168.64.3 192.168.64.4"},
+		// At 0x67f0a1b3 .3 has just expired (not after now), .7 (0x67f0b000) has not.
+		{"expired ones dropped", "192.168.105.0/24", time.Unix(0x67f0a1b3, 0), "192.168.105.7"},
+		{"all expired", "192.168.105.0/24", time.Unix(0x70000000, 0), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var p netip.Prefix
+			if tt.subnet != "" {
+				p = netip.MustParsePrefix(tt.subnet)
+			}
+			if got := ips(CurrentLeases(leases, p, tt.now)); got != tt.want {
+				t.Errorf("CurrentLeases() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
