@@ -328,6 +328,31 @@ func TestVMNetHelperFakeFileMode(t *testing.T) {
 	}
 }
 
+func TestVMNetHelperFakeSocketOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the socket away")
+	}
+	fr := fakeCommand(t, "", VMNetHelperOptions{FD: -1, Network: testNetwork(t, "shared")}, "SUDO_UID=4321", "SUDO_GID=4322")
+	h, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
+	fi, err := os.Stat(fr.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 4321 || st.Gid != 4322 {
+		t.Errorf("socket owned by %d:%d, want 4321:4322 ($SUDO_UID:$SUDO_GID)", st.Uid, st.Gid)
+	}
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.Tail(), "running as uid: 4321 gid: 4322") {
+		t.Errorf("log:\n%s", h.Tail())
+	}
+}
+
 // The fake is as strict as vmnet-helper, so a wrong command line fails here
 // as it would on a Mac.
 func TestFakeVMNetHelperRejects(t *testing.T) {

@@ -18,6 +18,9 @@
 //	                         argv[0] included), before anything else.
 //	FAKE_VMNET_HELPER_TICK   a Go duration that replaces --stats-interval's
 //	                         period (so tests need not wait whole seconds).
+//	SUDO_UID, SUDO_GID       as for vmnet-helper, the ids it runs as after
+//	                         starting the interface: logged, and when the
+//	                         fake is root, the owner of its socket.
 //	FAKE_VMNET_HELPER_SOCKET_DELAY  a Go duration to wait between the JSON
 //	                         line and creating the socket (default 50ms),
 //	                         as vmnet-helper binds it only after dropping
@@ -240,6 +243,11 @@ func run(argv []string, stdout, stderr io.Writer) int {
 
 	fmt.Fprintln(stdout, readyLine(o, mode))
 	logf(stderr, "INFO ", "started vmnet interface")
+	if uid, gid, ok := sudoIDs(); ok {
+		logf(stderr, "INFO ", "running as uid: %d gid: %d", uid, gid)
+	} else {
+		logf(stderr, "INFO ", "running as uid: %d gid: %d", os.Getuid(), os.Getgid())
+	}
 
 	if o.socket != "" {
 		delay := 50 * time.Millisecond
@@ -264,6 +272,17 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		if err := os.Chmod(o.socket, 0o600); err != nil {
 			logf(stderr, "ERROR", "Failed to chmod %q: %v", o.socket, err)
 			return 1
+		}
+		// vmnet-helper binds the socket after dropping privileges to
+		// $SUDO_UID/$SUDO_GID, so the socket is the user's; the fake, when
+		// root, gives it to them instead of dropping.
+		if uid, gid, ok := sudoIDs(); ok && os.Geteuid() == 0 {
+			for _, p := range []string{o.socket, o.socket + ".lock"} {
+				if err := os.Lchown(p, uid, gid); err != nil {
+					logf(stderr, "ERROR", "Failed to chown %q: %v", p, err)
+					return 1
+				}
+			}
 		}
 		conn = uc
 		logf(stderr, "INFO ", "waiting for client on %q", o.socket)
@@ -294,6 +313,13 @@ func run(argv []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// sudoIDs are $SUDO_UID and $SUDO_GID, which vmnet-helper drops to.
+func sudoIDs() (uid, gid int, ok bool) {
+	u, err1 := strconv.Atoi(os.Getenv("SUDO_UID"))
+	g, err2 := strconv.Atoi(os.Getenv("SUDO_GID"))
+	return u, g, err1 == nil && err2 == nil && u >= 0 && g >= 0
 }
 
 type counters struct {
