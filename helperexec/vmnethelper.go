@@ -172,7 +172,8 @@ type VMNetHelperOptions struct {
 //
 // where N is o.FD+1 (so sudo keeps the passed socket open; this needs
 // closefrom_override in the sudoers rule, which vmnet-helper's installs) or
-// 3 without an fd. Flags come in a fixed order: --fd or --socket,
+// 3 without an fd (sudo's default closefrom, which sudoers accepts without
+// closefrom_override, so --socket works on Macs whose sudoers cannot change). Flags come in a fixed order: --fd or --socket,
 // --interface-id, the network (--network NAME, or --operation-mode with
 // --shared-interface for bridged or the three address flags for shared and
 // host), the offloads, --enable-isolation, --stats-interval, -v.
