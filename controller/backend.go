@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
@@ -32,6 +33,8 @@ type Backend interface {
 	HelperCommand(s HelperSpec) ([]string, error)
 	// Warnings lists the settings of n this backend cannot honour.
 	Warnings(n *api.Network) []string
+	// Cleanup removes what a killed helper of a may have left behind.
+	Cleanup(a *Attachment) error
 }
 
 // HelperSpec is what a backend needs to build a helper's command line.
@@ -87,6 +90,12 @@ func (linuxBackend) CheckNetwork(ctx context.Context, n *api.Network) error {
 }
 
 func (linuxBackend) Warnings(*api.Network) []string { return nil }
+
+// Cleanup removes the TAP of a helper that was killed with its cleanup
+// child (only if it carries the helper's mark).
+func (linuxBackend) Cleanup(a *Attachment) error {
+	return netplane.RemoveStaleTap(helper.TapName(InterfaceID(a)))
+}
 
 func (linuxBackend) HelperCommand(s HelperSpec) ([]string, error) {
 	a, n := s.Attachment, s.Network

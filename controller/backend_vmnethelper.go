@@ -59,6 +59,9 @@ func (VMNetHelperBackend) CheckNetwork(_ context.Context, n *api.Network) error 
 
 func (VMNetHelperBackend) Warnings(n *api.Network) []string { return helperexec.VMNetHelperWarnings(n) }
 
+// Cleanup has nothing to do: vmnet removes a helper's interface with it.
+func (VMNetHelperBackend) Cleanup(*Attachment) error { return nil }
+
 func (b VMNetHelperBackend) HelperCommand(s HelperSpec) ([]string, error) {
 	a := s.Attachment
 	if a.Attach == api.AttachTAP {

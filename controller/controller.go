@@ -331,6 +331,11 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		if a == nil || gone[key] {
 			c.log.Info("stopping helper", "attachment", key, "pid", h.rec.Proc.PID)
 			c.stopProc(h)
+			// The record names the attachment even for an adopted helper.
+			rec := &Attachment{Attachment: &api.Attachment{VM: h.rec.VM, Index: h.rec.Index, MAC: h.rec.MAC, Attach: h.rec.Attach}}
+			if err := c.backend.Cleanup(rec); err != nil {
+				errs = append(errs, err)
+			}
 			delete(c.helpers, key)
 			os.Remove(c.sd.File(helpersDir, fileKey(key)+".json"))
 		}

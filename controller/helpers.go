@@ -119,6 +119,9 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 			return nil, fmt.Errorf("giving %s to uid %d: %w", vmDir, owner.UID, err)
 		}
 	}
+	if err := c.backend.Cleanup(a); err != nil {
+		return nil, fmt.Errorf("helper for %s: %w", a.Key(), err)
+	}
 	sock := c.sd.SocketPath(a.VM, a.Index)
 	if a.Attach == api.AttachTAP {
 		sock = ""

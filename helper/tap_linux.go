@@ -132,6 +132,12 @@ func attachTap(name, bridge string, isolated bool) (netlink.Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("TAP %s: %w", name, err)
 	}
+	// Marked, so that the controller can remove it if this helper and its
+	// cleanup child are both killed (a persistent TAP would otherwise block
+	// the next helper: TAPs are created exclusively).
+	if err := netlink.LinkSetAlias(link, netplane.TapMark(name)); err != nil {
+		return nil, fmt.Errorf("marking TAP %s: %w", name, err)
+	}
 	if err := netplane.AttachPort(bridge, link, isolated); err != nil {
 		return nil, err
 	}

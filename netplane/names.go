@@ -23,6 +23,13 @@ const tablePrefix = "vmnetctl-"
 // Mark is the ifalias and table comment of the objects of network id.
 func Mark(id string) string { return markPrefix + id }
 
+// tapMarkPrefix marks a VM's TAP, made by a helper: "vmnetctl:tap=NAME".
+const tapMarkPrefix = "vmnetctl:tap="
+
+// TapMark is the ifalias a helper gives the TAP named name, so that a TAP
+// left behind by a helper killed with its cleanup child is known as ours.
+func TapMark(name string) string { return tapMarkPrefix + name }
+
 // markedID returns the network id a mark names, and whether s is a mark.
 func markedID(s string) (string, bool) {
 	id, ok := strings.CutPrefix(s, markPrefix)

@@ -36,3 +36,23 @@ func AttachPort(bridge string, link netlink.Link, isolated bool) error {
 	}
 	return nil
 }
+
+// RemoveStaleTap deletes the TAP named name if a helper left it behind: it
+// must carry TapMark(name). A link of that name without the mark is not
+// vmnetctl's and is left alone. A missing link is fine.
+func RemoveStaleTap(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		if notFound(err) {
+			return nil
+		}
+		return fmt.Errorf("TAP %s: %w", name, err)
+	}
+	if l.Attrs().Alias != TapMark(name) {
+		return nil
+	}
+	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+		return fmt.Errorf("deleting stale TAP %s: %w", name, err)
+	}
+	return nil
+}

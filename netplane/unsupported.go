@@ -28,6 +28,7 @@ func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, er
 	return nil, ErrUnsupported
 }
 func AttachPort(string, netlink.Link, bool) error                   { return ErrUnsupported }
+func RemoveStaleTap(string) error                                   { return nil }
 func (*Network) Close() error                                       { return nil }
 func (*Network) Config() *api.Network                               { return nil }
 func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error { return ErrUnsupported }

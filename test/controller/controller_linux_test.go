@@ -285,3 +285,32 @@ func TestRunStopsHelpersWithTheCommand(t *testing.T) {
 		t.Errorf("run's project is still up: %+v", st.Attachments)
 	}
 }
+
+// TestTapHelperKilledWithItsCleanup: a TAP attachment's helper killed
+// together with the child that deletes its persistent TAP leaves the TAP
+// behind; the controller must remove it (it carries the helper's mark) so
+// that the restarted helper can create it again, and down removes it too.
+func TestTapHelperKilledWithItsCleanup(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", "vms:\n  fc:\n    networks:\n      - vmnet: shared\n        attach: tap\n")
+	h.MustVmnetctl("up", "-f", vms)
+	old := h.Attachment(h.Status(), "fc")
+	if old.Tap == "" {
+		t.Fatalf("no TAP: %+v", old)
+	}
+	syscall.Kill(-old.PID, syscall.SIGKILL) // the helper's group: it and its cleanup child
+	simvm.Eventually(t, 15*time.Second, "the TAP helper is back", func() error {
+		cur := h.Attachment(h.Status(), "fc")
+		if cur.State != controller.StateRunning || cur.PID == old.PID {
+			return fmt.Errorf("state %s pid %d: %s", cur.State, cur.PID, cur.Error)
+		}
+		return nil
+	})
+	if out, err := h.Run(context.Background(), "ip", "-d", "link", "show", old.Tap); err != nil || !strings.Contains(out, "vmnetctl:tap=") {
+		t.Errorf("the new TAP is missing or unmarked: %v\n%s", err, out)
+	}
+	h.MustVmnetctl("down", "-f", vms)
+	if out, err := h.Run(context.Background(), "ip", "link", "show", old.Tap); err == nil {
+		t.Errorf("TAP left after down:\n%s", out)
+	}
+}
