@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperexec"
@@ -74,6 +76,16 @@ func (b VMNetHelperBackend) HelperCommand(s HelperSpec) ([]string, error) {
 			return nil, err
 		}
 	}
+	if b.Sudo {
+		// Run as root only a vmnet-helper that only root can change.
+		resolved, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return nil, err
+		}
+		if err := helperexec.CheckVMNetHelperOwner(resolved, os.Stat, fileUID); err != nil {
+			return nil, err
+		}
+	}
 	return helperexec.VMNetHelperCommand(helperexec.VMNetHelperOptions{
 		Path: path, Socket: s.Socket, FD: s.FD,
 		InterfaceID:   helperexec.VMNetHelperInterfaceID(a.VM, a.Index, a.MAC),
@@ -95,7 +107,23 @@ func (v *vmnetNetwork) Config() *api.Network { return v.n }
 // (validate and plan warn about both).
 func (v *vmnetNetwork) SetHost(net.HardwareAddr, string, netip.Addr) error { return nil }
 
-func (v *vmnetNetwork) Leases() []netplane.Lease { return nil }
+// Leases are bootpd's unexpired leases in the network's subnet, one per MAC.
+func (v *vmnetNetwork) Leases() []netplane.Lease {
+	data, err := os.ReadFile(v.leasesFile)
+	if err != nil {
+		return nil
+	}
+	all, _ := helperexec.ParseDHCPDLeases(data) // the good blocks even if some are not
+	var out []netplane.Lease
+	for _, l := range helperexec.CurrentLeases(all, v.n.Subnet, time.Now()) {
+		mac := ""
+		if l.MAC != nil {
+			mac = l.MAC.String()
+		}
+		out = append(out, netplane.Lease{MAC: mac, IP: l.IP, Hostname: l.Name, Expiry: l.Expires})
+	}
+	return out
+}
 
 func (v *vmnetNetwork) Stats() netplane.Stats { return netplane.Stats{} }
 

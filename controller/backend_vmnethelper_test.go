@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,4 +127,42 @@ func TestVMNetHelperBackendRefusesTap(t *testing.T) {
 
 func tapAttachment() *api.Attachment {
 	return &api.Attachment{VM: "fc", Attach: api.AttachTAP, MAC: "52:55:55:00:00:01"}
+}
+
+func TestVMNetHelperLeases(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "dhcpd_leases")
+	exp := time.Now().Add(time.Hour).Unix()
+	data := fmt.Sprintf("{\n\tname=web\n\tip_address=192.168.105.7\n\thw_address=1,52:55:55:1:2:3\n\tidentifier=1,52:55:55:1:2:3\n\tlease=0x%x\n}\n"+
+		"{\n\tname=other\n\tip_address=192.168.64.9\n\thw_address=1,52:55:55:0:0:9\n\tidentifier=1,52:55:55:0:0:9\n\tlease=0x%x\n}\n", exp, exp)
+	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nets, diags := api.LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags.Err())
+	}
+	nw, err := VMNetHelperBackend{LeasesFile: file}.StartNetwork(context.Background(), nets.Get("shared"), "", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := nw.Leases()
+	if len(leases) != 1 || leases[0].MAC != "52:55:55:01:02:03" || leases[0].IP.String() != "192.168.105.7" || leases[0].Hostname != "web" {
+		t.Errorf("leases = %+v, want web's only (the other is outside the subnet)", leases)
+	}
+}
+
+func TestVMNetHelperSudoRefusesAUserOwnedHelper(t *testing.T) {
+	fake := filepath.Join(t.TempDir(), "vmnet-helper")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		os.Chown(fake, 65534, 65534) // owned by nobody: not root's
+	}
+	nets, _ := api.LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n"))
+	a := &Attachment{Attachment: &api.Attachment{VM: "dev", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}}
+	_, err := VMNetHelperBackend{Path: fake, Sudo: true}.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("shared"), Owner: &Project{}, Socket: "/tmp/x.sock", FD: -1})
+	if err == nil {
+		t.Fatal("a vmnet-helper that a user can replace would run as root")
+	}
 }
