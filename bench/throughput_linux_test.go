@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,6 +36,15 @@ import (
 
 const seconds = 5
 
+// result is one iperf3 run: a path, a direction and what it cost.
+type result struct {
+	name, dir string
+	gbps      float64
+	cpuPerGB  float64 // CPU seconds of the relaying processes per GB moved
+	cpuDetail string  // the same, per process
+	err       string  // why the path was not measured
+}
+
 func TestThroughput(t *testing.T) {
 	if os.Getenv("VMNETCTL_BENCH") == "" {
 		t.Skip("set VMNETCTL_BENCH=1 to run the benchmark")
@@ -49,40 +60,64 @@ func TestThroughput(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vmnetctl/vmnetctl/cmd/vmnetctl").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	loadBefore := loadavg()
+	began := time.Now()
 
-	type result struct {
-		name, dir string
-		gbps      float64
-		cpuPerGB  float64 // CPU seconds of the helpers per GB moved
-	}
 	var results []result
-	// measure runs iperf3 both ways; pids are the helpers, whose CPU time
-	// per GB is a measure the machine's other load disturbs less than
-	// throughput.
-	measure := func(name, hostNS, vmNS string, pids ...int) {
-		for _, reverse := range []bool{false, true} {
-			dir := "vm→host"
-			if reverse {
-				dir = "host→vm"
+	// Each path is a subtest, so a path that fails (a peer missing or
+	// misbehaving) leaves a row saying why and the others still run; its
+	// namespaces and processes go when the subtest ends.
+	path := func(name string, f func(t *testing.T, measure measureFunc)) {
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			f(t, func(e endpoints, relays ...relay) {
+				for _, reverse := range []bool{false, true} {
+					d := "vm→host"
+					if reverse {
+						d = "host→vm"
+					}
+					before := cpuTimes(t, relays)
+					g, n := iperf(t, e, reverse)
+					after := cpuTimes(t, relays)
+					gb := float64(n) / 1e9
+					r := result{name: name, dir: d, gbps: g}
+					var parts []string
+					for i, rl := range relays {
+						c := (after[i] - before[i]) / gb
+						r.cpuPerGB += c
+						parts = append(parts, fmt.Sprintf("%s %.2f", rl.name, c))
+					}
+					r.cpuDetail = strings.Join(parts, " + ")
+					results = append(results, r)
+					t.Logf("%-24s %s %6.2f Gbit/s, relays' CPU %.2f s/GB (%s)", name, d, g, r.cpuPerGB, r.cpuDetail)
+				}
+			})
+		})
+		{
+			// A skipped or failed path still gets a row, so the table says so.
+			measured := false
+			for _, r := range results {
+				measured = measured || r.name == name
 			}
-			before := cpuTime(t, pids)
-			g, bytes := iperf(t, hostNS, vmNS, reverse)
-			cpu := (cpuTime(t, pids) - before) / (float64(bytes) / 1e9)
-			results = append(results, result{name, dir, g, cpu})
-			t.Logf("%-22s %s %6.2f Gbit/s, helpers' CPU %.2f s/GB", name, dir, g, cpu)
+			if !measured {
+				why := "failed, see the log"
+				if r, ok := skipped[t.Name()+"/"+strings.ReplaceAll(name, " ", "_")]; ok {
+					why = "not run: " + r
+				}
+				results = append(results, result{name: name, err: why})
+			}
 		}
 	}
 
 	// Baseline: veth.
-	{
+	path("veth", func(t *testing.T, measure measureFunc) {
 		h, v := netns(t, "vb-host"), netns(t, "vb-vm")
 		run(t, "ip", "-n", h, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", v)
 		run(t, "ip", "-n", h, "addr", "add", "192.168.105.1/24", "dev", "eth0")
 		run(t, "ip", "-n", v, "addr", "add", "192.168.105.2/24", "dev", "eth0")
 		run(t, "ip", "-n", h, "link", "set", "eth0", "up")
 		run(t, "ip", "-n", v, "link", "set", "eth0", "up")
-		measure("veth", h, v)
-	}
+		measure(endpoints{h, "192.168.105.1", v, "192.168.105.1"})
+	})
 
 	for _, tso := range []bool{false, true} {
 		name := "helper"
@@ -90,48 +125,52 @@ func TestThroughput(t *testing.T) {
 		if tso {
 			name, extra = "helper --enable-tso", []string{"--enable-tso"}
 		}
-		h, v := netns(t, "hb-host"), netns(t, "hb-vm")
-		// One networks.yaml per side: the two are one subnet seen from
-		// two namespaces.
-		cfg := map[string]string{}
-		for _, id := range []string{"shared", "vmside"} {
-			gw := map[string]string{"shared": "192.168.105.1", "vmside": "192.168.105.2"}[id]
-			cfg[id] = filepath.Join(dir, id+".yaml")
-			os.WriteFile(cfg[id], []byte("networks:\n  "+id+": {mode: shared, gateway: "+gw+", dhcpEnd: 192.168.105.254, netmask: 255.255.255.0}\n"), 0o644)
-		}
-		for _, b := range []struct{ ns, id, addr string }{{h, "shared", "192.168.105.1"}, {v, "vmside", "192.168.105.2"}} {
-			br := api.BridgeName(b.id)
-			run(t, "ip", "-n", b.ns, "link", "add", br, "type", "bridge")
-			run(t, "ip", "-n", b.ns, "link", "set", br, "alias", "vmnetctl:network="+b.id)
-			run(t, "ip", "-n", b.ns, "addr", "add", b.addr+"/24", "dev", br)
-			run(t, "ip", "-n", b.ns, "link", "set", br, "up")
-		}
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rcv := 4 << 20
-		if tso {
-			rcv = 8 << 20
-		}
-		// vmnet-helper's sizes, unless VMNETCTL_BENCH_SNDBUF says otherwise.
-		snd := 65 * 1024
-		if v, err := strconv.Atoi(os.Getenv("VMNETCTL_BENCH_SNDBUF")); err == nil {
-			snd = v
-		}
-		for _, fd := range fds {
-			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, snd)
-			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcv)
-		}
-		var pids []int
-		for i, s := range []struct{ ns, id string }{{h, "shared"}, {v, "vmside"}} {
-			f := os.NewFile(uintptr(fds[i]), "sock")
-			args := append([]string{"netns", "exec", s.ns, bin, "--networks", cfg[s.id], "helper", "--fd", "3", "--network", s.id, "--tap", "tap0"}, extra...)
-			pids = append(pids, startHelper(t, f, args))
-			f.Close()
-		}
-		measure(name, h, v, pids...)
+		path(name, func(t *testing.T, measure measureFunc) {
+			h, v := netns(t, "hb-host"), netns(t, "hb-vm")
+			fds := socketpair(t, tso)
+			host := startHelper(t, bin, dir, fds[0], h, "shared", "192.168.105.1", extra)
+			vm := startHelper(t, bin, dir, fds[1], v, "vmside", "192.168.105.2", extra)
+			measure(endpoints{h, "192.168.105.1", v, "192.168.105.1"},
+				relay{"host helper", host}, relay{"vm helper", vm})
+		})
 	}
+
+	// slirp4netns: the "VM" namespace's tap0 is slirp's; slirp runs in a
+	// host namespace of our own, and its gateway 10.0.2.2 is that
+	// namespace's loopback (no --disable-host-loopback), where iperf3
+	// listens. MTU 1500 is slirp4netns' default and what podman and
+	// rootlesskit users get unless they raise it; 65520 is the tuned value
+	// slirp4netns' README recommends.
+	for _, mtu := range []int{1500, 65520} {
+		name := fmt.Sprintf("slirp4netns mtu %d", mtu)
+		path(name, func(t *testing.T, measure measureFunc) {
+			if _, err := exec.LookPath("slirp4netns"); err != nil {
+				skip(t, "needs slirp4netns (test/setup.sh installs it)")
+			}
+			h, v := netns(t, "sb-host"), netns(t, "sb-vm")
+			pid := startSlirp(t, h, v, mtu)
+			measure(endpoints{h, "127.0.0.1", v, "10.0.2.2"}, relay{"slirp4netns", pid})
+		})
+	}
+
+	// gvproxy: it listens for a vfkit-style peer on a unix datagram
+	// socket (one raw frame per datagram after a "VFKT" hello). The VMM is
+	// played by a helper in the "VM" namespace on a socket connected to
+	// gvproxy's, as vfkit's would be, so a frame crosses one TAP, one
+	// helper and gvproxy's user-mode TCP/IP stack. gvproxy maps
+	// 192.168.127.254 to its namespace's 127.0.0.1, where iperf3 listens.
+	path("gvproxy", func(t *testing.T, measure measureFunc) {
+		gv := gvproxyPath()
+		if gv == "" {
+			skip(t, "needs gvproxy: set VMNETCTL_BENCH_GVPROXY or put it on PATH (go install github.com/containers/gvisor-tap-vsock/cmd/gvproxy@latest)")
+		}
+		h, v := netns(t, "gb-host"), netns(t, "gb-vm")
+		sock, pid := startGvproxy(t, gv, h)
+		fd := vfkitClient(t, sock)
+		vm := startHelper(t, bin, dir, fd, v, "vmside", "192.168.127.2", nil)
+		measure(endpoints{h, "127.0.0.1", v, "192.168.127.254"},
+			relay{"gvproxy", pid}, relay{"vm helper", vm})
+	})
 
 	// The table for docs/performance.md.
 	base := map[string]float64{}
@@ -140,14 +179,248 @@ func TestThroughput(t *testing.T) {
 			base[r.dir] = r.gbps
 		}
 	}
-	fmt.Printf("\n| path | direction | Gbit/s | vs veth | helpers' CPU s/GB |\n|---|---|---|---|---|\n")
+	fmt.Printf("\nload average before: %s, after: %s; %d CPUs; %s\n", loadBefore, loadavg(), runtime.NumCPU(), time.Since(began).Round(time.Second))
+	fmt.Printf("\n| path | direction | Gbit/s | vs veth | relays' CPU s/GB | per process |\n|---|---|---|---|---|---|\n")
 	for _, r := range results {
-		cpu := "-"
-		if r.name != "veth" {
-			cpu = fmt.Sprintf("%.2f", r.cpuPerGB)
+		if r.err != "" {
+			fmt.Printf("| %s | - | - | - | - | %s |\n", r.name, r.err)
+			continue
 		}
-		fmt.Printf("| %s | %s | %.2f | %.0f%% | %s |\n", r.name, r.dir, r.gbps, 100*r.gbps/base[r.dir], cpu)
+		cpu, detail, ratio := "-", "-", "-"
+		if r.cpuDetail != "" {
+			cpu, detail = fmt.Sprintf("%.2f", r.cpuPerGB), r.cpuDetail
+		}
+		if base[r.dir] > 0 {
+			ratio = fmt.Sprintf("%.0f%%", 100*r.gbps/base[r.dir])
+		}
+		fmt.Printf("| %s | %s | %.2f | %s | %s | %s |\n", r.name, r.dir, r.gbps, ratio, cpu, detail)
 	}
+}
+
+// endpoints says where iperf3's server listens (namespace and address) and
+// what the client in the VM namespace connects to.
+type endpoints struct {
+	hostNS, listen, vmNS, target string
+}
+
+// relay is a process that moves the frames, whose CPU time is counted.
+type relay struct {
+	name string
+	pid  int
+}
+
+type measureFunc func(e endpoints, relays ...relay)
+
+// skipped holds why a subtest skipped, for the table.
+var skipped = map[string]string{}
+
+func skip(t *testing.T, why string) {
+	skipped[t.Name()] = why
+	t.Skip(why)
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// socketpair is the VMM's socketpair with vmnet-helper's buffer sizes,
+// unless VMNETCTL_BENCH_SNDBUF says otherwise.
+func socketpair(t *testing.T, tso bool) [2]int {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		setBuffers(fd, tso)
+	}
+	return fds
+}
+
+func setBuffers(fd int, tso bool) {
+	rcv := 4 << 20
+	if tso {
+		rcv = 8 << 20
+	}
+	snd := 65 * 1024
+	if v, err := strconv.Atoi(os.Getenv("VMNETCTL_BENCH_SNDBUF")); err == nil {
+		snd = v
+	}
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, snd)
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcv)
+}
+
+// startHelper puts a bridge named for network id with addr in ns (marked
+// as the data plane marks it), and a helper on fd with its TAP on that
+// bridge. It returns the helper's pid.
+func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, extra []string) int {
+	t.Helper()
+	// One networks.yaml per side: the two are one subnet seen from two
+	// namespaces.
+	ip := net.ParseIP(addr).To4()
+	end := net.IPv4(ip[0], ip[1], ip[2], 253).String()
+	cfg := filepath.Join(dir, fmt.Sprintf("%s-%s.yaml", id, ns))
+	if err := os.WriteFile(cfg, []byte("networks:\n  "+id+": {mode: shared, gateway: "+addr+", dhcpEnd: "+end+", netmask: 255.255.255.0}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	br := api.BridgeName(id)
+	run(t, "ip", "-n", ns, "link", "add", br, "type", "bridge")
+	run(t, "ip", "-n", ns, "link", "set", br, "alias", "vmnetctl:network="+id)
+	run(t, "ip", "-n", ns, "addr", "add", addr+"/24", "dev", br)
+	run(t, "ip", "-n", ns, "link", "set", br, "up")
+	f := os.NewFile(uintptr(fd), "sock")
+	defer f.Close()
+	args := append([]string{"netns", "exec", ns, bin, "--networks", cfg, "helper", "--fd", "3", "--network", id, "--tap", "tap0"}, extra...)
+	cmd := exec.Command("ip", args...)
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, cmd)
+	line := make(chan bool, 1)
+	go func() { line <- bufio.NewScanner(out).Scan() }()
+	select {
+	case ok := <-line:
+		if !ok {
+			t.Fatal("helper exited before its ready line")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no ready line in 10s")
+	}
+	return cmd.Process.Pid
+}
+
+// start starts cmd and stops it (SIGTERM, then SIGKILL after 5 s) when
+// the test ends, whatever happened. `ip netns exec` execs the command, so
+// the pid is the command's.
+func start(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(unix.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+}
+
+// startSlirp runs slirp4netns in hostNS for vmNS's tap0 and waits for it
+// to say it is ready (--ready-fd). --exit-fd makes it exit if the test
+// dies without its cleanup.
+func startSlirp(t *testing.T, hostNS, vmNS string, mtu int) int {
+	t.Helper()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exitR, exitW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", hostNS, "slirp4netns", "--configure", "--mtu="+strconv.Itoa(mtu),
+		"--ready-fd=3", "--exit-fd=4", "--netns-type=path", "/run/netns/"+vmNS, "tap0")
+	cmd.ExtraFiles = []*os.File{readyW, exitR}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	start(t, cmd)
+	t.Cleanup(func() { exitW.Close() })
+	readyW.Close()
+	exitR.Close()
+	ready := make(chan error, 1)
+	go func() {
+		b := make([]byte, 1)
+		_, err := readyR.Read(b)
+		ready <- err
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatalf("slirp4netns did not become ready: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("slirp4netns not ready in 10s\n%s", stderr.String())
+	}
+	readyR.Close()
+	return cmd.Process.Pid
+}
+
+// gvproxyPath finds gvproxy: $VMNETCTL_BENCH_GVPROXY, PATH, or where
+// podman's packages put it.
+func gvproxyPath() string {
+	if p := os.Getenv("VMNETCTL_BENCH_GVPROXY"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("gvproxy"); err == nil {
+		return p
+	}
+	for _, p := range []string{"/usr/libexec/podman/gvproxy", "/usr/lib/podman/gvproxy"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// startGvproxy runs gvproxy in ns with a vfkit socket and returns the
+// socket's path, once it exists, and gvproxy's pid. Its SSH forward (127.0.0.1:2222 in ns) is
+// left on: it is in a namespace of ours and carries nothing here.
+func startGvproxy(t *testing.T, gv, ns string) (string, int) {
+	t.Helper()
+	// A short path: sun_path holds 108 bytes and t.TempDir can be long.
+	sdir, err := os.MkdirTemp("", "vb-gv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sdir) })
+	sock := filepath.Join(sdir, "gv.sock")
+	cmd := exec.Command("ip", "netns", "exec", ns, gv, "-mtu", "1500", "-listen-vfkit", "unixgram://"+sock)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	start(t, cmd)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			return sock, cmd.Process.Pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gvproxy made no %s in 10s\n%s", sock, stderr.String())
+		}
+	}
+}
+
+// vfkitClient is what vfkit does: a unix datagram socket bound to a path
+// of its own, connected to gvproxy's, announcing itself with "VFKT".
+// Buffers as vmnet-helper sets them (non-offloaded).
+func vfkitClient(t *testing.T, server string) int {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setBuffers(fd, false)
+	local := filepath.Join(filepath.Dir(server), "vm.sock")
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: local}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: server}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Write(fd, []byte("VFKT")); err != nil {
+		t.Fatal(err)
+	}
+	return fd
 }
 
 func run(t *testing.T, name string, args ...string) string {
@@ -170,64 +443,35 @@ func netns(t *testing.T, prefix string) string {
 	return name
 }
 
-// cpuTime is the user+system CPU seconds of the processes.
-func cpuTime(t *testing.T, pids []int) float64 {
-	var total float64
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// cpuTimes is the user+system CPU seconds of each relay.
+func cpuTimes(t *testing.T, relays []relay) []float64 {
+	var times []float64
+	for _, r := range relays {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.pid))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", r.name, err)
 		}
 		// Fields after the command name (which may hold spaces): utime and
 		// stime are the 14th and 15th fields of the line.
 		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
 		ut, _ := strconv.ParseFloat(f[11], 64)
 		st, _ := strconv.ParseFloat(f[12], 64)
-		total += (ut + st) / 100 // USER_HZ
+		times = append(times, (ut+st)/100) // USER_HZ
 	}
-	return total
-}
-
-func startHelper(t *testing.T, sock *os.File, args []string) int {
-	t.Helper()
-	cmd := exec.Command("ip", args...)
-	cmd.ExtraFiles = []*os.File{sock}
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(unix.SIGTERM)
-		cmd.Wait()
-	})
-	line := make(chan bool, 1)
-	go func() { line <- bufio.NewScanner(out).Scan() }()
-	select {
-	case ok := <-line:
-		if !ok {
-			t.Fatal("helper exited before its ready line")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no ready line in 10s")
-	}
-	return cmd.Process.Pid
+	return times
 }
 
 // iperf runs iperf3 for a few seconds and returns the receiver's Gbit/s
 // and bytes.
-func iperf(t *testing.T, hostNS, vmNS string, reverse bool) (float64, int64) {
+func iperf(t *testing.T, e endpoints, reverse bool) (float64, int64) {
 	t.Helper()
-	srv := exec.Command("ip", "netns", "exec", hostNS, "iperf3", "-s", "-1", "-B", "192.168.105.1")
+	srv := exec.Command("ip", "netns", "exec", e.hostNS, "iperf3", "-s", "-1", "-B", e.listen)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	// A one-off server sometimes outlives a failed client attempt.
 	defer func() { srv.Process.Kill(); srv.Wait() }()
-	args := []string{"netns", "exec", vmNS, "iperf3", "-c", "192.168.105.1", "-t", strconv.Itoa(seconds), "-J"}
+	args := []string{"netns", "exec", e.vmNS, "iperf3", "-c", e.target, "-t", strconv.Itoa(seconds), "-J"}
 	if reverse {
 		args = append(args, "-R")
 	}
