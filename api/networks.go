@@ -85,16 +85,23 @@ type Network struct {
 	// Interface is the host interface of a bridged network.
 	Interface string `json:"interface,omitempty"`
 
-	MTU                 int           `json:"mtu"`
-	DHCP                bool          `json:"dhcp"`
-	DNSProxy            bool          `json:"dnsProxy"`
-	NAT44               bool          `json:"nat44"`
-	NAT66               bool          `json:"nat66"`
-	RouterAdvertisement bool          `json:"routerAdvertisement"`
-	Isolation           bool          `json:"isolation"`
-	LeaseTime           time.Duration `json:"-"`
-	Reservations        []Reservation `json:"reservations"`
-	Source              Source        `json:"source"`
+	MTU                 int  `json:"mtu"`
+	DHCP                bool `json:"dhcp"`
+	DNSProxy            bool `json:"dnsProxy"`
+	NAT44               bool `json:"nat44"`
+	NAT66               bool `json:"nat66"`
+	RouterAdvertisement bool `json:"routerAdvertisement"`
+	Isolation           bool `json:"isolation"`
+	// Offloads turns on TSO and checksum offload in every helper of the
+	// network (datagrams then carry a virtio-net header: the VMM must
+	// support it). vmnet loses TSO for all VMs of a network when one lacks it.
+	Offloads bool `json:"offloads"`
+	// VMNetBroker joins the vmnet-broker network of that name on macOS 26
+	// (vmnet-helper --network) instead of creating one from this definition.
+	VMNetBroker  string        `json:"vmnetBroker,omitempty"`
+	LeaseTime    time.Duration `json:"-"`
+	Reservations []Reservation `json:"reservations"`
+	Source       Source        `json:"source"`
 
 	lines map[string]int
 }
@@ -159,7 +166,8 @@ func (c *Networks) Lookup(kind RefKind, name string) *Network {
 }
 
 var networkKeys = []string{"mode", "gateway", "dhcpEnd", "netmask", "interface", "subnet", "dhcp",
-	"dnsProxy", "mtu", "nat44", "nat66", "routerAdvertisement", "isolation", "leaseTime", "dhcpRange", "reservations"}
+	"dnsProxy", "mtu", "nat44", "nat66", "routerAdvertisement", "isolation", "leaseTime", "dhcpRange", "reservations",
+	"offloads", "vmnetBroker"}
 
 // LoadNetworks parses networks.yaml. file names the input in diagnostics.
 // The result is nil when there are errors.
@@ -301,6 +309,15 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 	boolField("nat66", &n.NAT66)
 	boolField("routerAdvertisement", &n.RouterAdvertisement)
 	boolField("isolation", &n.Isolation)
+	boolField("offloads", &n.Offloads)
+	if bv, ok := f["vmnetBroker"]; ok {
+		if b, ok := w.str(bv, at("vmnetBroker")); ok {
+			if msg := checkName(b); msg != "" {
+				w.errorf(bv, at("vmnetBroker"), "vmnet-broker network name %s", msg)
+			}
+			n.VMNetBroker = b
+		}
+	}
 	if mv, ok := f["mtu"]; ok {
 		if m, ok := w.integer(mv, at("mtu")); ok {
 			if m < MinMTU || m > MaxMTU {

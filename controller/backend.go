@@ -107,6 +107,9 @@ func (linuxBackend) HelperCommand(s HelperSpec) ([]string, error) {
 	if n.Isolation {
 		args = append(args, "--enable-isolation")
 	}
+	if n.Offloads {
+		args = append(args, "--enable-tso", "--enable-checksum-offload")
+	}
 	switch {
 	case s.FD >= 0:
 		args = append(args, "--fd", strconv.Itoa(s.FD))

@@ -86,13 +86,19 @@ func (b VMNetHelperBackend) HelperCommand(s HelperSpec) ([]string, error) {
 			return nil, err
 		}
 	}
-	return helperexec.VMNetHelperCommand(helperexec.VMNetHelperOptions{
+	o := helperexec.VMNetHelperOptions{
 		Path: path, Socket: s.Socket, FD: s.FD,
-		InterfaceID:   helperexec.VMNetHelperInterfaceID(a.VM, a.Index, a.MAC),
-		Network:       s.Network,
-		StatsInterval: s.StatsInterval,
-		Sudo:          b.Sudo,
-	})
+		InterfaceID:     helperexec.VMNetHelperInterfaceID(a.VM, a.Index, a.MAC),
+		Network:         s.Network,
+		TSO:             s.Network.Offloads,
+		ChecksumOffload: s.Network.Offloads,
+		StatsInterval:   s.StatsInterval,
+		Sudo:            b.Sudo,
+	}
+	if s.Network.VMNetBroker != "" {
+		o.Network, o.BrokerNetwork = nil, s.Network.VMNetBroker
+	}
+	return helperexec.VMNetHelperCommand(o)
 }
 
 // vmnetNetwork is a network vmnet runs; vmnetctl only reads its leases.

@@ -166,3 +166,24 @@ func TestVMNetHelperSudoRefusesAUserOwnedHelper(t *testing.T) {
 		t.Fatal("a vmnet-helper that a user can replace would run as root")
 	}
 }
+
+func TestVMNetHelperBrokerAndOffloads(t *testing.T) {
+	nets, diags := api.LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n    offloads: true\n  brokered:\n    subnet: 192.168.106.0/24\n    vmnetBroker: lima-shared\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags.Err())
+	}
+	a := &Attachment{Attachment: &api.Attachment{VM: "dev", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}}
+	b := VMNetHelperBackend{Path: "/opt/vmnet-helper/bin/vmnet-helper"}
+	argv, err := b.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("shared"), Owner: &Project{}, Socket: "/tmp/x.sock", FD: -1})
+	if got := strings.Join(argv, " "); err != nil || !strings.Contains(got, "--enable-tso") || !strings.Contains(got, "--enable-checksum-offload") {
+		t.Errorf("offloads: %q %v", got, err)
+	}
+	argv, err = b.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("brokered"), Owner: &Project{}, Socket: "/tmp/x.sock", FD: -1})
+	if got := strings.Join(argv, " "); err != nil || !strings.Contains(got, "--network lima-shared") || strings.Contains(got, "--operation-mode") {
+		t.Errorf("broker network: %q %v", got, err)
+	}
+	argv, _ = linuxBackend{}.HelperCommand(HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("shared"), Owner: &Project{UID: -1}, Socket: "/tmp/x.sock", FD: -1})
+	if got := strings.Join(argv, " "); !strings.Contains(got, "--enable-tso --enable-checksum-offload") {
+		t.Errorf("our helper without offloads: %q", got)
+	}
+}

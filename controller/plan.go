@@ -78,6 +78,8 @@ var networkFields = []networkField{
 	{"interface", func(n *api.Network) string { return n.Interface }, true},
 	{"mtu", func(n *api.Network) string { return fmt.Sprint(n.MTU) }, true},
 	{"isolation", func(n *api.Network) string { return fmt.Sprint(n.Isolation) }, true},
+	{"offloads", func(n *api.Network) string { return fmt.Sprint(n.Offloads) }, true},
+	{"vmnetBroker", func(n *api.Network) string { return n.VMNetBroker }, true},
 	{"dhcp", func(n *api.Network) string { return fmt.Sprint(n.DHCP) }, false},
 	{"dhcpRange", func(n *api.Network) string {
 		if !n.DHCPStart.IsValid() {
