@@ -263,7 +263,11 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		defer lock.Close()
 		defer os.Remove(o.socket + ".lock")
 		os.Remove(o.socket)
+		// Bound under a umask that makes it 0600 from the start: whoever
+		// waits for the path must never see it with wider permissions.
+		oldMask := syscall.Umask(0o177)
 		uc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: o.socket, Net: "unixgram"})
+		syscall.Umask(oldMask)
 		if err != nil {
 			logf(stderr, "ERROR", "Failed to bind %q: %v", o.socket, err)
 			return 1
