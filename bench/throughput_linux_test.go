@@ -22,17 +22,28 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
-// The path through the helper:
+// The paths measured, each in namespaces of its own, iperf3's server on
+// the "host" side and its client in the "VM" namespace ("vm→host" is the
+// client sending, "host→vm" is -R):
 //
-//	host ns: bridge vmn-shared 192.168.105.1 ── TAP ── helper (--fd 3)
-//	                                                      │ socketpair
-//	vm ns:   bridge vmn-vmside 192.168.105.2 ── TAP ── helper (--fd 3)
+//	veth:    vm ns 192.168.105.2 ── veth ── host ns 192.168.105.1
 //
-// The VM side is a second helper playing the VMM (as qemu -netdev dgram
-// would), so a frame crosses two relays and two TAPs. The baseline is a veth
-// pair between two namespaces with the same addresses. iperf3 runs in the
-// namespaces: server on .1, client on .2; "vm→host" is the client sending,
-// "host→vm" is -R.
+//	helper:  host ns: bridge vmn-shared 192.168.105.1 ── TAP ── helper (--fd 3)
+//	                                                               │ socketpair
+//	         vm ns:   bridge vmn-vmside 192.168.105.2 ── TAP ── helper (--fd 3)
+//
+//	slirp4netns: vm ns: tap0 10.0.2.100 ── slirp4netns (in host ns)
+//	             ── host ns 127.0.0.1 (slirp's 10.0.2.2)
+//
+//	gvproxy: vm ns: bridge 192.168.127.2 ── TAP ── helper (--fd 3, plays vfkit)
+//	             │ unixgram, "VFKT" hello
+//	         gvproxy (in host ns) ── host ns 127.0.0.1 (gvproxy's 192.168.127.254)
+//
+// In the helper path the VM side is a second helper playing the VMM (as
+// qemu -netdev dgram would), so a frame crosses two relays and two TAPs;
+// in the gvproxy path a helper plays vfkit. slirp4netns reads the VM's TAP
+// itself, as it does for podman. The two user-mode stacks end the VM's TCP
+// connection and open their own to the host's loopback.
 
 const seconds = 5
 
@@ -159,18 +170,34 @@ func TestThroughput(t *testing.T) {
 	// gvproxy's, as vfkit's would be, so a frame crosses one TAP, one
 	// helper and gvproxy's user-mode TCP/IP stack. gvproxy maps
 	// 192.168.127.254 to its namespace's 127.0.0.1, where iperf3 listens.
-	path("gvproxy", func(t *testing.T, measure measureFunc) {
-		gv := gvproxyPath()
-		if gv == "" {
-			skip(t, "needs gvproxy: set VMNETCTL_BENCH_GVPROXY or put it on PATH (go install github.com/containers/gvisor-tap-vsock/cmd/gvproxy@latest)")
+	//
+	// A unix datagram socket's receive queue holds at most
+	// net.unix.max_dgram_qlen datagrams (10 by default, per network
+	// namespace, taken when the socket is made), and gvproxy reads one
+	// datagram at a time: the helper's sends towards it fill that queue,
+	// back off and drop. The second run raises the limit in gvproxy's
+	// namespace only, to show what the default costs.
+	for _, qlen := range []int{0, 512} {
+		name := "gvproxy"
+		if qlen > 0 {
+			name = fmt.Sprintf("gvproxy max_dgram_qlen %d", qlen)
 		}
-		h, v := netns(t, "gb-host"), netns(t, "gb-vm")
-		sock, pid := startGvproxy(t, gv, h)
-		fd := vfkitClient(t, sock)
-		vm := startHelper(t, bin, dir, fd, v, "vmside", "192.168.127.2", nil)
-		measure(endpoints{h, "127.0.0.1", v, "192.168.127.254"},
-			relay{"gvproxy", pid}, relay{"vm helper", vm})
-	})
+		path(name, func(t *testing.T, measure measureFunc) {
+			gv := gvproxyPath()
+			if gv == "" {
+				skip(t, "needs gvproxy: set VMNETCTL_BENCH_GVPROXY or put it on PATH (go install github.com/containers/gvisor-tap-vsock/cmd/gvproxy@latest)")
+			}
+			h, v := netns(t, "gb-host"), netns(t, "gb-vm")
+			if qlen > 0 {
+				run(t, "ip", "netns", "exec", h, "sysctl", "-qw", fmt.Sprintf("net.unix.max_dgram_qlen=%d", qlen))
+			}
+			sock, pid := startGvproxy(t, gv, h)
+			fd := vfkitClient(t, sock)
+			vm := startHelper(t, bin, dir, fd, v, "vmside", "192.168.127.2", nil)
+			measure(endpoints{h, "127.0.0.1", v, "192.168.127.254"},
+				relay{"gvproxy", pid}, relay{"vm helper", vm})
+		})
+	}
 
 	// The table for docs/performance.md.
 	base := map[string]float64{}
