@@ -79,7 +79,9 @@ func TestThroughput(t *testing.T) {
 	// misbehaving) leaves a row saying why and the others still run; its
 	// namespaces and processes go when the subtest ends.
 	path := func(name string, f func(t *testing.T, measure measureFunc)) {
+		ran := false
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			ran = true
 			f(t, func(e endpoints, relays ...relay) {
 				for _, reverse := range []bool{false, true} {
 					d := "vm→host"
@@ -103,7 +105,7 @@ func TestThroughput(t *testing.T) {
 				}
 			})
 		})
-		{
+		if ran {
 			// A skipped or failed path still gets a row, so the table says so.
 			measured := false
 			for _, r := range results {
@@ -421,10 +423,24 @@ func startGvproxy(t *testing.T, gv, ns string) (string, int) {
 		if _, err := os.Stat(sock); err == nil {
 			return sock, cmd.Process.Pid
 		}
+		if exited(cmd.Process.Pid) {
+			t.Fatalf("gvproxy exited\n%s", stderr.String())
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("gvproxy made no %s in 10s\n%s", sock, stderr.String())
 		}
 	}
+}
+
+// exited says whether the child pid has exited (a zombie its cleanup will
+// reap).
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
 
 // vfkitClient is what vfkit does: a unix datagram socket bound to a path
