@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,6 +54,7 @@ type result struct {
 	gbps      float64
 	cpuPerGB  float64 // CPU seconds of the relaying processes per GB moved
 	cpuDetail string  // the same, per process
+	drops     int64   // frames the helpers dropped, or -1
 	err       string  // why the path was not measured
 }
 
@@ -89,10 +91,17 @@ func TestThroughput(t *testing.T) {
 						d = "host→vm"
 					}
 					before := cpuTimes(t, relays)
+					dropsBefore, _ := dropped(relays)
 					g, n := iperf(t, e, reverse)
 					after := cpuTimes(t, relays)
+					// Wait for the helpers' next stats lines.
+					time.Sleep(2 * statsInterval)
+					dropsAfter, known := dropped(relays)
 					gb := float64(n) / 1e9
-					r := result{name: name, dir: d, gbps: g}
+					r := result{name: name, dir: d, gbps: g, drops: -1}
+					if known {
+						r.drops = dropsAfter - dropsBefore
+					}
 					var parts []string
 					for i, rl := range relays {
 						c := (after[i] - before[i]) / gb
@@ -101,7 +110,7 @@ func TestThroughput(t *testing.T) {
 					}
 					r.cpuDetail = strings.Join(parts, " + ")
 					results = append(results, r)
-					t.Logf("%-24s %s %6.2f Gbit/s, relays' CPU %.2f s/GB (%s)", name, d, g, r.cpuPerGB, r.cpuDetail)
+					t.Logf("%-26s %s %6.2f Gbit/s, relays' CPU %.2f s/GB (%s), helpers' drops %d", name, d, g, r.cpuPerGB, r.cpuDetail, r.drops)
 				}
 			})
 		})
@@ -143,8 +152,8 @@ func TestThroughput(t *testing.T) {
 			fds := socketpair(t, tso)
 			host := startHelper(t, bin, dir, fds[0], h, "shared", "192.168.105.1", extra)
 			vm := startHelper(t, bin, dir, fds[1], v, "vmside", "192.168.105.2", extra)
-			measure(endpoints{h, "192.168.105.1", v, "192.168.105.1"},
-				relay{"host helper", host}, relay{"vm helper", vm})
+			host.name, vm.name = "host helper", "vm helper"
+			measure(endpoints{h, "192.168.105.1", v, "192.168.105.1"}, host, vm)
 		})
 	}
 
@@ -162,7 +171,7 @@ func TestThroughput(t *testing.T) {
 			}
 			h, v := netns(t, "sb-host"), netns(t, "sb-vm")
 			pid := startSlirp(t, h, v, mtu)
-			measure(endpoints{h, "127.0.0.1", v, "10.0.2.2"}, relay{"slirp4netns", pid})
+			measure(endpoints{h, "127.0.0.1", v, "10.0.2.2"}, relay{name: "slirp4netns", pid: pid})
 		})
 	}
 
@@ -196,8 +205,8 @@ func TestThroughput(t *testing.T) {
 			sock, pid := startGvproxy(t, gv, h)
 			fd := vfkitClient(t, sock)
 			vm := startHelper(t, bin, dir, fd, v, "vmside", "192.168.127.2", nil)
-			measure(endpoints{h, "127.0.0.1", v, "192.168.127.254"},
-				relay{"gvproxy", pid}, relay{"vm helper", vm})
+			vm.name = "vm helper"
+			measure(endpoints{h, "127.0.0.1", v, "192.168.127.254"}, relay{name: "gvproxy", pid: pid}, vm)
 		})
 	}
 
@@ -209,10 +218,10 @@ func TestThroughput(t *testing.T) {
 		}
 	}
 	fmt.Printf("\nload average before: %s, after: %s; %d CPUs; %s\n", loadBefore, loadavg(), runtime.NumCPU(), time.Since(began).Round(time.Second))
-	fmt.Printf("\n| path | direction | Gbit/s | vs veth | relays' CPU s/GB | per process |\n|---|---|---|---|---|---|\n")
+	fmt.Printf("\n| path | direction | Gbit/s | vs veth | relays' CPU s/GB | per process | helpers' drops |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		if r.err != "" {
-			fmt.Printf("| %s | - | - | - | - | %s |\n", r.name, r.err)
+			fmt.Printf("| %s | - | - | - | - | %s | - |\n", r.name, r.err)
 			continue
 		}
 		cpu, detail, ratio := "-", "-", "-"
@@ -222,7 +231,11 @@ func TestThroughput(t *testing.T) {
 		if base[r.dir] > 0 {
 			ratio = fmt.Sprintf("%.0f%%", 100*r.gbps/base[r.dir])
 		}
-		fmt.Printf("| %s | %s | %.2f | %s | %s | %s |\n", r.name, r.dir, r.gbps, ratio, cpu, detail)
+		drops := "-"
+		if r.drops >= 0 {
+			drops = strconv.FormatInt(r.drops, 10)
+		}
+		fmt.Printf("| %s | %s | %.2f | %s | %s | %s | %s |\n", r.name, r.dir, r.gbps, ratio, cpu, detail, drops)
 	}
 }
 
@@ -236,6 +249,9 @@ type endpoints struct {
 type relay struct {
 	name string
 	pid  int
+	// drops, for a helper, is the frames it dropped so far (both
+	// directions), from its latest stats line.
+	drops func() int64
 }
 
 type measureFunc func(e endpoints, relays ...relay)
@@ -286,7 +302,7 @@ func setBuffers(fd int, tso bool) {
 // startHelper puts a bridge named for network id with addr in ns (marked
 // as the data plane marks it), and a helper on fd with its TAP on that
 // bridge. It returns the helper's pid.
-func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, extra []string) int {
+func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, extra []string) relay {
 	t.Helper()
 	// One networks.yaml per side: the two are one subnet seen from two
 	// namespaces.
@@ -303,10 +319,39 @@ func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, ext
 	run(t, "ip", "-n", ns, "link", "set", br, "up")
 	f := os.NewFile(uintptr(fd), "sock")
 	defer f.Close()
-	args := append([]string{"netns", "exec", ns, bin, "--networks", cfg, "helper", "--fd", "3", "--network", id, "--tap", "tap0"}, extra...)
+	args := append([]string{"netns", "exec", ns, bin, "--networks", cfg, "helper", "--fd", "3", "--network", id, "--tap", "tap0", "--stats-interval", strconv.FormatFloat(statsInterval.Seconds(), 'f', -1, 64)}, extra...)
 	cmd := exec.Command("ip", args...)
 	cmd.ExtraFiles = []*os.File{f}
-	cmd.Stderr = os.Stderr
+	var mu sync.Mutex
+	var drops int64
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// The periodic stats lines only feed the drop counts; the rest,
+		// and the last stats line, go to stderr.
+		sc := bufio.NewScanner(stderr)
+		last := ""
+		for sc.Scan() {
+			line := sc.Text()
+			i := strings.Index(line, "[stats] ")
+			if i < 0 {
+				fmt.Fprintln(os.Stderr, line)
+				continue
+			}
+			last = line
+			var st struct{ Host, VM struct{ Drops int64 } }
+			if json.Unmarshal([]byte(line[i+len("[stats] "):]), &st) == nil {
+				mu.Lock()
+				drops = st.Host.Drops + st.VM.Drops
+				mu.Unlock()
+			}
+		}
+		if last != "" {
+			fmt.Fprintln(os.Stderr, last)
+		}
+	}()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -322,7 +367,26 @@ func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, ext
 	case <-time.After(10 * time.Second):
 		t.Fatal("no ready line in 10s")
 	}
-	return cmd.Process.Pid
+	return relay{pid: cmd.Process.Pid, drops: func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return drops
+	}}
+}
+
+// statsInterval is how often the helpers log their counters, so the drops
+// of each direction can be told apart.
+const statsInterval = 250 * time.Millisecond
+
+// dropped is the frames the relays dropped so far.
+func dropped(relays []relay) (n int64, known bool) {
+	for _, r := range relays {
+		if r.drops != nil {
+			n += r.drops()
+			known = true
+		}
+	}
+	return n, known
 }
 
 // start starts cmd and stops it (SIGTERM, then SIGKILL after 5 s) when
