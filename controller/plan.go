@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net/netip"
@@ -253,36 +254,39 @@ func (p *Plan) Render(w io.Writer) {
 	if len(p.Networks) > 0 {
 		fmt.Fprintln(w, "Networks:")
 		for _, c := range p.Networks {
-			switch c.Action {
-			case ActionCreate:
-				fmt.Fprintf(w, "  %-3s %s: %s\n", actionSigns[c.Action], c.ID, describeNetwork(c.New))
-			case ActionDelete:
-				fmt.Fprintf(w, "  %-3s %s: %s\n", actionSigns[c.Action], c.ID, describeNetwork(c.Old))
-			default:
-				fmt.Fprintf(w, "  %-3s %s\n", actionSigns[c.Action], c.ID)
-				renderChanges(w, c.Changes)
+			desc := ""
+			if n := cmp.Or(c.New, c.Old); c.Action == ActionCreate || c.Action == ActionDelete {
+				desc = describeNetwork(n)
 			}
+			renderChange(w, c.Action, c.ID, desc, "", c.Changes)
 		}
 	}
 	if len(p.Attachments) > 0 {
 		fmt.Fprintln(w, "Attachments:")
 		for _, c := range p.Attachments {
-			switch c.Action {
-			case ActionCreate:
-				fmt.Fprintf(w, "  %-3s %s: %s\n", actionSigns[c.Action], c.Key, describeAttachment(c.New))
-			case ActionDelete:
-				fmt.Fprintf(w, "  %-3s %s: %s\n", actionSigns[c.Action], c.Key, describeAttachment(c.Old))
-			default:
-				line := fmt.Sprintf("  %-3s %s", actionSigns[c.Action], c.Key)
-				if c.Reason != "" {
-					line += " (" + c.Reason + ")"
-				}
-				fmt.Fprintln(w, line)
-				renderChanges(w, c.Changes)
+			desc := ""
+			if a := cmp.Or(c.New, c.Old); c.Action == ActionCreate || c.Action == ActionDelete {
+				desc = describeAttachment(a)
 			}
+			renderChange(w, c.Action, c.Key, desc, c.Reason, c.Changes)
 		}
 	}
 	fmt.Fprintln(w, p.Summary())
+}
+
+// renderChange writes one line of the plan: a created or deleted object with
+// its description, or a changed one with its reason and changed fields.
+func renderChange(w io.Writer, action Action, name, desc, reason string, changes []FieldChange) {
+	switch {
+	case desc != "":
+		fmt.Fprintf(w, "  %-3s %s: %s\n", actionSigns[action], name, desc)
+		return
+	case reason != "":
+		fmt.Fprintf(w, "  %-3s %s (%s)\n", actionSigns[action], name, reason)
+	default:
+		fmt.Fprintf(w, "  %-3s %s\n", actionSigns[action], name)
+	}
+	renderChanges(w, changes)
 }
 
 func renderChanges(w io.Writer, changes []FieldChange) {

@@ -30,17 +30,7 @@ import (
 
 var vmnetctl string // the binary under test
 
-func TestMain(m *testing.M) {
-	bin, dir, err := simvm.BuildVmnetctl()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	vmnetctl = bin
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { simvm.MainWithVmnetctl(m, &vmnetctl) }
 
 const networksYAML = `
 vmnet:

@@ -31,6 +31,20 @@ func BuildVmnetctl() (binary, dir string, err error) {
 	return binary, dir, nil
 }
 
+// MainWithVmnetctl is a TestMain for end-to-end packages: it builds the
+// vmnetctl binary into *binary, runs the tests and removes it.
+func MainWithVmnetctl(m *testing.M, binary *string) {
+	bin, dir, err := BuildVmnetctl()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*binary = bin
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // Host is the machine vmnetctl manages, for end-to-end tests: a namespace
 // of its own, a state dir and a networks.yaml, and the binary under test.
 // When the test ends, no controller or helper of its state dir is left.
