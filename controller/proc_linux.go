@@ -36,6 +36,11 @@ func ReadProcIdentity(pid int) (ProcIdentity, error) {
 	if err != nil {
 		return ProcIdentity{}, err
 	}
+	if len(raw) == 0 {
+		// Just after exec the kernel has not set up the new command line
+		// yet (or the process is exiting): no identity to record.
+		return ProcIdentity{}, fmt.Errorf("process %d has no command line (yet)", pid)
+	}
 	cmdline := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
 	return ProcIdentity{PID: pid, StartTime: start, Cmdline: cmdline}, nil
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"os/exec"
 	"testing"
+	"time"
 )
 
 func TestProcIdentity(t *testing.T) {
@@ -11,7 +12,14 @@ func TestProcIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	id, err := ReadProcIdentity(cmd.Process.Pid)
+	// Right after exec the command line can read empty for a moment.
+	var id ProcIdentity
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if id, err = ReadProcIdentity(cmd.Process.Pid); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
