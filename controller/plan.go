@@ -61,18 +61,34 @@ type Plan struct {
 // Empty reports whether the plan changes nothing.
 func (p *Plan) Empty() bool { return len(p.Networks) == 0 && len(p.Attachments) == 0 }
 
-// networkField is a field of a network that a plan compares.
-type networkField struct {
+// field is a field of a network or attachment that a plan compares.
+type field[T any] struct {
 	name    string
-	get     func(*api.Network) string
-	replace bool // true when a change needs the network rebuilt
+	get     func(T) string
+	replace bool // true when a change needs the object rebuilt
+}
+
+// diffFields lists the fields that differ between o and n, and whether that
+// is an update in place or needs a replacement.
+func diffFields[T any](fields []field[T], o, n T) ([]FieldChange, Action) {
+	var changes []FieldChange
+	action := ActionUpdate
+	for _, f := range fields {
+		if ov, nv := f.get(o), f.get(n); ov != nv {
+			changes = append(changes, FieldChange{Field: f.name, Old: ov, New: nv, Replace: f.replace})
+			if f.replace {
+				action = ActionReplace
+			}
+		}
+	}
+	return changes, action
 }
 
 // networkFields lists what matters in a network. Addresses, mode, MTU and
 // isolation shape the bridge and its ports, so changing them replaces the
 // network and restarts its helpers; DHCP, DNS and NAT settings are applied
 // in place.
-var networkFields = []networkField{
+var networkFields = []field[*api.Network]{
 	{"mode", func(n *api.Network) string { return string(n.Mode) }, true},
 	{"subnet", func(n *api.Network) string { return prefixString(n.Subnet) }, true},
 	{"gateway", func(n *api.Network) string { return addrString(n.Gateway) }, true},
@@ -102,15 +118,9 @@ var networkFields = []networkField{
 	{"routerAdvertisement", func(n *api.Network) string { return fmt.Sprint(n.RouterAdvertisement) }, false},
 }
 
-type attachmentField struct {
-	name    string
-	get     func(*Attachment) string
-	replace bool
-}
-
 // attachmentFields: a new network, MAC or kind of attachment needs a new
 // helper; a fixed address is a DHCP reservation, changed in place.
-var attachmentFields = []attachmentField{
+var attachmentFields = []field[*Attachment]{
 	{"network", func(a *Attachment) string { return a.Network }, true},
 	{"mac", func(a *Attachment) string { return a.MAC }, true},
 	{"attach", func(a *Attachment) string { return string(a.Attach) }, true},
@@ -159,16 +169,7 @@ func ComputePlan(current, desired *Desired) *Plan {
 			p.Networks = append(p.Networks, NetworkChange{Action: ActionDelete, ID: id, Old: o})
 			replaced[id] = true
 		default:
-			var changes []FieldChange
-			action := ActionUpdate
-			for _, f := range networkFields {
-				if ov, nv := f.get(o), f.get(n); ov != nv {
-					changes = append(changes, FieldChange{Field: f.name, Old: ov, New: nv, Replace: f.replace})
-					if f.replace {
-						action = ActionReplace
-					}
-				}
-			}
+			changes, action := diffFields(networkFields, o, n)
 			if len(changes) > 0 {
 				p.Networks = append(p.Networks, NetworkChange{Action: action, ID: id, Old: o, New: n, Changes: changes})
 				if action == ActionReplace {
@@ -194,16 +195,7 @@ func ComputePlan(current, desired *Desired) *Plan {
 		case n == nil:
 			p.Attachments = append(p.Attachments, AttachmentChange{Action: ActionDelete, Key: key, Old: o})
 		default:
-			var changes []FieldChange
-			action := ActionUpdate
-			for _, f := range attachmentFields {
-				if ov, nv := f.get(o), f.get(n); ov != nv {
-					changes = append(changes, FieldChange{Field: f.name, Old: ov, New: nv, Replace: f.replace})
-					if f.replace {
-						action = ActionReplace
-					}
-				}
-			}
+			changes, action := diffFields(attachmentFields, o, n)
 			reason := ""
 			if action != ActionReplace && replaced[n.Network] {
 				action, reason = ActionReplace, fmt.Sprintf("network %s is replaced", n.Network)

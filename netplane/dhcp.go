@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
@@ -208,12 +207,4 @@ func (h *dhcpHandler) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, yiaddr ne
 		return nil
 	}
 	return r
-}
-
-// leaseTimeOf is the lease time a network's clients get.
-func leaseTimeOf(n *api.Network) time.Duration {
-	if n.LeaseTime > 0 {
-		return n.LeaseTime
-	}
-	return api.DefaultLeaseTime
 }

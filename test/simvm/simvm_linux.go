@@ -153,17 +153,6 @@ func AttachSocket(t testing.TB, name, mac, helperPath, clientPath string) *VM {
 	return vm
 }
 
-// AttachConn makes a simulated VM relayed over an already connected socket
-// (one end of a socketpair, as `vmnetctl run` hands a VMM).
-func AttachConn(t testing.TB, name, mac string, conn *net.UnixConn) *VM {
-	t.Helper()
-	vm := &VM{NS: NewNS(t, name), MAC: mac, conn: conn}
-	vm.openTap(t)
-	vm.start()
-	t.Cleanup(vm.Close)
-	return vm
-}
-
 type ifreq struct {
 	name  [unix.IFNAMSIZ]byte
 	flags uint16
@@ -213,11 +202,7 @@ func (vm *VM) start() {
 			if err != nil {
 				return
 			}
-			if vm.remote != nil {
-				vm.conn.WriteToUnix(buf[:n], vm.remote) // a helper between restarts drops it, as a cable would
-			} else if _, err := vm.conn.Write(buf[:n]); err != nil && vm.closed.Load() {
-				return
-			}
+			vm.conn.WriteToUnix(buf[:n], vm.remote) // a helper between restarts drops it, as a cable would
 		}
 	}()
 	go func() { // helper → TAP
