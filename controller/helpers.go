@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // Helper states, as `status` shows them.
@@ -57,7 +58,7 @@ type helperProc struct {
 	logPath string
 	// startLatency is how long the helper took from exec to ready.
 	startLatency time.Duration
-	stats        helperexec.Stats
+	stats        helperproto.Stats
 	statsOff     int64
 }
 
@@ -196,7 +197,7 @@ func logTail(path string, offset int64) string {
 	var lines []string
 	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
 	for sc.Scan() {
-		if _, isStats := helperexec.ParseStatsLine(sc.Text()); !isStats {
+		if _, isStats := helperproto.ParseStatsLine(sc.Text()); !isStats {
 			lines = append(lines, sc.Text())
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/metrics"
 )
 
@@ -216,7 +216,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, dir := range []struct {
 			name string
-			c    helperexec.Counters
+			c    helperproto.Counters
 		}{{"to_vm", s.Host}, {"from_vm", s.VM}} {
 			emit(descBytes, prometheus.CounterValue, float64(dir.c.Bytes), with(dir.name)...)
 			emit(descPackets, prometheus.CounterValue, float64(dir.c.Packets), with(dir.name)...)
@@ -283,7 +283,7 @@ func (c *Controller) rateMaxAge() time.Duration {
 
 // readStatsLines reads the lines h logged since h.statsOff, keeps the
 // latest stats in h.stats and passes every stats line to add.
-func readStatsLines(h *helperProc, add func(helperexec.Stats)) {
+func readStatsLines(h *helperProc, add func(helperproto.Stats)) {
 	if h.logPath == "" {
 		return
 	}
@@ -305,7 +305,7 @@ func readStatsLines(h *helperProc, add func(helperexec.Stats)) {
 			break // a partial last line is read again next time
 		}
 		h.statsOff += int64(len(line))
-		if s, ok := helperexec.ParseStatsLine(line); ok {
+		if s, ok := helperproto.ParseStatsLine(line); ok {
 			h.stats = s
 			add(s)
 		}

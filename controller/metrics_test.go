@@ -14,7 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // metricsController is a controller with one network and two attachments:
@@ -37,8 +37,8 @@ func metricsController(t *testing.T) *Controller {
 	log := filepath.Join(t.TempDir(), "a.0.log")
 	lines := []string{
 		"INFO  [main] serving\n",
-		helperexec.FormatStatsLine(helperexec.Stats{Time: now.Add(-time.Second), Host: helperexec.Counters{Bytes: 1000, Packets: 10}, VM: helperexec.Counters{Bytes: 500, Packets: 5}}) + "\n",
-		helperexec.FormatStatsLine(helperexec.Stats{Time: now, Host: helperexec.Counters{Bytes: 2000, Packets: 20, Drops: 1, Fast: 3, Slow: 4}, VM: helperexec.Counters{Bytes: 1000, Packets: 10}}) + "\n",
+		helperproto.FormatStatsLine(helperproto.Stats{Time: now.Add(-time.Second), Host: helperproto.Counters{Bytes: 1000, Packets: 10}, VM: helperproto.Counters{Bytes: 500, Packets: 5}}) + "\n",
+		helperproto.FormatStatsLine(helperproto.Stats{Time: now, Host: helperproto.Counters{Bytes: 2000, Packets: 20, Drops: 1, Fast: 3, Slow: 4}, VM: helperproto.Counters{Bytes: 1000, Packets: 10}}) + "\n",
 	}
 	if err := os.WriteFile(log, []byte(strings.Join(lines, "")), 0o644); err != nil {
 		t.Fatal(err)
@@ -188,7 +188,7 @@ func TestStatusRates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintln(f, helperexec.FormatStatsLine(helperexec.Stats{Time: time.Now().Add(time.Second), Host: helperexec.Counters{Bytes: 2000 + 125000}, VM: helperexec.Counters{Bytes: 1000}}))
+	fmt.Fprintln(f, helperproto.FormatStatsLine(helperproto.Stats{Time: time.Now().Add(time.Second), Host: helperproto.Counters{Bytes: 2000 + 125000}, VM: helperproto.Counters{Bytes: 1000}}))
 	f.Close()
 	st = c.status()
 	if a := st.Attachments[0]; a.TxBitsPerSecond < 0.9e6 || a.RxBitsPerSecond != 0 {

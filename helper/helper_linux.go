@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
@@ -177,7 +177,7 @@ func Run(ctx context.Context, o Options) error {
 
 	statsDone := make(chan struct{})
 	logStats := func() {
-		log.logf("INFO", "stats", "%s", helperexec.FormatStatsLine(helperexec.Stats{Time: time.Now(), Host: r.host.snapshot(), VM: r.vm.snapshot()})[len(helperexec.StatsPrefix):])
+		log.logf("INFO", "stats", "%s", helperproto.FormatStatsLine(helperproto.Stats{Time: time.Now(), Host: r.host.snapshot(), VM: r.vm.snapshot()})[len(helperproto.StatsPrefix):])
 	}
 	if o.StatsInterval > 0 {
 		go func() {
@@ -261,13 +261,13 @@ func (o *Options) check() error {
 }
 
 // ready is the JSON line for the interface.
-func (o *Options) ready(id, tapName string, mtu int) helperexec.Ready {
+func (o *Options) ready(id, tapName string, mtu int) helperproto.Ready {
 	n := o.Network
 	max := mtu + ethHeaderLen
 	if o.TSO {
 		max = TSOMaxPacketSize
 	}
-	r := helperexec.Ready{
+	r := helperproto.Ready{
 		MACAddress:    InterfaceMAC(id),
 		MTU:           mtu,
 		MaxPacketSize: max,
@@ -288,7 +288,7 @@ func (o *Options) ready(id, tapName string, mtu int) helperexec.Ready {
 	return r
 }
 
-func printReady(o *Options, r helperexec.Ready) error {
+func printReady(o *Options, r helperproto.Ready) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -364,12 +364,12 @@ func tapStats(ctx context.Context, o *Options, log *logger, name string) {
 		if s == nil {
 			return
 		}
-		st := helperexec.Stats{
+		st := helperproto.Stats{
 			Time: time.Now(),
-			Host: helperexec.Counters{Packets: s.TxPackets, Bytes: s.TxBytes, Drops: s.TxDropped},
-			VM:   helperexec.Counters{Packets: s.RxPackets, Bytes: s.RxBytes, Drops: s.RxDropped},
+			Host: helperproto.Counters{Packets: s.TxPackets, Bytes: s.TxBytes, Drops: s.TxDropped},
+			VM:   helperproto.Counters{Packets: s.RxPackets, Bytes: s.RxBytes, Drops: s.RxDropped},
 		}
-		log.logf("INFO", "stats", "%s", helperexec.FormatStatsLine(st)[len(helperexec.StatsPrefix):])
+		log.logf("INFO", "stats", "%s", helperproto.FormatStatsLine(st)[len(helperproto.StatsPrefix):])
 	}
 	var tick <-chan time.Time
 	if o.StatsInterval > 0 {

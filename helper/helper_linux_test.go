@@ -27,7 +27,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
 	"github.com/vmnetctl/vmnetctl/helper"
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
@@ -274,7 +274,7 @@ func (f *fixture) setupVM(t *testing.T, tap string, mac net.HardwareAddr) {
 type helperProc struct {
 	t     *testing.T
 	cmd   *exec.Cmd
-	ready helperexec.Ready
+	ready helperproto.Ready
 	mu    sync.Mutex
 	lines []string
 	done  chan struct{}
@@ -289,7 +289,7 @@ func (f *fixture) startHelper(t *testing.T, extra []*os.File, args ...string) *h
 	if line == "" {
 		t.Fatalf("helper printed no ready line; stderr:\n%s", h.stderr())
 	}
-	r, err := helperexec.ParseReady([]byte(line))
+	r, err := helperproto.ParseReady([]byte(line))
 	if err != nil {
 		t.Fatalf("helper's ready line %q: %v", line, err)
 	}
@@ -362,15 +362,15 @@ func (h *helperProc) stderr() string {
 }
 
 // lastStats is the helper's last stats line.
-func (h *helperProc) lastStats() (helperexec.Stats, bool) {
+func (h *helperProc) lastStats() (helperproto.Stats, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := len(h.lines) - 1; i >= 0; i-- {
-		if s, ok := helperexec.ParseStatsLine(h.lines[i]); ok {
+		if s, ok := helperproto.ParseStatsLine(h.lines[i]); ok {
 			return s, true
 		}
 	}
-	return helperexec.Stats{}, false
+	return helperproto.Stats{}, false
 }
 
 func (h *helperProc) exited() bool {

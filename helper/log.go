@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // logger writes vmnet-helper's stderr format: `LEVEL [component] message`,
@@ -43,8 +43,8 @@ type counters struct {
 	packets, bytes, drops, fast, slow atomic.Uint64
 }
 
-func (c *counters) snapshot() helperexec.Counters {
-	return helperexec.Counters{
+func (c *counters) snapshot() helperproto.Counters {
+	return helperproto.Counters{
 		Packets: c.packets.Load(), Bytes: c.bytes.Load(), Drops: c.drops.Load(),
 		Fast: c.fast.Load(), Slow: c.slow.Load(),
 	}

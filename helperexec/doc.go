@@ -1,6 +1,6 @@
-// Package helperexec launches and talks to a helper process, vmnetctl's own
-// (`vmnetctl helper`) or vmnet-helper on macOS: it reads the JSON line the
-// helper prints when it is ready (ParseReady) and the stats lines it logs
-// (ParseStatsLine), and runs and stops it (Start, Helper.Stop). It is
-// platform-independent; the contract is in docs/helper.md.
+// Package helperexec starts and stops a helper process, vmnetctl's own
+// (`vmnetctl helper`) or vmnet-helper on macOS: Start runs it and waits for
+// its ready line (helperproto.Ready), Helper.Stop ends it. ProcIdentity names
+// a process across restarts of the controller, so that a helper left running
+// is adopted, never confused with another process that got its pid.
 package helperexec

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // StartOptions tune Start. Zero values are sensible.
@@ -29,7 +31,7 @@ type StartOptions struct {
 	StopGrace time.Duration
 	// OnStats receives every stats line, in order, from the helper's
 	// stderr reader goroutine.
-	OnStats func(Stats)
+	OnStats func(helperproto.Stats)
 	// Log receives the other stderr lines (with newline), if set.
 	Log io.Writer
 	// ReadyFile and LogFile, when set, take the helper's stdout (truncated)
@@ -43,7 +45,7 @@ type StartOptions struct {
 // Helper is a running helper process.
 type Helper struct {
 	// Ready is the helper's JSON line.
-	Ready Ready
+	Ready helperproto.Ready
 
 	cmd      *exec.Cmd
 	grace    time.Duration
@@ -116,7 +118,7 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 			h.readLogTail()
 			return fail("helper exited before it was ready (%v)", h.err)
 		}
-		r, err := ParseReady(bytes.TrimSpace(line))
+		r, err := helperproto.ParseReady(bytes.TrimSpace(line))
 		if err != nil {
 			return fail("%v", err)
 		}
@@ -177,7 +179,7 @@ func (h *Helper) startWithPipes(opts StartOptions) (<-chan []byte, error) {
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			if s, ok := ParseStatsLine(line); ok {
+			if s, ok := helperproto.ParseStatsLine(line); ok {
 				if opts.OnStats != nil {
 					opts.OnStats(s)
 				}
@@ -258,7 +260,7 @@ func (h *Helper) readLogTail() {
 	}
 	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
 	for sc.Scan() {
-		if _, isStats := ParseStatsLine(sc.Text()); !isStats {
+		if _, isStats := helperproto.ParseStatsLine(sc.Text()); !isStats {
 			h.tail.add(sc.Text())
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // The test binary doubles as a fake helper: HELPEREXEC_FAKE says how to
@@ -72,8 +74,8 @@ func fake(t *testing.T, mode string, env ...string) *exec.Cmd {
 
 func TestStart(t *testing.T) {
 	var mu sync.Mutex
-	var stats []Stats
-	h, err := Start(context.Background(), fake(t, "ok"), StartOptions{OnStats: func(s Stats) {
+	var stats []helperproto.Stats
+	h, err := Start(context.Background(), fake(t, "ok"), StartOptions{OnStats: func(s helperproto.Stats) {
 		mu.Lock()
 		stats = append(stats, s)
 		mu.Unlock()

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // These tests drive Start with commands from VMNetHelperCommand against
@@ -120,24 +122,24 @@ func TestVMNetHelperFakeReady(t *testing.T) {
 		name  string
 		mode  string
 		opts  VMNetHelperOptions
-		check func(t *testing.T, r Ready)
+		check func(t *testing.T, r helperproto.Ready)
 	}{
-		{"shared", "shared", VMNetHelperOptions{FD: -1, InterfaceID: id, Network: testNetwork(t, "shared")}, func(t *testing.T, r Ready) {
+		{"shared", "shared", VMNetHelperOptions{FD: -1, InterfaceID: id, Network: testNetwork(t, "shared")}, func(t *testing.T, r helperproto.Ready) {
 			if r.NAT66Prefix == "" || r.StartAddress.String() != "192.168.105.1" || r.EndAddress.String() != "192.168.105.254" || r.SubnetMask.String() != "255.255.255.0" {
 				t.Errorf("shared ready = %+v", r)
 			}
 		}},
-		{"host", "host", VMNetHelperOptions{FD: -1, InterfaceID: id, Network: testNetwork(t, "host")}, func(t *testing.T, r Ready) {
+		{"host", "host", VMNetHelperOptions{FD: -1, InterfaceID: id, Network: testNetwork(t, "host")}, func(t *testing.T, r helperproto.Ready) {
 			if r.NAT66Prefix != "" || r.StartAddress.String() != "192.168.106.1" || r.EndAddress.String() != "192.168.106.200" {
 				t.Errorf("host ready = %+v", r)
 			}
 		}},
-		{"network", "network", VMNetHelperOptions{FD: -1, InterfaceID: id, BrokerNetwork: "shared"}, func(t *testing.T, r Ready) {
+		{"network", "network", VMNetHelperOptions{FD: -1, InterfaceID: id, BrokerNetwork: "shared"}, func(t *testing.T, r helperproto.Ready) {
 			if !r.IPv4Subnet.IsValid() || !r.IPv4Mask.IsValid() || r.IPv6Prefix == "" || r.IPv6PrefixLen != 64 {
 				t.Errorf("--network ready = %+v", r)
 			}
 		}},
-		{"tso", "", VMNetHelperOptions{FD: -1, InterfaceID: id, Network: testNetwork(t, "isolated"), TSO: true, ChecksumOffload: true}, func(t *testing.T, r Ready) {
+		{"tso", "", VMNetHelperOptions{FD: -1, InterfaceID: id, Network: testNetwork(t, "isolated"), TSO: true, ChecksumOffload: true}, func(t *testing.T, r helperproto.Ready) {
 			if r.MaxPacketSize != 65550 {
 				t.Errorf("TSO max packet size = %d", r.MaxPacketSize)
 			}
@@ -250,10 +252,10 @@ func TestVMNetHelperFakeFail(t *testing.T) {
 func TestVMNetHelperFakeStats(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	var got []Stats
+	var got []helperproto.Stats
 	enough := make(chan struct{})
 	fr := fakeCommand(t, "", VMNetHelperOptions{FD: -1, Network: testNetwork(t, "shared"), StatsInterval: time.Second}, "FAKE_VMNET_HELPER_TICK=20ms")
-	h, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock, OnStats: func(s Stats) {
+	h, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock, OnStats: func(s helperproto.Stats) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, s)

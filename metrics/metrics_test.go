@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
-func stats(t time.Time, toVM, fromVM uint64) helperexec.Stats {
-	return helperexec.Stats{Time: t, Host: helperexec.Counters{Bytes: toVM}, VM: helperexec.Counters{Bytes: fromVM}}
+func stats(t time.Time, toVM, fromVM uint64) helperproto.Stats {
+	return helperproto.Stats{Time: t, Host: helperproto.Counters{Bytes: toVM}, VM: helperproto.Counters{Bytes: fromVM}}
 }
 
 func TestMeterRates(t *testing.T) {
@@ -17,18 +17,18 @@ func TestMeterRates(t *testing.T) {
 	sec := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Second))) }
 	tests := []struct {
 		name  string
-		lines []helperexec.Stats
+		lines []helperproto.Stats
 		now   time.Time
 		want  Rates
 	}{
 		{"no line", nil, sec(1), Rates{}},
-		{"one line", []helperexec.Stats{stats(sec(0), 100, 100)}, sec(1), Rates{}},
-		{"two lines", []helperexec.Stats{stats(sec(0), 1000, 0), stats(sec(2), 3000, 500)}, sec(2), Rates{ToVM: 8000, FromVM: 2000}},
-		{"the latest two count", []helperexec.Stats{stats(sec(0), 0, 0), stats(sec(1), 1e6, 0), stats(sec(2), 1e6, 0)}, sec(2), Rates{}},
-		{"stale", []helperexec.Stats{stats(sec(0), 0, 0), stats(sec(1), 1000, 1000)}, sec(30), Rates{}},
-		{"counters went back", []helperexec.Stats{stats(sec(0), 5000, 5000), stats(sec(1), 10, 6000)}, sec(1), Rates{ToVM: 0, FromVM: 8000}},
-		{"a line out of order is ignored", []helperexec.Stats{stats(sec(0), 0, 0), stats(sec(2), 2000, 0), stats(sec(1), 1000, 0)}, sec(2), Rates{ToVM: 8000}},
-		{"a line without a time is ignored", []helperexec.Stats{stats(sec(0), 0, 0), stats(time.Time{}, 9, 9), stats(sec(1), 1000, 0)}, sec(1), Rates{ToVM: 8000}},
+		{"one line", []helperproto.Stats{stats(sec(0), 100, 100)}, sec(1), Rates{}},
+		{"two lines", []helperproto.Stats{stats(sec(0), 1000, 0), stats(sec(2), 3000, 500)}, sec(2), Rates{ToVM: 8000, FromVM: 2000}},
+		{"the latest two count", []helperproto.Stats{stats(sec(0), 0, 0), stats(sec(1), 1e6, 0), stats(sec(2), 1e6, 0)}, sec(2), Rates{}},
+		{"stale", []helperproto.Stats{stats(sec(0), 0, 0), stats(sec(1), 1000, 1000)}, sec(30), Rates{}},
+		{"counters went back", []helperproto.Stats{stats(sec(0), 5000, 5000), stats(sec(1), 10, 6000)}, sec(1), Rates{ToVM: 0, FromVM: 8000}},
+		{"a line out of order is ignored", []helperproto.Stats{stats(sec(0), 0, 0), stats(sec(2), 2000, 0), stats(sec(1), 1000, 0)}, sec(2), Rates{ToVM: 8000}},
+		{"a line without a time is ignored", []helperproto.Stats{stats(sec(0), 0, 0), stats(time.Time{}, 9, 9), stats(sec(1), 1000, 0)}, sec(1), Rates{ToVM: 8000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

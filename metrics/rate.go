@@ -4,18 +4,18 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // Meter keeps a helper's two latest stats lines, to tell its current rates.
 // The zero Meter is ready to use.
 type Meter struct {
-	prev, last helperexec.Stats
+	prev, last helperproto.Stats
 }
 
 // Add records a stats line. Lines without a time, or older than the latest,
 // are ignored: they cannot give a rate.
-func (m *Meter) Add(s helperexec.Stats) {
+func (m *Meter) Add(s helperproto.Stats) {
 	if s.Time.IsZero() || !s.Time.After(m.last.Time) {
 		return
 	}
@@ -23,7 +23,7 @@ func (m *Meter) Add(s helperexec.Stats) {
 }
 
 // Last is the latest stats line recorded.
-func (m *Meter) Last() helperexec.Stats { return m.last }
+func (m *Meter) Last() helperproto.Stats { return m.last }
 
 // Rates are bits per second over the interval between two stats lines.
 type Rates struct {

@@ -1,4 +1,4 @@
-package helperexec
+package helperproto
 
 import (
 	"net"

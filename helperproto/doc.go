@@ -1,0 +1,7 @@
+// Package helperproto is the helper's contract with whoever runs it, as
+// vmnet-helper defines it: the one JSON line a helper prints on stdout once
+// the VM's interface is ready (Ready, ParseReady) and the stats lines it logs
+// on stderr (Stats, ParseStatsLine, FormatStatsLine). `vmnetctl helper`
+// writes them, helperexec and the controller read them, and the fake
+// vmnet-helper of the tests writes them too; docs/helper.md describes them.
+package helperproto
