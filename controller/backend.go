@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
@@ -94,13 +93,13 @@ func (linuxBackend) Warnings(*api.Network) []string { return nil }
 // Cleanup removes the TAP of a helper that was killed with its cleanup
 // child (only if it carries the helper's mark).
 func (linuxBackend) Cleanup(a *Attachment) error {
-	return netplane.RemoveStaleTap(helper.TapName(InterfaceID(a)))
+	return netplane.RemoveStaleTap(api.TapName(api.InterfaceID(a.VM, a.Index, a.MAC)))
 }
 
 func (linuxBackend) HelperCommand(s HelperSpec) ([]string, error) {
 	a, n := s.Attachment, s.Network
 	args := []string{s.Executable, "helper", "--networks", s.NetworksFile, "--network", n.ID,
-		"--interface-id", InterfaceID(a), "--stats-interval", strconv.FormatFloat(s.StatsInterval.Seconds(), 'f', -1, 64)}
+		"--interface-id", api.InterfaceID(a.VM, a.Index, a.MAC), "--stats-interval", strconv.FormatFloat(s.StatsInterval.Seconds(), 'f', -1, 64)}
 	if s.Owner.UID >= 0 {
 		args = append(args, "--uid", strconv.Itoa(s.Owner.UID), "--gid", strconv.Itoa(s.Owner.GID))
 	}

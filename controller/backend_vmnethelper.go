@@ -88,7 +88,7 @@ func (b VMNetHelperBackend) HelperCommand(s HelperSpec) ([]string, error) {
 	}
 	o := helperexec.VMNetHelperOptions{
 		Path: path, Socket: s.Socket, FD: s.FD,
-		InterfaceID:     helperexec.VMNetHelperInterfaceID(a.VM, a.Index, a.MAC),
+		InterfaceID:     api.InterfaceID(a.VM, a.Index, a.MAC),
 		Network:         s.Network,
 		TSO:             s.Network.Offloads,
 		ChecksumOffload: s.Network.Offloads,

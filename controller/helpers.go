@@ -3,7 +3,6 @@ package controller
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"os"
@@ -71,15 +70,6 @@ func closedChan() <-chan struct{} {
 
 // fileKey turns an attachment key ("vm/0") into a file name ("vm.0").
 func fileKey(key string) string { return strings.ReplaceAll(key, "/", ".") }
-
-// InterfaceID derives the helper's --interface-id from the attachment, so
-// the helper's side of the cable keeps its MAC across restarts.
-func InterfaceID(a *Attachment) string {
-	sum := sha256.Sum256([]byte("vmnetctl/" + a.VM + "/" + strconv.Itoa(a.Index) + "/" + a.MAC))
-	sum[6] = sum[6]&0x0f | 0x50 // version 5 style
-	sum[8] = sum[8]&0x3f | 0x80
-	return fmt.Sprintf("%X-%X-%X-%X-%X", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
-}
 
 // SocketPath is where the helper of an attachment serves the VM.
 func (s StateDir) SocketPath(vm string, index int) string {

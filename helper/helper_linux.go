@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
@@ -50,11 +51,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	id := o.InterfaceID
 	if id == "" {
-		id = NewInterfaceID()
+		id = api.NewInterfaceID()
 	}
 	tapName := o.TapName
 	if tapName == "" {
-		tapName = TapName(id)
+		tapName = api.TapName(id)
 	}
 	uid, gid, err := owner(o.UID, o.GID)
 	if err != nil {
@@ -74,7 +75,7 @@ func Run(ctx context.Context, o Options) error {
 		// A macvtap outlives its fds, and the helper is not root when it
 		// stops: a root child deletes it when the helper's end of a pipe
 		// closes, however the helper ends.
-		mv, err := netplane.CreateMacvtap(o.Network, tapName, InterfaceMAC(id))
+		mv, err := netplane.CreateMacvtap(o.Network, tapName, api.InterfaceMAC(id))
 		if err != nil {
 			return err
 		}
@@ -268,13 +269,13 @@ func (o *Options) ready(id, tapName string, mtu int) helperproto.Ready {
 		max = TSOMaxPacketSize
 	}
 	r := helperproto.Ready{
-		MACAddress:    InterfaceMAC(id),
+		MACAddress:    api.InterfaceMAC(id),
 		MTU:           mtu,
 		MaxPacketSize: max,
 		InterfaceID:   id,
 		StartAddress:  n.Gateway,
 		EndAddress:    n.DHCPEnd,
-		SubnetMask:    SubnetMask(n.Subnet),
+		SubnetMask:    api.SubnetMask(n.Subnet),
 		TapName:       tapName,
 	}
 	if o.Attach == AttachRelay {

@@ -598,9 +598,9 @@ func TestRelay(t *testing.T) {
 			if tt.tso {
 				wantMax = 65550
 			}
-			if r.MACAddress.String() != helper.InterfaceMAC(id).String() || r.MTU != 1500 || r.MaxPacketSize != wantMax ||
+			if r.MACAddress.String() != api.InterfaceMAC(id).String() || r.MTU != 1500 || r.MaxPacketSize != wantMax ||
 				r.InterfaceID != id || r.StartAddress.String() != gateway || r.EndAddress.String() != "192.168.105.254" ||
-				r.SubnetMask.String() != "255.255.255.0" || r.TapName != helper.TapName(id) {
+				r.SubnetMask.String() != "255.255.255.0" || r.TapName != api.TapName(id) {
 				t.Errorf("ready line = %+v", r)
 			}
 			if !f.linkExists(r.TapName) {
@@ -737,14 +737,14 @@ func TestStableMAC(t *testing.T) {
 		macs = append(macs, h.ready.MACAddress.String())
 		h.terminate()
 	}
-	if macs[0] != macs[1] || macs[0] != helper.InterfaceMAC(id).String() {
-		t.Errorf("MACs for one interface id: %v, want %s", macs, helper.InterfaceMAC(id))
+	if macs[0] != macs[1] || macs[0] != api.InterfaceMAC(id).String() {
+		t.Errorf("MACs for one interface id: %v, want %s", macs, api.InterfaceMAC(id))
 	}
 	// Without an id, a random one is reported and the MAC derives from it.
 	helperEnd, _ := socketpair(t)
 	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3")
 	helperEnd.Close()
-	if err := helper.CheckInterfaceID(h.ready.InterfaceID); err != nil || h.ready.MACAddress.String() != helper.InterfaceMAC(h.ready.InterfaceID).String() {
+	if err := api.CheckInterfaceID(h.ready.InterfaceID); err != nil || h.ready.MACAddress.String() != api.InterfaceMAC(h.ready.InterfaceID).String() {
 		t.Errorf("random id: %+v (%v)", h.ready, err)
 	}
 	h.terminate()

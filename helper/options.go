@@ -10,14 +10,10 @@
 package helper
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -216,21 +212,12 @@ func matchAddresses(n *api.Network, m ModeFlags) error {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return err
 	}
-	want := SubnetMask(n.Subnet)
+	want := api.SubnetMask(n.Subnet)
 	if start != n.Gateway || end != n.DHCPEnd || mask != want {
 		return fmt.Errorf("--start-address %s --end-address %s --subnet-mask %s do not match network %q (%s to %s, mask %s, defined at %s): the helper joins networks as networks.yaml defines them",
 			start, end, mask, n.ID, n.Gateway, n.DHCPEnd, want, n.Source)
 	}
 	return nil
-}
-
-// SubnetMask is the dotted IPv4 mask of p, or the zero Addr.
-func SubnetMask(p netip.Prefix) netip.Addr {
-	if !p.IsValid() || !p.Addr().Is4() {
-		return netip.Addr{}
-	}
-	m := net.CIDRMask(p.Bits(), 32)
-	return netip.AddrFrom4([4]byte(m))
 }
 
 func knownNetworks(nets *api.Networks) string {
@@ -245,44 +232,4 @@ func knownNetworks(nets *api.Networks) string {
 	}
 	slices.Sort(ids)
 	return " (defined: " + strings.Join(ids, ", ") + ")"
-}
-
-var uuidRe = regexp.MustCompile(`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`)
-
-// CheckInterfaceID reports why id is not a UUID, as vmnet requires.
-func CheckInterfaceID(id string) error {
-	if !uuidRe.MatchString(id) {
-		return fmt.Errorf("--interface-id %q is not a UUID (like 2835E074-9892-4A79-AFFB-7E41D2605678)", id)
-	}
-	return nil
-}
-
-// NewInterfaceID returns a random (version 4) UUID.
-func NewInterfaceID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%X-%X-%X-%X-%X", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// InterfaceMAC derives the VM's MAC address from an interface id: a locally
-// administered unicast address from SHA-256 of the id (case-insensitive, as
-// UUIDs are), so one id gives one MAC on every run and machine.
-func InterfaceMAC(id string) net.HardwareAddr {
-	sum := sha256.Sum256([]byte("vmnetctl/helper/" + strings.ToLower(id)))
-	mac := net.HardwareAddr(sum[:6:6])
-	mac[0] = mac[0]&^0x01 | 0x02
-	return mac
-}
-
-// TapPrefix starts the name of every TAP the helper creates.
-const TapPrefix = "vmt-"
-
-// TapName is the default TAP name for an interface id: "vmt-" and ten hex
-// digits of its SHA-256 (14 bytes, within IFNAMSIZ). One id, one TAP: a
-// second helper for the same id fails instead of sharing the interface.
-func TapName(id string) string {
-	sum := sha256.Sum256([]byte("vmnetctl/tap/" + strings.ToLower(id)))
-	return fmt.Sprintf("%s%x", TapPrefix, sum[:5])
 }

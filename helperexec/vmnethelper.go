@@ -1,16 +1,12 @@
 package helperexec
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math"
-	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -208,7 +204,7 @@ func VMNetHelperCommand(o VMNetHelperOptions) ([]string, error) {
 		return nil, errors.New("vmnet-helper: needs a socket path or an fd (FD is -1 when unused)")
 	}
 	if o.InterfaceID != "" {
-		if !uuidRe.MatchString(o.InterfaceID) {
+		if !api.ValidInterfaceID(o.InterfaceID) {
 			return nil, fmt.Errorf("vmnet-helper: interface id %q is not a UUID", o.InterfaceID)
 		}
 		args = append(args, "--interface-id", o.InterfaceID)
@@ -233,7 +229,7 @@ func VMNetHelperCommand(o VMNetHelperOptions) ([]string, error) {
 			args = append(args,
 				"--start-address", n.Gateway.String(),
 				"--end-address", n.DHCPEnd.String(),
-				"--subnet-mask", subnetMask(n.Subnet).String())
+				"--subnet-mask", api.SubnetMask(n.Subnet).String())
 		}
 	default:
 		return nil, errors.New("vmnet-helper: no network to join")
@@ -303,26 +299,6 @@ func CheckVMNetHelperNetwork(n *api.Network) error {
 		return fmt.Errorf("network %q: vmnet needs the gateway %s before the DHCP end %s, both in %s", n.ID, n.Gateway, n.DHCPEnd, n.Subnet)
 	}
 	return nil
-}
-
-func subnetMask(p netip.Prefix) netip.Addr {
-	m := net.CIDRMask(p.Bits(), 32)
-	return netip.AddrFrom4([4]byte(m))
-}
-
-var uuidRe = regexp.MustCompile(`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`)
-
-// VMNetHelperInterfaceID derives a stable --interface-id for attachment index
-// of vm with the given MAC: an uppercase UUID (vmnet-helper's style) from
-// SHA-256 of the three, with version 5 and RFC 4122 variant bits. It is the
-// derivation controller.InterfaceID uses for vmnetctl's own helper, so an
-// attachment has one id on both platforms, and vmnet gives it the same
-// vmnet_mac_address on every run.
-func VMNetHelperInterfaceID(vm string, index int, mac string) string {
-	sum := sha256.Sum256([]byte("vmnetctl/" + vm + "/" + strconv.Itoa(index) + "/" + mac))
-	sum[6] = sum[6]&0x0f | 0x50
-	sum[8] = sum[8]&0x3f | 0x80
-	return fmt.Sprintf("%X-%X-%X-%X-%X", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
 }
 
 // VMNetHelperMTU is the only MTU vmnet-helper gives a network: it has no MTU

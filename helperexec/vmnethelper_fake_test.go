@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
@@ -117,7 +118,7 @@ func (r *fakeRun) recordedArgv(t *testing.T) []string {
 }
 
 func TestVMNetHelperFakeReady(t *testing.T) {
-	id := VMNetHelperInterfaceID("vm1", 0, "52:55:55:12:34:56")
+	id := api.InterfaceID("vm1", 0, "52:55:55:12:34:56")
 	tests := []struct {
 		name  string
 		mode  string
@@ -180,7 +181,7 @@ func TestVMNetHelperFakeReady(t *testing.T) {
 }
 
 func TestVMNetHelperFakeSameIDSameMAC(t *testing.T) {
-	o := VMNetHelperOptions{FD: -1, InterfaceID: VMNetHelperInterfaceID("vm1", 0, "52:55:55:12:34:56"), Network: testNetwork(t, "shared")}
+	o := VMNetHelperOptions{FD: -1, InterfaceID: api.InterfaceID("vm1", 0, "52:55:55:12:34:56"), Network: testNetwork(t, "shared")}
 	var macs []string
 	for range 2 {
 		fr := fakeCommand(t, "", o)

@@ -84,7 +84,7 @@ func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
 func TestVMNetHelperCommandGolden(t *testing.T) {
-	id := VMNetHelperInterfaceID("vm1", 0, "52:55:55:12:34:56")
+	id := api.InterfaceID("vm1", 0, "52:55:55:12:34:56")
 	tests := []struct {
 		name string
 		opts VMNetHelperOptions
@@ -216,33 +216,6 @@ func TestVMNetHelperWarnings(t *testing.T) {
 	// user-v2 is lima's: nothing to say.
 	if w := VMNetHelperWarnings(&api.Network{ID: "u", Mode: api.ModeUserV2, MTU: 9000}); w != nil {
 		t.Errorf("user-v2 warnings = %q", w)
-	}
-}
-
-func TestVMNetHelperInterfaceID(t *testing.T) {
-	a := VMNetHelperInterfaceID("vm1", 0, "52:55:55:12:34:56")
-	if a != VMNetHelperInterfaceID("vm1", 0, "52:55:55:12:34:56") {
-		t.Fatal("not stable")
-	}
-	if !uuidRe.MatchString(a) || a != strings.ToUpper(a) {
-		t.Fatalf("%q is not an uppercase UUID", a)
-	}
-	if a[14] != '5' || !strings.ContainsRune("89AB", rune(a[19])) {
-		t.Errorf("%q: want version 5 and the RFC 4122 variant", a)
-	}
-	// The value is pinned: it is controller.InterfaceID's derivation, and a
-	// change would give every VM a new MAC address from vmnet.
-	if want := "992D024D-BB19-5176-840B-CCF5D574A0B1"; a != want {
-		t.Errorf("VMNetHelperInterfaceID = %s, want %s", a, want)
-	}
-	for _, other := range []string{
-		VMNetHelperInterfaceID("vm1", 1, "52:55:55:12:34:56"),
-		VMNetHelperInterfaceID("vm2", 0, "52:55:55:12:34:56"),
-		VMNetHelperInterfaceID("vm1", 0, "52:55:55:12:34:57"),
-	} {
-		if other == a {
-			t.Errorf("different attachments share the id %s", a)
-		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
 	"github.com/vmnetctl/vmnetctl/helper"
 )
@@ -107,7 +108,7 @@ func runHelper(cmd *cobra.Command, g *globals, s streams, f *helperFlags) error 
 		return fmt.Errorf("--stats-interval %v must not be negative", f.statsInterval)
 	}
 	if f.interfaceID != "" {
-		if err := helper.CheckInterfaceID(f.interfaceID); err != nil {
+		if err := api.CheckInterfaceID(f.interfaceID); err != nil {
 			return err
 		}
 	}

@@ -40,11 +40,12 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
 )
 
 func main() {
@@ -64,8 +65,6 @@ type options struct {
 	verbose                              bool
 	version, listShared                  bool
 }
-
-var uuidRe = regexp.MustCompile(`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`)
 
 func logf(w io.Writer, level, format string, args ...any) {
 	fmt.Fprintf(w, "%-5s [main] %s\n", level, fmt.Sprintf(format, args...))
@@ -111,7 +110,7 @@ func parse(args []string) (*options, error) {
 	case set["fd"] && o.fd < 0:
 		return nil, fmt.Errorf("Invalid fd '%d'", o.fd)
 	}
-	if set["interface-id"] && !uuidRe.MatchString(o.interfaceID) {
+	if set["interface-id"] && !api.ValidInterfaceID(o.interfaceID) {
 		return nil, fmt.Errorf("Invalid interface-id: %q", o.interfaceID)
 	}
 	addrs := 0

@@ -1,0 +1,88 @@
+package api
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// The names and identifiers derived from a network or an attachment, each
+// in one place: the controller, the helpers, the backends and the tests all
+// call these.
+
+// uuidRe is an interface id as vmnet requires it: a UUID, any case.
+var uuidRe = regexp.MustCompile(`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`)
+
+// ValidInterfaceID reports whether id is a UUID, as vmnet-helper's
+// --interface-id must be.
+func ValidInterfaceID(id string) bool { return uuidRe.MatchString(id) }
+
+// CheckInterfaceID reports why id cannot be an --interface-id.
+func CheckInterfaceID(id string) error {
+	if !ValidInterfaceID(id) {
+		return fmt.Errorf("--interface-id %q is not a UUID (like 2835E074-9892-4A79-AFFB-7E41D2605678)", id)
+	}
+	return nil
+}
+
+// InterfaceID is the --interface-id of the helper of attachment index of vm
+// with the given MAC: an uppercase UUID (vmnet-helper's style) from SHA-256
+// of the three, with version 5 and RFC 4122 variant bits. vmnetctl's helper
+// and vmnet-helper get the same id, so an attachment keeps its helper-side
+// MAC address across restarts on both platforms.
+func InterfaceID(vm string, index int, mac string) string {
+	sum := sha256.Sum256([]byte("vmnetctl/" + vm + "/" + strconv.Itoa(index) + "/" + mac))
+	sum[6] = sum[6]&0x0f | 0x50
+	sum[8] = sum[8]&0x3f | 0x80
+	return formatUUID(sum[:16])
+}
+
+// NewInterfaceID returns a random (version 4) UUID, for a helper started
+// without --interface-id.
+func NewInterfaceID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return formatUUID(b[:])
+}
+
+func formatUUID(b []byte) string {
+	return fmt.Sprintf("%X-%X-%X-%X-%X", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// InterfaceMAC derives the VM's MAC address from an interface id, as vmnet
+// does: a locally administered unicast address from SHA-256 of the id
+// (case-insensitive, as UUIDs are), so one id gives one MAC on every run
+// and machine.
+func InterfaceMAC(id string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("vmnetctl/helper/" + strings.ToLower(id)))
+	mac := net.HardwareAddr(sum[:6:6])
+	mac[0] = mac[0]&^0x01 | 0x02
+	return mac
+}
+
+// TapPrefix starts the name of every TAP a helper creates.
+const TapPrefix = "vmt-"
+
+// TapName is the TAP of an interface id: "vmt-" and ten hex digits of its
+// SHA-256 (14 bytes, within IFNAMSIZ). One id, one TAP: a second helper for
+// the same id fails instead of sharing the interface.
+func TapName(interfaceID string) string {
+	sum := sha256.Sum256([]byte("vmnetctl/tap/" + strings.ToLower(interfaceID)))
+	return fmt.Sprintf("%s%x", TapPrefix, sum[:5])
+}
+
+// SubnetMask is the dotted IPv4 mask of p (vmnet-helper's --subnet-mask),
+// or the zero Addr when p is not an IPv4 prefix.
+func SubnetMask(p netip.Prefix) netip.Addr {
+	if !p.IsValid() || !p.Addr().Is4() {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom4([4]byte(net.CIDRMask(p.Bits(), 32)))
+}
