@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // Backend is what differs between platforms: who provides a network, and
@@ -42,7 +43,7 @@ type HelperSpec struct {
 	Executable string
 	Attachment *Attachment
 	Network    *api.Network
-	Owner      *Project
+	Owner      *statedir.Project
 	// Socket is the path of the socket to serve, or "".
 	Socket string
 	// FD is the inherited socket's descriptor in the helper, or -1.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // TestVMNetHelperBackend runs the whole controller with the macOS backend
@@ -34,13 +36,13 @@ func TestVMNetHelperBackend(t *testing.T) {
 	t.Setenv("FAKE_VMNET_HELPER_ARGV", argvFile)
 	t.Setenv("FAKE_VMNET_HELPER_TICK", "50ms")
 
-	sd := StateDir{Path: filepath.Join(dir, "state")}
+	sd := statedir.Dir{Path: filepath.Join(dir, "state")}
 	networks := []byte("networks:\n  shared:\n    mode: shared\n    gateway: 192.168.105.1\n    dhcpEnd: 192.168.105.254\n    netmask: 255.255.255.0\n")
-	if err := sd.SaveNetworks(NetworksSnapshot{Source: "networks.yaml", Data: networks}); err != nil {
+	if err := sd.SaveNetworks(statedir.NetworksSnapshot{Source: "networks.yaml", Data: networks}); err != nil {
 		t.Fatal(err)
 	}
-	p := &Project{Name: "dev", VMName: "dev", UID: os.Getuid(), GID: os.Getgid(),
-		Files: []ProjectFile{{Path: "lima.yaml", Data: []byte("networks:\n  - vmnet: shared\n")}}}
+	p := &statedir.Project{Name: "dev", VMName: "dev", UID: os.Getuid(), GID: os.Getgid(),
+		Files: []statedir.ProjectFile{{Path: "lima.yaml", Data: []byte("networks:\n  - vmnet: shared\n")}}}
 	if err := sd.SaveProject(p); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func TestVMNetHelperBackend(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the controller did not exit after the last project went")
 	}
-	if id, err := ReadProcIdentity(a.PID); err == nil && strings.Contains(strings.Join(id.Cmdline, " "), "vmnet-helper") {
+	if id, err := helperexec.ReadProcIdentity(a.PID); err == nil && strings.Contains(strings.Join(id.Cmdline, " "), "vmnet-helper") {
 		t.Errorf("vmnet-helper %d still runs", a.PID)
 	}
 }
@@ -161,7 +163,7 @@ func TestVMNetHelperSudoRefusesAUserOwnedHelper(t *testing.T) {
 	}
 	nets, _ := api.LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n"))
 	a := &Attachment{Attachment: &api.Attachment{VM: "dev", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}}
-	_, err := VMNetHelperBackend{Path: fake, Sudo: true}.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("shared"), Owner: &Project{}, Socket: "/tmp/x.sock", FD: -1})
+	_, err := VMNetHelperBackend{Path: fake, Sudo: true}.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("shared"), Owner: &statedir.Project{}, Socket: "/tmp/x.sock", FD: -1})
 	if err == nil {
 		t.Fatal("a vmnet-helper that a user can replace would run as root")
 	}
@@ -174,15 +176,15 @@ func TestVMNetHelperBrokerAndOffloads(t *testing.T) {
 	}
 	a := &Attachment{Attachment: &api.Attachment{VM: "dev", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}}
 	b := VMNetHelperBackend{Path: "/opt/vmnet-helper/bin/vmnet-helper"}
-	argv, err := b.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("shared"), Owner: &Project{}, Socket: "/tmp/x.sock", FD: -1})
+	argv, err := b.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("shared"), Owner: &statedir.Project{}, Socket: "/tmp/x.sock", FD: -1})
 	if got := strings.Join(argv, " "); err != nil || !strings.Contains(got, "--enable-tso") || !strings.Contains(got, "--enable-checksum-offload") {
 		t.Errorf("offloads: %q %v", got, err)
 	}
-	argv, err = b.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("brokered"), Owner: &Project{}, Socket: "/tmp/x.sock", FD: -1})
+	argv, err = b.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("brokered"), Owner: &statedir.Project{}, Socket: "/tmp/x.sock", FD: -1})
 	if got := strings.Join(argv, " "); err != nil || !strings.Contains(got, "--network lima-shared") || strings.Contains(got, "--operation-mode") {
 		t.Errorf("broker network: %q %v", got, err)
 	}
-	argv, _ = linuxBackend{}.HelperCommand(HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("shared"), Owner: &Project{UID: -1}, Socket: "/tmp/x.sock", FD: -1})
+	argv, _ = linuxBackend{}.HelperCommand(HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("shared"), Owner: &statedir.Project{UID: -1}, Socket: "/tmp/x.sock", FD: -1})
 	if got := strings.Join(argv, " "); !strings.Contains(got, "--enable-tso --enable-checksum-offload") {
 		t.Errorf("our helper without offloads: %q", got)
 	}

@@ -14,17 +14,19 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // Client talks to the controller of a state dir over its unix socket.
 type Client struct {
-	sd   StateDir
+	sd   statedir.Dir
 	http *http.Client
 }
 
 // NewClient returns a client for the controller of sd.
-func NewClient(sd StateDir) *Client {
-	path := sd.File(socketFile)
+func NewClient(sd statedir.Dir) *Client {
+	path := sd.APISocket()
 	return &Client{sd: sd, http: &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -81,7 +83,7 @@ func (cl *Client) do(ctx context.Context, method, path string, v any) error {
 // EnsureController starts `exe serve` in the background for sd unless a
 // controller already runs, and waits until it answers. Its output goes to
 // controller.log in the state dir, whose tail is in the error if it fails.
-func EnsureController(ctx context.Context, sd StateDir, exe string, extraArgs ...string) error {
+func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArgs ...string) error {
 	cl := NewClient(sd)
 	if cl.Running(ctx) {
 		return nil
@@ -90,9 +92,9 @@ func EnsureController(ctx context.Context, sd StateDir, exe string, extraArgs ..
 		return err
 	}
 	// Someone holds the lock but does not answer yet: it is starting.
-	if l, err := sd.TryLock(controllerLockFile); err == nil {
+	if l, err := sd.TryLockController(); err == nil {
 		l.Unlock()
-		logf, err := os.OpenFile(sd.File(controllerLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+		logf, err := os.OpenFile(sd.ControllerLog(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 		if err != nil {
 			return err
 		}
@@ -107,7 +109,7 @@ func EnsureController(ctx context.Context, sd StateDir, exe string, extraArgs ..
 			return fmt.Errorf("starting controller: %w", err)
 		}
 		go cmd.Wait() // reap it if it exits while we wait
-	} else if !errors.Is(err, ErrLocked) {
+	} else if !errors.Is(err, statedir.ErrLocked) {
 		return err
 	}
 	deadline := time.Now().Add(15 * time.Second)
@@ -121,10 +123,10 @@ func EnsureController(ctx context.Context, sd StateDir, exe string, extraArgs ..
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	tail, _ := os.ReadFile(sd.File(controllerLogFile))
+	tail, _ := os.ReadFile(sd.ControllerLog())
 	lines := strings.Split(strings.TrimSpace(string(tail)), "\n")
 	if len(lines) > 10 {
 		lines = lines[len(lines)-10:]
 	}
-	return fmt.Errorf("controller did not start within 15s; its log (%s):\n  %s", sd.File(controllerLogFile), strings.Join(lines, "\n  "))
+	return fmt.Errorf("controller did not start within 15s; its log (%s):\n  %s", sd.ControllerLog(), strings.Join(lines, "\n  "))
 }

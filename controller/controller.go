@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // Options configure a controller.
 type Options struct {
-	StateDir StateDir
+	StateDir statedir.Dir
 	// Executable is the vmnetctl binary that runs helpers; default this one.
 	Executable string
 	Log        *slog.Logger
@@ -86,17 +87,10 @@ func (o *Options) setDefaults() error {
 	return nil
 }
 
-// runtimeState is runtime.json: the helpers that run and what was applied.
-type runtimeState struct {
-	Helpers         []HelperRecord    `json:"helpers"`
-	AppliedNetworks *NetworksSnapshot `json:"appliedNetworks,omitempty"`
-	AppliedProjects []*Project        `json:"appliedProjects,omitempty"`
-}
-
 // Controller keeps what runs equal to what the projects in the state dir ask for.
 type Controller struct {
 	opts    Options
-	sd      StateDir
+	sd      statedir.Dir
 	log     *slog.Logger
 	backend Backend
 
@@ -106,8 +100,8 @@ type Controller struct {
 	netErrs  map[string]string
 	helpers  map[string]*helperProc
 	applied  *Desired
-	appliedN *NetworksSnapshot
-	appliedP []*Project
+	appliedN *statedir.NetworksSnapshot
+	appliedP []*statedir.Project
 	lastErr  error
 	lastOK   time.Time
 	started  time.Time
@@ -148,9 +142,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.sd.Init(); err != nil {
 		return err
 	}
-	lock, err := c.sd.TryLock(controllerLockFile)
+	lock, err := c.sd.TryLockController()
 	if err != nil {
-		if errors.Is(err, ErrLocked) {
+		if errors.Is(err, statedir.ErrLocked) {
 			return fmt.Errorf("a controller already runs for %s", c.sd.Path)
 		}
 		return err
@@ -169,7 +163,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		srv.Shutdown(shutCtx)
-		os.Remove(c.sd.File(socketFile))
+		os.Remove(c.sd.APISocket())
 	}()
 	if c.opts.MetricsAddr != "off" {
 		// A busy port (another state dir's controller) costs the metrics,
@@ -209,7 +203,7 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // listen opens the API socket, usable by root and the configured group.
 func (c *Controller) listen() (net.Listener, error) {
-	path := c.sd.File(socketFile)
+	path := c.sd.APISocket()
 	os.Remove(path) // stale from a crash: we hold the controller lock
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -233,8 +227,8 @@ func (c *Controller) listen() (net.Listener, error) {
 
 // restore loads runtime.json and adopts the helpers that still run.
 func (c *Controller) restore() {
-	var rs runtimeState
-	if _, err := c.sd.ReadJSON(runtimeFile, &rs); err != nil {
+	rs, _, err := c.sd.LoadRuntime()
+	if err != nil {
 		c.log.Warn("cannot read runtime state; starting afresh", "err", err)
 		return
 	}
@@ -254,19 +248,19 @@ func (c *Controller) restore() {
 }
 
 func (c *Controller) saveRuntime() {
-	rs := runtimeState{AppliedNetworks: c.appliedN, AppliedProjects: c.appliedP}
+	rs := statedir.Runtime{AppliedNetworks: c.appliedN, AppliedProjects: c.appliedP}
 	for _, key := range sortedKeys(c.helpers) {
 		if h := c.helpers[key]; h.rec.Proc.PID > 0 && h.state == StateRunning {
 			rs.Helpers = append(rs.Helpers, h.rec)
 		}
 	}
-	if err := c.sd.WriteJSON(runtimeFile, rs); err != nil {
+	if err := c.sd.SaveRuntime(rs); err != nil {
 		c.log.Error("saving runtime state", "err", err)
 	}
 }
 
 // loadDesired reads the projects and networks of the state dir.
-func (c *Controller) loadDesired() (*Desired, *NetworksSnapshot, []*Project, error) {
+func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*statedir.Project, error) {
 	projects, err := c.sd.Projects()
 	if err != nil {
 		return nil, nil, nil, err
@@ -312,7 +306,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		c.lastErr = fmt.Errorf("reading desired state: %w", err)
 		return false, c.lastErr
 	}
-	owners := map[string]*Project{}
+	owners := map[string]*statedir.Project{}
 	for _, p := range projects {
 		owners[p.Name] = p
 	}
@@ -337,7 +331,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 				errs = append(errs, err)
 			}
 			delete(c.helpers, key)
-			os.Remove(c.sd.File(helpersDir, fileKey(key)+".json"))
+			os.Remove(c.sd.HelperReadyFile(key))
 		}
 	}
 
@@ -350,7 +344,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 				nw.Close()
 				delete(c.nets, ch.ID)
 			}
-			if err := c.backend.RemoveNetwork(ctx, ch.ID, c.sd.File(leasesDir)); err != nil {
+			if err := c.backend.RemoveNetwork(ctx, ch.ID, c.sd.LeasesDir()); err != nil {
 				errs = append(errs, fmt.Errorf("removing network %q: %w", ch.ID, err))
 			}
 			c.log.Info("network removed", "network", ch.ID, "action", ch.Action)
@@ -366,7 +360,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		if c.nets[n.ID] != nil {
 			continue
 		}
-		nw, err := c.backend.StartNetwork(ctx, n, c.sd.File(leasesDir), c.opts.Upstreams, c.log)
+		nw, err := c.backend.StartNetwork(ctx, n, c.sd.LeasesDir(), c.opts.Upstreams, c.log)
 		if err != nil {
 			c.netErrs[n.ID] = err.Error()
 			errs = append(errs, fmt.Errorf("starting network %q: %w", n.ID, err))
@@ -427,11 +421,11 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		}
 		owner := owners[a.Project]
 		if owner == nil {
-			owner = &Project{UID: -1, GID: -1}
+			owner = &statedir.Project{UID: -1, GID: -1}
 		}
 		launches = append(launches, &launch{a: a, n: n.Config(), owner: owner, prev: h, restarts: restarts, bo: bo})
 		starting := &helperProc{att: a, exited: closedChan(), state: StateStarting,
-			rec: HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: a.Attach, Restarts: restarts}}
+			rec: statedir.HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: a.Attach, Restarts: restarts}}
 		c.helpers[a.Key()] = starting
 	}
 	// Start the helpers in parallel and without the lock: a slow helper
@@ -467,17 +461,14 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	}
 	if len(projects) == 0 {
 		c.closeNetworksLocked()
-		removed, err := c.backend.Sweep(ctx, c.sd.File(leasesDir))
+		removed, err := c.backend.Sweep(ctx, c.sd.LeasesDir())
 		if err != nil {
 			c.log.Warn("sweep", "err", err)
 		} else if len(removed) > 0 {
 			c.log.Info("swept leftovers", "removed", removed)
 		}
-		// Nothing runs: remove what the state dir held for it. The projects,
-		// locks and log stay for the CLI (it may be writing a project).
-		for _, name := range []string{runtimeFile, helpersDir, vmsDir, leasesDir, networksSnapshotFile, networksYAMLFile} {
-			os.RemoveAll(c.sd.File(name))
-		}
+		// Nothing runs: remove what the state dir held for it.
+		c.sd.RemoveRuntime()
 		return true, c.lastErr
 	}
 	return false, c.lastErr
@@ -487,7 +478,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 type launch struct {
 	a        *Attachment
 	n        *api.Network
-	owner    *Project
+	owner    *statedir.Project
 	prev     *helperProc
 	restarts int
 	bo       Backoff
@@ -503,8 +494,8 @@ func (c *Controller) watchExternal(a *Attachment, h *helperProc) {
 		h.state = StateStopped
 		return
 	}
-	var recs []HelperRecord
-	if _, err := c.sd.ReadJSON(runRecordFile(a.Project), &recs); err != nil {
+	recs, err := c.sd.RunHelpers(a.Project)
+	if err != nil {
 		return
 	}
 	for _, rec := range recs {
@@ -523,7 +514,7 @@ func (c *Controller) setFailed(a *Attachment, h *helperProc, restarts int, bo Ba
 		h = &helperProc{exited: closedChan()}
 	}
 	h.att = a
-	h.rec = HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: a.Attach, Restarts: restarts, StartedAt: time.Now()}
+	h.rec = statedir.HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: a.Attach, Restarts: restarts, StartedAt: time.Now()}
 	h.backoff = bo
 	h.retryAt = time.Now().Add(h.backoff.Next(0))
 	h.state = StateFailed

@@ -6,33 +6,8 @@ import (
 	"slices"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
-
-// Project is one `up -f FILE...`: the VM files it was given, as they were.
-// vmnetctl keeps the files' bytes, not a derived form, so that the desired
-// state is always recomputed by the same parser that validated it.
-type Project struct {
-	Name  string        `json:"name"`
-	Files []ProjectFile `json:"files"`
-	// VMName is --name, for lima instance files.
-	VMName string `json:"vmName,omitempty"`
-	// UID and GID own the project's helpers and sockets: the user who ran
-	// `up` ($SUDO_UID and $SUDO_GID under sudo).
-	UID int `json:"uid"`
-	GID int `json:"gid"`
-	// OnlyVMs limits the project to these VMs of its files (for `run --vm`).
-	OnlyVMs []string `json:"onlyVMs,omitempty"`
-	// External projects belong to `vmnetctl run`: the controller keeps their
-	// networks, addresses and names, but their helpers are run's, started
-	// on socketpairs; the controller adopts them to watch, never restarts them.
-	External bool `json:"external,omitempty"`
-}
-
-// ProjectFile is one VM file of a project.
-type ProjectFile struct {
-	Path string `json:"path"`
-	Data []byte `json:"data"`
-}
 
 // Attachment is an attachment that belongs to a project.
 type Attachment struct {
@@ -64,10 +39,10 @@ func (d *Desired) Network(id string) *api.Network {
 // ComputeDesired resolves every project against nets. It fails, with every
 // problem listed, when a file no longer validates or two projects define the
 // same VM.
-func ComputeDesired(nets *api.Networks, projects []*Project) (*Desired, error) {
+func ComputeDesired(nets *api.Networks, projects []*statedir.Project) (*Desired, error) {
 	var all api.Diagnostics
 	var files []*api.VMFile
-	owner := map[*api.VMFile]*Project{}
+	owner := map[*api.VMFile]*statedir.Project{}
 	for _, p := range projects {
 		for _, f := range p.Files {
 			vf, diags := api.LoadVMFile(f.Path, f.Data, api.VMFileOptions{Name: p.VMName})

@@ -15,6 +15,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // Helper states, as `status` shows them.
@@ -26,27 +27,9 @@ const (
 	StateFailed   = "failed"
 )
 
-// HelperRecord is what the controller persists about a running helper, so
-// that a new controller can adopt it after a crash.
-type HelperRecord struct {
-	Key       string         `json:"key"`
-	VM        string         `json:"vm"`
-	Index     int            `json:"index"`
-	Network   string         `json:"network"`
-	Project   string         `json:"project"`
-	MAC       string         `json:"mac"`
-	Attach    api.AttachKind `json:"attach"`
-	Proc      ProcIdentity   `json:"proc"`
-	Socket    string         `json:"socket,omitempty"`
-	Tap       string         `json:"tap,omitempty"`
-	Ready     string         `json:"ready"`
-	StartedAt time.Time      `json:"startedAt"`
-	Restarts  int            `json:"restarts"`
-}
-
 // helperProc is one supervised helper.
 type helperProc struct {
-	rec     HelperRecord
+	rec     statedir.HelperRecord
 	att     *Attachment
 	state   string
 	lastErr string
@@ -68,31 +51,17 @@ func closedChan() <-chan struct{} {
 	return ch
 }
 
-// fileKey turns an attachment key ("vm/0") into a file name ("vm.0").
-func fileKey(key string) string { return strings.ReplaceAll(key, "/", ".") }
-
-// SocketPath is where the helper of an attachment serves the VM.
-func (s StateDir) SocketPath(vm string, index int) string {
-	return s.File(vmsDir, vm, strconv.Itoa(index)+".sock")
-}
-
-// ClientSocketPath is where a VMM such as qemu binds its end of the cable.
-func (s StateDir) ClientSocketPath(vm string, index int) string {
-	return s.File(vmsDir, vm, strconv.Itoa(index)+".vm.sock")
-}
-
 // launchHelper starts `vmnetctl helper` for a and waits until it is ready:
 // its JSON line was written and, in socket mode, its socket exists. Its
 // stdout and stderr go to files of the state dir, not pipes, so that it
 // outlives a crash of the controller and can be adopted.
-func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Network, owner *Project) (*helperProc, error) {
-	key := fileKey(a.Key())
-	readyPath := c.sd.File(helpersDir, key+".json")
-	logPath := c.sd.File(helpersDir, key+".log")
-	if err := os.MkdirAll(c.sd.File(helpersDir), 0o750); err != nil {
+func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Network, owner *statedir.Project) (*helperProc, error) {
+	readyPath := c.sd.HelperReadyFile(a.Key())
+	logPath := c.sd.HelperLogFile(a.Key())
+	if err := os.MkdirAll(c.sd.HelpersDir(), 0o750); err != nil {
 		return nil, err
 	}
-	vmDir := c.sd.File(vmsDir, a.VM)
+	vmDir := c.sd.VMDir(a.VM)
 	if err := os.MkdirAll(vmDir, 0o750); err != nil {
 		return nil, err
 	}
@@ -101,7 +70,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 		// owner, and the owner's VMM binds its own beside it: the owner
 		// must be able to pass through the state dir and vms/ (not list
 		// them: mode 0711).
-		for _, d := range []string{c.sd.Path, c.sd.File(vmsDir)} {
+		for _, d := range []string{c.sd.Path, c.sd.VMsDir()} {
 			if err := os.Chmod(d, 0o711); err != nil {
 				return nil, err
 			}
@@ -122,7 +91,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 		os.Remove(sock + ".lock")
 	}
 	argv, err := c.backend.HelperCommand(HelperSpec{Executable: c.opts.Executable, Attachment: a, Network: n, Owner: owner,
-		Socket: sock, FD: -1, NetworksFile: c.sd.File(networksYAMLFile), VMNetHelperPath: c.paths.VMNetHelper, StatsInterval: c.opts.StatsInterval})
+		Socket: sock, FD: -1, NetworksFile: c.sd.NetworksYAML(), VMNetHelperPath: c.paths.VMNetHelper, StatsInterval: c.opts.StatsInterval})
 	if err != nil {
 		return nil, fmt.Errorf("helper for %s on network %s: %w", a.Key(), n.ID, err)
 	}
@@ -147,13 +116,13 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 	}()
 	h := &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: logPath, state: StateRunning,
 		statsOff: logStart, startLatency: time.Since(began)}
-	id, err := ReadProcIdentity(proc.Pid())
+	id, err := helperexec.ReadProcIdentity(proc.Pid())
 	if err != nil {
 		proc.Stop()
 		return nil, fmt.Errorf("helper for %s: %w", a.Key(), err)
 	}
 	ready, _ := proc.Ready.MarshalJSON()
-	h.rec = HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: n.ID, Project: a.Project, MAC: a.MAC,
+	h.rec = statedir.HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: n.ID, Project: a.Project, MAC: a.MAC,
 		Attach: a.Attach, Proc: id, Socket: sock, Tap: proc.Ready.TapName, Ready: string(ready), StartedAt: time.Now()}
 	return h, nil
 }
@@ -161,7 +130,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 // helperEnv is the controller's environment with sudo's ids set to the
 // VM's owner: vmnet-helper drops its privileges to $SUDO_UID and $SUDO_GID
 // (ours takes --uid and --gid, which say the same).
-func helperEnv(owner *Project) []string {
+func helperEnv(owner *statedir.Project) []string {
 	var env []string
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "SUDO_") {
@@ -227,15 +196,15 @@ func (c *Controller) stopProc(h *helperProc) {
 
 // adopt takes over a helper that a previous controller started and that
 // still runs: the same pid, start time and command line.
-func (c *Controller) adopt(rec HelperRecord) *helperProc {
+func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 	exited := make(chan struct{})
 	h := &helperProc{rec: rec, exited: exited, state: StateRunning,
-		logPath: c.sd.File(helpersDir, fileKey(rec.Key)+".log")}
+		logPath: c.sd.HelperLogFile(rec.Key)}
 	if fi, err := os.Stat(h.logPath); err == nil {
 		h.statsOff = max(0, fi.Size()-4096) // pick up the latest stats line
 	}
 	go func() {
-		waitExit(rec.Proc)
+		rec.Proc.WaitExit()
 		close(exited)
 		c.kick()
 	}()

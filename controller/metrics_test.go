@@ -14,7 +14,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // metricsController is a controller with one network and two attachments:
@@ -22,7 +24,7 @@ import (
 // stats lines a second apart; b's is in backoff after restarts.
 func metricsController(t *testing.T) *Controller {
 	t.Helper()
-	c, err := New(Options{StateDir: StateDir{Path: t.TempDir()}, StatsInterval: time.Second, Version: "v1.2.3"})
+	c, err := New(Options{StateDir: statedir.Dir{Path: t.TempDir()}, StatsInterval: time.Second, Version: "v1.2.3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,17 +45,17 @@ func metricsController(t *testing.T) *Controller {
 	if err := os.WriteFile(log, []byte(strings.Join(lines, "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id, err := ReadProcIdentity(os.Getpid())
+	id, err := helperexec.ReadProcIdentity(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.helpers["a/0"] = &helperProc{att: c.applied.Attachments[0], state: StateRunning, exited: make(chan struct{}), logPath: log,
 		startLatency: 150 * time.Millisecond,
-		rec:          HelperRecord{Key: "a/0", VM: "a", Network: "shared", Proc: id, StartedAt: now.Add(-time.Minute)}}
+		rec:          statedir.HelperRecord{Key: "a/0", VM: "a", Network: "shared", Proc: id, StartedAt: now.Add(-time.Minute)}}
 	gone := make(chan struct{})
 	close(gone)
 	c.helpers["b/0"] = &helperProc{att: c.applied.Attachments[1], state: StateBackoff, exited: gone,
-		rec: HelperRecord{Key: "b/0", VM: "b", Network: "shared", Restarts: 3}}
+		rec: statedir.HelperRecord{Key: "b/0", VM: "b", Network: "shared", Restarts: 3}}
 	c.reconciles["success"] = 4
 	c.lastReconcileTime = 20 * time.Millisecond
 	c.lastOK = now

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -41,7 +42,7 @@ vmnet:
     subnet: 192.168.120.0/24
 `
 
-func desired(t *testing.T, networks string, projects ...*Project) *Desired {
+func desired(t *testing.T, networks string, projects ...*statedir.Project) *Desired {
 	t.Helper()
 	nets, diags := api.LoadNetworks("networks.yaml", []byte(networks))
 	if err := diags.Err(); err != nil {
@@ -54,8 +55,8 @@ func desired(t *testing.T, networks string, projects ...*Project) *Desired {
 	return d
 }
 
-func project(name, vms string) *Project {
-	return &Project{Name: name, Files: []ProjectFile{{Path: name + ".yaml", Data: []byte(vms)}}}
+func project(name, vms string) *statedir.Project {
+	return &statedir.Project{Name: name, Files: []statedir.ProjectFile{{Path: name + ".yaml", Data: []byte(vms)}}}
 }
 
 const planVMs = `
@@ -86,7 +87,7 @@ func TestComputeDesiredKeepsOnlyUsedNetworks(t *testing.T) {
 
 func TestComputeDesiredRejectsCollisionsAcrossProjects(t *testing.T) {
 	nets, _ := api.LoadNetworks("networks.yaml", []byte(planNetworks))
-	_, err := ComputeDesired(nets, []*Project{project("a", planVMs), project("b", "vms:\n  web:\n    networks: [{vmnet: shared}]\n")})
+	_, err := ComputeDesired(nets, []*statedir.Project{project("a", planVMs), project("b", "vms:\n  web:\n    networks: [{vmnet: shared}]\n")})
 	if err == nil {
 		t.Fatal("two projects defining VM web were accepted")
 	}

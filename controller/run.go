@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // FirstVMFD is the descriptor number of the VM's first attachment in the
@@ -24,8 +24,6 @@ import (
 // Descriptor 3 is left to /dev/null, as in vmnet-helper's vmnet-run, where
 // it is the helper's.
 const FirstVMFD = 4
-
-func runRecordFile(project string) string { return filepath.Join("run", project+".json") }
 
 // RunOptions configure RunVM.
 type RunOptions struct {
@@ -54,7 +52,7 @@ const (
 // 4, 5, ...), supervised as one unit: when the command exits the helpers
 // stop. It returns the command's exit status. The project must be saved and
 // its networks (nets, by ID) up. Under sudo the command runs as the invoking user.
-func RunVM(ctx context.Context, sd StateDir, p *Project, atts []*Attachment, nets map[string]*api.Network, command []string, o RunOptions) (int, error) {
+func RunVM(ctx context.Context, sd statedir.Dir, p *statedir.Project, atts []*Attachment, nets map[string]*api.Network, command []string, o RunOptions) (int, error) {
 	if len(command) == 0 {
 		return 0, errors.New("no command to run (vmnetctl run ... -- COMMAND)")
 	}
@@ -71,7 +69,7 @@ func RunVM(ctx context.Context, sd StateDir, p *Project, atts []*Attachment, net
 		o.Backend = DefaultBackend()
 	}
 	var helpers []*helperexec.Helper
-	var recs []HelperRecord
+	var recs []statedir.HelperRecord
 	var vmEnds []*os.File
 	stopAll := func() {
 		var wg sync.WaitGroup
@@ -79,7 +77,7 @@ func RunVM(ctx context.Context, sd StateDir, p *Project, atts []*Attachment, net
 			wg.Go(func() { h.Stop() })
 		}
 		wg.Wait()
-		os.Remove(sd.File(runRecordFile(p.Name)))
+		sd.RemoveRunHelpers(p.Name)
 	}
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -104,7 +102,7 @@ func RunVM(ctx context.Context, sd StateDir, p *Project, atts []*Attachment, net
 		helpers = append(helpers, h)
 		recs = append(recs, rec)
 	}
-	if err := sd.WriteJSON(runRecordFile(p.Name), recs); err != nil {
+	if err := sd.SaveRunHelpers(p.Name, recs); err != nil {
 		closeAll(vmEnds)
 		stopAll()
 		return 0, err
@@ -191,30 +189,29 @@ func socketpair() (helperEnd, vmEnd *os.File, err error) {
 // startFDHelper starts a helper on an inherited socketpair end and waits for
 // its JSON line. Its output goes where the controller's helpers' goes, so the
 // controller reads its stats the same way.
-func startFDHelper(ctx context.Context, sd StateDir, a *Attachment, n *api.Network, p *Project, end *os.File, o RunOptions) (*helperexec.Helper, HelperRecord, error) {
-	key := fileKey(a.Key())
-	if err := os.MkdirAll(sd.File(helpersDir), 0o750); err != nil {
-		return nil, HelperRecord{}, err
+func startFDHelper(ctx context.Context, sd statedir.Dir, a *Attachment, n *api.Network, p *statedir.Project, end *os.File, o RunOptions) (*helperexec.Helper, statedir.HelperRecord, error) {
+	if err := os.MkdirAll(sd.HelpersDir(), 0o750); err != nil {
+		return nil, statedir.HelperRecord{}, err
 	}
 	argv, err := o.Backend.HelperCommand(HelperSpec{Executable: o.Executable, Attachment: a, Network: n, Owner: p,
-		FD: 3, NetworksFile: sd.File(networksYAMLFile), VMNetHelperPath: o.VMNetHelperPath, StatsInterval: o.StatsInterval})
+		FD: 3, NetworksFile: sd.NetworksYAML(), VMNetHelperPath: o.VMNetHelperPath, StatsInterval: o.StatsInterval})
 	if err != nil {
-		return nil, HelperRecord{}, err
+		return nil, statedir.HelperRecord{}, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = []*os.File{end}
 	cmd.Env = helperEnv(p)
 	h, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{ReadyTimeout: o.ReadyTimeout, StopGrace: o.StopGrace,
-		ReadyFile: sd.File(helpersDir, key+".json"), LogFile: sd.File(helpersDir, key+".log")})
+		ReadyFile: sd.HelperReadyFile(a.Key()), LogFile: sd.HelperLogFile(a.Key())})
 	if err != nil {
-		return nil, HelperRecord{}, fmt.Errorf("helper for %s on network %s: %w", a.Key(), a.Network, err)
+		return nil, statedir.HelperRecord{}, fmt.Errorf("helper for %s on network %s: %w", a.Key(), a.Network, err)
 	}
-	id, err := ReadProcIdentity(h.Pid())
+	id, err := helperexec.ReadProcIdentity(h.Pid())
 	if err != nil {
 		h.Stop()
-		return nil, HelperRecord{}, err
+		return nil, statedir.HelperRecord{}, err
 	}
 	ready, _ := h.Ready.MarshalJSON()
-	return h, HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC,
+	return h, statedir.HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC,
 		Attach: a.Attach, Proc: id, Tap: h.Ready.TapName, Ready: string(ready), StartedAt: time.Now()}, nil
 }

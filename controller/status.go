@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // Status is `vmnetctl status --json`: a stable contract. Fields are only
@@ -144,14 +146,14 @@ func (c *Controller) status() *Status {
 
 // OfflineStatus reads the status from the state dir, the kernel and the
 // process table when no controller runs.
-func OfflineStatus(ctx context.Context, sd StateDir) (*Status, error) {
+func OfflineStatus(ctx context.Context, sd statedir.Dir) (*Status, error) {
 	return offlineStatus(ctx, sd, DefaultBackend())
 }
 
-func offlineStatus(ctx context.Context, sd StateDir, backend Backend) (*Status, error) {
+func offlineStatus(ctx context.Context, sd statedir.Dir, backend Backend) (*Status, error) {
 	st := &Status{Controller: ControllerStatus{StateDir: sd.Path}, Networks: []NetworkStatus{}, Attachments: []AttachmentStatus{}}
-	var rs runtimeState
-	if _, err := sd.ReadJSON(runtimeFile, &rs); err != nil {
+	rs, _, err := sd.LoadRuntime()
+	if err != nil {
 		return nil, err
 	}
 	if rs.AppliedNetworks == nil {
@@ -165,7 +167,7 @@ func offlineStatus(ctx context.Context, sd StateDir, backend Backend) (*Status, 
 	if err != nil {
 		return nil, err
 	}
-	recs := map[string]HelperRecord{}
+	recs := map[string]statedir.HelperRecord{}
 	for _, r := range rs.Helpers {
 		recs[r.Key] = r
 	}
@@ -290,9 +292,9 @@ func roundDur(secs float64) string {
 
 // AppliedState is what the controller last applied, from runtime.json; an
 // empty state when nothing was.
-func AppliedState(sd StateDir) (*Desired, error) {
-	var rs runtimeState
-	if _, err := sd.ReadJSON(runtimeFile, &rs); err != nil {
+func AppliedState(sd statedir.Dir) (*Desired, error) {
+	rs, _, err := sd.LoadRuntime()
+	if err != nil {
 		return nil, err
 	}
 	if rs.AppliedNetworks == nil {

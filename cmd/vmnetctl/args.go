@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // VMMs that `args` knows.
@@ -31,7 +32,7 @@ With --mac N it prints only the MAC address of the VM's attachment N.`,
 			if !slices.Contains(vmms, vmm) {
 				return fmt.Errorf("unknown --vmm %q (one of %s)", vmm, strings.Join(vmms, ", "))
 			}
-			sd := controller.StateDir{Path: g.stateDir}
+			sd := statedir.Dir{Path: g.stateDir}
 			st, err := statusOf(cmd, sd)
 			if err != nil {
 				return err
@@ -69,7 +70,7 @@ With --mac N it prints only the MAC address of the VM's attachment N.`,
 	return cmd
 }
 
-func statusOf(cmd *cobra.Command, sd controller.StateDir) (*controller.Status, error) {
+func statusOf(cmd *cobra.Command, sd statedir.Dir) (*controller.Status, error) {
 	cl := controller.NewClient(sd)
 	if cl.Running(cmd.Context()) {
 		return cl.Status(cmd.Context())
@@ -78,7 +79,7 @@ func statusOf(cmd *cobra.Command, sd controller.StateDir) (*controller.Status, e
 }
 
 // vmmArgs builds the arguments for one VMM; each word is shell-quoted.
-func vmmArgs(sd controller.StateDir, vmm string, atts []controller.AttachmentStatus, fds bool) ([]string, error) {
+func vmmArgs(sd statedir.Dir, vmm string, atts []controller.AttachmentStatus, fds bool) ([]string, error) {
 	var out []string
 	for i, a := range atts {
 		id := fmt.Sprintf("net%d", i)

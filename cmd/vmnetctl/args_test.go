@@ -5,10 +5,11 @@ import (
 	"testing"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func TestVMMArgs(t *testing.T) {
-	sd := controller.StateDir{Path: "/run/vmnetctl"}
+	sd := statedir.Dir{Path: "/run/vmnetctl"}
 	sock := []controller.AttachmentStatus{
 		{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", Socket: "/run/vmnetctl/vms/web/0.sock"},
 		{VM: "web", Index: 1, Network: "host", MAC: "52:55:55:00:00:02", Attach: "socket", Socket: "/run/vmnetctl/vms/web/1.sock"},

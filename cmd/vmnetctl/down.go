@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func newDownCommand(g *globals, s streams) *cobra.Command {
@@ -21,7 +21,7 @@ func newDownCommand(g *globals, s streams) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			sd := controller.StateDir{Path: g.stateDir}
+			sd := statedir.Dir{Path: g.stateDir}
 			var names []string
 			if all {
 				ps, err := sd.Projects()
@@ -42,7 +42,7 @@ func newDownCommand(g *globals, s streams) *cobra.Command {
 				fmt.Fprintln(s.out, "Nothing to do: no state in", sd.Path)
 				return nil
 			}
-			lock, err := sd.WaitLock("ops.lock")
+			lock, err := sd.LockOps()
 			if err != nil {
 				return err
 			}
@@ -63,9 +63,9 @@ func newDownCommand(g *globals, s streams) *cobra.Command {
 				return err
 			}
 			cl := controller.NewClient(sd)
-			_, rtErr := os.Stat(sd.File("runtime.json"))
+			_, rtErr := os.Stat(sd.Path + "/runtime.json")
 			if len(left) == 0 && !cl.Running(ctx) && errors.Is(rtErr, os.ErrNotExist) {
-				return cleanStateDir(sd)
+				return sd.Clean()
 			}
 			resp, err := reconcile(ctx, sd)
 			if err != nil {
@@ -80,39 +80,20 @@ func newDownCommand(g *globals, s streams) *cobra.Command {
 			// Nothing left: the controller removes everything and exits.
 			deadline := time.Now().Add(30 * time.Second)
 			for {
-				if l, err := sd.TryLock("controller.lock"); err == nil {
+				if l, err := sd.TryLockController(); err == nil {
 					l.Unlock()
 					break
 				}
 				if time.Now().After(deadline) {
-					return fmt.Errorf("the controller did not exit after the last project was removed; see %s", sd.File("controller.log"))
+					return fmt.Errorf("the controller did not exit after the last project was removed; see %s", sd.ControllerLog())
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 			fmt.Fprintln(s.out, "Everything is down.")
-			return cleanStateDir(sd)
+			return sd.Clean()
 		},
 	}
 	f.bind(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "remove every project")
 	return cmd
-}
-
-// cleanStateDir removes what is left in the state dir once nothing runs,
-// except the locks (others may be waiting on them) and the controller's log.
-func cleanStateDir(sd controller.StateDir) error {
-	entries, err := os.ReadDir(sd.Path)
-	if err != nil {
-		return nil
-	}
-	for _, e := range entries {
-		switch e.Name() {
-		case "ops.lock", "controller.lock", "controller.log":
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(sd.Path, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
 }

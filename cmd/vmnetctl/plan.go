@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func newPlanCommand(g *globals, s streams) *cobra.Command {
@@ -22,7 +23,7 @@ func newPlanCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sd := controller.StateDir{Path: g.stateDir}
+			sd := statedir.Dir{Path: g.stateDir}
 			current, err := controller.AppliedState(sd)
 			if err != nil {
 				return err

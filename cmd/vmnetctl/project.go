@@ -9,7 +9,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // projectFlags are the flags of up, down and plan.
@@ -26,7 +26,7 @@ func (f *projectFlags) bind(cmd *cobra.Command) {
 // loadProject reads networks.yaml and the VM files, validates them, and
 // returns them as a project plus the networks snapshot to record. The bytes
 // validated are the bytes stored.
-func loadProject(g *globals, f *projectFlags, s streams) (*controller.Project, *controller.NetworksSnapshot, *api.Networks, error) {
+func loadProject(g *globals, f *projectFlags, s streams) (*statedir.Project, *statedir.NetworksSnapshot, *api.Networks, error) {
 	if len(f.files) == 0 {
 		return nil, nil, nil, fmt.Errorf("no VM file given (-f FILE)")
 	}
@@ -35,14 +35,14 @@ func loadProject(g *globals, f *projectFlags, s streams) (*controller.Project, *
 		return nil, nil, nil, err
 	}
 	nets, diags := api.LoadNetworks(source, data)
-	p := &controller.Project{VMName: f.name, UID: ownerID("SUDO_UID", os.Getuid()), GID: ownerID("SUDO_GID", os.Getgid())}
+	p := &statedir.Project{VMName: f.name, UID: ownerID("SUDO_UID", os.Getuid()), GID: ownerID("SUDO_GID", os.Getgid())}
 	var files []*api.VMFile
 	for _, path := range f.files {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("reading VM file: %w", err)
 		}
-		p.Files = append(p.Files, controller.ProjectFile{Path: path, Data: b})
+		p.Files = append(p.Files, statedir.ProjectFile{Path: path, Data: b})
 		vf, d := api.LoadVMFile(path, b, api.VMFileOptions{Name: f.name})
 		diags = append(diags, d...)
 		if vf != nil {
@@ -58,9 +58,9 @@ func loadProject(g *globals, f *projectFlags, s streams) (*controller.Project, *
 	}
 	p.Name = f.project
 	if p.Name == "" {
-		p.Name = controller.ProjectName(files)
+		p.Name = statedir.ProjectName(files)
 	}
-	return p, &controller.NetworksSnapshot{Source: source, Data: data}, nets, nil
+	return p, &statedir.NetworksSnapshot{Source: source, Data: data}, nets, nil
 }
 
 // ownerID is the id of the user behind sudo, else fallback.
@@ -91,12 +91,12 @@ func projectName(g *globals, f *projectFlags) (string, error) {
 		}
 		files = append(files, vf)
 	}
-	return controller.ProjectName(files), nil
+	return statedir.ProjectName(files), nil
 }
 
 // withProject returns the projects with p added or replaced.
-func withProject(projects []*controller.Project, p *controller.Project) []*controller.Project {
-	out := []*controller.Project{p}
+func withProject(projects []*statedir.Project, p *statedir.Project) []*statedir.Project {
+	out := []*statedir.Project{p}
 	for _, q := range projects {
 		if q.Name != p.Name {
 			out = append(out, q)

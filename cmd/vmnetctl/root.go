@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // streams are the command's standard I/O, passed in so tests can run commands.
@@ -73,7 +73,7 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 	root.SetOut(s.out)
 	root.SetErr(s.err)
 	root.PersistentFlags().StringVar(&g.networks, "networks", "", "networks.yaml to use (default $VMNETCTL_NETWORKS, /etc/vmnetctl/networks.yaml, else the built-in defaults)")
-	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", controller.DefaultStateDir(), "directory for vmnetctl's state")
+	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", statedir.Default(), "directory for vmnetctl's state")
 	root.AddCommand(
 		newUpCommand(g, s),
 		newDownCommand(g, s),

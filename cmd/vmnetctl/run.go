@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func newRunCommand(g *globals, s streams) *cobra.Command {
@@ -34,7 +35,7 @@ with COMMAND's status. Under sudo, COMMAND runs as the invoking user.
 			if err != nil {
 				return err
 			}
-			own, err := controller.ComputeDesired(nets, []*controller.Project{p})
+			own, err := controller.ComputeDesired(nets, []*statedir.Project{p})
 			if err != nil {
 				return err
 			}
@@ -56,10 +57,10 @@ with COMMAND's status. Under sudo, COMMAND runs as the invoking user.
 			if f.project == "" {
 				p.Name = "run-" + vmName
 			}
-			sd := controller.StateDir{Path: g.stateDir}
+			sd := statedir.Dir{Path: g.stateDir}
 			var atts []*controller.Attachment
 			err = func() error {
-				lock, err := sd.WaitLock("ops.lock")
+				lock, err := sd.LockOps()
 				if err != nil {
 					return err
 				}
@@ -130,8 +131,8 @@ with COMMAND's status. Under sudo, COMMAND runs as the invoking user.
 }
 
 // removeProject removes a project and lets the controller converge.
-func removeProject(ctx context.Context, sd controller.StateDir, name string) {
-	lock, err := sd.WaitLock("ops.lock")
+func removeProject(ctx context.Context, sd statedir.Dir, name string) {
+	lock, err := sd.LockOps()
 	if err != nil {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func newServeCommand(g *globals, s streams) *cobra.Command {
@@ -21,7 +22,7 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			c, err := controller.New(controller.Options{
-				StateDir:    controller.StateDir{Path: g.stateDir},
+				StateDir:    statedir.Dir{Path: g.stateDir},
 				Log:         slog.New(slog.NewTextHandler(s.err, nil)),
 				Group:       group,
 				MetricsAddr: metricsAddr,

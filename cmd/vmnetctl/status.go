@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func newStatusCommand(g *globals, s streams) *cobra.Command {
@@ -16,7 +17,7 @@ func newStatusCommand(g *globals, s streams) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			sd := controller.StateDir{Path: g.stateDir}
+			sd := statedir.Dir{Path: g.stateDir}
 			cl := controller.NewClient(sd)
 			var st *controller.Status
 			var err error

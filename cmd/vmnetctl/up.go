@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func newUpCommand(g *globals, s streams) *cobra.Command {
@@ -28,9 +29,9 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sd := controller.StateDir{Path: g.stateDir}
+			sd := statedir.Dir{Path: g.stateDir}
 			// One up or down at a time per state dir; a second waits.
-			lock, err := sd.WaitLock("ops.lock")
+			lock, err := sd.LockOps()
 			if err != nil {
 				return err
 			}
@@ -74,7 +75,7 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 }
 
 // reconcile starts the controller if none runs and asks it to converge.
-func reconcile(ctx context.Context, sd controller.StateDir, serveArgs ...string) (*controller.ReconcileResponse, error) {
+func reconcile(ctx context.Context, sd statedir.Dir, serveArgs ...string) (*controller.ReconcileResponse, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package controller
+package statedir
 
 import (
 	"errors"
@@ -7,18 +7,18 @@ import (
 )
 
 func TestLockIsExclusive(t *testing.T) {
-	s := StateDir{Path: t.TempDir()}
-	l, err := s.TryLock("lock")
+	s := Dir{Path: t.TempDir()}
+	l, err := s.TryLockController()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.TryLock("lock"); !errors.Is(err, ErrLocked) {
+	if _, err := s.TryLockController(); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second TryLock: %v, want ErrLocked", err)
 	}
 	if err := l.Unlock(); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := s.TryLock("lock")
+	l2, err := s.TryLockController()
 	if err != nil {
 		t.Fatalf("TryLock after Unlock: %v", err)
 	}
@@ -26,21 +26,21 @@ func TestLockIsExclusive(t *testing.T) {
 }
 
 func TestWriteJSONIsAtomicAndReadable(t *testing.T) {
-	s := StateDir{Path: t.TempDir()}
+	s := Dir{Path: t.TempDir()}
 	type doc struct{ A int }
-	if found, err := s.ReadJSON("projects/p.json", &doc{}); found || err != nil {
+	if found, err := s.readJSON("projects/p.json", &doc{}); found || err != nil {
 		t.Fatalf("missing file: found=%v err=%v", found, err)
 	}
 	for i := 1; i <= 3; i++ {
-		if err := s.WriteJSON("projects/p.json", doc{A: i}); err != nil {
+		if err := s.writeJSON("projects/p.json", doc{A: i}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var got doc
-	if found, err := s.ReadJSON("projects/p.json", &got); !found || err != nil || got.A != 3 {
+	if found, err := s.readJSON("projects/p.json", &got); !found || err != nil || got.A != 3 {
 		t.Fatalf("read %+v found=%v err=%v", got, found, err)
 	}
-	entries, _ := os.ReadDir(s.File("projects"))
+	entries, _ := os.ReadDir(s.file("projects"))
 	if len(entries) != 1 {
 		t.Errorf("temporary files left behind: %v", entries)
 	}

@@ -1,4 +1,4 @@
-package controller
+package helperexec
 
 // ProcIdentity names one process beyond its pid, which the kernel reuses:
 // its start time (in clock ticks since boot) and its command line. A new

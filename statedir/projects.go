@@ -1,4 +1,4 @@
-package controller
+package statedir
 
 import (
 	"errors"
@@ -12,20 +12,31 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
-// Files of the state dir.
-const (
-	networksSnapshotFile = "networks.json"   // the networks.yaml `up` used: {source, data}
-	networksYAMLFile     = "networks.yaml"   // the same bytes, for helpers' --networks
-	projectsDir          = "projects"        // one <name>.json per project
-	runtimeFile          = "runtime.json"    // helpers that run, and what was applied
-	controllerLockFile   = "controller.lock" // held by the one controller of this dir
-	opsLockFile          = "ops.lock"        // serialises up, down and plan
-	socketFile           = "controller.sock" // the daemon API
-	controllerLogFile    = "controller.log"  // the background controller's output
-	helpersDir           = "helpers"         // <key>.json (ready line) and <key>.log (stderr)
-	vmsDir               = "vms"             // vms/<vm>/<index>.sock, owned by the VM's user
-	leasesDir            = "leases"          // the DHCP servers' lease files
-)
+// Project is one `up -f FILE...`: the VM files it was given, as they were.
+// vmnetctl keeps the files' bytes, not a derived form, so that the desired
+// state is always recomputed by the same parser that validated it.
+type Project struct {
+	Name  string        `json:"name"`
+	Files []ProjectFile `json:"files"`
+	// VMName is --name, for lima instance files.
+	VMName string `json:"vmName,omitempty"`
+	// UID and GID own the project's helpers and sockets: the user who ran
+	// `up` ($SUDO_UID and $SUDO_GID under sudo).
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// OnlyVMs limits the project to these VMs of its files (for `run --vm`).
+	OnlyVMs []string `json:"onlyVMs,omitempty"`
+	// External projects belong to `vmnetctl run`: the controller keeps their
+	// networks, addresses and names, but their helpers are run's, started
+	// on socketpairs; the controller adopts them to watch, never restarts them.
+	External bool `json:"external,omitempty"`
+}
+
+// ProjectFile is one VM file of a project.
+type ProjectFile struct {
+	Path string `json:"path"`
+	Data []byte `json:"data"`
+}
 
 // NetworksSnapshot is the networks.yaml the desired state was resolved against.
 type NetworksSnapshot struct {
@@ -40,17 +51,17 @@ func (n *NetworksSnapshot) Load() (*api.Networks, error) {
 }
 
 // SaveNetworks records the networks.yaml that `up` used.
-func (s StateDir) SaveNetworks(snap NetworksSnapshot) error {
-	if err := s.WriteFile(networksYAMLFile, snap.Data); err != nil {
+func (d Dir) SaveNetworks(snap NetworksSnapshot) error {
+	if err := d.writeFile(networksYAMLFile, snap.Data); err != nil {
 		return err
 	}
-	return s.WriteJSON(networksSnapshotFile, snap)
+	return d.writeJSON(networksSnapshotFile, snap)
 }
 
 // Networks returns the recorded networks.yaml, or nil when none was recorded.
-func (s StateDir) Networks() (*NetworksSnapshot, error) {
+func (d Dir) Networks() (*NetworksSnapshot, error) {
 	var snap NetworksSnapshot
-	found, err := s.ReadJSON(networksSnapshotFile, &snap)
+	found, err := d.readJSON(networksSnapshotFile, &snap)
 	if err != nil || !found {
 		return nil, err
 	}
@@ -58,16 +69,16 @@ func (s StateDir) Networks() (*NetworksSnapshot, error) {
 }
 
 // SaveProject adds or replaces a project.
-func (s StateDir) SaveProject(p *Project) error {
+func (d Dir) SaveProject(p *Project) error {
 	if msg := checkProjectName(p.Name); msg != "" {
 		return errors.New(msg)
 	}
-	return s.WriteJSON(filepath.Join(projectsDir, p.Name+".json"), p)
+	return d.writeJSON(filepath.Join(projectsDir, p.Name+".json"), p)
 }
 
 // DeleteProject removes a project; removing one that does not exist is fine.
-func (s StateDir) DeleteProject(name string) (existed bool, err error) {
-	err = os.Remove(s.File(projectsDir, name+".json"))
+func (d Dir) DeleteProject(name string) (existed bool, err error) {
+	err = os.Remove(d.file(projectsDir, name+".json"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -75,8 +86,8 @@ func (s StateDir) DeleteProject(name string) (existed bool, err error) {
 }
 
 // Projects returns every project, by name.
-func (s StateDir) Projects() ([]*Project, error) {
-	entries, err := os.ReadDir(s.File(projectsDir))
+func (d Dir) Projects() ([]*Project, error) {
+	entries, err := os.ReadDir(d.file(projectsDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -89,7 +100,7 @@ func (s StateDir) Projects() ([]*Project, error) {
 			continue
 		}
 		p := &Project{}
-		if _, err := s.ReadJSON(filepath.Join(projectsDir, e.Name()), p); err != nil {
+		if _, err := d.readJSON(filepath.Join(projectsDir, e.Name()), p); err != nil {
 			return nil, err
 		}
 		out = append(out, p)

@@ -1,4 +1,4 @@
-package controller
+package helperexec
 
 import (
 	"time"
@@ -6,9 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// waitExit returns when the process of id is gone. A pidfd tells us without
+// WaitExit returns when the process of id is gone. A pidfd tells us without
 // polling even though the process is not our child (it was adopted).
-func waitExit(id ProcIdentity) {
+func (id ProcIdentity) WaitExit() {
 	fd, err := unix.PidfdOpen(id.PID, 0)
 	if err != nil {
 		pollExit(id)

@@ -1,0 +1,40 @@
+// Package statedir owns vmnetctl's state directory: every path and file
+// name in it, its locks, the projects that `up` recorded, the networks.yaml
+// they were resolved against, and the runtime records of the helpers that
+// run. Nothing else names a file of the state dir; everything asks a Dir.
+//
+// The layout (see docs/controller.md):
+//
+//	ops.lock            serialises up, down and run
+//	controller.lock     held by the one controller of the dir
+//	controller.sock     the controller's API
+//	controller.log      the background controller's output
+//	networks.json       the networks.yaml `up` used: {source, data}
+//	networks.yaml       the same bytes, for helpers' --networks
+//	projects/NAME.json  one per project: its VM files, as they were
+//	runtime.json        the helpers that run, and what was applied
+//	run/PROJECT.json    the helpers `vmnetctl run` started
+//	helpers/VM.I.json   a helper's ready line; helpers/VM.I.log its stderr
+//	vms/VM/I.sock       a helper's socket; vms/VM/I.vm.sock the VMM's end
+//	leases/ID.leases.json  the DHCP server's leases of network ID
+package statedir
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// Default is where vmnetctl keeps its state: /run/vmnetctl for root, else
+// $XDG_RUNTIME_DIR/vmnetctl, else ~/.local/state/vmnetctl.
+func Default() string {
+	if os.Geteuid() == 0 {
+		return "/run/vmnetctl"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "vmnetctl")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "vmnetctl")
+	}
+	return filepath.Join(os.TempDir(), "vmnetctl")
+}

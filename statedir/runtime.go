@@ -1,0 +1,98 @@
+package statedir
+
+import (
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helperexec"
+)
+
+// HelperRecord is what is kept about a running helper, so that a new
+// controller can adopt it after a crash.
+type HelperRecord struct {
+	Key       string                  `json:"key"`
+	VM        string                  `json:"vm"`
+	Index     int                     `json:"index"`
+	Network   string                  `json:"network"`
+	Project   string                  `json:"project"`
+	MAC       string                  `json:"mac"`
+	Attach    api.AttachKind          `json:"attach"`
+	Proc      helperexec.ProcIdentity `json:"proc"`
+	Socket    string                  `json:"socket,omitempty"`
+	Tap       string                  `json:"tap,omitempty"`
+	Ready     string                  `json:"ready"`
+	StartedAt time.Time               `json:"startedAt"`
+	Restarts  int                     `json:"restarts"`
+}
+
+// Runtime is runtime.json: the helpers that run and what was applied.
+type Runtime struct {
+	Helpers         []HelperRecord    `json:"helpers"`
+	AppliedNetworks *NetworksSnapshot `json:"appliedNetworks,omitempty"`
+	AppliedProjects []*Project        `json:"appliedProjects,omitempty"`
+}
+
+// SaveRuntime records what the controller runs.
+func (d Dir) SaveRuntime(rt Runtime) error { return d.writeJSON(runtimeFile, rt) }
+
+// LoadRuntime reads what a controller recorded; found is false when none did.
+func (d Dir) LoadRuntime() (rt Runtime, found bool, err error) {
+	found, err = d.readJSON(runtimeFile, &rt)
+	return rt, found, err
+}
+
+// HasRuntime reports whether a controller's runtime record exists.
+func (d Dir) HasRuntime() bool {
+	_, err := os.Stat(d.file(runtimeFile))
+	return err == nil
+}
+
+func runRecordFile(project string) string { return filepath.Join(runDir, project+".json") }
+
+// SaveRunHelpers records the helpers `vmnetctl run` started for project.
+func (d Dir) SaveRunHelpers(project string, recs []HelperRecord) error {
+	return d.writeJSON(runRecordFile(project), recs)
+}
+
+// RunHelpers returns the helpers `vmnetctl run` recorded for project.
+func (d Dir) RunHelpers(project string) ([]HelperRecord, error) {
+	var recs []HelperRecord
+	_, err := d.readJSON(runRecordFile(project), &recs)
+	return recs, err
+}
+
+// RemoveRunHelpers forgets the helpers of project's `vmnetctl run`.
+func (d Dir) RemoveRunHelpers(project string) { os.Remove(d.file(runRecordFile(project))) }
+
+// RemoveHelperFiles removes the ready line of attachment key's helper.
+func (d Dir) RemoveHelperFiles(key string) { os.Remove(d.HelperReadyFile(key)) }
+
+// RemoveRuntime removes what only running networks and helpers need, once
+// nothing runs. The projects, locks and log stay: the CLI may be writing a
+// project, others may wait on the locks.
+func (d Dir) RemoveRuntime() {
+	for _, name := range []string{runtimeFile, helpersDir, vmsDir, leasesDir, runDir, networksSnapshotFile, networksYAMLFile} {
+		os.RemoveAll(d.file(name))
+	}
+}
+
+// Clean removes everything but the locks (others may be waiting on them)
+// and the controller's log, once nothing runs and no project is left.
+func (d Dir) Clean() error {
+	entries, err := os.ReadDir(d.Path)
+	if err != nil {
+		return nil
+	}
+	for _, e := range entries {
+		switch e.Name() {
+		case opsLockFile, controllerLockFile, controllerLogFile:
+			continue
+		}
+		if err := os.RemoveAll(d.file(e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,204 @@
+package statedir
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The files and folders of the state dir, named here and nowhere else.
+const (
+	networksSnapshotFile = "networks.json"
+	networksYAMLFile     = "networks.yaml"
+	projectsDir          = "projects"
+	runtimeFile          = "runtime.json"
+	runDir               = "run"
+	controllerLockFile   = "controller.lock"
+	opsLockFile          = "ops.lock"
+	socketFile           = "controller.sock"
+	controllerLogFile    = "controller.log"
+	helpersDir           = "helpers"
+	vmsDir               = "vms"
+	leasesDir            = "leases"
+)
+
+// Dir is one state directory. Each has its own controller, projects and
+// networks; two never share anything.
+type Dir struct {
+	Path string
+}
+
+// Init creates the directory, private to its owner.
+func (d Dir) Init() error {
+	if err := os.MkdirAll(d.Path, 0o750); err != nil {
+		return fmt.Errorf("creating state dir: %w", err)
+	}
+	return nil
+}
+
+// Exists reports whether the directory exists.
+func (d Dir) Exists() bool {
+	_, err := os.Stat(d.Path)
+	return err == nil
+}
+
+func (d Dir) file(elem ...string) string {
+	return filepath.Join(append([]string{d.Path}, elem...)...)
+}
+
+// APISocket is the controller's unix socket.
+func (d Dir) APISocket() string { return d.file(socketFile) }
+
+// ControllerLog is the background controller's output.
+func (d Dir) ControllerLog() string { return d.file(controllerLogFile) }
+
+// NetworksYAML is the recorded networks.yaml, for helpers' --networks.
+func (d Dir) NetworksYAML() string { return d.file(networksYAMLFile) }
+
+// LeasesDir holds the DHCP servers' lease files.
+func (d Dir) LeasesDir() string { return d.file(leasesDir) }
+
+// HelpersDir holds the helpers' ready lines and logs.
+func (d Dir) HelpersDir() string { return d.file(helpersDir) }
+
+// fileKey turns an attachment key ("vm/0") into a file name ("vm.0").
+func fileKey(key string) string { return strings.ReplaceAll(key, "/", ".") }
+
+// HelperReadyFile is where the helper of attachment key writes its ready line.
+func (d Dir) HelperReadyFile(key string) string { return d.file(helpersDir, fileKey(key)+".json") }
+
+// HelperLogFile is where the helper of attachment key writes its stderr.
+func (d Dir) HelperLogFile(key string) string { return d.file(helpersDir, fileKey(key)+".log") }
+
+// VMsDir holds one folder per VM, for its sockets.
+func (d Dir) VMsDir() string { return d.file(vmsDir) }
+
+// VMDir holds the sockets of one VM; it belongs to the VM's owner.
+func (d Dir) VMDir(vm string) string { return d.file(vmsDir, vm) }
+
+// SocketPath is where the helper of an attachment serves the VM.
+func (d Dir) SocketPath(vm string, index int) string {
+	return d.file(vmsDir, vm, strconv.Itoa(index)+".sock")
+}
+
+// ClientSocketPath is where a VMM such as qemu binds its end of the cable.
+func (d Dir) ClientSocketPath(vm string, index int) string {
+	return d.file(vmsDir, vm, strconv.Itoa(index)+".vm.sock")
+}
+
+// Lock is an exclusive flock on a file of the state dir. The kernel drops it
+// when the process dies, so a crash never leaves a stale lock behind.
+type Lock struct {
+	f *os.File
+}
+
+// ErrLocked is returned by TryLock when another process holds the lock.
+var ErrLocked = errors.New("locked by another process")
+
+// LockOps takes the lock that lets one up, down or run at a time change the
+// projects, waiting for its holder.
+func (d Dir) LockOps() (*Lock, error) { return d.lock(opsLockFile, unix.LOCK_EX) }
+
+// TryLockController takes the lock the one controller of the dir holds
+// while it runs, without waiting: ErrLocked when a controller runs.
+func (d Dir) TryLockController() (*Lock, error) {
+	return d.lock(controllerLockFile, unix.LOCK_EX|unix.LOCK_NB)
+}
+
+// ControllerAlive reports whether a process holds the controller lock.
+func (d Dir) ControllerAlive() bool {
+	l, err := d.TryLockController()
+	if err != nil {
+		return errors.Is(err, ErrLocked)
+	}
+	l.Unlock()
+	return false
+}
+
+func (d Dir) lock(name string, how int) (*Lock, error) {
+	if err := d.Init(); err != nil {
+		return nil, err
+	}
+	path := d.file(name)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return &Lock{f: f}, nil
+}
+
+// Unlock releases the lock.
+func (l *Lock) Unlock() error { return l.f.Close() }
+
+// writeFile replaces a file of the state dir atomically: readers see the old
+// content or the new, never a part, even if the writer crashes.
+func (d Dir) writeFile(name string, data []byte) error {
+	path := d.file(name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeJSON stores v as indented JSON, atomically.
+func (d Dir) writeJSON(name string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", name, err)
+	}
+	return d.writeFile(name, append(data, '\n'))
+}
+
+// readJSON loads a JSON file of the state dir into v; found is false when
+// the file does not exist.
+func (d Dir) readJSON(name string, v any) (found bool, err error) {
+	data, err := os.ReadFile(d.file(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading state: %w", err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return true, fmt.Errorf("reading state %s: %w", d.file(name), err)
+	}
+	return true, nil
+}
