@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend/vmnethelper"
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -46,7 +45,7 @@ func TestVMNetHelperBackend(t *testing.T) {
 	if err := sd.SaveProject(p); err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Options{StateDir: sd, Backend: VMNetHelperBackend{Path: fake}, MetricsAddr: "off", StopGrace: 2 * time.Second})
+	c, err := New(Options{StateDir: sd, Backend: vmnethelper.Backend{Path: fake}, MetricsAddr: "off", StopGrace: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,75 +116,5 @@ func TestVMNetHelperBackend(t *testing.T) {
 	}
 	if id, err := helperexec.ReadProcIdentity(a.PID); err == nil && strings.Contains(strings.Join(id.Cmdline, " "), "vmnet-helper") {
 		t.Errorf("vmnet-helper %d still runs", a.PID)
-	}
-}
-
-func TestVMNetHelperBackendRefusesTap(t *testing.T) {
-	_, err := VMNetHelperBackend{Path: "/x"}.HelperCommand(HelperSpec{Attachment: &Attachment{Attachment: tapAttachment()}})
-	if err != ErrTapNeedsLinux {
-		t.Errorf("tap attachment: %v", err)
-	}
-}
-
-func tapAttachment() *api.Attachment {
-	return &api.Attachment{VM: "fc", Attach: api.AttachTAP, MAC: "52:55:55:00:00:01"}
-}
-
-func TestVMNetHelperLeases(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "dhcpd_leases")
-	exp := time.Now().Add(time.Hour).Unix()
-	data := fmt.Sprintf("{\n\tname=web\n\tip_address=192.168.105.7\n\thw_address=1,52:55:55:1:2:3\n\tidentifier=1,52:55:55:1:2:3\n\tlease=0x%x\n}\n"+
-		"{\n\tname=other\n\tip_address=192.168.64.9\n\thw_address=1,52:55:55:0:0:9\n\tidentifier=1,52:55:55:0:0:9\n\tlease=0x%x\n}\n", exp, exp)
-	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	nets, diags := api.LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n"))
-	if diags.HasErrors() {
-		t.Fatal(diags.Err())
-	}
-	nw, err := VMNetHelperBackend{LeasesFile: file}.StartNetwork(context.Background(), nets.Get("shared"), "", nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leases := nw.Leases()
-	if len(leases) != 1 || leases[0].MAC != "52:55:55:01:02:03" || leases[0].IP.String() != "192.168.105.7" || leases[0].Hostname != "web" {
-		t.Errorf("leases = %+v, want web's only (the other is outside the subnet)", leases)
-	}
-}
-
-func TestVMNetHelperSudoRefusesAUserOwnedHelper(t *testing.T) {
-	fake := filepath.Join(t.TempDir(), "vmnet-helper")
-	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if os.Geteuid() == 0 {
-		os.Chown(fake, 65534, 65534) // owned by nobody: not root's
-	}
-	nets, _ := api.LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n"))
-	a := &Attachment{Attachment: &api.Attachment{VM: "dev", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}}
-	_, err := VMNetHelperBackend{Path: fake, Sudo: true}.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("shared"), Owner: &statedir.Project{}, Socket: "/tmp/x.sock", FD: -1})
-	if err == nil {
-		t.Fatal("a vmnet-helper that a user can replace would run as root")
-	}
-}
-
-func TestVMNetHelperBrokerAndOffloads(t *testing.T) {
-	nets, diags := api.LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n    offloads: true\n  brokered:\n    subnet: 192.168.106.0/24\n    vmnetBroker: lima-shared\n"))
-	if diags.HasErrors() {
-		t.Fatal(diags.Err())
-	}
-	a := &Attachment{Attachment: &api.Attachment{VM: "dev", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}}
-	b := VMNetHelperBackend{Path: "/opt/vmnet-helper/bin/vmnet-helper"}
-	argv, err := b.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("shared"), Owner: &statedir.Project{}, Socket: "/tmp/x.sock", FD: -1})
-	if got := strings.Join(argv, " "); err != nil || !strings.Contains(got, "--enable-tso") || !strings.Contains(got, "--enable-checksum-offload") {
-		t.Errorf("offloads: %q %v", got, err)
-	}
-	argv, err = b.HelperCommand(HelperSpec{Attachment: a, Network: nets.Get("brokered"), Owner: &statedir.Project{}, Socket: "/tmp/x.sock", FD: -1})
-	if got := strings.Join(argv, " "); err != nil || !strings.Contains(got, "--network lima-shared") || strings.Contains(got, "--operation-mode") {
-		t.Errorf("broker network: %q %v", got, err)
-	}
-	argv, _ = linuxBackend{}.HelperCommand(HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("shared"), Owner: &statedir.Project{UID: -1}, Socket: "/tmp/x.sock", FD: -1})
-	if got := strings.Join(argv, " "); !strings.Contains(got, "--enable-tso --enable-checksum-offload") {
-		t.Errorf("our helper without offloads: %q", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -37,7 +38,7 @@ type Options struct {
 	// (default DefaultMetricsAddr; "off" serves none).
 	MetricsAddr string
 	// Backend is the platform's data plane and helper (default: by GOOS).
-	Backend Backend
+	Backend backend.Backend
 	// Version is the controller's version for vmnetctl_build_info.
 	Version string
 }
@@ -89,13 +90,13 @@ func (o *Options) setDefaults() error {
 
 // Controller keeps what runs equal to what the projects in the state dir ask for.
 type Controller struct {
-	opts    Options
-	sd      statedir.Dir
-	log     *slog.Logger
-	backend Backend
+	opts Options
+	sd   statedir.Dir
+	log  *slog.Logger
+	be   backend.Backend
 
 	mu       sync.Mutex
-	nets     map[string]NetworkRuntime
+	nets     map[string]backend.Network
 	paths    api.Paths // networks.yaml's, as last read
 	netErrs  map[string]string
 	helpers  map[string]*helperProc
@@ -121,8 +122,8 @@ func New(opts Options) (*Controller, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, backend: opts.Backend,
-		nets: map[string]NetworkRuntime{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
+	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
+		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
 		reconciles: map[string]uint64{},
 		kickc:      make(chan struct{}, 1), started: time.Now()}, nil
 }
@@ -327,7 +328,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 			c.stopProc(h)
 			// The record names the attachment even for an adopted helper.
 			rec := &Attachment{Attachment: &api.Attachment{VM: h.rec.VM, Index: h.rec.Index, MAC: h.rec.MAC, Attach: h.rec.Attach}}
-			if err := c.backend.Cleanup(rec); err != nil {
+			if err := c.be.Cleanup(rec.Attachment); err != nil {
 				errs = append(errs, err)
 			}
 			delete(c.helpers, key)
@@ -344,7 +345,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 				nw.Close()
 				delete(c.nets, ch.ID)
 			}
-			if err := c.backend.RemoveNetwork(ctx, ch.ID, c.sd.LeasesDir()); err != nil {
+			if err := c.be.RemoveNetwork(ctx, ch.ID, c.netOpts()); err != nil {
 				errs = append(errs, fmt.Errorf("removing network %q: %w", ch.ID, err))
 			}
 			c.log.Info("network removed", "network", ch.ID, "action", ch.Action)
@@ -360,14 +361,14 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		if c.nets[n.ID] != nil {
 			continue
 		}
-		nw, err := c.backend.StartNetwork(ctx, n, c.sd.LeasesDir(), c.opts.Upstreams, c.log)
+		nw, err := c.be.StartNetwork(ctx, n, c.netOpts())
 		if err != nil {
 			c.netErrs[n.ID] = err.Error()
 			errs = append(errs, fmt.Errorf("starting network %q: %w", n.ID, err))
 			continue
 		}
 		c.nets[n.ID] = nw
-		c.log.Info("network up", "network", n.ID, "backend", c.backend.Name())
+		c.log.Info("network up", "network", n.ID, "backend", c.be.Name())
 	}
 
 	// 3. Names and fixed addresses for DHCP and DNS.
@@ -461,7 +462,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	}
 	if len(projects) == 0 {
 		c.closeNetworksLocked()
-		removed, err := c.backend.Sweep(ctx, c.sd.LeasesDir())
+		removed, err := c.be.Sweep(ctx, c.netOpts())
 		if err != nil {
 			c.log.Warn("sweep", "err", err)
 		} else if len(removed) > 0 {
@@ -637,4 +638,9 @@ func (c *Controller) waitReconcile(ctx context.Context) error {
 		case <-ch:
 		}
 	}
+}
+
+// netOpts are the backend's settings for this state dir's networks.
+func (c *Controller) netOpts() backend.NetworkOptions {
+	return backend.NetworkOptions{LeaseDir: c.sd.LeasesDir(), Upstreams: c.opts.Upstreams, Log: c.log}
 }

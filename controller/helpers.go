@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -79,7 +80,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 			return nil, fmt.Errorf("giving %s to uid %d: %w", vmDir, owner.UID, err)
 		}
 	}
-	if err := c.backend.Cleanup(a); err != nil {
+	if err := c.be.Cleanup(a.Attachment); err != nil {
 		return nil, fmt.Errorf("helper for %s: %w", a.Key(), err)
 	}
 	sock := c.sd.SocketPath(a.VM, a.Index)
@@ -90,7 +91,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 		os.Remove(sock)
 		os.Remove(sock + ".lock")
 	}
-	argv, err := c.backend.HelperCommand(HelperSpec{Executable: c.opts.Executable, Attachment: a, Network: n, Owner: owner,
+	argv, err := c.be.HelperCommand(backend.HelperSpec{Executable: c.opts.Executable, Attachment: a.Attachment, Network: n, UID: owner.UID, GID: owner.GID,
 		Socket: sock, FD: -1, NetworksFile: c.sd.NetworksYAML(), VMNetHelperPath: c.paths.VMNetHelper, StatsInterval: c.opts.StatsInterval})
 	if err != nil {
 		return nil, fmt.Errorf("helper for %s on network %s: %w", a.Key(), n.ID, err)

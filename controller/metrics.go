@@ -178,7 +178,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		st := nw.Stats()
 		if n.DHCP {
-			emit(descLeases, prometheus.GaugeValue, float64(len(st.Leases)), n.ID)
+			emit(descLeases, prometheus.GaugeValue, float64(len(nw.Leases())), n.ID)
 			emit(descPool, prometheus.GaugeValue, float64(metrics.PoolSize(n.DHCPStart, n.DHCPEnd)), n.ID)
 			for _, t := range withKnown(st.DHCP.Requests, dhcpRequestTypes) {
 				emit(descDHCPRequests, prometheus.CounterValue, float64(st.DHCP.Requests[t]), n.ID, strings.ToLower(t))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -36,7 +37,7 @@ type RunOptions struct {
 	// OnReady is called once every helper is ready, before the command starts.
 	OnReady func()
 	// Backend builds the helpers' command lines (default: the platform's).
-	Backend Backend
+	Backend backend.Backend
 	// VMNetHelperPath is networks.yaml's paths.vmnetHelper.
 	VMNetHelperPath string
 }
@@ -193,7 +194,7 @@ func startFDHelper(ctx context.Context, sd statedir.Dir, a *Attachment, n *api.N
 	if err := os.MkdirAll(sd.HelpersDir(), 0o750); err != nil {
 		return nil, statedir.HelperRecord{}, err
 	}
-	argv, err := o.Backend.HelperCommand(HelperSpec{Executable: o.Executable, Attachment: a, Network: n, Owner: p,
+	argv, err := o.Backend.HelperCommand(backend.HelperSpec{Executable: o.Executable, Attachment: a.Attachment, Network: n, UID: p.UID, GID: p.GID,
 		FD: 3, NetworksFile: sd.NetworksYAML(), VMNetHelperPath: o.VMNetHelperPath, StatsInterval: o.StatsInterval})
 	if err != nil {
 		return nil, statedir.HelperRecord{}, err

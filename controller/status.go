@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -150,7 +151,7 @@ func OfflineStatus(ctx context.Context, sd statedir.Dir) (*Status, error) {
 	return offlineStatus(ctx, sd, DefaultBackend())
 }
 
-func offlineStatus(ctx context.Context, sd statedir.Dir, backend Backend) (*Status, error) {
+func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*Status, error) {
 	st := &Status{Controller: ControllerStatus{StateDir: sd.Path}, Networks: []NetworkStatus{}, Attachments: []AttachmentStatus{}}
 	rs, _, err := sd.LoadRuntime()
 	if err != nil {
@@ -178,7 +179,7 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, backend Backend) (*Stat
 		}
 		// Check compares the kernel with what the network needs; Inspect
 		// alone would read an empty state as fine.
-		if err := backend.CheckNetwork(ctx, n); err == nil {
+		if err := be.CheckNetwork(ctx, n); err == nil {
 			ns.State = "up"
 		} else {
 			ns.State, ns.Error = "error", err.Error()

@@ -55,21 +55,13 @@ func (b *backendFlag) bind(cmd *cobra.Command) {
 		"warn about what this backend cannot honour: vmnetctl (Linux) or vmnet-helper (macOS)")
 }
 
-func (b *backendFlag) backend() (controller.Backend, error) {
-	be, ok := controller.Backends[b.name]
-	if !ok {
-		return nil, fmt.Errorf("unknown --backend %q (vmnetctl or vmnet-helper)", b.name)
-	}
-	return be, nil
-}
-
 // warnBackend prints the backend's warnings for nets and atts on w.
 func warnBackend(w io.Writer, b *backendFlag, nets []*api.Network, atts []*api.Attachment) error {
-	be, err := b.backend()
+	be, err := controller.BackendByName(b.name)
 	if err != nil {
 		return err
 	}
-	for _, msg := range controller.BackendWarnings(be, nets, atts) {
+	for _, msg := range be.Limits(nets, atts) {
 		fmt.Fprintln(w, "warning:", msg)
 	}
 	return nil

@@ -1,9 +1,9 @@
-package controller
+package vmnethelper
 
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -11,18 +11,17 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/helperexec"
-	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/backend"
 )
 
-// VMNetHelperBackend is macOS's: vmnet is the data plane, and each
+// Backend is macOS's: vmnet is the data plane, and each
 // attachment's helper is vmnet-helper. vmnet creates a network when the
 // first helper joins it and removes it when the last leaves, so there is
 // nothing to start or remove per network; its DHCP server (bootpd) keeps
 // its leases in /var/db/dhcpd_leases. It is plain Go, so it is tested on
 // Linux with a fake vmnet-helper.
-type VMNetHelperBackend struct {
-	// Path is vmnet-helper; empty looks it up (helperexec.FindVMNetHelper)
+type Backend struct {
+	// Path is vmnet-helper; empty looks it up (Find)
 	// from paths.vmnetHelper in networks.yaml, then the usual places.
 	Path string
 	// Sudo runs vmnet-helper through `sudo --non-interactive`, for a
@@ -35,36 +34,64 @@ type VMNetHelperBackend struct {
 // ErrTapNeedsLinux is returned for `attach: tap` attachments on macOS.
 var ErrTapNeedsLinux = errors.New("attach: tap needs Linux (vmnet has no TAP devices); use a socket attachment")
 
-func (b VMNetHelperBackend) Name() string { return "vmnet-helper" }
+// Name is the backend's name for --backend.
+const Name = "vmnet-helper"
 
-func (b VMNetHelperBackend) StartNetwork(_ context.Context, n *api.Network, _ string, _ []string, _ *slog.Logger) (NetworkRuntime, error) {
-	if err := helperexec.CheckVMNetHelperNetwork(n); err != nil {
+func (Backend) Name() string { return Name }
+
+func (b Backend) StartNetwork(_ context.Context, n *api.Network, _ backend.NetworkOptions) (backend.Network, error) {
+	if err := CheckNetwork(n); err != nil {
 		return nil, err
 	}
 	return &vmnetNetwork{n: n, leasesFile: b.leasesFile()}, nil
 }
 
-func (b VMNetHelperBackend) leasesFile() string {
+func (b Backend) leasesFile() string {
 	if b.LeasesFile != "" {
 		return b.LeasesFile
 	}
 	return "/var/db/dhcpd_leases"
 }
 
-func (VMNetHelperBackend) RemoveNetwork(context.Context, string, string) error { return nil }
+func (Backend) RemoveNetwork(context.Context, string, backend.NetworkOptions) error { return nil }
 
-func (VMNetHelperBackend) Sweep(context.Context, string) ([]string, error) { return nil, nil }
+func (Backend) Sweep(context.Context, backend.NetworkOptions) ([]string, error) { return nil, nil }
 
-func (VMNetHelperBackend) CheckNetwork(_ context.Context, n *api.Network) error {
-	return helperexec.CheckVMNetHelperNetwork(n)
+func (Backend) CheckNetwork(_ context.Context, n *api.Network) error {
+	return CheckNetwork(n)
 }
 
-func (VMNetHelperBackend) Warnings(n *api.Network) []string { return helperexec.VMNetHelperWarnings(n) }
+// Limits lists what vmnet-helper would refuse to run and what of
+// networks.yaml it cannot honour, as "network NAME (vmnet-helper): ..." and
+// "VM/INDEX (vmnet-helper): ..." lines.
+func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []string {
+	var out []string
+	for _, n := range nets {
+		if !n.Managed() {
+			continue
+		}
+		if err := CheckNetwork(n); err != nil {
+			out = append(out, fmt.Sprintf("network %s (%s): will not start: %v", n.ID, b.Name(), err))
+		}
+		for _, w := range NetworkWarnings(n) {
+			out = append(out, fmt.Sprintf("network %s (%s): %s", n.ID, b.Name(), w))
+		}
+	}
+	for _, a := range atts {
+		switch {
+		case a.Attach == api.AttachTAP:
+			out = append(out, fmt.Sprintf("%s (%s): will not start: %v", a.Key(), b.Name(), ErrTapNeedsLinux))
+		case a.IP.IsValid():
+			out = append(out, fmt.Sprintf("%s (%s): ip: %s cannot be honoured on macOS: vmnet's DHCP server takes no reservations from vmnetctl", a.Key(), b.Name(), a.IP))
+		}
+	}
+	return out
+}
 
 // Cleanup has nothing to do: vmnet removes a helper's interface with it.
-func (VMNetHelperBackend) Cleanup(*Attachment) error { return nil }
+func (Backend) Cleanup(*api.Attachment) error { return nil }
 
-func (b VMNetHelperBackend) HelperCommand(s HelperSpec) ([]string, error) {
+func (b Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	a := s.Attachment
 	if a.Attach == api.AttachTAP {
 		return nil, ErrTapNeedsLinux
@@ -72,7 +99,7 @@ func (b VMNetHelperBackend) HelperCommand(s HelperSpec) ([]string, error) {
 	path := b.Path
 	if path == "" {
 		var err error
-		if path, err = helperexec.FindVMNetHelper(s.VMNetHelperPath, os.Stat); err != nil {
+		if path, err = Find(s.VMNetHelperPath, os.Stat); err != nil {
 			return nil, err
 		}
 	}
@@ -82,11 +109,11 @@ func (b VMNetHelperBackend) HelperCommand(s HelperSpec) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := helperexec.CheckVMNetHelperOwner(resolved, os.Stat, fileUID); err != nil {
+		if err := CheckOwner(resolved, os.Stat, fileUID); err != nil {
 			return nil, err
 		}
 	}
-	o := helperexec.VMNetHelperOptions{
+	o := Options{
 		Path: path, Socket: s.Socket, FD: s.FD,
 		InterfaceID:     api.InterfaceID(a.VM, a.Index, a.MAC),
 		Network:         s.Network,
@@ -98,7 +125,7 @@ func (b VMNetHelperBackend) HelperCommand(s HelperSpec) ([]string, error) {
 	if s.Network.VMNetBroker != "" {
 		o.Network, o.BrokerNetwork = nil, s.Network.VMNetBroker
 	}
-	return helperexec.VMNetHelperCommand(o)
+	return Command(o)
 }
 
 // vmnetNetwork is a network vmnet runs; vmnetctl only reads its leases.
@@ -114,23 +141,23 @@ func (v *vmnetNetwork) Config() *api.Network { return v.n }
 func (v *vmnetNetwork) SetHost(net.HardwareAddr, string, netip.Addr) error { return nil }
 
 // Leases are bootpd's unexpired leases in the network's subnet, one per MAC.
-func (v *vmnetNetwork) Leases() []netplane.Lease {
+func (v *vmnetNetwork) Leases() []backend.Lease {
 	data, err := os.ReadFile(v.leasesFile)
 	if err != nil {
 		return nil
 	}
-	all, _ := helperexec.ParseDHCPDLeases(data) // the good blocks even if some are not
-	var out []netplane.Lease
-	for _, l := range helperexec.CurrentLeases(all, v.n.Subnet, time.Now()) {
+	all, _ := ParseDHCPDLeases(data) // the good blocks even if some are not
+	var out []backend.Lease
+	for _, l := range CurrentLeases(all, v.n.Subnet, time.Now()) {
 		mac := ""
 		if l.MAC != nil {
 			mac = l.MAC.String()
 		}
-		out = append(out, netplane.Lease{MAC: mac, IP: l.IP, Hostname: l.Name, Expiry: l.Expires})
+		out = append(out, backend.Lease{MAC: mac, IP: l.IP, Hostname: l.Name, Expiry: l.Expires})
 	}
 	return out
 }
 
-func (v *vmnetNetwork) Stats() netplane.Stats { return netplane.Stats{} }
+func (v *vmnetNetwork) Stats() backend.ServiceStats { return backend.ServiceStats{} }
 
 func (v *vmnetNetwork) Close() error { return nil }

@@ -1,4 +1,4 @@
-package helperexec
+package vmnethelper
 
 import (
 	"net"

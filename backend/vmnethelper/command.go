@@ -1,4 +1,4 @@
-package helperexec
+package vmnethelper
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ import (
 // honour. It is platform-independent so that it is tested on Linux; see
 // docs/macos.md.
 
-// VMNetHelperDefaultPaths are where FindVMNetHelper looks when networks.yaml
+// DefaultPaths are where Find looks when networks.yaml
 // sets no paths.vmnetHelper, in order:
 //
 //   - /opt/homebrew/bin/vmnet-helper: `brew install nirs/vmnet-helper/vmnet-helper`
@@ -29,38 +29,38 @@ import (
 //   - /usr/local/bin/vmnet-helper: the same on an Intel Mac's Homebrew;
 //   - /opt/vmnet-helper/bin/vmnet-helper: vmnet-helper's release archive,
 //     extracted as root (the install for macOS 15 and earlier, run via sudo).
-var VMNetHelperDefaultPaths = []string{
+var DefaultPaths = []string{
 	"/opt/homebrew/bin/vmnet-helper",
 	"/usr/local/bin/vmnet-helper",
 	"/opt/vmnet-helper/bin/vmnet-helper",
 }
 
-// VMNetHelperSudo is the sudo that runs vmnet-helper as root (macOS 15 and
+// SudoPath is the sudo that runs vmnet-helper as root (macOS 15 and
 // earlier). It is an absolute path: the sudoers rule names the helper, and
 // a sudo found through PATH could be anything.
-const VMNetHelperSudo = "/usr/bin/sudo"
+const SudoPath = "/usr/bin/sudo"
 
-// FindVMNetHelper returns the vmnet-helper to run: configured (networks.yaml's
-// paths.vmnetHelper) if set, else the first of VMNetHelperDefaultPaths that
+// Find returns the vmnet-helper to run: configured (networks.yaml's
+// paths.vmnetHelper) if set, else the first of DefaultPaths that
 // exists. stat is os.Stat outside tests. The file must be a regular,
 // executable file that no one but its owner can modify: vmnet-helper runs as
 // root through sudo, so its README requires it, and the directory it is in,
 // to be owned by root and not writable by other users. Ownership is not
 // visible through fs.FileInfo portably; the caller that uses sudo should
 // check it (see docs/macos.md).
-func FindVMNetHelper(configured string, stat func(string) (os.FileInfo, error)) (string, error) {
+func Find(configured string, stat func(string) (os.FileInfo, error)) (string, error) {
 	if stat == nil {
 		stat = os.Stat
 	}
 	if configured != "" {
-		if err := checkVMNetHelper(configured, stat); err != nil {
+		if err := checkExecutable(configured, stat); err != nil {
 			return "", fmt.Errorf("paths.vmnetHelper in networks.yaml: %w", err)
 		}
 		return configured, nil
 	}
 	var tried []string
-	for _, p := range VMNetHelperDefaultPaths {
-		err := checkVMNetHelper(p, stat)
+	for _, p := range DefaultPaths {
+		err := checkExecutable(p, stat)
 		if err == nil {
 			return p, nil
 		}
@@ -75,7 +75,7 @@ func FindVMNetHelper(configured string, stat func(string) (os.FileInfo, error)) 
 		strings.Join(tried, ", "))
 }
 
-func checkVMNetHelper(path string, stat func(string) (os.FileInfo, error)) error {
+func checkExecutable(path string, stat func(string) (os.FileInfo, error)) error {
 	fi, err := stat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -94,7 +94,7 @@ func checkVMNetHelper(path string, stat func(string) (os.FileInfo, error)) error
 	return nil
 }
 
-// CheckVMNetHelperOwner checks what vmnet-helper's README requires before
+// CheckOwner checks what vmnet-helper's README requires before
 // it is run as root through sudo: path and every directory above it are
 // owned by root and writable by no one else (a sticky directory such as
 // /tmp does not count as safe either). path should have its symlinks
@@ -102,7 +102,7 @@ func checkVMNetHelper(path string, stat func(string) (os.FileInfo, error)) error
 // into a Cellar the user owns, which is fine on macOS 26 (no sudo) and
 // refused here. stat is os.Stat outside tests; uid returns a FileInfo's
 // owner (on darwin, fi.Sys().(*syscall.Stat_t).Uid), false if unknown.
-func CheckVMNetHelperOwner(path string, stat func(string) (os.FileInfo, error), uid func(os.FileInfo) (uint32, bool)) error {
+func CheckOwner(path string, stat func(string) (os.FileInfo, error), uid func(os.FileInfo) (uint32, bool)) error {
 	if !filepath.IsAbs(path) {
 		return fmt.Errorf("vmnet-helper path %q is not absolute", path)
 	}
@@ -126,10 +126,10 @@ func CheckVMNetHelperOwner(path string, stat func(string) (os.FileInfo, error), 
 	}
 }
 
-// VMNetHelperOptions are the settings of one vmnet-helper process (one VM
+// Options are the settings of one vmnet-helper process (one VM
 // attachment).
-type VMNetHelperOptions struct {
-	// Path is the vmnet-helper executable (FindVMNetHelper).
+type Options struct {
+	// Path is the vmnet-helper executable (Find).
 	Path string
 	// Socket is the unix datagram socket vmnet-helper creates (--socket),
 	// or "" with FD.
@@ -161,7 +161,7 @@ type VMNetHelperOptions struct {
 	Sudo bool
 }
 
-// VMNetHelperCommand returns the full argv that runs vmnet-helper with o:
+// Command returns the full argv that runs vmnet-helper with o:
 // the helper itself, or with o.Sudo
 //
 //	/usr/bin/sudo --non-interactive --close-from N PATH FLAGS...
@@ -179,11 +179,11 @@ type VMNetHelperOptions struct {
 // range, --subnet-mask the subnet's. A network without a subnet (api gives
 // every shared and host network one, so only a hand-made api.Network) passes
 // none and gets vmnet's default. Errors are what vmnet-helper or
-// vmnet would refuse (CheckVMNetHelperNetwork); settings it would silently
-// not honour are VMNetHelperWarnings.
-func VMNetHelperCommand(o VMNetHelperOptions) ([]string, error) {
+// vmnet would refuse (CheckNetwork); settings it would silently
+// not honour are NetworkWarnings.
+func Command(o Options) ([]string, error) {
 	if o.Path == "" {
-		return nil, errors.New("vmnet-helper: no path (see FindVMNetHelper)")
+		return nil, errors.New("vmnet-helper: no path (see Find)")
 	}
 	var args []string
 	switch {
@@ -218,7 +218,7 @@ func VMNetHelperCommand(o VMNetHelperOptions) ([]string, error) {
 		}
 		args = append(args, "--network", o.BrokerNetwork)
 	case o.Network != nil:
-		if err := CheckVMNetHelperNetwork(o.Network); err != nil {
+		if err := CheckNetwork(o.Network); err != nil {
 			return nil, err
 		}
 		n := o.Network
@@ -259,18 +259,18 @@ func VMNetHelperCommand(o VMNetHelperOptions) ([]string, error) {
 		if o.FD >= 0 {
 			closeFrom = o.FD + 1
 		}
-		argv = []string{VMNetHelperSudo, "--non-interactive", "--close-from", strconv.Itoa(closeFrom), o.Path}
+		argv = []string{SudoPath, "--non-interactive", "--close-from", strconv.Itoa(closeFrom), o.Path}
 	}
 	return append(argv, args...), nil
 }
 
-// CheckVMNetHelperNetwork reports why vmnet-helper cannot run a network at
+// CheckNetwork reports why vmnet-helper cannot run a network at
 // all: a mode vmnetctl does not manage, a bridged network without an
 // interface, isolation outside host mode (vmnet-helper refuses
 // --enable-isolation unless --operation-mode is host), or addresses vmnet
 // refuses (not IPv4, not private, DHCP range outside the subnet). validate
 // and plan should report it as an error on macOS.
-func CheckVMNetHelperNetwork(n *api.Network) error {
+func CheckNetwork(n *api.Network) error {
 	switch n.Mode {
 	case api.ModeShared, api.ModeHost:
 	case api.ModeBridged:
@@ -301,25 +301,25 @@ func CheckVMNetHelperNetwork(n *api.Network) error {
 	return nil
 }
 
-// VMNetHelperMTU is the only MTU vmnet-helper gives a network: it has no MTU
+// MTU is the only MTU vmnet-helper gives a network: it has no MTU
 // option, and vmnet's default is 1500.
-const VMNetHelperMTU = 1500
+const MTU = 1500
 
-// VMNetHelperWarnings lists the settings of n that vmnet-helper cannot honour
+// NetworkWarnings lists the settings of n that vmnet-helper cannot honour
 // on macOS, one sentence each starting with the networks.yaml key, so that
 // validate and plan show them instead of silently dropping them. vmnet runs
 // its own DHCP server (bootpd), DNS proxy and NAT for shared and host
 // networks, and vmnetctl only launches vmnet-helper; the LAN serves a
 // bridged network. Errors (what cannot run at all) are
-// CheckVMNetHelperNetwork's.
-func VMNetHelperWarnings(n *api.Network) []string {
+// CheckNetwork's.
+func NetworkWarnings(n *api.Network) []string {
 	var w []string
 	add := func(format string, args ...any) { w = append(w, fmt.Sprintf(format, args...)) }
 	if !n.Managed() {
 		return nil
 	}
-	if n.MTU != VMNetHelperMTU {
-		add("mtu: %d cannot be honoured on macOS: vmnet-helper has no MTU option, so the network's MTU is vmnet's %d", n.MTU, VMNetHelperMTU)
+	if n.MTU != MTU {
+		add("mtu: %d cannot be honoured on macOS: vmnet-helper has no MTU option, so the network's MTU is vmnet's %d", n.MTU, MTU)
 	}
 	if !n.Routed() {
 		return w // bridged: the LAN provides DHCP, DNS and routing

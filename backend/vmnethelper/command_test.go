@@ -1,4 +1,4 @@
-package helperexec
+package vmnethelper
 
 import (
 	"flag"
@@ -13,7 +13,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
-var update = flag.Bool("update", false, "rewrite helperexec/testdata/*.golden")
+var update = flag.Bool("update", false, "rewrite backend/vmnethelper/testdata/*.golden")
 
 // testNetworksYAML is loaded through api.LoadNetworks, so the networks carry
 // the defaults vmnetctl applies.
@@ -87,27 +87,27 @@ func TestVMNetHelperCommandGolden(t *testing.T) {
 	id := api.InterfaceID("vm1", 0, "52:55:55:12:34:56")
 	tests := []struct {
 		name string
-		opts VMNetHelperOptions
+		opts Options
 	}{
-		{"shared", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "shared"), StatsInterval: 10 * time.Second}},
-		{"host", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "host")}},
-		{"bridged", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "bridged")}},
-		{"isolation", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "isolated")}},
-		{"offloads", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "small"), TSO: true, ChecksumOffload: true, StatsInterval: 1500 * time.Millisecond, Verbose: true}},
-		{"broker-network", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, BrokerNetwork: "shared"}},
-		{"sudo-fd", VMNetHelperOptions{FD: 3, InterfaceID: id, Network: testNetwork(t, "shared"), Sudo: true, StatsInterval: 10 * time.Second}},
-		{"sudo-socket", VMNetHelperOptions{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "shared"), Sudo: true}},
-		{"no-interface-id", VMNetHelperOptions{FD: 4, Network: testNetwork(t, "host")}},
+		{"shared", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "shared"), StatsInterval: 10 * time.Second}},
+		{"host", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "host")}},
+		{"bridged", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "bridged")}},
+		{"isolation", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "isolated")}},
+		{"offloads", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "small"), TSO: true, ChecksumOffload: true, StatsInterval: 1500 * time.Millisecond, Verbose: true}},
+		{"broker-network", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, BrokerNetwork: "shared"}},
+		{"sudo-fd", Options{FD: 3, InterfaceID: id, Network: testNetwork(t, "shared"), Sudo: true, StatsInterval: 10 * time.Second}},
+		{"sudo-socket", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "shared"), Sudo: true}},
+		{"no-interface-id", Options{FD: 4, Network: testNetwork(t, "host")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.opts.Path = testHelperPath
-			argv, err := VMNetHelperCommand(tt.opts)
+			argv, err := Command(tt.opts)
 			if err != nil {
-				t.Fatalf("VMNetHelperCommand() error = %v", err)
+				t.Fatalf("Command() error = %v", err)
 			}
 			got := strings.Join(argv, "\n") + "\n"
-			golden := filepath.Join("testdata", "vmnethelper-"+tt.name+".golden")
+			golden := filepath.Join("testdata", tt.name+".golden")
 			if *update {
 				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
 					t.Fatal(err)
@@ -134,33 +134,33 @@ func TestVMNetHelperCommandErrors(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		opts    VMNetHelperOptions
+		opts    Options
 		wantErr string
 	}{
-		{"no path", VMNetHelperOptions{FD: 3, Network: shared}, "no path"},
-		{"socket and fd", VMNetHelperOptions{Path: "h", Socket: "/s", FD: 3, Network: shared}, "not both"},
-		{"neither socket nor fd", VMNetHelperOptions{Path: "h", FD: -1, Network: shared}, "needs a socket path or an fd"},
-		{"fd zero (FD left unset)", VMNetHelperOptions{Path: "h", Network: shared}, "fd 0 is stdin"},
-		{"fd 2", VMNetHelperOptions{Path: "h", FD: 2, Network: shared}, "fd 2"},
-		{"long socket", VMNetHelperOptions{Path: "h", FD: -1, Socket: "/" + strings.Repeat("x", 103), Network: shared}, "more than macOS's limit"},
-		{"bad interface id", VMNetHelperOptions{Path: "h", FD: 3, InterfaceID: "vm1-0", Network: shared}, "not a UUID"},
-		{"no network", VMNetHelperOptions{Path: "h", FD: 3}, "no network"},
-		{"network and broker", VMNetHelperOptions{Path: "h", FD: 3, Network: shared, BrokerNetwork: "shared"}, "not both"},
-		{"broker name like a flag", VMNetHelperOptions{Path: "h", FD: 3, BrokerNetwork: "--x"}, "starts with '-'"},
-		{"isolation on bridged", VMNetHelperOptions{Path: "h", FD: 3, Network: with(bridged, func(n *api.Network) { n.Isolation = true })}, "isolation works only on a host network"},
-		{"isolation on shared", VMNetHelperOptions{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.Isolation = true })}, "--operation-mode shared"},
-		{"bridged without interface", VMNetHelperOptions{Path: "h", FD: 3, Network: with(bridged, func(n *api.Network) { n.Interface = "" })}, "needs an interface"},
-		{"user-v2", VMNetHelperOptions{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.Mode = api.ModeUserV2 })}, "is not one vmnet-helper runs"},
-		{"public subnet", VMNetHelperOptions{Path: "h", FD: 3, Network: &api.Network{ID: "pub", Mode: api.ModeShared,
+		{"no path", Options{FD: 3, Network: shared}, "no path"},
+		{"socket and fd", Options{Path: "h", Socket: "/s", FD: 3, Network: shared}, "not both"},
+		{"neither socket nor fd", Options{Path: "h", FD: -1, Network: shared}, "needs a socket path or an fd"},
+		{"fd zero (FD left unset)", Options{Path: "h", Network: shared}, "fd 0 is stdin"},
+		{"fd 2", Options{Path: "h", FD: 2, Network: shared}, "fd 2"},
+		{"long socket", Options{Path: "h", FD: -1, Socket: "/" + strings.Repeat("x", 103), Network: shared}, "more than macOS's limit"},
+		{"bad interface id", Options{Path: "h", FD: 3, InterfaceID: "vm1-0", Network: shared}, "not a UUID"},
+		{"no network", Options{Path: "h", FD: 3}, "no network"},
+		{"network and broker", Options{Path: "h", FD: 3, Network: shared, BrokerNetwork: "shared"}, "not both"},
+		{"broker name like a flag", Options{Path: "h", FD: 3, BrokerNetwork: "--x"}, "starts with '-'"},
+		{"isolation on bridged", Options{Path: "h", FD: 3, Network: with(bridged, func(n *api.Network) { n.Isolation = true })}, "isolation works only on a host network"},
+		{"isolation on shared", Options{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.Isolation = true })}, "--operation-mode shared"},
+		{"bridged without interface", Options{Path: "h", FD: 3, Network: with(bridged, func(n *api.Network) { n.Interface = "" })}, "needs an interface"},
+		{"user-v2", Options{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.Mode = api.ModeUserV2 })}, "is not one vmnet-helper runs"},
+		{"public subnet", Options{Path: "h", FD: 3, Network: &api.Network{ID: "pub", Mode: api.ModeShared,
 			Subnet: mustPrefix("100.64.0.0/24"), Gateway: mustAddr("100.64.0.1"), DHCPStart: mustAddr("100.64.0.2"), DHCPEnd: mustAddr("100.64.0.254")}}, "private (RFC 1918)"},
-		{"end outside subnet", VMNetHelperOptions{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.DHCPEnd = mustAddr("192.168.106.9") })}, "both in 192.168.105.0/24"},
-		{"negative stats interval", VMNetHelperOptions{Path: "h", FD: 3, Network: shared, StatsInterval: -time.Second}, "negative"},
+		{"end outside subnet", Options{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.DHCPEnd = mustAddr("192.168.106.9") })}, "both in 192.168.105.0/24"},
+		{"negative stats interval", Options{Path: "h", FD: 3, Network: shared, StatsInterval: -time.Second}, "negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			argv, err := VMNetHelperCommand(tt.opts)
+			argv, err := Command(tt.opts)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("VMNetHelperCommand() = %q, %v; want an error containing %q", argv, err, tt.wantErr)
+				t.Fatalf("Command() = %q, %v; want an error containing %q", argv, err, tt.wantErr)
 			}
 		})
 	}
@@ -191,9 +191,9 @@ func TestVMNetHelperWarnings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.id, func(t *testing.T) {
-			got := VMNetHelperWarnings(nets.Get(tt.id))
+			got := NetworkWarnings(nets.Get(tt.id))
 			if len(got) != len(tt.want) {
-				t.Fatalf("VMNetHelperWarnings(%s) = %d warnings, want %d:\n%s", tt.id, len(got), len(tt.want), strings.Join(got, "\n"))
+				t.Fatalf("NetworkWarnings(%s) = %d warnings, want %d:\n%s", tt.id, len(got), len(tt.want), strings.Join(got, "\n"))
 			}
 			for i, w := range got {
 				if !strings.Contains(w, tt.want[i]) {
@@ -208,13 +208,13 @@ func TestVMNetHelperWarnings(t *testing.T) {
 	// A host network does not NAT: nat44/nat66 false are honoured there.
 	host := *nets.Get("host")
 	host.NAT44, host.NAT66 = false, false
-	for _, w := range VMNetHelperWarnings(&host) {
+	for _, w := range NetworkWarnings(&host) {
 		if strings.HasPrefix(w, "nat") {
 			t.Errorf("host network warned %q", w)
 		}
 	}
 	// user-v2 is lima's: nothing to say.
-	if w := VMNetHelperWarnings(&api.Network{ID: "u", Mode: api.ModeUserV2, MTU: 9000}); w != nil {
+	if w := NetworkWarnings(&api.Network{ID: "u", Mode: api.ModeUserV2, MTU: 9000}); w != nil {
 		t.Errorf("user-v2 warnings = %q", w)
 	}
 }
@@ -267,15 +267,15 @@ func TestFindVMNetHelper(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := FindVMNetHelper(tt.configured, fakeStat(tt.files))
+			got, err := Find(tt.configured, fakeStat(tt.files))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("FindVMNetHelper() = %q, %v; want an error containing %q", got, err, tt.wantErr)
+					t.Fatalf("Find() = %q, %v; want an error containing %q", got, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil || got != tt.want {
-				t.Fatalf("FindVMNetHelper() = %q, %v; want %q", got, err, tt.want)
+				t.Fatalf("Find() = %q, %v; want %q", got, err, tt.want)
 			}
 		})
 	}
@@ -335,12 +335,12 @@ func TestCheckVMNetHelperOwner(t *testing.T) {
 				u := fi.(ownedFileInfo).uid
 				return uint32(u), u >= 0
 			}
-			err := CheckVMNetHelperOwner(tt.path, stat, uid)
+			err := CheckOwner(tt.path, stat, uid)
 			if tt.wantErr == "" && err != nil {
-				t.Fatalf("CheckVMNetHelperOwner() = %v", err)
+				t.Fatalf("CheckOwner() = %v", err)
 			}
 			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-				t.Fatalf("CheckVMNetHelperOwner() = %v, want an error containing %q", err, tt.wantErr)
+				t.Fatalf("CheckOwner() = %v, want an error containing %q", err, tt.wantErr)
 			}
 		})
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package helperexec
+package vmnethelper
 
 import (
 	"context"
@@ -20,10 +20,11 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
-// These tests drive Start with commands from VMNetHelperCommand against
+// These tests drive Start with commands from Command against
 // test/fakevmnethelper, a fake vmnet-helper, built once per source version.
 
 var (
@@ -35,7 +36,7 @@ var (
 func fakeVMNetHelper(t *testing.T) string {
 	t.Helper()
 	fakeOnce.Do(func() {
-		src := filepath.Join("..", "test", "fakevmnethelper", "main.go")
+		src := filepath.Join("..", "..", "test", "fakevmnethelper", "main.go")
 		data, err := os.ReadFile(src)
 		if err != nil {
 			fakeErr = err
@@ -59,7 +60,7 @@ func fakeVMNetHelper(t *testing.T) string {
 			return
 		}
 		tmp := fmt.Sprintf("%s.%d", fakePath, os.Getpid())
-		out, err := exec.Command(goBin, "build", "-o", tmp, "../test/fakevmnethelper").CombinedOutput()
+		out, err := exec.Command(goBin, "build", "-o", tmp, "../../test/fakevmnethelper").CombinedOutput()
 		if err != nil {
 			fakeErr = fmt.Errorf("go build ./test/fakevmnethelper: %v\n%s", err, out)
 			return
@@ -82,9 +83,9 @@ type fakeRun struct {
 	cmd      *exec.Cmd
 }
 
-// fakeCommand builds the fake's command line with VMNetHelperCommand: o's
+// fakeCommand builds the fake's command line with Command: o's
 // Path and, unless o.FD is set, Socket are filled in.
-func fakeCommand(t *testing.T, mode string, o VMNetHelperOptions, env ...string) *fakeRun {
+func fakeCommand(t *testing.T, mode string, o Options, env ...string) *fakeRun {
 	t.Helper()
 	dir := t.TempDir()
 	r := &fakeRun{argvFile: filepath.Join(dir, "argv.json")}
@@ -93,7 +94,7 @@ func fakeCommand(t *testing.T, mode string, o VMNetHelperOptions, env ...string)
 		o.Socket = filepath.Join(dir, "0.sock")
 	}
 	r.sock = o.Socket
-	argv, err := VMNetHelperCommand(o)
+	argv, err := Command(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,25 +123,25 @@ func TestVMNetHelperFakeReady(t *testing.T) {
 	tests := []struct {
 		name  string
 		mode  string
-		opts  VMNetHelperOptions
+		opts  Options
 		check func(t *testing.T, r helperproto.Ready)
 	}{
-		{"shared", "shared", VMNetHelperOptions{FD: -1, InterfaceID: id, Network: testNetwork(t, "shared")}, func(t *testing.T, r helperproto.Ready) {
+		{"shared", "shared", Options{FD: -1, InterfaceID: id, Network: testNetwork(t, "shared")}, func(t *testing.T, r helperproto.Ready) {
 			if r.NAT66Prefix == "" || r.StartAddress.String() != "192.168.105.1" || r.EndAddress.String() != "192.168.105.254" || r.SubnetMask.String() != "255.255.255.0" {
 				t.Errorf("shared ready = %+v", r)
 			}
 		}},
-		{"host", "host", VMNetHelperOptions{FD: -1, InterfaceID: id, Network: testNetwork(t, "host")}, func(t *testing.T, r helperproto.Ready) {
+		{"host", "host", Options{FD: -1, InterfaceID: id, Network: testNetwork(t, "host")}, func(t *testing.T, r helperproto.Ready) {
 			if r.NAT66Prefix != "" || r.StartAddress.String() != "192.168.106.1" || r.EndAddress.String() != "192.168.106.200" {
 				t.Errorf("host ready = %+v", r)
 			}
 		}},
-		{"network", "network", VMNetHelperOptions{FD: -1, InterfaceID: id, BrokerNetwork: "shared"}, func(t *testing.T, r helperproto.Ready) {
+		{"network", "network", Options{FD: -1, InterfaceID: id, BrokerNetwork: "shared"}, func(t *testing.T, r helperproto.Ready) {
 			if !r.IPv4Subnet.IsValid() || !r.IPv4Mask.IsValid() || r.IPv6Prefix == "" || r.IPv6PrefixLen != 64 {
 				t.Errorf("--network ready = %+v", r)
 			}
 		}},
-		{"tso", "", VMNetHelperOptions{FD: -1, InterfaceID: id, Network: testNetwork(t, "isolated"), TSO: true, ChecksumOffload: true}, func(t *testing.T, r helperproto.Ready) {
+		{"tso", "", Options{FD: -1, InterfaceID: id, Network: testNetwork(t, "isolated"), TSO: true, ChecksumOffload: true}, func(t *testing.T, r helperproto.Ready) {
 			if r.MaxPacketSize != 65550 {
 				t.Errorf("TSO max packet size = %d", r.MaxPacketSize)
 			}
@@ -151,7 +152,7 @@ func TestVMNetHelperFakeReady(t *testing.T) {
 			t.Parallel()
 			// The socket comes late: Start must wait for it after the line.
 			fr := fakeCommand(t, tt.mode, tt.opts, "FAKE_VMNET_HELPER_SOCKET_DELAY=200ms")
-			h, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock, ReadyTimeout: 10 * time.Second})
+			h, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock, ReadyTimeout: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,11 +182,11 @@ func TestVMNetHelperFakeReady(t *testing.T) {
 }
 
 func TestVMNetHelperFakeSameIDSameMAC(t *testing.T) {
-	o := VMNetHelperOptions{FD: -1, InterfaceID: api.InterfaceID("vm1", 0, "52:55:55:12:34:56"), Network: testNetwork(t, "shared")}
+	o := Options{FD: -1, InterfaceID: api.InterfaceID("vm1", 0, "52:55:55:12:34:56"), Network: testNetwork(t, "shared")}
 	var macs []string
 	for range 2 {
 		fr := fakeCommand(t, "", o)
-		h, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock})
+		h, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,9 +206,9 @@ func TestVMNetHelperFakeFD(t *testing.T) {
 	helperEnd := os.NewFile(uintptr(fds[0]), "helper")
 	vmEnd := os.NewFile(uintptr(fds[1]), "vm")
 	defer vmEnd.Close()
-	fr := fakeCommand(t, "", VMNetHelperOptions{FD: 3, Network: testNetwork(t, "host")})
+	fr := fakeCommand(t, "", Options{FD: 3, Network: testNetwork(t, "host")})
 	fr.cmd.ExtraFiles = []*os.File{helperEnd} // fd 3 in the child
-	h, err := Start(context.Background(), fr.cmd, StartOptions{})
+	h, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{})
 	helperEnd.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -222,9 +223,9 @@ func TestVMNetHelperFakeFD(t *testing.T) {
 
 func TestVMNetHelperFakeHang(t *testing.T) {
 	t.Parallel()
-	fr := fakeCommand(t, "hang", VMNetHelperOptions{FD: -1, Network: testNetwork(t, "shared")})
+	fr := fakeCommand(t, "hang", Options{FD: -1, Network: testNetwork(t, "shared")})
 	start := time.Now()
-	_, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock, ReadyTimeout: 300 * time.Millisecond})
+	_, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock, ReadyTimeout: 300 * time.Millisecond})
 	if err == nil {
 		t.Fatal("Start of a hanging helper succeeded")
 	}
@@ -238,8 +239,8 @@ func TestVMNetHelperFakeHang(t *testing.T) {
 
 func TestVMNetHelperFakeFail(t *testing.T) {
 	t.Parallel()
-	fr := fakeCommand(t, "fail", VMNetHelperOptions{FD: -1, Network: testNetwork(t, "shared")})
-	_, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock})
+	fr := fakeCommand(t, "fail", Options{FD: -1, Network: testNetwork(t, "shared")})
+	_, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock})
 	if err == nil {
 		t.Fatal("Start of a failing helper succeeded")
 	}
@@ -255,8 +256,8 @@ func TestVMNetHelperFakeStats(t *testing.T) {
 	var mu sync.Mutex
 	var got []helperproto.Stats
 	enough := make(chan struct{})
-	fr := fakeCommand(t, "", VMNetHelperOptions{FD: -1, Network: testNetwork(t, "shared"), StatsInterval: time.Second}, "FAKE_VMNET_HELPER_TICK=20ms")
-	h, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock, OnStats: func(s helperproto.Stats) {
+	fr := fakeCommand(t, "", Options{FD: -1, Network: testNetwork(t, "shared"), StatsInterval: time.Second}, "FAKE_VMNET_HELPER_TICK=20ms")
+	h, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock, OnStats: func(s helperproto.Stats) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, s)
@@ -290,8 +291,8 @@ func TestVMNetHelperFakeStats(t *testing.T) {
 
 func TestVMNetHelperFakeIgnoreTerm(t *testing.T) {
 	t.Parallel()
-	fr := fakeCommand(t, "ignore-term", VMNetHelperOptions{FD: -1, Network: testNetwork(t, "shared")})
-	h, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock, StopGrace: 200 * time.Millisecond})
+	fr := fakeCommand(t, "ignore-term", Options{FD: -1, Network: testNetwork(t, "shared")})
+	h, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock, StopGrace: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,8 +314,8 @@ func TestVMNetHelperFakeIgnoreTerm(t *testing.T) {
 func TestVMNetHelperFakeFileMode(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	fr := fakeCommand(t, "", VMNetHelperOptions{FD: -1, Network: testNetwork(t, "shared"), StatsInterval: time.Second}, "FAKE_VMNET_HELPER_TICK=20ms")
-	h, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock,
+	fr := fakeCommand(t, "", Options{FD: -1, Network: testNetwork(t, "shared"), StatsInterval: time.Second}, "FAKE_VMNET_HELPER_TICK=20ms")
+	h, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock,
 		ReadyFile: filepath.Join(dir, "vm1.0.json"), LogFile: filepath.Join(dir, "vm1.0.log")})
 	if err != nil {
 		t.Fatal(err)
@@ -335,8 +336,8 @@ func TestVMNetHelperFakeSocketOwner(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to give the socket away")
 	}
-	fr := fakeCommand(t, "", VMNetHelperOptions{FD: -1, Network: testNetwork(t, "shared")}, "SUDO_UID=4321", "SUDO_GID=4322")
-	h, err := Start(context.Background(), fr.cmd, StartOptions{SocketPath: fr.sock})
+	fr := fakeCommand(t, "", Options{FD: -1, Network: testNetwork(t, "shared")}, "SUDO_UID=4321", "SUDO_GID=4322")
+	h, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package controller
+package vmnethelper
 
 import (
 	"os"

@@ -1,0 +1,105 @@
+// Package backend is what differs between platforms, behind one neutral
+// interface: who provides a network, and which helper connects a VM to it.
+// On Linux (package linuxnet) vmnetctl is the data plane (netplane) and its
+// own `vmnetctl helper` the helper; on macOS (package vmnethelper) vmnet is
+// the data plane and vmnet-helper the helper. The controller is the same for
+// both, and sees only the types of this package.
+package backend
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// Backend provides networks and builds the helpers' command lines.
+type Backend interface {
+	// Name is how docs, logs and errors call the backend.
+	Name() string
+	// StartNetwork brings a network up (idempotently) with its services.
+	StartNetwork(ctx context.Context, n *api.Network, o NetworkOptions) (Network, error)
+	// RemoveNetwork removes what StartNetwork made; twice is fine.
+	RemoveNetwork(ctx context.Context, id string, o NetworkOptions) error
+	// Sweep removes every network of this backend's that runs, when none should.
+	Sweep(ctx context.Context, o NetworkOptions) ([]string, error)
+	// CheckNetwork tells whether the network runs as configured.
+	CheckNetwork(ctx context.Context, n *api.Network) error
+	// HelperCommand is the command line of the helper for one attachment.
+	HelperCommand(s HelperSpec) ([]string, error)
+	// Limits lists, one sentence each, what the backend cannot honour of
+	// these networks and attachments, or would refuse to run.
+	Limits(nets []*api.Network, atts []*api.Attachment) []string
+	// Cleanup removes what a killed helper of a may have left behind.
+	Cleanup(a *api.Attachment) error
+}
+
+// NetworkOptions are the host's settings for the networks of one state dir.
+type NetworkOptions struct {
+	// LeaseDir keeps the DHCP servers' leases.
+	LeaseDir string
+	// Upstreams are the DNS proxies' resolvers (default: the host's).
+	Upstreams []string
+	Log       *slog.Logger
+}
+
+// HelperSpec is what a backend needs to build a helper's command line.
+type HelperSpec struct {
+	// Executable is vmnetctl itself (for `vmnetctl helper`).
+	Executable string
+	Attachment *api.Attachment
+	Network    *api.Network
+	// UID and GID own the helper's socket or TAP: the VM's user, or -1.
+	UID, GID int
+	// Socket is the path of the socket to serve, or "".
+	Socket string
+	// FD is the inherited socket's descriptor in the helper, or -1.
+	FD int
+	// NetworksFile is the networks.yaml in force; VMNetHelperPath its
+	// paths.vmnetHelper.
+	NetworksFile    string
+	VMNetHelperPath string
+	StatsInterval   time.Duration
+}
+
+// Network is a network that runs.
+type Network interface {
+	Config() *api.Network
+	// SetHost gives a VM's MAC its name (DNS) and fixed address (DHCP).
+	SetHost(mac net.HardwareAddr, name string, ip netip.Addr) error
+	Leases() []Lease
+	Stats() ServiceStats
+	Close() error
+}
+
+// Lease is one address handed out by a network's DHCP server.
+type Lease struct {
+	MAC      string     `json:"mac"`
+	IP       netip.Addr `json:"ip"`
+	Hostname string     `json:"hostname,omitempty"`
+	Expiry   time.Time  `json:"expiry"`
+}
+
+// ServiceStats count a network's DHCP and DNS traffic since it started;
+// zero where the backend's services are not vmnetctl's.
+type ServiceStats struct {
+	DHCP DHCPStats
+	DNS  DNSStats
+}
+
+// DHCPStats count a DHCP server's messages.
+type DHCPStats struct {
+	// Requests by DHCP message type ("DISCOVER", "REQUEST", ...), Replies
+	// by type ("OFFER", "ACK", "NAK"); Errors are messages dropped.
+	Requests map[string]uint64
+	Replies  map[string]uint64
+	Errors   uint64
+}
+
+// DNSStats count a DNS proxy's queries.
+type DNSStats struct {
+	Queries, Local, NXDomain, Forwarded, ForwardErrors uint64
+}

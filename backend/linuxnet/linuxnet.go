@@ -1,0 +1,110 @@
+// Package linuxnet is the Linux backend: vmnetctl's own data plane
+// (netplane: bridges, nftables, DHCP, DNS) and its own helper
+// (`vmnetctl helper`, one per attachment).
+package linuxnet
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/netplane"
+)
+
+// Backend is vmnetctl's own data plane and helper.
+type Backend struct{}
+
+// Name is the backend's name for --backend.
+const Name = "vmnetctl"
+
+func (Backend) Name() string { return Name }
+
+func (Backend) StartNetwork(ctx context.Context, n *api.Network, o backend.NetworkOptions) (backend.Network, error) {
+	nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: o.LeaseDir, Upstreams: o.Upstreams, Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	return network{nw}, nil
+}
+
+func (Backend) RemoveNetwork(ctx context.Context, id string, o backend.NetworkOptions) error {
+	return netplane.Remove(ctx, id, o.LeaseDir)
+}
+
+func (Backend) Sweep(ctx context.Context, o backend.NetworkOptions) ([]string, error) {
+	return netplane.Sweep(ctx, nil, o.LeaseDir)
+}
+
+func (Backend) CheckNetwork(ctx context.Context, n *api.Network) error {
+	return netplane.Check(ctx, n)
+}
+
+// Limits: the Linux data plane honours every setting of networks.yaml.
+func (Backend) Limits([]*api.Network, []*api.Attachment) []string { return nil }
+
+// Cleanup removes the TAP of a helper that was killed with its cleanup
+// child (only if it carries the helper's mark).
+func (Backend) Cleanup(a *api.Attachment) error {
+	return netplane.RemoveStaleTap(TapName(a))
+}
+
+// TapName is the TAP of attachment a's helper.
+func TapName(a *api.Attachment) string {
+	return api.TapName(api.InterfaceID(a.VM, a.Index, a.MAC))
+}
+
+// HelperCommand is `vmnetctl helper` for one attachment.
+func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
+	a, n := s.Attachment, s.Network
+	args := []string{s.Executable, "helper", "--networks", s.NetworksFile, "--network", n.ID,
+		"--interface-id", api.InterfaceID(a.VM, a.Index, a.MAC), "--tap", TapName(a),
+		"--stats-interval", strconv.FormatFloat(s.StatsInterval.Seconds(), 'f', -1, 64)}
+	if s.UID >= 0 {
+		args = append(args, "--uid", strconv.Itoa(s.UID), "--gid", strconv.Itoa(s.GID))
+	}
+	if n.Isolation {
+		args = append(args, "--enable-isolation")
+	}
+	if n.Offloads {
+		args = append(args, "--enable-tso", "--enable-checksum-offload")
+	}
+	switch {
+	case s.FD >= 0:
+		args = append(args, "--fd", strconv.Itoa(s.FD))
+	case a.Attach == api.AttachTAP:
+		args = append(args, "--attach", "tap")
+	default:
+		args = append(args, "--socket", s.Socket)
+	}
+	return args, nil
+}
+
+// network adapts netplane's network to the neutral interface.
+type network struct{ nw *netplane.Network }
+
+func (n network) Config() *api.Network { return n.nw.Config() }
+func (n network) Close() error         { return n.nw.Close() }
+
+func (n network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) error {
+	return n.nw.SetHost(mac, name, ip)
+}
+
+func (n network) Leases() []backend.Lease {
+	var out []backend.Lease
+	for _, l := range n.nw.Leases() {
+		out = append(out, backend.Lease{MAC: l.MAC, IP: l.IP, Hostname: l.Hostname, Expiry: l.Expiry})
+	}
+	return out
+}
+
+func (n network) Stats() backend.ServiceStats {
+	st := n.nw.Stats()
+	d := st.DNS
+	return backend.ServiceStats{
+		DHCP: backend.DHCPStats{Requests: st.DHCP.Requests, Replies: st.DHCP.Replies, Errors: st.DHCP.Errors},
+		DNS:  backend.DNSStats{Queries: d.Queries, Local: d.Local, NXDomain: d.NXDomain, Forwarded: d.Forwarded, ForwardErrors: d.ForwardErrors},
+	}
+}

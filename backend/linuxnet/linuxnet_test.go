@@ -1,0 +1,35 @@
+package linuxnet
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
+)
+
+func TestHelperCommand(t *testing.T) {
+	nets, diags := api.LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n    offloads: true\n  host:\n    mode: host\n    subnet: 192.168.106.0/24\n    isolation: true\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags.Err())
+	}
+	a := &api.Attachment{VM: "dev", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}
+	id := api.InterfaceID(a.VM, a.Index, a.MAC)
+	for _, tc := range []struct {
+		name string
+		spec backend.HelperSpec
+		want string
+	}{
+		{"socket with offloads", backend.HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("shared"), UID: -1, Socket: "/tmp/x.sock", FD: -1, NetworksFile: "/s/networks.yaml"},
+			"vmnetctl helper --networks /s/networks.yaml --network shared --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --enable-tso --enable-checksum-offload --socket /tmp/x.sock"},
+		{"fd, owner, isolation", backend.HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("host"), UID: 1000, GID: 100, FD: 3, NetworksFile: "n"},
+			"vmnetctl helper --networks n --network host --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --uid 1000 --gid 100 --enable-isolation --fd 3"},
+		{"tap", backend.HelperSpec{Executable: "vmnetctl", Attachment: &api.Attachment{VM: "dev", MAC: a.MAC, Attach: api.AttachTAP}, Network: nets.Get("shared"), UID: -1, FD: -1, NetworksFile: "n"},
+			"vmnetctl helper --networks n --network shared --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --enable-tso --enable-checksum-offload --attach tap"},
+	} {
+		argv, err := Backend{}.HelperCommand(tc.spec)
+		if got := strings.Join(argv, " "); err != nil || got != tc.want {
+			t.Errorf("%s:\n got %q, %v\nwant %q", tc.name, got, err, tc.want)
+		}
+	}
+}
