@@ -272,30 +272,63 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 	}
 	errsBefore := len(w.diags.Errors())
 	at := func(k string) string { return joinPath(path, k) }
-
 	// Mode first: what else is allowed depends on it.
+	if !w.mode(n, key, f, at) {
+		return nil
+	}
+	w.settings(n, f, at)
+	if n.Mode == ModeHost {
+		// A host-only network has no way out, so lima ignores these for it
+		// (its own example sets nat44: true on a host network); show them off.
+		n.NAT44, n.NAT66, n.RouterAdvertisement = false, false, false
+	}
+	switch n.Mode {
+	case ModeBridged:
+		w.bridged(n, key, f, at)
+	case ModeUserV2:
+		w.addresses(n, f, at)
+	default:
+		w.routed(n, f, at)
+	}
+	if !n.Routed() {
+		// vmnetctl serves no DHCP, DNS or NAT on a bridged network (the LAN
+		// does) nor on lima's user-v2; say so rather than show lima's defaults.
+		n.DHCP, n.DNSProxy, n.NAT44, n.NAT66, n.RouterAdvertisement = false, false, false, false, false
+	}
+	if len(w.diags.Errors()) > errsBefore {
+		return nil
+	}
+	return n
+}
+
+// mode reads the network's mode; false when it is missing or unknown.
+func (w *walker) mode(n *Network, key *yaml.Node, f map[string]*yaml.Node, at func(string) string) bool {
 	switch mv, set := f["mode"]; {
 	case set:
 		s, ok := w.str(mv, at("mode"))
 		if !ok {
-			return nil
+			return false
 		}
 		allowed := []string{string(ModeShared), string(ModeHost), string(ModeBridged)}
-		if section == SectionNetworks {
+		if n.Section == SectionNetworks {
 			allowed = append(allowed, string(ModeUserV2))
 		}
 		if !slices.Contains(allowed, s) {
 			w.errorf(mv, at("mode"), "unknown mode %q%s", s, suggest(s, allowed))
-			return nil
+			return false
 		}
 		n.Mode = Mode(s)
-	case section == SectionVMNet:
+	case n.Section == SectionVMNet:
 		n.Mode = ModeShared // lima's default for vmnet: entries
 	default:
 		w.errorf(key, at("mode"), "is required (shared, host, bridged or user-v2)")
-		return nil
+		return false
 	}
+	return true
+}
 
+// settings reads the switches and values every mode takes.
+func (w *walker) settings(n *Network, f map[string]*yaml.Node, at func(string) string) {
 	boolField := func(name string, dst *bool) {
 		if bv, ok := f[name]; ok {
 			if b, ok := w.boolean(bv, at(name)); ok {
@@ -329,62 +362,51 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 	if lv, ok := f["leaseTime"]; ok {
 		n.LeaseTime = w.duration(lv, at("leaseTime"))
 	}
+}
 
-	if n.Mode == ModeHost {
-		// A host-only network has no way out, so lima ignores these for it
-		// (its own example sets nat44: true on a host network); show them off.
-		n.NAT44, n.NAT66, n.RouterAdvertisement = false, false, false
+// bridged reads what a bridged network takes: its interface, and no
+// addresses or services (the LAN has them).
+func (w *walker) bridged(n *Network, key *yaml.Node, f map[string]*yaml.Node, at func(string) string) {
+	for _, k := range []string{"gateway", "netmask", "subnet", "dhcpEnd", "dhcpRange", "reservations"} {
+		if _, ok := f[k]; ok {
+			w.errorf(f[k], at(k), "a bridged network has no %s: its VMs take their addresses from the LAN of its interface", k)
+		}
 	}
-	switch n.Mode {
-	case ModeBridged:
-		for _, k := range []string{"gateway", "netmask", "subnet", "dhcpEnd", "dhcpRange", "reservations"} {
-			if _, ok := f[k]; ok {
-				w.errorf(f[k], at(k), "a bridged network has no %s: its VMs take their addresses from the LAN of its interface", k)
-			}
+	for _, k := range []string{"dhcp", "dnsProxy", "nat44", "nat66", "routerAdvertisement", "leaseTime"} {
+		if _, ok := f[k]; ok {
+			w.warnf(f[k], at(k), "ignored for a bridged network: the LAN provides it")
 		}
-		for _, k := range []string{"dhcp", "dnsProxy", "nat44", "nat66", "routerAdvertisement", "leaseTime"} {
-			if _, ok := f[k]; ok {
-				w.warnf(f[k], at(k), "ignored for a bridged network: the LAN provides it")
-			}
+	}
+	iv, ok := f["interface"]
+	if !ok {
+		w.errorf(key, at("interface"), "is required for a bridged network (the host interface to bridge onto)")
+		return
+	}
+	if s, ok := w.str(iv, at("interface")); ok {
+		if msg := checkIfName(s); msg != "" {
+			w.errorf(iv, at("interface"), "%s", msg)
 		}
-		iv, ok := f["interface"]
-		if !ok {
-			w.errorf(key, at("interface"), "is required for a bridged network (the host interface to bridge onto)")
-			break
-		}
-		if s, ok := w.str(iv, at("interface")); ok {
-			if msg := checkIfName(s); msg != "" {
-				w.errorf(iv, at("interface"), "%s", msg)
-			}
-			n.Interface = s
-		}
-	case ModeUserV2:
-		w.addresses(n, f, at)
-	default:
-		if iv, ok := f["interface"]; ok {
-			w.errorf(iv, at("interface"), "only bridged networks take an interface; %s networks get a bridge of their own", n.Mode)
-		}
-		w.addresses(n, f, at)
-		if n.Subnet.IsValid() {
-			w.dhcpRange(n, f, at)
-			w.reservations(n, f, at)
-		} else if n.Section == SectionVMNet && f["subnet"] == nil && f["gateway"] == nil {
-			for _, k := range []string{"dhcpEnd", "dhcpRange", "reservations"} {
-				if v, ok := f[k]; ok {
-					w.errorf(v, at(k), "needs the network's subnet; set subnet too")
-				}
+		n.Interface = s
+	}
+}
+
+// routed reads a shared or host network's addresses, DHCP range and
+// reservations.
+func (w *walker) routed(n *Network, f map[string]*yaml.Node, at func(string) string) {
+	if iv, ok := f["interface"]; ok {
+		w.errorf(iv, at("interface"), "only bridged networks take an interface; %s networks get a bridge of their own", n.Mode)
+	}
+	w.addresses(n, f, at)
+	if n.Subnet.IsValid() {
+		w.dhcpRange(n, f, at)
+		w.reservations(n, f, at)
+	} else if n.Section == SectionVMNet && f["subnet"] == nil && f["gateway"] == nil {
+		for _, k := range []string{"dhcpEnd", "dhcpRange", "reservations"} {
+			if v, ok := f[k]; ok {
+				w.errorf(v, at(k), "needs the network's subnet; set subnet too")
 			}
 		}
 	}
-	if !n.Routed() {
-		// vmnetctl serves no DHCP, DNS or NAT on a bridged network (the LAN
-		// does) nor on lima's user-v2; say so rather than show lima's defaults.
-		n.DHCP, n.DNSProxy, n.NAT44, n.NAT66, n.RouterAdvertisement = false, false, false, false, false
-	}
-	if len(w.diags.Errors()) > errsBefore {
-		return nil
-	}
-	return n
 }
 
 func (w *walker) duration(v *yaml.Node, path string) time.Duration {

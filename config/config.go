@@ -61,32 +61,3 @@ func LoadNetworks(path string) (*api.Networks, api.Diagnostics, error) {
 	nets, diags := api.LoadNetworks(source, data)
 	return nets, diags, diags.Err()
 }
-
-// LoadVMFiles reads, parses and resolves VM files against nets.
-func LoadVMFiles(nets *api.Networks, paths []string, opts api.VMFileOptions) ([]*api.VMFile, api.Diagnostics, error) {
-	var all api.Diagnostics
-	var files []*api.VMFile
-	var readErrs []error
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			readErrs = append(readErrs, fmt.Errorf("reading VM file: %w", err))
-			continue
-		}
-		vf, diags := api.LoadVMFile(p, data, opts)
-		all = append(all, diags...)
-		if vf != nil {
-			files = append(files, vf)
-		}
-	}
-	if err := errors.Join(readErrs...); err != nil {
-		return nil, all, err
-	}
-	// Resolve what could be read even when some of it had errors, so that
-	// one run reports every problem; without networks there is nothing to
-	// resolve against.
-	if nets != nil {
-		all = append(all, api.Resolve(nets, files)...)
-	}
-	return files, all, all.Err()
-}

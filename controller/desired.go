@@ -36,31 +36,76 @@ func (d *Desired) Network(id string) *api.Network {
 	return nil
 }
 
+// parsedProject is a project with its VM files parsed, not yet resolved.
+type parsedProject struct {
+	*statedir.Project
+	files []*api.VMFile
+}
+
+// parseProject parses a project's files, keeping only its OnlyVMs if set.
+func parseProject(p *statedir.Project) (parsedProject, api.Diagnostics) {
+	pp := parsedProject{Project: p}
+	var all api.Diagnostics
+	for _, f := range p.Files {
+		vf, diags := api.LoadVMFile(f.Path, f.Data, api.VMFileOptions{Name: p.VMName})
+		all = append(all, diags...)
+		if vf != nil {
+			pp.files = append(pp.files, vf)
+		}
+	}
+	pp.keepOnly(p.OnlyVMs)
+	return pp, all
+}
+
+// keepOnly drops the VMs not named in vms, unless vms is empty.
+func (pp parsedProject) keepOnly(vms []string) {
+	if len(vms) == 0 {
+		return
+	}
+	for _, vf := range pp.files {
+		vf.VMs = slices.DeleteFunc(vf.VMs, func(vm *api.VM) bool { return !slices.Contains(vms, vm.Name) })
+	}
+}
+
+// parseProjects parses the projects' files.
+func parseProjects(projects []*statedir.Project) ([]parsedProject, api.Diagnostics) {
+	var out []parsedProject
+	var all api.Diagnostics
+	for _, p := range projects {
+		pp, diags := parseProject(p)
+		out = append(out, pp)
+		all = append(all, diags...)
+	}
+	return out, all
+}
+
 // ComputeDesired resolves every project against nets. It fails, with every
 // problem listed, when a file no longer validates or two projects define the
 // same VM.
 func ComputeDesired(nets *api.Networks, projects []*statedir.Project) (*Desired, error) {
-	var all api.Diagnostics
+	parsed, diags := parseProjects(projects)
+	d, rdiags := desiredOf(nets, parsed)
+	if err := append(diags, rdiags...).Err(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// desiredOf resolves parsed projects against nets, all at once: one Resolve
+// over all projects finds VMs, MACs and addresses that collide across
+// projects too. d is nil when the diagnostics have errors.
+func desiredOf(nets *api.Networks, projects []parsedProject) (*Desired, api.Diagnostics) {
 	var files []*api.VMFile
 	owner := map[*api.VMFile]*statedir.Project{}
 	for _, p := range projects {
-		for _, f := range p.Files {
-			vf, diags := api.LoadVMFile(f.Path, f.Data, api.VMFileOptions{Name: p.VMName})
-			all = append(all, diags...)
-			if vf != nil {
-				if len(p.OnlyVMs) > 0 {
-					vf.VMs = slices.DeleteFunc(vf.VMs, func(vm *api.VM) bool { return !slices.Contains(p.OnlyVMs, vm.Name) })
-				}
-				files = append(files, vf)
-				owner[vf] = p
-			}
+		for _, vf := range p.files {
+			files = append(files, vf)
+			owner[vf] = p.Project
 		}
 	}
-	// One Resolve over all projects finds VMs, MACs and addresses that
-	// collide across projects too.
-	all = append(all, api.Resolve(nets, files)...)
-	if err := all.Err(); err != nil {
-		return nil, err
+	diags := api.Resolve(nets, files)
+	if diags.HasErrors() {
+		return nil, diags
 	}
 	d := &Desired{}
 	used := map[string]bool{}
@@ -83,5 +128,5 @@ func ComputeDesired(nets *api.Networks, projects []*statedir.Project) (*Desired,
 	slices.SortFunc(d.Attachments, func(a, b *Attachment) int {
 		return cmp.Or(cmp.Compare(a.VM, b.VM), cmp.Compare(a.Index, b.Index))
 	})
-	return d, nil
+	return d, diags
 }

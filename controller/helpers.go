@@ -3,17 +3,14 @@ package controller
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -52,80 +49,33 @@ func closedChan() <-chan struct{} {
 	return ch
 }
 
-// launchHelper starts `vmnetctl helper` for a and waits until it is ready:
-// its JSON line was written and, in socket mode, its socket exists. Its
-// stdout and stderr go to files of the state dir, not pipes, so that it
-// outlives a crash of the controller and can be adopted.
+// launchHelper starts the helper of a supervised attachment and waits until
+// it is ready.
 func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Network, owner *statedir.Project) (*helperProc, error) {
-	readyPath := c.sd.HelperReadyFile(a.Key())
-	logPath := c.sd.HelperLogFile(a.Key())
-	if err := os.MkdirAll(c.sd.HelpersDir(), 0o750); err != nil {
-		return nil, err
-	}
-	vmDir := c.sd.VMDir(a.VM)
-	if err := os.MkdirAll(vmDir, 0o750); err != nil {
-		return nil, err
-	}
-	if owner.UID >= 0 {
-		// The helper creates its socket in vmDir after dropping to the VM's
-		// owner, and the owner's VMM binds its own beside it: the owner
-		// must be able to pass through the state dir and vms/ (not list
-		// them: mode 0711).
-		for _, d := range []string{c.sd.Path, c.sd.VMsDir()} {
-			if err := os.Chmod(d, 0o711); err != nil {
-				return nil, err
-			}
-		}
-		if err := os.Chown(vmDir, owner.UID, owner.GID); err != nil {
-			return nil, fmt.Errorf("giving %s to uid %d: %w", vmDir, owner.UID, err)
-		}
-	}
-	if err := c.be.Cleanup(a.Attachment); err != nil {
-		return nil, fmt.Errorf("helper for %s: %w", a.Key(), err)
-	}
-	sock := c.sd.SocketPath(a.VM, a.Index)
-	if a.Attach == api.AttachTAP {
-		sock = ""
-	} else {
-		// A helper that was killed leaves its socket and lock behind.
-		os.Remove(sock)
-		os.Remove(sock + ".lock")
-	}
-	argv, err := c.be.HelperCommand(backend.HelperSpec{Executable: c.opts.Executable, Attachment: a.Attachment, Network: n, UID: owner.UID, GID: owner.GID,
-		Socket: sock, FD: -1, NetworksFile: c.sd.NetworksYAML(), VMNetHelperPath: c.paths.VMNetHelper, StatsInterval: c.opts.StatsInterval})
-	if err != nil {
-		return nil, fmt.Errorf("helper for %s on network %s: %w", a.Key(), n.ID, err)
-	}
-	var logStart int64
-	if fi, err := os.Stat(logPath); err == nil {
-		logStart = fi.Size()
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = helperEnv(owner)
+	logStart := fileSize(c.sd.HelperLogFile(a.Key()))
 	began := time.Now()
-	// Output to files, not pipes: the helper outlives a crash of the
-	// controller and can be adopted. helperexec puts it in its own process
-	// group, so signals to the controller's group do not reach VMs' cables.
-	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: sock, ReadyTimeout: c.opts.ReadyTimeout,
-		StopGrace: c.opts.StopGrace, ReadyFile: readyPath, LogFile: logPath})
+	proc, rec, err := c.launcher().start(ctx, helperStart{a: a, n: n, owner: owner})
 	if err != nil {
-		return nil, fmt.Errorf("helper for %s on network %s: %w", a.Key(), n.ID, err)
+		return nil, err
 	}
 	go func() {
 		<-proc.Done()
 		c.kick()
 	}()
-	h := &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: logPath, state: StateRunning,
-		statsOff: logStart, startLatency: time.Since(began)}
-	id, err := helperexec.ReadProcIdentity(proc.Pid())
-	if err != nil {
-		proc.Stop()
-		return nil, fmt.Errorf("helper for %s: %w", a.Key(), err)
+	return &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: c.sd.HelperLogFile(a.Key()), state: StateRunning,
+		statsOff: logStart, startLatency: time.Since(began), rec: rec}, nil
+}
+
+func (c *Controller) launcher() launcher {
+	return launcher{sd: c.sd, be: c.be, exe: c.opts.Executable, vmnetHelperPath: c.paths.VMNetHelper,
+		statsInterval: c.opts.StatsInterval, readyTimeout: c.opts.ReadyTimeout, stopGrace: c.opts.StopGrace}
+}
+
+func fileSize(path string) int64 {
+	if fi, err := os.Stat(path); err == nil {
+		return fi.Size()
 	}
-	ready, _ := proc.Ready.MarshalJSON()
-	h.rec = statedir.HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: n.ID, Project: a.Project, MAC: a.MAC,
-		Attach: a.Attach, Proc: id, Socket: sock, Tap: proc.Ready.TapName, Ready: string(ready), StartedAt: time.Now()}
-	return h, nil
+	return 0
 }
 
 // helperEnv is the controller's environment with sudo's ids set to the

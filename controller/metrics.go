@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/metrics"
 )
@@ -135,11 +136,14 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// emitter sends one constant metric to a scrape.
+type emitter func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string)
+
 func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	c := col.c
-	emit := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	emit := emitter(func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, t, v, labels...)
-	}
+	})
 	emit(descBuildInfo, prometheus.GaugeValue, 1, c.opts.Version, buildCommit(), runtime.Version())
 
 	c.mu.Lock()
@@ -157,87 +161,95 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	if d == nil {
 		d = &Desired{}
 	}
-
 	for _, n := range d.Networks {
-		subnet := ""
-		if n.Subnet.IsValid() {
-			subnet = n.Subnet.String()
-		}
-		emit(descNetworkInfo, prometheus.GaugeValue, 1, n.ID, string(n.Mode), subnet, n.Bridge())
-		attachments := 0
-		for _, a := range d.Attachments {
-			if a.Network == n.ID {
-				attachments++
-			}
-		}
-		emit(descNetworkAttachments, prometheus.GaugeValue, float64(attachments), n.ID)
-		nw := c.nets[n.ID]
-		emit(descNetworkUp, prometheus.GaugeValue, boolFloat(nw != nil), n.ID)
-		if nw == nil {
-			continue
-		}
-		st := nw.Stats()
-		if n.DHCP {
-			emit(descLeases, prometheus.GaugeValue, float64(len(nw.Leases())), n.ID)
-			emit(descPool, prometheus.GaugeValue, float64(metrics.PoolSize(n.DHCPStart, n.DHCPEnd)), n.ID)
-			for _, t := range withKnown(st.DHCP.Requests, dhcpRequestTypes) {
-				emit(descDHCPRequests, prometheus.CounterValue, float64(st.DHCP.Requests[t]), n.ID, strings.ToLower(t))
-			}
-			for _, t := range withKnown(st.DHCP.Replies, dhcpReplyTypes) {
-				emit(descDHCPReplies, prometheus.CounterValue, float64(st.DHCP.Replies[t]), n.ID, strings.ToLower(t))
-			}
-			emit(descDHCPErrors, prometheus.CounterValue, float64(st.DHCP.Errors), n.ID)
-		}
-		if n.DNSProxy {
-			emit(descDNSQueries, prometheus.CounterValue, float64(st.DNS.Queries), n.ID)
-			for _, o := range []struct {
-				outcome string
-				v       uint64
-			}{{"local", st.DNS.Local}, {"nxdomain", st.DNS.NXDomain}, {"forwarded", st.DNS.Forwarded}, {"servfail", st.DNS.ForwardErrors}} {
-				emit(descDNSResponses, prometheus.CounterValue, float64(o.v), n.ID, o.outcome)
-			}
+		c.collectNetwork(emit, n, d)
+	}
+	for _, a := range d.Attachments {
+		c.collectAttachment(emit, a)
+	}
+}
+
+// collectNetwork emits a network's metrics and its services'.
+func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) {
+	subnet := ""
+	if n.Subnet.IsValid() {
+		subnet = n.Subnet.String()
+	}
+	emit(descNetworkInfo, prometheus.GaugeValue, 1, n.ID, string(n.Mode), subnet, n.Bridge())
+	attachments := 0
+	for _, a := range d.Attachments {
+		if a.Network == n.ID {
+			attachments++
 		}
 	}
+	emit(descNetworkAttachments, prometheus.GaugeValue, float64(attachments), n.ID)
+	nw := c.nets[n.ID]
+	emit(descNetworkUp, prometheus.GaugeValue, boolFloat(nw != nil), n.ID)
+	if nw == nil {
+		return
+	}
+	st := nw.Stats()
+	if n.DHCP {
+		emit(descLeases, prometheus.GaugeValue, float64(len(nw.Leases())), n.ID)
+		emit(descPool, prometheus.GaugeValue, float64(metrics.PoolSize(n.DHCPStart, n.DHCPEnd)), n.ID)
+		for _, t := range withKnown(st.DHCP.Requests, dhcpRequestTypes) {
+			emit(descDHCPRequests, prometheus.CounterValue, float64(st.DHCP.Requests[t]), n.ID, strings.ToLower(t))
+		}
+		for _, t := range withKnown(st.DHCP.Replies, dhcpReplyTypes) {
+			emit(descDHCPReplies, prometheus.CounterValue, float64(st.DHCP.Replies[t]), n.ID, strings.ToLower(t))
+		}
+		emit(descDHCPErrors, prometheus.CounterValue, float64(st.DHCP.Errors), n.ID)
+	}
+	if n.DNSProxy {
+		emit(descDNSQueries, prometheus.CounterValue, float64(st.DNS.Queries), n.ID)
+		for _, o := range []struct {
+			outcome string
+			v       uint64
+		}{{"local", st.DNS.Local}, {"nxdomain", st.DNS.NXDomain}, {"forwarded", st.DNS.Forwarded}, {"servfail", st.DNS.ForwardErrors}} {
+			emit(descDNSResponses, prometheus.CounterValue, float64(o.v), n.ID, o.outcome)
+		}
+	}
+}
 
-	for _, a := range d.Attachments {
-		labels := []string{a.Network, a.VM, strconv.Itoa(a.Index)}
-		with := func(extra ...string) []string { return append(append([]string{}, labels...), extra...) }
-		emit(descAttachmentInfo, prometheus.GaugeValue, 1, with(a.Project, string(a.Attach))...)
-		h := c.helpers[a.Key()]
-		up := h != nil && h.state == StateRunning && !isClosed(h.exited)
-		emit(descHelperUp, prometheus.GaugeValue, boolFloat(up), labels...)
-		if h == nil {
-			continue
-		}
-		emit(descRestarts, prometheus.CounterValue, float64(h.rec.Restarts), labels...)
-		s := c.observeLocked(a.Key(), h).Last()
-		if s.Time.IsZero() {
-			s = h.stats // a stats line without a time still has counters
-		}
-		for _, dir := range []struct {
-			name string
-			c    helperproto.Counters
-		}{{"to_vm", s.Host}, {"from_vm", s.VM}} {
-			emit(descBytes, prometheus.CounterValue, float64(dir.c.Bytes), with(dir.name)...)
-			emit(descPackets, prometheus.CounterValue, float64(dir.c.Packets), with(dir.name)...)
-			emit(descDrops, prometheus.CounterValue, float64(dir.c.Drops), with(dir.name)...)
-			emit(descSyscalls, prometheus.CounterValue, float64(dir.c.Fast), with(dir.name, "fast")...)
-			emit(descSyscalls, prometheus.CounterValue, float64(dir.c.Slow), with(dir.name, "slow")...)
-		}
-		if !s.Time.IsZero() {
-			emit(descStatsTime, prometheus.GaugeValue, unixSeconds(s.Time), labels...)
-		}
-		if !up {
-			continue
-		}
-		emit(descStartTime, prometheus.GaugeValue, unixSeconds(h.rec.StartedAt), labels...)
-		if h.startLatency > 0 {
-			emit(descStartDuration, prometheus.GaugeValue, h.startLatency.Seconds(), labels...)
-		}
-		if p, err := metrics.ReadProcess(h.rec.Proc.PID); err == nil {
-			emit(descCPU, prometheus.CounterValue, p.CPUSeconds, labels...)
-			emit(descRSS, prometheus.GaugeValue, float64(p.ResidentBytes), labels...)
-		}
+// collectAttachment emits an attachment's metrics and its helper's.
+func (c *Controller) collectAttachment(emit emitter, a *Attachment) {
+	labels := []string{a.Network, a.VM, strconv.Itoa(a.Index)}
+	with := func(extra ...string) []string { return append(append([]string{}, labels...), extra...) }
+	emit(descAttachmentInfo, prometheus.GaugeValue, 1, with(a.Project, string(a.Attach))...)
+	h := c.helpers[a.Key()]
+	up := h != nil && h.state == StateRunning && !isClosed(h.exited)
+	emit(descHelperUp, prometheus.GaugeValue, boolFloat(up), labels...)
+	if h == nil {
+		return
+	}
+	emit(descRestarts, prometheus.CounterValue, float64(h.rec.Restarts), labels...)
+	s := c.observeLocked(a.Key(), h).Last()
+	if s.Time.IsZero() {
+		s = h.stats // a stats line without a time still has counters
+	}
+	for _, dir := range []struct {
+		name string
+		c    helperproto.Counters
+	}{{"to_vm", s.Host}, {"from_vm", s.VM}} {
+		emit(descBytes, prometheus.CounterValue, float64(dir.c.Bytes), with(dir.name)...)
+		emit(descPackets, prometheus.CounterValue, float64(dir.c.Packets), with(dir.name)...)
+		emit(descDrops, prometheus.CounterValue, float64(dir.c.Drops), with(dir.name)...)
+		emit(descSyscalls, prometheus.CounterValue, float64(dir.c.Fast), with(dir.name, "fast")...)
+		emit(descSyscalls, prometheus.CounterValue, float64(dir.c.Slow), with(dir.name, "slow")...)
+	}
+	if !s.Time.IsZero() {
+		emit(descStatsTime, prometheus.GaugeValue, unixSeconds(s.Time), labels...)
+	}
+	if !up {
+		return
+	}
+	emit(descStartTime, prometheus.GaugeValue, unixSeconds(h.rec.StartedAt), labels...)
+	if h.startLatency > 0 {
+		emit(descStartDuration, prometheus.GaugeValue, h.startLatency.Seconds(), labels...)
+	}
+	if p, err := metrics.ReadProcess(h.rec.Proc.PID); err == nil {
+		emit(descCPU, prometheus.CounterValue, p.CPUSeconds, labels...)
+		emit(descRSS, prometheus.GaugeValue, float64(p.ResidentBytes), labels...)
 	}
 }
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,12 +11,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // Status is `vmnetctl status --json`: a stable contract. Fields are only
-// ever added. See docs/status.md.
+// ever added. See docs/controller.md.
 type Status struct {
 	Controller  ControllerStatus   `json:"controller"`
 	Networks    []NetworkStatus    `json:"networks"`
@@ -92,10 +94,7 @@ func (c *Controller) status() *Status {
 	st.Skipped = d.Skipped
 	ips := map[string]string{} // network/mac → ip
 	for _, n := range d.Networks {
-		ns := NetworkStatus{Name: n.ID, Mode: string(n.Mode), Bridge: n.Bridge(), Interface: n.Interface, VMs: []string{}, State: "down"}
-		if n.Subnet.IsValid() {
-			ns.Subnet, ns.Gateway = n.Subnet.String(), n.Gateway.String()
-		}
+		ns := newNetworkStatus(n, d)
 		if nw := c.nets[n.ID]; nw != nil {
 			ns.State = "up"
 			for _, l := range nw.Leases() {
@@ -105,18 +104,12 @@ func (c *Controller) status() *Status {
 		} else if msg := c.netErrs[n.ID]; msg != "" {
 			ns.State, ns.Error = "error", msg
 		}
-		for _, a := range d.Attachments {
-			if a.Network == n.ID && !slices.Contains(ns.VMs, a.VM) {
-				ns.VMs = append(ns.VMs, a.VM)
-			}
-		}
 		st.Networks = append(st.Networks, ns)
 	}
 	for _, a := range d.Attachments {
-		as := AttachmentStatus{VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC,
-			Attach: string(a.Attach), State: StateStopped, IP: ips[a.Network+"/"+a.MAC]}
-		if as.IP == "" && a.IP.IsValid() {
-			as.IP = a.IP.String()
+		as := newAttachmentStatus(a)
+		if ip := ips[a.Network+"/"+a.MAC]; ip != "" {
+			as.IP = ip
 		}
 		if h := c.helpers[a.Key()]; h != nil {
 			meter := c.observeLocked(a.Key(), h)
@@ -143,6 +136,30 @@ func (c *Controller) status() *Status {
 		st.Attachments = []AttachmentStatus{}
 	}
 	return st
+}
+
+// newNetworkStatus is n's status as configured, with the VMs of d on it,
+// before anything is known of what runs.
+func newNetworkStatus(n *api.Network, d *Desired) NetworkStatus {
+	ns := NetworkStatus{Name: n.ID, Mode: string(n.Mode), Bridge: n.Bridge(), Interface: n.Interface, VMs: []string{}, State: "down"}
+	if n.Subnet.IsValid() {
+		ns.Subnet, ns.Gateway = n.Subnet.String(), n.Gateway.String()
+	}
+	for _, a := range d.Attachments {
+		if a.Network == n.ID && !slices.Contains(ns.VMs, a.VM) {
+			ns.VMs = append(ns.VMs, a.VM)
+		}
+	}
+	return ns
+}
+
+// newAttachmentStatus is a's status before anything is known of its helper.
+func newAttachmentStatus(a *Attachment) AttachmentStatus {
+	as := AttachmentStatus{VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: string(a.Attach), State: StateStopped}
+	if a.IP.IsValid() {
+		as.IP = a.IP.String()
+	}
+	return as
 }
 
 // OfflineStatus reads the status from the state dir, the kernel and the
@@ -173,10 +190,7 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 		recs[r.Key] = r
 	}
 	for _, n := range d.Networks {
-		ns := NetworkStatus{Name: n.ID, Mode: string(n.Mode), Bridge: n.Bridge(), Interface: n.Interface, VMs: []string{}, State: "down"}
-		if n.Subnet.IsValid() {
-			ns.Subnet, ns.Gateway = n.Subnet.String(), n.Gateway.String()
-		}
+		ns := newNetworkStatus(n, d)
 		// Check compares the kernel with what the network needs; Inspect
 		// alone would read an empty state as fine.
 		if err := be.CheckNetwork(ctx, n); err == nil {
@@ -184,18 +198,10 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 		} else {
 			ns.State, ns.Error = "error", err.Error()
 		}
-		for _, a := range d.Attachments {
-			if a.Network == n.ID && !slices.Contains(ns.VMs, a.VM) {
-				ns.VMs = append(ns.VMs, a.VM)
-			}
-		}
 		st.Networks = append(st.Networks, ns)
 	}
 	for _, a := range d.Attachments {
-		as := AttachmentStatus{VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project, MAC: a.MAC, Attach: string(a.Attach), State: StateStopped}
-		if a.IP.IsValid() {
-			as.IP = a.IP.String()
-		}
+		as := newAttachmentStatus(a)
 		if r, ok := recs[a.Key()]; ok {
 			as.Socket, as.Tap, as.Restarts = r.Socket, r.Tap, r.Restarts
 			if r.Proc.Alive() {
@@ -306,4 +312,37 @@ func AppliedState(sd statedir.Dir) (*Desired, error) {
 		return nil, err
 	}
 	return ComputeDesired(nets, rs.AppliedProjects)
+}
+
+// RenderProject writes the attachments of one project as a table, and fails
+// when one is not running.
+func (st *Status) RenderProject(w io.Writer, project string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tSTATE")
+	var failed []string
+	for _, a := range st.Attachments {
+		if a.Project != project {
+			continue
+		}
+		where := a.Socket
+		if a.Attach == "tap" {
+			where = "tap " + a.Tap
+		}
+		ip := a.IP
+		if ip == "" {
+			ip = "(dhcp, not yet leased)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.VM, a.Network, a.MAC, where, ip, a.State)
+		if a.State != StateRunning {
+			failed = append(failed, fmt.Sprintf("%s/%d on %s: %s", a.VM, a.Index, a.Network, a.Error))
+		}
+	}
+	tw.Flush()
+	for _, sk := range st.Skipped {
+		fmt.Fprintln(w, "skipped:", sk)
+	}
+	if len(failed) > 0 {
+		return errors.New("not every attachment is running:\n" + strings.Join(failed, "\n"))
+	}
+	return nil
 }

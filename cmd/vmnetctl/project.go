@@ -1,106 +1,49 @@
 package main
 
 import (
-	"fmt"
-	"os"
-	"strconv"
+	"encoding/json"
+	"io"
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/config"
+	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
-// projectFlags are the flags of up, down and plan.
-type projectFlags struct {
-	vmFileFlags
+// vmFileFlags are the flags of every command that reads VM files.
+type vmFileFlags struct {
+	files   []string
+	name    string
 	project string
 }
 
-func (f *projectFlags) bind(cmd *cobra.Command) {
-	f.vmFileFlags.bind(cmd)
-	cmd.Flags().StringVarP(&f.project, "project", "p", "", "project name (default: the VM's name for a lima instance file, else the first file's name)")
+func (f *vmFileFlags) bind(cmd *cobra.Command, withProject bool) {
+	cmd.Flags().StringArrayVarP(&f.files, "file", "f", nil, "VM file: a lima instance file (networks: list) or a multi-VM file (vms: map); repeatable")
+	cmd.Flags().StringVar(&f.name, "name", "", "VM name for a lima instance file (default: the file's directory name)")
+	if withProject {
+		cmd.Flags().StringVarP(&f.project, "project", "p", "", "project name (default: the VM's name for a lima instance file, else the first file's name)")
+	}
 }
 
-// loadProject reads networks.yaml and the VM files, validates them, and
-// returns them as a project plus the networks snapshot to record. The bytes
-// validated are the bytes stored.
-func loadProject(g *globals, f *projectFlags, s streams) (*statedir.Project, *statedir.NetworksSnapshot, *api.Networks, error) {
-	if len(f.files) == 0 {
-		return nil, nil, nil, fmt.Errorf("no VM file given (-f FILE)")
-	}
-	source, data, err := config.ReadNetworks(g.networks)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	nets, diags := api.LoadNetworks(source, data)
-	p := &statedir.Project{VMName: f.name, UID: ownerID("SUDO_UID", os.Getuid()), GID: ownerID("SUDO_GID", os.Getgid())}
-	var files []*api.VMFile
-	for _, path := range f.files {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("reading VM file: %w", err)
-		}
-		p.Files = append(p.Files, statedir.ProjectFile{Path: path, Data: b})
-		vf, d := api.LoadVMFile(path, b, api.VMFileOptions{Name: f.name})
-		diags = append(diags, d...)
-		if vf != nil {
-			files = append(files, vf)
-		}
-	}
-	if nets != nil {
-		diags = append(diags, api.Resolve(nets, files)...)
-	}
-	printWarnings(s.err, diags)
-	if err := diags.Err(); err != nil {
-		return nil, nil, nil, err
-	}
-	p.Name = f.project
-	if p.Name == "" {
-		p.Name = statedir.ProjectName(files)
-	}
-	return p, &statedir.NetworksSnapshot{Source: source, Data: data}, nets, nil
+// input reads networks.yaml and the VM files the flags name.
+func (f *vmFileFlags) input(g *globals) (*controller.Input, error) {
+	return controller.ReadInput(g.networks, f.files, f.name, f.project)
 }
 
-// ownerID is the id of the user behind sudo, else fallback.
-func ownerID(env string, fallback int) int {
-	if v, err := strconv.Atoi(os.Getenv(env)); err == nil && v >= 0 {
-		return v
-	}
-	return fallback
+// env is where a command's operation runs and reports.
+func (g *globals) env(s streams) controller.Env {
+	return controller.Env{StateDir: statedir.Dir{Path: g.stateDir}, Stdout: s.out, Stderr: s.err}
 }
 
-// projectName is the project that down or plan names with -p or -f.
-func projectName(g *globals, f *projectFlags) (string, error) {
-	if f.project != "" {
-		return f.project, nil
-	}
-	if len(f.files) == 0 {
-		return "", fmt.Errorf("name a project with -p NAME or -f FILE")
-	}
-	var files []*api.VMFile
-	for _, path := range f.files {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("reading VM file: %w", err)
-		}
-		vf, diags := api.LoadVMFile(path, b, api.VMFileOptions{Name: f.name})
-		if vf == nil {
-			return "", diags.Err()
-		}
-		files = append(files, vf)
-	}
-	return statedir.ProjectName(files), nil
+// backendFlag is --backend: whose limits validate and plan warn about.
+func bindBackend(cmd *cobra.Command, name *string) {
+	cmd.Flags().StringVar(name, "backend", controller.DefaultBackend().Name(),
+		"warn about what this backend cannot honour: vmnetctl (Linux) or vmnet-helper (macOS)")
 }
 
-// withProject returns the projects with p added or replaced.
-func withProject(projects []*statedir.Project, p *statedir.Project) []*statedir.Project {
-	out := []*statedir.Project{p}
-	for _, q := range projects {
-		if q.Name != p.Name {
-			out = append(out, q)
-		}
-	}
-	return out
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
@@ -16,28 +14,17 @@ func newStatusCommand(g *globals, s streams) *cobra.Command {
 		Short: "Show networks and attachments as they run (works without a controller too)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			sd := statedir.Dir{Path: g.stateDir}
-			cl := controller.NewClient(sd)
-			var st *controller.Status
-			var err error
-			if cl.Running(ctx) {
-				st, err = cl.Status(ctx)
-			} else {
-				st, err = controller.OfflineStatus(ctx, sd)
-			}
+			st, err := controller.CurrentStatus(cmd.Context(), statedir.Dir{Path: g.stateDir})
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(s.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				return printJSON(s.out, st)
 			}
 			st.Render(s.out)
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: a stable contract (docs/status.md)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: a stable contract (docs/controller.md)")
 	return cmd
 }

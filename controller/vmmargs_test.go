@@ -1,25 +1,24 @@
-package main
+package controller
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func TestVMMArgs(t *testing.T) {
 	sd := statedir.Dir{Path: "/run/vmnetctl"}
-	sock := []controller.AttachmentStatus{
+	sock := []AttachmentStatus{
 		{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", Socket: "/run/vmnetctl/vms/web/0.sock"},
 		{VM: "web", Index: 1, Network: "host", MAC: "52:55:55:00:00:02", Attach: "socket", Socket: "/run/vmnetctl/vms/web/1.sock"},
 	}
-	tap := []controller.AttachmentStatus{
+	tap := []AttachmentStatus{
 		{VM: "fc", Index: 0, Network: "shared", MAC: "52:55:55:00:00:03", Attach: "tap", Tap: "vmt-0123456789"},
 	}
 	tests := []struct {
 		vmm  string
-		atts []controller.AttachmentStatus
+		atts []AttachmentStatus
 		fds  bool
 		want string
 	}{
@@ -41,7 +40,7 @@ func TestVMMArgs(t *testing.T) {
 	if _, err := vmmArgs(sd, "firecracker", sock, false); err == nil || !strings.Contains(err.Error(), "attach: tap") {
 		t.Errorf("firecracker with a socket attachment: %v", err)
 	}
-	failed := []controller.AttachmentStatus{{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", State: "failed", Error: "network shared is not up"}}
+	failed := []AttachmentStatus{{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", State: "failed", Error: "network shared is not up"}}
 	if _, err := vmmArgs(sd, "qemu", failed, false); err == nil || !strings.Contains(err.Error(), "web's attachment 0 to shared is failed, so it has no socket yet: network shared is not up") {
 		t.Errorf("args of a failed attachment: %v", err)
 	}

@@ -1,0 +1,480 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/config"
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// The use cases: what each command of vmnetctl does, as one call. The
+// command line only binds flags and calls one of these.
+
+// Env is where an operation runs and reports.
+type Env struct {
+	StateDir statedir.Dir
+	// Stdout receives progress ("Removing project x."), Stderr warnings.
+	Stdout, Stderr io.Writer
+	// Executable is vmnetctl, which runs the controller and the helpers
+	// (default: this program).
+	Executable string
+}
+
+func (e Env) executable() (string, error) {
+	if e.Executable != "" {
+		return e.Executable, nil
+	}
+	return os.Executable()
+}
+
+func (e Env) warn(diags api.Diagnostics) {
+	if e.Stderr == nil {
+		return
+	}
+	for _, d := range diags.Warnings().Sorted() {
+		fmt.Fprintln(e.Stderr, d)
+	}
+}
+
+// Input is what a command was given: networks.yaml and VM files, as bytes,
+// read once. The bytes validated are the bytes stored.
+type Input struct {
+	Networks statedir.NetworksSnapshot
+	Files    []statedir.ProjectFile
+	// VMName is --name, the VM of a lima instance file.
+	VMName string
+	// Project is -p; empty derives it from the files (statedir.ProjectName).
+	Project string
+}
+
+// ReadInput reads networks.yaml (networksPath, else as config.ReadNetworks
+// finds it) and the VM files.
+func ReadInput(networksPath string, files []string, vmName, project string) (*Input, error) {
+	source, data, err := config.ReadNetworks(networksPath)
+	if err != nil {
+		return nil, err
+	}
+	in := &Input{Networks: statedir.NetworksSnapshot{Source: source, Data: data}, VMName: vmName, Project: project}
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading VM file: %w", err)
+		}
+		in.Files = append(in.Files, statedir.ProjectFile{Path: path, Data: b})
+	}
+	return in, nil
+}
+
+// loaded is an Input parsed, once per operation: the networks, and the VM
+// files as a project (not resolved yet: that happens with every other
+// project of the state dir).
+type loaded struct {
+	nets    *api.Networks
+	project parsedProject
+}
+
+// load parses the input, reports its warnings and fails on its errors.
+func (in *Input) load(env Env) (*loaded, error) {
+	if len(in.Files) == 0 {
+		return nil, errors.New("no VM file given (-f FILE)")
+	}
+	nets, diags := api.LoadNetworks(in.Networks.Source, in.Networks.Data)
+	p := &statedir.Project{Name: in.Project, Files: in.Files, VMName: in.VMName,
+		UID: ownerID("SUDO_UID", os.Getuid()), GID: ownerID("SUDO_GID", os.Getgid())}
+	pp, fdiags := parseProject(p)
+	diags = append(diags, fdiags...)
+	env.warn(diags)
+	if err := diags.Err(); err != nil {
+		return nil, err
+	}
+	if p.Name == "" {
+		p.Name = statedir.ProjectName(pp.files)
+	}
+	return &loaded{nets: nets, project: pp}, nil
+}
+
+// ownerID is the id of the user behind sudo, else fallback.
+func ownerID(env string, fallback int) int {
+	if v, err := strconv.Atoi(os.Getenv(env)); err == nil && v >= 0 {
+		return v
+	}
+	return fallback
+}
+
+// desiredWith is the desired state with l's project added to (or replacing)
+// the state dir's projects; it fails with every problem listed.
+func (l *loaded) desiredWith(env Env, existing []*statedir.Project) (*Desired, error) {
+	var others []*statedir.Project
+	for _, q := range existing {
+		if q.Name != l.project.Name {
+			others = append(others, q)
+		}
+	}
+	parsed, diags := parseProjects(others)
+	d, rdiags := desiredOf(l.nets, append([]parsedProject{l.project}, parsed...))
+	diags = append(diags, rdiags...)
+	env.warn(rdiags)
+	if err := diags.Err(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// record saves the project and the networks.yaml it was resolved against.
+func (l *loaded) record(sd statedir.Dir, in *Input) error {
+	if err := sd.SaveNetworks(in.Networks); err != nil {
+		return err
+	}
+	return sd.SaveProject(l.project.Project)
+}
+
+// ApplyOptions configure Apply.
+type ApplyOptions struct {
+	// MetricsAddr is where a controller that Apply starts serves /metrics.
+	MetricsAddr string
+}
+
+// ApplyResult is what Apply did.
+type ApplyResult struct {
+	Project string
+	Status  *Status
+	// Error is the controller's last reconcile error, if any.
+	Error string
+}
+
+// Apply is `vmnetctl up`: it validates the input against every project of
+// the state dir, records it as a project, starts the controller if none
+// runs, and returns once the controller has converged.
+func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResult, error) {
+	l, err := in.load(env)
+	if err != nil {
+		return nil, err
+	}
+	sd := env.StateDir
+	// One up, down or run at a time per state dir; a second waits.
+	lock, err := sd.LockOps()
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
+	existing, err := sd.Projects()
+	if err != nil {
+		return nil, err
+	}
+	// Check against the other projects before changing anything.
+	if _, err := l.desiredWith(env, existing); err != nil {
+		return nil, err
+	}
+	if err := l.record(sd, in); err != nil {
+		return nil, err
+	}
+	serveArgs := []string{"--metrics-addr", o.MetricsAddr}
+	if o.MetricsAddr == "" {
+		serveArgs = nil
+	}
+	if l.nets.Group != "" {
+		// networks.yaml's group (lima's) may use the controller's API:
+		// status and args, without root.
+		serveArgs = append(serveArgs, "--group", l.nets.Group)
+	}
+	resp, err := converge(ctx, env, serveArgs...)
+	if err != nil {
+		return nil, err
+	}
+	return &ApplyResult{Project: l.project.Name, Status: resp.Status, Error: resp.Error}, nil
+}
+
+// converge starts the controller if none runs and asks it to converge.
+func converge(ctx context.Context, env Env, serveArgs ...string) (*ReconcileResponse, error) {
+	exe, err := env.executable()
+	if err != nil {
+		return nil, err
+	}
+	if err := EnsureController(ctx, env.StateDir, exe, serveArgs...); err != nil {
+		return nil, err
+	}
+	return NewClient(env.StateDir).Reconcile(ctx)
+}
+
+// PlanApply is `vmnetctl plan`: what Apply would change, and the warnings
+// of backendName (a name from BackendNames) about what it cannot honour.
+func PlanApply(env Env, in *Input, backendName string) (*Plan, error) {
+	be, err := BackendByName(backendName)
+	if err != nil {
+		return nil, err
+	}
+	l, err := in.load(env)
+	if err != nil {
+		return nil, err
+	}
+	existing, err := env.StateDir.Projects()
+	if err != nil {
+		return nil, err
+	}
+	desired, err := l.desiredWith(env, existing)
+	if err != nil {
+		return nil, err
+	}
+	current, err := AppliedState(env.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	var atts []*api.Attachment
+	for _, a := range desired.Attachments {
+		atts = append(atts, a.Attachment)
+	}
+	for _, msg := range be.Limits(desired.Networks, atts) {
+		fmt.Fprintln(env.Stderr, "warning:", msg)
+	}
+	return ComputePlan(current, desired), nil
+}
+
+// RemoveOptions say which projects Remove removes: Input's (by its files
+// or -p), or all.
+type RemoveOptions struct {
+	Input *Input
+	All   bool
+}
+
+// Remove is `vmnetctl down`: it removes projects and lets the controller
+// stop their helpers and the networks nothing needs any more. Removing
+// what is not there is fine. When no project is left it waits for the
+// controller to exit and cleans the state dir.
+func Remove(ctx context.Context, env Env, o RemoveOptions) error {
+	sd := env.StateDir
+	names, err := projectsToRemove(env, o)
+	if err != nil {
+		return err
+	}
+	if !sd.Exists() {
+		fmt.Fprintln(env.Stdout, "Nothing to do: no state in", sd.Path)
+		return nil
+	}
+	lock, err := sd.LockOps()
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	for _, n := range names {
+		existed, err := sd.DeleteProject(n)
+		if err != nil {
+			return err
+		}
+		if existed {
+			fmt.Fprintf(env.Stdout, "Removing project %s.\n", n)
+		} else {
+			fmt.Fprintf(env.Stdout, "Project %s is not up.\n", n)
+		}
+	}
+	left, err := sd.Projects()
+	if err != nil {
+		return err
+	}
+	if len(left) == 0 && !NewClient(sd).Running(ctx) && !sd.HasRuntime() {
+		return sd.Clean()
+	}
+	resp, err := converge(ctx, env)
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		if resp.Error != "" {
+			fmt.Fprintln(env.Stderr, "warning:", resp.Error)
+		}
+		return nil
+	}
+	// Nothing left: the controller removes everything and exits.
+	if err := waitFor(ctx, 30*time.Second, func() bool { return !sd.ControllerAlive() }); err != nil {
+		return fmt.Errorf("the controller did not exit after the last project was removed; see %s", sd.ControllerLog())
+	}
+	fmt.Fprintln(env.Stdout, "Everything is down.")
+	return sd.Clean()
+}
+
+// projectsToRemove names the projects of o.
+func projectsToRemove(env Env, o RemoveOptions) ([]string, error) {
+	if o.All {
+		ps, err := env.StateDir.Projects()
+		var names []string
+		for _, p := range ps {
+			names = append(names, p.Name)
+		}
+		return names, err
+	}
+	in := o.Input
+	if in == nil || (in.Project == "" && len(in.Files) == 0) {
+		return nil, errors.New("name a project with -p NAME or -f FILE")
+	}
+	if in.Project != "" {
+		return []string{in.Project}, nil
+	}
+	p := &statedir.Project{Files: in.Files, VMName: in.VMName}
+	pp, diags := parseProject(p)
+	if diags.HasErrors() && len(pp.files) < len(in.Files) {
+		return nil, diags.Err()
+	}
+	return []string{statedir.ProjectName(pp.files)}, nil
+}
+
+// removeProject removes a project and lets the controller converge.
+func removeProject(ctx context.Context, env Env, name string) {
+	lock, err := env.StateDir.LockOps()
+	if err != nil {
+		return
+	}
+	defer lock.Unlock()
+	if existed, _ := env.StateDir.DeleteProject(name); existed {
+		converge(ctx, env)
+	}
+}
+
+// waitFor polls cond until it holds, or fails after timeout.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// CurrentStatus is `vmnetctl status`: the controller's, or read from the
+// state dir, the kernel and the process table when none runs.
+func CurrentStatus(ctx context.Context, sd statedir.Dir) (*Status, error) {
+	cl := NewClient(sd)
+	if cl.Running(ctx) {
+		return cl.Status(ctx)
+	}
+	return OfflineStatus(ctx, sd)
+}
+
+// RunOptions configure RunVM.
+type RunOptions struct {
+	// VM is the VM of the input to run (default: its only VM with networks).
+	VM      string
+	Command []string
+	Stdin   io.Reader
+}
+
+// RunVM is `vmnetctl run`: it records the VM's attachments as a project
+// of their own (run-VM unless -p names it), brings their networks up, and
+// runs the command with the attachments as inherited sockets (descriptors
+// 4, 5, ...), each with a helper on its other end. When the command exits
+// the helpers stop and the project goes. It returns the command's status.
+func RunVM(ctx context.Context, env Env, in *Input, o RunOptions) (int, error) {
+	l, err := in.load(env)
+	if err != nil {
+		return 0, err
+	}
+	vm, err := chooseVM(l.project, o.VM)
+	if err != nil {
+		return 0, err
+	}
+	p := l.project.Project
+	l.project.keepOnly([]string{vm})
+	p.OnlyVMs, p.External = []string{vm}, true
+	if in.Project == "" {
+		p.Name = "run-" + vm
+	}
+	atts, nets, err := l.startRun(ctx, env, in, vm)
+	if err != nil {
+		removeProject(context.WithoutCancel(ctx), env, p.Name)
+		return 0, err
+	}
+	defer removeProject(context.WithoutCancel(ctx), env, p.Name)
+	exe, err := env.executable()
+	if err != nil {
+		return 0, err
+	}
+	cl := NewClient(env.StateDir)
+	ln := launcher{sd: env.StateDir, be: DefaultBackend(), exe: exe, vmnetHelperPath: l.nets.Paths.VMNetHelper,
+		statsInterval: 5 * time.Second, readyTimeout: 15 * time.Second, stopGrace: 5 * time.Second}
+	return ln.runCommand(ctx, vmCommand{project: p, atts: atts, command: o.Command, stdin: o.Stdin, stdout: env.Stdout, stderr: env.Stderr},
+		nets, func() { go cl.Reconcile(context.WithoutCancel(ctx)) }) // the controller watches run's helpers
+}
+
+// chooseVM is the VM to run: vm if the files define it with networks,
+// else the files' only VM with networks.
+func chooseVM(pp parsedProject, vm string) (string, error) {
+	var vms []string
+	for _, vf := range pp.files {
+		for _, v := range vf.VMs {
+			if len(v.Attachments) > 0 && !slices.Contains(vms, v.Name) {
+				vms = append(vms, v.Name)
+			}
+		}
+	}
+	switch {
+	case vm == "" && len(vms) == 1:
+		return vms[0], nil
+	case vm == "":
+		return "", fmt.Errorf("the file has %d VMs with networks (%v); choose one with --vm", len(vms), vms)
+	case !slices.Contains(vms, vm):
+		return "", fmt.Errorf("VM %q has no network attachments in the file (VMs: %v)", vm, vms)
+	}
+	return vm, nil
+}
+
+// networkByID are networks by their ID.
+type networkByID map[string]*api.Network
+
+// startRun records run's project and brings its networks up, under the
+// state dir's ops lock. It returns the VM's attachments.
+func (l *loaded) startRun(ctx context.Context, env Env, in *Input, vm string) ([]*Attachment, networkByID, error) {
+	sd := env.StateDir
+	lock, err := sd.LockOps()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer lock.Unlock()
+	existing, err := sd.Projects()
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := l.desiredWith(env, existing)
+	if err != nil {
+		return nil, nil, err
+	}
+	var atts []*Attachment
+	for _, a := range d.Attachments {
+		if a.VM == vm && a.Project == l.project.Name {
+			atts = append(atts, a)
+		}
+	}
+	if len(atts) == 0 {
+		return nil, nil, fmt.Errorf("VM %q has no network attachments that vmnetctl manages", vm)
+	}
+	if err := l.record(sd, in); err != nil {
+		return nil, nil, err
+	}
+	resp, err := converge(ctx, env)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range resp.Status.Networks {
+		for _, a := range atts {
+			if a.Network == n.Name && n.State != "up" {
+				return nil, nil, fmt.Errorf("network %s is not up: %s", n.Name, n.Error)
+			}
+		}
+	}
+	nets := networkByID{}
+	for _, n := range l.nets.Networks {
+		nets[n.ID] = n
+	}
+	return atts, nets, nil
+}

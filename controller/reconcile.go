@@ -1,0 +1,293 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// reconcile makes what runs match the state dir, level-triggered and
+// recomputed from scratch each time: read what should run and plan (under
+// the lock); stop what goes (without it, in parallel); converge the
+// networks; start missing helpers (without the lock, in parallel); commit
+// (under the lock). done is true when no project is left and everything
+// was removed.
+func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
+	c.gen.begin()
+	defer c.gen.end()
+	defer c.countReconcile(time.Now(), &err)
+
+	c.mu.Lock()
+	desired, snap, projects, err := c.loadDesired()
+	if err != nil {
+		// What should exist cannot be known: destroy nothing.
+		c.lastErr = fmt.Errorf("reading desired state: %w", err)
+		err = c.lastErr
+		c.mu.Unlock()
+		return false, err
+	}
+	plan := ComputePlan(c.applied, desired)
+	stopping := c.takeStopping(plan, desired)
+	c.mu.Unlock()
+
+	errs := c.stopHelpers(stopping)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	errs = append(errs, c.convergeNetworks(ctx, plan, desired)...)
+	errs = append(errs, c.setHosts(desired)...)
+	launches := c.planLaunches(desired, projects)
+	c.mu.Unlock()
+	c.runLaunches(ctx, launches)
+	c.mu.Lock()
+	errs = append(errs, c.commitLaunches(launches)...)
+	return c.commit(ctx, desired, snap, projects, errs)
+}
+
+// countReconcile counts a reconcile that began at began, for the metrics.
+func (c *Controller) countReconcile(began time.Time, err *error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastReconcileTime = time.Since(began)
+	if *err != nil {
+		c.reconciles["error"]++
+	} else {
+		c.reconciles["success"]++
+	}
+}
+
+// loadDesired reads the projects and networks of the state dir.
+func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*statedir.Project, error) {
+	projects, err := c.sd.Projects()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	snap, err := c.sd.Networks()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if len(projects) == 0 {
+		return &Desired{}, snap, nil, nil
+	}
+	if snap == nil {
+		return nil, nil, nil, errors.New("projects exist but no networks.yaml was recorded")
+	}
+	nets, err := snap.Load()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c.paths = nets.Paths
+	d, err := ComputeDesired(nets, projects)
+	return d, snap, projects, err
+}
+
+// takeStopping takes the helpers that go away or must be replaced out of
+// the supervised set; the caller stops them.
+func (c *Controller) takeStopping(plan *Plan, desired *Desired) []*helperProc {
+	gone := map[string]bool{}
+	for _, ch := range plan.Attachments {
+		if ch.Action == ActionDelete || ch.Action == ActionReplace {
+			gone[ch.Key] = true
+		}
+	}
+	var out []*helperProc
+	for key, h := range c.helpers {
+		if findAttachment(desired, key) == nil || gone[key] {
+			out = append(out, h)
+			delete(c.helpers, key)
+		}
+	}
+	return out
+}
+
+// stopHelpers stops helpers in parallel, before their networks go, and
+// removes what a killed one may have left.
+func (c *Controller) stopHelpers(hs []*helperProc) []error {
+	errs := make([]error, len(hs))
+	var wg sync.WaitGroup
+	for i, h := range hs {
+		wg.Go(func() {
+			c.log.Info("stopping helper", "attachment", h.rec.Key, "pid", h.rec.Proc.PID)
+			c.stopProc(h)
+			// The record names the attachment even for an adopted helper.
+			errs[i] = c.be.Cleanup(&api.Attachment{VM: h.rec.VM, Index: h.rec.Index, MAC: h.rec.MAC, Attach: h.rec.Attach})
+			c.sd.RemoveHelperFiles(h.rec.Key)
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// convergeNetworks removes the deleted and replaced networks, restarts the
+// services of those changed in place, and starts the missing.
+func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *Desired) []error {
+	var errs []error
+	for _, ch := range plan.Networks {
+		if ch.Action == ActionCreate {
+			continue
+		}
+		if nw := c.nets[ch.ID]; nw != nil {
+			nw.Close()
+			delete(c.nets, ch.ID)
+		}
+		if ch.Action == ActionDelete || ch.Action == ActionReplace {
+			if err := c.be.RemoveNetwork(ctx, ch.ID, c.netOpts()); err != nil {
+				errs = append(errs, fmt.Errorf("removing network %q: %w", ch.ID, err))
+			}
+			c.log.Info("network removed", "network", ch.ID, "action", ch.Action)
+		}
+	}
+	clear(c.netErrs)
+	for _, n := range desired.Networks {
+		if c.nets[n.ID] != nil {
+			continue
+		}
+		nw, err := c.be.StartNetwork(ctx, n, c.netOpts())
+		if err != nil {
+			c.netErrs[n.ID] = err.Error()
+			errs = append(errs, fmt.Errorf("starting network %q: %w", n.ID, err))
+			continue
+		}
+		c.nets[n.ID] = nw
+		c.log.Info("network up", "network", n.ID, "backend", c.be.Name())
+	}
+	return errs
+}
+
+// setHosts gives the networks' DHCP and DNS the VMs' names and fixed addresses.
+func (c *Controller) setHosts(desired *Desired) []error {
+	var errs []error
+	for _, a := range desired.Attachments {
+		if nw := c.nets[a.Network]; nw != nil {
+			if err := nw.SetHost(mustMAC(a.MAC), a.VM, a.IP); err != nil {
+				errs = append(errs, fmt.Errorf("attachment %s: %w", a.Key(), err))
+			}
+		}
+	}
+	return errs
+}
+
+// launch is a helper start that reconcile runs without the lock.
+type launch struct {
+	a        *Attachment
+	n        *api.Network
+	owner    *statedir.Project
+	prev     *helperProc
+	restarts int
+	bo       Backoff
+	h        *helperProc
+	err      error
+}
+
+// planLaunches gives every desired attachment a live helper
+// (level-triggered: this also restarts helpers that died, after their
+// backoff). Those to start are marked starting and returned.
+func (c *Controller) planLaunches(desired *Desired, projects []*statedir.Project) []*launch {
+	owners := map[string]*statedir.Project{}
+	for _, p := range projects {
+		owners[p.Name] = p
+	}
+	now := time.Now()
+	var launches []*launch
+	for _, a := range desired.Attachments {
+		h := c.helpers[a.Key()]
+		if h != nil && !isClosed(h.exited) {
+			h.att = a
+			h.rec.Project = a.Project
+			continue
+		}
+		if a.External {
+			c.watchExternal(a, h)
+			continue
+		}
+		restarts, bo, due := c.restartDue(a, h, now)
+		if !due {
+			continue
+		}
+		n := c.nets[a.Network]
+		if n == nil {
+			c.setFailed(a, h, restarts, bo, fmt.Sprintf("network %s is not up: %s", a.Network, c.netErrs[a.Network]))
+			continue
+		}
+		owner := owners[a.Project]
+		if owner == nil {
+			owner = &statedir.Project{UID: -1, GID: -1}
+		}
+		launches = append(launches, &launch{a: a, n: n.Config(), owner: owner, prev: h, restarts: restarts, bo: bo})
+		c.helpers[a.Key()] = &helperProc{att: a, exited: closedChan(), state: StateStarting, rec: newHelperRecord(a, restarts)}
+	}
+	return launches
+}
+
+// restartDue tells whether a's helper h (nil if it never ran) should start
+// now, with its restart count and backoff. A helper that exited enters its
+// backoff here.
+func (c *Controller) restartDue(a *Attachment, h *helperProc, now time.Time) (restarts int, bo Backoff, due bool) {
+	if h == nil {
+		return 0, DefaultBackoff(), true
+	}
+	restarts = h.rec.Restarts + 1
+	if h.state != StateBackoff && h.state != StateFailed {
+		uptime := now.Sub(h.rec.StartedAt)
+		h.retryAt = now.Add(h.backoff.Next(uptime))
+		h.state = StateBackoff
+		h.lastErr = "helper exited" + logTail(h.logPath, max(0, h.statsOff))
+		c.log.Warn("helper exited; restarting", "attachment", a.Key(), "in", h.retryAt.Sub(now).String())
+	}
+	return restarts, h.backoff, !now.Before(h.retryAt)
+}
+
+// runLaunches starts the helpers in parallel and without the lock: a slow
+// helper must not hold up status, metrics or the other helpers.
+func (c *Controller) runLaunches(ctx context.Context, launches []*launch) {
+	var wg sync.WaitGroup
+	for _, l := range launches {
+		wg.Go(func() { l.h, l.err = c.launchHelper(ctx, l.a, l.n, l.owner) })
+	}
+	wg.Wait()
+}
+
+// commitLaunches records the helpers that started and the failures.
+func (c *Controller) commitLaunches(launches []*launch) []error {
+	var errs []error
+	for _, l := range launches {
+		if l.err != nil {
+			errs = append(errs, l.err)
+			c.setFailed(l.a, l.prev, l.restarts, l.bo, l.err.Error())
+			continue
+		}
+		l.h.rec.Restarts = l.restarts
+		l.h.backoff = l.bo
+		c.helpers[l.a.Key()] = l.h
+		c.log.Info("helper running", "attachment", l.a.Key(), "network", l.a.Network, "pid", l.h.rec.Proc.PID, "restarts", l.restarts)
+	}
+	return errs
+}
+
+// commit records what was applied. With no project left it removes every
+// network and what the state dir held for them, and reports done.
+func (c *Controller) commit(ctx context.Context, desired *Desired, snap *statedir.NetworksSnapshot, projects []*statedir.Project, errs []error) (bool, error) {
+	c.applied, c.appliedN, c.appliedP = desired, snap, projects
+	c.saveRuntime()
+	c.lastErr = errors.Join(errs...)
+	if c.lastErr == nil {
+		c.lastOK = time.Now()
+	}
+	if len(projects) > 0 {
+		return false, c.lastErr
+	}
+	c.closeNetworksLocked()
+	removed, err := c.be.Sweep(ctx, c.netOpts())
+	if err != nil {
+		c.log.Warn("sweep", "err", err)
+	} else if len(removed) > 0 {
+		c.log.Info("swept leftovers", "removed", removed)
+	}
+	c.sd.RemoveRuntime()
+	return true, c.lastErr
+}

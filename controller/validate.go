@@ -1,0 +1,90 @@
+package controller
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// Validation is what `vmnetctl validate` found valid.
+type Validation struct {
+	Networks *api.Networks
+	Files    []*api.VMFile
+}
+
+// Validate is `vmnetctl validate`: it parses networks.yaml and the VM files
+// of in and resolves them against each other, reporting every problem at
+// once (the VM files are read even when networks.yaml has errors), and warns
+// about what backendName cannot honour. It changes nothing.
+func Validate(env Env, in *Input, backendName string) (*Validation, error) {
+	be, err := BackendByName(backendName)
+	if err != nil {
+		return nil, err
+	}
+	nets, diags := api.LoadNetworks(in.Networks.Source, in.Networks.Data)
+	pp, fdiags := parseProject(&statedir.Project{Files: in.Files, VMName: in.VMName})
+	diags = append(diags, fdiags...)
+	if nets != nil {
+		diags = append(diags, api.Resolve(nets, pp.files)...)
+	}
+	env.warn(diags)
+	if err := diags.Err(); err != nil {
+		return nil, err
+	}
+	var atts []*api.Attachment
+	for _, vf := range pp.files {
+		for _, vm := range vf.VMs {
+			atts = append(atts, vm.Attachments...)
+		}
+	}
+	for _, msg := range be.Limits(nets.Networks, atts) {
+		fmt.Fprintln(env.Stderr, "warning:", msg)
+	}
+	return &Validation{Networks: nets, Files: pp.files}, nil
+}
+
+// Render writes what is valid and every VM attachment, as a table.
+func (v *Validation) Render(w io.Writer) error {
+	nets := v.Networks
+	fmt.Fprintf(w, "%s: %d network%s, valid\n", nets.Source, len(nets.Networks), plural(len(nets.Networks)))
+	for _, vf := range v.Files {
+		fmt.Fprintf(w, "%s: %d VM%s, valid\n", vf.File, len(vf.VMs), plural(len(vf.VMs)))
+	}
+	if len(v.Files) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACH\tIP\tINTERFACE")
+	for _, vf := range v.Files {
+		for _, vm := range vf.VMs {
+			for _, a := range vm.Attachments {
+				ip := "dhcp"
+				if a.IP.IsValid() {
+					ip = a.IP.String()
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", vm.Name, a.Network, a.MAC, a.Attach, ip, a.Interface)
+			}
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, vf := range v.Files {
+		for _, vm := range vf.VMs {
+			for _, sk := range vm.Skipped {
+				fmt.Fprintf(w, "%s: skipping entry %d (%s): %s\n", vm.Name, sk.Index, sk.Entry, sk.Reason)
+			}
+		}
+	}
+	return nil
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

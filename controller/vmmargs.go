@@ -1,0 +1,134 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// VMMs are the VMMs whose arguments VMMArgs knows.
+var VMMs = []string{"qemu", "vfkit", "krunkit", "cloud-hypervisor", "firecracker"}
+
+// VMAttachments returns the attachments of a VM that is up, by index.
+func VMAttachments(ctx context.Context, sd statedir.Dir, vm string) ([]AttachmentStatus, error) {
+	st, err := CurrentStatus(ctx, sd)
+	if err != nil {
+		return nil, err
+	}
+	var atts []AttachmentStatus
+	for _, a := range st.Attachments {
+		if a.VM == vm {
+			atts = append(atts, a)
+		}
+	}
+	if len(atts) == 0 {
+		return nil, fmt.Errorf("VM %q is not up in %s (vmnetctl up -f FILE)", vm, sd.Path)
+	}
+	slices.SortFunc(atts, func(a, b AttachmentStatus) int { return a.Index - b.Index })
+	return atts, nil
+}
+
+// AttachmentMAC is `vmnetctl args VM --mac N`: the MAC address of the VM's
+// attachment N.
+func AttachmentMAC(ctx context.Context, sd statedir.Dir, vm string, index int) (string, error) {
+	atts, err := VMAttachments(ctx, sd, vm)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range atts {
+		if a.Index == index {
+			return a.MAC, nil
+		}
+	}
+	return "", fmt.Errorf("VM %q has no attachment %d", vm, index)
+}
+
+// VMMArgs is `vmnetctl args`: the arguments that connect vmm to the VM's
+// attachments, as `up` set them up, each word shell-quoted. With fds, for
+// qemu under `vmnetctl run`, the attachments are the inherited descriptors
+// 4, 5, ...
+func VMMArgs(ctx context.Context, sd statedir.Dir, vm, vmm string, fds bool) ([]string, error) {
+	if !slices.Contains(VMMs, vmm) {
+		return nil, fmt.Errorf("unknown --vmm %q (one of %s)", vmm, strings.Join(VMMs, ", "))
+	}
+	atts, err := VMAttachments(ctx, sd, vm)
+	if err != nil {
+		return nil, err
+	}
+	return vmmArgs(sd, vmm, atts, fds)
+}
+
+func vmmArgs(sd statedir.Dir, vmm string, atts []AttachmentStatus, fds bool) ([]string, error) {
+	var out []string
+	for i, a := range atts {
+		if err := checkVMMAttachment(vmm, a, fds); err != nil {
+			return nil, err
+		}
+		id := fmt.Sprintf("net%d", i)
+		tap := a.Attach == "tap"
+		switch vmm {
+		case "qemu":
+			switch {
+			case tap:
+				out = append(out, "-netdev", fmt.Sprintf("tap,id=%s,ifname=%s,script=no,downscript=no", id, a.Tap))
+			case fds:
+				out = append(out, "-netdev", fmt.Sprintf("dgram,id=%s,local.type=fd,local.str=%d", id, FirstVMFD+i))
+			default:
+				out = append(out, "-netdev", fmt.Sprintf("dgram,id=%s,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s",
+					id, sd.ClientSocketPath(a.VM, a.Index), a.Socket))
+			}
+			out = append(out, "-device", fmt.Sprintf("virtio-net-pci,netdev=%s,mac=%s", id, a.MAC))
+		case "vfkit":
+			out = append(out, "--device", fmt.Sprintf("virtio-net,unixSocketPath=%s,mac=%s", a.Socket, a.MAC))
+		case "krunkit":
+			out = append(out, "--device", fmt.Sprintf("virtio-net,type=unixgram,path=%s,mac=%s", a.Socket, a.MAC))
+		case "cloud-hypervisor":
+			if i == 0 {
+				out = append(out, "--net")
+			}
+			out = append(out, fmt.Sprintf("tap=%s,mac=%s", a.Tap, a.MAC))
+		case "firecracker":
+			// firecracker takes interfaces in its JSON config or API: print
+			// the network-interfaces entries.
+			out = append(out, fmt.Sprintf(`{"iface_id":%s,"host_dev_name":%s,"guest_mac":%s}`, strconv.Quote(id), strconv.Quote(a.Tap), strconv.Quote(a.MAC)))
+		}
+	}
+	if vmm == "firecracker" {
+		return []string{"[" + strings.Join(out, ",") + "]"}, nil
+	}
+	for i, w := range out {
+		out[i] = shellQuote(w)
+	}
+	return out, nil
+}
+
+// checkVMMAttachment tells why vmm cannot use attachment a.
+func checkVMMAttachment(vmm string, a AttachmentStatus, fds bool) error {
+	tap := a.Attach == "tap"
+	switch {
+	case (vmm == "cloud-hypervisor" || vmm == "firecracker") && !tap:
+		return fmt.Errorf("%s opens TAP devices: give %s's entry %d `attach: tap`", vmm, a.VM, a.Index)
+	case tap && (vmm == "vfkit" || vmm == "krunkit"):
+		return fmt.Errorf("%s uses unix sockets: %s's entry %d is `attach: tap`", vmm, a.VM, a.Index)
+	case fds && vmm == "qemu" && !tap:
+		return nil // the descriptors of `vmnetctl run` need no socket
+	case (tap && a.Tap == "") || (!tap && a.Socket == ""):
+		return fmt.Errorf("%s's attachment %d to %s is %s, so it has no %s yet: %s",
+			a.VM, a.Index, a.Network, a.State, map[bool]string{true: "TAP", false: "socket"}[tap], a.Error)
+	}
+	return nil
+}
+
+// shellQuote quotes a word for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,@%+", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
