@@ -238,10 +238,10 @@ func (p *Plan) Summary() string {
 }
 
 // Render writes the plan as a readable diff.
-func (p *Plan) Render(w io.Writer) {
+func (p *Plan) Render(w io.Writer) error {
 	if p.Empty() {
-		fmt.Fprintln(w, p.Summary())
-		return
+		_, err := fmt.Fprintln(w, p.Summary())
+		return err
 	}
 	if len(p.Networks) > 0 {
 		fmt.Fprintln(w, "Networks:")
@@ -263,7 +263,8 @@ func (p *Plan) Render(w io.Writer) {
 			renderChange(w, c.Action, c.Key, desc, c.Reason, c.Changes)
 		}
 	}
-	fmt.Fprintln(w, p.Summary())
+	_, err := fmt.Fprintln(w, p.Summary())
+	return err
 }
 
 // renderChange writes one line of the plan: a created or deleted object with

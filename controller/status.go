@@ -215,7 +215,7 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 }
 
 // Render writes the status as tables.
-func (st *Status) Render(w io.Writer) {
+func (st *Status) Render(w io.Writer) error {
 	if st.Controller.Running {
 		fmt.Fprintf(w, "Controller: running (pid %d, up %s), state dir %s\n", st.Controller.PID, roundDur(st.Controller.UptimeSeconds), st.Controller.StateDir)
 	} else {
@@ -225,8 +225,8 @@ func (st *Status) Render(w io.Writer) {
 		fmt.Fprintf(w, "Last error: %s\n", st.Controller.LastError)
 	}
 	if len(st.Networks) == 0 && len(st.Attachments) == 0 {
-		fmt.Fprintln(w, "Nothing is running.")
-		return
+		_, err := fmt.Fprintln(w, "Nothing is running.")
+		return err
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -257,12 +257,15 @@ func (st *Status) Render(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.VM, a.Network, a.MAC, dash(where), dash(a.IP), pid, a.State, a.Restarts, roundDur(a.UptimeSeconds), from, to)
 	}
-	tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
 	for _, a := range st.Attachments {
 		if a.Error != "" {
 			fmt.Fprintf(w, "\n%s/%d: %s\n", a.VM, a.Index, a.Error)
 		}
 	}
+	return nil
 }
 
 // formatBits writes a rate in bits per second with an SI prefix: "0",

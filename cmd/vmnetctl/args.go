@@ -7,23 +7,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
-	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func newArgsCommand(g *globals, s streams) *cobra.Command {
 	var vmm string
 	var fds bool
 	var mac int
-	cmd := &cobra.Command{
-		Use:   "args VM [--vmm qemu|vfkit|krunkit|cloud-hypervisor|firecracker] [--fds]",
-		Short: "Print the arguments that connect a VMM to the VM's attachments, on one line",
-		Long: `args prints the exact arguments a VMM needs to use the VM's attachments, as
-` + "`vmnetctl up`" + ` set them up (see docs/vmms.md). With --fds, for qemu under
-` + "`vmnetctl run`" + `, the attachments are the inherited descriptors 4, 5, ...
-With --mac N it prints only the MAC address of the VM's attachment N.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			sd := statedir.Dir{Path: g.stateDir}
+	cmd := command("args VM [--vmm qemu|vfkit|krunkit|cloud-hypervisor|firecracker] [--fds]", "Print the arguments that connect a VMM to the VM's attachments, on one line",
+		cobra.ExactArgs(1), func(cmd *cobra.Command, args []string) error {
+			sd := g.dir()
 			if cmd.Flags().Changed("mac") {
 				m, err := controller.AttachmentMAC(cmd.Context(), sd, args[0], mac)
 				if err == nil {
@@ -36,8 +28,11 @@ With --mac N it prints only the MAC address of the VM's attachment N.`,
 				fmt.Fprintln(s.out, strings.Join(out, " "))
 			}
 			return err
-		},
-	}
+		})
+	cmd.Long = `args prints the exact arguments a VMM needs to use the VM's attachments, as
+` + "`vmnetctl up`" + ` set them up (see docs/vmms.md). With --fds, for qemu under
+` + "`vmnetctl run`" + `, the attachments are the inherited descriptors 4, 5, ...
+With --mac N it prints only the MAC address of the VM's attachment N.`
 	cmd.Flags().StringVar(&vmm, "vmm", "qemu", "the VMM: "+strings.Join(controller.VMMs, ", "))
 	cmd.Flags().BoolVar(&fds, "fds", false, "qemu: use the descriptors `vmnetctl run` passes (4, 5, ...) instead of sockets")
 	cmd.Flags().IntVar(&mac, "mac", 0, "print only the MAC address of attachment N")

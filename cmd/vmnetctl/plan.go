@@ -7,14 +7,10 @@ import (
 )
 
 func newPlanCommand(g *globals, s streams) *cobra.Command {
-	f := &vmFileFlags{}
-	var asJSON bool
+	f, out := &vmFileFlags{}, &output{}
 	var backend string
-	cmd := &cobra.Command{
-		Use:   "plan -f FILE... [-p PROJECT]",
-		Short: "Show what `up` would change, as a diff",
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+	cmd := command("plan -f FILE... [-p PROJECT]", "Show what `up` would change, as a diff",
+		cobra.NoArgs, func(*cobra.Command, []string) error {
 			in, err := f.input(g)
 			if err != nil {
 				return err
@@ -23,15 +19,10 @@ func newPlanCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(s.out, plan)
-			}
-			plan.Render(s.out)
-			return nil
-		},
-	}
+			return out.print(s.out, plan, plan.Render)
+		})
 	f.bind(cmd, true)
 	bindBackend(cmd, &backend)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")
+	out.bind(cmd, "print the plan as JSON")
 	return cmd
 }

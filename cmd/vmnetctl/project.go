@@ -10,6 +10,12 @@ import (
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
+// command is one vmnetctl command: its usage, help, argument rule and what
+// it runs. Flags are bound on the result.
+func command(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, args []string) error) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: args, RunE: run}
+}
+
 // vmFileFlags are the flags of every command that reads VM files.
 type vmFileFlags struct {
 	files   []string
@@ -32,17 +38,29 @@ func (f *vmFileFlags) input(g *globals) (*controller.Input, error) {
 
 // env is where a command's operation runs and reports.
 func (g *globals) env(s streams) controller.Env {
-	return controller.Env{StateDir: statedir.Dir{Path: g.stateDir}, Stdout: s.out, Stderr: s.err}
+	return controller.Env{StateDir: g.dir(), Stdout: s.out, Stderr: s.err}
 }
 
-// backendFlag is --backend: whose limits validate and plan warn about.
+func (g *globals) dir() statedir.Dir { return statedir.Dir{Path: g.stateDir} }
+
+// bindBackend binds --backend: whose limits validate and plan warn about.
 func bindBackend(cmd *cobra.Command, name *string) {
 	cmd.Flags().StringVar(name, "backend", controller.DefaultBackend().Name(),
 		"warn about what this backend cannot honour: vmnetctl (Linux) or vmnet-helper (macOS)")
 }
 
-// printJSON writes v as indented JSON.
-func printJSON(w io.Writer, v any) error {
+// output is --json: a command's result as JSON, or rendered for people.
+type output struct{ json bool }
+
+func (o *output) bind(cmd *cobra.Command, help string) {
+	cmd.Flags().BoolVar(&o.json, "json", false, help)
+}
+
+// print writes v as indented JSON with --json, else as render writes it.
+func (o output) print(w io.Writer, v any, render func(io.Writer) error) error {
+	if !o.json {
+		return render(w)
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)

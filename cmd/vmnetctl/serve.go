@@ -9,20 +9,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
-	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func newServeCommand(g *globals, s streams) *cobra.Command {
 	var group, metricsAddr string
-	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Run the controller in the foreground (what `up` starts in the background)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+	cmd := command("serve", "Run the controller in the foreground (what `up` starts in the background)",
+		cobra.NoArgs, func(*cobra.Command, []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			c, err := controller.New(controller.Options{
-				StateDir:    statedir.Dir{Path: g.stateDir},
+				StateDir:    g.dir(),
 				Log:         slog.New(slog.NewTextHandler(s.err, nil)),
 				Group:       group,
 				MetricsAddr: metricsAddr,
@@ -32,8 +28,7 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 				return err
 			}
 			return c.Run(ctx)
-		},
-	}
+		})
 	cmd.Flags().StringVar(&group, "group", "", "group allowed to use the controller's API socket (default: root only)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `serve Prometheus /metrics and /healthz here ("off" for none)`)
 	return cmd

@@ -1,20 +1,18 @@
 package main
 
 import (
+	"io"
+
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
 )
 
 func newUpCommand(g *globals, s streams) *cobra.Command {
-	f := &vmFileFlags{}
-	var asJSON bool
+	f, out := &vmFileFlags{}, &output{}
 	var metricsAddr string
-	cmd := &cobra.Command{
-		Use:   "up -f FILE... [-p PROJECT]",
-		Short: "Bring up the networks and helpers of VM files, and return once every attachment is ready",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+	cmd := command("up -f FILE... [-p PROJECT]", "Bring up the networks and helpers of VM files, and return once every attachment is ready",
+		cobra.NoArgs, func(cmd *cobra.Command, _ []string) error {
 			in, err := f.input(g)
 			if err != nil {
 				return err
@@ -23,14 +21,10 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(s.out, res.Status)
-			}
-			return res.Status.RenderProject(s.out, res.Project)
-		},
-	}
+			return out.print(s.out, res.Status, func(w io.Writer) error { return res.Status.RenderProject(w, res.Project) })
+		})
 	f.bind(cmd, true)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	out.bind(cmd, "print the status as JSON")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `where the controller it starts serves Prometheus /metrics ("off" for none)`)
 	return cmd
 }

@@ -9,11 +9,8 @@ import (
 func newValidateCommand(g *globals, s streams) *cobra.Command {
 	f := &vmFileFlags{}
 	var backend string
-	cmd := &cobra.Command{
-		Use:   "validate [-f FILE]... [--networks FILE]",
-		Short: "Check networks.yaml and VM files, reporting every problem with its file and line",
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+	cmd := command("validate [-f FILE]... [--networks FILE]", "Check networks.yaml and VM files, reporting every problem with its file and line",
+		cobra.NoArgs, func(*cobra.Command, []string) error {
 			in, err := f.input(g)
 			if err != nil {
 				return err
@@ -23,8 +20,7 @@ func newValidateCommand(g *globals, s streams) *cobra.Command {
 				return err
 			}
 			return v.Render(s.out)
-		},
-	}
+		})
 	f.bind(cmd, false)
 	bindBackend(cmd, &backend)
 	return cmd
