@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
 	"strconv"
 	"syscall"
@@ -20,214 +21,310 @@ import (
 )
 
 // Run runs a helper until ctx is done (SIGTERM or SIGINT in the command) or
-// the VM's end of the socket goes away, then deletes the TAP. It prints the
-// JSON line on o.Stdout once the interface is ready; when it fails before
-// that, stdout stays empty and the error says why.
+// the VM's end of the socket goes away, then deletes the VM's port. It
+// prints the JSON line on o.Stdout once the interface is ready; when it
+// fails before that, stdout stays empty and the error says why.
+//
+// Its steps are vmnet-helper's: check the options, create the VM's port,
+// drop privileges, set up the socket, print the ready line, start the stats
+// and forward frames until termination.
 func Run(ctx context.Context, o Options) error {
-	if err := o.check(); err != nil {
-		return err
-	}
-	log := &logger{w: o.Stderr, verbose: o.Verbose}
-	var uname unix.Utsname
-	unix.Uname(&uname)
-	log.infof("main", "running %s on Linux %s", os.Args[0], unix.ByteSliceToString(uname.Release[:]))
-
-	// Check the cheap things the VM side gave us before touching the network.
-	if o.FD >= 0 {
-		if err := checkFD(o.FD); err != nil {
-			return err
-		}
-	}
-	bridge, err := networkBridge(o.Network)
-	if err != nil && !errors.Is(err, errNeedsMacvtap) {
-		return err
-	}
-	macvtap := errors.Is(err, errNeedsMacvtap)
-	if macvtap && o.Attach == AttachTap {
-		return fmt.Errorf("%w; --attach tap needs a bridge", err)
-	}
-	if macvtap && o.Isolation {
-		return fmt.Errorf("%w; isolation needs a bridge (bridge mode macvtaps always reach each other)", err)
-	}
-	id := o.InterfaceID
-	if id == "" {
-		id = api.NewInterfaceID()
-	}
-	tapName := o.TapName
-	if tapName == "" {
-		tapName = api.TapName(id)
-	}
-	uid, gid, err := owner(o.UID, o.GID)
+	s, err := checkOptions(&o)
 	if err != nil {
 		return err
 	}
-
-	// Privileged: create the VM's port, owned by the VM's user, on the network.
-	tapFD, mtu := -1, 0
-	cleanupTap := func() {
-		if tapFD >= 0 {
-			unix.Close(tapFD) // a non-persistent TAP goes with its last fd
-			tapFD = -1
-		}
+	if err := s.createPort(); err != nil {
+		return err
 	}
-	defer cleanupTap()
-	if macvtap {
-		// A macvtap outlives its fds, and the helper is not root when it
-		// stops: a root child deletes it when the helper's end of a pipe
-		// closes, however the helper ends.
-		mv, err := netplane.CreateMacvtap(o.Network, tapName, api.InterfaceMAC(id))
-		if err != nil {
-			return err
-		}
-		reaper, err := deleteOnExit(tapName, o.Stderr)
-		if err != nil {
-			deleteLink(tapName)
-			return err
-		}
-		defer reaper()
-		if tapFD, err = openMacvtap(mv, offloadFlags(&o)); err != nil {
-			return err
-		}
-		mtu = mv.Attrs().MTU
-		log.infof("main", "created macvtap %s on %s of network %q", tapName, o.Network.Interface, o.Network.ID)
-	} else {
-		tc := tapConfig{name: tapName, uid: uid, gid: gid, offloads: offloadFlags(&o), persist: o.Attach == AttachTap}
-		if tapFD, err = createTap(tc); err != nil {
-			return err
-		}
-		if tc.persist {
-			// Like a macvtap, a persistent TAP outlives the helper's fd and
-			// its root privileges: a root child deletes it when the helper
-			// ends, even while a VMM still holds it, and even on kill -9.
-			reaper, err := deleteOnExit(tapName, o.Stderr)
-			if err != nil {
-				deleteLink(tapName)
-				return err
-			}
-			defer reaper()
-		}
-		link, err := attachTap(tapName, bridge.Attrs().Name, o.Isolation)
-		if err != nil {
-			return fmt.Errorf("network %q: %w", o.Network.ID, err)
-		}
-		log.infof("main", "created TAP %s on bridge %s of network %q", tapName, bridge.Attrs().Name, o.Network.ID)
-		mtu = link.Attrs().MTU // AttachPort gave it the bridge's MTU
-	}
-	if mtu > MaxJumboMTU {
-		return fmt.Errorf("network %q has MTU %d; the helper relays frames up to MTU %d", o.Network.ID, mtu, MaxJumboMTU)
-	}
-	ready := o.ready(id, tapName, mtu)
-
-	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("eventfd: %w", err)
-	}
-	defer unix.Close(stop)
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-			signal(stop)
-		case <-done:
-		}
-	}()
-
+	defer s.port.Close()
 	if o.Attach == AttachTap {
-		// The VMM opens the TAP itself, as its owner.
-		cleanupTap()
-		if err := dropPrivileges(uid, gid); err != nil {
+		// The VMM opens the TAP itself, as its owner: the helper only keeps
+		// it until termination.
+		s.port.CloseFD()
+		if err := s.dropPrivileges(); err != nil {
 			return err
 		}
-		log.infof("main", "running as uid: %d gid: %d", os.Getuid(), os.Getgid())
-		if err := printReady(&o, ready); err != nil {
+		if err := s.printReady(); err != nil {
 			return err
 		}
-		log.infof("main", "TAP %s is ready for the VMM; waiting for termination", tapName)
-		tapStats(ctx, &o, log, tapName)
-		log.infof("main", "stopping: deleting TAP %s", tapName)
+		s.waitForTermination(ctx)
 		return nil
 	}
-
 	// Unprivileged from here: the VM's socket is only touched as its owner.
-	if err := dropPrivileges(uid, gid); err != nil {
+	if err := s.dropPrivileges(); err != nil {
 		return err
 	}
-	log.infof("main", "running as uid: %d gid: %d", os.Getuid(), os.Getgid())
+	stop, err := stopOnDone(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop.close()
+	r := s.newRelay(stop.fd)
+	lis, err := s.setupSocket(r)
+	if err != nil {
+		return err
+	}
+	defer lis.close()
+	if err := s.printReady(); err != nil {
+		return err
+	}
+	defer s.startStats(r)()
+	return s.forward(r, lis)
+}
 
-	r := &relay{tap: tapFD, stop: stop, host: &counters{}, vm: &counters{}, log: log}
-	if o.Offloads() {
+// session is one run of the helper: its options, and what the steps found
+// and made.
+type session struct {
+	o        *Options
+	log      *logger
+	id       string // the interface id
+	tapName  string
+	uid, gid int // the VM owner's, -1 to keep the current ones
+	port     *netplane.Port
+	ready    helperproto.Ready
+}
+
+// checkOptions checks the options, then the cheap things the VM side gave,
+// before anything is created: the inherited socket, that the data plane
+// runs the network, and the VM's owner.
+func checkOptions(o *Options) (*session, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	s := &session{o: o, log: &logger{w: o.Stderr, verbose: o.Verbose}}
+	var uname unix.Utsname
+	unix.Uname(&uname)
+	s.log.infof("main", "running %s on Linux %s", os.Args[0], unix.ByteSliceToString(uname.Release[:]))
+	if o.FD >= 0 {
+		if err := checkFD(o.FD); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkNetwork(o); err != nil {
+		return nil, err
+	}
+	s.id = o.InterfaceID
+	if s.id == "" {
+		s.id = api.NewInterfaceID()
+	}
+	s.tapName = o.TapName
+	if s.tapName == "" {
+		s.tapName = api.TapName(s.id)
+	}
+	var err error
+	if s.uid, s.gid, err = owner(o.UID, o.GID); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkNetwork checks that the data plane runs the network, and that a
+// network whose VMs get a macvtap is not asked for what needs a bridge.
+func checkNetwork(o *Options) error {
+	_, err := netplane.NetworkBridge(o.Network)
+	macvtap := errors.Is(err, netplane.ErrMacvtapPort)
+	switch {
+	case err != nil && !macvtap:
+		return err
+	case macvtap && o.Attach == AttachTap:
+		return fmt.Errorf("%w; --attach tap needs a bridge", err)
+	case macvtap && o.Isolation:
+		return fmt.Errorf("%w; isolation needs a bridge (bridge mode macvtaps always reach each other)", err)
+	}
+	return nil
+}
+
+// createPort creates the VM's port on the network, privileged: a TAP owned
+// by the VM's user on the network's bridge, or a macvtap on a bridged
+// network's interface. The data plane makes it; the helper logs it and
+// learns the MTU for the ready line.
+func (s *session) createPort() error {
+	o := s.o
+	p, err := netplane.CreatePort(o.Network, netplane.PortConfig{
+		Name:     s.tapName,
+		MAC:      api.InterfaceMAC(s.id),
+		UID:      s.uid,
+		GID:      s.gid,
+		Offloads: netplane.Offloads{Checksum: o.ChecksumOffload, TSO: o.TSO},
+		Isolated: o.Isolation,
+		Persist:  o.Attach == AttachTap,
+		Cleanup:  s.cleanupCommand,
+	})
+	if err != nil {
+		return err
+	}
+	if p.Macvtap {
+		s.log.infof("main", "created macvtap %s on %s of network %q", p.Name, o.Network.Interface, o.Network.ID)
+	} else {
+		s.log.infof("main", "created TAP %s on bridge %s of network %q", p.Name, p.Bridge, o.Network.ID)
+	}
+	if p.MTU > MaxJumboMTU {
+		p.Close()
+		return fmt.Errorf("network %q has MTU %d; the helper relays frames up to MTU %d", o.Network.ID, p.MTU, MaxJumboMTU)
+	}
+	s.port = p
+	s.ready = o.ready(s.id, s.tapName, p.MTU)
+	return nil
+}
+
+// cleanupCommand is the port's cleanup child: this executable, still root,
+// as `helper --delete-link-on-eof NAME`.
+func (s *session) cleanupCommand() (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding the helper's executable: %w", err)
+	}
+	cmd := exec.Command(exe, "helper", "--"+DeleteLinkFlag, s.tapName)
+	cmd.Stderr = s.o.Stderr
+	return cmd, nil
+}
+
+// dropPrivileges becomes the VM's owner for good.
+func (s *session) dropPrivileges() error {
+	if err := dropPrivileges(s.uid, s.gid); err != nil {
+		return err
+	}
+	s.log.infof("main", "running as uid: %d gid: %d", os.Getuid(), os.Getgid())
+	return nil
+}
+
+// printReady prints the JSON line: the interface is ready.
+func (s *session) printReady() error { return printReady(s.o, s.ready) }
+
+// waitForTermination keeps a TAP for the VMM until ctx is done, logging its
+// kernel counters as stats.
+func (s *session) waitForTermination(ctx context.Context) {
+	s.log.infof("main", "TAP %s is ready for the VMM; waiting for termination", s.tapName)
+	tapStats(ctx, s.o, s.log, s.tapName)
+	s.log.infof("main", "stopping: deleting TAP %s", s.tapName)
+}
+
+// stopper is an eventfd that becomes readable when a context is done: the
+// relay polls it together with its fds.
+type stopper struct {
+	fd   int
+	done chan struct{} // closed to end the goroutine
+	gone chan struct{} // closed when it has ended
+}
+
+func stopOnDone(ctx context.Context) (*stopper, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	st := &stopper{fd: fd, done: make(chan struct{}), gone: make(chan struct{})}
+	go func() {
+		defer close(st.gone)
+		select {
+		case <-ctx.Done():
+			signal(fd)
+		case <-st.done:
+		}
+	}()
+	return st, nil
+}
+
+// close ends the goroutine, then closes the eventfd it might write.
+func (st *stopper) close() {
+	close(st.done)
+	<-st.gone
+	unix.Close(st.fd)
+}
+
+// newRelay is the relay between the VM's port and, once setupSocket has
+// set it, the VM's socket.
+func (s *session) newRelay(stop int) *relay {
+	r := &relay{tap: s.port.FD, stop: stop, host: &counters{}, vm: &counters{}, log: s.log}
+	if s.o.Offloads() {
 		r.hdr = VirtioNetHdrLen
 	}
-	r.frame = r.hdr + ready.MaxPacketSize
+	r.frame = r.hdr + s.ready.MaxPacketSize
+	return r
+}
 
-	var lis *listener
-	if o.SocketPath != "" {
-		lis, err = listen(o.SocketPath, o.Offloads())
-		if err != nil {
-			return err
-		}
-		defer lis.close()
-		r.sock = lis.fd
-	} else {
-		r.sock = o.FD
+// setupSocket gives the relay the VM's socket: the inherited --fd, or the
+// --socket path, created and locked (the listener; nil with --fd).
+func (s *session) setupSocket(r *relay) (*listener, error) {
+	if s.o.SocketPath == "" {
+		r.sock = s.o.FD
+		return nil, nil
 	}
-	if err := printReady(&o, ready); err != nil {
-		return err
+	lis, err := listen(s.o.SocketPath, s.o.Offloads())
+	if err != nil {
+		return nil, err
 	}
+	r.sock = lis.fd
+	return lis, nil
+}
 
-	statsDone := make(chan struct{})
+// startStats logs the relay's counters every StatsInterval; the returned
+// func stops that and logs them a last time.
+func (s *session) startStats(r *relay) (stop func()) {
 	logStats := func() {
-		log.logf("INFO", "stats", "%s", helperproto.FormatStatsLine(helperproto.Stats{Time: time.Now(), Host: r.host.snapshot(), VM: r.vm.snapshot()})[len(helperproto.StatsPrefix):])
+		st := helperproto.Stats{Time: time.Now(), Host: r.host.snapshot(), VM: r.vm.snapshot()}
+		s.log.logf("INFO", "stats", "%s", helperproto.FormatStatsLine(st)[len(helperproto.StatsPrefix):])
 	}
-	if o.StatsInterval > 0 {
+	done := make(chan struct{})
+	if s.o.StatsInterval > 0 {
 		go func() {
-			t := time.NewTicker(o.StatsInterval)
+			t := time.NewTicker(s.o.StatsInterval)
 			defer t.Stop()
 			for {
 				select {
 				case <-t.C:
 					logStats()
-				case <-statsDone:
+				case <-done:
 					return
 				}
 			}
 		}()
 	}
-	defer func() {
-		close(statsDone)
+	return func() {
+		close(done)
 		logStats()
-	}()
-
-	var first []byte
-	if lis != nil {
-		log.infof("main", "waiting for client on %q", o.SocketPath)
-		buf := make([]byte, r.frame)
-		var client string
-		first, client, err = lis.accept(stop, buf, log)
-		if errors.Is(err, errStopped) {
-			log.infof("main", "stopped before a client came")
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		log.infof("main", "serving client %q", client)
-		if len(first) > 0 && len(first) < r.hdr+ethHeaderLen {
-			first = nil
-		}
 	}
-	log.infof("main", "forwarding started")
+}
+
+// forward waits for the client of --socket, then relays frames until
+// termination or until the VM's end of the socket goes away.
+func (s *session) forward(r *relay, lis *listener) error {
+	first, err := s.waitForClient(r, lis)
+	if errors.Is(err, errStopped) {
+		s.log.infof("main", "stopped before a client came")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.log.infof("main", "forwarding started")
 	err = r.run(first)
 	switch {
 	case errors.Is(err, errPeerGone):
-		log.infof("main", "stopping: %v", err)
+		s.log.infof("main", "stopping: %v", err)
 		return nil
 	case err != nil:
 		return err
 	}
-	log.infof("main", "stopping: terminated")
+	s.log.infof("main", "stopping: terminated")
 	return nil
+}
+
+// waitForClient waits for the first datagram on --socket and returns it
+// when it is a frame for the TAP. With --fd the VM is there already.
+func (s *session) waitForClient(r *relay, lis *listener) ([]byte, error) {
+	if lis == nil {
+		return nil, nil
+	}
+	s.log.infof("main", "waiting for client on %q", s.o.SocketPath)
+	first, client, err := lis.accept(r.stop, make([]byte, r.frame), s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.log.infof("main", "serving client %q", client)
+	if len(first) > 0 && len(first) < r.hdr+ethHeaderLen {
+		first = nil
+	}
+	return first, nil
 }
 
 // check reports flags that do not go together.
@@ -289,6 +386,7 @@ func (o *Options) ready(id, tapName string, mtu int) helperproto.Ready {
 	return r
 }
 
+// printReady writes the JSON line r on o.Stdout.
 func printReady(o *Options, r helperproto.Ready) error {
 	b, err := json.Marshal(r)
 	if err != nil {

@@ -1,11 +1,13 @@
 // Package helper is `vmnetctl helper`: the Linux counterpart of vmnet-helper.
-// One helper process per VM and network owns the VM's TAP on the network's
-// bridge and relays Ethernet frames between it and the VM process over a
-// unix datagram socket, one frame per datagram. It is the cable, not a
+// One helper process per VM and network holds the VM's port (a TAP on the
+// network's bridge, or a macvtap; the data plane, netplane, makes and
+// deletes it) and relays Ethernet frames between it and the VM process over
+// a unix datagram socket, one frame per datagram. It is the cable, not a
 // switch: the kernel bridge switches.
 //
 // The contract (flags, the JSON line on stdout, the log and stats lines on
-// stderr, SIGTERM) is vmnet-helper's; see docs/helper.md. On macOS vmnetctl
+// stderr, SIGTERM) is vmnet-helper's; see docs/helper.md. Main is the
+// command; Run, the helper itself, reads as its steps. On macOS vmnetctl
 // runs the real vmnet-helper and this package only resolves options.
 package helper
 
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 // Attach modes.
@@ -38,8 +41,8 @@ const (
 	// TSOMaxPacketSize is vmnet's max packet size with TSO.
 	TSOMaxPacketSize = 65550
 	// VirtioNetHdrLen is the virtio-net header (struct virtio_net_hdr_v1)
-	// that starts every datagram when offloads are on.
-	VirtioNetHdrLen = 12
+	// that starts every datagram when offloads are on: the VM port's own.
+	VirtioNetHdrLen = netplane.VirtioNetHdrLen
 )
 
 // Options are a helper's settings, as the command line gives them.

@@ -100,8 +100,11 @@ func setBuffers(fd, snd, rcv int) error {
 	return nil
 }
 
-// close removes the socket and its lock.
+// close removes the socket and its lock. A nil listener (--fd) has none.
 func (l *listener) close() {
+	if l == nil {
+		return
+	}
 	if l.fd >= 0 {
 		unix.Close(l.fd)
 		os.Remove(l.path)

@@ -58,7 +58,7 @@ func ownedBy(l netlink.Link) (string, bool) { return markedID(l.Attrs().Alias) }
 //     net.ipv4.ip_forward=1 (which Remove leaves alone: other software may
 //     rely on it).
 //   - bridged: nothing is created; Ensure checks that n.Interface exists.
-//     VM ports are created per VM, see PortBridge and CreateMacvtap.
+//     VM ports are created per VM, see CreatePort.
 //
 // It refuses, changing nothing, a subnet that overlaps an address or a
 // route on the host that is not the network's own, and a link or table of
@@ -92,21 +92,6 @@ func Ensure(ctx context.Context, n *api.Network) error {
 		}
 	}
 	return ensureTable(ctx, n)
-}
-
-// bridgedParent returns the host interface of bridged network n.
-func bridgedParent(n *api.Network) (netlink.Link, error) {
-	if n.Interface == "" {
-		return nil, fmt.Errorf("network %q: bridged network has no interface", n.ID)
-	}
-	l, err := netlink.LinkByName(n.Interface)
-	if err != nil {
-		if notFound(err) {
-			return nil, fmt.Errorf("network %q: interface %s does not exist", n.ID, n.Interface)
-		}
-		return nil, fmt.Errorf("network %q: interface %s: %w", n.ID, n.Interface, err)
-	}
-	return l, nil
 }
 
 // checkConflicts refuses a subnet that overlaps an address or a route that
@@ -178,55 +163,6 @@ func prefixOf(ipn *net.IPNet) (netip.Prefix, bool) {
 		return netip.Prefix{}, false
 	}
 	return netip.PrefixFrom(a, ones).Masked(), true
-}
-
-// ensureBridge creates n's bridge, or checks that the existing link of its
-// name is a bridge marked as n's, and sets its MTU and state.
-func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
-	name := n.Bridge()
-	l, err := netlink.LinkByName(name)
-	if notFound(err) {
-		la := netlink.NewLinkAttrs()
-		la.Name = name
-		la.MTU = n.MTU
-		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("network %q: creating bridge %s: %w", n.ID, name, err)
-		} else if err == nil {
-			created, err := netlink.LinkByName(name)
-			if err != nil {
-				return nil, fmt.Errorf("network %q: bridge %s: %w", n.ID, name, err)
-			}
-			// Marked at once: a bridge without the mark would be foreign
-			// to every later run, Remove included.
-			if err := netlink.LinkSetAlias(created, Mark(n.ID)); err != nil {
-				netlink.LinkDel(created)
-				return nil, fmt.Errorf("network %q: marking bridge %s: %w", n.ID, name, err)
-			}
-		}
-		l, err = netlink.LinkByName(name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("network %q: bridge %s: %w", n.ID, name, err)
-	}
-	if id, ok := ownedBy(l); !ok || id != n.ID {
-		return nil, fmt.Errorf("network %q: a %s named %s exists and is not this network's (alias %q); delete or rename it",
-			n.ID, l.Type(), name, l.Attrs().Alias)
-	}
-	br, ok := l.(*netlink.Bridge)
-	if !ok {
-		return nil, fmt.Errorf("network %q: %s is a %s, not a bridge", n.ID, name, l.Type())
-	}
-	if br.Attrs().MTU != n.MTU {
-		if err := netlink.LinkSetMTU(br, n.MTU); err != nil {
-			return nil, fmt.Errorf("network %q: setting MTU of %s to %d: %w", n.ID, name, n.MTU, err)
-		}
-	}
-	if br.Attrs().Flags&net.FlagUp == 0 {
-		if err := netlink.LinkSetUp(br); err != nil {
-			return nil, fmt.Errorf("network %q: setting %s up: %w", n.ID, name, err)
-		}
-	}
-	return br, nil
 }
 
 // ensureAddr gives n's bridge the gateway address and no other IPv4 one
@@ -377,7 +313,7 @@ func Inspect(ctx context.Context, id string) (*State, error) {
 	}
 	if br != nil {
 		s.Bridge = br.Attrs().Name
-		s.Up = br.Attrs().Flags&net.FlagUp != 0
+		s.Up = isUp(br)
 		s.MTU = br.Attrs().MTU
 		addrs, err := addrList(br)
 		if err != nil {
@@ -401,100 +337,6 @@ func Inspect(ctx context.Context, id string) (*State, error) {
 	return s, nil
 }
 
-// PortBridge returns the bridge a VM's TAP joins with AttachPort on network
-// n: the network's own bridge for shared and host, the host interface for a
-// bridged network whose interface is a bridge. For any other bridged
-// interface it returns "": the VM gets a macvtap, see CreateMacvtap.
-func PortBridge(n *api.Network) (string, error) {
-	if n.Routed() {
-		return n.Bridge(), nil
-	}
-	if n.Mode != api.ModeBridged {
-		return "", fmt.Errorf("network %q: mode %s has no ports", n.ID, n.Mode)
-	}
-	parent, err := bridgedParent(n)
-	if err != nil {
-		return "", err
-	}
-	if _, ok := parent.(*netlink.Bridge); ok {
-		return parent.Attrs().Name, nil
-	}
-	return "", nil
-}
-
-// CreateMacvtap creates (or returns, if it is there already and marked as
-// n's) the macvtap VM port name on bridged network n's interface, in bridge
-// mode, with the VM's MAC address, marked as n's and up. The VM reads and
-// writes frames on /dev/tap<ifindex>.
-//
-// Macvtap needs no change to the host interface, but the host cannot talk to
-// its own macvtap VMs through that interface: the lower device does not
-// loop frames back from its macvtaps. VMs on the same interface reach each
-// other (bridge mode). A host that must reach its VMs bridges its interface
-// and names that bridge as the network's interface instead.
-func CreateMacvtap(n *api.Network, name string, mac net.HardwareAddr) (*netlink.Macvtap, error) {
-	if n.Mode != api.ModeBridged {
-		return nil, fmt.Errorf("network %q: only bridged networks have macvtap ports", n.ID)
-	}
-	parent, err := bridgedParent(n)
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := parent.(*netlink.Bridge); ok {
-		return nil, fmt.Errorf("network %q: interface %s is a bridge; attach a TAP to it with AttachPort", n.ID, n.Interface)
-	}
-	existing, err := netlink.LinkByName(name)
-	switch {
-	case err == nil:
-		mv, ok := existing.(*netlink.Macvtap)
-		owner, marked := ownedBy(existing)
-		if !ok || !marked || owner != n.ID || mv.Attrs().ParentIndex != parent.Attrs().Index {
-			return nil, fmt.Errorf("network %q: a %s named %s exists and is not this network's macvtap", n.ID, existing.Type(), name)
-		}
-		if !bytes.Equal(mv.Attrs().HardwareAddr, mac) {
-			if err := netlink.LinkSetHardwareAddr(mv, mac); err != nil {
-				return nil, fmt.Errorf("network %q: setting MAC of %s: %w", n.ID, name, err)
-			}
-		}
-		if err := netlink.LinkSetUp(mv); err != nil {
-			return nil, fmt.Errorf("network %q: setting %s up: %w", n.ID, name, err)
-		}
-		l, err := netlink.LinkByName(name)
-		if err != nil {
-			return nil, err
-		}
-		return l.(*netlink.Macvtap), nil
-	case !notFound(err):
-		return nil, fmt.Errorf("network %q: %s: %w", n.ID, name, err)
-	}
-	la := netlink.NewLinkAttrs()
-	la.Name = name
-	la.ParentIndex = parent.Attrs().Index
-	la.MTU = parent.Attrs().MTU
-	la.HardwareAddr = mac
-	mv := &netlink.Macvtap{Macvlan: netlink.Macvlan{LinkAttrs: la, Mode: netlink.MACVLAN_MODE_BRIDGE}}
-	if err := netlink.LinkAdd(mv); err != nil {
-		return nil, fmt.Errorf("network %q: creating macvtap %s on %s: %w", n.ID, name, n.Interface, err)
-	}
-	l, err := netlink.LinkByName(name)
-	if err == nil {
-		err = netlink.LinkSetAlias(l, Mark(n.ID))
-	}
-	if err == nil {
-		err = netlink.LinkSetUp(l)
-	}
-	if err != nil {
-		if l != nil {
-			netlink.LinkDel(l)
-		}
-		return nil, fmt.Errorf("network %q: setting up macvtap %s: %w", n.ID, name, err)
-	}
-	if l, err = netlink.LinkByName(name); err != nil {
-		return nil, err
-	}
-	return l.(*netlink.Macvtap), nil
-}
-
 // Check compares the kernel with what Ensure would set up for n, without
 // changing anything, and returns an error naming every difference: a
 // missing or foreign bridge, one that is down or has the wrong MTU or
@@ -508,82 +350,85 @@ func Check(ctx context.Context, n *api.Network) error {
 	if !n.Routed() {
 		return fmt.Errorf("network %q: mode %s is not managed by vmnetctl", n.ID, n.Mode)
 	}
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("network %q: "+format, append([]any{n.ID}, args...)...))
-	}
-	name := n.Bridge()
-	l, err := netlink.LinkByName(name)
-	switch {
-	case notFound(err):
-		bad("bridge %s does not exist", name)
-	case err != nil:
-		bad("bridge %s: %w", name, err)
-	default:
-		if id, ok := ownedBy(l); !ok || id != n.ID {
-			bad("%s is not this network's (alias %q)", name, l.Attrs().Alias)
-			break
-		}
-		if _, ok := l.(*netlink.Bridge); !ok {
-			bad("%s is a %s, not a bridge", name, l.Type())
-		}
-		if l.Attrs().Flags&net.FlagUp == 0 {
-			bad("bridge %s is down", name)
-		}
-		if l.Attrs().MTU != n.MTU {
-			bad("bridge %s has MTU %d, want %d", name, l.Attrs().MTU, n.MTU)
-		}
-		want := netip.PrefixFrom(n.Gateway, n.Subnet.Bits())
-		addrs, err := addrList(l)
-		if err != nil {
-			bad("listing addresses of %s: %w", name, err)
-		}
-		var have []string
-		found := false
-		for _, a := range addrs {
-			ip, _ := netip.AddrFromSlice(a.IP.To4())
-			ones, _ := a.Mask.Size()
-			p := netip.PrefixFrom(ip, ones)
-			found = found || p == want
-			have = append(have, p.String())
-		}
-		if !found || len(addrs) != 1 {
-			bad("bridge %s has the addresses %v, want %s", name, have, want)
-		}
-	}
-	listing, err := tableRuleset(ctx, n.ID)
-	switch {
-	case err != nil:
-		errs = append(errs, err)
-	case listing == "":
-		bad("nftables table inet %s does not exist", TableName(n.ID))
-	default:
-		if !strings.Contains(listing, "comment \""+Mark(n.ID)+"\"") {
-			bad("nftables table inet %s is not marked as vmnetctl's", TableName(n.ID))
-		}
-		want := 0
-		for _, rs := range nftRules(n) {
-			for _, r := range rs {
-				want++
-				if !strings.Contains(listing, "\t\t"+r+"\n") {
-					bad("nftables table inet %s lacks the rule %q", TableName(n.ID), r)
-				}
-			}
-		}
-		got := 0
-		for _, line := range strings.Split(listing, "\n") {
-			if strings.HasPrefix(line, "\t\t") && !strings.HasPrefix(line, "\t\ttype ") {
-				got++
-			}
-		}
-		if got != want {
-			bad("nftables table inet %s has %d rules, want %d", TableName(n.ID), got, want)
-		}
-	}
+	errs := checkBridge(n)
+	errs = append(errs, checkTable(ctx, n)...)
 	if n.Mode == api.ModeShared {
 		if v, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err != nil || string(bytes.TrimSpace(v)) != "1" {
-			bad("IPv4 forwarding is off")
+			errs = append(errs, fmt.Errorf("network %q: IPv4 forwarding is off", n.ID))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkBridge is Check's part for n's bridge: NetworkBridge's verdict, and
+// for n's own bridge, up or down, its MTU and its addresses.
+func checkBridge(n *api.Network) []error {
+	br, err := NetworkBridge(n)
+	errs := []error{err}
+	if br == nil {
+		return errs
+	}
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("network %q: "+format, append([]any{n.ID}, args...)...))
+	}
+	name := br.Attrs().Name
+	if br.Attrs().MTU != n.MTU {
+		bad("bridge %s has MTU %d, want %d", name, br.Attrs().MTU, n.MTU)
+	}
+	want := netip.PrefixFrom(n.Gateway, n.Subnet.Bits())
+	addrs, err := addrList(br)
+	if err != nil {
+		bad("listing addresses of %s: %w", name, err)
+	}
+	var have []string
+	found := false
+	for _, a := range addrs {
+		ip, _ := netip.AddrFromSlice(a.IP.To4())
+		ones, _ := a.Mask.Size()
+		p := netip.PrefixFrom(ip, ones)
+		found = found || p == want
+		have = append(have, p.String())
+	}
+	if !found || len(addrs) != 1 {
+		bad("bridge %s has the addresses %v, want %s", name, have, want)
+	}
+	return errs
+}
+
+// checkTable is Check's part for n's nftables table: there, marked, with
+// exactly the rules nftRules gives.
+func checkTable(ctx context.Context, n *api.Network) []error {
+	listing, err := tableRuleset(ctx, n.ID)
+	switch {
+	case err != nil:
+		return []error{err}
+	case listing == "":
+		return []error{fmt.Errorf("network %q: nftables table inet %s does not exist", n.ID, TableName(n.ID))}
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("network %q: nftables table inet %s "+format, append([]any{n.ID, TableName(n.ID)}, args...)...))
+	}
+	if !strings.Contains(listing, "comment \""+Mark(n.ID)+"\"") {
+		bad("is not marked as vmnetctl's")
+	}
+	want := 0
+	for _, rs := range nftRules(n) {
+		for _, r := range rs {
+			want++
+			if !strings.Contains(listing, "\t\t"+r+"\n") {
+				bad("lacks the rule %q", r)
+			}
+		}
+	}
+	got := 0
+	for _, line := range strings.Split(listing, "\n") {
+		if strings.HasPrefix(line, "\t\t") && !strings.HasPrefix(line, "\t\ttype ") {
+			got++
+		}
+	}
+	if got != want {
+		bad("has %d rules, want %d", got, want)
+	}
+	return errs
 }

@@ -12,10 +12,13 @@ import (
 // where vmnet (through vmnet-helper) is the data plane instead.
 var ErrUnsupported = fmt.Errorf("the vmnetctl data plane runs on Linux, not %s: %w", runtime.GOOS, errors.ErrUnsupported)
 
+// aliasPrefix starts every interface alias (ifalias) vmnetctl sets.
+const aliasPrefix = "vmnetctl:"
+
 // markPrefix starts the interface alias (ifalias) and nftables table comment
 // that mark a kernel object as vmnetctl's. Only objects that carry the mark
 // of a network are ever changed or deleted, and only for that network.
-const markPrefix = "vmnetctl:network="
+const markPrefix = aliasPrefix + "network="
 
 // tablePrefix starts the name of each network's nftables table.
 const tablePrefix = "vmnetctl-"
@@ -23,10 +26,10 @@ const tablePrefix = "vmnetctl-"
 // Mark is the ifalias and table comment of the objects of network id.
 func Mark(id string) string { return markPrefix + id }
 
-// tapMarkPrefix marks a VM's TAP, made by a helper: "vmnetctl:tap=NAME".
-const tapMarkPrefix = "vmnetctl:tap="
+// tapMarkPrefix marks a VM's TAP, made by CreatePort: "vmnetctl:tap=NAME".
+const tapMarkPrefix = aliasPrefix + "tap="
 
-// TapMark is the ifalias a helper gives the TAP named name, so that a TAP
+// TapMark is the ifalias CreatePort gives the TAP named name, so that a TAP
 // left behind by a helper killed with its cleanup child is known as ours.
 func TapMark(name string) string { return tapMarkPrefix + name }
 

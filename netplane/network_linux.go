@@ -82,78 +82,95 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 	}
 
 	if n.DNSProxy {
-		ups := opts.Upstreams
-		if len(ups) == 0 {
-			// The proxy runs on the host, so a loopback stub resolver
-			// (systemd-resolved's 127.0.0.53) is as good as any.
-			ups, _ = ResolvConfServers(resolvConf, false)
-		}
-		nw.dns = &dnsHandler{
-			resolve:   resolver(nw.hosts, nw.alloc),
-			upstreams: ups,
-			log:       log,
-			dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				var c net.Conn
-				err := netns.Do(func(ns.NetNS) error {
-					var err error
-					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-					return err
-				})
-				return c, err
-			},
-		}
-		addr := net.JoinHostPort(n.Gateway.String(), "53")
-		pc, err := net.ListenPacket("udp4", addr)
-		if err != nil {
-			return nil, fmt.Errorf("network %q: DNS proxy: %w", n.ID, err)
-		}
-		ln, err := net.Listen("tcp4", addr)
-		if err != nil {
-			pc.Close()
-			return nil, fmt.Errorf("network %q: DNS proxy: %w", n.ID, err)
-		}
-		udp := &dns.Server{PacketConn: pc, Handler: nw.dns}
-		tcp := &dns.Server{Listener: ln, Handler: nw.dns}
-		for _, s := range []*dns.Server{udp, tcp} {
-			nw.wg.Add(1)
-			go func() {
-				defer nw.wg.Done()
-				if err := s.ActivateAndServe(); err != nil && !nw.stopped() {
-					log.Error("DNS proxy stopped", "err", err)
-				}
-			}()
-			nw.closers = append(nw.closers, s.Shutdown)
+		if err := nw.startDNS(netns, resolvConf, opts.Upstreams); err != nil {
+			return nil, err
 		}
 	}
-
 	if n.DHCP {
-		var dnsServers []netip.Addr
-		if n.DNSProxy {
-			dnsServers = []netip.Addr{n.Gateway}
-		} else {
-			dnsServers = hostResolvers(resolvConf, "/run/systemd/resolve/resolv.conf")
+		if err := nw.startDHCP(resolvConf); err != nil {
+			return nil, err
 		}
-		nw.dhcp = newDHCPHandler(n, nw.alloc, dnsServers, log)
-		conn, err := server4.NewIPv4UDPConn(n.Bridge(), &net.UDPAddr{Port: 67})
-		if err != nil {
-			return nil, fmt.Errorf("network %q: DHCP server on %s: %w", n.ID, n.Bridge(), err)
-		}
-		srv, err := server4.NewServer(n.Bridge(), nil, nw.dhcp.serve, server4.WithConn(conn))
-		if err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("network %q: DHCP server: %w", n.ID, err)
-		}
-		nw.closers = append(nw.closers, srv.Close)
-		nw.wg.Add(1)
-		go func() {
-			defer nw.wg.Done()
-			if err := srv.Serve(); err != nil && !nw.stopped() {
-				log.Error("DHCP server stopped", "err", err)
-			}
-		}()
 	}
 	ok = true
 	return nw, nil
+}
+
+// startDNS starts the DNS proxy on the gateway's port 53, UDP and TCP. It
+// forwards to upstreams, by default the resolvers of resolvConf, dialing
+// them from netns.
+func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []string) error {
+	if len(upstreams) == 0 {
+		// The proxy runs on the host, so a loopback stub resolver
+		// (systemd-resolved's 127.0.0.53) is as good as any.
+		upstreams, _ = ResolvConfServers(resolvConf, false)
+	}
+	nw.dns = &dnsHandler{
+		resolve:   resolver(nw.hosts, nw.alloc),
+		upstreams: upstreams,
+		log:       nw.log,
+		dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := netns.Do(func(ns.NetNS) error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}
+	addr := net.JoinHostPort(nw.n.Gateway.String(), "53")
+	pc, err := net.ListenPacket("udp4", addr)
+	if err != nil {
+		return fmt.Errorf("network %q: DNS proxy: %w", nw.n.ID, err)
+	}
+	ln, err := net.Listen("tcp4", addr)
+	if err != nil {
+		pc.Close()
+		return fmt.Errorf("network %q: DNS proxy: %w", nw.n.ID, err)
+	}
+	udp := &dns.Server{PacketConn: pc, Handler: nw.dns}
+	tcp := &dns.Server{Listener: ln, Handler: nw.dns}
+	for _, s := range []*dns.Server{udp, tcp} {
+		nw.wg.Add(1)
+		go func() {
+			defer nw.wg.Done()
+			if err := s.ActivateAndServe(); err != nil && !nw.stopped() {
+				nw.log.Error("DNS proxy stopped", "err", err)
+			}
+		}()
+		nw.closers = append(nw.closers, s.Shutdown)
+	}
+	return nil
+}
+
+// startDHCP starts the DHCP server on the network's bridge. Its DNS server
+// is the gateway's proxy, or without one the host's resolvers.
+func (nw *Network) startDHCP(resolvConf string) error {
+	var dnsServers []netip.Addr
+	if nw.n.DNSProxy {
+		dnsServers = []netip.Addr{nw.n.Gateway}
+	} else {
+		dnsServers = hostResolvers(resolvConf, "/run/systemd/resolve/resolv.conf")
+	}
+	nw.dhcp = newDHCPHandler(nw.n, nw.alloc, dnsServers, nw.log)
+	conn, err := server4.NewIPv4UDPConn(nw.n.Bridge(), &net.UDPAddr{Port: 67})
+	if err != nil {
+		return fmt.Errorf("network %q: DHCP server on %s: %w", nw.n.ID, nw.n.Bridge(), err)
+	}
+	srv, err := server4.NewServer(nw.n.Bridge(), nil, nw.dhcp.serve, server4.WithConn(conn))
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("network %q: DHCP server: %w", nw.n.ID, err)
+	}
+	nw.closers = append(nw.closers, srv.Close)
+	nw.wg.Add(1)
+	go func() {
+		defer nw.wg.Done()
+		if err := srv.Serve(); err != nil && !nw.stopped() {
+			nw.log.Error("DHCP server stopped", "err", err)
+		}
+	}()
+	return nil
 }
 
 func (nw *Network) stopped() bool {

@@ -1,14 +1,206 @@
 package netplane
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/api"
 )
+
+// Port is a VM's port that CreatePort made: a TAP on a bridge, or a macvtap.
+type Port struct {
+	Name string
+	// FD reads and writes the VM's frames (non-blocking); -1 once closed.
+	FD int
+	// MTU is the port's: the bridge's, or the macvtap's interface's.
+	MTU int
+	// Bridge is the bridge a TAP joined; empty for a macvtap.
+	Bridge string
+	// Macvtap tells a macvtap from a TAP.
+	Macvtap bool
+	// reaper ends the cleanup child and waits for the deletion.
+	reaper func()
+}
+
+// CreatePort makes the VM's port on network n as c says and returns it
+// open: on a network with a bridge (NetworkBridge: shared, host, bridged on
+// a bridge) a TAP owned by c.UID and c.GID, marked TapMark(c.Name) and
+// attached to the bridge with AttachPort; on a bridged network whose
+// interface is not a bridge a macvtap (CreateMacvtap), opened through its
+// character device. The network must be up. A port that outlives its fd (a
+// macvtap, a persistent TAP) is deleted by the child c.Cleanup gives when
+// the caller ends, however it ends. Close releases the port.
+func CreatePort(n *api.Network, c PortConfig) (*Port, error) {
+	br, err := NetworkBridge(n)
+	macvtap := errors.Is(err, ErrMacvtapPort)
+	switch {
+	case err != nil && !macvtap:
+		return nil, err
+	case macvtap && c.Persist:
+		return nil, fmt.Errorf("%w; a persistent TAP needs a bridge", err)
+	case macvtap && c.Isolated:
+		return nil, fmt.Errorf("%w; isolation needs a bridge (bridge mode macvtaps always reach each other)", err)
+	}
+	p := &Port{Name: c.Name, FD: -1}
+	if macvtap {
+		err = p.createMacvtap(n, c)
+	} else {
+		err = p.createTap(n, br, c)
+	}
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// createTap makes p a TAP on bridge br of network n.
+func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error {
+	var err error
+	if p.FD, err = createTap(c); err != nil {
+		return err
+	}
+	if c.Persist {
+		// Like a macvtap, a persistent TAP outlives the caller's fd and
+		// its root privileges: the child deletes it when the caller ends,
+		// even while a VMM still holds it, and even on kill -9.
+		if err := p.deleteOnExit(c); err != nil {
+			deleteLink(c.Name)
+			return err
+		}
+	}
+	link, err := attachTap(c.Name, br.Attrs().Name, c.Isolated)
+	if err != nil {
+		return fmt.Errorf("network %q: %w", n.ID, err)
+	}
+	p.Bridge = br.Attrs().Name
+	p.MTU = link.Attrs().MTU // AttachPort gave it the bridge's MTU
+	return nil
+}
+
+// createMacvtap makes p a macvtap on bridged network n's interface.
+func (p *Port) createMacvtap(n *api.Network, c PortConfig) error {
+	mv, err := CreateMacvtap(n, c.Name, c.MAC)
+	if err != nil {
+		return err
+	}
+	p.Macvtap = true
+	// A macvtap outlives its fds, and the caller may not be root when it
+	// ends: the child deletes it.
+	if err := p.deleteOnExit(c); err != nil {
+		deleteLink(c.Name)
+		return err
+	}
+	if p.FD, err = openMacvtap(mv, c.Offloads); err != nil {
+		return err
+	}
+	p.MTU = mv.Attrs().MTU
+	return nil
+}
+
+// CloseFD closes the port's fd. A TAP that does not persist goes with it; a
+// persistent TAP stays for the VMM to open.
+func (p *Port) CloseFD() {
+	if p.FD >= 0 {
+		unix.Close(p.FD)
+		p.FD = -1
+	}
+}
+
+// Close releases the port: it closes the fd and, for a port that outlives
+// it, ends the cleanup child and waits until it has deleted the port.
+func (p *Port) Close() {
+	p.CloseFD()
+	if p.reaper != nil {
+		p.reaper()
+		p.reaper = nil
+	}
+}
+
+// deleteOnExit starts the child of c.Cleanup, which deletes link c.Name
+// when the caller's end of a pipe to it closes: when the caller returns,
+// exits or is killed. p.reaper closes the pipe and waits for the deletion.
+func (p *Port) deleteOnExit(c PortConfig) error {
+	if c.Cleanup == nil {
+		return fmt.Errorf("%s outlives its fd and nothing would delete it: no cleanup command", c.Name)
+	}
+	cmd, err := c.Cleanup()
+	if err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stdin = r
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		w.Close()
+		return fmt.Errorf("starting the child that deletes %s: %w", c.Name, err)
+	}
+	r.Close()
+	p.reaper = func() {
+		w.Close()
+		cmd.Wait()
+	}
+	return nil
+}
+
+// DeleteLinkOnEOF is the cleanup child of a port (PortConfig.Cleanup): it
+// ignores the signals its process group gets, waits for EOF on r, then
+// deletes link name.
+func DeleteLinkOnEOF(name string, r io.Reader) error {
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	io.Copy(io.Discard, r)
+	if err := deleteLink(name); err != nil {
+		return fmt.Errorf("deleting %s: %w", name, err)
+	}
+	return nil
+}
+
+// deleteLink removes a link by name; a link already gone is not an error.
+func deleteLink(name string) error {
+	link, err := netlink.LinkByName(name)
+	if notFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return netlink.LinkDel(link)
+}
+
+// attachTap marks TAP name as a helper's and makes it a port of bridge.
+func attachTap(name, bridge string, isolated bool) (netlink.Link, error) {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("TAP %s: %w", name, err)
+	}
+	// Marked, so that RemoveStaleTap can remove it if its helper and the
+	// cleanup child are both killed (a persistent TAP would otherwise block
+	// the next helper: TAPs are created exclusively).
+	if err := netlink.LinkSetAlias(link, TapMark(name)); err != nil {
+		return nil, fmt.Errorf("marking TAP %s: %w", name, err)
+	}
+	if err := AttachPort(bridge, link, isolated); err != nil {
+		return nil, err
+	}
+	// Read it again: AttachPort changed its MTU and state.
+	return netlink.LinkByName(name)
+}
 
 // AttachPort makes link a port of the network bridge named bridge: same MTU
 // as the bridge, isolated (no traffic to other isolated ports) when asked,
-// and up. It is idempotent. The helper calls it for each VM's TAP.
+// and up. It is idempotent. CreatePort calls it for each VM's TAP.
 func AttachPort(bridge string, link netlink.Link, isolated bool) error {
 	br, err := netlink.LinkByName(bridge)
 	if err != nil {
@@ -55,4 +247,77 @@ func RemoveStaleTap(name string) error {
 		return fmt.Errorf("deleting stale TAP %s: %w", name, err)
 	}
 	return nil
+}
+
+// CreateMacvtap creates (or returns, if it is there already and marked as
+// n's) the macvtap VM port name on bridged network n's interface, in bridge
+// mode, with the VM's MAC address, marked as n's and up. The VM reads and
+// writes frames on /dev/tap<ifindex>.
+//
+// Macvtap needs no change to the host interface, but the host cannot talk to
+// its own macvtap VMs through that interface: the lower device does not
+// loop frames back from its macvtaps. VMs on the same interface reach each
+// other (bridge mode). A host that must reach its VMs bridges its interface
+// and names that bridge as the network's interface instead.
+func CreateMacvtap(n *api.Network, name string, mac net.HardwareAddr) (*netlink.Macvtap, error) {
+	if n.Mode != api.ModeBridged {
+		return nil, fmt.Errorf("network %q: only bridged networks have macvtap ports", n.ID)
+	}
+	parent, err := bridgedParent(n)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := parent.(*netlink.Bridge); ok {
+		return nil, fmt.Errorf("network %q: interface %s is a bridge; attach a TAP to it with AttachPort", n.ID, n.Interface)
+	}
+	existing, err := netlink.LinkByName(name)
+	switch {
+	case err == nil:
+		mv, ok := existing.(*netlink.Macvtap)
+		owner, marked := ownedBy(existing)
+		if !ok || !marked || owner != n.ID || mv.Attrs().ParentIndex != parent.Attrs().Index {
+			return nil, fmt.Errorf("network %q: a %s named %s exists and is not this network's macvtap", n.ID, existing.Type(), name)
+		}
+		if !bytes.Equal(mv.Attrs().HardwareAddr, mac) {
+			if err := netlink.LinkSetHardwareAddr(mv, mac); err != nil {
+				return nil, fmt.Errorf("network %q: setting MAC of %s: %w", n.ID, name, err)
+			}
+		}
+		if err := netlink.LinkSetUp(mv); err != nil {
+			return nil, fmt.Errorf("network %q: setting %s up: %w", n.ID, name, err)
+		}
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return nil, err
+		}
+		return l.(*netlink.Macvtap), nil
+	case !notFound(err):
+		return nil, fmt.Errorf("network %q: %s: %w", n.ID, name, err)
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = name
+	la.ParentIndex = parent.Attrs().Index
+	la.MTU = parent.Attrs().MTU
+	la.HardwareAddr = mac
+	mv := &netlink.Macvtap{Macvlan: netlink.Macvlan{LinkAttrs: la, Mode: netlink.MACVLAN_MODE_BRIDGE}}
+	if err := netlink.LinkAdd(mv); err != nil {
+		return nil, fmt.Errorf("network %q: creating macvtap %s on %s: %w", n.ID, name, n.Interface, err)
+	}
+	l, err := netlink.LinkByName(name)
+	if err == nil {
+		err = netlink.LinkSetAlias(l, Mark(n.ID))
+	}
+	if err == nil {
+		err = netlink.LinkSetUp(l)
+	}
+	if err != nil {
+		if l != nil {
+			netlink.LinkDel(l)
+		}
+		return nil, fmt.Errorf("network %q: setting up macvtap %s: %w", n.ID, name, err)
+	}
+	if l, err = netlink.LinkByName(name); err != nil {
+		return nil, err
+	}
+	return l.(*netlink.Macvtap), nil
 }

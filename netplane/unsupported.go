@@ -4,6 +4,7 @@ package netplane
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/netip"
 
@@ -13,6 +14,9 @@ import (
 
 // Network is a running network; see the Linux documentation.
 type Network struct{}
+
+// Port is a VM's port; see the Linux documentation.
+type Port struct{}
 
 // State is what the kernel holds for a network; see the Linux documentation.
 type State struct{}
@@ -24,6 +28,12 @@ func Sweep(context.Context, []string, string) ([]string, error)      { return ni
 func Inspect(context.Context, string) (*State, error)                { return nil, ErrUnsupported }
 func Check(context.Context, *api.Network) error                      { return ErrUnsupported }
 func PortBridge(*api.Network) (string, error)                        { return "", ErrUnsupported }
+func NetworkBridge(*api.Network) (*netlink.Bridge, error)            { return nil, ErrUnsupported }
+func CreatePort(*api.Network, PortConfig) (*Port, error)             { return nil, ErrUnsupported }
+func DeleteLinkOnEOF(string, io.Reader) error                        { return ErrUnsupported }
+func ListSharedInterfaces() ([]string, error)                        { return nil, ErrUnsupported }
+func (*Port) CloseFD()                                               {}
+func (*Port) Close()                                                 {}
 func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, error) {
 	return nil, ErrUnsupported
 }

@@ -1,0 +1,143 @@
+package helper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	gosignal "os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/config"
+	"github.com/vmnetctl/vmnetctl/netplane"
+)
+
+// errNotLinux: elsewhere vmnetctl runs vmnet-helper itself.
+var errNotLinux = errors.New("`vmnetctl helper` runs on Linux only; on macOS vmnetctl uses vmnet-helper")
+
+// DeleteLinkFlag is the hidden `vmnetctl helper` flag of the child that
+// deletes a VM port outliving the helper (netplane.DeleteLinkOnEOF).
+const DeleteLinkFlag = "delete-link-on-eof"
+
+// Flags are `vmnetctl helper`'s command line: vmnet-helper's flags, plus
+// --uid, --gid, --tap and --attach (docs/helper.md).
+type Flags struct {
+	FD                   int    // --fd, -1 for none
+	Socket               string // --socket
+	Network              string // --network
+	Mode                 ModeFlags
+	InterfaceID          string
+	Isolation            bool
+	TSO, ChecksumOffload bool
+	StatsInterval        float64 // seconds
+	Verbose              bool
+	PrintVersion         bool // --version
+	ListSharedInterfaces bool
+	UID, GID             int
+	Tap                  string
+	Attach               string
+	DeleteLink           string // the hidden DeleteLinkFlag
+
+	// NetworksFile is networks.yaml as config.LoadNetworks finds it (the
+	// global --networks flag; empty for the default).
+	NetworksFile string
+	// Version and Commit are what --version prints.
+	Version, Commit string
+}
+
+// Streams are the command's standard I/O.
+type Streams struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// Main is `vmnetctl helper`: it answers --version and
+// --list-shared-interfaces, or resolves the network of networks.yaml that
+// the flags name and runs the helper until SIGTERM or SIGINT (Run).
+func Main(ctx context.Context, f Flags, s Streams) error {
+	switch {
+	case f.DeleteLink != "":
+		return netplane.DeleteLinkOnEOF(f.DeleteLink, s.In)
+	case f.PrintVersion:
+		_, err := fmt.Fprintf(s.Out, "version: %s\ncommit: %s\n", f.Version, f.Commit)
+		return err
+	case f.ListSharedInterfaces:
+		return listSharedInterfaces(s.Out)
+	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	if runtime.GOOS != "linux" {
+		return errNotLinux
+	}
+	o, err := f.options(s)
+	if err != nil {
+		return err
+	}
+	ctx, stop := gosignal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return Run(ctx, o)
+}
+
+func listSharedInterfaces(w io.Writer) error {
+	if runtime.GOOS != "linux" {
+		return errNotLinux
+	}
+	names, err := netplane.ListSharedInterfaces()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		fmt.Fprintln(w, n)
+	}
+	return nil
+}
+
+// check reports flag values that are wrong on their own; Options.check
+// reports those that do not go together.
+func (f *Flags) check() error {
+	if f.StatsInterval < 0 {
+		return fmt.Errorf("--stats-interval %v must not be negative", f.StatsInterval)
+	}
+	if f.InterfaceID != "" {
+		return api.CheckInterfaceID(f.InterfaceID)
+	}
+	return nil
+}
+
+// options loads networks.yaml, resolves the network to join and returns
+// the helper's Options.
+func (f *Flags) options(s Streams) (Options, error) {
+	nets, diags, err := config.LoadNetworks(f.NetworksFile)
+	for _, d := range diags.Warnings().Sorted() {
+		fmt.Fprintln(s.Err, d)
+	}
+	if err != nil {
+		return Options{}, err
+	}
+	n, err := ResolveNetwork(nets, f.Network, f.Mode)
+	if err != nil {
+		return Options{}, err
+	}
+	return Options{
+		FD:              f.FD,
+		SocketPath:      f.Socket,
+		Network:         n,
+		NetworkFlag:     f.Network != "",
+		InterfaceID:     f.InterfaceID,
+		TapName:         f.Tap,
+		Attach:          f.Attach,
+		Isolation:       f.Isolation || n.Isolation,
+		TSO:             f.TSO,
+		ChecksumOffload: f.ChecksumOffload,
+		StatsInterval:   time.Duration(f.StatsInterval * float64(time.Second)),
+		UID:             f.UID,
+		GID:             f.GID,
+		Verbose:         f.Verbose,
+		Stdout:          s.Out,
+		Stderr:          s.Err,
+	}, nil
+}

@@ -1,0 +1,47 @@
+package netplane
+
+import (
+	"errors"
+	"net"
+	"os/exec"
+)
+
+// VirtioNetHdrLen is the virtio-net header (struct virtio_net_hdr_v1) that
+// starts every frame of a VM port with offloads on.
+const VirtioNetHdrLen = 12
+
+// ErrMacvtapPort: a bridged network whose interface is not a bridge. Its
+// VMs get a macvtap on the interface (CreateMacvtap) instead of a TAP on a
+// bridge.
+var ErrMacvtapPort = errors.New("the VM's port is a macvtap")
+
+// Offloads are what the VM's side of a port does for the host; any of them
+// puts a virtio-net header on every frame.
+type Offloads struct {
+	// Checksum: frames may carry partial checksums.
+	Checksum bool
+	// TSO: frames may be TCP segments of up to 64 KiB (implies Checksum).
+	TSO bool
+}
+
+// PortConfig says how CreatePort makes a VM's port.
+type PortConfig struct {
+	// Name is the link's name (api.TapName of the interface id).
+	Name string
+	// MAC is a macvtap's address; a TAP's is the VM's to choose.
+	MAC net.HardwareAddr
+	// UID and GID own a TAP, so that the VM's user may open it; -1 for none.
+	UID, GID int
+	Offloads Offloads
+	// Isolated makes the TAP an isolated bridge port (needs a bridge).
+	Isolated bool
+	// Persist keeps a TAP when its fd closes, for a VMM that opens it by
+	// name (firecracker, cloud-hypervisor, qemu -netdev tap). Needs a bridge.
+	Persist bool
+	// Cleanup returns the command of a child that runs, with the privileges
+	// to delete links, DeleteLinkOnEOF(Name, its stdin). CreatePort calls it
+	// for a port that outlives its fd (a macvtap, a persistent TAP) and
+	// starts the child with a pipe as stdin, so the port is deleted when the
+	// caller returns, exits or is killed, even after dropping privileges.
+	Cleanup func() (*exec.Cmd, error)
+}

@@ -1,0 +1,119 @@
+package netplane
+
+import (
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// on reports whether frames carry a virtio-net header.
+func (o Offloads) on() bool { return o.Checksum || o.TSO }
+
+// tunFlags are the TUN_F_* flags of the offloads.
+func (o Offloads) tunFlags() uint {
+	var f uint
+	if o.Checksum || o.TSO {
+		f |= unix.TUN_F_CSUM
+	}
+	if o.TSO {
+		f |= unix.TUN_F_TSO4 | unix.TUN_F_TSO6
+	}
+	return f
+}
+
+// createTap creates TAP c.Name and returns its non-blocking fd. IFF_TUN_EXCL
+// makes it fail when the name exists, so two helpers never share a TAP.
+func createTap(c PortConfig) (int, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening /dev/net/tun: %w", err)
+	}
+	fail := func(what string, err error) (int, error) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("creating TAP %s: %s: %w", c.Name, what, err)
+	}
+	ifr, err := unix.NewIfreq(c.Name)
+	if err != nil {
+		return fail("name", err)
+	}
+	ifr.SetUint16(tapFlags(c.Offloads) | unix.IFF_TUN_EXCL)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		if err == unix.EBUSY {
+			return fail("TUNSETIFF", fmt.Errorf("%w (an interface of that name exists: is another helper running for this interface id?)", err))
+		}
+		return fail("TUNSETIFF", err)
+	}
+	if c.UID >= 0 {
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOWNER, c.UID); err != nil {
+			return fail("TUNSETOWNER", err)
+		}
+	}
+	if c.GID >= 0 {
+		if err := unix.IoctlSetInt(fd, unix.TUNSETGROUP, c.GID); err != nil {
+			return fail("TUNSETGROUP", err)
+		}
+	}
+	if what, err := setOffloads(fd, c.Offloads); err != nil {
+		return fail(what, err)
+	}
+	if c.Persist {
+		if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1); err != nil {
+			return fail("TUNSETPERSIST", err)
+		}
+	}
+	return fd, nil
+}
+
+// openMacvtap opens the character device of macvtap mv (/dev/tap<ifindex>,
+// which devtmpfs creates) as the VM's port: non-blocking, with the
+// virtio-net header and offloads only if asked (a macvtap starts with the
+// header on).
+func openMacvtap(mv *netlink.Macvtap, o Offloads) (int, error) {
+	path := fmt.Sprintf("/dev/tap%d", mv.Attrs().Index)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening macvtap %s: %w (is devtmpfs mounted on /dev?)", mv.Attrs().Name, err)
+	}
+	fail := func(what string, err error) (int, error) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("macvtap %s: %s: %w", mv.Attrs().Name, what, err)
+	}
+	ifr, err := unix.NewIfreq("")
+	if err != nil {
+		return fail("ifreq", err)
+	}
+	ifr.SetUint16(tapFlags(o))
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		return fail("TUNSETIFF", err)
+	}
+	if what, err := setOffloads(fd, o); err != nil {
+		return fail(what, err)
+	}
+	return fd, nil
+}
+
+// tapFlags are the TUNSETIFF flags of a VM port: Ethernet frames without
+// packet information, and the virtio-net header with offloads.
+func tapFlags(o Offloads) uint16 {
+	flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI)
+	if o.on() {
+		flags |= unix.IFF_VNET_HDR
+	}
+	return flags
+}
+
+// setOffloads sets the virtio-net header's size and the offloads on a TAP
+// or macvtap fd, if any are on. It returns the ioctl that failed.
+func setOffloads(fd int, o Offloads) (string, error) {
+	if !o.on() {
+		return "", nil
+	}
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VirtioNetHdrLen); err != nil {
+		return "TUNSETVNETHDRSZ", err
+	}
+	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(o.tunFlags())); err != nil {
+		return "TUNSETOFFLOAD", err
+	}
+	return "", nil
+}
