@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // The paths measured, each in namespaces of its own, iperf3's server on
@@ -60,18 +61,16 @@ type result struct {
 
 func TestThroughput(t *testing.T) {
 	if os.Getenv("VMNETCTL_BENCH") == "" {
+		// Not a missing prerequisite: the benchmark runs only when asked
+		// (minutes of iperf3), even in CI.
 		t.Skip("set VMNETCTL_BENCH=1 to run the benchmark")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	if _, err := exec.LookPath("iperf3"); err != nil {
-		t.Skip("needs iperf3")
-	}
+	testutil.RequireRoot(t, "creates network namespaces")
+	testutil.RequireCommands(t, "ip", "iperf3")
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "vmnetctl")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/vmnetctl/vmnetctl/cmd/vmnetctl").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := testutil.Build(dir, testutil.VmnetctlPackage)
+	if err != nil {
+		t.Fatal(err)
 	}
 	loadBefore := loadavg()
 	began := time.Now()
@@ -94,8 +93,7 @@ func TestThroughput(t *testing.T) {
 					dropsBefore, _ := dropped(relays)
 					g, n := iperf(t, e, reverse)
 					after := cpuTimes(t, relays)
-					// Wait for the helpers' next stats lines.
-					time.Sleep(2 * statsInterval)
+					awaitStats(t, relays)
 					dropsAfter, known := dropped(relays)
 					gb := float64(n) / 1e9
 					r := result{name: name, dir: d, gbps: g, drops: -1}
@@ -133,11 +131,11 @@ func TestThroughput(t *testing.T) {
 	// Baseline: veth.
 	path("veth", func(t *testing.T, measure measureFunc) {
 		h, v := netns(t, "vb-host"), netns(t, "vb-vm")
-		run(t, "ip", "-n", h, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", v)
-		run(t, "ip", "-n", h, "addr", "add", "192.168.105.1/24", "dev", "eth0")
-		run(t, "ip", "-n", v, "addr", "add", "192.168.105.2/24", "dev", "eth0")
-		run(t, "ip", "-n", h, "link", "set", "eth0", "up")
-		run(t, "ip", "-n", v, "link", "set", "eth0", "up")
+		testutil.Run(t, "ip", "-n", h, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", v)
+		testutil.Run(t, "ip", "-n", h, "addr", "add", "192.168.105.1/24", "dev", "eth0")
+		testutil.Run(t, "ip", "-n", v, "addr", "add", "192.168.105.2/24", "dev", "eth0")
+		testutil.Run(t, "ip", "-n", h, "link", "set", "eth0", "up")
+		testutil.Run(t, "ip", "-n", v, "link", "set", "eth0", "up")
 		measure(endpoints{h, "192.168.105.1", v, "192.168.105.1"})
 	})
 
@@ -167,10 +165,11 @@ func TestThroughput(t *testing.T) {
 		name := fmt.Sprintf("slirp4netns mtu %d", mtu)
 		path(name, func(t *testing.T, measure measureFunc) {
 			if _, err := exec.LookPath("slirp4netns"); err != nil {
-				skip(t, "needs slirp4netns (test/setup.sh installs it)")
+				missing(t, "slirp4netns", testutil.InstallHint("slirp4netns"))
 			}
-			h, v := netns(t, "sb-host"), netns(t, "sb-vm")
-			pid := startSlirp(t, h, v, mtu)
+			h, vns := netns(t, "sb-host"), testutil.NewNS(t, "sb-vm")
+			v := vns.Name
+			pid := startSlirp(t, h, vns.Path(), mtu)
 			measure(endpoints{h, "127.0.0.1", v, "10.0.2.2"}, relay{name: "slirp4netns", pid: pid})
 		})
 	}
@@ -196,11 +195,11 @@ func TestThroughput(t *testing.T) {
 		path(name, func(t *testing.T, measure measureFunc) {
 			gv := gvproxyPath()
 			if gv == "" {
-				skip(t, "needs gvproxy: set VMNETCTL_BENCH_GVPROXY or put it on PATH (go install github.com/containers/gvisor-tap-vsock/cmd/gvproxy@latest)")
+				missing(t, "gvproxy", "set VMNETCTL_BENCH_GVPROXY or put it on PATH (go install github.com/containers/gvisor-tap-vsock/cmd/gvproxy@latest)")
 			}
 			h, v := netns(t, "gb-host"), netns(t, "gb-vm")
 			if qlen > 0 {
-				run(t, "ip", "netns", "exec", h, "sysctl", "-qw", fmt.Sprintf("net.unix.max_dgram_qlen=%d", qlen))
+				testutil.Run(t, "ip", "netns", "exec", h, "sysctl", "-qw", fmt.Sprintf("net.unix.max_dgram_qlen=%d", qlen))
 			}
 			sock, pid := startGvproxy(t, gv, h)
 			fd := vfkitClient(t, sock)
@@ -250,8 +249,9 @@ type relay struct {
 	name string
 	pid  int
 	// drops, for a helper, is the frames it dropped so far (both
-	// directions), from its latest stats line.
-	drops func() int64
+	// directions), from its latest stats line; statsLines counts those
+	// lines.
+	drops, statsLines func() int64
 }
 
 type measureFunc func(e endpoints, relays ...relay)
@@ -259,9 +259,11 @@ type measureFunc func(e endpoints, relays ...relay)
 // skipped holds why a subtest skipped, for the table.
 var skipped = map[string]string{}
 
-func skip(t *testing.T, why string) {
-	skipped[t.Name()] = why
-	t.Skip(why)
+// missing records what a path lacks for the table, then skips the path's
+// subtest, or fails it with CI=true (testutil.Missing).
+func missing(t *testing.T, what, install string) {
+	skipped[t.Name()] = "needs " + what
+	testutil.Missing(t, what, install)
 }
 
 func loadavg() string {
@@ -313,17 +315,17 @@ func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, ext
 		t.Fatal(err)
 	}
 	br := api.BridgeName(id)
-	run(t, "ip", "-n", ns, "link", "add", br, "type", "bridge")
-	run(t, "ip", "-n", ns, "link", "set", br, "alias", "vmnetctl:network="+id)
-	run(t, "ip", "-n", ns, "addr", "add", addr+"/24", "dev", br)
-	run(t, "ip", "-n", ns, "link", "set", br, "up")
+	testutil.Run(t, "ip", "-n", ns, "link", "add", br, "type", "bridge")
+	testutil.Run(t, "ip", "-n", ns, "link", "set", br, "alias", "vmnetctl:network="+id)
+	testutil.Run(t, "ip", "-n", ns, "addr", "add", addr+"/24", "dev", br)
+	testutil.Run(t, "ip", "-n", ns, "link", "set", br, "up")
 	f := os.NewFile(uintptr(fd), "sock")
 	defer f.Close()
 	args := append([]string{"netns", "exec", ns, bin, "--networks", cfg, "helper", "--fd", "3", "--network", id, "--tap", "tap0", "--stats-interval", strconv.FormatFloat(statsInterval.Seconds(), 'f', -1, 64)}, extra...)
 	cmd := exec.Command("ip", args...)
 	cmd.ExtraFiles = []*os.File{f}
 	var mu sync.Mutex
-	var drops int64
+	var drops, lines int64
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -345,6 +347,7 @@ func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, ext
 			if json.Unmarshal([]byte(line[i+len("[stats] "):]), &st) == nil {
 				mu.Lock()
 				drops = st.Host.Drops + st.VM.Drops
+				lines++
 				mu.Unlock()
 			}
 		}
@@ -371,12 +374,31 @@ func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, ext
 		mu.Lock()
 		defer mu.Unlock()
 		return drops
+	}, statsLines: func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return lines
 	}}
 }
 
 // statsInterval is how often the helpers log their counters, so the drops
 // of each direction can be told apart.
 const statsInterval = 250 * time.Millisecond
+
+// awaitStats waits until every helper among relays has written two more
+// stats lines: the counters then include every frame of the run that just
+// ended (the first may have been written while its last frames were still
+// in flight).
+func awaitStats(t *testing.T, relays []relay) {
+	t.Helper()
+	for _, r := range relays {
+		if r.statsLines == nil {
+			continue
+		}
+		want := r.statsLines() + 2
+		testutil.Eventually(t, 20*statsInterval, func() bool { return r.statsLines() >= want }, "two more stats lines from %s", r.name)
+	}
+}
 
 // dropped is the frames the relays dropped so far.
 func dropped(relays []relay) (n int64, known bool) {
@@ -410,10 +432,10 @@ func start(t *testing.T, cmd *exec.Cmd) {
 	})
 }
 
-// startSlirp runs slirp4netns in hostNS for vmNS's tap0 and waits for it
+// startSlirp runs slirp4netns in hostNS for the tap0 of the namespace at vmNSPath and waits for it
 // to say it is ready (--ready-fd). --exit-fd makes it exit if the test
 // dies without its cleanup.
-func startSlirp(t *testing.T, hostNS, vmNS string, mtu int) int {
+func startSlirp(t *testing.T, hostNS, vmNSPath string, mtu int) int {
 	t.Helper()
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
@@ -424,7 +446,7 @@ func startSlirp(t *testing.T, hostNS, vmNS string, mtu int) int {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("ip", "netns", "exec", hostNS, "slirp4netns", "--configure", "--mtu="+strconv.Itoa(mtu),
-		"--ready-fd=3", "--exit-fd=4", "--netns-type=path", "/run/netns/"+vmNS, "tap0")
+		"--ready-fd=3", "--exit-fd=4", "--netns-type=path", vmNSPath, "tap0")
 	cmd.ExtraFiles = []*os.File{readyW, exitR}
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
@@ -483,17 +505,16 @@ func startGvproxy(t *testing.T, gv, ns string) (string, int) {
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	start(t, cmd)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			return sock, cmd.Process.Pid
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if _, err := os.Stat(sock); err != nil {
+			return err
 		}
 		if exited(cmd.Process.Pid) {
-			t.Fatalf("gvproxy exited\n%s", stderr.String())
+			return testutil.Permanent(fmt.Errorf("gvproxy exited\n%s", stderr.String()))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gvproxy made no %s in 10s\n%s", sock, stderr.String())
-		}
-	}
+		return nil
+	}, "gvproxy to make its socket")
+	return sock, cmd.Process.Pid
 }
 
 // exited says whether the child pid has exited (a zombie its cleanup will
@@ -530,25 +551,8 @@ func vfkitClient(t *testing.T, server string) int {
 	return fd
 }
 
-func run(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-var seq int
-
-func netns(t *testing.T, prefix string) string {
-	seq++
-	name := fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), seq)
-	run(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	run(t, "ip", "-n", name, "link", "set", "lo", "up")
-	return name
-}
+// netns makes a namespace for the test and returns its name for iproute2.
+func netns(t *testing.T, label string) string { return testutil.NewNS(t, label).Name }
 
 // cpuTimes is the user+system CPU seconds of each relay.
 func cpuTimes(t *testing.T, relays []relay) []float64 {
@@ -582,34 +586,35 @@ func iperf(t *testing.T, e endpoints, reverse bool) (float64, int64) {
 	if reverse {
 		args = append(args, "-R")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// The client is retried until the server listens (it is a one-off
+	// server started just now).
+	var out []byte
+	testutil.Eventually(t, 10*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), (seconds+20)*time.Second)
-		out, err := exec.CommandContext(ctx, "ip", args...).Output()
-		cancel()
+		defer cancel()
+		var err error
+		out, err = exec.CommandContext(ctx, "ip", args...).Output()
 		if err == nil && bytes.Contains(out, []byte(`"error":`)) {
 			err = errors.New("iperf3 failed")
 		}
-		if err == nil {
-			var res struct {
-				End struct {
-					SumReceived struct {
-						Bytes         int64   `json:"bytes"`
-						BitsPerSecond float64 `json:"bits_per_second"`
-					} `json:"sum_received"`
-				} `json:"end"`
-			}
-			if err := json.Unmarshal(out, &res); err != nil {
-				t.Fatalf("iperf3: %v\n%s", err, out)
-			}
-			if res.End.SumReceived.BitsPerSecond == 0 {
-				t.Logf("iperf3 reported nothing received:\n%s", out)
-			}
-			return res.End.SumReceived.BitsPerSecond / 1e9, res.End.SumReceived.Bytes
+		if err != nil {
+			return fmt.Errorf("%w\n%s", err, out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("iperf3 %v: %v\n%s", args, err, out)
-		}
-		time.Sleep(50 * time.Millisecond) // polling for the server to listen
+		return nil
+	}, "iperf3 %v", args)
+	var res struct {
+		End struct {
+			SumReceived struct {
+				Bytes         int64   `json:"bytes"`
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
 	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("iperf3: %v\n%s", err, out)
+	}
+	if res.End.SumReceived.BitsPerSecond == 0 {
+		t.Logf("iperf3 reported nothing received:\n%s", out)
+	}
+	return res.End.SumReceived.BitsPerSecond / 1e9, res.End.SumReceived.Bytes
 }

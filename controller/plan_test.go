@@ -2,34 +2,14 @@ package controller
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/statedir"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
-	}
-}
 
 const planNetworks = `
 vmnet:
@@ -140,7 +120,7 @@ vms:
 			}
 			var out bytes.Buffer
 			p.Render(&out)
-			golden(t, "plan-"+strings.ReplaceAll(tt.name, " ", "-")+".txt", out.String())
+			testutil.Golden(t, filepath.Join("testdata", "plan-"+strings.ReplaceAll(tt.name, " ", "-")+".txt"), out.String())
 		})
 	}
 }

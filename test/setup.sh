@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what vmnetctl's tests need on a fresh Debian machine. Idempotent and
 # quick when everything is there. Called by `make test`; needs root to install.
+# Exits non-zero, saying what is missing, when it cannot provide everything:
+# with CI=true the tests fail on a missing prerequisite rather than skip, and
+# a broken machine should fail here first, with the clearest message.
 set -euo pipefail
 
 packages=(
@@ -11,20 +14,45 @@ packages=(
   prometheus                         # metrics: a real Prometheus scrapes us; promtool
   qemu-system-x86 cpio linux-image-amd64  # real guests in test/e2e
   slirp4netns                        # a peer to benchmark against
+  util-linux                         # setpriv: qemu as an unprivileged user
 )
+
+# The commands the tests run (testutil.RequireCommands), checked after
+# installing: a package that installed but left no command is a failure too.
+commands=(ip nft ps pkill pgrep busybox iperf3 ping socat prometheus promtool qemu-system-x86_64 cpio slirp4netns setpriv)
+
+fail() {
+  echo "test/setup.sh: $*" >&2
+  exit 1
+}
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    fail "missing packages: ${missing[*]}; run it as root (sudo test/setup.sh) to install them"
+  fi
+  echo "test/setup.sh: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null || fail "apt-get update failed"
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    fail "apt-get install ${missing[*]} failed"
 fi
-if [ "$(id -u)" -ne 0 ]; then
-  echo "test/setup.sh: missing packages: ${missing[*]} (run as root to install them)" >&2
-  exit 0
-fi
-echo "test/setup.sh: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >/dev/null
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+absent=()
+PATH="$PATH:/usr/sbin:/sbin"  # nft and ip live there; a user's PATH may lack them
+for c in "${commands[@]}"; do
+  command -v "$c" >/dev/null 2>&1 || absent+=("$c")
+done
+[ ${#absent[@]} -eq 0 ] || fail "commands still missing after installing: ${absent[*]}"
+
+# A guest kernel: a /boot/vmlinuz-VER with its modules (test/e2e/guest).
+kernel=""
+for k in /boot/vmlinuz-*; do
+  [ -e "$k" ] && [ -e "/lib/modules/${k#/boot/vmlinuz-}/modules.dep" ] && kernel=$k
+done
+[ -n "$kernel" ] || [ -n "${VMNETCTL_E2E_KERNEL:-}" ] ||
+  fail "no /boot/vmlinuz-VER with /lib/modules/VER/modules.dep (linux-image-amd64) for the guests of test/e2e"
+exit 0

@@ -3,14 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
 
 // runCLI runs vmnetctl with args and returns its exit status and output.
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -19,23 +17,6 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
 	code = run(args, streams{in: strings.NewReader(""), out: &out, err: &errOut})
 	return code, out.String(), errOut.String()
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (go test ./cmd/vmnetctl -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
 }
 
 func TestNetworksJSONGolden(t *testing.T) {
@@ -57,7 +38,7 @@ func TestNetworksJSONGolden(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &v); err != nil {
 				t.Fatalf("not JSON: %v", err)
 			}
-			golden(t, tt.golden, out)
+			testutil.Golden(t, filepath.Join("testdata", tt.golden), out)
 		})
 	}
 }
@@ -67,7 +48,7 @@ func TestNetworksTable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	golden(t, "networks-lima.txt", out)
+	testutil.Golden(t, "testdata/networks-lima.txt", out)
 }
 
 func TestValidate(t *testing.T) {
@@ -100,8 +81,7 @@ func TestValidate(t *testing.T) {
 			args:   []string{"validate", "--backend", "vmnet-helper", "--networks", "../../examples/vmnet-networks.yaml"},
 			stdout: []string{"4 networks, valid"},
 			stderr: []string{"warning: network jumbo (vmnet-helper): mtu: 9000 cannot be honoured on macOS",
-				"warning: network shared (vmnet-helper): reservations: 1 reservation cannot be honoured",
-				"warning: network isolated (vmnet-helper): will not start:"}},
+				"warning: network shared (vmnet-helper): reservations: 1 reservation cannot be honoured"}},
 		{name: "a tap attachment on the vmnet-helper backend",
 			args:   []string{"validate", "--backend", "vmnet-helper", "-f", "../../examples/vms.yaml"},
 			stdout: []string{"3 VMs, valid"},

@@ -17,11 +17,12 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 var vmnetctl string // the binary under test
 
-func TestMain(m *testing.M) { simvm.MainWithVmnetctl(m, &vmnetctl) }
+func TestMain(m *testing.M) { testutil.MainWithVmnetctl(m, &vmnetctl) }
 
 // host is the machine under test (simvm.Host) with short names for the checks.
 type host struct {
@@ -29,18 +30,27 @@ type host struct {
 	t *testing.T
 }
 
-const networksYAML = `
+// The shared network's DHCP pool is a narrow range, so that a lease is
+// checked against it exactly.
+const (
+	networksYAML = `
 vmnet:
   shared:
     subnet: 10.77.0.0/24
+    dhcpRange: {start: ` + poolStart + `, end: ` + poolEnd + `}
   isolated:
     mode: host
     subnet: 10.78.0.0/24
     isolation: true
 `
+	gateway   = "10.77.0.1"
+	poolStart = "10.77.0.100"
+	poolEnd   = "10.77.0.150"
+)
 
 func newHost(t *testing.T) *host {
-	simvm.NeedRoot(t, "nft", "busybox", "ping")
+	testutil.RequireRoot(t, "runs vmnetctl in network namespaces")
+	testutil.RequireCommands(t, "ip", "nft", "busybox", "ping", "pkill", "pgrep")
 	return &host{Host: simvm.NewHost(t, vmnetctl, "vmnh", networksYAML), t: t}
 }
 
@@ -75,21 +85,29 @@ func TestLifecycle(t *testing.T) {
 	st := h.Status()
 	a, b := h.VM(h.Attachment(st, "a")), h.VM(h.Attachment(st, "b"))
 	la, lb := a.DHCP(t), b.DHCP(t)
-	if la["router"] != "10.77.0.1" || !strings.HasPrefix(lb["ip"], "10.77.0.") {
-		t.Fatalf("leases: a=%v b=%v", la, lb)
+	for name, l := range map[string]map[string]string{"a": la, "b": lb} {
+		if err := testutil.InRange(l["ip"], poolStart, poolEnd); err != nil || l["router"] != gateway {
+			t.Fatalf("%s's lease %v: want an address in the pool (%v) and router %s", name, l, err, gateway)
+		}
+	}
+	if la["ip"] == lb["ip"] {
+		t.Fatalf("a and b both leased %s", la["ip"])
 	}
 	if err := a.Ping(lb["ip"], 3); err != nil {
 		t.Fatalf("a cannot reach b: %v", err)
 	}
-	if err := a.Ping("10.77.0.1", 1); err != nil {
+	if err := a.Ping(gateway, 1); err != nil {
 		t.Fatalf("a cannot reach the gateway: %v", err)
 	}
-	simvm.Eventually(t, 10*time.Second, "status reports a's lease", func() error {
-		if got := h.Attachment(h.Status(), "a").IP; got != la["ip"] {
-			return fmt.Errorf("status says %q, the lease is %q", got, la["ip"])
+	testutil.Eventually(t, 10*time.Second, func() error {
+		st := h.Status()
+		for vm, l := range map[string]map[string]string{"a": la, "b": lb} {
+			if got := h.Attachment(st, vm).IP; got != l["ip"] {
+				return fmt.Errorf("status says %s has %q, the lease is %q", vm, got, l["ip"])
+			}
 		}
 		return nil
-	})
+	}, "status to report a's and b's leases")
 
 	// up again: nothing changes, the same helpers run.
 	pidsBefore := pids(h.Status())
@@ -112,14 +130,14 @@ func TestLifecycle(t *testing.T) {
 	// kill -9 a helper: it comes back, same MAC and address, traffic resumes.
 	old := h.Attachment(h.Status(), "a")
 	syscall.Kill(old.PID, syscall.SIGKILL)
-	simvm.Eventually(t, 10*time.Second, "the helper is restarted", func() error {
+	testutil.Eventually(t, 10*time.Second, func() error {
 		cur := h.Attachment(h.Status(), "a")
 		if cur.State != controller.StateRunning || cur.PID == old.PID || cur.Restarts != 1 {
 			return fmt.Errorf("state %s pid %d restarts %d", cur.State, cur.PID, cur.Restarts)
 		}
 		return nil
-	})
-	simvm.Eventually(t, 10*time.Second, "traffic resumes", func() error { return a.Ping(lb["ip"], 1) })
+	}, "the helper to restart")
+	testutil.Eventually(t, 10*time.Second, func() error { return a.Ping(lb["ip"], 1) }, "traffic to resume")
 	if again := a.DHCP(t); again["ip"] != la["ip"] {
 		t.Errorf("after the restart a leased %s, before %s", again["ip"], la["ip"])
 	}
@@ -247,7 +265,7 @@ func TestRunStopsHelpersWithTheCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var helperPID int
-	simvm.Eventually(t, 20*time.Second, "run's helper is running", func() error {
+	testutil.Eventually(t, 20*time.Second, func() error {
 		st := h.Status()
 		for _, a := range st.Attachments {
 			if a.VM == "a" && a.State == controller.StateRunning && a.PID > 0 {
@@ -256,7 +274,7 @@ func TestRunStopsHelpersWithTheCommand(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("attachments: %+v", st.Attachments)
-	})
+	}, "run's helper to run")
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -289,13 +307,13 @@ func TestTapHelperKilledWithItsCleanup(t *testing.T) {
 		t.Fatalf("no TAP: %+v", old)
 	}
 	syscall.Kill(-old.PID, syscall.SIGKILL) // the helper's group: it and its cleanup child
-	simvm.Eventually(t, 15*time.Second, "the TAP helper is back", func() error {
+	testutil.Eventually(t, 15*time.Second, func() error {
 		cur := h.Attachment(h.Status(), "fc")
 		if cur.State != controller.StateRunning || cur.PID == old.PID {
 			return fmt.Errorf("state %s pid %d: %s", cur.State, cur.PID, cur.Error)
 		}
 		return nil
-	})
+	}, "the TAP helper to be back")
 	if out, err := h.Run(context.Background(), "ip", "-d", "link", "show", old.Tap); err != nil || !strings.Contains(out, "vmnetctl:tap=") {
 		t.Errorf("the new TAP is missing or unmarked: %v\n%s", err, out)
 	}

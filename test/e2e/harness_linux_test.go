@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,12 +10,13 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // lab is a throwaway network namespace with a bridge (10.99.0.1/24), one TAP
 // port per guest and busybox udhcpd serving the bridge.
 type lab struct {
-	ns  string
+	ns  *testutil.NS
 	dir string
 }
 
@@ -29,14 +29,15 @@ const (
 
 func newLab(t *testing.T, taps int, staticLeases map[string]string) *lab {
 	t.Helper()
-	l := &lab{ns: guest.NewNetns(t), dir: t.TempDir()}
-	guest.NetnsRun(t, l.ns, "ip", "link", "add", "br0", "type", "bridge", "stp_state", "0", "forward_delay", "0")
-	guest.NetnsRun(t, l.ns, "ip", "addr", "add", labGateway+"/24", "dev", "br0")
-	guest.NetnsRun(t, l.ns, "ip", "link", "set", "br0", "up")
+	testutil.RequireCommands(t, "busybox")
+	l := &lab{ns: testutil.NewNS(t, "lab"), dir: t.TempDir()}
+	l.ns.MustRun(t, "ip", "link", "add", "br0", "type", "bridge", "stp_state", "0", "forward_delay", "0")
+	l.ns.MustRun(t, "ip", "addr", "add", labGateway+"/24", "dev", "br0")
+	l.ns.MustRun(t, "ip", "link", "set", "br0", "up")
 	for i := 0; i < taps; i++ {
 		tap := fmt.Sprintf("tap%d", i)
-		guest.NetnsRun(t, l.ns, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
-		guest.NetnsRun(t, l.ns, "ip", "link", "set", tap, "master", "br0", "up")
+		l.ns.MustRun(t, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
+		l.ns.MustRun(t, "ip", "link", "set", tap, "master", "br0", "up")
 	}
 
 	conf := fmt.Sprintf(`start 10.99.0.10
@@ -61,15 +62,15 @@ opt lease 600
 	if err := os.WriteFile(filepath.Join(l.dir, "udhcpd.leases"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	guest.NetnsStart(t, l.ns, filepath.Join(l.dir, "udhcpd.log"), "busybox", "udhcpd", "-f", confPath)
-	guest.WaitFor(t, 10*time.Second, "udhcpd listening on udp/67", func() bool { return guest.NetnsListeningUDP(l.ns, 67) })
+	l.ns.Start(t, filepath.Join(l.dir, "udhcpd.log"), "busybox", "udhcpd", "-f", confPath)
+	testutil.Eventually(t, 10*time.Second, func() bool { return l.ns.ListeningUDP(67) }, "udhcpd to listen on udp/67")
 
 	// A host-side TCP echo server on the bridge address.
-	guest.NetnsStart(t, l.ns, filepath.Join(l.dir, "echo.log"), "busybox", "nc", "-ll", "-p", fmt.Sprint(echoPort), "-e", "/bin/cat")
-	guest.WaitFor(t, 10*time.Second, "echo server listening", func() bool { return guest.NetnsListeningTCP(l.ns, echoPort) })
+	l.ns.Start(t, filepath.Join(l.dir, "echo.log"), "busybox", "nc", "-ll", "-p", fmt.Sprint(echoPort), "-e", "/bin/cat")
+	testutil.Eventually(t, 10*time.Second, func() bool { return l.ns.ListeningTCP(echoPort) }, "the echo server to listen on tcp/%d", echoPort)
 
 	// A DNS server on the bridge address that knows one name.
-	pc := guest.ListenUDPInNetns(t, l.ns, labGateway+":53")
+	pc := l.ns.ListenPacket(t, "udp4", labGateway+":53")
 	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(q)
@@ -90,7 +91,7 @@ func (l *lab) guestConfig(name string, tap int, mac string, s *guest.Script) gue
 	return guest.Config{
 		Name:    name,
 		Script:  s,
-		Netns:   l.ns,
+		Netns:   l.ns.Name,
 		NetArgs: guest.NetTap("n0", fmt.Sprintf("tap%d", tap), mac),
 	}
 }
@@ -98,9 +99,8 @@ func (l *lab) guestConfig(name string, tap int, mac string, s *guest.Script) gue
 func inLeaseRange(t *testing.T, r *guest.Result, key string) {
 	t.Helper()
 	v, _ := r.Get(key)
-	a, err := netip.ParseAddr(v)
-	if err != nil || a.Compare(netip.MustParseAddr("10.99.0.10")) < 0 || a.Compare(netip.MustParseAddr("10.99.0.20")) > 0 {
-		t.Errorf("%s: %s = %q, want an address in 10.99.0.10-20", r.Name, key, v)
+	if err := testutil.InRange(v, "10.99.0.10", "10.99.0.20"); err != nil {
+		t.Errorf("%s: %s: %v (udhcpd's pool)", r.Name, key, err)
 	}
 }
 

@@ -1,18 +1,18 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // The unprivileged user the VMs belong to in TestGuestsAsUser, as if
@@ -71,9 +71,7 @@ func userImage(t *testing.T, dir string) *guest.Image {
 func TestGuestsAsUser(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("needs setpriv (util-linux)")
-	}
+	testutil.RequireCommands(t, "setpriv")
 	w := newWorld(t)
 	// The user must be able to reach STATE/vms/VM/, as under /run.
 	if err := os.Chmod(w.dir, 0o755); err != nil {
@@ -104,7 +102,8 @@ func TestGuestsAsUser(t *testing.T) {
       - vmnet: shared
         macAddress: "52:55:55:e2:01:00"
 `)
-	if out, err := exec.Command("ip", append([]string{"netns", "exec", w.host}, asUser("up", "-f", vms)...)...).CombinedOutput(); err != nil {
+	up := asUser("up", "-f", vms)
+	if out, err := w.host.Command(context.Background(), up[0], up[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("sudo vmnetctl up (SUDO_UID=%d): %v\n%s", vmUID, err, out)
 	}
 	st, err := w.status()
@@ -128,7 +127,7 @@ func TestGuestsAsUser(t *testing.T) {
 		Name:    "u",
 		Image:   img,
 		WorkDir: work,
-		Netns:   w.host,
+		Netns:   w.host.Name,
 		Wrapper: []string{"setpriv", "--reuid", fmt.Sprint(vmUID), "--regid", fmt.Sprint(vmGID), "--clear-groups", "--"},
 		NetArgs: w.qemuArgs("u"),
 		Script:  mkScript().DHCP("eth1").Ping(jumboGW),
@@ -137,7 +136,7 @@ func TestGuestsAsUser(t *testing.T) {
 		Name:    "r",
 		Image:   img,
 		WorkDir: work,
-		Netns:   w.host,
+		Netns:   w.host.Name,
 		Wrapper: asUser("run", "-f", runFile, "--vm", "r", "--"),
 		NetArgs: guest.NetDgramFD("net0", controller.FirstVMFD, "52:55:55:e2:01:00"),
 		Script:  mkScript(),
@@ -147,10 +146,27 @@ func TestGuestsAsUser(t *testing.T) {
 		res.Expect(t, "eth0.dhcp", "ok")
 		res.Expect(t, "eth0.router", sharedGW)
 		res.Expect(t, guest.PingKey(sharedGW), "ok")
-		if !strings.HasPrefix(res.Values["eth0.ip"], "10.61.0.") {
-			t.Errorf("%s: eth0.ip = %q", res.Name, res.Values["eth0.ip"])
+		// shared's DHCP pool: after the gateway to .254 (docs/configuration.md).
+		if err := testutil.InRange(res.Values["eth0.ip"], "10.61.0.2", "10.61.0.254"); err != nil {
+			t.Errorf("%s: eth0.ip: %v", res.Name, err)
 		}
 	}
+	// u is still up: its lease is the one status reports for it.
+	testutil.Eventually(t, 20*time.Second, func() error {
+		st, err := w.status()
+		if err != nil {
+			return err
+		}
+		for _, a := range st.Attachments {
+			if a.VM == "u" && a.Index == 0 {
+				if a.IP != ru.Values["eth0.ip"] {
+					return fmt.Errorf("u's eth0 leased %q, status says %q", ru.Values["eth0.ip"], a.IP)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("status has no u/0: %+v", st.Attachments)
+	}, "status to report u's lease")
 	ru.Expect(t, "eth1.dhcp", "ok")
 	ru.Expect(t, "eth1.router", jumboGW)
 	ru.Expect(t, guest.PingKey(jumboGW), "ok")

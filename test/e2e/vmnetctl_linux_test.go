@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // The world of TestGuests: a "host" namespace where vmnetctl runs, and a
@@ -91,21 +90,18 @@ const (
 
 type world struct {
 	t        *testing.T
-	host     string // network namespace vmnetctl runs in
-	wan      string // network namespace behind the host's uplink
-	dir      string // networks.yaml, VM files
-	state    string // --state-dir
+	host     *testutil.NS // network namespace vmnetctl runs in
+	wan      *testutil.NS // network namespace behind the host's uplink
+	dir      string       // networks.yaml, VM files
+	state    string       // --state-dir
 	networks string
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	for _, tool := range []string{"nft", "busybox", "qemu-system-x86_64"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (test/setup.sh installs it)", tool)
-		}
-	}
-	guest.SharedImage(t) // skips without a kernel or busybox
+	testutil.RequireRoot(t, "runs vmnetctl in network namespaces")
+	testutil.RequireCommands(t, "ip", "nft", "busybox", "qemu-system-x86_64")
+	guest.SharedImage(t) // a kernel and busybox: skips without them, or fails with CI=true
 	// Short paths: unix socket paths are limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "vmne2e")
 	if err != nil {
@@ -113,37 +109,28 @@ func newWorld(t *testing.T) *world {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	w := &world{t: t, dir: dir, state: filepath.Join(dir, "state"), networks: filepath.Join(dir, "networks.yaml")}
-	w.host = guest.NewNetns(t)
-	w.wan = guest.NewNetns(t)
+	w.host = testutil.NewNS(t, "host")
+	w.wan = testutil.NewNS(t, "wan")
 	// Registered after the namespaces, so it runs before they are deleted
-	// (and after the guests, booted later, are killed).
+	// (and after the guests, booted later, are killed). Deleting the host
+	// namespace kills what is left in it (the controller, helpers).
 	t.Cleanup(w.teardown)
 
-	if out, err := exec.Command("ip", "-n", w.host, "link", "add", "uplink", "type", "veth", "peer", "name", "eth0", "netns", w.wan).CombinedOutput(); err != nil {
-		t.Fatalf("veth: %v: %s", err, out)
-	}
-	guest.NetnsRun(t, w.host, "ip", "addr", "add", wanHost+"/24", "dev", "uplink")
-	guest.NetnsRun(t, w.host, "ip", "link", "set", "uplink", "up")
-	guest.NetnsRun(t, w.host, "ip", "route", "add", "default", "via", wanPeer)
-	guest.NetnsRun(t, w.wan, "ip", "addr", "add", wanPeer+"/24", "dev", "eth0")
-	guest.NetnsRun(t, w.wan, "ip", "link", "set", "eth0", "up")
-	guest.NetnsRun(t, w.wan, "ip", "route", "add", "10.60.0.0/14", "via", wanHost)
+	testutil.Run(t, "ip", "-n", w.host.Name, "link", "add", "uplink", "type", "veth", "peer", "name", "eth0", "netns", w.wan.Name)
+	w.host.MustRun(t, "ip", "addr", "add", wanHost+"/24", "dev", "uplink")
+	w.host.MustRun(t, "ip", "link", "set", "uplink", "up")
+	w.host.MustRun(t, "ip", "route", "add", "default", "via", wanPeer)
+	w.wan.MustRun(t, "ip", "addr", "add", wanPeer+"/24", "dev", "eth0")
+	w.wan.MustRun(t, "ip", "link", "set", "eth0", "up")
+	w.wan.MustRun(t, "ip", "route", "add", "10.60.0.0/14", "via", wanHost)
 	w.write("networks.yaml", e2eNetworks)
 	return w
 }
 
-// teardown removes everything vmnetctl made, then kills what is left in the
-// host namespace (the controller, helpers): all started by this test.
+// teardown removes everything vmnetctl made.
 func (w *world) teardown() {
 	if out, err := w.vmnetctl("down", "--all"); err != nil {
 		w.t.Errorf("down --all: %v\n%s", err, out)
-	}
-	out, _ := exec.Command("ip", "netns", "pids", w.host).Output()
-	for _, f := range strings.Fields(string(out)) {
-		var pid int
-		if _, err := fmt.Sscan(f, &pid); err == nil && pid > 1 {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
 	}
 }
 
@@ -164,9 +151,9 @@ func (w *world) cmdline(args ...string) []string {
 func (w *world) vmnetctl(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	full := append([]string{"netns", "exec", w.host}, w.cmdline(args...)...)
+	cmdline := w.cmdline(args...)
 	var stdout, stderr strings.Builder
-	cmd := exec.CommandContext(ctx, "ip", full...)
+	cmd := w.host.Command(ctx, cmdline[0], cmdline[1:]...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return stdout.String(), fmt.Errorf("vmnetctl %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
@@ -220,13 +207,9 @@ func (s *echoServer) sources() ([]string, []string) {
 	return append([]string(nil), s.peers...), append([]string(nil), s.data...)
 }
 
-func serveEcho(t *testing.T, ns, addr string) *echoServer {
+func serveEcho(t *testing.T, ns *testutil.NS, addr string) *echoServer {
 	t.Helper()
-	var ln net.Listener
-	if err := guest.InNetns(ns, func() (err error) { ln, err = net.Listen("tcp4", addr); return err }); err != nil {
-		t.Fatalf("listen %s in %s: %v", addr, ns, err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := ns.Listen(t, "tcp4", addr)
 	s := &echoServer{}
 	go func() {
 		for {
@@ -304,10 +287,21 @@ func TestGuests(t *testing.T) {
 	w.mustVmnetctl("up", "-f", vms)
 	argsA := w.qemuArgs("a")
 	argsC := w.qemuArgs("c")
-	for i, want := range []string{"tap,id=net0,ifname=vmt-", "virtio-net-pci,netdev=net0,mac=", "tap,id=net1,ifname=vmt-"} {
-		if !strings.HasPrefix(argsC[2*i+1], want) {
-			t.Fatalf("args c --vmm qemu: %v, word %d should start with %q", argsC, 2*i+1, want)
+	// c's words name exactly the TAPs and MACs status reports for it.
+	stUp, err := w.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantC []string
+	for _, att := range stUp.Attachments {
+		if att.VM == "c" {
+			wantC = append(wantC,
+				"-netdev", fmt.Sprintf("tap,id=net%d,ifname=%s,script=no,downscript=no", att.Index, att.Tap),
+				"-device", fmt.Sprintf("virtio-net-pci,netdev=net%d,mac=%s", att.Index, att.MAC))
 		}
+	}
+	if !slices.Equal(argsC, wantC) || len(wantC) != 8 {
+		t.Fatalf("args c --vmm qemu:\n%q\nwant (from status):\n%q", argsC, wantC)
 	}
 	// qemu binds local.path (STATE/vms/a/N.vm.sock). A socket file left there
 	// by an earlier qemu must not stop the next one.
@@ -317,7 +311,7 @@ func TestGuests(t *testing.T) {
 	long := 150 * time.Second
 	a := guest.Boot(t, guest.Config{
 		Name:    "a",
-		Netns:   w.host,
+		Netns:   w.host.Name,
 		NetArgs: argsA,
 		Script: guest.NewScript().
 			DHCP("eth0").
@@ -335,7 +329,7 @@ func TestGuests(t *testing.T) {
 	})
 	b := guest.Boot(t, guest.Config{
 		Name:    "b",
-		Netns:   w.host,
+		Netns:   w.host.Name,
 		Wrapper: w.cmdline("run", "-f", runFile, "--vm", "b", "--"),
 		NetArgs: append(guest.NetDgramFD("net0", controller.FirstVMFD, bMAC0), guest.NetDgramFD("net1", controller.FirstVMFD+1, bMAC1)...),
 		Script: guest.NewScript().
@@ -359,7 +353,7 @@ func TestGuests(t *testing.T) {
 	})
 	c := guest.Boot(t, guest.Config{
 		Name:    "c",
-		Netns:   w.host,
+		Netns:   w.host.Name,
 		NetArgs: argsC,
 		Script: guest.NewScript().
 			DHCP("eth1").
@@ -399,7 +393,7 @@ func TestGuests(t *testing.T) {
 	}
 	leaseTime := time.Since(start)
 	var st *controller.Status
-	guest.WaitFor(t, 20*time.Second, "status --json to report every guest's lease", func() bool {
+	testutil.Eventually(t, 20*time.Second, func() bool {
 		s, err := w.status()
 		if err != nil {
 			t.Log(err)
@@ -412,7 +406,7 @@ func TestGuests(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, "status --json to report every guest's lease")
 	for k := range leases {
 		att, _ := attachmentByMAC(st, macs[k])
 		vm, ifname, _ := strings.Cut(k, "/")

@@ -24,13 +24,15 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
-	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/test/simvm"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 var vmnetctl string // the binary under test
 
-func TestMain(m *testing.M) { simvm.MainWithVmnetctl(m, &vmnetctl) }
+func TestMain(m *testing.M) { testutil.MainWithVmnetctl(m, &vmnetctl) }
 
 const networksYAML = `
 vmnet:
@@ -68,7 +70,8 @@ type host struct {
 }
 
 func newHost(t *testing.T) *host {
-	simvm.NeedRoot(t, "nft", "busybox", "ping", "iperf3", "promtool", "prometheus")
+	testutil.RequireRoot(t, "runs vmnetctl in network namespaces")
+	testutil.RequireCommands(t, "ip", "nft", "busybox", "ping", "iperf3", "promtool", "prometheus")
 	h := &host{Host: simvm.NewHost(t, vmnetctl, "vmnm", networksYAML), t: t}
 	// `up` starts the controller with this environment.
 	h.Env = []string{controller.EnvStatsInterval + "=" + statsInterval}
@@ -161,9 +164,14 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"vmnetctl_build_info", "vmnetctl_reconcile_duration_seconds", "vmnetctl_last_successful_reconcile_timestamp_seconds",
-		"go_goroutines", "process_resident_memory_bytes", "vmnetctl_helper_start_duration_seconds", "vmnetctl_helper_resident_memory_bytes", "vmnetctl_helper_cpu_seconds_total"} {
-		if s.value(t, name, "vm", "a") < 0 && s.value(t, name) < 0 {
-			t.Errorf("/metrics has no %s", name)
+		"go_goroutines", "process_resident_memory_bytes"} {
+		if !s.has(t, name) {
+			t.Errorf("/metrics declares %s but has no sample of it", name)
+		}
+	}
+	for _, name := range []string{"vmnetctl_helper_start_duration_seconds", "vmnetctl_helper_resident_memory_bytes", "vmnetctl_helper_cpu_seconds_total"} {
+		if !s.has(t, name, "vm", "a") {
+			t.Errorf("/metrics declares %s but has no sample for a's helper", name)
 		}
 	}
 	if s.value(t, "vmnetctl_reconciles_total", "result", "success") < 1 {
@@ -176,7 +184,7 @@ func TestMetrics(t *testing.T) {
 	// A lease moves the leases gauge and the DHCP counters.
 	a, b := simvm.AttachSocket(t, "vma", sa.MAC, sa.Socket, filepath.Join(h.Dir, "a.client.sock")), simvm.AttachSocket(t, "vmb", sb.MAC, sb.Socket, filepath.Join(h.Dir, "b.client.sock"))
 	la, lb := a.DHCP(t), b.DHCP(t)
-	simvm.Eventually(t, 5*time.Second, "two leases counted", func() error {
+	testutil.Eventually(t, 5*time.Second, func() error {
 		_, s := h.scrape()
 		if got := s.value(t, "vmnetctl_network_dhcp_leases", "network", "shared"); got != 2 {
 			return fmt.Errorf("leases %v", got)
@@ -185,7 +193,7 @@ func TestMetrics(t *testing.T) {
 			return fmt.Errorf("ACKs %v", got)
 		}
 		return nil
-	})
+	}, "two leases to be counted")
 
 	// Every metric is served by now (the helpers have reported): the docs
 	// and the dashboard must match what is.
@@ -201,14 +209,14 @@ func TestMetrics(t *testing.T) {
 	settle := func(vm, dir string) float64 {
 		since := float64(time.Now().UnixNano()) / 1e9
 		var v float64
-		simvm.Eventually(t, 5*time.Second, "a new stats line from "+vm+"'s helper", func() error {
+		testutil.Eventually(t, 5*time.Second, func() error {
 			_, s := h.scrape()
 			if stamp := s.value(t, "vmnetctl_attachment_stats_timestamp_seconds", "vm", vm); stamp <= since {
 				return fmt.Errorf("latest stats line at %.3f, waiting for one after %.3f", stamp, since)
 			}
 			v = s.value(t, "vmnetctl_attachment_bytes_total", "vm", vm, "direction", dir)
 			return nil
-		})
+		}, "a new stats line from %s's helper", vm)
 		return v
 	}
 	if err := a.Ping(lb["ip"], 1); err != nil { // ARP: no retries below
@@ -244,16 +252,13 @@ func TestMetrics(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	simvm.Eventually(t, 5*time.Second, "the iperf3 server listens", func() error {
-		_, err := b.Run(context.Background(), "sh", "-c", "ss -ltn | grep -q ':5201 '")
-		return err
-	})
+	testutil.Eventually(t, 5*time.Second, func() bool { return b.ListeningTCP(5201) }, "the iperf3 server to listen")
 	if err := flow.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { flow.Process.Kill(); flow.Wait(); srv.Process.Kill(); srv.Wait() })
 	query := `rate(vmnetctl_attachment_bytes_total{vm="a",direction="from_vm"}[10s])`
-	simvm.Eventually(t, 20*time.Second, "Prometheus sees a's rate", func() error {
+	testutil.Eventually(t, 20*time.Second, func() error {
 		v, err := prom.query(query)
 		if err != nil {
 			return err
@@ -263,8 +268,8 @@ func TestMetrics(t *testing.T) {
 		}
 		t.Logf("Prometheus: %s = %.0f bytes/s", query, v)
 		return nil
-	})
-	simvm.Eventually(t, 5*time.Second, "status shows a's rate", func() error {
+	}, "Prometheus to see a's rate")
+	testutil.Eventually(t, 5*time.Second, func() error {
 		st := h.Status()
 		if a := h.Attachment(st, "a"); a.RxBitsPerSecond < 1e6 {
 			return fmt.Errorf("a's rx %v bits/s", a.RxBitsPerSecond)
@@ -273,23 +278,23 @@ func TestMetrics(t *testing.T) {
 			return fmt.Errorf("b's tx %v bits/s", b.TxBitsPerSecond)
 		}
 		return nil
-	})
+	}, "status to show a's rate")
 	// TCP over the simulated VMs' lossy relays can pause for a
 	// retransmission timeout, longer than a stats interval: retry.
-	simvm.Eventually(t, 5*time.Second, "the status table shows rates", func() error {
+	testutil.Eventually(t, 5*time.Second, func() error {
 		table := h.vmnetctl("status")
 		if !strings.Contains(table, "FROM VM") || !strings.Contains(table, "Mb/s") {
 			return fmt.Errorf("no rate in:\n%s", table)
 		}
 		t.Logf("vmnetctl status while traffic flows:\n%s", table)
 		return nil
-	})
+	}, "the status table to show rates")
 	flow.Process.Kill()
 	flow.Wait()
 
 	// kill -9 b's helper: the restart counter moves and the helper is up again.
 	syscall.Kill(h.Attachment(h.Status(), "b").PID, syscall.SIGKILL)
-	simvm.Eventually(t, 10*time.Second, "b's restart is counted", func() error {
+	testutil.Eventually(t, 10*time.Second, func() error {
 		_, s := h.scrape()
 		if r := s.value(t, "vmnetctl_helper_restarts_total", "vm", "b"); r != 1 {
 			return fmt.Errorf("restarts %v", r)
@@ -298,14 +303,14 @@ func TestMetrics(t *testing.T) {
 			return fmt.Errorf("up %v", up)
 		}
 		return nil
-	})
-	simvm.Eventually(t, 10*time.Second, "Prometheus sees the restart", func() error {
+	}, "b's restart to be counted")
+	testutil.Eventually(t, 10*time.Second, func() error {
 		v, err := prom.query(`max(vmnetctl_helper_restarts_total{vm="b"})`)
 		if err != nil || v != 1 {
 			return fmt.Errorf("restarts %v, %v", v, err)
 		}
 		return nil
-	})
+	}, "Prometheus to see the restart")
 	if la["ip"] == "" {
 		t.Errorf("a has no lease")
 	}
@@ -330,7 +335,7 @@ func TestMetrics(t *testing.T) {
 // returns, every byte went through both helpers. Small socket buffers keep
 // few segments in flight, so that the simulated VMs' relays drop (and TCP
 // retransmits) little and the counters stay close to the payload.
-func sendTCP(t *testing.T, from, to *simvm.NS, addr string, n int) int64 {
+func sendTCP(t *testing.T, from, to *testutil.NS, addr string, n int) int64 {
 	t.Helper()
 	var ln net.Listener
 	if err := to.Do(func() error {
@@ -381,7 +386,7 @@ func (zeros) Read(p []byte) (int, error) {
 
 // writeTapFrames opens the TAP name in ns, as a VMM would, and writes count
 // broadcast frames of size bytes from mac to it.
-func writeTapFrames(t *testing.T, ns *simvm.NS, name, mac string, count, size int) {
+func writeTapFrames(t *testing.T, ns *testutil.NS, name, mac string, count, size int) {
 	t.Helper()
 	hw, err := net.ParseMAC(mac)
 	if err != nil {
@@ -423,12 +428,12 @@ func writeTapFrames(t *testing.T, ns *simvm.NS, name, mac string, count, size in
 func checkDocumented(t *testing.T, served samples) {
 	t.Helper()
 	names := map[string]bool{}
-	for _, s := range served {
-		name := s.name
-		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-			name = strings.TrimSuffix(name, suffix)
+	for _, s := range served.list {
+		if name, ok := served.family(s.name); ok {
+			names[name] = true
+		} else {
+			t.Errorf("/metrics serves %s without a # TYPE line", s.name)
 		}
-		names[name] = true
 	}
 	for _, doc := range []string{"../../docs/metrics.md", "../../docs/grafana-dashboard.json"} {
 		data, err := os.ReadFile(doc)
@@ -494,10 +499,10 @@ scrape_configs:
 			t.Logf("prometheus log:\n%s", log)
 		}
 	})
-	simvm.Eventually(t, 20*time.Second, "Prometheus is ready", func() error {
+	testutil.Eventually(t, 20*time.Second, func() error {
 		_, err := h.get("http://" + p.addr + "/-/ready")
 		return err
-	})
+	}, "Prometheus to be ready")
 	return p
 }
 
@@ -541,26 +546,45 @@ type sample struct {
 	value  float64
 }
 
-type samples []sample
+// samples is a scrape: its samples, and the metric families it declares
+// (# TYPE lines, name to type), which exist even without a sample.
+type samples struct {
+	list     []sample
+	families map[string]string
+}
+
+// family is the family a sample name belongs to (a histogram's or
+// summary's _bucket, _sum and _count samples belong to the base name).
+func (ss samples) family(name string) (string, bool) {
+	if _, ok := ss.families[name]; ok {
+		return name, true
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		base := strings.TrimSuffix(name, suffix)
+		if t := ss.families[base]; base != name && (t == "histogram" || t == "summary") {
+			return base, true
+		}
+	}
+	return "", false
+}
 
 // value is the value of the one sample of name whose labels include the
-// given pairs; -1 when there is none. More than one fails the test.
+// given pairs; -1 when there is none. A name that is no metric family of
+// the scrape (misspelled, or not registered) fails the test, so that
+// "no sample" always means the family is there without that sample. More
+// than one sample fails the test too.
 func (ss samples) value(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
+	if _, ok := ss.family(name); !ok {
+		t.Fatalf("/metrics declares no metric family %s (# TYPE)", name)
+	}
 	found := -1.0
 	n := 0
-next:
-	for _, s := range ss {
-		if s.name != name {
-			continue
+	for _, s := range ss.list {
+		if s.matches(name, labels) {
+			found = s.value
+			n++
 		}
-		for i := 0; i+1 < len(labels); i += 2 {
-			if s.labels[labels[i]] != labels[i+1] {
-				continue next
-			}
-		}
-		found = s.value
-		n++
 	}
 	if n > 1 {
 		t.Fatalf("%d samples of %s%v", n, name, labels)
@@ -568,12 +592,48 @@ next:
 	return found
 }
 
+// has reports whether the family name (declared, or the test fails) has a
+// sample whose labels include the given pairs: a histogram's through its
+// _count.
+func (ss samples) has(t testing.TB, name string, labels ...string) bool {
+	t.Helper()
+	if ss.families[name] == "histogram" || ss.families[name] == "summary" {
+		name += "_count"
+	}
+	if _, ok := ss.family(name); !ok {
+		t.Fatalf("/metrics declares no metric family %s (# TYPE)", name)
+	}
+	for _, s := range ss.list {
+		if s.matches(name, labels) {
+			return true
+		}
+	}
+	return false
+}
+
+// matches says whether s is a sample of name whose labels include the
+// given pairs.
+func (s sample) matches(name string, labels []string) bool {
+	if s.name != name {
+		return false
+	}
+	for i := 0; i+1 < len(labels); i += 2 {
+		if s.labels[labels[i]] != labels[i+1] {
+			return false
+		}
+	}
+	return true
+}
+
 // parseSamples parses the text format, which is all promhttp serves
 // without content negotiation.
 func parseSamples(t testing.TB, body string) samples {
 	t.Helper()
-	var ss samples
+	ss := samples{families: map[string]string{}}
 	for _, line := range strings.Split(body, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			ss.families[f[2]] = f[3]
+		}
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -615,7 +675,7 @@ func parseSamples(t testing.TB, body string) samples {
 			t.Fatalf("bad value in %q: %v", line, err)
 		}
 		s.value = v
-		ss = append(ss, s)
+		ss.list = append(ss.list, s)
 	}
 	return ss
 }

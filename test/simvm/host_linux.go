@@ -14,42 +14,14 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
-
-// BuildVmnetctl builds the vmnetctl binary for a test package's TestMain.
-// The caller removes the returned directory when the tests are done.
-func BuildVmnetctl() (binary, dir string, err error) {
-	dir, err = os.MkdirTemp("", "vmnetctl-test-bin")
-	if err != nil {
-		return "", "", err
-	}
-	binary = filepath.Join(dir, "vmnetctl")
-	if out, err := exec.Command("go", "build", "-o", binary, "github.com/vmnetctl/vmnetctl/cmd/vmnetctl").CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return "", "", fmt.Errorf("building vmnetctl: %v\n%s", err, out)
-	}
-	return binary, dir, nil
-}
-
-// MainWithVmnetctl is a TestMain for end-to-end packages: it builds the
-// vmnetctl binary into *binary, runs the tests and removes it.
-func MainWithVmnetctl(m *testing.M, binary *string) {
-	bin, dir, err := BuildVmnetctl()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	*binary = bin
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
 
 // Host is the machine vmnetctl manages, for end-to-end tests: a namespace
 // of its own, a state dir and a networks.yaml, and the binary under test.
 // When the test ends, no controller or helper of its state dir is left.
 type Host struct {
-	*NS
+	*testutil.NS
 	T        testing.TB
 	Dir      string
 	Networks string
@@ -62,7 +34,7 @@ type Host struct {
 // NewHost makes a host namespace whose networks.yaml holds networksYAML.
 func NewHost(t testing.TB, binary, prefix, networksYAML string) *Host {
 	t.Helper()
-	h := &Host{NS: NewNS(t, prefix), T: t, Dir: t.TempDir(), Binary: binary}
+	h := &Host{NS: testutil.NewNS(t, prefix), T: t, Dir: t.TempDir(), Binary: binary}
 	h.Networks = h.WriteFile("networks.yaml", networksYAML)
 	t.Cleanup(func() {
 		exec.Command("pkill", "-9", "-f", "--state-dir "+h.StateDir()).Run()

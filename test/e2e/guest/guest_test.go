@@ -2,6 +2,7 @@ package guest
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 func TestQuote(t *testing.T) {
@@ -71,9 +74,10 @@ func mustTemp(t *testing.T) *os.File {
 }
 
 func TestCPIOReadableByCpio(t *testing.T) {
+	testutil.RequireCommands(t, "cpio")
 	cpio, err := exec.LookPath("cpio")
 	if err != nil {
-		t.Skip("no cpio")
+		t.Fatal(err)
 	}
 	var buf bytes.Buffer
 	if err := writeCPIO(&buf, withParents([]cpioEntry{
@@ -138,12 +142,14 @@ func TestVersionLess(t *testing.T) {
 
 func TestPVHKernel(t *testing.T) {
 	var opts ImageOptions
-	if err := opts.fill(); err != nil {
-		t.Skip(err)
+	if err := opts.fill(); errors.Is(err, ErrMissing) {
+		testutil.Missing(t, err.Error(), setupHint)
+	} else if err != nil {
+		t.Fatal(err)
 	}
 	sum, err := hashFile(opts.Kernel)
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err) // the kernel was found: failing to read it is no missing prerequisite
 	}
 	start := time.Now()
 	path, err := pvhKernel(opts.Kernel, sum, t.TempDir())

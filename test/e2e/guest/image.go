@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // imageFormat is bumped whenever the image layout changes in a way the
@@ -29,8 +31,11 @@ const imageFormat = "vmnetctl-e2e-image-v1"
 var DefaultModules = []string{"virtio_pci", "virtio_net"}
 
 // ErrMissing wraps errors about missing prerequisites (no kernel, no busybox,
-// no qemu): tests skip rather than fail on them.
+// no qemu): tests skip on them, or fail with CI=true (testutil.Missing).
 var ErrMissing = errors.New("e2e prerequisite missing")
+
+// setupHint is how to install what ErrMissing is about.
+const setupHint = "test/setup.sh, run as root, installs qemu-system-x86, busybox-static and linux-image-amd64"
 
 // ImageOptions selects the inputs of a guest image. Zero values pick the
 // defaults described on each field.
@@ -431,13 +436,13 @@ var (
 )
 
 // SharedImage builds (or finds in the cache) the default image once per
-// process and returns it. It skips the test when a prerequisite is missing
-// and fails it on other errors.
+// process and returns it. A missing prerequisite skips the test, or fails
+// it with CI=true (testutil.Missing); other errors fail it.
 func SharedImage(tb testing.TB) *Image {
 	tb.Helper()
 	sharedOnce.Do(func() { sharedImg, sharedErr = BuildImage(ImageOptions{}) })
 	if errors.Is(sharedErr, ErrMissing) {
-		tb.Skipf("e2e guest: %v", sharedErr)
+		testutil.Missing(tb, "e2e guest image: "+sharedErr.Error(), setupHint)
 	}
 	if sharedErr != nil {
 		tb.Fatalf("e2e guest image: %v", sharedErr)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // Config describes one guest.
@@ -241,7 +243,7 @@ func Start(cfg Config) (*Guest, error) {
 
 // Boot starts a guest for a test and kills it on test cleanup. Defaults:
 // Image = SharedImage(tb), Dir = tb.ArtifactDir(), WorkDir = tb.TempDir().
-// It skips the test if qemu is missing.
+// A missing qemu skips the test, or fails it with CI=true.
 func Boot(tb testing.TB, cfg Config) *Guest {
 	tb.Helper()
 	if cfg.Image == nil {
@@ -255,7 +257,7 @@ func Boot(tb testing.TB, cfg Config) *Guest {
 	}
 	g, err := Start(cfg)
 	if errors.Is(err, ErrMissing) {
-		tb.Skipf("e2e guest: %v", err)
+		testutil.Missing(tb, "e2e guest: "+err.Error(), setupHint)
 	}
 	if err != nil {
 		tb.Fatalf("e2e guest: %v", err)

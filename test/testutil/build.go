@@ -1,0 +1,41 @@
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// VmnetctlPackage is the import path of the vmnetctl command.
+const VmnetctlPackage = "github.com/vmnetctl/vmnetctl/cmd/vmnetctl"
+
+// Build builds the Go command pkg into dir and returns the binary's path.
+func Build(dir, pkg string) (string, error) {
+	binary := filepath.Join(dir, filepath.Base(pkg))
+	if out, err := exec.Command("go", "build", "-o", binary, pkg).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+	}
+	return binary, nil
+}
+
+// MainWithVmnetctl is a TestMain for packages that run the vmnetctl binary:
+// it builds it into *binary (in a directory of its own), runs the tests and
+// removes the binary.
+func MainWithVmnetctl(m *testing.M, binary *string) {
+	dir, err := os.MkdirTemp("", "vmnetctl-test-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*binary, err = Build(dir, VmnetctlPackage)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
