@@ -432,3 +432,9 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 	}
 	return errs
 }
+
+// markedID returns the network id a mark names, and whether s is a mark.
+func markedID(s string) (string, bool) {
+	id, ok := strings.CutPrefix(s, markPrefix)
+	return id, ok && id != ""
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
-	"strings"
 )
 
 // ErrUnsupported is returned by the data plane on systems other than Linux,
@@ -32,12 +31,6 @@ const tapMarkPrefix = aliasPrefix + "tap="
 // TapMark is the ifalias CreatePort gives the TAP named name, so that a TAP
 // left behind by a helper killed with its cleanup child is known as ours.
 func TapMark(name string) string { return tapMarkPrefix + name }
-
-// markedID returns the network id a mark names, and whether s is a mark.
-func markedID(s string) (string, bool) {
-	id, ok := strings.CutPrefix(s, markPrefix)
-	return id, ok && id != ""
-}
 
 // TableName is the nftables table (family inet) of network id.
 func TableName(id string) string { return tablePrefix + id }

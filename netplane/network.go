@@ -2,10 +2,6 @@ package netplane
 
 import (
 	"log/slog"
-	"net"
-	"net/netip"
-	"strings"
-	"sync"
 )
 
 // Options configure Start.
@@ -29,76 +25,23 @@ type Stats struct {
 	Leases []Lease   `json:"leases"`
 }
 
-// hostTable maps VMs' MAC addresses to their names for the DNS proxy.
-type hostTable struct {
-	mu     sync.Mutex
-	byMAC  map[string]string
-	byName map[string]string // lower-case name → MAC
+// DHCPStats counts a DHCP server's traffic since it started.
+type DHCPStats struct {
+	// Requests counts received messages by DHCP message type
+	// ("DISCOVER", "REQUEST", "RELEASE", "DECLINE", "INFORM", "other").
+	Requests map[string]uint64 `json:"requests"`
+	// Replies counts sent messages by type ("OFFER", "ACK", "NAK").
+	Replies map[string]uint64 `json:"replies"`
+	// Errors counts messages dropped: unparsable, not for us, no address left,
+	// or a reply that could not be sent.
+	Errors uint64 `json:"errors"`
 }
 
-func (t *hostTable) set(mac net.HardwareAddr, name string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := mac.String()
-	if old, ok := t.byMAC[m]; ok {
-		delete(t.byName, strings.ToLower(old))
-	}
-	if name == "" {
-		delete(t.byMAC, m)
-		return
-	}
-	t.byMAC[m] = name
-	t.byName[strings.ToLower(name)] = m
-}
-
-func (t *hostTable) mac(name string) (string, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m, ok := t.byName[strings.ToLower(name)]
-	return m, ok
-}
-
-// resolver answers names for the DNS proxy: VM names the controller set
-// first (their fixed address, else their current lease), then the host
-// names DHCP clients sent.
-func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool) {
-	return func(name string) (netip.Addr, bool) {
-		if alloc == nil {
-			return netip.Addr{}, false
-		}
-		if m, ok := hosts.mac(name); ok {
-			hw, _ := net.ParseMAC(m)
-			if ip, ok := alloc.Fixed(hw); ok {
-				return ip, true
-			}
-			if l, ok := alloc.Lookup(hw); ok {
-				return l.IP, true
-			}
-		}
-		for _, l := range alloc.Leases() {
-			// A client may send a full name; its first label is its name here.
-			host, _, _ := strings.Cut(l.Hostname, ".")
-			if host != "" && strings.EqualFold(host, name) {
-				return l.IP, true
-			}
-		}
-		return netip.Addr{}, false
-	}
-}
-
-func newHostTable() *hostTable {
-	return &hostTable{byMAC: map[string]string{}, byName: map[string]string{}}
-}
-
-// validHostName reports whether name can be answered under DNSDomain.
-func validHostName(name string) bool {
-	if name == "" || len(name) > 63 || strings.HasPrefix(name, "-") {
-		return false
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
+// DNSStats counts a DNS proxy's queries since it started.
+type DNSStats struct {
+	Queries       uint64 `json:"queries"`       // every query received
+	Local         uint64 `json:"local"`         // answered from the VM table
+	NXDomain      uint64 `json:"nxdomain"`      // unknown names under vmnet.internal
+	Forwarded     uint64 `json:"forwarded"`     // answered by an upstream resolver
+	ForwardErrors uint64 `json:"forwardErrors"` // no upstream answered: SERVFAIL
 }

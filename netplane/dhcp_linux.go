@@ -12,18 +12,6 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
-// DHCPStats counts a DHCP server's traffic since it started.
-type DHCPStats struct {
-	// Requests counts received messages by DHCP message type
-	// ("DISCOVER", "REQUEST", "RELEASE", "DECLINE", "INFORM", "other").
-	Requests map[string]uint64 `json:"requests"`
-	// Replies counts sent messages by type ("OFFER", "ACK", "NAK").
-	Replies map[string]uint64 `json:"replies"`
-	// Errors counts messages dropped: unparsable, not for us, no address left,
-	// or a reply that could not be sent.
-	Errors uint64 `json:"errors"`
-}
-
 // dhcpHandler answers DHCP clients of one network from its Allocator. The
 // socket is server4's; the decisions are here, so they can be tested with
 // packets alone.

@@ -5,30 +5,17 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/miekg/dns"
 )
 
-// DNSDomain is the zone the DNS proxy answers itself: <vm>.vmnet.internal.
-const DNSDomain = "vmnet.internal"
-
 // localTTL is the TTL of the proxy's own answers: short, since VMs come and go.
 const localTTL = 5
 
 // upstreamTimeout bounds one query to one upstream resolver.
 const upstreamTimeout = 3 * time.Second
-
-// DNSStats counts a DNS proxy's queries since it started.
-type DNSStats struct {
-	Queries       uint64 `json:"queries"`       // every query received
-	Local         uint64 `json:"local"`         // answered from the VM table
-	NXDomain      uint64 `json:"nxdomain"`      // unknown names under vmnet.internal
-	Forwarded     uint64 `json:"forwarded"`     // answered by an upstream resolver
-	ForwardErrors uint64 `json:"forwardErrors"` // no upstream answered: SERVFAIL
-}
 
 // dnsHandler answers a network's VMs: names of VMs from resolve, the rest
 // from the host's resolvers.
@@ -56,38 +43,6 @@ func (h *dnsHandler) Stats() DNSStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.stats
-}
-
-// localName returns the VM name a query is about: the first label of
-// NAME.vmnet.internal. (inZone true), or a bare single-label NAME. (a VM
-// whose resolver has no search domain asks for those).
-func localName(qname string) (name string, inZone bool, ok bool) {
-	q := strings.TrimSuffix(asciiLower(qname), ".")
-	if rest, found := strings.CutSuffix(q, "."+DNSDomain); found {
-		if rest == "" || strings.Contains(rest, ".") {
-			return "", true, false
-		}
-		return rest, true, true
-	}
-	if q == DNSDomain {
-		return "", true, false
-	}
-	if q != "" && !strings.Contains(q, ".") {
-		return q, false, true
-	}
-	return "", false, false
-}
-
-// asciiLower lower-cases ASCII letters only: DNS names compare
-// case-insensitively in ASCII, and other bytes must stay as they are.
-func asciiLower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }
 
 // ServeDNS implements dns.Handler.
