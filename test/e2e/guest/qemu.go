@@ -3,6 +3,7 @@ package guest
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -136,21 +137,40 @@ func Start(cfg Config) (*Guest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: qemu-system-x86_64 (install qemu-system-x86)", ErrMissing)
 	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	initrd := filepath.Join(cfg.WorkDir, cfg.Name+".initrd")
+	if err := writeGuestInitrd(initrd, cfg.Image.Initrd, cfg.Script); err != nil {
+		return nil, err
+	}
+	args, err := cfg.commandLine(qemu, initrd)
+	if err != nil {
+		return nil, err
+	}
+	g := &Guest{
+		cfg:      cfg,
+		values:   map[string]string{},
+		finished: make(chan struct{}),
+		exited:   make(chan struct{}),
+		logPath:  filepath.Join(cfg.Dir, cfg.Name+".console.log"),
+	}
+	if err := g.run(args); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// setDefaults fills in what the config leaves out.
+func (cfg *Config) setDefaults() error {
 	if cfg.Name == "" {
 		cfg.Name = "guest"
 	}
 	if cfg.MemoryMB == 0 {
 		cfg.MemoryMB = 256
 	}
-	if cfg.Accel == "" {
-		cfg.Accel = os.Getenv("VMNETCTL_E2E_ACCEL")
-	}
-	if cfg.Accel == "" {
-		cfg.Accel = "tcg"
-	}
-	if cfg.Machine == "" {
-		cfg.Machine = "q35"
-	}
+	cfg.Accel = cmp.Or(cfg.Accel, os.Getenv("VMNETCTL_E2E_ACCEL"), "tcg")
+	cfg.Machine = cmp.Or(cfg.Machine, "q35")
 	if cfg.Timeout == 0 {
 		if d, err := time.ParseDuration(os.Getenv("VMNETCTL_E2E_TIMEOUT")); err == nil && d > 0 {
 			cfg.Timeout = d
@@ -161,19 +181,17 @@ func Start(cfg Config) (*Guest, error) {
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "vmnetctl-e2e-"+cfg.Name+"-")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		cfg.Dir = d
 	}
-	if cfg.WorkDir == "" {
-		cfg.WorkDir = cfg.Dir
-	}
+	cfg.WorkDir = cmp.Or(cfg.WorkDir, cfg.Dir)
+	return nil
+}
 
-	initrd := filepath.Join(cfg.WorkDir, cfg.Name+".initrd")
-	if err := writeGuestInitrd(initrd, cfg.Image.Initrd, cfg.Script); err != nil {
-		return nil, err
-	}
-
+// commandLine is qemu's command line for the guest, with its namespace and
+// wrapper in front.
+func (cfg *Config) commandLine(qemu, initrd string) ([]string, error) {
 	var args []string
 	if cfg.Netns != "" {
 		args = append(args, "ip", "netns", "exec", cfg.Netns)
@@ -205,40 +223,36 @@ func Start(cfg Config) (*Guest, error) {
 		return nil, fmt.Errorf("guest: unknown accel %q (want tcg or kvm)", cfg.Accel)
 	}
 	args = append(args, cfg.NetArgs...)
-	args = append(args, cfg.ExtraArgs...)
+	return append(args, cfg.ExtraArgs...), nil
+}
 
-	g := &Guest{
-		cfg:      cfg,
-		values:   map[string]string{},
-		finished: make(chan struct{}),
-		exited:   make(chan struct{}),
-		logPath:  filepath.Join(cfg.Dir, cfg.Name+".console.log"),
-	}
+// run starts qemu with its console logged and read.
+func (g *Guest) run(args []string) error {
+	var err error
 	g.logFile, err = os.Create(g.logPath)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	fmt.Fprintf(g.logFile, "# %s\n", strings.Join(args, " "))
-
 	g.cmd = exec.Command(args[0], args[1:]...)
-	g.cmd.ExtraFiles = cfg.ExtraFiles
+	g.cmd.ExtraFiles = g.cfg.ExtraFiles
 	g.cmd.Stderr = &lockedWriter{mu: &g.mu, w: &g.stderr}
 	g.cmd.SysProcAttr = sysProcAttr()
-	if len(cfg.Wrapper) > 0 {
+	if len(g.cfg.Wrapper) > 0 {
 		setpgid(g.cmd.SysProcAttr)
 	}
 	stdout, err := g.cmd.StdoutPipe()
 	if err != nil {
 		g.logFile.Close()
-		return nil, err
+		return err
 	}
 	g.start = time.Now()
 	if err := g.cmd.Start(); err != nil {
 		g.logFile.Close()
-		return nil, fmt.Errorf("guest %s: %w", cfg.Name, err)
+		return fmt.Errorf("guest %s: %w", g.cfg.Name, err)
 	}
 	go g.read(stdout)
-	return g, nil
+	return nil
 }
 
 // Boot starts a guest for a test and kills it on test cleanup. Defaults:
