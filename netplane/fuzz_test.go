@@ -1,89 +1,444 @@
 //go:build linux
 
+// The data plane's parsers and decisions are only used on Linux, so are
+// their fuzzers.
+
 package netplane
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
-// FuzzDHCPHandle feeds the DHCP handler what a VM could send: it must not
-// panic, and an address it hands out must be in the subnet and not the
-// gateway.
-func FuzzDHCPHandle(f *testing.F) {
-	mac := mustMAC("52:55:55:00:00:01")
-	for _, mt := range []dhcpv4.MessageType{dhcpv4.MessageTypeDiscover, dhcpv4.MessageTypeRequest,
-		dhcpv4.MessageTypeRelease, dhcpv4.MessageTypeDecline, dhcpv4.MessageTypeInform} {
-		m, _ := dhcpv4.New(dhcpv4.WithHwAddr(mac), dhcpv4.WithMessageType(mt),
-			dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 9, 0, 7))))
-		f.Add(m.ToBytes())
+// fuzzNow is the allocators' clock in the fuzzers: leases expire (or not)
+// the same way on every run.
+var fuzzNow = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const fuzzFixedMAC = "52:55:55:00:00:99"
+
+// fuzzNet is a network the DHCP fuzzers run against, chosen by cfg:
+//
+//   - 0: 10.9.0.0/24, gateway .1, DHCP range .100-.150, the reservation
+//     fuzzFixedMAC → .20 (outside the range, as reservations may be);
+//   - 1: 10.9.1.0/29, gateway .1, a DHCP range that is the whole subnet,
+//     network, gateway and broadcast address included: the allocator must
+//     skip them itself, and five addresses run out fast.
+func fuzzNet(cfg byte) *api.Network {
+	if cfg%2 == 0 {
+		n := testNet("f", api.ModeShared, "10.9.0.0/24")
+		n.DHCPStart, n.DHCPEnd = ip("10.9.0.100"), ip("10.9.0.150")
+		n.Reservations = []api.Reservation{{MAC: fuzzFixedMAC, IP: ip("10.9.0.20")}}
+		return n
 	}
-	n := testNet("f", api.ModeShared, "10.9.0.0/24")
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		req, err := dhcpv4.FromBytes(b)
-		if err != nil {
-			return
+	n := testNet("g", api.ModeHost, "10.9.1.0/29")
+	n.DHCPStart, n.DHCPEnd = ip("10.9.1.0"), ip("10.9.1.7")
+	return n
+}
+
+// fuzzHeld are leases of other MACs that the DHCP fuzzer's allocator starts
+// with: some unexpired (never to be handed to anyone else), one expired.
+func fuzzHeld(n *api.Network) []Lease {
+	base := n.DHCPStart
+	if !n.Subnet.Contains(base.Prev()) { // the /29: start at the network address
+		base = base.Next().Next() // .2, past the gateway
+	}
+	var ls []Lease
+	for i, exp := range []time.Duration{time.Hour, -time.Hour, time.Hour, time.Hour} {
+		ls = append(ls, Lease{MAC: fmt.Sprintf("52:55:55:00:00:a%d", i+1), IP: base, Expiry: fuzzNow.Add(exp)})
+		base = base.Next()
+	}
+	return ls
+}
+
+// checkHandOut fails when addr may not be given to mac by a's network n:
+// mac's fixed address exactly if it has one; else an address of the DHCP
+// range that is not the network, broadcast or gateway address, not fixed
+// for another MAC, not leased (unexpired) to another MAC and not declined.
+func checkHandOut(t *testing.T, n *api.Network, a *Allocator, mac string, addr netip.Addr) {
+	t.Helper()
+	if f, ok := a.fixed[mac]; ok {
+		if addr != f {
+			t.Fatalf("%s has the fixed address %s but was given %s", mac, f, addr)
 		}
-		alloc, err := NewAllocator(n, "")
+		return
+	}
+	switch {
+	case !addr.IsValid() || addr.Less(n.DHCPStart) || n.DHCPEnd.Less(addr):
+		t.Fatalf("%s was given %s, outside the DHCP range %s-%s", mac, addr, n.DHCPStart, n.DHCPEnd)
+	case addr == n.Subnet.Masked().Addr():
+		t.Fatalf("%s was given the network address %s", mac, addr)
+	case addr == lastAddr(n.Subnet):
+		t.Fatalf("%s was given the broadcast address %s", mac, addr)
+	case addr == n.Gateway:
+		t.Fatalf("%s was given the gateway address %s", mac, addr)
+	}
+	for m, f := range a.fixed {
+		if f == addr && m != mac {
+			t.Fatalf("%s was given %s, fixed for %s", mac, addr, m)
+		}
+	}
+	for m, l := range a.leases {
+		if l.IP == addr && m != mac && fuzzNow.Before(l.Expiry) {
+			t.Fatalf("%s was given %s, leased to %s until %s", mac, addr, m, l.Expiry)
+		}
+	}
+	if until, ok := a.declined[addr]; ok && fuzzNow.Before(until) {
+		t.Fatalf("%s was given %s, declined until %s", mac, addr, until)
+	}
+}
+
+// checkLeases fails when two unexpired leases share an address.
+func checkLeases(t *testing.T, a *Allocator) {
+	t.Helper()
+	seen := map[netip.Addr]string{}
+	for _, l := range a.Leases() {
+		if m, dup := seen[l.IP]; dup {
+			t.Fatalf("%s is leased to both %s and %s", l.IP, m, l.MAC)
+		}
+		seen[l.IP] = l.MAC
+	}
+}
+
+// dhcpPacket is a client's message for the seeds.
+func dhcpPacket(mt dhcpv4.MessageType, mac string, requested, ciaddr, serverID string) []byte {
+	mods := []dhcpv4.Modifier{dhcpv4.WithHwAddr(mustMAC(mac)), dhcpv4.WithMessageType(mt)}
+	if requested != "" {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.ParseIP(requested))))
+	}
+	if ciaddr != "" {
+		mods = append(mods, dhcpv4.WithClientIP(net.ParseIP(ciaddr)))
+	}
+	if serverID != "" {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.ParseIP(serverID))))
+	}
+	m, err := dhcpv4.New(mods...)
+	if err != nil {
+		panic(err)
+	}
+	return m.ToBytes()
+}
+
+// FuzzDHCPHandle feeds the DHCP handler's decision function a sequence of
+// raw packets, as VMs could send them, on a network whose allocator already
+// has leases of other MACs. Every reply answers the request (reply opcode,
+// same MAC and transaction); an OFFER or ACK gives the client its fixed
+// address, or else an address of the DHCP range that is neither the
+// network, broadcast nor gateway address, nor fixed, leased or declined for
+// another MAC; an ACK to a REQUEST is the client's lease from then on; a NAK
+// or an INFORM's ACK gives no address; and no two clients ever hold one
+// address.
+func FuzzDHCPHandle(f *testing.F) {
+	const m1, m2 = "52:55:55:00:00:01", "52:55:55:00:00:02"
+	d, r := dhcpv4.MessageTypeDiscover, dhcpv4.MessageTypeRequest
+	for _, s := range []struct {
+		cfg  byte
+		pkts [4][]byte
+	}{
+		{0, [4][]byte{dhcpPacket(d, m1, "", "", ""), dhcpPacket(r, m1, "10.9.0.104", "", "10.9.0.1"),
+			dhcpPacket(dhcpv4.MessageTypeRelease, m1, "", "10.9.0.104", "10.9.0.1"), dhcpPacket(d, m2, "10.9.0.104", "", "")}},
+		// Addresses of others: leased, expired, fixed; a foreign server.
+		{0, [4][]byte{dhcpPacket(r, m1, "10.9.0.100", "", ""), dhcpPacket(d, m1, "10.9.0.101", "", ""),
+			dhcpPacket(r, m2, "10.9.0.20", "", "10.9.0.1"), dhcpPacket(r, m2, "10.9.0.120", "", "10.9.0.254")}},
+		{0, [4][]byte{dhcpPacket(d, fuzzFixedMAC, "10.9.0.120", "", ""), dhcpPacket(r, fuzzFixedMAC, "10.9.0.20", "", ""),
+			dhcpPacket(dhcpv4.MessageTypeInform, m1, "", "10.9.0.130", ""), dhcpPacket(r, m1, "", "10.9.0.130", "")}},
+		{0, [4][]byte{dhcpPacket(r, m1, "10.9.0.110", "", ""), dhcpPacket(dhcpv4.MessageTypeDecline, m1, "10.9.0.110", "", "10.9.0.1"),
+			dhcpPacket(d, m2, "10.9.0.110", "", ""), dhcpPacket(r, m2, "10.9.0.110", "", "")}},
+		// Network, broadcast, gateway, and the last free addresses.
+		{1, [4][]byte{dhcpPacket(r, m1, "10.9.1.0", "", ""), dhcpPacket(r, m1, "10.9.1.7", "", ""),
+			dhcpPacket(r, m1, "10.9.1.1", "", ""), dhcpPacket(d, m1, "10.9.1.0", "", "")}},
+		{1, [4][]byte{dhcpPacket(d, m1, "", "", ""), dhcpPacket(r, m1, "10.9.1.6", "", ""),
+			dhcpPacket(d, m2, "", "", ""), dhcpPacket(r, m2, "10.9.1.3", "", "")}},
+	} {
+		f.Add(s.cfg, s.pkts[0], s.pkts[1], s.pkts[2], s.pkts[3])
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f.Fuzz(func(t *testing.T, cfg byte, p1, p2, p3, p4 []byte) {
+		n := fuzzNet(cfg)
+		a, err := NewAllocator(n, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := newDHCPHandler(n, alloc, []netip.Addr{n.Gateway}, log)
-		for range 2 {
-			r := h.handle(req)
-			if r == nil || r.YourIPAddr.IsUnspecified() {
+		a.now = func() time.Time { return fuzzNow }
+		for _, l := range fuzzHeld(n) {
+			a.leases[l.MAC] = &l
+		}
+		h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, log)
+		for _, b := range [][]byte{p1, p2, p3, p4} {
+			req, err := dhcpv4.FromBytes(b)
+			if err != nil {
 				continue
 			}
-			ip := addrOf(r.YourIPAddr)
-			if !n.Subnet.Contains(ip) || ip == n.Gateway {
-				t.Fatalf("handed out %s", ip)
+			mac := req.ClientHWAddr.String()
+			// What the handler may hand out is decided before it acts.
+			var snap *Allocator
+			if len(req.ClientHWAddr) == 6 {
+				snap = &Allocator{fixed: a.fixed, leases: map[string]*Lease{}, declined: map[netip.Addr]time.Time{}}
+				for m, l := range a.leases {
+					c := *l
+					snap.leases[m] = &c
+				}
+				for ip, until := range a.declined {
+					snap.declined[ip] = until
+				}
+			}
+			reply := h.handle(req)
+			checkLeases(t, a)
+			if reply == nil {
+				continue
+			}
+			if reply.OpCode != dhcpv4.OpcodeBootReply || reply.TransactionID != req.TransactionID ||
+				reply.ClientHWAddr.String() != mac || snap == nil {
+				t.Fatalf("reply %v does not answer %v", reply, req)
+			}
+			yi := addrOf(reply.YourIPAddr)
+			switch mt, rt := req.MessageType(), reply.MessageType(); {
+			case mt == dhcpv4.MessageTypeDiscover && rt == dhcpv4.MessageTypeOffer:
+				checkHandOut(t, n, snap, mac, yi)
+			case mt == dhcpv4.MessageTypeRequest && rt == dhcpv4.MessageTypeAck:
+				checkHandOut(t, n, snap, mac, yi)
+				if l, ok := a.Lookup(req.ClientHWAddr); !ok || l.IP != yi {
+					t.Fatalf("ACK of %s to %s, but its lease is %+v, %v", yi, mac, l, ok)
+				}
+			case mt == dhcpv4.MessageTypeRequest && rt == dhcpv4.MessageTypeNak,
+				mt == dhcpv4.MessageTypeInform && rt == dhcpv4.MessageTypeAck:
+				if yi.IsValid() {
+					t.Fatalf("%s to a %s gives the address %s", rt, mt, yi)
+				}
+			default:
+				t.Fatalf("%s in reply to a %s", rt, mt)
 			}
 		}
 	})
 }
 
-// FuzzLeaseFile loads arbitrary lease files: no panic, and every lease kept
-// is usable.
+// FuzzLeaseFile loads arbitrary lease files, then hands out addresses to
+// the MACs of the file, to new MACs and to the reserved MAC until the range
+// runs out. Loading does not panic, every lease kept is usable, and every
+// address handed out afterwards is the MAC's fixed address or one of the
+// DHCP range, never the network, broadcast or gateway address nor another
+// MAC's; what the allocator saved loads back the same.
 func FuzzLeaseFile(f *testing.F) {
-	f.Add([]byte(`{"network":"f","leases":[{"mac":"52:55:55:00:00:01","ip":"10.9.0.9","expiry":"2030-01-01T00:00:00Z"}]}`))
-	f.Add([]byte(`{"leases":[{"mac":"zz","ip":"10.9.0.1"},{"mac":"52:55:55:00:00:01","ip":"1.2.3.4"}]}`))
-	f.Add([]byte(`not json`))
-	n := testNet("f", api.ModeShared, "10.9.0.0/24")
-	f.Fuzz(func(t *testing.T, b []byte) {
-		path := filepath.Join(t.TempDir(), "f.leases.json")
+	f.Add(byte(0), []byte(`{"network":"f","leases":[{"mac":"52:55:55:00:00:01","ip":"10.9.0.120","expiry":"2030-01-01T01:00:00Z"}]}`))
+	f.Add(byte(0), []byte(`{"leases":[{"mac":"zz","ip":"10.9.0.1"},{"mac":"52:55:55:00:00:01","ip":"1.2.3.4"},`+
+		`{"mac":"52:55:55:00:00:02","ip":"10.9.0.20","expiry":"2031-01-01T00:00:00Z"},{"mac":"52:55:55:00:00:03","ip":"10.9.0.50"}]}`))
+	f.Add(byte(1), []byte(`{"leases":[{"mac":"52:55:55:00:00:01","ip":"10.9.1.0","expiry":"2031-01-01T00:00:00Z"},`+
+		`{"mac":"52:55:55:00:00:02","ip":"10.9.1.7","expiry":"2031-01-01T00:00:00Z"},{"mac":"52:55:55:00:00:03","ip":"10.9.1.1"},`+
+		`{"mac":"52-55-55-00-00-04","ip":"10.9.1.2","expiry":"2031-01-01T00:00:00Z","hostname":"a"},{"mac":"52:55:55:00:00:04","ip":"10.9.1.3"}]}`))
+	f.Add(byte(1), []byte(`{"leases":[{"mac":"52:55:55:00:00:01","ip":"10.9.1.4","expiry":"2031-01-01T00:00:00Z"},`+
+		`{"mac":"52:55:55:00:00:02","ip":"10.9.1.4","expiry":"2031-01-01T00:00:00Z"}]}`))
+	f.Add(byte(0), []byte(`not json`))
+	// One file, rewritten for every input: a directory per input costs
+	// more than the allocator itself.
+	path := filepath.Join(f.TempDir(), "f.leases.json")
+	f.Fuzz(func(t *testing.T, cfg byte, b []byte) {
+		n := fuzzNet(cfg)
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		a, err := NewAllocator(n, path)
 		if err != nil {
+			// A file it cannot read is an error, not a crash or a guess.
+			if !strings.Contains(err.Error(), "reading leases") {
+				t.Fatalf("NewAllocator: %v", err)
+			}
 			return
 		}
-		for _, l := range a.leases {
-			if !a.usable(l.IP) {
+		a.now = func() time.Time { return fuzzNow }
+		var macs []string
+		for m, l := range a.leases {
+			if !a.usable(l.IP) || m != l.MAC {
 				t.Fatalf("kept unusable lease %+v", l)
 			}
+			macs = append(macs, m)
 		}
-		lease(t, a, "52:55:55:00:00:02")
+		slices.Sort(macs)
+		macs = append(macs, fuzzFixedMAC)
+		for i := range 8 {
+			macs = append(macs, fmt.Sprintf("52:55:55:00:01:%02x", i))
+		}
+		for _, m := range macs {
+			hw := mustMAC(m)
+			off, err := a.Offer(hw, netip.Addr{})
+			if errors.Is(err, ErrNoAddress) {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("offer to %s: %v", m, err)
+			}
+			checkHandOut(t, n, a, m, off)
+			l, err := a.Commit(hw, off, "")
+			if err != nil {
+				t.Fatalf("commit of the offered %s to %s: %v", off, m, err)
+			}
+			if l.IP != off {
+				t.Fatalf("committed %s, offered %s", l.IP, off)
+			}
+		}
+		again, err := NewAllocator(n, path)
+		if err != nil {
+			t.Fatalf("loading what was saved: %v", err)
+		}
+		for m, l := range a.leases {
+			if o, ok := again.leases[m]; !ok || o.IP != l.IP || o.Hostname != l.Hostname || !o.Expiry.Equal(l.Expiry) {
+				t.Fatalf("lease %+v saved, loaded back as %+v", l, o)
+			}
+		}
+		if len(again.leases) != len(a.leases) {
+			t.Fatalf("%d leases saved, %d loaded back", len(a.leases), len(again.leases))
+		}
 	})
 }
 
+// FuzzLocalName checks the DNS proxy's name parsing: a local name is one
+// lower-case label, the query is that label (under vmnet.internal when in
+// the zone) in any case, and parsing the name again gives it back.
 func FuzzLocalName(f *testing.F) {
-	for _, s := range []string{"vm1.vmnet.internal.", "vm1.", ".", "", "a..vmnet.internal", "VMNET.INTERNAL."} {
+	for _, s := range []string{"vm1.vmnet.internal.", "vm1.", ".", "", "a..vmnet.internal", "VMNET.INTERNAL.",
+		"Vm1.VmNet.Internal", "a.b.vmnet.internal.", "vmnet.internal..", "\xc3\x89.", "x.vmnet.internal.extra."} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, q string) {
-		name, _, ok := localName(q)
-		if ok && (name == "" || len(name) > len(q)) {
-			t.Fatalf("localName(%q) = %q", q, name)
+		name, inZone, ok := localName(q)
+		lq := strings.TrimSuffix(asciiLower(q), ".")
+		if want := lq == DNSDomain || strings.HasSuffix(lq, "."+DNSDomain); inZone != want {
+			t.Fatalf("localName(%q): inZone %v, want %v", q, inZone, want)
+		}
+		if !ok {
+			if name != "" {
+				t.Fatalf("localName(%q) = %q but not ok", q, name)
+			}
+			return
+		}
+		if name == "" || strings.Contains(name, ".") || asciiLower(name) != name {
+			t.Fatalf("localName(%q) = %q: not one lower-case label", q, name)
+		}
+		want := name
+		if inZone {
+			want += "." + DNSDomain
+		}
+		if lq != want {
+			t.Fatalf("localName(%q) = %q, %v: the query is not that name", q, name, inZone)
+		}
+		if n2, z2, ok2 := localName(name + "." + DNSDomain + "."); n2 != name || !z2 || !ok2 {
+			t.Fatalf("localName(%q) = %q, %v, %v; want %q in the zone", name+"."+DNSDomain+".", n2, z2, ok2, name)
+		}
+	})
+}
+
+// dnsRecorder is a dns.ResponseWriter that keeps what is written.
+type dnsRecorder struct {
+	msgs []*dns.Msg
+}
+
+func (w *dnsRecorder) LocalAddr() net.Addr { return &net.UDPAddr{IP: net.IPv4(10, 9, 0, 1), Port: 53} }
+func (w *dnsRecorder) RemoteAddr() net.Addr {
+	return &net.UDPAddr{IP: net.IPv4(10, 9, 0, 100), Port: 5353}
+}
+func (w *dnsRecorder) WriteMsg(m *dns.Msg) error {
+	w.msgs = append(w.msgs, m)
+	return nil
+}
+func (w *dnsRecorder) Write([]byte) (int, error) { return 0, errors.New("not expected") }
+func (w *dnsRecorder) Close() error              { return nil }
+func (w *dnsRecorder) TsigStatus() error         { return nil }
+func (w *dnsRecorder) TsigTimersOnly(bool)       {}
+func (w *dnsRecorder) Hijack()                   {}
+
+// FuzzDNSServe feeds the DNS proxy raw queries, with one VM (vm1 at
+// 10.9.0.100) and an upstream that cannot be reached. Exactly one reply
+// goes out, with the query's id, and it packs; a question about vm1 is
+// answered authoritatively with vm1's address and nothing else; another
+// name under vmnet.internal gets NXDOMAIN; the rest SERVFAIL (no upstream).
+func FuzzDNSServe(f *testing.F) {
+	for _, q := range []struct {
+		name  string
+		qtype uint16
+	}{{"vm1.vmnet.internal.", dns.TypeA}, {"VM1.", dns.TypeANY}, {"vm1.vmnet.internal.", dns.TypeAAAA},
+		{"nosuch.vmnet.internal.", dns.TypeA}, {"example.test.", dns.TypeA}, {"vmnet.internal.", dns.TypeSOA}} {
+		m := new(dns.Msg)
+		m.SetQuestion(q.name, q.qtype)
+		b, err := m.Pack()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	vm1 := ip("10.9.0.100")
+	h := &dnsHandler{
+		resolve: func(name string) (netip.Addr, bool) {
+			if name == "vm1" {
+				return vm1, true
+			}
+			return netip.Addr{}, false
+		},
+		upstreams: []string{"192.0.2.53:53"},
+		dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return nil, errors.New("no upstream in a fuzzer")
+		},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req := new(dns.Msg)
+		if err := req.Unpack(b); err != nil {
+			return
+		}
+		w := &dnsRecorder{}
+		h.ServeDNS(w, req)
+		if len(w.msgs) != 1 {
+			t.Fatalf("%d replies to %v", len(w.msgs), req)
+		}
+		resp := w.msgs[0]
+		if resp.Id != req.Id || !resp.Response {
+			t.Fatalf("reply %v does not answer %v", resp, req)
+		}
+		if _, err := resp.Pack(); err != nil {
+			t.Fatalf("reply %v does not pack: %v", resp, err)
+		}
+		local, inZone := false, false
+		if len(req.Question) == 1 && req.Question[0].Qclass == dns.ClassINET {
+			var name string
+			var ok bool
+			name, inZone, ok = localName(req.Question[0].Name)
+			local = ok && name == "vm1"
+		}
+		switch {
+		case local:
+			if resp.Rcode != dns.RcodeSuccess || !resp.Authoritative {
+				t.Fatalf("vm1: reply %v", resp)
+			}
+			q := req.Question[0]
+			for _, rr := range resp.Answer {
+				a, isA := rr.(*dns.A)
+				if !isA || a.Hdr.Name != q.Name || a.A.String() != vm1.String() {
+					t.Fatalf("vm1: answer %v", rr)
+				}
+			}
+			if wantA := q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY; (len(resp.Answer) == 1) != wantA {
+				t.Fatalf("vm1 %s: answer %v", dns.TypeToString[q.Qtype], resp.Answer)
+			}
+		case inZone:
+			if resp.Rcode != dns.RcodeNameError || len(resp.Answer) != 0 {
+				t.Fatalf("unknown local name: reply %v", resp)
+			}
+		default:
+			if resp.Rcode != dns.RcodeServerFailure || len(resp.Answer) != 0 {
+				t.Fatalf("no upstream: reply %v", resp)
+			}
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+	"github.com/vmnetctl/vmnetctl/api"
 )
 
 // The tests below build small labs of network namespaces: a "host" where
@@ -27,6 +29,11 @@ const (
 	busybox = "/usr/bin/busybox"
 	wanHost = "198.51.100.1" // the host's uplink address (TEST-NET-2)
 	wanPeer = "198.51.100.2" // the WAN namespace: a TCP server and a DNS server
+	// labSubnets holds the VM subnets of every lab (10.200.N.0/24). The WAN
+	// routes it back to the host, so a VM's packet that the host forwards
+	// unmasqueraded is answered: "the VM cannot reach the WAN" then fails
+	// only because of the host's rules, never for want of a route back.
+	labSubnets = "10.200.0.0/16"
 )
 
 func needRoot(t *testing.T) {
@@ -165,7 +172,8 @@ func vm(t *testing.T, host ns.NetNS, name, mac, bridge string, isolated bool) ns
 }
 
 // wan connects host to a WAN namespace through the uplink "uplink": the host
-// is wanHost and routes by default to wanPeer.
+// is wanHost and routes by default to wanPeer; the WAN routes labSubnets
+// back to wanHost.
 func wan(t *testing.T, host ns.NetNS) ns.NetNS {
 	t.Helper()
 	w := newNS(t)
@@ -176,8 +184,63 @@ func wan(t *testing.T, host ns.NetNS) ns.NetNS {
 		}
 		return netlink.RouteAdd(&netlink.Route{Gw: net.ParseIP(wanPeer)})
 	})
-	in(t, w, func() error { return addAddr("eth0", wanPeer+"/24") })
+	in(t, w, func() error {
+		if err := addAddr("eth0", wanPeer+"/24"); err != nil {
+			return err
+		}
+		_, dst, err := net.ParseCIDR(labSubnets)
+		if err != nil {
+			return err
+		}
+		return netlink.RouteAdd(&netlink.Route{Dst: dst, Gw: net.ParseIP(wanHost)})
+	})
 	return w
+}
+
+// chainRules returns the rules of a chain of network id's nftables table as
+// the kernel lists them (`nft list chain`), one per line.
+func chainRules(t *testing.T, host ns.NetNS, id, chain string) []string {
+	t.Helper()
+	out, err := run(host, 5*time.Second, "nft", "list", "chain", "inet", TableName(id), chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []string
+	inChain := false
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "type "): // the chain's hook and policy: the rules follow
+			inChain = true
+		case l == "}":
+			inChain = false
+		case inChain && l != "":
+			rules = append(rules, l)
+		}
+	}
+	return rules
+}
+
+// wantRules fails the test unless got is want, rule by rule.
+func wantRules(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s:\n  %s\nwant\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// setForwardRules, with on false, flushes the forward chain of network n's
+// table, as if its rules were missing; with on true it ensures n again,
+// which puts them back.
+func setForwardRules(t *testing.T, host ns.NetNS, n *api.Network, on bool) {
+	t.Helper()
+	if on {
+		in(t, host, func() error { return Ensure(context.Background(), n) })
+		return
+	}
+	if _, err := run(host, 5*time.Second, "nft", "flush", "chain", "inet", TableName(n.ID), "forward"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 const udhcpcScript = `#!/bin/sh
