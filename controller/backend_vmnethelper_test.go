@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +21,9 @@ import (
 // TestVMNetHelperBackend runs the whole controller with the macOS backend
 // against a fake vmnet-helper (test/fakevmnethelper), on any OS, as any
 // user: vmnet-helper is started per attachment with the network's flags,
-// its socket is waited for, its stats reach the status, and it is stopped
-// with SIGTERM when the project goes.
+// its socket is waited for, the frames a VM sends through it are counted in
+// the status (exactly, each way; nothing before a VM connects), and it is
+// stopped with SIGTERM when the project goes.
 func TestVMNetHelperBackend(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("needs the go command to build the fake vmnet-helper")
@@ -31,7 +34,7 @@ func TestVMNetHelperBackend(t *testing.T) {
 		t.Fatalf("building the fake vmnet-helper: %v\n%s", err, out)
 	}
 	argvFile := filepath.Join(dir, "argv.json")
-	t.Setenv("FAKE_VMNET_HELPER_MODE", "shared")
+	t.Setenv("FAKE_VMNET_HELPER_MODE", "")
 	t.Setenv("FAKE_VMNET_HELPER_ARGV", argvFile)
 	t.Setenv("FAKE_VMNET_HELPER_TICK", "50ms")
 
@@ -87,17 +90,52 @@ func TestVMNetHelperBackend(t *testing.T) {
 	if slices.Contains(argv, "helper") || slices.Contains(argv, "--network") {
 		t.Errorf("vmnet-helper got vmnetctl helper's flags: %q", got)
 	}
-	// Its stats lines reach the status, as with our helper.
+	// No VM yet, so no traffic: vmnet-helper reports stats only once it
+	// serves a client, and counts only frames that passed.
+	time.Sleep(300 * time.Millisecond) // several stats intervals
+	if st, err := cl.Status(ctx); err != nil || st.Attachments[0].RxBytes != 0 || st.Attachments[0].TxBytes != 0 {
+		t.Fatalf("traffic before any VM connected: %+v, %v", st.Attachments[0], err)
+	}
+	// Be the VM: connect to the socket as a VMM does (a bound socket of its
+	// own, vfkit's 4-byte hello first, which vmnet-helper drops), send
+	// frames and read them back (the fake vmnet mirrors each frame).
+	vm, err := net.DialUnix("unixgram", &net.UnixAddr{Name: filepath.Join(dir, "vm.sock"), Net: "unixgram"}, &net.UnixAddr{Name: a.Socket, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	if _, err := vm.Write([]byte("VFKT")); err != nil {
+		t.Fatal(err)
+	}
+	var sent uint64
+	buf := make([]byte, 2048)
+	for i, size := range []int{60, 342, 1514} {
+		frame := make([]byte, size)
+		copy(frame, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x55, 0x55, 0x12, 0x34, 0x56, 0x88, 0xb5})
+		frame[size-1] = byte(i)
+		if _, err := vm.Write(frame); err != nil {
+			t.Fatal(err)
+		}
+		vm.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := vm.Read(buf)
+		if err != nil || !bytes.Equal(buf[:n], frame) {
+			t.Fatalf("frame %d: read %d bytes, %v; want the %d sent back", i, n, err, size)
+		}
+		sent += uint64(size)
+	}
+	// Its stats lines reach the status, as with our helper: exactly what
+	// passed, each way.
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		st, err := cl.Status(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Attachments[0].RxBytes > 0 && st.Attachments[0].TxBytes > 0 {
+		as := st.Attachments[0]
+		if as.RxBytes == sent && as.TxBytes == sent && as.Drops == 0 {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no stats after 10s: %+v", st.Attachments[0])
+		if as.RxBytes > sent || as.TxBytes > sent || time.Now().After(deadline) {
+			t.Fatalf("status %+v, want %d bytes each way (rx from the VM, tx to it) and no drops", as, sent)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -124,6 +124,7 @@ func (b Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	}
 	if s.Network.VMNetBroker != "" {
 		o.Network, o.BrokerNetwork = nil, s.Network.VMNetBroker
+		o.Isolation = s.Network.Isolation
 	}
 	return Command(o)
 }

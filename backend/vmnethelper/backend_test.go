@@ -63,7 +63,7 @@ func TestVMNetHelperSudoRefusesAUserOwnedHelper(t *testing.T) {
 }
 
 func TestVMNetHelperBrokerAndOffloads(t *testing.T) {
-	nets, diags := api.LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n    offloads: true\n  brokered:\n    subnet: 192.168.106.0/24\n    vmnetBroker: lima-shared\n"))
+	nets, diags := api.LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n    offloads: true\n  brokered:\n    subnet: 192.168.106.0/24\n    vmnetBroker: lima-shared\n    isolation: true\n"))
 	if diags.HasErrors() {
 		t.Fatal(diags.Err())
 	}
@@ -74,7 +74,10 @@ func TestVMNetHelperBrokerAndOffloads(t *testing.T) {
 		t.Errorf("offloads: %q %v", got, err)
 	}
 	argv, err = b.HelperCommand(backend.HelperSpec{Attachment: a, Network: nets.Get("brokered"), Socket: "/tmp/x.sock", FD: -1})
-	if got := strings.Join(argv, " "); err != nil || !strings.Contains(got, "--network lima-shared") || strings.Contains(got, "--operation-mode") {
+	// vmnet-helper takes --enable-isolation with --network and ignores
+	// --interface-id there.
+	if got := strings.Join(argv, " "); err != nil || !strings.Contains(got, "--network lima-shared") || strings.Contains(got, "--operation-mode") ||
+		!strings.Contains(got, "--enable-isolation") || strings.Contains(got, "--interface-id") {
 		t.Errorf("broker network: %q %v", got, err)
 	}
 }

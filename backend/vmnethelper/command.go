@@ -146,8 +146,13 @@ type Options struct {
 	// BrokerNetwork is set.
 	Network *api.Network
 	// BrokerNetwork joins a network of vmnet-broker instead (--network NAME,
-	// macOS 26); the broker defines its mode and addresses.
+	// macOS 26); the broker defines its mode and addresses, and vmnet its
+	// interface: InterfaceID is not passed (vmnet-helper ignores it there),
+	// so the MAC in the JSON line changes from run to run.
 	BrokerNetwork string
+	// Isolation isolates the interface (--enable-isolation) on a
+	// BrokerNetwork; with Network, Network.Isolation does (either turns it on).
+	Isolation bool
 	// TSO and ChecksumOffload enable vmnet's offloads (--enable-tso,
 	// --enable-checksum-offload): datagrams then carry a virtio-net header.
 	TSO, ChecksumOffload bool
@@ -170,9 +175,10 @@ type Options struct {
 // closefrom_override in the sudoers rule, which vmnet-helper's installs) or
 // 3 without an fd (sudo's default closefrom, which sudoers accepts without
 // closefrom_override, so --socket works on Macs whose sudoers cannot change). Flags come in a fixed order: --fd or --socket,
-// --interface-id, the network (--network NAME, or --operation-mode with
-// --shared-interface for bridged or the three address flags for shared and
-// host), the offloads, --enable-isolation, --stats-interval, -v.
+// --interface-id (not with --network), the network (--network NAME, or
+// --operation-mode with --shared-interface for bridged or the three address
+// flags for shared and host), the offloads, --enable-isolation,
+// --stats-interval, -v.
 //
 // The addresses are the network's: vmnet's --start-address is the gateway
 // (the DHCP pool starts right after it), --end-address the end of the DHCP
@@ -207,7 +213,12 @@ func Command(o Options) ([]string, error) {
 		if !api.ValidInterfaceID(o.InterfaceID) {
 			return nil, fmt.Errorf("vmnet-helper: interface id %q is not a UUID", o.InterfaceID)
 		}
-		args = append(args, "--interface-id", o.InterfaceID)
+		// With --network vmnet-helper ignores --interface-id and warns
+		// ("--interface-id is ignored with --network", programs/helper.c):
+		// vmnet picks the interface and its MAC. Leave it out there.
+		if o.BrokerNetwork == "" {
+			args = append(args, "--interface-id", o.InterfaceID)
+		}
 	}
 	switch {
 	case o.BrokerNetwork != "" && o.Network != nil:
@@ -240,7 +251,9 @@ func Command(o Options) ([]string, error) {
 	if o.ChecksumOffload {
 		args = append(args, "--enable-checksum-offload")
 	}
-	if o.Network != nil && o.Network.Isolation {
+	// vmnet-helper takes --enable-isolation with shared, host and --network
+	// (CheckNetwork refuses it with bridged, as vmnet-helper does).
+	if o.Isolation || (o.Network != nil && o.Network.Isolation) {
 		args = append(args, "--enable-isolation")
 	}
 	if o.StatsInterval < 0 {
@@ -266,8 +279,9 @@ func Command(o Options) ([]string, error) {
 
 // CheckNetwork reports why vmnet-helper cannot run a network at
 // all: a mode vmnetctl does not manage, a bridged network without an
-// interface, isolation outside host mode (vmnet-helper refuses
-// --enable-isolation unless --operation-mode is host), or addresses vmnet
+// interface, isolation on a bridged network (vmnet-helper's
+// programs/options.c refuses --enable-isolation with --operation-mode
+// bridged, and passes it to vmnet with shared and host), or addresses vmnet
 // refuses (not IPv4, not private, DHCP range outside the subnet). validate
 // and plan should report it as an error on macOS.
 func CheckNetwork(n *api.Network) error {
@@ -283,8 +297,10 @@ func CheckNetwork(n *api.Network) error {
 	default:
 		return fmt.Errorf("network %q: mode %q is not one vmnet-helper runs (shared, host or bridged)", n.ID, n.Mode)
 	}
-	if n.Isolation && n.Mode != api.ModeHost {
-		return fmt.Errorf("network %q: isolation works only on a host network on macOS: vmnet-helper refuses --enable-isolation with --operation-mode %s", n.ID, n.Mode)
+	if n.Isolation && n.Mode == api.ModeBridged {
+		// programs/options.c: "Conflicting arguments: enable-isolation
+		// cannot be used with bridged mode"; shared and host take it.
+		return fmt.Errorf("network %q: isolation cannot be used on a bridged network on macOS: vmnet-helper refuses --enable-isolation with --operation-mode bridged (it takes it with shared and host)", n.ID)
 	}
 	if n.Mode == api.ModeBridged || !n.Subnet.IsValid() {
 		return nil

@@ -38,6 +38,10 @@ vmnet:
     mode: host
     subnet: 192.168.107.0/24
     isolation: true
+  isolated-shared:
+    mode: shared
+    subnet: 192.168.108.0/24
+    isolation: true
   small:
     mode: shared
     subnet: 10.20.0.0/16
@@ -93,8 +97,10 @@ func TestVMNetHelperCommandGolden(t *testing.T) {
 		{"host", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "host")}},
 		{"bridged", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "bridged")}},
 		{"isolation", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "isolated")}},
+		{"isolation-shared", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "isolated-shared")}},
 		{"offloads", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "small"), TSO: true, ChecksumOffload: true, StatsInterval: 1500 * time.Millisecond, Verbose: true}},
 		{"broker-network", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, BrokerNetwork: "shared"}},
+		{"broker-network-isolation", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, BrokerNetwork: "shared", Isolation: true}},
 		{"sudo-fd", Options{FD: 3, InterfaceID: id, Network: testNetwork(t, "shared"), Sudo: true, StatsInterval: 10 * time.Second}},
 		{"sudo-socket", Options{Socket: "/var/run/vmnetctl/vms/vm1/0.sock", FD: -1, InterfaceID: id, Network: testNetwork(t, "shared"), Sudo: true}},
 		{"no-interface-id", Options{FD: 4, Network: testNetwork(t, "host")}},
@@ -115,7 +121,7 @@ func TestVMNetHelperCommandGolden(t *testing.T) {
 			}
 			want, err := os.ReadFile(golden)
 			if err != nil {
-				t.Fatalf("%v (run go test ./helperexec -run TestVMNetHelperCommandGolden -update)", err)
+				t.Fatalf("%v (run go test ./backend/vmnethelper -run TestVMNetHelperCommandGolden -update)", err)
 			}
 			if got != string(want) {
 				t.Errorf("argv differs from %s:\ngot:\n%s\nwant:\n%s", golden, got, want)
@@ -147,8 +153,7 @@ func TestVMNetHelperCommandErrors(t *testing.T) {
 		{"no network", Options{Path: "h", FD: 3}, "no network"},
 		{"network and broker", Options{Path: "h", FD: 3, Network: shared, BrokerNetwork: "shared"}, "not both"},
 		{"broker name like a flag", Options{Path: "h", FD: 3, BrokerNetwork: "--x"}, "starts with '-'"},
-		{"isolation on bridged", Options{Path: "h", FD: 3, Network: with(bridged, func(n *api.Network) { n.Isolation = true })}, "isolation works only on a host network"},
-		{"isolation on shared", Options{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.Isolation = true })}, "--operation-mode shared"},
+		{"isolation on bridged", Options{Path: "h", FD: 3, Network: with(bridged, func(n *api.Network) { n.Isolation = true })}, "vmnet-helper refuses --enable-isolation with --operation-mode bridged"},
 		{"bridged without interface", Options{Path: "h", FD: 3, Network: with(bridged, func(n *api.Network) { n.Interface = "" })}, "needs an interface"},
 		{"user-v2", Options{Path: "h", FD: 3, Network: with(shared, func(n *api.Network) { n.Mode = api.ModeUserV2 })}, "is not one vmnet-helper runs"},
 		{"public subnet", Options{Path: "h", FD: 3, Network: &api.Network{ID: "pub", Mode: api.ModeShared,
@@ -175,6 +180,7 @@ func TestVMNetHelperWarnings(t *testing.T) {
 		{"shared", []string{"dnsProxy: the names of VMs"}},
 		{"host", []string{"dnsProxy: the names of VMs"}},
 		{"isolated", []string{"dnsProxy: the names of VMs"}},
+		{"isolated-shared", []string{"dnsProxy: the names of VMs"}},
 		{"bridged", nil},
 		{"jumbo-bridge", []string{"mtu: 9000 cannot be honoured"}},
 		{"custom", []string{
