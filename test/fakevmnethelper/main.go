@@ -377,7 +377,7 @@ func (h *helper) parseOptions(argv []string) *options {
 		if !ok {
 			continue
 		}
-		n, errno, rest := strtol(v)
+		n, rest, errno := strtol(v)
 		switch {
 		case errno != nil:
 			h.log("ERROR", "Invalid %s '%s': %s", e.name, v, strerror(errno))
@@ -415,7 +415,7 @@ func (h *helper) option(o *options, name, optname, value string) {
 	case "help":
 		h.usage(0)
 	case "fd":
-		n, errno, rest := strtol(value)
+		n, rest, errno := strtol(value)
 		switch {
 		case errno != nil:
 			h.log("ERROR", "Invalid fd '%s': %s", value, strerror(errno))
@@ -473,7 +473,7 @@ func (h *helper) option(o *options, name, optname, value string) {
 	case "network":
 		o.networkName = &value
 	case "stats-interval":
-		n, errno, rest := strtol(value)
+		n, rest, errno := strtol(value)
 		if errno != nil || rest != "" || n < 1 || n > math.MaxInt32 {
 			h.log("ERROR", "Invalid --stats value '%s': must be a positive integer", value)
 			h.exit(1)
@@ -490,7 +490,7 @@ func (h *helper) option(o *options, name, optname, value string) {
 // strtol is C's strtol in base 10 as darwin's libc does it: leading
 // spaces and a sign allowed; errno EINVAL when there are no digits, ERANGE
 // past 64 bits; rest is what follows the number.
-func strtol(s string) (n int64, errno error, rest string) {
+func strtol(s string) (n int64, rest string, errno error) {
 	i := 0
 	for i < len(s) && strings.IndexByte(" \t\n\v\f\r", s[i]) >= 0 {
 		i++
@@ -513,19 +513,19 @@ func strtol(s string) (n int64, errno error, rest string) {
 		i++
 	}
 	if i == start {
-		return 0, syscall.EINVAL, s
+		return 0, s, syscall.EINVAL
 	}
 	limit := uint64(math.MaxInt64)
 	if neg {
 		limit++
 	}
 	if overflow || v > limit {
-		return 0, syscall.ERANGE, s[i:]
+		return 0, s[i:], syscall.ERANGE
 	}
 	if neg {
-		return -int64(v), nil, s[i:]
+		return -int64(v), s[i:], nil
 	}
-	return int64(v), nil, s[i:]
+	return int64(v), s[i:], nil
 }
 
 // inetAton is inet_aton(3): one to four numbers separated by dots, each
