@@ -259,6 +259,7 @@ func FuzzLeaseFile(f *testing.F) {
 			return
 		}
 		a.now = func() time.Time { return fuzzNow }
+		checkLeases(t, a) // a file's duplicate addresses are not kept
 		var macs []string
 		for m, l := range a.leases {
 			if !a.usable(l.IP) || m != l.MAC {

@@ -100,16 +100,23 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("reading leases of network %q from %s: %w", n.ID, path, err)
 	}
+	// One lease per MAC and, while unexpired, one MAC per address: a file
+	// that says otherwise (edited, or from a bug) keeps the first of each.
+	held := map[netip.Addr]bool{}
+	now := a.now()
 	for _, l := range f.Leases {
 		mac, err := normMAC(l.MAC)
 		if err != nil || !a.usable(l.IP) {
 			continue
 		}
-		if _, dup := a.leases[mac]; dup {
+		if _, dup := a.leases[mac]; dup || held[l.IP] {
 			continue
 		}
 		l.MAC = mac
 		a.leases[mac] = &l
+		if l.Expiry.After(now) {
+			held[l.IP] = true
+		}
 	}
 	return a, nil
 }
