@@ -75,7 +75,8 @@ type Network interface {
 	Close() error
 }
 
-// Lease is one address handed out by a network's DHCP server.
+// Lease is one address handed out by a network's DHCP server; also the
+// form of a lease in netplane's lease files.
 type Lease struct {
 	MAC      string     `json:"mac"`
 	IP       netip.Addr `json:"ip"`
@@ -86,20 +87,27 @@ type Lease struct {
 // ServiceStats count a network's DHCP and DNS traffic since it started;
 // zero where the backend's services are not vmnetctl's.
 type ServiceStats struct {
-	DHCP DHCPStats
-	DNS  DNSStats
+	DHCP DHCPStats `json:"dhcp"`
+	DNS  DNSStats  `json:"dns"`
 }
 
-// DHCPStats count a DHCP server's messages.
+// DHCPStats count a DHCP server's traffic since it started.
 type DHCPStats struct {
-	// Requests by DHCP message type ("DISCOVER", "REQUEST", ...), Replies
-	// by type ("OFFER", "ACK", "NAK"); Errors are messages dropped.
-	Requests map[string]uint64
-	Replies  map[string]uint64
-	Errors   uint64
+	// Requests counts received messages by DHCP message type
+	// ("DISCOVER", "REQUEST", "RELEASE", "DECLINE", "INFORM", "other").
+	Requests map[string]uint64 `json:"requests"`
+	// Replies counts sent messages by type ("OFFER", "ACK", "NAK").
+	Replies map[string]uint64 `json:"replies"`
+	// Errors counts messages dropped: unparsable, not for us, no address
+	// left, or a reply that could not be sent.
+	Errors uint64 `json:"errors"`
 }
 
-// DNSStats count a DNS proxy's queries.
+// DNSStats count a DNS proxy's queries since it started.
 type DNSStats struct {
-	Queries, Local, NXDomain, Forwarded, ForwardErrors uint64
+	Queries       uint64 `json:"queries"`       // every query received
+	Local         uint64 `json:"local"`         // answered from the VM table
+	NXDomain      uint64 `json:"nxdomain"`      // unknown names under vmnet.internal
+	Forwarded     uint64 `json:"forwarded"`     // answered by an upstream resolver
+	ForwardErrors uint64 `json:"forwardErrors"` // no upstream answered: SERVFAIL
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 )
 
 // dhcpHandler answers DHCP clients of one network from its Allocator. The
@@ -22,12 +23,12 @@ type dhcpHandler struct {
 	log   *slog.Logger
 
 	mu    sync.Mutex
-	stats DHCPStats
+	stats backend.DHCPStats
 }
 
 func newDHCPHandler(n *api.Network, alloc *Allocator, dns []netip.Addr, log *slog.Logger) *dhcpHandler {
 	h := &dhcpHandler{n: n, alloc: alloc, log: log,
-		stats: DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}}}
+		stats: backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}}}
 	for _, a := range dns {
 		h.dns = append(h.dns, net.IP(a.AsSlice()))
 	}
@@ -49,10 +50,10 @@ func (h *dhcpHandler) count(req string, reply string, failed bool) {
 }
 
 // Stats returns a copy of the counters.
-func (h *dhcpHandler) Stats() DHCPStats {
+func (h *dhcpHandler) Stats() backend.DHCPStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}, Errors: h.stats.Errors}
+	s := backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}, Errors: h.stats.Errors}
 	for k, v := range h.stats.Requests {
 		s.Requests[k] = v
 	}

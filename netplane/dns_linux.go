@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/vmnetctl/vmnetctl/backend"
 )
 
 // localTTL is the TTL of the proxy's own answers: short, since VMs come and go.
@@ -29,17 +30,17 @@ type dnsHandler struct {
 	log  *slog.Logger
 
 	mu    sync.Mutex
-	stats DNSStats
+	stats backend.DNSStats
 }
 
-func (h *dnsHandler) count(f func(s *DNSStats)) {
+func (h *dnsHandler) count(f func(s *backend.DNSStats)) {
 	h.mu.Lock()
 	f(&h.stats)
 	h.mu.Unlock()
 }
 
 // Stats returns a copy of the counters.
-func (h *dnsHandler) Stats() DNSStats {
+func (h *dnsHandler) Stats() backend.DNSStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.stats
@@ -47,7 +48,7 @@ func (h *dnsHandler) Stats() DNSStats {
 
 // ServeDNS implements dns.Handler.
 func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
-	h.count(func(s *DNSStats) { s.Queries++ })
+	h.count(func(s *backend.DNSStats) { s.Queries++ })
 	if len(r.Question) == 1 && r.Question[0].Qclass == dns.ClassINET {
 		q := r.Question[0]
 		name, inZone, ok := localName(q.Name)
@@ -68,14 +69,14 @@ func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 						A:   net.IP(ip.AsSlice()),
 					})
 				}
-				h.count(func(s *DNSStats) { s.Local++ })
+				h.count(func(s *backend.DNSStats) { s.Local++ })
 				w.WriteMsg(m)
 				return
 			case inZone:
 				m := new(dns.Msg)
 				m.SetRcode(r, dns.RcodeNameError)
 				m.Authoritative = true
-				h.count(func(s *DNSStats) { s.NXDomain++ })
+				h.count(func(s *backend.DNSStats) { s.NXDomain++ })
 				w.WriteMsg(m)
 				return
 			}
@@ -97,12 +98,12 @@ func (h *dnsHandler) forward(w dns.ResponseWriter, r *dns.Msg) {
 			h.log.Debug("upstream resolver failed", "upstream", up, "err", err)
 			continue
 		}
-		h.count(func(s *DNSStats) { s.Forwarded++ })
+		h.count(func(s *backend.DNSStats) { s.Forwarded++ })
 		resp.Id = r.Id
 		w.WriteMsg(resp)
 		return
 	}
-	h.count(func(s *DNSStats) { s.ForwardErrors++ })
+	h.count(func(s *backend.DNSStats) { s.ForwardErrors++ })
 	m := new(dns.Msg)
 	m.SetRcode(r, dns.RcodeServerFailure)
 	w.WriteMsg(m)

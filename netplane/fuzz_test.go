@@ -23,6 +23,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 )
 
 // fuzzNow is the allocators' clock in the fuzzers: leases expire (or not)
@@ -52,14 +53,14 @@ func fuzzNet(cfg byte) *api.Network {
 
 // fuzzHeld are leases of other MACs that the DHCP fuzzer's allocator starts
 // with: some unexpired (never to be handed to anyone else), one expired.
-func fuzzHeld(n *api.Network) []Lease {
+func fuzzHeld(n *api.Network) []backend.Lease {
 	base := n.DHCPStart
 	if !n.Subnet.Contains(base.Prev()) { // the /29: start at the network address
 		base = base.Next().Next() // .2, past the gateway
 	}
-	var ls []Lease
+	var ls []backend.Lease
 	for i, exp := range []time.Duration{time.Hour, -time.Hour, time.Hour, time.Hour} {
-		ls = append(ls, Lease{MAC: fmt.Sprintf("52:55:55:00:00:a%d", i+1), IP: base, Expiry: fuzzNow.Add(exp)})
+		ls = append(ls, backend.Lease{MAC: fmt.Sprintf("52:55:55:00:00:a%d", i+1), IP: base, Expiry: fuzzNow.Add(exp)})
 		base = base.Next()
 	}
 	return ls
@@ -187,7 +188,7 @@ func FuzzDHCPHandle(f *testing.F) {
 			// What the handler may hand out is decided before it acts.
 			var snap *Allocator
 			if len(req.ClientHWAddr) == 6 {
-				snap = &Allocator{fixed: a.fixed, leases: map[string]*Lease{}, declined: map[netip.Addr]time.Time{}}
+				snap = &Allocator{fixed: a.fixed, leases: map[string]*backend.Lease{}, declined: map[netip.Addr]time.Time{}}
 				for m, l := range a.leases {
 					c := *l
 					snap.leases[m] = &c

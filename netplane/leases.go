@@ -14,21 +14,14 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 )
-
-// Lease is one address handed out by a network's DHCP server.
-type Lease struct {
-	MAC      string     `json:"mac"`
-	IP       netip.Addr `json:"ip"`
-	Hostname string     `json:"hostname,omitempty"`
-	Expiry   time.Time  `json:"expiry"`
-}
 
 // leaseFile is the on-disk form of a network's leases.
 type leaseFile struct {
-	Network string  `json:"network"`
-	Subnet  string  `json:"subnet"`
-	Leases  []Lease `json:"leases"`
+	Network string          `json:"network"`
+	Subnet  string          `json:"subnet"`
+	Leases  []backend.Lease `json:"leases"`
 }
 
 // ErrNoAddress is returned when the DHCP range has no address left for a client.
@@ -54,10 +47,10 @@ type Allocator struct {
 	path      string
 	now       func() time.Time
 
-	leases   map[string]*Lease        // by MAC
-	fixed    map[string]netip.Addr    // by MAC: reservations and SetFixed
-	reserved map[string]bool          // MACs whose fixed address comes from networks.yaml
-	declined map[netip.Addr]time.Time // addresses a client found in use, until when
+	leases   map[string]*backend.Lease // by MAC
+	fixed    map[string]netip.Addr     // by MAC: reservations and SetFixed
+	reserved map[string]bool           // MACs whose fixed address comes from networks.yaml
+	declined map[netip.Addr]time.Time  // addresses a client found in use, until when
 }
 
 // NewAllocator returns the allocator of a shared or host network, loading the
@@ -75,7 +68,7 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 	a := &Allocator{
 		id: n.ID, subnet: n.Subnet, gateway: n.Gateway, start: n.DHCPStart, end: n.DHCPEnd,
 		leaseTime: lt, path: path, now: time.Now,
-		leases: map[string]*Lease{}, fixed: map[string]netip.Addr{}, reserved: map[string]bool{},
+		leases: map[string]*backend.Lease{}, fixed: map[string]netip.Addr{}, reserved: map[string]bool{},
 		declined: map[netip.Addr]time.Time{},
 	}
 	for _, r := range n.Reservations {
@@ -234,22 +227,22 @@ func (a *Allocator) Offer(mac net.HardwareAddr, requested netip.Addr) (netip.Add
 
 // Commit leases ip to mac (DHCPREQUEST) for the lease time and persists it.
 // It fails when ip is not the address mac should have, so the server can NAK.
-func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string) (Lease, error) {
+func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string) (backend.Lease, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	m := mac.String()
 	want, err := a.pick(m, ip)
 	if err != nil {
-		return Lease{}, err
+		return backend.Lease{}, err
 	}
 	if want != ip {
-		return Lease{}, fmt.Errorf("%s is not available to %s (it would get %s)", ip, m, want)
+		return backend.Lease{}, fmt.Errorf("%s is not available to %s (it would get %s)", ip, m, want)
 	}
 	// A lease that expired and was remembered for another MAC is taken over.
 	if h := a.holder(ip); h != "" && h != m {
 		delete(a.leases, h)
 	}
-	l := &Lease{MAC: m, IP: ip, Hostname: hostname, Expiry: a.now().Add(a.leaseTime).Truncate(time.Second)}
+	l := &backend.Lease{MAC: m, IP: ip, Hostname: hostname, Expiry: a.now().Add(a.leaseTime).Truncate(time.Second)}
 	if hostname == "" {
 		if old, ok := a.leases[m]; ok {
 			l.Hostname = old.Hostname
@@ -263,7 +256,7 @@ func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string)
 		} else {
 			delete(a.leases, m)
 		}
-		return Lease{}, err
+		return backend.Lease{}, err
 	}
 	return *l, nil
 }
@@ -338,12 +331,12 @@ func (a *Allocator) ClearFixed(mac net.HardwareAddr) {
 }
 
 // Lookup returns the current (unexpired) lease of mac.
-func (a *Allocator) Lookup(mac net.HardwareAddr) (Lease, bool) {
+func (a *Allocator) Lookup(mac net.HardwareAddr) (backend.Lease, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l, ok := a.leases[mac.String()]
 	if !ok || !a.now().Before(l.Expiry) {
-		return Lease{}, false
+		return backend.Lease{}, false
 	}
 	return *l, true
 }
@@ -357,17 +350,17 @@ func (a *Allocator) Fixed(mac net.HardwareAddr) (netip.Addr, bool) {
 }
 
 // Leases returns the unexpired leases, by address.
-func (a *Allocator) Leases() []Lease {
+func (a *Allocator) Leases() []backend.Lease {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
-	var out []Lease
+	var out []backend.Lease
 	for _, l := range a.leases {
 		if now.Before(l.Expiry) {
 			out = append(out, *l)
 		}
 	}
-	slices.SortFunc(out, func(x, y Lease) int { return x.IP.Compare(y.IP) })
+	slices.SortFunc(out, func(x, y backend.Lease) int { return x.IP.Compare(y.IP) })
 	return out
 }
 
@@ -380,7 +373,7 @@ func (a *Allocator) save() error {
 	for _, l := range a.leases {
 		f.Leases = append(f.Leases, *l)
 	}
-	slices.SortFunc(f.Leases, func(x, y Lease) int { return cmp.Or(x.IP.Compare(y.IP), cmp.Compare(x.MAC, y.MAC)) })
+	slices.SortFunc(f.Leases, func(x, y backend.Lease) int { return cmp.Or(x.IP.Compare(y.IP), cmp.Compare(x.MAC, y.MAC)) })
 	data, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err

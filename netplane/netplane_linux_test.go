@@ -172,8 +172,8 @@ func TestShared(t *testing.T) {
 		if s.DHCP.Requests["DISCOVER"] < 1 || s.DHCP.Requests["REQUEST"] < 1 || s.DHCP.Replies["ACK"] < 1 {
 			t.Errorf("DHCP stats %+v", s.DHCP)
 		}
-		if len(s.Leases) != 1 || s.Leases[0].IP != addr || s.Leases[0].MAC != "52:55:55:00:01:01" || s.Leases[0].Hostname != "guest1" {
-			t.Errorf("leases %+v", s.Leases)
+		if ls := nw.Leases(); len(ls) != 1 || ls[0].IP != addr || ls[0].MAC != "52:55:55:00:01:01" || ls[0].Hostname != "guest1" {
+			t.Errorf("leases %+v", ls)
 		}
 	})
 

@@ -13,6 +13,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 )
 
 // Network is a running network: its kernel state ensured, its DHCP server
@@ -230,16 +231,16 @@ func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 }
 
 // Leases returns the current (unexpired) DHCP leases, by address.
-func (nw *Network) Leases() []Lease {
+func (nw *Network) Leases() []backend.Lease {
 	if nw.alloc == nil {
 		return nil
 	}
 	return nw.alloc.Leases()
 }
 
-// Stats returns the counters of the DHCP server and DNS proxy, and the leases.
-func (nw *Network) Stats() Stats {
-	s := Stats{Leases: nw.Leases()}
+// Stats returns the counters of the DHCP server and DNS proxy.
+func (nw *Network) Stats() backend.ServiceStats {
+	var s backend.ServiceStats
 	if nw.dhcp != nil {
 		s.DHCP = nw.dhcp.Stats()
 	}

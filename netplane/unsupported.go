@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 )
 
 // Network is a running network; see the Linux documentation.
@@ -43,5 +44,5 @@ func (*Network) Close() error                                       { return nil
 func (*Network) Config() *api.Network                               { return nil }
 func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error { return ErrUnsupported }
 func (*Network) RemoveHost(net.HardwareAddr)                        {}
-func (*Network) Leases() []Lease                                    { return nil }
-func (*Network) Stats() Stats                                       { return Stats{} }
+func (*Network) Leases() []backend.Lease                            { return nil }
+func (*Network) Stats() backend.ServiceStats                        { return backend.ServiceStats{} }

@@ -5,8 +5,6 @@ package linuxnet
 
 import (
 	"context"
-	"net"
-	"net/netip"
 	"strconv"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -27,7 +25,7 @@ func (Backend) StartNetwork(ctx context.Context, n *api.Network, o backend.Netwo
 	if err != nil {
 		return nil, err
 	}
-	return network{nw}, nil
+	return nw, nil
 }
 
 func (Backend) RemoveNetwork(ctx context.Context, id string, o backend.NetworkOptions) error {
@@ -80,31 +78,4 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 		args = append(args, "--socket", s.Socket)
 	}
 	return args, nil
-}
-
-// network adapts netplane's network to the neutral interface.
-type network struct{ nw *netplane.Network }
-
-func (n network) Config() *api.Network { return n.nw.Config() }
-func (n network) Close() error         { return n.nw.Close() }
-
-func (n network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) error {
-	return n.nw.SetHost(mac, name, ip)
-}
-
-func (n network) Leases() []backend.Lease {
-	var out []backend.Lease
-	for _, l := range n.nw.Leases() {
-		out = append(out, backend.Lease{MAC: l.MAC, IP: l.IP, Hostname: l.Hostname, Expiry: l.Expiry})
-	}
-	return out
-}
-
-func (n network) Stats() backend.ServiceStats {
-	st := n.nw.Stats()
-	d := st.DNS
-	return backend.ServiceStats{
-		DHCP: backend.DHCPStats{Requests: st.DHCP.Requests, Replies: st.DHCP.Replies, Errors: st.DHCP.Errors},
-		DNS:  backend.DNSStats{Queries: d.Queries, Local: d.Local, NXDomain: d.NXDomain, Forwarded: d.Forwarded, ForwardErrors: d.ForwardErrors},
-	}
 }
