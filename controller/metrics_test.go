@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +87,47 @@ func gather(t *testing.T, c *Controller) map[string]*dto.MetricFamily {
 	return byName
 }
 
+// descRe reads a metric family's name and variable labels from a
+// prometheus.Desc's String (the Desc has no accessors for them).
+var descRe = regexp.MustCompile(`^Desc\{fqName: "([^"]+)", .*, variableLabels: \{([^}]*)\}\}$`)
+
+// described maps each metric family the collector describes (what a
+// registry accepts from it) to its variable labels.
+func described(t *testing.T, c prometheus.Collector) map[string][]string {
+	t.Helper()
+	ch := make(chan *prometheus.Desc)
+	go func() { c.Describe(ch); close(ch) }()
+	var descs []*prometheus.Desc
+	for d := range ch {
+		descs = append(descs, d)
+	}
+	families := map[string][]string{}
+	for _, d := range descs {
+		m := descRe.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("cannot read the name and labels of %s", d)
+		}
+		families[m[1]] = strings.Split(m[2], ",")
+	}
+	return families
+}
+
+// checkFamily fails the test unless name is a described metric family
+// with every label named in labels ("k=v" each): without this, a check
+// that a sample is absent would pass for a misspelled name or label.
+func checkFamily(t *testing.T, families map[string][]string, name string, labels []string) {
+	t.Helper()
+	have, ok := families[name]
+	if !ok {
+		t.Fatalf("no metric family %s is described", name)
+	}
+	for _, kv := range labels {
+		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(have, k) {
+			t.Fatalf("metric family %s has no label %s (labels: %v)", name, k, have)
+		}
+	}
+}
+
 // value finds the sample of name whose labels include want ("k=v" each).
 func value(mfs map[string]*dto.MetricFamily, name string, want ...string) (float64, bool) {
 next:
@@ -112,10 +155,11 @@ next:
 func TestCollector(t *testing.T) {
 	c := metricsController(t)
 	mfs := gather(t, c)
+	families := described(t, &collector{c: c})
 	tests := []struct {
 		name   string
 		labels []string
-		want   float64 // -1: absent
+		want   float64 // -1: the family is described, with these labels, but has no such sample
 	}{
 		{"vmnetctl_attachment_bytes_total", []string{"vm=a", "index=0", "network=shared", "direction=to_vm"}, 2000},
 		{"vmnetctl_attachment_bytes_total", []string{"vm=a", "direction=from_vm"}, 1000},
@@ -140,6 +184,7 @@ func TestCollector(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.name, tt.labels), func(t *testing.T) {
+			checkFamily(t, families, tt.name, tt.labels)
 			got, ok := value(mfs, tt.name, tt.labels...)
 			if tt.want < 0 {
 				if ok {

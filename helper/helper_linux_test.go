@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -29,6 +26,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // The tests run the real binary, as root, in network namespaces they create
@@ -39,60 +37,18 @@ import (
 
 var vmnetctlBin string
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		dir, err := os.MkdirTemp("", "vmnetctl-helper-test")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		vmnetctlBin = filepath.Join(dir, "vmnetctl")
-		out, err := exec.Command("go", "build", "-o", vmnetctlBin, "github.com/vmnetctl/vmnetctl/cmd/vmnetctl").CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "building vmnetctl: %v\n%s", err, out)
-			os.Exit(1)
-		}
-		code := m.Run()
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testutil.MainWithVmnetctl(m, &vmnetctlBin) }
 
 const (
-	netID     = "shared"
-	gateway   = "192.168.105.1"
-	vmAddr    = "192.168.105.50"
-	ownerID   = 65534 // nobody
-	networks  = "networks:\n  shared:\n    mode: shared\n    gateway: 192.168.105.1\n    dhcpEnd: 192.168.105.254\n    netmask: 255.255.255.0\n"
-	pollEvery = 10 * time.Millisecond
+	netID    = "shared"
+	gateway  = "192.168.105.1"
+	vmAddr   = "192.168.105.50"
+	ownerID  = 65534 // nobody
+	networks = "networks:\n  shared:\n    mode: shared\n    gateway: 192.168.105.1\n    dhcpEnd: 192.168.105.254\n    netmask: 255.255.255.0\n"
 )
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(pollEvery)
-	}
-}
-
-func run(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-var nsSeq atomic.Int32
-
 type fixture struct {
-	host, vm string // netns names
+	host, vm *testutil.NS
 	bridge   string
 	networks string // networks.yaml
 	dir      string
@@ -101,32 +57,22 @@ type fixture struct {
 // newFixture creates the namespaces and the network's bridge.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, bridges and TAPs")
-	}
-	for _, tool := range []string{"ip", "busybox"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
-	n := nsSeq.Add(1)
+	testutil.RequireRoot(t, "creates network namespaces, bridges and TAPs")
+	testutil.RequireCommands(t, "ip", "ping")
 	f := &fixture{
-		host:   fmt.Sprintf("vmnh-host-%d-%d", os.Getpid(), n),
-		vm:     fmt.Sprintf("vmnh-vm-%d-%d", os.Getpid(), n),
+		host:   testutil.NewNS(t, "vmnh-host"),
+		vm:     testutil.NewNS(t, "vmnh-vm"),
 		bridge: api.BridgeName(netID),
 		dir:    t.TempDir(),
 	}
-	for _, ns := range []string{f.host, f.vm} {
-		run(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	for _, ns := range []*testutil.NS{f.host, f.vm} {
 		// No IPv6: no spontaneous traffic, so counters can be compared exactly.
-		run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+		ns.MustRun(t, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
 	}
-	run(t, "ip", "-n", f.host, "link", "add", f.bridge, "type", "bridge")
-	run(t, "ip", "-n", f.host, "link", "set", f.bridge, "alias", "vmnetctl:network="+netID)
-	run(t, "ip", "-n", f.host, "addr", "add", gateway+"/24", "dev", f.bridge)
-	run(t, "ip", "-n", f.host, "link", "set", f.bridge, "up")
+	f.host.MustRun(t, "ip", "link", "add", f.bridge, "type", "bridge")
+	f.host.MustRun(t, "ip", "link", "set", f.bridge, "alias", "vmnetctl:network="+netID)
+	f.host.MustRun(t, "ip", "addr", "add", gateway+"/24", "dev", f.bridge)
+	f.host.MustRun(t, "ip", "link", "set", f.bridge, "up")
 	f.networks = filepath.Join(f.dir, "networks.yaml")
 	if err := os.WriteFile(f.networks, []byte(networks), 0o644); err != nil {
 		t.Fatal(err)
@@ -142,41 +88,11 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// inNS runs fn on a thread in namespace name.
-func inNS(t *testing.T, name string, fn func() error) error {
-	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread() // else the thread dies with the goroutine
-		}
-	}()
-	return <-errc
-}
-
 // openTap creates a TAP in namespace ns and returns its fd.
-func openTap(t *testing.T, ns, name string, vnetHdr bool, offloads int) *os.File {
+func openTap(t *testing.T, ns *testutil.NS, name string, vnetHdr bool, offloads int) *os.File {
 	t.Helper()
 	var fd int
-	err := inNS(t, ns, func() error {
+	err := ns.Do(func() error {
 		var err error
 		fd, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
@@ -265,9 +181,9 @@ func (r *vmRelay) stop() {
 // setupVM configures the VM's TAP: the helper's MAC, a static address.
 func (f *fixture) setupVM(t *testing.T, tap string, mac net.HardwareAddr) {
 	t.Helper()
-	run(t, "ip", "-n", f.vm, "link", "set", tap, "address", mac.String())
-	run(t, "ip", "-n", f.vm, "addr", "add", vmAddr+"/24", "dev", tap)
-	run(t, "ip", "-n", f.vm, "link", "set", tap, "up")
+	f.vm.MustRun(t, "ip", "link", "set", tap, "address", mac.String())
+	f.vm.MustRun(t, "ip", "addr", "add", vmAddr+"/24", "dev", tap)
+	f.vm.MustRun(t, "ip", "link", "set", tap, "up")
 }
 
 // helperProc is a running `vmnetctl helper`.
@@ -301,8 +217,7 @@ func (f *fixture) startHelper(t *testing.T, extra []*os.File, args ...string) *h
 // exited first.
 func (f *fixture) launch(t *testing.T, extra []*os.File, args ...string) (*helperProc, string) {
 	t.Helper()
-	all := append([]string{"netns", "exec", f.host, vmnetctlBin, "--networks", f.networks, "helper"}, args...)
-	cmd := exec.Command("ip", all...)
+	cmd := f.host.Command(context.Background(), vmnetctlBin, append([]string{"--networks", f.networks, "helper"}, args...)...)
 	cmd.ExtraFiles = extra
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -406,7 +321,7 @@ func (h *helperProc) wait(timeout time.Duration) {
 }
 
 func (f *fixture) linkExists(name string) bool {
-	return exec.Command("ip", "-n", f.host, "link", "show", name).Run() == nil
+	return exec.Command("ip", "-n", f.host.Name, "link", "show", name).Run() == nil
 }
 
 // procUID is the real uid in /proc/PID/status.
@@ -474,24 +389,14 @@ func dialSocket(t *testing.T, dir, path string) *net.UnixConn {
 	return c
 }
 
-func ping(ns, addr string) error {
-	return exec.Command("ip", "netns", "exec", ns, "busybox", "ping", "-c", "1", "-W", "1", addr).Run()
-}
-
 // stream sends size bytes over TCP between the VM and the gateway (toVM:
 // from the gateway to the VM) and returns how many the receiver got.
 func (f *fixture) stream(t *testing.T, size int64, toVM bool) int64 {
 	t.Helper()
-	var ln net.Listener
-	if err := inNS(t, f.host, func() (err error) {
-		ln, err = net.Listen("tcp4", gateway+":0")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ln := f.host.Listen(t, "tcp4", gateway+":0")
 	defer ln.Close()
 	var vmConn net.Conn
-	if err := inNS(t, f.vm, func() (err error) {
+	if err := f.vm.Do(func() (err error) {
 		vmConn, err = net.DialTimeout("tcp4", ln.Addr().String(), 10*time.Second)
 		return err
 	}); err != nil {
@@ -579,11 +484,11 @@ func TestRelay(t *testing.T) {
 				}
 				conn = dialSocket(t, f.dir, path)
 				defer func() {
-					waitFor(t, 5*time.Second, "socket and lock removal", func() bool {
+					testutil.Eventually(t, 5*time.Second, func() bool {
 						_, e1 := os.Stat(path)
 						_, e2 := os.Stat(path + ".lock")
 						return errors.Is(e1, os.ErrNotExist) && errors.Is(e2, os.ErrNotExist)
-					})
+					}, "socket and lock removal")
 				}()
 			} else {
 				var helperEnd *os.File
@@ -612,7 +517,7 @@ func TestRelay(t *testing.T) {
 
 			relay := startRelay(tap, conn, hdr)
 			f.setupVM(t, "vmeth0", r.MACAddress)
-			waitFor(t, 10*time.Second, "ping from the VM to the gateway", func() bool { return ping(f.vm, gateway) == nil })
+			testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the VM to the gateway")
 
 			const size = 20 << 20
 			if got := f.stream(t, size, false); got != size {
@@ -623,18 +528,18 @@ func TestRelay(t *testing.T) {
 			}
 
 			// A stats line comes every 0.2 s.
-			waitFor(t, 5*time.Second, "a stats line with the stream", func() bool {
+			testutil.Eventually(t, 5*time.Second, func() bool {
 				s, ok := h.lastStats()
 				return ok && s.VM.Bytes >= size && s.Host.Bytes >= size
-			})
+			}, "a stats line with the stream")
 
 			// At a quiet moment the counters equal what the relay sent, to
 			// the byte. (Checked before SIGTERM: late TCP segments can be in
 			// the socket when the helper stops, and those it never counts.)
-			waitFor(t, 10*time.Second, "the helper's count of the VM's bytes to equal the relay's", func() bool {
+			testutil.Eventually(t, 10*time.Second, func() bool {
 				s, ok := h.lastStats()
 				return ok && s.VM.Drops == 0 && s.VM.Bytes == relay.sent.Load()
-			})
+			}, "the helper's count of the VM's bytes to equal the relay's")
 
 			h.terminate()
 			if f.linkExists(r.TapName) {
@@ -646,9 +551,9 @@ func TestRelay(t *testing.T) {
 			}
 			// Every frame the helper sent reaches the relay (the socket is
 			// reliable); the helper never counts more than the relay sent.
-			waitFor(t, 5*time.Second, "the relay to read the helper's last frames", func() bool {
+			testutil.Eventually(t, 5*time.Second, func() bool {
 				return relay.received.Load() == s.Host.Bytes
-			})
+			}, "the relay to read the helper's last frames")
 			relay.stop()
 			if s.VM.Bytes > relay.sent.Load() {
 				t.Errorf("relay sent %d bytes, helper counted %d from the VM", relay.sent.Load(), s.VM.Bytes)
@@ -683,15 +588,15 @@ func TestPeerGone(t *testing.T) {
 			}
 			relay := startRelay(tap, conn, 0)
 			f.setupVM(t, "vmeth0", h.ready.MACAddress)
-			waitFor(t, 10*time.Second, "ping from the VM to the gateway", func() bool { return ping(f.vm, gateway) == nil })
+			testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the VM to the gateway")
 
 			// The VM dies. The helper notices when it next sends to it: a
 			// dgram socket has no hangup, so traffic towards the VM tells.
 			relay.stop()
-			waitFor(t, 10*time.Second, "the helper to exit", func() bool {
-				ping(f.host, vmAddr)
+			testutil.Eventually(t, 10*time.Second, func() bool {
+				f.host.Ping(vmAddr, 1)
 				return h.exited()
-			})
+			}, "the helper to exit")
 			h.wait(0)
 			if f.linkExists(h.ready.TapName) {
 				t.Errorf("TAP %s still exists after the peer went away", h.ready.TapName)
@@ -704,7 +609,7 @@ func TestPeerGone(t *testing.T) {
 func TestJumbo(t *testing.T) {
 	f := newFixture(t)
 	os.WriteFile(f.networks, []byte(networks+"    mtu: 9000\n"), 0o644)
-	run(t, "ip", "-n", f.host, "link", "set", f.bridge, "mtu", "9000")
+	f.host.MustRun(t, "ip", "link", "set", f.bridge, "mtu", "9000")
 	tap := openTap(t, f.vm, "vmeth0", false, 0)
 	helperEnd, conn := socketpair(t)
 	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3")
@@ -714,12 +619,13 @@ func TestJumbo(t *testing.T) {
 	}
 	relay := startRelay(tap, conn, 0)
 	defer relay.stop()
-	run(t, "ip", "-n", f.vm, "link", "set", "vmeth0", "mtu", "9000")
+	f.vm.MustRun(t, "ip", "link", "set", "vmeth0", "mtu", "9000")
 	f.setupVM(t, "vmeth0", h.ready.MACAddress)
 	// 8972 bytes of ICMP payload: a 9014-byte frame each way, unfragmented.
-	waitFor(t, 10*time.Second, "a jumbo ping", func() bool {
-		return exec.Command("ip", "netns", "exec", f.vm, "busybox", "ping", "-c", "1", "-W", "1", "-s", "8972", gateway).Run() == nil
-	})
+	testutil.Eventually(t, 10*time.Second, func() error {
+		_, err := f.vm.Run(context.Background(), "ping", "-n", "-q", "-c", "1", "-W", "1", "-s", "8972", "-M", "do", gateway)
+		return err
+	}, "a jumbo ping")
 	h.terminate()
 	if s, _ := h.lastStats(); s.Host.Bytes < 9014 || s.VM.Bytes < 9014 || s.VM.Drops != 0 {
 		t.Errorf("stats %+v: want a 9014-byte frame each way", s)
@@ -756,7 +662,7 @@ func TestAttachTap(t *testing.T) {
 	if h.ready.TapName != "vmt-attach" {
 		t.Fatalf("tap_name = %q", h.ready.TapName)
 	}
-	owner := strings.TrimSpace(run(t, "ip", "netns", "exec", f.host, "cat", "/sys/class/net/vmt-attach/tun_flags", "/sys/class/net/vmt-attach/owner", "/sys/class/net/vmt-attach/brport/bridge/uevent"))
+	owner := strings.TrimSpace(f.host.MustRun(t, "cat", "/sys/class/net/vmt-attach/tun_flags", "/sys/class/net/vmt-attach/owner", "/sys/class/net/vmt-attach/brport/bridge/uevent"))
 	if !strings.Contains(owner, "\n65534\n") || !strings.Contains(owner, "INTERFACE="+f.bridge) {
 		t.Errorf("TAP flags, owner, bridge: %q", owner)
 	}
@@ -767,24 +673,24 @@ func TestAttachTap(t *testing.T) {
 	relay := startRelay(vmTap, vmm, 0)
 	defer relay.stop()
 	f.setupVM(t, "vmeth0", h.ready.MACAddress)
-	waitFor(t, 10*time.Second, "ping from the VM to the gateway", func() bool { return ping(f.vm, gateway) == nil })
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the VM to the gateway")
 	// On a TAP the kernel's rx is what the VM sent: "vm" in the stats.
-	waitFor(t, 5*time.Second, "stats with the ping", func() bool {
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		s, ok := h.lastStats()
 		return ok && s.VM.Packets >= 2 && s.Host.Packets >= 2 && s.VM.Bytes >= 98+42
-	})
+	}, "stats with the ping")
 	if uid := procUID(t, h.cmd.Process.Pid); uid != ownerID {
 		t.Errorf("helper runs as uid %d, want %d", uid, ownerID)
 	}
 	// SIGTERM deletes the TAP even while the VMM still has it open.
 	h.terminate()
-	waitFor(t, 5*time.Second, "TAP vmt-attach to be deleted after SIGTERM", func() bool { return !f.linkExists("vmt-attach") })
+	testutil.Eventually(t, 5*time.Second, func() bool { return !f.linkExists("vmt-attach") }, "TAP vmt-attach to be deleted after SIGTERM")
 
 	// So does kill -9.
 	h = f.startHelper(t, nil, "--attach", "tap", "--uid", strconv.Itoa(ownerID), "--tap", "vmt-attach")
 	h.cmd.Process.Kill()
 	<-h.done
-	waitFor(t, 5*time.Second, "TAP vmt-attach to be deleted after kill -9", func() bool { return !f.linkExists("vmt-attach") })
+	testutil.Eventually(t, 5*time.Second, func() bool { return !f.linkExists("vmt-attach") }, "TAP vmt-attach to be deleted after kill -9")
 }
 
 func TestFailures(t *testing.T) {
@@ -807,12 +713,12 @@ func TestFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args := append([]string{"netns", "exec", f.host, vmnetctlBin}, tt.args...)
+			args := tt.args
 			if tt.args[0] == "helper" {
-				args = append([]string{"netns", "exec", f.host, vmnetctlBin, "--networks", f.networks}, tt.args...)
+				args = append([]string{"--networks", f.networks}, tt.args...)
 			}
 			var stdout, stderr bytes.Buffer
-			cmd := exec.Command("ip", args...)
+			cmd := f.host.Command(context.Background(), vmnetctlBin, args...)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
 			var ee *exec.ExitError
@@ -830,10 +736,7 @@ func TestFailures(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	if vmnetctlBin == "" {
-		t.Skip("needs root (the binary is built in TestMain)")
-	}
-	out := run(t, vmnetctlBin, "helper", "--version")
+	out := testutil.Run(t, vmnetctlBin, "helper", "--version")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "version: v") || !strings.HasPrefix(lines[1], "commit: ") {
 		t.Errorf("--version printed %q", out)
@@ -845,12 +748,8 @@ func TestVersion(t *testing.T) {
 func TestDHCP(t *testing.T) {
 	f := newFixture(t)
 	// The data plane creates the bridge itself.
-	run(t, "ip", "-n", f.host, "link", "del", f.bridge)
-	for _, tool := range []string{"nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
+	f.host.MustRun(t, "ip", "link", "del", f.bridge)
+	testutil.RequireCommands(t, "nft", "busybox")
 	nets, _, err := config.LoadNetworks(f.networks)
 	if err != nil {
 		t.Fatal(err)
@@ -861,7 +760,7 @@ func TestDHCP(t *testing.T) {
 	resolv := filepath.Join(f.dir, "resolv.conf")
 	os.WriteFile(resolv, []byte("nameserver 192.0.2.53\n"), 0o644)
 	var nw *netplane.Network
-	if err := inNS(t, f.host, func() (err error) {
+	if err := f.host.Do(func() (err error) {
 		nw, err = netplane.Start(ctx, n, netplane.Options{ResolvConf: resolv, Upstreams: []string{"192.0.2.53:53"}})
 		return err
 	}); err != nil {
@@ -878,32 +777,22 @@ func TestDHCP(t *testing.T) {
 	}
 	relay := startRelay(tap, conn, 0)
 	defer relay.stop()
-	run(t, "ip", "-n", f.vm, "link", "set", "vmeth0", "address", h.ready.MACAddress.String())
-	run(t, "ip", "-n", f.vm, "link", "set", "vmeth0", "up")
+	f.vm.MustRun(t, "ip", "link", "set", "vmeth0", "address", h.ready.MACAddress.String())
+	f.vm.MustRun(t, "ip", "link", "set", "vmeth0", "up")
 
-	// Debian's busybox looks for its script in /etc/udhcpc: pass our own.
-	script := filepath.Join(f.dir, "udhcpc.sh")
-	lease := filepath.Join(f.dir, "lease")
-	os.WriteFile(script, []byte("#!/bin/sh\ncase \"$1\" in bound|renew) echo \"$ip $subnet $router\" >"+lease+" ;; esac\n"), 0o755)
-	out, err := exec.Command("ip", "netns", "exec", f.vm, "busybox", "udhcpc", "-i", "vmeth0", "-s", script, "-f", "-q", "-n", "-t", "10", "-T", "1").CombinedOutput()
+	// The lease is applied to vmeth0 (address, route) as it comes.
+	lease, err := f.vm.DHCP(t, "vmeth0")
 	if err != nil {
-		t.Fatalf("udhcpc: %v\n%s", err, out)
+		t.Fatal(err)
 	}
-	b, err := os.ReadFile(lease)
-	if err != nil {
-		t.Fatalf("no lease: %v\n%s", err, out)
+	if lease["mask"] != "24" || lease["router"] != gateway {
+		t.Fatalf("lease %v, want an address in 192.168.105.0/24 with router %s", lease, gateway)
 	}
-	fields := strings.Fields(string(b))
-	if len(fields) != 3 || fields[1] != "255.255.255.0" || fields[2] != gateway {
-		t.Fatalf("lease %q, want an address in 192.168.105.0/24 with router %s", b, gateway)
+	if err := testutil.InRange(lease["ip"], n.DHCPStart.String(), n.DHCPEnd.String()); err != nil {
+		t.Fatalf("leased %v", err)
 	}
-	ip, err := netip.ParseAddr(fields[0])
-	if err != nil || !n.Subnet.Contains(ip) || ip.Compare(n.DHCPStart) < 0 || ip.Compare(n.DHCPEnd) > 0 {
-		t.Fatalf("leased %q, not in %s-%s", fields[0], n.DHCPStart, n.DHCPEnd)
-	}
-	t.Logf("leased %s", ip)
-	run(t, "ip", "-n", f.vm, "addr", "add", ip.String()+"/24", "dev", "vmeth0")
-	waitFor(t, 10*time.Second, "ping from the leased address to the gateway", func() bool { return ping(f.vm, gateway) == nil })
+	t.Logf("leased %s", lease["ip"])
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the leased address to the gateway")
 	h.terminate()
 }
 
@@ -911,9 +800,9 @@ func TestDHCP(t *testing.T) {
 // host's LAN bridge), chosen the vmnet-helper way.
 func TestBridged(t *testing.T) {
 	f := newFixture(t)
-	run(t, "ip", "-n", f.host, "link", "add", "br-lan", "type", "bridge")
-	run(t, "ip", "-n", f.host, "addr", "add", "10.9.0.1/24", "dev", "br-lan")
-	run(t, "ip", "-n", f.host, "link", "set", "br-lan", "up")
+	f.host.MustRun(t, "ip", "link", "add", "br-lan", "type", "bridge")
+	f.host.MustRun(t, "ip", "addr", "add", "10.9.0.1/24", "dev", "br-lan")
+	f.host.MustRun(t, "ip", "link", "set", "br-lan", "up")
 	cfg := filepath.Join(f.dir, "bridged.yaml")
 	os.WriteFile(cfg, []byte("networks:\n  lan:\n    mode: bridged\n    interface: br-lan\n"), 0o644)
 
@@ -927,10 +816,10 @@ func TestBridged(t *testing.T) {
 	}
 	relay := startRelay(tap, conn, 0)
 	defer relay.stop()
-	run(t, "ip", "-n", f.vm, "link", "set", "vmeth0", "address", h.ready.MACAddress.String())
-	run(t, "ip", "-n", f.vm, "addr", "add", "10.9.0.7/24", "dev", "vmeth0")
-	run(t, "ip", "-n", f.vm, "link", "set", "vmeth0", "up")
-	waitFor(t, 10*time.Second, "ping from the VM to the LAN", func() bool { return ping(f.vm, "10.9.0.1") == nil })
+	f.vm.MustRun(t, "ip", "link", "set", "vmeth0", "address", h.ready.MACAddress.String())
+	f.vm.MustRun(t, "ip", "addr", "add", "10.9.0.7/24", "dev", "vmeth0")
+	f.vm.MustRun(t, "ip", "link", "set", "vmeth0", "up")
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping("10.9.0.1", 1) == nil }, "ping from the VM to the LAN")
 	h.terminate()
 }
 
@@ -939,13 +828,11 @@ func TestBridged(t *testing.T) {
 // end of a veth.
 func TestMacvtap(t *testing.T) {
 	f := newFixture(t)
-	lan := fmt.Sprintf("vmnh-lan-%d-%d", os.Getpid(), nsSeq.Add(1))
-	run(t, "ip", "netns", "add", lan)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", lan).Run() })
-	run(t, "ip", "-n", f.host, "link", "add", "lan0", "type", "veth", "peer", "name", "eth0", "netns", lan)
-	run(t, "ip", "-n", f.host, "link", "set", "lan0", "up")
-	run(t, "ip", "-n", lan, "addr", "add", "10.9.1.1/24", "dev", "eth0")
-	run(t, "ip", "-n", lan, "link", "set", "eth0", "up")
+	lan := testutil.NewNS(t, "vmnh-lan")
+	f.host.MustRun(t, "ip", "link", "add", "lan0", "type", "veth", "peer", "name", "eth0", "netns", lan.Name)
+	f.host.MustRun(t, "ip", "link", "set", "lan0", "up")
+	lan.MustRun(t, "ip", "addr", "add", "10.9.1.1/24", "dev", "eth0")
+	lan.MustRun(t, "ip", "link", "set", "eth0", "up")
 	f.networks = filepath.Join(f.dir, "lan.yaml")
 	os.WriteFile(f.networks, []byte("networks:\n  lan:\n    mode: bridged\n    interface: lan0\n"), 0o644)
 
@@ -960,8 +847,8 @@ func TestMacvtap(t *testing.T) {
 		relay := startRelay(tap, conn, 0)
 		// A macvtap passes the frames of its own MAC: the VM must use it.
 		f.setupVM(t, "vmeth0", h.ready.MACAddress)
-		run(t, "ip", "-n", f.vm, "addr", "add", "10.9.1.7/24", "dev", "vmeth0")
-		waitFor(t, 10*time.Second, "ping from the VM to the LAN", func() bool { return ping(f.vm, "10.9.1.1") == nil })
+		f.vm.MustRun(t, "ip", "addr", "add", "10.9.1.7/24", "dev", "vmeth0")
+		testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping("10.9.1.1", 1) == nil }, "ping from the VM to the LAN")
 		if kill {
 			// Even a helper killed outright leaves no macvtap behind.
 			h.cmd.Process.Kill()
@@ -969,7 +856,7 @@ func TestMacvtap(t *testing.T) {
 		} else {
 			h.terminate()
 		}
-		waitFor(t, 5*time.Second, "the macvtap to be deleted", func() bool { return !f.linkExists("vmt-mv") })
+		testutil.Eventually(t, 5*time.Second, func() bool { return !f.linkExists("vmt-mv") }, "the macvtap to be deleted")
 		relay.stop() // closing the VM's TAP deletes it too
 	}
 }

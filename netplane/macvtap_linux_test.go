@@ -7,30 +7,49 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/sys/unix"
+)
+
+// The LAN of TestBridgedMacvtap: its router, and the range its DHCP server
+// leases from.
+const (
+	macvtapLANRouter = "10.78.0.1"
+	macvtapLANFirst  = "10.78.0.100"
+	macvtapLANLast   = "10.78.0.150"
 )
 
 // TestBridgedMacvtap is a VM on a bridged network whose interface is not a
 // bridge: it gets a macvtap, and speaks DHCP to the LAN through /dev/tapN as
-// a VM would, raw Ethernet frames in and out.
+// a VM would, raw Ethernet frames in and out. The LAN is a namespace at the
+// other end of the veth uplink0, with busybox's udhcpd.
 func TestBridgedMacvtap(t *testing.T) {
-	needRoot(t)
-	host := newNS(t)
-	lan := newNS(t)
-	veth(t, host, "uplink0", lan, "")
-	udhcpd(t, lan, "10.78.0")
+	testutil.RequireCommands(t, "busybox", "nft")
+	host, lan := testutil.NewNS(t, "mv-host"), testutil.NewNS(t, "mv-lan")
+	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "uplink0", "up", "type", "veth", "peer", "name", "eth0", "netns", lan.Name)
+	lan.MustRun(t, "ip", "addr", "add", macvtapLANRouter+"/24", "dev", "eth0")
+	lan.MustRun(t, "ip", "link", "set", "eth0", "up")
+	dir := t.TempDir()
+	conf := fmt.Sprintf("interface eth0\nstart %s\nend %s\noption subnet 255.255.255.0\noption router %s\nlease_file %s/leases\npidfile %[4]s/pid\n",
+		macvtapLANFirst, macvtapLANLast, macvtapLANRouter, dir)
+	if err := os.WriteFile(dir+"/udhcpd.conf", []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lan.Start(t, dir+"/udhcpd.log", "busybox", "udhcpd", "-f", dir+"/udhcpd.conf")
+
 	n := &api.Network{ID: "mv", Name: "mv", Mode: api.ModeBridged, Interface: "uplink0", MTU: 1500}
-	start(t, host, n, Options{})
+	var nw *Network
+	mustDo(t, host, func() (err error) { nw, err = Start(context.Background(), n, Options{}); return err })
+	t.Cleanup(func() { nw.Close() })
 	mac := mustMAC("52:55:55:00:07:01")
 	var tap *os.File
-	in(t, host, func() error {
+	mustDo(t, host, func() error {
 		if b, err := PortBridge(n); err != nil || b != "" {
 			return fmt.Errorf("PortBridge = %q, %v; want \"\" (a macvtap)", b, err)
 		}
@@ -50,7 +69,7 @@ func TestBridgedMacvtap(t *testing.T) {
 	}
 	frame := udpFrame(mac, discover.ToBytes())
 	var offer *dhcpv4.DHCPv4
-	eventually(t, 20*time.Second, "an OFFER from the LAN through the macvtap", func() error {
+	testutil.Eventually(t, 20*time.Second, func() error {
 		if _, err := tap.Write(frame); err != nil {
 			return err
 		}
@@ -66,15 +85,15 @@ func TestBridgedMacvtap(t *testing.T) {
 				return nil
 			}
 		}
-	})
-	if got := offer.YourIPAddr.String(); !strings.HasPrefix(got, "10.78.0.1") {
-		t.Errorf("offered %s, want one of 10.78.0.100-150", got)
+	}, "an OFFER from the LAN through the macvtap")
+	if err := testutil.InRange(offer.YourIPAddr.String(), macvtapLANFirst, macvtapLANLast); err != nil {
+		t.Errorf("offered %v", err)
 	}
-	if r := offer.Router(); len(r) != 1 || r[0].String() != "10.78.0.1" {
-		t.Errorf("offered router %v, want 10.78.0.1", r)
+	if r := offer.Router(); len(r) != 1 || r[0].String() != macvtapLANRouter {
+		t.Errorf("offered router %v, want %s", r, macvtapLANRouter)
 	}
 
-	in(t, host, func() error {
+	mustDo(t, host, func() error {
 		var s *State
 		s, err := Inspect(context.Background(), "mv")
 		if err != nil {
@@ -93,19 +112,28 @@ func TestBridgedMacvtap(t *testing.T) {
 	})
 }
 
+// mustDo runs f in namespace n and fails the test on error. f must not
+// call t.Fatal: it runs on another goroutine.
+func mustDo(t *testing.T, n *testutil.NS, f func() error) {
+	t.Helper()
+	if err := n.Do(f); err != nil {
+		t.Fatalf("in %s: %v", n, err)
+	}
+}
+
 // openTap opens a macvtap's character device, without the virtio-net header
 // macvtap adds by default, so reads and writes are plain Ethernet frames.
 func openTap(ifindex int) (*os.File, error) {
 	path := fmt.Sprintf("/dev/tap%d", ifindex)
 	var fd int
-	var err error
-	for range 100 { // devtmpfs creates the node asynchronously
+	// devtmpfs creates the node asynchronously: wait for it to appear.
+	err := testutil.Poll(time.Second, func() (err error) {
 		fd, err = unix.Open(path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-		if !errors.Is(err, unix.ENOENT) {
-			break
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return testutil.Permanent(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
