@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Severity tells an error, which stops a command, from a warning, which does not.
@@ -31,7 +34,13 @@ type Diagnostic struct {
 	Severity Severity
 }
 
+// String is FILE:LINE: field: message, with control bytes escaped, so that
+// no input can write terminal escapes through an error.
 func (d Diagnostic) String() string {
+	return escapeControl(d.text())
+}
+
+func (d Diagnostic) text() string {
 	var b strings.Builder
 	b.WriteString(d.File)
 	if d.Line > 0 {
@@ -108,12 +117,43 @@ type ValidationError struct {
 	Diagnostics Diagnostics
 }
 
+// MaxShown is how many diagnostics an error shows; the rest are counted.
+const MaxShown = 100
+
 func (e *ValidationError) Error() string {
-	lines := make([]string, len(e.Diagnostics))
-	for i, d := range e.Diagnostics {
-		lines[i] = d.String()
+	var lines []string
+	for _, d := range e.Shown() {
+		lines = append(lines, d.String())
+	}
+	if n := len(e.Diagnostics) - MaxShown; n > 0 {
+		lines = append(lines, fmt.Sprintf("... and %d more", n))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Shown are the diagnostics an error shows: the first MaxShown.
+func (e *ValidationError) Shown() Diagnostics {
+	return e.Diagnostics[:min(len(e.Diagnostics), MaxShown)]
+}
+
+// escapeControl writes control bytes (and invalid UTF-8) as Go escapes.
+func escapeControl(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // AsValidationError unwraps err into a *ValidationError when it is one.

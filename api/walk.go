@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -20,11 +21,42 @@ type walker struct {
 }
 
 func (w *walker) errorf(n *yaml.Node, field, format string, args ...any) {
-	w.diags = append(w.diags, Diagnostic{File: w.file, Line: line(n), Field: field, Message: fmt.Sprintf(format, args...)})
+	w.diags = append(w.diags, Diagnostic{File: w.file, Line: line(n), Field: brief(field), Message: message(format, args)})
 }
 
 func (w *walker) warnf(n *yaml.Node, field, format string, args ...any) {
-	w.diags = append(w.diags, Diagnostic{File: w.file, Line: line(n), Field: field, Message: fmt.Sprintf(format, args...), Severity: SeverityWarning})
+	w.diags = append(w.diags, Diagnostic{File: w.file, Line: line(n), Field: brief(field), Message: message(format, args), Severity: SeverityWarning})
+}
+
+// A string longer than maxString in a message is cut to maxQuoted bytes:
+// messages of their own are shorter, values from the input may not be.
+const (
+	maxString = 200
+	maxQuoted = 64
+)
+
+// message formats a diagnostic, quoting long values from the input briefly:
+// a 50 MB scalar must not come back whole in an error.
+func message(format string, args []any) string {
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = brief(s)
+		}
+	}
+	return fmt.Sprintf(format, args...)
+}
+
+// brief shortens a string longer than maxString to maxQuoted bytes (on a
+// rune boundary), saying how long it was.
+func brief(s string) string {
+	if len(s) <= maxString {
+		return s
+	}
+	cut := maxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 func line(n *yaml.Node) int {
@@ -44,8 +76,23 @@ func deref(n *yaml.Node) *yaml.Node {
 
 var yamlLineRe = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 
+// Limits on an input file, so that bad input costs bounded time and memory:
+// networks.yaml and VM files are a few kilobytes.
+const (
+	// MaxFileSize is the largest file vmnetctl parses.
+	MaxFileSize = 1 << 20
+	// MaxNodes bounds the nodes of a document with its aliases expanded:
+	// an alias is walked wherever it is used, so a few lines of nested
+	// aliases ("billion laughs") would otherwise stand for billions of nodes.
+	MaxNodes = 100_000
+)
+
 // parse turns data into the document's root node. An empty document gives nil.
 func (w *walker) parse(data []byte) *yaml.Node {
+	if len(data) > MaxFileSize {
+		w.errorf(nil, "", "is %d bytes; vmnetctl reads files of at most %d bytes", len(data), MaxFileSize)
+		return nil
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		msg := err.Error()
@@ -60,11 +107,44 @@ func (w *walker) parse(data []byte) *yaml.Node {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return nil
 	}
+	if n := expandedSize(&doc, map[*yaml.Node]int{}); n > MaxNodes {
+		w.errorf(nil, "", "has more than %d nodes with its aliases expanded; vmnetctl reads small files", MaxNodes)
+		return nil
+	}
 	root := deref(doc.Content[0])
 	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
 		return nil
 	}
 	return root
+}
+
+// expandedSize counts n's nodes with every alias expanded, in time linear in
+// the document (each node's size is computed once), saturating above
+// MaxNodes. An alias cycle counts as too large.
+func expandedSize(n *yaml.Node, memo map[*yaml.Node]int) int {
+	if n == nil {
+		return 0
+	}
+	if s, ok := memo[n]; ok {
+		if s < 0 {
+			return MaxNodes + 1 // a cycle
+		}
+		return s
+	}
+	memo[n] = -1
+	size := 1
+	if n.Kind == yaml.AliasNode {
+		size = expandedSize(n.Alias, memo)
+	}
+	for _, c := range n.Content {
+		size += expandedSize(c, memo)
+		if size > MaxNodes {
+			break
+		}
+	}
+	size = min(size, MaxNodes+1)
+	memo[n] = size
+	return size
 }
 
 // fieldFunc handles one key of a mapping; path is the dotted path of the value.

@@ -29,10 +29,13 @@ func run(args []string, s streams) int {
 	cmd.SetArgs(args)
 	if err := cmd.Execute(); err != nil {
 		if ve, ok := api.AsValidationError(err); ok {
-			for _, d := range ve.Diagnostics {
+			for _, d := range ve.Shown() {
 				fmt.Fprintln(s.err, d)
 			}
 			n := len(ve.Diagnostics)
+			if rest := n - len(ve.Shown()); rest > 0 {
+				fmt.Fprintf(s.err, "... and %d more\n", rest)
+			}
 			fmt.Fprintf(s.err, "%d error%s found\n", n, plural(n))
 		} else if ee := (exitError{}); !errors.As(err, &ee) || ee.err != nil {
 			fmt.Fprintln(s.err, "vmnetctl:", err)
