@@ -94,7 +94,7 @@ func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArg
 	// Someone holds the lock but does not answer yet: it is starting.
 	if l, err := sd.TryLockController(); err == nil {
 		l.Unlock()
-		logf, err := os.OpenFile(sd.ControllerLog(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+		logf, err := statedir.OpenLog(sd.ControllerLog())
 		if err != nil {
 			return err
 		}

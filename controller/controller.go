@@ -202,26 +202,34 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-// listen opens the API socket, usable by root and the configured group.
+// listen opens the API socket, usable by root and the configured group. It
+// is bound under a temporary name, given its mode and group, and only then
+// renamed into place, so that nobody ever finds it with a wider mode.
 func (c *Controller) listen() (net.Listener, error) {
 	path := c.sd.APISocket()
-	os.Remove(path) // stale from a crash: we hold the controller lock
-	ln, err := net.Listen("unix", path)
+	tmp := path + ".new"
+	os.Remove(tmp) // stale from a crash: we hold the controller lock
+	ln, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("daemon API: %w", err)
 	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false) // Run removes the socket
 	mode := os.FileMode(0o600)
 	if c.opts.Group != "" {
 		if gid, err := lookupGroup(c.opts.Group); err == nil {
-			os.Chown(path, 0, gid)
+			os.Chown(tmp, 0, gid)
 			mode = 0o660
 		} else {
 			c.log.Warn("API socket group not found; root only", "group", c.opts.Group, "err", err)
 		}
 	}
-	if err := os.Chmod(path, mode); err != nil {
+	if err := os.Chmod(tmp, mode); err != nil {
 		ln.Close()
 		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("daemon API: %w", err)
 	}
 	return ln, nil
 }

@@ -204,12 +204,12 @@ func (h *Helper) startWithPipes(opts StartOptions) (<-chan []byte, error) {
 // watches the ready file for the JSON line.
 func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 	cmd := h.cmd
-	ready, err := os.OpenFile(opts.ReadyFile, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
+	ready, err := os.OpenFile(opts.ReadyFile, os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o640)
 	if err != nil {
 		return nil, err
 	}
 	defer ready.Close()
-	logf, err := os.OpenFile(opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	logf, err := os.OpenFile(opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o640)
 	if err != nil {
 		return nil, err
 	}

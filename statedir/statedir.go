@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,12 +37,41 @@ type Dir struct {
 	Path string
 }
 
-// Init creates the directory, private to its owner.
+// Init creates the directory, private to its owner, and refuses one that
+// someone else could change (checkTrusted).
 func (d Dir) Init() error {
 	if err := os.MkdirAll(d.Path, 0o750); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
+	return d.checkTrusted()
+}
+
+// checkTrusted refuses a state dir that anyone but the user running vmnetctl
+// could change: a symbolic link, a directory owned by another user, or one
+// that its group or others may write. Root keeps projects there that it runs,
+// and appends to files there: another user who could plant a file or a
+// symbolic link in it could make root run or overwrite what they chose.
+func (d Dir) checkTrusted() error {
+	fi, err := os.Lstat(d.Path)
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	switch st, ok := fi.Sys().(*syscall.Stat_t); {
+	case fi.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("state dir %s is a symbolic link; refusing it: give the directory itself", d.Path)
+	case !fi.IsDir():
+		return fmt.Errorf("state dir %s is not a directory", d.Path)
+	case ok && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("state dir %s belongs to uid %d, not to uid %d who runs vmnetctl; refusing it: another user could change what vmnetctl reads and runs", d.Path, st.Uid, os.Geteuid())
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("state dir %s is writable by its group or others (mode %04o); refusing it: make it private (chmod go-w)", d.Path, fi.Mode().Perm())
+	}
 	return nil
+}
+
+// openNoFollow opens a file of the state dir, never through a symbolic link.
+func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(path, flag|syscall.O_NOFOLLOW, perm)
 }
 
 // Exists reports whether the directory exists.
@@ -127,7 +158,7 @@ func (d Dir) lock(name string, how int) (*Lock, error) {
 		return nil, err
 	}
 	path := d.file(name)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := openNoFollow(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening lock: %w", err)
 	}
@@ -190,7 +221,7 @@ func (d Dir) writeJSON(name string, v any) error {
 // readJSON loads a JSON file of the state dir into v; found is false when
 // the file does not exist.
 func (d Dir) readJSON(name string, v any) (found bool, err error) {
-	data, err := os.ReadFile(d.file(name))
+	data, err := readNoFollow(d.file(name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -201,4 +232,20 @@ func (d Dir) readJSON(name string, v any) (found bool, err error) {
 		return true, fmt.Errorf("reading state %s: %w", d.file(name), err)
 	}
 	return true, nil
+}
+
+// readNoFollow reads a file of the state dir, never through a symbolic link.
+func readNoFollow(path string) ([]byte, error) {
+	f, err := openNoFollow(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// OpenLog opens a log of the state dir for appending, creating it, never
+// through a symbolic link.
+func OpenLog(path string) (*os.File, error) {
+	return openNoFollow(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 }

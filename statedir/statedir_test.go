@@ -3,7 +3,11 @@ package statedir
 import (
 	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 func TestLockIsExclusive(t *testing.T) {
@@ -44,4 +48,71 @@ func TestWriteJSONIsAtomicAndReadable(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("temporary files left behind: %v", entries)
 	}
+}
+
+// A state dir that someone else could change is refused, and nothing in it
+// is read or opened through a symbolic link.
+func TestUntrustedStateDir(t *testing.T) {
+	t.Run("writable by others", func(t *testing.T) {
+		d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+		if err := os.Mkdir(d.Path, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		l, err := d.LockOps()
+		if err != nil {
+			t.Fatalf("a private state dir is refused: %v", err) // the control
+		}
+		l.Unlock()
+		os.Chmod(d.Path, 0o777)
+		if l, err := d.TryLockController(); err == nil || !strings.Contains(err.Error(), "writable by its group or others") {
+			t.Errorf("mode 0777: %v", err)
+			if err == nil {
+				l.Unlock()
+			}
+		}
+	})
+	t.Run("a symbolic link", func(t *testing.T) {
+		dir := t.TempDir()
+		os.Mkdir(filepath.Join(dir, "real"), 0o750)
+		os.Symlink(filepath.Join(dir, "real"), filepath.Join(dir, "state"))
+		if _, err := (Dir{Path: filepath.Join(dir, "state")}).TryLockController(); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("symlinked state dir: %v", err)
+		}
+	})
+	t.Run("another user's", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			testutil.RequireRoot(t, "to give the directory away")
+		}
+		d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+		os.Mkdir(d.Path, 0o750)
+		os.Chown(d.Path, 65534, 65534)
+		if _, err := d.TryLockController(); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+			t.Errorf("a state dir of uid 65534: %v", err)
+		}
+	})
+	t.Run("planted symbolic links", func(t *testing.T) {
+		d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+		if err := d.Init(); err != nil {
+			t.Fatal(err)
+		}
+		victim := filepath.Join(t.TempDir(), "victim")
+		os.WriteFile(victim, []byte(`{"name":"evil"}`), 0o644)
+		os.MkdirAll(d.file(projectsDir), 0o750)
+		os.Symlink(victim, d.file(projectsDir, "evil.json"))
+		if _, err := d.Projects(); err == nil {
+			t.Error("a project behind a symbolic link was read")
+		}
+		os.Symlink(victim, d.file(opsLockFile))
+		if _, err := d.LockOps(); err == nil {
+			t.Error("a lock behind a symbolic link was opened")
+		}
+		os.Symlink(victim, d.ControllerLog())
+		if f, err := OpenLog(d.ControllerLog()); err == nil {
+			f.Close()
+			t.Error("a log behind a symbolic link was opened for appending")
+		}
+		if b, _ := os.ReadFile(victim); string(b) != `{"name":"evil"}` {
+			t.Errorf("the link's target changed: %q", b)
+		}
+	})
 }
