@@ -8,7 +8,7 @@ BIN := bin/vmnetctl
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 
-.PHONY: build demo demo-down test test-unit check-darwin lint fuzz fuzz-smoke fuzz-list clean
+.PHONY: build demo demo-down test test-unit check-darwin lint fuzz fuzz-smoke fuzz-list bench bench-smoke clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/vmnetctl
@@ -30,7 +30,8 @@ demo-down: build
 # Every test: installs what the tests need (test/setup.sh, as root), then
 # vet and staticcheck (linux and darwin), unit, data-plane, helper and
 # end-to-end tests (those that need root skip without it) with the fuzzers'
-# seed corpora, the macOS build, and every fuzzer for a few seconds.
+# seed corpora, the macOS build, every fuzzer for a few seconds, and a short
+# run of the throughput benchmark.
 test:
 	test/setup.sh
 	$(GO) vet ./...
@@ -38,6 +39,16 @@ test:
 	$(GO) test -count=1 -timeout 30m ./...
 	$(MAKE) check-darwin
 	$(MAKE) fuzz-smoke
+	$(MAKE) bench-smoke
+
+# The throughput benchmark for about a second per path and direction: every
+# path must move data and the helpers' counters must agree with iperf3.
+bench-smoke:
+	CI=$${CI:-} VMNETCTL_BENCH=smoke $(GO) test -count=1 ./bench -run '^TestThroughput$$'
+
+# The full benchmark, as docs/performance.md reports it.
+bench:
+	VMNETCTL_BENCH=1 $(GO) test -count=1 -v ./bench -run '^TestThroughput$$' -timeout 20m
 
 test-unit:
 	$(GO) test -count=1 ./api/... ./config/... ./cmd/...

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -47,7 +48,13 @@ import (
 // itself, as it does for podman. The two user-mode stacks end the VM's TCP
 // connection and open their own to the host's loopback.
 
-const seconds = 5
+// How long iperf3 runs per direction: 5 s in the full run
+// (VMNETCTL_BENCH=1), 1 s in the smoke run CI makes (VMNETCTL_BENCH=smoke),
+// which checks every path and its counters but whose numbers mean little.
+const (
+	fullSeconds  = 5
+	smokeSeconds = 1
+)
 
 // result is one iperf3 run: a path, a direction and what it cost.
 type result struct {
@@ -59,11 +66,28 @@ type result struct {
 	err       string  // why the path was not measured
 }
 
+// benchSeconds says how long each direction runs, from VMNETCTL_BENCH; ok
+// is false when the benchmark was not asked for.
+func benchSeconds(t *testing.T) (seconds int, ok bool) {
+	switch v := os.Getenv("VMNETCTL_BENCH"); v {
+	case "":
+		return 0, false
+	case "1":
+		return fullSeconds, true
+	case "smoke":
+		return smokeSeconds, true
+	default:
+		t.Fatalf("VMNETCTL_BENCH=%q: want 1 (the full run) or smoke (1 s per direction)", v)
+		return 0, false
+	}
+}
+
 func TestThroughput(t *testing.T) {
-	if os.Getenv("VMNETCTL_BENCH") == "" {
+	seconds, ok := benchSeconds(t)
+	if !ok {
 		// Not a missing prerequisite: the benchmark runs only when asked
-		// (minutes of iperf3), even in CI.
-		t.Skip("set VMNETCTL_BENCH=1 to run the benchmark")
+		// (a minute of iperf3); CI asks for the smoke run.
+		t.Skip("set VMNETCTL_BENCH=1 to run the benchmark, VMNETCTL_BENCH=smoke for its smoke run")
 	}
 	testutil.RequireRoot(t, "creates network namespaces")
 	testutil.RequireCommands(t, "ip", "iperf3")
@@ -76,6 +100,7 @@ func TestThroughput(t *testing.T) {
 	began := time.Now()
 
 	var results []result
+	var names []string // every path, in order, for the table's check
 	// Each path is a subtest, so a path that fails (a peer missing or
 	// misbehaving) leaves a row saying why and the others still run; its
 	// namespaces and processes go when the subtest ends.
@@ -84,35 +109,48 @@ func TestThroughput(t *testing.T) {
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
 			ran = true
 			f(t, func(e endpoints, relays ...relay) {
+				// Counters before the first run: wait for fresh stats lines.
+				awaitStats(t, relays)
 				for _, reverse := range []bool{false, true} {
 					d := "vm→host"
 					if reverse {
 						d = "host→vm"
 					}
+					statsBefore := snapshots(relays)
 					before := cpuTimes(t, relays)
-					dropsBefore, _ := dropped(relays)
-					g, n := iperf(t, e, reverse)
+					ip := iperf(t, e, seconds, reverse)
 					after := cpuTimes(t, relays)
+					// The counters then include every frame of the run.
 					awaitStats(t, relays)
-					dropsAfter, known := dropped(relays)
-					gb := float64(n) / 1e9
-					r := result{name: name, dir: d, gbps: g, drops: -1}
-					if known {
-						r.drops = dropsAfter - dropsBefore
-					}
+					statsAfter := snapshots(relays)
+					gb := float64(ip.received) / 1e9
+					r := result{name: name, dir: d, gbps: ip.gbps, drops: -1}
 					var parts []string
 					for i, rl := range relays {
 						c := (after[i] - before[i]) / gb
 						r.cpuPerGB += c
 						parts = append(parts, fmt.Sprintf("%s %.2f", rl.name, c))
+						if rl.helper != nil {
+							if r.drops < 0 {
+								r.drops = 0
+							}
+							r.drops += int64(statsAfter[i].Host.Drops + statsAfter[i].VM.Drops - statsBefore[i].Host.Drops - statsBefore[i].VM.Drops)
+							checkCounters(t, rl, d, !reverse, statsBefore[i], statsAfter[i], ip)
+						}
 					}
 					r.cpuDetail = strings.Join(parts, " + ")
 					results = append(results, r)
-					t.Logf("%-26s %s %6.2f Gbit/s, relays' CPU %.2f s/GB (%s), helpers' drops %d", name, d, g, r.cpuPerGB, r.cpuDetail, r.drops)
+					t.Logf("%-26s %s %6.2f Gbit/s, relays' CPU %.2f s/GB (%s), helpers' drops %d", name, d, ip.gbps, r.cpuPerGB, r.cpuDetail, r.drops)
+				}
+				for _, rl := range relays {
+					if rl.helper != nil {
+						rl.helper.checkLines(t, rl.name)
+					}
 				}
 			})
 		})
-		if ran {
+		if ran { // (not when -run leaves it out)
+			names = append(names, name)
 			// A skipped or failed path still gets a row, so the table says so.
 			measured := false
 			for _, r := range results {
@@ -130,13 +168,14 @@ func TestThroughput(t *testing.T) {
 
 	// Baseline: veth.
 	path("veth", func(t *testing.T, measure measureFunc) {
-		h, v := netns(t, "vb-host"), netns(t, "vb-vm")
+		hns, v := testutil.NewNS(t, "vb-host"), netns(t, "vb-vm")
+		h := hns.Name
 		testutil.Run(t, "ip", "-n", h, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", v)
 		testutil.Run(t, "ip", "-n", h, "addr", "add", "192.168.105.1/24", "dev", "eth0")
 		testutil.Run(t, "ip", "-n", v, "addr", "add", "192.168.105.2/24", "dev", "eth0")
 		testutil.Run(t, "ip", "-n", h, "link", "set", "eth0", "up")
 		testutil.Run(t, "ip", "-n", v, "link", "set", "eth0", "up")
-		measure(endpoints{h, "192.168.105.1", v, "192.168.105.1"})
+		measure(endpoints{hns, "192.168.105.1", v, "192.168.105.1"})
 	})
 
 	for _, tso := range []bool{false, true} {
@@ -146,12 +185,13 @@ func TestThroughput(t *testing.T) {
 			name, extra = "helper --enable-tso", []string{"--enable-tso"}
 		}
 		path(name, func(t *testing.T, measure measureFunc) {
-			h, v := netns(t, "hb-host"), netns(t, "hb-vm")
+			hns, v := testutil.NewNS(t, "hb-host"), netns(t, "hb-vm")
+			h := hns.Name
 			fds := socketpair(t, tso)
-			host := startHelper(t, bin, dir, fds[0], h, "shared", "192.168.105.1", extra)
-			vm := startHelper(t, bin, dir, fds[1], v, "vmside", "192.168.105.2", extra)
+			host := startHelper(t, bin, dir, fds[0], h, "shared", "192.168.105.1", false, extra)
+			vm := startHelper(t, bin, dir, fds[1], v, "vmside", "192.168.105.2", true, extra)
 			host.name, vm.name = "host helper", "vm helper"
-			measure(endpoints{h, "192.168.105.1", v, "192.168.105.1"}, host, vm)
+			measure(endpoints{hns, "192.168.105.1", v, "192.168.105.1"}, host, vm)
 		})
 	}
 
@@ -167,10 +207,9 @@ func TestThroughput(t *testing.T) {
 			if _, err := exec.LookPath("slirp4netns"); err != nil {
 				missing(t, "slirp4netns", testutil.InstallHint("slirp4netns"))
 			}
-			h, vns := netns(t, "sb-host"), testutil.NewNS(t, "sb-vm")
-			v := vns.Name
-			pid := startSlirp(t, h, vns.Path(), mtu)
-			measure(endpoints{h, "127.0.0.1", v, "10.0.2.2"}, relay{name: "slirp4netns", pid: pid})
+			hns, vns := testutil.NewNS(t, "sb-host"), testutil.NewNS(t, "sb-vm")
+			pid := startSlirp(t, hns.Name, vns.Path(), mtu)
+			measure(endpoints{hns, "127.0.0.1", vns.Name, "10.0.2.2"}, relay{name: "slirp4netns", pid: pid})
 		})
 	}
 
@@ -195,19 +234,25 @@ func TestThroughput(t *testing.T) {
 		path(name, func(t *testing.T, measure measureFunc) {
 			gv := gvproxyPath()
 			if gv == "" {
-				missing(t, "gvproxy", "set VMNETCTL_BENCH_GVPROXY or put it on PATH (go install github.com/containers/gvisor-tap-vsock/cmd/gvproxy@latest)")
+				missing(t, "gvproxy", "run test/setup.sh, which installs gvproxy "+gvproxyVersion+" into bin/tools, or set VMNETCTL_BENCH_GVPROXY")
 			}
-			h, v := netns(t, "gb-host"), netns(t, "gb-vm")
+			hns, v := testutil.NewNS(t, "gb-host"), netns(t, "gb-vm")
+			h := hns.Name
 			if qlen > 0 {
 				testutil.Run(t, "ip", "netns", "exec", h, "sysctl", "-qw", fmt.Sprintf("net.unix.max_dgram_qlen=%d", qlen))
 			}
+			if out, err := exec.Command(gv, "-version").CombinedOutput(); err == nil {
+				t.Logf("%s: %s", gv, strings.TrimSpace(string(out)))
+			}
 			sock, pid := startGvproxy(t, gv, h)
 			fd := vfkitClient(t, sock)
-			vm := startHelper(t, bin, dir, fd, v, "vmside", "192.168.127.2", nil)
+			vm := startHelper(t, bin, dir, fd, v, "vmside", "192.168.127.2", true, nil)
 			vm.name = "vm helper"
-			measure(endpoints{h, "127.0.0.1", v, "192.168.127.254"}, relay{name: "gvproxy", pid: pid}, vm)
+			measure(endpoints{hns, "127.0.0.1", v, "192.168.127.254"}, relay{name: "gvproxy", pid: pid}, vm)
 		})
 	}
+
+	checkTable(t, names, results)
 
 	// The table for docs/performance.md.
 	base := map[string]float64{}
@@ -216,7 +261,11 @@ func TestThroughput(t *testing.T) {
 			base[r.dir] = r.gbps
 		}
 	}
-	fmt.Printf("\nload average before: %s, after: %s; %d CPUs; %s\n", loadBefore, loadavg(), runtime.NumCPU(), time.Since(began).Round(time.Second))
+	mode := "full run"
+	if seconds == smokeSeconds {
+		mode = "smoke run"
+	}
+	fmt.Printf("\n%s, %d s per direction; load average before: %s, after: %s; %d CPUs; %s\n", mode, seconds, loadBefore, loadavg(), runtime.NumCPU(), time.Since(began).Round(time.Second))
 	fmt.Printf("\n| path | direction | Gbit/s | vs veth | relays' CPU s/GB | per process | helpers' drops |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		if r.err != "" {
@@ -238,20 +287,135 @@ func TestThroughput(t *testing.T) {
 	}
 }
 
+// checkTable fails the test unless the table has, for every path, a row
+// per direction, or (for a path that did not run: a missing peer, which
+// with CI=true fails the path, or a failure) the one row saying why.
+func checkTable(t *testing.T, names []string, results []result) {
+	t.Helper()
+	for _, name := range names {
+		var dirs []string
+		reason := ""
+		for _, r := range results {
+			if r.name != name {
+				continue
+			}
+			if r.err != "" {
+				reason = r.err
+				continue
+			}
+			dirs = append(dirs, r.dir)
+		}
+		switch {
+		case reason != "" && len(dirs) == 0:
+			// The subtest skipped (no CI) or failed, and says so.
+		case strings.Join(dirs, " ") != "vm→host host→vm":
+			t.Errorf("table: path %q has rows %q (and %q), want one vm→host and one host→vm", name, dirs, reason)
+		}
+	}
+}
+
 // endpoints says where iperf3's server listens (namespace and address) and
 // what the client in the VM namespace connects to.
 type endpoints struct {
-	hostNS, listen, vmNS, target string
+	hostNS       *testutil.NS
+	listen       string
+	vmNS, target string
 }
 
 // relay is a process that moves the frames, whose CPU time is counted.
 type relay struct {
 	name string
 	pid  int
-	// drops, for a helper, is the frames it dropped so far (both
-	// directions), from its latest stats line; statsLines counts those
-	// lines.
-	drops, statsLines func() int64
+	// helper, for a helper, is what its stats lines say.
+	helper *helperStats
+}
+
+// helperStats follows a helper's stats lines on its stderr.
+type helperStats struct {
+	// vmSide is true for a helper whose TAP is in the VM namespace (its
+	// own "VM" is the host side: the other helper, or gvproxy): the
+	// frames from the VM namespace are then its host counters.
+	vmSide bool
+
+	mu    sync.Mutex
+	last  helperproto.Stats
+	lines int64
+	bad   []string // "[stats]" lines that did not parse
+}
+
+// snapshot is the helper's latest counters and how many stats lines it
+// has written.
+func (h *helperStats) snapshot() (helperproto.Stats, int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last, h.lines
+}
+
+// checkLines fails the test if a stats line of the helper did not parse.
+func (h *helperStats) checkLines(t *testing.T, name string) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.bad {
+		t.Errorf("%s wrote a stats line that does not parse: %q", name, l)
+	}
+}
+
+// counters are, of s, the counters of the frames a run moved in its data's
+// direction (vm→host when vmToHost) and in the other (the ACKs).
+func (h *helperStats) counters(s helperproto.Stats, vmToHost bool) (data, acks helperproto.Counters) {
+	if vmToHost == h.vmSide {
+		return s.Host, s.VM
+	}
+	return s.VM, s.Host
+}
+
+// Bounds of what a helper forwards for an iperf3 run, in bytes of Ethernet
+// frames. Each TCP segment carries at most the MSS (1448 bytes at MTU
+// 1500, with timestamps) in a frame of 14 + 20 + 32 bytes more; with TSO a
+// frame carries up to 64 KiB under one header, so less overhead.
+const (
+	mss        = 1448
+	frameOfMSS = 1514
+	// controlSlack covers what is not the test's data: iperf3's control
+	// connection (its parameters and results as JSON), ARP and IPv6's
+	// chatter, handshakes and FINs.
+	controlSlack = 256 << 10
+	// dupSlack is the share of sent bytes a helper may forward more than
+	// once beyond the retransmissions the sender counts: retransmissions
+	// of a TCP stack iperf3 does not see (gvproxy's and slirp's own, towards
+	// the VM), and segments resent after the frames were counted here but
+	// lost further on.
+	dupSlack = 0.10
+)
+
+// checkCounters checks one helper's counters against one iperf3 run: the
+// run's data crossed it, so its frames in the data's direction hold at
+// least the payload iperf3 received and at most what the sender sent and
+// resent with its headers; and the other way it forwarded frames (ACKs).
+func checkCounters(t *testing.T, rl relay, dir string, vmToHost bool, before, after helperproto.Stats, ip iperfResult) {
+	t.Helper()
+	b, backBefore := rl.helper.counters(before, vmToHost)
+	a, backAfter := rl.helper.counters(after, vmToHost)
+	if a.Bytes < b.Bytes || a.Packets < b.Packets {
+		t.Errorf("%s %s: its counters went back, %+v then %+v", rl.name, dir, b, a)
+		return
+	}
+	bytes, packets := int64(a.Bytes-b.Bytes), int64(a.Packets-b.Packets)
+	limit := int64(float64(ip.sent+ip.retransmits*mss)*(1+dupSlack)*frameOfMSS/mss) + controlSlack
+	t.Logf("%s %s: forwarded %d frames, %d bytes: %.3f × the %d bytes iperf3 received, %.3f × the limit (%d sent, %d segments resent); %d frames back",
+		rl.name, dir, packets, bytes, float64(bytes)/float64(ip.received), ip.received, float64(bytes)/float64(limit), ip.sent, ip.retransmits, backAfter.Packets-backBefore.Packets)
+	if bytes < ip.received {
+		t.Errorf("%s %s: forwarded %d bytes of frames (%d frames), fewer than the %d bytes of payload iperf3 received through it: its counters miss frames",
+			rl.name, dir, bytes, packets, ip.received)
+	}
+	if bytes > limit {
+		t.Errorf("%s %s: forwarded %d bytes of frames, more than the %d bytes iperf3 sent (%d segments resent) with headers allow (%d): its counters count frames it did not forward, or twice",
+			rl.name, dir, bytes, ip.sent, ip.retransmits, limit)
+	}
+	if backAfter.Packets <= backBefore.Packets {
+		t.Errorf("%s %s: forwarded no frame the other way (the receiver's ACKs)", rl.name, dir)
+	}
 }
 
 type measureFunc func(e endpoints, relays ...relay)
@@ -303,8 +467,9 @@ func setBuffers(fd int, tso bool) {
 
 // startHelper puts a bridge named for network id with addr in ns (marked
 // as the data plane marks it), and a helper on fd with its TAP on that
-// bridge. It returns the helper's pid.
-func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, extra []string) relay {
+// bridge, whose stats lines it follows. vmSide says the namespace is the
+// VM's.
+func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, vmSide bool, extra []string) relay {
 	t.Helper()
 	// One networks.yaml per side: the two are one subnet seen from two
 	// namespaces.
@@ -324,32 +489,32 @@ func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, ext
 	args := append([]string{"netns", "exec", ns, bin, "--networks", cfg, "helper", "--fd", "3", "--network", id, "--tap", "tap0", "--stats-interval", strconv.FormatFloat(statsInterval.Seconds(), 'f', -1, 64)}, extra...)
 	cmd := exec.Command("ip", args...)
 	cmd.ExtraFiles = []*os.File{f}
-	var mu sync.Mutex
-	var drops, lines int64
+	hs := &helperStats{vmSide: vmSide}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		// The periodic stats lines only feed the drop counts; the rest,
-		// and the last stats line, go to stderr.
+		// The periodic stats lines feed the counters; the rest, and the
+		// last stats line, go to stderr.
 		sc := bufio.NewScanner(stderr)
 		last := ""
 		for sc.Scan() {
 			line := sc.Text()
-			i := strings.Index(line, "[stats] ")
-			if i < 0 {
+			if !strings.Contains(line, "[stats]") {
 				fmt.Fprintln(os.Stderr, line)
 				continue
 			}
 			last = line
-			var st struct{ Host, VM struct{ Drops int64 } }
-			if json.Unmarshal([]byte(line[i+len("[stats] "):]), &st) == nil {
-				mu.Lock()
-				drops = st.Host.Drops + st.VM.Drops
-				lines++
-				mu.Unlock()
+			st, ok := helperproto.ParseStatsLine(line)
+			hs.mu.Lock()
+			if ok {
+				hs.last = st
+				hs.lines++
+			} else {
+				hs.bad = append(hs.bad, line)
 			}
+			hs.mu.Unlock()
 		}
 		if last != "" {
 			fmt.Fprintln(os.Stderr, last)
@@ -370,19 +535,11 @@ func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, ext
 	case <-time.After(10 * time.Second):
 		t.Fatal("no ready line in 10s")
 	}
-	return relay{pid: cmd.Process.Pid, drops: func() int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		return drops
-	}, statsLines: func() int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		return lines
-	}}
+	return relay{pid: cmd.Process.Pid, helper: hs}
 }
 
-// statsInterval is how often the helpers log their counters, so the drops
-// of each direction can be told apart.
+// statsInterval is how often the helpers log their counters, so the
+// counters of each direction can be told apart.
 const statsInterval = 250 * time.Millisecond
 
 // awaitStats waits until every helper among relays has written two more
@@ -392,23 +549,27 @@ const statsInterval = 250 * time.Millisecond
 func awaitStats(t *testing.T, relays []relay) {
 	t.Helper()
 	for _, r := range relays {
-		if r.statsLines == nil {
+		if r.helper == nil {
 			continue
 		}
-		want := r.statsLines() + 2
-		testutil.Eventually(t, 20*statsInterval, func() bool { return r.statsLines() >= want }, "two more stats lines from %s", r.name)
+		_, n := r.helper.snapshot()
+		testutil.Eventually(t, 20*statsInterval, func() bool {
+			_, m := r.helper.snapshot()
+			return m >= n+2
+		}, "two more stats lines from %s", r.name)
 	}
 }
 
-// dropped is the frames the relays dropped so far.
-func dropped(relays []relay) (n int64, known bool) {
-	for _, r := range relays {
-		if r.drops != nil {
-			n += r.drops()
-			known = true
+// snapshots is the latest counters of each relay (zero for one that is not
+// a helper).
+func snapshots(relays []relay) []helperproto.Stats {
+	s := make([]helperproto.Stats, len(relays))
+	for i, r := range relays {
+		if r.helper != nil {
+			s[i], _ = r.helper.snapshot()
 		}
 	}
-	return n, known
+	return s
 }
 
 // start starts cmd and stops it (SIGTERM, then SIGKILL after 5 s) when
@@ -472,21 +633,49 @@ func startSlirp(t *testing.T, hostNS, vmNSPath string, mtu int) int {
 	return cmd.Process.Pid
 }
 
-// gvproxyPath finds gvproxy: $VMNETCTL_BENCH_GVPROXY, PATH, or where
-// podman's packages put it.
+// gvproxyVersion is the gvproxy test/setup.sh installs into bin/tools
+// (keep the two in step).
+const gvproxyVersion = "v0.8.9"
+
+// gvproxyPath finds gvproxy: $VMNETCTL_BENCH_GVPROXY, bin/tools/gvproxy of
+// this repository (test/setup.sh puts it there), PATH, or where podman's
+// packages put it.
 func gvproxyPath() string {
 	if p := os.Getenv("VMNETCTL_BENCH_GVPROXY"); p != "" {
 		return p
 	}
+	candidates := []string{"/usr/libexec/podman/gvproxy", "/usr/lib/podman/gvproxy"}
 	if p, err := exec.LookPath("gvproxy"); err == nil {
-		return p
+		candidates = append([]string{p}, candidates...)
 	}
-	for _, p := range []string{"/usr/libexec/podman/gvproxy", "/usr/lib/podman/gvproxy"} {
+	if root := moduleRoot(); root != "" {
+		candidates = append([]string{filepath.Join(root, "bin", "tools", "gvproxy")}, candidates...)
+	}
+	for _, p := range candidates {
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}
 	}
 	return ""
+}
+
+// moduleRoot is the directory of the go.mod above the test's working
+// directory (go test runs a test in its package's directory).
+func moduleRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
 }
 
 // startGvproxy runs gvproxy in ns with a vfkit socket and returns the
@@ -572,49 +761,74 @@ func cpuTimes(t *testing.T, relays []relay) []float64 {
 	return times
 }
 
-// iperf runs iperf3 for a few seconds and returns the receiver's Gbit/s
-// and bytes.
-func iperf(t *testing.T, e endpoints, reverse bool) (float64, int64) {
+// iperfResult is what one iperf3 run reports.
+type iperfResult struct {
+	gbps        float64 // the receiver's Gbit/s
+	received    int64   // bytes the receiver read
+	sent        int64   // bytes the sender wrote
+	retransmits int64   // segments the sender's TCP resent
+}
+
+// iperf runs iperf3 for seconds, once, and returns what it reports. It
+// fails the test unless iperf3 finished without error and moved data.
+func iperf(t *testing.T, e endpoints, seconds int, reverse bool) iperfResult {
 	t.Helper()
-	srv := exec.Command("ip", "netns", "exec", e.hostNS, "iperf3", "-s", "-1", "-B", e.listen)
+	var srvOut bytes.Buffer
+	srv := exec.Command("ip", "netns", "exec", e.hostNS.Name, "iperf3", "-s", "-1", "-B", e.listen)
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// A one-off server sometimes outlives a failed client attempt.
-	defer func() { srv.Process.Kill(); srv.Wait() }()
+	srvDone := make(chan struct{})
+	go func() { srv.Wait(); close(srvDone) }()
+	defer func() { srv.Process.Kill(); <-srvDone }()
+	// One client, once the one-off server listens: a client that fails is
+	// the path failing, and no retry adds to what the relays counted.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		select {
+		case <-srvDone:
+			return testutil.Permanent(fmt.Errorf("iperf3's server exited:\n%s", srvOut.String()))
+		default:
+		}
+		if !e.hostNS.ListeningTCP(5201) {
+			return errors.New("not listening on port 5201")
+		}
+		return nil
+	}, "iperf3's server in %s", e.hostNS)
 	args := []string{"netns", "exec", e.vmNS, "iperf3", "-c", e.target, "-t", strconv.Itoa(seconds), "-J"}
 	if reverse {
 		args = append(args, "-R")
 	}
-	// The client is retried until the server listens (it is a one-off
-	// server started just now).
-	var out []byte
-	testutil.Eventually(t, 10*time.Second, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), (seconds+20)*time.Second)
-		defer cancel()
-		var err error
-		out, err = exec.CommandContext(ctx, "ip", args...).Output()
-		if err == nil && bytes.Contains(out, []byte(`"error":`)) {
-			err = errors.New("iperf3 failed")
-		}
-		if err != nil {
-			return fmt.Errorf("%w\n%s", err, out)
-		}
-		return nil
-	}, "iperf3 %v", args)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds+20)*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", args...).Output()
 	var res struct {
-		End struct {
+		Error string `json:"error"`
+		End   struct {
+			SumSent struct {
+				Bytes       int64 `json:"bytes"`
+				Retransmits int64 `json:"retransmits"`
+			} `json:"sum_sent"`
 			SumReceived struct {
 				Bytes         int64   `json:"bytes"`
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
 		} `json:"end"`
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("iperf3: %v\n%s", err, out)
+	if jerr := json.Unmarshal(out, &res); err != nil || jerr != nil || res.Error != "" {
+		t.Fatalf("ip %s: %v %v %s\n%s\nserver:\n%s", strings.Join(args, " "), err, jerr, res.Error, out, srvOut.String())
 	}
-	if res.End.SumReceived.BitsPerSecond == 0 {
-		t.Logf("iperf3 reported nothing received:\n%s", out)
+	r := iperfResult{
+		gbps:        res.End.SumReceived.BitsPerSecond / 1e9,
+		received:    res.End.SumReceived.Bytes,
+		sent:        res.End.SumSent.Bytes,
+		retransmits: res.End.SumSent.Retransmits,
 	}
-	return res.End.SumReceived.BitsPerSecond / 1e9, res.End.SumReceived.Bytes
+	if r.sent <= 0 || r.received <= 0 || r.gbps <= 0 {
+		t.Fatalf("iperf3 moved nothing: sent %d bytes, received %d (%.3f Gbit/s)\n%s", r.sent, r.received, r.gbps, out)
+	}
+	if r.received > r.sent {
+		t.Fatalf("iperf3 received %d bytes, more than the %d sent\n%s", r.received, r.sent, out)
+	}
+	return r
 }

@@ -55,4 +55,22 @@ for k in /boot/vmlinuz-*; do
 done
 [ -n "$kernel" ] || [ -n "${VMNETCTL_E2E_KERNEL:-}" ] ||
   fail "no /boot/vmlinuz-VER with /lib/modules/VER/modules.dep (linux-image-amd64) for the guests of test/e2e"
+
+# gvproxy, a peer of the throughput benchmark (bench/), is a Go program, not
+# a Debian package: `go install`ed at a pinned version into bin/tools
+# (git-ignored), where the benchmark looks first. Keep the version in step
+# with gvproxyVersion in bench/throughput_linux_test.go.
+gvproxy_version=v0.8.9
+root="$(cd "$(dirname "$0")/.." && pwd)"
+gvproxy="$root/bin/tools/gvproxy"
+go="${GO:-go}"
+command -v "$go" >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
+if ! { [ -x "$gvproxy" ] && "$go" version -m "$gvproxy" 2>/dev/null |
+  grep -Eq "^[[:space:]]+mod[[:space:]]+github.com/containers/gvisor-tap-vsock[[:space:]]+$gvproxy_version[[:space:]]"; }; then
+  command -v "$go" >/dev/null 2>&1 || fail "go not found: it is needed to install gvproxy $gvproxy_version"
+  echo "test/setup.sh: installing gvproxy $gvproxy_version into bin/tools" >&2
+  GOOS= GOARCH= GOBIN="$root/bin/tools" "$go" install "github.com/containers/gvisor-tap-vsock/cmd/gvproxy@$gvproxy_version" ||
+    fail "go install github.com/containers/gvisor-tap-vsock/cmd/gvproxy@$gvproxy_version failed"
+fi
+"$gvproxy" -version >/dev/null 2>&1 || fail "$gvproxy does not run"
 exit 0
