@@ -2,10 +2,12 @@ package netplane
 
 import (
 	"encoding/binary"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
@@ -24,6 +26,32 @@ type dhcpHandler struct {
 
 	mu    sync.Mutex
 	stats backend.DHCPStats
+	// declineLog rate-limits the log of DECLINEs: any client can send
+	// them as fast as it likes.
+	declineLog logLimit
+}
+
+// logLimit lets one log line through per logEvery, and counts the others.
+type logLimit struct {
+	mu         sync.Mutex
+	next       time.Time
+	suppressed int
+}
+
+const logEvery = 10 * time.Second
+
+// allow reports whether to log now and how many lines were held back since
+// the last one.
+func (l *logLimit) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Before(l.next) {
+		l.suppressed++
+		return false, 0
+	}
+	n := l.suppressed
+	l.next, l.suppressed = now.Add(logEvery), 0
+	return true, n
 }
 
 func newDHCPHandler(n *api.Network, alloc *Allocator, dns []netip.Addr, log *slog.Logger) *dhcpHandler {
@@ -133,12 +161,21 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 		h.count(name, "ACK", false)
 		return h.reply(req, dhcpv4.MessageTypeAck, l.IP)
 	case dhcpv4.MessageTypeDecline:
+		// Only the holder of a lease on the address may decline it;
+		// anything else is ignored, and counted as an error.
 		ip := addrOf(req.RequestedIPAddress())
-		h.log.Warn("client declined its address: another host uses it", "mac", mac, "ip", ip)
-		if err := h.alloc.Decline(mac, ip); err != nil {
-			h.log.Warn("declining lease", "mac", mac, "err", err)
+		err := h.alloc.Decline(mac, ip)
+		if ok, held := h.declineLog.allow(time.Now()); ok {
+			switch {
+			case errors.Is(err, ErrNotHolder):
+				h.log.Warn("ignoring DHCPDECLINE of an address the client does not hold", "mac", mac, "ip", ip, "suppressed", held)
+			case err != nil:
+				h.log.Warn("declining lease", "mac", mac, "ip", ip, "err", err, "suppressed", held)
+			default:
+				h.log.Warn("client declined its address: another host uses it", "mac", mac, "ip", ip, "suppressed", held)
+			}
 		}
-		h.count(name, "", false)
+		h.count(name, "", err != nil)
 		return nil
 	case dhcpv4.MessageTypeRelease:
 		if err := h.alloc.Release(mac); err != nil {

@@ -2,9 +2,12 @@ package netplane
 
 import (
 	"cmp"
+	"container/heap"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math/bits"
 	"net"
 	"net/netip"
 	"os"
@@ -27,6 +30,26 @@ type leaseFile struct {
 // ErrNoAddress is returned when the DHCP range has no address left for a client.
 var ErrNoAddress = errors.New("no free address in the DHCP range")
 
+// ErrNotHolder is returned by Decline when the declining MAC does not hold
+// the address it declines: the DECLINE is ignored.
+var ErrNotHolder = errors.New("the client does not hold the address it declines")
+
+const (
+	// declineHold is how long a declined address is offered to no one
+	// (dnsmasq's choice too), or the lease time if that is shorter: long
+	// enough for the host squatting it to go away or be noticed, short
+	// enough that a pool emptied by DECLINEs comes back on its own, and
+	// never longer than a lease could have held the address anyway.
+	declineHold = 10 * time.Minute
+	// maxDeclinesPerMAC bounds the addresses one MAC keeps in quarantine at
+	// once: a client that leases and declines address after address frees
+	// its oldest quarantined address with each new DECLINE beyond this.
+	maxDeclinesPerMAC = 4
+	// maxRange bounds the addresses an allocator indexes (a /8's worth);
+	// a larger DHCP range is cut to its first maxRange addresses.
+	maxRange = 1 << 24
+)
+
 // Allocator hands out a network's addresses: fixed addresses first
 // (reservations of networks.yaml, then those the controller sets at run time),
 // else the address the MAC had before, else a free one of the DHCP range. It
@@ -34,8 +57,16 @@ var ErrNoAddress = errors.New("no free address in the DHCP range")
 // lease's address for another MAC only when no never-used address is left, so
 // a VM keeps its address across restarts of itself and of vmnetctl.
 //
-// It is safe for concurrent use. With a path, every change is written to it
-// atomically (a temporary file renamed over it) before the client hears of it.
+// There is one lease per MAC and one lease per address. Finding an address
+// costs O(log n) in the size of the range: a bit tree of the range's taken
+// addresses (leased, expired or not; fixed; declined; network, gateway,
+// broadcast) with a rotating cursor gives the next never-used one, and a
+// heap of leases by expiry gives the one that expired longest ago.
+//
+// It is safe for concurrent use. With a path, a change is written to it
+// atomically (a temporary file renamed over it) before the client hears of
+// it; changes made while a write is under way share the next write (group
+// commit).
 type Allocator struct {
 	mu        sync.Mutex
 	id        string
@@ -51,7 +82,35 @@ type Allocator struct {
 	fixed    map[string]netip.Addr     // by MAC: reservations and SetFixed
 	reserved map[string]bool           // MACs whose fixed address comes from networks.yaml
 	declined map[netip.Addr]time.Time  // addresses a client found in use, until when
+
+	// The index, derived from the maps above (reindex) and kept up to date
+	// by every change.
+	indexed    int                     // len(leases) when last indexed
+	byIP       map[netip.Addr]string   // the MAC of the lease, expired or not, on each address
+	fixedIP    map[netip.Addr]string   // the MAC an address is fixed for; severalMACs if more than one
+	refs       map[string]*leaseRef    // by MAC: the leases of the range, in byExpiry
+	byExpiry   expiryHeap              // the range's leases, the earliest expiry first
+	quarantine untilHeap               // declined addresses by the end of their quarantine
+	declinedBy map[netip.Addr]string   // who declined each quarantined address
+	declines   map[string][]netip.Addr // by MAC: its quarantined addresses, oldest first
+	taken      *bitTree                // by offset in the range: not free for a new client
+	cursor     uint32                  // offset where the search for a free address starts
+	base, size uint32                  // the range (within the subnet) as numbers
+
+	// Persistence (group commit): gen counts changes; a flush waits until a
+	// write that includes its change has succeeded or failed.
+	write   func(path string, data []byte) error
+	gen     uint64 // under mu
+	pmu     sync.Mutex
+	pcond   *sync.Cond
+	writing bool
+	durable uint64 // changes up to this one are on disk
+	failGen uint64 // the last failed write held changes up to this one
+	failErr error
 }
+
+// severalMACs stands in fixedIP for an address fixed for more than one MAC.
+const severalMACs = "(several)"
 
 // NewAllocator returns the allocator of a shared or host network, loading the
 // leases kept at path (none if path is "" or the file does not exist yet).
@@ -67,10 +126,11 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 	}
 	a := &Allocator{
 		id: n.ID, subnet: n.Subnet, gateway: n.Gateway, start: n.DHCPStart, end: n.DHCPEnd,
-		leaseTime: lt, path: path, now: time.Now,
+		leaseTime: lt, path: path, now: time.Now, write: writeFileAtomic,
 		leases: map[string]*backend.Lease{}, fixed: map[string]netip.Addr{}, reserved: map[string]bool{},
 		declined: map[netip.Addr]time.Time{},
 	}
+	a.pcond = sync.NewCond(&a.pmu)
 	for _, r := range n.Reservations {
 		mac, err := normMAC(r.MAC)
 		if err != nil {
@@ -80,10 +140,12 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 		a.reserved[mac] = true
 	}
 	if path == "" {
+		a.reindex()
 		return a, nil
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
+		a.reindex()
 		return a, nil
 	}
 	if err != nil {
@@ -93,24 +155,30 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("reading leases of network %q from %s: %w", n.ID, path, err)
 	}
-	// One lease per MAC and, while unexpired, one MAC per address: a file
-	// that says otherwise (edited, or from a bug) keeps the first of each.
-	held := map[netip.Addr]bool{}
+	// One lease per MAC and one per address: a file that says otherwise
+	// (edited, or from a bug) keeps the first of each MAC and, of each
+	// address, the first unexpired lease, else the first.
 	now := a.now()
+	at := map[netip.Addr]string{}
 	for _, l := range f.Leases {
 		mac, err := normMAC(l.MAC)
 		if err != nil || !a.usable(l.IP) {
 			continue
 		}
-		if _, dup := a.leases[mac]; dup || held[l.IP] {
+		if _, dup := a.leases[mac]; dup {
 			continue
+		}
+		if m, ok := at[l.IP]; ok {
+			if a.leases[m].Expiry.After(now) || !l.Expiry.After(now) {
+				continue
+			}
+			delete(a.leases, m)
 		}
 		l.MAC = mac
 		a.leases[mac] = &l
-		if l.Expiry.After(now) {
-			held[l.IP] = true
-		}
+		at[l.IP] = mac
 	}
+	a.reindex()
 	return a, nil
 }
 
@@ -142,79 +210,240 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return netip.AddrFrom4(b)
 }
 
-// owner returns the MAC that ip belongs to now other than mac, or "": the
-// MAC it is fixed for, or the MAC holding an unexpired lease on it.
-func (a *Allocator) owner(ip netip.Addr, mac string, now time.Time) string {
-	for m, f := range a.fixed {
-		if f == ip && m != mac {
-			return m
+func u32(ip netip.Addr) uint32 {
+	b := ip.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func addrU32(v uint32) netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// offset returns ip's place in the indexed range.
+func (a *Allocator) offset(ip netip.Addr) (uint32, bool) {
+	if a.size == 0 || !ip.Is4() {
+		return 0, false
+	}
+	v := u32(ip)
+	if v < a.base || v-a.base >= a.size {
+		return 0, false
+	}
+	return v - a.base, true
+}
+
+func (a *Allocator) inRange(ip netip.Addr) bool {
+	_, ok := a.offset(ip)
+	return ok && a.usable(ip)
+}
+
+// reindex rebuilds the index from leases, fixed and declined. Tests may
+// add leases to the map directly; sync notices and reindexes.
+func (a *Allocator) reindex() {
+	a.base, a.size = 0, 0
+	if a.start.Is4() && a.end.Is4() && a.subnet.Addr().Is4() {
+		lo := max(u32(a.start), u32(a.subnet.Masked().Addr()))
+		hi := min(u32(a.end), u32(lastAddr(a.subnet)))
+		if lo <= hi {
+			a.base, a.size = lo, uint32(min(uint64(hi)-uint64(lo)+1, maxRange))
 		}
 	}
-	for m, l := range a.leases {
-		if l.IP == ip && m != mac && now.Before(l.Expiry) {
-			return m
+	a.taken = newBitTree(a.size)
+	if a.cursor >= a.size {
+		a.cursor = 0
+	}
+	a.byIP = map[netip.Addr]string{}
+	a.refs = map[string]*leaseRef{}
+	a.byExpiry = nil
+	// One lease per address: of several, the one that expires last.
+	for _, m := range slices.Sorted(maps.Keys(a.leases)) {
+		l := a.leases[m]
+		if o, dup := a.byIP[l.IP]; dup {
+			if !l.Expiry.After(a.leases[o].Expiry) {
+				delete(a.leases, m)
+				continue
+			}
+			a.unlinkLease(o)
+			delete(a.leases, o)
 		}
+		a.linkLease(l)
+	}
+	a.fixedIP = map[netip.Addr]string{}
+	for m, ip := range a.fixed {
+		if o, dup := a.fixedIP[ip]; dup && o != m {
+			a.fixedIP[ip] = severalMACs
+		} else {
+			a.fixedIP[ip] = m
+		}
+	}
+	a.quarantine = nil
+	a.declinedBy = map[netip.Addr]string{}
+	a.declines = map[string][]netip.Addr{}
+	for ip, until := range a.declined {
+		heap.Push(&a.quarantine, quarantined{ip, until})
+	}
+	for _, ip := range []netip.Addr{a.subnet.Masked().Addr(), a.gateway, lastAddr(a.subnet)} {
+		a.refresh(ip)
+	}
+	for ip := range a.fixedIP {
+		a.refresh(ip)
+	}
+	for ip := range a.declined {
+		a.refresh(ip)
+	}
+	a.indexed = len(a.leases)
+}
+
+// sync reindexes when the lease map was changed behind the index's back.
+func (a *Allocator) sync(now time.Time) {
+	if len(a.leases) != a.indexed {
+		a.reindex()
+	}
+	// Quarantines that are over.
+	for len(a.quarantine) > 0 && !now.Before(a.quarantine[0].until) {
+		q := heap.Pop(&a.quarantine).(quarantined)
+		if until, ok := a.declined[q.ip]; ok && !now.Before(until) {
+			a.unquarantine(q.ip)
+		}
+	}
+}
+
+func (a *Allocator) unquarantine(ip netip.Addr) {
+	delete(a.declined, ip)
+	if m, ok := a.declinedBy[ip]; ok {
+		delete(a.declinedBy, ip)
+		a.declines[m] = slices.DeleteFunc(a.declines[m], func(x netip.Addr) bool { return x == ip })
+		if len(a.declines[m]) == 0 {
+			delete(a.declines, m)
+		}
+	}
+	a.refresh(ip)
+}
+
+// refresh sets ip's bit in the tree: taken unless usable, in the range,
+// fixed for no one, leased to no one (expired or not) and not declined.
+// Quarantines that are over but not yet popped count as taken; sync pops
+// them before any decision.
+func (a *Allocator) refresh(ip netip.Addr) {
+	off, ok := a.offset(ip)
+	if !ok {
+		return
+	}
+	_, leased := a.byIP[ip]
+	_, fixed := a.fixedIP[ip]
+	_, declined := a.declined[ip]
+	if !a.usable(ip) || leased || fixed || declined {
+		a.taken.set(off)
+	} else {
+		a.taken.clear(off)
+	}
+}
+
+// linkLease indexes l, which must be a.leases[l.MAC], on an address no
+// other lease has.
+func (a *Allocator) linkLease(l *backend.Lease) {
+	a.byIP[l.IP] = l.MAC
+	if a.inRange(l.IP) {
+		r := &leaseRef{mac: l.MAC, ip: l.IP, exp: l.Expiry}
+		a.refs[l.MAC] = r
+		heap.Push(&a.byExpiry, r)
+	}
+	a.refresh(l.IP)
+}
+
+// unlinkLease removes mac's lease from the index (not from a.leases).
+func (a *Allocator) unlinkLease(mac string) {
+	l, ok := a.leases[mac]
+	if !ok {
+		return
+	}
+	if a.byIP[l.IP] == mac {
+		delete(a.byIP, l.IP)
+	}
+	if r, ok := a.refs[mac]; ok {
+		heap.Remove(&a.byExpiry, r.idx)
+		delete(a.refs, mac)
+	}
+	a.refresh(l.IP)
+}
+
+// setLease makes l mac's lease, taking its address over from any other
+// MAC (whose lease is forgotten).
+func (a *Allocator) setLease(l *backend.Lease) {
+	if h, ok := a.byIP[l.IP]; ok && h != l.MAC {
+		a.dropLease(h)
+	}
+	a.unlinkLease(l.MAC)
+	a.leases[l.MAC] = l
+	a.linkLease(l)
+	a.indexed = len(a.leases)
+}
+
+func (a *Allocator) dropLease(mac string) {
+	a.unlinkLease(mac)
+	delete(a.leases, mac)
+	a.indexed = len(a.leases)
+}
+
+// free reports whether ip may go to mac now: fixed for no other MAC, not
+// leased (unexpired) to another MAC, and, unless mac has a fixed address,
+// not declined.
+func (a *Allocator) free(ip netip.Addr, mac string, now time.Time) bool {
+	if o, ok := a.fixedIP[ip]; ok && o != mac {
+		return false
+	}
+	if m, ok := a.byIP[ip]; ok && m != mac && now.Before(a.leases[m].Expiry) {
+		return false
 	}
 	if until, ok := a.declined[ip]; ok && now.Before(until) {
 		if _, fixed := a.fixed[mac]; !fixed {
-			return "declined"
+			return false
 		}
 	}
-	return ""
+	return true
 }
 
 // pick chooses the address for mac, preferring requested when it is free.
-func (a *Allocator) pick(mac string, requested netip.Addr) (netip.Addr, error) {
-	now := a.now()
+func (a *Allocator) pick(mac string, requested netip.Addr, now time.Time) (netip.Addr, error) {
 	if ip, ok := a.fixed[mac]; ok {
-		if o := a.owner(ip, mac, now); o != "" && a.fixed[o] == ip {
-			return netip.Addr{}, fmt.Errorf("%s is fixed for both %s and %s", ip, mac, o)
+		if o := a.fixedIP[ip]; o != mac {
+			return netip.Addr{}, fmt.Errorf("%s is fixed for %s and another MAC", ip, mac)
 		}
 		return ip, nil
 	}
-	inRange := func(ip netip.Addr) bool {
-		return a.usable(ip) && !ip.Less(a.start) && !a.end.Less(ip)
-	}
-	if l, ok := a.leases[mac]; ok && inRange(l.IP) && a.owner(l.IP, mac, now) == "" {
+	if l, ok := a.leases[mac]; ok && a.inRange(l.IP) && a.free(l.IP, mac, now) {
 		return l.IP, nil
 	}
-	if inRange(requested) && a.owner(requested, mac, now) == "" && !a.remembered(requested, mac) {
-		return requested, nil
-	}
-	// A never-used address first, then the one that expired longest ago.
-	var oldest netip.Addr
-	var oldestExpiry time.Time
-	for ip := a.start; ip.IsValid() && !a.end.Less(ip); ip = ip.Next() {
-		if !a.usable(ip) || a.owner(ip, mac, now) != "" {
-			continue
-		}
-		m := a.holder(ip)
-		if m == "" {
-			return ip, nil
-		}
-		if exp := a.leases[m].Expiry; !oldest.IsValid() || exp.Before(oldestExpiry) {
-			oldest, oldestExpiry = ip, exp
+	if a.inRange(requested) && a.free(requested, mac, now) {
+		if h, ok := a.byIP[requested]; !ok || h == mac {
+			return requested, nil
 		}
 	}
-	if oldest.IsValid() {
-		return oldest, nil
+	// A never-used address first, from the cursor on and around.
+	if off, ok := a.taken.next(a.cursor); ok {
+		return addrU32(a.base + off), nil
+	}
+	if off, ok := a.taken.next(0); ok {
+		return addrU32(a.base + off), nil
+	}
+	// Then the one that expired longest ago. Leases whose address is not
+	// free (fixed for someone, declined) are set aside and put back.
+	var aside []*leaseRef
+	defer func() {
+		for _, r := range aside {
+			heap.Push(&a.byExpiry, r)
+		}
+	}()
+	for len(a.byExpiry) > 0 {
+		r := a.byExpiry[0]
+		if now.Before(r.exp) {
+			break
+		}
+		if a.free(r.ip, mac, now) {
+			return r.ip, nil
+		}
+		aside = append(aside, heap.Pop(&a.byExpiry).(*leaseRef))
 	}
 	return netip.Addr{}, ErrNoAddress
-}
-
-// holder returns the MAC of any lease, expired or not, on ip.
-func (a *Allocator) holder(ip netip.Addr) string {
-	for m, l := range a.leases {
-		if l.IP == ip {
-			return m
-		}
-	}
-	return ""
-}
-
-func (a *Allocator) remembered(ip netip.Addr, mac string) bool {
-	h := a.holder(ip)
-	return h != "" && h != mac
 }
 
 // Offer returns the address to offer mac (DHCPDISCOVER); requested is the
@@ -222,39 +451,60 @@ func (a *Allocator) remembered(ip netip.Addr, mac string) bool {
 func (a *Allocator) Offer(mac net.HardwareAddr, requested netip.Addr) (netip.Addr, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.pick(mac.String(), requested)
+	now := a.now()
+	a.sync(now)
+	return a.pick(mac.String(), requested, now)
 }
 
-// Commit leases ip to mac (DHCPREQUEST) for the lease time and persists it.
-// It fails when ip is not the address mac should have, so the server can NAK.
+// Commit leases ip to mac (DHCPREQUEST) for the lease time and persists it:
+// when it returns without error, the lease is on disk. It fails when ip is
+// not the address mac should have, so the server can NAK.
 func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string) (backend.Lease, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	now := a.now()
+	a.sync(now)
 	m := mac.String()
-	want, err := a.pick(m, ip)
+	want, err := a.pick(m, ip, now)
 	if err != nil {
+		a.mu.Unlock()
 		return backend.Lease{}, err
 	}
 	if want != ip {
+		a.mu.Unlock()
 		return backend.Lease{}, fmt.Errorf("%s is not available to %s (it would get %s)", ip, m, want)
 	}
-	// A lease that expired and was remembered for another MAC is taken over.
-	if h := a.holder(ip); h != "" && h != m {
-		delete(a.leases, h)
+	l := &backend.Lease{MAC: m, IP: ip, Hostname: hostname, Expiry: now.Add(a.leaseTime).Truncate(time.Second)}
+	prev := a.leases[m]
+	if hostname == "" && prev != nil {
+		l.Hostname = prev.Hostname
 	}
-	l := &backend.Lease{MAC: m, IP: ip, Hostname: hostname, Expiry: a.now().Add(a.leaseTime).Truncate(time.Second)}
-	if hostname == "" {
-		if old, ok := a.leases[m]; ok {
-			l.Hostname = old.Hostname
+	// A lease that expired and was remembered for another MAC is taken over.
+	var over *backend.Lease
+	if h, ok := a.byIP[ip]; ok && h != m {
+		over = a.leases[h]
+	}
+	if off, ok := a.offset(ip); ok && !a.taken.has(off) {
+		a.cursor = off + 1
+		if a.cursor >= a.size {
+			a.cursor = 0
 		}
 	}
-	prev, had := a.leases[m]
-	a.leases[m] = l
-	if err := a.save(); err != nil {
-		if had {
-			a.leases[m] = prev
-		} else {
-			delete(a.leases, m)
+	a.setLease(l)
+	a.gen++
+	g := a.gen
+	a.mu.Unlock()
+
+	if err := a.flush(g); err != nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.leases[m] == l { // undo, unless changed since
+			a.dropLease(m)
+			if prev != nil {
+				a.setLease(prev)
+			}
+			if _, taken := a.byIP[ip]; over != nil && !taken && a.leases[over.MAC] == nil {
+				a.setLease(over)
+			}
 		}
 		return backend.Lease{}, err
 	}
@@ -262,40 +512,65 @@ func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string)
 }
 
 // Decline records that mac found its address in use by someone else
-// (DHCPDECLINE): the binding is dropped and the address not offered to
-// anyone for a lease time.
+// (DHCPDECLINE). Only the holder of an unexpired lease on ip may decline
+// it, else nothing changes and the error is ErrNotHolder. The holder's
+// lease is dropped and the address offered to no one (but a MAC it is
+// fixed for) for declineHold or the lease time, whichever is shorter; a
+// MAC keeps at most maxDeclinesPerMAC addresses in quarantine.
 func (a *Allocator) Decline(mac net.HardwareAddr, ip netip.Addr) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	now := a.now()
+	a.sync(now)
 	m := mac.String()
 	l, ok := a.leases[m]
 	if !ip.IsValid() && ok {
 		ip = l.IP
 	}
-	if !a.usable(ip) {
-		return nil
+	if !ok || l.IP != ip || !now.Before(l.Expiry) {
+		a.mu.Unlock()
+		return fmt.Errorf("%s declined %s: %w", m, ip, ErrNotHolder)
 	}
-	a.declined[ip] = a.now().Add(a.leaseTime)
-	if ok && l.IP == ip {
-		delete(a.leases, m)
-		return a.save()
+	a.dropLease(m)
+	if _, again := a.declined[ip]; again {
+		a.unquarantine(ip)
 	}
-	return nil
+	mine := a.declines[m]
+	for len(mine) >= maxDeclinesPerMAC {
+		a.unquarantine(mine[0])
+		mine = a.declines[m]
+	}
+	until := now.Add(min(declineHold, a.leaseTime))
+	a.declined[ip] = until
+	a.declinedBy[ip] = m
+	a.declines[m] = append(a.declines[m], ip)
+	heap.Push(&a.quarantine, quarantined{ip, until})
+	a.refresh(ip)
+	a.gen++
+	g := a.gen
+	a.mu.Unlock()
+	return a.flush(g)
 }
 
 // Release ends mac's lease now (DHCPRELEASE) but remembers the
 // address, so mac gets it back when it asks again and it is still free.
 func (a *Allocator) Release(mac net.HardwareAddr) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	now := a.now()
+	a.sync(now)
 	l, ok := a.leases[mac.String()]
-	if !ok {
+	if !ok || !l.Expiry.After(now) {
+		a.mu.Unlock()
 		return nil
 	}
-	if now := a.now(); l.Expiry.After(now) {
-		l.Expiry = now.Truncate(time.Second)
+	l.Expiry = now.Truncate(time.Second)
+	if r, ok := a.refs[l.MAC]; ok {
+		r.exp = l.Expiry
+		heap.Fix(&a.byExpiry, r.idx)
 	}
-	return a.save()
+	a.gen++
+	g := a.gen
+	a.mu.Unlock()
+	return a.flush(g)
 }
 
 // SetFixed pins mac to ip from now on (a VM file's `ip:`). The address must
@@ -305,28 +580,51 @@ func (a *Allocator) Release(mac net.HardwareAddr) error {
 func (a *Allocator) SetFixed(mac net.HardwareAddr, ip netip.Addr) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.sync(a.now())
 	m := mac.String()
 	if !a.usable(ip) {
 		return fmt.Errorf("network %q: %s is not a host address of %s other than the gateway %s", a.id, ip, a.subnet, a.gateway)
 	}
-	for o, f := range a.fixed {
-		if f == ip && o != m {
-			return fmt.Errorf("network %q: %s is already fixed for %s", a.id, ip, o)
-		}
+	if o, ok := a.fixedIP[ip]; ok && o != m {
+		return fmt.Errorf("network %q: %s is already fixed for %s", a.id, ip, o)
 	}
 	if a.reserved[m] && a.fixed[m] != ip {
 		return fmt.Errorf("network %q: %s has the reservation %s in networks.yaml", a.id, m, a.fixed[m])
 	}
+	old, had := a.fixed[m]
 	a.fixed[m] = ip
+	if had && old != ip {
+		a.refixed(old)
+	}
+	a.refixed(ip)
 	return nil
+}
+
+// refixed recomputes fixedIP[ip] from a.fixed (a handful of entries).
+func (a *Allocator) refixed(ip netip.Addr) {
+	delete(a.fixedIP, ip)
+	for m, f := range a.fixed {
+		if f != ip {
+			continue
+		}
+		if _, dup := a.fixedIP[ip]; dup {
+			a.fixedIP[ip] = severalMACs
+		} else {
+			a.fixedIP[ip] = m
+		}
+	}
+	a.refresh(ip)
 }
 
 // ClearFixed undoes SetFixed; reservations of networks.yaml stay.
 func (a *Allocator) ClearFixed(mac net.HardwareAddr) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if m := mac.String(); !a.reserved[m] {
+	a.sync(a.now())
+	m := mac.String()
+	if ip, ok := a.fixed[m]; ok && !a.reserved[m] {
 		delete(a.fixed, m)
+		a.refixed(ip)
 	}
 }
 
@@ -364,24 +662,58 @@ func (a *Allocator) Leases() []backend.Lease {
 	return out
 }
 
-// save writes every lease, expired ones too, to a.path atomically.
-func (a *Allocator) save() error {
+// flush returns once the changes up to g are on disk, or a write that held
+// them failed. One caller at a time writes, everything changed so far; the
+// callers that arrive meanwhile wait and share the next write.
+func (a *Allocator) flush(g uint64) error {
 	if a.path == "" {
 		return nil
 	}
-	f := leaseFile{Network: a.id, Subnet: a.subnet.String()}
+	a.pmu.Lock()
+	defer a.pmu.Unlock()
+	for {
+		switch {
+		case a.durable >= g:
+			return nil
+		case a.failGen >= g:
+			return a.failErr
+		case a.writing:
+			a.pcond.Wait()
+			continue
+		}
+		a.writing = true
+		a.pmu.Unlock()
+		wg, err := a.save()
+		a.pmu.Lock()
+		a.writing = false
+		if err == nil {
+			a.durable = max(a.durable, wg)
+		} else {
+			a.failGen, a.failErr = max(a.failGen, wg), err
+		}
+		a.pcond.Broadcast()
+	}
+}
+
+// save writes every lease, expired ones too, to a.path atomically, and
+// returns the last change the write holds.
+func (a *Allocator) save() (uint64, error) {
+	a.mu.Lock()
+	g := a.gen
+	f := leaseFile{Network: a.id, Subnet: a.subnet.String(), Leases: make([]backend.Lease, 0, len(a.leases))}
 	for _, l := range a.leases {
 		f.Leases = append(f.Leases, *l)
 	}
+	a.mu.Unlock()
 	slices.SortFunc(f.Leases, func(x, y backend.Lease) int { return cmp.Or(x.IP.Compare(y.IP), cmp.Compare(x.MAC, y.MAC)) })
 	data, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
-		return err
+		return g, err
 	}
-	if err := writeFileAtomic(a.path, append(data, '\n')); err != nil {
-		return fmt.Errorf("saving leases of network %q: %w", a.id, err)
+	if err := a.write(a.path, append(data, '\n')); err != nil {
+		return g, fmt.Errorf("saving leases of network %q: %w", a.id, err)
 	}
-	return nil
+	return g, nil
 }
 
 // writeFileAtomic replaces path with data so that a reader or a crash sees
@@ -420,4 +752,140 @@ func writeFileAtomic(path string, data []byte) error {
 		d.Close()
 	}
 	return nil
+}
+
+// leaseRef is a lease of the range in byExpiry.
+type leaseRef struct {
+	mac string
+	ip  netip.Addr
+	exp time.Time
+	idx int
+}
+
+type expiryHeap []*leaseRef
+
+func (h expiryHeap) Len() int { return len(h) }
+func (h expiryHeap) Less(i, j int) bool {
+	return cmp.Or(h[i].exp.Compare(h[j].exp), h[i].ip.Compare(h[j].ip)) < 0
+}
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *expiryHeap) Push(x any) {
+	r := x.(*leaseRef)
+	r.idx = len(*h)
+	*h = append(*h, r)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	r.idx = -1
+	return r
+}
+
+// quarantined is a declined address in untilHeap; entries whose address
+// was declined again later are stale and skipped when popped.
+type quarantined struct {
+	ip    netip.Addr
+	until time.Time
+}
+
+type untilHeap []quarantined
+
+func (h untilHeap) Len() int           { return len(h) }
+func (h untilHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h untilHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *untilHeap) Push(x any)        { *h = append(*h, x.(quarantined)) }
+func (h *untilHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return q
+}
+
+// bitTree is a set of n bits that finds the first clear bit at or after
+// a position in O(log₆₄ n): levels[0] holds the bits, and bit j of
+// levels[k+1] is set when word j of levels[k] is all ones. Bits past the
+// end of each level are set, so they are never found.
+type bitTree struct {
+	n      uint32
+	levels [][]uint64
+}
+
+func newBitTree(n uint32) *bitTree {
+	t := &bitTree{n: n}
+	size := uint64(n)
+	for {
+		words := max((size+63)/64, 1)
+		t.levels = append(t.levels, make([]uint64, words))
+		if words == 1 {
+			break
+		}
+		size = words
+	}
+	meaningful := uint64(n)
+	for k, lv := range t.levels {
+		for i := meaningful; i < uint64(len(lv))*64; i++ {
+			t.setAt(k, i)
+		}
+		meaningful = uint64(len(lv))
+	}
+	return t
+}
+
+func (t *bitTree) setAt(k int, i uint64) {
+	w := &t.levels[k][i/64]
+	*w |= 1 << (i % 64)
+	if *w == ^uint64(0) && k+1 < len(t.levels) {
+		t.setAt(k+1, i/64)
+	}
+}
+
+func (t *bitTree) clearAt(k int, i uint64) {
+	w := &t.levels[k][i/64]
+	full := *w == ^uint64(0)
+	*w &^= 1 << (i % 64)
+	if full && k+1 < len(t.levels) {
+		t.clearAt(k+1, i/64)
+	}
+}
+
+func (t *bitTree) set(i uint32)   { t.setAt(0, uint64(i)) }
+func (t *bitTree) clear(i uint32) { t.clearAt(0, uint64(i)) }
+func (t *bitTree) has(i uint32) bool {
+	return t.levels[0][i/64]&(1<<(i%64)) != 0
+}
+
+// next returns the first clear bit at or after i.
+func (t *bitTree) next(i uint32) (uint32, bool) {
+	if i >= t.n {
+		return 0, false
+	}
+	k, pos := 0, uint64(i)
+	for {
+		lv := t.levels[k]
+		if pos/64 < uint64(len(lv)) {
+			if free := ^lv[pos/64] &^ (1<<(pos%64) - 1); free != 0 {
+				pos = pos/64*64 + uint64(bits.TrailingZeros64(free))
+				break
+			}
+		}
+		// Nothing clear in the rest of this word: look for the next
+		// word that is not full, one level up.
+		k++
+		if k == len(t.levels) {
+			return 0, false
+		}
+		pos = pos/64 + 1
+		if pos/64 >= uint64(len(t.levels[k])) {
+			return 0, false
+		}
+	}
+	for ; k > 0; k-- {
+		pos = pos*64 + uint64(bits.TrailingZeros64(^t.levels[k-1][pos])) // pos is a word of level k-1
+	}
+	return uint32(pos), true
 }

@@ -1,0 +1,76 @@
+package netplane
+
+import (
+	"bytes"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// TestDHCPDeclineFlood sends the handler what a hostile VM sends: a
+// DECLINE, with its own MAC, of every address of a host network. The
+// victim's renewal is still ACKed, a new VM still gets an OFFER and an
+// ACK, every ignored DECLINE is counted as an error, and the log says so
+// once, not 255 times.
+func TestDHCPDeclineFlood(t *testing.T) {
+	n := testNet("h", api.ModeHost, "10.9.6.0/24")
+	n.LeaseTime = time.Hour
+	a, err := NewAllocator(n, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.now = func() time.Time { return guardNow }
+	var logs bytes.Buffer
+	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.NewTextHandler(&logs, nil)))
+	send := func(pkt []byte) *dhcpv4.DHCPv4 {
+		t.Helper()
+		req, err := dhcpv4.FromBytes(pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.handle(req)
+	}
+	const victim, attacker, newVM = "52:55:55:00:07:01", "52:55:55:00:07:02", "52:55:55:00:07:03"
+	gw := n.Gateway.String()
+	// The victim leases an address.
+	off := send(dhcpPacket(dhcpv4.MessageTypeDiscover, victim, "", "", ""))
+	if off == nil || off.MessageType() != dhcpv4.MessageTypeOffer {
+		t.Fatalf("victim's DISCOVER: %v", off)
+	}
+	vip := off.YourIPAddr.String()
+	if ack := send(dhcpPacket(dhcpv4.MessageTypeRequest, victim, vip, "", gw)); ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
+		t.Fatalf("victim's REQUEST: %v", ack)
+	}
+	// The flood: every address of the subnet, the victim's included.
+	for ip := n.Subnet.Addr(); n.Subnet.Contains(ip); ip = ip.Next() {
+		if r := send(dhcpPacket(dhcpv4.MessageTypeDecline, attacker, ip.String(), "", gw)); r != nil {
+			t.Fatalf("reply to a DECLINE: %v", r)
+		}
+	}
+	if st := h.Stats(); st.Errors != 256 || st.Requests["DECLINE"] != 256 {
+		t.Fatalf("after 256 ignored DECLINEs: %d errors, %d DECLINEs counted", st.Errors, st.Requests["DECLINE"])
+	}
+	if got := strings.Count(logs.String(), "ignoring DHCPDECLINE"); got != 1 {
+		t.Fatalf("%d log lines for 256 ignored DECLINEs within %s, want 1:\n%s", got, logEvery, logs.String())
+	}
+	// The victim renews (unicast, ciaddr) and is ACKed its address.
+	ack := send(dhcpPacket(dhcpv4.MessageTypeRequest, victim, "", vip, ""))
+	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck || ack.YourIPAddr.String() != vip {
+		t.Fatalf("victim's renewal of %s: %v", vip, ack)
+	}
+	// A new VM gets an address.
+	off = send(dhcpPacket(dhcpv4.MessageTypeDiscover, newVM, "", "", ""))
+	if off == nil || off.MessageType() != dhcpv4.MessageTypeOffer {
+		t.Fatalf("new VM's DISCOVER: %v", off)
+	}
+	nip := off.YourIPAddr.String()
+	ack = send(dhcpPacket(dhcpv4.MessageTypeRequest, newVM, nip, "", gw))
+	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck || nip == vip {
+		t.Fatalf("new VM's REQUEST of %s: %v", nip, ack)
+	}
+}
