@@ -85,13 +85,17 @@ type Network struct {
 	// Interface is the host interface of a bridged network.
 	Interface string `json:"interface,omitempty"`
 
-	MTU                 int  `json:"mtu"`
-	DHCP                bool `json:"dhcp"`
-	DNSProxy            bool `json:"dnsProxy"`
-	NAT44               bool `json:"nat44"`
-	NAT66               bool `json:"nat66"`
-	RouterAdvertisement bool `json:"routerAdvertisement"`
-	Isolation           bool `json:"isolation"`
+	MTU      int  `json:"mtu"`
+	DHCP     bool `json:"dhcp"`
+	DNSProxy bool `json:"dnsProxy"`
+	// DNSForward lets the DNS proxy forward names other than the network's
+	// own to the host's resolvers. nil means the mode's default (see
+	// ForwardsDNS); LoadNetworks always sets it for shared and host.
+	DNSForward          *bool `json:"dnsForward,omitempty"`
+	NAT44               bool  `json:"nat44"`
+	NAT66               bool  `json:"nat66"`
+	RouterAdvertisement bool  `json:"routerAdvertisement"`
+	Isolation           bool  `json:"isolation"`
 	// Offloads turns on TSO and checksum offload in every helper of the
 	// network (datagrams then carry a virtio-net header: the VMM must
 	// support it). vmnet loses TSO for all VMs of a network when one lacks it.
@@ -111,6 +115,16 @@ func (n *Network) Managed() bool { return n.Mode != ModeUserV2 }
 
 // Routed reports whether vmnetctl owns the network's addresses (shared or host).
 func (n *Network) Routed() bool { return n.Mode == ModeShared || n.Mode == ModeHost }
+
+// ForwardsDNS reports whether the DNS proxy forwards names that are not
+// the network's own: dnsForward when set, else true for shared networks and
+// false for host-only ones (their VMs must not reach names outside).
+func (n *Network) ForwardsDNS() bool {
+	if n.DNSForward != nil {
+		return *n.DNSForward
+	}
+	return n.Mode == ModeShared
+}
 
 // Bridge is the Linux bridge vmnetctl creates for a shared or host network.
 func (n *Network) Bridge() string {
@@ -166,7 +180,7 @@ func (c *Networks) Lookup(kind RefKind, name string) *Network {
 }
 
 var networkKeys = []string{"mode", "gateway", "dhcpEnd", "netmask", "interface", "subnet", "dhcp",
-	"dnsProxy", "mtu", "nat44", "nat66", "routerAdvertisement", "isolation", "leaseTime", "dhcpRange", "reservations",
+	"dnsProxy", "dnsForward", "mtu", "nat44", "nat66", "routerAdvertisement", "isolation", "leaseTime", "dhcpRange", "reservations",
 	"offloads", "vmnetBroker"}
 
 // LoadNetworks parses networks.yaml. file names the input in diagnostics.
@@ -294,6 +308,7 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 		// vmnetctl serves no DHCP, DNS or NAT on a bridged network (the LAN
 		// does) nor on lima's user-v2; say so rather than show lima's defaults.
 		n.DHCP, n.DNSProxy, n.NAT44, n.NAT66, n.RouterAdvertisement = false, false, false, false, false
+		n.DNSForward = nil
 	}
 	if len(w.diags.Errors()) > errsBefore {
 		return nil
@@ -338,6 +353,14 @@ func (w *walker) settings(n *Network, f map[string]*yaml.Node, at func(string) s
 	}
 	boolField("dhcp", &n.DHCP)
 	boolField("dnsProxy", &n.DNSProxy)
+	if n.Routed() {
+		fwd := n.ForwardsDNS() // the mode's default
+		boolField("dnsForward", &fwd)
+		n.DNSForward = &fwd
+		if fv, ok := f["dnsForward"]; ok && !n.DNSProxy {
+			w.warnf(fv, at("dnsForward"), "has no effect with dnsProxy: false")
+		}
+	}
 	boolField("nat44", &n.NAT44)
 	boolField("nat66", &n.NAT66)
 	boolField("routerAdvertisement", &n.RouterAdvertisement)
@@ -372,7 +395,7 @@ func (w *walker) bridged(n *Network, key *yaml.Node, f map[string]*yaml.Node, at
 			w.errorf(f[k], at(k), "a bridged network has no %s: its VMs take their addresses from the LAN of its interface", k)
 		}
 	}
-	for _, k := range []string{"dhcp", "dnsProxy", "nat44", "nat66", "routerAdvertisement", "leaseTime"} {
+	for _, k := range []string{"dhcp", "dnsProxy", "dnsForward", "nat44", "nat66", "routerAdvertisement", "leaseTime"} {
 		if _, ok := f[k]; ok {
 			w.warnf(f[k], at(k), "ignored for a bridged network: the LAN provides it")
 		}

@@ -72,7 +72,7 @@ networks:
 		want: []*Network{{ID: "shared", Name: "shared", Section: SectionNetworks, Mode: ModeShared,
 			Subnet: netip.MustParsePrefix("192.168.105.0/24"), Gateway: a("192.168.105.1"),
 			DHCPStart: a("192.168.105.2"), DHCPEnd: a("192.168.105.254"), MTU: 1500,
-			DHCP: true, DNSProxy: true, NAT44: true, NAT66: true, RouterAdvertisement: true,
+			DHCP: true, DNSProxy: true, DNSForward: ptr(true), NAT44: true, NAT66: true, RouterAdvertisement: true,
 			LeaseTime: DefaultLeaseTime, Source: Source{File: "networks.yaml", Line: 3}}},
 	}, {
 		name: "classic netmask and dhcpEnd",
@@ -87,7 +87,7 @@ networks:
 		want: []*Network{{ID: "host", Name: "host", Section: SectionNetworks, Mode: ModeHost,
 			Subnet: netip.MustParsePrefix("10.20.0.0/16"), Gateway: a("10.20.0.1"),
 			DHCPStart: a("10.20.0.2"), DHCPEnd: a("10.20.0.100"), MTU: 1500,
-			DHCP: true, DNSProxy: true, LeaseTime: DefaultLeaseTime, Source: Source{File: "networks.yaml", Line: 3}}},
+			DHCP: true, DNSProxy: true, DNSForward: ptr(false), LeaseTime: DefaultLeaseTime, Source: Source{File: "networks.yaml", Line: 3}}},
 	}, {
 		name: "vmnet section: mode defaults to shared, subnet normalised to its first host as gateway",
 		src: `
@@ -98,7 +98,7 @@ vmnet:
 		want: []*Network{{ID: "shared", Name: "shared", Section: SectionVMNet, Mode: ModeShared,
 			Subnet: netip.MustParsePrefix("192.168.107.0/24"), Gateway: a("192.168.107.1"),
 			DHCPStart: a("192.168.107.2"), DHCPEnd: a("192.168.107.254"), MTU: 1500,
-			DHCP: true, DNSProxy: true, NAT44: true, NAT66: true, RouterAdvertisement: true,
+			DHCP: true, DNSProxy: true, DNSForward: ptr(true), NAT44: true, NAT66: true, RouterAdvertisement: true,
 			LeaseTime: DefaultLeaseTime, Source: Source{File: "networks.yaml", Line: 3}}},
 	}, {
 		name: "vmnet keys and vmnetctl keys",
@@ -120,7 +120,7 @@ vmnet:
 		want: []*Network{{ID: "lab", Name: "lab", Section: SectionVMNet, Mode: ModeHost,
 			Subnet: netip.MustParsePrefix("172.30.0.0/24"), Gateway: a("172.30.0.1"),
 			DHCPStart: a("172.30.0.50"), DHCPEnd: a("172.30.0.60"), MTU: 9000,
-			Isolation: true, LeaseTime: time.Hour,
+			DNSForward: ptr(false), Isolation: true, LeaseTime: time.Hour,
 			Reservations: []Reservation{{MAC: "52:55:55:00:00:01", IP: a("172.30.0.10")}},
 			Source:       Source{File: "networks.yaml", Line: 3}}},
 	}, {
@@ -148,7 +148,7 @@ networks:
 		want: []*Network{{ID: "s", Name: "s", Section: SectionVMNet, Mode: ModeShared,
 			Subnet: netip.MustParsePrefix("10.9.0.0/24"), Gateway: a("10.9.0.1"),
 			DHCPStart: a("10.9.0.2"), DHCPEnd: a("10.9.0.254"), MTU: 1500,
-			DHCP: true, DNSProxy: true, NAT44: true, NAT66: true, RouterAdvertisement: true,
+			DHCP: true, DNSProxy: true, DNSForward: ptr(true), NAT44: true, NAT66: true, RouterAdvertisement: true,
 			LeaseTime: 2 * time.Minute, Source: Source{File: "networks.yaml", Line: 2}}},
 	}}
 	for _, tt := range tests {

@@ -110,4 +110,6 @@ type DNSStats struct {
 	NXDomain      uint64 `json:"nxdomain"`      // unknown names under vmnet.internal
 	Forwarded     uint64 `json:"forwarded"`     // answered by an upstream resolver
 	ForwardErrors uint64 `json:"forwardErrors"` // no upstream answered: SERVFAIL
+	Refused       uint64 `json:"refused"`       // not the network's own name, and forwarding off: REFUSED
+	Dropped       uint64 `json:"dropped"`       // unanswered: too many queries (or TCP connections) in flight
 }

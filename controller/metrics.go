@@ -102,7 +102,7 @@ var (
 	descDNSQueries = networkDesc("vmnetctl_network_dns_queries_total",
 		"DNS queries the network's proxy received.")
 	descDNSResponses = networkDesc("vmnetctl_network_dns_responses_total",
-		"DNS queries the network's proxy answered, by outcome: local (a VM's name), nxdomain (an unknown name under vmnet.internal), forwarded (answered upstream), servfail (no upstream answered).", "outcome")
+		"DNS queries the network's proxy handled, by outcome: local (a VM's name), nxdomain (an unknown name under vmnet.internal), forwarded (answered upstream), servfail (no upstream answered), refused (not the network's own name, forwarding off), dropped (not answered: too many in flight).", "outcome")
 
 	descReconciles = prometheus.NewDesc("vmnetctl_reconciles_total",
 		"Reconciles by result (success or error).", []string{"result"}, nil)
@@ -205,7 +205,8 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) {
 		for _, o := range []struct {
 			outcome string
 			v       uint64
-		}{{"local", st.DNS.Local}, {"nxdomain", st.DNS.NXDomain}, {"forwarded", st.DNS.Forwarded}, {"servfail", st.DNS.ForwardErrors}} {
+		}{{"local", st.DNS.Local}, {"nxdomain", st.DNS.NXDomain}, {"forwarded", st.DNS.Forwarded}, {"servfail", st.DNS.ForwardErrors},
+			{"refused", st.DNS.Refused}, {"dropped", st.DNS.Dropped}} {
 			emit(descDNSResponses, prometheus.CounterValue, float64(o.v), n.ID, o.outcome)
 		}
 	}

@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -18,19 +19,58 @@ const localTTL = 5
 // upstreamTimeout bounds one query to one upstream resolver.
 const upstreamTimeout = 3 * time.Second
 
+// maxInFlight bounds the queries a network's proxy forwards at once. A
+// query beyond it is dropped unanswered (and counted): the client retries,
+// and a VM flooding the proxy with names a silent upstream never answers
+// holds at most this many goroutines and upstream sockets.
+const maxInFlight = 64
+
+// maxTCPConns bounds the TCP connections a network's proxy serves at once
+// (miekg/dns runs a goroutine per connection); one beyond it is closed at
+// once and counted as dropped.
+const maxTCPConns = 16
+
 // dnsHandler answers a network's VMs: names of VMs from resolve, the rest
-// from the host's resolvers.
+// from the host's resolvers when forwarding is on, else REFUSED.
 type dnsHandler struct {
 	resolve   func(name string) (netip.Addr, bool)
 	upstreams []string // host:port
+	// noForward refuses every name that is not the network's own (a host
+	// network without dnsForward: its VMs must not reach names outside).
+	noForward bool
 	// dial opens a connection to an upstream. It exists because the proxy
 	// must dial from the network namespace it was started in, which a
 	// goroutine's thread is not guaranteed to be in.
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	log  *slog.Logger
 
+	// inFlight holds a token per query being forwarded (maxInFlight when
+	// nil, made on first use).
+	inFlight chan struct{}
+	once     sync.Once
+	// idle holds upstream connections between queries, by network and
+	// upstream: forwarding reuses them rather than opening a socket per
+	// query.
+	idle map[poolKey]chan *dns.Conn
+
 	mu    sync.Mutex
 	stats backend.DNSStats
+}
+
+type poolKey struct{ network, upstream string }
+
+func (h *dnsHandler) init() {
+	h.once.Do(func() {
+		if h.inFlight == nil {
+			h.inFlight = make(chan struct{}, maxInFlight)
+		}
+		h.idle = map[poolKey]chan *dns.Conn{}
+		for _, network := range []string{"udp", "tcp"} {
+			for _, up := range h.upstreams {
+				h.idle[poolKey{network, up}] = make(chan *dns.Conn, cap(h.inFlight))
+			}
+		}
+	})
 }
 
 func (h *dnsHandler) count(f func(s *backend.DNSStats)) {
@@ -48,6 +88,7 @@ func (h *dnsHandler) Stats() backend.DNSStats {
 
 // ServeDNS implements dns.Handler.
 func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	h.init()
 	h.count(func(s *backend.DNSStats) { s.Queries++ })
 	if len(r.Question) == 1 && r.Question[0].Qclass == dns.ClassINET {
 		q := r.Question[0]
@@ -83,6 +124,23 @@ func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 			// An unknown bare name may still mean something upstream.
 		}
 	}
+	if h.noForward {
+		m := new(dns.Msg)
+		m.SetRcode(r, dns.RcodeRefused)
+		h.count(func(s *backend.DNSStats) { s.Refused++ })
+		w.WriteMsg(m)
+		return
+	}
+	select {
+	case h.inFlight <- struct{}{}:
+	default:
+		// Full: drop. The goroutine miekg/dns started for this query
+		// ends here, so goroutines and sockets stay bounded however fast
+		// queries come and however slow the upstreams are.
+		h.count(func(s *backend.DNSStats) { s.Dropped++ })
+		return
+	}
+	defer func() { <-h.inFlight }()
 	h.forward(w, r)
 }
 
@@ -91,9 +149,8 @@ func (h *dnsHandler) forward(w dns.ResponseWriter, r *dns.Msg) {
 	if _, ok := w.LocalAddr().(*net.TCPAddr); ok {
 		network = "tcp"
 	}
-	c := &dns.Client{Net: network, Timeout: upstreamTimeout}
 	for _, up := range h.upstreams {
-		resp, err := h.exchange(c, network, up, r)
+		resp, err := h.exchange(network, up, r)
 		if err != nil {
 			h.log.Debug("upstream resolver failed", "upstream", up, "err", err)
 			continue
@@ -109,17 +166,233 @@ func (h *dnsHandler) forward(w dns.ResponseWriter, r *dns.Msg) {
 	w.WriteMsg(m)
 }
 
-func (h *dnsHandler) exchange(c *dns.Client, network, upstream string, r *dns.Msg) (*dns.Msg, error) {
+// exchange asks upstream over an idle connection of the pool, or a new
+// one. The query goes out with an id of the proxy's own, so an answer that
+// arrives late on a reused UDP socket (to a query that timed out) has
+// another id and is skipped by the next exchange on it.
+func (h *dnsHandler) exchange(network, upstream string, r *dns.Msg) (*dns.Msg, error) {
+	pool := h.idle[poolKey{network, upstream}]
+	q := r.Copy()
+	q.Id = dns.Id()
+	c := &dns.Client{Net: network, Timeout: upstreamTimeout}
+	for {
+		co, reused, err := h.conn(pool, network, upstream)
+		if err != nil {
+			return nil, err
+		}
+		resp, _, err := c.ExchangeWithConn(q, co)
+		if err == nil && !sameQuestion(resp, q) {
+			err = errors.New("answer to another question")
+		}
+		if err == nil {
+			h.put(pool, co)
+			return resp, nil
+		}
+		var ne net.Error
+		timeout := errors.As(err, &ne) && ne.Timeout()
+		if timeout && network == "udp" {
+			// A silent upstream: the socket is fine, and a late answer
+			// on it will not match the next query's id.
+			h.put(pool, co)
+			return nil, err
+		}
+		co.Close()
+		if !reused || timeout {
+			return nil, err
+		}
+		// The upstream closed a reused connection (TCP idle timeout) or
+		// refused on it: once more on a new one.
+	}
+}
+
+// conn takes an idle connection of the pool, or dials a new one.
+func (h *dnsHandler) conn(pool chan *dns.Conn, network, upstream string) (*dns.Conn, bool, error) {
+	select {
+	case co := <-pool:
+		return co, true, nil
+	default:
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), upstreamTimeout)
 	defer cancel()
-	conn, err := h.dial(ctx, network, upstream)
+	nc, err := h.dial(ctx, network, upstream)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(upstreamTimeout))
-	resp, _, err := c.ExchangeWithConn(r, &dns.Conn{Conn: conn})
-	return resp, err
+	return &dns.Conn{Conn: nc}, false, nil
+}
+
+// put returns a connection to the pool, or closes it when the pool is full.
+func (h *dnsHandler) put(pool chan *dns.Conn, co *dns.Conn) {
+	select {
+	case pool <- co:
+	default:
+		co.Close()
+	}
+}
+
+// closeIdle closes the pooled upstream connections.
+func (h *dnsHandler) closeIdle() error {
+	h.init()
+	for _, pool := range h.idle {
+		for drained := false; !drained; {
+			select {
+			case co := <-pool:
+				co.Close()
+			default:
+				drained = true
+			}
+		}
+	}
+	return nil
+}
+
+func sameQuestion(resp, q *dns.Msg) bool {
+	if len(resp.Question) != len(q.Question) {
+		return false
+	}
+	for i, rq := range resp.Question {
+		qq := q.Question[i]
+		if rq.Qtype != qq.Qtype || rq.Qclass != qq.Qclass || asciiLower(rq.Name) != asciiLower(qq.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// maxUDPHandlers bounds the goroutines that serve UDP queries: maxInFlight
+// may wait on upstreams, the rest keep answering the network's own names
+// meanwhile. A query beyond it is dropped and counted.
+const maxUDPHandlers = 2 * maxInFlight
+
+// udpServer serves the proxy over UDP with at most maxUDPHandlers
+// goroutines. (miekg/dns's Server starts one per packet, however many are
+// already waiting, so its UDP loop is not used; its TCP one is, behind
+// limitListener.)
+type udpServer struct {
+	conn  *net.UDPConn
+	h     *dnsHandler
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+func newUDPServer(conn *net.UDPConn, h *dnsHandler) *udpServer {
+	return &udpServer{conn: conn, h: h, slots: make(chan struct{}, maxUDPHandlers)}
+}
+
+// serve reads queries until the socket is closed, then waits for the
+// handlers.
+func (s *udpServer) serve() error {
+	defer s.wg.Wait()
+	buf := make([]byte, dns.MaxMsgSize)
+	for {
+		n, from, err := s.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		if !acceptQuery(buf[:n]) {
+			continue
+		}
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			s.h.init()
+			s.h.count(func(st *backend.DNSStats) { st.Queries++; st.Dropped++ })
+			continue
+		}
+		b := append([]byte(nil), buf[:n]...)
+		s.wg.Add(1)
+		go func() {
+			defer func() { <-s.slots; s.wg.Done() }()
+			r := new(dns.Msg)
+			if r.Unpack(b) != nil {
+				return
+			}
+			s.h.ServeDNS(&udpWriter{conn: s.conn, to: from}, r)
+		}()
+	}
+}
+
+// close stops serve.
+func (s *udpServer) close() error { return s.conn.Close() }
+
+// acceptQuery applies miekg/dns's default acceptance to a packet's header:
+// a query (never a response, so two resolvers cannot be made to ping-pong),
+// opcode QUERY or NOTIFY, one question. Anything else is ignored, not
+// answered: a reply to junk can be used to amplify.
+func acceptQuery(b []byte) bool {
+	if len(b) < 12 {
+		return false
+	}
+	u16 := func(i int) uint16 { return uint16(b[i])<<8 | uint16(b[i+1]) }
+	dh := dns.Header{Id: u16(0), Bits: u16(2), Qdcount: u16(4), Ancount: u16(6), Nscount: u16(8), Arcount: u16(10)}
+	return dns.DefaultMsgAcceptFunc(dh) == dns.MsgAccept
+}
+
+// udpWriter is the dns.ResponseWriter of one UDP query.
+type udpWriter struct {
+	conn *net.UDPConn
+	to   netip.AddrPort
+}
+
+func (w *udpWriter) LocalAddr() net.Addr  { return w.conn.LocalAddr() }
+func (w *udpWriter) RemoteAddr() net.Addr { return net.UDPAddrFromAddrPort(w.to) }
+func (w *udpWriter) WriteMsg(m *dns.Msg) error {
+	// Sized as miekg/dns's server leaves it: local answers are small, and
+	// an upstream's answer was sized for the client's own query.
+	b, err := m.Pack()
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+func (w *udpWriter) Write(b []byte) (int, error) { return w.conn.WriteToUDPAddrPort(b, w.to) }
+func (w *udpWriter) Close() error                { return nil }
+func (w *udpWriter) TsigStatus() error           { return nil }
+func (w *udpWriter) TsigTimersOnly(bool)         {}
+func (w *udpWriter) Hijack()                     {}
+
+// limitListener accepts at most maxTCPConns connections at a time; one
+// beyond is closed at once and counted as dropped.
+type limitListener struct {
+	net.Listener
+	slots chan struct{}
+	h     *dnsHandler
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+		default:
+			c.Close()
+			l.h.count(func(s *backend.DNSStats) { s.Dropped++ })
+		}
+	}
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // ResolvConfServers returns the name servers of a resolv.conf file as

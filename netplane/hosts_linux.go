@@ -18,7 +18,8 @@ func (t *hostTable) set(mac net.HardwareAddr, name string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := mac.String()
-	if old, ok := t.byMAC[m]; ok {
+	if old, ok := t.byMAC[m]; ok && t.byName[strings.ToLower(old)] == m {
+		// Only if the name is still this MAC's: another MAC may have taken it since.
 		delete(t.byName, strings.ToLower(old))
 	}
 	if name == "" {
@@ -37,8 +38,12 @@ func (t *hostTable) mac(name string) (string, bool) {
 }
 
 // resolver answers names for the DNS proxy: VM names the controller set
-// first (their fixed address, else their current lease), then the host
-// names DHCP clients sent.
+// (from the VM files) first, then the host names DHCP clients sent.
+//
+// A name the controller set is answered from that VM alone (its fixed
+// address, else its current lease) and never from a DHCP host name, even
+// while the VM has no address: a guest that sends the host name "db" must
+// not take the name of the VM file's "db", whether "db" is running or not.
 func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool) {
 	return func(name string) (netip.Addr, bool) {
 		if alloc == nil {
@@ -52,6 +57,7 @@ func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool
 			if l, ok := alloc.Lookup(hw); ok {
 				return l.IP, true
 			}
+			return netip.Addr{}, false
 		}
 		for _, l := range alloc.Leases() {
 			// A client may send a full name; its first label is its name here.

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"golang.org/x/sys/unix"
 )
 
 // Network is a running network: its kernel state ensured, its DHCP server
@@ -99,6 +101,20 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 // startDNS starts the DNS proxy on the gateway's port 53, UDP and TCP. It
 // forwards to upstreams, by default the resolvers of resolvConf, dialing
 // them from netns.
+//
+// Its sockets are bound to the gateway address and, with SO_BINDTODEVICE,
+// to an interface: one pair to the network's bridge, one pair to lo. The
+// kernel then hands them only packets that came in on that interface. A
+// socket bound to the gateway address alone is not enough: Linux is a weak
+// host and delivers a packet for any of its addresses whatever interface it
+// arrives on, so a LAN neighbour with a route to the gateway address
+// (through the host's uplink) would be answered, and a source-address check
+// would not stop it either, since it can forge a VM's source address (it
+// needs no answer to make the host forward for it). The ingress interface
+// cannot be forged from outside: a packet arrives on the bridge only from a
+// port of the bridge (a VM), and on lo only from the host itself (the
+// kernel routes the host's own packets to a local address through lo, and
+// drops a packet from outside that claims a local source address).
 func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []string) error {
 	if len(upstreams) == 0 {
 		// The proxy runs on the host, so a loopback stub resolver
@@ -108,6 +124,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 	nw.dns = &dnsHandler{
 		resolve:   resolver(nw.hosts, nw.alloc),
 		upstreams: upstreams,
+		noForward: !nw.n.ForwardsDNS(),
 		log:       nw.log,
 		dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
@@ -119,29 +136,56 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 			return c, err
 		},
 	}
+	nw.closers = append(nw.closers, nw.dns.closeIdle)
 	addr := net.JoinHostPort(nw.n.Gateway.String(), "53")
-	pc, err := net.ListenPacket("udp4", addr)
-	if err != nil {
-		return fmt.Errorf("network %q: DNS proxy: %w", nw.n.ID, err)
-	}
-	ln, err := net.Listen("tcp4", addr)
-	if err != nil {
-		pc.Close()
-		return fmt.Errorf("network %q: DNS proxy: %w", nw.n.ID, err)
-	}
-	udp := &dns.Server{PacketConn: pc, Handler: nw.dns}
-	tcp := &dns.Server{Listener: ln, Handler: nw.dns}
-	for _, s := range []*dns.Server{udp, tcp} {
-		nw.wg.Add(1)
-		go func() {
-			defer nw.wg.Done()
-			if err := s.ActivateAndServe(); err != nil && !nw.stopped() {
-				nw.log.Error("DNS proxy stopped", "err", err)
-			}
-		}()
-		nw.closers = append(nw.closers, s.Shutdown)
+	for _, dev := range []string{nw.n.Bridge(), "lo"} {
+		lc := net.ListenConfig{Control: bindToDevice(dev)}
+		pc, err := lc.ListenPacket(context.Background(), "udp4", addr)
+		if err != nil {
+			return fmt.Errorf("network %q: DNS proxy on %s %s: %w", nw.n.ID, dev, addr, err)
+		}
+		ln, err := lc.Listen(context.Background(), "tcp4", addr)
+		if err != nil {
+			pc.Close()
+			return fmt.Errorf("network %q: DNS proxy on %s %s: %w", nw.n.ID, dev, addr, err)
+		}
+		ln = &limitListener{Listener: ln, slots: make(chan struct{}, maxTCPConns), h: nw.dns}
+		udp := newUDPServer(pc.(*net.UDPConn), nw.dns)
+		tcp := &dns.Server{Listener: ln, Handler: nw.dns}
+		for _, s := range []struct {
+			serve func() error
+			stop  func() error
+		}{{udp.serve, udp.close}, {tcp.ActivateAndServe, tcp.Shutdown}} {
+			nw.wg.Add(1)
+			go func() {
+				defer nw.wg.Done()
+				if err := s.serve(); err != nil && !nw.stopped() {
+					nw.log.Error("DNS proxy stopped", "err", err)
+				}
+			}()
+			nw.closers = append(nw.closers, s.stop)
+		}
 	}
 	return nil
+}
+
+// bindToDevice is a net.ListenConfig Control that binds the socket to the
+// interface dev (SO_BINDTODEVICE), before it is bound to its address: two
+// sockets on the same address and port bound to different interfaces do
+// not conflict.
+func bindToDevice(dev string) func(network, address string, c syscall.RawConn) error {
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptString(int(fd), unix.SOL_SOCKET, unix.SO_BINDTODEVICE, dev)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("SO_BINDTODEVICE %s: %w", dev, serr)
+		}
+		return nil
+	}
 }
 
 // startDHCP starts the DHCP server on the network's bridge. Its DNS server
