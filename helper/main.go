@@ -70,6 +70,9 @@ func Main(ctx context.Context, f Flags, s Streams) error {
 	if err := f.check(); err != nil {
 		return err
 	}
+	if err := f.checkSudo(); err != nil {
+		return err
+	}
 	if runtime.GOOS != "linux" {
 		return errNotLinux
 	}

@@ -55,6 +55,11 @@ func (d Dir) SaveNetworks(snap NetworksSnapshot) error {
 	if err := d.writeFile(networksYAMLFile, snap.Data); err != nil {
 		return err
 	}
+	// Helpers run through sudo read it only if their user may (it holds
+	// no secrets): readable by all.
+	if err := os.Chmod(d.NetworksYAML(), 0o644); err != nil {
+		return err
+	}
 	return d.writeJSON(networksSnapshotFile, snap)
 }
 

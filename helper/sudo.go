@@ -1,0 +1,75 @@
+package helper
+
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"syscall"
+
+	"github.com/vmnetctl/vmnetctl/config"
+)
+
+// checkSudo keeps a helper run as root through sudo to what the user who
+// ran sudo may do. A sudoers rule lets users run the helper as root (as
+// vmnet-helper's does); the helper then acts for that user only: it drops to
+// their ids and no others (--uid 0 would keep root for the socket, whose
+// path the user names, so root would remove and create files anywhere), and
+// it reads only a networks.yaml that they could read themselves (its
+// contents may come back in error messages).
+func (f *Flags) checkSudo() error {
+	sudoUID, err := strconv.Atoi(os.Getenv("SUDO_UID"))
+	if os.Getuid() != 0 || err != nil || sudoUID <= 0 {
+		return nil
+	}
+	sudoGID, err := strconv.Atoi(os.Getenv("SUDO_GID"))
+	if err != nil {
+		return fmt.Errorf("SUDO_UID is %d but SUDO_GID %q is not a group id", sudoUID, os.Getenv("SUDO_GID"))
+	}
+	if f.UID != sudoUID {
+		return fmt.Errorf("--uid %d: run through sudo, the helper runs as the user who ran sudo (uid %d), no one else", f.UID, sudoUID)
+	}
+	if f.GID >= 0 && f.GID != sudoGID && !memberOf(sudoUID, f.GID) {
+		return fmt.Errorf("--gid %d: run through sudo, the helper runs with a group of the user who ran sudo (uid %d)", f.GID, sudoUID)
+	}
+	path := f.NetworksFile
+	if path == "" {
+		path = os.Getenv(config.EnvNetworks)
+	}
+	if path != "" && !readableBy(path, sudoUID, sudoGID) {
+		return fmt.Errorf("--networks %s: the user who ran sudo (uid %d) cannot read it, so the helper will not either", path, sudoUID)
+	}
+	return nil
+}
+
+// readableBy tells whether the file at path (after symbolic links) grants
+// read permission to uid with primary group gid, by its owner and mode.
+func readableBy(path string, uid, gid int) bool {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false
+	}
+	mode := fi.Mode().Perm()
+	switch {
+	case int(st.Uid) == uid:
+		return mode&0o400 != 0
+	case int(st.Gid) == gid || memberOf(uid, int(st.Gid)):
+		return mode&0o040 != 0
+	}
+	return mode&0o004 != 0
+}
+
+// memberOf tells whether user uid belongs to group gid.
+func memberOf(uid, gid int) bool {
+	u, err := user.LookupId(strconv.Itoa(uid))
+	if err != nil {
+		return false
+	}
+	ids, err := u.GroupIds()
+	return err == nil && slices.Contains(ids, strconv.Itoa(gid))
+}
