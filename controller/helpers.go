@@ -161,3 +161,24 @@ func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 	}()
 	return h
 }
+
+// rotateLogsLocked keeps the helpers' logs and the controller's own under
+// their limits (statedir.RotateLog); a helper's stats lines are read before
+// its log is emptied.
+func (c *Controller) rotateLogsLocked() {
+	for key, h := range c.helpers {
+		if h.logPath == "" {
+			continue
+		}
+		c.observeLocked(key, h)
+		rotated, err := statedir.RotateLog(h.logPath, statedir.MaxHelperLog)
+		if err != nil {
+			c.log.Warn("rotating a helper's log", "attachment", key, "err", err)
+		} else if rotated {
+			h.statsOff = 0
+		}
+	}
+	if _, err := statedir.RotateLog(c.sd.ControllerLog(), statedir.MaxControllerLog); err != nil {
+		c.log.Warn("rotating the controller's log", "err", err)
+	}
+}

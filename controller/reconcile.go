@@ -23,6 +23,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	defer c.countReconcile(time.Now(), &err)
 
 	c.mu.Lock()
+	c.rotateLogsLocked()
 	desired, snap, projects, err := c.loadDesired()
 	if err != nil {
 		// What should exist cannot be known: destroy nothing.

@@ -1,6 +1,9 @@
 package statedir
 
 import (
+	"errors"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -95,4 +98,40 @@ func (d Dir) Clean() error {
 		}
 	}
 	return nil
+}
+
+// Log sizes: a log of the state dir is rotated once it passes its limit, so
+// it takes at most twice that on disk (the log and its one rotated copy).
+const (
+	MaxHelperLog     = 4 << 20
+	MaxControllerLog = 16 << 20
+)
+
+// RotateLog keeps the log at path under max bytes: past it, the log is
+// copied to path.1 (replacing the previous copy) and emptied in place, so
+// a writer that appends to it (a helper's stderr, opened O_APPEND) goes on
+// writing at its new start. Lines written between the copy and the
+// truncation are lost. It reports whether it rotated.
+func RotateLog(path string, max int64) (bool, error) {
+	f, err := openNoFollow(path, os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() <= max {
+		return false, err
+	}
+	old := Dir{Path: filepath.Dir(path)}
+	data, err := io.ReadAll(io.LimitReader(f, fi.Size()))
+	if err != nil {
+		return false, err
+	}
+	if err := old.writeFile(filepath.Base(path)+".1", data); err != nil {
+		return false, err
+	}
+	return true, f.Truncate(0)
 }

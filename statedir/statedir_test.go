@@ -116,3 +116,33 @@ func TestUntrustedStateDir(t *testing.T) {
 		}
 	})
 }
+
+func TestRotateLog(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "h.log")
+	w, err := OpenLog(path) // as a helper's stderr: O_APPEND
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	line := strings.Repeat("x", 99) + "\n"
+	for range 20 {
+		w.WriteString(line)
+	}
+	if rotated, err := RotateLog(path, 5000); rotated || err != nil {
+		t.Fatalf("a log under its limit was rotated: %v %v", rotated, err) // the control
+	}
+	for range 40 {
+		w.WriteString(line)
+	}
+	if rotated, err := RotateLog(path, 5000); !rotated || err != nil {
+		t.Fatalf("a 6000-byte log with a limit of 5000: rotated %v, %v", rotated, err)
+	}
+	if b, _ := os.ReadFile(path + ".1"); len(b) != 6000 {
+		t.Errorf("the rotated copy has %d bytes, want 6000", len(b))
+	}
+	w.WriteString("after\n")
+	if b, _ := os.ReadFile(path); string(b) != "after\n" {
+		t.Errorf("after rotation the log holds %q: the writer did not go on at its start", b)
+	}
+}
