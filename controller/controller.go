@@ -241,11 +241,19 @@ func (c *Controller) restore() {
 		c.log.Warn("cannot read runtime state; starting afresh", "err", err)
 		return
 	}
+	known := runHelperPIDs(c.sd)
 	for _, rec := range rs.Helpers {
 		if rec.Proc.Alive() {
 			c.helpers[rec.Key] = c.adopt(rec)
+			known[rec.Proc.PID] = true
 			c.log.Info("adopted running helper", "attachment", rec.Key, "pid", rec.Proc.PID)
 		}
+	}
+	// Helpers a killed controller started but had not recorded yet: stop
+	// them; reconcile starts the ones that are wanted again.
+	if strays := strayHelpers(c.sd, func(pid int) bool { return known[pid] }); len(strays) > 0 {
+		c.log.Warn("stopping helpers no record accounts for", "count", len(strays))
+		stopProcesses(strays, c.opts.StopGrace)
 	}
 	if rs.AppliedNetworks != nil {
 		if nets, err := rs.AppliedNetworks.Load(); err == nil {

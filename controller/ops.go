@@ -279,6 +279,7 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		return err
 	}
 	if len(left) == 0 && !NewClient(sd).Running(ctx) && !sd.HasRuntime() {
+		stopStrays(env)
 		return sd.Clean()
 	}
 	resp, err := converge(ctx, env)
@@ -295,8 +296,21 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 	if err := waitFor(ctx, 30*time.Second, func() bool { return !sd.ControllerAlive() }); err != nil {
 		return fmt.Errorf("the controller did not exit after the last project was removed; see %s", sd.ControllerLog())
 	}
+	stopStrays(env)
 	fmt.Fprintln(env.Stdout, "Everything is down.")
 	return sd.Clean()
+}
+
+// stopStrays stops the helpers of the state dir that still run once no
+// project is left: ones a killed controller or `vmnetctl run` never
+// recorded. The process table says what runs, not the state files.
+func stopStrays(env Env) {
+	strays := strayHelpers(env.StateDir, func(int) bool { return false })
+	if len(strays) == 0 {
+		return
+	}
+	fmt.Fprintf(env.Stderr, "stopping %d helper(s) that no record accounted for\n", len(strays))
+	stopProcesses(strays, 5*time.Second)
 }
 
 // projectsToRemove names the projects of o.

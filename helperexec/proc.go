@@ -1,5 +1,10 @@
 package helperexec
 
+import (
+	"syscall"
+	"time"
+)
+
 // ProcIdentity names one process beyond its pid, which the kernel reuses:
 // its start time (in clock ticks since boot) and its command line. A new
 // controller adopts a helper only when all three match what was recorded.
@@ -12,3 +17,24 @@ type ProcIdentity struct {
 // Alive reports whether the process recorded in id still runs, and is the
 // same process (not a new one that got the pid).
 func (id ProcIdentity) Alive() bool { return id.alive() }
+
+// Kill stops the process of id if it is still the recorded one: SIGTERM,
+// then SIGKILL once grace has passed. It returns once the process is gone.
+func (id ProcIdentity) Kill(grace time.Duration) {
+	if !id.Alive() {
+		return
+	}
+	gone := make(chan struct{})
+	go func() {
+		id.WaitExit()
+		close(gone)
+	}()
+	syscall.Kill(id.PID, syscall.SIGTERM)
+	select {
+	case <-gone:
+		return
+	case <-time.After(grace):
+	}
+	syscall.Kill(id.PID, syscall.SIGKILL)
+	<-gone
+}

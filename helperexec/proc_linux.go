@@ -62,3 +62,24 @@ func (id ProcIdentity) alive() bool {
 	}
 	return true
 }
+
+// Processes returns the identity of every running process whose command
+// line match accepts.
+func Processes(match func(cmdline []string) bool) ([]ProcIdentity, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []ProcIdentity
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		id, err := ReadProcIdentity(pid)
+		if err == nil && match(id.Cmdline) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}

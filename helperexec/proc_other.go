@@ -4,6 +4,7 @@ package helperexec
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -34,4 +35,24 @@ func (id ProcIdentity) alive() bool {
 	}
 	cur, err := ReadProcIdentity(id.PID)
 	return err == nil && cur.StartTime == id.StartTime && strings.Join(cur.Cmdline, " ") == strings.Join(id.Cmdline, " ")
+}
+
+// Processes returns the identity of every running process whose command
+// line match accepts, from ps(1).
+func Processes(match func(cmdline []string) bool) ([]ProcIdentity, error) {
+	out, err := exec.Command("ps", "-A", "-o", "pid=").Output()
+	if err != nil {
+		return nil, err
+	}
+	var ids []ProcIdentity
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if id, err := ReadProcIdentity(pid); err == nil && match(id.Cmdline) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }

@@ -249,3 +249,10 @@ func readNoFollow(path string) ([]byte, error) {
 func OpenLog(path string) (*os.File, error) {
 	return openNoFollow(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 }
+
+// Holds reports whether path names a file inside the state dir: how a
+// process that uses the dir (a helper given its socket or networks.yaml) is
+// known as this state dir's.
+func (d Dir) Holds(path string) bool {
+	return strings.HasPrefix(path, filepath.Clean(d.Path)+string(filepath.Separator))
+}

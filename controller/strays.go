@@ -1,0 +1,60 @@
+package controller
+
+import (
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// isHelperOf reports whether a command line runs a helper (`vmnetctl
+// helper` or vmnet-helper, directly or through sudo) for state dir sd: one
+// of its arguments names a file in sd.
+func isHelperOf(sd statedir.Dir, cmdline []string) bool {
+	helper := false
+	for i, arg := range cmdline {
+		if (i == 1 && arg == "helper") || filepath.Base(arg) == "vmnet-helper" {
+			helper = true
+		}
+	}
+	return helper && slices.ContainsFunc(cmdline, sd.Holds)
+}
+
+// strayHelpers are the running helpers of sd that known does not account
+// for: helpers started by a controller, or by `vmnetctl run`, that was
+// killed before it recorded them. They are found in the process table, not
+// in the state files.
+func strayHelpers(sd statedir.Dir, known func(pid int) bool) []helperexec.ProcIdentity {
+	procs, _ := helperexec.Processes(func(cmdline []string) bool { return isHelperOf(sd, cmdline) })
+	return slices.DeleteFunc(procs, func(p helperexec.ProcIdentity) bool { return known(p.PID) })
+}
+
+// stopProcesses stops processes in parallel, each SIGTERM and, after
+// grace, SIGKILL, and returns once all are gone.
+func stopProcesses(procs []helperexec.ProcIdentity, grace time.Duration) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Go(func() { p.Kill(grace) })
+	}
+	wg.Wait()
+}
+
+// runHelperPIDs are the pids of the helpers every `vmnetctl run` of sd
+// recorded.
+func runHelperPIDs(sd statedir.Dir) map[int]bool {
+	pids := map[int]bool{}
+	projects, _ := sd.Projects()
+	for _, p := range projects {
+		if !p.External {
+			continue
+		}
+		recs, _ := sd.RunHelpers(p.Name)
+		for _, r := range recs {
+			pids[r.Proc.PID] = true
+		}
+	}
+	return pids
+}
