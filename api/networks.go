@@ -344,13 +344,7 @@ func (w *walker) mode(n *Network, key *yaml.Node, f map[string]*yaml.Node, at fu
 
 // settings reads the switches and values every mode takes.
 func (w *walker) settings(n *Network, f map[string]*yaml.Node, at func(string) string) {
-	boolField := func(name string, dst *bool) {
-		if bv, ok := f[name]; ok {
-			if b, ok := w.boolean(bv, at(name)); ok {
-				*dst = b
-			}
-		}
-	}
+	boolField := func(name string, dst *bool) { field(w, f, at, name, w.boolean, dst, nil) }
 	boolField("dhcp", &n.DHCP)
 	boolField("dnsProxy", &n.DNSProxy)
 	if n.Routed() {
@@ -366,22 +360,16 @@ func (w *walker) settings(n *Network, f map[string]*yaml.Node, at func(string) s
 	boolField("routerAdvertisement", &n.RouterAdvertisement)
 	boolField("isolation", &n.Isolation)
 	boolField("offloads", &n.Offloads)
-	if bv, ok := f["vmnetBroker"]; ok {
-		if b, ok := w.str(bv, at("vmnetBroker")); ok {
-			if msg := checkName(b); msg != "" {
-				w.errorf(bv, at("vmnetBroker"), "vmnet-broker network name %s", msg)
-			}
-			n.VMNetBroker = b
+	field(w, f, at, "vmnetBroker", w.str, &n.VMNetBroker, func(b string, invalid func(string, ...any)) {
+		if msg := checkName(b); msg != "" {
+			invalid("vmnet-broker network name %s", msg)
 		}
-	}
-	if mv, ok := f["mtu"]; ok {
-		if m, ok := w.integer(mv, at("mtu")); ok {
-			if m < MinMTU || m > MaxMTU {
-				w.errorf(mv, at("mtu"), "%d is outside %d-%d", m, MinMTU, MaxMTU)
-			}
-			n.MTU = m
+	})
+	field(w, f, at, "mtu", w.integer, &n.MTU, func(m int, invalid func(string, ...any)) {
+		if m < MinMTU || m > MaxMTU {
+			invalid("%d is outside %d-%d", m, MinMTU, MaxMTU)
 		}
-	}
+	})
 	if lv, ok := f["leaseTime"]; ok {
 		n.LeaseTime = w.duration(lv, at("leaseTime"))
 	}

@@ -245,27 +245,17 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 		} else {
 			a.MAC, a.MACDerived = DeriveMAC(vm.Name, i).String(), true
 		}
-		if iv, ok := f["interface"]; ok {
-			if s, ok := w.str(iv, at("interface")); ok {
-				if msg := checkIfName(s); msg != "" {
-					w.errorf(iv, at("interface"), "%s", msg)
-				}
-				a.Interface = s
+		field(w, f, at, "interface", w.str, &a.Interface, func(s string, invalid func(string, ...any)) {
+			if msg := checkIfName(s); msg != "" {
+				invalid("%s", msg)
 			}
-		}
-		if mv, ok := f["metric"]; ok {
-			if m, ok := w.integer(mv, at("metric")); ok {
-				if m < 0 {
-					w.errorf(mv, at("metric"), "must not be negative")
-				}
-				a.Metric = m
+		})
+		field(w, f, at, "metric", w.integer, &a.Metric, func(m int, invalid func(string, ...any)) {
+			if m < 0 {
+				invalid("must not be negative")
 			}
-		}
-		if iv, ok := f["ip"]; ok {
-			if ip, ok := w.ipv4(iv, at("ip")); ok {
-				a.IP = ip
-			}
-		}
+		})
+		field(w, f, at, "ip", w.ipv4, &a.IP, nil)
 		if av, ok := f["attach"]; ok {
 			if s, ok := w.str(av, at("attach")); ok {
 				switch AttachKind(s) {

@@ -221,6 +221,26 @@ func kindName(n *yaml.Node) string {
 	return "something else"
 }
 
+// field reads the value at key of the mapping f, if it has one, with read
+// (w.str, w.integer...) and stores it in *dst when it is of the right kind;
+// check, if not nil, reports what is wrong with the value through invalid,
+// an error at it.
+func field[T any](w *walker, f map[string]*yaml.Node, at func(string) string, key string,
+	read func(*yaml.Node, string) (T, bool), dst *T, check func(v T, invalid func(format string, args ...any))) {
+	n, ok := f[key]
+	if !ok {
+		return
+	}
+	v, ok := read(n, at(key))
+	if !ok {
+		return
+	}
+	if check != nil {
+		check(v, func(format string, args ...any) { w.errorf(n, at(key), format, args...) })
+	}
+	*dst = v
+}
+
 // str reads a scalar as a string.
 func (w *walker) str(n *yaml.Node, path string) (string, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {

@@ -144,7 +144,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	emit := emitter(func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, t, v, labels...)
 	})
-	emit(descBuildInfo, prometheus.GaugeValue, 1, c.opts.Version, buildCommit(), runtime.Version())
+	emit(descBuildInfo, prometheus.GaugeValue, 1, c.opts.Version, BuildCommit(), runtime.Version())
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -355,8 +355,8 @@ func buildVersion() string {
 	return "unknown"
 }
 
-// buildCommit is the VCS revision the binary was built from, if known.
-func buildCommit() string {
+// BuildCommit is the VCS revision the binary was built from, or "unknown".
+func BuildCommit() string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" {

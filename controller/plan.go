@@ -68,9 +68,17 @@ type field[T any] struct {
 	replace bool // true when a change needs the object rebuilt
 }
 
-// diffFields lists the fields that differ between o and n, and whether that
-// is an update in place or needs a replacement.
-func diffFields[T any](fields []field[T], o, n T) ([]FieldChange, Action) {
+// diffFields lists the fields that differ between o and n, and the action:
+// create when there is no o, delete when there is no n, else whether the
+// changes are an update in place (none is also an update) or need a
+// replacement.
+func diffFields[E any](fields []field[*E], o, n *E) ([]FieldChange, Action) {
+	switch {
+	case o == nil:
+		return nil, ActionCreate
+	case n == nil:
+		return nil, ActionDelete
+	}
 	var changes []FieldChange
 	action := ActionUpdate
 	for _, f := range fields {
@@ -152,60 +160,41 @@ func ComputePlan(current, desired *Desired) *Plan {
 	}
 	p := &Plan{}
 	replaced := map[string]bool{} // networks being rebuilt
-	oldNets := map[string]*api.Network{}
-	for _, n := range current.Networks {
-		oldNets[n.ID] = n
-	}
-	newNets := map[string]*api.Network{}
-	for _, n := range desired.Networks {
-		newNets[n.ID] = n
-	}
+	networkID := func(n *api.Network) string { return n.ID }
+	oldNets, newNets := byKey(current.Networks, networkID), byKey(desired.Networks, networkID)
 	for _, id := range sortedKeys(oldNets, newNets) {
 		o, n := oldNets[id], newNets[id]
-		switch {
-		case o == nil:
-			p.Networks = append(p.Networks, NetworkChange{Action: ActionCreate, ID: id, New: n})
-		case n == nil:
-			p.Networks = append(p.Networks, NetworkChange{Action: ActionDelete, ID: id, Old: o})
+		changes, action := diffFields(networkFields, o, n)
+		if action == ActionDelete || action == ActionReplace {
 			replaced[id] = true
-		default:
-			changes, action := diffFields(networkFields, o, n)
-			if len(changes) > 0 {
-				p.Networks = append(p.Networks, NetworkChange{Action: action, ID: id, Old: o, New: n, Changes: changes})
-				if action == ActionReplace {
-					replaced[id] = true
-				}
-			}
+		}
+		if action != ActionUpdate || len(changes) > 0 {
+			p.Networks = append(p.Networks, NetworkChange{Action: action, ID: id, Old: o, New: n, Changes: changes})
 		}
 	}
 
-	oldAtts := map[string]*Attachment{}
-	for _, a := range current.Attachments {
-		oldAtts[a.Key()] = a
-	}
-	newAtts := map[string]*Attachment{}
-	for _, a := range desired.Attachments {
-		newAtts[a.Key()] = a
-	}
+	oldAtts, newAtts := byKey(current.Attachments, (*Attachment).Key), byKey(desired.Attachments, (*Attachment).Key)
 	for _, key := range sortedKeys(oldAtts, newAtts) {
 		o, n := oldAtts[key], newAtts[key]
-		switch {
-		case o == nil:
-			p.Attachments = append(p.Attachments, AttachmentChange{Action: ActionCreate, Key: key, New: n})
-		case n == nil:
-			p.Attachments = append(p.Attachments, AttachmentChange{Action: ActionDelete, Key: key, Old: o})
-		default:
-			changes, action := diffFields(attachmentFields, o, n)
-			reason := ""
-			if action != ActionReplace && replaced[n.Network] {
-				action, reason = ActionReplace, fmt.Sprintf("network %s is replaced", n.Network)
-			}
-			if len(changes) > 0 || reason != "" {
-				p.Attachments = append(p.Attachments, AttachmentChange{Action: action, Key: key, Old: o, New: n, Changes: changes, Reason: reason})
-			}
+		changes, action := diffFields(attachmentFields, o, n)
+		reason := ""
+		if action == ActionUpdate && replaced[n.Network] {
+			action, reason = ActionReplace, fmt.Sprintf("network %s is replaced", n.Network)
+		}
+		if action != ActionUpdate || len(changes) > 0 {
+			p.Attachments = append(p.Attachments, AttachmentChange{Action: action, Key: key, Old: o, New: n, Changes: changes, Reason: reason})
 		}
 	}
 	return p
+}
+
+// byKey indexes items by key(item).
+func byKey[V any](items []V, key func(V) string) map[string]V {
+	m := make(map[string]V, len(items))
+	for _, v := range items {
+		m[key(v)] = v
+	}
+	return m
 }
 
 func sortedKeys[V any](maps ...map[string]V) []string {

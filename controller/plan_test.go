@@ -96,20 +96,9 @@ vmnet:
   host:
     mode: host
     subnet: 192.168.116.0/24
-`, project("p", `
-vms:
-  web:
-    networks:
-      - vmnet: shared
-      - vmnet: host
-  db:
-    networks:
-      - vmnet: shared
-        ip: 192.168.105.21
-  cache:
-    networks:
-      - vmnet: shared
-`)), "Plan: 1 to create, 2 to change, 2 to replace, 0 to delete."},
+`, project("p", // db moves to .21, cache is new
+			strings.Replace(planVMs, "ip: 192.168.105.20", "ip: 192.168.105.21", 1)+"  cache:\n    networks:\n      - vmnet: shared\n")),
+			"Plan: 1 to create, 2 to change, 2 to replace, 0 to delete."},
 		{"everything removed", base, &Desired{}, "Plan: 0 to create, 0 to change, 0 to replace, 5 to delete."},
 	}
 	for _, tt := range tests {

@@ -15,7 +15,7 @@ func TestIsHelperOf(t *testing.T) {
 		{[]string{"/usr/bin/vmnetctl", "helper", "--networks", "/run/vmnetctl/networks.yaml", "--network", "shared"}, true},
 		{[]string{"/usr/bin/sudo", "--non-interactive", "/opt/vmnet-helper/bin/vmnet-helper", "--socket", "/run/vmnetctl/vms/a/0.sock"}, true},
 		{[]string{"/usr/bin/vmnetctl", "helper", "--networks", "/run/vmnetctl-other/networks.yaml"}, false}, // another state dir
-		{[]string{"/usr/bin/vmnetctl", "helper", "--delete-link-on-eof", "vmt-0123456789"}, false},       // a helper's cleanup child
+		{[]string{"/usr/bin/vmnetctl", "helper", "--delete-link-on-eof", "vmt-0123456789"}, false},          // a helper's cleanup child
 		{[]string{"/usr/bin/vmnetctl", "serve", "--state-dir", "/run/vmnetctl"}, false},
 		{[]string{"qemu-system-x86_64", "-netdev", "dgram,local.path=/run/vmnetctl/vms/a/0.vm.sock"}, false},
 	} {

@@ -20,10 +20,7 @@ import (
 func TestDHCPDeclineFlood(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.6.0/24")
 	n.LeaseTime = time.Hour
-	a, err := NewAllocator(n, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustAllocator(t, n, "")
 	a.now = func() time.Time { return guardNow }
 	var logs bytes.Buffer
 	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.NewTextHandler(&logs, nil)))

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -21,12 +20,6 @@ import (
 // a host-only network's names inside, lets no DHCP host name take a VM
 // file's name, and stays bounded under a flood.
 
-// guardHost is a "host" namespace for these tests.
-func guardHost(t *testing.T, label string) ns.NetNS {
-	t.Helper()
-	return testutil.NewNS(t, label).NetNS()
-}
-
 // TestDNSOnlyFromBridge: a LAN neighbour with a route to the gateway
 // address (the WAN namespace routes the lab subnets to the host's uplink)
 // reaches the gateway, but its DNS queries get no answer, over UDP or TCP;
@@ -34,7 +27,7 @@ func guardHost(t *testing.T, label string) ns.NetNS {
 // answered.
 func TestDNSOnlyFromBridge(t *testing.T) {
 	needRoot(t)
-	host := guardHost(t, "dg-host")
+	host := testutil.NewNS(t, "dg-host")
 	lan := wan(t, host) // the neighbour: 10.200.0.0/16 via the host's uplink
 	wanDNS(t, lan)
 	n := testNet("dg1", api.ModeShared, "10.200.21.0/24")
@@ -50,7 +43,7 @@ func TestDNSOnlyFromBridge(t *testing.T) {
 	probes := []probe{{"vm1.vmnet.internal", addr.String()}, {"example.test", "192.0.2.7"}}
 	for _, from := range []struct {
 		label string
-		ns    ns.NetNS
+		ns    *testutil.NS
 	}{{"the VM on the bridge", v}, {"the host", host}} {
 		for _, p := range probes {
 			for _, proto := range []string{"udp", "tcp"} {
@@ -66,7 +59,7 @@ func TestDNSOnlyFromBridge(t *testing.T) {
 
 	// The neighbour does reach the gateway address: the silence below is
 	// the proxy's, not the route's.
-	if err := ping(lan, gw); err != nil {
+	if err := lan.Ping(gw, 1); err != nil {
 		t.Fatalf("the LAN neighbour cannot ping the gateway %s (so no answer would prove nothing): %v", gw, err)
 	}
 	before := nw.Stats().DNS.Queries
@@ -87,7 +80,7 @@ func TestDNSOnlyFromBridge(t *testing.T) {
 // with dnsForward: true it forwards them.
 func TestDNSHostOnly(t *testing.T) {
 	needRoot(t)
-	host := guardHost(t, "dh-host")
+	host := testutil.NewNS(t, "dh-host")
 	w := wan(t, host)
 	wanDNS(t, w)
 	on := true
@@ -142,7 +135,7 @@ func TestDNSHostOnly(t *testing.T) {
 // when it comes up.
 func TestDNSHostnameCannotTakeVMName(t *testing.T) {
 	needRoot(t)
-	host := guardHost(t, "dn-host")
+	host := testutil.NewNS(t, "dn-host")
 	n := testNet("dn1", api.ModeShared, "10.200.25.0/24")
 	nw := start(t, host, n, Options{Upstreams: []string{"192.0.2.53:53"}})
 	const attackerMAC, dbMAC = "52:55:55:00:25:01", "52:55:55:00:25:02"
@@ -201,15 +194,15 @@ func openFDs(t *testing.T) int {
 // come back down. Excess TCP connections are closed and counted too.
 func TestDNSFloodBounded(t *testing.T) {
 	needRoot(t)
-	host := guardHost(t, "df-host")
+	host := testutil.NewNS(t, "df-host")
 	// The silent upstream: a socket in the host that never reads.
 	var silent net.PacketConn
-	in(t, host, func() (err error) { silent, err = net.ListenPacket("udp4", "127.0.0.1:0"); return err })
+	mustDo(t, host, func() (err error) { silent, err = net.ListenPacket("udp4", "127.0.0.1:0"); return err })
 	t.Cleanup(func() { silent.Close() })
 	n := testNet("df1", api.ModeShared, "10.200.24.0/24")
 	nw := start(t, host, n, Options{Upstreams: []string{silent.LocalAddr().String()}})
 	v := vm(t, host, "flood", "52:55:55:00:24:01", n.Bridge(), false)
-	in(t, v, func() error { return addAddr("eth0", "10.200.24.50/24") })
+	v.MustRun(t, "ip", "addr", "add", "10.200.24.50/24", "dev", "eth0")
 	gw := net.JoinHostPort(n.Gateway.String(), "53")
 
 	runtime.GC()
@@ -229,7 +222,7 @@ func TestDNSFloodBounded(t *testing.T) {
 
 	const queries = 3000
 	var conn net.Conn
-	in(t, v, func() (err error) { conn, err = net.Dial("udp4", gw); return err })
+	mustDo(t, v, func() (err error) { conn, err = net.Dial("udp4", gw); return err })
 	t.Cleanup(func() { conn.Close() })
 	deadline := time.Now().Add(10 * time.Second)
 	for i := range queries {
@@ -291,7 +284,7 @@ func TestDNSFloodBounded(t *testing.T) {
 				c.Close()
 			}
 		})
-		in(t, v, func() error {
+		mustDo(t, v, func() error {
 			for range conns {
 				c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(context.Background(), "tcp4", gw)
 				if err != nil {

@@ -170,10 +170,7 @@ func FuzzDHCPHandle(f *testing.F) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f.Fuzz(func(t *testing.T, cfg byte, p1, p2, p3, p4 []byte) {
 		n := fuzzNet(cfg)
-		a, err := NewAllocator(n, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := mustAllocator(t, n, "")
 		a.now = func() time.Time { return fuzzNow }
 		for _, l := range fuzzHeld(n) {
 			a.leases[l.MAC] = &l

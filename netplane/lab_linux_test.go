@@ -1,24 +1,19 @@
 package netplane
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // The tests below build small labs of network namespaces: a "host" where
@@ -26,7 +21,6 @@ import (
 // the network, and a "WAN" or "LAN" behind the host. No packet leaves them.
 
 const (
-	busybox = "/usr/bin/busybox"
 	wanHost = "198.51.100.1" // the host's uplink address (TEST-NET-2)
 	wanPeer = "198.51.100.2" // the WAN namespace: a TCP server and a DNS server
 	// labSubnets holds the VM subnets of every lab (10.200.N.0/24). The WAN
@@ -38,130 +32,40 @@ const (
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces")
-	}
-	for _, tool := range []string{busybox, "nft", "ip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (test/setup.sh installs it)", tool)
-		}
-	}
+	testutil.RequireRoot(t, "creates network namespaces")
+	testutil.RequireCommands(t, "busybox", "nft", "ip", "ping")
 }
 
-// newNS returns a fresh network namespace with lo up, removed at cleanup.
-func newNS(t *testing.T) ns.NetNS {
+// mustDo runs f in namespace n and fails the test on error. f must not
+// call t.Fatal: it runs on another goroutine.
+func mustDo(t *testing.T, n *testutil.NS, f func() error) {
 	t.Helper()
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
+	if err := n.Do(f); err != nil {
+		t.Fatalf("in %s: %v", n, err)
 	}
-	t.Cleanup(func() {
-		n.Close()
-		testutils.UnmountNS(n)
-	})
-	in(t, n, func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(lo)
-	})
-	return n
-}
-
-// in runs f in namespace n and fails the test on error. f must not call
-// t.Fatal: it runs on another goroutine.
-func in(t *testing.T, n ns.NetNS, f func() error) {
-	t.Helper()
-	if err := n.Do(func(ns.NetNS) error { return f() }); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// run runs a command in namespace n and returns its combined output.
-func run(n ns.NetNS, timeout time.Duration, name string, args ...string) (string, error) {
-	var out []byte
-	err := n.Do(func(ns.NetNS) error {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		var err error
-		out, err = exec.CommandContext(ctx, name, args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
-		}
-		return nil
-	})
-	return string(out), err
-}
-
-// eventually polls f until it succeeds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval, not synchronisation
-	}
-}
-
-func addAddr(name, cidr string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return err
-	}
-	a, err := netlink.ParseAddr(cidr)
-	if err != nil {
-		return err
-	}
-	if err := netlink.AddrAdd(l, a); err != nil {
-		return err
-	}
-	return netlink.LinkSetUp(l)
 }
 
 // veth creates the veth hostName in namespace host whose peer, eth0 with the
 // given MAC, is in namespace other; both are up.
-func veth(t *testing.T, host ns.NetNS, hostName string, other ns.NetNS, mac string) {
+func veth(t *testing.T, host *testutil.NS, hostName string, other *testutil.NS, mac string) {
 	t.Helper()
-	in(t, host, func() error {
-		la := netlink.NewLinkAttrs()
-		la.Name = hostName
-		v := &netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(other.Fd()))}
-		if mac != "" {
-			v.PeerHardwareAddr = mustMAC(mac)
-		}
-		if err := netlink.LinkAdd(v); err != nil {
-			return fmt.Errorf("veth %s: %w", hostName, err)
-		}
-		l, err := netlink.LinkByName(hostName)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l)
-	})
-	in(t, other, func() error {
-		l, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l)
-	})
+	peer := []string{"name", "eth0"}
+	if mac != "" {
+		peer = append(peer, "address", mac)
+	}
+	args := append([]string{"-n", host.Name, "link", "add", hostName, "up", "type", "veth", "peer"}, peer...)
+	testutil.Run(t, "ip", append(args, "netns", other.Name)...)
+	other.MustRun(t, "ip", "link", "set", "eth0", "up")
 }
 
 // vm creates a VM namespace whose eth0 (with mac) is attached to bridge as
 // port "p-<name>" with AttachPort.
-func vm(t *testing.T, host ns.NetNS, name, mac, bridge string, isolated bool) ns.NetNS {
+func vm(t *testing.T, host *testutil.NS, name, mac, bridge string, isolated bool) *testutil.NS {
 	t.Helper()
-	v := newNS(t)
+	v := testutil.NewNS(t, "vm-"+name)
 	port := "p-" + name
 	veth(t, host, port, v, mac)
-	in(t, host, func() error {
+	mustDo(t, host, func() error {
 		l, err := netlink.LinkByName(port)
 		if err != nil {
 			return err
@@ -174,37 +78,22 @@ func vm(t *testing.T, host ns.NetNS, name, mac, bridge string, isolated bool) ns
 // wan connects host to a WAN namespace through the uplink "uplink": the host
 // is wanHost and routes by default to wanPeer; the WAN routes labSubnets
 // back to wanHost.
-func wan(t *testing.T, host ns.NetNS) ns.NetNS {
+func wan(t *testing.T, host *testutil.NS) *testutil.NS {
 	t.Helper()
-	w := newNS(t)
+	w := testutil.NewNS(t, "wan")
 	veth(t, host, "uplink", w, "")
-	in(t, host, func() error {
-		if err := addAddr("uplink", wanHost+"/24"); err != nil {
-			return err
-		}
-		return netlink.RouteAdd(&netlink.Route{Gw: net.ParseIP(wanPeer)})
-	})
-	in(t, w, func() error {
-		if err := addAddr("eth0", wanPeer+"/24"); err != nil {
-			return err
-		}
-		_, dst, err := net.ParseCIDR(labSubnets)
-		if err != nil {
-			return err
-		}
-		return netlink.RouteAdd(&netlink.Route{Dst: dst, Gw: net.ParseIP(wanHost)})
-	})
+	host.MustRun(t, "ip", "addr", "add", wanHost+"/24", "dev", "uplink")
+	host.MustRun(t, "ip", "route", "add", "default", "via", wanPeer)
+	w.MustRun(t, "ip", "addr", "add", wanPeer+"/24", "dev", "eth0")
+	w.MustRun(t, "ip", "route", "add", labSubnets, "via", wanHost)
 	return w
 }
 
 // chainRules returns the rules of a chain of network id's nftables table as
 // the kernel lists them (`nft list chain`), one per line.
-func chainRules(t *testing.T, host ns.NetNS, id, chain string) []string {
+func chainRules(t *testing.T, host *testutil.NS, id, chain string) []string {
 	t.Helper()
-	out, err := run(host, 5*time.Second, "nft", "list", "chain", "inet", TableName(id), chain)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := host.MustRun(t, "nft", "list", "chain", "inet", TableName(id), chain)
 	var rules []string
 	inChain := false
 	for _, l := range strings.Split(out, "\n") {
@@ -232,86 +121,36 @@ func wantRules(t *testing.T, what string, got, want []string) {
 // setForwardRules, with on false, flushes the forward chain of network n's
 // table, as if its rules were missing; with on true it ensures n again,
 // which puts them back.
-func setForwardRules(t *testing.T, host ns.NetNS, n *api.Network, on bool) {
+func setForwardRules(t *testing.T, host *testutil.NS, n *api.Network, on bool) {
 	t.Helper()
 	if on {
-		in(t, host, func() error { return Ensure(context.Background(), n) })
+		mustDo(t, host, func() error { return Ensure(context.Background(), n) })
 		return
 	}
-	if _, err := run(host, 5*time.Second, "nft", "flush", "chain", "inet", TableName(n.ID), "forward"); err != nil {
-		t.Fatal(err)
-	}
+	host.MustRun(t, "nft", "flush", "chain", "inet", TableName(n.ID), "forward")
 }
 
-const udhcpcScript = `#!/bin/sh
-bb=` + busybox + `
-case "$1" in
-bound|renew)
-	$bb ip addr flush dev "$interface"
-	$bb ip addr add "$ip/$mask" dev "$interface"
-	[ -n "$mtu" ] && $bb ip link set dev "$interface" mtu "$mtu"
-	[ -n "$router" ] && $bb ip route replace default via "$router" dev "$interface"
-	{ echo "ip=$ip"; echo "mask=$mask"; echo "router=$router"; echo "dns=$dns"; echo "mtu=$mtu"; echo "lease=$lease"; echo "serverid=$serverid"; } > "$0.out"
-	;;
-esac
-exit 0
-`
-
-// udhcpc runs busybox udhcpc in namespace v until it has a lease and returns
-// what the lease said (ip, mask, router, dns, mtu, lease, serverid).
-func udhcpc(t *testing.T, v ns.NetNS, hostname string) (map[string]string, error) {
+// mustUdhcpc gets a lease on eth0 of namespace v (sending hostname, if
+// any) and returns what the lease said (ip, mask, router, dns, mtu, lease,
+// serverid).
+func mustUdhcpc(t *testing.T, v *testutil.NS, hostname string) map[string]string {
 	t.Helper()
-	dir := t.TempDir()
-	script := filepath.Join(dir, "script")
-	if err := os.WriteFile(script, []byte(udhcpcScript), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"udhcpc", "-i", "eth0", "-s", script, "-q", "-f", "-n", "-t", "10", "-T", "1", "-A", "1", "-O", "mtu"}
+	var extra []string
 	if hostname != "" {
-		args = append(args, "-x", "hostname:"+hostname)
+		extra = []string{"-x", "hostname:" + hostname}
 	}
-	if out, err := run(v, 30*time.Second, busybox, args...); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, out)
-	}
-	f, err := os.Open(script + ".out")
-	if err != nil {
-		return nil, fmt.Errorf("udhcpc wrote no lease: %w", err)
-	}
-	defer f.Close()
-	lease := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), "=")
-		lease[k] = v
-	}
-	return lease, nil
-}
-
-func mustUdhcpc(t *testing.T, v ns.NetNS, hostname string) map[string]string {
-	t.Helper()
-	l, err := udhcpc(t, v, hostname)
+	l, err := v.DHCP(t, "eth0", extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
 }
 
-func ping(v ns.NetNS, addr string) error {
-	_, err := run(v, 10*time.Second, busybox, "ping", "-c", "1", "-W", "1", addr)
-	return err
-}
-
 // tcpServer listens on wanPeer in namespace w and reports the source
 // address of each connection.
-func tcpServer(t *testing.T, w ns.NetNS) (string, <-chan netip.Addr) {
+func tcpServer(t *testing.T, w *testutil.NS) (string, <-chan netip.Addr) {
 	t.Helper()
-	var ln net.Listener
-	in(t, w, func() error {
-		var err error
-		ln, err = net.Listen("tcp4", wanPeer+":0")
-		return err
-	})
-	t.Cleanup(func() { ln.Close() })
+	ln := w.Listen(t, "tcp4", wanPeer+":0")
 	seen := make(chan netip.Addr, 10)
 	go func() {
 		for {
@@ -326,8 +165,8 @@ func tcpServer(t *testing.T, w ns.NetNS) (string, <-chan netip.Addr) {
 	return ln.Addr().String(), seen
 }
 
-func dial(v ns.NetNS, addr string, timeout time.Duration) error {
-	return v.Do(func(ns.NetNS) error {
+func dial(v *testutil.NS, addr string, timeout time.Duration) error {
+	return v.Do(func() error {
 		c, err := net.DialTimeout("tcp4", addr, timeout)
 		if err != nil {
 			return err
@@ -363,14 +202,11 @@ func lineDiff(a, b string) string {
 
 // snapshot is what a test compares before and after: links (with details,
 // less the bridge's running timers), addresses, routes and the nft ruleset.
-func snapshot(t *testing.T, host ns.NetNS) string {
+func snapshot(t *testing.T, host *testutil.NS) string {
 	t.Helper()
 	var b strings.Builder
 	for _, args := range [][]string{{"ip", "-d", "link"}, {"ip", "addr"}, {"ip", "route"}, {"nft", "list", "ruleset"}} {
-		out, err := run(host, 10*time.Second, args[0], args[1:]...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := host.MustRun(t, args[0], args[1:]...)
 		fmt.Fprintf(&b, "$ %s\n%s\n", strings.Join(args, " "), timerRe.ReplaceAllString(out, ""))
 	}
 	return b.String()

@@ -45,10 +45,7 @@ func bigAllocator(tb testing.TB, n int) *Allocator {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	a, err := NewAllocator(nw, path)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	a := mustAllocator(tb, nw, path)
 	a.now = func() time.Time { return guardNow }
 	return a
 }
@@ -224,10 +221,7 @@ func TestAllocatorIndexInvariants(t *testing.T) {
 			n.DHCPStart, n.DHCPEnd = ip("10.9.1.0"), ip("10.9.1.7")
 		}
 		n.LeaseTime = 5 * time.Minute
-		a, err := NewAllocator(n, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := mustAllocator(t, n, "")
 		now := guardNow
 		a.now = func() time.Time { return now }
 		rng := rand.New(rand.NewPCG(3, uint64(cfg)))
@@ -268,10 +262,7 @@ func TestAllocatorIndexInvariants(t *testing.T) {
 func TestDeclineFlood(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.2.0/24")
 	n.LeaseTime = time.Hour
-	a, err := NewAllocator(n, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustAllocator(t, n, "")
 	now := guardNow
 	a.now = func() time.Time { return now }
 	victim, attacker := mustMAC("52:55:55:00:03:01"), mustMAC("52:55:55:00:03:02")
@@ -311,10 +302,7 @@ func TestDeclineBoundedReturn(t *testing.T) {
 		n := testNet("h", api.ModeHost, "10.9.3.0/29")
 		n.DHCPEnd = ip("10.9.3.3") // two addresses: .2 and .3
 		n.LeaseTime = lt
-		a, err := NewAllocator(n, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := mustAllocator(t, n, "")
 		now := guardNow
 		a.now = func() time.Time { return now }
 		m1, m3 := mustMAC("52:55:55:00:04:01"), mustMAC("52:55:55:00:04:03")
@@ -344,10 +332,7 @@ func TestDeclineBoundedReturn(t *testing.T) {
 // after address keeps at most maxDeclinesPerMAC of them in quarantine.
 func TestDeclineQuarantinePerMAC(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.4.0/24")
-	a, err := NewAllocator(n, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustAllocator(t, n, "")
 	a.now = func() time.Time { return guardNow }
 	m := mustMAC("52:55:55:00:05:01")
 	for range 50 {
@@ -367,10 +352,7 @@ func TestDeclineQuarantinePerMAC(t *testing.T) {
 func TestCommitDurableAndGrouped(t *testing.T) {
 	n := testNet("p", api.ModeShared, "10.9.5.0/24")
 	path := filepath.Join(t.TempDir(), "p.leases.json")
-	a, err := NewAllocator(n, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustAllocator(t, n, path)
 	var writes atomic.Int64
 	a.write = func(p string, data []byte) error {
 		writes.Add(1)
@@ -383,10 +365,7 @@ func TestCommitDurableAndGrouped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewAllocator(n, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAllocator(t, n, path)
 	if got, ok := b.Lookup(m0); !ok || got.IP != l0.IP || got.Hostname != "vm0" || !got.Expiry.Equal(l0.Expiry) {
 		t.Fatalf("after Commit returned, a fresh allocator sees %+v, %v; want %+v", got, ok, l0)
 	}
@@ -419,10 +398,7 @@ func TestCommitDurableAndGrouped(t *testing.T) {
 	} else {
 		t.Logf("%d concurrent commits, %d writes", N, w)
 	}
-	c, err := NewAllocator(n, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustAllocator(t, n, path)
 	if got := len(c.Leases()); got != N+1 {
 		t.Fatalf("%d leases on disk, want %d", got, N+1)
 	}

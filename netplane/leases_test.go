@@ -33,6 +33,16 @@ func mustMAC(s string) net.HardwareAddr {
 
 func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 
+// mustAllocator is NewAllocator(n, path) that fails the test on error.
+func mustAllocator(tb testing.TB, n *api.Network, path string) *Allocator {
+	tb.Helper()
+	a, err := NewAllocator(n, path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
 func lease(t *testing.T, a *Allocator, mac string) netip.Addr {
 	t.Helper()
 	hw := mustMAC(mac)
@@ -51,10 +61,7 @@ func TestAllocatorPersistsAndReuses(t *testing.T) {
 	n := testNet("t", api.ModeShared, "10.9.0.0/24")
 	n.Reservations = []api.Reservation{{MAC: "52:55:55:00:00:99", IP: ip("10.9.0.50")}}
 	path := filepath.Join(t.TempDir(), "t.leases.json")
-	a, err := NewAllocator(n, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustAllocator(t, n, path)
 	now := time.Unix(1_800_000_000, 0)
 	a.now = func() time.Time { return now }
 	if got := lease(t, a, "52:55:55:00:00:01"); got != ip("10.9.0.2") {
@@ -69,10 +76,7 @@ func TestAllocatorPersistsAndReuses(t *testing.T) {
 
 	// A new allocator on the same file: a released address is remembered
 	// for its MAC and a new client gets a never-used one.
-	b, err := NewAllocator(n, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAllocator(t, n, path)
 	b.now = a.now
 	if got := lease(t, b, "52:55:55:00:00:02"); got != ip("10.9.0.3") {
 		t.Errorf("new client after restart got %s, want 10.9.0.3", got)
@@ -114,10 +118,7 @@ func TestAllocatorPersistsAndReuses(t *testing.T) {
 func TestAllocatorExhaustion(t *testing.T) {
 	n := testNet("t", api.ModeHost, "10.9.0.0/29") // .1 gateway, .2-.6 range
 	n.DHCPEnd = ip("10.9.0.3")
-	a, err := NewAllocator(n, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustAllocator(t, n, "")
 	now := time.Unix(1_800_000_000, 0)
 	a.now = func() time.Time { return now }
 	lease(t, a, "52:55:55:00:00:01")
@@ -170,10 +171,7 @@ func TestNFTRules(t *testing.T) {
 
 func TestAllocatorDecline(t *testing.T) {
 	n := testNet("t", api.ModeShared, "10.9.0.0/24")
-	a, err := NewAllocator(n, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustAllocator(t, n, "")
 	mac := "52:55:55:00:00:01"
 	first := lease(t, a, mac)
 	if err := a.Decline(mustMAC(mac), first); err != nil {

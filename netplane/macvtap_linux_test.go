@@ -32,16 +32,8 @@ const (
 func TestBridgedMacvtap(t *testing.T) {
 	testutil.RequireCommands(t, "busybox", "nft")
 	host, lan := testutil.NewNS(t, "mv-host"), testutil.NewNS(t, "mv-lan")
-	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "uplink0", "up", "type", "veth", "peer", "name", "eth0", "netns", lan.Name)
-	lan.MustRun(t, "ip", "addr", "add", macvtapLANRouter+"/24", "dev", "eth0")
-	lan.MustRun(t, "ip", "link", "set", "eth0", "up")
-	dir := t.TempDir()
-	conf := fmt.Sprintf("interface eth0\nstart %s\nend %s\noption subnet 255.255.255.0\noption router %s\nlease_file %s/leases\npidfile %[4]s/pid\n",
-		macvtapLANFirst, macvtapLANLast, macvtapLANRouter, dir)
-	if err := os.WriteFile(dir+"/udhcpd.conf", []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	lan.Start(t, dir+"/udhcpd.log", "busybox", "udhcpd", "-f", dir+"/udhcpd.conf")
+	veth(t, host, "uplink0", lan, "")
+	lan.DHCPServer(t, "eth0", macvtapLANRouter+"/24", macvtapLANFirst, macvtapLANLast)
 
 	n := &api.Network{ID: "mv", Name: "mv", Mode: api.ModeBridged, Interface: "uplink0", MTU: 1500}
 	var nw *Network
@@ -110,15 +102,6 @@ func TestBridgedMacvtap(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// mustDo runs f in namespace n and fails the test on error. f must not
-// call t.Fatal: it runs on another goroutine.
-func mustDo(t *testing.T, n *testutil.NS, f func() error) {
-	t.Helper()
-	if err := n.Do(f); err != nil {
-		t.Fatalf("in %s: %v", n, err)
-	}
 }
 
 // openTap opens a macvtap's character device, without the virtio-net header

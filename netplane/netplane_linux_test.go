@@ -6,22 +6,21 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // start starts n in namespace host and closes it at cleanup.
-func start(t *testing.T, host ns.NetNS, n *api.Network, opts Options) *Network {
+func start(t *testing.T, host *testutil.NS, n *api.Network, opts Options) *Network {
 	t.Helper()
 	var nw *Network
-	in(t, host, func() error {
+	mustDo(t, host, func() error {
 		var err error
 		nw, err = Start(context.Background(), n, opts)
 		return err
@@ -52,9 +51,9 @@ func checkLease(t *testing.T, n *api.Network, l map[string]string, wantDNS strin
 	return a
 }
 
-func query(v ns.NetNS, server, name string, qtype uint16, network string) (*dns.Msg, error) {
+func query(v *testutil.NS, server, name string, qtype uint16, network string) (*dns.Msg, error) {
 	var resp *dns.Msg
-	err := v.Do(func(ns.NetNS) error {
+	err := v.Do(func() error {
 		m := new(dns.Msg)
 		m.SetQuestion(dns.Fqdn(name), qtype)
 		c := &dns.Client{Net: network, Timeout: 2 * time.Second}
@@ -75,18 +74,9 @@ func answerA(m *dns.Msg) string {
 }
 
 // wanDNS serves example.test. A 192.0.2.7 on wanPeer:53 in namespace w.
-func wanDNS(t *testing.T, w ns.NetNS) {
+func wanDNS(t *testing.T, w *testutil.NS) {
 	t.Helper()
-	var pc net.PacketConn
-	var ln net.Listener
-	in(t, w, func() error {
-		var err error
-		if pc, err = net.ListenPacket("udp4", wanPeer+":53"); err != nil {
-			return err
-		}
-		ln, err = net.Listen("tcp4", wanPeer+":53")
-		return err
-	})
+	pc, ln := w.ListenPacket(t, "udp4", wanPeer+":53"), w.Listen(t, "tcp4", wanPeer+":53")
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(r)
@@ -106,7 +96,7 @@ func wanDNS(t *testing.T, w ns.NetNS) {
 
 func TestShared(t *testing.T) {
 	needRoot(t)
-	host := newNS(t)
+	host := testutil.NewNS(t, "shared-host")
 	w := wan(t, host)
 	wanDNS(t, w)
 	n := testNet("lan1", api.ModeShared, "10.200.1.0/24")
@@ -122,7 +112,7 @@ func TestShared(t *testing.T) {
 	v := vm(t, host, "vm1", "52:55:55:00:01:01", n.Bridge(), false)
 	l := mustUdhcpc(t, v, "guest1")
 	addr := checkLease(t, n, l, n.Gateway.String())
-	if err := ping(v, n.Gateway.String()); err != nil {
+	if err := v.Ping(n.Gateway.String(), 1); err != nil {
 		t.Errorf("VM cannot ping the gateway: %v", err)
 	}
 
@@ -179,24 +169,22 @@ func TestShared(t *testing.T) {
 
 	t.Run("EnsureTwice", func(t *testing.T) {
 		// The kernel settles the bridge's operstate in its own time.
-		eventually(t, 5*time.Second, "bridge operstate up", func() error {
-			var err error
-			host.Do(func(ns.NetNS) error {
-				l, e := netlink.LinkByName(n.Bridge())
-				if err = e; e == nil && l.Attrs().OperState != netlink.OperUp {
+		testutil.Eventually(t, 5*time.Second, func() error {
+			return host.Do(func() error {
+				l, err := netlink.LinkByName(n.Bridge())
+				if err == nil && l.Attrs().OperState != netlink.OperUp {
 					err = fmt.Errorf("operstate %s", l.Attrs().OperState)
 				}
-				return nil
+				return err
 			})
-			return err
-		})
+		}, "bridge operstate up")
 		before := snapshot(t, host)
-		in(t, host, func() error { return Ensure(context.Background(), n) })
+		mustDo(t, host, func() error { return Ensure(context.Background(), n) })
 		if after := snapshot(t, host); after != before {
 			t.Errorf("second Ensure changed the host:\n%s", lineDiff(before, after))
 		}
 		var fwd []byte
-		in(t, host, func() (err error) { fwd, err = os.ReadFile("/proc/sys/net/ipv4/ip_forward"); return err })
+		mustDo(t, host, func() (err error) { fwd, err = os.ReadFile("/proc/sys/net/ipv4/ip_forward"); return err })
 		if strings.TrimSpace(string(fwd)) != "1" {
 			t.Errorf("ip_forward = %q", fwd)
 		}
@@ -204,7 +192,7 @@ func TestShared(t *testing.T) {
 
 	t.Run("Inspect", func(t *testing.T) {
 		var s *State
-		in(t, host, func() (err error) { s, err = Inspect(context.Background(), n.ID); return err })
+		mustDo(t, host, func() (err error) { s, err = Inspect(context.Background(), n.ID); return err })
 		if s.Bridge != n.Bridge() || !s.Up || s.MTU != n.MTU || len(s.Addrs) != 1 || s.Addrs[0] != netip.MustParsePrefix("10.200.1.1/24") ||
 			len(s.Ports) != 1 || s.Ports[0] != "p-vm1" || !strings.Contains(s.Table, "masquerade") {
 			t.Errorf("Inspect: %+v", s)
@@ -212,22 +200,18 @@ func TestShared(t *testing.T) {
 	})
 
 	t.Run("CheckAndRepair", func(t *testing.T) {
-		in(t, host, func() error { return Check(context.Background(), n) })
+		mustDo(t, host, func() error { return Check(context.Background(), n) })
 		// Break what Ensure set up; Check names it, Ensure repairs it.
-		if _, err := run(host, 5*time.Second, "ip", "link", "set", n.Bridge(), "down"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := run(host, 5*time.Second, "nft", "flush", "chain", "inet", TableName(n.ID), "postrouting"); err != nil {
-			t.Fatal(err)
-		}
+		host.MustRun(t, "ip", "link", "set", n.Bridge(), "down")
+		host.MustRun(t, "nft", "flush", "chain", "inet", TableName(n.ID), "postrouting")
 		var err error
-		host.Do(func(ns.NetNS) error { err = Check(context.Background(), n); return nil })
+		host.Do(func() error { err = Check(context.Background(), n); return nil })
 		if err == nil || !strings.Contains(err.Error(), "is down") || !strings.Contains(err.Error(), "masquerade") {
 			t.Errorf("Check after breaking: %v", err)
 		}
-		in(t, host, func() error { return Ensure(context.Background(), n) })
-		in(t, host, func() error { return Check(context.Background(), n) })
-		if err := ping(v, n.Gateway.String()); err != nil {
+		mustDo(t, host, func() error { return Ensure(context.Background(), n) })
+		mustDo(t, host, func() error { return Check(context.Background(), n) })
+		if err := v.Ping(n.Gateway.String(), 1); err != nil {
 			t.Errorf("VM cannot ping the gateway after repair: %v", err)
 		}
 	})
@@ -235,15 +219,15 @@ func TestShared(t *testing.T) {
 
 func TestHost(t *testing.T) {
 	needRoot(t)
-	host := newNS(t)
+	host := testutil.NewNS(t, "host-host")
 	w := wan(t, host)
 	// A host that forwards: the drop rules, not the sysctl, must stop VMs.
-	in(t, host, func() error { return ensureSysctl("/proc/sys/net/ipv4/ip_forward", "1") })
+	mustDo(t, host, func() error { return ensureSysctl("/proc/sys/net/ipv4/ip_forward", "1") })
 	n := testNet("hostonly", api.ModeHost, "10.200.2.0/24")
 	start(t, host, n, Options{Upstreams: []string{wanPeer + ":53"}})
 	v := vm(t, host, "vm1", "52:55:55:00:02:01", n.Bridge(), false)
 	vmAddr := checkLease(t, n, mustUdhcpc(t, v, ""), n.Gateway.String())
-	if err := ping(v, n.Gateway.String()); err != nil {
+	if err := v.Ping(n.Gateway.String(), 1); err != nil {
 		t.Errorf("VM cannot ping the gateway: %v", err)
 	}
 	wantRules(t, "forward chain of a host network", chainRules(t, host, n.ID, "forward"), []string{
@@ -258,7 +242,7 @@ func TestHost(t *testing.T) {
 		if err := dial(v, srv, time.Second); err == nil {
 			t.Errorf("%s: VM on a host network reached the WAN", when)
 		}
-		if err := ping(v, wanPeer); err == nil {
+		if err := v.Ping(wanPeer, 1); err == nil {
 			t.Errorf("%s: VM on a host network pinged the WAN", when)
 		}
 		select {
@@ -286,21 +270,21 @@ func TestHost(t *testing.T) {
 			t.Errorf("the VM connected, but the WAN server saw no connection")
 		}
 	}
-	if err := ping(v, wanPeer); err != nil {
+	if err := v.Ping(wanPeer, 1); err != nil {
 		t.Errorf("without the forward rules the VM still cannot ping the WAN: %v", err)
 	}
 	setForwardRules(t, host, n, true)
 	cutOff("with the rules restored")
 
 	// The host itself reaches the VM.
-	if err := ping(host, vmAddr.String()); err != nil {
+	if err := host.Ping(vmAddr.String(), 1); err != nil {
 		t.Errorf("host cannot ping its VM: %v", err)
 	}
 }
 
 func TestIsolation(t *testing.T) {
 	needRoot(t)
-	host := newNS(t)
+	host := testutil.NewNS(t, "iso-host")
 	n := testNet("iso", api.ModeShared, "10.200.3.0/24")
 	n.Isolation = true
 	start(t, host, n, Options{})
@@ -318,7 +302,7 @@ func TestIsolation(t *testing.T) {
 	la := mustUdhcpc(t, a, "")
 	lb := mustUdhcpc(t, b, "")
 	lc := mustUdhcpc(t, c, "")
-	if err := ping(a, n.Gateway.String()); err != nil {
+	if err := a.Ping(n.Gateway.String(), 1); err != nil {
 		t.Errorf("isolated VM cannot ping the gateway: %v", err)
 	}
 
@@ -327,17 +311,17 @@ func TestIsolation(t *testing.T) {
 	// loaded, bridged frames pass the inet forward hook too (in and out by
 	// the bridge), where the bridge-to-bridge drop rule would stop a to c
 	// as well: turned off here, so these checks measure port isolation alone.
-	in(t, host, func() error {
+	mustDo(t, host, func() error {
 		const bridgeNF = "/proc/sys/net/bridge/bridge-nf-call-iptables"
 		if _, err := os.Stat(bridgeNF); err != nil {
 			return nil // no br_netfilter: bridged frames skip nftables anyway
 		}
 		return ensureSysctl(bridgeNF, "0")
 	})
-	if err := ping(a, lb["ip"]); err == nil {
+	if err := a.Ping(lb["ip"], 1); err == nil {
 		t.Errorf("isolated VM a pinged isolated VM b at %s", lb["ip"])
 	}
-	if err := ping(a, lc["ip"]); err != nil {
+	if err := a.Ping(lc["ip"], 1); err != nil {
 		t.Errorf("isolated VM a cannot ping VM c (port not isolated) at %s, so the check above proves nothing: %v", lc["ip"], err)
 	}
 
@@ -345,13 +329,11 @@ func TestIsolation(t *testing.T) {
 	// the host's redirects ("talk directly"). The bridge-to-bridge drop rule
 	// stops that; without it the same ping goes through.
 	for _, x := range []struct {
-		v    ns.NetNS
+		v    *testutil.NS
 		peer string
 	}{{a, lb["ip"]}, {b, la["ip"]}} {
-		if _, err := run(x.v, 5*time.Second, "ip", "route", "add", x.peer+"/32", "via", n.Gateway.String()); err != nil {
-			t.Fatal(err)
-		}
-		in(t, x.v, func() error {
+		x.v.MustRun(t, "ip", "route", "add", x.peer+"/32", "via", n.Gateway.String())
+		mustDo(t, x.v, func() error {
 			for _, dev := range []string{"all", "eth0"} {
 				if err := ensureSysctl("/proc/sys/net/ipv4/conf/"+dev+"/accept_redirects", "0"); err != nil {
 					return err
@@ -360,15 +342,15 @@ func TestIsolation(t *testing.T) {
 			return nil
 		})
 	}
-	if err := ping(a, lb["ip"]); err == nil {
+	if err := a.Ping(lb["ip"], 1); err == nil {
 		t.Errorf("isolated VM a pinged isolated VM b at %s through the gateway", lb["ip"])
 	}
 	setForwardRules(t, host, n, false)
-	if err := ping(a, lb["ip"]); err != nil {
+	if err := a.Ping(lb["ip"], 1); err != nil {
 		t.Errorf("without the forward rules VM a still cannot ping VM b through the gateway (so the check above proves nothing): %v", err)
 	}
 	setForwardRules(t, host, n, true)
-	if err := ping(a, lb["ip"]); err == nil {
+	if err := a.Ping(lb["ip"], 1); err == nil {
 		t.Errorf("with the rules restored, isolated VM a pinged isolated VM b at %s through the gateway", lb["ip"])
 	}
 }
@@ -430,7 +412,7 @@ func TestForwardChain(t *testing.T) {
 
 func TestRestartAndReservation(t *testing.T) {
 	needRoot(t)
-	host := newNS(t)
+	host := testutil.NewNS(t, "sticky-host")
 	n := testNet("sticky", api.ModeHost, "10.200.4.0/24")
 	n.Reservations = []api.Reservation{{MAC: "52:55:55:00:04:99", IP: netip.MustParseAddr("10.200.4.77")}}
 	state := t.TempDir()
@@ -467,54 +449,15 @@ func TestRestartAndReservation(t *testing.T) {
 	}
 }
 
-// udhcpd runs busybox udhcpd on eth0 of namespace lan, which becomes
-// <net>.1/24 and leases <net>.100-150.
-func udhcpd(t *testing.T, lan ns.NetNS, net string) {
-	t.Helper()
-	in(t, lan, func() error { return addAddr("eth0", net+".1/24") })
-	dir := t.TempDir()
-	conf := fmt.Sprintf("start %[2]s.100\nend %[2]s.150\ninterface eth0\nlease_file %[1]s/leases\npidfile %[1]s/pid\n"+
-		"option subnet 255.255.255.0\noption router %[2]s.1\noption dns %[2]s.1\n", dir, net)
-	if err := os.WriteFile(dir+"/udhcpd.conf", []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dir+"/leases", nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	in(t, lan, func() error {
-		cmd := exec.Command(busybox, "udhcpd", "-f", dir+"/udhcpd.conf")
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		return nil
-	})
-}
-
 func TestBridged(t *testing.T) {
 	needRoot(t)
-	host := newNS(t)
-	lan := newNS(t)
+	host, lan := testutil.NewNS(t, "br-host"), testutil.NewNS(t, "br-lan")
 
 	// The LAN: a DHCP server (busybox udhcpd) behind the host bridge lanbr.
-	in(t, host, func() error {
-		la := netlink.NewLinkAttrs()
-		la.Name = "lanbr"
-		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
-			return err
-		}
-		br, _ := netlink.LinkByName("lanbr")
-		return netlink.LinkSetUp(br)
-	})
+	host.MustRun(t, "ip", "link", "add", "lanbr", "up", "type", "bridge")
 	veth(t, host, "lan0", lan, "")
-	in(t, host, func() error {
-		l, err := netlink.LinkByName("lan0")
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetMaster(l, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "lanbr"}})
-	})
-	udhcpd(t, lan, "10.77.0")
+	host.MustRun(t, "ip", "link", "set", "lan0", "master", "lanbr")
+	lan.DHCPServer(t, "eth0", "10.77.0.1/24", "10.77.0.100", "10.77.0.150")
 
 	n := &api.Network{ID: "br", Name: "br", Mode: api.ModeBridged, Interface: "lanbr", MTU: 1500}
 	nw := start(t, host, n, Options{})
@@ -522,28 +465,27 @@ func TestBridged(t *testing.T) {
 		t.Errorf("a bridged network runs a DHCP server: %+v", s)
 	}
 	var bridge string
-	in(t, host, func() (err error) { bridge, err = PortBridge(n); return err })
+	mustDo(t, host, func() (err error) { bridge, err = PortBridge(n); return err })
 	if bridge != "lanbr" {
 		t.Fatalf("PortBridge = %q, want lanbr", bridge)
 	}
 	v := vm(t, host, "vm1", "52:55:55:00:05:01", bridge, false)
 	// udhcpd answers its first DISCOVER only once it is up: retry.
 	var l map[string]string
-	eventually(t, 20*time.Second, "lease from the LAN", func() (err error) { l, err = udhcpc(t, v, ""); return err })
+	testutil.Eventually(t, 20*time.Second, func() (err error) { l, err = v.DHCP(t, "eth0"); return err }, "lease from the LAN")
 	// udhcpd leases 10.77.0.100-150: the address must be one of those.
-	if a, err := netip.ParseAddr(l["ip"]); err != nil || a.Less(ip("10.77.0.100")) || ip("10.77.0.150").Less(a) ||
-		l["router"] != "10.77.0.1" {
-		t.Errorf("lease from the LAN: %v", l)
+	if err := testutil.InRange(l["ip"], "10.77.0.100", "10.77.0.150"); err != nil || l["router"] != "10.77.0.1" {
+		t.Errorf("lease from the LAN: %v (%v)", l, err)
 	}
-	if err := ping(v, "10.77.0.1"); err != nil {
+	if err := v.Ping("10.77.0.1", 1); err != nil {
 		t.Errorf("VM cannot ping the LAN: %v", err)
 	}
 
 	t.Run("Macvtap", func(t *testing.T) {
 		m := &api.Network{ID: "mv", Name: "mv", Mode: api.ModeBridged, Interface: "uplink0", MTU: 1500}
-		other := newNS(t)
+		other := testutil.NewNS(t, "br-other")
 		veth(t, host, "uplink0", other, "")
-		in(t, host, func() error {
+		mustDo(t, host, func() error {
 			if err := Ensure(context.Background(), m); err != nil {
 				return err
 			}
@@ -578,7 +520,7 @@ func TestBridged(t *testing.T) {
 
 func TestRemoveAndSweep(t *testing.T) {
 	needRoot(t)
-	host := newNS(t)
+	host := testutil.NewNS(t, "sweep-host")
 	before := snapshot(t, host)
 	state := t.TempDir()
 	a := testNet("a", api.ModeShared, "10.200.6.0/24")
@@ -589,13 +531,13 @@ func TestRemoveAndSweep(t *testing.T) {
 	mustUdhcpc(t, v, "")
 	nwA.Close()
 	nwB.Close()
-	in(t, host, func() error { return netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "p-vm1"}}) })
+	host.MustRun(t, "ip", "link", "del", "p-vm1")
 	if _, err := os.Stat(LeaseFile(state, "b")); err != nil {
 		t.Fatal(err)
 	}
 
 	var removed []string
-	in(t, host, func() (err error) { removed, err = Sweep(context.Background(), []string{"a"}, state); return err })
+	mustDo(t, host, func() (err error) { removed, err = Sweep(context.Background(), []string{"a"}, state); return err })
 	if fmt.Sprint(removed) != "[b]" {
 		t.Errorf("Sweep removed %v, want [b]", removed)
 	}
@@ -603,15 +545,15 @@ func TestRemoveAndSweep(t *testing.T) {
 		t.Errorf("lease file of b survived Sweep: %v", err)
 	}
 	var s *State
-	in(t, host, func() (err error) { s, err = Inspect(context.Background(), "a"); return err })
+	mustDo(t, host, func() (err error) { s, err = Inspect(context.Background(), "a"); return err })
 	if s.Bridge == "" || s.Table == "" {
 		t.Errorf("Sweep removed the kept network a: %+v", s)
 	}
 	for range 2 {
-		in(t, host, func() error { return Remove(context.Background(), "a", state) })
+		mustDo(t, host, func() error { return Remove(context.Background(), "a", state) })
 	}
 	var err error
-	host.Do(func(ns.NetNS) error { err = Check(context.Background(), a); return nil })
+	host.Do(func() error { err = Check(context.Background(), a); return nil })
 	if err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("Check after Remove: %v", err)
 	}
@@ -622,27 +564,15 @@ func TestRemoveAndSweep(t *testing.T) {
 
 func TestConflicts(t *testing.T) {
 	needRoot(t)
-	host := newNS(t)
-	other := newNS(t)
+	host, other := testutil.NewNS(t, "conflict-host"), testutil.NewNS(t, "conflict-other")
 	veth(t, host, "taken", other, "")
-	in(t, host, func() error {
-		if err := addAddr("taken", "10.201.0.1/24"); err != nil {
-			return err
-		}
-		l, _ := netlink.LinkByName("taken")
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: net.ParseIP("10.202.0.0"), Mask: net.CIDRMask(16, 32)}})
-	})
+	host.MustRun(t, "ip", "addr", "add", "10.201.0.1/24", "dev", "taken")
+	host.MustRun(t, "ip", "route", "add", "10.202.0.0/16", "dev", "taken")
 	// A foreign bridge of the name vmnetctl would use, and a foreign table.
-	in(t, host, func() error {
-		la := netlink.NewLinkAttrs()
-		la.Name = api.BridgeName("squat")
-		return netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la})
-	})
-	if _, err := run(host, 5*time.Second, "nft", "add", "table", "inet", TableName("tbl")); err != nil {
-		t.Fatal(err)
-	}
+	host.MustRun(t, "ip", "link", "add", api.BridgeName("squat"), "type", "bridge")
+	host.MustRun(t, "nft", "add", "table", "inet", TableName("tbl"))
 	first := testNet("first", api.ModeShared, "10.205.0.0/24")
-	in(t, host, func() error { return Ensure(context.Background(), first) })
+	mustDo(t, host, func() error { return Ensure(context.Background(), first) })
 	before := snapshot(t, host)
 	for _, tc := range []struct {
 		n    *api.Network
@@ -656,14 +586,14 @@ func TestConflicts(t *testing.T) {
 		{testNet("second", api.ModeHost, "10.205.0.0/25"), `vmn-first, the bridge of network "first"`},
 	} {
 		var err error
-		host.Do(func(ns.NetNS) error { err = Ensure(context.Background(), tc.n); return nil })
+		host.Do(func() error { err = Ensure(context.Background(), tc.n); return nil })
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Ensure(%s) = %v, want an error containing %q", tc.n.ID, err, tc.want)
 		}
 	}
 	// Refusing changed nothing, and Remove leaves foreign objects alone.
 	for _, id := range []string{"squat", "tbl"} {
-		in(t, host, func() error { return Remove(context.Background(), id, "") })
+		mustDo(t, host, func() error { return Remove(context.Background(), id, "") })
 	}
 	if after := snapshot(t, host); after != before {
 		t.Errorf("refused Ensure or Remove changed the host:\n%s", lineDiff(before, after))

@@ -1,7 +1,6 @@
 package vmnethelper
 
 import (
-	"flag"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -11,9 +10,8 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite backend/vmnethelper/testdata/*.golden")
 
 // testNetworksYAML is loaded through api.LoadNetworks, so the networks carry
 // the defaults vmnetctl applies.
@@ -112,20 +110,7 @@ func TestVMNetHelperCommandGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Command() error = %v", err)
 			}
-			got := strings.Join(argv, "\n") + "\n"
-			golden := filepath.Join("testdata", tt.name+".golden")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./backend/vmnethelper -run TestVMNetHelperCommandGolden -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("argv differs from %s:\ngot:\n%s\nwant:\n%s", golden, got, want)
-			}
+			testutil.Golden(t, filepath.Join("testdata", tt.name+".golden"), strings.Join(argv, "\n")+"\n")
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/helper"
 )
 
@@ -22,7 +23,7 @@ the TAP. Run it as root: it drops to --uid/--gid (default $SUDO_UID/$SUDO_GID)
 before it touches the VM's socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f.NetworksFile, f.Version, f.Commit = g.networks, version, commit()
+			f.NetworksFile, f.Version, f.Commit = g.networks, version, controller.BuildCommit()
 			return helper.Main(cmd.Context(), *f, helper.Streams{In: s.in, Out: s.out, Err: s.err})
 		},
 	}

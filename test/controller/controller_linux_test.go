@@ -20,9 +20,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
-var vmnetctl string // the binary under test
-
-func TestMain(m *testing.M) { testutil.MainWithVmnetctl(m, &vmnetctl) }
+func TestMain(m *testing.M) { simvm.Main(m) }
 
 // host is the machine under test (simvm.Host) with short names for the checks.
 type host struct {
@@ -49,9 +47,7 @@ vmnet:
 )
 
 func newHost(t *testing.T) *host {
-	testutil.RequireRoot(t, "runs vmnetctl in network namespaces")
-	testutil.RequireCommands(t, "ip", "nft", "busybox", "ping", "pkill", "pgrep")
-	return &host{Host: simvm.NewHost(t, vmnetctl, "vmnh", networksYAML), t: t}
+	return &host{Host: simvm.NewHost(t, "vmnh", networksYAML, "pgrep"), t: t}
 }
 
 func pids(st *controller.Status) map[string]int {

@@ -3,10 +3,8 @@ package e2e
 import (
 	"testing"
 
-	"github.com/vmnetctl/vmnetctl/test/testutil"
+	"github.com/vmnetctl/vmnetctl/test/simvm"
 )
 
-// vmnetctlBin is the vmnetctl binary under test, built once by TestMain.
-var vmnetctlBin string
-
-func TestMain(m *testing.M) { testutil.MainWithVmnetctl(m, &vmnetctlBin) }
+// TestMain builds the vmnetctl binary under test once (simvm.Host runs it).
+func TestMain(m *testing.M) { simvm.Main(m) }

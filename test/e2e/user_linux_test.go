@@ -74,43 +74,45 @@ func TestGuestsAsUser(t *testing.T) {
 	testutil.RequireCommands(t, "setpriv")
 	w := newWorld(t)
 	// The user must be able to reach STATE/vms/VM/, as under /run.
-	if err := os.Chmod(w.dir, 0o755); err != nil {
+	if err := os.Chmod(w.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	imgDir := filepath.Join(w.dir, "image")
+	imgDir := filepath.Join(w.Dir, "image")
 	if err := os.Mkdir(imgDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	img := userImage(t, imgDir)
-	work := filepath.Join(w.dir, "work")
+	work := filepath.Join(w.Dir, "work")
 	if err := os.Mkdir(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	sudo := []string{fmt.Sprintf("SUDO_UID=%d", vmUID), fmt.Sprintf("SUDO_GID=%d", vmGID)}
-	asUser := func(args ...string) []string { return append(append([]string{"env"}, sudo...), w.cmdline(args...)...) }
+	asUser := func(args ...string) []string {
+		return append(append([]string{"env"}, sudo...), w.VmnetctlArgs(args...)...)
+	}
 
-	vms := w.write("user.yaml", `vms:
+	vms := w.WriteFile("user.yaml", `vms:
   u:
     networks:
       - vmnet: shared
       - vmnet: jumbo
         attach: tap
 `)
-	runFile := w.write("user-run.yaml", `vms:
+	runFile := w.WriteFile("user-run.yaml", `vms:
   r:
     networks:
       - vmnet: shared
         macAddress: "52:55:55:e2:01:00"
 `)
 	up := asUser("up", "-f", vms)
-	if out, err := w.host.Command(context.Background(), up[0], up[1:]...).CombinedOutput(); err != nil {
+	if out, err := w.Command(context.Background(), up[0], up[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("sudo vmnetctl up (SUDO_UID=%d): %v\n%s", vmUID, err, out)
 	}
-	st, err := w.status()
+	st, err := w.ReadStatus()
 	if err != nil {
 		t.Fatal(err)
 	}
-	vmDir := filepath.Join(w.state, "vms", "u")
+	vmDir := filepath.Join(w.StateDir(), "vms", "u")
 	if fi, err := os.Stat(vmDir); err != nil {
 		t.Fatal(err)
 	} else if uid := statUID(fi); uid != vmUID {
@@ -127,7 +129,7 @@ func TestGuestsAsUser(t *testing.T) {
 		Name:    "u",
 		Image:   img,
 		WorkDir: work,
-		Netns:   w.host.Name,
+		Netns:   w.Name,
 		Wrapper: []string{"setpriv", "--reuid", fmt.Sprint(vmUID), "--regid", fmt.Sprint(vmGID), "--clear-groups", "--"},
 		NetArgs: w.qemuArgs("u"),
 		Script:  mkScript().DHCP("eth1").Ping(jumboGW),
@@ -136,7 +138,7 @@ func TestGuestsAsUser(t *testing.T) {
 		Name:    "r",
 		Image:   img,
 		WorkDir: work,
-		Netns:   w.host.Name,
+		Netns:   w.Name,
 		Wrapper: asUser("run", "-f", runFile, "--vm", "r", "--"),
 		NetArgs: guest.NetDgramFD("net0", controller.FirstVMFD, "52:55:55:e2:01:00"),
 		Script:  mkScript(),
@@ -153,7 +155,7 @@ func TestGuestsAsUser(t *testing.T) {
 	}
 	// u is still up: its lease is the one status reports for it.
 	testutil.Eventually(t, 20*time.Second, func() error {
-		st, err := w.status()
+		st, err := w.ReadStatus()
 		if err != nil {
 			return err
 		}

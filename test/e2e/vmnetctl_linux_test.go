@@ -2,11 +2,8 @@ package e2e
 
 import (
 	"bufio"
-	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
+	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -88,105 +86,46 @@ const (
 	bMAC1 = "52:55:55:e2:00:b1"
 )
 
+// world is the host under test (a simvm.Host: its namespace, state dir,
+// networks.yaml and VM files) and the WAN behind it.
 type world struct {
-	t        *testing.T
-	host     *testutil.NS // network namespace vmnetctl runs in
-	wan      *testutil.NS // network namespace behind the host's uplink
-	dir      string       // networks.yaml, VM files
-	state    string       // --state-dir
-	networks string
+	*simvm.Host
+	t   *testing.T
+	wan *testutil.NS // network namespace behind the host's uplink
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	testutil.RequireRoot(t, "runs vmnetctl in network namespaces")
-	testutil.RequireCommands(t, "ip", "nft", "busybox", "qemu-system-x86_64")
+	w := &world{Host: simvm.NewHost(t, "vmne2e", e2eNetworks, "qemu-system-x86_64"), t: t}
 	guest.SharedImage(t) // a kernel and busybox: skips without them, or fails with CI=true
-	// Short paths: unix socket paths are limited to 108 bytes.
-	dir, err := os.MkdirTemp("", "vmne2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	w := &world{t: t, dir: dir, state: filepath.Join(dir, "state"), networks: filepath.Join(dir, "networks.yaml")}
-	w.host = testutil.NewNS(t, "host")
 	w.wan = testutil.NewNS(t, "wan")
 	// Registered after the namespaces, so it runs before they are deleted
 	// (and after the guests, booted later, are killed). Deleting the host
 	// namespace kills what is left in it (the controller, helpers).
 	t.Cleanup(w.teardown)
 
-	testutil.Run(t, "ip", "-n", w.host.Name, "link", "add", "uplink", "type", "veth", "peer", "name", "eth0", "netns", w.wan.Name)
-	w.host.MustRun(t, "ip", "addr", "add", wanHost+"/24", "dev", "uplink")
-	w.host.MustRun(t, "ip", "link", "set", "uplink", "up")
-	w.host.MustRun(t, "ip", "route", "add", "default", "via", wanPeer)
+	testutil.Run(t, "ip", "-n", w.Name, "link", "add", "uplink", "type", "veth", "peer", "name", "eth0", "netns", w.wan.Name)
+	w.MustRun(t, "ip", "addr", "add", wanHost+"/24", "dev", "uplink")
+	w.MustRun(t, "ip", "link", "set", "uplink", "up")
+	w.MustRun(t, "ip", "route", "add", "default", "via", wanPeer)
 	w.wan.MustRun(t, "ip", "addr", "add", wanPeer+"/24", "dev", "eth0")
 	w.wan.MustRun(t, "ip", "link", "set", "eth0", "up")
 	w.wan.MustRun(t, "ip", "route", "add", "10.60.0.0/14", "via", wanHost)
-	w.write("networks.yaml", e2eNetworks)
 	return w
 }
 
 // teardown removes everything vmnetctl made.
 func (w *world) teardown() {
-	if out, err := w.vmnetctl("down", "--all"); err != nil {
+	if out, err := w.Vmnetctl("down", "--all"); err != nil {
 		w.t.Errorf("down --all: %v\n%s", err, out)
 	}
-}
-
-func (w *world) write(name, content string) string {
-	path := filepath.Join(w.dir, name)
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		w.t.Fatal(err)
-	}
-	return path
-}
-
-// cmdline is vmnetctl with the world's global flags, to run in the host
-// namespace.
-func (w *world) cmdline(args ...string) []string {
-	return append([]string{vmnetctlBin, "--state-dir", w.state, "--networks", w.networks}, args...)
-}
-
-func (w *world) vmnetctl(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmdline := w.cmdline(args...)
-	var stdout, stderr strings.Builder
-	cmd := w.host.Command(ctx, cmdline[0], cmdline[1:]...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("vmnetctl %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.String(), nil
-}
-
-func (w *world) mustVmnetctl(args ...string) string {
-	w.t.Helper()
-	out, err := w.vmnetctl(args...)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return out
-}
-
-func (w *world) status() (*controller.Status, error) {
-	out, err := w.vmnetctl("status", "--json")
-	if err != nil {
-		return nil, err
-	}
-	st := &controller.Status{}
-	if err := json.Unmarshal([]byte(out), st); err != nil {
-		return nil, fmt.Errorf("status --json: %w\n%s", err, out)
-	}
-	return st, nil
 }
 
 // qemuArgs runs `vmnetctl args VM --vmm qemu` and splits its words (the
 // arguments here need no shell quoting).
 func (w *world) qemuArgs(vm string) []string {
 	w.t.Helper()
-	out := strings.TrimSpace(w.mustVmnetctl("args", vm, "--vmm", "qemu"))
+	out := strings.TrimSpace(w.MustVmnetctl("args", vm, "--vmm", "qemu"))
 	if strings.ContainsAny(out, `'"\`) {
 		w.t.Fatalf("args %s: quoted words, split them with a shell: %s", vm, out)
 	}
@@ -281,14 +220,14 @@ func TestGuests(t *testing.T) {
 	start := time.Now()
 	w := newWorld(t)
 	wanSrv := serveEcho(t, w.wan, fmt.Sprintf("%s:%d", wanPeer, wanPort))
-	vms := w.write("vms.yaml", upVMs)
-	runFile := w.write("run.yaml", runVMs)
+	vms := w.WriteFile("vms.yaml", upVMs)
+	runFile := w.WriteFile("run.yaml", runVMs)
 
-	w.mustVmnetctl("up", "-f", vms)
+	w.MustVmnetctl("up", "-f", vms)
 	argsA := w.qemuArgs("a")
 	argsC := w.qemuArgs("c")
 	// c's words name exactly the TAPs and MACs status reports for it.
-	stUp, err := w.status()
+	stUp, err := w.ReadStatus()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,13 +244,13 @@ func TestGuests(t *testing.T) {
 	}
 	// qemu binds local.path (STATE/vms/a/N.vm.sock). A socket file left there
 	// by an earlier qemu must not stop the next one.
-	staleSocket(t, filepath.Join(w.state, "vms", "a", "0.vm.sock"))
+	staleSocket(t, filepath.Join(w.StateDir(), "vms", "a", "0.vm.sock"))
 	upTime := time.Since(start)
 
 	long := 150 * time.Second
 	a := guest.Boot(t, guest.Config{
 		Name:    "a",
-		Netns:   w.host.Name,
+		Netns:   w.Name,
 		NetArgs: argsA,
 		Script: guest.NewScript().
 			DHCP("eth0").
@@ -329,8 +268,8 @@ func TestGuests(t *testing.T) {
 	})
 	b := guest.Boot(t, guest.Config{
 		Name:    "b",
-		Netns:   w.host.Name,
-		Wrapper: w.cmdline("run", "-f", runFile, "--vm", "b", "--"),
+		Netns:   w.Name,
+		Wrapper: w.VmnetctlArgs("run", "-f", runFile, "--vm", "b", "--"),
 		NetArgs: append(guest.NetDgramFD("net0", controller.FirstVMFD, bMAC0), guest.NetDgramFD("net1", controller.FirstVMFD+1, bMAC1)...),
 		Script: guest.NewScript().
 			DHCP("eth0").
@@ -353,7 +292,7 @@ func TestGuests(t *testing.T) {
 	})
 	c := guest.Boot(t, guest.Config{
 		Name:    "c",
-		Netns:   w.host.Name,
+		Netns:   w.Name,
 		NetArgs: argsC,
 		Script: guest.NewScript().
 			DHCP("eth1").
@@ -394,7 +333,7 @@ func TestGuests(t *testing.T) {
 	leaseTime := time.Since(start)
 	var st *controller.Status
 	testutil.Eventually(t, 20*time.Second, func() bool {
-		s, err := w.status()
+		s, err := w.ReadStatus()
 		if err != nil {
 			t.Log(err)
 			return false
@@ -493,7 +432,7 @@ func TestGuests(t *testing.T) {
 	}
 
 	// After qemu exits, `vmnetctl run` has removed b.
-	if st, err := w.status(); err != nil {
+	if st, err := w.ReadStatus(); err != nil {
 		t.Error(err)
 	} else {
 		for _, att := range st.Attachments {

@@ -217,6 +217,19 @@ var shortOptions = map[byte]string{'f': "fd", 's': "socket", 'i': "interface-id"
 func (h *helper) parseOptions(argv []string) *options {
 	o := &options{fd: -1}
 	args := argv[1:]
+	invalid := func(optname string) {
+		h.log("ERROR", "Invalid option: %s", optname)
+		h.exit(1)
+	}
+	// nextArg takes the option's argument from the word after args[*i].
+	nextArg := func(i *int, optname string) string {
+		if *i+1 >= len(args) {
+			h.log("ERROR", "Option %s requires an argument", optname)
+			h.exit(1)
+		}
+		*i++
+		return args[*i]
+	}
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
 		optname := arg // options.c: optname = argv[optind]
@@ -229,19 +242,14 @@ func (h *helper) parseOptions(argv []string) *options {
 			n, v, eq := strings.Cut(arg[2:], "=")
 			opt, ok := matchLong(n)
 			if !ok || (eq && !opt.hasArg) {
-				h.log("ERROR", "Invalid option: %s", optname)
-				h.exit(1)
+				invalid(optname)
 			}
 			name = opt.name
 			if opt.hasArg {
 				if eq {
 					value = v
-				} else if i+1 < len(args) {
-					i++
-					value = args[i]
 				} else {
-					h.log("ERROR", "Option %s requires an argument", optname)
-					h.exit(1)
+					value = nextArg(&i, optname)
 				}
 			}
 			h.option(o, name, optname, value)
@@ -249,18 +257,13 @@ func (h *helper) parseOptions(argv []string) *options {
 			for j := 1; j < len(arg); j++ {
 				n, ok := shortOptions[arg[j]]
 				if !ok {
-					h.log("ERROR", "Invalid option: %s", optname)
-					h.exit(1)
+					invalid(optname)
 				}
 				if n == "fd" || n == "socket" || n == "interface-id" {
 					if j+1 < len(arg) {
 						value = arg[j+1:]
-					} else if i+1 < len(args) {
-						i++
-						value = args[i]
 					} else {
-						h.log("ERROR", "Option %s requires an argument", optname)
-						h.exit(1)
+						value = nextArg(&i, optname)
 					}
 					h.option(o, n, optname, value)
 					break
@@ -760,13 +763,7 @@ func (h *helper) createSocket(path string, offloads bool) int {
 		h.log("ERROR", `[main] open("%s"): %s`, lockPath, strerror(err))
 		h.exit(1)
 	}
-	h.atexit = append(h.atexit, func() {
-		h.log("DEBUG", `[main] remove lockfile "%s"`, lockPath)
-		if err := os.Remove(lockPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-			h.log("WARN", `[main] remove("%s"): %s`, lockPath, strerror(errors.Unwrap(err)))
-		}
-	})
-	h.log("DEBUG", `[main] created lockfile "%s"`, lockPath)
+	h.removeAtExit("lockfile", lockPath)
 
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM, 0)
 	if err != nil {
@@ -800,14 +797,20 @@ func (h *helper) createSocket(path string, offloads bool) int {
 		h.log("ERROR", "[main] fchmod: %s", strerror(errors.Unwrap(err)))
 		h.exit(1)
 	}
+	h.removeAtExit("socket", path)
+	return fd
+}
+
+// removeAtExit logs that the file at path (what: lockfile, socket) was
+// created and removes it at exit, as vmnet-helper does.
+func (h *helper) removeAtExit(what, path string) {
 	h.atexit = append(h.atexit, func() {
-		h.log("DEBUG", `[main] remove socket "%s"`, path)
+		h.log("DEBUG", `[main] remove %s "%s"`, what, path)
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			h.log("WARN", `[main] remove("%s"): %s`, path, strerror(errors.Unwrap(err)))
 		}
 	})
-	h.log("DEBUG", `[main] created socket "%s"`, path)
-	return fd
+	h.log("DEBUG", `[main] created %s "%s"`, what, path)
 }
 
 // waitForClient is wait_for_client and connect_socket: the first datagram

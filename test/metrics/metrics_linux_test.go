@@ -30,9 +30,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
-var vmnetctl string // the binary under test
-
-func TestMain(m *testing.M) { testutil.MainWithVmnetctl(m, &vmnetctl) }
+func TestMain(m *testing.M) { simvm.Main(m) }
 
 const networksYAML = `
 vmnet:
@@ -70,9 +68,7 @@ type host struct {
 }
 
 func newHost(t *testing.T) *host {
-	testutil.RequireRoot(t, "runs vmnetctl in network namespaces")
-	testutil.RequireCommands(t, "ip", "nft", "busybox", "ping", "iperf3", "promtool", "prometheus")
-	h := &host{Host: simvm.NewHost(t, vmnetctl, "vmnm", networksYAML), t: t}
+	h := &host{Host: simvm.NewHost(t, "vmnm", networksYAML, "iperf3", "promtool", "prometheus"), t: t}
 	// `up` starts the controller with this environment.
 	h.Env = []string{controller.EnvStatsInterval + "=" + statsInterval}
 	h.http = h.HTTPClient()

@@ -31,10 +31,31 @@ type Host struct {
 	Env []string
 }
 
-// NewHost makes a host namespace whose networks.yaml holds networksYAML.
-func NewHost(t testing.TB, binary, prefix, networksYAML string) *Host {
+// binary is the vmnetctl binary under test, built by Main.
+var binary string
+
+// Main is the TestMain of a package whose tests run vmnetctl on a Host: it
+// builds the binary, runs the tests and removes the binary.
+func Main(m *testing.M) { testutil.MainWithVmnetctl(m, &binary) }
+
+// NewHost makes a host namespace whose networks.yaml holds networksYAML,
+// for the binary Main built. It needs root and what every host runs (ip,
+// nft, busybox, ping, pkill), and the test's own commands: without them
+// the test skips, or fails with CI=true.
+func NewHost(t testing.TB, prefix, networksYAML string, commands ...string) *Host {
 	t.Helper()
-	h := &Host{NS: testutil.NewNS(t, prefix), T: t, Dir: t.TempDir(), Binary: binary}
+	testutil.RequireRoot(t, "runs vmnetctl in network namespaces")
+	testutil.RequireCommands(t, append([]string{"ip", "nft", "busybox", "ping", "pkill"}, commands...)...)
+	if binary == "" {
+		t.Fatal("simvm.NewHost: the package's TestMain is not simvm.Main, which builds vmnetctl")
+	}
+	// Short paths: unix socket paths (in the state dir) are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h := &Host{NS: testutil.NewNS(t, prefix), T: t, Dir: dir, Binary: binary}
 	h.Networks = h.WriteFile("networks.yaml", networksYAML)
 	t.Cleanup(func() {
 		exec.Command("pkill", "-9", "-f", "--state-dir "+h.StateDir()).Run()
@@ -56,9 +77,16 @@ func (h *Host) WriteFile(name, content string) string {
 	return path
 }
 
+// VmnetctlArgs is the command line of vmnetctl with the host's state dir
+// and networks, to run in its namespace.
+func (h *Host) VmnetctlArgs(args ...string) []string {
+	return append([]string{h.Binary, "--state-dir", h.StateDir(), "--networks", h.Networks}, args...)
+}
+
 // VmnetctlCommand is vmnetctl with the host's state dir and networks, in its namespace.
 func (h *Host) VmnetctlCommand(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := h.NS.Command(ctx, h.Binary, append([]string{"--state-dir", h.StateDir(), "--networks", h.Networks}, args...)...)
+	argv := h.VmnetctlArgs(args...)
+	cmd := h.NS.Command(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), h.Env...)
 	return cmd
 }
@@ -86,11 +114,24 @@ func (h *Host) MustVmnetctl(args ...string) string {
 	return out
 }
 
-// Status is `vmnetctl status --json`.
+// ReadStatus is `vmnetctl status --json`.
+func (h *Host) ReadStatus() (*controller.Status, error) {
+	out, err := h.Vmnetctl("status", "--json")
+	if err != nil {
+		return nil, err
+	}
+	st := &controller.Status{}
+	if err := json.Unmarshal([]byte(out), st); err != nil {
+		return nil, fmt.Errorf("status --json: %w\n%s", err, out)
+	}
+	return st, nil
+}
+
+// Status is ReadStatus that fails the test on error.
 func (h *Host) Status() *controller.Status {
 	h.T.Helper()
-	st := &controller.Status{}
-	if err := json.Unmarshal([]byte(h.MustVmnetctl("status", "--json")), st); err != nil {
+	st, err := h.ReadStatus()
+	if err != nil {
 		h.T.Fatal(err)
 	}
 	return st

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,4 +56,29 @@ func (n *NS) DHCP(tb testing.TB, iface string, extra ...string) (map[string]stri
 		lease[k] = v
 	}
 	return lease, sc.Err()
+}
+
+// DHCPServer makes iface in the namespace the address router (a prefix,
+// such as 10.77.0.1/24), brings it up and runs busybox udhcpd on it until
+// the test ends: it leases first to last, with router as the default route
+// and DNS server.
+func (n *NS) DHCPServer(tb testing.TB, iface, router, first, last string) {
+	tb.Helper()
+	p, err := netip.ParsePrefix(router)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n.MustRun(tb, "ip", "addr", "add", router, "dev", iface)
+	n.MustRun(tb, "ip", "link", "set", iface, "up")
+	dir := tb.TempDir()
+	mask := net.IP(net.CIDRMask(p.Bits(), p.Addr().BitLen()))
+	conf := fmt.Sprintf("interface %s\nstart %s\nend %s\noption subnet %s\noption router %s\noption dns %[5]s\nlease_file %[6]s/leases\npidfile %[6]s/pid\n",
+		iface, first, last, mask, p.Addr(), dir)
+	if err := os.WriteFile(dir+"/udhcpd.conf", []byte(conf), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/leases", nil, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	n.Start(tb, dir+"/udhcpd.log", "busybox", "udhcpd", "-f", dir+"/udhcpd.conf")
 }

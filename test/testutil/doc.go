@@ -10,7 +10,7 @@
 //   - NewNS (Linux): a throwaway named network namespace with loopback up,
 //     entered from Go through one library (containernetworking/plugins'
 //     pkg/ns), with everything running in it killed when the test ends;
-//     DHCP, Ping, Listen and friends run inside it;
+//     DHCP, DHCPServer, Ping, Listen and friends run inside it;
 //   - MainWithVmnetctl and Build: the vmnetctl binary under test;
 //   - Run, InRange: small checks that would otherwise be copied.
 //
