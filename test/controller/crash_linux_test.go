@@ -1,0 +1,84 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// TestKillControllerWhileHelpersStart kills the controller with SIGKILL at
+// a random instant while it starts the helpers of many attachments, over
+// several rounds, and checks the process table, not the state files: after
+// the next `up` there is exactly one helper per attachment, and after
+// `down --all` none.
+func TestKillControllerWhileHelpersStart(t *testing.T) {
+	h := newHost(t)
+	const n = 12
+	var vms strings.Builder
+	vms.WriteString("vms:\n")
+	for i := range n {
+		fmt.Fprintf(&vms, "  c%02d:\n    networks: [{vmnet: shared}]\n", i)
+	}
+	file := h.WriteFile("crash.yaml", vms.String())
+	helpers := func() []helperexec.ProcIdentity {
+		ps, err := helperexec.Processes(func(cmdline []string) bool {
+			return len(cmdline) > 1 && cmdline[1] == "helper" && slices.ContainsFunc(cmdline, func(a string) bool {
+				return strings.HasPrefix(a, h.StateDir()+"/")
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps
+	}
+	controllers := func() []helperexec.ProcIdentity {
+		ps, _ := helperexec.Processes(func(cmdline []string) bool {
+			return slices.Contains(cmdline, "serve") && slices.Contains(cmdline, h.StateDir())
+		})
+		return ps
+	}
+	for round := range 4 {
+		ctx, cancel := context.WithCancel(context.Background())
+		up := h.VmnetctlCommand(ctx, "up", "-f", file, "--metrics-addr", "off")
+		if err := up.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Kill once some of the helpers, not all, have started.
+		k := 1 + rand.IntN(n-1)
+		testutil.Eventually(t, 60*time.Second, func() bool { return len(helpers()) >= k },
+			"round %d: %d helpers starting", round, k)
+		for _, c := range controllers() {
+			syscall.Kill(c.PID, syscall.SIGKILL)
+		}
+		cancel()
+		up.Wait()
+		t.Logf("round %d: killed the controller with %d helpers running", round, len(helpers()))
+
+		h.MustVmnetctl("up", "-f", file, "--metrics-addr", "off")
+		testutil.Eventually(t, 30*time.Second, func() error {
+			if got := len(helpers()); got != n {
+				return fmt.Errorf("%d helper processes for %d attachments", got, n)
+			}
+			return nil
+		}, "round %d: one helper per attachment after up", round)
+		if round%2 == 1 {
+			continue // the next round's up starts from a running controller
+		}
+		h.MustVmnetctl("down", "--all")
+		if ps := helpers(); len(ps) != 0 {
+			t.Fatalf("round %d: %d helpers run after down --all: %v", round, len(ps), ps)
+		}
+	}
+	h.MustVmnetctl("down", "--all")
+	if ps := helpers(); len(ps) != 0 {
+		t.Fatalf("%d helpers run after down --all", len(ps))
+	}
+}
