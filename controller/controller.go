@@ -47,6 +47,13 @@ type Options struct {
 // duration such as "500ms"), for tests that watch rates move.
 const EnvStatsInterval = "VMNETCTL_STATS_INTERVAL"
 
+// The helpers' defaults, for the controller's and `vmnetctl run`'s alike.
+const (
+	defaultStatsInterval = 5 * time.Second
+	defaultReadyTimeout  = 15 * time.Second
+	defaultStopGrace     = 5 * time.Second
+)
+
 // DefaultMetricsAddr is the controller's default Prometheus endpoint.
 const DefaultMetricsAddr = "127.0.0.1:9464"
 
@@ -65,7 +72,7 @@ func (o *Options) setDefaults() error {
 		o.Resync = 30 * time.Second
 	}
 	if o.StatsInterval == 0 {
-		o.StatsInterval = 5 * time.Second
+		o.StatsInterval = defaultStatsInterval
 		if d, err := time.ParseDuration(os.Getenv(EnvStatsInterval)); err == nil && d > 0 {
 			o.StatsInterval = d
 		}
@@ -74,10 +81,10 @@ func (o *Options) setDefaults() error {
 		o.Version = buildVersion()
 	}
 	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = 15 * time.Second
+		o.ReadyTimeout = defaultReadyTimeout
 	}
 	if o.StopGrace == 0 {
-		o.StopGrace = 5 * time.Second
+		o.StopGrace = defaultStopGrace
 	}
 	if o.Backend == nil {
 		o.Backend = DefaultBackend()

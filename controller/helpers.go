@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -130,19 +129,10 @@ func (c *Controller) stopProc(h *helperProc) {
 		}
 		return
 	}
-	if !h.rec.Proc.Alive() {
-		return // adopted, and gone or no longer the process we recorded
+	// Adopted: not our child, known by its identity.
+	if h.rec.Proc.Kill(c.opts.StopGrace) {
+		c.log.Warn("helper did not stop on SIGTERM; killed it", "attachment", h.rec.Key, "pid", h.rec.Proc.PID)
 	}
-	pid := h.rec.Proc.PID
-	syscall.Kill(pid, syscall.SIGTERM)
-	select {
-	case <-h.exited:
-		return
-	case <-time.After(c.opts.StopGrace):
-	}
-	c.log.Warn("helper did not stop on SIGTERM; killing it", "attachment", h.rec.Key, "pid", pid)
-	syscall.Kill(pid, syscall.SIGKILL)
-	<-h.exited
 }
 
 // adopt takes over a helper that a previous controller started and that

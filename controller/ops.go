@@ -310,7 +310,7 @@ func stopStrays(env Env) {
 		return
 	}
 	fmt.Fprintf(env.Stderr, "stopping %d helper(s) that no record accounted for\n", len(strays))
-	stopProcesses(strays, 5*time.Second)
+	stopProcesses(strays, defaultStopGrace)
 }
 
 // projectsToRemove names the projects of o.
@@ -416,7 +416,7 @@ func RunVM(ctx context.Context, env Env, in *Input, o RunOptions) (int, error) {
 	}
 	cl := NewClient(env.StateDir)
 	ln := launcher{sd: env.StateDir, be: DefaultBackend(), exe: exe, vmnetHelperPath: l.nets.Paths.VMNetHelper,
-		statsInterval: 5 * time.Second, readyTimeout: 15 * time.Second, stopGrace: 5 * time.Second}
+		statsInterval: defaultStatsInterval, readyTimeout: defaultReadyTimeout, stopGrace: defaultStopGrace}
 	return ln.runCommand(ctx, vmCommand{project: p, atts: atts, command: o.Command, stdin: o.Stdin, stdout: env.Stdout, stderr: env.Stderr},
 		nets, func() { go cl.Reconcile(context.WithoutCancel(ctx)) }) // the controller watches run's helpers
 }

@@ -19,10 +19,11 @@ type ProcIdentity struct {
 func (id ProcIdentity) Alive() bool { return id.alive() }
 
 // Kill stops the process of id if it is still the recorded one: SIGTERM,
-// then SIGKILL once grace has passed. It returns once the process is gone.
-func (id ProcIdentity) Kill(grace time.Duration) {
+// then SIGKILL once grace has passed. It returns once the process is gone,
+// and reports whether it took SIGKILL.
+func (id ProcIdentity) Kill(grace time.Duration) (killed bool) {
 	if !id.Alive() {
-		return
+		return false
 	}
 	gone := make(chan struct{})
 	go func() {
@@ -32,9 +33,10 @@ func (id ProcIdentity) Kill(grace time.Duration) {
 	syscall.Kill(id.PID, syscall.SIGTERM)
 	select {
 	case <-gone:
-		return
+		return false
 	case <-time.After(grace):
 	}
 	syscall.Kill(id.PID, syscall.SIGKILL)
 	<-gone
+	return true
 }
