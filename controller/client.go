@@ -112,16 +112,9 @@ func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArg
 	} else if !errors.Is(err, statedir.ErrLocked) {
 		return err
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if cl.Running(ctx) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	err := waitFor(ctx, 15*time.Second, func() bool { return cl.Running(ctx) })
+	if err == nil || ctx.Err() != nil {
+		return err
 	}
 	tail, _ := os.ReadFile(sd.ControllerLog())
 	lines := strings.Split(strings.TrimSpace(string(tail)), "\n")

@@ -263,10 +263,8 @@ func (c *Controller) restore() {
 		stopProcesses(strays, c.opts.StopGrace)
 	}
 	if rs.AppliedNetworks != nil {
-		if nets, err := rs.AppliedNetworks.Load(); err == nil {
-			if d, err := ComputeDesired(nets, rs.AppliedProjects); err == nil {
-				c.applied, c.appliedN, c.appliedP = d, rs.AppliedNetworks, rs.AppliedProjects
-			}
+		if d, err := appliedDesired(rs); err == nil {
+			c.applied, c.appliedN, c.appliedP = d, rs.AppliedNetworks, rs.AppliedProjects
 		}
 	}
 }

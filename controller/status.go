@@ -174,14 +174,7 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 	if err != nil {
 		return nil, err
 	}
-	if rs.AppliedNetworks == nil {
-		return st, nil
-	}
-	nets, err := rs.AppliedNetworks.Load()
-	if err != nil {
-		return nil, err
-	}
-	d, err := ComputeDesired(nets, rs.AppliedProjects)
+	d, err := appliedDesired(rs)
 	if err != nil {
 		return nil, err
 	}
@@ -307,6 +300,12 @@ func AppliedState(sd statedir.Dir) (*Desired, error) {
 	if err != nil {
 		return nil, err
 	}
+	return appliedDesired(rs)
+}
+
+// appliedDesired is the desired state a runtime record says was applied;
+// an empty one when nothing was.
+func appliedDesired(rs statedir.Runtime) (*Desired, error) {
 	if rs.AppliedNetworks == nil {
 		return &Desired{}, nil
 	}
