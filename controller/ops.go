@@ -7,11 +7,11 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -103,7 +103,7 @@ func (in *Input) load(env Env) (*loaded, error) {
 
 // ownerID is the id of the user behind sudo, else fallback.
 func ownerID(env string, fallback int) int {
-	if v, err := strconv.Atoi(os.Getenv(env)); err == nil && v >= 0 {
+	if v := helperproto.SudoID(env); v >= 0 {
 		return v
 	}
 	return fallback

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -108,10 +109,8 @@ func (c vmCommand) exec(vmEnds []*os.File) (*exec.Cmd, error) {
 		macs = append(macs, a.MAC)
 	}
 	cmd.Env = append(os.Environ(), "VMNETCTL_FDS="+strings.Join(fds, ","), "VMNETCTL_MACS="+strings.Join(macs, ","))
-	if uid, gid := os.Getenv("SUDO_UID"), os.Getenv("SUDO_GID"); os.Geteuid() == 0 && uid != "" && gid != "" {
-		u, _ := strconv.Atoi(uid)
-		g, _ := strconv.Atoi(gid)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u), Gid: uint32(g)}}
+	if uid, gid := helperproto.SudoID("SUDO_UID"), helperproto.SudoID("SUDO_GID"); os.Geteuid() == 0 && uid >= 0 && gid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", c.command[0], err)

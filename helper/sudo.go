@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/vmnetctl/vmnetctl/config"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // checkSudo keeps a helper run as root through sudo to what the user who
@@ -19,12 +20,12 @@ import (
 // it reads only a networks.yaml that they could read themselves (its
 // contents may come back in error messages).
 func (f *Flags) checkSudo() error {
-	sudoUID, err := strconv.Atoi(os.Getenv("SUDO_UID"))
-	if os.Getuid() != 0 || err != nil || sudoUID <= 0 {
+	sudoUID := helperproto.SudoID("SUDO_UID")
+	if os.Getuid() != 0 || sudoUID <= 0 {
 		return nil
 	}
-	sudoGID, err := strconv.Atoi(os.Getenv("SUDO_GID"))
-	if err != nil {
+	sudoGID := helperproto.SudoID("SUDO_GID")
+	if sudoGID < 0 {
 		return fmt.Errorf("SUDO_UID is %d but SUDO_GID %q is not a group id", sudoUID, os.Getenv("SUDO_GID"))
 	}
 	if f.UID != sudoUID {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
 )
 
 // Ready is the JSON line a helper prints on stdout once the VM's interface is
@@ -180,4 +182,15 @@ func (r Ready) MarshalJSON() ([]byte, error) {
 	putNum(keyIPv6PrefixLen, r.IPv6PrefixLen)
 	putStr(keyTapName, r.TapName)
 	return json.Marshal(m)
+}
+
+// SudoID is $SUDO_UID or $SUDO_GID (name), or -1 when it is not an id. By
+// vmnet-helper's contract these name the user a privileged helper drops to
+// and acts for; vmnetctl reads them for the owner of a project, a helper's
+// default --uid and --gid, and a VMM run by `vmnetctl run`.
+func SudoID(name string) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return -1
 }

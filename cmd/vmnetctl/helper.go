@@ -1,13 +1,11 @@
 package main
 
 import (
-	"os"
-	"strconv"
-
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/helper"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 func newHelperCommand(g *globals, s streams) *cobra.Command {
@@ -44,19 +42,11 @@ before it touches the VM's socket.`,
 	fl.BoolVarP(&f.Verbose, "verbose", "v", false, "log DEBUG lines")
 	fl.BoolVar(&f.PrintVersion, "version", false, "print the version and exit")
 	fl.BoolVar(&f.ListSharedInterfaces, "list-shared-interfaces", false, "list the host interfaces a bridged network could use and exit")
-	fl.IntVar(&f.UID, "uid", envID("SUDO_UID"), "run as this user after creating the TAP, and make it the TAP's owner (default $SUDO_UID, else unchanged)")
-	fl.IntVar(&f.GID, "gid", envID("SUDO_GID"), "run as this group (default $SUDO_GID, else the user's primary group)")
+	fl.IntVar(&f.UID, "uid", helperproto.SudoID("SUDO_UID"), "run as this user after creating the TAP, and make it the TAP's owner (default $SUDO_UID, else unchanged)")
+	fl.IntVar(&f.GID, "gid", helperproto.SudoID("SUDO_GID"), "run as this group (default $SUDO_GID, else the user's primary group)")
 	fl.StringVar(&f.Tap, "tap", "", "name of the TAP (default vmt- and a hash of the interface id)")
 	fl.StringVar(&f.DeleteLink, helper.DeleteLinkFlag, "", "internal: delete this link when stdin closes")
 	fl.MarkHidden(helper.DeleteLinkFlag)
 	fl.StringVar(&f.Attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing")
 	return cmd
-}
-
-// envID is a numeric id from the environment, or -1.
-func envID(name string) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
-		return v
-	}
-	return -1
 }
