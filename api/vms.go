@@ -53,11 +53,18 @@ type Attachment struct {
 	Metric     int        `json:"metric"`
 	IP         netip.Addr `json:"ip,omitzero"`
 	Attach     AttachKind `json:"attach"`
-	Source     Source     `json:"source"`
+	// NoSpoofCheck is `spoofCheck: false`: the port is not guarded (for a
+	// VM that bridges machines of its own, whose frames carry their MACs).
+	NoSpoofCheck bool   `json:"noSpoofCheck,omitempty"`
+	Source       Source `json:"source"`
 
 	lines map[string]int
 	path  string
 }
+
+// SpoofCheck reports whether the attachment's port is guarded against
+// spoofing (the default; `spoofCheck: false` opts out).
+func (a *Attachment) SpoofCheck() bool { return !a.NoSpoofCheck }
 
 // Key identifies an attachment: its VM and its position in the VM's list.
 func (a *Attachment) Key() string { return fmt.Sprintf("%s/%d", a.VM, a.Index) }
@@ -92,7 +99,7 @@ type VMFileOptions struct {
 	Name string
 }
 
-var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach"}
+var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck"}
 
 // LoadVMFile parses a lima instance file or a multi-VM file. When there are
 // errors the result holds what could be read (entries with errors left out),
@@ -266,6 +273,9 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 				}
 			}
 		}
+		check := true
+		field(w, f, at, "spoofCheck", w.boolean, &check, nil)
+		a.NoSpoofCheck = !check
 		if len(w.diags.Errors()) == errsBefore {
 			vm.Attachments = append(vm.Attachments, a)
 		}

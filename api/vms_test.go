@@ -94,6 +94,7 @@ vms:
       - vmnet: lab
         ip: 10.10.0.7
         attach: tap
+        spoofCheck: false
   b:
     networks:
       - vmnet: shared
@@ -110,6 +111,9 @@ vms:
 	a := vms[0].Attachments[0]
 	if a.IP != netip.MustParseAddr("10.10.0.7") || a.Attach != AttachTAP || a.Network != "lab" {
 		t.Errorf("a's attachment = %+v", a)
+	}
+	if a.SpoofCheck() || !vms[1].Attachments[0].SpoofCheck() {
+		t.Errorf("spoofCheck: a's is %v (set false), b's %v (default true)", a.SpoofCheck(), vms[1].Attachments[0].SpoofCheck())
 	}
 	if vms[1].Attachments[1].MAC != DeriveMAC("b", 1).String() {
 		t.Errorf("b's second MAC is not derived from (b, 1)")
@@ -154,6 +158,8 @@ func TestVMFileErrors(t *testing.T) {
 			[]want{{5, "vms.a.networks[0].ip", "reserved for 52:55:55:00:00:99"}}},
 		{"bad attach", [][2]string{{"v.yaml", "vms:\n  a:\n    networks:\n      - vmnet: lab\n        attach: tapp\n"}},
 			[]want{{5, "vms.a.networks[0].attach", `did you mean "tap"?`}}},
+		{"spoofCheck not a boolean", [][2]string{{"v.yaml", "vms:\n  a:\n    networks:\n      - vmnet: lab\n        spoofCheck: sometimes\n"}},
+			[]want{{5, "vms.a.networks[0].spoofCheck", "true or false"}}},
 		{"duplicate VM names", [][2]string{{"v.yaml", "vms:\n  a:\n    networks: []\n"}, {"w.yaml", "vms:\n  a:\n    networks: []\n"}},
 			[]want{{2, "a", "also defined at v.yaml:2"}}},
 		{"VM name injection", [][2]string{{"v.yaml", "vms:\n  \"a b\":\n    networks: []\n"}},

@@ -30,6 +30,9 @@ type Backend interface {
 	CheckNetwork(ctx context.Context, n *api.Network) error
 	// HelperCommand is the command line of the helper for one attachment.
 	HelperCommand(s HelperSpec) ([]string, error)
+	// HelperEnv is what the helper's environment adds to the controller's,
+	// from which the controller removes sudo's SUDO_* variables.
+	HelperEnv(s HelperSpec) []string
 	// Limits lists, one sentence each, what the backend cannot honour of
 	// these networks and attachments, or would refuse to run.
 	Limits(nets []*api.Network, atts []*api.Attachment) []string
@@ -89,6 +92,9 @@ type Lease struct {
 type ServiceStats struct {
 	DHCP DHCPStats `json:"dhcp"`
 	DNS  DNSStats  `json:"dns"`
+	// GuardDrops counts the frames the anti-spoofing guard dropped, by
+	// VM port (the helper's tap_name); nil where the backend has no guard.
+	GuardDrops map[string]uint64 `json:"guardDrops,omitempty"`
 }
 
 // DHCPStats count a DHCP server's traffic since it started.
@@ -101,6 +107,9 @@ type DHCPStats struct {
 	// Errors counts messages dropped: unparsable, not for us, no address
 	// left, or a reply that could not be sent.
 	Errors uint64 `json:"errors"`
+	// Spoofed counts messages dropped because their client address
+	// (chaddr) was not the Ethernet address they came from.
+	Spoofed uint64 `json:"spoofed"`
 }
 
 // DNSStats count a DNS proxy's queries since it started.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -190,6 +192,14 @@ func TestThroughput(t *testing.T) {
 			fds := socketpair(t, tso)
 			host := startHelper(t, bin, dir, fds[0], h, "shared", "192.168.105.1", false, extra)
 			vm := startHelper(t, bin, dir, fds[1], v, "vmside", "192.168.105.2", true, extra)
+			// The host helper's port is guarded, as a VM's is: the VM's
+			// static address must be bound to its MAC, as DHCP would.
+			if err := hns.Do(func() error {
+				return netplane.BindAddress(context.Background(), &api.Network{ID: "shared", Mode: api.ModeShared, DHCP: true},
+					vmSideMAC, netip.MustParseAddr("192.168.105.2"))
+			}); err != nil {
+				t.Fatal(err)
+			}
 			host.name, vm.name = "host helper", "vm helper"
 			measure(endpoints{hns, "192.168.105.1", v, "192.168.105.1"}, host, vm)
 		})
@@ -465,10 +475,15 @@ func setBuffers(fd int, tso bool) {
 	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcv)
 }
 
+// vmSideMAC is the MAC of the VM side's bridge: what the host helper's
+// guarded port sees the "VM" send from.
+var vmSideMAC = net.HardwareAddr{0x52, 0x55, 0x55, 0xbe, 0x00, 0x02}
+
 // startHelper puts a bridge named for network id with addr in ns (marked
 // as the data plane marks it), and a helper on fd with its TAP on that
 // bridge, whose stats lines it follows. vmSide says the namespace is the
-// VM's.
+// VM's: its helper stands in for the VMM, not for a VM's port, so its port
+// is not guarded.
 func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, vmSide bool, extra []string) relay {
 	t.Helper()
 	// One networks.yaml per side: the two are one subnet seen from two
@@ -482,6 +497,10 @@ func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, vmS
 	br := api.BridgeName(id)
 	testutil.Run(t, "ip", "-n", ns, "link", "add", br, "type", "bridge")
 	testutil.Run(t, "ip", "-n", ns, "link", "set", br, "alias", "vmnetctl:network="+id)
+	if vmSide {
+		testutil.Run(t, "ip", "-n", ns, "link", "set", br, "address", vmSideMAC.String())
+		extra = append(extra, "--no-spoof-check")
+	}
 	testutil.Run(t, "ip", "-n", ns, "addr", "add", addr+"/24", "dev", br)
 	testutil.Run(t, "ip", "-n", ns, "link", "set", br, "up")
 	f := os.NewFile(uintptr(fd), "sock")

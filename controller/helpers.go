@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -77,20 +76,17 @@ func fileSize(path string) int64 {
 	return 0
 }
 
-// helperEnv is the controller's environment with sudo's ids set to the
-// VM's owner: vmnet-helper drops its privileges to $SUDO_UID and $SUDO_GID
-// (ours takes --uid and --gid, which say the same).
-func helperEnv(owner *statedir.Project) []string {
+// helperEnv is the controller's environment without sudo's variables, plus
+// what the backend gives its helper (vmnet-helper takes the VM's owner as
+// $SUDO_UID and $SUDO_GID).
+func helperEnv(extra []string) []string {
 	var env []string
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "SUDO_") {
 			env = append(env, e)
 		}
 	}
-	if owner != nil && owner.UID >= 0 {
-		env = append(env, "SUDO_UID="+strconv.Itoa(owner.UID), "SUDO_GID="+strconv.Itoa(owner.GID))
-	}
-	return env
+	return append(env, extra...)
 }
 
 // logTail returns the helper's log lines written since offset, for errors.

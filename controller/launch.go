@@ -70,7 +70,7 @@ func (l launcher) start(ctx context.Context, s helperStart) (*helperexec.Helper,
 		return fail(err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = helperEnv(s.owner)
+	cmd.Env = helperEnv(l.be.HelperEnv(spec))
 	if s.fd != nil {
 		cmd.ExtraFiles = []*os.File{s.fd}
 	}

@@ -66,6 +66,8 @@ var (
 		"Ethernet frames the attachment's helper forwarded, by direction. Starts again at 0 when the helper restarts.", "direction")
 	descDrops = attachmentDesc("vmnetctl_attachment_dropped_packets_total",
 		"Frames the attachment's helper dropped (peer too slow, oversized or malformed), by direction. Starts again at 0 when the helper restarts.", "direction")
+	descSpoofDrops = attachmentDesc("vmnetctl_attachment_spoofed_frames_total",
+		"Frames from the VM that the anti-spoofing guard dropped: a MAC, IPv4 source or ARP sender not its own, DHCP or router answers, other protocols (Linux).")
 	descSyscalls = attachmentDesc("vmnetctl_attachment_forward_syscalls_total",
 		"System calls the helper made to forward frames, by direction and path: fast moved a batch of frames, slow one frame.", "direction", "path")
 	descStatsTime = attachmentDesc("vmnetctl_attachment_stats_timestamp_seconds",
@@ -126,7 +128,7 @@ type collector struct{ c *Controller }
 
 func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descAttachmentInfo, descBytes, descPackets, descDrops, descSyscalls, descStatsTime,
+		descAttachmentInfo, descBytes, descPackets, descDrops, descSpoofDrops, descSyscalls, descStatsTime,
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDNSQueries, descDNSResponses,
@@ -161,16 +163,18 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	if d == nil {
 		d = &Desired{}
 	}
+	guards := map[string]map[string]uint64{}
 	for _, n := range d.Networks {
-		c.collectNetwork(emit, n, d)
+		guards[n.ID] = c.collectNetwork(emit, n, d)
 	}
 	for _, a := range d.Attachments {
-		c.collectAttachment(emit, a)
+		c.collectAttachment(emit, a, guards[a.Network])
 	}
 }
 
-// collectNetwork emits a network's metrics and its services'.
-func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) {
+// collectNetwork emits a network's metrics and its services', and returns
+// its guard's drops by port (nil without a guard).
+func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) map[string]uint64 {
 	subnet := ""
 	if n.Subnet.IsValid() {
 		subnet = n.Subnet.String()
@@ -186,7 +190,7 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) {
 	nw := c.nets[n.ID]
 	emit(descNetworkUp, prometheus.GaugeValue, boolFloat(nw != nil), n.ID)
 	if nw == nil {
-		return
+		return nil
 	}
 	st := nw.Stats()
 	if n.DHCP {
@@ -210,10 +214,12 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) {
 			emit(descDNSResponses, prometheus.CounterValue, float64(o.v), n.ID, o.outcome)
 		}
 	}
+	return st.GuardDrops
 }
 
-// collectAttachment emits an attachment's metrics and its helper's.
-func (c *Controller) collectAttachment(emit emitter, a *Attachment) {
+// collectAttachment emits an attachment's metrics and its helper's; guard
+// is its network's guard drops by port.
+func (c *Controller) collectAttachment(emit emitter, a *Attachment, guard map[string]uint64) {
 	labels := []string{a.Network, a.VM, strconv.Itoa(a.Index)}
 	with := func(extra ...string) []string { return append(append([]string{}, labels...), extra...) }
 	emit(descAttachmentInfo, prometheus.GaugeValue, 1, with(a.Project, string(a.Attach))...)
@@ -224,6 +230,9 @@ func (c *Controller) collectAttachment(emit emitter, a *Attachment) {
 		return
 	}
 	emit(descRestarts, prometheus.CounterValue, float64(h.rec.Restarts), labels...)
+	if guard != nil && h.rec.Tap != "" {
+		emit(descSpoofDrops, prometheus.CounterValue, float64(guard[h.rec.Tap]), labels...)
+	}
 	s := c.observeLocked(a.Key(), h).Last()
 	if s.Time.IsZero() {
 		s = h.stats // a stats line without a time still has counters

@@ -126,12 +126,13 @@ var networkFields = []field[*api.Network]{
 	{"routerAdvertisement", func(n *api.Network) string { return fmt.Sprint(n.RouterAdvertisement) }, false},
 }
 
-// attachmentFields: a new network, MAC or kind of attachment needs a new
-// helper; a fixed address is a DHCP reservation, changed in place.
+// attachmentFields: a new network, MAC, kind of attachment or guard needs
+// a new helper; a fixed address is a DHCP reservation, changed in place.
 var attachmentFields = []field[*Attachment]{
 	{"network", func(a *Attachment) string { return a.Network }, true},
 	{"mac", func(a *Attachment) string { return a.MAC }, true},
 	{"attach", func(a *Attachment) string { return string(a.Attach) }, true},
+	{"spoofCheck", func(a *Attachment) string { return fmt.Sprint(a.SpoofCheck()) }, true},
 	{"ip", func(a *Attachment) string { return addrString(a.IP) }, false},
 	{"project", func(a *Attachment) string { return a.Project }, false},
 	{"interface", func(a *Attachment) string { return a.Interface }, false},

@@ -71,6 +71,9 @@ type AttachmentStatus struct {
 	RxBytes uint64 `json:"rxBytes"`
 	TxBytes uint64 `json:"txBytes"`
 	Drops   uint64 `json:"drops"`
+	// SpoofDrops counts the frames from the VM that the anti-spoofing
+	// guard dropped (Linux; docs/security.md).
+	SpoofDrops uint64 `json:"spoofDrops"`
 	// Current rates over the helper's latest stats interval, in bits per
 	// second: Rx is what the VM sent, Tx what it was sent. Zero until the
 	// helper has reported twice, and when it stopped reporting.
@@ -93,10 +96,12 @@ func (c *Controller) status() *Status {
 	}
 	st.Skipped = d.Skipped
 	ips := map[string]string{} // network/mac → ip
+	guards := map[string]map[string]uint64{}
 	for _, n := range d.Networks {
 		ns := newNetworkStatus(n, d)
 		if nw := c.nets[n.ID]; nw != nil {
 			ns.State = "up"
+			guards[n.ID] = nw.Stats().GuardDrops
 			for _, l := range nw.Leases() {
 				ips[n.ID+"/"+l.MAC] = l.IP.String()
 			}
@@ -115,6 +120,7 @@ func (c *Controller) status() *Status {
 			meter := c.observeLocked(a.Key(), h)
 			as.State, as.Restarts, as.Error = h.state, h.rec.Restarts, h.lastErr
 			as.Socket, as.Tap = h.rec.Socket, h.rec.Tap
+			as.SpoofDrops = guards[a.Network][h.rec.Tap]
 			if h.state == StateRunning {
 				as.PID = h.rec.Proc.PID
 				as.UptimeSeconds = time.Since(h.rec.StartedAt).Seconds()
@@ -256,6 +262,9 @@ func (st *Status) Render(w io.Writer) error {
 	for _, a := range st.Attachments {
 		if a.Error != "" {
 			fmt.Fprintf(w, "\n%s/%d: %s\n", a.VM, a.Index, a.Error)
+		}
+		if a.SpoofDrops > 0 {
+			fmt.Fprintf(w, "\n%s/%d: the anti-spoofing guard dropped %d frames from the VM\n", a.VM, a.Index, a.SpoofDrops)
 		}
 	}
 	return nil

@@ -141,14 +141,16 @@ func checkNetwork(o *Options) error {
 func (s *session) createPort() error {
 	o := s.o
 	p, err := netplane.CreatePort(o.Network, netplane.PortConfig{
-		Name:     s.tapName,
-		MAC:      api.InterfaceMAC(s.id),
-		UID:      s.uid,
-		GID:      s.gid,
-		Offloads: netplane.Offloads{Checksum: o.ChecksumOffload, TSO: o.TSO},
-		Isolated: o.Isolation,
-		Persist:  o.Attach == AttachTap,
-		Cleanup:  s.cleanupCommand,
+		Name:         s.tapName,
+		MAC:          api.InterfaceMAC(s.id),
+		UID:          s.uid,
+		GID:          s.gid,
+		Offloads:     netplane.Offloads{Checksum: o.ChecksumOffload, TSO: o.TSO},
+		Isolated:     o.Isolation,
+		VMMAC:        o.VMMAC,
+		NoSpoofCheck: o.NoSpoofCheck,
+		Persist:      o.Attach == AttachTap,
+		Cleanup:      s.cleanupCommand,
 	})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -184,6 +185,13 @@ func (f *fixture) setupVM(t *testing.T, tap string, mac net.HardwareAddr) {
 	f.vm.MustRun(t, "ip", "link", "set", tap, "address", mac.String())
 	f.vm.MustRun(t, "ip", "addr", "add", vmAddr+"/24", "dev", tap)
 	f.vm.MustRun(t, "ip", "link", "set", tap, "up")
+	// A static address: the guard must be told, as DHCP would tell it.
+	n := &api.Network{ID: netID, Mode: api.ModeShared, DHCP: true}
+	if err := f.host.Do(func() error {
+		return netplane.BindAddress(context.Background(), n, mac, netip.MustParseAddr(vmAddr))
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // helperProc is a running `vmnetctl helper`.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	gosignal "os/signal"
 	"runtime"
 	"syscall"
@@ -39,6 +40,8 @@ type Flags struct {
 	UID, GID             int
 	Tap                  string
 	Attach               string
+	MAC                  string // --mac: the only MAC the VM may send from
+	NoSpoofCheck         bool   // --no-spoof-check
 	DeleteLink           string // the hidden DeleteLinkFlag
 
 	// NetworksFile is networks.yaml as config.LoadNetworks finds it (the
@@ -105,6 +108,11 @@ func (f *Flags) check() error {
 	if f.StatsInterval < 0 {
 		return fmt.Errorf("--stats-interval %v must not be negative", f.StatsInterval)
 	}
+	if f.MAC != "" {
+		if _, err := net.ParseMAC(f.MAC); err != nil {
+			return fmt.Errorf("--mac %q: %w", f.MAC, err)
+		}
+	}
 	if f.InterfaceID != "" {
 		return api.CheckInterfaceID(f.InterfaceID)
 	}
@@ -125,6 +133,10 @@ func (f *Flags) options(s Streams) (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
+	var vmMAC net.HardwareAddr
+	if f.MAC != "" {
+		vmMAC, _ = net.ParseMAC(f.MAC) // checked
+	}
 	return Options{
 		FD:              f.FD,
 		SocketPath:      f.Socket,
@@ -133,6 +145,8 @@ func (f *Flags) options(s Streams) (Options, error) {
 		InterfaceID:     f.InterfaceID,
 		TapName:         f.Tap,
 		Attach:          f.Attach,
+		VMMAC:           vmMAC,
+		NoSpoofCheck:    f.NoSpoofCheck,
 		Isolation:       f.Isolation || n.Isolation,
 		TSO:             f.TSO,
 		ChecksumOffload: f.ChecksumOffload,

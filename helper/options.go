@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -65,6 +66,10 @@ type Options struct {
 	Attach string
 	// Isolation makes the TAP an isolated bridge port.
 	Isolation bool
+	// VMMAC is the only MAC the guard lets the VM send from; nil keeps the
+	// first it uses. NoSpoofCheck leaves the port unguarded.
+	VMMAC        net.HardwareAddr
+	NoSpoofCheck bool
 	// TSO and ChecksumOffload put a virtio-net header on every datagram.
 	TSO, ChecksumOffload bool
 	// StatsInterval logs stats lines this often; 0 only at exit.

@@ -18,7 +18,8 @@ import (
 // their ids and no others (--uid 0 would keep root for the socket, whose
 // path the user names, so root would remove and create files anywhere), and
 // it reads only a networks.yaml that they could read themselves (its
-// contents may come back in error messages).
+// contents may come back in error messages), and it keeps the guard on
+// the port (--no-spoof-check would let the VM spoof other users' VMs).
 func (f *Flags) checkSudo() error {
 	sudoUID := helperproto.SudoID("SUDO_UID")
 	if os.Getuid() != 0 || sudoUID <= 0 {
@@ -27,6 +28,9 @@ func (f *Flags) checkSudo() error {
 	sudoGID := helperproto.SudoID("SUDO_GID")
 	if sudoGID < 0 {
 		return fmt.Errorf("SUDO_UID is %d but SUDO_GID %q is not a group id", sudoUID, os.Getenv("SUDO_GID"))
+	}
+	if f.NoSpoofCheck {
+		return fmt.Errorf("--no-spoof-check: run through sudo, the helper guards its port: the guard keeps the VM from taking the addresses and traffic of other users' VMs")
 	}
 	if f.UID != sudoUID {
 		return fmt.Errorf("--uid %d: run through sudo, the helper runs as the user who ran sudo (uid %d), no one else", f.UID, sudoUID)

@@ -2,7 +2,9 @@ package netplane
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -30,7 +32,7 @@ func TestDHCPDeclineFlood(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return h.handle(req)
+		return h.handle(req, req.ClientHWAddr)
 	}
 	const victim, attacker, newVM = "52:55:55:00:07:01", "52:55:55:00:07:02", "52:55:55:00:07:03"
 	gw := n.Gateway.String()
@@ -69,5 +71,42 @@ func TestDHCPDeclineFlood(t *testing.T) {
 	ack = send(dhcpPacket(dhcpv4.MessageTypeRequest, newVM, nip, "", gw))
 	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck || nip == vip {
 		t.Fatalf("new VM's REQUEST of %s: %v", nip, ack)
+	}
+}
+
+// A client speaks only for itself: a message whose chaddr is not the MAC
+// it came from gets no answer, changes nothing and is counted.
+func TestDHCPChaddrMustBeSender(t *testing.T) {
+	n := testNet("h", api.ModeHost, "10.9.7.0/24")
+	a := mustAllocator(t, n, "")
+	var logs bytes.Buffer
+	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.NewTextHandler(&logs, nil)))
+	sender, _ := net.ParseMAC("52:55:55:00:08:01")
+	gw := n.Gateway.String()
+	for i := range 100 {
+		other := fmt.Sprintf("52:55:55:01:%02x:%02x", i/256, i%256)
+		for _, mt := range []dhcpv4.MessageType{dhcpv4.MessageTypeDiscover, dhcpv4.MessageTypeRequest} {
+			req, err := dhcpv4.FromBytes(dhcpPacket(mt, other, "10.9.7.50", "", gw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := h.handle(req, sender); r != nil {
+				t.Fatalf("%s for %s from %s answered: %v", mt, other, sender, r)
+			}
+		}
+	}
+	if l := a.Leases(); len(l) != 0 {
+		t.Fatalf("leases after 100 REQUESTs for other MACs: %v", l)
+	}
+	if st := h.Stats(); st.Spoofed != 200 || st.Replies["ACK"] != 0 || st.Replies["OFFER"] != 0 {
+		t.Fatalf("stats: %+v, want 200 spoofed and no replies", st)
+	}
+	if got := strings.Count(logs.String(), "for another client address"); got != 1 {
+		t.Fatalf("%d log lines for 200 spoofed messages from one sender, want 1:\n%s", got, logs.String())
+	}
+	// Its own request is answered.
+	req, _ := dhcpv4.FromBytes(dhcpPacket(dhcpv4.MessageTypeDiscover, sender.String(), "", "", ""))
+	if r := h.handle(req, sender); r == nil || r.MessageType() != dhcpv4.MessageTypeOffer {
+		t.Fatalf("the sender's own DISCOVER: %v", r)
 	}
 }

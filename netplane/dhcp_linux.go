@@ -1,6 +1,7 @@
 package netplane
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"log/slog"
@@ -24,11 +25,47 @@ type dhcpHandler struct {
 	dns   []net.IP
 	log   *slog.Logger
 
+	// bound, if set, is told of each change to what a MAC is bound to,
+	// before the client hears of it: the guard lets the VM use the
+	// address from then on.
+	bound func(mac net.HardwareAddr)
+
 	mu    sync.Mutex
 	stats backend.DHCPStats
-	// declineLog rate-limits the log of DECLINEs: any client can send
-	// them as fast as it likes.
-	declineLog logLimit
+	// guestLog rate-limits, per client MAC, the log lines that clients
+	// trigger: a VM can send DHCP messages as fast as it likes.
+	guestLog guestLogs
+}
+
+// guestLogs are log limits by client, at most maxGuestLogs of them (then
+// they start again: a bound on memory, not on the log).
+type guestLogs struct {
+	mu     sync.Mutex
+	limits map[string]*logLimit
+}
+
+const maxGuestLogs = 1024
+
+// allow is logLimit.allow for the client key.
+func (g *guestLogs) allow(key string, now time.Time) (bool, int) {
+	g.mu.Lock()
+	if g.limits == nil || len(g.limits) >= maxGuestLogs {
+		g.limits = map[string]*logLimit{}
+	}
+	l := g.limits[key]
+	if l == nil {
+		l = &logLimit{}
+		g.limits[key] = l
+	}
+	g.mu.Unlock()
+	return l.allow(now)
+}
+
+// warn logs a line a client triggered, at most one per logEvery per client.
+func (h *dhcpHandler) warn(mac net.HardwareAddr, msg string, args ...any) {
+	if ok, held := h.guestLog.allow(mac.String(), time.Now()); ok {
+		h.log.Warn(msg, append(args, "mac", mac, "suppressed", held)...)
+	}
 }
 
 // logLimit lets one log line through per logEvery, and counts the others.
@@ -81,7 +118,7 @@ func (h *dhcpHandler) count(req string, reply string, failed bool) {
 func (h *dhcpHandler) Stats() backend.DHCPStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}, Errors: h.stats.Errors}
+	s := backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}, Errors: h.stats.Errors, Spoofed: h.stats.Spoofed}
 	for k, v := range h.stats.Requests {
 		s.Requests[k] = v
 	}
@@ -91,28 +128,37 @@ func (h *dhcpHandler) Stats() backend.DHCPStats {
 	return s
 }
 
-// serve is server4's Handler: it answers on conn, to peer.
-func (h *dhcpHandler) serve(conn net.PacketConn, peer net.Addr, req *dhcpv4.DHCPv4) {
-	reply := h.handle(req)
+// serve answers req, which came from the Ethernet address src, on conn, to
+// peer.
+func (h *dhcpHandler) serve(conn net.PacketConn, peer net.Addr, src net.HardwareAddr, req *dhcpv4.DHCPv4) {
+	reply := h.handle(req, src)
 	if reply == nil {
 		return
 	}
 	// A client that has no address yet cannot receive unicast before it
 	// has answered ARP, so those replies are broadcast on the bridge
 	// (server4 already turns a 0.0.0.0 source into 255.255.255.255).
-	if req.ClientIPAddr.IsUnspecified() || req.IsBroadcast() || reply.MessageType() == dhcpv4.MessageTypeNak {
-		if u, ok := peer.(*net.UDPAddr); ok {
-			peer = &net.UDPAddr{IP: net.IPv4bcast, Port: u.Port}
+	u, _ := peer.(*net.UDPAddr)
+	if req.ClientIPAddr.IsUnspecified() || req.IsBroadcast() || reply.MessageType() == dhcpv4.MessageTypeNak ||
+		u == nil || u.IP.IsUnspecified() {
+		port := dhcpv4.ClientPort
+		if u != nil && u.Port != 0 {
+			port = u.Port
 		}
+		peer = &net.UDPAddr{IP: net.IPv4bcast, Port: port}
 	}
 	if _, err := conn.WriteTo(reply.ToBytes(), peer); err != nil {
-		h.log.Warn("sending DHCP reply", "to", peer, "type", reply.MessageType(), "err", err)
+		h.warn(req.ClientHWAddr, "sending DHCP reply", "to", peer, "type", reply.MessageType(), "err", err)
 		h.count("", "", true)
 	}
 }
 
-// handle returns the reply to req, or nil when there is none to send.
-func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
+// handle returns the reply to req, sent from the Ethernet address src, or
+// nil when there is none to send. A client speaks only for itself: a
+// message whose client address (chaddr) is not its sender's is dropped, so
+// that a VM, whose sender address the guard pins to its port, can only
+// obtain, renew, release or decline its own lease.
+func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.DHCPv4 {
 	mt := req.MessageType()
 	name := "other"
 	switch mt {
@@ -125,6 +171,14 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 		return nil
 	}
 	mac := req.ClientHWAddr
+	if !bytes.Equal(mac, src) {
+		h.mu.Lock()
+		h.stats.Spoofed++
+		h.mu.Unlock()
+		h.count(name, "", false)
+		h.warn(src, "ignoring a DHCP message for another client address", "chaddr", mac)
+		return nil
+	}
 	gw := net.IP(h.n.Gateway.AsSlice())
 	if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(gw) && mt != dhcpv4.MessageTypeDiscover {
 		// The client chose, or talks to, another server.
@@ -135,7 +189,7 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 	case dhcpv4.MessageTypeDiscover:
 		ip, err := h.alloc.Offer(mac, addrOf(req.RequestedIPAddress()))
 		if err != nil {
-			h.log.Warn("no address to offer", "mac", mac, "err", err)
+			h.warn(mac, "no address to offer", "err", err)
 			h.count(name, "", true)
 			return nil
 		}
@@ -148,7 +202,7 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 		}
 		l, err := h.alloc.Commit(mac, ip, req.HostName())
 		if err != nil {
-			h.log.Info("refusing DHCP request", "mac", mac, "ip", ip, "err", err)
+			h.warn(mac, "refusing DHCP request", "ip", ip, "err", err)
 			h.count(name, "NAK", false)
 			nak, err := dhcpv4.NewReplyFromRequest(req, dhcpv4.WithMessageType(dhcpv4.MessageTypeNak),
 				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(gw)))
@@ -158,6 +212,7 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 			return nak
 		}
 		h.log.Debug("leased", "mac", mac, "ip", l.IP, "hostname", l.Hostname)
+		h.changed(mac)
 		h.count(name, "ACK", false)
 		return h.reply(req, dhcpv4.MessageTypeAck, l.IP)
 	case dhcpv4.MessageTypeDecline:
@@ -165,22 +220,22 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 		// anything else is ignored, and counted as an error.
 		ip := addrOf(req.RequestedIPAddress())
 		err := h.alloc.Decline(mac, ip)
-		if ok, held := h.declineLog.allow(time.Now()); ok {
-			switch {
-			case errors.Is(err, ErrNotHolder):
-				h.log.Warn("ignoring DHCPDECLINE of an address the client does not hold", "mac", mac, "ip", ip, "suppressed", held)
-			case err != nil:
-				h.log.Warn("declining lease", "mac", mac, "ip", ip, "err", err, "suppressed", held)
-			default:
-				h.log.Warn("client declined its address: another host uses it", "mac", mac, "ip", ip, "suppressed", held)
-			}
+		switch {
+		case errors.Is(err, ErrNotHolder):
+			h.warn(mac, "ignoring DHCPDECLINE of an address the client does not hold", "ip", ip)
+		case err != nil:
+			h.warn(mac, "declining lease", "ip", ip, "err", err)
+		default:
+			h.warn(mac, "client declined its address: another host uses it", "ip", ip)
+			h.changed(mac)
 		}
 		h.count(name, "", err != nil)
 		return nil
 	case dhcpv4.MessageTypeRelease:
 		if err := h.alloc.Release(mac); err != nil {
-			h.log.Warn("releasing lease", "mac", mac, "err", err)
+			h.warn(mac, "releasing lease", "err", err)
 		}
+		h.changed(mac)
 		h.count(name, "", false)
 		return nil
 	case dhcpv4.MessageTypeInform:
@@ -193,6 +248,13 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 	}
 	h.count(name, "", false)
 	return nil
+}
+
+// changed tells bound, if set, that mac's addresses changed.
+func (h *dhcpHandler) changed(mac net.HardwareAddr) {
+	if h.bound != nil {
+		h.bound(mac)
+	}
 }
 
 func addrOf(ip net.IP) netip.Addr {

@@ -194,7 +194,7 @@ func FuzzDHCPHandle(f *testing.F) {
 					snap.declined[ip] = until
 				}
 			}
-			reply := h.handle(req)
+			reply := h.handle(req, req.ClientHWAddr)
 			checkLeases(t, a)
 			if reply == nil {
 				continue

@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
 	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
 )
 
 // dumpRetries bounds the retries of a netlink dump that the kernel
@@ -54,7 +55,8 @@ func ownedBy(l netlink.Link) (string, bool) { return markedID(l.Attrs().Alias) }
 // works in the calling thread's network namespace.
 //
 //   - shared, host: the bridge n.Bridge() with the gateway address, the MTU,
-//     up; the nftables table inet vmnetctl-<id>; for shared,
+//     up; the nftables tables inet vmnetctl-<id> (forwarding, NAT) and
+//     bridge vmnetctl-<id> (the ports' guard, guard_linux.go); for shared,
 //     net.ipv4.ip_forward=1 (which Remove leaves alone: other software may
 //     rely on it).
 //   - bridged: nothing is created; Ensure checks that n.Interface exists.
@@ -91,7 +93,10 @@ func Ensure(ctx context.Context, n *api.Network) error {
 			return fmt.Errorf("network %q: enabling IPv4 forwarding: %w", n.ID, err)
 		}
 	}
-	return ensureTable(ctx, n)
+	if err := ensureTable(ctx, n); err != nil {
+		return err
+	}
+	return ensureGuardTable(ctx, n)
 }
 
 // checkConflicts refuses a subnet that overlaps an address or a route that
@@ -331,7 +336,7 @@ func Inspect(ctx context.Context, id string) (*State, error) {
 			}
 		}
 	}
-	if s.Table, err = tableRuleset(ctx, id); err != nil {
+	if s.Table, err = tableRuleset(ctx, knftables.InetFamily, id); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -352,6 +357,7 @@ func Check(ctx context.Context, n *api.Network) error {
 	}
 	errs := checkBridge(n)
 	errs = append(errs, checkTable(ctx, n)...)
+	errs = append(errs, checkGuardTable(ctx, n)...)
 	if n.Mode == api.ModeShared {
 		if v, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err != nil || string(bytes.TrimSpace(v)) != "1" {
 			errs = append(errs, fmt.Errorf("network %q: IPv4 forwarding is off", n.ID))
@@ -398,7 +404,7 @@ func checkBridge(n *api.Network) []error {
 // checkTable is Check's part for n's nftables table: there, marked, with
 // exactly the rules nftRules gives.
 func checkTable(ctx context.Context, n *api.Network) []error {
-	listing, err := tableRuleset(ctx, n.ID)
+	listing, err := tableRuleset(ctx, knftables.InetFamily, n.ID)
 	switch {
 	case err != nil:
 		return []error{err}

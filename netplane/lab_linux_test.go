@@ -205,7 +205,9 @@ func lineDiff(a, b string) string {
 func snapshot(t *testing.T, host *testutil.NS) string {
 	t.Helper()
 	var b strings.Builder
-	for _, args := range [][]string{{"ip", "-d", "link"}, {"ip", "addr"}, {"ip", "route"}, {"nft", "list", "ruleset"}} {
+	for _, args := range [][]string{{"ip", "-d", "link"}, {"ip", "addr"}, {"ip", "route"},
+		// By family: Ensure replaces the inet table, which moves it after the others.
+		{"nft", "list", "ruleset", "inet"}, {"nft", "list", "ruleset", "bridge"}, {"nft", "list", "ruleset", "ip"}} {
 		out := host.MustRun(t, args[0], args[1:]...)
 		fmt.Fprintf(&b, "$ %s\n%s\n", strings.Join(args, " "), timerRe.ReplaceAllString(out, ""))
 	}

@@ -647,6 +647,43 @@ func (a *Allocator) Fixed(mac net.HardwareAddr) (netip.Addr, bool) {
 	return ip, ok
 }
 
+// BoundTo returns the addresses bound to mac now: its fixed address (a
+// reservation or SetFixed) and the address of its unexpired lease. These
+// are the sources the guard lets it send from.
+func (a *Allocator) BoundTo(mac net.HardwareAddr) []netip.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.boundTo(mac.String(), a.now())
+}
+
+func (a *Allocator) boundTo(m string, now time.Time) []netip.Addr {
+	var ips []netip.Addr
+	if ip, ok := a.fixed[m]; ok {
+		ips = append(ips, ip)
+	}
+	if l, ok := a.leases[m]; ok && now.Before(l.Expiry) && !slices.Contains(ips, l.IP) {
+		ips = append(ips, l.IP)
+	}
+	return ips
+}
+
+// Bound returns BoundTo of every MAC that has an address bound, by MAC.
+func (a *Allocator) Bound() map[string][]netip.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	out := map[string][]netip.Addr{}
+	for m := range a.fixed {
+		out[m] = a.boundTo(m, now)
+	}
+	for m, l := range a.leases {
+		if now.Before(l.Expiry) {
+			out[m] = a.boundTo(m, now)
+		}
+	}
+	return out
+}
+
 // Leases returns the unexpired leases, by address.
 func (a *Allocator) Leases() []backend.Lease {
 	a.mu.Lock()

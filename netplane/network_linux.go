@@ -9,9 +9,9 @@ import (
 	"net/netip"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
@@ -27,6 +27,10 @@ type Network struct {
 	hosts *hostTable
 	dhcp  *dhcpHandler
 	dns   *dnsHandler
+	guard *addrGuard // nil when the guard does not check addresses
+	// inNS runs f on a thread in the network's namespace (for nft, which
+	// works in the namespace of the thread that runs it).
+	inNS func(f func() error) error
 
 	closeOnce sync.Once
 	closers   []func() error
@@ -69,6 +73,7 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 		return nil, fmt.Errorf("network %q: %w", n.ID, err)
 	}
 	nw.closers = append(nw.closers, netns.Close)
+	nw.inNS = func(f func() error) error { return netns.Do(func(ns.NetNS) error { return f() }) }
 
 	leasePath := ""
 	if opts.StateDir != "" {
@@ -86,6 +91,11 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 
 	if n.DNSProxy {
 		if err := nw.startDNS(netns, resolvConf, opts.Upstreams); err != nil {
+			return nil, err
+		}
+	}
+	if checksAddresses(n) {
+		if err := nw.startGuard(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -198,25 +208,56 @@ func (nw *Network) startDHCP(resolvConf string) error {
 		dnsServers = hostResolvers(resolvConf, "/run/systemd/resolve/resolv.conf")
 	}
 	nw.dhcp = newDHCPHandler(nw.n, nw.alloc, dnsServers, nw.log)
-	conn, err := server4.NewIPv4UDPConn(nw.n.Bridge(), &net.UDPAddr{Port: 67})
+	if nw.guard != nil {
+		nw.dhcp.bound = func(mac net.HardwareAddr) { nw.guard.syncMAC(context.Background(), mac) }
+	}
+	sock, err := listenDHCP(nw.n.Bridge())
 	if err != nil {
 		return fmt.Errorf("network %q: DHCP server on %s: %w", nw.n.ID, nw.n.Bridge(), err)
 	}
-	srv, err := server4.NewServer(nw.n.Bridge(), nil, nw.dhcp.serve, server4.WithConn(conn))
-	if err != nil {
-		conn.Close()
-		return fmt.Errorf("network %q: DHCP server: %w", nw.n.ID, err)
-	}
-	nw.closers = append(nw.closers, srv.Close)
+	nw.closers = append(nw.closers, sock.Close)
 	nw.wg.Add(1)
 	go func() {
 		defer nw.wg.Done()
-		if err := srv.Serve(); err != nil && !nw.stopped() {
+		if err := serveDHCP(sock, nw.dhcp, nw.stop); err != nil && !nw.stopped() {
 			nw.log.Error("DHCP server stopped", "err", err)
 		}
 	}()
 	return nil
 }
+
+// startGuard keeps the guard's addresses up to date: now, and every
+// guardResync, which drops the pairs of leases that expired.
+func (nw *Network) startGuard(ctx context.Context) error {
+	g, err := newAddrGuard(nw.n, nw.alloc, nw.log, nw.inNS)
+	if err != nil {
+		return err
+	}
+	if err := g.syncAll(ctx); err != nil {
+		return err
+	}
+	nw.guard = g
+	nw.wg.Add(1)
+	go func() {
+		defer nw.wg.Done()
+		t := time.NewTicker(guardResync)
+		defer t.Stop()
+		for {
+			select {
+			case <-nw.stop:
+				return
+			case <-t.C:
+				g.logFailure(g.syncAll(context.Background()))
+			}
+		}
+	}()
+	return nil
+}
+
+// guardResync is how often the guard's addresses are compared with the
+// leases: a lease that expired stops being a valid source at most this
+// long after.
+const guardResync = 15 * time.Second
 
 func (nw *Network) stopped() bool {
 	select {
@@ -262,6 +303,9 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 		}
 	}
 	nw.hosts.set(mac, name)
+	if nw.guard != nil {
+		nw.guard.syncMAC(context.Background(), mac)
+	}
 	return nil
 }
 
@@ -271,6 +315,9 @@ func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 	nw.hosts.set(mac, "")
 	if nw.alloc != nil {
 		nw.alloc.ClearFixed(mac)
+	}
+	if nw.guard != nil {
+		nw.guard.syncMAC(context.Background(), mac)
 	}
 }
 
@@ -290,6 +337,15 @@ func (nw *Network) Stats() backend.ServiceStats {
 	}
 	if nw.dns != nil {
 		s.DNS = nw.dns.Stats()
+	}
+	if guarded(nw.n) && nw.inNS != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		nw.inNS(func() error {
+			drops, err := guardDrops(ctx, nw.n.ID)
+			s.GuardDrops = drops
+			return err
+		})
 	}
 	return s
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -24,8 +25,13 @@ var chains = []chainSpec{
 	{"postrouting", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
 }
 
-func newNFT(id string) (knftables.Interface, error) {
-	nft, err := knftables.New(knftables.InetFamily, TableName(id))
+// Each network has a table of its name in two families: inet for its
+// forwarding and NAT (ensureTable), bridge for its ports' guards
+// (guard_linux.go). Both carry the network's mark.
+var tableFamilies = []knftables.Family{knftables.InetFamily, knftables.BridgeFamily}
+
+func newNFT(family knftables.Family, id string) (knftables.Interface, error) {
+	nft, err := knftables.New(family, TableName(id))
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
@@ -39,7 +45,7 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	if err := checkTableOwner(ctx, n.ID); err != nil {
 		return err
 	}
-	nft, err := newNFT(n.ID)
+	nft, err := newNFT(knftables.InetFamily, n.ID)
 	if err != nil {
 		return err
 	}
@@ -68,18 +74,18 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 
 var tableCommentRe = regexp.MustCompile(`(?m)^\s*comment "([^"]*)"`)
 
-// tableMark returns the comment of table inet name, and whether it exists.
-// Without nft installed there is no table vmnetctl could have made.
-func tableMark(ctx context.Context, name string) (string, bool, error) {
+// tableMark returns the comment of table name of a family, and whether it
+// exists. Without nft installed there is no table vmnetctl could have made.
+func tableMark(ctx context.Context, family knftables.Family, name string) (string, bool, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return "", false, nil
 	}
-	out, err := exec.CommandContext(ctx, "nft", "list", "table", "inet", name).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "nft", "list", "table", string(family), name).CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "No such file or directory") {
 			return "", false, nil
 		}
-		return "", false, fmt.Errorf("nft list table inet %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+		return "", false, fmt.Errorf("nft list table %s %s: %w: %s", family, name, err, strings.TrimSpace(string(out)))
 	}
 	// The table's own comment comes before its first chain.
 	head, _, _ := strings.Cut(string(out), "\n\tchain ")
@@ -89,77 +95,87 @@ func tableMark(ctx context.Context, name string) (string, bool, error) {
 	return "", true, nil
 }
 
-// checkTableOwner refuses a table of our name that does not carry our mark.
+// checkTableOwner refuses a table of our name, in either family, that does
+// not carry our mark.
 func checkTableOwner(ctx context.Context, id string) error {
-	mark, exists, err := tableMark(ctx, TableName(id))
-	if err != nil {
-		return err
-	}
-	if exists && mark != Mark(id) {
-		return fmt.Errorf("network %q: nftables table inet %s exists but is not vmnetctl's (comment %q); remove or rename it",
-			id, TableName(id), mark)
+	for _, f := range tableFamilies {
+		mark, exists, err := tableMark(ctx, f, TableName(id))
+		if err != nil {
+			return err
+		}
+		if exists && mark != Mark(id) {
+			return fmt.Errorf("network %q: nftables table %s %s exists but is not vmnetctl's (comment %q); remove or rename it",
+				id, f, TableName(id), mark)
+		}
 	}
 	return nil
 }
 
-// removeTable deletes network id's table if it exists and is marked ours.
+// removeTable deletes network id's tables, in both families, that exist and
+// are marked ours.
 func removeTable(ctx context.Context, id string) error {
-	mark, exists, err := tableMark(ctx, TableName(id))
-	if err != nil || !exists {
-		return err
-	}
-	if mark != Mark(id) {
-		return nil // not ours: leave it
-	}
-	nft, err := newNFT(id)
-	if err != nil {
-		return err
-	}
-	tx := nft.NewTransaction()
-	tx.Delete(&knftables.Table{})
-	if err := nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
-		return fmt.Errorf("network %q: deleting nftables table inet %s: %w", id, TableName(id), err)
+	for _, f := range tableFamilies {
+		mark, exists, err := tableMark(ctx, f, TableName(id))
+		if err != nil {
+			return err
+		}
+		if !exists || mark != Mark(id) {
+			continue // not ours: leave it
+		}
+		nft, err := newNFT(f, id)
+		if err != nil {
+			return err
+		}
+		tx := nft.NewTransaction()
+		tx.Delete(&knftables.Table{})
+		if err := nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
+			return fmt.Errorf("network %q: deleting nftables table %s %s: %w", id, f, TableName(id), err)
+		}
 	}
 	return nil
 }
 
-// markedTables returns the network ids of every table that carries a mark.
+// markedTables returns the network ids of every table, in either family,
+// that carries a mark.
 func markedTables(ctx context.Context) ([]string, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, nil // no nft, no tables of ours
 	}
-	out, err := exec.CommandContext(ctx, "nft", "list", "tables", "inet").CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("nft list tables: %w: %s", err, strings.TrimSpace(string(out)))
-	}
 	var ids []string
-	for _, line := range strings.Split(string(out), "\n") {
-		name, ok := strings.CutPrefix(strings.TrimSpace(line), "table inet ")
-		if !ok || !strings.HasPrefix(name, tablePrefix) {
-			continue
-		}
-		mark, exists, err := tableMark(ctx, name)
+	for _, f := range tableFamilies {
+		out, err := exec.CommandContext(ctx, "nft", "list", "tables", string(f)).CombinedOutput()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("nft list tables %s: %w: %s", f, err, strings.TrimSpace(string(out)))
 		}
-		if id, ok := markedID(mark); exists && ok && TableName(id) == name {
-			ids = append(ids, id)
+		for _, line := range strings.Split(string(out), "\n") {
+			name, ok := strings.CutPrefix(strings.TrimSpace(line), "table "+string(f)+" ")
+			if !ok || !strings.HasPrefix(name, tablePrefix) {
+				continue
+			}
+			mark, exists, err := tableMark(ctx, f, name)
+			if err != nil {
+				return nil, err
+			}
+			if id, ok := markedID(mark); exists && ok && TableName(id) == name && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
 		}
 	}
 	return ids, nil
 }
 
-// tableRuleset returns `nft list table` of network id, or "" without one.
-func tableRuleset(ctx context.Context, id string) (string, error) {
+// tableRuleset returns `nft list table` of network id's table of a family,
+// or "" without one.
+func tableRuleset(ctx context.Context, family knftables.Family, id string) (string, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return "", nil
 	}
-	out, err := exec.CommandContext(ctx, "nft", "list", "table", "inet", TableName(id)).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "nft", "list", "table", string(family), TableName(id)).CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "No such file or directory") {
 			return "", nil
 		}
-		return "", fmt.Errorf("nft list table inet %s: %w", TableName(id), err)
+		return "", fmt.Errorf("nft list table %s %s: %w", family, TableName(id), err)
 	}
 	return string(out), nil
 }

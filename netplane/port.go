@@ -30,6 +30,12 @@ type PortConfig struct {
 	Name string
 	// MAC is a macvtap's address; a TAP's is the VM's to choose.
 	MAC net.HardwareAddr
+	// VMMAC, if set, is the only MAC the guard lets a TAP's VM send from;
+	// otherwise the guard keeps the first one the VM uses (GuardPort).
+	VMMAC net.HardwareAddr
+	// NoSpoofCheck leaves a TAP unguarded: for a VM that bridges machines
+	// of its own (containers, nested VMs), whose frames carry their MACs.
+	NoSpoofCheck bool
 	// UID and GID own a TAP, so that the VM's user may open it; -1 for none.
 	UID, GID int
 	Offloads Offloads

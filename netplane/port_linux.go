@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -33,7 +34,8 @@ type Port struct {
 
 // CreatePort makes the VM's port on network n as c says and returns it
 // open: on a network with a bridge (NetworkBridge: shared, host, bridged on
-// a bridge) a TAP owned by c.UID and c.GID, marked TapMark(c.Name) and
+// a bridge) a TAP owned by c.UID and c.GID, marked TapMark(c.Name), guarded
+// on a shared or host network (GuardPort, unless c.NoSpoofCheck) and
 // attached to the bridge with AttachPort; on a bridged network whose
 // interface is not a bridge a macvtap (CreateMacvtap), opened through its
 // character device. The network must be up. A port that outlives its fd (a
@@ -77,6 +79,16 @@ func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error
 			deleteLink(c.Name)
 			return err
 		}
+	}
+	// The guard is in place before the TAP joins the bridge: no frame of
+	// it goes unchecked.
+	if c.NoSpoofCheck {
+		err = UnguardPort(context.TODO(), n, c.Name)
+	} else {
+		err = GuardPort(context.TODO(), n, c.Name, c.VMMAC)
+	}
+	if err != nil {
+		return err
 	}
 	link, err := attachTap(c.Name, br.Attrs().Name, c.Isolated)
 	if err != nil {

@@ -38,11 +38,16 @@ func (*Port) Close()                                                 {}
 func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, error) {
 	return nil, ErrUnsupported
 }
-func AttachPort(string, netlink.Link, bool) error                   { return ErrUnsupported }
-func RemoveStaleTap(string) error                                   { return nil }
-func (*Network) Close() error                                       { return nil }
-func (*Network) Config() *api.Network                               { return nil }
-func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error { return ErrUnsupported }
-func (*Network) RemoveHost(net.HardwareAddr)                        {}
-func (*Network) Leases() []backend.Lease                            { return nil }
-func (*Network) Stats() backend.ServiceStats                        { return backend.ServiceStats{} }
+func AttachPort(string, netlink.Link, bool) error                             { return ErrUnsupported }
+func RemoveStaleTap(string) error                                             { return nil }
+func (*Network) Close() error                                                 { return nil }
+func (*Network) Config() *api.Network                                         { return nil }
+func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error           { return ErrUnsupported }
+func (*Network) RemoveHost(net.HardwareAddr)                                  {}
+func (*Network) Leases() []backend.Lease                                      { return nil }
+func (*Network) Stats() backend.ServiceStats                                  { return backend.ServiceStats{} }
+func GuardPort(context.Context, *api.Network, string, net.HardwareAddr) error { return ErrUnsupported }
+func UnguardPort(context.Context, *api.Network, string) error                 { return ErrUnsupported }
+func BindAddress(context.Context, *api.Network, net.HardwareAddr, netip.Addr) error {
+	return ErrUnsupported
+}

@@ -54,6 +54,12 @@ func TapName(a *api.Attachment) string {
 	return api.TapName(api.InterfaceID(a.VM, a.Index, a.MAC))
 }
 
+// HelperEnv adds nothing: `vmnetctl helper` takes the VM's owner as --uid
+// and --gid. (Under sudo's variables it would run as if a user had run it
+// through sudo, and refuse what only root may ask for, such as
+// --no-spoof-check.)
+func (Backend) HelperEnv(backend.HelperSpec) []string { return nil }
+
 // HelperCommand is `vmnetctl helper` for one attachment.
 func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	a, n := s.Attachment, s.Network
@@ -65,6 +71,12 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	}
 	if n.Isolation {
 		args = append(args, "--enable-isolation")
+	}
+	if !a.MACDerived && a.MAC != "" {
+		args = append(args, "--mac", a.MAC)
+	}
+	if !a.SpoofCheck() {
+		args = append(args, "--no-spoof-check")
 	}
 	if n.Offloads {
 		args = append(args, "--enable-tso", "--enable-checksum-offload")

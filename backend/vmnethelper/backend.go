@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -90,6 +91,15 @@ func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []string {
 
 // Cleanup has nothing to do: vmnet removes a helper's interface with it.
 func (Backend) Cleanup(*api.Attachment) error { return nil }
+
+// HelperEnv gives vmnet-helper the VM's owner the way it reads it: it drops
+// its privileges to $SUDO_UID and $SUDO_GID.
+func (Backend) HelperEnv(s backend.HelperSpec) []string {
+	if s.UID < 0 {
+		return nil
+	}
+	return []string{"SUDO_UID=" + strconv.Itoa(s.UID), "SUDO_GID=" + strconv.Itoa(s.GID)}
+}
 
 func (b Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	a := s.Attachment

@@ -45,6 +45,8 @@ before it touches the VM's socket.`,
 	fl.IntVar(&f.UID, "uid", helperproto.SudoID("SUDO_UID"), "run as this user after creating the TAP, and make it the TAP's owner (default $SUDO_UID, else unchanged)")
 	fl.IntVar(&f.GID, "gid", helperproto.SudoID("SUDO_GID"), "run as this group (default $SUDO_GID, else the user's primary group)")
 	fl.StringVar(&f.Tap, "tap", "", "name of the TAP (default vmt- and a hash of the interface id)")
+	fl.StringVar(&f.MAC, "mac", "", "the only MAC address the VM may send from (default: the first it uses)")
+	fl.BoolVar(&f.NoSpoofCheck, "no-spoof-check", false, "do not guard the VM's port against spoofing (root only, not through sudo)")
 	fl.StringVar(&f.DeleteLink, helper.DeleteLinkFlag, "", "internal: delete this link when stdin closes")
 	fl.MarkHidden(helper.DeleteLinkFlag)
 	fl.StringVar(&f.Attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing")

@@ -1,0 +1,175 @@
+package netplane
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// The DHCP server reads its requests from a packet socket on the bridge,
+// which gives each one with the Ethernet address it was sent from: a UDP
+// socket gives only the IP source, which a client without an address does
+// not have. The client address in the message (chaddr) must be that
+// sender's (dhcpHandler.handle). Replies go out through a UDP socket on the
+// bridge's port 67 (server4's), which also keeps the port bound; a filter
+// makes it discard what it receives, since the packet socket reads it.
+
+// dhcpFilter passes unfragmented IPv4 UDP datagrams to port 67: what a
+// packet socket of type SOCK_DGRAM sees starts at the IP header.
+var dhcpFilter = []bpf.Instruction{
+	bpf.LoadAbsolute{Off: 9, Size: 1}, // protocol
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 6},
+	bpf.LoadAbsolute{Off: 6, Size: 2}, // flags and fragment offset
+	bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x3fff, SkipTrue: 4},
+	bpf.LoadMemShift{Off: 0},          // X = header length
+	bpf.LoadIndirect{Off: 2, Size: 2}, // UDP destination port
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 67, SkipTrue: 1},
+	bpf.RetConstant{Val: 0xffff},
+	bpf.RetConstant{Val: 0},
+}
+
+// downRetry is how long the DHCP server waits to read again while its
+// bridge is down.
+const downRetry = time.Second
+
+// dropAll makes a socket discard everything it receives.
+var dropAll = []bpf.Instruction{bpf.RetConstant{Val: 0}}
+
+// attachFilter sets a classic BPF socket filter on fd.
+func attachFilter(fd int, prog []bpf.Instruction) error {
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return err
+	}
+	f := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		f[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]})
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// dhcpSocket is a network's DHCP server socket pair.
+type dhcpSocket struct {
+	in  *os.File       // the packet socket, in Go's poller
+	out net.PacketConn // the UDP socket replies are sent from
+}
+
+// listenDHCP opens the DHCP sockets on bridge.
+func listenDHCP(bridge string) (*dhcpSocket, error) {
+	ifi, err := net.InterfaceByName(bridge)
+	if err != nil {
+		return nil, err
+	}
+	out, err := server4.NewIPv4UDPConn(bridge, &net.UDPAddr{Port: dhcpv4.ServerPort})
+	if err != nil {
+		return nil, err
+	}
+	raw, err := out.SyscallConn()
+	if err == nil {
+		var ferr error
+		err = raw.Control(func(fd uintptr) { ferr = attachFilter(int(fd), dropAll) })
+		err = errors.Join(err, ferr)
+	}
+	if err != nil {
+		out.Close()
+		return nil, fmt.Errorf("filtering the UDP socket: %w", err)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, int(htons(unix.ETH_P_IP)))
+	if err != nil {
+		out.Close()
+		return nil, fmt.Errorf("packet socket: %w", err)
+	}
+	// The filter comes before bind, so no other packet is ever queued.
+	err = attachFilter(fd, dhcpFilter)
+	if err == nil {
+		err = unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifi.Index})
+	}
+	if err != nil {
+		unix.Close(fd)
+		out.Close()
+		return nil, fmt.Errorf("packet socket on %s: %w", bridge, err)
+	}
+	return &dhcpSocket{in: os.NewFile(uintptr(fd), "dhcp"), out: out}, nil
+}
+
+// read returns the next DHCP message sent to the bridge from outside the
+// host, its UDP source and its Ethernet source address. A datagram that is
+// not one is skipped.
+func (s *dhcpSocket) read(buf []byte) ([]byte, *net.UDPAddr, net.HardwareAddr, error) {
+	raw, err := s.in.SyscallConn()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for {
+		var n int
+		var from unix.Sockaddr
+		var rerr error
+		err := raw.Read(func(fd uintptr) bool {
+			n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
+			return rerr != unix.EAGAIN
+		})
+		if err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ll, ok := from.(*unix.SockaddrLinklayer)
+		if !ok || ll.Pkttype == unix.PACKET_OUTGOING || ll.Halen != 6 || n < 20 {
+			continue
+		}
+		ihl := int(buf[0]&0x0f) * 4
+		if buf[0]>>4 != 4 || ihl < 20 || n < ihl+8 {
+			continue
+		}
+		udpLen := int(binary.BigEndian.Uint16(buf[ihl+4:]))
+		if udpLen < 8 || ihl+udpLen > n {
+			continue
+		}
+		peer := &net.UDPAddr{IP: net.IP(append([]byte(nil), buf[12:16]...)), Port: int(binary.BigEndian.Uint16(buf[ihl:]))}
+		mac := net.HardwareAddr(append([]byte(nil), ll.Addr[:6]...))
+		return buf[ihl+8 : ihl+udpLen], peer, mac, nil
+	}
+}
+
+// Close closes both sockets; a read under way returns an error.
+func (s *dhcpSocket) Close() error {
+	return errors.Join(s.in.Close(), s.out.Close())
+}
+
+// serveDHCP answers what s reads with h, one message at a time, until s is
+// closed. While the bridge is down, reads fail; they are tried again every
+// downRetry until stop is closed.
+func serveDHCP(s *dhcpSocket, h *dhcpHandler, stop <-chan struct{}) error {
+	buf := make([]byte, 65536)
+	for {
+		payload, peer, src, err := s.read(buf)
+		if errors.Is(err, unix.ENETDOWN) {
+			select {
+			case <-stop:
+				return nil
+			case <-time.After(downRetry):
+				continue
+			}
+		}
+		if err != nil {
+			return err
+		}
+		req, err := dhcpv4.FromBytes(payload)
+		if err != nil {
+			h.count("", "", true)
+			continue
+		}
+		h.serve(s.out, peer, src, req)
+	}
+}

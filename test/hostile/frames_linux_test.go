@@ -1,0 +1,229 @@
+package hostile
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// attacker is a hostile VM with no stack at all: it writes raw Ethernet
+// frames on its own helper socket, as any guest can, and reads what the
+// helper sends it.
+type attacker struct {
+	t      *testing.T
+	mac    net.HardwareAddr
+	conn   *net.UnixConn
+	helper *net.UnixAddr
+}
+
+func newAttacker(t *testing.T, mac net.HardwareAddr, helperPath, clientPath string) *attacker {
+	t.Helper()
+	os.Remove(clientPath)
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: clientPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &attacker{t: t, mac: mac, conn: conn, helper: &net.UnixAddr{Name: helperPath, Net: "unixgram"}}
+}
+
+// send writes one frame.
+func (a *attacker) send(frame []byte) {
+	a.t.Helper()
+	if _, err := a.conn.WriteToUnix(frame, a.helper); err != nil {
+		a.t.Fatalf("attacker: writing a frame: %v", err)
+	}
+}
+
+// dhcp sends a DHCP message from src (Ethernet and nothing else: chaddr is
+// the message's) and returns the reply for its transaction, or nil if none
+// comes within a second.
+func (a *attacker) dhcp(src net.HardwareAddr, m *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
+	a.t.Helper()
+	a.send(ether(broadcastMAC, src, etherIPv4, ipv4UDP(netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), 68, 67, m.ToBytes())))
+	deadline := time.Now().Add(time.Second)
+	buf := make([]byte, 65536)
+	for {
+		a.conn.SetReadDeadline(deadline)
+		n, err := a.conn.Read(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		if err != nil {
+			a.t.Fatalf("attacker: reading: %v", err)
+		}
+		if r := parseDHCPReply(buf[:n]); r != nil && r.TransactionID == m.TransactionID {
+			return r
+		}
+	}
+}
+
+// lease gets an address for the attacker's own MAC the proper way.
+func (a *attacker) lease() netip.Addr {
+	a.t.Helper()
+	disc, _ := dhcpv4.NewDiscovery(a.mac)
+	off := a.dhcp(a.mac, disc)
+	if off == nil || off.MessageType() != dhcpv4.MessageTypeOffer {
+		a.t.Fatalf("attacker's own DISCOVER: %v", off)
+	}
+	req, _ := dhcpv4.NewRequestFromOffer(off)
+	ack := a.dhcp(a.mac, req)
+	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
+		a.t.Fatalf("attacker's own REQUEST: %v", ack)
+	}
+	ip, _ := netip.AddrFromSlice(ack.YourIPAddr.To4())
+	return ip
+}
+
+var broadcastMAC = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+const (
+	etherIPv4 = 0x0800
+	etherARP  = 0x0806
+	etherIPv6 = 0x86dd
+	etherVLAN = 0x8100
+)
+
+func ether(dst, src net.HardwareAddr, typ uint16, payload []byte) []byte {
+	f := make([]byte, 14, 14+len(payload))
+	copy(f, dst)
+	copy(f[6:], src)
+	binary.BigEndian.PutUint16(f[12:], typ)
+	return append(f, payload...)
+}
+
+// arp is an ARP message: op 1 request, 2 reply.
+func arp(op uint16, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, tpa netip.Addr) []byte {
+	p := make([]byte, 28)
+	binary.BigEndian.PutUint16(p[0:], 1)      // Ethernet
+	binary.BigEndian.PutUint16(p[2:], 0x0800) // IPv4
+	p[4], p[5] = 6, 4
+	binary.BigEndian.PutUint16(p[6:], op)
+	copy(p[8:], sha)
+	copy(p[14:], spa.AsSlice())
+	copy(p[18:], tha)
+	copy(p[24:], tpa.AsSlice())
+	return p
+}
+
+func checksum(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	for s > 0xffff {
+		s = s>>16 + s&0xffff
+	}
+	return ^uint16(s)
+}
+
+func ipv4(src, dst netip.Addr, proto byte, payload []byte) []byte {
+	h := make([]byte, 20, 20+len(payload))
+	h[0] = 0x45
+	binary.BigEndian.PutUint16(h[2:], uint16(20+len(payload)))
+	h[8], h[9] = 64, proto
+	copy(h[12:], src.AsSlice())
+	copy(h[16:], dst.AsSlice())
+	binary.BigEndian.PutUint16(h[10:], checksum(h))
+	return append(h, payload...)
+}
+
+func ipv4UDP(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	u := make([]byte, 8, 8+len(payload))
+	binary.BigEndian.PutUint16(u[0:], sport)
+	binary.BigEndian.PutUint16(u[2:], dport)
+	binary.BigEndian.PutUint16(u[4:], uint16(8+len(payload)))
+	return ipv4(src, dst, 17, append(u, payload...))
+}
+
+// icmpEcho is an ICMP echo request.
+func icmpEcho(src, dst netip.Addr) []byte {
+	m := []byte{8, 0, 0, 0, 0x12, 0x34, 0, 1, 'h', 'i'}
+	binary.BigEndian.PutUint16(m[2:], checksum(m))
+	return ipv4(src, dst, 1, m)
+}
+
+// routerAdvert is an IPv6 router advertisement from a link-local address
+// to all nodes (its checksum is not computed: the guard drops it by type).
+func routerAdvert() []byte {
+	icmp := []byte{134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0}
+	h := make([]byte, 40, 40+len(icmp))
+	h[0] = 0x60
+	binary.BigEndian.PutUint16(h[4:], uint16(len(icmp)))
+	h[6], h[7] = 58, 255
+	copy(h[8:], netip.MustParseAddr("fe80::bad").AsSlice())
+	copy(h[24:], netip.MustParseAddr("ff02::1").AsSlice())
+	return append(h, icmp...)
+}
+
+// parseDHCPReply returns the DHCP message a frame carries to port 68.
+func parseDHCPReply(f []byte) *dhcpv4.DHCPv4 {
+	if len(f) < 14+20+8 || binary.BigEndian.Uint16(f[12:]) != etherIPv4 {
+		return nil
+	}
+	ip := f[14:]
+	ihl := int(ip[0]&0x0f) * 4
+	if ip[9] != 17 || len(ip) < ihl+8 || binary.BigEndian.Uint16(ip[ihl+2:]) != 68 {
+		return nil
+	}
+	m, err := dhcpv4.FromBytes(ip[ihl+8:])
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// randomMAC is a locally administered unicast MAC, different for each i.
+func randomMAC(i int) net.HardwareAddr {
+	return net.HardwareAddr{0x02, 0xba, 0xd0, byte(i >> 16), byte(i >> 8), byte(i)}
+}
+
+func mustMAC(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(fmt.Sprintf("%s: %v", s, err))
+	}
+	return m
+}
+
+// tapWriter writes frames into a persistent TAP, as a VMM that opens the
+// TAP itself (firecracker, cloud-hypervisor, qemu -netdev tap) does.
+func tapWriter(t *testing.T, ns *testutil.NS, name string) func([]byte) {
+	t.Helper()
+	var fd int
+	err := ns.Do(func() error {
+		var err error
+		if fd, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
+			return err
+		}
+		ifr, err := unix.NewIfreq(name)
+		if err != nil {
+			return err
+		}
+		ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
+		return unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+	})
+	if err != nil {
+		t.Fatalf("opening TAP %s: %v", name, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return func(f []byte) {
+		t.Helper()
+		if _, err := unix.Write(fd, f); err != nil {
+			t.Fatalf("writing to TAP %s: %v", name, err)
+		}
+	}
+}

@@ -1,0 +1,316 @@
+// Package hostile attacks vmnetctl's networks from inside: a VM that writes
+// raw Ethernet frames on its own helper socket tries to take the network
+// away from a victim VM beside it, on a shared and on an isolated host
+// network (issue 22, docs/security.md).
+package hostile
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/test/simvm"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+func TestMain(m *testing.M) { simvm.Main(m) }
+
+// Narrow DHCP pools, so that exhaustion would show at once.
+const networksYAML = `
+vmnet:
+  shared:
+    subnet: 10.81.0.0/24
+    dhcpRange: {start: 10.81.0.100, end: 10.81.0.120}
+  isolated:
+    mode: host
+    subnet: 10.82.0.0/24
+    isolation: true
+    dhcpRange: {start: 10.82.0.100, end: 10.82.0.120}
+`
+
+// The attacker's MAC is pinned by the VM file on shared; on isolated the
+// guard keeps the first MAC it sends from.
+const vmsYAML = `
+vms:
+  victim:
+    networks: [{vmnet: shared}, {vmnet: isolated}]
+  attacker:
+    networks:
+      - vmnet: shared
+        macAddress: "52:55:55:aa:00:01"
+      - vmnet: isolated
+  newcomer:
+    networks: [{vmnet: shared}, {vmnet: isolated}]
+  tapper:
+    networks: [{vmnet: shared, attach: tap}]
+`
+
+func TestHostileGuest(t *testing.T) {
+	h := simvm.NewHost(t, "vmnh", networksYAML, "bridge")
+	vms := h.WriteFile("vms.yaml", vmsYAML)
+	h.MustVmnetctl("up", "-f", vms)
+	st := h.Status()
+	for _, tc := range []struct{ network, gateway, first, last string }{
+		{"shared", "10.81.0.1", "10.81.0.100", "10.81.0.120"},
+		{"isolated", "10.82.0.1", "10.82.0.100", "10.82.0.120"},
+	} {
+		t.Run(tc.network, func(t *testing.T) {
+			t.Parallel()
+			s := &scene{t: t, h: h, st: st, network: tc.network, gateway: netip.MustParseAddr(tc.gateway), first: tc.first, last: tc.last}
+			s.attack()
+		})
+	}
+	t.Run("tap", func(t *testing.T) {
+		t.Parallel()
+		tapAttack(t, h, st)
+	})
+}
+
+// tapAttack: a VM whose VMM writes into its TAP itself is guarded the same
+// way: the first MAC it sends from is its own, others are dropped before
+// the bridge learns them.
+func tapAttack(t *testing.T, h *simvm.Host, st *controller.Status) {
+	var ta controller.AttachmentStatus
+	for _, a := range st.Attachments {
+		if a.VM == "tapper" {
+			ta = a
+		}
+	}
+	write := tapWriter(t, h.NS, ta.Tap)
+	own := mustMAC(ta.MAC)
+	gw := netip.MustParseAddr("10.81.0.1")
+	zero := net.HardwareAddr{0, 0, 0, 0, 0, 0}
+	// Its own MAC first (an address probe): that MAC is the port's now.
+	write(ether(broadcastMAC, own, etherARP, arp(1, own, netip.IPv4Unspecified(), zero, gw)))
+	spoofed := 0
+	for i := range 50 {
+		write(ether(broadcastMAC, randomMAC(1000+i), etherARP, arp(1, randomMAC(1000+i), netip.IPv4Unspecified(), zero, gw)))
+		spoofed++
+	}
+	for range 5 {
+		write(ether(broadcastMAC, own, etherARP, arp(2, own, gw, broadcastMAC, gw))) // "the gateway is at me"
+		write(ether(broadcastMAC, own, etherIPv4, icmpEcho(netip.MustParseAddr("10.81.0.9"), gw)))
+		spoofed += 2
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		for _, a := range h.Status().Attachments {
+			if a.VM == "tapper" && a.SpoofDrops < uint64(spoofed) {
+				return fmt.Errorf("tapper: %d frames dropped, want at least %d", a.SpoofDrops, spoofed)
+			}
+		}
+		return nil
+	}, "the TAP attachment's drop counter")
+	out := h.MustRun(t, "bridge", "fdb", "show", "dev", ta.Tap)
+	if strings.Contains(out, "02:ba:d0:") {
+		t.Errorf("the bridge learned made-up MACs on %s:\n%s", ta.Tap, out)
+	}
+	if !strings.Contains(out, own.String()) {
+		t.Errorf("the bridge did not learn the tapper's own MAC %s on %s:\n%s", own, ta.Tap, out)
+	}
+	if out := h.MustRun(t, "ip", "neigh", "show", "10.81.0.9"); strings.TrimSpace(out) != "" {
+		t.Errorf("host: a neighbour entry for 10.81.0.9, which nobody leased: %s", out)
+	}
+}
+
+// scene is one network under attack.
+type scene struct {
+	t           *testing.T
+	h           *simvm.Host
+	st          *controller.Status
+	network     string
+	gateway     netip.Addr
+	first, last string // the DHCP pool
+}
+
+func (s *scene) attachment(vm string) controller.AttachmentStatus {
+	for _, a := range s.st.Attachments {
+		if a.VM == vm && a.Network == s.network {
+			return a
+		}
+	}
+	s.t.Fatalf("no attachment of %s to %s in %+v", vm, s.network, s.st.Attachments)
+	return controller.AttachmentStatus{}
+}
+
+func (s *scene) bridge() string {
+	for _, n := range s.st.Networks {
+		if n.Name == s.network {
+			return n.Bridge
+		}
+	}
+	s.t.Fatalf("no network %s", s.network)
+	return ""
+}
+
+// vm attaches a simulated VM (a namespace with a real stack) to vm's helper.
+func (s *scene) vm(vm string) *simvm.VM {
+	a := s.attachment(vm)
+	return simvm.AttachSocket(s.t, fmt.Sprintf("%.3s-%.3s", vm, s.network), a.MAC, a.Socket,
+		filepath.Join(s.h.Dir, fmt.Sprintf("%s.%s.client.sock", vm, s.network)))
+}
+
+func (s *scene) attack() {
+	t := s.t
+	br := s.bridge()
+	bridgeMAC := mustMAC(strings.TrimSpace(s.h.MustRun(t, "cat", "/sys/class/net/"+br+"/address")))
+
+	// The victim leases an address and reaches the gateway.
+	va := s.attachment("victim")
+	victim := s.vm("victim")
+	vmac := mustMAC(va.MAC)
+	vip := netip.MustParseAddr(victim.DHCP(t)["ip"])
+	if err := victim.Ping(s.gateway.String(), 1); err != nil {
+		t.Fatalf("victim cannot reach the gateway: %v", err)
+	}
+
+	// The attacker leases its own address the proper way.
+	aa := s.attachment("attacker")
+	a := newAttacker(t, mustMAC(aa.MAC), aa.Socket, filepath.Join(s.h.Dir, "attacker."+s.network+".sock"))
+	aip := a.lease()
+	spoofed := 0 // frames the guard must drop
+	bcast := netip.MustParseAddr("255.255.255.255")
+
+	// DHCP exhaustion: requests for every address of the subnet, for
+	// client addresses that are not the attacker's, sent from its own MAC
+	// (the DHCP server ignores them) and from those MACs (the guard drops
+	// them).
+	for i, ip := 0, netip.MustParseAddr(s.first).Prev(); i < 254; i, ip = i+1, ip.Next() {
+		for _, src := range []net.HardwareAddr{a.mac, randomMAC(i)} {
+			req, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), dhcpv4.WithHwAddr(randomMAC(i)),
+				dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IP(ip.AsSlice()))),
+				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(s.gateway.AsSlice()))))
+			a.send(ether(broadcastMAC, src, etherIPv4, ipv4UDP(netip.IPv4Unspecified(), bcast, 68, 67, req.ToBytes())))
+		}
+		spoofed++
+	}
+	// DECLINE flood: the attacker declines every address of the pool.
+	for ip := netip.MustParseAddr(s.first); ip.Compare(netip.MustParseAddr(s.last)) <= 0; ip = ip.Next() {
+		dec, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeDecline), dhcpv4.WithHwAddr(a.mac),
+			dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IP(ip.AsSlice()))),
+			dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(s.gateway.AsSlice()))))
+		a.send(ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(netip.IPv4Unspecified(), bcast, 68, 67, dec.ToBytes())))
+	}
+	// Spoofing, each frame a few times.
+	stranger := netip.MustParseAddr(s.gateway.String()).Next().Next().Next() // .4: nobody's
+	offer, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeOffer), dhcpv4.WithHwAddr(vmac),
+		dhcpv4.WithYourIP(net.IP(vip.AsSlice())), dhcpv4.WithOption(dhcpv4.OptRouter(net.IP(aip.AsSlice()))))
+	forged := [][]byte{
+		// "The gateway is at the attacker", to the victim.
+		ether(vmac, a.mac, etherARP, arp(2, a.mac, s.gateway, vmac, vip)),
+		// "The victim is at the attacker", to everyone (the host).
+		ether(broadcastMAC, a.mac, etherARP, arp(2, a.mac, vip, broadcastMAC, vip)),
+		// The victim's own MAC and address: would move the victim's
+		// MAC to the attacker's port in the bridge.
+		ether(broadcastMAC, vmac, etherARP, arp(1, vmac, vip, net.HardwareAddr{0, 0, 0, 0, 0, 0}, s.gateway)),
+		// The victim's address on the attacker's MAC, to the gateway.
+		ether(bridgeMAC, a.mac, etherIPv4, icmpEcho(vip, s.gateway)),
+		// An address nobody leased.
+		ether(bridgeMAC, a.mac, etherIPv4, icmpEcho(stranger, s.gateway)),
+		ether(broadcastMAC, a.mac, etherARP, arp(1, a.mac, stranger, net.HardwareAddr{0, 0, 0, 0, 0, 0}, s.gateway)),
+		// A DHCP server of its own.
+		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(aip, bcast, 67, 68, offer.ToBytes())),
+		// A router of its own.
+		ether(net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, a.mac, etherIPv6, routerAdvert()),
+		// A VLAN tag around a broadcast ARP.
+		ether(broadcastMAC, a.mac, etherVLAN, append([]byte{0, 5, 0x08, 0x06}, arp(2, a.mac, s.gateway, broadcastMAC, s.gateway)...)),
+	}
+	for range 3 {
+		for _, f := range forged {
+			a.send(f)
+			spoofed++
+		}
+	}
+
+	// The victim renews and keeps its address, and still reaches the
+	// gateway; a new VM gets an address of the pool.
+	if got := victim.DHCP(t)["ip"]; got != vip.String() {
+		t.Errorf("victim's renewal got %s, had %s", got, vip)
+	}
+	if err := victim.Ping(s.gateway.String(), 1); err != nil {
+		t.Errorf("victim cannot reach the gateway after the attack: %v", err)
+	}
+	newcomer := s.vm("newcomer")
+	if ip := newcomer.DHCP(t)["ip"]; testutil.InRange(ip, s.first, s.last) != nil {
+		t.Errorf("newcomer's lease %q is not in the pool %s-%s", ip, s.first, s.last)
+	}
+	for _, n := range s.h.Status().Networks {
+		if n.Name == s.network && n.Leases > 3 {
+			t.Errorf("%d leases on %s, want at most 3 (victim, attacker, newcomer)", n.Leases, s.network)
+		}
+	}
+	// The attacker still gets an address for itself (not the one it
+	// declined: that one is in quarantine).
+	if again := a.lease(); testutil.InRange(again.String(), s.first, s.last) != nil {
+		t.Errorf("attacker's own lease %s is not in the pool", again)
+	}
+
+	// The host's neighbour table holds no spoofed entry: the victim's
+	// address is at the victim's MAC, the stranger's nowhere.
+	var neigh []struct {
+		Dst    string `json:"dst"`
+		LLAddr string `json:"lladdr"`
+	}
+	if err := json.Unmarshal([]byte(s.h.MustRun(t, "ip", "-j", "neigh", "show", "dev", br)), &neigh); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range neigh {
+		switch {
+		case e.Dst == vip.String() && e.LLAddr != "" && e.LLAddr != vmac.String():
+			t.Errorf("host: %s is at %s, the victim is %s", e.Dst, e.LLAddr, vmac)
+		case e.Dst == stranger.String():
+			t.Errorf("host: a neighbour entry for %s, which nobody leased: %+v", e.Dst, e)
+		case e.LLAddr == a.mac.String() && e.Dst != aip.String():
+			t.Errorf("host: %s is at the attacker's MAC", e.Dst)
+		}
+	}
+	// The bridge learned the victim's MAC on the victim's port only, and
+	// none of the attacker's made-up MACs.
+	var fdb []struct {
+		MAC    string `json:"mac"`
+		IfName string `json:"ifname"`
+	}
+	if err := json.Unmarshal([]byte(s.h.MustRun(t, "bridge", "-j", "fdb", "show", "br", br)), &fdb); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range fdb {
+		switch {
+		case e.MAC == vmac.String() && e.IfName != va.Tap:
+			t.Errorf("bridge: the victim's MAC %s is on port %s, not the victim's %s", e.MAC, e.IfName, va.Tap)
+		case strings.HasPrefix(e.MAC, "02:ba:d0:"):
+			t.Errorf("bridge learned the made-up MAC %s on %s", e.MAC, e.IfName)
+		}
+	}
+	// The victim was not told the gateway is the attacker.
+	out, err := victim.Run(context.Background(), "ip", "-j", "neigh", "show", s.gateway.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, a.mac.String()) {
+		t.Errorf("victim: the gateway %s is at the attacker's MAC: %s", s.gateway, out)
+	}
+
+	// The guard counted every dropped frame against the attacker, and
+	// nothing against the victim.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		st := s.h.Status()
+		for _, x := range st.Attachments {
+			switch {
+			case x.Network != s.network:
+			case x.VM == "attacker" && x.SpoofDrops < uint64(spoofed):
+				return fmt.Errorf("attacker: %d frames dropped, want at least %d", x.SpoofDrops, spoofed)
+			case x.VM == "victim" && x.SpoofDrops != 0:
+				return testutil.Permanent(fmt.Errorf("victim: %d frames dropped, want 0", x.SpoofDrops))
+			}
+		}
+		return nil
+	}, "the guard's drop counters")
+}
