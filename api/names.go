@@ -30,6 +30,21 @@ func checkName(s string) string {
 	return ""
 }
 
+// vmNameRe is a VM name: a DNS label, since the VM answers to
+// NAME.vmnet.internal (with '_', which vmnetctl's DNS proxy also serves).
+var vmNameRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?$`)
+
+// checkVMName returns why s cannot be a VM name, or "".
+func checkVMName(s string) string {
+	if msg := checkName(s); msg != "" {
+		return msg
+	}
+	if !vmNameRe.MatchString(s) {
+		return fmt.Sprintf("%q is not a DNS label (the VM's name in DNS): letters, digits, '-' and '_' only, starting and ending with a letter or digit", s)
+	}
+	return ""
+}
+
 // checkIfName returns why s cannot be a host interface name, or "".
 func checkIfName(s string) string {
 	switch {

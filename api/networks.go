@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -394,8 +395,13 @@ func (w *walker) bridged(n *Network, key *yaml.Node, f map[string]*yaml.Node, at
 		return
 	}
 	if s, ok := w.str(iv, at("interface")); ok {
-		if msg := checkIfName(s); msg != "" {
+		switch msg := checkIfName(s); {
+		case msg != "":
 			w.errorf(iv, at("interface"), "%s", msg)
+		case s == "lo":
+			w.errorf(iv, at("interface"), "lo is the loopback interface: nothing can be bridged onto it")
+		case strings.HasPrefix(s, BridgePrefix):
+			w.errorf(iv, at("interface"), "%s is a name of vmnetctl's own bridges (%s...): bridge onto the host's LAN interface, or attach the VMs to that network", s, BridgePrefix)
 		}
 		n.Interface = s
 	}
@@ -481,6 +487,10 @@ func (w *walker) addresses(n *Network, f map[string]*yaml.Node, at func(string) 
 			w.errorf(sv, at("subnet"), "%q: the prefix length must be between 8 and 30", s)
 			return
 		}
+		if msg := checkSubnet(p.Masked()); msg != "" {
+			w.errorf(sv, at("subnet"), "%s", msg)
+			return
+		}
 		n.Subnet = p.Masked()
 		// lima normalises a subnet to its first host address as the gateway;
 		// an address with host bits set names the gateway itself.
@@ -509,6 +519,10 @@ func (w *walker) addresses(n *Network, f map[string]*yaml.Node, at func(string) 
 		}
 		n.Subnet = netip.PrefixFrom(gw, bits).Masked()
 		n.Gateway = gw
+		if msg := checkSubnet(n.Subnet); msg != "" {
+			w.errorf(gv, at("gateway"), "%s", msg)
+			return
+		}
 		w.checkHost(n, gw, gv, at("gateway"))
 	case n.Section == SectionVMNet:
 		// Left for finishNetworks to pick, as vmnet picks one on macOS.
@@ -518,6 +532,42 @@ func (w *walker) addresses(n *Network, f map[string]*yaml.Node, at func(string) 
 			w.diags[len(w.diags)-1].Line = n.Source.Line
 		}
 	}
+}
+
+// checkSubnet returns why p cannot be a VM network, or "": its addresses
+// must be private (RFC 1918), since vmnetctl routes and NATs them as the
+// host's own. Loopback, multicast, 0.0.0.0/8, link-local and public ranges
+// would take addresses the host or the internet uses.
+func checkSubnet(p netip.Prefix) string {
+	what := ""
+	switch a := p.Addr(); {
+	case p.Overlaps(netip.MustParsePrefix("0.0.0.0/8")):
+		what = "0.0.0.0/8 (this network, not a usable range)"
+	case a.IsLoopback():
+		what = "loopback (127.0.0.0/8)"
+	case a.IsMulticast():
+		what = "multicast (224.0.0.0/4)"
+	case a.IsLinkLocalUnicast():
+		what = "link-local (169.254.0.0/16)"
+	case !p.Overlaps(netip.MustParsePrefix("240.0.0.0/4")) && a.IsPrivate() && p.Bits() >= privateBits(a):
+		return ""
+	case p.Overlaps(netip.MustParsePrefix("240.0.0.0/4")):
+		what = "reserved (240.0.0.0/4)"
+	default:
+		what = "not a private range"
+	}
+	return fmt.Sprintf("%s is %s; use a private range: 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16", p, what)
+}
+
+// privateBits is the prefix length of the RFC 1918 block holding a: a
+// subnet wider than its block reaches outside it.
+func privateBits(a netip.Addr) int {
+	for _, b := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"} {
+		if p := netip.MustParsePrefix(b); p.Contains(a) {
+			return p.Bits()
+		}
+	}
+	return 33
 }
 
 // checkHost reports an address that is the subnet's network or broadcast address.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -151,7 +152,7 @@ func LoadVMFile(file string, data []byte, opts VMFileOptions) (*VMFile, Diagnost
 			}
 			name, from = filepath.Base(filepath.Dir(abs)), "the file's directory"
 		}
-		if msg := checkName(name); msg != "" {
+		if msg := checkVMName(name); msg != "" {
 			w.errorf(nil, "", "VM name (from %s) %s; pass --name", from, msg)
 			break
 		}
@@ -180,7 +181,7 @@ func firstKey(n *yaml.Node) string {
 }
 
 func (w *walker) vm(k, v *yaml.Node, path string) *VM {
-	if msg := checkName(k.Value); msg != "" {
+	if msg := checkVMName(k.Value); msg != "" {
 		w.errorf(k, path, "VM name %s", msg)
 		return nil
 	}
@@ -307,10 +308,15 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 	ips := map[netIP]*Attachment{}
 	for _, f := range files {
 		for _, vm := range f.VMs {
-			if prev, dup := vms[vm.Name]; dup {
-				errAt(vm.Source, 0, vm.Name, "VM %q is also defined at %s", vm.Name, prev.Source)
+			// DNS names are case-insensitive: "db" and "DB" would be one name.
+			if prev, dup := vms[strings.ToLower(vm.Name)]; dup {
+				if prev.Name == vm.Name {
+					errAt(vm.Source, 0, vm.Name, "VM %q is also defined at %s", vm.Name, prev.Source)
+				} else {
+					errAt(vm.Source, 0, vm.Name, "VM %q differs only in case from VM %q at %s: both would be one DNS name", vm.Name, prev.Name, prev.Source)
+				}
 			}
-			vms[vm.Name] = vm
+			vms[strings.ToLower(vm.Name)] = vm
 			kept := vm.Attachments[:0]
 			for _, a := range vm.Attachments {
 				field := a.path
