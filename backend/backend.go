@@ -28,6 +28,10 @@ type Backend interface {
 	Sweep(ctx context.Context, o NetworkOptions) ([]string, error)
 	// CheckNetwork tells whether the network runs as configured.
 	CheckNetwork(ctx context.Context, n *api.Network) error
+	// EnsurePorts puts back what was taken from a running network's VM
+	// ports behind their helpers' backs (a port off its bridge, a guard
+	// gone), after the network was repaired.
+	EnsurePorts(ctx context.Context, n *api.Network, ports []Port) error
 	// HelperCommand is the command line of the helper for one attachment.
 	HelperCommand(s HelperSpec) ([]string, error)
 	// HelperEnv is what the helper's environment adds to the controller's,
@@ -38,6 +42,24 @@ type Backend interface {
 	Limits(nets []*api.Network, atts []*api.Attachment) []string
 	// Cleanup removes what a killed helper of a may have left behind.
 	Cleanup(a *api.Attachment) error
+}
+
+// Port is a running helper's VM port, as EnsurePorts needs it.
+type Port struct {
+	// Name is the port's (the helper's tap_name).
+	Name string
+	// MAC is the VM's pinned MAC; nil when the guard learns it.
+	MAC        net.HardwareAddr
+	SpoofCheck bool
+}
+
+// Watcher is a Backend that reports changes to its networks made behind
+// its back (a bridge deleted), so the controller repairs them at once
+// rather than at its next resync.
+type Watcher interface {
+	// Changes reports a change by a send, folding changes made while one
+	// is pending into it, until ctx ends.
+	Changes(ctx context.Context) (<-chan struct{}, error)
 }
 
 // NetworkOptions are the host's settings for the networks of one state dir.

@@ -68,8 +68,8 @@ func (o *Options) setDefaults() error {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	if o.Resync == 0 {
-		o.Resync = 30 * time.Second
+	if o.Resync <= 0 {
+		o.Resync = DefaultResync()
 	}
 	if o.StatsInterval == 0 {
 		o.StatsInterval = defaultStatsInterval
@@ -106,6 +106,11 @@ type Controller struct {
 	nets     map[string]backend.Network
 	paths    api.Paths // networks.yaml's, as last read
 	netErrs  map[string]string
+	// degraded holds, by network, why its kernel state differs from what
+	// it should be while that is so (a repair failed); repairs counts the
+	// repairs made.
+	degraded map[string]string
+	repairs  map[string]uint64
 	helpers  map[string]*helperProc
 	applied  *Desired
 	appliedN *statedir.NetworksSnapshot
@@ -124,6 +129,18 @@ type Controller struct {
 	gen   genWaiter
 }
 
+// EnvResync sets the controller's default resync interval (a duration
+// like 30s): `up` starts the controller with the environment it runs in.
+const EnvResync = "VMNETCTL_RESYNC"
+
+// DefaultResync is $VMNETCTL_RESYNC if it is a positive duration, else 30s.
+func DefaultResync() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(EnvResync)); err == nil && d > 0 {
+		return d
+	}
+	return 30 * time.Second
+}
+
 // New makes a controller; Run starts it.
 func New(opts Options) (*Controller, error) {
 	if err := opts.setDefaults(); err != nil {
@@ -131,6 +148,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
 		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
+		degraded: map[string]string{}, repairs: map[string]uint64{},
 		reconciles: map[string]uint64{},
 		kickc:      make(chan struct{}, 1), started: time.Now()}, nil
 }
@@ -188,6 +206,16 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	resync := time.NewTicker(c.opts.Resync)
 	defer resync.Stop()
+	// Changes made behind the controller's back (a bridge deleted) are
+	// repaired at once; the rest (an nftables table deleted) at the next
+	// resync.
+	var changes <-chan struct{}
+	if w, ok := c.be.(backend.Watcher); ok {
+		var err error
+		if changes, err = w.Changes(ctx); err != nil {
+			c.log.Warn("not watching the networks for changes; repairs wait for the resync", "err", err)
+		}
+	}
 	for {
 		done, err := c.reconcile(ctx)
 		if err != nil {
@@ -203,6 +231,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.log.Info("controller stopped; helpers keep running")
 			return nil
 		case <-c.kickc:
+		case <-changes:
 		case <-resync.C:
 		case <-c.nextRetry():
 		}

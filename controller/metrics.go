@@ -89,6 +89,10 @@ var (
 		"A network some attachment uses (always 1), with its mode, subnet and bridge.", "mode", "subnet", "bridge")
 	descNetworkUp = networkDesc("vmnetctl_network_up",
 		"Whether the network is up with its services (DHCP, DNS) running in the controller (1) or failed to start (0).")
+	descNetworkDegraded = networkDesc("vmnetctl_network_degraded",
+		"1 while the network's kernel state differs from its configuration (changed behind vmnetctl's back) and a repair has not put it back.")
+	descNetworkRepairs = networkDesc("vmnetctl_network_repairs_total",
+		"Times the controller found the network changed behind its back (a bridge, address or nftables table gone or altered) and repaired it.")
 	descNetworkAttachments = networkDesc("vmnetctl_network_attachments",
 		"Attachments of VMs to the network.")
 	descLeases = networkDesc("vmnetctl_network_dhcp_leases",
@@ -130,7 +134,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descAttachmentInfo, descBytes, descPackets, descDrops, descSpoofDrops, descSyscalls, descStatsTime,
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
-		descNetworkInfo, descNetworkUp, descNetworkAttachments, descLeases, descPool,
+		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDNSQueries, descDNSResponses,
 		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
 	} {
@@ -189,6 +193,8 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ma
 	emit(descNetworkAttachments, prometheus.GaugeValue, float64(attachments), n.ID)
 	nw := c.nets[n.ID]
 	emit(descNetworkUp, prometheus.GaugeValue, boolFloat(nw != nil), n.ID)
+	emit(descNetworkDegraded, prometheus.GaugeValue, boolFloat(c.degraded[n.ID] != ""), n.ID)
+	emit(descNetworkRepairs, prometheus.CounterValue, float64(c.repairs[n.ID]), n.ID)
 	if nw == nil {
 		return nil
 	}

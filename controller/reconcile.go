@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -47,6 +48,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	c.runLaunches(ctx, launches)
 	c.mu.Lock()
 	errs = append(errs, c.commitLaunches(launches)...)
+	errs = append(errs, c.ensurePorts(ctx, desired)...)
 	return c.commit(ctx, desired, snap, projects, errs)
 }
 
@@ -146,6 +148,7 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 	clear(c.netErrs)
 	for _, n := range desired.Networks {
 		if c.nets[n.ID] != nil {
+			errs = append(errs, c.repairNetwork(ctx, n)...)
 			continue
 		}
 		nw, err := c.be.StartNetwork(ctx, n, c.netOpts())
@@ -156,6 +159,65 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 		}
 		c.nets[n.ID] = nw
 		c.log.Info("network up", "network", n.ID, "backend", c.be.Name())
+	}
+	return errs
+}
+
+// repairNetwork checks a running network against what it should be (its
+// bridge, addresses, nftables tables: the backend's CheckNetwork) and, if
+// something was changed behind the controller's back, starts it again:
+// the kernel state is put back and its services bound anew. The network
+// is degraded, with the reason, until that succeeds.
+func (c *Controller) repairNetwork(ctx context.Context, n *api.Network) []error {
+	drift := c.be.CheckNetwork(ctx, n)
+	if drift == nil {
+		delete(c.degraded, n.ID)
+		return nil
+	}
+	c.degraded[n.ID] = drift.Error()
+	c.repairs[n.ID]++
+	c.log.Warn("network changed behind vmnetctl's back; repairing", "network", n.ID, "drift", drift)
+	c.nets[n.ID].Close()
+	delete(c.nets, n.ID)
+	nw, err := c.be.StartNetwork(ctx, n, c.netOpts())
+	if err != nil {
+		c.netErrs[n.ID] = err.Error()
+		return []error{fmt.Errorf("repairing network %q: %w", n.ID, err)}
+	}
+	c.nets[n.ID] = nw
+	if err := c.be.CheckNetwork(ctx, n); err != nil {
+		c.degraded[n.ID] = err.Error()
+		return []error{fmt.Errorf("network %q is still not as configured after a repair: %w", n.ID, err)}
+	}
+	delete(c.degraded, n.ID)
+	c.log.Info("network repaired", "network", n.ID)
+	return nil
+}
+
+// ensurePorts gives the running helpers' ports back what a repair of their
+// network (or a change behind the controller's back) took: their place on
+// the bridge and their guard.
+func (c *Controller) ensurePorts(ctx context.Context, desired *Desired) []error {
+	byNet := map[string][]backend.Port{}
+	for _, a := range desired.Attachments {
+		h := c.helpers[a.Key()]
+		if h == nil || h.state != StateRunning || h.rec.Tap == "" {
+			continue
+		}
+		p := backend.Port{Name: h.rec.Tap, SpoofCheck: a.SpoofCheck()}
+		if !a.MACDerived {
+			p.MAC = mustMAC(a.MAC)
+		}
+		byNet[a.Network] = append(byNet[a.Network], p)
+	}
+	var errs []error
+	for _, n := range desired.Networks {
+		if c.nets[n.ID] == nil || len(byNet[n.ID]) == 0 {
+			continue
+		}
+		if err := c.be.EnsurePorts(ctx, n, byNet[n.ID]); err != nil {
+			errs = append(errs, fmt.Errorf("network %q: repairing VM ports: %w", n.ID, err))
+		}
 	}
 	return errs
 }

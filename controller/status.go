@@ -44,10 +44,15 @@ type NetworkStatus struct {
 	Gateway   string   `json:"gateway,omitempty"`
 	VMs       []string `json:"vms"`
 	// State is "up" when the kernel has the network as configured, "down"
-	// when it is missing, "error" with Error set otherwise.
+	// when it is missing, "degraded" with Error set when something changed
+	// it behind vmnetctl's back and a repair has not (yet) put it back,
+	// "error" with Error set otherwise.
 	State  string `json:"state"`
 	Error  string `json:"error,omitempty"`
 	Leases int    `json:"leases"`
+	// Repairs counts the times the controller found the network changed
+	// behind its back and put it back.
+	Repairs uint64 `json:"repairs"`
 }
 
 // AttachmentStatus is one VM's cable to one network.
@@ -101,6 +106,9 @@ func (c *Controller) status() *Status {
 		ns := newNetworkStatus(n, d)
 		if nw := c.nets[n.ID]; nw != nil {
 			ns.State = "up"
+			if why := c.degraded[n.ID]; why != "" {
+				ns.State, ns.Error = "degraded", why
+			}
 			guards[n.ID] = nw.Stats().GuardDrops
 			for _, l := range nw.Leases() {
 				ips[n.ID+"/"+l.MAC] = l.IP.String()
@@ -108,7 +116,11 @@ func (c *Controller) status() *Status {
 			ns.Leases = len(nw.Leases())
 		} else if msg := c.netErrs[n.ID]; msg != "" {
 			ns.State, ns.Error = "error", msg
+			if c.degraded[n.ID] != "" {
+				ns.State = "degraded"
+			}
 		}
+		ns.Repairs = c.repairs[n.ID]
 		st.Networks = append(st.Networks, ns)
 	}
 	for _, a := range d.Attachments {

@@ -51,3 +51,13 @@ func UnguardPort(context.Context, *api.Network, string) error                 { 
 func BindAddress(context.Context, *api.Network, net.HardwareAddr, netip.Addr) error {
 	return ErrUnsupported
 }
+
+// PortSpec is a running VM port; see the Linux documentation.
+type PortSpec struct {
+	Name         string
+	MAC          net.HardwareAddr
+	NoSpoofCheck bool
+}
+
+func EnsurePorts(context.Context, *api.Network, []PortSpec) error { return ErrUnsupported }
+func WatchLinks(context.Context) (<-chan struct{}, error)         { return nil, ErrUnsupported }

@@ -40,6 +40,18 @@ func (Backend) CheckNetwork(ctx context.Context, n *api.Network) error {
 	return netplane.Check(ctx, n)
 }
 
+func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.Port) error {
+	specs := make([]netplane.PortSpec, len(ports))
+	for i, p := range ports {
+		specs[i] = netplane.PortSpec{Name: p.Name, MAC: p.MAC, NoSpoofCheck: !p.SpoofCheck}
+	}
+	return netplane.EnsurePorts(ctx, n, specs)
+}
+
+// Changes reports vmnetctl's bridges and TAPs deleted or changed
+// (netplane.WatchLinks).
+func (Backend) Changes(ctx context.Context) (<-chan struct{}, error) { return netplane.WatchLinks(ctx) }
+
 // Limits: the Linux data plane honours every setting of networks.yaml.
 func (Backend) Limits([]*api.Network, []*api.Attachment) []string { return nil }
 

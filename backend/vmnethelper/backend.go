@@ -92,6 +92,9 @@ func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []string {
 // Cleanup has nothing to do: vmnet removes a helper's interface with it.
 func (Backend) Cleanup(*api.Attachment) error { return nil }
 
+// EnsurePorts has nothing to do: vmnet owns the VMs' ports.
+func (Backend) EnsurePorts(context.Context, *api.Network, []backend.Port) error { return nil }
+
 // HelperEnv gives vmnet-helper the VM's owner the way it reads it: it drops
 // its privileges to $SUDO_UID and $SUDO_GID.
 func (Backend) HelperEnv(s backend.HelperSpec) []string {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +14,7 @@ import (
 
 func newServeCommand(g *globals, s streams) *cobra.Command {
 	var group, metricsAddr string
+	var resync time.Duration
 	cmd := command("serve", "Run the controller in the foreground (what `up` starts in the background)",
 		cobra.NoArgs, func(*cobra.Command, []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -22,6 +24,7 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 				Log:         slog.New(slog.NewTextHandler(s.err, nil)),
 				Group:       group,
 				MetricsAddr: metricsAddr,
+				Resync:      resync,
 				Version:     version,
 			})
 			if err != nil {
@@ -31,5 +34,7 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 		})
 	cmd.Flags().StringVar(&group, "group", "", "group allowed to use the controller's API socket (default: root only)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `serve Prometheus /metrics and /healthz here ("off" for none)`)
+	cmd.Flags().DurationVar(&resync, "resync", controller.DefaultResync(),
+		"how often the controller re-checks everything without being asked: helpers, and the networks' kernel state, which it repairs (default $"+controller.EnvResync+", else 30s)")
 	return cmd
 }
