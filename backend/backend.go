@@ -27,7 +27,7 @@ type Backend interface {
 	// Sweep removes every network of this backend's that runs, when none should.
 	Sweep(ctx context.Context, o NetworkOptions) ([]string, error)
 	// CheckNetwork tells whether the network runs as configured.
-	CheckNetwork(ctx context.Context, n *api.Network) error
+	CheckNetwork(ctx context.Context, n *api.Network, o NetworkOptions) error
 	// EnsurePorts puts back what was taken from a running network's VM
 	// ports behind their helpers' backs (a port off its bridge, a guard
 	// gone), after the network was repaired.
@@ -64,6 +64,9 @@ type Watcher interface {
 
 // NetworkOptions are the host's settings for the networks of one state dir.
 type NetworkOptions struct {
+	// Owner is the state dir: the kernel objects it makes carry its
+	// identity, so that two state dirs on one host keep apart.
+	Owner string
 	// LeaseDir keeps the DHCP servers' leases.
 	LeaseDir string
 	// Upstreams are the DNS proxies' resolvers (default: the host's).

@@ -466,5 +466,5 @@ func (c *Controller) waitReconcile(ctx context.Context) error {
 
 // netOpts are the backend's settings for this state dir's networks.
 func (c *Controller) netOpts() backend.NetworkOptions {
-	return backend.NetworkOptions{LeaseDir: c.sd.LeasesDir(), Upstreams: c.opts.Upstreams, Log: c.log}
+	return backend.NetworkOptions{Owner: c.sd.Path, LeaseDir: c.sd.LeasesDir(), Upstreams: c.opts.Upstreams, Log: c.log}
 }

@@ -169,7 +169,7 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 // the kernel state is put back and its services bound anew. The network
 // is degraded, with the reason, until that succeeds.
 func (c *Controller) repairNetwork(ctx context.Context, n *api.Network) []error {
-	drift := c.be.CheckNetwork(ctx, n)
+	drift := c.be.CheckNetwork(ctx, n, c.netOpts())
 	if drift == nil {
 		delete(c.degraded, n.ID)
 		return nil
@@ -185,7 +185,7 @@ func (c *Controller) repairNetwork(ctx context.Context, n *api.Network) []error 
 		return []error{fmt.Errorf("repairing network %q: %w", n.ID, err)}
 	}
 	c.nets[n.ID] = nw
-	if err := c.be.CheckNetwork(ctx, n); err != nil {
+	if err := c.be.CheckNetwork(ctx, n, c.netOpts()); err != nil {
 		c.degraded[n.ID] = err.Error()
 		return []error{fmt.Errorf("network %q is still not as configured after a repair: %w", n.ID, err)}
 	}

@@ -204,7 +204,7 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 		ns := newNetworkStatus(n, d)
 		// Check compares the kernel with what the network needs; Inspect
 		// alone would read an empty state as fine.
-		if err := be.CheckNetwork(ctx, n); err == nil {
+		if err := be.CheckNetwork(ctx, n, backend.NetworkOptions{Owner: sd.Path}); err == nil {
 			ns.State = "up"
 		} else {
 			ns.State, ns.Error = "error", err.Error()

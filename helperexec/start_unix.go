@@ -194,6 +194,7 @@ func (h *Helper) startWithPipes(opts StartOptions) (<-chan []byte, error) {
 	go func() {
 		// Wait only after the pipes are drained, as exec.Cmd requires.
 		readers.Wait()
+		waitGone(cmd.Process.Pid)
 		h.err = cmd.Wait()
 		close(h.done)
 	}()
@@ -221,6 +222,7 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 		return nil, fmt.Errorf("starting helper: %w", err)
 	}
 	go func() {
+		waitGone(cmd.Process.Pid) // in the poller, not in a thread of its own
 		h.err = cmd.Wait()
 		close(h.done)
 	}()

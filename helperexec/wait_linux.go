@@ -1,33 +1,55 @@
 package helperexec
 
 import (
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// WaitExit returns when the process of id is gone. A pidfd tells us without
-// polling even though the process is not our child (it was adopted).
+// WaitExit returns when the process of id is gone. A pidfd tells us even
+// though the process is not our child (it was adopted).
 func (id ProcIdentity) WaitExit() {
-	fd, err := unix.PidfdOpen(id.PID, 0)
+	fd, err := unix.PidfdOpen(id.PID, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		pollExit(id)
 		return
 	}
-	defer unix.Close(fd)
 	if !id.Alive() { // the pid may have been reused before we opened it
+		unix.Close(fd)
 		return
 	}
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, -1)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n > 0 {
-			return
-		}
+	waitPidfd(fd)
+}
+
+// waitGone returns when process pid has exited (a child not yet reaped
+// counts as exited), without reaping it: the caller's exec.Cmd.Wait then
+// returns at once.
+func waitGone(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return // the caller's Wait blocks instead
 	}
+	waitPidfd(fd)
+}
+
+// waitPidfd waits until the pidfd fd is readable (its process exited) and
+// closes it. The fd goes into Go's network poller, so a waiting goroutine
+// holds no OS thread: one epoll thread waits for every helper, however
+// many there are (a blocking poll or wait4 per helper would hold one
+// thread each).
+func waitPidfd(fd int) {
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(p, 0)
+		return err != nil && err != unix.EINTR || n > 0
+	})
 }
 
 func pollExit(id ProcIdentity) {

@@ -1,6 +1,8 @@
 package netplane
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -74,6 +76,9 @@ func NetworkBridge(n *api.Network) (*netlink.Bridge, error) {
 		return nil, refuse(errNotOurs, "network %q: bridge %s is not vmnetctl's (its alias is %q, not %q)", n.ID, name, br.Attrs().Alias, Mark(n.ID))
 	case owner != n.ID:
 		return nil, refuse(errNotOurs, "network %q: bridge %s belongs to another vmnetctl network (alias %q)", n.ID, name, br.Attrs().Alias)
+	case !ours(br.Attrs().Alias):
+		return nil, refuse(errNotOurs, "network %q: bridge %s belongs to network %q of another vmnetctl state dir (alias %q); give the network another name in this one",
+			n.ID, name, owner, br.Attrs().Alias)
 	}
 	if !isUp(br) {
 		return br, fmt.Errorf("network %q is not up (run `vmnetctl up`): bridge %s is down", n.ID, name)
@@ -144,7 +149,14 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 		}
 		return nil, err
 	}
-	// n's own bridge: a wrong MTU or a down state is Ensure's to correct.
+	// n's own bridge: a mark without an owner (an older vmnetctl's) takes
+	// this state dir's, and a wrong MTU or a down state is Ensure's to
+	// correct.
+	if br.Attrs().Alias != Mark(n.ID) {
+		if err := netlink.LinkSetAlias(br, Mark(n.ID)); err != nil {
+			return nil, fmt.Errorf("network %q: marking bridge %s: %w", n.ID, br.Attrs().Name, err)
+		}
+	}
 	name := br.Attrs().Name
 	if br.Attrs().MTU != n.MTU {
 		if err := netlink.LinkSetMTU(br, n.MTU); err != nil {
@@ -159,31 +171,85 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 	return br, nil
 }
 
-// createBridge creates n's bridge with n's MTU and mark. Another creator
-// winning the race is fine: NetworkBridge then judges its bridge.
+// createBridge creates n's bridge with n's MTU and mark, as one step for
+// whoever looks: the bridge is made under a temporary name (tmpBridgeName),
+// marked, and only then renamed to its own. A crash before the mark leaves
+// an unmarked temporary bridge, which blocks nothing and which
+// removeStaleTmpBridges deletes; a crash before the rename leaves a marked
+// one, likewise. Another creator winning the race for the name is fine:
+// NetworkBridge then judges its bridge.
 func createBridge(n *api.Network) error {
 	name := n.Bridge()
+	removeStaleTmpBridges(n.ID)
 	la := netlink.NewLinkAttrs()
-	la.Name = name
+	la.Name = tmpBridgeName()
 	la.MTU = n.MTU
-	err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la})
-	if errors.Is(err, unix.EEXIST) {
-		return nil
-	}
-	if err != nil {
+	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
 		return fmt.Errorf("network %q: creating bridge %s: %w", n.ID, name, err)
 	}
-	created, err := netlink.LinkByName(name)
-	if err != nil {
-		return fmt.Errorf("network %q: bridge %s: %w", n.ID, name, err)
+	tmp, err := netlink.LinkByName(la.Name)
+	if err == nil {
+		err = netlink.LinkSetAlias(tmp, Mark(n.ID))
 	}
-	// Marked at once: a bridge without the mark would be foreign to every
-	// later run, Remove included.
-	if err := netlink.LinkSetAlias(created, Mark(n.ID)); err != nil {
-		netlink.LinkDel(created)
-		return fmt.Errorf("network %q: marking bridge %s: %w", n.ID, name, err)
+	if err == nil {
+		err = netlink.LinkSetName(tmp, name)
+		if errors.Is(err, unix.EEXIST) {
+			netlink.LinkDel(tmp)
+			return nil
+		}
+	}
+	if err != nil {
+		if tmp != nil {
+			netlink.LinkDel(tmp)
+		}
+		return fmt.Errorf("network %q: creating bridge %s: %w", n.ID, name, err)
 	}
 	return nil
+}
+
+// tmpBridgePrefix starts the temporary name of a bridge being created:
+// "vmn." and 8 hex digits. Interface names of this form are vmnetctl's.
+const tmpBridgePrefix = "vmn."
+
+func tmpBridgeName() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return tmpBridgePrefix + hex.EncodeToString(b[:])
+}
+
+// isTmpBridge tells a temporary bridge name (tmpBridgeName) from others.
+func isTmpBridge(name string) bool {
+	rest, ok := strings.CutPrefix(name, tmpBridgePrefix)
+	if !ok || len(rest) != 8 {
+		return false
+	}
+	_, err := hex.DecodeString(rest)
+	return err == nil
+}
+
+// removeStaleTmpBridges deletes the temporary bridges a creator killed
+// mid-way left: unmarked ones (killed before the mark) that are down and
+// have no ports, and those marked for network id (killed before the
+// rename) that this process owns.
+func removeStaleTmpBridges(id string) {
+	links, err := linkList()
+	if err != nil {
+		return
+	}
+	ports := map[int]bool{}
+	for _, l := range links {
+		ports[l.Attrs().MasterIndex] = true
+	}
+	for _, l := range links {
+		if _, ok := l.(*netlink.Bridge); !ok || !isTmpBridge(l.Attrs().Name) {
+			continue
+		}
+		mid, marked := ownedBy(l)
+		unmarked := !marked && l.Attrs().Alias == "" && !isUp(l) && !ports[l.Attrs().Index]
+		if unmarked || (marked && mid == id && ours(l.Attrs().Alias)) {
+			netlink.LinkDel(l)
+		}
+	}
 }
 
 // ListSharedInterfaces returns the host interfaces a bridged network could

@@ -76,6 +76,14 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 		return err
 	}
 	tx := nft.NewTransaction()
+	// A table with another mark (an older vmnetctl's, without an owner;
+	// checkTableOwner refused any other) is made again with this one: its
+	// ports are guarded again by the controller (EnsurePorts).
+	if mark, exists, err := tableMark(ctx, knftables.BridgeFamily, TableName(n.ID)); err != nil {
+		return err
+	} else if exists && mark != Mark(n.ID) {
+		tx.Delete(&knftables.Table{})
+	}
 	addGuardBase(tx, n)
 	if err := nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("network %q: installing nftables table bridge %s: %w", n.ID, TableName(n.ID), err)

@@ -114,7 +114,7 @@ func checkConflicts(n *api.Network) error {
 		if id, ok := ownedBy(l); ok && id != n.ID {
 			names[l.Attrs().Index] = fmt.Sprintf("%s, the bridge of network %q", l.Attrs().Name, id)
 		}
-		if id, ok := ownedBy(l); ok && id == n.ID && l.Attrs().Name == n.Bridge() {
+		if id, ok := ownedHere(l); ok && id == n.ID && l.Attrs().Name == n.Bridge() {
 			own = l.Attrs().Index
 		}
 	}
@@ -221,7 +221,7 @@ func Remove(ctx context.Context, id, stateDir string) error {
 		return fmt.Errorf("network %q: listing links: %w", id, err)
 	}
 	for _, l := range links {
-		if owner, ok := ownedBy(l); ok && owner == id {
+		if owner, ok := ownedHere(l); ok && owner == id {
 			if err := netlink.LinkDel(l); err != nil && !notFound(err) {
 				errs = append(errs, fmt.Errorf("network %q: deleting %s: %w", id, l.Attrs().Name, err))
 			}
@@ -248,7 +248,7 @@ func Sweep(ctx context.Context, keep []string, stateDir string) ([]string, error
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
 	for _, l := range links {
-		if id, ok := ownedBy(l); ok {
+		if id, ok := ownedHere(l); ok {
 			found[id] = true
 		}
 	}
@@ -439,8 +439,17 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 	return errs
 }
 
-// markedID returns the network id a mark names, and whether s is a mark.
+// markedID returns the network id a mark names, whoever its owner, and
+// whether s is a mark.
 func markedID(s string) (string, bool) {
-	id, ok := strings.CutPrefix(s, markPrefix)
+	rest, ok := strings.CutPrefix(s, markPrefix)
+	id, _, _ := strings.Cut(rest, ownerSep)
 	return id, ok && id != ""
+}
+
+// ownedHere returns the network id whose mark a link carries, if the mark
+// is this process's (ours).
+func ownedHere(l netlink.Link) (string, bool) {
+	id, ok := ownedBy(l)
+	return id, ok && ours(l.Attrs().Alias)
 }

@@ -1,10 +1,14 @@
 package netplane
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync/atomic"
 )
 
 // ErrUnsupported is returned by the data plane on systems other than Linux,
@@ -22,8 +26,59 @@ const markPrefix = aliasPrefix + "network="
 // tablePrefix starts the name of each network's nftables table.
 const tablePrefix = "vmnetctl-"
 
-// Mark is the ifalias and table comment of the objects of network id.
-func Mark(id string) string { return markPrefix + id }
+// Mark is the ifalias and table comment of the objects of network id:
+// "vmnetctl:network=ID@OWNER", where OWNER (SetOwner) tells the state dirs
+// of one host apart. Without an owner (a helper, a test) it is
+// "vmnetctl:network=ID", as before owners were marked.
+func Mark(id string) string {
+	if o := Owner(); o != "" {
+		return markPrefix + id + ownerSep + o
+	}
+	return markPrefix + id
+}
+
+// ownerSep separates a mark's network id (which cannot hold it) from its owner.
+const ownerSep = "@"
+
+var owner atomic.Pointer[string]
+
+// SetOwner makes the process's marks carry the identity of stateDir: the
+// objects one state dir makes are then told from another's on the same
+// host. The controller of a state dir sets it; "" is no owner.
+func SetOwner(stateDir string) {
+	tag := ""
+	if stateDir != "" {
+		if abs, err := filepath.Abs(stateDir); err == nil {
+			stateDir = abs
+		}
+		sum := sha256.Sum256([]byte(filepath.Clean(stateDir)))
+		tag = hex.EncodeToString(sum[:4])
+	}
+	owner.Store(&tag)
+}
+
+// Owner is the process's owner tag, or "".
+func Owner() string {
+	if p := owner.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// markOwner is the owner tag of a mark, or "" for a mark without one.
+func markOwner(mark string) string {
+	_, o, _ := strings.Cut(strings.TrimPrefix(mark, markPrefix), ownerSep)
+	return o
+}
+
+// ours tells whether a mark of some network is this process's to change:
+// its owner's, or a mark without an owner (made before owners were marked,
+// or by a helper or test run without a state dir), which is adopted. A
+// process without an owner takes every mark as its own.
+func ours(mark string) bool {
+	o := markOwner(mark)
+	return o == "" || Owner() == "" || o == Owner()
+}
 
 // tapMarkPrefix marks a VM's TAP, made by CreatePort: "vmnetctl:tap=NAME".
 const tapMarkPrefix = aliasPrefix + "tap="

@@ -103,9 +103,14 @@ func checkTableOwner(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if exists && mark != Mark(id) {
+		switch mid, marked := markedID(mark); {
+		case !exists:
+		case !marked || mid != id:
 			return fmt.Errorf("network %q: nftables table %s %s exists but is not vmnetctl's (comment %q); remove or rename it",
 				id, f, TableName(id), mark)
+		case !ours(mark):
+			return fmt.Errorf("network %q: nftables table %s %s belongs to network %q of another vmnetctl state dir (comment %q); give the network another name in this one",
+				id, f, TableName(id), mid, mark)
 		}
 	}
 	return nil
@@ -119,7 +124,7 @@ func removeTable(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if !exists || mark != Mark(id) {
+		if mid, marked := markedID(mark); !exists || !marked || mid != id || !ours(mark) {
 			continue // not ours: leave it
 		}
 		nft, err := newNFT(f, id)
@@ -156,7 +161,7 @@ func markedTables(ctx context.Context) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
-			if id, ok := markedID(mark); exists && ok && TableName(id) == name && !slices.Contains(ids, id) {
+			if id, ok := markedID(mark); exists && ok && ours(mark) && TableName(id) == name && !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}
 		}

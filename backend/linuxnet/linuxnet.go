@@ -21,6 +21,7 @@ const Name = "vmnetctl"
 func (Backend) Name() string { return Name }
 
 func (Backend) StartNetwork(ctx context.Context, n *api.Network, o backend.NetworkOptions) (backend.Network, error) {
+	netplane.SetOwner(o.Owner)
 	nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: o.LeaseDir, Upstreams: o.Upstreams, Log: o.Log})
 	if err != nil {
 		return nil, err
@@ -29,14 +30,17 @@ func (Backend) StartNetwork(ctx context.Context, n *api.Network, o backend.Netwo
 }
 
 func (Backend) RemoveNetwork(ctx context.Context, id string, o backend.NetworkOptions) error {
+	netplane.SetOwner(o.Owner)
 	return netplane.Remove(ctx, id, o.LeaseDir)
 }
 
 func (Backend) Sweep(ctx context.Context, o backend.NetworkOptions) ([]string, error) {
+	netplane.SetOwner(o.Owner)
 	return netplane.Sweep(ctx, nil, o.LeaseDir)
 }
 
-func (Backend) CheckNetwork(ctx context.Context, n *api.Network) error {
+func (Backend) CheckNetwork(ctx context.Context, n *api.Network, o backend.NetworkOptions) error {
+	netplane.SetOwner(o.Owner)
 	return netplane.Check(ctx, n)
 }
 

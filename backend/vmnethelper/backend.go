@@ -58,7 +58,7 @@ func (Backend) RemoveNetwork(context.Context, string, backend.NetworkOptions) er
 
 func (Backend) Sweep(context.Context, backend.NetworkOptions) ([]string, error) { return nil, nil }
 
-func (Backend) CheckNetwork(_ context.Context, n *api.Network) error {
+func (Backend) CheckNetwork(_ context.Context, n *api.Network, _ backend.NetworkOptions) error {
 	return CheckNetwork(n)
 }
 

@@ -1,0 +1,81 @@
+package controller_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/test/simvm"
+)
+
+// TestTwoStateDirs runs two state dirs in one namespace: what one makes
+// carries its identity, so the other's `down --all` leaves it alone, and a
+// network of the same name in the other is a clear error, not a takeover.
+func TestTwoStateDirs(t *testing.T) {
+	a := newHost(t)
+	dir, err := os.MkdirTemp("", "vmnb") // short: socket paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	b := &simvm.Host{NS: a.NS, T: t, Dir: dir, Binary: a.Binary}
+	b.Networks = b.WriteFile("networks.yaml", "vmnet:\n  lab:\n    subnet: 10.90.0.0/24\n")
+	t.Cleanup(func() { exec.Command("pkill", "-9", "-f", "--state-dir "+b.StateDir()).Run() })
+
+	a.MustVmnetctl("up", "-f", a.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
+	vm := a.VM(a.Attachment(a.Status(), "a"))
+	vm.DHCP(t)
+	b.MustVmnetctl("up", "-f", b.WriteFile("vms.yaml", "vms:\n  b:\n    networks:\n      - vmnet: lab\n"))
+
+	intact := func(when string) {
+		t.Helper()
+		for _, args := range [][]string{
+			{"ip", "link", "show", "vmn-shared"},
+			{"nft", "list", "table", "inet", netplane.TableName("shared")},
+			{"nft", "list", "table", "bridge", netplane.TableName("shared")},
+		} {
+			if _, err := a.Run(context.Background(), args[0], args[1:]...); err != nil {
+				t.Errorf("%s: %s: %v", when, strings.Join(args, " "), err)
+			}
+		}
+		if out := a.MustRun(t, "ip", "-4", "-o", "addr", "show", "dev", "vmn-shared"); !strings.Contains(out, gateway+"/24") {
+			t.Errorf("%s: vmn-shared's address: %s", when, out)
+		}
+		if err := vm.Ping(gateway, 1); err != nil {
+			t.Errorf("%s: the first state dir's VM cannot reach its gateway: %v", when, err)
+		}
+	}
+
+	// The second state dir's down --all takes only its own.
+	if out := b.MustVmnetctl("down", "--all"); !strings.Contains(out, "Everything is down") {
+		t.Errorf("down --all of the second state dir:\n%s", out)
+	}
+	if _, err := a.Run(context.Background(), "ip", "link", "show", "vmn-lab"); err == nil {
+		t.Errorf("the second state dir's bridge vmn-lab is still there")
+	}
+	intact("after the second state dir's down --all")
+
+	// The same network name in the second state dir: refused, with a
+	// reason, and the first one's network is untouched.
+	b.Networks = b.WriteFile("networks.yaml", "vmnet:\n  shared:\n    subnet: 10.91.0.0/24\n")
+	_, err = b.Vmnetctl("up", "-f", b.WriteFile("vms.yaml", "vms:\n  c:\n    networks:\n      - vmnet: shared\n"))
+	st, _ := b.ReadStatus()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if st != nil {
+		for _, n := range st.Networks {
+			msg += "\n" + n.Error
+		}
+	}
+	if !strings.Contains(msg, "another vmnetctl state dir") {
+		t.Errorf("up of a second state dir with the first one's network name: want an error naming the other state dir, got %v\n%s", err, msg)
+	}
+	intact("after the second state dir's conflicting up")
+	b.Vmnetctl("down", "--all")
+	intact("after the second state dir's last down --all")
+}
