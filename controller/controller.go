@@ -102,10 +102,10 @@ type Controller struct {
 	log  *slog.Logger
 	be   backend.Backend
 
-	mu       sync.Mutex
-	nets     map[string]backend.Network
-	paths    api.Paths // networks.yaml's, as last read
-	netErrs  map[string]string
+	mu      sync.Mutex
+	nets    map[string]backend.Network
+	paths   api.Paths // networks.yaml's, as last read
+	netErrs map[string]string
 	// degraded holds, by network, why its kernel state differs from what
 	// it should be while that is so (a repair failed); repairs counts the
 	// repairs made.
