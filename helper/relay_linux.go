@@ -14,12 +14,16 @@ import (
 const (
 	// batchSize is how many frames one recvmmsg/sendmmsg moves at most.
 	batchSize = 64
-	// sendRetries and sendRetryWait bound the wait for a VM that does not
-	// read: like vmnet-helper v0.13, a batch waits at most 10 × 50 µs for
-	// room in the socket, then its rest is dropped and counted. Waiting
-	// longer would hold back every other flow queued behind it.
-	sendRetries   = 10
-	sendRetryWait = 50 * time.Microsecond
+	// sendWait bounds the wait for room in the VM's socket: a batch waits
+	// up to this long in all for the VM to read, then its rest is dropped
+	// and counted. A VM that reads, however slowly, loses nothing (a TCP
+	// stream's sender slows down to what it reads); one that stops reading
+	// costs the other flows queued behind it this long once, and then no
+	// more: while it stays stalled (stalled), frames for it are dropped at
+	// once until a send succeeds again. vmnet-helper v0.13 waits 10 × 50 µs
+	// per batch, which drops frames of a single TCP stream to a VM that is
+	// merely slower than the host (docs/performance.md).
+	sendWait = 20 * time.Millisecond
 	// minFirstDatagram: shorter first datagrams on --socket are hellos
 	// (vfkit's "VFKT"), not frames.
 	minFirstDatagram = 64
@@ -41,6 +45,8 @@ type relay struct {
 	frame           int // buffer size: hdr + max packet size
 	host, vm        *counters
 	log             *logger
+	// stalled is set while the VM does not read (send); tapToSocket's only.
+	stalled bool
 }
 
 // run relays until stop is signalled or a direction fails. first, if not
@@ -157,9 +163,11 @@ func (r *relay) tapToSocket() error {
 	}
 }
 
-// send sends b's first n frames to the VM with bounded back-pressure.
+// send sends b's first n frames to the VM with bounded back-pressure
+// (sendWait).
 func (r *relay) send(b *batch, n int, w *waiter) error {
-	sent, retries := 0, 0
+	sent := 0
+	var deadline time.Time
 	for sent < n {
 		k, err := sendmmsg(r.sock, b.msgs[sent:n], unix.MSG_DONTWAIT)
 		if k > 0 {
@@ -171,17 +179,24 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 			r.host.bytes.Add(bytes)
 			r.host.syscall(k)
 			sent += k
+			r.stalled, deadline = false, time.Time{}
 			continue
 		}
 		switch {
 		case err == unix.EINTR:
 		case err == unix.EAGAIN || err == unix.ENOBUFS:
-			if retries == sendRetries {
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(sendWait)
+			}
+			if r.stalled || !now.Before(deadline) {
+				// The VM does not read: drop the rest, and drop at once
+				// until it reads again.
+				r.stalled = true
 				r.host.drops.Add(uint64(n - sent))
 				return nil
 			}
-			retries++
-			if err := w.wait(unix.POLLOUT, sendRetryWait); err != nil {
+			if err := w.wait(unix.POLLOUT, deadline.Sub(now)); err != nil {
 				return err
 			}
 		case peerGone(err):
