@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperproto"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -201,18 +199,44 @@ func TestThroughput(t *testing.T) {
 			fds := socketpair(t, tso)
 			host := startHelper(t, bin, dir, fds[0], h, "shared", "192.168.105.1", false, append(slices.Clone(extra), c.host...))
 			vm := startHelper(t, bin, dir, fds[1], v, "vmside", "192.168.105.2", true, extra)
-			// The host helper's port is guarded, as a VM's is: the VM's
-			// static address must be bound to its MAC, as DHCP would.
-			if err := hns.Do(func() error {
-				return netplane.BindAddress(context.Background(), &api.Network{ID: "shared", Mode: api.ModeShared, DHCP: true},
-					vmSideMAC, netip.MustParseAddr("192.168.105.2"))
-			}); err != nil {
-				t.Fatal(err)
-			}
+			bindAddress(t, hns, vmSideMAC, "192.168.105.2")
 			host.name, vm.name = "host helper", "vm helper"
 			measure(endpoints{hns, "192.168.105.1", v, "192.168.105.1"}, host, vm)
 		})
 	}
+
+	// What a real VM pays: one helper, and on the VM side a minimal VMM
+	// relay (vmmRelay: blocking, one frame per read and write, as qemu's
+	// -netdev dgram moves them) instead of a second helper.
+	path("helper, one relay", func(t *testing.T, measure measureFunc) {
+		hns, v := testutil.NewNS(t, "h1-host"), netns(t, "h1-vm")
+		fds := socketpair(t, false)
+		host := startHelper(t, bin, dir, fds[0], hns.Name, "shared", "192.168.105.1", false, []string{"--mac", vmSideMAC.String()})
+		vmm := startVMMRelay(t, fds[1], v, vmSideMAC, "192.168.105.2")
+		bindAddress(t, hns, vmSideMAC, "192.168.105.2")
+		host.name = "host helper"
+		measure(endpoints{hns, "192.168.105.1", v, "192.168.105.1"}, host, vmm)
+	})
+
+	// VM to VM: two VMs on one bridge, each behind its own helper and VMM
+	// relay (the third column vmnet-helper reports). "vm→host" is the first
+	// VM sending to the second.
+	path("VM to VM", func(t *testing.T, measure measureFunc) {
+		hns, v1, v2 := testutil.NewNS(t, "vv-host"), netns(t, "vv-vm1"), testutil.NewNS(t, "vv-vm2")
+		mac2 := net.HardwareAddr{0x52, 0x55, 0x55, 0xbe, 0x00, 0x03}
+		fds1, fds2 := socketpair(t, false), socketpair(t, false)
+		h1 := startHelperOn(t, bin, dir, fds1[0], hns.Name, "shared", "192.168.105.1", "tap0", false, []string{"--mac", vmSideMAC.String()})
+		h2 := startHelperOn(t, bin, dir, fds2[0], hns.Name, "shared", "192.168.105.1", "tap1", false, []string{"--mac", mac2.String()})
+		r1 := startVMMRelay(t, fds1[1], v1, vmSideMAC, "192.168.105.2")
+		r2 := startVMMRelay(t, fds2[1], v2.Name, mac2, "192.168.105.3")
+		bindAddress(t, hns, vmSideMAC, "192.168.105.2")
+		bindAddress(t, hns, mac2, "192.168.105.3")
+		h1.name, h2.name, r1.name, r2.name = "helper 1", "helper 2", "vmm relay 1", "vmm relay 2"
+		// The second VM's helper carries the first one's data towards
+		// its VM: its counters read the other way round.
+		h2.helper.vmSide = true
+		measure(endpoints{v2, "192.168.105.3", v1, "192.168.105.3"}, h1, h2, r1, r2)
+	})
 
 	// slirp4netns: the "VM" namespace's tap0 is slirp's; slirp runs in a
 	// host namespace of our own, and its gateway 10.0.2.2 is that
@@ -494,6 +518,12 @@ var vmSideMAC = net.HardwareAddr{0x52, 0x55, 0x55, 0xbe, 0x00, 0x02}
 // VM's: its helper stands in for the VMM, not for a VM's port, so its port
 // is not guarded.
 func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, vmSide bool, extra []string) relay {
+	return startHelperOn(t, bin, dir, fd, ns, id, addr, "tap0", vmSide, extra)
+}
+
+// startHelperOn is startHelper with the TAP's name; a second helper on the
+// same bridge (another TAP) finds the bridge made.
+func startHelperOn(t *testing.T, bin, dir string, fd int, ns, id, addr, tap string, vmSide bool, extra []string) relay {
 	t.Helper()
 	// One networks.yaml per side: the two are one subnet seen from two
 	// namespaces.
@@ -504,17 +534,21 @@ func startHelper(t *testing.T, bin, dir string, fd int, ns, id, addr string, vmS
 		t.Fatal(err)
 	}
 	br := api.BridgeName(id)
-	testutil.Run(t, "ip", "-n", ns, "link", "add", br, "type", "bridge")
-	testutil.Run(t, "ip", "-n", ns, "link", "set", br, "alias", "vmnetctl:network="+id)
 	if vmSide {
-		testutil.Run(t, "ip", "-n", ns, "link", "set", br, "address", vmSideMAC.String())
 		extra = append(slices.Clone(extra), "--no-spoof-check")
 	}
-	testutil.Run(t, "ip", "-n", ns, "addr", "add", addr+"/24", "dev", br)
-	testutil.Run(t, "ip", "-n", ns, "link", "set", br, "up")
+	if exec.Command("ip", "-n", ns, "link", "show", br).Run() != nil {
+		testutil.Run(t, "ip", "-n", ns, "link", "add", br, "type", "bridge")
+		testutil.Run(t, "ip", "-n", ns, "link", "set", br, "alias", "vmnetctl:network="+id)
+		if vmSide {
+			testutil.Run(t, "ip", "-n", ns, "link", "set", br, "address", vmSideMAC.String())
+		}
+		testutil.Run(t, "ip", "-n", ns, "addr", "add", addr+"/24", "dev", br)
+		testutil.Run(t, "ip", "-n", ns, "link", "set", br, "up")
+	}
 	f := os.NewFile(uintptr(fd), "sock")
 	defer f.Close()
-	args := append([]string{"netns", "exec", ns, bin, "--networks", cfg, "helper", "--fd", "3", "--network", id, "--tap", "tap0", "--stats-interval", strconv.FormatFloat(statsInterval.Seconds(), 'f', -1, 64)}, extra...)
+	args := append([]string{"netns", "exec", ns, bin, "--networks", cfg, "helper", "--fd", "3", "--network", id, "--tap", tap, "--stats-interval", strconv.FormatFloat(statsInterval.Seconds(), 'f', -1, 64)}, extra...)
 	cmd := exec.Command("ip", args...)
 	cmd.ExtraFiles = []*os.File{f}
 	hs := &helperStats{vmSide: vmSide}

@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// vmmRelayEnv makes the test binary the minimal VMM relay instead of the
+// tests: the benchmark starts it in the VM's namespace.
+const vmmRelayEnv = "VMNETCTL_BENCH_VMM_RELAY"
+
+func TestMain(m *testing.M) {
+	if tap := os.Getenv(vmmRelayEnv); tap != "" {
+		if err := vmmRelay(tap, 3); err != nil {
+			fmt.Fprintln(os.Stderr, "vmm relay:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// vmmRelay plays the VMM of one VM as simply as qemu's -netdev dgram does:
+// the VM's NIC is the TAP name (created here, in the namespace it runs in),
+// and each frame is moved by one blocking read and one blocking write,
+// both ways, between the TAP and the helper's socket sock. It prints
+// "ready" once the TAP exists and runs until either fd fails.
+func vmmRelay(name string, sock int) error {
+	tap, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(tap, unix.TUNSETIFF, ifr); err != nil {
+		return fmt.Errorf("TUNSETIFF %s: %w", name, err)
+	}
+	fmt.Println("ready")
+	errc := make(chan error, 2)
+	move := func(from, to int) {
+		runtime.LockOSThread()
+		buf := make([]byte, 65536)
+		for {
+			n, err := unix.Read(from, buf)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+			if n > 0 {
+				unix.Write(to, buf[:n]) // a frame the peer refuses is lost, as in qemu
+			}
+		}
+	}
+	go move(tap, sock)
+	go move(sock, tap)
+	return <-errc
+}
+
+// startVMMRelay starts vmmRelay in namespace ns on socket fd, and gives its
+// TAP (the VM's NIC, eth0) mac and addr/24.
+func startVMMRelay(t *testing.T, fd int, ns string, mac net.HardwareAddr, addr string) relay {
+	t.Helper()
+	f := os.NewFile(uintptr(fd), "sock")
+	defer f.Close()
+	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0])
+	cmd.Env = append(os.Environ(), vmmRelayEnv+"=eth0")
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, cmd)
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Scan()
+		line <- sc.Text()
+	}()
+	select {
+	case l := <-line:
+		if l != "ready" {
+			t.Fatalf("vmm relay in %s: %q, want ready", ns, l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("vmm relay in %s: not ready after 10s", ns)
+	}
+	testutil.Run(t, "ip", "-n", ns, "link", "set", "eth0", "address", mac.String())
+	testutil.Run(t, "ip", "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+	testutil.Run(t, "ip", "-n", ns, "link", "set", "eth0", "up")
+	return relay{name: "vmm relay", pid: cmd.Process.Pid}
+}
+
+// bindAddress binds addr to mac in the guard of network "shared" in hns:
+// the "VMs" of the benchmark have static addresses, which their guarded
+// ports must be told of, as DHCP would tell them.
+func bindAddress(t *testing.T, hns *testutil.NS, mac net.HardwareAddr, addr string) {
+	t.Helper()
+	n := &api.Network{ID: "shared", Mode: api.ModeShared, DHCP: true}
+	if err := hns.Do(func() error {
+		return netplane.BindAddress(t.Context(), n, mac, netip.MustParseAddr(addr))
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
