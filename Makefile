@@ -8,15 +8,30 @@ BIN := bin/vmnetctl
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 
-.PHONY: build demo demo-down test test-unit check-darwin lint fuzz fuzz-smoke fuzz-list bench bench-smoke clean
+# nfpm builds the .deb and .rpm (make packages).
+NFPM_VERSION := v2.45.2
+NFPM := bin/tools/nfpm-$(NFPM_VERSION)/nfpm
+# The packages' version: the latest tag, else 0.0.0, with the commit.
+PKG_VERSION ?= $(shell v=$$(git describe --tags --abbrev=0 2>/dev/null | sed 's/^v//'); echo "$${v:-0.0.0}+git$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)")
+PKG_ARCH ?= $(shell $(GO) env GOARCH)
+DIST ?= dist
+
+.PHONY: build demo packages demo-down test test-unit check-darwin lint fuzz fuzz-smoke fuzz-list bench bench-smoke clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/vmnetctl
 
 # The main job with the built-in default networks: show them, validate the
-# example VM files, then (as root) bring their networks and helpers up, show
-# the status and the qemu arguments of one VM. `make demo-down` undoes it.
+# example VM files, then (as root) install nftables if it is missing, bring
+# the example networks and helpers up, show the status and the qemu
+# arguments of one VM. `make demo-down` undoes it. `vmnetctl doctor` says
+# what else the host lacks.
 demo: build
+	@if [ "$$(id -u)" -eq 0 ] && ! command -v nft >/dev/null; then \
+	  echo "installing nftables (the nft command vmnetctl's data plane runs)"; \
+	  if command -v apt-get >/dev/null; then apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null; \
+	  elif command -v dnf >/dev/null; then dnf install -y -q nftables; \
+	  else echo "install nftables with your package manager"; exit 1; fi; fi
 	$(BIN) networks
 	$(BIN) validate -f examples/default/lima.yaml -f examples/vms.yaml
 	@if [ "$$(id -u)" -ne 0 ]; then echo "run as root (sudo make demo) to bring the example networks up"; exit 0; fi; \
@@ -49,6 +64,16 @@ bench-smoke:
 # The full benchmark, as docs/performance.md reports it.
 bench:
 	VMNETCTL_BENCH=1 $(GO) test -count=1 -v ./bench -run '^TestThroughput$$' -timeout 20m
+
+# .deb and .rpm into dist/: the binary, the default networks.yaml as
+# /etc/vmnetctl/networks.yaml (a config file: an edited one is kept on
+# upgrade), the systemd unit, the docs (packaging/nfpm.yaml).
+packages: build $(NFPM)
+	mkdir -p $(DIST)
+	for p in deb rpm; do VERSION=$(PKG_VERSION) ARCH=$(PKG_ARCH) $(NFPM) package -f packaging/nfpm.yaml -p $$p -t $(DIST)/ || exit 1; done
+
+$(NFPM):
+	GOOS= GOARCH= GOBIN=$(CURDIR)/$(dir $@) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
 test-unit:
 	$(GO) test -count=1 ./api/... ./config/... ./cmd/...

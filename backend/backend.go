@@ -100,6 +100,9 @@ type Network interface {
 	SetHost(mac net.HardwareAddr, name string, ip netip.Addr) error
 	Leases() []Lease
 	Stats() ServiceStats
+	// Health is nil while the network's services (DHCP, DNS) run, else
+	// why one stopped.
+	Health() error
 	Close() error
 }
 

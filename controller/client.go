@@ -80,9 +80,19 @@ func (cl *Client) do(ctx context.Context, method, path string, v any) error {
 	return json.Unmarshal(body, v)
 }
 
+// ErrControllerExited is EnsureController's report that the controller it
+// started ran and exited cleanly before it answered: with no project
+// recorded, a controller removes what is left and exits.
+var ErrControllerExited = errors.New("the controller ran and exited: no project is left")
+
 // EnsureController starts `exe serve` in the background for sd unless a
 // controller already runs, and waits until it answers. Its output goes to
 // controller.log in the state dir, whose tail is in the error if it fails.
+//
+// A controller lock held by a process that does not answer is one that is
+// starting, or one that was killed and whose lock the kernel has not
+// released yet: the wait goes on trying the lock, and starts a controller
+// once it is free.
 func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArgs ...string) error {
 	cl := NewClient(sd)
 	if cl.Running(ctx) {
@@ -91,9 +101,9 @@ func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArg
 	if err := sd.Init(); err != nil {
 		return err
 	}
-	// Someone holds the lock but does not answer yet: it is starting.
-	if l, err := sd.TryLockController(); err == nil {
-		l.Unlock()
+	var exited chan error // the controller this call started: its exit
+	var lastExit error
+	start := func() error {
 		logf, err := statedir.OpenLog(sd.ControllerLog())
 		if err != nil {
 			return err
@@ -108,12 +118,44 @@ func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArg
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("starting controller: %w", err)
 		}
-		go cmd.Wait() // reap it if it exits while we wait
-	} else if !errors.Is(err, statedir.ErrLocked) {
-		return err
+		exited = make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		return nil
 	}
-	err := waitFor(ctx, 15*time.Second, func() bool { return cl.Running(ctx) })
+	var result error
+	err := waitFor(ctx, 15*time.Second, func() bool {
+		if cl.Running(ctx) {
+			return true
+		}
+		select {
+		case err := <-exited:
+			if err == nil {
+				result = ErrControllerExited
+				return true
+			}
+			lastExit, exited = err, nil // lost a race for the lock, or failed: try again
+		default:
+		}
+		if exited != nil {
+			return false
+		}
+		l, err := sd.TryLockController()
+		if err == nil {
+			l.Unlock()
+			if err := start(); err != nil {
+				result = err
+				return true
+			}
+		} else if !errors.Is(err, statedir.ErrLocked) {
+			result = err
+			return true
+		}
+		return false
+	})
 	if err == nil || ctx.Err() != nil {
+		if err == nil {
+			return result
+		}
 		return err
 	}
 	tail, _ := os.ReadFile(sd.ControllerLog())
@@ -121,5 +163,9 @@ func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArg
 	if len(lines) > 10 {
 		lines = lines[len(lines)-10:]
 	}
-	return fmt.Errorf("controller did not start within 15s; its log (%s):\n  %s", sd.ControllerLog(), strings.Join(lines, "\n  "))
+	why := ""
+	if lastExit != nil {
+		why = fmt.Sprintf(" (it exited: %v)", lastExit)
+	}
+	return fmt.Errorf("controller did not start within 15s%s; its log (%s):\n  %s", why, sd.ControllerLog(), strings.Join(lines, "\n  "))
 }

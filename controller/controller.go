@@ -25,6 +25,9 @@ type Options struct {
 	Log        *slog.Logger
 	// Resync is how often the controller reconciles without being asked.
 	Resync time.Duration
+	// Stay keeps the controller running when no project is left (a
+	// service); otherwise it exits then.
+	Stay bool
 	// StatsInterval is the helpers' --stats-interval.
 	StatsInterval time.Duration
 	// ReadyTimeout bounds a helper's start; StopGrace its SIGTERM.
@@ -221,7 +224,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		if err != nil {
 			c.log.Error("reconcile failed", "err", err)
 		}
-		if done {
+		if done && !c.opts.Stay {
 			c.log.Info("no project left; controller exits")
 			return nil
 		}

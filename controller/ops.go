@@ -7,7 +7,11 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/doctor"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
@@ -101,6 +105,17 @@ func (in *Input) load(env Env) (*loaded, error) {
 	return &loaded{nets: nets, project: pp}, nil
 }
 
+// Doctor checks the host for the networks of in's networks.yaml
+// (`vmnetctl doctor`). It changes nothing.
+func Doctor(ctx context.Context, env Env, in *Input) (*doctor.Report, error) {
+	nets, diags := api.LoadNetworks(in.Networks.Source, in.Networks.Data)
+	env.warn(diags)
+	if err := diags.Err(); err != nil {
+		return nil, err
+	}
+	return doctor.Run(ctx, nets.Networks), nil
+}
+
 // ownerID is the id of the user behind sudo, else fallback.
 func ownerID(env string, fallback int) int {
 	if v := helperproto.SudoID(env); v >= 0 {
@@ -156,6 +171,11 @@ type ApplyResult struct {
 func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResult, error) {
 	l, err := in.load(env)
 	if err != nil {
+		return nil, err
+	}
+	// What would make every network fail (no root, no TAPs, no nft) is one
+	// clear error before anything changes, in doctor's words.
+	if err := doctor.Preflight(ctx); err != nil {
 		return nil, err
 	}
 	sd := env.StateDir
@@ -279,10 +299,25 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		return err
 	}
 	if len(left) == 0 && !NewClient(sd).Running(ctx) && !sd.HasRuntime() {
+		// No controller and no record of what runs: a controller killed
+		// before its first record may still have made networks and
+		// helpers. What carries this state dir's mark goes.
 		stopStrays(env)
+		if removed, err := DefaultBackend().Sweep(ctx, backend.NetworkOptions{Owner: sd.Path, LeaseDir: sd.LeasesDir()}); err != nil {
+			return err
+		} else if len(removed) > 0 {
+			fmt.Fprintf(env.Stderr, "removed network(s) %s that no record accounted for\n", strings.Join(removed, ", "))
+		}
+		fmt.Fprintln(env.Stdout, "Everything is down.")
 		return sd.Clean()
 	}
 	resp, err := converge(ctx, env)
+	if errors.Is(err, ErrControllerExited) && len(left) == 0 {
+		// It removed what was left and exited: done.
+		stopStrays(env)
+		fmt.Fprintln(env.Stdout, "Everything is down.")
+		return sd.Clean()
+	}
 	if err != nil {
 		return err
 	}
@@ -292,12 +327,16 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		}
 		return nil
 	}
-	// Nothing left: the controller removes everything and exits.
-	if err := waitFor(ctx, 30*time.Second, func() bool { return !sd.ControllerAlive() }); err != nil {
+	// Nothing left: the controller removes everything and exits, or, run
+	// as a service (serve --stay), removes everything and stays.
+	if err := waitFor(ctx, 30*time.Second, func() bool { return !sd.ControllerAlive() || !sd.HasRuntime() }); err != nil {
 		return fmt.Errorf("the controller did not exit after the last project was removed; see %s", sd.ControllerLog())
 	}
 	stopStrays(env)
 	fmt.Fprintln(env.Stdout, "Everything is down.")
+	if sd.ControllerAlive() {
+		return nil // a controller that stays keeps its socket and lock
+	}
 	return sd.Clean()
 }
 

@@ -171,6 +171,9 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 func (c *Controller) repairNetwork(ctx context.Context, n *api.Network) []error {
 	drift := c.be.CheckNetwork(ctx, n, c.netOpts())
 	if drift == nil {
+		drift = c.nets[n.ID].Health()
+	}
+	if drift == nil {
 		delete(c.degraded, n.ID)
 		return nil
 	}

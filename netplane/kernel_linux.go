@@ -99,6 +99,11 @@ func Ensure(ctx context.Context, n *api.Network) error {
 	return ensureGuardTable(ctx, n)
 }
 
+// CheckConflicts tells, changing nothing, whether network n's subnet
+// overlaps an address or route of the host that is not n's own (what
+// Ensure would refuse).
+func CheckConflicts(n *api.Network) error { return checkConflicts(n) }
+
 // checkConflicts refuses a subnet that overlaps an address or a route that
 // belongs to something other than n's own bridge: two owners of one subnet
 // would break both. A default route is not a conflict.
@@ -437,6 +442,21 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 		bad("has %d rules, want %d", got, want)
 	}
 	return errs
+}
+
+// markOwner is the owner tag of a mark, or "" for a mark without one.
+func markOwner(mark string) string {
+	_, o, _ := strings.Cut(strings.TrimPrefix(mark, markPrefix), ownerSep)
+	return o
+}
+
+// ours tells whether a mark of some network is this process's to change:
+// its owner's, or a mark without an owner (made before owners were marked,
+// or by a helper or test run without a state dir), which is adopted. A
+// process without an owner takes every mark as its own.
+func ours(mark string) bool {
+	o := markOwner(mark)
+	return o == "" || Owner() == "" || o == Owner()
 }
 
 // markedID returns the network id a mark names, whoever its owner, and

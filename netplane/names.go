@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync/atomic"
 )
 
@@ -63,21 +62,6 @@ func Owner() string {
 		return *p
 	}
 	return ""
-}
-
-// markOwner is the owner tag of a mark, or "" for a mark without one.
-func markOwner(mark string) string {
-	_, o, _ := strings.Cut(strings.TrimPrefix(mark, markPrefix), ownerSep)
-	return o
-}
-
-// ours tells whether a mark of some network is this process's to change:
-// its owner's, or a mark without an owner (made before owners were marked,
-// or by a helper or test run without a state dir), which is adopted. A
-// process without an owner takes every mark as its own.
-func ours(mark string) bool {
-	o := markOwner(mark)
-	return o == "" || Owner() == "" || o == Owner()
 }
 
 // tapMarkPrefix marks a VM's TAP, made by CreatePort: "vmnetctl:tap=NAME".

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,6 +32,9 @@ type Network struct {
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it).
 	inNS func(f func() error) error
+
+	// failed is the first service that stopped on its own (Health).
+	failed atomic.Pointer[error]
 
 	closeOnce sync.Once
 	closers   []func() error
@@ -171,6 +175,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 				defer nw.wg.Done()
 				if err := s.serve(); err != nil && !nw.stopped() {
 					nw.log.Error("DNS proxy stopped", "err", err)
+					nw.fail(fmt.Errorf("network %q: the DNS proxy stopped: %w", nw.n.ID, err))
 				}
 			}()
 			nw.closers = append(nw.closers, s.stop)
@@ -221,6 +226,7 @@ func (nw *Network) startDHCP(resolvConf string) error {
 		defer nw.wg.Done()
 		if err := serveDHCP(sock, nw.dhcp, nw.stop); err != nil && !nw.stopped() {
 			nw.log.Error("DHCP server stopped", "err", err)
+			nw.fail(fmt.Errorf("network %q: the DHCP server stopped: %w", nw.n.ID, err))
 		}
 	}()
 	return nil
@@ -258,6 +264,18 @@ func (nw *Network) startGuard(ctx context.Context) error {
 // leases: a lease that expired stops being a valid source at most this
 // long after.
 const guardResync = 15 * time.Second
+
+// fail records that a service stopped on its own.
+func (nw *Network) fail(err error) { nw.failed.CompareAndSwap(nil, &err) }
+
+// Health is nil while every service of the network runs, else why one
+// stopped: the controller then starts the network again.
+func (nw *Network) Health() error {
+	if p := nw.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 func (nw *Network) stopped() bool {
 	select {

@@ -95,6 +95,16 @@ func (Backend) Cleanup(*api.Attachment) error { return nil }
 // EnsurePorts has nothing to do: vmnet owns the VMs' ports.
 func (Backend) EnsurePorts(context.Context, *api.Network, []backend.Port) error { return nil }
 
+// CheckRootOwned checks, after symbolic links, that only root can change
+// the vmnet-helper at path (CheckOwner): it runs as root through sudo.
+func CheckRootOwned(path string) error {
+	resolved, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	return CheckOwner(resolved, os.Stat, fileUID)
+}
+
 // HelperEnv gives vmnet-helper the VM's owner the way it reads it: it drops
 // its privileges to $SUDO_UID and $SUDO_GID.
 func (Backend) HelperEnv(s backend.HelperSpec) []string {
@@ -118,11 +128,7 @@ func (b Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	}
 	if b.Sudo {
 		// Run as root only a vmnet-helper that only root can change.
-		resolved, err := filepath.EvalSymlinks(path)
-		if err != nil {
-			return nil, err
-		}
-		if err := CheckOwner(resolved, os.Stat, fileUID); err != nil {
+		if err := CheckRootOwned(path); err != nil {
 			return nil, err
 		}
 	}
@@ -173,5 +179,8 @@ func (v *vmnetNetwork) Leases() []backend.Lease {
 }
 
 func (v *vmnetNetwork) Stats() backend.ServiceStats { return backend.ServiceStats{} }
+
+// Health: vmnet runs the services, and tells nothing of them.
+func (v *vmnetNetwork) Health() error { return nil }
 
 func (v *vmnetNetwork) Close() error { return nil }

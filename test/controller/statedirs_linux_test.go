@@ -2,13 +2,17 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // TestTwoStateDirs runs two state dirs in one namespace: what one makes
@@ -78,4 +82,62 @@ func TestTwoStateDirs(t *testing.T) {
 	intact("after the second state dir's conflicting up")
 	b.Vmnetctl("down", "--all")
 	intact("after the second state dir's last down --all")
+}
+
+// TestUpPreflight: without root, `up` stops at once with doctor's words and
+// a fix, before it records or starts anything.
+func TestUpPreflight(t *testing.T) {
+	h := newHost(t)
+	testutil.RequireCommands(t, "setpriv")
+	vms := h.WriteFile("vms.yaml", twoVMs)
+	os.Chmod(h.Dir, 0o755)
+	args := append([]string{"--reuid", "65534", "--regid", "65534", "--clear-groups"}, h.VmnetctlArgs("up", "-f", vms)...)
+	out, err := h.Run(context.Background(), "setpriv", args...)
+	if err == nil || !strings.Contains(out, "not running as root") || !strings.Contains(out, "sudo") {
+		t.Fatalf("up as nobody: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(h.StateDir()); err == nil {
+		t.Errorf("up as nobody made the state dir %s", h.StateDir())
+	}
+}
+
+// TestServeStay: the controller as a service (serve --stay, the packaged
+// unit's command) serves `up`, and after `down --all` removes everything
+// and stays, ready for the next `up`.
+func TestServeStay(t *testing.T) {
+	h := newHost(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := h.VmnetctlCommand(ctx, "serve", "--stay", "--metrics-addr", "off")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }()
+	running := func() error {
+		st, err := h.ReadStatus()
+		if err != nil {
+			return err
+		}
+		if !st.Controller.Running || st.Controller.PID != srv.Process.Pid {
+			return fmt.Errorf("controller %+v, want the service's pid %d running", st.Controller, srv.Process.Pid)
+		}
+		return nil
+	}
+	testutil.Eventually(t, 10*time.Second, running, "the service to answer")
+	vms := h.WriteFile("vms.yaml", twoVMs)
+	for round := range 2 {
+		h.MustVmnetctl("up", "-f", vms)
+		if st := h.Status(); len(st.Attachments) != 2 || st.Attachments[0].State != "running" {
+			t.Fatalf("round %d: after up: %+v", round, st.Attachments)
+		}
+		if out := h.MustVmnetctl("down", "--all"); !strings.Contains(out, "Everything is down.") {
+			t.Fatalf("round %d: down --all:\n%s", round, out)
+		}
+		if out, _ := h.Run(context.Background(), "ip", "-br", "link"); strings.Contains(out, "vmn-") {
+			t.Fatalf("round %d: bridges left after down --all:\n%s", round, out)
+		}
+		if err := running(); err != nil {
+			t.Fatalf("round %d: after down --all the service must stay: %v", round, err)
+		}
+	}
 }

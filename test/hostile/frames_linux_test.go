@@ -71,8 +71,15 @@ func (a *attacker) dhcp(src net.HardwareAddr, m *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 // lease gets an address for the attacker's own MAC the proper way.
 func (a *attacker) lease() netip.Addr {
 	a.t.Helper()
-	disc, _ := dhcpv4.NewDiscovery(a.mac)
-	off := a.dhcp(a.mac, disc)
+	// Retried as a DHCP client does: a port that has just come up may
+	// not forward the first frames yet.
+	var off *dhcpv4.DHCPv4
+	for range 5 {
+		disc, _ := dhcpv4.NewDiscovery(a.mac)
+		if off = a.dhcp(a.mac, disc); off != nil {
+			break
+		}
+	}
 	if off == nil || off.MessageType() != dhcpv4.MessageTypeOffer {
 		a.t.Fatalf("attacker's own DISCOVER: %v", off)
 	}

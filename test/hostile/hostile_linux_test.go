@@ -90,7 +90,16 @@ func tapAttack(t *testing.T, h *simvm.Host, st *controller.Status) {
 	gw := netip.MustParseAddr("10.81.0.1")
 	zero := net.HardwareAddr{0, 0, 0, 0, 0, 0}
 	// Its own MAC first (an address probe): that MAC is the port's now.
-	write(ether(broadcastMAC, own, etherARP, arp(1, own, netip.IPv4Unspecified(), zero, gw)))
+	// The bridge takes frames from the port only once it has seen the
+	// TAP's carrier come up (when the TAP was opened, in its own time):
+	// probe until it has learned the MAC.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		write(ether(broadcastMAC, own, etherARP, arp(1, own, netip.IPv4Unspecified(), zero, gw)))
+		if out := h.MustRun(t, "bridge", "fdb", "show", "dev", ta.Tap); !strings.Contains(out, own.String()) {
+			return fmt.Errorf("the bridge has not learned %s on %s yet", own, ta.Tap)
+		}
+		return nil
+	}, "the TAP's port to forward")
 	spoofed := 0
 	for i := range 50 {
 		write(ether(broadcastMAC, randomMAC(1000+i), etherARP, arp(1, randomMAC(1000+i), netip.IPv4Unspecified(), zero, gw)))

@@ -1,0 +1,441 @@
+package doctor
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/netplane"
+)
+
+// installHint is how to install a Debian/Fedora package.
+func installHint(deb, rpm string) string {
+	return fmt.Sprintf("install it: sudo apt install %s (Debian, Ubuntu) or sudo dnf install %s (Fedora, RHEL)", deb, rpm)
+}
+
+func preflight() []check { return []check{checkRoot, checkTun, checkNft} }
+
+func checks() []check {
+	return append(preflight(), checkKernel, checkForwarding, checkDockerForward, checkFirewalls,
+		checkPorts, checkSubnets, checkQemu)
+}
+
+func checkRoot(context.Context, []*api.Network) []Finding {
+	if os.Geteuid() == 0 {
+		return []Finding{{Check: "root", Status: OK, Detail: "running as root"}}
+	}
+	return []Finding{{Check: "root", Status: Fail, Detail: "not running as root: bridges, TAPs and nftables need it",
+		Fix: "run vmnetctl with sudo (the VMs themselves do not need root)"}}
+}
+
+func checkTun(context.Context, []*api.Network) []Finding {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fd)
+		return []Finding{{Check: "/dev/net/tun", Status: OK, Detail: "TUN/TAP devices can be made"}}
+	}
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		return []Finding{{Check: "/dev/net/tun", Status: Fail, Detail: "cannot open /dev/net/tun: " + err.Error(),
+			Fix: "run as root; in a container, pass the device (--device /dev/net/tun) and CAP_NET_ADMIN"}}
+	}
+	return []Finding{{Check: "/dev/net/tun", Status: Fail, Detail: "cannot open /dev/net/tun: " + err.Error(),
+		Fix: "load the tun module: sudo modprobe tun (and add tun to /etc/modules-load.d/ to keep it)"}}
+}
+
+func checkNft(context.Context, []*api.Network) []Finding {
+	path, err := exec.LookPath("nft")
+	if err != nil {
+		return []Finding{{Check: "nftables", Status: Fail, Detail: "the nft command is not installed",
+			Fix: installHint("nftables", "nftables")}}
+	}
+	out, err := exec.Command(path, "--version").CombinedOutput()
+	if err != nil {
+		return []Finding{{Check: "nftables", Status: Fail, Detail: path + " --version failed: " + strings.TrimSpace(string(out)),
+			Fix: "reinstall nftables"}}
+	}
+	return []Finding{{Check: "nftables", Status: OK, Detail: strings.TrimSpace(string(out))}}
+}
+
+// kernelFeatures are the kernel features vmnetctl uses, each tried for
+// real in a network namespace of the check's own (nothing on the host is
+// touched): required ones fail when missing, the others warn (the feature
+// that needs one fails when used).
+var kernelFeatures = []struct {
+	name, what string
+	// needed says whether these networks need the feature (nil: always);
+	// a feature nothing needs is only reported.
+	needed func(nets []*api.Network) bool
+	probe  func() error
+}{
+	{"bridge", "Linux bridges (shared and host networks)", nil, func() error {
+		return addLink(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "probe-br"}})
+	}},
+	{"nftables", "nftables NAT, filtering and the bridge family's anti-spoofing", nil, func() error {
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(`add table inet probe
+add chain inet probe nat { type nat hook postrouting priority srcnat; }
+add rule inet probe nat masquerade
+add table bridge probe
+add set bridge probe m { type ether_addr; size 1; flags dynamic; }
+add chain bridge probe pre { type filter hook prerouting priority filter; }
+add rule bridge probe pre ether saddr != @m add @m { ether saddr }
+`)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}},
+	{"macvtap", "macvtap ports (bridged networks on a plain interface)", hasBridged, func() error {
+		if err := addLink(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "probe-v0"}, PeerName: "probe-v1"}); err != nil {
+			return err
+		}
+		parent, err := netlink.LinkByName("probe-v0")
+		if err != nil {
+			return err
+		}
+		return addLink(&netlink.Macvtap{Macvlan: netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "probe-mvt", ParentIndex: parent.Attrs().Index}, Mode: netlink.MACVLAN_MODE_BRIDGE}})
+	}},
+	{"vxlan", "VXLAN (networks across hosts)", never, func() error {
+		return addLink(&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "probe-vx"}, VxlanId: 42, Port: 4789})
+	}},
+	{"vhost-net", "vhost-net (fast TAP attachments for qemu)", never, func() error {
+		_, err := os.Stat("/dev/vhost-net")
+		return err
+	}},
+}
+
+func addLink(l netlink.Link) error { return netlink.LinkAdd(l) }
+
+func hasBridged(nets []*api.Network) bool {
+	for _, n := range nets {
+		if n.Mode == api.ModeBridged {
+			return true
+		}
+	}
+	return false
+}
+
+func never([]*api.Network) bool { return false }
+
+// inProbeNamespace runs f on a thread in a new network namespace that
+// goes away with the thread.
+func inProbeNamespace(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Never unlocked: the thread, and its namespace, end with this
+		// goroutine.
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("a network namespace for the check: %w", err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+func checkKernel(_ context.Context, nets []*api.Network) []Finding {
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	release := unix.ByteSliceToString(uts.Release[:])
+	var out []Finding
+	for _, k := range kernelFeatures {
+		name := "kernel: " + k.name
+		if err := inProbeNamespace(k.probe); err != nil {
+			st := Fail
+			if k.needed != nil {
+				st = Info
+				if k.needed(nets) {
+					st = Warn
+				}
+			}
+			out = append(out, Finding{Check: name, Status: st, Detail: fmt.Sprintf("%s: not available in kernel %s: %v", k.what, release, err),
+				Fix: "load its module (modprobe), or install your distribution's kernel modules package (linux-modules-extra on Ubuntu)"})
+			continue
+		}
+		out = append(out, Finding{Check: name, Status: OK, Detail: k.what})
+	}
+	return out
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func checkForwarding(_ context.Context, nets []*api.Network) []Finding {
+	v, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	on := err == nil && strings.TrimSpace(string(v)) == "1"
+	shared := false
+	for _, n := range nets {
+		shared = shared || n.Mode == api.ModeShared
+	}
+	switch {
+	case on:
+		return []Finding{{Check: "IPv4 forwarding", Status: OK, Detail: "on"}}
+	case shared:
+		return []Finding{{Check: "IPv4 forwarding", Status: Info, Detail: "off; `vmnetctl up` turns it on for shared networks (and leaves it on)"}}
+	}
+	return []Finding{{Check: "IPv4 forwarding", Status: OK, Detail: "off (no shared network needs it)"}}
+}
+
+// forwardDropRe finds a FORWARD chain whose policy is drop in an nft listing.
+var forwardDropRe = regexp.MustCompile(`(?s)chain FORWARD \{[^}]*policy drop`)
+
+// checkDockerForward finds the iptables FORWARD policy DROP that Docker
+// sets: nftables drops a packet that any base chain drops, so vmnetctl's
+// accept does not help; a rule in DOCKER-USER does.
+func checkDockerForward(ctx context.Context, _ []*api.Network) []Finding {
+	name := "FORWARD policy"
+	drop := false
+	if nft, err := exec.LookPath("nft"); err == nil {
+		out, _ := exec.CommandContext(ctx, nft, "list", "table", "ip", "filter").CombinedOutput()
+		drop = forwardDropRe.Match(out)
+	}
+	for _, ipt := range []string{"iptables-legacy", "iptables"} {
+		if path, err := exec.LookPath(ipt); err == nil && !drop {
+			out, _ := exec.CommandContext(ctx, path, "-S", "FORWARD").CombinedOutput()
+			drop = strings.Contains(string(out), "-P FORWARD DROP")
+		}
+	}
+	if !drop {
+		return []Finding{{Check: name, Status: OK, Detail: "no iptables FORWARD policy drops routed traffic"}}
+	}
+	docker := exists("/var/run/docker.sock") || exists("/run/docker.sock")
+	detail := "the iptables FORWARD chain's policy is DROP: shared networks' traffic to the internet is dropped whatever vmnetctl's rules say"
+	if docker {
+		detail += " (Docker sets it)"
+	}
+	return []Finding{{Check: name, Status: Warn, Detail: detail,
+		Fix: "let vmnetctl's bridges through: sudo iptables -I DOCKER-USER -i vmn-+ -j ACCEPT && sudo iptables -I DOCKER-USER -o vmn-+ -j ACCEPT (without Docker: the same in FORWARD)"}}
+}
+
+func checkFirewalls(ctx context.Context, nets []*api.Network) []Finding {
+	var bridges []string
+	for _, n := range nets {
+		if n.Routed() {
+			bridges = append(bridges, n.Bridge())
+		}
+	}
+	var out []Finding
+	if pidAlive("/var/run/firewalld/firewalld.pid") {
+		fix := "put vmnetctl's bridges in the trusted zone"
+		for _, b := range bridges {
+			fix += fmt.Sprintf("; sudo firewall-cmd --permanent --zone=trusted --add-interface=%s", b)
+		}
+		out = append(out, Finding{Check: "firewalld", Status: Warn,
+			Detail: "firewalld runs: interfaces outside a zone that allows them drop DHCP, DNS and forwarded traffic", Fix: fix + "; sudo firewall-cmd --reload"})
+	}
+	if b, err := os.ReadFile("/etc/ufw/ufw.conf"); err == nil && regexp.MustCompile(`(?m)^ENABLED=yes`).Match(b) {
+		out = append(out, Finding{Check: "ufw", Status: Warn,
+			Detail: "ufw is enabled: its default routed policy drops forwarded traffic and its input policy DHCP and DNS from VMs",
+			Fix:    "sudo ufw allow in on vmn-+ && sudo ufw route allow in on vmn-+ && sudo ufw route allow out on vmn-+"})
+	}
+	if len(out) == 0 {
+		out = append(out, Finding{Check: "firewall", Status: OK, Detail: "neither firewalld nor ufw is active"})
+	}
+	return out
+}
+
+func pidAlive(pidFile string) bool {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return err == nil && unix.Kill(pid, 0) == nil
+}
+
+// listener is a socket bound to a DHCP or DNS port.
+type listener struct {
+	proto string
+	addr  netip.Addr
+	port  int
+	inode string
+}
+
+// listeners reads the UDP and TCP sockets bound to ports from /proc/net.
+func listeners(ports ...int) []listener {
+	var out []listener
+	for _, f := range []struct{ file, proto string }{
+		// thread-self: the network namespace of the calling thread.
+		{"/proc/thread-self/net/udp", "udp"}, {"/proc/thread-self/net/udp6", "udp"},
+		{"/proc/thread-self/net/tcp", "tcp"}, {"/proc/thread-self/net/tcp6", "tcp"},
+	} {
+		fh, err := os.Open(f.file)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Scan() // header
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 10 {
+				continue
+			}
+			// TCP: only listening sockets (state 0A).
+			if f.proto == "tcp" && fields[3] != "0A" {
+				continue
+			}
+			hostHex, portHex, ok := strings.Cut(fields[1], ":")
+			port, err := strconv.ParseUint(portHex, 16, 16)
+			if !ok || err != nil {
+				continue
+			}
+			for _, p := range ports {
+				if int(port) == p {
+					out = append(out, listener{proto: f.proto, addr: procAddr(hostHex), port: p, inode: fields[9]})
+				}
+			}
+		}
+		fh.Close()
+	}
+	return out
+}
+
+// procAddr decodes an address of /proc/net/{udp,tcp}{,6}: 32-bit words in
+// host (little-endian) order.
+func procAddr(h string) netip.Addr {
+	b, err := hex.DecodeString(h)
+	if err != nil || len(b)%4 != 0 {
+		return netip.Addr{}
+	}
+	for i := 0; i < len(b); i += 4 {
+		b[i], b[i+1], b[i+2], b[i+3] = b[i+3], b[i+2], b[i+1], b[i]
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a.Unmap()
+}
+
+// socketOwners maps socket inodes to "name (pid N)" from /proc/*/fd.
+func socketOwners() map[string]string {
+	owners := map[string]string{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+			if ino, ok := strings.CutPrefix(link, "socket:["); err == nil && ok {
+				owners[strings.TrimSuffix(ino, "]")] = fmt.Sprintf("%s (pid %d)", strings.TrimSpace(string(comm)), pid)
+			}
+		}
+	}
+	return owners
+}
+
+// checkPorts finds another program on the DHCP and DNS ports of a gateway:
+// one bound to a wildcard address or to the gateway itself keeps
+// vmnetctl's DHCP server or DNS proxy from binding.
+func checkPorts(_ context.Context, nets []*api.Network) []Finding {
+	gateways := map[netip.Addr]string{}
+	for _, n := range nets {
+		if n.Routed() && n.Gateway.IsValid() && (n.DHCP || n.DNSProxy) {
+			gateways[n.Gateway] = n.ID
+		}
+	}
+	if len(gateways) == 0 {
+		return nil
+	}
+	owners := socketOwners()
+	var out []Finding
+	seen := map[string]bool{}
+	for _, l := range listeners(53, 67) {
+		who := owners[l.inode]
+		if strings.HasPrefix(who, "vmnetctl ") || seen[l.inode] {
+			continue
+		}
+		network, onGateway := gateways[l.addr]
+		if !l.addr.IsUnspecified() && !onGateway {
+			continue // bound to another address: no conflict
+		}
+		seen[l.inode] = true
+		where := fmt.Sprintf("%s %s port %d", l.proto, l.addr, l.port)
+		if onGateway {
+			where += " (the gateway of network " + network + ")"
+		}
+		if who == "" {
+			who = "another program"
+		}
+		service := "DNS proxy"
+		if l.port == 67 {
+			service = "DHCP server"
+		}
+		out = append(out, Finding{Check: fmt.Sprintf("port %d", l.port), Status: Fail,
+			Detail: fmt.Sprintf("%s listens on %s: vmnetctl's %s cannot bind there", who, where, service),
+			Fix:    "stop it, or make it bind only its own interfaces (dnsmasq: bind-interfaces and except-interface=vmn-*)"})
+	}
+	if len(out) == 0 {
+		out = append(out, Finding{Check: "ports 53, 67", Status: OK, Detail: "free on every gateway address"})
+	}
+	return out
+}
+
+func checkSubnets(_ context.Context, nets []*api.Network) []Finding {
+	var out []Finding
+	for _, n := range nets {
+		if !n.Routed() || !n.Subnet.IsValid() {
+			continue
+		}
+		name := "subnet of " + n.ID
+		if err := netplane.CheckConflicts(n); err != nil {
+			out = append(out, Finding{Check: name, Status: Fail, Detail: err.Error(),
+				Fix: fmt.Sprintf("give network %s another subnet in networks.yaml", n.ID)})
+		} else {
+			out = append(out, Finding{Check: name, Status: OK, Detail: n.Subnet.String() + " overlaps nothing on the host"})
+		}
+	}
+	return out
+}
+
+var qemuVersionRe = regexp.MustCompile(`version (\d+)\.(\d+)`)
+
+// checkQemu: qemu's -netdev dgram (the socket attachment) needs qemu 7.2.
+func checkQemu(context.Context, []*api.Network) []Finding {
+	var found []string
+	for _, name := range []string{"qemu-system-x86_64", "qemu-system-aarch64", "qemu-kvm"} {
+		if p, err := exec.LookPath(name); err == nil {
+			found = append(found, p)
+		}
+	}
+	if len(found) == 0 {
+		return []Finding{{Check: "qemu", Status: Info, Detail: "no qemu found (only needed to run qemu VMs)"}}
+	}
+	var out []Finding
+	for _, p := range found {
+		b, _ := exec.Command(p, "--version").Output()
+		m := qemuVersionRe.FindSubmatch(b)
+		if m == nil {
+			out = append(out, Finding{Check: "qemu", Status: Warn, Detail: p + ": version unknown"})
+			continue
+		}
+		major, _ := strconv.Atoi(string(m[1]))
+		minor, _ := strconv.Atoi(string(m[2]))
+		v := fmt.Sprintf("%d.%d", major, minor)
+		if major > 7 || major == 7 && minor >= 2 {
+			out = append(out, Finding{Check: "qemu", Status: OK, Detail: p + " " + v + ": has -netdev dgram"})
+		} else {
+			out = append(out, Finding{Check: "qemu", Status: Warn, Detail: p + " " + v + ": -netdev dgram needs qemu 7.2 or later",
+				Fix: "upgrade qemu, or use `attach: tap` for this qemu (-netdev tap)"})
+		}
+	}
+	return out
+}
