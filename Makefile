@@ -16,10 +16,10 @@ PKG_VERSION ?= $(shell v=$$(git describe --tags --abbrev=0 2>/dev/null | sed 's/
 PKG_ARCH ?= $(shell $(GO) env GOARCH)
 DIST ?= dist
 
-.PHONY: build demo packages demo-down test test-unit check-darwin lint fuzz fuzz-smoke fuzz-list bench bench-smoke clean
+.PHONY: build demo package packages demo-down test test-unit check-darwin lint fuzz fuzz-smoke fuzz-list bench bench-smoke clean
 
 build:
-	$(GO) build -o $(BIN) ./cmd/vmnetctl
+	$(GO) build -ldflags "-X main.version=v$(PKG_VERSION)" -o $(BIN) ./cmd/vmnetctl
 
 # The main job with the built-in default networks: show them, validate the
 # example VM files, then (as root) install nftables if it is missing, bring
@@ -67,9 +67,16 @@ bench:
 
 # .deb and .rpm into dist/: the binary, the default networks.yaml as
 # /etc/vmnetctl/networks.yaml (a config file: an edited one is kept on
-# upgrade), the systemd unit, the docs (packaging/nfpm.yaml).
+# upgrade), the systemd unit, man pages and shell completions generated from
+# the commands, the docs (packaging/nfpm.yaml; docs/install.md).
+package: packages
+
 packages: build $(NFPM)
-	mkdir -p $(DIST)
+	rm -rf build/pkg && mkdir -p build/pkg/man build/pkg/completions $(DIST)
+	$(BIN) man build/pkg/man
+	$(BIN) completion bash > build/pkg/completions/vmnetctl.bash
+	$(BIN) completion zsh > build/pkg/completions/_vmnetctl
+	$(BIN) completion fish > build/pkg/completions/vmnetctl.fish
 	for p in deb rpm; do VERSION=$(PKG_VERSION) ARCH=$(PKG_ARCH) $(NFPM) package -f packaging/nfpm.yaml -p $$p -t $(DIST)/ || exit 1; done
 
 $(NFPM):

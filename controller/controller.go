@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -206,6 +208,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	c.log.Info("controller started", "stateDir", c.sd.Path, "pid", os.Getpid(), "metrics", c.opts.MetricsAddr)
+	// Under systemd (Type=notify) `systemctl start` returns now: the API
+	// serves. Elsewhere this does nothing.
+	daemon.SdNotify(false, daemon.SdNotifyReady)
 
 	resync := time.NewTicker(c.opts.Resync)
 	defer resync.Stop()

@@ -5,10 +5,12 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
+	"golang.org/x/sys/unix"
 )
 
 func find(r *Report, check string) (Finding, bool) {
@@ -45,7 +47,21 @@ func TestDoctorFindsTrouble(t *testing.T) {
 	ns.MustRun(t, "ip", "link", "add", "lan0", "type", "veth", "peer", "name", "lan1")
 	ns.MustRun(t, "ip", "addr", "add", "10.94.0.77/16", "dev", "lan0")
 	ns.MustRun(t, "ip", "link", "set", "lan0", "up")
+	ns.MustRun(t, "ip", "route", "add", "10.93.0.0/25", "dev", "lan0")
 	ns.MustRun(t, "nft", "add table ip filter; add chain ip filter FORWARD { type filter hook forward priority 0; policy drop; }")
+	// A DNS server on the shared network's gateway address (not assigned
+	// here: IP_FREEBIND), as libvirt's dnsmasq would be on its own.
+	var dns net.PacketConn
+	if err := ns.Do(func() (err error) {
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			return c.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_FREEBIND, 1) })
+		}}
+		dns, err = lc.ListenPacket(context.Background(), "udp4", "10.93.0.1:53")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer dns.Close()
 	var dhcp net.PacketConn
 	if err := ns.Do(func() (err error) { dhcp, err = net.ListenPacket("udp4", "0.0.0.0:67"); return err }); err != nil {
 		t.Fatal(err)
@@ -61,6 +77,8 @@ func TestDoctorFindsTrouble(t *testing.T) {
 		says   string
 	}{
 		{"port 67", Fail, "0.0.0.0 port 67"},
+		{"port 53", Fail, "10.93.0.1 port 53 (the gateway of network shared)"},
+		{"subnet of shared", Fail, "route"},
 		{"subnet of host", Fail, "10.94.0.77/16"},
 		{"FORWARD policy", Warn, "DROP"},
 	} {
@@ -72,8 +90,8 @@ func TestDoctorFindsTrouble(t *testing.T) {
 	if f, _ := find(r, "port 67"); !strings.Contains(f.Detail, "(pid ") {
 		t.Errorf("port 67: the finding does not name the process: %s", f.Detail)
 	}
-	if r.Problems < 3 {
-		t.Errorf("%d problems, want at least 3", r.Problems)
+	if r.Problems < 5 {
+		t.Errorf("%d problems, want at least 5", r.Problems)
 	}
 	var out strings.Builder
 	r.Render(&out)

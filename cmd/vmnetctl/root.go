@@ -91,6 +91,7 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 		newVersionCommand(s),
 		newHelperCommand(g, s),
 	)
+	root.AddCommand(newManCommand(root))
 	return root
 }
 

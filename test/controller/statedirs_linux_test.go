@@ -141,3 +141,23 @@ func TestServeStay(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoWithoutTools runs the demo's commands with a PATH that has no
+// tool at all (no nft): what needs nothing works, and `up` stops at once
+// with the one-line fix.
+func TestDemoWithoutTools(t *testing.T) {
+	h := newHost(t)
+	h.Env = append(h.Env, "PATH="+t.TempDir())
+	if out := h.MustVmnetctl("networks"); !strings.Contains(out, "shared") {
+		t.Errorf("networks:\n%s", out)
+	}
+	vms := h.WriteFile("vms.yaml", twoVMs)
+	h.MustVmnetctl("validate", "-f", vms)
+	_, err := h.Vmnetctl("up", "-f", vms)
+	if err == nil || !strings.Contains(err.Error(), "the nft command is not installed; install it: sudo apt install nftables") {
+		t.Fatalf("up without nft: want the one-line fix, got %v", err)
+	}
+	if _, err := os.Stat(h.StateDir()); err == nil {
+		t.Errorf("up without nft made the state dir %s", h.StateDir())
+	}
+}

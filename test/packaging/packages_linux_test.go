@@ -35,7 +35,10 @@ func TestPackages(t *testing.T) {
 	deb := debs[0]
 
 	files := testutil.Run(t, "dpkg-deb", "-c", deb)
-	for _, f := range []string{"./usr/bin/vmnetctl", "./etc/vmnetctl/networks.yaml", "./usr/lib/systemd/system/vmnetctl.service", "./usr/share/doc/vmnetctl/docs/security.md"} {
+	for _, f := range []string{"./usr/bin/vmnetctl", "./etc/vmnetctl/networks.yaml", "./usr/lib/systemd/system/vmnetctl.service",
+		"./usr/share/doc/vmnetctl/docs/security.md", "./usr/share/man/man8/vmnetctl.8", "./usr/share/man/man8/vmnetctl-doctor.8",
+		"./usr/share/bash-completion/completions/vmnetctl", "./usr/share/zsh/vendor-completions/_vmnetctl",
+		"./usr/share/fish/vendor_completions.d/vmnetctl.fish"} {
 		if !strings.Contains(files, f) {
 			t.Errorf("the .deb lacks %s:\n%s", f, files)
 		}
@@ -81,12 +84,28 @@ func TestPackages(t *testing.T) {
 	if p, err := exec.LookPath("systemd-analyze"); err == nil {
 		// The binary is not installed at /usr/bin here: that is the one
 		// complaint allowed.
-		out, _ := exec.Command(p, "verify", filepath.Join(tree, "usr/lib/systemd/system/vmnetctl.service")).CombinedOutput()
+		out, _ := exec.Command(p, "verify", "--man=no", filepath.Join(tree, "usr/lib/systemd/system/vmnetctl.service")).CombinedOutput()
 		for _, l := range strings.Split(string(out), "\n") {
 			if strings.Contains(l, "vmnetctl.service") && !strings.Contains(l, "/usr/bin/vmnetctl is not executable") {
 				t.Errorf("systemd-analyze verify: %s", l)
 			}
 		}
+	}
+
+	// The .deb installs with dpkg (into a root of the test's own, so the
+	// host's /usr and services are not touched; its scripts see DPKG_ROOT
+	// and leave systemd alone) and what it installed runs.
+	inst := t.TempDir()
+	for _, d := range []string{"info", "updates", "triggers"} {
+		os.MkdirAll(filepath.Join(inst, "var/lib/dpkg", d), 0o755)
+	}
+	os.WriteFile(filepath.Join(inst, "var/lib/dpkg/status"), nil, 0o644)
+	if out, err := exec.Command("dpkg", "--root="+inst, "--admindir="+filepath.Join(inst, "var/lib/dpkg"), "--force-depends",
+		"--force-script-chrootless", "--log=/dev/null", "-i", deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg -i: %v\n%s", err, out)
+	}
+	if out := testutil.Run(t, filepath.Join(inst, "usr/bin/vmnetctl"), "version"); !strings.Contains(out, "version: v1.2.3") {
+		t.Errorf("the installed vmnetctl version:\n%s", out)
 	}
 
 	// The .rpm is an RPM (its lead's magic).
