@@ -48,7 +48,7 @@ func TestVMNetHelperBackend(t *testing.T) {
 	if err := sd.SaveProject(p); err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Options{StateDir: sd, Backend: vmnethelper.Backend{Path: fake}, MetricsAddr: "off", StopGrace: 2 * time.Second})
+	c, err := New(Options{StateDir: sd, Backend: vmnethelper.Backend{Path: fake}, MetricsAddr: "off", StopGrace: 2 * time.Second, ExitWhenIdle: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArg
 			return err
 		}
 		defer logf.Close()
-		args := append([]string{"serve", "--state-dir", sd.Path}, extraArgs...)
+		args := append([]string{"serve", "--state-dir", sd.Path, "--" + ExitWhenIdleFlag}, extraArgs...)
 		cmd := exec.Command(exe, args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.Env = os.Environ()

@@ -27,9 +27,9 @@ type Options struct {
 	Log        *slog.Logger
 	// Resync is how often the controller reconciles without being asked.
 	Resync time.Duration
-	// Stay keeps the controller running when no project is left (a
-	// service); otherwise it exits then.
-	Stay bool
+	// ExitWhenIdle ends the controller once no project is left (the one
+	// `up` starts in the background); otherwise it stays, as a service.
+	ExitWhenIdle bool
 	// StatsInterval is the helpers' --stats-interval.
 	StatsInterval time.Duration
 	// ReadyTimeout bounds a helper's start; StopGrace its SIGTERM.
@@ -134,6 +134,9 @@ type Controller struct {
 	gen   genWaiter
 }
 
+// ExitWhenIdleFlag is serve's flag for Options.ExitWhenIdle.
+const ExitWhenIdleFlag = "exit-when-idle"
+
 // EnvResync sets the controller's default resync interval (a duration
 // like 30s): `up` starts the controller with the environment it runs in.
 const EnvResync = "VMNETCTL_RESYNC"
@@ -229,7 +232,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		if err != nil {
 			c.log.Error("reconcile failed", "err", err)
 		}
-		if done && !c.opts.Stay {
+		if done && c.opts.ExitWhenIdle {
 			c.log.Info("no project left; controller exits")
 			return nil
 		}

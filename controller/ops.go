@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,34 @@ type Input struct {
 	VMName string
 	// Project is -p; empty derives it from the files (statedir.ProjectName).
 	Project string
+	// NetworksNamed is set when the user named networks.yaml (--networks
+	// or $VMNETCTL_NETWORKS); otherwise the networks of record win.
+	NetworksNamed bool
+}
+
+// useNetworksOfRecord makes an Input whose networks.yaml the user did not
+// name use the one the state dir's projects run with: the last one named.
+// Without it, an `up` of one project with the defaults would take another
+// project's networks (its reservations, its lease times) away.
+func (in *Input) useNetworksOfRecord(env Env) error {
+	if in.NetworksNamed {
+		return nil
+	}
+	projects, err := env.StateDir.Projects()
+	if err != nil || len(projects) == 0 {
+		return err
+	}
+	snap, err := env.StateDir.Networks()
+	if err != nil || snap == nil {
+		return err
+	}
+	if snap.Source != in.Networks.Source || !bytes.Equal(snap.Data, in.Networks.Data) {
+		if env.Stderr != nil {
+			fmt.Fprintf(env.Stderr, "using the networks of record (%s, from the last up that named one); name another with --networks\n", snap.Source)
+		}
+		in.Networks = *snap
+	}
+	return nil
 }
 
 // ReadInput reads networks.yaml (networksPath, else as config.ReadNetworks
@@ -66,7 +95,8 @@ func ReadInput(networksPath string, files []string, vmName, project string) (*In
 	if err != nil {
 		return nil, err
 	}
-	in := &Input{Networks: statedir.NetworksSnapshot{Source: source, Data: data}, VMName: vmName, Project: project}
+	in := &Input{Networks: statedir.NetworksSnapshot{Source: source, Data: data}, VMName: vmName, Project: project,
+		NetworksNamed: networksPath != "" || os.Getenv(config.EnvNetworks) != ""}
 	for _, path := range files {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -165,10 +195,46 @@ type ApplyResult struct {
 	Error string
 }
 
+// Err says what of the project did not come up: its attachments that do
+// not run and the networks they need that are not up, or nil. `up` exits
+// non-zero with it, after printing the status.
+func (r *ApplyResult) Err() error {
+	if r.Status == nil {
+		return nil
+	}
+	var bad []string
+	needed := map[string]bool{}
+	for _, a := range r.Status.Attachments {
+		if a.Project != r.Project {
+			continue
+		}
+		needed[a.Network] = true
+		if a.State != StateRunning {
+			why := a.State
+			if a.Error != "" {
+				why += ": " + a.Error
+			}
+			bad = append(bad, fmt.Sprintf("%s/%d is %s", a.VM, a.Index, why))
+		}
+	}
+	for _, n := range r.Status.Networks {
+		if needed[n.Name] && n.State != "up" {
+			bad = append(bad, fmt.Sprintf("network %s is %s: %s", n.Name, n.State, n.Error))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("project %s is not all up: %s", r.Project, strings.Join(bad, "; "))
+}
+
 // Apply is `vmnetctl up`: it validates the input against every project of
 // the state dir, records it as a project, starts the controller if none
 // runs, and returns once the controller has converged.
 func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResult, error) {
+	if err := in.useNetworksOfRecord(env); err != nil {
+		return nil, err
+	}
 	l, err := in.load(env)
 	if err != nil {
 		return nil, err
@@ -229,6 +295,9 @@ func converge(ctx context.Context, env Env, serveArgs ...string) (*ReconcileResp
 func PlanApply(env Env, in *Input, backendName string) (*Plan, error) {
 	be, err := BackendByName(backendName)
 	if err != nil {
+		return nil, err
+	}
+	if err := in.useNetworksOfRecord(env); err != nil {
 		return nil, err
 	}
 	l, err := in.load(env)
@@ -328,7 +397,7 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		return nil
 	}
 	// Nothing left: the controller removes everything and exits, or, run
-	// as a service (serve --stay), removes everything and stays.
+	// as a service (serve without --exit-when-idle), removes everything and stays.
 	if err := waitFor(ctx, 30*time.Second, func() bool { return !sd.ControllerAlive() || !sd.HasRuntime() }); err != nil {
 		return fmt.Errorf("the controller did not exit after the last project was removed; see %s", sd.ControllerLog())
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -200,6 +201,7 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 	for _, r := range rs.Helpers {
 		recs[r.Key] = r
 	}
+	ips := map[string]string{} // network/mac → ip
 	for _, n := range d.Networks {
 		ns := newNetworkStatus(n, d)
 		// Check compares the kernel with what the network needs; Inspect
@@ -209,10 +211,20 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 		} else {
 			ns.State, ns.Error = "error", err.Error()
 		}
+		// The lease files say what DHCP handed out, controller or not.
+		if ls, err := leasesOf(sd, n.ID); err == nil {
+			ns.Leases = len(ls)
+			for _, l := range ls {
+				ips[n.ID+"/"+l.MAC] = l.IP.String()
+			}
+		}
 		st.Networks = append(st.Networks, ns)
 	}
 	for _, a := range d.Attachments {
 		as := newAttachmentStatus(a)
+		if ip := ips[a.Network+"/"+a.MAC]; ip != "" {
+			as.IP = ip
+		}
 		if r, ok := recs[a.Key()]; ok {
 			as.Socket, as.Tap, as.Restarts = r.Socket, r.Tap, r.Restarts
 			if r.Proc.Alive() {
@@ -368,4 +380,76 @@ func (st *Status) RenderProject(w io.Writer, project string) error {
 		return errors.New("not every attachment is running:\n" + strings.Join(failed, "\n"))
 	}
 	return nil
+}
+
+// LeaseStatus is one DHCP lease, with the VM it belongs to.
+type LeaseStatus struct {
+	Network  string    `json:"network"`
+	IP       string    `json:"ip"`
+	MAC      string    `json:"mac"`
+	Hostname string    `json:"hostname,omitempty"`
+	VM       string    `json:"vm,omitempty"`
+	Expiry   time.Time `json:"expiry"`
+}
+
+// LeaseList is `vmnetctl leases`.
+type LeaseList struct {
+	Leases []LeaseStatus `json:"leases"`
+}
+
+// Leases lists the unexpired DHCP leases of the state dir's networks (of
+// network only, if set), from the lease files: a controller need not run.
+// A lease's VM is the attachment with its MAC.
+func Leases(sd statedir.Dir, network string) (*LeaseList, error) {
+	rs, _, err := sd.LoadRuntime()
+	if err != nil {
+		return nil, err
+	}
+	d, err := appliedDesired(rs)
+	if err != nil {
+		return nil, err
+	}
+	vms := map[string]string{} // network/mac → VM
+	for _, a := range d.Attachments {
+		vms[a.Network+"/"+a.MAC] = a.VM
+	}
+	list := &LeaseList{Leases: []LeaseStatus{}}
+	found := network == ""
+	for _, n := range d.Networks {
+		if network != "" && n.ID != network {
+			continue
+		}
+		found = true
+		ls, err := leasesOf(sd, n.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range ls {
+			list.Leases = append(list.Leases, LeaseStatus{Network: n.ID, IP: l.IP.String(), MAC: l.MAC,
+				Hostname: l.Hostname, VM: vms[n.ID+"/"+l.MAC], Expiry: l.Expiry})
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("network %q is not up in %s", network, sd.Path)
+	}
+	return list, nil
+}
+
+// leasesOf reads network id's unexpired leases from its lease file.
+func leasesOf(sd statedir.Dir, id string) ([]backend.Lease, error) {
+	return netplane.ReadLeases(netplane.LeaseFile(sd.LeasesDir(), id), time.Now())
+}
+
+// Render writes the leases as a table.
+func (l *LeaseList) Render(w io.Writer) error {
+	if len(l.Leases) == 0 {
+		_, err := fmt.Fprintln(w, "No leases.")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NETWORK\tIP\tMAC\tHOSTNAME\tVM\tEXPIRES")
+	for _, x := range l.Leases {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", x.Network, x.IP, x.MAC, dash(x.Hostname), dash(x.VM), x.Expiry.Local().Format(time.DateTime))
+	}
+	return tw.Flush()
 }

@@ -27,6 +27,31 @@ type leaseFile struct {
 	Leases  []backend.Lease `json:"leases"`
 }
 
+// ReadLeases reads the unexpired leases of a lease file as of now, by
+// address: what the DHCP server handed out, readable without it (a lease
+// is written before its ACK). A missing file has none.
+func ReadLeases(path string, now time.Time) ([]backend.Lease, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var f leaseFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var out []backend.Lease
+	for _, l := range f.Leases {
+		if now.Before(l.Expiry) {
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(x, y backend.Lease) int { return x.IP.Compare(y.IP) })
+	return out, nil
+}
+
 // ErrNoAddress is returned when the DHCP range has no address left for a client.
 var ErrNoAddress = errors.New("no free address in the DHCP range")
 

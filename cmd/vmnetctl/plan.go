@@ -9,6 +9,7 @@ import (
 func newPlanCommand(g *globals, s streams) *cobra.Command {
 	f, out := &vmFileFlags{}, &output{}
 	var backend string
+	var detailed bool
 	cmd := command("plan -f FILE... [-p PROJECT]", "Show what `up` would change, as a diff",
 		cobra.NoArgs, func(*cobra.Command, []string) error {
 			in, err := f.input(g)
@@ -19,10 +20,17 @@ func newPlanCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return out.print(s.out, plan, plan.Render)
+			if err := out.print(s.out, plan, plan.Render); err != nil {
+				return err
+			}
+			if detailed && !plan.Empty() {
+				return exitError{code: 2}
+			}
+			return nil
 		})
 	f.bind(cmd, true)
 	bindBackend(cmd, &backend)
 	out.bind(cmd, "print the plan as JSON")
+	cmd.Flags().BoolVar(&detailed, "detailed-exitcode", false, "exit 2 when there are changes, 0 when none, 1 on an error (as terraform plan)")
 	return cmd
 }

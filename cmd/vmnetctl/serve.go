@@ -15,19 +15,19 @@ import (
 func newServeCommand(g *globals, s streams) *cobra.Command {
 	var group, metricsAddr string
 	var resync time.Duration
-	var stay bool
+	var exitWhenIdle bool
 	cmd := command("serve", "Run the controller in the foreground (what `up` starts in the background)",
 		cobra.NoArgs, func(*cobra.Command, []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			c, err := controller.New(controller.Options{
-				StateDir:    g.dir(),
-				Log:         slog.New(slog.NewTextHandler(s.err, nil)),
-				Group:       group,
-				MetricsAddr: metricsAddr,
-				Resync:      resync,
-				Stay:        stay,
-				Version:     version,
+				StateDir:     g.dir(),
+				Log:          slog.New(slog.NewTextHandler(s.err, nil)),
+				Group:        group,
+				MetricsAddr:  metricsAddr,
+				Resync:       resync,
+				ExitWhenIdle: exitWhenIdle,
+				Version:      version,
 			})
 			if err != nil {
 				return err
@@ -38,6 +38,6 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `serve Prometheus /metrics and /healthz here ("off" for none)`)
 	cmd.Flags().DurationVar(&resync, "resync", controller.DefaultResync(),
 		"how often the controller re-checks everything without being asked: helpers, and the networks' kernel state, which it repairs (default $"+controller.EnvResync+", else 30s)")
-	cmd.Flags().BoolVar(&stay, "stay", false, "keep running when no project is left (as a service: packaging/vmnetctl.service); without it the controller exits then")
+	cmd.Flags().BoolVar(&exitWhenIdle, controller.ExitWhenIdleFlag, false, "exit once no project is left (what the controller that `up` starts does); without it the controller stays, as a service")
 	return cmd
 }

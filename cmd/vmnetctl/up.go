@@ -21,7 +21,14 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return out.print(s.out, res.Status, func(w io.Writer) error { return res.Status.RenderProject(w, res.Project) })
+			if err := out.print(s.out, res.Status, func(w io.Writer) error { return res.Status.RenderProject(w, res.Project) }); err != nil {
+				return err
+			}
+			// Printed, and still a failure for scripts: exit status 1.
+			if err := res.Err(); err != nil {
+				return exitError{code: 1, err: err}
+			}
+			return nil
 		})
 	f.bind(cmd, true)
 	out.bind(cmd, "print the status as JSON")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -101,14 +102,14 @@ func TestUpPreflight(t *testing.T) {
 	}
 }
 
-// TestServeStay: the controller as a service (serve --stay, the packaged
-// unit's command) serves `up`, and after `down --all` removes everything
-// and stays, ready for the next `up`.
+// TestServeStay: the controller as a service (`serve`, the packaged unit's
+// command) serves `up`, and after `down --all` removes everything and
+// stays, ready for the next `up`.
 func TestServeStay(t *testing.T) {
 	h := newHost(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := h.VmnetctlCommand(ctx, "serve", "--stay", "--metrics-addr", "off")
+	srv := h.VmnetctlCommand(ctx, "serve", "--metrics-addr", "off")
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,5 +160,49 @@ func TestDemoWithoutTools(t *testing.T) {
 	}
 	if _, err := os.Stat(h.StateDir()); err == nil {
 		t.Errorf("up without nft made the state dir %s", h.StateDir())
+	}
+}
+
+// TestNetworksOfRecord: an `up` that names no networks.yaml uses the one
+// the state dir's projects run with, so another project's networks (its
+// reservations, its lease times) stay as they are.
+func TestNetworksOfRecord(t *testing.T) {
+	h := newHost(t)
+	a := h.WriteFile("a.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
+	b := h.WriteFile("b.yaml", "vms:\n  b:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", a) // names networksYAML (--networks)
+	// Without --networks (and without $VMNETCTL_NETWORKS).
+	cmd := h.NS.Command(context.Background(), h.Binary, "--state-dir", h.StateDir(), "up", "-f", b)
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "VMNETCTL_NETWORKS=") {
+			env = append(env, e)
+		}
+	}
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("up without --networks: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "using the networks of record") {
+		t.Errorf("up without --networks does not say which networks it uses:\n%s", out)
+	}
+	snap, err := statedir.Dir{Path: h.StateDir()}.Networks()
+	if err != nil || snap == nil || snap.Source != h.Networks {
+		src := ""
+		if snap != nil {
+			src = snap.Source
+		}
+		t.Fatalf("networks of record after the second up: %q, %v; want %s", src, err, h.Networks)
+	}
+	// Both projects run on the networks of record: the shared network is
+	// the one of networksYAML (10.77.0.0/24), not the built-in one.
+	for _, n := range h.Status().Networks {
+		if n.Name == "shared" && n.Subnet != "10.77.0.0/24" {
+			t.Errorf("shared network: subnet %s, want 10.77.0.0/24 of the networks of record", n.Subnet)
+		}
+	}
+	if out := h.MustVmnetctl("plan", "-f", a); strings.TrimSpace(out) != "No changes." {
+		t.Errorf("plan of the first project after the second's up:\n%s", out)
 	}
 }

@@ -78,7 +78,7 @@ func TestPackages(t *testing.T) {
 		t.Fatalf("unit: ExecStart=%q, want /usr/bin/vmnetctl ..., and Restart=on-failure:\n%s", execStart, unit)
 	}
 	// The unit's flags are the binary's: --help parses them without running.
-	if out, err := exec.Command(bin, append(argv[1:], "--help")...).CombinedOutput(); err != nil || !strings.Contains(string(out), "--stay") {
+	if out, err := exec.Command(bin, append(argv[1:], "--help")...).CombinedOutput(); err != nil || !strings.Contains(string(out), "--exit-when-idle") {
 		t.Errorf("%s --help: %v\n%s", execStart, err, out)
 	}
 	if p, err := exec.LookPath("systemd-analyze"); err == nil {
