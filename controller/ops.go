@@ -398,7 +398,7 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 	}
 	// Nothing left: the controller removes everything and exits, or, run
 	// as a service (serve without --exit-when-idle), removes everything and stays.
-	if err := waitFor(ctx, 30*time.Second, func() bool { return !sd.ControllerAlive() || !sd.HasRuntime() }); err != nil {
+	if err := waitFor(ctx, 30*time.Second, func() bool { return !sd.ControllerAlive() || resp.Stays && !sd.HasRuntime() }); err != nil {
 		return fmt.Errorf("the controller did not exit after the last project was removed; see %s", sd.ControllerLog())
 	}
 	stopStrays(env)

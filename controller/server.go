@@ -13,6 +13,9 @@ import (
 type ReconcileResponse struct {
 	Error  string  `json:"error,omitempty"`
 	Status *Status `json:"status"`
+	// Stays is set by a controller that keeps running with no project
+	// (a service); one run with --exit-when-idle exits then.
+	Stays bool `json:"stays,omitempty"`
 }
 
 // handler is the daemon API, served on the state dir's unix socket.
@@ -37,6 +40,7 @@ func (c *Controller) handler() http.Handler {
 		}
 		c.mu.Unlock()
 		resp.Status = c.status()
+		resp.Stays = !c.opts.ExitWhenIdle
 		writeJSON(w, resp)
 	})
 	return mux

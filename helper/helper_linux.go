@@ -299,6 +299,10 @@ func (s *session) forward(r *relay, lis *listener) error {
 		return err
 	}
 	s.log.infof("main", "forwarding started")
+	if lis != nil {
+		r.followPeer = true
+		defer s.followClient(lis, r.stop)()
+	}
 	err = r.run(first)
 	switch {
 	case errors.Is(err, errPeerGone):
@@ -309,6 +313,57 @@ func (s *session) forward(r *relay, lis *listener) error {
 	}
 	s.log.infof("main", "stopping: terminated")
 	return nil
+}
+
+// followInterval is how often a --socket helper looks at its client's
+// socket path for a restarted VMM.
+const followInterval = time.Second
+
+// followClient follows the client of --socket across restarts of its VMM:
+// a VMM started again binds the same path anew (a new socket), which the
+// helper's connected socket does not reach, and whose datagrams the kernel
+// refuses while the helper is connected to the old one. So, every
+// followInterval, the path is looked at; when it names another socket than
+// the one served, the helper's socket is connected to it. The VM's exit is
+// not the helper's: it waits, keeping the VM's port, and nothing counts
+// as a crash. It returns the function that stops following.
+func (s *session) followClient(lis *listener, stop int) func() {
+	path := lis.client
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return func() {}
+	}
+	// A new socket may get the old one's inode number: its change time
+	// tells them apart.
+	type id struct {
+		dev, ino uint64
+		ctime    unix.Timespec
+	}
+	idOf := func(st *unix.Stat_t) id { return id{st.Dev, st.Ino, st.Ctim} }
+	served := idOf(&st)
+	done := make(chan struct{})
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		t := time.NewTicker(followInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if err := unix.Stat(path, &st); err != nil || idOf(&st) == served {
+				continue
+			}
+			if err := unix.Connect(lis.fd, &unix.SockaddrUnix{Name: path}); err != nil {
+				continue // not bound yet: try again
+			}
+			served = idOf(&st)
+			s.log.infof("main", "client %q is a new socket (its VMM restarted): serving it", path)
+		}
+	}()
+	return func() { close(done); <-gone }
 }
 
 // waitForClient waits for the first datagram on --socket and returns it
@@ -322,6 +377,7 @@ func (s *session) waitForClient(r *relay, lis *listener) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	lis.client = client
 	s.log.infof("main", "serving client %q", client)
 	if len(first) > 0 && len(first) < r.hdr+ethHeaderLen {
 		first = nil

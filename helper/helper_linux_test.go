@@ -598,9 +598,27 @@ func TestPeerGone(t *testing.T) {
 			f.setupVM(t, "vmeth0", h.ready.MACAddress)
 			testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the VM to the gateway")
 
-			// The VM dies. The helper notices when it next sends to it: a
-			// dgram socket has no hangup, so traffic towards the VM tells.
 			relay.stop()
+			if socket {
+				// --socket: the VMM exits and starts again on the same
+				// path (a new socket there). The helper keeps the VM's
+				// port through it and serves the new one.
+				os.Remove(filepath.Join(f.dir, "vm.sock"))
+				f.host.Ping(vmAddr, 1) // traffic towards the gone VM
+				tap = openTap(t, f.vm, "vmeth0", false, 0)
+				conn = dialSocket(t, f.dir, filepath.Join(f.dir, "helper.sock"))
+				relay = startRelay(tap, conn, 0)
+				defer relay.stop()
+				f.setupVM(t, "vmeth0", h.ready.MACAddress)
+				testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the restarted VM")
+				if h.exited() {
+					t.Errorf("the helper exited with its VMM")
+				}
+				return
+			}
+			// --fd: the VM dies. The helper notices when it next sends to
+			// it (a dgram socket has no hangup, so traffic towards the VM
+			// tells) and ends with it.
 			testutil.Eventually(t, 10*time.Second, func() bool {
 				f.host.Ping(vmAddr, 1)
 				return h.exited()

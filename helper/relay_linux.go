@@ -47,6 +47,11 @@ type relay struct {
 	log             *logger
 	// stalled is set while the VM does not read (send); tapToSocket's only.
 	stalled bool
+	// followPeer (--socket) keeps the relay going while the VM's socket is
+	// gone: a VMM that exits is not the end, a restarted one on the same
+	// path is followed (followClient). With --fd the VM's end going away
+	// ends the helper.
+	followPeer bool
 }
 
 // run relays until stop is signalled or a direction fails. first, if not
@@ -199,6 +204,10 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 			if err := w.wait(unix.POLLOUT, deadline.Sub(now)); err != nil {
 				return err
 			}
+		case peerGone(err) && r.followPeer:
+			// No VM to take them (it exited; a restarted one is
+			// followed): not drops.
+			return nil
 		case peerGone(err):
 			return errPeerGone
 		case err == unix.EMSGSIZE:
@@ -230,6 +239,9 @@ func (r *relay) socketToTap() error {
 			empty = true
 			continue
 		case err == unix.EINTR:
+			continue
+		case peerGone(err) && r.followPeer:
+			empty = true
 			continue
 		case peerGone(err):
 			return errPeerGone

@@ -38,10 +38,12 @@ func checkFD(fd int) error {
 	return unix.SetNonblock(fd, true)
 }
 
-// listener is the --socket PATH socket and its lock.
+// listener is the --socket PATH socket and its lock, and the path of the
+// client it serves once one came.
 type listener struct {
 	fd         int
 	path, lock string
+	client     string // the served client's socket path, once one came
 	lockFile   *os.File
 }
 

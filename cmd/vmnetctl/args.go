@@ -33,6 +33,8 @@ func newArgsCommand(g *globals, s streams) *cobra.Command {
 ` + "`vmnetctl up`" + ` set them up (see docs/vmms.md). With --fds, for qemu under
 ` + "`vmnetctl run`" + `, the attachments are the inherited descriptors 4, 5, ...
 With --mac N it prints only the MAC address of the VM's attachment N.`
+	cmd.ValidArgsFunction = completeVMs(g)
+	cmd.Example = "  vmnetctl args web --vmm qemu\n  vmnetctl args web --vmm vfkit"
 	cmd.Flags().StringVar(&vmm, "vmm", "qemu", "the VMM: "+strings.Join(controller.VMMs, ", "))
 	cmd.Flags().BoolVar(&fds, "fds", false, "qemu: use the descriptors `vmnetctl run` passes (4, 5, ...) instead of sockets")
 	cmd.Flags().IntVar(&mac, "mac", 0, "print only the MAC address of attachment N")

@@ -21,6 +21,7 @@ func newLeasesCommand(g *globals, s streams) *cobra.Command {
 			return out.print(s.out, l, l.Render)
 		})
 	cmd.Example = "  sudo vmnetctl leases\n  sudo vmnetctl leases shared --json"
+	cmd.ValidArgsFunction = completeNetworks(g)
 	out.bind(cmd, "print JSON: {leases: [{network, ip, mac, hostname, vm, expiry}]}")
 	return cmd
 }

@@ -71,6 +71,7 @@ func newRootCommand(s streams) *cobra.Command {
 defined in a lima-compatible networks.yaml, without running the VM as root.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version,
 	}
 	root.SetIn(s.in)
 	root.SetOut(s.out)
@@ -88,12 +89,35 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 		newValidateCommand(g, s),
 		newDoctorCommand(g, s),
 		newLeasesCommand(g, s),
+		newLogsCommand(g, s),
+		newDescribeCommand(g, s),
 		newNetworksCommand(g, s),
 		newVersionCommand(s),
 		newHelperCommand(g, s),
 	)
 	root.AddCommand(newManCommand(root))
+	for _, c := range root.Commands() {
+		if c.Example == "" {
+			c.Example = examples[c.Name()]
+		}
+	}
 	return root
+}
+
+// examples are the commands' Examples sections (`vmnetctl CMD --help`),
+// where the command does not set its own.
+var examples = map[string]string{
+	"up":       "  sudo vmnetctl up -f vms.yaml\n  sudo vmnetctl up -f ~/.lima/default/lima.yaml --json\n  sudo vmnetctl up -f vms.yaml --networks ~/.lima/_config/networks.yaml",
+	"down":     "  sudo vmnetctl down -f vms.yaml\n  sudo vmnetctl down -p web\n  sudo vmnetctl down --all",
+	"plan":     "  sudo vmnetctl plan -f vms.yaml\n  sudo vmnetctl plan -f vms.yaml --detailed-exitcode   # exit 2 when up would change something",
+	"status":   "  sudo vmnetctl status\n  sudo vmnetctl status --json | jq '.attachments[] | {vm, ip, state}'",
+	"serve":    "  sudo vmnetctl serve                     # as a service (packaging/vmnetctl.service)\n  sudo vmnetctl serve --group vmnetctl    # members of group vmnetctl may use status and args",
+	"run":      "  sudo vmnetctl run -f vms.yaml -- qemu-system-x86_64 $(vmnetctl args web --fds) ...",
+	"validate": "  vmnetctl validate -f vms.yaml\n  vmnetctl validate -f lima.yaml --networks ~/.lima/_config/networks.yaml --backend vmnet-helper",
+	"networks": "  vmnetctl networks\n  vmnetctl networks --networks ~/.lima/_config/networks.yaml --json",
+	"doctor":   "  sudo vmnetctl doctor\n  sudo vmnetctl doctor --json",
+	"version":  "  vmnetctl version",
+	"helper":   "  sudo vmnetctl helper --network shared --socket /tmp/vm.sock --interface-id $(uuidgen)",
 }
 
 // printWarnings writes warnings to stderr, one per line.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,6 +15,8 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
+	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -67,6 +72,37 @@ func TestDay2(t *testing.T) {
 		t.Errorf("leases of a network that is not up: no error")
 	}
 
+	// logs: a VM's helpers, each line prefixed; without a VM the controller.
+	if out := h.MustVmnetctl("logs", "a"); !strings.Contains(out, "a/0 | ") || !strings.Contains(out, "forwarding started") {
+		t.Errorf("logs a:\n%s", out)
+	}
+	if out := h.MustVmnetctl("logs"); !strings.Contains(out, "controller started") {
+		t.Errorf("logs:\n%s", out)
+	}
+	if _, err := h.Vmnetctl("logs", "nope"); err == nil || !strings.Contains(err.Error(), "VMs that are up: [a b]") {
+		t.Errorf("logs of a VM that is not up: %v", err)
+	}
+	// Shell completion offers the VMs and networks that are up.
+	if out := h.MustVmnetctl("__complete", "logs", ""); !strings.Contains(out, "a\nb\n") {
+		t.Errorf("completion of logs' VM:\n%s", out)
+	}
+	if out := h.MustVmnetctl("__complete", "leases", ""); !strings.Contains(out, "shared\n") {
+		t.Errorf("completion of leases' network:\n%s", out)
+	}
+
+	// describe: the VM is connected, has its lease, and nothing to do.
+	var d controller.Description
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "a", "--json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Attachments) != 1 || d.Attachments[0].Peer != "connected" || d.Attachments[0].Lease == nil ||
+		d.Attachments[0].Lease.IP != ips["a"] || len(d.Attachments[0].Advice) != 0 || len(d.Attachments[0].LogTail) == 0 {
+		t.Errorf("describe a: %+v", d)
+	}
+	if out := h.MustVmnetctl("describe", "a"); !strings.Contains(out, "peer:        connected") || !strings.Contains(out, ips["a"]) {
+		t.Errorf("describe a:\n%s", out)
+	}
+
 	// plan --detailed-exitcode: 0 without changes, 2 with.
 	if code, out := exitCode(t, h, "plan", "--detailed-exitcode", "-f", vms); code != 0 {
 		t.Errorf("plan --detailed-exitcode of the applied file: exit %d\n%s", code, out)
@@ -98,6 +134,9 @@ func TestDay2(t *testing.T) {
 		t.Errorf("offline status: %d leases on shared, want 2", offline.Networks[0].Leases)
 	}
 	checkLeases("without a controller")
+	if out := h.MustVmnetctl("describe", "b"); !strings.Contains(out, "no controller runs") {
+		t.Errorf("describe b without a controller gives no advice:\n%s", out)
+	}
 
 	// up of a VM whose network cannot come up (a link of the bridge's
 	// name that is not vmnetctl's) prints the status and exits 1.
@@ -105,5 +144,33 @@ func TestDay2(t *testing.T) {
 	bad := h.WriteFile("bad.yaml", "vms:\n  d:\n    networks:\n      - vmnet: isolated\n")
 	if code, out := exitCode(t, h, "up", "-f", bad, "--json"); code != 1 || !json.Valid([]byte(out)) {
 		t.Errorf("up of a VM on a network that cannot come up: exit %d (want 1), stdout valid JSON: %v\n%s", code, json.Valid([]byte(out)), out)
+	}
+}
+
+// TestVMRestartFollowed: a VMM that exits and starts again on the same
+// client socket path is served by the same helper (no restart, no
+// backoff), and its VM gets its address again.
+func TestVMRestartFollowed(t *testing.T) {
+	h := newHost(t)
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
+	att := h.Attachment(h.Status(), "a")
+	client := filepath.Join(h.Dir, "a.client.sock")
+	for round := range 3 {
+		vm := simvm.AttachSocket(t, fmt.Sprintf("a%d", round), att.MAC, att.Socket, client)
+		lease, err := vm.NS.DHCP(t, "eth0")
+		if err != nil {
+			b, _ := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile("a/0"))
+			t.Fatalf("round %d: %v\nhelper log:\n%s", round, err, b)
+		}
+		if ip := lease["ip"]; testutil.InRange(ip, poolStart, poolEnd) != nil {
+			t.Fatalf("round %d: lease %q", round, ip)
+		}
+		vm.Close() // the VMM exits
+
+	}
+	got := h.Attachment(h.Status(), "a")
+	if got.PID != att.PID || got.Restarts != 0 || got.State != "running" {
+		t.Errorf("after three VMM restarts: helper pid %d (was %d), %d restarts, %s; want the same helper, no restart",
+			got.PID, att.PID, got.Restarts, got.State)
 	}
 }

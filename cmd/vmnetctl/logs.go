@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmnetctl/vmnetctl/controller"
+)
+
+func newLogsCommand(g *globals, s streams) *cobra.Command {
+	var follow bool
+	cmd := command("logs [VM] [-f]", "Print the log of a VM's helpers (each line prefixed with VM/INDEX), or without VM the controller's",
+		cobra.MaximumNArgs(1), func(cmd *cobra.Command, args []string) error {
+			vm := ""
+			if len(args) == 1 {
+				vm = args[0]
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return controller.Logs(ctx, g.dir(), vm, follow, s.out)
+		})
+	cmd.Example = "  sudo vmnetctl logs            # the controller\n  sudo vmnetctl logs web -f     # web's helpers, following"
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until interrupted")
+	cmd.ValidArgsFunction = completeVMs(g)
+	return cmd
+}
+
+// completeVMs completes the first argument with the VMs that are up.
+func completeVMs(g *globals) cobra.CompletionFunc {
+	return func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		vms, _ := controller.Names(g.dir())
+		return vms, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeNetworks completes the first argument with the networks that are up.
+func completeNetworks(g *globals) cobra.CompletionFunc {
+	return func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		_, nets := controller.Names(g.dir())
+		return nets, cobra.ShellCompDirectiveNoFileComp
+	}
+}

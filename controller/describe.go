@@ -1,0 +1,156 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// Description is `vmnetctl describe VM`: everything about a VM's
+// attachments, and what to do when something is wrong.
+type Description struct {
+	VM          string                  `json:"vm"`
+	Controller  ControllerStatus        `json:"controller"`
+	Attachments []AttachmentDescription `json:"attachments"`
+}
+
+// AttachmentDescription is one attachment of a described VM.
+type AttachmentDescription struct {
+	AttachmentStatus
+	// Peer says whether the VM is there: "connected" (frames came from
+	// it), "waiting for VM" (none yet), or "-" when the helper does not run.
+	Peer  string       `json:"peer"`
+	Lease *LeaseStatus `json:"lease,omitempty"`
+	// LogTail is the end of the helper's log.
+	LogTail []string `json:"logTail"`
+	// Advice says what to do, one line each; empty when all is well.
+	Advice []string `json:"advice"`
+}
+
+// logTailLines is how much of a helper's log Describe shows.
+const logTailLines = 8
+
+// Describe tells everything about vm's attachments: status, peer, lease,
+// drops, the end of the helper's log, and what to do.
+func Describe(ctx context.Context, sd statedir.Dir, vm string) (*Description, error) {
+	st, err := CurrentStatus(ctx, sd)
+	if err != nil {
+		return nil, err
+	}
+	leases, _ := Leases(sd, "")
+	d := &Description{VM: vm, Controller: st.Controller, Attachments: []AttachmentDescription{}}
+	var names []string
+	for _, a := range st.Attachments {
+		names = append(names, a.VM)
+		if a.VM != vm {
+			continue
+		}
+		ad := AttachmentDescription{AttachmentStatus: a, Peer: "-", LogTail: lastLines(sd.HelperLogFile(fmt.Sprintf("%s/%d", a.VM, a.Index)), logTailLines)}
+		if a.State == StateRunning {
+			ad.Peer = "waiting for VM"
+			if a.RxBytes > 0 || servedClient(sd.HelperLogFile(fmt.Sprintf("%s/%d", a.VM, a.Index))) {
+				ad.Peer = "connected"
+			}
+		}
+		if leases != nil {
+			for i, l := range leases.Leases {
+				if l.Network == a.Network && l.MAC == a.MAC {
+					ad.Lease = &leases.Leases[i]
+				}
+			}
+		}
+		ad.Advice = advise(ad, st.Controller.Running)
+		d.Attachments = append(d.Attachments, ad)
+	}
+	if len(d.Attachments) == 0 {
+		return nil, fmt.Errorf("VM %q is not up in %s; VMs that are up: %v", vm, sd.Path, names)
+	}
+	return d, nil
+}
+
+// advise says what to do about an attachment, if anything.
+func advise(a AttachmentDescription, controller bool) []string {
+	var out []string
+	switch {
+	case !controller:
+		out = append(out, "no controller runs: DHCP and DNS do not answer; `sudo vmnetctl up` (or the vmnetctl service) starts it")
+	case a.State != StateRunning:
+		out = append(out, fmt.Sprintf("the helper is %s: see `vmnetctl logs %s`", a.State, a.VM))
+	case a.Peer == "waiting for VM":
+		out = append(out, fmt.Sprintf("no frame came from the VM yet: is its VMM running with `vmnetctl args %s`?", a.VM))
+	case a.Lease == nil && a.IP == "":
+		out = append(out, "the VM has no DHCP lease: is DHCP on in the guest for the interface with MAC "+a.MAC+"?")
+	}
+	if a.SpoofDrops > 0 {
+		out = append(out, fmt.Sprintf("the anti-spoofing guard dropped %d frames: does the guest use another MAC or a static address? (docs/security.md; `spoofCheck: false` for a VM that bridges machines of its own)", a.SpoofDrops))
+	}
+	return out
+}
+
+// servedClient tells from a helper's log whether a VM's VMM came to its
+// socket (its stats lines may not have counted a frame yet).
+func servedClient(log string) bool {
+	b, err := os.ReadFile(log)
+	return err == nil && strings.Contains(string(b), "[main] serving client")
+}
+
+// lastLines returns the last n lines of a file.
+func lastLines(path string, n int) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return []string{}
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
+}
+
+// Render writes the description for people.
+func (d *Description) Render(w io.Writer) error {
+	for i, a := range d.Attachments {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s/%d on network %s\n", a.VM, a.Index, a.Network)
+		row := func(k, v string) { fmt.Fprintf(w, "  %-12s %s\n", k+":", v) }
+		row("state", a.State)
+		if a.Error != "" {
+			row("error", a.Error)
+		}
+		row("MAC", a.MAC)
+		where := a.Socket
+		if a.Attach == "tap" {
+			where = "TAP " + a.Tap + " (opened by the VMM)"
+		}
+		row("attachment", where)
+		if a.Tap != "" {
+			row("port", a.Tap)
+		}
+		row("peer", a.Peer)
+		if a.Lease != nil {
+			row("lease", fmt.Sprintf("%s until %s", a.Lease.IP, a.Lease.Expiry.Local().Format("2006-01-02 15:04:05")))
+		} else {
+			row("lease", "none")
+		}
+		if a.PID > 0 {
+			row("helper", fmt.Sprintf("pid %d, %d restarts, up %s", a.PID, a.Restarts, roundDur(a.UptimeSeconds)))
+		}
+		row("traffic", fmt.Sprintf("%d bytes from the VM, %d to it, %d dropped, %d spoofed frames dropped", a.RxBytes, a.TxBytes, a.Drops, a.SpoofDrops))
+		if len(a.LogTail) > 0 {
+			fmt.Fprintln(w, "  log:")
+			for _, l := range a.LogTail {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
+		}
+		for _, adv := range a.Advice {
+			fmt.Fprintf(w, "  -> %s\n", adv)
+		}
+	}
+	return nil
+}
