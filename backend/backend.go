@@ -72,6 +72,11 @@ type NetworkOptions struct {
 	// Upstreams are the DNS proxies' resolvers (default: the host's).
 	Upstreams []string
 	Log       *slog.Logger
+	// OnLease, if set, is told of each lease a network's DHCP server
+	// grants (a new one, or a new address), and each one a client
+	// releases or declines: kind is "lease-granted", "lease-released"
+	// or "lease-declined".
+	OnLease func(kind, network, mac string, ip netip.Addr)
 }
 
 // HelperSpec is what a backend needs to build a helper's command line.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -129,6 +130,11 @@ type Controller struct {
 	lastReconcileTime time.Duration
 	// meters keep each helper's latest stats lines for rates (metrics.go).
 	meters map[string]*trafficMeter
+
+	// appliedView is applied, for readers that must not take mu.
+	appliedView atomic.Pointer[Desired]
+	// eventsMu serializes writes to the events log.
+	eventsMu sync.Mutex
 
 	kickc chan struct{}
 	gen   genWaiter
@@ -477,5 +483,5 @@ func (c *Controller) waitReconcile(ctx context.Context) error {
 
 // netOpts are the backend's settings for this state dir's networks.
 func (c *Controller) netOpts() backend.NetworkOptions {
-	return backend.NetworkOptions{Owner: c.sd.Path, LeaseDir: c.sd.LeasesDir(), Upstreams: c.opts.Upstreams, Log: c.log}
+	return backend.NetworkOptions{Owner: c.sd.Path, LeaseDir: c.sd.LeasesDir(), Upstreams: c.opts.Upstreams, Log: c.log, OnLease: c.onLease}
 }

@@ -143,6 +143,7 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 				errs = append(errs, fmt.Errorf("removing network %q: %w", ch.ID, err))
 			}
 			c.log.Info("network removed", "network", ch.ID, "action", ch.Action)
+			c.emit(Event{Kind: "network-removed", Network: ch.ID, Detail: string(ch.Action)})
 		}
 	}
 	clear(c.netErrs)
@@ -159,6 +160,7 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 		}
 		c.nets[n.ID] = nw
 		c.log.Info("network up", "network", n.ID, "backend", c.be.Name())
+		c.emit(Event{Kind: "network-up", Network: n.ID})
 	}
 	return errs
 }
@@ -180,6 +182,7 @@ func (c *Controller) repairNetwork(ctx context.Context, n *api.Network) []error 
 	c.degraded[n.ID] = drift.Error()
 	c.repairs[n.ID]++
 	c.log.Warn("network changed behind vmnetctl's back; repairing", "network", n.ID, "drift", drift)
+	c.emit(Event{Kind: "drift-found", Network: n.ID, Detail: drift.Error()})
 	c.nets[n.ID].Close()
 	delete(c.nets, n.ID)
 	nw, err := c.be.StartNetwork(ctx, n, c.netOpts())
@@ -194,6 +197,7 @@ func (c *Controller) repairNetwork(ctx context.Context, n *api.Network) []error 
 	}
 	delete(c.degraded, n.ID)
 	c.log.Info("network repaired", "network", n.ID)
+	c.emit(Event{Kind: "drift-repaired", Network: n.ID})
 	return nil
 }
 
@@ -304,6 +308,7 @@ func (c *Controller) restartDue(a *Attachment, h *helperProc, now time.Time) (re
 		h.state = StateBackoff
 		h.lastErr = "helper exited" + logTail(h.logPath, max(0, h.statsOff))
 		c.log.Warn("helper exited; restarting", "attachment", a.Key(), "in", h.retryAt.Sub(now).String())
+		c.emit(Event{Kind: "helper-exited", Network: a.Network, Attachment: a.Key(), PID: h.rec.Proc.PID, Detail: h.lastErr})
 	}
 	return restarts, h.backoff, !now.Before(h.retryAt)
 }
@@ -325,12 +330,14 @@ func (c *Controller) commitLaunches(launches []*launch) []error {
 		if l.err != nil {
 			errs = append(errs, l.err)
 			c.setFailed(l.a, l.prev, l.restarts, l.bo, l.err.Error())
+			c.emit(Event{Kind: "helper-failed", Network: l.a.Network, Attachment: l.a.Key(), Detail: l.err.Error()})
 			continue
 		}
 		l.h.rec.Restarts = l.restarts
 		l.h.backoff = l.bo
 		c.helpers[l.a.Key()] = l.h
 		c.log.Info("helper running", "attachment", l.a.Key(), "network", l.a.Network, "pid", l.h.rec.Proc.PID, "restarts", l.restarts)
+		c.emit(Event{Kind: "helper-started", Network: l.a.Network, Attachment: l.a.Key(), MAC: l.a.MAC, PID: l.h.rec.Proc.PID, Detail: fmt.Sprintf("restarts=%d", l.restarts)})
 	}
 	return errs
 }
@@ -339,6 +346,7 @@ func (c *Controller) commitLaunches(launches []*launch) []error {
 // network and what the state dir held for them, and reports done.
 func (c *Controller) commit(ctx context.Context, desired *Desired, snap *statedir.NetworksSnapshot, projects []*statedir.Project, errs []error) (bool, error) {
 	c.applied, c.appliedN, c.appliedP = desired, snap, projects
+	c.appliedView.Store(desired)
 	c.saveRuntime()
 	c.lastErr = errors.Join(errs...)
 	if c.lastErr == nil {

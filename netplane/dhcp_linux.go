@@ -25,6 +25,8 @@ type dhcpHandler struct {
 	dns   []net.IP
 	log   *slog.Logger
 
+	// onLease, if set, is told of leases granted, released and declined.
+	onLease func(kind, network, mac string, ip netip.Addr)
 	// bound, if set, is told of each change to what a MAC is bound to,
 	// before the client hears of it: the guard lets the VM use the
 	// address from then on.
@@ -200,6 +202,7 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.D
 		if !ip.IsValid() {
 			ip = addrOf(req.ClientIPAddr) // renewing or rebinding
 		}
+		prev, had := h.alloc.Lookup(mac)
 		l, err := h.alloc.Commit(mac, ip, req.HostName())
 		if err != nil {
 			h.warn(mac, "refusing DHCP request", "ip", ip, "err", err)
@@ -213,6 +216,9 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.D
 		}
 		h.log.Debug("leased", "mac", mac, "ip", l.IP, "hostname", l.Hostname)
 		h.changed(mac)
+		if !had || prev.IP != l.IP {
+			h.event("lease-granted", mac, l.IP)
+		}
 		h.count(name, "ACK", false)
 		return h.reply(req, dhcpv4.MessageTypeAck, l.IP)
 	case dhcpv4.MessageTypeDecline:
@@ -228,12 +234,16 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.D
 		default:
 			h.warn(mac, "client declined its address: another host uses it", "ip", ip)
 			h.changed(mac)
+			h.event("lease-declined", mac, ip)
 		}
 		h.count(name, "", err != nil)
 		return nil
 	case dhcpv4.MessageTypeRelease:
+		prev, had := h.alloc.Lookup(mac)
 		if err := h.alloc.Release(mac); err != nil {
 			h.warn(mac, "releasing lease", "err", err)
+		} else if had {
+			h.event("lease-released", mac, prev.IP)
 		}
 		h.changed(mac)
 		h.count(name, "", false)
@@ -248,6 +258,13 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.D
 	}
 	h.count(name, "", false)
 	return nil
+}
+
+// event tells onLease, if set, of a lease event.
+func (h *dhcpHandler) event(kind string, mac net.HardwareAddr, ip netip.Addr) {
+	if h.onLease != nil {
+		h.onLease(kind, h.n.ID, mac.String(), ip)
+	}
 }
 
 // changed tells bound, if set, that mac's addresses changed.

@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"log/slog"
+	"net/netip"
 )
 
 // Options configure Start.
@@ -16,4 +17,7 @@ type Options struct {
 	ResolvConf string
 	// Log receives the services' events; default slog.Default().
 	Log *slog.Logger
+	// OnLease, if set, is told of leases granted (new, or a new address),
+	// released and declined (backend.NetworkOptions.OnLease).
+	OnLease func(kind, network, mac string, ip netip.Addr)
 }

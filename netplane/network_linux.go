@@ -22,13 +22,14 @@ import (
 // Network is a running network: its kernel state ensured, its DHCP server
 // and DNS proxy serving. The controller holds one per managed network.
 type Network struct {
-	n     *api.Network
-	log   *slog.Logger
-	alloc *Allocator // nil without DHCP
-	hosts *hostTable
-	dhcp  *dhcpHandler
-	dns   *dnsHandler
-	guard *addrGuard // nil when the guard does not check addresses
+	n       *api.Network
+	log     *slog.Logger
+	alloc   *Allocator // nil without DHCP
+	hosts   *hostTable
+	dhcp    *dhcpHandler
+	dns     *dnsHandler
+	guard   *addrGuard // nil when the guard does not check addresses
+	onLease func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it).
 	inNS func(f func() error) error
@@ -60,7 +61,7 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 	if err := Ensure(ctx, n); err != nil {
 		return nil, err
 	}
-	nw := &Network{n: n, log: log, hosts: newHostTable(), stop: make(chan struct{})}
+	nw := &Network{n: n, log: log, hosts: newHostTable(), stop: make(chan struct{}), onLease: opts.OnLease}
 	if !n.Routed() {
 		return nw, nil
 	}
@@ -213,6 +214,7 @@ func (nw *Network) startDHCP(resolvConf string) error {
 		dnsServers = hostResolvers(resolvConf, "/run/systemd/resolve/resolv.conf")
 	}
 	nw.dhcp = newDHCPHandler(nw.n, nw.alloc, dnsServers, nw.log)
+	nw.dhcp.onLease = nw.onLease
 	if nw.guard != nil {
 		nw.dhcp.bound = func(mac net.HardwareAddr) { nw.guard.syncMAC(context.Background(), mac) }
 	}

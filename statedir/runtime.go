@@ -90,7 +90,7 @@ func (d Dir) Clean() error {
 	}
 	for _, e := range entries {
 		switch e.Name() {
-		case opsLockFile, controllerLockFile, controllerLogFile:
+		case opsLockFile, controllerLockFile, controllerLogFile, eventsFile:
 			continue
 		}
 		if err := os.RemoveAll(d.file(e.Name())); err != nil {
@@ -105,6 +105,7 @@ func (d Dir) Clean() error {
 const (
 	MaxHelperLog     = 4 << 20
 	MaxControllerLog = 16 << 20
+	MaxEventsLog     = 1 << 20
 )
 
 // RotateLog keeps the log at path under max bytes: past it, the log is

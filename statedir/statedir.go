@@ -26,6 +26,7 @@ const (
 	opsLockFile          = "ops.lock"
 	socketFile           = "controller.sock"
 	controllerLogFile    = "controller.log"
+	eventsFile           = "events.jsonl"
 	helpersDir           = "helpers"
 	vmsDir               = "vms"
 	leasesDir            = "leases"
@@ -89,6 +90,10 @@ func (d Dir) APISocket() string { return d.file(socketFile) }
 
 // ControllerLog is the background controller's output.
 func (d Dir) ControllerLog() string { return d.file(controllerLogFile) }
+
+// EventsLog is the controller's events, one JSON object per line
+// (`vmnetctl events`).
+func (d Dir) EventsLog() string { return d.file(eventsFile) }
 
 // NetworksYAML is the recorded networks.yaml, for helpers' --networks.
 func (d Dir) NetworksYAML() string { return d.file(networksYAMLFile) }

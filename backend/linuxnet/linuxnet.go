@@ -22,7 +22,7 @@ func (Backend) Name() string { return Name }
 
 func (Backend) StartNetwork(ctx context.Context, n *api.Network, o backend.NetworkOptions) (backend.Network, error) {
 	netplane.SetOwner(o.Owner)
-	nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: o.LeaseDir, Upstreams: o.Upstreams, Log: o.Log})
+	nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: o.LeaseDir, Upstreams: o.Upstreams, Log: o.Log, OnLease: o.OnLease})
 	if err != nil {
 		return nil, err
 	}

@@ -1,21 +1,41 @@
 package main
 
 import (
+	"fmt"
 	"github.com/spf13/cobra"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/vmnetctl/vmnetctl/controller"
 )
 
 func newStatusCommand(g *globals, s streams) *cobra.Command {
 	out := &output{}
+	var watch time.Duration
 	cmd := command("status [--json]", "Show networks and attachments as they run (works without a controller too)",
 		cobra.NoArgs, func(cmd *cobra.Command, _ []string) error {
-			st, err := controller.CurrentStatus(cmd.Context(), g.dir())
-			if err != nil {
-				return err
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			for {
+				st, err := controller.CurrentStatus(ctx, g.dir())
+				if err != nil {
+					return err
+				}
+				if watch > 0 && !out.json {
+					fmt.Fprintf(s.out, "\x1b[H\x1b[2J%s (every %s; Ctrl-C stops)\n", time.Now().Format(time.TimeOnly), watch)
+				}
+				if err := out.print(s.out, st, st.Render); err != nil || watch <= 0 {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(watch):
+				}
 			}
-			return out.print(s.out, st, st.Render)
 		})
+	cmd.Flags().DurationVarP(&watch, "watch", "w", 0, "print the status again every DURATION (like 2s) until interrupted (with --json, one JSON document each time)")
 	out.bind(cmd, "print JSON: a stable contract (docs/controller.md)")
 	return cmd
 }

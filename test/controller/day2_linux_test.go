@@ -103,6 +103,27 @@ func TestDay2(t *testing.T) {
 		t.Errorf("describe a:\n%s", out)
 	}
 
+	// events: what happened, as JSON lines and for people.
+	kinds := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(h.MustVmnetctl("events", "--json")), "\n") {
+		var ev controller.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("events --json: %q: %v", line, err)
+		}
+		kinds[ev.Kind+" "+ev.Attachment+" "+ev.Network] = true
+		if ev.Kind == "lease-granted" && ev.IP != ips[strings.TrimSuffix(ev.Attachment, "/0")] {
+			t.Errorf("event %+v: the lease is %s", ev, ips[strings.TrimSuffix(ev.Attachment, "/0")])
+		}
+	}
+	for _, want := range []string{"network-up  shared", "helper-started a/0 shared", "helper-started b/0 shared", "lease-granted a/0 shared", "lease-granted b/0 shared"} {
+		if !kinds[want] {
+			t.Errorf("no event %q in %v", want, kinds)
+		}
+	}
+	if out := h.MustVmnetctl("events"); !strings.Contains(out, "lease-granted") || !strings.Contains(out, "a/0 on shared") {
+		t.Errorf("events:\n%s", out)
+	}
+
 	// plan --detailed-exitcode: 0 without changes, 2 with.
 	if code, out := exitCode(t, h, "plan", "--detailed-exitcode", "-f", vms); code != 0 {
 		t.Errorf("plan --detailed-exitcode of the applied file: exit %d\n%s", code, out)

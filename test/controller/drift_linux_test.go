@@ -74,4 +74,7 @@ func TestDriftRepaired(t *testing.T) {
 			t.Errorf("after %s: the VM's lease is %s, was %s", d.name, got, ip)
 		}
 	}
+	if out := h.MustVmnetctl("events"); strings.Count(out, "drift-found") < 4 || strings.Count(out, "drift-repaired") < 4 {
+		t.Errorf("events after four network drifts:\n%s", out)
+	}
 }
