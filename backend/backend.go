@@ -39,9 +39,16 @@ type Backend interface {
 	HelperEnv(s HelperSpec) []string
 	// Limits lists, one sentence each, what the backend cannot honour of
 	// these networks and attachments, or would refuse to run.
-	Limits(nets []*api.Network, atts []*api.Attachment) []string
+	Limits(nets []*api.Network, atts []*api.Attachment) []Limit
 	// Cleanup removes what a killed helper of a may have left behind.
 	Cleanup(a *api.Attachment) error
+}
+
+// Limit is one thing a backend cannot do of a configuration.
+type Limit struct {
+	Message string
+	// Refused: the backend would not start it (an error, not a warning).
+	Refused bool
 }
 
 // Port is a running helper's VM port, as EnsurePorts needs it.

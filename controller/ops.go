@@ -320,8 +320,12 @@ func PlanApply(env Env, in *Input, backendName string) (*Plan, error) {
 	for _, a := range desired.Attachments {
 		atts = append(atts, a.Attachment)
 	}
-	for _, msg := range be.Limits(desired.Networks, atts) {
-		fmt.Fprintln(env.Stderr, "warning:", msg)
+	for _, l := range be.Limits(desired.Networks, atts) {
+		kind := "warning:"
+		if l.Refused {
+			kind = "error: up would fail:"
+		}
+		fmt.Fprintln(env.Stderr, kind, l.Message)
 	}
 	return ComputePlan(current, desired), nil
 }

@@ -40,8 +40,17 @@ func Validate(env Env, in *Input, backendName string) (*Validation, error) {
 			atts = append(atts, vm.Attachments...)
 		}
 	}
-	for _, msg := range be.Limits(nets.Networks, atts) {
-		fmt.Fprintln(env.Stderr, "warning:", msg)
+	refused := 0
+	for _, l := range be.Limits(nets.Networks, atts) {
+		if l.Refused {
+			refused++
+			fmt.Fprintln(env.Stderr, "error:", l.Message)
+		} else {
+			fmt.Fprintln(env.Stderr, "warning:", l.Message)
+		}
+	}
+	if refused > 0 {
+		return nil, fmt.Errorf("%d setting%s the %s backend would refuse (above)", refused, plural(refused), be.Name())
 	}
 	return &Validation{Networks: nets, Files: pp.files}, nil
 }

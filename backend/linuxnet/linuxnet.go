@@ -57,7 +57,7 @@ func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.
 func (Backend) Changes(ctx context.Context) (<-chan struct{}, error) { return netplane.WatchLinks(ctx) }
 
 // Limits: the Linux data plane honours every setting of networks.yaml.
-func (Backend) Limits([]*api.Network, []*api.Attachment) []string { return nil }
+func (Backend) Limits([]*api.Network, []*api.Attachment) []backend.Limit { return nil }
 
 // Cleanup removes the TAP of a helper that was killed with its cleanup
 // child (only if it carries the helper's mark).

@@ -65,25 +65,25 @@ func (Backend) CheckNetwork(_ context.Context, n *api.Network, _ backend.Network
 // Limits lists what vmnet-helper would refuse to run and what of
 // networks.yaml it cannot honour, as "network NAME (vmnet-helper): ..." and
 // "VM/INDEX (vmnet-helper): ..." lines.
-func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []string {
-	var out []string
+func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []backend.Limit {
+	var out []backend.Limit
 	for _, n := range nets {
 		if !n.Managed() {
 			continue
 		}
 		if err := CheckNetwork(n); err != nil {
-			out = append(out, fmt.Sprintf("network %s (%s): will not start: %v", n.ID, b.Name(), err))
+			out = append(out, backend.Limit{Message: fmt.Sprintf("network %s (%s): will not start: %v", n.ID, b.Name(), err), Refused: true})
 		}
 		for _, w := range NetworkWarnings(n) {
-			out = append(out, fmt.Sprintf("network %s (%s): %s", n.ID, b.Name(), w))
+			out = append(out, backend.Limit{Message: fmt.Sprintf("network %s (%s): %s", n.ID, b.Name(), w)})
 		}
 	}
 	for _, a := range atts {
 		switch {
 		case a.Attach == api.AttachTAP:
-			out = append(out, fmt.Sprintf("%s (%s): will not start: %v", a.Key(), b.Name(), ErrTapNeedsLinux))
+			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): will not start: %v", a.Key(), b.Name(), ErrTapNeedsLinux), Refused: true})
 		case a.IP.IsValid():
-			out = append(out, fmt.Sprintf("%s (%s): ip: %s cannot be honoured on macOS: vmnet's DHCP server takes no reservations from vmnetctl", a.Key(), b.Name(), a.IP))
+			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): ip: %s cannot be honoured on macOS: vmnet's DHCP server takes no reservations from vmnetctl", a.Key(), b.Name(), a.IP)})
 		}
 	}
 	return out
