@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/doctor"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
@@ -129,6 +131,9 @@ func (in *Input) load(env Env) (*loaded, error) {
 	if err := diags.Err(); err != nil {
 		return nil, err
 	}
+	if err := checkSocketPaths(env.StateDir, pp.files); err != nil {
+		return nil, err
+	}
 	if p.Name == "" {
 		p.Name = statedir.ProjectName(pp.files)
 	}
@@ -144,6 +149,30 @@ func Doctor(ctx context.Context, env Env, in *Input) (*doctor.Report, error) {
 		return nil, err
 	}
 	return doctor.Run(ctx, nets.Networks), nil
+}
+
+// maxSocketPath is the longest path a unix socket can bind (sun_path, less
+// its terminating NUL).
+const maxSocketPath = 107
+
+// checkSocketPaths refuses VMs whose helper sockets in sd would not fit a
+// unix socket path: bind would fail at `up`, after the networks came up.
+func checkSocketPaths(sd statedir.Dir, files []*api.VMFile) error {
+	var errs []error
+	for _, vf := range files {
+		for _, vm := range vf.VMs {
+			for _, a := range vm.Attachments {
+				if a.Attach == api.AttachTAP {
+					continue
+				}
+				if p := sd.SocketPath(vm.Name, a.Index); len(p) > maxSocketPath {
+					errs = append(errs, fmt.Errorf("%s: VM %s: its helper's socket %s is %d bytes, over the %d a unix socket path can hold: use a shorter --state-dir or VM name",
+						vm.Source, vm.Name, p, len(p), maxSocketPath))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ownerID is the id of the user behind sudo, else fallback.
@@ -481,11 +510,30 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 // CurrentStatus is `vmnetctl status`: the controller's, or read from the
 // state dir, the kernel and the process table when none runs.
 func CurrentStatus(ctx context.Context, sd statedir.Dir) (*Status, error) {
+	if err := checkAPIAccess(sd); err != nil {
+		return nil, err
+	}
 	cl := NewClient(sd)
 	if cl.Running(ctx) {
 		return cl.Status(ctx)
 	}
 	return OfflineStatus(ctx, sd)
+}
+
+// checkAPIAccess says what to do when the controller's socket exists but
+// this user may not use it (a controller run by root).
+func checkAPIAccess(sd statedir.Dir) error {
+	sock := sd.APISocket()
+	if _, err := os.Stat(sock); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("the state dir %s is root's: run with sudo", sd.Path)
+		}
+		return nil
+	}
+	if unix.Access(sock, unix.W_OK) != nil {
+		return fmt.Errorf("the controller's socket %s is not yours to use: run with sudo, or let a group use it (`group:` in networks.yaml, or `vmnetctl serve --group GROUP`)", sock)
+	}
+	return nil
 }
 
 // RunOptions configure RunVM.

@@ -34,6 +34,9 @@ func Validate(env Env, in *Input, backendName string) (*Validation, error) {
 	if err := diags.Err(); err != nil {
 		return nil, err
 	}
+	if err := checkSocketPaths(env.StateDir, pp.files); err != nil {
+		return nil, err
+	}
 	var atts []*api.Attachment
 	for _, vf := range pp.files {
 		for _, vm := range vf.VMs {

@@ -124,6 +124,12 @@ func TestDay2(t *testing.T) {
 		t.Errorf("events:\n%s", out)
 	}
 
+	// A user who may not use the controller is told what to do.
+	out, err := h.Run(context.Background(), "setpriv", append([]string{"--reuid", "65534", "--regid", "65534", "--clear-groups"}, h.VmnetctlArgs("status")...)...)
+	if err == nil || !strings.Contains(out, "run with sudo") {
+		t.Errorf("status as nobody: %v\n%s", err, out)
+	}
+
 	// plan --detailed-exitcode: 0 without changes, 2 with.
 	if code, out := exitCode(t, h, "plan", "--detailed-exitcode", "-f", vms); code != 0 {
 		t.Errorf("plan --detailed-exitcode of the applied file: exit %d\n%s", code, out)
