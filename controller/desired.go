@@ -120,6 +120,19 @@ func desiredOf(nets *api.Networks, projects []parsedProject) (*Desired, api.Diag
 			}
 		}
 	}
+	for _, p := range projects {
+		for _, id := range p.Networks {
+			if nets.Get(id) == nil {
+				diags = append(diags, api.Diagnostic{Severity: api.SeverityError, File: "project " + p.Name,
+					Message: fmt.Sprintf("network %q (kept up by `vmnetctl network create`) is not defined in %s", id, nets.Source)})
+				continue
+			}
+			used[id] = true
+		}
+	}
+	if diags.HasErrors() {
+		return nil, diags
+	}
 	for _, n := range nets.Networks {
 		if used[n.ID] {
 			d.Networks = append(d.Networks, n)

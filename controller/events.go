@@ -77,19 +77,7 @@ func Events(ctx context.Context, sd statedir.Dir, asJSON, follow bool, w io.Writ
 	if !asJSON {
 		out = &eventPrinter{w: w}
 	}
-	for {
-		if err := src.copyNew(out); err != nil {
-			return err
-		}
-		if !follow {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(followEvery):
-		}
-	}
+	return tailSources(ctx, []*logSource{src}, out, follow)
 }
 
 // eventPrinter turns JSON event lines into lines for people.

@@ -30,11 +30,7 @@ func Logs(ctx context.Context, sd statedir.Dir, vm string, follow bool, w io.Wri
 	if vm == "" {
 		sources = append(sources, &logSource{path: sd.ControllerLog()})
 	} else {
-		rs, _, err := sd.LoadRuntime()
-		if err != nil {
-			return err
-		}
-		d, err := appliedDesired(rs)
+		d, err := AppliedState(sd)
 		if err != nil {
 			return err
 		}
@@ -47,6 +43,12 @@ func Logs(ctx context.Context, sd statedir.Dir, vm string, follow bool, w io.Wri
 			return fmt.Errorf("VM %q is not up in %s (see `vmnetctl status`)%s", vm, sd.Path, suggestVM(d, vm))
 		}
 	}
+	return tailSources(ctx, sources, w, follow)
+}
+
+// tailSources writes what the sources hold, and with follow then what is
+// appended to them, every followEvery, until ctx ends.
+func tailSources(ctx context.Context, sources []*logSource, w io.Writer, follow bool) error {
 	for {
 		for _, s := range sources {
 			if err := s.copyNew(w); err != nil {
@@ -120,11 +122,7 @@ func VMNamesOf(d *Desired) []string {
 // Names returns the VMs and networks that are up in sd, for shell
 // completion; nothing when it cannot tell.
 func Names(sd statedir.Dir) (vms, networks []string) {
-	rs, _, err := sd.LoadRuntime()
-	if err != nil {
-		return nil, nil
-	}
-	d, err := appliedDesired(rs)
+	d, err := AppliedState(sd)
 	if err != nil {
 		return nil, nil
 	}

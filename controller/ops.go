@@ -202,14 +202,6 @@ func (l *loaded) desiredWith(env Env, existing []*statedir.Project) (*Desired, e
 	return d, nil
 }
 
-// record saves the project and the networks.yaml it was resolved against.
-func (l *loaded) record(sd statedir.Dir, in *Input) error {
-	if err := sd.SaveNetworks(in.Networks); err != nil {
-		return err
-	}
-	return sd.SaveProject(l.project.Project)
-}
-
 // ApplyOptions configure Apply.
 type ApplyOptions struct {
 	// MetricsAddr is where a controller that Apply starts serves /metrics.
@@ -268,13 +260,26 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 	if err != nil {
 		return nil, err
 	}
-	// What would make every network fail (no root, no TAPs, no nft) is one
-	// clear error before anything changes, in doctor's words.
-	if err := doctor.Preflight(ctx); err != nil {
+	resp, err := applyProject(ctx, env, in, l.nets, l.project.Project, func(existing []*statedir.Project) error {
+		_, err := l.desiredWith(env, existing)
+		return err
+	}, o)
+	if err != nil {
+		return nil, err
+	}
+	return &ApplyResult{Project: l.project.Name, Status: resp.Status, Error: resp.Error}, nil
+}
+
+// applyProject records project p (and in's networks.yaml) once check
+// accepts it beside the state dir's other projects, and has the controller
+// converge: the part of Apply and NetworkCreate after their parsing. One
+// up, down or run at a time per state dir; a second waits.
+func applyProject(ctx context.Context, env Env, in *Input, nets *api.Networks, p *statedir.Project,
+	check func(existing []*statedir.Project) error, o ApplyOptions) (*ReconcileResponse, error) {
+	if err := doctorPreflight(ctx); err != nil {
 		return nil, err
 	}
 	sd := env.StateDir
-	// One up, down or run at a time per state dir; a second waits.
 	lock, err := sd.LockOps()
 	if err != nil {
 		return nil, err
@@ -285,27 +290,36 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 		return nil, err
 	}
 	// Check against the other projects before changing anything.
-	if _, err := l.desiredWith(env, existing); err != nil {
+	if err := check(existing); err != nil {
 		return nil, err
 	}
-	if err := l.record(sd, in); err != nil {
+	if err := sd.SaveNetworks(in.Networks); err != nil {
 		return nil, err
 	}
-	serveArgs := []string{"--metrics-addr", o.MetricsAddr}
+	if err := sd.SaveProject(p); err != nil {
+		return nil, err
+	}
+	return converge(ctx, env, serveArgsOf(o, nets)...)
+}
+
+// serveArgs are the flags of a controller that Apply or NetworkCreate
+// starts.
+func serveArgsOf(o ApplyOptions, nets *api.Networks) []string {
+	args := []string{"--metrics-addr", o.MetricsAddr}
 	if o.MetricsAddr == "" {
-		serveArgs = nil
+		args = nil
 	}
-	if l.nets.Group != "" {
+	if nets.Group != "" {
 		// networks.yaml's group (lima's) may use the controller's API:
 		// status and args, without root.
-		serveArgs = append(serveArgs, "--group", l.nets.Group)
+		args = append(args, "--group", nets.Group)
 	}
-	resp, err := converge(ctx, env, serveArgs...)
-	if err != nil {
-		return nil, err
-	}
-	return &ApplyResult{Project: l.project.Name, Status: resp.Status, Error: resp.Error}, nil
+	return args
 }
+
+// doctorPreflight: what would make every network fail (no root, no TAPs,
+// no nft) is one clear error before anything changes, in doctor's words.
+func doctorPreflight(ctx context.Context) error { return doctor.Preflight(ctx) }
 
 // converge starts the controller if none runs and asks it to converge.
 func converge(ctx context.Context, env Env, serveArgs ...string) (*ReconcileResponse, error) {
@@ -632,7 +646,10 @@ func (l *loaded) startRun(ctx context.Context, env Env, in *Input, vm string) ([
 	if len(atts) == 0 {
 		return nil, nil, fmt.Errorf("VM %q has no network attachments that vmnetctl manages", vm)
 	}
-	if err := l.record(sd, in); err != nil {
+	if err := sd.SaveNetworks(in.Networks); err != nil {
+		return nil, nil, err
+	}
+	if err := sd.SaveProject(l.project.Project); err != nil {
 		return nil, nil, err
 	}
 	resp, err := converge(ctx, env)

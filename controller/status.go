@@ -401,11 +401,7 @@ type LeaseList struct {
 // network only, if set), from the lease files: a controller need not run.
 // A lease's VM is the attachment with its MAC.
 func Leases(sd statedir.Dir, network string) (*LeaseList, error) {
-	rs, _, err := sd.LoadRuntime()
-	if err != nil {
-		return nil, err
-	}
-	d, err := appliedDesired(rs)
+	d, err := AppliedState(sd)
 	if err != nil {
 		return nil, err
 	}

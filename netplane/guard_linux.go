@@ -159,46 +159,32 @@ func portRules(n *api.Network, port string, learn bool) []string {
 // guarded a port of that name before. CreatePort calls it for a TAP before
 // the TAP joins the bridge, so no frame of it goes unchecked.
 func GuardPort(ctx context.Context, n *api.Network, port string, mac net.HardwareAddr) error {
-	if !guarded(n) {
-		return nil
-	}
-	nft, err := newNFT(knftables.BridgeFamily, n.ID)
-	if err != nil {
-		return err
-	}
-	tx := nft.NewTransaction()
-	addGuardBase(tx, n)
-	chain := &knftables.Chain{Name: guardChain(port)}
-	set := &knftables.Set{Name: guardMACSet(port), Type: "ether_addr", Size: knftables.PtrTo(uint64(1)),
-		Flags: []knftables.SetFlag{knftables.DynamicFlag}}
-	elem := &knftables.Element{Map: guardPorts, Key: []string{quoteIfname(port)}, Value: []string{"jump " + chain.Name}}
-	// Replace the old guard whole, its learned MAC with it; added first so
-	// that the deletes find something.
-	tx.Add(set)
-	tx.Add(chain)
-	tx.Add(elem)
-	tx.Delete(elem)
-	tx.Delete(chain)
-	tx.Delete(set)
-	tx.Add(set)
-	if mac != nil {
-		tx.Add(&knftables.Element{Set: set.Name, Key: []string{mac.String()}})
-	}
-	tx.Add(&knftables.Counter{Name: guardCounter(port)})
-	tx.Add(chain)
-	for _, r := range portRules(n, port, mac == nil) {
-		tx.Add(&knftables.Rule{Chain: chain.Name, Rule: r})
-	}
-	tx.Add(elem)
-	if err := nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("network %q: guarding port %s: %w", n.ID, port, err)
-	}
-	return nil
+	return runGuardTx(ctx, n, "guarding port "+port, func(tx *knftables.Transaction) {
+		// Replace the old guard whole, its learned MAC with it.
+		deleteGuard(tx, port)
+		g := guardObjects(port)
+		tx.Add(g.set)
+		if mac != nil {
+			tx.Add(&knftables.Element{Set: g.set.Name, Key: []string{mac.String()}})
+		}
+		tx.Add(g.counter)
+		tx.Add(g.chain)
+		for _, r := range portRules(n, port, mac == nil) {
+			tx.Add(&knftables.Rule{Chain: g.chain.Name, Rule: r})
+		}
+		tx.Add(g.elem)
+	})
 }
 
 // UnguardPort removes the guard of port name, if n has one: its frames are
 // no longer checked. For an attachment that opts out.
 func UnguardPort(ctx context.Context, n *api.Network, port string) error {
+	return runGuardTx(ctx, n, "removing the guard of port "+port, func(tx *knftables.Transaction) { deleteGuard(tx, port) })
+}
+
+// runGuardTx runs, on a guarded network, one transaction on its guard
+// table (made if missing) with what build adds.
+func runGuardTx(ctx context.Context, n *api.Network, what string, build func(*knftables.Transaction)) error {
 	if !guarded(n) {
 		return nil
 	}
@@ -208,28 +194,43 @@ func UnguardPort(ctx context.Context, n *api.Network, port string) error {
 	}
 	tx := nft.NewTransaction()
 	addGuardBase(tx, n)
-	deleteGuard(tx, port)
+	build(tx)
 	if err := nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("network %q: removing the guard of port %s: %w", n.ID, port, err)
+		return fmt.Errorf("network %q: %s: %w", n.ID, what, err)
 	}
 	return nil
 }
 
-// deleteGuard adds to tx the deletion of port's guard, existing or not.
-func deleteGuard(tx *knftables.Transaction, port string) {
+// guard is the objects of one port's guard.
+type guard struct {
+	chain   *knftables.Chain
+	set     *knftables.Set
+	elem    *knftables.Element
+	counter *knftables.Counter
+}
+
+func guardObjects(port string) guard {
 	chain := &knftables.Chain{Name: guardChain(port)}
-	set := &knftables.Set{Name: guardMACSet(port), Type: "ether_addr", Size: knftables.PtrTo(uint64(1)),
-		Flags: []knftables.SetFlag{knftables.DynamicFlag}}
-	elem := &knftables.Element{Map: guardPorts, Key: []string{quoteIfname(port)}, Value: []string{"jump " + chain.Name}}
-	counter := &knftables.Counter{Name: guardCounter(port)}
-	tx.Add(set)
-	tx.Add(chain)
-	tx.Add(elem)
-	tx.Add(counter)
-	tx.Delete(elem)
-	tx.Delete(chain)
-	tx.Delete(set)
-	tx.Delete(counter)
+	return guard{
+		chain: chain,
+		set: &knftables.Set{Name: guardMACSet(port), Type: "ether_addr", Size: knftables.PtrTo(uint64(1)),
+			Flags: []knftables.SetFlag{knftables.DynamicFlag}},
+		elem:    &knftables.Element{Map: guardPorts, Key: []string{quoteIfname(port)}, Value: []string{"jump " + chain.Name}},
+		counter: &knftables.Counter{Name: guardCounter(port)},
+	}
+}
+
+// deleteGuard adds to tx the deletion of port's guard, existing or not
+// (each object is added first, so that its delete finds it), its drop
+// counter kept.
+func deleteGuard(tx *knftables.Transaction, port string) {
+	g := guardObjects(port)
+	tx.Add(g.set)
+	tx.Add(g.chain)
+	tx.Add(g.elem)
+	tx.Delete(g.elem)
+	tx.Delete(g.chain)
+	tx.Delete(g.set)
 }
 
 // pruneGuards removes the guards of ports that no longer exist (a helper's
@@ -257,6 +258,9 @@ func pruneGuards(ctx context.Context, nft knftables.Interface, id string) error 
 		tx := nft.NewTransaction()
 		tx.Delete(&knftables.Rule{Chain: c, Handle: rules[0].Handle})
 		deleteGuard(tx, port)
+		g := guardObjects(port)
+		tx.Add(g.counter)
+		tx.Delete(g.counter)
 		nft.Run(ctx, tx) // lost a race with a new port of the name: keep it
 	}
 	return nil

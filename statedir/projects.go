@@ -30,7 +30,14 @@ type Project struct {
 	// networks, addresses and names, but their helpers are run's, started
 	// on socketpairs; the controller adopts them to watch, never restarts them.
 	External bool `json:"external,omitempty"`
+	// Networks are kept up whether VMs use them or not (`vmnetctl network
+	// create`): such a project has no files.
+	Networks []string `json:"networks,omitempty"`
 }
+
+// NetworkProjectPrefix starts the name of the project that keeps a network
+// up on its own (`vmnetctl network create NAME`: project "network.NAME").
+const NetworkProjectPrefix = "network."
 
 // ProjectFile is one VM file of a project.
 type ProjectFile struct {

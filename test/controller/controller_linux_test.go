@@ -183,7 +183,7 @@ func TestLifecycle(t *testing.T) {
 	entries, _ := os.ReadDir(h.StateDir())
 	for _, e := range entries {
 		switch e.Name() {
-		case "ops.lock", "controller.lock", "controller.log":
+		case "ops.lock", "controller.lock", "controller.log", "events.jsonl":
 		default:
 			t.Errorf("state left after down: %s", e.Name())
 		}

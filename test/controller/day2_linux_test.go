@@ -201,3 +201,52 @@ func TestVMRestartFollowed(t *testing.T) {
 			got.PID, att.PID, got.Restarts, got.State)
 	}
 }
+
+// TestNetworkVerbs: networks as objects of their own, with no VM.
+func TestNetworkVerbs(t *testing.T) {
+	h := newHost(t)
+	list := func() map[string]controller.NetworkInfo {
+		t.Helper()
+		var l controller.NetworkList
+		if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "list", "--json")), &l); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]controller.NetworkInfo{}
+		for _, n := range l.Networks {
+			m[n.Name] = n
+		}
+		return m
+	}
+	if l := list(); l["shared"].State != "down" || l["isolated"].State != "down" || l["isolated"].Kept {
+		t.Fatalf("network list before anything: %+v", l)
+	}
+	h.MustVmnetctl("network", "create", "isolated")
+	if l := list(); l["isolated"].State != "up" || !l["isolated"].Kept || l["shared"].State != "down" {
+		t.Fatalf("network list after network create isolated: %+v", l)
+	}
+	h.MustRun(t, "ip", "link", "show", "vmn-isolated")
+
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
+	var info controller.NetworkInfo
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "inspect", "shared", "--json")), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.State != "up" || info.Config == nil || info.Config.Subnet.String() != "10.77.0.0/24" || len(info.VMs) != 1 || info.VMs[0] != "a" {
+		t.Errorf("network inspect shared: %+v", info)
+	}
+	if _, err := h.Vmnetctl("network", "create", "nope"); err == nil || !strings.Contains(err.Error(), "its networks: ") {
+		t.Errorf("network create of an undefined network: %v", err)
+	}
+
+	h.MustVmnetctl("network", "delete", "isolated")
+	if l := list(); l["isolated"].State != "down" || l["shared"].State != "up" {
+		t.Errorf("network list after network delete isolated: %+v", l)
+	}
+	if _, err := h.Run(context.Background(), "ip", "link", "show", "vmn-isolated"); err == nil {
+		t.Errorf("vmn-isolated still exists after network delete")
+	}
+	h.MustVmnetctl("network", "delete", "isolated") // twice is fine
+	if out := h.MustVmnetctl("down", "--all"); !strings.Contains(out, "Everything is down.") {
+		t.Errorf("down --all:\n%s", out)
+	}
+}

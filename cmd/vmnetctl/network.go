@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmnetctl/vmnetctl/controller"
+)
+
+// newNetworkCommand is `vmnetctl network list|create|delete|inspect`:
+// networks as objects of their own, with or without VMs.
+func newNetworkCommand(g *globals, s streams) *cobra.Command {
+	cmd := &cobra.Command{Use: "network", Short: "Networks as objects of their own: list, create (keep up without a VM), delete, inspect"}
+	input := func() (*controller.Input, error) { return controller.ReadInput(g.networks, nil, "", "") }
+
+	out := &output{}
+	list := command("list [--json]", "Every network of networks.yaml (of record) with its state, VMs, leases, and whether it is kept up on its own",
+		cobra.NoArgs, func(cmd *cobra.Command, _ []string) error {
+			in, err := input()
+			if err != nil {
+				return err
+			}
+			l, err := controller.Networks(cmd.Context(), g.env(s), in)
+			if err != nil {
+				return err
+			}
+			return out.print(s.out, l, l.Render)
+		})
+	out.bind(list, "print JSON")
+
+	createOut := &output{}
+	var metricsAddr string
+	create := command("create NAME [--json]", "Bring network NAME up and keep it up with no VM, until `network delete`",
+		cobra.ExactArgs(1), func(cmd *cobra.Command, args []string) error {
+			in, err := input()
+			if err != nil {
+				return err
+			}
+			st, err := controller.NetworkCreate(cmd.Context(), g.env(s), in, args[0], controller.ApplyOptions{MetricsAddr: metricsAddr})
+			if err != nil {
+				return err
+			}
+			for _, n := range st.Networks {
+				if n.Name == args[0] && n.State != "up" {
+					createOut.print(s.out, st, st.Render)
+					return exitError{code: 1, err: fmt.Errorf("network %s is %s: %s", n.Name, n.State, n.Error)}
+				}
+			}
+			return createOut.print(s.out, st, st.Render)
+		})
+	createOut.bind(create, "print the status as JSON")
+	create.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `where the controller it starts serves Prometheus /metrics ("off" for none)`)
+
+	del := command("delete NAME", "Stop keeping network NAME up on its own: it goes once no VM uses it",
+		cobra.ExactArgs(1), func(cmd *cobra.Command, args []string) error {
+			return controller.NetworkDelete(cmd.Context(), g.env(s), args[0])
+		})
+
+	inspectOut := &output{}
+	inspect := command("inspect NAME [--json]", "Everything about network NAME: its configuration, state, VMs and leases",
+		cobra.ExactArgs(1), func(cmd *cobra.Command, args []string) error {
+			in, err := input()
+			if err != nil {
+				return err
+			}
+			n, err := controller.NetworkInspect(cmd.Context(), g.env(s), in, args[0])
+			if err != nil {
+				return err
+			}
+			return inspectOut.print(s.out, n, n.Render)
+		})
+	inspectOut.bind(inspect, "print JSON")
+
+	for _, c := range []*cobra.Command{create, del, inspect} {
+		c.ValidArgsFunction = completeNetworks(g)
+	}
+	create.Example = "  sudo vmnetctl network create host\n  sudo vmnetctl network list"
+	cmd.AddCommand(list, create, del, inspect)
+	return cmd
+}
