@@ -510,7 +510,12 @@ func dropPrivileges(uid, gid int) error {
 // tapStats logs the kernel's counters of a TAP the VMM drives until ctx is
 // done. On a TAP the kernel's tx is what it sent to the VM ("host") and its
 // rx what the VM sent ("vm").
+//
+// Frames the kernel drops towards a TAP no VMM holds (its carrier is off:
+// no reader) are not drops of the helper's: a VM that is not running takes
+// no frames. Drops are counted only while a VMM holds the TAP.
 func tapStats(ctx context.Context, o *Options, log *logger, name string) {
+	var lastTx, noReader uint64
 	logStats := func() {
 		link, err := netlink.LinkByName(name)
 		if err != nil {
@@ -521,9 +526,13 @@ func tapStats(ctx context.Context, o *Options, log *logger, name string) {
 		if s == nil {
 			return
 		}
+		if link.Attrs().RawFlags&unix.IFF_LOWER_UP == 0 && s.TxDropped > lastTx {
+			noReader += s.TxDropped - lastTx
+		}
+		lastTx = s.TxDropped
 		st := helperproto.Stats{
 			Time: time.Now(),
-			Host: helperproto.Counters{Packets: s.TxPackets, Bytes: s.TxBytes, Drops: s.TxDropped},
+			Host: helperproto.Counters{Packets: s.TxPackets, Bytes: s.TxBytes, Drops: s.TxDropped - noReader},
 			VM:   helperproto.Counters{Packets: s.RxPackets, Bytes: s.RxBytes, Drops: s.RxDropped},
 		}
 		log.logf("INFO", "stats", "%s", helperproto.FormatStatsLine(st)[len(helperproto.StatsPrefix):])

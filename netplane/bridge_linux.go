@@ -110,7 +110,11 @@ func bridgedParent(n *api.Network) (netlink.Link, error) {
 	l, err := netlink.LinkByName(n.Interface)
 	if err != nil {
 		if notFound(err) {
-			return nil, fmt.Errorf("network %q: interface %s does not exist", n.ID, n.Interface)
+			hint := ""
+			if names, err := ListSharedInterfaces(); err == nil && len(names) > 0 {
+				hint = "; interfaces this host could bridge onto: " + strings.Join(names, ", ")
+			}
+			return nil, fmt.Errorf("network %q: interface %s does not exist%s (`vmnetctl helper --list-shared-interfaces`)", n.ID, n.Interface, hint)
 		}
 		return nil, fmt.Errorf("network %q: interface %s: %w", n.ID, n.Interface, err)
 	}
