@@ -244,14 +244,24 @@ func (w *walker) paths(v *yaml.Node, path string, p *Paths) {
 	obsolete := func(k, _ *yaml.Node, path string) {
 		w.warnf(k, path, "lima no longer uses VDE; ignored")
 	}
-	w.mapping(v, path, map[string]fieldFunc{
+	known := map[string]fieldFunc{
 		"socketVMNet": set(&p.SocketVMNet),
 		"varRun":      set(&p.VarRun),
 		"sudoers":     set(&p.Sudoers),
 		"vmnetHelper": set(&p.VMNetHelper),
 		"vdeSwitch":   obsolete,
 		"vdeVMNet":    obsolete,
-	}, false)
+	}
+	// lima keeps adding paths: one vmnetctl does not know is lima's, not
+	// a mistake.
+	if m := deref(v); m != nil && m.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if k := deref(m.Content[i]); k.Kind == yaml.ScalarNode && known[k.Value] == nil {
+				w.warnf(k, joinPath(path, k.Value), "not a path vmnetctl uses; ignored%s", suggest(k.Value, keys(known)))
+			}
+		}
+	}
+	w.mapping(v, path, known, true)
 }
 
 // collect gathers a mapping's values by key, reporting unknown and duplicate keys.
@@ -273,6 +283,11 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 	if msg := checkName(key.Value); msg != "" {
 		w.errorf(key, path, "network name %s", msg)
 		return nil
+	}
+	if d := deref(v); section == SectionVMNet && d != nil && d.Kind == yaml.ScalarNode && d.Tag == "!!null" {
+		// An entry with nothing under it (comments only): every default,
+		// as lima reads it.
+		v = &yaml.Node{Kind: yaml.MappingNode, Line: d.Line, Column: d.Column}
 	}
 	f, lines, ok := w.collect(v, path, networkKeys)
 	if !ok {

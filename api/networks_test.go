@@ -335,3 +335,23 @@ func TestHostModeTurnsNATOff(t *testing.T) {
 		t.Errorf("host network has NAT44=%v NAT66=%v RA=%v, want all false", n.NAT44, n.NAT66, n.RouterAdvertisement)
 	}
 }
+
+// lima's files as lima reads them: a vmnet entry with nothing under it is
+// every default; a path vmnetctl does not know is a warning.
+func TestLimaLeniency(t *testing.T) {
+	nets, diags := LoadNetworks("n.yaml", []byte("vmnet:\n  shared:\n    # defaults\npaths:\n  vmnetHelper: /opt/vmnet-helper/bin/vmnet-helper\n  somethingNew: /x\n"))
+	if diags.HasErrors() {
+		t.Fatalf("errors: %v", diags.Err())
+	}
+	n := nets.Get("shared")
+	if n == nil || n.Mode != ModeShared || !n.Subnet.IsValid() || !n.DHCP {
+		t.Fatalf("shared with no keys: %+v", n)
+	}
+	found := false
+	for _, d := range diags.Warnings() {
+		found = found || (d.Field == "paths.somethingNew" && d.Line == 6)
+	}
+	if !found || nets.Paths.VMNetHelper != "/opt/vmnet-helper/bin/vmnet-helper" {
+		t.Errorf("unknown path: warnings %v, vmnetHelper %q", diags.Warnings(), nets.Paths.VMNetHelper)
+	}
+}
