@@ -283,7 +283,11 @@ func (s *session) startStats(r *relay) (stop func()) {
 	}
 	return func() {
 		close(done)
-		logStats()
+		// A last line, with the final counters, when stats were asked
+		// for; none at all otherwise (as vmnet-helper).
+		if s.o.StatsInterval > 0 {
+			logStats()
+		}
 	}
 }
 
@@ -548,7 +552,9 @@ func tapStats(ctx context.Context, o *Options, log *logger, name string) {
 		case <-tick:
 			logStats()
 		case <-ctx.Done():
-			logStats()
+			if o.StatsInterval > 0 {
+				logStats()
+			}
 			return
 		}
 	}

@@ -638,7 +638,8 @@ func TestJumbo(t *testing.T) {
 	f.host.MustRun(t, "ip", "link", "set", f.bridge, "mtu", "9000")
 	tap := openTap(t, f.vm, "vmeth0", false, 0)
 	helperEnd, conn := socketpair(t)
-	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3")
+	// Stats asked for: the last line at exit has the counters.
+	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3", "--stats-interval", "60")
 	helperEnd.Close()
 	if h.ready.MTU != 9000 || h.ready.MaxPacketSize != 9014 {
 		t.Errorf("ready line: mtu %d, max packet size %d; want 9000, 9014", h.ready.MTU, h.ready.MaxPacketSize)
@@ -884,5 +885,19 @@ func TestMacvtap(t *testing.T) {
 		}
 		testutil.Eventually(t, 5*time.Second, func() bool { return !f.linkExists("vmt-mv") }, "the macvtap to be deleted")
 		relay.stop() // closing the VM's TAP deletes it too
+	}
+}
+
+// TestNoStatsUnlessAsked: without --stats-interval the helper logs no stats
+// line, not even at exit (vmnet-helper's contract).
+func TestNoStatsUnlessAsked(t *testing.T) {
+	f := newFixture(t)
+	helperEnd, _ := socketpair(t)
+	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3")
+	helperEnd.Close()
+	h.terminate()
+	h.wait(10 * time.Second)
+	if strings.Contains(h.stderr(), "[stats]") {
+		t.Errorf("stats lines without --stats-interval:\n%s", h.stderr())
 	}
 }
