@@ -182,8 +182,7 @@ func TestThroughput(t *testing.T) {
 	// The helper paths run with the anti-spoofing guard on the host
 	// helper's port, as every VM's port has it, pinned to the VM side's
 	// MAC (the VM side's TAP sends a frame or two of its own); the row
-	// without it says what the guard costs, the row without segmentation
-	// what cutting the host's TSO segments in the helper gains.
+	// without it says what the guard costs.
 	for _, c := range []struct {
 		name        string
 		tso         bool
@@ -191,7 +190,6 @@ func TestThroughput(t *testing.T) {
 	}{
 		{"helper", false, nil, []string{"--mac", vmSideMAC.String()}},
 		{"helper, no spoof check", false, nil, []string{"--no-spoof-check"}},
-		{"helper, no segmentation", false, nil, []string{"--mac", vmSideMAC.String(), "--no-segmentation"}},
 		{"helper --enable-tso", true, []string{"--enable-tso"}, []string{"--mac", vmSideMAC.String()}},
 	} {
 		name, tso, extra := c.name, c.tso, c.extra

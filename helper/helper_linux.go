@@ -145,7 +145,7 @@ func (s *session) createPort() error {
 		MAC:          api.InterfaceMAC(s.id),
 		UID:          s.uid,
 		GID:          s.gid,
-		Offloads:     s.tapOffloads(),
+		Offloads:     netplane.Offloads{Checksum: o.ChecksumOffload, TSO: o.TSO},
 		Isolated:     o.Isolation,
 		VMMAC:        o.VMMAC,
 		NoSpoofCheck: o.NoSpoofCheck,
@@ -167,28 +167,6 @@ func (s *session) createPort() error {
 	s.port = p
 	s.ready = o.ready(s.id, s.tapName, p.MTU)
 	return nil
-}
-
-// segments reports whether the relay cuts the host's TCP segments for the
-// VM: a VM without offloads, relayed (not --attach tap) on a TAP (not a
-// macvtap, whose offloads are the VM's). The TAP then takes TSO, which
-// spares the host's stack a packet per 1.5 KiB (gso.go).
-func (s *session) segments() bool {
-	o := s.o
-	if o.Offloads() || o.Attach == AttachTap || o.NoSegmentation {
-		return false
-	}
-	_, err := netplane.NetworkBridge(o.Network)
-	return err == nil
-}
-
-// tapOffloads are the TAP's offloads: the VM's, or TSO when the relay
-// segments for it.
-func (s *session) tapOffloads() netplane.Offloads {
-	if s.segments() {
-		return netplane.Offloads{Checksum: true, TSO: true}
-	}
-	return netplane.Offloads{Checksum: s.o.ChecksumOffload, TSO: s.o.TSO}
 }
 
 // cleanupCommand is the port's cleanup child: this executable, still root,
@@ -262,7 +240,6 @@ func (s *session) newRelay(stop int) *relay {
 	if s.o.Offloads() {
 		r.hdr = VirtioNetHdrLen
 	}
-	r.segment = s.segments()
 	r.frame = r.hdr + s.ready.MaxPacketSize
 	return r
 }

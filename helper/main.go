@@ -42,7 +42,6 @@ type Flags struct {
 	Attach               string
 	MAC                  string // --mac: the only MAC the VM may send from
 	NoSpoofCheck         bool   // --no-spoof-check
-	NoSegmentation       bool   // --no-segmentation (hidden)
 	DeleteLink           string // the hidden DeleteLinkFlag
 
 	// NetworksFile is networks.yaml as config.LoadNetworks finds it (the
@@ -148,7 +147,6 @@ func (f *Flags) options(s Streams) (Options, error) {
 		Attach:          f.Attach,
 		VMMAC:           vmMAC,
 		NoSpoofCheck:    f.NoSpoofCheck,
-		NoSegmentation:  f.NoSegmentation,
 		Isolation:       f.Isolation || n.Isolation,
 		TSO:             f.TSO,
 		ChecksumOffload: f.ChecksumOffload,

@@ -72,9 +72,6 @@ type Options struct {
 	NoSpoofCheck bool
 	// TSO and ChecksumOffload put a virtio-net header on every datagram.
 	TSO, ChecksumOffload bool
-	// NoSegmentation keeps TSO off the TAP of a VM without offloads (the
-	// relay then moves the host's frames as they are: for measurements).
-	NoSegmentation bool
 	// StatsInterval logs stats lines this often; 0 only at exit.
 	StatsInterval time.Duration
 	// UID and GID are the VM owner's: the TAP is theirs and the helper runs

@@ -43,13 +43,8 @@ type relay struct {
 	tap, sock, stop int
 	hdr             int // virtio-net header length, 0 without offloads
 	frame           int // buffer size: hdr + max packet size
-	// segment: the VM takes no offloads but the TAP does (a virtio-net
-	// header on the TAP only): TCP segments of up to 64 KiB from the host
-	// are cut into frames for the VM (gso.go), and the VM's frames go to
-	// the TAP behind an empty header.
-	segment  bool
-	host, vm *counters
-	log      *logger
+	host, vm        *counters
+	log             *logger
 	// stalled is set while the VM does not read (send); tapToSocket's only.
 	stalled bool
 	// followPeer (--socket) keeps the relay going while the VM's socket is
@@ -67,11 +62,7 @@ func (r *relay) run(first []byte) error {
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
-	toSocket := r.tapToSocket
-	if r.segment {
-		toSocket = r.tapToSocketSegmenting
-	}
-	for i, f := range []func() error{toSocket, r.socketToTap} {
+	for i, f := range []func() error{r.tapToSocket, r.socketToTap} {
 		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
@@ -281,87 +272,13 @@ func (r *relay) socketToTap() error {
 }
 
 // writeTap writes one frame; false if the kernel refused it (a malformed
-// frame or virtio-net header, or no memory): that frame is dropped. When
-// segmenting, the frame goes behind an empty virtio-net header.
+// frame or virtio-net header, or no memory): that frame is dropped.
 func (r *relay) writeTap(frame []byte) bool {
 	for {
-		var err error
-		if r.segment {
-			_, err = unix.Writev(r.tap, [][]byte{emptyVnetHdr[:], frame})
-		} else {
-			_, err = unix.Write(r.tap, frame)
-		}
+		_, err := unix.Write(r.tap, frame)
 		if err == unix.EINTR {
 			continue
 		}
 		return err == nil
-	}
-}
-
-// emptyVnetHdr is a virtio-net header that asks nothing of the kernel.
-var emptyVnetHdr [VirtioNetHdrLen]byte
-
-// maxTapPacket is the largest packet a TAP with TSO gives: 64 KiB of IP
-// and the Ethernet header.
-const maxTapPacket = TSOMaxPacketSize
-
-// tapToSocketSegmenting is tapToSocket for a VM without offloads on a TAP
-// with TSO: each packet read (up to 64 KiB) becomes one or more frames of
-// the batch (toFrames), which is sent when full or when the TAP is empty.
-func (r *relay) tapToSocketSegmenting() error {
-	b := newBatch(batchSize, r.frame)
-	buf := make([]byte, VirtioNetHdrLen+maxTapPacket)
-	tapWait := newWaiter(r.tap, r.stop)
-	sockWait := newWaiter(r.sock, r.stop)
-	n := 0
-	flush := func() error {
-		if n == 0 {
-			return nil
-		}
-		err := r.send(b, n, sockWait)
-		n = 0
-		return err
-	}
-	errTooBig := errors.New("a segment larger than the VM's frames")
-	out := func(size int) ([]byte, error) {
-		if n == batchSize {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-		}
-		if size > len(b.bufs[n]) {
-			return nil, errTooBig
-		}
-		b.iovs[n].SetLen(size)
-		n++
-		return b.bufs[n-1][:size], nil
-	}
-	for {
-		nr, err := unix.Read(r.tap, buf)
-		switch {
-		case err == unix.EAGAIN:
-			if err := flush(); err != nil {
-				return err
-			}
-			if err := tapWait.wait(unix.POLLIN, -1); err != nil {
-				return err
-			}
-			continue
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return fmt.Errorf("reading from the TAP: %w", err)
-		case nr <= VirtioNetHdrLen+ethHeaderLen:
-			continue
-		}
-		before := n
-		if err := toFrames(buf[:VirtioNetHdrLen], buf[VirtioNetHdrLen:nr], out); err != nil {
-			if errors.Is(err, errStopped) || errors.Is(err, errPeerGone) {
-				return err
-			}
-			// A packet the VM cannot take: dropped, with what it made.
-			n = min(n, before)
-			r.host.drops.Add(1)
-		}
 	}
 }

@@ -47,8 +47,6 @@ before it touches the VM's socket.`,
 	fl.StringVar(&f.Tap, "tap", "", "name of the TAP (default vmt- and a hash of the interface id)")
 	fl.StringVar(&f.MAC, "mac", "", "the only MAC address the VM may send from (default: the first it uses)")
 	fl.BoolVar(&f.NoSpoofCheck, "no-spoof-check", false, "do not guard the VM's port against spoofing (root only, not through sudo)")
-	fl.BoolVar(&f.NoSegmentation, "no-segmentation", false, "keep TSO off the TAP of a VM without offloads (for measurements)")
-	fl.MarkHidden("no-segmentation")
 	fl.StringVar(&f.DeleteLink, helper.DeleteLinkFlag, "", "internal: delete this link when stdin closes")
 	fl.MarkHidden(helper.DeleteLinkFlag)
 	fl.StringVar(&f.Attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing")
