@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -91,6 +92,32 @@ func ComputeDesired(nets *api.Networks, projects []*statedir.Project) (*Desired,
 	return d, nil
 }
 
+// nameProjects adds to each "also defined at FILE:LINE" diagnostic
+// between two projects the projects and how to free the name: the user
+// sees which `up` brought the other definition in.
+func nameProjects(diags api.Diagnostics, owner map[*api.VMFile]*statedir.Project) {
+	projectOf := func(file string) string {
+		for vf, p := range owner {
+			if vf.File == file {
+				return p.Name
+			}
+		}
+		return ""
+	}
+	for i := range diags {
+		d := &diags[i]
+		_, at, ok := strings.Cut(d.Message, "also defined at ")
+		if !ok {
+			continue
+		}
+		file, _, _ := strings.Cut(at, ":")
+		here, there := projectOf(d.File), projectOf(file)
+		if here != "" && there != "" && here != there {
+			d.Message += fmt.Sprintf(" (projects %s and %s: `vmnetctl down -p` one of them first, or rename the VM)", here, there)
+		}
+	}
+}
+
 // desiredOf resolves parsed projects against nets, all at once: one Resolve
 // over all projects finds VMs, MACs and addresses that collide across
 // projects too. d is nil when the diagnostics have errors.
@@ -104,6 +131,7 @@ func desiredOf(nets *api.Networks, projects []parsedProject) (*Desired, api.Diag
 		}
 	}
 	diags := api.Resolve(nets, files)
+	nameProjects(diags, owner)
 	if diags.HasErrors() {
 		return nil, diags
 	}

@@ -130,6 +130,12 @@ func TestDay2(t *testing.T) {
 		t.Errorf("status as nobody: %v\n%s", err, out)
 	}
 
+	// A VM another project defines: the error names that project.
+	other := h.WriteFile("other.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
+	if _, err := h.Vmnetctl("up", "-f", other); err == nil || !strings.Contains(err.Error(), "(projects vms and other: `vmnetctl down -p` one of them first") {
+		t.Errorf("up of a VM another project defines: %v", err)
+	}
+
 	// plan --detailed-exitcode: 0 without changes, 2 with.
 	if code, out := exitCode(t, h, "plan", "--detailed-exitcode", "-f", vms); code != 0 {
 		t.Errorf("plan --detailed-exitcode of the applied file: exit %d\n%s", code, out)
