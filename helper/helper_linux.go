@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -319,18 +322,20 @@ func (s *session) forward(r *relay, lis *listener) error {
 	return nil
 }
 
-// followInterval is how often a --socket helper looks at its client's
-// socket path for a restarted VMM.
+// followInterval is how often a --socket helper also looks at its
+// client's path for a restarted VMM, in case a change notice was missed.
 const followInterval = time.Second
 
-// followClient follows the client of --socket across restarts of its VMM:
-// a VMM started again binds the same path anew (a new socket), which the
+// followClient follows the client of --socket across restarts of its VMM.
+// A VMM started again binds the same path anew (a new socket), which the
 // helper's connected socket does not reach, and whose datagrams the kernel
-// refuses while the helper is connected to the old one. So, every
-// followInterval, the path is looked at; when it names another socket than
-// the one served, the helper's socket is connected to it. The VM's exit is
-// not the helper's: it waits, keeping the VM's port, and nothing counts
-// as a crash. It returns the function that stops following.
+// refuses while the helper is connected to the old one. So the helper
+// watches the path's directory (inotify): when the path goes, it
+// disconnects, so that the new VMM's first datagram is taken; when it
+// comes back, it connects to the new socket. Every followInterval it also
+// compares the path with the socket it serves. The VM's exit is not the
+// helper's: it waits, keeping the VM's port, and nothing counts as a crash.
+// It returns the function that stops following.
 func (s *session) followClient(lis *listener, stop int) func() {
 	path := lis.client
 	var st unix.Stat_t
@@ -345,10 +350,39 @@ func (s *session) followClient(lis *listener, stop int) func() {
 	}
 	idOf := func(st *unix.Stat_t) id { return id{st.Dev, st.Ino, st.Ctim} }
 	served := idOf(&st)
+	var mu sync.Mutex
+	check := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if err := unix.Stat(path, &st); err != nil {
+			// Gone: take whoever comes next on the path.
+			disconnect(lis.fd)
+			return
+		}
+		if idOf(&st) == served {
+			return
+		}
+		if err := unix.Connect(lis.fd, &unix.SockaddrUnix{Name: path}); err != nil {
+			return // not bound yet: try again
+		}
+		served = idOf(&st)
+		s.log.infof("main", "client %q is a new socket (its VMM restarted): serving it", path)
+	}
 	done := make(chan struct{})
-	gone := make(chan struct{})
-	go func() {
-		defer close(gone)
+	var wg sync.WaitGroup
+	if w, err := watchDir(filepath.Dir(path)); err == nil {
+		wg.Go(func() {
+			buf := make([]byte, 4096)
+			for {
+				if _, err := w.Read(buf); err != nil {
+					return // closed when following stops
+				}
+				check()
+			}
+		})
+		wg.Go(func() { <-done; w.Close() })
+	}
+	wg.Go(func() {
 		t := time.NewTicker(followInterval)
 		defer t.Stop()
 		for {
@@ -356,18 +390,32 @@ func (s *session) followClient(lis *listener, stop int) func() {
 			case <-done:
 				return
 			case <-t.C:
+				check()
 			}
-			if err := unix.Stat(path, &st); err != nil || idOf(&st) == served {
-				continue
-			}
-			if err := unix.Connect(lis.fd, &unix.SockaddrUnix{Name: path}); err != nil {
-				continue // not bound yet: try again
-			}
-			served = idOf(&st)
-			s.log.infof("main", "client %q is a new socket (its VMM restarted): serving it", path)
 		}
-	}()
-	return func() { close(done); <-gone }
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// watchDir returns an inotify descriptor, in Go's poller, that reads an
+// event when a name in dir is created, deleted or moved.
+func watchDir(dir string) (*os.File, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "inotify"), nil
+}
+
+// disconnect ends a datagram socket's association (connect to AF_UNSPEC):
+// it takes datagrams from any sender again.
+func disconnect(fd int) {
+	sa := unix.RawSockaddr{Family: unix.AF_UNSPEC}
+	unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
 }
 
 // waitForClient waits for the first datagram on --socket and returns it
