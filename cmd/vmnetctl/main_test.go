@@ -122,3 +122,29 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version printed %q (exit %d), want vmnet-helper's version: and commit: lines", out, code)
 	}
 }
+
+// Help shows a global flag only where it acts.
+func TestHelpShowsFlagsWhereTheyAct(t *testing.T) {
+	for _, tc := range []struct {
+		cmd        []string
+		has, lacks []string
+	}{
+		{[]string{"up", "--help"}, []string{"--networks", "--state-dir"}, nil},
+		{[]string{"status", "--help"}, []string{"--state-dir"}, []string{"--networks"}},
+		{[]string{"network", "create", "--help"}, []string{"--networks", "--state-dir"}, nil},
+		{[]string{"version", "--help"}, nil, []string{"--networks", "--state-dir"}},
+		{[]string{"doctor", "--help"}, []string{"--networks"}, []string{"--state-dir"}},
+	} {
+		_, out, _ := runCLI(t, tc.cmd...)
+		for _, f := range tc.has {
+			if !strings.Contains(out, f) {
+				t.Errorf("%v: help lacks %s:\n%s", tc.cmd, f, out)
+			}
+		}
+		for _, f := range tc.lacks {
+			if strings.Contains(out, f) {
+				t.Errorf("%v: help shows %s, which does not act there:\n%s", tc.cmd, f, out)
+			}
+		}
+	}
+}

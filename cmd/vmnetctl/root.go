@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+
+	"github.com/spf13/pflag"
 
 	"github.com/spf13/cobra"
 
@@ -103,7 +106,33 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 			c.Example = examples[c.Name()]
 		}
 	}
+	// Help shows a global flag only on the commands it acts on.
+	defaultHelp := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		top := c
+		for top.Parent() != nil && top.Parent() != root {
+			top = top.Parent()
+		}
+		var hidden []*pflag.Flag
+		for flag, cmds := range globalFlagActs {
+			if f := root.PersistentFlags().Lookup(flag); f != nil && c != root && !slices.Contains(cmds, top.Name()) && !f.Hidden {
+				f.Hidden = true
+				hidden = append(hidden, f)
+			}
+		}
+		defaultHelp(c, args)
+		for _, f := range hidden {
+			f.Hidden = false
+		}
+	})
 	return root
+}
+
+// globalFlagActs names, for each global flag, the commands it acts on:
+// help shows it there only.
+var globalFlagActs = map[string][]string{
+	"networks":  {"up", "plan", "run", "validate", "networks", "network", "doctor", "helper"},
+	"state-dir": {"up", "down", "plan", "status", "serve", "run", "args", "validate", "leases", "logs", "describe", "events", "network", "completion"},
 }
 
 // examples are the commands' Examples sections (`vmnetctl CMD --help`),
