@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -146,5 +147,39 @@ func TestHelpShowsFlagsWhereTheyAct(t *testing.T) {
 				t.Errorf("%v: help shows %s, which does not act there:\n%s", tc.cmd, f, out)
 			}
 		}
+	}
+}
+
+// The README's commands that need neither root nor a user's own files run
+// here, as the README shows them: its examples cannot rot.
+func TestREADMECommands(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, line := range strings.Split(string(readme), "\n") {
+		cmdline, _, _ := strings.Cut(line, "#")
+		args := strings.Fields(cmdline)
+		if len(args) < 2 || args[0] != "bin/vmnetctl" || strings.Contains(cmdline, "~") {
+			continue
+		}
+		// Paths in the README are the repository's; the test runs in cmd/vmnetctl.
+		for i, a := range args {
+			if strings.HasPrefix(a, "examples/") {
+				args[i] = "../../" + a
+			}
+		}
+		want := 0
+		if strings.Contains(cmdline, "broken") {
+			want = 1 // the example of every mistake
+		}
+		if code, out, errOut := runCLI(t, args[1:]...); code != want {
+			t.Errorf("README: %s: exit %d, want %d\n%s%s", strings.TrimSpace(cmdline), code, want, out, errOut)
+		}
+		ran++
+	}
+	if ran < 2 {
+		t.Fatalf("ran %d README commands: the README's demo block moved?", ran)
 	}
 }
