@@ -119,6 +119,16 @@ func VMNamesOf(d *Desired) []string {
 	return names
 }
 
+// ProjectNames returns the projects of sd, for shell completion.
+func ProjectNames(sd statedir.Dir) []string {
+	ps, _ := sd.Projects()
+	var names []string
+	for _, p := range ps {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
 // Names returns the VMs and networks that are up in sd, for shell
 // completion; nothing when it cannot tell.
 func Names(sd statedir.Dir) (vms, networks []string) {

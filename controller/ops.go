@@ -370,7 +370,13 @@ func PlanApply(env Env, in *Input, backendName string) (*Plan, error) {
 		}
 		fmt.Fprintln(env.Stderr, kind, l.Message)
 	}
-	return ComputePlan(current, desired), nil
+	plan := ComputePlan(current, desired)
+	if snap, err := env.StateDir.Networks(); err == nil && snap != nil && snap.Source != in.Networks.Source {
+		if projects, _ := env.StateDir.Projects(); len(projects) > 0 {
+			plan.NetworksFile = []string{snap.Source, in.Networks.Source}
+		}
+	}
+	return plan, nil
 }
 
 // RemoveOptions say which projects Remove removes: Input's (by its files

@@ -54,12 +54,17 @@ type AttachmentChange struct {
 
 // Plan is the typed difference between what runs and what should run.
 type Plan struct {
-	Networks    []NetworkChange    `json:"networks"`
-	Attachments []AttachmentChange `json:"attachments"`
+	// NetworksFile is set when `up` would record another networks.yaml
+	// than the one in force: [from, to].
+	NetworksFile []string           `json:"networksFile,omitempty"`
+	Networks     []NetworkChange    `json:"networks"`
+	Attachments  []AttachmentChange `json:"attachments"`
 }
 
 // Empty reports whether the plan changes nothing.
-func (p *Plan) Empty() bool { return len(p.Networks) == 0 && len(p.Attachments) == 0 }
+func (p *Plan) Empty() bool {
+	return len(p.Networks) == 0 && len(p.Attachments) == 0 && len(p.NetworksFile) == 0
+}
 
 // field is a field of a network or attachment that a plan compares.
 type field[T any] struct {
@@ -223,6 +228,9 @@ func (p *Plan) Summary() string {
 	for _, c := range p.Attachments {
 		count[c.Action]++
 	}
+	if len(p.Networks) == 0 && len(p.Attachments) == 0 {
+		return "Plan: the networks.yaml in force changes; nothing else."
+	}
 	return fmt.Sprintf("Plan: %d to create, %d to change, %d to replace, %d to delete.",
 		count[ActionCreate], count[ActionUpdate], count[ActionReplace], count[ActionDelete])
 }
@@ -232,6 +240,9 @@ func (p *Plan) Render(w io.Writer) error {
 	if p.Empty() {
 		_, err := fmt.Fprintln(w, p.Summary())
 		return err
+	}
+	if len(p.NetworksFile) == 2 {
+		fmt.Fprintf(w, "networks.yaml: %s -> %s\n", p.NetworksFile[0], p.NetworksFile[1])
 	}
 	if len(p.Networks) > 0 {
 		fmt.Fprintln(w, "Networks:")

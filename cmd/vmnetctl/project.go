@@ -28,7 +28,18 @@ func (f *vmFileFlags) bind(cmd *cobra.Command, withProject bool) {
 	cmd.Flags().StringVar(&f.name, "name", "", "VM name for a lima instance file (default: the file's directory name)")
 	if withProject {
 		cmd.Flags().StringVarP(&f.project, "project", "p", "", "project name (default: the VM's name for a lima instance file, else the first file's name)")
+		cmd.RegisterFlagCompletionFunc("project", f.completeProjects)
 	}
+}
+
+// completeProjects completes -p with the projects of the state dir: the
+// global --state-dir as given on the line being completed.
+func (f *vmFileFlags) completeProjects(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
+	dir := statedir.Default()
+	if fl := cmd.Flag("state-dir"); fl != nil && fl.Changed {
+		dir = fl.Value.String()
+	}
+	return controller.ProjectNames(statedir.Dir{Path: dir}), cobra.ShellCompDirectiveNoFileComp
 }
 
 // input reads networks.yaml and the VM files the flags name.

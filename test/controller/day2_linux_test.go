@@ -89,6 +89,9 @@ func TestDay2(t *testing.T) {
 	if out := h.MustVmnetctl("__complete", "leases", ""); !strings.Contains(out, "shared\n") {
 		t.Errorf("completion of leases' network:\n%s", out)
 	}
+	if out := h.MustVmnetctl("__complete", "down", "-p", ""); !strings.Contains(out, "vms\n") {
+		t.Errorf("completion of down -p:\n%s", out)
+	}
 
 	// describe: the VM is connected, has its lease, and nothing to do.
 	var d controller.Description

@@ -205,4 +205,11 @@ func TestNetworksOfRecord(t *testing.T) {
 	if out := h.MustVmnetctl("plan", "-f", a); strings.TrimSpace(out) != "No changes." {
 		t.Errorf("plan of the first project after the second's up:\n%s", out)
 	}
+	// Naming another networks.yaml, even with the same networks, is a
+	// change plan shows.
+	same := h.WriteFile("same-networks.yaml", networksYAML)
+	args := []string{h.Binary, "--state-dir", h.StateDir(), "--networks", same, "plan", "-f", a}
+	if out := h.MustRun(t, args[0], args[1:]...); !strings.Contains(out, "networks.yaml: "+h.Networks+" -> "+same) {
+		t.Errorf("plan with another networks.yaml:\n%s", out)
+	}
 }
