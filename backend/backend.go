@@ -135,6 +135,9 @@ type ServiceStats struct {
 	// GuardDrops counts the frames the anti-spoofing guard dropped, by
 	// VM port (the helper's tap_name); nil where the backend has no guard.
 	GuardDrops map[string]uint64 `json:"guardDrops,omitempty"`
+	// PortMACs are the MACs the network's bridge learned on each VM port,
+	// by port name; nil where the backend cannot tell.
+	PortMACs map[string][]string `json:"portMACs,omitempty"`
 }
 
 // DHCPStats count a DHCP server's traffic since it started.

@@ -21,9 +21,6 @@ type Description struct {
 // AttachmentDescription is one attachment of a described VM.
 type AttachmentDescription struct {
 	AttachmentStatus
-	// Peer says whether the VM is there: "connected" (frames came from
-	// it), "waiting for VM" (none yet), or "-" when the helper does not run.
-	Peer  string       `json:"peer"`
 	Lease *LeaseStatus `json:"lease,omitempty"`
 	// LogTail is the end of the helper's log.
 	LogTail []string `json:"logTail"`
@@ -49,12 +46,9 @@ func Describe(ctx context.Context, sd statedir.Dir, vm string) (*Description, er
 		if a.VM != vm {
 			continue
 		}
-		ad := AttachmentDescription{AttachmentStatus: a, Peer: "-", LogTail: lastLines(sd.HelperLogFile(fmt.Sprintf("%s/%d", a.VM, a.Index)), logTailLines)}
-		if a.State == StateRunning {
-			ad.Peer = "waiting for VM"
-			if a.RxBytes > 0 || servedClient(sd.HelperLogFile(fmt.Sprintf("%s/%d", a.VM, a.Index))) {
-				ad.Peer = "connected"
-			}
+		ad := AttachmentDescription{AttachmentStatus: a, LogTail: lastLines(sd.HelperLogFile(fmt.Sprintf("%s/%d", a.VM, a.Index)), logTailLines)}
+		if ad.Peer == "" {
+			ad.Peer = "-"
 		}
 		if leases != nil {
 			for i, l := range leases.Leases {
@@ -81,7 +75,9 @@ func advise(a AttachmentDescription, controller bool) []string {
 	case a.State != StateRunning:
 		out = append(out, fmt.Sprintf("the helper is %s: see `vmnetctl logs %s`", a.State, a.VM))
 	case a.Peer == "waiting for VM":
-		out = append(out, fmt.Sprintf("no frame came from the VM yet: is its VMM running with `vmnetctl args %s`?", a.VM))
+		out = append(out, fmt.Sprintf("no VMM came to the attachment yet: is it running with `vmnetctl args %s`?", a.VM))
+	case a.Peer == "VM gone":
+		out = append(out, "the VM's VMM is gone; the helper waits for it to start again")
 	case a.Lease == nil && a.IP == "":
 		out = append(out, "the VM has no DHCP lease: is DHCP on in the guest for the interface with MAC "+a.MAC+"?")
 	}
@@ -89,13 +85,6 @@ func advise(a AttachmentDescription, controller bool) []string {
 		out = append(out, fmt.Sprintf("the anti-spoofing guard dropped %d frames: does the guest use another MAC or a static address? (docs/security.md; `spoofCheck: false` for a VM that bridges machines of its own)", a.SpoofDrops))
 	}
 	return out
-}
-
-// servedClient tells from a helper's log whether a VM's VMM came to its
-// socket (its stats lines may not have counted a frame yet).
-func servedClient(log string) bool {
-	b, err := os.ReadFile(log)
-	return err == nil && strings.Contains(string(b), "[main] serving client")
 }
 
 // lastLines returns the last n lines of a file.
@@ -133,6 +122,12 @@ func (d *Description) Render(w io.Writer) error {
 			row("port", a.Tap)
 		}
 		row("peer", a.Peer)
+		if !a.LastFrameAt.IsZero() {
+			row("last frame", a.LastFrameAt.Local().Format("2006-01-02 15:04:05"))
+		}
+		if len(a.SeenMACs) > 0 {
+			row("seen MACs", strings.Join(a.SeenMACs, ", "))
+		}
 		if a.Lease != nil {
 			row("lease", fmt.Sprintf("%s until %s", a.Lease.IP, a.Lease.Expiry.Local().Format("2006-01-02 15:04:05")))
 		} else {

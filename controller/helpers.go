@@ -38,6 +38,11 @@ type helperProc struct {
 	startLatency time.Duration
 	stats        helperproto.Stats
 	statsOff     int64
+	// lastFromVM is when the helper's stats last counted a frame from the
+	// VM; client is the socket path of the VMM it serves (--socket), both
+	// from its log.
+	lastFromVM time.Time
+	client     string
 }
 
 // closedChan is an exited channel for a helper that is not running.
@@ -138,7 +143,10 @@ func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 	h := &helperProc{rec: rec, exited: exited, state: StateRunning,
 		logPath: c.sd.HelperLogFile(rec.Key)}
 	if fi, err := os.Stat(h.logPath); err == nil {
-		h.statsOff = max(0, fi.Size()-4096) // pick up the latest stats line
+		// The client it serves, from the whole log (at most
+		// statedir.MaxHelperLog); then the latest stats line.
+		readStatsLines(h, func(helperproto.Stats) {})
+		h.statsOff = max(0, fi.Size()-4096)
 	}
 	go func() {
 		rec.Proc.WaitExit()

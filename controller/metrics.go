@@ -334,8 +334,16 @@ func readStatsLines(h *helperProc, add func(helperproto.Stats)) {
 		}
 		h.statsOff += int64(len(line))
 		if s, ok := helperproto.ParseStatsLine(line); ok {
+			if s.VM.Packets > h.stats.VM.Packets {
+				h.lastFromVM = s.Time
+			}
 			h.stats = s
 			add(s)
+		} else if _, client, ok := strings.Cut(line, "[main] serving client "); ok {
+			h.client, _ = strconv.Unquote(strings.TrimSpace(client))
+		} else if _, client, ok := strings.Cut(line, "[main] client "); ok && strings.Contains(client, "is a new socket") {
+			q, _, _ := strings.Cut(client, " is a new socket")
+			h.client, _ = strconv.Unquote(q)
 		}
 	}
 }

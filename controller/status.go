@@ -80,11 +80,40 @@ type AttachmentStatus struct {
 	// SpoofDrops counts the frames from the VM that the anti-spoofing
 	// guard dropped (Linux; docs/security.md).
 	SpoofDrops uint64 `json:"spoofDrops"`
+	// Peer is whether the VM is there: "connected", "waiting for VM"
+	// (no VMM came yet), "VM gone" (its VMM's socket is gone), or ""
+	// when the helper does not run.
+	Peer string `json:"peer,omitempty"`
+	// LastFrameAt is when the helper last counted a frame from the VM.
+	LastFrameAt time.Time `json:"lastFrameAt,omitzero"`
+	// SeenMACs are the MACs the bridge learned on the VM's port (Linux):
+	// the VM's, which should be MAC.
+	SeenMACs []string `json:"seenMACs,omitempty"`
 	// Current rates over the helper's latest stats interval, in bits per
 	// second: Rx is what the VM sent, Tx what it was sent. Zero until the
 	// helper has reported twice, and when it stopped reporting.
 	RxBitsPerSecond float64 `json:"rxBitsPerSecond"`
 	TxBitsPerSecond float64 `json:"txBitsPerSecond"`
+}
+
+// peerOf says whether a running helper's VM is there.
+func peerOf(a *Attachment, h *helperProc) string {
+	switch {
+	case a.Attach == api.AttachTAP:
+		// A TAP's carrier is on while a VMM holds it.
+		if b, err := os.ReadFile("/sys/class/net/" + h.rec.Tap + "/carrier"); err == nil && strings.TrimSpace(string(b)) == "1" {
+			return "connected"
+		}
+		return "waiting for VM"
+	case a.External:
+		return "connected" // vmnetctl run: the VM holds the other end
+	case h.client == "":
+		return "waiting for VM"
+	}
+	if _, err := os.Stat(h.client); err != nil {
+		return "VM gone"
+	}
+	return "connected"
 }
 
 // status builds the live status; the caller holds no lock.
@@ -103,6 +132,7 @@ func (c *Controller) status() *Status {
 	st.Skipped = d.Skipped
 	ips := map[string]string{} // network/mac → ip
 	guards := map[string]map[string]uint64{}
+	portMACs := map[string]map[string][]string{}
 	for _, n := range d.Networks {
 		ns := newNetworkStatus(n, d)
 		if nw := c.nets[n.ID]; nw != nil {
@@ -110,7 +140,8 @@ func (c *Controller) status() *Status {
 			if why := c.degraded[n.ID]; why != "" {
 				ns.State, ns.Error = "degraded", why
 			}
-			guards[n.ID] = nw.Stats().GuardDrops
+			st := nw.Stats()
+			guards[n.ID], portMACs[n.ID] = st.GuardDrops, st.PortMACs
 			for _, l := range nw.Leases() {
 				ips[n.ID+"/"+l.MAC] = l.IP.String()
 			}
@@ -134,6 +165,11 @@ func (c *Controller) status() *Status {
 			as.State, as.Restarts, as.Error = h.state, h.rec.Restarts, h.lastErr
 			as.Socket, as.Tap = h.rec.Socket, h.rec.Tap
 			as.SpoofDrops = guards[a.Network][h.rec.Tap]
+			as.SeenMACs = portMACs[a.Network][h.rec.Tap]
+			as.LastFrameAt = h.lastFromVM
+			if h.state == StateRunning {
+				as.Peer = peerOf(a, h)
+			}
 			if h.state == StateRunning {
 				as.PID = h.rec.Proc.PID
 				as.UptimeSeconds = time.Since(h.rec.StartedAt).Seconds()
@@ -289,6 +325,14 @@ func (st *Status) Render(w io.Writer) error {
 		}
 		if a.SpoofDrops > 0 {
 			fmt.Fprintf(w, "\n%s/%d: the anti-spoofing guard dropped %d frames from the VM\n", a.VM, a.Index, a.SpoofDrops)
+		}
+		if a.Peer == "VM gone" {
+			fmt.Fprintf(w, "\n%s/%d: its VM is gone (the VMM's socket is); the helper waits for it to start again\n", a.VM, a.Index)
+		}
+		for _, m := range a.SeenMACs {
+			if !strings.EqualFold(m, a.MAC) {
+				fmt.Fprintf(w, "\n%s/%d: the VM sends from MAC %s, not %s (`vmnetctl args %s` gives the VMM the right one)\n", a.VM, a.Index, m, a.MAC, a.VM)
+			}
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"golang.org/x/sys/unix"
@@ -349,6 +351,40 @@ func (nw *Network) Leases() []backend.Lease {
 	return nw.alloc.Leases()
 }
 
+// portMACs returns the MACs the bridge learned on each of its ports (not
+// the ports' own), by port name, from its forwarding database.
+func portMACs(bridge string) map[string][]string {
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return nil
+	}
+	links, err := linkList()
+	if err != nil {
+		return nil
+	}
+	names := map[int]string{}
+	for _, l := range links {
+		if l.Attrs().MasterIndex == br.Attrs().Index {
+			names[l.Attrs().Index] = l.Attrs().Name
+		}
+	}
+	neighs, err := netlink.NeighList(0, unix.AF_BRIDGE)
+	if err != nil {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, n := range neighs {
+		name, ok := names[n.LinkIndex]
+		if !ok || n.State&netlink.NUD_PERMANENT != 0 || n.HardwareAddr == nil {
+			continue
+		}
+		if mac := n.HardwareAddr.String(); !slices.Contains(out[name], mac) {
+			out[name] = append(out[name], mac)
+		}
+	}
+	return out
+}
+
 // Stats returns the counters of the DHCP server and DNS proxy.
 func (nw *Network) Stats() backend.ServiceStats {
 	var s backend.ServiceStats
@@ -364,6 +400,7 @@ func (nw *Network) Stats() backend.ServiceStats {
 		nw.inNS(func() error {
 			drops, err := guardDrops(ctx, nw.n.ID)
 			s.GuardDrops = drops
+			s.PortMACs = portMACs(nw.n.Bridge())
 			return err
 		})
 	}

@@ -93,6 +93,16 @@ func TestDay2(t *testing.T) {
 		t.Errorf("completion of down -p:\n%s", out)
 	}
 
+	// status: each attachment's peer, last frame and the MAC the bridge saw.
+	testutil.Eventually(t, 15*time.Second, func() error {
+		for _, x := range h.Status().Attachments {
+			if x.Peer != "connected" || x.LastFrameAt.IsZero() || len(x.SeenMACs) != 1 || x.SeenMACs[0] != x.MAC {
+				return fmt.Errorf("%s: peer %q, last frame %v, seen MACs %v (MAC %s)", x.VM, x.Peer, x.LastFrameAt, x.SeenMACs, x.MAC)
+			}
+		}
+		return nil
+	}, "status to show the VMs connected")
+
 	// describe: the VM is connected, has its lease, and nothing to do.
 	var d controller.Description
 	if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "a", "--json")), &d); err != nil {
