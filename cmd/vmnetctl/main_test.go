@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -182,4 +183,21 @@ func TestREADMECommands(t *testing.T) {
 	if ran < 2 {
 		t.Fatalf("ran %d README commands: the README's demo block moved?", ran)
 	}
+}
+
+// Every command and subcommand has an Examples section.
+func TestEveryCommandHasExamples(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if !sub.IsAvailableCommand() || sub.Name() == "completion" || sub.Name() == "help" {
+				continue
+			}
+			if sub.Example == "" {
+				t.Errorf("%s has no Examples", sub.CommandPath())
+			}
+			walk(sub)
+		}
+	}
+	walk(newRootCommand(streams{}))
 }

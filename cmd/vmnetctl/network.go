@@ -76,6 +76,10 @@ func newNetworkCommand(g *globals, s streams) *cobra.Command {
 		c.ValidArgsFunction = completeNetworks(g)
 	}
 	create.Example = "  sudo vmnetctl network create host\n  sudo vmnetctl network list"
+	list.Example = "  sudo vmnetctl network list\n  sudo vmnetctl network list --json"
+	del.Example = "  sudo vmnetctl network delete host"
+	inspect.Example = "  sudo vmnetctl network inspect shared\n  sudo vmnetctl network inspect shared --json | jq .leaseList"
+	cmd.Example = "  sudo vmnetctl network create host\n  sudo vmnetctl network list"
 	cmd.AddCommand(list, create, del, inspect)
 	return cmd
 }
