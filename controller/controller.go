@@ -117,13 +117,16 @@ type Controller struct {
 	// repairs made.
 	degraded map[string]string
 	repairs  map[string]uint64
-	helpers  map[string]*helperProc
-	applied  *Desired
-	appliedN *statedir.NetworksSnapshot
-	appliedP []*statedir.Project
-	lastErr  error
-	lastOK   time.Time
-	started  time.Time
+	// watchedHolders are the holder processes (Project.Holder) whose exit
+	// triggers a reconcile.
+	watchedHolders map[int]bool
+	helpers        map[string]*helperProc
+	applied        *Desired
+	appliedN       *statedir.NetworksSnapshot
+	appliedP       []*statedir.Project
+	lastErr        error
+	lastOK         time.Time
+	started        time.Time
 
 	// Reconcile bookkeeping for metrics.
 	reconciles        map[string]uint64 // by result: "success", "error"
@@ -162,7 +165,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
 		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
-		degraded: map[string]string{}, repairs: map[string]uint64{},
+		degraded: map[string]string{}, repairs: map[string]uint64{}, watchedHolders: map[int]bool{},
 		reconciles: map[string]uint64{},
 		kickc:      make(chan struct{}, 1), started: time.Now()}, nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/vmnetctl/vmnetctl/helperexec"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -65,6 +67,46 @@ func NetworkCreate(ctx context.Context, env Env, in *Input, id string, o ApplyOp
 		return nil, err
 	}
 	return resp.Status, nil
+}
+
+// HoldNetwork brings network id (of the networks.yaml at networksPath, or
+// the defaults) up for as long as this process runs: a `vmnetctl helper`
+// started on a network that is not up, as vmnet-helper is started on
+// macOS with nothing else running. It records project "hold.PID" held by
+// this process; the controller drops it when the process is gone, and the
+// network goes once nothing else needs it.
+func HoldNetwork(ctx context.Context, env Env, networksPath, id string) error {
+	in, err := ReadInput(networksPath, nil, "", "")
+	if err != nil {
+		return err
+	}
+	self, err := helperexec.ReadProcIdentity(os.Getpid())
+	if err != nil {
+		return err
+	}
+	nets, err := networksOf(env, in)
+	if err != nil {
+		return err
+	}
+	if _, err := lookupNetwork(nets, id); err != nil {
+		return err
+	}
+	p := &statedir.Project{Name: fmt.Sprintf("%s%d", statedir.HolderProjectPrefix, os.Getpid()), Networks: []string{id},
+		UID: ownerID("SUDO_UID", os.Getuid()), GID: ownerID("SUDO_GID", os.Getgid()), Holder: &self}
+	resp, err := applyProject(ctx, env, in, nets, p, func(existing []*statedir.Project) error {
+		parsed, diags := parseProjects(append(existing, p))
+		_, rdiags := desiredOf(nets, parsed)
+		return append(diags, rdiags...).Err()
+	}, ApplyOptions{MetricsAddr: DefaultMetricsAddr})
+	if err != nil {
+		return err
+	}
+	for _, n := range resp.Status.Networks {
+		if n.Name == id && n.State != "up" {
+			return fmt.Errorf("network %q did not come up: %s", id, n.Error)
+		}
+	}
+	return nil
 }
 
 // NetworkDelete is `vmnetctl network delete`: the network is no longer

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -70,6 +72,7 @@ func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*sta
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	projects = c.dropGoneHolders(projects)
 	snap, err := c.sd.Networks()
 	if err != nil {
 		return nil, nil, nil, err
@@ -87,6 +90,33 @@ func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*sta
 	c.paths = nets.Paths
 	d, err := ComputeDesired(nets, projects)
 	return d, snap, projects, err
+}
+
+// dropGoneHolders deletes the projects whose holder process is gone (a
+// helper that brought its network up and exited): what they held up goes
+// once nothing else needs it.
+func (c *Controller) dropGoneHolders(projects []*statedir.Project) []*statedir.Project {
+	return slices.DeleteFunc(projects, func(p *statedir.Project) bool {
+		if p.Holder == nil {
+			return false
+		}
+		if p.Holder.Alive() {
+			// Reconcile again the moment it exits (in the poller, on
+			// its pidfd).
+			if !c.watchedHolders[p.Holder.PID] {
+				c.watchedHolders[p.Holder.PID] = true
+				go func(id helperexec.ProcIdentity) {
+					id.WaitExit()
+					c.kick()
+				}(*p.Holder)
+			}
+			return false
+		}
+		delete(c.watchedHolders, p.Holder.PID)
+		c.log.Info("the process holding project is gone; dropping it", "project", p.Name, "pid", p.Holder.PID)
+		c.sd.DeleteProject(p.Name)
+		return true
+	})
 }
 
 // takeStopping takes the helpers that go away or must be replaced out of

@@ -729,7 +729,11 @@ func TestFailures(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"network down", []string{"--networks", other, "helper", "--attach", "tap", "--network", "host"}, `network "host" is not up (run ` + "`vmnetctl up`)"},
+		// A network that is not up is brought up (HoldNetwork), here in
+		// a state dir of the test's own: host's subnet is the bridge's
+		// that the fixture made, so that fails, and says why.
+		{"network down", []string{"--state-dir", filepath.Join(t.TempDir(), "state"), "--networks", other, "helper", "--attach", "tap", "--network", "host"},
+			`network "host" is not up, and bringing it up failed`},
 		{"unknown network", []string{"helper", "--fd", "0", "--network", "nope"}, `network "nope" is not defined`},
 		{"fd and socket", []string{"helper", "--fd", "0", "--socket", "/tmp/x"}, "exactly one of --fd and --socket"},
 		{"not a socket", []string{"helper", "--fd", "0"}, "is not a unix datagram socket"},

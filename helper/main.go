@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	gosignal "os/signal"
 	"runtime"
 	"syscall"
@@ -47,6 +48,10 @@ type Flags struct {
 	// NetworksFile is networks.yaml as config.LoadNetworks finds it (the
 	// global --networks flag; empty for the default).
 	NetworksFile string
+	// EnsureNetwork, if set, brings up a network of networks.yaml that is
+	// not up, for as long as the helper runs (the controller's
+	// HoldNetwork): as vmnet does, a helper started cold just works.
+	EnsureNetwork func(ctx context.Context, id string) error
 	// Version and Commit are what --version prints.
 	Version, Commit string
 }
@@ -82,6 +87,11 @@ func Main(ctx context.Context, f Flags, s Streams) error {
 	o, err := f.options(s)
 	if err != nil {
 		return err
+	}
+	if _, err := netplane.NetworkBridge(o.Network); netplane.IsNotUp(err) && f.EnsureNetwork != nil && os.Geteuid() == 0 {
+		if err := f.EnsureNetwork(ctx, o.Network.ID); err != nil {
+			return fmt.Errorf("network %q is not up, and bringing it up failed: %w", o.Network.ID, err)
+		}
 	}
 	ctx, stop := gosignal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

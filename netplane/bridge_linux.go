@@ -34,6 +34,10 @@ type bridgeError struct {
 func (e *bridgeError) Error() string { return e.msg }
 func (e *bridgeError) Unwrap() error { return e.kind }
 
+// IsNotUp reports whether err (from NetworkBridge) says the network's
+// bridge does not exist: the network is not up.
+func IsNotUp(err error) bool { return errors.Is(err, errNoBridge) }
+
 func refuse(kind error, format string, args ...any) error {
 	return &bridgeError{kind: kind, msg: fmt.Sprintf(format, args...)}
 }

@@ -64,3 +64,4 @@ func WatchLinks(context.Context) (<-chan struct{}, error)         { return nil, 
 
 func CheckConflicts(*api.Network) error { return ErrUnsupported }
 func (*Network) Health() error          { return nil }
+func IsNotUp(error) bool                { return false }

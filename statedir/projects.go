@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vmnetctl/vmnetctl/helperexec"
+
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
@@ -33,7 +35,15 @@ type Project struct {
 	// Networks are kept up whether VMs use them or not (`vmnetctl network
 	// create`): such a project has no files.
 	Networks []string `json:"networks,omitempty"`
+	// Holder, if set, is the process the project lives for: a `vmnetctl
+	// helper` started on a network that was not up holds it up this way,
+	// and the controller drops the project once the process is gone.
+	Holder *helperexec.ProcIdentity `json:"holder,omitempty"`
 }
+
+// HolderProjectPrefix starts the name of a project a process holds
+// (Project.Holder): "hold.PID".
+const HolderProjectPrefix = "hold."
 
 // NetworkProjectPrefix starts the name of the project that keeps a network
 // up on its own (`vmnetctl network create NAME`: project "network.NAME").

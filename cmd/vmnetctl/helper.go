@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
@@ -22,6 +24,9 @@ before it touches the VM's socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.NetworksFile, f.Version, f.Commit = g.networks, version, controller.BuildCommit()
+			f.EnsureNetwork = func(ctx context.Context, id string) error {
+				return controller.HoldNetwork(ctx, g.env(s), g.networks, id)
+			}
 			return helper.Main(cmd.Context(), *f, helper.Streams{In: s.in, Out: s.out, Err: s.err})
 		},
 	}

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -271,4 +272,49 @@ func TestNetworkVerbs(t *testing.T) {
 	if out := h.MustVmnetctl("down", "--all"); !strings.Contains(out, "Everything is down.") {
 		t.Errorf("down --all:\n%s", out)
 	}
+}
+
+// TestHelperStartedCold: a `vmnetctl helper` started on a network that is
+// not up, with no controller and no project, brings the network up (as
+// vmnet does on macOS) and its VM gets a lease; once the helper is gone,
+// the network goes.
+func TestHelperStartedCold(t *testing.T) {
+	h := newHost(t)
+	sock := filepath.Join(h.Dir, "cold.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := h.VmnetctlCommand(ctx, "helper", "--network", "shared", "--socket", sock)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		cmd.Wait()
+		t.Fatalf("no JSON line: %v\n%s", err, stderr.String())
+	}
+	var ready struct {
+		MAC string `json:"vmnet_mac_address"`
+	}
+	if err := json.Unmarshal([]byte(line), &ready); err != nil || ready.MAC == "" {
+		t.Fatalf("JSON line %q: %v", line, err)
+	}
+	vm := simvm.AttachSocket(t, "cold", ready.MAC, sock, filepath.Join(h.Dir, "cold.client.sock"))
+	if ip := vm.DHCP(t)["ip"]; testutil.InRange(ip, poolStart, poolEnd) != nil {
+		t.Errorf("lease %q, want one of the pool", ip)
+	}
+	// The helper goes: so do its hold and the network.
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if _, err := h.Run(context.Background(), "ip", "link", "show", "vmn-shared"); err == nil {
+			return errors.New("vmn-shared is still there")
+		}
+		return nil
+	}, "the network to go with its last helper")
 }
