@@ -77,6 +77,9 @@ type Network struct {
 	Name    string  `json:"yamlName"`
 	Section Section `json:"section"`
 	Mode    Mode    `json:"mode"`
+	// OnDemand is the definition, as networks.yaml text, of a network
+	// made on demand (OnDemandNetwork); nil for one of networks.yaml.
+	OnDemand []byte `json:"-"`
 
 	// Subnet, Gateway and the DHCP range are set for shared, host and user-v2.
 	Subnet    netip.Prefix `json:"subnet,omitzero"`

@@ -355,3 +355,21 @@ func TestLimaLeniency(t *testing.T) {
 		t.Errorf("unknown path: warnings %v, vmnetHelper %q", diags.Warnings(), nets.Paths.VMNetHelper)
 	}
 }
+
+func TestOnDemandNetwork(t *testing.T) {
+	n, def, err := OnDemandNetwork(ModeShared, netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.50"), netip.MustParseAddr("255.255.255.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Subnet.String() != "10.96.0.0/24" || n.Gateway.String() != "10.96.0.1" || n.DHCPStart.String() != "10.96.0.2" || n.DHCPEnd.String() != "10.96.0.50" || n.Mode != ModeShared {
+		t.Errorf("on-demand network %+v from\n%s", n, def)
+	}
+	again, _, _ := OnDemandNetwork(ModeShared, netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.50"), netip.MustParseAddr("255.255.255.0"))
+	other, _, _ := OnDemandNetwork(ModeHost, netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.50"), netip.MustParseAddr("255.255.255.0"))
+	if again.ID != n.ID || other.ID == n.ID {
+		t.Errorf("ids: %s, again %s, host mode %s", n.ID, again.ID, other.ID)
+	}
+	if _, _, err := OnDemandNetwork(ModeShared, netip.MustParseAddr("8.8.8.1"), netip.MustParseAddr("8.8.8.9"), netip.MustParseAddr("255.255.255.0")); err == nil {
+		t.Errorf("a public subnet on demand: no error")
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -550,6 +551,8 @@ func startHelperOn(t *testing.T, bin, dir string, fd int, ns, id, addr, tap stri
 	defer f.Close()
 	args := append([]string{"netns", "exec", ns, bin, "--networks", cfg, "helper", "--fd", "3", "--network", id, "--tap", tap, "--stats-interval", strconv.FormatFloat(statsInterval.Seconds(), 'f', -1, 64)}, extra...)
 	cmd := exec.Command("ip", args...)
+	// As the controller runs helpers: the bench makes the network itself.
+	cmd.Env = append(os.Environ(), helper.EnvUnderController+"=1")
 	cmd.ExtraFiles = []*os.File{f}
 	hs := &helperStats{vmSide: vmSide}
 	stderr, err := cmd.StderrPipe()

@@ -92,6 +92,38 @@ func ComputeDesired(nets *api.Networks, projects []*statedir.Project) (*Desired,
 	return d, nil
 }
 
+// withOnDemand returns nets with the networks made on demand that projects
+// hold (helpers started with vmnet-helper's address flags): the same flags
+// give the same network, so one id is defined once; a network of
+// networks.yaml keeps its id.
+func withOnDemand(nets *api.Networks, projects []parsedProject) (*api.Networks, api.Diagnostics) {
+	var diags api.Diagnostics
+	out := nets
+	for _, p := range projects {
+		if p.OnDemand == nil {
+			continue
+		}
+		od, d := api.LoadNetworks(api.OnDemandSource, p.OnDemand)
+		if d.HasErrors() {
+			diags = append(diags, d...)
+			continue
+		}
+		for _, n := range od.Networks {
+			if out.Get(n.ID) != nil {
+				continue
+			}
+			if out == nets {
+				cp := *nets
+				cp.Networks = slices.Clone(nets.Networks)
+				out = &cp
+			}
+			n.OnDemand = p.OnDemand
+			out.Networks = append(out.Networks, n)
+		}
+	}
+	return out, diags
+}
+
 // nameProjects adds to each "also defined at FILE:LINE" diagnostic
 // between two projects the projects and how to free the name: the user
 // sees which `up` brought the other definition in.
@@ -129,6 +161,10 @@ func desiredOf(nets *api.Networks, projects []parsedProject) (*Desired, api.Diag
 			files = append(files, vf)
 			owner[vf] = p.Project
 		}
+	}
+	nets, odiags := withOnDemand(nets, projects)
+	if odiags.HasErrors() {
+		return nil, odiags
 	}
 	diags := api.Resolve(nets, files)
 	nameProjects(diags, owner)

@@ -69,13 +69,15 @@ func NetworkCreate(ctx context.Context, env Env, in *Input, id string, o ApplyOp
 	return resp.Status, nil
 }
 
-// HoldNetwork brings network id (of the networks.yaml at networksPath, or
-// the defaults) up for as long as this process runs: a `vmnetctl helper`
+// HoldNetwork brings network n (of the networks.yaml at networksPath, or
+// the defaults, or one made on demand: n.OnDemand) up for as long as this
+// process runs: a `vmnetctl helper`
 // started on a network that is not up, as vmnet-helper is started on
 // macOS with nothing else running. It records project "hold.PID" held by
 // this process; the controller drops it when the process is gone, and the
 // network goes once nothing else needs it.
-func HoldNetwork(ctx context.Context, env Env, networksPath, id string) error {
+func HoldNetwork(ctx context.Context, env Env, networksPath string, n *api.Network) error {
+	id := n.ID
 	in, err := ReadInput(networksPath, nil, "", "")
 	if err != nil {
 		return err
@@ -88,11 +90,13 @@ func HoldNetwork(ctx context.Context, env Env, networksPath, id string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := lookupNetwork(nets, id); err != nil {
-		return err
+	if n.OnDemand == nil {
+		if _, err := lookupNetwork(nets, id); err != nil {
+			return err
+		}
 	}
 	p := &statedir.Project{Name: fmt.Sprintf("%s%d", statedir.HolderProjectPrefix, os.Getpid()), Networks: []string{id},
-		UID: ownerID("SUDO_UID", os.Getuid()), GID: ownerID("SUDO_GID", os.Getgid()), Holder: &self}
+		UID: ownerID("SUDO_UID", os.Getuid()), GID: ownerID("SUDO_GID", os.Getgid()), Holder: &self, OnDemand: n.OnDemand}
 	resp, err := applyProject(ctx, env, in, nets, p, func(existing []*statedir.Project) error {
 		parsed, diags := parseProjects(append(existing, p))
 		_, rdiags := desiredOf(nets, parsed)

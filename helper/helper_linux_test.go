@@ -226,6 +226,9 @@ func (f *fixture) startHelper(t *testing.T, extra []*os.File, args ...string) *h
 func (f *fixture) launch(t *testing.T, extra []*os.File, args ...string) (*helperProc, string) {
 	t.Helper()
 	cmd := f.host.Command(context.Background(), vmnetctlBin, append([]string{"--networks", f.networks, "helper"}, args...)...)
+	// As the controller runs helpers: the fixture's network is up, and
+	// the helper does not hold it (no state dir, no controller).
+	cmd.Env = append(os.Environ(), helper.EnvUnderController+"=1")
 	cmd.ExtraFiles = extra
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -737,7 +740,9 @@ func TestFailures(t *testing.T) {
 		{"unknown network", []string{"helper", "--fd", "0", "--network", "nope"}, `network "nope" is not defined`},
 		{"fd and socket", []string{"helper", "--fd", "0", "--socket", "/tmp/x"}, "exactly one of --fd and --socket"},
 		{"not a socket", []string{"helper", "--fd", "0"}, "is not a unix datagram socket"},
-		{"addresses mismatch", []string{"helper", "--fd", "0", "--start-address", "10.0.0.1", "--end-address", "10.0.0.9", "--subnet-mask", "255.0.0.0"}, "do not match network"},
+		// Addresses that overlap a network of networks.yaml without
+		// matching it (other addresses are a network made on demand).
+		{"addresses mismatch", []string{"helper", "--fd", "0", "--start-address", "192.168.105.1", "--end-address", "192.168.105.9", "--subnet-mask", "255.255.255.0"}, "do not match network"},
 		{"partial addresses", []string{"helper", "--fd", "0", "--start-address", "192.168.105.1"}, "must be given together"},
 		{"bad interface id", []string{"helper", "--fd", "0", "--interface-id", "nope"}, "is not a UUID"},
 		{"tso with attach", []string{"helper", "--attach", "tap", "--enable-tso"}, "have no meaning with --attach tap"},
@@ -751,6 +756,10 @@ func TestFailures(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			cmd := f.host.Command(context.Background(), vmnetctlBin, args...)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if tt.name != "network down" {
+				// Not the host's state dir: these helpers hold nothing.
+				cmd.Env = append(os.Environ(), helper.EnvUnderController+"=1")
+			}
 			err := cmd.Run()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 1 {

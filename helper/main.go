@@ -20,6 +20,26 @@ import (
 // errNotLinux: elsewhere vmnetctl runs vmnet-helper itself.
 var errNotLinux = errors.New("`vmnetctl helper` runs on Linux only; on macOS vmnetctl uses vmnet-helper")
 
+// EnvUnderController is set in the environment of the helpers the
+// controller (or `vmnetctl run`) starts: their networks are the
+// controller's to keep up.
+const EnvUnderController = "VMNETCTL_UNDER_CONTROLLER"
+
+// holds says whether the helper holds its network up for as long as it
+// runs (Flags.EnsureNetwork): one started on its own, as root, on a
+// shared or host network, whether the network is up yet or not (another
+// helper that brought it up may exit first).
+func (f *Flags) holds(n *api.Network) bool {
+	if f.EnsureNetwork == nil || os.Geteuid() != 0 || os.Getenv(EnvUnderController) != "" || !n.Routed() {
+		return false
+	}
+	if n.OnDemand != nil {
+		return true
+	}
+	_, err := netplane.NetworkBridge(n)
+	return err == nil || netplane.IsNotUp(err)
+}
+
 // DeleteLinkFlag is the hidden `vmnetctl helper` flag of the child that
 // deletes a VM port outliving the helper (netplane.DeleteLinkOnEOF).
 const DeleteLinkFlag = "delete-link-on-eof"
@@ -51,7 +71,7 @@ type Flags struct {
 	// EnsureNetwork, if set, brings up a network of networks.yaml that is
 	// not up, for as long as the helper runs (the controller's
 	// HoldNetwork): as vmnet does, a helper started cold just works.
-	EnsureNetwork func(ctx context.Context, id string) error
+	EnsureNetwork func(ctx context.Context, n *api.Network) error
 	// Version and Commit are what --version prints.
 	Version, Commit string
 }
@@ -88,8 +108,8 @@ func Main(ctx context.Context, f Flags, s Streams) error {
 	if err != nil {
 		return err
 	}
-	if _, err := netplane.NetworkBridge(o.Network); netplane.IsNotUp(err) && f.EnsureNetwork != nil && os.Geteuid() == 0 {
-		if err := f.EnsureNetwork(ctx, o.Network.ID); err != nil {
+	if f.holds(o.Network) {
+		if err := f.EnsureNetwork(ctx, o.Network); err != nil {
 			return fmt.Errorf("network %q is not up, and bringing it up failed: %w", o.Network.ID, err)
 		}
 	}

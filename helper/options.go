@@ -160,6 +160,11 @@ func ResolveNetwork(nets *api.Networks, id string, m ModeFlags) (*api.Network, e
 	default:
 		return nil, fmt.Errorf("unknown --operation-mode %q (shared, host or bridged)", m.OperationMode)
 	}
+	if mode != api.ModeBridged && m.addressesSet() == 3 {
+		if n, err := onDemand(nets, mode, m); n != nil || err != nil {
+			return n, err
+		}
+	}
 	var cands []*api.Network
 	for _, n := range nets.Networks {
 		if n.Mode != mode {
@@ -204,6 +209,48 @@ func ResolveNetwork(nets *api.Networks, id string, m ModeFlags) (*api.Network, e
 		return nil, errors.New("--start-address, --end-address and --subnet-mask must be given together")
 	}
 	return n, nil
+}
+
+// onDemand resolves vmnet-helper's address flags that no network of nets
+// has: vmnet makes such a network on demand, and so does vmnetctl
+// (api.OnDemandNetwork; the helper brings it up through the controller).
+// Flags that match a network of mode give nil, nil: that network is
+// joined; flags whose subnet overlaps a network they do not match are an
+// error.
+func onDemand(nets *api.Networks, mode api.Mode, m ModeFlags) (*api.Network, error) {
+	start, end, mask, err := m.addresses()
+	if err != nil {
+		return nil, err
+	}
+	n, _, err := api.OnDemandNetwork(mode, start, end, mask)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range nets.Networks {
+		if !x.Subnet.IsValid() || !x.Subnet.Overlaps(n.Subnet) {
+			continue
+		}
+		if x.Mode == mode && matchAddresses(x, m) == nil {
+			return nil, nil
+		}
+		return nil, matchAddresses(x, m)
+	}
+	return n, nil
+}
+
+// addresses parses the address flags.
+func (m ModeFlags) addresses() (start, end, mask netip.Addr, err error) {
+	parse := func(flag, s string) (netip.Addr, error) {
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() {
+			return netip.Addr{}, fmt.Errorf("--%s %q is not an IPv4 address", flag, s)
+		}
+		return a, nil
+	}
+	start, err1 := parse("start-address", m.StartAddress)
+	end, err2 := parse("end-address", m.EndAddress)
+	mask, err3 := parse("subnet-mask", m.SubnetMask)
+	return start, end, mask, errors.Join(err1, err2, err3)
 }
 
 func matchAddresses(n *api.Network, m ModeFlags) error {

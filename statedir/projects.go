@@ -39,6 +39,9 @@ type Project struct {
 	// helper` started on a network that was not up holds it up this way,
 	// and the controller drops the project once the process is gone.
 	Holder *helperexec.ProcIdentity `json:"holder,omitempty"`
+	// OnDemand is the definition (networks.yaml text) of a network made on
+	// demand that the project holds up (api.OnDemandNetwork).
+	OnDemand []byte `json:"onDemand,omitempty"`
 }
 
 // HolderProjectPrefix starts the name of a project a process holds

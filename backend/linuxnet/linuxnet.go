@@ -7,6 +7,8 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/vmnetctl/vmnetctl/helper"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/netplane"
@@ -70,11 +72,14 @@ func TapName(a *api.Attachment) string {
 	return api.TapName(api.InterfaceID(a.VM, a.Index, a.MAC))
 }
 
-// HelperEnv adds nothing: `vmnetctl helper` takes the VM's owner as --uid
-// and --gid. (Under sudo's variables it would run as if a user had run it
-// through sudo, and refuse what only root may ask for, such as
-// --no-spoof-check.)
-func (Backend) HelperEnv(backend.HelperSpec) []string { return nil }
+// HelperEnv says the helper runs under the controller (EnvUnderController):
+// its network is the controller's to keep up, not the helper's to hold. It
+// takes the VM's owner as --uid and --gid, not sudo's variables (under
+// those it would refuse what only root may ask for, such as
+// --no-spoof-check).
+func (Backend) HelperEnv(backend.HelperSpec) []string {
+	return []string{helper.EnvUnderController + "=1"}
+}
 
 // HelperCommand is `vmnetctl helper` for one attachment.
 func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {

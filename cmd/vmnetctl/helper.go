@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"io"
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperproto"
@@ -24,8 +26,10 @@ before it touches the VM's socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.NetworksFile, f.Version, f.Commit = g.networks, version, controller.BuildCommit()
-			f.EnsureNetwork = func(ctx context.Context, id string) error {
-				return controller.HoldNetwork(ctx, g.env(s), g.networks, id)
+			f.EnsureNetwork = func(ctx context.Context, n *api.Network) error {
+				env := g.env(s)
+				env.Stdout = io.Discard // stdout is the JSON line's
+				return controller.HoldNetwork(ctx, env, g.networks, n)
 			}
 			return helper.Main(cmd.Context(), *f, helper.Streams{In: s.in, Out: s.out, Err: s.err})
 		},

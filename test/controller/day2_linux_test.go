@@ -274,16 +274,11 @@ func TestNetworkVerbs(t *testing.T) {
 	}
 }
 
-// TestHelperStartedCold: a `vmnetctl helper` started on a network that is
-// not up, with no controller and no project, brings the network up (as
-// vmnet does on macOS) and its VM gets a lease; once the helper is gone,
-// the network goes.
-func TestHelperStartedCold(t *testing.T) {
-	h := newHost(t)
-	sock := filepath.Join(h.Dir, "cold.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := h.VmnetctlCommand(ctx, "helper", "--network", "shared", "--socket", sock)
+// startHelperCold runs `vmnetctl helper ARGS --socket PATH` on h and
+// returns it and its VM's MAC once it printed its JSON line.
+func startHelperCold(t *testing.T, h *host, sock string, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := h.VmnetctlCommand(context.Background(), append([]string{"helper", "--socket", sock}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -293,10 +288,12 @@ func TestHelperStartedCold(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
+		cmd.Process.Kill()
 		cmd.Wait()
-		t.Fatalf("no JSON line: %v\n%s", err, stderr.String())
+		t.Fatalf("helper %v: no JSON line: %v\n%s", args, err, stderr.String())
 	}
 	var ready struct {
 		MAC string `json:"vmnet_mac_address"`
@@ -304,7 +301,18 @@ func TestHelperStartedCold(t *testing.T) {
 	if err := json.Unmarshal([]byte(line), &ready); err != nil || ready.MAC == "" {
 		t.Fatalf("JSON line %q: %v", line, err)
 	}
-	vm := simvm.AttachSocket(t, "cold", ready.MAC, sock, filepath.Join(h.Dir, "cold.client.sock"))
+	return cmd, ready.MAC
+}
+
+// TestHelperStartedCold: a `vmnetctl helper` started on a network that is
+// not up, with no controller and no project, brings the network up (as
+// vmnet does on macOS) and its VM gets a lease; once the helper is gone,
+// the network goes.
+func TestHelperStartedCold(t *testing.T) {
+	h := newHost(t)
+	sock := filepath.Join(h.Dir, "cold.sock")
+	cmd, mac := startHelperCold(t, h, sock, "--network", "shared")
+	vm := simvm.AttachSocket(t, "cold", mac, sock, filepath.Join(h.Dir, "cold.client.sock"))
 	if ip := vm.DHCP(t)["ip"]; testutil.InRange(ip, poolStart, poolEnd) != nil {
 		t.Errorf("lease %q, want one of the pool", ip)
 	}
@@ -317,4 +325,47 @@ func TestHelperStartedCold(t *testing.T) {
 		}
 		return nil
 	}, "the network to go with its last helper")
+}
+
+// TestNetworkOnDemand: vmnet-helper's address flags that no network of
+// networks.yaml has make one on demand, as vmnet does: two helpers with
+// the same flags share it, their VMs lease from its range and see each
+// other, and it goes with the last of them.
+func TestNetworkOnDemand(t *testing.T) {
+	h := newHost(t)
+	flags := []string{"--operation-mode", "shared", "--start-address", "10.96.0.1", "--end-address", "10.96.0.50", "--subnet-mask", "255.255.255.0"}
+	var cmds []*exec.Cmd
+	var ips []string
+	for i := range 2 {
+		sock := filepath.Join(h.Dir, fmt.Sprintf("od%d.sock", i))
+		cmd, mac := startHelperCold(t, h, sock, flags...)
+		cmds = append(cmds, cmd)
+		vm := simvm.AttachSocket(t, fmt.Sprintf("od%d", i), mac, sock, filepath.Join(h.Dir, fmt.Sprintf("od%d.client.sock", i)))
+		lease := vm.DHCP(t)
+		if testutil.InRange(lease["ip"], "10.96.0.2", "10.96.0.50") != nil || lease["router"] != "10.96.0.1" {
+			t.Fatalf("helper %d: lease %v, want 10.96.0.2-50 with router 10.96.0.1", i, lease)
+		}
+		ips = append(ips, lease["ip"])
+		if i == 1 {
+			if err := vm.Ping(ips[0], 2); err != nil {
+				t.Errorf("the second VM cannot reach the first on the network made on demand: %v", err)
+			}
+		}
+	}
+	if nets := h.Status().Networks; len(nets) != 1 || nets[0].Subnet != "10.96.0.0/24" {
+		t.Errorf("networks: %+v, want one made on demand, 10.96.0.0/24", nets)
+	}
+	cmds[0].Process.Signal(syscall.SIGTERM)
+	cmds[0].Wait()
+	if nets := h.Status().Networks; len(nets) != 1 {
+		t.Errorf("after the first helper: networks %+v, want it still up", nets)
+	}
+	cmds[1].Process.Signal(syscall.SIGTERM)
+	cmds[1].Wait()
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if out, _ := h.Run(context.Background(), "ip", "-br", "link"); strings.Contains(out, "vmn-") {
+			return fmt.Errorf("bridges left: %s", out)
+		}
+		return nil
+	}, "the network made on demand to go with its last helper")
 }
