@@ -254,17 +254,8 @@ func (m ModeFlags) addresses() (start, end, mask netip.Addr, err error) {
 }
 
 func matchAddresses(n *api.Network, m ModeFlags) error {
-	parse := func(flag, s string) (netip.Addr, error) {
-		a, err := netip.ParseAddr(s)
-		if err != nil || !a.Is4() {
-			return netip.Addr{}, fmt.Errorf("--%s %q is not an IPv4 address", flag, s)
-		}
-		return a, nil
-	}
-	start, err1 := parse("start-address", m.StartAddress)
-	end, err2 := parse("end-address", m.EndAddress)
-	mask, err3 := parse("subnet-mask", m.SubnetMask)
-	if err := errors.Join(err1, err2, err3); err != nil {
+	start, end, mask, err := m.addresses()
+	if err != nil {
 		return err
 	}
 	want := api.SubnetMask(n.Subnet)
