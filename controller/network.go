@@ -86,13 +86,22 @@ func HoldNetwork(ctx context.Context, env Env, networksPath string, n *api.Netwo
 	if err != nil {
 		return err
 	}
+	// A helper holds a network; it does not choose the networks of the
+	// state dir's projects: with projects, the networks of record stay in
+	// force, and the helper's network must be theirs.
+	in.NetworksNamed = false
 	nets, err := networksOf(env, in)
 	if err != nil {
 		return err
 	}
 	if n.OnDemand == nil {
-		if _, err := lookupNetwork(nets, id); err != nil {
+		held, err := lookupNetwork(nets, id)
+		if err != nil {
 			return err
+		}
+		if h, w := describeNetwork(held), describeNetwork(n); h != w {
+			return fmt.Errorf("network %q in force (%s) is %s, not the helper's %s (%s): run the helper with --networks %s",
+				id, nets.Source, h, w, n.Source, nets.Source)
 		}
 	}
 	p := &statedir.Project{Name: fmt.Sprintf("%s%d", statedir.HolderProjectPrefix, os.Getpid()), Networks: []string{id},

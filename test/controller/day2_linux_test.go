@@ -369,3 +369,21 @@ func TestNetworkOnDemand(t *testing.T) {
 		return nil
 	}, "the network made on demand to go with its last helper")
 }
+
+// TestHelperKeepsNetworksOfRecord: a helper started on its own with
+// another networks.yaml than the one the state dir's projects run with
+// neither replaces it nor joins a network defined otherwise: it says so.
+func TestHelperKeepsNetworksOfRecord(t *testing.T) {
+	h := newHost(t)
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
+	other := h.WriteFile("other.yaml", "vmnet:\n  shared:\n    subnet: 10.97.0.0/24\n")
+	out, err := h.Run(context.Background(), h.Binary, "--state-dir", h.StateDir(), "--networks", other,
+		"helper", "--network", "shared", "--socket", filepath.Join(h.Dir, "x.sock"))
+	if err == nil || !strings.Contains(out, `network "shared" in force (`+h.Networks+`) is shared 10.77.0.0/24`) {
+		t.Fatalf("helper with another definition of shared: %v\n%s", err, out)
+	}
+	snap, err := statedir.Dir{Path: h.StateDir()}.Networks()
+	if err != nil || snap == nil || snap.Source != h.Networks {
+		t.Errorf("networks of record after the helper: %v %v, want %s", snap != nil, err, h.Networks)
+	}
+}
