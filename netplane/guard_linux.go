@@ -71,24 +71,24 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 	if !guarded(n) {
 		return nil
 	}
-	nft, err := newNFT(knftables.BridgeFamily, n.ID)
+	mark, exists, err := tableMark(ctx, knftables.BridgeFamily, TableName(n.ID))
 	if err != nil {
 		return err
 	}
-	tx := nft.NewTransaction()
-	// A table with another mark (an older vmnetctl's, without an owner;
-	// checkTableOwner refused any other) is made again with this one: its
-	// ports are guarded again by the controller (EnsurePorts).
-	if mark, exists, err := tableMark(ctx, knftables.BridgeFamily, TableName(n.ID)); err != nil {
+	err = runGuardTx(ctx, n, "installing nftables table bridge "+TableName(n.ID), func(tx *knftables.Transaction) {
+		// A table with another mark (an older vmnetctl's, without an
+		// owner; checkTableOwner refused any other) is made again with
+		// this one: its ports are guarded again by the controller
+		// (EnsurePorts).
+		if exists && mark != Mark(n.ID) {
+			tx.Delete(&knftables.Table{})
+			addGuardBase(tx, n)
+		}
+	})
+	if err != nil {
 		return err
-	} else if exists && mark != Mark(n.ID) {
-		tx.Delete(&knftables.Table{})
 	}
-	addGuardBase(tx, n)
-	if err := nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("network %q: installing nftables table bridge %s: %w", n.ID, TableName(n.ID), err)
-	}
-	return pruneGuards(ctx, nft, n.ID)
+	return pruneGuards(ctx, n.ID)
 }
 
 // checkGuardTable is Check's part for n's guard table: there, marked, with
@@ -238,7 +238,11 @@ func deleteGuard(tx *knftables.Transaction, port string) {
 // rules' handles in the same transaction: should a new port of the same
 // name have been guarded since the check (a new chain, new handles), the
 // transaction fails and the new guard stays.
-func pruneGuards(ctx context.Context, nft knftables.Interface, id string) error {
+func pruneGuards(ctx context.Context, id string) error {
+	nft, err := newNFT(knftables.BridgeFamily, id)
+	if err != nil {
+		return err
+	}
 	chains, err := nft.List(ctx, "chains")
 	if err != nil {
 		return fmt.Errorf("network %q: listing the guards: %w", id, err)
