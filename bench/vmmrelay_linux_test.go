@@ -39,17 +39,9 @@ func TestMain(m *testing.M) {
 // both ways, between the TAP and the helper's socket sock. It prints
 // "ready" once the TAP exists and runs until either fd fails.
 func vmmRelay(name string, sock int) error {
-	tap, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	tap, err := testutil.OpenTAP(name)
 	if err != nil {
 		return err
-	}
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return err
-	}
-	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
-	if err := unix.IoctlIfreq(tap, unix.TUNSETIFF, ifr); err != nil {
-		return fmt.Errorf("TUNSETIFF %s: %w", name, err)
 	}
 	fmt.Println("ready")
 	errc := make(chan error, 2)

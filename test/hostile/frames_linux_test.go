@@ -213,15 +213,8 @@ func tapWriter(t *testing.T, ns *testutil.NS, name string) func([]byte) {
 	var fd int
 	err := ns.Do(func() error {
 		var err error
-		if fd, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
-			return err
-		}
-		ifr, err := unix.NewIfreq(name)
-		if err != nil {
-			return err
-		}
-		ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
-		return unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+		fd, err = testutil.OpenTAP(name)
+		return err
 	})
 	if err != nil {
 		t.Fatalf("opening TAP %s: %v", name, err)

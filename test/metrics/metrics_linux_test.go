@@ -393,19 +393,11 @@ func writeTapFrames(t *testing.T, ns *testutil.NS, name, mac string, count, size
 	copy(frame[6:12], hw)
 	frame[12], frame[13] = 0x88, 0xb5 // local experimental EtherType: nobody answers
 	err = ns.Do(func() error {
-		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		fd, err := testutil.OpenTAP(name)
 		if err != nil {
 			return err
 		}
 		defer unix.Close(fd)
-		ifr, err := unix.NewIfreq(name)
-		if err != nil {
-			return err
-		}
-		ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
-		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-			return fmt.Errorf("attaching to TAP %s: %w", name, err)
-		}
 		for range count {
 			if _, err := unix.Write(fd, frame); err != nil {
 				return fmt.Errorf("writing to TAP %s: %w", name, err)

@@ -8,13 +8,11 @@ package simvm
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -56,25 +54,12 @@ func AttachSocket(t testing.TB, name, mac, helperPath, clientPath string) *VM {
 	return vm
 }
 
-type ifreq struct {
-	name  [unix.IFNAMSIZ]byte
-	flags uint16
-	_     [22]byte
-}
-
 func (vm *VM) openTap(t testing.TB) {
 	t.Helper()
 	err := vm.Do(func() error {
-		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		fd, err := testutil.OpenTAP("eth0")
 		if err != nil {
 			return err
-		}
-		var req ifreq
-		copy(req.name[:], "eth0")
-		req.flags = unix.IFF_TAP | unix.IFF_NO_PI
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&req))); errno != 0 {
-			unix.Close(fd)
-			return fmt.Errorf("TUNSETIFF: %w", errno)
 		}
 		// Non-blocking, so that the runtime poller owns it and Close
 		// interrupts a pending Read.
