@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -96,48 +95,4 @@ func (s *logSource) copyNew(w io.Writer) error {
 			return nil
 		}
 	}
-}
-
-// suggestVM is ", did you mean ...?" for a VM name that is not up.
-func suggestVM(d *Desired, vm string) string {
-	names := VMNamesOf(d)
-	if len(names) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("; VMs that are up: %v", names)
-}
-
-// VMNamesOf returns the VMs of a desired state, sorted.
-func VMNamesOf(d *Desired) []string {
-	var names []string
-	for _, a := range d.Attachments {
-		if !slices.Contains(names, a.VM) {
-			names = append(names, a.VM)
-		}
-	}
-	slices.Sort(names)
-	return names
-}
-
-// ProjectNames returns the projects of sd, for shell completion.
-func ProjectNames(sd statedir.Dir) []string {
-	ps, _ := sd.Projects()
-	var names []string
-	for _, p := range ps {
-		names = append(names, p.Name)
-	}
-	return names
-}
-
-// Names returns the VMs and networks that are up in sd, for shell
-// completion; nothing when it cannot tell.
-func Names(sd statedir.Dir) (vms, networks []string) {
-	d, err := AppliedState(sd)
-	if err != nil {
-		return nil, nil
-	}
-	for _, n := range d.Networks {
-		networks = append(networks, n.ID)
-	}
-	return VMNamesOf(d), networks
 }

@@ -224,6 +224,8 @@ func checkDockerForward(ctx context.Context, _ []*api.Network) []Finding {
 		Fix: "let vmnetctl's bridges through: sudo iptables -I DOCKER-USER -i vmn-+ -j ACCEPT && sudo iptables -I DOCKER-USER -o vmn-+ -j ACCEPT (without Docker: the same in FORWARD)"}}
 }
 
+var ufwEnabledRe = regexp.MustCompile(`(?m)^ENABLED=yes`)
+
 func checkFirewalls(ctx context.Context, nets []*api.Network) []Finding {
 	var bridges []string
 	for _, n := range nets {
@@ -240,7 +242,7 @@ func checkFirewalls(ctx context.Context, nets []*api.Network) []Finding {
 		out = append(out, Finding{Check: "firewalld", Status: Warn,
 			Detail: "firewalld runs: interfaces outside a zone that allows them drop DHCP, DNS and forwarded traffic", Fix: fix + "; sudo firewall-cmd --reload"})
 	}
-	if b, err := os.ReadFile("/etc/ufw/ufw.conf"); err == nil && regexp.MustCompile(`(?m)^ENABLED=yes`).Match(b) {
+	if b, err := os.ReadFile("/etc/ufw/ufw.conf"); err == nil && ufwEnabledRe.Match(b) {
 		out = append(out, Finding{Check: "ufw", Status: Warn,
 			Detail: "ufw is enabled: its default routed policy drops forwarded traffic and its input policy DHCP and DNS from VMs",
 			Fix:    "sudo ufw allow in on vmn-+ && sudo ufw route allow in on vmn-+ && sudo ufw route allow out on vmn-+"})

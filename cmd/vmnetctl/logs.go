@@ -29,22 +29,20 @@ func newLogsCommand(g *globals, s streams) *cobra.Command {
 
 // completeVMs completes the first argument with the VMs that are up.
 func completeVMs(g *globals) cobra.CompletionFunc {
-	return func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		vms, _ := controller.Names(g.dir())
-		return vms, cobra.ShellCompDirectiveNoFileComp
-	}
+	return completeFirst(func() []string { vms, _ := controller.Names(g.dir()); return vms })
 }
 
 // completeNetworks completes the first argument with the networks that are up.
 func completeNetworks(g *globals) cobra.CompletionFunc {
+	return completeFirst(func() []string { _, nets := controller.Names(g.dir()); return nets })
+}
+
+// completeFirst completes a command's first argument with names.
+func completeFirst(names func() []string) cobra.CompletionFunc {
 	return func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		_, nets := controller.Names(g.dir())
-		return nets, cobra.ShellCompDirectiveNoFileComp
+		return names(), cobra.ShellCompDirectiveNoFileComp
 	}
 }
