@@ -110,3 +110,35 @@ func TestDHCPChaddrMustBeSender(t *testing.T) {
 		t.Fatalf("the sender's own DISCOVER: %v", r)
 	}
 }
+
+// A VM that releases and requests its lease in a loop gets one lease event
+// of each kind per logEvery, not one per message: it cannot flood the
+// controller's events.
+func TestLeaseEventsBounded(t *testing.T) {
+	n := testNet("h", api.ModeHost, "10.9.8.0/24")
+	a := mustAllocator(t, n, "")
+	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
+	events := map[string]int{}
+	h.onLease = func(kind, _, _ string, _ netip.Addr) { events[kind]++ }
+	mac, _ := net.ParseMAC("52:55:55:00:09:01")
+	gw := n.Gateway.String()
+	for range 100 {
+		for _, mt := range []dhcpv4.MessageType{dhcpv4.MessageTypeDiscover, dhcpv4.MessageTypeRequest, dhcpv4.MessageTypeRelease} {
+			ip := ""
+			if mt == dhcpv4.MessageTypeRequest {
+				ip = "10.9.8.2"
+			}
+			req, err := dhcpv4.FromBytes(dhcpPacket(mt, mac.String(), ip, "", gw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.handle(req, mac)
+		}
+	}
+	if st := h.Stats(); st.Replies["ACK"] != 100 {
+		t.Fatalf("%d ACKs for 100 requests", st.Replies["ACK"])
+	}
+	if events["lease-granted"] != 1 || events["lease-released"] != 1 {
+		t.Errorf("lease events for 100 request/release cycles: %v, want one of each", events)
+	}
+}

@@ -37,6 +37,10 @@ type dhcpHandler struct {
 	// guestLog rate-limits, per client MAC, the log lines that clients
 	// trigger: a VM can send DHCP messages as fast as it likes.
 	guestLog guestLogs
+	// leaseEvents rate-limits onLease per client MAC and kind, as guestLog
+	// the log: a VM that releases and requests in a loop must not flood
+	// the events (one of each kind per logEvery).
+	leaseEvents guestLogs
 }
 
 // guestLogs are log limits by client, at most maxGuestLogs of them (then
@@ -262,7 +266,10 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.D
 
 // event tells onLease, if set, of a lease event.
 func (h *dhcpHandler) event(kind string, mac net.HardwareAddr, ip netip.Addr) {
-	if h.onLease != nil {
+	if h.onLease == nil {
+		return
+	}
+	if ok, _ := h.leaseEvents.allow(mac.String()+"/"+kind, time.Now()); ok {
 		h.onLease(kind, h.n.ID, mac.String(), ip)
 	}
 }
