@@ -57,12 +57,7 @@ func NetworkCreate(ctx context.Context, env Env, in *Input, id string, o ApplyOp
 	}
 	p := &statedir.Project{Name: statedir.NetworkProjectPrefix + id, Networks: []string{id},
 		UID: ownerID("SUDO_UID", os.Getuid()), GID: ownerID("SUDO_GID", os.Getgid())}
-	resp, err := applyProject(ctx, env, in, nets, p, func(existing []*statedir.Project) error {
-		others := slices.DeleteFunc(slices.Clone(existing), func(q *statedir.Project) bool { return q.Name == p.Name })
-		parsed, diags := parseProjects(append(others, p))
-		_, rdiags := desiredOf(nets, parsed)
-		return append(diags, rdiags...).Err()
-	}, o)
+	resp, err := applyProject(ctx, env, in, nets, p, resolvesWith(nets, p), o)
 	if err != nil {
 		return nil, err
 	}
@@ -106,11 +101,7 @@ func HoldNetwork(ctx context.Context, env Env, networksPath string, n *api.Netwo
 	}
 	p := &statedir.Project{Name: fmt.Sprintf("%s%d", statedir.HolderProjectPrefix, os.Getpid()), Networks: []string{id},
 		UID: ownerID("SUDO_UID", os.Getuid()), GID: ownerID("SUDO_GID", os.Getgid()), Holder: &self, OnDemand: n.OnDemand}
-	resp, err := applyProject(ctx, env, in, nets, p, func(existing []*statedir.Project) error {
-		parsed, diags := parseProjects(append(existing, p))
-		_, rdiags := desiredOf(nets, parsed)
-		return append(diags, rdiags...).Err()
-	}, ApplyOptions{MetricsAddr: DefaultMetricsAddr})
+	resp, err := applyProject(ctx, env, in, nets, p, resolvesWith(nets, p), ApplyOptions{MetricsAddr: DefaultMetricsAddr})
 	if err != nil {
 		return err
 	}
@@ -120,6 +111,18 @@ func HoldNetwork(ctx context.Context, env Env, networksPath string, n *api.Netwo
 		}
 	}
 	return nil
+}
+
+// resolvesWith is applyProject's check for a project of files-less kind
+// (network.NAME, hold.PID): the state dir's projects, p replacing one of
+// its name, resolve against nets.
+func resolvesWith(nets *api.Networks, p *statedir.Project) func(existing []*statedir.Project) error {
+	return func(existing []*statedir.Project) error {
+		others := slices.DeleteFunc(slices.Clone(existing), func(q *statedir.Project) bool { return q.Name == p.Name })
+		parsed, diags := parseProjects(append(others, p))
+		_, rdiags := desiredOf(nets, parsed)
+		return append(diags, rdiags...).Err()
+	}
 }
 
 // NetworkDelete is `vmnetctl network delete`: the network is no longer
