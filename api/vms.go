@@ -63,6 +63,16 @@ type Attachment struct {
 	path  string
 }
 
+// PinnedMAC is the MAC the VM file sets, the only one the anti-spoofing
+// guard lets the VM send from; "" when vmnetctl derived the MAC (the VM
+// may then use another, and the guard keeps the first it uses).
+func (a *Attachment) PinnedMAC() string {
+	if a.MACDerived {
+		return ""
+	}
+	return a.MAC
+}
+
 // SpoofCheck reports whether the attachment's port is guarded against
 // spoofing (the default; `spoofCheck: false` opts out).
 func (a *Attachment) SpoofCheck() bool { return !a.NoSpoofCheck }

@@ -242,8 +242,8 @@ func (c *Controller) ensurePorts(ctx context.Context, desired *Desired) []error 
 			continue
 		}
 		p := backend.Port{Name: h.rec.Tap, SpoofCheck: a.SpoofCheck()}
-		if !a.MACDerived {
-			p.MAC = mustMAC(a.MAC)
+		if mac := a.PinnedMAC(); mac != "" {
+			p.MAC = mustMAC(mac)
 		}
 		byNet[a.Network] = append(byNet[a.Network], p)
 	}

@@ -93,8 +93,8 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	if n.Isolation {
 		args = append(args, "--enable-isolation")
 	}
-	if !a.MACDerived && a.MAC != "" {
-		args = append(args, "--mac", a.MAC)
+	if mac := a.PinnedMAC(); mac != "" {
+		args = append(args, "--mac", mac)
 	}
 	if !a.SpoofCheck() {
 		args = append(args, "--no-spoof-check")
