@@ -70,7 +70,7 @@ func (g *guestLogs) allow(key string, now time.Time) (bool, int) {
 // warn logs a line a client triggered, at most one per logEvery per client.
 func (h *dhcpHandler) warn(mac net.HardwareAddr, msg string, args ...any) {
 	if ok, held := h.guestLog.allow(mac.String(), time.Now()); ok {
-		h.log.Warn(msg, append(args, "mac", mac, "suppressed", held)...)
+		h.log.Warn(msg, append(args, "mac", mac.String(), "suppressed", held)...)
 	}
 }
 

@@ -108,6 +108,13 @@ type Allocator struct {
 	reserved map[string]bool           // MACs whose fixed address comes from networks.yaml
 	declined map[netip.Addr]time.Time  // addresses a client found in use, until when
 
+	// offers holds the address offered to each MAC for offerHold, so that
+	// clients that discover at once are offered different addresses
+	// rather than one, which all but the first would then be refused
+	// (NAK) and have to start over. ISC dhcpd and Kea hold offers too.
+	offers  map[string]offer      // by MAC
+	offered map[netip.Addr]string // by address: the MAC it is offered to
+
 	// The index, derived from the maps above (reindex) and kept up to date
 	// by every change.
 	indexed    int                     // len(leases) when last indexed
@@ -134,6 +141,21 @@ type Allocator struct {
 	failErr error
 }
 
+// offer is an address offered to a MAC, held for it until until.
+type offer struct {
+	ip    netip.Addr
+	until time.Time
+}
+
+// Offers are held this long (a client requests what it was offered at
+// once), and at most maxOffers at a time: past that, an offer is made but
+// not held, so that a flood of DISCOVERs (possible only from a port
+// without the spoofing guard) cannot hold the range.
+const (
+	offerHold = 10 * time.Second
+	maxOffers = 256
+)
+
 // severalMACs stands in fixedIP for an address fixed for more than one MAC.
 const severalMACs = "(several)"
 
@@ -153,7 +175,7 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 		id: n.ID, subnet: n.Subnet, gateway: n.Gateway, start: n.DHCPStart, end: n.DHCPEnd,
 		leaseTime: lt, path: path, now: time.Now, write: writeFileAtomic,
 		leases: map[string]*backend.Lease{}, fixed: map[string]netip.Addr{}, reserved: map[string]bool{},
-		declined: map[netip.Addr]time.Time{},
+		declined: map[netip.Addr]time.Time{}, offers: map[string]offer{}, offered: map[netip.Addr]string{},
 	}
 	a.pcond = sync.NewCond(&a.pmu)
 	for _, r := range n.Reservations {
@@ -419,6 +441,9 @@ func (a *Allocator) free(ip netip.Addr, mac string, now time.Time) bool {
 	if m, ok := a.byIP[ip]; ok && m != mac && now.Before(a.leases[m].Expiry) {
 		return false
 	}
+	if m, ok := a.offered[ip]; ok && m != mac && now.Before(a.offers[m].until) {
+		return false
+	}
 	if until, ok := a.declined[ip]; ok && now.Before(until) {
 		if _, fixed := a.fixed[mac]; !fixed {
 			return false
@@ -443,12 +468,14 @@ func (a *Allocator) pick(mac string, requested netip.Addr, now time.Time) (netip
 			return requested, nil
 		}
 	}
-	// A never-used address first, from the cursor on and around.
-	if off, ok := a.taken.next(a.cursor); ok {
-		return addrU32(a.base + off), nil
-	}
-	if off, ok := a.taken.next(0); ok {
-		return addrU32(a.base + off), nil
+	// A never-used address first, from the cursor on and around, passing
+	// over those offered to other MACs (at most maxOffers).
+	for _, from := range []uint32{a.cursor, 0} {
+		for off, ok := a.taken.next(from); ok; off, ok = a.taken.next(off + 1) {
+			if ip := addrU32(a.base + off); a.free(ip, mac, now) {
+				return ip, nil
+			}
+		}
 	}
 	// Then the one that expired longest ago. Leases whose address is not
 	// free (fixed for someone, declined) are set aside and put back.
@@ -472,13 +499,49 @@ func (a *Allocator) pick(mac string, requested netip.Addr, now time.Time) (netip
 }
 
 // Offer returns the address to offer mac (DHCPDISCOVER); requested is the
-// client's wish, honoured when free. It changes nothing.
+// client's wish, honoured when free. The address is held for mac for
+// offerHold (no other client is offered it meanwhile); nothing is leased.
 func (a *Allocator) Offer(mac net.HardwareAddr, requested netip.Addr) (netip.Addr, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
 	a.sync(now)
-	return a.pick(mac.String(), requested, now)
+	m := mac.String()
+	ip, err := a.pick(m, requested, now)
+	if err != nil {
+		return ip, err
+	}
+	a.holdOffer(m, ip, now)
+	return ip, nil
+}
+
+// holdOffer holds ip for mac until now+offerHold, in place of the MAC's
+// earlier offer, unless maxOffers are held (those that ran out are
+// dropped first).
+func (a *Allocator) holdOffer(mac string, ip netip.Addr, now time.Time) {
+	a.dropOffer(mac)
+	if len(a.offers) >= maxOffers {
+		for m, o := range a.offers {
+			if !now.Before(o.until) {
+				a.dropOffer(m)
+			}
+		}
+		if len(a.offers) >= maxOffers {
+			return
+		}
+	}
+	a.offers[mac] = offer{ip: ip, until: now.Add(offerHold)}
+	a.offered[ip] = mac
+}
+
+// dropOffer forgets the offer held for mac, if any.
+func (a *Allocator) dropOffer(mac string) {
+	if o, ok := a.offers[mac]; ok {
+		delete(a.offers, mac)
+		if a.offered[o.ip] == mac {
+			delete(a.offered, o.ip)
+		}
+	}
 }
 
 // Commit leases ip to mac (DHCPREQUEST) for the lease time and persists it:
@@ -515,6 +578,7 @@ func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string)
 		}
 	}
 	a.setLease(l)
+	a.dropOffer(m)
 	a.gen++
 	g := a.gen
 	a.mu.Unlock()

@@ -132,6 +132,56 @@ func TestAllocatorExhaustion(t *testing.T) {
 	}
 }
 
+// TestAllocatorHoldsOffers: clients that discover at once are offered
+// different addresses, and each can take its own; an offer not taken is
+// free again after offerHold; a flood of DISCOVERs holds at most maxOffers.
+func TestAllocatorHoldsOffers(t *testing.T) {
+	n := testNet("t", api.ModeHost, "10.9.0.0/24")
+	a := mustAllocator(t, n, "")
+	now := time.Unix(1_800_000_000, 0)
+	a.now = func() time.Time { return now }
+	m1, m2 := mustMAC("52:55:55:00:00:01"), mustMAC("52:55:55:00:00:02")
+	o1, err1 := a.Offer(m1, netip.Addr{})
+	o2, err2 := a.Offer(m2, netip.Addr{})
+	if err1 != nil || err2 != nil || o1 == o2 {
+		t.Fatalf("two clients discovering at once were offered %s (%v) and %s (%v), want two addresses", o1, err1, o2, err2)
+	}
+	// The second asks for the first's address: not while it is held.
+	if o, _ := a.Offer(m2, o1); o == o1 {
+		t.Errorf("an address offered to %s was offered to %s as well", m1, m2)
+	}
+	for _, c := range []struct {
+		mac net.HardwareAddr
+		ip  netip.Addr
+	}{{m2, o2}, {m1, o1}} {
+		if _, err := a.Commit(c.mac, c.ip, ""); err != nil {
+			t.Errorf("%s requesting its offer %s: %v", c.mac, c.ip, err)
+		}
+	}
+	// An offer not taken is held for offerHold only.
+	m3, m4 := mustMAC("52:55:55:00:00:03"), mustMAC("52:55:55:00:00:04")
+	o3, _ := a.Offer(m3, netip.Addr{})
+	if o, _ := a.Offer(m4, o3); o == o3 {
+		t.Errorf("%s was offered %s, held for %s", m4, o3, m3)
+	}
+	now = now.Add(offerHold)
+	if o, _ := a.Offer(m4, o3); o != o3 {
+		t.Errorf("after the hold, %s asking for %s was offered %s", m4, o3, o)
+	}
+	// A flood of DISCOVERs holds no more than maxOffers.
+	big := testNet("big", api.ModeHost, "10.8.0.0/16")
+	b := mustAllocator(t, big, "")
+	b.now = a.now
+	for i := range 3 * maxOffers {
+		if _, err := b.Offer(net.HardwareAddr{0x52, 0x55, 0x55, 0xee, byte(i >> 8), byte(i)}, netip.Addr{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(b.offers) > maxOffers || len(b.offered) > maxOffers {
+		t.Errorf("%d offers held (%d addresses), want at most %d", len(b.offers), len(b.offered), maxOffers)
+	}
+}
+
 func TestLocalName(t *testing.T) {
 	for _, tc := range []struct {
 		q            string
