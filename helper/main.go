@@ -9,6 +9,7 @@ import (
 	"os"
 	gosignal "os/signal"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -72,6 +73,10 @@ type Flags struct {
 	// not up, for as long as the helper runs (the controller's
 	// HoldNetwork): as vmnet does, a helper started cold just works.
 	EnsureNetwork func(ctx context.Context, n *api.Network) error
+	// MadeOnDemand, if set, finds a network made on demand by its id, for
+	// a --network that networks.yaml does not define (the controller's
+	// NetworkMadeOnDemand); nil, nil if there is none.
+	MadeOnDemand func(id string) (*api.Network, error)
 	// Version and Commit are what --version prints.
 	Version, Commit string
 }
@@ -158,6 +163,17 @@ func (f *Flags) options(s Streams) (Options, error) {
 	}
 	if err != nil {
 		return Options{}, err
+	}
+	if f.Network != "" && nets.Get(f.Network) == nil && f.MadeOnDemand != nil {
+		od, err := f.MadeOnDemand(f.Network)
+		if err != nil {
+			return Options{}, err
+		}
+		if od != nil {
+			withOD := *nets
+			withOD.Networks = append(slices.Clone(nets.Networks), od)
+			nets = &withOD
+		}
 	}
 	n, err := ResolveNetwork(nets, f.Network, f.Mode)
 	if err != nil {

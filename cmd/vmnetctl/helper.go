@@ -31,6 +31,7 @@ before it touches the VM's socket.`,
 				env.Stdout = io.Discard // stdout is the JSON line's
 				return controller.HoldNetwork(ctx, env, g.networks, n)
 			}
+			f.MadeOnDemand = func(id string) (*api.Network, error) { return controller.NetworkMadeOnDemand(g.env(s), id) }
 			return helper.Main(cmd.Context(), *f, helper.Streams{In: s.in, Out: s.out, Err: s.err})
 		},
 	}

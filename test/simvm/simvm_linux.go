@@ -54,6 +54,18 @@ func AttachSocket(t testing.TB, name, mac, helperPath, clientPath string) *VM {
 	return vm
 }
 
+// AttachFD makes a simulated VM whose eth0 is relayed over conn, the VM's
+// end of a connected socketpair whose other end a helper holds (--fd): how
+// vfkit and krunkit talk to vmnet-helper.
+func AttachFD(t testing.TB, name, mac string, conn *net.UnixConn) *VM {
+	t.Helper()
+	vm := &VM{NS: testutil.NewNS(t, name), MAC: mac, conn: conn}
+	vm.openTap(t)
+	vm.start()
+	t.Cleanup(vm.Close)
+	return vm
+}
+
 func (vm *VM) openTap(t testing.TB) {
 	t.Helper()
 	err := vm.Do(func() error {
@@ -89,6 +101,10 @@ func (vm *VM) start() {
 			n, err := vm.tap.Read(buf)
 			if err != nil {
 				return
+			}
+			if vm.remote == nil {
+				vm.conn.Write(buf[:n])
+				continue
 			}
 			vm.conn.WriteToUnix(buf[:n], vm.remote) // a helper between restarts drops it, as a cable would
 		}
