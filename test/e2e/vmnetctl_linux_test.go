@@ -276,7 +276,7 @@ func TestGuests(t *testing.T) {
 			DHCP("eth1").
 			Ping(sharedGW).
 			Ping(isoGW).
-			Resolve("a.vmnet.internal", sharedGW).
+			ResolveWithin("a.vmnet.internal", sharedGW, 30*time.Second).
 			// a is up and serving once this succeeds: the checks below
 			// that must fail fail because of isolation, not a slow boot.
 			EchoAs("a.first", aShared, vmPort, "b-first", long).
@@ -305,7 +305,7 @@ func TestGuests(t *testing.T) {
 			TCPAs("wan.hostonly", wanPeer, wanPort).
 			Sh("ip route replace default via %s dev eth0", sharedGW).
 			Ping(sharedGW).
-			Resolve("a", sharedGW).
+			ResolveWithin("a", sharedGW, 30*time.Second).
 			Echo(wanPeer, wanPort, "from-c", 30*time.Second).
 			EchoAs("a.echo", aShared, vmPort, "c", long).
 			EchoAs("gate", wanPeer, gatePort, "gate-c", long),

@@ -3,7 +3,9 @@ package simvm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -57,6 +60,13 @@ func NewHost(t testing.TB, prefix, networksYAML string, commands ...string) *Hos
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	h := &Host{NS: testutil.NewNS(t, prefix), T: t, Dir: dir, Binary: binary}
 	h.Networks = h.WriteFile("networks.yaml", networksYAML)
+	// Before dir goes: on failure, what the controller logged is in the
+	// test's output (CI keeps nothing else).
+	t.Cleanup(func() {
+		if t.Failed() {
+			h.logControllerLog(80)
+		}
+	})
 	t.Cleanup(func() {
 		exec.Command("pkill", "-9", "-f", "--state-dir "+h.StateDir()).Run()
 		exec.Command("pkill", "-9", "-f", "--networks "+h.StateDir()).Run()
@@ -169,4 +179,17 @@ func (h *Host) HTTPClient() *http.Client {
 			return c, err
 		},
 	}}
+}
+
+// logControllerLog logs the last n lines of the controller's log.
+func (h *Host) logControllerLog(n int) {
+	b, err := os.ReadFile(statedir.Dir{Path: h.StateDir()}.ControllerLog())
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			h.T.Logf("controller log: %v", err)
+		}
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	h.T.Logf("the controller's log, last %d lines:\n%s", n, strings.Join(lines[max(0, len(lines)-n):], "\n"))
 }

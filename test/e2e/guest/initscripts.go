@@ -126,8 +126,8 @@ e2e_resolve_within() {
 		_addrs=$(echo "$_out" | awk '/^Name:/ {f=1; next} f && /^Address/ {sub(/^Address[ 0-9]*:[ \t]*/, ""); print}' | tr '\n' ',' | sed 's/,$//')
 		if [ -n "$_addrs" ]; then e2e_report "${4:-dns.$1}" "$_addrs"; return 0; fi
 		_n=$((_n - 1))
+		echo "$_out" | sed "s/^/nslookup $1: /"
 		if [ "$_n" -le 0 ]; then
-			echo "$_out" | sed 's/^/nslookup: /'
 			e2e_report "${4:-dns.$1}" fail
 			return 1
 		fi

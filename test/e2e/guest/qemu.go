@@ -98,8 +98,21 @@ func (r *Result) Expect(tb testing.TB, key, want string) {
 	case !ok:
 		tb.Errorf("%s: %s not reported (console %s)\n%s", r.Name, key, r.LogPath, r.Tail(30))
 	case got != want:
-		tb.Errorf("%s: %s = %q, want %q (console %s)", r.Name, key, got, want, r.LogPath)
+		tb.Errorf("%s: %s = %q, want %q (console %s); the console before it:\n%s", r.Name, key, got, want, r.LogPath, r.Before("E2E "+key+"=", 15))
 	}
+}
+
+// Before returns up to n console lines before the first line that starts
+// with prefix: what a check printed on its way to a wrong value (the
+// console file is gone once CI ends).
+func (r *Result) Before(prefix string, n int) string {
+	lines := strings.Split(r.Console, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimRight(l, "\r"), prefix) {
+			return strings.Join(lines[max(0, i-n):i], "\n")
+		}
+	}
+	return ""
 }
 
 // Guest is a running qemu.
