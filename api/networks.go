@@ -86,6 +86,11 @@ type Network struct {
 	Gateway   netip.Addr   `json:"gateway,omitzero"`
 	DHCPStart netip.Addr   `json:"dhcpStart,omitzero"`
 	DHCPEnd   netip.Addr   `json:"dhcpEnd,omitzero"`
+	// Subnet6 is the IPv6 /64 of a shared or host network (`subnet6`, else
+	// ULAPrefix of its id; invalid with `ipv6: false`); Gateway6 is ::1 of
+	// it, on the bridge.
+	Subnet6  netip.Prefix `json:"subnet6,omitzero"`
+	Gateway6 netip.Addr   `json:"gateway6,omitzero"`
 	// Interface is the host interface of a bridged network.
 	Interface string `json:"interface,omitempty"`
 
@@ -111,7 +116,8 @@ type Network struct {
 	Reservations []Reservation `json:"reservations"`
 	Source       Source        `json:"source"`
 
-	lines map[string]int
+	lines  map[string]int
+	noIPv6 bool // `ipv6: false`
 }
 
 // Managed reports whether vmnetctl runs this network (user-v2 is lima's own).
@@ -185,7 +191,7 @@ func (c *Networks) Lookup(kind RefKind, name string) *Network {
 
 var networkKeys = []string{"mode", "gateway", "dhcpEnd", "netmask", "interface", "subnet", "dhcp",
 	"dnsProxy", "dnsForward", "mtu", "nat44", "nat66", "routerAdvertisement", "isolation", "leaseTime", "dhcpRange", "reservations",
-	"offloads", "vmnetBroker"}
+	"offloads", "vmnetBroker", "ipv6", "subnet6"}
 
 // LoadNetworks parses networks.yaml. file names the input in diagnostics.
 // The result is nil when there are errors.
@@ -312,8 +318,10 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 	w.settings(n, f, at)
 	if n.Mode == ModeHost {
 		// A host-only network has no way out, so lima ignores these for it
-		// (its own example sets nat44: true on a host network); show them off.
-		n.NAT44, n.NAT66, n.RouterAdvertisement = false, false, false
+		// (its own example sets nat44: true on a host network); show them
+		// off. Router advertisements stay: they give the VMs IPv6
+		// addresses, with no default route.
+		n.NAT44, n.NAT66 = false, false
 	}
 	switch n.Mode {
 	case ModeBridged:
@@ -397,12 +405,12 @@ func (w *walker) settings(n *Network, f map[string]*yaml.Node, at func(string) s
 // bridged reads what a bridged network takes: its interface, and no
 // addresses or services (the LAN has them).
 func (w *walker) bridged(n *Network, key *yaml.Node, f map[string]*yaml.Node, at func(string) string) {
-	for _, k := range []string{"gateway", "netmask", "subnet", "dhcpEnd", "dhcpRange", "reservations"} {
+	for _, k := range []string{"gateway", "netmask", "subnet", "dhcpEnd", "dhcpRange", "reservations", "subnet6"} {
 		if _, ok := f[k]; ok {
 			w.errorf(f[k], at(k), "a bridged network has no %s: its VMs take their addresses from the LAN of its interface", k)
 		}
 	}
-	for _, k := range []string{"dhcp", "dnsProxy", "dnsForward", "nat44", "nat66", "routerAdvertisement", "leaseTime"} {
+	for _, k := range []string{"dhcp", "dnsProxy", "dnsForward", "nat44", "nat66", "routerAdvertisement", "leaseTime", "ipv6"} {
 		if _, ok := f[k]; ok {
 			w.warnf(f[k], at(k), "ignored for a bridged network: the LAN provides it")
 		}
@@ -432,6 +440,7 @@ func (w *walker) routed(n *Network, f map[string]*yaml.Node, at func(string) str
 		w.errorf(iv, at("interface"), "only bridged networks take an interface; %s networks get a bridge of their own", n.Mode)
 	}
 	w.addresses(n, f, at)
+	w.ipv6(n, f, at)
 	if n.Subnet.IsValid() {
 		w.dhcpRange(n, f, at)
 		w.reservations(n, f, at)
@@ -752,6 +761,8 @@ func (w *walker) finishNetworks(cfg *Networks) {
 		}
 		placed = append(placed, n)
 	}
+	defaultIPv6(cfg.Networks)
+	w.checkIPv6Overlaps(byLine)
 	// vmnet: entries without a subnet get the first free 192.168.N.0/24 from
 	// N=100, in name order, so the choice is stable for a given file.
 	for _, n := range cfg.Networks {

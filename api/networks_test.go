@@ -87,7 +87,7 @@ networks:
 		want: []*Network{{ID: "host", Name: "host", Section: SectionNetworks, Mode: ModeHost,
 			Subnet: netip.MustParsePrefix("10.20.0.0/16"), Gateway: a("10.20.0.1"),
 			DHCPStart: a("10.20.0.2"), DHCPEnd: a("10.20.0.100"), MTU: 1500,
-			DHCP: true, DNSProxy: true, DNSForward: ptr(false), LeaseTime: DefaultLeaseTime, Source: Source{File: "networks.yaml", Line: 3}}},
+			DHCP: true, DNSProxy: true, DNSForward: ptr(false), RouterAdvertisement: true, LeaseTime: DefaultLeaseTime, Source: Source{File: "networks.yaml", Line: 3}}},
 	}, {
 		name: "vmnet section: mode defaults to shared, subnet normalised to its first host as gateway",
 		src: `
@@ -120,7 +120,7 @@ vmnet:
 		want: []*Network{{ID: "lab", Name: "lab", Section: SectionVMNet, Mode: ModeHost,
 			Subnet: netip.MustParsePrefix("172.30.0.0/24"), Gateway: a("172.30.0.1"),
 			DHCPStart: a("172.30.0.50"), DHCPEnd: a("172.30.0.60"), MTU: 9000,
-			DNSForward: ptr(false), Isolation: true, LeaseTime: time.Hour,
+			DNSForward: ptr(false), RouterAdvertisement: true, Isolation: true, LeaseTime: time.Hour,
 			Reservations: []Reservation{{MAC: "52:55:55:00:00:01", IP: a("172.30.0.10")}},
 			Source:       Source{File: "networks.yaml", Line: 3}}},
 	}, {
@@ -154,6 +154,12 @@ networks:
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			nets := mustNetworks(t, tt.src)
+			for _, w := range tt.want {
+				if w.Routed() { // TestIPv6 checks the prefixes themselves
+					w.Subnet6 = ULAPrefix(w.ID)
+					w.Gateway6 = Gateway6(w.Subnet6)
+				}
+			}
 			if diff := cmp.Diff(tt.want, nets.Networks, cmpNetwork); diff != "" {
 				t.Errorf("networks differ (-want +got):\n%s", diff)
 			}
@@ -331,8 +337,8 @@ func TestAutoSubnetSkipsTaken(t *testing.T) {
 
 func TestHostModeTurnsNATOff(t *testing.T) {
 	n := mustNetworks(t, "vmnet:\n  h:\n    mode: host\n    subnet: 10.1.0.0/24\n    nat44: true\n").Get("h")
-	if n.NAT44 || n.NAT66 || n.RouterAdvertisement {
-		t.Errorf("host network has NAT44=%v NAT66=%v RA=%v, want all false", n.NAT44, n.NAT66, n.RouterAdvertisement)
+	if n.NAT44 || n.NAT66 || !n.RouterAdvertisement {
+		t.Errorf("host network has NAT44=%v NAT66=%v RA=%v, want no NAT and router advertisements (for SLAAC)", n.NAT44, n.NAT66, n.RouterAdvertisement)
 	}
 }
 

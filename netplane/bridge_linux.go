@@ -171,6 +171,9 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 			return nil, fmt.Errorf("network %q: setting MTU of %s to %d: %w", n.ID, name, n.MTU, err)
 		}
 	}
+	if err := bridgeIPv6Sysctls(n, name); err != nil {
+		return nil, err
+	}
 	if !isUp(br) {
 		if err := netlink.LinkSetUp(br); err != nil {
 			return nil, fmt.Errorf("network %q: setting %s up: %w", n.ID, name, err)

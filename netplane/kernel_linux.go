@@ -88,9 +88,17 @@ func Ensure(ctx context.Context, n *api.Network) error {
 	if err := ensureAddr(n, br); err != nil {
 		return err
 	}
+	if err := ensureAddr6(n, br); err != nil {
+		return err
+	}
 	if n.Mode == api.ModeShared {
 		if err := ensureSysctl("/proc/sys/net/ipv4/ip_forward", "1"); err != nil {
 			return fmt.Errorf("network %q: enabling IPv4 forwarding: %w", n.ID, err)
+		}
+	}
+	if n.RoutesIPv6() {
+		if err := ensureIPv6Forwarding(); err != nil {
+			return fmt.Errorf("network %q: enabling IPv6 forwarding: %w", n.ID, err)
 		}
 	}
 	if err := ensureTable(ctx, n); err != nil {
@@ -361,6 +369,9 @@ func Check(ctx context.Context, n *api.Network) error {
 		return fmt.Errorf("network %q: mode %s is not managed by vmnetctl", n.ID, n.Mode)
 	}
 	errs := checkBridge(n)
+	if br, _ := NetworkBridge(n); br != nil {
+		errs = append(errs, checkIPv6(n, br)...)
+	}
 	errs = append(errs, checkTable(ctx, n)...)
 	errs = append(errs, checkGuardTable(ctx, n)...)
 	if n.Mode == api.ModeShared {

@@ -17,6 +17,9 @@ func nftRules(n *api.Network) map[string][]string {
 	}
 	if n.DNSProxy {
 		input = append(input, "iifname "+br+" ip daddr "+n.Gateway.String()+" meta l4proto { tcp, udp } th dport 53 accept")
+		if n.HasIPv6() {
+			input = append(input, "iifname "+br+" ip6 daddr "+n.Gateway6.String()+" meta l4proto { tcp, udp } th dport 53 accept")
+		}
 	}
 	rules["input"] = input
 	var fwd []string
@@ -31,14 +34,24 @@ func nftRules(n *api.Network) map[string][]string {
 	case api.ModeShared:
 		fwd = append(fwd,
 			"iifname "+br+" ip saddr "+n.Subnet.String()+" accept",
+		)
+		if n.RoutesIPv6() {
+			fwd = append(fwd, "iifname "+br+" ip6 saddr "+n.Subnet6.String()+" accept")
+		}
+		fwd = append(fwd,
 			"oifname "+br+" ct state established,related accept",
 			"oifname "+br+" drop",
 			"iifname "+br+" drop",
 		)
+		var nat []string
 		if n.NAT44 {
-			rules["postrouting"] = []string{
-				"ip saddr " + n.Subnet.String() + " oifname != " + br + " masquerade",
-			}
+			nat = append(nat, "ip saddr "+n.Subnet.String()+" oifname != "+br+" masquerade")
+		}
+		if n.RoutesIPv6() {
+			nat = append(nat, "ip6 saddr "+n.Subnet6.String()+" oifname != "+br+" masquerade")
+		}
+		if nat != nil {
+			rules["postrouting"] = nat
 		}
 	case api.ModeHost:
 		fwd = append(fwd,

@@ -1,0 +1,152 @@
+package netplane
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vmnetctl/vmnetctl/api"
+	"golang.org/x/sys/unix"
+)
+
+// The IPv6 side of a shared or host network (api.Network.HasIPv6): the
+// gateway's address Gateway6/64 on the bridge, router advertisements
+// (ra_linux.go) for SLAAC, and for shared networks with nat66 forwarding
+// and NAT66 (nftRules).
+
+// ipv6Conf is the path of an IPv6 sysctl of interface dev ("all",
+// "default" or a name) in the calling thread's network namespace.
+func ipv6Conf(dev, key string) string {
+	return filepath.Join("/proc/sys/net/ipv6/conf", dev, key)
+}
+
+// bridgeIPv6Sysctls are set on a network's bridge before it goes up: the
+// gateway is the network's router, so it accepts no router advertisement
+// (and makes no address from one), and runs no duplicate address
+// detection: a bridge without ports has no carrier, and DAD would keep its
+// link-local address tentative, unusable for the advertisements, until a
+// VM came.
+func bridgeIPv6Sysctls(n *api.Network, name string) error {
+	if !n.HasIPv6() {
+		return ensureSysctl(ipv6Conf(name, "disable_ipv6"), "1")
+	}
+	for _, kv := range [][2]string{{"accept_dad", "0"}, {"accept_ra", "0"}, {"autoconf", "0"}, {"disable_ipv6", "0"}} {
+		if err := ensureSysctl(ipv6Conf(name, kv[0]), kv[1]); err != nil {
+			return fmt.Errorf("network %q: setting net.ipv6.conf.%s.%s=%s: %w", n.ID, name, kv[0], kv[1], err)
+		}
+	}
+	return nil
+}
+
+// ensureAddr6 gives n's bridge the gateway's IPv6 address and no other
+// global one (the link-local address stays: router advertisements come
+// from it).
+func ensureAddr6(n *api.Network, br netlink.Link) error {
+	if !n.HasIPv6() {
+		return nil
+	}
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, netlink.FAMILY_V6) })
+	if err != nil {
+		return fmt.Errorf("network %q: listing IPv6 addresses of %s: %w", n.ID, br.Attrs().Name, err)
+	}
+	want := netip.PrefixFrom(n.Gateway6, 64)
+	have := false
+	for _, a := range addrs {
+		p, ok := prefix6(a.IPNet)
+		if !ok || p.Addr().IsLinkLocalUnicast() {
+			continue
+		}
+		if p == want {
+			have = true
+			continue
+		}
+		if err := netlink.AddrDel(br, &a); err != nil {
+			return fmt.Errorf("network %q: removing stale address %s from %s: %w", n.ID, a.IPNet, br.Attrs().Name, err)
+		}
+	}
+	if have {
+		return nil
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(want.Addr().AsSlice()), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
+	if err := netlink.AddrAdd(br, addr); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("network %q: adding %s to %s: %w", n.ID, want, br.Attrs().Name, err)
+	}
+	return nil
+}
+
+// prefix6 is an IPv6 address with its prefix length.
+func prefix6(ipn *net.IPNet) (netip.Prefix, bool) {
+	if ipn == nil || ipn.IP.To4() != nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(ipn.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := ipn.Mask.Size()
+	return netip.PrefixFrom(a, ones), true
+}
+
+// ensureIPv6Forwarding turns IPv6 forwarding on for NAT66. Linux then
+// ignores router advertisements on every interface whose accept_ra is 1,
+// and a host that has its own IPv6 default route from one (a laptop on
+// most LANs) would lose it when it expires; accept_ra=2 accepts them while
+// forwarding, which is what such an interface did before. So each
+// interface at 1 (and "default", for interfaces made later) is set to 2
+// first, as LXD does; the rest is left alone, and Remove leaves all of it
+// (other software may rely on forwarding, as for IPv4).
+func ensureIPv6Forwarding() error {
+	cur, err := os.ReadFile(ipv6Conf("all", "forwarding"))
+	if err == nil && string(bytes.TrimSpace(cur)) == "1" {
+		return nil
+	}
+	dirs, err := os.ReadDir("/proc/sys/net/ipv6/conf")
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		if d.Name() == "all" {
+			continue
+		}
+		p := ipv6Conf(d.Name(), "accept_ra")
+		if v, err := os.ReadFile(p); err == nil && string(bytes.TrimSpace(v)) == "1" {
+			if err := os.WriteFile(p, []byte("2"), 0o644); err != nil {
+				return fmt.Errorf("keeping router advertisements on %s (accept_ra=2): %w", d.Name(), err)
+			}
+		}
+	}
+	return os.WriteFile(ipv6Conf("all", "forwarding"), []byte("1"), 0o644)
+}
+
+// checkIPv6 is Check's part for n's IPv6 side: the bridge's address, and
+// forwarding for a network that routes IPv6.
+func checkIPv6(n *api.Network, br netlink.Link) []error {
+	if !n.HasIPv6() || br == nil {
+		return nil
+	}
+	var errs []error
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, netlink.FAMILY_V6) })
+	if err != nil {
+		return []error{fmt.Errorf("network %q: listing IPv6 addresses of %s: %w", n.ID, br.Attrs().Name, err)}
+	}
+	want := netip.PrefixFrom(n.Gateway6, 64)
+	found := false
+	for _, a := range addrs {
+		p, ok := prefix6(a.IPNet)
+		found = found || (ok && p == want)
+	}
+	if !found {
+		errs = append(errs, fmt.Errorf("network %q: bridge %s does not have %s", n.ID, br.Attrs().Name, want))
+	}
+	if n.RoutesIPv6() {
+		if v, err := os.ReadFile(ipv6Conf("all", "forwarding")); err != nil || string(bytes.TrimSpace(v)) != "1" {
+			errs = append(errs, fmt.Errorf("network %q: IPv6 forwarding is off", n.ID))
+		}
+	}
+	return errs
+}
