@@ -14,8 +14,8 @@ func TestIPv6(t *testing.T) {
 	if got := ULAPrefix("shared"); got != netip.MustParsePrefix("fd0a:2240:b645::/64") {
 		t.Errorf("ULAPrefix(shared) = %s, want fd0a:2240:b645::/64 (stable across releases)", got)
 	}
-	if ULAPrefix("a") == ULAPrefix("b") || ULAPrefix("a") != ULAPrefix("a") {
-		t.Error("ULAPrefix is not a function of the name alone")
+	if a, b := ULAPrefix("a"), ULAPrefix("b"); a == b || !ulaRange.Contains(a.Addr()) || a.Bits() != 64 {
+		t.Errorf("ULAPrefix: a %s, b %s: want two /64s of fd00::/8", a, b)
 	}
 	nets := mustNetworks(t, `vmnet:
   shared:

@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -166,6 +167,11 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 		}
 	}
 	name := br.Attrs().Name
+	if mac := BridgeMAC(n.ID); br.Attrs().HardwareAddr.String() != mac.String() {
+		if err := netlink.LinkSetHardwareAddr(br, mac); err != nil {
+			return nil, fmt.Errorf("network %q: setting the MAC of %s to %s: %w", n.ID, name, mac, err)
+		}
+	}
 	if br.Attrs().MTU != n.MTU {
 		if err := netlink.LinkSetMTU(br, n.MTU); err != nil {
 			return nil, fmt.Errorf("network %q: setting MTU of %s to %d: %w", n.ID, name, n.MTU, err)
@@ -195,6 +201,7 @@ func createBridge(n *api.Network) error {
 	la := netlink.NewLinkAttrs()
 	la.Name = tmpBridgeName()
 	la.MTU = n.MTU
+	la.HardwareAddr = BridgeMAC(n.ID)
 	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
 		return fmt.Errorf("network %q: creating bridge %s: %w", n.ID, name, err)
 	}
@@ -216,6 +223,19 @@ func createBridge(n *api.Network) error {
 		return fmt.Errorf("network %q: creating bridge %s: %w", n.ID, name, err)
 	}
 	return nil
+}
+
+// BridgeMAC is the MAC address of network id's bridge: locally
+// administered, from a hash of the id. Set, it stays: a Linux bridge whose
+// MAC was not set takes the lowest MAC of its ports, and changes it as VMs
+// come and go, which breaks the VMs' neighbour entries for the gateway
+// (the IPv6 default router, learned with its MAC from router
+// advertisements, would be unreachable).
+func BridgeMAC(id string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("vmnetctl bridge " + id))
+	mac := net.HardwareAddr(sum[:6])
+	mac[0] = mac[0]&^0x01 | 0x02 // unicast, locally administered
+	return mac
 }
 
 // tmpBridgePrefix starts the temporary name of a bridge being created:

@@ -44,11 +44,16 @@ func bridgeIPv6Sysctls(n *api.Network, name string) error {
 }
 
 // ensureAddr6 gives n's bridge the gateway's IPv6 address and no other
-// global one (the link-local address stays: router advertisements come
-// from it).
+// global one, and its link-local address (router advertisements come from
+// it), made from BridgeMAC as the kernel would make it, but at once: the
+// kernel adds it only when the bridge has carrier, that is once a VM
+// joined, and the advertisements must be ready before.
 func ensureAddr6(n *api.Network, br netlink.Link) error {
 	if !n.HasIPv6() {
 		return nil
+	}
+	if err := ensureIPv6Addr(n, br, linkLocal(BridgeMAC(n.ID))); err != nil {
+		return err
 	}
 	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, netlink.FAMILY_V6) })
 	if err != nil {
@@ -72,11 +77,25 @@ func ensureAddr6(n *api.Network, br netlink.Link) error {
 	if have {
 		return nil
 	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(want.Addr().AsSlice()), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
+	return ensureIPv6Addr(n, br, want)
+}
+
+// ensureIPv6Addr adds p to br, without duplicate address detection (the
+// network's addresses are its own), unless it is there.
+func ensureIPv6Addr(n *api.Network, br netlink.Link, p netip.Prefix) error {
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), 128)}, Flags: unix.IFA_F_NODAD}
 	if err := netlink.AddrAdd(br, addr); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("network %q: adding %s to %s: %w", n.ID, want, br.Attrs().Name, err)
+		return fmt.Errorf("network %q: adding %s to %s: %w", n.ID, p, br.Attrs().Name, err)
 	}
 	return nil
+}
+
+// linkLocal is the EUI-64 link-local address of mac, fe80::/64 (RFC 4291).
+func linkLocal(mac net.HardwareAddr) netip.Prefix {
+	var a [16]byte
+	a[0], a[1] = 0xfe, 0x80
+	a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]
+	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
 }
 
 // prefix6 is an IPv6 address with its prefix length.

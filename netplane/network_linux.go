@@ -31,6 +31,7 @@ type Network struct {
 	dhcp    *dhcpHandler
 	dns     *dnsHandler
 	guard   *addrGuard // nil when the guard does not check addresses
+	ra      *raServer  // nil without router advertisements
 	onLease func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it).
@@ -111,6 +112,11 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 			return nil, err
 		}
 	}
+	if n.HasIPv6() && n.RouterAdvertisement {
+		if err := nw.startRA(); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return nw, nil
 }
@@ -154,14 +160,22 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 		},
 	}
 	nw.closers = append(nw.closers, nw.dns.closeIdle)
-	addr := net.JoinHostPort(nw.n.Gateway.String(), "53")
+	type listen struct{ udp, tcp, addr, dev string }
+	var listens []listen
 	for _, dev := range []string{nw.n.Bridge(), "lo"} {
+		listens = append(listens, listen{"udp4", "tcp4", net.JoinHostPort(nw.n.Gateway.String(), "53"), dev})
+		if nw.n.HasIPv6() {
+			listens = append(listens, listen{"udp6", "tcp6", net.JoinHostPort(nw.n.Gateway6.String(), "53"), dev})
+		}
+	}
+	for _, l := range listens {
+		addr, dev := l.addr, l.dev
 		lc := net.ListenConfig{Control: bindToDevice(dev)}
-		pc, err := lc.ListenPacket(context.Background(), "udp4", addr)
+		pc, err := lc.ListenPacket(context.Background(), l.udp, addr)
 		if err != nil {
 			return fmt.Errorf("network %q: DNS proxy on %s %s: %w", nw.n.ID, dev, addr, err)
 		}
-		ln, err := lc.Listen(context.Background(), "tcp4", addr)
+		ln, err := lc.Listen(context.Background(), l.tcp, addr)
 		if err != nil {
 			pc.Close()
 			return fmt.Errorf("network %q: DNS proxy on %s %s: %w", nw.n.ID, dev, addr, err)
@@ -233,6 +247,32 @@ func (nw *Network) startDHCP(resolvConf string) error {
 			nw.fail(fmt.Errorf("network %q: the DHCP server stopped: %w", nw.n.ID, err))
 		}
 	}()
+	return nil
+}
+
+// raRouterLifetime is how long a VM keeps the gateway as its IPv6 default
+// router after an advertisement (RFC 4861's default is 3 times the longest
+// interval; advertisements come every few minutes).
+const raRouterLifetime = 30 * time.Minute
+
+// startRA advertises the network's IPv6 prefix on the bridge for SLAAC,
+// with its MTU and, with the DNS proxy, the gateway as DNS server and
+// vmnet.internal as search domain. Only a network whose IPv6 traffic
+// leaves the host (RoutesIPv6) makes the gateway a default router.
+func (nw *Network) startRA() error {
+	cfg := raConfig{Iface: nw.n.Bridge(), Prefix: nw.n.Subnet6, MTU: nw.n.MTU}
+	if nw.n.RoutesIPv6() {
+		cfg.RouterLifetime = raRouterLifetime
+	}
+	if nw.n.DNSProxy {
+		cfg.RDNSS, cfg.DNSSL = []netip.Addr{nw.n.Gateway6}, []string{DNSDomain}
+	}
+	ra, err := startRA(cfg, nw.log)
+	if err != nil {
+		return fmt.Errorf("network %q: %w", nw.n.ID, err)
+	}
+	nw.ra = ra
+	nw.closers = append(nw.closers, ra.Close)
 	return nil
 }
 

@@ -1,0 +1,412 @@
+package netplane
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/ndp"
+	"github.com/vishvananda/netlink"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+	"golang.org/x/net/ipv6"
+)
+
+// The router advertisement tests join a "router" namespace, where startRA
+// runs on rt0, and a "vm" namespace, whose eth0 configures itself from the
+// RAs as a guest does (SLAAC), by a veth pair. No packet leaves them.
+
+var raPrefix = netip.MustParsePrefix("fd00:1234:5678:9abc::/64")
+
+// raLab is a router namespace and a VM namespace joined by rt0 (router) and
+// eth0 (VM), both down.
+type raLab struct{ router, vm *testutil.NS }
+
+func newRALab(t *testing.T) *raLab {
+	t.Helper()
+	l := &raLab{router: testutil.NewNS(t, "ra-router"), vm: testutil.NewNS(t, "ra-vm")}
+	testutil.Run(t, "ip", "-n", l.router.Name, "link", "add", "rt0", "type", "veth", "peer", "name", "eth0", "netns", l.vm.Name)
+	// A guest that takes RAs, quickly: no DAD.
+	mustDo(t, l.vm, func() error {
+		return ipv6Sysctls("eth0", "accept_ra", "1", "autoconf", "1", "accept_dad", "0", "forwarding", "0")
+	})
+	return l
+}
+
+// up brings both ends up, the router's as the caller of startRA must set
+// it: no DAD, which would not end on a bridge without carrier, and no RAs
+// taken, since its own loop back to it.
+func (l *raLab) up(t *testing.T) {
+	t.Helper()
+	mustDo(t, l.router, func() error { return ipv6Sysctls("rt0", "accept_dad", "0", "accept_ra", "0") })
+	l.router.MustRun(t, "ip", "link", "set", "rt0", "up")
+	l.vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+}
+
+// ipv6Sysctls sets net.ipv6.conf.<iface>.<key> to value, for each key and
+// value of kv, in the calling thread's namespace.
+func ipv6Sysctls(iface string, kv ...string) error {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := ensureSysctl(fmt.Sprintf("/proc/sys/net/ipv6/conf/%s/%s", iface, kv[i]), kv[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startRAIn starts cfg in namespace n and closes it at cleanup.
+func startRAIn(t *testing.T, n *testutil.NS, cfg raConfig) *raServer {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var s *raServer
+	mustDo(t, n, func() error {
+		var err error
+		s, err = startRA(cfg, log)
+		return err
+	})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// vmState is what the VM's eth0 got from the RAs.
+type vmState struct {
+	addr netip.Addr // a global address in raPrefix, if any
+	gw   netip.Addr // the default route's gateway, if any
+	mtu  string     // eth0's IPv6 MTU
+}
+
+func (l *raLab) vmState(t *testing.T) vmState {
+	t.Helper()
+	var st vmState
+	mustDo(t, l.vm, func() error {
+		link, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		addrs, err := netlink.AddrList(link, netlink.FAMILY_V6)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok && raPrefix.Contains(ip) {
+				st.addr = ip
+			}
+		}
+		routes, err := netlink.RouteList(link, netlink.FAMILY_V6)
+		if err != nil {
+			return err
+		}
+		for _, r := range routes {
+			if ones, _ := r.Dst.Mask.Size(); r.Gw != nil && (r.Dst == nil || ones == 0) {
+				st.gw, _ = netip.AddrFromSlice(r.Gw)
+			}
+		}
+		mtu, err := os.ReadFile("/proc/sys/net/ipv6/conf/eth0/mtu")
+		st.mtu = string(bytes.TrimSpace(mtu))
+		return err
+	})
+	return st
+}
+
+// raClient is an NDP socket on the VM's eth0 that reads RAs only.
+func raClient(t *testing.T, vm *testutil.NS) (*ndp.Conn, net.HardwareAddr) {
+	t.Helper()
+	var c *ndp.Conn
+	var mac net.HardwareAddr
+	mustDo(t, vm, func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		mac = ifi.HardwareAddr
+		if c, _, err = ndpListen(ifi); err != nil {
+			return err
+		}
+		var f ipv6.ICMPFilter
+		f.SetAll(true)
+		f.Accept(ipv6.ICMPTypeRouterAdvertisement)
+		return c.SetICMPFilter(&f)
+	})
+	t.Cleanup(func() { c.Close() })
+	return c, mac
+}
+
+// readRA returns the next RA c reads from src within timeout.
+func readRA(c *ndp.Conn, src netip.Addr, timeout time.Duration) (*ndp.RouterAdvertisement, error) {
+	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, err
+	}
+	for {
+		m, _, from, err := c.ReadFrom()
+		if err != nil {
+			return nil, err
+		}
+		if ra, ok := m.(*ndp.RouterAdvertisement); ok && from.WithZone("") == src {
+			return ra, nil
+		}
+	}
+}
+
+// raGoroutines counts the goroutines running the server's code.
+func raGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "netplane.(*raServer)") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRouterAdvertisements(t *testing.T) {
+	testutil.RequireRoot(t, "creates network namespaces")
+	l := newRALab(t)
+	l.up(t)
+	cfg := raConfig{
+		Iface: "rt0", Prefix: raPrefix, RouterLifetime: 30 * time.Minute, MTU: 1400,
+		RDNSS: []netip.Addr{netip.MustParseAddr("fd00:1234:5678:9abc::1")}, DNSSL: []string{"vmnet.internal"},
+	}
+	s := startRAIn(t, l.router, cfg)
+	if !s.addr.IsLinkLocalUnicast() {
+		t.Fatalf("RAs sent from %s, want a link-local address", s.addr)
+	}
+	router := s.addr
+
+	t.Run("SLAAC", func(t *testing.T) {
+		var st vmState
+		testutil.Eventually(t, 10*time.Second, func() error {
+			st = l.vmState(t)
+			if !st.addr.IsValid() || st.gw != router || st.mtu != "1400" {
+				return fmt.Errorf("VM has address %v, default route via %v, MTU %s", st.addr, st.gw, st.mtu)
+			}
+			return nil
+		}, "the VM to configure itself from the RAs")
+		t.Logf("VM: %s, default via %s, MTU %s", st.addr, st.gw, st.mtu)
+		// accept_ra 0: the router does not take its own RAs, which loop back.
+		if out := l.router.MustRun(t, "ip", "-6", "addr", "show", "dev", "rt0"); strings.Contains(out, "fd00:1234:") {
+			t.Errorf("the router configured itself from its own RAs:\n%s", out)
+		}
+	})
+
+	c, vmMAC := raClient(t, l.vm)
+	rs := &ndp.RouterSolicitation{Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: vmMAC}}}
+
+	t.Run("Options", func(t *testing.T) {
+		_, sol0, _ := s.Stats()
+		if err := c.WriteTo(rs, nil, allRouters); err != nil {
+			t.Fatal(err)
+		}
+		ra, err := readRA(c, router, 5*time.Second)
+		if err != nil {
+			t.Fatalf("no RA after a solicitation: %v", err)
+		}
+		if _, sol, _ := s.Stats(); sol <= sol0 {
+			t.Errorf("solicitations received: %d, was %d", sol, sol0)
+		}
+		checkRA(t, ra, cfg, l.routerMAC(t))
+	})
+
+	t.Run("RateLimit", func(t *testing.T) {
+		// Quiet: every solicitation so far is answered or counted limited.
+		quiet := func() error {
+			_, sol, lim := s.Stats()
+			if rep := s.replies.Load(); rep+lim != sol {
+				return fmt.Errorf("%d solicitations, %d replies, %d limited", sol, rep, lim)
+			}
+			return nil
+		}
+		testutil.Eventually(t, 5*time.Second, quiet, "the replies to the solicitations so far")
+		_, sol0, lim0 := s.Stats()
+		rep0 := s.replies.Load()
+		const flood = 200
+		start := time.Now()
+		for range flood {
+			if err := c.WriteTo(rs, nil, allRouters); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testutil.Eventually(t, 5*time.Second, func() bool { _, sol, _ := s.Stats(); return sol-sol0 >= flood },
+			"the server to read the %d solicitations", flood)
+		testutil.Eventually(t, 5*time.Second, quiet, "the replies to the flood")
+		elapsed := time.Since(start)
+		_, sol, lim := s.Stats()
+		rep := s.replies.Load() - rep0
+		// One reply at once, then one per raReplyInterval; one more may have
+		// been under way.
+		if limit := 2 + uint64(elapsed/raReplyInterval); rep < 1 || rep > limit {
+			t.Errorf("%d replies to %d solicitations in %v, want 1 to %d", rep, sol-sol0, elapsed, limit)
+		}
+		if lim-lim0 < flood-rep {
+			t.Errorf("limited counted %d of the flood of %d with %d replies", lim-lim0, flood, rep)
+		}
+		t.Logf("flood of %d: %d replies, %d limited in %v", sol-sol0, rep, lim-lim0, elapsed)
+	})
+
+	t.Run("Close", func(t *testing.T) {
+		sent, _, _ := s.Stats()
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+		if after, _, _ := s.Stats(); after != sent {
+			t.Errorf("Close sent %d RAs, want none (a restart must not withdraw the router)", after-sent)
+		}
+		testutil.Eventually(t, 5*time.Second, func() error {
+			if n := raGoroutines(); n != 0 {
+				return fmt.Errorf("%d goroutines of the server left", n)
+			}
+			return nil
+		}, "the server's goroutines to end")
+		// No final RA: the VM keeps its default route (through a restart).
+		if gw := l.vmState(t).gw; !gw.IsValid() {
+			t.Errorf("the VM lost its default route when the server closed")
+		}
+	})
+
+	t.Run("HostOnly", func(t *testing.T) {
+		l := newRALab(t)
+		l.up(t)
+		s := startRAIn(t, l.router, raConfig{Iface: "rt0", Prefix: raPrefix})
+		var st vmState
+		testutil.Eventually(t, 10*time.Second, func() bool { st = l.vmState(t); return st.addr.IsValid() },
+			"a SLAAC address on the VM")
+		// The kernel takes the router lifetime before the prefix, from the
+		// same RA: no default route now means none to come.
+		if st.gw.IsValid() {
+			t.Errorf("default route via %s from RAs with router lifetime 0", st.gw)
+		}
+		if st.mtu != "1500" {
+			t.Errorf("MTU %s without an MTU option, want 1500", st.mtu)
+		}
+		// Losing carrier takes the router's link-local address away for a
+		// while, and sends fail: the server keeps going, and the VM, whose
+		// address went with its link, gets one again once it is back.
+		l.vm.MustRun(t, "ip", "link", "set", "eth0", "down")
+		testutil.Eventually(t, 5*time.Second, func() bool { return !l.vmState(t).addr.IsValid() }, "the VM's address to go")
+		l.vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+		testutil.Eventually(t, 10*time.Second, func() bool { return l.vmState(t).addr.IsValid() },
+			"a SLAAC address on the VM after the link came back")
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("LinkLocal", func(t *testing.T) {
+		// rt0 without carrier (eth0 down) has no link-local address: the
+		// server waits for it, and fails with a clear error at the deadline.
+		l := newRALab(t)
+		l.router.MustRun(t, "ip", "link", "set", "rt0", "up")
+		var err error
+		l.router.Do(func() error { _, _, _, err = listenNDP("rt0", 200*time.Millisecond); return nil })
+		if err == nil || !strings.Contains(err.Error(), "no carrier") {
+			t.Errorf("listening on rt0 without carrier: %v, want an error saying no carrier", err)
+		}
+		// With carrier, the address is tentative for DAD's second (accept_dad
+		// is 1): the server waits it out.
+		done := make(chan error, 1)
+		go func() {
+			done <- l.router.Do(func() error {
+				c, _, _, err := listenNDP("rt0", raLinkLocalWait)
+				if err == nil {
+					c.Close()
+				}
+				return err
+			})
+		}()
+		l.vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("listening on rt0 while DAD runs: %v", err)
+			}
+		case <-time.After(2 * raLinkLocalWait):
+			t.Fatal("listenNDP did not return")
+		}
+	})
+
+	t.Run("Config", func(t *testing.T) {
+		for _, c := range []raConfig{
+			{Iface: "rt0", Prefix: netip.MustParsePrefix("fd00::/48")},
+			{Iface: "rt0", Prefix: netip.MustParsePrefix("10.0.0.0/24")},
+			{Iface: "rt0", Prefix: raPrefix, RouterLifetime: time.Minute},
+			{Iface: "rt0", Prefix: raPrefix, RouterLifetime: 3 * time.Hour},
+			{Iface: "rt0", Prefix: raPrefix, MTU: 1000},
+			{Iface: "rt0", Prefix: raPrefix, RDNSS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}},
+		} {
+			var err error
+			l.router.Do(func() error { _, err = startRA(c, nil); return nil })
+			if err == nil || !strings.Contains(err.Error(), "rt0") {
+				t.Errorf("startRA(%+v): %v, want an error naming rt0", c, err)
+			}
+		}
+	})
+}
+
+// routerMAC is rt0's MAC.
+func (l *raLab) routerMAC(t *testing.T) net.HardwareAddr {
+	t.Helper()
+	var mac net.HardwareAddr
+	mustDo(t, l.router, func() error {
+		ifi, err := net.InterfaceByName("rt0")
+		if err == nil {
+			mac = ifi.HardwareAddr
+		}
+		return err
+	})
+	return mac
+}
+
+// checkRA checks that ra says what cfg says, from the interface with mac.
+func checkRA(t *testing.T, ra *ndp.RouterAdvertisement, cfg raConfig, mac net.HardwareAddr) {
+	t.Helper()
+	if ra.RouterLifetime != cfg.RouterLifetime {
+		t.Errorf("router lifetime %v, want %v", ra.RouterLifetime, cfg.RouterLifetime)
+	}
+	var seen []string
+	for _, o := range ra.Options {
+		switch o := o.(type) {
+		case *ndp.LinkLayerAddress:
+			seen = append(seen, "lla")
+			if o.Direction != ndp.Source || !bytes.Equal(o.Addr, mac) {
+				t.Errorf("link-layer address option %v %s, want source %s", o.Direction, o.Addr, mac)
+			}
+		case *ndp.PrefixInformation:
+			seen = append(seen, "prefix")
+			if got := netip.PrefixFrom(o.Prefix, int(o.PrefixLength)); got != cfg.Prefix || !o.OnLink || !o.AutonomousAddressConfiguration ||
+				o.ValidLifetime != raValidLifetime || o.PreferredLifetime != raPreferredLifetime {
+				t.Errorf("prefix option %+v, want %s on-link autonomous", o, cfg.Prefix)
+			}
+		case *ndp.MTU:
+			seen = append(seen, "mtu")
+			if int(o.MTU) != cfg.MTU {
+				t.Errorf("MTU option %d, want %d", o.MTU, cfg.MTU)
+			}
+		case *ndp.RecursiveDNSServer:
+			seen = append(seen, "rdnss")
+			if !slices.Equal(o.Servers, cfg.RDNSS) || o.Lifetime != raDNSLifetime {
+				t.Errorf("RDNSS option %v lifetime %v, want %v lifetime %v", o.Servers, o.Lifetime, cfg.RDNSS, raDNSLifetime)
+			}
+		case *ndp.DNSSearchList:
+			seen = append(seen, "dnssl")
+			if !slices.Equal(o.DomainNames, cfg.DNSSL) || o.Lifetime != raDNSLifetime {
+				t.Errorf("DNSSL option %v lifetime %v, want %v lifetime %v", o.DomainNames, o.Lifetime, cfg.DNSSL, raDNSLifetime)
+			}
+		default:
+			t.Errorf("unexpected option %T %+v", o, o)
+		}
+	}
+	if want := []string{"lla", "prefix", "mtu", "rdnss", "dnssl"}; !slices.Equal(seen, want) {
+		t.Errorf("options %v, want %v", seen, want)
+	}
+}
