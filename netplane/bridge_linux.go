@@ -177,6 +177,14 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 			return nil, fmt.Errorf("network %q: setting MTU of %s to %d: %w", n.ID, name, n.MTU, err)
 		}
 	}
+	if br.MulticastSnooping == nil || *br.MulticastSnooping {
+		// Multicast goes to every port and the host: neighbour discovery
+		// (sent to solicited-node groups) must reach the guard's learner,
+		// whatever groups the VMs joined.
+		if err := netlink.BridgeSetMcastSnoop(br, false); err != nil {
+			return nil, fmt.Errorf("network %q: turning multicast snooping off on %s: %w", n.ID, name, err)
+		}
+	}
 	if err := bridgeIPv6Sysctls(n, name); err != nil {
 		return nil, err
 	}
@@ -202,7 +210,7 @@ func createBridge(n *api.Network) error {
 	la.Name = tmpBridgeName()
 	la.MTU = n.MTU
 	la.HardwareAddr = BridgeMAC(n.ID)
-	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
+	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la, MulticastSnooping: new(false)}); err != nil {
 		return fmt.Errorf("network %q: creating bridge %s: %w", n.ID, name, err)
 	}
 	tmp, err := netlink.LinkByName(la.Name)

@@ -33,7 +33,9 @@ const maxTCPConns = 16
 // dnsHandler answers a network's VMs: names of VMs from resolve, the rest
 // from the host's resolvers when forwarding is on, else REFUSED.
 type dnsHandler struct {
-	resolve   func(name string) (netip.Addr, bool)
+	resolve func(name string) (netip.Addr, bool)
+	// resolve6, if set, gives the IPv6 addresses of a name (AAAA).
+	resolve6  func(name string) []netip.Addr
 	upstreams []string // host:port
 	// noForward refuses every name that is not the network's own (a host
 	// network without dnsForward: its VMs must not reach names outside).
@@ -95,20 +97,33 @@ func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		name, inZone, ok := localName(q.Name)
 		if inZone || ok {
 			var ip netip.Addr
+			var ip6 []netip.Addr
 			found := false
 			if ok {
 				ip, found = h.resolve(name)
+				if h.resolve6 != nil {
+					ip6 = h.resolve6(name)
+					found = found || len(ip6) > 0
+				}
 			}
 			switch {
 			case found:
 				m := new(dns.Msg)
 				m.SetReply(r)
 				m.Authoritative = true
-				if q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY {
+				if ip.IsValid() && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY) {
 					m.Answer = append(m.Answer, &dns.A{
 						Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: localTTL},
 						A:   net.IP(ip.AsSlice()),
 					})
+				}
+				if q.Qtype == dns.TypeAAAA || q.Qtype == dns.TypeANY {
+					for _, a := range ip6 {
+						m.Answer = append(m.Answer, &dns.AAAA{
+							Hdr:  dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: localTTL},
+							AAAA: net.IP(a.AsSlice()),
+						})
+					}
 				}
 				h.count(func(s *backend.DNSStats) { s.Local++ })
 				w.WriteMsg(m)

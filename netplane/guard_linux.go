@@ -57,6 +57,7 @@ func addGuardBase(tx *knftables.Transaction, n *api.Network) {
 	mark := Mark(n.ID)
 	tx.Add(&knftables.Table{Comment: &mark})
 	tx.Add(&knftables.Set{Name: guardAddrs, Type: "ether_addr . ipv4_addr"})
+	addGuard6Sets(tx, n)
 	tx.Add(&knftables.Map{Name: guardPorts, Type: "ifname : verdict"})
 	tx.Add(&knftables.Chain{Name: guardHook, Type: knftables.PtrTo(knftables.FilterType),
 		Hook: knftables.PtrTo(knftables.PreroutingHook), Priority: knftables.PtrTo(knftables.FilterPriority),
@@ -144,11 +145,10 @@ func portRules(n *api.Network, port string, learn bool) []string {
 	rs = append(rs,
 		// Nor does it advertise routes or answer DHCPv6.
 		"icmpv6 type { nd-router-advert, nd-redirect } "+drop,
-		"ether type ip6 udp sport 547 "+drop,
-		"ether type ip6 accept",
-		// Nothing else: no VLAN tags, no STP, no other protocols.
-		drop)
-	return rs
+		"ether type ip6 udp sport 547 "+drop)
+	rs = append(rs, port6Rules(n, drop)...)
+	// Nothing else: no VLAN tags, no STP, no other protocols.
+	return append(rs, drop)
 }
 
 // GuardPort makes network n check every frame that arrives on its port

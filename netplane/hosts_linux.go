@@ -70,6 +70,32 @@ func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool
 	}
 }
 
+// resolver6 answers AAAA for the DNS proxy: the IPv6 addresses the guard
+// learned for the MAC of a name (a VM file's name, else a DHCP client's
+// host name), as resolver decides which MAC a name is.
+func resolver6(hosts *hostTable, alloc *Allocator, learner *nd6Learner) func(string) []netip.Addr {
+	return func(name string) []netip.Addr {
+		if learner == nil {
+			return nil
+		}
+		if m, ok := hosts.mac(name); ok {
+			hw, _ := net.ParseMAC(m)
+			return learner.Lookup(hw)
+		}
+		if alloc == nil {
+			return nil
+		}
+		for _, l := range alloc.Leases() {
+			host, _, _ := strings.Cut(l.Hostname, ".")
+			if host != "" && strings.EqualFold(host, name) {
+				hw, _ := net.ParseMAC(l.MAC)
+				return learner.Lookup(hw)
+			}
+		}
+		return nil
+	}
+}
+
 func newHostTable() *hostTable {
 	return &hostTable{byMAC: map[string]string{}, byName: map[string]string{}}
 }

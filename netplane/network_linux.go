@@ -32,6 +32,7 @@ type Network struct {
 	dns     *dnsHandler
 	guard   *addrGuard // nil when the guard does not check addresses
 	ra      *raServer  // nil without router advertisements
+	guard6  *guard6    // nil without IPv6
 	onLease func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it).
@@ -97,6 +98,13 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 		resolvConf = "/etc/resolv.conf"
 	}
 
+	if checksIPv6(n) {
+		// Before the DNS proxy, which answers AAAA from what it learns.
+		if nw.guard6, err = startGuard6(n, log, nw.inNS); err != nil {
+			return nil, err
+		}
+		nw.closers = append(nw.closers, nw.guard6.Close)
+	}
 	if n.DNSProxy {
 		if err := nw.startDNS(netns, resolvConf, opts.Upstreams); err != nil {
 			return nil, err
@@ -146,6 +154,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 	}
 	nw.dns = &dnsHandler{
 		resolve:   resolver(nw.hosts, nw.alloc),
+		resolve6:  nw.resolve6(),
 		upstreams: upstreams,
 		noForward: !nw.n.ForwardsDNS(),
 		log:       nw.log,
@@ -371,10 +380,13 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 	return nil
 }
 
-// RemoveHost forgets the name and run-time fixed address of a MAC. Its lease
-// is kept until it expires.
+// RemoveHost forgets the name and run-time fixed address of a MAC, and
+// the IPv6 addresses it was using. Its lease is kept until it expires.
 func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 	nw.hosts.set(mac, "")
+	if nw.guard6 != nil {
+		nw.guard6.learner.Forget(mac)
+	}
 	if nw.alloc != nil {
 		nw.alloc.ClearFixed(mac)
 	}
@@ -445,4 +457,12 @@ func (nw *Network) Stats() backend.ServiceStats {
 		})
 	}
 	return s
+}
+
+// resolve6 is the DNS proxy's AAAA resolver: nil without IPv6.
+func (nw *Network) resolve6() func(string) []netip.Addr {
+	if nw.guard6 == nil {
+		return nil
+	}
+	return resolver6(nw.hosts, nw.alloc, nw.guard6.learner)
 }

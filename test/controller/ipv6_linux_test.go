@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // The IPv6 world of TestIPv6: the host's uplink and a WAN peer on a
@@ -33,6 +35,12 @@ vmnet:
 	ipv6VMs = `
 vms:
   a:
+    networks:
+      - vmnet: shared
+  b:
+    networks:
+      - vmnet: shared
+  x:
     networks:
       - vmnet: shared
   c:
@@ -64,8 +72,12 @@ func TestIPv6(t *testing.T) {
 	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", ipv6VMs))
 	st := h.Status()
 	a, c, d := h.VM(h.Attachment(st, "a")), h.VM(h.Attachment(st, "c")), h.VM(h.Attachment(st, "d"))
-	lease := a.DHCP(t) // first: its script flushes eth0's addresses
+	bAtt, xAtt := h.Attachment(st, "b"), h.Attachment(st, "x")
+	b, x := h.VM(bAtt), h.VM(xAtt)
+	lease := a.DHCP(t)
 	a6 := slaacAddress(t, a, "fd00:77::/64")
+	b6 := slaacAddress(t, b, "fd00:77::/64")
+	slaacAddress(t, x, "fd00:77::/64")
 	slaacAddress(t, c, "fd00:78::/64")
 
 	if err := a.Ping("fd00:77::1", 1); err != nil {
@@ -80,6 +92,44 @@ func TestIPv6(t *testing.T) {
 	out, err := a.Run(context.Background(), "busybox", "nslookup", "a.vmnet.internal", "fd00:77::1")
 	if err != nil || !strings.Contains(out, lease["ip"]) {
 		t.Errorf("DNS over IPv6 from a: %v\n%s", err, out)
+	}
+
+	// AAAA: a VM's name gives the addresses the network learned it uses.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		out, _ := a.Run(context.Background(), "busybox", "nslookup", "-type=AAAA", "b.vmnet.internal", "fd00:77::1")
+		if !strings.Contains(out, b6.String()) {
+			return fmt.Errorf("AAAA of b from a: %s", out)
+		}
+		return nil
+	}, "b's AAAA record")
+
+	// x takes b's address (no duplicate detection, as a hostile guest
+	// would) and sends from it: dropped. It advertises b's address as its
+	// own (an unsolicited override NA from its own MAC and link-local
+	// address, which are x's): dropped; the host still reaches b at b's
+	// MAC.
+	x.MustRun(t, "ip", "-6", "addr", "add", b6.String()+"/64", "dev", "eth0", "nodad")
+	if _, err := x.Run(context.Background(), "ping", "-n", "-c", "1", "-W", "2", "-I", b6.String(), "fd00:77::1"); err == nil {
+		t.Errorf("x reached the gateway from b's address %s", b6)
+	}
+	x.MustRun(t, "ip", "-6", "addr", "del", b6.String()+"/64", "dev", "eth0")
+	h.MustRun(t, "ping", "-c", "1", "-W", "2", b6.String()) // the host has a neighbour entry for b
+	xLL := strings.Fields(x.MustRun(t, "ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link"))
+	if len(xLL) < 4 {
+		t.Fatalf("x has no link-local address: %q", xLL)
+	}
+	sendForgedNA(t, x, mustParseMAC(t, xAtt.MAC), netip.MustParsePrefix(xLL[3]).Addr(), b6)
+	// The NA went out before this ping: had the host taken it, the entry
+	// would now be x's MAC.
+	x.MustRun(t, "ping", "-c", "1", "-W", "2", "fd00:77::1")
+	if out := h.MustRun(t, "ip", "-6", "neigh", "show", b6.String()); !strings.Contains(out, strings.ToLower(bAtt.MAC)) {
+		t.Errorf("the host's neighbour entry for b's %s is %q, want b's MAC %s", b6, out, bAtt.MAC)
+	}
+	if err := b.Ping("fd00:77::1", 1); err != nil {
+		t.Errorf("b cannot reach the gateway after x's forgery: %v", err)
+	}
+	if drops := h.Attachment(h.Status(), "x").SpoofDrops; drops == 0 {
+		t.Errorf("x's spoofed frames were not counted as dropped")
 	}
 
 	if err := c.Ping("fd00:78::1", 1); err != nil {
@@ -121,4 +171,64 @@ func slaacAddress(t *testing.T, vm *simvm.VM, prefix string) netip.Addr {
 		return fmt.Errorf("%s has no address in %s: %q", vm.Name, prefix, out)
 	}, "a SLAAC address")
 	return got
+}
+
+func mustParseMAC(t *testing.T, s string) net.HardwareAddr {
+	t.Helper()
+	mac, err := net.ParseMAC(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mac
+}
+
+// sendForgedNA writes, on vm's eth0, an unsolicited neighbour
+// advertisement (override flag set) from vm's MAC and address src to all
+// nodes saying that target is at vm's MAC: what a guest that wants
+// another's traffic sends.
+func sendForgedNA(t *testing.T, vm *simvm.VM, mac net.HardwareAddr, src, target netip.Addr) {
+	t.Helper()
+	dst := netip.MustParseAddr("ff02::1")
+	icmp := make([]byte, 32)
+	icmp[0] = 136                      // neighbour advertisement
+	icmp[4] = 0x20                     // override
+	copy(icmp[8:24], target.AsSlice()) // target
+	icmp[24], icmp[25] = 2, 1          // target link-layer address option
+	copy(icmp[26:32], mac)
+	// Checksum over the IPv6 pseudo-header and the message.
+	var sum uint32
+	pseudo := append(append(append([]byte{}, src.AsSlice()...), dst.AsSlice()...), 0, 0, 0, byte(len(icmp)), 0, 0, 0, 58)
+	for _, b := range [][]byte{pseudo, icmp} {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	cs := ^uint16(sum)
+	icmp[2], icmp[3] = byte(cs>>8), byte(cs)
+	ip6 := make([]byte, 40)
+	ip6[0] = 0x60
+	ip6[5] = byte(len(icmp))
+	ip6[6], ip6[7] = 58, 255
+	copy(ip6[8:24], src.AsSlice())
+	copy(ip6[24:40], dst.AsSlice())
+	frame := append(append([]byte{0x33, 0x33, 0, 0, 0, 1}, mac...), 0x86, 0xdd)
+	frame = append(append(frame, ip6...), icmp...)
+	err := vm.Do(func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		return unix.Sendto(fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6})
+	})
+	if err != nil {
+		t.Fatalf("sending a forged neighbour advertisement from %s: %v", vm.Name, err)
+	}
 }

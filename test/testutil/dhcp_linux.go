@@ -18,7 +18,7 @@ import (
 const udhcpcScript = `#!/bin/sh
 case "$1" in
 bound|renew)
-	ip addr flush dev "$interface"
+	ip -4 addr flush dev "$interface"
 	ip addr add "$ip/$mask" dev "$interface"
 	[ -n "$mtu" ] && ip link set dev "$interface" mtu "$mtu"
 	for r in $router; do ip route replace default via "$r" dev "$interface"; break; done
