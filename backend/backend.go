@@ -138,6 +138,29 @@ type ServiceStats struct {
 	// PortMACs are the MACs the network's bridge learned on each VM port,
 	// by port name; nil where the backend cannot tell.
 	PortMACs map[string][]string `json:"portMACs,omitempty"`
+	// IPv6 counts the network's router advertisements and the IPv6
+	// addresses it learned its VMs use; zero without IPv6.
+	IPv6 IPv6Stats `json:"ipv6"`
+	// IPv6Addrs are the IPv6 addresses each VM uses, by MAC, as the
+	// network learned them from neighbour discovery; nil without IPv6.
+	IPv6Addrs map[string][]netip.Addr `json:"ipv6Addrs,omitempty"`
+}
+
+// IPv6Stats count a network's IPv6 services since it started.
+type IPv6Stats struct {
+	// RouterAdvertisements sent, router Solicitations received, and
+	// those SolicitationsLimited by the rate limit (answered by one RA).
+	RouterAdvertisements uint64 `json:"routerAdvertisements"`
+	Solicitations        uint64 `json:"solicitations"`
+	SolicitationsLimited uint64 `json:"solicitationsLimited"`
+	// Bindings are the (MAC, address) pairs in force; Claims the claims
+	// heard; Conflicts the claims of an address another VM holds
+	// (refused); Refused the claims past the limits (16 addresses per
+	// VM, 4096 per network).
+	Bindings  uint64 `json:"bindings"`
+	Claims    uint64 `json:"claims"`
+	Conflicts uint64 `json:"conflicts"`
+	Refused   uint64 `json:"refused"`
 }
 
 // DHCPStats count a DHCP server's traffic since it started.

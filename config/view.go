@@ -44,11 +44,17 @@ func View(nets *api.Networks) NetworksView {
 // Render writes nets as a table, one network a line.
 func Render(w io.Writer, nets *api.Networks) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODE\tSUBNET\tGATEWAY\tDHCP RANGE\tMTU\tBRIDGE\tDEFINED AT")
+	fmt.Fprintln(tw, "NAME\tMODE\tSUBNET\tGATEWAY\tDHCP RANGE\tIPV6\tMTU\tBRIDGE\tDEFINED AT")
 	for _, n := range nets.Networks {
-		subnet, gw, dhcp, bridge := "-", "-", "-", n.Bridge()
+		subnet, gw, dhcp, ip6, bridge := "-", "-", "-", "-", n.Bridge()
 		if n.Subnet.IsValid() {
 			subnet, gw = n.Subnet.String(), n.Gateway.String()
+		}
+		if n.HasIPv6() {
+			ip6 = n.Subnet6.String()
+			if n.RoutesIPv6() {
+				ip6 += " (NAT66)"
+			}
 		}
 		switch {
 		case !n.Managed():
@@ -61,7 +67,7 @@ func Render(w io.Writer, nets *api.Networks) error {
 		default:
 			dhcp = "off"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.Mode, subnet, gw, dhcp, n.MTU, bridge, n.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.Mode, subnet, gw, dhcp, ip6, n.MTU, bridge, n.Source)
 	}
 	return tw.Flush()
 }

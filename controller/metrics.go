@@ -110,6 +110,15 @@ var (
 	descDNSResponses = networkDesc("vmnetctl_network_dns_responses_total",
 		"DNS queries the network's proxy handled, by outcome: local (a VM's name), nxdomain (an unknown name under vmnet.internal), forwarded (answered upstream), servfail (no upstream answered), refused (not the network's own name, forwarding off), dropped (not answered: too many in flight).", "outcome")
 
+	descRAs = networkDesc("vmnetctl_network_ipv6_router_advertisements_total",
+		"IPv6 router advertisements the network sent (periodic, and in reply to solicitations).")
+	descRSs = networkDesc("vmnetctl_network_ipv6_router_solicitations_total",
+		"IPv6 router solicitations the network received from VMs, by whether they got a reply of their own (answered) or shared one under the rate limit (limited).", "outcome")
+	descIPv6Addrs = networkDesc("vmnetctl_network_ipv6_addresses",
+		"IPv6 addresses (link-local included) the network has bound to its VMs, learned from neighbour discovery.")
+	descIPv6Conflicts = networkDesc("vmnetctl_network_ipv6_address_conflicts_total",
+		"Claims of an IPv6 address bound to another VM (refused: first come, first served), and claims past the limits.", "reason")
+
 	descReconciles = prometheus.NewDesc("vmnetctl_reconciles_total",
 		"Reconciles by result (success or error).", []string{"result"}, nil)
 	descReconcileDuration = prometheus.NewDesc("vmnetctl_reconcile_duration_seconds",
@@ -136,6 +145,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDNSQueries, descDNSResponses,
+		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts,
 		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
 	} {
 		ch <- d
@@ -219,6 +229,17 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ma
 			{"refused", st.DNS.Refused}, {"dropped", st.DNS.Dropped}} {
 			emit(descDNSResponses, prometheus.CounterValue, float64(o.v), n.ID, o.outcome)
 		}
+	}
+	if n.HasIPv6() {
+		v6 := st.IPv6
+		if n.RouterAdvertisement {
+			emit(descRAs, prometheus.CounterValue, float64(v6.RouterAdvertisements), n.ID)
+			emit(descRSs, prometheus.CounterValue, float64(v6.Solicitations-v6.SolicitationsLimited), n.ID, "answered")
+			emit(descRSs, prometheus.CounterValue, float64(v6.SolicitationsLimited), n.ID, "limited")
+		}
+		emit(descIPv6Addrs, prometheus.GaugeValue, float64(v6.Bindings), n.ID)
+		emit(descIPv6Conflicts, prometheus.CounterValue, float64(v6.Conflicts), n.ID, "taken")
+		emit(descIPv6Conflicts, prometheus.CounterValue, float64(v6.Refused), n.ID, "limit")
 	}
 	return st.GuardDrops
 }

@@ -243,6 +243,11 @@ func (n *NetworkInfo) Render(w io.Writer) error {
 	if n.Config != nil && n.Config.Gateway.IsValid() {
 		row("gateway", n.Config.Gateway.String())
 	}
+	if n.Config != nil && n.Config.HasIPv6() {
+		row("subnet6", n.Config.Subnet6.String())
+		row("gateway6", n.Config.Gateway6.String())
+		row("nat66", fmt.Sprint(n.Config.RoutesIPv6()))
+	}
 	row("bridge", dash(n.Bridge))
 	state := n.State
 	if n.Error != "" {

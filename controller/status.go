@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -37,13 +38,18 @@ type ControllerStatus struct {
 
 // NetworkStatus is one network that some attachment uses.
 type NetworkStatus struct {
-	Name      string   `json:"name"`
-	Mode      string   `json:"mode"`
-	Bridge    string   `json:"bridge,omitempty"`
-	Interface string   `json:"interface,omitempty"`
-	Subnet    string   `json:"subnet,omitempty"`
-	Gateway   string   `json:"gateway,omitempty"`
-	VMs       []string `json:"vms"`
+	Name      string `json:"name"`
+	Mode      string `json:"mode"`
+	Bridge    string `json:"bridge,omitempty"`
+	Interface string `json:"interface,omitempty"`
+	Subnet    string `json:"subnet,omitempty"`
+	Gateway   string `json:"gateway,omitempty"`
+	// Subnet6 and Gateway6 are the network's IPv6 prefix and gateway;
+	// NAT66 whether its IPv6 traffic leaves the host (through NAT66).
+	Subnet6  string   `json:"subnet6,omitempty"`
+	Gateway6 string   `json:"gateway6,omitempty"`
+	NAT66    bool     `json:"nat66,omitempty"`
+	VMs      []string `json:"vms"`
 	// State is "up" when the kernel has the network as configured, "down"
 	// when it is missing, "degraded" with Error set when something changed
 	// it behind vmnetctl's back and a repair has not (yet) put it back,
@@ -58,18 +64,21 @@ type NetworkStatus struct {
 
 // AttachmentStatus is one VM's cable to one network.
 type AttachmentStatus struct {
-	VM       string `json:"vm"`
-	Index    int    `json:"index"`
-	Network  string `json:"network"`
-	Project  string `json:"project"`
-	MAC      string `json:"mac"`
-	Attach   string `json:"attach"`
-	Socket   string `json:"socket"`
-	Tap      string `json:"tap"`
-	IP       string `json:"ip"`
-	PID      int    `json:"pid"`
-	State    string `json:"state"`
-	Restarts int    `json:"restarts"`
+	VM      string `json:"vm"`
+	Index   int    `json:"index"`
+	Network string `json:"network"`
+	Project string `json:"project"`
+	MAC     string `json:"mac"`
+	Attach  string `json:"attach"`
+	Socket  string `json:"socket"`
+	Tap     string `json:"tap"`
+	IP      string `json:"ip"`
+	// IPv6 are the VM's addresses in the network's IPv6 prefix, as the
+	// network learned them (SLAAC: the VM makes its own).
+	IPv6     []string `json:"ipv6,omitempty"`
+	PID      int      `json:"pid"`
+	State    string   `json:"state"`
+	Restarts int      `json:"restarts"`
 	// UptimeSeconds is how long the current helper has run.
 	UptimeSeconds float64 `json:"uptimeSeconds"`
 	Error         string  `json:"error,omitempty"`
@@ -133,6 +142,7 @@ func (c *Controller) status() *Status {
 	ips := map[string]string{} // network/mac → ip
 	guards := map[string]map[string]uint64{}
 	portMACs := map[string]map[string][]string{}
+	ip6s := map[string][]netip.Addr{} // network/mac → IPv6 addresses
 	for _, n := range d.Networks {
 		ns := newNetworkStatus(n, d)
 		if nw := c.nets[n.ID]; nw != nil {
@@ -142,6 +152,9 @@ func (c *Controller) status() *Status {
 			}
 			st := nw.Stats()
 			guards[n.ID], portMACs[n.ID] = st.GuardDrops, st.PortMACs
+			for mac, ips := range st.IPv6Addrs {
+				ip6s[n.ID+"/"+mac] = ips
+			}
 			for _, l := range nw.Leases() {
 				ips[n.ID+"/"+l.MAC] = l.IP.String()
 			}
@@ -159,6 +172,9 @@ func (c *Controller) status() *Status {
 		as := newAttachmentStatus(a)
 		if ip := ips[a.Network+"/"+a.MAC]; ip != "" {
 			as.IP = ip
+		}
+		for _, ip := range ip6s[a.Network+"/"+a.MAC] {
+			as.IPv6 = append(as.IPv6, ip.String())
 		}
 		if h := c.helpers[a.Key()]; h != nil {
 			meter := c.observeLocked(a.Key(), h)
@@ -199,6 +215,9 @@ func newNetworkStatus(n *api.Network, d *Desired) NetworkStatus {
 	ns := NetworkStatus{Name: n.ID, Mode: string(n.Mode), Bridge: n.Bridge(), Interface: n.Interface, VMs: []string{}, State: "down"}
 	if n.Subnet.IsValid() {
 		ns.Subnet, ns.Gateway = n.Subnet.String(), n.Gateway.String()
+	}
+	if n.HasIPv6() {
+		ns.Subnet6, ns.Gateway6, ns.NAT66 = n.Subnet6.String(), n.Gateway6.String(), n.RoutesIPv6()
 	}
 	for _, a := range d.Attachments {
 		if a.Network == n.ID && !slices.Contains(ns.VMs, a.VM) {
@@ -289,18 +308,18 @@ func (st *Status) Render(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NETWORK\tMODE\tBRIDGE\tSUBNET\tGATEWAY\tSTATE\tLEASES\tVMS")
+	fmt.Fprintln(tw, "NETWORK\tMODE\tBRIDGE\tSUBNET\tGATEWAY\tIPV6\tSTATE\tLEASES\tVMS")
 	for _, n := range st.Networks {
 		bridge := n.Bridge
 		if bridge == "" {
 			bridge = "onto " + n.Interface
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.Mode, bridge, dash(n.Subnet), dash(n.Gateway), n.State, n.Leases, strings.Join(n.VMs, ","))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.Mode, bridge, dash(n.Subnet), dash(n.Gateway), dash(n.Subnet6), n.State, n.Leases, strings.Join(n.VMs, ","))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tPID\tSTATE\tRESTARTS\tUPTIME\tFROM VM\tTO VM")
+	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tIPV6\tPID\tSTATE\tRESTARTS\tUPTIME\tFROM VM\tTO VM")
 	for _, a := range st.Attachments {
 		where := a.Socket
 		if a.Attach == "tap" {
@@ -314,7 +333,7 @@ func (st *Status) Render(w io.Writer) error {
 		if st.Controller.Running && a.State == StateRunning { // no rates offline
 			from, to = formatBits(a.RxBitsPerSecond), formatBits(a.TxBitsPerSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.VM, a.Network, a.MAC, dash(where), dash(a.IP), pid, a.State, a.Restarts, roundDur(a.UptimeSeconds), from, to)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.VM, a.Network, a.MAC, dash(where), dash(a.IP), dash(strings.Join(a.IPv6, ",")), pid, a.State, a.Restarts, roundDur(a.UptimeSeconds), from, to)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

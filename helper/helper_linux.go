@@ -489,9 +489,16 @@ func (o *Options) ready(id, tapName string, mtu int) helperproto.Ready {
 		// The most frames one syscall moves, as vmnet reports its own.
 		r.ReadMaxPackets, r.WriteMaxPackets = batchSize, batchSize
 	}
+	if n.RoutesIPv6() {
+		// vmnet's shared mode reports its NAT66 prefix so: the address alone.
+		r.NAT66Prefix = n.Subnet6.Addr().String()
+	}
 	if o.NetworkFlag {
 		r.IPv4Subnet = n.Subnet.Masked().Addr()
 		r.IPv4Mask = r.SubnetMask
+		if n.HasIPv6() {
+			r.IPv6Prefix, r.IPv6PrefixLen = n.Subnet6.Addr().String(), n.Subnet6.Bits()
+		}
 	}
 	return r
 }

@@ -446,6 +446,23 @@ func (nw *Network) Stats() backend.ServiceStats {
 	if nw.dns != nil {
 		s.DNS = nw.dns.Stats()
 	}
+	if nw.ra != nil {
+		s.IPv6.RouterAdvertisements, s.IPv6.Solicitations, s.IPv6.SolicitationsLimited = nw.ra.Stats()
+	}
+	if nw.guard6 != nil {
+		l := nw.guard6.learner
+		s.IPv6.Claims, s.IPv6.Conflicts, s.IPv6.Refused = l.Stats()
+		s.IPv6Addrs = map[string][]netip.Addr{}
+		for _, b := range l.Bindings() {
+			if nw.n.Subnet6.Contains(b.IP) {
+				s.IPv6Addrs[b.MAC.String()] = append(s.IPv6Addrs[b.MAC.String()], b.IP)
+			}
+			s.IPv6.Bindings++
+		}
+		for _, ips := range s.IPv6Addrs {
+			slices.SortFunc(ips, netip.Addr.Compare)
+		}
+	}
 	if guarded(nw.n) && nw.inNS != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -361,12 +361,19 @@ func NetworkWarnings(n *api.Network) []string {
 		if !n.NAT44 {
 			add("nat44: false cannot be honoured on macOS: a vmnet shared network always NATs IPv4 to the outside (use mode: host for a network without a way out)")
 		}
-		if !n.NAT66 {
-			add("nat66: false cannot be honoured on macOS: a vmnet shared network always has an IPv6 NAT66 prefix")
+		if !n.HasIPv6() {
+			add("ipv6: false cannot be honoured on macOS: a vmnet shared network always has an IPv6 NAT66 prefix")
+		} else {
+			if !n.NAT66 {
+				add("nat66: false cannot be honoured on macOS: a vmnet shared network always has an IPv6 NAT66 prefix")
+			}
+			if !n.RouterAdvertisement {
+				add("routerAdvertisement: false cannot be honoured on macOS: vmnet advertises its NAT66 prefix on shared networks")
+			}
 		}
-		if !n.RouterAdvertisement {
-			add("routerAdvertisement: false cannot be honoured on macOS: vmnet advertises its NAT66 prefix on shared networks")
-		}
+	}
+	if n.HasIPv6() && n.Subnet6 != api.ULAPrefix(n.ID) {
+		add("subnet6: %s cannot be honoured on macOS: vmnet chooses the IPv6 prefix itself (vmnet-helper reports it as vmnet_nat66_prefix)", n.Subnet6)
 	}
 	return w
 }

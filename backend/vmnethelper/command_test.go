@@ -43,6 +43,12 @@ vmnet:
   small:
     mode: shared
     subnet: 10.20.0.0/16
+  v6off:
+    subnet: 10.40.0.0/24
+    ipv6: false
+  v6set:
+    subnet: 10.41.0.0/24
+    subnet6: fd00:41::/64
   custom:
     subnet: 10.30.0.0/16
     mtu: 9000
@@ -167,6 +173,8 @@ func TestVMNetHelperWarnings(t *testing.T) {
 		{"isolated", []string{"dnsProxy: the names of VMs"}},
 		{"isolated-shared", []string{"dnsProxy: the names of VMs"}},
 		{"bridged", nil},
+		{"v6off", []string{"dnsProxy: the names of VMs", "ipv6: false cannot be honoured"}},
+		{"v6set", []string{"dnsProxy: the names of VMs", "subnet6: fd00:41::/64 cannot be honoured on macOS: vmnet chooses the IPv6 prefix itself"}},
 		{"jumbo-bridge", []string{"mtu: 9000 cannot be honoured"}},
 		{"custom", []string{
 			"mtu: 9000 cannot be honoured on macOS: vmnet-helper has no MTU option",

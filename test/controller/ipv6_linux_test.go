@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,21 @@ func TestIPv6(t *testing.T) {
 	if err != nil || !strings.Contains(out, lease["ip"]) {
 		t.Errorf("DNS over IPv6 from a: %v\n%s", err, out)
 	}
+
+	// status --json shows the IPv6 side: prefixes, NAT66, a VM's addresses.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		st := h.Status()
+		if got := h.Attachment(st, "a").IPv6; !slices.Contains(got, a6.String()) {
+			return fmt.Errorf("a's IPv6 in status: %v, want %s among them", got, a6)
+		}
+		for _, n := range st.Networks {
+			want := map[string]string{"shared": "fd00:77::/64 true", "host": "fd00:78::/64 false"}[n.Name]
+			if got := fmt.Sprintf("%s %v", n.Subnet6, n.NAT66); want != "" && got != want {
+				return fmt.Errorf("network %s: subnet6 and nat66 %q, want %q", n.Name, got, want)
+			}
+		}
+		return nil
+	}, "status to show the IPv6 side")
 
 	// AAAA: a VM's name gives the addresses the network learned it uses.
 	testutil.Eventually(t, 10*time.Second, func() error {

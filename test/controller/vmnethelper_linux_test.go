@@ -86,6 +86,9 @@ func TestHelperAsVmnetHelper(t *testing.T) {
 					t.Errorf("JSON line has no %s: %s", k, hp.line)
 				}
 			}
+			if p, ok := hp.ready["vmnet_nat66_prefix"].(string); ok != c.shared || (ok && !strings.HasPrefix(p, "fd")) {
+				t.Errorf("JSON line: vmnet_nat66_prefix %q (present %v), want a ULA prefix in shared mode only", p, ok)
+			}
 			if mtu, max := hp.ready["vmnet_mtu"], hp.ready["vmnet_max_packet_size"]; mtu != 1500.0 || max != 1514.0 {
 				t.Errorf("JSON line: vmnet_mtu %v, vmnet_max_packet_size %v, want 1500 and 1514", mtu, max)
 			}
@@ -147,6 +150,9 @@ func TestHelperAsVmnetHelper(t *testing.T) {
 		c := startContractHelper(t, h, "named", false, "--network", nets[0].Name)
 		if c.ready["net_ipv4_subnet"] != "10.90.0.0" || c.ready["net_ipv4_mask"] != "255.255.255.0" {
 			t.Errorf("--network %s: JSON line %s, want net_ipv4_subnet 10.90.0.0 and net_ipv4_mask 255.255.255.0", nets[0].Name, c.line)
+		}
+		if p, _ := c.ready["net_ipv6_prefix"].(string); p != nets[0].Subnet6[:len(nets[0].Subnet6)-len("/64")] || c.ready["net_ipv6_prefix_len"] != 64.0 {
+			t.Errorf("--network %s: JSON line %s, want net_ipv6_prefix of %s and net_ipv6_prefix_len 64", nets[0].Name, c.line, nets[0].Subnet6)
 		}
 		lc := c.vm.DHCP(t)
 		if err := c.vm.Ping(la["ip"], 1); err != nil {
