@@ -32,6 +32,10 @@ vmnet:
     mode: host
     subnet: 10.79.0.0/24
     routerAdvertisement: false
+  iso:
+    subnet: 10.80.0.0/24
+    subnet6: fd00:80::/64
+    isolation: true
 `
 	ipv6VMs = `
 vms:
@@ -50,6 +54,12 @@ vms:
   d:
     networks:
       - vmnet: nora
+  i1:
+    networks:
+      - vmnet: iso
+  i2:
+    networks:
+      - vmnet: iso
 `
 	wan6Host = "2001:db8:100::1"
 	wan6Peer = "2001:db8:100::2"
@@ -157,6 +167,19 @@ func TestIPv6(t *testing.T) {
 	c.MustRun(t, "ip", "-6", "route", "add", "default", "via", "fd00:78::1")
 	if err := c.Ping(wan6Peer, 1); err == nil {
 		t.Errorf("c on a host network reached the WAN over IPv6")
+	}
+
+	// Isolation holds for IPv6: isolated VMs reach the gateway, not each
+	// other (at layer 2 the bridge keeps them apart; through the gateway
+	// the forward rules do).
+	i1, i2 := h.VM(h.Attachment(st, "i1")), h.VM(h.Attachment(st, "i2"))
+	slaacAddress(t, i1, "fd00:80::/64")
+	i26 := slaacAddress(t, i2, "fd00:80::/64")
+	if err := i1.Ping("fd00:80::1", 1); err != nil {
+		t.Errorf("i1 cannot reach its IPv6 gateway: %v", err)
+	}
+	if err := i1.Ping(i26.String(), 1); err == nil {
+		t.Errorf("isolated i1 reached i2 over IPv6")
 	}
 
 	// By now a and c have had their advertisements; d, on a network
