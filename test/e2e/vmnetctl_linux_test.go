@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,22 +26,25 @@ import (
 // vmnetctl's NAT and filtering decide what a VM's packet looks like there
 // and whether it gets there at all.
 const (
-	sharedGW = "10.61.0.1"  // shared (NAT) network
-	isoGW    = "10.62.0.1"  // shared with isolation: true
-	jumboGW  = "10.63.0.1"  // host-only network with mtu: 9000
-	aShared  = "10.61.0.10" // VM a's fixed addresses
-	aIso     = "10.62.0.10"
-	wanHost  = "198.51.100.1" // the host's uplink address (TEST-NET-2)
-	wanPeer  = "198.51.100.2" // the WAN namespace: TCP echo servers
-	wanPort  = 8080           // WAN echo server, always up
-	gatePort = 8081           // WAN echo server opened once the host-side checks are done
-	vmPort   = 7001           // VM a's echo server
+	sharedGW  = "10.61.0.1"  // shared (NAT) network
+	isoGW     = "10.62.0.1"  // shared with isolation: true
+	jumboGW   = "10.63.0.1"  // host-only network with mtu: 9000
+	aShared   = "10.61.0.10" // VM a's fixed addresses
+	aIso      = "10.62.0.10"
+	shared6   = "fd00:61::/64" // shared's IPv6 prefix (subnet6); the others derive theirs
+	sharedGW6 = "fd00:61::1"
+	wanHost   = "198.51.100.1" // the host's uplink address (TEST-NET-2)
+	wanPeer   = "198.51.100.2" // the WAN namespace: TCP echo servers
+	wanPort   = 8080           // WAN echo server, always up
+	gatePort  = 8081           // WAN echo server opened once the host-side checks are done
+	vmPort    = 7001           // VM a's echo server
 )
 
 const e2eNetworks = `vmnet:
   shared:
     mode: shared
     subnet: 10.61.0.0/24
+    subnet6: fd00:61::/64
   iso:
     mode: shared
     subnet: 10.62.0.0/24
@@ -185,6 +189,15 @@ func staleSocket(t *testing.T, path string) {
 	}
 }
 
+// expectIn6 reports a test error unless key is an IPv6 address in prefix.
+func expectIn6(t *testing.T, r *guest.Result, key, prefix string) {
+	t.Helper()
+	v, _ := r.Get(key)
+	if a, err := netip.ParseAddr(v); err != nil || !a.Is6() || !netip.MustParsePrefix(prefix).Contains(a) {
+		t.Errorf("%s: %s = %q, want an address in %s (console %s)\n%s", r.Name, key, v, prefix, r.LogPath, r.Before("E2E "+key+"=", 15))
+	}
+}
+
 func attachmentByMAC(st *controller.Status, mac string) (controller.AttachmentStatus, bool) {
 	for _, a := range st.Attachments {
 		if strings.EqualFold(a.MAC, mac) {
@@ -214,7 +227,12 @@ func attachmentByMAC(st *controller.Status, mac string) (controller.AttachmentSt
 // cannot reach a on the isolated network but reaches its gateway; a and c
 // get MTU 9000 by DHCP on jumbo and ping its gateway with 8000-byte packets
 // (through a socket helper and a TAP); `vmnetctl run` exits with qemu's
-// status (0) and b leaves `status` when it does.
+// status (0) and b leaves `status` when it does. IPv6: every guest gets an
+// address in shared's subnet6 by SLAAC and pings the IPv6 gateway; a has
+// the default route of the router advertisements (nat66); over IPv6, a
+// resolves b's AAAA record and c a's, both the addresses the guests
+// reported (the network learned them from neighbour discovery); status
+// lists b's.
 func TestGuests(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
@@ -253,6 +271,7 @@ func TestGuests(t *testing.T) {
 		Netns:   w.Name,
 		NetArgs: argsA,
 		Script: guest.NewScript().
+			IPv6("eth0").
 			DHCP("eth0").
 			Ping(sharedGW).
 			Echo(wanPeer, wanPort, "from-a", 30*time.Second).
@@ -263,6 +282,12 @@ func TestGuests(t *testing.T) {
 			Listen(vmPort).
 			ResolveWithin("b.vmnet.internal", sharedGW, long).
 			ResolveWithin("c", sharedGW, long).
+			// IPv6 (while b and c talk to the echo server): an address by
+			// SLAAC, the gateway, and b's address, which the network
+			// learned from b's neighbour discovery, by DNS over IPv6.
+			SLAAC("eth0", shared6, 30*time.Second).
+			Ping(sharedGW6).
+			ResolveAAAAWithin("b.vmnet.internal", sharedGW6, 30*time.Second).
 			AwaitConns(vmPort, 3, long).
 			EchoAs("gate", wanPeer, gatePort, "gate-a", long),
 	})
@@ -272,10 +297,15 @@ func TestGuests(t *testing.T) {
 		Wrapper: w.VmnetctlArgs("run", "-f", runFile, "--vm", "b", "--"),
 		NetArgs: append(guest.NetDgramFD("net0", controller.FirstVMFD, bMAC0), guest.NetDgramFD("net1", controller.FirstVMFD+1, bMAC1)...),
 		Script: guest.NewScript().
+			IPv6("eth0").
 			DHCP("eth0").
 			DHCP("eth1").
 			Ping(sharedGW).
 			Ping(isoGW).
+			// An IPv6 address for a to look up (it pings the gateway from
+			// it: the network learns it from b's neighbour discovery).
+			SLAAC("eth0", shared6, 30*time.Second).
+			Background(guest.NewScript().Ping(sharedGW6)).
 			ResolveWithin("a.vmnet.internal", sharedGW, 30*time.Second).
 			// a is up and serving once this succeeds: the checks below
 			// that must fail fail because of isolation, not a slow boot.
@@ -295,6 +325,7 @@ func TestGuests(t *testing.T) {
 		Netns:   w.Name,
 		NetArgs: argsC,
 		Script: guest.NewScript().
+			IPv6("eth0").
 			DHCP("eth1").
 			DHCP("eth0"). // the default route is now the shared gateway
 			Ping(jumboGW).
@@ -306,8 +337,15 @@ func TestGuests(t *testing.T) {
 			Sh("ip route replace default via %s dev eth0", sharedGW).
 			Ping(sharedGW).
 			ResolveWithin("a", sharedGW, 30*time.Second).
+			// IPv6 through a TAP, in the background: a's address appears
+			// once a has checked its own.
+			Background(guest.NewScript().
+				SLAAC("eth0", shared6, 30*time.Second).
+				Ping(sharedGW6).
+				ResolveAAAAWithin("a", sharedGW6, long)).
 			Echo(wanPeer, wanPort, "from-c", 30*time.Second).
 			EchoAs("a.echo", aShared, vmPort, "c", long).
+			Wait().
 			EchoAs("gate", wanPeer, gatePort, "gate-c", long),
 	})
 	guests := []*guest.Guest{a, b, c}
@@ -354,6 +392,19 @@ func TestGuests(t *testing.T) {
 			t.Errorf("%s (%s, MAC %s): status says VM %s network %s state %s", k, ifname, macs[k], att.VM, att.Network, att.State)
 		}
 	}
+	// b's IPv6 address (SLAAC) is in status once b has used it.
+	b6, err := b.Await("eth0.ip6", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		s, err := w.ReadStatus()
+		if err != nil {
+			return false
+		}
+		att, ok := attachmentByMAC(s, bMAC0)
+		return ok && slices.Contains(att.IPv6, b6)
+	}, "status --json to list b's IPv6 address %s", b6)
 	gate := serveEcho(t, w.wan, fmt.Sprintf("%s:%d", wanPeer, gatePort))
 
 	results := map[string]*guest.Result{}
@@ -380,6 +431,16 @@ func TestGuests(t *testing.T) {
 	ra.Expect(t, guest.ResolveKey("c"), leases["c/eth0"])
 	ra.Expect(t, guest.ListenKey(vmPort)+".conns", "3")
 	ra.Expect(t, "gate", "ok")
+	// a, b and c: IPv6 by SLAAC on shared, DNS AAAA from neighbour discovery.
+	for _, r := range []*guest.Result{ra, rb, rc} {
+		expectIn6(t, r, "eth0.ip6", shared6)
+		r.Expect(t, guest.PingKey(sharedGW6), "ok")
+	}
+	if v := ra.Values["eth0.route6"]; !strings.HasPrefix(v, "default via fe80:") {
+		t.Errorf("a: IPv6 default route %q, want one via the gateway's link-local address (nat66)", v)
+	}
+	ra.Expect(t, guest.ResolveAAAAKey("b.vmnet.internal"), rb.Values["eth0.ip6"])
+	rc.Expect(t, guest.ResolveAAAAKey("a"), ra.Values["eth0.ip6"])
 
 	// b: under vmnetctl run; shared reaches a, isolation keeps it from a.
 	rb.Expect(t, "eth0.mac", bMAC0)

@@ -37,6 +37,14 @@ func TestScriptText(t *testing.T) {
 	}
 }
 
+func TestScriptBackground(t *testing.T) {
+	got := NewScript().Background(NewScript().SLAAC("eth0", "fd00:1::/64", 30e9).Ping("fd00:1::1")).Background(NewScript()).Wait().String()
+	want := "{\ne2e_slaac eth0 fd00:1::/64 30\ne2e_ping fd00:1::1\n} &\nwait\n"
+	if got != want {
+		t.Errorf("script:\n%s\nwant:\n%s", got, want)
+	}
+}
+
 func TestParseConsole(t *testing.T) {
 	g := &Guest{values: map[string]string{}, finished: make(chan struct{}), logFile: mustTemp(t)}
 	for _, l := range []string{

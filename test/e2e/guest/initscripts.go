@@ -104,10 +104,17 @@ e2e_ping() {
 	fi
 }
 
-# e2e_resolve NAME SERVER [KEY]: reports the addresses, comma separated, or fail.
-e2e_resolve() {
-	_out=$(timeout 20 nslookup "$1" "$2" 2>&1)
+# _e2e_lookup NAME SERVER TYPE SECONDS: nslookup -type=TYPE; sets _out (its
+# output) and _addrs (the answer's addresses, comma separated).
+_e2e_lookup() {
+	_out=$(timeout "$4" nslookup -type="$3" "$1" "$2" 2>&1)
 	_addrs=$(echo "$_out" | awk '/^Name:/ {f=1; next} f && /^Address/ {sub(/^Address[ 0-9]*:[ \t]*/, ""); print}' | tr '\n' ',' | sed 's/,$//')
+}
+
+# e2e_resolve NAME SERVER [KEY [TYPE]]: reports the addresses of the TYPE
+# records (a, the default, or aaaa), comma separated, or fail.
+e2e_resolve() {
+	_e2e_lookup "$1" "$2" "${4:-a}" 20
 	if [ -n "$_addrs" ]; then
 		e2e_report "${3:-dns.$1}" "$_addrs"
 	else
@@ -116,14 +123,13 @@ e2e_resolve() {
 	fi
 }
 
-# e2e_resolve_within NAME SERVER SECONDS [KEY]: e2e_resolve, retried every
-# 0.5 s until the name resolves or SECONDS pass (another guest may not have
-# its lease yet).
+# e2e_resolve_within NAME SERVER SECONDS [KEY [TYPE]]: e2e_resolve, retried
+# every 0.5 s until the name resolves or SECONDS pass (another guest may not
+# have its lease, or its IPv6 address, yet).
 e2e_resolve_within() {
 	_n=$(($3 * 2))
 	while :; do
-		_out=$(timeout 10 nslookup "$1" "$2" 2>&1)
-		_addrs=$(echo "$_out" | awk '/^Name:/ {f=1; next} f && /^Address/ {sub(/^Address[ 0-9]*:[ \t]*/, ""); print}' | tr '\n' ',' | sed 's/,$//')
+		_e2e_lookup "$1" "$2" "${5:-a}" 10
 		if [ -n "$_addrs" ]; then e2e_report "${4:-dns.$1}" "$_addrs"; return 0; fi
 		_n=$((_n - 1))
 		echo "$_out" | sed "s/^/nslookup $1: /"
@@ -133,6 +139,57 @@ e2e_resolve_within() {
 		fi
 		sleep 0.5
 	done
+}
+
+# e2e_ipv6 IF: enable IPv6 and SLAAC (accept router advertisements,
+# autoconfigure addresses) on IF. Call it before the link comes up, so that
+# the router solicitation sent then is answered.
+e2e_ipv6() {
+	e2e_wait 10 test -e "/proc/sys/net/ipv6/conf/$1" || e2e_fail "no IPv6 on $1 (no /proc/sys/net/ipv6/conf/$1)"
+	for _kv in disable_ipv6=0 forwarding=0 accept_ra=1 autoconf=1; do
+		echo "${_kv#*=}" >"/proc/sys/net/ipv6/conf/$1/${_kv%%=*}" || e2e_fail "cannot set $_kv on $1"
+	done
+}
+
+# _e2e_in6 ADDR PREFIX/LEN: whether IPv6 address ADDR is in the prefix (LEN
+# a multiple of 4).
+_e2e_in6() {
+	echo "$1 $2" | awk '
+	function pad(g) { return substr("0000" g, length(g) + 1) }
+	function expand(a,   h, n, i, j, c, out, done) {
+		n = split(a, h, ":"); c = 0
+		for (i = 1; i <= n; i++) if (h[i] != "") c++
+		out = ""; done = 0
+		for (i = 1; i <= n; i++) {
+			if (h[i] != "") out = out pad(tolower(h[i]))
+			else if (!done) { for (j = c; j < 8; j++) out = out "0000"; done = 1 }
+		}
+		return out
+	}
+	{ split($2, p, "/"); l = p[2] / 4; a = expand($1); exit !(length(a) == 32 && substr(a, 1, l) == substr(expand(p[1]), 1, l)) }'
+}
+
+# _e2e_addr6 IF PREFIX: prints IF's first usable (not tentative) address in
+# PREFIX.
+_e2e_addr6() {
+	for _a6 in $(ip -6 -o addr show dev "$1" | grep -vE 'tentative|dadfailed' | awk '$3 == "inet6" {sub(/\/.*/, "", $4); print $4}'); do
+		if _e2e_in6 "$_a6" "$2"; then echo "$_a6"; return 0; fi
+	done
+	return 1
+}
+
+# e2e_slaac IF PREFIX SECONDS: wait (polling) until IF has an address in
+# PREFIX that passed duplicate address detection (SLAAC), report it as
+# IF.ip6 and IF's IPv6 default route as IF.route6; abort if none comes.
+e2e_slaac() {
+	if e2e_wait "$3" _e2e_addr6 "$1" "$2"; then
+		e2e_report "$1.ip6" "$(_e2e_addr6 "$1" "$2")"
+		e2e_report "$1.route6" "$(ip -6 route show dev "$1" | grep '^default' | head -n1)"
+	else
+		e2e_report "$1.ip6" none
+		ip -6 addr show dev "$1" | sed 's/^/ip6: /'
+		e2e_fail "no IPv6 address in $2 on $1 within $3 s"
+	fi
 }
 
 # e2e_tcp ADDR PORT [KEY]: connect and close.

@@ -71,8 +71,8 @@ func (s *Script) DHCP(ifname string) *Script { return s.call("e2e_dhcp", ifname)
 // any was answered, else fail.
 func (s *Script) Ping(addr string) *Script { return s.call("e2e_ping", addr) }
 
-// Resolve looks name up through the DNS server and reports ResolveKey(name)
-// = the addresses, comma separated, or fail.
+// Resolve looks name's A records up through the DNS server and reports
+// ResolveKey(name) = the addresses, comma separated, or fail.
 func (s *Script) Resolve(name, server string) *Script { return s.call("e2e_resolve", name, server) }
 
 // ResolveWithin is Resolve, retried every 0.5 s until the name resolves or
@@ -80,6 +80,43 @@ func (s *Script) Resolve(name, server string) *Script { return s.call("e2e_resol
 func (s *Script) ResolveWithin(name, server string, within time.Duration) *Script {
 	return s.call("e2e_resolve_within", name, server, seconds(within))
 }
+
+// ResolveAAAAWithin is ResolveWithin for name's AAAA records, reported as
+// ResolveAAAAKey(name). The server may be an IPv6 address.
+func (s *Script) ResolveAAAAWithin(name, server string, within time.Duration) *Script {
+	return s.call("e2e_resolve_within", name, server, seconds(within), ResolveAAAAKey(name), "aaaa")
+}
+
+// IPv6 enables IPv6 with SLAAC on the interface (disable_ipv6=0,
+// forwarding=0, accept_ra=1, autoconf=1), waiting up to 10 s for it to
+// appear. Use it before the step that brings the link up (LinkUp, Addr,
+// DHCP), so that the router solicitation sent then is answered.
+func (s *Script) IPv6(ifname string) *Script { return s.call("e2e_ipv6", ifname) }
+
+// SLAAC waits (polling, up to within) until the interface has an address in
+// prefix (e.g. "fd00:1::/64", its length a multiple of 4) that passed
+// duplicate address detection, and reports it as IfKey(ifname, "ip6"), and
+// the IPv6 default route through the interface (or nothing) as
+// IfKey(ifname, "route6"). Without an address it reports "none" and aborts.
+func (s *Script) SLAAC(ifname, prefix string, within time.Duration) *Script {
+	return s.call("e2e_slaac", ifname, prefix, seconds(within))
+}
+
+// Background runs the steps of sub in a background subshell; Wait waits for
+// it. A precondition failing there ends the subshell only (its "E2E fail"
+// still fails the guest).
+func (s *Script) Background(sub *Script) *Script {
+	if len(sub.lines) == 0 {
+		return s
+	}
+	s.lines = append(s.lines, "{")
+	s.lines = append(s.lines, sub.lines...)
+	s.lines = append(s.lines, "} &")
+	return s
+}
+
+// Wait waits for the steps started in the background.
+func (s *Script) Wait() *Script { return s.Sh("wait") }
 
 // PingAs is Ping reporting under key instead of PingKey(addr).
 func (s *Script) PingAs(key, addr string) *Script { return s.call("e2e_ping", addr, key) }
@@ -131,6 +168,7 @@ func seconds(d time.Duration) string {
 // Result keys of the checks.
 func PingKey(addr string) string           { return "ping." + addr }
 func ResolveKey(name string) string        { return "dns." + name }
+func ResolveAAAAKey(name string) string    { return "dns6." + name }
 func TCPKey(addr string, port int) string  { return fmt.Sprintf("tcp.%s:%d", addr, port) }
 func EchoKey(addr string, port int) string { return fmt.Sprintf("echo.%s:%d", addr, port) }
 func ListenKey(port int) string            { return fmt.Sprintf("listen.%d", port) }
