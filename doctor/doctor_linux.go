@@ -30,7 +30,7 @@ func installHint(deb, rpm string) string {
 func preflight() []check { return []check{checkRoot, checkTun, checkNft} }
 
 func checks() []check {
-	return append(preflight(), checkKernel, checkForwarding, checkDockerForward, checkFirewalls,
+	return append(preflight(), checkKernel, checkForwarding, checkIPv6, checkDockerForward, checkFirewalls,
 		checkPorts, checkSubnets, checkQemu)
 }
 
@@ -191,6 +191,50 @@ func checkForwarding(_ context.Context, nets []*api.Network) []Finding {
 		return []Finding{{Check: "IPv4 forwarding", Status: Info, Detail: "off; `vmnetctl up` turns it on for shared networks (and leaves it on)"}}
 	}
 	return []Finding{{Check: "IPv4 forwarding", Status: OK, Detail: "off (no shared network needs it)"}}
+}
+
+// checkIPv6 says whether the networks with an IPv6 side get it: not on a
+// host that leaves IPv6 off; and, for NAT66, that turning IPv6 forwarding
+// on sets accept_ra=2 where it is 1 (so the host keeps the routes it
+// learns from router advertisements).
+func checkIPv6(_ context.Context, nets []*api.Network) []Finding {
+	var v6, nat66 []string
+	for _, n := range nets {
+		if n.HasIPv6() {
+			v6 = append(v6, n.ID)
+		}
+		if n.RoutesIPv6() {
+			nat66 = append(nat66, n.ID)
+		}
+	}
+	if len(v6) == 0 {
+		return []Finding{{Check: "IPv6", Status: OK, Detail: "no network has IPv6"}}
+	}
+	v, err := os.ReadFile("/proc/sys/net/ipv6/conf/default/disable_ipv6")
+	if err != nil || strings.TrimSpace(string(v)) != "0" {
+		return []Finding{{Check: "IPv6", Status: Warn,
+			Detail: "IPv6 is off on this host (ipv6.disable=1 at boot, or net.ipv6.conf.default.disable_ipv6=1): " + strings.Join(v6, ", ") + " will run without it",
+			Fix:    "set `ipv6: false` on those networks, or turn IPv6 on (sysctl -w net.ipv6.conf.default.disable_ipv6=0)"}}
+	}
+	f, _ := os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding")
+	if len(nat66) == 0 || strings.TrimSpace(string(f)) == "1" {
+		return []Finding{{Check: "IPv6", Status: OK, Detail: "on for " + strings.Join(v6, ", ")}}
+	}
+	var ra []string
+	dirs, _ := os.ReadDir("/proc/sys/net/ipv6/conf")
+	for _, d := range dirs {
+		if d.Name() == "all" || d.Name() == "default" || d.Name() == "lo" {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + d.Name() + "/accept_ra"); err == nil && strings.TrimSpace(string(b)) == "1" {
+			ra = append(ra, d.Name())
+		}
+	}
+	detail := "forwarding off; `vmnetctl up` turns it on for NAT66 (" + strings.Join(nat66, ", ") + ") and leaves it on"
+	if len(ra) > 0 {
+		detail += "; it first sets accept_ra=2 on " + strings.Join(ra, ", ") + ", so that they keep taking router advertisements with forwarding on"
+	}
+	return []Finding{{Check: "IPv6", Status: Info, Detail: detail}}
 }
 
 // forwardDropRe finds a FORWARD chain whose policy is drop in an nft listing.

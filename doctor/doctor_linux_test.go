@@ -43,12 +43,16 @@ func TestDoctorFindsTrouble(t *testing.T) {
 			t.Errorf("clean namespace: %s: %+v", c, f)
 		}
 	}
+	if f, _ := find(clean, "IPv6"); f.Status != Info || !strings.Contains(f.Detail, "turns it on for NAT66 (shared)") {
+		t.Errorf("clean namespace: IPv6: %+v, want that up turns forwarding on for shared", f)
+	}
 
 	ns.MustRun(t, "ip", "link", "add", "lan0", "type", "veth", "peer", "name", "lan1")
 	ns.MustRun(t, "ip", "addr", "add", "10.94.0.77/16", "dev", "lan0")
 	ns.MustRun(t, "ip", "link", "set", "lan0", "up")
 	ns.MustRun(t, "ip", "route", "add", "10.93.0.0/25", "dev", "lan0")
 	ns.MustRun(t, "nft", "add table ip filter; add chain ip filter FORWARD { type filter hook forward priority 0; policy drop; }")
+	ns.MustRun(t, "sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1")
 	// A DNS server on the shared network's gateway address (not assigned
 	// here: IP_FREEBIND), as libvirt's dnsmasq would be on its own.
 	var dns net.PacketConn
@@ -81,6 +85,7 @@ func TestDoctorFindsTrouble(t *testing.T) {
 		{"subnet of shared", Fail, "route"},
 		{"subnet of host", Fail, "10.94.0.77/16"},
 		{"FORWARD policy", Warn, "DROP"},
+		{"IPv6", Warn, "IPv6 is off on this host"},
 	} {
 		f, ok := find(r, want.check)
 		if !ok || f.Status != want.status || !strings.Contains(f.Detail, want.says) || f.Fix == "" {

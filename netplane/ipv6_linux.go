@@ -25,6 +25,20 @@ func ipv6Conf(dev, key string) string {
 	return filepath.Join("/proc/sys/net/ipv6/conf", dev, key)
 }
 
+// kernelIPv6 reports whether the host runs IPv6: not booted with
+// ipv6.disable=1 (no /proc/sys/net/ipv6) nor set to leave it off on new
+// interfaces (net.ipv6.conf.default.disable_ipv6=1, as administrators who
+// do not want IPv6 do). vmnetctl does not turn IPv6 on for its bridges
+// against that: their networks run without it (Start warns).
+func kernelIPv6() bool {
+	v, err := os.ReadFile(ipv6Conf("default", "disable_ipv6"))
+	return err == nil && string(bytes.TrimSpace(v)) == "0"
+}
+
+// ipv6On reports whether n's bridge gets its IPv6 side: n has one and the
+// host runs IPv6.
+func ipv6On(n *api.Network) bool { return n.HasIPv6() && kernelIPv6() }
+
 // bridgeIPv6Sysctls are set on a network's bridge before it goes up: the
 // gateway is the network's router, so it accepts no router advertisement
 // (and makes no address from one), and runs no duplicate address
@@ -32,6 +46,9 @@ func ipv6Conf(dev, key string) string {
 // link-local address tentative, unusable for the advertisements, until a
 // VM came.
 func bridgeIPv6Sysctls(n *api.Network, name string) error {
+	if !kernelIPv6() {
+		return nil
+	}
 	if !n.HasIPv6() {
 		return ensureSysctl(ipv6Conf(name, "disable_ipv6"), "1")
 	}
@@ -49,7 +66,7 @@ func bridgeIPv6Sysctls(n *api.Network, name string) error {
 // kernel adds it only when the bridge has carrier, that is once a VM
 // joined, and the advertisements must be ready before.
 func ensureAddr6(n *api.Network, br netlink.Link) error {
-	if !n.HasIPv6() {
+	if !ipv6On(n) {
 		return nil
 	}
 	if err := ensureIPv6Addr(n, br, linkLocal(BridgeMAC(n.ID))); err != nil {
@@ -129,7 +146,7 @@ func ensureIPv6Forwarding() error {
 		return err
 	}
 	for _, d := range dirs {
-		if d.Name() == "all" {
+		if d.Name() == "all" || d.Name() == "lo" { // lo takes no advertisements
 			continue
 		}
 		p := ipv6Conf(d.Name(), "accept_ra")
@@ -145,7 +162,7 @@ func ensureIPv6Forwarding() error {
 // checkIPv6 is Check's part for n's IPv6 side: the bridge's address, and
 // forwarding for a network that routes IPv6.
 func checkIPv6(n *api.Network, br netlink.Link) []error {
-	if !n.HasIPv6() || br == nil {
+	if !ipv6On(n) || br == nil {
 		return nil
 	}
 	var errs []error

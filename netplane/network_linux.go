@@ -120,7 +120,10 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 			return nil, err
 		}
 	}
-	if n.HasIPv6() && n.RouterAdvertisement {
+	if n.HasIPv6() && !kernelIPv6() {
+		log.Warn("IPv6 is off on this host (net.ipv6.conf.default.disable_ipv6=1, or ipv6.disable=1 at boot): the network runs without it; set ipv6: false on it to say so")
+	}
+	if ipv6On(n) && n.RouterAdvertisement {
 		if err := nw.startRA(); err != nil {
 			return nil, err
 		}
@@ -173,7 +176,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 	var listens []listen
 	for _, dev := range []string{nw.n.Bridge(), "lo"} {
 		listens = append(listens, listen{"udp4", "tcp4", net.JoinHostPort(nw.n.Gateway.String(), "53"), dev})
-		if nw.n.HasIPv6() {
+		if ipv6On(nw.n) {
 			listens = append(listens, listen{"udp6", "tcp6", net.JoinHostPort(nw.n.Gateway6.String(), "53"), dev})
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -207,7 +209,8 @@ func slaacAddress(t *testing.T, vm *simvm.VM, prefix string) netip.Addr {
 				return nil
 			}
 		}
-		return fmt.Errorf("%s has no address in %s: %q", vm.Name, prefix, out)
+		dbg, _ := vm.Run(context.Background(), "sh", "-c", "nstat -az | grep -E 'Icmp6(In|Out)(RouterSolicits|RouterAdvertisements|NeighborSolicits)'; ip -6 addr; ip link show eth0")
+		return fmt.Errorf("%s has no address in %s: %q\n%s", vm.Name, prefix, out, dbg)
 	}, "a SLAAC address")
 	return got
 }
@@ -270,4 +273,34 @@ func sendForgedNA(t *testing.T, vm *simvm.VM, mac net.HardwareAddr, src, target 
 	if err != nil {
 		t.Fatalf("sending a forged neighbour advertisement from %s: %v", vm.Name, err)
 	}
+}
+
+// TestIPv6OffOnHost: on a host that leaves IPv6 off on new interfaces
+// (net.ipv6.conf.default.disable_ipv6=1), networks come up without it, and
+// IPv4 works; the controller says why.
+func TestIPv6OffOnHost(t *testing.T) {
+	h := &host{Host: simvm.NewHost(t, "vmn6off", ipv6Networks, "pgrep"), t: t}
+	h.MustRun(t, "sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1")
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
+	st := h.Status()
+	for _, n := range st.Networks {
+		if n.State != "up" {
+			t.Errorf("network %s: %s %s, want up", n.Name, n.State, n.Error)
+		}
+	}
+	a := h.VM(h.Attachment(st, "a"))
+	a.DHCP(t)
+	if err := a.Ping("10.77.0.1", 1); err != nil {
+		t.Errorf("IPv4 does not work on a host without IPv6: %v", err)
+	}
+	if out := h.MustRun(t, "ip", "-6", "addr", "show", "dev", "vmn-shared"); strings.TrimSpace(out) != "" {
+		t.Errorf("vmn-shared has IPv6 addresses on a host without IPv6: %s", out)
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		log, _ := os.ReadFile(filepath.Join(h.StateDir(), "controller.log"))
+		if !strings.Contains(string(log), "IPv6 is off on this host") {
+			return fmt.Errorf("the controller's log does not say IPv6 is off")
+		}
+		return nil
+	}, "the controller to warn that IPv6 is off")
 }
