@@ -155,8 +155,8 @@ type IPv6Stats struct {
 	SolicitationsLimited uint64 `json:"solicitationsLimited"`
 	// Bindings are the (MAC, address) pairs in force; Claims the claims
 	// heard; Conflicts the claims of an address another VM holds
-	// (refused); Refused the claims past the limits (16 addresses per
-	// VM, 4096 per network).
+	// (refused); Refused the new claims past 4096 bindings in the
+	// network (a VM's 17th address replaces its oldest instead).
 	Bindings  uint64 `json:"bindings"`
 	Claims    uint64 `json:"claims"`
 	Conflicts uint64 `json:"conflicts"`

@@ -117,7 +117,7 @@ var (
 	descIPv6Addrs = networkDesc("vmnetctl_network_ipv6_addresses",
 		"IPv6 addresses (link-local included) the network has bound to its VMs, learned from neighbour discovery.")
 	descIPv6Conflicts = networkDesc("vmnetctl_network_ipv6_address_conflicts_total",
-		"Claims of an IPv6 address bound to another VM (refused: first come, first served), and claims past the limits.", "reason")
+		"Claims of an IPv6 address refused: taken (bound to another VM: first come, first served) or limit (past 4096 addresses in the network).", "reason")
 
 	descReconciles = prometheus.NewDesc("vmnetctl_reconciles_total",
 		"Reconciles by result (success or error).", []string{"result"}, nil)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -243,7 +244,7 @@ func (n *NetworkInfo) Render(w io.Writer) error {
 	if n.Config != nil && n.Config.Gateway.IsValid() {
 		row("gateway", n.Config.Gateway.String())
 	}
-	if n.Config != nil && n.Config.HasIPv6() {
+	if n.Config != nil && n.Config.HasIPv6() && runtime.GOOS == "linux" { // on macOS vmnet chooses the prefix
 		row("subnet6", n.Config.Subnet6.String())
 		row("gateway6", n.Config.Gateway6.String())
 		row("nat66", fmt.Sprint(n.Config.RoutesIPv6()))

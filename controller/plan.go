@@ -105,6 +105,8 @@ var networkFields = []field[*api.Network]{
 	{"mode", func(n *api.Network) string { return string(n.Mode) }, true},
 	{"subnet", func(n *api.Network) string { return prefixString(n.Subnet) }, true},
 	{"gateway", func(n *api.Network) string { return addrString(n.Gateway) }, true},
+	// The ports' guards check IPv6 sources against the prefix.
+	{"subnet6", func(n *api.Network) string { return prefixString(n.Subnet6) }, true},
 	{"interface", func(n *api.Network) string { return n.Interface }, true},
 	{"mtu", func(n *api.Network) string { return fmt.Sprint(n.MTU) }, true},
 	{"isolation", func(n *api.Network) string { return fmt.Sprint(n.Isolation) }, true},

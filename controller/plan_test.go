@@ -99,6 +99,10 @@ vmnet:
 `, project("p", // db moves to .21, cache is new
 			strings.Replace(planVMs, "ip: 192.168.105.20", "ip: 192.168.105.21", 1)+"  cache:\n    networks:\n      - vmnet: shared\n")),
 			"Plan: 1 to create, 2 to change, 2 to replace, 0 to delete."},
+		{"ipv6 changes", base, desired(t, strings.Replace(strings.Replace(planNetworks,
+			"    subnet: 192.168.105.0/24\n", "    subnet: 192.168.105.0/24\n    subnet6: fd00:105::/64\n", 1),
+			"    subnet: 192.168.106.0/24\n", "    subnet: 192.168.106.0/24\n    ipv6: false\n", 1),
+			project("p", planVMs)), "Plan: 0 to create, 0 to change, 5 to replace, 0 to delete."},
 		{"everything removed", base, &Desired{}, "Plan: 0 to create, 0 to change, 0 to replace, 5 to delete."},
 	}
 	for _, tt := range tests {

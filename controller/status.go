@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -216,7 +217,7 @@ func newNetworkStatus(n *api.Network, d *Desired) NetworkStatus {
 	if n.Subnet.IsValid() {
 		ns.Subnet, ns.Gateway = n.Subnet.String(), n.Gateway.String()
 	}
-	if n.HasIPv6() {
+	if n.HasIPv6() && runtime.GOOS == "linux" { // on macOS vmnet chooses the prefix
 		ns.Subnet6, ns.Gateway6, ns.NAT66 = n.Subnet6.String(), n.Gateway6.String(), n.RoutesIPv6()
 	}
 	for _, a := range d.Attachments {

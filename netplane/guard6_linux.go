@@ -60,7 +60,13 @@ func addGuard6Sets(tx *knftables.Transaction, n *api.Network) {
 // port6Rules are a port's IPv6 checks, after its MAC's; drop drops and
 // counts.
 func port6Rules(n *api.Network, drop string) []string {
-	if !checksIPv6(n) {
+	switch {
+	case guarded(n) && !n.HasIPv6():
+		// `ipv6: false`: no IPv6 between VMs either. Not counted as
+		// spoofing: guests send router solicitations and address
+		// detection on their own.
+		return []string{"ether type ip6 drop"}
+	case !checksIPv6(n):
 		return []string{"ether type ip6 accept"}
 	}
 	nd := "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit, mld-listener-report, mld2-listener-report }"
@@ -106,10 +112,13 @@ type guard6 struct {
 	failLog logLimit
 }
 
-// nd6Lifetime is how long a VM keeps an address it stopped using (no
-// neighbour discovery for it): a VM in use refreshes its addresses every
-// few tens of seconds (neighbour unreachability detection).
-const nd6Lifetime = 30 * time.Minute
+// nd6Lifetime is how long a VM keeps an address it stopped announcing:
+// the valid lifetime of the prefix in the router advertisements, the
+// longest a SLAAC address lives without them. Shorter would drop
+// addresses that a VM uses only towards other VMs (their neighbour
+// discovery is unicast, which the learner does not see); 16 addresses per
+// VM bound what stays.
+const nd6Lifetime = raValidLifetime
 
 // startGuard6 starts the learner on n's bridge and keeps the sets up to
 // date with it. The sets are emptied first: what an earlier controller
@@ -124,6 +133,14 @@ func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error
 		for _, s := range []string{guardAddrs6, guardOwned6, guardTargets6, guardOwnedT6} {
 			tx.Flush(&knftables.Set{Name: s})
 		}
+		// The gateway's addresses are the network's: no VM sends from
+		// them or advertises them (that would take the VMs' traffic for
+		// their router), as the IPv4 guard keeps VMs from the gateway's
+		// IPv4 address.
+		for _, ip := range gatewayAddrs6(n) {
+			tx.Add(&knftables.Element{Set: guardOwned6, Key: []string{ip.String()}})
+			tx.Add(&knftables.Element{Set: guardOwnedT6, Key: []string{ip6Int(ip)}})
+		}
 	}); err != nil {
 		return nil, err
 	}
@@ -132,6 +149,13 @@ func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error
 		return nil, fmt.Errorf("network %q: learning the VMs' IPv6 addresses: %w", n.ID, err)
 	}
 	return g, nil
+}
+
+// gatewayAddrs6 are the addresses of n's gateway on the bridge: ::1 of the
+// prefix, the subnet-router anycast address (the prefix's first), and the
+// bridge's link-local address.
+func gatewayAddrs6(n *api.Network) []netip.Addr {
+	return []netip.Addr{n.Gateway6, n.Subnet6.Masked().Addr(), linkLocal(BridgeMAC(n.ID)).Addr()}
 }
 
 // changed puts a binding the learner added or removed into the sets.

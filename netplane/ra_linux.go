@@ -39,8 +39,7 @@ const (
 	// raInitialCount RAs are sent at start, raInitialInterval to twice
 	// that apart, so that a VM that boots with the network is served at
 	// once (RFC 4861 6.2.4 allows a few at shorter intervals). The first
-	// goes out immediately: after a restart of vmnetctl the guests, which
-	// Close told that the router was going, get it back at once.
+	// goes out immediately.
 	raInitialCount    = 3
 	raInitialInterval = 2 * time.Second
 	// Then one every raMinInterval to raMaxInterval, at random (RFC 4861

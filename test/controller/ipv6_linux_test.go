@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/sys/unix"
@@ -38,6 +39,9 @@ vmnet:
     subnet: 10.80.0.0/24
     subnet6: fd00:80::/64
     isolation: true
+  v4only:
+    subnet: 10.81.0.0/24
+    ipv6: false
 `
 	ipv6VMs = `
 vms:
@@ -62,6 +66,12 @@ vms:
   i2:
     networks:
       - vmnet: iso
+  e1:
+    networks:
+      - vmnet: v4only
+  e2:
+    networks:
+      - vmnet: v4only
 `
 	wan6Host = "2001:db8:100::1"
 	wan6Peer = "2001:db8:100::2"
@@ -153,6 +163,12 @@ func TestIPv6(t *testing.T) {
 	if out := h.MustRun(t, "ip", "-6", "neigh", "show", b6.String()); !strings.Contains(out, strings.ToLower(bAtt.MAC)) {
 		t.Errorf("the host's neighbour entry for b's %s is %q, want b's MAC %s", b6, out, bAtt.MAC)
 	}
+	// Nor the gateway's: a VM that has it keeps the bridge's MAC for it.
+	sendForgedNA(t, x, mustParseMAC(t, xAtt.MAC), netip.MustParsePrefix(xLL[3]).Addr(), netip.MustParseAddr("fd00:77::1"))
+	x.MustRun(t, "ping", "-c", "1", "-W", "2", "fd00:77::1") // after the NA, as above
+	if out := b.MustRun(t, "ip", "-6", "neigh", "show", "fd00:77::1"); !strings.Contains(out, netplane.BridgeMAC("shared").String()) {
+		t.Errorf("b's neighbour entry for the gateway is %q, want the bridge's MAC %s", out, netplane.BridgeMAC("shared"))
+	}
 	if err := b.Ping("fd00:77::1", 1); err != nil {
 		t.Errorf("b cannot reach the gateway after x's forgery: %v", err)
 	}
@@ -182,6 +198,19 @@ func TestIPv6(t *testing.T) {
 	}
 	if err := i1.Ping(i26.String(), 1); err == nil {
 		t.Errorf("isolated i1 reached i2 over IPv6")
+	}
+
+	// ipv6: false means no IPv6 between VMs either, link-local included
+	// (while IPv4 works).
+	e1, e2 := h.VM(h.Attachment(st, "e1")), h.VM(h.Attachment(st, "e2"))
+	le2 := e2.DHCP(t)
+	e1.DHCP(t)
+	if err := e1.Ping(le2["ip"], 1); err != nil {
+		t.Errorf("IPv4 between e1 and e2 on the IPv4-only network: %v", err)
+	}
+	linkLocalOf(t, e1)
+	if err := e1.Ping(linkLocalOf(t, e2).String()+"%eth0", 1); err == nil {
+		t.Errorf("e1 reached e2 over IPv6 on a network with ipv6: false")
 	}
 
 	// By now a and c have had their advertisements; d, on a network
@@ -303,4 +332,21 @@ func TestIPv6OffOnHost(t *testing.T) {
 		}
 		return nil
 	}, "the controller to warn that IPv6 is off")
+}
+
+// linkLocalOf waits for vm's eth0 to have its link-local address, past
+// duplicate address detection, and returns it.
+func linkLocalOf(t *testing.T, vm *simvm.VM) netip.Addr {
+	t.Helper()
+	var ll netip.Addr
+	testutil.Eventually(t, 10*time.Second, func() error {
+		out, err := vm.Run(context.Background(), "ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link")
+		f := strings.Fields(out)
+		if err != nil || len(f) < 4 || strings.Contains(out, "tentative") {
+			return fmt.Errorf("%s's link-local address: %q %v", vm.Name, out, err)
+		}
+		ll = netip.MustParsePrefix(f[3]).Addr()
+		return nil
+	}, "a link-local address")
+	return ll
 }
