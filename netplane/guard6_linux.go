@@ -70,34 +70,40 @@ func port6Rules(n *api.Network, drop string) []string {
 		return []string{"ether type ip6 accept"}
 	}
 	nd := "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit, mld-listener-report, mld2-listener-report }"
+	owned := ndTarget + " @" + guardOwnedT6
+	notMine := "ether saddr . " + ndTarget + " != @" + guardTargets6
 	return []string{
-		// Another VM's address is not this one's to advertise.
-		"icmpv6 type nd-neighbor-advert ether saddr . " + ndTarget + " != @" + guardTargets6 + " " + ndTarget + " @" + guardOwnedT6 + " " + drop,
+		// ICMPv6 in fragments: neighbour discovery must not be
+		// fragmented (RFC 6980), and a fragment would hide the target
+		// the rules below check, past the first fragment's 8 bytes.
+		"exthdr frag exists meta l4proto ipv6-icmp " + drop,
+		// Another VM's address is not this one's to advertise, nor to
+		// contest in duplicate address detection (which would keep the
+		// owner from using it).
+		"icmpv6 type nd-neighbor-advert " + notMine + " " + owned + " " + drop,
+		"ip6 saddr :: icmpv6 type nd-neighbor-solicit " + notMine + " " + owned + " " + drop,
 		"ether saddr . ip6 saddr @" + guardAddrs6 + " accept",
 		"ip6 saddr @" + guardOwned6 + " " + drop,
 		// Duplicate address detection and MLD before a VM has an address.
 		"ip6 saddr :: icmpv6 type { nd-neighbor-solicit, mld-listener-report, mld2-listener-report } accept",
 		// From an address nobody owns: neighbour discovery, which the
-		// learner hears, and nothing else until it has bound it.
-		"ip6 saddr { fe80::/64, " + n.Subnet6.String() + " } " + nd + " accept",
+		// learner hears, and nothing else until it has bound it; at a
+		// bounded rate, as each new source costs the host a neighbour
+		// entry (a flood would fill its table).
+		"ip6 saddr { fe80::/64, " + n.Subnet6.String() + " } " + nd + " limit rate " + nd6UnboundRate + " accept",
 		"ether type ip6 " + drop,
 	}
 }
+
+// nd6UnboundRate bounds, per port, the neighbour discovery a VM sends from
+// addresses nobody owns yet: a booting guest sends a handful; a flood of
+// new sources would fill the host's neighbour table.
+const nd6UnboundRate = "20/second burst 40 packets"
 
 // ip6Int is an IPv6 address as nft writes a 128-bit raw payload.
 func ip6Int(a netip.Addr) string {
 	b := a.As16()
 	return "0x" + hex.EncodeToString(b[:])
-}
-
-// v6Elements are the four set elements of one binding.
-func v6Elements(mac net.HardwareAddr, ip netip.Addr) []*knftables.Element {
-	return []*knftables.Element{
-		{Set: guardAddrs6, Key: []string{mac.String(), ip.String()}},
-		{Set: guardOwned6, Key: []string{ip.String()}},
-		{Set: guardTargets6, Key: []string{mac.String(), ip6Int(ip)}},
-		{Set: guardOwnedT6, Key: []string{ip6Int(ip)}},
-	}
 }
 
 // guard6 keeps the IPv6 sets equal to the learner's bindings.
@@ -108,8 +114,13 @@ type guard6 struct {
 	log     *slog.Logger
 	learner *nd6Learner
 
-	mu      sync.Mutex
+	mu      sync.Mutex // one transaction at a time
+	syncMu  sync.Mutex // one sync at a time
 	failLog logLimit
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 // nd6Lifetime is how long a VM keeps an address it stopped announcing:
@@ -120,35 +131,174 @@ type guard6 struct {
 // VM bound what stays.
 const nd6Lifetime = raValidLifetime
 
-// startGuard6 starts the learner on n's bridge and keeps the sets up to
-// date with it. The sets are emptied first: what an earlier controller
-// learned is learned again, as the VMs use their addresses.
+// startGuard6 starts the learner on n's bridge and keeps the sets equal to
+// its bindings: at once, on each change it reports, and every guardResync
+// (which repairs what a failed update missed). The bindings in the sets
+// when it starts (an earlier controller's) are the learner's first: a VM
+// whose address was bound keeps it through a restart of vmnetctl, and no
+// other VM can take it meanwhile.
 func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error) (*guard6, error) {
 	nft, err := newNFT(knftables.BridgeFamily, n.ID)
 	if err != nil {
 		return nil, err
 	}
-	g := &guard6{n: n, nft: nft, inNS: inNS, log: log}
-	if err := g.run(context.Background(), func(tx *knftables.Transaction) {
-		for _, s := range []string{guardAddrs6, guardOwned6, guardTargets6, guardOwnedT6} {
-			tx.Flush(&knftables.Set{Name: s})
-		}
-		// The gateway's addresses are the network's: no VM sends from
-		// them or advertises them (that would take the VMs' traffic for
-		// their router), as the IPv4 guard keeps VMs from the gateway's
-		// IPv4 address.
-		for _, ip := range gatewayAddrs6(n) {
-			tx.Add(&knftables.Element{Set: guardOwned6, Key: []string{ip.String()}})
-			tx.Add(&knftables.Element{Set: guardOwnedT6, Key: []string{ip6Int(ip)}})
-		}
-	}); err != nil {
+	g := &guard6{n: n, nft: nft, inNS: inNS, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	ctx := context.Background()
+	if err := g.run(ctx, func(*knftables.Transaction) {}); err != nil { // the sets, if missing
+		return nil, err
+	}
+	kept, err := g.pairs(ctx)
+	if err != nil {
 		return nil, err
 	}
 	g.learner, err = startND6Learner(n.Bridge(), n.Subnet6, nd6Lifetime, g.changed, log)
 	if err != nil {
 		return nil, fmt.Errorf("network %q: learning the VMs' IPv6 addresses: %w", n.ID, err)
 	}
+	now := time.Now()
+	for _, b := range kept {
+		if mac, err := net.ParseMAC(b.mac); err == nil && len(mac) == 6 {
+			g.learner.claim([6]byte(mac), b.ip, now)
+		}
+	}
+	if err := g.sync(ctx); err != nil {
+		g.learner.Close()
+		return nil, err
+	}
+	go g.resync()
 	return g, nil
+}
+
+// pair is a (MAC, IPv6 address) element of addrs6, the MAC as text.
+type pair struct {
+	mac string
+	ip  netip.Addr
+}
+
+// pairs reads addrs6 from the kernel.
+func (g *guard6) pairs(ctx context.Context) ([]pair, error) {
+	var elems []*knftables.Element
+	err := g.inNS(func() (err error) {
+		elems, err = g.nft.ListElements(ctx, "set", guardAddrs6)
+		return err
+	})
+	if err != nil && !knftables.IsNotFound(err) {
+		return nil, fmt.Errorf("network %q: reading the guard's IPv6 addresses: %w", g.n.ID, err)
+	}
+	var out []pair
+	for _, e := range elems {
+		if len(e.Key) != 2 {
+			continue
+		}
+		mac, err1 := net.ParseMAC(e.Key[0])
+		ip, err2 := netip.ParseAddr(e.Key[1])
+		if err1 == nil && err2 == nil && len(mac) == 6 {
+			out = append(out, pair{mac.String(), ip})
+		}
+	}
+	return out, nil
+}
+
+// owned reads owned6 from the kernel.
+func (g *guard6) owned(ctx context.Context) (map[netip.Addr]bool, error) {
+	var elems []*knftables.Element
+	err := g.inNS(func() (err error) {
+		elems, err = g.nft.ListElements(ctx, "set", guardOwned6)
+		return err
+	})
+	if err != nil && !knftables.IsNotFound(err) {
+		return nil, fmt.Errorf("network %q: reading the guard's owned IPv6 addresses: %w", g.n.ID, err)
+	}
+	out := map[netip.Addr]bool{}
+	for _, e := range elems {
+		if len(e.Key) == 1 {
+			if ip, err := netip.ParseAddr(e.Key[0]); err == nil {
+				out[ip] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// sync makes the sets what the learner holds, plus the gateway's
+// addresses: one transaction, from what the kernel has. targets6 and
+// ownedt6 change with addrs6 and owned6, always in one transaction, so
+// they hold the same.
+func (g *guard6) sync(ctx context.Context) error {
+	g.syncMu.Lock()
+	defer g.syncMu.Unlock()
+	have, err := g.pairs(ctx)
+	if err != nil {
+		return err
+	}
+	haveOwned, err := g.owned(ctx)
+	if err != nil {
+		return err
+	}
+	want := map[pair]bool{}
+	wantOwned := map[netip.Addr]bool{}
+	for _, ip := range gatewayAddrs6(g.n) {
+		wantOwned[ip] = true
+	}
+	for _, b := range g.learner.Bindings() {
+		want[pair{b.MAC.String(), b.IP}] = true
+		wantOwned[b.IP] = true
+	}
+	haveSet := map[pair]bool{}
+	for _, p := range have {
+		haveSet[p] = true
+	}
+	return g.run(ctx, func(tx *knftables.Transaction) {
+		for p := range want {
+			if !haveSet[p] {
+				addPair(tx, p)
+			}
+		}
+		for p := range haveSet {
+			if !want[p] {
+				deletePair(tx, p)
+			}
+		}
+		for ip := range wantOwned {
+			if !haveOwned[ip] {
+				tx.Add(&knftables.Element{Set: guardOwned6, Key: []string{ip.String()}})
+				tx.Add(&knftables.Element{Set: guardOwnedT6, Key: []string{ip6Int(ip)}})
+			}
+		}
+		for ip := range haveOwned {
+			if !wantOwned[ip] {
+				tx.Delete(&knftables.Element{Set: guardOwned6, Key: []string{ip.String()}})
+				tx.Delete(&knftables.Element{Set: guardOwnedT6, Key: []string{ip6Int(ip)}})
+			}
+		}
+	})
+}
+
+func addPair(tx *knftables.Transaction, p pair) {
+	tx.Add(&knftables.Element{Set: guardAddrs6, Key: []string{p.mac, p.ip.String()}})
+	tx.Add(&knftables.Element{Set: guardTargets6, Key: []string{p.mac, ip6Int(p.ip)}})
+}
+
+func deletePair(tx *knftables.Transaction, p pair) {
+	tx.Delete(&knftables.Element{Set: guardAddrs6, Key: []string{p.mac, p.ip.String()}})
+	tx.Delete(&knftables.Element{Set: guardTargets6, Key: []string{p.mac, ip6Int(p.ip)}})
+}
+
+// resync runs sync every guardResync until Close.
+func (g *guard6) resync() {
+	defer close(g.done)
+	t := time.NewTicker(guardResync)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			if err := g.sync(context.Background()); err != nil {
+				g.logFailure(err)
+			}
+		}
+	}
 }
 
 // gatewayAddrs6 are the addresses of n's gateway on the bridge: ::1 of the
@@ -158,21 +308,36 @@ func gatewayAddrs6(n *api.Network) []netip.Addr {
 	return []netip.Addr{n.Gateway6, n.Subnet6.Masked().Addr(), linkLocal(BridgeMAC(n.ID)).Addr()}
 }
 
-// changed puts a binding the learner added or removed into the sets.
+// changed puts a binding the learner added or removed into the sets. A
+// failure is mended by the next sync.
 func (g *guard6) changed(b nd6Binding, added bool) {
+	p := pair{b.MAC.String(), b.IP}
 	err := g.run(context.Background(), func(tx *knftables.Transaction) {
-		for _, e := range v6Elements(b.MAC, b.IP) {
-			if added {
+		owned := []*knftables.Element{
+			{Set: guardOwned6, Key: []string{b.IP.String()}},
+			{Set: guardOwnedT6, Key: []string{ip6Int(b.IP)}},
+		}
+		if added {
+			addPair(tx, p)
+			for _, e := range owned {
 				tx.Add(e)
-			} else {
-				tx.Delete(e)
 			}
+			return
+		}
+		deletePair(tx, p)
+		for _, e := range owned {
+			tx.Delete(e)
 		}
 	})
-	if err != nil {
-		if ok, held := g.failLog.allow(time.Now()); ok {
-			g.log.Error("guard: the VMs' IPv6 addresses are not up to date", "err", err, "suppressed", held)
-		}
+	g.logFailure(err)
+}
+
+func (g *guard6) logFailure(err error) {
+	if err == nil {
+		return
+	}
+	if ok, held := g.failLog.allow(time.Now()); ok {
+		g.log.Error("guard: the VMs' IPv6 addresses are not up to date; retrying later", "err", err, "suppressed", held)
 	}
 }
 
@@ -189,5 +354,12 @@ func (g *guard6) run(ctx context.Context, build func(*knftables.Transaction)) er
 	return nil
 }
 
-// Close stops the learner.
-func (g *guard6) Close() error { return g.learner.Close() }
+// Close stops the learner and the resync. The sets stay: the next start
+// takes them over.
+func (g *guard6) Close() error {
+	g.closeOnce.Do(func() {
+		close(g.stop)
+		<-g.done
+	})
+	return g.learner.Close()
+}

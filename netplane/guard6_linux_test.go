@@ -1,0 +1,171 @@
+package netplane
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+	"golang.org/x/net/ipv6"
+)
+
+// g6Net is a shared network with IPv6 for the guard's tests.
+func g6Net() *api.Network {
+	n := testNet("g6", api.ModeShared, "10.200.9.0/24")
+	n.Subnet6 = netip.MustParsePrefix("fd00:99::/64")
+	n.Gateway6 = api.Gateway6(n.Subnet6)
+	n.NAT66, n.RouterAdvertisement = true, true
+	return n
+}
+
+// g6VM is a VM namespace whose eth0 (with mac) is the guarded port
+// p-<name> of n's bridge.
+func g6VM(t *testing.T, host *testutil.NS, n *api.Network, name, mac string) *testutil.NS {
+	t.Helper()
+	v := testutil.NewNS(t, "g6-"+name)
+	port := "p-" + name
+	testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "address", mac, "netns", v.Name)
+	mustDo(t, host, func() error {
+		if err := GuardPort(context.Background(), n, port, mustMAC(mac)); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName(port)
+		if err != nil {
+			return err
+		}
+		return AttachPort(n.Bridge(), l, false)
+	})
+	v.MustRun(t, "ip", "link", "set", "eth0", "up")
+	return v
+}
+
+// g6Addr waits for v's eth0 to have an address of scope ("global" or
+// "link") past duplicate address detection.
+func g6Addr(t *testing.T, v *testutil.NS, scope string) netip.Addr {
+	t.Helper()
+	var a netip.Addr
+	testutil.Eventually(t, 15*time.Second, func() error {
+		out := v.MustRun(t, "ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", scope)
+		f := strings.Fields(out)
+		if len(f) < 4 || strings.Contains(out, "tentative") {
+			return fmt.Errorf("%s: %q", v.Name, out)
+		}
+		a = netip.MustParsePrefix(f[3]).Addr()
+		return nil
+	}, "a "+scope+" IPv6 address")
+	return a
+}
+
+// g6Drops is the drop counter of port p-<name>.
+func g6Drops(t *testing.T, host *testutil.NS, n *api.Network, name string) uint64 {
+	t.Helper()
+	var drops map[string]uint64
+	mustDo(t, host, func() (err error) { drops, err = guardDrops(context.Background(), n.ID); return err })
+	return drops["p-"+name]
+}
+
+// g6Fragments splits an ICMPv6 frame (Ethernet, IPv6 header, message) in
+// two fragments, the first with first bytes of the message.
+func g6Fragments(frame []byte, first int) [][]byte {
+	hdr, msg := frame[:14+40], frame[14+40:]
+	var out [][]byte
+	for _, part := range [][2]int{{0, first}, {first, len(msg)}} {
+		f := append([]byte(nil), hdr...)
+		f[14+6] = 44 // next header: fragment
+		fh := make([]byte, 8)
+		fh[0] = 58
+		off := uint16(part[0]/8) << 3
+		if part[1] < len(msg) {
+			off |= 1 // more fragments
+		}
+		binary.BigEndian.PutUint16(fh[2:], off)
+		binary.BigEndian.PutUint32(fh[4:], 0x5eed)
+		f = append(append(f, fh...), msg[part[0]:part[1]]...)
+		binary.BigEndian.PutUint16(f[14+4:], uint16(8+part[1]-part[0]))
+		out = append(out, f)
+	}
+	return out
+}
+
+// TestGuard6: what a hostile VM tries against another's IPv6 address gets
+// dropped (a forged advertisement in fragments, a duplicate address
+// detection that contests an owned address), and the bindings outlive a
+// restart of the network's services: the VM keeps reaching its gateway,
+// and no VM can take its address in between. A binding deleted behind
+// the guard's back is put back.
+func TestGuard6(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "g6-host")
+	n := g6Net()
+	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	macA, macB := "52:55:55:00:09:0a", "52:55:55:00:09:0b"
+	a := g6VM(t, host, n, "a", macA)
+	b := g6VM(t, host, n, "b", macB)
+	gA := g6Addr(t, a, "global")
+	llB := g6Addr(t, b, "link")
+	bs := newRawSender(t, b)
+	owner := func(nw *Network) string { o, _ := nw.guard6.learner.Owner(gA); return o.String() }
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if o := owner(nw); o != macA {
+			return fmt.Errorf("owner of A's %s: %q", gA, o)
+		}
+		return nil
+	}, "A's address to be bound to A")
+	host.MustRun(t, "ping", "-c", "1", "-W", "2", gA.String()) // the host's neighbour entry for A
+
+	forged := nd6Frame(t, mustMAC(macB), nd6AllNodesMAC, llB, allNodes, 255, ipv6.ICMPTypeNeighborAdvertisement, 0x20, gA, nd6LLA(2, mustMAC(macB)))
+	for _, c := range []struct {
+		name   string
+		frames [][]byte
+	}{
+		{"advertisement in fragments", g6Fragments(forged, 8)},
+		{"duplicate address detection of A's address", [][]byte{dadNS(t, mustMAC(macB), gA)}},
+	} {
+		before := g6Drops(t, host, n, "b")
+		bs.send(t, c.frames...)
+		testutil.Eventually(t, 5*time.Second, func() error {
+			if d := g6Drops(t, host, n, "b"); d == before {
+				return fmt.Errorf("drops of b: %d", d)
+			}
+			return nil
+		}, "the guard to drop B's "+c.name)
+	}
+	if out := host.MustRun(t, "ip", "-6", "neigh", "show", gA.String()); !strings.Contains(out, macA) {
+		t.Errorf("the host's neighbour entry for A's %s: %q, want A's MAC", gA, out)
+	}
+
+	// A restart: the bindings carry over, so A's traffic flows at once and
+	// B's claim of A's address in between goes nowhere.
+	nw.Close()
+	nw2 := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	if o := owner(nw2); o != macA {
+		t.Errorf("after a restart, A's %s is bound to %q, want A's MAC", gA, o)
+	}
+	before := g6Drops(t, host, n, "b")
+	bs.send(t, forged)
+	testutil.Eventually(t, 5*time.Second, func() error {
+		if d := g6Drops(t, host, n, "b"); d == before {
+			return fmt.Errorf("drops of b: %d", d)
+		}
+		return nil
+	}, "the guard to drop B's advertisement of A's address after the restart")
+	if _, err := a.Run(context.Background(), "ping", "-c", "1", "-W", "3", n.Gateway6.String()); err != nil {
+		t.Errorf("A cannot reach its gateway right after a restart: %v", err)
+	}
+	if o := owner(nw2); o != macA {
+		t.Errorf("B took A's %s after the restart: bound to %s", gA, o)
+	}
+
+	// A binding deleted from the sets behind the guard's back comes back.
+	host.MustRun(t, "nft", "delete", "element", "bridge", TableName(n.ID), guardAddrs6, "{", macA, ".", gA.String(), "}")
+	mustDo(t, host, func() error { return nw2.guard6.sync(context.Background()) })
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs6); !strings.Contains(out, gA.String()) {
+		t.Errorf("after a sync, addrs6 lacks A's %s:\n%s", gA, out)
+	}
+}
