@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -260,5 +261,21 @@ func (hp *contractHelper) stop(t *testing.T) {
 	hp.cmd.Process.Signal(syscall.SIGTERM)
 	if err := hp.cmd.Wait(); err != nil {
 		t.Errorf("helper after SIGTERM: %v", err)
+	}
+}
+
+// TestListSharedInterfaces: `--list-shared-interfaces` prints the host
+// interfaces a bridged network could use, one a line, as vmnet-helper
+// does: the user's bridge, not loopback, a veth or vmnetctl's own bridges.
+func TestListSharedInterfaces(t *testing.T) {
+	h := newContractHost(t) // its uplink is a veth
+	h.MustRun(t, "ip", "link", "add", "br-lan", "type", "bridge")
+	h.MustVmnetctl("network", "create", "shared")
+	out, err := h.Run(context.Background(), h.Binary, "helper", "--list-shared-interfaces")
+	if err != nil {
+		t.Fatalf("--list-shared-interfaces: %v\n%s", err, out)
+	}
+	if lines := strings.Fields(out); !slices.Equal(lines, []string{"br-lan"}) {
+		t.Errorf("--list-shared-interfaces printed %q, want br-lan alone", out)
 	}
 }
