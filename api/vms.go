@@ -56,8 +56,11 @@ type Attachment struct {
 	Attach     AttachKind `json:"attach"`
 	// NoSpoofCheck is `spoofCheck: false`: the port is not guarded (for a
 	// VM that bridges machines of its own, whose frames carry their MACs).
-	NoSpoofCheck bool   `json:"noSpoofCheck,omitempty"`
-	Source       Source `json:"source"`
+	NoSpoofCheck bool `json:"noSpoofCheck,omitempty"`
+	// PortForwards expose ports of the VM on the host (shared and host
+	// networks).
+	PortForwards []PortForward `json:"portForwards,omitempty"`
+	Source       Source        `json:"source"`
 
 	lines map[string]int
 	path  string
@@ -110,7 +113,7 @@ type VMFileOptions struct {
 	Name string
 }
 
-var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck"}
+var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck", "portForwards"}
 
 // LoadVMFile parses a lima instance file or a multi-VM file. When there are
 // errors the result holds what could be read (entries with errors left out),
@@ -287,6 +290,9 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 		check := true
 		field(w, f, at, "spoofCheck", w.boolean, &check, nil)
 		a.NoSpoofCheck = !check
+		if pv, ok := f["portForwards"]; ok {
+			a.PortForwards = w.forwards(pv, at("portForwards"))
+		}
 		if len(w.diags.Errors()) == errsBefore {
 			vm.Attachments = append(vm.Attachments, a)
 		}
@@ -316,6 +322,7 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 		ip  netip.Addr
 	}
 	ips := map[netIP]*Attachment{}
+	var forwards []PortForward
 	for _, f := range files {
 		for _, vm := range f.VMs {
 			// DNS names are case-insensitive: "db" and "DB" would be one name.
@@ -341,6 +348,17 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 				}
 				a.Network = n.ID
 				kept = append(kept, a)
+				if len(a.PortForwards) > 0 && !n.Routed() {
+					errAt(a.Source, a.lines["portForwards"], field+".portForwards", "network %q is %s: its VMs are on the LAN already; forwards are for shared and host networks", n.ID, n.Mode)
+				}
+				for _, pf := range a.PortForwards {
+					for _, prev := range forwards {
+						if pf.conflicts(prev) {
+							errAt(pf.Source, pf.Source.Line, field+".portForwards", "host port %s/%s on %s is also forwarded at %s", pf.HostPort, pf.Proto, pf.HostIP, prev.Source)
+						}
+					}
+					forwards = append(forwards, pf)
+				}
 				if prev, dup := macs[a.MAC]; dup {
 					errAt(a.Source, a.lines["macAddress"], field+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, prev.Source)
 				}

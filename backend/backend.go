@@ -110,6 +110,9 @@ type Network interface {
 	Config() *api.Network
 	// SetHost gives a VM's MAC its name (DNS) and fixed address (DHCP).
 	SetHost(mac net.HardwareAddr, name string, ip netip.Addr) error
+	// SetForwards makes the network forward what fs say, to the VMs'
+	// current addresses, following them as they change.
+	SetForwards(ctx context.Context, fs []Forward) error
 	Leases() []Lease
 	Stats() ServiceStats
 	// Health is nil while the network's services (DHCP, DNS) run, else
@@ -144,6 +147,20 @@ type ServiceStats struct {
 	// IPv6Addrs are the IPv6 addresses each VM uses, by MAC, as the
 	// network learned them from neighbour discovery; nil without IPv6.
 	IPv6Addrs map[string][]netip.Addr `json:"ipv6Addrs,omitempty"`
+	// ForwardConns counts the connections (new flows, for UDP) each port
+	// forward took, by netplane.ForwardKey; nil where the backend has none.
+	ForwardConns map[string]uint64 `json:"forwardConns,omitempty"`
+}
+
+// Forward is one port forward of an attachment (api.PortForward), to the
+// VM with MAC on the network.
+type Forward struct {
+	api.PortForward
+	// Key is the attachment's ("vm/index"), Index the forward's place in
+	// its list: ServiceStats.ForwardConns names it by them.
+	Key   string
+	Index int
+	MAC   string
 }
 
 // IPv6Stats count a network's IPv6 services since it started.

@@ -17,8 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/metrics"
+	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 // metricsHandler serves /metrics and /healthz on the metrics address. The
@@ -66,6 +68,8 @@ var (
 		"Ethernet frames the attachment's helper forwarded, by direction. Starts again at 0 when the helper restarts.", "direction")
 	descDrops = attachmentDesc("vmnetctl_attachment_dropped_packets_total",
 		"Frames the attachment's helper dropped (peer too slow, oversized or malformed), by direction. Starts again at 0 when the helper restarts.", "direction")
+	descForwardConns = attachmentDesc("vmnetctl_attachment_forward_connections_total",
+		"Connections (new flows, for UDP) a port forward of the attachment took, by forward (HOSTIP:PORT -> GUESTPORT/PROTO).", "forward")
 	descSpoofDrops = attachmentDesc("vmnetctl_attachment_spoofed_frames_total",
 		"Frames from the VM that the anti-spoofing guard dropped: a MAC, IPv4 source or ARP sender not its own, DHCP or router answers, other protocols (Linux).")
 	descSyscalls = attachmentDesc("vmnetctl_attachment_forward_syscalls_total",
@@ -141,7 +145,7 @@ type collector struct{ c *Controller }
 
 func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descAttachmentInfo, descBytes, descPackets, descDrops, descSpoofDrops, descSyscalls, descStatsTime,
+		descAttachmentInfo, descBytes, descPackets, descDrops, descSpoofDrops, descForwardConns, descSyscalls, descStatsTime,
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDNSQueries, descDNSResponses,
@@ -177,18 +181,18 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	if d == nil {
 		d = &Desired{}
 	}
-	guards := map[string]map[string]uint64{}
+	stats := map[string]backend.ServiceStats{}
 	for _, n := range d.Networks {
-		guards[n.ID] = c.collectNetwork(emit, n, d)
+		stats[n.ID] = c.collectNetwork(emit, n, d)
 	}
 	for _, a := range d.Attachments {
-		c.collectAttachment(emit, a, guards[a.Network])
+		c.collectAttachment(emit, a, stats[a.Network])
 	}
 }
 
 // collectNetwork emits a network's metrics and its services', and returns
-// its guard's drops by port (nil without a guard).
-func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) map[string]uint64 {
+// its services' stats (zero when it does not run).
+func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) backend.ServiceStats {
 	subnet := ""
 	if n.Subnet.IsValid() {
 		subnet = n.Subnet.String()
@@ -206,7 +210,7 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ma
 	emit(descNetworkDegraded, prometheus.GaugeValue, boolFloat(c.degraded[n.ID] != ""), n.ID)
 	emit(descNetworkRepairs, prometheus.CounterValue, float64(c.repairs[n.ID]), n.ID)
 	if nw == nil {
-		return nil
+		return backend.ServiceStats{}
 	}
 	st := nw.Stats()
 	if n.DHCP {
@@ -241,15 +245,19 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ma
 		emit(descIPv6Conflicts, prometheus.CounterValue, float64(v6.Conflicts), n.ID, "taken")
 		emit(descIPv6Conflicts, prometheus.CounterValue, float64(v6.Refused), n.ID, "limit")
 	}
-	return st.GuardDrops
+	return st
 }
 
-// collectAttachment emits an attachment's metrics and its helper's; guard
-// is its network's guard drops by port.
-func (c *Controller) collectAttachment(emit emitter, a *Attachment, guard map[string]uint64) {
+// collectAttachment emits an attachment's metrics and its helper's; st
+// is its network's services' stats.
+func (c *Controller) collectAttachment(emit emitter, a *Attachment, st backend.ServiceStats) {
 	labels := []string{a.Network, a.VM, strconv.Itoa(a.Index)}
 	with := func(extra ...string) []string { return append(append([]string{}, labels...), extra...) }
 	emit(descAttachmentInfo, prometheus.GaugeValue, 1, with(a.Project, string(a.Attach))...)
+	for i, pf := range a.PortForwards {
+		emit(descForwardConns, prometheus.CounterValue, float64(st.ForwardConns[netplane.ForwardKey(a.Key(), i)]), with(pf.String())...)
+	}
+	guard := st.GuardDrops
 	h := c.helpers[a.Key()]
 	up := h != nil && h.state == StateRunning && !isClosed(h.exited)
 	emit(descHelperUp, prometheus.GaugeValue, boolFloat(up), labels...)

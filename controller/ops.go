@@ -261,8 +261,11 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 		return nil, err
 	}
 	resp, err := applyProject(ctx, env, in, l.nets, l.project.Project, func(existing []*statedir.Project) error {
-		_, err := l.desiredWith(env, existing)
-		return err
+		d, err := l.desiredWith(env, existing)
+		if err != nil {
+			return err
+		}
+		return checkForwardPorts(d, l.project.Name)
 	}, o)
 	if err != nil {
 		return nil, err

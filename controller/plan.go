@@ -144,6 +144,13 @@ var attachmentFields = []field[*Attachment]{
 	{"project", func(a *Attachment) string { return a.Project }, false},
 	{"interface", func(a *Attachment) string { return a.Interface }, false},
 	{"metric", func(a *Attachment) string { return fmt.Sprint(a.Metric) }, false},
+	{"portForwards", func(a *Attachment) string {
+		var parts []string
+		for _, f := range a.PortForwards {
+			parts = append(parts, f.String())
+		}
+		return strings.Join(parts, ", ")
+	}, false},
 }
 
 func prefixString(p netip.Prefix) string {

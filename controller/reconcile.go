@@ -45,6 +45,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	defer c.mu.Unlock()
 	errs = append(errs, c.convergeNetworks(ctx, plan, desired)...)
 	errs = append(errs, c.setHosts(desired)...)
+	errs = append(errs, c.setForwards(ctx, desired)...)
 	launches := c.planLaunches(desired, projects)
 	c.mu.Unlock()
 	c.runLaunches(ctx, launches)

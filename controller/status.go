@@ -87,6 +87,9 @@ type AttachmentStatus struct {
 	RxBytes uint64 `json:"rxBytes"`
 	TxBytes uint64 `json:"txBytes"`
 	Drops   uint64 `json:"drops"`
+	// Forwards are the attachment's port forwards, with the connections
+	// each took.
+	Forwards []ForwardStatus `json:"forwards,omitempty"`
 	// SpoofDrops counts the frames from the VM that the anti-spoofing
 	// guard dropped (Linux; docs/security.md).
 	SpoofDrops uint64 `json:"spoofDrops"`
@@ -104,6 +107,12 @@ type AttachmentStatus struct {
 	// helper has reported twice, and when it stopped reporting.
 	RxBitsPerSecond float64 `json:"rxBitsPerSecond"`
 	TxBitsPerSecond float64 `json:"txBitsPerSecond"`
+}
+
+// ForwardStatus is one port forward: "HOSTIP:PORT -> GUESTPORT/PROTO".
+type ForwardStatus struct {
+	Forward     string `json:"forward"`
+	Connections uint64 `json:"connections"`
 }
 
 // peerOf says whether a running helper's VM is there.
@@ -144,6 +153,7 @@ func (c *Controller) status() *Status {
 	guards := map[string]map[string]uint64{}
 	portMACs := map[string]map[string][]string{}
 	ip6s := map[string][]netip.Addr{} // network/mac → IPv6 addresses
+	conns := map[string]uint64{}      // netplane.ForwardKey → connections
 	for _, n := range d.Networks {
 		ns := newNetworkStatus(n, d)
 		if nw := c.nets[n.ID]; nw != nil {
@@ -153,6 +163,9 @@ func (c *Controller) status() *Status {
 			}
 			st := nw.Stats()
 			guards[n.ID], portMACs[n.ID] = st.GuardDrops, st.PortMACs
+			for k, v := range st.ForwardConns {
+				conns[k] = v
+			}
 			for mac, ips := range st.IPv6Addrs {
 				ip6s[n.ID+"/"+mac] = ips
 			}
@@ -176,6 +189,9 @@ func (c *Controller) status() *Status {
 		}
 		for _, ip := range ip6s[a.Network+"/"+a.MAC] {
 			as.IPv6 = append(as.IPv6, ip.String())
+		}
+		for i, pf := range a.PortForwards {
+			as.Forwards = append(as.Forwards, ForwardStatus{Forward: pf.String(), Connections: conns[netplane.ForwardKey(a.Key(), i)]})
 		}
 		if h := c.helpers[a.Key()]; h != nil {
 			meter := c.observeLocked(a.Key(), h)

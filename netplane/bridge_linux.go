@@ -188,6 +188,11 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 	if err := bridgeIPv6Sysctls(n, name); err != nil {
 		return nil, err
 	}
+	// Port forwards used from the host's loopback leave through the
+	// bridge from 127.0.0.1 (then masqueraded): allowed on this link only.
+	if err := ensureSysctl("/proc/sys/net/ipv4/conf/"+name+"/route_localnet", "1"); err != nil {
+		return nil, fmt.Errorf("network %q: setting net.ipv4.conf.%s.route_localnet=1: %w", n.ID, name, err)
+	}
 	if !isUp(br) {
 		if err := netlink.LinkSetUp(br); err != nil {
 			return nil, fmt.Errorf("network %q: setting %s up: %w", n.ID, name, err)

@@ -444,8 +444,14 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 		}
 	}
 	got := 0
+	inChain := false // the rules of the base chains; not the forwards' own, which change with the VMs
 	for _, line := range strings.Split(listing, "\n") {
-		if strings.HasPrefix(line, "\t\t") && !strings.HasPrefix(line, "\t\ttype ") {
+		switch {
+		case strings.HasPrefix(line, "\tchain "):
+			inChain = line != "\tchain "+ForwardsChain+" {"
+		case strings.HasPrefix(line, "\tmap "), strings.HasPrefix(line, "\tset "):
+			inChain = false
+		case inChain && strings.HasPrefix(line, "\t\t") && !strings.HasPrefix(line, "\t\ttype "):
 			got++
 		}
 	}

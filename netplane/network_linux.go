@@ -32,6 +32,8 @@ type Network struct {
 	dns     *dnsHandler
 	guard   *addrGuard // nil when the guard does not check addresses
 	ra      *raServer  // nil without router advertisements
+	fwd     forwardState
+	fwdKick chan struct{} // a VM's address changed: apply the forwards again
 	guard6  *guard6    // nil without IPv6
 	onLease func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
@@ -65,7 +67,7 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 	if err := Ensure(ctx, n); err != nil {
 		return nil, err
 	}
-	nw := &Network{n: n, log: log, hosts: newHostTable(), stop: make(chan struct{}), onLease: opts.OnLease}
+	nw := &Network{n: n, log: log, hosts: newHostTable(), stop: make(chan struct{}), onLease: opts.OnLease, fwdKick: make(chan struct{}, 1)}
 	if !n.Routed() {
 		return nw, nil
 	}
@@ -123,6 +125,18 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 	if n.HasIPv6() && !kernelIPv6() {
 		log.Warn("IPv6 is off on this host (net.ipv6.conf.default.disable_ipv6=1, or ipv6.disable=1 at boot): the network runs without it; set ipv6: false on it to say so")
 	}
+	nw.wg.Add(1)
+	go func() {
+		defer nw.wg.Done()
+		for {
+			select {
+			case <-nw.stop:
+				return
+			case <-nw.fwdKick:
+				nw.refreshForwards()
+			}
+		}
+	}()
 	if ipv6On(n) && n.RouterAdvertisement {
 		if err := nw.startRA(); err != nil {
 			return nil, err
@@ -243,8 +257,14 @@ func (nw *Network) startDHCP(resolvConf string) error {
 	}
 	nw.dhcp = newDHCPHandler(nw.n, nw.alloc, dnsServers, nw.log)
 	nw.dhcp.onLease = nw.onLease
-	if nw.guard != nil {
-		nw.dhcp.bound = func(mac net.HardwareAddr) { nw.guard.syncMAC(context.Background(), mac) }
+	nw.dhcp.bound = func(mac net.HardwareAddr) {
+		if nw.guard != nil {
+			nw.guard.syncMAC(context.Background(), mac)
+		}
+		select { // the forwards follow the VM's address
+		case nw.fwdKick <- struct{}{}:
+		default:
+		}
 	}
 	sock, err := listenDHCP(nw.n.Bridge())
 	if err != nil {
@@ -448,6 +468,13 @@ func (nw *Network) Stats() backend.ServiceStats {
 	}
 	if nw.dns != nil {
 		s.DNS = nw.dns.Stats()
+	}
+	if nw.inNS != nil {
+		nw.inNS(func() error {
+			conns, err := forwardConns(context.Background(), nw.n.ID)
+			s.ForwardConns = conns
+			return err
+		})
 	}
 	if nw.ra != nil {
 		s.IPv6.RouterAdvertisements, s.IPv6.Solicitations, s.IPv6.SolicitationsLimited = nw.ra.Stats()

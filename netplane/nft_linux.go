@@ -23,6 +23,8 @@ var chains = []chainSpec{
 	{"input", knftables.FilterType, knftables.InputHook, knftables.FilterPriority},
 	{"forward", knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority},
 	{"postrouting", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
+	{"prerouting", knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority},
+	{"output", knftables.NATType, knftables.OutputHook, knftables.DNATPriority},
 }
 
 // Each network has a table of its name in two families: inet for its
@@ -55,6 +57,9 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	tx.Add(&knftables.Table{Comment: &comment})
 	tx.Delete(&knftables.Table{})
 	tx.Add(&knftables.Table{Comment: &comment})
+	if n.Routed() {
+		addForwardObjects(tx)
+	}
 	for _, c := range chains {
 		rs, ok := rules[c.name]
 		if !ok {

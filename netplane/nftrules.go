@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/vmnetctl/vmnetctl/api"
 )
@@ -30,6 +31,25 @@ func nftRules(n *api.Network) map[string][]string {
 	} else {
 		fwd = append(fwd, "iifname "+br+" oifname "+br+" accept")
 	}
+	// Port forwards (forwardRules): connections the host's DNAT sent to
+	// a VM, and their replies, on host networks too.
+	fwd = append(fwd, "ct status dnat accept")
+	var nat []string
+	if n.Routed() {
+		dnat := []string{
+			"fib daddr type local jump " + ForwardsChain,
+			"fib daddr type local dnat ip to ip daddr . meta l4proto . th dport map @" + ForwardsByAddr,
+			"fib daddr type local dnat ip to meta l4proto . th dport map @" + ForwardsAny,
+		}
+		rules["prerouting"], rules["output"] = dnat, dnat
+		// A forward used from the host's loopback leaves with the
+		// gateway's address (the bridge has route_localnet), and one used
+		// from a VM of the network with the gateway's too, so the reply
+		// comes back through the host.
+		nat = append(nat,
+			"oifname "+br+" ip saddr 127.0.0.0/8 masquerade",
+			"oifname "+br+" ip saddr "+n.Subnet.String()+" ct status dnat masquerade")
+	}
 	switch n.Mode {
 	case api.ModeShared:
 		fwd = append(fwd,
@@ -43,16 +63,13 @@ func nftRules(n *api.Network) map[string][]string {
 			"oifname "+br+" drop",
 			"iifname "+br+" drop",
 		)
-		var nat []string
 		if n.NAT44 {
 			nat = append(nat, "ip saddr "+n.Subnet.String()+" oifname != "+br+" masquerade")
 		}
 		if n.RoutesIPv6() {
 			nat = append(nat, "ip6 saddr "+n.Subnet6.String()+" oifname != "+br+" masquerade")
 		}
-		if nat != nil {
-			rules["postrouting"] = nat
-		}
+
 	case api.ModeHost:
 		fwd = append(fwd,
 			"iifname "+br+" drop",
@@ -60,5 +77,26 @@ func nftRules(n *api.Network) map[string][]string {
 		)
 	}
 	rules["forward"] = fwd
+	if nat != nil {
+		rules["postrouting"] = nat
+	}
 	return rules
+}
+
+// The objects of a network's table that hold its port forwards: two maps
+// from a host port to a VM's address and port (ForwardsByAddr keyed by
+// the host address too, ForwardsAny for every address of the host), and
+// a chain of one counting rule per forward. Their content changes with
+// the VM files and the VMs' leases (SetForwards), not with the network.
+const (
+	ForwardsByAddr = "fwd4addr"
+	ForwardsAny    = "fwd4any"
+	ForwardsChain  = "forwards"
+)
+
+// ForwardKey names forward i of the attachment key ("vm/index"): the
+// nftables counter of its connections, "fwd-vm-index-i", and its entry in
+// ServiceStats.ForwardConns.
+func ForwardKey(key string, i int) string {
+	return "fwd-" + strings.ReplaceAll(key, "/", "-") + fmt.Sprintf("-%d", i)
 }

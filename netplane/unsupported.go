@@ -43,6 +43,7 @@ func RemoveStaleTap(string) error                                             { 
 func (*Network) Close() error                                                 { return nil }
 func (*Network) Config() *api.Network                                         { return nil }
 func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error           { return ErrUnsupported }
+func (*Network) SetForwards(context.Context, []backend.Forward) error         { return ErrUnsupported }
 func (*Network) RemoveHost(net.HardwareAddr)                                  {}
 func (*Network) Leases() []backend.Lease                                      { return nil }
 func (*Network) Stats() backend.ServiceStats                                  { return backend.ServiceStats{} }

@@ -43,6 +43,9 @@ vms:
   a:
     networks:
       - vmnet: shared
+        portForwards:
+          - guestPort: 80
+            hostPort: 18080
   b:
     networks:
       - vmnet: shared

@@ -1,0 +1,129 @@
+package controller_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/test/simvm"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+const forwardVMs = `
+vms:
+  web:
+    networks:
+      - vmnet: shared
+        ip: %s
+        portForwards:
+          - guestPort: 8000
+            hostPort: 18080
+            hostIP: 0.0.0.0
+          - guestPort: 8000
+            hostPort: 18081
+`
+
+// serveHello answers every TCP connection to port in vm with "hello from
+// VM" and closes it.
+func serveHello(t *testing.T, vm *simvm.VM, port int) {
+	ln := vm.Listen(t, "tcp4", fmt.Sprintf(":%d", port))
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "hello from VM")
+			c.Close()
+		}
+	}()
+}
+
+// dialHello connects to addr from ns and returns what it read, or an error.
+func dialHello(ns *testutil.NS, addr string) (string, error) {
+	var got string
+	err := ns.Do(func() error {
+		c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		b, err := io.ReadAll(c)
+		got = string(b)
+		return err
+	})
+	return got, err
+}
+
+// TestPortForwards: a service in a VM is reached through the VM file's
+// forwards from another machine (the WAN namespace), from the host at its
+// own address and at its loopback; a forward on 127.0.0.1 (lima's
+// default) from the host only; again after the VM's address changes; the
+// connections are counted; a host port a program of the host listens on
+// is refused at up.
+func TestPortForwards(t *testing.T) {
+	h := newContractHost(t) // the host's uplink 203.0.113.1, a WAN peer behind it
+	wan := testutil.NewNS(t, "fwdwan")
+	testutil.Run(t, "ip", "-n", h.Name, "link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", wan.Name)
+	h.MustRun(t, "ip", "addr", "add", "198.51.100.1/24", "dev", "lan")
+	h.MustRun(t, "ip", "link", "set", "lan", "up")
+	wan.MustRun(t, "ip", "addr", "add", "198.51.100.2/24", "dev", "eth0")
+	wan.MustRun(t, "ip", "link", "set", "eth0", "up")
+
+	vms := h.WriteFile("vms.yaml", fmt.Sprintf(forwardVMs, "192.168.105.20"))
+	h.MustVmnetctl("up", "-f", vms)
+	vm := h.VM(h.Attachment(h.Status(), "web"))
+	if ip := vm.DHCP(t)["ip"]; ip != "192.168.105.20" {
+		t.Fatalf("lease %s, want the fixed 192.168.105.20", ip)
+	}
+	serveHello(t, vm, 8000)
+
+	reach := func(what string, ns *testutil.NS, addr string, want bool) {
+		t.Helper()
+		got, err := dialHello(ns, addr)
+		switch {
+		case want && got != "hello from VM":
+			t.Errorf("%s (%s): got %q, %v; want the VM's service", what, addr, got, err)
+		case !want && err == nil && got != "":
+			t.Errorf("%s (%s): reached the VM (%q); want no way through", what, addr, got)
+		}
+	}
+	reach("from another machine", wan, "198.51.100.1:18080", true)
+	reach("from the host, at its address", h.NS, "198.51.100.1:18080", true)
+	reach("from the host's loopback", h.NS, "127.0.0.1:18080", true)
+	reach("the 127.0.0.1 forward from the host", h.NS, "127.0.0.1:18081", true)
+	reach("the 127.0.0.1 forward from another machine", wan, "198.51.100.1:18081", false)
+
+	// The VM's address changes: the forward follows.
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", fmt.Sprintf(forwardVMs, "192.168.105.21")))
+	if ip := vm.DHCP(t)["ip"]; ip != "192.168.105.21" {
+		t.Fatalf("lease after the change %s, want 192.168.105.21", ip)
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if got, err := dialHello(wan, "198.51.100.1:18080"); got != "hello from VM" {
+			return fmt.Errorf("from another machine after the address changed: %q, %v", got, err)
+		}
+		return nil
+	}, "the forward to follow the VM's new address")
+
+	att := h.Attachment(h.Status(), "web")
+	if len(att.Forwards) != 2 || att.Forwards[0].Forward != "0.0.0.0:18080 -> 8000/tcp" || att.Forwards[0].Connections < 4 || att.Forwards[1].Connections < 1 {
+		t.Errorf("status forwards %+v, want 0.0.0.0:18080 with 4 or more connections and 127.0.0.1:18081 with 1 or more", att.Forwards)
+	}
+
+	// A host port in use is refused, naming the file and the port.
+	h.Listen(t, "tcp4", "0.0.0.0:18090")
+	taken := h.WriteFile("taken.yaml", "vms:\n  other:\n    networks:\n      - vmnet: shared\n        portForwards:\n          - guestPort: 80\n            hostPort: 18090\n")
+	if _, err := h.Vmnetctl("up", "-f", taken); err == nil || !strings.Contains(err.Error(), "taken.yaml:6: VM other forwards host port 18090/tcp, which is in use on the host") {
+		t.Errorf("up with a host port in use: %v", err)
+	}
+	for _, a := range h.Status().Attachments {
+		if a.VM == "other" {
+			t.Errorf("the refused up recorded VM other: %+v", a)
+		}
+	}
+}
