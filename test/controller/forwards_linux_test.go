@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -24,6 +25,13 @@ vms:
             hostIP: 0.0.0.0
           - guestPort: 8000
             hostPort: 18081
+  api:
+    networks:
+      - vmnet: shared
+        portForwards:
+          - guestPort: 8000
+            hostPort: 18082
+            hostIP: 0.0.0.0
 `
 
 // serveHello answers every TCP connection to port in vm with "hello from
@@ -92,6 +100,17 @@ func TestPortForwards(t *testing.T) {
 			t.Errorf("%s (%s): reached the VM (%q); want no way through", what, addr, got)
 		}
 	}
+	// api has no address when up applies the forwards: its forward
+	// starts working when DHCP binds one.
+	api := h.VM(h.Attachment(h.Status(), "api"))
+	api.DHCP(t)
+	serveHello(t, api, 8000)
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if got, err := dialHello(wan, "198.51.100.1:18082"); got != "hello from VM" {
+			return fmt.Errorf("api's forward: %q, %v", got, err)
+		}
+		return nil
+	}, "api's forward to work once it leased an address")
 	reach("from another machine", wan, "198.51.100.1:18080", true)
 	reach("from the host, at its address", h.NS, "198.51.100.1:18080", true)
 	reach("from the host's loopback", h.NS, "127.0.0.1:18080", true)
@@ -110,7 +129,12 @@ func TestPortForwards(t *testing.T) {
 		return nil
 	}, "the forward to follow the VM's new address")
 
-	att := h.Attachment(h.Status(), "web")
+	var att controller.AttachmentStatus
+	for _, a := range h.Status().Attachments {
+		if a.VM == "web" {
+			att = a
+		}
+	}
 	if len(att.Forwards) != 2 || att.Forwards[0].Forward != "0.0.0.0:18080 -> 8000/tcp" || att.Forwards[0].Connections < 4 || att.Forwards[1].Connections < 1 {
 		t.Errorf("status forwards %+v, want 0.0.0.0:18080 with 4 or more connections and 127.0.0.1:18081 with 1 or more", att.Forwards)
 	}
