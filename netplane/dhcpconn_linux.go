@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -102,6 +103,22 @@ func listenDHCP(bridge string) (*dhcpSocket, error) {
 	return &dhcpSocket{in: os.NewFile(uintptr(fd), "dhcp"), out: out}, nil
 }
 
+// recvFrom reads one frame from a packet socket in Go's poller, waiting
+// for it as a blocking read would (and honouring its deadline).
+func recvFrom(raw syscall.RawConn, buf []byte) (int, unix.Sockaddr, error) {
+	var n int
+	var from unix.Sockaddr
+	var rerr error
+	err := raw.Read(func(fd uintptr) bool {
+		n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
+		return rerr != unix.EAGAIN
+	})
+	if err == nil {
+		err = rerr
+	}
+	return n, from, err
+}
+
 // read returns the next DHCP message sent to the bridge from outside the
 // host, its UDP source and its Ethernet source address. A datagram that is
 // not one is skipped.
@@ -111,16 +128,7 @@ func (s *dhcpSocket) read(buf []byte) ([]byte, *net.UDPAddr, net.HardwareAddr, e
 		return nil, nil, nil, err
 	}
 	for {
-		var n int
-		var from unix.Sockaddr
-		var rerr error
-		err := raw.Read(func(fd uintptr) bool {
-			n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
-			return rerr != unix.EAGAIN
-		})
-		if err == nil {
-			err = rerr
-		}
+		n, from, err := recvFrom(raw, buf)
 		if err != nil {
 			return nil, nil, nil, err
 		}

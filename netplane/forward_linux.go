@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/vmnetctl/vmnetctl/backend"
@@ -117,24 +116,12 @@ func (nw *Network) applyForwards(ctx context.Context) error {
 	return nil
 }
 
-// forwardConns returns the connections each forward took, by counter name.
+// forwardConns returns the connections each forward took, by ForwardKey.
 func forwardConns(ctx context.Context, id string) (map[string]uint64, error) {
-	nft, err := newNFT(knftables.InetFamily, id)
-	if err != nil {
-		return nil, err
-	}
-	counters, err := nft.ListCounters(ctx)
-	if err != nil {
-		if knftables.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
+	conns, err := namedCounters(ctx, knftables.InetFamily, id, "fwd-")
 	out := map[string]uint64{}
-	for _, c := range counters {
-		if strings.HasPrefix(c.Name, "fwd-") && c.Packets != nil {
-			out[c.Name] = *c.Packets
-		}
+	for k, v := range conns {
+		out["fwd-"+k] = v
 	}
-	return out, nil
+	return out, err
 }

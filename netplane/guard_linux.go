@@ -276,24 +276,7 @@ func quoteIfname(name string) string { return `"` + name + `"` }
 // guardDrops returns the frames each guarded port of network id dropped,
 // by port name.
 func guardDrops(ctx context.Context, id string) (map[string]uint64, error) {
-	nft, err := newNFT(knftables.BridgeFamily, id)
-	if err != nil {
-		return nil, err
-	}
-	counters, err := nft.ListCounters(ctx)
-	if err != nil {
-		if knftables.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	drops := map[string]uint64{}
-	for _, c := range counters {
-		if port, ok := strings.CutPrefix(c.Name, "drops-"); ok && c.Packets != nil {
-			drops[port] = *c.Packets
-		}
-	}
-	return drops, nil
+	return namedCounters(ctx, knftables.BridgeFamily, id, "drops-")
 }
 
 // BindAddress lets the VM with mac send from ip on network n, whatever its

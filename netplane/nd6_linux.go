@@ -272,16 +272,7 @@ func (l *nd6Learner) run() {
 		// events, then sets the deadline to now to have them sent.
 		l.file.SetReadDeadline(nextSweep)
 		l.deliver()
-		var n int
-		var from unix.Sockaddr
-		var rerr error
-		err := raw.Read(func(fd uintptr) bool {
-			n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
-			return rerr != unix.EAGAIN
-		})
-		if err == nil {
-			err = rerr
-		}
+		n, from, err := recvFrom(raw, buf)
 		select {
 		case <-l.stop:
 			return

@@ -34,7 +34,7 @@ type Network struct {
 	ra      *raServer  // nil without router advertisements
 	fwd     forwardState
 	fwdKick chan struct{} // a VM's address changed: apply the forwards again
-	guard6  *guard6    // nil without IPv6
+	guard6  *guard6       // nil without IPv6
 	onLease func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it).

@@ -174,6 +174,29 @@ func markedTables(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// namedCounters returns the packets of the counters of network id's table
+// of family whose names start with prefix, by name without it.
+func namedCounters(ctx context.Context, family knftables.Family, id, prefix string) (map[string]uint64, error) {
+	nft, err := newNFT(family, id)
+	if err != nil {
+		return nil, err
+	}
+	counters, err := nft.ListCounters(ctx)
+	if err != nil {
+		if knftables.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, c := range counters {
+		if name, ok := strings.CutPrefix(c.Name, prefix); ok && c.Packets != nil {
+			out[name] = *c.Packets
+		}
+	}
+	return out, nil
+}
+
 // tableRuleset returns `nft list table` of network id's table of a family,
 // or "" without one.
 func tableRuleset(ctx context.Context, family knftables.Family, id string) (string, error) {

@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -279,29 +278,12 @@ func TestNetworkVerbs(t *testing.T) {
 func startHelperCold(t *testing.T, h *host, sock string, args ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := h.VmnetctlCommand(context.Background(), append([]string{"helper", "--socket", sock}, args...)...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	hp := runContractHelper(t, h, filepath.Base(sock), cmd, nil)
+	mac, _ := hp.ready["vmnet_mac_address"].(string)
+	if mac == "" {
+		t.Fatalf("JSON line %q has no vmnet_mac_address", hp.line)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("helper %v: no JSON line: %v\n%s", args, err, stderr.String())
-	}
-	var ready struct {
-		MAC string `json:"vmnet_mac_address"`
-	}
-	if err := json.Unmarshal([]byte(line), &ready); err != nil || ready.MAC == "" {
-		t.Fatalf("JSON line %q: %v", line, err)
-	}
-	return cmd, ready.MAC
+	return cmd, mac
 }
 
 // TestHelperStartedCold: a `vmnetctl helper` started on a network that is

@@ -228,6 +228,8 @@ func startContractHelper(t *testing.T, h *host, name string, fd bool, args ...st
 	})
 }
 
+// runContractHelper starts cmd, a `vmnetctl helper`, reads its JSON line
+// and, with attach, attaches a simulated VM to it.
 func runContractHelper(t *testing.T, h *host, name string, cmd *exec.Cmd, attach func(mac string) *simvm.VM) *contractHelper {
 	t.Helper()
 	stdout, err := cmd.StdoutPipe()
@@ -250,8 +252,10 @@ func runContractHelper(t *testing.T, h *host, name string, cmd *exec.Cmd, attach
 	if err := json.Unmarshal([]byte(line), &hp.ready); err != nil {
 		t.Fatalf("JSON line %q: %v", line, err)
 	}
-	mac, _ := hp.ready["vmnet_mac_address"].(string)
-	hp.vm = attach(mac)
+	if attach != nil {
+		mac, _ := hp.ready["vmnet_mac_address"].(string)
+		hp.vm = attach(mac)
+	}
 	return hp
 }
 
