@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -38,6 +39,8 @@ const (
 	wanPort   = 8080           // WAN echo server, always up
 	gatePort  = 8081           // WAN echo server opened once the host-side checks are done
 	vmPort    = 7001           // VM a's echo server
+	fwdPort   = 7002           // VM a's echo server behind a port forward
+	fwdHost   = 17002          // its host port (portForwards in upVMs)
 )
 
 const e2eNetworks = `vmnet:
@@ -63,6 +66,10 @@ const upVMs = `vms:
     networks:
       - vmnet: shared
         ip: 10.61.0.10
+        portForwards:
+          - guestPort: 7002
+            hostPort: 17002
+            hostIP: 0.0.0.0
       - vmnet: iso
         ip: 10.62.0.10
       - vmnet: jumbo
@@ -175,6 +182,28 @@ func serveEcho(t *testing.T, ns *testutil.NS, addr string) *echoServer {
 	return s
 }
 
+// dialEcho connects to addr from ns, sends payload as one line, closes its
+// side and returns the line it read back.
+func dialEcho(ns *testutil.NS, addr, payload string) (string, error) {
+	var got string
+	err := ns.Do(func() error {
+		c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, payload+"\n"); err != nil {
+			return err
+		}
+		c.(*net.TCPConn).CloseWrite()
+		b, err := io.ReadAll(c)
+		got = strings.TrimSpace(string(b))
+		return err
+	})
+	return got, err
+}
+
 // staleSocket leaves a unix datagram socket file at path, as a qemu that was
 // killed leaves its local.path behind.
 func staleSocket(t *testing.T, path string) {
@@ -212,7 +241,8 @@ func attachmentByMAC(st *controller.Status, mac string) (controller.AttachmentSt
 //
 //	a: `vmnetctl up`, then qemu with `vmnetctl args a --vmm qemu`
 //	   (-netdev dgram over unix sockets, over a stale local.path);
-//	   shared (fixed .10) + iso (fixed .10) + jumbo. Serves TCP for the others.
+//	   shared (fixed .10) + iso (fixed .10) + jumbo. Serves TCP for the others,
+//	   and on fwdPort through a port forward (portForwards, hostIP 0.0.0.0).
 //	b: `vmnetctl run -f run.yaml --vm b -- qemu ... local.type=fd,local.str=4/5`
 //	   (socketpairs); shared + iso, dynamic leases.
 //	c: `attach: tap`, qemu -netdev tap with the TAP names of `vmnetctl args`;
@@ -232,7 +262,9 @@ func attachmentByMAC(st *controller.Status, mac string) (controller.AttachmentSt
 // the default route of the router advertisements (nat66); over IPv6, a
 // resolves b's AAAA record and c a's, both the addresses the guests
 // reported (the network learned them from neighbour discovery); status
-// lists b's.
+// lists b's. Port forward: a's echo server answers through the host's port
+// fwdHost from the WAN (at the host's uplink address) and from the host's
+// loopback, a sees exactly those two connections, and status counts them.
 func TestGuests(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
@@ -280,6 +312,11 @@ func TestGuests(t *testing.T) {
 			DHCP("eth1"). // last: the default route is iso's gateway (NAT)
 			Ping(isoGW).
 			Listen(vmPort).
+			// Forwarded connections keep their source (DNAT only): a's
+			// replies from its shared address must leave through shared,
+			// not its default route (iso), whose gateway would drop them.
+			Report("eth0.srcroute", "ip route add 10.61.0.0/24 dev eth0 table 61 && ip route add default via "+sharedGW+" dev eth0 table 61 && ip rule add from "+aShared+" table 61 && echo ok || echo fail").
+			Listen(fwdPort).
 			ResolveWithin("b.vmnet.internal", sharedGW, long).
 			ResolveWithin("c", sharedGW, long).
 			// IPv6 (while b and c talk to the echo server): an address by
@@ -289,6 +326,7 @@ func TestGuests(t *testing.T) {
 			Ping(sharedGW6).
 			ResolveAAAAWithin("b.vmnet.internal", sharedGW6, 30*time.Second).
 			AwaitConns(vmPort, 3, long).
+			AwaitConns(fwdPort, 2, long).
 			EchoAs("gate", wanPeer, gatePort, "gate-a", long),
 	})
 	b := guest.Boot(t, guest.Config{
@@ -405,6 +443,50 @@ func TestGuests(t *testing.T) {
 		att, ok := attachmentByMAC(s, bMAC0)
 		return ok && slices.Contains(att.IPv6, b6)
 	}, "status --json to list b's IPv6 address %s", b6)
+	// a's service on fwdPort through the forward of upVMs: from the WAN at
+	// the host's uplink address, and from the host's own loopback.
+	if v, err := a.Await(guest.ListenKey(fwdPort), long); err != nil || v != "up" {
+		t.Fatalf("a: echo server on %d: %q %v", fwdPort, v, err)
+	}
+	fwdStart := time.Now()
+	for _, d := range []struct {
+		ns      *testutil.NS
+		addr    string
+		payload string
+	}{
+		{w.wan, fmt.Sprintf("%s:%d", wanHost, fwdHost), "fwd-wan"},
+		{w.NS, fmt.Sprintf("127.0.0.1:%d", fwdHost), "fwd-lo"},
+	} {
+		testutil.Eventually(t, 20*time.Second, func() error {
+			got, err := dialEcho(d.ns, d.addr, d.payload)
+			if err == nil && got != d.payload {
+				err = fmt.Errorf("got %q back, want %q", got, d.payload)
+			}
+			return err
+		}, "%s: echo through the forward from %s", d.addr, d.ns)
+	}
+	wantFwd := fmt.Sprintf("0.0.0.0:%d -> %d/tcp", fwdHost, fwdPort)
+	var fwdConns uint64
+	testutil.Eventually(t, 20*time.Second, func() error {
+		s, err := w.ReadStatus()
+		if err != nil {
+			return err
+		}
+		att, ok := attachmentByMAC(s, macs["a/eth0"])
+		if !ok {
+			return fmt.Errorf("no attachment with a's MAC %s", macs["a/eth0"])
+		}
+		for _, f := range att.Forwards {
+			if f.Forward == wantFwd {
+				if fwdConns = f.Connections; fwdConns >= 2 {
+					return nil
+				}
+				return fmt.Errorf("forward %s: %d connections, want at least 2", wantFwd, fwdConns)
+			}
+		}
+		return fmt.Errorf("forwards %+v, want %q", att.Forwards, wantFwd)
+	}, "status --json to count the forward's connections")
+	fwdTime := time.Since(fwdStart)
 	gate := serveEcho(t, w.wan, fmt.Sprintf("%s:%d", wanPeer, gatePort))
 
 	results := map[string]*guest.Result{}
@@ -430,6 +512,10 @@ func TestGuests(t *testing.T) {
 	ra.Expect(t, guest.ResolveKey("b.vmnet.internal"), leases["b/eth0"])
 	ra.Expect(t, guest.ResolveKey("c"), leases["c/eth0"])
 	ra.Expect(t, guest.ListenKey(vmPort)+".conns", "3")
+	ra.Expect(t, "eth0.srcroute", "ok")
+	ra.Expect(t, guest.ListenKey(fwdPort), "up")
+	ra.Expect(t, guest.ListenKey(fwdPort)+".conns", "2")
+	ra.Expect(t, guest.ListenKey(fwdPort)+".data", "fwd-wan fwd-lo")
 	ra.Expect(t, "gate", "ok")
 	// a, b and c: IPv6 by SLAAC on shared, DNS AAAA from neighbour discovery.
 	for _, r := range []*guest.Result{ra, rb, rc} {
@@ -506,5 +592,5 @@ func TestGuests(t *testing.T) {
 	for _, r := range []*guest.Result{ra, rb, rc} {
 		t.Logf("guest %s: boot (qemu start to /init) %v, run %v", r.Name, r.BootTime.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
 	}
-	t.Logf("up and args %v, all seven leases at %v, test %v", upTime.Round(time.Millisecond), leaseTime.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	t.Logf("up and args %v, all seven leases at %v, forward checks %v (%d connections), test %v", upTime.Round(time.Millisecond), leaseTime.Round(time.Millisecond), fwdTime.Round(time.Millisecond), fwdConns, time.Since(start).Round(time.Millisecond))
 }
