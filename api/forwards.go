@@ -133,6 +133,31 @@ func (w *walker) portRange(f map[string]*yaml.Node, key, rangeKey string, at fun
 	return PortRange{}, false
 }
 
+// servicePortClash says why pf would take the connections of vmnetctl's
+// own services: the DNS proxy (53) and DHCP (67) answer on every network's
+// gateway, which a forward on every address (or on a gateway) includes.
+// "" when it does not.
+func servicePortClash(nets *Networks, pf PortForward) string {
+	for _, n := range nets.Networks {
+		if n.Routed() && n.Gateway.IsValid() && pf.HostIP == n.Gateway {
+			return fmt.Sprintf("hostIP %s is the gateway of network %q, its VMs' router: forward from another address of the host", pf.HostIP, n.ID)
+		}
+	}
+	if !pf.HostIP.IsUnspecified() {
+		return ""
+	}
+	for _, s := range []struct {
+		port  int
+		proto string
+		what  string
+	}{{53, "udp", "DNS proxy"}, {53, "tcp", "DNS proxy"}, {67, "udp", "DHCP server"}} {
+		if pf.Proto == s.proto && pf.HostPort.overlaps(PortRange{s.port, s.port}) {
+			return fmt.Sprintf("host port %d/%s on every address (0.0.0.0) would take the connections of vmnetctl's %s on the networks' gateways: give hostIP one address", s.port, s.proto, s.what)
+		}
+	}
+	return ""
+}
+
 // conflicts reports whether two forwards claim a host port in common.
 func (f PortForward) conflicts(o PortForward) bool {
 	sameIP := f.HostIP == o.HostIP || f.HostIP.IsUnspecified() || o.HostIP.IsUnspecified()

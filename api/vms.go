@@ -352,6 +352,9 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 					errAt(a.Source, a.lines["portForwards"], field+".portForwards", "network %q is %s: its VMs are on the LAN already; forwards are for shared and host networks", n.ID, n.Mode)
 				}
 				for _, pf := range a.PortForwards {
+					if msg := servicePortClash(nets, pf); msg != "" {
+						errAt(pf.Source, pf.Source.Line, field+".portForwards", "%s", msg)
+					}
 					for _, prev := range forwards {
 						if pf.conflicts(prev) {
 							errAt(pf.Source, pf.Source.Line, field+".portForwards", "host port %s/%s on %s is also forwarded at %s", pf.HostPort, pf.Proto, pf.HostIP, prev.Source)

@@ -156,11 +156,10 @@ type ServiceStats struct {
 // VM with MAC on the network.
 type Forward struct {
 	api.PortForward
-	// Key is the attachment's ("vm/index"), Index the forward's place in
-	// its list: ServiceStats.ForwardConns names it by them.
-	Key   string
-	Index int
-	MAC   string
+	// Key is the attachment's ("vm/index"): ServiceStats.ForwardConns
+	// names the forward by it and the forward (netplane.ForwardKey).
+	Key string
+	MAC string
 }
 
 // IPv6Stats count a network's IPv6 services since it started.

@@ -15,8 +15,8 @@ import (
 func forwardsOf(desired *Desired) map[string][]backend.Forward {
 	out := map[string][]backend.Forward{}
 	for _, a := range desired.Attachments {
-		for i, pf := range a.PortForwards {
-			out[a.Network] = append(out[a.Network], backend.Forward{PortForward: pf, Key: a.Key(), Index: i, MAC: a.MAC})
+		for _, pf := range a.PortForwards {
+			out[a.Network] = append(out[a.Network], backend.Forward{PortForward: pf, Key: a.Key(), MAC: a.MAC})
 		}
 	}
 	return out

@@ -254,8 +254,8 @@ func (c *Controller) collectAttachment(emit emitter, a *Attachment, st backend.S
 	labels := []string{a.Network, a.VM, strconv.Itoa(a.Index)}
 	with := func(extra ...string) []string { return append(append([]string{}, labels...), extra...) }
 	emit(descAttachmentInfo, prometheus.GaugeValue, 1, with(a.Project, string(a.Attach))...)
-	for i, pf := range a.PortForwards {
-		emit(descForwardConns, prometheus.CounterValue, float64(st.ForwardConns[netplane.ForwardKey(a.Key(), i)]), with(pf.String())...)
+	for _, pf := range a.PortForwards {
+		emit(descForwardConns, prometheus.CounterValue, float64(st.ForwardConns[netplane.ForwardKey(a.Key(), pf)]), with(pf.String())...)
 	}
 	guard := st.GuardDrops
 	h := c.helpers[a.Key()]

@@ -190,8 +190,8 @@ func (c *Controller) status() *Status {
 		for _, ip := range ip6s[a.Network+"/"+a.MAC] {
 			as.IPv6 = append(as.IPv6, ip.String())
 		}
-		for i, pf := range a.PortForwards {
-			as.Forwards = append(as.Forwards, ForwardStatus{Forward: pf.String(), Connections: conns[netplane.ForwardKey(a.Key(), i)]})
+		for _, pf := range a.PortForwards {
+			as.Forwards = append(as.Forwards, ForwardStatus{Forward: pf.String(), Connections: conns[netplane.ForwardKey(a.Key(), pf)]})
 		}
 		if h := c.helpers[a.Key()]; h != nil {
 			meter := c.observeLocked(a.Key(), h)

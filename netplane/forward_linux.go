@@ -6,9 +6,12 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
 
@@ -31,16 +34,26 @@ func addForwardObjects(tx *knftables.Transaction) {
 }
 
 // forwardState is what a network forwards, kept to apply again when the
-// VMs' addresses change.
+// VMs' addresses change, and what it applied last.
 type forwardState struct {
 	mu       sync.Mutex
 	forwards []backend.Forward
+	applied  string                    // the last transaction's content, to skip one that changes nothing
+	targets  map[forwardKey]netip.Addr // each host port's VM address, as applied
+}
+
+// forwardKey is a forwarded host port (hostIP is 0.0.0.0 for every
+// address) and where it went.
+type forwardKey struct {
+	proto          string
+	hostIP         netip.Addr
+	hostPort, port int
 }
 
 // SetForwards makes the network forward what fs say, to the VMs'
 // addresses now (a VM without one yet gets its forwards when it leases):
 // one transaction that empties the maps and the counting chain and fills
-// them again.
+// them again, unless that would change nothing.
 func (nw *Network) SetForwards(ctx context.Context, fs []backend.Forward) error {
 	if !nw.n.Routed() || nw.inNS == nil {
 		return nil
@@ -51,11 +64,11 @@ func (nw *Network) SetForwards(ctx context.Context, fs []backend.Forward) error 
 	return nw.applyForwards(ctx)
 }
 
-// refreshForwards applies the forwards again (a lease changed).
+// refreshForwards applies the forwards again (a VM's address changed).
 func (nw *Network) refreshForwards() {
 	nw.fwd.mu.Lock()
 	defer nw.fwd.mu.Unlock()
-	if len(nw.fwd.forwards) == 0 {
+	if len(nw.fwd.forwards) == 0 && len(nw.fwd.targets) == 0 {
 		return
 	}
 	if err := nw.applyForwards(context.Background()); err != nil {
@@ -88,19 +101,26 @@ func (nw *Network) applyForwards(ctx context.Context) error {
 	tx.Flush(&knftables.Map{Name: ForwardsByAddr})
 	tx.Flush(&knftables.Map{Name: ForwardsAny})
 	tx.Flush(&knftables.Chain{Name: ForwardsChain})
+	var sig strings.Builder
+	counters := map[string]bool{}
+	targets := map[forwardKey]netip.Addr{}
 	for _, f := range nw.fwd.forwards {
 		pf := f.PortForward
 		match := fmt.Sprintf("meta l4proto %s th dport %s", pf.Proto, pf.HostPort)
 		if !pf.HostIP.IsUnspecified() {
 			match = "ip daddr " + pf.HostIP.String() + " " + match
 		}
-		tx.Add(&knftables.Counter{Name: ForwardKey(f.Key, f.Index)})
-		tx.Add(&knftables.Rule{Chain: ForwardsChain, Rule: match + " counter name " + fmt.Sprintf("%q", ForwardKey(f.Key, f.Index))})
+		name := ForwardKey(f.Key, pf)
+		counters[name] = true
+		tx.Add(&knftables.Counter{Name: name})
+		tx.Add(&knftables.Rule{Chain: ForwardsChain, Rule: match + " counter name " + fmt.Sprintf("%q", name)})
 		ip, ok := nw.vmAddr(f.MAC)
+		fmt.Fprintf(&sig, "%s %s %v;", name, ip, ok)
 		if !ok {
 			continue
 		}
 		for i := range pf.HostPort.Len() {
+			targets[forwardKey{pf.Proto, pf.HostIP, pf.HostPort.First + i, pf.GuestPort.First + i}] = ip
 			to := []string{ip.String(), fmt.Sprint(pf.GuestPort.First + i)}
 			port := fmt.Sprint(pf.HostPort.First + i)
 			if pf.HostIP.IsUnspecified() {
@@ -110,18 +130,61 @@ func (nw *Network) applyForwards(ctx context.Context) error {
 			}
 		}
 	}
-	if err := nw.inNS(func() error { return nft.Run(ctx, tx) }); err != nil {
+	if sig.String() == nw.fwd.applied && nw.fwd.targets != nil {
+		return nil
+	}
+	err = nw.inNS(func() error {
+		// The counters of forwards that are gone go with them.
+		old, err := namedCounters(ctx, knftables.InetFamily, nw.n.ID, "")
+		if err != nil {
+			return err
+		}
+		for name := range old {
+			if strings.HasPrefix(name, forwardKeyPrefix) && !counters[name] {
+				tx.Delete(&knftables.Counter{Name: name})
+			}
+		}
+		if err := nft.Run(ctx, tx); err != nil {
+			return err
+		}
+		// Connections through a forward that is gone or moved are
+		// forgotten: conntrack would keep sending them to the old VM.
+		for k, ip := range nw.fwd.targets {
+			if now, ok := targets[k]; !ok || now != ip {
+				forgetForwarded(k, ip)
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("network %q: port forwards: %w", nw.n.ID, err)
 	}
+	nw.fwd.applied, nw.fwd.targets = sig.String(), targets
 	return nil
+}
+
+// forgetForwarded deletes the conntrack entries of connections forwarded
+// through k to ip, in the calling thread's namespace.
+func forgetForwarded(k forwardKey, ip netip.Addr) {
+	f := &netlink.ConntrackFilter{}
+	proto := uint8(unix.IPPROTO_TCP)
+	if k.proto == "udp" {
+		proto = unix.IPPROTO_UDP
+	}
+	if f.AddProtocol(proto) != nil || f.AddIP(netlink.ConntrackReplySrcIP, net.IP(ip.AsSlice())) != nil ||
+		f.AddPort(netlink.ConntrackOrigDstPort, uint16(k.hostPort)) != nil {
+		return
+	}
+	netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f)
 }
 
 // forwardConns returns the connections each forward took, by ForwardKey.
 func forwardConns(ctx context.Context, id string) (map[string]uint64, error) {
-	conns, err := namedCounters(ctx, knftables.InetFamily, id, "fwd-")
-	out := map[string]uint64{}
-	for k, v := range conns {
-		out["fwd-"+k] = v
+	conns, err := namedCounters(ctx, knftables.InetFamily, id, "")
+	for k := range conns {
+		if !strings.HasPrefix(k, forwardKeyPrefix) {
+			delete(conns, k)
+		}
 	}
-	return out, err
+	return conns, err
 }

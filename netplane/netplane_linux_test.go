@@ -103,7 +103,8 @@ func TestShared(t *testing.T) {
 	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{wanPeer + ":53"}})
 	wantRules(t, "forward chain of a shared network", chainRules(t, host, n.ID, "forward"), []string{
 		`iifname "vmn-lan1" oifname "vmn-lan1" accept`,
-		`ct status dnat accept`,
+		`oifname "vmn-lan1" ct direction original ct status dnat accept`,
+		`iifname "vmn-lan1" ct direction reply ct status dnat accept`,
 		`iifname "vmn-lan1" ip saddr 10.200.1.0/24 accept`,
 		`oifname "vmn-lan1" ct state established,related accept`,
 		`oifname "vmn-lan1" drop`,
@@ -233,7 +234,8 @@ func TestHost(t *testing.T) {
 	}
 	wantRules(t, "forward chain of a host network", chainRules(t, host, n.ID, "forward"), []string{
 		`iifname "vmn-hostonly" oifname "vmn-hostonly" accept`,
-		`ct status dnat accept`,
+		`oifname "vmn-hostonly" ct direction original ct status dnat accept`,
+		`iifname "vmn-hostonly" ct direction reply ct status dnat accept`,
 		`iifname "vmn-hostonly" drop`,
 		`oifname "vmn-hostonly" drop`,
 	})
@@ -292,7 +294,8 @@ func TestIsolation(t *testing.T) {
 	start(t, host, n, Options{})
 	wantRules(t, "forward chain of an isolated shared network", chainRules(t, host, n.ID, "forward"), []string{
 		`iifname "vmn-iso" oifname "vmn-iso" drop`,
-		`ct status dnat accept`,
+		`oifname "vmn-iso" ct direction original ct status dnat accept`,
+		`iifname "vmn-iso" ct direction reply ct status dnat accept`,
 		`iifname "vmn-iso" ip saddr 10.200.3.0/24 accept`,
 		`oifname "vmn-iso" ct state established,related accept`,
 		`oifname "vmn-iso" drop`,
@@ -376,7 +379,8 @@ func TestForwardChain(t *testing.T) {
 	}{
 		{shared, []string{
 			`iifname "vmn-s" oifname "vmn-s" accept`,
-			`ct status dnat accept`,
+			`oifname "vmn-s" ct direction original ct status dnat accept`,
+			`iifname "vmn-s" ct direction reply ct status dnat accept`,
 			`iifname "vmn-s" ip saddr 10.9.0.0/24 accept`,
 			`oifname "vmn-s" ct state established,related accept`,
 			`oifname "vmn-s" drop`,
@@ -384,7 +388,8 @@ func TestForwardChain(t *testing.T) {
 		}},
 		{isolated, []string{
 			`iifname "vmn-i" oifname "vmn-i" drop`,
-			`ct status dnat accept`,
+			`oifname "vmn-i" ct direction original ct status dnat accept`,
+			`iifname "vmn-i" ct direction reply ct status dnat accept`,
 			`iifname "vmn-i" ip saddr 10.9.1.0/24 accept`,
 			`oifname "vmn-i" ct state established,related accept`,
 			`oifname "vmn-i" drop`,
@@ -392,19 +397,22 @@ func TestForwardChain(t *testing.T) {
 		}},
 		{hostOnly, []string{
 			`iifname "vmn-h" oifname "vmn-h" accept`,
-			`ct status dnat accept`,
+			`oifname "vmn-h" ct direction original ct status dnat accept`,
+			`iifname "vmn-h" ct direction reply ct status dnat accept`,
 			`iifname "vmn-h" drop`,
 			`oifname "vmn-h" drop`,
 		}},
 		{isoHost, []string{
 			`iifname "vmn-j" oifname "vmn-j" drop`,
-			`ct status dnat accept`,
+			`oifname "vmn-j" ct direction original ct status dnat accept`,
+			`iifname "vmn-j" ct direction reply ct status dnat accept`,
 			`iifname "vmn-j" drop`,
 			`oifname "vmn-j" drop`,
 		}},
 		{routed, []string{
 			`iifname "vmn-r" oifname "vmn-r" accept`,
-			`ct status dnat accept`,
+			`oifname "vmn-r" ct direction original ct status dnat accept`,
+			`iifname "vmn-r" ct direction reply ct status dnat accept`,
 			`iifname "vmn-r" ip saddr 10.9.4.0/24 accept`,
 			`oifname "vmn-r" ct state established,related accept`,
 			`oifname "vmn-r" drop`,

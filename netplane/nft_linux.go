@@ -24,6 +24,7 @@ var chains = []chainSpec{
 	{"forward", knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority},
 	{"postrouting", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
 	{"prerouting", knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority},
+	{"early", knftables.FilterType, knftables.PreroutingHook, knftables.RawPriority},
 	{"output", knftables.NATType, knftables.OutputHook, knftables.DNATPriority},
 }
 

@@ -1,6 +1,8 @@
 package netplane
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -31,17 +33,34 @@ func nftRules(n *api.Network) map[string][]string {
 	} else {
 		fwd = append(fwd, "iifname "+br+" oifname "+br+" accept")
 	}
-	// Port forwards (forwardRules): connections the host's DNAT sent to
-	// a VM, and their replies, on host networks too.
-	fwd = append(fwd, "ct status dnat accept")
+	// Port forwards: connections DNAT sent into this network (to a VM:
+	// the maps hold only its VMs), and their replies out of it, on host
+	// networks too. Not other DNAT (a container's published port): a VM
+	// of a host network must not reach it.
+	fwd = append(fwd,
+		"oifname "+br+" ct direction original ct status dnat accept",
+		"iifname "+br+" ct direction reply ct status dnat accept")
 	var nat []string
 	if n.Routed() {
-		dnat := []string{
-			"fib daddr type local jump " + ForwardsChain,
-			"fib daddr type local dnat ip to ip daddr . meta l4proto . th dport map @" + ForwardsByAddr,
-			"fib daddr type local dnat ip to meta l4proto . th dport map @" + ForwardsAny,
+		dnat := func(local string) []string {
+			return []string{
+				local + " jump " + ForwardsChain,
+				local + " dnat ip to ip daddr . meta l4proto . th dport map @" + ForwardsByAddr,
+				local + " dnat ip to meta l4proto . th dport map @" + ForwardsAny,
+			}
 		}
-		rules["prerouting"], rules["output"] = dnat, dnat
+		// From outside, not to 127.0.0.0/8: a forward on 127.0.0.1 is the
+		// host's own programs' (the output hook), and a neighbour that
+		// sends to 127.0.0.1 gets nothing.
+		rules["prerouting"] = dnat("fib daddr type local ip daddr != 127.0.0.0/8")
+		rules["output"] = dnat("fib daddr type local")
+		// The bridge has route_localnet (for forwards used from the
+		// host's loopback): no VM may send to or from 127.0.0.0/8 through
+		// it, which would reach the host's loopback-only services.
+		rules["early"] = []string{
+			"iifname " + br + " ip daddr 127.0.0.0/8 drop",
+			"iifname " + br + " ip saddr 127.0.0.0/8 drop",
+		}
 		// A forward used from the host's loopback leaves with the
 		// gateway's address (the bridge has route_localnet), and one used
 		// from a VM of the network with the gateway's too, so the reply
@@ -94,9 +113,13 @@ const (
 	ForwardsChain  = "forwards"
 )
 
-// ForwardKey names forward i of the attachment key ("vm/index"): the
-// nftables counter of its connections, "fwd-vm-index-i", and its entry in
-// ServiceStats.ForwardConns.
-func ForwardKey(key string, i int) string {
-	return "fwd-" + strings.ReplaceAll(key, "/", "-") + fmt.Sprintf("-%d", i)
+// ForwardKey names a port forward of the attachment key ("vm/index"):
+// the nftables counter of its connections and its entry in
+// ServiceStats.ForwardConns, "fwd-vm-index-" and a hash of the forward, so
+// that a forward keeps its count when others around it change.
+func ForwardKey(key string, pf api.PortForward) string {
+	sum := sha256.Sum256([]byte(pf.String()))
+	return forwardKeyPrefix + strings.ReplaceAll(key, "/", "-") + "-" + hex.EncodeToString(sum[:4])
 }
+
+const forwardKeyPrefix = "fwd-"

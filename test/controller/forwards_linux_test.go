@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,22 +33,15 @@ vms:
           - guestPort: 8000
             hostPort: 18082
             hostIP: 0.0.0.0
+  hv:
+    networks:
+      - vmnet: host
 `
 
 // serveHello answers every TCP connection to port in vm with "hello from
 // VM" and closes it.
 func serveHello(t *testing.T, vm *simvm.VM, port int) {
-	ln := vm.Listen(t, "tcp4", fmt.Sprintf(":%d", port))
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			io.WriteString(c, "hello from VM")
-			c.Close()
-		}
-	}()
+	serveText(t, vm.Listen(t, "tcp4", fmt.Sprintf(":%d", port)), "hello from VM")
 }
 
 // dialHello connects to addr from ns and returns what it read, or an error.
@@ -139,6 +133,51 @@ func TestPortForwards(t *testing.T) {
 		t.Errorf("status forwards %+v, want 0.0.0.0:18080 with 4 or more connections and 127.0.0.1:18081 with 1 or more", att.Forwards)
 	}
 
+	// What forwards must not open. The host has a service on its loopback
+	// only, and a container-like DNAT of someone else's; the VMs and the
+	// LAN neighbour route 127.0.0.0/8 to the host (as a hostile guest or
+	// neighbour would).
+	hv := h.VM(h.Attachment(h.Status(), "hv"))
+	hv.DHCP(t)
+	serveText(t, h.Listen(t, "tcp4", "127.0.0.1:9999"), "host loopback secret")
+	ctr := testutil.NewNS(t, "fwdctr")
+	testutil.Run(t, "ip", "-n", h.Name, "link", "add", "docker0", "type", "veth", "peer", "name", "eth0", "netns", ctr.Name)
+	h.MustRun(t, "ip", "addr", "add", "172.17.0.1/16", "dev", "docker0")
+	h.MustRun(t, "ip", "link", "set", "docker0", "up")
+	ctr.MustRun(t, "ip", "addr", "add", "172.17.0.2/16", "dev", "eth0")
+	ctr.MustRun(t, "ip", "link", "set", "eth0", "up")
+	ctr.MustRun(t, "ip", "route", "add", "default", "via", "172.17.0.1")
+	serveText(t, ctr.Listen(t, "tcp4", ":9000"), "hello from container")
+	h.MustRun(t, "nft", "add table ip dockerlike; add chain ip dockerlike pre { type nat hook prerouting priority dstnat; }; add rule ip dockerlike pre fib daddr type local tcp dport 9000 dnat to 172.17.0.2:9000")
+	closed := func(what string, ns *testutil.NS, addr string) {
+		if got, _ := dialHello(ns, addr); got != "" {
+			t.Errorf("%s (%s): got %q; want no way through", what, addr, got)
+		}
+	}
+	closed("a host-only VM to a container's published port", hv.NS, "192.168.106.1:9000")
+	if got, err := dialHello(vm.NS, "192.168.105.1:9000"); got != "hello from container" {
+		t.Errorf("a shared VM to a container's published port (control): %q, %v", got, err)
+	}
+	localnet(t, vm.NS, "192.168.105.1")
+	localnet(t, hv.NS, "192.168.106.1")
+	localnet(t, wan, "198.51.100.1")
+	// In parallel: each waits for its dial to time out.
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		what string
+		ns   *testutil.NS
+		addr string
+	}{
+		{"a shared VM to the host's loopback-only service", vm.NS, "127.0.0.1:9999"},
+		{"a host-only VM to the host's loopback-only service", hv.NS, "127.0.0.1:9999"},
+		{"a LAN neighbour to the host's loopback-only service", wan, "127.0.0.1:9999"},
+		{"a LAN neighbour to the 127.0.0.1 forward", wan, "127.0.0.1:18081"},
+		{"a host-only VM to the 127.0.0.1 forward", hv.NS, "127.0.0.1:18081"},
+	} {
+		wg.Go(func() { closed(c.what, c.ns, c.addr) })
+	}
+	wg.Wait()
+
 	// A host port in use is refused, naming the file and the port.
 	h.Listen(t, "tcp4", "0.0.0.0:18090")
 	taken := h.WriteFile("taken.yaml", "vms:\n  other:\n    networks:\n      - vmnet: shared\n        portForwards:\n          - guestPort: 80\n            hostPort: 18090\n")
@@ -150,4 +189,26 @@ func TestPortForwards(t *testing.T) {
 			t.Errorf("the refused up recorded VM other: %+v", a)
 		}
 	}
+}
+
+// serveText answers every connection to ln with text.
+func serveText(t *testing.T, ln net.Listener, text string) {
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, text)
+			c.Close()
+		}
+	}()
+}
+
+// localnet makes ns send 127.0.0.0/8 to via, as a hostile guest or
+// neighbour would to reach the host's loopback.
+func localnet(t *testing.T, ns *testutil.NS, via string) {
+	ns.MustRun(t, "ip", "addr", "flush", "dev", "lo")
+	ns.MustRun(t, "ip", "route", "add", "127.0.0.0/8", "via", via, "dev", "eth0")
+	ns.MustRun(t, "sh", "-c", "for k in all/route_localnet eth0/route_localnet; do echo 1 > /proc/sys/net/ipv4/conf/$k; done; for k in all/rp_filter eth0/rp_filter; do echo 0 > /proc/sys/net/ipv4/conf/$k; done")
 }
