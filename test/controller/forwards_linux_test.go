@@ -212,3 +212,50 @@ func localnet(t *testing.T, ns *testutil.NS, via string) {
 	ns.MustRun(t, "ip", "route", "add", "127.0.0.0/8", "via", via, "dev", "eth0")
 	ns.MustRun(t, "sh", "-c", "for k in all/route_localnet eth0/route_localnet; do echo 1 > /proc/sys/net/ipv4/conf/$k; done; for k in all/rp_filter eth0/rp_filter; do echo 0 > /proc/sys/net/ipv4/conf/$k; done")
 }
+
+// TestForwardRemovedCutsConnections: a connection made through a forward
+// ends when the forward goes (its conntrack entry is deleted): it does not
+// keep reaching the VM.
+func TestForwardRemovedCutsConnections(t *testing.T) {
+	h := newContractHost(t)
+	with := "vms:\n  web:\n    networks:\n      - vmnet: shared\n        portForwards:\n          - guestPort: 8001\n            hostPort: 18083\n"
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", with))
+	vm := h.VM(h.Attachment(h.Status(), "web"))
+	vm.DHCP(t)
+	ln := vm.Listen(t, "tcp4", ":8001")
+	go func() { // echo
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	var c net.Conn
+	testutil.Eventually(t, 10*time.Second, func() error { // the forward follows the lease at once, not before
+		return h.Do(func() (err error) { c, err = net.DialTimeout("tcp4", "127.0.0.1:18083", 3*time.Second); return err })
+	}, "a connection through the forward")
+	defer c.Close()
+	echo := func(msg string) error {
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := io.WriteString(c, msg); err != nil {
+			return err
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+		if string(buf) != msg {
+			return fmt.Errorf("echoed %q", buf)
+		}
+		return nil
+	}
+	if err := echo("before"); err != nil {
+		t.Fatalf("through the forward: %v", err)
+	}
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  web:\n    networks:\n      - vmnet: shared\n"))
+	if err := echo("after"); err == nil {
+		t.Errorf("the connection still reaches the VM after its forward was removed")
+	}
+}
