@@ -26,6 +26,10 @@ vms:
             hostIP: 0.0.0.0
           - guestPort: 8000
             hostPort: 18081
+          - guestPort: 9000
+            hostPort: 19000
+            hostIP: 0.0.0.0
+            proto: udp
   api:
     networks:
       - vmnet: shared
@@ -106,6 +110,36 @@ func TestPortForwards(t *testing.T) {
 		return nil
 	}, "api's forward to work once it leased an address")
 	reach("from another machine", wan, "198.51.100.1:18080", true)
+	udp := vm.ListenPacket(t, "udp4", ":9000")
+	go func() { // UDP echo
+		buf := make([]byte, 100)
+		for {
+			n, from, err := udp.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			udp.WriteTo(buf[:n], from)
+		}
+	}()
+	if err := wan.Do(func() error {
+		c, err := net.Dial("udp4", "198.51.100.1:19000")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return err
+		}
+		buf := make([]byte, 10)
+		n, err := c.Read(buf)
+		if err == nil && string(buf[:n]) != "ping" {
+			err = fmt.Errorf("echoed %q", buf[:n])
+		}
+		return err
+	}); err != nil {
+		t.Errorf("the UDP forward from another machine: %v", err)
+	}
 	reach("from the host, at its address", h.NS, "198.51.100.1:18080", true)
 	reach("from the host's loopback", h.NS, "127.0.0.1:18080", true)
 	reach("the 127.0.0.1 forward from the host", h.NS, "127.0.0.1:18081", true)
@@ -129,7 +163,7 @@ func TestPortForwards(t *testing.T) {
 			att = a
 		}
 	}
-	if len(att.Forwards) != 2 || att.Forwards[0].Forward != "0.0.0.0:18080 -> 8000/tcp" || att.Forwards[0].Connections < 4 || att.Forwards[1].Connections < 1 {
+	if len(att.Forwards) != 3 || att.Forwards[0].Forward != "0.0.0.0:18080 -> 8000/tcp" || att.Forwards[0].Connections < 4 || att.Forwards[1].Connections < 1 {
 		t.Errorf("status forwards %+v, want 0.0.0.0:18080 with 4 or more connections and 127.0.0.1:18081 with 1 or more", att.Forwards)
 	}
 
