@@ -91,6 +91,9 @@ type Network struct {
 	// it, on the bridge.
 	Subnet6  netip.Prefix `json:"subnet6,omitzero"`
 	Gateway6 netip.Addr   `json:"gateway6,omitzero"`
+	// Egress is the network's policy for connections its VMs open; nil
+	// allows everything the mode allows.
+	Egress *Egress `json:"egress,omitempty"`
 	// Interface is the host interface of a bridged network.
 	Interface string `json:"interface,omitempty"`
 
@@ -191,7 +194,7 @@ func (c *Networks) Lookup(kind RefKind, name string) *Network {
 
 var networkKeys = []string{"mode", "gateway", "dhcpEnd", "netmask", "interface", "subnet", "dhcp",
 	"dnsProxy", "dnsForward", "mtu", "nat44", "nat66", "routerAdvertisement", "isolation", "leaseTime", "dhcpRange", "reservations",
-	"offloads", "vmnetBroker", "ipv6", "subnet6"}
+	"offloads", "vmnetBroker", "ipv6", "subnet6", "egress"}
 
 // LoadNetworks parses networks.yaml. file names the input in diagnostics.
 // The result is nil when there are errors.
@@ -405,7 +408,7 @@ func (w *walker) settings(n *Network, f map[string]*yaml.Node, at func(string) s
 // bridged reads what a bridged network takes: its interface, and no
 // addresses or services (the LAN has them).
 func (w *walker) bridged(n *Network, key *yaml.Node, f map[string]*yaml.Node, at func(string) string) {
-	for _, k := range []string{"gateway", "netmask", "subnet", "dhcpEnd", "dhcpRange", "reservations", "subnet6"} {
+	for _, k := range []string{"gateway", "netmask", "subnet", "dhcpEnd", "dhcpRange", "reservations", "subnet6", "egress"} {
 		if _, ok := f[k]; ok {
 			w.errorf(f[k], at(k), "a bridged network has no %s: its VMs take their addresses from the LAN of its interface", k)
 		}
@@ -441,6 +444,9 @@ func (w *walker) routed(n *Network, f map[string]*yaml.Node, at func(string) str
 	}
 	w.addresses(n, f, at)
 	w.ipv6(n, f, at)
+	if ev, ok := f["egress"]; ok {
+		w.egress(n, ev, at("egress"))
+	}
 	if n.Subnet.IsValid() {
 		w.dhcpRange(n, f, at)
 		w.reservations(n, f, at)

@@ -150,6 +150,9 @@ type ServiceStats struct {
 	// ForwardConns counts the connections (new flows, for UDP) each port
 	// forward took, by netplane.ForwardKey; nil where the backend has none.
 	ForwardConns map[string]uint64 `json:"forwardConns,omitempty"`
+	// EgressDenied counts the connections the network's egress policy
+	// refused.
+	EgressDenied uint64 `json:"egressDenied,omitempty"`
 }
 
 // Forward is one port forward of an attachment (api.PortForward), to the

@@ -114,6 +114,8 @@ var (
 	descDNSResponses = networkDesc("vmnetctl_network_dns_responses_total",
 		"DNS queries the network's proxy handled, by outcome: local (a VM's name), nxdomain (an unknown name under vmnet.internal), forwarded (answered upstream), servfail (no upstream answered), refused (not the network's own name, forwarding off), dropped (not answered: too many in flight).", "outcome")
 
+	descEgressDenied = networkDesc("vmnetctl_network_egress_denied_total",
+		"Connections the network's VMs opened that its egress policy refused (networks with one).")
 	descRAs = networkDesc("vmnetctl_network_ipv6_router_advertisements_total",
 		"IPv6 router advertisements the network sent (periodic, and in reply to solicitations).")
 	descRSs = networkDesc("vmnetctl_network_ipv6_router_solicitations_total",
@@ -149,7 +151,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDNSQueries, descDNSResponses,
-		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts,
+		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied,
 		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
 	} {
 		ch <- d
@@ -233,6 +235,9 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ba
 			{"refused", st.DNS.Refused}, {"dropped", st.DNS.Dropped}} {
 			emit(descDNSResponses, prometheus.CounterValue, float64(o.v), n.ID, o.outcome)
 		}
+	}
+	if n.Egress != nil {
+		emit(descEgressDenied, prometheus.CounterValue, float64(st.EgressDenied), n.ID)
 	}
 	if n.HasIPv6() {
 		v6 := st.IPv6

@@ -131,6 +131,7 @@ var networkFields = []field[*api.Network]{
 	{"nat44", func(n *api.Network) string { return fmt.Sprint(n.NAT44) }, false},
 	{"nat66", func(n *api.Network) string { return fmt.Sprint(n.NAT66) }, false},
 	{"routerAdvertisement", func(n *api.Network) string { return fmt.Sprint(n.RouterAdvertisement) }, false},
+	{"egress", func(n *api.Network) string { return n.Egress.String() }, false},
 }
 
 // attachmentFields: a new network, MAC, kind of attachment or guard needs

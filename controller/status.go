@@ -61,6 +61,9 @@ type NetworkStatus struct {
 	// Repairs counts the times the controller found the network changed
 	// behind its back and put it back.
 	Repairs uint64 `json:"repairs"`
+	// EgressDenied counts the connections its VMs opened that the
+	// network's egress policy refused.
+	EgressDenied uint64 `json:"egressDenied,omitempty"`
 }
 
 // AttachmentStatus is one VM's cable to one network.
@@ -163,6 +166,7 @@ func (c *Controller) status() *Status {
 			}
 			st := nw.Stats()
 			guards[n.ID], portMACs[n.ID] = st.GuardDrops, st.PortMACs
+			ns.EgressDenied = st.EgressDenied
 			for k, v := range st.ForwardConns {
 				conns[k] = v
 			}

@@ -448,7 +448,7 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 	for _, line := range strings.Split(listing, "\n") {
 		switch {
 		case strings.HasPrefix(line, "\tchain "):
-			inChain = line != "\tchain "+ForwardsChain+" {"
+			inChain = line != "\tchain "+ForwardsChain+" {" && line != "\tchain "+EgressDenied+" {"
 		case strings.HasPrefix(line, "\tmap "), strings.HasPrefix(line, "\tset "):
 			inChain = false
 		case inChain && strings.HasPrefix(line, "\t\t") && !strings.HasPrefix(line, "\t\ttype "):

@@ -34,6 +34,8 @@ type Network struct {
 	ra      *raServer  // nil without router advertisements
 	fwd     forwardState
 	fwdKick chan struct{} // a VM's address changed: apply the forwards again
+	// egressApplied is the egress maps' content as last applied.
+	egressApplied string
 	guard6  *guard6       // nil without IPv6
 	onLease func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
@@ -125,15 +127,24 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 	if n.HasIPv6() && !kernelIPv6() {
 		log.Warn("IPv6 is off on this host (net.ipv6.conf.default.disable_ipv6=1, or ipv6.disable=1 at boot): the network runs without it; set ipv6: false on it to say so")
 	}
+	if err := nw.applyEgress(ctx); err != nil {
+		return nil, err
+	}
 	nw.wg.Add(1)
 	go func() {
 		defer nw.wg.Done()
+		lan := time.NewTicker(egressRefresh)
+		defer lan.Stop()
 		for {
 			select {
 			case <-nw.stop:
 				return
 			case <-nw.fwdKick:
 				nw.refreshForwards()
+			case <-lan.C: // the host's LANs may have changed
+				if err := nw.applyEgress(context.Background()); err != nil {
+					nw.log.Error("the egress policy is not up to date", "err", err)
+				}
 			}
 		}
 	}()
@@ -473,6 +484,9 @@ func (nw *Network) Stats() backend.ServiceStats {
 		nw.inNS(func() error {
 			conns, err := forwardConns(context.Background(), nw.n.ID)
 			s.ForwardConns = conns
+			if nw.n.Egress != nil {
+				s.EgressDenied = egressDenied(context.Background(), nw.n.ID)
+			}
 			return err
 		})
 	}

@@ -61,6 +61,9 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	if n.Routed() {
 		addForwardObjects(tx)
 	}
+	if n.Egress != nil {
+		addEgressObjects(tx)
+	}
 	for _, c := range chains {
 		rs, ok := rules[c.name]
 		if !ok {

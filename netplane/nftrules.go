@@ -24,6 +24,11 @@ func nftRules(n *api.Network) map[string][]string {
 			input = append(input, "iifname "+br+" ip6 daddr "+n.Gateway6.String()+" meta l4proto { tcp, udp } th dport 53 accept")
 		}
 	}
+	if n.Egress != nil && !n.Egress.HostAllowed() {
+		// After DHCP and DNS: the policy denies the host itself (its
+		// services, over TCP and UDP; neighbour discovery and pings stay).
+		input = append(input, "iifname "+br+" ct state new meta l4proto { tcp, udp } goto "+EgressDenied)
+	}
 	rules["input"] = input
 	var fwd []string
 	if n.Isolation {
@@ -40,6 +45,14 @@ func nftRules(n *api.Network) map[string][]string {
 	fwd = append(fwd,
 		"oifname "+br+" ct direction original ct status dnat accept",
 		"iifname "+br+" ct direction reply ct status dnat accept")
+	if n.Egress != nil {
+		// The egress policy decides the connections VMs open (the maps,
+		// longest prefix first: egress_linux.go); what it allows goes on
+		// to the rules below, which may still refuse it.
+		fwd = append(fwd,
+			"iifname "+br+" ct state new ip daddr vmap @"+Egress4,
+			"iifname "+br+" ct state new ip6 daddr vmap @"+Egress6)
+	}
 	var nat []string
 	if n.Routed() {
 		dnat := func(local string) []string {
@@ -108,6 +121,12 @@ func nftRules(n *api.Network) map[string][]string {
 // a chain of one counting rule per forward. Their content changes with
 // the VM files and the VMs' leases (SetForwards), not with the network.
 const (
+	// Egress4 and Egress6 map destination ranges to continue or goto
+	// EgressDenied, which counts and drops.
+	Egress4      = "egress4"
+	Egress6      = "egress6"
+	EgressDenied = "egress-denied"
+
 	ForwardsByAddr = "fwd4addr"
 	ForwardsAny    = "fwd4any"
 	ForwardsChain  = "forwards"

@@ -372,6 +372,9 @@ func NetworkWarnings(n *api.Network) []string {
 			}
 		}
 	}
+	if n.Egress != nil {
+		add("egress cannot be honoured on macOS: vmnet has no egress filtering")
+	}
 	if n.HasIPv6() && n.Subnet6 != api.ULAPrefix(n.ID) {
 		add("subnet6: %s cannot be honoured on macOS: vmnet chooses the IPv6 prefix itself (vmnet-helper reports it as vmnet_nat66_prefix)", n.Subnet6)
 	}

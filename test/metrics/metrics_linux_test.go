@@ -36,6 +36,8 @@ const networksYAML = `
 vmnet:
   shared:
     subnet: 10.79.0.0/24
+    egress:
+      deny: [192.0.2.0/24]
 `
 
 const twoVMs = `

@@ -1,0 +1,258 @@
+package api
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Egress is a network's policy for connections its VMs open: a default and
+// allow and deny lists of prefixes and aliases; the longest prefix that
+// matches a destination decides.
+type Egress struct {
+	// DefaultAllow is `default: allow` (the default) or deny.
+	DefaultAllow bool         `json:"defaultAllow"`
+	Rules        []EgressRule `json:"rules"`
+}
+
+// EgressRule allows or denies a destination: a prefix or an alias.
+type EgressRule struct {
+	Allow  bool         `json:"allow"`
+	Prefix netip.Prefix `json:"prefix,omitzero"`
+	// Alias is "host" (the host's own addresses), "lan" (the subnets of
+	// the host's own interfaces) or "internet" (0.0.0.0/0 and ::/0).
+	Alias string `json:"alias,omitempty"`
+	Line  int    `json:"line"`
+}
+
+// Egress aliases.
+const (
+	EgressHost     = "host"
+	EgressLAN      = "lan"
+	EgressInternet = "internet"
+)
+
+var egressKeys = []string{"default", "allow", "deny"}
+
+// MaxEgressRules bounds a policy: each rule is a few kernel map elements.
+const MaxEgressRules = 1024
+
+// egress reads a network's `egress` section.
+func (w *walker) egress(n *Network, v *yaml.Node, path string) {
+	f, _, ok := w.collect(deref(v), path, egressKeys)
+	if !ok {
+		return
+	}
+	at := func(k string) string { return joinPath(path, k) }
+	e := &Egress{DefaultAllow: true}
+	if dv, ok := f["default"]; ok {
+		if s, ok := w.str(dv, at("default")); ok {
+			switch s {
+			case "allow", "deny":
+				e.DefaultAllow = s == "allow"
+			default:
+				w.errorf(dv, at("default"), "must be allow or deny, not %q", s)
+			}
+		}
+	}
+	seen := map[string]int{}
+	for _, list := range []struct {
+		key   string
+		allow bool
+	}{{"allow", true}, {"deny", false}} {
+		lv, ok := f[list.key]
+		if !ok {
+			continue
+		}
+		lv = deref(lv)
+		if lv.Kind != yaml.SequenceNode {
+			w.errorf(lv, at(list.key), "must be a list of prefixes (10.0.0.0/8) or aliases (host, lan, internet), not %s", kindName(lv))
+			continue
+		}
+		for i, item := range lv.Content {
+			p := fmt.Sprintf("%s[%d]", at(list.key), i)
+			s, ok := w.str(item, p)
+			if !ok {
+				continue
+			}
+			r := EgressRule{Allow: list.allow, Line: item.Line}
+			switch s {
+			case EgressHost, EgressLAN, EgressInternet:
+				r.Alias = s
+			default:
+				pf, err := netip.ParsePrefix(s)
+				if err != nil {
+					if a, aerr := netip.ParseAddr(s); aerr == nil {
+						pf, err = netip.PrefixFrom(a, a.BitLen()), nil
+					}
+				}
+				if err != nil {
+					w.errorf(item, p, "%q is not a prefix (10.0.0.0/8, fd00::/8), an address or an alias (host, lan, internet)", s)
+					continue
+				}
+				if pf.Masked() != pf {
+					w.errorf(item, p, "%s has host bits set; the prefix is %s", s, pf.Masked())
+					continue
+				}
+				r.Prefix = pf
+			}
+			key := r.Alias + r.Prefix.String()
+			if prev, dup := seen[key]; dup {
+				w.errorf(item, p, "%s is also listed at line %d", s, prev)
+				continue
+			}
+			seen[key] = item.Line
+			e.Rules = append(e.Rules, r)
+		}
+	}
+	if len(e.Rules) > MaxEgressRules {
+		w.errorf(v, path, "has %d rules; at most %d", len(e.Rules), MaxEgressRules)
+		return
+	}
+	n.Egress = e
+}
+
+// String is the policy as `plan` shows it: "" without one.
+func (e *Egress) String() string {
+	if e == nil {
+		return ""
+	}
+	def := "deny"
+	if e.DefaultAllow {
+		def = "allow"
+	}
+	var allow, deny []string
+	for _, r := range e.Rules {
+		s := r.Alias
+		if s == "" {
+			s = r.Prefix.String()
+		}
+		if r.Allow {
+			allow = append(allow, s)
+		} else {
+			deny = append(deny, s)
+		}
+	}
+	return fmt.Sprintf("default %s, allow [%s], deny [%s]", def, strings.Join(allow, " "), strings.Join(deny, " "))
+}
+
+// HostAllowed reports whether the policy lets VMs open connections to the
+// host's own addresses (beyond DHCP and DNS, always allowed).
+func (e *Egress) HostAllowed() bool {
+	for _, r := range e.Rules {
+		if r.Alias == EgressHost {
+			return r.Allow
+		}
+	}
+	return e.DefaultAllow
+}
+
+// EgressRange is a range of addresses and what the policy says of it.
+type EgressRange struct {
+	First, Last netip.Addr
+	Allow       bool
+}
+
+// Ranges resolves the policy for one family (IPv4 when v4, else IPv6),
+// "lan" standing for lan: the ranges that cover the whole address space,
+// in order, each decided by the longest matching prefix (a deny beats an
+// allow of the same prefix), the default where none matches.
+func (e *Egress) Ranges(v4 bool, lan []netip.Prefix) []EgressRange {
+	all := netip.MustParsePrefix("::/0")
+	if v4 {
+		all = netip.MustParsePrefix("0.0.0.0/0")
+	}
+	type painted struct {
+		p     netip.Prefix
+		allow bool
+	}
+	var ps []painted
+	for _, r := range e.Rules {
+		switch {
+		case r.Alias == EgressInternet:
+			ps = append(ps, painted{all, r.Allow})
+		case r.Alias == EgressLAN:
+			for _, l := range lan {
+				if l.Addr().Is4() == v4 {
+					ps = append(ps, painted{l.Masked(), r.Allow})
+				}
+			}
+		case r.Prefix.IsValid() && r.Prefix.Addr().Is4() == v4:
+			ps = append(ps, painted{r.Prefix, r.Allow})
+		}
+	}
+	// Less specific first, so that more specific ones paint over them;
+	// of one prefix, the deny last.
+	slices.SortStableFunc(ps, func(a, b painted) int {
+		if c := cmp.Compare(a.p.Bits(), b.p.Bits()); c != 0 {
+			return c
+		}
+		if a.allow != b.allow {
+			if a.allow {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	rs := []EgressRange{{all.Addr(), lastOf(all), e.DefaultAllow}}
+	for _, p := range ps {
+		rs = paint(rs, p.p.Addr(), lastOf(p.p), p.allow)
+	}
+	// Neighbours that say the same become one.
+	out := rs[:1]
+	for _, r := range rs[1:] {
+		if last := &out[len(out)-1]; last.Allow == r.Allow {
+			last.Last = r.Last
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// paint sets first..last to allow in rs (ordered, covering the space).
+func paint(rs []EgressRange, first, last netip.Addr, allow bool) []EgressRange {
+	var out []EgressRange
+	for _, r := range rs {
+		if r.Last.Less(first) || last.Less(r.First) {
+			out = append(out, r)
+			continue
+		}
+		if r.First.Less(first) {
+			out = append(out, EgressRange{r.First, first.Prev(), r.Allow})
+		}
+		out = append(out, EgressRange{maxAddr(r.First, first), minAddr(r.Last, last), allow})
+		if last.Less(r.Last) {
+			out = append(out, EgressRange{last.Next(), r.Last, r.Allow})
+		}
+	}
+	return out
+}
+
+func lastOf(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+func maxAddr(a, b netip.Addr) netip.Addr {
+	if a.Less(b) {
+		return b
+	}
+	return a
+}
+
+func minAddr(a, b netip.Addr) netip.Addr {
+	if a.Less(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,77 @@
+package api
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// TestEgress reads a network's egress policy and resolves it to ranges:
+// the longest matching prefix decides, a deny beats an allow of the same
+// prefix, aliases stand for what they say, and mistakes are errors.
+func TestEgress(t *testing.T) {
+	n := mustNetworks(t, `vmnet:
+  sandbox:
+    subnet: 10.1.0.0/24
+    egress:
+      default: deny
+      allow: [internet, 10.9.0.0/16, 192.0.2.7]
+      deny: [lan, 10.9.8.0/24, host]
+`).Get("sandbox")
+	e := n.Egress
+	if e == nil || e.DefaultAllow || e.HostAllowed() || len(e.Rules) != 6 {
+		t.Fatalf("egress %+v", e)
+	}
+	lan := []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24"), netip.MustParsePrefix("fd99::/64")}
+	got := map[string]bool{}
+	for _, r := range e.Ranges(true, lan) {
+		got[fmt.Sprintf("%s-%s", r.First, r.Last)] = r.Allow
+	}
+	allowed := func(a string) bool {
+		ip := netip.MustParseAddr(a)
+		for _, r := range e.Ranges(ip.Is4(), lan) {
+			if !ip.Less(r.First) && !r.Last.Less(ip) {
+				return r.Allow
+			}
+		}
+		t.Fatalf("%s in no range: %v", a, got)
+		return false
+	}
+	for _, c := range []struct {
+		addr  string
+		allow bool
+	}{
+		{"8.8.8.8", true},      // internet
+		{"192.168.1.9", false}, // lan, more specific than internet
+		{"10.9.1.1", true},     // 10.9.0.0/16
+		{"10.9.8.8", false},    // 10.9.8.0/24 inside it
+		{"192.0.2.7", true},    // one address
+		{"2001:db8::1", true},  // internet, IPv6
+		{"fd99::5", false},     // lan, IPv6
+	} {
+		if allowed(c.addr) != c.allow {
+			t.Errorf("%s: allow %v, want %v (ranges %v)", c.addr, !c.allow, c.allow, got)
+		}
+	}
+	// Deny beats allow of one prefix; the default with no rule.
+	e2 := &Egress{DefaultAllow: true, Rules: []EgressRule{{Allow: true, Prefix: netip.MustParsePrefix("10.0.0.0/8")}, {Allow: false, Prefix: netip.MustParsePrefix("10.0.0.0/8")}}}
+	for _, r := range e2.Ranges(true, nil) {
+		if r.First == netip.MustParseAddr("10.0.0.0") && r.Allow {
+			t.Errorf("deny and allow of 10.0.0.0/8: allowed")
+		}
+	}
+
+	for _, c := range []struct{ name, src, want string }{
+		{"bad default", "egress: {default: maybe}", `must be allow or deny, not "maybe"`},
+		{"bad prefix", "egress: {deny: [10.0.0/8]}", `"10.0.0/8" is not a prefix`},
+		{"host bits", "egress: {deny: [10.0.0.1/8]}", "has host bits set; the prefix is 10.0.0.0/8"},
+		{"twice", "egress: {allow: [10.0.0.0/8], deny: [10.0.0.0/8]}", "10.0.0.0/8 is also listed at line"},
+		{"unknown key", "egress: {block: [10.0.0.0/8]}", "block"},
+	} {
+		_, diags := LoadNetworks("n.yaml", []byte("vmnet:\n  s:\n    subnet: 10.1.0.0/24\n    "+c.src+"\n"))
+		if err := diags.Err(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+	}
+}
