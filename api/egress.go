@@ -26,6 +26,10 @@ type EgressRule struct {
 	// Alias is "host" (the host's own addresses), "lan" (the subnets of
 	// the host's own interfaces) or "internet" (0.0.0.0/0 and ::/0).
 	Alias string `json:"alias,omitempty"`
+	// Name is a DNS name ("pypi.org") or every name under one
+	// ("*.github.com"), lower case: the addresses the network's DNS proxy
+	// answers for it, for as long as the answer lives.
+	Name string `json:"name,omitempty"`
 	Line  int    `json:"line"`
 }
 
@@ -80,9 +84,15 @@ func (w *walker) egress(n *Network, v *yaml.Node, path string) {
 				continue
 			}
 			r := EgressRule{Allow: list.allow, Line: item.Line}
-			switch s {
-			case EgressHost, EgressLAN, EgressInternet:
+			switch {
+			case s == EgressHost, s == EgressLAN, s == EgressInternet:
 				r.Alias = s
+			case isEgressName(s):
+				r.Name = strings.ToLower(strings.TrimSuffix(s, "."))
+				if !n.DNSProxy {
+					w.errorf(item, p, "%s is a name: the network's DNS proxy learns names' addresses, and this network has none (dnsProxy: false)", s)
+					continue
+				}
 			default:
 				pf, err := netip.ParsePrefix(s)
 				if err != nil {
@@ -91,7 +101,7 @@ func (w *walker) egress(n *Network, v *yaml.Node, path string) {
 					}
 				}
 				if err != nil {
-					w.errorf(item, p, "%q is not a prefix (10.0.0.0/8, fd00::/8), an address or an alias (host, lan, internet)", s)
+					w.errorf(item, p, "%q is not a prefix (10.0.0.0/8, fd00::/8), an address, a name (pypi.org, *.github.com) or an alias (host, lan, internet)", s)
 					continue
 				}
 				if pf.Masked() != pf {
@@ -100,7 +110,7 @@ func (w *walker) egress(n *Network, v *yaml.Node, path string) {
 				}
 				r.Prefix = pf
 			}
-			key := r.Alias + r.Prefix.String()
+			key := r.Alias + r.Name + r.Prefix.String()
 			if prev, dup := seen[key]; dup {
 				w.errorf(item, p, "%s is also listed at line %d", s, prev)
 				continue
@@ -127,7 +137,7 @@ func (e *Egress) String() string {
 	}
 	var allow, deny []string
 	for _, r := range e.Rules {
-		s := r.Alias
+		s := r.Alias + r.Name
 		if s == "" {
 			s = r.Prefix.String()
 		}
@@ -138,6 +148,57 @@ func (e *Egress) String() string {
 		}
 	}
 	return fmt.Sprintf("default %s, allow [%s], deny [%s]", def, strings.Join(allow, " "), strings.Join(deny, " "))
+}
+
+// isEgressName reports whether s is a DNS name with a dot (example.com,
+// *.example.com), not a prefix or an address.
+func isEgressName(s string) bool {
+	s = strings.TrimPrefix(strings.TrimSuffix(s, "."), "*.")
+	if !strings.Contains(s, ".") || len(s) > 253 || strings.Contains(s, "/") {
+		return false
+	}
+	if _, err := netip.ParseAddr(s); err == nil {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// NameVerdict says what the policy says of a DNS name: allowed, denied,
+// or neither (ok false). A deny beats an allow; "*.x" covers the names
+// under x, not x.
+func (e *Egress) NameVerdict(name string) (allow, ok bool) {
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
+	for _, r := range e.Rules {
+		if r.Name == "" {
+			continue
+		}
+		match := r.Name == name
+		if suffix, wild := strings.CutPrefix(r.Name, "*"); wild {
+			match = strings.HasSuffix(name, suffix)
+		}
+		if match {
+			if !r.Allow {
+				return false, true
+			}
+			allow, ok = true, true
+		}
+	}
+	return allow, ok
+}
+
+// HasNames reports whether the policy lists names.
+func (e *Egress) HasNames() bool {
+	return slices.ContainsFunc(e.Rules, func(r EgressRule) bool { return r.Name != "" })
 }
 
 // HostAllowed reports whether the policy lets VMs open connections to the

@@ -62,7 +62,22 @@ func TestEgress(t *testing.T) {
 		}
 	}
 
+	// Names: exact or every name under one; a deny beats an allow.
+	ne := mustNetworks(t, "vmnet:\n  s:\n    subnet: 10.1.0.0/24\n    egress:\n      allow: [pypi.org, \"*.github.com\"]\n      deny: [evil.github.com]\n").Get("s").Egress
+	for _, c := range []struct {
+		name      string
+		allow, ok bool
+	}{
+		{"pypi.org.", true, true}, {"PyPI.org", true, true}, {"files.pypi.org", false, false},
+		{"api.github.com", true, true}, {"github.com", false, false}, {"evil.github.com.", false, true},
+	} {
+		if allow, ok := ne.NameVerdict(c.name); allow != c.allow || ok != c.ok {
+			t.Errorf("NameVerdict(%s) = %v, %v; want %v, %v", c.name, allow, ok, c.allow, c.ok)
+		}
+	}
+
 	for _, c := range []struct{ name, src, want string }{
+		{"a name without the DNS proxy", "dnsProxy: false\n    egress: {allow: [pypi.org]}", "pypi.org is a name: the network's DNS proxy learns names' addresses"},
 		{"bad default", "egress: {default: maybe}", `must be allow or deny, not "maybe"`},
 		{"bad prefix", "egress: {deny: [10.0.0/8]}", `"10.0.0/8" is not a prefix`},
 		{"host bits", "egress: {deny: [10.0.0.1/8]}", "has host bits set; the prefix is 10.0.0.0/8"},

@@ -35,7 +35,10 @@ const maxTCPConns = 16
 type dnsHandler struct {
 	resolve func(name string) (netip.Addr, bool)
 	// resolve6, if set, gives the IPv6 addresses of a name (AAAA).
-	resolve6  func(name string) []netip.Addr
+	resolve6 func(name string) []netip.Addr
+	// learn, if set, is told of each answer forwarded, before the client
+	// hears it (the egress policy's names).
+	learn     func(qname string, answers []dns.RR)
 	upstreams []string // host:port
 	// noForward refuses every name that is not the network's own (a host
 	// network without dnsForward: its VMs must not reach names outside).
@@ -171,6 +174,9 @@ func (h *dnsHandler) forward(w dns.ResponseWriter, r *dns.Msg) {
 			continue
 		}
 		h.count(func(s *backend.DNSStats) { s.Forwarded++ })
+		if h.learn != nil && len(r.Question) == 1 {
+			h.learn(r.Question[0].Name, resp.Answer)
+		}
 		resp.Id = r.Id
 		w.WriteMsg(resp)
 		return

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -28,6 +29,11 @@ func addEgressObjects(tx *knftables.Transaction) {
 	tx.Add(&knftables.Chain{Name: EgressDenied})
 	tx.Flush(&knftables.Chain{Name: EgressDenied})
 	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: fmt.Sprintf("counter name %q drop", EgressDenied)})
+	for _, s := range []struct{ name, typ string }{
+		{EgressNames4, "ipv4_addr"}, {EgressNamesDenied4, "ipv4_addr"}, {EgressNames6, "ipv6_addr"}, {EgressNamesDenied6, "ipv6_addr"},
+	} {
+		tx.Add(&knftables.Set{Name: s.name, Type: s.typ, Flags: []knftables.SetFlag{knftables.TimeoutFlag}})
+	}
 	tx.Add(&knftables.Map{Name: Egress4, Type: "ipv4_addr : verdict", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	tx.Add(&knftables.Map{Name: Egress6, Type: "ipv6_addr : verdict", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 }
@@ -119,4 +125,61 @@ func hostLANs() ([]netip.Prefix, error) {
 func egressDenied(ctx context.Context, id string) uint64 {
 	c, _ := namedCounters(ctx, knftables.InetFamily, id, EgressDenied)
 	return c[""]
+}
+
+// Names' addresses stay allowed (or denied) for their answer's TTL, but
+// at least egressNameMin (a client may use an answer a little longer than
+// it lives) and at most egressNameMax.
+const (
+	egressNameMin = time.Minute
+	egressNameMax = 24 * time.Hour
+)
+
+// learnNames is the DNS proxy's hook for the answers it forwards: the
+// addresses of a name the policy allows or denies go into the names' sets
+// before the VM hears the answer, so its connection right after finds
+// them. Bounded: only listed names' answers, at most what one answer
+// holds.
+func (nw *Network) learnNames(qname string, answers []dns.RR) {
+	e := nw.n.Egress
+	if e == nil || !e.HasNames() {
+		return
+	}
+	allow, ok := e.NameVerdict(qname)
+	if !ok {
+		return
+	}
+	set4, set6 := EgressNames4, EgressNames6
+	if !allow {
+		set4, set6 = EgressNamesDenied4, EgressNamesDenied6
+	}
+	nft, err := newNFT(knftables.InetFamily, nw.n.ID)
+	if err != nil {
+		return
+	}
+	tx := nft.NewTransaction()
+	n := 0
+	for _, rr := range answers {
+		ttl := min(max(time.Duration(rr.Header().Ttl)*time.Second, egressNameMin), egressNameMax)
+		var set, ip string
+		switch a := rr.(type) {
+		case *dns.A:
+			set, ip = set4, a.A.String()
+		case *dns.AAAA:
+			set, ip = set6, a.AAAA.String()
+		default:
+			continue
+		}
+		// Delete, then add: an address answered again lives on from now.
+		tx.Add(&knftables.Element{Set: set, Key: []string{ip + " timeout 1s"}})
+		tx.Delete(&knftables.Element{Set: set, Key: []string{ip}})
+		tx.Add(&knftables.Element{Set: set, Key: []string{fmt.Sprintf("%s timeout %ds", ip, int(ttl.Seconds()))}})
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	if err := nw.inNS(func() error { return nft.Run(context.Background(), tx) }); err != nil {
+		nw.log.Warn("egress: the addresses of a name are not in force", "name", qname, "err", err)
+	}
 }

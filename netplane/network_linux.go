@@ -36,8 +36,8 @@ type Network struct {
 	fwdKick chan struct{} // a VM's address changed: apply the forwards again
 	// egressApplied is the egress maps' content as last applied.
 	egressApplied string
-	guard6  *guard6       // nil without IPv6
-	onLease func(kind, network, mac string, ip netip.Addr)
+	guard6        *guard6 // nil without IPv6
+	onLease       func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it).
 	inNS func(f func() error) error
@@ -183,6 +183,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 	nw.dns = &dnsHandler{
 		resolve:   resolver(nw.hosts, nw.alloc),
 		resolve6:  nw.resolve6(),
+		learn:     nw.learnNames,
 		upstreams: upstreams,
 		noForward: !nw.n.ForwardsDNS(),
 		log:       nw.log,

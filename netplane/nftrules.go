@@ -49,9 +49,14 @@ func nftRules(n *api.Network) map[string][]string {
 		// The egress policy decides the connections VMs open (the maps,
 		// longest prefix first: egress_linux.go); what it allows goes on
 		// to the rules below, which may still refuse it.
+		// Names first (the DNS proxy puts their answers in the sets, for
+		// as long as the answers live): a denied name's addresses are
+		// refused, an allowed name's skip the prefixes.
 		fwd = append(fwd,
-			"iifname "+br+" ct state new ip daddr vmap @"+Egress4,
-			"iifname "+br+" ct state new ip6 daddr vmap @"+Egress6)
+			"iifname "+br+" ct state new ip daddr @"+EgressNamesDenied4+" goto "+EgressDenied,
+			"iifname "+br+" ct state new ip6 daddr @"+EgressNamesDenied6+" goto "+EgressDenied,
+			"iifname "+br+" ct state new ip daddr != @"+EgressNames4+" ip daddr vmap @"+Egress4,
+			"iifname "+br+" ct state new ip6 daddr != @"+EgressNames6+" ip6 daddr vmap @"+Egress6)
 	}
 	var nat []string
 	if n.Routed() {
@@ -126,6 +131,12 @@ const (
 	Egress4      = "egress4"
 	Egress6      = "egress6"
 	EgressDenied = "egress-denied"
+	// The addresses of allowed and denied names, as the DNS proxy
+	// answered them, each for its answer's TTL.
+	EgressNames4       = "egress-names4"
+	EgressNames6       = "egress-names6"
+	EgressNamesDenied4 = "egress-nonames4"
+	EgressNamesDenied6 = "egress-nonames6"
 
 	ForwardsByAddr = "fwd4addr"
 	ForwardsAny    = "fwd4any"

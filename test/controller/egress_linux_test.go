@@ -2,10 +2,14 @@ package controller_test
 
 import (
 	"context"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -16,8 +20,8 @@ vmnet:
     subnet: 10.88.0.0/24
     egress:
       default: deny
-      allow: [198.51.100.0/24]
-      deny: [198.51.100.3, host]
+      allow: [198.51.100.0/24, allowed.test]
+      deny: [198.51.100.3, host, nope.test]
   open:
     subnet: 10.89.0.0/24
 `
@@ -48,6 +52,18 @@ func TestEgress(t *testing.T) {
 	serveText(t, lan.Listen(t, "tcp4", "198.51.100.3:7000"), "lan .3")
 	serveText(t, wan.Listen(t, "tcp4", "203.0.113.2:7000"), "internet")
 	serveText(t, h.Listen(t, "tcp4", "0.0.0.0:7100"), "host service")
+	// The host's resolver, for the DNS proxy to forward to: a server on
+	// the WAN side (ip netns exec gives the namespace's processes
+	// /etc/netns/NAME/resolv.conf as /etc/resolv.conf).
+	serveDNS(t, wan, "203.0.113.2:53", map[string]string{"allowed.test.": "198.51.100.3", "nope.test.": "198.51.100.2"})
+	etc := filepath.Join("/etc/netns", h.Name)
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(etc) })
+	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver 203.0.113.2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  s:\n    networks:\n      - vmnet: sandbox\n  o:\n    networks:\n      - vmnet: open\n"))
 	st := h.Status()
@@ -82,9 +98,42 @@ func TestEgress(t *testing.T) {
 	if out, err := s.Run(context.Background(), "busybox", "nslookup", "s.vmnet.internal", "10.88.0.1"); err != nil || !strings.Contains(out, "10.88.0.") {
 		t.Errorf("DNS on the gateway, with the host denied: %v\n%s", err, out)
 	}
+
+	// Names: an allowed name's address is reached once the VM resolved it
+	// through the network's DNS proxy, though its prefix is denied; a
+	// denied name's address is refused, though its prefix is allowed.
+	for _, c := range []struct{ name, addr, want string }{
+		{"allowed.test", "198.51.100.3:7000", "lan .3"},
+		{"nope.test", "198.51.100.2:7000", ""},
+	} {
+		if out, err := s.Run(context.Background(), "busybox", "nslookup", "-type=a", c.name, "10.88.0.1"); err != nil {
+			t.Fatalf("resolving %s: %v\n%s", c.name, err, out)
+		}
+		if got, err := dialHello(s.NS, c.addr); got != c.want {
+			t.Errorf("s to %s after resolving %s: got %q (%v), want %q", c.addr, c.name, got, err, c.want)
+		}
+	}
+
 	for _, n := range h.Status().Networks {
 		if n.Name == "sandbox" && n.EgressDenied < 3 {
 			t.Errorf("sandbox: %d connections counted as refused, want 3 or more", n.EgressDenied)
 		}
 	}
+}
+
+// serveDNS answers A queries for names on addr (UDP) in ns.
+func serveDNS(t *testing.T, ns *testutil.NS, addr string, names map[string]string) {
+	pc := ns.ListenPacket(t, "udp4", addr)
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if len(r.Question) == 1 && r.Question[0].Qtype == dns.TypeA {
+			if ip, ok := names[r.Question[0].Name]; ok {
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.ParseIP(ip)})
+			}
+		}
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
 }
