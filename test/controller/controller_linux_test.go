@@ -318,3 +318,16 @@ func TestTapHelperKilledWithItsCleanup(t *testing.T) {
 		t.Errorf("TAP left after down:\n%s", out)
 	}
 }
+
+// link joins h's namespace and peer with a veth pair: hostIf with
+// hostAddr on h's side, eth0 with peerAddrs on peer's, both up.
+func link(t *testing.T, h *host, hostIf, hostAddr string, peer *testutil.NS, peerAddrs ...string) {
+	t.Helper()
+	testutil.Run(t, "ip", "-n", h.Name, "link", "add", hostIf, "type", "veth", "peer", "name", "eth0", "netns", peer.Name)
+	h.MustRun(t, "ip", "addr", "add", hostAddr, "dev", hostIf)
+	h.MustRun(t, "ip", "link", "set", hostIf, "up")
+	for _, a := range peerAddrs {
+		peer.MustRun(t, "ip", "addr", "add", a, "dev", "eth0")
+	}
+	peer.MustRun(t, "ip", "link", "set", "eth0", "up")
+}

@@ -34,20 +34,10 @@ vmnet:
 func TestEgress(t *testing.T) {
 	h := &host{Host: simvm.NewHost(t, "vmneg", egressNetworks, "pgrep"), t: t}
 	lan := testutil.NewNS(t, "eglan")
-	testutil.Run(t, "ip", "-n", h.Name, "link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", lan.Name)
-	h.MustRun(t, "ip", "addr", "add", "198.51.100.1/24", "dev", "lan")
-	h.MustRun(t, "ip", "link", "set", "lan", "up")
-	for _, a := range []string{"198.51.100.2/24", "198.51.100.3/24"} {
-		lan.MustRun(t, "ip", "addr", "add", a, "dev", "eth0")
-	}
-	lan.MustRun(t, "ip", "link", "set", "eth0", "up")
+	link(t, h, "lan", "198.51.100.1/24", lan, "198.51.100.2/24", "198.51.100.3/24")
 	wan := testutil.NewNS(t, "egwan")
-	testutil.Run(t, "ip", "-n", h.Name, "link", "add", "uplink", "type", "veth", "peer", "name", "eth0", "netns", wan.Name)
-	h.MustRun(t, "ip", "addr", "add", "203.0.113.1/24", "dev", "uplink")
-	h.MustRun(t, "ip", "link", "set", "uplink", "up")
+	link(t, h, "uplink", "203.0.113.1/24", wan, "203.0.113.2/24")
 	h.MustRun(t, "ip", "route", "add", "default", "via", "203.0.113.2")
-	wan.MustRun(t, "ip", "addr", "add", "203.0.113.2/24", "dev", "eth0")
-	wan.MustRun(t, "ip", "link", "set", "eth0", "up")
 	serveText(t, lan.Listen(t, "tcp4", "198.51.100.2:7000"), "lan .2")
 	serveText(t, lan.Listen(t, "tcp4", "198.51.100.3:7000"), "lan .3")
 	serveText(t, wan.Listen(t, "tcp4", "203.0.113.2:7000"), "internet")

@@ -49,21 +49,7 @@ func serveHello(t *testing.T, vm *simvm.VM, port int) {
 }
 
 // dialHello connects to addr from ns and returns what it read, or an error.
-func dialHello(ns *testutil.NS, addr string) (string, error) {
-	var got string
-	err := ns.Do(func() error {
-		c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(3 * time.Second))
-		b, err := io.ReadAll(c)
-		got = string(b)
-		return err
-	})
-	return got, err
-}
+func dialHello(ns *testutil.NS, addr string) (string, error) { return ns.Exchange(addr, "") }
 
 // TestPortForwards: a service in a VM is reached through the VM file's
 // forwards from another machine (the WAN namespace), from the host at its
@@ -74,11 +60,7 @@ func dialHello(ns *testutil.NS, addr string) (string, error) {
 func TestPortForwards(t *testing.T) {
 	h := newContractHost(t) // the host's uplink 203.0.113.1, a WAN peer behind it
 	wan := testutil.NewNS(t, "fwdwan")
-	testutil.Run(t, "ip", "-n", h.Name, "link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", wan.Name)
-	h.MustRun(t, "ip", "addr", "add", "198.51.100.1/24", "dev", "lan")
-	h.MustRun(t, "ip", "link", "set", "lan", "up")
-	wan.MustRun(t, "ip", "addr", "add", "198.51.100.2/24", "dev", "eth0")
-	wan.MustRun(t, "ip", "link", "set", "eth0", "up")
+	link(t, h, "lan", "198.51.100.1/24", wan, "198.51.100.2/24")
 
 	vms := h.WriteFile("vms.yaml", fmt.Sprintf(forwardVMs, "192.168.105.20"))
 	h.MustVmnetctl("up", "-f", vms)
@@ -175,11 +157,7 @@ func TestPortForwards(t *testing.T) {
 	hv.DHCP(t)
 	serveText(t, h.Listen(t, "tcp4", "127.0.0.1:9999"), "host loopback secret")
 	ctr := testutil.NewNS(t, "fwdctr")
-	testutil.Run(t, "ip", "-n", h.Name, "link", "add", "docker0", "type", "veth", "peer", "name", "eth0", "netns", ctr.Name)
-	h.MustRun(t, "ip", "addr", "add", "172.17.0.1/16", "dev", "docker0")
-	h.MustRun(t, "ip", "link", "set", "docker0", "up")
-	ctr.MustRun(t, "ip", "addr", "add", "172.17.0.2/16", "dev", "eth0")
-	ctr.MustRun(t, "ip", "link", "set", "eth0", "up")
+	link(t, h, "docker0", "172.17.0.1/16", ctr, "172.17.0.2/16")
 	ctr.MustRun(t, "ip", "route", "add", "default", "via", "172.17.0.1")
 	serveText(t, ctr.Listen(t, "tcp4", ":9000"), "hello from container")
 	h.MustRun(t, "nft", "add table ip dockerlike; add chain ip dockerlike pre { type nat hook prerouting priority dstnat; }; add rule ip dockerlike pre fib daddr type local tcp dport 9000 dnat to 172.17.0.2:9000")

@@ -179,12 +179,8 @@ func TestHelperAsVmnetHelper(t *testing.T) {
 func newContractHost(t *testing.T) *host {
 	h := &host{Host: simvm.NewHost(t, "vmnc", string(config.DefaultNetworks), "pgrep"), t: t}
 	wan := testutil.NewNS(t, "wan")
-	testutil.Run(t, "ip", "-n", h.Name, "link", "add", "uplink", "type", "veth", "peer", "name", "eth0", "netns", wan.Name)
-	h.MustRun(t, "ip", "addr", "add", contractWANHost+"/24", "dev", "uplink")
-	h.MustRun(t, "ip", "link", "set", "uplink", "up")
+	link(t, h, "uplink", contractWANHost+"/24", wan, contractWANPeer+"/24")
 	h.MustRun(t, "ip", "route", "add", "default", "via", contractWANPeer)
-	wan.MustRun(t, "ip", "addr", "add", contractWANPeer+"/24", "dev", "eth0")
-	wan.MustRun(t, "ip", "link", "set", "eth0", "up")
 	return h
 }
 

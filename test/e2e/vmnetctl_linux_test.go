@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -185,23 +184,8 @@ func serveEcho(t *testing.T, ns *testutil.NS, addr string) *echoServer {
 // dialEcho connects to addr from ns, sends payload as one line, closes its
 // side and returns the line it read back.
 func dialEcho(ns *testutil.NS, addr, payload string) (string, error) {
-	var got string
-	err := ns.Do(func() error {
-		c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := io.WriteString(c, payload+"\n"); err != nil {
-			return err
-		}
-		c.(*net.TCPConn).CloseWrite()
-		b, err := io.ReadAll(c)
-		got = strings.TrimSpace(string(b))
-		return err
-	})
-	return got, err
+	got, err := ns.Exchange(addr, payload+"\n")
+	return strings.TrimSpace(got), err
 }
 
 // staleSocket leaves a unix datagram socket file at path, as a qemu that was

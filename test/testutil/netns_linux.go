@@ -238,3 +238,29 @@ func (n *NS) listening(port int, state string, files ...string) bool {
 	}
 	return false
 }
+
+// Exchange connects over TCP to addr from inside the namespace, sends
+// send (if any) and closes its side, and returns all it reads back: a
+// test's client of a simple service. Dialing waits 3 s at most, the
+// exchange 5 s.
+func (n *NS) Exchange(addr, send string) (string, error) {
+	var got string
+	err := n.Do(func() error {
+		c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if send != "" {
+			if _, err := io.WriteString(c, send); err != nil {
+				return err
+			}
+			c.(*net.TCPConn).CloseWrite()
+		}
+		b, err := io.ReadAll(c)
+		got = string(b)
+		return err
+	})
+	return got, err
+}
