@@ -104,6 +104,10 @@ func (w *walker) egress(n *Network, v *yaml.Node, path string) {
 					w.errorf(item, p, "%q is not a prefix (10.0.0.0/8, fd00::/8), an address, a name (pypi.org, *.github.com) or an alias (host, lan, internet)", s)
 					continue
 				}
+				if pf.Addr().Is4In6() {
+					w.errorf(item, p, "%s is an IPv4 address written as IPv6, which IPv4 traffic never matches: write %s", s, netip.PrefixFrom(pf.Addr().Unmap(), max(pf.Bits()-96, 0)))
+					continue
+				}
 				if pf.Masked() != pf {
 					w.errorf(item, p, "%s has host bits set; the prefix is %s", s, pf.Masked())
 					continue
@@ -160,7 +164,11 @@ func isEgressName(s string) bool {
 	if _, err := netip.ParseAddr(s); err == nil {
 		return false
 	}
-	for _, label := range strings.Split(s, ".") {
+	labels := strings.Split(s, ".")
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return false // 192.168.1, 010.0.0.1: a mistyped address, not a name
+	}
+	for _, label := range labels {
 		if label == "" || len(label) > 63 {
 			return false
 		}

@@ -3,13 +3,16 @@ package netplane
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
+	"github.com/vmnetctl/vmnetctl/api"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
@@ -32,7 +35,7 @@ func addEgressObjects(tx *knftables.Transaction) {
 	for _, s := range []struct{ name, typ string }{
 		{EgressNames4, "ipv4_addr"}, {EgressNamesDenied4, "ipv4_addr"}, {EgressNames6, "ipv6_addr"}, {EgressNamesDenied6, "ipv6_addr"},
 	} {
-		tx.Add(&knftables.Set{Name: s.name, Type: s.typ, Flags: []knftables.SetFlag{knftables.TimeoutFlag}})
+		tx.Add(&knftables.Set{Name: s.name, Type: s.typ, Flags: []knftables.SetFlag{knftables.TimeoutFlag}, Size: knftables.PtrTo(uint64(maxLearned))})
 	}
 	tx.Add(&knftables.Map{Name: Egress4, Type: "ipv4_addr : verdict", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	tx.Add(&knftables.Map{Name: Egress6, Type: "ipv6_addr : verdict", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
@@ -54,6 +57,22 @@ func (nw *Network) applyEgress(ctx context.Context) error {
 		return err
 	}
 	tx := nft.NewTransaction()
+	sig := fillEgress(tx, e, lan)
+	if sig == nw.egressApplied {
+		return nil
+	}
+	if err := nw.inNS(func() error { return nft.Run(ctx, tx) }); err != nil {
+		return fmt.Errorf("network %q: the egress policy: %w", nw.n.ID, err)
+	}
+	nw.egressApplied = sig
+	return nil
+}
+
+// fillEgress adds to tx the egress objects and the maps' elements for e,
+// and returns what it wrote, to compare with the next time. ensureTable
+// writes them in the transaction that makes the table, so the policy is
+// never absent while it stands.
+func fillEgress(tx *knftables.Transaction, e *api.Egress, lan []netip.Prefix) string {
 	addEgressObjects(tx)
 	var sig strings.Builder
 	for _, fam := range []struct {
@@ -70,18 +89,12 @@ func (nw *Network) applyEgress(ctx context.Context) error {
 			tx.Add(&knftables.Element{Map: fam.m, Key: []string{r.First.String() + "-" + r.Last.String()}, Value: []string{verdict}})
 		}
 	}
-	if sig.String() == nw.egressApplied {
-		return nil
-	}
-	if err := nw.inNS(func() error { return nft.Run(ctx, tx) }); err != nil {
-		return fmt.Errorf("network %q: the egress policy: %w", nw.n.ID, err)
-	}
-	nw.egressApplied = sig.String()
-	return nil
+	return sig.String()
 }
 
-// hostLANs are the prefixes the host's own interfaces reach directly
-// (their link-scope routes in the main table), not vmnetctl's bridges.
+// hostLANs are the prefixes the host's own interfaces reach directly (the
+// main table's routes without a gateway), not vmnetctl's bridges: LANs,
+// and also container bridges and VPN links.
 func hostLANs() ([]netip.Prefix, error) {
 	links, err := linkList()
 	if err != nil {
@@ -102,7 +115,8 @@ func hostLANs() ([]netip.Prefix, error) {
 			return nil, err
 		}
 		for _, r := range routes {
-			if r.Dst == nil || r.Scope != netlink.SCOPE_LINK || ours[r.LinkIndex] {
+			// On the link: no gateway (IPv6 routes all have universe scope).
+			if r.Dst == nil || r.Gw != nil || len(r.MultiPath) > 0 || r.Type != unix.RTN_UNICAST || ours[r.LinkIndex] {
 				continue
 			}
 			a, ok := netip.AddrFromSlice(r.Dst.IP)
@@ -135,11 +149,25 @@ const (
 	egressNameMax = 24 * time.Hour
 )
 
+// nameCache remembers until when each learned address (by set) is in
+// force, so that an answer seen again costs nothing unless it extends the
+// address's life by much, and one nftables handle serves them all.
+type nameCache struct {
+	mu  sync.Mutex
+	nft knftables.Interface
+	exp map[string]time.Time // "set/ip" → when its element expires
+}
+
+// maxLearned bounds the names' addresses a network keeps (the sets' size
+// too): past it, new ones are not learned until some expire.
+const maxLearned = 16384
+
 // learnNames is the DNS proxy's hook for the answers it forwards: the
-// addresses of a name the policy allows or denies go into the names' sets
+// addresses of a name the policy allows or denies (the A and AAAA records
+// on the chain of CNAMEs from the name asked) go into the names' sets
 // before the VM hears the answer, so its connection right after finds
-// them. Bounded: only listed names' answers, at most what one answer
-// holds.
+// them. An address already in force for at least half the answer's TTL
+// costs nothing; others cost one nft transaction per answer.
 func (nw *Network) learnNames(qname string, answers []dns.RR) {
 	e := nw.n.Egress
 	if e == nil || !e.HasNames() {
@@ -153,14 +181,31 @@ func (nw *Network) learnNames(qname string, answers []dns.RR) {
 	if !allow {
 		set4, set6 = EgressNamesDenied4, EgressNamesDenied6
 	}
-	nft, err := newNFT(knftables.InetFamily, nw.n.ID)
-	if err != nil {
-		return
+	chain := map[string]bool{strings.ToLower(qname): true}
+	for range answers { // CNAMEs may come in any order
+		for _, rr := range answers {
+			if c, ok := rr.(*dns.CNAME); ok && chain[strings.ToLower(c.Hdr.Name)] {
+				chain[strings.ToLower(c.Target)] = true
+			}
+		}
 	}
-	tx := nft.NewTransaction()
-	n := 0
+	c := &nw.names
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nft == nil {
+		nft, err := newNFT(knftables.InetFamily, nw.n.ID)
+		if err != nil {
+			return
+		}
+		c.nft, c.exp = nft, map[string]time.Time{}
+	}
+	now := time.Now()
+	tx := c.nft.NewTransaction()
+	changed := map[string]time.Time{}
 	for _, rr := range answers {
-		ttl := min(max(time.Duration(rr.Header().Ttl)*time.Second, egressNameMin), egressNameMax)
+		if !chain[strings.ToLower(rr.Header().Name)] {
+			continue
+		}
 		var set, ip string
 		switch a := rr.(type) {
 		case *dns.A:
@@ -170,16 +215,39 @@ func (nw *Network) learnNames(qname string, answers []dns.RR) {
 		default:
 			continue
 		}
-		// Delete, then add: an address answered again lives on from now.
+		ttl := min(max(time.Duration(rr.Header().Ttl)*time.Second, egressNameMin), egressNameMax)
+		key := set + "/" + ip
+		cur, known := c.exp[key]
+		if known && now.Before(cur) && !cur.Before(now.Add(ttl/2)) {
+			continue // in force long enough
+		}
+		if !known && len(c.exp) >= maxLearned {
+			for k, t := range c.exp {
+				if !now.Before(t) {
+					delete(c.exp, k)
+				}
+			}
+			if len(c.exp) >= maxLearned {
+				continue
+			}
+		}
+		until := now.Add(ttl)
+		if cur.After(until) {
+			until = cur
+		}
+		// Add (a no-op if it is there), delete, add with the new timeout:
+		// the element lives on until then, never shorter than before.
 		tx.Add(&knftables.Element{Set: set, Key: []string{ip + " timeout 1s"}})
 		tx.Delete(&knftables.Element{Set: set, Key: []string{ip}})
-		tx.Add(&knftables.Element{Set: set, Key: []string{fmt.Sprintf("%s timeout %ds", ip, int(ttl.Seconds()))}})
-		n++
+		tx.Add(&knftables.Element{Set: set, Key: []string{fmt.Sprintf("%s timeout %ds", ip, int(until.Sub(now).Seconds())+1)}})
+		changed[key] = until
 	}
-	if n == 0 {
+	if len(changed) == 0 {
 		return
 	}
-	if err := nw.inNS(func() error { return nft.Run(context.Background(), tx) }); err != nil {
+	if err := nw.inNS(func() error { return c.nft.Run(context.Background(), tx) }); err != nil {
 		nw.log.Warn("egress: the addresses of a name are not in force", "name", qname, "err", err)
+		return
 	}
+	maps.Copy(c.exp, changed)
 }

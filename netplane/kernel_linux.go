@@ -458,6 +458,9 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 	if got != want {
 		bad("has %d rules, want %d", got, want)
 	}
+	if n.Egress != nil && !strings.Contains(listing, "\tmap "+Egress4+" {\n\t\ttype ipv4_addr : verdict\n\t\tflags interval\n\t\telements = ") {
+		bad("has an empty egress policy map %s", Egress4)
+	}
 	return errs
 }
 

@@ -34,8 +34,10 @@ type Network struct {
 	ra      *raServer  // nil without router advertisements
 	fwd     forwardState
 	fwdKick chan struct{} // a VM's address changed: apply the forwards again
-	// egressApplied is the egress maps' content as last applied.
+	// egressApplied is the egress maps' content as last applied; names
+	// the addresses learned for the policy's names.
 	egressApplied string
+	names         nameCache
 	guard6        *guard6 // nil without IPv6
 	onLease       func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which

@@ -62,7 +62,11 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 		addForwardObjects(tx)
 	}
 	if n.Egress != nil {
-		addEgressObjects(tx)
+		lan, err := hostLANs()
+		if err != nil {
+			return fmt.Errorf("network %q: the host's LANs for the egress policy: %w", n.ID, err)
+		}
+		fillEgress(tx, n.Egress, lan)
 	}
 	for _, c := range chains {
 		rs, ok := rules[c.name]

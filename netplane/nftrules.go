@@ -27,7 +27,7 @@ func nftRules(n *api.Network) map[string][]string {
 	if n.Egress != nil && !n.Egress.HostAllowed() {
 		// After DHCP and DNS: the policy denies the host itself (its
 		// services, over TCP and UDP; neighbour discovery and pings stay).
-		input = append(input, "iifname "+br+" ct state new meta l4proto { tcp, udp } goto "+EgressDenied)
+		input = append(input, "iifname "+br+" ct state != { established, related } meta l4proto { tcp, udp } goto "+EgressDenied)
 	}
 	rules["input"] = input
 	var fwd []string
@@ -52,11 +52,14 @@ func nftRules(n *api.Network) map[string][]string {
 		// Names first (the DNS proxy puts their answers in the sets, for
 		// as long as the answers live): a denied name's addresses are
 		// refused, an allowed name's skip the prefixes.
+		// Not only new connections: what conntrack calls invalid (an
+		// unsolicited reply, say) would otherwise pass as a VM's traffic.
+		notReply := "ct state != { established, related }"
 		fwd = append(fwd,
-			"iifname "+br+" ct state new ip daddr @"+EgressNamesDenied4+" goto "+EgressDenied,
-			"iifname "+br+" ct state new ip6 daddr @"+EgressNamesDenied6+" goto "+EgressDenied,
-			"iifname "+br+" ct state new ip daddr != @"+EgressNames4+" ip daddr vmap @"+Egress4,
-			"iifname "+br+" ct state new ip6 daddr != @"+EgressNames6+" ip6 daddr vmap @"+Egress6)
+			"iifname "+br+" "+notReply+" ip daddr @"+EgressNamesDenied4+" goto "+EgressDenied,
+			"iifname "+br+" "+notReply+" ip6 daddr @"+EgressNamesDenied6+" goto "+EgressDenied,
+			"iifname "+br+" "+notReply+" ip daddr != @"+EgressNames4+" ip daddr vmap @"+Egress4,
+			"iifname "+br+" "+notReply+" ip6 daddr != @"+EgressNames6+" ip6 daddr vmap @"+Egress6)
 	}
 	var nat []string
 	if n.Routed() {

@@ -8,10 +8,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
 )
 
 const egressNetworks = `
@@ -85,6 +88,62 @@ func TestEgress(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// Not only new connections: an unsolicited ICMP echo reply (conntrack
+	// calls it invalid), a way to carry data out one way, is refused too.
+	icmpIn := wan.ListenPacket(t, "ip4:icmp", "203.0.113.2")
+	got := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, _, err := icmpIn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if n > 8 && buf[0] == 0 { // an echo reply
+				got <- string(buf[8:n])
+			}
+		}
+	}()
+	if err := s.Do(func() error {
+		c, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		reply := (&icmp.Message{Type: ipv4.ICMPTypeEchoReply, Body: &icmp.Echo{ID: 7, Seq: 1, Data: []byte("exfil")}})
+		b, err := reply.Marshal(nil)
+		if err != nil {
+			return err
+		}
+		_, err = c.WriteTo(b, &net.IPAddr{IP: net.ParseIP("203.0.113.2")})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The control: o's reply arrives (so the one from s would have).
+	if err := o.Do(func() error {
+		c, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		b, _ := (&icmp.Message{Type: ipv4.ICMPTypeEchoReply, Body: &icmp.Echo{ID: 7, Seq: 2, Data: []byte("control")}}).Marshal(nil)
+		_, err = c.WriteTo(b, &net.IPAddr{IP: net.ParseIP("203.0.113.2")})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case data := <-got:
+		if strings.Contains(data, "exfil") {
+			t.Errorf("an unsolicited ICMP echo reply from s passed the default deny")
+		} else if !strings.Contains(data, "control") {
+			t.Errorf("the WAN got %q", data)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("the control echo reply from o did not arrive")
+	}
+
 	if out, err := s.Run(context.Background(), "busybox", "nslookup", "s.vmnet.internal", "10.88.0.1"); err != nil || !strings.Contains(out, "10.88.0.") {
 		t.Errorf("DNS on the gateway, with the host denied: %v\n%s", err, out)
 	}
