@@ -153,6 +153,8 @@ type ServiceStats struct {
 	// EgressDenied counts the connections the network's egress policy
 	// refused.
 	EgressDenied uint64 `json:"egressDenied,omitempty"`
+	// EgressDeniedByMAC is EgressDenied by the VM that opened them.
+	EgressDeniedByMAC map[string]uint64 `json:"egressDeniedByMAC,omitempty"`
 }
 
 // Forward is one port forward of an attachment (api.PortForward), to the

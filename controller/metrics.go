@@ -68,6 +68,8 @@ var (
 		"Ethernet frames the attachment's helper forwarded, by direction. Starts again at 0 when the helper restarts.", "direction")
 	descDrops = attachmentDesc("vmnetctl_attachment_dropped_packets_total",
 		"Frames the attachment's helper dropped (peer too slow, oversized or malformed), by direction. Starts again at 0 when the helper restarts.", "direction")
+	descAttachmentEgressDenied = attachmentDesc("vmnetctl_attachment_egress_denied_total",
+		"Connections the VM opened that its network's egress policy refused (networks with one).")
 	descForwardConns = attachmentDesc("vmnetctl_attachment_forward_connections_total",
 		"Connections (new flows, for UDP) a port forward of the attachment took, by forward (HOSTIP:PORT -> GUESTPORT/PROTO).", "forward")
 	descSpoofDrops = attachmentDesc("vmnetctl_attachment_spoofed_frames_total",
@@ -147,7 +149,7 @@ type collector struct{ c *Controller }
 
 func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descAttachmentInfo, descBytes, descPackets, descDrops, descSpoofDrops, descForwardConns, descSyscalls, descStatsTime,
+		descAttachmentInfo, descBytes, descPackets, descDrops, descSpoofDrops, descForwardConns, descAttachmentEgressDenied, descSyscalls, descStatsTime,
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDNSQueries, descDNSResponses,
@@ -261,6 +263,9 @@ func (c *Controller) collectAttachment(emit emitter, a *Attachment, st backend.S
 	emit(descAttachmentInfo, prometheus.GaugeValue, 1, with(a.Project, string(a.Attach))...)
 	for _, pf := range a.PortForwards {
 		emit(descForwardConns, prometheus.CounterValue, float64(st.ForwardConns[netplane.ForwardKey(a.Key(), pf)]), with(pf.String())...)
+	}
+	if n := c.applied.Network(a.Network); n != nil && n.Egress != nil {
+		emit(descAttachmentEgressDenied, prometheus.CounterValue, float64(st.EgressDeniedByMAC[a.MAC]), labels...)
 	}
 	guard := st.GuardDrops
 	h := c.helpers[a.Key()]

@@ -90,6 +90,9 @@ type AttachmentStatus struct {
 	RxBytes uint64 `json:"rxBytes"`
 	TxBytes uint64 `json:"txBytes"`
 	Drops   uint64 `json:"drops"`
+	// EgressDenied counts the connections the VM opened that its
+	// network's egress policy refused (networks with one).
+	EgressDenied uint64 `json:"egressDenied,omitempty"`
 	// Forwards are the attachment's port forwards, with the connections
 	// each took.
 	Forwards []ForwardStatus `json:"forwards,omitempty"`
@@ -157,6 +160,7 @@ func (c *Controller) status() *Status {
 	portMACs := map[string]map[string][]string{}
 	ip6s := map[string][]netip.Addr{} // network/mac → IPv6 addresses
 	conns := map[string]uint64{}      // netplane.ForwardKey → connections
+	denied := map[string]uint64{}     // network/mac → egress refusals
 	for _, n := range d.Networks {
 		ns := newNetworkStatus(n, d)
 		if nw := c.nets[n.ID]; nw != nil {
@@ -167,6 +171,9 @@ func (c *Controller) status() *Status {
 			st := nw.Stats()
 			guards[n.ID], portMACs[n.ID] = st.GuardDrops, st.PortMACs
 			ns.EgressDenied = st.EgressDenied
+			for mac, v := range st.EgressDeniedByMAC {
+				denied[n.ID+"/"+mac] = v
+			}
 			for k, v := range st.ForwardConns {
 				conns[k] = v
 			}
@@ -194,6 +201,7 @@ func (c *Controller) status() *Status {
 		for _, ip := range ip6s[a.Network+"/"+a.MAC] {
 			as.IPv6 = append(as.IPv6, ip.String())
 		}
+		as.EgressDenied = denied[a.Network+"/"+a.MAC]
 		for _, pf := range a.PortForwards {
 			as.Forwards = append(as.Forwards, ForwardStatus{Forward: pf.String(), Connections: conns[netplane.ForwardKey(a.Key(), pf)]})
 		}

@@ -2,9 +2,11 @@ package netplane
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +25,53 @@ import (
 // first, resolved by api.Egress.Ranges); "lan" is what the host's own
 // interfaces reach directly, read again every egressRefresh.
 
+// The sets that count the refused connections per source address.
+const (
+	egressBy4     = "egress-denied-by4"
+	egressBy6     = "egress-denied-by6"
+	egressSources = 4096
+)
+
+// egressDeniedBy returns the connections the policy refused, by source
+// address, from the per-source sets.
+func egressDeniedBy(ctx context.Context, id string) (map[netip.Addr]uint64, error) {
+	out := map[netip.Addr]uint64{}
+	for _, set := range []string{egressBy4, egressBy6} {
+		b, err := exec.CommandContext(ctx, "nft", "-j", "list", "set", "inet", TableName(id), set).Output()
+		if err != nil {
+			return out, fmt.Errorf("nft list set %s: %w", set, err)
+		}
+		var listing struct {
+			Nftables []struct {
+				Set *struct {
+					Elem []struct {
+						Elem struct {
+							Val     string `json:"val"`
+							Counter struct {
+								Packets uint64 `json:"packets"`
+							} `json:"counter"`
+						} `json:"elem"`
+					} `json:"elem"`
+				} `json:"set"`
+			} `json:"nftables"`
+		}
+		if err := json.Unmarshal(b, &listing); err != nil {
+			return out, fmt.Errorf("nft list set %s: %w", set, err)
+		}
+		for _, o := range listing.Nftables {
+			if o.Set == nil {
+				continue
+			}
+			for _, e := range o.Set.Elem {
+				if ip, err := netip.ParseAddr(e.Elem.Val); err == nil {
+					out[ip] += e.Elem.Counter.Packets
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // egressRefresh is how often the host's LANs are read again.
 const egressRefresh = 30 * time.Second
 
@@ -31,6 +80,13 @@ func addEgressObjects(tx *knftables.Transaction) {
 	tx.Add(&knftables.Counter{Name: EgressDenied})
 	tx.Add(&knftables.Chain{Name: EgressDenied})
 	tx.Flush(&knftables.Chain{Name: EgressDenied})
+	// Counted per source too, for each VM's count: a dynamic set with a
+	// counter per element (at most egressSources; past it, the network's
+	// count alone).
+	tx.Add(&knftables.Set{Name: egressBy4, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}, Size: knftables.PtrTo(uint64(egressSources))})
+	tx.Add(&knftables.Set{Name: egressBy6, Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}, Size: knftables.PtrTo(uint64(egressSources))})
+	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: "update @" + egressBy4 + " { ip saddr counter }"})
+	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: "update @" + egressBy6 + " { ip6 saddr counter }"})
 	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: fmt.Sprintf("counter name %q drop", EgressDenied)})
 	for _, s := range []struct{ name, typ string }{
 		{EgressNames4, "ipv4_addr"}, {EgressNamesDenied4, "ipv4_addr"}, {EgressNames6, "ipv6_addr"}, {EgressNamesDenied6, "ipv6_addr"},

@@ -489,6 +489,7 @@ func (nw *Network) Stats() backend.ServiceStats {
 			s.ForwardConns = conns
 			if nw.n.Egress != nil {
 				s.EgressDenied = egressDenied(context.Background(), nw.n.ID)
+				s.EgressDeniedByMAC = nw.deniedByMAC(context.Background())
 			}
 			return err
 		})
@@ -529,4 +530,32 @@ func (nw *Network) resolve6() func(string) []netip.Addr {
 		return nil
 	}
 	return resolver6(nw.hosts, nw.alloc, nw.guard6.learner)
+}
+
+// deniedByMAC is egressDeniedBy by the VMs' MACs: an IPv4 source by its
+// lease (or fixed address), an IPv6 one by the guard's binding.
+func (nw *Network) deniedByMAC(ctx context.Context) map[string]uint64 {
+	by, _ := egressDeniedBy(ctx, nw.n.ID)
+	if len(by) == 0 {
+		return nil
+	}
+	macOf := map[netip.Addr]string{}
+	if nw.alloc != nil {
+		for _, l := range nw.alloc.Leases() {
+			macOf[l.IP] = l.MAC
+		}
+	}
+	out := map[string]uint64{}
+	for ip, n := range by {
+		mac, ok := macOf[ip]
+		if !ok && nw.guard6 != nil {
+			if hw, bound := nw.guard6.learner.Owner(ip); bound {
+				mac, ok = hw.String(), true
+			}
+		}
+		if ok {
+			out[mac] += n
+		}
+	}
+	return out
 }

@@ -163,7 +163,14 @@ func TestEgress(t *testing.T) {
 		}
 	}
 
-	for _, n := range h.Status().Networks {
+	st = h.Status()
+	if got := h.Attachment(st, "s").EgressDenied; got < 3 {
+		t.Errorf("s: %d refused connections counted, want 3 or more", got)
+	}
+	if got := h.Attachment(st, "o").EgressDenied; got != 0 {
+		t.Errorf("o, on a network without a policy: %d refused connections counted", got)
+	}
+	for _, n := range st.Networks {
 		if n.Name == "sandbox" && n.EgressDenied < 3 {
 			t.Errorf("sandbox: %d connections counted as refused, want 3 or more", n.EgressDenied)
 		}
