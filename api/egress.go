@@ -47,9 +47,22 @@ const MaxEgressRules = 1024
 
 // egress reads a network's `egress` section.
 func (w *walker) egress(n *Network, v *yaml.Node, path string) {
+	n.Egress = w.egressPolicy(v, path, func(item *yaml.Node, p, s string) bool {
+		if !n.DNSProxy {
+			w.errorf(item, p, "%s is a name: the network's DNS proxy learns names' addresses, and this network has none (dnsProxy: false)", s)
+			return false
+		}
+		return true
+	})
+}
+
+// egressPolicy reads an `egress` section (a network's or a VM entry's);
+// nameOK says whether a name may be listed there (and reports why not).
+// nil when the section has errors.
+func (w *walker) egressPolicy(v *yaml.Node, path string, nameOK func(item *yaml.Node, p, s string) bool) *Egress {
 	f, _, ok := w.collect(deref(v), path, egressKeys)
 	if !ok {
-		return
+		return nil
 	}
 	at := func(k string) string { return joinPath(path, k) }
 	e := &Egress{DefaultAllow: true}
@@ -89,8 +102,7 @@ func (w *walker) egress(n *Network, v *yaml.Node, path string) {
 				r.Alias = s
 			case isEgressName(s):
 				r.Name = strings.ToLower(strings.TrimSuffix(s, "."))
-				if !n.DNSProxy {
-					w.errorf(item, p, "%s is a name: the network's DNS proxy learns names' addresses, and this network has none (dnsProxy: false)", s)
+				if !nameOK(item, p, s) {
 					continue
 				}
 			default:
@@ -125,9 +137,9 @@ func (w *walker) egress(n *Network, v *yaml.Node, path string) {
 	}
 	if len(e.Rules) > MaxEgressRules {
 		w.errorf(v, path, "has %d rules; at most %d", len(e.Rules), MaxEgressRules)
-		return
+		return nil
 	}
-	n.Egress = e
+	return e
 }
 
 // String is the policy as `plan` shows it: "" without one.

@@ -60,6 +60,9 @@ type Attachment struct {
 	// PortForwards expose ports of the VM on the host (shared and host
 	// networks).
 	PortForwards []PortForward `json:"portForwards,omitempty"`
+	// Egress, if set, is the VM's own egress policy on the network, in
+	// place of the network's (without names: those are the network's).
+	Egress *Egress `json:"egress,omitempty"`
 	Source       Source        `json:"source"`
 
 	lines map[string]int
@@ -113,7 +116,7 @@ type VMFileOptions struct {
 	Name string
 }
 
-var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck", "portForwards"}
+var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck", "portForwards", "egress"}
 
 // LoadVMFile parses a lima instance file or a multi-VM file. When there are
 // errors the result holds what could be read (entries with errors left out),
@@ -293,6 +296,12 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 		if pv, ok := f["portForwards"]; ok {
 			a.PortForwards = w.forwards(pv, at("portForwards"))
 		}
+		if ev, ok := f["egress"]; ok {
+			a.Egress = w.egressPolicy(ev, at("egress"), func(item *yaml.Node, p, s string) bool {
+				w.errorf(item, p, "%s is a name: names are in the network's egress policy only (its DNS proxy learns them), not a VM's", s)
+				return false
+			})
+		}
 		if len(w.diags.Errors()) == errsBefore {
 			vm.Attachments = append(vm.Attachments, a)
 		}
@@ -348,6 +357,9 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 				}
 				a.Network = n.ID
 				kept = append(kept, a)
+				if a.Egress != nil && !n.Routed() {
+					errAt(a.Source, a.lines["egress"], field+".egress", "network %q is %s: egress policies are for shared and host networks", n.ID, n.Mode)
+				}
 				if len(a.PortForwards) > 0 && !n.Routed() {
 					errAt(a.Source, a.lines["portForwards"], field+".portForwards", "network %q is %s: its VMs are on the LAN already; forwards are for shared and host networks", n.ID, n.Mode)
 				}

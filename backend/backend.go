@@ -113,6 +113,9 @@ type Network interface {
 	// SetForwards makes the network forward what fs say, to the VMs'
 	// current addresses, following them as they change.
 	SetForwards(ctx context.Context, fs []Forward) error
+	// SetVMEgress gives VMs their own egress policies, in place of the
+	// network's, following their addresses as they change.
+	SetVMEgress(ctx context.Context, ps []VMEgress) error
 	Leases() []Lease
 	Stats() ServiceStats
 	// Health is nil while the network's services (DHCP, DNS) run, else
@@ -165,6 +168,12 @@ type Forward struct {
 	// names the forward by it and the forward (netplane.ForwardKey).
 	Key string
 	MAC string
+}
+
+// VMEgress is a VM's own egress policy on a network (its VM file entry's).
+type VMEgress struct {
+	MAC    string
+	Egress *api.Egress
 }
 
 // IPv6Stats count a network's IPv6 services since it started.

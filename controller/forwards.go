@@ -31,6 +31,15 @@ func (c *Controller) setForwards(ctx context.Context, desired *Desired) []error 
 			if err := nw.SetForwards(ctx, byNet[n.ID]); err != nil {
 				errs = append(errs, err)
 			}
+			var ps []backend.VMEgress
+			for _, a := range desired.Attachments {
+				if a.Network == n.ID && a.Egress != nil {
+					ps = append(ps, backend.VMEgress{MAC: a.MAC, Egress: a.Egress})
+				}
+			}
+			if err := nw.SetVMEgress(ctx, ps); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errs

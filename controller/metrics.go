@@ -264,7 +264,7 @@ func (c *Controller) collectAttachment(emit emitter, a *Attachment, st backend.S
 	for _, pf := range a.PortForwards {
 		emit(descForwardConns, prometheus.CounterValue, float64(st.ForwardConns[netplane.ForwardKey(a.Key(), pf)]), with(pf.String())...)
 	}
-	if n := c.applied.Network(a.Network); n != nil && n.Egress != nil {
+	if n := c.applied.Network(a.Network); a.Egress != nil || (n != nil && n.Egress != nil) {
 		emit(descAttachmentEgressDenied, prometheus.CounterValue, float64(st.EgressDeniedByMAC[a.MAC]), labels...)
 	}
 	guard := st.GuardDrops

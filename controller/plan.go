@@ -145,6 +145,7 @@ var attachmentFields = []field[*Attachment]{
 	{"project", func(a *Attachment) string { return a.Project }, false},
 	{"interface", func(a *Attachment) string { return a.Interface }, false},
 	{"metric", func(a *Attachment) string { return fmt.Sprint(a.Metric) }, false},
+	{"egress", func(a *Attachment) string { return a.Egress.String() }, false},
 	{"portForwards", func(a *Attachment) string {
 		var parts []string
 		for _, f := range a.PortForwards {

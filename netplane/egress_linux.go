@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
@@ -95,6 +97,12 @@ func addEgressObjects(tx *knftables.Transaction) {
 	}
 	tx.Add(&knftables.Map{Name: Egress4, Type: "ipv4_addr : verdict", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	tx.Add(&knftables.Map{Name: Egress6, Type: "ipv6_addr : verdict", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	tx.Add(&knftables.Set{Name: egressOwn4, Type: "ipv4_addr"})
+	tx.Add(&knftables.Set{Name: egressOwn6, Type: "ipv6_addr"})
+	tx.Add(&knftables.Set{Name: egressNoHost4, Type: "ipv4_addr"})
+	tx.Add(&knftables.Set{Name: egressNoHost6, Type: "ipv6_addr"})
+	tx.Add(&knftables.Map{Name: egressVM4, Type: "ipv4_addr . ipv4_addr : verdict", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	tx.Add(&knftables.Map{Name: egressVM6, Type: "ipv6_addr . ipv6_addr : verdict", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 }
 
 // applyEgress fills the maps from the policy and the host's LANs now,
@@ -306,4 +314,94 @@ func (nw *Network) learnNames(qname string, answers []dns.RR) {
 		return
 	}
 	maps.Copy(c.exp, changed)
+}
+
+// vmEgressState is the VMs' own policies, kept to apply again when their
+// addresses change.
+type vmEgressState struct {
+	mu       sync.Mutex
+	policies []backend.VMEgress
+	applied  string
+}
+
+// SetVMEgress gives the VMs in ps their own egress policy, in place of
+// the network's, at the addresses they have now (and again whenever those
+// change): one transaction, skipped when nothing changed.
+func (nw *Network) SetVMEgress(ctx context.Context, ps []backend.VMEgress) error {
+	if !nw.n.Routed() || nw.inNS == nil {
+		return nil
+	}
+	nw.vmEgress.mu.Lock()
+	defer nw.vmEgress.mu.Unlock()
+	nw.vmEgress.policies = slices.Clone(ps)
+	return nw.applyVMEgress(ctx)
+}
+
+// refreshVMEgress applies the VMs' policies again (an address changed).
+func (nw *Network) refreshVMEgress() {
+	nw.vmEgress.mu.Lock()
+	defer nw.vmEgress.mu.Unlock()
+	if len(nw.vmEgress.policies) == 0 && nw.vmEgress.applied == "" {
+		return
+	}
+	if err := nw.applyVMEgress(context.Background()); err != nil {
+		nw.log.Error("the VMs' egress policies are not up to date", "err", err)
+	}
+}
+
+func (nw *Network) applyVMEgress(ctx context.Context) error {
+	var lan []netip.Prefix
+	if err := nw.inNS(func() (err error) { lan, err = hostLANs(); return err }); err != nil {
+		return err
+	}
+	nft, err := newNFT(knftables.InetFamily, nw.n.ID)
+	if err != nil {
+		return err
+	}
+	tx := nft.NewTransaction()
+	addEgressObjects(tx)
+	for _, o := range []string{egressOwn4, egressOwn6, egressNoHost4, egressNoHost6} {
+		tx.Flush(&knftables.Set{Name: o})
+	}
+	tx.Flush(&knftables.Map{Name: egressVM4})
+	tx.Flush(&knftables.Map{Name: egressVM6})
+	var sig strings.Builder
+	for _, p := range nw.vmEgress.policies {
+		var srcs []netip.Addr
+		if ip, ok := nw.vmAddr(p.MAC); ok {
+			srcs = append(srcs, ip)
+		}
+		if nw.guard6 != nil {
+			if hw, err := net.ParseMAC(p.MAC); err == nil {
+				srcs = append(srcs, nw.guard6.learner.Lookup(hw)...)
+			}
+		}
+		for _, src := range srcs {
+			v4 := src.Is4()
+			own, nohost, m := egressOwn6, egressNoHost6, egressVM6
+			if v4 {
+				own, nohost, m = egressOwn4, egressNoHost4, egressVM4
+			}
+			tx.Add(&knftables.Element{Set: own, Key: []string{src.String()}})
+			if !p.Egress.HostAllowed() {
+				tx.Add(&knftables.Element{Set: nohost, Key: []string{src.String()}})
+			}
+			for _, r := range p.Egress.Ranges(v4, lan) {
+				verdict := "continue"
+				if !r.Allow {
+					verdict = "goto " + EgressDenied
+				}
+				fmt.Fprintf(&sig, "%s %s-%s:%s;", src, r.First, r.Last, verdict)
+				tx.Add(&knftables.Element{Map: m, Key: []string{src.String(), r.First.String() + "-" + r.Last.String()}, Value: []string{verdict}})
+			}
+		}
+	}
+	if sig.String() == nw.vmEgress.applied {
+		return nil
+	}
+	if err := nw.inNS(func() error { return nft.Run(ctx, tx) }); err != nil {
+		return fmt.Errorf("network %q: the VMs' egress policies: %w", nw.n.ID, err)
+	}
+	nw.vmEgress.applied = sig.String()
+	return nil
 }

@@ -113,6 +113,7 @@ type guard6 struct {
 	inNS    func(func() error) error
 	log     *slog.Logger
 	learner *nd6Learner
+	kick    func() // a binding changed (the VMs' egress policies follow their addresses)
 
 	mu      sync.Mutex // one transaction at a time
 	syncMu  sync.Mutex // one sync at a time
@@ -137,12 +138,12 @@ const nd6Lifetime = raValidLifetime
 // when it starts (an earlier controller's) are the learner's first: a VM
 // whose address was bound keeps it through a restart of vmnetctl, and no
 // other VM can take it meanwhile.
-func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error) (*guard6, error) {
+func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error, kick func()) (*guard6, error) {
 	nft, err := newNFT(knftables.BridgeFamily, n.ID)
 	if err != nil {
 		return nil, err
 	}
-	g := &guard6{n: n, nft: nft, inNS: inNS, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	g := &guard6{n: n, nft: nft, inNS: inNS, log: log, kick: kick, stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
 	if err := g.run(ctx, func(*knftables.Transaction) {}); err != nil { // the sets, if missing
 		return nil, err
@@ -330,6 +331,9 @@ func (g *guard6) changed(b nd6Binding, added bool) {
 		}
 	})
 	g.logFailure(err)
+	if g.kick != nil {
+		g.kick()
+	}
 }
 
 func (g *guard6) logFailure(err error) {

@@ -38,6 +38,7 @@ type Network struct {
 	// the addresses learned for the policy's names.
 	egressApplied string
 	names         nameCache
+	vmEgress      vmEgressState
 	guard6        *guard6 // nil without IPv6
 	onLease       func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
@@ -106,7 +107,13 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 
 	if checksIPv6(n) {
 		// Before the DNS proxy, which answers AAAA from what it learns.
-		if nw.guard6, err = startGuard6(n, log, nw.inNS); err != nil {
+		kick := func() {
+			select {
+			case nw.fwdKick <- struct{}{}:
+			default:
+			}
+		}
+		if nw.guard6, err = startGuard6(n, log, nw.inNS, kick); err != nil {
 			return nil, err
 		}
 		nw.closers = append(nw.closers, nw.guard6.Close)
@@ -143,10 +150,12 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 				return
 			case <-nw.fwdKick:
 				nw.refreshForwards()
+				nw.refreshVMEgress()
 			case <-lan.C: // the host's LANs may have changed
 				if err := nw.applyEgress(context.Background()); err != nil {
 					nw.log.Error("the egress policy is not up to date", "err", err)
 				}
+				nw.refreshVMEgress()
 			}
 		}
 	}()
@@ -487,7 +496,10 @@ func (nw *Network) Stats() backend.ServiceStats {
 		nw.inNS(func() error {
 			conns, err := forwardConns(context.Background(), nw.n.ID)
 			s.ForwardConns = conns
-			if nw.n.Egress != nil {
+			nw.vmEgress.mu.Lock()
+			vmPolicies := len(nw.vmEgress.policies) > 0
+			nw.vmEgress.mu.Unlock()
+			if nw.n.Egress != nil || vmPolicies {
 				s.EgressDenied = egressDenied(context.Background(), nw.n.ID)
 				s.EgressDeniedByMAC = nw.deniedByMAC(context.Background())
 			}

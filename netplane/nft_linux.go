@@ -61,6 +61,9 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	if n.Routed() {
 		addForwardObjects(tx)
 	}
+	if n.Routed() {
+		addEgressObjects(tx)
+	}
 	if n.Egress != nil {
 		lan, err := hostLANs()
 		if err != nil {

@@ -24,10 +24,21 @@ func nftRules(n *api.Network) map[string][]string {
 			input = append(input, "iifname "+br+" ip6 daddr "+n.Gateway6.String()+" meta l4proto { tcp, udp } th dport 53 accept")
 		}
 	}
+	// Not only new connections: what conntrack calls invalid (an
+	// unsolicited reply, say) would otherwise pass as a VM's traffic.
+	notReply := "ct state != { established, related }"
+	if n.Routed() {
+		// After DHCP and DNS: a VM whose own policy denies the host (its
+		// services, over TCP and UDP; neighbour discovery and pings stay),
+		// then the network's for the other VMs.
+		input = append(input,
+			"iifname "+br+" "+notReply+" meta l4proto { tcp, udp } ip saddr @"+egressNoHost4+" goto "+EgressDenied,
+			"iifname "+br+" "+notReply+" meta l4proto { tcp, udp } ip6 saddr @"+egressNoHost6+" goto "+EgressDenied)
+	}
 	if n.Egress != nil && !n.Egress.HostAllowed() {
-		// After DHCP and DNS: the policy denies the host itself (its
-		// services, over TCP and UDP; neighbour discovery and pings stay).
-		input = append(input, "iifname "+br+" ct state != { established, related } meta l4proto { tcp, udp } goto "+EgressDenied)
+		input = append(input,
+			"iifname "+br+" "+notReply+" meta l4proto { tcp, udp } ip saddr != @"+egressOwn4+" goto "+EgressDenied,
+			"iifname "+br+" "+notReply+" meta l4proto { tcp, udp } ip6 saddr != @"+egressOwn6+" goto "+EgressDenied)
 	}
 	rules["input"] = input
 	var fwd []string
@@ -45,6 +56,14 @@ func nftRules(n *api.Network) map[string][]string {
 	fwd = append(fwd,
 		"oifname "+br+" ct direction original ct status dnat accept",
 		"iifname "+br+" ct direction reply ct status dnat accept")
+	if n.Routed() {
+		// A VM with a policy of its own (the VM file's entry): its
+		// sources and the destination ranges in one map, in place of the
+		// network's.
+		fwd = append(fwd,
+			"iifname "+br+" "+notReply+" ip saddr @"+egressOwn4+" ip saddr . ip daddr vmap @"+egressVM4,
+			"iifname "+br+" "+notReply+" ip6 saddr @"+egressOwn6+" ip6 saddr . ip6 daddr vmap @"+egressVM6)
+	}
 	if n.Egress != nil {
 		// The egress policy decides the connections VMs open (the maps,
 		// longest prefix first: egress_linux.go); what it allows goes on
@@ -52,14 +71,11 @@ func nftRules(n *api.Network) map[string][]string {
 		// Names first (the DNS proxy puts their answers in the sets, for
 		// as long as the answers live): a denied name's addresses are
 		// refused, an allowed name's skip the prefixes.
-		// Not only new connections: what conntrack calls invalid (an
-		// unsolicited reply, say) would otherwise pass as a VM's traffic.
-		notReply := "ct state != { established, related }"
 		fwd = append(fwd,
 			"iifname "+br+" "+notReply+" ip daddr @"+EgressNamesDenied4+" goto "+EgressDenied,
 			"iifname "+br+" "+notReply+" ip6 daddr @"+EgressNamesDenied6+" goto "+EgressDenied,
-			"iifname "+br+" "+notReply+" ip daddr != @"+EgressNames4+" ip daddr vmap @"+Egress4,
-			"iifname "+br+" "+notReply+" ip6 daddr != @"+EgressNames6+" ip6 daddr vmap @"+Egress6)
+			"iifname "+br+" "+notReply+" ip saddr != @"+egressOwn4+" ip daddr != @"+EgressNames4+" ip daddr vmap @"+Egress4,
+			"iifname "+br+" "+notReply+" ip6 saddr != @"+egressOwn6+" ip6 daddr != @"+EgressNames6+" ip6 daddr vmap @"+Egress6)
 	}
 	var nat []string
 	if n.Routed() {
@@ -140,6 +156,16 @@ const (
 	EgressNames6       = "egress-names6"
 	EgressNamesDenied4 = "egress-nonames4"
 	EgressNamesDenied6 = "egress-nonames6"
+
+	// The VMs with a policy of their own: their sources (egressOwn),
+	// those whose policy denies the host (egressNoHost), and a map from
+	// source and destination range to a verdict (egressVM).
+	egressOwn4    = "egress-own4"
+	egressOwn6    = "egress-own6"
+	egressNoHost4 = "egress-nohost4"
+	egressNoHost6 = "egress-nohost6"
+	egressVM4     = "egress-vm4"
+	egressVM6     = "egress-vm6"
 
 	ForwardsByAddr = "fwd4addr"
 	ForwardsAny    = "fwd4any"

@@ -44,6 +44,7 @@ func (*Network) Close() error                                                 { 
 func (*Network) Config() *api.Network                                         { return nil }
 func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error           { return ErrUnsupported }
 func (*Network) SetForwards(context.Context, []backend.Forward) error         { return ErrUnsupported }
+func (*Network) SetVMEgress(context.Context, []backend.VMEgress) error        { return ErrUnsupported }
 func (*Network) RemoveHost(net.HardwareAddr)                                  {}
 func (*Network) Leases() []backend.Lease                                      { return nil }
 func (*Network) Stats() backend.ServiceStats                                  { return backend.ServiceStats{} }

@@ -85,6 +85,9 @@ func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []backend.L
 		case a.IP.IsValid():
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): ip: %s cannot be honoured on macOS: vmnet's DHCP server takes no reservations from vmnetctl", a.Key(), b.Name(), a.IP)})
 		}
+		if a.Egress != nil {
+			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): egress cannot be honoured on macOS: vmnet has no egress filtering", a.Key(), b.Name())})
+		}
 		if len(a.PortForwards) > 0 {
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): portForwards cannot be honoured on macOS: vmnet has no port forwards (lima's own forwarding, over ssh, does it there)", a.Key(), b.Name())})
 		}
@@ -162,6 +165,9 @@ func (v *vmnetNetwork) Config() *api.Network { return v.n }
 // SetHost has nothing to do: vmnet serves neither reservations nor names
 // (validate and plan warn about both).
 func (v *vmnetNetwork) SetHost(net.HardwareAddr, string, netip.Addr) error { return nil }
+
+// SetVMEgress does nothing: vmnet has no egress filtering (validate says so).
+func (v *vmnetNetwork) SetVMEgress(context.Context, []backend.VMEgress) error { return nil }
 
 // SetForwards does nothing: vmnet has no port forwards (validate says so).
 func (v *vmnetNetwork) SetForwards(context.Context, []backend.Forward) error { return nil }

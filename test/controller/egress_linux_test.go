@@ -58,11 +58,28 @@ func TestEgress(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  s:\n    networks:\n      - vmnet: sandbox\n  o:\n    networks:\n      - vmnet: open\n"))
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", `vms:
+  s:
+    networks:
+      - vmnet: sandbox
+  o:
+    networks:
+      - vmnet: open
+  p:
+    networks:
+      - vmnet: open
+        egress: {default: deny, allow: [198.51.100.2]}
+  q:
+    networks:
+      - vmnet: sandbox
+        egress: {default: allow, deny: [198.51.100.2]}
+`))
 	st := h.Status()
 	s, o := h.VM(h.Attachment(st, "s")), h.VM(h.Attachment(st, "o"))
-	s.DHCP(t)
-	o.DHCP(t)
+	p, q := h.VM(h.Attachment(st, "p")), h.VM(h.Attachment(st, "q"))
+	for _, vm := range []*simvm.VM{s, o, p, q} {
+		vm.DHCP(t)
+	}
 
 	var wg sync.WaitGroup
 	for _, c := range []struct {
@@ -79,6 +96,13 @@ func TestEgress(t *testing.T) {
 		{o, "198.51.100.3:7000", "lan .3", "control: an open network"},
 		{o, "203.0.113.2:7000", "internet", "control: an open network"},
 		{o, "10.89.0.1:7100", "host service", "control: an open network"},
+		// VMs with policies of their own, in place of their network's.
+		{p, "198.51.100.2:7000", "lan .2", "p's own allow, on an open network"},
+		{p, "198.51.100.3:7000", "", "p's own default deny"},
+		{p, "203.0.113.2:7000", "", "p's own default deny"},
+		{q, "203.0.113.2:7000", "internet", "q's own default allow, on the sandbox"},
+		{q, "198.51.100.3:7000", "lan .3", "q's own default allow, though the sandbox denies it"},
+		{q, "198.51.100.2:7000", "", "q's own deny"},
 	} {
 		wg.Go(func() {
 			got, err := dialHello(c.vm.NS, c.addr)
@@ -166,6 +190,9 @@ func TestEgress(t *testing.T) {
 	st = h.Status()
 	if got := h.Attachment(st, "s").EgressDenied; got < 3 {
 		t.Errorf("s: %d refused connections counted, want 3 or more", got)
+	}
+	if got := h.Attachment(st, "p").EgressDenied; got < 2 {
+		t.Errorf("p: %d refused connections counted, want 2 or more", got)
 	}
 	if got := h.Attachment(st, "o").EgressDenied; got != 0 {
 		t.Errorf("o, on a network without a policy: %d refused connections counted", got)
