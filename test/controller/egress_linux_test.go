@@ -48,7 +48,7 @@ func TestEgress(t *testing.T) {
 	// The host's resolver, for the DNS proxy to forward to: a server on
 	// the WAN side (ip netns exec gives the namespace's processes
 	// /etc/netns/NAME/resolv.conf as /etc/resolv.conf).
-	serveDNS(t, wan, "203.0.113.2:53", map[string]string{"allowed.test.": "198.51.100.3", "nope.test.": "198.51.100.2"})
+	serveDNS(t, wan, "203.0.113.2:53", map[string]string{"allowed.test.": "198.51.100.3", "nope.test.": "198.51.100.2", "unlisted.test.": "203.0.113.2"})
 	etc := filepath.Join("/etc/netns", h.Name)
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		t.Fatal(err)
@@ -177,6 +177,7 @@ func TestEgress(t *testing.T) {
 	// denied name's address is refused, though its prefix is allowed.
 	for _, c := range []struct{ name, addr, want string }{
 		{"allowed.test", "198.51.100.3:7000", "lan .3"},
+		{"unlisted.test", "203.0.113.2:7000", ""}, // resolving a name the policy does not list opens nothing
 		{"nope.test", "198.51.100.2:7000", ""},
 	} {
 		if out, err := s.Run(context.Background(), "busybox", "nslookup", "-type=a", c.name, "10.88.0.1"); err != nil {
