@@ -297,10 +297,7 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 			a.PortForwards = w.forwards(pv, at("portForwards"))
 		}
 		if ev, ok := f["egress"]; ok {
-			a.Egress = w.egressPolicy(ev, at("egress"), func(item *yaml.Node, p, s string) bool {
-				w.errorf(item, p, "%s is a name: names are in the network's egress policy only (its DNS proxy learns them), not a VM's", s)
-				return false
-			})
+			a.Egress = w.egressPolicy(ev, at("egress"), func(*yaml.Node, string, string) bool { return true })
 		}
 		if len(w.diags.Errors()) == errsBefore {
 			vm.Attachments = append(vm.Attachments, a)
@@ -359,6 +356,9 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 				kept = append(kept, a)
 				if a.Egress != nil && !n.Routed() {
 					errAt(a.Source, a.lines["egress"], field+".egress", "network %q is %s: egress policies are for shared and host networks", n.ID, n.Mode)
+				}
+				if a.Egress != nil && a.Egress.HasNames() && !n.DNSProxy {
+					errAt(a.Source, a.lines["egress"], field+".egress", "lists names, which the DNS proxy of network %q learns, and it has none (dnsProxy: false)", n.ID)
 				}
 				if len(a.PortForwards) > 0 && !n.Routed() {
 					errAt(a.Source, a.lines["portForwards"], field+".portForwards", "network %q is %s: its VMs are on the LAN already; forwards are for shared and host networks", n.ID, n.Mode)

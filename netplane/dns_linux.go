@@ -38,7 +38,7 @@ type dnsHandler struct {
 	resolve6 func(name string) []netip.Addr
 	// learn, if set, is told of each answer forwarded, before the client
 	// hears it (the egress policy's names).
-	learn     func(qname string, answers []dns.RR)
+	learn     func(client netip.Addr, qname string, answers []dns.RR)
 	upstreams []string // host:port
 	// noForward refuses every name that is not the network's own (a host
 	// network without dnsForward: its VMs must not reach names outside).
@@ -175,7 +175,14 @@ func (h *dnsHandler) forward(w dns.ResponseWriter, r *dns.Msg) {
 		}
 		h.count(func(s *backend.DNSStats) { s.Forwarded++ })
 		if h.learn != nil && len(r.Question) == 1 {
-			h.learn(r.Question[0].Name, resp.Answer)
+			var client netip.Addr
+			switch a := w.RemoteAddr().(type) {
+			case *net.UDPAddr:
+				client = a.AddrPort().Addr().Unmap()
+			case *net.TCPAddr:
+				client = a.AddrPort().Addr().Unmap()
+			}
+			h.learn(client, r.Question[0].Name, resp.Answer)
 		}
 		resp.Id = r.Id
 		w.WriteMsg(resp)

@@ -97,6 +97,12 @@ func addEgressObjects(tx *knftables.Transaction) {
 	}
 	tx.Add(&knftables.Map{Name: Egress4, Type: "ipv4_addr : verdict", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	tx.Add(&knftables.Map{Name: Egress6, Type: "ipv6_addr : verdict", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	for _, s := range []struct{ name, typ string }{
+		{egressVMNames4, "ipv4_addr . ipv4_addr"}, {egressVMNoNames4, "ipv4_addr . ipv4_addr"},
+		{egressVMNames6, "ipv6_addr . ipv6_addr"}, {egressVMNoNames6, "ipv6_addr . ipv6_addr"},
+	} {
+		tx.Add(&knftables.Set{Name: s.name, Type: s.typ, Flags: []knftables.SetFlag{knftables.TimeoutFlag}, Size: knftables.PtrTo(uint64(maxLearned))})
+	}
 	tx.Add(&knftables.Set{Name: egressOwn4, Type: "ipv4_addr"})
 	tx.Add(&knftables.Set{Name: egressOwn6, Type: "ipv6_addr"})
 	tx.Add(&knftables.Set{Name: egressNoHost4, Type: "ipv4_addr"})
@@ -226,24 +232,40 @@ type nameCache struct {
 // too): past it, new ones are not learned until some expire.
 const maxLearned = 16384
 
-// learnNames is the DNS proxy's hook for the answers it forwards: the
-// addresses of a name the policy allows or denies (the A and AAAA records
+// learnNames is the DNS proxy's hook for the answers it forwards to
+// client: the addresses of a name a policy lists (the A and AAAA records
 // on the chain of CNAMEs from the name asked) go into the names' sets
-// before the VM hears the answer, so its connection right after finds
-// them. An address already in force for at least half the answer's TTL
-// costs nothing; others cost one nft transaction per answer.
-func (nw *Network) learnNames(qname string, answers []dns.RR) {
-	e := nw.n.Egress
-	if e == nil || !e.HasNames() {
-		return
+// before the client hears the answer, so its connection right after finds
+// them: the network's sets for the network's policy, and (source,
+// address) pairs for the client VM's own policy, if it has one. An address
+// already in force for at least half the answer's TTL costs nothing;
+// others cost one nft transaction per answer.
+func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR) {
+	type target struct {
+		set4, set6 string
+		srcs       []netip.Addr // the VM's sources, for its own sets; nil for the network's
 	}
-	allow, ok := e.NameVerdict(qname)
-	if !ok {
-		return
+	var targets []target
+	if e := nw.n.Egress; e != nil && e.HasNames() {
+		if allow, ok := e.NameVerdict(qname); ok {
+			t := target{set4: EgressNames4, set6: EgressNames6}
+			if !allow {
+				t = target{set4: EgressNamesDenied4, set6: EgressNamesDenied6}
+			}
+			targets = append(targets, t)
+		}
 	}
-	set4, set6 := EgressNames4, EgressNames6
-	if !allow {
-		set4, set6 = EgressNamesDenied4, EgressNamesDenied6
+	if e, srcs := nw.ownPolicy(client); e != nil && e.HasNames() {
+		if allow, ok := e.NameVerdict(qname); ok {
+			t := target{set4: egressVMNames4, set6: egressVMNames6, srcs: srcs}
+			if !allow {
+				t = target{set4: egressVMNoNames4, set6: egressVMNoNames6, srcs: srcs}
+			}
+			targets = append(targets, t)
+		}
+	}
+	if len(targets) == 0 {
+		return
 	}
 	chain := map[string]bool{strings.ToLower(qname): true}
 	for range answers { // CNAMEs may come in any order
@@ -270,41 +292,65 @@ func (nw *Network) learnNames(qname string, answers []dns.RR) {
 		if !chain[strings.ToLower(rr.Header().Name)] {
 			continue
 		}
-		var set, ip string
+		var ip netip.Addr
 		switch a := rr.(type) {
 		case *dns.A:
-			set, ip = set4, a.A.String()
+			ip, _ = netip.AddrFromSlice(a.A.To4())
 		case *dns.AAAA:
-			set, ip = set6, a.AAAA.String()
-		default:
+			ip, _ = netip.AddrFromSlice(a.AAAA.To16())
+		}
+		if !ip.IsValid() {
 			continue
 		}
 		ttl := min(max(time.Duration(rr.Header().Ttl)*time.Second, egressNameMin), egressNameMax)
-		key := set + "/" + ip
-		cur, known := c.exp[key]
-		if known && now.Before(cur) && !cur.Before(now.Add(ttl/2)) {
-			continue // in force long enough
-		}
-		if !known && len(c.exp) >= maxLearned {
-			for k, t := range c.exp {
-				if !now.Before(t) {
-					delete(c.exp, k)
+		for _, t := range targets {
+			set := t.set6
+			if ip.Is4() {
+				set = t.set4
+			}
+			keys := [][]string{{ip.String()}}
+			if t.srcs != nil {
+				keys = nil
+				for _, src := range t.srcs {
+					if src.Is4() == ip.Is4() {
+						keys = append(keys, []string{src.String(), ip.String()})
+					}
 				}
 			}
-			if len(c.exp) >= maxLearned {
-				continue
+			for _, key := range keys {
+				ck := set + "/" + strings.Join(key, "/")
+				cur, known := c.exp[ck]
+				if known && now.Before(cur) && !cur.Before(now.Add(ttl/2)) {
+					continue // in force long enough
+				}
+				if !known && len(c.exp) >= maxLearned {
+					for k, e := range c.exp {
+						if !now.Before(e) {
+							delete(c.exp, k)
+						}
+					}
+					if len(c.exp) >= maxLearned {
+						continue
+					}
+				}
+				until := now.Add(ttl)
+				if cur.After(until) {
+					until = cur
+				}
+				// Add (a no-op if it is there), delete, add with the new
+				// timeout: it lives on until then, never shorter.
+				last := len(key) - 1
+				withTimeout := func(d string) []string {
+					k := slices.Clone(key)
+					k[last] += " timeout " + d
+					return k
+				}
+				tx.Add(&knftables.Element{Set: set, Key: withTimeout("1s")})
+				tx.Delete(&knftables.Element{Set: set, Key: key})
+				tx.Add(&knftables.Element{Set: set, Key: withTimeout(fmt.Sprintf("%ds", int(until.Sub(now).Seconds())+1))})
+				changed[ck] = until
 			}
 		}
-		until := now.Add(ttl)
-		if cur.After(until) {
-			until = cur
-		}
-		// Add (a no-op if it is there), delete, add with the new timeout:
-		// the element lives on until then, never shorter than before.
-		tx.Add(&knftables.Element{Set: set, Key: []string{ip + " timeout 1s"}})
-		tx.Delete(&knftables.Element{Set: set, Key: []string{ip}})
-		tx.Add(&knftables.Element{Set: set, Key: []string{fmt.Sprintf("%s timeout %ds", ip, int(until.Sub(now).Seconds())+1)}})
-		changed[key] = until
 	}
 	if len(changed) == 0 {
 		return
@@ -316,12 +362,28 @@ func (nw *Network) learnNames(qname string, answers []dns.RR) {
 	maps.Copy(c.exp, changed)
 }
 
+// ownPolicy is the policy of the VM that sends from src, if it has one of
+// its own, and all that VM's sources.
+func (nw *Network) ownPolicy(src netip.Addr) (*api.Egress, []netip.Addr) {
+	nw.vmEgress.mu.Lock()
+	defer nw.vmEgress.mu.Unlock()
+	i, ok := nw.vmEgress.bySource[src.Unmap()]
+	if !ok {
+		return nil, nil
+	}
+	return nw.vmEgress.policies[i].Egress, nw.vmEgress.sources[i]
+}
+
 // vmEgressState is the VMs' own policies, kept to apply again when their
 // addresses change.
 type vmEgressState struct {
 	mu       sync.Mutex
 	policies []backend.VMEgress
 	applied  string
+	// bySource gives the policy (its index) of a source address;
+	// sources, each policy's VM's addresses: as last applied.
+	bySource map[netip.Addr]int
+	sources  [][]netip.Addr
 }
 
 // SetVMEgress gives the VMs in ps their own egress policy, in place of
@@ -366,7 +428,9 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 	tx.Flush(&knftables.Map{Name: egressVM4})
 	tx.Flush(&knftables.Map{Name: egressVM6})
 	var sig strings.Builder
-	for _, p := range nw.vmEgress.policies {
+	bySource := map[netip.Addr]int{}
+	sources := make([][]netip.Addr, len(nw.vmEgress.policies))
+	for pi, p := range nw.vmEgress.policies {
 		var srcs []netip.Addr
 		if ip, ok := nw.vmAddr(p.MAC); ok {
 			srcs = append(srcs, ip)
@@ -376,7 +440,9 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 				srcs = append(srcs, nw.guard6.learner.Lookup(hw)...)
 			}
 		}
+		sources[pi] = srcs
 		for _, src := range srcs {
+			bySource[src] = pi
 			v4 := src.Is4()
 			own, nohost, m := egressOwn6, egressNoHost6, egressVM6
 			if v4 {
@@ -396,6 +462,7 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 			}
 		}
 	}
+	nw.vmEgress.bySource, nw.vmEgress.sources = bySource, sources
 	if sig.String() == nw.vmEgress.applied {
 		return nil
 	}

@@ -61,8 +61,10 @@ func nftRules(n *api.Network) map[string][]string {
 		// sources and the destination ranges in one map, in place of the
 		// network's.
 		fwd = append(fwd,
-			"iifname "+br+" "+notReply+" ip saddr @"+egressOwn4+" ip saddr . ip daddr vmap @"+egressVM4,
-			"iifname "+br+" "+notReply+" ip6 saddr @"+egressOwn6+" ip6 saddr . ip6 daddr vmap @"+egressVM6)
+			"iifname "+br+" "+notReply+" ip saddr . ip daddr @"+egressVMNoNames4+" goto "+EgressDenied,
+			"iifname "+br+" "+notReply+" ip6 saddr . ip6 daddr @"+egressVMNoNames6+" goto "+EgressDenied,
+			"iifname "+br+" "+notReply+" ip saddr @"+egressOwn4+" ip saddr . ip daddr != @"+egressVMNames4+" ip saddr . ip daddr vmap @"+egressVM4,
+			"iifname "+br+" "+notReply+" ip6 saddr @"+egressOwn6+" ip6 saddr . ip6 daddr != @"+egressVMNames6+" ip6 saddr . ip6 daddr vmap @"+egressVM6)
 	}
 	if n.Egress != nil {
 		// The egress policy decides the connections VMs open (the maps,
@@ -166,6 +168,12 @@ const (
 	egressNoHost6 = "egress-nohost6"
 	egressVM4     = "egress-vm4"
 	egressVM6     = "egress-vm6"
+	// The addresses of the names a VM's own policy lists, as (source,
+	// address) pairs, for the answers' TTL.
+	egressVMNames4   = "egress-vmnames4"
+	egressVMNames6   = "egress-vmnames6"
+	egressVMNoNames4 = "egress-vmnonames4"
+	egressVMNoNames6 = "egress-vmnonames6"
 
 	ForwardsByAddr = "fwd4addr"
 	ForwardsAny    = "fwd4any"

@@ -68,7 +68,7 @@ func TestEgress(t *testing.T) {
   p:
     networks:
       - vmnet: open
-        egress: {default: deny, allow: [198.51.100.2]}
+        egress: {default: deny, allow: [198.51.100.2, allowed.test]}
   q:
     networks:
       - vmnet: sandbox
@@ -186,6 +186,16 @@ func TestEgress(t *testing.T) {
 		if got, err := dialHello(s.NS, c.addr); got != c.want {
 			t.Errorf("s to %s after resolving %s: got %q (%v), want %q", c.addr, c.name, got, err, c.want)
 		}
+	}
+
+	// A name in a VM's own policy: p reaches allowed.test's address once
+	// it resolved it (learned for p alone: o, which asked nothing, and the
+	// sandbox's s are unaffected).
+	if out, err := p.Run(context.Background(), "busybox", "nslookup", "-type=a", "allowed.test", "10.89.0.1"); err != nil {
+		t.Fatalf("p resolving allowed.test: %v\n%s", err, out)
+	}
+	if got, err := dialHello(p.NS, "198.51.100.3:7000"); got != "lan .3" {
+		t.Errorf("p to allowed.test's address after resolving it: got %q (%v)", got, err)
 	}
 
 	st = h.Status()
