@@ -327,7 +327,11 @@ func link(t *testing.T, h *host, hostIf, hostAddr string, peer *testutil.NS, pee
 	h.MustRun(t, "ip", "addr", "add", hostAddr, "dev", hostIf)
 	h.MustRun(t, "ip", "link", "set", hostIf, "up")
 	for _, a := range peerAddrs {
-		peer.MustRun(t, "ip", "addr", "add", a, "dev", "eth0")
+		args := []string{"addr", "add", a, "dev", "eth0"}
+		if strings.Contains(a, ":") {
+			args = append(args, "nodad") // usable at once
+		}
+		peer.MustRun(t, "ip", args...)
 	}
 	peer.MustRun(t, "ip", "link", "set", "eth0", "up")
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/net/icmp"
@@ -39,11 +40,14 @@ func TestEgress(t *testing.T) {
 	lan := testutil.NewNS(t, "eglan")
 	link(t, h, "lan", "198.51.100.1/24", lan, "198.51.100.2/24", "198.51.100.3/24")
 	wan := testutil.NewNS(t, "egwan")
-	link(t, h, "uplink", "203.0.113.1/24", wan, "203.0.113.2/24")
+	link(t, h, "uplink", "203.0.113.1/24", wan, "203.0.113.2/24", "2001:db8:100::2/64")
 	h.MustRun(t, "ip", "route", "add", "default", "via", "203.0.113.2")
+	h.MustRun(t, "ip", "addr", "add", "2001:db8:100::1/64", "dev", "uplink", "nodad")
+	h.MustRun(t, "ip", "-6", "route", "add", "default", "via", "2001:db8:100::2")
 	serveText(t, lan.Listen(t, "tcp4", "198.51.100.2:7000"), "lan .2")
 	serveText(t, lan.Listen(t, "tcp4", "198.51.100.3:7000"), "lan .3")
 	serveText(t, wan.Listen(t, "tcp4", "203.0.113.2:7000"), "internet")
+	serveText(t, wan.Listen(t, "tcp6", "[2001:db8:100::2]:7000"), "internet over IPv6")
 	serveText(t, h.Listen(t, "tcp4", "0.0.0.0:7100"), "host service")
 	// The host's resolver, for the DNS proxy to forward to: a server on
 	// the WAN side (ip netns exec gives the namespace's processes
@@ -186,6 +190,17 @@ func TestEgress(t *testing.T) {
 		if got, err := dialHello(s.NS, c.addr); got != c.want {
 			t.Errorf("s to %s after resolving %s: got %q (%v), want %q", c.addr, c.name, got, err, c.want)
 		}
+	}
+
+	// IPv6 alike: the sandbox's default deny holds for s over IPv6 (its
+	// SLAAC address, through NAT66), the open network's o gets there.
+	slaacAddress(t, s, api.ULAPrefix("sandbox").String())
+	slaacAddress(t, o, api.ULAPrefix("open").String())
+	if got, err := dialHello(o.NS, "[2001:db8:100::2]:7000"); got != "internet over IPv6" {
+		t.Errorf("o to the internet over IPv6 (control): got %q (%v)", got, err)
+	}
+	if got, _ := dialHello(s.NS, "[2001:db8:100::2]:7000"); got != "" {
+		t.Errorf("s to the internet over IPv6, default deny: got %q", got)
 	}
 
 	// A name in a VM's own policy: p reaches allowed.test's address once

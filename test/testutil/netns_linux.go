@@ -246,7 +246,7 @@ func (n *NS) listening(port int, state string, files ...string) bool {
 func (n *NS) Exchange(addr, send string) (string, error) {
 	var got string
 	err := n.Do(func() error {
-		c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
 		if err != nil {
 			return err
 		}
