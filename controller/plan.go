@@ -261,6 +261,9 @@ func (p *Plan) Render(w io.Writer) error {
 			desc := ""
 			if n := cmp.Or(c.New, c.Old); c.Action == ActionCreate || c.Action == ActionDelete {
 				desc = describeNetwork(n)
+				if n.Egress != nil {
+					desc += ", egress " + n.Egress.String()
+				}
 			}
 			renderChange(w, c.Action, c.ID, desc, "", c.Changes)
 		}
@@ -322,6 +325,12 @@ func describeAttachment(a *Attachment) string {
 	s := fmt.Sprintf("%s on %s, %s, %s", a.VM, a.Network, a.MAC, a.Attach)
 	if a.IP.IsValid() {
 		s += ", ip " + a.IP.String()
+	}
+	for _, f := range a.PortForwards {
+		s += ", forward " + f.String()
+	}
+	if a.Egress != nil {
+		s += ", egress " + a.Egress.String()
 	}
 	return s
 }

@@ -63,6 +63,9 @@ func TestPortForwards(t *testing.T) {
 	link(t, h, "lan", "198.51.100.1/24", wan, "198.51.100.2/24")
 
 	vms := h.WriteFile("vms.yaml", fmt.Sprintf(forwardVMs, "192.168.105.20"))
+	if out := h.MustVmnetctl("plan", "-f", vms); !strings.Contains(out, "forward 0.0.0.0:18080 -> 8000/tcp") {
+		t.Errorf("plan does not show the forwards:\n%s", out)
+	}
 	h.MustVmnetctl("up", "-f", vms)
 	vm := h.VM(h.Attachment(h.Status(), "web"))
 	if ip := vm.DHCP(t)["ip"]; ip != "192.168.105.20" {
