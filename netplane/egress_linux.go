@@ -228,6 +228,18 @@ type nameCache struct {
 	exp map[string]time.Time // "set/ip" → when its element expires
 }
 
+// forget drops the remembered expiries of the sets whose names start
+// with prefix (they were emptied).
+func (c *nameCache) forget(prefix string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.exp {
+		if strings.HasPrefix(k, prefix) {
+			delete(c.exp, k)
+		}
+	}
+}
+
 // maxLearned bounds the names' addresses a network keeps (the sets' size
 // too): past it, new ones are not learned until some expire.
 const maxLearned = 16384
@@ -449,6 +461,7 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 				own, nohost, m = egressOwn4, egressNoHost4, egressVM4
 			}
 			tx.Add(&knftables.Element{Set: own, Key: []string{src.String()}})
+			fmt.Fprintf(&sig, "%s host %v;", src, p.Egress.HostAllowed())
 			if !p.Egress.HostAllowed() {
 				tx.Add(&knftables.Element{Set: nohost, Key: []string{src.String()}})
 			}
@@ -462,13 +475,20 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 			}
 		}
 	}
-	nw.vmEgress.bySource, nw.vmEgress.sources = bySource, sources
 	if sig.String() == nw.vmEgress.applied {
 		return nil
+	}
+	// The names the VMs' policies learned go with a change of policies or
+	// addresses (an address may now be another VM's): learned again from
+	// the VMs' next queries.
+	for _, set := range []string{egressVMNames4, egressVMNames6, egressVMNoNames4, egressVMNoNames6} {
+		tx.Flush(&knftables.Set{Name: set})
 	}
 	if err := nw.inNS(func() error { return nft.Run(ctx, tx) }); err != nil {
 		return fmt.Errorf("network %q: the VMs' egress policies: %w", nw.n.ID, err)
 	}
 	nw.vmEgress.applied = sig.String()
+	nw.vmEgress.bySource, nw.vmEgress.sources = bySource, sources
+	nw.names.forget("egress-vm")
 	return nil
 }

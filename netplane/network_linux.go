@@ -42,7 +42,8 @@ type Network struct {
 	guard6        *guard6 // nil without IPv6
 	onLease       func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
-	// works in the namespace of the thread that runs it).
+	// works in the namespace of the thread that runs it); netns is it.
+	netns ns.NetNS
 	inNS func(f func() error) error
 
 	// failed is the first service that stopped on its own (Health).
@@ -88,7 +89,7 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 	if err != nil {
 		return nil, fmt.Errorf("network %q: %w", n.ID, err)
 	}
-	nw.closers = append(nw.closers, netns.Close)
+	nw.netns = netns // closed after the services' goroutines, which use it
 	nw.inNS = func(f func() error) error { return netns.Do(func(ns.NetNS) error { return f() }) }
 
 	leasePath := ""
@@ -397,6 +398,9 @@ func (nw *Network) Close() error {
 			}
 		}
 		nw.wg.Wait()
+		if nw.netns != nil {
+			errs = append(errs, nw.netns.Close())
+		}
 	})
 	return errors.Join(errs...)
 }
@@ -493,15 +497,18 @@ func (nw *Network) Stats() backend.ServiceStats {
 		s.DNS = nw.dns.Stats()
 	}
 	if nw.inNS != nil {
+		// Bounded: the controller holds its lock while it asks.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		nw.inNS(func() error {
-			conns, err := forwardConns(context.Background(), nw.n.ID)
+			conns, err := forwardConns(ctx, nw.n.ID)
 			s.ForwardConns = conns
 			nw.vmEgress.mu.Lock()
 			vmPolicies := len(nw.vmEgress.policies) > 0
 			nw.vmEgress.mu.Unlock()
 			if nw.n.Egress != nil || vmPolicies {
-				s.EgressDenied = egressDenied(context.Background(), nw.n.ID)
-				s.EgressDeniedByMAC = nw.deniedByMAC(context.Background())
+				s.EgressDenied = egressDenied(ctx, nw.n.ID)
+				s.EgressDeniedByMAC = nw.deniedByMAC(ctx)
 			}
 			return err
 		})
