@@ -92,6 +92,7 @@ check-darwin:
 # staticcheck for Linux and macOS: code used on one system only must be
 # built for that system only (build tags), or it shows as unused on the other.
 lint: $(STATICCHECK)
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt: these files are not formatted:"; echo "$$unformatted"; exit 1; fi
 	@status=0; for os in linux darwin; do \
 	  echo "GOOS=$$os $(STATICCHECK) ./..."; GOOS=$$os $(STATICCHECK) ./... || status=1; \
 	done; exit $$status

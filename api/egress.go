@@ -30,7 +30,7 @@ type EgressRule struct {
 	// ("*.github.com"), lower case: the addresses the network's DNS proxy
 	// answers for it, for as long as the answer lives.
 	Name string `json:"name,omitempty"`
-	Line  int    `json:"line"`
+	Line int    `json:"line"`
 }
 
 // Egress aliases.

@@ -61,7 +61,9 @@ func TestPortForwards(t *testing.T) {
 		t.Errorf("forward 0: %+v", got[0])
 	}
 
-	entry := func(body string) string { return "vms:\n  web:\n    networks:\n      - vmnet: shared\n        portForwards:\n" + body }
+	entry := func(body string) string {
+		return "vms:\n  web:\n    networks:\n      - vmnet: shared\n        portForwards:\n" + body
+	}
 	for _, c := range []struct{ name, src, other, want string }{
 		{"no guest port", entry("          - hostPort: 8080\n"), "", "a.yaml:6: vms.web.networks[0].portForwards[0]: needs guestPort or guestPortRange"},
 		{"bad port", entry("          - guestPort: 70000\n"), "", "70000 is not a port (1-65535)"},

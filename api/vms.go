@@ -63,7 +63,7 @@ type Attachment struct {
 	// Egress, if set, is the VM's own egress policy on the network, in
 	// place of the network's (without names: those are the network's).
 	Egress *Egress `json:"egress,omitempty"`
-	Source       Source        `json:"source"`
+	Source Source  `json:"source"`
 
 	lines map[string]int
 	path  string

@@ -44,7 +44,7 @@ type Network struct {
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it); netns is it.
 	netns ns.NetNS
-	inNS func(f func() error) error
+	inNS  func(f func() error) error
 
 	// failed is the first service that stopped on its own (Health).
 	failed atomic.Pointer[error]

@@ -19,7 +19,7 @@ packages=(
 
 # The commands the tests run (testutil.RequireCommands), checked after
 # installing: a package that installed but left no command is a failure too.
-commands=(ip bridge nft ps pkill pgrep busybox iperf3 ping socat prometheus promtool qemu-system-x86_64 cpio slirp4netns setpriv dpkg-deb make)
+commands=(ip bridge nft sysctl ps pkill pgrep busybox iperf3 ping socat prometheus promtool qemu-system-x86_64 cpio slirp4netns setpriv dpkg-deb make)
 
 fail() {
   echo "test/setup.sh: $*" >&2
