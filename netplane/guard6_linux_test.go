@@ -140,6 +140,30 @@ func TestGuard6(t *testing.T) {
 		t.Errorf("the host's neighbour entry for A's %s: %q, want A's MAC", gA, out)
 	}
 
+	// A flood of neighbour solicitations for the gateway from addresses
+	// nobody owns (each would cost the host a neighbour entry): only the
+	// rate limit's worth passes; A still reaches its gateway.
+	sn, snm := solicitedNode(n.Gateway6)
+	flood := make([][]byte, 400)
+	for i := range flood {
+		src := netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x99, 14: byte(0x10 + i>>8), 15: byte(i)})
+		flood[i] = nd6Frame(t, mustMAC(macB), snm, src, sn, 255, ipv6.ICMPTypeNeighborSolicitation, 0, n.Gateway6, nd6LLA(1, mustMAC(macB)))
+	}
+	before := g6Drops(t, host, n, "b")
+	bs.send(t, flood...)
+	testutil.Eventually(t, 5*time.Second, func() error {
+		if d := g6Drops(t, host, n, "b"); d < before+300 {
+			return fmt.Errorf("drops of b: %d, want %d or more", d, before+300)
+		}
+		return nil
+	}, "the guard to drop the flood beyond its rate")
+	if out := host.MustRun(t, "ip", "-6", "neigh", "show", "dev", n.Bridge()); strings.Count(out, "\n") > 100 {
+		t.Errorf("the host has %d neighbour entries on the bridge after the flood, want the rate limit's worth", strings.Count(out, "\n"))
+	}
+	if _, err := a.Run(context.Background(), "ping", "-c", "1", "-W", "3", n.Gateway6.String()); err != nil {
+		t.Errorf("A cannot reach its gateway after B's flood: %v", err)
+	}
+
 	// A restart: the bindings carry over, so A's traffic flows at once and
 	// B's claim of A's address in between goes nowhere.
 	nw.Close()
@@ -147,7 +171,7 @@ func TestGuard6(t *testing.T) {
 	if o := owner(nw2); o != macA {
 		t.Errorf("after a restart, A's %s is bound to %q, want A's MAC", gA, o)
 	}
-	before := g6Drops(t, host, n, "b")
+	before = g6Drops(t, host, n, "b")
 	bs.send(t, forged)
 	testutil.Eventually(t, 5*time.Second, func() error {
 		if d := g6Drops(t, host, n, "b"); d == before {
