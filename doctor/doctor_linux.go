@@ -210,26 +210,15 @@ func checkIPv6(_ context.Context, nets []*api.Network) []Finding {
 	if len(v6) == 0 {
 		return []Finding{{Check: "IPv6", Status: OK, Detail: "no network has IPv6"}}
 	}
-	v, err := os.ReadFile("/proc/sys/net/ipv6/conf/default/disable_ipv6")
-	if err != nil || strings.TrimSpace(string(v)) != "0" {
+	if !netplane.KernelIPv6() {
 		return []Finding{{Check: "IPv6", Status: Warn,
 			Detail: "IPv6 is off on this host (ipv6.disable=1 at boot, or net.ipv6.conf.default.disable_ipv6=1): " + strings.Join(v6, ", ") + " will run without it",
 			Fix:    "set `ipv6: false` on those networks, or turn IPv6 on (sysctl -w net.ipv6.conf.default.disable_ipv6=0)"}}
 	}
-	f, _ := os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding")
-	if len(nat66) == 0 || strings.TrimSpace(string(f)) == "1" {
+	if len(nat66) == 0 || netplane.IPv6Forwarding() {
 		return []Finding{{Check: "IPv6", Status: OK, Detail: "on for " + strings.Join(v6, ", ")}}
 	}
-	var ra []string
-	dirs, _ := os.ReadDir("/proc/sys/net/ipv6/conf")
-	for _, d := range dirs {
-		if d.Name() == "all" || d.Name() == "default" || d.Name() == "lo" {
-			continue
-		}
-		if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + d.Name() + "/accept_ra"); err == nil && strings.TrimSpace(string(b)) == "1" {
-			ra = append(ra, d.Name())
-		}
-	}
+	ra, _ := netplane.InterfacesAcceptingRA()
 	detail := "forwarding off; `vmnetctl up` turns it on for NAT66 (" + strings.Join(nat66, ", ") + ") and leaves it on"
 	if len(ra) > 0 {
 		detail += "; it first sets accept_ra=2 on " + strings.Join(ra, ", ") + ", so that they keep taking router advertisements with forwarding on"

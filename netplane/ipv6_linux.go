@@ -25,19 +25,19 @@ func ipv6Conf(dev, key string) string {
 	return filepath.Join("/proc/sys/net/ipv6/conf", dev, key)
 }
 
-// kernelIPv6 reports whether the host runs IPv6: not booted with
+// KernelIPv6 reports whether the host runs IPv6: not booted with
 // ipv6.disable=1 (no /proc/sys/net/ipv6) nor set to leave it off on new
 // interfaces (net.ipv6.conf.default.disable_ipv6=1, as administrators who
 // do not want IPv6 do). vmnetctl does not turn IPv6 on for its bridges
 // against that: their networks run without it (Start warns).
-func kernelIPv6() bool {
+func KernelIPv6() bool {
 	v, err := os.ReadFile(ipv6Conf("default", "disable_ipv6"))
 	return err == nil && string(bytes.TrimSpace(v)) == "0"
 }
 
 // ipv6On reports whether n's bridge gets its IPv6 side: n has one and the
 // host runs IPv6.
-func ipv6On(n *api.Network) bool { return n.HasIPv6() && kernelIPv6() }
+func ipv6On(n *api.Network) bool { return n.HasIPv6() && KernelIPv6() }
 
 // bridgeIPv6Sysctls are set on a network's bridge before it goes up: the
 // gateway is the network's router, so it accepts no router advertisement
@@ -46,7 +46,7 @@ func ipv6On(n *api.Network) bool { return n.HasIPv6() && kernelIPv6() }
 // link-local address tentative, unusable for the advertisements, until a
 // VM came.
 func bridgeIPv6Sysctls(n *api.Network, name string) error {
-	if !kernelIPv6() {
+	if !KernelIPv6() {
 		return nil
 	}
 	if !n.HasIPv6() {
@@ -137,26 +137,45 @@ func prefix6(ipn *net.IPNet) (netip.Prefix, bool) {
 // first, as LXD does; the rest is left alone, and Remove leaves all of it
 // (other software may rely on forwarding, as for IPv4).
 func ensureIPv6Forwarding() error {
-	cur, err := os.ReadFile(ipv6Conf("all", "forwarding"))
-	if err == nil && string(bytes.TrimSpace(cur)) == "1" {
+	if IPv6Forwarding() {
 		return nil
 	}
-	dirs, err := os.ReadDir("/proc/sys/net/ipv6/conf")
+	ifaces, err := InterfacesAcceptingRA()
 	if err != nil {
 		return err
 	}
-	for _, d := range dirs {
-		if d.Name() == "all" || d.Name() == "lo" { // lo takes no advertisements
-			continue
-		}
-		p := ipv6Conf(d.Name(), "accept_ra")
-		if v, err := os.ReadFile(p); err == nil && string(bytes.TrimSpace(v)) == "1" {
-			if err := os.WriteFile(p, []byte("2"), 0o644); err != nil {
-				return fmt.Errorf("keeping router advertisements on %s (accept_ra=2): %w", d.Name(), err)
-			}
+	for _, name := range ifaces {
+		if err := os.WriteFile(ipv6Conf(name, "accept_ra"), []byte("2"), 0o644); err != nil {
+			return fmt.Errorf("keeping router advertisements on %s (accept_ra=2): %w", name, err)
 		}
 	}
 	return os.WriteFile(ipv6Conf("all", "forwarding"), []byte("1"), 0o644)
+}
+
+// IPv6Forwarding reports whether the host forwards IPv6.
+func IPv6Forwarding() bool {
+	v, err := os.ReadFile(ipv6Conf("all", "forwarding"))
+	return err == nil && string(bytes.TrimSpace(v)) == "1"
+}
+
+// InterfacesAcceptingRA lists the interfaces (and "default", for those
+// made later) whose accept_ra is 1: those that turning IPv6 forwarding on
+// sets to 2 (lo takes no advertisements).
+func InterfacesAcceptingRA() ([]string, error) {
+	dirs, err := os.ReadDir("/proc/sys/net/ipv6/conf")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range dirs {
+		if d.Name() == "all" || d.Name() == "lo" {
+			continue
+		}
+		if v, err := os.ReadFile(ipv6Conf(d.Name(), "accept_ra")); err == nil && string(bytes.TrimSpace(v)) == "1" {
+			out = append(out, d.Name())
+		}
+	}
+	return out, nil
 }
 
 // checkIPv6 is Check's part for n's IPv6 side: the bridge's address, and
@@ -180,7 +199,7 @@ func checkIPv6(n *api.Network, br netlink.Link) []error {
 		errs = append(errs, fmt.Errorf("network %q: bridge %s does not have %s", n.ID, br.Attrs().Name, want))
 	}
 	if n.RoutesIPv6() {
-		if v, err := os.ReadFile(ipv6Conf("all", "forwarding")); err != nil || string(bytes.TrimSpace(v)) != "1" {
+		if !IPv6Forwarding() {
 			errs = append(errs, fmt.Errorf("network %q: IPv6 forwarding is off", n.ID))
 		}
 	}

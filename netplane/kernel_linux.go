@@ -96,7 +96,7 @@ func Ensure(ctx context.Context, n *api.Network) error {
 			return fmt.Errorf("network %q: enabling IPv4 forwarding: %w", n.ID, err)
 		}
 	}
-	if n.RoutesIPv6() && kernelIPv6() {
+	if n.RoutesIPv6() && KernelIPv6() {
 		if err := ensureIPv6Forwarding(); err != nil {
 			return fmt.Errorf("network %q: enabling IPv6 forwarding: %w", n.ID, err)
 		}

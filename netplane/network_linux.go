@@ -134,7 +134,7 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 			return nil, err
 		}
 	}
-	if n.HasIPv6() && !kernelIPv6() {
+	if n.HasIPv6() && !KernelIPv6() {
 		log.Warn("IPv6 is off on this host (net.ipv6.conf.default.disable_ipv6=1, or ipv6.disable=1 at boot): the network runs without it; set ipv6: false on it to say so")
 	}
 	if err := nw.applyEgress(ctx); err != nil {
