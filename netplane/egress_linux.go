@@ -77,19 +77,26 @@ func egressDeniedBy(ctx context.Context, id string) (map[netip.Addr]uint64, erro
 // egressRefresh is how often the host's LANs are read again.
 const egressRefresh = 30 * time.Second
 
-// addEgressObjects adds the egress maps, counter and chain to tx.
+// addEgressDenied adds to tx the chain that counts and drops what the
+// policies refuse, with its rules: ensureTable's, once per table.
+func addEgressDenied(tx *knftables.Transaction) {
+	addEgressObjects(tx)
+	tx.Flush(&knftables.Chain{Name: EgressDenied})
+	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: "update @" + egressBy4 + " { ip saddr counter }"})
+	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: "update @" + egressBy6 + " { ip6 saddr counter }"})
+	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: fmt.Sprintf("counter name %q drop", EgressDenied)})
+}
+
+// addEgressObjects adds the egress policies' objects to tx, if missing:
+// the refusals' counter and chain, the maps and sets.
 func addEgressObjects(tx *knftables.Transaction) {
 	tx.Add(&knftables.Counter{Name: EgressDenied})
 	tx.Add(&knftables.Chain{Name: EgressDenied})
-	tx.Flush(&knftables.Chain{Name: EgressDenied})
 	// Counted per source too, for each VM's count: a dynamic set with a
 	// counter per element (at most egressSources; past it, the network's
 	// count alone).
 	tx.Add(&knftables.Set{Name: egressBy4, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}, Size: knftables.PtrTo(uint64(egressSources))})
 	tx.Add(&knftables.Set{Name: egressBy6, Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}, Size: knftables.PtrTo(uint64(egressSources))})
-	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: "update @" + egressBy4 + " { ip saddr counter }"})
-	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: "update @" + egressBy6 + " { ip6 saddr counter }"})
-	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: fmt.Sprintf("counter name %q drop", EgressDenied)})
 	for _, s := range []struct{ name, typ string }{
 		{EgressNames4, "ipv4_addr"}, {EgressNamesDenied4, "ipv4_addr"}, {EgressNames6, "ipv6_addr"}, {EgressNamesDenied6, "ipv6_addr"},
 	} {
@@ -208,7 +215,7 @@ func hostLANs() ([]netip.Prefix, error) {
 // egressDenied is the connections the network's policy refused.
 func egressDenied(ctx context.Context, id string) uint64 {
 	c, _ := namedCounters(ctx, knftables.InetFamily, id, EgressDenied)
-	return c[""]
+	return c[EgressDenied]
 }
 
 // Names' addresses stay allowed (or denied) for their answer's TTL, but

@@ -135,12 +135,12 @@ func (nw *Network) applyForwards(ctx context.Context) error {
 	}
 	err = nw.inNS(func() error {
 		// The counters of forwards that are gone go with them.
-		old, err := namedCounters(ctx, knftables.InetFamily, nw.n.ID, "")
+		old, err := namedCounters(ctx, knftables.InetFamily, nw.n.ID, forwardKeyPrefix)
 		if err != nil {
 			return err
 		}
 		for name := range old {
-			if strings.HasPrefix(name, forwardKeyPrefix) && !counters[name] {
+			if !counters[name] {
 				tx.Delete(&knftables.Counter{Name: name})
 			}
 		}
@@ -180,11 +180,5 @@ func forgetForwarded(k forwardKey, ip netip.Addr) {
 
 // forwardConns returns the connections each forward took, by ForwardKey.
 func forwardConns(ctx context.Context, id string) (map[string]uint64, error) {
-	conns, err := namedCounters(ctx, knftables.InetFamily, id, "")
-	for k := range conns {
-		if !strings.HasPrefix(k, forwardKeyPrefix) {
-			delete(conns, k)
-		}
-	}
-	return conns, err
+	return namedCounters(ctx, knftables.InetFamily, id, forwardKeyPrefix)
 }

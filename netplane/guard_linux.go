@@ -276,7 +276,12 @@ func quoteIfname(name string) string { return `"` + name + `"` }
 // guardDrops returns the frames each guarded port of network id dropped,
 // by port name.
 func guardDrops(ctx context.Context, id string) (map[string]uint64, error) {
-	return namedCounters(ctx, knftables.BridgeFamily, id, "drops-")
+	counters, err := namedCounters(ctx, knftables.BridgeFamily, id, guardCounter(""))
+	drops := map[string]uint64{}
+	for name, n := range counters {
+		drops[strings.TrimPrefix(name, guardCounter(""))] = n
+	}
+	return drops, err
 }
 
 // BindAddress lets the VM with mac send from ip on network n, whatever its

@@ -62,7 +62,7 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 		addForwardObjects(tx)
 	}
 	if n.Routed() {
-		addEgressObjects(tx)
+		addEgressDenied(tx)
 	}
 	if n.Egress != nil {
 		lan, err := hostLANs()
@@ -186,7 +186,7 @@ func markedTables(ctx context.Context) ([]string, error) {
 }
 
 // namedCounters returns the packets of the counters of network id's table
-// of family whose names start with prefix, by name without it.
+// of family whose names start with prefix, by name.
 func namedCounters(ctx context.Context, family knftables.Family, id, prefix string) (map[string]uint64, error) {
 	nft, err := newNFT(family, id)
 	if err != nil {
@@ -201,8 +201,8 @@ func namedCounters(ctx context.Context, family knftables.Family, id, prefix stri
 	}
 	out := map[string]uint64{}
 	for _, c := range counters {
-		if name, ok := strings.CutPrefix(c.Name, prefix); ok && c.Packets != nil {
-			out[name] = *c.Packets
+		if strings.HasPrefix(c.Name, prefix) && c.Packets != nil {
+			out[c.Name] = *c.Packets
 		}
 	}
 	return out, nil
