@@ -2,7 +2,6 @@ package netplane
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
-	"golang.org/x/sys/unix"
 )
 
 // The IPv6 side of a shared or host network (api.Network.HasIPv6): the
@@ -69,42 +67,10 @@ func ensureAddr6(n *api.Network, br netlink.Link) error {
 	if !ipv6On(n) {
 		return nil
 	}
-	if err := ensureIPv6Addr(n, br, linkLocal(BridgeMAC(n.ID))); err != nil {
+	if err := addAddr(n, br, linkLocal(BridgeMAC(n.ID))); err != nil {
 		return err
 	}
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, netlink.FAMILY_V6) })
-	if err != nil {
-		return fmt.Errorf("network %q: listing IPv6 addresses of %s: %w", n.ID, br.Attrs().Name, err)
-	}
-	want := netip.PrefixFrom(n.Gateway6, 64)
-	have := false
-	for _, a := range addrs {
-		p, ok := prefix6(a.IPNet)
-		if !ok || p.Addr().IsLinkLocalUnicast() {
-			continue
-		}
-		if p == want {
-			have = true
-			continue
-		}
-		if err := netlink.AddrDel(br, &a); err != nil {
-			return fmt.Errorf("network %q: removing stale address %s from %s: %w", n.ID, a.IPNet, br.Attrs().Name, err)
-		}
-	}
-	if have {
-		return nil
-	}
-	return ensureIPv6Addr(n, br, want)
-}
-
-// ensureIPv6Addr adds p to br, without duplicate address detection (the
-// network's addresses are its own), unless it is there.
-func ensureIPv6Addr(n *api.Network, br netlink.Link, p netip.Prefix) error {
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), 128)}, Flags: unix.IFA_F_NODAD}
-	if err := netlink.AddrAdd(br, addr); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("network %q: adding %s to %s: %w", n.ID, p, br.Attrs().Name, err)
-	}
-	return nil
+	return ensureOnlyAddr(n, br, netip.PrefixFrom(n.Gateway6, 64), netip.Addr.IsLinkLocalUnicast)
 }
 
 // linkLocal is the EUI-64 link-local address of mac, fe80::/64 (RFC 4291).
@@ -113,19 +79,6 @@ func linkLocal(mac net.HardwareAddr) netip.Prefix {
 	a[0], a[1] = 0xfe, 0x80
 	a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]
 	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
-}
-
-// prefix6 is an IPv6 address with its prefix length.
-func prefix6(ipn *net.IPNet) (netip.Prefix, bool) {
-	if ipn == nil || ipn.IP.To4() != nil {
-		return netip.Prefix{}, false
-	}
-	a, ok := netip.AddrFromSlice(ipn.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ones, _ := ipn.Mask.Size()
-	return netip.PrefixFrom(a, ones), true
 }
 
 // ensureIPv6Forwarding turns IPv6 forwarding on for NAT66. Linux then
@@ -192,7 +145,7 @@ func checkIPv6(n *api.Network, br netlink.Link) []error {
 	want := netip.PrefixFrom(n.Gateway6, 64)
 	found := false
 	for _, a := range addrs {
-		p, ok := prefix6(a.IPNet)
+		p, ok := addrPrefix(a.IPNet)
 		found = found || (ok && p == want)
 	}
 	if !found {

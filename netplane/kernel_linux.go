@@ -186,15 +186,28 @@ func prefixOf(ipn *net.IPNet) (netip.Prefix, bool) {
 // ensureAddr gives n's bridge the gateway address and no other IPv4 one
 // (one left from an older configuration would route a stale subnet).
 func ensureAddr(n *api.Network, br netlink.Link) error {
-	want := netip.PrefixFrom(n.Gateway, n.Subnet.Bits())
-	addrs, err := addrList(br)
+	return ensureOnlyAddr(n, br, netip.PrefixFrom(n.Gateway, n.Subnet.Bits()), nil)
+}
+
+// ensureOnlyAddr gives br the address want and no other of its family,
+// but those spare keeps (nil: none); IPv6 ones without duplicate address
+// detection (the network's addresses are its own).
+func ensureOnlyAddr(n *api.Network, br netlink.Link, want netip.Prefix, spare func(netip.Addr) bool) error {
+	family := netlink.FAMILY_V4
+	if want.Addr().Is6() {
+		family = netlink.FAMILY_V6
+	}
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, family) })
 	if err != nil {
 		return fmt.Errorf("network %q: listing addresses of %s: %w", n.ID, br.Attrs().Name, err)
 	}
 	have := false
 	for _, a := range addrs {
-		p, ok := prefixOf(a.IPNet)
-		if ok && a.IP.To4().Equal(net.IP(want.Addr().AsSlice())) && p.Bits() == want.Bits() {
+		p, ok := addrPrefix(a.IPNet)
+		if ok && spare != nil && spare(p.Addr()) {
+			continue
+		}
+		if p == want {
 			have = true
 			continue
 		}
@@ -205,11 +218,34 @@ func ensureAddr(n *api.Network, br netlink.Link) error {
 	if have {
 		return nil
 	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(want.Addr().AsSlice()), Mask: net.CIDRMask(want.Bits(), 32)}}
+	return addAddr(n, br, want)
+}
+
+// addAddr adds p to br unless it is there; an IPv6 one without duplicate
+// address detection.
+func addAddr(n *api.Network, br netlink.Link, p netip.Prefix) error {
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+	if p.Addr().Is6() {
+		addr.Flags = unix.IFA_F_NODAD
+	}
 	if err := netlink.AddrAdd(br, addr); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("network %q: adding %s to %s: %w", n.ID, want, br.Attrs().Name, err)
+		return fmt.Errorf("network %q: adding %s to %s: %w", n.ID, p, br.Attrs().Name, err)
 	}
 	return nil
+}
+
+// addrPrefix is an interface address with its prefix length (not masked),
+// IPv4 unmapped.
+func addrPrefix(ipn *net.IPNet) (netip.Prefix, bool) {
+	if ipn == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(ipn.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := ipn.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
 }
 
 // ensureSysctl writes value to a /proc/sys file unless it holds it already.
