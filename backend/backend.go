@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -67,6 +68,19 @@ type Watcher interface {
 	// Changes reports a change by a send, folding changes made while one
 	// is pending into it, until ctx ends.
 	Changes(ctx context.Context) (<-chan struct{}, error)
+}
+
+// TAPHander is a Backend that can hand a VMM the descriptors of an
+// `attach: tap` port (`vmnetctl run`): the VMM then moves the VM's frames
+// through the TAP itself (with vhost-net, in the kernel), and no helper
+// relays them.
+type TAPHander interface {
+	// OpenTAP opens the port's TAP for a VMM.
+	OpenTAP(name string) (*os.File, error)
+	// Vhost reports whether the host has vhost-net for VMMs.
+	Vhost() bool
+	// OpenVhost opens vhost-net for a VMM; it fails when Vhost is false.
+	OpenVhost() (*os.File, error)
 }
 
 // NetworkOptions are the host's settings for the networks of one state dir.

@@ -8,11 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -41,12 +44,16 @@ type vmCommand struct {
 	stderr  io.Writer
 }
 
-// runCommand runs c supervised as one unit: one socketpair per attachment,
-// a helper on one end of each (--fd), the command on the others
-// (descriptors 4, 5, ...); when the command exits the helpers stop. It
-// returns the command's exit status. onReady is called once every helper is
-// ready, before the command starts. Under sudo the command runs as the
-// invoking user.
+// runCommand runs c supervised as one unit: a helper per attachment, the
+// command with the VM's ends (descriptors 4, 5, ...; see runFDs); when the
+// command exits the helpers stop. A socket attachment is a socketpair with
+// the helper on one end (--fd). An `attach: tap` attachment is its TAP
+// itself, opened for the command (qemu's `-netdev tap,fd=N`), with a
+// vhost-net descriptor where the host has one: frames then never leave the
+// kernel, and the helper only owns and watches the TAP. It returns the
+// command's exit status. onReady is called once every helper is ready,
+// before the command starts. Under sudo the command runs as the invoking
+// user.
 func (l launcher) runCommand(ctx context.Context, c vmCommand, nets networkByID, onReady func()) (int, error) {
 	if len(c.command) == 0 {
 		return 0, errors.New("no command to run (vmnetctl run ... -- COMMAND)")
@@ -62,21 +69,42 @@ func (l launcher) runCommand(ctx context.Context, c vmCommand, nets networkByID,
 	}
 	defer stopAll()
 	var recs []statedir.HelperRecord
-	var vmEnds []*os.File
-	defer func() { closeFiles(vmEnds) }()
+	var vmEnds, vhosts []*os.File
+	defer func() { closeFiles(vmEnds); closeFiles(vhosts) }()
+	th, kernelPath := l.be.(backend.TAPHander)
 	for _, a := range c.atts {
-		helperEnd, vmEnd, err := socketpair()
-		if err != nil {
-			return 0, err
+		tap := kernelPath && a.Attach == api.AttachTAP
+		var helperEnd, vmEnd *os.File
+		if !tap {
+			var err error
+			if helperEnd, vmEnd, err = socketpair(); err != nil {
+				return 0, err
+			}
+			vmEnds = append(vmEnds, vmEnd)
 		}
-		vmEnds = append(vmEnds, vmEnd)
 		h, rec, err := l.start(ctx, helperStart{a: a, n: nets[a.Network], owner: c.project, fd: helperEnd})
-		helperEnd.Close() // the helper has it now
+		if helperEnd != nil {
+			helperEnd.Close() // the helper has it now
+		}
 		if err != nil {
 			return 0, err
 		}
 		helpers = append(helpers, h)
 		recs = append(recs, rec)
+		if tap {
+			f, err := th.OpenTAP(rec.Tap)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", a.Key(), err)
+			}
+			vmEnds = append(vmEnds, f)
+			if th.Vhost() {
+				v, err := th.OpenVhost()
+				if err != nil {
+					return 0, fmt.Errorf("%s: %w", a.Key(), err)
+				}
+				vhosts = append(vhosts, v)
+			}
+		}
 	}
 	if err := l.sd.SaveRunHelpers(c.project.Name, recs); err != nil {
 		return 0, err
@@ -84,17 +112,37 @@ func (l launcher) runCommand(ctx context.Context, c vmCommand, nets networkByID,
 	if onReady != nil {
 		onReady()
 	}
-	cmd, err := c.exec(vmEnds)
+	cmd, err := c.exec(append(slices.Clone(vmEnds), vhosts...), len(vhosts) > 0)
 	closeFiles(vmEnds) // the command has them; the helpers see it go when it exits
-	vmEnds = nil
+	closeFiles(vhosts)
+	vmEnds, vhosts = nil, nil
 	if err != nil {
 		return 0, err
 	}
 	return waitCommand(cmd)
 }
 
-// exec starts the VMM with the VM's ends of the socketpairs.
-func (c vmCommand) exec(vmEnds []*os.File) (*exec.Cmd, error) {
+// runFDs are the descriptors `vmnetctl run` gives its command for a VM whose
+// attachments are TAPs where taps says so: attachment i at FirstVMFD+i (its
+// socket, or its TAP), then, with vhost-net, one vhost-net descriptor per
+// TAP attachment in order (vhostFDs[i] is -1 for a socket attachment). It is
+// what `vmnetctl args --fds` prints, so the two agree.
+func runFDs(taps []bool, vhost bool) (fds, vhostFDs []int) {
+	next := FirstVMFD + len(taps)
+	for i, tap := range taps {
+		fds = append(fds, FirstVMFD+i)
+		v := -1
+		if tap && vhost {
+			v, next = next, next+1
+		}
+		vhostFDs = append(vhostFDs, v)
+	}
+	return fds, vhostFDs
+}
+
+// exec starts the VMM with files, the VM's ends as runFDs numbers them
+// (vhost: the TAP attachments have vhost-net descriptors after them).
+func (c vmCommand) exec(files []*os.File, vhost bool) (*exec.Cmd, error) {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err
@@ -102,13 +150,16 @@ func (c vmCommand) exec(vmEnds []*os.File) (*exec.Cmd, error) {
 	defer devnull.Close()
 	cmd := exec.Command(c.command[0], c.command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
-	cmd.ExtraFiles = append([]*os.File{devnull}, vmEnds...)
-	var fds, macs []string
-	for i, a := range c.atts {
-		fds = append(fds, strconv.Itoa(FirstVMFD+i))
+	cmd.ExtraFiles = append([]*os.File{devnull}, files...)
+	var taps []bool
+	var macs []string
+	for _, a := range c.atts {
+		taps = append(taps, a.Attach == api.AttachTAP)
 		macs = append(macs, a.MAC)
 	}
-	cmd.Env = append(os.Environ(), "VMNETCTL_FDS="+strings.Join(fds, ","), "VMNETCTL_MACS="+strings.Join(macs, ","))
+	fds, vhostFDs := runFDs(taps, vhost)
+	cmd.Env = append(os.Environ(), "VMNETCTL_FDS="+joinInts(fds, ""), "VMNETCTL_VHOSTFDS="+joinInts(vhostFDs, ""),
+		"VMNETCTL_MACS="+strings.Join(macs, ","))
 	if uid, gid := helperproto.SudoID("SUDO_UID"), helperproto.SudoID("SUDO_GID"); os.Geteuid() == 0 && uid >= 0 && gid >= 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 	}
@@ -148,6 +199,18 @@ loop:
 	default:
 		return 0, werr
 	}
+}
+
+// joinInts joins ns with commas, writing none for -1.
+func joinInts(ns []int, none string) string {
+	words := make([]string, len(ns))
+	for i, n := range ns {
+		words[i] = none
+		if n >= 0 {
+			words[i] = strconv.Itoa(n)
+		}
+	}
+	return strings.Join(words, ",")
 }
 
 func closeFiles(fs []*os.File) {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -59,11 +60,19 @@ func VMMArgs(ctx context.Context, sd statedir.Dir, vm, vmm string, fds bool) ([]
 	if err != nil {
 		return nil, err
 	}
-	return vmmArgs(sd, vmm, atts, fds)
+	th, ok := DefaultBackend().(backend.TAPHander)
+	return vmmArgs(sd, vmm, atts, fds, ok && th.Vhost())
 }
 
-func vmmArgs(sd statedir.Dir, vmm string, atts []AttachmentStatus, fds bool) ([]string, error) {
+// vmmArgs are the words of VMMArgs; vhost: the host has vhost-net, which
+// `vmnetctl run` then passes for TAP attachments.
+func vmmArgs(sd statedir.Dir, vmm string, atts []AttachmentStatus, fds, vhost bool) ([]string, error) {
 	var out []string
+	var taps []bool
+	for _, a := range atts {
+		taps = append(taps, a.Attach == "tap")
+	}
+	runFDs, vhostFDs := runFDs(taps, vhost)
 	for i, a := range atts {
 		if err := checkVMMAttachment(vmm, a, fds); err != nil {
 			return nil, err
@@ -73,10 +82,14 @@ func vmmArgs(sd statedir.Dir, vmm string, atts []AttachmentStatus, fds bool) ([]
 		switch vmm {
 		case "qemu":
 			switch {
+			case tap && fds && vhostFDs[i] >= 0:
+				out = append(out, "-netdev", fmt.Sprintf("tap,id=%s,fd=%d,vhost=on,vhostfd=%d", id, runFDs[i], vhostFDs[i]))
+			case tap && fds:
+				out = append(out, "-netdev", fmt.Sprintf("tap,id=%s,fd=%d", id, runFDs[i]))
 			case tap:
 				out = append(out, "-netdev", fmt.Sprintf("tap,id=%s,ifname=%s,script=no,downscript=no", id, a.Tap))
 			case fds:
-				out = append(out, "-netdev", fmt.Sprintf("dgram,id=%s,local.type=fd,local.str=%d", id, FirstVMFD+i))
+				out = append(out, "-netdev", fmt.Sprintf("dgram,id=%s,local.type=fd,local.str=%d", id, runFDs[i]))
 			default:
 				out = append(out, "-netdev", fmt.Sprintf("dgram,id=%s,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s",
 					id, sd.ClientSocketPath(a.VM, a.Index), a.Socket))
@@ -114,8 +127,8 @@ func checkVMMAttachment(vmm string, a AttachmentStatus, fds bool) error {
 		return fmt.Errorf("%s opens TAP devices: give %s's entry %d `attach: tap`", vmm, a.VM, a.Index)
 	case tap && (vmm == "vfkit" || vmm == "krunkit"):
 		return fmt.Errorf("%s uses unix sockets: %s's entry %d is `attach: tap`", vmm, a.VM, a.Index)
-	case fds && vmm == "qemu" && !tap:
-		return nil // the descriptors of `vmnetctl run` need no socket
+	case fds && vmm == "qemu":
+		return nil // the descriptors of `vmnetctl run` need no socket or TAP name
 	case (tap && a.Tap == "") || (!tap && a.Socket == ""):
 		return fmt.Errorf("%s's attachment %d to %s is %s, so it has no %s yet: %s",
 			a.VM, a.Index, a.Network, a.State, map[bool]string{true: "TAP", false: "socket"}[tap], a.Error)

@@ -16,32 +16,43 @@ func TestVMMArgs(t *testing.T) {
 	tap := []AttachmentStatus{
 		{VM: "fc", Index: 0, Network: "shared", MAC: "52:55:55:00:00:03", Attach: "tap", Tap: "vmt-0123456789"},
 	}
+	// A socket, a TAP and a socket again under `vmnetctl run`: the TAP is
+	// descriptor 5, its vhost-net descriptor comes after the three.
+	mixed := []AttachmentStatus{sock[0], {VM: "web", Index: 1, Network: "shared", MAC: "52:55:55:00:00:04", Attach: "tap"}, sock[1]}
+	mixed[2].Index = 2
 	tests := []struct {
-		vmm  string
-		atts []AttachmentStatus
-		fds  bool
-		want string
+		vmm   string
+		atts  []AttachmentStatus
+		fds   bool
+		want  string
+		vhost bool
 	}{
 		{"qemu", sock, false, "-netdev dgram,id=net0,local.type=unix,local.path=/run/vmnetctl/vms/web/0.vm.sock,remote.type=unix,remote.path=/run/vmnetctl/vms/web/0.sock -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:01 " +
-			"-netdev dgram,id=net1,local.type=unix,local.path=/run/vmnetctl/vms/web/1.vm.sock,remote.type=unix,remote.path=/run/vmnetctl/vms/web/1.sock -device virtio-net-pci,netdev=net1,mac=52:55:55:00:00:02"},
-		{"qemu", sock, true, "-netdev dgram,id=net0,local.type=fd,local.str=4 -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:01 -netdev dgram,id=net1,local.type=fd,local.str=5 -device virtio-net-pci,netdev=net1,mac=52:55:55:00:00:02"},
-		{"qemu", tap, false, "-netdev tap,id=net0,ifname=vmt-0123456789,script=no,downscript=no -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:03"},
-		{"vfkit", sock[:1], false, "--device virtio-net,unixSocketPath=/run/vmnetctl/vms/web/0.sock,mac=52:55:55:00:00:01"},
-		{"krunkit", sock[:1], false, "--device virtio-net,type=unixgram,path=/run/vmnetctl/vms/web/0.sock,mac=52:55:55:00:00:01"},
-		{"cloud-hypervisor", tap, false, "--net tap=vmt-0123456789,mac=52:55:55:00:00:03"},
-		{"firecracker", tap, false, `[{"iface_id":"net0","host_dev_name":"vmt-0123456789","guest_mac":"52:55:55:00:00:03"}]`},
+			"-netdev dgram,id=net1,local.type=unix,local.path=/run/vmnetctl/vms/web/1.vm.sock,remote.type=unix,remote.path=/run/vmnetctl/vms/web/1.sock -device virtio-net-pci,netdev=net1,mac=52:55:55:00:00:02", false},
+		{"qemu", sock, true, "-netdev dgram,id=net0,local.type=fd,local.str=4 -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:01 -netdev dgram,id=net1,local.type=fd,local.str=5 -device virtio-net-pci,netdev=net1,mac=52:55:55:00:00:02", false},
+		{"qemu", tap, false, "-netdev tap,id=net0,ifname=vmt-0123456789,script=no,downscript=no -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:03", false},
+		{vmm: "qemu", atts: mixed, fds: true, want: "-netdev dgram,id=net0,local.type=fd,local.str=4 -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:01 " +
+			"-netdev tap,id=net1,fd=5 -device virtio-net-pci,netdev=net1,mac=52:55:55:00:00:04 " +
+			"-netdev dgram,id=net2,local.type=fd,local.str=6 -device virtio-net-pci,netdev=net2,mac=52:55:55:00:00:02"},
+		{vmm: "qemu", atts: mixed, fds: true, vhost: true, want: "-netdev dgram,id=net0,local.type=fd,local.str=4 -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:01 " +
+			"-netdev tap,id=net1,fd=5,vhost=on,vhostfd=7 -device virtio-net-pci,netdev=net1,mac=52:55:55:00:00:04 " +
+			"-netdev dgram,id=net2,local.type=fd,local.str=6 -device virtio-net-pci,netdev=net2,mac=52:55:55:00:00:02"},
+		{"vfkit", sock[:1], false, "--device virtio-net,unixSocketPath=/run/vmnetctl/vms/web/0.sock,mac=52:55:55:00:00:01", false},
+		{"krunkit", sock[:1], false, "--device virtio-net,type=unixgram,path=/run/vmnetctl/vms/web/0.sock,mac=52:55:55:00:00:01", false},
+		{"cloud-hypervisor", tap, false, "--net tap=vmt-0123456789,mac=52:55:55:00:00:03", false},
+		{"firecracker", tap, false, `[{"iface_id":"net0","host_dev_name":"vmt-0123456789","guest_mac":"52:55:55:00:00:03"}]`, false},
 	}
 	for _, tt := range tests {
-		got, err := vmmArgs(sd, tt.vmm, tt.atts, tt.fds)
+		got, err := vmmArgs(sd, tt.vmm, tt.atts, tt.fds, tt.vhost)
 		if err != nil || strings.Join(got, " ") != tt.want {
-			t.Errorf("%s (fds=%v):\n got %s (%v)\nwant %s", tt.vmm, tt.fds, strings.Join(got, " "), err, tt.want)
+			t.Errorf("%s (fds=%v, vhost=%v):\n got %s (%v)\nwant %s", tt.vmm, tt.fds, tt.vhost, strings.Join(got, " "), err, tt.want)
 		}
 	}
-	if _, err := vmmArgs(sd, "firecracker", sock, false); err == nil || !strings.Contains(err.Error(), "attach: tap") {
+	if _, err := vmmArgs(sd, "firecracker", sock, false, false); err == nil || !strings.Contains(err.Error(), "attach: tap") {
 		t.Errorf("firecracker with a socket attachment: %v", err)
 	}
 	failed := []AttachmentStatus{{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", State: "failed", Error: "network shared is not up"}}
-	if _, err := vmmArgs(sd, "qemu", failed, false); err == nil || !strings.Contains(err.Error(), "web's attachment 0 to shared is failed, so it has no socket yet: network shared is not up") {
+	if _, err := vmmArgs(sd, "qemu", failed, false, false); err == nil || !strings.Contains(err.Error(), "web's attachment 0 to shared is failed, so it has no socket yet: network shared is not up") {
 		t.Errorf("args of a failed attachment: %v", err)
 	}
 	if got := shellQuote("/tmp/my dir/x.sock"); got != `'/tmp/my dir/x.sock'` {

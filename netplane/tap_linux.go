@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -116,4 +117,46 @@ func setOffloads(fd int, o Offloads) (string, error) {
 		return "TUNSETOFFLOAD", err
 	}
 	return "", nil
+}
+
+// OpenTAP opens the existing persistent TAP name (an `attach: tap` port,
+// owned by the VM's user) for a VMM that takes a TAP descriptor, as qemu's
+// `-netdev tap,fd=N`: blocking (the VMM sets its own flags), with the
+// virtio-net header on, which qemu finds with TUNGETIFF and uses for the
+// guest's offloads. It fails if the name is not a TAP, or another process
+// holds it (a TAP without IFF_MULTI_QUEUE has one queue).
+func OpenTAP(name string) (*os.File, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err == nil {
+		ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+		err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("opening TAP %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), "tap-"+name), nil
+}
+
+// OpenVhostNet opens /dev/vhost-net for a VMM's `vhostfd=N`, so that the
+// kernel moves the TAP's frames to and from the guest's virtio queues.
+func OpenVhostNet() (*os.File, error) {
+	f, err := os.OpenFile(vhostNetPath, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("vhost-net: %w", err)
+	}
+	return f, nil
+}
+
+// vhostNetPath is vhost-net's character device.
+const vhostNetPath = "/dev/vhost-net"
+
+// VhostNet reports whether the host has vhost-net.
+func VhostNet() bool {
+	_, err := os.Stat(vhostNetPath)
+	return err == nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
@@ -67,3 +68,7 @@ func WatchLinks(context.Context) (<-chan struct{}, error)         { return nil, 
 func CheckConflicts(*api.Network) error { return ErrUnsupported }
 func (*Network) Health() error          { return nil }
 func IsNotUp(error) bool                { return false }
+
+func OpenTAP(string) (*os.File, error) { return nil, ErrUnsupported }
+func OpenVhostNet() (*os.File, error)  { return nil, ErrUnsupported }
+func VhostNet() bool                   { return false }

@@ -26,6 +26,9 @@ helper on one end of each and COMMAND with the other ends as file descriptors
 4, 5, ... (in the order of the VM's networks list; $VMNETCTL_FDS and
 $VMNETCTL_MACS list them). When COMMAND exits its helpers stop, and run exits
 with COMMAND's status. Under sudo, COMMAND runs as the invoking user.
+An attach: tap entry's descriptor is its TAP itself (qemu's -netdev tap,fd=N),
+and where the host has vhost-net a vhost-net descriptor follows all the
+attachments' ($VMNETCTL_VHOSTFDS): its frames never leave the kernel.
 
   vmnetctl run -f vms.yaml --vm web -- sh -c 'exec qemu-system-x86_64 ... \
       -netdev dgram,id=net0,local.type=fd,local.str=4 \

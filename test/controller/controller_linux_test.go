@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -288,6 +289,61 @@ func TestRunStopsHelpersWithTheCommand(t *testing.T) {
 	if st := h.Status(); len(st.Attachments) != 0 {
 		t.Errorf("run's project is still up: %+v", st.Attachments)
 	}
+}
+
+// TestRunHandsTheTAP: `vmnetctl run` gives the command an `attach: tap`
+// attachment's TAP itself (qemu's -netdev tap,fd=N), not a socketpair: the
+// descriptor after the socket attachment's is /dev/net/tun attached to the
+// TAP that status reports, which is on the network's bridge with a carrier
+// while the command holds it, and gone when run ends.
+func TestRunHandsTheTAP(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", "vms:\n  k:\n    networks:\n      - vmnet: shared\n      - vmnet: shared\n        attach: tap\n")
+	gate := filepath.Join(h.Dir, "gate")
+	script := fmt.Sprintf(`echo "fds=$VMNETCTL_FDS vhost=$VMNETCTL_VHOSTFDS"; echo "fd5=$(readlink /proc/self/fd/5)"; grep iff /proc/self/fdinfo/5; while [ ! -e %s ]; do sleep 0.05; done`, gate)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	run := h.VmnetctlCommand(ctx, "run", "-f", vms, "--vm", "k", "--", "sh", "-c", script)
+	var out testutil.Buffer
+	run.Stdout, run.Stderr = &out, &out
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var tap string
+	testutil.Eventually(t, 20*time.Second, func() error {
+		for _, a := range h.Status().Attachments {
+			if a.VM == "k" && a.Index == 1 && a.State == controller.StateRunning && a.Tap != "" && strings.Contains(out.String(), "iff") {
+				tap = a.Tap
+				return nil
+			}
+		}
+		return fmt.Errorf("output so far: %s", out.String())
+	}, "run's TAP attachment to run and the command to report its descriptors")
+	want := []string{"fds=4,5 vhost=", "fd5=/dev/net/tun", "iff:\t" + tap}
+	if netplane.VhostNet() {
+		want[0] = "fds=4,5 vhost=,6"
+	}
+	for _, w := range want {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("the command's output has no %q:\n%s", w, out.String())
+		}
+	}
+	link, err := h.Run(ctx, "ip", "-d", "link", "show", tap)
+	if err != nil || !strings.Contains(link, "master vmn-") || strings.Contains(link, "NO-CARRIER") {
+		t.Errorf("TAP %s is not on the bridge with a carrier while the command holds it: %v\n%s", tap, err, link)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Wait(); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if out, err := h.Run(ctx, "ip", "link", "show", tap); err == nil {
+			return fmt.Errorf("TAP still there:\n%s", out)
+		}
+		return nil
+	}, "the TAP to go with run")
 }
 
 // TestTapHelperKilledWithItsCleanup: a TAP attachment's helper killed

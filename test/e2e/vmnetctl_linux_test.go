@@ -91,9 +91,13 @@ const (
         macAddress: "` + bMAC0 + `"
       - vmnet: iso
         macAddress: "` + bMAC1 + `"
+      - vmnet: jumbo
+        attach: tap
+        macAddress: "` + bMAC2 + `"
 `
 	bMAC0 = "52:55:55:e2:00:b0"
 	bMAC1 = "52:55:55:e2:00:b1"
+	bMAC2 = "52:55:55:e2:00:b2"
 )
 
 // world is the host under test (a simvm.Host: its namespace, state dir,
@@ -317,9 +321,14 @@ func TestGuests(t *testing.T) {
 		Name:    "b",
 		Netns:   w.Name,
 		Wrapper: w.VmnetctlArgs("run", "-f", runFile, "--vm", "b", "--"),
-		NetArgs: append(guest.NetDgramFD("net0", controller.FirstVMFD, bMAC0), guest.NetDgramFD("net1", controller.FirstVMFD+1, bMAC1)...),
+		// b's third attachment is the kernel path: run hands qemu the TAP
+		// itself (-netdev tap,fd=6), no helper relays its frames.
+		NetArgs: slices.Concat(guest.NetDgramFD("net0", controller.FirstVMFD, bMAC0), guest.NetDgramFD("net1", controller.FirstVMFD+1, bMAC1),
+			guest.NetTapFD("net2", controller.FirstVMFD+2, bMAC2)),
 		Script: guest.NewScript().
 			IPv6("eth0").
+			DHCP("eth2").
+			Report("eth2.ping", "ping -c 2 -W 3 -s 8000 "+jumboGW+" >/dev/null && echo ok || echo fail").
 			DHCP("eth0").
 			DHCP("eth1").
 			Ping(sharedGW).
@@ -379,7 +388,7 @@ func TestGuests(t *testing.T) {
 		name   string
 		ifname string
 	}
-	nics := []nic{{a, "a", "eth0"}, {a, "a", "eth1"}, {a, "a", "eth2"}, {b, "b", "eth0"}, {b, "b", "eth1"}, {c, "c", "eth0"}, {c, "c", "eth1"}}
+	nics := []nic{{a, "a", "eth0"}, {a, "a", "eth1"}, {a, "a", "eth2"}, {b, "b", "eth0"}, {b, "b", "eth1"}, {b, "b", "eth2"}, {c, "c", "eth0"}, {c, "c", "eth1"}}
 	leases := map[string]string{} // "vm/ifname" → IP
 	macs := map[string]string{}
 	for _, n := range nics {
@@ -409,7 +418,7 @@ func TestGuests(t *testing.T) {
 	for k := range leases {
 		att, _ := attachmentByMAC(st, macs[k])
 		vm, ifname, _ := strings.Cut(k, "/")
-		wantNet := map[string]string{"a/eth0": "shared", "a/eth1": "iso", "a/eth2": "jumbo", "b/eth0": "shared", "b/eth1": "iso", "c/eth0": "shared", "c/eth1": "jumbo"}[k]
+		wantNet := map[string]string{"a/eth0": "shared", "a/eth1": "iso", "a/eth2": "jumbo", "b/eth0": "shared", "b/eth1": "iso", "b/eth2": "jumbo", "c/eth0": "shared", "c/eth1": "jumbo"}[k]
 		if att.VM != vm || att.Network != wantNet || att.State != "running" {
 			t.Errorf("%s (%s, MAC %s): status says VM %s network %s state %s", k, ifname, macs[k], att.VM, att.Network, att.State)
 		}
@@ -515,6 +524,10 @@ func TestGuests(t *testing.T) {
 	// b: under vmnetctl run; shared reaches a, isolation keeps it from a.
 	rb.Expect(t, "eth0.mac", bMAC0)
 	rb.Expect(t, "eth1.mac", bMAC1)
+	rb.Expect(t, "eth2.mac", bMAC2) // the TAP qemu took as a descriptor
+	rb.Expect(t, "eth2.router", jumboGW)
+	rb.Expect(t, "eth2.mtu", "9000")
+	rb.Expect(t, "eth2.ping", "ok")
 	rb.Expect(t, "eth0.router", sharedGW)
 	rb.Expect(t, "eth1.router", isoGW)
 	rb.Expect(t, guest.PingKey(sharedGW), "ok")
@@ -576,5 +589,5 @@ func TestGuests(t *testing.T) {
 	for _, r := range []*guest.Result{ra, rb, rc} {
 		t.Logf("guest %s: boot (qemu start to /init) %v, run %v", r.Name, r.BootTime.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
 	}
-	t.Logf("up and args %v, all seven leases at %v, forward checks %v (%d connections), test %v", upTime.Round(time.Millisecond), leaseTime.Round(time.Millisecond), fwdTime.Round(time.Millisecond), fwdConns, time.Since(start).Round(time.Millisecond))
+	t.Logf("up and args %v, all eight leases at %v, forward checks %v (%d connections), test %v", upTime.Round(time.Millisecond), leaseTime.Round(time.Millisecond), fwdTime.Round(time.Millisecond), fwdConns, time.Since(start).Round(time.Millisecond))
 }

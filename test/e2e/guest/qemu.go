@@ -572,6 +572,15 @@ func NetDgramFD(id string, fd int, mac string) []string {
 	}
 }
 
+// NetTapFD is a virtio-net NIC on the TAP descriptor fd that qemu inherits
+// (`vmnetctl run`'s kernel path for an `attach: tap` attachment).
+func NetTapFD(id string, fd int, mac string) []string {
+	return []string{
+		"-netdev", fmt.Sprintf("tap,id=%s,fd=%d", id, fd),
+		"-device", fmt.Sprintf("virtio-net-pci,netdev=%s,mac=%s", id, mac),
+	}
+}
+
 // FD returns the fd number qemu sees for Config.ExtraFiles[i].
 func FD(i int) int { return 3 + i }
 
