@@ -264,3 +264,25 @@ func TestDoctorForwardDropFix(t *testing.T) {
 		})
 	}
 }
+
+// Where nft is not installed (iptables-legacy), the rules come from
+// `iptables -S`: the same verdicts.
+func TestForwardRulesFromIptablesSave(t *testing.T) {
+	docker := "-P INPUT ACCEPT\n-P FORWARD DROP\n-P OUTPUT ACCEPT\n-N DOCKER\n-N DOCKER-USER\n-A FORWARD -j DOCKER-USER\n-A DOCKER-USER -j RETURN\n"
+	for _, tt := range []struct {
+		save                  string
+		drop, docker, in, out bool
+	}{
+		{"-P INPUT ACCEPT\n-P FORWARD ACCEPT\n", false, false, false, false},
+		{docker, true, true, false, false},
+		{docker + "-A DOCKER-USER -i vmn-+ -j ACCEPT\n", true, true, true, false},
+		{docker + "-A DOCKER-USER -o vmn-+ -j ACCEPT\n-A DOCKER-USER -i vmn-+ -j ACCEPT\n", true, true, true, true},
+		{"-P FORWARD DROP\n-A FORWARD -i vmn-+ -j DROP\n-A FORWARD -o vmn-+ -j ACCEPT\n", true, false, false, true},
+	} {
+		var r forwardRules
+		r.parseSave(tt.save)
+		if r.drop != tt.drop || r.docker != tt.docker || r.acceptIn != tt.in || r.acceptOut != tt.out {
+			t.Errorf("%q: %+v, want drop %v docker %v in %v out %v", tt.save, r, tt.drop, tt.docker, tt.in, tt.out)
+		}
+	}
+}
