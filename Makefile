@@ -1,5 +1,9 @@
 # vmnetctl: `make demo` runs the main job, `make test` runs every test.
-GO ?= go
+# go, else Go's own install dir: sudo's secure_path (sudo make demo) often
+# lacks /usr/local/go/bin, as test/setup.sh knows too.
+ifeq ($(origin GO),undefined)
+GO := $(shell command -v go 2>/dev/null || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || echo go)
+endif
 BIN := bin/vmnetctl
 
 # Tools the checks need, installed by `go install` into bin/tools on first
@@ -31,7 +35,7 @@ demo: build
 	  echo "installing nftables (the nft command vmnetctl's data plane runs)"; \
 	  if command -v apt-get >/dev/null; then apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null; \
 	  elif command -v dnf >/dev/null; then dnf install -y -q nftables; \
-	  else echo "install nftables with your package manager"; exit 1; fi; fi
+	  else echo "vmnetctl needs the nft command: install nftables with your package manager" >&2; exit 1; fi; fi
 	$(BIN) networks
 	$(BIN) validate -f examples/default/lima.yaml -f examples/vms.yaml
 	@if [ "$$(id -u)" -ne 0 ]; then echo "run as root (sudo make demo) to bring the example networks up"; exit 0; fi; \
@@ -71,6 +75,9 @@ bench:
 # the commands, the docs (packaging/nfpm.yaml; docs/install.md).
 package: packages
 
+# SOURCE_DATE_EPOCH (reproducible builds: the man pages' date, nfpm's file
+# times) is the last commit's time unless given.
+packages: export SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 packages: build $(NFPM)
 	rm -rf build/pkg && mkdir -p build/pkg/man build/pkg/completions $(DIST)
 	$(BIN) man build/pkg/man

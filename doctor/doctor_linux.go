@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,6 +27,15 @@ import (
 func installHint(deb, rpm string) string {
 	return fmt.Sprintf("install it: sudo apt install %s (Debian, Ubuntu) or sudo dnf install %s (Fedora, RHEL)", deb, rpm)
 }
+
+// The host paths the checks read, variables so that the tests can put a
+// bad condition in their place.
+var (
+	tunPath          = "/dev/net/tun"
+	ipForwardPath    = "/proc/sys/net/ipv4/ip_forward"
+	firewalldPidFile = "/var/run/firewalld/firewalld.pid"
+	ufwConf          = "/etc/ufw/ufw.conf"
+)
 
 func preflight() []check { return []check{checkRoot, checkTun, checkNft} }
 
@@ -43,16 +53,16 @@ func checkRoot(context.Context, []*api.Network) []Finding {
 }
 
 func checkTun(context.Context, []*api.Network) []Finding {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(tunPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err == nil {
 		unix.Close(fd)
 		return []Finding{{Check: "/dev/net/tun", Status: OK, Detail: "TUN/TAP devices can be made"}}
 	}
 	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-		return []Finding{{Check: "/dev/net/tun", Status: Fail, Detail: "cannot open /dev/net/tun: " + err.Error(),
+		return []Finding{{Check: "/dev/net/tun", Status: Fail, Detail: "cannot open " + tunPath + ": " + err.Error(),
 			Fix: "run as root; in a container, pass the device (--device /dev/net/tun) and CAP_NET_ADMIN"}}
 	}
-	return []Finding{{Check: "/dev/net/tun", Status: Fail, Detail: "cannot open /dev/net/tun: " + err.Error(),
+	return []Finding{{Check: "/dev/net/tun", Status: Fail, Detail: "cannot open " + tunPath + ": " + err.Error(),
 		Fix: "load the tun module: sudo modprobe tun (and add tun to /etc/modules-load.d/ to keep it)"}}
 }
 
@@ -172,13 +182,8 @@ func checkKernel(_ context.Context, nets []*api.Network) []Finding {
 	return out
 }
 
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
 func checkForwarding(_ context.Context, nets []*api.Network) []Finding {
-	v, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	v, err := os.ReadFile(ipForwardPath)
 	on := err == nil && strings.TrimSpace(string(v)) == "1"
 	shared := false
 	for _, n := range nets {
@@ -226,38 +231,127 @@ func checkIPv6(_ context.Context, nets []*api.Network) []Finding {
 	return []Finding{{Check: "IPv6", Status: Info, Detail: detail}}
 }
 
-// forwardDropRe finds a FORWARD chain whose policy is drop in an nft listing.
-var forwardDropRe = regexp.MustCompile(`(?s)chain FORWARD \{[^}]*policy drop`)
+// bridgeGlob is vmnetctl's bridges as iptables names them (vmn-+), and as
+// nft lists such a match (vmn-*).
+const (
+	bridgeGlob    = "vmn-+"
+	bridgeGlobNft = `"vmn-*"`
+)
+
+// forwardRules is what the FORWARD path of iptables holds: whether a
+// FORWARD chain's policy is drop, whether Docker's DOCKER-USER chain is
+// there, and whether FORWARD or DOCKER-USER accept vmnetctl's bridges both
+// ways (the fix checkDockerForward prints). tool is the iptables command
+// that showed the rules.
+type forwardRules struct {
+	drop, docker, acceptIn, acceptOut bool
+	tool                              string
+}
+
+// readForwardRules reads the ip filter table as nft lists it (iptables-nft
+// rules and nft's own), else as iptables-legacy or iptables print it.
+func readForwardRules(ctx context.Context) forwardRules {
+	var r forwardRules
+	if nft, err := exec.LookPath("nft"); err == nil {
+		out, _ := exec.CommandContext(ctx, nft, "list", "table", "ip", "filter").CombinedOutput()
+		r.parseNft(string(out))
+	}
+	if r.drop {
+		r.tool = "iptables"
+		return r
+	}
+	for _, ipt := range []string{"iptables-legacy", "iptables"} {
+		path, err := exec.LookPath(ipt)
+		if err != nil {
+			continue
+		}
+		out, _ := exec.CommandContext(ctx, path, "-S").CombinedOutput()
+		var l forwardRules
+		l.parseSave(string(out))
+		if l.drop {
+			l.tool = ipt
+			return l
+		}
+	}
+	return r
+}
+
+// parseNft reads `nft list table ip filter`.
+func (r *forwardRules) parseNft(out string) {
+	chain := ""
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if name, ok := strings.CutPrefix(l, "chain "); ok {
+			chain = strings.TrimSuffix(name, " {")
+			r.docker = r.docker || chain == "DOCKER-USER"
+			continue
+		}
+		if chain != "FORWARD" && chain != "DOCKER-USER" {
+			continue
+		}
+		if chain == "FORWARD" && strings.Contains(l, "policy drop;") {
+			r.drop = true
+		}
+		if strings.HasSuffix(l, " accept") || l == "accept" {
+			r.acceptIn = r.acceptIn || strings.HasPrefix(l, "iifname "+bridgeGlobNft)
+			r.acceptOut = r.acceptOut || strings.HasPrefix(l, "oifname "+bridgeGlobNft)
+		}
+	}
+}
+
+// parseSave reads `iptables -S`.
+func (r *forwardRules) parseSave(out string) {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 3 && f[0] == "-P" && f[1] == "FORWARD" && f[2] == "DROP":
+			r.drop = true
+		case len(f) >= 2 && f[0] == "-N" && f[1] == "DOCKER-USER":
+			r.docker = true
+		case len(f) == 6 && f[0] == "-A" && (f[1] == "FORWARD" || f[1] == "DOCKER-USER") && f[3] == bridgeGlob && f[4] == "-j" && f[5] == "ACCEPT":
+			r.acceptIn = r.acceptIn || f[2] == "-i"
+			r.acceptOut = r.acceptOut || f[2] == "-o"
+		}
+	}
+}
 
 // checkDockerForward finds the iptables FORWARD policy DROP that Docker
 // sets: nftables drops a packet that any base chain drops, so vmnetctl's
-// accept does not help; a rule in DOCKER-USER does.
+// accept does not help; a rule in DOCKER-USER (or, without Docker,
+// FORWARD) does, and once it is there the finding is OK.
 func checkDockerForward(ctx context.Context, _ []*api.Network) []Finding {
 	name := "FORWARD policy"
-	drop := false
-	if nft, err := exec.LookPath("nft"); err == nil {
-		out, _ := exec.CommandContext(ctx, nft, "list", "table", "ip", "filter").CombinedOutput()
-		drop = forwardDropRe.Match(out)
-	}
-	for _, ipt := range []string{"iptables-legacy", "iptables"} {
-		if path, err := exec.LookPath(ipt); err == nil && !drop {
-			out, _ := exec.CommandContext(ctx, path, "-S", "FORWARD").CombinedOutput()
-			drop = strings.Contains(string(out), "-P FORWARD DROP")
-		}
-	}
-	if !drop {
+	r := readForwardRules(ctx)
+	if !r.drop {
 		return []Finding{{Check: name, Status: OK, Detail: "no iptables FORWARD policy drops routed traffic"}}
 	}
-	docker := exists("/var/run/docker.sock") || exists("/run/docker.sock")
+	chain := "FORWARD"
+	if r.docker {
+		chain = "DOCKER-USER"
+	}
+	if r.acceptIn && r.acceptOut {
+		return []Finding{{Check: name, Status: OK, Detail: "the iptables FORWARD policy is DROP, but rules accept vmnetctl's bridges (" + bridgeGlob + ") both ways"}}
+	}
 	detail := "the iptables FORWARD chain's policy is DROP: shared networks' traffic to the internet is dropped whatever vmnetctl's rules say"
-	if docker {
+	if r.docker {
 		detail += " (Docker sets it)"
 	}
+	var fix []string
+	if !r.acceptOut {
+		fix = append(fix, fmt.Sprintf("sudo %s -I %s -o %s -j ACCEPT", r.tool, chain, bridgeGlob))
+	}
+	if !r.acceptIn {
+		fix = append(fix, fmt.Sprintf("sudo %s -I %s -i %s -j ACCEPT", r.tool, chain, bridgeGlob))
+	}
 	return []Finding{{Check: name, Status: Warn, Detail: detail,
-		Fix: "let vmnetctl's bridges through: sudo iptables -I DOCKER-USER -i vmn-+ -j ACCEPT && sudo iptables -I DOCKER-USER -o vmn-+ -j ACCEPT (without Docker: the same in FORWARD)"}}
+		Fix: "let vmnetctl's bridges through: " + strings.Join(fix, " && ")}}
 }
 
 var ufwEnabledRe = regexp.MustCompile(`(?m)^ENABLED=yes`)
+
+// ufwRules are the rules vmnetctl's bridges need in ufw (the fix
+// checkFirewalls prints), as `ufw show added` lists them.
+var ufwRules = []string{"ufw allow in on " + bridgeGlob, "ufw route allow in on " + bridgeGlob, "ufw route allow out on " + bridgeGlob}
 
 func checkFirewalls(ctx context.Context, nets []*api.Network) []Finding {
 	var bridges []string
@@ -267,23 +361,71 @@ func checkFirewalls(ctx context.Context, nets []*api.Network) []Finding {
 		}
 	}
 	var out []Finding
-	if pidAlive("/var/run/firewalld/firewalld.pid") {
-		fix := "put vmnetctl's bridges in the trusted zone"
-		for _, b := range bridges {
-			fix += fmt.Sprintf("; sudo firewall-cmd --permanent --zone=trusted --add-interface=%s", b)
-		}
-		out = append(out, Finding{Check: "firewalld", Status: Warn,
-			Detail: "firewalld runs: interfaces outside a zone that allows them drop DHCP, DNS and forwarded traffic", Fix: fix + "; sudo firewall-cmd --reload"})
+	if pidAlive(firewalldPidFile) {
+		out = append(out, checkFirewalld(ctx, bridges))
 	}
-	if b, err := os.ReadFile("/etc/ufw/ufw.conf"); err == nil && ufwEnabledRe.Match(b) {
-		out = append(out, Finding{Check: "ufw", Status: Warn,
-			Detail: "ufw is enabled: its default routed policy drops forwarded traffic and its input policy DHCP and DNS from VMs",
-			Fix:    "sudo ufw allow in on vmn-+ && sudo ufw route allow in on vmn-+ && sudo ufw route allow out on vmn-+"})
+	if b, err := os.ReadFile(ufwConf); err == nil && ufwEnabledRe.Match(b) {
+		out = append(out, checkUfw(ctx))
 	}
 	if len(out) == 0 {
 		out = append(out, Finding{Check: "firewall", Status: OK, Detail: "neither firewalld nor ufw is active"})
 	}
 	return out
+}
+
+// checkFirewalld: firewalld runs; the bridges must be in its trusted zone
+// (firewall-cmd --get-zone-of-interface), or DHCP, DNS and forwarded
+// traffic are dropped.
+func checkFirewalld(ctx context.Context, bridges []string) Finding {
+	name := "firewalld"
+	var untrusted []string
+	cmd, err := exec.LookPath("firewall-cmd")
+	for _, b := range bridges {
+		if err == nil {
+			zone, _ := exec.CommandContext(ctx, cmd, "--get-zone-of-interface="+b).Output()
+			if strings.TrimSpace(string(zone)) == "trusted" {
+				continue
+			}
+		}
+		untrusted = append(untrusted, b)
+	}
+	if len(untrusted) == 0 {
+		return Finding{Check: name, Status: OK, Detail: "firewalld runs; vmnetctl's bridges are in its trusted zone"}
+	}
+	fix := "put vmnetctl's bridges in the trusted zone"
+	for _, b := range untrusted {
+		fix += fmt.Sprintf("; sudo firewall-cmd --permanent --zone=trusted --add-interface=%s", b)
+	}
+	detail := "firewalld runs and " + strings.Join(untrusted, ", ") + " are not in its trusted zone: interfaces outside a zone that allows them drop DHCP, DNS and forwarded traffic"
+	if err != nil {
+		detail = "firewalld runs (without firewall-cmd, vmnetctl cannot tell the bridges' zones): interfaces outside a zone that allows them drop DHCP, DNS and forwarded traffic"
+	}
+	return Finding{Check: name, Status: Warn, Detail: detail, Fix: fix + "; sudo firewall-cmd --reload"}
+}
+
+// checkUfw: ufw is enabled; it needs rules that let the bridges in and
+// through (`ufw show added` lists the rules added).
+func checkUfw(ctx context.Context) Finding {
+	name := "ufw"
+	var added []string
+	if cmd, err := exec.LookPath("ufw"); err == nil {
+		out, _ := exec.CommandContext(ctx, cmd, "show", "added").Output()
+		for _, l := range strings.Split(string(out), "\n") {
+			added = append(added, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	var missing []string
+	for _, r := range ufwRules {
+		if !slices.Contains(added, r) {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) == 0 {
+		return Finding{Check: name, Status: OK, Detail: "ufw is enabled, with rules that let vmnetctl's bridges (" + bridgeGlob + ") in and through"}
+	}
+	return Finding{Check: name, Status: Warn,
+		Detail: "ufw is enabled: its default routed policy drops forwarded traffic and its input policy DHCP and DNS from VMs",
+		Fix:    "sudo " + strings.Join(missing, " && sudo ")}
 }
 
 func pidAlive(pidFile string) bool {
@@ -459,7 +601,8 @@ func checkQemu(context.Context, []*api.Network) []Finding {
 		b, _ := exec.Command(p, "--version").Output()
 		m := qemuVersionRe.FindSubmatch(b)
 		if m == nil {
-			out = append(out, Finding{Check: "qemu", Status: Warn, Detail: p + ": version unknown"})
+			out = append(out, Finding{Check: "qemu", Status: Warn, Detail: p + ": version unknown (`" + p + " --version` says no version): -netdev dgram needs qemu 7.2 or later",
+				Fix: "check that " + p + " runs; if its version is older than 7.2, upgrade qemu or use `attach: tap` (-netdev tap)"})
 			continue
 		}
 		major, _ := strconv.Atoi(string(m[1]))

@@ -14,12 +14,14 @@ packages=(
   prometheus                         # metrics: a real Prometheus scrapes us; promtool
   qemu-system-x86 cpio linux-image-amd64  # real guests in test/e2e
   slirp4netns                        # a peer to benchmark against
-  util-linux                         # setpriv: qemu as an unprivileged user
+  util-linux                         # setpriv: qemu as an unprivileged user; unshare, mount: the packages' scripts
+  systemd rpm                        # packages: systemd-analyze verify of the unit; rpm -qlp and the .rpm's scriptlets
+  iptables                           # doctor: Docker's FORWARD DROP and its printed fix, in a namespace
 )
 
 # The commands the tests run (testutil.RequireCommands), checked after
 # installing: a package that installed but left no command is a failure too.
-commands=(ip bridge nft sysctl ps pkill pgrep busybox iperf3 ping socat prometheus promtool qemu-system-x86_64 cpio slirp4netns setpriv dpkg-deb make)
+commands=(ip bridge nft sysctl ps pkill pgrep busybox iperf3 ping socat prometheus promtool qemu-system-x86_64 cpio slirp4netns setpriv unshare mount dpkg-deb make systemd-analyze rpm iptables)
 
 fail() {
   echo "test/setup.sh: $*" >&2

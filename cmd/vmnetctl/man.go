@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,11 +55,21 @@ func roff(s string) string {
 	return strings.Join(out, "\n")
 }
 
+// manDate is the pages' date: $SOURCE_DATE_EPOCH (seconds since 1970, for
+// reproducible builds: reproducible-builds.org/specs/source-date-epoch),
+// else now.
+func manDate() time.Time {
+	if sde, err := strconv.ParseInt(os.Getenv("SOURCE_DATE_EPOCH"), 10, 64); err == nil {
+		return time.Unix(sde, 0).UTC()
+	}
+	return time.Now()
+}
+
 // manPage is cmd's man page, section 8.
 func manPage(cmd *cobra.Command) []byte {
 	var b bytes.Buffer
 	name := strings.ReplaceAll(cmd.CommandPath(), " ", "-")
-	fmt.Fprintf(&b, ".TH %q 8 %q %q %q\n", strings.ToUpper(name), time.Now().Format("January 2006"), "vmnetctl "+version, "vmnetctl")
+	fmt.Fprintf(&b, ".TH %q 8 %q %q %q\n", strings.ToUpper(name), manDate().Format("January 2006"), "vmnetctl "+version, "vmnetctl")
 	fmt.Fprintf(&b, ".SH NAME\n%s \\- %s\n", name, roff(cmd.Short))
 	fmt.Fprintf(&b, ".SH SYNOPSIS\n.B %s\n", roff(cmd.UseLine()))
 	desc := cmd.Long

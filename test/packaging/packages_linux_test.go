@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -32,17 +33,19 @@ func TestPackages(t *testing.T) {
 	if len(debs) != 1 || len(rpms) != 1 {
 		t.Fatalf("packages in %s: %v %v", dist, debs, rpms)
 	}
-	deb := debs[0]
+	deb, rpm := debs[0], rpms[0]
 
-	files := testutil.Run(t, "dpkg-deb", "-c", deb)
-	for _, f := range []string{"./usr/bin/vmnetctl", "./etc/vmnetctl/networks.yaml", "./usr/lib/systemd/system/vmnetctl.service",
-		"./usr/share/doc/vmnetctl/docs/security.md", "./usr/share/man/man8/vmnetctl.8", "./usr/share/man/man8/vmnetctl-doctor.8",
-		"./usr/share/bash-completion/completions/vmnetctl", "./usr/share/zsh/vendor-completions/_vmnetctl",
-		"./usr/share/fish/vendor_completions.d/vmnetctl.fish"} {
-		if !strings.Contains(files, f) {
-			t.Errorf("the .deb lacks %s:\n%s", f, files)
+	// The same files in both, the zsh completion where each system's zsh
+	// looks; completions are not empty.
+	zsh := map[string]string{"deb": "/usr/share/zsh/vendor-completions/_vmnetctl", "rpm": "/usr/share/zsh/site-functions/_vmnetctl"}
+	debFiles := debContents(t, deb)
+	t.Run("rpm contents", func(t *testing.T) {
+		if _, err := exec.LookPath("rpm"); err != nil {
+			testutil.Missing(t, "rpm", "install the Debian package rpm (test/setup.sh, run as root, installs it)")
 		}
-	}
+		checkContents(t, "rpm", rpmContents(t, rpm), zsh["rpm"])
+	})
+	checkContents(t, "deb", debFiles, zsh["deb"])
 	if dep := testutil.Run(t, "dpkg-deb", "-f", deb, "Depends"); !strings.Contains(dep, "nftables") {
 		t.Errorf("Depends: %q, want nftables", dep)
 	}
@@ -51,9 +54,7 @@ func TestPackages(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(control, "conffiles")); !strings.Contains(string(b), "/etc/vmnetctl/networks.yaml") {
 		t.Errorf("conffiles %q: networks.yaml is not a config file (an edited one would be overwritten on upgrade)", b)
 	}
-	if b, _ := os.ReadFile(filepath.Join(control, "postinst")); !strings.Contains(string(b), "enable --now vmnetctl.service") {
-		t.Errorf("postinst does not start the service:\n%s", b)
-	}
+	t.Run("maintainer scripts", func(t *testing.T) { testMaintainerScripts(t, control, rpm) })
 
 	// What is installed works: the binary, the networks.yaml, the unit's
 	// command line.
@@ -67,21 +68,30 @@ func TestPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	execStart := ""
-	for _, l := range strings.Split(string(unit), "\n") {
-		if v, ok := strings.CutPrefix(l, "ExecStart="); ok {
-			execStart = v
+	keys := unitKeys(string(unit))
+	// Ready once it serves; the state dir /run/vmnetctl made by systemd and
+	// kept across restarts (the helpers' records); a stop or restart ends
+	// the controller alone, not its helpers; restarted when it fails.
+	for k, want := range map[string]string{"Type": "notify", "RuntimeDirectory": "vmnetctl", "RuntimeDirectoryPreserve": "yes",
+		"KillMode": "process", "Restart": "on-failure", "WantedBy": "multi-user.target"} {
+		if got := keys[k]; got != want {
+			t.Errorf("unit: %s=%q, want %q", k, got, want)
 		}
 	}
+	execStart := keys["ExecStart"]
 	argv := strings.Fields(execStart)
-	if len(argv) < 2 || argv[0] != "/usr/bin/vmnetctl" || !strings.Contains(string(unit), "Restart=on-failure") {
-		t.Fatalf("unit: ExecStart=%q, want /usr/bin/vmnetctl ..., and Restart=on-failure:\n%s", execStart, unit)
+	if len(argv) < 2 || argv[0] != "/usr/bin/vmnetctl" {
+		t.Fatalf("unit: ExecStart=%q, want /usr/bin/vmnetctl ...:\n%s", execStart, unit)
 	}
 	// The unit's flags are the binary's: --help parses them without running.
 	if out, err := exec.Command(bin, append(argv[1:], "--help")...).CombinedOutput(); err != nil || !strings.Contains(string(out), "--exit-when-idle") {
 		t.Errorf("%s --help: %v\n%s", execStart, err, out)
 	}
-	if p, err := exec.LookPath("systemd-analyze"); err == nil {
+	t.Run("systemd-analyze verify", func(t *testing.T) {
+		p, err := exec.LookPath("systemd-analyze")
+		if err != nil {
+			testutil.Missing(t, "systemd-analyze", "install the Debian package systemd (test/setup.sh, run as root, installs it)")
+		}
 		// The binary is not installed at /usr/bin here: that is the one
 		// complaint allowed.
 		out, _ := exec.Command(p, "verify", "--man=no", filepath.Join(tree, "usr/lib/systemd/system/vmnetctl.service")).CombinedOutput()
@@ -90,7 +100,7 @@ func TestPackages(t *testing.T) {
 				t.Errorf("systemd-analyze verify: %s", l)
 			}
 		}
-	}
+	})
 
 	// The .deb installs with dpkg (into a root of the test's own, so the
 	// host's /usr and services are not touched; its scripts see DPKG_ROOT
@@ -109,8 +119,65 @@ func TestPackages(t *testing.T) {
 	}
 
 	// The .rpm is an RPM (its lead's magic).
-	b, err := os.ReadFile(rpms[0])
+	b, err := os.ReadFile(rpm)
 	if err != nil || len(b) < 4 || !bytes.Equal(b[:4], []byte{0xed, 0xab, 0xee, 0xdb}) {
-		t.Errorf("%s is not an RPM package", rpms[0])
+		t.Errorf("%s is not an RPM package", rpm)
 	}
+}
+
+// packaged are the files both packages hold (the zsh completion aside);
+// completions must not be empty.
+var packaged = []string{"/usr/bin/vmnetctl", "/etc/vmnetctl/networks.yaml", "/usr/lib/systemd/system/vmnetctl.service",
+	"/usr/share/doc/vmnetctl/docs/security.md", "/usr/share/man/man8/vmnetctl.8", "/usr/share/man/man8/vmnetctl-doctor.8",
+	"/usr/share/bash-completion/completions/vmnetctl", "/usr/share/fish/vendor_completions.d/vmnetctl.fish"}
+
+func checkContents(t *testing.T, format string, files map[string]int64, zsh string) {
+	t.Helper()
+	for _, f := range append(packaged, zsh) {
+		size, ok := files[f]
+		switch {
+		case !ok:
+			t.Errorf("the .%s lacks %s:\n%v", format, f, files)
+		case size == 0 && (strings.Contains(f, "completion") || f == zsh):
+			t.Errorf("the .%s's %s is empty", format, f)
+		}
+	}
+}
+
+// debContents lists a .deb's regular files and their sizes (dpkg-deb -c).
+func debContents(t *testing.T, deb string) map[string]int64 {
+	files := map[string]int64{}
+	for _, l := range strings.Split(testutil.Run(t, "dpkg-deb", "-c", deb), "\n") {
+		// -rw-r--r-- root/root 1234 2026-01-01 00:00 ./usr/bin/vmnetctl
+		f := strings.Fields(l)
+		if len(f) >= 6 && strings.HasPrefix(f[0], "-") {
+			size, _ := strconv.ParseInt(f[2], 10, 64)
+			files[strings.TrimPrefix(f[5], ".")] = size
+		}
+	}
+	return files
+}
+
+// rpmContents lists an .rpm's files and their sizes (rpm -qlp --dump).
+func rpmContents(t *testing.T, rpm string) map[string]int64 {
+	files := map[string]int64{}
+	for _, l := range strings.Split(testutil.Run(t, "rpm", "-qlp", "--dump", rpm), "\n") {
+		// PATH SIZE MTIME DIGEST MODE OWNER GROUP ISCONFIG ISDOC RDEV SYMLINK
+		if f := strings.Fields(l); len(f) >= 2 {
+			size, _ := strconv.ParseInt(f[1], 10, 64)
+			files[f[0]] = size
+		}
+	}
+	return files
+}
+
+// unitKeys are a unit file's KEY=VALUE settings (the last of each key).
+func unitKeys(unit string) map[string]string {
+	keys := map[string]string{}
+	for _, l := range strings.Split(unit, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), "="); ok && !strings.HasPrefix(k, "#") {
+			keys[k] = v
+		}
+	}
+	return keys
 }
