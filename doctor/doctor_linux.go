@@ -123,8 +123,10 @@ add rule bridge probe pre ether saddr != @m add @m { ether saddr }
 		return addLink(&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "probe-vx"}, VxlanId: 42, Port: 4789})
 	}},
 	{"vhost-net", "vhost-net (fast TAP attachments for qemu)", never, func() error {
-		_, err := os.Stat("/dev/vhost-net")
-		return err
+		if !netplane.VhostNet() {
+			return errors.New("no /dev/vhost-net")
+		}
+		return nil
 	}},
 }
 
