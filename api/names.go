@@ -83,6 +83,16 @@ func BridgeName(networkID string) string {
 	return BridgePrefix + head + "-" + hex.EncodeToString(sum[:3])
 }
 
+// VXLANPrefix starts the name of a network's VXLAN device (a network across
+// hosts), on its bridge.
+const VXLANPrefix = "vmx-"
+
+// VXLANName is the VXLAN device of network networkID: its bridge's name
+// with VXLANPrefix for BridgePrefix.
+func VXLANName(networkID string) string {
+	return VXLANPrefix + strings.TrimPrefix(BridgeName(networkID), BridgePrefix)
+}
+
 // DeriveMAC returns the MAC address vmnetctl gives the index'th network entry
 // of a VM that names none: lima's locally administered prefix 52:55:55 and
 // three bytes of SHA-256 of the VM name and index. It depends on nothing

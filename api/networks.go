@@ -94,6 +94,9 @@ type Network struct {
 	// Egress is the network's policy for connections its VMs open; nil
 	// allows everything the mode allows.
 	Egress *Egress `json:"egress,omitempty"`
+	// VXLAN joins the network's bridges on several hosts into one
+	// segment; nil for a network of this host alone.
+	VXLAN *VXLAN `json:"vxlan,omitempty"`
 	// Interface is the host interface of a bridged network.
 	Interface string `json:"interface,omitempty"`
 
@@ -194,7 +197,7 @@ func (c *Networks) Lookup(kind RefKind, name string) *Network {
 
 var networkKeys = []string{"mode", "gateway", "dhcpEnd", "netmask", "interface", "subnet", "dhcp",
 	"dnsProxy", "dnsForward", "mtu", "nat44", "nat66", "routerAdvertisement", "isolation", "leaseTime", "dhcpRange", "reservations",
-	"offloads", "vmnetBroker", "ipv6", "subnet6", "egress"}
+	"offloads", "vmnetBroker", "ipv6", "subnet6", "egress", "vxlan"}
 
 // LoadNetworks parses networks.yaml. file names the input in diagnostics.
 // The result is nil when there are errors.
@@ -331,6 +334,9 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 		w.bridged(n, key, f, at)
 	case ModeUserV2:
 		w.addresses(n, f, at)
+		if xv, ok := f["vxlan"]; ok {
+			w.errorf(xv, at("vxlan"), "a user-v2 network is lima's own: it cannot span hosts")
+		}
 	default:
 		w.routed(n, f, at)
 	}
@@ -408,7 +414,7 @@ func (w *walker) settings(n *Network, f map[string]*yaml.Node, at func(string) s
 // bridged reads what a bridged network takes: its interface, and no
 // addresses or services (the LAN has them).
 func (w *walker) bridged(n *Network, key *yaml.Node, f map[string]*yaml.Node, at func(string) string) {
-	for _, k := range []string{"gateway", "netmask", "subnet", "dhcpEnd", "dhcpRange", "reservations", "subnet6", "egress"} {
+	for _, k := range []string{"gateway", "netmask", "subnet", "dhcpEnd", "dhcpRange", "reservations", "subnet6", "egress", "vxlan"} {
 		if _, ok := f[k]; ok {
 			w.errorf(f[k], at(k), "a bridged network has no %s: its VMs take their addresses from the LAN of its interface", k)
 		}
@@ -456,6 +462,9 @@ func (w *walker) routed(n *Network, f map[string]*yaml.Node, at func(string) str
 				w.errorf(v, at(k), "needs the network's subnet; set subnet too")
 			}
 		}
+	}
+	if xv, ok := f["vxlan"]; ok {
+		w.vxlan(n, xv, at("vxlan"), f["mtu"] != nil)
 	}
 }
 
@@ -769,6 +778,7 @@ func (w *walker) finishNetworks(cfg *Networks) {
 	}
 	defaultIPv6(cfg.Networks)
 	w.checkIPv6Overlaps(byLine)
+	w.checkVXLANs(byLine)
 	// vmnet: entries without a subnet get the first free 192.168.N.0/24 from
 	// N=100, in name order, so the choice is stable for a given file.
 	for _, n := range cfg.Networks {

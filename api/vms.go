@@ -392,6 +392,12 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 				case a.IP == n.Gateway || a.IP == n.Subnet.Addr() || a.IP == broadcast(n.Subnet):
 					errAt(a.Source, ipLine, ipField, "%s is the gateway, network or broadcast address of network %q", a.IP, n.ID)
 					continue
+				case n.VXLAN != nil && n.DHCPStart.Compare(a.IP) <= 0 && a.IP.Compare(n.DHCPEnd) <= 0:
+					// The other hosts do not read this VM file: one of
+					// them could lease the address.
+					errAt(a.Source, ipLine, ipField, "%s is in the DHCP range %s-%s of network %q, which spans hosts that do not read this file: give an address outside the range, or a reservation in networks.yaml",
+						a.IP, n.DHCPStart, n.DHCPEnd, n.ID)
+					continue
 				}
 				for _, r := range n.Reservations {
 					if r.IP == a.IP && r.MAC != a.MAC {

@@ -104,7 +104,10 @@ func Ensure(ctx context.Context, n *api.Network) error {
 	if err := ensureTable(ctx, n); err != nil {
 		return err
 	}
-	return ensureGuardTable(ctx, n)
+	if err := ensureGuardTable(ctx, n); err != nil {
+		return err
+	}
+	return ensureVXLAN(ctx, n, br)
 }
 
 // CheckConflicts tells, changing nothing, whether network n's subnet
@@ -410,6 +413,7 @@ func Check(ctx context.Context, n *api.Network) error {
 	}
 	errs = append(errs, checkTable(ctx, n)...)
 	errs = append(errs, checkGuardTable(ctx, n)...)
+	errs = append(errs, checkVXLAN(n)...)
 	if n.Mode == api.ModeShared {
 		if v, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err != nil || string(bytes.TrimSpace(v)) != "1" {
 			errs = append(errs, fmt.Errorf("network %q: IPv4 forwarding is off", n.ID))

@@ -97,7 +97,12 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 		leasePath = LeaseFile(opts.StateDir, n.ID)
 	}
 	if n.DHCP || n.DNSProxy {
-		if nw.alloc, err = NewAllocator(n, leasePath); err != nil {
+		// Across hosts, this host's DHCP serves its slice of the range.
+		mine, err := vxlanNetwork(n)
+		if err != nil {
+			return nil, err
+		}
+		if nw.alloc, err = NewAllocator(mine, leasePath); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,301 @@
+package netplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// A network across hosts (api.VXLAN): the kernel's VXLAN device on the
+// network's bridge, one per host, with a static flooding list of the other
+// hosts (head-end replication: an all-zeros FDB entry per peer, so
+// broadcast and unknown unicast go to each, no multicast underlay needed);
+// the bridge learns where each remote MAC lives from what arrives. Every
+// host's bridge has the same gateway address and MAC (BridgeMAC of the
+// network's id), so a guard on the tunnel port keeps gateway, DHCP and
+// router traffic on each host's side.
+
+// localVXLANHost is this host's index among n's segment hosts: the one
+// whose underlay address is configured here.
+func localVXLANHost(n *api.Network) (int, netip.Addr, error) {
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
+	if err != nil {
+		return -1, netip.Addr{}, fmt.Errorf("network %q: listing this host's addresses: %w", n.ID, err)
+	}
+	var local []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok {
+			local = append(local, ip)
+		}
+	}
+	i := n.VXLANHostIndex(local)
+	if i < 0 {
+		var names []string
+		for _, h := range n.VXLAN.Hosts {
+			names = append(names, fmt.Sprintf("%s (%s)", h.Name, h.Address))
+		}
+		return -1, netip.Addr{}, fmt.Errorf("network %q spans the hosts %v, and none of their addresses is on this host: add this host to vxlan.hosts, or give it its underlay address", n.ID, names)
+	}
+	return i, n.VXLAN.Hosts[i].Address, nil
+}
+
+// vxlanNetwork is n as this host serves it: DHCP from its own slice of the
+// range (api.Network.VXLANHostSlice). n itself for a network of this host
+// alone.
+func vxlanNetwork(n *api.Network) (*api.Network, error) {
+	if n.VXLAN == nil {
+		return n, nil
+	}
+	i, _, err := localVXLANHost(n)
+	if err != nil {
+		return nil, err
+	}
+	mine := *n
+	mine.DHCPStart, mine.DHCPEnd = n.VXLANHostSlice(i)
+	return &mine, nil
+}
+
+// ensureVXLAN gives bridge br of n its VXLAN port, marked as n's, with the
+// other hosts as its flooding list and the tunnel guard; a device of that
+// name configured otherwise (another VNI, port or local address) is made
+// again.
+func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
+	if n.VXLAN == nil {
+		return nil
+	}
+	idx, local, err := localVXLANHost(n)
+	if err != nil {
+		return err
+	}
+	name := api.VXLANName(n.ID)
+	vx, err := vxlanDevice(n, name, local)
+	if err != nil {
+		return err
+	}
+	if vx == nil {
+		vx = &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: n.VXLAN.UnderlayMTU - api.VXLANOverhead},
+			VxlanId: int(n.VXLAN.VNI), SrcAddr: net.IP(local.AsSlice()), Port: int(n.VXLAN.Port), Learning: true}
+		if err := netlink.LinkAdd(vx); err != nil {
+			return fmt.Errorf("network %q: creating VXLAN device %s: %w", n.ID, name, err)
+		}
+		// A crash before the mark leaves an unmarked vmx- device, which
+		// vxlanDevice takes back (the prefix is vmnetctl's).
+		if err := netlink.LinkSetAlias(vx, Mark(n.ID)); err != nil {
+			return fmt.Errorf("network %q: marking %s: %w", n.ID, name, err)
+		}
+	}
+	// Guarded before it joins the bridge: no frame of a peer's gateway
+	// gets through.
+	if err := guardTunnel(ctx, n, name); err != nil {
+		return err
+	}
+	if vx.Attrs().MasterIndex != br.Attrs().Index {
+		if err := netlink.LinkSetMaster(vx, br); err != nil {
+			return fmt.Errorf("network %q: putting %s on %s: %w", n.ID, name, br.Attrs().Name, err)
+		}
+	}
+	// A bridge port has no address of its own: no link-local address, no
+	// neighbour discovery or MLD of its own through the tunnel.
+	if err := ensureSysctl("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", "1"); err != nil && KernelIPv6() {
+		return fmt.Errorf("network %q: turning IPv6 off on %s: %w", n.ID, name, err)
+	}
+	if err := netlink.LinkSetUp(vx); err != nil {
+		return fmt.Errorf("network %q: setting %s up: %w", n.ID, name, err)
+	}
+	var peers []netip.Addr
+	for i, h := range n.VXLAN.Hosts {
+		if i != idx {
+			peers = append(peers, h.Address)
+		}
+	}
+	return ensureFlooding(n, vx, peers)
+}
+
+// vxlanDevice is the VXLAN device name of n if it is there as configured,
+// nil if it is not there (or was there configured otherwise, and is now
+// deleted); an error for a link of that name that is not n's.
+func vxlanDevice(n *api.Network, name string, local netip.Addr) (netlink.Link, error) {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		if notFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("network %q: %s: %w", n.ID, name, err)
+	}
+	vx, isVXLAN := l.(*netlink.Vxlan)
+	owner, marked := ownedHere(l)
+	switch {
+	case marked && owner != n.ID, !marked && l.Attrs().Alias != "", !isVXLAN:
+		return nil, fmt.Errorf("network %q: a link named %s exists and is not this network's VXLAN device: delete or rename it", n.ID, name)
+	case vx.VxlanId == int(n.VXLAN.VNI) && vx.Port == int(n.VXLAN.Port) && vx.SrcAddr.Equal(net.IP(local.AsSlice())) &&
+		vx.Attrs().MTU == n.VXLAN.UnderlayMTU-api.VXLANOverhead && marked:
+		return vx, nil
+	}
+	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+		return nil, fmt.Errorf("network %q: deleting %s to make it again: %w", n.ID, name, err)
+	}
+	return nil, nil
+}
+
+// ensureFlooding makes the all-zeros FDB entries of vx exactly one per peer.
+func ensureFlooding(n *api.Network, vx netlink.Link, peers []netip.Addr) error {
+	have, err := floodList(vx)
+	if err != nil {
+		return fmt.Errorf("network %q: listing %s's FDB: %w", n.ID, vx.Attrs().Name, err)
+	}
+	var errs []error
+	for _, p := range peers {
+		if !slices.Contains(have, p) {
+			if err := netlink.NeighAppend(floodEntry(vx, p)); err != nil {
+				errs = append(errs, fmt.Errorf("network %q: flooding to %s: %w", n.ID, p, err))
+			}
+		}
+	}
+	for _, h := range have {
+		if !slices.Contains(peers, h) {
+			if err := netlink.NeighDel(floodEntry(vx, h)); err != nil && !notFound(err) {
+				errs = append(errs, fmt.Errorf("network %q: removing %s from flooding: %w", n.ID, h, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var zeroMAC = net.HardwareAddr{0, 0, 0, 0, 0, 0}
+
+// floodEntry is vx's FDB entry that sends broadcast and unknown unicast to
+// peer (`bridge fdb append 00:00:00:00:00:00 dev VX dst PEER`).
+func floodEntry(vx netlink.Link, peer netip.Addr) *netlink.Neigh {
+	return &netlink.Neigh{LinkIndex: vx.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT | netlink.NUD_NOARP,
+		Flags: netlink.NTF_SELF, HardwareAddr: zeroMAC, IP: net.IP(peer.AsSlice())}
+}
+
+// floodList is the peers of vx's all-zeros FDB entries.
+func floodList(vx netlink.Link) ([]netip.Addr, error) {
+	neighs, err := retryDump(func() ([]netlink.Neigh, error) { return netlink.NeighList(vx.Attrs().Index, unix.AF_BRIDGE) })
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, nb := range neighs {
+		if nb.HardwareAddr.String() == zeroMAC.String() && nb.IP != nil {
+			if a, ok := netip.AddrFromSlice(nb.IP.To4()); ok {
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
+}
+
+// VXLANPeers is what status shows of network id's segment on this host:
+// the hosts its tunnel floods to, and how many remote MACs its bridge
+// learned behind the tunnel. ok is false when the network has no tunnel
+// here.
+func VXLANPeers(id string) (peers []netip.Addr, remoteMACs int, ok bool) {
+	l, err := netlink.LinkByName(api.VXLANName(id))
+	if err != nil {
+		return nil, 0, false
+	}
+	peers, _ = floodList(l)
+	neighs, _ := retryDump(func() ([]netlink.Neigh, error) { return netlink.NeighList(l.Attrs().Index, unix.AF_BRIDGE) })
+	for _, nb := range neighs {
+		// The bridge's entries (MasterIndex set) learned behind the port;
+		// the port's own entries (NTF_SELF) say which host each is on.
+		if nb.MasterIndex != 0 && nb.State&netlink.NUD_PERMANENT == 0 {
+			remoteMACs++
+		}
+	}
+	return peers, remoteMACs, true
+}
+
+// checkVXLAN is Check's part for n's tunnel: the device there as
+// configured, on the bridge and up, flooding to every peer.
+func checkVXLAN(n *api.Network) []error {
+	if n.VXLAN == nil {
+		return nil
+	}
+	idx, local, err := localVXLANHost(n)
+	if err != nil {
+		return []error{err}
+	}
+	name := api.VXLANName(n.ID)
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return []error{fmt.Errorf("network %q: VXLAN device %s: %w", n.ID, name, err)}
+	}
+	vx, ok := l.(*netlink.Vxlan)
+	if !ok || vx.VxlanId != int(n.VXLAN.VNI) || !vx.SrcAddr.Equal(net.IP(local.AsSlice())) || vx.Attrs().Alias != Mark(n.ID) {
+		return []error{fmt.Errorf("network %q: %s is not the network's VXLAN device as configured", n.ID, name)}
+	}
+	var errs []error
+	if br, _ := NetworkBridge(n); br == nil || vx.Attrs().MasterIndex != br.Attrs().Index {
+		errs = append(errs, fmt.Errorf("network %q: %s is not on the network's bridge", n.ID, name))
+	}
+	if vx.Attrs().Flags&net.FlagUp == 0 {
+		errs = append(errs, fmt.Errorf("network %q: %s is down", n.ID, name))
+	}
+	have, _ := floodList(vx)
+	for i, h := range n.VXLAN.Hosts {
+		if i != idx && !slices.Contains(have, h.Address) {
+			errs = append(errs, fmt.Errorf("network %q: %s does not flood to %s (%s)", n.ID, name, h.Name, h.Address))
+		}
+	}
+	return errs
+}
+
+// tunnelRules are the checks of what arrives from the other hosts: their
+// gateways (the same address and MAC as this host's), DHCP, router
+// advertisements and their neighbour discovery for the gateway stay on
+// their side; the rest is their VMs' traffic, which their guards checked.
+func tunnelRules(n *api.Network, port string) []string {
+	drop := fmt.Sprintf("counter name %q drop", guardCounter(port))
+	gw := BridgeMAC(n.ID).String()
+	rs := []string{
+		"ether saddr " + gw + " " + drop,
+		"ether daddr " + gw + " " + drop,
+		"udp dport { 67, 68, 546, 547 } " + drop,
+		"arp saddr ip " + n.Gateway.String() + " " + drop,
+		"arp daddr ip " + n.Gateway.String() + " " + drop,
+		"icmpv6 type { nd-router-solicit, nd-router-advert, nd-redirect } " + drop,
+	}
+	if n.HasIPv6() {
+		for _, a := range []netip.Addr{n.Gateway6, linkLocal(BridgeMAC(n.ID)).Addr()} {
+			rs = append(rs,
+				"ip6 saddr "+a.String()+" "+drop,
+				"icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } "+ndTarget+" "+ndTargetValue(a)+" "+drop)
+		}
+	}
+	return append(rs, "accept")
+}
+
+// ndTargetValue is address a as nftables matches it at ndTarget (a raw
+// 128-bit payload field): a number.
+func ndTargetValue(a netip.Addr) string {
+	b := a.As16()
+	return fmt.Sprintf("0x%x", b[:])
+}
+
+// guardTunnel puts the tunnel rules on port, the network's VXLAN device,
+// in the guard table's port map.
+func guardTunnel(ctx context.Context, n *api.Network, port string) error {
+	return runGuardTx(ctx, n, "guarding tunnel "+port, func(tx *knftables.Transaction) {
+		deleteGuard(tx, port)
+		g := guardObjects(port)
+		tx.Add(g.set) // unused, but part of a port's guard objects
+		tx.Add(g.counter)
+		tx.Add(g.chain)
+		for _, r := range tunnelRules(n, port) {
+			tx.Add(&knftables.Rule{Chain: g.chain.Name, Rule: r})
+		}
+		tx.Add(g.elem)
+	})
+}

@@ -1,0 +1,180 @@
+package netplane
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// vxlanYAML is one shared network across three hosts, 10.77.0.1-3 on an
+// underlay of their own; each serves a third of .2-.100.
+const vxlanYAML = `networks:
+  lab:
+    mode: shared
+    gateway: 10.200.50.1
+    dhcpEnd: 10.200.50.100
+    netmask: 255.255.255.0
+    vxlan:
+      vni: 4242
+      hosts:
+        - {name: h1, address: 10.77.0.1}
+        - {name: h2, address: 10.77.0.2}
+        - {name: h3, address: 10.77.0.3}
+`
+
+// vxlanHost is one host of the lab: its namespace, its WAN, its network.
+type vxlanHost struct {
+	ns  *testutil.NS
+	wan *testutil.NS
+	nw  *Network
+	vm  *testutil.NS
+	ip  netip.Addr // its VM's lease
+}
+
+// TestVXLAN: three hosts (namespaces joined by an underlay bridge) run the
+// same network across them. A VM on each gets a lease from its own host's
+// slice of the range, and from no other host (DHCP stays on each side of
+// the tunnel); the VMs reach each other by IP, with TCP and with full-size
+// frames (the network's MTU is the tunnel's); each reaches the WAN through
+// its own host's NAT; no host's bridge learns the gateway's MAC from the
+// tunnel (each answers for it itself) and the tunnel guard counts what it
+// dropped. One host leaving keeps the others connected, and when it joins
+// again its VM is reached again.
+func TestVXLAN(t *testing.T) {
+	needRoot(t)
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(vxlanYAML))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	n := nets.Get("lab")
+	if n.MTU != 1450 {
+		t.Fatalf("MTU %d, want 1450", n.MTU)
+	}
+	underlay := testutil.NewNS(t, "underlay")
+	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	var hosts []*vxlanHost
+	for i := range 3 {
+		h := &vxlanHost{ns: testutil.NewNS(t, fmt.Sprintf("vx-h%d", i+1))}
+		veth(t, underlay, fmt.Sprintf("ul-h%d", i+1), h.ns, "")
+		underlay.MustRun(t, "ip", "link", "set", fmt.Sprintf("ul-h%d", i+1), "master", "ul")
+		h.ns.MustRun(t, "ip", "link", "set", "eth0", "name", "underlay")
+		h.ns.MustRun(t, "ip", "addr", "add", fmt.Sprintf("10.77.0.%d/24", i+1), "dev", "underlay")
+		h.wan = wan(t, h.ns)
+		h.nw = start(t, h.ns, n, Options{StateDir: t.TempDir()})
+		hosts = append(hosts, h)
+	}
+	// DHCP messages each host's server received: only its own VM's count.
+	heard := func() []uint64 {
+		var out []uint64
+		for _, h := range hosts {
+			var sum uint64
+			for _, c := range h.nw.Stats().DHCP.Requests {
+				sum += c
+			}
+			out = append(out, sum)
+		}
+		return out
+	}
+	for i, h := range hosts {
+		h.vm = vm(t, h.ns, fmt.Sprintf("vx%d", i+1), fmt.Sprintf("52:55:55:00:50:0%d", i+1), n.Bridge(), false)
+		before := heard()
+		l := mustUdhcpc(t, h.vm, "")
+		for j, c := range heard() {
+			if j != i && c != before[j] {
+				t.Errorf("host %d's DHCP server heard host %d's VM: DHCP crossed the tunnel", j+1, i+1)
+			}
+		}
+		h.ip = netip.MustParseAddr(l["ip"])
+		start, end := n.VXLANHostSlice(i)
+		if h.ip.Less(start) || end.Less(h.ip) || l["router"] != n.Gateway.String() || l["mtu"] != "1450" {
+			t.Errorf("host %d's VM leased %s (router %s, mtu %s), want one of %s-%s, router %s, mtu 1450", i+1, h.ip, l["router"], l["mtu"], start, end, n.Gateway)
+		}
+	}
+	// No other host's DHCP server heard a VM that is not its own.
+	for i, h := range hosts {
+		for _, l := range h.nw.Leases() {
+			if l.MAC != fmt.Sprintf("52:55:55:00:50:0%d", i+1) {
+				t.Errorf("host %d leased %s to %s, another host's VM: DHCP crossed the tunnel", i+1, l.IP, l.MAC)
+			}
+		}
+	}
+	// ping sends size bytes of ICMP payload, not fragmented.
+	ping := func(from *vxlanHost, to netip.Addr, size int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := from.vm.Run(ctx, "ping", "-n", "-q", "-c", "1", "-W", "2", "-s", fmt.Sprint(size), "-M", "do", to.String())
+		return err
+	}
+	// Full-size frames: 1450 - 28 bytes of IPv4 and ICMP headers.
+	for _, pair := range [][2]int{{0, 1}, {1, 2}, {2, 0}} {
+		from, to := hosts[pair[0]], hosts[pair[1]]
+		if err := ping(from, to.ip, 1422); err != nil {
+			t.Errorf("VM on host %d cannot reach %s on host %d with full-size frames: %v", pair[0]+1, to.ip, pair[1]+1, err)
+		}
+	}
+	srv := hosts[1].vm.Listen(t, "tcp4", hosts[1].ip.String()+":0")
+	go func() {
+		for {
+			c, err := srv.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if err := dial(hosts[0].vm, srv.Addr().String(), 5*time.Second); err != nil {
+		t.Errorf("TCP from host 1's VM to host 2's: %v", err)
+	}
+	for i, h := range hosts {
+		addr, seen := tcpServer(t, h.wan)
+		if err := dial(h.vm, addr, 5*time.Second); err != nil {
+			t.Errorf("host %d's VM cannot reach its host's WAN: %v", i+1, err)
+			continue
+		}
+		if src := <-seen; src != netip.MustParseAddr(wanHost) {
+			t.Errorf("host %d's WAN saw %s, want its host's uplink %s (NAT on the VM's own host)", i+1, src, wanHost)
+		}
+	}
+	gw := BridgeMAC(n.ID).String()
+	for i, h := range hosts {
+		fdb := h.ns.MustRun(t, "bridge", "fdb", "show", "dev", api.VXLANName(n.ID))
+		if strings.Contains(fdb, gw+" master") {
+			t.Errorf("host %d's bridge learned the gateway's MAC from the tunnel:\n%s", i+1, fdb)
+		}
+		var peers []netip.Addr
+		var macs int
+		mustDo(t, h.ns, func() error {
+			var ok bool
+			if peers, macs, ok = VXLANPeers(n.ID); !ok {
+				return fmt.Errorf("no tunnel")
+			}
+			return nil
+		})
+		if len(peers) != 2 || macs < 2 {
+			t.Errorf("host %d: tunnel floods to %v and learned %d remote MACs, want the 2 other hosts and at least their 2 VMs", i+1, peers, macs)
+		}
+		if d := h.ns.MustRun(t, "nft", "list", "counter", "bridge", TableName(n.ID), guardCounter(api.VXLANName(n.ID))); strings.Contains(d, "packets 0 ") {
+			t.Errorf("host %d's tunnel guard dropped nothing (the other gateways' ARP and router advertisements come through):\n%s", i+1, d)
+		}
+	}
+	mustDo(t, hosts[0].ns, func() error { return Check(context.Background(), n) })
+
+	// Host 3 leaves: 1 and 2 still talk. It comes back: its VM is reached.
+	hosts[2].nw.Close()
+	mustDo(t, hosts[2].ns, func() error { return Remove(context.Background(), n.ID, "") })
+	if err := ping(hosts[0], hosts[1].ip, 1422); err != nil {
+		t.Errorf("with host 3 gone, host 1's VM cannot reach host 2's: %v", err)
+	}
+	if err := hosts[0].vm.Ping(hosts[2].ip.String(), 1); err == nil {
+		t.Errorf("host 3's VM answers with its network removed")
+	}
+	hosts[2].nw = start(t, hosts[2].ns, n, Options{StateDir: t.TempDir()})
+	hosts[2].ns.MustRun(t, "ip", "link", "set", "p-vx3", "master", n.Bridge())
+	testutil.Eventually(t, 10*time.Second, func() error { return ping(hosts[0], hosts[2].ip, 1422) }, "host 3's VM to be reached again")
+}
