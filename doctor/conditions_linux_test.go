@@ -286,3 +286,33 @@ func TestForwardRulesFromIptablesSave(t *testing.T) {
 		}
 	}
 }
+
+// A network across hosts: with none of the hosts' addresses here, a
+// failure naming the hosts, whose fix is to list this host; with the
+// address on an interface of too small an MTU, a failure whose fix raises
+// it; with it raised, OK.
+func TestDoctorVXLAN(t *testing.T) {
+	testutil.RequireRoot(t, "creates network namespaces")
+	nets := loadNets(t, "networks:\n  lab:\n    mode: shared\n    gateway: 10.95.0.1\n    netmask: 255.255.255.0\n"+
+		"    vxlan: {vni: 7, hosts: [{name: a, address: 10.77.9.1}, {name: b, address: 10.77.9.2}]}\n")
+	ns := testutil.NewNS(t, "docvx")
+	run := func() Finding {
+		var f Finding
+		if err := ns.Do(func() error { f = one(t, checkVXLAN(context.Background(), nets), "hosts of lab"); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	if f := run(); f.Status != Fail || !strings.Contains(f.Detail, "a (10.77.9.1)") || !strings.Contains(f.Fix, "networks.lab.vxlan.hosts") {
+		t.Errorf("no host's address here: %+v", f)
+	}
+	ns.MustRun(t, "ip", "link", "add", "ul0", "mtu", "1400", "type", "veth", "peer", "name", "ul1")
+	ns.MustRun(t, "ip", "addr", "add", "10.77.9.2/24", "dev", "ul0")
+	if f := run(); f.Status != Fail || !strings.Contains(f.Fix, "ip link set ul0 mtu 1500") {
+		t.Errorf("underlay MTU 1400: %+v", f)
+	}
+	ns.MustRun(t, "ip", "link", "set", "ul0", "mtu", "1500")
+	if f := run(); f.Status != OK || !strings.Contains(f.Detail, "this host is b (10.77.9.2 on ul0)") {
+		t.Errorf("host b, MTU 1500: %+v", f)
+	}
+}

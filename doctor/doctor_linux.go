@@ -41,7 +41,7 @@ func preflight() []check { return []check{checkRoot, checkTun, checkNft} }
 
 func checks() []check {
 	return append(preflight(), checkKernel, checkForwarding, checkIPv6, checkDockerForward, checkFirewalls,
-		checkPorts, checkSubnets, checkQemu)
+		checkPorts, checkSubnets, checkVXLAN, checkQemu)
 }
 
 func checkRoot(context.Context, []*api.Network) []Finding {
@@ -119,7 +119,7 @@ add rule bridge probe pre ether saddr != @m add @m { ether saddr }
 		}
 		return addLink(&netlink.Macvtap{Macvlan: netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "probe-mvt", ParentIndex: parent.Attrs().Index}, Mode: netlink.MACVLAN_MODE_BRIDGE}})
 	}},
-	{"vxlan", "VXLAN (networks across hosts)", never, func() error {
+	{"vxlan", "VXLAN (networks across hosts)", hasVXLAN, func() error {
 		return addLink(&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "probe-vx"}, VxlanId: 42, Port: 4789})
 	}},
 	{"vhost-net", "vhost-net (fast TAP attachments for qemu)", never, func() error {
@@ -142,6 +142,38 @@ func hasBridged(nets []*api.Network) bool {
 }
 
 func never([]*api.Network) bool { return false }
+
+func hasVXLAN(nets []*api.Network) bool {
+	return slices.ContainsFunc(nets, func(n *api.Network) bool { return n.VXLAN != nil })
+}
+
+// checkVXLAN: a network across hosts needs this host in its list (by an
+// address of its own) and an underlay interface whose MTU carries the
+// network's frames with VXLAN's 50 bytes.
+func checkVXLAN(_ context.Context, nets []*api.Network) []Finding {
+	var out []Finding
+	for _, n := range nets {
+		if n.VXLAN == nil {
+			continue
+		}
+		name := "hosts of " + n.ID
+		i, dev, err := netplane.VXLANHost(n)
+		if err != nil {
+			out = append(out, Finding{Check: name, Status: Fail, Detail: err.Error(),
+				Fix: fmt.Sprintf("add this host (an address of its own) to networks.%s.vxlan.hosts in networks.yaml, the same on every host", n.ID)})
+			continue
+		}
+		h := n.VXLAN.Hosts[i]
+		f := Finding{Check: name, Status: OK, Detail: fmt.Sprintf("this host is %s (%s on %s)", h.Name, h.Address, dev)}
+		if l, err := netlink.LinkByName(dev); err == nil && l.Attrs().MTU < n.VXLAN.UnderlayMTU {
+			f.Status, f.Detail = Fail, fmt.Sprintf("%s's MTU is %d, less than the underlayMTU %d the network's frames need through the tunnel", dev, l.Attrs().MTU, n.VXLAN.UnderlayMTU)
+			f.Fix = fmt.Sprintf("raise %s's MTU to %d (ip link set %s mtu %d, and the switches between the hosts), or lower networks.%s.vxlan.underlayMTU to %d",
+				dev, n.VXLAN.UnderlayMTU, dev, n.VXLAN.UnderlayMTU, n.ID, l.Attrs().MTU)
+		}
+		out = append(out, f)
+	}
+	return out
+}
 
 // inProbeNamespace runs f on a thread in a new network namespace that
 // goes away with the thread.

@@ -24,6 +24,28 @@ import (
 // network's id), so a guard on the tunnel port keeps gateway, DHCP and
 // router traffic on each host's side.
 
+// VXLANHost is this host's index among n's segment hosts, the one whose
+// underlay address is configured here, and the interface that has it;
+// an error naming the hosts when none is.
+func VXLANHost(n *api.Network) (int, string, error) {
+	i, addr, err := localVXLANHost(n)
+	if err != nil {
+		return -1, "", err
+	}
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
+	if err != nil {
+		return i, "", err
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && ip == addr {
+			if l, err := netlink.LinkByIndex(a.LinkIndex); err == nil {
+				return i, l.Attrs().Name, nil
+			}
+		}
+	}
+	return i, "", nil
+}
+
 // localVXLANHost is this host's index among n's segment hosts: the one
 // whose underlay address is configured here.
 func localVXLANHost(n *api.Network) (int, netip.Addr, error) {
