@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -135,10 +136,20 @@ func peerOf(a *Attachment, h *helperProc) string {
 	case h.client == "":
 		return "waiting for VM"
 	}
-	if _, err := os.Stat(h.client); err != nil {
+	if !socketLive(h.client) {
 		return "VM gone"
 	}
 	return "connected"
+}
+
+// socketLive says whether a datagram socket is bound at path: a VMM that
+// exited leaves its socket file (qemu does), to which a connect is refused.
+func socketLive(path string) bool {
+	c, err := net.Dial("unixgram", path)
+	if err == nil {
+		c.Close()
+	}
+	return err == nil
 }
 
 // status builds the live status; the caller holds no lock.

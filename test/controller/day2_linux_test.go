@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -196,13 +197,16 @@ func TestDay2(t *testing.T) {
 // TestVMRestartFollowed: a VMM that exits and starts again on the same
 // client socket path, five times, is served by the same helper (the
 // restart counter stays at zero, no backoff), and its VM gets its address
-// each time.
+// each time. While it is gone, frames sent towards it are not drops and
+// its peer is "VM gone"; a TAP attachment with no VMM is "waiting for VM"
+// and the broadcasts it cannot take are not drops either.
 func TestVMRestartFollowed(t *testing.T) {
 	h := newHost(t)
 	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
 	att := h.Attachment(h.Status(), "a")
 	client := filepath.Join(h.Dir, "a.client.sock")
-	for round := range 5 {
+	var ip string
+	for round := range 6 {
 		vm := simvm.AttachSocket(t, fmt.Sprintf("a%d", round), att.MAC, att.Socket, client)
 		// One DISCOVER only (udhcpc -t 1): the first after the VMM's
 		// restart must be answered.
@@ -211,17 +215,93 @@ func TestVMRestartFollowed(t *testing.T) {
 			b, _ := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile("a/0"))
 			t.Fatalf("round %d: %v\nhelper log:\n%s", round, err, b)
 		}
-		if ip := lease["ip"]; testutil.InRange(ip, poolStart, poolEnd) != nil {
+		if ip = lease["ip"]; testutil.InRange(ip, poolStart, poolEnd) != nil {
 			t.Fatalf("round %d: lease %q", round, ip)
 		}
+		waitPeer(t, h, "a", "connected")
+		if round == 5 {
+			break
+		}
 		vm.Close() // the VMM exits
-
 	}
 	got := h.Attachment(h.Status(), "a")
 	if got.PID != att.PID || got.Restarts != 0 || got.State != "running" {
-		t.Errorf("after five VMM starts: helper pid %d (was %d), %d restarts, %s; want the same helper, no restart",
+		t.Errorf("after six VMM starts: helper pid %d (was %d), %d restarts, %s; want the same helper, no restart",
 			got.PID, att.PID, got.Restarts, got.State)
 	}
+}
+
+// TestNothingThere: frames with no VM to take them are not drops: a VM
+// gone for a while with pings sent to its address ("VM gone"), and a TAP
+// attachment with no VMM with broadcasts on its bridge ("waiting for VM").
+// When the VM comes back its first DISCOVER is answered.
+func TestNothingThere(t *testing.T) {
+	h := newHost(t)
+	h.Env = append(h.Env, controller.EnvStatsInterval+"=200ms")
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n  t:\n    networks:\n      - vmnet: shared\n        attach: tap\n"))
+	att := h.Attachment(h.Status(), "a")
+	client := filepath.Join(h.Dir, "a.client.sock")
+	vm := simvm.AttachSocket(t, "a0", att.MAC, att.Socket, client)
+	ip := vm.DHCP(t)["ip"]
+	waitPeer(t, h, "a", "connected")
+	waitPeer(t, h, "t", "waiting for VM")
+	vm.Close() // the VMM exits, leaving its socket file as qemu does
+	waitPeer(t, h, "a", "VM gone")
+
+	// Traffic towards the VM that is gone (unicast once the host knows its
+	// MAC) and broadcasts that reach the TAP nobody opened.
+	h.Run(context.Background(), "ping", "-c", "5", "-i", "0.2", "-W", "1", ip)
+	h.Run(context.Background(), "ping", "-c", "5", "-i", "0.2", "-W", "1", "10.77.0.99") // ARP broadcasts
+	for _, key := range []string{"a/0", "t/0"} {
+		waitStatsLines(t, h, key, 2)
+	}
+	st := h.Status()
+	for _, vm := range []string{"a", "t"} {
+		if a := h.Attachment(st, vm); a.Drops != 0 {
+			t.Errorf("%s (peer %q): %d drops for frames no VM was there to take", vm, a.Peer, a.Drops)
+		}
+	}
+	if a := h.Attachment(st, "a"); a.Peer != "VM gone" {
+		t.Errorf("a's peer after its VMM exited: %q, want VM gone", a.Peer)
+	}
+	if a := h.Attachment(st, "t"); a.Peer != "waiting for VM" {
+		t.Errorf("t's peer with no VMM: %q, want waiting for VM", a.Peer)
+	}
+
+	// The VMM comes back: connected, and its first DISCOVER is answered.
+	vm = simvm.AttachSocket(t, "a1", att.MAC, att.Socket, client)
+	if _, err := vm.NS.DHCP(t, "eth0", "-t", "1", "-T", "3"); err != nil {
+		t.Fatalf("the first DISCOVER after the VM came back: %v", err)
+	}
+	waitPeer(t, h, "a", "connected")
+}
+
+// waitPeer waits for vm's attachment to have peer.
+func waitPeer(t *testing.T, h *host, vm, peer string) {
+	t.Helper()
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if got := h.Attachment(h.Status(), vm).Peer; got != peer {
+			return fmt.Errorf("%s's peer is %q", vm, got)
+		}
+		return nil
+	}, vm+"'s peer to be "+peer)
+}
+
+// waitStatsLines waits for n more stats lines in attachment key's helper
+// log: the controller has then read counters from after this call.
+func waitStatsLines(t *testing.T, h *host, key string, n int) {
+	t.Helper()
+	count := func() int {
+		b, _ := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile(key))
+		return strings.Count(string(b), helperproto.StatsPrefix)
+	}
+	start := count()
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if c := count(); c < start+n {
+			return fmt.Errorf("%d stats lines since", c-start)
+		}
+		return nil
+	}, key+"'s helper to report its stats again")
 }
 
 // TestNetworkVerbs: networks as objects of their own, with no VM.
