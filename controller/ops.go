@@ -560,18 +560,15 @@ func checkAPIAccess(sd statedir.Dir) error {
 }
 
 // AccessHint gives an error of a verb that reads the state dir the next
-// step when this user may not read it (permission denied): the verbs that
-// ask the controller say which group setting opens its socket, the others
-// (leases, events, logs: root's files) to run with sudo. Every verb that
-// reads the state dir returns its errors through it.
-func AccessHint(sd statedir.Dir, err error) error {
+// step when this user may not read a file it needs (permission denied):
+// run with sudo. (The verbs that ask the controller say first how a group
+// may use it: checkAPIAccess.) Every verb that reads the state dir returns
+// its errors through it.
+func AccessHint(err error) error {
 	if err == nil || !errors.Is(err, fs.ErrPermission) {
 		return err
 	}
-	if apiErr := checkAPIAccess(sd); apiErr != nil {
-		return apiErr
-	}
-	return fmt.Errorf("%w: the state dir %s is root's: run with sudo", err, sd.Path)
+	return fmt.Errorf("%w: run with sudo", err)
 }
 
 // RunOptions configure RunVM.

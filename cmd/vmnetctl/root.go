@@ -115,7 +115,7 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 			// user may not (permission denied).
 			if run := sub.RunE; run != nil && flagActs("state-dir", path) {
 				sub.RunE = func(c *cobra.Command, args []string) error {
-					return controller.AccessHint(g.dir(), run(c, args))
+					return controller.AccessHint(run(c, args))
 				}
 			}
 			walk(sub)

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,6 +117,86 @@ func TestDay2(t *testing.T) {
 	if out := h.MustVmnetctl("describe", "a"); !strings.Contains(out, "peer:        connected") || !strings.Contains(out, ips["a"]) {
 		t.Errorf("describe a:\n%s", out)
 	}
+	if l := d.Attachments[0].LastDHCP; l == nil || l.Kind != "lease-granted" || l.IP != ips["a"] || l.Time.IsZero() {
+		t.Errorf("describe a: last DHCP %+v, want lease-granted of %s", l, ips["a"])
+	}
+	if d.Attachments[0].LastHelperError != nil {
+		t.Errorf("describe a: a last helper error before any: %+v", d.Attachments[0].LastHelperError)
+	}
+
+	// logs -f and events -f print what happens next: a helper killed
+	// (kill -9) and restarted.
+	follow := func(args ...string) *bufio.Reader {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd := h.VmnetctlCommand(ctx, args...)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); cmd.Wait() })
+		r := bufio.NewReader(stdout)
+		// What is there already comes first, up to the last line now.
+		lines := len(strings.Split(strings.TrimSpace(h.MustVmnetctl(args[:len(args)-1]...)), "\n"))
+		for range lines {
+			if _, err := r.ReadString('\n'); err != nil {
+				t.Fatalf("%v: %v", args, err)
+			}
+		}
+		return r
+	}
+	eventsF := follow("events", "--json", "-f")
+	logsF := follow("logs", "a", "-f")
+	killed := h.Attachment(h.Status(), "a").PID
+	syscall.Kill(killed, syscall.SIGKILL)
+	line, err := eventsF.ReadString('\n')
+	var ev controller.Event
+	if err != nil || json.Unmarshal([]byte(line), &ev) != nil || ev.Kind != "helper-exited" || ev.Attachment != "a/0" {
+		t.Errorf("events -f: the first new line after a's helper was killed: %q (%v), want helper-exited of a/0", line, err)
+	}
+	if line, err := logsF.ReadString('\n'); err != nil || !strings.HasPrefix(line, "a/0 | ") {
+		t.Errorf("logs a -f: the first new line after a's helper was killed: %q (%v)", line, err)
+	}
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if cur := h.Attachment(h.Status(), "a"); cur.State != controller.StateRunning || cur.PID == killed {
+			return fmt.Errorf("a/0 is %s, pid %d", cur.State, cur.PID)
+		}
+		return nil
+	}, "a's helper to restart")
+	// describe keeps the helper's last error after its restart.
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "a", "--json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	if e := d.Attachments[0].LastHelperError; e == nil || e.Kind != "helper-exited" || !strings.Contains(e.Detail, "helper exited") {
+		t.Errorf("describe a after its helper was killed: last helper error %+v", e)
+	}
+	if out := h.MustVmnetctl("describe", "a"); !strings.Contains(out, "last error:  helper-exited") || !strings.Contains(out, "last DHCP:   lease-granted "+ips["a"]) {
+		t.Errorf("describe a:\n%s", out)
+	}
+
+	// A VM that sends from another MAC than its own (no guard on its
+	// port): describe says which, and what to do.
+	h.MustVmnetctl("up", "-f", h.WriteFile("m.yaml", "vms:\n  m:\n    networks:\n      - vmnet: shared\n        spoofCheck: false\n"))
+	m := h.Attachment(h.Status(), "m")
+	mvm := simvm.AttachSocket(t, "vmm", "52:55:55:aa:bb:cc", m.Socket, filepath.Join(h.Dir, "m.client.sock"))
+	mvm.Ping(gateway, 1) // frames from 52:55:55:aa:bb:cc
+	testutil.Eventually(t, 15*time.Second, func() error {
+		var d controller.Description
+		if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "m", "--json")), &d); err != nil {
+			return err
+		}
+		for _, adv := range d.Attachments[0].Advice {
+			if strings.Contains(adv, "the VM sends from MAC 52:55:55:aa:bb:cc, not "+m.MAC) && strings.Contains(adv, "vmnetctl args m") {
+				return nil
+			}
+		}
+		return fmt.Errorf("seen MACs %v, advice %q", d.Attachments[0].SeenMACs, d.Attachments[0].Advice)
+	}, "describe m to advise on the MAC it sends from")
+	mvm.Close()
+	h.MustVmnetctl("down", "-p", "m")
 
 	// events: what happened, as JSON lines and for people.
 	kinds := map[string]bool{}
@@ -138,10 +219,13 @@ func TestDay2(t *testing.T) {
 		t.Errorf("events:\n%s", out)
 	}
 
-	// A user who may not use the controller is told what to do.
-	out, err := h.Run(context.Background(), "setpriv", append([]string{"--reuid", "65534", "--regid", "65534", "--clear-groups"}, h.VmnetctlArgs("status")...)...)
-	if err == nil || !strings.Contains(out, "run with sudo") {
-		t.Errorf("status as nobody: %v\n%s", err, out)
+	// A user who may not use the controller or read the state dir is told
+	// what to do, by every verb that reads it.
+	for _, verb := range [][]string{{"status"}, {"describe", "a"}, {"args", "a"}, {"leases"}, {"events"}, {"logs"}, {"logs", "a"}, {"network", "list"}, {"network", "inspect", "shared"}} {
+		out, err := h.Run(context.Background(), "setpriv", append([]string{"--reuid", "65534", "--regid", "65534", "--clear-groups"}, h.VmnetctlArgs(verb...)...)...)
+		if err == nil || !strings.Contains(out, "run with sudo") {
+			t.Errorf("%v as nobody: %v\n%s", verb, err, out)
+		}
 	}
 
 	// A VM another project defines: the error names that project.
