@@ -533,3 +533,35 @@ func TestHelperKeepsNetworksOfRecord(t *testing.T) {
 		t.Errorf("networks of record after the helper: %v %v, want %s", snap != nil, err, h.Networks)
 	}
 }
+
+// TestLeaseExpired: a lease that runs out without being renewed (the
+// guest's udhcpc got it and quit) is a lease-expired event, with its VM,
+// MAC and address; describe shows it as the last DHCP event.
+func TestLeaseExpired(t *testing.T) {
+	h := &host{Host: simvm.NewHost(t, "vmnh", strings.Replace(networksYAML, "    dhcpRange:", "    leaseTime: 10s\n    dhcpRange:", 1), "pgrep"), t: t}
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
+	a := h.Attachment(h.Status(), "a")
+	ip := h.VM(a).DHCP(t)["ip"]
+	granted := time.Now()
+	var expired *controller.Event
+	testutil.Eventually(t, 30*time.Second, func() error {
+		for _, line := range strings.Split(strings.TrimSpace(h.MustVmnetctl("events", "--json")), "\n") {
+			var ev controller.Event
+			if json.Unmarshal([]byte(line), &ev) == nil && ev.Kind == "lease-expired" {
+				expired = &ev
+				return nil
+			}
+		}
+		return errors.New("no lease-expired event")
+	}, "the lease to expire")
+	if expired.Attachment != "a/0" || expired.IP != ip || !strings.EqualFold(expired.MAC, a.MAC) || expired.Time.Sub(granted) < 9*time.Second {
+		t.Errorf("lease-expired event %+v, want a/0's %s (%s), 10s after the lease was granted (%s)", expired, ip, a.MAC, granted.Format(time.RFC3339Nano))
+	}
+	var d controller.Description
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "a", "--json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	if l := d.Attachments[0].LastDHCP; l == nil || l.Kind != "lease-expired" || d.Attachments[0].Lease != nil {
+		t.Errorf("describe a after its lease expired: last DHCP %+v, lease %+v", l, d.Attachments[0].Lease)
+	}
+}
