@@ -276,6 +276,24 @@ func TestDay2(t *testing.T) {
 	if code, out := exitCode(t, h, "up", "-f", bad, "--json"); code != 1 || !json.Valid([]byte(out)) {
 		t.Errorf("up of a VM on a network that cannot come up: exit %d (want 1), stdout valid JSON: %v\n%s", code, json.Valid([]byte(out)), out)
 	}
+
+	// up of a VM whose attachment cannot start (a link of its TAP's name
+	// that is not vmnetctl's), on a network that is up: exit 1 too.
+	e := h.WriteFile("e.yaml", "vms:\n  e:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", e)
+	tap := h.Attachment(h.Status(), "e").Tap
+	h.MustVmnetctl("down", "-f", e)
+	h.MustRun(t, "ip", "link", "add", tap, "type", "veth", "peer", "name", "other1")
+	code, out := exitCode(t, h, "up", "-f", e, "--json")
+	var est controller.Status
+	if err := json.Unmarshal([]byte(out), &est); code != 1 || err != nil || h.Attachment(&est, "e").State == controller.StateRunning {
+		t.Errorf("up of a VM whose TAP cannot be made: exit %d (want 1), JSON %v\n%s", code, err, out)
+	}
+	for _, n := range est.Networks {
+		if n.Name == "shared" && n.State != "up" {
+			t.Errorf("network shared is %s: the attachment, not the network, should fail", n.State)
+		}
+	}
 }
 
 // TestVMRestartFollowed: a VMM that exits and starts again on the same
