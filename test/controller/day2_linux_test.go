@@ -424,7 +424,13 @@ func TestNetworkVerbs(t *testing.T) {
 	if l := list(); l["shared"].State != "down" || l["isolated"].State != "down" || l["isolated"].Kept {
 		t.Fatalf("network list before anything: %+v", l)
 	}
-	h.MustVmnetctl("network", "create", "isolated")
+	var created controller.Status
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "create", "isolated", "--json")), &created); err != nil {
+		t.Fatalf("network create --json: %v", err)
+	}
+	if len(created.Networks) != 1 || created.Networks[0].Name != "isolated" || created.Networks[0].State != "up" {
+		t.Errorf("network create --json: networks %+v", created.Networks)
+	}
 	if l := list(); l["isolated"].State != "up" || !l["isolated"].Kept || l["shared"].State != "down" {
 		t.Fatalf("network list after network create isolated: %+v", l)
 	}
@@ -442,14 +448,45 @@ func TestNetworkVerbs(t *testing.T) {
 		t.Errorf("network create of an undefined network: %v", err)
 	}
 
-	h.MustVmnetctl("network", "delete", "isolated")
+	// status --watch --json: one JSON document each time, until stopped.
+	ctx, cancel := context.WithCancel(context.Background())
+	watch := h.VmnetctlCommand(ctx, "status", "--watch", "1s", "--json")
+	stdout, err := watch.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(stdout)
+	for i := range 2 {
+		var st controller.Status
+		if err := dec.Decode(&st); err != nil || len(st.Attachments) != 1 || !st.Controller.Running {
+			t.Errorf("status --watch 1s --json, document %d: %v %+v", i, err, st)
+		}
+	}
+	watch.Process.Signal(syscall.SIGINT)
+	if err := watch.Wait(); err != nil {
+		t.Errorf("status --watch stopped by SIGINT: %v", err)
+	}
+	cancel()
+
+	var deleted controller.NetworkDeleted
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "delete", "isolated", "--json")), &deleted); err != nil {
+		t.Fatalf("network delete --json: %v", err)
+	}
+	if deleted != (controller.NetworkDeleted{Network: "isolated", WasKept: true, State: "down"}) {
+		t.Errorf("network delete --json: %+v", deleted)
+	}
 	if l := list(); l["isolated"].State != "down" || l["shared"].State != "up" {
 		t.Errorf("network list after network delete isolated: %+v", l)
 	}
 	if _, err := h.Run(context.Background(), "ip", "link", "show", "vmn-isolated"); err == nil {
 		t.Errorf("vmn-isolated still exists after network delete")
 	}
-	h.MustVmnetctl("network", "delete", "isolated") // twice is fine
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "delete", "isolated", "--json")), &deleted); err != nil || deleted.WasKept {
+		t.Errorf("network delete --json twice: %v %+v", err, deleted) // twice is fine
+	}
 	if out := h.MustVmnetctl("down", "--all"); !strings.Contains(out, "Everything is down.") {
 		t.Errorf("down --all:\n%s", out)
 	}
