@@ -620,3 +620,19 @@ func TestLeaseExpired(t *testing.T) {
 		t.Errorf("describe a after its lease expired: last DHCP %+v, lease %+v", l, d.Attachments[0].Lease)
 	}
 }
+
+// TestBridgedInterfaceMissing: validate and plan warn of a bridged
+// network whose host interface does not exist, with the interfaces this
+// host could bridge onto, before up fails on it.
+func TestBridgedInterfaceMissing(t *testing.T) {
+	h := &host{Host: simvm.NewHost(t, "vmnh", networksYAML+"  lan:\n    mode: bridged\n    interface: nosuch0\n", "pgrep"), t: t}
+	h.MustRun(t, "ip", "link", "add", "lanbr0", "type", "bridge")
+	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: lan\n")
+	want := `network lan (vmnetctl): up would fail: network "lan": interface nosuch0 does not exist; interfaces this host could bridge onto: lanbr0`
+	for _, args := range [][]string{{"validate"}, {"validate", "-f", vms}, {"plan", "-f", vms}} {
+		out, err := h.VmnetctlCommand(context.Background(), args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "warning: "+want) {
+			t.Errorf("%v: %v\n%s\nwant the warning %q", args, err, out, want)
+		}
+	}
+}
