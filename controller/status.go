@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -143,13 +145,15 @@ func peerOf(a *Attachment, h *helperProc) string {
 }
 
 // socketLive says whether a datagram socket is bound at path: a VMM that
-// exited leaves its socket file (qemu does), to which a connect is refused.
+// exited leaves its socket file (qemu does), to which a connect is
+// refused. (One connected to the helper, as vfkit's, refuses others with
+// EPERM: live.)
 func socketLive(path string) bool {
 	c, err := net.Dial("unixgram", path)
 	if err == nil {
 		c.Close()
 	}
-	return err == nil
+	return !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, fs.ErrNotExist)
 }
 
 // status builds the live status; the caller holds no lock.
