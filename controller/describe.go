@@ -157,7 +157,8 @@ func (d *Description) Render(w io.Writer) error {
 			row("last DHCP", "none")
 		}
 		if a.LastHelperError != nil {
-			row("last error", fmt.Sprintf("%s at %s: %s", a.LastHelperError.Kind, a.LastHelperError.Time.Local().Format("2006-01-02 15:04:05"), a.LastHelperError.Detail))
+			row("last error", fmt.Sprintf("%s at %s: %s", a.LastHelperError.Kind, a.LastHelperError.Time.Local().Format("2006-01-02 15:04:05"),
+				strings.ReplaceAll(a.LastHelperError.Detail, "\n", "\n                ")))
 		}
 		if a.PID > 0 {
 			row("helper", fmt.Sprintf("pid %d, %d restarts, up %s", a.PID, a.Restarts, roundDur(a.UptimeSeconds)))
