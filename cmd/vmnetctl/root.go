@@ -177,7 +177,7 @@ var examples = map[string]string{
 	"validate":              "  vmnetctl validate -f vms.yaml\n  vmnetctl validate -f lima.yaml --networks ~/.lima/_config/networks.yaml --backend vmnet-helper",
 	"networks":              "  vmnetctl networks\n  vmnetctl networks --networks ~/.lima/_config/networks.yaml --json",
 	"doctor":                "  sudo vmnetctl doctor\n  sudo vmnetctl doctor --json",
-	"version":               "  vmnetctl version",
+	"version":               "  vmnetctl version\n  vmnetctl --version",
 	"helper":                "  sudo vmnetctl helper --network shared --socket /tmp/vm.sock --interface-id $(uuidgen)",
 	"completion":            "  source <(vmnetctl completion bash)\n  vmnetctl completion zsh > \"${fpath[1]}/_vmnetctl\"\n  vmnetctl completion fish > ~/.config/fish/completions/vmnetctl.fish",
 	"completion bash":       "  source <(vmnetctl completion bash)\n  vmnetctl completion bash > /etc/bash_completion.d/vmnetctl",
