@@ -138,6 +138,8 @@ type Controller struct {
 	appliedView atomic.Pointer[Desired]
 	// eventsMu serializes writes to the events log.
 	eventsMu sync.Mutex
+	// leaseKick wakes watchLeaseExpiry when a lease is granted (events.go).
+	leaseKick chan struct{}
 
 	kickc chan struct{}
 	gen   genWaiter
@@ -167,7 +169,7 @@ func New(opts Options) (*Controller, error) {
 		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
 		degraded: map[string]string{}, repairs: map[string]uint64{}, watchedHolders: map[int]bool{},
 		reconciles: map[string]uint64{},
-		kickc:      make(chan struct{}, 1), started: time.Now()}, nil
+		kickc:      make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), started: time.Now()}, nil
 }
 
 func (c *Controller) kick() {
@@ -236,6 +238,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.log.Warn("not watching the networks for changes; repairs wait for the resync", "err", err)
 		}
 	}
+	go c.watchLeaseExpiry(ctx)
 	for {
 		done, err := c.reconcile(ctx)
 		if err != nil {

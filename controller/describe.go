@@ -22,6 +22,13 @@ type Description struct {
 type AttachmentDescription struct {
 	AttachmentStatus
 	Lease *LeaseStatus `json:"lease,omitempty"`
+	// LastDHCP is the last DHCP event of the attachment's MAC on its
+	// network (lease-granted, -released, -declined or -expired), from the
+	// events log.
+	LastDHCP *Event `json:"lastDHCP,omitempty"`
+	// LastHelperError is the helper's last exit or failure (helper-exited,
+	// helper-failed), from the events log: kept after the helper restarted.
+	LastHelperError *Event `json:"lastHelperError,omitempty"`
 	// LogTail is the end of the helper's log.
 	LogTail []string `json:"logTail"`
 	// Advice says what to do, one line each; empty when all is well.
@@ -57,6 +64,12 @@ func Describe(ctx context.Context, sd statedir.Dir, vm string) (*Description, er
 				}
 			}
 		}
+		ad.LastDHCP = lastEvent(sd, func(ev Event) bool {
+			return strings.HasPrefix(ev.Kind, "lease-") && ev.Network == a.Network && strings.EqualFold(ev.MAC, a.MAC)
+		})
+		ad.LastHelperError = lastEvent(sd, func(ev Event) bool {
+			return (ev.Kind == "helper-exited" || ev.Kind == "helper-failed") && ev.Attachment == fmt.Sprintf("%s/%d", a.VM, a.Index)
+		})
 		ad.Advice = advise(ad, st.Controller.Running)
 		d.Attachments = append(d.Attachments, ad)
 	}
@@ -80,6 +93,11 @@ func advise(a AttachmentDescription, controller bool) []string {
 		out = append(out, "the VM's VMM is gone; the helper waits for it to start again")
 	case a.Lease == nil && a.IP == "":
 		out = append(out, "the VM has no DHCP lease: is DHCP on in the guest for the interface with MAC "+a.MAC+"?")
+	}
+	for _, m := range a.SeenMACs {
+		if !strings.EqualFold(m, a.MAC) {
+			out = append(out, fmt.Sprintf("the VM sends from MAC %s, not %s: give its VMM the MAC of `vmnetctl args %s` (its lease, reservation and DNS name key on %s), or set macAddress: %s in the VM's entry", m, a.MAC, a.VM, a.MAC, m))
+		}
 	}
 	if a.SpoofDrops > 0 {
 		out = append(out, fmt.Sprintf("the anti-spoofing guard dropped %d frames: does the guest use another MAC or a static address? (docs/security.md; `spoofCheck: false` for a VM that bridges machines of its own)", a.SpoofDrops))
@@ -132,6 +150,15 @@ func (d *Description) Render(w io.Writer) error {
 			row("lease", fmt.Sprintf("%s until %s", a.Lease.IP, a.Lease.Expiry.Local().Format("2006-01-02 15:04:05")))
 		} else {
 			row("lease", "none")
+		}
+		if a.LastDHCP != nil {
+			row("last DHCP", fmt.Sprintf("%s %s at %s", a.LastDHCP.Kind, dash(a.LastDHCP.IP), a.LastDHCP.Time.Local().Format("2006-01-02 15:04:05")))
+		} else {
+			row("last DHCP", "none")
+		}
+		if a.LastHelperError != nil {
+			row("last error", fmt.Sprintf("%s at %s: %s", a.LastHelperError.Kind, a.LastHelperError.Time.Local().Format("2006-01-02 15:04:05"),
+				strings.ReplaceAll(a.LastHelperError.Detail, "\n", "\n                ")))
 		}
 		if a.PID > 0 {
 			row("helper", fmt.Sprintf("pid %d, %d restarts, up %s", a.PID, a.Restarts, roundDur(a.UptimeSeconds)))

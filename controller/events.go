@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // Event is one thing that happened, as `vmnetctl events` shows it. Kinds:
 // network-up, network-removed, drift-found, drift-repaired,
 // helper-started, helper-exited, helper-failed, lease-granted,
-// lease-released, lease-declined.
+// lease-released, lease-declined, lease-expired.
 type Event struct {
 	Time    time.Time `json:"time"`
 	Kind    string    `json:"kind"`
@@ -66,6 +67,97 @@ func (c *Controller) onLease(kind, network, mac string, ip netip.Addr) {
 		}
 	}
 	c.emit(ev)
+	if kind == "lease-granted" {
+		select { // watchLeaseExpiry learns the lease's expiry
+		case c.leaseKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watchLeaseExpiry emits lease-expired for each lease of the applied
+// networks that expires without being renewed or released. The DHCP
+// server does not notice expiry (an expired lease is only free for
+// reuse), so this compares the lease files between passes: one at each
+// lease's expiry, after a lease is granted, and at least every resync.
+func (c *Controller) watchLeaseExpiry(ctx context.Context) {
+	known := map[string]Event{}
+	for {
+		next := c.expireLeases(known, time.Now())
+		wait := c.opts.Resync
+		if !next.IsZero() {
+			wait = min(wait, max(time.Until(next), 0)+50*time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.leaseKick:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// expireLeases is one pass of watchLeaseExpiry: known holds the leases of
+// the last pass by network/MAC, with their expiry in Time; a lease gone
+// since, past its expiry, expired (one gone before its expiry was released
+// or its network removed: not an event). It returns the next expiry.
+func (c *Controller) expireLeases(known map[string]Event, now time.Time) (next time.Time) {
+	d := c.appliedView.Load()
+	if d == nil {
+		return time.Time{}
+	}
+	cur := map[string]Event{}
+	for _, n := range d.Networks {
+		ls, err := leasesOf(c.sd, n.ID)
+		if err != nil { // unreadable this time: as last time
+			for k, ev := range known {
+				if ev.Network == n.ID {
+					cur[k] = ev
+				}
+			}
+			continue
+		}
+		for _, l := range ls {
+			ev := Event{Time: l.Expiry, Kind: "lease-expired", Network: n.ID, MAC: l.MAC, IP: l.IP.String()}
+			for _, a := range d.Attachments {
+				if a.Network == n.ID && strings.EqualFold(a.MAC, l.MAC) {
+					ev.Attachment = a.Key()
+				}
+			}
+			cur[n.ID+"/"+strings.ToLower(l.MAC)] = ev
+		}
+	}
+	for k, ev := range known {
+		if _, ok := cur[k]; !ok && !now.Before(ev.Time) {
+			ev.Detail = "expired at " + ev.Time.Format(time.RFC3339)
+			c.emit(ev)
+		}
+	}
+	clear(known)
+	for k, ev := range cur {
+		known[k] = ev
+		if next.IsZero() || ev.Time.Before(next) {
+			next = ev.Time
+		}
+	}
+	return next
+}
+
+// lastEvent returns the last event of the state dir's events log that
+// match accepts, or nil.
+func lastEvent(sd statedir.Dir, match func(Event) bool) *Event {
+	b, err := os.ReadFile(sd.EventsLog())
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		var ev Event
+		if json.Unmarshal([]byte(lines[i]), &ev) == nil && match(ev) {
+			return &ev
+		}
+	}
+	return nil
 }
 
 // Events writes the state dir's events to w, as lines for people or (with

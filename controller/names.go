@@ -38,6 +38,28 @@ func ProjectNames(sd statedir.Dir) []string {
 	return names
 }
 
+// DefinedNetworks returns the networks vmnetctl runs of the networks of
+// record, else of networksPath (or as config.ReadNetworks finds it), for
+// shell completion of a network that is not up yet; nothing when it
+// cannot tell.
+func DefinedNetworks(sd statedir.Dir, networksPath string) []string {
+	in, err := ReadInput(networksPath, nil, "", "")
+	if err != nil {
+		return nil
+	}
+	nets, err := networksOf(Env{StateDir: sd}, in)
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, n := range nets.Networks {
+		if n.Managed() {
+			ids = append(ids, n.ID)
+		}
+	}
+	return ids
+}
+
 // Names returns the VMs and networks that are up in sd, for shell
 // completion; nothing when it cannot tell.
 func Names(sd statedir.Dir) (vms, networks []string) {

@@ -126,10 +126,37 @@ func resolvesWith(nets *api.Networks, p *statedir.Project) func(existing []*stat
 	}
 }
 
+// NetworkDeleted is what `vmnetctl network delete` did.
+type NetworkDeleted struct {
+	Network string `json:"network"`
+	// WasKept is whether the network was kept up on its own before.
+	WasKept bool `json:"wasKept"`
+	// State is the network's state after: "down", or "up" while VMs use it.
+	State string `json:"state"`
+}
+
 // NetworkDelete is `vmnetctl network delete`: the network is no longer
 // kept up on its own; it goes once no VM uses it.
-func NetworkDelete(ctx context.Context, env Env, id string) error {
-	return Remove(ctx, env, RemoveOptions{Input: &Input{Project: statedir.NetworkProjectPrefix + id}})
+func NetworkDelete(ctx context.Context, env Env, id string) (*NetworkDeleted, error) {
+	res := &NetworkDeleted{Network: id, State: "down"}
+	projects, err := env.StateDir.Projects()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range projects {
+		res.WasKept = res.WasKept || p.Name == statedir.NetworkProjectPrefix+id
+	}
+	if err := Remove(ctx, env, RemoveOptions{Input: &Input{Project: statedir.NetworkProjectPrefix + id}}); err != nil {
+		return nil, err
+	}
+	if st, err := CurrentStatus(ctx, env.StateDir); err == nil {
+		for _, n := range st.Networks {
+			if n.Name == id {
+				res.State = n.State
+			}
+		}
+	}
+	return res, nil
 }
 
 // NetworkInfo is one network in `vmnetctl network list` and `inspect`.

@@ -559,6 +559,18 @@ func checkAPIAccess(sd statedir.Dir) error {
 	return nil
 }
 
+// AccessHint gives an error of a verb that reads the state dir the next
+// step when this user may not read a file it needs (permission denied):
+// run with sudo. (The verbs that ask the controller say first how a group
+// may use it: checkAPIAccess.) Every verb that reads the state dir returns
+// its errors through it.
+func AccessHint(err error) error {
+	if err == nil || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	return fmt.Errorf("%w: run with sudo", err)
+}
+
 // RunOptions configure RunVM.
 type RunOptions struct {
 	// VM is the VM of the input to run (default: its only VM with networks).

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -135,10 +138,22 @@ func peerOf(a *Attachment, h *helperProc) string {
 	case h.client == "":
 		return "waiting for VM"
 	}
-	if _, err := os.Stat(h.client); err != nil {
+	if !socketLive(h.client) {
 		return "VM gone"
 	}
 	return "connected"
+}
+
+// socketLive says whether a datagram socket is bound at path: a VMM that
+// exited leaves its socket file (qemu does), to which a connect is
+// refused. (One connected to the helper, as vfkit's, refuses others with
+// EPERM: live.)
+func socketLive(path string) bool {
+	c, err := net.Dial("unixgram", path)
+	if err == nil {
+		c.Close()
+	}
+	return !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, fs.ErrNotExist)
 }
 
 // status builds the live status; the caller holds no lock.

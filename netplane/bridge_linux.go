@@ -107,6 +107,14 @@ func bridgedBridge(n *api.Network) (*netlink.Bridge, error) {
 	return br, nil
 }
 
+// CheckBridgedInterface says whether bridged network n's host interface
+// exists, with the interfaces this host could bridge onto when it does
+// not: what validate and plan warn about (bridgedParent's check).
+func CheckBridgedInterface(n *api.Network) error {
+	_, err := bridgedParent(n)
+	return err
+}
+
 // bridgedParent returns the host interface of bridged network n.
 func bridgedParent(n *api.Network) (netlink.Link, error) {
 	if n.Interface == "" {

@@ -34,6 +34,7 @@ func NetworkBridge(*api.Network) (*netlink.Bridge, error)            { return ni
 func CreatePort(*api.Network, PortConfig) (*Port, error)             { return nil, ErrUnsupported }
 func DeleteLinkOnEOF(string, io.Reader) error                        { return ErrUnsupported }
 func ListSharedInterfaces() ([]string, error)                        { return nil, ErrUnsupported }
+func CheckBridgedInterface(*api.Network) error                       { return nil }
 func (*Port) CloseFD()                                               {}
 func (*Port) Close()                                                 {}
 func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, error) {

@@ -5,6 +5,7 @@ package linuxnet
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/vmnetctl/vmnetctl/helper"
@@ -58,8 +59,21 @@ func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.
 // (netplane.WatchLinks).
 func (Backend) Changes(ctx context.Context) (<-chan struct{}, error) { return netplane.WatchLinks(ctx) }
 
-// Limits: the Linux data plane honours every setting of networks.yaml.
-func (Backend) Limits([]*api.Network, []*api.Attachment) []backend.Limit { return nil }
+// Limits: the Linux data plane honours every setting of networks.yaml;
+// it warns of a bridged network whose host interface is missing here (on
+// Linux), with the interfaces it could bridge onto, before up fails on it.
+func (b Backend) Limits(nets []*api.Network, _ []*api.Attachment) []backend.Limit {
+	var out []backend.Limit
+	for _, n := range nets {
+		if n.Mode != api.ModeBridged {
+			continue
+		}
+		if err := netplane.CheckBridgedInterface(n); err != nil {
+			out = append(out, backend.Limit{Message: fmt.Sprintf("network %s (%s): up would fail: %v", n.ID, b.Name(), err)})
+		}
+	}
+	return out
+}
 
 // Cleanup removes the TAP of a helper that was killed with its cleanup
 // child (only if it carries the helper's mark).

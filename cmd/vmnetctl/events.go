@@ -11,7 +11,7 @@ import (
 
 func newEventsCommand(g *globals, s streams) *cobra.Command {
 	var follow, asJSON bool
-	cmd := command("events [-f] [--json]", "Print what happened: networks up and removed, drift found and repaired, helpers started, exited and failed, leases granted, released and declined",
+	cmd := command("events [-f] [--json]", "Print what happened: networks up and removed, drift found and repaired, helpers started, exited and failed, leases granted, released, declined and expired",
 		cobra.NoArgs, func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()

@@ -38,7 +38,7 @@ before it touches the VM's socket.`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.FD, "fd", -1, "inherited connected unix datagram socket (one end of a socketpair)")
 	fl.StringVar(&f.Socket, "socket", "", "create this unix datagram socket and serve the first client that sends to it")
-	fl.StringVar(&f.Network, "network", "", "vmnetctl network to join (as `vmnetctl networks` lists it)")
+	fl.StringVar(&f.Network, "network", "", "vmnetctl network to join (as vmnetctl networks lists it)")
 	fl.StringVar(&f.Mode.OperationMode, "operation-mode", "", "without --network: join the shared, host or bridged network of networks.yaml (default shared)")
 	fl.StringVar(&f.Mode.SharedInterface, "shared-interface", "", "host interface of the bridged network (--operation-mode bridged)")
 	fl.StringVar(&f.Mode.StartAddress, "start-address", "", "gateway address; with --end-address and --subnet-mask, must match the network")

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -123,6 +124,50 @@ func TestVersion(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "version: v") || !strings.Contains(out, "\ncommit: ") {
 		t.Errorf("version printed %q (exit %d), want vmnet-helper's version: and commit: lines", out, code)
 	}
+	if code, out, _ := runCLI(t, "--version"); code != 0 || out != "vmnetctl version "+version+"\n" {
+		t.Errorf("--version printed %q (exit %d), want \"vmnetctl version %s\"", out, code, version)
+	}
+}
+
+// No flag's help names its argument with a backquoted word: pflag takes
+// the first `word` of a usage string as the argument's name (--fds
+// vmnetctl run).
+func TestFlagHelpHasNoBackquotes(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		check := func(f *pflag.Flag) {
+			if name, _ := pflag.UnquoteUsage(f); strings.Contains(f.Usage, "`") {
+				t.Errorf("%s --%s: its help shows %q as the argument: %q", c.CommandPath(), f.Name, name, f.Usage)
+			}
+		}
+		c.LocalFlags().VisitAll(check)
+		c.InheritedFlags().VisitAll(check)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCommand(streams{}))
+	if _, out, _ := runCLI(t, "args", "--help"); !strings.Contains(out, "--fds ") || strings.Contains(out, "--fds vmnetctl") {
+		t.Errorf("args --help:\n%s", out)
+	}
+}
+
+// network create completes every network vmnetctl runs of networks.yaml,
+// with nothing up: an empty state dir.
+func TestCompleteNetworkCreate(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "host\nshared\n:"},
+		{[]string{"--networks", "../../examples/lima-networks.yaml"}, "bridged\nhost\nshared\n:"},
+	} {
+		_, out, _ := runCLI(t, append(append([]string{"--state-dir", dir}, tc.args...), "__complete", "network", "create", "")...)
+		if !strings.HasPrefix(out, tc.want) {
+			t.Errorf("completion of network create %v: %q, want %q", tc.args, out, tc.want)
+		}
+	}
 }
 
 // Help shows a global flag only where it acts.
@@ -134,6 +179,8 @@ func TestHelpShowsFlagsWhereTheyAct(t *testing.T) {
 		{[]string{"up", "--help"}, []string{"--networks", "--state-dir"}, nil},
 		{[]string{"status", "--help"}, []string{"--state-dir"}, []string{"--networks"}},
 		{[]string{"network", "create", "--help"}, []string{"--networks", "--state-dir"}, nil},
+		{[]string{"network", "delete", "--help"}, []string{"--state-dir", "--json"}, []string{"--networks"}},
+		{[]string{"completion", "bash", "--help"}, []string{"--state-dir"}, []string{"--networks"}},
 		{[]string{"version", "--help"}, nil, []string{"--networks", "--state-dir"}},
 		{[]string{"doctor", "--help"}, []string{"--networks"}, []string{"--state-dir"}},
 	} {
@@ -187,17 +234,24 @@ func TestREADMECommands(t *testing.T) {
 
 // Every command and subcommand has an Examples section.
 func TestEveryCommandHasExamples(t *testing.T) {
+	seen := map[string]bool{}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		for _, sub := range c.Commands() {
-			if !sub.IsAvailableCommand() || sub.Name() == "completion" || sub.Name() == "help" {
+			if !sub.IsAvailableCommand() || sub.Name() == "help" {
 				continue
 			}
 			if sub.Example == "" {
 				t.Errorf("%s has no Examples", sub.CommandPath())
 			}
+			seen[sub.CommandPath()] = true
 			walk(sub)
 		}
 	}
 	walk(newRootCommand(streams{}))
+	for _, c := range []string{"vmnetctl completion", "vmnetctl completion bash", "vmnetctl network delete"} {
+		if !seen[c] {
+			t.Errorf("no command %s", c)
+		}
+	}
 }

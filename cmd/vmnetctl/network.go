@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -52,10 +53,20 @@ func newNetworkCommand(g *globals, s streams) *cobra.Command {
 	createOut.bind(create, "print the status as JSON")
 	create.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `where the controller it starts serves Prometheus /metrics ("off" for none)`)
 
-	del := command("delete NAME", "Stop keeping network NAME up on its own: it goes once no VM uses it",
+	delOut := &output{}
+	del := command("delete NAME [--json]", "Stop keeping network NAME up on its own: it goes once no VM uses it",
 		cobra.ExactArgs(1), func(cmd *cobra.Command, args []string) error {
-			return controller.NetworkDelete(cmd.Context(), g.env(s), args[0])
+			env := g.env(s)
+			if delOut.json {
+				env.Stdout = io.Discard // stdout is the JSON's
+			}
+			res, err := controller.NetworkDelete(cmd.Context(), env, args[0])
+			if err != nil || !delOut.json {
+				return err
+			}
+			return delOut.print(s.out, res, nil)
 		})
+	delOut.bind(del, "print JSON: {network, wasKept, state}")
 
 	inspectOut := &output{}
 	inspect := command("inspect NAME [--json]", "Everything about network NAME: its configuration, state, VMs and leases",
@@ -72,12 +83,14 @@ func newNetworkCommand(g *globals, s streams) *cobra.Command {
 		})
 	inspectOut.bind(inspect, "print JSON")
 
-	for _, c := range []*cobra.Command{create, del, inspect} {
+	for _, c := range []*cobra.Command{del, inspect} {
 		c.ValidArgsFunction = completeNetworks(g)
 	}
+	// create: any network of record (or of networks.yaml), up or not.
+	create.ValidArgsFunction = completeFirst(func() []string { return controller.DefinedNetworks(g.dir(), g.networks) })
 	create.Example = "  sudo vmnetctl network create host\n  sudo vmnetctl network list"
 	list.Example = "  sudo vmnetctl network list\n  sudo vmnetctl network list --json"
-	del.Example = "  sudo vmnetctl network delete host"
+	del.Example = "  sudo vmnetctl network delete host\n  sudo vmnetctl network delete host --json"
 	inspect.Example = "  sudo vmnetctl network inspect shared\n  sudo vmnetctl network inspect shared --json | jq .leaseList"
 	cmd.Example = "  sudo vmnetctl network create host\n  sudo vmnetctl network list"
 	cmd.AddCommand(list, create, del, inspect)

@@ -54,10 +54,11 @@ func (g *globals) env(s streams) controller.Env {
 
 func (g *globals) dir() statedir.Dir { return statedir.Dir{Path: g.stateDir} }
 
-// bindBackend binds --backend: whose limits validate and plan warn about.
+// bindBackend binds --backend: the backend whose limits validate and plan
+// check.
 func bindBackend(cmd *cobra.Command, name *string) {
 	cmd.Flags().StringVar(name, "backend", controller.DefaultBackend().Name(),
-		"warn about what this backend cannot honour: vmnetctl (Linux) or vmnet-helper (macOS)")
+		"check against this backend, vmnetctl (Linux) or vmnet-helper (macOS): what it would refuse is an error, what it cannot honour a warning")
 }
 
 // output is --json: a command's result as JSON, or rendered for people.

@@ -4,13 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
+	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -101,21 +102,32 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 		newHelperCommand(g, s),
 	)
 	root.AddCommand(newManCommand(root))
-	for _, c := range root.Commands() {
-		if c.Example == "" {
-			c.Example = examples[c.Name()]
+	// The completion command, made now (not at Execute) to carry Examples.
+	root.InitDefaultCompletionCmd()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			path := commandPath(sub)
+			if sub.Example == "" {
+				sub.Example = examples[path]
+			}
+			// A verb that reads the state dir says what to do when this
+			// user may not (permission denied).
+			if run := sub.RunE; run != nil && flagActs("state-dir", path) {
+				sub.RunE = func(c *cobra.Command, args []string) error {
+					return controller.AccessHint(run(c, args))
+				}
+			}
+			walk(sub)
 		}
 	}
+	walk(root)
 	// Help shows a global flag only on the commands it acts on.
 	defaultHelp := root.HelpFunc()
 	root.SetHelpFunc(func(c *cobra.Command, args []string) {
-		top := c
-		for top.Parent() != nil && top.Parent() != root {
-			top = top.Parent()
-		}
 		var hidden []*pflag.Flag
-		for flag, cmds := range globalFlagActs {
-			if f := root.PersistentFlags().Lookup(flag); f != nil && c != root && !slices.Contains(cmds, top.Name()) && !f.Hidden {
+		for flag := range globalFlagActs {
+			if f := root.PersistentFlags().Lookup(flag); f != nil && c != root && !flagActs(flag, commandPath(c)) && !f.Hidden {
 				f.Hidden = true
 				hidden = append(hidden, f)
 			}
@@ -128,27 +140,50 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 	return root
 }
 
-// globalFlagActs names, for each global flag, the commands it acts on:
-// help shows it there only.
+// commandPath is c's command line without "vmnetctl": "network delete".
+func commandPath(c *cobra.Command) string {
+	_, path, _ := strings.Cut(c.CommandPath(), " ")
+	return path
+}
+
+// flagActs says whether global flag acts on the command at path (as
+// commandPath gives it): one globalFlagActs names, or a subcommand of one.
+func flagActs(flag, path string) bool {
+	for _, c := range globalFlagActs[flag] {
+		if path == c || strings.HasPrefix(path, c+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// globalFlagActs names, for each global flag, the commands (and with them
+// their subcommands) it acts on: help shows it there only, and errors of
+// the commands that read the state dir get controller.AccessHint.
 var globalFlagActs = map[string][]string{
-	"networks":  {"up", "plan", "run", "validate", "networks", "network", "doctor", "helper"},
+	"networks":  {"up", "plan", "run", "validate", "networks", "network list", "network create", "network inspect", "doctor", "helper"},
 	"state-dir": {"up", "down", "plan", "status", "serve", "run", "args", "validate", "leases", "logs", "describe", "events", "network", "completion"},
 }
 
 // examples are the commands' Examples sections (`vmnetctl CMD --help`),
 // where the command does not set its own.
 var examples = map[string]string{
-	"up":       "  sudo vmnetctl up -f vms.yaml\n  sudo vmnetctl up -f ~/.lima/default/lima.yaml --json\n  sudo vmnetctl up -f vms.yaml --networks ~/.lima/_config/networks.yaml",
-	"down":     "  sudo vmnetctl down -f vms.yaml\n  sudo vmnetctl down -p web\n  sudo vmnetctl down --all",
-	"plan":     "  sudo vmnetctl plan -f vms.yaml\n  sudo vmnetctl plan -f vms.yaml --detailed-exitcode   # exit 2 when up would change something",
-	"status":   "  sudo vmnetctl status\n  sudo vmnetctl status --json | jq '.attachments[] | {vm, ip, state}'",
-	"serve":    "  sudo vmnetctl serve                     # as a service (packaging/vmnetctl.service)\n  sudo vmnetctl serve --group vmnetctl    # members of group vmnetctl may use status and args",
-	"run":      "  sudo vmnetctl run -f vms.yaml -- qemu-system-x86_64 $(vmnetctl args web --fds) ...",
-	"validate": "  vmnetctl validate -f vms.yaml\n  vmnetctl validate -f lima.yaml --networks ~/.lima/_config/networks.yaml --backend vmnet-helper",
-	"networks": "  vmnetctl networks\n  vmnetctl networks --networks ~/.lima/_config/networks.yaml --json",
-	"doctor":   "  sudo vmnetctl doctor\n  sudo vmnetctl doctor --json",
-	"version":  "  vmnetctl version",
-	"helper":   "  sudo vmnetctl helper --network shared --socket /tmp/vm.sock --interface-id $(uuidgen)",
+	"up":                    "  sudo vmnetctl up -f vms.yaml\n  sudo vmnetctl up -f ~/.lima/default/lima.yaml --json\n  sudo vmnetctl up -f vms.yaml --networks ~/.lima/_config/networks.yaml",
+	"down":                  "  sudo vmnetctl down -f vms.yaml\n  sudo vmnetctl down -p web\n  sudo vmnetctl down --all",
+	"plan":                  "  sudo vmnetctl plan -f vms.yaml\n  sudo vmnetctl plan -f vms.yaml --detailed-exitcode   # exit 2 when up would change something",
+	"status":                "  sudo vmnetctl status\n  sudo vmnetctl status --json | jq '.attachments[] | {vm, ip, state}'",
+	"serve":                 "  sudo vmnetctl serve                     # as a service (packaging/vmnetctl.service)\n  sudo vmnetctl serve --group vmnetctl    # members of group vmnetctl may use status and args",
+	"run":                   "  sudo vmnetctl run -f vms.yaml -- qemu-system-x86_64 $(vmnetctl args web --fds) ...",
+	"validate":              "  vmnetctl validate -f vms.yaml\n  vmnetctl validate -f lima.yaml --networks ~/.lima/_config/networks.yaml --backend vmnet-helper",
+	"networks":              "  vmnetctl networks\n  vmnetctl networks --networks ~/.lima/_config/networks.yaml --json",
+	"doctor":                "  sudo vmnetctl doctor\n  sudo vmnetctl doctor --json",
+	"version":               "  vmnetctl version\n  vmnetctl --version",
+	"helper":                "  sudo vmnetctl helper --network shared --socket /tmp/vm.sock --interface-id $(uuidgen)",
+	"completion":            "  source <(vmnetctl completion bash)\n  vmnetctl completion zsh > \"${fpath[1]}/_vmnetctl\"\n  vmnetctl completion fish > ~/.config/fish/completions/vmnetctl.fish",
+	"completion bash":       "  source <(vmnetctl completion bash)\n  vmnetctl completion bash > /etc/bash_completion.d/vmnetctl",
+	"completion zsh":        "  vmnetctl completion zsh > \"${fpath[1]}/_vmnetctl\"",
+	"completion fish":       "  vmnetctl completion fish > ~/.config/fish/completions/vmnetctl.fish",
+	"completion powershell": "  vmnetctl completion powershell | Out-String | Invoke-Expression",
 }
 
 // printWarnings writes warnings to stderr, one per line.

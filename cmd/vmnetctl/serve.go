@@ -38,6 +38,6 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `serve Prometheus /metrics and /healthz here ("off" for none)`)
 	cmd.Flags().DurationVar(&resync, "resync", controller.DefaultResync(),
 		"how often the controller re-checks everything without being asked: helpers, and the networks' kernel state, which it repairs (default $"+controller.EnvResync+", else 30s)")
-	cmd.Flags().BoolVar(&exitWhenIdle, controller.ExitWhenIdleFlag, false, "exit once no project is left (what the controller that `up` starts does); without it the controller stays, as a service")
+	cmd.Flags().BoolVar(&exitWhenIdle, controller.ExitWhenIdleFlag, false, "exit once no project is left (what the controller that up starts does); without it the controller stays, as a service")
 	return cmd
 }

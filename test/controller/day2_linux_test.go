@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -115,6 +117,86 @@ func TestDay2(t *testing.T) {
 	if out := h.MustVmnetctl("describe", "a"); !strings.Contains(out, "peer:        connected") || !strings.Contains(out, ips["a"]) {
 		t.Errorf("describe a:\n%s", out)
 	}
+	if l := d.Attachments[0].LastDHCP; l == nil || l.Kind != "lease-granted" || l.IP != ips["a"] || l.Time.IsZero() {
+		t.Errorf("describe a: last DHCP %+v, want lease-granted of %s", l, ips["a"])
+	}
+	if d.Attachments[0].LastHelperError != nil {
+		t.Errorf("describe a: a last helper error before any: %+v", d.Attachments[0].LastHelperError)
+	}
+
+	// logs -f and events -f print what happens next: a helper killed
+	// (kill -9) and restarted.
+	follow := func(args ...string) *bufio.Reader {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd := h.VmnetctlCommand(ctx, args...)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); cmd.Wait() })
+		r := bufio.NewReader(stdout)
+		// What is there already comes first, up to the last line now.
+		lines := len(strings.Split(strings.TrimSpace(h.MustVmnetctl(args[:len(args)-1]...)), "\n"))
+		for range lines {
+			if _, err := r.ReadString('\n'); err != nil {
+				t.Fatalf("%v: %v", args, err)
+			}
+		}
+		return r
+	}
+	eventsF := follow("events", "--json", "-f")
+	logsF := follow("logs", "a", "-f")
+	killed := h.Attachment(h.Status(), "a").PID
+	syscall.Kill(killed, syscall.SIGKILL)
+	line, err := eventsF.ReadString('\n')
+	var ev controller.Event
+	if err != nil || json.Unmarshal([]byte(line), &ev) != nil || ev.Kind != "helper-exited" || ev.Attachment != "a/0" {
+		t.Errorf("events -f: the first new line after a's helper was killed: %q (%v), want helper-exited of a/0", line, err)
+	}
+	if line, err := logsF.ReadString('\n'); err != nil || !strings.HasPrefix(line, "a/0 | ") {
+		t.Errorf("logs a -f: the first new line after a's helper was killed: %q (%v)", line, err)
+	}
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if cur := h.Attachment(h.Status(), "a"); cur.State != controller.StateRunning || cur.PID == killed {
+			return fmt.Errorf("a/0 is %s, pid %d", cur.State, cur.PID)
+		}
+		return nil
+	}, "a's helper to restart")
+	// describe keeps the helper's last error after its restart.
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "a", "--json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	if e := d.Attachments[0].LastHelperError; e == nil || e.Kind != "helper-exited" || !strings.Contains(e.Detail, "helper exited") {
+		t.Errorf("describe a after its helper was killed: last helper error %+v", e)
+	}
+	if out := h.MustVmnetctl("describe", "a"); !strings.Contains(out, "last error:  helper-exited") || !strings.Contains(out, "last DHCP:   lease-granted "+ips["a"]) {
+		t.Errorf("describe a:\n%s", out)
+	}
+
+	// A VM that sends from another MAC than its own (no guard on its
+	// port): describe says which, and what to do.
+	h.MustVmnetctl("up", "-f", h.WriteFile("m.yaml", "vms:\n  m:\n    networks:\n      - vmnet: shared\n        spoofCheck: false\n"))
+	m := h.Attachment(h.Status(), "m")
+	mvm := simvm.AttachSocket(t, "vmm", "52:55:55:aa:bb:cc", m.Socket, filepath.Join(h.Dir, "m.client.sock"))
+	mvm.Ping(gateway, 1) // frames from 52:55:55:aa:bb:cc
+	testutil.Eventually(t, 15*time.Second, func() error {
+		var d controller.Description
+		if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "m", "--json")), &d); err != nil {
+			return err
+		}
+		for _, adv := range d.Attachments[0].Advice {
+			if strings.Contains(adv, "the VM sends from MAC 52:55:55:aa:bb:cc, not "+m.MAC) && strings.Contains(adv, "vmnetctl args m") {
+				return nil
+			}
+		}
+		return fmt.Errorf("seen MACs %v, advice %q", d.Attachments[0].SeenMACs, d.Attachments[0].Advice)
+	}, "describe m to advise on the MAC it sends from")
+	mvm.Close()
+	h.MustVmnetctl("down", "-p", "m")
 
 	// events: what happened, as JSON lines and for people.
 	kinds := map[string]bool{}
@@ -137,10 +219,13 @@ func TestDay2(t *testing.T) {
 		t.Errorf("events:\n%s", out)
 	}
 
-	// A user who may not use the controller is told what to do.
-	out, err := h.Run(context.Background(), "setpriv", append([]string{"--reuid", "65534", "--regid", "65534", "--clear-groups"}, h.VmnetctlArgs("status")...)...)
-	if err == nil || !strings.Contains(out, "run with sudo") {
-		t.Errorf("status as nobody: %v\n%s", err, out)
+	// A user who may not use the controller or read the state dir is told
+	// what to do, by every verb that reads it.
+	for _, verb := range [][]string{{"status"}, {"describe", "a"}, {"args", "a"}, {"leases"}, {"events"}, {"logs"}, {"logs", "a"}, {"network", "list"}, {"network", "inspect", "shared"}} {
+		out, err := h.Run(context.Background(), "setpriv", append([]string{"--reuid", "65534", "--regid", "65534", "--clear-groups"}, h.VmnetctlArgs(verb...)...)...)
+		if err == nil || !strings.Contains(out, "run with sudo") {
+			t.Errorf("%v as nobody: %v\n%s", verb, err, out)
+		}
 	}
 
 	// A VM another project defines: the error names that project.
@@ -191,18 +276,39 @@ func TestDay2(t *testing.T) {
 	if code, out := exitCode(t, h, "up", "-f", bad, "--json"); code != 1 || !json.Valid([]byte(out)) {
 		t.Errorf("up of a VM on a network that cannot come up: exit %d (want 1), stdout valid JSON: %v\n%s", code, json.Valid([]byte(out)), out)
 	}
+
+	// up of a VM whose attachment cannot start (a link of its TAP's name
+	// that is not vmnetctl's), on a network that is up: exit 1 too.
+	e := h.WriteFile("e.yaml", "vms:\n  e:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", e)
+	tap := h.Attachment(h.Status(), "e").Tap
+	h.MustVmnetctl("down", "-f", e)
+	h.MustRun(t, "ip", "link", "add", tap, "type", "veth", "peer", "name", "other1")
+	code, out := exitCode(t, h, "up", "-f", e, "--json")
+	var est controller.Status
+	if err := json.Unmarshal([]byte(out), &est); code != 1 || err != nil || h.Attachment(&est, "e").State == controller.StateRunning {
+		t.Errorf("up of a VM whose TAP cannot be made: exit %d (want 1), JSON %v\n%s", code, err, out)
+	}
+	for _, n := range est.Networks {
+		if n.Name == "shared" && n.State != "up" {
+			t.Errorf("network shared is %s: the attachment, not the network, should fail", n.State)
+		}
+	}
 }
 
 // TestVMRestartFollowed: a VMM that exits and starts again on the same
 // client socket path, five times, is served by the same helper (the
 // restart counter stays at zero, no backoff), and its VM gets its address
-// each time.
+// each time. While it is gone, frames sent towards it are not drops and
+// its peer is "VM gone"; a TAP attachment with no VMM is "waiting for VM"
+// and the broadcasts it cannot take are not drops either.
 func TestVMRestartFollowed(t *testing.T) {
 	h := newHost(t)
 	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
 	att := h.Attachment(h.Status(), "a")
 	client := filepath.Join(h.Dir, "a.client.sock")
-	for round := range 5 {
+	var ip string
+	for round := range 6 {
 		vm := simvm.AttachSocket(t, fmt.Sprintf("a%d", round), att.MAC, att.Socket, client)
 		// One DISCOVER only (udhcpc -t 1): the first after the VMM's
 		// restart must be answered.
@@ -211,17 +317,93 @@ func TestVMRestartFollowed(t *testing.T) {
 			b, _ := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile("a/0"))
 			t.Fatalf("round %d: %v\nhelper log:\n%s", round, err, b)
 		}
-		if ip := lease["ip"]; testutil.InRange(ip, poolStart, poolEnd) != nil {
+		if ip = lease["ip"]; testutil.InRange(ip, poolStart, poolEnd) != nil {
 			t.Fatalf("round %d: lease %q", round, ip)
 		}
+		waitPeer(t, h, "a", "connected")
+		if round == 5 {
+			break
+		}
 		vm.Close() // the VMM exits
-
 	}
 	got := h.Attachment(h.Status(), "a")
 	if got.PID != att.PID || got.Restarts != 0 || got.State != "running" {
-		t.Errorf("after five VMM starts: helper pid %d (was %d), %d restarts, %s; want the same helper, no restart",
+		t.Errorf("after six VMM starts: helper pid %d (was %d), %d restarts, %s; want the same helper, no restart",
 			got.PID, att.PID, got.Restarts, got.State)
 	}
+}
+
+// TestNothingThere: frames with no VM to take them are not drops: a VM
+// gone for a while with pings sent to its address ("VM gone"), and a TAP
+// attachment with no VMM with broadcasts on its bridge ("waiting for VM").
+// When the VM comes back its first DISCOVER is answered.
+func TestNothingThere(t *testing.T) {
+	h := newHost(t)
+	h.Env = append(h.Env, controller.EnvStatsInterval+"=200ms")
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n  t:\n    networks:\n      - vmnet: shared\n        attach: tap\n"))
+	att := h.Attachment(h.Status(), "a")
+	client := filepath.Join(h.Dir, "a.client.sock")
+	vm := simvm.AttachSocket(t, "a0", att.MAC, att.Socket, client)
+	ip := vm.DHCP(t)["ip"]
+	waitPeer(t, h, "a", "connected")
+	waitPeer(t, h, "t", "waiting for VM")
+	vm.Close() // the VMM exits, leaving its socket file as qemu does
+	waitPeer(t, h, "a", "VM gone")
+
+	// Traffic towards the VM that is gone (unicast once the host knows its
+	// MAC) and broadcasts that reach the TAP nobody opened.
+	h.Run(context.Background(), "ping", "-c", "5", "-i", "0.2", "-W", "1", ip)
+	h.Run(context.Background(), "ping", "-c", "5", "-i", "0.2", "-W", "1", "10.77.0.99") // ARP broadcasts
+	for _, key := range []string{"a/0", "t/0"} {
+		waitStatsLines(t, h, key, 2)
+	}
+	st := h.Status()
+	for _, vm := range []string{"a", "t"} {
+		if a := h.Attachment(st, vm); a.Drops != 0 {
+			t.Errorf("%s (peer %q): %d drops for frames no VM was there to take", vm, a.Peer, a.Drops)
+		}
+	}
+	if a := h.Attachment(st, "a"); a.Peer != "VM gone" {
+		t.Errorf("a's peer after its VMM exited: %q, want VM gone", a.Peer)
+	}
+	if a := h.Attachment(st, "t"); a.Peer != "waiting for VM" {
+		t.Errorf("t's peer with no VMM: %q, want waiting for VM", a.Peer)
+	}
+
+	// The VMM comes back: connected, and its first DISCOVER is answered.
+	vm = simvm.AttachSocket(t, "a1", att.MAC, att.Socket, client)
+	if _, err := vm.NS.DHCP(t, "eth0", "-t", "1", "-T", "3"); err != nil {
+		t.Fatalf("the first DISCOVER after the VM came back: %v", err)
+	}
+	waitPeer(t, h, "a", "connected")
+}
+
+// waitPeer waits for vm's attachment to have peer.
+func waitPeer(t *testing.T, h *host, vm, peer string) {
+	t.Helper()
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if got := h.Attachment(h.Status(), vm).Peer; got != peer {
+			return fmt.Errorf("%s's peer is %q", vm, got)
+		}
+		return nil
+	}, vm+"'s peer to be "+peer)
+}
+
+// waitStatsLines waits for n more stats lines in attachment key's helper
+// log: the controller has then read counters from after this call.
+func waitStatsLines(t *testing.T, h *host, key string, n int) {
+	t.Helper()
+	count := func() int {
+		b, _ := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile(key))
+		return strings.Count(string(b), helperproto.StatsPrefix)
+	}
+	start := count()
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if c := count(); c < start+n {
+			return fmt.Errorf("%d stats lines since", c-start)
+		}
+		return nil
+	}, key+"'s helper to report its stats again")
 }
 
 // TestNetworkVerbs: networks as objects of their own, with no VM.
@@ -242,7 +424,13 @@ func TestNetworkVerbs(t *testing.T) {
 	if l := list(); l["shared"].State != "down" || l["isolated"].State != "down" || l["isolated"].Kept {
 		t.Fatalf("network list before anything: %+v", l)
 	}
-	h.MustVmnetctl("network", "create", "isolated")
+	var created controller.Status
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "create", "isolated", "--json")), &created); err != nil {
+		t.Fatalf("network create --json: %v", err)
+	}
+	if len(created.Networks) != 1 || created.Networks[0].Name != "isolated" || created.Networks[0].State != "up" {
+		t.Errorf("network create --json: networks %+v", created.Networks)
+	}
 	if l := list(); l["isolated"].State != "up" || !l["isolated"].Kept || l["shared"].State != "down" {
 		t.Fatalf("network list after network create isolated: %+v", l)
 	}
@@ -260,14 +448,45 @@ func TestNetworkVerbs(t *testing.T) {
 		t.Errorf("network create of an undefined network: %v", err)
 	}
 
-	h.MustVmnetctl("network", "delete", "isolated")
+	// status --watch --json: one JSON document each time, until stopped.
+	ctx, cancel := context.WithCancel(context.Background())
+	watch := h.VmnetctlCommand(ctx, "status", "--watch", "1s", "--json")
+	stdout, err := watch.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(stdout)
+	for i := range 2 {
+		var st controller.Status
+		if err := dec.Decode(&st); err != nil || len(st.Attachments) != 1 || !st.Controller.Running {
+			t.Errorf("status --watch 1s --json, document %d: %v %+v", i, err, st)
+		}
+	}
+	watch.Process.Signal(syscall.SIGINT)
+	if err := watch.Wait(); err != nil {
+		t.Errorf("status --watch stopped by SIGINT: %v", err)
+	}
+	cancel()
+
+	var deleted controller.NetworkDeleted
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "delete", "isolated", "--json")), &deleted); err != nil {
+		t.Fatalf("network delete --json: %v", err)
+	}
+	if deleted != (controller.NetworkDeleted{Network: "isolated", WasKept: true, State: "down"}) {
+		t.Errorf("network delete --json: %+v", deleted)
+	}
 	if l := list(); l["isolated"].State != "down" || l["shared"].State != "up" {
 		t.Errorf("network list after network delete isolated: %+v", l)
 	}
 	if _, err := h.Run(context.Background(), "ip", "link", "show", "vmn-isolated"); err == nil {
 		t.Errorf("vmn-isolated still exists after network delete")
 	}
-	h.MustVmnetctl("network", "delete", "isolated") // twice is fine
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "delete", "isolated", "--json")), &deleted); err != nil || deleted.WasKept {
+		t.Errorf("network delete --json twice: %v %+v", err, deleted) // twice is fine
+	}
 	if out := h.MustVmnetctl("down", "--all"); !strings.Contains(out, "Everything is down.") {
 		t.Errorf("down --all:\n%s", out)
 	}
@@ -367,5 +586,53 @@ func TestHelperKeepsNetworksOfRecord(t *testing.T) {
 	snap, err := statedir.Dir{Path: h.StateDir()}.Networks()
 	if err != nil || snap == nil || snap.Source != h.Networks {
 		t.Errorf("networks of record after the helper: %v %v, want %s", snap != nil, err, h.Networks)
+	}
+}
+
+// TestLeaseExpired: a lease that runs out without being renewed (the
+// guest's udhcpc got it and quit) is a lease-expired event, with its VM,
+// MAC and address; describe shows it as the last DHCP event.
+func TestLeaseExpired(t *testing.T) {
+	h := &host{Host: simvm.NewHost(t, "vmnh", strings.Replace(networksYAML, "    dhcpRange:", "    leaseTime: 10s\n    dhcpRange:", 1), "pgrep"), t: t}
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
+	a := h.Attachment(h.Status(), "a")
+	ip := h.VM(a).DHCP(t)["ip"]
+	granted := time.Now()
+	var expired *controller.Event
+	testutil.Eventually(t, 30*time.Second, func() error {
+		for _, line := range strings.Split(strings.TrimSpace(h.MustVmnetctl("events", "--json")), "\n") {
+			var ev controller.Event
+			if json.Unmarshal([]byte(line), &ev) == nil && ev.Kind == "lease-expired" {
+				expired = &ev
+				return nil
+			}
+		}
+		return errors.New("no lease-expired event")
+	}, "the lease to expire")
+	if expired.Attachment != "a/0" || expired.IP != ip || !strings.EqualFold(expired.MAC, a.MAC) || expired.Time.Sub(granted) < 9*time.Second {
+		t.Errorf("lease-expired event %+v, want a/0's %s (%s), 10s after the lease was granted (%s)", expired, ip, a.MAC, granted.Format(time.RFC3339Nano))
+	}
+	var d controller.Description
+	if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "a", "--json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	if l := d.Attachments[0].LastDHCP; l == nil || l.Kind != "lease-expired" || d.Attachments[0].Lease != nil {
+		t.Errorf("describe a after its lease expired: last DHCP %+v, lease %+v", l, d.Attachments[0].Lease)
+	}
+}
+
+// TestBridgedInterfaceMissing: validate and plan warn of a bridged
+// network whose host interface does not exist, with the interfaces this
+// host could bridge onto, before up fails on it.
+func TestBridgedInterfaceMissing(t *testing.T) {
+	h := &host{Host: simvm.NewHost(t, "vmnh", networksYAML+"  lan:\n    mode: bridged\n    interface: nosuch0\n", "pgrep"), t: t}
+	h.MustRun(t, "ip", "link", "add", "lanbr0", "type", "bridge")
+	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: lan\n")
+	want := `network lan (vmnetctl): up would fail: network "lan": interface nosuch0 does not exist; interfaces this host could bridge onto: lanbr0`
+	for _, args := range [][]string{{"validate"}, {"validate", "-f", vms}, {"plan", "-f", vms}} {
+		out, err := h.VmnetctlCommand(context.Background(), args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "warning: "+want) {
+			t.Errorf("%v: %v\n%s\nwant the warning %q", args, err, out, want)
+		}
 	}
 }

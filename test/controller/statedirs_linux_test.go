@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
@@ -168,6 +170,9 @@ func TestDemoWithoutTools(t *testing.T) {
 // reservations, its lease times) stay as they are.
 func TestNetworksOfRecord(t *testing.T) {
 	h := newHost(t)
+	// A reservation for a, which must survive b's up.
+	h.WriteFile(filepath.Base(h.Networks), strings.Replace(networksYAML, "    dhcpRange:",
+		"    reservations:\n      \""+api.DeriveMAC("a", 0).String()+"\": 10.77.0.140\n    dhcpRange:", 1))
 	a := h.WriteFile("a.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
 	b := h.WriteFile("b.yaml", "vms:\n  b:\n    networks:\n      - vmnet: shared\n")
 	h.MustVmnetctl("up", "-f", a) // names networksYAML (--networks)
@@ -204,6 +209,9 @@ func TestNetworksOfRecord(t *testing.T) {
 	}
 	if out := h.MustVmnetctl("plan", "-f", a); strings.TrimSpace(out) != "No changes." {
 		t.Errorf("plan of the first project after the second's up:\n%s", out)
+	}
+	if ip := h.VM(h.Attachment(h.Status(), "a")).DHCP(t)["ip"]; ip != "10.77.0.140" {
+		t.Errorf("a leased %s after b's up, want its reservation 10.77.0.140", ip)
 	}
 	// Naming another networks.yaml, even with the same networks, is a
 	// change plan shows.
