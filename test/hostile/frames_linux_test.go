@@ -1,12 +1,16 @@
 package hostile
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,3 +231,83 @@ func tapWriter(t *testing.T, ns *testutil.NS, name string) func([]byte) {
 		}
 	}
 }
+
+// capture records every frame that arrives on an interface of a namespace
+// (an AF_PACKET socket bound to it), until the test ends.
+type capture struct {
+	mu     sync.Mutex
+	frames [][]byte
+}
+
+func startCapture(t *testing.T, ns *testutil.NS, ifname string) *capture {
+	t.Helper()
+	var fd int
+	err := ns.Do(func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		proto := int(htons(unix.ETH_P_ALL))
+		if fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto); err != nil {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		// Reads wake up now and then, so that the reader sees the end.
+		return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100_000})
+	})
+	if err != nil {
+		t.Fatalf("capturing on %s: %v", ifname, err)
+	}
+	c := &capture{}
+	var wg sync.WaitGroup
+	var done atomic.Bool
+	wg.Go(func() {
+		buf := make([]byte, 65536)
+		for !done.Load() {
+			n, from, err := unix.Recvfrom(fd, buf, 0)
+			if err != nil {
+				continue
+			}
+			if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+				continue // the namespace's own
+			}
+			c.mu.Lock()
+			c.frames = append(c.frames, slices.Clone(buf[:n]))
+			c.mu.Unlock()
+		}
+	})
+	t.Cleanup(func() { done.Store(true); wg.Wait(); unix.Close(fd) })
+	return c
+}
+
+// seen returns how many captured frames begin with frame (a frame may
+// arrive padded).
+func (c *capture) seen(frame []byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, f := range c.frames {
+		if bytes.HasPrefix(f, frame) {
+			n++
+		}
+	}
+	return n
+}
+
+// seenFrom returns how many captured frames came from mac.
+func (c *capture) seenFrom(mac net.HardwareAddr) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, f := range c.frames {
+		if len(f) >= 12 && bytes.Equal(f[6:12], mac) {
+			n++
+		}
+	}
+	return n
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -8,9 +8,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +55,8 @@ vms:
     networks: [{vmnet: shared}, {vmnet: isolated}]
   tapper:
     networks: [{vmnet: shared, attach: tap}]
+  bridger:
+    networks: [{vmnet: shared, spoofCheck: false}]
 `
 
 func TestHostileGuest(t *testing.T) {
@@ -73,6 +78,39 @@ func TestHostileGuest(t *testing.T) {
 		t.Parallel()
 		tapAttack(t, h, st)
 	})
+	t.Run("optout", func(t *testing.T) {
+		t.Parallel()
+		optOut(t, h, st)
+	})
+}
+
+// optOut: an attachment with `spoofCheck: false` (a VM that bridges
+// containers of its own) sends from MACs and addresses other than its own,
+// and nothing is dropped.
+func optOut(t *testing.T, h *simvm.Host, st *controller.Status) {
+	ba := h.Attachment(st, "bridger")
+	b := newAttacker(t, mustMAC(ba.MAC), ba.Socket, filepath.Join(h.Dir, "bridger.sock"))
+	gw := netip.MustParseAddr("10.81.0.1")
+	zero := net.HardwareAddr{0, 0, 0, 0, 0, 0}
+	const n = 8
+	testutil.Eventually(t, 10*time.Second, func() error {
+		for i := range n {
+			c := randomMAC(2000 + i)
+			b.send(ether(broadcastMAC, c, etherARP, arp(1, c, netip.MustParseAddr(fmt.Sprintf("10.81.0.%d", 200+i)), zero, gw)))
+		}
+		out := h.MustRun(t, "bridge", "fdb", "show", "dev", ba.Tap)
+		for i := range n {
+			if !strings.Contains(out, randomMAC(2000+i).String()) {
+				return fmt.Errorf("the bridge has not learned %s on %s:\n%s", randomMAC(2000+i), ba.Tap, out)
+			}
+		}
+		return nil
+	}, "the containers' MACs on the opted-out port")
+	for _, a := range h.Status().Attachments {
+		if a.VM == "bridger" && a.SpoofDrops != 0 {
+			t.Errorf("bridger (spoofCheck: false): %d frames dropped, want 0", a.SpoofDrops)
+		}
+	}
 }
 
 // tapAttack: a VM whose VMM writes into its TAP itself is guarded the same
@@ -180,6 +218,8 @@ func (s *scene) attack() {
 	if err := victim.Ping(s.gateway.String(), 1); err != nil {
 		t.Fatalf("victim cannot reach the gateway: %v", err)
 	}
+	// Everything that reaches the victim from now on.
+	seen := startCapture(t, victim.NS, "eth0")
 
 	// The attacker leases its own address the proper way.
 	aa := s.attachment("attacker")
@@ -212,6 +252,9 @@ func (s *scene) attack() {
 	stranger := netip.MustParseAddr(s.gateway.String()).Next().Next().Next() // .4: nobody's
 	offer, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeOffer), dhcpv4.WithHwAddr(vmac),
 		dhcpv4.WithYourIP(net.IP(vip.AsSlice())), dhcpv4.WithOption(dhcpv4.OptRouter(net.IP(aip.AsSlice()))))
+	ack, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeAck), dhcpv4.WithHwAddr(vmac),
+		dhcpv4.WithYourIP(net.IP(vip.AsSlice())), dhcpv4.WithOption(dhcpv4.OptRouter(net.IP(aip.AsSlice()))),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(aip.AsSlice()))))
 	forged := [][]byte{
 		// "The gateway is at the attacker", to the victim.
 		ether(vmac, a.mac, etherARP, arp(2, a.mac, s.gateway, vmac, vip)),
@@ -227,6 +270,12 @@ func (s *scene) attack() {
 		ether(broadcastMAC, a.mac, etherARP, arp(1, a.mac, stranger, net.HardwareAddr{0, 0, 0, 0, 0, 0}, s.gateway)),
 		// A DHCP server of its own.
 		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(aip, bcast, 67, 68, offer.ToBytes())),
+		// The same from its own leased address and another source port
+		// (clients look at the destination port only), broadcast and
+		// to the victim.
+		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(aip, bcast, 68, 68, offer.ToBytes())),
+		ether(vmac, a.mac, etherIPv4, ipv4UDP(aip, vip, 68, 68, ack.ToBytes())),
+		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(aip, bcast, 1067, 68, ack.ToBytes())),
 		// A router of its own.
 		ether(net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, a.mac, etherIPv6, routerAdvert()),
 		// A VLAN tag around a broadcast ARP.
@@ -322,4 +371,62 @@ func (s *scene) attack() {
 		}
 		return nil
 	}, "the guard's drop counters")
+	// So do the metrics, and the DHCP server counted the requests for
+	// other MACs sent from the attacker's own.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		body, err := s.metrics()
+		if err != nil {
+			return err
+		}
+		if v := metric(body, "vmnetctl_attachment_spoofed_frames_total", `network="`+s.network+`"`, `vm="attacker"`); v < float64(spoofed) {
+			return fmt.Errorf("vmnetctl_attachment_spoofed_frames_total of the attacker on %s is %v, want at least %d", s.network, v, spoofed)
+		}
+		if v := metric(body, "vmnetctl_network_dhcp_spoofed_total", `network="`+s.network+`"`); v < 254 {
+			return fmt.Errorf("vmnetctl_network_dhcp_spoofed_total of %s is %v, want at least 254", s.network, v)
+		}
+		return nil
+	}, "the metrics")
+
+	// None of the forged frames reached the victim, which saw the
+	// gateway's (the capture works).
+	for i, f := range forged {
+		if n := seen.seen(f); n > 0 {
+			t.Errorf("victim received forged frame %d (%x) %d times", i, f[:min(len(f), 42)], n)
+		}
+	}
+	if seen.seenFrom(bridgeMAC) == 0 {
+		t.Errorf("victim's capture saw no frame from the gateway %s: it captures nothing", bridgeMAC)
+	}
+}
+
+// metrics scrapes the controller's metrics (its default address, in the
+// host's namespace).
+func (s *scene) metrics() (string, error) {
+	resp, err := s.h.HTTPClient().Get("http://127.0.0.1:9464/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// metric returns the value of the first sample of name whose labels hold
+// every one of labels, or -1.
+func metric(body, name string, labels ...string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		ls, val, ok := strings.Cut(rest, "} ")
+		if !ok || slices.ContainsFunc(labels, func(l string) bool { return !strings.Contains(ls, l) }) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err == nil {
+			return v
+		}
+	}
+	return -1
 }
