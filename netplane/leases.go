@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -143,17 +144,18 @@ type Allocator struct {
 
 	// The index, derived from the maps above (reindex) and kept up to date
 	// by every change.
-	indexed    int                     // len(leases) when last indexed
-	byIP       map[netip.Addr]string   // the MAC of the lease, expired or not, on each address
-	fixedIP    map[netip.Addr]string   // the MAC an address is fixed for; severalMACs if more than one
-	refs       map[string]*leaseRef    // by MAC: the leases of the range, in byExpiry
-	byExpiry   expiryHeap              // the range's leases, the earliest expiry first
-	quarantine untilHeap               // declined addresses by the end of their quarantine
-	declinedBy map[netip.Addr]string   // who declined each quarantined address
-	declines   map[string][]netip.Addr // by MAC: its quarantined addresses, oldest first
-	taken      *bitTree                // by offset in the range: not free for a new client
-	cursor     uint32                  // offset where the search for a free address starts
-	base, size uint32                  // the range (within the subnet) as numbers
+	indexed    int                        // len(leases) when last indexed
+	byIP       map[netip.Addr]string      // the MAC of the lease, expired or not, on each address
+	fixedIP    map[netip.Addr]string      // the MAC an address is fixed for; severalMACs if more than one
+	refs       map[string]*leaseRef       // by MAC: the leases of the range, in byExpiry
+	byExpiry   expiryHeap                 // the range's leases, the earliest expiry first
+	quarantine untilHeap                  // declined addresses by the end of their quarantine
+	declinedBy map[netip.Addr]string      // who declined each quarantined address
+	declines   map[string][]netip.Addr    // by MAC: its quarantined addresses, oldest first
+	byHost     map[string]map[string]bool // by hostKey of the lease's host name: the MACs, expired or not
+	taken      *bitTree                   // by offset in the range: not free for a new client
+	cursor     uint32                     // offset where the search for a free address starts
+	base, size uint32                     // the range (within the subnet) as numbers
 
 	// Persistence (group commit): gen counts changes, and each change
 	// leaves a journal record with its number in pending; a flush waits
@@ -390,6 +392,7 @@ func (a *Allocator) reindex() {
 		a.cursor = 0
 	}
 	a.byIP = map[netip.Addr]string{}
+	a.byHost = map[string]map[string]bool{}
 	a.refs = map[string]*leaseRef{}
 	a.byExpiry = nil
 	// One lease per address: of several, the one that expires last.
@@ -480,6 +483,12 @@ func (a *Allocator) refresh(ip netip.Addr) {
 // other lease has.
 func (a *Allocator) linkLease(l *backend.Lease) {
 	a.byIP[l.IP] = l.MAC
+	if k := hostKey(l.Hostname); k != "" {
+		if a.byHost[k] == nil {
+			a.byHost[k] = map[string]bool{}
+		}
+		a.byHost[k][l.MAC] = true
+	}
 	if a.inRange(l.IP) {
 		r := &leaseRef{mac: l.MAC, ip: l.IP, exp: l.Expiry}
 		a.refs[l.MAC] = r
@@ -496,6 +505,12 @@ func (a *Allocator) unlinkLease(mac string) {
 	}
 	if a.byIP[l.IP] == mac {
 		delete(a.byIP, l.IP)
+	}
+	if k := hostKey(l.Hostname); k != "" {
+		delete(a.byHost[k], mac)
+		if len(a.byHost[k]) == 0 {
+			delete(a.byHost, k)
+		}
 	}
 	if r, ok := a.refs[mac]; ok {
 		heap.Remove(&a.byExpiry, r.idx)
@@ -859,6 +874,38 @@ func (a *Allocator) Bound() map[string][]netip.Addr {
 		}
 	}
 	return out
+}
+
+// hostKey is what a DHCP host name is looked up by: its first label (a
+// client may send a full name), in lower case.
+func hostKey(hostname string) string {
+	host, _, _ := strings.Cut(hostname, ".")
+	return strings.ToLower(host)
+}
+
+// ByHostname returns the unexpired lease whose DHCP host name (its first
+// label, in any case) is name; of several, the one on the lowest address.
+// It costs O(1) in the number of leases: an index by name, kept by every
+// change of a lease (expiry is checked here).
+func (a *Allocator) ByHostname(name string) (backend.Lease, bool) {
+	k := hostKey(name)
+	if k == "" || k != strings.ToLower(name) {
+		return backend.Lease{}, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	a.sync(now)
+	var best *backend.Lease
+	for m := range a.byHost[k] {
+		if l := a.leases[m]; l != nil && now.Before(l.Expiry) && (best == nil || l.IP.Less(best.IP)) {
+			best = l
+		}
+	}
+	if best == nil {
+		return backend.Lease{}, false
+	}
+	return *best, true
 }
 
 // Leases returns the unexpired leases, by address.

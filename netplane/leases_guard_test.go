@@ -626,3 +626,56 @@ func BenchmarkCommit(b *testing.B) {
 		})
 	}
 }
+
+// TestByHostname: DHCP host names are found by their first label in any
+// case, follow renewals, releases, declines and expiry, and of two
+// holders the lower address wins.
+func TestByHostname(t *testing.T) {
+	n := testNet("h", api.ModeShared, "10.9.8.0/24")
+	a := mustAllocator(t, n, "")
+	now := guardNow
+	a.now = func() time.Time { return now }
+	m1, m2, m3 := mustMAC("52:55:55:00:09:01"), mustMAC("52:55:55:00:09:02"), mustMAC("52:55:55:00:09:03")
+	commit := func(m net.HardwareAddr, addr, host string) {
+		t.Helper()
+		if _, err := a.Commit(m, ip(addr), host); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(name, addr string) {
+		t.Helper()
+		l, ok := a.ByHostname(name)
+		switch {
+		case addr == "" && ok:
+			t.Errorf("%q answered %s, want nothing", name, l.IP)
+		case addr != "" && (!ok || l.IP != ip(addr)):
+			t.Errorf("%q answered %v (%v), want %s", name, l.IP, ok, addr)
+		}
+	}
+	commit(m1, "10.9.8.20", "Web.example.com")
+	commit(m2, "10.9.8.30", "db")
+	want("web", "10.9.8.20")
+	want("WEB", "10.9.8.20")
+	want("web.example.com", "")
+	want("db", "10.9.8.30")
+	// A renewal with another name takes the old one away.
+	commit(m2, "10.9.8.30", "cache")
+	want("db", "")
+	want("cache", "10.9.8.30")
+	// A renewal without a name keeps it.
+	commit(m2, "10.9.8.30", "")
+	want("cache", "10.9.8.30")
+	// Two holders: the lower address.
+	commit(m3, "10.9.8.10", "web")
+	want("web", "10.9.8.10")
+	if err := a.Release(m3); err != nil {
+		t.Fatal(err)
+	}
+	want("web", "10.9.8.20")
+	if err := a.Decline(m1, ip("10.9.8.20")); err != nil {
+		t.Fatal(err)
+	}
+	want("web", "")
+	now = now.Add(2 * n.LeaseTime)
+	want("cache", "")
+}
