@@ -19,8 +19,10 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/miekg/dns"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -64,13 +66,14 @@ func TestHostileGuest(t *testing.T) {
 	vms := h.WriteFile("vms.yaml", vmsYAML)
 	h.MustVmnetctl("up", "-f", vms)
 	st := h.Status()
+	out := outsider(t, h)
 	for _, tc := range []struct{ network, gateway, first, last string }{
 		{"shared", "10.81.0.1", "10.81.0.100", "10.81.0.120"},
 		{"isolated", "10.82.0.1", "10.82.0.100", "10.82.0.120"},
 	} {
 		t.Run(tc.network, func(t *testing.T) {
 			t.Parallel()
-			s := &scene{t: t, h: h, st: st, network: tc.network, gateway: netip.MustParseAddr(tc.gateway), first: tc.first, last: tc.last}
+			s := &scene{t: t, h: h, st: st, out: out, network: tc.network, gateway: netip.MustParseAddr(tc.gateway), first: tc.first, last: tc.last}
 			s.attack()
 		})
 	}
@@ -177,6 +180,7 @@ type scene struct {
 	t           *testing.T
 	h           *simvm.Host
 	st          *controller.Status
+	out         *testutil.NS // a LAN neighbour of the host, outside the bridges
 	network     string
 	gateway     netip.Addr
 	first, last string // the DHCP pool
@@ -314,6 +318,7 @@ func (s *scene) attack() {
 	if again := a.lease(); testutil.InRange(again.String(), s.first, s.last) != nil {
 		t.Errorf("attacker's own lease %s is not in the pool", again)
 	}
+	now := s.dnsAttacks(a, bridgeMAC, vip) // the attacker's address now
 
 	// The host's neighbour table holds no spoofed entry: the victim's
 	// address is at the victim's MAC, the stranger's nowhere.
@@ -330,7 +335,7 @@ func (s *scene) attack() {
 			t.Errorf("host: %s is at %s, the victim is %s", e.Dst, e.LLAddr, vmac)
 		case e.Dst == stranger.String():
 			t.Errorf("host: a neighbour entry for %s, which nobody leased: %+v", e.Dst, e)
-		case e.LLAddr == a.mac.String() && e.Dst != aip.String():
+		case e.LLAddr == a.mac.String() && e.Dst != aip.String() && e.Dst != now.String():
 			t.Errorf("host: %s is at the attacker's MAC", e.Dst)
 		}
 	}
@@ -435,4 +440,61 @@ func metric(body, name string, labels ...string) float64 {
 		}
 	}
 	return -1
+}
+
+// outsider is a namespace beside the host, on a link of its own with a
+// route to every address of the host: a LAN neighbour.
+func outsider(t *testing.T, h *simvm.Host) *testutil.NS {
+	o := testutil.NewNS(t, "vmnho")
+	h.MustRun(t, "ip", "link", "add", "lan0", "type", "veth", "peer", "name", "eth0", "netns", o.Name)
+	h.MustRun(t, "ip", "addr", "add", "192.168.250.1/30", "dev", "lan0")
+	h.MustRun(t, "ip", "link", "set", "lan0", "up")
+	o.MustRun(t, "ip", "addr", "add", "192.168.250.2/30", "dev", "eth0")
+	o.MustRun(t, "ip", "link", "set", "eth0", "up")
+	o.MustRun(t, "ip", "route", "add", "default", "via", "192.168.250.1")
+	return o
+}
+
+// dnsAttacks: the attacker sends the victim's name as its DHCP host name,
+// which leaves the name the victim's; on a host-only network a name from
+// outside is refused, not forwarded; and a LAN neighbour that reaches the
+// gateway's address gets no answer from the proxy.
+// It returns the address the attacker leased for that.
+func (s *scene) dnsAttacks(a *attacker, gwMAC net.HardwareAddr, vip netip.Addr) netip.Addr {
+	t := s.t
+	a.hostname = "victim"
+	aip := a.lease()
+	r := a.query(gwMAC, aip, s.gateway, "victim."+netplane.DNSDomain)
+	var got []string
+	if r != nil {
+		for _, rr := range r.Answer {
+			if x, ok := rr.(*dns.A); ok {
+				got = append(got, x.A.String())
+			}
+		}
+	}
+	if r == nil || !slices.Equal(got, []string{vip.String()}) {
+		t.Errorf("victim.%s after the attacker's DHCP host name \"victim\": %v (%v), want the victim's %s", netplane.DNSDomain, got, r, vip)
+	}
+	if s.network == "isolated" {
+		if r := a.query(gwMAC, aip, s.gateway, "example.com"); r == nil || r.Rcode != dns.RcodeRefused {
+			t.Errorf("example.com from a VM of a host-only network: %v, want REFUSED", r)
+		}
+	}
+	if err := s.out.Ping(s.gateway.String(), 1); err != nil {
+		t.Fatalf("the LAN neighbour does not reach the gateway's address %s: %v", s.gateway, err)
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("victim."+netplane.DNSDomain+".", dns.TypeA)
+	err := s.out.Do(func() error {
+		r, _, err := (&dns.Client{Timeout: time.Second}).Exchange(q, net.JoinHostPort(s.gateway.String(), "53"))
+		if err == nil {
+			return fmt.Errorf("answered: %v", r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("a query from outside the bridge to %s: %v", s.gateway, err)
+	}
+	return aip
 }
