@@ -111,6 +111,8 @@ var (
 		"DHCP messages the network's server sent, by message type.", "type")
 	descDHCPErrors = networkDesc("vmnetctl_network_dhcp_errors_total",
 		"DHCP messages dropped: unparsable, not for this server, no address left, or a reply that could not be sent.")
+	descDHCPSpoofed = networkDesc("vmnetctl_network_dhcp_spoofed_total",
+		"DHCP messages ignored because their client hardware address (chaddr) is not the MAC of the frame that carried them (a VM asking for another MAC).")
 	descDNSQueries = networkDesc("vmnetctl_network_dns_queries_total",
 		"DNS queries the network's proxy received.")
 	descDNSResponses = networkDesc("vmnetctl_network_dns_responses_total",
@@ -152,7 +154,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 		descAttachmentInfo, descBytes, descPackets, descDrops, descSpoofDrops, descForwardConns, descAttachmentEgressDenied, descSyscalls, descStatsTime,
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
-		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDNSQueries, descDNSResponses,
+		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDHCPSpoofed, descDNSQueries, descDNSResponses,
 		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied,
 		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
 	} {
@@ -227,6 +229,7 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ba
 			emit(descDHCPReplies, prometheus.CounterValue, float64(st.DHCP.Replies[t]), n.ID, strings.ToLower(t))
 		}
 		emit(descDHCPErrors, prometheus.CounterValue, float64(st.DHCP.Errors), n.ID)
+		emit(descDHCPSpoofed, prometheus.CounterValue, float64(st.DHCP.Spoofed), n.ID)
 	}
 	if n.DNSProxy {
 		emit(descDNSQueries, prometheus.CounterValue, float64(st.DNS.Queries), n.ID)

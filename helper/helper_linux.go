@@ -367,6 +367,18 @@ func (s *session) followClient(lis *listener, stop int) func() {
 		}
 		served = idOf(&st)
 		s.log.infof("main", "client %q is a new socket (its VMM restarted): serving it", path)
+		if s.o.VMMAC == nil && !s.o.NoSpoofCheck {
+			// The new VMM may pick a MAC of its own ("any MAC address
+			// works"): the guard forgets the one it learned and keeps
+			// the first the new VMM sends from. A helper running as the
+			// VM's owner (--uid) may not change nftables: its port
+			// keeps the old MAC until it restarts.
+			if err := netplane.GuardPort(context.Background(), s.o.Network, s.tapName, nil); err != nil {
+				s.log.warnf("main", "the port's guard keeps the MAC it learned: %v", err)
+			} else {
+				s.log.infof("main", "port %s learns the new VMM's MAC", s.tapName)
+			}
+		}
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup

@@ -634,6 +634,40 @@ func TestPeerGone(t *testing.T) {
 	}
 }
 
+// TestNewMACAfterRestart: a VMM started again on the same --socket path
+// may pick a MAC of its own (vmnet-helper's "any MAC address works"), here
+// neither the first VMM's nor the one the helper derived; with no MAC
+// pinned, the helper's port forgets the MAC it learned and learns the new
+// one.
+func TestNewMACAfterRestart(t *testing.T) {
+	f := newFixture(t)
+	tap := openTap(t, f.vm, "vmeth0", false, 0)
+	path := filepath.Join(f.dir, "helper.sock")
+	// As root (no --uid), as the controller runs it: it may guard again.
+	h := f.startHelper(t, nil, "--socket", path)
+	conn := dialSocket(t, f.dir, path)
+	relay := startRelay(tap, conn, 0)
+	first, _ := net.ParseMAC("02:00:00:aa:00:01")
+	if first.String() == h.ready.MACAddress.String() {
+		t.Fatal("the test's MAC is the derived one")
+	}
+	f.setupVM(t, "vmeth0", first)
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the VM")
+	relay.stop()
+
+	os.Remove(filepath.Join(f.dir, "vm.sock"))
+	tap = openTap(t, f.vm, "vmeth0", false, 0)
+	conn = dialSocket(t, f.dir, path)
+	relay = startRelay(tap, conn, 0)
+	defer relay.stop()
+	second, _ := net.ParseMAC("02:00:00:aa:00:02")
+	f.setupVM(t, "vmeth0", second)
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the restarted VM with a new MAC")
+	if !strings.Contains(h.stderr(), "learns the new VMM's MAC") {
+		t.Errorf("the helper did not say it guarded the port again:\n%s", h.stderr())
+	}
+}
+
 // TestJumbo relays 9000-byte frames on a network with MTU 9000.
 func TestJumbo(t *testing.T) {
 	f := newFixture(t)

@@ -142,3 +142,32 @@ func TestLeaseEventsBounded(t *testing.T) {
 		t.Errorf("lease events for 100 request/release cycles: %v, want one of each", events)
 	}
 }
+
+// TestGuestLogsBounded: guests that log from ever new MACs (a port without
+// the guard) get at most maxGuestLines lines per logEvery in all, the next
+// line that passes says how many were held back, and one MAC gets one.
+func TestGuestLogsBounded(t *testing.T) {
+	n := testNet("l", api.ModeShared, "10.9.9.0/24")
+	var logs bytes.Buffer
+	h := newDHCPHandler(n, mustAllocator(t, n, ""), nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	for i := range 5000 {
+		h.warn(net.HardwareAddr{0x02, 0, 0, 0, byte(i >> 8), byte(i)}, "noise")
+	}
+	if got := strings.Count(logs.String(), "noise"); got != maxGuestLines {
+		t.Fatalf("5000 MACs logged %d lines, want %d", got, maxGuestLines)
+	}
+	// The next window: a line passes, with the count of those held back.
+	g := &guestLogs{total: 2}
+	now := guardNow
+	for i := range 10 {
+		if ok, _ := g.allow(fmt.Sprint(i), now); ok != (i < 2) {
+			t.Fatalf("line %d: allowed %v", i, ok)
+		}
+	}
+	if ok, held := g.allow("late", now.Add(logEvery)); !ok || held != 8 {
+		t.Fatalf("after the window: allowed %v, %d held back; want true, 8", ok, held)
+	}
+	if ok, _ := g.allow("late", now.Add(logEvery+time.Second)); ok {
+		t.Fatal("one MAC logged twice within logEvery")
+	}
+}

@@ -44,15 +44,29 @@ type dhcpHandler struct {
 }
 
 // guestLogs are log limits by client, at most maxGuestLogs of them (then
-// they start again: a bound on memory, not on the log).
+// they start again: a bound on memory). With a total, at most that many
+// lines pass per logEvery over all clients together: clients that change
+// their key (a port without the guard may send from any MAC) cannot grow
+// the log without bound either.
 type guestLogs struct {
+	total int // lines per logEvery over all keys; 0: no overall bound
+
 	mu     sync.Mutex
 	limits map[string]*logLimit
+	window time.Time // when the current logEvery window ends
+	passed int       // lines let through in it
+	held   int       // lines the total held back since one passed
 }
 
-const maxGuestLogs = 1024
+const (
+	maxGuestLogs = 1024
+	// maxGuestLines bounds the log lines all guests together trigger
+	// in a network's DHCP server per logEvery.
+	maxGuestLines = 20
+)
 
-// allow is logLimit.allow for the client key.
+// allow is logLimit.allow for the client key, within the total; the count
+// of held-back lines includes those the total held.
 func (g *guestLogs) allow(key string, now time.Time) (bool, int) {
 	g.mu.Lock()
 	if g.limits == nil || len(g.limits) >= maxGuestLogs {
@@ -64,7 +78,22 @@ func (g *guestLogs) allow(key string, now time.Time) (bool, int) {
 		g.limits[key] = l
 	}
 	g.mu.Unlock()
-	return l.allow(now)
+	ok, n := l.allow(now)
+	if !ok || g.total == 0 {
+		return ok, n
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !now.Before(g.window) {
+		g.window, g.passed = now.Add(logEvery), 0
+	}
+	if g.passed >= g.total {
+		g.held += 1 + n
+		return false, 0
+	}
+	g.passed++
+	n, g.held = n+g.held, 0
+	return true, n
 }
 
 // warn logs a line a client triggered, at most one per logEvery per client.
@@ -98,7 +127,7 @@ func (l *logLimit) allow(now time.Time) (bool, int) {
 }
 
 func newDHCPHandler(n *api.Network, alloc *Allocator, dns []netip.Addr, log *slog.Logger) *dhcpHandler {
-	h := &dhcpHandler{n: n, alloc: alloc, log: log,
+	h := &dhcpHandler{n: n, alloc: alloc, log: log, guestLog: guestLogs{total: maxGuestLines},
 		stats: backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}}}
 	for _, a := range dns {
 		h.dns = append(h.dns, net.IP(a.AsSlice()))

@@ -243,64 +243,94 @@ func FuzzLeaseFile(f *testing.F) {
 	// One file, rewritten for every input: a directory per input costs
 	// more than the allocator itself.
 	path := filepath.Join(f.TempDir(), "f.leases.json")
-	f.Fuzz(func(t *testing.T, cfg byte, b []byte) {
-		n := fuzzNet(cfg)
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
+	f.Fuzz(func(t *testing.T, cfg byte, b []byte) { fuzzLeases(t, cfg, path, b, nil) })
+}
+
+// FuzzLeaseJournal loads a lease file with an arbitrary journal beside it,
+// then checks what FuzzLeaseFile checks: a torn or corrupt record ends the
+// journal, never the load; what is loaded keeps one lease per MAC and per
+// address; and what is committed afterwards loads back.
+func FuzzLeaseJournal(f *testing.F) {
+	snap := []byte(`{"network":"f","seq":2,"leases":[{"mac":"52:55:55:00:00:01","ip":"10.9.0.120","expiry":"2030-01-01T01:00:00Z"}]}`)
+	rec := func(seq uint64, op, mac, ip string) []byte {
+		return appendRecord(nil, journalRecord{Seq: seq, Op: op, Lease: backend.Lease{MAC: mac, IP: netip.MustParseAddr(ip), Expiry: fuzzNow.Add(time.Hour)}})
+	}
+	good := slices.Concat(rec(1, journalSet, "52:55:55:00:00:07", "10.9.0.121"), rec(3, journalSet, "52:55:55:00:00:02", "10.9.0.120"),
+		rec(4, journalDrop, "52:55:55:00:00:01", "10.9.0.120"), rec(5, journalSet, "52:55:55:00:00:03", "10.9.0.1"),
+		rec(6, journalSet, "52:55:55:00:00:02", "10.9.0.122"))
+	f.Add(byte(0), snap, good)
+	f.Add(byte(0), snap, good[:len(good)-7])
+	f.Add(byte(1), snap, append(slices.Clone(good), "0000000 {}\nxyz"...))
+	f.Add(byte(0), []byte(`{"leases":[]}`), []byte("deadbeef {\"seq\":1,\"op\":\"set\"}\n"))
+	path := filepath.Join(f.TempDir(), "f.leases.json")
+	f.Fuzz(func(t *testing.T, cfg byte, b, j []byte) { fuzzLeases(t, cfg, path, b, j) })
+}
+
+func fuzzLeases(t *testing.T, cfg byte, path string, b, journal []byte) {
+	n := fuzzNet(cfg)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(journalPath(path), journal, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadLeases(path, fuzzNow); err != nil && !strings.Contains(err.Error(), path) {
+		t.Fatalf("ReadLeases: %v", err)
+	}
+	a, err := NewAllocator(n, path)
+	if err != nil {
+		// A file it cannot read is an error, not a crash or a guess.
+		if !strings.Contains(err.Error(), "reading leases") {
+			t.Fatalf("NewAllocator: %v", err)
 		}
-		a, err := NewAllocator(n, path)
+		return
+	}
+	defer a.Close()
+	a.now = func() time.Time { return fuzzNow }
+	checkLeases(t, a) // a file's duplicate addresses are not kept
+	var macs []string
+	for m, l := range a.leases {
+		if !a.usable(l.IP) || m != l.MAC {
+			t.Fatalf("kept unusable lease %+v", l)
+		}
+		macs = append(macs, m)
+	}
+	slices.Sort(macs)
+	macs = append(macs, fuzzFixedMAC)
+	for i := range 8 {
+		macs = append(macs, fmt.Sprintf("52:55:55:00:01:%02x", i))
+	}
+	for _, m := range macs {
+		hw := mustMAC(m)
+		off, err := a.Offer(hw, netip.Addr{})
+		if errors.Is(err, ErrNoAddress) {
+			continue
+		}
 		if err != nil {
-			// A file it cannot read is an error, not a crash or a guess.
-			if !strings.Contains(err.Error(), "reading leases") {
-				t.Fatalf("NewAllocator: %v", err)
-			}
-			return
+			t.Fatalf("offer to %s: %v", m, err)
 		}
-		a.now = func() time.Time { return fuzzNow }
-		checkLeases(t, a) // a file's duplicate addresses are not kept
-		var macs []string
-		for m, l := range a.leases {
-			if !a.usable(l.IP) || m != l.MAC {
-				t.Fatalf("kept unusable lease %+v", l)
-			}
-			macs = append(macs, m)
-		}
-		slices.Sort(macs)
-		macs = append(macs, fuzzFixedMAC)
-		for i := range 8 {
-			macs = append(macs, fmt.Sprintf("52:55:55:00:01:%02x", i))
-		}
-		for _, m := range macs {
-			hw := mustMAC(m)
-			off, err := a.Offer(hw, netip.Addr{})
-			if errors.Is(err, ErrNoAddress) {
-				continue
-			}
-			if err != nil {
-				t.Fatalf("offer to %s: %v", m, err)
-			}
-			checkHandOut(t, n, a, m, off)
-			l, err := a.Commit(hw, off, "")
-			if err != nil {
-				t.Fatalf("commit of the offered %s to %s: %v", off, m, err)
-			}
-			if l.IP != off {
-				t.Fatalf("committed %s, offered %s", l.IP, off)
-			}
-		}
-		again, err := NewAllocator(n, path)
+		checkHandOut(t, n, a, m, off)
+		l, err := a.Commit(hw, off, "")
 		if err != nil {
-			t.Fatalf("loading what was saved: %v", err)
+			t.Fatalf("commit of the offered %s to %s: %v", off, m, err)
 		}
-		for m, l := range a.leases {
-			if o, ok := again.leases[m]; !ok || o.IP != l.IP || o.Hostname != l.Hostname || !o.Expiry.Equal(l.Expiry) {
-				t.Fatalf("lease %+v saved, loaded back as %+v", l, o)
-			}
+		if l.IP != off {
+			t.Fatalf("committed %s, offered %s", l.IP, off)
 		}
-		if len(again.leases) != len(a.leases) {
-			t.Fatalf("%d leases saved, %d loaded back", len(a.leases), len(again.leases))
+	}
+	again, err := NewAllocator(n, path)
+	if err != nil {
+		t.Fatalf("loading what was saved: %v", err)
+	}
+	defer again.Close()
+	for m, l := range a.leases {
+		if o, ok := again.leases[m]; !ok || o.IP != l.IP || o.Hostname != l.Hostname || !o.Expiry.Equal(l.Expiry) {
+			t.Fatalf("lease %+v saved, loaded back as %+v", l, o)
 		}
-	})
+	}
+	if len(again.leases) != len(a.leases) {
+		t.Fatalf("%d leases saved, %d loaded back", len(a.leases), len(again.leases))
+	}
 }
 
 // FuzzLocalName checks the DNS proxy's name parsing: a local name is one

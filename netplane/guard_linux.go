@@ -132,8 +132,11 @@ func portRules(n *api.Network, port string, learn bool) []string {
 	}
 	rs = append(rs,
 		"ether type arp accept",
-		// A VM does not answer DHCP.
+		// A VM does not answer DHCP, from any port: clients take
+		// whatever arrives on port 68, and a VM never sends to a
+		// client's port.
 		"ether type ip udp sport 67 "+drop,
+		"ether type ip udp dport 68 "+drop,
 		"ip saddr 0.0.0.0 udp sport 68 udp dport 67 accept")
 	if checksAddresses(n) {
 		rs = append(rs,
@@ -145,7 +148,8 @@ func portRules(n *api.Network, port string, learn bool) []string {
 	rs = append(rs,
 		// Nor does it advertise routes or answer DHCPv6.
 		"icmpv6 type { nd-router-advert, nd-redirect } "+drop,
-		"ether type ip6 udp sport 547 "+drop)
+		"ether type ip6 udp sport 547 "+drop,
+		"ether type ip6 udp dport 546 "+drop)
 	rs = append(rs, port6Rules(n, drop)...)
 	// Nothing else: no VLAN tags, no STP, no other protocols.
 	return append(rs, drop)

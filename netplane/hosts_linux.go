@@ -59,12 +59,9 @@ func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool
 			}
 			return netip.Addr{}, false
 		}
-		for _, l := range alloc.Leases() {
-			// A client may send a full name; its first label is its name here.
-			host, _, _ := strings.Cut(l.Hostname, ".")
-			if host != "" && strings.EqualFold(host, name) {
-				return l.IP, true
-			}
+		// A client may send a full name; its first label is its name here.
+		if l, ok := alloc.ByHostname(name); ok {
+			return l.IP, true
 		}
 		return netip.Addr{}, false
 	}
@@ -85,12 +82,9 @@ func resolver6(hosts *hostTable, alloc *Allocator, learner *nd6Learner) func(str
 		if alloc == nil {
 			return nil
 		}
-		for _, l := range alloc.Leases() {
-			host, _, _ := strings.Cut(l.Hostname, ".")
-			if host != "" && strings.EqualFold(host, name) {
-				hw, _ := net.ParseMAC(l.MAC)
-				return learner.Lookup(hw)
-			}
+		if l, ok := alloc.ByHostname(name); ok {
+			hw, _ := net.ParseMAC(l.MAC)
+			return learner.Lookup(hw)
 		}
 		return nil
 	}

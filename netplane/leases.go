@@ -1,11 +1,13 @@
 package netplane
 
 import (
+	"bytes"
 	"cmp"
 	"container/heap"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"math/bits"
 	"net"
@@ -13,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,16 +23,19 @@ import (
 	"github.com/vmnetctl/vmnetctl/backend"
 )
 
-// leaseFile is the on-disk form of a network's leases.
+// leaseFile is the on-disk form of a network's leases: the snapshot. Seq
+// is the last change it holds; the journal's records up to it are already
+// in it (an older vmnetctl's file has none: 0).
 type leaseFile struct {
 	Network string          `json:"network"`
 	Subnet  string          `json:"subnet"`
+	Seq     uint64          `json:"seq,omitempty"`
 	Leases  []backend.Lease `json:"leases"`
 }
 
-// ReadLeases reads the unexpired leases of a lease file as of now, by
-// address: what the DHCP server handed out, readable without it (a lease
-// is written before its ACK). A missing file has none.
+// ReadLeases reads the unexpired leases of a lease file and its journal as
+// of now, by address: what the DHCP server handed out, readable without it
+// (a lease is written before its ACK). A missing file has none.
 func ReadLeases(path string, now time.Time) ([]backend.Lease, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -42,10 +48,26 @@ func ReadLeases(path string, now time.Time) ([]backend.Lease, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var out []backend.Lease
+	byMAC := map[string]*backend.Lease{}
+	at := map[netip.Addr]string{}
 	for _, l := range f.Leases {
+		if _, dup := byMAC[l.MAC]; !dup {
+			byMAC[l.MAC] = &l
+			at[l.IP] = l.MAC
+		}
+	}
+	if jdata, err := os.ReadFile(journalPath(path)); err == nil {
+		recs, _ := parseJournal(jdata)
+		for _, r := range recs {
+			if r.Seq > f.Seq {
+				r.apply(byMAC, at, func(netip.Addr) bool { return true })
+			}
+		}
+	}
+	var out []backend.Lease
+	for _, l := range byMAC {
 		if now.Before(l.Expiry) {
-			out = append(out, l)
+			out = append(out, *l)
 		}
 	}
 	slices.SortFunc(out, func(x, y backend.Lease) int { return x.IP.Compare(y.IP) })
@@ -88,10 +110,15 @@ const (
 // broadcast) with a rotating cursor gives the next never-used one, and a
 // heap of leases by expiry gives the one that expired longest ago.
 //
-// It is safe for concurrent use. With a path, a change is written to it
-// atomically (a temporary file renamed over it) before the client hears of
-// it; changes made while a write is under way share the next write (group
-// commit).
+// It is safe for concurrent use. With a path, a change is on disk before
+// the client hears of it: appended to the journal beside the snapshot at
+// path (journalPath) and synced, a record of a few hundred bytes whatever
+// the number of leases; changes made while a write is under way share the
+// next one (group commit). When the journal holds more than journalFactor
+// records per lease, a background compaction writes the snapshot whole
+// (atomically: a temporary file renamed over it) and starts the journal
+// again. Loading reads the snapshot, then replays the journal's records
+// that are newer than it, up to the first torn or corrupt one.
 type Allocator struct {
 	mu        sync.Mutex
 	id        string
@@ -117,29 +144,56 @@ type Allocator struct {
 
 	// The index, derived from the maps above (reindex) and kept up to date
 	// by every change.
-	indexed    int                     // len(leases) when last indexed
-	byIP       map[netip.Addr]string   // the MAC of the lease, expired or not, on each address
-	fixedIP    map[netip.Addr]string   // the MAC an address is fixed for; severalMACs if more than one
-	refs       map[string]*leaseRef    // by MAC: the leases of the range, in byExpiry
-	byExpiry   expiryHeap              // the range's leases, the earliest expiry first
-	quarantine untilHeap               // declined addresses by the end of their quarantine
-	declinedBy map[netip.Addr]string   // who declined each quarantined address
-	declines   map[string][]netip.Addr // by MAC: its quarantined addresses, oldest first
-	taken      *bitTree                // by offset in the range: not free for a new client
-	cursor     uint32                  // offset where the search for a free address starts
-	base, size uint32                  // the range (within the subnet) as numbers
+	indexed    int                        // len(leases) when last indexed
+	byIP       map[netip.Addr]string      // the MAC of the lease, expired or not, on each address
+	fixedIP    map[netip.Addr]string      // the MAC an address is fixed for; severalMACs if more than one
+	refs       map[string]*leaseRef       // by MAC: the leases of the range, in byExpiry
+	byExpiry   expiryHeap                 // the range's leases, the earliest expiry first
+	quarantine untilHeap                  // declined addresses by the end of their quarantine
+	declinedBy map[netip.Addr]string      // who declined each quarantined address
+	declines   map[string][]netip.Addr    // by MAC: its quarantined addresses, oldest first
+	byHost     map[string]map[string]bool // by hostKey of the lease's host name: the MACs, expired or not
+	taken      *bitTree                   // by offset in the range: not free for a new client
+	cursor     uint32                     // offset where the search for a free address starts
+	base, size uint32                     // the range (within the subnet) as numbers
 
-	// Persistence (group commit): gen counts changes; a flush waits until a
-	// write that includes its change has succeeded or failed.
-	write   func(path string, data []byte) error
-	gen     uint64 // under mu
-	pmu     sync.Mutex
-	pcond   *sync.Cond
-	writing bool
-	durable uint64 // changes up to this one are on disk
-	failGen uint64 // the last failed write held changes up to this one
-	failErr error
+	// Persistence (group commit): gen counts changes, and each change
+	// leaves a journal record with its number in pending; a flush waits
+	// until a write that includes its change has succeeded or failed.
+	write      func(path string, data []byte) error // the snapshot
+	appendSync func(f *os.File, data []byte) error  // a journal write
+	gen        uint64                               // under mu
+	pending    []byte                               // under mu: records not yet written
+	pendingN   int
+	pmu        sync.Mutex
+	pcond      *sync.Cond
+	writing    bool
+	durable    uint64 // changes up to this one are on disk
+	failGen    uint64 // the last failed write held changes up to this one
+	failErr    error
+	// The writer's (whoever holds writing): the journal, open for
+	// appending, its size and records; whether the snapshot exists;
+	// during a compaction, the records written since it began.
+	journal    *os.File
+	jsize      int64
+	jrecs      int
+	snapped    bool
+	compacting bool
+	tail       []byte
+	tailN      int
+	bg         sync.WaitGroup // a compaction under way
+	journalMin int            // journalMin; tests lower it
 }
+
+// Compaction starts when the journal holds more than journalFactor records
+// per lease, and at least journalMin.
+const (
+	journalFactor = 4
+	journalMin    = 4096
+)
+
+// journalPath is the journal of the snapshot at path.
+func journalPath(path string) string { return path + ".journal" }
 
 // offer is an address offered to a MAC, held for it until until.
 type offer struct {
@@ -173,7 +227,7 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 	}
 	a := &Allocator{
 		id: n.ID, subnet: n.Subnet, gateway: n.Gateway, start: n.DHCPStart, end: n.DHCPEnd,
-		leaseTime: lt, path: path, now: time.Now, write: writeFileAtomic,
+		leaseTime: lt, path: path, now: time.Now, write: writeFileAtomic, appendSync: appendSync, journalMin: journalMin,
 		leases: map[string]*backend.Lease{}, fixed: map[string]netip.Addr{}, reserved: map[string]bool{},
 		declined: map[netip.Addr]time.Time{}, offers: map[string]offer{}, offered: map[netip.Addr]string{},
 	}
@@ -192,12 +246,18 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
+		// A journal without its snapshot is a removed network's (Remove
+		// deletes the snapshot): its records are not this network's.
+		if err := os.Remove(journalPath(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("removing the stale lease journal of network %q: %w", n.ID, err)
+		}
 		a.reindex()
 		return a, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading leases of network %q: %w", n.ID, err)
 	}
+	a.snapped = true
 	var f leaseFile
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("reading leases of network %q from %s: %w", n.ID, path, err)
@@ -225,8 +285,41 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 		a.leases[mac] = &l
 		at[l.IP] = mac
 	}
+	a.gen = f.Seq
+	if err := a.replayJournal(f.Seq, at); err != nil {
+		return nil, fmt.Errorf("reading leases of network %q: %w", n.ID, err)
+	}
+	a.durable = a.gen
 	a.reindex()
 	return a, nil
+}
+
+// replayJournal applies the journal's records newer than the snapshot
+// (seq), up to the first torn or corrupt one, and cuts the journal there,
+// so that new records follow the last good one.
+func (a *Allocator) replayJournal(seq uint64, at map[netip.Addr]string) error {
+	jp := journalPath(a.path)
+	data, err := os.ReadFile(jp)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	recs, good := parseJournal(data)
+	for _, r := range recs {
+		if r.Seq > seq {
+			r.apply(a.leases, at, a.usable)
+		}
+		a.gen = max(a.gen, r.Seq)
+	}
+	if good < len(data) {
+		if err := os.Truncate(jp, int64(good)); err != nil {
+			return fmt.Errorf("cutting the torn end of %s: %w", jp, err)
+		}
+	}
+	a.jsize, a.jrecs = int64(good), len(recs)
+	return nil
 }
 
 func normMAC(s string) (string, error) {
@@ -299,6 +392,7 @@ func (a *Allocator) reindex() {
 		a.cursor = 0
 	}
 	a.byIP = map[netip.Addr]string{}
+	a.byHost = map[string]map[string]bool{}
 	a.refs = map[string]*leaseRef{}
 	a.byExpiry = nil
 	// One lease per address: of several, the one that expires last.
@@ -389,6 +483,12 @@ func (a *Allocator) refresh(ip netip.Addr) {
 // other lease has.
 func (a *Allocator) linkLease(l *backend.Lease) {
 	a.byIP[l.IP] = l.MAC
+	if k := hostKey(l.Hostname); k != "" {
+		if a.byHost[k] == nil {
+			a.byHost[k] = map[string]bool{}
+		}
+		a.byHost[k][l.MAC] = true
+	}
 	if a.inRange(l.IP) {
 		r := &leaseRef{mac: l.MAC, ip: l.IP, exp: l.Expiry}
 		a.refs[l.MAC] = r
@@ -405,6 +505,12 @@ func (a *Allocator) unlinkLease(mac string) {
 	}
 	if a.byIP[l.IP] == mac {
 		delete(a.byIP, l.IP)
+	}
+	if k := hostKey(l.Hostname); k != "" {
+		delete(a.byHost[k], mac)
+		if len(a.byHost[k]) == 0 {
+			delete(a.byHost, k)
+		}
 	}
 	if r, ok := a.refs[mac]; ok {
 		heap.Remove(&a.byExpiry, r.idx)
@@ -579,8 +685,7 @@ func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string)
 	}
 	a.setLease(l)
 	a.dropOffer(m)
-	a.gen++
-	g := a.gen
+	g := a.record(journalSet, *l)
 	a.mu.Unlock()
 
 	if err := a.flush(g); err != nil {
@@ -634,8 +739,7 @@ func (a *Allocator) Decline(mac net.HardwareAddr, ip netip.Addr) error {
 	a.declines[m] = append(a.declines[m], ip)
 	heap.Push(&a.quarantine, quarantined{ip, until})
 	a.refresh(ip)
-	a.gen++
-	g := a.gen
+	g := a.record(journalDrop, backend.Lease{MAC: m, IP: ip})
 	a.mu.Unlock()
 	return a.flush(g)
 }
@@ -656,8 +760,7 @@ func (a *Allocator) Release(mac net.HardwareAddr) error {
 		r.exp = l.Expiry
 		heap.Fix(&a.byExpiry, r.idx)
 	}
-	a.gen++
-	g := a.gen
+	g := a.record(journalSet, *l)
 	a.mu.Unlock()
 	return a.flush(g)
 }
@@ -773,6 +876,38 @@ func (a *Allocator) Bound() map[string][]netip.Addr {
 	return out
 }
 
+// hostKey is what a DHCP host name is looked up by: its first label (a
+// client may send a full name), in lower case.
+func hostKey(hostname string) string {
+	host, _, _ := strings.Cut(hostname, ".")
+	return strings.ToLower(host)
+}
+
+// ByHostname returns the unexpired lease whose DHCP host name (its first
+// label, in any case) is name; of several, the one on the lowest address.
+// It costs O(1) in the number of leases: an index by name, kept by every
+// change of a lease (expiry is checked here).
+func (a *Allocator) ByHostname(name string) (backend.Lease, bool) {
+	k := hostKey(name)
+	if k == "" || k != strings.ToLower(name) {
+		return backend.Lease{}, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	a.sync(now)
+	var best *backend.Lease
+	for m := range a.byHost[k] {
+		if l := a.leases[m]; l != nil && now.Before(l.Expiry) && (best == nil || l.IP.Less(best.IP)) {
+			best = l
+		}
+	}
+	if best == nil {
+		return backend.Lease{}, false
+	}
+	return *best, true
+}
+
 // Leases returns the unexpired leases, by address.
 func (a *Allocator) Leases() []backend.Lease {
 	a.mu.Lock()
@@ -809,7 +944,7 @@ func (a *Allocator) flush(g uint64) error {
 		}
 		a.writing = true
 		a.pmu.Unlock()
-		wg, err := a.save()
+		wg, err := a.persist()
 		a.pmu.Lock()
 		a.writing = false
 		if err == nil {
@@ -821,25 +956,244 @@ func (a *Allocator) flush(g uint64) error {
 	}
 }
 
-// save writes every lease, expired ones too, to a.path atomically, and
-// returns the last change the write holds.
-func (a *Allocator) save() (uint64, error) {
+// persist writes the changes made so far, and returns the last one the
+// write holds: the pending journal records, appended and synced; or, when
+// there is no snapshot yet, the snapshot. A journal that has grown past
+// its bound is compacted in the background.
+func (a *Allocator) persist() (uint64, error) {
 	a.mu.Lock()
 	g := a.gen
-	f := leaseFile{Network: a.id, Subnet: a.subnet.String(), Leases: make([]backend.Lease, 0, len(a.leases))}
+	recs, n := a.pending, a.pendingN
+	a.pending, a.pendingN = nil, 0
+	var snap leaseFile
+	if !a.snapped {
+		snap = a.snapshot()
+	}
+	live := len(a.leases)
+	a.mu.Unlock()
+	if !a.snapped {
+		if err := a.writeSnapshot(snap); err != nil {
+			return g, err
+		}
+		a.snapped = true
+		return g, nil
+	}
+	if err := a.appendJournal(recs); err != nil {
+		return g, fmt.Errorf("saving leases of network %q: %w", a.id, err)
+	}
+	a.jrecs += n
+	switch {
+	case a.compacting:
+		a.tail = append(a.tail, recs...)
+		a.tailN += n
+	case a.jrecs > max(a.journalMin, journalFactor*live):
+		a.compacting = true
+		a.bg.Add(1)
+		go a.compact()
+	}
+	return g, nil
+}
+
+// appendJournal appends recs to the journal and syncs it; a write that
+// fails is cut off again, so that the next record follows the last good
+// one.
+func (a *Allocator) appendJournal(recs []byte) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if a.journal == nil {
+		f, err := os.OpenFile(journalPath(a.path), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return err
+		}
+		if st, err := f.Stat(); err == nil {
+			a.jsize = st.Size()
+		}
+		a.journal = f
+	}
+	if err := a.appendSync(a.journal, recs); err != nil {
+		a.journal.Truncate(a.jsize)
+		return err
+	}
+	a.jsize += int64(len(recs))
+	return nil
+}
+
+func appendSync(f *os.File, data []byte) error {
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// compact writes the snapshot whole, then, as the writer, replaces the
+// journal with the records written since the snapshot was taken (those
+// up to the snapshot's seq among them are skipped when loading). A crash
+// between the two leaves the old journal, whose older records are skipped
+// too.
+func (a *Allocator) compact() {
+	defer a.bg.Done()
+	a.mu.Lock()
+	snap := a.snapshot()
+	a.mu.Unlock()
+	err := a.writeSnapshot(snap)
+	a.pmu.Lock()
+	for a.writing {
+		a.pcond.Wait()
+	}
+	a.writing = true
+	a.pmu.Unlock()
+	if err == nil {
+		err = a.restartJournal()
+	}
+	a.compacting, a.tail, a.tailN = false, nil, 0
+	a.pmu.Lock()
+	a.writing = false
+	a.pcond.Broadcast()
+	a.pmu.Unlock()
+	_ = err // the journal stays as it was, and grows until the next try
+}
+
+// restartJournal replaces the journal with the records written during a
+// compaction.
+func (a *Allocator) restartJournal() error {
+	jp := journalPath(a.path)
+	if err := writeFileAtomic(jp, a.tail); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(jp, os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	if a.journal != nil {
+		a.journal.Close()
+	}
+	a.journal, a.jsize, a.jrecs = f, int64(len(a.tail)), a.tailN
+	return nil
+}
+
+// snapshot returns every lease, expired ones too, as of the last change
+// (under mu).
+func (a *Allocator) snapshot() leaseFile {
+	f := leaseFile{Network: a.id, Subnet: a.subnet.String(), Seq: a.gen, Leases: make([]backend.Lease, 0, len(a.leases))}
 	for _, l := range a.leases {
 		f.Leases = append(f.Leases, *l)
 	}
-	a.mu.Unlock()
+	return f
+}
+
+// writeSnapshot writes f to a.path atomically.
+func (a *Allocator) writeSnapshot(f leaseFile) error {
 	slices.SortFunc(f.Leases, func(x, y backend.Lease) int { return cmp.Or(x.IP.Compare(y.IP), cmp.Compare(x.MAC, y.MAC)) })
 	data, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
-		return g, err
+		return err
 	}
 	if err := a.write(a.path, append(data, '\n')); err != nil {
-		return g, fmt.Errorf("saving leases of network %q: %w", a.id, err)
+		return fmt.Errorf("saving leases of network %q: %w", a.id, err)
 	}
-	return g, nil
+	return nil
+}
+
+// Close waits for a compaction under way and closes the journal.
+func (a *Allocator) Close() {
+	a.bg.Wait()
+	a.pmu.Lock()
+	defer a.pmu.Unlock()
+	for a.writing {
+		a.pcond.Wait()
+	}
+	if a.journal != nil {
+		a.journal.Close()
+		a.journal = nil
+	}
+}
+
+// Journal records, one per line: the CRC-32 of the JSON in hex, a space,
+// the JSON of the record. A line that is cut short (a crash in the middle
+// of a write) or whose CRC does not match ends the journal.
+const (
+	journalSet  = "set"  // Lease is the MAC's lease from now on
+	journalDrop = "drop" // the MAC's lease is gone (declined)
+)
+
+type journalRecord struct {
+	Seq   uint64        `json:"seq"`
+	Op    string        `json:"op"`
+	Lease backend.Lease `json:"lease"`
+}
+
+// record numbers a change and adds its journal record to pending (under
+// mu); it returns the change's number.
+func (a *Allocator) record(op string, l backend.Lease) uint64 {
+	a.gen++
+	if a.path == "" {
+		return a.gen
+	}
+	a.pending = appendRecord(a.pending, journalRecord{Seq: a.gen, Op: op, Lease: l})
+	a.pendingN++
+	return a.gen
+}
+
+func appendRecord(b []byte, r journalRecord) []byte {
+	data, _ := json.Marshal(r) // plain fields: cannot fail
+	b = fmt.Appendf(b, "%08x ", crc32.ChecksumIEEE(data))
+	b = append(b, data...)
+	return append(b, '\n')
+}
+
+// parseJournal returns the records of a journal up to the first bad one,
+// and the length of the good part.
+func parseJournal(data []byte) ([]journalRecord, int) {
+	var recs []journalRecord
+	good := 0
+	for good < len(data) {
+		end := bytes.IndexByte(data[good:], '\n')
+		if end < 0 {
+			break // torn: no end of line
+		}
+		line := data[good : good+end]
+		var sum uint32
+		if len(line) < 10 || line[8] != ' ' {
+			break
+		}
+		if _, err := fmt.Sscanf(string(line[:8]), "%08x", &sum); err != nil || crc32.ChecksumIEEE(line[9:]) != sum {
+			break
+		}
+		var r journalRecord
+		if err := json.Unmarshal(line[9:], &r); err != nil || (r.Op != journalSet && r.Op != journalDrop) {
+			break
+		}
+		recs = append(recs, r)
+		good += end + 1
+	}
+	return recs, good
+}
+
+// apply applies r to leases (by MAC) and at (the MAC on each address): a
+// set takes the address over from any other MAC, as Commit does. Leases
+// on addresses that usable refuses are dropped.
+func (r journalRecord) apply(leases map[string]*backend.Lease, at map[netip.Addr]string, usable func(netip.Addr) bool) {
+	mac, err := normMAC(r.Lease.MAC)
+	if err != nil {
+		return
+	}
+	if old, ok := leases[mac]; ok {
+		if at[old.IP] == mac {
+			delete(at, old.IP)
+		}
+		delete(leases, mac)
+	}
+	if r.Op == journalDrop || !usable(r.Lease.IP) {
+		return
+	}
+	if o, ok := at[r.Lease.IP]; ok {
+		delete(leases, o)
+	}
+	l := r.Lease
+	l.MAC = mac
+	leases[mac] = &l
+	at[l.IP] = mac
 }
 
 // writeFileAtomic replaces path with data so that a reader or a crash sees

@@ -353,12 +353,14 @@ func TestCommitDurableAndGrouped(t *testing.T) {
 	n := testNet("p", api.ModeShared, "10.9.5.0/24")
 	path := filepath.Join(t.TempDir(), "p.leases.json")
 	a := mustAllocator(t, n, path)
+	t.Cleanup(a.Close)
 	var writes atomic.Int64
-	a.write = func(p string, data []byte) error {
+	slow := func(f *os.File, data []byte) error {
 		writes.Add(1)
 		time.Sleep(20 * time.Millisecond) // an fsync on a slow disk
-		return writeFileAtomic(p, data)
+		return appendSync(f, data)
 	}
+	a.appendSync = slow
 	// One commit, then a fresh allocator on the same file: the lease is there.
 	m0 := mustMAC("52:55:55:00:06:00")
 	l0, err := a.Commit(m0, ip("10.9.5.2"), "vm0")
@@ -403,7 +405,7 @@ func TestCommitDurableAndGrouped(t *testing.T) {
 		t.Fatalf("%d leases on disk, want %d", got, N+1)
 	}
 	// A write that fails: no ACK, and no lease in memory either.
-	a.write = func(string, []byte) error { return errors.New("disk full") }
+	a.appendSync = func(*os.File, []byte) error { return errors.New("disk full") }
 	mf := mustMAC("52:55:55:00:06:ff")
 	if _, err := a.Commit(mf, ip("10.9.5.200"), ""); err == nil {
 		t.Fatal("Commit succeeded with a failing write")
@@ -412,4 +414,268 @@ func TestCommitDurableAndGrouped(t *testing.T) {
 		t.Fatalf("a lease that was not written stays: %+v", l)
 	}
 	checkIndex(t, a)
+	// The journal goes on after the failed write.
+	a.appendSync = appendSync
+	if _, err := a.Commit(mf, ip("10.9.5.200"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mustAllocator(t, n, path).Lookup(mf); !ok {
+		t.Fatal("the commit after a failed write is not on disk")
+	}
+}
+
+// TestJournalCommitCost: a commit writes one journal record, the same few
+// bytes whether the network has 10 leases or 60k, and never the snapshot.
+func TestJournalCommitCost(t *testing.T) {
+	perCommit := map[int]int64{}
+	for _, n := range []int{10, 60_000} {
+		a := bigAllocator(t, n)
+		t.Cleanup(a.Close)
+		var bytes, appends, snapshots atomic.Int64
+		a.appendSync = func(f *os.File, data []byte) error {
+			bytes.Add(int64(len(data)))
+			appends.Add(1)
+			return appendSync(f, data)
+		}
+		a.write = func(p string, data []byte) error {
+			snapshots.Add(1)
+			return writeFileAtomic(p, data)
+		}
+		mac := mustMAC("52:56:00:00:00:01")
+		const commits = 100
+		for range commits {
+			off, err := a.Offer(mac, netip.Addr{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Commit(mac, off, "renewer"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.bg.Wait()
+		if appends.Load() != commits || snapshots.Load() != 0 {
+			t.Errorf("%d leases: %d commits made %d journal writes and %d snapshot writes, want %d and 0",
+				n, commits, appends.Load(), snapshots.Load(), commits)
+		}
+		perCommit[n] = bytes.Load() / commits
+		if perCommit[n] > 512 {
+			t.Errorf("%d leases: %d bytes written per commit, want at most 512", n, perCommit[n])
+		}
+	}
+	// The same record but for the digits of its sequence number.
+	if d := perCommit[60_000] - perCommit[10]; d < -8 || d > 8 {
+		t.Errorf("bytes per commit grow with the leases: %v", perCommit)
+	}
+}
+
+// TestJournalCrash: granted leases, releases and declines survive a crash
+// (no compaction, no Close) that tore the journal's last record; the torn
+// record is ignored and the next commit follows the last good one.
+func TestJournalCrash(t *testing.T) {
+	n := testNet("j", api.ModeShared, "10.9.6.0/24")
+	path := filepath.Join(t.TempDir(), "j.leases.json")
+	a := mustAllocator(t, n, path)
+	macs := []net.HardwareAddr{mustMAC("52:55:55:00:07:00"), mustMAC("52:55:55:00:07:01"), mustMAC("52:55:55:00:07:02"), mustMAC("52:55:55:00:07:03")}
+	var granted []backend.Lease
+	for i, m := range macs {
+		l, err := a.Commit(m, addrU32(u32(ip("10.9.6.10"))+uint32(i)), fmt.Sprintf("vm%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted = append(granted, l)
+	}
+	if err := a.Release(macs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Decline(macs[2], granted[2].IP); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	released := *a.leases[macs[1].String()]
+	a.mu.Unlock()
+	// The crash: half of a record that was being written.
+	j, err := os.OpenFile(journalPath(path), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := appendRecord(nil, journalRecord{Seq: 99, Op: journalSet, Lease: backend.Lease{MAC: "52:55:55:00:07:09", IP: ip("10.9.6.99"), Expiry: guardNow}})
+	j.Write(torn[:len(torn)/2])
+	j.Close()
+
+	b := mustAllocator(t, n, path)
+	t.Cleanup(b.Close)
+	check := func(b *Allocator) {
+		t.Helper()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, i := range []int{0, 3} {
+			if got := b.leases[macs[i].String()]; got == nil || !sameLease(*got, granted[i]) {
+				t.Errorf("granted %+v, after the crash %+v", granted[i], got)
+			}
+		}
+		if got := b.leases[macs[1].String()]; got == nil || !got.Expiry.Equal(released.Expiry) || got.IP != granted[1].IP {
+			t.Errorf("released %+v, after the crash %+v", released, got)
+		}
+		if got := b.leases[macs[2].String()]; got != nil {
+			t.Errorf("declined lease back after the crash: %+v", got)
+		}
+		if got := b.leases["52:55:55:00:07:09"]; got != nil {
+			t.Errorf("the torn record was applied: %+v", got)
+		}
+	}
+	check(b)
+	// The next commit after the torn end loads back.
+	m := mustMAC("52:55:55:00:07:04")
+	l, err := b.Commit(m, ip("10.9.6.20"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustAllocator(t, n, path)
+	t.Cleanup(c.Close)
+	check(c)
+	if got, ok := c.Lookup(m); !ok || !sameLease(got, l) {
+		t.Errorf("committed %+v after the crash, loaded back %+v", l, got)
+	}
+	if got, err := ReadLeases(path, time.Now()); err != nil || len(got) != 3 {
+		t.Errorf("ReadLeases: %v, %v; want the 3 unexpired leases", got, err)
+	}
+}
+
+// TestJournalCompaction: past its bound the journal is folded into the
+// snapshot in the background and starts again; everything loads back,
+// and so does a snapshot left with the old journal (a crash between the
+// two writes).
+func TestJournalCompaction(t *testing.T) {
+	n := testNet("k", api.ModeShared, "10.9.7.0/24")
+	path := filepath.Join(t.TempDir(), "k.leases.json")
+	a := mustAllocator(t, n, path)
+	t.Cleanup(a.Close)
+	a.journalMin = 16
+	var old []byte
+	for i := range 201 {
+		if i == 200 {
+			// Commits that came during a compaction are left for the
+			// next one: this one starts it, if needed, with none.
+			a.bg.Wait()
+		}
+		m := mustMAC(fmt.Sprintf("52:55:55:00:08:%02x", i%10))
+		if _, err := a.Commit(m, addrU32(u32(ip("10.9.7.10"))+uint32(i%10)), fmt.Sprintf("h%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 150 {
+			old, _ = os.ReadFile(journalPath(path))
+		}
+	}
+	a.bg.Wait()
+	jdata, _ := os.ReadFile(journalPath(path))
+	if recs, _ := parseJournal(jdata); len(recs) > 4*10 {
+		t.Errorf("%d records in the journal after compaction, want at most %d", len(recs), 4*10)
+	}
+	var snap leaseFile
+	if data, err := os.ReadFile(path); err != nil || json.Unmarshal(data, &snap) != nil || snap.Seq <= 152 {
+		t.Fatalf("no snapshot compacted after the 152nd change: seq %d, %v", snap.Seq, err)
+	}
+	same := func(b *Allocator) {
+		t.Helper()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if len(b.leases) != len(a.leases) {
+			t.Fatalf("%d leases, loaded back %d", len(a.leases), len(b.leases))
+		}
+		for m, l := range a.leases {
+			if o := b.leases[m]; o == nil || !sameLease(*o, *l) {
+				t.Fatalf("lease %+v loaded back as %+v", l, o)
+			}
+		}
+	}
+	b := mustAllocator(t, n, path)
+	same(b)
+	b.Close()
+	// A crash after the snapshot's rename, before the journal's: the
+	// records of the older journal are in the snapshot already and change
+	// nothing.
+	if err := os.WriteFile(journalPath(path), append(old, jdata...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := mustAllocator(t, n, path)
+	same(c)
+	c.Close()
+}
+
+func sameLease(x, y backend.Lease) bool {
+	return x.MAC == y.MAC && x.IP == y.IP && x.Hostname == y.Hostname && x.Expiry.Equal(y.Expiry)
+}
+
+// BenchmarkCommit measures a renewal's commit (journal write and fsync
+// included) on a range with many leases.
+func BenchmarkCommit(b *testing.B) {
+	for _, n := range []int{1_000, 60_000} {
+		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) {
+			a := bigAllocator(b, n)
+			defer a.Close()
+			mac := mustMAC("52:56:00:00:00:01")
+			off, err := a.Offer(mac, netip.Addr{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, err := a.Commit(mac, off, ""); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestByHostname: DHCP host names are found by their first label in any
+// case, follow renewals, releases, declines and expiry, and of two
+// holders the lower address wins.
+func TestByHostname(t *testing.T) {
+	n := testNet("h", api.ModeShared, "10.9.8.0/24")
+	a := mustAllocator(t, n, "")
+	now := guardNow
+	a.now = func() time.Time { return now }
+	m1, m2, m3 := mustMAC("52:55:55:00:09:01"), mustMAC("52:55:55:00:09:02"), mustMAC("52:55:55:00:09:03")
+	commit := func(m net.HardwareAddr, addr, host string) {
+		t.Helper()
+		if _, err := a.Commit(m, ip(addr), host); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(name, addr string) {
+		t.Helper()
+		l, ok := a.ByHostname(name)
+		switch {
+		case addr == "" && ok:
+			t.Errorf("%q answered %s, want nothing", name, l.IP)
+		case addr != "" && (!ok || l.IP != ip(addr)):
+			t.Errorf("%q answered %v (%v), want %s", name, l.IP, ok, addr)
+		}
+	}
+	commit(m1, "10.9.8.20", "Web.example.com")
+	commit(m2, "10.9.8.30", "db")
+	want("web", "10.9.8.20")
+	want("WEB", "10.9.8.20")
+	want("web.example.com", "")
+	want("db", "10.9.8.30")
+	// A renewal with another name takes the old one away.
+	commit(m2, "10.9.8.30", "cache")
+	want("db", "")
+	want("cache", "10.9.8.30")
+	// A renewal without a name keeps it.
+	commit(m2, "10.9.8.30", "")
+	want("cache", "10.9.8.30")
+	// Two holders: the lower address.
+	commit(m3, "10.9.8.10", "web")
+	want("web", "10.9.8.10")
+	if err := a.Release(m3); err != nil {
+		t.Fatal(err)
+	}
+	want("web", "10.9.8.20")
+	if err := a.Decline(m1, ip("10.9.8.20")); err != nil {
+		t.Fatal(err)
+	}
+	want("web", "")
+	now = now.Add(2 * n.LeaseTime)
+	want("cache", "")
 }

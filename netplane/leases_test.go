@@ -103,9 +103,9 @@ func TestAllocatorPersistsAndReuses(t *testing.T) {
 	if err := b.SetFixed(mustMAC("52:55:55:00:00:04"), ip("10.9.0.1")); err == nil {
 		t.Error("fixing the gateway succeeded")
 	}
-	// Atomic writes leave the lease file and nothing else.
-	if ents, err := os.ReadDir(filepath.Dir(path)); err != nil || len(ents) != 1 || ents[0].Name() != "t.leases.json" {
-		t.Errorf("state dir holds %v (%v), want only t.leases.json", ents, err)
+	// Atomic writes leave the lease file and its journal, nothing else.
+	if ents, err := os.ReadDir(filepath.Dir(path)); err != nil || len(ents) != 2 || ents[0].Name() != "t.leases.json" || ents[1].Name() != "t.leases.json.journal" {
+		t.Errorf("state dir holds %v (%v), want only t.leases.json and its journal", ents, err)
 	}
 	if got := len(b.Leases()); got != 3 {
 		t.Errorf("%d leases, want 3: %v", got, b.Leases())

@@ -403,6 +403,11 @@ func (nw *Network) Close() error {
 			}
 		}
 		nw.wg.Wait()
+		if nw.alloc != nil {
+			// A compaction under way ends before another allocator
+			// may load the lease file.
+			nw.alloc.Close()
+		}
 		if nw.netns != nil {
 			errs = append(errs, nw.netns.Close())
 		}

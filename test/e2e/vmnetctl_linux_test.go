@@ -423,6 +423,18 @@ func TestGuests(t *testing.T) {
 			t.Errorf("%s (%s, MAC %s): status says VM %s network %s state %s", k, ifname, macs[k], att.VM, att.Network, att.State)
 		}
 	}
+	// Anti-spoofing is on for every VM port (all networks here are shared
+	// or host), and dropped none of the guests' own frames.
+	guards := w.MustRun(t, "nft", "list", "ruleset", "bridge")
+	for k := range leases {
+		att, _ := attachmentByMAC(st, macs[k])
+		if !strings.Contains(guards, fmt.Sprintf("%q : jump port-%s", att.Tap, att.Tap)) {
+			t.Errorf("%s: port %s is not guarded:\n%s", k, att.Tap, guards)
+		}
+		if att.SpoofDrops != 0 {
+			t.Errorf("%s: the guard dropped %d of the guest's frames, want 0", k, att.SpoofDrops)
+		}
+	}
 	// b's IPv6 address (SLAAC) is in status once b has used it.
 	b6, err := b.Await("eth0.ip6", time.Minute)
 	if err != nil {

@@ -1,16 +1,21 @@
 package hostile
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -20,10 +25,12 @@ import (
 // frames on its own helper socket, as any guest can, and reads what the
 // helper sends it.
 type attacker struct {
-	t      *testing.T
-	mac    net.HardwareAddr
-	conn   *net.UnixConn
-	helper *net.UnixAddr
+	t   *testing.T
+	mac net.HardwareAddr
+	// hostname is the DHCP host name its requests send, if any.
+	hostname string
+	conn     *net.UnixConn
+	helper   *net.UnixAddr
 }
 
 func newAttacker(t *testing.T, mac net.HardwareAddr, helperPath, clientPath string) *attacker {
@@ -83,7 +90,11 @@ func (a *attacker) lease() netip.Addr {
 	if off == nil || off.MessageType() != dhcpv4.MessageTypeOffer {
 		a.t.Fatalf("attacker's own DISCOVER: %v", off)
 	}
-	req, _ := dhcpv4.NewRequestFromOffer(off)
+	var mods []dhcpv4.Modifier
+	if a.hostname != "" {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(a.hostname)))
+	}
+	req, _ := dhcpv4.NewRequestFromOffer(off, mods...)
 	ack := a.dhcp(a.mac, req)
 	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
 		a.t.Fatalf("attacker's own REQUEST: %v", ack)
@@ -226,4 +237,149 @@ func tapWriter(t *testing.T, ns *testutil.NS, name string) func([]byte) {
 			t.Fatalf("writing to TAP %s: %v", name, err)
 		}
 	}
+}
+
+// capture records every frame that arrives on an interface of a namespace
+// (an AF_PACKET socket bound to it), until the test ends.
+type capture struct {
+	mu     sync.Mutex
+	frames [][]byte
+}
+
+func startCapture(t *testing.T, ns *testutil.NS, ifname string) *capture {
+	t.Helper()
+	var fd int
+	err := ns.Do(func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		proto := int(htons(unix.ETH_P_ALL))
+		if fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto); err != nil {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		// Reads wake up now and then, so that the reader sees the end.
+		return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100_000})
+	})
+	if err != nil {
+		t.Fatalf("capturing on %s: %v", ifname, err)
+	}
+	c := &capture{}
+	var wg sync.WaitGroup
+	var done atomic.Bool
+	wg.Go(func() {
+		buf := make([]byte, 65536)
+		for !done.Load() {
+			n, from, err := unix.Recvfrom(fd, buf, 0)
+			if err != nil {
+				continue
+			}
+			if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+				continue // the namespace's own
+			}
+			c.mu.Lock()
+			c.frames = append(c.frames, slices.Clone(buf[:n]))
+			c.mu.Unlock()
+		}
+	})
+	t.Cleanup(func() { done.Store(true); wg.Wait(); unix.Close(fd) })
+	return c
+}
+
+// seen returns how many captured frames begin with frame (a frame may
+// arrive padded).
+func (c *capture) seen(frame []byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, f := range c.frames {
+		if bytes.HasPrefix(f, frame) {
+			n++
+		}
+	}
+	return n
+}
+
+// seenFrom returns how many captured frames came from mac.
+func (c *capture) seenFrom(mac net.HardwareAddr) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, f := range c.frames {
+		if len(f) >= 12 && bytes.Equal(f[6:12], mac) {
+			n++
+		}
+	}
+	return n
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// query asks the DNS proxy at gw (whose MAC is gwMAC) for name from the
+// attacker's own address ip, as a guest with a stack would: it answers
+// the host's ARP requests for ip meanwhile. It returns the answer, or nil
+// if none comes within two seconds.
+func (a *attacker) query(gwMAC net.HardwareAddr, ip, gw netip.Addr, name string) *dns.Msg {
+	a.t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	wire, err := q.Pack()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	const sport = 40053
+	deadline := time.Now().Add(2 * time.Second)
+	buf := make([]byte, 65536)
+	for next := time.Now(); ; {
+		if now := time.Now(); !now.Before(next) {
+			a.send(ether(gwMAC, a.mac, etherIPv4, ipv4UDP(ip, gw, sport, 53, wire)))
+			next = now.Add(500 * time.Millisecond)
+		}
+		wake := next
+		if deadline.Before(wake) {
+			wake = deadline
+		}
+		a.conn.SetReadDeadline(wake)
+		n, err := a.conn.Read(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if time.Now().Before(deadline) {
+				continue
+			}
+			return nil
+		}
+		if err != nil {
+			a.t.Fatalf("attacker: reading: %v", err)
+		}
+		f := buf[:n]
+		if len(f) >= 14+28 && binary.BigEndian.Uint16(f[12:]) == etherARP && binary.BigEndian.Uint16(f[20:]) == 1 &&
+			netip.AddrFrom4([4]byte(f[38:42])) == ip {
+			sha, spa := net.HardwareAddr(slices.Clone(f[22:28])), netip.AddrFrom4([4]byte(f[28:32]))
+			a.send(ether(sha, a.mac, etherARP, arp(2, a.mac, ip, sha, spa)))
+			continue
+		}
+		if p := udpPayload(f, 53, sport); p != nil {
+			m := new(dns.Msg)
+			if m.Unpack(p) == nil && m.Id == q.Id {
+				return m
+			}
+		}
+	}
+}
+
+// udpPayload returns the payload of an IPv4 UDP frame from port sport to
+// port dport, or nil.
+func udpPayload(f []byte, sport, dport uint16) []byte {
+	if len(f) < 14+20+8 || binary.BigEndian.Uint16(f[12:]) != etherIPv4 {
+		return nil
+	}
+	ip := f[14:]
+	ihl := int(ip[0]&0x0f) * 4
+	if ip[9] != 17 || len(ip) < ihl+8 || binary.BigEndian.Uint16(ip[ihl:]) != sport || binary.BigEndian.Uint16(ip[ihl+2:]) != dport {
+		return nil
+	}
+	return ip[ihl+8:]
 }

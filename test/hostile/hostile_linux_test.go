@@ -8,16 +8,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/miekg/dns"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -52,6 +57,8 @@ vms:
     networks: [{vmnet: shared}, {vmnet: isolated}]
   tapper:
     networks: [{vmnet: shared, attach: tap}]
+  bridger:
+    networks: [{vmnet: shared, spoofCheck: false}]
 `
 
 func TestHostileGuest(t *testing.T) {
@@ -59,13 +66,14 @@ func TestHostileGuest(t *testing.T) {
 	vms := h.WriteFile("vms.yaml", vmsYAML)
 	h.MustVmnetctl("up", "-f", vms)
 	st := h.Status()
+	out := outsider(t, h)
 	for _, tc := range []struct{ network, gateway, first, last string }{
 		{"shared", "10.81.0.1", "10.81.0.100", "10.81.0.120"},
 		{"isolated", "10.82.0.1", "10.82.0.100", "10.82.0.120"},
 	} {
 		t.Run(tc.network, func(t *testing.T) {
 			t.Parallel()
-			s := &scene{t: t, h: h, st: st, network: tc.network, gateway: netip.MustParseAddr(tc.gateway), first: tc.first, last: tc.last}
+			s := &scene{t: t, h: h, st: st, out: out, network: tc.network, gateway: netip.MustParseAddr(tc.gateway), first: tc.first, last: tc.last}
 			s.attack()
 		})
 	}
@@ -73,6 +81,39 @@ func TestHostileGuest(t *testing.T) {
 		t.Parallel()
 		tapAttack(t, h, st)
 	})
+	t.Run("optout", func(t *testing.T) {
+		t.Parallel()
+		optOut(t, h, st)
+	})
+}
+
+// optOut: an attachment with `spoofCheck: false` (a VM that bridges
+// containers of its own) sends from MACs and addresses other than its own,
+// and nothing is dropped.
+func optOut(t *testing.T, h *simvm.Host, st *controller.Status) {
+	ba := h.Attachment(st, "bridger")
+	b := newAttacker(t, mustMAC(ba.MAC), ba.Socket, filepath.Join(h.Dir, "bridger.sock"))
+	gw := netip.MustParseAddr("10.81.0.1")
+	zero := net.HardwareAddr{0, 0, 0, 0, 0, 0}
+	const n = 8
+	testutil.Eventually(t, 10*time.Second, func() error {
+		for i := range n {
+			c := containerMAC(i)
+			b.send(ether(broadcastMAC, c, etherARP, arp(1, c, netip.MustParseAddr(fmt.Sprintf("10.81.0.%d", 200+i)), zero, gw)))
+		}
+		out := h.MustRun(t, "bridge", "fdb", "show", "dev", ba.Tap)
+		for i := range n {
+			if !strings.Contains(out, containerMAC(i).String()) {
+				return fmt.Errorf("the bridge has not learned %s on %s:\n%s", containerMAC(i), ba.Tap, out)
+			}
+		}
+		return nil
+	}, "the containers' MACs on the opted-out port")
+	for _, a := range h.Status().Attachments {
+		if a.VM == "bridger" && a.SpoofDrops != 0 {
+			t.Errorf("bridger (spoofCheck: false): %d frames dropped, want 0", a.SpoofDrops)
+		}
+	}
 }
 
 // tapAttack: a VM whose VMM writes into its TAP itself is guarded the same
@@ -130,11 +171,16 @@ func tapAttack(t *testing.T, h *simvm.Host, st *controller.Status) {
 	}
 }
 
+// containerMAC is the MAC of a container inside the opted-out VM (not a
+// randomMAC: the scenes look for those in the bridge).
+func containerMAC(i int) net.HardwareAddr { return net.HardwareAddr{0x02, 0xc0, 0, 0, 0, byte(i)} }
+
 // scene is one network under attack.
 type scene struct {
 	t           *testing.T
 	h           *simvm.Host
 	st          *controller.Status
+	out         *testutil.NS // a LAN neighbour of the host, outside the bridges
 	network     string
 	gateway     netip.Addr
 	first, last string // the DHCP pool
@@ -180,6 +226,8 @@ func (s *scene) attack() {
 	if err := victim.Ping(s.gateway.String(), 1); err != nil {
 		t.Fatalf("victim cannot reach the gateway: %v", err)
 	}
+	// Everything that reaches the victim from now on.
+	seen := startCapture(t, victim.NS, "eth0")
 
 	// The attacker leases its own address the proper way.
 	aa := s.attachment("attacker")
@@ -212,6 +260,9 @@ func (s *scene) attack() {
 	stranger := netip.MustParseAddr(s.gateway.String()).Next().Next().Next() // .4: nobody's
 	offer, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeOffer), dhcpv4.WithHwAddr(vmac),
 		dhcpv4.WithYourIP(net.IP(vip.AsSlice())), dhcpv4.WithOption(dhcpv4.OptRouter(net.IP(aip.AsSlice()))))
+	ack, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeAck), dhcpv4.WithHwAddr(vmac),
+		dhcpv4.WithYourIP(net.IP(vip.AsSlice())), dhcpv4.WithOption(dhcpv4.OptRouter(net.IP(aip.AsSlice()))),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(aip.AsSlice()))))
 	forged := [][]byte{
 		// "The gateway is at the attacker", to the victim.
 		ether(vmac, a.mac, etherARP, arp(2, a.mac, s.gateway, vmac, vip)),
@@ -227,6 +278,12 @@ func (s *scene) attack() {
 		ether(broadcastMAC, a.mac, etherARP, arp(1, a.mac, stranger, net.HardwareAddr{0, 0, 0, 0, 0, 0}, s.gateway)),
 		// A DHCP server of its own.
 		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(aip, bcast, 67, 68, offer.ToBytes())),
+		// The same from its own leased address and another source port
+		// (clients look at the destination port only), broadcast and
+		// to the victim.
+		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(aip, bcast, 68, 68, offer.ToBytes())),
+		ether(vmac, a.mac, etherIPv4, ipv4UDP(aip, vip, 68, 68, ack.ToBytes())),
+		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(aip, bcast, 1067, 68, ack.ToBytes())),
 		// A router of its own.
 		ether(net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, a.mac, etherIPv6, routerAdvert()),
 		// A VLAN tag around a broadcast ARP.
@@ -261,6 +318,7 @@ func (s *scene) attack() {
 	if again := a.lease(); testutil.InRange(again.String(), s.first, s.last) != nil {
 		t.Errorf("attacker's own lease %s is not in the pool", again)
 	}
+	now := s.dnsAttacks(a, bridgeMAC, vip) // the attacker's address now
 
 	// The host's neighbour table holds no spoofed entry: the victim's
 	// address is at the victim's MAC, the stranger's nowhere.
@@ -277,7 +335,7 @@ func (s *scene) attack() {
 			t.Errorf("host: %s is at %s, the victim is %s", e.Dst, e.LLAddr, vmac)
 		case e.Dst == stranger.String():
 			t.Errorf("host: a neighbour entry for %s, which nobody leased: %+v", e.Dst, e)
-		case e.LLAddr == a.mac.String() && e.Dst != aip.String():
+		case e.LLAddr == a.mac.String() && e.Dst != aip.String() && e.Dst != now.String():
 			t.Errorf("host: %s is at the attacker's MAC", e.Dst)
 		}
 	}
@@ -307,6 +365,17 @@ func (s *scene) attack() {
 		t.Errorf("victim: the gateway %s is at the attacker's MAC: %s", s.gateway, out)
 	}
 
+	// None of the forged frames reached the victim, which saw the
+	// gateway's (the capture works).
+	for i, f := range forged {
+		if n := seen.seen(f); n > 0 {
+			t.Errorf("victim received forged frame %d (%x) %d times", i, f[:min(len(f), 42)], n)
+		}
+	}
+	if seen.seenFrom(bridgeMAC) == 0 {
+		t.Errorf("victim's capture saw no frame from the gateway %s: it captures nothing", bridgeMAC)
+	}
+
 	// The guard counted every dropped frame against the attacker, and
 	// nothing against the victim.
 	testutil.Eventually(t, 10*time.Second, func() error {
@@ -322,4 +391,110 @@ func (s *scene) attack() {
 		}
 		return nil
 	}, "the guard's drop counters")
+	// So do the metrics, and the DHCP server counted the requests for
+	// other MACs sent from the attacker's own.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		body, err := s.metrics()
+		if err != nil {
+			return err
+		}
+		if v := metric(body, "vmnetctl_attachment_spoofed_frames_total", `network="`+s.network+`"`, `vm="attacker"`); v < float64(spoofed) {
+			return fmt.Errorf("vmnetctl_attachment_spoofed_frames_total of the attacker on %s is %v, want at least %d", s.network, v, spoofed)
+		}
+		// (Not all 254: a burst may overflow the server's socket.)
+		if v := metric(body, "vmnetctl_network_dhcp_spoofed_total", `network="`+s.network+`"`); v < 1 {
+			return fmt.Errorf("vmnetctl_network_dhcp_spoofed_total of %s is %v, want more than 0", s.network, v)
+		}
+		return nil
+	}, "the metrics")
+
+}
+
+// metrics scrapes the controller's metrics (its default address, in the
+// host's namespace).
+func (s *scene) metrics() (string, error) {
+	resp, err := s.h.HTTPClient().Get("http://127.0.0.1:9464/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// metric returns the value of the first sample of name whose labels hold
+// every one of labels, or -1.
+func metric(body, name string, labels ...string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		ls, val, ok := strings.Cut(rest, "} ")
+		if !ok || slices.ContainsFunc(labels, func(l string) bool { return !strings.Contains(ls, l) }) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err == nil {
+			return v
+		}
+	}
+	return -1
+}
+
+// outsider is a namespace beside the host, on a link of its own with a
+// route to every address of the host: a LAN neighbour.
+func outsider(t *testing.T, h *simvm.Host) *testutil.NS {
+	o := testutil.NewNS(t, "vmnho")
+	h.MustRun(t, "ip", "link", "add", "lan0", "type", "veth", "peer", "name", "eth0", "netns", o.Name)
+	h.MustRun(t, "ip", "addr", "add", "192.168.250.1/30", "dev", "lan0")
+	h.MustRun(t, "ip", "link", "set", "lan0", "up")
+	o.MustRun(t, "ip", "addr", "add", "192.168.250.2/30", "dev", "eth0")
+	o.MustRun(t, "ip", "link", "set", "eth0", "up")
+	o.MustRun(t, "ip", "route", "add", "default", "via", "192.168.250.1")
+	return o
+}
+
+// dnsAttacks: the attacker sends the victim's name as its DHCP host name,
+// which leaves the name the victim's; on a host-only network a name from
+// outside is refused, not forwarded; and a LAN neighbour that reaches the
+// gateway's address gets no answer from the proxy.
+// It returns the address the attacker leased for that.
+func (s *scene) dnsAttacks(a *attacker, gwMAC net.HardwareAddr, vip netip.Addr) netip.Addr {
+	t := s.t
+	a.hostname = "victim"
+	aip := a.lease()
+	r := a.query(gwMAC, aip, s.gateway, "victim."+netplane.DNSDomain)
+	var got []string
+	if r != nil {
+		for _, rr := range r.Answer {
+			if x, ok := rr.(*dns.A); ok {
+				got = append(got, x.A.String())
+			}
+		}
+	}
+	if r == nil || !slices.Equal(got, []string{vip.String()}) {
+		t.Errorf("victim.%s after the attacker's DHCP host name \"victim\": %v (%v), want the victim's %s", netplane.DNSDomain, got, r, vip)
+	}
+	if s.network == "isolated" {
+		if r := a.query(gwMAC, aip, s.gateway, "example.com"); r == nil || r.Rcode != dns.RcodeRefused {
+			t.Errorf("example.com from a VM of a host-only network: %v, want REFUSED", r)
+		}
+	}
+	if err := s.out.Ping(s.gateway.String(), 1); err != nil {
+		t.Fatalf("the LAN neighbour does not reach the gateway's address %s: %v", s.gateway, err)
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("victim."+netplane.DNSDomain+".", dns.TypeA)
+	err := s.out.Do(func() error {
+		r, _, err := (&dns.Client{Timeout: time.Second}).Exchange(q, net.JoinHostPort(s.gateway.String(), "53"))
+		if err == nil {
+			return fmt.Errorf("answered: %v", r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("a query from outside the bridge to %s: %v", s.gateway, err)
+	}
+	return aip
 }
