@@ -41,6 +41,9 @@ type VXLAN struct {
 	// UnderlayMTU is the MTU of the path between the hosts; the network's
 	// MTU must leave room for VXLANOverhead in it.
 	UnderlayMTU int `json:"underlayMTU"`
+	// DNSPort is the UDP port, on each host's underlay address, where its
+	// DNS proxy answers the other hosts for its own VMs' names.
+	DNSPort uint16 `json:"dnsPort"`
 }
 
 // VXLANHost is one host of a segment: a name for humans, and its underlay
@@ -53,13 +56,16 @@ type VXLANHost struct {
 const (
 	// DefaultVXLANPort is IANA's VXLAN port.
 	DefaultVXLANPort = 4789
+	// DefaultVXLANDNSPort is where hosts of a segment ask each other for
+	// their VMs' names.
+	DefaultVXLANDNSPort = 5380
 	// VXLANOverhead is what VXLAN over IPv4 adds to a frame: outer IPv4
 	// (20), UDP (8), VXLAN (8) and the inner Ethernet header (14).
 	VXLANOverhead = 50
 	maxVNI        = 1<<24 - 1
 )
 
-var vxlanKeys = []string{"vni", "port", "hosts", "underlayMTU"}
+var vxlanKeys = []string{"vni", "port", "hosts", "underlayMTU", "dnsPort"}
 
 // vxlan reads a shared or host network's `vxlan:` section; mtuSet says
 // whether networks.yaml gave the network's MTU (else it is lowered to fit).
@@ -70,7 +76,7 @@ func (w *walker) vxlan(n *Network, v *yaml.Node, path string, mtuSet bool) {
 	}
 	at := func(k string) string { return joinPath(path, k) }
 	key := &yaml.Node{Line: n.lines["vxlan"]} // what the section as a whole is reported at
-	x := &VXLAN{Port: DefaultVXLANPort, UnderlayMTU: DefaultMTU}
+	x := &VXLAN{Port: DefaultVXLANPort, UnderlayMTU: DefaultMTU, DNSPort: DefaultVXLANDNSPort}
 	vni := 0
 	if _, ok := f["vni"]; !ok {
 		w.errorf(key, at("vni"), "is required: the segment's VXLAN id, the same on every host (1 to %d)", maxVNI)
@@ -81,13 +87,21 @@ func (w *walker) vxlan(n *Network, v *yaml.Node, path string, mtuSet bool) {
 		}
 	})
 	x.VNI = uint32(vni)
-	port := int(x.Port)
-	field(w, f, at, "port", w.integer, &port, func(i int, invalid func(string, ...any)) {
-		if i < 1 || i > 65535 {
-			invalid("%d is not a UDP port", i)
-		}
-	})
-	x.Port = uint16(port)
+	for _, p := range []struct {
+		key string
+		dst *uint16
+	}{{"port", &x.Port}, {"dnsPort", &x.DNSPort}} {
+		port := int(*p.dst)
+		field(w, f, at, p.key, w.integer, &port, func(i int, invalid func(string, ...any)) {
+			if i < 1 || i > 65535 {
+				invalid("%d is not a UDP port", i)
+			}
+		})
+		*p.dst = uint16(port)
+	}
+	if x.Port == x.DNSPort {
+		w.errorf(key, at("dnsPort"), "%d is also the tunnel's port", x.DNSPort)
+	}
 	field(w, f, at, "underlayMTU", w.integer, &x.UnderlayMTU, func(i int, invalid func(string, ...any)) {
 		if i < MinMTU+VXLANOverhead || i > MaxMTU {
 			invalid("%d is outside %d-%d", i, MinMTU+VXLANOverhead, MaxMTU)

@@ -39,6 +39,9 @@ type dnsHandler struct {
 	// learn, if set, is told of each answer forwarded, before the client
 	// hears it (the egress policy's names).
 	learn     func(client netip.Addr, qname string, answers []dns.RR)
+	// remote, if set, looks a name this host does not know up on the other
+	// hosts of the network's segment (askPeers).
+	remote func(name string) (netip.Addr, []netip.Addr, bool)
 	upstreams []string // host:port
 	// noForward refuses every name that is not the network's own (a host
 	// network without dnsForward: its VMs must not reach names outside).
@@ -107,6 +110,9 @@ func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 				if h.resolve6 != nil {
 					ip6 = h.resolve6(name)
 					found = found || len(ip6) > 0
+				}
+				if !found && h.remote != nil {
+					ip, ip6, found = h.remote(name)
 				}
 			}
 			switch {

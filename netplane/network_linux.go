@@ -128,6 +128,11 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 		if err := nw.startDNS(netns, resolvConf, opts.Upstreams); err != nil {
 			return nil, err
 		}
+		if n.VXLAN != nil {
+			if err := nw.startPeerDNS(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if checksAddresses(n) {
 		if err := nw.startGuard(ctx); err != nil {

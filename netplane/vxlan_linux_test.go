@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -84,7 +85,7 @@ func TestVXLAN(t *testing.T) {
 	for i, h := range hosts {
 		h.vm = vm(t, h.ns, fmt.Sprintf("vx%d", i+1), fmt.Sprintf("52:55:55:00:50:0%d", i+1), n.Bridge(), false)
 		before := heard()
-		l := mustUdhcpc(t, h.vm, "")
+		l := mustUdhcpc(t, h.vm, fmt.Sprintf("vx%d", i+1))
 		for j, c := range heard() {
 			if j != i && c != before[j] {
 				t.Errorf("host %d's DHCP server heard host %d's VM: DHCP crossed the tunnel", j+1, i+1)
@@ -141,6 +142,48 @@ func TestVXLAN(t *testing.T) {
 			t.Errorf("host %d's WAN saw %s, want its host's uplink %s (NAT on the VM's own host)", i+1, src, wanHost)
 		}
 	}
+	// Names across hosts: each host knows its own VM by its VM-file name
+	// (host 3's only by its DHCP host name); a VM resolves the others
+	// through its own gateway, which asks the other hosts.
+	for i, h := range hosts[:2] {
+		if err := h.nw.SetHost(mustMAC(fmt.Sprintf("52:55:55:00:50:0%d", i+1)), fmt.Sprintf("web%d", i+1), netip.Addr{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		from int
+		name string
+		want netip.Addr
+	}{
+		{0, "web2.vmnet.internal", hosts[1].ip},
+		{1, "web1", hosts[0].ip},
+		{0, "vx3", hosts[2].ip}, // a DHCP host name on host 3
+		{2, "web1.vmnet.internal", hosts[0].ip},
+		{0, "web1", hosts[0].ip}, // its own host's
+	} {
+		resp, err := query(hosts[tc.from].vm, n.Gateway.String(), tc.name, dns.TypeA, "udp")
+		if err != nil || answerA(resp) != tc.want.String() {
+			t.Errorf("host %d's VM resolves %s to %v (%v), want %s", tc.from+1, tc.name, resp, err, tc.want)
+		}
+	}
+	if resp, err := query(hosts[0].vm, n.Gateway.String(), "nobody.vmnet.internal", dns.TypeA, "udp"); err != nil || resp.Rcode != dns.RcodeNameError {
+		t.Errorf("a name no host knows: %v %v, want NXDOMAIN", resp, err)
+	}
+	// The hosts' name service answers the segment's hosts only.
+	stranger := testutil.NewNS(t, "vx-stranger")
+	veth(t, underlay, "ul-x", stranger, "")
+	underlay.MustRun(t, "ip", "link", "set", "ul-x", "master", "ul")
+	stranger.MustRun(t, "ip", "addr", "add", "10.77.0.99/24", "dev", "eth0")
+	mustDo(t, stranger, func() error {
+		m := new(dns.Msg)
+		m.SetQuestion("web1.vmnet.internal.", dns.TypeA)
+		c := &dns.Client{Net: "udp", Timeout: time.Second}
+		if resp, _, err := c.Exchange(m, fmt.Sprintf("10.77.0.1:%d", n.VXLAN.DNSPort)); err == nil {
+			return fmt.Errorf("a stranger on the underlay got an answer: %v", resp)
+		}
+		return nil
+	})
+
 	gw := BridgeMAC(n.ID).String()
 	for i, h := range hosts {
 		fdb := h.ns.MustRun(t, "bridge", "fdb", "show", "dev", api.VXLANName(n.ID))
