@@ -311,11 +311,11 @@ func tapClash(name string) error {
 	holders := ""
 	for _, pid := range tapHolders(name) {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		holders += fmt.Sprintf("; pid %d holds it: %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
+		holders += fmt.Sprintf(" (pid %d holds it: %s)", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
 	}
 	switch _, owner, ok := tapMarkOf(l.Attrs().Alias); {
 	case ok && owner != "":
-		return fmt.Errorf("TAP %s is a VM port of another vmnetctl state dir (owner %s)%s: the same VM name, index and MAC run there; rename the VM in one of them", name, owner, holders)
+		return fmt.Errorf("TAP %s is a VM port of another vmnetctl state dir (owner %s), where a VM of the same name, index and MAC runs; rename the VM in one of them%s", name, owner, holders)
 	case ok:
 		return fmt.Errorf("TAP %s is the VM port of a running helper without a state dir, or of a vmnetctl before state-dir owners%s", name, holders)
 	}
