@@ -70,6 +70,16 @@ func (l launcher) start(ctx context.Context, s helperStart) (*helperexec.Helper,
 	if err != nil {
 		return fail(err)
 	}
+	// Recorded before it runs: if this process dies before the helper's
+	// record is saved, the next controller still knows whose it is
+	// (knownHelperPIDs).
+	self, err := helperexec.ReadProcIdentity(os.Getpid())
+	if err != nil {
+		return fail(err)
+	}
+	if err := l.sd.SaveHelperIntent(statedir.HelperIntent{Key: a.Key(), Argv: argv, Starter: self}); err != nil {
+		return fail(err)
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = helperEnv(l.be.HelperEnv(spec))
 	if s.fd != nil {
