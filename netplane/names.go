@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -101,17 +100,6 @@ func TapMark(name string) string {
 		return tapMarkPrefix + name + ownerSep + o
 	}
 	return tapMarkPrefix + name
-}
-
-// tapMarkOf parses a TAP's mark: the TAP name it names and its owner ("" for
-// none); ok is false when alias is not a TAP mark.
-func tapMarkOf(alias string) (name, owner string, ok bool) {
-	rest, ok := strings.CutPrefix(alias, tapMarkPrefix)
-	if !ok {
-		return "", "", false
-	}
-	name, owner, _ = strings.Cut(rest, ownerSep)
-	return name, owner, name != ""
 }
 
 // TableName is the nftables table (family inet) of network id.

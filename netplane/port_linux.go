@@ -252,6 +252,17 @@ func AttachPort(bridge string, link netlink.Link, isolated bool) error {
 	return nil
 }
 
+// tapMarkOf parses a TAP's mark: the TAP name it names and its owner ("" for
+// none); ok is false when alias is not a TAP mark.
+func tapMarkOf(alias string) (name, owner string, ok bool) {
+	rest, ok := strings.CutPrefix(alias, tapMarkPrefix)
+	if !ok {
+		return "", "", false
+	}
+	name, owner, _ = strings.Cut(rest, ownerSep)
+	return name, owner, name != ""
+}
+
 // RemoveStaleTap deletes the TAP named name if a helper of this process's
 // state dir left it behind: it must carry TapMark(name) with this
 // process's owner (Owner). A TAP whose mark has no owner (made before
