@@ -158,6 +158,21 @@ func TestPortOwners(t *testing.T) {
 		}
 		return nil
 	})
+	// A cleanup child of a's, whose port went, leaves b's port of the same
+	// name alone, and deletes a's own and an unmarked one.
+	host.MustRun(t, "ip", "tuntap", "add", "dev", "vmt-unmarked", "mode", "tap")
+	tap("vmt-a2", markAs(a, func() string { return TapMark("vmt-a2") }))
+	mustDo(t, host, func() error {
+		for name, want := range map[string]bool{"vmt-b": true, "mvt-b": true, "vmt-a2": false, "vmt-unmarked": false} {
+			if err := deletePortOnEOF(name, strings.NewReader("")); err != nil {
+				return err
+			}
+			if linkExists(name) != want {
+				return fmt.Errorf("after a's cleanup child for %s: it exists: %v, want %v", name, !want, want)
+			}
+		}
+		return nil
+	})
 	// A TAP marked before owners, held by a process: left alone.
 	var held *Port
 	mustDo(t, host, func() error {

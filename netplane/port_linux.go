@@ -180,14 +180,39 @@ func (p *Port) deleteOnExit(c PortConfig) error {
 
 // DeleteLinkOnEOF is the cleanup child of a port (PortConfig.Cleanup): it
 // ignores the signals its process group gets, waits for EOF on r, then
-// deletes link name.
+// deletes link name (deletePortOnEOF).
 func DeleteLinkOnEOF(name string, r io.Reader) error {
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	return deletePortOnEOF(name, r)
+}
+
+// deletePortOnEOF waits for EOF on r, then deletes link name unless it
+// carries the mark of another owner (Owner, which the cleanup child
+// inherits from its helper): the port it was started for is gone, and
+// another state dir's helper made one of the same name since. A link
+// without a mark is deleted: the helper may have died before it marked
+// its TAP.
+func deletePortOnEOF(name string, r io.Reader) error {
 	io.Copy(io.Discard, r)
+	if l, err := netlink.LinkByName(name); err == nil && othersMark(l.Attrs().Alias) {
+		return nil
+	}
 	if err := deleteLink(name); err != nil {
 		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	return nil
+}
+
+// othersMark tells whether alias is a TAP's or a network's mark with an
+// owner other than this process's.
+func othersMark(alias string) bool {
+	if _, o, ok := tapMarkOf(alias); ok {
+		return o != "" && o != Owner()
+	}
+	if _, ok := markedID(alias); ok {
+		return markOwner(alias) != "" && markOwner(alias) != Owner()
+	}
+	return false
 }
 
 // deleteLink removes a link by name; a link already gone is not an error.
