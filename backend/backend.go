@@ -117,6 +117,8 @@ type HelperSpec struct {
 	NetworksFile    string
 	VMNetHelperPath string
 	StatsInterval   time.Duration
+	// Owner is the state dir that starts the helper, as NetworkOptions.Owner.
+	Owner string
 }
 
 // Network is a network that runs.

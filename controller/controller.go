@@ -300,7 +300,7 @@ func (c *Controller) restore() {
 		c.log.Warn("cannot read runtime state; starting afresh", "err", err)
 		return
 	}
-	known := runHelperPIDs(c.sd)
+	known := knownHelperPIDs(c.sd)
 	for _, rec := range rs.Helpers {
 		if rec.Proc.Alive() {
 			c.helpers[rec.Key] = c.adopt(rec)

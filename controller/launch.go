@@ -54,7 +54,8 @@ func (l launcher) start(ctx context.Context, s helperStart) (*helperexec.Helper,
 		return fail(err)
 	}
 	spec := backend.HelperSpec{Executable: l.exe, Attachment: a.Attachment, Network: s.n, UID: s.owner.UID, GID: s.owner.GID,
-		FD: -1, NetworksFile: l.sd.NetworksYAML(), VMNetHelperPath: l.vmnetHelperPath, StatsInterval: l.statsInterval}
+		FD: -1, NetworksFile: l.sd.NetworksYAML(), VMNetHelperPath: l.vmnetHelperPath, StatsInterval: l.statsInterval,
+		Owner: l.sd.Path}
 	switch {
 	case s.fd != nil:
 		spec.FD = inheritedFD
@@ -67,6 +68,16 @@ func (l launcher) start(ctx context.Context, s helperStart) (*helperexec.Helper,
 	}
 	argv, err := l.be.HelperCommand(spec)
 	if err != nil {
+		return fail(err)
+	}
+	// Recorded before it runs: if this process dies before the helper's
+	// record is saved, the next controller still knows whose it is
+	// (knownHelperPIDs).
+	self, err := helperexec.ReadProcIdentity(os.Getpid())
+	if err != nil {
+		return fail(err)
+	}
+	if err := l.sd.SaveHelperIntent(statedir.HelperIntent{Key: a.Key(), Argv: argv, Starter: self}); err != nil {
 		return fail(err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)

@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,18 +44,39 @@ func stopProcesses(procs []helperexec.ProcIdentity, grace time.Duration) {
 	wg.Wait()
 }
 
-// runHelperPIDs are the pids of the helpers every `vmnetctl run` of sd
-// recorded.
-func runHelperPIDs(sd statedir.Dir) map[int]bool {
+// knownHelperPIDs are the pids of the helpers a fresh controller must not
+// take for strays although its runtime.json does not hold them: those every
+// `vmnetctl run` of sd recorded, those a live `vmnetctl run` (or any live
+// starter) is starting and recorded an intent for (SaveHelperIntent: the
+// helper is the process with the intent's command line), and the processes
+// that hold a project (Project.Holder).
+func knownHelperPIDs(sd statedir.Dir) map[int]bool {
 	pids := map[int]bool{}
 	projects, _ := sd.Projects()
 	for _, p := range projects {
+		if p.Holder != nil && p.Holder.Alive() {
+			pids[p.Holder.PID] = true
+		}
 		if !p.External {
 			continue
 		}
 		recs, _ := sd.RunHelpers(p.Name)
 		for _, r := range recs {
 			pids[r.Proc.PID] = true
+		}
+	}
+	var argvs []string
+	for _, in := range sd.HelperIntents() {
+		if in.Starter.PID != os.Getpid() && in.Starter.Alive() {
+			argvs = append(argvs, strings.Join(in.Argv, "\x00"))
+		}
+	}
+	if len(argvs) > 0 {
+		procs, _ := helperexec.Processes(func(cmdline []string) bool {
+			return slices.Contains(argvs, strings.Join(cmdline, "\x00"))
+		})
+		for _, p := range procs {
+			pids[p.PID] = true
 		}
 	}
 	return pids

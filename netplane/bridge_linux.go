@@ -211,20 +211,23 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 
 // createBridge creates n's bridge with n's MTU and mark, as one step for
 // whoever looks: the bridge is made under a temporary name (tmpBridgeName),
-// marked, and only then renamed to its own. A crash before the mark leaves
-// an unmarked temporary bridge, which blocks nothing and which
-// removeStaleTmpBridges deletes; a crash before the rename leaves a marked
-// one, likewise. Another creator winning the race for the name is fine:
-// NetworkBridge then judges its bridge.
+// marked, and only then renamed to its own. The kernel ignores an alias
+// given with the link's creation (IFLA_IFALIAS in RTM_NEWLINK), so the
+// temporary name itself carries the owner: a crash before the mark leaves
+// an unmarked temporary bridge that is still known as this state dir's,
+// blocks nothing, and is deleted by the next creation of the network or by
+// Sweep; a crash before the rename leaves a marked one, likewise. Another
+// creator winning the race for the name is fine: NetworkBridge then judges
+// its bridge.
 func createBridge(n *api.Network) error {
 	name := n.Bridge()
 	removeStaleTmpBridges(n.ID)
 	la := netlink.NewLinkAttrs()
-	la.Name = tmpBridgeName()
+	la.Name = tmpBridgeName(n.ID)
 	la.MTU = n.MTU
 	la.HardwareAddr = BridgeMAC(n.ID)
 	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la, MulticastSnooping: new(false)}); err != nil {
-		return fmt.Errorf("network %q: creating bridge %s: %w", n.ID, name, err)
+		return fmt.Errorf("network %q: creating bridge %s (as %s): %w", n.ID, name, la.Name, err)
 	}
 	tmp, err := netlink.LinkByName(la.Name)
 	if err == nil {
@@ -259,30 +262,49 @@ func BridgeMAC(id string) net.HardwareAddr {
 	return mac
 }
 
-// tmpBridgePrefix starts the temporary name of a bridge being created:
-// "vmn." and 8 hex digits. Interface names of this form are vmnetctl's.
+// tmpBridgePrefix starts the temporary name of a bridge being created
+// (tmpBridgeName). Interface names of this form are vmnetctl's.
 const tmpBridgePrefix = "vmn."
 
-func tmpBridgeName() string {
-	var b [4]byte
-	rand.Read(b[:])
-	return tmpBridgePrefix + hex.EncodeToString(b[:])
-}
-
-// isTmpBridge tells a temporary bridge name (tmpBridgeName) from others.
-func isTmpBridge(name string) bool {
-	rest, ok := strings.CutPrefix(name, tmpBridgePrefix)
-	if !ok || len(rest) != 8 {
-		return false
+// tmpBridgeName is the temporary name under which network id's bridge is
+// created: "vmn.", the owner (8 hex digits) and 3 hex digits of SHA-256 of
+// id (15 characters, IFNAMSIZ's limit), so that one cut short is known as
+// this state dir's even before it is marked. A process without an owner
+// uses "vmn." and 8 random hex digits, as before owners were marked.
+func tmpBridgeName(id string) string {
+	o := Owner()
+	if o == "" {
+		var b [4]byte
+		rand.Read(b[:])
+		return tmpBridgePrefix + hex.EncodeToString(b[:])
 	}
-	_, err := hex.DecodeString(rest)
-	return err == nil
+	sum := sha256.Sum256([]byte("vmnetctl tmp bridge " + id))
+	return tmpBridgePrefix + o + hex.EncodeToString(sum[:2])[:3]
 }
 
-// removeStaleTmpBridges deletes the temporary bridges a creator killed
-// mid-way left: unmarked ones (killed before the mark) that are down and
-// have no ports, and those marked for network id (killed before the
-// rename) that this process owns.
+// tmpBridgeOwner tells a temporary bridge name from others, and returns
+// the owner it carries ("" for one of a process without an owner).
+func tmpBridgeOwner(name string) (owner string, ok bool) {
+	rest, ok := strings.CutPrefix(name, tmpBridgePrefix)
+	if !ok || strings.Trim(rest, "0123456789abcdef") != "" {
+		return "", false
+	}
+	switch len(rest) {
+	case 8:
+		return "", true
+	case 11:
+		return rest[:8], true
+	}
+	return "", false
+}
+
+// removeStaleTmpBridges deletes the temporary bridges this process's
+// creations cut short left (id "": those of every network): those named
+// with this process's owner that are unmarked (killed before the mark),
+// down and without ports, or marked for the network; with id, only the one
+// of id's name. A process without an owner deletes, as before owners,
+// unmarked unowned ones that are down and without ports, and those marked
+// for id. Another state dir's are never touched: it may be creating them.
 func removeStaleTmpBridges(id string) {
 	links, err := linkList()
 	if err != nil {
@@ -293,12 +315,17 @@ func removeStaleTmpBridges(id string) {
 		ports[l.Attrs().MasterIndex] = true
 	}
 	for _, l := range links {
-		if _, ok := l.(*netlink.Bridge); !ok || !isTmpBridge(l.Attrs().Name) {
+		name := l.Attrs().Name
+		owner, tmp := tmpBridgeOwner(name)
+		if _, ok := l.(*netlink.Bridge); !ok || !tmp || owner != Owner() {
+			continue
+		}
+		if owner != "" && id != "" && name != tmpBridgeName(id) {
 			continue
 		}
 		mid, marked := ownedBy(l)
 		unmarked := !marked && l.Attrs().Alias == "" && !isUp(l) && !ports[l.Attrs().Index]
-		if unmarked || (marked && mid == id && ours(l.Attrs().Alias)) {
+		if unmarked || (marked && (mid == id || id == "") && mine(l.Attrs().Alias)) {
 			netlink.LinkDel(l)
 		}
 	}

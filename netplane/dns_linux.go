@@ -38,10 +38,10 @@ type dnsHandler struct {
 	resolve6 func(name string) []netip.Addr
 	// learn, if set, is told of each answer forwarded, before the client
 	// hears it (the egress policy's names).
-	learn     func(client netip.Addr, qname string, answers []dns.RR)
+	learn func(client netip.Addr, qname string, answers []dns.RR)
 	// remote, if set, looks a name this host does not know up on the other
 	// hosts of the network's segment (askPeers).
-	remote func(name string) (netip.Addr, []netip.Addr, bool)
+	remote    func(name string) (netip.Addr, []netip.Addr, bool)
 	upstreams []string // host:port
 	// noForward refuses every name that is not the network's own (a host
 	// network without dnsForward: its VMs must not reach names outside).

@@ -264,8 +264,13 @@ func ensureSysctl(path, value string) error {
 // Remove deletes what Ensure and CreateMacvtap created for network id: its
 // bridge, its nftables table and the VM ports marked as its, and with a
 // non-empty stateDir its lease file. Objects that do not carry id's mark are
-// left alone, so a foreign link of the bridge's name survives. Removing a
-// network that does not exist is not an error.
+// left alone, so a foreign link of the bridge's name survives, and so are
+// those of another state dir (another owner). A bridge or table whose mark
+// has no owner (made before owners were marked) is removed, as Ensure
+// adopts it: the caller removes a network it runs. A macvtap whose mark has
+// no owner is not: it may be a running helper's of any state dir (from
+// before owners were marked), and its helper's cleanup child deletes it.
+// Removing a network that does not exist is not an error.
 func Remove(ctx context.Context, id, stateDir string) error {
 	var errs []error
 	links, err := linkList()
@@ -273,7 +278,11 @@ func Remove(ctx context.Context, id, stateDir string) error {
 		return fmt.Errorf("network %q: listing links: %w", id, err)
 	}
 	for _, l := range links {
-		if owner, ok := ownedHere(l); ok && owner == id {
+		owner, ok := ownedBy(l)
+		if !ok || owner != id {
+			continue
+		}
+		if _, isBridge := l.(*netlink.Bridge); (isBridge && ours(l.Attrs().Alias)) || mine(l.Attrs().Alias) {
 			if err := netlink.LinkDel(l); err != nil && !notFound(err) {
 				errs = append(errs, fmt.Errorf("network %q: deleting %s: %w", id, l.Attrs().Name, err))
 			}
@@ -290,9 +299,14 @@ func Remove(ctx context.Context, id, stateDir string) error {
 	return errors.Join(errs...)
 }
 
-// Sweep removes, as Remove does, every network whose mark is found on a
-// link, an nftables table or (with a stateDir) a lease file, but whose id is
-// not in keep. It returns the ids it removed.
+// Sweep removes, as Remove does, every network whose mark with this
+// process's owner (mine) is found on a link or an nftables table, or whose
+// lease file is in stateDir, but whose id is not in keep. A mark without an
+// owner (from before owners were marked) does not make a network this
+// state dir's to sweep: its lease file does. Swept too, with keep empty,
+// are the temporary bridges of this owner's creations that were cut short
+// (createBridge) and the TAPs marked with this owner (TapMark): nothing of
+// the state dir runs any more. It returns the ids it removed.
 func Sweep(ctx context.Context, keep []string, stateDir string) ([]string, error) {
 	found := map[string]bool{}
 	links, err := linkList()
@@ -300,7 +314,7 @@ func Sweep(ctx context.Context, keep []string, stateDir string) ([]string, error
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
 	for _, l := range links {
-		if id, ok := ownedHere(l); ok {
+		if id, ok := ownedBy(l); ok && mine(l.Attrs().Alias) {
 			found[id] = true
 		}
 	}
@@ -328,6 +342,12 @@ func Sweep(ctx context.Context, keep []string, stateDir string) ([]string, error
 			continue
 		}
 		removed = append(removed, id)
+	}
+	if len(keep) == 0 {
+		removeStaleTmpBridges("")
+		if err := removeOwnTaps(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	slices.Sort(removed)
 	return removed, errors.Join(errs...)
@@ -518,6 +538,12 @@ func ours(mark string) bool {
 	o := markOwner(mark)
 	return o == "" || Owner() == "" || o == Owner()
 }
+
+// mine tells whether a mark is this process's by its owner alone: a mark
+// with its owner, or, for a process without an owner, any mark. Unlike
+// ours, a mark without an owner is not mine for a process with one: it may
+// be another state dir's, from before owners were marked.
+func mine(mark string) bool { return Owner() == "" || markOwner(mark) == Owner() }
 
 // markedID returns the network id a mark names, whoever its owner, and
 // whether s is a mark.

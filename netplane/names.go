@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"sync/atomic"
 )
 
@@ -41,35 +43,64 @@ const ownerSep = "@"
 
 var owner atomic.Pointer[string]
 
+// EnvOwner names, in the environment of the processes a state dir's
+// controller or `vmnetctl run` starts (its helpers, and through them their
+// cleanup children), that state dir: a process that did not call SetOwner
+// takes its owner from it, so that the VM ports a helper makes carry the
+// mark of the state dir that started it.
+const EnvOwner = "VMNETCTL_OWNER"
+
+// OwnerEnv is the environment entry that gives a child process the owner
+// of stateDir (EnvOwner).
+func OwnerEnv(stateDir string) string { return EnvOwner + "=" + stateDir }
+
 // SetOwner makes the process's marks carry the identity of stateDir: the
 // objects one state dir makes are then told from another's on the same
 // host. The controller of a state dir sets it; "" is no owner.
 func SetOwner(stateDir string) {
-	tag := ""
-	if stateDir != "" {
-		if abs, err := filepath.Abs(stateDir); err == nil {
-			stateDir = abs
-		}
-		sum := sha256.Sum256([]byte(filepath.Clean(stateDir)))
-		tag = hex.EncodeToString(sum[:4])
-	}
+	tag := ownerTag(stateDir)
 	owner.Store(&tag)
 }
 
-// Owner is the process's owner tag, or "".
+// ownerTag is the owner of stateDir's objects: 8 hex digits of SHA-256 of
+// its absolute path; "" for "".
+func ownerTag(stateDir string) string {
+	if stateDir == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(stateDir); err == nil {
+		stateDir = abs
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(stateDir)))
+	return hex.EncodeToString(sum[:4])
+}
+
+// envOwner is the owner of $VMNETCTL_OWNER (EnvOwner), read once.
+var envOwner = sync.OnceValue(func() string { return ownerTag(os.Getenv(EnvOwner)) })
+
+// Owner is the process's owner tag: SetOwner's, else that of the state dir
+// its environment names (EnvOwner), else "".
 func Owner() string {
 	if p := owner.Load(); p != nil {
 		return *p
 	}
-	return ""
+	return envOwner()
 }
 
-// tapMarkPrefix marks a VM's TAP, made by CreatePort: "vmnetctl:tap=NAME".
+// tapMarkPrefix marks a VM's TAP, made by CreatePort:
+// "vmnetctl:tap=NAME@OWNER", or "vmnetctl:tap=NAME" without an owner (as
+// before owners were marked).
 const tapMarkPrefix = aliasPrefix + "tap="
 
 // TapMark is the ifalias CreatePort gives the TAP named name, so that a TAP
-// left behind by a helper killed with its cleanup child is known as ours.
-func TapMark(name string) string { return tapMarkPrefix + name }
+// left behind by a helper killed with its cleanup child is known as ours,
+// and as which state dir's.
+func TapMark(name string) string {
+	if o := Owner(); o != "" {
+		return tapMarkPrefix + name + ownerSep + o
+	}
+	return tapMarkPrefix + name
+}
 
 // TableName is the nftables table (family inet) of network id.
 func TableName(id string) string { return tablePrefix + id }

@@ -157,7 +157,7 @@ func removeTable(ctx context.Context, id string) error {
 }
 
 // markedTables returns the network ids of every table, in either family,
-// that carries a mark.
+// that carries a mark with this process's owner (mine).
 func markedTables(ctx context.Context) ([]string, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, nil // no nft, no tables of ours
@@ -177,7 +177,7 @@ func markedTables(ctx context.Context) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
-			if id, ok := markedID(mark); exists && ok && ours(mark) && TableName(id) == name && !slices.Contains(ids, id) {
+			if id, ok := markedID(mark); exists && ok && mine(mark) && TableName(id) == name && !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}
 		}

@@ -9,6 +9,10 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
@@ -68,7 +72,14 @@ func CreatePort(n *api.Network, c PortConfig) (*Port, error) {
 // createTap makes p a TAP on bridge br of network n.
 func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error {
 	var err error
-	if p.FD, err = createTap(c); err != nil {
+	if p.FD, err = createTap(c); errors.Is(err, unix.EBUSY) {
+		// A link of the name: a TAP of this state dir's that a killed
+		// helper left goes, another's is a clear error, never taken over.
+		if err = tapClash(c.Name); err == nil {
+			p.FD, err = createTap(c)
+		}
+	}
+	if err != nil {
 		return err
 	}
 	if c.Persist {
@@ -169,14 +180,39 @@ func (p *Port) deleteOnExit(c PortConfig) error {
 
 // DeleteLinkOnEOF is the cleanup child of a port (PortConfig.Cleanup): it
 // ignores the signals its process group gets, waits for EOF on r, then
-// deletes link name.
+// deletes link name (deletePortOnEOF).
 func DeleteLinkOnEOF(name string, r io.Reader) error {
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	return deletePortOnEOF(name, r)
+}
+
+// deletePortOnEOF waits for EOF on r, then deletes link name unless it
+// carries the mark of another owner (Owner, which the cleanup child
+// inherits from its helper): the port it was started for is gone, and
+// another state dir's helper made one of the same name since. A link
+// without a mark is deleted: the helper may have died before it marked
+// its TAP.
+func deletePortOnEOF(name string, r io.Reader) error {
 	io.Copy(io.Discard, r)
+	if l, err := netlink.LinkByName(name); err == nil && othersMark(l.Attrs().Alias) {
+		return nil
+	}
 	if err := deleteLink(name); err != nil {
 		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	return nil
+}
+
+// othersMark tells whether alias is a TAP's or a network's mark with an
+// owner other than this process's.
+func othersMark(alias string) bool {
+	if _, o, ok := tapMarkOf(alias); ok {
+		return o != "" && o != Owner()
+	}
+	if _, ok := markedID(alias); ok {
+		return markOwner(alias) != "" && markOwner(alias) != Owner()
+	}
+	return false
 }
 
 // deleteLink removes a link by name; a link already gone is not an error.
@@ -241,9 +277,24 @@ func AttachPort(bridge string, link netlink.Link, isolated bool) error {
 	return nil
 }
 
-// RemoveStaleTap deletes the TAP named name if a helper left it behind: it
-// must carry TapMark(name). A link of that name without the mark is not
-// vmnetctl's and is left alone. A missing link is fine.
+// tapMarkOf parses a TAP's mark: the TAP name it names and its owner ("" for
+// none); ok is false when alias is not a TAP mark.
+func tapMarkOf(alias string) (name, owner string, ok bool) {
+	rest, ok := strings.CutPrefix(alias, tapMarkPrefix)
+	if !ok {
+		return "", "", false
+	}
+	name, owner, _ = strings.Cut(rest, ownerSep)
+	return name, owner, name != ""
+}
+
+// RemoveStaleTap deletes the TAP named name if a helper of this process's
+// state dir left it behind: it must carry TapMark(name) with this
+// process's owner (Owner). A TAP whose mark has no owner (made before
+// owners were marked) goes too if no process holds it; one of another
+// state dir, one held under a mark without owner, or a link without the
+// mark are not this state dir's and are left alone (a helper started for
+// the name then fails with tapClash's error). A missing link is fine.
 func RemoveStaleTap(name string) error {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
@@ -252,13 +303,102 @@ func RemoveStaleTap(name string) error {
 		}
 		return fmt.Errorf("TAP %s: %w", name, err)
 	}
-	if l.Attrs().Alias != TapMark(name) {
+	if !staleTap(l) {
 		return nil
 	}
 	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
 		return fmt.Errorf("deleting stale TAP %s: %w", name, err)
 	}
 	return nil
+}
+
+// staleTap tells whether RemoveStaleTap may delete link l: a TAP of this
+// owner's, or one of no owner that no process holds.
+func staleTap(l netlink.Link) bool {
+	name, owner, ok := tapMarkOf(l.Attrs().Alias)
+	switch {
+	case !ok || name != l.Attrs().Name:
+		return false
+	case owner == Owner():
+		return true
+	case owner == "":
+		return len(tapHolders(name)) == 0
+	}
+	return false
+}
+
+// tapClash is why a TAP named name cannot be created: it removes a stale
+// one (RemoveStaleTap) and returns nil if it did, else an error that says
+// whose the existing link is.
+func tapClash(name string) error {
+	l, err := netlink.LinkByName(name)
+	switch {
+	case notFound(err):
+		return nil // gone meanwhile
+	case err != nil:
+		return fmt.Errorf("TAP %s: %w", name, err)
+	}
+	if staleTap(l) {
+		if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+			return fmt.Errorf("deleting stale TAP %s: %w", name, err)
+		}
+		return nil
+	}
+	holders := ""
+	for _, pid := range tapHolders(name) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		holders += fmt.Sprintf(" (pid %d holds it: %s)", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	switch _, owner, ok := tapMarkOf(l.Attrs().Alias); {
+	case ok && owner != "":
+		return fmt.Errorf("TAP %s is a VM port of another vmnetctl state dir (owner %s), where a VM of the same name, index and MAC runs; rename the VM in one of them%s", name, owner, holders)
+	case ok:
+		return fmt.Errorf("TAP %s is the VM port of a running helper without a state dir, or of a vmnetctl before state-dir owners%s", name, holders)
+	}
+	return fmt.Errorf("a %s named %s exists and is not vmnetctl's (alias %q)%s", l.Type(), name, l.Attrs().Alias, holders)
+}
+
+// tapHolders are the processes that have TAP name open (their
+// /dev/net/tun descriptor's fdinfo names it).
+func tapHolders(name string) []int {
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	var pids []int
+	for _, fd := range fds {
+		if target, err := os.Readlink(fd); err != nil || target != "/dev/net/tun" {
+			continue
+		}
+		parts := strings.Split(fd, "/") // "", proc, PID, fd, N
+		info, err := os.ReadFile(filepath.Join("/proc", parts[2], "fdinfo", parts[4]))
+		if err != nil || !strings.Contains(string(info), "iff:\t"+name+"\n") {
+			continue
+		}
+		if pid, err := strconv.Atoi(parts[2]); err == nil && !slices.Contains(pids, pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// removeOwnTaps deletes every TAP whose mark carries this process's owner
+// (Sweep, once nothing of the state dir runs). A process without an owner
+// deletes none.
+func removeOwnTaps() error {
+	if Owner() == "" {
+		return nil
+	}
+	links, err := linkList()
+	if err != nil {
+		return fmt.Errorf("listing links: %w", err)
+	}
+	var errs []error
+	for _, l := range links {
+		if name, owner, ok := tapMarkOf(l.Attrs().Alias); ok && name == l.Attrs().Name && owner == Owner() {
+			if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+				errs = append(errs, fmt.Errorf("deleting TAP %s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // CreateMacvtap creates (or returns, if it is there already and marked as
@@ -287,8 +427,15 @@ func CreateMacvtap(n *api.Network, name string, mac net.HardwareAddr) (*netlink.
 	case err == nil:
 		mv, ok := existing.(*netlink.Macvtap)
 		owner, marked := ownedBy(existing)
-		if !ok || !marked || owner != n.ID || mv.Attrs().ParentIndex != parent.Attrs().Index {
+		switch alias := existing.Attrs().Alias; {
+		case !ok || !marked || owner != n.ID || mv.Attrs().ParentIndex != parent.Attrs().Index:
 			return nil, fmt.Errorf("network %q: a %s named %s exists and is not this network's macvtap", n.ID, existing.Type(), name)
+		case markOwner(alias) != Owner():
+			// Another state dir's (or one of no owner while this
+			// process has one): never taken over, nor deleted later
+			// by this helper's cleanup child.
+			return nil, fmt.Errorf("network %q: macvtap %s belongs to another vmnetctl state dir (alias %q): the same VM name, index and MAC run there; rename the VM in one of them",
+				n.ID, name, alias)
 		}
 		if !bytes.Equal(mv.Attrs().HardwareAddr, mac) {
 			if err := netlink.LinkSetHardwareAddr(mv, mac); err != nil {

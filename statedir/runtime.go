@@ -69,8 +69,47 @@ func (d Dir) RunHelpers(project string) ([]HelperRecord, error) {
 // RemoveRunHelpers forgets the helpers of project's `vmnetctl run`.
 func (d Dir) RemoveRunHelpers(project string) { os.Remove(d.file(runRecordFile(project))) }
 
-// RemoveHelperFiles removes the ready line of attachment key's helper.
-func (d Dir) RemoveHelperFiles(key string) { os.Remove(d.HelperReadyFile(key)) }
+// HelperIntent records a helper about to start, before its process exists:
+// a helper that outlives its starter before runtime.json (or run's record)
+// holds it is still accounted for. The helper is the process whose command
+// line is Argv.
+type HelperIntent struct {
+	Key  string   `json:"key"`
+	Argv []string `json:"argv"`
+	// Starter is the process that starts it: a controller or `vmnetctl run`.
+	Starter helperexec.ProcIdentity `json:"starter"`
+}
+
+func helperIntentFile(key string) string {
+	return filepath.Join(helpersDir, fileKey(key)+".intent.json")
+}
+
+// SaveHelperIntent records that in.Starter is about to start the helper of
+// attachment in.Key.
+func (d Dir) SaveHelperIntent(in HelperIntent) error {
+	return d.writeJSON(helperIntentFile(in.Key), in)
+}
+
+// HelperIntents are the recorded intents (SaveHelperIntent); unreadable
+// ones are skipped.
+func (d Dir) HelperIntents() []HelperIntent {
+	names, _ := filepath.Glob(filepath.Join(d.HelpersDir(), "*.intent.json"))
+	var out []HelperIntent
+	for _, name := range names {
+		var in HelperIntent
+		if found, err := d.readJSON(filepath.Join(helpersDir, filepath.Base(name)), &in); found && err == nil {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// RemoveHelperFiles removes the ready line and the intent of attachment
+// key's helper.
+func (d Dir) RemoveHelperFiles(key string) {
+	os.Remove(d.HelperReadyFile(key))
+	os.Remove(d.file(helperIntentFile(key)))
+}
 
 // RemoveRuntime removes what only running networks and helpers need, once
 // nothing runs. The projects, locks and log stay: the CLI may be writing a

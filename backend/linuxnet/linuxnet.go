@@ -76,7 +76,8 @@ func (b Backend) Limits(nets []*api.Network, _ []*api.Attachment) []backend.Limi
 }
 
 // Cleanup removes the TAP of a helper that was killed with its cleanup
-// child (only if it carries the helper's mark).
+// child (only if it carries the mark of this state dir's helper:
+// netplane.RemoveStaleTap).
 func (Backend) Cleanup(a *api.Attachment) error {
 	return netplane.RemoveStaleTap(TapName(a))
 }
@@ -90,9 +91,14 @@ func TapName(a *api.Attachment) string {
 // its network is the controller's to keep up, not the helper's to hold. It
 // takes the VM's owner as --uid and --gid, not sudo's variables (under
 // those it would refuse what only root may ask for, such as
-// --no-spoof-check).
-func (Backend) HelperEnv(backend.HelperSpec) []string {
-	return []string{helper.EnvUnderController + "=1"}
+// --no-spoof-check). It names the state dir (netplane.EnvOwner), so that
+// the VM port the helper makes carries that state dir's mark.
+func (Backend) HelperEnv(s backend.HelperSpec) []string {
+	env := []string{helper.EnvUnderController + "=1"}
+	if s.Owner != "" {
+		env = append(env, netplane.OwnerEnv(s.Owner))
+	}
+	return env
 }
 
 // HelperCommand is `vmnetctl helper` for one attachment.

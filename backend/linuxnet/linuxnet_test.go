@@ -1,11 +1,13 @@
 package linuxnet
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 func TestHelperCommand(t *testing.T) {
@@ -35,5 +37,17 @@ func TestHelperCommand(t *testing.T) {
 		if got := strings.Join(argv, " "); err != nil || got != tc.want {
 			t.Errorf("%s:\n got %q, %v\nwant %q", tc.name, got, err, tc.want)
 		}
+	}
+}
+
+// TestHelperEnv: a helper started for a state dir is told it, so that the
+// VM port it makes carries that state dir's mark; without one, nothing.
+func TestHelperEnv(t *testing.T) {
+	env := Backend{}.HelperEnv(backend.HelperSpec{Owner: "/var/lib/x"})
+	if !slices.Contains(env, netplane.EnvOwner+"=/var/lib/x") || !slices.Contains(env, "VMNETCTL_UNDER_CONTROLLER=1") {
+		t.Errorf("HelperEnv with an owner: %q", env)
+	}
+	if env := (Backend{}).HelperEnv(backend.HelperSpec{}); slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, netplane.EnvOwner+"=") }) {
+		t.Errorf("HelperEnv without an owner: %q", env)
 	}
 }

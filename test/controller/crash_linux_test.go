@@ -61,6 +61,24 @@ func TestKillControllerWhileHelpersStart(t *testing.T) {
 		cancel()
 		up.Wait()
 		t.Logf("round %d: killed the controller with %d helpers running", round, len(helpers()))
+		if round%2 == 1 {
+			// A restart killed too: the next up's fresh controller,
+			// while it adopts the recorded helpers and stops the
+			// others (or soon after).
+			restart := h.VmnetctlCommand(context.Background(), "up", "-f", file, "--metrics-addr", "off")
+			if err := restart.Start(); err != nil {
+				t.Fatal(err)
+			}
+			testutil.Eventually(t, 30*time.Second, func() bool { return len(controllers()) > 0 },
+				"round %d: the restarted controller", round)
+			time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond) // the fault's instant, not a wait for a condition
+			for _, c := range controllers() {
+				syscall.Kill(c.PID, syscall.SIGKILL)
+			}
+			restart.Process.Kill()
+			restart.Wait()
+			t.Logf("round %d: killed the restarted controller with %d helpers running", round, len(helpers()))
+		}
 
 		h.MustVmnetctl("up", "-f", file, "--metrics-addr", "off")
 		testutil.Eventually(t, 30*time.Second, func() error {
@@ -76,9 +94,22 @@ func TestKillControllerWhileHelpersStart(t *testing.T) {
 		if ps := helpers(); len(ps) != 0 {
 			t.Fatalf("round %d: %d helpers run after down --all: %v", round, len(ps), ps)
 		}
+		nothingLeft(t, h, fmt.Sprintf("round %d: after down --all", round))
 	}
 	h.MustVmnetctl("down", "--all")
 	if ps := helpers(); len(ps) != 0 {
 		t.Fatalf("%d helpers run after down --all", len(ps))
+	}
+	nothingLeft(t, h, "after the last down --all")
+}
+
+// nothingLeft fails the test if, by the test's own rules (stateDirProcs,
+// leftLinks), a process names h's state dir, a cleanup child runs or a
+// bridge or TAP of vmnetctl's names is left.
+func nothingLeft(t *testing.T, h *host, when string) {
+	t.Helper()
+	named, cleanup := stateDirProcs(h)
+	if v := append(leftLinks(h), append(named, cleanup...)...); len(v) > 0 {
+		t.Fatalf("%s: left behind:\n%s", when, strings.Join(v, "\n"))
 	}
 }

@@ -39,9 +39,14 @@ vms:
     networks: [{vmnet: isolated}]
 `
 
-// faultAttachments is the number of attachments in faultVMs; faultNetworks
-// are the networks they use.
-const faultAttachments = 8
+// faultAttachments is the number of attachments in faultVMs, and
+// faultTapAttachments of those with attach: tap (a TAP that outlives its
+// helper's fd, so a cleanup child deletes it); faultNetworks are the
+// networks they use.
+const (
+	faultAttachments    = 8
+	faultTapAttachments = 1
+)
 
 var faultNetworks = []string{"shared", "isolated"}
 
@@ -50,33 +55,56 @@ const faultSeedEnv = "VMNETCTL_FAULT_SEED"
 
 // faultRounds is the schedule of TestFaultInjection, repeated: which
 // operation is killed, and which one then runs to completion before the
-// invariants are checked. Each killed up starts from nothing, each killed
-// down from everything up; every pair of (killed, completed) occurs.
+// invariants are checked. Each killed up and restart starts from nothing,
+// each killed down and replace from everything up; every pair of (killed,
+// completed) occurs.
+//
+// A restart is a half-done up (killed), then an up whose fresh controller
+// is killed in turn, at an instant of its own: while it adopts the helpers
+// the first one recorded and stops those it had not (restore), or while it
+// starts the rest. A replace is an up with every network's MTU changed,
+// which replaces the networks: each is removed and created again, and its
+// helpers restarted.
 var faultRounds = []struct{ killed, completed string }{
-	{"up", "up"},     // from nothing: a half-done up, then up
-	{"down", "up"},   // from everything up: a half-done down, then up
-	{"down", "down"}, // from everything up: a half-done down, then down
-	{"up", "down"},   // from nothing: a half-done up, then down
+	{"up", "up"},        // from nothing: a half-done up, then up
+	{"down", "up"},      // from everything up: a half-done down, then up
+	{"down", "down"},    // from everything up: a half-done down, then down
+	{"up", "down"},      // from nothing: a half-done up, then down
+	{"restart", "up"},   // from nothing: a half-done up and restart, then up
+	{"replace", "up"},   // from everything up: a half-done replace, then up (a replace back)
+	{"replace", "down"}, // from everything up: a half-done replace, then down
+	{"restart", "down"}, // from nothing: a half-done up and restart, then down
 }
 
 // maxFaultDelay bounds the instant of the kill after the start of each
 // operation: about as long as it takes here (up of faultVMs about 0.5 to
-// 1 s, down --all 0.2 to 0.4 s), so that most kills land inside it and
-// some after it.
-var maxFaultDelay = map[string]time.Duration{"up": 1500 * time.Millisecond, "down": 600 * time.Millisecond}
+// 1 s, down --all 0.2 to 0.4 s, a replace about as long as an up), so that
+// most kills land inside it and some after it. A restart's controller
+// restores first: most of its kills land there.
+var maxFaultDelay = map[string]time.Duration{"up": 1500 * time.Millisecond, "down": 600 * time.Millisecond,
+	"restart": 800 * time.Millisecond, "replace": 1500 * time.Millisecond}
+
+// faultMTU is the MTU of every network in a replace (networksYAML's have
+// the default).
+const faultMTU = 1400
 
 // TestFaultInjection kills the controller with SIGKILL at random instants
-// of `up` and `down --all` over many rounds, then runs `up` or `down --all`
-// to completion and checks the invariants against /proc and the kernel,
-// not against the state files: after up, one helper per attachment, each
-// the one status names, every bridge and nftables table there and every
-// TAP on its bridge; after down, nothing of the state dir's left.
+// of `up`, `down --all`, a restart of the controller and a replace of the
+// networks over many rounds, then runs `up` or `down --all` to completion
+// and checks the invariants against /proc and the kernel, not against the
+// state files: after up, one helper per attachment, each the one status
+// names, counted too by a rule of the test's own (every process whose
+// command line names the state dir), one cleanup child per TAP attachment,
+// every bridge and nftables table there and every TAP on its bridge; after
+// down, nothing of the state dir's left: no process naming it, no cleanup
+// child, no bridge (temporary ones included), TAP or table.
 //
 // The instants come from a seeded math/rand; the seed is logged, and
 // VMNETCTL_FAULT_SEED=SEED replays a run.
 func TestFaultInjection(t *testing.T) {
 	h := newHost(t)
 	file := h.WriteFile("faults.yaml", faultVMs)
+	mtu := h.WriteFile("faults-mtu.yaml", strings.ReplaceAll(networksYAML, "    subnet:", fmt.Sprintf("    mtu: %d\n    subnet:", faultMTU)))
 
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(faultSeedEnv); s != "" {
@@ -87,15 +115,18 @@ func TestFaultInjection(t *testing.T) {
 	}
 	t.Logf("seed %d (replay with %s=%d)", seed, faultSeedEnv, seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	f := &faults{host: h, seed: seed, file: file, killed: map[[2]uint64]bool{}}
+	f := &faults{host: h, seed: seed, file: file, mtuNetworks: mtu, killed: map[[2]uint64]bool{}}
 
-	const rounds = 12
+	const rounds = 16
 	start := time.Now()
 	for round := range rounds {
 		f.round = round
 		sched := faultRounds[round%len(faultRounds)]
-		delay := time.Duration(rng.Int64N(int64(maxFaultDelay[sched.killed])))
-		f.inject(sched.killed, delay)
+		delayOf := func(op string) time.Duration { return time.Duration(rng.Int64N(int64(maxFaultDelay[op]))) }
+		if sched.killed == "restart" {
+			f.inject("up", delayOf("up"))
+		}
+		f.inject(sched.killed, delayOf(sched.killed))
 		switch sched.completed {
 		case "up":
 			f.completeUp()
@@ -112,14 +143,20 @@ type faults struct {
 	seed  uint64
 	round int
 	file  string
+	// mtuNetworks is networksYAML with every network's MTU changed.
+	mtuNetworks string
 	// killed are the controllers (pid, start time) the test sent SIGKILL.
 	killed map[[2]uint64]bool
 }
 
-// args are the arguments of op: "up" of the test's file or "down --all".
+// args are the arguments of op: "up" (and "restart") of the test's file,
+// "replace", its up with the networks of mtuNetworks, or "down --all".
 func (f *faults) args(op string) []string {
-	if op == "up" {
+	switch op {
+	case "up", "restart":
 		return []string{"up", "-f", f.file, "--metrics-addr", "off"}
+	case "replace":
+		return []string{"up", "-f", f.file, "--metrics-addr", "off", "--networks", f.mtuNetworks}
 	}
 	return []string{"down", "--all"}
 }
@@ -378,6 +415,13 @@ func (f *faults) upViolations() []string {
 	if len(procs) != faultAttachments {
 		v = append(v, fmt.Sprintf("one helper per attachment: %d helper processes for %d attachments", len(procs), faultAttachments))
 	}
+	named, cleanup := stateDirProcs(f.host)
+	if len(named) != faultAttachments {
+		v = append(v, fmt.Sprintf("one helper per attachment: %d processes name the state dir, but for its controller, for %d attachments: %v", len(named), faultAttachments, named))
+	}
+	if len(cleanup) != faultTapAttachments {
+		v = append(v, fmt.Sprintf("one cleanup child per TAP attachment: %d run for %d: %v", len(cleanup), faultTapAttachments, cleanup))
+	}
 	byPID := map[int]helperexec.ProcIdentity{}
 	for _, p := range procs {
 		byPID[p.PID] = p
@@ -442,22 +486,71 @@ func (f *faults) downViolations() []string {
 	if cs := f.controllers(); len(cs) > 0 {
 		v = append(v, fmt.Sprintf("no controller process: %v run", pidsOf(cs)))
 	}
-	out, err := f.Run(context.Background(), "ip", "-o", "link", "show")
-	if err != nil {
-		v = append(v, fmt.Sprintf("ip link: %v", err))
+	named, cleanup := stateDirProcs(f.host)
+	if len(named) > 0 {
+		v = append(v, fmt.Sprintf("no process names the state dir: %v", named))
 	}
-	for _, name := range linkNames(out) {
-		if strings.HasPrefix(name, api.BridgePrefix) || strings.HasPrefix(name, api.TapPrefix) {
-			v = append(v, fmt.Sprintf("no vmn-* bridge or vmt-* TAP: %s is left", name))
-		}
+	if len(cleanup) > 0 {
+		v = append(v, fmt.Sprintf("no cleanup child: %v", cleanup))
 	}
-	out, err = f.Run(context.Background(), "nft", "list", "tables")
+	v = append(v, leftLinks(f.host)...)
+	out, err := f.Run(context.Background(), "nft", "list", "tables")
 	if err != nil {
 		v = append(v, fmt.Sprintf("nft list tables: %v", err))
 	}
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "vmnetctl-") {
 			v = append(v, fmt.Sprintf("no vmnetctl-* nftables table: %q is left", strings.TrimSpace(l)))
+		}
+	}
+	return v
+}
+
+// stateDirProcs are, by a rule of the test's own rather than the
+// controller's (isHelperOf), the processes whose command line names h's
+// state dir anywhere, but the controllers (`serve`), and the cleanup
+// children of VM ports (`helper --delete-link-on-eof`, whose command line
+// names only the port) in h's namespace; each as "PID: command line".
+// Zombies, whose command line is empty, are not counted.
+func stateDirProcs(h *host) (named, cleanup []string) {
+	dir := filepath.Clean(h.StateDir())
+	inNS := map[int]bool{}
+	for _, pid := range h.NS.Pids() {
+		inNS[pid] = true
+	}
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, path := range cmdlines {
+		pid, _ := strconv.Atoi(strings.Split(path, "/")[2])
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) == 0 || pid == os.Getpid() {
+			continue
+		}
+		args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		desc := fmt.Sprintf("%d: %s", pid, strings.Join(args, " "))
+		switch {
+		case slices.Contains(args, "--delete-link-on-eof"):
+			if inNS[pid] {
+				cleanup = append(cleanup, desc)
+			}
+		case slices.Contains(args, "serve"):
+		case slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, dir) }):
+			named = append(named, desc)
+		}
+	}
+	return named, cleanup
+}
+
+// leftLinks are the links of vmnetctl's names left in h's namespace: vmn-*
+// bridges, vmn.* temporary bridges, vmt-* TAPs and macvtaps.
+func leftLinks(h *host) []string {
+	out, err := h.Run(context.Background(), "ip", "-o", "link", "show")
+	if err != nil {
+		return []string{fmt.Sprintf("ip link: %v", err)}
+	}
+	var v []string
+	for _, name := range linkNames(out) {
+		if strings.HasPrefix(name, api.BridgePrefix) || strings.HasPrefix(name, "vmn.") || strings.HasPrefix(name, api.TapPrefix) {
+			v = append(v, fmt.Sprintf("no vmn-* or vmn.* bridge, no vmt-* TAP: %s is left", name))
 		}
 	}
 	return v

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +22,10 @@ import (
 // TestTwoStateDirs runs two state dirs in one namespace: what one makes
 // carries its identity, so the other's `down --all` leaves it alone, and a
 // network of the same name in the other is a clear error, not a takeover.
+// Their VM ports too: the same VM name in both (the same TAP name) is an
+// error for the second, which leaves the first's TAP alone, and on a
+// bridged network of the same name in both, each state dir's `down --all`
+// deletes only its own macvtaps.
 func TestTwoStateDirs(t *testing.T) {
 	a := newHost(t)
 	dir, err := os.MkdirTemp("", "vmnb") // short: socket paths
@@ -28,14 +33,46 @@ func TestTwoStateDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	// The LAN of the bridged network lan that both state dirs define: a
+	// veth that is not a bridge, so each VM on it gets a macvtap.
+	a.MustRun(t, "ip", "link", "add", "up0", "type", "veth", "peer", "name", "up0p")
+	a.MustRun(t, "ip", "link", "set", "up0", "up")
+	const lan = "networks:\n  lan:\n    mode: bridged\n    interface: up0\n"
+	a.Networks = a.WriteFile("networks-a.yaml", networksYAML+lan)
 	b := &simvm.Host{NS: a.NS, T: t, Dir: dir, Binary: a.Binary}
-	b.Networks = b.WriteFile("networks.yaml", "vmnet:\n  lab:\n    subnet: 10.90.0.0/24\n")
+	b.Networks = b.WriteFile("networks.yaml", "vmnet:\n  lab:\n    subnet: 10.90.0.0/24\n"+lan)
 	t.Cleanup(func() { exec.Command("pkill", "-9", "-f", "--state-dir "+b.StateDir()).Run() })
 
-	a.MustVmnetctl("up", "-f", a.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
-	vm := a.VM(a.Attachment(a.Status(), "a"))
+	a.MustVmnetctl("up", "-f", a.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n  m:\n    networks:\n      - vmnet: lan\n"))
+	stA := a.Status()
+	vm := a.VM(a.Attachment(stA, "a"))
 	vm.DHCP(t)
-	b.MustVmnetctl("up", "-f", b.WriteFile("vms.yaml", "vms:\n  b:\n    networks:\n      - vmnet: lab\n"))
+	tapA, macvtapA := a.Attachment(stA, "a").Tap, a.Attachment(stA, "m").Tap
+	if tapA == "" || macvtapA == "" {
+		t.Fatalf("the first state dir's VM ports: TAP %q, macvtap %q", tapA, macvtapA)
+	}
+	// Both carry the first state dir's owner in their mark.
+	for _, port := range []string{tapA, macvtapA} {
+		if out := a.MustRun(t, "ip", "-o", "link", "show", port); !regexp.MustCompile(`alias vmnetctl:(tap=` + port + `|network=lan)@[0-9a-f]{8}`).MatchString(out) {
+			t.Errorf("the first state dir's VM port %s is not marked with an owner: %s", port, out)
+		}
+	}
+	// The second state dir: its own VM b, its VM n on lan, and a VM a of
+	// the first one's name, whose TAP name is the first one's a's.
+	_, err = b.Vmnetctl("up", "-f", b.WriteFile("vms.yaml", "vms:\n  b:\n    networks:\n      - vmnet: lab\n  n:\n    networks:\n      - vmnet: lan\n  a:\n    networks:\n      - vmnet: lab\n"))
+	msg := fmt.Sprint(err)
+	if stB, _ := b.ReadStatus(); stB != nil {
+		for _, at := range stB.Attachments {
+			msg += "\n" + at.VM + ": " + at.State + " " + at.Error
+			if at.VM != "a" && at.State != "running" {
+				t.Errorf("the second state dir's VM %s: %s (%s), want running", at.VM, at.State, at.Error)
+			}
+		}
+	}
+	t.Logf("the second state dir's up: %s", msg)
+	if !strings.Contains(msg, "TAP "+tapA+" is a VM port of another vmnetctl state dir") {
+		t.Errorf("up of a VM of the first state dir's VM name in the second: want an error naming the other state dir, got:\n%s", msg)
+	}
 
 	intact := func(when string) {
 		t.Helper()
@@ -43,10 +80,14 @@ func TestTwoStateDirs(t *testing.T) {
 			{"ip", "link", "show", "vmn-shared"},
 			{"nft", "list", "table", "inet", netplane.TableName("shared")},
 			{"nft", "list", "table", "bridge", netplane.TableName("shared")},
+			{"ip", "link", "show", macvtapA},
 		} {
 			if _, err := a.Run(context.Background(), args[0], args[1:]...); err != nil {
 				t.Errorf("%s: %s: %v", when, strings.Join(args, " "), err)
 			}
+		}
+		if out, _ := a.Run(context.Background(), "ip", "-o", "link", "show", "master", "vmn-shared"); !strings.Contains(out, " "+tapA+":") {
+			t.Errorf("%s: the first state dir's TAP %s is not a port of vmn-shared: %s", when, tapA, out)
 		}
 		if out := a.MustRun(t, "ip", "-4", "-o", "addr", "show", "dev", "vmn-shared"); !strings.Contains(out, gateway+"/24") {
 			t.Errorf("%s: vmn-shared's address: %s", when, out)
@@ -70,7 +111,7 @@ func TestTwoStateDirs(t *testing.T) {
 	b.Networks = b.WriteFile("networks.yaml", "vmnet:\n  shared:\n    subnet: 10.91.0.0/24\n")
 	_, err = b.Vmnetctl("up", "-f", b.WriteFile("vms.yaml", "vms:\n  c:\n    networks:\n      - vmnet: shared\n"))
 	st, _ := b.ReadStatus()
-	msg := ""
+	msg = ""
 	if err != nil {
 		msg = err.Error()
 	}
