@@ -292,8 +292,10 @@ func Remove(ctx context.Context, id, stateDir string) error {
 		errs = append(errs, err)
 	}
 	if stateDir != "" {
-		if err := os.Remove(LeaseFile(stateDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("network %q: removing leases: %w", id, err))
+		for _, f := range []string{LeaseFile(stateDir, id), journalPath(LeaseFile(stateDir, id))} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("network %q: removing leases: %w", id, err))
+			}
 		}
 	}
 	return errors.Join(errs...)

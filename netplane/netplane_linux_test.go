@@ -585,14 +585,20 @@ func TestRemoveAndSweep(t *testing.T) {
 	if _, err := os.Stat(LeaseFile(state, "b")); err != nil {
 		t.Fatal(err)
 	}
+	// A journal left beside it (Close compacts it away; a crash does not).
+	if err := os.WriteFile(journalPath(LeaseFile(state, "b")), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	var removed []string
 	mustDo(t, host, func() (err error) { removed, err = Sweep(context.Background(), []string{"a"}, state); return err })
 	if fmt.Sprint(removed) != "[b]" {
 		t.Errorf("Sweep removed %v, want [b]", removed)
 	}
-	if _, err := os.Stat(LeaseFile(state, "b")); !os.IsNotExist(err) {
-		t.Errorf("lease file of b survived Sweep: %v", err)
+	for _, f := range []string{LeaseFile(state, "b"), journalPath(LeaseFile(state, "b"))} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("lease file %s of b survived Sweep: %v", f, err)
+		}
 	}
 	var s *State
 	mustDo(t, host, func() (err error) { s, err = Inspect(context.Background(), "a"); return err })
