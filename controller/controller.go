@@ -113,10 +113,13 @@ type Controller struct {
 	paths   api.Paths // networks.yaml's, as last read
 	netErrs map[string]string
 	// degraded holds, by network, why its kernel state differs from what
-	// it should be while that is so (a repair failed); repairs counts the
-	// repairs made.
+	// it should be, from when the drift is found (before the repair
+	// starts) until a repair succeeds; repairs counts the repairs made.
 	degraded map[string]string
 	repairs  map[string]uint64
+	// repairRetry holds the networks whose last repair failed: when to
+	// try again (with backoff) and why it failed.
+	repairRetry map[string]*repairRetry
 	// watchedHolders are the holder processes (Project.Holder) whose exit
 	// triggers a reconcile.
 	watchedHolders map[int]bool
@@ -165,7 +168,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
 		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
-		degraded: map[string]string{}, repairs: map[string]uint64{}, watchedHolders: map[int]bool{},
+		degraded: map[string]string{}, repairs: map[string]uint64{}, repairRetry: map[string]*repairRetry{}, watchedHolders: map[int]bool{},
 		reconciles: map[string]uint64{},
 		kickc:      make(chan struct{}, 1), started: time.Now()}, nil
 }
@@ -226,8 +229,9 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	resync := time.NewTicker(c.opts.Resync)
 	defer resync.Stop()
-	// Changes made behind the controller's back (a bridge deleted) are
-	// repaired at once; the rest (an nftables table deleted) at the next
+	// Changes made behind the controller's back (a bridge, a bridge
+	// address or an nftables table deleted, a DHCP or DNS listener
+	// stopped) are repaired at once; the rest (a rule deleted) at the next
 	// resync.
 	var changes <-chan struct{}
 	if w, ok := c.be.(backend.Watcher); ok {
@@ -367,7 +371,8 @@ func (c *Controller) setFailed(a *Attachment, h *helperProc, restarts int, bo Ba
 	c.helpers[a.Key()] = h
 }
 
-// nextRetry fires when the earliest helper in backoff is due.
+// nextRetry fires when the earliest helper in backoff, or network repair
+// that failed, is due.
 func (c *Controller) nextRetry() <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -375,6 +380,11 @@ func (c *Controller) nextRetry() <-chan time.Time {
 	for _, h := range c.helpers {
 		if (h.state == StateBackoff || h.state == StateFailed) && (next.IsZero() || h.retryAt.Before(next)) {
 			next = h.retryAt
+		}
+	}
+	for _, r := range c.repairRetry {
+		if next.IsZero() || r.at.Before(next) {
+			next = r.at
 		}
 	}
 	if next.IsZero() {
