@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -262,13 +263,26 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
+// apiSocketTemp is the pattern of the private directory listen binds in.
+const apiSocketTemp = ".sock-*"
+
 // listen opens the API socket, usable by root and the configured group. It
-// is bound under a temporary name, given its mode and group, and only then
-// renamed into place, so that nobody ever finds it with a wider mode.
+// is bound in a new private directory of the state dir (mode 0700, so the
+// umask does not matter), given its mode and group there, and only then
+// renamed into place: nobody ever finds or reaches it with a wider mode.
 func (c *Controller) listen() (net.Listener, error) {
 	path := c.sd.APISocket()
-	tmp := path + ".new"
-	os.Remove(tmp) // stale from a crash: we hold the controller lock
+	// Stale from a crash: we hold the controller lock.
+	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(path), apiSocketTemp))
+	for _, d := range stale {
+		os.RemoveAll(d)
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(path), apiSocketTemp)
+	if err != nil {
+		return nil, fmt.Errorf("daemon API: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, filepath.Base(path))
 	ln, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("daemon API: %w", err)
