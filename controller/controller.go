@@ -230,6 +230,8 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	resync := time.NewTicker(c.opts.Resync)
 	defer resync.Stop()
+	logs := time.NewTicker(logCheckInterval)
+	defer logs.Stop()
 	// Changes made behind the controller's back (a bridge, a bridge
 	// address or an nftables table deleted, a DHCP or DNS listener
 	// stopped) are repaired at once; the rest (a rule deleted) at the next
@@ -250,18 +252,32 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.log.Info("no project left; controller exits")
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			c.closeNetworks()
-			c.log.Info("controller stopped; helpers keep running")
-			return nil
-		case <-c.kickc:
-		case <-changes:
-		case <-resync.C:
-		case <-c.nextRetry():
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				c.closeNetworks()
+				c.log.Info("controller stopped; helpers keep running")
+				return nil
+			case <-logs.C:
+				// Between reconciles too: the resync may be long.
+				c.mu.Lock()
+				c.rotateLogsLocked()
+				c.mu.Unlock()
+				continue
+			case <-c.kickc:
+			case <-changes:
+			case <-resync.C:
+			case <-c.nextRetry():
+			}
+			break wait
 		}
 	}
 }
+
+// logCheckInterval is how often the controller checks its logs' and the
+// helpers' sizes (and rotates them), besides at every reconcile.
+const logCheckInterval = 10 * time.Second
 
 // apiSocketTemp is the pattern of the private directory listen binds in.
 const apiSocketTemp = ".sock-*"
