@@ -209,9 +209,8 @@ func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *De
 		changed[ch.ID] = true
 	}
 	type job struct {
-		n     *api.Network
-		nw    backend.Network
-		drift string
+		n  *api.Network
+		nw backend.Network
 	}
 	var jobs []job
 	c.mu.Lock()
@@ -235,13 +234,13 @@ func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *De
 			continue
 		}
 		if nw != nil || drift != "" {
-			jobs = append(jobs, job{n, nw, drift})
+			jobs = append(jobs, job{n, nw})
 		}
 	}
 	c.mu.Unlock()
 	var errs []error
 	for _, j := range jobs {
-		if err := c.repairNetwork(ctx, j.n, j.nw, j.drift); err != nil {
+		if err := c.repairNetwork(ctx, j.n, j.nw); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -261,9 +260,10 @@ type repairRetry struct {
 // back, starts it again: the kernel state is put back and its services
 // bound anew. The network is published degraded, with the reason, before
 // the repair starts, and stays so (with the repair's error) until a repair
-// succeeds. nw is nil when an earlier repair failed (drift is then its
-// reason): the repair is tried again. Called without c.mu.
-func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backend.Network, drift string) error {
+// succeeds. nw is nil when an earlier repair failed (the network stays
+// degraded for the drift found then): the repair is tried again. Called
+// without c.mu.
+func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backend.Network) error {
 	if nw != nil {
 		err := c.be.CheckNetwork(ctx, n, c.netOpts())
 		if err == nil {
@@ -275,7 +275,7 @@ func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backe
 			c.mu.Unlock()
 			return nil
 		}
-		drift = err.Error()
+		drift := err.Error()
 		c.mu.Lock()
 		c.degraded[n.ID] = drift
 		delete(c.nets, n.ID)
