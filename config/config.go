@@ -6,8 +6,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"syscall"
 
 	"github.com/vmnetctl/vmnetctl/api"
 )
@@ -34,13 +36,13 @@ func ReadNetworks(path string) (source string, data []byte, err error) {
 		path = os.Getenv(EnvNetworks)
 	}
 	if path != "" {
-		data, err := os.ReadFile(path)
+		data, err := ReadFile(path)
 		if err != nil {
 			return path, nil, fmt.Errorf("reading networks file: %w", err)
 		}
 		return path, data, nil
 	}
-	data, err = os.ReadFile(SystemNetworksPath)
+	data, err = ReadFile(SystemNetworksPath)
 	switch {
 	case err == nil:
 		return SystemNetworksPath, data, nil
@@ -49,6 +51,53 @@ func ReadNetworks(path string) (source string, data []byte, err error) {
 	default:
 		return SystemNetworksPath, nil, fmt.Errorf("reading networks file: %w", err)
 	}
+}
+
+// ReadFile reads an input file (networks.yaml, a VM file) of at most
+// api.MaxFileSize bytes, reading no more than one byte past that: a larger
+// file is an error without being read whole. Only regular files are read:
+// a device (/dev/zero), a FIFO or a socket is refused before any read, so
+// nothing blocks or streams without end. Errors name the file.
+func ReadFile(path string) ([]byte, error) {
+	// O_NONBLOCK: opening a FIFO with no writer must not block; it is
+	// refused below.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s); vmnetctl reads its input from regular files only", path, fileType(fi.Mode()))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, api.MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > api.MaxFileSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes; vmnetctl reads files of at most %d bytes", path, api.MaxFileSize, api.MaxFileSize)
+	}
+	return data, nil
+}
+
+// fileType names the type of a file that is not regular.
+func fileType(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "mode " + m.String()
 }
 
 // LoadNetworks reads and parses networks.yaml as ReadNetworks finds it.

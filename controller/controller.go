@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -113,10 +114,13 @@ type Controller struct {
 	paths   api.Paths // networks.yaml's, as last read
 	netErrs map[string]string
 	// degraded holds, by network, why its kernel state differs from what
-	// it should be while that is so (a repair failed); repairs counts the
-	// repairs made.
+	// it should be, from when the drift is found (before the repair
+	// starts) until a repair succeeds; repairs counts the repairs made.
 	degraded map[string]string
 	repairs  map[string]uint64
+	// repairRetry holds the networks whose last repair failed: when to
+	// try again (with backoff) and why it failed.
+	repairRetry map[string]*repairRetry
 	// watchedHolders are the holder processes (Project.Holder) whose exit
 	// triggers a reconcile.
 	watchedHolders map[int]bool
@@ -167,7 +171,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
 		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
-		degraded: map[string]string{}, repairs: map[string]uint64{}, watchedHolders: map[int]bool{},
+		degraded: map[string]string{}, repairs: map[string]uint64{}, repairRetry: map[string]*repairRetry{}, watchedHolders: map[int]bool{},
 		reconciles: map[string]uint64{},
 		kickc:      make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), started: time.Now()}, nil
 }
@@ -228,8 +232,11 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	resync := time.NewTicker(c.opts.Resync)
 	defer resync.Stop()
-	// Changes made behind the controller's back (a bridge deleted) are
-	// repaired at once; the rest (an nftables table deleted) at the next
+	logs := time.NewTicker(logCheckInterval)
+	defer logs.Stop()
+	// Changes made behind the controller's back (a bridge, a bridge
+	// address or an nftables table deleted, a DHCP or DNS listener
+	// stopped) are repaired at once; the rest (a rule deleted) at the next
 	// resync.
 	var changes <-chan struct{}
 	if w, ok := c.be.(backend.Watcher); ok {
@@ -248,26 +255,53 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.log.Info("no project left; controller exits")
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			c.closeNetworks()
-			c.log.Info("controller stopped; helpers keep running")
-			return nil
-		case <-c.kickc:
-		case <-changes:
-		case <-resync.C:
-		case <-c.nextRetry():
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				c.closeNetworks()
+				c.log.Info("controller stopped; helpers keep running")
+				return nil
+			case <-logs.C:
+				// Between reconciles too: the resync may be long.
+				c.mu.Lock()
+				c.rotateLogsLocked()
+				c.mu.Unlock()
+				continue
+			case <-c.kickc:
+			case <-changes:
+			case <-resync.C:
+			case <-c.nextRetry():
+			}
+			break wait
 		}
 	}
 }
 
+// logCheckInterval is how often the controller checks its logs' and the
+// helpers' sizes (and rotates them), besides at every reconcile.
+const logCheckInterval = 10 * time.Second
+
+// apiSocketTemp is the pattern of the private directory listen binds in.
+const apiSocketTemp = ".sock-*"
+
 // listen opens the API socket, usable by root and the configured group. It
-// is bound under a temporary name, given its mode and group, and only then
-// renamed into place, so that nobody ever finds it with a wider mode.
+// is bound in a new private directory of the state dir (mode 0700, so the
+// umask does not matter), given its mode and group there, and only then
+// renamed into place: nobody ever finds or reaches it with a wider mode.
 func (c *Controller) listen() (net.Listener, error) {
 	path := c.sd.APISocket()
-	tmp := path + ".new"
-	os.Remove(tmp) // stale from a crash: we hold the controller lock
+	// Stale from a crash: we hold the controller lock.
+	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(path), apiSocketTemp))
+	for _, d := range stale {
+		os.RemoveAll(d)
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(path), apiSocketTemp)
+	if err != nil {
+		return nil, fmt.Errorf("daemon API: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, filepath.Base(path))
 	ln, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("daemon API: %w", err)
@@ -370,7 +404,8 @@ func (c *Controller) setFailed(a *Attachment, h *helperProc, restarts int, bo Ba
 	c.helpers[a.Key()] = h
 }
 
-// nextRetry fires when the earliest helper in backoff is due.
+// nextRetry fires when the earliest helper in backoff, or network repair
+// that failed, is due.
 func (c *Controller) nextRetry() <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -378,6 +413,11 @@ func (c *Controller) nextRetry() <-chan time.Time {
 	for _, h := range c.helpers {
 		if (h.state == StateBackoff || h.state == StateFailed) && (next.IsZero() || h.retryAt.Before(next)) {
 			next = h.retryAt
+		}
+	}
+	for _, r := range c.repairRetry {
+		if next.IsZero() || r.at.Before(next) {
+			next = r.at
 		}
 	}
 	if next.IsZero() {

@@ -100,7 +100,7 @@ func ReadInput(networksPath string, files []string, vmName, project string) (*In
 	in := &Input{Networks: statedir.NetworksSnapshot{Source: source, Data: data}, VMName: vmName, Project: project,
 		NetworksNamed: networksPath != "" || os.Getenv(config.EnvNetworks) != ""}
 	for _, path := range files {
-		b, err := os.ReadFile(path)
+		b, err := config.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("reading VM file: %w", err)
 		}

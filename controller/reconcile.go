@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -16,8 +17,9 @@ import (
 
 // reconcile makes what runs match the state dir, level-triggered and
 // recomputed from scratch each time: read what should run and plan (under
-// the lock); stop what goes (without it, in parallel); converge the
-// networks; start missing helpers (without the lock, in parallel); commit
+// the lock); stop what goes (without it, in parallel); repair the networks
+// that drifted (without it: status shows them degraded meanwhile); converge
+// the networks; start missing helpers (without the lock, in parallel); commit
 // (under the lock). done is true when no project is left and everything
 // was removed.
 func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
@@ -40,6 +42,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	c.mu.Unlock()
 
 	errs := c.stopHelpers(stopping)
+	errs = append(errs, c.repairNetworks(ctx, plan, desired)...)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -158,7 +161,8 @@ func (c *Controller) stopHelpers(hs []*helperProc) []error {
 }
 
 // convergeNetworks removes the deleted and replaced networks, restarts the
-// services of those changed in place, and starts the missing.
+// services of those changed in place, and starts the missing (but those
+// repairNetworks keeps trying to repair).
 func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *Desired) []error {
 	var errs []error
 	for _, ch := range plan.Networks {
@@ -177,11 +181,9 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 			c.emit(Event{Kind: "network-removed", Network: ch.ID, Detail: string(ch.Action)})
 		}
 	}
-	clear(c.netErrs)
 	for _, n := range desired.Networks {
-		if c.nets[n.ID] != nil {
-			errs = append(errs, c.repairNetwork(ctx, n)...)
-			continue
+		if c.nets[n.ID] != nil || c.degraded[n.ID] != "" {
+			continue // running, or being repaired (repairNetworks)
 		}
 		nw, err := c.be.StartNetwork(ctx, n, c.netOpts())
 		if err != nil {
@@ -196,37 +198,117 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 	return errs
 }
 
-// repairNetwork checks a running network against what it should be (its
-// bridge, addresses, nftables tables: the backend's CheckNetwork) and, if
-// something was changed behind the controller's back, starts it again:
-// the kernel state is put back and its services bound anew. The network
-// is degraded, with the reason, until that succeeds.
-func (c *Controller) repairNetwork(ctx context.Context, n *api.Network) []error {
-	drift := c.be.CheckNetwork(ctx, n, c.netOpts())
-	if drift == nil {
-		drift = c.nets[n.ID].Health()
+// repairNetworks checks the running networks that the plan leaves as they
+// are against what they should be, and repairs those that drifted
+// (repairNetwork), with c.mu not held: status and metrics answer, and show
+// the network degraded, while its kernel state is put back. A network
+// whose repair failed is retried here on every pass until it succeeds.
+func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *Desired) []error {
+	changed := map[string]bool{}
+	for _, ch := range plan.Networks {
+		changed[ch.ID] = true
 	}
-	if drift == nil {
-		delete(c.degraded, n.ID)
-		return nil
+	type job struct {
+		n  *api.Network
+		nw backend.Network
 	}
-	c.degraded[n.ID] = drift.Error()
-	c.repairs[n.ID]++
-	c.log.Warn("network changed behind vmnetctl's back; repairing", "network", n.ID, "drift", drift)
-	c.emit(Event{Kind: "drift-found", Network: n.ID, Detail: drift.Error()})
-	c.nets[n.ID].Close()
-	delete(c.nets, n.ID)
+	var jobs []job
+	c.mu.Lock()
+	clear(c.netErrs)
+	for id := range c.degraded {
+		if changed[id] || !slices.ContainsFunc(desired.Networks, func(n *api.Network) bool { return n.ID == id }) {
+			delete(c.degraded, id) // removed or started anew by convergeNetworks
+			delete(c.repairRetry, id)
+		}
+	}
+	now := time.Now()
+	for _, n := range desired.Networks {
+		if changed[n.ID] {
+			continue
+		}
+		nw, drift := c.nets[n.ID], c.degraded[n.ID]
+		if r := c.repairRetry[n.ID]; nw == nil && r != nil && now.Before(r.at) {
+			// A repair failed: try again after its backoff (nextRetry),
+			// not on every event (a failed repair's own undoing is one).
+			c.netErrs[n.ID] = r.err
+			continue
+		}
+		if nw != nil || drift != "" {
+			jobs = append(jobs, job{n, nw})
+		}
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, j := range jobs {
+		if err := c.repairNetwork(ctx, j.n, j.nw); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// repairRetry is when a network whose repair failed is repaired again.
+type repairRetry struct {
+	bo  Backoff
+	at  time.Time
+	err string
+}
+
+// repairNetwork checks network n, running as nw, against what it should be
+// (its bridge, addresses, nftables tables: the backend's CheckNetwork; its
+// services: Health) and, if something was changed behind the controller's
+// back, starts it again: the kernel state is put back and its services
+// bound anew. The network is published degraded, with the reason, before
+// the repair starts, and stays so (with the repair's error) until a repair
+// succeeds. nw is nil when an earlier repair failed (the network stays
+// degraded for the drift found then): the repair is tried again. Called
+// without c.mu.
+func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backend.Network) error {
+	if nw != nil {
+		err := c.be.CheckNetwork(ctx, n, c.netOpts())
+		if err == nil {
+			err = nw.Health()
+		}
+		if err == nil {
+			c.mu.Lock()
+			delete(c.degraded, n.ID)
+			c.mu.Unlock()
+			return nil
+		}
+		drift := err.Error()
+		c.mu.Lock()
+		c.degraded[n.ID] = drift
+		delete(c.nets, n.ID)
+		c.mu.Unlock()
+		c.log.Warn("network changed behind vmnetctl's back; repairing", "network", n.ID, "drift", drift)
+		c.emit(Event{Kind: "drift-found", Network: n.ID, Detail: drift})
+		nw.Close()
+	}
 	nw, err := c.be.StartNetwork(ctx, n, c.netOpts())
-	if err != nil {
-		c.netErrs[n.ID] = err.Error()
-		return []error{fmt.Errorf("repairing network %q: %w", n.ID, err)}
+	var still error
+	if err == nil {
+		still = c.be.CheckNetwork(ctx, n, c.netOpts())
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		r := c.repairRetry[n.ID]
+		if r == nil {
+			r = &repairRetry{bo: Backoff{First: time.Second, Max: 15 * time.Second, Healthy: time.Duration(math.MaxInt64)}}
+			c.repairRetry[n.ID] = r
+		}
+		r.at, r.err = time.Now().Add(r.bo.Next(0)), err.Error()
+		c.netErrs[n.ID] = r.err
+		return fmt.Errorf("repairing network %q: %w", n.ID, err)
+	}
+	delete(c.repairRetry, n.ID)
 	c.nets[n.ID] = nw
-	if err := c.be.CheckNetwork(ctx, n, c.netOpts()); err != nil {
-		c.degraded[n.ID] = err.Error()
-		return []error{fmt.Errorf("network %q is still not as configured after a repair: %w", n.ID, err)}
+	if still != nil {
+		c.degraded[n.ID] = still.Error()
+		return fmt.Errorf("network %q is still not as configured after a repair: %w", n.ID, still)
 	}
 	delete(c.degraded, n.ID)
+	c.repairs[n.ID]++
 	c.log.Info("network repaired", "network", n.ID)
 	c.emit(Event{Kind: "drift-repaired", Network: n.ID})
 	return nil

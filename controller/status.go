@@ -180,9 +180,6 @@ func (c *Controller) status() *Status {
 		ns := newNetworkStatus(n, d)
 		if nw := c.nets[n.ID]; nw != nil {
 			ns.State = "up"
-			if why := c.degraded[n.ID]; why != "" {
-				ns.State, ns.Error = "degraded", why
-			}
 			st := nw.Stats()
 			guards[n.ID], portMACs[n.ID] = st.GuardDrops, st.PortMACs
 			ns.EgressDenied = st.EgressDenied
@@ -201,8 +198,13 @@ func (c *Controller) status() *Status {
 			ns.Leases = len(nw.Leases())
 		} else if msg := c.netErrs[n.ID]; msg != "" {
 			ns.State, ns.Error = "error", msg
-			if c.degraded[n.ID] != "" {
-				ns.State = "degraded"
+		}
+		// Degraded from the moment drift is found, while the repair runs
+		// and for as long as repairs fail (with their error).
+		if why := c.degraded[n.ID]; why != "" {
+			ns.State, ns.Error = "degraded", why
+			if msg := c.netErrs[n.ID]; msg != "" {
+				ns.Error += "; repairing failed: " + msg
 			}
 		}
 		ns.Repairs = c.repairs[n.ID]

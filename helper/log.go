@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vmnetctl/vmnetctl/helperproto"
 )
@@ -38,6 +39,32 @@ func (l *logger) warnf(component, format string, args ...any) {
 }
 func (l *logger) debugf(component, format string, args ...any) {
 	l.logf("DEBUG", component, format, args...)
+}
+
+// limited is a kind of log line that a guest or a local process can cause
+// at will (a datagram from an unbound client): it is logged at most once
+// per every, the first of each period, with the count of those left out
+// since the last one written, so that the log stays small however fast
+// they come.
+type limited struct {
+	every   time.Duration
+	last    time.Time // when one was last written
+	dropped int       // left out since
+}
+
+// warnLimited logs like warnf, through lim.
+func (l *logger) warnLimited(lim *limited, component, format string, args ...any) {
+	now := time.Now()
+	if !lim.last.IsZero() && now.Sub(lim.last) < lim.every {
+		lim.dropped++
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	if lim.dropped > 0 {
+		msg += fmt.Sprintf(" (%d more like this in the last %s, not logged)", lim.dropped, now.Sub(lim.last).Round(time.Second))
+	}
+	lim.last, lim.dropped = now, 0
+	l.logf("WARN", component, "%s", msg)
 }
 
 // counters are one direction's cumulative counts, updated once per batch.

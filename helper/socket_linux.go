@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -119,11 +120,18 @@ func (l *listener) close() {
 	}
 }
 
+// unboundLogEvery is how often accept logs, at most, the datagrams it
+// ignores.
+const unboundLogEvery = 10 * time.Second
+
 // accept waits for the first datagram, learns the client's address from it
 // and connects to it: from then on the kernel delivers only that client's
 // datagrams and refuses other senders. It returns the first frame.
 func (l *listener) accept(stop int, buf []byte, log *logger) ([]byte, string, error) {
 	w := newWaiter(l.fd, stop)
+	// Any local process may send these, as fast as it likes.
+	unbound := &limited{every: unboundLogEvery}
+	refused := &limited{every: unboundLogEvery}
 	for {
 		n, from, err := unix.Recvfrom(l.fd, buf, 0)
 		switch {
@@ -139,11 +147,11 @@ func (l *listener) accept(stop int, buf []byte, log *logger) ([]byte, string, er
 		}
 		sa, ok := from.(*unix.SockaddrUnix)
 		if !ok || sa.Name == "" {
-			log.warnf("main", "ignoring a datagram from an unbound client: a client must bind its own socket path")
+			log.warnLimited(unbound, "main", "ignoring a datagram from an unbound client: a client must bind its own socket path")
 			continue
 		}
 		if err := unix.Connect(l.fd, sa); err != nil {
-			log.warnf("main", "cannot connect to client %q: %v", sa.Name, err)
+			log.warnLimited(refused, "main", "cannot connect to client %q: %v", sa.Name, err)
 			continue
 		}
 		if n < minFirstDatagram {

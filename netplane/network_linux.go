@@ -375,8 +375,13 @@ func (nw *Network) startGuard(ctx context.Context) error {
 // long after.
 const guardResync = 15 * time.Second
 
-// fail records that a service stopped on its own.
-func (nw *Network) fail(err error) { nw.failed.CompareAndSwap(nil, &err) }
+// fail records that a service stopped on its own, and tells the
+// controller's watch (WatchChanges), which repairs the network.
+func (nw *Network) fail(err error) {
+	if nw.failed.CompareAndSwap(nil, &err) {
+		services.notify()
+	}
+}
 
 // Health is nil while every service of the network runs, else why one
 // stopped: the controller then starts the network again.

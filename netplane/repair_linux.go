@@ -2,11 +2,15 @@ package netplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
@@ -84,26 +88,86 @@ func guardedPorts(ctx context.Context, id string) (map[string]bool, error) {
 	return out, nil
 }
 
-// WatchLinks reports, on the returned channel, changes to vmnetctl's links
-// that the controller should look at: a bridge or a VM's TAP deleted, a TAP
-// that left its bridge, a bridge set down. Sends do not block: a change
-// that comes while one is pending is folded into it. The watch ends with
-// ctx.
-func WatchLinks(ctx context.Context) (<-chan struct{}, error) {
-	updates := make(chan netlink.LinkUpdate, 64)
-	if err := netlink.LinkSubscribeWithOptions(updates, ctx.Done(), netlink.LinkSubscribeOptions{
+// WatchChanges reports, on the returned channel, changes that the
+// controller should look at, as they happen:
+//   - links: a bridge or a VM's TAP deleted, a TAP that left its bridge, a
+//     bridge set down;
+//   - addresses: an IPv4 address of a vmnetctl bridge added or removed, or
+//     an IPv6 one removed;
+//   - nftables: a vmnetctl table or chain deleted (nft delete table, nft
+//     flush ruleset), and a notification lost because too many came at once;
+//   - services: a network's DHCP or DNS listener that stopped on its own
+//     (Network.Health).
+//
+// Sends do not block: a change that comes while one is pending is folded
+// into it. The watch ends with ctx. Anything else (a rule deleted, a set
+// emptied) waits for the controller's periodic resync.
+func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
+	links := make(chan netlink.LinkUpdate, 64)
+	if err := netlink.LinkSubscribeWithOptions(links, ctx.Done(), netlink.LinkSubscribeOptions{
 		ErrorCallback: func(error) {},
 	}); err != nil {
+		cancel()
 		return nil, fmt.Errorf("watching links: %w", err)
 	}
-	out := make(chan struct{}, 1)
+	addrs := make(chan netlink.AddrUpdate, 64)
+	if err := netlink.AddrSubscribeWithOptions(addrs, ctx.Done(), netlink.AddrSubscribeOptions{
+		ErrorCallback: func(error) {},
+	}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("watching addresses: %w", err)
+	}
+	tables, err := nl.Subscribe(unix.NETLINK_NETFILTER, unix.NFNLGRP_NFTABLES)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("watching nftables: %w", err)
+	}
+	// Names of links by index, in this namespace (whatever thread asks).
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		cancel()
+		tables.Close()
+		return nil, fmt.Errorf("watching addresses: %w", err)
+	}
+	failed := make(chan struct{}, 1)
+	services.add(failed)
 	go func() {
-		for u := range updates {
+		<-ctx.Done()
+		cancel()
+		tables.Close() // ends watchTables' Receive
+		h.Close()
+		services.remove(failed)
+	}()
+	go func() {
+		for u := range links {
 			if linkChanged(u) {
-				select {
-				case out <- struct{}{}:
-				default:
-				}
+				notify()
+			}
+		}
+	}()
+	go func() {
+		for u := range addrs {
+			if addrChanged(h, u) {
+				notify()
+			}
+		}
+	}()
+	go watchTables(ctx, tables, notify)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-failed:
+				notify()
 			}
 		}
 	}()
@@ -122,5 +186,112 @@ func linkChanged(u netlink.LinkUpdate) bool {
 		return a.MasterIndex == 0
 	default:
 		return a.Flags&net.FlagUp == 0
+	}
+}
+
+// addrChanged tells whether an address change is one Check may find wrong:
+// any IPv4 address of a vmnetctl bridge, or an IPv6 one removed (IPv6
+// addresses come and change state on their own: link-local, DAD). A
+// deleted bridge's addresses are the link watch's.
+func addrChanged(h *netlink.Handle, u netlink.AddrUpdate) bool {
+	if u.LinkAddress.IP.To4() == nil && u.NewAddr {
+		return false
+	}
+	l, err := h.LinkByIndex(u.LinkIndex)
+	return err == nil && strings.HasPrefix(l.Attrs().Name, api.BridgePrefix)
+}
+
+// watchTables reads nftables' notifications from s until it is closed and
+// notifies when a vmnetctl table or chain is deleted, or when the kernel
+// dropped notifications (the socket's buffer overflowed).
+func watchTables(ctx context.Context, s *nl.NetlinkSocket, notify func()) {
+	for {
+		msgs, _, err := s.Receive()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, unix.ENOBUFS):
+			notify()
+			continue
+		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			notify() // and stop watching: the resync is left
+			return
+		}
+		for _, m := range msgs {
+			if tableDeleted(m) {
+				notify()
+			}
+		}
+	}
+}
+
+// tableDeleted tells whether m reports a vmnetctl table or chain deleted.
+func tableDeleted(m syscall.NetlinkMessage) bool {
+	switch m.Header.Type {
+	case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELTABLE:
+		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_TABLE_NAME), tablePrefix)
+	case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELCHAIN:
+		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_CHAIN_TABLE), tablePrefix)
+	}
+	return false
+}
+
+// nfAttr returns the string attribute typ of an nfnetlink message's data
+// (its nfgenmsg header, then attributes), "" when it has none.
+func nfAttr(data []byte, typ uint16) string {
+	const nfgenmsgLen = 4
+	if len(data) < nfgenmsgLen {
+		return ""
+	}
+	b := data[nfgenmsgLen:]
+	for len(b) >= unix.SizeofNlAttr {
+		l := int(nl.NativeEndian().Uint16(b[0:2]))
+		t := nl.NativeEndian().Uint16(b[2:4]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
+		if l < unix.SizeofNlAttr || l > len(b) {
+			return ""
+		}
+		if t == typ {
+			return strings.TrimRight(string(b[unix.SizeofNlAttr:l]), "\x00")
+		}
+		b = b[min(len(b), (l+unix.NLA_ALIGNTO-1)&^(unix.NLA_ALIGNTO-1)):]
+	}
+	return ""
+}
+
+// services are the watchers (WatchChanges) told when a network's service
+// stops on its own (Network.fail).
+var services watchers
+
+type watchers struct {
+	mu sync.Mutex
+	m  map[chan struct{}]bool
+}
+
+func (w *watchers) add(ch chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[chan struct{}]bool{}
+	}
+	w.m[ch] = true
+}
+
+func (w *watchers) remove(ch chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.m, ch)
+}
+
+// notify tells every watcher, without blocking.
+func (w *watchers) notify() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ch := range w.m {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }

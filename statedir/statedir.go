@@ -70,9 +70,41 @@ func (d Dir) checkTrusted() error {
 	return nil
 }
 
-// openNoFollow opens a file of the state dir, never through a symbolic link.
+// openNoFollow opens a file of the state dir, never through a symbolic
+// link nor blocking on a FIFO (O_NONBLOCK, which regular files ignore), and
+// refuses it unless it is trusted (checkTrustedFile).
 func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
-	return os.OpenFile(path, flag|syscall.O_NOFOLLOW, perm)
+	f, err := os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, perm)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTrustedFile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// checkTrustedFile refuses an open file of the state dir, by what fstat
+// says of it (not of its path, which could change meanwhile), that is not
+// a regular file, belongs to anyone but root or the user running vmnetctl,
+// or that its group or others may write: root reads, runs what it reads
+// and appends to these files.
+func checkTrustedFile(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file (mode %s); refusing it in the state dir", f.Name(), fi.Mode())
+	case ok && st.Uid != 0 && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s belongs to uid %d, not to root or to uid %d who runs vmnetctl; refusing it: another user could change what vmnetctl reads and runs", f.Name(), st.Uid, os.Geteuid())
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("%s is writable by its group or others (mode %04o); refusing it: make it private (chmod go-w)", f.Name(), fi.Mode().Perm())
+	}
+	return nil
 }
 
 // Exists reports whether the directory exists.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -113,6 +114,95 @@ func TestUntrustedStateDir(t *testing.T) {
 		}
 		if b, _ := os.ReadFile(victim); string(b) != `{"name":"evil"}` {
 			t.Errorf("the link's target changed: %q", b)
+		}
+	})
+}
+
+// TestUntrustedStateFiles: a file in the state dir that its group or
+// others may write, that belongs to another user, or that is not a regular
+// file is refused, by fstat after opening it, whether read (runtime.json, a
+// project), locked, appended to (a log) or rotated; the same file made
+// private again is used.
+func TestUntrustedStateFiles(t *testing.T) {
+	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+	if err := d.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SaveRuntime(Runtime{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SaveProject(&Project{Name: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := d.LockOps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock()
+	f, err := OpenLog(d.ControllerLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	uses := map[string]struct {
+		path string
+		use  func() error
+	}{
+		"runtime.json": {d.file(runtimeFile), func() error { _, _, err := d.LoadRuntime(); return err }},
+		"a project":    {d.file(projectsDir, "p.json"), func() error { _, err := d.Projects(); return err }},
+		"the ops lock": {d.file(opsLockFile), func() error {
+			l, err := d.LockOps()
+			if err == nil {
+				l.Unlock()
+			}
+			return err
+		}},
+		"a log": {d.ControllerLog(), func() error {
+			f, err := OpenLog(d.ControllerLog())
+			if err == nil {
+				f.Close()
+			}
+			return err
+		}},
+		"a log to rotate": {d.ControllerLog(), func() error { _, err := RotateLog(d.ControllerLog(), 0); return err }},
+	}
+	type change struct {
+		name, refusal string
+		make, undo    func(path string)
+		root          bool
+	}
+	changes := []change{
+		{"writable by others", "writable by its group or others",
+			func(p string) { os.Chmod(p, 0o606) }, func(p string) { os.Chmod(p, 0o600) }, false},
+		{"writable by its group", "writable by its group or others",
+			func(p string) { os.Chmod(p, 0o620) }, func(p string) { os.Chmod(p, 0o600) }, false},
+		{"another user's", "belongs to uid 65534",
+			func(p string) { os.Chown(p, 65534, 65534) }, func(p string) { os.Chown(p, os.Geteuid(), os.Getegid()) }, true},
+	}
+	for name, u := range uses {
+		for _, c := range changes {
+			t.Run(name+" "+c.name, func(t *testing.T) {
+				if c.root && os.Geteuid() != 0 {
+					testutil.RequireRoot(t, "to give a file away")
+				}
+				if err := u.use(); err != nil {
+					t.Fatalf("before: %v", err) // the control
+				}
+				c.make(u.path)
+				defer c.undo(u.path)
+				if err := u.use(); err == nil || !strings.Contains(err.Error(), c.refusal) || !strings.Contains(err.Error(), u.path) {
+					t.Errorf("got %v, want a refusal naming %s and saying %q", err, u.path, c.refusal)
+				}
+			})
+		}
+	}
+	t.Run("not a regular file", func(t *testing.T) {
+		os.Remove(d.file(runtimeFile))
+		if err := syscall.Mkfifo(d.file(runtimeFile), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := d.LoadRuntime(); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("a FIFO as runtime.json: %v", err)
 		}
 	})
 }

@@ -55,9 +55,11 @@ func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.
 	return netplane.EnsurePorts(ctx, n, specs)
 }
 
-// Changes reports vmnetctl's bridges and TAPs deleted or changed
-// (netplane.WatchLinks).
-func (Backend) Changes(ctx context.Context) (<-chan struct{}, error) { return netplane.WatchLinks(ctx) }
+// Changes reports vmnetctl's bridges, TAPs, bridge addresses and nftables
+// tables deleted or changed, and services stopped (netplane.WatchChanges).
+func (Backend) Changes(ctx context.Context) (<-chan struct{}, error) {
+	return netplane.WatchChanges(ctx)
+}
 
 // Limits: the Linux data plane honours every setting of networks.yaml;
 // it warns of a bridged network whose host interface is missing here (on

@@ -3,10 +3,14 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -76,5 +80,115 @@ func TestDriftRepaired(t *testing.T) {
 	}
 	if out := h.MustVmnetctl("events"); strings.Count(out, "drift-found") < 4 || strings.Count(out, "drift-repaired") < 4 {
 		t.Errorf("events after four network drifts:\n%s", out)
+	}
+}
+
+// TestDriftEvents repairs drift as it happens, not at the resync (an hour
+// here): a bridge's address flushed and the network's nftables tables
+// deleted are seen on netlink and put back within seconds. And a repair
+// that cannot succeed (the bridge deleted and its name taken by a veth)
+// leaves the network degraded, with the reason, in status and the metrics,
+// until the name is free again: then it is repaired, up, and the repair is
+// counted.
+func TestDriftEvents(t *testing.T) {
+	h := newHost(t)
+	h.Env = append(h.Env, "VMNETCTL_RESYNC=1h")
+	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", vms)
+	st := h.Status()
+	br, table := st.Networks[0].Bridge, netplane.TableName("shared")
+	network := func() controller.NetworkStatus {
+		for _, n := range h.Status().Networks {
+			if n.Name == "shared" {
+				return n
+			}
+		}
+		t.Fatal("no network shared in status")
+		return controller.NetworkStatus{}
+	}
+	metric := func(name string) (float64, error) {
+		resp, err := h.HTTPClient().Get("http://" + controller.DefaultMetricsAddr + "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return 0, err
+		}
+		m := regexp.MustCompile(`(?m)^` + name + `\{network="shared"\} (\S+)$`).FindSubmatch(b)
+		if m == nil {
+			return 0, fmt.Errorf("no %s for shared in the metrics", name)
+		}
+		return strconv.ParseFloat(string(m[1]), 64)
+	}
+
+	// Repaired on events, long before the resync. (The guard table may be
+	// put back by the VM port's repair, in a pass that was under way: the
+	// checks are on the kernel, not on the repair count.)
+	tap := h.Attachment(st, "a").Tap
+	gw := gateway + "/24"
+	for _, d := range []struct {
+		name     string
+		cmd      []string
+		repaired []string // a command whose output shows the repair
+		want     string
+	}{
+		{"gateway address removed", []string{"ip", "addr", "flush", "dev", br}, []string{"ip", "addr", "show", "dev", br}, gw},
+		{"nftables table deleted", []string{"nft", "delete", "table", "inet", table}, []string{"nft", "list", "table", "inet", table}, "chain"},
+		{"guard table deleted", []string{"nft", "delete", "table", "bridge", table}, []string{"nft", "list", "map", "bridge", table, "ports"}, `"` + tap + `"`},
+	} {
+		h.MustRun(t, d.cmd[0], d.cmd[1:]...)
+		testutil.Eventually(t, 15*time.Second, func() error {
+			if out, _ := h.Run(context.Background(), d.repaired[0], d.repaired[1:]...); !strings.Contains(out, d.want) {
+				return fmt.Errorf("%s shows no %s:\n%s", strings.Join(d.repaired, " "), d.want, out)
+			}
+			if n := network(); n.State != "up" {
+				return fmt.Errorf("network is %s (%s)", n.State, n.Error)
+			}
+			return nil
+		}, "repair after: %s", d.name)
+	}
+
+	// A repair that fails. The bridge is deleted and a veth takes its
+	// name; the controller may recreate the bridge in between (it repairs
+	// on the deletion), so try until the veth won.
+	before := network().Repairs
+	testutil.Eventually(t, 15*time.Second, func() error {
+		_, err := h.Run(context.Background(), "sh", "-c", "ip link del "+br+"; ip link add "+br+" type veth peer name sq-"+br)
+		return err
+	}, "squatting %s", br)
+	testutil.Eventually(t, 15*time.Second, func() error {
+		n := network()
+		if n.State != "degraded" || !strings.Contains(n.Error, br) {
+			return fmt.Errorf("network is %s: %s", n.State, n.Error)
+		}
+		if v, err := metric("vmnetctl_network_degraded"); err != nil || v != 1 {
+			return fmt.Errorf("vmnetctl_network_degraded is %v (%v)", v, err)
+		}
+		return nil
+	}, "degraded while %s is a veth", br)
+	t.Logf("degraded: %s", network().Error)
+	// It stays so while the repair keeps failing (retried with backoff).
+	if n := network(); n.State != "degraded" || n.Repairs != before {
+		t.Errorf("with the veth still there: %s, %d repairs (was %d)", n.State, n.Repairs, before)
+	}
+
+	h.MustRun(t, "ip", "link", "del", br)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		n := network()
+		if n.State != "up" || n.Repairs <= before {
+			return fmt.Errorf("network is %s (%s), %d repairs", n.State, n.Error, n.Repairs)
+		}
+		if v, err := metric("vmnetctl_network_degraded"); err != nil || v != 0 {
+			return fmt.Errorf("vmnetctl_network_degraded is %v (%v)", v, err)
+		}
+		if v, err := metric("vmnetctl_network_repairs_total"); err != nil || v <= float64(before) {
+			return fmt.Errorf("vmnetctl_network_repairs_total is %v (%v), was %d", v, err, before)
+		}
+		return nil
+	}, "repaired once the veth is gone")
+	if out, _ := h.Run(context.Background(), "ip", "-d", "link", "show", br); !strings.Contains(out, "bridge") {
+		t.Errorf("%s after the repair:\n%s", br, out)
 	}
 }
