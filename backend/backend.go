@@ -174,6 +174,27 @@ type ServiceStats struct {
 	EgressDenied uint64 `json:"egressDenied,omitempty"`
 	// EgressDeniedByMAC is EgressDenied by the VM that opened them.
 	EgressDeniedByMAC map[string]uint64 `json:"egressDeniedByMAC,omitempty"`
+	// Tunnel is the network's segment across hosts on this host; nil for a
+	// network of this host alone.
+	Tunnel *TunnelStats `json:"tunnel,omitempty"`
+}
+
+// TunnelStats is what a network across hosts looks like from this host.
+type TunnelStats struct {
+	// Host is this host's name in the segment's list.
+	Host string `json:"host"`
+	// Peers are the underlay addresses the tunnel floods to.
+	Peers []string `json:"peers"`
+	// RemoteMACs counts the MACs the bridge learned behind the tunnel
+	// (the forwarding entries of the other hosts' VMs).
+	RemoteMACs int `json:"remoteMACs"`
+	// TxBytes and RxBytes are the tunnel device's counters: the segment's
+	// frames sent to and received from the other hosts.
+	TxBytes uint64 `json:"txBytes"`
+	RxBytes uint64 `json:"rxBytes"`
+	// Dropped counts frames from the other hosts the tunnel's guard kept
+	// off this host's side (their gateways' traffic, DHCP, routers).
+	Dropped uint64 `json:"dropped"`
 }
 
 // Forward is one port forward of an attachment (api.PortForward), to the

@@ -118,6 +118,14 @@ var (
 	descDNSResponses = networkDesc("vmnetctl_network_dns_responses_total",
 		"DNS queries the network's proxy handled, by outcome: local (a VM's name), nxdomain (an unknown name under vmnet.internal), forwarded (answered upstream), servfail (no upstream answered), refused (not the network's own name, forwarding off), dropped (not answered: too many in flight).", "outcome")
 
+	descTunnelPeers = networkDesc("vmnetctl_network_tunnel_peers",
+		"Hosts a network across hosts floods to from this host (the other entries of its vxlan.hosts).")
+	descTunnelMACs = networkDesc("vmnetctl_network_tunnel_remote_macs",
+		"MACs this host's bridge of a network across hosts learned behind its tunnel: the other hosts' VMs it talked to.")
+	descTunnelBytes = networkDesc("vmnetctl_network_tunnel_bytes_total",
+		"Bytes of a network across hosts that its tunnel sent to (tx) or received from (rx) the other hosts.", "direction")
+	descTunnelDropped = networkDesc("vmnetctl_network_tunnel_dropped_total",
+		"Frames from the other hosts of a network across hosts that the tunnel's guard kept off this host's side (their gateways' traffic, DHCP, router advertisements).")
 	descEgressDenied = networkDesc("vmnetctl_network_egress_denied_total",
 		"Connections the network's VMs opened that its egress policy refused (networks with one).")
 	descRAs = networkDesc("vmnetctl_network_ipv6_router_advertisements_total",
@@ -155,7 +163,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDHCPSpoofed, descDNSQueries, descDNSResponses,
-		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied,
+		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied, descTunnelPeers, descTunnelMACs, descTunnelBytes, descTunnelDropped,
 		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
 	} {
 		ch <- d
@@ -243,6 +251,13 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ba
 	}
 	if n.Egress != nil {
 		emit(descEgressDenied, prometheus.CounterValue, float64(st.EgressDenied), n.ID)
+	}
+	if t := st.Tunnel; t != nil {
+		emit(descTunnelPeers, prometheus.GaugeValue, float64(len(t.Peers)), n.ID)
+		emit(descTunnelMACs, prometheus.GaugeValue, float64(t.RemoteMACs), n.ID)
+		emit(descTunnelBytes, prometheus.CounterValue, float64(t.TxBytes), n.ID, "tx")
+		emit(descTunnelBytes, prometheus.CounterValue, float64(t.RxBytes), n.ID, "rx")
+		emit(descTunnelDropped, prometheus.CounterValue, float64(t.Dropped), n.ID)
 	}
 	if n.HasIPv6() {
 		v6 := st.IPv6

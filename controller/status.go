@@ -67,6 +67,9 @@ type NetworkStatus struct {
 	// EgressDenied counts the connections its VMs opened that the
 	// network's egress policy refused.
 	EgressDenied uint64 `json:"egressDenied,omitempty"`
+	// Tunnel is the network's segment across hosts as this host sees it
+	// (docs/multihost.md); absent for a network of this host alone.
+	Tunnel *backend.TunnelStats `json:"tunnel,omitempty"`
 }
 
 // AttachmentStatus is one VM's cable to one network.
@@ -182,7 +185,7 @@ func (c *Controller) status() *Status {
 			ns.State = "up"
 			st := nw.Stats()
 			guards[n.ID], portMACs[n.ID] = st.GuardDrops, st.PortMACs
-			ns.EgressDenied = st.EgressDenied
+			ns.EgressDenied, ns.Tunnel = st.EgressDenied, st.Tunnel
 			for mac, v := range st.EgressDeniedByMAC {
 				denied[n.ID+"/"+mac] = v
 			}
@@ -363,6 +366,12 @@ func (st *Status) Render(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.Mode, bridge, dash(n.Subnet), dash(n.Gateway), dash(n.Subnet6), n.State, n.Leases, strings.Join(n.VMs, ","))
 	}
 	tw.Flush()
+	for _, n := range st.Networks {
+		if t := n.Tunnel; t != nil {
+			fmt.Fprintf(w, "%s spans hosts: this is %s; the tunnel floods to %s, %d remote MACs, %s sent, %s received, %d frames kept off\n",
+				n.Name, t.Host, strings.Join(t.Peers, ", "), t.RemoteMACs, formatBytes(t.TxBytes), formatBytes(t.RxBytes), t.Dropped)
+		}
+	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tIPV6\tPID\tSTATE\tRESTARTS\tUPTIME\tFROM VM\tTO VM")
@@ -406,19 +415,29 @@ func (st *Status) Render(w io.Writer) error {
 // formatBits writes a rate in bits per second with an SI prefix: "0",
 // "950 b/s", "12.3 Mb/s".
 func formatBits(bps float64) string {
-	if bps < 0.5 {
+	return formatUnits(bps, []string{"b/s", "kb/s", "Mb/s", "Gb/s", "Tb/s"})
+}
+
+// formatBytes is n bytes, as formatBits writes a rate.
+func formatBytes(n uint64) string {
+	return formatUnits(float64(n), []string{"B", "kB", "MB", "GB", "TB"})
+}
+
+// formatUnits writes v in the largest of units (steps of 1000) that keeps
+// it at least 1, with a decimal below 100.
+func formatUnits(v float64, units []string) string {
+	if v < 0.5 {
 		return "0"
 	}
-	units := []string{"b/s", "kb/s", "Mb/s", "Gb/s", "Tb/s"}
 	i := 0
-	for bps >= 999.5 && i < len(units)-1 {
-		bps /= 1000
+	for v >= 999.5 && i < len(units)-1 {
+		v /= 1000
 		i++
 	}
-	if i == 0 || bps >= 99.95 {
-		return fmt.Sprintf("%.0f %s", bps, units[i])
+	if i == 0 || v >= 99.95 {
+		return fmt.Sprintf("%.0f %s", v, units[i])
 	}
-	return fmt.Sprintf("%.1f %s", bps, units[i])
+	return fmt.Sprintf("%.1f %s", v, units[i])
 }
 
 func dash(s string) string {

@@ -557,6 +557,9 @@ func (nw *Network) Stats() backend.ServiceStats {
 			drops, err := guardDrops(ctx, nw.n.ID)
 			s.GuardDrops = drops
 			s.PortMACs = portMACs(nw.n.Bridge())
+			if nw.n.VXLAN != nil {
+				s.Tunnel = tunnelStats(nw.n, drops)
+			}
 			return err
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 )
 
 // A network across hosts (api.VXLAN): the kernel's VXLAN device on the
@@ -218,25 +219,37 @@ func floodList(vx netlink.Link) ([]netip.Addr, error) {
 	return out, nil
 }
 
-// VXLANPeers is what status shows of network id's segment on this host:
-// the hosts its tunnel floods to, and how many remote MACs its bridge
-// learned behind the tunnel. ok is false when the network has no tunnel
-// here.
-func VXLANPeers(id string) (peers []netip.Addr, remoteMACs int, ok bool) {
-	l, err := netlink.LinkByName(api.VXLANName(id))
+// tunnelStats is what status shows of n's segment on this host: its name
+// in the list, the hosts its tunnel floods to, the MACs its bridge learned
+// behind the tunnel, the tunnel's byte counters and its guard's drops. nil
+// when the network has no tunnel here.
+func tunnelStats(n *api.Network, guardDrops map[string]uint64) *backend.TunnelStats {
+	idx, _, err := localVXLANHost(n)
 	if err != nil {
-		return nil, 0, false
+		return nil
 	}
-	peers, _ = floodList(l)
+	l, err := netlink.LinkByName(api.VXLANName(n.ID))
+	if err != nil {
+		return nil
+	}
+	st := &backend.TunnelStats{Host: n.VXLAN.Hosts[idx].Name}
+	peers, _ := floodList(l)
+	for _, p := range peers {
+		st.Peers = append(st.Peers, p.String())
+	}
 	neighs, _ := retryDump(func() ([]netlink.Neigh, error) { return netlink.NeighList(l.Attrs().Index, unix.AF_BRIDGE) })
 	for _, nb := range neighs {
 		// The bridge's entries (MasterIndex set) learned behind the port;
 		// the port's own entries (NTF_SELF) say which host each is on.
 		if nb.MasterIndex != 0 && nb.State&netlink.NUD_PERMANENT == 0 {
-			remoteMACs++
+			st.RemoteMACs++
 		}
 	}
-	return peers, remoteMACs, true
+	if s := l.Attrs().Statistics; s != nil {
+		st.TxBytes, st.RxBytes = s.TxBytes, s.RxBytes
+	}
+	st.Dropped = guardDrops[api.VXLANName(n.ID)]
+	return st
 }
 
 // checkVXLAN is Check's part for n's tunnel: the device there as

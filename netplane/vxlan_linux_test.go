@@ -190,17 +190,9 @@ func TestVXLAN(t *testing.T) {
 		if strings.Contains(fdb, gw+" master") {
 			t.Errorf("host %d's bridge learned the gateway's MAC from the tunnel:\n%s", i+1, fdb)
 		}
-		var peers []netip.Addr
-		var macs int
-		mustDo(t, h.ns, func() error {
-			var ok bool
-			if peers, macs, ok = VXLANPeers(n.ID); !ok {
-				return fmt.Errorf("no tunnel")
-			}
-			return nil
-		})
-		if len(peers) != 2 || macs < 2 {
-			t.Errorf("host %d: tunnel floods to %v and learned %d remote MACs, want the 2 other hosts and at least their 2 VMs", i+1, peers, macs)
+		tun := h.nw.Stats().Tunnel
+		if tun == nil || tun.Host != fmt.Sprintf("h%d", i+1) || len(tun.Peers) != 2 || tun.RemoteMACs < 2 || tun.TxBytes == 0 || tun.RxBytes == 0 || tun.Dropped == 0 {
+			t.Errorf("host %d: tunnel stats %+v, want host h%d flooding to the 2 other hosts, at least their 2 VMs learned, bytes both ways, drops", i+1, tun, i+1)
 		}
 		if d := h.ns.MustRun(t, "nft", "list", "counter", "bridge", TableName(n.ID), guardCounter(api.VXLANName(n.ID))); strings.Contains(d, "packets 0 ") {
 			t.Errorf("host %d's tunnel guard dropped nothing (the other gateways' ARP and router advertisements come through):\n%s", i+1, d)
