@@ -51,7 +51,10 @@ func TestDriftRepaired(t *testing.T) {
 		{"bridge deleted", []string{"ip", "link", "del", br}, true},
 		{"gateway address removed", []string{"ip", "addr", "flush", "dev", br}, true},
 		{"nftables table deleted", []string{"nft", "delete", "table", "inet", table}, true},
-		{"guard table deleted", []string{"nft", "delete", "table", "bridge", table}, true},
+		// Not counted as the network's own repair every time: the pass
+		// that repairs the ports may put the guard table back first (the
+		// checks below still require the port guarded again).
+		{"guard table deleted", []string{"nft", "delete", "table", "bridge", table}, false},
 		{"TAP taken off the bridge", []string{"ip", "link", "set", tap, "nomaster"}, false},
 		{"TAP deleted", []string{"ip", "link", "del", tap}, false},
 	} {
@@ -78,8 +81,8 @@ func TestDriftRepaired(t *testing.T) {
 			t.Errorf("after %s: the VM's lease is %s, was %s", d.name, got, ip)
 		}
 	}
-	if out := h.MustVmnetctl("events"); strings.Count(out, "drift-found") < 4 || strings.Count(out, "drift-repaired") < 4 {
-		t.Errorf("events after four network drifts:\n%s", out)
+	if out := h.MustVmnetctl("events"); strings.Count(out, "drift-found") < 3 || strings.Count(out, "drift-repaired") < 3 {
+		t.Errorf("events after three network drifts:\n%s", out)
 	}
 }
 
