@@ -24,6 +24,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -217,6 +218,33 @@ func TestThroughput(t *testing.T) {
 		bindAddress(t, hns, vmSideMAC, "192.168.105.2")
 		host.name = "host helper"
 		measure(endpoints{hns, "192.168.105.1", v, "192.168.105.1"}, host, vmm)
+	})
+
+	// vmnetctl run's kernel path for an `attach: tap` entry: the VMM takes
+	// the TAP on the network's bridge itself (qemu's -netdev tap,fd=N) and
+	// no helper relays; the same minimal VMM relay moves each frame between
+	// that TAP and the VM's NIC. Next to "helper, one relay" it says what
+	// the helper's hop costs a VM. The port is guarded, as every VM's is.
+	path("kernel path (TAP fd), one relay", func(t *testing.T, measure measureFunc) {
+		hns, v := testutil.NewNS(t, "kp-host"), netns(t, "kp-vm")
+		br := api.BridgeName("shared")
+		testutil.Run(t, "ip", "-n", hns.Name, "link", "add", br, "type", "bridge")
+		testutil.Run(t, "ip", "-n", hns.Name, "addr", "add", "192.168.105.1/24", "dev", br)
+		testutil.Run(t, "ip", "-n", hns.Name, "link", "set", br, "up")
+		var fd int
+		if err := hns.Do(func() (err error) {
+			if fd, err = testutil.OpenTAP("tap0"); err != nil {
+				return err
+			}
+			n := &api.Network{ID: "shared", Mode: api.ModeShared, DHCP: true}
+			return netplane.GuardPort(t.Context(), n, "tap0", vmSideMAC)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Run(t, "ip", "-n", hns.Name, "link", "set", "tap0", "master", br, "up")
+		vmm := startVMMRelay(t, fd, v, vmSideMAC, "192.168.105.2")
+		bindAddress(t, hns, vmSideMAC, "192.168.105.2")
+		measure(endpoints{hns, "192.168.105.1", v, "192.168.105.1"}, vmm)
 	})
 
 	// VM to VM: two VMs on one bridge, each behind its own helper and VMM
