@@ -282,6 +282,17 @@ func tmpBridgeName(id string) string {
 	return tmpBridgePrefix + o + hex.EncodeToString(sum[:2])[:3]
 }
 
+// tmpVXLANName is tmpBridgeName for network id's VXLAN device (a network
+// across hosts), made the same way: under it, marked, then renamed.
+func tmpVXLANName(id string) string {
+	name := tmpBridgeName(id)
+	if Owner() == "" {
+		return name
+	}
+	sum := sha256.Sum256([]byte("vmnetctl tmp vxlan " + id))
+	return name[:len(name)-3] + hex.EncodeToString(sum[:2])[:3]
+}
+
 // tmpBridgeOwner tells a temporary bridge name from others, and returns
 // the owner it carries ("" for one of a process without an owner).
 func tmpBridgeOwner(name string) (owner string, ok bool) {
@@ -298,7 +309,8 @@ func tmpBridgeOwner(name string) (owner string, ok bool) {
 	return "", false
 }
 
-// removeStaleTmpBridges deletes the temporary bridges this process's
+// removeStaleTmpBridges deletes the temporary bridges (and VXLAN devices,
+// tmpVXLANName) this process's
 // creations cut short left (id "": those of every network): those named
 // with this process's owner that are unmarked (killed before the mark),
 // down and without ports, or marked for the network; with id, only the one
@@ -317,10 +329,12 @@ func removeStaleTmpBridges(id string) {
 	for _, l := range links {
 		name := l.Attrs().Name
 		owner, tmp := tmpBridgeOwner(name)
-		if _, ok := l.(*netlink.Bridge); !ok || !tmp || owner != Owner() {
+		_, bridge := l.(*netlink.Bridge)
+		_, vxlan := l.(*netlink.Vxlan)
+		if !(bridge || vxlan) || !tmp || owner != Owner() {
 			continue
 		}
-		if owner != "" && id != "" && name != tmpBridgeName(id) {
+		if owner != "" && id != "" && name != tmpBridgeName(id) && name != tmpVXLANName(id) {
 			continue
 		}
 		mid, marked := ownedBy(l)

@@ -105,15 +105,8 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 		return err
 	}
 	if vx == nil {
-		vx = &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: n.VXLAN.UnderlayMTU - api.VXLANOverhead},
-			VxlanId: int(n.VXLAN.VNI), SrcAddr: net.IP(local.AsSlice()), Port: int(n.VXLAN.Port), Learning: true}
-		if err := netlink.LinkAdd(vx); err != nil {
-			return fmt.Errorf("network %q: creating VXLAN device %s: %w", n.ID, name, err)
-		}
-		// A crash before the mark leaves an unmarked vmx- device, which
-		// vxlanDevice takes back (the prefix is vmnetctl's).
-		if err := netlink.LinkSetAlias(vx, Mark(n.ID)); err != nil {
-			return fmt.Errorf("network %q: marking %s: %w", n.ID, name, err)
+		if vx, err = createVXLAN(n, name, local); err != nil {
+			return err
 		}
 	}
 	// Guarded before it joins the bridge: no frame of a peer's gateway
@@ -143,6 +136,34 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 	return ensureFlooding(n, vx, peers)
 }
 
+// createVXLAN makes n's VXLAN device name, as createBridge makes a bridge:
+// under a temporary name that carries the state dir's owner, marked, then
+// renamed, so that a crash at any point leaves nothing unmarked under its
+// own name, and what it leaves is known as this state dir's and removed
+// (removeStaleTmpBridges) by the next Ensure or down --all.
+func createVXLAN(n *api.Network, name string, local netip.Addr) (netlink.Link, error) {
+	removeStaleTmpBridges(n.ID)
+	tmp := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: tmpVXLANName(n.ID), MTU: n.VXLAN.UnderlayMTU - api.VXLANOverhead},
+		VxlanId: int(n.VXLAN.VNI), SrcAddr: net.IP(local.AsSlice()), Port: int(n.VXLAN.Port), Learning: true}
+	if err := netlink.LinkAdd(tmp); err != nil {
+		return nil, fmt.Errorf("network %q: creating VXLAN device %s (as %s): %w", n.ID, name, tmp.Name, err)
+	}
+	l, err := netlink.LinkByName(tmp.Name)
+	if err == nil {
+		err = netlink.LinkSetAlias(l, Mark(n.ID))
+	}
+	if err == nil {
+		err = netlink.LinkSetName(l, name)
+	}
+	if err != nil {
+		if l != nil {
+			netlink.LinkDel(l)
+		}
+		return nil, fmt.Errorf("network %q: creating VXLAN device %s: %w", n.ID, name, err)
+	}
+	return netlink.LinkByName(name)
+}
+
 // vxlanDevice is the VXLAN device name of n if it is there as configured,
 // nil if it is not there (or was there configured otherwise, and is now
 // deleted); an error for a link of that name that is not n's.
@@ -157,8 +178,10 @@ func vxlanDevice(n *api.Network, name string, local netip.Addr) (netlink.Link, e
 	vx, isVXLAN := l.(*netlink.Vxlan)
 	owner, marked := ownedHere(l)
 	switch {
-	case marked && owner != n.ID, !marked && l.Attrs().Alias != "", !isVXLAN:
-		return nil, fmt.Errorf("network %q: a link named %s exists and is not this network's VXLAN device: delete or rename it", n.ID, name)
+	case !marked || owner != n.ID || !isVXLAN || !mine(l.Attrs().Alias):
+		// Unmarked (createVXLAN marks before it names), another
+		// network's, or another state dir's: not ours to take.
+		return nil, fmt.Errorf("network %q: a link named %s exists and is not this network's VXLAN device (alias %q): delete it, or give the network another name", n.ID, name, l.Attrs().Alias)
 	case vx.VxlanId == int(n.VXLAN.VNI) && vx.Port == int(n.VXLAN.Port) && vx.SrcAddr.Equal(net.IP(local.AsSlice())) &&
 		vx.Attrs().MTU == n.VXLAN.UnderlayMTU-api.VXLANOverhead && marked:
 		return vx, nil

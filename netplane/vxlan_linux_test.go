@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -212,4 +213,71 @@ func TestVXLAN(t *testing.T) {
 	hosts[2].nw = start(t, hosts[2].ns, n, Options{StateDir: t.TempDir()})
 	hosts[2].ns.MustRun(t, "ip", "link", "set", "p-vx3", "master", n.Bridge())
 	testutil.Eventually(t, 10*time.Second, func() error { return ping(hosts[0], hosts[2].ip, 1422) }, "host 3's VM to be reached again")
+}
+
+// TestVXLANOwner: the VXLAN device is made as the bridge is (a temporary
+// name carrying the state dir's owner, marked, renamed): a creation cut
+// short before its mark or its rename leaves a device that the next Ensure
+// and down --all (Sweep) remove; another state dir's device of the same
+// name, or an unmarked one, is an error and left alone by this state dir's
+// Ensure and Sweep.
+func TestVXLANOwner(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "vx-owner")
+	host.MustRun(t, "ip", "link", "add", "underlay", "up", "type", "veth", "peer", "name", "ul-peer")
+	host.MustRun(t, "ip", "addr", "add", "10.77.0.1/24", "dev", "underlay")
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(vxlanYAML))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	n := nets.Get("lab")
+	const a, b = "/state/a", "/state/b"
+	tmpA := markAs(a, func() string { return tmpVXLANName(n.ID) })
+	if len(tmpA) > 15 || tmpA == markAs(a, func() string { return tmpBridgeName(n.ID) }) {
+		t.Fatalf("temporary VXLAN name %q: want one within IFNAMSIZ, apart from the bridge's", tmpA)
+	}
+	vxlanArgs := []string{"type", "vxlan", "id", "4242", "local", "10.77.0.1", "dstport", "4789"}
+	// Cut short before the mark, and after the mark before the rename.
+	host.MustRun(t, "ip", append([]string{"link", "add", tmpA}, vxlanArgs...)...)
+	asOwner(t, a)
+	mustDo(t, host, func() error { return Ensure(context.Background(), n) })
+	mustDo(t, host, func() error {
+		if linkExists(tmpA) {
+			return fmt.Errorf("the temporary %s is left after Ensure", tmpA)
+		}
+		if l, err := netlink.LinkByName(api.VXLANName(n.ID)); err != nil || l.Attrs().Alias != Mark(n.ID) {
+			return fmt.Errorf("%s after Ensure: %v", api.VXLANName(n.ID), err)
+		}
+		return Check(context.Background(), n)
+	})
+	host.MustRun(t, "ip", append([]string{"link", "add", tmpA}, append(vxlanArgs[:len(vxlanArgs)-2], "dstport", "4790")...)...)
+	host.MustRun(t, "ip", "link", "set", tmpA, "alias", Mark(n.ID))
+	mustDo(t, host, func() error {
+		removed, err := Sweep(context.Background(), nil, t.TempDir())
+		if err == nil && (linkExists(tmpA) || linkExists(api.VXLANName(n.ID))) {
+			err = fmt.Errorf("after down --all (removed %v): %s exists %v, %s exists %v", removed, tmpA, linkExists(tmpA), api.VXLANName(n.ID), linkExists(api.VXLANName(n.ID)))
+		}
+		return err
+	})
+	// Another state dir's device under the name, then an unmarked one:
+	// refused by a's Ensure, left alone by a's down --all.
+	for _, alias := range []string{markAs(b, func() string { return Mark(n.ID) }), ""} {
+		host.MustRun(t, "ip", append([]string{"link", "add", api.VXLANName(n.ID)}, vxlanArgs...)...)
+		if alias != "" {
+			host.MustRun(t, "ip", "link", "set", api.VXLANName(n.ID), "alias", alias)
+		}
+		mustDo(t, host, func() error {
+			err := Ensure(context.Background(), n)
+			if err == nil || !strings.Contains(err.Error(), "is not this network's VXLAN device") {
+				return fmt.Errorf("a's Ensure with %s there (alias %q): %v, want a refusal", api.VXLANName(n.ID), alias, err)
+			}
+			if _, err := Sweep(context.Background(), nil, t.TempDir()); err != nil {
+				return err
+			}
+			if !linkExists(api.VXLANName(n.ID)) {
+				return fmt.Errorf("a's down --all deleted %s (alias %q)", api.VXLANName(n.ID), alias)
+			}
+			return netlink.LinkDel(&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: api.VXLANName(n.ID)}})
+		})
+	}
 }
