@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // ErrUnsupported is returned by the data plane on systems other than Linux,
@@ -63,15 +65,12 @@ func SetOwner(stateDir string) {
 }
 
 // ownerTag is the owner of stateDir's objects: 8 hex digits of SHA-256 of
-// its absolute path; "" for "".
+// its canonical path (one for every spelling of the directory); "" for "".
 func ownerTag(stateDir string) string {
 	if stateDir == "" {
 		return ""
 	}
-	if abs, err := filepath.Abs(stateDir); err == nil {
-		stateDir = abs
-	}
-	sum := sha256.Sum256([]byte(filepath.Clean(stateDir)))
+	sum := sha256.Sum256([]byte(statedir.Canonical(stateDir)))
 	return hex.EncodeToString(sum[:4])
 }
 

@@ -38,3 +38,25 @@ func Default() string {
 	}
 	return filepath.Join(os.TempDir(), "vmnetctl")
 }
+
+// Canonical is path as one spelling for every way of naming it: absolute,
+// with the symbolic links of its existing part resolved (/var/run/vmnetctl
+// is /run/vmnetctl). What a state dir makes carries its identity (owner
+// marks, helpers' command lines), so two spellings of one directory must
+// not be two state dirs. The state dir itself may not exist yet.
+func Canonical(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return path
+	}
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if dir == filepath.Dir(dir) {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
+}

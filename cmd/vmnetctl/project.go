@@ -39,7 +39,7 @@ func (f *vmFileFlags) completeProjects(cmd *cobra.Command, _ []string, _ string)
 	if fl := cmd.Flag("state-dir"); fl != nil && fl.Changed {
 		dir = fl.Value.String()
 	}
-	return controller.ProjectNames(statedir.Dir{Path: dir}), cobra.ShellCompDirectiveNoFileComp
+	return controller.ProjectNames(statedir.Dir{Path: statedir.Canonical(dir)}), cobra.ShellCompDirectiveNoFileComp
 }
 
 // input reads networks.yaml and the VM files the flags name.
@@ -52,7 +52,7 @@ func (g *globals) env(s streams) controller.Env {
 	return controller.Env{StateDir: g.dir(), Stdout: s.out, Stderr: s.err}
 }
 
-func (g *globals) dir() statedir.Dir { return statedir.Dir{Path: g.stateDir} }
+func (g *globals) dir() statedir.Dir { return statedir.Dir{Path: statedir.Canonical(g.stateDir)} }
 
 // bindBackend binds --backend: the backend whose limits validate and plan
 // check.

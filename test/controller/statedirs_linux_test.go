@@ -262,3 +262,33 @@ func TestNetworksOfRecord(t *testing.T) {
 		t.Errorf("plan with another networks.yaml:\n%s", out)
 	}
 }
+
+// TestStateDirSpellings: one state dir named two ways (through a symbolic
+// link in its path, as /var/run is /run) is one state dir: `down --all`
+// through the other spelling stops the helpers and removes the network
+// that `up` made through the first, also when the controller that made
+// them is gone (killed).
+func TestStateDirSpellings(t *testing.T) {
+	h := newHost(t)
+	link := filepath.Join(h.Dir, "link")
+	if err := os.Symlink(h.Dir, link); err != nil {
+		t.Fatal(err)
+	}
+	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", vms)
+	st := h.Status()
+	pid := h.Attachment(st, "a").PID
+	// Without its controller, the next one starts under the other
+	// spelling and must know the network and the helper as its own.
+	syscall.Kill(st.Controller.PID, syscall.SIGKILL)
+	h.MustVmnetctl("down", "--all", "--state-dir", filepath.Join(link, "state"))
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if syscall.Kill(pid, 0) == nil {
+			return fmt.Errorf("helper %d still runs", pid)
+		}
+		if out, _ := h.Run(context.Background(), "ip", "-o", "link", "show"); strings.Contains(out, "vmn-") {
+			return fmt.Errorf("links left:\n%s", out)
+		}
+		return nil
+	}, "down --all through the other spelling to leave nothing")
+}
