@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"maps"
 	"math/bits"
 	"net"
@@ -1012,7 +1013,10 @@ func (a *Allocator) appendJournal(recs []byte) error {
 		a.journal = f
 	}
 	if err := a.appendSync(a.journal, recs); err != nil {
+		// Cut off what was written, and write the next record there:
+		// after the last good one, not after a hole.
 		a.journal.Truncate(a.jsize)
+		a.journal.Seek(a.jsize, io.SeekStart)
 		return err
 	}
 	a.jsize += int64(len(recs))
@@ -1057,11 +1061,10 @@ func (a *Allocator) compact() {
 // restartJournal replaces the journal with the records written during a
 // compaction.
 func (a *Allocator) restartJournal() error {
-	jp := journalPath(a.path)
-	if err := writeFileAtomic(jp, a.tail); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(jp, os.O_WRONLY|os.O_APPEND, 0o644)
+	// The new journal is written, synced and renamed into place through
+	// the file it stays open as: no second open that could fail after the
+	// rename and leave later records going to the old, unlinked file.
+	f, err := replaceFile(journalPath(a.path), a.tail)
 	if err != nil {
 		return err
 	}
@@ -1200,38 +1203,47 @@ func (r journalRecord) apply(leases map[string]*backend.Lease, at map[netip.Addr
 // the old or the new content, never a mix: a temporary file in the same
 // directory, synced, then renamed over path.
 func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	f, err := replaceFile(path, data)
 	if err != nil {
 		return err
 	}
+	return f.Close()
+}
+
+// replaceFile puts data at path atomically: written to a temporary file
+// beside it, synced, renamed into place, the directory synced. It returns
+// that file, open for writing after data.
+func replaceFile(path string, data []byte) (*os.File, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return nil, err
+	}
 	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
-	if _, err := tmp.Write(data); err != nil {
+	fail := func(err error) (*os.File, error) {
 		tmp.Close()
-		return err
+		return nil, err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return fail(err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
+		return fail(err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
+		return fail(err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
+		return fail(err)
 	}
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()
 	}
-	return nil
+	return tmp, nil
 }
 
 // leaseRef is a lease of the range in byExpiry.
