@@ -87,6 +87,22 @@ func BridgeName(networkID string) string {
 // hosts), on its bridge.
 const VXLANPrefix = "vmx-"
 
+// TmpBridgePrefix starts the temporary name under which a bridge or VXLAN
+// device is created, then marked and renamed (netplane).
+const TmpBridgePrefix = "vmn."
+
+// OwnInterface reports whether an interface name is of a form vmnetctl
+// gives its own interfaces (bridges, TAPs, VXLAN devices, temporaries), so
+// not one a user can bridge a network onto.
+func OwnInterface(name string) bool {
+	for _, p := range []string{BridgePrefix, TapPrefix, VXLANPrefix, TmpBridgePrefix} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // VXLANName is the VXLAN device of network networkID: its bridge's name
 // with VXLANPrefix for BridgePrefix.
 func VXLANName(networkID string) string {

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -435,8 +434,8 @@ func (w *walker) bridged(n *Network, key *yaml.Node, f map[string]*yaml.Node, at
 			w.errorf(iv, at("interface"), "%s", msg)
 		case s == "lo":
 			w.errorf(iv, at("interface"), "lo is the loopback interface: nothing can be bridged onto it")
-		case strings.HasPrefix(s, BridgePrefix):
-			w.errorf(iv, at("interface"), "%s is a name of vmnetctl's own bridges (%s...): bridge onto the host's LAN interface, or attach the VMs to that network", s, BridgePrefix)
+		case OwnInterface(s):
+			w.errorf(iv, at("interface"), "%s is a name of vmnetctl's own interfaces (bridges %s..., VM ports %s..., tunnels %s...): bridge onto the host's LAN interface, or attach the VMs to that network", s, BridgePrefix, TapPrefix, VXLANPrefix)
 		}
 		n.Interface = s
 	}

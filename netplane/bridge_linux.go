@@ -264,7 +264,7 @@ func BridgeMAC(id string) net.HardwareAddr {
 
 // tmpBridgePrefix starts the temporary name of a bridge being created
 // (tmpBridgeName). Interface names of this form are vmnetctl's.
-const tmpBridgePrefix = "vmn."
+const tmpBridgePrefix = api.TmpBridgePrefix
 
 // tmpBridgeName is the temporary name under which network id's bridge is
 // created: "vmn.", the owner (8 hex digits) and 3 hex digits of SHA-256 of
