@@ -32,12 +32,16 @@ import (
 
 func TestMain(m *testing.M) { simvm.Main(m) }
 
+// networksYAML's network spans hosts (a segment of one: this host, with
+// its underlay address on lo), so the tunnel's metrics are served too.
 const networksYAML = `
 vmnet:
   shared:
     subnet: 10.79.0.0/24
     egress:
       deny: [192.0.2.0/24]
+    mtu: 1500
+    vxlan: {vni: 79, underlayMTU: 1550, hosts: [{name: here, address: 10.78.79.1}]}
 `
 
 const twoVMs = `
@@ -74,6 +78,7 @@ type host struct {
 
 func newHost(t *testing.T) *host {
 	h := &host{Host: simvm.NewHost(t, "vmnm", networksYAML, "iperf3", "promtool", "prometheus"), t: t}
+	h.MustRun(t, "ip", "addr", "add", "10.78.79.1/32", "dev", "lo")
 	// `up` starts the controller with this environment.
 	h.Env = []string{controller.EnvStatsInterval + "=" + statsInterval}
 	h.http = h.HTTPClient()
