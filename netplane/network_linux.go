@@ -295,6 +295,11 @@ func (nw *Network) startDHCP(resolvConf string) error {
 		if nw.guard != nil {
 			nw.guard.syncMAC(context.Background(), mac)
 		}
+		// A VM's own egress policy is keyed by its address: in force
+		// before the VM hears of the address, or its first connections
+		// would be judged by the network's policy (a few milliseconds,
+		// and only on networks where some VM has a policy of its own).
+		nw.refreshVMEgress()
 		select { // the forwards follow the VM's address
 		case nw.fwdKick <- struct{}{}:
 		default:
