@@ -14,7 +14,23 @@ import (
 func nftRules(n *api.Network) map[string][]string {
 	br := fmt.Sprintf("%q", n.Bridge())
 	rules := map[string][]string{}
-	var input []string
+	var input, fwd []string
+	if x := n.VXLAN; x != nil {
+		// The tunnel's socket and the hosts' name service take packets
+		// from the segment's hosts only: a VM (of any network here) that
+		// sent VXLAN packets to them would put frames on the segment past
+		// its port's guard, and names in its answers. Nor may a VM send
+		// them to another host, which would take them as this host's
+		// (masqueraded to its address).
+		var hosts []string
+		for _, h := range x.Hosts {
+			hosts = append(hosts, h.Address.String())
+		}
+		set := "{ " + strings.Join(hosts, ", ") + " }"
+		ports := fmt.Sprintf("{ %d, %d }", x.Port, x.DNSPort)
+		input = append(input, "udp dport "+ports+" ip saddr != "+set+" drop")
+		fwd = append(fwd, `iifname "`+api.BridgePrefix+`*" ip daddr `+set+" udp dport "+ports+" drop")
+	}
 	if n.DHCP {
 		input = append(input, "iifname "+br+" udp dport 67 accept")
 	}
@@ -41,7 +57,6 @@ func nftRules(n *api.Network) map[string][]string {
 			"iifname "+br+" "+notReply+" meta l4proto { tcp, udp } ip6 saddr != @"+egressOwn6+" goto "+EgressDenied)
 	}
 	rules["input"] = input
-	var fwd []string
 	if n.Isolation {
 		// Isolated ports cannot reach each other at layer 2; this keeps
 		// them from doing it through the gateway at layer 3.
