@@ -1,6 +1,7 @@
 package hostile
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -125,6 +126,15 @@ func TestMACSteal(t *testing.T) {
 		if a.VM != "victim" && containsMAC(a.SeenMACs, vmac) {
 			t.Errorf("%s's port was seen with the victim's MAC: %v", a.VM, a.SeenMACs)
 		}
+	}
+	// A helper of its own, pinned to the victim's MAC (as under sudo):
+	// refused, with the reason.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := h.VmnetctlCommand(ctx, "helper", "--network", "isolated", "--mac", vmac.String(),
+		"--socket", filepath.Join(h.Dir, "thief.sock")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "MAC "+vmac.String()+" is another VM port's (port "+va.Tap+")") {
+		t.Errorf("helper --mac %s (the victim's): %v\n%s", vmac, err, out)
 	}
 	// The attacker's port still learns a MAC nobody claimed: its own.
 	early.mac = randomMAC(7)
