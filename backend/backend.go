@@ -33,6 +33,11 @@ type Backend interface {
 	// ports behind their helpers' backs (a port off its bridge, a guard
 	// gone), after the network was repaired.
 	EnsurePorts(ctx context.Context, n *api.Network, ports []Port) error
+	// ClaimPorts reserves, on network n, each attachment's MAC (derived
+	// or pinned) for its port, before the helpers start: no other VM's
+	// port may send from it. atts are all of n's attachments; a port
+	// of one no longer there loses its claim.
+	ClaimPorts(ctx context.Context, n *api.Network, atts []*api.Attachment) error
 	// HelperCommand is the command line of the helper for one attachment.
 	HelperCommand(s HelperSpec) ([]string, error)
 	// HelperEnv is what the helper's environment adds to the controller's,

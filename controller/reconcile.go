@@ -49,6 +49,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	errs = append(errs, c.convergeNetworks(ctx, plan, desired)...)
 	errs = append(errs, c.setHosts(desired)...)
 	errs = append(errs, c.setForwards(ctx, desired)...)
+	errs = append(errs, c.claimPorts(ctx, desired)...)
 	launches := c.planLaunches(desired, projects)
 	c.mu.Unlock()
 	c.runLaunches(ctx, launches)
@@ -337,6 +338,26 @@ func (c *Controller) ensurePorts(ctx context.Context, desired *Desired) []error 
 		}
 		if err := c.be.EnsurePorts(ctx, n, byNet[n.ID]); err != nil {
 			errs = append(errs, fmt.Errorf("network %q: repairing VM ports: %w", n.ID, err))
+		}
+	}
+	return errs
+}
+
+// claimPorts reserves, on each running network, its attachments' MACs for
+// their ports, before their helpers start: no other VM's port may take
+// one, even before its own VM sent a frame.
+func (c *Controller) claimPorts(ctx context.Context, desired *Desired) []error {
+	byNet := map[string][]*api.Attachment{}
+	for _, a := range desired.Attachments {
+		byNet[a.Network] = append(byNet[a.Network], a.Attachment)
+	}
+	var errs []error
+	for _, n := range desired.Networks {
+		if c.nets[n.ID] == nil {
+			continue
+		}
+		if err := c.be.ClaimPorts(ctx, n, byNet[n.ID]); err != nil {
+			errs = append(errs, fmt.Errorf("network %q: claiming the VMs' MACs: %w", n.ID, err))
 		}
 	}
 	return errs

@@ -58,7 +58,10 @@ func addGuard6Sets(tx *knftables.Transaction, n *api.Network) {
 }
 
 // port6Rules are a port's IPv6 checks, after its MAC's; drop drops and
-// counts.
+// counts. Every frame they see comes from the port's one MAC (its mac-
+// set), which no other port of the network may hold (claimed), and the
+// learner hears only frames the guard let through: the bindings keyed by
+// ether saddr are that port's alone.
 func port6Rules(n *api.Network, drop string) []string {
 	switch {
 	case guarded(n) && !n.HasIPv6():

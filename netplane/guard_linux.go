@@ -2,10 +2,13 @@ package netplane
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -36,6 +39,9 @@ const (
 	guardAddrs = "addrs4"
 	guardPorts = "ports"
 	guardHook  = "prerouting"
+	// The MACs' exclusivity (ClaimPorts).
+	guardClaimed = "claimed"
+	guardOwns    = "owns"
 )
 
 func guardChain(port string) string   { return "port-" + port }
@@ -57,6 +63,8 @@ func addGuardBase(tx *knftables.Transaction, n *api.Network) {
 	mark := Mark(n.ID)
 	tx.Add(&knftables.Table{Comment: &mark})
 	tx.Add(&knftables.Set{Name: guardAddrs, Type: "ether_addr . ipv4_addr"})
+	tx.Add(&knftables.Set{Name: guardClaimed, Type: "ether_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}})
+	tx.Add(&knftables.Set{Name: guardOwns, Type: "ether_addr . ifname"})
 	addGuard6Sets(tx, n)
 	tx.Add(&knftables.Map{Name: guardPorts, Type: "ifname : verdict"})
 	tx.Add(&knftables.Chain{Name: guardHook, Type: knftables.PtrTo(knftables.FilterType),
@@ -120,8 +128,14 @@ func portRules(n *api.Network, port string, learn bool) []string {
 	var rs []string
 	if learn {
 		// The set holds one MAC: adding a second fails, and the rule
-		// does nothing more.
-		rs = append(rs, "ether saddr != "+macs+" add "+macs+" { ether saddr }")
+		// does nothing more (the add to claimed after it is not run).
+		// The port learns its own expected MAC, or one no port of the
+		// network holds or is expected to hold, which it then claims:
+		// never another VM's.
+		claim := " add " + macs + " { ether saddr } add @" + guardClaimed + " { ether saddr }"
+		rs = append(rs,
+			"ether saddr != "+macs+" ether saddr . iifname @"+guardOwns+claim,
+			"ether saddr != "+macs+" ether saddr != @"+guardClaimed+claim)
 	}
 	rs = append(rs,
 		"ether saddr != "+macs+" "+drop,
@@ -156,20 +170,48 @@ func portRules(n *api.Network, port string, learn bool) []string {
 }
 
 // GuardPort makes network n check every frame that arrives on its port
-// name: one MAC (mac, or with mac nil the first the VM sends from, until
-// the port is guarded again), IPv4 sources and ARP senders the network bound
-// to that MAC (or 0.0.0.0 for DHCP and probes), no DHCP or DHCPv6 answers,
-// no router advertisements, only IPv4, ARP and IPv6. It replaces whatever
-// guarded a port of that name before. CreatePort calls it for a TAP before
-// the TAP joins the bridge, so no frame of it goes unchecked.
+// name: one MAC (mac, or with mac nil the first the VM sends from that is
+// the port's expected MAC or nobody's, until the port is guarded again),
+// IPv4 sources and ARP senders the network bound to that MAC (or 0.0.0.0
+// for DHCP and probes), no DHCP or DHCPv6 answers, no router
+// advertisements, only IPv4, ARP and IPv6. It replaces whatever guarded a
+// port of that name before, and releases the MAC that guard learned. It
+// refuses a mac that another port of the network holds or is expected to
+// hold (claimed, and neither this port's expected MAC nor the one it
+// holds). CreatePort calls it for a TAP before the TAP joins the bridge,
+// so no frame of it goes unchecked.
 func GuardPort(ctx context.Context, n *api.Network, port string, mac net.HardwareAddr) error {
+	if !guarded(n) {
+		return nil
+	}
+	st, err := readGuardState(ctx, n.ID)
+	if err != nil {
+		return err
+	}
+	var m string
+	mine := false
+	if mac != nil {
+		m = mac.String()
+		mine = st.owns[portMAC{m, port}] || st.learned[port] == m
+		if !mine && st.claimed[m] {
+			return fmt.Errorf("network %q: guarding port %s: MAC %s is another VM port's%s: a port may not take it", n.ID, port, m, st.holder(m, port))
+		}
+	}
 	return runGuardTx(ctx, n, "guarding port "+port, func(tx *knftables.Transaction) {
 		// Replace the old guard whole, its learned MAC with it.
-		deleteGuard(tx, port)
+		deleteGuard(tx, port, st, m)
 		g := guardObjects(port)
 		tx.Add(g.set)
 		if mac != nil {
-			tx.Add(&knftables.Element{Set: g.set.Name, Key: []string{mac.String()}})
+			tx.Add(&knftables.Element{Set: g.set.Name, Key: []string{m}})
+			claim := &knftables.Element{Set: guardClaimed, Key: []string{m}}
+			if mine {
+				tx.Add(claim)
+			} else {
+				// Fails, and the port stays unguarded, should another
+				// port have taken it since the read.
+				tx.Create(claim)
+			}
 		}
 		tx.Add(g.counter)
 		tx.Add(g.chain)
@@ -183,7 +225,181 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 // UnguardPort removes the guard of port name, if n has one: its frames are
 // no longer checked. For an attachment that opts out.
 func UnguardPort(ctx context.Context, n *api.Network, port string) error {
-	return runGuardTx(ctx, n, "removing the guard of port "+port, func(tx *knftables.Transaction) { deleteGuard(tx, port) })
+	if !guarded(n) {
+		return nil
+	}
+	st, err := readGuardState(ctx, n.ID)
+	if err != nil {
+		return err
+	}
+	return runGuardTx(ctx, n, "removing the guard of port "+port, func(tx *knftables.Transaction) { deleteGuard(tx, port, st, "") })
+}
+
+// ClaimPorts makes expected (port name -> the MAC its attachment gives the
+// VM, derived or pinned) the network's owns, and claimed the expected MACs
+// and those the ports hold, in one transaction: a learning port may then
+// learn its own expected MAC, and no port another's, even before that
+// VM sent a frame. A port that learned another port's expected MAC (before
+// it was claimed) forgets it: its frames from it are dropped. The
+// controller calls it on every pass, before it starts helpers; it changes
+// nothing when the sets are already so.
+func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.HardwareAddr) error {
+	if !guarded(n) {
+		return nil
+	}
+	st, err := readGuardState(ctx, n.ID)
+	if err != nil {
+		return err
+	}
+	owns, owner := map[portMAC]bool{}, map[string]string{}
+	for port, mac := range expected {
+		owns[portMAC{mac.String(), port}] = true
+		owner[mac.String()] = port
+	}
+	claimed := map[string]bool{}
+	var evict []portMAC
+	for port, mac := range st.learned {
+		if o, ok := owner[mac]; ok && o != port {
+			evict = append(evict, portMAC{mac, port})
+			continue
+		}
+		claimed[mac] = true
+	}
+	for mac := range owner {
+		claimed[mac] = true
+	}
+	if maps.Equal(owns, st.owns) && maps.Equal(claimed, st.claimed) && len(evict) == 0 {
+		return nil
+	}
+	return runGuardTx(ctx, n, "claiming the VM ports' MACs", func(tx *knftables.Transaction) {
+		for p := range st.owns {
+			if !owns[p] {
+				tx.Delete(&knftables.Element{Set: guardOwns, Key: []string{p.mac, quoteIfname(p.port)}})
+			}
+		}
+		for p := range owns {
+			tx.Add(&knftables.Element{Set: guardOwns, Key: []string{p.mac, quoteIfname(p.port)}})
+		}
+		for mac := range st.claimed {
+			if !claimed[mac] {
+				tx.Delete(&knftables.Element{Set: guardClaimed, Key: []string{mac}})
+			}
+		}
+		for mac := range claimed {
+			tx.Add(&knftables.Element{Set: guardClaimed, Key: []string{mac}})
+		}
+		for _, p := range evict {
+			tx.Delete(&knftables.Element{Set: guardMACSet(p.port), Key: []string{p.mac}})
+		}
+	})
+}
+
+// portMAC is a MAC (as text) and a port's name.
+type portMAC struct{ mac, port string }
+
+// guardState is what a network's guard table holds of its MACs.
+type guardState struct {
+	learned map[string]string // port -> the MAC its set holds (learned or pinned)
+	claimed map[string]bool
+	owns    map[portMAC]bool
+}
+
+// held is the MAC port's set holds, "" for none or a nil st.
+func (st *guardState) held(port string) string {
+	if st == nil {
+		return ""
+	}
+	return st.learned[port]
+}
+
+// expected reports whether mac is some port's expected MAC.
+func (st *guardState) expected(mac string) bool {
+	for p := range st.owns {
+		if p.mac == mac {
+			return true
+		}
+	}
+	return false
+}
+
+// holder names, for an error, the port other than port that holds or is
+// expected to hold mac.
+func (st *guardState) holder(mac, port string) string {
+	for p, m := range st.learned {
+		if m == mac && p != port {
+			return " (port " + p + ")"
+		}
+	}
+	for p := range st.owns {
+		if p.mac == mac && p.port != port {
+			return " (port " + p.port + ")"
+		}
+	}
+	return ""
+}
+
+// readGuardState reads network id's guard table with one `nft -j list
+// table`; all empty without the table.
+func readGuardState(ctx context.Context, id string) (*guardState, error) {
+	st := &guardState{learned: map[string]string{}, claimed: map[string]bool{}, owns: map[portMAC]bool{}}
+	out, err := exec.CommandContext(ctx, "nft", "-j", "list", "table", string(knftables.BridgeFamily), TableName(id)).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "No such file or directory") {
+			return st, nil
+		}
+		return nil, fmt.Errorf("network %q: reading the guard's MACs: nft list table bridge %s: %w: %s", id, TableName(id), err, strings.TrimSpace(string(out)))
+	}
+	var doc struct {
+		Nftables []struct {
+			Set *struct {
+				Name string            `json:"name"`
+				Elem []json.RawMessage `json:"elem"`
+			} `json:"set"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return nil, fmt.Errorf("network %q: reading the guard's MACs: %w", id, err)
+	}
+	for _, o := range doc.Nftables {
+		if o.Set == nil {
+			continue
+		}
+		for _, raw := range o.Set.Elem {
+			key := nftElemKey(raw)
+			switch {
+			case o.Set.Name == guardClaimed && len(key) == 1:
+				st.claimed[key[0]] = true
+			case o.Set.Name == guardOwns && len(key) == 2:
+				st.owns[portMAC{key[0], key[1]}] = true
+			case strings.HasPrefix(o.Set.Name, guardMACSet("")) && len(key) == 1:
+				st.learned[strings.TrimPrefix(o.Set.Name, guardMACSet(""))] = key[0]
+			}
+		}
+	}
+	return st, nil
+}
+
+// nftElemKey is the key of a set element in nft's JSON: a value, a
+// concatenation, or either inside {"elem": {"val": ...}} (an element with
+// attributes).
+func nftElemKey(raw json.RawMessage) []string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []string{s}
+	}
+	var o struct {
+		Concat []string `json:"concat"`
+		Elem   *struct {
+			Val json.RawMessage `json:"val"`
+		} `json:"elem"`
+	}
+	if json.Unmarshal(raw, &o) != nil {
+		return nil
+	}
+	if o.Elem != nil {
+		return nftElemKey(o.Elem.Val)
+	}
+	return o.Concat
 }
 
 // runGuardTx runs, on a guarded network, one transaction on its guard
@@ -226,8 +442,15 @@ func guardObjects(port string) guard {
 
 // deleteGuard adds to tx the deletion of port's guard, existing or not
 // (each object is added first, so that its delete finds it), its drop
-// counter kept.
-func deleteGuard(tx *knftables.Transaction, port string) {
+// counter kept. The MAC the port held (in st, if not nil) leaves claimed, unless it is
+// some port's expected MAC or keep: a new VM, or this port's VMM started
+// again with another MAC, may then take it.
+func deleteGuard(tx *knftables.Transaction, port string, st *guardState, keep string) {
+	if mac := st.held(port); mac != "" && mac != keep && !st.expected(mac) {
+		claim := &knftables.Element{Set: guardClaimed, Key: []string{mac}}
+		tx.Add(claim)
+		tx.Delete(claim)
+	}
 	g := guardObjects(port)
 	tx.Add(g.set)
 	tx.Add(g.chain)
@@ -251,6 +474,7 @@ func pruneGuards(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("network %q: listing the guards: %w", id, err)
 	}
+	var st *guardState
 	for _, c := range chains {
 		port, ok := strings.CutPrefix(c, "port-")
 		if !ok {
@@ -263,9 +487,14 @@ func pruneGuards(ctx context.Context, id string) error {
 		if err != nil || len(rules) == 0 {
 			continue
 		}
+		if st == nil {
+			if st, err = readGuardState(ctx, id); err != nil {
+				return err
+			}
+		}
 		tx := nft.NewTransaction()
 		tx.Delete(&knftables.Rule{Chain: c, Handle: rules[0].Handle})
-		deleteGuard(tx, port)
+		deleteGuard(tx, port, st, "")
 		g := guardObjects(port)
 		tx.Add(g.counter)
 		tx.Delete(g.counter)

@@ -52,6 +52,9 @@ func (*Network) Leases() []backend.Lease                                      { 
 func (*Network) Stats() backend.ServiceStats                                  { return backend.ServiceStats{} }
 func GuardPort(context.Context, *api.Network, string, net.HardwareAddr) error { return ErrUnsupported }
 func UnguardPort(context.Context, *api.Network, string) error                 { return ErrUnsupported }
+func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr) error {
+	return ErrUnsupported
+}
 func BindAddress(context.Context, *api.Network, net.HardwareAddr, netip.Addr) error {
 	return ErrUnsupported
 }

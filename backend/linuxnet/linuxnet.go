@@ -6,6 +6,7 @@ package linuxnet
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 
 	"github.com/vmnetctl/vmnetctl/helper"
@@ -53,6 +54,18 @@ func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.
 		specs[i] = netplane.PortSpec{Name: p.Name, MAC: p.MAC, NoSpoofCheck: !p.SpoofCheck}
 	}
 	return netplane.EnsurePorts(ctx, n, specs)
+}
+
+// ClaimPorts claims each attachment's MAC for its helper's TAP in n's
+// guard (netplane.ClaimPorts).
+func (Backend) ClaimPorts(ctx context.Context, n *api.Network, atts []*api.Attachment) error {
+	expected := map[string]net.HardwareAddr{}
+	for _, a := range atts {
+		if mac, err := net.ParseMAC(a.MAC); err == nil {
+			expected[TapName(a)] = mac
+		}
+	}
+	return netplane.ClaimPorts(ctx, n, expected)
 }
 
 // Changes reports vmnetctl's bridges, TAPs, bridge addresses and nftables

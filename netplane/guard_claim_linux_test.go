@@ -1,0 +1,155 @@
+package netplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// claimFrame is a broadcast ARP probe (sender 0.0.0.0) from mac.
+func claimFrame(mac net.HardwareAddr) []byte {
+	f := append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, mac...)
+	f = append(f, 0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1)
+	f = append(f, mac...)
+	f = append(f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 200, 10, 9)
+	return f
+}
+
+// TestGuardClaims: a learning port learns its own expected MAC or one no
+// port holds or expects, never another's, even before the other VM sent
+// a frame; of two learning ports, the first to use a MAC keeps it; a port
+// that holds a MAC does not claim a second one (the add to claimed after
+// the failed add to its full set does not run); a port guarded again
+// releases its MAC; no port may be pinned to another's MAC; ClaimPorts
+// takes an expected MAC back from the port that learned it first.
+func TestGuardClaims(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	host := testutil.NewNS(t, "gc-host")
+	n := testNet("gc", api.ModeShared, "10.200.10.0/24")
+	host.MustRun(t, "ip", "link", "add", n.Bridge(), "up", "type", "bridge")
+	macA, macB := mustMAC("52:55:55:00:0a:0a"), mustMAC("52:55:55:00:0a:0b")
+	free1, free2 := mustMAC("52:55:55:00:0a:f1"), mustMAC("52:55:55:00:0a:f2")
+	vms := map[string]*rawSender{}
+	for _, name := range []string{"a", "b", "c"} {
+		v := testutil.NewNS(t, "gc-"+name)
+		port := "p-" + name
+		testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "netns", v.Name)
+		// Only the test's frames: no IPv6 of the kernel's own from
+		// eth0's MAC.
+		v.MustRun(t, "sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=1")
+		v.MustRun(t, "ip", "link", "set", "eth0", "up")
+		mustDo(t, host, func() error {
+			if err := GuardPort(ctx, n, port, nil); err != nil {
+				return err
+			}
+			l, err := netlink.LinkByName(port)
+			if err != nil {
+				return err
+			}
+			return AttachPort(n.Bridge(), l, false)
+		})
+		vms[name] = newRawSender(t, v)
+	}
+	// A and B are the controller's, with their MACs; C is a helper of
+	// its own (any MAC works).
+	mustDo(t, host, func() error {
+		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB})
+	})
+	state := func() *guardState {
+		var st *guardState
+		mustDo(t, host, func() (err error) { st, err = readGuardState(ctx, n.ID); return err })
+		return st
+	}
+	drops := func(name string) uint64 {
+		var d map[string]uint64
+		mustDo(t, host, func() (err error) { d, err = guardDrops(ctx, n.ID); return err })
+		return d["p-"+name]
+	}
+	// send has name's VM send a frame from mac, and waits for its port
+	// to hold want ("" for nothing) and, if dropped, for its drop.
+	send := func(name string, mac net.HardwareAddr, want string, dropped bool) {
+		t.Helper()
+		before := drops(name)
+		vms[name].send(t, claimFrame(mac))
+		testutil.Eventually(t, 5*time.Second, func() error {
+			if got := state().learned["p-"+name]; got != want {
+				return fmt.Errorf("port %s holds %q, want %q", name, got, want)
+			}
+			if d := drops(name); dropped != (d > before) {
+				return fmt.Errorf("port %s dropped %d frames, had %d (want a drop: %v)", name, d, before, dropped)
+			}
+			return nil
+		}, "port %s after a frame from %s", name, mac)
+	}
+
+	// C takes A's expected MAC before A sent anything: dropped.
+	send("c", macA, "", true)
+	if st := state(); st.learned["p-c"] != "" || !st.claimed[macA.String()] {
+		t.Fatalf("after C's frame from A's MAC: %+v", st)
+	}
+	send("a", macA, macA.String(), false)
+	// B uses a MAC of its own choice (nobody's): learned and claimed.
+	send("b", free1, free1.String(), false)
+	if !state().claimed[free1.String()] {
+		t.Fatalf("B's MAC %s is not claimed", free1)
+	}
+	// C, a second learning port, is refused the MAC B uses.
+	send("c", free1, "", true)
+	// B, which holds a MAC, sends from another nobody holds: dropped, and
+	// the MAC not claimed (the rule stopped at the failed add).
+	send("b", free2, free1.String(), true)
+	if state().claimed[free2.String()] {
+		t.Fatalf("B's dropped frame from %s claimed it", free2)
+	}
+	// Now C may take the second: it is nobody's.
+	send("c", free2, free2.String(), false)
+
+	// Pinning: not to A's MAC (expected for p-a), nor to C's learned one,
+	// for another port; a port keeps its own.
+	for _, c := range []struct {
+		port string
+		mac  net.HardwareAddr
+	}{{"p-c", macA}, {"p-b", free2}} {
+		err := host.Do(func() error { return GuardPort(ctx, n, c.port, c.mac) })
+		if err == nil || !strings.Contains(err.Error(), "another VM port's") {
+			t.Errorf("pinning %s to %s: %v, want a refusal", c.port, c.mac, err)
+		}
+	}
+	if st := state(); st.learned["p-c"] != free2.String() || st.learned["p-b"] != free1.String() {
+		t.Fatalf("a refused pin changed the ports: %+v", st.learned)
+	}
+	mustDo(t, host, func() error { return GuardPort(ctx, n, "p-a", macA) })
+
+	// B guarded again (its VMM restarted): the MAC it held is released,
+	// and it learns one again.
+	mustDo(t, host, func() error { return GuardPort(ctx, n, "p-b", nil) })
+	if st := state(); st.claimed[free1.String()] {
+		t.Fatalf("B's old MAC %s still claimed after B was guarded again", free1)
+	}
+	send("b", free1, free1.String(), false)
+
+	// B's attachment now expects C's MAC: ClaimPorts takes it from C,
+	// whose frames from it are then dropped.
+	mustDo(t, host, func() error {
+		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": free2})
+	})
+	st := state()
+	if st.learned["p-c"] != "" || !st.claimed[free2.String()] || !st.owns[portMAC{free2.String(), "p-b"}] || st.owns[portMAC{macB.String(), "p-b"}] {
+		t.Fatalf("after ClaimPorts gave %s to B: %+v", free2, st)
+	}
+	send("c", free2, "", true)
+
+	// Deleting a port's guard releases the MAC it held unless expected.
+	mustDo(t, host, func() error { return UnguardPort(ctx, n, "p-b") })
+	if st := state(); !st.claimed[free2.String()] || st.claimed[free1.String()] {
+		t.Fatalf("after B's guard went: claimed %v, want %s (expected) and not %s", st.claimed, free2, free1)
+	}
+}
