@@ -143,9 +143,18 @@ func (in *Input) load(env Env) (*loaded, error) {
 // Doctor checks the host for the networks of in's networks.yaml
 // (`vmnetctl doctor`). It changes nothing.
 func Doctor(ctx context.Context, env Env, in *Input) (*doctor.Report, error) {
-	nets, diags := api.LoadNetworks(in.Networks.Source, in.Networks.Data)
-	env.warn(diags)
-	if err := diags.Err(); err != nil {
+	// The networks up and plan would use: those of record, unless named.
+	nets, err := networksOf(env, in)
+	if errors.Is(err, fs.ErrPermission) {
+		// A user who may not read the state dir still gets the host's
+		// checks, for the networks named or found.
+		if env.Stderr != nil {
+			fmt.Fprintf(env.Stderr, "cannot read the networks of record (%v): checking %s; run with sudo to check them\n", err, in.Networks.Source)
+		}
+		in.NetworksNamed = true
+		nets, err = networksOf(env, in)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return doctor.Run(ctx, nets.Networks), nil

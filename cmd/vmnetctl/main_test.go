@@ -182,7 +182,8 @@ func TestHelpShowsFlagsWhereTheyAct(t *testing.T) {
 		{[]string{"network", "delete", "--help"}, []string{"--state-dir", "--json"}, []string{"--networks"}},
 		{[]string{"completion", "bash", "--help"}, []string{"--state-dir"}, []string{"--networks"}},
 		{[]string{"version", "--help"}, nil, []string{"--networks", "--state-dir"}},
-		{[]string{"doctor", "--help"}, []string{"--networks"}, []string{"--state-dir"}},
+		{[]string{"doctor", "--help"}, []string{"--networks", "--state-dir"}, nil},
+		{[]string{"helper", "--help"}, []string{"--networks", "--state-dir"}, nil},
 	} {
 		_, out, _ := runCLI(t, tc.cmd...)
 		for _, f := range tc.has {

@@ -82,6 +82,9 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 	root.SetErr(s.err)
 	root.PersistentFlags().StringVar(&g.networks, "networks", "", "networks.yaml to use (default $VMNETCTL_NETWORKS, /etc/vmnetctl/networks.yaml, else the built-in defaults)")
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", statedir.Default(), "directory for vmnetctl's state")
+	// Help and the man pages describe the default, not this user's value:
+	// pages built by a user must not carry the builder's runtime dir.
+	root.PersistentFlags().Lookup("state-dir").DefValue = stateDirDefault
 	root.AddCommand(
 		newUpCommand(g, s),
 		newDownCommand(g, s),
@@ -140,6 +143,10 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 	return root
 }
 
+// stateDirDefault is how help describes --state-dir's default
+// (statedir.Default).
+const stateDirDefault = "/run/vmnetctl as root, else $XDG_RUNTIME_DIR/vmnetctl"
+
 // commandPath is c's command line without "vmnetctl": "network delete".
 func commandPath(c *cobra.Command) string {
 	_, path, _ := strings.Cut(c.CommandPath(), " ")
@@ -162,7 +169,7 @@ func flagActs(flag, path string) bool {
 // the commands that read the state dir get controller.AccessHint.
 var globalFlagActs = map[string][]string{
 	"networks":  {"up", "plan", "run", "validate", "networks", "network list", "network create", "network inspect", "doctor", "helper"},
-	"state-dir": {"up", "down", "plan", "status", "serve", "run", "args", "validate", "leases", "logs", "describe", "events", "network", "completion"},
+	"state-dir": {"up", "down", "plan", "status", "serve", "run", "args", "validate", "leases", "logs", "describe", "events", "network", "completion", "helper", "doctor"},
 }
 
 // examples are the commands' Examples sections (`vmnetctl CMD --help`),
