@@ -342,7 +342,10 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 }
 
 // Render writes the status as tables.
-func (st *Status) Render(w io.Writer) error {
+func (st *Status) Render(w io.Writer) error { return st.render(w, time.Now()) }
+
+// render is Render at time now (the last frame's age).
+func (st *Status) render(w io.Writer, now time.Time) error {
 	if st.Controller.Running {
 		fmt.Fprintf(w, "Controller: running (pid %d, up %s), state dir %s\n", st.Controller.PID, roundDur(st.Controller.UptimeSeconds), st.Controller.StateDir)
 	} else {
@@ -374,7 +377,7 @@ func (st *Status) Render(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tIPV6\tPID\tSTATE\tRESTARTS\tUPTIME\tFROM VM\tTO VM")
+	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tIPV6\tPID\tSTATE\tPEER\tLAST FRAME\tRESTARTS\tUPTIME\tFROM VM\tTO VM")
 	for _, a := range st.Attachments {
 		where := a.Socket
 		if a.Attach == "tap" {
@@ -388,7 +391,11 @@ func (st *Status) Render(w io.Writer) error {
 		if st.Controller.Running && a.State == StateRunning { // no rates offline
 			from, to = formatBits(a.RxBitsPerSecond), formatBits(a.TxBitsPerSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.VM, a.Network, a.MAC, dash(where), dash(a.IP), dash(strings.Join(a.IPv6, ",")), pid, a.State, a.Restarts, roundDur(a.UptimeSeconds), from, to)
+		last := "-"
+		if !a.LastFrameAt.IsZero() {
+			last = roundDur(max(now.Sub(a.LastFrameAt).Seconds(), 1)) + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.VM, a.Network, a.MAC, dash(where), dash(a.IP), dash(strings.Join(a.IPv6, ",")), pid, a.State, dash(a.Peer), last, a.Restarts, roundDur(a.UptimeSeconds), from, to)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
