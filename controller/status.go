@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -291,11 +292,37 @@ func OfflineStatus(ctx context.Context, sd statedir.Dir) (*Status, error) {
 	return offlineStatus(ctx, sd, DefaultBackend())
 }
 
+// rootStateDir and euid are root's state dir and this process's user,
+// variables for the tests.
+var (
+	rootStateDir = statedir.Root
+	euid         = os.Geteuid
+)
+
+// rootsInstead: a user's own state dir holds nothing, but root's is in use
+// (its controller's socket is there, or the dir is root's alone). Saying
+// "Nothing is running" would be wrong: the user is to use sudo.
+func rootsInstead(sd statedir.Dir) error {
+	if euid() == 0 || filepath.Clean(sd.Path) == rootStateDir {
+		return nil
+	}
+	root := statedir.Dir{Path: rootStateDir}
+	if _, err := os.Stat(root.APISocket()); err == nil || errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("nothing runs in this user's state dir %s, but root's %s is in use: run with sudo (sudo vmnetctl status)", sd.Path, rootStateDir)
+	}
+	return nil
+}
+
 func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*Status, error) {
 	st := &Status{Controller: ControllerStatus{StateDir: sd.Path}, Networks: []NetworkStatus{}, Attachments: []AttachmentStatus{}}
-	rs, _, err := sd.LoadRuntime()
+	rs, found, err := sd.LoadRuntime()
 	if err != nil {
 		return nil, err
+	}
+	if !found {
+		if err := rootsInstead(sd); err != nil {
+			return nil, err
+		}
 	}
 	d, err := appliedDesired(rs)
 	if err != nil {

@@ -2,10 +2,14 @@ package controller
 
 import (
 	"bytes"
+	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -33,4 +37,27 @@ func TestStatusTablePeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Golden(t, filepath.Join("testdata", "status-peers.txt"), out.String())
+}
+
+// A user whose own state dir holds nothing, while root's is in use, is told
+// to use sudo, not that nothing is running.
+func TestStatusRootsStateDirInUse(t *testing.T) {
+	defer func(r string, e func() int) { rootStateDir, euid = r, e }(rootStateDir, euid)
+	rootStateDir, euid = t.TempDir(), func() int { return 1000 }
+	mine := statedir.Dir{Path: t.TempDir()}
+	if _, err := OfflineStatus(context.Background(), mine); err != nil {
+		t.Fatalf("nothing in root's state dir either: %v", err)
+	}
+	root := statedir.Dir{Path: rootStateDir}
+	os.MkdirAll(filepath.Dir(root.APISocket()), 0o755)
+	if err := os.WriteFile(root.APISocket(), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OfflineStatus(context.Background(), mine); err == nil || !strings.Contains(err.Error(), "run with sudo (sudo vmnetctl status)") {
+		t.Errorf("root's controller serves, this user's state dir is empty: %v, want run with sudo", err)
+	}
+	euid = func() int { return 0 }
+	if _, err := OfflineStatus(context.Background(), mine); err != nil {
+		t.Errorf("as root, with a state dir of its choosing: %v", err)
+	}
 }
