@@ -4,7 +4,10 @@
 ifeq ($(origin GO),undefined)
 GO := $(shell command -v go 2>/dev/null || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || echo go)
 endif
-BIN := bin/vmnetctl
+# Where the binary and the packages' generated files (man pages,
+# completions) go: overridable, so a test builds outside the source tree.
+BIN ?= bin/vmnetctl
+PKG_BUILD ?= build/pkg
 
 # Tools the checks need, installed by `go install` into bin/tools on first
 # use (not by test/setup.sh: they are Go programs, pinned here).
@@ -79,12 +82,12 @@ package: packages
 # times) is the last commit's time unless given.
 packages: export SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 packages: build $(NFPM)
-	rm -rf build/pkg && mkdir -p build/pkg/man build/pkg/completions $(DIST)
-	$(BIN) man build/pkg/man
-	$(BIN) completion bash > build/pkg/completions/vmnetctl.bash
-	$(BIN) completion zsh > build/pkg/completions/_vmnetctl
-	$(BIN) completion fish > build/pkg/completions/vmnetctl.fish
-	for p in deb rpm; do VERSION=$(PKG_VERSION) ARCH=$(PKG_ARCH) $(NFPM) package -f packaging/nfpm.yaml -p $$p -t $(DIST)/ || exit 1; done
+	rm -rf $(PKG_BUILD) && mkdir -p $(PKG_BUILD)/man $(PKG_BUILD)/completions $(DIST)
+	$(BIN) man $(PKG_BUILD)/man
+	$(BIN) completion bash > $(PKG_BUILD)/completions/vmnetctl.bash
+	$(BIN) completion zsh > $(PKG_BUILD)/completions/_vmnetctl
+	$(BIN) completion fish > $(PKG_BUILD)/completions/vmnetctl.fish
+	for p in deb rpm; do VERSION=$(PKG_VERSION) ARCH=$(PKG_ARCH) BIN=$(BIN) PKG_BUILD=$(PKG_BUILD) $(NFPM) package -f packaging/nfpm.yaml -p $$p -t $(DIST)/ || exit 1; done
 
 $(NFPM):
 	GOOS= GOARCH= GOBIN=$(CURDIR)/$(dir $@) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)

@@ -3,10 +3,14 @@ package controller
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
 
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -18,16 +22,61 @@ const followEvery = 250 * time.Millisecond
 type logSource struct {
 	prefix, path string
 	offset       int64
+	// json: write each line as a LogLine of this source, not prefixed.
+	json *LogLine
+}
+
+// LogLine is one line of `vmnetctl logs --json`.
+type LogLine struct {
+	// Time is the line's own time (the controller's lines and the
+	// helpers' stats lines carry one); absent when it has none.
+	Time *time.Time `json:"time,omitempty"`
+	// VM and Index are the helper's attachment (source "helper").
+	VM     string `json:"vm,omitempty"`
+	Index  *int   `json:"index,omitempty"`
+	Source string `json:"source"` // "controller" or "helper"
+	Line   string `json:"line"`
+}
+
+// LogSourceController and LogSourceHelper are LogLine's sources.
+const (
+	LogSourceController = "controller"
+	LogSourceHelper     = "helper"
+)
+
+// lineTime is the time a log line carries: slog's time=... (the
+// controller) or a stats line's JSON time (a helper).
+func lineTime(line string) *time.Time {
+	var s string
+	if rest, ok := strings.CutPrefix(line, "time="); ok {
+		s, _, _ = strings.Cut(rest, " ")
+	} else if js, ok := strings.CutPrefix(line, helperproto.StatsPrefix); ok {
+		var v struct {
+			Time string `json:"time"`
+		}
+		json.Unmarshal([]byte(js), &v)
+		s = v.Time
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return nil
+	}
+	return &t
 }
 
 // Logs writes to w the log of vm's helpers (each line prefixed with
-// "VM/INDEX | "), or without vm the controller's log. With follow it then
-// writes new lines as they come until ctx ends; a log that was rotated
-// (it shrank) is read again from its start.
-func Logs(ctx context.Context, sd statedir.Dir, vm string, follow bool, w io.Writer) error {
+// "VM/INDEX | "), or without vm the controller's log; with asJSON each
+// line as a LogLine (JSON lines). With follow it then writes new lines as
+// they come until ctx ends; a log that was rotated (it shrank) is read
+// again from its start.
+func Logs(ctx context.Context, sd statedir.Dir, vm string, follow, asJSON bool, w io.Writer) error {
 	var sources []*logSource
 	if vm == "" {
-		sources = append(sources, &logSource{path: sd.ControllerLog()})
+		src := &logSource{path: sd.ControllerLog()}
+		if asJSON {
+			src.json = &LogLine{Source: LogSourceController}
+		}
+		sources = append(sources, src)
 	} else {
 		d, err := AppliedState(sd)
 		if err != nil {
@@ -35,7 +84,11 @@ func Logs(ctx context.Context, sd statedir.Dir, vm string, follow bool, w io.Wri
 		}
 		for _, a := range d.Attachments {
 			if a.VM == vm {
-				sources = append(sources, &logSource{prefix: a.Key() + " | ", path: sd.HelperLogFile(a.Key())})
+				src := &logSource{prefix: a.Key() + " | ", path: sd.HelperLogFile(a.Key())}
+				if asJSON {
+					src.json = &LogLine{Source: LogSourceHelper, VM: a.VM, Index: &a.Index}
+				}
+				sources = append(sources, src)
 			}
 		}
 		if len(sources) == 0 {
@@ -87,7 +140,15 @@ func (s *logSource) copyNew(w io.Writer) error {
 		line, err := r.ReadString('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' {
 			s.offset += int64(len(line))
-			if _, werr := io.WriteString(w, s.prefix+line); werr != nil {
+			out := s.prefix + line
+			if s.json != nil {
+				l := *s.json
+				l.Line = strings.TrimSuffix(line, "\n")
+				l.Time = lineTime(l.Line)
+				b, _ := json.Marshal(l)
+				out = string(b) + "\n"
+			}
+			if _, werr := io.WriteString(w, out); werr != nil {
 				return werr
 			}
 		}

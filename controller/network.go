@@ -146,7 +146,11 @@ func NetworkDelete(ctx context.Context, env Env, id string) (*NetworkDeleted, er
 	for _, p := range projects {
 		res.WasKept = res.WasKept || p.Name == statedir.NetworkProjectPrefix+id
 	}
-	if err := Remove(ctx, env, RemoveOptions{Input: &Input{Project: statedir.NetworkProjectPrefix + id}}); err != nil {
+	if !res.WasKept {
+		if env.Stdout != nil {
+			fmt.Fprintf(env.Stdout, "network %s is not kept (network create makes one)\n", id)
+		}
+	} else if err := Remove(ctx, env, RemoveOptions{Input: &Input{Project: statedir.NetworkProjectPrefix + id}}); err != nil {
 		return nil, err
 	}
 	if st, err := CurrentStatus(ctx, env.StateDir); err == nil {

@@ -143,9 +143,18 @@ func (in *Input) load(env Env) (*loaded, error) {
 // Doctor checks the host for the networks of in's networks.yaml
 // (`vmnetctl doctor`). It changes nothing.
 func Doctor(ctx context.Context, env Env, in *Input) (*doctor.Report, error) {
-	nets, diags := api.LoadNetworks(in.Networks.Source, in.Networks.Data)
-	env.warn(diags)
-	if err := diags.Err(); err != nil {
+	// The networks up and plan would use: those of record, unless named.
+	nets, err := networksOf(env, in)
+	if errors.Is(err, fs.ErrPermission) {
+		// A user who may not read the state dir still gets the host's
+		// checks, for the networks named or found.
+		if env.Stderr != nil {
+			fmt.Fprintf(env.Stderr, "cannot read the networks of record (%v): checking %s; run with sudo to check them\n", err, in.Networks.Source)
+		}
+		in.NetworksNamed = true
+		nets, err = networksOf(env, in)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return doctor.Run(ctx, nets.Networks), nil
@@ -158,7 +167,7 @@ const maxSocketPath = 107
 // checkSocketPaths refuses VMs whose helper sockets in sd would not fit a
 // unix socket path: bind would fail at `up`, after the networks came up.
 func checkSocketPaths(sd statedir.Dir, files []*api.VMFile) error {
-	var errs []error
+	var errs api.Diagnostics // validate's errors, counted as they are
 	for _, vf := range files {
 		for _, vm := range vf.VMs {
 			for _, a := range vm.Attachments {
@@ -166,13 +175,14 @@ func checkSocketPaths(sd statedir.Dir, files []*api.VMFile) error {
 					continue
 				}
 				if p := sd.SocketPath(vm.Name, a.Index); len(p) > maxSocketPath {
-					errs = append(errs, fmt.Errorf("%s: VM %s: its helper's socket %s is %d bytes, over the %d a unix socket path can hold: use a shorter --state-dir or VM name",
-						vm.Source, vm.Name, p, len(p), maxSocketPath))
+					errs = append(errs, api.Diagnostic{File: vm.Source.File, Line: vm.Source.Line, Severity: api.SeverityError,
+						Message: fmt.Sprintf("VM %s: its helper's socket %s is %d bytes, over the %d a unix socket path can hold: use a shorter --state-dir or VM name",
+							vm.Name, p, len(p), maxSocketPath)})
 				}
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // ownerID is the id of the user behind sudo, else fallback.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -291,11 +292,37 @@ func OfflineStatus(ctx context.Context, sd statedir.Dir) (*Status, error) {
 	return offlineStatus(ctx, sd, DefaultBackend())
 }
 
+// rootStateDir and euid are root's state dir and this process's user,
+// variables for the tests.
+var (
+	rootStateDir = statedir.Root
+	euid         = os.Geteuid
+)
+
+// rootsInstead: a user's own state dir holds nothing, but root's is in use
+// (its controller's socket is there, or the dir is root's alone). Saying
+// "Nothing is running" would be wrong: the user is to use sudo.
+func rootsInstead(sd statedir.Dir) error {
+	if euid() == 0 || filepath.Clean(sd.Path) == rootStateDir {
+		return nil
+	}
+	root := statedir.Dir{Path: rootStateDir}
+	if _, err := os.Stat(root.APISocket()); err == nil || errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("nothing runs in this user's state dir %s, but root's %s is in use: run with sudo (sudo vmnetctl status)", sd.Path, rootStateDir)
+	}
+	return nil
+}
+
 func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*Status, error) {
 	st := &Status{Controller: ControllerStatus{StateDir: sd.Path}, Networks: []NetworkStatus{}, Attachments: []AttachmentStatus{}}
-	rs, _, err := sd.LoadRuntime()
+	rs, found, err := sd.LoadRuntime()
 	if err != nil {
 		return nil, err
+	}
+	if !found {
+		if err := rootsInstead(sd); err != nil {
+			return nil, err
+		}
 	}
 	d, err := appliedDesired(rs)
 	if err != nil {
@@ -342,7 +369,10 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 }
 
 // Render writes the status as tables.
-func (st *Status) Render(w io.Writer) error {
+func (st *Status) Render(w io.Writer) error { return st.render(w, time.Now()) }
+
+// render is Render at time now (the last frame's age).
+func (st *Status) render(w io.Writer, now time.Time) error {
 	if st.Controller.Running {
 		fmt.Fprintf(w, "Controller: running (pid %d, up %s), state dir %s\n", st.Controller.PID, roundDur(st.Controller.UptimeSeconds), st.Controller.StateDir)
 	} else {
@@ -374,7 +404,7 @@ func (st *Status) Render(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tIPV6\tPID\tSTATE\tRESTARTS\tUPTIME\tFROM VM\tTO VM")
+	fmt.Fprintln(tw, "VM\tNETWORK\tMAC\tATTACHMENT\tIP\tIPV6\tPID\tSTATE\tPEER\tLAST FRAME\tRESTARTS\tUPTIME\tFROM VM\tTO VM")
 	for _, a := range st.Attachments {
 		where := a.Socket
 		if a.Attach == "tap" {
@@ -388,7 +418,11 @@ func (st *Status) Render(w io.Writer) error {
 		if st.Controller.Running && a.State == StateRunning { // no rates offline
 			from, to = formatBits(a.RxBitsPerSecond), formatBits(a.TxBitsPerSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.VM, a.Network, a.MAC, dash(where), dash(a.IP), dash(strings.Join(a.IPv6, ",")), pid, a.State, a.Restarts, roundDur(a.UptimeSeconds), from, to)
+		last := "-"
+		if !a.LastFrameAt.IsZero() {
+			last = roundDur(max(now.Sub(a.LastFrameAt).Seconds(), 1)) + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.VM, a.Network, a.MAC, dash(where), dash(a.IP), dash(strings.Join(a.IPv6, ",")), pid, a.State, dash(a.Peer), last, a.Restarts, roundDur(a.UptimeSeconds), from, to)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

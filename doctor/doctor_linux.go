@@ -175,6 +175,9 @@ func checkVXLAN(_ context.Context, nets []*api.Network) []Finding {
 	return out
 }
 
+// errNoProbeNamespace: this user may not make the probe's namespace.
+var errNoProbeNamespace = errors.New("not permitted to make a network namespace")
+
 // inProbeNamespace runs f on a thread in a new network namespace that
 // goes away with the thread.
 func inProbeNamespace(f func() error) error {
@@ -184,6 +187,9 @@ func inProbeNamespace(f func() error) error {
 		// Never unlocked: the thread, and its namespace, end with this
 		// goroutine.
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			if errors.Is(err, unix.EPERM) {
+				err = fmt.Errorf("%w: %w", errNoProbeNamespace, err)
+			}
 			errc <- fmt.Errorf("a network namespace for the check: %w", err)
 			return
 		}
@@ -199,7 +205,14 @@ func checkKernel(_ context.Context, nets []*api.Network) []Finding {
 	var out []Finding
 	for _, k := range kernelFeatures {
 		name := "kernel: " + k.name
-		if err := inProbeNamespace(k.probe); err != nil {
+		err := inProbeNamespace(k.probe)
+		if errors.Is(err, errNoProbeNamespace) {
+			// Not a missing feature: this user may not make the namespace
+			// the probe needs (not root).
+			out = append(out, Finding{Check: name, Status: Info, Detail: "not checked: needs root (sudo vmnetctl doctor)"})
+			continue
+		}
+		if err != nil {
 			st := Fail
 			if k.needed != nil {
 				st = Info

@@ -24,11 +24,14 @@ import (
 	"path/filepath"
 )
 
+// Root is root's state dir (Default as root).
+const Root = "/run/vmnetctl"
+
 // Default is where vmnetctl keeps its state: /run/vmnetctl for root, else
 // $XDG_RUNTIME_DIR/vmnetctl, else ~/.local/state/vmnetctl.
 func Default() string {
 	if os.Geteuid() == 0 {
-		return "/run/vmnetctl"
+		return Root
 	}
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
 		return filepath.Join(d, "vmnetctl")

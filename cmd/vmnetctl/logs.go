@@ -10,8 +10,8 @@ import (
 )
 
 func newLogsCommand(g *globals, s streams) *cobra.Command {
-	var follow bool
-	cmd := command("logs [VM] [-f]", "Print the log of a VM's helpers (each line prefixed with VM/INDEX), or without VM the controller's",
+	var follow, asJSON bool
+	cmd := command("logs [VM] [-f] [--json]", "Print the log of a VM's helpers (each line prefixed with VM/INDEX), or without VM the controller's",
 		cobra.MaximumNArgs(1), func(cmd *cobra.Command, args []string) error {
 			vm := ""
 			if len(args) == 1 {
@@ -19,10 +19,11 @@ func newLogsCommand(g *globals, s streams) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return controller.Logs(ctx, g.dir(), vm, follow, s.out)
+			return controller.Logs(ctx, g.dir(), vm, follow, asJSON, s.out)
 		})
-	cmd.Example = "  sudo vmnetctl logs            # the controller\n  sudo vmnetctl logs web -f     # web's helpers, following"
+	cmd.Example = "  sudo vmnetctl logs            # the controller\n  sudo vmnetctl logs web -f     # web's helpers, following\n  sudo vmnetctl logs web --json"
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until interrupted")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per line: {time, vm, index, source, line} (time: the line's own, when it has one)")
 	cmd.ValidArgsFunction = completeVMs(g)
 	return cmd
 }

@@ -91,7 +91,7 @@ func TestValidate(t *testing.T) {
 				"warning: web/0 (vmnet-helper): ip: 192.168.105.10 cannot be honoured", "1 setting the vmnet-helper backend would refuse"}},
 		{name: "a socket path over 107 bytes is an error at validate",
 			args: []string{"--state-dir", "/tmp/" + strings.Repeat("x", 100), "validate", "-f", "../../examples/vms.yaml"}, code: 1, noStdout: true,
-			stderr: []string{"examples/vms.yaml:9: VM db: its helper's socket", "over the 107 a unix socket path can hold"}},
+			stderr: []string{"examples/vms.yaml:9: VM db: its helper's socket", "over the 107 a unix socket path can hold", "3 errors found"}},
 		{name: "a missing file",
 			args: []string{"validate", "-f", "nope.yaml"}, code: 1, noStdout: true,
 			stderr: []string{"nope.yaml: no such file"}},
@@ -182,7 +182,8 @@ func TestHelpShowsFlagsWhereTheyAct(t *testing.T) {
 		{[]string{"network", "delete", "--help"}, []string{"--state-dir", "--json"}, []string{"--networks"}},
 		{[]string{"completion", "bash", "--help"}, []string{"--state-dir"}, []string{"--networks"}},
 		{[]string{"version", "--help"}, nil, []string{"--networks", "--state-dir"}},
-		{[]string{"doctor", "--help"}, []string{"--networks"}, []string{"--state-dir"}},
+		{[]string{"doctor", "--help"}, []string{"--networks", "--state-dir"}, nil},
+		{[]string{"helper", "--help"}, []string{"--networks", "--state-dir"}, nil},
 	} {
 		_, out, _ := runCLI(t, tc.cmd...)
 		for _, f := range tc.has {

@@ -88,10 +88,10 @@ func newNetworkCommand(g *globals, s streams) *cobra.Command {
 	}
 	// create: any network of record (or of networks.yaml), up or not.
 	create.ValidArgsFunction = completeFirst(func() []string { return controller.DefinedNetworks(g.dir(), g.networks) })
-	create.Example = "  sudo vmnetctl network create host\n  sudo vmnetctl network list"
+	create.Example = "  sudo vmnetctl network create host         # host stays up with no VM\n  sudo vmnetctl network create host --json  # the status, as JSON"
 	list.Example = "  sudo vmnetctl network list\n  sudo vmnetctl network list --json"
 	del.Example = "  sudo vmnetctl network delete host\n  sudo vmnetctl network delete host --json"
-	inspect.Example = "  sudo vmnetctl network inspect shared\n  sudo vmnetctl network inspect shared --json | jq .leaseList"
+	inspect.Example = "  sudo vmnetctl network inspect shared\n  sudo vmnetctl network inspect shared --json | jq '.leaseList // []'"
 	cmd.Example = "  sudo vmnetctl network create host\n  sudo vmnetctl network list"
 	cmd.AddCommand(list, create, del, inspect)
 	return cmd

@@ -69,6 +69,12 @@ func (e exitError) Unwrap() error { return e.err }
 func newRootCommand(s streams) *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
+		Example: `  vmnetctl networks                  # the networks of networks.yaml
+  sudo vmnetctl up -f vms.yaml       # bring the VMs' networks and helpers up
+  vmnetctl args web --vmm qemu       # the VMM's network arguments for VM web
+  sudo vmnetctl status
+  sudo vmnetctl down -f vms.yaml
+  sudo vmnetctl doctor               # what this host lacks or has in the way`,
 		Use:   "vmnetctl",
 		Short: "Declarative networks for virtual machines",
 		Long: `vmnetctl gives virtual machines shared (NAT), host-only and bridged networks,
@@ -82,6 +88,9 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 	root.SetErr(s.err)
 	root.PersistentFlags().StringVar(&g.networks, "networks", "", "networks.yaml to use (default $VMNETCTL_NETWORKS, /etc/vmnetctl/networks.yaml, else the built-in defaults)")
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", statedir.Default(), "directory for vmnetctl's state")
+	// Help and the man pages describe the default, not this user's value:
+	// pages built by a user must not carry the builder's runtime dir.
+	root.PersistentFlags().Lookup("state-dir").DefValue = stateDirDefault
 	root.AddCommand(
 		newUpCommand(g, s),
 		newDownCommand(g, s),
@@ -140,6 +149,10 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 	return root
 }
 
+// stateDirDefault is how help describes --state-dir's default
+// (statedir.Default).
+const stateDirDefault = "/run/vmnetctl as root, else $XDG_RUNTIME_DIR/vmnetctl"
+
 // commandPath is c's command line without "vmnetctl": "network delete".
 func commandPath(c *cobra.Command) string {
 	_, path, _ := strings.Cut(c.CommandPath(), " ")
@@ -162,18 +175,19 @@ func flagActs(flag, path string) bool {
 // the commands that read the state dir get controller.AccessHint.
 var globalFlagActs = map[string][]string{
 	"networks":  {"up", "plan", "run", "validate", "networks", "network list", "network create", "network inspect", "doctor", "helper"},
-	"state-dir": {"up", "down", "plan", "status", "serve", "run", "args", "validate", "leases", "logs", "describe", "events", "network", "completion"},
+	"state-dir": {"up", "down", "plan", "status", "serve", "run", "args", "validate", "leases", "logs", "describe", "events", "network", "completion", "helper", "doctor"},
 }
 
 // examples are the commands' Examples sections (`vmnetctl CMD --help`),
 // where the command does not set its own.
 var examples = map[string]string{
-	"up":                    "  sudo vmnetctl up -f vms.yaml\n  sudo vmnetctl up -f ~/.lima/default/lima.yaml --json\n  sudo vmnetctl up -f vms.yaml --networks ~/.lima/_config/networks.yaml",
-	"down":                  "  sudo vmnetctl down -f vms.yaml\n  sudo vmnetctl down -p web\n  sudo vmnetctl down --all",
-	"plan":                  "  sudo vmnetctl plan -f vms.yaml\n  sudo vmnetctl plan -f vms.yaml --detailed-exitcode   # exit 2 when up would change something",
-	"status":                "  sudo vmnetctl status\n  sudo vmnetctl status --json | jq '.attachments[] | {vm, ip, state}'",
-	"serve":                 "  sudo vmnetctl serve                     # as a service (packaging/vmnetctl.service)\n  sudo vmnetctl serve --group vmnetctl    # members of group vmnetctl may use status and args",
-	"run":                   "  sudo vmnetctl run -f vms.yaml -- qemu-system-x86_64 $(vmnetctl args web --fds) ...",
+	"up":     "  sudo vmnetctl up -f vms.yaml\n  sudo vmnetctl up -f ~/.lima/default/lima.yaml --json\n  sudo vmnetctl up -f vms.yaml --networks ~/.lima/_config/networks.yaml",
+	"down":   "  sudo vmnetctl down -f vms.yaml\n  sudo vmnetctl down -p vms      # the project of vms.yaml\n  sudo vmnetctl down --all",
+	"plan":   "  sudo vmnetctl plan -f vms.yaml\n  sudo vmnetctl plan -f vms.yaml --detailed-exitcode   # exit 2 when up would change something",
+	"status": "  sudo vmnetctl status\n  sudo vmnetctl status --json | jq '.attachments[] | {vm, ip, state}'",
+	"serve":  "  sudo vmnetctl serve                     # as a service (packaging/vmnetctl.service)\n  sudo vmnetctl serve --group vmnetctl    # members of group vmnetctl may use status and args",
+	"run": "  sudo vmnetctl run -f run.yaml --vm b -- sh -c 'echo \"fds $VMNETCTL_FDS, MACs $VMNETCTL_MACS\"'\n" +
+		"  sudo vmnetctl run -f run.yaml --vm b -- sh -c 'exec qemu-system-x86_64 ... -netdev dgram,id=net0,local.type=fd,local.str=4 -device virtio-net-pci,netdev=net0,mac=${VMNETCTL_MACS%%,*}'",
 	"validate":              "  vmnetctl validate -f vms.yaml\n  vmnetctl validate -f lima.yaml --networks ~/.lima/_config/networks.yaml --backend vmnet-helper",
 	"networks":              "  vmnetctl networks\n  vmnetctl networks --networks ~/.lima/_config/networks.yaml --json",
 	"doctor":                "  sudo vmnetctl doctor\n  sudo vmnetctl doctor --json",

@@ -487,6 +487,9 @@ func TestNetworkVerbs(t *testing.T) {
 	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "delete", "isolated", "--json")), &deleted); err != nil || deleted.WasKept {
 		t.Errorf("network delete --json twice: %v %+v", err, deleted) // twice is fine
 	}
+	if out := h.MustVmnetctl("network", "delete", "isolated"); out != "network isolated is not kept (network create makes one)\n" {
+		t.Errorf("network delete of a network not kept printed %q", out)
+	}
 	if out := h.MustVmnetctl("down", "--all"); !strings.Contains(out, "Everything is down.") {
 		t.Errorf("down --all:\n%s", out)
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/test/simvm"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // docsNetworksYAML has the built-in networks' names (the docs' examples
@@ -213,5 +215,139 @@ func runDocHelper(t *testing.T, h *host, name string, ex docExample) {
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("%s: stopped by SIGTERM: %v\n%s", name, err, stderr.String())
+	}
+}
+
+// helpExampleOrder is the order in which TestHelpExamples runs the
+// commands' Examples (by command path, "" for vmnetctl itself): each line's
+// VMs and networks are up when it runs. Every command must be here, so a
+// new command's Examples are run too.
+var helpExampleOrder = []string{"", "validate", "networks", "version", "doctor", "completion", "completion bash", "completion fish",
+	"completion zsh", "completion powershell", "run", "up", "plan", "status", "args", "leases", "describe", "logs", "events",
+	"network", "network create", "network list", "network inspect", "network delete", "serve", "helper", "down"}
+
+// helpSkips are the Examples lines that cannot run here, by a substring,
+// with the reason.
+var helpSkips = map[string]string{
+	"doctor":                         "exits 1 on the test host's own problems (doctor's tests set each up in a namespace)",
+	"vmnetctl serve":                 "serves until stopped (test/packaging runs it as the unit does)",
+	"vmnetctl helper":                "serves until stopped (TestDocExamples runs docs/helper.md's)",
+	"qemu-system-x86_64 ...":         "needs qemu and a guest image, which the line elides",
+	"/etc/bash_completion.d":         "writes the host's /etc",
+	"${fpath[1]}":                    "zsh syntax",
+	"Out-String | Invoke-Expression": "PowerShell",
+}
+
+// helpSkipped says why line cannot run here, or "".
+func helpSkipped(line string) string {
+	for s, why := range helpSkips {
+		if why != "" && strings.Contains(line, s) {
+			return why
+		}
+	}
+	if (strings.Contains(line, "vmnetctl logs") || strings.Contains(line, "vmnetctl events")) && strings.Contains(line, " -f") {
+		return "follows until interrupted"
+	}
+	if strings.Contains(line, "| jq") {
+		if _, err := exec.LookPath("jq"); err != nil {
+			return "needs jq"
+		}
+	}
+	return ""
+}
+
+// helpOf returns the Examples lines and the subcommands of `vmnetctl
+// PATH --help`.
+func helpOf(t *testing.T, h *host, path string) (examples, subcommands []string) {
+	t.Helper()
+	out, err := exec.Command(h.Binary, append(strings.Fields(path), "--help")...).Output()
+	if err != nil {
+		t.Fatalf("vmnetctl %s --help: %v", path, err)
+	}
+	section := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		switch {
+		case l == "":
+			section = ""
+		case !strings.HasPrefix(l, " "):
+			section = l
+		case section == "Examples:":
+			examples = append(examples, strings.TrimSpace(l))
+		case section == "Available Commands:":
+			if name := strings.Fields(l)[0]; name != "help" {
+				subcommands = append(subcommands, strings.TrimSpace(path+" "+name))
+			}
+		}
+	}
+	return examples, subcommands
+}
+
+// TestHelpExamples runs the Examples lines of every command's --help (as
+// a user would, through a shell, sudo left out) on a host of its own, in
+// helpExampleOrder, with the files they name, and checks each exits 0:
+// help's examples cannot rot either.
+func TestHelpExamples(t *testing.T) {
+	testutil.RequireCommands(t, "bash")
+	h := &host{Host: simvm.NewHost(t, "vmnx", docsNetworksYAML, "pgrep"), t: t}
+	lima, err := os.ReadFile("../../examples/default/lima.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.WriteFile("vms.yaml", "vms:\n  web:\n    networks:\n      - vmnet: shared\n      - vmnet: host\n")
+	h.WriteFile("run.yaml", "vms:\n  b:\n    networks:\n      - vmnet: shared\n")
+	h.WriteFile("lima.yaml", string(lima))
+	os.MkdirAll(filepath.Join(h.Dir, ".lima/default"), 0o755)
+	os.MkdirAll(filepath.Join(h.Dir, ".lima/_config"), 0o755)
+	h.WriteFile(".lima/default/lima.yaml", string(lima))
+	// The networks.yaml of the lines without --networks
+	// ($VMNETCTL_NETWORKS) is the one the lines with it name: lima's, with
+	// its user-v2, which the lima instance file uses.
+	limaNetworks := h.WriteFile(".lima/_config/networks.yaml", docsNetworksYAML+"  user-v2:\n    mode: user-v2\n    gateway: 10.83.0.1\n    netmask: 255.255.255.0\n")
+	os.MkdirAll(filepath.Join(h.Dir, ".config/fish/completions"), 0o755)
+	// vmnetctl on PATH is the binary with the host's state dir.
+	bin := filepath.Join(h.Dir, "bin")
+	os.Mkdir(bin, 0o755)
+	h.WriteFile("bin/vmnetctl", "#!/bin/sh\nexec "+h.Binary+" --state-dir "+h.StateDir()+" \"$@\"\n")
+	os.Chmod(filepath.Join(bin, "vmnetctl"), 0o755)
+
+	lines := map[string][]string{}
+	todo := []string{""}
+	for len(todo) > 0 {
+		path := todo[0]
+		todo = todo[1:]
+		ex, subs := helpOf(t, h, path)
+		lines[path] = ex
+		todo = append(todo, subs...)
+		if len(ex) == 0 {
+			t.Errorf("vmnetctl %s --help has no Examples", path)
+		}
+		if !slices.Contains(helpExampleOrder, path) {
+			t.Errorf("command %q is not in helpExampleOrder: its Examples would not run", path)
+		}
+	}
+	ran := 0
+	for _, path := range helpExampleOrder {
+		for _, line := range lines[path] {
+			name := "vmnetctl " + path + " --help: " + line
+			if why := helpSkipped(line); why != "" {
+				t.Logf("%s: skipped: %s", name, why)
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			cmd := h.NS.Command(ctx, "bash", "-o", "pipefail", "-c", strings.ReplaceAll(line, "sudo ", ""))
+			cmd.Dir = h.Dir
+			cmd.Env = append(os.Environ(), h.Env...)
+			cmd.Env = append(cmd.Env, "PATH="+bin+":"+os.Getenv("PATH"), "HOME="+h.Dir, "VMNETCTL_NETWORKS="+limaNetworks)
+			out, err := cmd.CombinedOutput()
+			cancel()
+			ran++
+			if err != nil {
+				t.Errorf("%s: %v\n%s", name, err, out)
+			}
+		}
+	}
+	t.Logf("ran %d Examples lines", ran)
+	if ran < 30 {
+		t.Errorf("ran %d Examples lines: the help moved?", ran)
 	}
 }

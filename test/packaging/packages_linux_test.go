@@ -6,6 +6,7 @@ package packaging
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,11 +23,18 @@ func TestPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dist := t.TempDir()
-	cmd := exec.Command("make", "-C", root, "packages")
-	cmd.Env = append(os.Environ(), "PKG_VERSION=1.2.3", "DIST="+dist)
+	// Everything it builds goes to the test's own dirs, nothing into the
+	// source tree (where another build or a user's files may be).
+	dist, build := t.TempDir(), t.TempDir()
+	inTree := []string{filepath.Join(root, "bin/vmnetctl"), filepath.Join(root, "build/pkg")}
+	before := treeStamps(inTree)
+	cmd := exec.Command("make", "-C", root, "packages", "BIN="+filepath.Join(build, "vmnetctl"), "PKG_BUILD="+filepath.Join(build, "pkg"), "DIST="+dist)
+	cmd.Env = append(os.Environ(), "PKG_VERSION=1.2.3")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make packages: %v\n%s", err, out)
+	}
+	if after := treeStamps(inTree); after != before {
+		t.Errorf("make packages with BIN, PKG_BUILD and DIST wrote into the source tree: %s, was %s", after, before)
 	}
 	debs, _ := filepath.Glob(filepath.Join(dist, "vmnetctl_1.2.3_*.deb"))
 	rpms, _ := filepath.Glob(filepath.Join(dist, "vmnetctl-1.2.3-1.*.rpm"))
@@ -180,4 +188,17 @@ func unitKeys(unit string) map[string]string {
 		}
 	}
 	return keys
+}
+
+// treeStamps says whether each path exists and when it last changed.
+func treeStamps(paths []string) string {
+	var b strings.Builder
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
+			fmt.Fprintf(&b, "%s %s; ", p, fi.ModTime())
+		} else {
+			fmt.Fprintf(&b, "%s absent; ", p)
+		}
+	}
+	return b.String()
 }

@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/statedir"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// The attachments table says whether each VM is there (PEER) and how long
+// ago its last frame came (LAST FRAME); "-" where the helper does not run
+// or no frame came.
+func TestStatusTablePeer(t *testing.T) {
+	now := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
+	st := &Status{
+		Controller: ControllerStatus{Running: true, PID: 42, UptimeSeconds: 600, StateDir: "/run/vmnetctl"},
+		Networks: []NetworkStatus{{Name: "shared", Mode: "shared", Bridge: "vmn-shared", Subnet: "192.168.105.0/24", Gateway: "192.168.105.1",
+			State: "up", Leases: 1, VMs: []string{"a", "b", "c", "d"}}},
+		Attachments: []AttachmentStatus{
+			{VM: "a", Network: "shared", MAC: "52:55:55:00:00:0a", Socket: "/run/vmnetctl/vms/a/0.sock", IP: "192.168.105.10", PID: 100,
+				State: StateRunning, UptimeSeconds: 300, Peer: "connected", LastFrameAt: now.Add(-3 * time.Second)},
+			{VM: "b", Network: "shared", MAC: "52:55:55:00:00:0b", Socket: "/run/vmnetctl/vms/b/0.sock", PID: 101,
+				State: StateRunning, UptimeSeconds: 300, Peer: "waiting for VM"},
+			{VM: "c", Index: 0, Network: "shared", MAC: "52:55:55:00:00:0c", Socket: "/run/vmnetctl/vms/c/0.sock", PID: 102,
+				State: StateRunning, UptimeSeconds: 300, Peer: "VM gone", LastFrameAt: now.Add(-125 * time.Second)},
+			{VM: "d", Network: "shared", MAC: "52:55:55:00:00:0d", Attach: "tap", Tap: "vmt-d", State: "stopped"},
+		},
+	}
+	var out bytes.Buffer
+	if err := st.render(&out, now); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Golden(t, filepath.Join("testdata", "status-peers.txt"), out.String())
+}
+
+// A user whose own state dir holds nothing, while root's is in use, is told
+// to use sudo, not that nothing is running.
+func TestStatusRootsStateDirInUse(t *testing.T) {
+	defer func(r string, e func() int) { rootStateDir, euid = r, e }(rootStateDir, euid)
+	rootStateDir, euid = t.TempDir(), func() int { return 1000 }
+	mine := statedir.Dir{Path: t.TempDir()}
+	if _, err := OfflineStatus(context.Background(), mine); err != nil {
+		t.Fatalf("nothing in root's state dir either: %v", err)
+	}
+	root := statedir.Dir{Path: rootStateDir}
+	os.MkdirAll(filepath.Dir(root.APISocket()), 0o755)
+	if err := os.WriteFile(root.APISocket(), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OfflineStatus(context.Background(), mine); err == nil || !strings.Contains(err.Error(), "run with sudo (sudo vmnetctl status)") {
+		t.Errorf("root's controller serves, this user's state dir is empty: %v, want run with sudo", err)
+	}
+	euid = func() int { return 0 }
+	if _, err := OfflineStatus(context.Background(), mine); err != nil {
+		t.Errorf("as root, with a state dir of its choosing: %v", err)
+	}
+}
