@@ -39,9 +39,11 @@ type dnsHandler struct {
 	// learn, if set, is told of each answer forwarded, before the client
 	// hears it (the egress policy's names).
 	learn func(client netip.Addr, qname string, answers []dns.RR)
-	// remote, if set, looks a name this host does not know up on the other
-	// hosts of the network's segment (askPeers).
-	remote    func(name string) (netip.Addr, []netip.Addr, bool)
+	// remote, if set, looks a name up on the other hosts of the network's
+	// segment (askPeers); fileName tells whether a name is one of a VM
+	// file here, which no other host's name can take.
+	remote    func(name string) (peerAnswer, bool)
+	fileName  func(name string) bool
 	upstreams []string // host:port
 	// noForward refuses every name that is not the network's own (a host
 	// network without dnsForward: its VMs must not reach names outside).
@@ -111,8 +113,12 @@ func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 					ip6 = h.resolve6(name)
 					found = found || len(ip6) > 0
 				}
-				if !found && h.remote != nil {
-					ip, ip6, found = h.remote(name)
+				// Across hosts: a VM file's name elsewhere wins over a
+				// DHCP host name here, as a VM file's name here does.
+				if h.remote != nil && (!found || h.fileName == nil || !h.fileName(name)) {
+					if a, ok := h.remote(name); ok && (a.byFile || !found) {
+						ip, ip6, found = a.ip, a.ip6, true
+					}
 				}
 			}
 			switch {
@@ -303,15 +309,22 @@ const maxUDPHandlers = 2 * maxInFlight
 // already waiting, so its UDP loop is not used; its TCP one is, behind
 // limitListener.)
 type udpServer struct {
-	conn  *net.UDPConn
-	h     *dnsHandler
-	slots chan struct{}
-	wg    sync.WaitGroup
+	conn    *net.UDPConn
+	handler dns.Handler
+	dropped func() // a query dropped: every handler busy
+	slots   chan struct{}
+	wg      sync.WaitGroup
 }
 
 func newUDPServer(conn *net.UDPConn, h *dnsHandler) *udpServer {
-	return &udpServer{conn: conn, h: h, slots: make(chan struct{}, maxUDPHandlers)}
+	return &udpServer{conn: conn, handler: h, slots: make(chan struct{}, maxUDPHandlers), dropped: func() {
+		h.init()
+		h.count(func(st *backend.DNSStats) { st.Queries++; st.Dropped++ })
+	}}
 }
+
+// countDropped counts a query not answered.
+func (h *dnsHandler) countDropped() { h.count(func(s *backend.DNSStats) { s.Dropped++ }) }
 
 // serve reads queries until the socket is closed, then waits for the
 // handlers.
@@ -336,8 +349,7 @@ func (s *udpServer) serve() error {
 		select {
 		case s.slots <- struct{}{}:
 		default:
-			s.h.init()
-			s.h.count(func(st *backend.DNSStats) { st.Queries++; st.Dropped++ })
+			s.dropped()
 			continue
 		}
 		b := append([]byte(nil), buf[:n]...)
@@ -348,7 +360,7 @@ func (s *udpServer) serve() error {
 			if r.Unpack(b) != nil {
 				return
 			}
-			s.h.ServeDNS(&udpWriter{conn: s.conn, to: from}, r)
+			s.handler.ServeDNS(&udpWriter{conn: s.conn, to: from}, r)
 		}()
 	}
 }

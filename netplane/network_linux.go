@@ -204,6 +204,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 	}
 	nw.dns = &dnsHandler{
 		resolve:   resolver(nw.hosts, nw.alloc),
+		fileName:  func(name string) bool { _, ok := nw.hosts.mac(name); return ok },
 		resolve6:  nw.resolve6(),
 		learn:     nw.learnNames,
 		upstreams: upstreams,

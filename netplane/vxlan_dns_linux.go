@@ -5,25 +5,69 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
-
-	"github.com/vmnetctl/vmnetctl/backend"
 )
 
 // Names across hosts: each host's DNS proxy knows its own VMs (VM files and
-// DHCP host names). For a name it does not know, the proxy of a network
-// across hosts asks the other hosts' proxies, over the underlay, on
+// DHCP host names). For a name it does not know as a VM file's, the proxy
+// of a network across hosts asks the other hosts, over the underlay, on
 // vxlan.dnsPort of their underlay addresses: a small DNS server there
 // answers A and AAAA for its own VMs' names only (never forwarding, never
-// asking further), and only to the segment's hosts.
+// asking further), and only to the segment's hosts. As on one host, a VM
+// file's name wins over a DHCP host name, whichever host has each: the
+// answers say which they are (authoritative for a VM file's name).
 
 // peerTimeout bounds the wait for the other hosts' answers.
 const peerTimeout = 500 * time.Millisecond
+
+// maxPeerHandlers bounds the queries a host's name service answers at once.
+const maxPeerHandlers = 16
+
+// peerZone is the suffix of the names hosts ask each other for: NAME.VNI.
+// and this, so that networks sharing one listener are told apart.
+const peerZone = "peers." + DNSDomain + "."
+
+// peerQName is the question a host asks its peers for name on segment vni.
+func peerQName(name string, vni uint32) string {
+	return name + "." + strconv.FormatUint(uint64(vni), 10) + "." + peerZone
+}
+
+// parsePeerQName is peerQName undone.
+func parsePeerQName(q string) (name string, vni uint32, ok bool) {
+	rest, found := strings.CutSuffix(asciiLower(q), "."+peerZone)
+	if !found {
+		return "", 0, false
+	}
+	name, v, found := strings.Cut(rest, ".")
+	n, err := strconv.ParseUint(v, 10, 32)
+	if !found || err != nil || !validHostName(name) {
+		return "", 0, false
+	}
+	return name, uint32(n), true
+}
+
+// peerListener is one name service for the other hosts: a socket on an
+// underlay address and dnsPort, shared by the networks across hosts that
+// have the same (in one network namespace), each found by its VNI.
+type peerListener struct {
+	srv  *udpServer
+	done chan struct{}
+	nets map[uint32]*peerNames
+}
+
+// peerListeners are this process's, by network namespace and address.
+var peerListeners = struct {
+	sync.Mutex
+	m map[string]*peerListener
+}{m: map[string]*peerListener{}}
 
 // startPeerDNS serves the network's own names to the other hosts of its
 // segment, and makes the proxy ask them for names it does not know.
@@ -39,24 +83,61 @@ func (nw *Network) startPeerDNS() error {
 			peers = append(peers, h.Address)
 		}
 	}
-	addr := net.JoinHostPort(local.String(), strconv.Itoa(int(x.DNSPort)))
-	pc, err := net.ListenPacket("udp4", addr)
-	if err != nil {
-		return fmt.Errorf("network %q: serving names to the other hosts on %s: %w", nw.n.ID, addr, err)
+	addr := netip.AddrPortFrom(local, x.DNSPort)
+	key := addr.String()
+	if st, err := os.Stat(nw.netns.Path()); err == nil {
+		key = fmt.Sprintf("%d/%s", st.Sys().(*syscall.Stat_t).Ino, addr)
 	}
-	srv := &dns.Server{PacketConn: pc, Handler: &peerNames{h: nw.dns, peers: peers}}
-	nw.wg.Add(1)
-	go func() {
-		defer nw.wg.Done()
-		if err := srv.ActivateAndServe(); err != nil && !nw.stopped() {
-			nw.fail(fmt.Errorf("network %q: the name server for the other hosts stopped: %w", nw.n.ID, err))
+	names := &peerNames{h: nw.dns, peers: peers}
+	peerListeners.Lock()
+	defer peerListeners.Unlock()
+	l := peerListeners.m[key]
+	if l == nil {
+		conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(addr))
+		if err != nil {
+			return fmt.Errorf("network %q: serving names to the other hosts on %s: %w", nw.n.ID, addr, err)
 		}
-	}()
-	nw.closers = append(nw.closers, srv.Shutdown)
-	nw.dns.remote = func(name string) (netip.Addr, []netip.Addr, bool) {
-		return nw.dns.askPeers(name, peers, x.DNSPort)
+		l = &peerListener{done: make(chan struct{}), nets: map[uint32]*peerNames{}}
+		l.srv = &udpServer{conn: conn, handler: l, dropped: func() {}, slots: make(chan struct{}, maxPeerHandlers)}
+		go func() {
+			defer close(l.done)
+			l.srv.serve()
+		}()
+		peerListeners.m[key] = l
+	}
+	if _, taken := l.nets[x.VNI]; taken {
+		return fmt.Errorf("network %q: VNI %d is served on %s already", nw.n.ID, x.VNI, addr)
+	}
+	l.nets[x.VNI] = names
+	nw.closers = append(nw.closers, func() error {
+		peerListeners.Lock()
+		defer peerListeners.Unlock()
+		delete(l.nets, x.VNI)
+		if len(l.nets) == 0 {
+			delete(peerListeners.m, key)
+			l.srv.close()
+			<-l.done
+		}
+		return nil
+	})
+	nw.dns.remote = func(name string) (peerAnswer, bool) {
+		return nw.dns.askPeers(name, x.VNI, peers, x.DNSPort)
 	}
 	return nil
+}
+
+// ServeDNS hands a question to the network it names by its VNI.
+func (l *peerListener) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	if len(r.Question) != 1 {
+		return
+	}
+	name, vni, ok := parsePeerQName(r.Question[0].Name)
+	peerListeners.Lock()
+	p := l.nets[vni]
+	peerListeners.Unlock()
+	if ok && p != nil {
+		p.answer(w, r, name)
+	}
 }
 
 // peerNames answers the segment's other hosts: this host's VMs' names.
@@ -65,21 +146,14 @@ type peerNames struct {
 	peers []netip.Addr
 }
 
-func (p *peerNames) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+// answer answers a host of the segment (and no one else) for name.
+func (p *peerNames) answer(w dns.ResponseWriter, r *dns.Msg, name string) {
 	from, ok := netip.AddrFromSlice(w.RemoteAddr().(*net.UDPAddr).IP.To4())
-	if !ok || !slices.Contains(p.peers, from) || len(r.Question) != 1 {
+	if !ok || !slices.Contains(p.peers, from) {
 		return // not a host of the segment: no answer at all
 	}
-	q := r.Question[0]
 	m := new(dns.Msg)
 	m.SetReply(r)
-	m.Authoritative = true
-	name, inZone, ok := localName(q.Name)
-	if !inZone || !ok {
-		m.SetRcode(r, dns.RcodeRefused)
-		w.WriteMsg(m)
-		return
-	}
 	ip, found := p.h.resolve(name)
 	var ip6 []netip.Addr
 	if p.h.resolve6 != nil {
@@ -90,7 +164,10 @@ func (p *peerNames) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		w.WriteMsg(m)
 		return
 	}
-	m.Answer = addressRRs(q.Name, ip, ip6)
+	// Authoritative: a VM file's name here, which wins over a DHCP host
+	// name anywhere.
+	m.Authoritative = p.h.fileName != nil && p.h.fileName(name)
+	m.Answer = addressRRs(r.Question[0].Name, ip, ip6)
 	w.WriteMsg(m)
 }
 
@@ -106,46 +183,62 @@ func addressRRs(qname string, ip netip.Addr, ip6 []netip.Addr) []dns.RR {
 	return rrs
 }
 
-// askPeers asks every peer at once for name's addresses (one ANY query
-// each) and returns the first that knows it. The proxy's bound on
-// forwarded queries bounds these too: with every slot taken, the name is
-// not looked for.
-func (h *dnsHandler) askPeers(name string, peers []netip.Addr, port uint16) (netip.Addr, []netip.Addr, bool) {
+// peerAnswer is what a peer knows of a name: its addresses, and whether
+// it is a VM file's name there.
+type peerAnswer struct {
+	ip     netip.Addr
+	ip6    []netip.Addr
+	byFile bool
+	host   int // the peer's place among the peers
+}
+
+// askPeers asks every peer at once for name's addresses on segment vni
+// and returns the best answer: a VM file's name at once, else, once every
+// peer answered or the time is up, the DHCP host name of the first peer
+// in the segment's order that has it. Every query has ended when it
+// returns (their sockets closed), and the proxy's bound on forwarded
+// queries bounds them: with every slot taken, the name is not looked for.
+func (h *dnsHandler) askPeers(name string, vni uint32, peers []netip.Addr, port uint16) (peerAnswer, bool) {
 	h.init()
 	select {
 	case h.inFlight <- struct{}{}:
 	default:
-		h.count(func(s *backend.DNSStats) { s.Dropped++ })
-		return netip.Addr{}, nil, false
+		h.countDropped()
+		return peerAnswer{}, false
 	}
 	defer func() { <-h.inFlight }()
-	found := make(chan peerAnswer, len(peers))
-	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
 	defer cancel()
-	for _, p := range peers {
+	answers := make(chan peerAnswer, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
 		wg.Go(func() {
-			if a, ok := h.askPeer(ctx, name, netip.AddrPortFrom(p, port)); ok {
-				found <- a
+			if a, ok := h.askPeer(ctx, name, vni, netip.AddrPortFrom(p, port)); ok {
+				a.host = i
+				answers <- a
 			}
 		})
 	}
-	go func() { wg.Wait(); close(found) }()
-	for a := range found {
-		cancel()
-		return a.ip, a.ip6, true
+	go func() { wg.Wait(); close(answers) }()
+	var best peerAnswer
+	found := false
+	for a := range answers {
+		if a.byFile {
+			cancel() // the others end at once (their reads' deadline)
+			best, found = a, true
+			break
+		}
+		if !found || a.host < best.host {
+			best, found = a, true
+		}
 	}
-	return netip.Addr{}, nil, false
-}
-
-// peerAnswer is what a peer knows of a name.
-type peerAnswer struct {
-	ip  netip.Addr
-	ip6 []netip.Addr
+	cancel()
+	wg.Wait()
+	return best, found
 }
 
 // askPeer asks one peer for name.
-func (h *dnsHandler) askPeer(ctx context.Context, name string, peer netip.AddrPort) (peerAnswer, bool) {
+func (h *dnsHandler) askPeer(ctx context.Context, name string, vni uint32, peer netip.AddrPort) (peerAnswer, bool) {
 	var a peerAnswer
 	c, err := h.dial(ctx, "udp", peer.String())
 	if err != nil {
@@ -154,9 +247,12 @@ func (h *dnsHandler) askPeer(ctx context.Context, name string, peer netip.AddrPo
 	defer c.Close()
 	deadline, _ := ctx.Deadline()
 	c.SetDeadline(deadline)
+	// Cancelled (another peer answered with a VM file's name): end now.
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
 	co := &dns.Conn{Conn: c}
 	q := new(dns.Msg)
-	q.SetQuestion(dns.Fqdn(name+"."+DNSDomain), dns.TypeANY)
+	q.SetQuestion(peerQName(name, vni), dns.TypeANY)
 	if err := co.WriteMsg(q); err != nil {
 		return a, false
 	}
@@ -164,6 +260,7 @@ func (h *dnsHandler) askPeer(ctx context.Context, name string, peer netip.AddrPo
 	if err != nil || resp.Id != q.Id || resp.Rcode != dns.RcodeSuccess {
 		return a, false
 	}
+	a.byFile = resp.Authoritative
 	for _, rr := range resp.Answer {
 		switch rr := rr.(type) {
 		case *dns.A:

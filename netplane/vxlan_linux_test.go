@@ -167,6 +167,17 @@ func TestVXLAN(t *testing.T) {
 			t.Errorf("host %d's VM resolves %s to %v (%v), want %s", tc.from+1, tc.name, resp, err, tc.want)
 		}
 	}
+	// A DHCP host name never takes a VM file's name, whichever host each
+	// is on: host 3's VM asks DHCP for the name web1 (host 1's VM file's).
+	if _, err := hosts[2].vm.DHCP(t, "eth0", "-x", "hostname:web1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, from := range []int{2, 1} {
+		resp, err := query(hosts[from].vm, n.Gateway.String(), "web1", dns.TypeA, "udp")
+		if err != nil || answerA(resp) != hosts[0].ip.String() {
+			t.Errorf("host %d's VM resolves web1 to %v (%v), want host 1's VM-file name's %s, not host 3's DHCP name", from+1, resp, err, hosts[0].ip)
+		}
+	}
 	if resp, err := query(hosts[0].vm, n.Gateway.String(), "nobody.vmnet.internal", dns.TypeA, "udp"); err != nil || resp.Rcode != dns.RcodeNameError {
 		t.Errorf("a name no host knows: %v %v, want NXDOMAIN", resp, err)
 	}
@@ -279,5 +290,71 @@ func TestVXLANOwner(t *testing.T) {
 			}
 			return netlink.LinkDel(&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: api.VXLANName(n.ID)}})
 		})
+	}
+}
+
+// TestVXLANSegments: two networks across the same hosts share each host's
+// name service (the same underlay address and dnsPort), each asked by its
+// VNI; both start, answer their own names, and stop.
+func TestVXLANSegments(t *testing.T) {
+	needRoot(t)
+	yaml := vxlanYAML + `  lab2:
+    mode: host
+    gateway: 10.200.51.1
+    netmask: 255.255.255.0
+    vxlan:
+      vni: 4243
+      hosts:
+        - {name: h1, address: 10.77.0.1}
+        - {name: h2, address: 10.77.0.2}
+`
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(yaml))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	underlay := testutil.NewNS(t, "vs-ul")
+	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	var hs []*testutil.NS
+	var nws [][]*Network
+	for i := range 2 {
+		h := testutil.NewNS(t, fmt.Sprintf("vs-h%d", i+1))
+		veth(t, underlay, fmt.Sprintf("ul-h%d", i+1), h, "")
+		underlay.MustRun(t, "ip", "link", "set", fmt.Sprintf("ul-h%d", i+1), "master", "ul")
+		h.MustRun(t, "ip", "addr", "add", fmt.Sprintf("10.77.0.%d/24", i+1), "dev", "eth0")
+		hs = append(hs, h)
+		var two []*Network
+		for _, id := range []string{"lab", "lab2"} {
+			nw := start(t, h, nets.Get(id), Options{StateDir: t.TempDir()})
+			if err := nw.SetHost(mustMAC(fmt.Sprintf("52:55:55:00:51:%d%d", i, len(two))), fmt.Sprintf("%s-h%d", id, i+1), netip.MustParseAddr(fmt.Sprintf("%s.%d", map[string]string{"lab": "10.200.50", "lab2": "10.200.51"}[id], 200+i))); err != nil {
+				t.Fatal(err)
+			}
+			two = append(two, nw)
+		}
+		nws = append(nws, two)
+	}
+	// From host 1's VM on each network, host 2's VM of that network.
+	for j, id := range []string{"lab", "lab2"} {
+		n := nets.Get(id)
+		v := vm(t, hs[0], fmt.Sprintf("vs%d", j), fmt.Sprintf("52:55:55:00:52:0%d", j), n.Bridge(), false)
+		v.MustRun(t, "ip", "addr", "add", n.Gateway.Next().Next().Next().String()+"/24", "dev", "eth0")
+		want := map[string]string{"lab": "10.200.50.201", "lab2": "10.200.51.201"}[id]
+		resp, err := query(v, n.Gateway.String(), id+"-h2", dns.TypeA, "udp")
+		if err != nil || answerA(resp) != want {
+			t.Errorf("%s: host 1 resolves %s-h2 to %v (%v), want %s", id, id, resp, err, want)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		for _, two := range nws {
+			for _, nw := range two {
+				nw.Close()
+			}
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("closing networks that share a name service hangs")
 	}
 }
