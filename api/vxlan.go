@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -44,6 +45,18 @@ type VXLAN struct {
 	// DNSPort is the UDP port, on each host's underlay address, where its
 	// DNS proxy answers the other hosts for its own VMs' names.
 	DNSPort uint16 `json:"dnsPort"`
+}
+
+// String is the segment as plan shows it; "" for none.
+func (x *VXLAN) String() string {
+	if x == nil {
+		return ""
+	}
+	var hosts []string
+	for _, h := range x.Hosts {
+		hosts = append(hosts, h.Name+"="+h.Address.String())
+	}
+	return fmt.Sprintf("vni %d port %d dnsPort %d underlayMTU %d hosts %s", x.VNI, x.Port, x.DNSPort, x.UnderlayMTU, strings.Join(hosts, ","))
 }
 
 // VXLANHost is one host of a segment: a name for humans, and its underlay

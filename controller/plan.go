@@ -112,6 +112,8 @@ var networkFields = []field[*api.Network]{
 	{"isolation", func(n *api.Network) string { return fmt.Sprint(n.Isolation) }, true},
 	{"offloads", func(n *api.Network) string { return fmt.Sprint(n.Offloads) }, true},
 	{"vmnetBroker", func(n *api.Network) string { return n.VMNetBroker }, true},
+	// The tunnel, its peers and each host's DHCP slice.
+	{"vxlan", func(n *api.Network) string { return n.VXLAN.String() }, true},
 	{"dhcp", func(n *api.Network) string { return fmt.Sprint(n.DHCP) }, false},
 	{"dhcpRange", func(n *api.Network) string {
 		if !n.DHCPStart.IsValid() {

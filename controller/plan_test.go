@@ -103,6 +103,11 @@ vmnet:
 			"    subnet: 192.168.105.0/24\n", "    subnet: 192.168.105.0/24\n    subnet6: fd00:105::/64\n", 1),
 			"    subnet: 192.168.106.0/24\n", "    subnet: 192.168.106.0/24\n    ipv6: false\n", 1),
 			project("p", planVMs)), "Plan: 0 to create, 0 to change, 5 to replace, 0 to delete."},
+		// The shared network spans hosts: it and its 2 attachments are
+		// replaced (a new tunnel, another DHCP slice).
+		{"vxlan added", base, desired(t, strings.Replace(planNetworks,
+			"    subnet: 192.168.105.0/24\n", "    subnet: 192.168.105.0/24\n    dhcpRange: {start: 192.168.105.50, end: 192.168.105.99}\n    mtu: 1400\n    vxlan: {vni: 5, hosts: [{name: a, address: 10.0.0.1}, {name: b, address: 10.0.0.2}]}\n", 1),
+			project("p", planVMs)), "Plan: 0 to create, 0 to change, 3 to replace, 0 to delete."},
 		{"everything removed", base, &Desired{}, "Plan: 0 to create, 0 to change, 0 to replace, 5 to delete."},
 	}
 	for _, tt := range tests {

@@ -435,7 +435,7 @@ func Check(ctx context.Context, n *api.Network) error {
 	}
 	errs = append(errs, checkTable(ctx, n)...)
 	errs = append(errs, checkGuardTable(ctx, n)...)
-	errs = append(errs, checkVXLAN(n)...)
+	errs = append(errs, checkVXLAN(ctx, n)...)
 	if n.Mode == api.ModeShared {
 		if v, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err != nil || string(bytes.TrimSpace(v)) != "1" {
 			errs = append(errs, fmt.Errorf("network %q: IPv4 forwarding is off", n.ID))

@@ -93,6 +93,12 @@ func vxlanNetwork(n *api.Network) (*api.Network, error) {
 // again.
 func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 	if n.VXLAN == nil {
+		// No longer across hosts: this network's tunnel goes.
+		if l := ownVXLAN(n); l != nil {
+			if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+				return fmt.Errorf("network %q: deleting %s, which the network no longer has: %w", n.ID, l.Attrs().Name, err)
+			}
+		}
 		return nil
 	}
 	idx, local, err := localVXLANHost(n)
@@ -275,10 +281,27 @@ func tunnelStats(n *api.Network, guardDrops map[string]uint64) *backend.TunnelSt
 	return st
 }
 
+// ownVXLAN is network n's VXLAN device of this state dir, if there is one.
+func ownVXLAN(n *api.Network) netlink.Link {
+	l, err := netlink.LinkByName(api.VXLANName(n.ID))
+	if err != nil {
+		return nil
+	}
+	if id, ok := ownedHere(l); !ok || id != n.ID || !mine(l.Attrs().Alias) {
+		return nil
+	}
+	return l
+}
+
 // checkVXLAN is Check's part for n's tunnel: the device there as
-// configured, on the bridge and up, flooding to every peer.
-func checkVXLAN(n *api.Network) []error {
+// configured (VNI, port, local address, MTU, mark), on the bridge and up,
+// flooding to the other hosts and no one else, guarded; and none for a
+// network of this host alone.
+func checkVXLAN(ctx context.Context, n *api.Network) []error {
 	if n.VXLAN == nil {
+		if l := ownVXLAN(n); l != nil {
+			return []error{fmt.Errorf("network %q: has the tunnel %s, and is no longer across hosts", n.ID, l.Attrs().Name)}
+		}
 		return nil
 	}
 	idx, local, err := localVXLANHost(n)
@@ -291,7 +314,8 @@ func checkVXLAN(n *api.Network) []error {
 		return []error{fmt.Errorf("network %q: VXLAN device %s: %w", n.ID, name, err)}
 	}
 	vx, ok := l.(*netlink.Vxlan)
-	if !ok || vx.VxlanId != int(n.VXLAN.VNI) || !vx.SrcAddr.Equal(net.IP(local.AsSlice())) || vx.Attrs().Alias != Mark(n.ID) {
+	if !ok || vx.VxlanId != int(n.VXLAN.VNI) || vx.Port != int(n.VXLAN.Port) || !vx.SrcAddr.Equal(net.IP(local.AsSlice())) ||
+		vx.Attrs().MTU != n.VXLAN.UnderlayMTU-api.VXLANOverhead || vx.Attrs().Alias != Mark(n.ID) {
 		return []error{fmt.Errorf("network %q: %s is not the network's VXLAN device as configured", n.ID, name)}
 	}
 	var errs []error
@@ -302,10 +326,22 @@ func checkVXLAN(n *api.Network) []error {
 		errs = append(errs, fmt.Errorf("network %q: %s is down", n.ID, name))
 	}
 	have, _ := floodList(vx)
+	var peers []netip.Addr
 	for i, h := range n.VXLAN.Hosts {
-		if i != idx && !slices.Contains(have, h.Address) {
-			errs = append(errs, fmt.Errorf("network %q: %s does not flood to %s (%s)", n.ID, name, h.Name, h.Address))
+		if i != idx {
+			peers = append(peers, h.Address)
+			if !slices.Contains(have, h.Address) {
+				errs = append(errs, fmt.Errorf("network %q: %s does not flood to %s (%s)", n.ID, name, h.Name, h.Address))
+			}
 		}
+	}
+	for _, a := range have {
+		if !slices.Contains(peers, a) {
+			errs = append(errs, fmt.Errorf("network %q: %s floods to %s, which is not another host of the segment", n.ID, name, a))
+		}
+	}
+	if guarded, err := guardedPorts(ctx, n.ID); err == nil && !guarded[name] {
+		errs = append(errs, fmt.Errorf("network %q: %s is not guarded", n.ID, name))
 	}
 	return errs
 }

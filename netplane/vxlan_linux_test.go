@@ -358,3 +358,58 @@ func TestVXLANSegments(t *testing.T) {
 		t.Fatal("closing networks that share a name service hangs")
 	}
 }
+
+// TestVXLANDrift: what is changed in the tunnel behind vmnetctl's back is
+// found by Check and put back by Ensure: a flooding entry to a stranger,
+// the tunnel's guard, its MTU; and a network no longer across hosts loses
+// its tunnel.
+func TestVXLANDrift(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "vx-drift")
+	host.MustRun(t, "ip", "link", "add", "underlay", "up", "type", "veth", "peer", "name", "ul-peer")
+	host.MustRun(t, "ip", "addr", "add", "10.77.0.1/24", "dev", "underlay")
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(vxlanYAML))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	n := nets.Get("lab")
+	vx := api.VXLANName(n.ID)
+	mustDo(t, host, func() error { return Ensure(context.Background(), n) })
+	for _, d := range []struct {
+		name string
+		cmd  []string
+	}{
+		{"a flooding entry to a stranger", []string{"bridge", "fdb", "append", "00:00:00:00:00:00", "dev", vx, "dst", "192.0.2.66"}},
+		{"the tunnel's guard", []string{"nft", "delete", "element", "bridge", TableName(n.ID), guardPorts, "{ \"" + vx + "\" }"}},
+		{"the tunnel's MTU", []string{"ip", "link", "set", vx, "mtu", "1300"}},
+	} {
+		host.MustRun(t, d.cmd[0], d.cmd[1:]...)
+		mustDo(t, host, func() error {
+			if err := Check(context.Background(), n); err == nil {
+				return fmt.Errorf("%s changed: Check finds nothing", d.name)
+			}
+			if err := Ensure(context.Background(), n); err != nil {
+				return err
+			}
+			if err := Check(context.Background(), n); err != nil {
+				return fmt.Errorf("%s changed, then Ensure: %v", d.name, err)
+			}
+			return nil
+		})
+	}
+	alone := *n
+	alone.VXLAN = nil
+	alone.MTU = api.DefaultMTU
+	mustDo(t, host, func() error {
+		if err := Check(context.Background(), &alone); err == nil {
+			return fmt.Errorf("the network is no longer across hosts and keeps its tunnel: Check finds nothing")
+		}
+		if err := Ensure(context.Background(), &alone); err != nil {
+			return err
+		}
+		if linkExists(vx) {
+			return fmt.Errorf("%s left after Ensure of the network without vxlan", vx)
+		}
+		return Check(context.Background(), &alone)
+	})
+}
