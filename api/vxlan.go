@@ -130,6 +130,11 @@ func (w *walker) vxlan(n *Network, v *yaml.Node, path string, mtuSet bool) {
 		w.errorf(key, path, "the network's mtu %d does not fit the tunnel: VXLAN adds %d bytes and the underlay's MTU is %d; set mtu to at most %d, or underlayMTU to at least %d (and raise the hosts' interfaces to it)",
 			n.MTU, VXLANOverhead, x.UnderlayMTU, room, n.MTU+VXLANOverhead)
 	}
+	if n.Subnet6.IsValid() && n.MTU < IPv6MinMTU {
+		// subnet6 was checked against the MTU before the tunnel lowered it.
+		w.errorf(key, path, "the tunnel leaves the network an MTU of %d, below IPv6's %d, and subnet6 is set: raise underlayMTU to at least %d, or set ipv6: false",
+			n.MTU, IPv6MinMTU, IPv6MinMTU+VXLANOverhead)
+	}
 	if n.DHCPStart.IsValid() && len(x.Hosts) > 0 {
 		if size := addrDistance(n.DHCPStart, n.DHCPEnd) + 1; size < uint64(len(x.Hosts)) {
 			w.errorf(key, at("hosts"), "%d hosts cannot share a DHCP range of %d addresses: each host serves a slice of it", len(x.Hosts), size)

@@ -75,6 +75,8 @@ func TestVXLANErrors(t *testing.T) {
 		{"unknown key", head + "    vxlan:\n      vni: 5\n      group: 239.1.1.1\n" + hosts, []want{{8, "networks.lab.vxlan.group", "unknown field"}}},
 		{"mtu does not fit", head + "    mtu: 1500\n    vxlan:\n      vni: 5\n" + hosts,
 			[]want{{7, "networks.lab.vxlan", "set mtu to at most 1450, or underlayMTU to at least 1550"}}},
+		{"IPv6 below its MTU", head + "    subnet6: fd00:9::/64\n    vxlan:\n      vni: 5\n      underlayMTU: 1300\n" + hosts,
+			[]want{{7, "networks.lab.vxlan", "below IPv6's 1280, and subnet6 is set"}}},
 		{"bridged", "networks:\n  lan:\n    mode: bridged\n    interface: eth0\n    vxlan: {vni: 5}\n",
 			[]want{{5, "networks.lan.vxlan", "a bridged network has no vxlan"}}},
 		{"range too small", "networks:\n  lab:\n    mode: host\n    gateway: 10.9.0.1\n    dhcpEnd: 10.9.0.2\n    netmask: 255.255.255.0\n    vxlan:\n      vni: 5\n" + hosts,

@@ -97,14 +97,18 @@ func (l launcher) runCommand(ctx context.Context, c vmCommand, nets networkByID,
 				return 0, fmt.Errorf("%s: %w", a.Key(), err)
 			}
 			vmEnds = append(vmEnds, f)
-			if th.Vhost() {
-				v, err := th.OpenVhost()
-				if err != nil {
-					return 0, fmt.Errorf("%s: %w", a.Key(), err)
-				}
+			// Without vhost-net (none, or it does not open here) the
+			// VMM moves the TAP's frames itself.
+			if v, err := th.OpenVhost(); err == nil {
 				vhosts = append(vhosts, v)
 			}
 		}
+	}
+	if taps := countTAPs(c.atts, kernelPath); len(vhosts) != taps {
+		// vhost-net for every TAP entry or for none: runFDs numbers them
+		// so (and args prints them so).
+		closeFiles(vhosts)
+		vhosts = nil
 	}
 	if err := l.sd.SaveRunHelpers(c.project.Name, recs); err != nil {
 		return 0, err
@@ -120,6 +124,17 @@ func (l launcher) runCommand(ctx context.Context, c vmCommand, nets networkByID,
 		return 0, err
 	}
 	return waitCommand(cmd)
+}
+
+// countTAPs is how many of atts run is to hand over as TAPs.
+func countTAPs(atts []*Attachment, kernelPath bool) int {
+	n := 0
+	for _, a := range atts {
+		if kernelPath && a.Attach == api.AttachTAP {
+			n++
+		}
+	}
+	return n
 }
 
 // runFDs are the descriptors `vmnetctl run` gives its command for a VM whose

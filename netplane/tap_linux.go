@@ -155,8 +155,13 @@ func OpenVhostNet() (*os.File, error) {
 // vhostNetPath is vhost-net's character device.
 const vhostNetPath = "/dev/vhost-net"
 
-// VhostNet reports whether the host has vhost-net.
+// VhostNet reports whether this process can use vhost-net: the device is
+// there and opens (a container's device rules may forbid it).
 func VhostNet() bool {
-	_, err := os.Stat(vhostNetPath)
-	return err == nil
+	f, err := OpenVhostNet()
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }
