@@ -3,6 +3,7 @@ package netplane
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -195,6 +196,35 @@ func TestVXLAN(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A VM cannot put frames on the segment by sending VXLAN itself (to
+	// its own host's tunnel, or to another host's through its host's NAT),
+	// past its port's guard: an ARP request from a made-up MAC and address,
+	// wrapped in VXLAN with the segment's VNI.
+	forged := vxlanARP(n.VXLAN.VNI, "02:66:66:66:66:66", "10.200.50.99", hosts[1].ip)
+	for _, to := range []string{n.Gateway.String(), "10.77.0.2"} {
+		mustDo(t, hosts[0].vm, func() error {
+			c, err := net.Dial("udp4", net.JoinHostPort(to, fmt.Sprint(n.VXLAN.Port)))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for range 3 {
+				c.Write(forged)
+			}
+			return nil
+		})
+	}
+	// The forged request would be answered (and its MAC learned) at once.
+	hosts[1].vm.Ping(hosts[0].ip.String(), 1)
+	for i, h := range hosts[:2] {
+		if fdb := h.ns.MustRun(t, "bridge", "fdb", "show"); strings.Contains(fdb, "02:66:66:66:66:66") {
+			t.Errorf("host %d learned the MAC a VM forged inside VXLAN:\n%s", i+1, grepLines(fdb, "02:66"))
+		}
+	}
+	if out, _ := hosts[1].vm.Run(context.Background(), "ip", "neigh", "show", "10.200.50.99"); strings.Contains(out, "02:66") {
+		t.Errorf("host 2's VM took the forged ARP from inside VXLAN: %s", out)
+	}
 
 	gw := BridgeMAC(n.ID).String()
 	for i, h := range hosts {
@@ -412,4 +442,29 @@ func TestVXLANDrift(t *testing.T) {
 		}
 		return Check(context.Background(), &alone)
 	})
+}
+
+// vxlanARP is a VXLAN packet's UDP payload on segment vni: an ARP request
+// from mac and ip for target, broadcast.
+func vxlanARP(vni uint32, mac, ip string, target netip.Addr) []byte {
+	b := []byte{0x08, 0, 0, 0, byte(vni >> 16), byte(vni >> 8), byte(vni), 0}
+	hw, _ := net.ParseMAC(mac)
+	b = append(b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	b = append(b, hw...)
+	b = append(b, 0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1)
+	b = append(b, hw...)
+	b = append(b, netip.MustParseAddr(ip).AsSlice()...)
+	b = append(b, 0, 0, 0, 0, 0, 0)
+	return append(b, target.AsSlice()...)
+}
+
+// grepLines are the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
