@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -22,12 +24,21 @@ func nftRules(n *api.Network) map[string][]string {
 		// its port's guard, and names in its answers. Nor may a VM send
 		// them to another host, which would take them as this host's
 		// (masqueraded to its address).
-		var hosts []string
+		// As nft lists it (Check compares): sorted, braces for more than one.
+		var addrs []netip.Addr
 		for _, h := range x.Hosts {
-			hosts = append(hosts, h.Address.String())
+			addrs = append(addrs, h.Address)
 		}
-		set := "{ " + strings.Join(hosts, ", ") + " }"
-		ports := fmt.Sprintf("{ %d, %d }", x.Port, x.DNSPort)
+		slices.SortFunc(addrs, netip.Addr.Compare)
+		var hosts []string
+		for _, a := range addrs {
+			hosts = append(hosts, a.String())
+		}
+		set := hosts[0]
+		if len(hosts) > 1 {
+			set = "{ " + strings.Join(hosts, ", ") + " }"
+		}
+		ports := fmt.Sprintf("{ %d, %d }", min(x.Port, x.DNSPort), max(x.Port, x.DNSPort))
 		input = append(input, "udp dport "+ports+" ip saddr != "+set+" drop")
 		fwd = append(fwd, `iifname "`+api.BridgePrefix+`*" ip daddr `+set+" udp dport "+ports+" drop")
 	}

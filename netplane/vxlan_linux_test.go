@@ -468,3 +468,32 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestVXLANRulesAsListed: the tunnel's rules are written as nft lists them
+// (Check compares the two): hosts out of order, one host alone, a tunnel
+// port above the name service's.
+func TestVXLANRulesAsListed(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "vx-rules")
+	host.MustRun(t, "ip", "link", "add", "underlay", "up", "type", "veth", "peer", "name", "ul-peer")
+	host.MustRun(t, "ip", "addr", "add", "10.77.0.9/24", "dev", "underlay")
+	for _, hosts := range []string{
+		"[{name: b, address: 10.77.0.20}, {name: a, address: 10.77.0.9}, {name: c, address: 10.77.0.100}]",
+		"[{name: a, address: 10.77.0.9}]",
+	} {
+		nets, diags := api.LoadNetworks("networks.yaml", []byte("networks:\n  lab:\n    mode: host\n    gateway: 10.200.52.1\n    netmask: 255.255.255.0\n    vxlan: {vni: 9, port: 8472, hosts: "+hosts+"}\n"))
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		n := nets.Get("lab")
+		mustDo(t, host, func() error {
+			if err := Ensure(context.Background(), n); err != nil {
+				return err
+			}
+			if err := Check(context.Background(), n); err != nil {
+				return fmt.Errorf("hosts %s: %v", hosts, err)
+			}
+			return Remove(context.Background(), n.ID, "")
+		})
+	}
+}
