@@ -153,3 +153,37 @@ func TestGuardClaims(t *testing.T) {
 		t.Fatalf("after B's guard went: claimed %v, want %s (expected) and not %s", st.claimed, free2, free1)
 	}
 }
+
+// TestGuardFixedWithoutDHCP: on a network without DHCP, a VM's IPv4 source
+// must be its fixed address (a VM file's ip:): the VM with one reaches the
+// gateway from it and not from another address; a VM without one is not
+// let through with an address it gave itself.
+func TestGuardFixedWithoutDHCP(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	host := testutil.NewNS(t, "gf-host")
+	n := testNet("gf", api.ModeShared, "10.200.53.0/24")
+	n.DHCP = false
+	nw := start(t, host, n, Options{StateDir: t.TempDir()})
+	macA, macB := mustMAC("52:55:55:00:53:0a"), mustMAC("52:55:55:00:53:0b")
+	if err := nw.SetHost(macA, "a", ip("10.200.53.10")); err != nil {
+		t.Fatal(err)
+	}
+	vms := map[string]*testutil.NS{}
+	for name, mac := range map[string]net.HardwareAddr{"a": macA, "b": macB} {
+		mustDo(t, host, func() error { return GuardPort(ctx, n, "p-"+name, mac) })
+		vms[name] = vm(t, host, name, mac.String(), n.Bridge(), false)
+	}
+	try := func(v *testutil.NS, addr string) error {
+		v.MustRun(t, "ip", "addr", "flush", "dev", "eth0")
+		v.MustRun(t, "ip", "addr", "add", addr+"/24", "dev", "eth0")
+		return v.Ping(n.Gateway.String(), 1)
+	}
+	testutil.Eventually(t, 10*time.Second, func() error { return try(vms["a"], "10.200.53.10") }, "a to reach the gateway from its fixed address")
+	if err := try(vms["a"], "10.200.53.11"); err == nil {
+		t.Errorf("a reaches the gateway from an address that is not its fixed one")
+	}
+	if err := try(vms["b"], "10.200.53.12"); err == nil {
+		t.Errorf("b, with no fixed address, reaches the gateway from one it gave itself")
+	}
+}

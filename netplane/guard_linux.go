@@ -53,9 +53,12 @@ func guardCounter(port string) string { return "drops-" + port }
 // its owner's to police.
 func guarded(n *api.Network) bool { return n.Routed() }
 
-// checksAddresses reports whether n's guard checks IPv4 sources: only with
-// vmnetctl's DHCP server, which knows every address it bound.
-func checksAddresses(n *api.Network) bool { return n.Routed() && n.DHCP }
+// checksAddresses reports whether n's guard checks IPv4 sources: on every
+// routed network whose addresses vmnetctl keeps (its allocator: leases,
+// reservations and VM files' fixed addresses). With `dhcp: false` a VM's
+// source must then be its fixed address (`ip:`) or a reservation: the
+// address a VM gives itself is no one's to vouch for.
+func checksAddresses(n *api.Network) bool { return n.Routed() && (n.DHCP || n.DNSProxy) }
 
 // addGuardBase adds to tx n's guard table with its sets, map and hook,
 // leaving the ports' chains alone; added again, it changes nothing.
