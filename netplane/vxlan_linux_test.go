@@ -63,11 +63,7 @@ func TestVXLAN(t *testing.T) {
 	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
 	var hosts []*vxlanHost
 	for i := range 3 {
-		h := &vxlanHost{ns: testutil.NewNS(t, fmt.Sprintf("vx-h%d", i+1))}
-		veth(t, underlay, fmt.Sprintf("ul-h%d", i+1), h.ns, "")
-		underlay.MustRun(t, "ip", "link", "set", fmt.Sprintf("ul-h%d", i+1), "master", "ul")
-		h.ns.MustRun(t, "ip", "link", "set", "eth0", "name", "underlay")
-		h.ns.MustRun(t, "ip", "addr", "add", fmt.Sprintf("10.77.0.%d/24", i+1), "dev", "underlay")
+		h := &vxlanHost{ns: underlayHost(t, underlay, "vx", i)}
 		h.wan = wan(t, h.ns)
 		h.nw = start(t, h.ns, n, Options{StateDir: t.TempDir()})
 		hosts = append(hosts, h)
@@ -219,7 +215,7 @@ func TestVXLAN(t *testing.T) {
 	hosts[1].vm.Ping(hosts[0].ip.String(), 1)
 	for i, h := range hosts[:2] {
 		if fdb := h.ns.MustRun(t, "bridge", "fdb", "show"); strings.Contains(fdb, "02:66:66:66:66:66") {
-			t.Errorf("host %d learned the MAC a VM forged inside VXLAN:\n%s", i+1, grepLines(fdb, "02:66"))
+			t.Errorf("host %d learned the MAC a VM forged inside VXLAN:\n%s", i+1, testutil.Lines(fdb, "02:66"))
 		}
 	}
 	if out, _ := hosts[1].vm.Run(context.Background(), "ip", "neigh", "show", "10.200.50.99"); strings.Contains(out, "02:66") {
@@ -263,15 +259,7 @@ func TestVXLAN(t *testing.T) {
 // name, or an unmarked one, is an error and left alone by this state dir's
 // Ensure and Sweep.
 func TestVXLANOwner(t *testing.T) {
-	needRoot(t)
-	host := testutil.NewNS(t, "vx-owner")
-	host.MustRun(t, "ip", "link", "add", "underlay", "up", "type", "veth", "peer", "name", "ul-peer")
-	host.MustRun(t, "ip", "addr", "add", "10.77.0.1/24", "dev", "underlay")
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(vxlanYAML))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	n := nets.Get("lab")
+	host, n := vxlanLab(t, "vx-owner", "10.77.0.1/24")
 	const a, b = "/state/a", "/state/b"
 	tmpA := markAs(a, func() string { return tmpVXLANName(n.ID) })
 	if len(tmpA) > 15 || tmpA == markAs(a, func() string { return tmpBridgeName(n.ID) }) {
@@ -347,10 +335,7 @@ func TestVXLANSegments(t *testing.T) {
 	var hs []*testutil.NS
 	var nws [][]*Network
 	for i := range 2 {
-		h := testutil.NewNS(t, fmt.Sprintf("vs-h%d", i+1))
-		veth(t, underlay, fmt.Sprintf("ul-h%d", i+1), h, "")
-		underlay.MustRun(t, "ip", "link", "set", fmt.Sprintf("ul-h%d", i+1), "master", "ul")
-		h.MustRun(t, "ip", "addr", "add", fmt.Sprintf("10.77.0.%d/24", i+1), "dev", "eth0")
+		h := underlayHost(t, underlay, "vs", i)
 		hs = append(hs, h)
 		var two []*Network
 		for _, id := range []string{"lab", "lab2"} {
@@ -394,15 +379,7 @@ func TestVXLANSegments(t *testing.T) {
 // the tunnel's guard, its MTU; and a network no longer across hosts loses
 // its tunnel.
 func TestVXLANDrift(t *testing.T) {
-	needRoot(t)
-	host := testutil.NewNS(t, "vx-drift")
-	host.MustRun(t, "ip", "link", "add", "underlay", "up", "type", "veth", "peer", "name", "ul-peer")
-	host.MustRun(t, "ip", "addr", "add", "10.77.0.1/24", "dev", "underlay")
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(vxlanYAML))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	n := nets.Get("lab")
+	host, n := vxlanLab(t, "vx-drift", "10.77.0.1/24")
 	vx := api.VXLANName(n.ID)
 	mustDo(t, host, func() error { return Ensure(context.Background(), n) })
 	for _, d := range []struct {
@@ -458,42 +435,29 @@ func vxlanARP(vni uint32, mac, ip string, target netip.Addr) []byte {
 	return append(b, target.AsSlice()...)
 }
 
-// grepLines are the lines of s that contain sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
+// vxlanLab is vxlanYAML's network lab, and a host namespace (named
+// prefix) whose interface "underlay" has address, for the tests that need
+// one host of the segment.
+func vxlanLab(t *testing.T, prefix, address string) (*testutil.NS, *api.Network) {
+	t.Helper()
+	needRoot(t)
+	host := testutil.NewNS(t, prefix)
+	host.MustRun(t, "ip", "link", "add", "underlay", "up", "type", "veth", "peer", "name", "ul-peer")
+	host.MustRun(t, "ip", "addr", "add", address, "dev", "underlay")
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(vxlanYAML))
+	if diags.HasErrors() {
+		t.Fatal(diags)
 	}
-	return strings.Join(out, "\n")
+	return host, nets.Get("lab")
 }
 
-// TestVXLANRulesAsListed: the tunnel's rules are written as nft lists them
-// (Check compares the two): hosts out of order, one host alone, a tunnel
-// port above the name service's.
-func TestVXLANRulesAsListed(t *testing.T) {
-	needRoot(t)
-	host := testutil.NewNS(t, "vx-rules")
-	host.MustRun(t, "ip", "link", "add", "underlay", "up", "type", "veth", "peer", "name", "ul-peer")
-	host.MustRun(t, "ip", "addr", "add", "10.77.0.9/24", "dev", "underlay")
-	for _, hosts := range []string{
-		"[{name: b, address: 10.77.0.20}, {name: a, address: 10.77.0.9}, {name: c, address: 10.77.0.100}]",
-		"[{name: a, address: 10.77.0.9}]",
-	} {
-		nets, diags := api.LoadNetworks("networks.yaml", []byte("networks:\n  lab:\n    mode: host\n    gateway: 10.200.52.1\n    netmask: 255.255.255.0\n    vxlan: {vni: 9, port: 8472, hosts: "+hosts+"}\n"))
-		if diags.HasErrors() {
-			t.Fatal(diags)
-		}
-		n := nets.Get("lab")
-		mustDo(t, host, func() error {
-			if err := Ensure(context.Background(), n); err != nil {
-				return err
-			}
-			if err := Check(context.Background(), n); err != nil {
-				return fmt.Errorf("hosts %s: %v", hosts, err)
-			}
-			return Remove(context.Background(), n.ID, "")
-		})
-	}
+// underlayHost makes host i+1 of an underlay bridge ul (in namespace
+// underlay): a namespace named prefix-hN whose eth0, on ul, has 10.77.0.N.
+func underlayHost(t *testing.T, underlay *testutil.NS, prefix string, i int) *testutil.NS {
+	t.Helper()
+	h := testutil.NewNS(t, fmt.Sprintf("%s-h%d", prefix, i+1))
+	veth(t, underlay, fmt.Sprintf("ul-h%d", i+1), h, "")
+	underlay.MustRun(t, "ip", "link", "set", fmt.Sprintf("ul-h%d", i+1), "master", "ul")
+	h.MustRun(t, "ip", "addr", "add", fmt.Sprintf("10.77.0.%d/24", i+1), "dev", "eth0")
+	return h
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/netip"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -125,7 +124,7 @@ func TestMultiHost(t *testing.T) {
 		resp.Body.Close()
 		if !regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_peers\{network="lab"\} 2$`).Match(b) ||
 			!regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bytes_total\{direction="rx",network="lab"\} [1-9]`).Match(b) {
-			t.Errorf("host %d's metrics lack the tunnel's peers or bytes:\n%s", i+1, grepLines(string(b), "tunnel"))
+			t.Errorf("host %d's metrics lack the tunnel's peers or bytes:\n%s", i+1, testutil.Lines(string(b), "tunnel"))
 		}
 	}
 	// Host 3 goes down: 1 and 2 keep talking. It comes back: reached again.
@@ -142,15 +141,4 @@ func TestMultiHost(t *testing.T) {
 	if got, err := resolve(hosts[1].vm, "web3"); err != nil || got != hosts[2].ip {
 		t.Errorf("host 3 back: web3 resolves to %q (%v), want %s", got, err, hosts[2].ip)
 	}
-}
-
-// grepLines are the lines of s that contain sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 )
 
@@ -22,4 +23,15 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// Lines are the lines of s that contain sub, for a failure message.
+func Lines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
