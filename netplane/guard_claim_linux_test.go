@@ -187,3 +187,37 @@ func TestGuardFixedWithoutDHCP(t *testing.T) {
 		t.Errorf("b, with no fixed address, reaches the gateway from one it gave itself")
 	}
 }
+
+// TestGuardAddressesAfterTableLoss: the guard table deleted behind the
+// network's back and made again by a port's repair (without the network's
+// restart) gets its bound addresses back at the next resync: the resync
+// reads the kernel, not what it installed before.
+func TestGuardAddressesAfterTableLoss(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	host := testutil.NewNS(t, "ga-host")
+	n := testNet("ga", api.ModeShared, "10.200.54.0/24")
+	nw := start(t, host, n, Options{StateDir: t.TempDir()})
+	mac := mustMAC("52:55:55:00:54:0a")
+	if err := nw.SetHost(mac, "a", ip("10.200.54.10")); err != nil {
+		t.Fatal(err)
+	}
+	bound := func() bool {
+		out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs)
+		return strings.Contains(out, "10.200.54.10")
+	}
+	if !bound() {
+		t.Fatal("the fixed address is not in the guard's set")
+	}
+	host.MustRun(t, "nft", "delete", "table", "bridge", TableName(n.ID))
+	mustDo(t, host, func() error { return GuardPort(ctx, n, "p-a", mac) }) // the ports' repair
+	if bound() {
+		t.Fatal("the set survived its table's deletion")
+	}
+	if err := nw.guard.syncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !bound() {
+		t.Error("after the resync the guard's set still lacks the VM's address")
+	}
+}

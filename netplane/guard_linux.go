@@ -654,6 +654,10 @@ func (g *addrGuard) syncMAC(ctx context.Context, mac net.HardwareAddr) {
 func (g *addrGuard) syncAll(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// From the kernel each time, not from what was installed: the guard
+	// table may have been deleted and made again meanwhile (drift, its
+	// repair by the ports' pass), its addresses with it.
+	g.installed = nil
 	if err := g.load(ctx); err != nil {
 		return err
 	}
