@@ -143,6 +143,9 @@ func checkNetwork(o *Options) error {
 // learns the MTU for the ready line.
 func (s *session) createPort() error {
 	o := s.o
+	if err := checkSudoPort(o.Network, s.tapName); err != nil {
+		return err
+	}
 	p, err := netplane.CreatePort(o.Network, netplane.PortConfig{
 		Name:         s.tapName,
 		MAC:          api.InterfaceMAC(s.id),

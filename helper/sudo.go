@@ -1,6 +1,7 @@
 package helper
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,8 +12,10 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 // checkSudo keeps a helper run as root through sudo to what the user who
@@ -25,10 +28,10 @@ import (
 // path they could create (checkSocketPath), and it keeps the guard on the
 // port (--no-spoof-check would let the VM spoof other users' VMs).
 func (f *Flags) checkSudo() error {
-	sudoUID := helperproto.SudoID("SUDO_UID")
-	if os.Getuid() != 0 || sudoUID <= 0 {
+	if !throughSudo() {
 		return nil
 	}
+	sudoUID := helperproto.SudoID("SUDO_UID")
 	sudoGID := helperproto.SudoID("SUDO_GID")
 	if sudoGID < 0 {
 		return fmt.Errorf("SUDO_UID is %d but SUDO_GID %q is not a group id", sudoUID, os.Getenv("SUDO_GID"))
@@ -51,6 +54,27 @@ func (f *Flags) checkSudo() error {
 	}
 	if f.Socket != "" {
 		return checkSocketPath(f.Socket, sudoUID, sudoGID)
+	}
+	return nil
+}
+
+// throughSudo reports whether the helper runs as root for a user through
+// sudo (the controller starts its helpers without sudo's variables).
+func throughSudo() bool { return os.Getuid() == 0 && helperproto.SudoID("SUDO_UID") > 0 }
+
+// checkSudoPort refuses, through sudo, a port name that an attachment of
+// the network is expected on (the controller claimed it): taking it would
+// let the caller's VM learn that attachment's MAC.
+func checkSudoPort(n *api.Network, port string) error {
+	if !throughSudo() {
+		return nil
+	}
+	expected, err := netplane.ExpectedPort(context.Background(), n, port)
+	if err != nil {
+		return err
+	}
+	if expected {
+		return fmt.Errorf("TAP %s is the port of a VM attachment of network %q (its --interface-id or --tap is that VM's): run through sudo, the helper may not take it", port, n.ID)
 	}
 	return nil
 }

@@ -154,16 +154,23 @@ func TestGuardClaims(t *testing.T) {
 	}
 }
 
-// TestGuardFixedWithoutDHCP: on a network without DHCP, a VM's IPv4 source
+// TestGuardFixedWithoutDHCP: on a network without DHCP (with or without
+// the DNS proxy), a VM's IPv4 source
 // must be its fixed address (a VM file's ip:): the VM with one reaches the
 // gateway from it and not from another address; a VM without one is not
 // let through with an address it gave itself.
 func TestGuardFixedWithoutDHCP(t *testing.T) {
+	for _, proxy := range []bool{true, false} {
+		t.Run(fmt.Sprintf("dnsProxy=%v", proxy), func(t *testing.T) { testGuardFixedWithoutDHCP(t, proxy) })
+	}
+}
+
+func testGuardFixedWithoutDHCP(t *testing.T, dnsProxy bool) {
 	needRoot(t)
 	ctx := context.Background()
 	host := testutil.NewNS(t, "gf-host")
 	n := testNet("gf", api.ModeShared, "10.200.53.0/24")
-	n.DHCP = false
+	n.DHCP, n.DNSProxy = false, dnsProxy
 	nw := start(t, host, n, Options{StateDir: t.TempDir()})
 	macA, macB := mustMAC("52:55:55:00:53:0a"), mustMAC("52:55:55:00:53:0b")
 	if err := nw.SetHost(macA, "a", ip("10.200.53.10")); err != nil {
@@ -220,4 +227,61 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 	if !bound() {
 		t.Error("after the resync the guard's set still lacks the VM's address")
 	}
+}
+
+// TestGuardStalePort: the guard of a port that is gone (its helper exited)
+// releases its MAC when another port is guarded, so a helper started again
+// under another TAP name learns its VM's MAC again; a port the controller
+// claimed is an expected port (which sudo's helper may not take).
+func TestGuardStalePort(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	host := testutil.NewNS(t, "gs-host")
+	n := testNet("gs", api.ModeShared, "10.200.55.0/24")
+	host.MustRun(t, "ip", "link", "add", n.Bridge(), "up", "type", "bridge")
+	mac := mustMAC("52:55:55:00:55:0a")
+	v := testutil.NewNS(t, "gs-vm")
+	v.MustRun(t, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
+	plug := func(port string) *rawSender {
+		testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "netns", v.Name)
+		v.MustRun(t, "ip", "link", "set", "eth0", "up")
+		mustDo(t, host, func() error {
+			if err := GuardPort(ctx, n, port, nil); err != nil {
+				return err
+			}
+			l, err := netlink.LinkByName(port)
+			if err != nil {
+				return err
+			}
+			return AttachPort(n.Bridge(), l, false)
+		})
+		return newRawSender(t, v)
+	}
+	learned := func(port string) string {
+		var st *guardState
+		mustDo(t, host, func() (err error) { st, err = readGuardState(ctx, n.ID); return err })
+		return st.learned[port]
+	}
+	for _, port := range []string{"p-old", "p-new"} {
+		s := plug(port)
+		s.send(t, claimFrame(mac))
+		testutil.Eventually(t, 5*time.Second, func() error {
+			if got := learned(port); got != mac.String() {
+				return fmt.Errorf("%s holds %q", port, got)
+			}
+			return nil
+		}, "%s to learn the VM's MAC", port)
+		host.MustRun(t, "ip", "link", "del", port) // the helper exits
+	}
+	mustDo(t, host, func() error {
+		if err := ClaimPorts(ctx, n, map[string]net.HardwareAddr{"vmt-claimed": mac}); err != nil {
+			return err
+		}
+		for port, want := range map[string]bool{"vmt-claimed": true, "vmt-other": false} {
+			if got, err := ExpectedPort(ctx, n, port); err != nil || got != want {
+				return fmt.Errorf("ExpectedPort(%s) = %v, %v; want %v", port, got, err, want)
+			}
+		}
+		return nil
+	})
 }

@@ -54,11 +54,11 @@ func guardCounter(port string) string { return "drops-" + port }
 func guarded(n *api.Network) bool { return n.Routed() }
 
 // checksAddresses reports whether n's guard checks IPv4 sources: on every
-// routed network whose addresses vmnetctl keeps (its allocator: leases,
-// reservations and VM files' fixed addresses). With `dhcp: false` a VM's
+// routed network: vmnetctl keeps its addresses (its allocator: leases,
+// reservations and VM files' fixed addresses, with or without DHCP). With `dhcp: false` a VM's
 // source must then be its fixed address (`ip:`) or a reservation: the
 // address a VM gives itself is no one's to vouch for.
-func checksAddresses(n *api.Network) bool { return n.Routed() && (n.DHCP || n.DNSProxy) }
+func checksAddresses(n *api.Network) bool { return n.Routed() }
 
 // addGuardBase adds to tx n's guard table with its sets, map and hook,
 // leaving the ports' chains alone; added again, it changes nothing.
@@ -187,6 +187,11 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 	if !guarded(n) {
 		return nil
 	}
+	// The guards of ports that are gone release their MACs first: a
+	// helper restarted under another TAP name takes its VM's MAC again.
+	if err := pruneGuards(ctx, n.ID); err != nil {
+		return err
+	}
 	st, err := readGuardState(ctx, n.ID)
 	if err != nil {
 		return err
@@ -249,6 +254,10 @@ func UnguardPort(ctx context.Context, n *api.Network, port string) error {
 func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.HardwareAddr) error {
 	if !guarded(n) {
 		return nil
+	}
+	// Guards of ports that are gone (helpers that exited) hold no MAC.
+	if err := pruneGuards(ctx, n.ID); err != nil {
+		return err
 	}
 	st, err := readGuardState(ctx, n.ID)
 	if err != nil {
@@ -474,6 +483,9 @@ func pruneGuards(ctx context.Context, id string) error {
 		return err
 	}
 	chains, err := nft.List(ctx, "chains")
+	if knftables.IsNotFound(err) {
+		return nil // no guard table yet: no guard
+	}
 	if err != nil {
 		return fmt.Errorf("network %q: listing the guards: %w", id, err)
 	}
@@ -651,7 +663,12 @@ func (g *addrGuard) syncMAC(ctx context.Context, mac net.HardwareAddr) {
 }
 
 // syncAll brings every pair up to date.
-func (g *addrGuard) syncAll(ctx context.Context) error {
+func (g *addrGuard) syncAll(ctx context.Context) error { return g.sync(ctx, false) }
+
+// sync is syncAll; addOnly keeps what the allocator does not know yet (at
+// a network's start, before the controller told it the VM files' fixed
+// addresses: removing them would cut those VMs off until it does).
+func (g *addrGuard) sync(ctx context.Context, addOnly bool) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	// From the kernel each time, not from what was installed: the guard
@@ -671,6 +688,9 @@ func (g *addrGuard) syncAll(ctx context.Context) error {
 			add, del = diff(mac, ips, nil, add, del)
 		}
 	}
+	if addOnly {
+		del = nil
+	}
 	return g.apply(ctx, add, del)
 }
 
@@ -681,4 +701,23 @@ func (g *addrGuard) logFailure(err error) {
 	if ok, n := g.failLog.allow(g.alloc.now()); ok {
 		g.log.Error("guard: the VMs' addresses are not up to date; retrying later", "err", err, "suppressed", n)
 	}
+}
+
+// ExpectedPort tells whether port is the port some attachment of network
+// n is expected on (the controller's claims): `vmnetctl helper` under sudo
+// may not take such a name, which would let it learn that VM's MAC.
+func ExpectedPort(ctx context.Context, n *api.Network, port string) (bool, error) {
+	if !guarded(n) {
+		return false, nil
+	}
+	st, err := readGuardState(ctx, n.ID)
+	if err != nil {
+		return false, err
+	}
+	for pm := range st.owns {
+		if pm.port == port {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -96,7 +96,9 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 	if opts.StateDir != "" {
 		leasePath = LeaseFile(opts.StateDir, n.ID)
 	}
-	if n.DHCP || n.DNSProxy {
+	{
+		// Every routed network keeps its addresses (leases, reservations,
+		// VM files' fixed addresses), DHCP or not: the guard binds them.
 		// Across hosts, this host's DHCP serves its slice of the range.
 		mine, err := vxlanNetwork(n)
 		if err != nil {
@@ -355,7 +357,7 @@ func (nw *Network) startGuard(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := g.syncAll(ctx); err != nil {
+	if err := g.sync(ctx, true); err != nil {
 		return err
 	}
 	nw.guard = g
