@@ -1,7 +1,6 @@
 package helper
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,10 +11,8 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
 	"github.com/vmnetctl/vmnetctl/helperproto"
-	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 // checkSudo keeps a helper run as root through sudo to what the user who
@@ -61,23 +58,6 @@ func (f *Flags) checkSudo() error {
 // throughSudo reports whether the helper runs as root for a user through
 // sudo (the controller starts its helpers without sudo's variables).
 func throughSudo() bool { return os.Getuid() == 0 && helperproto.SudoID("SUDO_UID") > 0 }
-
-// checkSudoPort refuses, through sudo, a port name that an attachment of
-// the network is expected on (the controller claimed it): taking it would
-// let the caller's VM learn that attachment's MAC.
-func checkSudoPort(n *api.Network, port string) error {
-	if !throughSudo() {
-		return nil
-	}
-	expected, err := netplane.ExpectedPort(context.Background(), n, port)
-	if err != nil {
-		return err
-	}
-	if expected {
-		return fmt.Errorf("TAP %s is the port of a VM attachment of network %q (its --interface-id or --tap is that VM's): run through sudo, the helper may not take it", port, n.ID)
-	}
-	return nil
-}
 
 // checkSocketPath refuses a --socket path that user uid (primary group
 // gid) could not create themselves: the helper replaces a stale socket

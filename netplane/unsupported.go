@@ -76,5 +76,3 @@ func IsNotUp(error) bool                { return false }
 func OpenTAP(string) (*os.File, error) { return nil, ErrUnsupported }
 func OpenVhostNet() (*os.File, error)  { return nil, ErrUnsupported }
 func VhostNet() bool                   { return false }
-
-func ExpectedPort(context.Context, *api.Network, string) (bool, error) { return false, nil }

@@ -1,0 +1,26 @@
+package helper
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/netplane"
+)
+
+// checkSudoPort refuses, through sudo, a port name that an attachment of
+// the network is expected on (the controller claimed it): taking it would
+// let the caller's VM learn that attachment's MAC.
+func checkSudoPort(n *api.Network, port string) error {
+	if !throughSudo() {
+		return nil
+	}
+	expected, err := netplane.ExpectedPort(context.Background(), n, port)
+	if err != nil {
+		return err
+	}
+	if expected {
+		return fmt.Errorf("TAP %s is the port of a VM attachment of network %q (its --interface-id or --tap is that VM's): run through sudo, the helper may not take it", port, n.ID)
+	}
+	return nil
+}
