@@ -131,6 +131,10 @@ type nd6Learner struct {
 	pending []nd6Event               // for onChange, in order
 	own     [6]byte                  // the interface's MAC
 	hostIPs map[netip.Addr]bool      // the interface's addresses
+	// reserved are the EUI-64 addresses (link-local and in the prefix)
+	// of the VMs' expected MACs (Reserve): no other MAC may claim them,
+	// even before their VM boots.
+	reserved map[netip.Addr][6]byte
 
 	claims, conflicts, dropped atomic.Uint64
 	fullLog                    logLimit
@@ -161,6 +165,7 @@ func newND6Table(prefix netip.Prefix, lifetime time.Duration, onChange func(nd6B
 		byIP:     map[netip.Addr]*nd6Entry{},
 		byMAC:    map[[6]byte][]netip.Addr{},
 		hostIPs:  map[netip.Addr]bool{},
+		reserved: map[netip.Addr][6]byte{},
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}, nil
@@ -454,6 +459,12 @@ func (l *nd6Learner) claim(mac [6]byte, ip netip.Addr, now time.Time) {
 		return
 	}
 	l.claims.Add(1)
+	if owner, ok := l.reserved[ip]; ok && owner != mac {
+		l.conflicts.Add(1)
+		l.log.Debug("address is another VM's EUI-64 address", "ip", ip,
+			"owner", net.HardwareAddr(owner[:]).String(), "claimant", net.HardwareAddr(mac[:]).String())
+		return
+	}
 	if e := l.byIP[ip]; e != nil {
 		switch {
 		case e.mac == mac:
@@ -491,6 +502,41 @@ func (l *nd6Learner) claim(mac [6]byte, ip netip.Addr, now time.Time) {
 	l.byMAC[mac] = append(l.byMAC[mac], ip)
 	l.log.Debug("learned IPv6 address", "ip", ip, "mac", net.HardwareAddr(mac[:]).String())
 	l.queue(ip, e, true)
+}
+
+// Reserve keeps the EUI-64 addresses of mac (its link-local address and
+// its SLAAC address in the prefix) for mac, or, with reserve false, lets
+// them go. vmnetctl's default MACs are predictable (a hash of the VM's
+// name): without this, a VM could claim another VM's addresses before that
+// VM boots. A binding of them to another MAC goes at once.
+func (l *nd6Learner) Reserve(hw net.HardwareAddr, reserve bool) {
+	if len(hw) != 6 {
+		return
+	}
+	mac := [6]byte(hw)
+	ll := linkLocal(hw).Addr().As16()
+	slaac := l.prefix.Addr().As16()
+	copy(slaac[8:], ll[8:])
+	removed := false
+	l.mu.Lock()
+	for _, ip := range []netip.Addr{netip.AddrFrom16(ll), netip.AddrFrom16(slaac)} {
+		if !reserve {
+			if l.reserved[ip] == mac {
+				delete(l.reserved, ip)
+			}
+			continue
+		}
+		l.reserved[ip] = mac
+		if e := l.byIP[ip]; e != nil && e.mac != mac {
+			l.remove(ip, e)
+			removed = true
+		}
+	}
+	l.mu.Unlock()
+	if removed && l.file != nil && l.onChange != nil {
+		// Wake the reader, to deliver the removals now (as Forget does).
+		l.file.SetReadDeadline(time.Now())
+	}
 }
 
 // remove drops the binding e of ip. Call with l.mu held.

@@ -626,3 +626,35 @@ func TestND6Learner(t *testing.T) {
 	}
 	t.Logf("ran in %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestND6Reserve: a VM's EUI-64 addresses (link-local and SLAAC) are kept
+// for its MAC once reserved: another MAC's claim of them is refused (and a
+// binding it made before goes), the owner's is taken; released, they are
+// first come first served again.
+func TestND6Reserve(t *testing.T) {
+	l, err := newND6Table(netip.MustParsePrefix("fd00:1:2:3::/64"), time.Minute, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, thief := nd6MAC("52:55:55:c6:0d:45"), nd6MAC("52:55:55:00:00:66")
+	ll, slaac := nd6IP("fe80::5055:55ff:fec6:d45"), nd6IP("fd00:1:2:3:5055:55ff:fec6:d45")
+	now := time.Now()
+	l.claim([6]byte(thief), ll, now) // before the reservation: first come
+	l.Reserve(owner, true)
+	for _, ip := range []netip.Addr{ll, slaac} {
+		l.claim([6]byte(thief), ip, now)
+		if o, ok := l.Owner(ip); ok {
+			t.Errorf("%s is bound to %s after its owner's reservation", ip, o)
+		}
+		l.claim([6]byte(owner), ip, now)
+		if o, ok := l.Owner(ip); !ok || o.String() != owner.String() {
+			t.Errorf("%s: owner %v %v, want %s", ip, o, ok, owner)
+		}
+	}
+	l.Reserve(owner, false)
+	l.Forget(owner)
+	l.claim([6]byte(thief), ll, now)
+	if o, ok := l.Owner(ll); !ok || o.String() != thief.String() {
+		t.Errorf("released: %s owner %v %v, want %s", ll, o, ok, thief)
+	}
+}

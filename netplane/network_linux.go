@@ -455,6 +455,10 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 	if nw.guard != nil {
 		nw.guard.syncMAC(context.Background(), mac)
 	}
+	if nw.guard6 != nil {
+		// A VM's EUI-64 addresses are its own before it boots.
+		nw.guard6.learner.Reserve(mac, true)
+	}
 	return nil
 }
 
@@ -463,6 +467,7 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 	nw.hosts.set(mac, "")
 	if nw.guard6 != nil {
+		nw.guard6.learner.Reserve(mac, false)
 		nw.guard6.learner.Forget(mac)
 	}
 	if nw.alloc != nil {
