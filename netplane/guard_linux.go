@@ -187,12 +187,7 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 	if !guarded(n) {
 		return nil
 	}
-	// The guards of ports that are gone release their MACs first: a
-	// helper restarted under another TAP name takes its VM's MAC again.
-	if err := pruneGuards(ctx, n.ID); err != nil {
-		return err
-	}
-	st, err := readGuardState(ctx, n.ID)
+	st, err := liveGuardState(ctx, n.ID)
 	if err != nil {
 		return err
 	}
@@ -255,11 +250,7 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	if !guarded(n) {
 		return nil
 	}
-	// Guards of ports that are gone (helpers that exited) hold no MAC.
-	if err := pruneGuards(ctx, n.ID); err != nil {
-		return err
-	}
-	st, err := readGuardState(ctx, n.ID)
+	st, err := liveGuardState(ctx, n.ID)
 	if err != nil {
 		return err
 	}
@@ -348,6 +339,17 @@ func (st *guardState) holder(mac, port string) string {
 		}
 	}
 	return ""
+}
+
+// liveGuardState is readGuardState after pruneGuards: the guards of ports
+// that are gone (helpers that exited) release their MACs first, so that a
+// helper started again under another TAP name takes its VM's MAC again.
+// GuardPort and ClaimPorts start from it.
+func liveGuardState(ctx context.Context, id string) (*guardState, error) {
+	if err := pruneGuards(ctx, id); err != nil {
+		return nil, err
+	}
+	return readGuardState(ctx, id)
 }
 
 // readGuardState reads network id's guard table with one `nft -j list
