@@ -29,46 +29,48 @@ import (
 // underlay address is configured here, and the interface that has it;
 // an error naming the hosts when none is.
 func VXLANHost(n *api.Network) (int, string, error) {
-	i, addr, err := localVXLANHost(n)
+	i, _, link, err := findVXLANHost(n)
 	if err != nil {
 		return -1, "", err
 	}
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
-	if err != nil {
-		return i, "", err
-	}
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && ip == addr {
-			if l, err := netlink.LinkByIndex(a.LinkIndex); err == nil {
-				return i, l.Attrs().Name, nil
-			}
-		}
+	if l, err := netlink.LinkByIndex(link); err == nil {
+		return i, l.Attrs().Name, nil
 	}
 	return i, "", nil
 }
 
 // localVXLANHost is this host's index among n's segment hosts: the one
-// whose underlay address is configured here.
+// whose underlay address is configured here, and that address.
 func localVXLANHost(n *api.Network) (int, netip.Addr, error) {
+	i, addr, _, err := findVXLANHost(n)
+	return i, addr, err
+}
+
+// findVXLANHost is localVXLANHost, with the index of the link that has the
+// address, from one listing of the host's addresses.
+func findVXLANHost(n *api.Network) (i int, addr netip.Addr, link int, err error) {
 	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
-		return -1, netip.Addr{}, fmt.Errorf("network %q: listing this host's addresses: %w", n.ID, err)
+		return -1, netip.Addr{}, 0, fmt.Errorf("network %q: listing this host's addresses: %w", n.ID, err)
 	}
 	var local []netip.Addr
+	links := map[netip.Addr]int{}
 	for _, a := range addrs {
 		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok {
 			local = append(local, ip)
+			links[ip] = a.LinkIndex
 		}
 	}
-	i := n.VXLANHostIndex(local)
+	i = n.VXLANHostIndex(local)
 	if i < 0 {
 		var names []string
 		for _, h := range n.VXLAN.Hosts {
 			names = append(names, fmt.Sprintf("%s (%s)", h.Name, h.Address))
 		}
-		return -1, netip.Addr{}, fmt.Errorf("network %q spans the hosts %v, and none of their addresses is on this host: add this host to vxlan.hosts, or give it its underlay address", n.ID, names)
+		return -1, netip.Addr{}, 0, fmt.Errorf("network %q spans the hosts %v, and none of their addresses is on this host: add this host to vxlan.hosts, or give it its underlay address", n.ID, names)
 	}
-	return i, n.VXLAN.Hosts[i].Address, nil
+	addr = n.VXLAN.Hosts[i].Address
+	return i, addr, links[addr], nil
 }
 
 // vxlanNetwork is n as this host serves it: DHCP from its own slice of the
