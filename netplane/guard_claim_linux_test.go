@@ -22,6 +22,28 @@ func claimFrame(mac net.HardwareAddr) []byte {
 	return f
 }
 
+// plugLearning joins VM namespace v to n's bridge in host through port, a
+// veth whose peer is v's eth0, guarded as a learning port (no MAC pinned)
+// before it joins, and returns a sender of raw frames on eth0. eth0 has no
+// IPv6 of the kernel's own: only the test's frames leave it.
+func plugLearning(t *testing.T, host *testutil.NS, n *api.Network, port string, v *testutil.NS) *rawSender {
+	t.Helper()
+	testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "netns", v.Name)
+	v.MustRun(t, "sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=1")
+	v.MustRun(t, "ip", "link", "set", "eth0", "up")
+	mustDo(t, host, func() error {
+		if err := GuardPort(context.Background(), n, port, nil); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName(port)
+		if err != nil {
+			return err
+		}
+		return AttachPort(n.Bridge(), l, false)
+	})
+	return newRawSender(t, v)
+}
+
 // TestGuardClaims: a learning port learns its own expected MAC or one no
 // port holds or expects, never another's, even before the other VM sent
 // a frame; of two learning ports, the first to use a MAC keeps it; a port
@@ -39,24 +61,7 @@ func TestGuardClaims(t *testing.T) {
 	free1, free2 := mustMAC("52:55:55:00:0a:f1"), mustMAC("52:55:55:00:0a:f2")
 	vms := map[string]*rawSender{}
 	for _, name := range []string{"a", "b", "c"} {
-		v := testutil.NewNS(t, "gc-"+name)
-		port := "p-" + name
-		testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "netns", v.Name)
-		// Only the test's frames: no IPv6 of the kernel's own from
-		// eth0's MAC.
-		v.MustRun(t, "sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=1")
-		v.MustRun(t, "ip", "link", "set", "eth0", "up")
-		mustDo(t, host, func() error {
-			if err := GuardPort(ctx, n, port, nil); err != nil {
-				return err
-			}
-			l, err := netlink.LinkByName(port)
-			if err != nil {
-				return err
-			}
-			return AttachPort(n.Bridge(), l, false)
-		})
-		vms[name] = newRawSender(t, v)
+		vms[name] = plugLearning(t, host, n, "p-"+name, testutil.NewNS(t, "gc-"+name))
 	}
 	// A and B are the controller's, with their MACs; C is a helper of
 	// its own (any MAC works).
@@ -241,29 +246,13 @@ func TestGuardStalePort(t *testing.T) {
 	host.MustRun(t, "ip", "link", "add", n.Bridge(), "up", "type", "bridge")
 	mac := mustMAC("52:55:55:00:55:0a")
 	v := testutil.NewNS(t, "gs-vm")
-	v.MustRun(t, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
-	plug := func(port string) *rawSender {
-		testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "netns", v.Name)
-		v.MustRun(t, "ip", "link", "set", "eth0", "up")
-		mustDo(t, host, func() error {
-			if err := GuardPort(ctx, n, port, nil); err != nil {
-				return err
-			}
-			l, err := netlink.LinkByName(port)
-			if err != nil {
-				return err
-			}
-			return AttachPort(n.Bridge(), l, false)
-		})
-		return newRawSender(t, v)
-	}
 	learned := func(port string) string {
 		var st *guardState
 		mustDo(t, host, func() (err error) { st, err = readGuardState(ctx, n.ID); return err })
 		return st.learned[port]
 	}
 	for _, port := range []string{"p-old", "p-new"} {
-		s := plug(port)
+		s := plugLearning(t, host, n, port, v)
 		s.send(t, claimFrame(mac))
 		testutil.Eventually(t, 5*time.Second, func() error {
 			if got := learned(port); got != mac.String() {
