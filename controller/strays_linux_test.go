@@ -27,7 +27,10 @@ func TestKnownHelperPIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Fake helpers: a shell named vmnet-helper whose arguments name a
-	// socket of the state dir (isHelperOf's rule), sleeping.
+	// socket of the state dir (isHelperOf's rule), waiting in the builtin
+	// read on a pipe that stays open. A shell that ran sleep would fork,
+	// and the child, until it execs, shows the helper's command line too: a
+	// third "stray" (a flake seen in CI).
 	sh, err := os.ReadFile("/bin/sh")
 	if err != nil {
 		t.Skip(err)
@@ -39,10 +42,16 @@ func TestKnownHelperPIDs(t *testing.T) {
 	start := func(argv ...string) (*exec.Cmd, helperexec.ProcIdentity) {
 		t.Helper()
 		cmd := exec.Command(argv[0], argv[1:]...)
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdin = r
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		r.Close()
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); w.Close() })
 		// Its command line shows once exec has replaced the child's memory.
 		var id helperexec.ProcIdentity
 		testutil.Eventually(t, 5*time.Second, func() (err error) {
@@ -51,9 +60,9 @@ func TestKnownHelperPIDs(t *testing.T) {
 		}, "the command line of %v", argv)
 		return cmd, id
 	}
-	helperArgv := func(vm string) []string { return []string{fake, "-c", "sleep 60; :", "sh", sd.SocketPath(vm, 0)} }
+	helperArgv := func(vm string) []string { return []string{fake, "-c", "read x", "sh", sd.SocketPath(vm, 0)} }
 
-	_, run := start("sleep", "60") // a live `vmnetctl run`
+	_, run := start("/bin/sh", "-c", "read x") // a live `vmnetctl run`
 	_, running := start(helperArgv("run")...)
 	if err := sd.SaveHelperIntent(statedir.HelperIntent{Key: "run/0", Argv: helperArgv("run"), Starter: run}); err != nil {
 		t.Fatal(err)
