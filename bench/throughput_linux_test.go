@@ -95,7 +95,7 @@ func TestThroughput(t *testing.T) {
 	testutil.RequireRoot(t, "creates network namespaces")
 	testutil.RequireCommands(t, "ip", "iperf3")
 	dir := t.TempDir()
-	bin, err := testutil.Build(dir, testutil.VmnetctlPackage)
+	bin, err := testutil.BuildVmnetctl(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -21,6 +18,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/relay"
 )
 
 // Run runs a helper until ctx is done (SIGTERM or SIGINT in the command) or
@@ -57,29 +55,32 @@ func Run(ctx context.Context, o Options) error {
 	if err := s.dropPrivileges(); err != nil {
 		return err
 	}
-	stop, err := stopOnDone(ctx)
+	spec, lis, err := s.setupSocket()
 	if err != nil {
 		return err
 	}
-	defer stop.close()
-	r := s.newRelay(stop.fd)
-	lis, err := s.setupSocket(r)
-	if err != nil {
-		return err
+	// Set up: from here the helper only relays, which the small
+	// vmnetctl-relay binary does in less memory (execRelay); it prints
+	// the ready line. When it cannot, the helper relays itself, with the
+	// same code.
+	s.log.Infof("main", "relaying in this process: %v", s.execRelay(ctx, spec))
+	if ctx.Err() != nil {
+		lis.Close()
+		s.log.Infof("main", "stopped before a client came")
+		return nil
 	}
-	defer lis.close()
 	if err := s.printReady(); err != nil {
+		lis.Close()
 		return err
 	}
-	defer s.startStats(r)()
-	return s.forward(r, lis)
+	return relay.Serve(ctx, spec, s.log, relay.Hooks{Listener: lis, Relearn: s.relearn()})
 }
 
 // session is one run of the helper: its options, and what the steps found
 // and made.
 type session struct {
 	o        *Options
-	log      *logger
+	log      *relay.Logger
 	id       string // the interface id
 	tapName  string
 	uid, gid int // the VM owner's, -1 to keep the current ones
@@ -94,12 +95,12 @@ func checkOptions(o *Options) (*session, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	s := &session{o: o, log: &logger{w: o.Stderr, verbose: o.Verbose}}
+	s := &session{o: o, log: relay.NewLogger(o.Stderr, o.Verbose)}
 	var uname unix.Utsname
 	unix.Uname(&uname)
-	s.log.infof("main", "running %s on Linux %s", os.Args[0], unix.ByteSliceToString(uname.Release[:]))
+	s.log.Infof("main", "running %s on Linux %s", os.Args[0], unix.ByteSliceToString(uname.Release[:]))
 	if o.FD >= 0 {
-		if err := checkFD(o.FD); err != nil {
+		if err := relay.CheckFD(o.FD); err != nil {
 			return nil, err
 		}
 	}
@@ -162,9 +163,9 @@ func (s *session) createPort() error {
 		return err
 	}
 	if p.Macvtap {
-		s.log.infof("main", "created macvtap %s on %s of network %q", p.Name, o.Network.Interface, o.Network.ID)
+		s.log.Infof("main", "created macvtap %s on %s of network %q", p.Name, o.Network.Interface, o.Network.ID)
 	} else {
-		s.log.infof("main", "created TAP %s on bridge %s of network %q", p.Name, p.Bridge, o.Network.ID)
+		s.log.Infof("main", "created TAP %s on bridge %s of network %q", p.Name, p.Bridge, o.Network.ID)
 	}
 	if p.MTU > MaxJumboMTU {
 		p.Close()
@@ -192,7 +193,7 @@ func (s *session) dropPrivileges() error {
 	if err := dropPrivileges(s.uid, s.gid); err != nil {
 		return err
 	}
-	s.log.infof("main", "running as uid: %d gid: %d", os.Getuid(), os.Getgid())
+	s.log.Infof("main", "running as uid: %d gid: %d", os.Getuid(), os.Getgid())
 	return nil
 }
 
@@ -202,254 +203,9 @@ func (s *session) printReady() error { return printReady(s.o, s.ready) }
 // waitForTermination keeps a TAP for the VMM until ctx is done, logging its
 // kernel counters as stats.
 func (s *session) waitForTermination(ctx context.Context) {
-	s.log.infof("main", "TAP %s is ready for the VMM; waiting for termination", s.tapName)
+	s.log.Infof("main", "TAP %s is ready for the VMM; waiting for termination", s.tapName)
 	tapStats(ctx, s.o, s.log, s.tapName)
-	s.log.infof("main", "stopping: deleting TAP %s", s.tapName)
-}
-
-// stopper is an eventfd that becomes readable when a context is done: the
-// relay polls it together with its fds.
-type stopper struct {
-	fd   int
-	done chan struct{} // closed to end the goroutine
-	gone chan struct{} // closed when it has ended
-}
-
-func stopOnDone(ctx context.Context) (*stopper, error) {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return nil, fmt.Errorf("eventfd: %w", err)
-	}
-	st := &stopper{fd: fd, done: make(chan struct{}), gone: make(chan struct{})}
-	go func() {
-		defer close(st.gone)
-		select {
-		case <-ctx.Done():
-			signal(fd)
-		case <-st.done:
-		}
-	}()
-	return st, nil
-}
-
-// close ends the goroutine, then closes the eventfd it might write.
-func (st *stopper) close() {
-	close(st.done)
-	<-st.gone
-	unix.Close(st.fd)
-}
-
-// newRelay is the relay between the VM's port and, once setupSocket has
-// set it, the VM's socket.
-func (s *session) newRelay(stop int) *relay {
-	r := &relay{tap: s.port.FD, stop: stop, host: &counters{}, vm: &counters{}, log: s.log}
-	if s.o.Offloads() {
-		r.hdr = VirtioNetHdrLen
-	}
-	r.frame = r.hdr + s.ready.MaxPacketSize
-	return r
-}
-
-// setupSocket gives the relay the VM's socket: the inherited --fd, or the
-// --socket path, created and locked (the listener; nil with --fd).
-func (s *session) setupSocket(r *relay) (*listener, error) {
-	if s.o.SocketPath == "" {
-		r.sock = s.o.FD
-		return nil, nil
-	}
-	lis, err := listen(s.o.SocketPath, s.o.Offloads())
-	if err != nil {
-		return nil, err
-	}
-	r.sock = lis.fd
-	return lis, nil
-}
-
-// startStats logs the relay's counters every StatsInterval; the returned
-// func stops that and logs them a last time.
-func (s *session) startStats(r *relay) (stop func()) {
-	logStats := func() {
-		st := helperproto.Stats{Time: time.Now(), Host: r.host.snapshot(), VM: r.vm.snapshot()}
-		s.log.logf("INFO", "stats", "%s", helperproto.FormatStatsLine(st)[len(helperproto.StatsPrefix):])
-	}
-	done := make(chan struct{})
-	if s.o.StatsInterval > 0 {
-		go func() {
-			t := time.NewTicker(s.o.StatsInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-					logStats()
-				case <-done:
-					return
-				}
-			}
-		}()
-	}
-	return func() {
-		close(done)
-		// A last line, with the final counters, when stats were asked
-		// for; none at all otherwise (as vmnet-helper).
-		if s.o.StatsInterval > 0 {
-			logStats()
-		}
-	}
-}
-
-// forward waits for the client of --socket, then relays frames until
-// termination or until the VM's end of the socket goes away.
-func (s *session) forward(r *relay, lis *listener) error {
-	first, err := s.waitForClient(r, lis)
-	if errors.Is(err, errStopped) {
-		s.log.infof("main", "stopped before a client came")
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	s.log.infof("main", "forwarding started")
-	if lis != nil {
-		r.followPeer = true
-		defer s.followClient(lis, r.stop)()
-	}
-	err = r.run(first)
-	switch {
-	case errors.Is(err, errPeerGone):
-		s.log.infof("main", "stopping: %v", err)
-		return nil
-	case err != nil:
-		return err
-	}
-	s.log.infof("main", "stopping: terminated")
-	return nil
-}
-
-// followInterval is how often a --socket helper also looks at its
-// client's path for a restarted VMM, in case a change notice was missed.
-const followInterval = time.Second
-
-// followClient follows the client of --socket across restarts of its VMM.
-// A VMM started again binds the same path anew (a new socket), which the
-// helper's connected socket does not reach, and whose datagrams the kernel
-// refuses while the helper is connected to the old one. So the helper
-// watches the path's directory (inotify): when the path goes, it
-// disconnects, so that the new VMM's first datagram is taken; when it
-// comes back, it connects to the new socket. Every followInterval it also
-// compares the path with the socket it serves. The VM's exit is not the
-// helper's: it waits, keeping the VM's port, and nothing counts as a crash.
-// It returns the function that stops following.
-func (s *session) followClient(lis *listener, stop int) func() {
-	path := lis.client
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return func() {}
-	}
-	// A new socket may get the old one's inode number: its change time
-	// tells them apart.
-	type id struct {
-		dev, ino uint64
-		ctime    unix.Timespec
-	}
-	idOf := func(st *unix.Stat_t) id { return id{st.Dev, st.Ino, st.Ctim} }
-	served := idOf(&st)
-	var mu sync.Mutex
-	check := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if err := unix.Stat(path, &st); err != nil {
-			// Gone: take whoever comes next on the path.
-			disconnect(lis.fd)
-			return
-		}
-		if idOf(&st) == served {
-			return
-		}
-		if err := unix.Connect(lis.fd, &unix.SockaddrUnix{Name: path}); err != nil {
-			return // not bound yet: try again
-		}
-		served = idOf(&st)
-		s.log.infof("main", "client %q is a new socket (its VMM restarted): serving it", path)
-		if s.o.VMMAC == nil && !s.o.NoSpoofCheck {
-			// The new VMM may pick a MAC of its own ("any MAC address
-			// works"): the guard forgets the one it learned and keeps
-			// the first the new VMM sends from. A helper running as the
-			// VM's owner (--uid) may not change nftables: its port
-			// keeps the old MAC until it restarts.
-			if err := netplane.GuardPort(context.Background(), s.o.Network, s.tapName, nil); err != nil {
-				s.log.warnf("main", "the port's guard keeps the MAC it learned: %v", err)
-			} else {
-				s.log.infof("main", "port %s learns the new VMM's MAC", s.tapName)
-			}
-		}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	if w, err := watchDir(filepath.Dir(path)); err == nil {
-		wg.Go(func() {
-			buf := make([]byte, 4096)
-			for {
-				if _, err := w.Read(buf); err != nil {
-					return // closed when following stops
-				}
-				check()
-			}
-		})
-		wg.Go(func() { <-done; w.Close() })
-	}
-	wg.Go(func() {
-		t := time.NewTicker(followInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				check()
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
-}
-
-// watchDir returns an inotify descriptor, in Go's poller, that reads an
-// event when a name in dir is created, deleted or moved.
-func watchDir(dir string) (*os.File, error) {
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), "inotify"), nil
-}
-
-// disconnect ends a datagram socket's association (connect to AF_UNSPEC):
-// it takes datagrams from any sender again.
-func disconnect(fd int) {
-	sa := unix.RawSockaddr{Family: unix.AF_UNSPEC}
-	unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
-}
-
-// waitForClient waits for the first datagram on --socket and returns it
-// when it is a frame for the TAP. With --fd the VM is there already.
-func (s *session) waitForClient(r *relay, lis *listener) ([]byte, error) {
-	if lis == nil {
-		return nil, nil
-	}
-	s.log.infof("main", "waiting for client on %q", s.o.SocketPath)
-	first, client, err := lis.accept(r.stop, make([]byte, r.frame), s.log)
-	if err != nil {
-		return nil, err
-	}
-	lis.client = client
-	s.log.infof("main", "serving client %q", client)
-	if len(first) > 0 && len(first) < r.hdr+ethHeaderLen {
-		first = nil
-	}
-	return first, nil
+	s.log.Infof("main", "stopping: deleting TAP %s", s.tapName)
 }
 
 // check reports flags that do not go together.
@@ -502,7 +258,7 @@ func (o *Options) ready(id, tapName string, mtu int) helperproto.Ready {
 	}
 	if o.Attach == AttachRelay {
 		// The most frames one syscall moves, as vmnet reports its own.
-		r.ReadMaxPackets, r.WriteMaxPackets = batchSize, batchSize
+		r.ReadMaxPackets, r.WriteMaxPackets = relay.BatchSize, relay.BatchSize
 	}
 	if n.RoutesIPv6() {
 		// vmnet's shared mode reports its NAT66 prefix so: the address alone.
@@ -588,12 +344,12 @@ func dropPrivileges(uid, gid int) error {
 // Frames the kernel drops towards a TAP no VMM holds (its carrier is off:
 // no reader) are not drops of the helper's: a VM that is not running takes
 // no frames. Drops are counted only while a VMM holds the TAP.
-func tapStats(ctx context.Context, o *Options, log *logger, name string) {
+func tapStats(ctx context.Context, o *Options, log *relay.Logger, name string) {
 	var lastTx, noReader uint64
 	logStats := func() {
 		link, err := netlink.LinkByName(name)
 		if err != nil {
-			log.warnf("stats", "TAP %s: %v", name, err)
+			log.Warnf("stats", "TAP %s: %v", name, err)
 			return
 		}
 		s := link.Attrs().Statistics
@@ -609,7 +365,7 @@ func tapStats(ctx context.Context, o *Options, log *logger, name string) {
 			Host: helperproto.Counters{Packets: s.TxPackets, Bytes: s.TxBytes, Drops: s.TxDropped - noReader},
 			VM:   helperproto.Counters{Packets: s.RxPackets, Bytes: s.RxBytes, Drops: s.RxDropped},
 		}
-		log.logf("INFO", "stats", "%s", helperproto.FormatStatsLine(st)[len(helperproto.StatsPrefix):])
+		log.Logf("INFO", "stats", "%s", helperproto.FormatStatsLine(st)[len(helperproto.StatsPrefix):])
 	}
 	var tick <-chan time.Time
 	if o.StatsInterval > 0 {

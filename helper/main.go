@@ -65,6 +65,7 @@ type Flags struct {
 	MAC                  string // --mac: the only MAC the VM may send from
 	NoSpoofCheck         bool   // --no-spoof-check
 	DeleteLink           string // the hidden DeleteLinkFlag
+	Relearn              bool   // the hidden RelearnFlag
 
 	// NetworksFile is networks.yaml as config.LoadNetworks finds it (the
 	// global --networks flag; empty for the default).
@@ -112,6 +113,9 @@ func Main(ctx context.Context, f Flags, s Streams) error {
 	o, err := f.options(s)
 	if err != nil {
 		return err
+	}
+	if f.Relearn {
+		return relearnMAC(ctx, o)
 	}
 	if f.holds(o.Network) {
 		if err := f.EnsureNetwork(ctx, o.Network); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/relay"
 )
 
 // Attach modes.
@@ -36,7 +37,7 @@ const (
 
 // Frame sizes.
 const (
-	ethHeaderLen = 14
+	ethHeaderLen = relay.EthHeaderLen
 	// MaxJumboMTU is the largest MTU the relay carries.
 	MaxJumboMTU = 65520
 	// TSOMaxPacketSize is vmnet's max packet size with TSO.

@@ -59,6 +59,8 @@ before it touches the VM's socket.`,
 	fl.BoolVar(&f.NoSpoofCheck, "no-spoof-check", false, "do not guard the VM's port against spoofing (root only, not through sudo)")
 	fl.StringVar(&f.DeleteLink, helper.DeleteLinkFlag, "", "internal: delete this link when stdin closes")
 	fl.MarkHidden(helper.DeleteLinkFlag)
+	fl.BoolVar(&f.Relearn, helper.RelearnFlag, false, "internal: make the --tap port's guard forget the MAC it learned, and exit")
+	fl.MarkHidden(helper.RelearnFlag)
 	fl.StringVar(&f.Attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing")
 	return cmd
 }

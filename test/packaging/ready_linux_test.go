@@ -23,7 +23,7 @@ func TestServeNotifiesReady(t *testing.T) {
 	testutil.RequireRoot(t, "serve runs as root, in a network namespace")
 	testutil.RequireCommands(t, "ip")
 	tmp := t.TempDir()
-	bin, err := testutil.Build(tmp, testutil.VmnetctlPackage)
+	bin, err := testutil.BuildVmnetctl(tmp)
 	if err != nil {
 		t.Fatal(err)
 	}

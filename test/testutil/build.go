@@ -20,6 +20,19 @@ func Build(dir, pkg string) (string, error) {
 	return binary, nil
 }
 
+// RelayPackage is the import path of vmnetctl-relay, which the helper
+// execs into and finds next to the vmnetctl binary.
+const RelayPackage = "github.com/vmnetctl/vmnetctl/cmd/vmnetctl-relay"
+
+// BuildVmnetctl builds vmnetctl, and vmnetctl-relay beside it, into dir
+// and returns vmnetctl's path.
+func BuildVmnetctl(dir string) (string, error) {
+	if _, err := Build(dir, RelayPackage); err != nil {
+		return "", err
+	}
+	return Build(dir, VmnetctlPackage)
+}
+
 // MainWithVmnetctl is a TestMain for packages that run the vmnetctl binary:
 // it builds it into *binary (in a directory of its own), runs the tests and
 // removes the binary.
@@ -29,7 +42,7 @@ func MainWithVmnetctl(m *testing.M, binary *string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	*binary, err = Build(dir, VmnetctlPackage)
+	*binary, err = BuildVmnetctl(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)

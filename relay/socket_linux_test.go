@@ -1,4 +1,4 @@
-package helper
+package relay
 
 import (
 	"bytes"
@@ -17,18 +17,18 @@ import (
 func TestUnboundClientsLogLimited(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "h.sock")
-	l, err := listen(path, false)
+	l, err := Listen(path, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.close()
+	defer l.Close()
 	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(stop)
 	var out bytes.Buffer
-	log := &logger{w: &out}
+	log := &Logger{w: &out}
 	type accepted struct {
 		client string
 		err    error
@@ -78,13 +78,13 @@ func TestUnboundClientsLogLimited(t *testing.T) {
 	// The period over (moved back, not waited for), the next line counts
 	// what was left out.
 	var out2 bytes.Buffer
-	log2 := &logger{w: &out2}
-	lim := &limited{every: time.Hour}
+	log2 := &Logger{w: &out2}
+	lim := &Limited{every: time.Hour}
 	for range n {
-		log2.warnLimited(lim, "main", "ignoring")
+		log2.WarnLimited(lim, "main", "ignoring")
 	}
 	lim.last = lim.last.Add(-2 * time.Hour)
-	log2.warnLimited(lim, "main", "ignoring")
+	log2.WarnLimited(lim, "main", "ignoring")
 	if lines := strings.Split(strings.TrimSpace(out2.String()), "\n"); len(lines) != 2 || !strings.Contains(lines[1], "(999 more like this") {
 		t.Errorf("log:\n%s", out2.String())
 	}

@@ -1,4 +1,4 @@
-package helper
+package relay
 
 import (
 	"errors"
@@ -17,9 +17,9 @@ const (
 	receiveBufferOffloaded = 8 << 20
 )
 
-// checkFD checks that fd is an inherited unix datagram socket and makes it
+// CheckFD checks that fd is an inherited unix datagram socket and makes it
 // close-on-exec and non-blocking.
-func checkFD(fd int) error {
+func CheckFD(fd int) error {
 	notDgram := fmt.Errorf("--fd %d is not a unix datagram socket (a socketpair(AF_UNIX, SOCK_DGRAM) end)", fd)
 	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
 	if err == unix.ENOTSOCK {
@@ -39,9 +39,9 @@ func checkFD(fd int) error {
 	return unix.SetNonblock(fd, true)
 }
 
-// listener is the --socket PATH socket and its lock, and the path of the
+// Listener is the --socket PATH socket and its lock, and the path of the
 // client it serves once one came.
-type listener struct {
+type Listener struct {
 	fd         int
 	path, lock string
 	client     string // the served client's socket path, once one came
@@ -51,8 +51,8 @@ type listener struct {
 // listen creates the unix datagram socket at path (mode 0600, owned by the
 // user the helper runs as) after taking path.lock, so two helpers never
 // serve one path; a stale socket left by a crashed helper is replaced.
-func listen(path string, offloads bool) (*listener, error) {
-	l := &listener{fd: -1, path: path, lock: path + ".lock"}
+func Listen(path string, offloads bool) (*Listener, error) {
+	l := &Listener{fd: -1, path: path, lock: path + ".lock"}
 	f, err := os.OpenFile(l.lock, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("--socket %s: %w", path, err)
@@ -66,12 +66,12 @@ func listen(path string, offloads bool) (*listener, error) {
 	}
 	l.lockFile = f
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		l.close()
+		l.Close()
 		return nil, fmt.Errorf("removing stale socket: %w", err)
 	}
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
-		l.close()
+		l.Close()
 		return nil, fmt.Errorf("creating socket: %w", err)
 	}
 	l.fd = fd
@@ -79,7 +79,7 @@ func listen(path string, offloads bool) (*listener, error) {
 	err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
 	unix.Umask(old)
 	if err != nil {
-		l.close()
+		l.Close()
 		return nil, fmt.Errorf("--socket %s: %w", path, err)
 	}
 	rcv := receiveBufferSize
@@ -87,7 +87,7 @@ func listen(path string, offloads bool) (*listener, error) {
 		rcv = receiveBufferOffloaded
 	}
 	if err := setBuffers(fd, sendBufferSize, rcv); err != nil {
-		l.close()
+		l.Close()
 		return nil, err
 	}
 	return l, nil
@@ -103,8 +103,8 @@ func setBuffers(fd, snd, rcv int) error {
 	return nil
 }
 
-// close removes the socket and its lock. A nil listener (--fd) has none.
-func (l *listener) close() {
+// Close removes the socket and its lock. A nil Listener (--fd) has none.
+func (l *Listener) Close() {
 	if l == nil {
 		return
 	}
@@ -127,11 +127,11 @@ const unboundLogEvery = 10 * time.Second
 // accept waits for the first datagram, learns the client's address from it
 // and connects to it: from then on the kernel delivers only that client's
 // datagrams and refuses other senders. It returns the first frame.
-func (l *listener) accept(stop int, buf []byte, log *logger) ([]byte, string, error) {
+func (l *Listener) accept(stop int, buf []byte, log *Logger) ([]byte, string, error) {
 	w := newWaiter(l.fd, stop)
 	// Any local process may send these, as fast as it likes.
-	unbound := &limited{every: unboundLogEvery}
-	refused := &limited{every: unboundLogEvery}
+	unbound := &Limited{every: unboundLogEvery}
+	refused := &Limited{every: unboundLogEvery}
 	for {
 		n, from, err := unix.Recvfrom(l.fd, buf, 0)
 		switch {
@@ -147,17 +147,23 @@ func (l *listener) accept(stop int, buf []byte, log *logger) ([]byte, string, er
 		}
 		sa, ok := from.(*unix.SockaddrUnix)
 		if !ok || sa.Name == "" {
-			log.warnLimited(unbound, "main", "ignoring a datagram from an unbound client: a client must bind its own socket path")
+			log.WarnLimited(unbound, "main", "ignoring a datagram from an unbound client: a client must bind its own socket path")
 			continue
 		}
 		if err := unix.Connect(l.fd, sa); err != nil {
-			log.warnLimited(refused, "main", "cannot connect to client %q: %v", sa.Name, err)
+			log.WarnLimited(refused, "main", "cannot connect to client %q: %v", sa.Name, err)
 			continue
 		}
 		if n < minFirstDatagram {
-			log.debugf("main", "dropping a %d byte hello from %q", n, sa.Name)
+			log.Debugf("main", "dropping a %d byte hello from %q", n, sa.Name)
 			return nil, sa.Name, nil
 		}
 		return buf[:n], sa.Name, nil
 	}
 }
+
+// FD is the listener's socket.
+func (l *Listener) FD() int { return l.fd }
+
+// LockFD is the descriptor of the listener's lock file.
+func (l *Listener) LockFD() int { return int(l.lockFile.Fd()) }

@@ -1,4 +1,4 @@
-package helper
+package relay
 
 import (
 	"errors"
@@ -12,8 +12,8 @@ import (
 
 // Relay tuning.
 const (
-	// batchSize is how many frames one recvmmsg/sendmmsg moves at most.
-	batchSize = 64
+	// BatchSize is how many frames one recvmmsg/sendmmsg moves at most.
+	BatchSize = 64
 	// sendWait bounds the wait for room in the VM's socket: a batch waits
 	// up to this long in all for the VM to read, then its rest is dropped
 	// and counted. A VM that reads, however slowly, loses nothing (a TCP
@@ -44,7 +44,7 @@ type relay struct {
 	hdr             int // virtio-net header length, 0 without offloads
 	frame           int // buffer size: hdr + max packet size
 	host, vm        *counters
-	log             *logger
+	log             *Logger
 	// stalled is set while the VM does not read (send); tapToSocket's only.
 	stalled bool
 	// followPeer (--socket) keeps the relay going while the VM's socket is
@@ -129,7 +129,7 @@ func peerGone(err error) bool {
 // read frames from the TAP until it is empty or the batch is full, then
 // sendmmsg them.
 func (r *relay) tapToSocket() error {
-	b := newBatch(batchSize, r.frame)
+	b := newBatch(BatchSize, r.frame)
 	tapWait := newWaiter(r.tap, r.stop)
 	sockWait := newWaiter(r.sock, r.stop)
 	empty := false // the last read found the TAP empty: poll, don't read again
@@ -141,7 +141,7 @@ func (r *relay) tapToSocket() error {
 			empty = false
 		}
 		n := 0
-		for n < batchSize {
+		for n < BatchSize {
 			nr, err := unix.Read(r.tap, b.bufs[n])
 			if err == unix.EAGAIN {
 				empty = true
@@ -224,7 +224,7 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 // socketToTap forwards what the VM sends ("vm" counters): recvmmsg a batch,
 // then write each frame to the TAP (a TAP takes one frame per write).
 func (r *relay) socketToTap() error {
-	b := newBatch(batchSize, r.frame)
+	b := newBatch(BatchSize, r.frame)
 	w := newWaiter(r.sock, r.stop)
 	empty := false // the last batch was not full: the socket is likely empty
 	for {
@@ -248,13 +248,13 @@ func (r *relay) socketToTap() error {
 		case err != nil:
 			return fmt.Errorf("receiving from the VM: %w", err)
 		}
-		empty = k < batchSize
+		empty = k < BatchSize
 		r.vm.syscall(k)
 		var packets, bytes, drops uint64
 		for i := range k {
 			m := &b.msgs[i]
 			l := int(m.Len)
-			if m.Hdr.Flags&unix.MSG_TRUNC != 0 || l < r.hdr+ethHeaderLen {
+			if m.Hdr.Flags&unix.MSG_TRUNC != 0 || l < r.hdr+EthHeaderLen {
 				drops++
 				continue
 			}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package helper
+package relay
 
 import (
 	"fmt"
@@ -12,16 +12,16 @@ import (
 	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
-// logger writes vmnet-helper's stderr format: `LEVEL [component] message`,
+// Logger writes vmnet-helper's stderr format: `LEVEL [component] message`,
 // the level padded to five characters. Each line is one Write, so lines of
 // concurrent goroutines never interleave.
-type logger struct {
+type Logger struct {
 	mu      sync.Mutex
 	w       io.Writer
 	verbose bool
 }
 
-func (l *logger) logf(level, component, format string, args ...any) {
+func (l *Logger) Logf(level, component, format string, args ...any) {
 	if level == "DEBUG" && !l.verbose {
 		return
 	}
@@ -31,29 +31,29 @@ func (l *logger) logf(level, component, format string, args ...any) {
 	io.WriteString(l.w, line)
 }
 
-func (l *logger) infof(component, format string, args ...any) {
-	l.logf("INFO", component, format, args...)
+func (l *Logger) Infof(component, format string, args ...any) {
+	l.Logf("INFO", component, format, args...)
 }
-func (l *logger) warnf(component, format string, args ...any) {
-	l.logf("WARN", component, format, args...)
+func (l *Logger) Warnf(component, format string, args ...any) {
+	l.Logf("WARN", component, format, args...)
 }
-func (l *logger) debugf(component, format string, args ...any) {
-	l.logf("DEBUG", component, format, args...)
+func (l *Logger) Debugf(component, format string, args ...any) {
+	l.Logf("DEBUG", component, format, args...)
 }
 
-// limited is a kind of log line that a guest or a local process can cause
+// Limited is a kind of log line that a guest or a local process can cause
 // at will (a datagram from an unbound client): it is logged at most once
 // per every, the first of each period, with the count of those left out
 // since the last one written, so that the log stays small however fast
 // they come.
-type limited struct {
+type Limited struct {
 	every   time.Duration
 	last    time.Time // when one was last written
 	dropped int       // left out since
 }
 
 // warnLimited logs like warnf, through lim.
-func (l *logger) warnLimited(lim *limited, component, format string, args ...any) {
+func (l *Logger) WarnLimited(lim *Limited, component, format string, args ...any) {
 	now := time.Now()
 	if !lim.last.IsZero() && now.Sub(lim.last) < lim.every {
 		lim.dropped++
@@ -64,7 +64,7 @@ func (l *logger) warnLimited(lim *limited, component, format string, args ...any
 		msg += fmt.Sprintf(" (%d more like this in the last %s, not logged)", lim.dropped, now.Sub(lim.last).Round(time.Second))
 	}
 	lim.last, lim.dropped = now, 0
-	l.logf("WARN", component, "%s", msg)
+	l.Logf("WARN", component, "%s", msg)
 }
 
 // counters are one direction's cumulative counts, updated once per batch.

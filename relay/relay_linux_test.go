@@ -1,4 +1,4 @@
-package helper
+package relay
 
 import (
 	"bytes"
@@ -55,7 +55,7 @@ func startTestRelay(t testing.TB, frame int) *relayEnds {
 	}
 	t.Cleanup(func() { unix.Close(stop) })
 	e := &relayEnds{
-		r:       &relay{tap: tap[0], sock: sock[0], stop: stop, frame: frame, host: &counters{}, vm: &counters{}, log: &logger{w: &bytes.Buffer{}}},
+		r:       &relay{tap: tap[0], sock: sock[0], stop: stop, frame: frame, host: &counters{}, vm: &counters{}, log: &Logger{w: &bytes.Buffer{}}},
 		tapPeer: tap[1], vmPeer: sock[1], done: make(chan error, 1),
 	}
 	go func() { e.done <- e.r.run(nil) }()

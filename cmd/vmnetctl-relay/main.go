@@ -1,0 +1,30 @@
+//go:build linux
+
+// Command vmnetctl-relay is what a `vmnetctl helper` execs into once it
+// has made the VM's port and socket: it relays frames between them with
+// the same code (package relay), in a process that links little else, so
+// that an idle helper holds little memory. It is not run by hand: the
+// helper hands it its descriptors and options in relay.EnvSpec, and its own
+// command line, which stays the process's.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/vmnetctl/vmnetctl/relay"
+)
+
+func main() {
+	// First: the helper left these to end the process for the exec.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	err := relay.HandedOver(ctx, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ERROR [main] %v\n", err)
+		os.Exit(1)
+	}
+}

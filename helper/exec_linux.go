@@ -1,0 +1,158 @@
+package helper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	gosignal "os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/relay"
+)
+
+// setupSocket opens the VM's socket: the inherited --fd, or the --socket
+// path, created and locked (the listener; nil with --fd). It returns the
+// relay's spec with it.
+func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
+	spec := relay.Spec{TAP: s.port.FD, TapName: s.tapName, Socket: s.o.FD, StatsInterval: s.o.StatsInterval, Verbose: s.o.Verbose}
+	if s.o.Offloads() {
+		spec.Hdr = VirtioNetHdrLen
+	}
+	spec.Frame = spec.Hdr + s.ready.MaxPacketSize
+	if s.o.SocketPath == "" {
+		return spec, nil, nil
+	}
+	lis, err := relay.Listen(s.o.SocketPath, s.o.Offloads())
+	if err != nil {
+		return spec, nil, err
+	}
+	spec.Socket, spec.SocketPath, spec.LockFD = lis.FD(), s.o.SocketPath, lis.LockFD()
+	return spec, lis, nil
+}
+
+// learns says whether the port's guard learns the VM's MAC (no --mac), so
+// that a restarted VMM's MAC must be learned anew.
+func (s *session) learns() bool { return s.o.VMMAC == nil && !s.o.NoSpoofCheck }
+
+// relearn is the in-process Relearn hook: the guard forgets the MAC it
+// learned. nil for a port that does not learn.
+func (s *session) relearn() func() error {
+	if !s.learns() {
+		return nil
+	}
+	return func() error { return netplane.GuardPort(context.Background(), s.o.Network, s.tapName, nil) }
+}
+
+// RelearnFlag is the hidden `vmnetctl helper` flag of the command
+// vmnetctl-relay runs when a restarted VMM is served on a port that learns
+// its MAC: the same helper's flags, and this one, make the port's guard
+// forget the learned MAC, and nothing else.
+const RelearnFlag = "relearn-mac"
+
+// relearnMAC is `vmnetctl helper ... --tap NAME --relearn-mac`.
+func relearnMAC(ctx context.Context, o Options) error {
+	if o.TapName == "" {
+		return fmt.Errorf("--%s needs --tap", RelearnFlag)
+	}
+	return netplane.GuardPort(ctx, o.Network, o.TapName, nil)
+}
+
+// errNoExec says why the helper relays in its own process.
+var errNoExec = errors.New("")
+
+// execRelay replaces the helper, set up, by vmnetctl-relay (relay.Binary,
+// next to this executable) with the same command line, so that the
+// process keeps its identity (pid, start time, arguments: what the
+// controller knows it by) and its descriptors, and sheds the memory of
+// everything else vmnetctl links. It returns only when it did not exec,
+// saying why: no such binary, one it does not trust, a macvtap port (whose
+// cleanup child the helper waits for when it ends), or a log that is not
+// stderr.
+//
+// Signals: SIGTERM and SIGINT end the process (and its port with it)
+// from just before the exec until vmnetctl-relay catches them again, first
+// thing, before it prints the ready line: whoever waits for that line
+// stops a relay that catches them. One that came before is in ctx, and the
+// helper then does not exec.
+func (s *session) execRelay(ctx context.Context, spec relay.Spec) error {
+	if s.port.Macvtap {
+		return fmt.Errorf("%w(a macvtap port)", errNoExec)
+	}
+	if s.o.Stderr != os.Stderr {
+		return fmt.Errorf("%w(the log is not stderr)", errNoExec)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	bin := filepath.Join(filepath.Dir(exe), relay.Binary)
+	if err := trustedRelay(bin, exe); err != nil {
+		return err
+	}
+	if s.learns() {
+		spec.Relearn = append(append([]string{exe}, os.Args[1:]...), "--tap", s.tapName, "--"+RelearnFlag)
+	}
+	ready, err := json.Marshal(s.ready)
+	if err != nil {
+		return err
+	}
+	spec.Ready = string(ready)
+	env, err := spec.Encode()
+	if err != nil {
+		return err
+	}
+	if err := spec.Inheritable(); err != nil {
+		return err
+	}
+	s.log.Debugf("main", "handing the relay to %s", bin)
+	gosignal.Reset(syscall.SIGTERM, syscall.SIGINT)
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w(stopping)", errNoExec)
+	}
+	err = syscall.Exec(bin, os.Args, handOverEnv(env))
+	// Not replaced: catch the signals again, for ctx's sake.
+	gosignal.Notify(make(chan os.Signal, 1), syscall.SIGTERM, syscall.SIGINT)
+	return fmt.Errorf("exec %s: %w", bin, err)
+}
+
+// handOverEnv is the helper's environment with EnvSpec set to spec, and
+// any EnvSpec it inherited removed: the first of two would win, and the
+// spec names the command run to relearn a MAC.
+func handOverEnv(spec string) []string {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, relay.EnvSpec+"=") })
+	return append(env, relay.EnvSpec+"="+spec)
+}
+
+// trustedRelay checks that the helper may exec bin: it exists, the current
+// user may run it, and, for a helper still root, it is owned by root or by
+// exe's owner and writable by nobody else.
+func trustedRelay(bin, exe string) error {
+	var st, est unix.Stat_t
+	if err := unix.Stat(bin, &st); err != nil {
+		return fmt.Errorf("%w(no %s next to %s)", errNoExec, relay.Binary, exe)
+	}
+	if err := unix.Access(bin, unix.X_OK); err != nil {
+		return fmt.Errorf("%s: %w", bin, err)
+	}
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	if err := unix.Stat(exe, &est); err != nil {
+		return err
+	}
+	if st.Uid != 0 && st.Uid != est.Uid {
+		return fmt.Errorf("%s is owned by uid %d, not root nor %s's owner", bin, st.Uid, exe)
+	}
+	if st.Mode&0o022 != 0 {
+		return fmt.Errorf("%s is writable by group or others", bin)
+	}
+	return nil
+}

@@ -1,0 +1,4 @@
+package helper
+
+// HandOverEnv is handOverEnv, for the external tests.
+var HandOverEnv = handOverEnv

@@ -1,0 +1,330 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
+)
+
+// NewLogger writes vmnet-helper's log lines to w; DEBUG lines only when
+// verbose.
+func NewLogger(w io.Writer, verbose bool) *Logger { return &Logger{w: w, verbose: verbose} }
+
+// Hooks are what the helper that runs Serve in its own process does
+// differently from vmnetctl-relay.
+type Hooks struct {
+	// Relearn, if set, replaces running Spec.Relearn.
+	Relearn func() error
+	// Listener, if set, is the --socket listener itself (the helper's
+	// own), not one rebuilt from Spec's descriptors.
+	Listener *Listener
+}
+
+// Serve relays frames as s says until ctx is done or, with --fd, the VM's
+// end of the socket goes away; it logs the counters every
+// s.StatsInterval, and once more at the end. With --socket it waits for
+// the first client, then follows its path across restarts of the VMM. It
+// closes and removes the listener when it returns.
+func Serve(ctx context.Context, s Spec, log *Logger, h Hooks) error {
+	lis := h.Listener
+	if lis == nil && s.SocketPath != "" {
+		lis = &Listener{fd: s.Socket, path: s.SocketPath, lock: s.SocketPath + ".lock", lockFile: os.NewFile(uintptr(s.LockFD), s.SocketPath+".lock")}
+	}
+	defer lis.Close()
+	stop, err := stopOnDone(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop.close()
+	r := &relay{tap: s.TAP, sock: s.Socket, stop: stop.fd, hdr: s.Hdr, frame: s.Frame, host: &counters{}, vm: &counters{}, log: log}
+	defer startStats(r, s.StatsInterval, log)()
+	relearn := h.Relearn
+	if relearn == nil && len(s.Relearn) > 0 {
+		relearn = func() error { return runRelearn(s.Relearn) }
+	}
+	return forward(r, lis, s.TapName, relearn, log)
+}
+
+// HandedOver is vmnetctl-relay: it serves the Spec a helper handed it in
+// EnvSpec, after printing the helper's ready line on stdout. ctx must
+// already catch SIGTERM and SIGINT.
+func HandedOver(ctx context.Context, stdout, stderr io.Writer) error {
+	v, ok := os.LookupEnv(EnvSpec)
+	if !ok {
+		return fmt.Errorf("%s is started by `vmnetctl helper`, not by hand", Binary)
+	}
+	os.Unsetenv(EnvSpec)
+	spec, err := DecodeSpec(v)
+	if err != nil {
+		return err
+	}
+	log := NewLogger(stderr, spec.Verbose)
+	log.Debugf("main", "%s relays for TAP %s", Binary, spec.TapName)
+	if spec.Ready != "" {
+		if _, err := io.WriteString(stdout, spec.Ready+"\n"); err != nil {
+			return fmt.Errorf("writing the ready line: %w", err)
+		}
+	}
+	return Serve(ctx, spec, log, Hooks{})
+}
+
+// runRelearn runs the command that makes the port's guard forget the MAC
+// it learned, and waits for it.
+func runRelearn(argv []string) error {
+	p, err := os.StartProcess(argv[0], argv, &os.ProcAttr{Files: []*os.File{nil, os.Stderr, os.Stderr}})
+	if err != nil {
+		return err
+	}
+	st, err := p.Wait()
+	if err != nil {
+		return err
+	}
+	if !st.Success() {
+		return fmt.Errorf("%s: %s", filepath.Base(argv[0]), st)
+	}
+	return nil
+}
+
+// stopper is an eventfd that becomes readable when a context is done: the
+// relay polls it together with its fds.
+type stopper struct {
+	fd   int
+	done chan struct{} // closed to end the goroutine
+	gone chan struct{} // closed when it has ended
+}
+
+func stopOnDone(ctx context.Context) (*stopper, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	st := &stopper{fd: fd, done: make(chan struct{}), gone: make(chan struct{})}
+	go func() {
+		defer close(st.gone)
+		select {
+		case <-ctx.Done():
+			signal(fd)
+		case <-st.done:
+		}
+	}()
+	return st, nil
+}
+
+// close ends the goroutine, then closes the eventfd it might write.
+func (st *stopper) close() {
+	close(st.done)
+	<-st.gone
+	unix.Close(st.fd)
+}
+
+// startStats logs the relay's counters every interval; the returned func
+// stops that and logs them a last time.
+func startStats(r *relay, interval time.Duration, log *Logger) (stop func()) {
+	logStats := func() {
+		st := helperproto.Stats{Time: time.Now(), Host: r.host.snapshot(), VM: r.vm.snapshot()}
+		log.Logf("INFO", "stats", "%s", helperproto.FormatStatsLine(st)[len(helperproto.StatsPrefix):])
+	}
+	done := make(chan struct{})
+	if interval > 0 {
+		go func() {
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					logStats()
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	return func() {
+		close(done)
+		// A last line, with the final counters, when stats were asked
+		// for; none at all otherwise (as vmnet-helper).
+		if interval > 0 {
+			logStats()
+		}
+	}
+}
+
+// forward waits for the client of --socket, then relays frames until
+// termination or until the VM's end of the socket goes away.
+func forward(r *relay, lis *Listener, tapName string, relearn func() error, log *Logger) error {
+	first, err := waitForClient(r, lis, log)
+	if errors.Is(err, errStopped) {
+		log.Infof("main", "stopped before a client came")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log.Infof("main", "forwarding started")
+	if lis != nil {
+		r.followPeer = true
+		defer followClient(lis, tapName, relearn, log)()
+	}
+	err = r.run(first)
+	switch {
+	case errors.Is(err, errPeerGone):
+		log.Infof("main", "stopping: %v", err)
+		return nil
+	case err != nil:
+		return err
+	}
+	log.Infof("main", "stopping: terminated")
+	return nil
+}
+
+// followInterval is how often a --socket helper also looks at its
+// client's path for a restarted VMM, in case a change notice was missed.
+const followInterval = time.Second
+
+// followClient follows the client of --socket across restarts of its VMM.
+// A VMM started again binds the same path anew (a new socket), which the
+// helper's connected socket does not reach, and whose datagrams the kernel
+// refuses while the helper is connected to the old one. So the helper
+// watches the path's directory (inotify): when the path goes, it
+// disconnects, so that the new VMM's first datagram is taken; when it
+// comes back, it connects to the new socket. Every followInterval it also
+// compares the path with the socket it serves. The VM's exit is not the
+// helper's: it waits, keeping the VM's port, and nothing counts as a crash.
+// It returns the function that stops following.
+func followClient(lis *Listener, tapName string, relearn func() error, log *Logger) func() {
+	path := lis.client
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return func() {}
+	}
+	// A new socket may get the old one's inode number: its change time
+	// tells them apart.
+	type id struct {
+		dev, ino uint64
+		ctime    unix.Timespec
+	}
+	idOf := func(st *unix.Stat_t) id { return id{st.Dev, st.Ino, st.Ctim} }
+	served := idOf(&st)
+	var mu sync.Mutex
+	check := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if err := unix.Stat(path, &st); err != nil {
+			// Gone: take whoever comes next on the path.
+			disconnect(lis.fd)
+			return
+		}
+		if idOf(&st) == served {
+			return
+		}
+		if err := unix.Connect(lis.fd, &unix.SockaddrUnix{Name: path}); err != nil {
+			return // not bound yet: try again
+		}
+		served = idOf(&st)
+		log.Infof("main", "client %q is a new socket (its VMM restarted): serving it", path)
+		if relearn != nil {
+			// The new VMM may pick a MAC of its own ("any MAC address
+			// works"): the guard forgets the one it learned and keeps
+			// the first the new VMM sends from. A helper running as the
+			// VM's owner (--uid) may not change nftables: its port
+			// keeps the old MAC until it restarts.
+			if err := relearn(); err != nil {
+				log.Warnf("main", "the port's guard keeps the MAC it learned: %v", err)
+			} else {
+				log.Infof("main", "port %s learns the new VMM's MAC", tapName)
+			}
+		}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	if w, err := watchDir(filepath.Dir(path)); err == nil {
+		wg.Go(func() {
+			buf := make([]byte, 4096)
+			for {
+				if _, err := w.Read(buf); err != nil {
+					return // closed when following stops
+				}
+				check()
+			}
+		})
+		wg.Go(func() { <-done; w.Close() })
+	}
+	wg.Go(func() {
+		t := time.NewTicker(followInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				check()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// watchDir returns an inotify descriptor, in Go's poller, that reads an
+// event when a name in dir is created, deleted or moved.
+func watchDir(dir string) (*os.File, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "inotify"), nil
+}
+
+// disconnect ends a datagram socket's association (connect to AF_UNSPEC):
+// it takes datagrams from any sender again.
+func disconnect(fd int) {
+	sa := unix.RawSockaddr{Family: unix.AF_UNSPEC}
+	unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
+}
+
+// waitForClient waits for the first datagram on --socket and returns it
+// when it is a frame for the TAP. With --fd the VM is there already.
+func waitForClient(r *relay, lis *Listener, log *Logger) ([]byte, error) {
+	if lis == nil {
+		return nil, nil
+	}
+	log.Infof("main", "waiting for client on %q", lis.path)
+	first, client, err := lis.accept(r.stop, make([]byte, r.frame), log)
+	if err != nil {
+		return nil, err
+	}
+	lis.client = client
+	log.Infof("main", "serving client %q", client)
+	if len(first) > 0 && len(first) < r.hdr+EthHeaderLen {
+		first = nil
+	}
+	return first, nil
+}
+
+// Inheritable clears close-on-exec on the descriptors of s, for the
+// process the helper execs into.
+func (s Spec) Inheritable() error {
+	fds := []int{s.TAP, s.Socket}
+	if s.SocketPath != "" {
+		fds = append(fds, s.LockFD)
+	}
+	for _, fd := range fds {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("fd %d: %w", fd, err)
+		}
+	}
+	return nil
+}

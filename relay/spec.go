@@ -1,0 +1,70 @@
+// Package relay is the helper's data path once the VM's port and socket
+// exist: it moves frames between a TAP and the VM's unix datagram socket,
+// follows a restarted VMM, and logs the counters. It imports nothing of
+// vmnetctl's but helperproto, so that the small vmnetctl-relay binary,
+// which a helper execs into once it is set up, stays small: an idle helper
+// then holds no YAML, DHCP, DNS, nftables or Prometheus code in its memory
+// (docs/performance.md).
+package relay
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// EnvSpec is the variable that hands vmnetctl-relay its Spec, as JSON.
+const EnvSpec = "VMNETCTL_RELAY_SPEC"
+
+// Binary is the small relay executable's name; it is installed next to
+// vmnetctl.
+const Binary = "vmnetctl-relay"
+
+// EthHeaderLen is an Ethernet header's length.
+const EthHeaderLen = 14
+
+// Spec is what the relay serves: descriptors the helper opened, and the
+// helper's options that still matter once frames flow.
+type Spec struct {
+	// TAP is the VM port's descriptor (non-blocking), TapName its name.
+	TAP     int    `json:"tap"`
+	TapName string `json:"tapName"`
+	// Socket is the VM's socket: the inherited --fd, or the --socket
+	// listener, whose path is SocketPath and whose lock file LockFD holds.
+	Socket     int    `json:"socket"`
+	SocketPath string `json:"socketPath,omitempty"`
+	LockFD     int    `json:"lockFD,omitempty"`
+	// Hdr is the virtio-net header's length (0 without offloads); Frame a
+	// buffer's size: Hdr and the largest packet.
+	Hdr   int `json:"hdr"`
+	Frame int `json:"frame"`
+	// StatsInterval is how often the counters are logged; 0: only at the
+	// end, and only if asked for.
+	StatsInterval time.Duration `json:"statsInterval"`
+	Verbose       bool          `json:"verbose"`
+	// Relearn, for a port whose guard learns the VM's MAC, is the command
+	// that makes it forget the learned MAC; it runs when a restarted VMM is
+	// served, which may use another. Empty: the port does not learn.
+	Relearn []string `json:"relearn,omitempty"`
+	// Ready is the helper's ready line, for vmnetctl-relay to print once
+	// it catches SIGTERM.
+	Ready string `json:"ready,omitempty"`
+}
+
+// Encode is s for EnvSpec.
+func (s Spec) Encode() (string, error) {
+	b, err := json.Marshal(s)
+	return string(b), err
+}
+
+// DecodeSpec reads what Encode wrote.
+func DecodeSpec(v string) (Spec, error) {
+	var s Spec
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return Spec{}, fmt.Errorf("%s: %w", EnvSpec, err)
+	}
+	if s.TAP < 0 || s.Socket < 0 || s.Frame <= s.Hdr {
+		return Spec{}, fmt.Errorf("%s: incomplete: %s", EnvSpec, v)
+	}
+	return s, nil
+}
