@@ -62,8 +62,9 @@ type hostVM struct {
 // metrics show the tunnel; `down` on one host leaves the other two
 // working, and when it comes back with its VM, it is reached again.
 // prepare, if set, runs on each host before its first `up`; check, if set,
-// checks each host more once the VMs have talked.
-func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *simvm.Host), check func(i int, x *hostVM, metrics string)) {
+// checks each host more once the VMs have talked. It returns the hosts,
+// all up.
+func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *simvm.Host), check func(i int, hosts []*hostVM, metrics string)) []*hostVM {
 	underlay := testutil.NewNS(t, prefix+"-ul")
 	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
 	wan := testutil.NewNS(t, prefix+"-wan")
@@ -126,6 +127,16 @@ func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *
 		_, err := from.Run(ctx, "ping", "-n", "-q", "-c", "1", "-W", "3", "-s", "1422", "-M", "do", to)
 		return err
 	}
+	// The tunnel's forwarding table is there at once (static peers), or
+	// once the hosts' BGP sessions are up (EVPN).
+	testutil.Eventually(t, 20*time.Second, func() error {
+		for _, x := range hosts[1:] {
+			if err := hosts[0].vm.Ping(x.ip, 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, "the hosts' VMs to reach each other")
 	for i, x := range hosts {
 		for j, y := range hosts {
 			if i == j {
@@ -198,7 +209,7 @@ func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *
 			t.Errorf("host %d's metrics lack the tunnel's peers or bytes:\n%s", i+1, testutil.Lines(string(b), "tunnel"))
 		}
 		if check != nil {
-			check(i, x, string(b))
+			check(i, hosts, string(b))
 		}
 	}
 	// Host 3 goes down: 1 and 2 keep talking. It comes back: reached again.
@@ -215,4 +226,5 @@ func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *
 	if got, err := resolve(hosts[1].vm, "web3"); err != nil || got != hosts[2].ip {
 		t.Errorf("host 3 back: web3 resolves to %q (%v), want %s", got, err, hosts[2].ip)
 	}
+	return hosts
 }
