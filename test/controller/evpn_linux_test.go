@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/doctor"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -91,6 +92,12 @@ func (f *frr) start(t *testing.T, d string) {
 
 // restart kills daemon d and starts it again: it has lost what it was told.
 func (f *frr) restart(t *testing.T, d string) {
+	f.stop(t, d)
+	f.start(t, d)
+}
+
+// stop kills daemon d.
+func (f *frr) stop(t *testing.T, d string) {
 	pid := f.daemons[d].Process.Pid
 	f.daemons[d].Process.Kill()
 	testutil.Eventually(t, 5*time.Second, func() error {
@@ -99,7 +106,6 @@ func (f *frr) restart(t *testing.T, d string) {
 		}
 		return nil
 	}, "%s to end", d)
-	f.start(t, d)
 }
 
 // vtysh runs the commands on host h's FRR.
@@ -179,6 +185,28 @@ func TestEVPN(t *testing.T) {
 		return fmt.Errorf("host 2's sessions are not back")
 	}, "host 2's FRR to get its BGP configuration back")
 	testutil.Eventually(t, 10*time.Second, func() error { return hosts[0].vm.Ping(hosts[1].ip, 1) }, "host 1's VM to reach host 2's after host 2's FRR restarted")
+	// doctor sees the sessions, and host 2 down as a session not up.
+	doctorEVPN := func(h *simvm.Host) doctor.Finding {
+		out, _ := h.Vmnetctl("doctor", "--json")
+		return finding(doctorReport(t, []byte(out)), "EVPN of lab")
+	}
+	if f := doctorEVPN(hosts[0].h); f.Status != doctor.OK || !strings.HasPrefix(f.Detail, "2 of 2 BGP sessions established") {
+		t.Errorf("doctor on host 1: %+v, want 2 of 2 sessions established", f)
+	}
+	frrs[1].stop(t, "bgpd")
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if f := doctorEVPN(hosts[0].h); f.Status != doctor.Warn || !strings.Contains(f.Detail, "not with h2 (10.78.0.2)") {
+			return fmt.Errorf("doctor on host 1 with host 2's bgpd stopped: %+v", f)
+		}
+		return nil
+	}, "doctor to see host 2's session down")
+	frrs[1].start(t, "bgpd")
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if f := doctorEVPN(hosts[0].h); f.Status != doctor.OK {
+			return fmt.Errorf("doctor on host 1: %+v", f)
+		}
+		return nil
+	}, "host 2's session back")
 
 	// down takes out what vmnetctl gave FRR, and only that: host 1's
 	// router was vmnetctl's, host 3's the user's, which keeps its
