@@ -327,6 +327,12 @@ func ensureEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int, 
 		return nil
 	}
 	if _, err := vtysh(ctx, "-f", file); err != nil {
+		if r == nil {
+			// Not made after all: a router the user makes later is theirs.
+			if out, rerr := vtysh(ctx, "-c", "show running-config"); rerr == nil && parseBGP(out)[asn] == nil {
+				os.Remove(routerMarker(dir, asn))
+			}
+		}
 		return fmt.Errorf("network %q: applying %s: %w", n.ID, file, err)
 	}
 	running, err = vtysh(ctx, "-c", "show running-config")

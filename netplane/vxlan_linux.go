@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -284,7 +285,9 @@ func tunnelStats(n *api.Network, guardDrops map[string]uint64) *backend.TunnelSt
 	}
 	st.Dropped = guardDrops[api.VXLANName(n.ID)]
 	if n.VXLAN.EVPN != nil {
-		st.BGPSessions, _ = EVPNSessions(context.Background(), n) // evpn_linux.go
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st.BGPSessions, _ = EVPNSessions(ctx, n) // evpn_linux.go
+		cancel()
 	}
 	return st
 }
