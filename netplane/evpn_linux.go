@@ -369,10 +369,14 @@ func checkEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int) [
 // vmnetctl added them. Nothing happens for a network without an FRR file;
 // FRR not running has nothing of it (vmnetctl never saves it there).
 func removeEVPN(ctx context.Context, id string) error {
-	stateDir := OwnerDir()
-	if stateDir == "" {
-		return nil
+	if d := OwnerDir(); d != "" {
+		return removeEVPNOf(ctx, d, id)
 	}
+	return nil
+}
+
+// removeEVPNOf is removeEVPN for state dir stateDir.
+func removeEVPNOf(ctx context.Context, stateDir, id string) error {
 	file := FRRConfigFile(stateDir, id)
 	mineConf, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
