@@ -45,6 +45,9 @@ type VXLAN struct {
 	// DNSPort is the UDP port, on each host's underlay address, where its
 	// DNS proxy answers the other hosts for its own VMs' names.
 	DNSPort uint16 `json:"dnsPort"`
+	// EVPN, if set, has FRR's BGP EVPN fill the tunnel's forwarding
+	// tables instead of a static flooding list (vxlan_evpn.go).
+	EVPN *EVPN `json:"evpn,omitempty"`
 }
 
 // String is the segment as plan shows it; "" for none.
@@ -56,7 +59,11 @@ func (x *VXLAN) String() string {
 	for _, h := range x.Hosts {
 		hosts = append(hosts, h.Name+"="+h.Address.String())
 	}
-	return fmt.Sprintf("vni %d port %d dnsPort %d underlayMTU %d hosts %s", x.VNI, x.Port, x.DNSPort, x.UnderlayMTU, strings.Join(hosts, ","))
+	s := fmt.Sprintf("vni %d port %d dnsPort %d underlayMTU %d hosts %s", x.VNI, x.Port, x.DNSPort, x.UnderlayMTU, strings.Join(hosts, ","))
+	if x.EVPN != nil {
+		s += " " + x.EVPN.String()
+	}
+	return s
 }
 
 // VXLANHost is one host of a segment: a name for humans, and its underlay
@@ -78,7 +85,7 @@ const (
 	maxVNI        = 1<<24 - 1
 )
 
-var vxlanKeys = []string{"vni", "port", "hosts", "underlayMTU", "dnsPort"}
+var vxlanKeys = []string{"vni", "port", "hosts", "underlayMTU", "dnsPort", "evpn"}
 
 // vxlan reads a shared or host network's `vxlan:` section; mtuSet says
 // whether networks.yaml gave the network's MTU (else it is lowered to fit).
@@ -121,6 +128,7 @@ func (w *walker) vxlan(n *Network, v *yaml.Node, path string, mtuSet bool) {
 		}
 	})
 	x.Hosts = w.vxlanHosts(f["hosts"], at("hosts"), key)
+	x.EVPN = w.evpn(f["evpn"], at("evpn")) // vxlan_evpn.go
 	switch room := x.UnderlayMTU - VXLANOverhead; {
 	case !mtuSet:
 		// The network's frames must fit the tunnel: no black hole for
@@ -210,6 +218,7 @@ func (w *walker) checkVXLANs(nets []*Network) {
 		}
 		byVNI[n.VXLAN.VNI] = n
 	}
+	w.checkEVPNs(nets) // vxlan_evpn.go
 }
 
 // VXLANHostSlice is the part of n's DHCP range that host i of its segment

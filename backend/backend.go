@@ -200,6 +200,21 @@ type TunnelStats struct {
 	// Dropped counts frames from the other hosts the tunnel's guard kept
 	// off this host's side (their gateways' traffic, DHCP, routers).
 	Dropped uint64 `json:"dropped"`
+	// BGPSessions, for a segment with EVPN, is the state of FRR's BGP
+	// session with each other host (by underlay address): "Established",
+	// "Active", "Connect"...; a host without a session is missing.
+	BGPSessions map[string]string `json:"bgpSessions,omitempty"`
+}
+
+// BGPEstablished counts the established sessions of BGPSessions.
+func (t *TunnelStats) BGPEstablished() int {
+	n := 0
+	for _, s := range t.BGPSessions {
+		if s == "Established" {
+			n++
+		}
+	}
+	return n
 }
 
 // Forward is one port forward of an attachment (api.PortForward), to the

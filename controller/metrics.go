@@ -126,6 +126,8 @@ var (
 		"Bytes of a network across hosts that its tunnel sent to (tx) or received from (rx) the other hosts.", "direction")
 	descTunnelDropped = networkDesc("vmnetctl_network_tunnel_dropped_total",
 		"Frames from the other hosts of a network across hosts that the tunnel's guard kept off this host's side (their gateways' traffic, DHCP, router advertisements).")
+	descTunnelBGP = networkDesc("vmnetctl_network_tunnel_bgp_established",
+		"A network across hosts with EVPN: the other hosts whose BGP session with this host's FRR is established.")
 	descEgressDenied = networkDesc("vmnetctl_network_egress_denied_total",
 		"Connections the network's VMs opened that its egress policy refused (networks with one).")
 	descRAs = networkDesc("vmnetctl_network_ipv6_router_advertisements_total",
@@ -163,7 +165,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDHCPSpoofed, descDNSQueries, descDNSResponses,
-		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied, descTunnelPeers, descTunnelMACs, descTunnelBytes, descTunnelDropped,
+		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied, descTunnelPeers, descTunnelMACs, descTunnelBytes, descTunnelDropped, descTunnelBGP,
 		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
 	} {
 		ch <- d
@@ -258,6 +260,9 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ba
 		emit(descTunnelBytes, prometheus.CounterValue, float64(t.TxBytes), n.ID, "tx")
 		emit(descTunnelBytes, prometheus.CounterValue, float64(t.RxBytes), n.ID, "rx")
 		emit(descTunnelDropped, prometheus.CounterValue, float64(t.Dropped), n.ID)
+		if t.BGPSessions != nil {
+			emit(descTunnelBGP, prometheus.GaugeValue, float64(t.BGPEstablished()), n.ID)
+		}
 	}
 	if n.HasIPv6() {
 		v6 := st.IPv6

@@ -400,6 +400,9 @@ func (st *Status) render(w io.Writer, now time.Time) error {
 		if t := n.Tunnel; t != nil {
 			fmt.Fprintf(w, "%s spans hosts: this is %s; the tunnel floods to %s, %d remote MACs, %s sent, %s received, %d frames kept off\n",
 				n.Name, t.Host, strings.Join(t.Peers, ", "), t.RemoteMACs, formatBytes(t.TxBytes), formatBytes(t.RxBytes), t.Dropped)
+			if t.BGPSessions != nil {
+				fmt.Fprintf(w, "%s's EVPN: %d of %d BGP sessions established\n", n.Name, t.BGPEstablished(), len(t.BGPSessions))
+			}
 		}
 	}
 	fmt.Fprintln(w)

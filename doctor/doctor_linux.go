@@ -41,7 +41,7 @@ func preflight() []check { return []check{checkRoot, checkTun, checkNft} }
 
 func checks() []check {
 	return append(preflight(), checkKernel, checkForwarding, checkIPv6, checkDockerForward, checkFirewalls,
-		checkPorts, checkSubnets, checkVXLAN, checkQemu)
+		checkPorts, checkSubnets, checkVXLAN, checkEVPN, checkQemu) // checkEVPN: evpn_linux.go
 }
 
 func checkRoot(context.Context, []*api.Network) []Finding {

@@ -291,6 +291,9 @@ func Remove(ctx context.Context, id, stateDir string) error {
 	if err := removeTable(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
+	if err := removeEVPN(ctx, id); err != nil { // evpn_linux.go
+		errs = append(errs, err)
+	}
 	if stateDir != "" {
 		for _, f := range []string{LeaseFile(stateDir, id), journalPath(LeaseFile(stateDir, id))} {
 			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -331,6 +334,12 @@ func Sweep(ctx context.Context, keep []string, stateDir string) ([]string, error
 		files, _ := filepath.Glob(filepath.Join(stateDir, "*.leases.json"))
 		for _, f := range files {
 			found[strings.TrimSuffix(filepath.Base(f), ".leases.json")] = true
+		}
+	}
+	if d := OwnerDir(); d != "" {
+		frr, _ := filepath.Glob(FRRConfigFile(d, "*")) // EVPN's (evpn_linux.go)
+		for _, f := range frr {
+			found[strings.TrimSuffix(filepath.Base(f), ".conf")] = true
 		}
 	}
 	var removed []string

@@ -62,6 +62,17 @@ func OwnerEnv(stateDir string) string { return EnvOwner + "=" + stateDir }
 func SetOwner(stateDir string) {
 	tag := ownerTag(stateDir)
 	owner.Store(&tag)
+	ownerDir.Store(&stateDir)
+}
+
+var ownerDir atomic.Pointer[string]
+
+// OwnerDir is the state dir SetOwner was given; "" without one.
+func OwnerDir() string {
+	if p := ownerDir.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // ownerTag is the owner of stateDir's objects: 8 hex digits of SHA-256 of
@@ -103,6 +114,12 @@ func TapMark(name string) string {
 
 // TableName is the nftables table (family inet) of network id.
 func TableName(id string) string { return tablePrefix + id }
+
+// FRRConfigFile is where stateDir keeps the FRR configuration vmnetctl
+// wrote for network id's EVPN segment (netplane/evpn_linux.go).
+func FRRConfigFile(stateDir, id string) string {
+	return filepath.Join(stateDir, "frr", id+".conf")
+}
 
 // LeaseFile is where the DHCP leases of network id are kept under stateDir.
 func LeaseFile(stateDir, id string) string {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -135,6 +136,9 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 	if err := netlink.LinkSetUp(vx); err != nil {
 		return fmt.Errorf("network %q: setting %s up: %w", n.ID, name, err)
 	}
+	if n.VXLAN.EVPN != nil {
+		return ensureEVPN(ctx, n, vx, idx, local) // evpn_linux.go: FRR fills the FDB
+	}
 	var peers []netip.Addr
 	for i, h := range n.VXLAN.Hosts {
 		if i != idx {
@@ -152,7 +156,7 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 func createVXLAN(n *api.Network, name string, local netip.Addr) (netlink.Link, error) {
 	removeStaleTmpBridges(n.ID)
 	tmp := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: tmpVXLANName(n.ID), MTU: n.VXLAN.UnderlayMTU - api.VXLANOverhead},
-		VxlanId: int(n.VXLAN.VNI), SrcAddr: net.IP(local.AsSlice()), Port: int(n.VXLAN.Port), Learning: true}
+		VxlanId: int(n.VXLAN.VNI), SrcAddr: net.IP(local.AsSlice()), Port: int(n.VXLAN.Port), Learning: n.VXLAN.EVPN == nil}
 	if err := netlink.LinkAdd(tmp); err != nil {
 		return nil, fmt.Errorf("network %q: creating VXLAN device %s (as %s): %w", n.ID, name, tmp.Name, err)
 	}
@@ -191,7 +195,7 @@ func vxlanDevice(n *api.Network, name string, local netip.Addr) (netlink.Link, e
 		// network's, or another state dir's: not ours to take.
 		return nil, fmt.Errorf("network %q: a link named %s exists and is not this network's VXLAN device (alias %q): delete it, or give the network another name", n.ID, name, l.Attrs().Alias)
 	case vx.VxlanId == int(n.VXLAN.VNI) && vx.Port == int(n.VXLAN.Port) && vx.SrcAddr.Equal(net.IP(local.AsSlice())) &&
-		vx.Attrs().MTU == n.VXLAN.UnderlayMTU-api.VXLANOverhead && marked:
+		vx.Attrs().MTU == n.VXLAN.UnderlayMTU-api.VXLANOverhead && marked && vx.Learning == (n.VXLAN.EVPN == nil):
 		return vx, nil
 	}
 	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
@@ -280,6 +284,11 @@ func tunnelStats(n *api.Network, guardDrops map[string]uint64) *backend.TunnelSt
 		st.TxBytes, st.RxBytes = s.TxBytes, s.RxBytes
 	}
 	st.Dropped = guardDrops[api.VXLANName(n.ID)]
+	if n.VXLAN.EVPN != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st.BGPSessions, _ = EVPNSessions(ctx, n) // evpn_linux.go
+		cancel()
+	}
 	return st
 }
 
@@ -317,7 +326,7 @@ func checkVXLAN(ctx context.Context, n *api.Network) []error {
 	}
 	vx, ok := l.(*netlink.Vxlan)
 	if !ok || vx.VxlanId != int(n.VXLAN.VNI) || vx.Port != int(n.VXLAN.Port) || !vx.SrcAddr.Equal(net.IP(local.AsSlice())) ||
-		vx.Attrs().MTU != n.VXLAN.UnderlayMTU-api.VXLANOverhead || vx.Attrs().Alias != Mark(n.ID) {
+		vx.Attrs().MTU != n.VXLAN.UnderlayMTU-api.VXLANOverhead || vx.Attrs().Alias != Mark(n.ID) || vx.Learning != (n.VXLAN.EVPN == nil) {
 		return []error{fmt.Errorf("network %q: %s is not the network's VXLAN device as configured", n.ID, name)}
 	}
 	var errs []error
@@ -327,6 +336,23 @@ func checkVXLAN(ctx context.Context, n *api.Network) []error {
 	if vx.Attrs().Flags&net.FlagUp == 0 {
 		errs = append(errs, fmt.Errorf("network %q: %s is down", n.ID, name))
 	}
+	if n.VXLAN.EVPN != nil {
+		// evpn_linux.go: the flooding entries are FRR's.
+		errs = append(errs, checkEVPN(ctx, n, vx, idx)...)
+	} else {
+		errs = append(errs, checkFlooding(n, vx, idx)...)
+	}
+	if guarded, err := guardedPorts(ctx, n.ID); err == nil && !guarded[name] {
+		errs = append(errs, fmt.Errorf("network %q: %s is not guarded", n.ID, name))
+	}
+	return errs
+}
+
+// checkFlooding: vx floods to the other hosts of n's segment and no one
+// else.
+func checkFlooding(n *api.Network, vx netlink.Link, idx int) []error {
+	var errs []error
+	name := vx.Attrs().Name
 	have, _ := floodList(vx)
 	var peers []netip.Addr
 	for i, h := range n.VXLAN.Hosts {
@@ -341,9 +367,6 @@ func checkVXLAN(ctx context.Context, n *api.Network) []error {
 		if !slices.Contains(peers, a) {
 			errs = append(errs, fmt.Errorf("network %q: %s floods to %s, which is not another host of the segment", n.ID, name, a))
 		}
-	}
-	if guarded, err := guardedPorts(ctx, n.ID); err == nil && !guarded[name] {
-		errs = append(errs, fmt.Errorf("network %q: %s is not guarded", n.ID, name))
 	}
 	return errs
 }

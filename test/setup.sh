@@ -21,7 +21,7 @@ packages=(
 
 # The commands the tests run (testutil.RequireCommands), checked after
 # installing: a package that installed but left no command is a failure too.
-commands=(ip bridge nft sysctl ps pkill pgrep busybox iperf3 ping socat prometheus promtool qemu-system-x86_64 cpio slirp4netns setpriv unshare mount dpkg-deb make systemd-analyze rpm iptables)
+commands=(ip bridge nft sysctl ps pkill pgrep busybox iperf3 ping socat prometheus promtool qemu-system-x86_64 cpio slirp4netns setpriv unshare mount dpkg-deb make systemd-analyze rpm iptables vtysh)
 
 fail() {
   echo "test/setup.sh: $*" >&2
@@ -42,6 +42,32 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
     fail "apt-get install ${missing[*]} failed"
 fi
+
+# --- FRR (zebra, bgpd, vtysh) for the EVPN tests (TestEVPN) ---
+# The tests start their own daemons, one FRR per namespace; installing the
+# package must not start the host's own FRR (a service set up with it), so
+# it is installed under a policy-rc.d that denies starting services, made
+# here and removed after (one that is there already is left as it is).
+if ! dpkg-query -W -f='${Status}' frr 2>/dev/null | grep -q "install ok installed"; then
+  [ "$(id -u)" -eq 0 ] || fail "missing package: frr; run it as root (sudo test/setup.sh) to install it"
+  echo "test/setup.sh: installing frr (its service not started)" >&2
+  policy=/usr/sbin/policy-rc.d
+  made_policy=""
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# test/setup.sh: no service starts while frr installs\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    made_policy=1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  ok=1
+  { apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends frr >/dev/null; } || ok=""
+  [ -z "$made_policy" ] || rm -f "$policy"
+  [ -n "$ok" ] || fail "apt-get install frr failed"
+fi
+for d in zebra bgpd; do
+  [ -x "/usr/lib/frr/$d" ] || fail "/usr/lib/frr/$d is missing after installing frr"
+done
+# --- end FRR ---
 
 absent=()
 PATH="$PATH:/usr/sbin:/sbin"  # nft and ip live there; a user's PATH may lack them

@@ -1,8 +1,10 @@
 package controller_test
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"regexp"
 	"testing"
@@ -16,8 +18,9 @@ import (
 )
 
 // multiHostNetworks is one network across three hosts, the same file on
-// each (docs/multihost.md).
-const multiHostNetworks = `networks:
+// each (docs/multihost.md); extra is added to its vxlan section.
+func multiHostNetworks(extra string) string {
+	return `networks:
   lab:
     mode: shared
     gateway: 10.210.0.1
@@ -29,24 +32,45 @@ const multiHostNetworks = `networks:
         - {name: h1, address: 10.78.0.1}
         - {name: h2, address: 10.78.0.2}
         - {name: h3, address: 10.78.0.3}
-`
+` + extra
+}
 
-// TestMultiHost runs vmnetctl on three hosts (namespaces on an underlay
-// bridge) with the same networks.yaml, a VM on each: leases from each
-// host's slice, the VMs reach each other by IP and by their VM-file names,
-// status and the metrics show the tunnel; `down` on one host leaves the
-// other two working, and when it comes back with its VM, it is reached
-// again.
+// TestMultiHost runs vmnetctl on three hosts with the same networks.yaml
+// and a static list of peers (multiHostLab's checks).
 func TestMultiHost(t *testing.T) {
 	t.Parallel()
-	underlay := testutil.NewNS(t, "mh-ul")
+	multiHostLab(t, "mh", multiHostNetworks(""), nil, nil)
+}
+
+// multiHostWAN is the address of the WAN namespace on the underlay, which
+// each host's VM reaches through its own host's NAT.
+const multiHostWAN = "10.78.0.100"
+
+// hostVM is one host of multiHostLab and its VM.
+type hostVM struct {
+	h   *simvm.Host
+	vms string
+	vm  *simvm.VM
+	ip  string
+}
+
+// multiHostLab runs vmnetctl on three hosts (namespaces on an underlay
+// bridge, 10.78.0.N, with a WAN namespace beside them) with the same
+// networks.yaml, a VM on each, and checks: leases from each host's slice;
+// the VMs reach each other by IP (full-size frames, TCP) and by their
+// VM-file names; each reaches the WAN through its own host; status and the
+// metrics show the tunnel; `down` on one host leaves the other two
+// working, and when it comes back with its VM, it is reached again.
+// prepare, if set, runs on each host before its first `up`; check, if set,
+// checks each host more once the VMs have talked. It returns the hosts,
+// all up.
+func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *simvm.Host), check func(i int, hosts []*hostVM, metrics string)) []*hostVM {
+	underlay := testutil.NewNS(t, prefix+"-ul")
 	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
-	type hostVM struct {
-		h   *simvm.Host
-		vms string
-		vm  *simvm.VM
-		ip  string
-	}
+	wan := testutil.NewNS(t, prefix+"-wan")
+	testutil.Run(t, "ip", "-n", underlay.Name, "link", "add", "ulw", "master", "ul", "up", "type", "veth", "peer", "name", "eth0", "netns", wan.Name)
+	wan.MustRun(t, "ip", "addr", "add", multiHostWAN+"/24", "dev", "eth0")
+	wan.MustRun(t, "ip", "link", "set", "eth0", "up")
 	var hosts []*hostVM
 	up := func(i int) {
 		x := hosts[i]
@@ -55,11 +79,14 @@ func TestMultiHost(t *testing.T) {
 		x.ip = x.vm.DHCP(t)["ip"]
 	}
 	for i := range 3 {
-		h := simvm.NewHost(t, fmt.Sprintf("mh%d", i+1), multiHostNetworks, "pgrep")
+		h := simvm.NewHost(t, fmt.Sprintf("%s%d", prefix, i+1), networks, "pgrep")
 		ulIf := fmt.Sprintf("ul%d", i+1)
 		testutil.Run(t, "ip", "-n", underlay.Name, "link", "add", ulIf, "master", "ul", "up", "type", "veth", "peer", "name", "underlay", "netns", h.Name)
 		h.MustRun(t, "ip", "addr", "add", fmt.Sprintf("10.78.0.%d/24", i+1), "dev", "underlay")
 		h.MustRun(t, "ip", "link", "set", "underlay", "up")
+		if prepare != nil {
+			prepare(i, h)
+		}
 		hosts = append(hosts, &hostVM{h: h, vms: h.WriteFile("vms.yaml", fmt.Sprintf("vms:\n  web%d:\n    networks:\n      - vmnet: lab\n", i+1))})
 		up(i)
 	}
@@ -92,18 +119,73 @@ func TestMultiHost(t *testing.T) {
 		})
 		return got, err
 	}
+	// fullPing sends one ping of a full-size frame (the network's 1450
+	// bytes: 1422 of payload), not fragmented.
+	fullPing := func(from *simvm.VM, to string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := from.Run(ctx, "ping", "-n", "-q", "-c", "1", "-W", "3", "-s", "1422", "-M", "do", to)
+		return err
+	}
+	// The tunnel's forwarding table is there at once (static peers), or
+	// once the hosts' BGP sessions are up (EVPN).
+	testutil.Eventually(t, 20*time.Second, func() error {
+		for _, x := range hosts[1:] {
+			if err := hosts[0].vm.Ping(x.ip, 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, "the hosts' VMs to reach each other")
 	for i, x := range hosts {
 		for j, y := range hosts {
 			if i == j {
 				continue
 			}
-			if err := x.vm.Ping(y.ip, 1); err != nil {
-				t.Errorf("host %d's VM cannot reach host %d's (%s): %v", i+1, j+1, y.ip, err)
+			if err := fullPing(x.vm, y.ip); err != nil {
+				t.Errorf("host %d's VM cannot reach host %d's (%s) with full-size frames: %v", i+1, j+1, y.ip, err)
 			}
 			name := fmt.Sprintf("web%d.vmnet.internal", j+1)
 			if got, err := resolve(x.vm, name); err != nil || got != y.ip {
 				t.Errorf("host %d's VM resolves %s to %q (%v), want %s", i+1, name, got, err, y.ip)
 			}
+		}
+	}
+	// TCP across hosts, and from each VM to the WAN, which sees its host.
+	srv := hosts[1].vm.Listen(t, "tcp4", hosts[1].ip+":0")
+	wanSrv := wan.Listen(t, "tcp4", multiHostWAN+":0")
+	seen := make(chan string, 8)
+	for _, l := range []net.Listener{srv, wanSrv} {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+				c.Close()
+			}
+		}()
+	}
+	dial := func(from *simvm.VM, addr string) error {
+		return from.Do(func() error {
+			c, err := net.DialTimeout("tcp4", addr, 5*time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+	}
+	if err := dial(hosts[0].vm, srv.Addr().String()); err != nil {
+		t.Errorf("TCP from host 1's VM to host 2's: %v", err)
+	} else if src := <-seen; src != hosts[0].ip {
+		t.Errorf("host 2's VM saw a connection from %s, want host 1's VM %s", src, hosts[0].ip)
+	}
+	for i, x := range hosts {
+		if err := dial(x.vm, wanSrv.Addr().String()); err != nil {
+			t.Errorf("host %d's VM cannot reach the WAN: %v", i+1, err)
+		} else if src, want := <-seen, fmt.Sprintf("10.78.0.%d", i+1); src != want {
+			t.Errorf("the WAN saw host %d's VM as %s, want its own host's %s", i+1, src, want)
 		}
 	}
 	for i, x := range hosts {
@@ -126,6 +208,9 @@ func TestMultiHost(t *testing.T) {
 			!regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bytes_total\{direction="rx",network="lab"\} [1-9]`).Match(b) {
 			t.Errorf("host %d's metrics lack the tunnel's peers or bytes:\n%s", i+1, testutil.Lines(string(b), "tunnel"))
 		}
+		if check != nil {
+			check(i, hosts, string(b))
+		}
 	}
 	// Host 3 goes down: 1 and 2 keep talking. It comes back: reached again.
 	hosts[2].h.MustVmnetctl("down", "-f", hosts[2].vms)
@@ -141,4 +226,5 @@ func TestMultiHost(t *testing.T) {
 	if got, err := resolve(hosts[1].vm, "web3"); err != nil || got != hosts[2].ip {
 		t.Errorf("host 3 back: web3 resolves to %q (%v), want %s", got, err, hosts[2].ip)
 	}
+	return hosts
 }
