@@ -9,7 +9,9 @@ import (
 )
 
 // testKey is a well-formed WireGuard key, distinct for each b.
-func testKey(b byte) string { return base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{b}, WireGuardKeyLen)) }
+func testKey(b byte) string {
+	return base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{b}, WireGuardKeyLen))
+}
 
 func wgNet(wireguard string, keys ...string) string {
 	s := "networks:\n  lab:\n    mode: shared\n    gateway: 192.168.120.1\n    netmask: 255.255.255.0\n    vxlan:\n      vni: 120\n"

@@ -200,6 +200,20 @@ type TunnelStats struct {
 	// Dropped counts frames from the other hosts the tunnel's guard kept
 	// off this host's side (their gateways' traffic, DHCP, routers).
 	Dropped uint64 `json:"dropped"`
+	// WireGuard are the peers of the segment's WireGuard device, if its
+	// underlay is encrypted.
+	WireGuard []WireGuardPeer `json:"wireguard,omitempty"`
+}
+
+// WireGuardPeer is another host as this host's WireGuard device sees it.
+type WireGuardPeer struct {
+	Host string `json:"host"`
+	// LastHandshake is the time of the last completed handshake; zero
+	// for none. A session older than 3 minutes is renewed or dead.
+	LastHandshake time.Time `json:"lastHandshake"`
+	// RxBytes and TxBytes count the encrypted bytes from and to the peer.
+	RxBytes uint64 `json:"rxBytes"`
+	TxBytes uint64 `json:"txBytes"`
 }
 
 // Forward is one port forward of an attachment (api.PortForward), to the

@@ -62,6 +62,7 @@ func OwnerEnv(stateDir string) string { return EnvOwner + "=" + stateDir }
 func SetOwner(stateDir string) {
 	tag := ownerTag(stateDir)
 	owner.Store(&tag)
+	setWireGuardDir(stateDir) // where this host's WireGuard key is
 }
 
 // ownerTag is the owner of stateDir's objects: 8 hex digits of SHA-256 of
