@@ -190,6 +190,9 @@ func multiHost(t *testing.T, prefix string, wireguard bool) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if wireguard && len(regexp.MustCompile(`(?m)^vmnetctl_network_wireguard_bytes_total\{direction="rx",host="h\d",network="lab"\} [1-9]`).FindAll(b, -1)) != 2 {
+			t.Errorf("host %d's metrics lack WireGuard's bytes from 2 hosts:\n%s", i+1, testutil.Lines(string(b), "wireguard"))
+		}
 		if !regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_peers\{network="lab"\} 2$`).Match(b) ||
 			!regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bytes_total\{direction="rx",network="lab"\} [1-9]`).Match(b) {
 			t.Errorf("host %d's metrics lack the tunnel's peers or bytes:\n%s", i+1, testutil.Lines(string(b), "tunnel"))
