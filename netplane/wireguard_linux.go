@@ -200,7 +200,7 @@ func createWireGuard(n *api.Network, name string, l netlink.Link) (*wgDevice, er
 	}
 	log := slog.With("network", n.ID, "device", name)
 	logger := &device.Logger{Verbosef: device.DiscardLogf, Errorf: func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) }}
-	dev := device.NewDevice(t, conn.NewDefaultBind(), logger)
+	dev := device.NewDevice(steadyTUN(t), conn.NewDefaultBind(), logger)
 	tl, err := netlink.LinkByName(name)
 	if err == nil {
 		err = netlink.LinkSetAlias(tl, Mark(n.ID))
@@ -211,6 +211,32 @@ func createWireGuard(n *api.Network, name string, l netlink.Link) (*wgDevice, er
 	}
 	return &wgDevice{dev: dev, index: tl.Attrs().Index}, nil
 }
+
+// steadyTUN is t without its up and down events: wireguard-go would take
+// the device down and up again with its link, and open its sockets again
+// on whatever thread reads the event, which may be in another network
+// namespace than the device's (a process that serves several, as the
+// tests do). Up is vmnetctl's call (ensureWireGuard); a link set down is
+// drift, which Check reports and the repair puts back. MTU changes pass.
+func steadyTUN(t tun.Device) tun.Device {
+	s := &steadyDevice{Device: t, events: make(chan tun.Event, 1)}
+	go func() {
+		defer close(s.events)
+		for e := range t.Events() {
+			if e&tun.EventMTUUpdate != 0 {
+				s.events <- tun.EventMTUUpdate
+			}
+		}
+	}()
+	return s
+}
+
+type steadyDevice struct {
+	tun.Device
+	events chan tun.Event
+}
+
+func (s *steadyDevice) Events() <-chan tun.Event { return s.events }
 
 // closeWireGuard stops network id's WireGuard device of this process in
 // the calling thread's namespace, and deletes its link.

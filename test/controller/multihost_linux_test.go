@@ -139,6 +139,17 @@ func multiHost(t *testing.T, prefix string, wireguard bool) {
 	if wireguard {
 		mtu = 1390 // and WireGuard's 60
 	}
+	if wireguard {
+		// Two hosts whose first WireGuard handshakes cross both wait for
+		// the other's data; the next attempt, up to 5 s on, settles it.
+		for i, x := range hosts {
+			for j, y := range hosts {
+				if i != j {
+					testutil.Eventually(t, 15*time.Second, func() error { return x.vm.Ping(y.ip, 1) }, fmt.Sprintf("host %d's VM to reach host %d's", i+1, j+1))
+				}
+			}
+		}
+	}
 	for i, x := range hosts {
 		for j, y := range hosts {
 			if i == j {
