@@ -194,6 +194,9 @@ func multiHost(t *testing.T, prefix string, wireguard bool) {
 			if shaken != 2 {
 				t.Errorf("host %d: WireGuard peers %+v, want 2 with a recent handshake and traffic", i+1, tun.Tunnel.WireGuard)
 			}
+			if out := x.h.MustVmnetctl("status"); len(regexp.MustCompile(`encrypted to h\d: handshake \d+s ago`).FindAllString(out, -1)) != 2 {
+				t.Errorf("host %d's status does not show its 2 WireGuard peers:\n%s", i+1, out)
+			}
 		}
 		resp, err := x.h.HTTPClient().Get("http://" + controller.DefaultMetricsAddr + "/metrics")
 		if err != nil {
