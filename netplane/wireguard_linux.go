@@ -146,8 +146,29 @@ func ensureWireGuard(n *api.Network) error {
 		delete(wgDevices.m, key)
 		d = nil
 	}
+	if kl, ok := kernelWireGuard(n, l); ok && d == nil {
+		// The kernel's, made by this run or an earlier one: adopted.
+		if err := configureKernelWireGuard(n, idx, priv, name); err != nil {
+			return err
+		}
+		return wireGuardLink(n, idx, kl)
+	}
 	if d == nil {
-		if d, err = createWireGuard(n, name, l); err != nil {
+		if l != nil {
+			if err := removeWireGuardInTheWay(n, name, l); err != nil {
+				return err
+			}
+		}
+		switch kl, err := createKernelWireGuard(n, name); {
+		case err == nil:
+			if err := configureKernelWireGuard(n, idx, priv, name); err != nil {
+				return err
+			}
+			return wireGuardLink(n, idx, kl)
+		case !errors.Is(err, errNoKernelWireGuard):
+			return err
+		}
+		if d, err = createWireGuard(n, name); err != nil {
 			return err
 		}
 		wgDevices.m[key] = d
@@ -164,6 +185,13 @@ func ensureWireGuard(n *api.Network) error {
 	if err := d.dev.Up(); err != nil {
 		return fmt.Errorf("network %q: %s up: %w", n.ID, name, err)
 	}
+	return wireGuardLink(n, idx, l)
+}
+
+// wireGuardLink gives n's WireGuard link l, kernel or TUN, its MTU and
+// tunnel address, and sets it up.
+func wireGuardLink(n *api.Network, idx int, l netlink.Link) error {
+	x, name := n.VXLAN, l.Attrs().Name
 	if l.Attrs().MTU != x.WireGuardMTU() {
 		if err := netlink.LinkSetMTU(l, x.WireGuardMTU()); err != nil {
 			return fmt.Errorf("network %q: %s's MTU: %w", n.ID, name, err)
@@ -179,21 +207,24 @@ func ensureWireGuard(n *api.Network) error {
 	return nil
 }
 
-// createWireGuard makes n's device name, marked as n's. l is the link of
-// that name already there, if any: one marked as n's by this state dir is
-// a device this process does not run (a previous run's, or one dead) and
-// is made again; any other is not ours to take. No temporary name is
-// needed (createBridge's): the TUN goes with this process if it dies
-// before the mark.
-func createWireGuard(n *api.Network, name string, l netlink.Link) (*wgDevice, error) {
-	if l != nil {
-		if owner, ok := ownedHere(l); !ok || owner != n.ID || !mine(l.Attrs().Alias) {
-			return nil, fmt.Errorf("network %q: a link named %s exists and is not this network's WireGuard device (alias %q): delete it, or give the network another name", n.ID, name, l.Attrs().Alias)
-		}
-		if err := netlink.LinkDel(l); err != nil && !notFound(err) {
-			return nil, fmt.Errorf("network %q: deleting %s to make it again: %w", n.ID, name, err)
-		}
+// removeWireGuardInTheWay deletes l, the link named as n's WireGuard
+// device that is not one to keep: one marked as n's by this state dir is a
+// device this process does not run (a previous run's, or one dead) and is
+// made again; any other is not ours to take.
+func removeWireGuardInTheWay(n *api.Network, name string, l netlink.Link) error {
+	if owner, ok := ownedHere(l); !ok || owner != n.ID || !mine(l.Attrs().Alias) {
+		return fmt.Errorf("network %q: a link named %s exists and is not this network's WireGuard device (alias %q): delete it, or give the network another name", n.ID, name, l.Attrs().Alias)
 	}
+	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+		return fmt.Errorf("network %q: deleting %s to make it again: %w", n.ID, name, err)
+	}
+	return nil
+}
+
+// createWireGuard makes n's userspace device name, marked as n's. No
+// temporary name is needed (createBridge's): the TUN goes with this
+// process if it dies before the mark.
+func createWireGuard(n *api.Network, name string) (*wgDevice, error) {
 	t, err := tun.CreateTUN(name, n.VXLAN.WireGuardMTU())
 	if err != nil {
 		return nil, fmt.Errorf("network %q: creating WireGuard device %s: %w", n.ID, name, err)
@@ -277,9 +308,14 @@ func checkWireGuard(n *api.Network) []error {
 	wgDevices.Lock()
 	d := wgDevices.m[wgKey(name)]
 	wgDevices.Unlock()
+	_, kernel := kernelWireGuard(n, l)
 	switch {
 	case l == nil:
 		return []error{fmt.Errorf("network %q: WireGuard device %s is missing", n.ID, name)}
+	case kernel:
+		if err := checkKernelWireGuard(n, idx, name); err != nil {
+			return []error{err}
+		}
 	case d == nil || !d.alive(l):
 		return []error{fmt.Errorf("network %q: WireGuard device %s is not run by this controller", n.ID, name)}
 	case l.Attrs().Alias != Mark(n.ID):
@@ -312,10 +348,16 @@ func wireGuardStats(n *api.Network, st *backend.TunnelStats) {
 	if n.VXLAN == nil || n.VXLAN.WireGuard == nil {
 		return
 	}
+	name := api.WireGuardName(n.ID)
 	wgDevices.Lock()
-	d := wgDevices.m[wgKey(api.WireGuardName(n.ID))]
+	d := wgDevices.m[wgKey(name)]
 	wgDevices.Unlock()
 	if d == nil {
+		if l, _ := netlink.LinkByName(name); l != nil {
+			if _, kernel := kernelWireGuard(n, l); kernel {
+				kernelWireGuardStats(n, name, st)
+			}
+		}
 		return
 	}
 	conf, err := d.dev.IpcGet()
