@@ -95,7 +95,7 @@ const TmpBridgePrefix = "vmn."
 // gives its own interfaces (bridges, TAPs, VXLAN devices, temporaries), so
 // not one a user can bridge a network onto.
 func OwnInterface(name string) bool {
-	for _, p := range []string{BridgePrefix, TapPrefix, VXLANPrefix, TmpBridgePrefix} {
+	for _, p := range []string{BridgePrefix, TapPrefix, VXLANPrefix, TmpBridgePrefix, WireGuardPrefix} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}

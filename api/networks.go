@@ -778,6 +778,7 @@ func (w *walker) finishNetworks(cfg *Networks) {
 	defaultIPv6(cfg.Networks)
 	w.checkIPv6Overlaps(byLine)
 	w.checkVXLANs(byLine)
+	w.checkWireGuards(byLine)
 	// vmnet: entries without a subnet get the first free 192.168.N.0/24 from
 	// N=100, in name order, so the choice is stable for a given file.
 	for _, n := range cfg.Networks {

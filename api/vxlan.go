@@ -48,6 +48,8 @@ type VXLAN struct {
 	// EVPN, if set, has FRR's BGP EVPN fill the tunnel's forwarding
 	// tables instead of a static flooding list (vxlan_evpn.go).
 	EVPN *EVPN `json:"evpn,omitempty"`
+	// WireGuard, if set, encrypts the underlay (vxlan_wireguard.go).
+	WireGuard *WireGuard `json:"wireguard,omitempty"`
 }
 
 // String is the segment as plan shows it; "" for none.
@@ -63,7 +65,7 @@ func (x *VXLAN) String() string {
 	if x.EVPN != nil {
 		s += " " + x.EVPN.String()
 	}
-	return s
+	return s + x.wireGuardString()
 }
 
 // VXLANHost is one host of a segment: a name for humans, and its underlay
@@ -71,6 +73,8 @@ func (x *VXLAN) String() string {
 type VXLANHost struct {
 	Name    string     `json:"name"`
 	Address netip.Addr `json:"address"`
+	// PublicKey is the host's WireGuard key (base64), with vxlan.wireguard.
+	PublicKey string `json:"publicKey,omitempty"`
 }
 
 const (
@@ -85,7 +89,7 @@ const (
 	maxVNI        = 1<<24 - 1
 )
 
-var vxlanKeys = []string{"vni", "port", "hosts", "underlayMTU", "dnsPort", "evpn"}
+var vxlanKeys = []string{"vni", "port", "hosts", "underlayMTU", "dnsPort", "evpn", "wireguard"}
 
 // vxlan reads a shared or host network's `vxlan:` section; mtuSet says
 // whether networks.yaml gave the network's MTU (else it is lowered to fit).
@@ -129,19 +133,23 @@ func (w *walker) vxlan(n *Network, v *yaml.Node, path string, mtuSet bool) {
 	})
 	x.Hosts = w.vxlanHosts(f["hosts"], at("hosts"), key)
 	x.EVPN = w.evpn(f["evpn"], at("evpn")) // vxlan_evpn.go
-	switch room := x.UnderlayMTU - VXLANOverhead; {
+	w.wireGuard(n, x, f, at, key)
+	if x.EVPN != nil && x.WireGuard != nil {
+		w.errorf(key, at("evpn"), "and wireguard together are not supported yet: BGP EVPN over an encrypted underlay is untested; use one or the other")
+	}
+	switch room := x.FrameMTU(); {
 	case !mtuSet:
 		// The network's frames must fit the tunnel: no black hole for
 		// full-size frames.
 		n.MTU = min(n.MTU, room)
 	case n.MTU > room:
-		w.errorf(key, path, "the network's mtu %d does not fit the tunnel: VXLAN adds %d bytes and the underlay's MTU is %d; set mtu to at most %d, or underlayMTU to at least %d (and raise the hosts' interfaces to it)",
-			n.MTU, VXLANOverhead, x.UnderlayMTU, room, n.MTU+VXLANOverhead)
+		w.errorf(key, path, "the network's mtu %d does not fit the tunnel: %s and the underlay's MTU is %d; set mtu to at most %d, or underlayMTU to at least %d (and raise the hosts' interfaces to it)",
+			n.MTU, x.overheadText(), x.UnderlayMTU, room, n.MTU+x.Overhead())
 	}
 	if n.Subnet6.IsValid() && n.MTU < IPv6MinMTU {
 		// subnet6 was checked against the MTU before the tunnel lowered it.
 		w.errorf(key, path, "the tunnel leaves the network an MTU of %d, below IPv6's %d, and subnet6 is set: raise underlayMTU to at least %d, or set ipv6: false",
-			n.MTU, IPv6MinMTU, IPv6MinMTU+VXLANOverhead)
+			n.MTU, IPv6MinMTU, IPv6MinMTU+x.Overhead())
 	}
 	if n.DHCPStart.IsValid() && len(x.Hosts) > 0 {
 		if size := addrDistance(n.DHCPStart, n.DHCPEnd) + 1; size < uint64(len(x.Hosts)) {
@@ -167,7 +175,7 @@ func (w *walker) vxlanHosts(v *yaml.Node, path string, section *yaml.Node) []VXL
 	names, addrs := map[string]int{}, map[netip.Addr]int{}
 	for i, item := range v.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
-		f, _, ok := w.collect(deref(item), p, []string{"name", "address"})
+		f, _, ok := w.collect(deref(item), p, []string{"name", "address", "publicKey"})
 		if !ok {
 			continue
 		}
@@ -197,6 +205,7 @@ func (w *walker) vxlanHosts(v *yaml.Node, path string, section *yaml.Node) []VXL
 				addrs[a] = av.Line
 			}
 		}
+		h.PublicKey = w.wireGuardHostKey(f, at)
 		names[h.Name] = item.Line
 		hosts = append(hosts, h)
 	}

@@ -25,7 +25,7 @@ func TestVXLAN(t *testing.T) {
 	nets := mustNetworks(t, vxlanNet)
 	n := nets.Get("lab")
 	want := &VXLAN{VNI: 120, Port: DefaultVXLANPort, UnderlayMTU: 1500, DNSPort: DefaultVXLANDNSPort, Hosts: []VXLANHost{
-		{"rack1", netip.MustParseAddr("10.0.0.1")}, {"rack2", netip.MustParseAddr("10.0.0.2")}, {"rack3", netip.MustParseAddr("10.0.0.3")}}}
+		{"rack1", netip.MustParseAddr("10.0.0.1"), ""}, {"rack2", netip.MustParseAddr("10.0.0.2"), ""}, {"rack3", netip.MustParseAddr("10.0.0.3"), ""}}}
 	if diff := cmp.Diff(want, n.VXLAN, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("vxlan (-want +got):\n%s", diff)
 	}

@@ -204,6 +204,9 @@ type TunnelStats struct {
 	// session with each other host (by underlay address): "Established",
 	// "Active", "Connect"...; a host without a session is missing.
 	BGPSessions map[string]string `json:"bgpSessions,omitempty"`
+	// WireGuard are the peers of the segment's WireGuard device, if its
+	// underlay is encrypted.
+	WireGuard []WireGuardPeer `json:"wireguard,omitempty"`
 }
 
 // BGPEstablished counts the established sessions of BGPSessions.
@@ -215,6 +218,17 @@ func (t *TunnelStats) BGPEstablished() int {
 		}
 	}
 	return n
+}
+
+// WireGuardPeer is another host as this host's WireGuard device sees it.
+type WireGuardPeer struct {
+	Host string `json:"host"`
+	// LastHandshake is the time of the last completed handshake; zero
+	// for none. A session older than 3 minutes is renewed or dead.
+	LastHandshake time.Time `json:"lastHandshake"`
+	// RxBytes and TxBytes count the encrypted bytes from and to the peer.
+	RxBytes uint64 `json:"rxBytes"`
+	TxBytes uint64 `json:"txBytes"`
 }
 
 // Forward is one port forward of an attachment (api.PortForward), to the

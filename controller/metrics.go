@@ -128,6 +128,10 @@ var (
 		"Frames from the other hosts of a network across hosts that the tunnel's guard kept off this host's side (their gateways' traffic, DHCP, router advertisements).")
 	descTunnelBGP = networkDesc("vmnetctl_network_tunnel_bgp_established",
 		"A network across hosts with EVPN: the other hosts whose BGP session with this host's FRR is established.")
+	descWireGuardHandshake = networkDesc("vmnetctl_network_wireguard_last_handshake_seconds",
+		"A network across hosts with an encrypted underlay: the Unix time of the last WireGuard handshake with each other host (0: none yet). Older than 3 minutes: the session is down.", "host")
+	descWireGuardBytes = networkDesc("vmnetctl_network_wireguard_bytes_total",
+		"A network across hosts with an encrypted underlay: encrypted bytes sent to (tx) or received from (rx) each other host.", "host", "direction")
 	descEgressDenied = networkDesc("vmnetctl_network_egress_denied_total",
 		"Connections the network's VMs opened that its egress policy refused (networks with one).")
 	descRAs = networkDesc("vmnetctl_network_ipv6_router_advertisements_total",
@@ -166,6 +170,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDHCPSpoofed, descDNSQueries, descDNSResponses,
 		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied, descTunnelPeers, descTunnelMACs, descTunnelBytes, descTunnelDropped, descTunnelBGP,
+		descWireGuardHandshake, descWireGuardBytes,
 		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
 	} {
 		ch <- d
@@ -262,6 +267,15 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ba
 		emit(descTunnelDropped, prometheus.CounterValue, float64(t.Dropped), n.ID)
 		if t.BGPSessions != nil {
 			emit(descTunnelBGP, prometheus.GaugeValue, float64(t.BGPEstablished()), n.ID)
+		}
+		for _, p := range t.WireGuard {
+			hs := 0.0
+			if !p.LastHandshake.IsZero() {
+				hs = float64(p.LastHandshake.Unix())
+			}
+			emit(descWireGuardHandshake, prometheus.GaugeValue, hs, n.ID, p.Host)
+			emit(descWireGuardBytes, prometheus.CounterValue, float64(p.TxBytes), n.ID, p.Host, "tx")
+			emit(descWireGuardBytes, prometheus.CounterValue, float64(p.RxBytes), n.ID, p.Host, "rx")
 		}
 	}
 	if n.HasIPv6() {

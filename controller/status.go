@@ -403,6 +403,9 @@ func (st *Status) render(w io.Writer, now time.Time) error {
 			if t.BGPSessions != nil {
 				fmt.Fprintf(w, "%s's EVPN: %d of %d BGP sessions established\n", n.Name, t.BGPEstablished(), len(t.BGPSessions))
 			}
+			for _, p := range t.WireGuard {
+				fmt.Fprintf(w, "  encrypted to %s: %s, %s sent, %s received\n", p.Host, handshakeAge(p.LastHandshake, time.Now()), formatBytes(p.TxBytes), formatBytes(p.RxBytes))
+			}
 		}
 	}
 	fmt.Fprintln(w)
@@ -613,4 +616,18 @@ func (l *LeaseList) Render(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", x.Network, x.IP, x.MAC, dash(x.Hostname), dash(x.VM), x.Expiry.Local().Format(time.DateTime))
 	}
 	return tw.Flush()
+}
+
+// handshakeAge says how long ago a WireGuard handshake was, and whether
+// the session is down (no handshake in 3 minutes: WireGuard renews every
+// 2, and gives up on a key after 3).
+func handshakeAge(at, now time.Time) string {
+	switch age := now.Sub(at).Truncate(time.Second); {
+	case at.IsZero():
+		return "no handshake yet"
+	case age > 3*time.Minute:
+		return fmt.Sprintf("DOWN, last handshake %s ago", age)
+	default:
+		return fmt.Sprintf("handshake %s ago", age)
+	}
 }

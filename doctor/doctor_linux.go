@@ -41,7 +41,7 @@ func preflight() []check { return []check{checkRoot, checkTun, checkNft} }
 
 func checks() []check {
 	return append(preflight(), checkKernel, checkForwarding, checkIPv6, checkDockerForward, checkFirewalls,
-		checkPorts, checkSubnets, checkVXLAN, checkEVPN, checkQemu) // checkEVPN: evpn_linux.go
+		checkPorts, checkSubnets, checkVXLAN, checkEVPN, checkWireGuard, checkQemu) // checkEVPN: evpn_linux.go
 }
 
 func checkRoot(context.Context, []*api.Network) []Finding {
@@ -121,6 +121,11 @@ add rule bridge probe pre ether saddr != @m add @m { ether saddr }
 	}},
 	{"vxlan", "VXLAN (networks across hosts)", hasVXLAN, func() error {
 		return addLink(&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "probe-vx"}, VxlanId: 42, Port: 4789})
+	}},
+	// Never needed: without the module, wireguard-go (built in) runs the
+	// device; this says which one will.
+	{"wireguard", "the kernel's WireGuard device (else wireguard-go, built in, runs it in the controller)", never, func() error {
+		return addLink(&netlink.Wireguard{LinkAttrs: netlink.LinkAttrs{Name: "probe-wg"}})
 	}},
 	{"vhost-net", "vhost-net (fast TAP attachments for qemu)", never, func() error {
 		if !netplane.VhostNet() {

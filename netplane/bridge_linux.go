@@ -293,6 +293,17 @@ func tmpVXLANName(id string) string {
 	return name[:len(name)-3] + hex.EncodeToString(sum[:2])[:3]
 }
 
+// tmpWireGuardName is tmpBridgeName for network id's kernel WireGuard
+// device (createKernelWireGuard), made the same way.
+func tmpWireGuardName(id string) string {
+	name := tmpBridgeName(id)
+	if Owner() == "" {
+		return name
+	}
+	sum := sha256.Sum256([]byte("vmnetctl tmp wireguard " + id))
+	return name[:len(name)-3] + hex.EncodeToString(sum[:2])[:3]
+}
+
 // tmpBridgeOwner tells a temporary bridge name from others, and returns
 // the owner it carries ("" for one of a process without an owner).
 func tmpBridgeOwner(name string) (owner string, ok bool) {
@@ -331,10 +342,11 @@ func removeStaleTmpBridges(id string) {
 		owner, tmp := tmpBridgeOwner(name)
 		_, bridge := l.(*netlink.Bridge)
 		_, vxlan := l.(*netlink.Vxlan)
-		if !(bridge || vxlan) || !tmp || owner != Owner() {
+		_, wg := l.(*netlink.Wireguard)
+		if !(bridge || vxlan || wg) || !tmp || owner != Owner() {
 			continue
 		}
-		if owner != "" && id != "" && name != tmpBridgeName(id) && name != tmpVXLANName(id) {
+		if owner != "" && id != "" && name != tmpBridgeName(id) && name != tmpVXLANName(id) && name != tmpWireGuardName(id) {
 			continue
 		}
 		mid, marked := ownedBy(l)

@@ -273,6 +273,7 @@ func ensureSysctl(path, value string) error {
 // Removing a network that does not exist is not an error.
 func Remove(ctx context.Context, id, stateDir string) error {
 	var errs []error
+	closeWireGuard(id) // this process's device, before its link goes
 	links, err := linkList()
 	if err != nil {
 		return fmt.Errorf("network %q: listing links: %w", id, err)

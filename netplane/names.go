@@ -62,10 +62,14 @@ func OwnerEnv(stateDir string) string { return EnvOwner + "=" + stateDir }
 func SetOwner(stateDir string) {
 	tag := ownerTag(stateDir)
 	owner.Store(&tag)
-	ownerDir.Store(&stateDir)
+	setOwnerDir(stateDir)
 }
 
+// ownerDir is the state dir SetOwner was given: where the FRR files and
+// this host's WireGuard key are.
 var ownerDir atomic.Pointer[string]
+
+func setOwnerDir(stateDir string) { ownerDir.Store(&stateDir) }
 
 // OwnerDir is the state dir SetOwner was given; "" without one.
 func OwnerDir() string {

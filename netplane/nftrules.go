@@ -26,8 +26,8 @@ func nftRules(n *api.Network) map[string][]string {
 		// (masqueraded to its address).
 		// As nft lists it (Check compares): sorted, braces for more than one.
 		var addrs []netip.Addr
-		for _, h := range x.Hosts {
-			addrs = append(addrs, h.Address)
+		for i := range x.Hosts {
+			addrs = append(addrs, x.TunnelAddr(i)) // with WireGuard, inside it
 		}
 		slices.SortFunc(addrs, netip.Addr.Compare)
 		var hosts []string
@@ -41,6 +41,8 @@ func nftRules(n *api.Network) map[string][]string {
 		ports := fmt.Sprintf("{ %d, %d }", min(x.Port, x.DNSPort), max(x.Port, x.DNSPort))
 		input = append(input, "udp dport "+ports+" ip saddr != "+set+" drop")
 		fwd = append(fwd, `iifname "`+api.BridgePrefix+`*" ip daddr `+set+" udp dport "+ports+" drop")
+		wgIn, wgFwd := wireGuardRules(n) // WireGuard's port; nothing plain on the underlay
+		input, fwd = append(input, wgIn...), append(fwd, wgFwd...)
 	}
 	if n.DHCP {
 		input = append(input, "iifname "+br+" udp dport 67 accept")

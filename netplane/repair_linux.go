@@ -177,6 +177,8 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 func linkChanged(u netlink.LinkUpdate) bool {
 	a := u.Link.Attrs()
 	bridge, tap := strings.HasPrefix(a.Name, api.BridgePrefix), strings.HasPrefix(a.Name, api.TapPrefix)
+	// A WireGuard device is a bridge's kin here: deleted or down, repair.
+	bridge = bridge || strings.HasPrefix(a.Name, api.WireGuardPrefix)
 	switch {
 	case !bridge && !tap:
 		return false

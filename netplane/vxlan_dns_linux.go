@@ -72,15 +72,16 @@ var peerListeners = struct {
 // startPeerDNS serves the network's own names to the other hosts of its
 // segment, and makes the proxy ask them for names it does not know.
 func (nw *Network) startPeerDNS() error {
-	idx, local, err := localVXLANHost(nw.n)
+	idx, _, err := localVXLANHost(nw.n)
 	if err != nil {
 		return err
 	}
 	x := nw.n.VXLAN
+	local := x.TunnelAddr(idx) // with WireGuard, inside it
 	var peers []netip.Addr
-	for i, h := range x.Hosts {
+	for i := range x.Hosts {
 		if i != idx {
-			peers = append(peers, h.Address)
+			peers = append(peers, x.TunnelAddr(i))
 		}
 	}
 	addr := netip.AddrPortFrom(local, x.DNSPort)

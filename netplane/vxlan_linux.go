@@ -95,6 +95,9 @@ func vxlanNetwork(n *api.Network) (*api.Network, error) {
 // name configured otherwise (another VNI, port or local address) is made
 // again.
 func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
+	if err := ensureWireGuard(n); err != nil { // first: the tunnel's address is on it
+		return err
+	}
 	if n.VXLAN == nil {
 		// No longer across hosts: this network's tunnel goes.
 		if l := ownVXLAN(n); l != nil {
@@ -104,10 +107,11 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 		}
 		return nil
 	}
-	idx, local, err := localVXLANHost(n)
+	idx, _, err := localVXLANHost(n)
 	if err != nil {
 		return err
 	}
+	local := n.VXLAN.TunnelAddr(idx)
 	name := api.VXLANName(n.ID)
 	vx, err := vxlanDevice(n, name, local)
 	if err != nil {
@@ -140,9 +144,9 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 		return ensureEVPN(ctx, n, vx, idx, local) // evpn_linux.go: FRR fills the FDB
 	}
 	var peers []netip.Addr
-	for i, h := range n.VXLAN.Hosts {
+	for i := range n.VXLAN.Hosts {
 		if i != idx {
-			peers = append(peers, h.Address)
+			peers = append(peers, n.VXLAN.TunnelAddr(i))
 		}
 	}
 	return ensureFlooding(n, vx, peers)
@@ -155,7 +159,7 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 // (removeStaleTmpBridges) by the next Ensure or down --all.
 func createVXLAN(n *api.Network, name string, local netip.Addr) (netlink.Link, error) {
 	removeStaleTmpBridges(n.ID)
-	tmp := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: tmpVXLANName(n.ID), MTU: n.VXLAN.UnderlayMTU - api.VXLANOverhead},
+	tmp := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: tmpVXLANName(n.ID), MTU: n.VXLAN.FrameMTU()},
 		VxlanId: int(n.VXLAN.VNI), SrcAddr: net.IP(local.AsSlice()), Port: int(n.VXLAN.Port), Learning: n.VXLAN.EVPN == nil}
 	if err := netlink.LinkAdd(tmp); err != nil {
 		return nil, fmt.Errorf("network %q: creating VXLAN device %s (as %s): %w", n.ID, name, tmp.Name, err)
@@ -195,7 +199,7 @@ func vxlanDevice(n *api.Network, name string, local netip.Addr) (netlink.Link, e
 		// network's, or another state dir's: not ours to take.
 		return nil, fmt.Errorf("network %q: a link named %s exists and is not this network's VXLAN device (alias %q): delete it, or give the network another name", n.ID, name, l.Attrs().Alias)
 	case vx.VxlanId == int(n.VXLAN.VNI) && vx.Port == int(n.VXLAN.Port) && vx.SrcAddr.Equal(net.IP(local.AsSlice())) &&
-		vx.Attrs().MTU == n.VXLAN.UnderlayMTU-api.VXLANOverhead && marked && vx.Learning == (n.VXLAN.EVPN == nil):
+		vx.Attrs().MTU == n.VXLAN.FrameMTU() && marked && vx.Learning == (n.VXLAN.EVPN == nil):
 		return vx, nil
 	}
 	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
@@ -289,6 +293,7 @@ func tunnelStats(n *api.Network, guardDrops map[string]uint64) *backend.TunnelSt
 		st.BGPSessions, _ = EVPNSessions(ctx, n) // evpn_linux.go
 		cancel()
 	}
+	wireGuardStats(n, st)
 	return st
 }
 
@@ -310,26 +315,28 @@ func ownVXLAN(n *api.Network) netlink.Link {
 // network of this host alone.
 func checkVXLAN(ctx context.Context, n *api.Network) []error {
 	if n.VXLAN == nil {
+		errs := checkWireGuard(n)
 		if l := ownVXLAN(n); l != nil {
-			return []error{fmt.Errorf("network %q: has the tunnel %s, and is no longer across hosts", n.ID, l.Attrs().Name)}
+			errs = append(errs, fmt.Errorf("network %q: has the tunnel %s, and is no longer across hosts", n.ID, l.Attrs().Name))
 		}
-		return nil
+		return errs
 	}
-	idx, local, err := localVXLANHost(n)
+	idx, _, err := localVXLANHost(n)
 	if err != nil {
 		return []error{err}
 	}
+	local := n.VXLAN.TunnelAddr(idx)
 	name := api.VXLANName(n.ID)
+	errs := checkWireGuard(n)
 	l, err := netlink.LinkByName(name)
 	if err != nil {
 		return []error{fmt.Errorf("network %q: VXLAN device %s: %w", n.ID, name, err)}
 	}
 	vx, ok := l.(*netlink.Vxlan)
 	if !ok || vx.VxlanId != int(n.VXLAN.VNI) || vx.Port != int(n.VXLAN.Port) || !vx.SrcAddr.Equal(net.IP(local.AsSlice())) ||
-		vx.Attrs().MTU != n.VXLAN.UnderlayMTU-api.VXLANOverhead || vx.Attrs().Alias != Mark(n.ID) || vx.Learning != (n.VXLAN.EVPN == nil) {
-		return []error{fmt.Errorf("network %q: %s is not the network's VXLAN device as configured", n.ID, name)}
+		vx.Attrs().MTU != n.VXLAN.FrameMTU() || vx.Attrs().Alias != Mark(n.ID) || vx.Learning != (n.VXLAN.EVPN == nil) {
+		return append(errs, fmt.Errorf("network %q: %s is not the network's VXLAN device as configured", n.ID, name))
 	}
-	var errs []error
 	if br, _ := NetworkBridge(n); br == nil || vx.Attrs().MasterIndex != br.Attrs().Index {
 		errs = append(errs, fmt.Errorf("network %q: %s is not on the network's bridge", n.ID, name))
 	}
@@ -357,9 +364,9 @@ func checkFlooding(n *api.Network, vx netlink.Link, idx int) []error {
 	var peers []netip.Addr
 	for i, h := range n.VXLAN.Hosts {
 		if i != idx {
-			peers = append(peers, h.Address)
-			if !slices.Contains(have, h.Address) {
-				errs = append(errs, fmt.Errorf("network %q: %s does not flood to %s (%s)", n.ID, name, h.Name, h.Address))
+			peers = append(peers, n.VXLAN.TunnelAddr(i))
+			if !slices.Contains(have, n.VXLAN.TunnelAddr(i)) {
+				errs = append(errs, fmt.Errorf("network %q: %s does not flood to %s (%s)", n.ID, name, h.Name, n.VXLAN.TunnelAddr(i)))
 			}
 		}
 	}

@@ -120,8 +120,9 @@ func (d Dir) RemoveRuntime() {
 	}
 }
 
-// Clean removes everything but the locks (others may be waiting on them)
-// and the controller's log, once nothing runs and no project is left.
+// Clean removes everything but the locks (others may be waiting on them),
+// the controller's log and this host's WireGuard key, once nothing runs
+// and no project is left.
 func (d Dir) Clean() error {
 	entries, err := os.ReadDir(d.Path)
 	if err != nil {
@@ -129,7 +130,8 @@ func (d Dir) Clean() error {
 	}
 	for _, e := range entries {
 		switch e.Name() {
-		case opsLockFile, controllerLockFile, controllerLogFile, eventsFile:
+		case opsLockFile, controllerLockFile, controllerLogFile, eventsFile,
+			wireGuardKeyFile: // the host's identity, which the other hosts list
 			continue
 		}
 		if err := os.RemoveAll(d.file(e.Name())); err != nil {

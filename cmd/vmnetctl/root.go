@@ -109,6 +109,7 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 		newNetworksCommand(g, s),
 		newVersionCommand(s),
 		newHelperCommand(g, s),
+		newWireGuardCommand(g, s),
 	)
 	root.AddCommand(newManCommand(root))
 	// The completion command, made now (not at Execute) to carry Examples.
@@ -175,7 +176,7 @@ func flagActs(flag, path string) bool {
 // the commands that read the state dir get controller.AccessHint.
 var globalFlagActs = map[string][]string{
 	"networks":  {"up", "plan", "run", "validate", "networks", "network list", "network create", "network inspect", "doctor", "helper"},
-	"state-dir": {"up", "down", "plan", "status", "serve", "run", "args", "validate", "leases", "logs", "describe", "events", "network", "completion", "helper", "doctor"},
+	"state-dir": {"up", "down", "plan", "status", "serve", "run", "args", "validate", "leases", "logs", "describe", "events", "network", "completion", "helper", "doctor", "wireguard"},
 }
 
 // examples are the commands' Examples sections (`vmnetctl CMD --help`),
@@ -192,6 +193,8 @@ var examples = map[string]string{
 	"networks":              "  vmnetctl networks\n  vmnetctl networks --networks ~/.lima/_config/networks.yaml --json",
 	"doctor":                "  sudo vmnetctl doctor\n  sudo vmnetctl doctor --json",
 	"version":               "  vmnetctl version\n  vmnetctl --version",
+	"wireguard":             "  sudo vmnetctl wireguard pubkey",
+	"wireguard pubkey":      "  sudo vmnetctl wireguard pubkey",
 	"helper":                "  sudo vmnetctl helper --network shared --socket /tmp/vm.sock --interface-id $(uuidgen)",
 	"completion":            "  source <(vmnetctl completion bash)\n  vmnetctl completion zsh > \"${fpath[1]}/_vmnetctl\"\n  vmnetctl completion fish > ~/.config/fish/completions/vmnetctl.fish",
 	"completion bash":       "  source <(vmnetctl completion bash)\n  vmnetctl completion bash > /etc/bash_completion.d/vmnetctl",

@@ -6,7 +6,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,6 +45,63 @@ func TestMultiHost(t *testing.T) {
 	multiHostLab(t, "mh", multiHostNetworks(""), nil, nil)
 }
 
+// TestMultiHostWireGuard is TestMultiHost with the underlay encrypted
+// (vxlan.wireguard): each host's key from `vmnetctl wireguard pubkey`;
+// on the underlay, no packet to the VXLAN port or the name service, only
+// WireGuard's; status and the metrics show each peer's handshake and
+// bytes; host 1's WireGuard device, deleted behind vmnetctl's back, is
+// made again.
+func TestMultiHostWireGuard(t *testing.T) {
+	t.Parallel()
+	multiHostLabWith(t, "mw", labOptions{
+		mtu:       1390, // the underlay's 1500 less VXLAN's 50 and WireGuard's 60
+		encrypted: true,
+		networks: func(hosts []*hostVM) string {
+			// Each host's key, as a user would gather them.
+			nets := multiHostNetworks("")
+			for i, x := range hosts {
+				k := strings.TrimSpace(x.h.MustVmnetctl("wireguard", "pubkey"))
+				nets = strings.Replace(nets, fmt.Sprintf("address: 10.78.0.%d}", i+1), fmt.Sprintf("address: 10.78.0.%d, publicKey: %q}", i+1, k), 1)
+			}
+			return strings.Replace(nets, "      hosts:", "      wireguard: {subnet: 10.255.210.0/24}\n      hosts:", 1)
+		},
+		check: func(i int, hosts []*hostVM, metrics string) {
+			x := hosts[i]
+			var tun *controller.NetworkStatus
+			for _, n := range x.h.Status().Networks {
+				if n.Name == "lab" {
+					tun = &n
+				}
+			}
+			if tun == nil || tun.Tunnel == nil {
+				t.Errorf("host %d: no tunnel in lab's status", i+1)
+				return
+			}
+			shaken := 0
+			for _, p := range tun.Tunnel.WireGuard {
+				if time.Since(p.LastHandshake) < 3*time.Minute && p.RxBytes > 0 && p.TxBytes > 0 {
+					shaken++
+				}
+			}
+			if shaken != 2 {
+				t.Errorf("host %d: WireGuard peers %+v, want 2 with a recent handshake and traffic", i+1, tun.Tunnel.WireGuard)
+			}
+			if out := x.h.MustVmnetctl("status"); len(regexp.MustCompile(`encrypted to h\d: handshake \d+s ago`).FindAllString(out, -1)) != 2 {
+				t.Errorf("host %d's status does not show its 2 WireGuard peers:\n%s", i+1, out)
+			}
+			if len(regexp.MustCompile(`(?m)^vmnetctl_network_wireguard_bytes_total\{direction="rx",host="h\d",network="lab"\} [1-9]`).FindAllString(metrics, -1)) != 2 {
+				t.Errorf("host %d's metrics lack WireGuard's bytes from 2 hosts:\n%s", i+1, testutil.Lines(metrics, "wireguard"))
+			}
+		},
+		afterChecks: func(hosts []*hostVM) {
+			// Drift: host 1's WireGuard device deleted behind vmnetctl's
+			// back is made again, and its VM reaches the others again.
+			hosts[0].h.MustRun(t, "ip", "link", "del", "vmw-lab")
+			testutil.Eventually(t, 15*time.Second, func() error { return hosts[0].vm.Ping(hosts[1].ip, 1) }, "host 1's WireGuard device to be repaired")
+		},
+	})
+}
+
 // multiHostWAN is the address of the WAN namespace on the underlay, which
 // each host's VM reaches through its own host's NAT.
 const multiHostWAN = "10.78.0.100"
@@ -54,19 +114,49 @@ type hostVM struct {
 	ip  string
 }
 
-// multiHostLab runs vmnetctl on three hosts (namespaces on an underlay
+// multiHostLab is multiHostLabWith the networks.yaml networks, and
+// prepare and check.
+func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *simvm.Host), check func(i int, hosts []*hostVM, metrics string)) []*hostVM {
+	return multiHostLabWith(t, prefix, labOptions{networks: func([]*hostVM) string { return networks }, prepare: prepare, check: check})
+}
+
+// labOptions are what a multiHostLab run adds to its checks.
+type labOptions struct {
+	// networks is the networks.yaml of every host, once they exist and
+	// prepare ran on them.
+	networks func(hosts []*hostVM) string
+	// prepare, if set, runs on each host before its first `up`.
+	prepare func(i int, h *simvm.Host)
+	// check, if set, checks each host more once the VMs have talked.
+	check func(i int, hosts []*hostVM, metrics string)
+	// afterChecks, if set, runs before host 3 goes down.
+	afterChecks func(hosts []*hostVM)
+	// mtu is the network's (default 1450: the underlay's 1500 less VXLAN's).
+	mtu int
+	// encrypted: only WireGuard may cross the underlay (else VXLAN and
+	// the hosts' name queries, and no WireGuard).
+	encrypted bool
+}
+
+// multiHostLabWith runs vmnetctl on three hosts (namespaces on an underlay
 // bridge, 10.78.0.N, with a WAN namespace beside them) with the same
 // networks.yaml, a VM on each, and checks: leases from each host's slice;
 // the VMs reach each other by IP (full-size frames, TCP) and by their
 // VM-file names; each reaches the WAN through its own host; status and the
-// metrics show the tunnel; `down` on one host leaves the other two
-// working, and when it comes back with its VM, it is reached again.
-// prepare, if set, runs on each host before its first `up`; check, if set,
-// checks each host more once the VMs have talked. It returns the hosts,
-// all up.
-func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *simvm.Host), check func(i int, hosts []*hostVM, metrics string)) []*hostVM {
+// metrics show the tunnel; what crosses the underlay; `down` on one host
+// leaves the other two working, and when it comes back with its VM, it is
+// reached again. It returns the hosts, all up.
+func multiHostLabWith(t *testing.T, prefix string, o labOptions) []*hostVM {
+	if o.mtu == 0 {
+		o.mtu = 1450
+	}
 	underlay := testutil.NewNS(t, prefix+"-ul")
 	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	// What crosses the underlay, by UDP port: the bridge's forward hook
+	// sees every packet between the hosts.
+	underlay.MustRun(t, "nft", "add table bridge ul; add chain bridge ul cross { type filter hook forward priority 0; }; "+
+		"add rule bridge ul cross udp dport 4789 counter comment vxlan; add rule bridge ul cross udp dport 5380 counter comment names; "+
+		"add rule bridge ul cross udp dport 51820 counter comment wireguard")
 	wan := testutil.NewNS(t, prefix+"-wan")
 	testutil.Run(t, "ip", "-n", underlay.Name, "link", "add", "ulw", "master", "ul", "up", "type", "veth", "peer", "name", "eth0", "netns", wan.Name)
 	wan.MustRun(t, "ip", "addr", "add", multiHostWAN+"/24", "dev", "eth0")
@@ -79,15 +169,21 @@ func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *
 		x.ip = x.vm.DHCP(t)["ip"]
 	}
 	for i := range 3 {
-		h := simvm.NewHost(t, fmt.Sprintf("%s%d", prefix, i+1), networks, "pgrep")
+		h := simvm.NewHost(t, fmt.Sprintf("%s%d", prefix, i+1), multiHostNetworks(""), "pgrep")
 		ulIf := fmt.Sprintf("ul%d", i+1)
 		testutil.Run(t, "ip", "-n", underlay.Name, "link", "add", ulIf, "master", "ul", "up", "type", "veth", "peer", "name", "underlay", "netns", h.Name)
 		h.MustRun(t, "ip", "addr", "add", fmt.Sprintf("10.78.0.%d/24", i+1), "dev", "underlay")
 		h.MustRun(t, "ip", "link", "set", "underlay", "up")
-		if prepare != nil {
-			prepare(i, h)
+		if o.prepare != nil {
+			o.prepare(i, h)
 		}
 		hosts = append(hosts, &hostVM{h: h, vms: h.WriteFile("vms.yaml", fmt.Sprintf("vms:\n  web%d:\n    networks:\n      - vmnet: lab\n", i+1))})
+	}
+	nets := o.networks(hosts)
+	for i, x := range hosts {
+		if err := os.WriteFile(x.h.Networks, []byte(nets), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		up(i)
 	}
 	// .2-.90 in three: .2-.30, .31-.59, .60-.90.
@@ -119,31 +215,34 @@ func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *
 		})
 		return got, err
 	}
-	// fullPing sends one ping of a full-size frame (the network's 1450
-	// bytes: 1422 of payload), not fragmented.
+	// fullPing sends one ping of a full-size frame (the network's MTU
+	// less IPv4's and ICMP's 28 bytes of payload), not fragmented.
 	fullPing := func(from *simvm.VM, to string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err := from.Run(ctx, "ping", "-n", "-q", "-c", "1", "-W", "3", "-s", "1422", "-M", "do", to)
+		_, err := from.Run(ctx, "ping", "-n", "-q", "-c", "1", "-W", "3", "-s", strconv.Itoa(o.mtu-28), "-M", "do", to)
 		return err
 	}
 	// The tunnel's forwarding table is there at once (static peers), or
-	// once the hosts' BGP sessions are up (EVPN).
-	testutil.Eventually(t, 20*time.Second, func() error {
-		for _, x := range hosts[1:] {
-			if err := hosts[0].vm.Ping(x.ip, 1); err != nil {
-				return err
+	// once the hosts' BGP sessions are up (EVPN); two hosts whose first
+	// WireGuard handshakes cross wait for the next attempt, up to 5 s on.
+	for i, x := range hosts {
+		for j, y := range hosts {
+			if i != j {
+				testutil.Eventually(t, 20*time.Second, func() error { return x.vm.Ping(y.ip, 1) }, fmt.Sprintf("host %d's VM to reach host %d's", i+1, j+1))
 			}
 		}
-		return nil
-	}, "the hosts' VMs to reach each other")
+	}
 	for i, x := range hosts {
 		for j, y := range hosts {
 			if i == j {
 				continue
 			}
 			if err := fullPing(x.vm, y.ip); err != nil {
-				t.Errorf("host %d's VM cannot reach host %d's (%s) with full-size frames: %v", i+1, j+1, y.ip, err)
+				t.Errorf("host %d's VM cannot reach host %d's (%s) with full-size frames (MTU %d): %v", i+1, j+1, y.ip, o.mtu, err)
+			}
+			if err := tcpEcho(t, x.vm, y.vm, y.ip); err != nil {
+				t.Errorf("TCP from host %d's VM to host %d's: %v", i+1, j+1, err)
 			}
 			name := fmt.Sprintf("web%d.vmnet.internal", j+1)
 			if got, err := resolve(x.vm, name); err != nil || got != y.ip {
@@ -198,6 +297,9 @@ func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *
 		if tun == nil || tun.Tunnel == nil || tun.Tunnel.Host != fmt.Sprintf("h%d", i+1) || len(tun.Tunnel.Peers) != 2 || tun.Tunnel.RemoteMACs < 2 {
 			t.Errorf("host %d: status of lab %+v, want its tunnel as h%d to 2 peers with the 2 other VMs learned", i+1, tun, i+1)
 		}
+		if tun != nil && tun.State != "up" {
+			t.Errorf("host %d: lab is %s: %s", i+1, tun.State, tun.Error)
+		}
 		resp, err := x.h.HTTPClient().Get("http://" + controller.DefaultMetricsAddr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -208,9 +310,25 @@ func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *
 			!regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bytes_total\{direction="rx",network="lab"\} [1-9]`).Match(b) {
 			t.Errorf("host %d's metrics lack the tunnel's peers or bytes:\n%s", i+1, testutil.Lines(string(b), "tunnel"))
 		}
-		if check != nil {
-			check(i, hosts, string(b))
+		if o.check != nil {
+			o.check(i, hosts, string(b))
 		}
+	}
+	counted := underlay.MustRun(t, "nft", "list", "chain", "bridge", "ul", "cross")
+	packets := func(what string) int {
+		m := regexp.MustCompile(`counter packets (\d+) .*comment "` + what + `"`).FindStringSubmatch(counted)
+		if m == nil {
+			t.Fatalf("no counter %s in\n%s", what, counted)
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	if vx, names, wg := packets("vxlan"), packets("names"), packets("wireguard"); o.encrypted && (vx != 0 || names != 0 || wg == 0) ||
+		!o.encrypted && (vx == 0 || names == 0 || wg != 0) {
+		t.Errorf("on the underlay: %d VXLAN packets, %d name queries, %d WireGuard packets; want only %s", vx, names, wg, map[bool]string{true: "WireGuard's", false: "VXLAN's and names'"}[o.encrypted])
+	}
+	if o.afterChecks != nil {
+		o.afterChecks(hosts)
 	}
 	// Host 3 goes down: 1 and 2 keep talking. It comes back: reached again.
 	hosts[2].h.MustVmnetctl("down", "-f", hosts[2].vms)
@@ -227,4 +345,40 @@ func multiHostLab(t *testing.T, prefix, networks string, prepare func(i int, h *
 		t.Errorf("host 3 back: web3 resolves to %q (%v), want %s", got, err, hosts[2].ip)
 	}
 	return hosts
+}
+
+// tcpEcho connects from one VM to a listener in another, at ip, and has a
+// line echoed back.
+func tcpEcho(t *testing.T, from, to *simvm.VM, ip string) error {
+	l := to.Listen(t, "tcp4", ip+":0")
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.Copy(c, c)
+	}()
+	return from.Do(func() error {
+		c, err := net.DialTimeout("tcp4", l.Addr().String(), 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		msg := strings.Repeat("x", 8000) + "\n" // several segments
+		if _, err := io.WriteString(c, msg); err != nil {
+			return err
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, got); err != nil {
+			return err
+		}
+		if string(got) != msg {
+			return fmt.Errorf("echoed %d bytes differ", len(got))
+		}
+		return nil
+	})
 }
