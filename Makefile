@@ -28,6 +28,7 @@ DIST ?= dist
 build:
 	$(GO) build -ldflags "-X main.version=v$(PKG_VERSION)" -o $(BIN) ./cmd/vmnetctl
 	$(GO) build -o $(BIN)-relay ./cmd/vmnetctl-relay
+	chmod 0711 $(BIN)-relay
 
 # The main job with the built-in default networks: show them, validate the
 # example VM files, then (as root) install nftables if it is missing, bring

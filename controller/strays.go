@@ -14,12 +14,16 @@ import (
 
 // isHelperOf reports whether a command line runs a helper (`vmnetctl
 // helper` or vmnet-helper, directly or through sudo) for state dir sd: one
-// of its arguments names a file in sd.
+// of its arguments names a file in sd. The command a helper's relay runs to
+// relearn a MAC has the helper's arguments, and is not one.
 func isHelperOf(sd statedir.Dir, cmdline []string) bool {
 	helper := false
 	for i, arg := range cmdline {
 		if (i == 1 && arg == "helper") || filepath.Base(arg) == "vmnet-helper" {
 			helper = true
+		}
+		if arg == "--"+helperexec.RelearnFlag {
+			return false
 		}
 	}
 	return helper && slices.ContainsFunc(cmdline, sd.Holds)

@@ -17,6 +17,8 @@ func TestIsHelperOf(t *testing.T) {
 		{[]string{"/usr/bin/vmnetctl", "helper", "--networks", "/run/vmnetctl-other/networks.yaml"}, false}, // another state dir
 		{[]string{"/usr/bin/vmnetctl", "helper", "--delete-link-on-eof", "vmt-0123456789"}, false},          // a helper's cleanup child
 		{[]string{"/usr/bin/vmnetctl", "serve", "--state-dir", "/run/vmnetctl"}, false},
+		// The command a helper's relay runs to relearn a MAC: its flags.
+		{[]string{"/usr/bin/vmnetctl", "helper", "--networks", "/run/vmnetctl/networks.yaml", "--tap", "vmt-0123456789", "--relearn-mac"}, false},
 		{[]string{"qemu-system-x86_64", "-netdev", "dgram,local.path=/run/vmnetctl/vms/a/0.vm.sock"}, false},
 	} {
 		if got := isHelperOf(sd, tc.cmdline); got != tc.want {

@@ -51,16 +51,16 @@ func (s *session) relearn() func() error {
 	return func() error { return netplane.GuardPort(context.Background(), s.o.Network, s.tapName, nil) }
 }
 
-// RelearnFlag is the hidden `vmnetctl helper` flag of the command
-// vmnetctl-relay runs when a restarted VMM is served on a port that learns
-// its MAC: the same helper's flags, and this one, make the port's guard
-// forget the learned MAC, and nothing else.
-const RelearnFlag = "relearn-mac"
-
-// relearnMAC is `vmnetctl helper ... --tap NAME --relearn-mac`.
+// relearnMAC is `vmnetctl helper ... --tap NAME --relearn-mac`: the
+// port's guard forgets the MAC it learned. It is vmnetctl-relay's, which
+// runs it as root (Main refuses it through sudo), and only for a port that
+// learns (no --mac, and guarded).
 func relearnMAC(ctx context.Context, o Options) error {
 	if o.TapName == "" {
 		return fmt.Errorf("--%s needs --tap", RelearnFlag)
+	}
+	if o.VMMAC != nil || o.NoSpoofCheck {
+		return fmt.Errorf("--%s: port %s does not learn its MAC (--mac or --no-spoof-check)", RelearnFlag, o.TapName)
 	}
 	return netplane.GuardPort(ctx, o.Network, o.TapName, nil)
 }
@@ -80,9 +80,13 @@ var errNoExec = errors.New("")
 // Signals: SIGTERM and SIGINT end the process (and its port with it)
 // from just before the exec until vmnetctl-relay catches them again, first
 // thing, before it prints the ready line: whoever waits for that line
-// stops a relay that catches them. One that came before is in ctx, and the
-// helper then does not exec.
-func (s *session) execRelay(ctx context.Context, spec relay.Spec) error {
+// stops a relay that catches them. One that came earlier is in ctx, and
+// the helper then does not exec, except one caught by Go in the moment
+// before the reset and not yet passed on to ctx: that one is lost, and the
+// relay runs until whoever stops it escalates to SIGKILL (the controller
+// does after its grace), which ends it with its port. If the exec fails,
+// SIGTERM and SIGINT call stop again.
+func (s *session) execRelay(ctx context.Context, stop context.CancelFunc, spec relay.Spec) error {
 	if s.port.Macvtap {
 		return fmt.Errorf("%w(a macvtap port)", errNoExec)
 	}
@@ -94,10 +98,12 @@ func (s *session) execRelay(ctx context.Context, spec relay.Spec) error {
 		return err
 	}
 	bin := filepath.Join(filepath.Dir(exe), relay.Binary)
-	if err := trustedRelay(bin, exe); err != nil {
+	if err := trustedRelay(bin, exe, os.Geteuid()); err != nil {
 		return err
 	}
-	if s.learns() {
+	if s.learns() && os.Geteuid() == 0 && !throughSudo() {
+		// Only a relay that is still root may change the guard (as the
+		// helper itself: one running as the VM's owner keeps the MAC).
 		spec.Relearn = append(append([]string{exe}, os.Args[1:]...), "--tap", s.tapName, "--"+RelearnFlag)
 	}
 	ready, err := json.Marshal(s.ready)
@@ -113,13 +119,24 @@ func (s *session) execRelay(ctx context.Context, spec relay.Spec) error {
 		return err
 	}
 	s.log.Debugf("main", "handing the relay to %s", bin)
+	// From here a SIGTERM ends the process at once (the port goes with
+	// its fd) rather than being caught by a process about to be replaced.
 	gosignal.Reset(syscall.SIGTERM, syscall.SIGINT)
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w(stopping)", errNoExec)
 	}
 	err = syscall.Exec(bin, os.Args, handOverEnv(env))
-	// Not replaced: catch the signals again, for ctx's sake.
-	gosignal.Notify(make(chan os.Signal, 1), syscall.SIGTERM, syscall.SIGINT)
+	// Not replaced: catch the signals again, and let them stop the
+	// relay, as Main's did.
+	sig := make(chan os.Signal, 1)
+	gosignal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		select {
+		case <-sig:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
 	return fmt.Errorf("exec %s: %w", bin, err)
 }
 
@@ -131,10 +148,13 @@ func handOverEnv(spec string) []string {
 	return append(env, relay.EnvSpec+"="+spec)
 }
 
-// trustedRelay checks that the helper may exec bin: it exists, the current
-// user may run it, and, for a helper still root, it is owned by root or by
-// exe's owner and writable by nobody else.
-func trustedRelay(bin, exe string) error {
+// trustedRelay checks that the helper may exec bin: it exists and the
+// current user may run it; for a helper that dropped to the VM's owner,
+// that user cannot read it (mode 0711: the kernel then keeps the process
+// undumpable across the exec, as it made it at the setuid, so the VM's
+// owner cannot trace it and use its descriptors); for a helper still root,
+// it is owned by root or by exe's owner and writable by nobody else.
+func trustedRelay(bin, exe string, euid int) error {
 	var st, est unix.Stat_t
 	if err := unix.Stat(bin, &st); err != nil {
 		return fmt.Errorf("%w(no %s next to %s)", errNoExec, relay.Binary, exe)
@@ -142,7 +162,10 @@ func trustedRelay(bin, exe string) error {
 	if err := unix.Access(bin, unix.X_OK); err != nil {
 		return fmt.Errorf("%s: %w", bin, err)
 	}
-	if os.Geteuid() != 0 {
+	if euid != 0 {
+		if unix.Access(bin, unix.R_OK) == nil {
+			return fmt.Errorf("%s is readable by uid %d, which could then trace the relay: install it with mode 0711", bin, euid)
+		}
 		return nil
 	}
 	if err := unix.Stat(exe, &est); err != nil {

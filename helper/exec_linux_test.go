@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/relay"
@@ -33,9 +35,11 @@ func anonymousKB(t *testing.T, pid int) int {
 
 // TestHelperExecsRelay: set up, a helper becomes vmnetctl-relay (found
 // next to vmnetctl) and keeps its identity: the same pid, start time and
-// command line, which is what the controller knows a helper by. It relays
-// and stops on SIGTERM as before. Without vmnetctl-relay beside it, the
-// helper relays in its own process, and says so.
+// command line, which is what the controller knows a helper by; dropped
+// to the VM's owner, it is still not dumpable. It relays and stops on
+// SIGTERM as before. Without vmnetctl-relay beside it, or with one the
+// kernel will not run, the helper relays in its own process, says so, and
+// still stops on SIGTERM.
 func TestHelperExecsRelay(t *testing.T) {
 	f := newFixture(t)
 	lone := filepath.Join(t.TempDir(), "vmnetctl")
@@ -46,19 +50,44 @@ func TestHelperExecsRelay(t *testing.T) {
 	if err := os.WriteFile(lone, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Beside a vmnetctl-relay the kernel will not run (ENOEXEC): the exec
+	// fails after the helper gave up its signal handlers for it.
+	brokenDir := t.TempDir()
+	broken := filepath.Join(brokenDir, "vmnetctl")
+	if err := os.WriteFile(broken, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(brokenDir, relay.Binary), []byte("not a program\n"), 0o711); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, bin, exe string
+		args           []string
 	}{
-		{"with vmnetctl-relay", vmnetctlBin, relay.Binary},
-		{"alone", lone, "vmnetctl"},
+		{"with vmnetctl-relay", vmnetctlBin, relay.Binary, nil},
+		{"as the VM's owner", vmnetctlBin, relay.Binary, []string{"--uid", strconv.Itoa(ownerID), "--gid", strconv.Itoa(ownerID)}},
+		{"alone", lone, "vmnetctl", nil},
+		{"a vmnetctl-relay that does not run", broken, "vmnetctl", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func(old string) { vmnetctlBin = old }(vmnetctlBin)
 			vmnetctlBin = tc.bin
 			tap := openTap(t, f.vm, "vmeth0", false, 0)
 			path := filepath.Join(f.dir, "helper.sock")
-			h := f.startHelper(t, nil, "--socket", path, "--stats-interval", "60")
+			h := f.startHelper(t, nil, append([]string{"--socket", path, "--stats-interval", "60"}, tc.args...)...)
 			pid := h.cmd.Process.Pid
+			if tc.args != nil {
+				// Dropped to the VM's owner, and still not dumpable: /proc
+				// shows its files as root's, so that owner cannot trace it
+				// or use its descriptors.
+				var st unix.Stat_t
+				if err := unix.Stat("/proc/"+strconv.Itoa(pid)+"/fd", &st); err != nil {
+					t.Fatal(err)
+				}
+				if st.Uid != 0 {
+					t.Errorf("/proc/%d/fd is uid %d's: the relay running as uid %d is dumpable", pid, st.Uid, ownerID)
+				}
+			}
 			exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
 			if err != nil {
 				t.Fatal(err)
@@ -114,5 +143,30 @@ func TestHandOverEnvOwnSpec(t *testing.T) {
 	}
 	if !slices.Equal(specs, []string{`{"tap":5}`}) {
 		t.Errorf("specs handed over: %q, want only the helper's", specs)
+	}
+}
+
+// TestSudoHiddenCommands: the helper's hidden commands, run through sudo
+// (anyone's who may run the helper so), touch no one else's ports: the
+// relay's relearn command is refused outright, and the cleanup child
+// deletes only a VM port of vmnetctl's, not another link.
+func TestSudoHiddenCommands(t *testing.T) {
+	f := newFixture(t)
+	f.host.MustRun(t, "ip", "link", "add", "notaport", "type", "veth", "peer", "name", "notaport1")
+	sudo := func(args ...string) (string, error) {
+		cmd := f.host.Command(t.Context(), vmnetctlBin, append([]string{"--networks", f.networks, "helper"}, args...)...)
+		cmd.Env = append(os.Environ(), "SUDO_UID=65534", "SUDO_GID=65534", "SUDO_USER=nobody")
+		cmd.Stdin = strings.NewReader("")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := sudo("--network", "shared", "--uid", "65534", "--tap", "notaport", "--"+helper.RelearnFlag); err == nil || !strings.Contains(out, "not through sudo") {
+		t.Errorf("--%s through sudo: %v, %s; want refused", helper.RelearnFlag, err, out)
+	}
+	if out, err := sudo("--"+helper.DeleteLinkFlag, "notaport"); err == nil || !strings.Contains(out, "not a VM port of vmnetctl's") {
+		t.Errorf("--%s notaport through sudo: %v, %s; want refused", helper.DeleteLinkFlag, err, out)
+	}
+	if !f.linkExists("notaport") {
+		t.Errorf("the cleanup child, run through sudo, deleted link notaport")
 	}
 }

@@ -63,7 +63,9 @@ func Run(ctx context.Context, o Options) error {
 	// vmnetctl-relay binary does in less memory (execRelay); it prints
 	// the ready line. When it cannot, the helper relays itself, with the
 	// same code.
-	s.log.Infof("main", "relaying in this process: %v", s.execRelay(ctx, spec))
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	s.log.Infof("main", "relaying in this process: %v", s.execRelay(ctx, stop, spec))
 	if ctx.Err() != nil {
 		lis.Close()
 		s.log.Infof("main", "stopped before a client came")

@@ -8,6 +8,3 @@ import "context"
 func Run(context.Context, Options) error { return errNotLinux }
 
 func relearnMAC(context.Context, Options) error { return errNotLinux }
-
-// RelearnFlag is the hidden flag of the Linux helper's relearn command.
-const RelearnFlag = "relearn-mac"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
+	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
@@ -94,7 +95,9 @@ type Streams struct {
 func Main(ctx context.Context, f Flags, s Streams) error {
 	switch {
 	case f.DeleteLink != "":
-		return netplane.DeleteLinkOnEOF(f.DeleteLink, s.In)
+		return netplane.DeleteLinkOnEOF(f.DeleteLink, s.In, throughSudo())
+	case f.Relearn && (throughSudo() || os.Geteuid() != 0):
+		return fmt.Errorf("--%s is for the relay of a helper that runs as root, not through sudo", RelearnFlag)
 	case f.PrintVersion:
 		_, err := fmt.Fprintf(s.Out, "version: %s\ncommit: %s\n", f.Version, f.Commit)
 		return err
@@ -208,3 +211,7 @@ func (f *Flags) options(s Streams) (Options, error) {
 		Stderr:          s.Err,
 	}, nil
 }
+
+// RelearnFlag is helperexec.RelearnFlag, the hidden flag of the command
+// vmnetctl-relay runs to make a learning port's guard forget its MAC.
+const RelearnFlag = helperexec.RelearnFlag

@@ -5,6 +5,12 @@ import (
 	"time"
 )
 
+// RelearnFlag is the hidden `vmnetctl helper` flag of the short-lived
+// command that vmnetctl-relay runs when a restarted VMM is served on a port
+// that learns its MAC: the helper's own flags and this one. A command line
+// with it is not a helper (controller's isHelperOf).
+const RelearnFlag = "relearn-mac"
+
 // ProcIdentity names one process beyond its pid, which the kernel reuses:
 // its start time (in clock ticks since boot) and its command line. A new
 // controller adopts a helper only when all three match what was recorded.

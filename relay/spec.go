@@ -23,9 +23,15 @@ const Binary = "vmnetctl-relay"
 // EthHeaderLen is an Ethernet header's length.
 const EthHeaderLen = 14
 
+// SpecVersion changes whenever Spec's meaning does: vmnetctl-relay refuses
+// a spec of another version (a vmnetctl and a vmnetctl-relay of different
+// builds), before it prints the ready line.
+const SpecVersion = 1
+
 // Spec is what the relay serves: descriptors the helper opened, and the
 // helper's options that still matter once frames flow.
 type Spec struct {
+	Version int `json:"version"`
 	// TAP is the VM port's descriptor (non-blocking), TapName its name.
 	TAP     int    `json:"tap"`
 	TapName string `json:"tapName"`
@@ -53,6 +59,7 @@ type Spec struct {
 
 // Encode is s for EnvSpec.
 func (s Spec) Encode() (string, error) {
+	s.Version = SpecVersion
 	b, err := json.Marshal(s)
 	return string(b), err
 }
@@ -62,6 +69,9 @@ func DecodeSpec(v string) (Spec, error) {
 	var s Spec
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
 		return Spec{}, fmt.Errorf("%s: %w", EnvSpec, err)
+	}
+	if s.Version != SpecVersion {
+		return Spec{}, fmt.Errorf("%s: version %d, and this %s reads version %d: install vmnetctl and %s of one build", EnvSpec, s.Version, Binary, SpecVersion, Binary)
 	}
 	if s.TAP < 0 || s.Socket < 0 || s.Frame <= s.Hdr {
 		return Spec{}, fmt.Errorf("%s: incomplete: %s", EnvSpec, v)

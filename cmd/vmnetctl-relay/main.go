@@ -15,11 +15,16 @@ import (
 	"os/signal"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmnetctl/vmnetctl/relay"
 )
 
 func main() {
-	// First: the helper left these to end the process for the exec.
+	// Nobody but root traces or reads the relay: a helper that dropped
+	// privileges was so already (mode 0711 keeps it so across the exec).
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// Then: the helper left these to end the process for the exec.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	err := relay.HandedOver(ctx, os.Stdout, os.Stderr)
 	stop()

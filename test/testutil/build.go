@@ -25,9 +25,18 @@ func Build(dir, pkg string) (string, error) {
 const RelayPackage = "github.com/vmnetctl/vmnetctl/cmd/vmnetctl-relay"
 
 // BuildVmnetctl builds vmnetctl, and vmnetctl-relay beside it, into dir
-// and returns vmnetctl's path.
+// and returns vmnetctl's path. As a package installs them: dir may be
+// searched by anyone, vmnetctl-relay is mode 0711 (a helper that dropped to
+// the VM's owner execs it: docs/helper.md).
 func BuildVmnetctl(dir string) (string, error) {
-	if _, err := Build(dir, RelayPackage); err != nil {
+	relayBin, err := Build(dir, RelayPackage)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(relayBin, 0o711); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
 		return "", err
 	}
 	return Build(dir, VmnetctlPackage)
