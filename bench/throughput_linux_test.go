@@ -114,6 +114,11 @@ func TestThroughput(t *testing.T) {
 			f(t, func(e endpoints, relays ...relay) {
 				// Counters before the first run: wait for fresh stats lines.
 				awaitStats(t, relays)
+				for _, rl := range relays {
+					if rl.helper != nil {
+						t.Logf("%-26s %s: %d kB of private memory before traffic", name, rl.name, privateKB(t, rl.pid))
+					}
+				}
 				for _, reverse := range []bool{false, true} {
 					d := "vm→host"
 					if reverse {
@@ -837,6 +842,22 @@ func vfkitClient(t *testing.T, server string) int {
 func netns(t *testing.T, label string) string { return testutil.NewNS(t, label).Name }
 
 // cpuTimes is the user+system CPU seconds of each relay.
+// privateKB is a process's private anonymous memory (smaps_rollup), in kB.
+func privateKB(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "Anonymous:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb
+		}
+	}
+	t.Fatalf("no Anonymous line in smaps_rollup of %d", pid)
+	return 0
+}
+
 func cpuTimes(t *testing.T, relays []relay) []float64 {
 	var times []float64
 	for _, r := range relays {

@@ -130,6 +130,7 @@ func peerGone(err error) bool {
 // sendmmsg them.
 func (r *relay) tapToSocket() error {
 	b := newBatch(BatchSize, r.frame)
+	defer b.free()
 	tapWait := newWaiter(r.tap, r.stop)
 	sockWait := newWaiter(r.sock, r.stop)
 	empty := false // the last read found the TAP empty: poll, don't read again
@@ -225,6 +226,7 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 // then write each frame to the TAP (a TAP takes one frame per write).
 func (r *relay) socketToTap() error {
 	b := newBatch(BatchSize, r.frame)
+	defer b.free()
 	w := newWaiter(r.sock, r.stop)
 	empty := false // the last batch was not full: the socket is likely empty
 	for {
