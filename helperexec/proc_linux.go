@@ -2,11 +2,16 @@ package helperexec
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 )
+
+// errNoCmdline: a process in the middle of an exec (a helper becoming
+// vmnetctl-relay) shows no command line for a moment.
+var errNoCmdline = errors.New("no command line (yet)")
 
 // ReadProcIdentity reads the identity of a running process from /proc.
 func ReadProcIdentity(pid int) (ProcIdentity, error) {
@@ -39,7 +44,7 @@ func ReadProcIdentity(pid int) (ProcIdentity, error) {
 	if len(raw) == 0 {
 		// Just after exec the kernel has not set up the new command line
 		// yet (or the process is exiting): no identity to record.
-		return ProcIdentity{}, fmt.Errorf("process %d has no command line (yet)", pid)
+		return ProcIdentity{PID: pid, StartTime: start}, fmt.Errorf("process %d: %w", pid, errNoCmdline)
 	}
 	cmdline := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
 	return ProcIdentity{PID: pid, StartTime: start, Cmdline: cmdline}, nil
@@ -52,6 +57,11 @@ func (id ProcIdentity) alive() bool {
 		return false
 	}
 	cur, err := ReadProcIdentity(id.PID)
+	if errors.Is(err, errNoCmdline) {
+		// Mid-exec: the same process if it started when id's did (the
+		// command line only guards that further).
+		return cur.StartTime == id.StartTime
+	}
 	if err != nil || cur.StartTime != id.StartTime || len(cur.Cmdline) != len(id.Cmdline) {
 		return false
 	}

@@ -224,7 +224,7 @@ func runDocHelper(t *testing.T, h *host, name string, ex docExample) {
 // new command's Examples are run too.
 var helpExampleOrder = []string{"", "validate", "networks", "version", "doctor", "completion", "completion bash", "completion fish",
 	"completion zsh", "completion powershell", "run", "up", "plan", "status", "args", "leases", "describe", "logs", "events",
-	"network", "network create", "network list", "network inspect", "network delete", "serve", "helper", "down"}
+	"network", "network create", "network list", "network inspect", "network delete", "wireguard", "wireguard pubkey", "serve", "helper", "down"}
 
 // helpSkips are the Examples lines that cannot run here, by a substring,
 // with the reason.
