@@ -116,7 +116,7 @@ func TestThroughput(t *testing.T) {
 				awaitStats(t, relays)
 				for _, rl := range relays {
 					if rl.helper != nil {
-						t.Logf("%-26s %s: %d kB of private memory before traffic", name, rl.name, privateKB(t, rl.pid))
+						t.Logf("%-26s %s: %d kB of private memory before traffic", name, rl.name, testutil.PrivateKB(t, rl.pid))
 					}
 				}
 				for _, reverse := range []bool{false, true} {
@@ -842,22 +842,6 @@ func vfkitClient(t *testing.T, server string) int {
 func netns(t *testing.T, label string) string { return testutil.NewNS(t, label).Name }
 
 // cpuTimes is the user+system CPU seconds of each relay.
-// privateKB is a process's private anonymous memory (smaps_rollup), in kB.
-func privateKB(t *testing.T, pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "Anonymous:" {
-			kb, _ := strconv.Atoi(f[1])
-			return kb
-		}
-	}
-	t.Fatalf("no Anonymous line in smaps_rollup of %d", pid)
-	return 0
-}
-
 func cpuTimes(t *testing.T, relays []relay) []float64 {
 	var times []float64
 	for _, r := range relays {

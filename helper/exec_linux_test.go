@@ -17,22 +17,6 @@ import (
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
-// anonymousKB is a process's private anonymous memory (smaps_rollup).
-func anonymousKB(t *testing.T, pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "Anonymous:" {
-			kb, _ := strconv.Atoi(f[1])
-			return kb
-		}
-	}
-	t.Fatalf("no Anonymous line in smaps_rollup of %d", pid)
-	return 0
-}
-
 // TestHelperExecsRelay: set up, a helper becomes vmnetctl-relay (found
 // next to vmnetctl) and keeps its identity: the same pid, start time and
 // command line, which is what the controller knows a helper by; dropped
@@ -103,12 +87,12 @@ func TestHelperExecsRelay(t *testing.T) {
 			if want := h.cmd.Args[4:]; !slices.Equal(id.Cmdline, want) {
 				t.Errorf("command line %q, want the helper's own %q", id.Cmdline, want)
 			}
-			idle := anonymousKB(t, pid)
+			idle := testutil.PrivateKB(t, pid)
 			conn := dialSocket(t, f.dir, path)
 			r := startRelay(tap, conn, 0)
 			f.setupVM(t, "vmeth0", h.ready.MACAddress)
 			testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the VM")
-			t.Logf("%s: private anonymous memory %d kB idle, %d kB once it relayed", tc.name, idle, anonymousKB(t, pid))
+			t.Logf("%s: private anonymous memory %d kB idle, %d kB once it relayed", tc.name, idle, testutil.PrivateKB(t, pid))
 			if again, err := helperexec.ReadProcIdentity(pid); err != nil || again.StartTime != id.StartTime {
 				t.Errorf("identity after relaying: %+v, %v; want start time %d", again, err, id.StartTime)
 			}
