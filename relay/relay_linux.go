@@ -179,7 +179,7 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 		if k > 0 {
 			var bytes uint64
 			for i := sent; i < sent+k; i++ {
-				bytes += b.iovs[i].Len - uint64(r.hdr)
+				bytes += uint64(b.iovs[i].Len) - uint64(r.hdr)
 			}
 			r.host.packets.Add(uint64(k))
 			r.host.bytes.Add(bytes)
