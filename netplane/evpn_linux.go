@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 )
 
 // A segment with EVPN (api.EVPN): the tunnel's device does not learn
@@ -80,9 +81,19 @@ func frrPathspace() string {
 	return ""
 }
 
-// errNoFRR: FRR's vtysh is not installed, or no daemon of the instance
-// answers it.
+// errNoFRR: FRR's vtysh is not installed, no daemon of the instance
+// answers it, or bgpd is not running: FRR has nothing of vmnetctl's.
 var errNoFRR = errors.New("FRR is not running")
+
+// errFRRHung: vtysh got no answer in time. FRR may hold vmnetctl's
+// configuration still.
+var errFRRHung = errors.New("FRR does not answer")
+
+// frrUnreachable says whether err is FRR not running or not answering:
+// the network runs without its FRR part, retried on its own.
+func frrUnreachable(err error) bool {
+	return errors.Is(err, errNoFRR) || errors.Is(err, errFRRHung)
+}
 
 // vtysh runs FRR's vtysh on this host's (or namespace's) instance with
 // args and returns its output.
@@ -106,6 +117,8 @@ func vtysh(ctx context.Context, args ...string) (string, error) {
 	switch {
 	case errors.Is(err, exec.ErrNotFound):
 		return "", fmt.Errorf("%w: vtysh is not installed (install FRR: apt-get install frr, with zebra and bgpd on)", errNoFRR)
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("%w%s: vtysh %s got no answer within 20 s (is a daemon stopped or hung?)", errFRRHung, pathspaceNote(), strings.Join(args, " "))
 	case err != nil && strings.Contains(stderr.String()+stdout.String(), "failed to connect"):
 		return "", fmt.Errorf("%w%s: vtysh reaches no daemon (start zebra and bgpd)", errNoFRR, pathspaceNote())
 	case err != nil:
@@ -461,7 +474,26 @@ func ensureEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int, 
 	if stateDir == "" {
 		return fmt.Errorf("network %q: EVPN needs a state dir to keep its FRR configuration in", n.ID)
 	}
-	return ensureFRR(ctx, n, self, local, stateDir)
+	if err := ensureFRR(ctx, n, self, local, stateDir); err != nil && !frrUnreachable(err) {
+		return err
+	}
+	// FRR not answering is Check's to report, and EnsureFRR's to retry:
+	// the network's services run meanwhile.
+	return nil
+}
+
+// EnsureFRR gives FRR n's EVPN configuration (as state dir OwnerDir's)
+// if it lacks it, and nothing else of n's: the controller's repair of
+// what CheckNetwork found wrong in FRR alone (backend.FRRError).
+func EnsureFRR(ctx context.Context, n *api.Network) error {
+	if n.VXLAN == nil || n.VXLAN.EVPN == nil || OwnerDir() == "" {
+		return nil
+	}
+	idx, local, err := localVXLANHost(n)
+	if err != nil {
+		return err
+	}
+	return ensureFRR(ctx, n, idx, local, OwnerDir())
 }
 
 // ensureFRR is ensureEVPN's part in FRR, for state dir stateDir.
@@ -534,14 +566,14 @@ func checkEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int) [
 	}
 	routers, err := runningBGP(ctx)
 	if err != nil {
-		return append(errs, fmt.Errorf("network %q: reading FRR's configuration: %w", n.ID, err))
+		return append(errs, &backend.FRRError{Err: fmt.Errorf("network %q: reading FRR's configuration: %w", n.ID, err), Unreachable: frrUnreachable(err)})
 	}
 	var members map[string]bool
 	if d := OwnerDir(); d != "" {
 		members, _ = dirPeers(filepath.Dir(FRRConfigFile(d, n.ID)), "")
 	}
 	if drift := evpnDrift(routers, n, evpnPeers(n, self), members); len(drift) > 0 {
-		errs = append(errs, fmt.Errorf("network %q: FRR %s (restarted?)", n.ID, strings.Join(drift, ", ")))
+		errs = append(errs, &backend.FRRError{Err: fmt.Errorf("network %q: FRR %s (restarted?)", n.ID, strings.Join(drift, ", "))})
 	}
 	return errs
 }

@@ -2,7 +2,9 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/doctor"
+	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -75,7 +78,13 @@ func TestEVPN(t *testing.T) {
 	hosts := multiHostLab(t, "ev", multiHostNetworks("      evpn: {asn: 65010}\n"), prepare, check)
 
 	// Host 2's bgpd restarts and has lost its configuration: the
-	// controller's check finds it gone and gives it back.
+	// controller's check finds it gone and gives it back, without
+	// restarting the network (nor for FRR stopped, below).
+	restarts := func() int {
+		b, _ := os.ReadFile(statedir.Dir{Path: hosts[1].h.StateDir()}.ControllerLog())
+		return strings.Count(string(b), "network changed behind vmnetctl's back")
+	}
+	before := restarts()
 	frrs[1].Restart(t, "bgpd")
 	testutil.Eventually(t, 30*time.Second, func() error {
 		for _, n := range hosts[1].h.Status().Networks {
@@ -94,7 +103,23 @@ func TestEVPN(t *testing.T) {
 	if f := doctorEVPN(hosts[0].h); f.Status != doctor.OK || !strings.HasPrefix(f.Detail, "2 of 2 BGP sessions established") {
 		t.Errorf("doctor on host 1: %+v, want 2 of 2 sessions established", f)
 	}
+	// FRR not answering is not drift: host 2's network runs on (its VM
+	// renews its lease), degraded with the reason, until FRR is back.
 	frrs[1].Stop(t, "bgpd")
+	testutil.Eventually(t, 15*time.Second, func() error {
+		for _, n := range hosts[1].h.Status().Networks {
+			if n.Name == "lab" && (n.State != "degraded" || !strings.Contains(n.Error, "bgpd is not running")) {
+				return fmt.Errorf("host 2's lab is %s (%s)", n.State, n.Error)
+			}
+		}
+		return nil
+	}, "host 2's lab degraded by its FRR's bgpd stopped")
+	if ip := hosts[1].vm.DHCP(t)["ip"]; ip != hosts[1].ip {
+		t.Errorf("host 2's VM renewed its lease as %q, want %s", ip, hosts[1].ip)
+	}
+	if n := restarts() - before; n > 0 {
+		t.Errorf("host 2's controller restarted lab %d times for its FRR's bgpd stopped", n)
+	}
 	testutil.Eventually(t, 15*time.Second, func() error {
 		if f := doctorEVPN(hosts[0].h); f.Status != doctor.Warn || !strings.Contains(f.Detail, "not with h2 (10.78.0.2)") {
 			return fmt.Errorf("doctor on host 1 with host 2's bgpd stopped: %+v", f)
@@ -125,12 +150,18 @@ func TestEVPN(t *testing.T) {
 		}
 		return nil
 	}, "FRR to withdraw host 2's flooding entries")
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+	// Sampled (Poll's interval) for 3 s, three of host 2's checks: a
+	// state other than up ends it at once.
+	errUp := errors.New("still up")
+	if err := testutil.Poll(3*time.Second, func() error {
 		for _, n := range hosts[1].h.Status().Networks {
 			if n.Name == "lab" && n.State != "up" {
-				t.Fatalf("host 2's lab is %s (%s) with FRR's entries gone, want up", n.State, n.Error)
+				return testutil.Permanent(fmt.Errorf("host 2's lab is %s (%s) with FRR's entries gone, want up", n.State, n.Error))
 			}
 		}
+		return errUp
+	}); !errors.Is(err, errUp) {
+		t.Fatal(err)
 	}
 	if conf, err := vtysh(hosts[0].h.NS, "show running-config"); err != nil || strings.Contains(conf, "router bgp") {
 		t.Errorf("host 1's FRR after down (%v), want no router bgp:\n%s", err, conf)
