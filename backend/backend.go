@@ -204,6 +204,10 @@ type TunnelStats struct {
 	// session with each other host (by underlay address): "Established",
 	// "Active", "Connect"...; a host without a session is missing.
 	BGPSessions map[string]string `json:"bgpSessions,omitempty"`
+	// BGPPeers, for a segment with EVPN, is how many sessions it should
+	// have (one per other host); BGPError why FRR could not be asked.
+	BGPPeers int    `json:"bgpPeers,omitempty"`
+	BGPError string `json:"bgpError,omitempty"`
 }
 
 // BGPEstablished counts the established sessions of BGPSessions.

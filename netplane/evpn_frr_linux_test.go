@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -253,4 +255,42 @@ func TestEVPNStrangers(t *testing.T) {
 		t.Errorf("after up, want the stranger gone:\n%s", r)
 	}
 	mustNil(t, "down", l.remove(state, "lab"))
+}
+
+// TestEVPNSessionsCached: status and the metrics take the sessions from
+// the latest read and never wait on FRR: with bgpd hung, they get the
+// read from before at once, and FRR's error once a read fails.
+func TestEVPNSessionsCached(t *testing.T) {
+	l := newFRRLab(t)
+	state := t.TempDir()
+	lab := evpnNetOf(t, "lab", 2)
+	mustNil(t, "up", l.ensure(state, lab))
+	old := sessionMaxAge
+	sessionMaxAge = 0 // every call reads again (in the background)
+	t.Cleanup(func() { sessionMaxAge = old })
+	read := func() (s map[string]string, err error, took time.Duration) {
+		l.ns.Do(func() error {
+			began := time.Now()
+			s, err = cachedSessions(lab)
+			took = time.Since(began)
+			return nil
+		})
+		return s, err, took
+	}
+	if s, err, _ := read(); err != nil || s["10.77.0.2"] == "" {
+		t.Fatalf("first read: %v, %v; want 10.77.0.2's session (not established)", s, err)
+	}
+	l.frr.Signal(t, "bgpd", syscall.SIGSTOP)
+	for range 3 {
+		if s, err, took := read(); took > 500*time.Millisecond || err != nil || s["10.77.0.2"] == "" {
+			t.Errorf("read with bgpd hung: %v, %v after %v; want the read from before at once", s, err, took)
+		}
+	}
+	l.frr.Stop(t, "bgpd")
+	testutil.Eventually(t, 25*time.Second, func() error {
+		if _, err, _ := read(); !errors.Is(err, errNoFRR) && !errors.Is(err, errFRRHung) {
+			return fmt.Errorf("read with bgpd stopped: %v", err)
+		}
+		return nil
+	}, "FRR's error in the cached read")
 }

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -98,9 +99,14 @@ func frrUnreachable(err error) bool {
 // vtysh runs FRR's vtysh on this host's (or namespace's) instance with
 // args and returns its output.
 func vtysh(ctx context.Context, args ...string) (string, error) {
+	return vtyshIn(ctx, frrPathspace(), args...)
+}
+
+// vtyshIn is vtysh on FRR instance ns (frrPathspace).
+func vtyshIn(ctx context.Context, ns string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if ns := frrPathspace(); ns != "" {
+	if ns != "" {
 		args = append([]string{"-N", ns}, args...)
 	}
 	var stdout, stderr bytes.Buffer
@@ -118,20 +124,20 @@ func vtysh(ctx context.Context, args ...string) (string, error) {
 	case errors.Is(err, exec.ErrNotFound):
 		return "", fmt.Errorf("%w: vtysh is not installed (install FRR: apt-get install frr, with zebra and bgpd on)", errNoFRR)
 	case ctx.Err() != nil:
-		return "", fmt.Errorf("%w%s: vtysh %s got no answer within 20 s (is a daemon stopped or hung?)", errFRRHung, pathspaceNote(), strings.Join(args, " "))
+		return "", fmt.Errorf("%w%s: vtysh %s got no answer in time (is a daemon stopped or hung?)", errFRRHung, pathspaceNote(ns), strings.Join(args, " "))
 	case err != nil && strings.Contains(stderr.String()+stdout.String(), "failed to connect"):
-		return "", fmt.Errorf("%w%s: vtysh reaches no daemon (start zebra and bgpd)", errNoFRR, pathspaceNote())
+		return "", fmt.Errorf("%w%s: vtysh reaches no daemon (start zebra and bgpd)", errNoFRR, pathspaceNote(ns))
 	case err != nil:
 		if len(msgs) > 5 {
 			msgs = msgs[:5]
 		}
-		return stdout.String(), fmt.Errorf("vtysh%s %s: %v: %s", pathspaceNote(), strings.Join(args, " "), err, strings.Join(msgs, "; "))
+		return stdout.String(), fmt.Errorf("vtysh%s %s: %v: %s", pathspaceNote(ns), strings.Join(args, " "), err, strings.Join(msgs, "; "))
 	}
 	return stdout.String(), nil
 }
 
-func pathspaceNote() string {
-	if ns := frrPathspace(); ns != "" {
+func pathspaceNote(ns string) string {
+	if ns != "" {
 		return " (FRR instance " + ns + ", of this network namespace)"
 	}
 	return ""
@@ -440,12 +446,16 @@ func dirPeers(dir, skip string) (peers map[string]bool, files int) {
 // shows a configuration without BGP and takes BGP's commands without a
 // word (and applies none).
 func bgpdRunning(ctx context.Context) error {
-	out, err := vtysh(ctx, "-c", "show daemons")
+	return bgpdRunningIn(ctx, frrPathspace())
+}
+
+func bgpdRunningIn(ctx context.Context, ns string) error {
+	out, err := vtyshIn(ctx, ns, "-c", "show daemons")
 	if err != nil {
 		return err
 	}
 	if !slices.Contains(strings.Fields(out), "bgpd") {
-		return fmt.Errorf("%w%s: bgpd is not running (FRR runs %s): turn bgpd on in /etc/frr/daemons (bgpd=yes) and restart FRR", errNoFRR, pathspaceNote(), strings.Join(strings.Fields(out), ", "))
+		return fmt.Errorf("%w%s: bgpd is not running (FRR runs %s): turn bgpd on in /etc/frr/daemons (bgpd=yes) and restart FRR", errNoFRR, pathspaceNote(ns), strings.Join(strings.Fields(out), ", "))
 	}
 	return nil
 }
@@ -680,7 +690,14 @@ func fileBGP(conf string) (asn uint32, peers []string) {
 // Established, Active, Connect...) with each other host of n's segment,
 // by underlay address; a host FRR has no session with is missing.
 func EVPNSessions(ctx context.Context, n *api.Network) (map[string]string, error) {
-	out, err := vtysh(ctx, "-c", "show bgp l2vpn evpn summary json")
+	return evpnSessionsIn(ctx, frrPathspace(), n)
+}
+
+func evpnSessionsIn(ctx context.Context, ns string, n *api.Network) (map[string]string, error) {
+	if err := bgpdRunningIn(ctx, ns); err != nil {
+		return nil, err
+	}
+	out, err := vtyshIn(ctx, ns, "-c", "show bgp l2vpn evpn summary json")
 	if err != nil {
 		return nil, err
 	}
@@ -701,6 +718,67 @@ func EVPNSessions(ctx context.Context, n *api.Network) (map[string]string, error
 		}
 	}
 	return states, nil
+}
+
+// sessionMaxAge is how old the sessions that status and the metrics show
+// may be.
+var sessionMaxAge = 2 * time.Second
+
+// sessionCache holds the latest read of each network's sessions, by FRR
+// instance and network: status and the metrics, which the controller
+// gathers under its lock, take them from here, not from vtysh, which FRR
+// stopped or hung keeps waiting.
+var sessionCache = struct {
+	sync.Mutex
+	m map[string]*sessionRead
+}{m: map[string]*sessionRead{}}
+
+// sessionRead is one read of a network's sessions; done is closed when it
+// has ended.
+type sessionRead struct {
+	at       time.Time
+	sessions map[string]string
+	err      error
+	done     chan struct{}
+}
+
+// cachedSessions is EVPNSessions as last read, read again in the
+// background once older than sessionMaxAge; the very first read is awaited
+// for a second at most (nil, nil: not read yet).
+func cachedSessions(n *api.Network) (map[string]string, error) {
+	ns := frrPathspace() // of the caller's thread: the goroutine's may differ
+	key := ns + "\x00" + n.ID
+	sessionCache.Lock()
+	r := sessionCache.m[key]
+	if r == nil {
+		r = &sessionRead{}
+		sessionCache.m[key] = r
+	}
+	first := r.at.IsZero()
+	if r.done == nil && time.Since(r.at) > sessionMaxAge {
+		done := make(chan struct{})
+		r.done = done
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			s, err := evpnSessionsIn(ctx, ns, n)
+			cancel()
+			sessionCache.Lock()
+			r.at, r.sessions, r.err, r.done = time.Now(), s, err, nil
+			sessionCache.Unlock()
+			close(done)
+		}()
+	}
+	done := r.done
+	sessionCache.Unlock()
+	if first && done != nil {
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+	}
+	sessionCache.Lock()
+	defer sessionCache.Unlock()
+	return r.sessions, r.err
 }
 
 func fileExists(path string) bool {

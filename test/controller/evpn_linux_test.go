@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/doctor"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
@@ -54,14 +56,27 @@ func TestEVPN(t *testing.T) {
 	}
 	check := func(i int, hosts []*hostVM, metrics string) {
 		x := hosts[i]
-		for _, n := range x.h.Status().Networks {
-			if n.Name == "lab" && (n.Tunnel == nil || n.Tunnel.BGPEstablished() != 2) {
-				t.Errorf("host %d: lab's tunnel %+v, want 2 BGP sessions established", i+1, n.Tunnel)
+		// Status and the metrics show the sessions as last read (at most
+		// 2 s before).
+		testutil.Eventually(t, 10*time.Second, func() error {
+			for _, n := range x.h.Status().Networks {
+				if n.Name == "lab" && (n.Tunnel == nil || n.Tunnel.BGPEstablished() != 2) {
+					return fmt.Errorf("lab's tunnel %+v, want 2 BGP sessions established", n.Tunnel)
+				}
 			}
-		}
-		if !regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bgp_established\{network="lab"\} 2$`).MatchString(metrics) {
-			t.Errorf("host %d's metrics lack 2 established BGP sessions:\n%s", i+1, testutil.Lines(metrics, "tunnel"))
-		}
+			if !regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bgp_established\{network="lab"\} 2$`).MatchString(metrics) {
+				resp, err := x.h.HTTPClient().Get("http://" + controller.DefaultMetricsAddr + "/metrics")
+				if err != nil {
+					return err
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if metrics = string(b); !regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bgp_established\{network="lab"\} 2$`).MatchString(metrics) {
+					return fmt.Errorf("the metrics lack 2 established BGP sessions:\n%s", testutil.Lines(metrics, "tunnel"))
+				}
+			}
+			return nil
+		}, "host %d's status and metrics to show 2 established BGP sessions", i+1)
 		// FRR's entries: the other VMs' MACs learned through BGP
 		// (extern_learn) behind their hosts; the device learns nothing.
 		fdb := x.h.MustRun(t, "bridge", "fdb", "show", "dev", "vmx-lab")

@@ -141,3 +141,11 @@ func (f *FRR) Apply(tb testing.TB, conf string) {
 		tb.Fatalf("vtysh -f with\n%s: %v: %s", conf, err, out)
 	}
 }
+
+// Signal sends daemon d signal sig (SIGSTOP: a hung daemon).
+func (f *FRR) Signal(tb testing.TB, d string, sig syscall.Signal) {
+	tb.Helper()
+	if err := f.daemons[d].Process.Signal(sig); err != nil {
+		tb.Fatalf("%s: %v", d, err)
+	}
+}
