@@ -36,11 +36,13 @@ import (
 // evpn` with advertise-all-vni. What it wrote for a network is kept in
 // the state dir (FRRConfigFile), applied with `vtysh -f`, and never saved
 // to FRR's own configuration (no `write memory`): FRR restarted has lost
-// it, and the next Ensure (from Check's drift) applies it again. Remove
-// takes out the members no other network of the state dir still needs,
-// then the group, and `router bgp ASN` itself (or advertise-all-vni) only
-// if vmnetctl made it (the markers routerMarker and advertiseMarker): a
-// user's own FRR configuration is left as it was.
+// it, and the controller gives it back (EnsureFRR, on Check's
+// backend.FRRError). What vmnetctl added to the router (the router
+// itself, or advertise-all-vni) is marked in the groups' descriptions, in
+// FRR, shared by every state dir (markRouter). Remove takes out the
+// members no other network of the state dir still needs, then the group,
+// and with the last vmnetctl group, what the marks say vmnetctl added:
+// a user's own FRR configuration is left as it was.
 
 // evpnPeerGroup is the BGP peer-group of this state dir's EVPN sessions:
 // "vmnetctl", and the owner's tag when there is one.
