@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -217,15 +219,37 @@ func TestEVPNTwoOwners(t *testing.T) {
 }
 
 // TestEVPNNoBGPD: with zebra alone, vtysh takes BGP's commands and applies
-// none: up says bgpd is not running (an FRR that is not there), and writes
-// nothing; down has nothing to take out.
+// none. The FRR part says bgpd is not running (an FRR that is not there)
+// and writes nothing; the network's up does not fail on it (its services
+// run without FRR) and its check reports FRR unreachable, not drift; down
+// has nothing to take out.
 func TestEVPNNoBGPD(t *testing.T) {
 	l := newFRRLab(t)
 	l.frr.Stop(t, "bgpd")
 	state := t.TempDir()
-	err := l.ensure(state, evpnNetOf(t, "lab", 2))
+	lab := evpnNetOf(t, "lab", 2)
+	err := l.ensure(state, lab)
 	if !errors.Is(err, errNoFRR) || !strings.Contains(err.Error(), "bgpd is not running") {
 		t.Errorf("up without bgpd: %v, want bgpd is not running", err)
+	}
+	l.ns.MustRun(t, "ip", "link", "add", "vmn-lab", "type", "bridge")
+	l.ns.MustRun(t, "ip", "link", "add", "vmx-lab", "master", "vmn-lab", "type", "vxlan", "id", "4242", "dstport", "4789", "nolearning")
+	var checked []error
+	l.ns.Do(func() error {
+		vx, lerr := netlink.LinkByName("vmx-lab")
+		if lerr != nil {
+			return lerr
+		}
+		err = ensureEVPN(context.Background(), lab, vx, 0, netip.MustParseAddr("10.77.0.1"))
+		checked = checkEVPN(context.Background(), lab, vx, 0)
+		return nil
+	})
+	if err != nil {
+		t.Errorf("the network's EVPN part without bgpd: %v, want nil (the network runs)", err)
+	}
+	var fe *backend.FRRError
+	if len(checked) != 1 || !errors.As(checked[0], &fe) || !fe.Unreachable || !strings.Contains(fe.Error(), "bgpd is not running") {
+		t.Errorf("check without bgpd: %v, want FRR unreachable", checked)
 	}
 	mustNil(t, "down", l.remove(state, "lab"))
 	if files, _ := filepath.Glob(filepath.Join(state, "frr", "*")); len(files) != 0 {
