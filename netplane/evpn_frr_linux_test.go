@@ -292,27 +292,27 @@ func TestEVPNSessionsCached(t *testing.T) {
 	old := sessionMaxAge
 	sessionMaxAge = 0 // every call reads again (in the background)
 	t.Cleanup(func() { sessionMaxAge = old })
-	read := func() (s map[string]string, err error, took time.Duration) {
+	read := func() (s map[string]string, took time.Duration, err error) {
 		l.ns.Do(func() error {
 			began := time.Now()
 			s, err = cachedSessions(lab)
 			took = time.Since(began)
 			return nil
 		})
-		return s, err, took
+		return s, took, err
 	}
-	if s, err, _ := read(); err != nil || s["10.77.0.2"] == "" {
+	if s, _, err := read(); err != nil || s["10.77.0.2"] == "" {
 		t.Fatalf("first read: %v, %v; want 10.77.0.2's session (not established)", s, err)
 	}
 	l.frr.Signal(t, "bgpd", syscall.SIGSTOP)
 	for range 3 {
-		if s, err, took := read(); took > 500*time.Millisecond || err != nil || s["10.77.0.2"] == "" {
+		if s, took, err := read(); took > 500*time.Millisecond || err != nil || s["10.77.0.2"] == "" {
 			t.Errorf("read with bgpd hung: %v, %v after %v; want the read from before at once", s, err, took)
 		}
 	}
 	l.frr.Stop(t, "bgpd")
 	testutil.Eventually(t, 25*time.Second, func() error {
-		if _, err, _ := read(); !errors.Is(err, errNoFRR) && !errors.Is(err, errFRRHung) {
+		if _, _, err := read(); !errors.Is(err, errNoFRR) && !errors.Is(err, errFRRHung) {
 			return fmt.Errorf("read with bgpd stopped: %v", err)
 		}
 		return nil

@@ -782,8 +782,3 @@ func cachedSessions(n *api.Network) (map[string]string, error) {
 	defer sessionCache.Unlock()
 	return r.sessions, r.err
 }
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
