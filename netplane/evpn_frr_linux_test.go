@@ -116,6 +116,10 @@ func TestEVPNRemoveFRR(t *testing.T) {
 	if r := l.router(); strings.Contains(r, "10.77.0.2 ") || !strings.Contains(r, "10.77.0.3 peer-group") || !strings.Contains(r, "10.77.0.4 peer-group") {
 		t.Errorf("after lab's down, want 10.77.0.2 gone and lab2's neighbors kept:\n%s", r)
 	}
+	// A marker file of the vmnetctl before the marks moved into FRR.
+	if err := os.WriteFile(filepath.Join(state, "frr", "router-bgp-65010.made"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	mustNil(t, "down lab2", l.remove(state, "lab2"))
 	if r := l.router(); r != "" {
 		t.Errorf("the router vmnetctl made is left after the last down:\n%s", r)

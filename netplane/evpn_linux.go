@@ -630,6 +630,14 @@ func removeEVPNOf(ctx context.Context, stateDir, id string) error {
 			}
 		}
 	}
+	if nothers == 0 {
+		// Marker files of the vmnetctl before the marks moved into FRR.
+		legacy, _ := filepath.Glob(filepath.Join(dir, "router-bgp-*.made"))
+		more, _ := filepath.Glob(filepath.Join(dir, "advertise-all-vni-*.added"))
+		for _, m := range append(legacy, more...) {
+			os.Remove(m)
+		}
+	}
 	if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("network %q: %w", id, err)
 	}
