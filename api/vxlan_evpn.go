@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"math"
 
 	"gopkg.in/yaml.v3"
 )
@@ -47,7 +48,7 @@ func (w *walker) evpn(v *yaml.Node, path string) *EVPN {
 	at := func(k string) string { return joinPath(path, k) }
 	asn := int(e.ASN)
 	field(w, f, at, "asn", w.integer, &asn, func(i int, invalid func(string, ...any)) {
-		if i < 1 || i > 1<<32-1 || i == 23456 {
+		if i < 1 || int64(i) > math.MaxUint32 || i == 23456 {
 			invalid("%d is not a BGP AS number (1-4294967295, not 23456)", i)
 		}
 	})

@@ -200,6 +200,10 @@ type TunnelStats struct {
 	// Dropped counts frames from the other hosts the tunnel's guard kept
 	// off this host's side (their gateways' traffic, DHCP, routers).
 	Dropped uint64 `json:"dropped"`
+	// BGPPeers, for a segment with EVPN, is how many sessions it should
+	// have (one per other host); BGPError why FRR could not be asked.
+	BGPPeers int    `json:"bgpPeers,omitempty"`
+	BGPError string `json:"bgpError,omitempty"`
 	// BGPSessions, for a segment with EVPN, is the state of FRR's BGP
 	// session with each other host (by underlay address): "Established",
 	// "Active", "Connect"...; a host without a session is missing.

@@ -270,6 +270,9 @@ func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backe
 		if err == nil {
 			err = nw.Health()
 		}
+		if backend.OnlyFRR(err) {
+			return c.repairFRR(ctx, n, err)
+		}
 		if err == nil {
 			c.mu.Lock()
 			delete(c.degraded, n.ID)
@@ -311,6 +314,39 @@ func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backe
 	delete(c.degraded, n.ID)
 	c.repairs[n.ID]++
 	c.log.Info("network repaired", "network", n.ID)
+	c.emit(Event{Kind: "drift-repaired", Network: n.ID})
+	return nil
+}
+
+// repairFRR repairs what CheckNetwork found wrong (found) in network n's
+// FRR part alone (backend.FRRError: FRR lost its configuration, or does
+// not answer): FRR is given the network's configuration again, and the
+// network, whose services the VMs here need whatever FRR does, keeps
+// running; it is degraded, with the reason, until FRR takes it. Called
+// without c.mu.
+func (c *Controller) repairFRR(ctx context.Context, n *api.Network, found error) error {
+	c.mu.Lock()
+	if c.degraded[n.ID] == "" {
+		c.log.Warn("FRR lacks the network's EVPN configuration, or does not answer; repairing that alone", "network", n.ID, "drift", found.Error())
+		c.emit(Event{Kind: "drift-found", Network: n.ID, Detail: found.Error()})
+	}
+	c.degraded[n.ID] = found.Error()
+	c.mu.Unlock()
+	err := found
+	if fe, ok := c.be.(backend.FRREnsurer); ok && !backend.FRRUnreachable(found) {
+		if err = fe.EnsureFRR(ctx, n, c.netOpts()); err == nil {
+			err = c.be.CheckNetwork(ctx, n, c.netOpts())
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.degraded[n.ID] = err.Error()
+		return nil // status says it; the next check tries again
+	}
+	delete(c.degraded, n.ID)
+	c.repairs[n.ID]++
+	c.log.Info("network's FRR part repaired", "network", n.ID)
 	c.emit(Event{Kind: "drift-repaired", Network: n.ID})
 	return nil
 }

@@ -400,8 +400,14 @@ func (st *Status) render(w io.Writer, now time.Time) error {
 		if t := n.Tunnel; t != nil {
 			fmt.Fprintf(w, "%s spans hosts: this is %s; the tunnel floods to %s, %d remote MACs, %s sent, %s received, %d frames kept off\n",
 				n.Name, t.Host, strings.Join(t.Peers, ", "), t.RemoteMACs, formatBytes(t.TxBytes), formatBytes(t.RxBytes), t.Dropped)
-			if t.BGPSessions != nil {
-				fmt.Fprintf(w, "%s's EVPN: %d of %d BGP sessions established\n", n.Name, t.BGPEstablished(), len(t.BGPSessions))
+			switch {
+			case t.BGPPeers == 0:
+			case t.BGPError != "":
+				fmt.Fprintf(w, "%s's EVPN: %d of %d BGP sessions established (FRR: %s)\n", n.Name, t.BGPEstablished(), t.BGPPeers, t.BGPError)
+			case t.BGPSessions == nil:
+				fmt.Fprintf(w, "%s's EVPN: %d BGP sessions, not read from FRR yet\n", n.Name, t.BGPPeers)
+			default:
+				fmt.Fprintf(w, "%s's EVPN: %d of %d BGP sessions established\n", n.Name, t.BGPEstablished(), t.BGPPeers)
 			}
 			for _, p := range t.WireGuard {
 				fmt.Fprintf(w, "  encrypted to %s: %s, %s sent, %s received\n", p.Host, handshakeAge(p.LastHandshake, time.Now()), formatBytes(p.TxBytes), formatBytes(p.RxBytes))

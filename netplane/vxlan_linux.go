@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -289,9 +288,12 @@ func tunnelStats(n *api.Network, guardDrops map[string]uint64) *backend.TunnelSt
 	}
 	st.Dropped = guardDrops[api.VXLANName(n.ID)]
 	if n.VXLAN.EVPN != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		st.BGPSessions, _ = EVPNSessions(ctx, n) // evpn_linux.go
-		cancel()
+		st.BGPPeers = len(n.VXLAN.Hosts) - 1
+		sessions, err := cachedSessions(n) // evpn_linux.go: never waits on FRR
+		st.BGPSessions = sessions
+		if err != nil {
+			st.BGPError = err.Error()
+		}
 	}
 	wireGuardStats(n, st)
 	return st

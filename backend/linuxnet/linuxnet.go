@@ -147,3 +147,10 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	}
 	return args, nil
 }
+
+// EnsureFRR gives FRR network n's EVPN configuration again, if it lacks
+// it (netplane.EnsureFRR).
+func (Backend) EnsureFRR(ctx context.Context, n *api.Network, o backend.NetworkOptions) error {
+	netplane.SetOwner(o.Owner)
+	return netplane.EnsureFRR(ctx, n)
+}

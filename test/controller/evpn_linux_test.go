@@ -2,111 +2,22 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/doctor"
+	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
-
-// frrDaemons is where Debian's frr package keeps zebra and bgpd.
-const frrDaemons = "/usr/lib/frr"
-
-// startFRR runs FRR's zebra and bgpd in host h's namespace, as FRR's own
-// convention for a namespace has it (frrinit.sh start NS): the
-// namespace's name as their pathspace (-N), so their sockets are in
-// /var/run/frr/NAME, where `vtysh -N NAME` finds them. Their
-// configuration starts empty (vmnetctl gives them theirs); they are
-// killed, and their run dir removed, when the test ends.
-func startFRR(t *testing.T, h *testutil.NS) *frr {
-	t.Helper()
-	for _, d := range []string{"zebra", "bgpd"} {
-		if _, err := os.Stat(filepath.Join(frrDaemons, d)); err != nil {
-			testutil.Missing(t, "FRR's "+d, "apt-get install frr")
-		}
-	}
-	testutil.RequireCommands(t, "vtysh")
-	// The daemons drop to the frr user, which owns their run dir.
-	frrUser, err := user.Lookup("frr")
-	if err != nil {
-		testutil.Missing(t, "the frr user", "apt-get install frr")
-	}
-	uid, _ := strconv.Atoi(frrUser.Uid)
-	gid, _ := strconv.Atoi(frrUser.Gid)
-	run := filepath.Join("/var/run/frr", h.Name)
-	if err := os.MkdirAll(run, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(run, uid, gid); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(run) }) // after the daemons are killed
-	dir := t.TempDir()
-	f := &frr{ns: h, run: run, dir: dir, daemons: map[string]*exec.Cmd{}}
-	f.start(t, "zebra")
-	// bgpd that finds no zebra tries again 10 s later.
-	testutil.Eventually(t, 10*time.Second, func() error {
-		_, err := os.Stat(filepath.Join(run, "zserv.api"))
-		return err
-	}, "zebra in %s to listen", h.Name)
-	f.start(t, "bgpd")
-	t.Cleanup(func() {
-		if t.Failed() {
-			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-			for _, l := range logs {
-				b, _ := os.ReadFile(l)
-				t.Logf("%s's %s:\n%s", h.Name, filepath.Base(l), tail(string(b), 30))
-			}
-		}
-	})
-	testutil.Eventually(t, 10*time.Second, func() error {
-		_, err := vtysh(h, "show bgp summary")
-		return err
-	}, "FRR in %s to answer", h.Name)
-	return f
-}
-
-// frr is one namespace's FRR.
-type frr struct {
-	ns       *testutil.NS
-	run, dir string
-	daemons  map[string]*exec.Cmd
-}
-
-// start starts FRR's daemon d (zebra, bgpd) with an empty configuration,
-// its output in the test's dir.
-func (f *frr) start(t *testing.T, d string) {
-	f.daemons[d] = f.ns.Start(t, filepath.Join(f.dir, fmt.Sprintf("%s-%d.log", d, time.Now().UnixNano())), filepath.Join(frrDaemons, d), "-N", f.ns.Name, "-f", "/dev/null",
-		"-i", filepath.Join(f.run, d+".pid"), "-P", "0", "--log", "stdout")
-}
-
-// restart kills daemon d and starts it again: it has lost what it was told.
-func (f *frr) restart(t *testing.T, d string) {
-	f.stop(t, d)
-	f.start(t, d)
-}
-
-// stop kills daemon d.
-func (f *frr) stop(t *testing.T, d string) {
-	pid := f.daemons[d].Process.Pid
-	f.daemons[d].Process.Kill()
-	testutil.Eventually(t, 5*time.Second, func() error {
-		if syscall.Kill(pid, 0) == nil {
-			return fmt.Errorf("%s (pid %d) still runs", d, pid)
-		}
-		return nil
-	}, "%s to end", d)
-}
 
 // vtysh runs the commands on host h's FRR.
 func vtysh(h *testutil.NS, cmds ...string) (string, error) {
@@ -120,11 +31,6 @@ func vtysh(h *testutil.NS, cmds ...string) (string, error) {
 	return string(out), err
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
 // TestEVPN runs multiHostLab's three hosts with EVPN: each host runs its
 // own FRR; vmnetctl gives it the BGP sessions to the other two, and FRR,
 // not vmnetctl, fills the tunnel's forwarding table (the remote VMs' MACs
@@ -134,9 +40,9 @@ func tail(s string, n int) string {
 // FRR restarted (its configuration lost) gets it back from a check.
 func TestEVPN(t *testing.T) {
 	t.Parallel()
-	var frrs []*frr
+	var frrs []*testutil.FRR
 	prepare := func(i int, h *simvm.Host) {
-		frrs = append(frrs, startFRR(t, h.NS))
+		frrs = append(frrs, testutil.StartFRR(t, h.NS))
 		switch i {
 		case 1:
 			h.Env = append(h.Env, "VMNETCTL_RESYNC=1s") // for the drift below
@@ -150,14 +56,27 @@ func TestEVPN(t *testing.T) {
 	}
 	check := func(i int, hosts []*hostVM, metrics string) {
 		x := hosts[i]
-		for _, n := range x.h.Status().Networks {
-			if n.Name == "lab" && (n.Tunnel == nil || n.Tunnel.BGPEstablished() != 2) {
-				t.Errorf("host %d: lab's tunnel %+v, want 2 BGP sessions established", i+1, n.Tunnel)
+		// Status and the metrics show the sessions as last read (at most
+		// 2 s before).
+		testutil.Eventually(t, 10*time.Second, func() error {
+			for _, n := range x.h.Status().Networks {
+				if n.Name == "lab" && (n.Tunnel == nil || n.Tunnel.BGPEstablished() != 2) {
+					return fmt.Errorf("lab's tunnel %+v, want 2 BGP sessions established", n.Tunnel)
+				}
 			}
-		}
-		if !regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bgp_established\{network="lab"\} 2$`).MatchString(metrics) {
-			t.Errorf("host %d's metrics lack 2 established BGP sessions:\n%s", i+1, testutil.Lines(metrics, "tunnel"))
-		}
+			if !regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bgp_established\{network="lab"\} 2$`).MatchString(metrics) {
+				resp, err := x.h.HTTPClient().Get("http://" + controller.DefaultMetricsAddr + "/metrics")
+				if err != nil {
+					return err
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if metrics = string(b); !regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bgp_established\{network="lab"\} 2$`).MatchString(metrics) {
+					return fmt.Errorf("the metrics lack 2 established BGP sessions:\n%s", testutil.Lines(metrics, "tunnel"))
+				}
+			}
+			return nil
+		}, "host %d's status and metrics to show 2 established BGP sessions", i+1)
 		// FRR's entries: the other VMs' MACs learned through BGP
 		// (extern_learn) behind their hosts; the device learns nothing.
 		fdb := x.h.MustRun(t, "bridge", "fdb", "show", "dev", "vmx-lab")
@@ -174,8 +93,14 @@ func TestEVPN(t *testing.T) {
 	hosts := multiHostLab(t, "ev", multiHostNetworks("      evpn: {asn: 65010}\n"), prepare, check)
 
 	// Host 2's bgpd restarts and has lost its configuration: the
-	// controller's check finds it gone and gives it back.
-	frrs[1].restart(t, "bgpd")
+	// controller's check finds it gone and gives it back, without
+	// restarting the network (nor for FRR stopped, below).
+	restarts := func() int {
+		b, _ := os.ReadFile(statedir.Dir{Path: hosts[1].h.StateDir()}.ControllerLog())
+		return strings.Count(string(b), "network changed behind vmnetctl's back")
+	}
+	before := restarts()
+	frrs[1].Restart(t, "bgpd")
 	testutil.Eventually(t, 30*time.Second, func() error {
 		for _, n := range hosts[1].h.Status().Networks {
 			if n.Name == "lab" && n.Tunnel != nil && n.Tunnel.BGPEstablished() == 2 {
@@ -193,14 +118,30 @@ func TestEVPN(t *testing.T) {
 	if f := doctorEVPN(hosts[0].h); f.Status != doctor.OK || !strings.HasPrefix(f.Detail, "2 of 2 BGP sessions established") {
 		t.Errorf("doctor on host 1: %+v, want 2 of 2 sessions established", f)
 	}
-	frrs[1].stop(t, "bgpd")
+	// FRR not answering is not drift: host 2's network runs on (its VM
+	// renews its lease), degraded with the reason, until FRR is back.
+	frrs[1].Stop(t, "bgpd")
+	testutil.Eventually(t, 15*time.Second, func() error {
+		for _, n := range hosts[1].h.Status().Networks {
+			if n.Name == "lab" && (n.State != "degraded" || !strings.Contains(n.Error, "bgpd is not running")) {
+				return fmt.Errorf("host 2's lab is %s (%s)", n.State, n.Error)
+			}
+		}
+		return nil
+	}, "host 2's lab degraded by its FRR's bgpd stopped")
+	if ip := hosts[1].vm.DHCP(t)["ip"]; ip != hosts[1].ip {
+		t.Errorf("host 2's VM renewed its lease as %q, want %s", ip, hosts[1].ip)
+	}
+	if n := restarts() - before; n > 0 {
+		t.Errorf("host 2's controller restarted lab %d times for its FRR's bgpd stopped", n)
+	}
 	testutil.Eventually(t, 15*time.Second, func() error {
 		if f := doctorEVPN(hosts[0].h); f.Status != doctor.Warn || !strings.Contains(f.Detail, "not with h2 (10.78.0.2)") {
 			return fmt.Errorf("doctor on host 1 with host 2's bgpd stopped: %+v", f)
 		}
 		return nil
 	}, "doctor to see host 2's session down")
-	frrs[1].start(t, "bgpd")
+	frrs[1].Start(t, "bgpd")
 	testutil.Eventually(t, 30*time.Second, func() error {
 		if f := doctorEVPN(hosts[0].h); f.Status != doctor.OK {
 			return fmt.Errorf("doctor on host 1: %+v", f)
@@ -224,12 +165,18 @@ func TestEVPN(t *testing.T) {
 		}
 		return nil
 	}, "FRR to withdraw host 2's flooding entries")
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+	// Sampled (Poll's interval) for 3 s, three of host 2's checks: a
+	// state other than up ends it at once.
+	errUp := errors.New("still up")
+	if err := testutil.Poll(3*time.Second, func() error {
 		for _, n := range hosts[1].h.Status().Networks {
 			if n.Name == "lab" && n.State != "up" {
-				t.Fatalf("host 2's lab is %s (%s) with FRR's entries gone, want up", n.State, n.Error)
+				return testutil.Permanent(fmt.Errorf("host 2's lab is %s (%s) with FRR's entries gone, want up", n.State, n.Error))
 			}
 		}
+		return errUp
+	}); !errors.Is(err, errUp) {
+		t.Fatal(err)
 	}
 	if conf, err := vtysh(hosts[0].h.NS, "show running-config"); err != nil || strings.Contains(conf, "router bgp") {
 		t.Errorf("host 1's FRR after down (%v), want no router bgp:\n%s", err, conf)
