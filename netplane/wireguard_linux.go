@@ -75,14 +75,18 @@ func wgKey(name string) string {
 	return name
 }
 
-// hostWireGuardKey is this host's private key, made on first use in the
-// state dir SetOwner named.
+// hostWireGuardKey is this host's private key, made on first use for the
+// state dir SetOwner named (statedir.Dir.WireGuardKeyFile).
 func hostWireGuardKey() (wgkey.Key, error) {
 	dir := OwnerDir()
 	if dir == "" {
 		return wgkey.Key{}, errors.New("no state dir to keep this host's WireGuard key in")
 	}
-	return wgkey.LoadOrCreate(statedir.Dir{Path: dir}.WireGuardKeyFile())
+	path, err := statedir.Dir{Path: dir}.PrepareWireGuardKey()
+	if err != nil {
+		return wgkey.Key{}, err
+	}
+	return wgkey.LoadOrCreate(path)
 }
 
 // wgConfig is the configuration of host idx's device for n, in
