@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.zx2c4.com/wireguard/tun"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -325,6 +327,40 @@ func TestWireGuardSegmentsShareHosts(t *testing.T) {
 		setOwnerDir(dirs[i])
 		for _, id := range ids {
 			mustDo(t, h, func() error { return Check(context.Background(), nets.Get(id)) })
+		}
+	}
+}
+
+// eventTUN is a tun.Device that only sends events.
+type eventTUN struct {
+	tun.Device
+	events chan tun.Event
+}
+
+func (e *eventTUN) Events() <-chan tun.Event { return e.events }
+
+// TestWireGuardSteadyTUN: wireguard-go sees none of the TUN's events (up,
+// down, MTU), which it would act on in whatever namespace its reader's
+// thread is; the events end when the TUN's do.
+func TestWireGuardSteadyTUN(t *testing.T) {
+	inner := &eventTUN{events: make(chan tun.Event)}
+	s := steadyTUN(inner)
+	go func() {
+		for _, e := range []tun.Event{tun.EventUp, tun.EventMTUUpdate, tun.EventDown, tun.EventUp | tun.EventMTUUpdate} {
+			inner.events <- e
+		}
+		close(inner.events)
+	}()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case e, ok := <-s.Events():
+			if !ok {
+				return
+			}
+			t.Errorf("wireguard-go got the event %d", e)
+		case <-deadline:
+			t.Fatalf("the events did not end with the TUN's")
 		}
 	}
 }
