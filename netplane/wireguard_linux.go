@@ -175,21 +175,54 @@ func ensureWireGuard(n *api.Network) error {
 		if d, err = createWireGuard(n, name); err != nil {
 			return err
 		}
+		// Configured and up (its port taken) before it is kept: a device
+		// that cannot listen is closed, its TUN with it, and made again
+		// next time, not left marked and deaf.
+		if err := configureWireGuard(n, d, conf); err != nil {
+			d.dev.Close()
+			return err
+		}
+		if err := d.dev.Up(); err != nil {
+			d.dev.Close()
+			return wireGuardPortError(n, err)
+		}
 		wgDevices.m[key] = d
 		if l, err = netlink.LinkByIndex(d.index); err != nil {
 			return fmt.Errorf("network %q: %s: %w", n.ID, name, err)
 		}
 	}
-	if d.conf != conf {
-		if err := d.dev.IpcSet(conf); err != nil {
-			return fmt.Errorf("network %q: configuring %s: %w", n.ID, name, err)
-		}
-		d.conf = conf
+	if err := configureWireGuard(n, d, conf); err != nil {
+		return err
 	}
 	if err := d.dev.Up(); err != nil {
-		return fmt.Errorf("network %q: %s up: %w", n.ID, name, err)
+		return wireGuardPortError(n, err)
 	}
 	return wireGuardLink(n, idx, l)
+}
+
+// configureWireGuard gives d the configuration conf (wgConfig), unless it
+// has it. Its port taken (by another program, or another state dir's
+// network) is said in the file's terms.
+func configureWireGuard(n *api.Network, d *wgDevice, conf string) error {
+	if d.conf == conf {
+		return nil
+	}
+	if err := d.dev.IpcSet(conf); err != nil {
+		return wireGuardPortError(n, err)
+	}
+	d.conf = conf
+	return nil
+}
+
+// wireGuardPortError is err, of configuring n's userspace device or
+// setting it up (when it opens its port), with a port taken (by another
+// program, or a network of another state dir) said in the file's terms.
+func wireGuardPortError(n *api.Network, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("network %q: UDP port %d, its WireGuard port, is taken on this host (by another program, or a network of another state dir; ss -ulpn 'sport = :%d' says which): set networks.%s.vxlan.wireguard.port to a port free on every host",
+			n.ID, n.VXLAN.WireGuard.Port, n.VXLAN.WireGuard.Port, n.ID)
+	}
+	return fmt.Errorf("network %q: WireGuard device %s: %w", n.ID, api.WireGuardName(n.ID), err)
 }
 
 // wireGuardLink gives n's WireGuard link l, kernel or TUN, its MTU and

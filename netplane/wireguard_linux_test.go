@@ -364,3 +364,50 @@ func TestWireGuardSteadyTUN(t *testing.T) {
 		}
 	}
 }
+
+// TestWireGuardPortTaken: another program on the WireGuard port is said
+// in the file's terms, and leaves no device behind (made again, and
+// listening, once the port is free).
+func TestWireGuardPortTaken(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	k, err := wgkey.LoadOrCreate(statedir.Dir{Path: dir}.WireGuardKeyFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(wgYAML, "KEY1", k.Public().String(), 1)
+	for _, i := range []int{2, 3} {
+		other, _ := wgkey.Generate()
+		src = strings.Replace(src, fmt.Sprintf("KEY%d", i), other.Public().String(), 1)
+	}
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(src))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	n := nets.Get("lab")
+	host, _ := vxlanLab(t, "wgport", "10.77.0.1/24")
+	setOwnerDir(dir)
+	t.Cleanup(func() {
+		host.Do(func() error { closeWireGuard(n.ID); return Remove(context.Background(), n.ID, "") })
+	})
+	taken := host.ListenPacket(t, "udp", ":51820")
+	mustDo(t, host, func() error {
+		err := Ensure(context.Background(), n)
+		if err == nil || !strings.Contains(err.Error(), "UDP port 51820, its WireGuard port, is taken") || !strings.Contains(err.Error(), "set networks.lab.vxlan.wireguard.port") {
+			return fmt.Errorf("Ensure with the port taken: %v", err)
+		}
+		return nil
+	})
+	if out, err := host.Run(t.Context(), "ip", "link", "show", api.WireGuardName(n.ID)); err == nil {
+		t.Errorf("a device that cannot listen was left:\n%s", out)
+	}
+	taken.Close()
+	mustDo(t, host, func() error { return Ensure(context.Background(), n) })
+	mustDo(t, host, func() error {
+		if c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: 51820}); err == nil {
+			c.Close()
+			return fmt.Errorf("nothing listens on the WireGuard port once it is free")
+		}
+		return nil
+	})
+}
