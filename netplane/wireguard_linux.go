@@ -268,7 +268,9 @@ func createWireGuard(n *api.Network, name string) (*wgDevice, error) {
 	}
 	log := slog.With("network", n.ID, "device", name)
 	logger := &device.Logger{Verbosef: device.DiscardLogf, Errorf: func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) }}
-	dev := device.NewDevice(steadyTUN(t), conn.NewDefaultBind(), logger)
+	// Small batches (wgBatch): a device's buffers are a few MB, not 27.
+	tn := newSmallBatchTUN(steadyTUN(t), n.VXLAN.WireGuardMTU(), device.MessageTransportHeaderSize)
+	dev := device.NewDevice(tn, &smallBatchBind{Bind: conn.NewDefaultBind(), size: int(n.VXLAN.UnderlayMTU)}, logger)
 	tl, err := netlink.LinkByName(name)
 	if err == nil {
 		err = netlink.LinkSetAlias(tl, Mark(n.ID))
