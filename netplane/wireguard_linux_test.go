@@ -411,3 +411,67 @@ func TestWireGuardPortTaken(t *testing.T) {
 		return nil
 	})
 }
+
+// otherHostsYAML: two plain segments on the same port, host 1 in both,
+// each with another second host.
+const otherHostsYAML = `networks:
+  pa:
+    mode: host
+    gateway: 10.200.63.1
+    netmask: 255.255.255.0
+    vxlan:
+      vni: 4304
+      hosts:
+        - {name: h1, address: 10.77.0.1}
+        - {name: h2, address: 10.77.0.2}
+  pb:
+    mode: host
+    gateway: 10.200.64.1
+    netmask: 255.255.255.0
+    vxlan:
+      vni: 4305
+      hosts:
+        - {name: h1, address: 10.77.0.1}
+        - {name: h3, address: 10.77.0.3}
+`
+
+// TestVXLANSegmentsOtherHosts: plain segments on one port whose hosts
+// differ both carry their traffic on the host they share: one segment's
+// table does not drop the other's hosts' packets.
+func TestVXLANSegmentsOtherHosts(t *testing.T) {
+	needRoot(t)
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(otherHostsYAML))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	underlay := testutil.NewNS(t, "vxo-ul")
+	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	var hosts []*testutil.NS
+	for i := range 3 {
+		hosts = append(hosts, underlayHost(t, underlay, "vxo", i))
+	}
+	setOwnerDir(t.TempDir())
+	type seg struct {
+		id     string
+		on     []int
+		subnet int
+	}
+	var reach []func() // once both segments run
+	for _, s := range []seg{{"pa", []int{0, 1}, 63}, {"pb", []int{0, 2}, 64}} {
+		n := nets.Get(s.id)
+		var vms []*testutil.NS
+		for _, i := range s.on {
+			start(t, hosts[i], n, Options{StateDir: t.TempDir()})
+			v := vm(t, hosts[i], fmt.Sprintf("vxo%s%d", s.id, i), fmt.Sprintf("52:55:55:00:%d:0%d", s.subnet, i), n.Bridge(), false)
+			v.MustRun(t, "ip", "addr", "add", fmt.Sprintf("10.200.%d.%d/24", s.subnet, 10+i), "dev", "eth0")
+			vms = append(vms, v)
+		}
+		dst := fmt.Sprintf("10.200.%d.%d", s.subnet, 10+s.on[1])
+		reach = append(reach, func() {
+			testutil.Eventually(t, 15*time.Second, func() error { return vms[0].Ping(dst, 1) }, s.id+": host 1's VM to reach the other host's")
+		})
+	}
+	for _, f := range reach {
+		f()
+	}
+}
