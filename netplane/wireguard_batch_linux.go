@@ -56,17 +56,19 @@ func (b *smallBatch) read(bufs [][]byte, sizes []int, eps []conn.Endpoint, offse
 				b.bufs[i] = b.spare[i]
 			}
 		}
+		// With an error, a count too: a TUN's segments before the ones
+		// that did not fit (tun.ErrTooManySegments), which wireguard-go
+		// sends before it looks at the error. The caller gets at most its
+		// buffers' worth.
 		n, err := read(b.bufs, b.sizes, b.eps)
-		if err != nil {
-			return n, err // wireguard-go drops the batch
-		}
+		n = max(n, 0)
 		k := min(n, len(bufs)) // already in the caller's buffers
 		copy(sizes, b.sizes[:k])
 		if eps != nil {
 			copy(eps, b.eps[:k])
 		}
 		b.next, b.n = k, n
-		return k, nil
+		return k, err
 	}
 	k := 0
 	for ; k < len(bufs) && b.next < b.n; k, b.next = k+1, b.next+1 {

@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -58,6 +59,28 @@ func TestWireGuardSmallBatch(t *testing.T) {
 	}
 	if reads != 4 {
 		t.Errorf("the reader was asked %d times for 206 packets in batches of 100 and 3, want 4", reads)
+	}
+
+	// A count with an error (a TUN's tun.ErrTooManySegments): the caller
+	// gets its buffers' worth and the error, then the rest.
+	b = newSmallBatch(batch, 0, offset+1500)
+	tooMany := errors.New("too many segments")
+	reader = func(bufs [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
+		for i := range 40 {
+			sizes[i] = copy(bufs[i][offset:], []byte{byte(i)})
+		}
+		return 40, tooMany
+	}
+	bufs := make([][]byte, wgBatch)
+	for i := range bufs {
+		bufs[i] = make([]byte, 65536)
+	}
+	sizes := make([]int, wgBatch)
+	if n, err := b.read(bufs, sizes, nil, offset, reader); n != wgBatch || err != tooMany {
+		t.Fatalf("read with an error = %d, %v; want %d, the error", n, err, wgBatch)
+	}
+	if n, err := b.read(bufs, sizes, nil, offset, reader); n != wgBatch || err != nil || bufs[0][offset] != wgBatch {
+		t.Fatalf("read after = %d, %v, first packet %d; want %d, no error, packet %d", n, err, bufs[0][offset], wgBatch, wgBatch)
 	}
 }
 
