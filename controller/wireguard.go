@@ -5,11 +5,15 @@ import (
 )
 
 // WireGuardPublicKey is this host's WireGuard public key, the publicKey to
-// list for it in networks.yaml (vxlan.hosts), from its private key in the
-// state dir, made there if it is not yet (0600, never printed). The same
+// list for it in networks.yaml (vxlan.hosts), from its private key
+// (statedir.Dir.WireGuardKeyFile), made there if it is not yet (0600, never printed). The same
 // key serves every encrypted segment of the state dir.
 func WireGuardPublicKey(env Env) (string, error) {
-	k, err := wgkey.LoadOrCreate(env.StateDir.WireGuardKeyFile())
+	path, err := env.StateDir.PrepareWireGuardKey()
+	if err != nil {
+		return "", err
+	}
+	k, err := wgkey.LoadOrCreate(path)
 	if err != nil {
 		return "", err
 	}

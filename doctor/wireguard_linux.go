@@ -1,10 +1,16 @@
 package doctor
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -15,7 +21,9 @@ import (
 
 // checkWireGuard: a network across hosts whose underlay is encrypted needs
 // its WireGuard port free on this host, unless its own device (running)
-// holds it; the finding says this host's tunnel address.
+// holds it; the finding says this host's tunnel address. A device whose
+// port nobody holds, or another program does (the controller made the
+// device and could not listen), is a failure too.
 func checkWireGuard(_ context.Context, nets []*api.Network) []Finding {
 	var out []Finding
 	for _, n := range nets {
@@ -26,13 +34,25 @@ func checkWireGuard(_ context.Context, nets []*api.Network) []Finding {
 		if err != nil {
 			continue // checkVXLAN says so
 		}
-		name, port := "WireGuard of "+n.ID, int(n.VXLAN.WireGuard.Port)
+		name, port, dev := "WireGuard of "+n.ID, int(n.VXLAN.WireGuard.Port), api.WireGuardName(n.ID)
 		f := Finding{Check: name, Status: OK, Detail: fmt.Sprintf("this host's tunnel address is %s; UDP port %d", n.VXLAN.TunnelAddr(i), port)}
-		if _, err := netlink.LinkByName(api.WireGuardName(n.ID)); err == nil {
-			f.Detail += " is its device's (" + api.WireGuardName(n.ID) + " runs)"
+		taken := Finding{Check: name, Status: Fail, Detail: fmt.Sprintf("UDP port %d, WireGuard's for network %s, is taken by another program", port, n.ID),
+			Fix: fmt.Sprintf("find it (ss -ulpn 'sport = :%d') and stop it, or set networks.%s.vxlan.wireguard.port to a port free on every host", port, n.ID)}
+		if l, err := netlink.LinkByName(dev); err == nil {
+			switch holders := udpPortHolders(port); {
+			case l.Type() == "wireguard": // the kernel's: its socket is no process's
+				f.Detail += " is its device's (" + dev + " runs)"
+			case len(holders) == 0:
+				f.Status, f.Detail = Fail, fmt.Sprintf("%s exists and nothing listens on its UDP port %d: the segment is cut", dev, port)
+				f.Fix = "see the controller's log (vmnetctl logs) for why it could not take the port; vmnetctl up again once it is free"
+			case slices.ContainsFunc(holders, func(pid int) bool { return holdsTUN(pid, dev) }):
+				f.Detail += " is its device's (" + dev + " runs)"
+			default:
+				f = taken
+				f.Detail += fmt.Sprintf(" (pid %d), and %s does not listen", holders[0], dev)
+			}
 		} else if c, err := net.ListenUDP("udp", &net.UDPAddr{Port: port}); errors.Is(err, unix.EADDRINUSE) {
-			f.Status, f.Detail = Fail, fmt.Sprintf("UDP port %d, WireGuard's for network %s, is taken by another program", port, n.ID)
-			f.Fix = fmt.Sprintf("find it (ss -ulpn 'sport = :%d') and stop it, or set networks.%s.vxlan.wireguard.port to a port free on every host", port, n.ID)
+			f = taken
 		} else if err == nil {
 			c.Close()
 			f.Detail += " is free"
@@ -40,4 +60,62 @@ func checkWireGuard(_ context.Context, nets []*api.Network) []Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// udpPortHolders are the processes with a UDP socket bound to port, IPv4 or
+// IPv6, in the calling thread's network namespace.
+func udpPortHolders(port int) []int {
+	inodes := map[string]bool{}
+	for _, file := range []string{"udp", "udp6"} {
+		f, err := os.Open("/proc/thread-self/net/" + file)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			// sl local_address rem_address st tx_queue rx_queue tr tm->when retrnsmt uid timeout inode
+			fs := strings.Fields(sc.Text())
+			if len(fs) < 10 {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(fs[1], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && int(p) == port && fs[9] != "0" {
+				inodes["socket:["+fs[9]+"]"] = true
+			}
+		}
+		f.Close()
+	}
+	var pids []int
+	if len(inodes) == 0 {
+		return nil
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(filepath.Base(p))
+		if err != nil {
+			continue
+		}
+		fds, _ := os.ReadDir(p + "/fd")
+		for _, fd := range fds {
+			if target, err := os.Readlink(p + "/fd/" + fd.Name()); err == nil && inodes[target] {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// holdsTUN reports whether process pid has the TUN device name open (its
+// file's fdinfo names the interface).
+func holdsTUN(pid int, name string) bool {
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	fds, _ := os.ReadDir(dir)
+	for _, fd := range fds {
+		b, err := os.ReadFile(filepath.Join(dir, fd.Name()))
+		if err == nil && strings.Contains(string(b), "\niff:\t"+name+"\n") {
+			return true
+		}
+	}
+	return false
 }

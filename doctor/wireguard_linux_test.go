@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -31,6 +34,33 @@ func TestDoctorWireGuard(t *testing.T) {
 	taken := ns.ListenPacket(t, "udp", ":51999")
 	if f := run(); f.Status != Fail || !strings.Contains(f.Fix, "networks.lab.vxlan.wireguard.port") {
 		t.Errorf("port taken: %+v", f)
+	}
+	taken.Close()
+
+	// The device there and nothing on its port (the controller could not
+	// take it): a failure. The port held by a process without the device:
+	// taken. Held by the process that runs the device: OK.
+	dev := api.WireGuardName("lab")
+	ns.MustRun(t, "ip", "tuntap", "add", dev, "mode", "tun")
+	if f := run(); f.Status != Fail || !strings.Contains(f.Detail, "nothing listens on its UDP port 51999") {
+		t.Errorf("device without a listener: %+v", f)
+	}
+	taken = ns.ListenPacket(t, "udp", ":51999")
+	if f := run(); f.Status != Fail || !strings.Contains(f.Detail, "is taken by another program") || !strings.Contains(f.Fix, "networks.lab.vxlan.wireguard.port") {
+		t.Errorf("device, and its port another process's: %+v", f)
+	}
+	ns.MustRun(t, "ip", "tuntap", "del", dev, "mode", "tun")
+	var tn tun.Device
+	if err := ns.Do(func() error {
+		var err error
+		tn, err = tun.CreateTUN(dev, 1400)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tn.Close()
+	if f := run(); f.Status != OK || !strings.Contains(f.Detail, "is its device's") {
+		t.Errorf("device and its port one process's: %+v", f)
 	}
 	taken.Close()
 }

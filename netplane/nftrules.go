@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -24,22 +23,26 @@ func nftRules(n *api.Network) map[string][]string {
 		// its port's guard, and names in its answers. Nor may a VM send
 		// them to another host, which would take them as this host's
 		// (masqueraded to its address).
-		// As nft lists it (Check compares): sorted, braces for more than one.
+		// Each rule matches this segment's packets only (vxlanMatch: its
+		// VNI; the name service on this segment's tunnel addresses):
+		// segments on the same ports, with other hosts, have tables of
+		// their own.
 		var addrs []netip.Addr
 		for i := range x.Hosts {
 			addrs = append(addrs, x.TunnelAddr(i)) // with WireGuard, inside it
 		}
-		slices.SortFunc(addrs, netip.Addr.Compare)
-		var hosts []string
-		for _, a := range addrs {
-			hosts = append(hosts, a.String())
-		}
-		set := hosts[0]
-		if len(hosts) > 1 {
-			set = "{ " + strings.Join(hosts, ", ") + " }"
+		set := nftAddrSet(addrs)
+		input = append(input, vxlanMatch(x)+" ip saddr != "+set+" drop")
+		if x.WireGuard != nil {
+			// Its own tunnel addresses, its own listener.
+			input = append(input, "ip daddr "+set+fmt.Sprintf(" udp dport %d", x.DNSPort)+" ip saddr != "+set+" drop")
+		} else {
+			// Plain, the listener on an underlay address is shared by the
+			// segments there, whose hosts may differ: it answers each
+			// segment's hosts only (peerNames.answer); here, no VM asks.
+			input = append(input, `iifname "`+api.BridgePrefix+`*" ip daddr `+set+fmt.Sprintf(" udp dport %d", x.DNSPort)+" drop")
 		}
 		ports := fmt.Sprintf("{ %d, %d }", min(x.Port, x.DNSPort), max(x.Port, x.DNSPort))
-		input = append(input, "udp dport "+ports+" ip saddr != "+set+" drop")
 		fwd = append(fwd, `iifname "`+api.BridgePrefix+`*" ip daddr `+set+" udp dport "+ports+" drop")
 		wgIn, wgFwd := wireGuardRules(n) // WireGuard's port; nothing plain on the underlay
 		input, fwd = append(input, wgIn...), append(fwd, wgFwd...)

@@ -75,14 +75,18 @@ func wgKey(name string) string {
 	return name
 }
 
-// hostWireGuardKey is this host's private key, made on first use in the
-// state dir SetOwner named.
+// hostWireGuardKey is this host's private key, made on first use for the
+// state dir SetOwner named (statedir.Dir.WireGuardKeyFile).
 func hostWireGuardKey() (wgkey.Key, error) {
 	dir := OwnerDir()
 	if dir == "" {
 		return wgkey.Key{}, errors.New("no state dir to keep this host's WireGuard key in")
 	}
-	return wgkey.LoadOrCreate(statedir.Dir{Path: dir}.WireGuardKeyFile())
+	path, err := statedir.Dir{Path: dir}.PrepareWireGuardKey()
+	if err != nil {
+		return wgkey.Key{}, err
+	}
+	return wgkey.LoadOrCreate(path)
 }
 
 // wgConfig is the configuration of host idx's device for n, in
@@ -171,21 +175,54 @@ func ensureWireGuard(n *api.Network) error {
 		if d, err = createWireGuard(n, name); err != nil {
 			return err
 		}
+		// Configured and up (its port taken) before it is kept: a device
+		// that cannot listen is closed, its TUN with it, and made again
+		// next time, not left marked and deaf.
+		if err := configureWireGuard(n, d, conf); err != nil {
+			d.dev.Close()
+			return err
+		}
+		if err := d.dev.Up(); err != nil {
+			d.dev.Close()
+			return wireGuardPortError(n, err)
+		}
 		wgDevices.m[key] = d
 		if l, err = netlink.LinkByIndex(d.index); err != nil {
 			return fmt.Errorf("network %q: %s: %w", n.ID, name, err)
 		}
 	}
-	if d.conf != conf {
-		if err := d.dev.IpcSet(conf); err != nil {
-			return fmt.Errorf("network %q: configuring %s: %w", n.ID, name, err)
-		}
-		d.conf = conf
+	if err := configureWireGuard(n, d, conf); err != nil {
+		return err
 	}
 	if err := d.dev.Up(); err != nil {
-		return fmt.Errorf("network %q: %s up: %w", n.ID, name, err)
+		return wireGuardPortError(n, err)
 	}
 	return wireGuardLink(n, idx, l)
+}
+
+// configureWireGuard gives d the configuration conf (wgConfig), unless it
+// has it. Its port taken (by another program, or another state dir's
+// network) is said in the file's terms.
+func configureWireGuard(n *api.Network, d *wgDevice, conf string) error {
+	if d.conf == conf {
+		return nil
+	}
+	if err := d.dev.IpcSet(conf); err != nil {
+		return wireGuardPortError(n, err)
+	}
+	d.conf = conf
+	return nil
+}
+
+// wireGuardPortError is err, of configuring n's userspace device or
+// setting it up (when it opens its port), with a port taken (by another
+// program, or a network of another state dir) said in the file's terms.
+func wireGuardPortError(n *api.Network, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("network %q: UDP port %d, its WireGuard port, is taken on this host (by another program, or a network of another state dir; ss -ulpn 'sport = :%d' says which): set networks.%s.vxlan.wireguard.port to a port free on every host",
+			n.ID, n.VXLAN.WireGuard.Port, n.VXLAN.WireGuard.Port, n.ID)
+	}
+	return fmt.Errorf("network %q: WireGuard device %s: %w", n.ID, api.WireGuardName(n.ID), err)
 }
 
 // wireGuardLink gives n's WireGuard link l, kernel or TUN, its MTU and
@@ -231,7 +268,9 @@ func createWireGuard(n *api.Network, name string) (*wgDevice, error) {
 	}
 	log := slog.With("network", n.ID, "device", name)
 	logger := &device.Logger{Verbosef: device.DiscardLogf, Errorf: func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) }}
-	dev := device.NewDevice(steadyTUN(t), conn.NewDefaultBind(), logger)
+	// Small batches (wgBatch): a device's buffers are a few MB, not 27.
+	tn := newSmallBatchTUN(steadyTUN(t), n.VXLAN.WireGuardMTU(), device.MessageTransportHeaderSize)
+	dev := device.NewDevice(tn, &smallBatchBind{Bind: conn.NewDefaultBind(), size: int(n.VXLAN.UnderlayMTU)}, logger)
 	tl, err := netlink.LinkByName(name)
 	if err == nil {
 		err = netlink.LinkSetAlias(tl, Mark(n.ID))
@@ -243,20 +282,20 @@ func createWireGuard(n *api.Network, name string) (*wgDevice, error) {
 	return &wgDevice{dev: dev, index: tl.Attrs().Index}, nil
 }
 
-// steadyTUN is t without its up and down events: wireguard-go would take
-// the device down and up again with its link, and open its sockets again
-// on whatever thread reads the event, which may be in another network
-// namespace than the device's (a process that serves several, as the
-// tests do). Up is vmnetctl's call (ensureWireGuard); a link set down is
-// drift, which Check reports and the repair puts back. MTU changes pass.
+// steadyTUN is t without its events: on up and down, wireguard-go would
+// take the device down and up again with its link, and open its sockets
+// again on whatever thread reads the event, which may be in another
+// network namespace than the device's (a process that serves several, as
+// the tests do); on an MTU change it would read the MTU there too, and
+// fail ("Failed to load updated MTU"). Up is vmnetctl's call
+// (ensureWireGuard), and so is the MTU (wireGuardLink; wireguard-go reads
+// it once, at NewDevice, for its padding); a link set down or given
+// another MTU is drift, which Check reports and the repair puts back.
 func steadyTUN(t tun.Device) tun.Device {
-	s := &steadyDevice{Device: t, events: make(chan tun.Event, 1)}
+	s := &steadyDevice{Device: t, events: make(chan tun.Event)}
 	go func() {
 		defer close(s.events)
-		for e := range t.Events() {
-			if e&tun.EventMTUUpdate != 0 {
-				s.events <- tun.EventMTUUpdate
-			}
+		for range t.Events() {
 		}
 	}()
 	return s

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.zx2c4.com/wireguard/tun"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -116,6 +118,41 @@ func TestWireGuard(t *testing.T) {
 			t.Errorf("host %d's WAN saw %s, want its host's uplink %s", i+1, src, wanHost)
 		}
 	}
+	// A VM sends to another host's WireGuard port (which would take it
+	// as this host's, masqueraded): dropped. A packet to another port,
+	// sent after it, crosses: once it is counted, the first had its turn.
+	probe := []byte{0xde, 0xad, 0xbe, 0xef}
+	underlay.MustRun(t, "nft", "add rule bridge ul cross udp dport 51820 @th,64,32 0xdeadbeef counter comment vmprobe; "+
+		"add rule bridge ul cross udp dport 9 @th,64,32 0xdeadbeef counter comment control")
+	mustDo(t, hosts[0].vm, func() error {
+		for _, port := range []int{51820, 9} {
+			c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP("10.77.0.2"), Port: port})
+			if err != nil {
+				return err
+			}
+			c.Write(probe)
+			c.Close()
+		}
+		return nil
+	})
+	probes := func(what string) int {
+		m := regexp.MustCompile(`counter packets (\d+) .*comment "` + what + `"`).FindStringSubmatch(underlay.MustRun(t, "nft", "list", "chain", "bridge", "ul", "cross"))
+		if m == nil {
+			t.Fatalf("no counter %s", what)
+		}
+		c, _ := strconv.Atoi(m[1])
+		return c
+	}
+	testutil.Eventually(t, 5*time.Second, func() error {
+		if probes("control") == 0 {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	}, "the VM's packet to another port of host 2 to cross the underlay")
+	if c := probes("vmprobe"); c != 0 {
+		t.Errorf("a VM's packet to host 2's WireGuard port crossed the underlay (%d)", c)
+	}
+
 	counted := underlay.MustRun(t, "nft", "list", "chain", "bridge", "ul", "cross")
 	for what, wantSome := range map[string]bool{"vxlan": false, "wireguard": true} {
 		m := regexp.MustCompile(`counter packets (\d+) .*comment "` + what + `"`).FindStringSubmatch(counted)
@@ -202,4 +239,239 @@ func TestWireGuard(t *testing.T) {
 	mustDo(t, h3.ns, func() error { return Ensure(context.Background(), n) })
 	h3.ns.MustRun(t, "ip", "link", "set", "p-wg3", "master", n.Bridge())
 	testutil.Eventually(t, 15*time.Second, func() error { return hosts[0].vm.Ping(h3.ip.String(), 1) }, "host 3's VM to be reached again")
+}
+
+// sharedPortsYAML: three segments between the same two hosts, on the
+// default VXLAN and name service ports: two encrypted (each its own
+// WireGuard port and subnet), one plain.
+const sharedPortsYAML = `networks:
+  wga:
+    mode: host
+    gateway: 10.200.60.1
+    netmask: 255.255.255.0
+    vxlan:
+      vni: 4301
+      wireguard: {port: 51820, subnet: 10.255.81.0/24}
+      hosts:
+        - {name: h1, address: 10.77.0.1, publicKey: "KEY1"}
+        - {name: h2, address: 10.77.0.2, publicKey: "KEY2"}
+  wgb:
+    mode: host
+    gateway: 10.200.61.1
+    netmask: 255.255.255.0
+    vxlan:
+      vni: 4302
+      wireguard: {port: 51821, subnet: 10.255.82.0/24}
+      hosts:
+        - {name: h1, address: 10.77.0.1, publicKey: "KEY1"}
+        - {name: h2, address: 10.77.0.2, publicKey: "KEY2"}
+  plain:
+    mode: host
+    gateway: 10.200.62.1
+    netmask: 255.255.255.0
+    vxlan:
+      vni: 4303
+      hosts:
+        - {name: h1, address: 10.77.0.1}
+        - {name: h2, address: 10.77.0.2}
+`
+
+// TestWireGuardSegmentsShareHosts: segments on the same hosts and ports,
+// two encrypted and one plain, each carry their own traffic: a segment's
+// rules judge its own VXLAN packets (its VNI) and its own name service,
+// not the others'. Each network's Check is clean.
+func TestWireGuardSegmentsShareHosts(t *testing.T) {
+	needRoot(t)
+	var dirs []string
+	src := sharedPortsYAML
+	for i := range 2 {
+		dirs = append(dirs, t.TempDir())
+		k, err := wgkey.LoadOrCreate(statedir.Dir{Path: dirs[i]}.WireGuardKeyFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = strings.ReplaceAll(src, fmt.Sprintf("KEY%d", i+1), k.Public().String())
+	}
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(src))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	ids := []string{"wga", "wgb", "plain"}
+	underlay := testutil.NewNS(t, "wgs-ul")
+	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	var hosts []*testutil.NS
+	for i := range 2 {
+		h := underlayHost(t, underlay, "wgs", i)
+		hosts = append(hosts, h)
+		setOwnerDir(dirs[i])
+		for _, id := range ids {
+			n := nets.Get(id)
+			t.Cleanup(func() { h.Do(func() error { closeWireGuard(n.ID); return nil }) })
+			start(t, h, n, Options{StateDir: t.TempDir()})
+		}
+	}
+	vms := map[string][]*testutil.NS{}
+	for i, h := range hosts {
+		for j, id := range ids {
+			n := nets.Get(id)
+			v := vm(t, h, fmt.Sprintf("wgs%d%d", i, j), fmt.Sprintf("52:55:55:00:6%d:0%d", j, i), n.Bridge(), false)
+			v.MustRun(t, "ip", "addr", "add", fmt.Sprintf("10.200.6%d.%d/24", j, 10+i), "dev", "eth0")
+			vms[id] = append(vms[id], v)
+		}
+	}
+	for j, id := range ids {
+		testutil.Eventually(t, 30*time.Second, func() error { return vms[id][0].Ping(fmt.Sprintf("10.200.6%d.11", j), 1) },
+			fmt.Sprintf("%s: host 1's VM to reach host 2's", id))
+	}
+	for i, h := range hosts {
+		setOwnerDir(dirs[i])
+		for _, id := range ids {
+			mustDo(t, h, func() error { return Check(context.Background(), nets.Get(id)) })
+		}
+	}
+}
+
+// eventTUN is a tun.Device that only sends events.
+type eventTUN struct {
+	tun.Device
+	events chan tun.Event
+}
+
+func (e *eventTUN) Events() <-chan tun.Event { return e.events }
+
+// TestWireGuardSteadyTUN: wireguard-go sees none of the TUN's events (up,
+// down, MTU), which it would act on in whatever namespace its reader's
+// thread is; the events end when the TUN's do.
+func TestWireGuardSteadyTUN(t *testing.T) {
+	inner := &eventTUN{events: make(chan tun.Event)}
+	s := steadyTUN(inner)
+	go func() {
+		for _, e := range []tun.Event{tun.EventUp, tun.EventMTUUpdate, tun.EventDown, tun.EventUp | tun.EventMTUUpdate} {
+			inner.events <- e
+		}
+		close(inner.events)
+	}()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case e, ok := <-s.Events():
+			if !ok {
+				return
+			}
+			t.Errorf("wireguard-go got the event %d", e)
+		case <-deadline:
+			t.Fatalf("the events did not end with the TUN's")
+		}
+	}
+}
+
+// TestWireGuardPortTaken: another program on the WireGuard port is said
+// in the file's terms, and leaves no device behind (made again, and
+// listening, once the port is free).
+func TestWireGuardPortTaken(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	k, err := wgkey.LoadOrCreate(statedir.Dir{Path: dir}.WireGuardKeyFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(wgYAML, "KEY1", k.Public().String(), 1)
+	for _, i := range []int{2, 3} {
+		other, _ := wgkey.Generate()
+		src = strings.Replace(src, fmt.Sprintf("KEY%d", i), other.Public().String(), 1)
+	}
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(src))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	n := nets.Get("lab")
+	host, _ := vxlanLab(t, "wgport", "10.77.0.1/24")
+	setOwnerDir(dir)
+	t.Cleanup(func() {
+		host.Do(func() error { closeWireGuard(n.ID); return Remove(context.Background(), n.ID, "") })
+	})
+	taken := host.ListenPacket(t, "udp", ":51820")
+	mustDo(t, host, func() error {
+		err := Ensure(context.Background(), n)
+		if err == nil || !strings.Contains(err.Error(), "UDP port 51820, its WireGuard port, is taken") || !strings.Contains(err.Error(), "set networks.lab.vxlan.wireguard.port") {
+			return fmt.Errorf("Ensure with the port taken: %v", err)
+		}
+		return nil
+	})
+	if out, err := host.Run(t.Context(), "ip", "link", "show", api.WireGuardName(n.ID)); err == nil {
+		t.Errorf("a device that cannot listen was left:\n%s", out)
+	}
+	taken.Close()
+	mustDo(t, host, func() error { return Ensure(context.Background(), n) })
+	mustDo(t, host, func() error {
+		if c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: 51820}); err == nil {
+			c.Close()
+			return fmt.Errorf("nothing listens on the WireGuard port once it is free")
+		}
+		return nil
+	})
+}
+
+// otherHostsYAML: two plain segments on the same port, host 1 in both,
+// each with another second host.
+const otherHostsYAML = `networks:
+  pa:
+    mode: host
+    gateway: 10.200.63.1
+    netmask: 255.255.255.0
+    vxlan:
+      vni: 4304
+      hosts:
+        - {name: h1, address: 10.77.0.1}
+        - {name: h2, address: 10.77.0.2}
+  pb:
+    mode: host
+    gateway: 10.200.64.1
+    netmask: 255.255.255.0
+    vxlan:
+      vni: 4305
+      hosts:
+        - {name: h1, address: 10.77.0.1}
+        - {name: h3, address: 10.77.0.3}
+`
+
+// TestVXLANSegmentsOtherHosts: plain segments on one port whose hosts
+// differ both carry their traffic on the host they share: one segment's
+// table does not drop the other's hosts' packets.
+func TestVXLANSegmentsOtherHosts(t *testing.T) {
+	needRoot(t)
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(otherHostsYAML))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	underlay := testutil.NewNS(t, "vxo-ul")
+	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	var hosts []*testutil.NS
+	for i := range 3 {
+		hosts = append(hosts, underlayHost(t, underlay, "vxo", i))
+	}
+	setOwnerDir(t.TempDir())
+	type seg struct {
+		id     string
+		on     []int
+		subnet int
+	}
+	var reach []func() // once both segments run
+	for _, s := range []seg{{"pa", []int{0, 1}, 63}, {"pb", []int{0, 2}, 64}} {
+		n := nets.Get(s.id)
+		var vms []*testutil.NS
+		for _, i := range s.on {
+			start(t, hosts[i], n, Options{StateDir: t.TempDir()})
+			v := vm(t, hosts[i], fmt.Sprintf("vxo%s%d", s.id, i), fmt.Sprintf("52:55:55:00:%d:0%d", s.subnet, i), n.Bridge(), false)
+			v.MustRun(t, "ip", "addr", "add", fmt.Sprintf("10.200.%d.%d/24", s.subnet, 10+i), "dev", "eth0")
+			vms = append(vms, v)
+		}
+		dst := fmt.Sprintf("10.200.%d.%d", s.subnet, 10+s.on[1])
+		reach = append(reach, func() {
+			testutil.Eventually(t, 15*time.Second, func() error { return vms[0].Ping(dst, 1) }, s.id+": host 1's VM to reach the other host's")
+		})
+	}
+	for _, f := range reach {
+		f()
+	}
 }

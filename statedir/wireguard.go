@@ -1,8 +1,103 @@
 package statedir
 
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
 // wireGuardKeyFile holds this host's WireGuard private key (package
 // wgkey), made on the first network whose underlay is encrypted.
 const wireGuardKeyFile = "wireguard.key"
 
-// WireGuardKeyFile is this host's WireGuard private key, 0600.
-func (d Dir) WireGuardKeyFile() string { return d.file(wireGuardKeyFile) }
+// The key is the host's identity, which the other hosts list in
+// networks.yaml: it must outlive a reboot. A state dir under volatileRoot
+// (a tmpfs: root's default, /run/vmnetctl, and $XDG_RUNTIME_DIR's) keeps
+// it under persistentRoot instead, at the state dir's path below /run
+// (/run/vmnetctl: /var/lib/vmnetctl/run/vmnetctl/wireguard.key); any other
+// state dir keeps it in itself.
+const (
+	volatileRoot       = "/run"
+	rootPersistentRoot = "/var/lib/vmnetctl"
+)
+
+// WireGuardKeyFile is this host's WireGuard private key, 0600: in the
+// state dir, or, for one under /run, under /var/lib/vmnetctl (root) or
+// ~/.local/state/vmnetctl (another user).
+func (d Dir) WireGuardKeyFile() string {
+	home, _ := os.UserHomeDir()
+	return wireGuardKeyPath(Canonical(d.Path), os.Geteuid(), home)
+}
+
+// wireGuardKeyPath is WireGuardKeyFile's rule, for the (canonical) state
+// dir dir, the user euid and their home.
+func wireGuardKeyPath(dir string, euid int, home string) string {
+	rel, err := filepath.Rel(volatileRoot, dir)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return filepath.Join(dir, wireGuardKeyFile)
+	}
+	base := rootPersistentRoot
+	if euid != 0 {
+		if home == "" {
+			return filepath.Join(dir, wireGuardKeyFile) // nowhere better
+		}
+		base = filepath.Join(home, ".local", "state", "vmnetctl")
+	}
+	return filepath.Join(base, volatileRoot, rel, wireGuardKeyFile)
+}
+
+// PrepareWireGuardKey is WireGuardKeyFile, after moving there a key that
+// an earlier vmnetctl kept in a state dir under /run (where it would not
+// have outlived the next reboot): the key the other hosts list now. A key
+// already in the new place wins and the old one is left alone.
+func (d Dir) PrepareWireGuardKey() (string, error) {
+	return d.prepareWireGuardKey(d.WireGuardKeyFile())
+}
+
+// prepareWireGuardKey is PrepareWireGuardKey with the key's path.
+func (d Dir) prepareWireGuardKey(path string) (string, error) {
+	old := d.file(wireGuardKeyFile)
+	if path == old {
+		return path, nil
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		return path, nil // there (or unreadable: wgkey says why)
+	}
+	b, err := os.ReadFile(old)
+	if errors.Is(err, fs.ErrNotExist) {
+		return path, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("moving this host's WireGuard key from %s: %w", old, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", fmt.Errorf("moving this host's WireGuard key to %s: %w", path, err)
+	}
+	// Written aside and linked into place: a crash leaves either no key
+	// there (the old one is still in the state dir) or the whole one.
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+wireGuardKeyFile+".tmp*") // 0600
+	if err != nil {
+		return "", fmt.Errorf("moving this host's WireGuard key to %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		if err = os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+			return path, nil // another process moved it first
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("moving this host's WireGuard key to %s: %w", path, err)
+	}
+	os.Remove(old)
+	return path, nil
+}

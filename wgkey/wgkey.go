@@ -1,5 +1,5 @@
 // Package wgkey is a host's WireGuard key pair: the private key, made once
-// and kept in the state dir (statedir.Dir.WireGuardKeyFile), and the
+// and kept where statedir.Dir.WireGuardKeyFile says, and the
 // public key derived from it, which the other hosts list in networks.yaml.
 package wgkey
 
