@@ -229,24 +229,32 @@ func createBridge(n *api.Network) error {
 	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la, MulticastSnooping: new(false)}); err != nil {
 		return fmt.Errorf("network %q: creating bridge %s (as %s): %w", n.ID, name, la.Name, err)
 	}
-	tmp, err := netlink.LinkByName(la.Name)
-	if err == nil {
-		err = netlink.LinkSetAlias(tmp, Mark(n.ID))
-	}
-	if err == nil {
-		err = netlink.LinkSetName(tmp, name)
-		if errors.Is(err, unix.EEXIST) {
-			netlink.LinkDel(tmp)
-			return nil
-		}
-	}
-	if err != nil {
-		if tmp != nil {
-			netlink.LinkDel(tmp)
-		}
-		return fmt.Errorf("network %q: creating bridge %s: %w", n.ID, name, err)
+	if _, err := markAndRename(n.ID, la.Name, name, "bridge"); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
 	}
 	return nil
+}
+
+// markAndRename marks the link just made under tmpName (a name that
+// carries the owner) as network id's and gives it its name: the second
+// and third steps of making a link crash-safely (createBridge). On failure
+// it deletes the link; a name another creator took first is an error that
+// wraps unix.EEXIST.
+func markAndRename(id, tmpName, name, what string) (netlink.Link, error) {
+	l, err := netlink.LinkByName(tmpName)
+	if err == nil {
+		err = netlink.LinkSetAlias(l, Mark(id))
+	}
+	if err == nil {
+		err = netlink.LinkSetName(l, name)
+	}
+	if err != nil {
+		if l != nil {
+			netlink.LinkDel(l)
+		}
+		return nil, fmt.Errorf("network %q: creating %s %s: %w", id, what, name, err)
+	}
+	return netlink.LinkByName(name)
 }
 
 // BridgeMAC is the MAC address of network id's bridge: locally

@@ -163,20 +163,7 @@ func createVXLAN(n *api.Network, name string, local netip.Addr) (netlink.Link, e
 	if err := netlink.LinkAdd(tmp); err != nil {
 		return nil, fmt.Errorf("network %q: creating VXLAN device %s (as %s): %w", n.ID, name, tmp.Name, err)
 	}
-	l, err := netlink.LinkByName(tmp.Name)
-	if err == nil {
-		err = netlink.LinkSetAlias(l, Mark(n.ID))
-	}
-	if err == nil {
-		err = netlink.LinkSetName(l, name)
-	}
-	if err != nil {
-		if l != nil {
-			netlink.LinkDel(l)
-		}
-		return nil, fmt.Errorf("network %q: creating VXLAN device %s: %w", n.ID, name, err)
-	}
-	return netlink.LinkByName(name)
+	return markAndRename(n.ID, tmp.Name, name, "VXLAN device")
 }
 
 // vxlanDevice is the VXLAN device name of n if it is there as configured,

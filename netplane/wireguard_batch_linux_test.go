@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"golang.zx2c4.com/wireguard/conn"
 
-	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
-	"github.com/vmnetctl/vmnetctl/wgkey"
 )
 
 // smallBatch hands out what its reader read, in order, wgBatch at a time,
@@ -96,21 +92,7 @@ func heapInUse() uint64 {
 // the 27 MB of wireguard-go's own batches.
 func TestWireGuardDeviceHeap(t *testing.T) {
 	needRoot(t)
-	dir := t.TempDir()
-	k, err := wgkey.LoadOrCreate(statedir.Dir{Path: dir}.WireGuardKeyFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(wgYAML, "KEY1", k.Public().String(), 1)
-	for _, i := range []int{2, 3} {
-		other, _ := wgkey.Generate()
-		src = strings.Replace(src, fmt.Sprintf("KEY%d", i), other.Public().String(), 1)
-	}
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(src))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	n := nets.Get("lab")
+	dir, n := wgHostOne(t)
 	host, _ := vxlanLab(t, "wgheap", "10.77.0.1/24")
 	setOwnerDir(dir)
 	t.Cleanup(func() { host.Do(func() error { closeWireGuard(n.ID); return nil }) })

@@ -50,20 +50,7 @@ func createKernelWireGuard(n *api.Network, name string) (netlink.Link, error) {
 		}
 		return nil, fmt.Errorf("network %q: creating WireGuard device %s (as %s): %w", n.ID, name, tmp.Name, err)
 	}
-	l, err := netlink.LinkByName(tmp.Name)
-	if err == nil {
-		err = netlink.LinkSetAlias(l, Mark(n.ID))
-	}
-	if err == nil {
-		err = netlink.LinkSetName(l, name)
-	}
-	if err != nil {
-		if l != nil {
-			netlink.LinkDel(l)
-		}
-		return nil, fmt.Errorf("network %q: creating WireGuard device %s: %w", n.ID, name, err)
-	}
-	return netlink.LinkByName(name)
+	return markAndRename(n.ID, tmp.Name, name, "WireGuard device")
 }
 
 // kernelConfig is what host idx's kernel device of n is configured with.

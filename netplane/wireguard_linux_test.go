@@ -365,12 +365,12 @@ func TestWireGuardSteadyTUN(t *testing.T) {
 	}
 }
 
-// TestWireGuardPortTaken: another program on the WireGuard port is said
-// in the file's terms, and leaves no device behind (made again, and
-// listening, once the port is free).
-func TestWireGuardPortTaken(t *testing.T) {
-	needRoot(t)
-	dir := t.TempDir()
+// wgHostOne is wgYAML's network "lab" as host 1 sees it: a state dir with
+// host 1's key in it, and the network with that key listed (the others'
+// made up).
+func wgHostOne(t *testing.T) (dir string, n *api.Network) {
+	t.Helper()
+	dir = t.TempDir()
 	k, err := wgkey.LoadOrCreate(statedir.Dir{Path: dir}.WireGuardKeyFile())
 	if err != nil {
 		t.Fatal(err)
@@ -384,7 +384,15 @@ func TestWireGuardPortTaken(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	n := nets.Get("lab")
+	return dir, nets.Get("lab")
+}
+
+// TestWireGuardPortTaken: another program on the WireGuard port is said
+// in the file's terms, and leaves no device behind (made again, and
+// listening, once the port is free).
+func TestWireGuardPortTaken(t *testing.T) {
+	needRoot(t)
+	dir, n := wgHostOne(t)
 	host, _ := vxlanLab(t, "wgport", "10.77.0.1/24")
 	setOwnerDir(dir)
 	t.Cleanup(func() {
