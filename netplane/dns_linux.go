@@ -314,6 +314,10 @@ type udpServer struct {
 	dropped func() // a query dropped: every handler busy
 	slots   chan struct{}
 	wg      sync.WaitGroup
+	// allow, if set, is who may ask: a datagram from anyone else is
+	// dropped before it takes a handler, so that strangers cannot
+	// crowd out those who may.
+	allow func(netip.Addr) bool
 }
 
 func newUDPServer(conn *net.UDPConn, h *dnsHandler) *udpServer {
@@ -343,7 +347,7 @@ func (s *udpServer) serve() error {
 			}
 			return err
 		}
-		if !acceptQuery(buf[:n]) {
+		if !acceptQuery(buf[:n]) || s.allow != nil && !s.allow(from.Addr().Unmap()) {
 			continue
 		}
 		select {

@@ -99,7 +99,7 @@ func (nw *Network) startPeerDNS() error {
 			return fmt.Errorf("network %q: serving names to the other hosts on %s: %w", nw.n.ID, addr, err)
 		}
 		l = &peerListener{done: make(chan struct{}), nets: map[uint32]*peerNames{}}
-		l.srv = &udpServer{conn: conn, handler: l, dropped: func() {}, slots: make(chan struct{}, maxPeerHandlers)}
+		l.srv = &udpServer{conn: conn, handler: l, dropped: func() {}, slots: make(chan struct{}, maxPeerHandlers), allow: l.isPeer}
 		go func() {
 			defer close(l.done)
 			l.srv.serve()
@@ -125,6 +125,20 @@ func (nw *Network) startPeerDNS() error {
 		return nw.dns.askPeers(name, x.VNI, peers, x.DNSPort)
 	}
 	return nil
+}
+
+// isPeer says whether a is a host of one of the segments l serves: the
+// only ones it answers (peerNames.answer), and the only ones whose
+// questions take a handler.
+func (l *peerListener) isPeer(a netip.Addr) bool {
+	peerListeners.Lock()
+	defer peerListeners.Unlock()
+	for _, pn := range l.nets {
+		if slices.Contains(pn.peers, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // ServeDNS hands a question to the network it names by its VNI.
