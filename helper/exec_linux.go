@@ -73,9 +73,9 @@ var errNoExec = errors.New("")
 // process keeps its identity (pid, start time, arguments: what the
 // controller knows it by) and its descriptors, and sheds the memory of
 // everything else vmnetctl links. It returns only when it did not exec,
-// saying why: no such binary, one it does not trust, a macvtap port (whose
-// cleanup child the helper waits for when it ends), or a log that is not
-// stderr.
+// saying why: no such binary, one it does not trust, or a log that is not
+// stderr. A macvtap's cleanup pipe goes along (Spec.Keep): its child
+// deletes the macvtap once the relay is gone, without anyone waiting.
 //
 // Signals: SIGTERM and SIGINT end the process (and its port with it)
 // from just before the exec until vmnetctl-relay catches them again, first
@@ -87,9 +87,6 @@ var errNoExec = errors.New("")
 // does after its grace), which ends it with its port. If the exec fails,
 // SIGTERM and SIGINT call stop again.
 func (s *session) execRelay(ctx context.Context, stop context.CancelFunc, spec relay.Spec) error {
-	if s.port.Macvtap {
-		return fmt.Errorf("%w(a macvtap port)", errNoExec)
-	}
 	if s.o.Stderr != os.Stderr {
 		return fmt.Errorf("%w(the log is not stderr)", errNoExec)
 	}
@@ -100,6 +97,10 @@ func (s *session) execRelay(ctx context.Context, stop context.CancelFunc, spec r
 	bin := filepath.Join(filepath.Dir(exe), relay.Binary)
 	if err := trustedRelay(bin, exe, os.Geteuid()); err != nil {
 		return err
+	}
+	if fd := s.port.CleanupFD(); fd >= 0 {
+		// A macvtap's cleanup child deletes it once the relay is gone.
+		spec.Keep = append(spec.Keep, fd)
 	}
 	if s.learns() && os.Geteuid() == 0 && !throughSudo() {
 		// Only a relay that is still root may change the guard (as the

@@ -27,6 +27,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -949,6 +950,11 @@ func TestMacvtap(t *testing.T) {
 		helperEnd.Close()
 		if uid := procUID(t, h.cmd.Process.Pid); uid != ownerID {
 			t.Errorf("helper runs as uid %d", uid)
+		}
+		// As the VM's owner, in vmnetctl-relay too: the macvtap's cleanup
+		// pipe went along (the checks below: deleted when it ends).
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", h.cmd.Process.Pid)); filepath.Base(exe) != relay.Binary {
+			t.Errorf("the macvtap's helper runs %s, want %s", exe, relay.Binary)
 		}
 		relay := startRelay(tap, conn, 0)
 		// A macvtap passes the frames of its own MAC: the VM must use it.

@@ -34,6 +34,18 @@ type Port struct {
 	Macvtap bool
 	// reaper ends the cleanup child and waits for the deletion.
 	reaper func()
+	// cleanupFD is this end of the pipe to the cleanup child; -1 for none.
+	cleanupFD int
+}
+
+// CleanupFD is the descriptor of the port's end of the pipe to its cleanup
+// child, -1 if it has none: a process that inherits it and keeps it open
+// keeps the port (the child deletes it once every holder has closed it).
+func (p *Port) CleanupFD() int {
+	if p.reaper == nil {
+		return -1
+	}
+	return p.cleanupFD
 }
 
 // CreatePort makes the VM's port on network n as c says and returns it
@@ -171,6 +183,7 @@ func (p *Port) deleteOnExit(c PortConfig) error {
 		return fmt.Errorf("starting the child that deletes %s: %w", c.Name, err)
 	}
 	r.Close()
+	p.cleanupFD = int(w.Fd())
 	p.reaper = func() {
 		w.Close()
 		cmd.Wait()

@@ -38,6 +38,7 @@ func ListSharedInterfaces() ([]string, error)                        { return ni
 func CheckBridgedInterface(*api.Network) error                       { return nil }
 func (*Port) CloseFD()                                               {}
 func (*Port) Close()                                                 {}
+func (*Port) CleanupFD() int                                         { return -1 }
 func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, error) {
 	return nil, ErrUnsupported
 }

@@ -327,7 +327,7 @@ func waitForClient(r *relay, lis *Listener, log *Logger) ([]byte, error) {
 // Inheritable clears close-on-exec on the descriptors of s, for the
 // process the helper execs into.
 func (s Spec) Inheritable() error {
-	fds := []int{s.TAP, s.Socket}
+	fds := append([]int{s.TAP, s.Socket}, s.Keep...)
 	if s.SocketPath != "" {
 		fds = append(fds, s.LockFD)
 	}

@@ -26,7 +26,7 @@ const EthHeaderLen = 14
 // SpecVersion changes whenever Spec's meaning does: vmnetctl-relay refuses
 // a spec of another version (a vmnetctl and a vmnetctl-relay of different
 // builds), before it prints the ready line.
-const SpecVersion = 1
+const SpecVersion = 2
 
 // Spec is what the relay serves: descriptors the helper opened, and the
 // helper's options that still matter once frames flow.
@@ -52,6 +52,10 @@ type Spec struct {
 	// that makes it forget the learned MAC; it runs when a restarted VMM is
 	// served, which may use another. Empty: the port does not learn.
 	Relearn []string `json:"relearn,omitempty"`
+	// Keep are descriptors the relay only holds until it ends: the port's
+	// end of the pipe to its cleanup child (a macvtap's), which deletes the
+	// port once the relay, the last holder, is gone.
+	Keep []int `json:"keep,omitempty"`
 	// Ready is the helper's ready line, for vmnetctl-relay to print once
 	// it catches SIGTERM.
 	Ready string `json:"ready,omitempty"`

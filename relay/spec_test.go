@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -17,7 +18,10 @@ func TestSpecVersion(t *testing.T) {
 	if err != nil || got.TapName != "vmt-x" || got.Frame != 1514 || len(got.Relearn) != 2 {
 		t.Errorf("DecodeSpec(%s) = %+v, %v", v, got, err)
 	}
-	old := strings.Replace(v, `"version":1`, `"version":0`, 1)
+	old := strings.Replace(v, fmt.Sprintf(`"version":%d`, SpecVersion), fmt.Sprintf(`"version":%d`, SpecVersion-1), 1)
+	if old == v {
+		t.Fatalf("no version in %s", v)
+	}
 	if _, err := DecodeSpec(old); err == nil || !strings.Contains(err.Error(), "of one build") {
 		t.Errorf("a spec of version 0: %v, want refused", err)
 	}
