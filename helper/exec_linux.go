@@ -100,7 +100,7 @@ func (s *session) execRelay(ctx context.Context, stop context.CancelFunc, spec r
 	}
 	if fd := s.port.CleanupFD(); fd >= 0 {
 		// A macvtap's cleanup child deletes it once the relay is gone.
-		spec.Keep = append(spec.Keep, fd)
+		spec.Keep, spec.CleanupPID = append(spec.Keep, fd), s.port.CleanupPID()
 	}
 	if s.learns() && os.Geteuid() == 0 && !throughSudo() {
 		// Only a relay that is still root may change the guard (as the

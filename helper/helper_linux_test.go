@@ -966,7 +966,20 @@ func TestMacvtap(t *testing.T) {
 			h.cmd.Process.Kill()
 			<-h.done
 		} else {
-			h.terminate()
+			// Stopped, the helper ends only once its macvtap is gone: a
+			// helper started again at once would take it over. (Its
+			// process's end, not its pipes', which the cleanup child holds
+			// too.)
+			pid := h.cmd.Process.Pid
+			h.cmd.Process.Signal(syscall.SIGTERM)
+			testutil.Eventually(t, 10*time.Second, func() bool {
+				st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				return err != nil || strings.Contains(string(st), ") Z ")
+			}, "the helper to exit")
+			if f.linkExists("vmt-mv") {
+				t.Errorf("macvtap vmt-mv is still there once its helper has exited")
+			}
+			h.wait(10 * time.Second)
 		}
 		testutil.Eventually(t, 5*time.Second, func() bool { return !f.linkExists("vmt-mv") }, "the macvtap to be deleted")
 		relay.stop() // closing the VM's TAP deletes it too

@@ -34,8 +34,9 @@ type Port struct {
 	Macvtap bool
 	// reaper ends the cleanup child and waits for the deletion.
 	reaper func()
-	// cleanupFD is this end of the pipe to the cleanup child; -1 for none.
-	cleanupFD int
+	// cleanupFD is this end of the pipe to the cleanup child, cleanupPID
+	// the child.
+	cleanupFD, cleanupPID int
 }
 
 // CleanupFD is the descriptor of the port's end of the pipe to its cleanup
@@ -46,6 +47,17 @@ func (p *Port) CleanupFD() int {
 		return -1
 	}
 	return p.cleanupFD
+}
+
+// CleanupPID is the port's cleanup child, 0 if it has none: whoever holds
+// CleanupFD last waits for it, so that the port is gone before it ends (a
+// helper started again at once would take over the port the child is
+// about to delete).
+func (p *Port) CleanupPID() int {
+	if p.reaper == nil {
+		return 0
+	}
+	return p.cleanupPID
 }
 
 // CreatePort makes the VM's port on network n as c says and returns it
@@ -183,7 +195,7 @@ func (p *Port) deleteOnExit(c PortConfig) error {
 		return fmt.Errorf("starting the child that deletes %s: %w", c.Name, err)
 	}
 	r.Close()
-	p.cleanupFD = int(w.Fd())
+	p.cleanupFD, p.cleanupPID = int(w.Fd()), cmd.Process.Pid
 	p.reaper = func() {
 		w.Close()
 		cmd.Wait()

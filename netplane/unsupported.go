@@ -39,6 +39,7 @@ func CheckBridgedInterface(*api.Network) error                       { return ni
 func (*Port) CloseFD()                                               {}
 func (*Port) Close()                                                 {}
 func (*Port) CleanupFD() int                                         { return -1 }
+func (*Port) CleanupPID() int                                        { return 0 }
 func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, error) {
 	return nil, ErrUnsupported
 }

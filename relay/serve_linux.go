@@ -85,7 +85,18 @@ func HandedOver(ctx context.Context, stdout, stderr io.Writer) error {
 			return fmt.Errorf("writing the ready line: %w", err)
 		}
 	}
-	return Serve(ctx, spec, log, Hooks{})
+	err = Serve(ctx, spec, log, Hooks{})
+	for _, fd := range spec.Keep {
+		unix.Close(fd)
+	}
+	if spec.CleanupPID > 0 {
+		for {
+			if _, werr := unix.Wait4(spec.CleanupPID, nil, 0, nil); werr != unix.EINTR {
+				break
+			}
+		}
+	}
+	return err
 }
 
 // runRelearn runs the command that makes the port's guard forget the MAC

@@ -56,6 +56,10 @@ type Spec struct {
 	// end of the pipe to its cleanup child (a macvtap's), which deletes the
 	// port once the relay, the last holder, is gone.
 	Keep []int `json:"keep,omitempty"`
+	// CleanupPID is that cleanup child (still the process's child after
+	// the exec): the relay closes Keep and waits for it when it stops, so
+	// the port is gone before the relay is, as with the helper itself.
+	CleanupPID int `json:"cleanupPID,omitempty"`
 	// Ready is the helper's ready line, for vmnetctl-relay to print once
 	// it catches SIGTERM.
 	Ready string `json:"ready,omitempty"`
