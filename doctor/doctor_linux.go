@@ -550,9 +550,16 @@ func procAddr(h string) netip.Addr {
 	return a.Unmap()
 }
 
-// socketOwners maps socket inodes to "name (pid N)" from /proc/*/fd.
-func socketOwners() map[string]string {
-	owners := map[string]string{}
+// socketOwner is a process that holds a socket.
+type socketOwner struct {
+	pid  int
+	comm string
+}
+
+// socketOwners maps socket inodes to the processes that hold them, in
+// /proc's order, from /proc/*/fd.
+func socketOwners() map[string][]socketOwner {
+	owners := map[string][]socketOwner{}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
@@ -564,11 +571,23 @@ func socketOwners() map[string]string {
 		for _, fd := range fds {
 			link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
 			if ino, ok := strings.CutPrefix(link, "socket:["); err == nil && ok {
-				owners[strings.TrimSuffix(ino, "]")] = fmt.Sprintf("%s (pid %d)", strings.TrimSpace(string(comm)), pid)
+				ino = strings.TrimSuffix(ino, "]")
+				if o := owners[ino]; len(o) == 0 || o[len(o)-1].pid != pid {
+					owners[ino] = append(o, socketOwner{pid: pid, comm: strings.TrimSpace(string(comm))})
+				}
 			}
 		}
 	}
 	return owners
+}
+
+// ownerName is "name (pid N)" of the last process that holds a socket, ""
+// for none.
+func ownerName(o []socketOwner) string {
+	if len(o) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s (pid %d)", o[len(o)-1].comm, o[len(o)-1].pid)
 }
 
 // checkPorts finds another program on the DHCP and DNS ports of a gateway:
@@ -588,7 +607,7 @@ func checkPorts(_ context.Context, nets []*api.Network) []Finding {
 	var out []Finding
 	seen := map[string]bool{}
 	for _, l := range listeners(53, 67) {
-		who := owners[l.inode]
+		who := ownerName(owners[l.inode])
 		if strings.HasPrefix(who, "vmnetctl ") || seen[l.inode] {
 			continue
 		}

@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -63,43 +61,21 @@ func checkWireGuard(_ context.Context, nets []*api.Network) []Finding {
 }
 
 // udpPortHolders are the processes with a UDP socket bound to port, IPv4 or
-// IPv6, in the calling thread's network namespace.
+// IPv6, in the calling thread's network namespace (listeners and
+// socketOwners, as checkPorts reads them).
 func udpPortHolders(port int) []int {
-	inodes := map[string]bool{}
-	for _, file := range []string{"udp", "udp6"} {
-		f, err := os.Open("/proc/thread-self/net/" + file)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			// sl local_address rem_address st tx_queue rx_queue tr tm->when retrnsmt uid timeout inode
-			fs := strings.Fields(sc.Text())
-			if len(fs) < 10 {
-				continue
-			}
-			_, hexPort, ok := strings.Cut(fs[1], ":")
-			if p, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && int(p) == port && fs[9] != "0" {
-				inodes["socket:["+fs[9]+"]"] = true
-			}
-		}
-		f.Close()
-	}
 	var pids []int
-	if len(inodes) == 0 {
-		return nil
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(filepath.Base(p))
-		if err != nil {
+	var owners map[string][]socketOwner
+	for _, l := range listeners(port) {
+		if l.proto != "udp" || l.inode == "0" {
 			continue
 		}
-		fds, _ := os.ReadDir(p + "/fd")
-		for _, fd := range fds {
-			if target, err := os.Readlink(p + "/fd/" + fd.Name()); err == nil && inodes[target] {
-				pids = append(pids, pid)
-				break
+		if owners == nil {
+			owners = socketOwners()
+		}
+		for _, o := range owners[l.inode] {
+			if !slices.Contains(pids, o.pid) {
+				pids = append(pids, o.pid)
 			}
 		}
 	}
