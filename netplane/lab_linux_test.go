@@ -45,6 +45,31 @@ func mustDo(t *testing.T, n *testutil.NS, f func() error) {
 	}
 }
 
+// sendUDP sends payload times over UDP from namespace n to the address
+// to ("host:port"), from the local address from if it is not "".
+func sendUDP(t *testing.T, n *testutil.NS, from, to string, payload []byte, times int) {
+	t.Helper()
+	mustDo(t, n, func() error {
+		var laddr *net.UDPAddr
+		if from != "" {
+			laddr = &net.UDPAddr{IP: net.ParseIP(from)}
+		}
+		raddr, err := net.ResolveUDPAddr("udp4", to)
+		if err != nil {
+			return err
+		}
+		c, err := net.DialUDP("udp4", laddr, raddr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for range times {
+			c.Write(payload)
+		}
+		return nil
+	})
+}
+
 // veth creates the veth hostName in namespace host whose peer, eth0 with the
 // given MAC, is in namespace other; both are up.
 func veth(t *testing.T, host *testutil.NS, hostName string, other *testutil.NS, mac string) {

@@ -199,17 +199,7 @@ func TestVXLAN(t *testing.T) {
 	// wrapped in VXLAN with the segment's VNI.
 	forged := vxlanARP(n.VXLAN.VNI, "02:66:66:66:66:66", "10.200.50.99", hosts[1].ip)
 	for _, to := range []string{n.Gateway.String(), "10.77.0.2"} {
-		mustDo(t, hosts[0].vm, func() error {
-			c, err := net.Dial("udp4", net.JoinHostPort(to, fmt.Sprint(n.VXLAN.Port)))
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			for range 3 {
-				c.Write(forged)
-			}
-			return nil
-		})
+		sendUDP(t, hosts[0].vm, "", net.JoinHostPort(to, fmt.Sprint(n.VXLAN.Port)), forged, 3)
 	}
 	// The forged request would be answered (and its MAC learned) at once.
 	hosts[1].vm.Ping(hosts[0].ip.String(), 1)

@@ -124,17 +124,9 @@ func TestWireGuard(t *testing.T) {
 	probe := []byte{0xde, 0xad, 0xbe, 0xef}
 	underlay.MustRun(t, "nft", "add rule bridge ul cross udp dport 51820 @th,64,32 0xdeadbeef counter comment vmprobe; "+
 		"add rule bridge ul cross udp dport 9 @th,64,32 0xdeadbeef counter comment control")
-	mustDo(t, hosts[0].vm, func() error {
-		for _, port := range []int{51820, 9} {
-			c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP("10.77.0.2"), Port: port})
-			if err != nil {
-				return err
-			}
-			c.Write(probe)
-			c.Close()
-		}
-		return nil
-	})
+	for _, port := range []int{51820, 9} {
+		sendUDP(t, hosts[0].vm, "", fmt.Sprintf("10.77.0.2:%d", port), probe, 1)
+	}
 	probes := func(what string) int {
 		m := regexp.MustCompile(`counter packets (\d+) .*comment "` + what + `"`).FindStringSubmatch(underlay.MustRun(t, "nft", "list", "chain", "bridge", "ul", "cross"))
 		if m == nil {
@@ -203,17 +195,7 @@ func TestWireGuard(t *testing.T) {
 	stranger.MustRun(t, "ip", "addr", "add", "10.77.0.99/24", "dev", "eth0")
 	stranger.MustRun(t, "ip", "addr", "add", n.VXLAN.TunnelAddr(1).String()+"/32", "dev", "eth0")
 	forged := vxlanARP(n.VXLAN.VNI, "02:66:66:66:66:67", "10.200.51.99", h1.ip)
-	mustDo(t, stranger, func() error {
-		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IP(n.VXLAN.TunnelAddr(1).AsSlice())}, &net.UDPAddr{IP: net.ParseIP("10.77.0.1"), Port: int(n.VXLAN.Port)})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		for range 3 {
-			c.Write(forged)
-		}
-		return nil
-	})
+	sendUDP(t, stranger, n.VXLAN.TunnelAddr(1).String(), fmt.Sprintf("10.77.0.1:%d", n.VXLAN.Port), forged, 3)
 	hosts[1].vm.Ping(h1.ip.String(), 1) // the forged request would be answered by now
 	if fdb := h1.ns.MustRun(t, "bridge", "fdb", "show"); strings.Contains(fdb, "02:66:66:66:66:67") {
 		t.Errorf("host 1 took plain VXLAN from the underlay posing as host 2:\n%s", testutil.Lines(fdb, "02:66"))
