@@ -516,30 +516,30 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// socketpair is the VMM's socketpair with vmnet-helper's buffer sizes,
-// unless VMNETCTL_BENCH_SNDBUF says otherwise.
+// socketpair is the VMM's socketpair with the buffers `vmnetctl run` gives
+// it (helperproto.SetSocketBuffers), unless VMNETCTL_BENCH_SNDBUF says
+// otherwise. A helper on --fd sizes its own end again; the other end's
+// SO_SNDBUF bounds what the VMM has in flight to the helper.
 func socketpair(t *testing.T, tso bool) [2]int {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, fd := range fds {
-		setBuffers(fd, tso)
+		setBuffers(t, fd, tso)
 	}
 	return fds
 }
 
-func setBuffers(fd int, tso bool) {
-	rcv := 4 << 20
-	if tso {
-		rcv = 8 << 20
+func setBuffers(t *testing.T, fd int, tso bool) {
+	if err := helperproto.SetSocketBuffers(fd, tso); err != nil {
+		t.Fatal(err)
 	}
-	snd := 65 * 1024
 	if v, err := strconv.Atoi(os.Getenv("VMNETCTL_BENCH_SNDBUF")); err == nil {
-		snd = v
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, v); err != nil {
+			t.Fatal(err)
+		}
 	}
-	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, snd)
-	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcv)
 }
 
 // vmSideMAC is the MAC of the VM side's bridge: what the host helper's
@@ -817,14 +817,15 @@ func exited(pid int) bool {
 
 // vfkitClient is what vfkit does: a unix datagram socket bound to a path
 // of its own, connected to gvproxy's, announcing itself with "VFKT".
-// Buffers as vmnet-helper sets them (non-offloaded).
+// Its buffers are the helper's (it is the helper's --fd, and the helper
+// sizes its own end).
 func vfkitClient(t *testing.T, server string) int {
 	t.Helper()
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	setBuffers(fd, false)
+	setBuffers(t, fd, false)
 	local := filepath.Join(filepath.Dir(server), "vm.sock")
 	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: local}); err != nil {
 		t.Fatal(err)

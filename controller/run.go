@@ -27,12 +27,6 @@ import (
 // it is the helper's.
 const FirstVMFD = 4
 
-// Socket buffer sizes of a socketpair, as vmnet-helper's vmnet-run sets them.
-const (
-	socketpairSndBuf = 65 << 10
-	socketpairRcvBuf = 4 << 20
-)
-
 // vmCommand is what `vmnetctl run` runs: the VM's attachments, each on a
 // socketpair with a helper on the other end, and the VMM's command line.
 type vmCommand struct {
@@ -77,7 +71,7 @@ func (l launcher) runCommand(ctx context.Context, c vmCommand, nets networkByID,
 		var helperEnd, vmEnd *os.File
 		if !tap {
 			var err error
-			if helperEnd, vmEnd, err = socketpair(); err != nil {
+			if helperEnd, vmEnd, err = socketpair(nets[a.Network].Offloads); err != nil {
 				return 0, err
 			}
 			vmEnds = append(vmEnds, vmEnd)
@@ -234,7 +228,7 @@ func closeFiles(fs []*os.File) {
 	}
 }
 
-func socketpair() (helperEnd, vmEnd *os.File, err error) {
+func socketpair(offloads bool) (helperEnd, vmEnd *os.File, err error) {
 	syscall.ForkLock.RLock() // no fork between socketpair and close-on-exec
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_DGRAM, 0)
 	if err == nil {
@@ -246,8 +240,9 @@ func socketpair() (helperEnd, vmEnd *os.File, err error) {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}
 	for _, fd := range fds {
-		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUF, socketpairSndBuf)
-		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, socketpairRcvBuf)
+		// Best effort, as vmnet-helper's vmnet-run: the kernel's defaults
+		// work, only slower.
+		helperproto.SetSocketBuffers(fd, offloads)
 	}
 	return os.NewFile(uintptr(fds[0]), "helper-end"), os.NewFile(uintptr(fds[1]), "vm-end"), nil
 }

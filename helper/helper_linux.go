@@ -105,6 +105,11 @@ func checkOptions(o *Options) (*session, error) {
 		if err := relay.CheckFD(o.FD); err != nil {
 			return nil, err
 		}
+		// Our end only: its send buffer bounds what is in flight to the
+		// VM; the VMM's end is the VMM's.
+		if err := helperproto.SetSocketBuffers(o.FD, o.Offloads()); err != nil {
+			return nil, fmt.Errorf("--fd %d: %w", o.FD, err)
+		}
 	}
 	if err := checkNetwork(o); err != nil {
 		return nil, err

@@ -538,6 +538,11 @@ func TestRelay(t *testing.T) {
 				var helperEnd *os.File
 				helperEnd, conn = socketpair(t)
 				h = f.startHelper(t, []*os.File{helperEnd}, append(args, "--fd", "3")...)
+				// The helper sized its own end (the test made it 65 KiB):
+				// its sends to the VM have room for several segments.
+				if got, err := unix.GetsockoptInt(int(helperEnd.Fd()), unix.SOL_SOCKET, unix.SO_SNDBUF); err != nil || got < 2*helperproto.SendBufferSize {
+					t.Errorf("the helper's end has SO_SNDBUF %d (%v), want %d", got, err, 2*helperproto.SendBufferSize)
+				}
 				helperEnd.Close()
 			}
 

@@ -8,13 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// Socket buffer sizes vmnet-helper uses on the sockets it creates.
-const (
-	sendBufferSize         = 65 * 1024
-	receiveBufferSize      = 4 << 20
-	receiveBufferOffloaded = 8 << 20
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // CheckFD checks that fd is an inherited unix datagram socket and makes it
@@ -82,25 +77,11 @@ func Listen(path string, offloads bool) (*Listener, error) {
 		l.Close()
 		return nil, fmt.Errorf("--socket %s: %w", path, err)
 	}
-	rcv := receiveBufferSize
-	if offloads {
-		rcv = receiveBufferOffloaded
-	}
-	if err := setBuffers(fd, sendBufferSize, rcv); err != nil {
+	if err := helperproto.SetSocketBuffers(fd, offloads); err != nil {
 		l.Close()
 		return nil, err
 	}
 	return l, nil
-}
-
-func setBuffers(fd, snd, rcv int) error {
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, snd); err != nil {
-		return fmt.Errorf("setting SO_SNDBUF: %w", err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcv); err != nil {
-		return fmt.Errorf("setting SO_RCVBUF: %w", err)
-	}
-	return nil
 }
 
 // Close removes the socket and its lock. A nil Listener (--fd) has none.
