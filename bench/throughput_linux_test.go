@@ -66,7 +66,13 @@ type result struct {
 	cpuPerGB  float64 // CPU seconds of the relaying processes per GB moved
 	cpuDetail string  // the same, per process
 	drops     int64   // frames the helpers dropped, or -1
-	err       string  // why the path was not measured
+	// machinePerGB is the busy CPU seconds of the whole machine (every
+	// process, the kernel's softirqs, and whatever else runs) per GB
+	// moved, and busy the share of all CPUs' time that was busy: when a
+	// path keeps every CPU busy, its Gbit/s over veth's is at most veth's
+	// machinePerGB over its own.
+	machinePerGB, busy float64
+	err                string // why the path was not measured
 }
 
 // benchSeconds says how long each direction runs, from VMNETCTL_BENCH; ok
@@ -126,13 +132,17 @@ func TestThroughput(t *testing.T) {
 					}
 					statsBefore := snapshots(relays)
 					before := cpuTimes(t, relays)
+					mBefore := machineTimes(t)
 					ip := iperf(t, e, seconds, reverse)
+					mAfter := machineTimes(t)
 					after := cpuTimes(t, relays)
 					// The counters then include every frame of the run.
 					awaitStats(t, relays)
 					statsAfter := snapshots(relays)
 					gb := float64(ip.received) / 1e9
 					r := result{name: name, dir: d, gbps: ip.gbps, drops: -1}
+					busy := mAfter.busy - mBefore.busy
+					r.machinePerGB, r.busy = busy/gb, busy/(mAfter.all-mBefore.all)
 					var parts []string
 					for i, rl := range relays {
 						c := (after[i] - before[i]) / gb
@@ -148,7 +158,7 @@ func TestThroughput(t *testing.T) {
 					}
 					r.cpuDetail = strings.Join(parts, " + ")
 					results = append(results, r)
-					t.Logf("%-26s %s %6.2f Gbit/s, relays' CPU %.2f s/GB (%s), helpers' drops %d", name, d, ip.gbps, r.cpuPerGB, r.cpuDetail, r.drops)
+					t.Logf("%-26s %s %6.2f Gbit/s, relays' CPU %.2f s/GB (%s), machine %.2f s/GB at %.0f%% busy, helpers' drops %d", name, d, ip.gbps, r.cpuPerGB, r.cpuDetail, r.machinePerGB, 100*r.busy, r.drops)
 				}
 				for _, rl := range relays {
 					if rl.helper != nil {
@@ -343,10 +353,10 @@ func TestThroughput(t *testing.T) {
 		mode = "smoke run"
 	}
 	fmt.Printf("\n%s, %d s per direction; load average before: %s, after: %s; %d CPUs; %s\n", mode, seconds, loadBefore, loadavg(), runtime.NumCPU(), time.Since(began).Round(time.Second))
-	fmt.Printf("\n| path | direction | Gbit/s | vs veth | relays' CPU s/GB | per process | helpers' drops |\n|---|---|---|---|---|---|---|\n")
+	fmt.Printf("\n| path | direction | Gbit/s | vs veth | relays' CPU s/GB | per process | machine CPU s/GB (busy) | helpers' drops |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		if r.err != "" {
-			fmt.Printf("| %s | - | - | - | - | %s | - |\n", r.name, r.err)
+			fmt.Printf("| %s | - | - | - | - | %s | - | - |\n", r.name, r.err)
 			continue
 		}
 		cpu, detail, ratio := "-", "-", "-"
@@ -360,7 +370,8 @@ func TestThroughput(t *testing.T) {
 		if r.drops >= 0 {
 			drops = strconv.FormatInt(r.drops, 10)
 		}
-		fmt.Printf("| %s | %s | %.2f | %s | %s | %s | %s |\n", r.name, r.dir, r.gbps, ratio, cpu, detail, drops)
+		machine := fmt.Sprintf("%.2f (%.0f%%)", r.machinePerGB, 100*r.busy)
+		fmt.Printf("| %s | %s | %.2f | %s | %s | %s | %s | %s |\n", r.name, r.dir, r.gbps, ratio, cpu, detail, machine, drops)
 	}
 }
 
@@ -858,6 +869,38 @@ func cpuTimes(t *testing.T, relays []relay) []float64 {
 		times = append(times, (ut+st)/100) // USER_HZ
 	}
 	return times
+}
+
+// cpuClock is the machine's CPU time in seconds: busy (all but idle and
+// iowait) and all, summed over its CPUs.
+type cpuClock struct{ busy, all float64 }
+
+// machineTimes reads the first line of /proc/stat.
+func machineTimes(t *testing.T) cpuClock {
+	t.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		t.Fatalf("/proc/stat begins %q", line)
+	}
+	var c cpuClock
+	// user nice system idle iowait irq softirq steal (guest time is in
+	// user already).
+	for i, v := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("/proc/stat: %v", err)
+		}
+		c.all += n / 100 // USER_HZ
+		if i != 3 && i != 4 {
+			c.busy += n / 100
+		}
+	}
+	return c
 }
 
 // iperfResult is what one iperf3 run reports.
