@@ -27,6 +27,9 @@ func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
 		spec.Hdr = VirtioNetHdrLen
 	}
 	spec.Frame = spec.Hdr + s.ready.MaxPacketSize
+	if s.coalesce {
+		spec.TapHdr = VirtioNetHdrLen
+	}
 	if s.o.SocketPath == "" {
 		return spec, nil, nil
 	}

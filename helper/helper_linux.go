@@ -87,6 +87,9 @@ type session struct {
 	tapName  string
 	uid, gid int // the VM owner's, -1 to keep the current ones
 	port     *netplane.Port
+	// coalesce: the port has the virtio-net header the VM has not, and
+	// the relay merges the VM's TCP segments (relay.Spec.TapHdr).
+	coalesce bool
 	ready    helperproto.Ready
 }
 
@@ -154,12 +157,16 @@ func (s *session) createPort() error {
 	if err := checkSudoPort(o.Network, s.tapName); err != nil {
 		return err
 	}
+	offloads := netplane.Offloads{Checksum: o.ChecksumOffload, TSO: o.TSO}
+	// A VM without offloads: its relay merges its TCP segments on the way
+	// to the host, behind the TAP's virtio-net header.
+	offloads.Coalesce = o.Attach == AttachRelay && !o.Offloads() && !o.NoCoalesce
 	p, err := netplane.CreatePort(o.Network, netplane.PortConfig{
 		Name:         s.tapName,
 		MAC:          api.InterfaceMAC(s.id),
 		UID:          s.uid,
 		GID:          s.gid,
-		Offloads:     netplane.Offloads{Checksum: o.ChecksumOffload, TSO: o.TSO},
+		Offloads:     offloads,
 		Isolated:     o.Isolation,
 		VMMAC:        o.VMMAC,
 		NoSpoofCheck: o.NoSpoofCheck,
@@ -179,6 +186,7 @@ func (s *session) createPort() error {
 		return fmt.Errorf("network %q has MTU %d; the helper relays frames up to MTU %d", o.Network.ID, p.MTU, MaxJumboMTU)
 	}
 	s.port = p
+	s.coalesce = offloads.Coalesce && !p.Macvtap
 	s.ready = o.ready(s.id, s.tapName, p.MTU)
 	return nil
 }

@@ -67,6 +67,7 @@ type Flags struct {
 	NoSpoofCheck         bool   // --no-spoof-check
 	DeleteLink           string // the hidden DeleteLinkFlag
 	Relearn              bool   // the hidden RelearnFlag
+	NoCoalesce           bool   // the hidden NoCoalesceFlag
 
 	// NetworksFile is networks.yaml as config.LoadNetworks finds it (the
 	// global --networks flag; empty for the default).
@@ -200,6 +201,7 @@ func (f *Flags) options(s Streams) (Options, error) {
 		Attach:          f.Attach,
 		VMMAC:           vmMAC,
 		NoSpoofCheck:    f.NoSpoofCheck,
+		NoCoalesce:      f.NoCoalesce,
 		Isolation:       f.Isolation || n.Isolation,
 		TSO:             f.TSO,
 		ChecksumOffload: f.ChecksumOffload,
@@ -215,3 +217,7 @@ func (f *Flags) options(s Streams) (Options, error) {
 // RelearnFlag is helperexec.RelearnFlag, the hidden flag of the command
 // vmnetctl-relay runs to make a learning port's guard forget its MAC.
 const RelearnFlag = helperexec.RelearnFlag
+
+// NoCoalesceFlag turns off the relay's merging of the VM's TCP segments
+// (relay/coalesce.go), for the benchmark to measure what it buys.
+const NoCoalesceFlag = "no-coalesce"

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/relay"
 )
 
@@ -44,7 +43,7 @@ const (
 	TSOMaxPacketSize = 65550
 	// VirtioNetHdrLen is the virtio-net header (struct virtio_net_hdr_v1)
 	// that starts every datagram when offloads are on: the VM port's own.
-	VirtioNetHdrLen = netplane.VirtioNetHdrLen
+	VirtioNetHdrLen = relay.VirtioNetHdrLen
 )
 
 // Options are a helper's settings, as the command line gives them.
@@ -71,6 +70,9 @@ type Options struct {
 	// first it uses. NoSpoofCheck leaves the port unguarded.
 	VMMAC        net.HardwareAddr
 	NoSpoofCheck bool
+	// NoCoalesce: the VM's frames go to its port one by one, never
+	// merged (relay/coalesce.go).
+	NoCoalesce bool
 	// TSO and ChecksumOffload put a virtio-net header on every datagram.
 	TSO, ChecksumOffload bool
 	// StatsInterval logs stats lines this often; 0 only at exit.

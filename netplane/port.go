@@ -6,10 +6,6 @@ import (
 	"os/exec"
 )
 
-// VirtioNetHdrLen is the virtio-net header (struct virtio_net_hdr_v1) that
-// starts every frame of a VM port with offloads on.
-const VirtioNetHdrLen = 12
-
 // ErrMacvtapPort: a bridged network whose interface is not a bridge. Its
 // VMs get a macvtap on the interface (CreateMacvtap) instead of a TAP on a
 // bridge.
@@ -22,6 +18,12 @@ type Offloads struct {
 	Checksum bool
 	// TSO: frames may be TCP segments of up to 64 KiB (implies Checksum).
 	TSO bool
+	// Coalesce: the port has the virtio-net header but no offloads
+	// towards the VM (the host's frames come cut to the MTU, behind a
+	// header that asks for nothing), so that its relay can write the
+	// VM's TCP segments merged (relay/coalesce.go). A TAP's only: a
+	// macvtap ignores it.
+	Coalesce bool
 }
 
 // PortConfig says how CreatePort makes a VM's port.

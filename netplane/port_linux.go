@@ -147,7 +147,9 @@ func (p *Port) createMacvtap(n *api.Network, c PortConfig) error {
 		deleteLink(c.Name)
 		return err
 	}
-	if p.FD, err = openMacvtap(mv, c.Offloads); err != nil {
+	o := c.Offloads
+	o.Coalesce = false
+	if p.FD, err = openMacvtap(mv, o); err != nil {
 		return err
 	}
 	p.MTU = mv.Attrs().MTU

@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/vmnetctl/vmnetctl/relay"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // on reports whether frames carry a virtio-net header.
-func (o Offloads) on() bool { return o.Checksum || o.TSO }
+// on says whether the port has the virtio-net header.
+func (o Offloads) on() bool { return o.Checksum || o.TSO || o.Coalesce }
 
 // tunFlags are the TUN_F_* flags of the offloads.
 func (o Offloads) tunFlags() uint {
@@ -110,7 +113,7 @@ func setOffloads(fd int, o Offloads) (string, error) {
 	if !o.on() {
 		return "", nil
 	}
-	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VirtioNetHdrLen); err != nil {
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, relay.VirtioNetHdrLen); err != nil {
 		return "TUNSETVNETHDRSZ", err
 	}
 	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(o.tunFlags())); err != nil {

@@ -50,22 +50,26 @@ func (b *batch) free() {
 	}
 }
 
-func newBatch(n, size int) *batch {
+// newBatch is room for n frames of up to size bytes, each after head bytes
+// that the iovecs leave out: bufs[i] starts with them (a virtio-net header
+// the VM's frames do not have, coalesce.go).
+func newBatch(n, size, head int) *batch {
 	// The frames' memory is mapped, not Go's: the kernel gives it pages
 	// only as frames are written to it (64 frames of 64 KiB with TSO are 4
 	// MiB, of which an idle helper touches a few), and the garbage
 	// collector neither scans it nor lets it raise the heap's goal, which
 	// would keep the setup's garbage resident.
 	b := &batch{bufs: make([][]byte, n), iovs: make([]unix.Iovec, n), msgs: make([]mmsghdr, n)}
-	slab, err := unix.Mmap(-1, 0, n*size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	slot := head + size
+	slab, err := unix.Mmap(-1, 0, n*slot, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err == nil {
 		b.mapped = slab
 	} else {
-		slab = make([]byte, n*size)
+		slab = make([]byte, n*slot)
 	}
 	for i := range n {
-		b.bufs[i] = slab[i*size : (i+1)*size : (i+1)*size]
-		b.iovs[i].Base = &b.bufs[i][0]
+		b.bufs[i] = slab[i*slot : (i+1)*slot : (i+1)*slot]
+		b.iovs[i].Base = &b.bufs[i][head]
 		b.iovs[i].SetLen(size)
 		b.msgs[i].Hdr.Iov = &b.iovs[i]
 		b.msgs[i].Hdr.SetIovlen(1)

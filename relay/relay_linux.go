@@ -42,9 +42,14 @@ var errPeerGone = errors.New("the VM's end of the socket is gone")
 type relay struct {
 	tap, sock, stop int
 	hdr             int // virtio-net header length, 0 without offloads
-	frame           int // buffer size: hdr + max packet size
-	host, vm        *counters
-	log             *Logger
+	// tapHdr is the virtio-net header the TAP has and the VM's frames
+	// have not (hdr is 0): the relay strips it from what it reads and
+	// coalesces what it writes (coalesce.go). 0: the TAP's frames are the
+	// VM's.
+	tapHdr   int
+	frame    int // buffer size: hdr + max packet size
+	host, vm *counters
+	log      *Logger
 	// stalled is set while the VM does not read (send); tapToSocket's only.
 	stalled bool
 	// followPeer (--socket) keeps the relay going while the VM's socket is
@@ -58,6 +63,9 @@ type relay struct {
 // empty, is a frame received from the VM before the relay started.
 func (r *relay) run(first []byte) error {
 	if len(first) > 0 {
+		if r.tapHdr > 0 {
+			first = append(make([]byte, r.tapHdr, r.tapHdr+len(first)), first...)
+		}
 		r.writeTap(first)
 	}
 	var wg sync.WaitGroup
@@ -129,7 +137,7 @@ func peerGone(err error) bool {
 // read frames from the TAP until it is empty or the batch is full, then
 // sendmmsg them.
 func (r *relay) tapToSocket() error {
-	b := newBatch(BatchSize, r.frame)
+	b := newBatch(BatchSize, r.frame, r.tapHdr)
 	defer b.free()
 	tapWait := newWaiter(r.tap, r.stop)
 	sockWait := newWaiter(r.sock, r.stop)
@@ -154,10 +162,16 @@ func (r *relay) tapToSocket() error {
 			if err != nil {
 				return fmt.Errorf("reading from the TAP: %w", err)
 			}
-			if nr <= r.hdr {
+			if nr <= r.hdr+r.tapHdr {
 				continue
 			}
-			b.iovs[n].SetLen(nr)
+			if r.tapHdr > 0 && (b.bufs[n][0]&vnetNeedsCsum != 0 || b.bufs[n][1] != 0) {
+				// An offload the TAP was not given, which the VM could
+				// not take.
+				r.host.drops.Add(1)
+				continue
+			}
+			b.iovs[n].SetLen(nr - r.tapHdr)
 			n++
 		}
 		if n == 0 {
@@ -225,7 +239,12 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 // socketToTap forwards what the VM sends ("vm" counters): recvmmsg a batch,
 // then write each frame to the TAP (a TAP takes one frame per write).
 func (r *relay) socketToTap() error {
-	b := newBatch(BatchSize, r.frame)
+	b := newBatch(BatchSize, r.frame, r.tapHdr)
+	var c *coalescer
+	var frames [][]byte
+	if r.tapHdr > 0 {
+		c, frames = newCoalescer(), make([][]byte, 0, BatchSize)
+	}
 	defer b.free()
 	w := newWaiter(r.sock, r.stop)
 	empty := false // the last batch was not full: the socket is likely empty
@@ -253,11 +272,16 @@ func (r *relay) socketToTap() error {
 		empty = k < BatchSize
 		r.vm.syscall(k)
 		var packets, bytes, drops uint64
+		frames = frames[:0]
 		for i := range k {
 			m := &b.msgs[i]
 			l := int(m.Len)
 			if m.Hdr.Flags&unix.MSG_TRUNC != 0 || l < r.hdr+EthHeaderLen {
 				drops++
+				continue
+			}
+			if c != nil {
+				frames = append(frames, b.bufs[i][:r.tapHdr+l])
 				continue
 			}
 			if r.writeTap(b.bufs[i][:l]) {
@@ -266,6 +290,10 @@ func (r *relay) socketToTap() error {
 			} else {
 				drops++
 			}
+		}
+		if c != nil {
+			p, n, d := c.write(frames, r.writeTap)
+			packets, bytes, drops = packets+p, bytes+n, drops+d
 		}
 		r.vm.packets.Add(packets)
 		r.vm.bytes.Add(bytes)

@@ -56,7 +56,7 @@ func Serve(ctx context.Context, s Spec, log *Logger, h Hooks) error {
 		return err
 	}
 	defer stop.close()
-	r := &relay{tap: s.TAP, sock: s.Socket, stop: stop.fd, hdr: s.Hdr, frame: s.Frame, host: &counters{}, vm: &counters{}, log: log}
+	r := &relay{tap: s.TAP, sock: s.Socket, stop: stop.fd, hdr: s.Hdr, tapHdr: s.TapHdr, frame: s.Frame, host: &counters{}, vm: &counters{}, log: log}
 	defer startStats(r, s.StatsInterval, log)()
 	relearn := h.Relearn
 	if relearn == nil && len(s.Relearn) > 0 {

@@ -23,10 +23,15 @@ const Binary = "vmnetctl-relay"
 // EthHeaderLen is an Ethernet header's length.
 const EthHeaderLen = 14
 
+// VirtioNetHdrLen is the virtio-net header (struct virtio_net_hdr_v1) that
+// starts every frame of a VM port with offloads on (the TAP's
+// TUNSETVNETHDRSZ) and every datagram of a VM with them.
+const VirtioNetHdrLen = 12
+
 // SpecVersion changes whenever Spec's meaning does: vmnetctl-relay refuses
 // a spec of another version (a vmnetctl and a vmnetctl-relay of different
 // builds), before it prints the ready line.
-const SpecVersion = 2
+const SpecVersion = 3
 
 // Spec is what the relay serves: descriptors the helper opened, and the
 // helper's options that still matter once frames flow.
@@ -44,6 +49,10 @@ type Spec struct {
 	// buffer's size: Hdr and the largest packet.
 	Hdr   int `json:"hdr"`
 	Frame int `json:"frame"`
+	// TapHdr is the virtio-net header's length on the TAP when the VM's
+	// frames have none (Hdr 0): the relay coalesces the VM's TCP segments
+	// (coalesce.go). 0: the TAP's frames are the VM's.
+	TapHdr int `json:"tapHdr,omitempty"`
 	// StatsInterval is how often the counters are logged; 0: only at the
 	// end, and only if asked for.
 	StatsInterval time.Duration `json:"statsInterval"`
@@ -81,7 +90,7 @@ func DecodeSpec(v string) (Spec, error) {
 	if s.Version != SpecVersion {
 		return Spec{}, fmt.Errorf("%s: version %d, and this %s reads version %d: install vmnetctl and %s of one build", EnvSpec, s.Version, Binary, SpecVersion, Binary)
 	}
-	if s.TAP < 0 || s.Socket < 0 || s.Frame <= s.Hdr {
+	if s.TAP < 0 || s.Socket < 0 || s.Frame <= s.Hdr || s.TapHdr != 0 && (s.TapHdr != VirtioNetHdrLen || s.Hdr != 0) {
 		return Spec{}, fmt.Errorf("%s: incomplete: %s", EnvSpec, v)
 	}
 	return s, nil

@@ -1,0 +1,237 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// TestCoalesceThroughKernel: a VM's TCP streams, IPv4 and IPv6, through a
+// relay whose TAP has the virtio-net header the VM has not, into a host's
+// real stack: every byte arrives in order both ways, and the TAP took
+// fewer packets than the VM sent frames (the segments were merged, and
+// the kernel took the merged packets).
+func TestCoalesceThroughKernel(t *testing.T) {
+	testutil.RequireRoot(t, "creates network namespaces and TAPs")
+	host, vm := testutil.NewNS(t, "co-host"), testutil.NewNS(t, "co-vm")
+
+	// The host: the relay's TAP, with the header and no offloads, as a
+	// port with netplane's Offloads{Coalesce: true} has.
+	var tap int
+	if err := host.Do(func() (err error) {
+		tap, err = openTAP("htap", true)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(tap) })
+	// The VM: a plain TAP whose frames a goroutine moves to and from the
+	// relay's socket, as a VMM without offloads does.
+	var nic int
+	if err := vm.Do(func() (err error) {
+		nic, err = openTAP("vmeth", false)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ns   *testutil.NS
+		link string
+		addr []string
+	}{
+		{host, "htap", []string{"10.9.0.1/24", "fd09::1/64"}},
+		{vm, "vmeth", []string{"10.9.0.2/24", "fd09::2/64"}},
+	} {
+		for _, a := range c.addr {
+			c.ns.MustRun(t, "ip", "addr", "add", a, "dev", c.link, "nodad")
+		}
+		c.ns.MustRun(t, "ip", "link", "set", c.link, "up")
+	}
+
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 1<<20)
+	}
+	unix.SetNonblock(fds[0], true)
+	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{tap: tap, sock: fds[0], stop: stop, tapHdr: VirtioNetHdrLen, frame: 1514,
+		host: &counters{}, vm: &counters{}, log: &Logger{w: io.Discard}}
+	done := make(chan error, 1)
+	go func() { done <- r.run(nil) }()
+	// The VMM's two directions, on files the runtime's poller can
+	// interrupt when the test ends.
+	unix.SetNonblock(fds[1], true)
+	nicFile, vmEnd := os.NewFile(uintptr(nic), "vmeth"), os.NewFile(uintptr(fds[1]), "vm-end")
+	move := func(from, to *os.File) {
+		buf := make([]byte, 2048)
+		for {
+			n, err := from.Read(buf)
+			if err != nil {
+				return
+			}
+			to.Write(buf[:n])
+		}
+	}
+	go move(nicFile, vmEnd)
+	go move(vmEnd, nicFile)
+	t.Cleanup(func() {
+		signal(stop)
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+		nicFile.Close()
+		vmEnd.Close()
+		unix.Close(fds[0])
+		unix.Close(stop)
+	})
+
+	for _, addr := range []string{"10.9.0.1", "fd09::1"} {
+		for _, toVM := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s toVM=%v", addr, toVM), func(t *testing.T) {
+				before := tapRxPackets(t, host, "htap")
+				frames := r.vm.packets.Load()
+				const size = 8 << 20
+				streamChecked(t, host, vm, net.JoinHostPort(addr, "0"), size, toVM)
+				if toVM {
+					return
+				}
+				taken, sent := tapRxPackets(t, host, "htap")-before, r.vm.packets.Load()-frames
+				t.Logf("the VM sent %d frames, the TAP took %d packets", sent, taken)
+				if sent < size/1500 || taken*2 > sent {
+					t.Errorf("the VM sent %d frames and the TAP took %d packets: not merged", sent, taken)
+				}
+			})
+		}
+	}
+	if d := r.vm.drops.Load() + r.host.drops.Load(); d != 0 {
+		t.Errorf("the relay dropped %d frames", d)
+	}
+}
+
+// openTAP opens TAP name in the current namespace, non-blocking, with the
+// virtio-net header (and no offloads) if hdr.
+func openTAP(name string, hdr bool) (int, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return -1, err
+	}
+	ifr, err := unix.NewIfreq(name)
+	flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI)
+	if hdr {
+		flags |= unix.IFF_VNET_HDR
+	}
+	if err == nil {
+		ifr.SetUint16(flags)
+		err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+	}
+	if err == nil && hdr {
+		if err = unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VirtioNetHdrLen); err == nil {
+			err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, 0)
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("TAP %s: %w", name, err)
+	}
+	return fd, nil
+}
+
+func tapRxPackets(t *testing.T, ns *testutil.NS, name string) uint64 {
+	t.Helper()
+	var n uint64
+	if err := ns.Do(func() error {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		n = l.Attrs().Statistics.RxPackets
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// streamChecked sends size bytes over TCP between the VM and the host,
+// whose listener is at hostAddr, and checks each byte: the stream is
+// 8-byte offsets counting up, so a byte out of place shows.
+func streamChecked(t *testing.T, host, vm *testutil.NS, hostAddr string, size int64, toVM bool) {
+	t.Helper()
+	ln := host.Listen(t, "tcp", hostAddr)
+	defer ln.Close()
+	var vmConn net.Conn
+	if err := vm.Do(func() (err error) {
+		vmConn, err = net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer vmConn.Close()
+	hostConn, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostConn.Close()
+	from, to := vmConn, hostConn
+	if toVM {
+		from, to = hostConn, vmConn
+	}
+	go func() {
+		io.CopyN(from, &counting{}, size)
+		from.(*net.TCPConn).CloseWrite()
+	}()
+	to.SetReadDeadline(time.Now().Add(60 * time.Second))
+	var want counting
+	got, exp := make([]byte, 64<<10), make([]byte, 64<<10)
+	var n int64
+	for {
+		k, err := to.Read(got)
+		if k > 0 {
+			want.Read(exp[:k])
+			if !bytes.Equal(got[:k], exp[:k]) {
+				t.Fatalf("bytes %d to %d differ from what was sent", n, n+int64(k))
+			}
+			n += int64(k)
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", n, err)
+		}
+	}
+	if n != size {
+		t.Fatalf("received %d bytes, want %d", n, size)
+	}
+}
+
+// counting reads as the 8-byte big-endian offsets of a stream, in turn.
+type counting struct{ off int64 }
+
+func (c *counting) Read(p []byte) (int, error) {
+	for i := range p {
+		at := c.off + int64(i)
+		var w [8]byte
+		binary.BigEndian.PutUint64(w[:], uint64(at/8))
+		p[i] = w[at%8]
+	}
+	c.off += int64(len(p))
+	return len(p), nil
+}
