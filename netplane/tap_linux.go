@@ -116,6 +116,11 @@ func setOffloads(fd int, o Offloads) (string, error) {
 	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, relay.VirtioNetHdrLen); err != nil {
 		return "TUNSETVNETHDRSZ", err
 	}
+	// The header is little-endian (virtio 1.0's, which VMMs and the relay
+	// write) on every host, big-endian ones too.
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETLE, 1); err != nil {
+		return "TUNSETVNETLE", err
+	}
 	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(o.tunFlags())); err != nil {
 		return "TUNSETOFFLOAD", err
 	}

@@ -293,29 +293,35 @@ func (c *coalescer) write(hf [][]byte, write func([]byte) bool) (packets, bytes,
 				}
 			}
 		}
-		var ok bool
-		var n uint64
-		if j == i+1 {
-			ok, n = write(hf[i]), uint64(len(f0))
-		} else {
+		if j > i+1 {
 			if c.out == nil {
 				// Only once a run comes: an idle helper has no use for it.
 				c.out = make([]byte, VirtioNetHdrLen+maxCoalesced)
 			}
 			c.run = c.run[:0]
+			var n uint64
 			for k := i; k < j; k++ {
 				c.run = append(c.run, hf[k][VirtioNetHdrLen:])
 				n += uint64(len(hf[k]) - VirtioNetHdrLen)
 			}
-			ok = write(c.out[:merge(c.out, c.run, segs[i:j], mss)])
+			if write(c.out[:merge(c.out, c.run, segs[i:j], mss)]) {
+				packets += uint64(j - i)
+				bytes += n
+				i = j
+				continue
+			}
+			// The TAP refused the merged packet (no memory for 64 KiB, or
+			// a kernel that will not take it): the frames go one by one,
+			// as they would have without merging.
 		}
-		if ok {
-			packets += uint64(j - i)
-			bytes += n
-		} else {
-			drops += uint64(j - i)
+		for ; i < j; i++ {
+			if write(hf[i]) {
+				packets++
+				bytes += uint64(len(hf[i]) - VirtioNetHdrLen)
+			} else {
+				drops++
+			}
 		}
-		i = j
 	}
 	return packets, bytes, drops
 }

@@ -1,15 +1,11 @@
 package relay
 
 import (
-	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -108,7 +104,7 @@ func TestCoalesceThroughKernel(t *testing.T) {
 				before := tapRxPackets(t, host, "htap")
 				frames := r.vm.packets.Load()
 				const size = 8 << 20
-				streamChecked(t, host, vm, net.JoinHostPort(addr, "0"), size, toVM)
+				testutil.StreamChecked(t, host, vm, net.JoinHostPort(addr, "0"), size, toVM)
 				if toVM {
 					return
 				}
@@ -167,71 +163,4 @@ func tapRxPackets(t *testing.T, ns *testutil.NS, name string) uint64 {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// streamChecked sends size bytes over TCP between the VM and the host,
-// whose listener is at hostAddr, and checks each byte: the stream is
-// 8-byte offsets counting up, so a byte out of place shows.
-func streamChecked(t *testing.T, host, vm *testutil.NS, hostAddr string, size int64, toVM bool) {
-	t.Helper()
-	ln := host.Listen(t, "tcp", hostAddr)
-	defer ln.Close()
-	var vmConn net.Conn
-	if err := vm.Do(func() (err error) {
-		vmConn, err = net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer vmConn.Close()
-	hostConn, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hostConn.Close()
-	from, to := vmConn, hostConn
-	if toVM {
-		from, to = hostConn, vmConn
-	}
-	go func() {
-		io.CopyN(from, &counting{}, size)
-		from.(*net.TCPConn).CloseWrite()
-	}()
-	to.SetReadDeadline(time.Now().Add(60 * time.Second))
-	var want counting
-	got, exp := make([]byte, 64<<10), make([]byte, 64<<10)
-	var n int64
-	for {
-		k, err := to.Read(got)
-		if k > 0 {
-			want.Read(exp[:k])
-			if !bytes.Equal(got[:k], exp[:k]) {
-				t.Fatalf("bytes %d to %d differ from what was sent", n, n+int64(k))
-			}
-			n += int64(k)
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("after %d bytes: %v", n, err)
-		}
-	}
-	if n != size {
-		t.Fatalf("received %d bytes, want %d", n, size)
-	}
-}
-
-// counting reads as the 8-byte big-endian offsets of a stream, in turn.
-type counting struct{ off int64 }
-
-func (c *counting) Read(p []byte) (int, error) {
-	for i := range p {
-		at := c.off + int64(i)
-		var w [8]byte
-		binary.BigEndian.PutUint64(w[:], uint64(at/8))
-		p[i] = w[at%8]
-	}
-	c.off += int64(len(p))
-	return len(p), nil
 }

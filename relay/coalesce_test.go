@@ -98,12 +98,13 @@ func fixChecksums(f []byte) {
 // written is what a coalescer wrote, with a header each.
 type written struct {
 	packets [][]byte
-	refuse  bool // the TAP refuses every write
+	// refuse, if set, says which writes the TAP refuses.
+	refuse func(b []byte) bool
 }
 
 func (w *written) write(b []byte) bool {
 	w.packets = append(w.packets, bytes.Clone(b))
-	return !w.refuse
+	return w.refuse == nil || !w.refuse(b)
 }
 
 func withHeader(frames [][]byte) [][]byte {
@@ -113,6 +114,11 @@ func withHeader(frames [][]byte) [][]byte {
 	}
 	return hf
 }
+
+// nextID numbers the IPv4 frames segments makes, one up each, across
+// calls: a flow made in two calls counts on, so that the ID's check does
+// not end a run that another check should.
+var nextID uint16
 
 // segments is a flow's frames: n segments of mss bytes from seq, then one
 // of last bytes if last > 0. Each payload byte is its sequence number's
@@ -131,7 +137,8 @@ func segments(v6 bool, seq uint32, n, mss, last int) [][]byte {
 		for j := range p {
 			p[j] = byte(seq + uint32(j))
 		}
-		fs = append(fs, tcpFrame(v6, seq, uint16(100+i), p))
+		fs = append(fs, tcpFrame(v6, seq, nextID, p))
+		nextID++
 		seq += uint32(size)
 	}
 	return fs
@@ -274,6 +281,8 @@ func TestCoalesce(t *testing.T) {
 		{"one segment", flow[:1], []int{1}},
 		{"a short segment ends the run", append(segments(ipv4, 1000, 1, 1448, 100), segments(ipv4, 2548, 2, 1448, 0)...), []int{2, 2}},
 		{"a bigger segment after a small one", append(segments(ipv4, 0, 0, 1448, 100), segments(ipv4, 100, 3, 1448, 0)...), []int{1, 3}},
+		{"IPv6: a short segment ends the run", append(segments(ipv6, 1000, 1, 1448, 100), segments(ipv6, 2548, 2, 1448, 0)...), []int{2, 2}},
+		{"IPv6: a bigger segment after a small one", append(segments(ipv6, 0, 0, 1448, 100), segments(ipv6, 100, 3, 1448, 0)...), []int{1, 3}},
 		{"PSH ends the run", func() [][]byte {
 			fs := segments(ipv4, 1000, 5, 1448, 0)
 			fs[2] = change(fs[2], func(f []byte) { f[tcp4+13] |= tcpPSH })
@@ -324,6 +333,45 @@ func TestCoalesce(t *testing.T) {
 		})
 	}
 
+	// The same for IPv6's header.
+	for _, tt := range []struct {
+		name string
+		edit func(f []byte)
+	}{
+		{"another traffic class", func(f []byte) { f[EthHeaderLen] |= 0x01 }},
+		{"another flow label", func(f []byte) { f[EthHeaderLen+3]++ }},
+		{"another hop limit", func(f []byte) { f[EthHeaderLen+7]-- }},
+		{"another source", func(f []byte) { f[EthHeaderLen+23]++ }},
+		{"another destination", func(f []byte) { f[EthHeaderLen+39]++ }},
+	} {
+		t.Run("IPv6: "+tt.name, func(t *testing.T) {
+			fs := segments(ipv6, 1000, 5, 1448, 0)
+			fs[2] = change(fs[2], tt.edit)
+			check(t, fs, []int{2, 1, 2})
+		})
+	}
+
+	// What parseSegment refuses is refused even when every frame of a
+	// run has it alike.
+	for _, tt := range []struct {
+		name string
+		v6   bool
+		edit func(f []byte)
+	}{
+		{"fragments", ipv4, func(f []byte) { f[EthHeaderLen+6] |= 0x20 }},
+		{"urgent data", ipv4, func(f []byte) { f[tcp4+19] = 1 }},
+		{"IPv6: another next header", ipv6, func(f []byte) { f[EthHeaderLen+6] = 17 }},
+		{"IPv6: version 4", ipv6, func(f []byte) { f[EthHeaderLen] = 0x40 }},
+	} {
+		t.Run("every frame: "+tt.name, func(t *testing.T) {
+			fs := segments(tt.v6, 1000, 3, 1448, 0)
+			for i := range fs {
+				fs[i] = change(fs[i], tt.edit)
+			}
+			check(t, fs, []int{1, 1, 1})
+		})
+	}
+
 	// A segment that fails a checksum is written alone, for the kernel to
 	// judge; one whose lengths disagree with the frame is never merged.
 	for _, tt := range []struct {
@@ -353,7 +401,7 @@ func TestCoalesce(t *testing.T) {
 	t.Run("IPv4 options", func(t *testing.T) {
 		fs := segments(ipv4, 1000, 3, 1448, 0)
 		f := fs[1]
-		opt := append(append(bytes.Clone(f[:tcp4]), 1, 1, 1, 0), f[tcp4:]...) // four NOPs... and EOL
+		opt := append(append(bytes.Clone(f[:tcp4]), 1, 1, 1, 0), f[tcp4:]...) // three NOPs and EOL
 		opt[EthHeaderLen] = 0x46
 		binary.BigEndian.PutUint16(opt[EthHeaderLen+2:], uint16(len(opt)-EthHeaderLen))
 		fixChecksums(opt)
@@ -361,13 +409,28 @@ func TestCoalesce(t *testing.T) {
 		check(t, fs, []int{1, 1, 1})
 	})
 
-	t.Run("the TAP refuses", func(t *testing.T) {
-		w := written{refuse: true}
-		packets, _, drops := newCoalescer().write(withHeader(flow), w.write)
-		if packets != 0 || drops != uint64(len(flow)) || len(w.packets) != 1 {
-			t.Errorf("%d packets, %d drops in %d writes; want 0, %d in 1", packets, drops, len(w.packets), len(flow))
-		}
-	})
+	// A TAP that refuses the merged packet gets the frames one by one.
+	for _, tt := range []struct {
+		name          string
+		refuse        func(b []byte) bool
+		packets, drop int
+	}{
+		{"the TAP refuses merged packets", func(b []byte) bool { return b[1] != 0 }, len(flow), 0},
+		{"the TAP refuses every packet", func([]byte) bool { return true }, 0, len(flow)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := written{refuse: tt.refuse}
+			packets, _, drops := newCoalescer().write(withHeader(flow), w.write)
+			if packets != uint64(tt.packets) || drops != uint64(tt.drop) || len(w.packets) != 1+len(flow) {
+				t.Errorf("%d packets, %d drops in %d writes; want %d, %d in %d", packets, drops, len(w.packets), tt.packets, tt.drop, 1+len(flow))
+			}
+			for i, p := range w.packets[1:] {
+				if !bytes.Equal(p[VirtioNetHdrLen:], flow[i]) || p[1] != 0 {
+					t.Errorf("write %d after the refusal is not frame %d alone", i+1, i)
+				}
+			}
+		})
+	}
 }
 
 // FuzzCoalesce: frames cut from any bytes, and runs of valid segments
