@@ -16,3 +16,11 @@ const (
 	ReceiveBufferSize      = 4 << 20
 	ReceiveBufferOffloaded = 8 << 20
 )
+
+// receiveBuffer is the receive buffer's size with or without offloads.
+func receiveBuffer(offloads bool) int {
+	if offloads {
+		return ReceiveBufferOffloaded
+	}
+	return ReceiveBufferSize
+}

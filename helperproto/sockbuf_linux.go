@@ -14,17 +14,13 @@ const SendBufferSize = 256 << 10
 // forces them past net.core.wmem_max and rmem_max, as the helper does while
 // it is still root; without, the kernel caps them there.
 func SetSocketBuffers(fd int, offloads bool) error {
-	rcv := ReceiveBufferSize
-	if offloads {
-		rcv = ReceiveBufferOffloaded
-	}
 	for _, b := range []struct {
 		name          string
 		force, option int
 		size          int
 	}{
 		{"SO_SNDBUF", unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, SendBufferSize},
-		{"SO_RCVBUF", unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, rcv},
+		{"SO_RCVBUF", unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, receiveBuffer(offloads)},
 	} {
 		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, b.force, b.size) == nil {
 			continue

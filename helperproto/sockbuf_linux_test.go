@@ -21,10 +21,7 @@ func TestSetSocketBuffers(t *testing.T) {
 		if err := SetSocketBuffers(fds[0], offloads); err != nil {
 			t.Fatal(err)
 		}
-		rcv := ReceiveBufferSize
-		if offloads {
-			rcv = ReceiveBufferOffloaded
-		}
+		rcv := receiveBuffer(offloads)
 		// The kernel reports twice what was set (its bookkeeping's share).
 		for _, o := range []struct {
 			name   string

@@ -14,14 +14,10 @@ const SendBufferSize = 65 << 10
 
 // SetSocketBuffers sizes fd's buffers as vmnet-helper does (sockbuf.go).
 func SetSocketBuffers(fd int, offloads bool) error {
-	rcv := ReceiveBufferSize
-	if offloads {
-		rcv = ReceiveBufferOffloaded
-	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, SendBufferSize); err != nil {
 		return fmt.Errorf("setting SO_SNDBUF: %w", err)
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcv); err != nil {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, receiveBuffer(offloads)); err != nil {
 		return fmt.Errorf("setting SO_RCVBUF: %w", err)
 	}
 	return nil

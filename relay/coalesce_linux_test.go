@@ -23,24 +23,24 @@ func TestCoalesceThroughKernel(t *testing.T) {
 	host, vm := testutil.NewNS(t, "co-host"), testutil.NewNS(t, "co-vm")
 
 	// The host: the relay's TAP, with the header and no offloads, as a
-	// port with netplane's Offloads{Coalesce: true} has.
-	var tap int
-	if err := host.Do(func() (err error) {
-		tap, err = openTAP("htap", true)
-		return err
-	}); err != nil {
-		t.Fatal(err)
+	// port with netplane's Offloads{Coalesce: true} has. The VM: a plain
+	// TAP whose frames a goroutine moves to and from the relay's socket,
+	// as a VMM without offloads does.
+	var tap, nic int
+	for _, o := range []struct {
+		ns   *testutil.NS
+		name string
+		hdr  bool
+		fd   *int
+	}{{host, "htap", true, &tap}, {vm, "vmeth", false, &nic}} {
+		if err := o.ns.Do(func() (err error) {
+			*o.fd, err = openTAP(o.name, o.hdr)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() { unix.Close(tap) })
-	// The VM: a plain TAP whose frames a goroutine moves to and from the
-	// relay's socket, as a VMM without offloads does.
-	var nic int
-	if err := vm.Do(func() (err error) {
-		nic, err = openTAP("vmeth", false)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
 		ns   *testutil.NS
 		link string
