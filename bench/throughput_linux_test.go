@@ -207,7 +207,7 @@ func TestThroughput(t *testing.T) {
 	}{
 		{"helper", false, nil, []string{"--mac", vmSideMAC.String()}},
 		{"helper, no spoof check", false, nil, []string{"--no-spoof-check"}},
-		{"helper, no coalescing", false, nil, []string{"--mac", vmSideMAC.String(), "--" + helper.NoCoalesceFlag}},
+		{"helper, no relay offloads", false, nil, []string{"--mac", vmSideMAC.String(), "--" + helper.NoRelayOffloadsFlag}},
 		{"helper --enable-tso", true, []string{"--enable-tso"}, []string{"--mac", vmSideMAC.String()}},
 	} {
 		name, tso, extra := c.name, c.tso, c.extra
@@ -583,8 +583,8 @@ func startHelperOn(t *testing.T, bin, dir string, fd int, ns, id, addr, tap stri
 	if vmSide {
 		// It plays the VMM: its TAP is the guest's NIC, which neither
 		// checks nor merges what it is given (a guest's own GRO would,
-		// on the guest's CPUs).
-		extra = append(slices.Clone(extra), "--no-spoof-check", "--"+helper.NoCoalesceFlag)
+		// on the guest's CPUs), nor takes 64 KiB packets.
+		extra = append(slices.Clone(extra), "--no-spoof-check", "--"+helper.NoRelayOffloadsFlag)
 	}
 	if exec.Command("ip", "-n", ns, "link", "show", br).Run() != nil {
 		testutil.Run(t, "ip", "-n", ns, "link", "add", br, "type", "bridge")

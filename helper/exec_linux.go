@@ -27,7 +27,7 @@ func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
 		spec.Hdr = VirtioNetHdrLen
 	}
 	spec.Frame = spec.Hdr + s.ready.MaxPacketSize
-	if s.coalesce {
+	if s.relayOffloads {
 		spec.TapHdr = VirtioNetHdrLen
 	}
 	if s.o.SocketPath == "" {

@@ -87,10 +87,10 @@ type session struct {
 	tapName  string
 	uid, gid int // the VM owner's, -1 to keep the current ones
 	port     *netplane.Port
-	// coalesce: the port has the virtio-net header the VM has not, and
-	// the relay merges the VM's TCP segments (relay.Spec.TapHdr).
-	coalesce bool
-	ready    helperproto.Ready
+	// relayOffloads: the port has offloads the VM has not, which the
+	// relay does (netplane.Offloads.Relayed, relay.Spec.TapHdr).
+	relayOffloads bool
+	ready         helperproto.Ready
 }
 
 // checkOptions checks the options, then the cheap things the VM side gave,
@@ -158,9 +158,9 @@ func (s *session) createPort() error {
 		return err
 	}
 	offloads := netplane.Offloads{Checksum: o.ChecksumOffload, TSO: o.TSO}
-	// A VM without offloads: its relay merges its TCP segments on the way
-	// to the host, behind the TAP's virtio-net header.
-	offloads.Coalesce = o.Attach == AttachRelay && !o.Offloads() && !o.NoCoalesce
+	// A VM without offloads: its port has them, and the relay merges the
+	// VM's TCP segments and cuts the host's packets.
+	offloads.Relayed = o.Attach == AttachRelay && !o.Offloads() && !o.NoRelayOffloads
 	p, err := netplane.CreatePort(o.Network, netplane.PortConfig{
 		Name:         s.tapName,
 		MAC:          api.InterfaceMAC(s.id),
@@ -186,7 +186,7 @@ func (s *session) createPort() error {
 		return fmt.Errorf("network %q has MTU %d; the helper relays frames up to MTU %d", o.Network.ID, p.MTU, MaxJumboMTU)
 	}
 	s.port = p
-	s.coalesce = offloads.Coalesce && !p.Macvtap
+	s.relayOffloads = offloads.Relayed && !p.Macvtap
 	s.ready = o.ready(s.id, s.tapName, p.MTU)
 	return nil
 }

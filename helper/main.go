@@ -67,7 +67,7 @@ type Flags struct {
 	NoSpoofCheck         bool   // --no-spoof-check
 	DeleteLink           string // the hidden DeleteLinkFlag
 	Relearn              bool   // the hidden RelearnFlag
-	NoCoalesce           bool   // the hidden NoCoalesceFlag
+	NoRelayOffloads      bool   // the hidden NoRelayOffloadsFlag
 
 	// NetworksFile is networks.yaml as config.LoadNetworks finds it (the
 	// global --networks flag; empty for the default).
@@ -201,7 +201,7 @@ func (f *Flags) options(s Streams) (Options, error) {
 		Attach:          f.Attach,
 		VMMAC:           vmMAC,
 		NoSpoofCheck:    f.NoSpoofCheck,
-		NoCoalesce:      f.NoCoalesce,
+		NoRelayOffloads: f.NoRelayOffloads,
 		Isolation:       f.Isolation || n.Isolation,
 		TSO:             f.TSO,
 		ChecksumOffload: f.ChecksumOffload,
@@ -218,6 +218,7 @@ func (f *Flags) options(s Streams) (Options, error) {
 // vmnetctl-relay runs to make a learning port's guard forget its MAC.
 const RelearnFlag = helperexec.RelearnFlag
 
-// NoCoalesceFlag turns off the relay's merging of the VM's TCP segments
-// (relay/coalesce.go), for the benchmark to measure what it buys.
-const NoCoalesceFlag = "no-coalesce"
+// NoRelayOffloadsFlag turns off the offloads the relay does for a VM
+// without them (netplane.Offloads.Relayed), for the benchmark to measure
+// what they buy.
+const NoRelayOffloadsFlag = "no-relay-offloads"

@@ -70,9 +70,10 @@ type Options struct {
 	// first it uses. NoSpoofCheck leaves the port unguarded.
 	VMMAC        net.HardwareAddr
 	NoSpoofCheck bool
-	// NoCoalesce: the VM's frames go to its port one by one, never
-	// merged (relay/coalesce.go).
-	NoCoalesce bool
+	// NoRelayOffloads: a VM without offloads gets a port without them
+	// either: its frames go to the port one by one, never merged, and the
+	// host's come cut to the MTU (netplane.Offloads.Relayed).
+	NoRelayOffloads bool
 	// TSO and ChecksumOffload put a virtio-net header on every datagram.
 	TSO, ChecksumOffload bool
 	// StatsInterval logs stats lines this often; 0 only at exit.

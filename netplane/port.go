@@ -18,12 +18,13 @@ type Offloads struct {
 	Checksum bool
 	// TSO: frames may be TCP segments of up to 64 KiB (implies Checksum).
 	TSO bool
-	// Coalesce: the port has the virtio-net header but no offloads
-	// towards the VM (the host's frames come cut to the MTU, behind a
-	// header that asks for nothing), so that its relay can write the
-	// VM's TCP segments merged (relay/coalesce.go). A TAP's only: a
-	// macvtap ignores it.
-	Coalesce bool
+	// Relayed: offloads the relay does for a VM without them. The port
+	// has the virtio-net header, checksum offload and TSO, which the VM
+	// has not: the relay merges the VM's TCP segments into the port
+	// (relay/coalesce.go) and cuts the host's packets of up to 64 KiB
+	// into the VM's frames (relay/gso.go). A TAP's only: a macvtap
+	// ignores it.
+	Relayed bool
 }
 
 // PortConfig says how CreatePort makes a VM's port.

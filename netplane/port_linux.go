@@ -148,7 +148,7 @@ func (p *Port) createMacvtap(n *api.Network, c PortConfig) error {
 		return err
 	}
 	o := c.Offloads
-	o.Coalesce = false
+	o.Relayed = false
 	if p.FD, err = openMacvtap(mv, o); err != nil {
 		return err
 	}

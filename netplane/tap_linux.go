@@ -12,15 +12,15 @@ import (
 
 // on reports whether frames carry a virtio-net header.
 // on says whether the port has the virtio-net header.
-func (o Offloads) on() bool { return o.Checksum || o.TSO || o.Coalesce }
+func (o Offloads) on() bool { return o.Checksum || o.TSO || o.Relayed }
 
 // tunFlags are the TUN_F_* flags of the offloads.
 func (o Offloads) tunFlags() uint {
 	var f uint
-	if o.Checksum || o.TSO {
+	if o.Checksum || o.TSO || o.Relayed {
 		f |= unix.TUN_F_CSUM
 	}
-	if o.TSO {
+	if o.TSO || o.Relayed {
 		f |= unix.TUN_F_TSO4 | unix.TUN_F_TSO6
 	}
 	return f

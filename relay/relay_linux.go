@@ -42,10 +42,9 @@ var errPeerGone = errors.New("the VM's end of the socket is gone")
 type relay struct {
 	tap, sock, stop int
 	hdr             int // virtio-net header length, 0 without offloads
-	// tapHdr is the virtio-net header the TAP has and the VM's frames
-	// have not (hdr is 0): the relay strips it from what it reads and
-	// coalesces what it writes (coalesce.go). 0: the TAP's frames are the
-	// VM's.
+	// tapHdr is the virtio-net header of a TAP with offloads the VM has
+	// not (hdr is 0): the relay merges what it writes (coalesce.go) and
+	// cuts what it reads (gso.go). 0: the TAP's frames are the VM's.
 	tapHdr   int
 	frame    int // buffer size: hdr + max packet size
 	host, vm *counters
@@ -137,7 +136,10 @@ func peerGone(err error) bool {
 // read frames from the TAP until it is empty or the batch is full, then
 // sendmmsg them.
 func (r *relay) tapToSocket() error {
-	b := newBatch(BatchSize, r.frame, r.tapHdr)
+	if r.tapHdr > 0 {
+		return r.tapToSocketSegmenting()
+	}
+	b := newBatch(BatchSize, r.frame, 0)
 	defer b.free()
 	tapWait := newWaiter(r.tap, r.stop)
 	sockWait := newWaiter(r.sock, r.stop)
@@ -162,16 +164,10 @@ func (r *relay) tapToSocket() error {
 			if err != nil {
 				return fmt.Errorf("reading from the TAP: %w", err)
 			}
-			if nr <= r.hdr+r.tapHdr {
+			if nr <= r.hdr {
 				continue
 			}
-			if r.tapHdr > 0 && (b.bufs[n][0]&vnetNeedsCsum != 0 || b.bufs[n][1] != 0) {
-				// An offload the TAP was not given, which the VM could
-				// not take.
-				r.host.drops.Add(1)
-				continue
-			}
-			b.iovs[n].SetLen(nr - r.tapHdr)
+			b.iovs[n].SetLen(nr)
 			n++
 		}
 		if n == 0 {
@@ -179,6 +175,62 @@ func (r *relay) tapToSocket() error {
 		}
 		if err := r.send(b, n, sockWait); err != nil {
 			return err
+		}
+	}
+}
+
+// tapMaxPacket is the most a TAP with TSO hands over at once: a 64 KiB IP
+// packet and its Ethernet header (with a VLAN tag).
+const tapMaxPacket = 65535 + EthHeaderLen + 4
+
+// tapToSocketSegmenting is tapToSocket for a TAP with host-side offloads:
+// each packet read (up to 64 KiB with TSO) is cut into the VM's frames in
+// the batch (segmenter), which is sent when full or when the TAP is empty.
+func (r *relay) tapToSocketSegmenting() error {
+	b := newBatch(BatchSize, r.frame, 0)
+	defer b.free()
+	ib := newBatch(1, r.tapHdr+tapMaxPacket, 0) // mapped, as b
+	defer ib.free()
+	in := ib.bufs[0]
+	tapWait := newWaiter(r.tap, r.stop)
+	sockWait := newWaiter(r.sock, r.stop)
+	var seg segmenter
+	n := 0
+	for {
+		nr, err := unix.Read(r.tap, in)
+		switch {
+		case err == unix.EAGAIN:
+			if n > 0 {
+				if err := r.send(b, n, sockWait); err != nil {
+					return err
+				}
+				n = 0
+			}
+			if err := tapWait.wait(unix.POLLIN, -1); err != nil {
+				return err
+			}
+			continue
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return fmt.Errorf("reading from the TAP: %w", err)
+		}
+		if nr < r.tapHdr+EthHeaderLen {
+			continue
+		}
+		if seg.reset(in[:nr], r.frame) != nil {
+			r.host.drops.Add(1)
+			continue
+		}
+		for seg.more() {
+			if n == BatchSize {
+				if err := r.send(b, n, sockWait); err != nil {
+					return err
+				}
+				n = 0
+			}
+			b.iovs[n].SetLen(seg.next(b.bufs[n]))
+			n++
 		}
 	}
 }

@@ -49,9 +49,11 @@ type Spec struct {
 	// buffer's size: Hdr and the largest packet.
 	Hdr   int `json:"hdr"`
 	Frame int `json:"frame"`
-	// TapHdr is the virtio-net header's length on the TAP when the VM's
-	// frames have none (Hdr 0): the relay coalesces the VM's TCP segments
-	// (coalesce.go). 0: the TAP's frames are the VM's.
+	// TapHdr is the virtio-net header's length on a TAP with checksum
+	// offload and TSO when the VM's frames have neither (Hdr 0): the relay
+	// merges the VM's TCP segments (coalesce.go) and cuts the host's
+	// packets into the VM's frames (gso.go). 0: the TAP's frames are the
+	// VM's.
 	TapHdr int `json:"tapHdr,omitempty"`
 	// StatsInterval is how often the counters are logged; 0: only at the
 	// end, and only if asked for.

@@ -61,8 +61,8 @@ before it touches the VM's socket.`,
 	fl.MarkHidden(helper.DeleteLinkFlag)
 	fl.BoolVar(&f.Relearn, helper.RelearnFlag, false, "internal: make the --tap port's guard forget the MAC it learned, and exit")
 	fl.MarkHidden(helper.RelearnFlag)
-	fl.BoolVar(&f.NoCoalesce, helper.NoCoalesceFlag, false, "write the VM's TCP segments to its port one by one, not merged (the benchmark's comparison)")
-	fl.MarkHidden(helper.NoCoalesceFlag)
+	fl.BoolVar(&f.NoRelayOffloads, helper.NoRelayOffloadsFlag, false, "give a VM without offloads a port without them: no merging or cutting of TCP segments in the relay (the benchmark's comparison)")
+	fl.MarkHidden(helper.NoRelayOffloadsFlag)
 	fl.StringVar(&f.Attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing")
 	return cmd
 }

@@ -13,17 +13,18 @@ import (
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
-// TestCoalesceThroughKernel: a VM's TCP streams, IPv4 and IPv6, through a
-// relay whose TAP has the virtio-net header the VM has not, into a host's
-// real stack: every byte arrives in order both ways, and the TAP took
-// fewer packets than the VM sent frames (the segments were merged, and
-// the kernel took the merged packets).
-func TestCoalesceThroughKernel(t *testing.T) {
+// TestRelayOffloadsThroughKernel: a VM's TCP streams, IPv4 and IPv6,
+// through a relay whose TAP has the offloads the VM has not, to and from a
+// host's real stack: every byte arrives in order both ways; the TAP took
+// fewer packets than the VM sent frames (the relay merged them, and the
+// kernel took the merged packets), and handed fewer than the VM got (the
+// relay cut the host's 64 KiB packets).
+func TestRelayOffloadsThroughKernel(t *testing.T) {
 	testutil.RequireRoot(t, "creates network namespaces and TAPs")
 	host, vm := testutil.NewNS(t, "co-host"), testutil.NewNS(t, "co-vm")
 
-	// The host: the relay's TAP, with the header and no offloads, as a
-	// port with netplane's Offloads{Coalesce: true} has. The VM: a plain
+	// The host: the relay's TAP, with the header and offloads, as a port
+	// with netplane's Offloads{Relayed: true} has. The VM: a plain
 	// TAP whose frames a goroutine moves to and from the relay's socket,
 	// as a VMM without offloads does.
 	var tap, nic int
@@ -101,14 +102,20 @@ func TestCoalesceThroughKernel(t *testing.T) {
 	for _, addr := range []string{"10.9.0.1", "fd09::1"} {
 		for _, toVM := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s toVM=%v", addr, toVM), func(t *testing.T) {
-				before := tapRxPackets(t, host, "htap")
-				frames := r.vm.packets.Load()
+				before := tapStats(t, host, "htap")
+				sentBefore, gotBefore := r.vm.packets.Load(), r.host.packets.Load()
 				const size = 8 << 20
 				testutil.StreamChecked(t, host, vm, net.JoinHostPort(addr, "0"), size, toVM)
+				after := tapStats(t, host, "htap")
 				if toVM {
+					handed, got := after.TxPackets-before.TxPackets, r.host.packets.Load()-gotBefore
+					t.Logf("the TAP handed %d packets, the VM got %d frames", handed, got)
+					if got < size/1500 || handed*2 > got {
+						t.Errorf("the TAP handed %d packets and the VM got %d frames: not cut by the relay", handed, got)
+					}
 					return
 				}
-				taken, sent := tapRxPackets(t, host, "htap")-before, r.vm.packets.Load()-frames
+				taken, sent := after.RxPackets-before.RxPackets, r.vm.packets.Load()-sentBefore
 				t.Logf("the VM sent %d frames, the TAP took %d packets", sent, taken)
 				if sent < size/1500 || taken*2 > sent {
 					t.Errorf("the VM sent %d frames and the TAP took %d packets: not merged", sent, taken)
@@ -122,7 +129,7 @@ func TestCoalesceThroughKernel(t *testing.T) {
 }
 
 // openTAP opens TAP name in the current namespace, non-blocking, with the
-// virtio-net header (and no offloads) if hdr.
+// virtio-net header, checksum offload and TSO if hdr.
 func openTAP(name string, hdr bool) (int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -139,7 +146,7 @@ func openTAP(name string, hdr bool) (int, error) {
 	}
 	if err == nil && hdr {
 		if err = unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VirtioNetHdrLen); err == nil {
-			err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, 0)
+			err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|unix.TUN_F_TSO4|unix.TUN_F_TSO6)
 		}
 	}
 	if err != nil {
@@ -149,18 +156,17 @@ func openTAP(name string, hdr bool) (int, error) {
 	return fd, nil
 }
 
-func tapRxPackets(t *testing.T, ns *testutil.NS, name string) uint64 {
+func tapStats(t *testing.T, ns *testutil.NS, name string) netlink.LinkStatistics {
 	t.Helper()
-	var n uint64
+	var s netlink.LinkStatistics
 	if err := ns.Do(func() error {
 		l, err := netlink.LinkByName(name)
-		if err != nil {
-			return err
+		if err == nil {
+			s = *l.Attrs().Statistics
 		}
-		n = l.Attrs().Statistics.RxPackets
-		return nil
+		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return s
 }

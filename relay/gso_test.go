@@ -1,0 +1,238 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+)
+
+// checksum16 is RFC 1071's checksum, 16 bits at a time: the test's own,
+// independent of onesSum.
+func checksum16(parts ...[]byte) uint16 {
+	var sum uint32
+	var all []byte
+	for _, p := range parts {
+		all = append(all, p...)
+	}
+	for i := 0; i+1 < len(all); i += 2 {
+		sum += uint32(all[i])<<8 | uint32(all[i+1])
+	}
+	if len(all)%2 == 1 {
+		sum += uint32(all[len(all)-1]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// gsoPacket is a virtio-net header and an Ethernet frame carrying TCP over
+// IPv4 or IPv6 with payload, as a TAP with TSO hands it: the TCP checksum
+// field holds the pseudo-header's sum only.
+func gsoPacket(ipv6 bool, payload []byte, mss int, flags byte) []byte {
+	eth := make([]byte, 14)
+	copy(eth, []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2})
+	var ip []byte
+	if ipv6 {
+		binary.BigEndian.PutUint16(eth[12:], etherIPv6)
+		ip = make([]byte, 40)
+		ip[0] = 0x60
+		ip[6] = 6
+		ip[7] = 64
+		copy(ip[8:], bytes.Repeat([]byte{0xfd, 1}, 8))
+		copy(ip[24:], bytes.Repeat([]byte{0xfd, 2}, 8))
+	} else {
+		binary.BigEndian.PutUint16(eth[12:], etherIPv4)
+		ip = []byte{0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2}
+	}
+	tcp := make([]byte, 32) // with 12 bytes of options (timestamps)
+	binary.BigEndian.PutUint16(tcp[0:], 5201)
+	binary.BigEndian.PutUint16(tcp[2:], 40000)
+	binary.BigEndian.PutUint32(tcp[4:], 0xfffff000) // wraps
+	binary.BigEndian.PutUint32(tcp[8:], 77)
+	tcp[12] = 8 << 4
+	tcp[13] = flags
+	copy(tcp[20:], []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2})
+	hdr := make([]byte, VirtioNetHdrLen)
+	hdr[0] = vnetNeedsCsum
+	hdr[1] = gsoTCPv4
+	if ipv6 {
+		hdr[1] = gsoTCPv6
+	}
+	tcpOff := len(eth) + len(ip)
+	binary.LittleEndian.PutUint16(hdr[2:], uint16(tcpOff+len(tcp)))
+	binary.LittleEndian.PutUint16(hdr[4:], uint16(mss))
+	binary.LittleEndian.PutUint16(hdr[6:], uint16(tcpOff))
+	binary.LittleEndian.PutUint16(hdr[8:], 16)
+	return bytes.Join([][]byte{hdr, eth, ip, tcp, payload}, nil)
+}
+
+// TestSegmenterTCP: a TSO packet becomes frames of at most the MSS whose IP
+// and TCP checksums are right, whose sequence numbers follow, which carry
+// the payload in order, and in which FIN and PSH are only on the last
+// frame and CWR only on the first.
+func TestSegmenterTCP(t *testing.T) {
+	for _, ipv6 := range []bool{false, true} {
+		for _, size := range []int{1, 1448, 1449, 40000, 65000} {
+			payload := make([]byte, size)
+			for i := range payload {
+				payload[i] = byte(rand.IntN(256))
+			}
+			mss := 1448
+			if ipv6 {
+				mss = 1428
+			}
+			pkt := gsoPacket(ipv6, payload, mss, 0x18|tcpFIN|tcpCWR) // ACK PSH FIN CWR
+			var s segmenter
+			if err := s.reset(pkt, 1514); err != nil {
+				t.Fatalf("ipv6 %v, %d bytes: %v", ipv6, size, err)
+			}
+			var got []byte
+			dst := make([]byte, 1514)
+			frames := 0
+			for s.more() {
+				n := s.next(dst)
+				f := dst[:n]
+				ipOff, tcpOff := 14, 34
+				if ipv6 {
+					tcpOff = 54
+				}
+				ip, tcp := f[ipOff:tcpOff], f[tcpOff:]
+				var pseudo []byte
+				if ipv6 {
+					if l := int(binary.BigEndian.Uint16(ip[4:])); l != len(tcp) {
+						t.Errorf("payload length %d, want %d", l, len(tcp))
+					}
+					pseudo = append(append([]byte{}, ip[8:40]...), 0, 0, byte(len(tcp)>>8), byte(len(tcp)), 0, 0, 0, 6)
+				} else {
+					if l := int(binary.BigEndian.Uint16(ip[2:])); l != n-ipOff {
+						t.Errorf("total length %d, want %d", l, n-ipOff)
+					}
+					if c := checksum16(ip); c != 0 {
+						t.Errorf("frame %d: IPv4 checksum does not verify (%#x)", frames, c)
+					}
+					if id := binary.BigEndian.Uint16(ip[4:]); id != 0x1234+uint16(frames) {
+						t.Errorf("frame %d: IP id %#x", frames, id)
+					}
+					pseudo = append(append([]byte{}, ip[12:20]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
+				}
+				if c := checksum16(pseudo, tcp); c != 0 {
+					t.Errorf("ipv6 %v frame %d: TCP checksum does not verify (%#x)", ipv6, frames, c)
+				}
+				if seq := binary.BigEndian.Uint32(tcp[4:]); seq != 0xfffff000+uint32(len(got)) {
+					t.Errorf("frame %d: seq %#x, want %#x", frames, seq, 0xfffff000+uint32(len(got)))
+				}
+				last := !s.more()
+				if fl := tcp[13]; (fl&tcpFIN != 0) != last || (fl&tcpPSH != 0) != last || (fl&tcpCWR != 0) != (frames == 0) || fl&0x10 == 0 {
+					t.Errorf("frame %d (last %v): flags %#x", frames, last, fl)
+				}
+				if len(tcp)-32 > mss {
+					t.Errorf("frame %d: %d bytes of payload, above the MSS %d", frames, len(tcp)-32, mss)
+				}
+				got = append(got, tcp[32:]...)
+				frames++
+			}
+			if !bytes.Equal(got, payload) {
+				t.Errorf("ipv6 %v, %d bytes: the frames' payload differs from the packet's", ipv6, size)
+			}
+			if want := (size + mss - 1) / mss; frames != want {
+				t.Errorf("ipv6 %v, %d bytes: %d frames, want %d", ipv6, size, frames, want)
+			}
+		}
+	}
+}
+
+// TestSegmenterChecksum: a frame the TAP left its checksum to (UDP here)
+// leaves with it computed; one without the flag is copied as it is.
+func TestSegmenterChecksum(t *testing.T) {
+	udp := []byte{0x30, 0x39, 0x00, 0x35, 0, 13, 0, 0, 'h', 'e', 'l', 'l', 'o'}
+	ip := []byte{0x45, 0, 0, 33, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2}
+	binary.BigEndian.PutUint16(ip[10:], checksum16(ip))
+	pseudo := append(append([]byte{}, ip[12:20]...), 0, 17, 0, 13)
+	// The partial checksum: the pseudo-header's sum, not inverted.
+	binary.BigEndian.PutUint16(udp[6:], ^checksum16(pseudo))
+	eth := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0}
+	hdr := make([]byte, VirtioNetHdrLen)
+	hdr[0] = vnetNeedsCsum
+	binary.LittleEndian.PutUint16(hdr[6:], 34)
+	binary.LittleEndian.PutUint16(hdr[8:], 6)
+	pkt := bytes.Join([][]byte{hdr, eth, ip, udp}, nil)
+	var s segmenter
+	if err := s.reset(pkt, 1514); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 1514)
+	n := s.next(dst)
+	if s.more() || n != 14+20+13 {
+		t.Fatalf("%d bytes, more %v: want one frame of 47", n, s.more())
+	}
+	if c := checksum16(pseudo, dst[34:n]); c != 0 {
+		t.Errorf("UDP checksum does not verify (%#x)", c)
+	}
+	hdr[0] = 0
+	plain := bytes.Join([][]byte{hdr, eth, ip, udp}, nil)
+	s.reset(plain, 1514)
+	if n := s.next(dst); !bytes.Equal(dst[:n], plain[VirtioNetHdrLen:]) {
+		t.Errorf("a frame without NEEDS_CSUM changed")
+	}
+}
+
+// TestSegmenterRefuses: packets the header does not describe are refused,
+// not cut out of bounds.
+func TestSegmenterRefuses(t *testing.T) {
+	good := gsoPacket(false, make([]byte, 3000), 1448, 0x10)
+	for name, mutate := range map[string]func(p []byte){
+		"UDP segmentation":          func(p []byte) { p[1] = 5 },
+		"csum_start past the end":   func(p []byte) { binary.LittleEndian.PutUint16(p[6:], 9000) },
+		"csum_start inside IP":      func(p []byte) { binary.LittleEndian.PutUint16(p[6:], 20) },
+		"gso_size 0":                func(p []byte) { binary.LittleEndian.PutUint16(p[4:], 0) },
+		"gso_size above the frames": func(p []byte) { binary.LittleEndian.PutUint16(p[4:], 9000) },
+		"IPv6 segmentation on IPv4": func(p []byte) { p[1] = gsoTCPv6 },
+		"IPv4 header length 60":     func(p []byte) { p[VirtioNetHdrLen+14] = 0x4f },
+	} {
+		p := bytes.Clone(good)
+		mutate(p)
+		var s segmenter
+		if err := s.reset(p, 1514); err == nil {
+			t.Errorf("%s: taken", name)
+		}
+	}
+	var s segmenter
+	if err := s.reset(good, 1514); err != nil {
+		t.Errorf("the good packet: %v", err)
+	}
+}
+
+func BenchmarkSegment64K(b *testing.B) {
+	pkt := gsoPacket(false, make([]byte, 65000), 1448, 0x10)
+	dst := make([]byte, 1514)
+	var s segmenter
+	b.SetBytes(65000)
+	for b.Loop() {
+		s.reset(pkt, 1514)
+		for s.more() {
+			s.next(dst)
+		}
+	}
+}
+
+func FuzzSegmenter(f *testing.F) {
+	f.Add(gsoPacket(false, make([]byte, 3000), 1448, 0x10))
+	f.Add(gsoPacket(true, make([]byte, 3000), 1428, 0x10))
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		if len(pkt) < VirtioNetHdrLen {
+			return
+		}
+		var s segmenter
+		if s.reset(pkt, 1514) != nil {
+			return
+		}
+		dst := make([]byte, 1514)
+		for s.more() {
+			if n := s.next(dst); n > len(dst) {
+				t.Fatalf("frame of %d bytes", n)
+			}
+		}
+	})
+}
