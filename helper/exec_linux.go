@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/relay"
 )
@@ -33,9 +34,12 @@ func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
 	if s.o.SocketPath == "" {
 		return spec, nil, nil
 	}
-	lis, err := relay.Listen(s.o.SocketPath, s.o.Offloads())
+	lis, err := relay.Listen(s.o.SocketPath)
 	if err != nil {
 		return spec, nil, err
+	}
+	if err := helperproto.SetSocketBuffers(lis.FD(), s.o.Offloads()); err != nil {
+		s.log.Warnf("main", "--socket %s: %v", s.o.SocketPath, err)
 	}
 	spec.Socket, spec.SocketPath, spec.LockFD = lis.FD(), s.o.SocketPath, lis.LockFD()
 	return spec, lis, nil

@@ -111,7 +111,7 @@ func checkOptions(o *Options) (*session, error) {
 		// Our end only: its send buffer bounds what is in flight to the
 		// VM; the VMM's end is the VMM's.
 		if err := helperproto.SetSocketBuffers(o.FD, o.Offloads()); err != nil {
-			return nil, fmt.Errorf("--fd %d: %w", o.FD, err)
+			s.log.Warnf("main", "--fd %d: %v", o.FD, err)
 		}
 	}
 	if err := checkNetwork(o); err != nil {

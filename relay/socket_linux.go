@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // CheckFD checks that fd is an inherited unix datagram socket and makes it
@@ -46,7 +44,7 @@ type Listener struct {
 // listen creates the unix datagram socket at path (mode 0600, owned by the
 // user the helper runs as) after taking path.lock, so two helpers never
 // serve one path; a stale socket left by a crashed helper is replaced.
-func Listen(path string, offloads bool) (*Listener, error) {
+func Listen(path string) (*Listener, error) {
 	l := &Listener{fd: -1, path: path, lock: path + ".lock"}
 	f, err := os.OpenFile(l.lock, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -76,10 +74,6 @@ func Listen(path string, offloads bool) (*Listener, error) {
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("--socket %s: %w", path, err)
-	}
-	if err := helperproto.SetSocketBuffers(fd, offloads); err != nil {
-		l.Close()
-		return nil, err
 	}
 	return l, nil
 }

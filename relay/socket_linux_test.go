@@ -17,7 +17,7 @@ import (
 func TestUnboundClientsLogLimited(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "h.sock")
-	l, err := Listen(path, false)
+	l, err := Listen(path)
 	if err != nil {
 		t.Fatal(err)
 	}
