@@ -73,7 +73,7 @@ var (
 	descForwardConns = attachmentDesc("vmnetctl_attachment_forward_connections_total",
 		"Connections (new flows, for UDP) a port forward of the attachment took, by forward (HOSTIP:PORT -> GUESTPORT/PROTO).", "forward")
 	descSpoofDrops = attachmentDesc("vmnetctl_attachment_spoofed_frames_total",
-		"Frames from the VM that the anti-spoofing guard dropped: a MAC, IPv4 source or ARP sender not its own, DHCP or router answers, other protocols (Linux).")
+		"Frames from the VM that the anti-spoofing guard dropped: a MAC, IPv4 source or ARP sender not its own, DHCP or router answers, other protocols (Linux; a run of TCP segments the relay merged counts once).")
 	descSyscalls = attachmentDesc("vmnetctl_attachment_forward_syscalls_total",
 		"System calls the helper made to forward frames, by direction and path: fast moved a batch of frames, slow one frame.", "direction", "path")
 	descStatsTime = attachmentDesc("vmnetctl_attachment_stats_timestamp_seconds",
