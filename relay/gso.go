@@ -138,7 +138,13 @@ func (s *segmenter) next(dst []byte) int {
 		n := copy(dst, s.pkt)
 		if s.h.flags&vnetNeedsCsum != 0 {
 			at := s.h.csumStart + s.h.csumOffst
-			binary.BigEndian.PutUint16(dst[at:], ^fold(onesSum(0, dst[s.h.csumStart:n])))
+			// As the kernel's skb_checksum_help: a sum of 0 is written
+			// as 0xffff, which UDP reads as "no checksum" otherwise.
+			sum := ^fold(onesSum(0, dst[s.h.csumStart:n]))
+			if sum == 0 {
+				sum = 0xffff
+			}
+			binary.BigEndian.PutUint16(dst[at:], sum)
 		}
 		return n
 	}

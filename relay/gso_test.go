@@ -236,3 +236,38 @@ func FuzzSegmenter(f *testing.F) {
 		}
 	})
 }
+
+// TestSegmenterUDPZeroChecksum: a partial UDP checksum that comes out 0 is
+// written as 0xffff, as the kernel writes it (0 means "no checksum" to
+// IPv4's UDP and is invalid in IPv6's).
+func TestSegmenterUDPZeroChecksum(t *testing.T) {
+	ip := []byte{0x45, 0, 0, 30, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2}
+	binary.BigEndian.PutUint16(ip[10:], checksum16(ip))
+	pseudo := append(append([]byte{}, ip[12:20]...), 0, 17, 0, 10)
+	eth := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0}
+	hdr := make([]byte, VirtioNetHdrLen)
+	hdr[0] = vnetNeedsCsum
+	binary.LittleEndian.PutUint16(hdr[6:], 34)
+	binary.LittleEndian.PutUint16(hdr[8:], 6)
+	for v := range 1 << 16 {
+		udp := []byte{0x30, 0x39, 0x00, 0x35, 0, 10, 0, 0, byte(v >> 8), byte(v)}
+		binary.BigEndian.PutUint16(udp[6:], ^checksum16(pseudo))
+		if checksum16(udp) != 0 {
+			continue // its checksum does not come out 0
+		}
+		var s segmenter
+		if err := s.reset(bytes.Join([][]byte{hdr, eth, ip, udp}, nil), 1514); err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, 1514)
+		n := s.next(dst)
+		if got := binary.BigEndian.Uint16(dst[40:]); got != 0xffff {
+			t.Fatalf("payload %#04x: UDP checksum %#04x, want 0xffff", v, got)
+		}
+		if c := checksum16(pseudo, dst[34:n]); c != 0 {
+			t.Errorf("UDP checksum does not verify (%#x)", c)
+		}
+		return
+	}
+	t.Fatal("no payload whose checksum comes out 0")
+}
