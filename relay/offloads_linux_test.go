@@ -7,7 +7,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -102,11 +101,11 @@ func TestRelayOffloadsThroughKernel(t *testing.T) {
 	for _, addr := range []string{"10.9.0.1", "fd09::1"} {
 		for _, toVM := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s toVM=%v", addr, toVM), func(t *testing.T) {
-				before := tapStats(t, host, "htap")
+				before := host.LinkStats(t, "htap")
 				sentBefore, gotBefore := r.vm.packets.Load(), r.host.packets.Load()
 				const size = 8 << 20
 				testutil.StreamChecked(t, host, vm, net.JoinHostPort(addr, "0"), size, toVM)
-				after := tapStats(t, host, "htap")
+				after := host.LinkStats(t, "htap")
 				if toVM {
 					handed, got := after.TxPackets-before.TxPackets, r.host.packets.Load()-gotBefore
 					t.Logf("the TAP handed %d packets, the VM got %d frames", handed, got)
@@ -154,19 +153,4 @@ func openTAP(name string, hdr bool) (int, error) {
 		return -1, fmt.Errorf("TAP %s: %w", name, err)
 	}
 	return fd, nil
-}
-
-func tapStats(t *testing.T, ns *testutil.NS, name string) netlink.LinkStatistics {
-	t.Helper()
-	var s netlink.LinkStatistics
-	if err := ns.Do(func() error {
-		l, err := netlink.LinkByName(name)
-		if err == nil {
-			s = *l.Attrs().Statistics
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }

@@ -4,8 +4,6 @@ import (
 	"net"
 	"testing"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -26,9 +24,9 @@ func TestRelayOffloads(t *testing.T) {
 	lb := b.DHCP(t)
 	const size = 8 << 20
 	for _, toDialer := range []bool{false, true} {
-		vmBefore, portBefore := linkStats(t, a.NS, "eth0"), linkStats(t, h.NS, as.Tap)
+		vmBefore, portBefore := a.LinkStats(t, "eth0"), h.LinkStats(t, as.Tap)
 		gbps := testutil.StreamChecked(t, b.NS, a.NS, net.JoinHostPort(lb["ip"], "0"), size, toDialer)
-		vm, port := linkStats(t, a.NS, "eth0"), linkStats(t, h.NS, as.Tap)
+		vm, port := a.LinkStats(t, "eth0"), h.LinkStats(t, as.Tap)
 		// How many merge depends on how many frames each recvmmsg finds,
 		// which the load decides; without the offloads there are as many
 		// packets as frames each way.
@@ -51,19 +49,4 @@ func TestRelayOffloads(t *testing.T) {
 			t.Errorf("%s's guard dropped %d frames", vm, d)
 		}
 	}
-}
-
-func linkStats(t *testing.T, ns *testutil.NS, name string) netlink.LinkStatistics {
-	t.Helper()
-	var s netlink.LinkStatistics
-	if err := ns.Do(func() error {
-		l, err := netlink.LinkByName(name)
-		if err == nil {
-			s = *l.Attrs().Statistics
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }

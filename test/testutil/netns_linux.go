@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -263,4 +264,20 @@ func (n *NS) Exchange(addr, send string) (string, error) {
 		return err
 	})
 	return got, err
+}
+
+// LinkStats is link name's counters in the namespace.
+func (n *NS) LinkStats(tb testing.TB, name string) netlink.LinkStatistics {
+	tb.Helper()
+	var s netlink.LinkStatistics
+	if err := n.Do(func() error {
+		l, err := netlink.LinkByName(name)
+		if err == nil {
+			s = *l.Attrs().Statistics
+		}
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }
