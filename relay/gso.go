@@ -20,8 +20,11 @@ const (
 	gsoNone   = 0
 	gsoECN    = 0x80
 	etherVLAN = 0x8100
-	tcpFIN    = 0x01
-	tcpCWR    = 0x80
+	etherQinQ = 0x88a8
+	// minMSS is Linux's net.ipv4.tcp_min_snd_mss default.
+	minMSS = 48
+	tcpFIN = 0x01
+	tcpCWR = 0x80
 )
 
 var errBadGSO = errors.New("a packet from the TAP its header does not describe")
@@ -58,6 +61,7 @@ type segmenter struct {
 	count, i   int
 	ipID, seq  uint32
 	tcpFlags   byte
+	check      uint16 // the packet's TCP checksum field: its pseudo-header's sum
 	frameLimit int
 }
 
@@ -85,12 +89,16 @@ func (s *segmenter) reset(b []byte, limit int) error {
 	}
 	s.ipOff = EthHeaderLen
 	etherType := binary.BigEndian.Uint16(pkt[12:])
-	if etherType == etherVLAN {
-		if len(pkt) < EthHeaderLen+4 {
+	// Up to two VLAN tags, 802.1Q or 802.1ad, as the kernel hands them.
+	for range 2 {
+		if etherType != etherVLAN && etherType != etherQinQ {
+			break
+		}
+		if len(pkt) < s.ipOff+4 {
 			return errBadGSO
 		}
 		s.ipOff += 4
-		etherType = binary.BigEndian.Uint16(pkt[16:])
+		etherType = binary.BigEndian.Uint16(pkt[s.ipOff-2:])
 	}
 	s.ipv6 = gso == gsoTCPv6
 	minIP := 20
@@ -104,14 +112,18 @@ func (s *segmenter) reset(b []byte, limit int) error {
 	if s.tcpOff < s.ipOff+minIP || s.tcpOff+20 > len(pkt) {
 		return errBadGSO
 	}
-	if !s.ipv6 {
-		if ihl := int(pkt[s.ipOff]&0xf) * 4; ihl < 20 || s.ipOff+ihl > s.tcpOff {
+	if s.ipv6 {
+		if s.tcpOff == s.ipOff+40 && pkt[s.ipOff+6] != protoTCP {
 			return errBadGSO
 		}
+	} else if ihl := int(pkt[s.ipOff]&0xf) * 4; ihl < 20 || s.ipOff+ihl != s.tcpOff || pkt[s.ipOff+9] != protoTCP {
+		return errBadGSO
 	}
 	s.hdrLen = s.tcpOff + int(pkt[s.tcpOff+12]>>4)*4
 	s.mss = s.h.gsoSize
-	if s.hdrLen < s.tcpOff+20 || s.hdrLen > len(pkt) || s.mss <= 0 || s.hdrLen+s.mss > limit {
+	// An MSS below Linux's least (tcp_min_snd_mss) only multiplies frames:
+	// a 64 KiB packet of 1-byte segments would be 65 000 of them.
+	if s.hdrLen < s.tcpOff+20 || s.hdrLen > len(pkt) || s.mss < minMSS || s.hdrLen+s.mss > limit {
 		return errBadGSO
 	}
 	s.count = (len(pkt) - s.hdrLen + s.mss - 1) / s.mss
@@ -123,6 +135,7 @@ func (s *segmenter) reset(b []byte, limit int) error {
 	}
 	s.seq = binary.BigEndian.Uint32(pkt[s.tcpOff+4:])
 	s.tcpFlags = pkt[s.tcpOff+13]
+	s.check = binary.BigEndian.Uint16(pkt[s.tcpOff+16:])
 	return nil
 }
 
@@ -155,18 +168,20 @@ func (s *segmenter) next(dst []byte) int {
 	f := dst[:n]
 	ip := f[s.ipOff:]
 	tcpLen := n - s.tcpOff
-	var sum uint64
 	if s.ipv6 {
 		binary.BigEndian.PutUint16(ip[4:], uint16(n-s.ipOff-40))
-		sum = onesSum(0, ip[8:40]) + uint64(tcpLen) + 6
 	} else {
 		binary.BigEndian.PutUint16(ip[2:], uint16(n-s.ipOff))
 		binary.BigEndian.PutUint16(ip[4:], uint16(s.ipID+uint32(i)))
 		ip[10], ip[11] = 0, 0
 		ihl := int(ip[0]&0xf) * 4
 		binary.BigEndian.PutUint16(ip[10:], ^fold(onesSum(0, ip[:ihl])))
-		sum = onesSum(0, ip[12:20]) + uint64(tcpLen) + 6
 	}
+	// The pseudo-header's sum is the one the sender left in the checksum
+	// field, for the whole packet's TCP length, changed to this segment's,
+	// as the kernel's tcp_gso_segment does (the sender knows the address
+	// that counts: an IPv6 routing header's final one).
+	sum := uint64(s.check) + uint64(^uint16(len(s.pkt)-s.tcpOff)) + uint64(tcpLen)
 	tcp := f[s.tcpOff:]
 	binary.BigEndian.PutUint32(tcp[4:], s.seq+uint32(i*s.mss))
 	flags := s.tcpFlags

@@ -61,6 +61,16 @@ func gsoPacket(ipv6 bool, payload []byte, mss int, flags byte) []byte {
 		hdr[1] = gsoTCPv6
 	}
 	tcpOff := len(eth) + len(ip)
+	// The pseudo-header's sum for the whole TCP length, as a sender leaves
+	// it for the device.
+	tcpLen := len(tcp) + len(payload)
+	var pseudo []byte
+	if ipv6 {
+		pseudo = append(append([]byte{}, ip[8:40]...), 0, 0, byte(tcpLen>>8), byte(tcpLen), 0, 0, 0, 6)
+	} else {
+		pseudo = append(append([]byte{}, ip[12:20]...), 0, 6, byte(tcpLen>>8), byte(tcpLen))
+	}
+	binary.BigEndian.PutUint16(tcp[16:], ^checksum16(pseudo))
 	binary.LittleEndian.PutUint16(hdr[2:], uint16(tcpOff+len(tcp)))
 	binary.LittleEndian.PutUint16(hdr[4:], uint16(mss))
 	binary.LittleEndian.PutUint16(hdr[6:], uint16(tcpOff))
@@ -190,6 +200,8 @@ func TestSegmenterRefuses(t *testing.T) {
 		"gso_size above the frames": func(p []byte) { binary.LittleEndian.PutUint16(p[4:], 9000) },
 		"IPv6 segmentation on IPv4": func(p []byte) { p[1] = gsoTCPv6 },
 		"IPv4 header length 60":     func(p []byte) { p[VirtioNetHdrLen+14] = 0x4f },
+		"gso_size below 48":         func(p []byte) { binary.LittleEndian.PutUint16(p[4:], 47) },
+		"IPv4 carrying UDP":         func(p []byte) { p[VirtioNetHdrLen+14+9] = 17 },
 	} {
 		p := bytes.Clone(good)
 		mutate(p)
@@ -199,6 +211,18 @@ func TestSegmenterRefuses(t *testing.T) {
 		}
 	}
 	var s segmenter
+	// Four bytes between the IPv4 header and TCP, which the offsets skip.
+	at := VirtioNetHdrLen + 14 + 20
+	gap := append(append(bytes.Clone(good[:at]), 0, 0, 0, 0), good[at:]...)
+	for _, o := range []int{2, 6} {
+		binary.LittleEndian.PutUint16(gap[o:], binary.LittleEndian.Uint16(gap[o:])+4)
+	}
+	if err := s.reset(gap, 1514+4); err == nil {
+		t.Errorf("a gap after the IPv4 header: taken")
+	}
+	if err := s.reset(tagged(good, etherQinQ, etherVLAN, etherVLAN), 1514+12); err == nil {
+		t.Errorf("three VLAN tags: taken")
+	}
 	if err := s.reset(good, 1514); err != nil {
 		t.Errorf("the good packet: %v", err)
 	}
@@ -270,4 +294,77 @@ func TestSegmenterUDPZeroChecksum(t *testing.T) {
 		return
 	}
 	t.Fatal("no payload whose checksum comes out 0")
+}
+
+// tagged is pkt (a virtio-net header and a frame) with VLAN tags of the
+// given types after its MACs, its header's offsets moved past them.
+func tagged(pkt []byte, types ...uint16) []byte {
+	h, f := bytes.Clone(pkt[:VirtioNetHdrLen]), pkt[VirtioNetHdrLen:]
+	out := append(h, f[:12]...)
+	for i, typ := range types {
+		out = binary.BigEndian.AppendUint16(out, typ)
+		out = binary.BigEndian.AppendUint16(out, uint16(10+i)) // the VLAN id
+	}
+	out = append(out, f[12:]...)
+	for _, at := range []int{2, 6} { // hdr_len, csum_start
+		binary.LittleEndian.PutUint16(out[at:], binary.LittleEndian.Uint16(out[at:])+uint16(4*len(types)))
+	}
+	return out
+}
+
+// TestSegmenterVLAN: a packet with one or two VLAN tags, 802.1Q or
+// 802.1ad, is cut into the frames its untagged self is cut into, each
+// with the tags.
+func TestSegmenterVLAN(t *testing.T) {
+	for _, ipv6 := range []bool{false, true} {
+		plain := gsoPacket(ipv6, make([]byte, 5000), 1400, 0x10)
+		want := segmentAll(t, plain, 1514)
+		for _, types := range [][]uint16{{etherVLAN}, {etherQinQ}, {etherQinQ, etherVLAN}, {etherVLAN, etherVLAN}} {
+			got := segmentAll(t, tagged(plain, types...), 1514+8)
+			if len(got) != len(want) {
+				t.Fatalf("ipv6 %v, tags %x: %d frames, want %d", ipv6, types, len(got), len(want))
+			}
+			for i := range got {
+				untagged := append(bytes.Clone(got[i][:12]), got[i][12+4*len(types):]...)
+				if !bytes.Equal(untagged, want[i]) {
+					t.Errorf("ipv6 %v, tags %x: frame %d differs from the untagged packet's", ipv6, types, i)
+				}
+			}
+		}
+	}
+}
+
+// TestSegmenterPseudoHeader: the segments' checksums start from the
+// pseudo-header sum the sender left in the packet, as the kernel's do: for
+// an IPv6 packet with a routing header, that of its final destination, not
+// of the address in the IPv6 header.
+func TestSegmenterPseudoHeader(t *testing.T) {
+	pkt := gsoPacket(true, make([]byte, 3000), 1400, 0x10)
+	final := bytes.Repeat([]byte{0xfd, 9}, 8)
+	tcpAt := VirtioNetHdrLen + 14 + 40
+	tcpLen := len(pkt) - tcpAt
+	pseudo := append(append(append([]byte{}, pkt[VirtioNetHdrLen+14+8:VirtioNetHdrLen+14+24]...), final...), 0, 0, byte(tcpLen>>8), byte(tcpLen), 0, 0, 0, 6)
+	binary.BigEndian.PutUint16(pkt[tcpAt+16:], ^checksum16(pseudo))
+	for i, f := range segmentAll(t, pkt, 1514) {
+		tcp := f[14+40:]
+		p := append(append(append([]byte{}, f[14+8:14+24]...), final...), 0, 0, byte(len(tcp)>>8), byte(len(tcp)), 0, 0, 0, 6)
+		if c := checksum16(p, tcp); c != 0 {
+			t.Errorf("frame %d: TCP checksum does not verify against the final destination (%#x)", i, c)
+		}
+	}
+}
+
+// segmentAll cuts pkt into frames of at most limit bytes.
+func segmentAll(t *testing.T, pkt []byte, limit int) [][]byte {
+	t.Helper()
+	var s segmenter
+	if err := s.reset(pkt, limit); err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	dst := make([]byte, limit)
+	for s.more() {
+		out = append(out, bytes.Clone(dst[:s.next(dst)]))
+	}
+	return out
 }

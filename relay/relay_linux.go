@@ -218,7 +218,9 @@ func (r *relay) tapToSocketSegmenting() error {
 		if nr < r.tapHdr+EthHeaderLen {
 			continue
 		}
-		if seg.reset(in[:nr], r.frame) != nil {
+		// A read that filled the buffer may have been cut short (the
+		// buffer holds the largest packet a TAP hands over, so never).
+		if nr == len(in) || seg.reset(in[:nr], r.frame) != nil {
 			r.host.drops.Add(1)
 			continue
 		}
