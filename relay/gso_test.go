@@ -93,63 +93,100 @@ func TestSegmenterTCP(t *testing.T) {
 			if ipv6 {
 				mss = 1428
 			}
-			pkt := gsoPacket(ipv6, payload, mss, 0x18|tcpFIN|tcpCWR) // ACK PSH FIN CWR
-			var s segmenter
-			if err := s.reset(pkt, 1514); err != nil {
-				t.Fatalf("ipv6 %v, %d bytes: %v", ipv6, size, err)
-			}
-			var got []byte
-			dst := make([]byte, 1514)
-			frames := 0
-			for s.more() {
-				n := s.next(dst)
-				f := dst[:n]
-				ipOff, tcpOff := 14, 34
-				if ipv6 {
-					tcpOff = 54
-				}
-				ip, tcp := f[ipOff:tcpOff], f[tcpOff:]
-				var pseudo []byte
-				if ipv6 {
-					if l := int(binary.BigEndian.Uint16(ip[4:])); l != len(tcp) {
-						t.Errorf("payload length %d, want %d", l, len(tcp))
-					}
-					pseudo = append(append([]byte{}, ip[8:40]...), 0, 0, byte(len(tcp)>>8), byte(len(tcp)), 0, 0, 0, 6)
-				} else {
-					if l := int(binary.BigEndian.Uint16(ip[2:])); l != n-ipOff {
-						t.Errorf("total length %d, want %d", l, n-ipOff)
-					}
-					if c := checksum16(ip); c != 0 {
-						t.Errorf("frame %d: IPv4 checksum does not verify (%#x)", frames, c)
-					}
-					if id := binary.BigEndian.Uint16(ip[4:]); id != 0x1234+uint16(frames) {
-						t.Errorf("frame %d: IP id %#x", frames, id)
-					}
-					pseudo = append(append([]byte{}, ip[12:20]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
-				}
-				if c := checksum16(pseudo, tcp); c != 0 {
-					t.Errorf("ipv6 %v frame %d: TCP checksum does not verify (%#x)", ipv6, frames, c)
-				}
-				if seq := binary.BigEndian.Uint32(tcp[4:]); seq != 0xfffff000+uint32(len(got)) {
-					t.Errorf("frame %d: seq %#x, want %#x", frames, seq, 0xfffff000+uint32(len(got)))
-				}
-				last := !s.more()
-				if fl := tcp[13]; (fl&tcpFIN != 0) != last || (fl&tcpPSH != 0) != last || (fl&tcpCWR != 0) != (frames == 0) || fl&0x10 == 0 {
-					t.Errorf("frame %d (last %v): flags %#x", frames, last, fl)
-				}
-				if len(tcp)-32 > mss {
-					t.Errorf("frame %d: %d bytes of payload, above the MSS %d", frames, len(tcp)-32, mss)
-				}
-				got = append(got, tcp[32:]...)
-				frames++
-			}
-			if !bytes.Equal(got, payload) {
-				t.Errorf("ipv6 %v, %d bytes: the frames' payload differs from the packet's", ipv6, size)
-			}
-			if want := (size + mss - 1) / mss; frames != want {
-				t.Errorf("ipv6 %v, %d bytes: %d frames, want %d", ipv6, size, frames, want)
-			}
+			checkSegments(t, ipv6, payload, mss, 0x18|tcpFIN|tcpCWR) // ACK PSH FIN CWR
 		}
+	}
+}
+
+// FuzzSegmenterTCP: whatever the payload, MSS and flags, the frames carry
+// the payload in order within the MSS, with checksums that verify,
+// sequence numbers that follow, and FIN, PSH and CWR where the kernel puts
+// them.
+func FuzzSegmenterTCP(f *testing.F) {
+	f.Add(false, uint16(3000), uint16(1448), byte(0x19), byte(7))
+	f.Add(true, uint16(65000), uint16(48), byte(0x90), byte(1))
+	f.Fuzz(func(t *testing.T, ipv6 bool, size, mss uint16, flags, fill byte) {
+		max := 1514 - 14 - 20 - 32
+		if ipv6 {
+			max = 1514 - 14 - 40 - 32
+		}
+		if size == 0 || int(size) > 65000 || int(mss) < minMSS || int(mss) > max {
+			return
+		}
+		payload := make([]byte, size)
+		for i := range payload {
+			payload[i] = fill + byte(i)
+		}
+		checkSegments(t, ipv6, payload, int(mss), flags|0x10)
+	})
+}
+
+// checkSegments cuts a TSO packet of payload and checks the frames.
+func checkSegments(t *testing.T, ipv6 bool, payload []byte, mss int, flags byte) {
+	t.Helper()
+	pkt := gsoPacket(ipv6, payload, mss, flags)
+	var s segmenter
+	if err := s.reset(pkt, 1514); err != nil {
+		t.Fatalf("ipv6 %v, %d bytes: %v", ipv6, len(payload), err)
+	}
+	var got []byte
+	dst := make([]byte, 1514)
+	frames := 0
+	for s.more() {
+		n := s.next(dst)
+		f := dst[:n]
+		ipOff, tcpOff := 14, 34
+		if ipv6 {
+			tcpOff = 54
+		}
+		ip, tcp := f[ipOff:tcpOff], f[tcpOff:]
+		var pseudo []byte
+		if ipv6 {
+			if l := int(binary.BigEndian.Uint16(ip[4:])); l != len(tcp) {
+				t.Errorf("payload length %d, want %d", l, len(tcp))
+			}
+			pseudo = append(append([]byte{}, ip[8:40]...), 0, 0, byte(len(tcp)>>8), byte(len(tcp)), 0, 0, 0, 6)
+		} else {
+			if l := int(binary.BigEndian.Uint16(ip[2:])); l != n-ipOff {
+				t.Errorf("total length %d, want %d", l, n-ipOff)
+			}
+			if c := checksum16(ip); c != 0 {
+				t.Errorf("frame %d: IPv4 checksum does not verify (%#x)", frames, c)
+			}
+			if id := binary.BigEndian.Uint16(ip[4:]); id != 0x1234+uint16(frames) {
+				t.Errorf("frame %d: IP id %#x", frames, id)
+			}
+			pseudo = append(append([]byte{}, ip[12:20]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
+		}
+		if c := checksum16(pseudo, tcp); c != 0 {
+			t.Errorf("ipv6 %v frame %d: TCP checksum does not verify (%#x)", ipv6, frames, c)
+		}
+		if seq := binary.BigEndian.Uint32(tcp[4:]); seq != 0xfffff000+uint32(len(got)) {
+			t.Errorf("frame %d: seq %#x, want %#x", frames, seq, 0xfffff000+uint32(len(got)))
+		}
+		last := !s.more()
+		fl := tcp[13]
+		want := flags
+		if !last {
+			want &^= tcpFIN | tcpPSH
+		}
+		if frames > 0 {
+			want &^= tcpCWR
+		}
+		if fl != want {
+			t.Errorf("frame %d (last %v): flags %#x, want %#x", frames, last, fl, want)
+		}
+		if len(tcp)-32 > mss {
+			t.Errorf("frame %d: %d bytes of payload, above the MSS %d", frames, len(tcp)-32, mss)
+		}
+		got = append(got, tcp[32:]...)
+		frames++
+	}
+	if !bytes.Equal(got, payload) {
+		t.Errorf("ipv6 %v, %d bytes: the frames' payload differs from the packet's", ipv6, len(payload))
+	}
+	if want := (len(payload) + mss - 1) / mss; frames != want {
+		t.Errorf("ipv6 %v, %d bytes: %d frames, want %d", ipv6, len(payload), frames, want)
 	}
 }
 
