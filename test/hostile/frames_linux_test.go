@@ -167,6 +167,39 @@ func ipv4UDP(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
 	return ipv4(src, dst, 17, append(u, payload...))
 }
 
+// tcpRun is n frames of one TCP flow from src to dst, each with 1000
+// bytes, in sequence, IPv4 IDs counting up: what the relay of a VM without
+// offloads merges into one packet when a batch brings them together
+// (relay/coalesce.go). The flow's segments first to first+n-1; each
+// payload byte is fill, or counts up if fill is 0.
+func tcpRun(dstMAC, srcMAC net.HardwareAddr, src, dst netip.Addr, first, n int, fill byte) [][]byte {
+	var run [][]byte
+	for i := first; i < first+n; i++ {
+		tcp := make([]byte, 20, 20+1000)
+		binary.BigEndian.PutUint16(tcp[0:], 4000)
+		binary.BigEndian.PutUint16(tcp[2:], 5000)
+		binary.BigEndian.PutUint32(tcp[4:], uint32(1000+i*1000))
+		binary.BigEndian.PutUint32(tcp[8:], 1)
+		tcp[12], tcp[13] = 5<<4, 0x10 // ACK
+		binary.BigEndian.PutUint16(tcp[14:], 512)
+		for j := range 1000 {
+			if fill != 0 {
+				tcp = append(tcp, fill)
+			} else {
+				tcp = append(tcp, byte(i+j))
+			}
+		}
+		pseudo := append(append(append([]byte{}, src.AsSlice()...), dst.AsSlice()...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
+		binary.BigEndian.PutUint16(tcp[16:], checksum(append(pseudo, tcp...)))
+		ip := ipv4(src, dst, 6, tcp)
+		binary.BigEndian.PutUint16(ip[4:], uint16(7+i))
+		ip[10], ip[11] = 0, 0
+		binary.BigEndian.PutUint16(ip[10:], checksum(ip[:20]))
+		run = append(run, ether(dstMAC, srcMAC, etherIPv4, ip))
+	}
+	return run
+}
+
 // icmpEcho is an ICMP echo request.
 func icmpEcho(src, dst netip.Addr) []byte {
 	m := []byte{8, 0, 0, 0, 0x12, 0x34, 0, 1, 'h', 'i'}
@@ -298,6 +331,19 @@ func (c *capture) seen(frame []byte) int {
 	n := 0
 	for _, f := range c.frames {
 		if bytes.HasPrefix(f, frame) {
+			n++
+		}
+	}
+	return n
+}
+
+// containing returns how many captured frames contain b.
+func (c *capture) containing(b []byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, f := range c.frames {
+		if bytes.Contains(f, b) {
 			n++
 		}
 	}
