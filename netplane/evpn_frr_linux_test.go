@@ -45,10 +45,7 @@ func evpnNetOf(t *testing.T, id string, others ...int) *api.Network {
 	for _, o := range others {
 		y += fmt.Sprintf("        - {name: h%d, address: 10.77.0.%d}\n", o, o)
 	}
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(y+"      evpn: {asn: 65010}\n"))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	nets := loadNetworks(t, y+"      evpn: {asn: 65010}\n")
 	return nets.Get(id)
 }
 

@@ -11,10 +11,7 @@ import (
 // evpnNet is vxlanYAML's lab with EVPN in AS 65010.
 func evpnNet(t *testing.T) *api.Network {
 	t.Helper()
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(vxlanYAML+"      evpn: {asn: 65010}\n"))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	nets := loadNetworks(t, vxlanYAML+"      evpn: {asn: 65010}\n")
 	return nets.Get("lab")
 }
 

@@ -51,16 +51,12 @@ type vxlanHost struct {
 // again its VM is reached again.
 func TestVXLAN(t *testing.T) {
 	needRoot(t)
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(vxlanYAML))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	nets := loadNetworks(t, vxlanYAML)
 	n := nets.Get("lab")
 	if n.MTU != 1450 {
 		t.Fatalf("MTU %d, want 1450", n.MTU)
 	}
-	underlay := testutil.NewNS(t, "underlay")
-	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	underlay := newUnderlay(t, "underlay")
 	var hosts []*vxlanHost
 	for i := range 3 {
 		h := &vxlanHost{ns: underlayHost(t, underlay, "vx", i)}
@@ -316,12 +312,8 @@ func TestVXLANSegments(t *testing.T) {
         - {name: h1, address: 10.77.0.1}
         - {name: h2, address: 10.77.0.2}
 `
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(yaml))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	underlay := testutil.NewNS(t, "vs-ul")
-	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	nets := loadNetworks(t, yaml)
+	underlay := newUnderlay(t, "vs-ul")
 	var hs []*testutil.NS
 	var nws [][]*Network
 	for i := range 2 {
@@ -434,15 +426,32 @@ func vxlanLab(t *testing.T, prefix, address string) (*testutil.NS, *api.Network)
 	host := testutil.NewNS(t, prefix)
 	host.MustRun(t, "ip", "link", "add", "underlay", "up", "type", "veth", "peer", "name", "ul-peer")
 	host.MustRun(t, "ip", "addr", "add", address, "dev", "underlay")
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(vxlanYAML))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	nets := loadNetworks(t, vxlanYAML)
 	return host, nets.Get("lab")
 }
 
+// loadNetworks parses a test's networks.yaml.
+func loadNetworks(t *testing.T, src string) *api.Networks {
+	t.Helper()
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(src))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return nets
+}
+
+// newUnderlay is a namespace named label with the underlay bridge ul that
+// underlayHost joins hosts to.
+func newUnderlay(t *testing.T, label string) *testutil.NS {
+	t.Helper()
+	underlay := testutil.NewNS(t, label)
+	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	return underlay
+}
+
 // underlayHost makes host i+1 of an underlay bridge ul (in namespace
-// underlay): a namespace named prefix-hN whose eth0, on ul, has 10.77.0.N.
+// underlay, newUnderlay): a namespace named prefix-hN whose eth0, on ul,
+// has 10.77.0.N.
 func underlayHost(t *testing.T, underlay *testutil.NS, prefix string, i int) *testutil.NS {
 	t.Helper()
 	h := testutil.NewNS(t, fmt.Sprintf("%s-h%d", prefix, i+1))

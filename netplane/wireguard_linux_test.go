@@ -56,13 +56,9 @@ func TestWireGuard(t *testing.T) {
 		}
 		src = strings.Replace(src, fmt.Sprintf("KEY%d", i+1), k.Public().String(), 1)
 	}
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(src))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	nets := loadNetworks(t, src)
 	n := nets.Get("lab")
-	underlay := testutil.NewNS(t, "wg-ul")
-	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	underlay := newUnderlay(t, "wg-ul")
 	underlay.MustRun(t, "nft", "add table bridge ul; add chain bridge ul cross { type filter hook forward priority 0; }; "+
 		"add rule bridge ul cross udp dport 4789 counter comment vxlan; add rule bridge ul cross udp dport 51820 counter comment wireguard")
 	var hosts []*vxlanHost
@@ -274,13 +270,9 @@ func TestWireGuardSegmentsShareHosts(t *testing.T) {
 		}
 		src = strings.ReplaceAll(src, fmt.Sprintf("KEY%d", i+1), k.Public().String())
 	}
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(src))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	nets := loadNetworks(t, src)
 	ids := []string{"wga", "wgb", "plain"}
-	underlay := testutil.NewNS(t, "wgs-ul")
-	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	underlay := newUnderlay(t, "wgs-ul")
 	var hosts []*testutil.NS
 	for i := range 2 {
 		h := underlayHost(t, underlay, "wgs", i)
@@ -362,10 +354,7 @@ func wgHostOne(t *testing.T) (dir string, n *api.Network) {
 		other, _ := wgkey.Generate()
 		src = strings.Replace(src, fmt.Sprintf("KEY%d", i), other.Public().String(), 1)
 	}
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(src))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	nets := loadNetworks(t, src)
 	return dir, nets.Get("lab")
 }
 
@@ -430,12 +419,8 @@ const otherHostsYAML = `networks:
 // table does not drop the other's hosts' packets.
 func TestVXLANSegmentsOtherHosts(t *testing.T) {
 	needRoot(t)
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(otherHostsYAML))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	underlay := testutil.NewNS(t, "vxo-ul")
-	underlay.MustRun(t, "ip", "link", "add", "ul", "up", "type", "bridge")
+	nets := loadNetworks(t, otherHostsYAML)
+	underlay := newUnderlay(t, "vxo-ul")
 	var hosts []*testutil.NS
 	for i := range 3 {
 		hosts = append(hosts, underlayHost(t, underlay, "vxo", i))
