@@ -44,6 +44,37 @@ const (
 	maxCoalesced = EthHeaderLen + 0xffff
 )
 
+// vnetHdr is a virtio-net header's fields (struct virtio_net_hdr_v1 but
+// num_buffers, which a TAP leaves 0): parseVnetHdr reads the one before a
+// packet from the TAP (gso.go), put writes the one before a merged packet.
+type vnetHdr struct {
+	flags, gsoType       uint8
+	hdrLen, gsoSize      int
+	csumStart, csumOffst int
+}
+
+func parseVnetHdr(b []byte) vnetHdr {
+	return vnetHdr{
+		flags:     b[0],
+		gsoType:   b[1],
+		hdrLen:    int(binary.LittleEndian.Uint16(b[2:])),
+		gsoSize:   int(binary.LittleEndian.Uint16(b[4:])),
+		csumStart: int(binary.LittleEndian.Uint16(b[6:])),
+		csumOffst: int(binary.LittleEndian.Uint16(b[8:])),
+	}
+}
+
+// put writes h into b's first VirtioNetHdrLen bytes.
+func (h vnetHdr) put(b []byte) {
+	b = b[:VirtioNetHdrLen]
+	clear(b)
+	b[0], b[1] = h.flags, h.gsoType
+	binary.LittleEndian.PutUint16(b[2:], uint16(h.hdrLen))
+	binary.LittleEndian.PutUint16(b[4:], uint16(h.gsoSize))
+	binary.LittleEndian.PutUint16(b[6:], uint16(h.csumStart))
+	binary.LittleEndian.PutUint16(b[8:], uint16(h.csumOffst))
+}
+
 // segment is what coalescing needs of a frame that is a TCP segment it may
 // merge; ok is false for every other frame.
 type segment struct {
@@ -193,13 +224,7 @@ func merge(out []byte, frames [][]byte, segs []segment, mss int) int {
 	// The TCP checksum is the kernel's to finish: the field holds the
 	// pseudo-header's sum (csum_start and csum_offset say where).
 	binary.BigEndian.PutUint16(tcp[16:], fold(pseudo+uint64(len(tcp))+protoTCP))
-	h := out[:VirtioNetHdrLen]
-	clear(h)
-	h[0], h[1] = vnetNeedsCsum, gso
-	binary.LittleEndian.PutUint16(h[2:], uint16(s0.payload))
-	binary.LittleEndian.PutUint16(h[4:], uint16(mss))
-	binary.LittleEndian.PutUint16(h[6:], uint16(s0.l4))
-	binary.LittleEndian.PutUint16(h[8:], 16)
+	vnetHdr{flags: vnetNeedsCsum, gsoType: gso, hdrLen: s0.payload, gsoSize: mss, csumStart: s0.l4, csumOffst: 16}.put(out)
 	return n
 }
 

@@ -29,23 +29,6 @@ const (
 
 var errBadGSO = errors.New("a packet from the TAP its header does not describe")
 
-// vnetHdr is a virtio-net header's fields that matter here.
-type vnetHdr struct {
-	flags, gsoType       uint8
-	gsoSize              int
-	csumStart, csumOffst int
-}
-
-func parseVnetHdr(b []byte) vnetHdr {
-	return vnetHdr{
-		flags:     b[0],
-		gsoType:   b[1],
-		gsoSize:   int(binary.LittleEndian.Uint16(b[4:])),
-		csumStart: int(binary.LittleEndian.Uint16(b[6:])),
-		csumOffst: int(binary.LittleEndian.Uint16(b[8:])),
-	}
-}
-
 // segmenter cuts one packet read from the TAP, behind its virtio-net
 // header, into the VM's frames: a TCP segmentation offload packet into
 // segments of gso_size, anything else into itself; checksums the header
