@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/vmnetctl/vmnetctl/wgkey"
 )
 
 // wireGuardKeyFile holds this host's WireGuard private key (package
@@ -73,29 +75,10 @@ func (d Dir) prepareWireGuardKey(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("moving this host's WireGuard key from %s: %w", old, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return "", fmt.Errorf("moving this host's WireGuard key to %s: %w", path, err)
-	}
-	// Written aside and linked into place: a crash leaves either no key
-	// there (the old one is still in the state dir) or the whole one.
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+wireGuardKeyFile+".tmp*") // 0600
-	if err != nil {
-		return "", fmt.Errorf("moving this host's WireGuard key to %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		if err = os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
-			return path, nil // another process moved it first
-		}
-	}
-	if err != nil {
+	// A crash leaves either no key there (the old one is still in the
+	// state dir) or the whole one; if another process moved it first,
+	// its copy stays.
+	if err := wgkey.Place(path, b); err != nil {
 		return "", fmt.Errorf("moving this host's WireGuard key to %s: %w", path, err)
 	}
 	os.Remove(old)

@@ -60,15 +60,26 @@ func LoadOrCreate(path string) (Key, error) {
 	if err != nil {
 		return k, fmt.Errorf("making this host's WireGuard key: %w", err)
 	}
+	if err := Place(path, []byte(k.String()+"\n")); err != nil {
+		return k, fmt.Errorf("making this host's WireGuard key %s: %w", path, err)
+	}
+	return load(path) // another process's, if it placed one first
+}
+
+// Place puts a key file's content at path, mode 0600, in a directory made
+// 0700 if missing: written aside and linked into place, so that a crash
+// leaves no key there or the whole one, and of two processes placing one
+// at once the first wins (the other's Place does nothing, without error).
+func Place(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return k, fmt.Errorf("making this host's WireGuard key: %w", err)
+		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*") // 0600
 	if err != nil {
-		return k, fmt.Errorf("making this host's WireGuard key: %w", err)
+		return err
 	}
 	defer os.Remove(tmp.Name())
-	_, err = tmp.WriteString(k.String() + "\n")
+	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -77,13 +88,10 @@ func LoadOrCreate(path string) (Key, error) {
 	}
 	if err == nil {
 		if err = os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
-			err = nil // another process made it first: its key is the one
+			err = nil
 		}
 	}
-	if err != nil {
-		return k, fmt.Errorf("making this host's WireGuard key %s: %w", path, err)
-	}
-	return load(path)
+	return err
 }
 
 func load(path string) (Key, error) {
