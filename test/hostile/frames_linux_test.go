@@ -323,44 +323,33 @@ func startCapture(t *testing.T, ns *testutil.NS, ifname string) *capture {
 	return c
 }
 
-// seen returns how many captured frames begin with frame (a frame may
-// arrive padded).
-func (c *capture) seen(frame []byte) int {
+// count returns how many captured frames match.
+func (c *capture) count(match func(f []byte) bool) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for _, f := range c.frames {
-		if bytes.HasPrefix(f, frame) {
+		if match(f) {
 			n++
 		}
 	}
 	return n
+}
+
+// seen returns how many captured frames begin with frame (a frame may
+// arrive padded).
+func (c *capture) seen(frame []byte) int {
+	return c.count(func(f []byte) bool { return bytes.HasPrefix(f, frame) })
 }
 
 // containing returns how many captured frames contain b.
 func (c *capture) containing(b []byte) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, f := range c.frames {
-		if bytes.Contains(f, b) {
-			n++
-		}
-	}
-	return n
+	return c.count(func(f []byte) bool { return bytes.Contains(f, b) })
 }
 
 // seenFrom returns how many captured frames came from mac.
 func (c *capture) seenFrom(mac net.HardwareAddr) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, f := range c.frames {
-		if len(f) >= 12 && bytes.Equal(f[6:12], mac) {
-			n++
-		}
-	}
-	return n
+	return c.count(func(f []byte) bool { return len(f) >= 12 && bytes.Equal(f[6:12], mac) })
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
