@@ -281,6 +281,9 @@ type DHCPStats struct {
 	// Spoofed counts messages dropped because their client address
 	// (chaddr) was not the Ethernet address they came from.
 	Spoofed uint64 `json:"spoofed"`
+	// Limited counts messages dropped unanswered because their client
+	// sent more than its rate allows (a few a second after a burst).
+	Limited uint64 `json:"limited"`
 }
 
 // DNSStats count a DNS proxy's queries since it started.

@@ -73,7 +73,7 @@ var (
 	descForwardConns = attachmentDesc("vmnetctl_attachment_forward_connections_total",
 		"Connections (new flows, for UDP) a port forward of the attachment took, by forward (HOSTIP:PORT -> GUESTPORT/PROTO).", "forward")
 	descSpoofDrops = attachmentDesc("vmnetctl_attachment_spoofed_frames_total",
-		"Frames from the VM that the anti-spoofing guard dropped: a MAC, IPv4 source or ARP sender not its own, DHCP or router answers, other protocols (Linux; a run of TCP segments the relay merged counts once).")
+		"Frames from the VM that the anti-spoofing guard dropped: a MAC, IPv4 source or ARP sender not its own, DHCP or router answers, DHCP requests over 20 a second, other protocols (Linux; a run of TCP segments the relay merged counts once).")
 	descSyscalls = attachmentDesc("vmnetctl_attachment_forward_syscalls_total",
 		"System calls the helper made to forward frames, by direction and path: fast moved a batch of frames, slow one frame.", "direction", "path")
 	descStatsTime = attachmentDesc("vmnetctl_attachment_stats_timestamp_seconds",
@@ -113,6 +113,8 @@ var (
 		"DHCP messages dropped: unparsable, not for this server, no address left, or a reply that could not be sent.")
 	descDHCPSpoofed = networkDesc("vmnetctl_network_dhcp_spoofed_total",
 		"DHCP messages ignored because their client hardware address (chaddr) is not the MAC of the frame that carried them (a VM asking for another MAC).")
+	descDHCPLimited = networkDesc("vmnetctl_network_dhcp_limited_total",
+		"DHCP messages dropped unanswered because their client sent more than its rate (a burst of 10, then 2 a second).")
 	descDNSQueries = networkDesc("vmnetctl_network_dns_queries_total",
 		"DNS queries the network's proxy received.")
 	descDNSResponses = networkDesc("vmnetctl_network_dns_responses_total",
@@ -168,7 +170,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 		descAttachmentInfo, descBytes, descPackets, descDrops, descSpoofDrops, descForwardConns, descAttachmentEgressDenied, descSyscalls, descStatsTime,
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
-		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDHCPSpoofed, descDNSQueries, descDNSResponses,
+		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDHCPSpoofed, descDHCPLimited, descDNSQueries, descDNSResponses,
 		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied, descTunnelPeers, descTunnelMACs, descTunnelBytes, descTunnelDropped, descTunnelBGP,
 		descWireGuardHandshake, descWireGuardBytes,
 		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
@@ -245,6 +247,7 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ba
 		}
 		emit(descDHCPErrors, prometheus.CounterValue, float64(st.DHCP.Errors), n.ID)
 		emit(descDHCPSpoofed, prometheus.CounterValue, float64(st.DHCP.Spoofed), n.ID)
+		emit(descDHCPLimited, prometheus.CounterValue, float64(st.DHCP.Limited), n.ID)
 	}
 	if n.DNSProxy {
 		emit(descDNSQueries, prometheus.CounterValue, float64(st.DNS.Queries), n.ID)

@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/relay"
 )
 
 // TestDHCPDeclineFlood sends the handler what a hostile VM sends: a
@@ -169,5 +171,124 @@ func TestGuestLogsBounded(t *testing.T) {
 	}
 	if ok, _ := g.allow("late", now.Add(logEvery+time.Second)); ok {
 		t.Fatal("one MAC logged twice within logEvery")
+	}
+}
+
+// sentReply is a reply the handler gave its replier.
+type sentReply struct {
+	to  net.HardwareAddr
+	dst netip.Addr
+	msg *dhcpv4.DHCPv4
+}
+
+type recordReplier []sentReply
+
+func (r *recordReplier) reply(to net.HardwareAddr, gw, dst netip.Addr, payload []byte) error {
+	m, err := dhcpv4.FromBytes(payload)
+	if err != nil {
+		return err
+	}
+	*r = append(*r, sentReply{to, dst, m})
+	return nil
+}
+
+// TestDHCPReplyToSenderOnly: every reply goes to the Ethernet address its
+// request came from, to the client's own address when it has one and to
+// the limited broadcast otherwise (a NAK always), never to a broadcast
+// frame that every VM of the network would get with the options the client
+// chose; and a client that sends more than its burst is answered at its
+// rate only, the rest counted.
+func TestDHCPReplyToSenderOnly(t *testing.T) {
+	n := testNet("h", api.ModeHost, "10.9.7.0/24")
+	a := mustAllocator(t, n, "")
+	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
+	var sent recordReplier
+	const vm = "52:55:55:00:08:01"
+	mac := mustMAC(vm)
+	gw := n.Gateway.String()
+	bcast := netip.MustParseAddr("255.255.255.255")
+	serve := func(pkt []byte, bcastFlag bool) sentReply {
+		t.Helper()
+		req, err := dhcpv4.FromBytes(pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bcastFlag {
+			req.SetBroadcast()
+		}
+		req.UpdateOption(dhcpv4.OptClientIdentifier([]byte("chosen by the client")))
+		before := len(sent)
+		h.serve(&sent, mac, req)
+		if len(sent) != before+1 {
+			t.Fatalf("%s: %d replies, want 1", req.MessageType(), len(sent)-before)
+		}
+		r := sent[len(sent)-1]
+		if !bytes.Equal(r.to, mac) {
+			t.Errorf("%s: reply to Ethernet address %s, want the sender's %s", req.MessageType(), r.to, mac)
+		}
+		return r
+	}
+	off := serve(dhcpPacket(dhcpv4.MessageTypeDiscover, vm, "", "", ""), true)
+	if off.dst != bcast || off.msg.MessageType() != dhcpv4.MessageTypeOffer {
+		t.Errorf("OFFER to %s (%s), want %s", off.dst, off.msg.MessageType(), bcast)
+	}
+	ip := off.msg.YourIPAddr.String()
+	if ack := serve(dhcpPacket(dhcpv4.MessageTypeRequest, vm, ip, "", gw), false); ack.dst != bcast {
+		t.Errorf("ACK of a client without an address to %s, want %s", ack.dst, bcast)
+	}
+	// Renewing, and asking for options: unicast to its address even
+	// with the broadcast flag.
+	if ack := serve(dhcpPacket(dhcpv4.MessageTypeRequest, vm, "", ip, gw), true); ack.dst.String() != ip {
+		t.Errorf("ACK of a renewal to %s, want %s", ack.dst, ip)
+	}
+	if ack := serve(dhcpPacket(dhcpv4.MessageTypeInform, vm, "", ip, gw), true); ack.dst.String() != ip {
+		t.Errorf("INFORM's ACK to %s, want %s", ack.dst, ip)
+	}
+	// Another address than its own: a NAK, broadcast, still to it alone.
+	other := n.Subnet.Addr().Next().Next().Next().String()
+	if nak := serve(dhcpPacket(dhcpv4.MessageTypeRequest, vm, other, ip, gw), false); nak.dst != bcast || nak.msg.MessageType() != dhcpv4.MessageTypeNak {
+		t.Errorf("NAK to %s (%s), want %s", nak.dst, nak.msg.MessageType(), bcast)
+	}
+
+	// The rate: 5 messages so far, a burst of dhcpBurst in all.
+	inform, _ := dhcpv4.FromBytes(dhcpPacket(dhcpv4.MessageTypeInform, vm, "", ip, gw))
+	for range 100 {
+		h.serve(&sent, mac, inform)
+	}
+	if len(sent) < dhcpBurst || len(sent) > dhcpBurst+1 {
+		t.Errorf("%d replies to a flood, want the burst of %d (and one more if the clock moved)", len(sent), dhcpBurst)
+	}
+	if st := h.Stats(); st.Limited < 100-dhcpBurst {
+		t.Errorf("%d messages counted as over the rate, want at least %d", st.Limited, 100-dhcpBurst)
+	}
+	// Another client has a rate of its own.
+	other2 := mustMAC("52:55:55:00:08:02")
+	disc, _ := dhcpv4.FromBytes(dhcpPacket(dhcpv4.MessageTypeDiscover, other2.String(), "", "", ""))
+	before := len(sent)
+	h.serve(&sent, other2, disc)
+	if len(sent) != before+1 {
+		t.Errorf("another client was not answered while the first was over its rate")
+	}
+}
+
+// TestUDP4Packet: the reply's IPv4 header and UDP datagram carry valid
+// checksums (what the kernel and the client check).
+func TestUDP4Packet(t *testing.T) {
+	for _, size := range []int{0, 1, 300, 301, 1400} {
+		payload := bytes.Repeat([]byte{0xa5, 0x5a, 0xff}, size)[:size]
+		p := udp4Packet(netip.MustParseAddr("10.9.7.1"), netip.MustParseAddr("255.255.255.255"), 67, 68, payload)
+		if len(p) != 28+size || p[0] != 0x45 || p[9] != 17 || int(binary.BigEndian.Uint16(p[2:])) != len(p) {
+			t.Fatalf("size %d: header %x", size, p[:28])
+		}
+		if c := relay.Checksum(p[:20]); c != 0 {
+			t.Errorf("size %d: IPv4 header checksum does not verify (%#x)", size, c)
+		}
+		pseudo := append(append([]byte{}, p[12:20]...), 0, 17, p[24], p[25])
+		if c := relay.Checksum(pseudo, p[20:]); c != 0 {
+			t.Errorf("size %d: UDP checksum does not verify (%#x)", size, c)
+		}
+		if !bytes.Equal(p[28:], payload) || binary.BigEndian.Uint16(p[20:]) != 67 || binary.BigEndian.Uint16(p[22:]) != 68 {
+			t.Errorf("size %d: ports or payload wrong: %x", size, p[20:28])
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"golang.org/x/time/rate"
 )
 
 // dhcpHandler answers DHCP clients of one network from its Allocator. The
@@ -41,6 +42,42 @@ type dhcpHandler struct {
 	// the log: a VM that releases and requests in a loop must not flood
 	// the events (one of each kind per logEvery).
 	leaseEvents guestLogs
+	// limits bounds the messages each client may have answered: a change
+	// to a lease costs a guard transaction, and the server answers one
+	// message at a time, so a VM releasing and requesting in a loop would
+	// otherwise keep every other VM from getting a lease.
+	limits clientLimits
+}
+
+// clientLimits are per-client token buckets (golang.org/x/time/rate), at
+// most maxGuestLogs of them: when full they start again, a bound on
+// memory that only a port without the guard, which may send from any
+// MAC, can reach.
+type clientLimits struct {
+	mu      sync.Mutex
+	buckets map[string]*rate.Limiter
+}
+
+// A client may send dhcpBurst messages at once and dhcpRate a second after
+// that: a booting VM sends two to four, a renewing one one, and a client
+// that retries backs off (RFC 2131, 4.1).
+const (
+	dhcpRate  = 2
+	dhcpBurst = 10
+)
+
+func (c *clientLimits) allow(key string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.buckets == nil || len(c.buckets) >= maxGuestLogs {
+		c.buckets = map[string]*rate.Limiter{}
+	}
+	l := c.buckets[key]
+	if l == nil {
+		l = rate.NewLimiter(dhcpRate, dhcpBurst)
+		c.buckets[key] = l
+	}
+	return l.AllowN(now, 1)
 }
 
 // guestLogs are log limits by client, at most maxGuestLogs of them (then
@@ -153,7 +190,7 @@ func (h *dhcpHandler) count(req string, reply string, failed bool) {
 func (h *dhcpHandler) Stats() backend.DHCPStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}, Errors: h.stats.Errors, Spoofed: h.stats.Spoofed}
+	s := backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}, Errors: h.stats.Errors, Spoofed: h.stats.Spoofed, Limited: h.stats.Limited}
 	for k, v := range h.stats.Requests {
 		s.Requests[k] = v
 	}
@@ -163,29 +200,45 @@ func (h *dhcpHandler) Stats() backend.DHCPStats {
 	return s
 }
 
-// serve answers req, which came from the Ethernet address src, on conn, to
-// peer.
-func (h *dhcpHandler) serve(conn net.PacketConn, peer net.Addr, src net.HardwareAddr, req *dhcpv4.DHCPv4) {
+// replier sends a DHCP reply: dhcpSocket's.
+type replier interface {
+	reply(to net.HardwareAddr, gw, dst netip.Addr, payload []byte) error
+}
+
+// serve answers req, which came from the Ethernet address src, through s:
+// to src alone (replyAddr), within src's rate (limiter).
+func (h *dhcpHandler) serve(s replier, src net.HardwareAddr, req *dhcpv4.DHCPv4) {
+	if !h.limits.allow(src.String(), time.Now()) {
+		h.mu.Lock()
+		h.stats.Limited++
+		h.mu.Unlock()
+		return
+	}
 	reply := h.handle(req, src)
 	if reply == nil {
 		return
 	}
-	// A client that has no address yet cannot receive unicast before it
-	// has answered ARP, so those replies are broadcast on the bridge
-	// (server4 already turns a 0.0.0.0 source into 255.255.255.255).
-	u, _ := peer.(*net.UDPAddr)
-	if req.ClientIPAddr.IsUnspecified() || req.IsBroadcast() || reply.MessageType() == dhcpv4.MessageTypeNak ||
-		u == nil || u.IP.IsUnspecified() {
-		port := dhcpv4.ClientPort
-		if u != nil && u.Port != 0 {
-			port = u.Port
-		}
-		peer = &net.UDPAddr{IP: net.IPv4bcast, Port: port}
-	}
-	if _, err := conn.WriteTo(reply.ToBytes(), peer); err != nil {
-		h.warn(req.ClientHWAddr, "sending DHCP reply", "to", peer, "type", reply.MessageType(), "err", err)
+	dst := replyAddr(req, reply)
+	if err := s.reply(src, h.n.Gateway, dst, reply.ToBytes()); err != nil {
+		h.warn(req.ClientHWAddr, "sending DHCP reply", "to", dst, "type", reply.MessageType(), "err", err)
 		h.count("", "", true)
 	}
+}
+
+// replyAddr is the IP destination of reply to req (RFC 2131, 4.1): the
+// client's address when it says it has one (renewing, DHCPINFORM), else
+// the limited broadcast, which a client without an address takes (there
+// is no ARP to answer first); a DHCPNAK is always broadcast. Either way the
+// frame goes to the client's Ethernet address alone and to its port 68,
+// whatever port it sent from: a reply, with the options it echoes, never
+// reaches another VM, nor another port of this one.
+func replyAddr(req, reply *dhcpv4.DHCPv4) netip.Addr {
+	if reply.MessageType() != dhcpv4.MessageTypeNak {
+		if a, ok := netip.AddrFromSlice(req.ClientIPAddr.To4()); ok && !a.IsUnspecified() {
+			return a
+		}
+	}
+	return netip.AddrFrom4([4]byte{255, 255, 255, 255})
 }
 
 // handle returns the reply to req, sent from the Ethernet address src, or

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"syscall"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/vmnetctl/vmnetctl/relay"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -19,9 +21,12 @@ import (
 // which gives each one with the Ethernet address it was sent from: a UDP
 // socket gives only the IP source, which a client without an address does
 // not have. The client address in the message (chaddr) must be that
-// sender's (dhcpHandler.handle). Replies go out through a UDP socket on the
-// bridge's port 67 (server4's), which also keeps the port bound; a filter
-// makes it discard what it receives, since the packet socket reads it.
+// sender's (dhcpHandler.handle). Replies go out through the packet socket
+// too, to that Ethernet address alone (dhcpSocket.reply): a broadcast
+// reply would reach every VM on the network, an isolated one's too, with
+// options the client chose. A UDP socket on the bridge's port 67
+// (server4's) keeps the port bound; a filter makes it discard what it
+// receives.
 
 // dhcpFilter passes unfragmented IPv4 UDP datagrams to port 67: what a
 // packet socket of type SOCK_DGRAM sees starts at the IP header.
@@ -61,8 +66,9 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // dhcpSocket is a network's DHCP server socket pair.
 type dhcpSocket struct {
-	in  *os.File       // the packet socket, in Go's poller
-	out net.PacketConn // the UDP socket replies are sent from
+	in      *os.File       // the packet socket, in Go's poller
+	ifindex int            // the bridge's
+	port    net.PacketConn // the UDP socket that holds port 67
 }
 
 // listenDHCP opens the DHCP sockets on bridge.
@@ -100,7 +106,7 @@ func listenDHCP(bridge string) (*dhcpSocket, error) {
 		out.Close()
 		return nil, fmt.Errorf("packet socket on %s: %w", bridge, err)
 	}
-	return &dhcpSocket{in: os.NewFile(uintptr(fd), "dhcp"), out: out}, nil
+	return &dhcpSocket{in: os.NewFile(uintptr(fd), "dhcp"), ifindex: ifi.Index, port: out}, nil
 }
 
 // recvFrom reads one frame from a packet socket in Go's poller, waiting
@@ -120,17 +126,17 @@ func recvFrom(raw syscall.RawConn, buf []byte) (int, unix.Sockaddr, error) {
 }
 
 // read returns the next DHCP message sent to the bridge from outside the
-// host, its UDP source and its Ethernet source address. A datagram that is
-// not one is skipped.
-func (s *dhcpSocket) read(buf []byte) ([]byte, *net.UDPAddr, net.HardwareAddr, error) {
+// host and its Ethernet source address. A datagram that is not one is
+// skipped.
+func (s *dhcpSocket) read(buf []byte) ([]byte, net.HardwareAddr, error) {
 	raw, err := s.in.SyscallConn()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	for {
 		n, from, err := recvFrom(raw, buf)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		ll, ok := from.(*unix.SockaddrLinklayer)
 		if !ok || ll.Pkttype == unix.PACKET_OUTGOING || ll.Halen != 6 || n < 20 {
@@ -144,15 +150,63 @@ func (s *dhcpSocket) read(buf []byte) ([]byte, *net.UDPAddr, net.HardwareAddr, e
 		if udpLen < 8 || ihl+udpLen > n {
 			continue
 		}
-		peer := &net.UDPAddr{IP: net.IP(append([]byte(nil), buf[12:16]...)), Port: int(binary.BigEndian.Uint16(buf[ihl:]))}
 		mac := net.HardwareAddr(append([]byte(nil), ll.Addr[:6]...))
-		return buf[ihl+8 : ihl+udpLen], peer, mac, nil
+		return buf[ihl+8 : ihl+udpLen], mac, nil
 	}
+}
+
+// reply sends payload from the gateway's port 67 to port 68 of dst, in a
+// frame to the Ethernet address to alone.
+func (s *dhcpSocket) reply(to net.HardwareAddr, gw, dst netip.Addr, payload []byte) error {
+	raw, err := s.in.SyscallConn()
+	if err != nil {
+		return err
+	}
+	pkt := udp4Packet(gw, dst, dhcpv4.ServerPort, dhcpv4.ClientPort, payload)
+	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: s.ifindex, Halen: 6}
+	copy(sa.Addr[:], to)
+	var serr error
+	if err := raw.Write(func(fd uintptr) bool {
+		serr = unix.Sendto(int(fd), pkt, 0, sa)
+		return serr != unix.EAGAIN
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// udp4Packet is an IPv4 packet (TTL 64, no options) carrying a UDP
+// datagram, with both checksums.
+func udp4Packet(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	const ipLen, udpLen = 20, 8
+	p := make([]byte, ipLen+udpLen+len(payload))
+	ip, udp := p[:ipLen], p[ipLen:]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(len(p)))
+	ip[8], ip[9] = 64, unix.IPPROTO_UDP
+	s4, d4 := src.As4(), dst.As4()
+	copy(ip[12:16], s4[:])
+	copy(ip[16:20], d4[:])
+	binary.BigEndian.PutUint16(ip[10:], relay.Checksum(ip))
+	binary.BigEndian.PutUint16(udp[0:], sport)
+	binary.BigEndian.PutUint16(udp[2:], dport)
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	copy(udp[udpLen:], payload)
+	pseudo := make([]byte, 12)
+	copy(pseudo, ip[12:20])
+	pseudo[9] = unix.IPPROTO_UDP
+	binary.BigEndian.PutUint16(pseudo[10:], uint16(len(udp)))
+	c := relay.Checksum(pseudo, udp)
+	if c == 0 {
+		c = 0xffff // 0 would say "no checksum" (RFC 768)
+	}
+	binary.BigEndian.PutUint16(udp[6:], c)
+	return p
 }
 
 // Close closes both sockets; a read under way returns an error.
 func (s *dhcpSocket) Close() error {
-	return errors.Join(s.in.Close(), s.out.Close())
+	return errors.Join(s.in.Close(), s.port.Close())
 }
 
 // serveDHCP answers what s reads with h, one message at a time, until s is
@@ -161,7 +215,7 @@ func (s *dhcpSocket) Close() error {
 func serveDHCP(s *dhcpSocket, h *dhcpHandler, stop <-chan struct{}) error {
 	buf := make([]byte, 65536)
 	for {
-		payload, peer, src, err := s.read(buf)
+		payload, src, err := s.read(buf)
 		if errors.Is(err, unix.ENETDOWN) {
 			select {
 			case <-stop:
@@ -178,6 +232,6 @@ func serveDHCP(s *dhcpSocket, h *dhcpHandler, stop <-chan struct{}) error {
 			h.count("", "", true)
 			continue
 		}
-		h.serve(s.out, peer, src, req)
+		h.serve(s, src, req)
 	}
 }

@@ -123,6 +123,11 @@ func checkGuardTable(ctx context.Context, n *api.Network) []error {
 	return nil
 }
 
+// dhcpPortRate is the most DHCP requests a guarded port sends on: a
+// booting client sends 2 to 4, a renewing one 1, and the server answers a
+// client at most 2 a second after a burst of 10 (dhcpRate).
+const dhcpPortRate = "20/second burst 40 packets"
+
 // portRules are the checks of a port's chain, in order. mac is the port's
 // MAC when the attachment names it; nil learns the first the VM sends from.
 func portRules(n *api.Network, port string, learn bool) []string {
@@ -154,6 +159,10 @@ func portRules(n *api.Network, port string, learn bool) []string {
 		// client's port.
 		"ether type ip udp sport 67 "+drop,
 		"ether type ip udp dport 68 "+drop,
+		// A port's DHCP requests at a client's pace: a flood would
+		// fill the server's socket, and the other VMs' requests would
+		// be dropped before the server could tell them apart.
+		"ether type ip udp dport 67 limit rate over "+dhcpPortRate+" "+drop,
 		"ip saddr 0.0.0.0 udp sport 68 udp dport 67 accept")
 	if checksAddresses(n) {
 		rs = append(rs,

@@ -263,6 +263,17 @@ func onesSum(sum uint64, b []byte) uint64 {
 	return sum + uint64(bits.ReverseBytes16(fold(le)))
 }
 
+// Checksum is the Internet checksum (RFC 1071) of parts one after the
+// other, each but the last of even length: an IPv4 header's, or a UDP
+// datagram's with its pseudo-header first.
+func Checksum(parts ...[]byte) uint16 {
+	var sum uint64
+	for _, p := range parts {
+		sum = onesSum(sum, p)
+	}
+	return ^fold(sum)
+}
+
 // fold folds a sum of 16-bit words to 16 bits.
 func fold(sum uint64) uint16 {
 	for sum>>16 != 0 {

@@ -95,7 +95,12 @@ func (a *attacker) lease() netip.Addr {
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(a.hostname)))
 	}
 	req, _ := dhcpv4.NewRequestFromOffer(off, mods...)
-	ack := a.dhcp(a.mac, req)
+	var ack *dhcpv4.DHCPv4
+	for range 5 { // (after its own floods, past the server's rate limit)
+		if ack = a.dhcp(a.mac, req); ack != nil {
+			break
+		}
+	}
 	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
 		a.t.Fatalf("attacker's own REQUEST: %v", ack)
 	}

@@ -242,10 +242,23 @@ func (s *scene) attack() {
 	spoofed := 0 // frames the guard must drop
 	bcast := netip.MustParseAddr("255.255.255.255")
 
+	// Replies that echo what the attacker chose (its client identifier),
+	// asked for as broadcasts and from a port of its choice: the server
+	// answers the attacker alone, on its port 68, so none reaches the
+	// victim (checked at the end), on an isolated network neither.
+	marker := []byte("the attacker's own bytes, echoed")
+	disc, _ := dhcpv4.NewDiscovery(a.mac, dhcpv4.WithBroadcast(true), dhcpv4.WithOption(dhcpv4.OptClientIdentifier(marker)))
+	if off := a.dhcp(a.mac, disc); off == nil || !bytes.Contains(off.ToBytes(), marker) {
+		t.Errorf("attacker's broadcast DISCOVER with a client identifier: reply %v, want an OFFER that echoes it", off)
+	}
+	inform, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeInform), dhcpv4.WithHwAddr(a.mac),
+		dhcpv4.WithBroadcast(true), dhcpv4.WithClientIP(net.IP(aip.AsSlice())), dhcpv4.WithOption(dhcpv4.OptClientIdentifier(marker)))
+	a.send(ether(bridgeMAC, a.mac, etherIPv4, ipv4UDP(aip, s.gateway, 9999, 67, inform.ToBytes())))
+
 	// DHCP exhaustion: requests for every address of the subnet, for
 	// client addresses that are not the attacker's, sent from its own MAC
-	// (the DHCP server ignores them) and from those MACs (the guard drops
-	// them).
+	// (the DHCP server ignores them, past its burst unread: its rate
+	// limit) and from those MACs (the guard drops them).
 	for i, ip := 0, netip.MustParseAddr(s.first).Prev(); i < 254; i, ip = i+1, ip.Next() {
 		for _, src := range []net.HardwareAddr{a.mac, randomMAC(i)} {
 			req, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), dhcpv4.WithHwAddr(randomMAC(i)),
@@ -324,8 +337,37 @@ func (s *scene) attack() {
 	if err := victim.Ping(s.gateway.String(), 1); err != nil {
 		t.Errorf("victim cannot reach the gateway after the attack: %v", err)
 	}
+	// The newcomer boots while the attacker releases and requests its
+	// own lease in a loop, each a change to the guard that the server
+	// would make at once: its rate limit keeps the server for the others.
+	req, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), dhcpv4.WithHwAddr(a.mac),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IP(aip.AsSlice()))),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(s.gateway.AsSlice()))))
+	rel, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease), dhcpv4.WithHwAddr(a.mac),
+		dhcpv4.WithClientIP(net.IP(aip.AsSlice())), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(s.gateway.AsSlice()))))
+	loop := [][]byte{
+		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(netip.IPv4Unspecified(), bcast, 68, 67, req.ToBytes())),
+		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(netip.IPv4Unspecified(), bcast, 68, 67, rel.ToBytes())),
+	}
+	stop, flooded := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(flooded)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, f := range loop {
+				a.conn.WriteToUnix(f, a.helper) // (t.Fatal is not for goroutines)
+			}
+		}
+	}()
 	newcomer := s.vm("newcomer")
-	if ip := newcomer.DHCP(t)["ip"]; testutil.InRange(ip, s.first, s.last) != nil {
+	ip := newcomer.DHCP(t)["ip"]
+	close(stop)
+	<-flooded
+	if testutil.InRange(ip, s.first, s.last) != nil {
 		t.Errorf("newcomer's lease %q is not in the pool %s-%s", ip, s.first, s.last)
 	}
 	for _, n := range s.h.Status().Networks {
@@ -333,8 +375,9 @@ func (s *scene) attack() {
 			t.Errorf("%d leases on %s, want at most 3 (victim, attacker, newcomer)", n.Leases, s.network)
 		}
 	}
-	// The attacker still gets an address for itself (not the one it
-	// declined: that one is in quarantine).
+	// The attacker still gets an address for itself (not one it
+	// declined, if its DECLINE got through the rate limit: that one is in
+	// quarantine).
 	if again := a.lease(); testutil.InRange(again.String(), s.first, s.last) != nil {
 		t.Errorf("attacker's own lease %s is not in the pool", again)
 	}
@@ -401,6 +444,9 @@ func (s *scene) attack() {
 			t.Errorf("victim received forged frame %d (%x) %d times", i, f[:min(len(f), 42)], n)
 		}
 	}
+	if n := seen.count(func(f []byte) bool { return bytes.Equal(f[6:12], bridgeMAC) && bytes.Contains(f, marker) }); n > 0 {
+		t.Errorf("victim received %d frames from the gateway with the bytes the attacker had the DHCP server echo", n)
+	}
 	if seen.seenFrom(bridgeMAC) == 0 {
 		t.Errorf("victim's capture saw no frame from the gateway %s: it captures nothing", bridgeMAC)
 	}
@@ -465,6 +511,9 @@ func (s *scene) attack() {
 		// (Not all 254: a burst may overflow the server's socket.)
 		if v := metric(body, "vmnetctl_network_dhcp_spoofed_total", `network="`+s.network+`"`); v < 1 {
 			return fmt.Errorf("vmnetctl_network_dhcp_spoofed_total of %s is %v, want more than 0", s.network, v)
+		}
+		if v := metric(body, "vmnetctl_network_dhcp_limited_total", `network="`+s.network+`"`); v < 1 {
+			return fmt.Errorf("vmnetctl_network_dhcp_limited_total of %s is %v, want more than 0 after the floods", s.network, v)
 		}
 		return nil
 	}, "the metrics")
