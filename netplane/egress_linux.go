@@ -399,6 +399,9 @@ type vmEgressState struct {
 	mu       sync.Mutex
 	policies []backend.VMEgress
 	applied  string
+	// appliedPolicies is what the policies were (and the host's LANs) when
+	// last applied, as JSON.
+	appliedPolicies string
 	// bySource gives the policy (its index) of a source address;
 	// sources, each policy's VM's addresses: as last applied.
 	bySource map[netip.Addr]int
@@ -485,17 +488,75 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 	if sig.String() == nw.vmEgress.applied {
 		return nil
 	}
-	// The names the VMs' policies learned go with a change of policies or
-	// addresses (an address may now be another VM's): learned again from
-	// the VMs' next queries.
-	for _, set := range []string{egressVMNames4, egressVMNames6, egressVMNoNames4, egressVMNoNames6} {
-		tx.Flush(&knftables.Set{Name: set})
+	// The names the VMs' policies learned, as (source, address) pairs, go
+	// where their source changed hands (an address may now be another
+	// VM's, or nobody's), all of them when the policies changed: learned
+	// again from the VMs' next queries. One VM's lease coming and going
+	// costs the others nothing.
+	policies, err := json.Marshal(struct {
+		P   []backend.VMEgress
+		LAN []netip.Prefix
+	}{nw.vmEgress.policies, lan})
+	if err != nil {
+		return err
 	}
+	var stale map[netip.Addr]bool
+	if string(policies) == nw.vmEgress.appliedPolicies {
+		stale = map[netip.Addr]bool{}
+		for src, i := range nw.vmEgress.bySource {
+			if j, ok := bySource[src]; !ok || j != i {
+				stale[src] = true
+			}
+		}
+	}
+	forgotten := nw.names.forgetSources(tx, stale)
 	if err := nw.inNS(func() error { return nft.Run(ctx, tx) }); err != nil {
 		return fmt.Errorf("network %q: the VMs' egress policies: %w", nw.n.ID, err)
 	}
-	nw.vmEgress.applied = sig.String()
+	nw.vmEgress.applied, nw.vmEgress.appliedPolicies = sig.String(), string(policies)
 	nw.vmEgress.bySource, nw.vmEgress.sources = bySource, sources
-	nw.names.forget("egress-vm")
+	forgotten()
 	return nil
+}
+
+// vmNameSets are the sets of (source, address) pairs the VMs' own policies
+// learn from DNS answers.
+var vmNameSets = []string{egressVMNames4, egressVMNames6, egressVMNoNames4, egressVMNoNames6}
+
+// forgetSources adds to tx the removal of the VMs' learned names of the
+// sources in stale, or, when stale is nil, of all of them; the function it
+// returns drops them from the cache once tx ran.
+func (c *nameCache) forgetSources(tx *knftables.Transaction, stale map[netip.Addr]bool) func() {
+	if stale == nil {
+		for _, set := range vmNameSets {
+			tx.Flush(&knftables.Set{Name: set})
+		}
+		return func() { c.forget("egress-vm") }
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var gone []string
+	for ck := range c.exp {
+		// "set/source/address"
+		parts := strings.Split(ck, "/")
+		if len(parts) != 3 || !slices.Contains(vmNameSets, parts[0]) {
+			continue
+		}
+		src, err := netip.ParseAddr(parts[1])
+		if err != nil || !stale[src] {
+			continue
+		}
+		// Added first, so that the delete finds it even if it expired.
+		key := parts[1:]
+		tx.Add(&knftables.Element{Set: parts[0], Key: []string{key[0], key[1] + " timeout 1s"}})
+		tx.Delete(&knftables.Element{Set: parts[0], Key: key})
+		gone = append(gone, ck)
+	}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, ck := range gone {
+			delete(c.exp, ck)
+		}
+	}
 }

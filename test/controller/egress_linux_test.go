@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/net/icmp"
@@ -77,6 +80,10 @@ func TestEgress(t *testing.T) {
     networks:
       - vmnet: sandbox
         egress: {default: allow, deny: [198.51.100.2]}
+  r:
+    networks:
+      - vmnet: open
+        egress: {default: allow, deny: [198.51.100.3]}
 `))
 	st := h.Status()
 	s, o := h.VM(h.Attachment(st, "s")), h.VM(h.Attachment(st, "o"))
@@ -211,6 +218,40 @@ func TestEgress(t *testing.T) {
 	}
 	if got, err := dialHello(p.NS, "198.51.100.3:7000"); got != "lan .3" {
 		t.Errorf("p to allowed.test's address after resolving it: got %q (%v)", got, err)
+	}
+	// Another VM with a policy of its own, r, takes a lease and releases
+	// it (any VM may, in a loop): what p learned stays, only r's goes.
+	r := h.VM(h.Attachment(st, "r"))
+	lease := r.DHCP(t)
+	rmac, err := net.ParseMAC(h.Attachment(st, "r").MAC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease),
+		dhcpv4.WithHwAddr(rmac), dhcpv4.WithClientIP(net.ParseIP(lease["ip"])),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.ParseIP(lease["serverid"]))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.NS.Do(func() error {
+		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(lease["ip"]), Port: 68}, &net.UDPAddr{IP: net.ParseIP(lease["serverid"]), Port: 67})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write(release.ToBytes())
+		return err
+	}); err != nil {
+		t.Fatalf("r's DHCPRELEASE: %v", err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if out := h.MustRun(t, "nft", "list", "set", "inet", netplane.TableName("open"), "egress-own4"); strings.Contains(out, lease["ip"]+",") || strings.Contains(out, lease["ip"]+" ") {
+			return fmt.Errorf("r's released address %s is still in its policy's sources:\n%s", lease["ip"], out)
+		}
+		return nil
+	}, "r's release applied")
+	if got, err := dialHello(p.NS, "198.51.100.3:7000"); got != "lan .3" {
+		t.Errorf("p to allowed.test's address after r released its lease: got %q (%v), want what p learned kept", got, err)
 	}
 
 	st = h.Status()
