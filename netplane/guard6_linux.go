@@ -88,7 +88,9 @@ func port6Rules(n *api.Network, drop string) []string {
 		"ether saddr . ip6 saddr @" + guardAddrs6 + " accept",
 		"ip6 saddr @" + guardOwned6 + " " + drop,
 		// Duplicate address detection and MLD before a VM has an address.
-		"ip6 saddr :: icmpv6 type { nd-neighbor-solicit, mld-listener-report, mld2-listener-report } accept",
+		// At a bounded rate: each new target costs the learner a
+		// binding, and its transaction.
+		"ip6 saddr :: icmpv6 type { nd-neighbor-solicit, mld-listener-report, mld2-listener-report } limit rate " + nd6UnboundRate + " accept",
 		// From an address nobody owns: neighbour discovery, which the
 		// learner hears, and nothing else until it has bound it; at a
 		// bounded rate, as each new source costs the host a neighbour
@@ -244,7 +246,10 @@ func (g *guard6) sync(ctx context.Context) error {
 	for _, ip := range gatewayAddrs6(g.n) {
 		wantOwned[ip] = true
 	}
-	for _, b := range g.learner.Bindings() {
+	// A VM's reserved EUI-64 addresses are its own before it uses them:
+	// another VM may not advertise them, nor contest them in duplicate
+	// address detection (which would keep the owner from them for good).
+	for _, b := range append(g.learner.Bindings(), g.learner.Reserved()...) {
 		want[pair{b.MAC.String(), b.IP}] = true
 		wantOwned[b.IP] = true
 	}
@@ -312,31 +317,51 @@ func gatewayAddrs6(n *api.Network) []netip.Addr {
 	return []netip.Addr{n.Gateway6, n.Subnet6.Masked().Addr(), linkLocal(BridgeMAC(n.ID)).Addr()}
 }
 
-// changed puts a binding the learner added or removed into the sets. A
-// failure is mended by the next sync.
-func (g *guard6) changed(b nd6Binding, added bool) {
-	p := pair{b.MAC.String(), b.IP}
+// changed puts the bindings the learner added or removed into the sets,
+// in one transaction. A binding of a reserved address that goes stays in
+// them: the address is still its VM's. A failure is mended by the next
+// sync.
+func (g *guard6) changed(events []nd6Event) {
 	err := g.run(context.Background(), func(tx *knftables.Transaction) {
-		owned := []*knftables.Element{
-			{Set: guardOwned6, Key: []string{b.IP.String()}},
-			{Set: guardOwnedT6, Key: []string{ip6Int(b.IP)}},
-		}
-		if added {
+		for _, ev := range events {
+			b := ev.b
+			if ev.reserved && ev.owner == [6]byte(b.MAC) {
+				continue
+			}
+			p := pair{b.MAC.String(), b.IP}
+			owned := []*knftables.Element{
+				{Set: guardOwned6, Key: []string{b.IP.String()}},
+				{Set: guardOwnedT6, Key: []string{ip6Int(b.IP)}},
+			}
+			if ev.added {
+				addPair(tx, p)
+				for _, e := range owned {
+					tx.Add(e)
+				}
+				continue
+			}
+			// Added first, so that the delete finds it (a sync may have
+			// removed it, or a batch may add and remove it).
 			addPair(tx, p)
+			deletePair(tx, p)
+			if ev.reserved { // another VM's: it stays owned
+				continue
+			}
 			for _, e := range owned {
 				tx.Add(e)
+				tx.Delete(e)
 			}
-			return
-		}
-		deletePair(tx, p)
-		for _, e := range owned {
-			tx.Delete(e)
 		}
 	})
 	g.logFailure(err)
 	if g.kick != nil {
 		g.kick()
 	}
+}
+
+// syncReserved puts a change of the reserved addresses into the sets.
+func (g *guard6) syncReserved() {
+	g.logFailure(g.sync(context.Background()))
 }
 
 func (g *guard6) logFailure(err error) {

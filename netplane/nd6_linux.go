@@ -103,10 +103,15 @@ type nd6Entry struct {
 	expires time.Time
 }
 
-// nd6Event is a change onChange is told of.
+// nd6Event is a change onChange is told of, in a batch.
 type nd6Event struct {
 	b     nd6Binding
 	added bool
+	// reserved: the address of a binding that went is reserved (for
+	// owner), so it stays owned in the guard; the pair too if owner is
+	// the binding's MAC.
+	reserved bool
+	owner    [6]byte
 }
 
 // nd6Learner learns VMs' IPv6 addresses in prefix from neighbour discovery
@@ -118,7 +123,7 @@ type nd6Learner struct {
 	prefix   netip.Prefix
 	lifetime time.Duration
 	sweep    time.Duration
-	onChange func(b nd6Binding, added bool)
+	onChange func([]nd6Event)
 	log      *slog.Logger
 
 	file  *os.File        // the packet socket, in Go's poller
@@ -146,7 +151,7 @@ type nd6Learner struct {
 }
 
 // newND6Table is a learner without a socket: the bindings and their rules.
-func newND6Table(prefix netip.Prefix, lifetime time.Duration, onChange func(nd6Binding, bool), log *slog.Logger) (*nd6Learner, error) {
+func newND6Table(prefix netip.Prefix, lifetime time.Duration, onChange func([]nd6Event), log *slog.Logger) (*nd6Learner, error) {
 	if !prefix.IsValid() || !prefix.Addr().Is6() || prefix.Addr().Is4In6() || prefix.Bits() != 64 {
 		return nil, fmt.Errorf("prefix %s is not an IPv6 /64", prefix)
 	}
@@ -179,7 +184,7 @@ func newND6Table(prefix netip.Prefix, lifetime time.Duration, onChange func(nd6B
 // call Close.
 //
 // Call it in the network namespace of the interface: the sockets stay in it.
-func startND6Learner(iface string, prefix netip.Prefix, lifetime time.Duration, onChange func(b nd6Binding, added bool), log *slog.Logger) (*nd6Learner, error) {
+func startND6Learner(iface string, prefix netip.Prefix, lifetime time.Duration, onChange func([]nd6Event), log *slog.Logger) (*nd6Learner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -509,9 +514,9 @@ func (l *nd6Learner) claim(mac [6]byte, ip netip.Addr, now time.Time) {
 // them go. vmnetctl's default MACs are predictable (a hash of the VM's
 // name): without this, a VM could claim another VM's addresses before that
 // VM boots. A binding of them to another MAC goes at once.
-func (l *nd6Learner) Reserve(hw net.HardwareAddr, reserve bool) {
+func (l *nd6Learner) Reserve(hw net.HardwareAddr, reserve bool) (changed bool) {
 	if len(hw) != 6 {
-		return
+		return false
 	}
 	mac := [6]byte(hw)
 	ll := linkLocal(hw).Addr().As16()
@@ -520,12 +525,15 @@ func (l *nd6Learner) Reserve(hw net.HardwareAddr, reserve bool) {
 	removed := false
 	l.mu.Lock()
 	for _, ip := range []netip.Addr{netip.AddrFrom16(ll), netip.AddrFrom16(slaac)} {
+		owner, had := l.reserved[ip]
 		if !reserve {
-			if l.reserved[ip] == mac {
+			if had && owner == mac {
 				delete(l.reserved, ip)
+				changed = true
 			}
 			continue
 		}
+		changed = changed || !had || owner != mac
 		l.reserved[ip] = mac
 		if e := l.byIP[ip]; e != nil && e.mac != mac {
 			l.remove(ip, e)
@@ -537,6 +545,18 @@ func (l *nd6Learner) Reserve(hw net.HardwareAddr, reserve bool) {
 		// Wake the reader, to deliver the removals now (as Forget does).
 		l.file.SetReadDeadline(time.Now())
 	}
+	return changed
+}
+
+// Reserved returns the reserved EUI-64 addresses with their MACs.
+func (l *nd6Learner) Reserved() []nd6Binding {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	bs := make([]nd6Binding, 0, len(l.reserved))
+	for ip, mac := range l.reserved {
+		bs = append(bs, nd6Binding{MAC: net.HardwareAddr(append([]byte(nil), mac[:]...)), IP: ip})
+	}
+	return bs
 }
 
 // remove drops the binding e of ip. Call with l.mu held.
@@ -554,7 +574,8 @@ func (l *nd6Learner) remove(ip netip.Addr, e *nd6Entry) {
 // queue adds a change for onChange. Call with l.mu held.
 func (l *nd6Learner) queue(ip netip.Addr, e *nd6Entry, added bool) {
 	if l.onChange != nil {
-		l.pending = append(l.pending, nd6Event{b: e.binding(ip), added: added})
+		owner, ok := l.reserved[ip]
+		l.pending = append(l.pending, nd6Event{b: e.binding(ip), added: added, reserved: !added && ok, owner: owner})
 	}
 }
 
@@ -573,9 +594,7 @@ func (l *nd6Learner) deliver() {
 		if len(events) == 0 {
 			return
 		}
-		for _, ev := range events {
-			l.onChange(ev.b, ev.added)
-		}
+		l.onChange(events)
 	}
 }
 

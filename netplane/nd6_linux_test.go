@@ -228,14 +228,14 @@ type nd6Recorder struct {
 	concurrent atomic.Bool
 }
 
-func (r *nd6Recorder) onChange(b nd6Binding, added bool) {
+func (r *nd6Recorder) onChange(events []nd6Event) {
 	if r.inside.Add(1) != 1 {
 		r.concurrent.Store(true)
 	}
 	defer r.inside.Add(-1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, nd6Event{b, added})
+	r.events = append(r.events, events...)
 }
 
 // count is how many events of ip (any, if invalid) for mac with added.

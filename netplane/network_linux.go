@@ -456,8 +456,11 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 		nw.guard.syncMAC(context.Background(), mac)
 	}
 	if nw.guard6 != nil {
-		// A VM's EUI-64 addresses are its own before it boots.
-		nw.guard6.learner.Reserve(mac, true)
+		// A VM's EUI-64 addresses are its own before it boots, in the
+		// guard too.
+		if nw.guard6.learner.Reserve(mac, true) {
+			nw.guard6.syncReserved()
+		}
 	}
 	return nil
 }
@@ -467,7 +470,9 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 	nw.hosts.set(mac, "")
 	if nw.guard6 != nil {
-		nw.guard6.learner.Reserve(mac, false)
+		if nw.guard6.learner.Reserve(mac, false) {
+			nw.guard6.syncReserved()
+		}
 		nw.guard6.learner.Forget(mac)
 	}
 	if nw.alloc != nil {

@@ -423,3 +423,46 @@ func udpPayload(f []byte, sport, dport uint16) []byte {
 	}
 	return ip[ihl+8:]
 }
+
+// eui64 is the address of mac's EUI-64 interface identifier in prefix
+// (fe80::/64 for its link-local address).
+func eui64(prefix netip.Prefix, mac net.HardwareAddr) netip.Addr {
+	b := prefix.Masked().Addr().As16()
+	b[8], b[9], b[10], b[11], b[12] = mac[0]^2, mac[1], mac[2], 0xff, 0xfe
+	b[13], b[14], b[15] = mac[3], mac[4], mac[5]
+	return netip.AddrFrom16(b)
+}
+
+// icmp6 is an IPv6 packet (hop limit 255) carrying the ICMPv6 message msg,
+// whose checksum it fills in.
+func icmp6(src, dst netip.Addr, msg []byte) []byte {
+	h := make([]byte, 40, 40+len(msg))
+	h[0] = 0x60
+	binary.BigEndian.PutUint16(h[4:], uint16(len(msg)))
+	h[6], h[7] = 58, 255
+	copy(h[8:], src.AsSlice())
+	copy(h[24:], dst.AsSlice())
+	pseudo := append(append(append([]byte{}, src.AsSlice()...), dst.AsSlice()...), 0, 0, byte(len(msg)>>8), byte(len(msg)), 0, 0, 0, 58)
+	binary.BigEndian.PutUint16(msg[2:], checksum(append(pseudo, msg...)))
+	return append(h, msg...)
+}
+
+// neighborAdvert says, to all nodes, that target is at mac (override set).
+func neighborAdvert(mac net.HardwareAddr, src, target netip.Addr) []byte {
+	m := make([]byte, 24, 32)
+	m[0] = 136
+	m[4] = 0x20
+	copy(m[8:], target.AsSlice())
+	m = append(append(m, 2, 1), mac...)
+	return ether(net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, mac, etherIPv6, icmp6(src, netip.MustParseAddr("ff02::1"), m))
+}
+
+// dadSolicit is a duplicate address detection probe of target from mac.
+func dadSolicit(mac net.HardwareAddr, target netip.Addr) []byte {
+	m := make([]byte, 24)
+	m[0] = 135
+	copy(m[8:], target.AsSlice())
+	t := target.As16()
+	dst := netip.AddrFrom16([16]byte{0xff, 0x02, 11: 1, 12: 0xff, 13: t[13], 14: t[14], 15: t[15]})
+	return ether(net.HardwareAddr{0x33, 0x33, 0xff, t[13], t[14], t[15]}, mac, etherIPv6, icmp6(netip.IPv6Unspecified(), dst, m))
+}

@@ -75,6 +75,11 @@ func TestHostileGuest(t *testing.T) {
 		t.Run(tc.network, func(t *testing.T) {
 			t.Parallel()
 			s := &scene{t: t, h: h, st: st, out: out, network: tc.network, gateway: netip.MustParseAddr(tc.gateway), first: tc.first, last: tc.last}
+			for _, n := range st.Networks {
+				if n.Name == tc.network {
+					s.prefix6, s.gateway6 = netip.MustParsePrefix(n.Subnet6), netip.MustParseAddr(n.Gateway6)
+				}
+			}
 			s.attack()
 		})
 	}
@@ -185,6 +190,8 @@ type scene struct {
 	network     string
 	gateway     netip.Addr
 	first, last string // the DHCP pool
+	prefix6     netip.Prefix
+	gateway6    netip.Addr
 }
 
 func (s *scene) attachment(vm string) controller.AttachmentStatus {
@@ -340,19 +347,27 @@ func (s *scene) attack() {
 	// The newcomer boots while the attacker releases and requests its
 	// own lease in a loop, each a change to the guard that the server
 	// would make at once: its rate limit keeps the server for the others.
+	// Meanwhile it claims the newcomer's EUI-64 addresses, which are
+	// reserved for it (its MAC is known before it boots), and probes ever
+	// new addresses of the prefix, each a new binding for the learner if
+	// let through.
 	req, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), dhcpv4.WithHwAddr(a.mac),
 		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IP(aip.AsSlice()))),
 		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(s.gateway.AsSlice()))))
 	rel, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease), dhcpv4.WithHwAddr(a.mac),
 		dhcpv4.WithClientIP(net.IP(aip.AsSlice())), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(s.gateway.AsSlice()))))
+	nmac := mustMAC(s.attachment("newcomer").MAC)
+	aLL := eui64(netip.MustParsePrefix("fe80::/64"), a.mac)
 	loop := [][]byte{
 		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(netip.IPv4Unspecified(), bcast, 68, 67, req.ToBytes())),
 		ether(broadcastMAC, a.mac, etherIPv4, ipv4UDP(netip.IPv4Unspecified(), bcast, 68, 67, rel.ToBytes())),
+		neighborAdvert(a.mac, aLL, eui64(netip.MustParsePrefix("fe80::/64"), nmac)),
+		neighborAdvert(a.mac, aLL, eui64(s.prefix6, nmac)),
 	}
 	stop, flooded := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(flooded)
-		for {
+		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
@@ -361,15 +376,49 @@ func (s *scene) attack() {
 			for _, f := range loop {
 				a.conn.WriteToUnix(f, a.helper) // (t.Fatal is not for goroutines)
 			}
+			p := s.prefix6.Addr().As16()
+			p[8], p[12], p[13], p[14], p[15] = 0x42, byte(i>>24), byte(i>>16), byte(i>>8), byte(i)
+			a.conn.WriteToUnix(dadSolicit(a.mac, netip.AddrFrom16(p)), a.helper)
 		}
 	}()
 	newcomer := s.vm("newcomer")
 	ip := newcomer.DHCP(t)["ip"]
-	close(stop)
-	<-flooded
 	if testutil.InRange(ip, s.first, s.last) != nil {
 		t.Errorf("newcomer's lease %q is not in the pool %s-%s", ip, s.first, s.last)
 	}
+	// Its IPv6 addresses are its own: no failed duplicate address
+	// detection, and it reaches the gateway from its SLAAC address.
+	nglobal := eui64(s.prefix6, nmac)
+	testutil.Eventually(t, 20*time.Second, func() error {
+		out, err := newcomer.Run(context.Background(), "ip", "-6", "addr", "show", "dev", "eth0")
+		switch {
+		case err != nil:
+			return err
+		case strings.Contains(out, "dadfailed"):
+			return testutil.Permanent(fmt.Errorf("newcomer: duplicate address detection failed, the attacker's claims got through:\n%s", out))
+		case !strings.Contains(out, nglobal.String()+"/64") || strings.Contains(out, "tentative"):
+			return fmt.Errorf("newcomer has not got %s yet:\n%s", nglobal, out)
+		}
+		if _, err := newcomer.Run(context.Background(), "ping", "-6", "-c", "1", "-W", "1", "-I", nglobal.String(), s.gateway6.String()); err != nil {
+			return fmt.Errorf("newcomer cannot reach the gateway %s over IPv6: %v", s.gateway6, err)
+		}
+		return nil
+	}, "the newcomer's IPv6 addresses")
+	// An address of its own choosing (a privacy or static one, reserved
+	// for nobody) is bound by the learner from its probes: the flood of
+	// probes does not starve it.
+	p := s.prefix6.Addr().As16()
+	p[8], p[14], p[15] = 0x5e, 0xed, 0x01
+	nstatic := netip.AddrFrom16(p)
+	newcomer.NS.MustRun(t, "ip", "-6", "addr", "add", nstatic.String()+"/64", "dev", "eth0")
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if _, err := newcomer.Run(context.Background(), "ping", "-6", "-c", "1", "-W", "1", "-I", nstatic.String(), s.gateway6.String()); err != nil {
+			return fmt.Errorf("newcomer cannot reach the gateway %s from %s: %v", s.gateway6, nstatic, err)
+		}
+		return nil
+	}, "the newcomer's own IPv6 address")
+	close(stop)
+	<-flooded
 	for _, n := range s.h.Status().Networks {
 		if n.Name == s.network && n.Leases > 3 {
 			t.Errorf("%d leases on %s, want at most 3 (victim, attacker, newcomer)", n.Leases, s.network)
