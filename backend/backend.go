@@ -25,8 +25,10 @@ type Backend interface {
 	StartNetwork(ctx context.Context, n *api.Network, o NetworkOptions) (Network, error)
 	// RemoveNetwork removes what StartNetwork made; twice is fine.
 	RemoveNetwork(ctx context.Context, id string, o NetworkOptions) error
-	// Sweep removes every network of this backend's that runs, when none should.
-	Sweep(ctx context.Context, o NetworkOptions) ([]string, error)
+	// Sweep removes every network of this backend's (and this owner's)
+	// that runs but keep does not list: all of them when keep is empty.
+	// It returns the networks it removed.
+	Sweep(ctx context.Context, keep []string, o NetworkOptions) ([]string, error)
 	// CheckNetwork tells whether the network runs as configured.
 	CheckNetwork(ctx context.Context, n *api.Network, o NetworkOptions) error
 	// EnsurePorts puts back what was taken from a running network's VM

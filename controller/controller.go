@@ -117,7 +117,10 @@ type Controller struct {
 	// it should be, from when the drift is found (before the repair
 	// starts) until a repair succeeds; repairs counts the repairs made.
 	degraded map[string]string
-	repairs  map[string]uint64
+	// strays: sweep the networks no project wants and nothing recorded
+	// (sweepStrays), at the first pass and after a failed removal.
+	strays  bool
+	repairs map[string]uint64
 	// repairRetry holds the networks whose last repair failed: when to
 	// try again (with backoff) and why it failed.
 	repairRetry map[string]*repairRetry
@@ -171,7 +174,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
 		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
-		degraded: map[string]string{}, repairs: map[string]uint64{}, repairRetry: map[string]*repairRetry{}, watchedHolders: map[int]bool{},
+		degraded: map[string]string{}, strays: true, repairs: map[string]uint64{}, repairRetry: map[string]*repairRetry{}, watchedHolders: map[int]bool{},
 		reconciles: map[string]uint64{},
 		kickc:      make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), started: time.Now()}, nil
 }

@@ -306,10 +306,7 @@ func applyProject(ctx context.Context, env Env, in *Input, nets *api.Networks, p
 	if err := check(existing); err != nil {
 		return nil, err
 	}
-	if err := sd.SaveNetworks(in.Networks); err != nil {
-		return nil, err
-	}
-	if err := sd.SaveProject(p); err != nil {
+	if err := sd.SaveProjectAndNetworks(in.Networks, p); err != nil {
 		return nil, err
 	}
 	return converge(ctx, env, serveArgsOf(o, nets)...)
@@ -438,7 +435,7 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		// before its first record may still have made networks and
 		// helpers. What carries this state dir's mark goes.
 		stopStrays(env)
-		if removed, err := DefaultBackend().Sweep(ctx, backend.NetworkOptions{Owner: sd.Path, LeaseDir: sd.LeasesDir()}); err != nil {
+		if removed, err := DefaultBackend().Sweep(ctx, nil, backend.NetworkOptions{Owner: sd.Path, LeaseDir: sd.LeasesDir()}); err != nil {
 			return err
 		} else if len(removed) > 0 {
 			fmt.Fprintf(env.Stderr, "removed network(s) %s that no record accounted for\n", strings.Join(removed, ", "))
@@ -677,10 +674,7 @@ func (l *loaded) startRun(ctx context.Context, env Env, in *Input, vm string) ([
 	if len(atts) == 0 {
 		return nil, nil, fmt.Errorf("VM %q has no network attachments that vmnetctl manages", vm)
 	}
-	if err := sd.SaveNetworks(in.Networks); err != nil {
-		return nil, nil, err
-	}
-	if err := sd.SaveProject(l.project.Project); err != nil {
+	if err := sd.SaveProjectAndNetworks(in.Networks, l.project.Project); err != nil {
 		return nil, nil, err
 	}
 	resp, err := converge(ctx, env)

@@ -47,6 +47,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	errs = append(errs, c.convergeNetworks(ctx, plan, desired)...)
+	errs = append(errs, c.sweepStrays(ctx, desired, projects)...)
 	errs = append(errs, c.setHosts(desired)...)
 	errs = append(errs, c.setForwards(ctx, desired)...)
 	errs = append(errs, c.claimPorts(ctx, desired)...)
@@ -57,6 +58,34 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	errs = append(errs, c.commitLaunches(launches)...)
 	errs = append(errs, c.ensurePorts(ctx, desired)...)
 	return c.commit(ctx, desired, snap, projects, errs)
+}
+
+// sweepStrays removes the networks of this state dir that run but are
+// neither desired nor recorded, once after the controller starts and after
+// a removal failed: a network made just before a crash, whose project went
+// before the next controller's first pass, is recorded nowhere (the plan
+// only removes what runtime.json recorded). With no project left, commit
+// sweeps everything. Call with c.mu held.
+func (c *Controller) sweepStrays(ctx context.Context, desired *Desired, projects []*statedir.Project) []error {
+	if !c.strays || len(projects) == 0 {
+		return nil
+	}
+	keep := make([]string, 0, len(desired.Networks))
+	for _, n := range desired.Networks {
+		keep = append(keep, n.ID)
+	}
+	removed, err := c.be.Sweep(ctx, keep, c.netOpts())
+	if len(removed) > 0 {
+		c.log.Info("removed networks that no project wants", "networks", removed)
+		for _, id := range removed {
+			c.emit(Event{Kind: "network-removed", Network: id, Detail: "stray"})
+		}
+	}
+	if err != nil {
+		return []error{fmt.Errorf("removing networks that no project wants: %w", err)}
+	}
+	c.strays = false
+	return nil
 }
 
 // countReconcile counts a reconcile that began at began, for the metrics.
@@ -177,6 +206,7 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 		if ch.Action == ActionDelete || ch.Action == ActionReplace {
 			if err := c.be.RemoveNetwork(ctx, ch.ID, c.netOpts()); err != nil {
 				errs = append(errs, fmt.Errorf("removing network %q: %w", ch.ID, err))
+				c.strays = true // (it is recorded as gone: swept below)
 			}
 			c.log.Info("network removed", "network", ch.ID, "action", ch.Action)
 			c.emit(Event{Kind: "network-removed", Network: ch.ID, Detail: string(ch.Action)})
@@ -526,12 +556,17 @@ func (c *Controller) commit(ctx context.Context, desired *Desired, snap *statedi
 		return false, c.lastErr
 	}
 	c.closeNetworksLocked()
-	removed, err := c.be.Sweep(ctx, c.netOpts())
+	removed, err := c.be.Sweep(ctx, nil, c.netOpts())
 	if err != nil {
 		c.log.Warn("sweep", "err", err)
 	} else if len(removed) > 0 {
 		c.log.Info("swept leftovers", "removed", removed)
 	}
-	c.sd.RemoveRuntime()
+	if removed, err := c.sd.RemoveRuntimeIfNoProjects(); !removed {
+		// A project was saved since this pass read them (`up` running
+		// beside a controller with none): the next pass, which up asks
+		// for, makes its networks again.
+		return false, errors.Join(c.lastErr, err)
+	}
 	return true, c.lastErr
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
 )
@@ -91,6 +92,22 @@ func (d Dir) Networks() (*NetworksSnapshot, error) {
 		return nil, err
 	}
 	return &snap, nil
+}
+
+// SaveProjectAndNetworks records p and the networks.yaml it was resolved
+// against (SaveNetworks, SaveProject) under the lock that
+// RemoveRuntimeIfNoProjects takes, so that a controller tearing down for
+// want of projects never removes them.
+func (d Dir) SaveProjectAndNetworks(snap NetworksSnapshot, p *Project) error {
+	l, err := d.lock(projectsLockFile, unix.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
+	if err := d.SaveNetworks(snap); err != nil {
+		return err
+	}
+	return d.SaveProject(p)
 }
 
 // SaveProject adds or replaces a project.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"golang.org/x/sys/unix"
 )
 
 // HelperRecord is what is kept about a running helper, so that a new
@@ -111,10 +112,29 @@ func (d Dir) RemoveHelperFiles(key string) {
 	os.Remove(d.file(helperIntentFile(key)))
 }
 
-// RemoveRuntime removes what only running networks and helpers need, once
-// nothing runs. The projects, locks and log stay: the CLI may be writing a
-// project, others may wait on the locks.
-func (d Dir) RemoveRuntime() {
+// RemoveRuntimeIfNoProjects removes what only running networks and
+// helpers need (removeRuntime), once nothing runs, only if no project is
+// recorded, under the lock SaveProjectAndNetworks takes: false if a
+// project was recorded, since the caller looked too. A controller that
+// found no project tears down while `up` saves one; without the lock it
+// could remove the networks.yaml that up had just saved.
+func (d Dir) RemoveRuntimeIfNoProjects() (bool, error) {
+	l, err := d.lock(projectsLockFile, unix.LOCK_EX)
+	if err != nil {
+		return false, err
+	}
+	defer l.Unlock()
+	ps, err := d.Projects()
+	if err != nil || len(ps) > 0 {
+		return false, err
+	}
+	d.removeRuntime()
+	return true, nil
+}
+
+// removeRuntime removes the runtime files. The projects, locks and log
+// stay: the CLI may be writing a project, others may wait on the locks.
+func (d Dir) removeRuntime() {
 	for _, name := range []string{runtimeFile, helpersDir, vmsDir, leasesDir, runDir, networksSnapshotFile, networksYAMLFile} {
 		os.RemoveAll(d.file(name))
 	}
@@ -130,7 +150,7 @@ func (d Dir) Clean() error {
 	}
 	for _, e := range entries {
 		switch e.Name() {
-		case opsLockFile, controllerLockFile, controllerLogFile, eventsFile,
+		case opsLockFile, controllerLockFile, projectsLockFile, controllerLogFile, eventsFile,
 			wireGuardKeyFile: // the host's identity, which the other hosts list
 			continue
 		}

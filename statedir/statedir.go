@@ -24,6 +24,7 @@ const (
 	runDir               = "run"
 	controllerLockFile   = "controller.lock"
 	opsLockFile          = "ops.lock"
+	projectsLockFile     = "projects.lock"
 	socketFile           = "controller.sock"
 	controllerLogFile    = "controller.log"
 	eventsFile           = "events.jsonl"

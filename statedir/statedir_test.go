@@ -7,8 +7,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vmnetctl/vmnetctl/test/testutil"
+	"golang.org/x/sys/unix"
 )
 
 func TestLockIsExclusive(t *testing.T) {
@@ -234,5 +236,72 @@ func TestRotateLog(t *testing.T) {
 	w.WriteString("after\n")
 	if b, _ := os.ReadFile(path); string(b) != "after\n" {
 		t.Errorf("after rotation the log holds %q: the writer did not go on at its start", b)
+	}
+}
+
+// A controller that found no project removes the runtime files only if no
+// project is recorded when it does, under the lock that saving a project
+// with its networks takes: an `up` saving meanwhile keeps its networks.yaml.
+func TestRemoveRuntimeIfNoProjects(t *testing.T) {
+	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+	snap := NetworksSnapshot{Source: "networks.yaml", Data: []byte("networks: {}\n")}
+	// Nothing recorded: removed.
+	if err := d.SaveNetworks(snap); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := d.RemoveRuntimeIfNoProjects(); !removed || err != nil {
+		t.Fatalf("no project: removed %v, %v", removed, err)
+	}
+	if _, err := os.Stat(d.NetworksYAML()); !os.IsNotExist(err) {
+		t.Fatalf("networks.yaml after the removal: %v", err)
+	}
+	// An up in the middle of saving (it holds the lock): the removal
+	// waits, then finds the project and keeps its files.
+	l, err := d.lock(projectsLockFile, unix.LOCK_EX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		removed bool
+		err     error
+	}
+	if err := d.SaveNetworks(snap); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan result, 1)
+	go func() {
+		removed, err := d.RemoveRuntimeIfNoProjects()
+		done <- result{removed, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("the removal did not wait for the lock: removed %v, %v", r.removed, r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := d.SaveProject(&Project{Name: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock()
+	if r := <-done; r.removed || r.err != nil {
+		t.Fatalf("with a project saved meanwhile: removed %v, %v", r.removed, r.err)
+	}
+	if _, err := os.Stat(d.NetworksYAML()); err != nil {
+		t.Fatalf("the networks.yaml up saved is gone: %v", err)
+	}
+	// SaveProjectAndNetworks takes the same lock.
+	l, err = d.lock(projectsLockFile, unix.LOCK_EX|unix.LOCK_NB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := make(chan error, 1)
+	go func() { saved <- d.SaveProjectAndNetworks(snap, &Project{Name: "other"}) }()
+	select {
+	case err := <-saved:
+		t.Fatalf("SaveProjectAndNetworks did not wait for the lock: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	l.Unlock()
+	if err := <-saved; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -38,9 +38,9 @@ func (Backend) RemoveNetwork(ctx context.Context, id string, o backend.NetworkOp
 	return netplane.Remove(ctx, id, o.LeaseDir)
 }
 
-func (Backend) Sweep(ctx context.Context, o backend.NetworkOptions) ([]string, error) {
+func (Backend) Sweep(ctx context.Context, keep []string, o backend.NetworkOptions) ([]string, error) {
 	netplane.SetOwner(o.Owner)
-	return netplane.Sweep(ctx, nil, o.LeaseDir)
+	return netplane.Sweep(ctx, keep, o.LeaseDir)
 }
 
 func (Backend) CheckNetwork(ctx context.Context, n *api.Network, o backend.NetworkOptions) error {

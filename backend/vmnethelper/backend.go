@@ -56,7 +56,9 @@ func (b Backend) leasesFile() string {
 
 func (Backend) RemoveNetwork(context.Context, string, backend.NetworkOptions) error { return nil }
 
-func (Backend) Sweep(context.Context, backend.NetworkOptions) ([]string, error) { return nil, nil }
+func (Backend) Sweep(context.Context, []string, backend.NetworkOptions) ([]string, error) {
+	return nil, nil
+}
 
 func (Backend) CheckNetwork(_ context.Context, n *api.Network, _ backend.NetworkOptions) error {
 	return CheckNetwork(n)

@@ -1,0 +1,69 @@
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/statedir"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// TestStrayNetworkAfterCrash: the controller made project B's network and
+// crashed before it recorded it (runtime.json is written last, after the
+// helpers start). B goes before the next controller's first pass while
+// project A stays up: the network, which nothing records and no project
+// wants, is removed, and A's is left alone.
+func TestStrayNetworkAfterCrash(t *testing.T) {
+	h := newHost(t)
+	h.MustVmnetctl("up", "-p", "a", "-f", h.WriteFile("a.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
+	h.MustVmnetctl("up", "-p", "b", "-f", h.WriteFile("b.yaml", "vms:\n  b:\n    networks:\n      - vmnet: isolated\n"))
+	aPID := h.Attachment(h.Status(), "a").PID
+
+	// The crash, and the record as it was before B's pass.
+	syscall.Kill(h.controllerPID(), syscall.SIGKILL)
+	sd := statedir.Dir{Path: h.StateDir()}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if sd.ControllerAlive() {
+			return errors.New("the controller still holds its lock")
+		}
+		return nil
+	}, "the controller's exit")
+	rt, found, err := sd.LoadRuntime()
+	if err != nil || !found {
+		t.Fatalf("runtime record: %v (found %v)", err, found)
+	}
+	var kept []*statedir.Project
+	for _, p := range rt.AppliedProjects {
+		if p.Name == "a" {
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) == len(rt.AppliedProjects) {
+		t.Fatalf("project b is not in the record to take out: %+v", rt.AppliedProjects)
+	}
+	rt.AppliedProjects = kept
+	if err := sd.SaveRuntime(rt); err != nil {
+		t.Fatal(err)
+	}
+
+	h.MustVmnetctl("down", "-p", "b")
+	bridge := api.BridgeName("isolated")
+	if out, err := h.Run(context.Background(), "ip", "link", "show", bridge); err == nil {
+		t.Errorf("the network of the project that went is still up (%s):\n%s", bridge, out)
+	}
+	if out := h.MustRun(t, "nft", "list", "tables"); strings.Contains(out, netplane.TableName("isolated")) {
+		t.Errorf("the network of the project that went left its nftables tables:\n%s", out)
+	}
+	st := h.Status()
+	if a := h.Attachment(st, "a"); a.PID != aPID || a.State != "running" {
+		t.Errorf("project a's VM: %+v, want its helper %d running", a, aPID)
+	}
+	h.MustRun(t, "ip", "link", "show", api.BridgeName("shared"))
+	h.MustVmnetctl("down", "--all")
+}
