@@ -33,6 +33,9 @@ type helperProc struct {
 	backoff Backoff
 	retryAt time.Time
 	proc    *helperexec.Helper // nil for an adopted helper
+	// leaving: its attachment is no longer desired (not replaced), so its
+	// socket goes with it (stopHelpers).
+	leaving bool
 	logPath string
 	// startLatency is how long the helper took from exec to ready.
 	startLatency time.Duration

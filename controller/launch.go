@@ -10,6 +10,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -123,9 +124,14 @@ func (l launcher) prepareSocket(a *Attachment, owner *statedir.Project) (string,
 	}
 	sock := l.sd.SocketPath(a.VM, a.Index)
 	// A helper that was killed leaves its socket and lock behind.
-	os.Remove(sock)
-	os.Remove(sock + ".lock")
+	removeSocket(sock)
 	return sock, nil
+}
+
+// removeSocket removes a helper's socket and its lock (relay.SocketLock).
+func removeSocket(sock string) {
+	os.Remove(sock)
+	os.Remove(relay.SocketLock(sock))
 }
 
 // newHelperRecord is the record of attachment a's helper, before it runs.

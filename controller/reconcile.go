@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -164,7 +165,8 @@ func (c *Controller) takeStopping(plan *Plan, desired *Desired) []*helperProc {
 	}
 	var out []*helperProc
 	for key, h := range c.helpers {
-		if findAttachment(desired, key) == nil || gone[key] {
+		h.leaving = findAttachment(desired, key) == nil
+		if h.leaving || gone[key] {
 			out = append(out, h)
 			delete(c.helpers, key)
 		}
@@ -184,6 +186,12 @@ func (c *Controller) stopHelpers(hs []*helperProc) []error {
 			// The record names the attachment even for an adopted helper.
 			errs[i] = c.be.Cleanup(&api.Attachment{VM: h.rec.VM, Index: h.rec.Index, MAC: h.rec.MAC, Attach: h.rec.Attach})
 			c.sd.RemoveHelperFiles(h.rec.Key)
+			if h.leaving && h.rec.Socket != "" {
+				// A killed (or hung, then killed) helper leaves its
+				// socket and lock; its VM's folder goes once empty.
+				removeSocket(h.rec.Socket)
+				os.Remove(c.sd.VMDir(h.rec.VM))
+			}
 		})
 	}
 	wg.Wait()

@@ -45,7 +45,7 @@ type Listener struct {
 // user the helper runs as) after taking path.lock, so two helpers never
 // serve one path; a stale socket left by a crashed helper is replaced.
 func Listen(path string) (*Listener, error) {
-	l := &Listener{fd: -1, path: path, lock: path + ".lock"}
+	l := &Listener{fd: -1, path: path, lock: SocketLock(path)}
 	f, err := os.OpenFile(l.lock, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("--socket %s: %w", path, err)

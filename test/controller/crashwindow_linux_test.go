@@ -3,6 +3,8 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -65,5 +68,33 @@ func TestStrayNetworkAfterCrash(t *testing.T) {
 		t.Errorf("project a's VM: %+v, want its helper %d running", a, aPID)
 	}
 	h.MustRun(t, "ip", "link", "show", api.BridgeName("shared"))
+	h.MustVmnetctl("down", "--all")
+}
+
+// TestSocketGoesWithItsVM: a hung helper of a VM that is removed is killed,
+// and its socket, lock and the VM's folder go with it (a helper stopped
+// gracefully removes its own; a killed one cannot).
+func TestSocketGoesWithItsVM(t *testing.T) {
+	h := newHost(t)
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", twoVMs))
+	b := h.Attachment(h.Status(), "b")
+	if b.Socket == "" {
+		t.Fatalf("b has no socket: %+v", b)
+	}
+	for _, f := range []string{b.Socket, relay.SocketLock(b.Socket)} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("before: %v", err) // the control
+		}
+	}
+	syscall.Kill(b.PID, syscall.SIGSTOP) // hung: it will not clean up
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
+	if syscall.Kill(b.PID, 0) == nil {
+		t.Errorf("b's hung helper %d still runs", b.PID)
+	}
+	for _, f := range []string{b.Socket, relay.SocketLock(b.Socket), filepath.Dir(b.Socket)} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s is left after b went", f)
+		}
+	}
 	h.MustVmnetctl("down", "--all")
 }
