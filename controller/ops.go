@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/doctor"
+	"github.com/vmnetctl/vmnetctl/helperexec"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -606,7 +607,17 @@ func RunVM(ctx context.Context, env Env, in *Input, o RunOptions) (int, error) {
 	if in.Project == "" {
 		p.Name = "run-" + vm
 	}
+	// The project lives for this process: killed, the controller drops it
+	// (and stops its helpers, and the networks only it needed).
+	self, err := helperexec.ReadProcIdentity(os.Getpid())
+	if err != nil {
+		return 0, err
+	}
+	p.Holder = &self
 	atts, nets, err := l.startRun(ctx, env, in, vm)
+	if errors.Is(err, errAlreadyRuns) {
+		return 0, err // (the project is the other run's)
+	}
 	if err != nil {
 		removeProject(context.WithoutCancel(ctx), env, p.Name)
 		return 0, err
@@ -622,6 +633,9 @@ func RunVM(ctx context.Context, env Env, in *Input, o RunOptions) (int, error) {
 	return ln.runCommand(ctx, vmCommand{project: p, atts: atts, command: o.Command, stdin: o.Stdin, stdout: env.Stdout, stderr: env.Stderr},
 		nets, func() { go cl.Reconcile(context.WithoutCancel(ctx)) }) // the controller watches run's helpers
 }
+
+// errAlreadyRuns: another `vmnetctl run` holds the project.
+var errAlreadyRuns = errors.New("already runs")
 
 // chooseVM is the VM to run: vm if the files define it with networks,
 // else the files' only VM with networks.
@@ -673,6 +687,13 @@ func (l *loaded) startRun(ctx context.Context, env Env, in *Input, vm string) ([
 	}
 	if len(atts) == 0 {
 		return nil, nil, fmt.Errorf("VM %q has no network attachments that vmnetctl manages", vm)
+	}
+	// A second run of the same project would take over the first's
+	// attachments (and remove its TAPs) while the first runs.
+	for _, p := range existing {
+		if p.Name == l.project.Name && p.Holder != nil && p.Holder.Alive() && p.Holder.PID != os.Getpid() {
+			return nil, nil, fmt.Errorf("VM %q %w: `vmnetctl run` (pid %d) holds project %q; stop it first, or run this one with -p NAME", vm, errAlreadyRuns, p.Holder.PID, p.Name)
+		}
 	}
 	if err := sd.SaveProjectAndNetworks(in.Networks, l.project.Project); err != nil {
 		return nil, nil, err

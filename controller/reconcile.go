@@ -150,6 +150,9 @@ func (c *Controller) dropGoneHolders(projects []*statedir.Project) []*statedir.P
 		delete(c.watchedHolders, p.Holder.PID)
 		c.log.Info("the process holding project is gone; dropping it", "project", p.Name, "pid", p.Holder.PID)
 		c.sd.DeleteProject(p.Name)
+		// A `vmnetctl run` that was killed: its helpers are watched
+		// (adopted), and stop now as any helper whose attachment goes.
+		c.sd.RemoveRunHelpers(p.Name)
 		return true
 	})
 }

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -97,4 +99,70 @@ func TestSocketGoesWithItsVM(t *testing.T) {
 		}
 	}
 	h.MustVmnetctl("down", "--all")
+}
+
+// TestRunKilled: `vmnetctl run` holds its project: a second run of the same
+// VM is refused while it runs (it would take over the first's attachments);
+// killed (-9), its project, helpers (the TAP attachment's, which would run
+// on, too), TAP and networks go.
+func TestRunKilled(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", "vms:\n  k:\n    networks:\n      - vmnet: shared\n      - vmnet: isolated\n        attach: tap\n")
+	gate := filepath.Join(h.Dir, "gate")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	defer os.WriteFile(gate, nil, 0o644) // (the VM's command ends, whatever happens)
+	run := h.VmnetctlCommand(ctx, "run", "-f", vms, "--vm", "k", "--", "sh", "-c", fmt.Sprintf(`while [ ! -e %s ]; do sleep 0.05; done`, gate))
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	var tap string
+	testutil.Eventually(t, 20*time.Second, func() error {
+		pids, tap = nil, ""
+		for _, a := range h.Status().Attachments {
+			if a.VM == "k" && a.State == controller.StateRunning && a.PID > 0 {
+				pids = append(pids, a.PID)
+				if a.Index == 1 {
+					tap = a.Tap
+				}
+			}
+		}
+		if len(pids) != 2 || tap == "" {
+			return fmt.Errorf("run's helpers: %v, TAP %q", pids, tap)
+		}
+		return nil
+	}, "run's helpers")
+
+	if _, err := h.Vmnetctl("run", "-f", vms, "--vm", "k", "--", "true"); err == nil || !strings.Contains(err.Error(), "already runs") {
+		t.Errorf("a second run of the same VM: %v, want it refused", err)
+	}
+	for _, p := range pids {
+		if syscall.Kill(p, 0) != nil {
+			t.Errorf("the first run's helper %d is gone after the second run", p)
+		}
+	}
+	h.MustRun(t, "ip", "link", "show", tap)
+
+	syscall.Kill(run.Process.Pid, syscall.SIGKILL)
+	run.Wait()
+	testutil.Eventually(t, 30*time.Second, func() error {
+		for _, p := range pids {
+			if syscall.Kill(p, 0) == nil {
+				return fmt.Errorf("helper %d still runs", p)
+			}
+		}
+		if _, err := h.Run(ctx, "ip", "link", "show", tap); err == nil {
+			return fmt.Errorf("TAP %s is still there", tap)
+		}
+		for _, br := range []string{api.BridgeName("shared"), api.BridgeName("isolated")} {
+			if _, err := h.Run(ctx, "ip", "link", "show", br); err == nil {
+				return fmt.Errorf("network bridge %s is still up", br)
+			}
+		}
+		if ps, _ := (statedir.Dir{Path: h.StateDir()}).Projects(); len(ps) > 0 {
+			return fmt.Errorf("projects left: %v", ps[0].Name)
+		}
+		return nil
+	}, "what the killed run held to go")
 }
