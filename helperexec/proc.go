@@ -26,23 +26,27 @@ func (id ProcIdentity) Alive() bool { return id.alive() }
 
 // Kill stops the process of id if it is still the recorded one: SIGTERM,
 // then SIGKILL once grace has passed. It returns once the process is gone,
-// and reports whether it took SIGKILL.
+// and reports whether it took SIGKILL. On Linux the signals go through a
+// pidfd opened while the process was the recorded one, so that a process
+// that got the pid since is never signalled.
 func (id ProcIdentity) Kill(grace time.Duration) (killed bool) {
-	if !id.Alive() {
+	p, ok := id.open()
+	if !ok {
 		return false
 	}
+	defer p.close()
 	gone := make(chan struct{})
 	go func() {
-		id.WaitExit()
+		p.wait()
 		close(gone)
 	}()
-	syscall.Kill(id.PID, syscall.SIGTERM)
+	p.signal(syscall.SIGTERM)
 	select {
 	case <-gone:
 		return false
 	case <-time.After(grace):
 	}
-	syscall.Kill(id.PID, syscall.SIGKILL)
+	p.signal(syscall.SIGKILL)
 	<-gone
 	return true
 }

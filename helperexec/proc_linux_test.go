@@ -45,3 +45,53 @@ func TestProcIdentity(t *testing.T) {
 		t.Errorf("a dead process is alive")
 	}
 }
+
+// TestKill: Kill signals the recorded process only (not one whose identity
+// differs, as a process that got its pid would), stops one that exits on
+// SIGTERM without SIGKILL, and one that ignores SIGTERM with SIGKILL after
+// the grace period.
+func TestKill(t *testing.T) {
+	start := func(script string) (*exec.Cmd, ProcIdentity, <-chan struct{}) {
+		t.Helper()
+		cmd := exec.Command("sh", "-c", script)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }() // reaps it, as a parent does
+		t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+		var id ProcIdentity
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			// (Before its exec the child has its parent's command line.)
+			if id, err = ReadProcIdentity(cmd.Process.Pid); (err == nil && len(id.Cmdline) > 0 && id.Cmdline[0] == "sleep") || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmd, id, exited
+	}
+	_, id, exited := start("exec sleep 60")
+	other := id
+	other.StartTime++
+	if other.Kill(time.Second) {
+		t.Errorf("another identity took SIGKILL")
+	}
+	select {
+	case <-exited:
+		t.Fatalf("a process whose identity differs from the recorded one was signalled")
+	default:
+	}
+	if id.Kill(10 * time.Second) {
+		t.Errorf("a process that exits on SIGTERM took SIGKILL")
+	}
+	<-exited
+
+	_, id, exited = start(`trap "" TERM; exec sleep 60`) // (ignored across exec)
+	if !id.Kill(100 * time.Millisecond) {
+		t.Errorf("a process that ignores SIGTERM was not killed")
+	}
+	<-exited
+}

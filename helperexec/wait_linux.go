@@ -2,6 +2,7 @@ package helperexec
 
 import (
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +21,65 @@ func (id ProcIdentity) WaitExit() {
 		return
 	}
 	waitPidfd(fd)
+}
+
+// procHandle is one process, whatever becomes of its pid: a pidfd, or
+// where the kernel has none (before 5.3) its identity.
+type procHandle struct {
+	id ProcIdentity
+	f  *os.File // the pidfd; nil without
+}
+
+// open returns a handle on id's process if it is still the recorded one.
+func (id ProcIdentity) open() (*procHandle, bool) {
+	fd, err := unix.PidfdOpen(id.PID, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return &procHandle{id: id}, id.Alive()
+	}
+	if !id.Alive() { // the pid may have been reused before we opened it
+		unix.Close(fd)
+		return nil, false
+	}
+	return &procHandle{id: id, f: os.NewFile(uintptr(fd), "pidfd")}, true
+}
+
+func (p *procHandle) signal(sig syscall.Signal) {
+	if p.f == nil {
+		if p.id.Alive() {
+			syscall.Kill(p.id.PID, sig)
+		}
+		return
+	}
+	if rc, err := p.f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { unix.PidfdSendSignal(int(fd), sig, nil, 0) })
+	}
+}
+
+// wait returns when the process is gone.
+func (p *procHandle) wait() {
+	if p.f == nil {
+		pollExit(p.id)
+		return
+	}
+	rc, err := p.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(pidfdReadable)
+}
+
+func (p *procHandle) close() {
+	if p.f != nil {
+		p.f.Close()
+	}
+}
+
+// pidfdReadable is a RawConn.Read callback: true once the pidfd is
+// readable (its process exited).
+func pidfdReadable(fd uintptr) bool {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(p, 0)
+	return err != nil && err != unix.EINTR || n > 0
 }
 
 // waitGone returns when process pid has exited (a child not yet reaped
@@ -45,11 +105,7 @@ func waitPidfd(fd int) {
 	if err != nil {
 		return
 	}
-	rc.Read(func(fd uintptr) bool {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(p, 0)
-		return err != nil && err != unix.EINTR || n > 0
-	})
+	rc.Read(pidfdReadable)
 }
 
 func pollExit(id ProcIdentity) {
