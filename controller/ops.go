@@ -431,10 +431,12 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 	if err != nil {
 		return err
 	}
-	if len(left) == 0 && !NewClient(sd).Running(ctx) && !sd.HasRuntime() {
-		// No controller and no record of what runs: a controller killed
-		// before its first record may still have made networks and
-		// helpers. What carries this state dir's mark goes.
+	if len(left) == 0 && !NewClient(sd).Running(ctx) && !sd.ControllerAlive() && !sd.HasRuntime() {
+		// No controller (none answers, and none holds its lock: one
+		// that is starting does, before it serves) and no record of
+		// what runs: a controller killed before its first record may
+		// still have made networks and helpers. What carries this state
+		// dir's mark goes.
 		stopStrays(env)
 		if removed, err := DefaultBackend().Sweep(ctx, nil, backend.NetworkOptions{Owner: sd.Path, LeaseDir: sd.LeasesDir()}); err != nil {
 			return err
