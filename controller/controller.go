@@ -337,17 +337,26 @@ func (c *Controller) restore() {
 		c.log.Warn("cannot read runtime state; starting afresh", "err", err)
 		return
 	}
-	known := knownHelperPIDs(c.sd)
+	adopted := map[int]bool{}
 	for _, rec := range rs.Helpers {
 		if rec.Proc.Alive() {
 			c.helpers[rec.Key] = c.adopt(rec)
-			known[rec.Proc.PID] = true
+			adopted[rec.Proc.PID] = true
 			c.log.Info("adopted running helper", "attachment", rec.Key, "pid", rec.Proc.PID)
 		}
 	}
 	// Helpers a killed controller started but had not recorded yet: stop
-	// them; reconcile starts the ones that are wanted again.
-	if strays := strayHelpers(c.sd, func(pid int) bool { return known[pid] }); len(strays) > 0 {
+	// them; reconcile starts the ones that are wanted again. The records
+	// and intents are read after the process table: a helper that a
+	// `vmnetctl run` starts meanwhile is recorded (its intent first) by
+	// then, not taken for a stray.
+	var known map[int]bool
+	if strays := strayHelpers(c.sd, func(pid int) bool {
+		if known == nil {
+			known = knownHelperPIDs(c.sd)
+		}
+		return adopted[pid] || known[pid]
+	}); len(strays) > 0 {
 		c.log.Warn("stopping helpers no record accounts for", "count", len(strays))
 		stopProcesses(strays, c.opts.StopGrace)
 	}

@@ -32,7 +32,8 @@ func isHelperOf(sd statedir.Dir, cmdline []string) bool {
 // strayHelpers are the running helpers of sd that known does not account
 // for: helpers started by a controller, or by `vmnetctl run`, that was
 // killed before it recorded them. They are found in the process table, not
-// in the state files.
+// in the state files; known is asked only once the table is read, so that
+// what it reads of the records is at least as new as the table.
 func strayHelpers(sd statedir.Dir, known func(pid int) bool) []helperexec.ProcIdentity {
 	procs, _ := helperexec.Processes(func(cmdline []string) bool { return isHelperOf(sd, cmdline) })
 	return slices.DeleteFunc(procs, func(p helperexec.ProcIdentity) bool { return known(p.PID) })
