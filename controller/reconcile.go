@@ -443,6 +443,13 @@ func (c *Controller) claimPorts(ctx context.Context, desired *Desired) []error {
 // setHosts gives the networks' DHCP and DNS the VMs' names and fixed addresses.
 func (c *Controller) setHosts(desired *Desired) []error {
 	var errs []error
+	var names []string
+	for _, a := range desired.Attachments {
+		names = append(names, a.VM)
+	}
+	for _, nw := range c.nets {
+		nw.ReserveNames(names)
+	}
 	for _, a := range desired.Attachments {
 		if nw := c.nets[a.Network]; nw != nil {
 			if err := nw.SetHost(mustMAC(a.MAC), a.VM, a.IP); err != nil {

@@ -12,6 +12,26 @@ type hostTable struct {
 	mu     sync.Mutex
 	byMAC  map[string]string
 	byName map[string]string // lower-case name → MAC
+	// reserved are the names VM files define on any network of the
+	// state dir (lower case): on a network where that VM is not, its name
+	// is still no DHCP client's.
+	reserved map[string]bool
+}
+
+// reserve makes names the VM files' names.
+func (t *hostTable) reserve(names []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reserved = make(map[string]bool, len(names))
+	for _, n := range names {
+		t.reserved[strings.ToLower(n)] = true
+	}
+}
+
+func (t *hostTable) isReserved(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reserved[strings.ToLower(name)]
 }
 
 func (t *hostTable) set(mac net.HardwareAddr, name string) {
@@ -43,7 +63,8 @@ func (t *hostTable) mac(name string) (string, bool) {
 // A name the controller set is answered from that VM alone (its fixed
 // address, else its current lease) and never from a DHCP host name, even
 // while the VM has no address: a guest that sends the host name "db" must
-// not take the name of the VM file's "db", whether "db" is running or not.
+// not take the name of the VM file's "db", whether "db" is running or not,
+// nor on a network "db" is not on (hostTable.reserved).
 func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool) {
 	return func(name string) (netip.Addr, bool) {
 		if alloc == nil {
@@ -57,6 +78,9 @@ func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool
 			if l, ok := alloc.Lookup(hw); ok {
 				return l.IP, true
 			}
+			return netip.Addr{}, false
+		}
+		if hosts.isReserved(name) { // another network's VM's
 			return netip.Addr{}, false
 		}
 		// A client may send a full name; its first label is its name here.
@@ -79,7 +103,7 @@ func resolver6(hosts *hostTable, alloc *Allocator, learner *nd6Learner) func(str
 			hw, _ := net.ParseMAC(m)
 			return learner.Lookup(hw)
 		}
-		if alloc == nil {
+		if alloc == nil || hosts.isReserved(name) {
 			return nil
 		}
 		if l, ok := alloc.ByHostname(name); ok {

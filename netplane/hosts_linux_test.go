@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+
+	"github.com/vmnetctl/vmnetctl/api"
 )
 
 // BenchmarkResolve measures the DNS proxy's lookup of a DHCP host name on a
@@ -28,5 +30,39 @@ func BenchmarkResolve(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestReservedNames: a name a VM file defines on another network is no
+// DHCP client's here: a guest that sends it as its host name does not get
+// it answered, while other DHCP host names are.
+func TestReservedNames(t *testing.T) {
+	n := testNet("h", api.ModeHost, "10.9.8.0/24")
+	a := mustAllocator(t, n, "")
+	lease := func(mac, host string) netip.Addr {
+		t.Helper()
+		hw := mustMAC(mac)
+		off, err := a.Offer(hw, netip.Addr{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Commit(hw, off, host); err != nil {
+			t.Fatal(err)
+		}
+		return off
+	}
+	lease("52:55:55:00:09:01", "db")
+	web := lease("52:55:55:00:09:02", "web")
+	hosts := newHostTable()
+	resolve := resolver(hosts, a)
+	if _, ok := resolve("db"); !ok {
+		t.Fatalf("db is not answered before it is reserved") // the control
+	}
+	hosts.reserve([]string{"DB", "other"})
+	if ip, ok := resolve("db"); ok {
+		t.Errorf("a DHCP client took the reserved name db: %s", ip)
+	}
+	if ip, ok := resolve("web"); !ok || ip != web {
+		t.Errorf("web: %s, %v, want %s", ip, ok, web)
 	}
 }

@@ -465,6 +465,11 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 	return nil
 }
 
+// ReserveNames makes names, the names VM files define on any network of
+// the state dir, never a DHCP client's here (the DNS proxy answers a name
+// of a VM that is not on this network with nothing).
+func (nw *Network) ReserveNames(names []string) { nw.hosts.reserve(names) }
+
 // RemoveHost forgets the name and run-time fixed address of a MAC, and
 // the IPv6 addresses it was using. Its lease is kept until it expires.
 func (nw *Network) RemoveHost(mac net.HardwareAddr) {
