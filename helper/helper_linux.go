@@ -40,16 +40,16 @@ func Run(ctx context.Context, o Options) error {
 	defer s.port.Close()
 	if o.Attach == AttachTap {
 		// The VMM opens the TAP itself, as its owner: the helper only keeps
-		// it until termination.
+		// it until termination, or until it is gone.
 		s.port.CloseFD()
+		gone := watchGone(ctx, s.log, s.tapName)
 		if err := s.dropPrivileges(); err != nil {
 			return err
 		}
 		if err := s.printReady(); err != nil {
 			return err
 		}
-		s.waitForTermination(ctx)
-		return nil
+		return s.waitForTermination(ctx, gone)
 	}
 	// Unprivileged from here: the VM's socket is only touched as its owner.
 	if err := s.dropPrivileges(); err != nil {
@@ -216,11 +216,67 @@ func (s *session) dropPrivileges() error {
 func (s *session) printReady() error { return printReady(s.o, s.ready) }
 
 // waitForTermination keeps a TAP for the VMM until ctx is done, logging its
-// kernel counters as stats.
-func (s *session) waitForTermination(ctx context.Context) {
+// kernel counters as stats. A TAP deleted behind the helper's back (gone)
+// ends it with an error: whoever runs it starts it again, which makes the
+// TAP again, as a relay's helper ends when its TAP goes.
+func (s *session) waitForTermination(ctx context.Context, gone <-chan struct{}) error {
 	s.log.Infof("main", "TAP %s is ready for the VMM; waiting for termination", s.tapName)
-	tapStats(ctx, s.o, s.log, s.tapName)
+	if !tapStats(ctx, s.o, s.log, s.tapName, gone) {
+		return fmt.Errorf("TAP %s was deleted", s.tapName)
+	}
 	s.log.Infof("main", "stopping: deleting TAP %s", s.tapName)
+	return nil
+}
+
+// watchGone returns a channel that is closed once link name, the one of
+// that name now, is deleted (a link of the same name made since is
+// another). It listens for the kernel's notices and also looks once a
+// second, in case one was missed or the watch failed. It ends with ctx.
+func watchGone(ctx context.Context, log *relay.Logger, name string) <-chan struct{} {
+	gone := make(chan struct{})
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		log.Warnf("main", "TAP %s: %v", name, err)
+		close(gone)
+		return gone
+	}
+	index := l.Attrs().Index
+	updates := make(chan netlink.LinkUpdate, 64)
+	done := make(chan struct{})
+	if err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{ErrorCallback: func(error) {}}); err != nil {
+		log.Warnf("main", "watching TAP %s: %v; looking once a second", name, err)
+		updates = nil
+	}
+	isGone := func() bool {
+		_, err := netlink.LinkByIndex(index)
+		var lnf netlink.LinkNotFoundError
+		return errors.As(err, &lnf)
+	}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		// Looked at once the watch is on (a deletion before it is seen
+		// too), then on a notice of the TAP's deletion and once a second.
+		for look := true; ; {
+			if look && isGone() {
+				close(gone)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case u, ok := <-updates:
+				if !ok {
+					updates = nil // the watch failed: looking once a second is left
+				}
+				look = !ok || u.Header.Type == unix.RTM_DELLINK && int(u.Index) == index
+			case <-tick.C:
+				look = true
+			}
+		}
+	}()
+	return gone
 }
 
 // check reports flags that do not go together.
@@ -353,13 +409,13 @@ func dropPrivileges(uid, gid int) error {
 }
 
 // tapStats logs the kernel's counters of a TAP the VMM drives until ctx is
-// done. On a TAP the kernel's tx is what it sent to the VM ("host") and its
-// rx what the VM sent ("vm").
+// done (true) or the TAP is gone (false). On a TAP the kernel's tx is what
+// it sent to the VM ("host") and its rx what the VM sent ("vm").
 //
 // Frames the kernel drops towards a TAP no VMM holds (its carrier is off:
 // no reader) are not drops of the helper's: a VM that is not running takes
 // no frames. Drops are counted only while a VMM holds the TAP.
-func tapStats(ctx context.Context, o *Options, log *relay.Logger, name string) {
+func tapStats(ctx context.Context, o *Options, log *relay.Logger, name string, gone <-chan struct{}) bool {
 	var lastTx, noReader uint64
 	logStats := func() {
 		link, err := netlink.LinkByName(name)
@@ -392,11 +448,13 @@ func tapStats(ctx context.Context, o *Options, log *relay.Logger, name string) {
 		select {
 		case <-tick:
 			logStats()
+		case <-gone:
+			return false
 		case <-ctx.Done():
 			if o.StatsInterval > 0 {
 				logStats()
 			}
-			return
+			return true
 		}
 	}
 }

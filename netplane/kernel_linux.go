@@ -55,7 +55,7 @@ func ownedBy(l netlink.Link) (string, bool) { return markedID(l.Attrs().Alias) }
 // works in the calling thread's network namespace.
 //
 //   - shared, host: the bridge n.Bridge() with the gateway address, the MTU,
-//     up; the nftables tables inet vmnetctl-<id> (forwarding, NAT) and
+//     up, and with isolation every TAP on it an isolated port; the nftables tables inet vmnetctl-<id> (forwarding, NAT) and
 //     bridge vmnetctl-<id> (the ports' guard, guard_linux.go); for shared,
 //     net.ipv4.ip_forward=1 (which Remove leaves alone: other software may
 //     rely on it).
@@ -83,6 +83,9 @@ func Ensure(ctx context.Context, n *api.Network) error {
 	}
 	br, err := ensureBridge(n)
 	if err != nil {
+		return err
+	}
+	if err := isolateTaps(n, br); err != nil {
 		return err
 	}
 	if err := ensureAddr(n, br); err != nil {
@@ -429,7 +432,8 @@ func Inspect(ctx context.Context, id string) (*State, error) {
 // Check compares the kernel with what Ensure would set up for n, without
 // changing anything, and returns an error naming every difference: a
 // missing or foreign bridge, one that is down or has the wrong MTU or
-// addresses, a missing table or rule, forwarding off for a shared network,
+// addresses, a VM's TAP on it that is not isolated on a network with
+// isolation, a missing table or rule, forwarding off for a shared network,
 // a missing bridged interface. nil means the network is up as configured.
 func Check(ctx context.Context, n *api.Network) error {
 	if n.Mode == api.ModeBridged {
@@ -442,6 +446,7 @@ func Check(ctx context.Context, n *api.Network) error {
 	errs := checkBridge(n)
 	if br, _ := NetworkBridge(n); br != nil {
 		errs = append(errs, checkIPv6(n, br)...)
+		errs = append(errs, checkIsolation(n, br)...)
 	}
 	errs = append(errs, checkTable(ctx, n)...)
 	errs = append(errs, checkGuardTable(ctx, n)...)

@@ -227,47 +227,48 @@ func ownPort(name string) error {
 	if err != nil {
 		return err
 	}
-	alias := l.Attrs().Alias
-	switch l.Type() {
-	case "tuntap":
-		if _, o, ok := tapMarkOf(alias); ok && o == Owner() {
-			return nil
-		}
-	case "macvtap":
-		if _, ok := markedID(alias); ok && markOwner(alias) == Owner() {
-			return nil
-		}
-	}
-	return fmt.Errorf("%s is not a VM port of vmnetctl's (a %s link, alias %q)", name, l.Type(), alias)
-}
-
-// deletePortOnEOF waits for EOF on r, then deletes link name unless it
-// carries the mark of another owner (Owner, which the cleanup child
-// inherits from its helper): the port it was started for is gone, and
-// another state dir's helper made one of the same name since. A link
-// without a mark is deleted: the helper may have died before it marked
-// its TAP.
-func deletePortOnEOF(name string, r io.Reader) error {
-	io.Copy(io.Discard, r)
-	if l, err := netlink.LinkByName(name); err == nil && othersMark(l.Attrs().Alias) {
-		return nil
-	}
-	if err := deleteLink(name); err != nil {
-		return fmt.Errorf("deleting %s: %w", name, err)
+	if !ownLink(l) {
+		return fmt.Errorf("%s is not a VM port of vmnetctl's (a %s link, alias %q)", name, l.Type(), l.Attrs().Alias)
 	}
 	return nil
 }
 
-// othersMark tells whether alias is a TAP's or a network's mark with an
-// owner other than this process's.
-func othersMark(alias string) bool {
-	if _, o, ok := tapMarkOf(alias); ok {
-		return o != "" && o != Owner()
-	}
-	if _, ok := markedID(alias); ok {
-		return markOwner(alias) != "" && markOwner(alias) != Owner()
+// ownLink tells whether l is a VM port of this owner's (Owner): a TAP
+// marked TapMark with its own name, or a macvtap with a network's mark.
+func ownLink(l netlink.Link) bool {
+	alias := l.Attrs().Alias
+	switch l.Type() {
+	case "tuntap":
+		name, o, ok := tapMarkOf(alias)
+		return ok && name == l.Attrs().Name && o == Owner()
+	case "macvtap":
+		_, ok := markedID(alias)
+		return ok && markOwner(alias) == Owner()
 	}
 	return false
+}
+
+// deletePortOnEOF waits for EOF on r, then deletes link name if it is
+// this owner's VM port (ownLink, with the Owner the cleanup child inherits
+// from its helper). The port was marked before the child started
+// (createTap, CreateMacvtap), so a link of the name without this owner's
+// mark is not it: the port went, and another state dir's helper, or
+// someone else, made a link of the same name since.
+func deletePortOnEOF(name string, r io.Reader) error {
+	io.Copy(io.Discard, r)
+	l, err := netlink.LinkByName(name)
+	switch {
+	case notFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("deleting %s: %w", name, err)
+	case !ownLink(l):
+		return nil
+	}
+	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+		return fmt.Errorf("deleting %s: %w", name, err)
+	}
+	return nil
 }
 
 // deleteLink removes a link by name; a link already gone is not an error.
@@ -282,17 +283,11 @@ func deleteLink(name string) error {
 	return netlink.LinkDel(link)
 }
 
-// attachTap marks TAP name as a helper's and makes it a port of bridge.
+// attachTap makes TAP name (createTap marked it) a port of bridge.
 func attachTap(name, bridge string, isolated bool) (netlink.Link, error) {
 	link, err := netlink.LinkByName(name)
 	if err != nil {
 		return nil, fmt.Errorf("TAP %s: %w", name, err)
-	}
-	// Marked, so that RemoveStaleTap can remove it if its helper and the
-	// cleanup child are both killed (a persistent TAP would otherwise block
-	// the next helper: TAPs are created exclusively).
-	if err := netlink.LinkSetAlias(link, TapMark(name)); err != nil {
-		return nil, fmt.Errorf("marking TAP %s: %w", name, err)
 	}
 	if err := AttachPort(bridge, link, isolated); err != nil {
 		return nil, err

@@ -32,7 +32,9 @@ type PortSpec struct {
 // is gone (the guard table was deleted) is guarded again before that. A
 // port that no longer exists is left to its helper, which ends and is
 // restarted. The guard of a port that still has one is kept, with the MAC
-// it learned. Bridged networks' macvtaps need nothing.
+// it learned. Bridged networks' macvtaps need nothing. (A port of an
+// isolated network that lost its isolation is the network's drift: Check
+// finds it, and Ensure isolates it again.)
 func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 	if !n.Routed() || len(ports) == 0 {
 		return nil
@@ -69,6 +71,87 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 	return nil
 }
 
+// unisolatedTaps returns the TAPs on bridge br (VM ports) that are not
+// isolated, those that are up only if upOnly: on a network with isolation
+// they would reach each other. (A TAP that is down may be being attached:
+// AttachPort isolates it before it sets it up.)
+func unisolatedTaps(br netlink.Link, upOnly bool) ([]netlink.Link, error) {
+	links, err := linkList()
+	if err != nil {
+		return nil, fmt.Errorf("listing links: %w", err)
+	}
+	isolated, err := retryDump(isolatedPorts)
+	if err != nil {
+		return nil, fmt.Errorf("listing the ports of bridge %s: %w", br.Attrs().Name, err)
+	}
+	var out []netlink.Link
+	for _, l := range links {
+		a := l.Attrs()
+		if a.MasterIndex == br.Attrs().Index && l.Type() == "tuntap" && !isolated[a.Index] && (!upOnly || a.Flags&net.FlagUp != 0) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// isolatedPorts tells, by interface index, which bridge ports are
+// isolated (the port flag `bridge link set ... isolated on` sets).
+func isolatedPorts() (map[int]bool, error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_DUMP)
+	req.AddData(nl.NewIfInfomsg(unix.AF_BRIDGE))
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWLINK)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]bool{}
+	for _, m := range msgs {
+		// A bridge port's message: LinkDeserialize reads its flags.
+		l, err := netlink.LinkDeserialize(&unix.NlMsghdr{Type: unix.RTM_NEWLINK}, m)
+		if err != nil {
+			return nil, err
+		}
+		if pi := l.Attrs().Protinfo; pi != nil {
+			out[l.Attrs().Index] = pi.Isolated
+		}
+	}
+	return out, nil
+}
+
+// isolateTaps isolates every TAP on network n's bridge br that is not,
+// if n has isolation (Ensure: the repair of a port whose flag was taken).
+func isolateTaps(n *api.Network, br netlink.Link) error {
+	if !n.Isolation {
+		return nil
+	}
+	taps, err := unisolatedTaps(br, false)
+	if err != nil {
+		return fmt.Errorf("network %q: %w", n.ID, err)
+	}
+	for _, l := range taps {
+		if err := netlink.LinkSetIsolated(l, true); err != nil && !notFound(err) {
+			return fmt.Errorf("network %q: isolating %s: %w", n.ID, l.Attrs().Name, err)
+		}
+	}
+	return nil
+}
+
+// checkIsolation is Check's part for the ports of n's bridge br: with
+// isolation, every TAP on it that is up must be isolated.
+func checkIsolation(n *api.Network, br netlink.Link) []error {
+	if !n.Isolation {
+		return nil
+	}
+	taps, err := unisolatedTaps(br, true)
+	if err != nil {
+		return []error{fmt.Errorf("network %q: %w", n.ID, err)}
+	}
+	var errs []error
+	for _, l := range taps {
+		errs = append(errs, fmt.Errorf("network %q: port %s of bridge %s is not isolated", n.ID, l.Attrs().Name, br.Attrs().Name))
+	}
+	return errs
+}
+
 // guardedPorts returns the ports network id's guard map holds.
 func guardedPorts(ctx context.Context, id string) (map[string]bool, error) {
 	nft, err := newNFT(knftables.BridgeFamily, id)
@@ -90,8 +173,8 @@ func guardedPorts(ctx context.Context, id string) (map[string]bool, error) {
 
 // WatchChanges reports, on the returned channel, changes that the
 // controller should look at, as they happen:
-//   - links: a bridge or a VM's TAP deleted, a TAP that left its bridge, a
-//     bridge set down;
+//   - links: a bridge or a VM's TAP deleted, a TAP that left its bridge or
+//     is a port that is not isolated, a bridge set down;
 //   - addresses: an IPv4 address of a vmnetctl bridge added or removed, or
 //     an IPv6 one removed;
 //   - nftables: a vmnetctl table or chain deleted (nft delete table, nft
@@ -185,7 +268,9 @@ func linkChanged(u netlink.LinkUpdate) bool {
 	case u.Header.Type == unix.RTM_DELLINK:
 		return true
 	case tap:
-		return a.MasterIndex == 0
+		// Off its bridge; or, in a bridge port's notice (family
+		// AF_BRIDGE), not isolated: Check tells whether it should be.
+		return a.MasterIndex == 0 || a.Protinfo != nil && !a.Protinfo.Isolated
 	default:
 		return a.Flags&net.FlagUp == 0
 	}

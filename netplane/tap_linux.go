@@ -26,8 +26,9 @@ func (o Offloads) tunFlags() uint {
 	return f
 }
 
-// createTap creates TAP c.Name and returns its non-blocking fd. IFF_TUN_EXCL
-// makes it fail when the name exists, so two helpers never share a TAP.
+// createTap creates TAP c.Name, marked TapMark(c.Name), and returns its
+// non-blocking fd. IFF_TUN_EXCL makes it fail when the name exists, so two
+// helpers never share a TAP.
 func createTap(c PortConfig) (int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -61,12 +62,28 @@ func createTap(c PortConfig) (int, error) {
 	if what, err := setOffloads(fd, c.Offloads); err != nil {
 		return fail(what, err)
 	}
+	// Marked before it can outlive fd: until TUNSETPERSIST the TAP goes
+	// with fd, however this process ends, and from then on it carries the
+	// mark by which RemoveStaleTap, Sweep and the cleanup child know it as
+	// this owner's. No crash leaves an unmarked TAP behind.
+	if err := markTap(c.Name); err != nil {
+		return fail("marking", err)
+	}
 	if c.Persist {
 		if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1); err != nil {
 			return fail("TUNSETPERSIST", err)
 		}
 	}
 	return fd, nil
+}
+
+// markTap gives TAP name its mark, TapMark(name).
+func markTap(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetAlias(l, TapMark(name))
 }
 
 // openMacvtap opens the character device of macvtap mv (/dev/tap<ifindex>,

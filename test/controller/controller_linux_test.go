@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
@@ -184,7 +186,7 @@ func TestLifecycle(t *testing.T) {
 	entries, _ := os.ReadDir(h.StateDir())
 	for _, e := range entries {
 		switch e.Name() {
-		case "ops.lock", "controller.lock", "controller.log", "events.jsonl":
+		case "ops.lock", "projects.lock", "controller.lock", "controller.log", "events.jsonl":
 		default:
 			t.Errorf("state left after down: %s", e.Name())
 		}
@@ -372,6 +374,110 @@ func TestTapHelperKilledWithItsCleanup(t *testing.T) {
 	h.MustVmnetctl("down", "-f", vms)
 	if out, err := h.Run(context.Background(), "ip", "link", "show", old.Tap); err == nil {
 		t.Errorf("TAP left after down:\n%s", out)
+	}
+}
+
+// TestTapDeletedEndsItsHelper: the TAP of an attach: tap attachment deleted
+// behind its helper's back (ip link del) ends the helper, as a relay's
+// TAP does; the controller starts it again, which makes the TAP again:
+// marked, guarded and on the bridge.
+func TestTapDeletedEndsItsHelper(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", "vms:\n  fc:\n    networks:\n      - vmnet: shared\n        attach: tap\n")
+	h.MustVmnetctl("up", "-f", vms)
+	st := h.Status()
+	old, br := h.Attachment(st, "fc"), st.Networks[0].Bridge
+	h.MustRun(t, "ip", "link", "del", old.Tap)
+	testutil.Eventually(t, 15*time.Second, func() error {
+		cur := h.Attachment(h.Status(), "fc")
+		if cur.State != controller.StateRunning || cur.PID == old.PID {
+			return fmt.Errorf("state %s pid %d (was %d): %s", cur.State, cur.PID, old.PID, cur.Error)
+		}
+		out, err := h.Run(context.Background(), "ip", "-d", "link", "show", old.Tap)
+		if err != nil || !strings.Contains(out, "master "+br) || !strings.Contains(out, "alias vmnetctl:tap="+old.Tap+"@") {
+			return fmt.Errorf("TAP %s is not back, marked, on %s: %v\n%s", old.Tap, br, err, out)
+		}
+		if out, _ := h.Run(context.Background(), "nft", "list", "map", "bridge", netplane.TableName("shared"), "ports"); !strings.Contains(out, `"`+old.Tap+`"`) {
+			return fmt.Errorf("%s is not guarded: %s", old.Tap, out)
+		}
+		return nil
+	}, "the helper of fc to end with its TAP and be started again")
+	if d := h.MustVmnetctl("describe", "fc"); !strings.Contains(d, "TAP "+old.Tap+" was deleted") {
+		t.Errorf("describe fc does not say why its helper ended:\n%s", d)
+	}
+	h.MustVmnetctl("down", "-f", vms)
+	if out, err := h.Run(context.Background(), "ip", "link", "show", old.Tap); err == nil {
+		t.Errorf("TAP left after down:\n%s", out)
+	}
+}
+
+// TestTapHelperKilledAsItsTapPersists: a TAP attachment's TAP outlives its
+// helper from the instant it is made persistent, before the helper has
+// started the child that deletes it. It must carry the helper's mark from
+// then on: the helper's process group killed at that instant leaves a TAP
+// that the next helper of the attachment removes and makes again, and that
+// down removes, not one they refuse as somebody else's.
+func TestTapHelperKilledAsItsTapPersists(t *testing.T) {
+	h := newHost(t)
+	ctx := t.Context()
+	vms := h.WriteFile("vms.yaml", "vms:\n  fc:\n    networks:\n      - vmnet: shared\n        attach: tap\n")
+	h.MustVmnetctl("network", "create", "shared") // the network stays up without fc
+	h.MustVmnetctl("up", "-f", vms)
+	tap := h.Attachment(h.Status(), "fc").Tap
+	h.MustVmnetctl("down", "-f", vms)
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if out, err := h.Run(ctx, "ip", "link", "show", tap); err == nil {
+			return fmt.Errorf("still there:\n%s", out)
+		}
+		return nil
+	}, "fc's TAP %s to go with down", tap)
+
+	// A helper for fc's TAP, as the controller starts it, killed with its
+	// group as soon as the TAP persists: before the helper goes on to start
+	// its cleanup child, guard the port and attach it. (Polled without
+	// pause: the kernel sends no notice when a TAP that is down persists.)
+	helper := h.NS.Command(ctx, h.Binary, "helper", "--networks", h.Networks, "--network", "shared", "--tap", tap, "--attach", "tap")
+	helper.Env = append(os.Environ(), "VMNETCTL_UNDER_CONTROLLER=1", netplane.OwnerEnv(h.StateDir()))
+	helper.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-helper.Process.Pid, syscall.SIGKILL); helper.Wait() })
+	var persisting *netlink.Tuntap
+	if err := h.Do(func() error {
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
+			// One RTM_GETLINK: persistence and alias as of one instant.
+			if l, err := netlink.LinkByName(tap); err == nil {
+				if tt, ok := l.(*netlink.Tuntap); ok && !tt.NonPersist {
+					syscall.Kill(-helper.Process.Pid, syscall.SIGKILL)
+					persisting = tt
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("TAP %s did not persist", tap)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(persisting.Alias, "vmnetctl:tap="+tap+"@") {
+		t.Errorf("TAP %s persists unmarked (alias %q): a helper killed now leaves a TAP nothing removes", tap, persisting.Alias)
+	}
+	helper.Wait()
+	if out, err := h.Run(ctx, "ip", "-d", "link", "show", tap); err == nil {
+		t.Logf("left by the killed helper:\n%s", out)
+	}
+
+	// The next helper of fc removes what was left and runs; down removes
+	// its TAP.
+	if out, err := h.Vmnetctl("up", "-f", vms); err != nil {
+		t.Fatalf("up after the helper was killed as its TAP persisted: %v\n%s", err, out)
+	}
+	if a := h.Attachment(h.Status(), "fc"); a.State != controller.StateRunning || a.Tap != tap {
+		t.Errorf("fc after up: %+v", a)
+	}
+	h.MustVmnetctl("down", "--all")
+	if out, err := h.Run(ctx, "ip", "link", "show", tap); err == nil {
+		t.Errorf("TAP left after down --all:\n%s", out)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -193,5 +194,60 @@ func TestDriftEvents(t *testing.T) {
 	}, "repaired once the veth is gone")
 	if out, _ := h.Run(context.Background(), "ip", "-d", "link", "show", br); !strings.Contains(out, "bridge") {
 		t.Errorf("%s after the repair:\n%s", br, out)
+	}
+}
+
+// TestIsolationDriftRepaired: on a network with isolation, a VM port's
+// isolated flag taken away (bridge link set ... isolated off) lets its VM
+// reach the others at layer 2. That is drift like any other, found on the
+// event (the resync is an hour here): the network is repaired, the repair
+// counted and logged, and the VMs cut off from each other again.
+func TestIsolationDriftRepaired(t *testing.T) {
+	h := newHost(t)
+	h.Env = append(h.Env, "VMNETCTL_RESYNC=1h")
+	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: isolated\n  b:\n    networks:\n      - vmnet: isolated\n")
+	h.MustVmnetctl("up", "-f", vms)
+	st := h.Status()
+	a, b := h.Attachment(st, "a"), h.Attachment(st, "b")
+	va, vb := h.VM(a), h.VM(b)
+	la, lb := va.DHCP(t), vb.DHCP(t)
+	// Each VM sends to the other straight over the bridge, not through
+	// the gateway: a host route and a permanent neighbour.
+	for _, p := range []struct {
+		vm      *simvm.VM
+		ip, mac string
+	}{{va, lb["ip"], b.MAC}, {vb, la["ip"], a.MAC}} {
+		p.vm.MustRun(t, "ip", "route", "replace", p.ip+"/32", "dev", "eth0")
+		p.vm.MustRun(t, "ip", "neigh", "replace", p.ip, "lladdr", p.mac, "dev", "eth0", "nud", "permanent")
+	}
+	if err := va.Ping(lb["ip"], 1); err == nil {
+		t.Fatal("a reaches b on an isolated network before any drift")
+	}
+	network := func() controller.NetworkStatus {
+		for _, n := range h.Status().Networks {
+			if n.Name == "isolated" {
+				return n
+			}
+		}
+		t.Fatal("no network isolated in status")
+		return controller.NetworkStatus{}
+	}
+	before := network().Repairs
+
+	h.MustRun(t, "bridge", "link", "set", "dev", a.Tap, "isolated", "off")
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if out, _ := h.Run(context.Background(), "ip", "-d", "link", "show", a.Tap); !strings.Contains(out, "isolated on") {
+			return fmt.Errorf("%s is not isolated:\n%s", a.Tap, out)
+		}
+		if n := network(); n.State != "up" || n.Repairs <= before {
+			return fmt.Errorf("network is %s (%s), %d repairs (was %d)", n.State, n.Error, n.Repairs, before)
+		}
+		return nil
+	}, "the isolation of %s to be repaired", a.Tap)
+	if err := va.Ping(lb["ip"], 1); err == nil {
+		t.Error("a reaches b after the repair")
+	}
+	if out := h.MustVmnetctl("events"); !strings.Contains(out, "port "+a.Tap+" of bridge "+st.Networks[0].Bridge+" is not isolated") || !strings.Contains(out, "drift-repaired") {
+		t.Errorf("events after the isolation drift:\n%s", out)
 	}
 }
