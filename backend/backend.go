@@ -133,9 +133,10 @@ type Network interface {
 	Config() *api.Network
 	// SetHost gives a VM's MAC its name (DNS) and fixed address (DHCP).
 	SetHost(mac net.HardwareAddr, name string, ip netip.Addr) error
-	// ReserveNames gives the names of every VM of the state dir, on any
-	// network: none is a DHCP client's name here.
-	ReserveNames(names []string)
+	// SetVMs ends a round of SetHost calls: names are every VM's of the
+	// state dir, on any network (none is a DHCP client's name here), macs
+	// this network's VMs' (SetHost's others have gone).
+	SetVMs(names []string, macs []net.HardwareAddr)
 	// SetForwards makes the network forward what fs say, to the VMs'
 	// current addresses, following them as they change.
 	SetForwards(ctx context.Context, fs []Forward) error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -148,8 +149,12 @@ func (c *Controller) dropGoneHolders(projects []*statedir.Project) []*statedir.P
 			return false
 		}
 		delete(c.watchedHolders, p.Holder.PID)
-		c.log.Info("the process holding project is gone; dropping it", "project", p.Name, "pid", p.Holder.PID)
-		c.sd.DeleteProject(p.Name)
+		// Only if it is still that process's: a `vmnetctl run` started
+		// again since has saved a project of the same name.
+		if dropped, _ := c.sd.DeleteProjectHeldBy(p.Name, *p.Holder); !dropped {
+			return false
+		}
+		c.log.Info("the process holding project is gone; dropped it", "project", p.Name, "pid", p.Holder.PID)
 		// A `vmnetctl run` that was killed: its helpers are watched
 		// (adopted), and stop now as any helper whose attachment goes.
 		c.sd.RemoveRunHelpers(p.Name)
@@ -444,18 +449,18 @@ func (c *Controller) claimPorts(ctx context.Context, desired *Desired) []error {
 func (c *Controller) setHosts(desired *Desired) []error {
 	var errs []error
 	var names []string
+	macs := map[string][]net.HardwareAddr{}
 	for _, a := range desired.Attachments {
 		names = append(names, a.VM)
-	}
-	for _, nw := range c.nets {
-		nw.ReserveNames(names)
-	}
-	for _, a := range desired.Attachments {
 		if nw := c.nets[a.Network]; nw != nil {
 			if err := nw.SetHost(mustMAC(a.MAC), a.VM, a.IP); err != nil {
 				errs = append(errs, fmt.Errorf("attachment %s: %w", a.Key(), err))
 			}
+			macs[a.Network] = append(macs[a.Network], mustMAC(a.MAC))
 		}
+	}
+	for id, nw := range c.nets {
+		nw.SetVMs(names, macs[id])
 	}
 	return errs
 }

@@ -163,6 +163,9 @@ func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error
 	}
 	now := time.Now()
 	for _, b := range kept {
+		if b.reserved {
+			continue // a reservation, not an address a VM was heard using
+		}
 		if mac, err := net.ParseMAC(b.mac); err == nil && len(mac) == 6 {
 			g.learner.claim([6]byte(mac), b.ip, now)
 		}
@@ -181,8 +184,20 @@ type pair struct {
 	ip  netip.Addr
 }
 
+// keptPair is a pair as read from the kernel: reserved if it was added for
+// a reservation (with the comment reservedComment), not a binding.
+type keptPair struct {
+	pair
+	reserved bool
+}
+
+// reservedComment marks the elements of addrs6 and targets6 that are a
+// VM's reserved EUI-64 addresses, so that a restart does not take them for
+// addresses the VM was heard using (which DNS would answer).
+const reservedComment = "reserved"
+
 // pairs reads addrs6 from the kernel.
-func (g *guard6) pairs(ctx context.Context) ([]pair, error) {
+func (g *guard6) pairs(ctx context.Context) ([]keptPair, error) {
 	var elems []*knftables.Element
 	err := g.inNS(func() (err error) {
 		elems, err = g.nft.ListElements(ctx, "set", guardAddrs6)
@@ -191,7 +206,7 @@ func (g *guard6) pairs(ctx context.Context) ([]pair, error) {
 	if err != nil && !knftables.IsNotFound(err) {
 		return nil, fmt.Errorf("network %q: reading the guard's IPv6 addresses: %w", g.n.ID, err)
 	}
-	var out []pair
+	var out []keptPair
 	for _, e := range elems {
 		if len(e.Key) != 2 {
 			continue
@@ -199,7 +214,7 @@ func (g *guard6) pairs(ctx context.Context) ([]pair, error) {
 		mac, err1 := net.ParseMAC(e.Key[0])
 		ip, err2 := netip.ParseAddr(e.Key[1])
 		if err1 == nil && err2 == nil && len(mac) == 6 {
-			out = append(out, pair{mac.String(), ip})
+			out = append(out, keptPair{pair{mac.String(), ip}, e.Comment != nil && *e.Comment == reservedComment})
 		}
 	}
 	return out, nil
@@ -241,7 +256,7 @@ func (g *guard6) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	want := map[pair]bool{}
+	want := map[pair]bool{} // true: a reservation
 	wantOwned := map[netip.Addr]bool{}
 	for _, ip := range gatewayAddrs6(g.n) {
 		wantOwned[ip] = true
@@ -249,22 +264,26 @@ func (g *guard6) sync(ctx context.Context) error {
 	// A VM's reserved EUI-64 addresses are its own before it uses them:
 	// another VM may not advertise them, nor contest them in duplicate
 	// address detection (which would keep the owner from them for good).
-	for _, b := range append(g.learner.Bindings(), g.learner.Reserved()...) {
+	for _, b := range g.learner.Reserved() {
 		want[pair{b.MAC.String(), b.IP}] = true
+		wantOwned[b.IP] = true
+	}
+	for _, b := range g.learner.Bindings() {
+		want[pair{b.MAC.String(), b.IP}] = false
 		wantOwned[b.IP] = true
 	}
 	haveSet := map[pair]bool{}
 	for _, p := range have {
-		haveSet[p] = true
+		haveSet[p.pair] = true
 	}
 	return g.run(ctx, func(tx *knftables.Transaction) {
-		for p := range want {
+		for p, reserved := range want {
 			if !haveSet[p] {
-				addPair(tx, p)
+				addPair(tx, p, reserved)
 			}
 		}
 		for p := range haveSet {
-			if !want[p] {
+			if _, ok := want[p]; !ok {
 				deletePair(tx, p)
 			}
 		}
@@ -283,9 +302,15 @@ func (g *guard6) sync(ctx context.Context) error {
 	})
 }
 
-func addPair(tx *knftables.Transaction, p pair) {
-	tx.Add(&knftables.Element{Set: guardAddrs6, Key: []string{p.mac, p.ip.String()}})
-	tx.Add(&knftables.Element{Set: guardTargets6, Key: []string{p.mac, ip6Int(p.ip)}})
+// addPair adds p to addrs6 and targets6, marked as a reservation if
+// reserved.
+func addPair(tx *knftables.Transaction, p pair, reserved bool) {
+	var c *string
+	if reserved {
+		c = knftables.PtrTo(reservedComment)
+	}
+	tx.Add(&knftables.Element{Set: guardAddrs6, Key: []string{p.mac, p.ip.String()}, Comment: c})
+	tx.Add(&knftables.Element{Set: guardTargets6, Key: []string{p.mac, ip6Int(p.ip)}, Comment: c})
 }
 
 func deletePair(tx *knftables.Transaction, p pair) {
@@ -334,7 +359,7 @@ func (g *guard6) changed(events []nd6Event) {
 				{Set: guardOwnedT6, Key: []string{ip6Int(b.IP)}},
 			}
 			if ev.added {
-				addPair(tx, p)
+				addPair(tx, p, false)
 				for _, e := range owned {
 					tx.Add(e)
 				}
@@ -342,7 +367,7 @@ func (g *guard6) changed(events []nd6Event) {
 			}
 			// Added first, so that the delete finds it (a sync may have
 			// removed it, or a batch may add and remove it).
-			addPair(tx, p)
+			addPair(tx, p, false)
 			deletePair(tx, p)
 			if ev.reserved { // another VM's: it stays owned
 				continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -192,4 +193,50 @@ func TestGuard6(t *testing.T) {
 	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs6); !strings.Contains(out, gA.String()) {
 		t.Errorf("after a sync, addrs6 lacks A's %s:\n%s", gA, out)
 	}
+}
+
+// TestReservationsInGuard: a VM's reserved EUI-64 addresses are in the
+// guard's sets, marked as reservations: a restarted network does not take
+// them for addresses the VM was heard using (DNS would answer them, for a
+// VM that may never use them), and they go when the VM goes.
+func TestReservationsInGuard(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "rs-host")
+	n := g6Net()
+	opts := Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}}
+	nw := start(t, host, n, opts)
+	ghost := mustMAC("52:55:55:00:09:0c") // defined, never booted
+	gll := linkLocal(ghost).Addr()
+	if err := nw.SetHost(ghost, "ghost", netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	nw.SetVMs([]string{"ghost"}, []net.HardwareAddr{ghost})
+	addrs6 := func() string {
+		return host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs6)
+	}
+	if out := addrs6(); !strings.Contains(out, ghost.String()+" . "+gll.String()+` comment "reserved"`) {
+		t.Fatalf("the reserved link-local address is not in the guard as a reservation:\n%s", out)
+	}
+	nw.Close()
+
+	nw = start(t, host, n, opts)
+	if got := nw.guard6.learner.Lookup(ghost); len(got) > 0 {
+		t.Errorf("after a restart the reservations are taken for addresses the VM uses: %v", got)
+	}
+	if err := nw.SetHost(ghost, "ghost", netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	nw.SetVMs([]string{"ghost"}, []net.HardwareAddr{ghost})
+	if out := addrs6(); !strings.Contains(out, gll.String()) {
+		t.Fatalf("the reservation is not back after the restart:\n%s", out)
+	}
+	// The VM goes: its reservations go from the learner and the guard.
+	nw.SetVMs(nil, nil)
+	if r := nw.guard6.learner.Reserved(); len(r) > 0 {
+		t.Errorf("reservations of a VM that went: %v", r)
+	}
+	if out := addrs6(); strings.Contains(out, gll.String()) {
+		t.Errorf("the guard still holds the reservation of a VM that went:\n%s", out)
+	}
+	nw.Close()
 }

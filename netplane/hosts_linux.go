@@ -50,6 +50,17 @@ func (t *hostTable) set(mac net.HardwareAddr, name string) {
 	t.byName[strings.ToLower(name)] = m
 }
 
+// macs returns the MACs that have a name.
+func (t *hostTable) macs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.byMAC))
+	for m := range t.byMAC {
+		out = append(out, m)
+	}
+	return out
+}
+
 func (t *hostTable) mac(name string) (string, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

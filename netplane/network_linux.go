@@ -40,7 +40,10 @@ type Network struct {
 	names         nameCache
 	vmEgress      vmEgressState
 	guard6        *guard6 // nil without IPv6
-	onLease       func(kind, network, mac string, ip netip.Addr)
+	// reservedChanged: SetHost or RemoveHost changed the IPv6
+	// reservations since the guard's last sync of them (SetVMs).
+	reservedChanged atomic.Bool
+	onLease         func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it); netns is it.
 	netns ns.NetNS
@@ -455,28 +458,46 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 	if nw.guard != nil {
 		nw.guard.syncMAC(context.Background(), mac)
 	}
-	if nw.guard6 != nil {
+	if nw.guard6 != nil && nw.guard6.learner.Reserve(mac, true) {
 		// A VM's EUI-64 addresses are its own before it boots, in the
-		// guard too.
-		if nw.guard6.learner.Reserve(mac, true) {
-			nw.guard6.syncReserved()
-		}
+		// guard too (SetVMs puts them there, once for all the VMs).
+		nw.reservedChanged.Store(true)
 	}
 	return nil
 }
 
-// ReserveNames makes names, the names VM files define on any network of
-// the state dir, never a DHCP client's here (the DNS proxy answers a name
-// of a VM that is not on this network with nothing).
-func (nw *Network) ReserveNames(names []string) { nw.hosts.reserve(names) }
+// SetVMs ends a round of SetHost calls: names are the names VM files
+// define on any network of the state dir, which are never a DHCP client's
+// here (the DNS proxy answers a name of a VM that is not on this network
+// with nothing); macs are this network's VMs', and a VM SetHost was told
+// of that is not among them has gone (RemoveHost). The guard's
+// reservations change in one sync, if they changed.
+func (nw *Network) SetVMs(names []string, macs []net.HardwareAddr) {
+	nw.hosts.reserve(names)
+	keep := map[string]bool{}
+	for _, m := range macs {
+		keep[m.String()] = true
+	}
+	for _, m := range nw.hosts.macs() {
+		if !keep[m] {
+			if hw, err := net.ParseMAC(m); err == nil {
+				nw.RemoveHost(hw)
+			}
+		}
+	}
+	if nw.guard6 != nil && nw.reservedChanged.Swap(false) {
+		nw.guard6.syncReserved()
+	}
+}
 
 // RemoveHost forgets the name and run-time fixed address of a MAC, and
-// the IPv6 addresses it was using. Its lease is kept until it expires.
+// the IPv6 addresses it was using and had reserved. Its lease is kept
+// until it expires.
 func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 	nw.hosts.set(mac, "")
 	if nw.guard6 != nil {
 		if nw.guard6.learner.Reserve(mac, false) {
-			nw.guard6.syncReserved()
+			nw.reservedChanged.Store(true) // (SetVMs syncs)
 		}
 		nw.guard6.learner.Forget(mac)
 	}

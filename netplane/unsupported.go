@@ -51,7 +51,7 @@ func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error           { 
 func (*Network) SetForwards(context.Context, []backend.Forward) error         { return ErrUnsupported }
 func (*Network) SetVMEgress(context.Context, []backend.VMEgress) error        { return ErrUnsupported }
 func (*Network) RemoveHost(net.HardwareAddr)                                  {}
-func (*Network) ReserveNames([]string)                                        {}
+func (*Network) SetVMs([]string, []net.HardwareAddr)                          {}
 func (*Network) Leases() []backend.Lease                                      { return nil }
 func (*Network) Stats() backend.ServiceStats                                  { return backend.ServiceStats{} }
 func GuardPort(context.Context, *api.Network, string, net.HardwareAddr) error { return ErrUnsupported }

@@ -170,7 +170,7 @@ func (v *vmnetNetwork) Config() *api.Network { return v.n }
 // SetHost has nothing to do: vmnet serves neither reservations nor names
 // (validate and plan warn about both).
 func (v *vmnetNetwork) SetHost(net.HardwareAddr, string, netip.Addr) error { return nil }
-func (v *vmnetNetwork) ReserveNames([]string)                              {}
+func (v *vmnetNetwork) SetVMs([]string, []net.HardwareAddr)                {}
 
 // SetVMEgress does nothing: vmnet has no egress filtering (validate says so).
 func (v *vmnetNetwork) SetVMEgress(context.Context, []backend.VMEgress) error { return nil }
