@@ -694,7 +694,7 @@ func (l *loaded) startRun(ctx context.Context, env Env, in *Input, vm string) ([
 	// attachments (and remove its TAPs) while the first runs.
 	for _, p := range existing {
 		if p.Name == l.project.Name && p.Holder != nil && p.Holder.Alive() && p.Holder.PID != os.Getpid() {
-			return nil, nil, fmt.Errorf("VM %q %w: `vmnetctl run` (pid %d) holds project %q; stop it first, or run this one with -p NAME", vm, errAlreadyRuns, p.Holder.PID, p.Name)
+			return nil, nil, fmt.Errorf("VM %q %w: `vmnetctl run` (pid %d) holds project %q; stop it first", vm, errAlreadyRuns, p.Holder.PID, p.Name)
 		}
 	}
 	if err := sd.SaveProjectAndNetworks(in.Networks, l.project.Project); err != nil {

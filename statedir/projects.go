@@ -118,6 +118,23 @@ func (d Dir) SaveProject(p *Project) error {
 	return d.writeJSON(filepath.Join(projectsDir, p.Name+".json"), p)
 }
 
+// DeleteProjectHeldBy removes project name if holder still holds it, under
+// the lock SaveProjectAndNetworks takes: a process that saved a project of
+// the same name since (a `vmnetctl run` started again) keeps it.
+func (d Dir) DeleteProjectHeldBy(name string, holder helperexec.ProcIdentity) (bool, error) {
+	l, err := d.lock(projectsLockFile, unix.LOCK_EX)
+	if err != nil {
+		return false, err
+	}
+	defer l.Unlock()
+	p := &Project{}
+	found, err := d.readJSON(filepath.Join(projectsDir, name+".json"), p)
+	if err != nil || !found || p.Holder == nil || p.Holder.PID != holder.PID || p.Holder.StartTime != holder.StartTime {
+		return false, err
+	}
+	return d.DeleteProject(name)
+}
+
 // DeleteProject removes a project; removing one that does not exist is fine.
 func (d Dir) DeleteProject(name string) (existed bool, err error) {
 	err = os.Remove(d.file(projectsDir, name+".json"))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/sys/unix"
 )
@@ -303,5 +304,29 @@ func TestRemoveRuntimeIfNoProjects(t *testing.T) {
 	l.Unlock()
 	if err := <-saved; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDeleteProjectHeldBy: a project is dropped for its dead holder only
+// if that process still holds it: one saved since by another process (a
+// `vmnetctl run` started again) stays.
+func TestDeleteProjectHeldBy(t *testing.T) {
+	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+	dead := helperexec.ProcIdentity{PID: 100, StartTime: 1}
+	again := helperexec.ProcIdentity{PID: 101, StartTime: 2}
+	if err := d.SaveProject(&Project{Name: "run-vm", Holder: &again}); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := d.DeleteProjectHeldBy("run-vm", dead); dropped || err != nil {
+		t.Errorf("the new holder's project was dropped for the dead one: %v, %v", dropped, err)
+	}
+	if ps, _ := d.Projects(); len(ps) != 1 {
+		t.Fatalf("projects: %d, want the new holder's", len(ps))
+	}
+	if dropped, err := d.DeleteProjectHeldBy("run-vm", again); !dropped || err != nil {
+		t.Errorf("its own holder's: %v, %v", dropped, err)
+	}
+	if dropped, err := d.DeleteProjectHeldBy("run-vm", again); dropped || err != nil {
+		t.Errorf("a project that is gone: %v, %v", dropped, err)
 	}
 }
