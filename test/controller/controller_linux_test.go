@@ -196,6 +196,19 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
+// network is the status of network name; it fails the test if there is
+// none.
+func (h *host) network(name string) controller.NetworkStatus {
+	h.t.Helper()
+	for _, n := range h.Status().Networks {
+		if n.Name == name {
+			return n
+		}
+	}
+	h.t.Fatalf("no network %s in status", name)
+	return controller.NetworkStatus{}
+}
+
 func (h *host) controllerPID() int {
 	h.t.Helper()
 	st := h.Status()

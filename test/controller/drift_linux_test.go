@@ -33,14 +33,7 @@ func TestDriftRepaired(t *testing.T) {
 		t.Fatalf("before any drift: %v", err)
 	}
 	br, table, tap := st.Networks[0].Bridge, netplane.TableName("shared"), att.Tap
-	repairs := func() uint64 {
-		for _, n := range h.Status().Networks {
-			if n.Name == "shared" {
-				return n.Repairs
-			}
-		}
-		return 0
-	}
+	repairs := func() uint64 { return h.network("shared").Repairs }
 
 	for _, d := range []struct {
 		name string
@@ -101,15 +94,7 @@ func TestDriftEvents(t *testing.T) {
 	h.MustVmnetctl("up", "-f", vms)
 	st := h.Status()
 	br, table := st.Networks[0].Bridge, netplane.TableName("shared")
-	network := func() controller.NetworkStatus {
-		for _, n := range h.Status().Networks {
-			if n.Name == "shared" {
-				return n
-			}
-		}
-		t.Fatal("no network shared in status")
-		return controller.NetworkStatus{}
-	}
+	network := func() controller.NetworkStatus { return h.network("shared") }
 	metric := func(name string) (float64, error) {
 		resp, err := h.HTTPClient().Get("http://" + controller.DefaultMetricsAddr + "/metrics")
 		if err != nil {
@@ -223,15 +208,7 @@ func TestIsolationDriftRepaired(t *testing.T) {
 	if err := va.Ping(lb["ip"], 1); err == nil {
 		t.Fatal("a reaches b on an isolated network before any drift")
 	}
-	network := func() controller.NetworkStatus {
-		for _, n := range h.Status().Networks {
-			if n.Name == "isolated" {
-				return n
-			}
-		}
-		t.Fatal("no network isolated in status")
-		return controller.NetworkStatus{}
-	}
+	network := func() controller.NetworkStatus { return h.network("isolated") }
 	before := network().Repairs
 
 	h.MustRun(t, "bridge", "link", "set", "dev", a.Tap, "isolated", "off")
