@@ -17,6 +17,18 @@ import (
 // thread as a zombie while the kernel hands its pid to the exec'ing one.
 var errMidExec = errors.New("in the middle of an exec")
 
+// errExiting: a process that is exiting (killed, say) but not yet a
+// zombie. It shows no command line either, like one mid-exec, but it is
+// gone for every purpose here: a controller killed a moment ago is no
+// live starter whose helpers a new controller must leave alone.
+var errExiting = errors.New("exiting")
+
+// The kernel's PF_EXITING and PF_KTHREAD, in /proc/PID/stat's flags.
+const (
+	pfExiting = 0x4
+	pfKthread = 0x200000
+)
+
 // ReadProcIdentity reads the identity of a running process from /proc.
 func ReadProcIdentity(pid int) (ProcIdentity, error) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -37,6 +49,19 @@ func ReadProcIdentity(pid int) (ProcIdentity, error) {
 	start, err := strconv.ParseUint(fields[19], 10, 64)
 	if err != nil {
 		return ProcIdentity{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	// flags is field 9. (Exiting and still not a zombie: the thread
+	// group's leader exits last, so a Go process mid-exec, whose first
+	// thread may be the one to go, is told by its zombie leader below.)
+	flags, err := strconv.ParseUint(fields[6], 10, 64)
+	if err != nil {
+		return ProcIdentity{}, fmt.Errorf("/proc/%d/stat: flags: %w", pid, err)
+	}
+	if flags&pfKthread != 0 { // no command line, ever
+		return ProcIdentity{}, fmt.Errorf("process %d is a kernel thread", pid)
+	}
+	if flags&pfExiting != 0 && !liveThread(pid) {
+		return ProcIdentity{}, fmt.Errorf("process %d: %w", pid, errExiting)
 	}
 	if fields[0] == "Z" {
 		if liveThread(pid) {
@@ -79,6 +104,9 @@ func (id ProcIdentity) alive() bool {
 // reason it could not tell, nil when it could.
 func (id ProcIdentity) same() (bool, error) {
 	cur, err := ReadProcIdentity(id.PID)
+	if errors.Is(err, errExiting) {
+		return false, nil
+	}
 	if errors.Is(err, errMidExec) {
 		// Mid-exec: the same process if it started when id's did (the
 		// command line only guards that further).
@@ -112,6 +140,13 @@ func Processes(match func(cmdline []string) bool) ([]ProcIdentity, error) {
 			continue
 		}
 		id, err := ReadProcIdentity(pid)
+		// A process caught mid-exec (a helper becoming vmnetctl-relay)
+		// shows its command line again in a moment: read again a few
+		// times, as alive does, or a stray helper would be missed.
+		for try := 0; errors.Is(err, errMidExec) && try < 5; try++ {
+			time.Sleep(20 * time.Millisecond)
+			id, err = ReadProcIdentity(pid)
+		}
 		if err == nil && match(id.Cmdline) {
 			out = append(out, id)
 		}
@@ -119,8 +154,9 @@ func Processes(match func(cmdline []string) bool) ([]ProcIdentity, error) {
 	return out, nil
 }
 
-// liveThread says whether a process whose first thread is a zombie still
-// has a thread that is not: one exec'ing, or still running on its own.
+// liveThread says whether a process whose first thread is a zombie (or
+// exiting) still has a thread that is neither: one exec'ing, or still
+// running on its own.
 func liveThread(pid int) bool {
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
@@ -131,9 +167,18 @@ func liveThread(pid int) bool {
 		if err != nil {
 			continue
 		}
-		if i := bytes.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) && st[i+2] != 'Z' && st[i+2] != 'X' {
-			return true
+		i := bytes.LastIndexByte(st, ')')
+		if i < 0 || i+2 >= len(st) || st[i+2] == 'Z' || st[i+2] == 'X' {
+			continue
 		}
+		// Nor one that is exiting (a killed process's threads are, for a
+		// moment, before they are zombies).
+		if f := strings.Fields(string(st[i+1:])); len(f) > 6 {
+			if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfExiting != 0 {
+				continue
+			}
+		}
+		return true
 	}
 	return false
 }
