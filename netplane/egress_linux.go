@@ -471,7 +471,10 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 				own, nohost, m = egressOwn4, egressNoHost4, egressVM4
 			}
 			tx.Add(&knftables.Element{Set: own, Key: []string{src.String()}})
-			fmt.Fprintf(&sig, "%s host %v;", src, p.Egress.HostAllowed())
+			// (Whose source it is, too: an address that passes from one
+			// VM to another with the same rules changes hands all the
+			// same.)
+			fmt.Fprintf(&sig, "%s %s host %v;", src, p.MAC, p.Egress.HostAllowed())
 			if !p.Egress.HostAllowed() {
 				tx.Add(&knftables.Element{Set: nohost, Key: []string{src.String()}})
 			}
@@ -485,14 +488,7 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 			}
 		}
 	}
-	if sig.String() == nw.vmEgress.applied {
-		return nil
-	}
-	// The names the VMs' policies learned, as (source, address) pairs, go
-	// where their source changed hands (an address may now be another
-	// VM's, or nobody's), all of them when the policies changed: learned
-	// again from the VMs' next queries. One VM's lease coming and going
-	// costs the others nothing.
+	// The policies whole (their names too, which the maps do not show).
 	policies, err := json.Marshal(struct {
 		P   []backend.VMEgress
 		LAN []netip.Prefix
@@ -500,6 +496,15 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if sig.String() == nw.vmEgress.applied && string(policies) == nw.vmEgress.appliedPolicies {
+		return nil
+	}
+	// The names the VMs' policies learned, as (source, address) pairs, go
+	// where their source changed hands (an address may now be another
+	// VM's, or nobody's), all of them when the policies changed (a name
+	// no longer allowed must not stay so): learned again from the VMs'
+	// next queries. One VM's lease coming and going costs the others
+	// nothing.
 	var stale map[netip.Addr]bool
 	if string(policies) == nw.vmEgress.appliedPolicies {
 		stale = map[netip.Addr]bool{}

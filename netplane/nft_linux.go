@@ -54,6 +54,10 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	}
 	rules := nftRules(n)
 	comment := Mark(n.ID)
+	var kept []*knftables.Element
+	if n.Routed() {
+		kept = vmEgressElements(ctx, nft)
+	}
 	tx := nft.NewTransaction()
 	tx.Add(&knftables.Table{Comment: &comment})
 	tx.Delete(&knftables.Table{})
@@ -63,6 +67,13 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	}
 	if n.Routed() {
 		addEgressDenied(tx)
+		// The VMs' own policies, as they were, in the same transaction:
+		// the network's Start (a controller restart, a repair) must not
+		// leave a VM under its network's policy until the controller
+		// gives the VMs' policies again (SetVMEgress, later in its pass).
+		for _, e := range kept {
+			tx.Add(e)
+		}
 	}
 	if n.Egress != nil {
 		lan, err := hostLANs()
@@ -86,6 +97,27 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 		return fmt.Errorf("network %q: installing nftables table inet %s: %w", n.ID, TableName(n.ID), err)
 	}
 	return nil
+}
+
+// vmEgressElements reads what the VMs' own policies hold in the kernel:
+// their sources, those denied the host, and their maps (not the names they
+// learned, which have timeouts and are learned again). Nothing when the
+// table is missing or unreadable.
+func vmEgressElements(ctx context.Context, nft knftables.Interface) []*knftables.Element {
+	var out []*knftables.Element
+	for _, o := range []struct{ kind, name string }{
+		{"set", egressOwn4}, {"set", egressOwn6}, {"set", egressNoHost4}, {"set", egressNoHost6},
+		{"map", egressVM4}, {"map", egressVM6},
+	} {
+		elems, err := nft.ListElements(ctx, o.kind, o.name)
+		if err != nil {
+			continue
+		}
+		for _, e := range elems {
+			out = append(out, &knftables.Element{Set: e.Set, Map: e.Map, Key: e.Key, Value: e.Value})
+		}
+	}
+	return out
 }
 
 var tableCommentRe = regexp.MustCompile(`(?m)^\s*comment "([^"]*)"`)

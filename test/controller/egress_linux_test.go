@@ -65,7 +65,7 @@ func TestEgress(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", `vms:
+	vmsYAML := `vms:
   s:
     networks:
       - vmnet: sandbox
@@ -84,7 +84,8 @@ func TestEgress(t *testing.T) {
     networks:
       - vmnet: open
         egress: {default: allow, deny: [198.51.100.3]}
-`))
+`
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", vmsYAML))
 	st := h.Status()
 	s, o := h.VM(h.Attachment(st, "s")), h.VM(h.Attachment(st, "o"))
 	p, q := h.VM(h.Attachment(st, "p")), h.VM(h.Attachment(st, "q"))
@@ -252,6 +253,18 @@ func TestEgress(t *testing.T) {
 	}, "r's release applied")
 	if got, err := dialHello(p.NS, "198.51.100.3:7000"); got != "lan .3" {
 		t.Errorf("p to allowed.test's address after r released its lease: got %q (%v), want what p learned kept", got, err)
+	}
+	// p's policy no longer lists the name (its ranges are the same): what
+	// it learned for it goes.
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", strings.Replace(vmsYAML, "allow: [198.51.100.2, allowed.test]", "allow: [198.51.100.2]", 1)))
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if got, err := dialHello(p.NS, "198.51.100.2:7000"); got != "lan .2" {
+			return fmt.Errorf("p to the address its policy still allows: got %q (%v)", got, err)
+		}
+		return nil
+	}, "p's network after the up") // (the control)
+	if got, _ := dialHello(p.NS, "198.51.100.3:7000"); got != "" {
+		t.Errorf("p to allowed.test's address after its policy dropped the name: got %q, want it refused", got)
 	}
 
 	st = h.Status()
