@@ -275,6 +275,29 @@ func TestDNSFloodBounded(t *testing.T) {
 	}, "the goroutines and fds of the flood end")
 	t.Logf("flood of %d: goroutines %d → peak %d, fds %d → peak %d; %+v", queries, g0, maxG, fd0, maxFD, nw.Stats().DNS)
 
+	t.Run("TCP queries", func(t *testing.T) {
+		// One connection answers maxTCPQueries queries (names of the
+		// network's own domain: answered locally), then is closed.
+		var c *dns.Conn
+		mustDo(t, v, func() (err error) { c, err = dns.DialTimeout("tcp4", gw, 2*time.Second); return err })
+		defer c.Close()
+		answered := 0
+		for i := range maxTCPQueries + 1 {
+			m := new(dns.Msg)
+			m.SetQuestion(fmt.Sprintf("nobody%d.%s.", i, DNSDomain), dns.TypeA)
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			if err := c.WriteMsg(m); err != nil {
+				break
+			}
+			if _, err := c.ReadMsg(); err != nil {
+				break
+			}
+			answered++
+		}
+		if answered != maxTCPQueries {
+			t.Errorf("one TCP connection got %d answers, want %d and then closed", answered, maxTCPQueries)
+		}
+	})
 	t.Run("TCP", func(t *testing.T) {
 		dropped := nw.Stats().DNS.Dropped
 		const conns = maxTCPConns + 8
@@ -301,4 +324,39 @@ func TestDNSFloodBounded(t *testing.T) {
 			return nil
 		}, "connections beyond %d are closed", maxTCPConns)
 	})
+}
+
+// TestAcceptQuery: the proxy takes plain queries only: not a NOTIFY (which
+// would reach the host's resolver as the host's own), a response, a query
+// that carries answer or authority records, or one without a question.
+func TestAcceptQuery(t *testing.T) {
+	pack := func(f func(m *dns.Msg)) []byte {
+		m := new(dns.Msg)
+		m.SetQuestion("a.vmnet.internal.", dns.TypeA)
+		f(m)
+		b, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	rr, _ := dns.NewRR("a.vmnet.internal. 60 IN A 10.0.0.1")
+	for _, c := range []struct {
+		what string
+		f    func(m *dns.Msg)
+		want bool
+	}{
+		{"a query", func(*dns.Msg) {}, true},
+		{"a query with EDNS", func(m *dns.Msg) { m.SetEdns0(1232, false) }, true},
+		{"a NOTIFY", func(m *dns.Msg) { m.Opcode = dns.OpcodeNotify }, false},
+		{"an UPDATE", func(m *dns.Msg) { m.Opcode = dns.OpcodeUpdate }, false},
+		{"a response", func(m *dns.Msg) { m.Response = true }, false},
+		{"with an answer", func(m *dns.Msg) { m.Answer = []dns.RR{rr} }, false},
+		{"with authority", func(m *dns.Msg) { m.Ns = []dns.RR{rr} }, false},
+		{"no question", func(m *dns.Msg) { m.Question = nil }, false},
+	} {
+		if got := acceptQuery(pack(c.f)); got != c.want {
+			t.Errorf("%s: accepted %v, want %v", c.what, got, c.want)
+		}
+	}
 }

@@ -30,6 +30,11 @@ const maxInFlight = 64
 // once and counted as dropped.
 const maxTCPConns = 16
 
+// maxTCPQueries bounds the queries one TCP connection may make (miekg/dns
+// allows 128): with its 8 s idle timeout, a client that sends a query every
+// 7 s holds a slot for a minute at most, not 17.
+const maxTCPQueries = 8
+
 // dnsHandler answers a network's VMs: names of VMs from resolve, the rest
 // from the host's resolvers when forwarding is on, else REFUSED.
 type dnsHandler struct {
@@ -372,17 +377,31 @@ func (s *udpServer) serve() error {
 // close stops serve.
 func (s *udpServer) close() error { return s.conn.Close() }
 
-// acceptQuery applies miekg/dns's default acceptance to a packet's header:
-// a query (never a response, so two resolvers cannot be made to ping-pong),
-// opcode QUERY or NOTIFY, one question. Anything else is ignored, not
-// answered: a reply to junk can be used to amplify.
+// acceptQuery applies queryOnly to a packet's header.
 func acceptQuery(b []byte) bool {
 	if len(b) < 12 {
 		return false
 	}
 	u16 := func(i int) uint16 { return uint16(b[i])<<8 | uint16(b[i+1]) }
 	dh := dns.Header{Id: u16(0), Bits: u16(2), Qdcount: u16(4), Ancount: u16(6), Nscount: u16(8), Arcount: u16(10)}
-	return dns.DefaultMsgAcceptFunc(dh) == dns.MsgAccept
+	return queryOnly(dh) == dns.MsgAccept
+}
+
+// queryOnly is the proxy's acceptance, over UDP and TCP: miekg/dns's
+// default (a query, never a response, so two resolvers cannot be made to
+// ping-pong; one question), and only opcode QUERY, with no answer or
+// authority records: a NOTIFY, which the default lets through, would reach
+// the host's resolver as the host's own (one that trusts its loopback for
+// them). Anything else is ignored, not answered: a reply to junk can be
+// used to amplify.
+func queryOnly(dh dns.Header) dns.MsgAcceptAction {
+	if a := dns.DefaultMsgAcceptFunc(dh); a != dns.MsgAccept {
+		return dns.MsgIgnore
+	}
+	if opcode := int(dh.Bits>>11) & 0xF; opcode != dns.OpcodeQuery || dh.Ancount != 0 || dh.Nscount != 0 {
+		return dns.MsgIgnore
+	}
+	return dns.MsgAccept
 }
 
 // udpWriter is the dns.ResponseWriter of one UDP query.

@@ -3,6 +3,7 @@ package netplane
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -29,10 +30,20 @@ func (t *hostTable) reserve(names []string) {
 }
 
 func (t *hostTable) isReserved(name string) bool {
+	name = strings.ToLower(name)
+	if slices.Contains(neverDHCPNames, name) {
+		return true
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.reserved[strings.ToLower(name)]
+	return t.reserved[name]
 }
+
+// neverDHCPNames are names no DHCP client is given, whatever host name it
+// sends: what other guests look up on their own (web proxy
+// auto-discovery, ISATAP; the global query block list of Windows' DNS
+// server) and localhost.
+var neverDHCPNames = []string{"wpad", "isatap", "localhost"}
 
 func (t *hostTable) set(mac net.HardwareAddr, name string) {
 	t.mu.Lock()

@@ -53,6 +53,7 @@ func TestReservedNames(t *testing.T) {
 	}
 	lease("52:55:55:00:09:01", "db")
 	web := lease("52:55:55:00:09:02", "web")
+	lease("52:55:55:00:09:03", "WPAD")
 	hosts := newHostTable()
 	resolve := resolver(hosts, a)
 	if _, ok := resolve("db"); !ok {
@@ -64,5 +65,8 @@ func TestReservedNames(t *testing.T) {
 	}
 	if ip, ok := resolve("web"); !ok || ip != web {
 		t.Errorf("web: %s, %v, want %s", ip, ok, web)
+	}
+	if ip, ok := resolve("wpad"); ok {
+		t.Errorf("a DHCP client took wpad (other guests' proxy auto-configuration): %s", ip)
 	}
 }

@@ -248,7 +248,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 		}
 		ln = &limitListener{Listener: ln, slots: make(chan struct{}, maxTCPConns), h: nw.dns}
 		udp := newUDPServer(pc.(*net.UDPConn), nw.dns)
-		tcp := &dns.Server{Listener: ln, Handler: nw.dns}
+		tcp := &dns.Server{Listener: ln, Handler: nw.dns, MsgAcceptFunc: queryOnly, MaxTCPQueries: maxTCPQueries}
 		for _, s := range []struct {
 			serve func() error
 			stop  func() error

@@ -48,7 +48,9 @@ func nftRules(n *api.Network) map[string][]string {
 		input, fwd = append(input, wgIn...), append(fwd, wgFwd...)
 	}
 	if n.DHCP {
-		input = append(input, "iifname "+br+" udp dport 67 accept")
+		// The gateway's own server only (a VM whose policy denies the
+		// host reaches no other DHCP service of the host's).
+		input = append(input, "iifname "+br+" ip daddr { "+n.Gateway.String()+", 255.255.255.255 } udp dport 67 accept")
 	}
 	if n.DNSProxy {
 		input = append(input, "iifname "+br+" ip daddr "+n.Gateway.String()+" meta l4proto { tcp, udp } th dport 53 accept")
