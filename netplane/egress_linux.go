@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -233,6 +232,11 @@ type nameCache struct {
 	mu  sync.Mutex
 	nft knftables.Interface
 	exp map[string]time.Time // "set/ip" → when its element expires
+	// by is the client whose answer put each element there, and per how
+	// many each client holds: no client may hold more than
+	// maxLearnedPerClient of them.
+	by  map[string]netip.Addr
+	per map[netip.Addr]int
 }
 
 // forget drops the remembered expiries of the sets whose names start
@@ -242,7 +246,28 @@ func (c *nameCache) forget(prefix string) {
 	defer c.mu.Unlock()
 	for k := range c.exp {
 		if strings.HasPrefix(k, prefix) {
-			delete(c.exp, k)
+			c.drop(k)
+		}
+	}
+}
+
+// drop forgets element k. Call with c.mu held.
+func (c *nameCache) drop(k string) {
+	delete(c.exp, k)
+	if client, ok := c.by[k]; ok {
+		delete(c.by, k)
+		if c.per[client]--; c.per[client] <= 0 {
+			delete(c.per, client)
+		}
+	}
+}
+
+// pruneExpired forgets the elements that expired by now. Call with c.mu
+// held.
+func (c *nameCache) pruneExpired(now time.Time) {
+	for k, e := range c.exp {
+		if !now.Before(e) {
+			c.drop(k)
 		}
 	}
 }
@@ -250,6 +275,11 @@ func (c *nameCache) forget(prefix string) {
 // maxLearned bounds the names' addresses a network keeps (the sets' size
 // too): past it, new ones are not learned until some expire.
 const maxLearned = 16384
+
+// maxLearnedPerClient bounds what one client's answers may add of them: a
+// VM that asks for a listed wildcard's ever new names (every address of a
+// cloud's hosts) cannot fill the sets for the others.
+const maxLearnedPerClient = maxLearned / 8
 
 // learnNames is the DNS proxy's hook for the answers it forwards to
 // client: the addresses of a name a policy lists (the A and AAAA records
@@ -302,11 +332,12 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 		if err != nil {
 			return
 		}
-		c.nft, c.exp = nft, map[string]time.Time{}
+		c.nft, c.exp, c.by, c.per = nft, map[string]time.Time{}, map[string]netip.Addr{}, map[netip.Addr]int{}
 	}
 	now := time.Now()
 	tx := c.nft.NewTransaction()
 	changed := map[string]time.Time{}
+	fresh := 0 // new elements in this answer
 	for _, rr := range answers {
 		if !chain[strings.ToLower(rr.Header().Name)] {
 			continue
@@ -342,15 +373,14 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 				if known && now.Before(cur) && !cur.Before(now.Add(ttl/2)) {
 					continue // in force long enough
 				}
-				if !known && len(c.exp) >= maxLearned {
-					for k, e := range c.exp {
-						if !now.Before(e) {
-							delete(c.exp, k)
-						}
-					}
-					if len(c.exp) >= maxLearned {
+				if !known && (len(c.exp) >= maxLearned || c.per[client]+fresh >= maxLearnedPerClient) {
+					c.pruneExpired(now)
+					if len(c.exp) >= maxLearned || c.per[client]+fresh >= maxLearnedPerClient {
 						continue
 					}
+				}
+				if !known {
+					fresh++
 				}
 				until := now.Add(ttl)
 				if cur.After(until) {
@@ -378,7 +408,13 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 		nw.log.Warn("egress: the addresses of a name are not in force", "name", qname, "err", err)
 		return
 	}
-	maps.Copy(c.exp, changed)
+	for k, until := range changed {
+		if _, known := c.exp[k]; !known {
+			c.by[k] = client
+			c.per[client]++
+		}
+		c.exp[k] = until
+	}
 }
 
 // ownPolicy is the policy of the VM that sends from src, if it has one of
@@ -561,7 +597,7 @@ func (c *nameCache) forgetSources(tx *knftables.Transaction, stale map[netip.Add
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, ck := range gone {
-			delete(c.exp, ck)
+			c.drop(ck)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -42,4 +43,43 @@ func TestVMEgressKeptAcrossRebuild(t *testing.T) {
 		t.Errorf("the VM's map was not kept:\n%s", out)
 	}
 	nw.Close()
+}
+
+// TestLearnedNamesPerClient: one client's answers for a listed wildcard
+// may put at most maxLearnedPerClient addresses in the network's name
+// sets; another client still gets the addresses of its answers in.
+func TestLearnedNamesPerClient(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "ln-host")
+	n := testNet("ln", api.ModeShared, "10.9.11.0/24")
+	n.Egress = &api.Egress{Rules: []api.EgressRule{{Allow: true, Name: "*.cloud.test"}}}
+	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	defer nw.Close()
+	answer := func(name string, first netip.Addr, count int) []dns.RR {
+		var rrs []dns.RR
+		for ip := first; count > 0; ip, count = ip.Next(), count-1 {
+			rrs = append(rrs, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: ip.AsSlice()})
+		}
+		return rrs
+	}
+	greedy, other := netip.MustParseAddr("10.9.11.50"), netip.MustParseAddr("10.9.11.51")
+	// Answers of 1024 addresses each, as many as the sets hold in all.
+	first := netip.MustParseAddr("198.18.0.1")
+	for range maxLearned / 1024 {
+		nw.learnNames(greedy, "a.cloud.test.", answer("a.cloud.test.", first, 1024))
+		for range 1024 {
+			first = first.Next()
+		}
+	}
+	nw.names.mu.Lock()
+	held := nw.names.per[greedy]
+	nw.names.mu.Unlock()
+	if held != maxLearnedPerClient {
+		t.Errorf("one client's answer put %d addresses in, want %d at most", held, maxLearnedPerClient)
+	}
+	mine := netip.MustParseAddr("198.19.0.1")
+	nw.learnNames(other, "b.cloud.test.", answer("b.cloud.test.", mine, 1))
+	if out := host.MustRun(t, "nft", "list", "set", "inet", TableName(n.ID), EgressNames4); !strings.Contains(out, mine.String()) {
+		t.Errorf("another client's allowed address is not in force")
+	}
 }
