@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -119,6 +120,11 @@ type guard6 struct {
 	log     *slog.Logger
 	learner *nd6Learner
 	kick    func() // a binding changed (the VMs' egress policies follow their addresses)
+	// admit, if set, runs before the guard lets a VM send from an address
+	// it newly bound: the VMs' own egress policies take the address in
+	// first, so that no packet from it is judged by the network's policy
+	// instead (as DHCP's bound runs before the ACK).
+	admit func()
 
 	mu      sync.Mutex // one transaction at a time
 	syncMu  sync.Mutex // one sync at a time
@@ -143,12 +149,12 @@ const nd6Lifetime = raValidLifetime
 // when it starts (an earlier controller's) are the learner's first: a VM
 // whose address was bound keeps it through a restart of vmnetctl, and no
 // other VM can take it meanwhile.
-func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error, kick func()) (*guard6, error) {
+func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error, kick, admit func()) (*guard6, error) {
 	nft, err := newNFT(knftables.BridgeFamily, n.ID)
 	if err != nil {
 		return nil, err
 	}
-	g := &guard6{n: n, nft: nft, inNS: inNS, log: log, kick: kick, stop: make(chan struct{}), done: make(chan struct{})}
+	g := &guard6{n: n, nft: nft, inNS: inNS, log: log, kick: kick, admit: admit, stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
 	if err := g.run(ctx, func(*knftables.Transaction) {}); err != nil { // the sets, if missing
 		return nil, err
@@ -347,6 +353,9 @@ func gatewayAddrs6(n *api.Network) []netip.Addr {
 // them: the address is still its VM's. A failure is mended by the next
 // sync.
 func (g *guard6) changed(events []nd6Event) {
+	if g.admit != nil && slices.ContainsFunc(events, func(ev nd6Event) bool { return ev.added }) {
+		g.admit()
+	}
 	err := g.run(context.Background(), func(tx *knftables.Transaction) {
 		for _, ev := range events {
 			b := ev.b

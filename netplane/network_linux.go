@@ -124,7 +124,7 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 			default:
 			}
 		}
-		if nw.guard6, err = startGuard6(n, log, nw.inNS, kick); err != nil {
+		if nw.guard6, err = startGuard6(n, log, nw.inNS, kick, nw.refreshVMEgress); err != nil {
 			return nil, err
 		}
 		nw.closers = append(nw.closers, nw.guard6.Close)
