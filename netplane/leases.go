@@ -153,7 +153,11 @@ type Allocator struct {
 	quarantine untilHeap                  // declined addresses by the end of their quarantine
 	declinedBy map[netip.Addr]string      // who declined each quarantined address
 	declines   map[string][]netip.Addr    // by MAC: its quarantined addresses, oldest first
-	byHost     map[string]map[string]bool // by hostKey of the lease's host name: the MACs, expired or not
+	// byHost indexes leases by hostKey of their host name: the MACs,
+	// expired or not, each with the order in which it claimed the name
+	// (hostSeq; kept across its renewals), for first come, first served.
+	byHost  map[string]map[string]uint64
+	hostSeq uint64
 	taken      *bitTree                   // by offset in the range: not free for a new client
 	cursor     uint32                     // offset where the search for a free address starts
 	base, size uint32                     // the range (within the subnet) as numbers
@@ -393,7 +397,7 @@ func (a *Allocator) reindex() {
 		a.cursor = 0
 	}
 	a.byIP = map[netip.Addr]string{}
-	a.byHost = map[string]map[string]bool{}
+	a.byHost = map[string]map[string]uint64{}
 	a.refs = map[string]*leaseRef{}
 	a.byExpiry = nil
 	// One lease per address: of several, the one that expires last.
@@ -486,9 +490,12 @@ func (a *Allocator) linkLease(l *backend.Lease) {
 	a.byIP[l.IP] = l.MAC
 	if k := hostKey(l.Hostname); k != "" {
 		if a.byHost[k] == nil {
-			a.byHost[k] = map[string]bool{}
+			a.byHost[k] = map[string]uint64{}
 		}
-		a.byHost[k][l.MAC] = true
+		if _, ok := a.byHost[k][l.MAC]; !ok {
+			a.hostSeq++
+			a.byHost[k][l.MAC] = a.hostSeq
+		}
 	}
 	if a.inRange(l.IP) {
 		r := &leaseRef{mac: l.MAC, ip: l.IP, exp: l.Expiry}
@@ -526,9 +533,18 @@ func (a *Allocator) setLease(l *backend.Lease) {
 	if h, ok := a.byIP[l.IP]; ok && h != l.MAC {
 		a.dropLease(h)
 	}
+	// A renewal under the same host name keeps the MAC's claim on it.
+	k := hostKey(l.Hostname)
+	seq, renewing := uint64(0), false
+	if old, ok := a.leases[l.MAC]; ok && k != "" && hostKey(old.Hostname) == k {
+		seq, renewing = a.byHost[k][l.MAC], true
+	}
 	a.unlinkLease(l.MAC)
 	a.leases[l.MAC] = l
 	a.linkLease(l)
+	if renewing {
+		a.byHost[k][l.MAC] = seq
+	}
 	a.indexed = len(a.leases)
 }
 
@@ -885,7 +901,9 @@ func hostKey(hostname string) string {
 }
 
 // ByHostname returns the unexpired lease whose DHCP host name (its first
-// label, in any case) is name; of several, the one on the lowest address.
+// label, in any case) is name; of several, the one whose MAC claimed the
+// name first (first come, first served: a VM cannot take a name another
+// holds by asking for a lower address).
 // It costs O(1) in the number of leases: an index by name, kept by every
 // change of a lease (expiry is checked here).
 func (a *Allocator) ByHostname(name string) (backend.Lease, bool) {
@@ -898,9 +916,10 @@ func (a *Allocator) ByHostname(name string) (backend.Lease, bool) {
 	now := a.now()
 	a.sync(now)
 	var best *backend.Lease
-	for m := range a.byHost[k] {
-		if l := a.leases[m]; l != nil && now.Before(l.Expiry) && (best == nil || l.IP.Less(best.IP)) {
-			best = l
+	var bestSeq uint64
+	for m, seq := range a.byHost[k] {
+		if l := a.leases[m]; l != nil && now.Before(l.Expiry) && (best == nil || seq < bestSeq) {
+			best, bestSeq = l, seq
 		}
 	}
 	if best == nil {
