@@ -145,22 +145,22 @@ type Allocator struct {
 
 	// The index, derived from the maps above (reindex) and kept up to date
 	// by every change.
-	indexed    int                        // len(leases) when last indexed
-	byIP       map[netip.Addr]string      // the MAC of the lease, expired or not, on each address
-	fixedIP    map[netip.Addr]string      // the MAC an address is fixed for; severalMACs if more than one
-	refs       map[string]*leaseRef       // by MAC: the leases of the range, in byExpiry
-	byExpiry   expiryHeap                 // the range's leases, the earliest expiry first
-	quarantine untilHeap                  // declined addresses by the end of their quarantine
-	declinedBy map[netip.Addr]string      // who declined each quarantined address
-	declines   map[string][]netip.Addr    // by MAC: its quarantined addresses, oldest first
+	indexed    int                     // len(leases) when last indexed
+	byIP       map[netip.Addr]string   // the MAC of the lease, expired or not, on each address
+	fixedIP    map[netip.Addr]string   // the MAC an address is fixed for; severalMACs if more than one
+	refs       map[string]*leaseRef    // by MAC: the leases of the range, in byExpiry
+	byExpiry   expiryHeap              // the range's leases, the earliest expiry first
+	quarantine untilHeap               // declined addresses by the end of their quarantine
+	declinedBy map[netip.Addr]string   // who declined each quarantined address
+	declines   map[string][]netip.Addr // by MAC: its quarantined addresses, oldest first
 	// byHost indexes leases by hostKey of their host name: the MACs,
 	// expired or not, each with the order in which it claimed the name
 	// (hostSeq; kept across its renewals), for first come, first served.
-	byHost  map[string]map[string]uint64
-	hostSeq uint64
-	taken      *bitTree                   // by offset in the range: not free for a new client
-	cursor     uint32                     // offset where the search for a free address starts
-	base, size uint32                     // the range (within the subnet) as numbers
+	byHost     map[string]map[string]uint64
+	hostSeq    uint64
+	taken      *bitTree // by offset in the range: not free for a new client
+	cursor     uint32   // offset where the search for a free address starts
+	base, size uint32   // the range (within the subnet) as numbers
 
 	// Persistence (group commit): gen counts changes, and each change
 	// leaves a journal record with its number in pending; a flush waits
