@@ -363,18 +363,19 @@ func RemoveStaleTap(name string) error {
 }
 
 // staleTap tells whether RemoveStaleTap may delete link l: a TAP of this
-// owner's, or one of no owner that no process holds.
+// owner's, or of no owner, that no process holds. A TAP a live process
+// holds is never stale: a helper run through sudo marks its TAP with no
+// owner, as one run so by another user does, and a helper of this owner's
+// that was not recorded still serves its VM.
 func staleTap(l netlink.Link) bool {
 	name, owner, ok := tapMarkOf(l.Attrs().Alias)
 	switch {
 	case !ok || name != l.Attrs().Name:
 		return false
-	case owner == Owner():
-		return true
-	case owner == "":
-		return len(tapHolders(name)) == 0
+	case owner != Owner() && owner != "":
+		return false
 	}
-	return false
+	return len(tapHolders(name)) == 0
 }
 
 // tapClash is why a TAP named name cannot be created: it removes a stale
