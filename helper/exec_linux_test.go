@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -132,8 +133,9 @@ func TestHandOverEnvOwnSpec(t *testing.T) {
 
 // TestSudoHiddenCommands: the helper's hidden commands, run through sudo
 // (anyone's who may run the helper so), touch no one else's ports: the
-// relay's relearn command is refused outright, and the cleanup child
-// deletes only a VM port of vmnetctl's, not another link.
+// relay's relearn command and the cleanup child are refused outright (a
+// TAP that a helper run through sudo made carries no owner, so another
+// user's could not be told from one's own).
 func TestSudoHiddenCommands(t *testing.T) {
 	f := newFixture(t)
 	f.host.MustRun(t, "ip", "link", "add", "notaport", "type", "veth", "peer", "name", "notaport1")
@@ -147,10 +149,20 @@ func TestSudoHiddenCommands(t *testing.T) {
 	if out, err := sudo("--network", "shared", "--uid", "65534", "--tap", "notaport", "--"+helper.RelearnFlag); err == nil || !strings.Contains(out, "not through sudo") {
 		t.Errorf("--%s through sudo: %v, %s; want refused", helper.RelearnFlag, err, out)
 	}
-	if out, err := sudo("--"+helper.DeleteLinkFlag, "notaport"); err == nil || !strings.Contains(out, "not a VM port of vmnetctl's") {
+	if out, err := sudo("--"+helper.DeleteLinkFlag, "notaport"); err == nil || !strings.Contains(out, "not to be run through sudo") {
 		t.Errorf("--%s notaport through sudo: %v, %s; want refused", helper.DeleteLinkFlag, err, out)
 	}
 	if !f.linkExists("notaport") {
 		t.Errorf("the cleanup child, run through sudo, deleted link notaport")
+	}
+	// Another user's helper's TAP, made through sudo (it carries no
+	// owner): not deleted either.
+	f.host.MustRun(t, "ip", "tuntap", "add", "vmt-victim", "mode", "tap")
+	f.host.MustRun(t, "ip", "link", "set", "vmt-victim", "alias", netplane.TapMark("vmt-victim"))
+	if out, err := sudo("--"+helper.DeleteLinkFlag, "vmt-victim"); err == nil {
+		t.Errorf("--%s of another sudo helper's TAP through sudo: accepted, %s", helper.DeleteLinkFlag, out)
+	}
+	if !f.linkExists("vmt-victim") {
+		t.Errorf("a command run through sudo deleted another helper's TAP")
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -199,6 +201,9 @@ func (s *session) cleanupCommand() (*exec.Cmd, error) {
 		return nil, fmt.Errorf("finding the helper's executable: %w", err)
 	}
 	cmd := exec.Command(exe, "helper", "--"+DeleteLinkFlag, s.tapName)
+	// Not through sudo (Main refuses the flag so): this helper made the
+	// port, and the child is its own.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SUDO_") })
 	cmd.Stderr = s.o.Stderr
 	return cmd, nil
 }

@@ -72,6 +72,8 @@ type Flags struct {
 	// NetworksFile is networks.yaml as config.LoadNetworks finds it (the
 	// global --networks flag; empty for the default).
 	NetworksFile string
+	// StateDir is --state-dir (through sudo, only the default).
+	StateDir string
 	// EnsureNetwork, if set, brings up a network of networks.yaml that is
 	// not up, for as long as the helper runs (the controller's
 	// HoldNetwork): as vmnet does, a helper started cold just works.
@@ -95,8 +97,13 @@ type Streams struct {
 // the flags name and runs the helper until SIGTERM or SIGINT (Run).
 func Main(ctx context.Context, f Flags, s Streams) error {
 	switch {
+	case f.DeleteLink != "" && throughSudo():
+		// The helper starts its cleanup child without sudo's variables:
+		// one run through sudo is someone's who would delete a port that
+		// is not theirs (a sudo helper's TAP carries no owner to tell).
+		return fmt.Errorf("--%s is the helper's own cleanup child, not to be run through sudo", DeleteLinkFlag)
 	case f.DeleteLink != "":
-		return netplane.DeleteLinkOnEOF(f.DeleteLink, s.In, throughSudo())
+		return netplane.DeleteLinkOnEOF(f.DeleteLink, s.In, false)
 	case f.Relearn && (throughSudo() || os.Geteuid() != 0):
 		return fmt.Errorf("--%s is for the relay of a helper that runs as root, not through sudo", RelearnFlag)
 	case f.PrintVersion:

@@ -14,6 +14,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/config"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/relay"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // checkSudo keeps a helper run as root through sudo to what the user who
@@ -47,8 +48,16 @@ func (f *Flags) checkSudo() error {
 	if path == "" {
 		path = os.Getenv(config.EnvNetworks)
 	}
-	if path != "" && !readableBy(path, sudoUID, sudoGID) {
-		return fmt.Errorf("--networks %s: the user who ran sudo (uid %d) cannot read it, so the helper will not either", path, sudoUID)
+	if path != "" {
+		if err := checkSudoNetworks(path, sudoUID, sudoGID); err != nil {
+			return err
+		}
+	}
+	if f.StateDir != "" && filepath.Clean(f.StateDir) != filepath.Clean(statedir.Default()) {
+		// A state dir of the user's choosing would have root write the
+		// networks of record, locks and runtime files into any directory
+		// root owns (/etc/vmnetctl, say) and start a controller on it.
+		return fmt.Errorf("--state-dir %s: run through sudo, the helper uses the default state dir %s only", f.StateDir, statedir.Default())
 	}
 	if f.Socket != "" {
 		return checkSocketPath(f.Socket, sudoUID, sudoGID)
@@ -96,11 +105,50 @@ func checkSocketPath(path string, uid, gid int) error {
 	return nil
 }
 
-// readableBy tells whether the file at path (after symbolic links) grants
-// read permission to uid with primary group gid, by its owner and mode.
-func readableBy(path string, uid, gid int) bool {
-	fi, err := os.Stat(path)
-	return err == nil && permits(fi, uid, gid, 0o4)
+// checkSudoNetworks refuses, through sudo, a networks.yaml that is not
+// root's as lima requires of its own: the file and every directory above it
+// owned by root and writable by no one else (a sticky directory such as
+// /tmp may be: no one else may replace root's entries in it), so the user
+// can neither choose the networks (a bridge onto any interface of the
+// host, tunnels, a group for the controller's API) nor swap the file after
+// this check. The user must also be able to read it, through every
+// directory above it: its contents may come back in error messages.
+func checkSudoNetworks(path string, uid, gid int) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("--networks %s: %w", path, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return fmt.Errorf("--networks %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() || !rootsAlone(fi) {
+		return fmt.Errorf("--networks %s: run through sudo, the helper reads only a networks.yaml that is root's and that no one else may write (as lima requires of its networks.yaml)", path)
+	}
+	if !permits(fi, uid, gid, 0o4) {
+		return fmt.Errorf("--networks %s: the user who ran sudo (uid %d) cannot read it, so the helper will not either", path, uid)
+	}
+	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
+		di, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("--networks %s: %w", path, err)
+		}
+		if st, ok := di.Sys().(*syscall.Stat_t); !rootsAlone(di) && !(ok && st.Uid == 0 && di.Mode()&os.ModeSticky != 0) {
+			return fmt.Errorf("--networks %s: run through sudo, the helper reads only a networks.yaml in directories that are root's and that no one else may write (%s is not)", path, dir)
+		}
+		if !permits(di, uid, gid, 0o1) {
+			return fmt.Errorf("--networks %s: the user who ran sudo (uid %d) cannot reach it (%s), so the helper will not either", path, uid, dir)
+		}
+		if dir == filepath.Dir(dir) {
+			return nil
+		}
+	}
+}
+
+// rootsAlone tells whether fi is root's and no one else may write it.
+func rootsAlone(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Uid == 0 && fi.Mode().Perm()&0o022 == 0
 }
 
 // permits tells whether fi's owner and mode grant uid, with primary group

@@ -3,6 +3,7 @@ package helper
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/netplane"
@@ -14,6 +15,11 @@ import (
 func checkSudoPort(n *api.Network, port string) error {
 	if !throughSudo() {
 		return nil
+	}
+	// A VM port's name only: not a network's bridge or VXLAN device to
+	// come, nor an interface of the host's that is not there yet.
+	if !strings.HasPrefix(port, api.TapPrefix) {
+		return fmt.Errorf("TAP %s: run through sudo, the helper makes only TAPs named %s and an id", port, api.TapPrefix)
 	}
 	expected, err := netplane.ExpectedPort(context.Background(), n, port)
 	if err != nil {

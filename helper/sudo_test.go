@@ -18,10 +18,25 @@ func TestSudoChecks(t *testing.T) {
 	t.Setenv("SUDO_GID", "65534")
 	t.Setenv("VMNETCTL_NETWORKS", "")
 	dir := t.TempDir()
+	// The user may reach it (t.TempDir's are 0700).
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
 	public := filepath.Join(dir, "public.yaml")
 	secret := filepath.Join(dir, "secret.yaml")
+	users := filepath.Join(dir, "users.yaml")
 	os.WriteFile(public, []byte("networks: {}\n"), 0o644)
 	os.WriteFile(secret, []byte("networks: {}\n"), 0o600)
+	os.WriteFile(users, []byte("networks: {}\n"), 0o644)
+	os.Chown(users, 65534, 65534)
+	open := filepath.Join(dir, "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777) // (past the umask)
+	inOpen := filepath.Join(open, "networks.yaml")
+	os.WriteFile(inOpen, []byte("networks: {}\n"), 0o644)
+	closed := filepath.Join(dir, "closed")
+	os.Mkdir(closed, 0o700)
+	inClosed := filepath.Join(closed, "networks.yaml")
+	os.WriteFile(inClosed, []byte("networks: {}\n"), 0o644)
 	for _, tc := range []struct {
 		name     string
 		f        Flags
@@ -31,8 +46,12 @@ func TestSudoChecks(t *testing.T) {
 		{"root's uid", Flags{UID: 0, GID: 65534}, "--uid 0"},
 		{"no privilege drop", Flags{UID: -1, GID: -1}, "--uid -1"},
 		{"another group", Flags{UID: 65534, GID: 0}, "--gid 0"},
-		{"a networks.yaml the user may read", Flags{UID: 65534, GID: 65534, NetworksFile: public}, ""},
+		{"root's networks.yaml the user may read", Flags{UID: 65534, GID: 65534, NetworksFile: public}, ""},
 		{"a networks.yaml only root may read", Flags{UID: 65534, GID: 65534, NetworksFile: secret}, "cannot read it"},
+		{"the user's own networks.yaml", Flags{UID: 65534, GID: 65534, NetworksFile: users}, "that is root's"},
+		{"root's, in a directory others may write", Flags{UID: 65534, GID: 65534, NetworksFile: inOpen}, "is not"},
+		{"root's, in a directory the user cannot reach", Flags{UID: 65534, GID: 65534, NetworksFile: inClosed}, "cannot reach it"},
+		{"another state dir", Flags{UID: 65534, GID: 65534, StateDir: "/etc/vmnetctl"}, "--state-dir"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.f.checkSudo()

@@ -25,7 +25,7 @@ the TAP. Run it as root: it drops to --uid/--gid (default $SUDO_UID/$SUDO_GID)
 before it touches the VM's socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f.NetworksFile, f.Version, f.Commit = g.networks, version, controller.BuildCommit()
+			f.NetworksFile, f.StateDir, f.Version, f.Commit = g.networks, g.stateDir, version, controller.BuildCommit()
 			f.EnsureNetwork = func(ctx context.Context, n *api.Network) error {
 				env := g.env(s)
 				env.Stdout = io.Discard // stdout is the JSON line's
