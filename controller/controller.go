@@ -208,7 +208,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: serverIdle,
+		ConnContext: withPeerUID}
 	go srv.Serve(ln)
 	defer func() {
 		c.gen.close()
@@ -223,7 +224,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		if mln, err := net.Listen("tcp", c.opts.MetricsAddr); err != nil {
 			c.log.Warn("not serving metrics", "addr", c.opts.MetricsAddr, "err", err)
 		} else {
-			msrv := &http.Server{Handler: c.metricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+			msrv := &http.Server{Handler: c.metricsHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: serverIdle}
 			go msrv.Serve(mln)
 			defer msrv.Close()
 		}

@@ -40,6 +40,11 @@ func (c *Controller) metricsHandler() http.Handler {
 		// A scrape that waits behind a long reconcile (a helper that is slow
 		// to start holds the lock) gives up rather than piling up.
 		Timeout: 30 * time.Second,
+		// One scrape at a time collects (each takes the controller's lock
+		// and reads the kernel); more are refused at once (503), so that
+		// any local process hammering the port cannot queue work in front
+		// of the reconciles.
+		MaxRequestsInFlight: 1,
 	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	return mux

@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
+	"os"
 	"os/user"
 	"strconv"
 	"time"
@@ -28,6 +30,12 @@ func (c *Controller) handler() http.Handler {
 		writeJSON(w, c.status())
 	})
 	mux.HandleFunc("POST /v1/reconcile", func(w http.ResponseWriter, r *http.Request) {
+		// Changing state is root's (or the controller's own user's): a
+		// group that networks.yaml lets use the API reads status only.
+		if uid, ok := r.Context().Value(peerUIDKey{}).(int); !ok || uid != 0 && uid != os.Geteuid() {
+			http.Error(w, "reconcile: only root may ask the controller to reconcile; a group that networks.yaml names may read status", http.StatusForbidden)
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
 		defer cancel()
 		resp := ReconcileResponse{}
@@ -44,6 +52,23 @@ func (c *Controller) handler() http.Handler {
 		writeJSON(w, resp)
 	})
 	return mux
+}
+
+// serverIdle closes the API's and the metrics' idle keep-alive
+// connections, so that clients cannot pin the controller's descriptors.
+const serverIdle = 30 * time.Second
+
+// peerUIDKey is the context key of the uid of the API client's process.
+type peerUIDKey struct{}
+
+// withPeerUID records, for the API's handlers, the uid of the process at
+// the other end of a unix socket connection (SO_PEERCRED); none for
+// another kind of connection, which the handlers then treat as no one's.
+func withPeerUID(ctx context.Context, conn net.Conn) context.Context {
+	if uid, ok := peerUID(conn); ok {
+		return context.WithValue(ctx, peerUIDKey{}, uid)
+	}
+	return ctx
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

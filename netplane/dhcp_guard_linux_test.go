@@ -292,3 +292,41 @@ func TestUDP4Packet(t *testing.T) {
 		}
 	}
 }
+
+// TestDHCPHostnameBytes: a host name a client sends is kept only if it is
+// one: escape sequences, line breaks and other bytes leave the lease
+// without a name (it is logged and printed to terminals).
+func TestDHCPHostnameBytes(t *testing.T) {
+	n := testNet("h", api.ModeHost, "10.9.12.0/24")
+	a := mustAllocator(t, n, "")
+	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
+	for i, c := range []struct{ sent, kept string }{
+		{"web-1.example", "web-1.example"},
+		{"a\x1b]52;c;eA==\a", ""},
+		{"a\nfake row", ""},
+		{"caf\xc3\xa9", ""},
+	} {
+		mac := fmt.Sprintf("52:55:55:00:0c:%02x", i)
+		off := h.handle(mustDHCP(t, dhcpPacket(dhcpv4.MessageTypeDiscover, mac, "", "", "")), mustMAC(mac))
+		if off == nil {
+			t.Fatalf("%q: no OFFER", c.sent)
+		}
+		req := mustDHCP(t, dhcpPacket(dhcpv4.MessageTypeRequest, mac, off.YourIPAddr.String(), "", n.Gateway.String()))
+		req.UpdateOption(dhcpv4.OptHostName(c.sent))
+		if ack := h.handle(req, mustMAC(mac)); ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
+			t.Fatalf("%q: REQUEST not ACKed: %v", c.sent, ack)
+		}
+		if l, _ := a.Lookup(mustMAC(mac)); l.Hostname != c.kept {
+			t.Errorf("host name %q kept as %q, want %q", c.sent, l.Hostname, c.kept)
+		}
+	}
+}
+
+func mustDHCP(t *testing.T, b []byte) *dhcpv4.DHCPv4 {
+	t.Helper()
+	m, err := dhcpv4.FromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

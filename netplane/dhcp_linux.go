@@ -289,7 +289,7 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.D
 			ip = addrOf(req.ClientIPAddr) // renewing or rebinding
 		}
 		prev, had := h.alloc.Lookup(mac)
-		l, err := h.alloc.Commit(mac, ip, req.HostName())
+		l, err := h.alloc.Commit(mac, ip, clientHostname(req.HostName()))
 		if err != nil {
 			h.warn(mac, "refusing DHCP request", "ip", ip, "err", err)
 			h.count(name, "NAK", false)
@@ -344,6 +344,23 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.D
 	}
 	h.count(name, "", false)
 	return nil
+}
+
+// clientHostname is the host name a client sent (option 12) if it is one:
+// letters, digits, '-', '_' and '.', at most 253 bytes; else none. The
+// option is any bytes a guest likes, and the name is kept, logged and
+// printed (`vmnetctl leases`): a terminal's escape sequences or a line of
+// its own must not pass.
+func clientHostname(name string) string {
+	if len(name) > 253 {
+		return ""
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return ""
+		}
+	}
+	return name
 }
 
 // event tells onLease, if set, of a lease event.

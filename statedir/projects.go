@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"golang.org/x/sys/unix"
@@ -170,7 +172,10 @@ func (d Dir) Projects() ([]*Project, error) {
 
 // checkProjectName returns why name cannot name a project, or "".
 func checkProjectName(name string) string {
-	if name == "" || strings.ContainsAny(name, "/\\\x00") || name[0] == '.' || name[0] == '-' || len(name) > 63 {
+	// Valid UTF-8 without control characters too: the name is a metric
+	// label and is printed to terminals.
+	if name == "" || strings.ContainsAny(name, "/\\\x00") || name[0] == '.' || name[0] == '-' || len(name) > 63 ||
+		!utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
 		return fmt.Sprintf("project name %q: use letters, digits, '-', '_' and '.', not starting with '.' or '-'", name)
 	}
 	return ""

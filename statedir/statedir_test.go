@@ -330,3 +330,18 @@ func TestDeleteProjectHeldBy(t *testing.T) {
 		t.Errorf("a project that is gone: %v, %v", dropped, err)
 	}
 }
+
+// TestProjectNameBytes: a project name is valid UTF-8 without control
+// characters (it is a metric label, which invalid UTF-8 made fail every
+// scrape, and it is printed to terminals).
+func TestProjectNameBytes(t *testing.T) {
+	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+	for _, name := range []string{"\xff", "a\x1b]52;c;eA==\a", "a\nb"} {
+		if err := d.SaveProject(&Project{Name: name}); err == nil {
+			t.Errorf("project name %q accepted", name)
+		}
+	}
+	if err := d.SaveProject(&Project{Name: "my vms"}); err != nil {
+		t.Errorf("a name with a space (a file's base name): %v", err)
+	}
+}

@@ -1,0 +1,26 @@
+package controller
+
+import (
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// peerUID is the uid of the process at the other end of a unix socket
+// connection, from the kernel (LOCAL_PEERCRED).
+func peerUID(conn net.Conn) (int, bool) {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return 0, false
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var cred *unix.Xucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptXucred(int(fd), unix.SOL_LOCAL, unix.LOCAL_PEERCRED) }); err != nil || cerr != nil {
+		return 0, false
+	}
+	return int(cred.Uid), true
+}
