@@ -27,6 +27,10 @@ import (
 // registry is the controller's own: nothing registered globally by a
 // library can leak into it, and two controllers in one process (tests) do
 // not collide.
+// maxScrapes is how many scrapes are collected at once: room for two
+// Prometheus servers and a person with curl.
+const maxScrapes = 4
+
 func (c *Controller) metricsHandler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -40,11 +44,11 @@ func (c *Controller) metricsHandler() http.Handler {
 		// A scrape that waits behind a long reconcile (a helper that is slow
 		// to start holds the lock) gives up rather than piling up.
 		Timeout: 30 * time.Second,
-		// One scrape at a time collects (each takes the controller's lock
+		// A few scrapes at a time collect (each takes the controller's lock
 		// and reads the kernel); more are refused at once (503), so that
 		// any local process hammering the port cannot queue work in front
 		// of the reconciles.
-		MaxRequestsInFlight: 1,
+		MaxRequestsInFlight: maxScrapes,
 	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	return mux
