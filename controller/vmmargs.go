@@ -91,8 +91,9 @@ func vmmArgs(sd statedir.Dir, vmm string, atts []AttachmentStatus, fds, vhost bo
 			case fds:
 				out = append(out, "-netdev", fmt.Sprintf("dgram,id=%s,local.type=fd,local.str=%d", id, runFDs[i]))
 			default:
+				// qemu's option syntax: a comma in a value is doubled.
 				out = append(out, "-netdev", fmt.Sprintf("dgram,id=%s,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s",
-					id, sd.ClientSocketPath(a.VM, a.Index), a.Socket))
+					id, qemuValue(sd.ClientSocketPath(a.VM, a.Index)), qemuValue(a.Socket)))
 			}
 			out = append(out, "-device", fmt.Sprintf("virtio-net-pci,netdev=%s,mac=%s", id, a.MAC))
 		case "vfkit":
@@ -127,6 +128,10 @@ func checkVMMAttachment(vmm string, a AttachmentStatus, fds bool) error {
 		return fmt.Errorf("%s opens TAP devices: give %s's entry %d `attach: tap`", vmm, a.VM, a.Index)
 	case tap && (vmm == "vfkit" || vmm == "krunkit"):
 		return fmt.Errorf("%s uses unix sockets: %s's entry %d is `attach: tap`", vmm, a.VM, a.Index)
+	case (vmm == "vfkit" || vmm == "krunkit") && strings.Contains(a.Socket, ","):
+		// Their --device options are split at commas, with no escape: a
+		// comma in the path would start an option of the path's choosing.
+		return fmt.Errorf("%s cannot take the socket %s: its path has a comma (choose a state dir without one)", vmm, a.Socket)
 	case fds && vmm == "qemu":
 		return nil // the descriptors of `vmnetctl run` need no socket or TAP name
 	case (tap && a.Tap == "") || (!tap && a.Socket == ""):
@@ -135,6 +140,10 @@ func checkVMMAttachment(vmm string, a AttachmentStatus, fds bool) error {
 	}
 	return nil
 }
+
+// qemuValue escapes a value in a qemu option string: a comma would end the
+// value and start an option of the value's choosing, so it is doubled.
+func qemuValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
 // shellQuote quotes a word for a POSIX shell when it needs it.
 func shellQuote(s string) string {

@@ -55,6 +55,17 @@ func TestVMMArgs(t *testing.T) {
 	if _, err := vmmArgs(sd, "qemu", failed, false, false); err == nil || !strings.Contains(err.Error(), "web's attachment 0 to shared is failed, so it has no socket yet: network shared is not up") {
 		t.Errorf("args of a failed attachment: %v", err)
 	}
+	// A comma in the state dir's path: doubled for qemu, refused for
+	// vfkit, whose options have no escape.
+	comma := statedir.Dir{Path: "/run/a,remote.path=/evil"}
+	odd := []AttachmentStatus{{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", Socket: comma.SocketPath("web", 0)}}
+	got, err := vmmArgs(comma, "qemu", odd, false, false)
+	if want := "local.path=/run/a,,remote.path=/evil/vms/web/0.vm.sock,remote.type=unix,remote.path=/run/a,,remote.path=/evil/vms/web/0.sock"; err != nil || !strings.Contains(strings.Join(got, " "), want) {
+		t.Errorf("qemu with a comma in the path: %q (%v), want it doubled", got, err)
+	}
+	if _, err := vmmArgs(comma, "vfkit", odd, false, false); err == nil || !strings.Contains(err.Error(), "comma") {
+		t.Errorf("vfkit with a comma in the path: %v, want refused", err)
+	}
 	if got := shellQuote("/tmp/my dir/x.sock"); got != `'/tmp/my dir/x.sock'` {
 		t.Errorf("shellQuote = %s", got)
 	}
