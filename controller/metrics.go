@@ -23,14 +23,14 @@ import (
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
-// metricsHandler serves /metrics and /healthz on the metrics address. The
-// registry is the controller's own: nothing registered globally by a
-// library can leak into it, and two controllers in one process (tests) do
-// not collide.
 // maxScrapes is how many scrapes are collected at once: room for two
 // Prometheus servers and a person with curl.
 const maxScrapes = 4
 
+// metricsHandler serves /metrics and /healthz on the metrics address. The
+// registry is the controller's own: nothing registered globally by a
+// library can leak into it, and two controllers in one process (tests) do
+// not collide.
 func (c *Controller) metricsHandler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
