@@ -1,26 +1,12 @@
 package controller
 
-import (
-	"net"
+import "golang.org/x/sys/unix"
 
-	"golang.org/x/sys/unix"
-)
-
-// peerUID is the uid of the process at the other end of a unix socket
-// connection, from the kernel (LOCAL_PEERCRED).
-func peerUID(conn net.Conn) (int, bool) {
-	uc, ok := conn.(*net.UnixConn)
-	if !ok {
-		return 0, false
-	}
-	raw, err := uc.SyscallConn()
+// peerCredUID reads the peer's uid of unix socket fd (LOCAL_PEERCRED).
+func peerCredUID(fd int) (int, error) {
+	cred, err := unix.GetsockoptXucred(fd, unix.SOL_LOCAL, unix.LOCAL_PEERCRED)
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
-	var cred *unix.Xucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptXucred(int(fd), unix.SOL_LOCAL, unix.LOCAL_PEERCRED) }); err != nil || cerr != nil {
-		return 0, false
-	}
-	return int(cred.Uid), true
+	return int(cred.Uid), nil
 }
