@@ -24,6 +24,24 @@ type ProcIdentity struct {
 // same process (not a new one that got the pid).
 func (id ProcIdentity) Alive() bool { return id.alive() }
 
+// WaitExit returns when the process of id is gone (procHandle.wait).
+func (id ProcIdentity) WaitExit() {
+	p, ok := id.open()
+	if !ok {
+		return
+	}
+	defer p.close()
+	p.wait()
+}
+
+// pollExit returns when the process of id is gone, looking every 200 ms:
+// where there is no pidfd to wait on.
+func pollExit(id ProcIdentity) {
+	for id.Alive() {
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // Kill stops the process of id if it is still the recorded one: SIGTERM,
 // then SIGKILL once grace has passed. It returns once the process is gone,
 // and reports whether it took SIGKILL. On Linux the signals go through a

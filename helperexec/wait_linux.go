@@ -3,25 +3,9 @@ package helperexec
 import (
 	"os"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-// WaitExit returns when the process of id is gone. A pidfd tells us even
-// though the process is not our child (it was adopted).
-func (id ProcIdentity) WaitExit() {
-	fd, err := unix.PidfdOpen(id.PID, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		pollExit(id)
-		return
-	}
-	if !id.Alive() { // the pid may have been reused before we opened it
-		unix.Close(fd)
-		return
-	}
-	waitPidfd(fd)
-}
 
 // procHandle is one process, whatever becomes of its pid: a pidfd, or
 // where the kernel has none (before 5.3) its identity.
@@ -55,7 +39,11 @@ func (p *procHandle) signal(sig syscall.Signal) {
 	}
 }
 
-// wait returns when the process is gone.
+// wait returns when the process is gone. A pidfd tells even though the
+// process is not our child (it was adopted), and it goes into Go's network
+// poller, so a waiting goroutine holds no OS thread: one epoll thread waits
+// for every helper, however many there are (a blocking poll or wait4 per
+// helper would hold one thread each).
 func (p *procHandle) wait() {
 	if p.f == nil {
 		pollExit(p.id)
@@ -90,26 +78,7 @@ func waitGone(pid int) {
 	if err != nil {
 		return // the caller's Wait blocks instead
 	}
-	waitPidfd(fd)
-}
-
-// waitPidfd waits until the pidfd fd is readable (its process exited) and
-// closes it. The fd goes into Go's network poller, so a waiting goroutine
-// holds no OS thread: one epoll thread waits for every helper, however
-// many there are (a blocking poll or wait4 per helper would hold one
-// thread each).
-func waitPidfd(fd int) {
-	f := os.NewFile(uintptr(fd), "pidfd")
-	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	rc.Read(pidfdReadable)
-}
-
-func pollExit(id ProcIdentity) {
-	for id.Alive() {
-		time.Sleep(200 * time.Millisecond)
-	}
+	p := &procHandle{f: os.NewFile(uintptr(fd), "pidfd")}
+	defer p.close()
+	p.wait()
 }

@@ -4,15 +4,7 @@ package helperexec
 
 import (
 	"syscall"
-	"time"
 )
-
-// WaitExit returns when the process of id is gone.
-func (id ProcIdentity) WaitExit() {
-	for id.Alive() {
-		time.Sleep(200 * time.Millisecond)
-	}
-}
 
 // procHandle is one process, by its identity (there are no pidfds here).
 type procHandle struct{ id ProcIdentity }
@@ -25,7 +17,7 @@ func (p *procHandle) signal(sig syscall.Signal) {
 	}
 }
 
-func (p *procHandle) wait()  { p.id.WaitExit() }
+func (p *procHandle) wait()  { pollExit(p.id) }
 func (p *procHandle) close() {}
 
 // waitGone does nothing here: the caller's exec.Cmd.Wait waits.
