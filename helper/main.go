@@ -103,7 +103,7 @@ func Main(ctx context.Context, f Flags, s Streams) error {
 		// is not theirs (a sudo helper's TAP carries no owner to tell).
 		return fmt.Errorf("--%s is the helper's own cleanup child, not to be run through sudo", DeleteLinkFlag)
 	case f.DeleteLink != "":
-		return netplane.DeleteLinkOnEOF(f.DeleteLink, s.In, false)
+		return netplane.DeleteLinkOnEOF(f.DeleteLink, s.In)
 	case f.Relearn && (throughSudo() || os.Geteuid() != 0):
 		return fmt.Errorf("--%s is for the relay of a helper that runs as root, not through sudo", RelearnFlag)
 	case f.PrintVersion:

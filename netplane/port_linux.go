@@ -207,30 +207,11 @@ func (p *Port) deleteOnExit(c PortConfig) error {
 
 // DeleteLinkOnEOF is the cleanup child of a port (PortConfig.Cleanup): it
 // ignores the signals its process group gets, waits for EOF on r, then
-// deletes link name (deletePortOnEOF). Through sudo (the command is then
-// anyone's who may run the helper so) it deletes only a TAP or macvtap
-// that carries this owner's mark, never another link.
-func DeleteLinkOnEOF(name string, r io.Reader, throughSudo bool) error {
-	if throughSudo {
-		if err := ownPort(name); err != nil {
-			return err
-		}
-	}
+// deletes link name if it is this owner's VM port (deletePortOnEOF). The
+// helper refuses to run it through sudo (helper.Main).
+func DeleteLinkOnEOF(name string, r io.Reader) error {
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	return deletePortOnEOF(name, r)
-}
-
-// ownPort checks that link name is a TAP or macvtap marked as this
-// owner's: a port a helper of this state dir made.
-func ownPort(name string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return err
-	}
-	if !ownLink(l) {
-		return fmt.Errorf("%s is not a VM port of vmnetctl's (a %s link, alias %q)", name, l.Type(), l.Attrs().Alias)
-	}
-	return nil
 }
 
 // ownLink tells whether l is a VM port of this owner's (Owner): a TAP

@@ -33,7 +33,7 @@ func EnsureFRR(context.Context, *api.Network) error                  { return Er
 func PortBridge(*api.Network) (string, error)                        { return "", ErrUnsupported }
 func NetworkBridge(*api.Network) (*netlink.Bridge, error)            { return nil, ErrUnsupported }
 func CreatePort(*api.Network, PortConfig) (*Port, error)             { return nil, ErrUnsupported }
-func DeleteLinkOnEOF(string, io.Reader, bool) error                  { return ErrUnsupported }
+func DeleteLinkOnEOF(string, io.Reader) error                        { return ErrUnsupported }
 func ListSharedInterfaces() ([]string, error)                        { return nil, ErrUnsupported }
 func CheckBridgedInterface(*api.Network) error                       { return nil }
 func (*Port) CloseFD()                                               {}
