@@ -373,9 +373,10 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 				if known && now.Before(cur) && !cur.Before(now.Add(ttl/2)) {
 					continue // in force long enough
 				}
-				if !known && (len(c.exp) >= maxLearned || c.per[client]+fresh >= maxLearnedPerClient) {
+				full := func() bool { return len(c.exp) >= maxLearned || c.per[client]+fresh >= maxLearnedPerClient }
+				if !known && full() {
 					c.pruneExpired(now)
-					if len(c.exp) >= maxLearned || c.per[client]+fresh >= maxLearnedPerClient {
+					if full() {
 						continue
 					}
 				}
@@ -386,17 +387,10 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 				if cur.After(until) {
 					until = cur
 				}
-				// Add (a no-op if it is there), delete, add with the new
+				// Deleted (whether it is there or not), added with the new
 				// timeout: it lives on until then, never shorter.
-				last := len(key) - 1
-				withTimeout := func(d string) []string {
-					k := slices.Clone(key)
-					k[last] += " timeout " + d
-					return k
-				}
-				tx.Add(&knftables.Element{Set: set, Key: withTimeout("1s")})
-				tx.Delete(&knftables.Element{Set: set, Key: key})
-				tx.Add(&knftables.Element{Set: set, Key: withTimeout(fmt.Sprintf("%ds", int(until.Sub(now).Seconds())+1))})
+				deleteLearned(tx, set, key)
+				tx.Add(&knftables.Element{Set: set, Key: keyWithTimeout(key, fmt.Sprintf("%ds", int(until.Sub(now).Seconds())+1))})
 				changed[ck] = until
 			}
 		}
@@ -480,11 +474,12 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 	}
 	tx := nft.NewTransaction()
 	addEgressObjects(tx)
-	for _, o := range []string{egressOwn4, egressOwn6, egressNoHost4, egressNoHost6} {
+	for _, o := range vmPolicySets {
 		tx.Flush(&knftables.Set{Name: o})
 	}
-	tx.Flush(&knftables.Map{Name: egressVM4})
-	tx.Flush(&knftables.Map{Name: egressVM6})
+	for _, o := range vmPolicyMaps {
+		tx.Flush(&knftables.Map{Name: o})
+	}
 	var sig strings.Builder
 	bySource := map[netip.Addr]int{}
 	sources := make([][]netip.Addr, len(nw.vmEgress.policies))
@@ -560,6 +555,28 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 	return nil
 }
 
+// deleteLearned adds to tx the removal of element key of a learned-names
+// set (which has timeouts): added first, a no-op if it is there, so that
+// the delete finds it even if it expired or was never added.
+func deleteLearned(tx *knftables.Transaction, set string, key []string) {
+	tx.Add(&knftables.Element{Set: set, Key: keyWithTimeout(key, "1s")})
+	tx.Delete(&knftables.Element{Set: set, Key: key})
+}
+
+// keyWithTimeout is key with a timeout of d on its element.
+func keyWithTimeout(key []string, d string) []string {
+	k := slices.Clone(key)
+	k[len(k)-1] += " timeout " + d
+	return k
+}
+
+// The VMs' own policies in the kernel: their sources and those denied the
+// host (sets), and their verdicts by source and destination (maps).
+var (
+	vmPolicySets = []string{egressOwn4, egressOwn6, egressNoHost4, egressNoHost6}
+	vmPolicyMaps = []string{egressVM4, egressVM6}
+)
+
 // vmNameSets are the sets of (source, address) pairs the VMs' own policies
 // learn from DNS answers.
 var vmNameSets = []string{egressVMNames4, egressVMNames6, egressVMNoNames4, egressVMNoNames6}
@@ -587,10 +604,7 @@ func (c *nameCache) forgetSources(tx *knftables.Transaction, stale map[netip.Add
 		if err != nil || !stale[src] {
 			continue
 		}
-		// Added first, so that the delete finds it even if it expired.
-		key := parts[1:]
-		tx.Add(&knftables.Element{Set: parts[0], Key: []string{key[0], key[1] + " timeout 1s"}})
-		tx.Delete(&knftables.Element{Set: parts[0], Key: key})
+		deleteLearned(tx, parts[0], parts[1:])
 		gone = append(gone, ck)
 	}
 	return func() {

@@ -105,18 +105,19 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 // table is missing or unreadable.
 func vmEgressElements(ctx context.Context, nft knftables.Interface) []*knftables.Element {
 	var out []*knftables.Element
-	for _, o := range []struct{ kind, name string }{
-		{"set", egressOwn4}, {"set", egressOwn6}, {"set", egressNoHost4}, {"set", egressNoHost6},
-		{"map", egressVM4}, {"map", egressVM6},
-	} {
-		elems, err := nft.ListElements(ctx, o.kind, o.name)
-		if err != nil {
-			continue
-		}
-		for _, e := range elems {
-			out = append(out, &knftables.Element{Set: e.Set, Map: e.Map, Key: e.Key, Value: e.Value})
+	list := func(kind string, names []string) {
+		for _, name := range names {
+			elems, err := nft.ListElements(ctx, kind, name)
+			if err != nil {
+				continue
+			}
+			for _, e := range elems {
+				out = append(out, &knftables.Element{Set: e.Set, Map: e.Map, Key: e.Key, Value: e.Value})
+			}
 		}
 	}
+	list("set", vmPolicySets)
+	list("map", vmPolicyMaps)
 	return out
 }
 
