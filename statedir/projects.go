@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmnetctl/vmnetctl/helperexec"
-	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
 )
@@ -101,7 +100,7 @@ func (d Dir) Networks() (*NetworksSnapshot, error) {
 // RemoveRuntimeIfNoProjects takes, so that a controller tearing down for
 // want of projects never removes them.
 func (d Dir) SaveProjectAndNetworks(snap NetworksSnapshot, p *Project) error {
-	l, err := d.lock(projectsLockFile, unix.LOCK_EX)
+	l, err := d.lockProjects()
 	if err != nil {
 		return err
 	}
@@ -124,7 +123,7 @@ func (d Dir) SaveProject(p *Project) error {
 // the lock SaveProjectAndNetworks takes: a process that saved a project of
 // the same name since (a `vmnetctl run` started again) keeps it.
 func (d Dir) DeleteProjectHeldBy(name string, holder helperexec.ProcIdentity) (bool, error) {
-	l, err := d.lock(projectsLockFile, unix.LOCK_EX)
+	l, err := d.lockProjects()
 	if err != nil {
 		return false, err
 	}

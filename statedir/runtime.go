@@ -10,7 +10,6 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperexec"
-	"golang.org/x/sys/unix"
 )
 
 // HelperRecord is what is kept about a running helper, so that a new
@@ -119,7 +118,7 @@ func (d Dir) RemoveHelperFiles(key string) {
 // found no project tears down while `up` saves one; without the lock it
 // could remove the networks.yaml that up had just saved.
 func (d Dir) RemoveRuntimeIfNoProjects() (bool, error) {
-	l, err := d.lock(projectsLockFile, unix.LOCK_EX)
+	l, err := d.lockProjects()
 	if err != nil {
 		return false, err
 	}

@@ -175,6 +175,12 @@ var ErrLocked = errors.New("locked by another process")
 // projects, waiting for its holder.
 func (d Dir) LockOps() (*Lock, error) { return d.lock(opsLockFile, unix.LOCK_EX) }
 
+// lockProjects takes the lock under which a project is saved with its
+// networks.yaml (SaveProjectAndNetworks), a held project dropped
+// (DeleteProjectHeldBy), and the runtime files removed for want of
+// projects (RemoveRuntimeIfNoProjects), waiting for its holder.
+func (d Dir) lockProjects() (*Lock, error) { return d.lock(projectsLockFile, unix.LOCK_EX) }
+
 // TryLockController takes the lock the one controller of the dir holds
 // while it runs, without waiting: ErrLocked when a controller runs.
 func (d Dir) TryLockController() (*Lock, error) {
