@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -352,13 +353,8 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.D
 // printed (`vmnetctl leases`): a terminal's escape sequences or a line of
 // its own must not pass.
 func clientHostname(name string) string {
-	if len(name) > 253 {
+	if len(name) > 253 || strings.ContainsFunc(name, func(r rune) bool { return !hostNameChar(r) && r != '.' }) {
 		return ""
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return ""
-		}
 	}
 	return name
 }
