@@ -193,18 +193,26 @@ func isEgressName(s string) bool {
 	return true
 }
 
-// NameVerdict says what the policy says of a DNS name: allowed, denied,
-// or neither (ok false). A deny beats an allow; "*.x" covers the names
-// under x, not x.
-func (e *Egress) NameVerdict(name string) (allow, ok bool) {
-	name = strings.ToLower(strings.TrimSuffix(name, "."))
+// NameVerdict says what the policy says of a DNS name, given as its
+// labels from the first to the last (the root's empty label left out), as
+// the query carried them: allowed, denied, or neither (ok false). A deny
+// beats an allow; "*.x" covers the names under x, not x. Names are
+// compared label by label, never as text: a label that holds a dot (the
+// one label "evil.wild" of the query for `evil\.wild.test`) is no label of
+// a listed name, so it matches no "*.wild.test".
+func (e *Egress) NameVerdict(labels []string) (allow, ok bool) {
 	for _, r := range e.Rules {
 		if r.Name == "" {
 			continue
 		}
-		match := r.Name == name
-		if suffix, wild := strings.CutPrefix(r.Name, "*"); wild {
-			match = strings.HasSuffix(name, suffix)
+		suffix, wild := strings.CutPrefix(r.Name, "*.")
+		want := strings.Split(suffix, ".")
+		match := len(labels) == len(want)
+		if wild {
+			match = len(labels) > len(want)
+		}
+		for i := 1; match && i <= len(want); i++ {
+			match = strings.EqualFold(labels[len(labels)-i], want[len(want)-i])
 		}
 		if match {
 			if !r.Allow {

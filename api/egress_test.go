@@ -71,9 +71,14 @@ func TestEgress(t *testing.T) {
 		{"pypi.org.", true, true}, {"PyPI.org", true, true}, {"files.pypi.org", false, false},
 		{"api.github.com", true, true}, {"github.com", false, false}, {"evil.github.com.", false, true},
 	} {
-		if allow, ok := ne.NameVerdict(c.name); allow != c.allow || ok != c.ok {
+		if allow, ok := ne.NameVerdict(strings.Split(strings.TrimSuffix(c.name, "."), ".")); allow != c.allow || ok != c.ok {
 			t.Errorf("NameVerdict(%s) = %v, %v; want %v, %v", c.name, allow, ok, c.allow, c.ok)
 		}
+	}
+	// Labels, not text: the query for `evil\.github.com` has the labels
+	// "evil.github" and "com", under com alone.
+	if allow, ok := ne.NameVerdict([]string{"evil.github", "com"}); ok {
+		t.Errorf("NameVerdict of the labels evil.github, com = %v, true; want no verdict (it is no name under github.com)", allow)
 	}
 
 	for _, c := range []struct{ name, src, want string }{

@@ -295,8 +295,12 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 		srcs       []netip.Addr // the VM's sources, for its own sets; nil for the network's
 	}
 	var targets []target
+	// The name as the labels the query carried: a label that holds a dot
+	// (evil\.wild.test) is one label, under test alone, not a name under
+	// wild.test.
+	labels := dns.SplitDomainName(qname)
 	if e := nw.n.Egress; e != nil && e.HasNames() {
-		if allow, ok := e.NameVerdict(qname); ok {
+		if allow, ok := e.NameVerdict(labels); ok {
 			t := target{set4: EgressNames4, set6: EgressNames6}
 			if !allow {
 				t = target{set4: EgressNamesDenied4, set6: EgressNamesDenied6}
@@ -305,7 +309,7 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 		}
 	}
 	if e, srcs := nw.ownPolicy(client); e != nil && e.HasNames() {
-		if allow, ok := e.NameVerdict(qname); ok {
+		if allow, ok := e.NameVerdict(labels); ok {
 			t := target{set4: egressVMNames4, set6: egressVMNames6, srcs: srcs}
 			if !allow {
 				t = target{set4: egressVMNoNames4, set6: egressVMNoNames6, srcs: srcs}

@@ -83,3 +83,42 @@ func TestLearnedNamesPerClient(t *testing.T) {
 		t.Errorf("another client's allowed address is not in force")
 	}
 }
+
+// TestLearnedNamesByLabel: a policy that allows "*.wild.test" learns the
+// answer for a name under wild.test, not the answer for the query whose
+// first label holds a dot (evil\.wild, then test: a name under test
+// alone), which as text ends in ".wild.test" too.
+func TestLearnedNamesByLabel(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "lb-host")
+	n := testNet("lb", api.ModeShared, "10.9.12.0/24")
+	n.Egress = &api.Egress{Rules: []api.EgressRule{{Allow: true, Name: "*.wild.test"}}}
+	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	defer nw.Close()
+	client := netip.MustParseAddr("10.9.12.50")
+	for _, c := range []struct {
+		labels []string // as their bytes on the wire
+		ip     string
+		want   bool
+	}{
+		{[]string{"evil.wild", "test"}, "198.18.1.1", false},
+		{[]string{"good", "wild", "test"}, "198.18.1.2", true}, // the control
+	} {
+		// The query as a guest sends it, parsed as the proxy parses it.
+		wire := []byte{0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}
+		for _, l := range c.labels {
+			wire = append(append(wire, byte(len(l))), l...)
+		}
+		wire = append(wire, 0, 0, 1, 0, 1)
+		q := new(dns.Msg)
+		if err := q.Unpack(wire); err != nil {
+			t.Fatal(err)
+		}
+		name := q.Question[0].Name
+		nw.learnNames(client, name, []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: netip.MustParseAddr(c.ip).AsSlice()}})
+		out := host.MustRun(t, "nft", "list", "set", "inet", TableName(n.ID), EgressNames4)
+		if got := strings.Contains(out, c.ip); got != c.want {
+			t.Errorf("the answer for %q (%s) allowed by *.wild.test: %v, want %v", name, c.ip, got, c.want)
+		}
+	}
+}
