@@ -185,6 +185,9 @@ type ServiceStats struct {
 	EgressDenied uint64 `json:"egressDenied,omitempty"`
 	// EgressDeniedByMAC is EgressDenied by the VM that opened them.
 	EgressDeniedByMAC map[string]uint64 `json:"egressDeniedByMAC,omitempty"`
+	// NeighLimited counts the connections the network's VMs opened to
+	// next hops past the bound on the host's neighbour entries.
+	NeighLimited uint64 `json:"neighLimited,omitempty"`
 	// Tunnel is the network's segment across hosts on this host; nil for a
 	// network of this host alone.
 	Tunnel *TunnelStats `json:"tunnel,omitempty"`

@@ -145,6 +145,8 @@ var (
 		"A network across hosts with an encrypted underlay: encrypted bytes sent to (tx) or received from (rx) each other host.", "host", "direction")
 	descEgressDenied = networkDesc("vmnetctl_network_egress_denied_total",
 		"Connections the network's VMs opened that its egress policy refused (networks with one).")
+	descNeighLimited = networkDesc("vmnetctl_network_neighbour_limited_total",
+		"Connections the network's VMs opened that were refused because they would have made the host resolve more next hops than the network may (its share of the host's neighbour table) or faster than a VM port may.")
 	descRAs = networkDesc("vmnetctl_network_ipv6_router_advertisements_total",
 		"IPv6 router advertisements the network sent (periodic, and in reply to solicitations).")
 	descRSs = networkDesc("vmnetctl_network_ipv6_router_solicitations_total",
@@ -180,7 +182,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDHCPSpoofed, descDHCPLimited, descDNSQueries, descDNSResponses,
-		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied, descTunnelPeers, descTunnelMACs, descTunnelBytes, descTunnelDropped, descTunnelBGP,
+		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied, descNeighLimited, descTunnelPeers, descTunnelMACs, descTunnelBytes, descTunnelDropped, descTunnelBGP,
 		descWireGuardHandshake, descWireGuardBytes,
 		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
 	} {
@@ -270,6 +272,9 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ba
 	}
 	if n.Egress != nil {
 		emit(descEgressDenied, prometheus.CounterValue, float64(st.EgressDenied), n.ID)
+	}
+	if n.Routed() {
+		emit(descNeighLimited, prometheus.CounterValue, float64(st.NeighLimited), n.ID)
 	}
 	if t := st.Tunnel; t != nil {
 		emit(descTunnelPeers, prometheus.GaugeValue, float64(len(t.Peers)), n.ID)

@@ -68,6 +68,10 @@ type NetworkStatus struct {
 	// EgressDenied counts the connections its VMs opened that the
 	// network's egress policy refused.
 	EgressDenied uint64 `json:"egressDenied,omitempty"`
+	// NeighLimited counts the connections its VMs opened to more next
+	// hops than the host's neighbour table may hold for the network
+	// (docs/security.md), refused.
+	NeighLimited uint64 `json:"neighLimited,omitempty"`
 	// Tunnel is the network's segment across hosts as this host sees it
 	// (docs/multihost.md); absent for a network of this host alone.
 	Tunnel *backend.TunnelStats `json:"tunnel,omitempty"`
@@ -186,7 +190,7 @@ func (c *Controller) status() *Status {
 			ns.State = "up"
 			st := nw.Stats()
 			guards[n.ID], portMACs[n.ID] = st.GuardDrops, st.PortMACs
-			ns.EgressDenied, ns.Tunnel = st.EgressDenied, st.Tunnel
+			ns.EgressDenied, ns.NeighLimited, ns.Tunnel = st.EgressDenied, st.NeighLimited, st.Tunnel
 			for mac, v := range st.EgressDeniedByMAC {
 				denied[n.ID+"/"+mac] = v
 			}

@@ -101,7 +101,7 @@ func TestShared(t *testing.T) {
 	wanDNS(t, w)
 	n := testNet("lan1", api.ModeShared, "10.200.1.0/24")
 	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{wanPeer + ":53"}})
-	wantRules(t, "forward chain of a shared network", chainRules(t, host, n.ID, "forward"), []string{
+	wantRules(t, "forward chain of a shared network", chainRules(t, host, n.ID, "forward"), append(neighWant("vmn-lan1"), []string{
 		`iifname "vmn-lan1" oifname "vmn-lan1" accept`,
 		`oifname "vmn-lan1" ct direction original ct status dnat accept`,
 		`iifname "vmn-lan1" ct direction reply ct status dnat accept`,
@@ -113,7 +113,7 @@ func TestShared(t *testing.T) {
 		`oifname "vmn-lan1" ct state established,related accept`,
 		`oifname "vmn-lan1" drop`,
 		`iifname "vmn-lan1" drop`,
-	})
+	}...))
 
 	v := vm(t, host, "vm1", "52:55:55:00:01:01", n.Bridge(), false)
 	l := mustUdhcpc(t, v, "guest1")
@@ -236,7 +236,7 @@ func TestHost(t *testing.T) {
 	if err := v.Ping(n.Gateway.String(), 1); err != nil {
 		t.Errorf("VM cannot ping the gateway: %v", err)
 	}
-	wantRules(t, "forward chain of a host network", chainRules(t, host, n.ID, "forward"), []string{
+	wantRules(t, "forward chain of a host network", chainRules(t, host, n.ID, "forward"), append(neighWant("vmn-hostonly"), []string{
 		`iifname "vmn-hostonly" oifname "vmn-hostonly" accept`,
 		`oifname "vmn-hostonly" ct direction original ct status dnat accept`,
 		`iifname "vmn-hostonly" ct direction reply ct status dnat accept`,
@@ -246,7 +246,7 @@ func TestHost(t *testing.T) {
 		`iifname "vmn-hostonly" ct state != { established, related } ip6 saddr @egress-own6 ip6 saddr . ip6 daddr != @egress-vmnames6 ip6 saddr . ip6 daddr vmap @egress-vm6`,
 		`iifname "vmn-hostonly" drop`,
 		`oifname "vmn-hostonly" drop`,
-	})
+	}...))
 	srv, seen := tcpServer(t, w)
 	// cutOff checks that the VM reaches nothing beyond the host.
 	cutOff := func(when string) {
@@ -300,7 +300,7 @@ func TestIsolation(t *testing.T) {
 	n := testNet("iso", api.ModeShared, "10.200.3.0/24")
 	n.Isolation = true
 	start(t, host, n, Options{})
-	wantRules(t, "forward chain of an isolated shared network", chainRules(t, host, n.ID, "forward"), []string{
+	wantRules(t, "forward chain of an isolated shared network", chainRules(t, host, n.ID, "forward"), append(neighWant("vmn-iso"), []string{
 		`iifname "vmn-iso" oifname "vmn-iso" drop`,
 		`oifname "vmn-iso" ct direction original ct status dnat accept`,
 		`iifname "vmn-iso" ct direction reply ct status dnat accept`,
@@ -312,7 +312,7 @@ func TestIsolation(t *testing.T) {
 		`oifname "vmn-iso" ct state established,related accept`,
 		`oifname "vmn-iso" drop`,
 		`iifname "vmn-iso" drop`,
-	})
+	}...))
 	a := vm(t, host, "a", "52:55:55:00:03:01", n.Bridge(), true)
 	b := vm(t, host, "b", "52:55:55:00:03:02", n.Bridge(), true)
 	// c's port is not isolated: the control for layer 2.
@@ -373,6 +373,22 @@ func TestIsolation(t *testing.T) {
 	}
 }
 
+// neighWant is the forward chain's first rules on bridge br: the bound on
+// the host's neighbour entries (neigh.go).
+func neighWant(br string) []string {
+	v4 := `iifname "` + br + `" ct state new meta nfproto ipv4 rt ip nexthop != @nexthops4`
+	v6 := `iifname "` + br + `" ct state new meta nfproto ipv6 rt ip6 nexthop != @nexthops6`
+	const perPort = ` add @nexthop-new { ether saddr limit rate over 2/second burst 32 packets } counter name "neigh-limited" drop`
+	return []string{
+		v4 + perPort,
+		v4 + ` add @nexthops4 { rt ip nexthop }`,
+		v4 + ` counter name "neigh-limited" drop`,
+		v6 + perPort,
+		v6 + ` add @nexthops6 { rt ip6 nexthop }`,
+		v6 + ` counter name "neigh-limited" drop`,
+	}
+}
+
 // TestForwardChain pins the forward chain of each kind of network, rule by
 // rule: the data-plane tests above show that these rules are what stops
 // (or lets through) the traffic.
@@ -389,7 +405,7 @@ func TestForwardChain(t *testing.T) {
 		n    *api.Network
 		want []string
 	}{
-		{shared, []string{
+		{shared, append(neighWant("vmn-s"), []string{
 			`iifname "vmn-s" oifname "vmn-s" accept`,
 			`oifname "vmn-s" ct direction original ct status dnat accept`,
 			`iifname "vmn-s" ct direction reply ct status dnat accept`,
@@ -401,8 +417,8 @@ func TestForwardChain(t *testing.T) {
 			`oifname "vmn-s" ct state established,related accept`,
 			`oifname "vmn-s" drop`,
 			`iifname "vmn-s" drop`,
-		}},
-		{isolated, []string{
+		}...)},
+		{isolated, append(neighWant("vmn-i"), []string{
 			`iifname "vmn-i" oifname "vmn-i" drop`,
 			`oifname "vmn-i" ct direction original ct status dnat accept`,
 			`iifname "vmn-i" ct direction reply ct status dnat accept`,
@@ -414,8 +430,8 @@ func TestForwardChain(t *testing.T) {
 			`oifname "vmn-i" ct state established,related accept`,
 			`oifname "vmn-i" drop`,
 			`iifname "vmn-i" drop`,
-		}},
-		{hostOnly, []string{
+		}...)},
+		{hostOnly, append(neighWant("vmn-h"), []string{
 			`iifname "vmn-h" oifname "vmn-h" accept`,
 			`oifname "vmn-h" ct direction original ct status dnat accept`,
 			`iifname "vmn-h" ct direction reply ct status dnat accept`,
@@ -425,8 +441,8 @@ func TestForwardChain(t *testing.T) {
 			`iifname "vmn-h" ct state != { established, related } ip6 saddr @egress-own6 ip6 saddr . ip6 daddr != @egress-vmnames6 ip6 saddr . ip6 daddr vmap @egress-vm6`,
 			`iifname "vmn-h" drop`,
 			`oifname "vmn-h" drop`,
-		}},
-		{isoHost, []string{
+		}...)},
+		{isoHost, append(neighWant("vmn-j"), []string{
 			`iifname "vmn-j" oifname "vmn-j" drop`,
 			`oifname "vmn-j" ct direction original ct status dnat accept`,
 			`iifname "vmn-j" ct direction reply ct status dnat accept`,
@@ -436,8 +452,8 @@ func TestForwardChain(t *testing.T) {
 			`iifname "vmn-j" ct state != { established, related } ip6 saddr @egress-own6 ip6 saddr . ip6 daddr != @egress-vmnames6 ip6 saddr . ip6 daddr vmap @egress-vm6`,
 			`iifname "vmn-j" drop`,
 			`oifname "vmn-j" drop`,
-		}},
-		{routed, []string{
+		}...)},
+		{routed, append(neighWant("vmn-r"), []string{
 			`iifname "vmn-r" oifname "vmn-r" accept`,
 			`oifname "vmn-r" ct direction original ct status dnat accept`,
 			`iifname "vmn-r" ct direction reply ct status dnat accept`,
@@ -449,7 +465,7 @@ func TestForwardChain(t *testing.T) {
 			`oifname "vmn-r" ct state established,related accept`,
 			`oifname "vmn-r" drop`,
 			`iifname "vmn-r" drop`,
-		}},
+		}...)},
 	} {
 		wantRules(t, "forward chain of network "+tc.n.ID, nftRules(tc.n)["forward"], tc.want)
 	}

@@ -567,6 +567,7 @@ func (nw *Network) Stats() backend.ServiceStats {
 		nw.inNS(func() error {
 			conns, err := forwardConns(ctx, nw.n.ID)
 			s.ForwardConns = conns
+			s.NeighLimited = neighLimited(ctx, nw.n.ID)
 			nw.vmEgress.mu.Lock()
 			vmPolicies := len(nw.vmEgress.policies) > 0
 			nw.vmEgress.mu.Unlock()

@@ -64,6 +64,7 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	tx.Add(&knftables.Table{Comment: &comment})
 	if n.Routed() {
 		addForwardObjects(tx)
+		addNeighObjects(tx)
 	}
 	if n.Routed() {
 		addEgressDenied(tx)

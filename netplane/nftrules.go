@@ -16,6 +16,9 @@ func nftRules(n *api.Network) map[string][]string {
 	br := fmt.Sprintf("%q", n.Bridge())
 	rules := map[string][]string{}
 	var input, fwd []string
+	if n.Routed() {
+		fwd = append(fwd, neighRules(br)...)
+	}
 	if x := n.VXLAN; x != nil {
 		// The tunnel's socket and the hosts' name service take packets
 		// from the segment's hosts only: a VM (of any network here) that
