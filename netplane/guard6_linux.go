@@ -73,6 +73,10 @@ func port6Rules(n *api.Network, drop string) []string {
 	case !checksIPv6(n):
 		return []string{"ether type ip6 accept"}
 	}
+	// Each rule names the Ethernet type, as portRules' do: one way of
+	// matching the protocol throughout (the first rule of the chain let
+	// no tagged frame through).
+	ip6 := "ether type ip6 "
 	nd := "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit, mld-listener-report, mld2-listener-report }"
 	owned := ndTarget + " @" + guardOwnedT6
 	notMine := "ether saddr . " + ndTarget + " != @" + guardTargets6
@@ -80,24 +84,24 @@ func port6Rules(n *api.Network, drop string) []string {
 		// ICMPv6 in fragments: neighbour discovery must not be
 		// fragmented (RFC 6980), and a fragment would hide the target
 		// the rules below check, past the first fragment's 8 bytes.
-		"exthdr frag exists meta l4proto ipv6-icmp " + drop,
+		ip6 + "exthdr frag exists meta l4proto ipv6-icmp " + drop,
 		// Another VM's address is not this one's to advertise, nor to
 		// contest in duplicate address detection (which would keep the
 		// owner from using it).
-		"icmpv6 type nd-neighbor-advert " + notMine + " " + owned + " " + drop,
-		"ip6 saddr :: icmpv6 type nd-neighbor-solicit " + notMine + " " + owned + " " + drop,
-		"ether saddr . ip6 saddr @" + guardAddrs6 + " accept",
-		"ip6 saddr @" + guardOwned6 + " " + drop,
+		ip6 + "icmpv6 type nd-neighbor-advert " + notMine + " " + owned + " " + drop,
+		ip6 + "ip6 saddr :: icmpv6 type nd-neighbor-solicit " + notMine + " " + owned + " " + drop,
+		ip6 + "ether saddr . ip6 saddr @" + guardAddrs6 + " accept",
+		ip6 + "ip6 saddr @" + guardOwned6 + " " + drop,
 		// Duplicate address detection and MLD before a VM has an address.
 		// At a bounded rate: each new target costs the learner a
 		// binding, and its transaction.
-		"ip6 saddr :: icmpv6 type { nd-neighbor-solicit, mld-listener-report, mld2-listener-report } limit rate " + nd6UnboundRate + " accept",
+		ip6 + "ip6 saddr :: icmpv6 type { nd-neighbor-solicit, mld-listener-report, mld2-listener-report } limit rate " + nd6UnboundRate + " accept",
 		// From an address nobody owns: neighbour discovery, which the
 		// learner hears, and nothing else until it has bound it; at a
 		// bounded rate, as each new source costs the host a neighbour
 		// entry (a flood would fill its table).
-		"ip6 saddr { fe80::/64, " + n.Subnet6.String() + " } " + nd + " limit rate " + nd6UnboundRate + " accept",
-		"ether type ip6 " + drop,
+		ip6 + "ip6 saddr { fe80::/64, " + n.Subnet6.String() + " } " + nd + " limit rate " + nd6UnboundRate + " accept",
+		ip6 + drop,
 	}
 }
 

@@ -133,7 +133,17 @@ const dhcpPortRate = "20/second burst 40 packets"
 func portRules(n *api.Network, port string, learn bool) []string {
 	drop := fmt.Sprintf("counter name %q drop", guardCounter(port))
 	macs := "@" + guardMACSet(port)
-	var rs []string
+	// First, before the port learns a MAC or any rule looks inside: an
+	// untagged frame of one of the three protocols a VM speaks. The
+	// Ethernet type is read from the frame as the VM wrote it (nftables
+	// puts back a tag the kernel took into the packet's metadata), so a
+	// frame with any 802.1Q or 802.1ad tag, VLAN 0 included, or any stack
+	// of them, is dropped here. The rules after it see the same protocol
+	// whichever way they match it: by the Ethernet type, or by the
+	// network and transport headers, which nftables finds past a tag.
+	// Without it, a tagged frame skipped every drop that matched the
+	// Ethernet type and was accepted by the rules that see through tags.
+	rs := []string{"ether type != { arp, ip, ip6 } " + drop}
 	if learn {
 		// The set holds one MAC: adding a second fails, and the rule
 		// does nothing more (the add to claimed after it is not run).
@@ -163,21 +173,21 @@ func portRules(n *api.Network, port string, learn bool) []string {
 		// fill the server's socket, and the other VMs' requests would
 		// be dropped before the server could tell them apart.
 		"ether type ip udp dport 67 limit rate over "+dhcpPortRate+" "+drop,
-		"ip saddr 0.0.0.0 udp sport 68 udp dport 67 accept")
+		"ether type ip ip saddr 0.0.0.0 udp sport 68 udp dport 67 accept")
 	if checksAddresses(n) {
 		rs = append(rs,
-			"ether saddr . ip saddr @"+guardAddrs+" accept",
+			"ether type ip ether saddr . ip saddr @"+guardAddrs+" accept",
 			"ether type ip "+drop)
 	} else {
 		rs = append(rs, "ether type ip accept")
 	}
 	rs = append(rs,
 		// Nor does it advertise routes or answer DHCPv6.
-		"icmpv6 type { nd-router-advert, nd-redirect } "+drop,
+		"ether type ip6 icmpv6 type { nd-router-advert, nd-redirect } "+drop,
 		"ether type ip6 udp sport 547 "+drop,
 		"ether type ip6 udp dport 546 "+drop)
 	rs = append(rs, port6Rules(n, drop)...)
-	// Nothing else: no VLAN tags, no STP, no other protocols.
+	// Nothing else (the first rule let no other protocol through).
 	return append(rs, drop)
 }
 
