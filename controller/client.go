@@ -54,6 +54,12 @@ func (cl *Client) Status(ctx context.Context) (*Status, error) {
 	return st, cl.do(ctx, http.MethodGet, "/v1/status", st)
 }
 
+// Progress returns what the controller's reconcile loop is doing.
+func (cl *Client) Progress(ctx context.Context) (*Progress, error) {
+	p := &Progress{}
+	return p, cl.do(ctx, http.MethodGet, "/v1/progress", p)
+}
+
 // Reconcile asks the controller to converge and returns the result.
 func (cl *Client) Reconcile(ctx context.Context) (*ReconcileResponse, error) {
 	resp := &ReconcileResponse{}

@@ -34,8 +34,10 @@ type Options struct {
 	ExitWhenIdle bool
 	// StatsInterval is the helpers' --stats-interval.
 	StatsInterval time.Duration
-	// ReadyTimeout bounds a helper's start; StopGrace its SIGTERM.
-	ReadyTimeout time.Duration
+	// StallTimeout is how long a starting helper may make no progress
+	// before it is failed (helperexec.StartOptions); StopGrace bounds its
+	// SIGTERM.
+	StallTimeout time.Duration
 	StopGrace    time.Duration
 	// Upstreams are the DNS proxies' resolvers (default: /etc/resolv.conf's).
 	Upstreams []string
@@ -57,7 +59,7 @@ const EnvStatsInterval = "VMNETCTL_STATS_INTERVAL"
 // The helpers' defaults, for the controller's and `vmnetctl run`'s alike.
 const (
 	defaultStatsInterval = 5 * time.Second
-	defaultReadyTimeout  = 15 * time.Second
+	defaultStallTimeout  = 15 * time.Second
 	defaultStopGrace     = 5 * time.Second
 )
 
@@ -87,8 +89,8 @@ func (o *Options) setDefaults() error {
 	if o.Version == "" {
 		o.Version = buildVersion()
 	}
-	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = defaultReadyTimeout
+	if o.StallTimeout == 0 {
+		o.StallTimeout = defaultStallTimeout
 	}
 	if o.StopGrace == 0 {
 		o.StopGrace = defaultStopGrace
@@ -108,6 +110,9 @@ type Controller struct {
 	sd   statedir.Dir
 	log  *slog.Logger
 	be   backend.Backend
+
+	// progress is what the reconcile loop does now, outside mu.
+	progress progress
 
 	mu      sync.Mutex
 	nets    map[string]backend.Network

@@ -74,7 +74,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 
 func (c *Controller) launcher() launcher {
 	return launcher{sd: c.sd, be: c.be, exe: c.opts.Executable, vmnetHelperPath: c.paths.VMNetHelper,
-		statsInterval: c.opts.StatsInterval, readyTimeout: c.opts.ReadyTimeout, stopGrace: c.opts.StopGrace}
+		statsInterval: c.opts.StatsInterval, stallTimeout: c.opts.StallTimeout, stopGrace: c.opts.StopGrace}
 }
 
 func fileSize(path string) int64 {

@@ -21,7 +21,7 @@ type launcher struct {
 	exe             string // vmnetctl itself
 	vmnetHelperPath string // networks.yaml's paths.vmnetHelper
 	statsInterval   time.Duration
-	readyTimeout    time.Duration
+	stallTimeout    time.Duration
 	stopGrace       time.Duration
 }
 
@@ -86,7 +86,7 @@ func (l launcher) start(ctx context.Context, s helperStart) (*helperexec.Helper,
 	if s.fd != nil {
 		cmd.ExtraFiles = []*os.File{s.fd}
 	}
-	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: spec.Socket, ReadyTimeout: l.readyTimeout,
+	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: spec.Socket, StallTimeout: l.stallTimeout,
 		StopGrace: l.stopGrace, ReadyFile: l.sd.HelperReadyFile(a.Key()), LogFile: l.sd.HelperLogFile(a.Key())})
 	if err != nil {
 		return fail(err)

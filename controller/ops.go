@@ -217,6 +217,9 @@ func (l *loaded) desiredWith(env Env, existing []*statedir.Project) (*Desired, e
 type ApplyOptions struct {
 	// MetricsAddr is where a controller that Apply starts serves /metrics.
 	MetricsAddr string
+	// Progress, if set (a terminal), gets a progress line redrawn in
+	// place while the controller converges.
+	Progress io.Writer
 }
 
 // ApplyResult is what Apply did.
@@ -310,7 +313,7 @@ func applyProject(ctx context.Context, env Env, in *Input, nets *api.Networks, p
 	if err := sd.SaveProjectAndNetworks(in.Networks, p); err != nil {
 		return nil, err
 	}
-	return converge(ctx, env, serveArgsOf(o, nets)...)
+	return converge(ctx, env, o.Progress, serveArgsOf(o, nets)...)
 }
 
 // serveArgs are the flags of a controller that Apply or NetworkCreate
@@ -332,8 +335,9 @@ func serveArgsOf(o ApplyOptions, nets *api.Networks) []string {
 // no nft) is one clear error before anything changes, in doctor's words.
 func doctorPreflight(ctx context.Context) error { return doctor.Preflight(ctx) }
 
-// converge starts the controller if none runs and asks it to converge.
-func converge(ctx context.Context, env Env, serveArgs ...string) (*ReconcileResponse, error) {
+// converge starts the controller if none runs and asks it to converge,
+// drawing its progress on progress if set.
+func converge(ctx context.Context, env Env, progress io.Writer, serveArgs ...string) (*ReconcileResponse, error) {
 	exe, err := env.executable()
 	if err != nil {
 		return nil, err
@@ -341,7 +345,17 @@ func converge(ctx context.Context, env Env, serveArgs ...string) (*ReconcileResp
 	if err := EnsureController(ctx, env.StateDir, exe, serveArgs...); err != nil {
 		return nil, err
 	}
-	return NewClient(env.StateDir).Reconcile(ctx)
+	cl := NewClient(env.StateDir)
+	if progress != nil {
+		pctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			showProgress(pctx, cl, progress)
+		}()
+		defer func() { stop(); <-done }()
+	}
+	return cl.Reconcile(ctx)
 }
 
 // PlanApply is `vmnetctl plan`: what Apply would change, and the warnings
@@ -446,7 +460,7 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		fmt.Fprintln(env.Stdout, "Everything is down.")
 		return sd.Clean()
 	}
-	resp, err := converge(ctx, env)
+	resp, err := converge(ctx, env, nil)
 	if errors.Is(err, ErrControllerExited) && len(left) == 0 {
 		// It removed what was left and exited: done.
 		stopStrays(env)
@@ -520,7 +534,7 @@ func removeProject(ctx context.Context, env Env, name string) {
 	}
 	defer lock.Unlock()
 	if existed, _ := env.StateDir.DeleteProject(name); existed {
-		converge(ctx, env)
+		converge(ctx, env, nil)
 	}
 }
 
@@ -631,7 +645,7 @@ func RunVM(ctx context.Context, env Env, in *Input, o RunOptions) (int, error) {
 	}
 	cl := NewClient(env.StateDir)
 	ln := launcher{sd: env.StateDir, be: DefaultBackend(), exe: exe, vmnetHelperPath: l.nets.Paths.VMNetHelper,
-		statsInterval: defaultStatsInterval, readyTimeout: defaultReadyTimeout, stopGrace: defaultStopGrace}
+		statsInterval: defaultStatsInterval, stallTimeout: defaultStallTimeout, stopGrace: defaultStopGrace}
 	return ln.runCommand(ctx, vmCommand{project: p, atts: atts, command: o.Command, stdin: o.Stdin, stdout: env.Stdout, stderr: env.Stderr},
 		nets, func() { go cl.Reconcile(context.WithoutCancel(ctx)) }) // the controller watches run's helpers
 }
@@ -700,7 +714,7 @@ func (l *loaded) startRun(ctx context.Context, env Env, in *Input, vm string) ([
 	if err := sd.SaveProjectAndNetworks(in.Networks, l.project.Project); err != nil {
 		return nil, nil, err
 	}
-	resp, err := converge(ctx, env)
+	resp, err := converge(ctx, env, nil)
 	if err != nil {
 		return nil, nil, err
 	}

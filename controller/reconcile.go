@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -28,6 +27,8 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	c.gen.begin()
 	defer c.gen.end()
 	defer c.countReconcile(time.Now(), &err)
+	c.progress.phase("reading the desired state")
+	defer c.progress.phase("")
 
 	c.mu.Lock()
 	c.rotateLogsLocked()
@@ -43,11 +44,14 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	stopping := c.takeStopping(plan, desired)
 	c.mu.Unlock()
 
+	c.progress.phase("stopping helpers")
 	errs := c.stopHelpers(stopping)
+	c.progress.phase("repairing networks")
 	errs = append(errs, c.repairNetworks(ctx, plan, desired)...)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.progress.phase("networks")
 	errs = append(errs, c.convergeNetworks(ctx, plan, desired)...)
 	errs = append(errs, c.sweepStrays(ctx, desired, projects)...)
 	errs = append(errs, c.setHosts(desired)...)
@@ -55,9 +59,11 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	errs = append(errs, c.claimPorts(ctx, desired)...)
 	launches := c.planLaunches(desired, projects)
 	c.mu.Unlock()
+	c.progress.phase("starting helpers")
 	c.runLaunches(ctx, launches)
 	c.mu.Lock()
 	errs = append(errs, c.commitLaunches(launches)...)
+	c.progress.phase("checking ports")
 	errs = append(errs, c.ensurePorts(ctx, desired)...)
 	return c.commit(ctx, desired, snap, projects, errs)
 }
@@ -186,9 +192,9 @@ func (c *Controller) takeStopping(plan *Plan, desired *Desired) []*helperProc {
 // removes what a killed one may have left.
 func (c *Controller) stopHelpers(hs []*helperProc) []error {
 	errs := make([]error, len(hs))
-	var wg sync.WaitGroup
-	for i, h := range hs {
-		wg.Go(func() {
+	parallel(len(hs), stopWorkers, func(i int) {
+		h := hs[i]
+		{
 			c.log.Info("stopping helper", "attachment", h.rec.Key, "pid", h.rec.Proc.PID)
 			c.stopProc(h)
 			// The record names the attachment even for an adopted helper.
@@ -200,9 +206,8 @@ func (c *Controller) stopHelpers(hs []*helperProc) []error {
 				removeSocket(h.rec.Socket)
 				os.Remove(c.sd.VMDir(h.rec.VM))
 			}
-		})
-	}
-	wg.Wait()
+		}
+	})
 	return errs
 }
 
@@ -536,14 +541,17 @@ func (c *Controller) restartDue(a *Attachment, h *helperProc, now time.Time) (re
 	return restarts, h.backoff, !now.Before(h.retryAt)
 }
 
-// runLaunches starts the helpers in parallel and without the lock: a slow
-// helper must not hold up status, metrics or the other helpers.
+// runLaunches starts the helpers without the lock (a slow helper must
+// not hold up status, metrics or the other helpers), launchWorkers at a
+// time.
 func (c *Controller) runLaunches(ctx context.Context, launches []*launch) {
-	var wg sync.WaitGroup
-	for _, l := range launches {
-		wg.Go(func() { l.h, l.err = c.launchHelper(ctx, l.a, l.n, l.owner) })
-	}
-	wg.Wait()
+	c.progress.begin(len(launches))
+	parallel(len(launches), launchWorkers(), func(i int) {
+		l := launches[i]
+		c.progress.start(l.a.Key())
+		l.h, l.err = c.launchHelper(ctx, l.a, l.n, l.owner)
+		c.progress.done(l.a.Key(), l.err)
+	})
 }
 
 // commitLaunches records the helpers that started and the failures.

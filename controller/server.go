@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -24,7 +25,15 @@ type ReconcileResponse struct {
 func (c *Controller) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// Without the controller's lock, which a long pass holds.
+		if p := c.progress.snapshot(); p.stuck(time.Now()) {
+			http.Error(w, fmt.Sprintf("the reconcile loop is stuck: no progress in %q since %s", p.Phase, p.Moved.Format(time.RFC3339)), http.StatusServiceUnavailable)
+			return
+		}
 		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /v1/progress", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, c.progress.snapshot())
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, c.status())
@@ -36,10 +45,11 @@ func (c *Controller) handler() http.Handler {
 			http.Error(w, "reconcile: only root may ask the controller to reconcile; a group that networks.yaml names may read status", http.StatusForbidden)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
-		defer cancel()
+		// As long as the client waits: a pass of thousands of helpers on
+		// a busy machine takes what it takes (/healthz says if it is
+		// stuck).
 		resp := ReconcileResponse{}
-		if err := c.waitReconcile(ctx); err != nil {
+		if err := c.waitReconcile(r.Context()); err != nil {
 			resp.Error = err.Error()
 		}
 		c.mu.Lock()

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/helperexec"
@@ -42,11 +41,7 @@ func strayHelpers(sd statedir.Dir, known func(pid int) bool) []helperexec.ProcId
 // stopProcesses stops processes in parallel, each SIGTERM and, after
 // grace, SIGKILL, and returns once all are gone.
 func stopProcesses(procs []helperexec.ProcIdentity, grace time.Duration) {
-	var wg sync.WaitGroup
-	for _, p := range procs {
-		wg.Go(func() { p.Kill(grace) })
-	}
-	wg.Wait()
+	parallel(len(procs), stopWorkers, func(i int) { procs[i].Kill(grace) })
 }
 
 // knownHelperPIDs are the pids of the helpers a fresh controller must not

@@ -24,8 +24,12 @@ type StartOptions struct {
 	// SocketPath, if set (the helper's --socket), must exist before the
 	// helper counts as ready.
 	SocketPath string
-	// ReadyTimeout bounds the wait for the JSON line (default 10s).
-	ReadyTimeout time.Duration
+	// StallTimeout is how long the helper may go without progress before
+	// it is failed (default 10s): no CPU used by it or its children,
+	// nothing of theirs runnable, no log line (stallWatch). A helper that
+	// moves, however slowly on a busy machine, is waited for; where
+	// progress cannot be read (no /proc), it is a plain timeout.
+	StallTimeout time.Duration
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL
 	// (default 5s).
 	StopGrace time.Duration
@@ -71,8 +75,8 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 	if cmd.Stdout != nil || cmd.Stderr != nil {
 		return nil, errors.New("helperexec.Start reads the helper's stdout and stderr: leave them unset")
 	}
-	if opts.ReadyTimeout <= 0 {
-		opts.ReadyTimeout = 10 * time.Second
+	if opts.StallTimeout <= 0 {
+		opts.StallTimeout = 10 * time.Second
 	}
 	if opts.StopGrace <= 0 {
 		opts.StopGrace = 5 * time.Second
@@ -109,24 +113,29 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 		}
 		return nil, errors.New(msg)
 	}
-	timer := time.NewTimer(opts.ReadyTimeout)
-	defer timer.Stop()
-	select {
-	case line, ok := <-lines:
-		if !ok {
-			<-h.done
-			h.readLogTail()
-			return fail("helper exited before it was ready (%v)", h.err)
+	watch := newStallWatch(h.Pid(), opts.StallTimeout, h.logSize)
+	check := time.NewTicker(stallCheck(opts.StallTimeout))
+	defer check.Stop()
+	for waiting := true; waiting; {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				<-h.done
+				h.readLogTail()
+				return fail("helper exited before it was ready (%v)", h.err)
+			}
+			r, err := helperproto.ParseReady(bytes.TrimSpace(line))
+			if err != nil {
+				return fail("%v", err)
+			}
+			h.Ready, waiting = r, false
+		case now := <-check.C:
+			if err := watch.check(now); err != nil {
+				return fail("%v", err)
+			}
+		case <-ctx.Done():
+			return fail("starting helper: %v", ctx.Err())
 		}
-		r, err := helperproto.ParseReady(bytes.TrimSpace(line))
-		if err != nil {
-			return fail("%v", err)
-		}
-		h.Ready = r
-	case <-timer.C:
-		return fail("helper not ready after %v", opts.ReadyTimeout)
-	case <-ctx.Done():
-		return fail("starting helper: %v", ctx.Err())
 	}
 	if opts.SocketPath != "" {
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -139,14 +148,33 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 			case <-tick.C:
 			case <-h.done:
 				return fail("helper exited before creating %s (%v)", opts.SocketPath, h.err)
-			case <-timer.C:
-				return fail("helper did not create %s within %v", opts.SocketPath, opts.ReadyTimeout)
+			case now := <-check.C:
+				if err := watch.check(now); err != nil {
+					return fail("helper did not create %s: %v", opts.SocketPath, err)
+				}
 			case <-ctx.Done():
 				return fail("starting helper: %v", ctx.Err())
 			}
 		}
 	}
 	return h, nil
+}
+
+// stallCheck is how often Start looks at a starting helper's progress: a
+// tenth of the stall window, at most every half second.
+func stallCheck(stall time.Duration) time.Duration { return min(stall/10, 500*time.Millisecond) }
+
+// logSize is how much the helper has logged: its log file's size in file
+// mode, the lines its stderr reader took with pipes.
+func (h *Helper) logSize() int64 {
+	if h.logFile == "" {
+		return int64(h.tail.count())
+	}
+	fi, err := os.Stat(h.logFile)
+	if err != nil {
+		return -1
+	}
+	return fi.Size()
 }
 
 // startWithPipes starts cmd reading its stdout and stderr through pipes.
@@ -317,11 +345,20 @@ type tail struct {
 	mu    sync.Mutex
 	max   int
 	lines []string
+	added int // lines added in all
+}
+
+// count is how many lines were added.
+func (t *tail) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.added
 }
 
 func (t *tail) add(line string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.added++
 	t.lines = append(t.lines, line)
 	if len(t.lines) > t.max {
 		t.lines = t.lines[len(t.lines)-t.max:]

@@ -42,6 +42,11 @@ func fakeHelper(mode string) int {
 	case "hang":
 		<-term
 		return 0
+	case "busy":
+		// Slow and getting somewhere: a second of CPU before it is
+		// ready, as on a busy machine.
+		for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		}
 	case "garbage":
 		fmt.Println(`{"vmnet_mtu": 1500}`)
 		<-term
@@ -129,9 +134,9 @@ func TestStartFailures(t *testing.T) {
 		want []string
 	}{
 		{"fail", StartOptions{}, []string{"exited before it was ready", `network "shared" is not up`, "running fake helper"}},
-		{"hang", StartOptions{ReadyTimeout: 200 * time.Millisecond}, []string{"not ready after 200ms", "running fake helper"}},
+		{"hang", StartOptions{StallTimeout: 200 * time.Millisecond}, []string{"made no progress for 200ms (state S", "running fake helper"}},
 		{"garbage", StartOptions{}, []string{"vmnet_mac_address is missing"}},
-		{"ok", StartOptions{SocketPath: "/nonexistent/helper.sock", ReadyTimeout: 200 * time.Millisecond}, []string{"did not create /nonexistent/helper.sock"}},
+		{"ok", StartOptions{SocketPath: "/nonexistent/helper.sock", StallTimeout: 200 * time.Millisecond}, []string{"did not create /nonexistent/helper.sock"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
@@ -146,6 +151,17 @@ func TestStartFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStartWaitsForProgress: a helper that takes five times the stall
+// window but uses the CPU all along is waited for, not failed; one that
+// sleeps (TestStartFailures' hang) is.
+func TestStartWaitsForProgress(t *testing.T) {
+	h, err := Start(context.Background(), fake(t, "busy"), StartOptions{StallTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("a helper busy for 1s with a stall window of 200ms: %v", err)
+	}
+	h.Stop()
 }
 
 func TestStopKillsStubbornHelper(t *testing.T) {

@@ -184,7 +184,7 @@ func TestVMNetHelperFakeReady(t *testing.T) {
 			t.Parallel()
 			// The socket comes late: Start must wait for it after the line.
 			fr := fakeCommand(t, "", tt.opts, "FAKE_VMNET_HELPER_SOCKET_DELAY=200ms")
-			h, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock, ReadyTimeout: 10 * time.Second})
+			h, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock, StallTimeout: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,11 +271,11 @@ func TestVMNetHelperFakeHang(t *testing.T) {
 	t.Parallel()
 	fr := fakeCommand(t, "hang", Options{FD: -1, Network: testNetwork(t, "shared")})
 	start := time.Now()
-	_, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock, ReadyTimeout: 300 * time.Millisecond})
+	_, err := helperexec.Start(context.Background(), fr.cmd, helperexec.StartOptions{SocketPath: fr.sock, StallTimeout: 300 * time.Millisecond})
 	if err == nil {
 		t.Fatal("Start of a hanging helper succeeded")
 	}
-	if !strings.Contains(err.Error(), "not ready after 300ms") || !strings.Contains(err.Error(), "INFO  [main] using bulk_forwarding: false") {
+	if !strings.Contains(err.Error(), "made no progress for 300ms") || !strings.Contains(err.Error(), "INFO  [main] using bulk_forwarding: false") {
 		t.Errorf("error = %v, want the timeout and the helper's stderr", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {

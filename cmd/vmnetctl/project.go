@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -66,6 +67,21 @@ type output struct{ json bool }
 
 func (o *output) bind(cmd *cobra.Command, help string) {
 	cmd.Flags().BoolVar(&o.json, "json", false, help)
+}
+
+// progress is where a long command draws its progress: w if it is a
+// terminal and the output is not JSON, else nowhere (nil).
+func (o output) progress(w io.Writer) io.Writer {
+	f, ok := w.(*os.File)
+	if o.json || !ok {
+		return nil
+	}
+	// A character device: a terminal (or /dev/null, where drawing is
+	// harmless), not a file or a pipe.
+	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return w
 }
 
 // print writes v as indented JSON with --json, else as render writes it.

@@ -17,7 +17,7 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := controller.Apply(cmd.Context(), g.env(s), in, controller.ApplyOptions{MetricsAddr: metricsAddr})
+			res, err := controller.Apply(cmd.Context(), g.env(s), in, controller.ApplyOptions{MetricsAddr: metricsAddr, Progress: out.progress(s.err)})
 			if err != nil {
 				return err
 			}
