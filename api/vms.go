@@ -116,6 +116,11 @@ type VMFileOptions struct {
 	Name string
 }
 
+// MaxPortsPerNetwork bounds the attachments of one shared or host network
+// on a host: the kernel's bridge takes at most 1023 ports, and a network's
+// bridge may have a tunnel's port too.
+const MaxPortsPerNetwork = 1000
+
 var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck", "portForwards", "egress"}
 
 // LoadVMFile parses a lima instance file or a multi-VM file. When there are
@@ -328,6 +333,7 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 		ip  netip.Addr
 	}
 	ips := map[netIP]*Attachment{}
+	ports := map[string]int{} // VM ports by network
 	var forwards []PortForward
 	for _, f := range files {
 		for _, vm := range f.VMs {
@@ -354,6 +360,11 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 				}
 				a.Network = n.ID
 				kept = append(kept, a)
+				if n.Routed() {
+					if ports[n.ID]++; ports[n.ID] == MaxPortsPerNetwork+1 {
+						errAt(a.Source, a.lines[string(a.Ref)], field+"."+string(a.Ref), "network %q has more than %d attachments: a network's bridge holds at most %d VM ports (the kernel's limit is 1023 ports a bridge); spread the VMs over more networks", n.ID, MaxPortsPerNetwork, MaxPortsPerNetwork)
+					}
+				}
 				if a.Egress != nil && !n.Routed() {
 					errAt(a.Source, a.lines["egress"], field+".egress", "network %q is %s: egress policies are for shared and host networks", n.ID, n.Mode)
 				}
@@ -375,7 +386,13 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 					forwards = append(forwards, pf)
 				}
 				if prev, dup := macs[a.MAC]; dup {
-					errAt(a.Source, a.lines["macAddress"], field+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, prev.Source)
+					if a.MACDerived {
+						// Derived, not written: the user never wrote
+						// the field the error would name.
+						errAt(a.Source, a.lines[string(a.Ref)], field, "the MAC %s vmnetctl derives for this entry is also VM %q's (at %s): give one of them a macAddress", a.MAC, prev.VM, prev.Source)
+					} else {
+						errAt(a.Source, a.lines["macAddress"], field+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, prev.Source)
+					}
 				}
 				macs[a.MAC] = a
 				if !a.IP.IsValid() {

@@ -1,7 +1,10 @@
 package api
 
 import (
+	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -210,5 +213,38 @@ func TestBridgeName(t *testing.T) {
 	}
 	if BridgeName("abcdefghijkl") == BridgeName("abcdefghijkm") {
 		t.Errorf("long names that differ got the same bridge")
+	}
+}
+
+// TestFleetLimits: a network takes at most MaxPortsPerNetwork attachments,
+// refused at the first one past it, by its line; two VMs whose derived
+// MACs collide get an error that names what the user wrote, not a
+// macAddress field they never did.
+func TestFleetLimits(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("vms:\n")
+	for i := range MaxPortsPerNetwork + 1 {
+		fmt.Fprintf(&b, "  vm%05d:\n    networks: [{vmnet: shared}]\n", i)
+	}
+	_, diags := loadAll(t, VMFileOptions{}, [2]string{"fleet.yaml", b.String()})
+	want := fmt.Sprintf("fleet.yaml:%d", 2+2*MaxPortsPerNetwork+1)
+	if text := diagText(diags); !strings.Contains(text, want) || !strings.Contains(text, "at most 1000 VM ports") {
+		t.Errorf("%d VMs on one network: %s; want an error at %s", MaxPortsPerNetwork+1, text, want)
+	}
+
+	// Two names whose derived MACs are one.
+	seen := map[string]string{}
+	var x, y string
+	for i := 0; x == ""; i++ {
+		name := fmt.Sprintf("n%d", i)
+		mac := DeriveMAC(name, 0).String()
+		if prev, ok := seen[mac]; ok {
+			x, y = prev, name
+		}
+		seen[mac] = name
+	}
+	_, diags = loadAll(t, VMFileOptions{}, [2]string{"vms.yaml", fmt.Sprintf("vms:\n  %s:\n    networks: [{vmnet: shared}]\n  %s:\n    networks: [{vmnet: shared}]\n", x, y)})
+	if text := diagText(diags); !strings.Contains(text, "vmnetctl derives for this entry is also VM "+strconv.Quote(x)) || strings.Contains(text, "macAddress:") {
+		t.Errorf("VMs %s and %s, whose derived MACs are one: %s", x, y, text)
 	}
 }
