@@ -37,7 +37,29 @@ const (
 	guardOwned6   = "owned6"
 	guardTargets6 = "targets6"
 	guardOwnedT6  = "ownedt6"
+	// Constant sets of the ports' rules (guardL2Types): ICMPv6 types,
+	// and the prefixes a VM may claim an address in.
+	guardRA6      = "ra6"      // router advertisements and redirects
+	guardND6      = "nd6"      // what the learner hears
+	guardDAD6     = "dad6"     // what a VM sends before it has an address
+	guardUnbound6 = "unbound6" // fe80::/64 and the network's prefix
 )
+
+// The ICMPv6 types of guardRA6, guardND6 and guardDAD6.
+var (
+	icmp6RA  = []string{"nd-router-advert", "nd-redirect"}
+	icmp6ND  = []string{"nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit", "mld-listener-report", "mld2-listener-report"}
+	icmp6DAD = []string{"nd-neighbor-solicit", "mld-listener-report", "mld2-listener-report"}
+)
+
+// constSet adds to tx the set name of type typ with exactly elems.
+func constSet(tx *knftables.Transaction, name, typ string, elems []string) {
+	tx.Add(&knftables.Set{Name: name, Type: typ})
+	tx.Flush(&knftables.Set{Name: name})
+	for _, e := range elems {
+		tx.Add(&knftables.Element{Set: name, Key: []string{e}})
+	}
+}
 
 // ndTarget is the target address of a neighbour solicitation or
 // advertisement: 128 bits after the ICMPv6 header's first 64.
@@ -49,8 +71,18 @@ func checksIPv6(n *api.Network) bool { return guarded(n) && n.HasIPv6() }
 
 // addGuard6Sets adds n's IPv6 binding sets to tx.
 func addGuard6Sets(tx *knftables.Transaction, n *api.Network) {
+	// Router advertisements are dropped on every guarded network.
+	constSet(tx, guardRA6, "icmpv6_type", icmp6RA)
 	if !checksIPv6(n) {
 		return
+	}
+	constSet(tx, guardND6, "icmpv6_type", icmp6ND)
+	constSet(tx, guardDAD6, "icmpv6_type", icmp6DAD)
+	// The network's prefix may change with networks.yaml: made again.
+	tx.Add(&knftables.Set{Name: guardUnbound6, Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	tx.Flush(&knftables.Set{Name: guardUnbound6})
+	for _, p := range []string{"fe80::/64", n.Subnet6.String()} {
+		tx.Add(&knftables.Element{Set: guardUnbound6, Key: []string{p}})
 	}
 	tx.Add(&knftables.Set{Name: guardAddrs6, Type: "ether_addr . ipv6_addr"})
 	tx.Add(&knftables.Set{Name: guardOwned6, Type: "ipv6_addr"})
@@ -77,7 +109,7 @@ func port6Rules(n *api.Network, drop string) []string {
 	// matching the protocol throughout (the first rule of the chain let
 	// no tagged frame through).
 	ip6 := "ether type ip6 "
-	nd := "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit, mld-listener-report, mld2-listener-report }"
+	nd := "icmpv6 type @" + guardND6
 	owned := ndTarget + " @" + guardOwnedT6
 	notMine := "ether saddr . " + ndTarget + " != @" + guardTargets6
 	return []string{
@@ -95,12 +127,12 @@ func port6Rules(n *api.Network, drop string) []string {
 		// Duplicate address detection and MLD before a VM has an address.
 		// At a bounded rate: each new target costs the learner a
 		// binding, and its transaction.
-		ip6 + "ip6 saddr :: icmpv6 type { nd-neighbor-solicit, mld-listener-report, mld2-listener-report } limit rate " + nd6UnboundRate + " accept",
+		ip6 + "ip6 saddr :: icmpv6 type @" + guardDAD6 + " limit rate " + nd6UnboundRate + " accept",
 		// From an address nobody owns: neighbour discovery, which the
 		// learner hears, and nothing else until it has bound it; at a
 		// bounded rate, as each new source costs the host a neighbour
 		// entry (a flood would fill its table).
-		ip6 + "ip6 saddr { fe80::/64, " + n.Subnet6.String() + " } " + nd + " limit rate " + nd6UnboundRate + " accept",
+		ip6 + "ip6 saddr @" + guardUnbound6 + " " + nd + " limit rate " + nd6UnboundRate + " accept",
 		ip6 + drop,
 	}
 }

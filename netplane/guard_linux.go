@@ -3,6 +3,7 @@ package netplane
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -40,8 +41,13 @@ const (
 	guardPorts = "ports"
 	guardHook  = "prerouting"
 	// The MACs' exclusivity (ClaimPorts).
-	guardClaimed = "claimed"
-	guardOwns    = "owns"
+	guardClaimed  = "claimed"
+	guardOwns     = "owns"
+	guardExpected = "expected" // the MACs of owns, to look one up alone
+	// The constant sets the ports' rules look up: named, not written in
+	// each rule (an anonymous set belongs to one rule), so that a port's
+	// chain can be copied rule by rule (clonePortGuard).
+	guardL2Types = "l2types" // ARP, IPv4, IPv6
 )
 
 func guardChain(port string) string   { return "port-" + port }
@@ -68,6 +74,8 @@ func addGuardBase(tx *knftables.Transaction, n *api.Network) {
 	tx.Add(&knftables.Set{Name: guardAddrs, Type: "ether_addr . ipv4_addr"})
 	tx.Add(&knftables.Set{Name: guardClaimed, Type: "ether_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}})
 	tx.Add(&knftables.Set{Name: guardOwns, Type: "ether_addr . ifname"})
+	tx.Add(&knftables.Set{Name: guardExpected, Type: "ether_addr"})
+	constSet(tx, guardL2Types, "ether_type", []string{"arp", "ip", "ip6"})
 	addGuard6Sets(tx, n)
 	tx.Add(&knftables.Map{Name: guardPorts, Type: "ifname : verdict"})
 	tx.Add(&knftables.Chain{Name: guardHook, Type: knftables.PtrTo(knftables.FilterType),
@@ -83,7 +91,7 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 	if !guarded(n) {
 		return nil
 	}
-	mark, exists, err := tableMark(ctx, knftables.BridgeFamily, TableName(n.ID))
+	mark, exists, err := tableComment(knftables.BridgeFamily, TableName(n.ID))
 	if err != nil {
 		return err
 	}
@@ -96,6 +104,7 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 			tx.Delete(&knftables.Table{})
 			addGuardBase(tx, n)
 		}
+		addGuardTemplate(tx, n)
 	})
 	if err != nil {
 		return err
@@ -109,15 +118,24 @@ func checkGuardTable(ctx context.Context, n *api.Network) []error {
 	if !guarded(n) {
 		return nil
 	}
-	listing, err := tableRuleset(ctx, knftables.BridgeFamily, n.ID)
-	switch {
-	case err != nil:
+	// The table's comment and its hook chain's rules, not the whole table
+	// (every port's chain): a pass checks every network.
+	mark, exists, err := tableComment(knftables.BridgeFamily, TableName(n.ID))
+	if err != nil {
 		return []error{err}
-	case listing == "":
+	}
+	hooked := false
+	if exists {
+		if hooked, err = hasVmapRule(knftables.BridgeFamily, TableName(n.ID), guardHook, guardPorts); err != nil {
+			return []error{err}
+		}
+	}
+	switch {
+	case !exists:
 		return []error{fmt.Errorf("network %q: nftables table bridge %s (the ports' guard) does not exist", n.ID, TableName(n.ID))}
-	case !strings.Contains(listing, "comment \""+Mark(n.ID)+"\""):
+	case mark != Mark(n.ID):
 		return []error{fmt.Errorf("network %q: nftables table bridge %s is not marked as vmnetctl's", n.ID, TableName(n.ID))}
-	case !strings.Contains(listing, "\t\tiifname vmap @"+guardPorts+"\n"):
+	case !hooked:
 		return []error{fmt.Errorf("network %q: nftables table bridge %s lacks its hook", n.ID, TableName(n.ID))}
 	}
 	return nil
@@ -131,8 +149,13 @@ const dhcpPortRate = "20/second burst 40 packets"
 // portRules are the checks of a port's chain, in order. mac is the port's
 // MAC when the attachment names it; nil learns the first the VM sends from.
 func portRules(n *api.Network, port string, learn bool) []string {
-	drop := fmt.Sprintf("counter name %q drop", guardCounter(port))
-	macs := "@" + guardMACSet(port)
+	return guardRules(n, guardMACSet(port), guardCounter(port), learn)
+}
+
+// guardRules are portRules with the port's MAC set and drop counter named.
+func guardRules(n *api.Network, macSet, counter string, learn bool) []string {
+	drop := fmt.Sprintf("counter name %q drop", counter)
+	macs := "@" + macSet
 	// First, before the port learns a MAC or any rule looks inside: an
 	// untagged frame of one of the three protocols a VM speaks. The
 	// Ethernet type is read from the frame as the VM wrote it (nftables
@@ -143,7 +166,7 @@ func portRules(n *api.Network, port string, learn bool) []string {
 	// network and transport headers, which nftables finds past a tag.
 	// Without it, a tagged frame skipped every drop that matched the
 	// Ethernet type and was accepted by the rules that see through tags.
-	rs := []string{"ether type != { arp, ip, ip6 } " + drop}
+	rs := []string{"ether type != @" + guardL2Types + " " + drop}
 	if learn {
 		// The set holds one MAC: adding a second fails, and the rule
 		// does nothing more (the add to claimed after it is not run).
@@ -183,7 +206,7 @@ func portRules(n *api.Network, port string, learn bool) []string {
 	}
 	rs = append(rs,
 		// Nor does it advertise routes or answer DHCPv6.
-		"ether type ip6 icmpv6 type { nd-router-advert, nd-redirect } "+drop,
+		"ether type ip6 icmpv6 type @"+guardRA6+" "+drop,
 		"ether type ip6 udp sport 547 "+drop,
 		"ether type ip6 udp dport 546 "+drop)
 	rs = append(rs, port6Rules(n, drop)...)
@@ -206,22 +229,64 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 	if !guarded(n) {
 		return nil
 	}
-	st, err := liveGuardState(ctx, n.ID)
+	var m string
+	if mac != nil {
+		m = mac.String()
+	} else if Owner() == "" {
+		// A standalone helper's learning port may learn its VM's MAC,
+		// which the guard of a port that is gone may still hold: gone
+		// guards go first. A controller's port learns its expected MAC
+		// (owns) whoever held it, and the controller prunes on its
+		// passes (ClaimPorts); a port with its MAC prunes only when the
+		// MAC is taken, below. So a controller's helper starts at the
+		// same cost however many ports the network has.
+		if err := pruneGuards(ctx, n.ID); err != nil {
+			return err
+		}
+	}
+	if mac == nil {
+		// Through netlink, from the template: what a controller's port
+		// costs does not grow with the network's ports.
+		held, err := readHeld(n.ID, port)
+		if err != nil {
+			return err
+		}
+		ps := portState{held: held}
+		if held != "" {
+			if ps.heldExpected, err = hasElement(ctx, n.ID, guardExpected, held); err != nil {
+				return err
+			}
+		}
+		if err := guardPortByClone(n, port, ps); !errors.Is(err, errNoTemplate) {
+			return err
+		}
+	}
+	ps, err := readPortState(ctx, n.ID, port, m)
 	if err != nil {
 		return err
 	}
-	var m string
-	mine := false
-	if mac != nil {
-		m = mac.String()
-		mine = st.owns[portMAC{m, port}] || st.learned[port] == m
-		if !mine && st.claimed[m] {
-			return fmt.Errorf("network %q: guarding port %s: MAC %s is another VM port's%s: a port may not take it", n.ID, port, m, st.holder(m, port))
+	if m != "" && !ps.mine && ps.claimed {
+		// Some port holds it: one that is gone (a helper that exited)
+		// releases it once its guard is pruned, so that a helper started
+		// again under another TAP name takes its VM's MAC again.
+		if err := pruneGuards(ctx, n.ID); err != nil {
+			return err
+		}
+		if ps, err = readPortState(ctx, n.ID, port, m); err != nil {
+			return err
+		}
+		if !ps.mine && ps.claimed {
+			holder := ""
+			if st, err := readGuardState(ctx, n.ID); err == nil {
+				holder = st.holder(m, port)
+			}
+			return fmt.Errorf("network %q: guarding port %s: MAC %s is another VM port's%s: a port may not take it", n.ID, port, m, holder)
 		}
 	}
+	mine := ps.mine
 	return runGuardTx(ctx, n, "guarding port "+port, func(tx *knftables.Transaction) {
 		// Replace the old guard whole, its learned MAC with it.
-		deleteGuard(tx, port, st, m)
+		deleteGuard(tx, port, ps.held, ps.heldExpected, m)
 		g := guardObjects(port)
 		tx.Add(g.set)
 		if mac != nil {
@@ -250,11 +315,13 @@ func UnguardPort(ctx context.Context, n *api.Network, port string) error {
 	if !guarded(n) {
 		return nil
 	}
-	st, err := readGuardState(ctx, n.ID)
+	ps, err := readPortState(ctx, n.ID, port, "")
 	if err != nil {
 		return err
 	}
-	return runGuardTx(ctx, n, "removing the guard of port "+port, func(tx *knftables.Transaction) { deleteGuard(tx, port, st, "") })
+	return runGuardTx(ctx, n, "removing the guard of port "+port, func(tx *knftables.Transaction) {
+		deleteGuard(tx, port, ps.held, ps.heldExpected, "")
+	})
 }
 
 // ClaimPorts makes expected (port name -> the MAC its attachment gives the
@@ -278,6 +345,10 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		owns[portMAC{mac.String(), port}] = true
 		owner[mac.String()] = port
 	}
+	expectedMACs := map[string]bool{}
+	for mac := range owner {
+		expectedMACs[mac] = true
+	}
 	claimed := map[string]bool{}
 	var evict []portMAC
 	for port, mac := range st.learned {
@@ -290,7 +361,7 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	for mac := range owner {
 		claimed[mac] = true
 	}
-	if maps.Equal(owns, st.owns) && maps.Equal(claimed, st.claimed) && len(evict) == 0 {
+	if maps.Equal(owns, st.owns) && maps.Equal(claimed, st.claimed) && maps.Equal(expectedMACs, st.expectedMACs) && len(evict) == 0 {
 		return nil
 	}
 	return runGuardTx(ctx, n, "claiming the VM ports' MACs", func(tx *knftables.Transaction) {
@@ -301,6 +372,14 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		}
 		for p := range owns {
 			tx.Add(&knftables.Element{Set: guardOwns, Key: []string{p.mac, quoteIfname(p.port)}})
+		}
+		for mac := range st.expectedMACs {
+			if !expectedMACs[mac] {
+				tx.Delete(&knftables.Element{Set: guardExpected, Key: []string{mac}})
+			}
+		}
+		for mac := range expectedMACs {
+			tx.Add(&knftables.Element{Set: guardExpected, Key: []string{mac}})
 		}
 		for mac := range st.claimed {
 			if !claimed[mac] {
@@ -321,9 +400,10 @@ type portMAC struct{ mac, port string }
 
 // guardState is what a network's guard table holds of its MACs.
 type guardState struct {
-	learned map[string]string // port -> the MAC its set holds (learned or pinned)
-	claimed map[string]bool
-	owns    map[portMAC]bool
+	learned      map[string]string // port -> the MAC its set holds (learned or pinned)
+	claimed      map[string]bool
+	owns         map[portMAC]bool
+	expectedMACs map[string]bool
 }
 
 // held is the MAC port's set holds, "" for none or a nil st.
@@ -371,22 +451,22 @@ func liveGuardState(ctx context.Context, id string) (*guardState, error) {
 	return readGuardState(ctx, id)
 }
 
-// readGuardState reads network id's guard table with one `nft -j list
-// table`; all empty without the table.
+// readGuardState reads the MACs of network id's guard table, all of them:
+// its sets (`nft -j list sets bridge`, not the ports' rules); all empty
+// without the table. For a controller's pass and for errors: GuardPort
+// reads only its own port's (readPortState).
 func readGuardState(ctx context.Context, id string) (*guardState, error) {
-	st := &guardState{learned: map[string]string{}, claimed: map[string]bool{}, owns: map[portMAC]bool{}}
-	out, err := exec.CommandContext(ctx, "nft", "-j", "list", "table", string(knftables.BridgeFamily), TableName(id)).CombinedOutput()
+	st := &guardState{learned: map[string]string{}, claimed: map[string]bool{}, owns: map[portMAC]bool{}, expectedMACs: map[string]bool{}}
+	out, err := exec.CommandContext(ctx, "nft", "-j", "list", "sets", string(knftables.BridgeFamily)).CombinedOutput()
 	if err != nil {
-		if strings.Contains(string(out), "No such file or directory") {
-			return st, nil
-		}
-		return nil, fmt.Errorf("network %q: reading the guard's MACs: nft list table bridge %s: %w: %s", id, TableName(id), err, strings.TrimSpace(string(out)))
+		return nil, fmt.Errorf("network %q: reading the guard's MACs: nft list sets bridge: %w: %s", id, err, strings.TrimSpace(string(out)))
 	}
 	var doc struct {
 		Nftables []struct {
 			Set *struct {
-				Name string            `json:"name"`
-				Elem []json.RawMessage `json:"elem"`
+				Name  string            `json:"name"`
+				Table string            `json:"table"`
+				Elem  []json.RawMessage `json:"elem"`
 			} `json:"set"`
 		} `json:"nftables"`
 	}
@@ -394,7 +474,7 @@ func readGuardState(ctx context.Context, id string) (*guardState, error) {
 		return nil, fmt.Errorf("network %q: reading the guard's MACs: %w", id, err)
 	}
 	for _, o := range doc.Nftables {
-		if o.Set == nil {
+		if o.Set == nil || o.Set.Table != TableName(id) {
 			continue
 		}
 		for _, raw := range o.Set.Elem {
@@ -402,6 +482,8 @@ func readGuardState(ctx context.Context, id string) (*guardState, error) {
 			switch {
 			case o.Set.Name == guardClaimed && len(key) == 1:
 				st.claimed[key[0]] = true
+			case o.Set.Name == guardExpected && len(key) == 1:
+				st.expectedMACs[key[0]] = true
 			case o.Set.Name == guardOwns && len(key) == 2:
 				st.owns[portMAC{key[0], key[1]}] = true
 			case strings.HasPrefix(o.Set.Name, guardMACSet("")) && len(key) == 1:
@@ -410,6 +492,65 @@ func readGuardState(ctx context.Context, id string) (*guardState, error) {
 		}
 	}
 	return st, nil
+}
+
+// portState is what GuardPort and UnguardPort need to know of network
+// id's guard about one port and one MAC, read element by element: what it
+// costs does not grow with the network's ports.
+type portState struct {
+	held         string // the MAC the port's set holds, "" for none
+	heldExpected bool   // held is some port's expected MAC
+	mine         bool   // mac is the port's expected MAC, or the one it holds
+	claimed      bool   // mac is claimed: some port holds it or is expected to
+}
+
+// readPortState reads port's guard and what the guard says of mac ("" for
+// none) on network id.
+func readPortState(ctx context.Context, id, port, mac string) (portState, error) {
+	var ps portState
+	nft, err := newNFT(knftables.BridgeFamily, id)
+	if err != nil {
+		return ps, err
+	}
+	elems, err := nft.ListElements(ctx, "set", guardMACSet(port))
+	if err != nil && !knftables.IsNotFound(err) {
+		return ps, fmt.Errorf("network %q: reading the guard of port %s: %w", id, port, err)
+	}
+	for _, e := range elems {
+		if len(e.Key) == 1 {
+			ps.held = e.Key[0]
+		}
+	}
+	has := func(set string, key ...string) (ok bool) {
+		if err == nil {
+			ok, err = hasElement(ctx, id, set, key...)
+		}
+		return ok
+	}
+	err = nil
+	if ps.held != "" {
+		ps.heldExpected = has(guardExpected, ps.held)
+	}
+	if mac != "" {
+		ps.mine = ps.held == mac || has(guardOwns, mac, quoteIfname(port))
+		ps.claimed = !ps.mine && has(guardClaimed, mac)
+	}
+	return ps, err
+}
+
+// hasElement tells whether set of network id's guard table holds the
+// element key (its parts, concatenated), with one `nft get element`: a
+// lookup of that element alone. A missing set or table holds nothing.
+func hasElement(ctx context.Context, id, set string, key ...string) (bool, error) {
+	args := []string{"get", "element", string(knftables.BridgeFamily), TableName(id), set, "{", strings.Join(key, " . "), "}"}
+	out, err := exec.CommandContext(ctx, "nft", args...).CombinedOutput()
+	switch {
+	case err == nil:
+		return true, nil
+	case strings.Contains(string(out), "No such file or directory"):
+		return false, nil
+	}
+	return false, fmt.Errorf("network %q: nft %s: %w: %s", id, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 }
 
 // nftElemKey is the key of a set element in nft's JSON: a value, a
@@ -475,11 +616,11 @@ func guardObjects(port string) guard {
 
 // deleteGuard adds to tx the deletion of port's guard, existing or not
 // (each object is added first, so that its delete finds it), its drop
-// counter kept. The MAC the port held (in st, if not nil) leaves claimed, unless it is
-// some port's expected MAC or keep: a new VM, or this port's VMM started
-// again with another MAC, may then take it.
-func deleteGuard(tx *knftables.Transaction, port string, st *guardState, keep string) {
-	if mac := st.held(port); mac != "" && mac != keep && !st.expected(mac) {
+// counter kept. The MAC the port held (held, "" for none) leaves claimed,
+// unless it is some port's expected MAC (heldExpected) or keep: a new VM,
+// or this port's VMM started again with another MAC, may then take it.
+func deleteGuard(tx *knftables.Transaction, port, held string, heldExpected bool, keep string) {
+	if mac := held; mac != "" && mac != keep && !heldExpected {
 		claim := &knftables.Element{Set: guardClaimed, Key: []string{mac}}
 		tx.Add(claim)
 		tx.Delete(claim)
@@ -503,20 +644,24 @@ func pruneGuards(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	chains, err := nft.List(ctx, "chains")
-	if knftables.IsNotFound(err) {
-		return nil // no guard table yet: no guard
-	}
+	chains, err := tableChains(knftables.BridgeFamily, TableName(id)) // none without the table
 	if err != nil {
 		return fmt.Errorf("network %q: listing the guards: %w", id, err)
+	}
+	// The links, listed once (net.InterfaceByName lists them all each
+	// time it is called).
+	links := map[string]bool{}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fmt.Errorf("network %q: listing the links: %w", id, err)
+	}
+	for _, ifi := range ifs {
+		links[ifi.Name] = true
 	}
 	var st *guardState
 	for _, c := range chains {
 		port, ok := strings.CutPrefix(c, "port-")
-		if !ok {
-			continue
-		}
-		if _, err := net.InterfaceByName(port); err == nil {
+		if !ok || links[port] {
 			continue
 		}
 		rules, err := nft.ListRules(ctx, c)
@@ -530,7 +675,7 @@ func pruneGuards(ctx context.Context, id string) error {
 		}
 		tx := nft.NewTransaction()
 		tx.Delete(&knftables.Rule{Chain: c, Handle: rules[0].Handle})
-		deleteGuard(tx, port, st, "")
+		deleteGuard(tx, port, st.held(port), st.expected(st.held(port)), "")
 		g := guardObjects(port)
 		tx.Add(g.counter)
 		tx.Delete(g.counter)

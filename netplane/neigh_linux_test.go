@@ -74,3 +74,17 @@ func TestNeighbourBound(t *testing.T) {
 		t.Errorf("another VM cannot reach the LAN after the sweep: %v", err)
 	}
 }
+
+// TestNamedCountersNoTable: the counters of a table that does not exist
+// are none, not an error (a network whose table a repair is making again).
+func TestNamedCountersNoTable(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "nc-host")
+	mustDo(t, host, func() error {
+		c, err := namedCounters(context.Background(), "bridge", "nosuch", "")
+		if err != nil || len(c) != 0 {
+			return fmt.Errorf("namedCounters of a missing table = %v, %v; want none", c, err)
+		}
+		return nil
+	})
+}

@@ -403,7 +403,7 @@ func ndTargetValue(a netip.Addr) string {
 // in the guard table's port map.
 func guardTunnel(ctx context.Context, n *api.Network, port string) error {
 	return runGuardTx(ctx, n, "guarding tunnel "+port, func(tx *knftables.Transaction) {
-		deleteGuard(tx, port, nil, "") // its set holds no MAC
+		deleteGuard(tx, port, "", false, "") // its set holds no MAC
 		g := guardObjects(port)
 		tx.Add(g.set) // unused, but part of a port's guard objects
 		tx.Add(g.counter)

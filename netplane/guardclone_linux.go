@@ -1,0 +1,171 @@
+package netplane
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vmnetctl/vmnetctl/api"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+)
+
+// A port's guard is made in this process, through netlink, by copying a
+// template: the network's guard table holds an inert chain of a learning
+// port's rules (never jumped to), made with nft when the network starts
+// (ensureGuardTable), and GuardPort copies its rules, expression by
+// expression, into the new port's chain, with the port's own MAC set and
+// drop counter named in place of the template's. nft itself reads the
+// whole table before each command, every port's chain with it: 0.3 s a
+// command with 1,000 ports, so a port's guard cost more with every port
+// already there. The copy costs three netlink requests however many ports
+// there are. TestGuardClone checks that a copied chain lists exactly as
+// nft makes it from portRules.
+const (
+	guardTemplate        = "tmpl-port"  // not port-*: pruneGuards leaves it
+	guardTemplateMACSet  = "tmpl-mac"   // not mac-*: no port's
+	guardTemplateCounter = "tmpl-drops" // not drops-*: counted for no port
+)
+
+// addGuardTemplate adds to tx the template of n's ports' chains, made
+// again from portRules.
+func addGuardTemplate(tx *knftables.Transaction, n *api.Network) {
+	tx.Add(&knftables.Set{Name: guardTemplateMACSet, Type: "ether_addr", Size: knftables.PtrTo(uint64(1)),
+		Flags: []knftables.SetFlag{knftables.DynamicFlag}})
+	tx.Add(&knftables.Counter{Name: guardTemplateCounter})
+	tx.Add(&knftables.Chain{Name: guardTemplate})
+	tx.Flush(&knftables.Chain{Name: guardTemplate})
+	for _, r := range guardRules(n, guardTemplateMACSet, guardTemplateCounter, true) {
+		tx.Add(&knftables.Rule{Chain: guardTemplate, Rule: r})
+	}
+}
+
+// errNoTemplate: the network's guard table has no template (made by an
+// older vmnetctl, or being made again): GuardPort uses nft.
+var errNoTemplate = errors.New("the guard table has no template chain")
+
+// guardPortByClone is GuardPort's transaction for a learning port (mac
+// nil) of network n, through netlink: port's old guard goes (the MAC it
+// held leaves claimed unless ps says it is some port's expected MAC) and
+// its new one is copied from the template, in one batch.
+func guardPortByClone(n *api.Network, port string, ps portState) error {
+	conn, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	tbl := &nftables.Table{Name: TableName(n.ID), Family: nftables.TableFamilyBridge}
+	tmpl, err := conn.GetRules(tbl, &nftables.Chain{Name: guardTemplate})
+	if errors.Is(err, unix.ENOENT) || err == nil && len(tmpl) == 0 {
+		return errNoTemplate
+	}
+	if err != nil {
+		return fmt.Errorf("network %q: reading the guard's template: %w", n.ID, err)
+	}
+	sets := map[string]*nftables.Set{}
+	for _, name := range []string{guardPorts, guardClaimed} {
+		if sets[name], err = conn.GetSetByName(tbl, name); err != nil {
+			return fmt.Errorf("network %q: reading the guard's set %s: %w", n.ID, name, err)
+		}
+	}
+	ifname := func(s string) []byte {
+		b := make([]byte, unix.IFNAMSIZ)
+		copy(b, s)
+		return b
+	}
+	macSet := &nftables.Set{Table: tbl, Name: guardMACSet(port), KeyType: nftables.TypeEtherAddr, Dynamic: true, Size: 1}
+	counter := &nftables.CounterObj{Table: tbl, Name: guardCounter(port)}
+	chain := &nftables.Chain{Table: tbl, Name: guardChain(port)}
+	jump := nftables.SetElement{Key: ifname(port), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain.Name}}
+
+	// The old guard, existing or not: each object is added first (a no-op
+	// if it is there), so that its deletion finds it; its drop counter
+	// stays. The map's element goes first (it jumps to the chain), then
+	// the chain with its rules (which use the set), then the set.
+	if ps.held != "" && !ps.heldExpected {
+		mac, err := net.ParseMAC(ps.held)
+		if err == nil {
+			conn.SetAddElements(sets[guardClaimed], []nftables.SetElement{{Key: mac}})
+			conn.SetDeleteElements(sets[guardClaimed], []nftables.SetElement{{Key: mac}})
+		}
+	}
+	conn.AddSet(macSet, nil)
+	conn.AddChain(chain)
+	conn.SetAddElements(sets[guardPorts], []nftables.SetElement{jump})
+	conn.SetDeleteElements(sets[guardPorts], []nftables.SetElement{{Key: ifname(port)}})
+	conn.DelChain(chain)
+	conn.DelSet(macSet)
+
+	// The new one.
+	if err := conn.AddSet(macSet, nil); err != nil {
+		return err
+	}
+	conn.AddObj(counter)
+	conn.AddChain(chain)
+	for _, r := range tmpl {
+		exprs := make([]expr.Any, 0, len(r.Exprs))
+		for _, e := range r.Exprs {
+			exprs = append(exprs, renameInExpr(e, macSet.Name, counter.Name))
+		}
+		conn.AddRule(&nftables.Rule{Table: tbl, Chain: chain, Exprs: exprs})
+	}
+	conn.SetAddElements(sets[guardPorts], []nftables.SetElement{jump})
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("network %q: guarding port %s: %w", n.ID, port, err)
+	}
+	return nil
+}
+
+// renameInExpr is e, or a copy of it that names macSet and counter where
+// e names the template's.
+func renameInExpr(e expr.Any, macSet, counter string) expr.Any {
+	switch x := e.(type) {
+	case *expr.Lookup:
+		if x.SetName == guardTemplateMACSet {
+			y := *x
+			y.SetName, y.SetID = macSet, 0
+			return &y
+		}
+	case *expr.Dynset:
+		if x.SetName == guardTemplateMACSet {
+			y := *x
+			y.SetName, y.SetID = macSet, 0
+			return &y
+		}
+	case *expr.Objref:
+		if x.Name == guardTemplateCounter {
+			y := *x
+			y.Name = counter
+			return &y
+		}
+	}
+	return e
+}
+
+// readHeld reads the MAC port's set holds on network id, through netlink;
+// "" for none or no set.
+func readHeld(id, port string) (string, error) {
+	conn, err := nftables.New()
+	if err != nil {
+		return "", fmt.Errorf("nftables: %w", err)
+	}
+	tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}
+	set, err := conn.GetSetByName(tbl, guardMACSet(port))
+	if errors.Is(err, unix.ENOENT) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("network %q: reading the guard of port %s: %w", id, port, err)
+	}
+	elems, err := conn.GetSetElements(set)
+	if err != nil {
+		return "", fmt.Errorf("network %q: reading the guard of port %s: %w", id, port, err)
+	}
+	for _, e := range elems {
+		if len(e.Key) >= 6 {
+			return net.HardwareAddr(e.Key[:6]).String(), nil
+		}
+	}
+	return "", nil
+}
