@@ -186,17 +186,16 @@ func (c *frameCapture) holding(b []byte) int {
 // taggedLab is one network with a victim and an attacker, both guarded
 // VMs with a real stack and their own leases.
 type taggedLab struct {
-	n                 *api.Network
-	nw                *Network
-	host              *testutil.NS
-	victim, attacker  *testutil.NS
-	vmac, amac        net.HardwareAddr
-	vip, aip          netip.Addr
-	vglobal, aLL      netip.Addr
-	send              *rawSender
-	capture           *frameCapture
-	sentinels         int
-	victimRoutesFirst string
+	n                *api.Network
+	nw               *Network
+	host             *testutil.NS
+	victim, attacker *testutil.NS
+	vmac, amac       net.HardwareAddr
+	vip, aip         netip.Addr
+	vglobal, aLL     netip.Addr
+	send             *rawSender
+	capture          *frameCapture
+	sentinels        int
 }
 
 func newTaggedLab(t *testing.T, n *api.Network) *taggedLab {

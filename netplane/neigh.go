@@ -1,9 +1,6 @@
 package netplane
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // The host's neighbour table is the whole host's (the kernel's gc_thresh3,
 // 1024 entries a family by default, for every interface): each next hop
@@ -30,18 +27,10 @@ const (
 	neighSet6    = "nexthops6"
 	neighPerPort = "nexthop-new"
 	NeighLimited = "neigh-limited"
-	// neighMax bounds a network's next hops in each family: a quarter of
-	// the kernel's default hard limit, so that four networks full of
-	// hostile VMs still leave the host room.
-	neighMax = 256
 	// neighPortRate is how fast one VM port may add next hops: a VM
 	// reaching a few new hosts of a LAN, not one sweeping it.
 	neighPortRate = "2/second burst 32 packets"
 )
-
-// neighTimeout is how long a next hop stays in the set after it was
-// added: the kernel's gc_stale_time, after which an unused entry may go.
-const neighTimeout = 60 * time.Second
 
 // neighRules are the forward chain's first rules for bridge br's new
 // connections: a next hop not in use is added at the port's rate while

@@ -2,9 +2,21 @@ package netplane
 
 import (
 	"context"
+	"time"
 
 	"sigs.k8s.io/knftables"
 )
+
+const (
+	// neighMax bounds a network's next hops in each family: a quarter of
+	// the kernel's default hard limit, so that four networks full of
+	// hostile VMs still leave the host room.
+	neighMax = 256
+)
+
+// neighTimeout is how long a next hop stays in the set after it was
+// added: the kernel's gc_stale_time, after which an unused entry may go.
+const neighTimeout = 60 * time.Second
 
 // addNeighObjects adds to tx the sets and the counter of the neighbour
 // bound.
