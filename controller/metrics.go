@@ -50,7 +50,7 @@ func (c *Controller) metricsHandler() http.Handler {
 		// of the reconciles.
 		MaxRequestsInFlight: maxScrapes,
 	}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /healthz", c.healthz)
 	return mux
 }
 

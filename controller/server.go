@@ -24,14 +24,7 @@ type ReconcileResponse struct {
 // handler is the daemon API, served on the state dir's unix socket.
 func (c *Controller) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		// Without the controller's lock, which a long pass holds.
-		if p := c.progress.snapshot(); p.stuck(time.Now()) {
-			http.Error(w, fmt.Sprintf("the reconcile loop is stuck: no progress in %q since %s", p.Phase, p.Moved.Format(time.RFC3339)), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ok\n"))
-	})
+	mux.HandleFunc("GET /healthz", c.healthz)
 	mux.HandleFunc("GET /v1/progress", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, c.progress.snapshot())
 	})
@@ -62,6 +55,17 @@ func (c *Controller) handler() http.Handler {
 		writeJSON(w, resp)
 	})
 	return mux
+}
+
+// healthz answers /healthz, of the API and of the metrics: ok, or 503 when
+// the reconcile loop is stuck. Without the controller's lock, which a long
+// pass holds.
+func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
+	if p := c.progress.snapshot(); p.stuck(time.Now()) {
+		http.Error(w, fmt.Sprintf("the reconcile loop is stuck: no progress in %q since %s", p.Phase, p.Moved.Format(time.RFC3339)), http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ok\n"))
 }
 
 // serverIdle closes the API's and the metrics' idle keep-alive

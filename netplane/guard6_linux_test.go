@@ -26,7 +26,7 @@ func g6Net() *api.Network {
 }
 
 // g6VM is a VM namespace whose eth0 (with mac) is the guarded port
-// p-<name> of n's bridge.
+// p-<name> of n's bridge, isolated if n is.
 func g6VM(t *testing.T, host *testutil.NS, n *api.Network, name, mac string) *testutil.NS {
 	t.Helper()
 	v := testutil.NewNS(t, "g6-"+name)
@@ -40,7 +40,7 @@ func g6VM(t *testing.T, host *testutil.NS, n *api.Network, name, mac string) *te
 		if err != nil {
 			return err
 		}
-		return AttachPort(n.Bridge(), l, false)
+		return AttachPort(n.Bridge(), l, n.Isolation)
 	})
 	v.MustRun(t, "ip", "link", "set", "eth0", "up")
 	return v

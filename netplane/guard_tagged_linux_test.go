@@ -2,7 +2,6 @@ package netplane
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/mdlayher/ndp"
-	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/net/ipv6"
@@ -202,8 +200,8 @@ func newTaggedLab(t *testing.T, n *api.Network) *taggedLab {
 	l := &taggedLab{n: n, host: testutil.NewNS(t, "tg-"+n.ID)}
 	l.nw = start(t, l.host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
 	l.vmac, l.amac = mustMAC("52:55:55:00:0b:01"), mustMAC("52:55:55:00:0b:02")
-	l.victim = taggedVM(t, l.host, n, "v"+n.ID, l.vmac)
-	l.attacker = taggedVM(t, l.host, n, "a"+n.ID, l.amac)
+	l.victim = g6VM(t, l.host, n, "v"+n.ID, l.vmac.String())
+	l.attacker = g6VM(t, l.host, n, "a"+n.ID, l.amac.String())
 	l.vip = netip.MustParseAddr(mustUdhcpc(t, l.victim, "")["ip"])
 	l.aip = netip.MustParseAddr(mustUdhcpc(t, l.attacker, "")["ip"])
 	l.vglobal = g6Addr(t, l.victim, "global")
@@ -223,27 +221,6 @@ func newTaggedLab(t *testing.T, n *api.Network) *taggedLab {
 	l.send = newRawSender(t, l.attacker)
 	l.capture = captureFrames(t, l.victim)
 	return l
-}
-
-// taggedVM is a VM namespace whose eth0 (with mac) is the guarded port
-// p-<name> of n's bridge, isolated if n is.
-func taggedVM(t *testing.T, host *testutil.NS, n *api.Network, name string, mac net.HardwareAddr) *testutil.NS {
-	t.Helper()
-	v := testutil.NewNS(t, "tg-"+name)
-	port := "p-" + name
-	testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "address", mac.String(), "netns", v.Name)
-	mustDo(t, host, func() error {
-		if err := GuardPort(context.Background(), n, port, mac); err != nil {
-			return err
-		}
-		l, err := netlink.LinkByName(port)
-		if err != nil {
-			return err
-		}
-		return AttachPort(n.Bridge(), l, n.Isolation)
-	})
-	v.MustRun(t, "ip", "link", "set", "eth0", "up")
-	return v
 }
 
 // drops is the attacker's port's drop counter.
