@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -455,14 +454,6 @@ func (c *Controller) closeNetworksLocked() {
 		nw.Close()
 		delete(c.nets, id)
 	}
-}
-
-func findAttachment(d *Desired, key string) *Attachment {
-	i := slices.IndexFunc(d.Attachments, func(a *Attachment) bool { return a.Key() == key })
-	if i < 0 {
-		return nil
-	}
-	return d.Attachments[i]
 }
 
 func isClosed(ch <-chan struct{}) bool {

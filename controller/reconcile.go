@@ -177,9 +177,13 @@ func (c *Controller) takeStopping(plan *Plan, desired *Desired) []*helperProc {
 			gone[ch.Key] = true
 		}
 	}
+	wanted := make(map[string]bool, len(desired.Attachments))
+	for _, a := range desired.Attachments {
+		wanted[a.Key()] = true
+	}
 	var out []*helperProc
 	for key, h := range c.helpers {
-		h.leaving = findAttachment(desired, key) == nil
+		h.leaving = !wanted[key]
 		if h.leaving || gone[key] {
 			out = append(out, h)
 			delete(c.helpers, key)

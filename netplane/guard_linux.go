@@ -2,7 +2,6 @@ package netplane
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -336,8 +335,7 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	if !guarded(n) {
 		return nil
 	}
-	st, err := liveGuardState(ctx, n.ID)
-	if err != nil {
+	if err := pruneGuards(ctx, n.ID); err != nil {
 		return err
 	}
 	owns, owner := map[portMAC]bool{}, map[string]string{}
@@ -348,6 +346,44 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	expectedMACs := map[string]bool{}
 	for mac := range owner {
 		expectedMACs[mac] = true
+	}
+	// Without the ports' MACs first: what they learned matters only when
+	// a MAC stops being expected (it stays claimed if a port holds it) or
+	// a newly expected one is claimed already (a port that learned it
+	// loses it). Attaching VMs needs neither, and so costs the same
+	// however many ports there are.
+	st, sets, err := readGuardStateNL(n.ID, false)
+	if err != nil {
+		return err
+	}
+	full := false
+	for mac := range st.expectedMACs {
+		full = full || !expectedMACs[mac]
+	}
+	for mac := range expectedMACs {
+		full = full || !st.expectedMACs[mac] && st.claimed[mac]
+	}
+	if !full && sets[guardOwns] != nil && sets[guardClaimed] != nil && sets[guardExpected] != nil {
+		ch := claimsChange{}
+		for p := range st.owns {
+			if !owns[p] {
+				ch.delOwns = append(ch.delOwns, p)
+			}
+		}
+		for p := range owns {
+			if !st.owns[p] {
+				ch.addOwns = append(ch.addOwns, p)
+			}
+		}
+		_, ch.addExpected = setDiff(st.expectedMACs, expectedMACs)
+		_, ch.addClaimed = setDiff(st.claimed, expectedMACs)
+		if len(ch.delOwns)+len(ch.addOwns)+len(ch.addExpected)+len(ch.addClaimed) == 0 {
+			return nil
+		}
+		return applyClaims(n.ID, sets, ch)
+	}
+	if st, sets, err = readGuardStateNL(n.ID, true); err != nil {
+		return err
 	}
 	claimed := map[string]bool{}
 	var evict []portMAC
@@ -364,6 +400,25 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	if maps.Equal(owns, st.owns) && maps.Equal(claimed, st.claimed) && maps.Equal(expectedMACs, st.expectedMACs) && len(evict) == 0 {
 		return nil
 	}
+	if sets[guardOwns] != nil && sets[guardClaimed] != nil && sets[guardExpected] != nil {
+		// What changed, through netlink: a VM more or less costs its own
+		// elements, not nft's read of the whole table.
+		ch := claimsChange{evict: evict}
+		for p := range st.owns {
+			if !owns[p] {
+				ch.delOwns = append(ch.delOwns, p)
+			}
+		}
+		for p := range owns {
+			if !st.owns[p] {
+				ch.addOwns = append(ch.addOwns, p)
+			}
+		}
+		ch.delExpected, ch.addExpected = setDiff(st.expectedMACs, expectedMACs)
+		ch.delClaimed, ch.addClaimed = setDiff(st.claimed, claimed)
+		return applyClaims(n.ID, sets, ch)
+	}
+	// A table without the sets yet: made by the transaction.
 	return runGuardTx(ctx, n, "claiming the VM ports' MACs", func(tx *knftables.Transaction) {
 		for p := range st.owns {
 			if !owns[p] {
@@ -393,6 +448,21 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 			tx.Delete(&knftables.Element{Set: guardMACSet(p.port), Key: []string{p.mac}})
 		}
 	})
+}
+
+// setDiff is what to delete from have and add to it to make want.
+func setDiff(have, want map[string]bool) (del, add []string) {
+	for k := range have {
+		if !want[k] {
+			del = append(del, k)
+		}
+	}
+	for k := range want {
+		if !have[k] {
+			add = append(add, k)
+		}
+	}
+	return del, add
 }
 
 // portMAC is a MAC (as text) and a port's name.
@@ -440,58 +510,12 @@ func (st *guardState) holder(mac, port string) string {
 	return ""
 }
 
-// liveGuardState is readGuardState after pruneGuards: the guards of ports
-// that are gone (helpers that exited) release their MACs first, so that a
-// helper started again under another TAP name takes its VM's MAC again.
-// GuardPort and ClaimPorts start from it.
-func liveGuardState(ctx context.Context, id string) (*guardState, error) {
-	if err := pruneGuards(ctx, id); err != nil {
-		return nil, err
-	}
-	return readGuardState(ctx, id)
-}
-
-// readGuardState reads the MACs of network id's guard table, all of them:
-// its sets (`nft -j list sets bridge`, not the ports' rules); all empty
-// without the table. For a controller's pass and for errors: GuardPort
-// reads only its own port's (readPortState).
-func readGuardState(ctx context.Context, id string) (*guardState, error) {
-	st := &guardState{learned: map[string]string{}, claimed: map[string]bool{}, owns: map[portMAC]bool{}, expectedMACs: map[string]bool{}}
-	out, err := exec.CommandContext(ctx, "nft", "-j", "list", "sets", string(knftables.BridgeFamily)).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("network %q: reading the guard's MACs: nft list sets bridge: %w: %s", id, err, strings.TrimSpace(string(out)))
-	}
-	var doc struct {
-		Nftables []struct {
-			Set *struct {
-				Name  string            `json:"name"`
-				Table string            `json:"table"`
-				Elem  []json.RawMessage `json:"elem"`
-			} `json:"set"`
-		} `json:"nftables"`
-	}
-	if err := json.Unmarshal(out, &doc); err != nil {
-		return nil, fmt.Errorf("network %q: reading the guard's MACs: %w", id, err)
-	}
-	for _, o := range doc.Nftables {
-		if o.Set == nil || o.Set.Table != TableName(id) {
-			continue
-		}
-		for _, raw := range o.Set.Elem {
-			key := nftElemKey(raw)
-			switch {
-			case o.Set.Name == guardClaimed && len(key) == 1:
-				st.claimed[key[0]] = true
-			case o.Set.Name == guardExpected && len(key) == 1:
-				st.expectedMACs[key[0]] = true
-			case o.Set.Name == guardOwns && len(key) == 2:
-				st.owns[portMAC{key[0], key[1]}] = true
-			case strings.HasPrefix(o.Set.Name, guardMACSet("")) && len(key) == 1:
-				st.learned[strings.TrimPrefix(o.Set.Name, guardMACSet(""))] = key[0]
-			}
-		}
-	}
-	return st, nil
+// readGuardState reads the MACs of network id's guard table, all of them
+// (readGuardStateNL); all empty without the table. For a controller's pass
+// and for errors: GuardPort reads only its own port's (readPortState).
+func readGuardState(_ context.Context, id string) (*guardState, error) {
+	st, _, err := readGuardStateNL(id, true)
+	return st, err
 }
 
 // portState is what GuardPort and UnguardPort need to know of network
@@ -551,29 +575,6 @@ func hasElement(ctx context.Context, id, set string, key ...string) (bool, error
 		return false, nil
 	}
 	return false, fmt.Errorf("network %q: nft %s: %w: %s", id, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-}
-
-// nftElemKey is the key of a set element in nft's JSON: a value, a
-// concatenation, or either inside {"elem": {"val": ...}} (an element with
-// attributes).
-func nftElemKey(raw json.RawMessage) []string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return []string{s}
-	}
-	var o struct {
-		Concat []string `json:"concat"`
-		Elem   *struct {
-			Val json.RawMessage `json:"val"`
-		} `json:"elem"`
-	}
-	if json.Unmarshal(raw, &o) != nil {
-		return nil
-	}
-	if o.Elem != nil {
-		return nftElemKey(o.Elem.Val)
-	}
-	return o.Concat
 }
 
 // runGuardTx runs, on a guarded network, one transaction on its guard

@@ -1,9 +1,11 @@
 package netplane
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -168,4 +170,141 @@ func readHeld(id, port string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// readGuardStateNL reads the MACs of network id's guard table through
+// netlink: the sets' definitions, then the elements of owns, claimed,
+// expected and, with learned, each port's MAC set (one small request
+// each). All empty without the table.
+func readGuardStateNL(id string, learned bool) (*guardState, map[string]*nftables.Set, error) {
+	st := &guardState{learned: map[string]string{}, claimed: map[string]bool{}, owns: map[portMAC]bool{}, expectedMACs: map[string]bool{}}
+	conn, err := nftables.New()
+	if err != nil {
+		return nil, nil, fmt.Errorf("nftables: %w", err)
+	}
+	tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}
+	all, err := conn.GetSets(tbl)
+	if errors.Is(err, unix.ENOENT) {
+		return st, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("network %q: reading the guard's sets: %w", id, err)
+	}
+	sets := map[string]*nftables.Set{}
+	for _, s := range all {
+		port, isPort := strings.CutPrefix(s.Name, guardMACSet(""))
+		switch {
+		case s.Name == guardClaimed || s.Name == guardOwns || s.Name == guardExpected:
+		case isPort:
+			sets[s.Name] = s
+			if !learned {
+				continue
+			}
+		default:
+			continue
+		}
+		sets[s.Name] = s
+		elems, err := conn.GetSetElements(s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("network %q: reading the guard's set %s: %w", id, s.Name, err)
+		}
+		for _, e := range elems {
+			if len(e.Key) < 6 {
+				continue
+			}
+			mac := net.HardwareAddr(e.Key[:6]).String()
+			switch {
+			case s.Name == guardClaimed:
+				st.claimed[mac] = true
+			case s.Name == guardExpected:
+				st.expectedMACs[mac] = true
+			case s.Name == guardOwns && len(e.Key) >= 8+unix.IFNAMSIZ:
+				st.owns[portMAC{mac, string(bytes.TrimRight(e.Key[8:8+unix.IFNAMSIZ], "\x00"))}] = true
+			case isPort:
+				st.learned[port] = mac
+			}
+		}
+	}
+	return st, sets, nil
+}
+
+// ownsKey is an element of owns as netlink carries it: the MAC, padded to
+// 8 bytes, then the port's name in IFNAMSIZ bytes.
+func ownsKey(p portMAC) []byte {
+	mac, _ := net.ParseMAC(p.mac)
+	k := make([]byte, 8+unix.IFNAMSIZ)
+	copy(k, mac)
+	copy(k[8:], p.port)
+	return k
+}
+
+// claimsChange is what ClaimPorts changes of the guard's sets.
+type claimsChange struct {
+	addOwns, delOwns         []portMAC
+	addClaimed, delClaimed   []string
+	addExpected, delExpected []string
+	evict                    []portMAC
+}
+
+// applyClaims makes the change in one netlink batch.
+func applyClaims(id string, sets map[string]*nftables.Set, ch claimsChange) error {
+	conn, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	macElems := func(macs []string) []nftables.SetElement {
+		var out []nftables.SetElement
+		for _, m := range macs {
+			if mac, err := net.ParseMAC(m); err == nil {
+				out = append(out, nftables.SetElement{Key: mac})
+			}
+		}
+		return out
+	}
+	ownsElems := func(ps []portMAC) []nftables.SetElement {
+		var out []nftables.SetElement
+		for _, p := range ps {
+			out = append(out, nftables.SetElement{Key: ownsKey(p)})
+		}
+		return out
+	}
+	for _, op := range []struct {
+		set  string
+		add  bool
+		elem []nftables.SetElement
+	}{
+		{guardOwns, false, ownsElems(ch.delOwns)},
+		{guardOwns, true, ownsElems(ch.addOwns)},
+		{guardExpected, false, macElems(ch.delExpected)},
+		{guardExpected, true, macElems(ch.addExpected)},
+		{guardClaimed, false, macElems(ch.delClaimed)},
+		{guardClaimed, true, macElems(ch.addClaimed)},
+	} {
+		s := sets[op.set]
+		if len(op.elem) == 0 {
+			continue
+		}
+		if s == nil {
+			return fmt.Errorf("network %q: the guard has no set %s", id, op.set)
+		}
+		if op.add {
+			err = conn.SetAddElements(s, op.elem)
+		} else {
+			err = conn.SetDeleteElements(s, op.elem)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, p := range ch.evict {
+		if s := sets[guardMACSet(p.port)]; s != nil {
+			if err := conn.SetDeleteElements(s, macElems([]string{p.mac})); err != nil {
+				return err
+			}
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("network %q: claiming the VM ports' MACs: %w", id, err)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package netplane
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,10 +10,10 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
-	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
 )
@@ -47,10 +48,19 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 	if err != nil {
 		return err
 	}
+	// The links, listed once (not one request a port).
+	all, err := linkList()
+	if err != nil {
+		return fmt.Errorf("listing links: %w", err)
+	}
+	links := make(map[string]netlink.Link, len(all))
+	for _, l := range all {
+		links[l.Attrs().Name] = l
+	}
 	var errs []error
 	for _, p := range ports {
-		link, err := netlink.LinkByName(p.Name)
-		if err != nil {
+		link, ok := links[p.Name]
+		if !ok {
 			continue // gone: its helper ends
 		}
 		if !p.NoSpoofCheck && !guarded[p.Name] {
@@ -153,20 +163,26 @@ func checkIsolation(n *api.Network, br netlink.Link) []error {
 }
 
 // guardedPorts returns the ports network id's guard map holds.
-func guardedPorts(ctx context.Context, id string) (map[string]bool, error) {
-	nft, err := newNFT(knftables.BridgeFamily, id)
+func guardedPorts(_ context.Context, id string) (map[string]bool, error) {
+	// Through netlink: `nft list map` reads the whole table first.
+	conn, err := nftables.New()
 	if err != nil {
-		return nil, err
-	}
-	elems, err := nft.ListElements(ctx, "map", guardPorts)
-	if err != nil && !knftables.IsNotFound(err) {
-		return nil, fmt.Errorf("network %q: reading the guarded ports: %w", id, err)
+		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	out := map[string]bool{}
+	set, err := conn.GetSetByName(&nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}, guardPorts)
+	if errors.Is(err, unix.ENOENT) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("network %q: reading the guarded ports: %w", id, err)
+	}
+	elems, err := conn.GetSetElements(set)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: reading the guarded ports: %w", id, err)
+	}
 	for _, e := range elems {
-		if len(e.Key) == 1 {
-			out[strings.Trim(e.Key[0], `"`)] = true
-		}
+		out[string(bytes.TrimRight(e.Key, "\x00"))] = true
 	}
 	return out, nil
 }
