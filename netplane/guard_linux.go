@@ -47,7 +47,16 @@ const (
 	// each rule (an anonymous set belongs to one rule), so that a port's
 	// chain can be copied rule by rule (clonePortGuard).
 	guardL2Types = "l2types" // ARP, IPv4, IPv6
+	// guardCurrent holds the ports guarded with this version's rules
+	// (guardRulesVersion): a port of a running VM that an older vmnetctl
+	// guarded is guarded again by the controller's pass (EnsurePorts), so
+	// that a fix to the rules reaches the VMs that run through an upgrade.
+	guardCurrent = "rules-v" + guardRulesVersion
 )
+
+// guardRulesVersion is the version of portRules: changed with them. 2:
+// tagged frames are dropped first (issue 37), constant sets are named.
+const guardRulesVersion = "2"
 
 func guardChain(port string) string   { return "port-" + port }
 func guardMACSet(port string) string  { return "mac-" + port }
@@ -77,6 +86,7 @@ func addGuardBase(tx *knftables.Transaction, n *api.Network) {
 	constSet(tx, guardL2Types, "ether_type", []string{"arp", "ip", "ip6"})
 	addGuard6Sets(tx, n)
 	tx.Add(&knftables.Map{Name: guardPorts, Type: "ifname : verdict"})
+	tx.Add(&knftables.Set{Name: guardCurrent, Type: "ifname"})
 	tx.Add(&knftables.Chain{Name: guardHook, Type: knftables.PtrTo(knftables.FilterType),
 		Hook: knftables.PtrTo(knftables.PreroutingHook), Priority: knftables.PtrTo(knftables.FilterPriority),
 		Policy: knftables.PtrTo(knftables.AcceptPolicy)})
@@ -305,6 +315,7 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 			tx.Add(&knftables.Rule{Chain: g.chain.Name, Rule: r})
 		}
 		tx.Add(g.elem)
+		tx.Add(g.current)
 	})
 }
 
@@ -602,6 +613,7 @@ type guard struct {
 	set     *knftables.Set
 	elem    *knftables.Element
 	counter *knftables.Counter
+	current *knftables.Element // in guardCurrent
 }
 
 func guardObjects(port string) guard {
@@ -612,6 +624,7 @@ func guardObjects(port string) guard {
 			Flags: []knftables.SetFlag{knftables.DynamicFlag}},
 		elem:    &knftables.Element{Map: guardPorts, Key: []string{quoteIfname(port)}, Value: []string{"jump " + chain.Name}},
 		counter: &knftables.Counter{Name: guardCounter(port)},
+		current: &knftables.Element{Set: guardCurrent, Key: []string{quoteIfname(port)}},
 	}
 }
 
@@ -630,6 +643,8 @@ func deleteGuard(tx *knftables.Transaction, port, held string, heldExpected bool
 	tx.Add(g.set)
 	tx.Add(g.chain)
 	tx.Add(g.elem)
+	tx.Add(g.current)
+	tx.Delete(g.current)
 	tx.Delete(g.elem)
 	tx.Delete(g.chain)
 	tx.Delete(g.set)

@@ -66,7 +66,8 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 		return fmt.Errorf("network %q: reading the guard's template: %w", n.ID, err)
 	}
 	sets := map[string]*nftables.Set{}
-	for _, name := range []string{guardPorts, guardClaimed} {
+	// (A table the template is in has every set of addGuardBase.)
+	for _, name := range []string{guardPorts, guardClaimed, guardCurrent} {
 		if sets[name], err = conn.GetSetByName(tbl, name); err != nil {
 			return fmt.Errorf("network %q: reading the guard's set %s: %w", n.ID, name, err)
 		}
@@ -96,6 +97,8 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 	conn.AddChain(chain)
 	conn.SetAddElements(sets[guardPorts], []nftables.SetElement{jump})
 	conn.SetDeleteElements(sets[guardPorts], []nftables.SetElement{{Key: ifname(port)}})
+	conn.SetAddElements(sets[guardCurrent], []nftables.SetElement{{Key: ifname(port)}})
+	conn.SetDeleteElements(sets[guardCurrent], []nftables.SetElement{{Key: ifname(port)}})
 	conn.DelChain(chain)
 	conn.DelSet(macSet)
 
@@ -113,6 +116,7 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 		conn.AddRule(&nftables.Rule{Table: tbl, Chain: chain, Exprs: exprs})
 	}
 	conn.SetAddElements(sets[guardPorts], []nftables.SetElement{jump})
+	conn.SetAddElements(sets[guardCurrent], []nftables.SetElement{{Key: ifname(port)}})
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("network %q: guarding port %s: %w", n.ID, port, err)
 	}

@@ -47,3 +47,46 @@ func TestGuardClone(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardRulesUpgrade: a running VM's port that an older vmnetctl
+// guarded (older rules: here, without the first rule that drops tagged
+// frames, and not in the current version's set) is guarded again with
+// the current rules by the controller's pass (EnsurePorts), so that a fix
+// to the rules reaches the VMs that run through an upgrade.
+func TestGuardRulesUpgrade(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "gu-host")
+	n := g6Net()
+	n.ID, n.Name = "gu", "gu"
+	start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	mac := "52:55:55:00:0d:01"
+	g6VM(t, host, n, "u", mac)
+	table := TableName(n.ID)
+	// The guard as an older vmnetctl left it.
+	host.MustRun(t, "nft", "flush", "chain", "bridge", table, guardChain("p-u"))
+	for _, r := range portRules(n, "p-u", false)[1:] {
+		host.MustRun(t, "sh", "-c", "nft add rule bridge "+table+" "+guardChain("p-u")+" '"+strings.ReplaceAll(r, "'", `'\''`)+"'")
+	}
+	host.MustRun(t, "nft", "delete", "element", "bridge", table, guardCurrent, "{", `"p-u"`, "}")
+	first := func() string {
+		out := host.MustRun(t, "nft", "list", "chain", "bridge", table, guardChain("p-u"))
+		for _, l := range strings.Split(out, "\n") {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "ether ") || strings.HasPrefix(l, "arp ") {
+				return l
+			}
+		}
+		return ""
+	}
+	if strings.Contains(first(), guardL2Types) {
+		t.Fatalf("the older guard has the tag rule: %s", first()) // the control
+	}
+	mustDo(t, host, func() error {
+		return EnsurePorts(context.Background(), n, []PortSpec{{Name: "p-u", MAC: mustMAC(mac)}})
+	})
+	if got := first(); !strings.Contains(got, "ether type != @"+guardL2Types) {
+		t.Errorf("after the pass, the port's first rule is %q, want the current rules' (tagged frames dropped first)", got)
+	}
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", table, guardCurrent); !strings.Contains(out, `"p-u"`) {
+		t.Errorf("after the pass, p-u is not in %s:\n%s", guardCurrent, out)
+	}
+}

@@ -44,7 +44,11 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 	if err != nil {
 		return err
 	}
-	guarded, err := guardedPorts(ctx, n.ID)
+	guarded, err := guardedPorts(ctx, n.ID, guardPorts)
+	if err != nil {
+		return err
+	}
+	current, err := guardedPorts(ctx, n.ID, guardCurrent)
 	if err != nil {
 		return err
 	}
@@ -63,7 +67,9 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 		if !ok {
 			continue // gone: its helper ends
 		}
-		if !p.NoSpoofCheck && !guarded[p.Name] {
+		// Guarded again when its guard is gone, or was made by an older
+		// vmnetctl with older rules (guardCurrent).
+		if !p.NoSpoofCheck && (!guarded[p.Name] || !current[p.Name]) {
 			if err := GuardPort(ctx, n, p.Name, p.MAC); err != nil {
 				errs = append(errs, err)
 				continue // not onto the bridge unguarded
@@ -162,15 +168,17 @@ func checkIsolation(n *api.Network, br netlink.Link) []error {
 	return errs
 }
 
-// guardedPorts returns the ports network id's guard map holds.
-func guardedPorts(_ context.Context, id string) (map[string]bool, error) {
+// guardedPorts returns the ports that setName of network id's guard holds:
+// guardPorts, the guarded ones; guardCurrent, those guarded with this
+// version's rules.
+func guardedPorts(_ context.Context, id, setName string) (map[string]bool, error) {
 	// Through netlink: `nft list map` reads the whole table first.
 	conn, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	out := map[string]bool{}
-	set, err := conn.GetSetByName(&nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}, guardPorts)
+	set, err := conn.GetSetByName(&nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}, setName)
 	if errors.Is(err, unix.ENOENT) {
 		return out, nil
 	}

@@ -338,7 +338,7 @@ func checkVXLAN(ctx context.Context, n *api.Network) []error {
 	} else {
 		errs = append(errs, checkFlooding(n, vx, idx)...)
 	}
-	if guarded, err := guardedPorts(ctx, n.ID); err == nil && !guarded[name] {
+	if guarded, err := guardedPorts(ctx, n.ID, guardPorts); err == nil && !guarded[name] {
 		errs = append(errs, fmt.Errorf("network %q: %s is not guarded", n.ID, name))
 	}
 	return errs
