@@ -337,8 +337,8 @@ func (g *guard6) sync(ctx context.Context) error {
 		}
 		for ip := range haveOwned {
 			if !wantOwned[ip] {
-				tx.Delete(&knftables.Element{Set: guardOwned6, Key: []string{ip.String()}})
-				tx.Delete(&knftables.Element{Set: guardOwnedT6, Key: []string{ip6Int(ip)}})
+				deleteElement(tx, &knftables.Element{Set: guardOwned6, Key: []string{ip.String()}})
+				deleteElement(tx, &knftables.Element{Set: guardOwnedT6, Key: []string{ip6Int(ip)}})
 			}
 		}
 	})
@@ -355,9 +355,11 @@ func addPair(tx *knftables.Transaction, p pair, reserved bool) {
 	tx.Add(&knftables.Element{Set: guardTargets6, Key: []string{p.mac, ip6Int(p.ip)}, Comment: c})
 }
 
+// deletePair deletes p from addrs6 and targets6, whether or not they hold
+// it (deleteElement).
 func deletePair(tx *knftables.Transaction, p pair) {
-	tx.Delete(&knftables.Element{Set: guardAddrs6, Key: []string{p.mac, p.ip.String()}})
-	tx.Delete(&knftables.Element{Set: guardTargets6, Key: []string{p.mac, ip6Int(p.ip)}})
+	deleteElement(tx, &knftables.Element{Set: guardAddrs6, Key: []string{p.mac, p.ip.String()}})
+	deleteElement(tx, &knftables.Element{Set: guardTargets6, Key: []string{p.mac, ip6Int(p.ip)}})
 }
 
 // resync runs sync every guardResync until Close.
@@ -410,16 +412,14 @@ func (g *guard6) changed(events []nd6Event) {
 				}
 				continue
 			}
-			// Added first, so that the delete finds it (a sync may have
-			// removed it, or a batch may add and remove it).
-			addPair(tx, p, false)
+			// Whether or not a sync removed it meanwhile, or this batch
+			// adds and removes it.
 			deletePair(tx, p)
 			if ev.reserved { // another VM's: it stays owned
 				continue
 			}
 			for _, e := range owned {
-				tx.Add(e)
-				tx.Delete(e)
+				deleteElement(tx, e)
 			}
 		}
 	})

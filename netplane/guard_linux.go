@@ -433,7 +433,7 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	return runGuardTx(ctx, n, "claiming the VM ports' MACs", func(tx *knftables.Transaction) {
 		for p := range st.owns {
 			if !owns[p] {
-				tx.Delete(&knftables.Element{Set: guardOwns, Key: []string{p.mac, quoteIfname(p.port)}})
+				deleteElement(tx, &knftables.Element{Set: guardOwns, Key: []string{p.mac, quoteIfname(p.port)}})
 			}
 		}
 		for p := range owns {
@@ -441,7 +441,7 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		}
 		for mac := range st.expectedMACs {
 			if !expectedMACs[mac] {
-				tx.Delete(&knftables.Element{Set: guardExpected, Key: []string{mac}})
+				deleteElement(tx, &knftables.Element{Set: guardExpected, Key: []string{mac}})
 			}
 		}
 		for mac := range expectedMACs {
@@ -449,7 +449,7 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		}
 		for mac := range st.claimed {
 			if !claimed[mac] {
-				tx.Delete(&knftables.Element{Set: guardClaimed, Key: []string{mac}})
+				deleteElement(tx, &knftables.Element{Set: guardClaimed, Key: []string{mac}})
 			}
 		}
 		for mac := range claimed {
@@ -798,7 +798,7 @@ func (g *addrGuard) apply(ctx context.Context, add, del []binding) error {
 		tx.Add(&knftables.Element{Set: guardAddrs, Key: []string{b.mac, b.ip.String()}})
 	}
 	for _, b := range del {
-		tx.Delete(&knftables.Element{Set: guardAddrs, Key: []string{b.mac, b.ip.String()}})
+		deleteElement(tx, &knftables.Element{Set: guardAddrs, Key: []string{b.mac, b.ip.String()}})
 	}
 	if err := g.inNS(func() error { return g.nft.Run(ctx, tx) }); err != nil {
 		g.installed = nil // read it again next time

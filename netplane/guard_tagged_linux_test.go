@@ -3,6 +3,7 @@ package netplane
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,15 +147,24 @@ func captureFrames(t *testing.T, v *testutil.NS) *frameCapture {
 		if err != nil {
 			return err
 		}
+		// Reads wake up now and then to see whether the capture ends:
+		// closing a packet socket does not wake a read blocked on it.
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100_000}); err != nil {
+			return err
+		}
 		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index})
 	})
 	done := make(chan struct{})
-	t.Cleanup(func() { unix.Shutdown(fd, unix.SHUT_RDWR); unix.Close(fd); <-done })
+	var stop atomic.Bool
+	t.Cleanup(func() { stop.Store(true); <-done; unix.Close(fd) })
 	go func() {
 		defer close(done)
 		buf := make([]byte, 65536)
-		for {
+		for !stop.Load() {
 			n, from, err := unix.Recvfrom(fd, buf, 0)
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				continue
+			}
 			if err != nil || n == 0 {
 				return
 			}

@@ -291,9 +291,11 @@ func applyClaims(id string, sets map[string]*nftables.Set, ch claimsChange) erro
 		if s == nil {
 			return fmt.Errorf("network %q: the guard has no set %s", id, op.set)
 		}
-		if op.add {
-			err = conn.SetAddElements(s, op.elem)
-		} else {
+		// A deletion adds first (a no-op if it is there): a batch made
+		// from what was read a moment ago does not fail on an element
+		// someone else removed since (deleteElement).
+		err = conn.SetAddElements(s, op.elem)
+		if err == nil && !op.add {
 			err = conn.SetDeleteElements(s, op.elem)
 		}
 		if err != nil {

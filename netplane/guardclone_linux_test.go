@@ -90,3 +90,29 @@ func TestGuardRulesUpgrade(t *testing.T) {
 		t.Errorf("after the pass, p-u is not in %s:\n%s", guardCurrent, out)
 	}
 }
+
+// TestGuardDeletesIdempotent: a guard batch that deletes what is already
+// gone does not fail (issue 31: one missing element failed the whole
+// batch, "delete element ... No such file or directory", and the guard
+// drifted from what it should hold until the next resync).
+func TestGuardDeletesIdempotent(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "gi-host")
+	n := g6Net()
+	n.ID, n.Name = "gi", "gi"
+	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	gone := binding{mac: "52:55:55:00:0e:01", ip: ip("10.200.9.77")}
+	kept := binding{mac: "52:55:55:00:0e:02", ip: ip("10.200.9.78")}
+	mustDo(t, host, func() error {
+		g := nw.guard
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if err := g.load(context.Background()); err != nil {
+			return err
+		}
+		return g.apply(context.Background(), []binding{kept}, []binding{gone})
+	})
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs); !strings.Contains(out, kept.ip.String()) || strings.Contains(out, gone.ip.String()) {
+		t.Errorf("after adding %v and deleting %v, which was not there:\n%s", kept, gone, out)
+	}
+}

@@ -54,6 +54,18 @@ func newNFT(family knftables.Family, id string) (knftables.Interface, error) {
 	return kept.(knftables.Interface), nil
 }
 
+// deleteElement adds to tx the deletion of element e whether or not the
+// kernel still holds it: added first (a no-op if it is there), so that the
+// delete finds it. A batch made from what was read a moment ago then never
+// fails on an element someone else removed since (one missing element
+// failed the whole batch: "delete element ... No such file or
+// directory", and the guard drifted from the learner until the next
+// resync).
+func deleteElement(tx *knftables.Transaction, e *knftables.Element) {
+	tx.Add(e)
+	tx.Delete(e)
+}
+
 // nftHandles holds newNFT's handles, by family and table.
 var nftHandles sync.Map
 
