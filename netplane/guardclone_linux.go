@@ -59,7 +59,10 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 	}
 	tbl := &nftables.Table{Name: TableName(n.ID), Family: nftables.TableFamilyBridge}
 	tmpl, err := conn.GetRules(tbl, &nftables.Chain{Name: guardTemplate})
-	if errors.Is(err, unix.ENOENT) || err == nil && len(tmpl) == 0 {
+	// A template with other rules than n's (changed behind vmnetctl's
+	// back, or left by another version) is not copied: nft makes the
+	// guard from the code's rules instead.
+	if errors.Is(err, unix.ENOENT) || err == nil && len(tmpl) != len(guardRules(n, guardTemplateMACSet, guardTemplateCounter, true)) {
 		return errNoTemplate
 	}
 	if err != nil {

@@ -116,3 +116,28 @@ func TestGuardDeletesIdempotent(t *testing.T) {
 		t.Errorf("after adding %v and deleting %v, which was not there:\n%s", kept, gone, out)
 	}
 }
+
+// TestGuardCloneDamagedTemplate: a template with a rule taken out behind
+// vmnetctl's back is not copied: the port gets every rule, from nft.
+func TestGuardCloneDamagedTemplate(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "gd-host")
+	n := g6Net()
+	n.ID, n.Name = "gd", "gd"
+	start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	table := TableName(n.ID)
+	// Its first rule (the tagged frames' drop) out.
+	var handle string
+	for _, l := range strings.Split(host.MustRun(t, "nft", "-a", "list", "chain", "bridge", table, guardTemplate), "\n") {
+		if _, h, ok := strings.Cut(l, "# handle "); ok && strings.Contains(l, guardL2Types) {
+			handle = strings.TrimSpace(h)
+		}
+	}
+	host.MustRun(t, "nft", "delete", "rule", "bridge", table, guardTemplate, "handle", handle)
+	host.MustRun(t, "ip", "link", "add", "p-d", "type", "veth", "peer", "name", "p-e")
+	mustDo(t, host, func() error { return GuardPort(context.Background(), n, "p-d", nil) })
+	got := host.MustRun(t, "nft", "list", "chain", "bridge", table, guardChain("p-d"))
+	if !strings.Contains(got, "ether type != @"+guardL2Types) {
+		t.Errorf("the port's guard lacks the rule taken out of the template:\n%s", got)
+	}
+}
