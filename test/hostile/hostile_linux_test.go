@@ -315,8 +315,17 @@ func (s *scene) attack() {
 		// A VLAN tag around a broadcast ARP.
 		ether(broadcastMAC, a.mac, etherVLAN, append([]byte{0, 5, 0x08, 0x06}, arp(2, a.mac, s.gateway, broadcastMAC, s.gateway)...)),
 	}
+	// The same frames in a VLAN 0 tag (a priority tag, which Linux takes
+	// as untagged) and in two tags: the guard drops every tagged frame
+	// first, whatever it holds (issue 37).
+	var tagged [][]byte
+	for _, f := range forged {
+		for _, tags := range [][]byte{{0x81, 0, 0, 0}, {0x88, 0xa8, 0, 5, 0x81, 0, 0, 0}} {
+			tagged = append(tagged, slices.Concat(f[:12], tags, f[12:]))
+		}
+	}
 	for range 3 {
-		for _, f := range forged {
+		for _, f := range slices.Concat(forged, tagged) {
 			a.send(f)
 			spoofed++
 		}
@@ -491,6 +500,13 @@ func (s *scene) attack() {
 	for i, f := range forged {
 		if n := seen.seen(f); n > 0 {
 			t.Errorf("victim received forged frame %d (%x) %d times", i, f[:min(len(f), 42)], n)
+		}
+	}
+	// A tagged frame would arrive with its tag taken off: what follows
+	// the tags, its payload, must not arrive at all.
+	for i, f := range forged {
+		if n := seen.containing(f[14:]); n > 0 {
+			t.Errorf("victim received the payload of forged frame %d (%x), untagged or tagged, %d times", i, f[:min(len(f), 42)], n)
 		}
 	}
 	if n := seen.count(func(f []byte) bool { return bytes.Equal(f[6:12], bridgeMAC) && bytes.Contains(f, marker) }); n > 0 {
