@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -100,7 +99,7 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 	if !guarded(n) {
 		return nil
 	}
-	mark, exists, err := tableComment(knftables.BridgeFamily, TableName(n.ID))
+	mark, exists, err := tableMark(ctx, knftables.BridgeFamily, TableName(n.ID))
 	if err != nil {
 		return err
 	}
@@ -129,7 +128,7 @@ func checkGuardTable(ctx context.Context, n *api.Network) []error {
 	}
 	// The table's comment and its hook chain's rules, not the whole table
 	// (every port's chain): a pass checks every network.
-	mark, exists, err := tableComment(knftables.BridgeFamily, TableName(n.ID))
+	mark, exists, err := tableMark(ctx, knftables.BridgeFamily, TableName(n.ID))
 	if err != nil {
 		return []error{err}
 	}
@@ -253,26 +252,16 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 			return err
 		}
 	}
-	if mac == nil {
-		// Through netlink, from the template: what a controller's port
-		// costs does not grow with the network's ports.
-		held, err := readHeld(n.ID, port)
-		if err != nil {
-			return err
-		}
-		ps := portState{held: held}
-		if held != "" {
-			if ps.heldExpected, err = hasElement(ctx, n.ID, guardExpected, held); err != nil {
-				return err
-			}
-		}
-		if err := guardPortByClone(n, port, ps); !errors.Is(err, errNoTemplate) {
-			return err
-		}
-	}
 	ps, err := readPortState(ctx, n.ID, port, m)
 	if err != nil {
 		return err
+	}
+	if mac == nil {
+		// Through netlink, from the template: what a controller's port
+		// costs does not grow with the network's ports.
+		if err := guardPortByClone(n, port, ps); !errors.Is(err, errNoTemplate) {
+			return err
+		}
 	}
 	if m != "" && !ps.mine && ps.claimed {
 		// Some port holds it: one that is gone (a helper that exited)
@@ -367,6 +356,16 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	if err != nil {
 		return err
 	}
+	if sets[guardOwns] == nil || sets[guardClaimed] == nil || sets[guardExpected] == nil {
+		// A table without them (none yet, or an older vmnetctl's): made
+		// first.
+		if err := runGuardTx(ctx, n, "making the guard's sets", func(*knftables.Transaction) {}); err != nil {
+			return err
+		}
+		if st, sets, err = readGuardStateNL(n.ID, false); err != nil {
+			return err
+		}
+	}
 	full := false
 	for mac := range st.expectedMACs {
 		full = full || !expectedMACs[mac]
@@ -374,95 +373,42 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	for mac := range expectedMACs {
 		full = full || !st.expectedMACs[mac] && st.claimed[mac]
 	}
-	if !full && sets[guardOwns] != nil && sets[guardClaimed] != nil && sets[guardExpected] != nil {
-		ch := claimsChange{}
-		for p := range st.owns {
-			if !owns[p] {
-				ch.delOwns = append(ch.delOwns, p)
-			}
-		}
-		for p := range owns {
-			if !st.owns[p] {
-				ch.addOwns = append(ch.addOwns, p)
-			}
-		}
+	// What changes, written through netlink: a VM more or less costs its
+	// own elements, not nft's read of the whole table.
+	var ch claimsChange
+	if !full {
+		// Claims only added: the expected MACs nobody holds yet.
 		_, ch.addExpected = setDiff(st.expectedMACs, expectedMACs)
 		_, ch.addClaimed = setDiff(st.claimed, expectedMACs)
-		if len(ch.delOwns)+len(ch.addOwns)+len(ch.addExpected)+len(ch.addClaimed) == 0 {
-			return nil
+	} else {
+		if st, sets, err = readGuardStateNL(n.ID, true); err != nil {
+			return err
 		}
-		return applyClaims(n.ID, sets, ch)
-	}
-	if st, sets, err = readGuardStateNL(n.ID, true); err != nil {
-		return err
-	}
-	claimed := map[string]bool{}
-	var evict []portMAC
-	for port, mac := range st.learned {
-		if o, ok := owner[mac]; ok && o != port {
-			evict = append(evict, portMAC{mac, port})
-			continue
-		}
-		claimed[mac] = true
-	}
-	for mac := range owner {
-		claimed[mac] = true
-	}
-	if maps.Equal(owns, st.owns) && maps.Equal(claimed, st.claimed) && maps.Equal(expectedMACs, st.expectedMACs) && len(evict) == 0 {
-		return nil
-	}
-	if sets[guardOwns] != nil && sets[guardClaimed] != nil && sets[guardExpected] != nil {
-		// What changed, through netlink: a VM more or less costs its own
-		// elements, not nft's read of the whole table.
-		ch := claimsChange{evict: evict}
-		for p := range st.owns {
-			if !owns[p] {
-				ch.delOwns = append(ch.delOwns, p)
+		// Claimed: what the ports hold and the expected MACs; a port
+		// that holds another port's expected MAC loses it.
+		claimed := map[string]bool{}
+		for port, mac := range st.learned {
+			if o, ok := owner[mac]; ok && o != port {
+				ch.evict = append(ch.evict, portMAC{mac, port})
+				continue
 			}
+			claimed[mac] = true
 		}
-		for p := range owns {
-			if !st.owns[p] {
-				ch.addOwns = append(ch.addOwns, p)
-			}
+		for mac := range owner {
+			claimed[mac] = true
 		}
 		ch.delExpected, ch.addExpected = setDiff(st.expectedMACs, expectedMACs)
 		ch.delClaimed, ch.addClaimed = setDiff(st.claimed, claimed)
-		return applyClaims(n.ID, sets, ch)
 	}
-	// A table without the sets yet: made by the transaction.
-	return runGuardTx(ctx, n, "claiming the VM ports' MACs", func(tx *knftables.Transaction) {
-		for p := range st.owns {
-			if !owns[p] {
-				deleteElement(tx, &knftables.Element{Set: guardOwns, Key: []string{p.mac, quoteIfname(p.port)}})
-			}
-		}
-		for p := range owns {
-			tx.Add(&knftables.Element{Set: guardOwns, Key: []string{p.mac, quoteIfname(p.port)}})
-		}
-		for mac := range st.expectedMACs {
-			if !expectedMACs[mac] {
-				deleteElement(tx, &knftables.Element{Set: guardExpected, Key: []string{mac}})
-			}
-		}
-		for mac := range expectedMACs {
-			tx.Add(&knftables.Element{Set: guardExpected, Key: []string{mac}})
-		}
-		for mac := range st.claimed {
-			if !claimed[mac] {
-				deleteElement(tx, &knftables.Element{Set: guardClaimed, Key: []string{mac}})
-			}
-		}
-		for mac := range claimed {
-			tx.Add(&knftables.Element{Set: guardClaimed, Key: []string{mac}})
-		}
-		for _, p := range evict {
-			tx.Delete(&knftables.Element{Set: guardMACSet(p.port), Key: []string{p.mac}})
-		}
-	})
+	ch.delOwns, ch.addOwns = setDiff(st.owns, owns)
+	if ch.empty() {
+		return nil
+	}
+	return applyClaims(n.ID, sets, ch)
 }
 
 // setDiff is what to delete from have and add to it to make want.
-func setDiff(have, want map[string]bool) (del, add []string) {
+func setDiff[K comparable](have, want map[K]bool) (del, add []K) {
 	for k := range have {
 		if !want[k] {
 			del = append(del, k)
@@ -543,18 +489,9 @@ type portState struct {
 // none) on network id.
 func readPortState(ctx context.Context, id, port, mac string) (portState, error) {
 	var ps portState
-	nft, err := newNFT(knftables.BridgeFamily, id)
-	if err != nil {
+	var err error
+	if ps.held, err = readHeld(id, port); err != nil {
 		return ps, err
-	}
-	elems, err := nft.ListElements(ctx, "set", guardMACSet(port))
-	if err != nil && !knftables.IsNotFound(err) {
-		return ps, fmt.Errorf("network %q: reading the guard of port %s: %w", id, port, err)
-	}
-	for _, e := range elems {
-		if len(e.Key) == 1 {
-			ps.held = e.Key[0]
-		}
 	}
 	has := func(set string, key ...string) (ok bool) {
 		if err == nil {
@@ -562,7 +499,6 @@ func readPortState(ctx context.Context, id, port, mac string) (portState, error)
 		}
 		return ok
 	}
-	err = nil
 	if ps.held != "" {
 		ps.heldExpected = has(guardExpected, ps.held)
 	}

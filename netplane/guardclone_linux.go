@@ -155,28 +155,34 @@ func renameInExpr(e expr.Any, macSet, counter string) expr.Any {
 // readHeld reads the MAC port's set holds on network id, through netlink;
 // "" for none or no set.
 func readHeld(id, port string) (string, error) {
-	conn, err := nftables.New()
-	if err != nil {
-		return "", fmt.Errorf("nftables: %w", err)
-	}
-	tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}
-	set, err := conn.GetSetByName(tbl, guardMACSet(port))
-	if errors.Is(err, unix.ENOENT) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("network %q: reading the guard of port %s: %w", id, port, err)
-	}
-	elems, err := conn.GetSetElements(set)
-	if err != nil {
-		return "", fmt.Errorf("network %q: reading the guard of port %s: %w", id, port, err)
-	}
+	elems, err := guardSetElements(id, guardMACSet(port))
 	for _, e := range elems {
 		if len(e.Key) >= 6 {
 			return net.HardwareAddr(e.Key[:6]).String(), nil
 		}
 	}
-	return "", nil
+	return "", err
+}
+
+// guardSetElements reads the elements of set name of network id's guard
+// table through netlink (one small request, whatever else the table
+// holds); none without the set or the table.
+func guardSetElements(id, name string) ([]nftables.SetElement, error) {
+	conn, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	set, err := conn.GetSetByName(&nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}, name)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err == nil {
+		var elems []nftables.SetElement
+		if elems, err = conn.GetSetElements(set); err == nil {
+			return elems, nil
+		}
+	}
+	return nil, fmt.Errorf("network %q: reading the guard's set %s: %w", id, name, err)
 }
 
 // readGuardStateNL reads the MACs of network id's guard table through
@@ -251,6 +257,11 @@ type claimsChange struct {
 	addClaimed, delClaimed   []string
 	addExpected, delExpected []string
 	evict                    []portMAC
+}
+
+// empty tells whether ch changes nothing.
+func (ch claimsChange) empty() bool {
+	return len(ch.addOwns)+len(ch.delOwns)+len(ch.addClaimed)+len(ch.delClaimed)+len(ch.addExpected)+len(ch.delExpected)+len(ch.evict) == 0
 }
 
 // applyClaims makes the change in one netlink batch.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -150,27 +149,15 @@ func vmEgressElements(ctx context.Context, nft knftables.Interface) []*knftables
 	return out
 }
 
-var tableCommentRe = regexp.MustCompile(`(?m)^\s*comment "([^"]*)"`)
-
 // tableMark returns the comment of table name of a family, and whether it
-// exists. Without nft installed there is no table vmnetctl could have made.
-func tableMark(ctx context.Context, family knftables.Family, name string) (string, bool, error) {
+// exists (tableComment: the table alone, not `nft list table`, which lists
+// every port's chain). Without nft installed there is no table vmnetctl
+// could have made.
+func tableMark(_ context.Context, family knftables.Family, name string) (string, bool, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return "", false, nil
 	}
-	out, err := exec.CommandContext(ctx, "nft", "list", "table", string(family), name).CombinedOutput()
-	if err != nil {
-		if strings.Contains(string(out), "No such file or directory") {
-			return "", false, nil
-		}
-		return "", false, fmt.Errorf("nft list table %s %s: %w: %s", family, name, err, strings.TrimSpace(string(out)))
-	}
-	// The table's own comment comes before its first chain.
-	head, _, _ := strings.Cut(string(out), "\n\tchain ")
-	if m := tableCommentRe.FindStringSubmatch(head); m != nil {
-		return m[1], true, nil
-	}
-	return "", true, nil
+	return tableComment(family, name)
 }
 
 // checkTableOwner refuses a table of our name, in either family, that does
@@ -258,11 +245,7 @@ func namedCounters(_ context.Context, family knftables.Family, id, prefix string
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	defer conn.CloseLasting()
-	fam := nftables.TableFamilyINet
-	if family == knftables.BridgeFamily {
-		fam = nftables.TableFamilyBridge
-	}
-	objs, err := conn.GetObjects(&nftables.Table{Name: TableName(id), Family: fam})
+	objs, err := conn.GetObjects(&nftables.Table{Name: TableName(id), Family: nftables.TableFamily(nfproto(family))})
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -172,27 +171,12 @@ func checkIsolation(n *api.Network, br netlink.Link) []error {
 // guardPorts, the guarded ones; guardCurrent, those guarded with this
 // version's rules.
 func guardedPorts(_ context.Context, id, setName string) (map[string]bool, error) {
-	// Through netlink: `nft list map` reads the whole table first.
-	conn, err := nftables.New()
-	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
-	}
+	elems, err := guardSetElements(id, setName)
 	out := map[string]bool{}
-	set, err := conn.GetSetByName(&nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}, setName)
-	if errors.Is(err, unix.ENOENT) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("network %q: reading the guarded ports: %w", id, err)
-	}
-	elems, err := conn.GetSetElements(set)
-	if err != nil {
-		return nil, fmt.Errorf("network %q: reading the guarded ports: %w", id, err)
-	}
 	for _, e := range elems {
 		out[string(bytes.TrimRight(e.Key, "\x00"))] = true
 	}
-	return out, nil
+	return out, err
 }
 
 // WatchChanges reports, on the returned channel, changes that the
