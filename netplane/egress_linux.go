@@ -172,15 +172,19 @@ func fillEgress(tx *knftables.Transaction, e *api.Egress, lan []netip.Prefix) st
 // main table's routes without a gateway), not vmnetctl's bridges: LANs,
 // and also container bridges and VPN links.
 func hostLANs() ([]netip.Prefix, error) {
-	links, err := linkList()
-	if err != nil {
-		return nil, err
-	}
+	// Whether a route's link is ours, asked of the few links that have
+	// routes, not of every link (a thousand VMs' TAPs have none).
 	ours := map[int]bool{}
-	for _, l := range links {
-		if _, ok := markedID(l.Attrs().Alias); ok || strings.HasPrefix(l.Attrs().Alias, aliasPrefix) {
-			ours[l.Attrs().Index] = true
+	isOurs := func(index int) bool {
+		if v, ok := ours[index]; ok {
+			return v
 		}
+		l, err := netlink.LinkByIndex(index)
+		if err == nil {
+			_, marked := markedID(l.Attrs().Alias)
+			ours[index] = marked || strings.HasPrefix(l.Attrs().Alias, aliasPrefix)
+		}
+		return ours[index]
 	}
 	var out []netip.Prefix
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
@@ -192,7 +196,7 @@ func hostLANs() ([]netip.Prefix, error) {
 		}
 		for _, r := range routes {
 			// On the link: no gateway (IPv6 routes all have universe scope).
-			if r.Dst == nil || r.Gw != nil || len(r.MultiPath) > 0 || r.Type != unix.RTN_UNICAST || ours[r.LinkIndex] {
+			if r.Dst == nil || r.Gw != nil || len(r.MultiPath) > 0 || r.Type != unix.RTN_UNICAST || isOurs(r.LinkIndex) {
 				continue
 			}
 			a, ok := netip.AddrFromSlice(r.Dst.IP)

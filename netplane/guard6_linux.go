@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vmnetctl/vmnetctl/api"
 	"sigs.k8s.io/knftables"
 )
@@ -240,44 +241,42 @@ const reservedComment = "reserved"
 
 // pairs reads addrs6 from the kernel.
 func (g *guard6) pairs(ctx context.Context) ([]keptPair, error) {
-	var elems []*knftables.Element
+	// Through netlink: nft would read the whole table first, every
+	// port's guard with it.
+	var elems []nftables.SetElement
 	err := g.inNS(func() (err error) {
-		elems, err = g.nft.ListElements(ctx, "set", guardAddrs6)
+		elems, err = guardSetElements(g.n.ID, guardAddrs6)
 		return err
 	})
-	if err != nil && !knftables.IsNotFound(err) {
+	if err != nil {
 		return nil, fmt.Errorf("network %q: reading the guard's IPv6 addresses: %w", g.n.ID, err)
 	}
 	var out []keptPair
 	for _, e := range elems {
-		if len(e.Key) != 2 {
+		// ether_addr . ipv6_addr: the MAC padded to 8 bytes.
+		if len(e.Key) != 8+16 {
 			continue
 		}
-		mac, err1 := net.ParseMAC(e.Key[0])
-		ip, err2 := netip.ParseAddr(e.Key[1])
-		if err1 == nil && err2 == nil && len(mac) == 6 {
-			out = append(out, keptPair{pair{mac.String(), ip}, e.Comment != nil && *e.Comment == reservedComment})
-		}
+		ip := netip.AddrFrom16([16]byte(e.Key[8:]))
+		out = append(out, keptPair{pair{net.HardwareAddr(e.Key[:6]).String(), ip}, e.Comment == reservedComment})
 	}
 	return out, nil
 }
 
 // owned reads owned6 from the kernel.
 func (g *guard6) owned(ctx context.Context) (map[netip.Addr]bool, error) {
-	var elems []*knftables.Element
+	var elems []nftables.SetElement
 	err := g.inNS(func() (err error) {
-		elems, err = g.nft.ListElements(ctx, "set", guardOwned6)
+		elems, err = guardSetElements(g.n.ID, guardOwned6)
 		return err
 	})
-	if err != nil && !knftables.IsNotFound(err) {
+	if err != nil {
 		return nil, fmt.Errorf("network %q: reading the guard's owned IPv6 addresses: %w", g.n.ID, err)
 	}
 	out := map[netip.Addr]bool{}
 	for _, e := range elems {
-		if len(e.Key) == 1 {
-			if ip, err := netip.ParseAddr(e.Key[0]); err == nil {
-				out[ip] = true
-			}
+		if len(e.Key) == 16 {
+			out[netip.AddrFrom16([16]byte(e.Key))] = true
 		}
 	}
 	return out, nil

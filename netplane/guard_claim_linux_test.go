@@ -274,3 +274,61 @@ func TestGuardStalePort(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClaimsWhenVMsGo: ClaimPorts without an attachment's MAC (its VM
+// detached), reading only that attachment's port: the MAC stays claimed
+// while its port still holds it (the helper not gone yet), leaves once the
+// port went, and an expected MAC its port never used leaves at once; the
+// other VM's claim stays throughout. Then another port may learn the MAC.
+func TestClaimsWhenVMsGo(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	host := testutil.NewNS(t, "cg-host")
+	n := testNet("cg", api.ModeShared, "10.200.57.0/24")
+	host.MustRun(t, "ip", "link", "add", n.Bridge(), "up", "type", "bridge")
+	macA, macB, macC := mustMAC("52:55:55:00:57:0a"), mustMAC("52:55:55:00:57:0b"), mustMAC("52:55:55:00:57:0c")
+	a := plugLearning(t, host, n, "p-a", testutil.NewNS(t, "cg-a"))
+	plugLearning(t, host, n, "p-b", testutil.NewNS(t, "cg-b"))
+	c := plugLearning(t, host, n, "p-c", testutil.NewNS(t, "cg-c"))
+	claim := func(expected map[string]net.HardwareAddr) {
+		t.Helper()
+		mustDo(t, host, func() error { return ClaimPorts(ctx, n, expected) })
+	}
+	state := func() *guardState {
+		var st *guardState
+		mustDo(t, host, func() (err error) { st, err = readGuardState(ctx, n.ID); return err })
+		return st
+	}
+	claim(map[string]net.HardwareAddr{"p-a": macA, "p-b": macB})
+	a.send(t, claimFrame(macA))
+	testutil.Eventually(t, 5*time.Second, func() error {
+		if got := state().learned["p-a"]; got != macA.String() {
+			return fmt.Errorf("p-a holds %q", got)
+		}
+		return nil
+	}, "p-a to learn its MAC")
+
+	// A and B detached; A's helper still runs, B's port never sent.
+	claim(map[string]net.HardwareAddr{})
+	st := state()
+	if !st.claimed[macA.String()] || st.expectedMACs[macA.String()] {
+		t.Fatalf("A detached, its port still holding %s: claimed %v, expected %v", macA, st.claimed, st.expectedMACs)
+	}
+	if st.claimed[macB.String()] || st.expectedMACs[macB.String()] || len(st.owns) != 0 {
+		t.Fatalf("B detached: claimed %v, expected %v, owns %v", st.claimed, st.expectedMACs, st.owns)
+	}
+	// A's port goes with its helper: the MAC is free.
+	host.MustRun(t, "ip", "link", "del", "p-a")
+	claim(map[string]net.HardwareAddr{"p-b": macC})
+	st = state()
+	if st.claimed[macA.String()] || !st.claimed[macC.String()] {
+		t.Fatalf("A's port gone: claimed %v, want %s free and %s claimed", st.claimed, macA, macC)
+	}
+	c.send(t, claimFrame(macA))
+	testutil.Eventually(t, 5*time.Second, func() error {
+		if got := state().learned["p-c"]; got != macA.String() {
+			return fmt.Errorf("p-c holds %q", got)
+		}
+		return nil
+	}, "p-c to learn the MAC A left")
+}

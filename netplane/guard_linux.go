@@ -117,7 +117,7 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 	if err != nil {
 		return err
 	}
-	return pruneGuards(ctx, n.ID)
+	return pruneGuards(n.ID)
 }
 
 // checkGuardTable is Check's part for n's guard table: there, marked, with
@@ -248,7 +248,7 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 		// passes (ClaimPorts); a port with its MAC prunes only when the
 		// MAC is taken, below. So a controller's helper starts at the
 		// same cost however many ports the network has.
-		if err := pruneGuards(ctx, n.ID); err != nil {
+		if err := pruneGuards(n.ID); err != nil {
 			return err
 		}
 	}
@@ -267,7 +267,7 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 		// Some port holds it: one that is gone (a helper that exited)
 		// releases it once its guard is pruned, so that a helper started
 		// again under another TAP name takes its VM's MAC again.
-		if err := pruneGuards(ctx, n.ID); err != nil {
+		if err := pruneGuards(n.ID); err != nil {
 			return err
 		}
 		if ps, err = readPortState(ctx, n.ID, port, m); err != nil {
@@ -335,7 +335,7 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	if !guarded(n) {
 		return nil
 	}
-	if err := pruneGuards(ctx, n.ID); err != nil {
+	if err := pruneGuards(n.ID); err != nil {
 		return err
 	}
 	owns, owner := map[portMAC]bool{}, map[string]string{}
@@ -366,20 +366,49 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 			return err
 		}
 	}
+	// A newly expected MAC that is claimed already: some port learned
+	// it, and only all the ports' sets tell which.
 	full := false
-	for mac := range st.expectedMACs {
-		full = full || !expectedMACs[mac]
-	}
 	for mac := range expectedMACs {
 		full = full || !st.expectedMACs[mac] && st.claimed[mac]
+	}
+	// A MAC no longer expected stays claimed while a port holds it, and
+	// only the port that owned it can (no other could learn a claimed
+	// MAC): its set alone is read.
+	ownerOf := map[string][]string{}
+	for p := range st.owns {
+		ownerOf[p.mac] = append(ownerOf[p.mac], p.port)
+	}
+	stillHeld := map[string]bool{}
+	for mac := range st.expectedMACs {
+		if full || expectedMACs[mac] {
+			continue
+		}
+		if len(ownerOf[mac]) == 0 {
+			full = true // no owner recorded: read them all
+			break
+		}
+		for _, port := range ownerOf[mac] {
+			held, err := readHeld(n.ID, port)
+			if err != nil {
+				return err
+			}
+			stillHeld[mac] = stillHeld[mac] || held == mac
+		}
 	}
 	// What changes, written through netlink: a VM more or less costs its
 	// own elements, not nft's read of the whole table.
 	var ch claimsChange
 	if !full {
-		// Claims only added: the expected MACs nobody holds yet.
-		_, ch.addExpected = setDiff(st.expectedMACs, expectedMACs)
+		// The expected MACs nobody holds yet are claimed; those no
+		// longer expected and no longer held leave.
+		ch.delExpected, ch.addExpected = setDiff(st.expectedMACs, expectedMACs)
 		_, ch.addClaimed = setDiff(st.claimed, expectedMACs)
+		for _, mac := range ch.delExpected {
+			if st.claimed[mac] && !stillHeld[mac] {
+				ch.delClaimed = append(ch.delClaimed, mac)
+			}
+		}
 	} else {
 		if st, sets, err = readGuardStateNL(n.ID, true); err != nil {
 			return err
@@ -431,24 +460,6 @@ type guardState struct {
 	claimed      map[string]bool
 	owns         map[portMAC]bool
 	expectedMACs map[string]bool
-}
-
-// held is the MAC port's set holds, "" for none or a nil st.
-func (st *guardState) held(port string) string {
-	if st == nil {
-		return ""
-	}
-	return st.learned[port]
-}
-
-// expected reports whether mac is some port's expected MAC.
-func (st *guardState) expected(mac string) bool {
-	for p := range st.owns {
-		if p.mac == mac {
-			return true
-		}
-	}
-	return false
 }
 
 // holder names, for an error, the port other than port that holds or is
@@ -591,47 +602,38 @@ func deleteGuard(tx *knftables.Transaction, port, held string, heldExpected bool
 // rules' handles in the same transaction: should a new port of the same
 // name have been guarded since the check (a new chain, new handles), the
 // transaction fails and the new guard stays.
-func pruneGuards(ctx context.Context, id string) error {
-	nft, err := newNFT(knftables.BridgeFamily, id)
-	if err != nil {
-		return err
-	}
+func pruneGuards(id string) error {
 	chains, err := tableChains(knftables.BridgeFamily, TableName(id)) // none without the table
 	if err != nil {
 		return fmt.Errorf("network %q: listing the guards: %w", id, err)
 	}
-	// The links, listed once (net.InterfaceByName lists them all each
-	// time it is called).
-	links := map[string]bool{}
-	ifs, err := net.Interfaces()
+	// Each port's link looked up by its name, not a dump of every link.
+	links, err := openLinkNames()
 	if err != nil {
-		return fmt.Errorf("network %q: listing the links: %w", id, err)
+		return fmt.Errorf("network %q: looking up the ports' links: %w", id, err)
 	}
-	for _, ifi := range ifs {
-		links[ifi.Name] = true
-	}
-	var st *guardState
+	defer links.close()
+	var expected map[string]bool
 	for _, c := range chains {
 		port, ok := strings.CutPrefix(c, "port-")
-		if !ok || links[port] {
+		if !ok || links.exists(port) {
 			continue
 		}
-		rules, err := nft.ListRules(ctx, c)
-		if err != nil || len(rules) == 0 {
-			continue
-		}
-		if st == nil {
-			if st, err = readGuardState(ctx, id); err != nil {
+		if expected == nil {
+			elems, err := guardSetElements(id, guardExpected)
+			if err != nil {
 				return err
 			}
+			expected = map[string]bool{}
+			for _, e := range elems {
+				if len(e.Key) >= 6 {
+					expected[net.HardwareAddr(e.Key[:6]).String()] = true
+				}
+			}
 		}
-		tx := nft.NewTransaction()
-		tx.Delete(&knftables.Rule{Chain: c, Handle: rules[0].Handle})
-		deleteGuard(tx, port, st.held(port), st.expected(st.held(port)), "")
-		g := guardObjects(port)
-		tx.Add(g.counter)
-		tx.Delete(g.counter)
-		nft.Run(ctx, tx) // lost a race with a new port of the name: keep it
+		if err := pruneGuardNL(id, port, expected); err != nil {
+			return err
+		}
 	}
 	return nil
 }

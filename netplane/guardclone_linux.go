@@ -75,35 +75,10 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 			return fmt.Errorf("network %q: reading the guard's set %s: %w", n.ID, name, err)
 		}
 	}
-	ifname := func(s string) []byte {
-		b := make([]byte, unix.IFNAMSIZ)
-		copy(b, s)
-		return b
-	}
-	macSet := &nftables.Set{Table: tbl, Name: guardMACSet(port), KeyType: nftables.TypeEtherAddr, Dynamic: true, Size: 1}
-	counter := &nftables.CounterObj{Table: tbl, Name: guardCounter(port)}
-	chain := &nftables.Chain{Table: tbl, Name: guardChain(port)}
-	jump := nftables.SetElement{Key: ifname(port), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain.Name}}
-
-	// The old guard, existing or not: each object is added first (a no-op
-	// if it is there), so that its deletion finds it; its drop counter
-	// stays. The map's element goes first (it jumps to the chain), then
-	// the chain with its rules (which use the set), then the set.
-	if ps.held != "" && !ps.heldExpected {
-		mac, err := net.ParseMAC(ps.held)
-		if err == nil {
-			conn.SetAddElements(sets[guardClaimed], []nftables.SetElement{{Key: mac}})
-			conn.SetDeleteElements(sets[guardClaimed], []nftables.SetElement{{Key: mac}})
-		}
-	}
-	conn.AddSet(macSet, nil)
-	conn.AddChain(chain)
-	conn.SetAddElements(sets[guardPorts], []nftables.SetElement{jump})
-	conn.SetDeleteElements(sets[guardPorts], []nftables.SetElement{{Key: ifname(port)}})
-	conn.SetAddElements(sets[guardCurrent], []nftables.SetElement{{Key: ifname(port)}})
-	conn.SetDeleteElements(sets[guardCurrent], []nftables.SetElement{{Key: ifname(port)}})
-	conn.DelChain(chain)
-	conn.DelSet(macSet)
+	o := guardObjectsNL(tbl, port)
+	macSet, counter, chain, jump := o.set, o.counter, o.chain, o.jump
+	// The old guard, existing or not.
+	o.delete(conn, sets, ps.held, ps.heldExpected)
 
 	// The new one.
 	if err := conn.AddSet(macSet, nil); err != nil {
@@ -119,10 +94,93 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 		conn.AddRule(&nftables.Rule{Table: tbl, Chain: chain, Exprs: exprs})
 	}
 	conn.SetAddElements(sets[guardPorts], []nftables.SetElement{jump})
-	conn.SetAddElements(sets[guardCurrent], []nftables.SetElement{{Key: ifname(port)}})
+	conn.SetAddElements(sets[guardCurrent], []nftables.SetElement{{Key: o.key}})
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("network %q: guarding port %s: %w", n.ID, port, err)
 	}
+	return nil
+}
+
+// guardNL is a port's guard objects as netlink writes them (guardObjects
+// is the same for nft).
+type guardNL struct {
+	set     *nftables.Set
+	counter *nftables.CounterObj
+	chain   *nftables.Chain
+	key     []byte              // the port's name, as the maps' keys hold it
+	jump    nftables.SetElement // the ports map's element: key -> jump chain
+}
+
+func guardObjectsNL(tbl *nftables.Table, port string) guardNL {
+	key := make([]byte, unix.IFNAMSIZ)
+	copy(key, port)
+	chain := &nftables.Chain{Table: tbl, Name: guardChain(port)}
+	return guardNL{
+		set:     &nftables.Set{Table: tbl, Name: guardMACSet(port), KeyType: nftables.TypeEtherAddr, Dynamic: true, Size: 1},
+		counter: &nftables.CounterObj{Table: tbl, Name: guardCounter(port)},
+		chain:   chain,
+		key:     key,
+		jump:    nftables.SetElement{Key: key, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain.Name}},
+	}
+}
+
+// delete adds to conn's batch the deletion of the guard, existing or not,
+// its drop counter kept (deleteGuard, through netlink): each object is
+// added first (a no-op if it is there), so that its deletion finds it.
+// The map's element goes first (it jumps to the chain), then the chain
+// with its rules (which use the set), then the set. The MAC the port held
+// (held, "" for none) leaves claimed unless it is some port's expected
+// MAC (heldExpected).
+func (o guardNL) delete(conn *nftables.Conn, sets map[string]*nftables.Set, held string, heldExpected bool) {
+	if held != "" && !heldExpected {
+		if mac, err := net.ParseMAC(held); err == nil {
+			conn.SetAddElements(sets[guardClaimed], []nftables.SetElement{{Key: mac}})
+			conn.SetDeleteElements(sets[guardClaimed], []nftables.SetElement{{Key: mac}})
+		}
+	}
+	conn.AddSet(o.set, nil)
+	conn.AddChain(o.chain)
+	conn.SetAddElements(sets[guardPorts], []nftables.SetElement{o.jump})
+	conn.SetDeleteElements(sets[guardPorts], []nftables.SetElement{{Key: o.key}})
+	conn.SetAddElements(sets[guardCurrent], []nftables.SetElement{{Key: o.key}})
+	conn.SetDeleteElements(sets[guardCurrent], []nftables.SetElement{{Key: o.key}})
+	conn.DelChain(o.chain)
+	conn.DelSet(o.set)
+}
+
+// pruneGuardNL removes port's guard, whose link is gone, and its drop
+// counter: one netlink batch, which starts with the deletion of the
+// chain's first rule by its handle, so that the batch fails, and a new
+// guard stays, should a new port of the name have been guarded since
+// (a new chain, new handles). expected is the guard's expected MACs.
+func pruneGuardNL(id, port string, expected map[string]bool) error {
+	conn, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}
+	o := guardObjectsNL(tbl, port)
+	rules, err := conn.GetRules(tbl, o.chain)
+	if err != nil || len(rules) == 0 {
+		return nil // gone already, or never finished
+	}
+	sets := map[string]*nftables.Set{}
+	for _, name := range []string{guardPorts, guardClaimed, guardCurrent} {
+		if sets[name], err = conn.GetSetByName(tbl, name); err != nil {
+			return fmt.Errorf("network %q: reading the guard's set %s: %w", id, name, err)
+		}
+	}
+	held, err := readHeld(id, port)
+	if err != nil {
+		return err
+	}
+	if err := conn.DelRule(&nftables.Rule{Table: tbl, Chain: o.chain, Handle: rules[0].Handle}); err != nil {
+		return err
+	}
+	o.delete(conn, sets, held, expected[held])
+	conn.AddObj(o.counter)
+	conn.DeleteObject(o.counter)
+	conn.Flush() // lost a race with a new port of the name: keep it
 	return nil
 }
 

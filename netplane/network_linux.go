@@ -524,14 +524,14 @@ func portMACs(bridge string) map[string][]string {
 	if err != nil {
 		return nil
 	}
-	links, err := linkList()
+	links, err := briefLinks()
 	if err != nil {
 		return nil
 	}
 	names := map[int]string{}
 	for _, l := range links {
-		if l.Attrs().MasterIndex == br.Attrs().Index {
-			names[l.Attrs().Index] = l.Attrs().Name
+		if l.Master == br.Attrs().Index {
+			names[l.Index] = l.Name
 		}
 	}
 	neighs, err := netlink.NeighList(0, unix.AF_BRIDGE)

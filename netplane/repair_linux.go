@@ -52,17 +52,17 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 		return err
 	}
 	// The links, listed once (not one request a port).
-	all, err := linkList()
+	all, err := briefLinks()
 	if err != nil {
 		return fmt.Errorf("listing links: %w", err)
 	}
-	links := make(map[string]netlink.Link, len(all))
+	links := make(map[string]briefLink, len(all))
 	for _, l := range all {
-		links[l.Attrs().Name] = l
+		links[l.Name] = l
 	}
 	var errs []error
 	for _, p := range ports {
-		link, ok := links[p.Name]
+		bl, ok := links[p.Name]
 		if !ok {
 			continue // gone: its helper ends
 		}
@@ -74,8 +74,12 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 				continue // not onto the bridge unguarded
 			}
 		}
-		if link.Attrs().MasterIndex != br.Attrs().Index {
-			if err := AttachPort(br.Attrs().Name, link, n.Isolation); err != nil {
+		if bl.Master != br.Attrs().Index {
+			link, err := netlink.LinkByIndex(bl.Index)
+			if err == nil {
+				err = AttachPort(br.Attrs().Name, link, n.Isolation)
+			}
+			if err != nil {
 				errs = append(errs, fmt.Errorf("network %q: %w", n.ID, err))
 			}
 		}
