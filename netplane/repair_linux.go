@@ -139,6 +139,7 @@ func isolatedPorts() (map[int]bool, error) {
 // isolateTaps isolates every TAP on network n's bridge br that is not,
 // if n has isolation (Ensure: the repair of a port whose flag was taken).
 func isolateTaps(n *api.Network, br netlink.Link) error {
+	isolating.set(br.Attrs().Name, n.Isolation)
 	if !n.Isolation {
 		return nil
 	}
@@ -243,7 +244,12 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 	}()
 	go func() {
 		for u := range links {
-			if linkChanged(u) {
+			if linkChanged(u, func(index int) string {
+				if l, err := h.LinkByIndex(index); err == nil {
+					return l.Attrs().Name
+				}
+				return ""
+			}) {
 				notify()
 			}
 		}
@@ -269,7 +275,15 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 	return out, nil
 }
 
-func linkChanged(u netlink.LinkUpdate) bool {
+// linkChanged tells whether a link's notice may be drift a repair pass
+// mends: a bridge of vmnetctl's deleted or down, a TAP off its bridge.
+// A TAP's notices come by the thousand in a fleet (made, attached, up, its
+// bridge port's state, IPv6 on it), and each repair pass reads every port:
+// only a TAP that is up and off its bridge, or not isolated on a bridge
+// whose network isolates its ports (nameOf names the master by index),
+// has drifted. A new TAP is off its bridge only while it is down
+// (AttachPort sets it up last).
+func linkChanged(u netlink.LinkUpdate, nameOf func(index int) string) bool {
 	a := u.Link.Attrs()
 	bridge, tap := strings.HasPrefix(a.Name, api.BridgePrefix), strings.HasPrefix(a.Name, api.TapPrefix)
 	// A WireGuard device is a bridge's kin here: deleted or down, repair.
@@ -278,14 +292,53 @@ func linkChanged(u netlink.LinkUpdate) bool {
 	case !bridge && !tap:
 		return false
 	case u.Header.Type == unix.RTM_DELLINK:
-		return true
+		// A TAP goes with its helper (a VM detached, or its helper
+		// ended, which the controller sees anyway); a helper whose TAP
+		// was deleted under it ends too.
+		return bridge
+	case tap && a.MasterIndex == 0:
+		return a.Flags&net.FlagUp != 0
 	case tap:
-		// Off its bridge; or, in a bridge port's notice (family
-		// AF_BRIDGE), not isolated: Check tells whether it should be.
-		return a.MasterIndex == 0 || a.Protinfo != nil && !a.Protinfo.Isolated
+		// A bridge port's notice (family AF_BRIDGE) carries its flags.
+		return a.Protinfo != nil && !a.Protinfo.Isolated && !isolating.none() && isolating.on(nameOf(a.MasterIndex))
 	default:
 		return a.Flags&net.FlagUp == 0
 	}
+}
+
+// isolating is the bridges whose networks isolate their ports (Ensure
+// records them): the watch reports a port of theirs that is not isolated.
+var isolating bridgeSet
+
+// bridgeSet is a set of bridge names, safe for concurrent use.
+type bridgeSet struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func (s *bridgeSet) set(name string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.names == nil {
+		s.names = map[string]bool{}
+	}
+	if on {
+		s.names[name] = true
+	} else {
+		delete(s.names, name)
+	}
+}
+
+func (s *bridgeSet) on(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names[name]
+}
+
+func (s *bridgeSet) none() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.names) == 0
 }
 
 // addrChanged tells whether an address change is one Check may find wrong:
@@ -332,7 +385,10 @@ func tableDeleted(m syscall.NetlinkMessage) bool {
 	case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELTABLE:
 		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_TABLE_NAME), tablePrefix)
 	case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELCHAIN:
-		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_CHAIN_TABLE), tablePrefix)
+		// Not a port's guard: vmnetctl deletes those as VMs go (and
+		// nobody else can while the ports' map jumps to them).
+		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_CHAIN_TABLE), tablePrefix) &&
+			!strings.HasPrefix(nfAttr(m.Data, unix.NFTA_CHAIN_NAME), guardChain(""))
 	}
 	return false
 }

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -47,6 +51,69 @@ func TestWatchChanges(t *testing.T) {
 	host.MustRun(t, "nft", "add", "chain", "inet", table, "c")
 	host.MustRun(t, "nft", "delete", "table", "inet", table)
 	reported("the table deleted")
+}
+
+// TestLinkChangedFleetChurn: the notices a fleet's VMs make as they come
+// and go (a TAP made, put on its bridge, set up, its port's state, its
+// deletion; a port's guard chain deleted) start no repair pass, each of
+// which reads every port; drift does: a TAP taken off its bridge while
+// up, a port not isolated on a bridge that isolates, a bridge deleted or
+// down, a network's chain deleted.
+func TestLinkChangedFleetChurn(t *testing.T) {
+	isolating.set("vmn-iso", true)
+	t.Cleanup(func() { isolating.set("vmn-iso", false) })
+	names := map[int]string{7: "vmn-iso", 8: "vmn-open"}
+	nameOf := func(i int) string { return names[i] }
+	tap := func(master int, flags net.Flags, proto *netlink.Protinfo) netlink.Link {
+		return &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: "vmt-0123456789", MasterIndex: master, Flags: flags, Protinfo: proto}}
+	}
+	bridge := func(flags net.Flags) netlink.Link {
+		return &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "vmn-iso", Flags: flags}}
+	}
+	for _, c := range []struct {
+		what string
+		typ  uint16
+		link netlink.Link
+		want bool
+	}{
+		{"a TAP made, down", unix.RTM_NEWLINK, tap(0, 0, nil), false},
+		{"a TAP put on its bridge", unix.RTM_NEWLINK, tap(8, 0, nil), false},
+		{"a TAP set up on its bridge", unix.RTM_NEWLINK, tap(8, net.FlagUp, nil), false},
+		{"a port's state, not isolating", unix.RTM_NEWLINK, tap(8, net.FlagUp, &netlink.Protinfo{}), false},
+		{"a port's state, isolated", unix.RTM_NEWLINK, tap(7, net.FlagUp, &netlink.Protinfo{Isolated: true}), false},
+		{"a TAP deleted with its helper", unix.RTM_DELLINK, tap(8, net.FlagUp, nil), false},
+		{"a TAP taken off its bridge", unix.RTM_NEWLINK, tap(0, net.FlagUp, nil), true},
+		{"a port not isolated where it must be", unix.RTM_NEWLINK, tap(7, net.FlagUp, &netlink.Protinfo{}), true},
+		{"a bridge deleted", unix.RTM_DELLINK, bridge(net.FlagUp), true},
+		{"a bridge down", unix.RTM_NEWLINK, bridge(0), true},
+		{"a bridge up", unix.RTM_NEWLINK, bridge(net.FlagUp), false},
+		{"a link of somebody else's", unix.RTM_DELLINK, &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}}, false},
+	} {
+		u := netlink.LinkUpdate{Header: unix.NlMsghdr{Type: c.typ}, Link: c.link}
+		if got := linkChanged(u, nameOf); got != c.want {
+			t.Errorf("%s: linkChanged = %v, want %v", c.what, got, c.want)
+		}
+	}
+
+	chainDeleted := func(table, chain string) syscall.NetlinkMessage {
+		data := []byte{unix.NFPROTO_BRIDGE, 0, 0, 0}
+		for _, a := range []struct {
+			typ uint16
+			val string
+		}{{unix.NFTA_CHAIN_TABLE, table}, {unix.NFTA_CHAIN_NAME, chain}} {
+			data = append(data, nl.NewRtAttr(int(a.typ), nl.ZeroTerminated(a.val)).Serialize()...)
+		}
+		return syscall.NetlinkMessage{Header: syscall.NlMsghdr{Type: unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELCHAIN}, Data: data}
+	}
+	if tableDeleted(chainDeleted(TableName("w"), guardChain("vmt-0123456789"))) {
+		t.Error("a port's guard chain deleted (its VM went) is reported as drift")
+	}
+	if !tableDeleted(chainDeleted(TableName("w"), "forward")) {
+		t.Error("a network's chain deleted is not reported")
+	}
+	if tableDeleted(chainDeleted("other", "forward")) {
+		t.Error("somebody else's chain deleted is reported")
+	}
 }
 
 // TestBriefLinks: the lean dump names the links as netlink.LinkList does,
