@@ -455,6 +455,11 @@ func (nw *Network) SetVMEgress(ctx context.Context, ps []backend.VMEgress) error
 	}
 	nw.vmEgress.mu.Lock()
 	defer nw.vmEgress.mu.Unlock()
+	if len(ps) == 0 && len(nw.vmEgress.policies) == 0 && nw.vmEgress.applied == "" && nw.vmEgress.appliedPolicies != "" {
+		// None, as when they were last written (the maps flushed): the
+		// controller's every pass, which need not read the host's LANs.
+		return nil
+	}
 	nw.vmEgress.policies = slices.Clone(ps)
 	return nw.applyVMEgress(ctx)
 }
