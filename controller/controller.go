@@ -254,8 +254,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	go c.watchLeaseExpiry(ctx)
+	full := true // the first pass checks everything
 	for {
-		done, err := c.reconcile(ctx)
+		done, err := c.reconcile(ctx, full)
 		if err != nil {
 			c.log.Error("reconcile failed", "err", err)
 		}
@@ -277,9 +278,13 @@ func (c *Controller) Run(ctx context.Context) error {
 				c.mu.Unlock()
 				continue
 			case <-c.kickc:
+				full = false
 			case <-changes:
+				full = true
 			case <-resync.C:
+				full = true
 			case <-c.nextRetry():
+				full = true
 			}
 			break wait
 		}

@@ -23,7 +23,14 @@ import (
 // the networks; start missing helpers (without the lock, in parallel); commit
 // (under the lock). done is true when no project is left and everything
 // was removed.
-func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
+//
+// A full pass also checks every running VM's port (ensurePorts): the first
+// pass, the resync, a change seen behind the controller's back, a retry.
+// A pass asked for (up, down, a helper that ended) checks the ports of the
+// networks it started or repaired only: the rest did not change, and
+// reading a thousand ports would make each VM's attach cost as much as the
+// VMs already there.
+func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err error) {
 	c.gen.begin()
 	defer c.gen.end()
 	defer c.countReconcile(time.Now(), &err)
@@ -41,18 +48,19 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 		return false, err
 	}
 	plan := ComputePlan(c.applied, desired)
+	touched := newPortScope(plan, full)
 	stopping := c.takeStopping(plan, desired)
 	c.mu.Unlock()
 
 	c.progress.phase("stopping helpers")
 	errs := c.stopHelpers(stopping)
 	c.progress.phase("repairing networks")
-	errs = append(errs, c.repairNetworks(ctx, plan, desired)...)
+	errs = append(errs, c.repairNetworks(ctx, plan, desired, touched)...)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.progress.phase("networks")
-	errs = append(errs, c.convergeNetworks(ctx, plan, desired)...)
+	errs = append(errs, c.convergeNetworks(ctx, plan, desired, touched)...)
 	errs = append(errs, c.sweepStrays(ctx, desired, projects)...)
 	errs = append(errs, c.setHosts(desired)...)
 	errs = append(errs, c.setForwards(ctx, desired)...)
@@ -64,7 +72,7 @@ func (c *Controller) reconcile(ctx context.Context) (done bool, err error) {
 	c.mu.Lock()
 	errs = append(errs, c.commitLaunches(launches)...)
 	c.progress.phase("checking ports")
-	errs = append(errs, c.ensurePorts(ctx, desired)...)
+	errs = append(errs, c.ensurePorts(ctx, desired, touched)...)
 	return c.commit(ctx, desired, snap, projects, errs)
 }
 
@@ -218,7 +226,7 @@ func (c *Controller) stopHelpers(hs []*helperProc) []error {
 // convergeNetworks removes the deleted and replaced networks, restarts the
 // services of those changed in place, and starts the missing (but those
 // repairNetworks keeps trying to repair).
-func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *Desired) []error {
+func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *Desired, touched *portScope) []error {
 	var errs []error
 	for _, ch := range plan.Networks {
 		if ch.Action == ActionCreate {
@@ -248,6 +256,7 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 			continue
 		}
 		c.nets[n.ID] = nw
+		touched.add(n.ID)
 		c.log.Info("network up", "network", n.ID, "backend", c.be.Name())
 		c.emit(Event{Kind: "network-up", Network: n.ID})
 	}
@@ -259,7 +268,7 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 // (repairNetwork), with c.mu not held: status and metrics answer, and show
 // the network degraded, while its kernel state is put back. A network
 // whose repair failed is retried here on every pass until it succeeds.
-func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *Desired) []error {
+func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *Desired, touched *portScope) []error {
 	changed := map[string]bool{}
 	for _, ch := range plan.Networks {
 		changed[ch.ID] = true
@@ -296,7 +305,7 @@ func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *De
 	c.mu.Unlock()
 	var errs []error
 	for _, j := range jobs {
-		if err := c.repairNetwork(ctx, j.n, j.nw); err != nil {
+		if err := c.repairNetwork(ctx, j.n, j.nw, touched); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -319,7 +328,7 @@ type repairRetry struct {
 // succeeds. nw is nil when an earlier repair failed (the network stays
 // degraded for the drift found then): the repair is tried again. Called
 // without c.mu.
-func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backend.Network) error {
+func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backend.Network, touched *portScope) error {
 	if nw != nil {
 		err := c.be.CheckNetwork(ctx, n, c.netOpts())
 		if err == nil {
@@ -343,6 +352,7 @@ func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backe
 		c.emit(Event{Kind: "drift-found", Network: n.ID, Detail: drift})
 		nw.Close()
 	}
+	touched.add(n.ID) // its ports are checked after the repair
 	nw, err := c.be.StartNetwork(ctx, n, c.netOpts())
 	var still error
 	if err == nil {
@@ -406,12 +416,35 @@ func (c *Controller) repairFRR(ctx context.Context, n *api.Network, found error)
 	return nil
 }
 
+// portScope is the networks whose VM ports a pass checks (ensurePorts):
+// all of them in a full pass, else those it started or repaired.
+type portScope struct {
+	all bool
+	ids map[string]bool
+}
+
+// newPortScope is the scope of a pass, full or not, before it starts or
+// repairs any network: the networks the plan changes.
+func newPortScope(plan *Plan, full bool) *portScope {
+	s := &portScope{all: full, ids: map[string]bool{}}
+	for _, ch := range plan.Networks {
+		s.add(ch.ID)
+	}
+	return s
+}
+
+func (s *portScope) add(id string)      { s.ids[id] = true }
+func (s *portScope) has(id string) bool { return s.all || s.ids[id] }
+
 // ensurePorts gives the running helpers' ports back what a repair of their
 // network (or a change behind the controller's back) took: their place on
-// the bridge and their guard.
-func (c *Controller) ensurePorts(ctx context.Context, desired *Desired) []error {
+// the bridge and their guard. Only the networks in scope.
+func (c *Controller) ensurePorts(ctx context.Context, desired *Desired, scope *portScope) []error {
 	byNet := map[string][]backend.Port{}
 	for _, a := range desired.Attachments {
+		if !scope.has(a.Network) {
+			continue
+		}
 		h := c.helpers[a.Key()]
 		if h == nil || h.state != StateRunning || h.rec.Tap == "" {
 			continue
