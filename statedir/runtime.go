@@ -1,7 +1,9 @@
 package statedir
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -37,8 +39,17 @@ type Runtime struct {
 	AppliedProjects []*Project        `json:"appliedProjects,omitempty"`
 }
 
-// SaveRuntime records what the controller runs.
-func (d Dir) SaveRuntime(rt Runtime) error { return d.writeJSON(runtimeFile, rt) }
+// SaveRuntime records what the controller runs: compact JSON, since the
+// controller writes it on every pass that changed something, with every
+// helper and project in it (indented, a fleet's record costs twice the
+// time to write).
+func (d Dir) SaveRuntime(rt Runtime) error {
+	data, err := json.Marshal(rt)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", runtimeFile, err)
+	}
+	return d.writeFile(runtimeFile, append(data, '\n'))
+}
 
 // LoadRuntime reads what a controller recorded; found is false when none did.
 func (d Dir) LoadRuntime() (rt Runtime, found bool, err error) {
