@@ -110,12 +110,51 @@ func VXLANName(networkID string) string {
 }
 
 // DeriveMAC returns the MAC address vmnetctl gives the index'th network entry
-// of a VM that names none: lima's locally administered prefix 52:55:55 and
-// three bytes of SHA-256 of the VM name and index. It depends on nothing
-// else, so the same file gives the same MACs on every machine and run.
-func DeriveMAC(vm string, index int) net.HardwareAddr {
+// of a VM that names none: 52 (locally administered, unicast) and five
+// bytes of SHA-256 of the VM name and index, 40 bits: two of 10,000 VMs
+// share one about once in 20,000 state dirs, and then Resolve moves one
+// of them on (assignMACs). It depends on nothing else, so the same file
+// gives the same MACs on every machine and run.
+func DeriveMAC(vm string, index int) net.HardwareAddr { return deriveMAC(vm, index, 0) }
+
+// deriveMAC is the try'th MAC an entry may be given: DeriveMAC's first,
+// then a hash of the name, index and try (a try for each MAC already
+// taken, in a fixed order: Resolve).
+func deriveMAC(vm string, index, try int) net.HardwareAddr {
+	in := fmt.Sprintf("vmnetctl/%s/%d", vm, index)
+	if try > 0 {
+		in += fmt.Sprintf("/%d", try)
+	}
+	sum := sha256.Sum256([]byte(in))
+	return net.HardwareAddr{0x52, sum[0], sum[1], sum[2], sum[3], sum[4]}
+}
+
+// LegacyMAC is the MAC vmnetctl derived for an entry before its MACs had
+// 40 bits (v0.x, until December 2026): lima's prefix 52:55:55 and three
+// bytes of the same hash. An attachment that runs with it keeps it until
+// it goes (Resolve's keep), so an upgrade changes no running VM's MAC.
+func LegacyMAC(vm string, index int) net.HardwareAddr {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("vmnetctl/%s/%d", vm, index)))
 	return net.HardwareAddr{0x52, 0x55, 0x55, sum[0], sum[1], sum[2]}
+}
+
+// maxMACTries bounds the MACs tried for one entry, and those recognised
+// as an entry's own (derivedFor): the chance that 16 are all taken is
+// nil for any number of VMs a host runs.
+const maxMACTries = 16
+
+// derivedFor reports whether mac is one vmnetctl derives, or derived, for
+// the index'th entry of vm: its legacy MAC or one of its tries.
+func derivedFor(vm string, index int, mac string) bool {
+	if mac == LegacyMAC(vm, index).String() {
+		return true
+	}
+	for try := range maxMACTries {
+		if mac == deriveMAC(vm, index, try).String() {
+			return true
+		}
+	}
+	return false
 }
 
 // parseMAC accepts a 48-bit unicast MAC address written with colons.

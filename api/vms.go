@@ -310,17 +310,75 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 	}
 }
 
+// assignMACs gives every entry that names no MAC its own: the one it
+// runs with (keep), if vmnetctl derives it for the entry and no entry
+// names it, else the first of its derived MACs (deriveMAC) that no entry
+// names or was given, entries taken by VM name and index. The result
+// depends only on the files and what runs: a VM added later never takes
+// a running VM's MAC. It returns an entry none was free for (16 tries
+// taken), or nil.
+func assignMACs(files []*VMFile, keep map[string]string) *Attachment {
+	taken := map[string]bool{}
+	var derived []*Attachment
+	for _, f := range files {
+		for _, vm := range f.VMs {
+			for _, a := range vm.Attachments {
+				if a.MACDerived {
+					derived = append(derived, a)
+				} else {
+					taken[a.MAC] = true
+				}
+			}
+		}
+	}
+	slices.SortFunc(derived, func(a, b *Attachment) int {
+		return cmp.Or(strings.Compare(a.VM, b.VM), cmp.Compare(a.Index, b.Index))
+	})
+	var rest []*Attachment
+	for _, a := range derived {
+		if mac, ok := keep[a.Key()]; ok && !taken[mac] && derivedFor(a.VM, a.Index, mac) {
+			a.MAC, taken[mac] = mac, true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	var failed *Attachment
+	for _, a := range rest {
+		a.MAC = ""
+		for try := range maxMACTries {
+			if mac := deriveMAC(a.VM, a.Index, try).String(); !taken[mac] {
+				a.MAC, taken[mac] = mac, true
+				break
+			}
+		}
+		if a.MAC == "" && failed == nil {
+			failed = a
+		}
+	}
+	return failed
+}
+
 // Resolve binds the VM files' network entries to the networks and checks
 // what spans files: unknown networks, duplicate VM names, MACs and fixed IPs.
 // It sets each Attachment's Network and moves entries that name a network
 // vmnetctl does not manage to their VM's Skipped list.
-func Resolve(nets *Networks, files []*VMFile) Diagnostics {
+func Resolve(nets *Networks, files []*VMFile) Diagnostics { return ResolveKeeping(nets, files, nil) }
+
+// ResolveKeeping is Resolve, with the MACs of the attachments that run
+// (keep: attachment key, VM/INDEX, to its MAC) kept where they are one
+// vmnetctl derives for them and nobody set: an attachment that came up
+// before a VM that now derives the same MAC, or before an upgrade changed
+// the derivation (LegacyMAC), keeps its MAC while it runs.
+func ResolveKeeping(nets *Networks, files []*VMFile, keep map[string]string) Diagnostics {
 	var ds Diagnostics
 	errAt := func(src Source, line int, field, format string, args ...any) {
 		if line == 0 {
 			line = src.Line
 		}
 		ds = append(ds, Diagnostic{File: src.File, Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if a := assignMACs(files, keep); a != nil {
+		errAt(a.Source, a.lines[string(a.Ref)], a.path, "no MAC is free for this entry among the %d vmnetctl derives for it: give it a macAddress", maxMACTries)
 	}
 	var names []string
 	for _, n := range nets.Networks {
@@ -385,16 +443,20 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics {
 					}
 					forwards = append(forwards, pf)
 				}
-				if prev, dup := macs[a.MAC]; dup {
-					if a.MACDerived {
-						// Derived, not written: the user never wrote
-						// the field the error would name.
-						errAt(a.Source, a.lines[string(a.Ref)], field, "the MAC %s vmnetctl derives for this entry is also VM %q's (at %s): give one of them a macAddress", a.MAC, prev.VM, prev.Source)
-					} else {
-						errAt(a.Source, a.lines["macAddress"], field+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, prev.Source)
-					}
+				// Only MACs a user wrote can be one: assignMACs gave the
+				// others free ones.
+				if prev, dup := macs[a.MAC]; dup && !a.MACDerived {
+					errAt(a.Source, a.lines["macAddress"], field+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, prev.Source)
 				}
 				macs[a.MAC] = a
+				if legacy := LegacyMAC(a.VM, a.Index).String(); a.MACDerived && a.MAC != legacy {
+					for _, r := range n.Reservations {
+						if r.MAC == legacy {
+							ds = append(ds, Diagnostic{Severity: SeverityWarning, File: n.Source.File, Line: r.Line, Field: "reservations",
+								Message: fmt.Sprintf("%s was the MAC vmnetctl derived for VM %q (entry %d) before its MACs had 40 bits; it now derives %s, so this reservation no longer reaches the VM: write macAddress: %q in its entry to keep the old MAC, or reserve %s", legacy, a.VM, a.Index, a.MAC, legacy, a.MAC)})
+						}
+					}
+				}
 				if !a.IP.IsValid() {
 					continue
 				}

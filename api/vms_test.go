@@ -2,8 +2,8 @@ package api
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -125,8 +125,12 @@ vms:
 
 func TestDeriveMACIsStable(t *testing.T) {
 	// Pinned: the same file must give the same MACs on every machine and run.
-	if got := DeriveMAC("default", 0).String(); got != "52:55:55:09:05:a7" {
+	if got := DeriveMAC("default", 0).String(); got != "52:09:05:a7:d7:99" {
 		t.Errorf("DeriveMAC(default, 0) = %s; changing it changes every user's MACs", got)
+	}
+	// The MAC of before (LegacyMAC), which running attachments keep.
+	if got := LegacyMAC("default", 0).String(); got != "52:55:55:09:05:a7" {
+		t.Errorf("LegacyMAC(default, 0) = %s; running VMs would lose their MACs", got)
 	}
 	if DeriveMAC("a", 0).String() == DeriveMAC("a", 1).String() {
 		t.Errorf("two entries of one VM got the same MAC")
@@ -232,19 +236,96 @@ func TestFleetLimits(t *testing.T) {
 		t.Errorf("%d VMs on one network: %s; want an error at %s", MaxPortsPerNetwork+1, text, want)
 	}
 
-	// Two names whose derived MACs are one.
-	seen := map[string]string{}
-	var x, y string
-	for i := 0; x == ""; i++ {
-		name := fmt.Sprintf("n%d", i)
-		mac := DeriveMAC(name, 0).String()
-		if prev, ok := seen[mac]; ok {
-			x, y = prev, name
+	// A user's MAC twice is an error that names the field.
+	_, diags = loadAll(t, VMFileOptions{}, [2]string{"vms.yaml", "vms:\n  a:\n    networks: [{vmnet: shared, macAddress: \"52:55:55:00:00:01\"}]\n  b:\n    networks: [{vmnet: shared, macAddress: \"52:55:55:00:00:01\"}]\n"})
+	if text := diagText(diags); !strings.Contains(text, "macAddress: MAC 52:55:55:00:00:01 is also used by VM \"a\"") {
+		t.Errorf("one macAddress for two VMs: %s", text)
+	}
+}
+
+// TestDerivedMACsNeverClash: derived MACs that are one (two names whose
+// 40 bits agree, found by search; or a MAC a user wrote for another VM)
+// are no error: the entry that comes later by VM name moves to its next
+// derived MAC, the same on every run; an attachment that runs keeps its
+// MAC while it is one vmnetctl derives for it (also the legacy 24-bit
+// one), so that neither a VM added later nor an upgrade changes it.
+func TestDerivedMACsNeverClash(t *testing.T) {
+	x, y := "n1041117", "n1570643"
+	if DeriveMAC(x, 0).String() != DeriveMAC(y, 0).String() {
+		t.Fatalf("%s and %s no longer derive one MAC", x, y)
+	}
+	nets := mustNetworks(t, testNetworks)
+	resolve := func(src string, keep map[string]string) map[string]string {
+		t.Helper()
+		vf, diags := LoadVMFile("vms.yaml", []byte(src), VMFileOptions{})
+		if vf != nil {
+			diags = append(diags, ResolveKeeping(nets, []*VMFile{vf}, keep)...)
 		}
-		seen[mac] = name
+		if diags.HasErrors() || len(diags) > 0 {
+			t.Fatalf("%s", diagText(diags))
+		}
+		macs := map[string]string{}
+		for _, vm := range vf.VMs {
+			for _, a := range vm.Attachments {
+				macs[a.VM] = a.MAC
+			}
+		}
+		return macs
 	}
-	_, diags = loadAll(t, VMFileOptions{}, [2]string{"vms.yaml", fmt.Sprintf("vms:\n  %s:\n    networks: [{vmnet: shared}]\n  %s:\n    networks: [{vmnet: shared}]\n", x, y)})
-	if text := diagText(diags); !strings.Contains(text, "vmnetctl derives for this entry is also VM "+strconv.Quote(x)) || strings.Contains(text, "macAddress:") {
-		t.Errorf("VMs %s and %s, whose derived MACs are one: %s", x, y, text)
+	vms := fmt.Sprintf("vms:\n  %s:\n    networks: [{vmnet: shared}]\n  %s:\n    networks: [{vmnet: shared}]\n", y, x)
+	base := DeriveMAC(x, 0).String()
+	for _, c := range []struct {
+		name string
+		keep map[string]string
+		want map[string]string
+	}{
+		{"by name", nil, map[string]string{x: base, y: deriveMAC(y, 0, 1).String()}},
+		{"the running one keeps it", map[string]string{y + "/0": base}, map[string]string{x: deriveMAC(x, 0, 1).String(), y: base}},
+		{"a legacy MAC kept", map[string]string{x + "/0": LegacyMAC(x, 0).String()}, map[string]string{x: LegacyMAC(x, 0).String(), y: base}},
+		{"a MAC not derived for it is not kept", map[string]string{x + "/0": "52:55:55:00:00:01"}, map[string]string{x: base, y: deriveMAC(y, 0, 1).String()}},
+	} {
+		if got := resolve(vms, c.keep); !maps.Equal(got, c.want) {
+			t.Errorf("%s: MACs %v, want %v", c.name, got, c.want)
+		}
 	}
+	// A MAC written for another VM: the derived one moves, no error (the
+	// user never wrote the field an error would name).
+	got := resolve(fmt.Sprintf("vms:\n  p:\n    networks: [{vmnet: shared, macAddress: %q}]\n  %s:\n    networks: [{vmnet: shared}]\n", base, x), nil)
+	if got["p"] != base || got[x] != deriveMAC(x, 0, 1).String() {
+		t.Errorf("a derived MAC that a user wrote for another VM: %v", got)
+	}
+	// Kept, even when a user now writes it for another VM: the user's
+	// wins.
+	got = resolve(fmt.Sprintf("vms:\n  p:\n    networks: [{vmnet: shared, macAddress: %q}]\n  %s:\n    networks: [{vmnet: shared}]\n", base, x), map[string]string{x + "/0": base})
+	if got["p"] != base || got[x] != deriveMAC(x, 0, 1).String() {
+		t.Errorf("a running VM's MAC written for another VM: %v", got)
+	}
+}
+
+// TestLegacyReservationWarned: a reservation of networks.yaml that names
+// the MAC vmnetctl derived for a VM before its MACs had 40 bits is
+// warned of, with both MACs, since it no longer reaches the VM.
+func TestLegacyReservationWarned(t *testing.T) {
+	legacy := LegacyMAC("db", 0).String()
+	nets := mustNetworks(t, "networks:\n  shared:\n    mode: shared\n    gateway: 192.168.105.1\n    dhcpEnd: 192.168.105.254\n    netmask: 255.255.255.0\n    reservations:\n      \""+legacy+"\": 192.168.105.40\n")
+	vf, diags := LoadVMFile("vms.yaml", []byte("vms:\n  db:\n    networks: [{vmnet: shared}]\n"), VMFileOptions{})
+	diags = append(diags, Resolve(nets, []*VMFile{vf})...)
+	text := diagText(diags)
+	if diags.HasErrors() || !strings.Contains(text, legacy) || !strings.Contains(text, DeriveMAC("db", 0).String()) || !strings.Contains(text, "macAddress") {
+		t.Errorf("a reservation of db's legacy MAC: %s", text)
+	}
+	// Kept (it runs with it): nothing to say.
+	diags = ResolveKeeping(nets, []*VMFile{mustLoad(t, "vms:\n  db:\n    networks: [{vmnet: shared}]\n")}, map[string]string{"db/0": legacy})
+	if len(diags) > 0 {
+		t.Errorf("db runs with its legacy MAC, reserved: %s", diagText(diags))
+	}
+}
+
+func mustLoad(t *testing.T, src string) *VMFile {
+	t.Helper()
+	vf, diags := LoadVMFile("vms.yaml", []byte(src), VMFileOptions{})
+	if diags.HasErrors() {
+		t.Fatal(diagText(diags))
+	}
+	return vf
 }

@@ -83,9 +83,12 @@ func parseProjects(projects []*statedir.Project) ([]parsedProject, api.Diagnosti
 // ComputeDesired resolves every project against nets. It fails, with every
 // problem listed, when a file no longer validates or two projects define the
 // same VM.
-func ComputeDesired(nets *api.Networks, projects []*statedir.Project) (*Desired, error) {
+//
+// keep is the MACs the attachments that run have (by attachment key,
+// keptMACs): those vmnetctl derived are kept (api.ResolveKeeping).
+func ComputeDesired(nets *api.Networks, projects []*statedir.Project, keep map[string]string) (*Desired, error) {
 	parsed, diags := parseProjects(projects)
-	d, rdiags := desiredOf(nets, parsed)
+	d, rdiags := desiredOf(nets, parsed, keep)
 	if err := append(diags, rdiags...).Err(); err != nil {
 		return nil, err
 	}
@@ -153,7 +156,7 @@ func nameProjects(diags api.Diagnostics, owner map[*api.VMFile]*statedir.Project
 // desiredOf resolves parsed projects against nets, all at once: one Resolve
 // over all projects finds VMs, MACs and addresses that collide across
 // projects too. d is nil when the diagnostics have errors.
-func desiredOf(nets *api.Networks, projects []parsedProject) (*Desired, api.Diagnostics) {
+func desiredOf(nets *api.Networks, projects []parsedProject, keep map[string]string) (*Desired, api.Diagnostics) {
 	var files []*api.VMFile
 	owner := map[*api.VMFile]*statedir.Project{}
 	for _, p := range projects {
@@ -166,7 +169,7 @@ func desiredOf(nets *api.Networks, projects []parsedProject) (*Desired, api.Diag
 	if odiags.HasErrors() {
 		return nil, odiags
 	}
-	diags := api.Resolve(nets, files)
+	diags := api.ResolveKeeping(nets, files, keep)
 	nameProjects(diags, owner)
 	if diags.HasErrors() {
 		return nil, diags
@@ -206,4 +209,16 @@ func desiredOf(nets *api.Networks, projects []parsedProject) (*Desired, api.Diag
 		return cmp.Or(cmp.Compare(a.VM, b.VM), cmp.Compare(a.Index, b.Index))
 	})
 	return d, diags
+}
+
+// keptMACs is the MACs of the helpers recs records, by attachment key: an
+// attachment keeps the MAC it runs with (ComputeDesired).
+func keptMACs(recs []statedir.HelperRecord) map[string]string {
+	keep := map[string]string{}
+	for _, r := range recs {
+		if r.MAC != "" {
+			keep[r.Key] = r.MAC
+		}
+	}
+	return keep
 }

@@ -121,7 +121,7 @@ func resolvesWith(nets *api.Networks, p *statedir.Project) func(existing []*stat
 	return func(existing []*statedir.Project) error {
 		others := slices.DeleteFunc(slices.Clone(existing), func(q *statedir.Project) bool { return q.Name == p.Name })
 		parsed, diags := parseProjects(append(others, p))
-		_, rdiags := desiredOf(nets, parsed)
+		_, rdiags := desiredOf(nets, parsed, nil)
 		return append(diags, rdiags...).Err()
 	}
 }

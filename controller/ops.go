@@ -204,7 +204,10 @@ func (l *loaded) desiredWith(env Env, existing []*statedir.Project) (*Desired, e
 		}
 	}
 	parsed, diags := parseProjects(others)
-	d, rdiags := desiredOf(l.nets, append([]parsedProject{l.project}, parsed...))
+	// The MACs the controller keeps for what runs, so that plan shows
+	// what up does (no record: none).
+	rs, _, _ := env.StateDir.LoadRuntime()
+	d, rdiags := desiredOf(l.nets, append([]parsedProject{l.project}, parsed...), keptMACs(rs.Helpers))
 	diags = append(diags, rdiags...)
 	env.warn(rdiags)
 	if err := diags.Err(); err != nil {

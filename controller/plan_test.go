@@ -28,7 +28,7 @@ func desired(t *testing.T, networks string, projects ...*statedir.Project) *Desi
 	if err := diags.Err(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := ComputeDesired(nets, projects)
+	d, err := ComputeDesired(nets, projects, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestComputeDesiredKeepsOnlyUsedNetworks(t *testing.T) {
 
 func TestComputeDesiredRejectsCollisionsAcrossProjects(t *testing.T) {
 	nets, _ := api.LoadNetworks("networks.yaml", []byte(planNetworks))
-	_, err := ComputeDesired(nets, []*statedir.Project{project("a", planVMs), project("b", "vms:\n  web:\n    networks: [{vmnet: shared}]\n")})
+	_, err := ComputeDesired(nets, []*statedir.Project{project("a", planVMs), project("b", "vms:\n  web:\n    networks: [{vmnet: shared}]\n")}, nil)
 	if err == nil {
 		t.Fatal("two projects defining VM web were accepted")
 	}
@@ -120,5 +120,41 @@ vmnet:
 			p.Render(&out)
 			testutil.Golden(t, filepath.Join("testdata", "plan-"+strings.ReplaceAll(tt.name, " ", "-")+".txt"), out.String())
 		})
+	}
+}
+
+// TestUpgradeKeepsRunningMACs: attachments that run with the MACs an
+// older vmnetctl derived (24 bits, api.LegacyMAC) keep them through an
+// upgrade: the controller's pass keeps the MACs its helpers run with, so
+// the plan restarts no helper and no VM's lease, name or TAP changes.
+// Without the helpers' records (a fresh `up`), the new MACs apply.
+func TestUpgradeKeepsRunningMACs(t *testing.T) {
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(planNetworks))
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	projects := []*statedir.Project{project("p", planVMs)}
+	// What the older version applied: the same VMs with legacy MACs.
+	applied := desired(t, planNetworks, projects...)
+	var recs []statedir.HelperRecord
+	for _, a := range applied.Attachments {
+		a.MAC = api.LegacyMAC(a.VM, a.Index).String()
+		recs = append(recs, statedir.HelperRecord{Key: a.Key(), Project: a.Project, MAC: a.MAC})
+	}
+	d, err := ComputeDesired(nets, projects, keptMACs(recs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan := ComputePlan(applied, d); !plan.Empty() {
+		t.Errorf("after an upgrade, with the helpers running: %+v", plan)
+	}
+	fresh, err := ComputeDesired(nets, projects, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range fresh.Attachments {
+		if a.MAC != api.DeriveMAC(a.VM, a.Index).String() {
+			t.Errorf("%s on a fresh up: MAC %s, want the 40-bit %s", a.Key(), a.MAC, api.DeriveMAC(a.VM, a.Index))
+		}
 	}
 }

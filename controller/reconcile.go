@@ -138,7 +138,11 @@ func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*sta
 		return nil, nil, nil, err
 	}
 	c.paths = nets.Paths
-	d, err := ComputeDesired(nets, projects)
+	var recs []statedir.HelperRecord
+	for _, h := range c.helpers {
+		recs = append(recs, h.rec)
+	}
+	d, err := ComputeDesired(nets, projects, keptMACs(recs))
 	return d, snap, projects, err
 }
 

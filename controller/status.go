@@ -524,7 +524,7 @@ func appliedDesired(rs statedir.Runtime) (*Desired, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ComputeDesired(nets, rs.AppliedProjects)
+	return ComputeDesired(nets, rs.AppliedProjects, keptMACs(rs.Helpers))
 }
 
 // RenderProject writes the attachments of one project as a table, and fails

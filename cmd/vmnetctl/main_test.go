@@ -65,7 +65,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "a lima instance file with - vmnet: shared",
 			args:   []string{"validate", "-f", "../../examples/default/lima.yaml"},
-			stdout: []string{"examples/default/lima.yaml: 1 VM, valid", "default  shared   52:55:55:09:05:a7", "skipping entry 3 (socket)"}},
+			stdout: []string{"examples/default/lima.yaml: 1 VM, valid", "default  shared   52:09:05:a7:d7:99", "skipping entry 3 (socket)"}},
 		{name: "lima's networks.yaml",
 			args:   []string{"validate", "--networks", "../../examples/lima-networks.yaml"},
 			stdout: []string{"lima-networks.yaml: 4 networks, valid"}},
