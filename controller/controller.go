@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,11 @@ type Options struct {
 	// ExitWhenIdle ends the controller once no project is left (the one
 	// `up` starts in the background); otherwise it stays, as a service.
 	ExitWhenIdle bool
+	// LockUntilExit keeps the controller's lock after Run returns, for the
+	// kernel to release as the process exits (`vmnetctl serve`): whoever
+	// waits for the lock to be free (down, after the last project) then
+	// finds the process gone, not still exiting.
+	LockUntilExit bool
 	// StatsInterval is the helpers' --stats-interval.
 	StatsInterval time.Duration
 	// StallTimeout is how long a starting helper may make no progress
@@ -205,7 +211,13 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	defer lock.Unlock()
+	if c.opts.LockUntilExit {
+		// Referenced until Run returns: a collected lock's file would
+		// be closed, and the lock released, while the controller runs.
+		defer runtime.KeepAlive(lock)
+	} else {
+		defer lock.Unlock()
+	}
 	c.restore()
 
 	ln, err := c.listen()

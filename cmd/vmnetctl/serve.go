@@ -27,7 +27,9 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 				MetricsAddr:  metricsAddr,
 				Resync:       resync,
 				ExitWhenIdle: exitWhenIdle,
-				Version:      version,
+				// The lock goes with the process.
+				LockUntilExit: true,
+				Version:       version,
 			})
 			if err != nil {
 				return err
