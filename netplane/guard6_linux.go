@@ -2,7 +2,7 @@ package netplane
 
 import (
 	"context"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vmnetctl/vmnetctl/api"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
 
@@ -142,12 +143,6 @@ func port6Rules(n *api.Network, drop string) []string {
 // addresses nobody owns yet: a booting guest sends a handful; a flood of
 // new sources would fill the host's neighbour table.
 const nd6UnboundRate = "20/second burst 40 packets"
-
-// ip6Int is an IPv6 address as nft writes a 128-bit raw payload.
-func ip6Int(a netip.Addr) string {
-	b := a.As16()
-	return "0x" + hex.EncodeToString(b[:])
-}
 
 // guard6 keeps the IPv6 sets equal to the learner's bindings.
 type guard6 struct {
@@ -317,48 +312,121 @@ func (g *guard6) sync(ctx context.Context) error {
 	for _, p := range have {
 		haveSet[p.pair] = true
 	}
-	return g.run(ctx, func(tx *knftables.Transaction) {
-		for p, reserved := range want {
-			if !haveSet[p] {
-				addPair(tx, p, reserved)
-			}
+	var ops []elemOp
+	for p, reserved := range want {
+		if !haveSet[p] {
+			ops = append(ops, pairOps(p, reserved, false)...)
 		}
-		for p := range haveSet {
-			if _, ok := want[p]; !ok {
-				deletePair(tx, p)
-			}
-		}
-		for ip := range wantOwned {
-			if !haveOwned[ip] {
-				tx.Add(&knftables.Element{Set: guardOwned6, Key: []string{ip.String()}})
-				tx.Add(&knftables.Element{Set: guardOwnedT6, Key: []string{ip6Int(ip)}})
-			}
-		}
-		for ip := range haveOwned {
-			if !wantOwned[ip] {
-				deleteElement(tx, &knftables.Element{Set: guardOwned6, Key: []string{ip.String()}})
-				deleteElement(tx, &knftables.Element{Set: guardOwnedT6, Key: []string{ip6Int(ip)}})
-			}
-		}
-	})
-}
-
-// addPair adds p to addrs6 and targets6, marked as a reservation if
-// reserved.
-func addPair(tx *knftables.Transaction, p pair, reserved bool) {
-	var c *string
-	if reserved {
-		c = knftables.PtrTo(reservedComment)
 	}
-	tx.Add(&knftables.Element{Set: guardAddrs6, Key: []string{p.mac, p.ip.String()}, Comment: c})
-	tx.Add(&knftables.Element{Set: guardTargets6, Key: []string{p.mac, ip6Int(p.ip)}, Comment: c})
+	for p := range haveSet {
+		if _, ok := want[p]; !ok {
+			ops = append(ops, pairOps(p, false, true)...)
+		}
+	}
+	for ip := range wantOwned {
+		if !haveOwned[ip] {
+			ops = append(ops, ownedOps(ip, false)...)
+		}
+	}
+	for ip := range haveOwned {
+		if !wantOwned[ip] {
+			ops = append(ops, ownedOps(ip, true)...)
+		}
+	}
+	return g.apply(ctx, ops)
 }
 
-// deletePair deletes p from addrs6 and targets6, whether or not they hold
-// it (deleteElement).
-func deletePair(tx *knftables.Transaction, p pair) {
-	deleteElement(tx, &knftables.Element{Set: guardAddrs6, Key: []string{p.mac, p.ip.String()}})
-	deleteElement(tx, &knftables.Element{Set: guardTargets6, Key: []string{p.mac, ip6Int(p.ip)}})
+// elemOp is the addition or deletion of one element of the guard's IPv6
+// sets, as netlink carries it.
+type elemOp struct {
+	set     string
+	key     []byte
+	comment string
+	del     bool
+}
+
+// pairOps adds p to addrs6 and targets6 (marked as a reservation if
+// reserved), or deletes it.
+func pairOps(p pair, reserved, del bool) []elemOp {
+	mac, _ := net.ParseMAC(p.mac)
+	ip := p.ip.As16()
+	// ether_addr . ipv6_addr: the MAC padded to 8 bytes. targets6's
+	// second field is the raw 128 bits of the target, in network order:
+	// the same bytes.
+	key := append(append(append([]byte{}, mac...), 0, 0), ip[:]...)
+	c := ""
+	if reserved && !del {
+		c = reservedComment
+	}
+	return []elemOp{{guardAddrs6, key, c, del}, {guardTargets6, key, c, del}}
+}
+
+// ownedOps adds ip to owned6 and ownedt6, or deletes it.
+func ownedOps(ip netip.Addr, del bool) []elemOp {
+	b := ip.As16()
+	return []elemOp{{guardOwned6, b[:], "", del}, {guardOwnedT6, b[:], "", del}}
+}
+
+// apply writes ops in one netlink batch (nothing for none): nft would
+// read the whole table first, every port's guard with it, for each VM
+// that comes or goes. A deletion adds the element first, so that it does
+// not fail on one already gone. Without the sets (a table deleted and not
+// yet made again), nft makes them first (run).
+func (g *guard6) apply(ctx context.Context, ops []elemOp) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	err := g.applyNL(ops)
+	if errors.Is(err, errNoSets) {
+		if err = g.run(ctx, func(*knftables.Transaction) {}); err == nil {
+			err = g.applyNL(ops)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("network %q: updating the guard's IPv6 addresses: %w", g.n.ID, err)
+	}
+	return nil
+}
+
+// errNoSets is applyNL's report that a set it writes is missing.
+var errNoSets = errors.New("the guard's IPv6 sets are missing")
+
+func (g *guard6) applyNL(ops []elemOp) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inNS(func() error {
+		conn, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		tbl := &nftables.Table{Name: TableName(g.n.ID), Family: nftables.TableFamilyBridge}
+		sets := map[string]*nftables.Set{}
+		for _, op := range ops {
+			if sets[op.set] != nil {
+				continue
+			}
+			set, err := conn.GetSetByName(tbl, op.set)
+			if errors.Is(err, unix.ENOENT) {
+				return errNoSets
+			}
+			if err != nil {
+				return err
+			}
+			sets[op.set] = set
+		}
+		for _, op := range ops {
+			e := []nftables.SetElement{{Key: op.key, Comment: op.comment}}
+			if err := conn.SetAddElements(sets[op.set], e); err != nil {
+				return err
+			}
+			if op.del {
+				if err := conn.SetDeleteElements(sets[op.set], []nftables.SetElement{{Key: op.key}}); err != nil {
+					return err
+				}
+			}
+		}
+		return conn.Flush()
+	})
 }
 
 // resync runs sync every guardResync until Close.
@@ -393,35 +461,27 @@ func (g *guard6) changed(events []nd6Event) {
 	if g.admit != nil && slices.ContainsFunc(events, func(ev nd6Event) bool { return ev.added }) {
 		g.admit()
 	}
-	err := g.run(context.Background(), func(tx *knftables.Transaction) {
-		for _, ev := range events {
-			b := ev.b
-			if ev.reserved && ev.owner == [6]byte(b.MAC) {
-				continue
-			}
-			p := pair{b.MAC.String(), b.IP}
-			owned := []*knftables.Element{
-				{Set: guardOwned6, Key: []string{b.IP.String()}},
-				{Set: guardOwnedT6, Key: []string{ip6Int(b.IP)}},
-			}
-			if ev.added {
-				addPair(tx, p, false)
-				for _, e := range owned {
-					tx.Add(e)
-				}
-				continue
-			}
-			// Whether or not a sync removed it meanwhile, or this batch
-			// adds and removes it.
-			deletePair(tx, p)
-			if ev.reserved { // another VM's: it stays owned
-				continue
-			}
-			for _, e := range owned {
-				deleteElement(tx, e)
-			}
+	var ops []elemOp
+	for _, ev := range events {
+		b := ev.b
+		if ev.reserved && ev.owner == [6]byte(b.MAC) {
+			continue
 		}
-	})
+		p := pair{b.MAC.String(), b.IP}
+		if ev.added {
+			ops = append(ops, pairOps(p, false, false)...)
+			ops = append(ops, ownedOps(b.IP, false)...)
+			continue
+		}
+		// Whether or not a sync removed it meanwhile, or this batch
+		// adds and removes it.
+		ops = append(ops, pairOps(p, false, true)...)
+		if ev.reserved { // another VM's: it stays owned
+			continue
+		}
+		ops = append(ops, ownedOps(b.IP, true)...)
+	}
+	err := g.apply(context.Background(), ops)
 	g.logFailure(err)
 	if g.kick != nil {
 		g.kick()

@@ -3,6 +3,7 @@ package netplane
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -217,6 +218,14 @@ func TestReservationsInGuard(t *testing.T) {
 	if out := addrs6(); !strings.Contains(out, ghost.String()+" . "+gll.String()+` comment "reserved"`) {
 		t.Fatalf("the reserved link-local address is not in the guard as a reservation:\n%s", out)
 	}
+	// Written through netlink, read as nft writes it: the target as the
+	// raw 128 bits of a neighbour advertisement's target.
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardTargets6); !strings.Contains(out, ghost.String()+" . "+ip6Int(gll)+` comment "reserved"`) {
+		t.Fatalf("the reservation is not in targets6 as nft writes it:\n%s", out)
+	}
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardOwnedT6); !strings.Contains(out, ip6Int(gll)) {
+		t.Fatalf("the reserved address is not in ownedt6 as nft writes it:\n%s", out)
+	}
 	nw.Close()
 
 	nw = start(t, host, n, opts)
@@ -239,4 +248,10 @@ func TestReservationsInGuard(t *testing.T) {
 		t.Errorf("the guard still holds the reservation of a VM that went:\n%s", out)
 	}
 	nw.Close()
+}
+
+// ip6Int is an IPv6 address as nft writes a 128-bit raw payload.
+func ip6Int(a netip.Addr) string {
+	b := a.As16()
+	return "0x" + hex.EncodeToString(b[:])
 }
