@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -62,8 +63,18 @@ func (cl *Client) Progress(ctx context.Context) (*Progress, error) {
 
 // Reconcile asks the controller to converge and returns the result.
 func (cl *Client) Reconcile(ctx context.Context) (*ReconcileResponse, error) {
+	return cl.ReconcileProject(ctx, "")
+}
+
+// ReconcileProject is Reconcile, answered with the status of project's
+// attachments and networks only ("" for everything's).
+func (cl *Client) ReconcileProject(ctx context.Context, project string) (*ReconcileResponse, error) {
 	resp := &ReconcileResponse{}
-	return resp, cl.do(ctx, http.MethodPost, "/v1/reconcile", resp)
+	path := "/v1/reconcile"
+	if project != "" {
+		path += "?project=" + url.QueryEscape(project)
+	}
+	return resp, cl.do(ctx, http.MethodPost, path, resp)
 }
 
 func (cl *Client) do(ctx context.Context, method, path string, v any) error {

@@ -222,3 +222,29 @@ func keptMACs(recs []statedir.HelperRecord) map[string]string {
 	}
 	return keep
 }
+
+// ofProject is d with only project's attachments, and the networks they
+// use or the project keeps up (of projects, its record).
+func (d *Desired) ofProject(project string, projects []*statedir.Project) *Desired {
+	out := &Desired{Skipped: d.Skipped}
+	used := map[string]bool{}
+	for _, a := range d.Attachments {
+		if a.Project == project {
+			out.Attachments = append(out.Attachments, a)
+			used[a.Network] = true
+		}
+	}
+	for _, p := range projects {
+		if p.Name == project {
+			for _, id := range p.Networks {
+				used[id] = true
+			}
+		}
+	}
+	for _, n := range d.Networks {
+		if used[n.ID] {
+			out.Networks = append(out.Networks, n)
+		}
+	}
+	return out
+}

@@ -316,7 +316,7 @@ func applyProject(ctx context.Context, env Env, in *Input, nets *api.Networks, p
 	if err := sd.SaveProjectAndNetworks(in.Networks, p); err != nil {
 		return nil, err
 	}
-	return converge(ctx, env, o.Progress, serveArgsOf(o, nets)...)
+	return converge(ctx, env, o.Progress, p.Name, serveArgsOf(o, nets)...)
 }
 
 // serveArgs are the flags of a controller that Apply or NetworkCreate
@@ -339,8 +339,9 @@ func serveArgsOf(o ApplyOptions, nets *api.Networks) []string {
 func doctorPreflight(ctx context.Context) error { return doctor.Preflight(ctx) }
 
 // converge starts the controller if none runs and asks it to converge,
-// drawing its progress on progress if set.
-func converge(ctx context.Context, env Env, progress io.Writer, serveArgs ...string) (*ReconcileResponse, error) {
+// drawing its progress on progress if set. The answer's status is
+// project's ("" for everything).
+func converge(ctx context.Context, env Env, progress io.Writer, project string, serveArgs ...string) (*ReconcileResponse, error) {
 	exe, err := env.executable()
 	if err != nil {
 		return nil, err
@@ -358,7 +359,7 @@ func converge(ctx context.Context, env Env, progress io.Writer, serveArgs ...str
 		}()
 		defer func() { stop(); <-done }()
 	}
-	return cl.Reconcile(ctx)
+	return cl.ReconcileProject(ctx, project)
 }
 
 // PlanApply is `vmnetctl plan`: what Apply would change, and the warnings
@@ -463,7 +464,7 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		fmt.Fprintln(env.Stdout, "Everything is down.")
 		return sd.Clean()
 	}
-	resp, err := converge(ctx, env, nil)
+	resp, err := converge(ctx, env, nil, "")
 	if errors.Is(err, ErrControllerExited) && len(left) == 0 {
 		// It removed what was left and exited: done.
 		stopStrays(env)
@@ -537,7 +538,7 @@ func removeProject(ctx context.Context, env Env, name string) {
 	}
 	defer lock.Unlock()
 	if existed, _ := env.StateDir.DeleteProject(name); existed {
-		converge(ctx, env, nil)
+		converge(ctx, env, nil, "")
 	}
 }
 
@@ -717,7 +718,7 @@ func (l *loaded) startRun(ctx context.Context, env Env, in *Input, vm string) ([
 	if err := sd.SaveProjectAndNetworks(in.Networks, l.project.Project); err != nil {
 		return nil, nil, err
 	}
-	resp, err := converge(ctx, env, nil)
+	resp, err := converge(ctx, env, nil, l.project.Name)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -67,3 +67,28 @@ func TestPortScope(t *testing.T) {
 // runningNetwork stands for a network that runs (ensurePorts only asks
 // whether there is one).
 type runningNetwork struct{ backend.Network }
+
+// TestDesiredOfProject: the part of the desired state `up` of one project
+// prints: its attachments, the networks they use and those it keeps up,
+// nothing of the other projects'.
+func TestDesiredOfProject(t *testing.T) {
+	d := &Desired{Networks: []*api.Network{{ID: "a"}, {ID: "b"}, {ID: "kept"}, {ID: "other"}}}
+	for _, a := range []struct{ vm, network, project string }{{"x", "a", "p"}, {"y", "b", "p"}, {"z", "other", "q"}} {
+		d.Attachments = append(d.Attachments, &Attachment{Attachment: &api.Attachment{VM: a.vm, Network: a.network}, Project: a.project})
+	}
+	projects := []*statedir.Project{{Name: "p", Networks: []string{"kept"}}, {Name: "q"}}
+	got := d.ofProject("p", projects)
+	var nets, vms []string
+	for _, n := range got.Networks {
+		nets = append(nets, n.ID)
+	}
+	for _, a := range got.Attachments {
+		vms = append(vms, a.VM)
+	}
+	if !slices.Equal(nets, []string{"a", "b", "kept"}) || !slices.Equal(vms, []string{"x", "y"}) {
+		t.Errorf("project p's part: networks %v, VMs %v", nets, vms)
+	}
+	if got := d.ofProject("nobody", projects); len(got.Networks)+len(got.Attachments) != 0 {
+		t.Errorf("a project that is not there: %+v", got)
+	}
+}

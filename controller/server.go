@@ -50,7 +50,9 @@ func (c *Controller) handler() http.Handler {
 			resp.Error = c.lastErr.Error()
 		}
 		c.mu.Unlock()
-		resp.Status = c.status()
+		// ?project=NAME: that project's part (what up prints), not the
+		// status of every VM of the state dir.
+		resp.Status = c.statusOf(r.URL.Query().Get("project"))
 		resp.Stays = !c.opts.ExitWhenIdle
 		writeJSON(w, resp)
 	})

@@ -165,7 +165,13 @@ func socketLive(path string) bool {
 }
 
 // status builds the live status; the caller holds no lock.
-func (c *Controller) status() *Status {
+func (c *Controller) status() *Status { return c.statusOf("") }
+
+// statusOf is the status of project's attachments and of the networks
+// they use or the project keeps up ("" for everything): what `up` of one
+// VM prints, without reading the ports, leases and counters of the
+// thousands of others.
+func (c *Controller) statusOf(project string) *Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := &Status{Controller: ControllerStatus{Running: true, PID: os.Getpid(), StateDir: c.sd.Path,
@@ -178,6 +184,9 @@ func (c *Controller) status() *Status {
 		d = &Desired{}
 	}
 	st.Skipped = d.Skipped
+	if project != "" {
+		d = d.ofProject(project, c.appliedP)
+	}
 	ips := map[string]string{} // network/mac → ip
 	guards := map[string]map[string]uint64{}
 	portMACs := map[string]map[string][]string{}
