@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,18 +16,38 @@ import (
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
+// perNetwork is how many of the fleet's VMs share a network: below the
+// thousand a network takes (api.MaxPortsPerNetwork), so that the one VM
+// attached and detached always has room.
+const perNetwork = 990
+
 // TestChurn measures a fleet's costs (issue 30), as docs/performance.md
-// reports them: `up` of N VMs on one shared network as it grows (the cost
-// per VM at each size, and its slope), one VM attached and detached with N
-// running (`up` of one more and of N again, each the whole command: the
-// CLI, the controller's pass, the helper ready), the controller's memory
-// and threads, and `status` and a metrics scrape at N. Only with
-// VMNETCTL_BENCH=1 (or churn): it takes minutes.
+// reports them: `up` of N VMs as the fleet grows (the cost per VM at each
+// size, and its slope), one VM attached and detached with N running (a
+// project of its own: `up -f one.yaml -p one`, then `down -p one`, each
+// the whole command, and the controller's pass that served it), the
+// controller's memory and threads, `status --json` and a metrics scrape
+// at N, and the CPU that the controller and the helpers use while
+// nothing happens. The fleet spreads over networks of perNetwork VMs.
+// Sizes: VMNETCTL_CHURN_SIZES (default 0,100,1000,3000; each helper is a
+// process of about 8 threads, and this machine's cgroup allows 32,768).
+// Only with VMNETCTL_BENCH=1 (or churn): it takes minutes.
 func TestChurn(t *testing.T) {
 	if m := os.Getenv("VMNETCTL_BENCH"); m != "1" && m != "churn" {
 		t.Skip("the churn benchmark runs with VMNETCTL_BENCH=1 or churn")
 	}
 	testutil.RequireRoot(t, "runs vmnetctl in a network namespace")
+	sizes := []int{0, 100, 1000, 3000}
+	if s := os.Getenv("VMNETCTL_CHURN_SIZES"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				t.Fatalf("VMNETCTL_CHURN_SIZES: %v", err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
 	dir := t.TempDir()
 	bin, err := testutil.BuildVmnetctl(dir)
 	if err != nil {
@@ -34,7 +56,14 @@ func TestChurn(t *testing.T) {
 	ns := testutil.NewNS(t, "churn")
 	state := filepath.Join(dir, "state")
 	networks := filepath.Join(dir, "networks.yaml")
-	if err := os.WriteFile(networks, []byte("vmnet:\n  shared:\n    subnet: 10.98.0.0/22\n"), 0o644); err != nil {
+	nets := slices.Max(sizes)/perNetwork + 1
+	var nb strings.Builder
+	nb.WriteString("vmnet:\n")
+	for i := range nets {
+		// 10.96.0.0/22, 10.96.4.0/22, ...: 1,022 addresses each.
+		fmt.Fprintf(&nb, "  fleet%d:\n    subnet: 10.%d.%d.0/22\n", i, 96+i/64, (i%64)*4)
+	}
+	if err := os.WriteFile(networks, []byte(nb.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	vmnetctl := func(args ...string) (time.Duration, error) {
@@ -46,25 +75,22 @@ func TestChurn(t *testing.T) {
 		}
 		return time.Since(began), nil
 	}
-	t.Cleanup(func() { vmnetctl("down", "-p", "fleet") })
-	up := func(n int) time.Duration {
-		f := filepath.Join(dir, fmt.Sprintf("fleet%d.yaml", n))
-		if _, err := os.Stat(f); err != nil {
-			var b strings.Builder
-			b.WriteString("vms:\n")
-			for i := range n {
-				fmt.Fprintf(&b, "  c%05d:\n    networks: [{vmnet: shared}]\n", i)
-			}
-			if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		d, err := vmnetctl("up", "-f", f, "-p", "fleet", "--metrics-addr", "127.0.0.1:9464")
+	must := func(d time.Duration, err error) time.Duration {
+		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
+	t.Cleanup(func() { vmnetctl("down", "--all") })
+	one := filepath.Join(dir, "one.yaml")
+	if err := os.WriteFile(one, []byte("vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A controller before the first size, kept up by the one VM's
+	// network (network create): size 0 measures attach and detach
+	// with a controller and its network already running.
+	must(vmnetctl("network", "create", "fleet0", "--metrics-addr", "127.0.0.1:9464"))
 
 	type row struct {
 		n                    int
@@ -72,45 +98,69 @@ func TestChurn(t *testing.T) {
 		perVM                time.Duration
 		attachP50, attachP99 time.Duration
 		detachP50, detachP99 time.Duration
+		passAtt, passDet     time.Duration // the controller's pass, p50
 		status, scrape       time.Duration
 		rssMB                float64
 		threads              int
+		idleCPU              float64 // % of one CPU: controller and helpers
 	}
 	var rows []row
 	prev := 0
-	const reps = 10
-	for _, n := range []int{100, 500, 1000 - 1} {
-		r := row{n: n, grow: up(n)}
-		r.perVM = r.grow / time.Duration(n-prev)
+	const reps = 20
+	for _, n := range sizes {
+		r := row{n: n}
+		if n > 0 {
+			f := filepath.Join(dir, fmt.Sprintf("fleet%d.yaml", n))
+			var b strings.Builder
+			b.WriteString("vms:\n")
+			for i := range n {
+				fmt.Fprintf(&b, "  c%05d:\n    networks: [{vmnet: fleet%d}]\n", i, i/perNetwork)
+			}
+			if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r.grow = must(vmnetctl("up", "-f", f, "-p", "fleet"))
+			r.perVM = r.grow / time.Duration(n-prev)
+		}
 		prev = n
-		var att, det []time.Duration
+		var att, det, passAtt, passDet []time.Duration
 		for range reps {
-			att = append(att, up(n+1))
-			det = append(det, up(n))
+			att = append(att, must(vmnetctl("up", "-f", one, "-p", "one")))
+			passAtt = append(passAtt, lastPass(t, ns))
+			det = append(det, must(vmnetctl("down", "-p", "one")))
+			passDet = append(passDet, lastPass(t, ns))
 		}
 		r.attachP50, r.attachP99 = quantile(att, 0.5), quantile(att, 0.99)
 		r.detachP50, r.detachP99 = quantile(det, 0.5), quantile(det, 0.99)
-		var err error
-		if r.status, err = vmnetctl("status", "--json"); err != nil {
-			t.Fatal(err)
-		}
+		r.passAtt, r.passDet = quantile(passAtt, 0.5), quantile(passDet, 0.5)
+		r.status = must(vmnetctl("status", "--json"))
 		r.scrape = scrape(t, ns)
 		r.rssMB, r.threads = controllerUsage(t, state)
+		r.idleCPU = idleCPU(t, state, 10*time.Second)
 		rows = append(rows, r)
+		t.Logf("%d VMs: attach p50 %v, detach p50 %v", n, r.attachP50, r.detachP50)
 	}
-	down, err := vmnetctl("down", "-p", "fleet")
-	if err != nil {
-		t.Fatal(err)
-	}
+	down := must(vmnetctl("down", "-p", "fleet"))
 	var b strings.Builder
-	fmt.Fprintf(&b, "| VMs | up to N (per VM) | attach p50 / p99 | detach p50 / p99 | status --json | scrape | controller RSS, threads |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| VMs | up to N (per VM) | attach p50 / p99 (pass) | detach p50 / p99 (pass) | status --json | scrape | controller RSS, threads | idle CPU |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %d | %v (%v) | %v / %v | %v / %v | %v | %v | %.0f MB, %d |\n", r.n, r.grow.Round(time.Millisecond), r.perVM.Round(100*time.Microsecond),
-			r.attachP50.Round(time.Millisecond), r.attachP99.Round(time.Millisecond), r.detachP50.Round(time.Millisecond), r.detachP99.Round(time.Millisecond),
-			r.status.Round(time.Millisecond), r.scrape.Round(time.Millisecond), r.rssMB, r.threads)
+		fmt.Fprintf(&b, "| %d | %v (%v) | %v / %v (%v) | %v / %v (%v) | %v | %v | %.0f MB, %d | %.1f%% |\n", r.n,
+			r.grow.Round(time.Millisecond), r.perVM.Round(100*time.Microsecond),
+			r.attachP50.Round(time.Millisecond), r.attachP99.Round(time.Millisecond), r.passAtt.Round(time.Millisecond),
+			r.detachP50.Round(time.Millisecond), r.detachP99.Round(time.Millisecond), r.passDet.Round(time.Millisecond),
+			r.status.Round(time.Millisecond), r.scrape.Round(time.Millisecond), r.rssMB, r.threads, r.idleCPU)
 	}
-	fmt.Fprintf(&b, "\ndown of %d: %v; slope of the cost per VM from 100 to %d: %.2fx\n", prev, down.Round(time.Millisecond), prev,
-		float64(rows[len(rows)-1].perVM)/float64(rows[0].perVM))
+	fmt.Fprintf(&b, "\ndown of %d: %v", prev, down.Round(time.Millisecond))
+	var grown []row
+	for _, r := range rows {
+		if r.n >= 100 {
+			grown = append(grown, r)
+		}
+	}
+	if len(grown) >= 2 {
+		first, last := grown[0], grown[len(grown)-1]
+		fmt.Fprintf(&b, "; slope of the cost per VM of up from %d to %d: %.2fx", first.n, last.n, float64(last.perVM)/float64(first.perVM))
+	}
 	t.Log("\n" + b.String())
 }
 
@@ -122,15 +172,40 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return s[max(0, min(i, len(s)-1))]
 }
 
-// scrape times one scrape of the controller's metrics, from inside ns
+// metrics is one scrape of the controller's metrics, from inside ns
 // (busybox's wget: an HTTP client of this process would dial from another
-// thread, outside the namespace).
-func scrape(t *testing.T, ns *testutil.NS) time.Duration {
+// thread, outside the namespace), and how long it took.
+func metrics(t *testing.T, ns *testutil.NS) (string, time.Duration) {
 	began := time.Now()
-	if out, err := exec.Command("ip", "netns", "exec", ns.Name, "busybox", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:9464/metrics").CombinedOutput(); err != nil {
-		t.Fatalf("scraping the metrics: %v: %s", err, out)
+	out, err := exec.Command("ip", "netns", "exec", ns.Name, "busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:9464/metrics").Output()
+	if err != nil {
+		t.Fatalf("scraping the metrics: %v", err)
 	}
-	return time.Since(began)
+	return string(out), time.Since(began)
+}
+
+// scrape times one scrape of the controller's metrics.
+func scrape(t *testing.T, ns *testutil.NS) time.Duration {
+	_, d := metrics(t, ns)
+	return d
+}
+
+// lastPass is how long the controller's last pass took
+// (vmnetctl_reconcile_duration_seconds).
+func lastPass(t *testing.T, ns *testutil.NS) time.Duration {
+	out, _ := metrics(t, ns)
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "vmnetctl_reconcile_duration_seconds "); ok {
+			s, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return time.Duration(s * float64(time.Second))
+		}
+	}
+	t.Fatal("no vmnetctl_reconcile_duration_seconds in the metrics")
+	return 0
 }
 
 // controllerUsage is the resident memory and threads of the controller of
@@ -157,6 +232,37 @@ func controllerUsage(t *testing.T, state string) (float64, int) {
 		}
 	}
 	return rss / 1024, threads
+}
+
+// idleCPU is the CPU the processes of state dir state (the controller and
+// its helpers: their command lines name it) use over d, in % of one CPU.
+func idleCPU(t *testing.T, state string, d time.Duration) float64 {
+	ticks := func() (total uint64) {
+		out, err := exec.Command("pgrep", "-f", state).Output()
+		if err != nil {
+			t.Fatalf("no process of %s", state)
+		}
+		for _, pid := range strings.Fields(string(out)) {
+			b, err := os.ReadFile("/proc/" + pid + "/stat")
+			if err != nil {
+				continue // gone since
+			}
+			// After the command's ") ": utime and stime are the 12th
+			// and 13th fields.
+			_, rest, _ := strings.Cut(string(b), ") ")
+			f := strings.Fields(rest)
+			if len(f) > 12 {
+				u, _ := strconv.ParseUint(f[11], 10, 64)
+				s, _ := strconv.ParseUint(f[12], 10, 64)
+				total += u + s
+			}
+		}
+		return total
+	}
+	began, before := time.Now(), ticks()
+	time.Sleep(d)                         // a measurement window, not a wait for anything
+	used := float64(ticks()-before) / 100 // USER_HZ
+	return 100 * used / time.Since(began).Seconds()
 }
 
 // tail is the last lines of out.

@@ -159,7 +159,9 @@ type Controller struct {
 	leaseKick chan struct{}
 
 	kickc chan struct{}
-	gen   genWaiter
+	// logsChecked is when rotateLogsLocked last ran.
+	logsChecked time.Time
+	gen         genWaiter
 }
 
 // ExitWhenIdleFlag is serve's flag for Options.ExitWhenIdle.

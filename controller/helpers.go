@@ -163,6 +163,7 @@ func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 // their limits (statedir.RotateLog); a helper's stats lines are read before
 // its log is emptied.
 func (c *Controller) rotateLogsLocked() {
+	c.logsChecked = time.Now()
 	for key, h := range c.helpers {
 		if h.logPath == "" {
 			continue
@@ -177,5 +178,14 @@ func (c *Controller) rotateLogsLocked() {
 	}
 	if _, err := statedir.RotateLog(c.sd.ControllerLog(), statedir.MaxControllerLog); err != nil {
 		c.log.Warn("rotating the controller's log", "err", err)
+	}
+}
+
+// rotateLogsDueLocked is rotateLogsLocked, unless it ran less than
+// logCheckInterval ago: each pass would otherwise read and stat every
+// helper's log, a thousand files for one VM's attach.
+func (c *Controller) rotateLogsDueLocked() {
+	if time.Since(c.logsChecked) >= logCheckInterval {
+		c.rotateLogsLocked()
 	}
 }

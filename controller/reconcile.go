@@ -38,7 +38,7 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	defer c.progress.phase("")
 
 	c.mu.Lock()
-	c.rotateLogsLocked()
+	c.rotateLogsDueLocked()
 	desired, snap, projects, err := c.loadDesired()
 	if err != nil {
 		// What should exist cannot be known: destroy nothing.
