@@ -196,7 +196,9 @@ func ownerID(env string, fallback int) int {
 
 // desiredWith is the desired state with l's project added to (or replacing)
 // the state dir's projects; it fails with every problem listed.
-func (l *loaded) desiredWith(env Env, existing []*statedir.Project) (*Desired, error) {
+// keep is the MACs that run (keptMACs): plan shows what up does; up's own
+// checks need none (no MAC derived is refused).
+func (l *loaded) desiredWith(env Env, existing []*statedir.Project, keep map[string]string) (*Desired, error) {
 	var others []*statedir.Project
 	for _, q := range existing {
 		if q.Name != l.project.Name {
@@ -204,10 +206,7 @@ func (l *loaded) desiredWith(env Env, existing []*statedir.Project) (*Desired, e
 		}
 	}
 	parsed, diags := parseProjects(others)
-	// The MACs the controller keeps for what runs, so that plan shows
-	// what up does (no record: none).
-	rs, _, _ := env.StateDir.LoadRuntime()
-	d, rdiags := desiredOf(l.nets, append([]parsedProject{l.project}, parsed...), keptMACs(rs.Helpers))
+	d, rdiags := desiredOf(l.nets, append([]parsedProject{l.project}, parsed...), keep)
 	diags = append(diags, rdiags...)
 	env.warn(rdiags)
 	if err := diags.Err(); err != nil {
@@ -278,7 +277,7 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 		return nil, err
 	}
 	resp, err := applyProject(ctx, env, in, l.nets, l.project.Project, func(existing []*statedir.Project) error {
-		d, err := l.desiredWith(env, existing)
+		d, err := l.desiredWith(env, existing, nil)
 		if err != nil {
 			return err
 		}
@@ -380,7 +379,9 @@ func PlanApply(env Env, in *Input, backendName string) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	desired, err := l.desiredWith(env, existing)
+	// The MACs the controller keeps for what runs (no record: none).
+	rs, _, _ := env.StateDir.LoadRuntime()
+	desired, err := l.desiredWith(env, existing, keptMACs(rs.Helpers))
 	if err != nil {
 		return nil, err
 	}
@@ -464,7 +465,13 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		fmt.Fprintln(env.Stdout, "Everything is down.")
 		return sd.Clean()
 	}
-	resp, err := converge(ctx, env, nil, "")
+	// The answer's status is not printed: that of a project just removed
+	// (nothing) costs nothing, where everything's is every VM's.
+	removed := ""
+	if len(names) > 0 {
+		removed = names[0]
+	}
+	resp, err := converge(ctx, env, nil, removed)
 	if errors.Is(err, ErrControllerExited) && len(left) == 0 {
 		// It removed what was left and exited: done.
 		stopStrays(env)
@@ -695,7 +702,9 @@ func (l *loaded) startRun(ctx context.Context, env Env, in *Input, vm string) ([
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := l.desiredWith(env, existing)
+	// run starts the helpers itself: with the MACs the controller keeps.
+	rs, _, _ := sd.LoadRuntime()
+	d, err := l.desiredWith(env, existing, keptMACs(rs.Helpers))
 	if err != nil {
 		return nil, nil, err
 	}
