@@ -121,6 +121,12 @@ type VMFileOptions struct {
 // bridge may have a tunnel's port too.
 const MaxPortsPerNetwork = 1000
 
+// MaxAttachments bounds the attachments of a state dir's VM files: each
+// is a helper process of several threads, and a host (or its cgroup) runs
+// so many tasks; past this, up is refused before anything changes rather
+// than failing half-way as processes can no longer start.
+const MaxAttachments = 10000
+
 var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck", "portForwards", "egress"}
 
 // LoadVMFile parses a lima instance file or a multi-VM file. When there are
@@ -392,6 +398,7 @@ func ResolveKeeping(nets *Networks, files []*VMFile, keep map[string]string) Dia
 	}
 	ips := map[netIP]*Attachment{}
 	ports := map[string]int{} // VM ports by network
+	total := 0                // attachments in all
 	var forwards []PortForward
 	for _, f := range files {
 		for _, vm := range f.VMs {
@@ -418,6 +425,9 @@ func ResolveKeeping(nets *Networks, files []*VMFile, keep map[string]string) Dia
 				}
 				a.Network = n.ID
 				kept = append(kept, a)
+				if total++; total == MaxAttachments+1 {
+					errAt(a.Source, a.lines[string(a.Ref)], field+"."+string(a.Ref), "more than %d attachments in all: each is a helper process, and vmnetctl runs at most %d on a host; run the others under another state dir (--state-dir), or on another host", MaxAttachments, MaxAttachments)
+				}
 				if n.Routed() {
 					if ports[n.ID]++; ports[n.ID] == MaxPortsPerNetwork+1 {
 						errAt(a.Source, a.lines[string(a.Ref)], field+"."+string(a.Ref), "network %q has more than %d attachments: a network's bridge holds at most %d VM ports (the kernel's limit is 1023 ports a bridge); spread the VMs over more networks", n.ID, MaxPortsPerNetwork, MaxPortsPerNetwork)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -220,10 +221,11 @@ func TestBridgeName(t *testing.T) {
 	}
 }
 
-// TestFleetLimits: a network takes at most MaxPortsPerNetwork attachments,
-// refused at the first one past it, by its line; two VMs whose derived
-// MACs collide get an error that names what the user wrote, not a
-// macAddress field they never did.
+// TestFleetLimits: a network takes at most MaxPortsPerNetwork attachments
+// and the files MaxAttachments in all, each refused at the first one past
+// it, by its line; a file of 100,000 VMs is refused for its size, in
+// bounded memory; a MAC a user wrote twice gets an error naming the
+// macAddress field.
 func TestFleetLimits(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("vms:\n")
@@ -234,6 +236,50 @@ func TestFleetLimits(t *testing.T) {
 	want := fmt.Sprintf("fleet.yaml:%d", 2+2*MaxPortsPerNetwork+1)
 	if text := diagText(diags); !strings.Contains(text, want) || !strings.Contains(text, "at most 1000 VM ports") {
 		t.Errorf("%d VMs on one network: %s; want an error at %s", MaxPortsPerNetwork+1, text, want)
+	}
+
+	// A state dir's VM files take at most MaxAttachments in all (eleven
+	// networks of 910 VMs: none is full), refused at the first one
+	// past it, by its line.
+	var nb, vb strings.Builder
+	nb.WriteString("vmnet:\n")
+	vb.WriteString("vms:\n")
+	for i := range 11 {
+		fmt.Fprintf(&nb, "  n%d:\n    subnet: 10.%d.0.0/20\n", i, 100+i)
+	}
+	for i := range MaxAttachments + 1 {
+		fmt.Fprintf(&vb, "  v%05d:\n    networks: [{vmnet: n%d}]\n", i, i%11)
+	}
+	nets, ndiags := LoadNetworks("networks.yaml", []byte(nb.String()))
+	if err := ndiags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	vf, diags := LoadVMFile("fleet.yaml", []byte(vb.String()), VMFileOptions{})
+	if vf != nil {
+		diags = append(diags, Resolve(nets, []*VMFile{vf})...)
+	}
+	want = fmt.Sprintf("fleet.yaml:%d", 2+2*MaxAttachments+1)
+	if text := diagText(diags); !strings.Contains(text, want) || !strings.Contains(text, "more than 10000 attachments in all") {
+		t.Errorf("%d VMs in all: %.300s; want an error at %s", MaxAttachments+1, text, want)
+	}
+
+	// A file of 100,000 VMs is refused for its size, in bounded time and
+	// memory, before any VM is looked at.
+	vb.Reset()
+	vb.WriteString("vms:\n")
+	for i := range 100000 {
+		fmt.Fprintf(&vb, "  v%06d:\n    networks: [{vmnet: shared}]\n", i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, diags = LoadVMFile("huge.yaml", []byte(vb.String()), VMFileOptions{})
+	runtime.ReadMemStats(&after)
+	if text := diagText(diags); !strings.Contains(text, "vmnetctl reads files of at most") {
+		t.Errorf("a file of 100,000 VMs: %.300s", text)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+		t.Errorf("refusing a file of 100,000 VMs allocated %d bytes", alloc)
 	}
 
 	// A user's MAC twice is an error that names the field.
