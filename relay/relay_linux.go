@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +52,8 @@ type relay struct {
 	log      *Logger
 	// stalled is set while the VM does not read (send); tapToSocket's only.
 	stalled bool
+	// quiet, once stats are logged, is woken as the counters move (moved).
+	quiet atomic.Pointer[quietStats]
 	// followPeer (--socket) keeps the relay going while the VM's socket is
 	// gone: a VMM that exits is not the end, a restarted one on the same
 	// path is followed (followClient). With --fd the VM's end going away
@@ -222,6 +225,7 @@ func (r *relay) tapToSocketSegmenting() error {
 		// buffer holds the largest packet a TAP hands over, so never).
 		if nr == len(in) || seg.reset(in[:nr], r.frame) != nil {
 			r.host.drops.Add(1)
+			r.moved()
 			continue
 		}
 		for seg.more() {
@@ -252,6 +256,7 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 			r.host.packets.Add(uint64(k))
 			r.host.bytes.Add(bytes)
 			r.host.syscall(k)
+			r.moved()
 			sent += k
 			r.stalled, deadline = false, time.Time{}
 			continue
@@ -268,6 +273,7 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 				// until it reads again.
 				r.stalled = true
 				r.host.drops.Add(uint64(n - sent))
+				r.moved()
 				return nil
 			}
 			if err := w.wait(unix.POLLOUT, deadline.Sub(now)); err != nil {
@@ -282,6 +288,7 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 		case err == unix.EMSGSIZE:
 			// Larger than the socket's send buffer allows: drop that frame.
 			r.host.drops.Add(1)
+			r.moved()
 			sent++
 		default:
 			return fmt.Errorf("sending to the VM: %w", err)
@@ -352,6 +359,7 @@ func (r *relay) socketToTap() error {
 		r.vm.packets.Add(packets)
 		r.vm.bytes.Add(bytes)
 		r.vm.drops.Add(drops)
+		r.moved()
 	}
 }
 
@@ -364,5 +372,12 @@ func (r *relay) writeTap(frame []byte) bool {
 			continue
 		}
 		return err == nil
+	}
+}
+
+// moved tells the stats logger that the counters moved (quietStats).
+func (r *relay) moved() {
+	if q := r.quiet.Load(); q != nil {
+		q.moved()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -151,32 +152,97 @@ func (st *stopper) close() {
 // startStats logs the relay's counters every interval; the returned func
 // stops that and logs them a last time.
 func startStats(r *relay, interval time.Duration, log *Logger) (stop func()) {
-	logStats := func() {
-		st := helperproto.Stats{Time: time.Now(), Host: r.host.snapshot(), VM: r.vm.snapshot()}
+	logStats := func(host, vm helperproto.Counters) {
+		st := helperproto.Stats{Time: time.Now(), Host: host, VM: vm}
 		log.Logf("INFO", "stats", "%s", helperproto.FormatStatsLine(st)[len(helperproto.StatsPrefix):])
 	}
 	done := make(chan struct{})
+	ended := make(chan struct{})
 	if interval > 0 {
+		q := &quietStats{wake: make(chan struct{}, 1)}
+		r.quiet.Store(q)
 		go func() {
-			t := time.NewTicker(interval)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-					logStats()
-				case <-done:
-					return
-				}
-			}
+			defer close(ended)
+			q.run(interval, done, func() (helperproto.Counters, helperproto.Counters) { return r.host.snapshot(), r.vm.snapshot() }, logStats)
 		}()
+	} else {
+		close(ended)
 	}
 	return func() {
 		close(done)
+		<-ended
 		// A last line, with the final counters, when stats were asked
 		// for; none at all otherwise (as vmnet-helper).
 		if interval > 0 {
-			logStats()
+			logStats(r.host.snapshot(), r.vm.snapshot())
 		}
+	}
+}
+
+// heartbeatIntervals is how many stats intervals a helper whose counters
+// do not move waits between two lines.
+const heartbeatIntervals = 6
+
+// quietStats logs the counters every interval while they move, and every
+// heartbeatIntervals intervals while they do not: between two, an idle
+// helper sleeps, woken by the first frame (moved). Ten thousand idle
+// helpers that each woke every 5 s to write an unchanged line cost a
+// quarter of a 2-CPU machine.
+type quietStats struct {
+	asleep atomic.Bool
+	wake   chan struct{}
+}
+
+// moved wakes q's logger if it sleeps for want of news. The relay calls
+// it after each change of its counters: an atomic load while it is awake.
+func (q *quietStats) moved() {
+	if q.asleep.Load() && q.asleep.CompareAndSwap(true, false) {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (q *quietStats) run(interval time.Duration, done <-chan struct{}, snap func() (helperproto.Counters, helperproto.Counters), logStats func(host, vm helperproto.Counters)) {
+	var lastHost, lastVM helperproto.Counters
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-done:
+			return
+		}
+		host, vm := snap()
+		if host != lastHost || vm != lastVM {
+			logStats(host, vm)
+			lastHost, lastVM = host, vm
+			t.Reset(interval)
+			continue
+		}
+		// Nothing moved: sleep until a frame does, or the heartbeat. A
+		// change between the snapshot and asleep is seen by the second
+		// look; one after it wakes the logger (moved).
+		q.asleep.Store(true)
+		if host, vm = snap(); host != lastHost || vm != lastVM {
+			q.asleep.Store(false)
+			t.Reset(0)
+			continue
+		}
+		beat := time.NewTimer(heartbeatIntervals * interval)
+		select {
+		case <-q.wake:
+			// The lines go on every interval from the frame's.
+		case <-beat.C:
+			q.asleep.Store(false)
+			logStats(host, vm)
+		case <-done:
+			beat.Stop()
+			return
+		}
+		beat.Stop()
+		t.Reset(interval)
 	}
 }
 
