@@ -376,132 +376,168 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics { return ResolveKeepin
 // before a VM that now derives the same MAC, or before an upgrade changed
 // the derivation (LegacyMAC), keeps its MAC while it runs.
 func ResolveKeeping(nets *Networks, files []*VMFile, keep map[string]string) Diagnostics {
-	var ds Diagnostics
-	errAt := func(src Source, line int, field, format string, args ...any) {
-		if line == 0 {
-			line = src.Line
-		}
-		ds = append(ds, Diagnostic{File: src.File, Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
-	}
+	r := &resolver{nets: nets, vms: map[string]*VM{}, macs: map[string]*Attachment{}, ips: map[netIP]*Attachment{}, ports: map[string]int{}}
 	if a := assignMACs(files, keep); a != nil {
-		errAt(a.Source, a.lines[string(a.Ref)], a.path, "no MAC is free for this entry among the %d vmnetctl derives for it: give it a macAddress", maxMACTries)
+		r.errAt(a.Source, a.lines[string(a.Ref)], a.path, "no MAC is free for this entry among the %d vmnetctl derives for it: give it a macAddress", maxMACTries)
 	}
-	var names []string
 	for _, n := range nets.Networks {
-		names = append(names, n.Name)
+		r.names = append(r.names, n.Name)
 	}
-	vms := map[string]*VM{}
-	macs := map[string]*Attachment{}
-	type netIP struct {
-		net string
-		ip  netip.Addr
-	}
-	ips := map[netIP]*Attachment{}
-	ports := map[string]int{} // VM ports by network
-	total := 0                // attachments in all
-	var forwards []PortForward
 	for _, f := range files {
 		for _, vm := range f.VMs {
-			// DNS names are case-insensitive: "db" and "DB" would be one name.
-			if prev, dup := vms[strings.ToLower(vm.Name)]; dup {
-				if prev.Name == vm.Name {
-					errAt(vm.Source, 0, vm.Name, "VM %q is also defined at %s", vm.Name, prev.Source)
-				} else {
-					errAt(vm.Source, 0, vm.Name, "VM %q differs only in case from VM %q at %s: both would be one DNS name", vm.Name, prev.Name, prev.Source)
-				}
-			}
-			vms[strings.ToLower(vm.Name)] = vm
-			kept := vm.Attachments[:0]
-			for _, a := range vm.Attachments {
-				field := a.path
-				n := nets.Lookup(a.Ref, a.NetworkRef)
-				if n == nil {
-					errAt(a.Source, a.lines[string(a.Ref)], field+"."+string(a.Ref), "network %q is not defined in %s%s", a.NetworkRef, nets.Source, suggest(a.NetworkRef, names))
-					continue
-				}
-				if !n.Managed() {
-					vm.Skipped = append(vm.Skipped, Skipped{Index: a.Index, Entry: string(a.Ref) + ": " + a.NetworkRef, Reason: fmt.Sprintf("%s network, not managed by vmnetctl", n.Mode), Source: a.Source})
-					continue
-				}
-				a.Network = n.ID
-				kept = append(kept, a)
-				if total++; total == MaxAttachments+1 {
-					errAt(a.Source, a.lines[string(a.Ref)], field+"."+string(a.Ref), "more than %d attachments in all: each is a helper process, and vmnetctl runs at most %d on a host; run the others under another state dir (--state-dir), or on another host", MaxAttachments, MaxAttachments)
-				}
-				if n.Routed() {
-					if ports[n.ID]++; ports[n.ID] == MaxPortsPerNetwork+1 {
-						errAt(a.Source, a.lines[string(a.Ref)], field+"."+string(a.Ref), "network %q has more than %d attachments: a network's bridge holds at most %d VM ports (the kernel's limit is 1023 ports a bridge); spread the VMs over more networks", n.ID, MaxPortsPerNetwork, MaxPortsPerNetwork)
-					}
-				}
-				if a.Egress != nil && !n.Routed() {
-					errAt(a.Source, a.lines["egress"], field+".egress", "network %q is %s: egress policies are for shared and host networks", n.ID, n.Mode)
-				}
-				if a.Egress != nil && a.Egress.HasNames() && !n.DNSProxy {
-					errAt(a.Source, a.lines["egress"], field+".egress", "lists names, which the DNS proxy of network %q learns, and it has none (dnsProxy: false)", n.ID)
-				}
-				if len(a.PortForwards) > 0 && !n.Routed() {
-					errAt(a.Source, a.lines["portForwards"], field+".portForwards", "network %q is %s: its VMs are on the LAN already; forwards are for shared and host networks", n.ID, n.Mode)
-				}
-				for _, pf := range a.PortForwards {
-					if msg := servicePortClash(nets, pf); msg != "" {
-						errAt(pf.Source, pf.Source.Line, field+".portForwards", "%s", msg)
-					}
-					for _, prev := range forwards {
-						if pf.conflicts(prev) {
-							errAt(pf.Source, pf.Source.Line, field+".portForwards", "host port %s/%s on %s is also forwarded at %s", pf.HostPort, pf.Proto, pf.HostIP, prev.Source)
-						}
-					}
-					forwards = append(forwards, pf)
-				}
-				// Only MACs a user wrote can be one: assignMACs gave the
-				// others free ones.
-				if prev, dup := macs[a.MAC]; dup && !a.MACDerived {
-					errAt(a.Source, a.lines["macAddress"], field+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, prev.Source)
-				}
-				macs[a.MAC] = a
-				if legacy := LegacyMAC(a.VM, a.Index).String(); a.MACDerived && a.MAC != legacy {
-					for _, r := range n.Reservations {
-						if r.MAC == legacy {
-							ds = append(ds, Diagnostic{Severity: SeverityWarning, File: n.Source.File, Line: r.Line, Field: "reservations",
-								Message: fmt.Sprintf("%s was the MAC vmnetctl derived for VM %q (entry %d) before its MACs had 40 bits; it now derives %s, so this reservation no longer reaches the VM: write macAddress: %q in its entry to keep the old MAC, or reserve %s", legacy, a.VM, a.Index, a.MAC, legacy, a.MAC)})
-						}
-					}
-				}
-				if !a.IP.IsValid() {
-					continue
-				}
-				ipField, ipLine := field+".ip", a.lines["ip"]
-				switch {
-				case !n.Routed():
-					errAt(a.Source, ipLine, ipField, "network %q is %s: its LAN assigns addresses, not vmnetctl", n.ID, n.Mode)
-					continue
-				case !n.Subnet.Contains(a.IP):
-					errAt(a.Source, ipLine, ipField, "%s is outside the subnet %s of network %q", a.IP, n.Subnet, n.ID)
-					continue
-				case a.IP == n.Gateway || a.IP == n.Subnet.Addr() || a.IP == broadcast(n.Subnet):
-					errAt(a.Source, ipLine, ipField, "%s is the gateway, network or broadcast address of network %q", a.IP, n.ID)
-					continue
-				case n.VXLAN != nil && n.DHCPStart.Compare(a.IP) <= 0 && a.IP.Compare(n.DHCPEnd) <= 0:
-					// The other hosts do not read this VM file: one of
-					// them could lease the address.
-					errAt(a.Source, ipLine, ipField, "%s is in the DHCP range %s-%s of network %q, which spans hosts that do not read this file: give an address outside the range, or a reservation in networks.yaml",
-						a.IP, n.DHCPStart, n.DHCPEnd, n.ID)
-					continue
-				}
-				for _, r := range n.Reservations {
-					if r.IP == a.IP && r.MAC != a.MAC {
-						errAt(a.Source, ipLine, ipField, "%s is reserved for %s in %s:%d", a.IP, r.MAC, n.Source.File, r.Line)
-					}
-				}
-				k := netIP{n.ID, a.IP}
-				if prev, dup := ips[k]; dup {
-					errAt(a.Source, ipLine, ipField, "%s is also the fixed address of VM %q at %s", a.IP, prev.VM, prev.Source)
-				}
-				ips[k] = a
-			}
-			vm.Attachments = kept
-			slices.SortFunc(vm.Skipped, func(a, b Skipped) int { return cmp.Compare(a.Index, b.Index) })
+			r.vm(vm)
 		}
 	}
-	return ds
+	return r.ds
+}
+
+// resolver is Resolve's state: what the entries seen so far took.
+type resolver struct {
+	nets     *Networks
+	ds       Diagnostics
+	names    []string       // the networks', for suggestions
+	vms      map[string]*VM // by lower-case name
+	macs     map[string]*Attachment
+	ips      map[netIP]*Attachment
+	ports    map[string]int // VM ports by network
+	total    int            // attachments in all
+	forwards []PortForward
+}
+
+// netIP is a fixed address on a network.
+type netIP struct {
+	net string
+	ip  netip.Addr
+}
+
+func (r *resolver) errAt(src Source, line int, field, format string, args ...any) {
+	if line == 0 {
+		line = src.Line
+	}
+	r.ds = append(r.ds, Diagnostic{File: src.File, Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// vm resolves vm's entries, keeping those of networks vmnetctl manages.
+func (r *resolver) vm(vm *VM) {
+	// DNS names are case-insensitive: "db" and "DB" would be one name.
+	if prev, dup := r.vms[strings.ToLower(vm.Name)]; dup {
+		if prev.Name == vm.Name {
+			r.errAt(vm.Source, 0, vm.Name, "VM %q is also defined at %s", vm.Name, prev.Source)
+		} else {
+			r.errAt(vm.Source, 0, vm.Name, "VM %q differs only in case from VM %q at %s: both would be one DNS name", vm.Name, prev.Name, prev.Source)
+		}
+	}
+	r.vms[strings.ToLower(vm.Name)] = vm
+	kept := vm.Attachments[:0]
+	for _, a := range vm.Attachments {
+		n := r.nets.Lookup(a.Ref, a.NetworkRef)
+		if n == nil {
+			r.errAt(a.Source, a.lines[string(a.Ref)], a.path+"."+string(a.Ref), "network %q is not defined in %s%s", a.NetworkRef, r.nets.Source, suggest(a.NetworkRef, r.names))
+			continue
+		}
+		if !n.Managed() {
+			vm.Skipped = append(vm.Skipped, Skipped{Index: a.Index, Entry: string(a.Ref) + ": " + a.NetworkRef, Reason: fmt.Sprintf("%s network, not managed by vmnetctl", n.Mode), Source: a.Source})
+			continue
+		}
+		a.Network = n.ID
+		kept = append(kept, a)
+		r.limits(a, n)
+		r.policies(a, n)
+		r.mac(a, n)
+		r.fixedIP(a, n)
+	}
+	vm.Attachments = kept
+	slices.SortFunc(vm.Skipped, func(a, b Skipped) int { return cmp.Compare(a.Index, b.Index) })
+}
+
+// limits counts a on n against MaxAttachments and MaxPortsPerNetwork.
+func (r *resolver) limits(a *Attachment, n *Network) {
+	field := a.path + "." + string(a.Ref)
+	if r.total++; r.total == MaxAttachments+1 {
+		r.errAt(a.Source, a.lines[string(a.Ref)], field, "more than %d attachments in all: each is a helper process, and vmnetctl runs at most %d on a host; run the others under another state dir (--state-dir), or on another host", MaxAttachments, MaxAttachments)
+	}
+	if n.Routed() {
+		if r.ports[n.ID]++; r.ports[n.ID] == MaxPortsPerNetwork+1 {
+			r.errAt(a.Source, a.lines[string(a.Ref)], field, "network %q has more than %d attachments: a network's bridge holds at most %d VM ports (the kernel's limit is 1023 ports a bridge); spread the VMs over more networks", n.ID, MaxPortsPerNetwork, MaxPortsPerNetwork)
+		}
+	}
+}
+
+// policies checks a's egress policy and port forwards against n and the
+// forwards seen so far.
+func (r *resolver) policies(a *Attachment, n *Network) {
+	field := a.path
+	if a.Egress != nil && !n.Routed() {
+		r.errAt(a.Source, a.lines["egress"], field+".egress", "network %q is %s: egress policies are for shared and host networks", n.ID, n.Mode)
+	}
+	if a.Egress != nil && a.Egress.HasNames() && !n.DNSProxy {
+		r.errAt(a.Source, a.lines["egress"], field+".egress", "lists names, which the DNS proxy of network %q learns, and it has none (dnsProxy: false)", n.ID)
+	}
+	if len(a.PortForwards) > 0 && !n.Routed() {
+		r.errAt(a.Source, a.lines["portForwards"], field+".portForwards", "network %q is %s: its VMs are on the LAN already; forwards are for shared and host networks", n.ID, n.Mode)
+	}
+	for _, pf := range a.PortForwards {
+		if msg := servicePortClash(r.nets, pf); msg != "" {
+			r.errAt(pf.Source, pf.Source.Line, field+".portForwards", "%s", msg)
+		}
+		for _, prev := range r.forwards {
+			if pf.conflicts(prev) {
+				r.errAt(pf.Source, pf.Source.Line, field+".portForwards", "host port %s/%s on %s is also forwarded at %s", pf.HostPort, pf.Proto, pf.HostIP, prev.Source)
+			}
+		}
+		r.forwards = append(r.forwards, pf)
+	}
+}
+
+// mac checks a's MAC: one a user wrote twice is an error (assignMACs gave
+// the others free ones), and a reservation of n that names the MAC
+// vmnetctl derived for a before it had 40 bits is warned of.
+func (r *resolver) mac(a *Attachment, n *Network) {
+	if prev, dup := r.macs[a.MAC]; dup && !a.MACDerived {
+		r.errAt(a.Source, a.lines["macAddress"], a.path+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, prev.Source)
+	}
+	r.macs[a.MAC] = a
+	if legacy := LegacyMAC(a.VM, a.Index).String(); a.MACDerived && a.MAC != legacy {
+		for _, res := range n.Reservations {
+			if res.MAC == legacy {
+				r.ds = append(r.ds, Diagnostic{Severity: SeverityWarning, File: n.Source.File, Line: res.Line, Field: "reservations",
+					Message: fmt.Sprintf("%s was the MAC vmnetctl derived for VM %q (entry %d) before its MACs had 40 bits; it now derives %s, so this reservation no longer reaches the VM: write macAddress: %q in its entry to keep the old MAC, or reserve %s", legacy, a.VM, a.Index, a.MAC, legacy, a.MAC)})
+			}
+		}
+	}
+}
+
+// fixedIP checks a's fixed address, if any, against n and the others.
+func (r *resolver) fixedIP(a *Attachment, n *Network) {
+	if !a.IP.IsValid() {
+		return
+	}
+	ipField, ipLine := a.path+".ip", a.lines["ip"]
+	switch {
+	case !n.Routed():
+		r.errAt(a.Source, ipLine, ipField, "network %q is %s: its LAN assigns addresses, not vmnetctl", n.ID, n.Mode)
+		return
+	case !n.Subnet.Contains(a.IP):
+		r.errAt(a.Source, ipLine, ipField, "%s is outside the subnet %s of network %q", a.IP, n.Subnet, n.ID)
+		return
+	case a.IP == n.Gateway || a.IP == n.Subnet.Addr() || a.IP == broadcast(n.Subnet):
+		r.errAt(a.Source, ipLine, ipField, "%s is the gateway, network or broadcast address of network %q", a.IP, n.ID)
+		return
+	case n.VXLAN != nil && n.DHCPStart.Compare(a.IP) <= 0 && a.IP.Compare(n.DHCPEnd) <= 0:
+		// The other hosts do not read this VM file: one of them could
+		// lease the address.
+		r.errAt(a.Source, ipLine, ipField, "%s is in the DHCP range %s-%s of network %q, which spans hosts that do not read this file: give an address outside the range, or a reservation in networks.yaml",
+			a.IP, n.DHCPStart, n.DHCPEnd, n.ID)
+		return
+	}
+	for _, res := range n.Reservations {
+		if res.IP == a.IP && res.MAC != a.MAC {
+			r.errAt(a.Source, ipLine, ipField, "%s is reserved for %s in %s:%d", a.IP, res.MAC, n.Source.File, res.Line)
+		}
+	}
+	k := netIP{n.ID, a.IP}
+	if prev, dup := r.ips[k]; dup {
+		r.errAt(a.Source, ipLine, ipField, "%s is also the fixed address of VM %q at %s", a.IP, prev.VM, prev.Source)
+	}
+	r.ips[k] = a
 }
