@@ -366,35 +366,9 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 			return err
 		}
 	}
-	// A newly expected MAC that is claimed already: some port learned
-	// it, and only all the ports' sets tell which.
-	full := false
-	for mac := range expectedMACs {
-		full = full || !st.expectedMACs[mac] && st.claimed[mac]
-	}
-	// A MAC no longer expected stays claimed while a port holds it, and
-	// only the port that owned it can (no other could learn a claimed
-	// MAC): its set alone is read.
-	ownerOf := map[string][]string{}
-	for p := range st.owns {
-		ownerOf[p.mac] = append(ownerOf[p.mac], p.port)
-	}
-	stillHeld := map[string]bool{}
-	for mac := range st.expectedMACs {
-		if full || expectedMACs[mac] {
-			continue
-		}
-		if len(ownerOf[mac]) == 0 {
-			full = true // no owner recorded: read them all
-			break
-		}
-		for _, port := range ownerOf[mac] {
-			held, err := readHeld(n.ID, port)
-			if err != nil {
-				return err
-			}
-			stillHeld[mac] = stillHeld[mac] || held == mac
-		}
+	full, stillHeld, err := stillHeldBy(n.ID, st, expectedMACs)
+	if err != nil {
+		return err
 	}
 	// What changes, written through netlink: a VM more or less costs its
 	// own elements, not nft's read of the whole table.
@@ -434,6 +408,42 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		return nil
 	}
 	return applyClaims(n.ID, sets, ch)
+}
+
+// stillHeldBy tells, of the MACs st expects that expected no longer
+// holds, those a port still holds: they stay claimed. A MAC no longer
+// expected can be held only by the port that owned it (no other could
+// learn a claimed MAC): its set alone is read. full is true when only
+// every port's set can tell: a newly expected MAC is claimed already
+// (some port learned it), or a MAC no longer expected has no owner
+// recorded.
+func stillHeldBy(id string, st *guardState, expected map[string]bool) (full bool, stillHeld map[string]bool, err error) {
+	for mac := range expected {
+		if !st.expectedMACs[mac] && st.claimed[mac] {
+			return true, nil, nil
+		}
+	}
+	ownerOf := map[string][]string{}
+	for p := range st.owns {
+		ownerOf[p.mac] = append(ownerOf[p.mac], p.port)
+	}
+	stillHeld = map[string]bool{}
+	for mac := range st.expectedMACs {
+		if expected[mac] {
+			continue
+		}
+		if len(ownerOf[mac]) == 0 {
+			return true, nil, nil
+		}
+		for _, port := range ownerOf[mac] {
+			held, err := readHeld(id, port)
+			if err != nil {
+				return false, nil, err
+			}
+			stillHeld[mac] = stillHeld[mac] || held == mac
+		}
+	}
+	return false, stillHeld, nil
 }
 
 // setDiff is what to delete from have and add to it to make want.
