@@ -278,29 +278,36 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.log.Info("no project left; controller exits")
 			return nil
 		}
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				c.closeNetworks()
-				c.log.Info("controller stopped; helpers keep running")
-				return nil
-			case <-logs.C:
-				// Between reconciles too: the resync may be long.
-				c.mu.Lock()
-				c.rotateLogsLocked()
-				c.mu.Unlock()
-				continue
-			case <-c.kickc:
-				full = false
-			case <-changes:
-				full = true
-			case <-resync.C:
-				full = true
-			case <-c.nextRetry():
-				full = true
-			}
-			break wait
+		var stop bool
+		if full, stop = c.nextPass(ctx, changes, resync.C, logs.C); stop {
+			c.closeNetworks()
+			c.log.Info("controller stopped; helpers keep running")
+			return nil
+		}
+	}
+}
+
+// nextPass waits for what starts the next pass and tells whether it is a
+// full one (reconcile): not when it was asked for (kick), yes for a
+// change seen, the resync and a retry; stop when ctx is done. The logs
+// are checked meanwhile: the resync may be long.
+func (c *Controller) nextPass(ctx context.Context, changes <-chan struct{}, resync, logs <-chan time.Time) (full, stop bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return false, true
+		case <-logs:
+			c.mu.Lock()
+			c.rotateLogsLocked()
+			c.mu.Unlock()
+		case <-c.kickc:
+			return false, false
+		case <-changes:
+			return true, false
+		case <-resync:
+			return true, false
+		case <-c.nextRetry():
+			return true, false
 		}
 	}
 }
