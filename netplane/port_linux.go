@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -301,6 +302,16 @@ func AttachPort(bridge string, link netlink.Link, isolated bool) error {
 	}
 	if err := netlink.LinkSetIsolated(link, isolated); err != nil {
 		return fmt.Errorf("setting isolation of %s: %w", name, err)
+	}
+	// The host has no address on a VM's port, IPv6 none either: else the
+	// kernel gives it a link-local address and sends its duplicate
+	// address detection, MLD reports and router solicitations, each
+	// flooded by the bridge to every other VM's port, whose helper reads
+	// it: a fleet's up cost grew with the square of its VMs.
+	if KernelIPv6() {
+		if err := ensureSysctl(ipv6Conf(name, "disable_ipv6"), "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("turning the host's IPv6 off on %s: %w", name, err)
+		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return fmt.Errorf("setting %s up: %w", name, err)
