@@ -299,14 +299,19 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 		mustDo(t, host, func() (err error) { st, err = readGuardState(ctx, n.ID); return err })
 		return st
 	}
+	// learns has port's VM send from mac and waits for the port to hold it.
+	learns := func(port string, vm *rawSender, mac net.HardwareAddr) {
+		t.Helper()
+		vm.send(t, claimFrame(mac))
+		testutil.Eventually(t, 5*time.Second, func() error {
+			if got := state().learned[port]; got != mac.String() {
+				return fmt.Errorf("%s holds %q", port, got)
+			}
+			return nil
+		}, "%s to learn %s", port, mac)
+	}
 	claim(map[string]net.HardwareAddr{"p-a": macA, "p-b": macB})
-	a.send(t, claimFrame(macA))
-	testutil.Eventually(t, 5*time.Second, func() error {
-		if got := state().learned["p-a"]; got != macA.String() {
-			return fmt.Errorf("p-a holds %q", got)
-		}
-		return nil
-	}, "p-a to learn its MAC")
+	learns("p-a", a, macA)
 
 	// A and B detached; A's helper still runs, B's port never sent.
 	claim(map[string]net.HardwareAddr{})
@@ -324,11 +329,5 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 	if st.claimed[macA.String()] || !st.claimed[macC.String()] {
 		t.Fatalf("A's port gone: claimed %v, want %s free and %s claimed", st.claimed, macA, macC)
 	}
-	c.send(t, claimFrame(macA))
-	testutil.Eventually(t, 5*time.Second, func() error {
-		if got := state().learned["p-c"]; got != macA.String() {
-			return fmt.Errorf("p-c holds %q", got)
-		}
-		return nil
-	}, "p-c to learn the MAC A left")
+	learns("p-c", c, macA)
 }
