@@ -44,6 +44,20 @@ func plugLearning(t *testing.T, host *testutil.NS, n *api.Network, port string, 
 	return newRawSender(t, v)
 }
 
+// claimLab is a host namespace with network n's bridge (named label, on
+// subnet), for the guard's claims, and a reader of its guard's MACs.
+func claimLab(t *testing.T, label, subnet string) (*testutil.NS, *api.Network, func() *guardState) {
+	t.Helper()
+	host := testutil.NewNS(t, label+"-host")
+	n := testNet(label, api.ModeShared, subnet)
+	host.MustRun(t, "ip", "link", "add", n.Bridge(), "up", "type", "bridge")
+	return host, n, func() *guardState {
+		var st *guardState
+		mustDo(t, host, func() (err error) { st, err = readGuardState(context.Background(), n.ID); return err })
+		return st
+	}
+}
+
 // TestGuardClaims: a learning port learns its own expected MAC or one no
 // port holds or expects, never another's, even before the other VM sent
 // a frame; of two learning ports, the first to use a MAC keeps it; a port
@@ -54,9 +68,7 @@ func plugLearning(t *testing.T, host *testutil.NS, n *api.Network, port string, 
 func TestGuardClaims(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
-	host := testutil.NewNS(t, "gc-host")
-	n := testNet("gc", api.ModeShared, "10.200.10.0/24")
-	host.MustRun(t, "ip", "link", "add", n.Bridge(), "up", "type", "bridge")
+	host, n, state := claimLab(t, "gc", "10.200.10.0/24")
 	macA, macB := mustMAC("52:55:55:00:0a:0a"), mustMAC("52:55:55:00:0a:0b")
 	free1, free2 := mustMAC("52:55:55:00:0a:f1"), mustMAC("52:55:55:00:0a:f2")
 	vms := map[string]*rawSender{}
@@ -68,11 +80,6 @@ func TestGuardClaims(t *testing.T) {
 	mustDo(t, host, func() error {
 		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB})
 	})
-	state := func() *guardState {
-		var st *guardState
-		mustDo(t, host, func() (err error) { st, err = readGuardState(ctx, n.ID); return err })
-		return st
-	}
 	drops := func(name string) uint64 {
 		var d map[string]uint64
 		mustDo(t, host, func() (err error) { d, err = guardDrops(ctx, n.ID); return err })
@@ -283,9 +290,7 @@ func TestGuardStalePort(t *testing.T) {
 func TestClaimsWhenVMsGo(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
-	host := testutil.NewNS(t, "cg-host")
-	n := testNet("cg", api.ModeShared, "10.200.57.0/24")
-	host.MustRun(t, "ip", "link", "add", n.Bridge(), "up", "type", "bridge")
+	host, n, state := claimLab(t, "cg", "10.200.57.0/24")
 	macA, macB, macC := mustMAC("52:55:55:00:57:0a"), mustMAC("52:55:55:00:57:0b"), mustMAC("52:55:55:00:57:0c")
 	a := plugLearning(t, host, n, "p-a", testutil.NewNS(t, "cg-a"))
 	plugLearning(t, host, n, "p-b", testutil.NewNS(t, "cg-b"))
@@ -293,11 +298,6 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 	claim := func(expected map[string]net.HardwareAddr) {
 		t.Helper()
 		mustDo(t, host, func() error { return ClaimPorts(ctx, n, expected) })
-	}
-	state := func() *guardState {
-		var st *guardState
-		mustDo(t, host, func() (err error) { st, err = readGuardState(ctx, n.ID); return err })
-		return st
 	}
 	// learns has port's VM send from mac and waits for the port to hold it.
 	learns := func(port string, vm *rawSender, mac net.HardwareAddr) {
