@@ -109,6 +109,25 @@ type VMFile struct {
 	VMs   []*VM  `json:"vms"`
 }
 
+// Clone is a copy of f that Resolve may change without changing f: its
+// VMs, their entries and their lists are copies (what Resolve writes);
+// what Resolve only reads (forwards, egress) is shared.
+func (f *VMFile) Clone() *VMFile {
+	c := *f
+	c.VMs = make([]*VM, len(f.VMs))
+	for i, vm := range f.VMs {
+		v := *vm
+		v.Attachments = make([]*Attachment, len(vm.Attachments))
+		for j, a := range vm.Attachments {
+			ac := *a
+			v.Attachments[j] = &ac
+		}
+		v.Skipped = slices.Clone(vm.Skipped)
+		c.VMs[i] = &v
+	}
+	return &c
+}
+
 // VMFileOptions changes how a VM file is read.
 type VMFileOptions struct {
 	// Name is the VM's name for a lima instance file; by default the name of

@@ -161,7 +161,9 @@ type Controller struct {
 	kickc chan struct{}
 	// logsChecked is when rotateLogsLocked last ran.
 	logsChecked time.Time
-	gen         genWaiter
+	// parsed is the projects' files as the last pass parsed them.
+	parsed parseCache
+	gen    genWaiter
 }
 
 // ExitWhenIdleFlag is serve's flag for Options.ExitWhenIdle.

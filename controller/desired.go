@@ -2,6 +2,7 @@ package controller
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"strings"
@@ -88,6 +89,12 @@ func parseProjects(projects []*statedir.Project) ([]parsedProject, api.Diagnosti
 // keptMACs): those vmnetctl derived are kept (api.ResolveKeeping).
 func ComputeDesired(nets *api.Networks, projects []*statedir.Project, keep map[string]string) (*Desired, error) {
 	parsed, diags := parseProjects(projects)
+	return computeDesired(nets, parsed, diags, keep)
+}
+
+// computeDesired is ComputeDesired of projects parsed already, with the
+// diagnostics of their parsing.
+func computeDesired(nets *api.Networks, parsed []parsedProject, diags api.Diagnostics, keep map[string]string) (*Desired, error) {
 	d, rdiags := desiredOf(nets, parsed, keep)
 	if err := append(diags, rdiags...).Err(); err != nil {
 		return nil, err
@@ -247,4 +254,55 @@ func (d *Desired) ofProject(project string, projects []*statedir.Project) *Desir
 		}
 	}
 	return out
+}
+
+// parseCache keeps each project's parsed files between the controller's
+// passes, by project name: a pass parses only the projects whose files
+// changed, not a fleet's thousand VMs for one VM's attach.
+type parseCache map[string]parsedEntry
+
+type parsedEntry struct {
+	key   [sha256.Size]byte
+	files []*api.VMFile
+	diags api.Diagnostics
+}
+
+// parse is parseProjects, from c where a project's files, VM name and
+// VMs are as they were; c then holds these projects only. Resolve writes
+// into the files it is given: each pass gets clones.
+func (c *parseCache) parse(projects []*statedir.Project) ([]parsedProject, api.Diagnostics) {
+	next := parseCache{}
+	var out []parsedProject
+	var all api.Diagnostics
+	for _, p := range projects {
+		k := parseKey(p)
+		e, ok := (*c)[p.Name]
+		if !ok || e.key != k {
+			pp, diags := parseProject(p)
+			e = parsedEntry{key: k, files: pp.files, diags: diags}
+		}
+		next[p.Name] = e
+		pp := parsedProject{Project: p}
+		for _, f := range e.files {
+			pp.files = append(pp.files, f.Clone())
+		}
+		out = append(out, pp)
+		all = append(all, e.diags...)
+	}
+	*c = next
+	return out, all
+}
+
+// parseKey is what a project's parse depends on: its files, the VM name
+// and the VMs it keeps.
+func parseKey(p *statedir.Project) [sha256.Size]byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %q\n", p.VMName, p.OnlyVMs)
+	for _, f := range p.Files {
+		fmt.Fprintf(h, "%q %d\n", f.Path, len(f.Data))
+		h.Write(f.Data)
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
 }

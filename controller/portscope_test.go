@@ -2,8 +2,13 @@ package controller
 
 import (
 	"context"
+	"maps"
+	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
@@ -90,5 +95,80 @@ func TestDesiredOfProject(t *testing.T) {
 	}
 	if got := d.ofProject("nobody", projects); len(got.Networks)+len(got.Attachments) != 0 {
 		t.Errorf("a project that is not there: %+v", got)
+	}
+}
+
+// TestParseCache: the controller's passes parse a project again only when
+// its files change, and each pass resolves copies (Resolve moves entries
+// and assigns MACs in what it is given): the same desired state pass
+// after pass, an entry skipped for its network back once networks.yaml
+// makes that network one vmnetctl manages, a changed file's VMs at once,
+// a removed project gone.
+func TestParseCache(t *testing.T) {
+	nets, diags := api.LoadNetworks("networks.yaml", []byte("networks:\n  user-v2: {mode: user-v2, gateway: 192.168.104.1}\n  shared: {mode: shared, gateway: 192.168.105.1}\n  host: {mode: host, gateway: 192.168.106.1}\n"))
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// web's second entry is a network vmnetctl does not manage: Resolve
+	// moves it to Skipped, in the files it resolves.
+	fleet := project("fleet", "vms:\n  web:\n    networks:\n      - vmnet: shared\n      - lima: user-v2\n  db:\n    networks: [{vmnet: host}]\n")
+	one := project("one", "vms:\n  solo:\n    networks: [{vmnet: shared}]\n")
+	var c parseCache
+	pass := func(projects ...*statedir.Project) *Desired {
+		t.Helper()
+		parsed, diags := c.parse(projects)
+		d, err := computeDesired(nets, parsed, diags, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	want, err := ComputeDesired(nets, []*statedir.Project{fleet, one}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if diff := cmp.Diff(want, pass(fleet, one), cmpopts.IgnoreUnexported(api.Attachment{}, api.Network{}), cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
+			t.Fatalf("pass %d differs from a fresh parse (-want +got):\n%s", i, diff)
+		}
+	}
+	// networks.yaml changes, the files do not: web's second entry is now
+	// a network vmnetctl manages, and comes back from Skipped.
+	nets2, diags := api.LoadNetworks("networks.yaml", []byte("networks:\n  user-v2: {mode: shared, gateway: 192.168.104.1}\n  shared: {mode: shared, gateway: 192.168.105.1}\n  host: {mode: host, gateway: 192.168.106.1}\n"))
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	parsed, pdiags := c.parse([]*statedir.Project{fleet, one})
+	d2, err := computeDesired(nets2, parsed, pdiags, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webs := 0
+	for _, a := range d2.Attachments {
+		if a.VM == "web" {
+			webs++
+		}
+	}
+	if webs != 2 || len(d2.Skipped) != 0 {
+		t.Errorf("after networks.yaml made web's second network one vmnetctl manages: %d attachments of web, skipped %v", webs, d2.Skipped)
+	}
+	before := c["fleet"].files[0]
+	one2 := project("one", "vms:\n  solo:\n    networks: [{vmnet: host}]\n")
+	d := pass(fleet, one2)
+	if c["fleet"].files[0] != before {
+		t.Error("fleet, unchanged, was parsed again")
+	}
+	var solo *Attachment
+	for _, a := range d.Attachments {
+		if a.VM == "solo" {
+			solo = a
+		}
+	}
+	if solo == nil || solo.Network != "host" {
+		t.Errorf("solo after its file changed: %+v", solo)
+	}
+	pass(fleet)
+	if _, ok := c["one"]; ok || len(c) != 1 {
+		t.Errorf("the cache after one went: %v", slices.Collect(maps.Keys(c)))
 	}
 }

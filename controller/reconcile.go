@@ -142,7 +142,8 @@ func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*sta
 	for _, h := range c.helpers {
 		recs = append(recs, h.rec)
 	}
-	d, err := ComputeDesired(nets, projects, keptMACs(recs))
+	parsed, diags := c.parsed.parse(projects)
+	d, err := computeDesired(nets, parsed, diags, keptMACs(recs))
 	return d, snap, projects, err
 }
 
