@@ -77,11 +77,11 @@ type Watcher interface {
 	Changes(ctx context.Context) (<-chan struct{}, error)
 }
 
-// TAPHander is a Backend that can hand a VMM the descriptors of an
+// TAPHandler is a Backend that can hand a VMM the descriptors of an
 // `attach: tap` port (`vmnetctl run`): the VMM then moves the VM's frames
 // through the TAP itself (with vhost-net, in the kernel), and no helper
 // relays them.
-type TAPHander interface {
+type TAPHandler interface {
 	// OpenTAP opens the port's TAP for a VMM.
 	OpenTAP(name string) (*os.File, error)
 	// Vhost reports whether the host has vhost-net for VMMs.

@@ -65,7 +65,7 @@ func (l launcher) runCommand(ctx context.Context, c vmCommand, nets networkByID,
 	var recs []statedir.HelperRecord
 	var vmEnds, vhosts []*os.File
 	defer func() { closeFiles(vmEnds); closeFiles(vhosts) }()
-	th, kernelPath := l.be.(backend.TAPHander)
+	th, kernelPath := l.be.(backend.TAPHandler)
 	for _, a := range c.atts {
 		tap := kernelPath && a.Attach == api.AttachTAP
 		var helperEnd, vmEnd *os.File

@@ -60,7 +60,7 @@ func VMMArgs(ctx context.Context, sd statedir.Dir, vm, vmm string, fds bool) ([]
 	if err != nil {
 		return nil, err
 	}
-	th, ok := DefaultBackend().(backend.TAPHander)
+	th, ok := DefaultBackend().(backend.TAPHandler)
 	return vmmArgs(sd, vmm, atts, fds, ok && th.Vhost())
 }
 
