@@ -144,7 +144,9 @@ type Network interface {
 	// network's, following their addresses as they change.
 	SetVMEgress(ctx context.Context, ps []VMEgress) error
 	Leases() []Lease
-	Stats() ServiceStats
+	// Stats are the network's services' counters; with ports (VM port
+	// names) not nil, what is per port is of those ports only.
+	Stats(ports []string) ServiceStats
 	// Health is nil while the network's services (DHCP, DNS) run, else
 	// why one stopped.
 	Health() error

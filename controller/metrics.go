@@ -246,7 +246,7 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ba
 	if nw == nil {
 		return backend.ServiceStats{}
 	}
-	st := nw.Stats()
+	st := nw.Stats(nil)
 	if n.DHCP {
 		emit(descLeases, prometheus.GaugeValue, float64(len(nw.Leases())), n.ID)
 		emit(descPool, prometheus.GaugeValue, float64(metrics.PoolSize(n.DHCPStart, n.DHCPEnd)), n.ID)

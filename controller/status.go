@@ -193,11 +193,26 @@ func (c *Controller) statusOf(project string) *Status {
 	ip6s := map[string][]netip.Addr{} // network/mac → IPv6 addresses
 	conns := map[string]uint64{}      // netplane.ForwardKey → connections
 	denied := map[string]uint64{}     // network/mac → egress refusals
+	// A project's status reads its own VMs' ports, not the network's
+	// every port.
+	var ports map[string][]string
+	if project != "" {
+		ports = map[string][]string{}
+		for _, a := range d.Attachments {
+			if h := c.helpers[a.Key()]; h != nil && h.rec.Tap != "" {
+				ports[a.Network] = append(ports[a.Network], h.rec.Tap)
+			}
+		}
+	}
 	for _, n := range d.Networks {
 		ns := newNetworkStatus(n, d)
 		if nw := c.nets[n.ID]; nw != nil {
 			ns.State = "up"
-			st := nw.Stats()
+			var only []string
+			if ports != nil {
+				only = append([]string{}, ports[n.ID]...) // not nil: none
+			}
+			st := nw.Stats(only)
 			guards[n.ID], portMACs[n.ID] = st.GuardDrops, st.PortMACs
 			ns.EgressDenied, ns.NeighLimited, ns.Tunnel = st.EgressDenied, st.NeighLimited, st.Tunnel
 			for mac, v := range st.EgressDeniedByMAC {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -330,4 +331,28 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 		t.Fatalf("A's port gone: claimed %v, want %s free and %s claimed", st.claimed, macA, macC)
 	}
 	learns("p-c", c, macA)
+}
+
+// TestPortMACsOfPorts: the MACs the bridge learned on a port, asked of
+// that port alone (a project's status), are those of the whole dump; a
+// port not on the bridge, or gone, has none.
+func TestPortMACsOfPorts(t *testing.T) {
+	needRoot(t)
+	host, n, _ := claimLab(t, "pm", "10.200.58.0/24")
+	macA, macB := mustMAC("52:55:55:00:58:0a"), mustMAC("52:55:55:00:58:0b")
+	plugLearning(t, host, n, "p-a", testutil.NewNS(t, "pm-a")).send(t, claimFrame(macA))
+	plugLearning(t, host, n, "p-b", testutil.NewNS(t, "pm-b")).send(t, claimFrame(macB))
+	var all map[string][]string
+	testutil.Eventually(t, 5*time.Second, func() error {
+		mustDo(t, host, func() error { all = portMACs(n.Bridge(), nil); return nil })
+		if !slices.Contains(all["p-a"], macA.String()) || !slices.Contains(all["p-b"], macB.String()) {
+			return fmt.Errorf("the bridge learned %v", all)
+		}
+		return nil
+	}, "the bridge to learn both VMs' MACs")
+	var one map[string][]string
+	mustDo(t, host, func() error { one = portMACs(n.Bridge(), []string{"p-a", "p-gone"}); return nil })
+	if len(one) != 1 || !slices.Equal(one["p-a"], all["p-a"]) {
+		t.Errorf("p-a's MACs asked of it alone: %v; of the whole bridge: %v", one, all["p-a"])
+	}
 }

@@ -157,14 +157,14 @@ func TestShared(t *testing.T) {
 		if err != nil || resp.Rcode != dns.RcodeNameError {
 			t.Errorf("unknown VM name: %v %v, want NXDOMAIN", resp, err)
 		}
-		s := nw.Stats()
+		s := nw.Stats(nil)
 		if s.DNS.Queries < 7 || s.DNS.Local < 4 || s.DNS.Forwarded < 2 || s.DNS.NXDomain < 1 {
 			t.Errorf("DNS stats %+v", s.DNS)
 		}
 	})
 
 	t.Run("Stats", func(t *testing.T) {
-		s := nw.Stats()
+		s := nw.Stats(nil)
 		if s.DHCP.Requests["DISCOVER"] < 1 || s.DHCP.Requests["REQUEST"] < 1 || s.DHCP.Replies["ACK"] < 1 {
 			t.Errorf("DHCP stats %+v", s.DHCP)
 		}
@@ -527,7 +527,7 @@ func TestBridged(t *testing.T) {
 
 	n := &api.Network{ID: "br", Name: "br", Mode: api.ModeBridged, Interface: "lanbr", MTU: 1500}
 	nw := start(t, host, n, Options{})
-	if s := nw.Stats(); s.DHCP.Requests != nil {
+	if s := nw.Stats(nil); s.DHCP.Requests != nil {
 		t.Errorf("a bridged network runs a DHCP server: %+v", s)
 	}
 	var bridge string

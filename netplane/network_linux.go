@@ -519,24 +519,41 @@ func (nw *Network) Leases() []backend.Lease {
 
 // portMACs returns the MACs the bridge learned on each of its ports (not
 // the ports' own), by port name, from its forwarding database.
-func portMACs(bridge string) map[string][]string {
+//
+// ports, if not nil, are the only ports asked about: each is looked up and
+// its entries alone dumped (the kernel filters a bridge's database by
+// port), not the thousand ports of a fleet's network.
+func portMACs(bridge string, ports []string) map[string][]string {
 	br, err := netlink.LinkByName(bridge)
 	if err != nil {
 		return nil
 	}
-	links, err := briefLinks()
-	if err != nil {
-		return nil
-	}
 	names := map[int]string{}
-	for _, l := range links {
-		if l.Master == br.Attrs().Index {
-			names[l.Index] = l.Name
+	var neighs []netlink.Neigh
+	if ports == nil {
+		links, err := briefLinks()
+		if err != nil {
+			return nil
+		}
+		for _, l := range links {
+			if l.Master == br.Attrs().Index {
+				names[l.Index] = l.Name
+			}
+		}
+		if neighs, err = netlink.NeighList(0, unix.AF_BRIDGE); err != nil {
+			return nil
 		}
 	}
-	neighs, err := netlink.NeighList(0, unix.AF_BRIDGE)
-	if err != nil {
-		return nil
+	for _, p := range ports {
+		l, err := netlink.LinkByName(p)
+		if err != nil || l.Attrs().MasterIndex != br.Attrs().Index {
+			continue
+		}
+		names[l.Attrs().Index] = p
+		ns, err := netlink.NeighList(l.Attrs().Index, unix.AF_BRIDGE)
+		if err == nil {
+			neighs = append(neighs, ns...)
+		}
 	}
 	out := map[string][]string{}
 	for _, n := range neighs {
@@ -552,7 +569,7 @@ func portMACs(bridge string) map[string][]string {
 }
 
 // Stats returns the counters of the DHCP server and DNS proxy.
-func (nw *Network) Stats() backend.ServiceStats {
+func (nw *Network) Stats(ports []string) backend.ServiceStats {
 	var s backend.ServiceStats
 	if nw.dhcp != nil {
 		s.DHCP = nw.dhcp.Stats()
@@ -601,7 +618,7 @@ func (nw *Network) Stats() backend.ServiceStats {
 		nw.inNS(func() error {
 			drops, err := guardDrops(ctx, nw.n.ID)
 			s.GuardDrops = drops
-			s.PortMACs = portMACs(nw.n.Bridge())
+			s.PortMACs = portMACs(nw.n.Bridge(), ports)
 			if nw.n.VXLAN != nil {
 				s.Tunnel = tunnelStats(nw.n, drops)
 			}

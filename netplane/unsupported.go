@@ -53,7 +53,7 @@ func (*Network) SetVMEgress(context.Context, []backend.VMEgress) error        { 
 func (*Network) RemoveHost(net.HardwareAddr)                                  {}
 func (*Network) SetVMs([]string, []net.HardwareAddr)                          {}
 func (*Network) Leases() []backend.Lease                                      { return nil }
-func (*Network) Stats() backend.ServiceStats                                  { return backend.ServiceStats{} }
+func (*Network) Stats([]string) backend.ServiceStats                          { return backend.ServiceStats{} }
 func GuardPort(context.Context, *api.Network, string, net.HardwareAddr) error { return ErrUnsupported }
 func UnguardPort(context.Context, *api.Network, string) error                 { return ErrUnsupported }
 func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr) error {

@@ -69,7 +69,7 @@ func TestVXLAN(t *testing.T) {
 		var out []uint64
 		for _, h := range hosts {
 			var sum uint64
-			for _, c := range h.nw.Stats().DHCP.Requests {
+			for _, c := range h.nw.Stats(nil).DHCP.Requests {
 				sum += c
 			}
 			out = append(out, sum)
@@ -214,7 +214,7 @@ func TestVXLAN(t *testing.T) {
 		if strings.Contains(fdb, gw+" master") {
 			t.Errorf("host %d's bridge learned the gateway's MAC from the tunnel:\n%s", i+1, fdb)
 		}
-		tun := h.nw.Stats().Tunnel
+		tun := h.nw.Stats(nil).Tunnel
 		if tun == nil || tun.Host != fmt.Sprintf("h%d", i+1) || len(tun.Peers) != 2 || tun.RemoteMACs < 2 || tun.TxBytes == 0 || tun.RxBytes == 0 || tun.Dropped == 0 {
 			t.Errorf("host %d: tunnel stats %+v, want host h%d flooding to the 2 other hosts, at least their 2 VMs learned, bytes both ways, drops", i+1, tun, i+1)
 		}

@@ -196,7 +196,7 @@ func (v *vmnetNetwork) Leases() []backend.Lease {
 	return out
 }
 
-func (v *vmnetNetwork) Stats() backend.ServiceStats { return backend.ServiceStats{} }
+func (v *vmnetNetwork) Stats([]string) backend.ServiceStats { return backend.ServiceStats{} }
 
 // Health: vmnet runs the services, and tells nothing of them.
 func (v *vmnetNetwork) Health() error { return nil }
