@@ -600,7 +600,7 @@ func startHelperOn(t *testing.T, bin, dir string, fd int, ns, id, addr, tap stri
 	args := append([]string{"netns", "exec", ns, bin, "--networks", cfg, "helper", "--fd", "3", "--network", id, "--tap", tap, "--stats-interval", strconv.FormatFloat(statsInterval.Seconds(), 'f', -1, 64)}, extra...)
 	cmd := exec.Command("ip", args...)
 	// As the controller runs helpers: the bench makes the network itself.
-	cmd.Env = append(os.Environ(), helper.EnvUnderController+"=1")
+	cmd.Env = append(os.Environ(), helperproto.EnvUnderController+"=1")
 	cmd.ExtraFiles = []*os.File{f}
 	hs := &helperStats{vmSide: vmSide}
 	stderr, err := cmd.StderrPipe()

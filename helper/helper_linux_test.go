@@ -229,7 +229,7 @@ func (f *fixture) launch(t *testing.T, extra []*os.File, args ...string) (*helpe
 	cmd := f.host.Command(context.Background(), vmnetctlBin, append([]string{"--networks", f.networks, "helper"}, args...)...)
 	// As the controller runs helpers: the fixture's network is up, and
 	// the helper does not hold it (no state dir, no controller).
-	cmd.Env = append(os.Environ(), helper.EnvUnderController+"=1")
+	cmd.Env = append(os.Environ(), helperproto.EnvUnderController+"=1")
 	cmd.ExtraFiles = extra
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -790,7 +790,7 @@ func TestFailures(t *testing.T) {
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			if tt.name != "network down" {
 				// Not the host's state dir: these helpers hold nothing.
-				cmd.Env = append(os.Environ(), helper.EnvUnderController+"=1")
+				cmd.Env = append(os.Environ(), helperproto.EnvUnderController+"=1")
 			}
 			err := cmd.Run()
 			var ee *exec.ExitError

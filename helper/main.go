@@ -16,23 +16,19 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 // errNotLinux: elsewhere vmnetctl runs vmnet-helper itself.
 var errNotLinux = errors.New("`vmnetctl helper` runs on Linux only; on macOS vmnetctl uses vmnet-helper")
 
-// EnvUnderController is set in the environment of the helpers the
-// controller (or `vmnetctl run`) starts: their networks are the
-// controller's to keep up.
-const EnvUnderController = "VMNETCTL_UNDER_CONTROLLER"
-
 // holds says whether the helper holds its network up for as long as it
 // runs (Flags.EnsureNetwork): one started on its own, as root, on a
 // shared or host network, whether the network is up yet or not (another
 // helper that brought it up may exit first).
 func (f *Flags) holds(n *api.Network) bool {
-	if f.EnsureNetwork == nil || os.Geteuid() != 0 || os.Getenv(EnvUnderController) != "" || !n.Routed() {
+	if f.EnsureNetwork == nil || os.Geteuid() != 0 || os.Getenv(helperproto.EnvUnderController) != "" || !n.Routed() {
 		return false
 	}
 	if n.OnDemand != nil {

@@ -5,3 +5,8 @@
 // writes them, helperexec and the controller read them, and the fake
 // vmnet-helper of the tests writes them too; docs/helper.md describes them.
 package helperproto
+
+// EnvUnderController is set in the environment of the helpers the
+// controller (or `vmnetctl run`) starts: their networks are the
+// controller's to keep up.
+const EnvUnderController = "VMNETCTL_UNDER_CONTROLLER"

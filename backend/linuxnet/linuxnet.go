@@ -9,7 +9,7 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/vmnetctl/vmnetctl/helper"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
@@ -109,7 +109,7 @@ func TapName(a *api.Attachment) string {
 // --no-spoof-check). It names the state dir (netplane.EnvOwner), so that
 // the VM port the helper makes carries that state dir's mark.
 func (Backend) HelperEnv(s backend.HelperSpec) []string {
-	env := []string{helper.EnvUnderController + "=1"}
+	env := []string{helperproto.EnvUnderController + "=1"}
 	if s.Owner != "" {
 		env = append(env, netplane.OwnerEnv(s.Owner))
 	}
