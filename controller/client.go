@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -119,6 +120,7 @@ func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArg
 		return err
 	}
 	var exited chan error // the controller this call started: its exit
+	var watch *helperexec.StallWatch
 	var lastExit error
 	start := func() error {
 		logf, err := statedir.OpenLog(sd.ControllerLog())
@@ -137,10 +139,22 @@ func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArg
 		}
 		exited = make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
+		watch = helperexec.NewStallWatch(cmd.Process.Pid, controllerStartStall, func() int64 {
+			fi, err := os.Stat(sd.ControllerLog())
+			if err != nil {
+				return 0
+			}
+			return fi.Size()
+		}, "controller")
 		return nil
 	}
 	var result error
-	err := waitFor(ctx, 15*time.Second, func() bool {
+	err := waitStarting(ctx, func() *helperexec.StallWatch {
+		if exited == nil {
+			return nil
+		}
+		return watch
+	}, func() bool {
 		if cl.Running(ctx) {
 			return true
 		}
@@ -184,5 +198,36 @@ func EnsureController(ctx context.Context, sd statedir.Dir, exe string, extraArg
 	if lastExit != nil {
 		why = fmt.Sprintf(" (it exited: %v)", lastExit)
 	}
-	return fmt.Errorf("controller did not start within 15s%s; its log (%s):\n  %s", why, sd.ControllerLog(), strings.Join(lines, "\n  "))
+	return fmt.Errorf("controller did not start%s: %v; its log (%s):\n  %s", why, err, sd.ControllerLog(), strings.Join(lines, "\n  "))
+}
+
+// controllerStartStall is how long a controller that starts may make no
+// progress (EnsureController); as long while one held by another process
+// neither answers nor frees its lock.
+var controllerStartStall = 15 * time.Second
+
+// waitStarting waits until cond holds. While ours (the watch of the
+// controller this call started, nil for none) moves, however slowly, it
+// waits on: a busy machine makes a controller slow, not failed. It fails
+// once that controller made no progress for controllerStartStall, or when
+// it has none of its own to watch and controllerStartStall passed.
+func waitStarting(ctx context.Context, ours func() *helperexec.StallWatch, cond func() bool) error {
+	deadline := time.Now().Add(controllerStartStall)
+	for !cond() {
+		now := time.Now()
+		if w := ours(); w != nil {
+			if err := w.Check(now); err != nil {
+				return err
+			}
+			deadline = now.Add(controllerStartStall)
+		} else if now.After(deadline) {
+			return fmt.Errorf("no answer within %s", controllerStartStall)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
 }

@@ -22,6 +22,7 @@ type stallWatch struct {
 	pid     int
 	stall   time.Duration
 	logSize func() int64 // the helper's log's size, or nil
+	what    string       // what it is, for the error: "helper"
 
 	last    progress
 	logged  int64
@@ -29,7 +30,7 @@ type stallWatch struct {
 }
 
 func newStallWatch(pid int, stall time.Duration, logSize func() int64) *stallWatch {
-	w := &stallWatch{pid: pid, stall: stall, logSize: logSize, movedAt: time.Now()}
+	w := &stallWatch{pid: pid, stall: stall, logSize: logSize, what: "helper", movedAt: time.Now()}
 	w.last, _ = readProgress(pid)
 	if logSize != nil {
 		w.logged = logSize()
@@ -55,11 +56,28 @@ func (w *stallWatch) check(now time.Time) error {
 		return nil
 	}
 	if !ok {
-		return fmt.Errorf("helper not ready after %v", w.stall)
+		return fmt.Errorf("%s not ready after %v", w.what, w.stall)
 	}
 	where := ""
 	if p.wchan != "" && p.wchan != "0" {
 		where = " in " + p.wchan
 	}
-	return fmt.Errorf("helper made no progress for %v (state %s%s: it used no CPU, ran nothing and logged nothing) and is not ready", w.stall, p.state, where)
+	return fmt.Errorf("%s made no progress for %v (state %s%s: it used no CPU, ran nothing and logged nothing) and is not ready", w.what, w.stall, p.state, where)
 }
+
+// StallWatch tells a process of ours that is starting, however slowly
+// on a busy machine, from one that is stuck, as Start does for a helper:
+// stuck is no CPU used, nothing runnable and nothing logged (logSize, if
+// not nil) for the whole stall window. what names it in the error.
+type StallWatch struct{ w *stallWatch }
+
+// NewStallWatch watches process pid from now.
+func NewStallWatch(pid int, stall time.Duration, logSize func() int64, what string) *StallWatch {
+	w := newStallWatch(pid, stall, logSize)
+	w.what = what
+	return &StallWatch{w}
+}
+
+// Check returns why, once the process has made no progress for the stall
+// window; nil while it moves or the window has not passed.
+func (s *StallWatch) Check(now time.Time) error { return s.w.check(now) }
