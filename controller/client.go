@@ -213,21 +213,19 @@ var controllerStartStall = 15 * time.Second
 // it has none of its own to watch and controllerStartStall passed.
 func waitStarting(ctx context.Context, ours func() *helperexec.StallWatch, cond func() bool) error {
 	deadline := time.Now().Add(controllerStartStall)
-	for !cond() {
+	return poll(ctx, func() (bool, error) {
+		if cond() {
+			return true, nil
+		}
 		now := time.Now()
 		if w := ours(); w != nil {
 			if err := w.Check(now); err != nil {
-				return err
+				return false, err
 			}
 			deadline = now.Add(controllerStartStall)
 		} else if now.After(deadline) {
-			return fmt.Errorf("no answer within %s", controllerStartStall)
+			return false, fmt.Errorf("no answer within %s", controllerStartStall)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
+		return false, nil
+	})
 }

@@ -552,9 +552,22 @@ func removeProject(ctx context.Context, env Env, name string) {
 // waitFor polls cond until it holds, or fails after timeout.
 func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
 	deadline := time.Now().Add(timeout)
-	for !cond() {
+	return poll(ctx, func() (bool, error) {
+		if cond() {
+			return true, nil
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %s", timeout)
+			return false, fmt.Errorf("not within %s", timeout)
+		}
+		return false, nil
+	})
+}
+
+// poll calls check every 20 ms until it is done or fails, or ctx ends.
+func poll(ctx context.Context, check func() (done bool, err error)) error {
+	for {
+		if done, err := check(); done || err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
@@ -562,7 +575,6 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // CurrentStatus is `vmnetctl status`: the controller's, or read from the
