@@ -211,18 +211,16 @@ func (c *Controller) stopHelpers(hs []*helperProc) []error {
 	errs := make([]error, len(hs))
 	parallel(len(hs), stopWorkers, func(i int) {
 		h := hs[i]
-		{
-			c.log.Info("stopping helper", "attachment", h.rec.Key, "pid", h.rec.Proc.PID)
-			c.stopProc(h)
-			// The record names the attachment even for an adopted helper.
-			errs[i] = c.be.Cleanup(&api.Attachment{VM: h.rec.VM, Index: h.rec.Index, MAC: h.rec.MAC, Attach: h.rec.Attach})
-			c.sd.RemoveHelperFiles(h.rec.Key)
-			if h.leaving && h.rec.Socket != "" {
-				// A killed (or hung, then killed) helper leaves its
-				// socket and lock; its VM's folder goes once empty.
-				removeSocket(h.rec.Socket)
-				os.Remove(c.sd.VMDir(h.rec.VM))
-			}
+		c.log.Info("stopping helper", "attachment", h.rec.Key, "pid", h.rec.Proc.PID)
+		c.stopProc(h)
+		// The record names the attachment even for an adopted helper.
+		errs[i] = c.be.Cleanup(&api.Attachment{VM: h.rec.VM, Index: h.rec.Index, MAC: h.rec.MAC, Attach: h.rec.Attach})
+		c.sd.RemoveHelperFiles(h.rec.Key)
+		if h.leaving && h.rec.Socket != "" {
+			// A killed (or hung, then killed) helper leaves its socket
+			// and lock; its VM's folder goes once empty.
+			removeSocket(h.rec.Socket)
+			os.Remove(c.sd.VMDir(h.rec.VM))
 		}
 	})
 	return errs
