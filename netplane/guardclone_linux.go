@@ -68,12 +68,10 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 	if err != nil {
 		return fmt.Errorf("network %q: reading the guard's template: %w", n.ID, err)
 	}
-	sets := map[string]*nftables.Set{}
 	// (A table the template is in has every set of addGuardBase.)
-	for _, name := range []string{guardPorts, guardClaimed, guardCurrent} {
-		if sets[name], err = conn.GetSetByName(tbl, name); err != nil {
-			return fmt.Errorf("network %q: reading the guard's set %s: %w", n.ID, name, err)
-		}
+	sets, err := guardNLSets(conn, tbl, n.ID)
+	if err != nil {
+		return err
 	}
 	o := guardObjectsNL(tbl, port)
 	macSet, counter, chain, jump := o.set, o.counter, o.chain, o.jump
@@ -124,6 +122,20 @@ func guardObjectsNL(tbl *nftables.Table, port string) guardNL {
 	}
 }
 
+// guardNLSets reads the sets a port's guard is made and deleted in
+// (guardNL.delete, guardPortByClone): the ports map, claimed, current.
+func guardNLSets(conn *nftables.Conn, tbl *nftables.Table, id string) (map[string]*nftables.Set, error) {
+	sets := map[string]*nftables.Set{}
+	for _, name := range []string{guardPorts, guardClaimed, guardCurrent} {
+		set, err := conn.GetSetByName(tbl, name)
+		if err != nil {
+			return nil, fmt.Errorf("network %q: reading the guard's set %s: %w", id, name, err)
+		}
+		sets[name] = set
+	}
+	return sets, nil
+}
+
 // delete adds to conn's batch the deletion of the guard, existing or not,
 // its drop counter kept (deleteGuard, through netlink): each object is
 // added first (a no-op if it is there), so that its deletion finds it.
@@ -164,11 +176,9 @@ func pruneGuardNL(id, port string, expected map[string]bool) error {
 	if err != nil || len(rules) == 0 {
 		return nil // gone already, or never finished
 	}
-	sets := map[string]*nftables.Set{}
-	for _, name := range []string{guardPorts, guardClaimed, guardCurrent} {
-		if sets[name], err = conn.GetSetByName(tbl, name); err != nil {
-			return fmt.Errorf("network %q: reading the guard's set %s: %w", id, name, err)
-		}
+	sets, err := guardNLSets(conn, tbl, id)
+	if err != nil {
+		return err
 	}
 	held, err := readHeld(id, port)
 	if err != nil {
