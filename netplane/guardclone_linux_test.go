@@ -55,10 +55,7 @@ func TestGuardClone(t *testing.T) {
 // to the rules reaches the VMs that run through an upgrade.
 func TestGuardRulesUpgrade(t *testing.T) {
 	needRoot(t)
-	host := testutil.NewNS(t, "gu-host")
-	n := g6Net()
-	n.ID, n.Name = "gu", "gu"
-	start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	host, n, _ := g6Lab(t, "gu")
 	mac := "52:55:55:00:0d:01"
 	g6VM(t, host, n, "u", mac)
 	table := TableName(n.ID)
@@ -97,10 +94,7 @@ func TestGuardRulesUpgrade(t *testing.T) {
 // drifted from what it should hold until the next resync).
 func TestGuardDeletesIdempotent(t *testing.T) {
 	needRoot(t)
-	host := testutil.NewNS(t, "gi-host")
-	n := g6Net()
-	n.ID, n.Name = "gi", "gi"
-	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	host, n, nw := g6Lab(t, "gi")
 	gone := binding{mac: "52:55:55:00:0e:01", ip: ip("10.200.9.77")}
 	kept := binding{mac: "52:55:55:00:0e:02", ip: ip("10.200.9.78")}
 	mustDo(t, host, func() error {
@@ -121,10 +115,7 @@ func TestGuardDeletesIdempotent(t *testing.T) {
 // vmnetctl's back is not copied: the port gets every rule, from nft.
 func TestGuardCloneDamagedTemplate(t *testing.T) {
 	needRoot(t)
-	host := testutil.NewNS(t, "gd-host")
-	n := g6Net()
-	n.ID, n.Name = "gd", "gd"
-	start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	host, n, _ := g6Lab(t, "gd")
 	table := TableName(n.ID)
 	// Its first rule (the tagged frames' drop) out.
 	var handle string
@@ -140,4 +131,15 @@ func TestGuardCloneDamagedTemplate(t *testing.T) {
 	if !strings.Contains(got, "ether type != @"+guardL2Types) {
 		t.Errorf("the port's guard lacks the rule taken out of the template:\n%s", got)
 	}
+}
+
+// g6Lab is a host namespace running network id, an IPv6 network as
+// g6Net's, for the guard's tests.
+func g6Lab(t *testing.T, id string) (*testutil.NS, *api.Network, *Network) {
+	t.Helper()
+	host := testutil.NewNS(t, id+"-host")
+	n := g6Net()
+	n.ID, n.Name = id, id
+	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	return host, n, nw
 }
