@@ -162,10 +162,20 @@ type guard6 struct {
 	syncMu  sync.Mutex // one sync at a time
 	failLog logLimit
 
+	// soon asks resync for a sync within removalDelay: reservations
+	// that went (syncReservedOf) leave the sets then, many at once.
+	soon      chan struct{}
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
 }
+
+// removalDelay is how long the reservations of VMs that left stay in the
+// sets, so that many leave in one sync: deleting elements makes the
+// kernel rebuild the sets, which costs as much for one as for a thousand.
+// The addresses are derived from the MACs of VMs gone; no other VM has a
+// claim on them meanwhile.
+const removalDelay = time.Second
 
 // nd6Lifetime is how long a VM keeps an address it stopped announcing:
 // the valid lifetime of the prefix in the router advertisements, the
@@ -186,7 +196,7 @@ func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error
 	if err != nil {
 		return nil, err
 	}
-	g := &guard6{n: n, nft: nft, inNS: inNS, log: log, kick: kick, admit: admit, stop: make(chan struct{}), done: make(chan struct{})}
+	g := &guard6{n: n, nft: nft, inNS: inNS, log: log, kick: kick, admit: admit, soon: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
 	if err := g.run(ctx, func(*knftables.Transaction) {}); err != nil { // the sets, if missing
 		return nil, err
@@ -429,7 +439,8 @@ func (g *guard6) applyNL(ops []elemOp) error {
 	})
 }
 
-// resync runs sync every guardResync until Close.
+// resync runs sync every guardResync, and removalDelay after it is asked
+// to (soon), until Close.
 func (g *guard6) resync() {
 	defer close(g.done)
 	t := time.NewTicker(guardResync)
@@ -438,10 +449,15 @@ func (g *guard6) resync() {
 		select {
 		case <-g.stop:
 			return
-		case <-t.C:
-			if err := g.sync(context.Background()); err != nil {
-				g.logFailure(err)
+		case <-g.soon:
+			select {
+			case <-g.stop:
+				return
+			case <-time.After(removalDelay):
 			}
+			g.logFailure(g.sync(context.Background()))
+		case <-t.C:
+			g.logFailure(g.sync(context.Background()))
 		}
 	}
 }
@@ -488,9 +504,34 @@ func (g *guard6) changed(events []nd6Event) {
 	}
 }
 
-// syncReserved puts a change of the reserved addresses into the sets.
-func (g *guard6) syncReserved() {
-	g.logFailure(g.sync(context.Background()))
+// syncReservedOf puts into the sets the reservations of macs, which
+// changed (SetHost, RemoveHost): the EUI-64 addresses of a VM that comes
+// are added at once, in one batch and without reading the sets, so that
+// it costs its own elements however many VMs the network has; those of
+// VMs that went leave in the sync removalDelay later. What this misses (a
+// set changed behind vmnetctl's back) the periodic sync mends.
+func (g *guard6) syncReservedOf(macs []net.HardwareAddr) {
+	g.syncMu.Lock()
+	defer g.syncMu.Unlock()
+	var ops []elemOp
+	removed := false
+	for _, mac := range macs {
+		for _, ip := range g.learner.eui64(mac) {
+			if owner, ok := g.learner.reservedFor(ip); !ok || owner != [6]byte(mac) {
+				removed = true
+				continue
+			}
+			ops = append(ops, pairOps(pair{mac.String(), ip}, true, false)...)
+			ops = append(ops, ownedOps(ip, false)...)
+		}
+	}
+	g.logFailure(g.apply(context.Background(), ops))
+	if removed {
+		select {
+		case g.soon <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (g *guard6) logFailure(err error) {

@@ -519,12 +519,9 @@ func (l *nd6Learner) Reserve(hw net.HardwareAddr, reserve bool) (changed bool) {
 		return false
 	}
 	mac := [6]byte(hw)
-	ll := linkLocal(hw).Addr().As16()
-	slaac := l.prefix.Addr().As16()
-	copy(slaac[8:], ll[8:])
 	removed := false
 	l.mu.Lock()
-	for _, ip := range []netip.Addr{netip.AddrFrom16(ll), netip.AddrFrom16(slaac)} {
+	for _, ip := range l.eui64(hw) {
 		owner, had := l.reserved[ip]
 		if !reserve {
 			if had && owner == mac {
@@ -557,6 +554,23 @@ func (l *nd6Learner) Reserved() []nd6Binding {
 		bs = append(bs, nd6Binding{MAC: net.HardwareAddr(append([]byte(nil), mac[:]...)), IP: ip})
 	}
 	return bs
+}
+
+// eui64 is the addresses Reserve reserves for hw: its link-local
+// address and its SLAAC address in the network's prefix.
+func (l *nd6Learner) eui64(hw net.HardwareAddr) []netip.Addr {
+	ll := linkLocal(hw).Addr().As16()
+	slaac := l.prefix.Addr().As16()
+	copy(slaac[8:], ll[8:])
+	return []netip.Addr{netip.AddrFrom16(ll), netip.AddrFrom16(slaac)}
+}
+
+// reservedFor tells the MAC ip is reserved for, if any.
+func (l *nd6Learner) reservedFor(ip netip.Addr) (mac [6]byte, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	mac, ok = l.reserved[ip]
+	return mac, ok
 }
 
 // remove drops the binding e of ip. Call with l.mu held.

@@ -40,9 +40,10 @@ type Network struct {
 	names         nameCache
 	vmEgress      vmEgressState
 	guard6        *guard6 // nil without IPv6
-	// reservedChanged: SetHost or RemoveHost changed the IPv6
-	// reservations since the guard's last sync of them (SetVMs).
-	reservedChanged atomic.Bool
+	// reservedChanged: the MACs whose IPv6 reservations SetHost or
+	// RemoveHost changed since the guard's last sync of them (SetVMs).
+	reservedMu      sync.Mutex
+	reservedChanged []net.HardwareAddr
 	onLease         func(kind, network, mac string, ip netip.Addr)
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it); netns is it.
@@ -461,7 +462,7 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 	if nw.guard6 != nil && nw.guard6.learner.Reserve(mac, true) {
 		// A VM's EUI-64 addresses are its own before it boots, in the
 		// guard too (SetVMs puts them there, once for all the VMs).
-		nw.reservedChanged.Store(true)
+		nw.reserveChanged(mac)
 	}
 	return nil
 }
@@ -485,9 +486,23 @@ func (nw *Network) SetVMs(names []string, macs []net.HardwareAddr) {
 			}
 		}
 	}
-	if nw.guard6 != nil && nw.reservedChanged.Swap(false) {
-		nw.guard6.syncReserved()
+	if nw.guard6 == nil {
+		return
 	}
+	nw.reservedMu.Lock()
+	changed := nw.reservedChanged
+	nw.reservedChanged = nil
+	nw.reservedMu.Unlock()
+	if len(changed) > 0 {
+		nw.guard6.syncReservedOf(changed)
+	}
+}
+
+// reserveChanged notes that mac's IPv6 reservations changed, for SetVMs.
+func (nw *Network) reserveChanged(mac net.HardwareAddr) {
+	nw.reservedMu.Lock()
+	defer nw.reservedMu.Unlock()
+	nw.reservedChanged = append(nw.reservedChanged, slices.Clone(mac))
 }
 
 // RemoveHost forgets the name and run-time fixed address of a MAC, and
@@ -497,7 +512,7 @@ func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 	nw.hosts.set(mac, "")
 	if nw.guard6 != nil {
 		if nw.guard6.learner.Reserve(mac, false) {
-			nw.reservedChanged.Store(true) // (SetVMs syncs)
+			nw.reserveChanged(mac) // (SetVMs syncs)
 		}
 		nw.guard6.learner.Forget(mac)
 	}
