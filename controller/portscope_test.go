@@ -172,3 +172,57 @@ func TestParseCache(t *testing.T) {
 		t.Errorf("the cache after one went: %v", slices.Collect(maps.Keys(c)))
 	}
 }
+
+// checksBackend records the networks CheckNetwork is asked about, all of
+// them as configured.
+type checksBackend struct {
+	backend.Backend
+	checked []string
+}
+
+func (b *checksBackend) CheckNetwork(_ context.Context, n *api.Network, _ backend.NetworkOptions) error {
+	b.checked = append(b.checked, n.ID)
+	return nil
+}
+
+// healthyNetwork stands for a network whose services run.
+type healthyNetwork struct{ backend.Network }
+
+func (healthyNetwork) Health() error { return nil }
+
+// TestCheckScope: a full pass checks every running network for drift; a
+// pass asked for (up, down) only the networks whose attachments it
+// changes, so that one VM's attach or detach does not check every network
+// of the state dir.
+func TestCheckScope(t *testing.T) {
+	nets := []*api.Network{{ID: "a"}, {ID: "b"}, {ID: "c"}, {ID: "d"}}
+	desired := &Desired{Networks: nets}
+	c := &Controller{nets: map[string]backend.Network{}, degraded: map[string]string{}, repairRetry: map[string]*repairRetry{}, netErrs: map[string]string{}, repairs: map[string]uint64{}}
+	for _, n := range nets {
+		c.nets[n.ID] = healthyNetwork{}
+	}
+	vm := func(net string) *Attachment {
+		return &Attachment{Attachment: &api.Attachment{VM: "vm", Network: net}}
+	}
+	plan := &Plan{Attachments: []AttachmentChange{
+		{Action: ActionCreate, Key: "p/vm/b", New: vm("b")},
+		{Action: ActionDelete, Key: "p/vm/c", Old: vm("c")},
+	}}
+	for _, tc := range []struct {
+		name string
+		full bool
+		want []string
+	}{
+		{"full", true, []string{"a", "b", "c", "d"}},
+		{"asked for", false, []string{"b", "c"}},
+	} {
+		be := &checksBackend{}
+		c.be = be
+		if errs := c.repairNetworks(context.Background(), plan, desired, newPortScope(plan, tc.full)); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		if !slices.Equal(be.checked, tc.want) {
+			t.Errorf("%s: networks checked %v, want %v", tc.name, be.checked, tc.want)
+		}
+	}
+}

@@ -267,8 +267,8 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 }
 
 // repairNetworks checks the running networks that the plan leaves as they
-// are against what they should be, and repairs those that drifted
-// (repairNetwork), with c.mu not held: status and metrics answer, and show
+// are against what they should be (those in the pass's checkScope), and
+// repairs those that drifted (repairNetwork), with c.mu not held: status and metrics answer, and show
 // the network degraded, while its kernel state is put back. A network
 // whose repair failed is retried here on every pass until it succeeds.
 func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *Desired, touched *portScope) []error {
@@ -276,6 +276,7 @@ func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *De
 	for _, ch := range plan.Networks {
 		changed[ch.ID] = true
 	}
+	checked := checkScope(plan, touched.all)
 	type job struct {
 		n  *api.Network
 		nw backend.Network
@@ -301,7 +302,7 @@ func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *De
 			c.netErrs[n.ID] = r.err
 			continue
 		}
-		if nw != nil || drift != "" {
+		if (nw != nil && checked(n.ID)) || drift != "" {
 			jobs = append(jobs, job{n, nw})
 		}
 	}
@@ -313,6 +314,26 @@ func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *De
 		}
 	}
 	return errs
+}
+
+// checkScope tells which running networks a pass checks for drift: all
+// of them in a full pass; in a pass asked for, those whose attachments
+// the plan changes. A VM's attach or detach costs the check of its own
+// network, not of every network of the state dir; drift elsewhere is
+// found by the events (at once) and the resync.
+func checkScope(plan *Plan, full bool) func(id string) bool {
+	if full {
+		return func(string) bool { return true }
+	}
+	ids := map[string]bool{}
+	for _, ch := range plan.Attachments {
+		for _, a := range []*Attachment{ch.Old, ch.New} {
+			if a != nil {
+				ids[a.Network] = true
+			}
+		}
+	}
+	return func(id string) bool { return ids[id] }
 }
 
 // repairRetry is when a network whose repair failed is repaired again.
