@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -284,7 +283,9 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 	mine := ps.mine
 	return runGuardTx(ctx, n, "guarding port "+port, func(tx *knftables.Transaction) {
 		// Replace the old guard whole, its learned MAC with it.
-		deleteGuard(tx, port, ps.held, ps.heldExpected, m)
+		if ps.exists {
+			deleteGuard(tx, port, ps.held, ps.heldExpected, m)
+		}
 		g := guardObjects(port)
 		tx.Add(g.set)
 		if mac != nil {
@@ -500,8 +501,10 @@ func readGuardState(_ context.Context, id string) (*guardState, error) {
 // id's guard about one port and one MAC, read element by element: what it
 // costs does not grow with the network's ports.
 type portState struct {
+	exists       bool   // the port has a guard, or a part of one
 	held         string // the MAC the port's set holds, "" for none
 	heldExpected bool   // held is some port's expected MAC
+	heldOwned    bool   // held is this port's expected MAC (owns)
 	mine         bool   // mac is the port's expected MAC, or the one it holds
 	claimed      bool   // mac is claimed: some port holds it or is expected to
 }
@@ -511,38 +514,29 @@ type portState struct {
 func readPortState(ctx context.Context, id, port, mac string) (portState, error) {
 	var ps portState
 	var err error
-	if ps.held, err = readHeld(id, port); err != nil {
+	if ps.exists, err = guardExists(id, port); err != nil {
 		return ps, err
 	}
-	has := func(set string, key ...string) (ok bool) {
+	if ps.exists {
+		if ps.held, err = readHeld(id, port); err != nil {
+			return ps, err
+		}
+	}
+	has := func(set string, key []byte) (ok bool) {
 		if err == nil {
-			ok, err = hasElement(ctx, id, set, key...)
+			ok, err = hasElement(id, set, key)
 		}
 		return ok
 	}
-	if ps.held != "" {
-		ps.heldExpected = has(guardExpected, ps.held)
+	if hw, perr := net.ParseMAC(ps.held); perr == nil {
+		ps.heldExpected = has(guardExpected, hw)
+		ps.heldOwned = ps.heldExpected && has(guardOwns, ownsKey(portMAC{ps.held, port}))
 	}
-	if mac != "" {
-		ps.mine = ps.held == mac || has(guardOwns, mac, quoteIfname(port))
-		ps.claimed = !ps.mine && has(guardClaimed, mac)
+	if hw, perr := net.ParseMAC(mac); perr == nil {
+		ps.mine = ps.held == mac || has(guardOwns, ownsKey(portMAC{mac, port}))
+		ps.claimed = !ps.mine && has(guardClaimed, hw)
 	}
 	return ps, err
-}
-
-// hasElement tells whether set of network id's guard table holds the
-// element key (its parts, concatenated), with one `nft get element`: a
-// lookup of that element alone. A missing set or table holds nothing.
-func hasElement(ctx context.Context, id, set string, key ...string) (bool, error) {
-	args := []string{"get", "element", string(knftables.BridgeFamily), TableName(id), set, "{", strings.Join(key, " . "), "}"}
-	out, err := exec.CommandContext(ctx, "nft", args...).CombinedOutput()
-	switch {
-	case err == nil:
-		return true, nil
-	case strings.Contains(string(out), "No such file or directory"):
-		return false, nil
-	}
-	return false, fmt.Errorf("network %q: nft %s: %w: %s", id, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 }
 
 // runGuardTx runs, on a guarded network, one transaction on its guard

@@ -49,9 +49,10 @@ func addGuardTemplate(tx *knftables.Transaction, n *api.Network) {
 var errNoTemplate = errors.New("the guard table has no template chain")
 
 // guardPortByClone is GuardPort's transaction for a learning port (mac
-// nil) of network n, through netlink: port's old guard goes (the MAC it
-// held leaves claimed unless ps says it is some port's expected MAC) and
-// its new one is copied from the template, in one batch.
+// nil) of network n, through netlink: port's old guard is kept if it is
+// reusable; else it goes (the MAC it held leaves claimed unless ps says
+// it is some port's expected MAC) and its new one is copied from the
+// template, in one batch.
 func guardPortByClone(n *api.Network, port string, ps portState) error {
 	conn, err := nftables.New()
 	if err != nil {
@@ -75,8 +76,19 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 	}
 	o := guardObjectsNL(tbl, port)
 	macSet, counter, chain, jump := o.set, o.counter, o.chain, o.jump
-	// The old guard, existing or not.
-	o.delete(conn, sets, ps.held, ps.heldExpected)
+	if reusable(conn, n.ID, o, len(tmpl), ps) {
+		conn.SetAddElements(sets[guardPorts], []nftables.SetElement{jump})
+		if err := conn.Flush(); err != nil {
+			return fmt.Errorf("network %q: guarding port %s: %w", n.ID, port, err)
+		}
+		return nil
+	}
+	// The old guard, if there is one: deleting a chain or a set makes
+	// the kernel's commit wait for its readers (10 to 20 ms here), which
+	// a new port need not pay.
+	if ps.exists {
+		o.delete(conn, sets, ps.held, ps.heldExpected)
+	}
 
 	// The new one.
 	if err := conn.AddSet(macSet, nil); err != nil {
@@ -97,6 +109,28 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 		return fmt.Errorf("network %q: guarding port %s: %w", n.ID, port, err)
 	}
 	return nil
+}
+
+// reusable tells whether the old guard of a learning port (o, on network
+// id; ps what it holds) can serve the port's new VM as it is: whole (its
+// set, and its chain with as many rules as the template), made with this
+// version's rules (in current), and holding no MAC but the one the port
+// owns, which the new VM would learn anyway. Reusing it adds an element;
+// replacing it deletes a chain and a set, and the commit then waits for
+// the kernel's readers (10 to 20 ms here): a VM attached again under its
+// name (a fleet's runner, a restarted helper) is guarded at once.
+func reusable(conn *nftables.Conn, id string, o guardNL, rules int, ps portState) bool {
+	if !ps.exists || ps.held != "" && !ps.heldOwned {
+		return false
+	}
+	if current, err := hasElement(id, guardCurrent, o.key); err != nil || !current {
+		return false
+	}
+	if _, err := conn.GetSetByName(o.chain.Table, o.set.Name); err != nil {
+		return false
+	}
+	have, err := conn.GetRules(o.chain.Table, o.chain)
+	return err == nil && len(have) == rules
 }
 
 // guardNL is a port's guard objects as netlink writes them (guardObjects
@@ -230,6 +264,32 @@ func readHeld(id, port string) (string, error) {
 		}
 	}
 	return "", err
+}
+
+// guardExists tells whether port has a guard, or a part of one, on
+// network id: its MAC set, or its chain with rules.
+func guardExists(id, port string) (bool, error) {
+	conn, err := nftables.New()
+	if err != nil {
+		return false, fmt.Errorf("nftables: %w", err)
+	}
+	tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}
+	_, err = conn.GetSetByName(tbl, guardMACSet(port))
+	if errors.Is(err, unix.ENOENT) {
+		// (A chain without rules is made again as it is, not deleted.)
+		var rules []*nftables.Rule
+		rules, err = conn.GetRules(tbl, &nftables.Chain{Name: guardChain(port)})
+		if err == nil && len(rules) == 0 {
+			return false, nil
+		}
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	}
+	return false, fmt.Errorf("network %q: looking for the guard of port %s: %w", id, port, err)
 }
 
 // guardSetElements reads the elements of set name of network id's guard

@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 
@@ -142,4 +143,53 @@ func g6Lab(t *testing.T, id string) (*testutil.NS, *api.Network, *Network) {
 	n.ID, n.Name = id, id
 	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
 	return host, n, nw
+}
+
+// TestGuardReused: a learning port guarded again (its helper restarted, a
+// fleet's VM attached again under its name) keeps its guard when the guard
+// is whole, current and holds nothing or the port's own expected MAC:
+// nothing is deleted, so the kernel's commit does not wait for its
+// readers. A guard that holds another MAC is replaced, the MAC with it.
+func TestGuardReused(t *testing.T) {
+	needRoot(t)
+	host, n, _ := g6Lab(t, "gr")
+	table := TableName(n.ID)
+	own, other := "52:55:55:00:0f:01", "52:55:55:00:0f:02"
+	host.MustRun(t, "ip", "link", "add", "p-r", "type", "veth", "peer", "name", "p-s")
+	mustDo(t, host, func() error {
+		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"p-r": mustMAC(own)})
+	})
+	guard := func() string {
+		mustDo(t, host, func() error { return GuardPort(context.Background(), n, "p-r", nil) })
+		out := host.MustRun(t, "nft", "-a", "list", "chain", "bridge", table, guardChain("p-r"))
+		_, h, _ := strings.Cut(out, "# handle ")
+		h, _, _ = strings.Cut(h, "\n")
+		return h
+	}
+	held := func() string { return host.MustRun(t, "nft", "list", "set", "bridge", table, guardMACSet("p-r")) }
+	first := guard()
+	if again := guard(); again != first {
+		t.Errorf("a guard holding nothing was made again (chain handle %s, was %s)", again, first)
+	}
+	host.MustRun(t, "nft", "add", "element", "bridge", table, guardMACSet("p-r"), "{", own, "}")
+	if again := guard(); again != first {
+		t.Errorf("a guard holding the port's own MAC was made again (chain handle %s, was %s)", again, first)
+	}
+	if !strings.Contains(held(), own) {
+		t.Errorf("the reused guard forgot the port's own MAC:\n%s", held())
+	}
+	// Not current (an older vmnetctl's): made again.
+	host.MustRun(t, "nft", "delete", "element", "bridge", table, guardCurrent, "{", `"p-r"`, "}")
+	replaced := guard()
+	if replaced == first {
+		t.Errorf("a guard an older version made was kept (chain handle %s)", replaced)
+	}
+	host.MustRun(t, "nft", "flush", "set", "bridge", table, guardMACSet("p-r"))
+	host.MustRun(t, "nft", "add", "element", "bridge", table, guardMACSet("p-r"), "{", other, "}")
+	if again := guard(); again == replaced {
+		t.Errorf("a guard holding another MAC was kept (chain handle %s)", again)
+	}
+	if out := held(); strings.Contains(out, other) {
+		t.Errorf("the port still holds a MAC it does not own:\n%s", out)
+	}
 }

@@ -70,6 +70,52 @@ func tableComment(family knftables.Family, name string) (comment string, exists 
 	return comment, true, nil
 }
 
+// hasElement tells whether set of network id's guard table holds key (as
+// netlink carries it: a MAC in 6 bytes, a concatenation padded per
+// field), with one netlink request for that element alone, as `nft get
+// element` sends (NFT_MSG_GETSETELEM without NLM_F_DUMP): no subprocess,
+// and the cost of one element however many the set holds. A missing set
+// or table holds nothing. google/nftables reads whole sets only.
+func hasElement(id, set string, key []byte) (bool, error) {
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	if err != nil {
+		return false, fmt.Errorf("nftables: %w", err)
+	}
+	defer c.Close()
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, TableName(id))
+	ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
+	ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(ae *netlink.AttributeEncoder) error {
+		ae.Nested(unix.NFTA_LIST_ELEM, func(ae *netlink.AttributeEncoder) error {
+			ae.Nested(unix.NFTA_SET_ELEM_KEY, func(ae *netlink.AttributeEncoder) error {
+				ae.Bytes(unix.NFTA_DATA_VALUE, key)
+				return nil
+			})
+			return nil
+		})
+		return nil
+	})
+	attrs, err := ae.Encode()
+	if err != nil {
+		return false, err
+	}
+	data := append([]byte{nfproto(knftables.BridgeFamily), unix.NFNETLINK_V0, 0, 0}, attrs...)
+	_, err = c.Execute(netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM),
+			Flags: netlink.Request | netlink.Acknowledge,
+		},
+		Data: data,
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	}
+	return false, fmt.Errorf("network %q: looking up an element of the guard's set %s: %w", id, set, err)
+}
+
 // udataString is the string of type typ in nftables user data (type,
 // length, value; the value NUL-terminated).
 func udataString(b []byte, typ byte) string {

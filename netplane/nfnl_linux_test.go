@@ -1,0 +1,44 @@
+package netplane
+
+import (
+	"net"
+	"testing"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// TestHasElement: one element looked up through netlink, as `nft get
+// element` answers: in a MAC set and in a MAC . ifname set, present or
+// not, and nothing in a set or a table that does not exist.
+func TestHasElement(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "he-host")
+	table := TableName("he")
+	host.MustRun(t, "nft", "add", "table", "bridge", table)
+	host.MustRun(t, "nft", "add", "set", "bridge", table, guardClaimed, "{ type ether_addr; }")
+	host.MustRun(t, "nft", "add", "set", "bridge", table, guardOwns, "{ type ether_addr . ifname; }")
+	host.MustRun(t, "nft", "add", "element", "bridge", table, guardClaimed, "{ 52:54:00:00:00:01 }")
+	host.MustRun(t, "nft", "add", "element", "bridge", table, guardOwns, `{ 52:54:00:00:00:01 . "vmt-a" }`)
+	mac := func(s string) []byte { hw, _ := net.ParseMAC(s); return hw }
+	for _, tc := range []struct {
+		id, set string
+		key     []byte
+		want    bool
+	}{
+		{"he", guardClaimed, mac("52:54:00:00:00:01"), true},
+		{"he", guardClaimed, mac("52:54:00:00:00:02"), false},
+		{"he", guardOwns, ownsKey(portMAC{"52:54:00:00:00:01", "vmt-a"}), true},
+		{"he", guardOwns, ownsKey(portMAC{"52:54:00:00:00:01", "vmt-b"}), false},
+		{"he", guardExpected, mac("52:54:00:00:00:01"), false}, // no such set
+		{"nosuch", guardClaimed, mac("52:54:00:00:00:01"), false},
+	} {
+		var got bool
+		mustDo(t, host, func() (err error) {
+			got, err = hasElement(tc.id, tc.set, tc.key)
+			return err
+		})
+		if got != tc.want {
+			t.Errorf("%s %s %x: %v, want %v", tc.id, tc.set, tc.key, got, tc.want)
+		}
+	}
+}
