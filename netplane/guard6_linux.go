@@ -170,6 +170,11 @@ type guard6 struct {
 	closeOnce sync.Once
 }
 
+// reservedOfMax is the most VMs whose reservations syncReservedOf writes
+// without reading the sets; for more, the sync reads them and writes only
+// what differs.
+const reservedOfMax = 64
+
 // removalDelay is how long the reservations of VMs that left stay in the
 // sets, so that many leave in one sync: deleting elements makes the
 // kernel rebuild the sets, which costs as much for one as for a thousand.
@@ -398,6 +403,13 @@ func (g *guard6) apply(ctx context.Context, ops []elemOp) error {
 	return nil
 }
 
+// applyChunk bounds the operations of one netlink batch: a batch and the
+// kernel's acknowledgements of its messages must fit the socket's buffers
+// ("message too long", "no buffer space available": the sync of a
+// thousand VMs' reservations writes eight thousand elements). Larger
+// batches are not atomic; each operation is idempotent.
+const applyChunk = 128
+
 // errNoSets is applyNL's report that a set it writes is missing.
 var errNoSets = errors.New("the guard's IPv6 sets are missing")
 
@@ -424,13 +436,18 @@ func (g *guard6) applyNL(ops []elemOp) error {
 			}
 			sets[op.set] = set
 		}
-		for _, op := range ops {
+		for i, op := range ops {
 			e := []nftables.SetElement{{Key: op.key, Comment: op.comment}}
 			if err := conn.SetAddElements(sets[op.set], e); err != nil {
 				return err
 			}
 			if op.del {
 				if err := conn.SetDeleteElements(sets[op.set], []nftables.SetElement{{Key: op.key}}); err != nil {
+					return err
+				}
+			}
+			if (i+1)%applyChunk == 0 {
+				if err := conn.Flush(); err != nil {
 					return err
 				}
 			}
@@ -511,6 +528,11 @@ func (g *guard6) changed(events []nd6Event) {
 // VMs that went leave in the sync removalDelay later. What this misses (a
 // set changed behind vmnetctl's back) the periodic sync mends.
 func (g *guard6) syncReservedOf(macs []net.HardwareAddr) {
+	if len(macs) > reservedOfMax {
+		// A controller's first pass: most are there already.
+		g.logFailure(g.sync(context.Background()))
+		return
+	}
 	g.syncMu.Lock()
 	defer g.syncMu.Unlock()
 	var ops []elemOp

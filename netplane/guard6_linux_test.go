@@ -259,3 +259,38 @@ func ip6Int(a netip.Addr) string {
 	b := a.As16()
 	return "0x" + hex.EncodeToString(b[:])
 }
+
+// TestReservationsMany: the reservations of 600 VMs at once (a
+// controller's first pass over a fleet), and their removal (a `down`),
+// reach the guard's sets: eight thousand writes, more than one netlink
+// message carries ("message too long" before they were sent in chunks).
+func TestReservationsMany(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "rm-host")
+	n := g6Net()
+	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	var macs []net.HardwareAddr
+	var names []string
+	for i := range 600 {
+		mac := mustMAC(fmt.Sprintf("52:55:56:00:%02x:%02x", i/256, i%256))
+		name := fmt.Sprintf("vm%d", i)
+		if err := nw.SetHost(mac, name, netip.Addr{}); err != nil {
+			t.Fatal(err)
+		}
+		macs, names = append(macs, mac), append(names, name)
+	}
+	nw.SetVMs(names, macs)
+	count := func() int {
+		return strings.Count(host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs6), `comment "reserved"`)
+	}
+	if got := count(); got != 2*len(macs) {
+		t.Fatalf("%d reservations in the guard, want %d", got, 2*len(macs))
+	}
+	nw.SetVMs(nil, nil)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if got := count(); got != 0 {
+			return fmt.Errorf("%d reservations left", got)
+		}
+		return nil
+	}, "the reservations of the VMs that went leave the guard")
+}
