@@ -617,29 +617,26 @@ func pruneGuards(id string) error {
 		return fmt.Errorf("network %q: looking up the ports' links: %w", id, err)
 	}
 	defer links.close()
-	var expected map[string]bool
+	var gone []string
 	for _, c := range chains {
-		port, ok := strings.CutPrefix(c, "port-")
-		if !ok || links.exists(port) {
-			continue
-		}
-		if expected == nil {
-			elems, err := guardSetElements(id, guardExpected)
-			if err != nil {
-				return err
-			}
-			expected = map[string]bool{}
-			for _, e := range elems {
-				if len(e.Key) >= 6 {
-					expected[net.HardwareAddr(e.Key[:6]).String()] = true
-				}
-			}
-		}
-		if err := pruneGuardNL(id, port, expected); err != nil {
-			return err
+		if port, ok := strings.CutPrefix(c, "port-"); ok && !links.exists(port) {
+			gone = append(gone, port)
 		}
 	}
-	return nil
+	if len(gone) == 0 {
+		return nil
+	}
+	elems, err := guardSetElements(id, guardExpected)
+	if err != nil {
+		return err
+	}
+	expected := map[string]bool{}
+	for _, e := range elems {
+		if len(e.Key) >= 6 {
+			expected[net.HardwareAddr(e.Key[:6]).String()] = true
+		}
+	}
+	return pruneGuardsNL(id, gone, expected)
 }
 
 // quoteIfname is an interface name as an nft string literal.

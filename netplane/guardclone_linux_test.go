@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -191,5 +192,51 @@ func TestGuardReused(t *testing.T) {
 	}
 	if out := held(); strings.Contains(out, other) {
 		t.Errorf("the port still holds a MAC it does not own:\n%s", out)
+	}
+}
+
+// TestPruneGuards: the guards of the ports that are gone go in batches,
+// each with the MAC it held unless that MAC is some port's expected one;
+// a port that is still there keeps its guard.
+func TestPruneGuards(t *testing.T) {
+	needRoot(t)
+	host, n, _ := g6Lab(t, "gp")
+	table := TableName(n.ID)
+	expected := "52:55:55:00:10:0e"
+	ports := map[string]string{"p-1": "52:55:55:00:10:01", "p-2": "52:55:55:00:10:02", "p-3": expected, "p-live": "52:55:55:00:10:04"}
+	// More than one batch's worth (pruneChunk).
+	var gone []string
+	for i := range 2 * pruneChunk {
+		port := fmt.Sprintf("p-x%d", i)
+		ports[port] = fmt.Sprintf("52:55:55:00:11:%02x", i)
+		gone = append(gone, port)
+	}
+	mustDo(t, host, func() error {
+		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"vmt-x": mustMAC(expected)})
+	})
+	for port, mac := range ports {
+		host.MustRun(t, "ip", "link", "add", port, "type", "veth", "peer", "name", port+"-peer")
+		mustDo(t, host, func() error { return GuardPort(context.Background(), n, port, nil) })
+		host.MustRun(t, "nft", "add", "element", "bridge", table, guardMACSet(port), "{", mac, "}")
+		host.MustRun(t, "nft", "add", "element", "bridge", table, guardClaimed, "{", mac, "}")
+	}
+	for _, port := range append(gone, "p-1", "p-2", "p-3") {
+		host.MustRun(t, "ip", "link", "del", port)
+	}
+	mustDo(t, host, func() error { return pruneGuards(n.ID) })
+	listing := host.MustRun(t, "nft", "list", "table", "bridge", table)
+	for port := range ports {
+		if has := strings.Contains(listing, "chain "+guardChain(port)+" {"); has != (port == "p-live") {
+			t.Errorf("after the prune, the guard of %s is there: %v", port, has)
+		}
+	}
+	claimed := host.MustRun(t, "nft", "list", "set", "bridge", table, guardClaimed)
+	for _, c := range []struct {
+		mac  string
+		want bool
+	}{{ports["p-1"], false}, {ports["p-2"], false}, {ports[gone[len(gone)-1]], false}, {expected, true}, {ports["p-live"], true}} {
+		if got := strings.Contains(claimed, c.mac); got != c.want {
+			t.Errorf("after the prune, %s claimed: %v, want %v\n%s", c.mac, got, c.want, claimed)
+		}
 	}
 }
