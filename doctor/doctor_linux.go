@@ -37,10 +37,10 @@ var (
 	ufwConf          = "/etc/ufw/ufw.conf"
 )
 
-func preflight() []check { return []check{checkRoot, checkTun, checkNft} }
+func preflight() []check { return []check{checkRoot, checkTun, checkNftInstalled} }
 
 func checks() []check {
-	return append(preflight(), checkKernel, checkForwarding, checkIPv6, checkDockerForward, checkFirewalls,
+	return append([]check{checkRoot, checkTun, checkNft}, checkKernel, checkForwarding, checkIPv6, checkDockerForward, checkFirewalls,
 		checkPorts, checkSubnets, checkVXLAN, checkEVPN, checkWireGuard, checkQemu) // checkEVPN: evpn_linux.go
 }
 
@@ -66,12 +66,23 @@ func checkTun(context.Context, []*api.Network) []Finding {
 		Fix: "load the tun module: sudo modprobe tun (and add tun to /etc/modules-load.d/ to keep it)"}}
 }
 
-func checkNft(context.Context, []*api.Network) []Finding {
+// checkNftInstalled is checkNft for Preflight, before every up, down and
+// run: that nft is there, without running it (a process more on every
+// VM's attach; doctor runs it).
+func checkNftInstalled(context.Context, []*api.Network) []Finding {
 	path, err := exec.LookPath("nft")
 	if err != nil {
 		return []Finding{{Check: "nftables", Status: Fail, Detail: "the nft command is not installed",
 			Fix: installHint("nftables", "nftables")}}
 	}
+	return []Finding{{Check: "nftables", Status: OK, Detail: path}}
+}
+
+func checkNft(ctx context.Context, nets []*api.Network) []Finding {
+	if f := checkNftInstalled(ctx, nets); f[0].Status == Fail {
+		return f
+	}
+	path, _ := exec.LookPath("nft")
 	out, err := exec.Command(path, "--version").CombinedOutput()
 	if err != nil {
 		return []Finding{{Check: "nftables", Status: Fail, Detail: path + " --version failed: " + strings.TrimSpace(string(out)),
