@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -36,6 +37,9 @@ type helperProc struct {
 	// leaving: its attachment is no longer desired (not replaced), so its
 	// socket goes with it (stopHelpers).
 	leaving bool
+	// stopped: the controller stops it (takeStopping), so its exit asks
+	// for no pass: the pass that stops it is the one that follows.
+	stopped atomic.Bool
 	logPath string
 	// startLatency is how long the helper took from exec to ready.
 	startLatency time.Duration
@@ -64,12 +68,19 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 	if err != nil {
 		return nil, err
 	}
-	go func() {
-		<-proc.Done()
+	h := &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: c.sd.HelperLogFile(a.Key()), state: StateRunning,
+		statsOff: logStart, startLatency: time.Since(began), rec: rec}
+	go c.kickWhenExits(h)
+	return h, nil
+}
+
+// kickWhenExits asks for a pass when h's process exits, unless the
+// controller stopped it.
+func (c *Controller) kickWhenExits(h *helperProc) {
+	<-h.exited
+	if !h.stopped.Load() {
 		c.kick()
-	}()
-	return &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: c.sd.HelperLogFile(a.Key()), state: StateRunning,
-		statsOff: logStart, startLatency: time.Since(began), rec: rec}, nil
+	}
 }
 
 func (c *Controller) launcher() launcher {
@@ -154,8 +165,8 @@ func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 	go func() {
 		rec.Proc.WaitExit()
 		close(exited)
-		c.kick()
 	}()
+	go c.kickWhenExits(h)
 	return h
 }
 

@@ -226,3 +226,19 @@ func TestCheckScope(t *testing.T) {
 		}
 	}
 }
+
+// TestExitKicks: a helper that exits on its own asks for a pass (it is
+// restarted); one the controller stopped does not: the pass that stopped
+// it was the one that mattered, and a fleet's detach would otherwise cost
+// a second pass over every VM.
+func TestExitKicks(t *testing.T) {
+	for _, stopped := range []bool{false, true} {
+		c := &Controller{kickc: make(chan struct{}, 1)}
+		h := &helperProc{exited: closedChan()}
+		h.stopped.Store(stopped)
+		c.kickWhenExits(h)
+		if kicked := len(c.kickc) == 1; kicked == stopped {
+			t.Errorf("helper stopped by the controller: %v; its exit asked for a pass: %v", stopped, kicked)
+		}
+	}
+}

@@ -198,6 +198,7 @@ func (c *Controller) takeStopping(plan *Plan, desired *Desired) []*helperProc {
 	for key, h := range c.helpers {
 		h.leaving = !wanted[key]
 		if h.leaving || gone[key] {
+			h.stopped.Store(true)
 			out = append(out, h)
 			delete(c.helpers, key)
 		}
