@@ -159,6 +159,8 @@ type Controller struct {
 	leaseKick chan struct{}
 
 	kickc chan struct{}
+	// runtimeSaved is runtime.json as saveRuntime last wrote it.
+	runtimeSaved []byte
 	// logsChecked is when rotateLogsLocked last ran.
 	logsChecked time.Time
 	// parsed is the projects' files as the last pass parsed them.
@@ -407,7 +409,8 @@ func (c *Controller) saveRuntime() {
 			rs.Helpers = append(rs.Helpers, h.rec)
 		}
 	}
-	if err := c.sd.SaveRuntime(rs); err != nil {
+	var err error
+	if c.runtimeSaved, err = c.sd.SaveRuntimeIfChanged(rs, c.runtimeSaved); err != nil {
 		c.log.Error("saving runtime state", "err", err)
 	}
 }

@@ -1,6 +1,7 @@
 package statedir
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,11 +45,27 @@ type Runtime struct {
 // helper and project in it (indented, a fleet's record costs twice the
 // time to write).
 func (d Dir) SaveRuntime(rt Runtime) error {
+	_, err := d.SaveRuntimeIfChanged(rt, nil)
+	return err
+}
+
+// SaveRuntimeIfChanged is SaveRuntime that writes nothing when rt encodes
+// to last, what it saved before; it returns what it saved. A controller's
+// pass that changed nothing costs no write (a thousand helpers' records,
+// synced to disk).
+func (d Dir) SaveRuntimeIfChanged(rt Runtime, last []byte) ([]byte, error) {
 	data, err := json.Marshal(rt)
 	if err != nil {
-		return fmt.Errorf("encoding %s: %w", runtimeFile, err)
+		return last, fmt.Errorf("encoding %s: %w", runtimeFile, err)
 	}
-	return d.writeFile(runtimeFile, append(data, '\n'))
+	data = append(data, '\n')
+	if bytes.Equal(data, last) && d.HasRuntime() {
+		return last, nil
+	}
+	if err := d.writeFile(runtimeFile, data); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 // LoadRuntime reads what a controller recorded; found is false when none did.

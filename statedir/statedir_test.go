@@ -345,3 +345,46 @@ func TestProjectNameBytes(t *testing.T) {
 		t.Errorf("a name with a space (a file's base name): %v", err)
 	}
 }
+
+// TestSaveRuntimeIfChanged: the same runtime state is not written again
+// (the file is the one written before); a change is, and so is the same
+// state once the file was removed.
+func TestSaveRuntimeIfChanged(t *testing.T) {
+	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+	if err := d.Init(); err != nil {
+		t.Fatal(err)
+	}
+	stat := func() os.FileInfo {
+		fi, err := os.Stat(d.file(runtimeFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi
+	}
+	rt := Runtime{Helpers: []HelperRecord{{Key: "p/a/0"}}}
+	last, err := d.SaveRuntimeIfChanged(rt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := stat()
+	if last, err = d.SaveRuntimeIfChanged(rt, last); err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(first, stat()) {
+		t.Error("the same state was written again")
+	}
+	rt.Helpers = append(rt.Helpers, HelperRecord{Key: "p/b/0"})
+	if last, err = d.SaveRuntimeIfChanged(rt, last); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := d.LoadRuntime(); len(got.Helpers) != 2 {
+		t.Errorf("after a change, runtime.json has %d helpers, want 2", len(got.Helpers))
+	}
+	os.Remove(d.file(runtimeFile))
+	if _, err = d.SaveRuntimeIfChanged(rt, last); err != nil {
+		t.Fatal(err)
+	}
+	if !d.HasRuntime() {
+		t.Error("the same state was not written again once runtime.json was removed")
+	}
+}
