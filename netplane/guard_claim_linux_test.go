@@ -330,6 +330,10 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 	if st.claimed[macA.String()] || !st.claimed[macC.String()] {
 		t.Fatalf("A's port gone: claimed %v, want %s free and %s claimed", st.claimed, macA, macC)
 	}
+	// Its guard went in the same batch.
+	if _, ok := st.learned["p-a"]; ok {
+		t.Errorf("A's port gone: its guard is still there (%v)", st.learned)
+	}
 	learns("p-c", c, macA)
 }
 

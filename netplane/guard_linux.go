@@ -336,8 +336,23 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	if !guarded(n) {
 		return nil
 	}
-	if err := pruneGuards(n.ID); err != nil {
+	gone, err := goneGuards(n.ID)
+	if err != nil {
 		return err
+	}
+	if len(gone) > pruneChunk {
+		// Many at once (a `down`): in batches of their own, first.
+		if err := pruneGone(n.ID, gone); err != nil {
+			return err
+		}
+		gone = nil
+	}
+	// The guards of the ports that went are removed in the batch that
+	// changes the claims: a commit that deletes waits for the kernel's
+	// readers, once rather than twice for a VM that leaves.
+	isGone := map[string]bool{}
+	for _, port := range gone {
+		isGone[port] = true
 	}
 	owns, owner := map[portMAC]bool{}, map[string]string{}
 	for port, mac := range expected {
@@ -367,7 +382,7 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 			return err
 		}
 	}
-	full, stillHeld, err := stillHeldBy(n.ID, st, expectedMACs)
+	full, stillHeld, err := stillHeldBy(n.ID, st, expectedMACs, isGone)
 	if err != nil {
 		return err
 	}
@@ -388,6 +403,9 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		if st, sets, err = readGuardStateNL(n.ID, true); err != nil {
 			return err
 		}
+		for port := range isGone {
+			delete(st.learned, port) // (its guard goes below)
+		}
 		// Claimed: what the ports hold and the expected MACs; a port
 		// that holds another port's expected MAC loses it.
 		claimed := map[string]bool{}
@@ -405,20 +423,21 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		ch.delClaimed, ch.addClaimed = setDiff(st.claimed, claimed)
 	}
 	ch.delOwns, ch.addOwns = setDiff(st.owns, owns)
-	if ch.empty() {
+	if ch.empty() && len(gone) == 0 {
 		return nil
 	}
-	return applyClaims(n.ID, sets, ch)
+	return applyClaims(n.ID, sets, ch, gone, expectedMACs)
 }
 
 // stillHeldBy tells, of the MACs st expects that expected no longer
-// holds, those a port still holds: they stay claimed. A MAC no longer
+// holds, those a port still holds (not one of gone, whose guards go): they
+// stay claimed. A MAC no longer
 // expected can be held only by the port that owned it (no other could
 // learn a claimed MAC): its set alone is read. full is true when only
 // every port's set can tell: a newly expected MAC is claimed already
 // (some port learned it), or a MAC no longer expected has no owner
 // recorded.
-func stillHeldBy(id string, st *guardState, expected map[string]bool) (full bool, stillHeld map[string]bool, err error) {
+func stillHeldBy(id string, st *guardState, expected, gone map[string]bool) (full bool, stillHeld map[string]bool, err error) {
 	for mac := range expected {
 		if !st.expectedMACs[mac] && st.claimed[mac] {
 			return true, nil, nil
@@ -437,6 +456,9 @@ func stillHeldBy(id string, st *guardState, expected map[string]bool) (full bool
 			return true, nil, nil
 		}
 		for _, port := range ownerOf[mac] {
+			if gone[port] {
+				continue // its guard goes with this change
+			}
 			held, err := readHeld(id, port)
 			if err != nil {
 				return false, nil, err
@@ -607,14 +629,23 @@ func deleteGuard(tx *knftables.Transaction, port, held string, heldExpected bool
 // name have been guarded since the check (a new chain, new handles), the
 // transaction fails and the new guard stays.
 func pruneGuards(id string) error {
+	gone, err := goneGuards(id)
+	if err != nil || len(gone) == 0 {
+		return err
+	}
+	return pruneGone(id, gone)
+}
+
+// goneGuards is the ports of network id that have a guard and no link.
+func goneGuards(id string) ([]string, error) {
 	chains, err := tableChains(knftables.BridgeFamily, TableName(id)) // none without the table
 	if err != nil {
-		return fmt.Errorf("network %q: listing the guards: %w", id, err)
+		return nil, fmt.Errorf("network %q: listing the guards: %w", id, err)
 	}
 	// Each port's link looked up by its name, not a dump of every link.
 	links, err := openLinkNames()
 	if err != nil {
-		return fmt.Errorf("network %q: looking up the ports' links: %w", id, err)
+		return nil, fmt.Errorf("network %q: looking up the ports' links: %w", id, err)
 	}
 	defer links.close()
 	var gone []string
@@ -623,9 +654,12 @@ func pruneGuards(id string) error {
 			gone = append(gone, port)
 		}
 	}
-	if len(gone) == 0 {
-		return nil
-	}
+	return gone, nil
+}
+
+// pruneGone removes the guards of gone, ports of network id that are gone
+// (pruneGuardsNL), with the guard's expected MACs as they are.
+func pruneGone(id string, gone []string) error {
 	elems, err := guardSetElements(id, guardExpected)
 	if err != nil {
 		return err

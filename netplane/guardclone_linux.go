@@ -366,7 +366,13 @@ func readGuardStateNL(id string, learned bool) (*guardState, map[string]*nftable
 		return nil, nil, fmt.Errorf("nftables: %w", err)
 	}
 	tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}
-	all, err := conn.GetSets(tbl)
+	var all []*nftables.Set
+	if learned {
+		all, err = conn.GetSets(tbl)
+	} else {
+		// Those sets alone, not every port's with them.
+		all, err = namedSets(conn, tbl, guardClaimed, guardOwns, guardExpected, guardPorts, guardCurrent)
+	}
 	if errors.Is(err, unix.ENOENT) {
 		return st, nil, nil
 	}
@@ -378,6 +384,9 @@ func readGuardStateNL(id string, learned bool) (*guardState, map[string]*nftable
 		port, isPort := strings.CutPrefix(s.Name, guardMACSet(""))
 		switch {
 		case s.Name == guardClaimed || s.Name == guardOwns || s.Name == guardExpected:
+		case s.Name == guardPorts || s.Name == guardCurrent:
+			sets[s.Name] = s // (to prune guards in the same batch)
+			continue
 		case isPort:
 			sets[s.Name] = s
 			if !learned {
@@ -411,6 +420,23 @@ func readGuardStateNL(id string, learned bool) (*guardState, map[string]*nftable
 	return st, sets, nil
 }
 
+// namedSets reads the sets of tbl that have these names, one request
+// each; a missing one is left out.
+func namedSets(conn *nftables.Conn, tbl *nftables.Table, names ...string) ([]*nftables.Set, error) {
+	var out []*nftables.Set
+	for _, name := range names {
+		s, err := conn.GetSetByName(tbl, name)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 // ownsKey is an element of owns as netlink carries it: the MAC, padded to
 // 8 bytes, then the port's name in IFNAMSIZ bytes.
 func ownsKey(p portMAC) []byte {
@@ -434,12 +460,46 @@ func (ch claimsChange) empty() bool {
 	return len(ch.addOwns)+len(ch.delOwns)+len(ch.addClaimed)+len(ch.delClaimed)+len(ch.addExpected)+len(ch.delExpected)+len(ch.evict) == 0
 }
 
-// applyClaims makes the change in one netlink batch.
-func applyClaims(id string, sets map[string]*nftables.Set, ch claimsChange) error {
+// applyClaims makes the change, and removes the guards of the ports gone
+// (addPrune; expected is the expected MACs after the change), in one
+// netlink batch. Should that batch fail because a new port of a gone name
+// was guarded meanwhile, the change is made alone and the guards pruned
+// one by one (pruneGuardsNL), the new port's kept.
+func applyClaims(id string, sets map[string]*nftables.Set, ch claimsChange, gone []string, expected map[string]bool) error {
 	conn, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
+	pruned := 0
+	if sets[guardPorts] != nil && sets[guardCurrent] != nil && sets[guardClaimed] != nil {
+		tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}
+		for _, port := range gone {
+			ok, err := addPrune(conn, tbl, sets, id, port, expected)
+			if err != nil {
+				return err
+			}
+			if ok {
+				pruned++
+			}
+		}
+	}
+	if err := addClaims(conn, id, sets, ch); err != nil {
+		return err
+	}
+	err = conn.Flush()
+	if err != nil && pruned > 0 {
+		if err = applyClaims(id, sets, ch, nil, nil); err == nil {
+			err = pruneGuardsNL(id, gone, expected)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("network %q: claiming the VM ports' MACs: %w", id, err)
+	}
+	return nil
+}
+
+// addClaims adds change ch of the claims to conn's batch.
+func addClaims(conn *nftables.Conn, id string, sets map[string]*nftables.Set, ch claimsChange) error {
 	macElems := func(macs []string) []nftables.SetElement {
 		var out []nftables.SetElement
 		for _, m := range macs {
@@ -478,7 +538,7 @@ func applyClaims(id string, sets map[string]*nftables.Set, ch claimsChange) erro
 		// A deletion adds first (a no-op if it is there): a batch made
 		// from what was read a moment ago does not fail on an element
 		// someone else removed since (deleteElement).
-		err = conn.SetAddElements(s, op.elem)
+		err := conn.SetAddElements(s, op.elem)
 		if err == nil && !op.add {
 			err = conn.SetDeleteElements(s, op.elem)
 		}
@@ -492,9 +552,6 @@ func applyClaims(id string, sets map[string]*nftables.Set, ch claimsChange) erro
 				return err
 			}
 		}
-	}
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("network %q: claiming the VM ports' MACs: %w", id, err)
 	}
 	return nil
 }
