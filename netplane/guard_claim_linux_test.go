@@ -83,7 +83,7 @@ func TestGuardClaims(t *testing.T) {
 	})
 	drops := func(name string) uint64 {
 		var d map[string]uint64
-		mustDo(t, host, func() (err error) { d, err = guardDrops(ctx, n.ID); return err })
+		mustDo(t, host, func() (err error) { d, err = guardDrops(ctx, n.ID, nil); return err })
 		return d["p-"+name]
 	}
 	// send has name's VM send a frame from mac, and waits for its port

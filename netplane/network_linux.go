@@ -631,7 +631,11 @@ func (nw *Network) Stats(ports []string) backend.ServiceStats {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		nw.inNS(func() error {
-			drops, err := guardDrops(ctx, nw.n.ID)
+			only := ports
+			if nw.n.VXLAN != nil {
+				only = nil // (the tunnel's counters are among them)
+			}
+			drops, err := guardDrops(ctx, nw.n.ID, only)
 			s.GuardDrops = drops
 			s.PortMACs = portMACs(nw.n.Bridge(), ports)
 			if nw.n.VXLAN != nil {
