@@ -68,7 +68,10 @@ func g6Addr(t *testing.T, v *testutil.NS, scope string) netip.Addr {
 func g6Drops(t *testing.T, host *testutil.NS, n *api.Network, name string) uint64 {
 	t.Helper()
 	var drops map[string]uint64
-	mustDo(t, host, func() (err error) { drops, err = guardDrops(context.Background(), n.ID, []string{"p-" + name}); return err })
+	mustDo(t, host, func() (err error) {
+		drops, err = guardDrops(context.Background(), n.ID, []string{"p-" + name})
+		return err
+	})
 	return drops["p-"+name]
 }
 
