@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/atomicfile"
 	"github.com/vmnetctl/vmnetctl/backend"
 )
 
@@ -537,7 +538,7 @@ func ensureFRR(ctx context.Context, n *api.Network, self int, local netip.Addr, 
 	conf := evpnConfig(n, local, peers, marks)
 	if old, err := os.ReadFile(file); err == nil && string(old) == conf {
 		// as written before
-	} else if err := writeFileAtomic(file, []byte(conf)); err != nil {
+	} else if err := atomicfile.Write(file, []byte(conf), atomicfile.Options{Perm: 0o644, DirPerm: 0o755}); err != nil {
 		return fmt.Errorf("network %q: writing its FRR configuration: %w", n.ID, err)
 	}
 	members, _ := dirPeers(dir, "")

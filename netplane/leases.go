@@ -14,13 +14,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/atomicfile"
 	"github.com/vmnetctl/vmnetctl/backend"
 )
 
@@ -1083,7 +1083,7 @@ func (a *Allocator) restartJournal() error {
 	// The new journal is written, synced and renamed into place through
 	// the file it stays open as: no second open that could fail after the
 	// rename and leave later records going to the old, unlinked file.
-	f, err := replaceFile(journalPath(a.path), a.tail)
+	f, err := atomicfile.Create(journalPath(a.path), a.tail, leaseFileOptions)
 	if err != nil {
 		return err
 	}
@@ -1218,51 +1218,13 @@ func (r journalRecord) apply(leases map[string]*backend.Lease, at map[netip.Addr
 	at[l.IP] = mac
 }
 
-// writeFileAtomic replaces path with data so that a reader or a crash sees
-// the old or the new content, never a mix: a temporary file in the same
-// directory, synced, then renamed over path.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := replaceFile(path, data)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
+// leaseFileOptions place a network's lease files: readable by all (the
+// leases are in status anyway), in a directory made 0755.
+var leaseFileOptions = atomicfile.Options{Perm: 0o644, DirPerm: 0o755}
 
-// replaceFile puts data at path atomically: written to a temporary file
-// beside it, synced, renamed into place, the directory synced. It returns
-// that file, open for writing after data.
-func replaceFile(path string, data []byte) (*os.File, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return nil, err
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
-	fail := func(err error) (*os.File, error) {
-		tmp.Close()
-		return nil, err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fail(err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return tmp, nil
+// writeFileAtomic replaces path with data (atomicfile.Write).
+func writeFileAtomic(path string, data []byte) error {
+	return atomicfile.Write(path, data, leaseFileOptions)
 }
 
 // leaseRef is a lease of the range in byExpiry.

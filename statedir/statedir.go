@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/atomicfile"
 )
 
 // The files and folders of the state dir, named here and nowhere else.
@@ -229,25 +231,7 @@ func (l *Lock) Unlock() error { return l.f.Close() }
 // content or the new, never a part, even if the writer crashes.
 func (d Dir) writeFile(name string, data []byte) error {
 	path := d.file(name)
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
+	if err := atomicfile.Write(path, data, atomicfile.Options{DirPerm: 0o750}); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil

@@ -11,11 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/crypto/curve25519"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/atomicfile"
 )
 
 // Key is a Curve25519 key.
@@ -71,27 +71,7 @@ func LoadOrCreate(path string) (Key, error) {
 // leaves no key there or the whole one, and of two processes placing one
 // at once the first wins (the other's Place does nothing, without error).
 func Place(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*") // 0600
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		if err = os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
-			err = nil
-		}
-	}
-	return err
+	return atomicfile.Write(path, data, atomicfile.Options{Keep: true})
 }
 
 func load(path string) (Key, error) {
