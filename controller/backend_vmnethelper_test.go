@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/backend/vmnethelper"
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -152,7 +152,7 @@ func TestVMNetHelperBackend(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the controller did not exit after the last project went")
 	}
-	if id, err := helperexec.ReadProcIdentity(a.PID); err == nil && strings.Contains(strings.Join(id.Cmdline, " "), "vmnet-helper") {
+	if id, err := procid.Read(a.PID); err == nil && strings.Contains(strings.Join(id.Cmdline, " "), "vmnet-helper") {
 		t.Errorf("vmnet-helper %d still runs", a.PID)
 	}
 }

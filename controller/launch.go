@@ -10,6 +10,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -74,7 +75,7 @@ func (l launcher) start(ctx context.Context, s helperStart) (*helperexec.Helper,
 	// Recorded before it runs: if this process dies before the helper's
 	// record is saved, the next controller still knows whose it is
 	// (knownHelperPIDs).
-	self, err := helperexec.ReadProcIdentity(os.Getpid())
+	self, err := procid.Read(os.Getpid())
 	if err != nil {
 		return fail(err)
 	}
@@ -91,7 +92,7 @@ func (l launcher) start(ctx context.Context, s helperStart) (*helperexec.Helper,
 	if err != nil {
 		return fail(err)
 	}
-	id, err := helperexec.ReadProcIdentity(proc.Pid())
+	id, err := procid.Read(proc.Pid())
 	if err != nil {
 		proc.Stop()
 		return fail(err)

@@ -16,8 +16,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -47,7 +47,7 @@ func metricsController(t *testing.T) *Controller {
 	if err := os.WriteFile(log, []byte(strings.Join(lines, "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id, err := helperexec.ReadProcIdentity(os.Getpid())
+	id, err := procid.Read(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/vmnetctl/vmnetctl/helperexec"
-
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -78,7 +77,7 @@ func HoldNetwork(ctx context.Context, env Env, networksPath string, n *api.Netwo
 	if err != nil {
 		return err
 	}
-	self, err := helperexec.ReadProcIdentity(os.Getpid())
+	self, err := procid.Read(os.Getpid())
 	if err != nil {
 		return err
 	}

@@ -14,12 +14,12 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/doctor"
-	"github.com/vmnetctl/vmnetctl/helperexec"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -648,7 +648,7 @@ func RunVM(ctx context.Context, env Env, in *Input, o RunOptions) (int, error) {
 	}
 	// The project lives for this process: killed, the controller drops it
 	// (and stops its helpers, and the networks only it needed).
-	self, err := helperexec.ReadProcIdentity(os.Getpid())
+	self, err := procid.Read(os.Getpid())
 	if err != nil {
 		return 0, err
 	}

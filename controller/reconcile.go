@@ -12,7 +12,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -160,7 +160,7 @@ func (c *Controller) dropGoneHolders(projects []*statedir.Project) []*statedir.P
 			// its pidfd).
 			if !c.watchedHolders[p.Holder.PID] {
 				c.watchedHolders[p.Holder.PID] = true
-				go func(id helperexec.ProcIdentity) {
+				go func(id procid.Identity) {
 					id.WaitExit()
 					c.kick()
 				}(*p.Holder)

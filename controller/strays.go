@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -33,14 +34,14 @@ func isHelperOf(sd statedir.Dir, cmdline []string) bool {
 // killed before it recorded them. They are found in the process table, not
 // in the state files; known is asked only once the table is read, so that
 // what it reads of the records is at least as new as the table.
-func strayHelpers(sd statedir.Dir, known func(pid int) bool) []helperexec.ProcIdentity {
-	procs, _ := helperexec.Processes(func(cmdline []string) bool { return isHelperOf(sd, cmdline) })
-	return slices.DeleteFunc(procs, func(p helperexec.ProcIdentity) bool { return known(p.PID) })
+func strayHelpers(sd statedir.Dir, known func(pid int) bool) []procid.Identity {
+	procs, _ := procid.Processes(func(cmdline []string) bool { return isHelperOf(sd, cmdline) })
+	return slices.DeleteFunc(procs, func(p procid.Identity) bool { return known(p.PID) })
 }
 
 // stopProcesses stops processes in parallel, each SIGTERM and, after
 // grace, SIGKILL, and returns once all are gone.
-func stopProcesses(procs []helperexec.ProcIdentity, grace time.Duration) {
+func stopProcesses(procs []procid.Identity, grace time.Duration) {
 	parallel(len(procs), stopWorkers, func(i int) { procs[i].Kill(grace) })
 }
 
@@ -72,7 +73,7 @@ func knownHelperPIDs(sd statedir.Dir) map[int]bool {
 		}
 	}
 	if len(argvs) > 0 {
-		procs, _ := helperexec.Processes(func(cmdline []string) bool {
+		procs, _ := procid.Processes(func(cmdline []string) bool {
 			return slices.Contains(argvs, strings.Join(cmdline, "\x00"))
 		})
 		for _, p := range procs {

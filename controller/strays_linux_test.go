@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -39,7 +39,7 @@ func TestKnownHelperPIDs(t *testing.T) {
 	if err := os.WriteFile(fake, sh, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	start := func(argv ...string) (*exec.Cmd, helperexec.ProcIdentity) {
+	start := func(argv ...string) (*exec.Cmd, procid.Identity) {
 		t.Helper()
 		cmd := exec.Command(argv[0], argv[1:]...)
 		r, w, err := os.Pipe()
@@ -53,9 +53,9 @@ func TestKnownHelperPIDs(t *testing.T) {
 		r.Close()
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); w.Close() })
 		// Its command line shows once exec has replaced the child's memory.
-		var id helperexec.ProcIdentity
+		var id procid.Identity
 		testutil.Eventually(t, 5*time.Second, func() (err error) {
-			id, err = helperexec.ReadProcIdentity(cmd.Process.Pid)
+			id, err = procid.Read(cmd.Process.Pid)
 			return err
 		}, "the command line of %v", argv)
 		return cmd, id

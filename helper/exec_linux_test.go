@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/helper"
-	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -80,7 +80,7 @@ func TestHelperExecsRelay(t *testing.T) {
 			if filepath.Base(exe) != tc.exe {
 				t.Errorf("the ready helper runs %s, want %s", exe, tc.exe)
 			}
-			id, err := helperexec.ReadProcIdentity(pid)
+			id, err := procid.Read(pid)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +94,7 @@ func TestHelperExecsRelay(t *testing.T) {
 			f.setupVM(t, "vmeth0", h.ready.MACAddress)
 			testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the VM")
 			t.Logf("%s: private anonymous memory %d kB idle, %d kB once it relayed", tc.name, idle, testutil.PrivateKB(t, pid))
-			if again, err := helperexec.ReadProcIdentity(pid); err != nil || again.StartTime != id.StartTime {
+			if again, err := procid.Read(pid); err != nil || again.StartTime != id.StartTime {
 				t.Errorf("identity after relaying: %+v, %v; want start time %d", again, err, id.StartTime)
 			}
 			r.stop()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/procid"
 )
 
 // StartOptions tune Start. Zero values are sensible.
@@ -222,7 +223,7 @@ func (h *Helper) startWithPipes(opts StartOptions) (<-chan []byte, error) {
 	go func() {
 		// Wait only after the pipes are drained, as exec.Cmd requires.
 		readers.Wait()
-		waitGone(cmd.Process.Pid)
+		procid.WaitGone(cmd.Process.Pid)
 		h.err = cmd.Wait()
 		close(h.done)
 	}()
@@ -250,7 +251,7 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 		return nil, fmt.Errorf("starting helper: %w", err)
 	}
 	go func() {
-		waitGone(cmd.Process.Pid) // in the poller, not in a thread of its own
+		procid.WaitGone(cmd.Process.Pid) // in the poller, not in a thread of its own
 		h.err = cmd.Wait()
 		close(h.done)
 	}()

@@ -1,20 +1,16 @@
-package helperexec
+// Package procid names a process beyond its pid, which the kernel reuses,
+// and waits for it or stops it as long as it is that process.
+package procid
 
 import (
 	"syscall"
 	"time"
 )
 
-// RelearnFlag is the hidden `vmnetctl helper` flag of the short-lived
-// command that vmnetctl-relay runs when a restarted VMM is served on a port
-// that learns its MAC: the helper's own flags and this one. A command line
-// with it is not a helper (controller's isHelperOf).
-const RelearnFlag = "relearn-mac"
-
-// ProcIdentity names one process beyond its pid, which the kernel reuses:
+// Identity names one process beyond its pid, which the kernel reuses:
 // its start time (in clock ticks since boot) and its command line. A new
 // controller adopts a helper only when all three match what was recorded.
-type ProcIdentity struct {
+type Identity struct {
 	PID       int      `json:"pid"`
 	StartTime uint64   `json:"startTime"`
 	Cmdline   []string `json:"cmdline"`
@@ -22,10 +18,10 @@ type ProcIdentity struct {
 
 // Alive reports whether the process recorded in id still runs, and is the
 // same process (not a new one that got the pid).
-func (id ProcIdentity) Alive() bool { return id.alive() }
+func (id Identity) Alive() bool { return id.alive() }
 
 // WaitExit returns when the process of id is gone (procHandle.wait).
-func (id ProcIdentity) WaitExit() {
+func (id Identity) WaitExit() {
 	p, ok := id.open()
 	if !ok {
 		return
@@ -36,7 +32,7 @@ func (id ProcIdentity) WaitExit() {
 
 // pollExit returns when the process of id is gone, looking every 200 ms:
 // where there is no pidfd to wait on.
-func pollExit(id ProcIdentity) {
+func pollExit(id Identity) {
 	for id.Alive() {
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -47,7 +43,7 @@ func pollExit(id ProcIdentity) {
 // and reports whether it took SIGKILL. On Linux the signals go through a
 // pidfd opened while the process was the recorded one, so that a process
 // that got the pid since is never signalled.
-func (id ProcIdentity) Kill(grace time.Duration) (killed bool) {
+func (id Identity) Kill(grace time.Duration) (killed bool) {
 	p, ok := id.open()
 	if !ok {
 		return false

@@ -1,4 +1,4 @@
-package helperexec
+package procid
 
 import (
 	"bytes"
@@ -29,62 +29,62 @@ const (
 	pfKthread = 0x200000
 )
 
-// ReadProcIdentity reads the identity of a running process from /proc.
-func ReadProcIdentity(pid int) (ProcIdentity, error) {
+// Read reads the identity of a running process from /proc.
+func Read(pid int) (Identity, error) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return ProcIdentity{}, err
+		return Identity{}, err
 	}
 	// The command name (field 2) is in parentheses and may hold spaces or
 	// parentheses itself: fields are counted from the last ')'.
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return ProcIdentity{}, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+		return Identity{}, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
 	fields := strings.Fields(string(stat[i+1:]))
 	// fields[0] is field 3 (state); starttime is field 22.
 	if len(fields) < 20 {
-		return ProcIdentity{}, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+		return Identity{}, fmt.Errorf("/proc/%d/stat: too few fields", pid)
 	}
 	start, err := strconv.ParseUint(fields[19], 10, 64)
 	if err != nil {
-		return ProcIdentity{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+		return Identity{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
 	}
 	// flags is field 9. (Exiting and still not a zombie: the thread
 	// group's leader exits last, so a Go process mid-exec, whose first
 	// thread may be the one to go, is told by its zombie leader below.)
 	flags, err := strconv.ParseUint(fields[6], 10, 64)
 	if err != nil {
-		return ProcIdentity{}, fmt.Errorf("/proc/%d/stat: flags: %w", pid, err)
+		return Identity{}, fmt.Errorf("/proc/%d/stat: flags: %w", pid, err)
 	}
 	if flags&pfKthread != 0 { // no command line, ever
-		return ProcIdentity{}, fmt.Errorf("process %d is a kernel thread", pid)
+		return Identity{}, fmt.Errorf("process %d is a kernel thread", pid)
 	}
 	if flags&pfExiting != 0 && !liveThread(pid) {
-		return ProcIdentity{}, fmt.Errorf("process %d: %w", pid, errExiting)
+		return Identity{}, fmt.Errorf("process %d: %w", pid, errExiting)
 	}
 	if fields[0] == "Z" {
 		if liveThread(pid) {
-			return ProcIdentity{PID: pid, StartTime: start}, fmt.Errorf("process %d: %w", pid, errMidExec)
+			return Identity{PID: pid, StartTime: start}, fmt.Errorf("process %d: %w", pid, errMidExec)
 		}
-		return ProcIdentity{}, fmt.Errorf("process %d is a zombie", pid)
+		return Identity{}, fmt.Errorf("process %d is a zombie", pid)
 	}
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
-		return ProcIdentity{}, err
+		return Identity{}, err
 	}
 	if len(raw) == 0 {
 		// Just after exec the kernel has not set up the new command line
 		// yet (or the process is exiting): no identity to record.
-		return ProcIdentity{PID: pid, StartTime: start}, fmt.Errorf("process %d has no command line: %w", pid, errMidExec)
+		return Identity{PID: pid, StartTime: start}, fmt.Errorf("process %d has no command line: %w", pid, errMidExec)
 	}
 	cmdline := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
-	return ProcIdentity{PID: pid, StartTime: start, Cmdline: cmdline}, nil
+	return Identity{PID: pid, StartTime: start, Cmdline: cmdline}, nil
 }
 
 // alive reports whether the process recorded in id still runs, and is the
 // same process (not a new one that got the pid).
-func (id ProcIdentity) alive() bool {
+func (id Identity) alive() bool {
 	if id.PID <= 0 {
 		return false
 	}
@@ -102,8 +102,8 @@ func (id ProcIdentity) alive() bool {
 
 // same compares id with the process that has its pid now; err is the
 // reason it could not tell, nil when it could.
-func (id ProcIdentity) same() (bool, error) {
-	cur, err := ReadProcIdentity(id.PID)
+func (id Identity) same() (bool, error) {
+	cur, err := Read(id.PID)
 	if errors.Is(err, errExiting) {
 		return false, nil
 	}
@@ -128,24 +128,24 @@ func (id ProcIdentity) same() (bool, error) {
 
 // Processes returns the identity of every running process whose command
 // line match accepts.
-func Processes(match func(cmdline []string) bool) ([]ProcIdentity, error) {
+func Processes(match func(cmdline []string) bool) ([]Identity, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	var out []ProcIdentity
+	var out []Identity
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		id, err := ReadProcIdentity(pid)
+		id, err := Read(pid)
 		// A process caught mid-exec (a helper becoming vmnetctl-relay)
 		// shows its command line again in a moment: read again a few
 		// times, as alive does, or a stray helper would be missed.
 		for try := 0; errors.Is(err, errMidExec) && try < 5; try++ {
 			time.Sleep(20 * time.Millisecond)
-			id, err = ReadProcIdentity(pid)
+			id, err = Read(pid)
 		}
 		if err == nil && match(id.Cmdline) {
 			out = append(out, id)

@@ -1,4 +1,4 @@
-package helperexec
+package procid
 
 import (
 	"os/exec"
@@ -13,10 +13,10 @@ func TestProcIdentity(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	// Right after exec the command line can read empty for a moment.
-	var id ProcIdentity
+	var id Identity
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if id, err = ReadProcIdentity(cmd.Process.Pid); err == nil || time.Now().After(deadline) {
+		if id, err = Read(cmd.Process.Pid); err == nil || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -51,7 +51,7 @@ func TestProcIdentity(t *testing.T) {
 // SIGTERM without SIGKILL, and one that ignores SIGTERM with SIGKILL after
 // the grace period.
 func TestKill(t *testing.T) {
-	start := func(script string) (*exec.Cmd, ProcIdentity, <-chan struct{}) {
+	start := func(script string) (*exec.Cmd, Identity, <-chan struct{}) {
 		t.Helper()
 		cmd := exec.Command("sh", "-c", script)
 		if err := cmd.Start(); err != nil {
@@ -60,11 +60,11 @@ func TestKill(t *testing.T) {
 		exited := make(chan struct{})
 		go func() { cmd.Wait(); close(exited) }() // reaps it, as a parent does
 		t.Cleanup(func() { cmd.Process.Kill(); <-exited })
-		var id ProcIdentity
+		var id Identity
 		var err error
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 			// (Before its exec the child has its parent's command line.)
-			if id, err = ReadProcIdentity(cmd.Process.Pid); (err == nil && len(id.Cmdline) > 0 && id.Cmdline[0] == "sleep") || time.Now().After(deadline) {
+			if id, err = Read(cmd.Process.Pid); (err == nil && len(id.Cmdline) > 0 && id.Cmdline[0] == "sleep") || time.Now().After(deadline) {
 				break
 			}
 		}

@@ -1,4 +1,4 @@
-package helperexec
+package procid
 
 import (
 	"os"
@@ -10,12 +10,12 @@ import (
 // procHandle is one process, whatever becomes of its pid: a pidfd, or
 // where the kernel has none (before 5.3) its identity.
 type procHandle struct {
-	id ProcIdentity
+	id Identity
 	f  *os.File // the pidfd; nil without
 }
 
 // open returns a handle on id's process if it is still the recorded one.
-func (id ProcIdentity) open() (*procHandle, bool) {
+func (id Identity) open() (*procHandle, bool) {
 	fd, err := unix.PidfdOpen(id.PID, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return &procHandle{id: id}, id.Alive()
@@ -70,10 +70,10 @@ func pidfdReadable(fd uintptr) bool {
 	return err != nil && err != unix.EINTR || n > 0
 }
 
-// waitGone returns when process pid has exited (a child not yet reaped
+// WaitGone returns when process pid has exited (a child not yet reaped
 // counts as exited), without reaping it: the caller's exec.Cmd.Wait then
 // returns at once.
-func waitGone(pid int) {
+func WaitGone(pid int) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return // the caller's Wait blocks instead

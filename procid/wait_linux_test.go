@@ -1,4 +1,4 @@
-package helperexec
+package procid
 
 import (
 	"bufio"
@@ -31,7 +31,7 @@ func threads(t *testing.T) int {
 }
 
 // Waiting for 200 processes, adopted ones (WaitExit) and children
-// (waitGone) alike, holds no thread per process: the waits sit in Go's
+// (WaitGone) alike, holds no thread per process: the waits sit in Go's
 // network poller on pidfds.
 func TestWaitHoldsNoThreadPerProcess(t *testing.T) {
 	const n = 200
@@ -53,10 +53,10 @@ func TestWaitHoldsNoThreadPerProcess(t *testing.T) {
 		procs = append(procs, c)
 		if i%2 == 0 {
 			// Its command line appears once it has exec'd.
-			var id ProcIdentity
+			var id Identity
 			var err error
 			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-				if id, err = ReadProcIdentity(c.Process.Pid); err == nil && len(id.Cmdline) > 0 && id.Cmdline[0] == "sleep" {
+				if id, err = Read(c.Process.Pid); err == nil && len(id.Cmdline) > 0 && id.Cmdline[0] == "sleep" {
 					break
 				}
 			}
@@ -65,7 +65,7 @@ func TestWaitHoldsNoThreadPerProcess(t *testing.T) {
 			}
 			wg.Go(func() { id.WaitExit(); done <- i })
 		} else {
-			wg.Go(func() { waitGone(c.Process.Pid); done <- i })
+			wg.Go(func() { WaitGone(c.Process.Pid); done <- i })
 		}
 	}
 	// The waits are under way once every goroutine is parked; give the

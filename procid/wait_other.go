@@ -1,15 +1,15 @@
 //go:build !linux
 
-package helperexec
+package procid
 
 import (
 	"syscall"
 )
 
 // procHandle is one process, by its identity (there are no pidfds here).
-type procHandle struct{ id ProcIdentity }
+type procHandle struct{ id Identity }
 
-func (id ProcIdentity) open() (*procHandle, bool) { return &procHandle{id}, id.Alive() }
+func (id Identity) open() (*procHandle, bool) { return &procHandle{id}, id.Alive() }
 
 func (p *procHandle) signal(sig syscall.Signal) {
 	if p.id.Alive() {
@@ -20,5 +20,5 @@ func (p *procHandle) signal(sig syscall.Signal) {
 func (p *procHandle) wait()  { pollExit(p.id) }
 func (p *procHandle) close() {}
 
-// waitGone does nothing here: the caller's exec.Cmd.Wait waits.
-func waitGone(int) {}
+// WaitGone does nothing here: the caller's exec.Cmd.Wait waits.
+func WaitGone(int) {}

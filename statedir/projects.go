@@ -11,9 +11,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/vmnetctl/vmnetctl/helperexec"
-
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/procid"
 )
 
 // Project is one `up -f FILE...`: the VM files it was given, as they were.
@@ -40,7 +39,7 @@ type Project struct {
 	// Holder, if set, is the process the project lives for: a `vmnetctl
 	// helper` started on a network that was not up holds it up this way,
 	// and the controller drops the project once the process is gone.
-	Holder *helperexec.ProcIdentity `json:"holder,omitempty"`
+	Holder *procid.Identity `json:"holder,omitempty"`
 	// OnDemand is the definition (networks.yaml text) of a network made on
 	// demand that the project holds up (api.OnDemandNetwork).
 	OnDemand []byte `json:"onDemand,omitempty"`
@@ -122,7 +121,7 @@ func (d Dir) SaveProject(p *Project) error {
 // DeleteProjectHeldBy removes project name if holder still holds it, under
 // the lock SaveProjectAndNetworks takes: a process that saved a project of
 // the same name since (a `vmnetctl run` started again) keeps it.
-func (d Dir) DeleteProjectHeldBy(name string, holder helperexec.ProcIdentity) (bool, error) {
+func (d Dir) DeleteProjectHeldBy(name string, holder procid.Identity) (bool, error) {
 	l, err := d.lockProjects()
 	if err != nil {
 		return false, err

@@ -12,25 +12,25 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/procid"
 )
 
 // HelperRecord is what is kept about a running helper, so that a new
 // controller can adopt it after a crash.
 type HelperRecord struct {
-	Key       string                  `json:"key"`
-	VM        string                  `json:"vm"`
-	Index     int                     `json:"index"`
-	Network   string                  `json:"network"`
-	Project   string                  `json:"project"`
-	MAC       string                  `json:"mac"`
-	Attach    api.AttachKind          `json:"attach"`
-	Proc      helperexec.ProcIdentity `json:"proc"`
-	Socket    string                  `json:"socket,omitempty"`
-	Tap       string                  `json:"tap,omitempty"`
-	Ready     string                  `json:"ready"`
-	StartedAt time.Time               `json:"startedAt"`
-	Restarts  int                     `json:"restarts"`
+	Key       string          `json:"key"`
+	VM        string          `json:"vm"`
+	Index     int             `json:"index"`
+	Network   string          `json:"network"`
+	Project   string          `json:"project"`
+	MAC       string          `json:"mac"`
+	Attach    api.AttachKind  `json:"attach"`
+	Proc      procid.Identity `json:"proc"`
+	Socket    string          `json:"socket,omitempty"`
+	Tap       string          `json:"tap,omitempty"`
+	Ready     string          `json:"ready"`
+	StartedAt time.Time       `json:"startedAt"`
+	Restarts  int             `json:"restarts"`
 }
 
 // Runtime is runtime.json: the helpers that run and what was applied.
@@ -105,7 +105,7 @@ type HelperIntent struct {
 	Key  string   `json:"key"`
 	Argv []string `json:"argv"`
 	// Starter is the process that starts it: a controller or `vmnetctl run`.
-	Starter helperexec.ProcIdentity `json:"starter"`
+	Starter procid.Identity `json:"starter"`
 }
 
 func helperIntentFile(key string) string {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/sys/unix"
 )
@@ -312,8 +312,8 @@ func TestRemoveRuntimeIfNoProjects(t *testing.T) {
 // `vmnetctl run` started again) stays.
 func TestDeleteProjectHeldBy(t *testing.T) {
 	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
-	dead := helperexec.ProcIdentity{PID: 100, StartTime: 1}
-	again := helperexec.ProcIdentity{PID: 101, StartTime: 2}
+	dead := procid.Identity{PID: 100, StartTime: 1}
+	again := procid.Identity{PID: 101, StartTime: 2}
 	if err := d.SaveProject(&Project{Name: "run-vm", Holder: &again}); err != nil {
 		t.Fatal(err)
 	}

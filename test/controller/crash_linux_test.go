@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -28,8 +28,8 @@ func TestKillControllerWhileHelpersStart(t *testing.T) {
 		fmt.Fprintf(&vms, "  c%02d:\n    networks: [{vmnet: shared}]\n", i)
 	}
 	file := h.WriteFile("crash.yaml", vms.String())
-	helpers := func() []helperexec.ProcIdentity {
-		ps, err := helperexec.Processes(func(cmdline []string) bool {
+	helpers := func() []procid.Identity {
+		ps, err := procid.Processes(func(cmdline []string) bool {
 			return len(cmdline) > 1 && cmdline[1] == "helper" && slices.ContainsFunc(cmdline, func(a string) bool {
 				return strings.HasPrefix(a, h.StateDir()+"/")
 			})
@@ -39,8 +39,8 @@ func TestKillControllerWhileHelpersStart(t *testing.T) {
 		}
 		return ps
 	}
-	controllers := func() []helperexec.ProcIdentity {
-		ps, _ := helperexec.Processes(func(cmdline []string) bool {
+	controllers := func() []procid.Identity {
+		ps, _ := procid.Processes(func(cmdline []string) bool {
 			return slices.Contains(cmdline, "serve") && slices.Contains(cmdline, h.StateDir())
 		})
 		return ps

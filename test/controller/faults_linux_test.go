@@ -16,8 +16,8 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
-	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -215,9 +215,9 @@ func (f *faults) controllerLogTail(n int) string {
 // controller uses (controller/strays.go, isHelperOf): `vmnetctl helper` or
 // vmnet-helper with an argument naming a file in the state dir. Zombies and
 // processes without a command line (yet) are not counted.
-func (f *faults) helpers() []helperexec.ProcIdentity {
+func (f *faults) helpers() []procid.Identity {
 	prefix := filepath.Clean(f.StateDir()) + string(filepath.Separator)
-	ps, err := helperexec.Processes(func(cmdline []string) bool {
+	ps, err := procid.Processes(func(cmdline []string) bool {
 		helper := false
 		for i, arg := range cmdline {
 			if (i == 1 && arg == "helper") || filepath.Base(arg) == "vmnet-helper" {
@@ -234,8 +234,8 @@ func (f *faults) helpers() []helperexec.ProcIdentity {
 
 // controllers are the `vmnetctl serve --state-dir DIR` processes of the
 // state dir (`up` and `down` start the controller so).
-func (f *faults) controllers() []helperexec.ProcIdentity {
-	ps, err := helperexec.Processes(func(cmdline []string) bool {
+func (f *faults) controllers() []procid.Identity {
+	ps, err := procid.Processes(func(cmdline []string) bool {
 		i := slices.Index(cmdline, "--state-dir")
 		return slices.Contains(cmdline, "serve") && i >= 0 && i+1 < len(cmdline) && cmdline[i+1] == f.StateDir()
 	})
@@ -422,7 +422,7 @@ func (f *faults) upViolations() []string {
 	if len(cleanup) != faultTapAttachments {
 		v = append(v, fmt.Sprintf("one cleanup child per TAP attachment: %d run for %d: %v", len(cleanup), faultTapAttachments, cleanup))
 	}
-	byPID := map[int]helperexec.ProcIdentity{}
+	byPID := map[int]procid.Identity{}
 	for _, p := range procs {
 		byPID[p.PID] = p
 	}
@@ -571,7 +571,7 @@ func linkNames(out string) []string {
 	return names
 }
 
-func pidsOf(ps []helperexec.ProcIdentity) []int {
+func pidsOf(ps []procid.Identity) []int {
 	var pids []int
 	for _, p := range ps {
 		pids = append(pids, p.PID)
