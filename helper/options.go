@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/relay"
 )
 
@@ -43,7 +44,7 @@ const (
 	TSOMaxPacketSize = 65550
 	// VirtioNetHdrLen is the virtio-net header (struct virtio_net_hdr_v1)
 	// that starts every datagram when offloads are on: the VM port's own.
-	VirtioNetHdrLen = relay.VirtioNetHdrLen
+	VirtioNetHdrLen = helperproto.VirtioNetHdrLen
 )
 
 // Options are a helper's settings, as the command line gives them.

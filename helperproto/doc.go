@@ -10,3 +10,9 @@ package helperproto
 // controller (or `vmnetctl run`) starts: their networks are the
 // controller's to keep up.
 const EnvUnderController = "VMNETCTL_UNDER_CONTROLLER"
+
+// VirtioNetHdrLen is the virtio-net header (struct virtio_net_hdr_v1) that
+// starts every datagram of a VM with offloads (vmnet-helper's contract
+// with its VMM), and every frame of a VM port with them on (the TAP's
+// TUNSETVNETHDRSZ).
+const VirtioNetHdrLen = 12

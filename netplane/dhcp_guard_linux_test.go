@@ -13,7 +13,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/relay"
+	"github.com/vmnetctl/vmnetctl/checksum"
 )
 
 // TestDHCPDeclineFlood sends the handler what a hostile VM sends: a
@@ -280,11 +280,11 @@ func TestUDP4Packet(t *testing.T) {
 		if len(p) != 28+size || p[0] != 0x45 || p[9] != 17 || int(binary.BigEndian.Uint16(p[2:])) != len(p) {
 			t.Fatalf("size %d: header %x", size, p[:28])
 		}
-		if c := relay.Checksum(p[:20]); c != 0 {
+		if c := checksum.Of(p[:20]); c != 0 {
 			t.Errorf("size %d: IPv4 header checksum does not verify (%#x)", size, c)
 		}
 		pseudo := append(append([]byte{}, p[12:20]...), 0, 17, p[24], p[25])
-		if c := relay.Checksum(pseudo, p[20:]); c != 0 {
+		if c := checksum.Of(pseudo, p[20:]); c != 0 {
 			t.Errorf("size %d: UDP checksum does not verify (%#x)", size, c)
 		}
 		if !bytes.Equal(p[28:], payload) || binary.BigEndian.Uint16(p[20:]) != 67 || binary.BigEndian.Uint16(p[22:]) != 68 {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
-	"github.com/vmnetctl/vmnetctl/relay"
+	"github.com/vmnetctl/vmnetctl/checksum"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -187,7 +187,7 @@ func udp4Packet(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte
 	s4, d4 := src.As4(), dst.As4()
 	copy(ip[12:16], s4[:])
 	copy(ip[16:20], d4[:])
-	binary.BigEndian.PutUint16(ip[10:], relay.Checksum(ip))
+	binary.BigEndian.PutUint16(ip[10:], checksum.Of(ip))
 	binary.BigEndian.PutUint16(udp[0:], sport)
 	binary.BigEndian.PutUint16(udp[2:], dport)
 	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
@@ -196,7 +196,7 @@ func udp4Packet(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte
 	copy(pseudo, ip[12:20])
 	pseudo[9] = unix.IPPROTO_UDP
 	binary.BigEndian.PutUint16(pseudo[10:], uint16(len(udp)))
-	c := relay.Checksum(pseudo, udp)
+	c := checksum.Of(pseudo, udp)
 	if c == 0 {
 		c = 0xffff // 0 would say "no checksum" (RFC 768)
 	}

@@ -17,6 +17,8 @@ import (
 	"golang.org/x/net/bpf"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/checksum"
 )
 
 // A network's guests configure their IPv6 addresses themselves (SLAAC), so
@@ -428,20 +430,11 @@ func isSolicitedNode(a netip.Addr) bool {
 // destination addresses addrs (32 bytes): 0 for a message whose checksum
 // field is right, the value to put there for one whose field is 0.
 func icmp6Checksum(addrs, msg []byte) uint16 {
-	sum := uint32(len(msg)>>16) + uint32(len(msg)&0xffff) + unix.IPPROTO_ICMPV6
-	for _, b := range [][]byte{addrs, msg} {
-		for len(b) >= 2 {
-			sum += uint32(b[0])<<8 | uint32(b[1])
-			b = b[2:]
-		}
-		if len(b) == 1 {
-			sum += uint32(b[0]) << 8
-		}
-		for sum > 0xffff {
-			sum = sum>>16 + sum&0xffff
-		}
-	}
-	return ^uint16(sum)
+	// The rest of the pseudo-header: the length and the next header.
+	var rest [8]byte
+	binary.BigEndian.PutUint32(rest[:], uint32(len(msg)))
+	rest[7] = unix.IPPROTO_ICMPV6
+	return checksum.Of(addrs, rest[:], msg)
 }
 
 // learnable reports whether ip may be bound to a guest: a unicast address

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/vmnetctl/vmnetctl/relay"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -130,7 +130,7 @@ func setOffloads(fd int, o Offloads) (string, error) {
 	if !o.on() {
 		return "", nil
 	}
-	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, relay.VirtioNetHdrLen); err != nil {
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, helperproto.VirtioNetHdrLen); err != nil {
 		return "TUNSETVNETHDRSZ", err
 	}
 	// The header is little-endian (virtio 1.0's, which VMMs and the relay

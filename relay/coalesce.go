@@ -2,7 +2,9 @@ package relay
 
 import (
 	"encoding/binary"
-	"math/bits"
+
+	"github.com/vmnetctl/vmnetctl/checksum"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // Coalescing a VM's TCP segments on their way to the host (GRO in the
@@ -24,7 +26,7 @@ import (
 // the kernel, which trusts it for local delivery): a segment that fails a
 // check is written alone, and the kernel judges it as before.
 
-// The virtio-net header (struct virtio_net_hdr_v1, VirtioNetHdrLen bytes),
+// The virtio-net header (struct virtio_net_hdr_v1, helperproto.VirtioNetHdrLen bytes),
 // little-endian.
 const (
 	vnetNeedsCsum = 1 // VIRTIO_NET_HDR_F_NEEDS_CSUM
@@ -64,9 +66,9 @@ func parseVnetHdr(b []byte) vnetHdr {
 	}
 }
 
-// put writes h into b's first VirtioNetHdrLen bytes.
+// put writes h into b's first helperproto.VirtioNetHdrLen bytes.
 func (h vnetHdr) put(b []byte) {
-	b = b[:VirtioNetHdrLen]
+	b = b[:helperproto.VirtioNetHdrLen]
 	clear(b)
 	b[0], b[1] = h.flags, h.gsoType
 	binary.LittleEndian.PutUint16(b[2:], uint16(h.hdrLen))
@@ -181,15 +183,15 @@ func follows(ff []byte, first segment, size, mss int, nf []byte, n segment) bool
 func checksumsOK(f []byte, s segment) bool {
 	var pseudo uint64
 	if s.ipv6 {
-		pseudo = onesSum(0, f[EthHeaderLen+8:s.l4])
+		pseudo = checksum.Add(0, f[EthHeaderLen+8:s.l4])
 	} else {
-		if fold(onesSum(0, f[EthHeaderLen:s.l4])) != 0xffff {
+		if checksum.Fold(checksum.Add(0, f[EthHeaderLen:s.l4])) != 0xffff {
 			return false
 		}
-		pseudo = onesSum(0, f[EthHeaderLen+12:s.l4])
+		pseudo = checksum.Add(0, f[EthHeaderLen+12:s.l4])
 	}
 	pseudo += uint64(len(f)-s.l4) + protoTCP
-	return fold(onesSum(pseudo, f[s.l4:])) == 0xffff
+	return checksum.Fold(checksum.Add(pseudo, f[s.l4:])) == 0xffff
 }
 
 // merge writes the run of segments frames (their headers segs) into out
@@ -197,89 +199,35 @@ func checksumsOK(f []byte, s segment) bool {
 // of mss-byte segments, and returns the packet's length.
 func merge(out []byte, frames [][]byte, segs []segment, mss int) int {
 	s0 := segs[0]
-	n := VirtioNetHdrLen + copy(out[VirtioNetHdrLen:], frames[0])
+	n := helperproto.VirtioNetHdrLen + copy(out[helperproto.VirtioNetHdrLen:], frames[0])
 	last := segs[0].push
 	for i := 1; i < len(frames); i++ {
 		n += copy(out[n:], frames[i][segs[i].payload:])
 		last = segs[i].push
 	}
-	pkt := out[VirtioNetHdrLen:n]
+	pkt := out[helperproto.VirtioNetHdrLen:n]
 	ip := pkt[EthHeaderLen:]
 	tcp := pkt[s0.l4:]
 	var pseudo uint64
 	gso := byte(gsoTCPv4)
 	if s0.ipv6 {
 		binary.BigEndian.PutUint16(ip[4:], uint16(len(ip)-40))
-		pseudo = onesSum(0, ip[8:40])
+		pseudo = checksum.Add(0, ip[8:40])
 		gso = gsoTCPv6
 	} else {
 		binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
 		ip[10], ip[11] = 0, 0
-		binary.BigEndian.PutUint16(ip[10:], ^fold(onesSum(0, ip[:20])))
-		pseudo = onesSum(0, ip[12:20])
+		binary.BigEndian.PutUint16(ip[10:], ^checksum.Fold(checksum.Add(0, ip[:20])))
+		pseudo = checksum.Add(0, ip[12:20])
 	}
 	if last {
 		tcp[13] |= tcpPSH
 	}
 	// The TCP checksum is the kernel's to finish: the field holds the
 	// pseudo-header's sum (csum_start and csum_offset say where).
-	binary.BigEndian.PutUint16(tcp[16:], fold(pseudo+uint64(len(tcp))+protoTCP))
+	binary.BigEndian.PutUint16(tcp[16:], checksum.Fold(pseudo+uint64(len(tcp))+protoTCP))
 	vnetHdr{flags: vnetNeedsCsum, gsoType: gso, hdrLen: s0.payload, gsoSize: mss, csumStart: s0.l4, csumOffst: 16}.put(out)
 	return n
-}
-
-// onesSum adds b to sum as big-endian 16-bit words (RFC 1071). It adds 64
-// bits at a time in the machine's order and swaps the folded result, which
-// the one's complement sum allows (RFC 1071, 2.(B)).
-func onesSum(sum uint64, b []byte) uint64 {
-	var acc, carry uint64
-	for len(b) >= 32 {
-		acc, carry = bits.Add64(acc, binary.LittleEndian.Uint64(b), carry)
-		acc, carry = bits.Add64(acc, binary.LittleEndian.Uint64(b[8:]), carry)
-		acc, carry = bits.Add64(acc, binary.LittleEndian.Uint64(b[16:]), carry)
-		acc, carry = bits.Add64(acc, binary.LittleEndian.Uint64(b[24:]), carry)
-		b = b[32:]
-	}
-	for len(b) >= 8 {
-		acc, carry = bits.Add64(acc, binary.LittleEndian.Uint64(b), carry)
-		b = b[8:]
-	}
-	acc, carry = bits.Add64(acc, 0, carry)
-	acc += carry // at most 1, and acc cannot overflow again after a carry out
-	var tail uint64
-	if len(b) >= 4 {
-		tail = uint64(binary.LittleEndian.Uint32(b))
-		b = b[4:]
-	}
-	if len(b) >= 2 {
-		tail += uint64(binary.LittleEndian.Uint16(b)) << 32
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		tail += uint64(b[0]) << 48
-	}
-	// Fold the little-endian sums to 16 bits, then swap into big-endian.
-	le := uint64(fold(acc>>32+acc&0xffffffff)) + uint64(fold(tail))
-	return sum + uint64(bits.ReverseBytes16(fold(le)))
-}
-
-// Checksum is the Internet checksum (RFC 1071) of parts one after the
-// other, each but the last of even length: an IPv4 header's, or a UDP
-// datagram's with its pseudo-header first.
-func Checksum(parts ...[]byte) uint16 {
-	var sum uint64
-	for _, p := range parts {
-		sum = onesSum(sum, p)
-	}
-	return ^fold(sum)
-}
-
-// fold folds a sum of 16-bit words to 16 bits.
-func fold(sum uint64) uint16 {
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return uint16(sum)
 }
 
 // coalescer writes a batch of the VM's frames to a TAP with the
@@ -292,24 +240,24 @@ type coalescer struct {
 
 func newCoalescer() *coalescer { return &coalescer{} }
 
-// write writes hf, each a frame behind VirtioNetHdrLen zero bytes, with
+// write writes hf, each a frame behind helperproto.VirtioNetHdrLen zero bytes, with
 // write, in order: runs merged, other frames as they are. It returns what
 // it wrote and what the TAP refused, counted in the VM's frames.
 func (c *coalescer) write(hf [][]byte, write func([]byte) bool) (packets, bytes, drops uint64) {
 	c.segs = c.segs[:0]
 	for _, f := range hf {
-		c.segs = append(c.segs, parseSegment(f[VirtioNetHdrLen:]))
+		c.segs = append(c.segs, parseSegment(f[helperproto.VirtioNetHdrLen:]))
 	}
 	segs := c.segs
 	for i := 0; i < len(hf); {
-		f0, s0 := hf[i][VirtioNetHdrLen:], segs[i]
+		f0, s0 := hf[i][helperproto.VirtioNetHdrLen:], segs[i]
 		j, size, mss := i+1, 0, 0
 		if s0.ok && !s0.push {
 			mss = len(f0) - s0.payload
 			size = mss
 			checked := false // f0's checksums, once a segment follows
 			for j < len(hf) {
-				f := hf[j][VirtioNetHdrLen:]
+				f := hf[j][helperproto.VirtioNetHdrLen:]
 				if !follows(f0, s0, size, mss, f, segs[j]) {
 					break
 				}
@@ -332,13 +280,13 @@ func (c *coalescer) write(hf [][]byte, write func([]byte) bool) (packets, bytes,
 		if j > i+1 {
 			if c.out == nil {
 				// Only once a run comes: an idle helper has no use for it.
-				c.out = make([]byte, VirtioNetHdrLen+maxCoalesced)
+				c.out = make([]byte, helperproto.VirtioNetHdrLen+maxCoalesced)
 			}
 			c.run = c.run[:0]
 			var n uint64
 			for k := i; k < j; k++ {
-				c.run = append(c.run, hf[k][VirtioNetHdrLen:])
-				n += uint64(len(hf[k]) - VirtioNetHdrLen)
+				c.run = append(c.run, hf[k][helperproto.VirtioNetHdrLen:])
+				n += uint64(len(hf[k]) - helperproto.VirtioNetHdrLen)
 			}
 			if write(c.out[:merge(c.out, c.run, segs[i:j], mss)]) {
 				packets += uint64(j - i)
@@ -353,7 +301,7 @@ func (c *coalescer) write(hf [][]byte, write func([]byte) bool) (packets, bytes,
 		for ; i < j; i++ {
 			if write(hf[i]) {
 				packets++
-				bytes += uint64(len(hf[i]) - VirtioNetHdrLen)
+				bytes += uint64(len(hf[i]) - helperproto.VirtioNetHdrLen)
 			} else {
 				drops++
 			}

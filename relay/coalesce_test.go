@@ -3,35 +3,15 @@ package relay
 import (
 	"bytes"
 	"encoding/binary"
-	"math/rand/v2"
 	"testing"
+
+	"github.com/vmnetctl/vmnetctl/checksum"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // onesSumRef is RFC 1071's sum, folded, not inverted: checksum16's
-// (gso_test.go), for onesSum to agree with.
+// (gso_test.go), independent of the checksum package the relay uses.
 func onesSumRef(b []byte) uint16 { return ^checksum16(b) }
-
-func TestOnesSum(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	buf := make([]byte, 3000)
-	for i := range buf {
-		buf[i] = byte(r.Uint32())
-	}
-	all := bytes.Repeat([]byte{0xff}, 3000) // every carry there is
-	for _, b := range [][]byte{buf, all} {
-		for n := range 300 {
-			for _, off := range []int{0, 1, 3, 7} {
-				p := b[off : off+n]
-				if got, want := fold(onesSum(0, p)), onesSumRef(p); got != want {
-					t.Fatalf("len %d at %d: %#04x, want %#04x", n, off, got, want)
-				}
-			}
-		}
-		if got, want := fold(onesSum(0x1234, b[:1448])), fold(0x1234+uint64(onesSumRef(b[:1448]))); got != want {
-			t.Fatalf("with an initial sum: %#04x, want %#04x", got, want)
-		}
-	}
-}
 
 // tcpFrame is an Ethernet frame of a TCP segment with data, ACK set, and
 // valid checksums: IPv4 (ID id) or IPv6, from port 1000 to 2000.
@@ -82,7 +62,7 @@ func fixChecksums(f []byte) {
 	}
 	tcp := ip[l4:]
 	tcp[16], tcp[17] = 0, 0
-	binary.BigEndian.PutUint16(tcp[16:], ^fold(pseudo+uint64(len(tcp))+protoTCP+uint64(onesSumRef(tcp))))
+	binary.BigEndian.PutUint16(tcp[16:], ^checksum.Fold(pseudo+uint64(len(tcp))+protoTCP+uint64(onesSumRef(tcp))))
 }
 
 // written is what a coalescer wrote, with a header each.
@@ -100,7 +80,7 @@ func (w *written) write(b []byte) bool {
 func withHeader(frames [][]byte) [][]byte {
 	var hf [][]byte
 	for _, f := range frames {
-		hf = append(hf, append(make([]byte, VirtioNetHdrLen), f...))
+		hf = append(hf, append(make([]byte, helperproto.VirtioNetHdrLen), f...))
 	}
 	return hf
 }
@@ -140,7 +120,7 @@ func segments(v6 bool, seq uint32, n, mss, last int) [][]byte {
 // up) and checksums.
 func resegment(t *testing.T, pkt []byte) [][]byte {
 	t.Helper()
-	h, f := pkt[:VirtioNetHdrLen], pkt[VirtioNetHdrLen:]
+	h, f := pkt[:helperproto.VirtioNetHdrLen], pkt[helperproto.VirtioNetHdrLen:]
 	if h[0] != vnetNeedsCsum || (h[1] != gsoTCPv4 && h[1] != gsoTCPv6) {
 		t.Fatalf("merged packet's header %x", h)
 	}
@@ -164,7 +144,7 @@ func resegment(t *testing.T, pkt []byte) [][]byte {
 			t.Fatalf("IPv4 header %x of a %d byte packet", ip[:20], len(ip))
 		}
 	}
-	if got, want := binary.BigEndian.Uint16(f[l4+16:]), fold(pseudo+uint64(len(f)-l4)+protoTCP); got != want {
+	if got, want := binary.BigEndian.Uint16(f[l4+16:]), checksum.Fold(pseudo+uint64(len(f)-l4)+protoTCP); got != want {
 		t.Fatalf("TCP checksum field %#04x, want the pseudo-header's %#04x", got, want)
 	}
 	seq := binary.BigEndian.Uint32(f[l4+4:])
@@ -207,7 +187,7 @@ func check(t *testing.T, frames [][]byte, want []int) {
 	next := 0
 	for _, p := range w.packets {
 		if p[1] == 0 { // a frame as it came
-			if !bytes.Equal(p[:VirtioNetHdrLen], make([]byte, VirtioNetHdrLen)) || next >= len(frames) || !bytes.Equal(p[VirtioNetHdrLen:], frames[next]) {
+			if !bytes.Equal(p[:helperproto.VirtioNetHdrLen], make([]byte, helperproto.VirtioNetHdrLen)) || next >= len(frames) || !bytes.Equal(p[helperproto.VirtioNetHdrLen:], frames[next]) {
 				t.Fatalf("packet %d is not frame %d behind an empty header", len(got), next)
 			}
 			got = append(got, 1)
@@ -415,7 +395,7 @@ func TestCoalesce(t *testing.T) {
 				t.Errorf("%d packets, %d drops in %d writes; want %d, %d in %d", packets, drops, len(w.packets), tt.packets, tt.drop, 1+len(flow))
 			}
 			for i, p := range w.packets[1:] {
-				if !bytes.Equal(p[VirtioNetHdrLen:], flow[i]) || p[1] != 0 {
+				if !bytes.Equal(p[helperproto.VirtioNetHdrLen:], flow[i]) || p[1] != 0 {
 					t.Errorf("write %d after the refusal is not frame %d alone", i+1, i)
 				}
 			}
@@ -455,7 +435,7 @@ func FuzzCoalesce(f *testing.F) {
 		next := 0
 		for _, p := range w.packets {
 			if p[1] == 0 {
-				if !bytes.Equal(p[VirtioNetHdrLen:], frames[next]) {
+				if !bytes.Equal(p[helperproto.VirtioNetHdrLen:], frames[next]) {
 					t.Fatalf("frame %d changed", next)
 				}
 				next++

@@ -3,6 +3,9 @@ package relay
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/vmnetctl/vmnetctl/checksum"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // Host-side offloads for a VM without them. A VM whose VMM speaks no
@@ -51,7 +54,7 @@ type segmenter struct {
 // reset takes the packet b (header and frame) for frames of at most limit
 // bytes; it fails for a packet it cannot cut, which is then dropped.
 func (s *segmenter) reset(b []byte, limit int) error {
-	*s = segmenter{h: parseVnetHdr(b), pkt: b[VirtioNetHdrLen:], frameLimit: limit}
+	*s = segmenter{h: parseVnetHdr(b), pkt: b[helperproto.VirtioNetHdrLen:], frameLimit: limit}
 	pkt := s.pkt
 	if len(pkt) < EthHeaderLen {
 		return errBadGSO
@@ -136,7 +139,7 @@ func (s *segmenter) next(dst []byte) int {
 			at := s.h.csumStart + s.h.csumOffst
 			// As the kernel's skb_checksum_help: a sum of 0 is written
 			// as 0xffff, which UDP reads as "no checksum" otherwise.
-			sum := ^fold(onesSum(0, dst[s.h.csumStart:n]))
+			sum := ^checksum.Fold(checksum.Add(0, dst[s.h.csumStart:n]))
 			if sum == 0 {
 				sum = 0xffff
 			}
@@ -158,7 +161,7 @@ func (s *segmenter) next(dst []byte) int {
 		binary.BigEndian.PutUint16(ip[4:], uint16(s.ipID+uint32(i)))
 		ip[10], ip[11] = 0, 0
 		ihl := int(ip[0]&0xf) * 4
-		binary.BigEndian.PutUint16(ip[10:], ^fold(onesSum(0, ip[:ihl])))
+		binary.BigEndian.PutUint16(ip[10:], ^checksum.Fold(checksum.Add(0, ip[:ihl])))
 	}
 	// The pseudo-header's sum is the one the sender left in the checksum
 	// field, for the whole packet's TCP length, changed to this segment's,
@@ -176,6 +179,6 @@ func (s *segmenter) next(dst []byte) int {
 	}
 	tcp[13] = flags
 	tcp[16], tcp[17] = 0, 0
-	binary.BigEndian.PutUint16(tcp[16:], ^fold(onesSum(sum, tcp)))
+	binary.BigEndian.PutUint16(tcp[16:], ^checksum.Fold(checksum.Add(sum, tcp)))
 	return n
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // checksum16 is RFC 1071's checksum, 16 bits at a time: the test's own,
-// independent of onesSum.
+// independent of the checksum package.
 func checksum16(parts ...[]byte) uint16 {
 	var sum uint32
 	var all []byte
@@ -54,7 +56,7 @@ func gsoPacket(ipv6 bool, payload []byte, mss int, flags byte) []byte {
 	tcp[12] = 8 << 4
 	tcp[13] = flags
 	copy(tcp[20:], []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2})
-	hdr := make([]byte, VirtioNetHdrLen)
+	hdr := make([]byte, helperproto.VirtioNetHdrLen)
 	hdr[0] = vnetNeedsCsum
 	hdr[1] = gsoTCPv4
 	if ipv6 {
@@ -200,7 +202,7 @@ func TestSegmenterChecksum(t *testing.T) {
 	// The partial checksum: the pseudo-header's sum, not inverted.
 	binary.BigEndian.PutUint16(udp[6:], ^checksum16(pseudo))
 	eth := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0}
-	hdr := make([]byte, VirtioNetHdrLen)
+	hdr := make([]byte, helperproto.VirtioNetHdrLen)
 	hdr[0] = vnetNeedsCsum
 	binary.LittleEndian.PutUint16(hdr[6:], 34)
 	binary.LittleEndian.PutUint16(hdr[8:], 6)
@@ -220,7 +222,7 @@ func TestSegmenterChecksum(t *testing.T) {
 	hdr[0] = 0
 	plain := bytes.Join([][]byte{hdr, eth, ip, udp}, nil)
 	s.reset(plain, 1514)
-	if n := s.next(dst); !bytes.Equal(dst[:n], plain[VirtioNetHdrLen:]) {
+	if n := s.next(dst); !bytes.Equal(dst[:n], plain[helperproto.VirtioNetHdrLen:]) {
 		t.Errorf("a frame without NEEDS_CSUM changed")
 	}
 }
@@ -236,9 +238,9 @@ func TestSegmenterRefuses(t *testing.T) {
 		"gso_size 0":                func(p []byte) { binary.LittleEndian.PutUint16(p[4:], 0) },
 		"gso_size above the frames": func(p []byte) { binary.LittleEndian.PutUint16(p[4:], 9000) },
 		"IPv6 segmentation on IPv4": func(p []byte) { p[1] = gsoTCPv6 },
-		"IPv4 header length 60":     func(p []byte) { p[VirtioNetHdrLen+14] = 0x4f },
+		"IPv4 header length 60":     func(p []byte) { p[helperproto.VirtioNetHdrLen+14] = 0x4f },
 		"gso_size below 48":         func(p []byte) { binary.LittleEndian.PutUint16(p[4:], 47) },
-		"IPv4 carrying UDP":         func(p []byte) { p[VirtioNetHdrLen+14+9] = 17 },
+		"IPv4 carrying UDP":         func(p []byte) { p[helperproto.VirtioNetHdrLen+14+9] = 17 },
 	} {
 		p := bytes.Clone(good)
 		mutate(p)
@@ -249,7 +251,7 @@ func TestSegmenterRefuses(t *testing.T) {
 	}
 	var s segmenter
 	// Four bytes between the IPv4 header and TCP, which the offsets skip.
-	at := VirtioNetHdrLen + 14 + 20
+	at := helperproto.VirtioNetHdrLen + 14 + 20
 	gap := append(append(bytes.Clone(good[:at]), 0, 0, 0, 0), good[at:]...)
 	for _, o := range []int{2, 6} {
 		binary.LittleEndian.PutUint16(gap[o:], binary.LittleEndian.Uint16(gap[o:])+4)
@@ -282,7 +284,7 @@ func FuzzSegmenter(f *testing.F) {
 	f.Add(gsoPacket(false, make([]byte, 3000), 1448, 0x10))
 	f.Add(gsoPacket(true, make([]byte, 3000), 1428, 0x10))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
-		if len(pkt) < VirtioNetHdrLen {
+		if len(pkt) < helperproto.VirtioNetHdrLen {
 			return
 		}
 		var s segmenter
@@ -306,7 +308,7 @@ func TestSegmenterUDPZeroChecksum(t *testing.T) {
 	binary.BigEndian.PutUint16(ip[10:], checksum16(ip))
 	pseudo := append(append([]byte{}, ip[12:20]...), 0, 17, 0, 10)
 	eth := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0}
-	hdr := make([]byte, VirtioNetHdrLen)
+	hdr := make([]byte, helperproto.VirtioNetHdrLen)
 	hdr[0] = vnetNeedsCsum
 	binary.LittleEndian.PutUint16(hdr[6:], 34)
 	binary.LittleEndian.PutUint16(hdr[8:], 6)
@@ -336,7 +338,7 @@ func TestSegmenterUDPZeroChecksum(t *testing.T) {
 // tagged is pkt (a virtio-net header and a frame) with VLAN tags of the
 // given types after its MACs, its header's offsets moved past them.
 func tagged(pkt []byte, types ...uint16) []byte {
-	h, f := bytes.Clone(pkt[:VirtioNetHdrLen]), pkt[VirtioNetHdrLen:]
+	h, f := bytes.Clone(pkt[:helperproto.VirtioNetHdrLen]), pkt[helperproto.VirtioNetHdrLen:]
 	out := append(h, f[:12]...)
 	for i, typ := range types {
 		out = binary.BigEndian.AppendUint16(out, typ)
@@ -378,9 +380,9 @@ func TestSegmenterVLAN(t *testing.T) {
 func TestSegmenterPseudoHeader(t *testing.T) {
 	pkt := gsoPacket(true, make([]byte, 3000), 1400, 0x10)
 	final := bytes.Repeat([]byte{0xfd, 9}, 8)
-	tcpAt := VirtioNetHdrLen + 14 + 40
+	tcpAt := helperproto.VirtioNetHdrLen + 14 + 40
 	tcpLen := len(pkt) - tcpAt
-	pseudo := append(append(append([]byte{}, pkt[VirtioNetHdrLen+14+8:VirtioNetHdrLen+14+24]...), final...), 0, 0, byte(tcpLen>>8), byte(tcpLen), 0, 0, 0, 6)
+	pseudo := append(append(append([]byte{}, pkt[helperproto.VirtioNetHdrLen+14+8:helperproto.VirtioNetHdrLen+14+24]...), final...), 0, 0, byte(tcpLen>>8), byte(tcpLen), 0, 0, 0, 6)
 	binary.BigEndian.PutUint16(pkt[tcpAt+16:], ^checksum16(pseudo))
 	for i, f := range segmentAll(t, pkt, 1514) {
 		tcp := f[14+40:]

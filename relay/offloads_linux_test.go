@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -67,7 +68,7 @@ func TestRelayOffloadsThroughKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{tap: tap, sock: fds[0], stop: stop, tapHdr: VirtioNetHdrLen, frame: 1514,
+	r := &relay{tap: tap, sock: fds[0], stop: stop, tapHdr: helperproto.VirtioNetHdrLen, frame: 1514,
 		host: &counters{}, vm: &counters{}, log: &Logger{w: io.Discard}}
 	done := make(chan error, 1)
 	go func() { done <- r.run(nil) }()
@@ -144,7 +145,7 @@ func openTAP(name string, hdr bool) (int, error) {
 		err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
 	}
 	if err == nil && hdr {
-		if err = unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VirtioNetHdrLen); err == nil {
+		if err = unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, helperproto.VirtioNetHdrLen); err == nil {
 			err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|unix.TUN_F_TSO4|unix.TUN_F_TSO6)
 		}
 	}

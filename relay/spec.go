@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // SocketLock is the lock file beside a helper's --socket path: the helper
@@ -28,11 +30,6 @@ const Binary = "vmnetctl-relay"
 
 // EthHeaderLen is an Ethernet header's length.
 const EthHeaderLen = 14
-
-// VirtioNetHdrLen is the virtio-net header (struct virtio_net_hdr_v1) that
-// starts every frame of a VM port with offloads on (the TAP's
-// TUNSETVNETHDRSZ) and every datagram of a VM with them.
-const VirtioNetHdrLen = 12
 
 // SpecVersion changes whenever Spec's meaning does: vmnetctl-relay refuses
 // a spec of another version (a vmnetctl and a vmnetctl-relay of different
@@ -98,7 +95,7 @@ func DecodeSpec(v string) (Spec, error) {
 	if s.Version != SpecVersion {
 		return Spec{}, fmt.Errorf("%s: version %d, and this %s reads version %d: install vmnetctl and %s of one build", EnvSpec, s.Version, Binary, SpecVersion, Binary)
 	}
-	if s.TAP < 0 || s.Socket < 0 || s.Frame <= s.Hdr || s.TapHdr != 0 && (s.TapHdr != VirtioNetHdrLen || s.Hdr != 0) {
+	if s.TAP < 0 || s.Socket < 0 || s.Frame <= s.Hdr || s.TapHdr != 0 && (s.TapHdr != helperproto.VirtioNetHdrLen || s.Hdr != 0) {
 		return Spec{}, fmt.Errorf("%s: incomplete: %s", EnvSpec, v)
 	}
 	return s, nil
