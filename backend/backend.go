@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/leases"
 )
 
 // Backend provides networks and builds the helpers' command lines.
@@ -153,14 +154,9 @@ type Network interface {
 	Close() error
 }
 
-// Lease is one address handed out by a network's DHCP server; also the
-// form of a lease in netplane's lease files.
-type Lease struct {
-	MAC      string     `json:"mac"`
-	IP       netip.Addr `json:"ip"`
-	Hostname string     `json:"hostname,omitempty"`
-	Expiry   time.Time  `json:"expiry"`
-}
+// Lease is one address handed out by a network's DHCP server (the lease
+// store's type, which the backends share).
+type Lease = leases.Lease
 
 // ServiceStats count a network's DHCP and DNS traffic since it started;
 // zero where the backend's services are not vmnetctl's.

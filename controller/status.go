@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -635,7 +636,7 @@ func Leases(sd statedir.Dir, network string) (*LeaseList, error) {
 
 // leasesOf reads network id's unexpired leases from its lease file.
 func leasesOf(sd statedir.Dir, id string) ([]backend.Lease, error) {
-	return netplane.ReadLeases(netplane.LeaseFile(sd.LeasesDir(), id), time.Now())
+	return leases.Read(netplane.LeaseFile(sd.LeasesDir(), id), time.Now())
 }
 
 // Render writes the leases as a table.

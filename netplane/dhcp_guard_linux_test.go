@@ -25,7 +25,7 @@ func TestDHCPDeclineFlood(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.6.0/24")
 	n.LeaseTime = time.Hour
 	a := mustAllocator(t, n, "")
-	a.now = func() time.Time { return guardNow }
+	a.SetClock(func() time.Time { return guardNow })
 	var logs bytes.Buffer
 	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.NewTextHandler(&logs, nil)))
 	send := func(pkt []byte) *dhcpv4.DHCPv4 {

@@ -15,6 +15,7 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/leases"
 	"golang.org/x/time/rate"
 )
 
@@ -23,7 +24,7 @@ import (
 // packets alone.
 type dhcpHandler struct {
 	n     *api.Network
-	alloc *Allocator
+	alloc *leases.Allocator
 	dns   []net.IP
 	log   *slog.Logger
 
@@ -164,7 +165,7 @@ func (l *logLimit) allow(now time.Time) (bool, int) {
 	return true, n
 }
 
-func newDHCPHandler(n *api.Network, alloc *Allocator, dns []netip.Addr, log *slog.Logger) *dhcpHandler {
+func newDHCPHandler(n *api.Network, alloc *leases.Allocator, dns []netip.Addr, log *slog.Logger) *dhcpHandler {
 	h := &dhcpHandler{n: n, alloc: alloc, log: log, guestLog: guestLogs{total: maxGuestLines},
 		stats: backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}}}
 	for _, a := range dns {
@@ -314,7 +315,7 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.D
 		ip := addrOf(req.RequestedIPAddress())
 		err := h.alloc.Decline(mac, ip)
 		switch {
-		case errors.Is(err, ErrNotHolder):
+		case errors.Is(err, leases.ErrNotHolder):
 			h.warn(mac, "ignoring DHCPDECLINE of an address the client does not hold", "ip", ip)
 		case err != nil:
 			h.warn(mac, "declining lease", "ip", ip, "err", err)
@@ -388,7 +389,7 @@ func addrOf(ip net.IP) netip.Addr {
 func (h *dhcpHandler) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, yiaddr netip.Addr) *dhcpv4.DHCPv4 {
 	gw := net.IP(h.n.Gateway.AsSlice())
 	mask := net.CIDRMask(h.n.Subnet.Bits(), 32)
-	lt := h.alloc.leaseTime
+	lt := h.alloc.LeaseTime()
 	mtu := make([]byte, 2)
 	binary.BigEndian.PutUint16(mtu, uint16(h.n.MTU))
 	mods := []dhcpv4.Modifier{

@@ -13,9 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +21,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/leases"
 )
 
 // fuzzNow is the allocators' clock in the fuzzers: leases expire (or not)
@@ -66,13 +64,37 @@ func fuzzHeld(n *api.Network) []backend.Lease {
 	return ls
 }
 
-// checkHandOut fails when addr may not be given to mac by a's network n:
+// handOutRules is what an allocator had bound before the DHCP handler
+// acted, read through its public methods: the fixed addresses (the
+// network's reservations), the unexpired leases and the declined
+// addresses of the range.
+type handOutRules struct {
+	fixed    map[string]netip.Addr
+	leased   map[netip.Addr]string
+	declined map[netip.Addr]bool
+}
+
+func rulesOf(n *api.Network, a *leases.Allocator) handOutRules {
+	r := handOutRules{fixed: map[string]netip.Addr{}, leased: map[netip.Addr]string{}, declined: map[netip.Addr]bool{}}
+	for _, res := range n.Reservations {
+		r.fixed[res.MAC] = res.IP
+	}
+	for _, l := range a.Leases() {
+		r.leased[l.IP] = l.MAC
+	}
+	for ip := n.DHCPStart; n.Subnet.Contains(ip) && !n.DHCPEnd.Less(ip); ip = ip.Next() {
+		r.declined[ip] = a.Declined(ip)
+	}
+	return r
+}
+
+// checkHandOut fails when addr may not be given to mac by r's network n:
 // mac's fixed address exactly if it has one; else an address of the DHCP
 // range that is not the network, broadcast or gateway address, not fixed
 // for another MAC, not leased (unexpired) to another MAC and not declined.
-func checkHandOut(t *testing.T, n *api.Network, a *Allocator, mac string, addr netip.Addr) {
+func checkHandOut(t *testing.T, n *api.Network, r handOutRules, mac string, addr netip.Addr) {
 	t.Helper()
-	if f, ok := a.fixed[mac]; ok {
+	if f, ok := r.fixed[mac]; ok {
 		if addr != f {
 			t.Fatalf("%s has the fixed address %s but was given %s", mac, f, addr)
 		}
@@ -83,28 +105,26 @@ func checkHandOut(t *testing.T, n *api.Network, a *Allocator, mac string, addr n
 		t.Fatalf("%s was given %s, outside the DHCP range %s-%s", mac, addr, n.DHCPStart, n.DHCPEnd)
 	case addr == n.Subnet.Masked().Addr():
 		t.Fatalf("%s was given the network address %s", mac, addr)
-	case addr == lastAddr(n.Subnet):
+	case addr == broadcast(n.Subnet):
 		t.Fatalf("%s was given the broadcast address %s", mac, addr)
 	case addr == n.Gateway:
 		t.Fatalf("%s was given the gateway address %s", mac, addr)
 	}
-	for m, f := range a.fixed {
+	for m, f := range r.fixed {
 		if f == addr && m != mac {
 			t.Fatalf("%s was given %s, fixed for %s", mac, addr, m)
 		}
 	}
-	for m, l := range a.leases {
-		if l.IP == addr && m != mac && fuzzNow.Before(l.Expiry) {
-			t.Fatalf("%s was given %s, leased to %s until %s", mac, addr, m, l.Expiry)
-		}
+	if m, ok := r.leased[addr]; ok && m != mac {
+		t.Fatalf("%s was given %s, leased to %s", mac, addr, m)
 	}
-	if until, ok := a.declined[addr]; ok && fuzzNow.Before(until) {
-		t.Fatalf("%s was given %s, declined until %s", mac, addr, until)
+	if r.declined[addr] {
+		t.Fatalf("%s was given %s, declined", mac, addr)
 	}
 }
 
 // checkLeases fails when two unexpired leases share an address.
-func checkLeases(t *testing.T, a *Allocator) {
+func checkLeases(t *testing.T, a *leases.Allocator) {
 	t.Helper()
 	seen := map[netip.Addr]string{}
 	for _, l := range a.Leases() {
@@ -113,6 +133,19 @@ func checkLeases(t *testing.T, a *Allocator) {
 		}
 		seen[l.IP] = l.MAC
 	}
+}
+
+// holdLeases gives a the leases held, each committed at the time that
+// makes its expiry the one it names; a's clock is fuzzNow after.
+func holdLeases(t *testing.T, a *leases.Allocator, held []backend.Lease) {
+	t.Helper()
+	for _, l := range held {
+		a.SetClock(func() time.Time { return l.Expiry.Add(-a.LeaseTime()) })
+		if _, err := a.Commit(mustMAC(l.MAC), l.IP, ""); err != nil {
+			t.Fatalf("holding %+v: %v", l, err)
+		}
+	}
+	a.SetClock(func() time.Time { return fuzzNow })
 }
 
 // dhcpPacket is a client's message for the seeds.
@@ -171,10 +204,7 @@ func FuzzDHCPHandle(f *testing.F) {
 	f.Fuzz(func(t *testing.T, cfg byte, p1, p2, p3, p4 []byte) {
 		n := fuzzNet(cfg)
 		a := mustAllocator(t, n, "")
-		a.now = func() time.Time { return fuzzNow }
-		for _, l := range fuzzHeld(n) {
-			a.leases[l.MAC] = &l
-		}
+		holdLeases(t, a, fuzzHeld(n))
 		h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, log)
 		for _, b := range [][]byte{p1, p2, p3, p4} {
 			req, err := dhcpv4.FromBytes(b)
@@ -183,16 +213,10 @@ func FuzzDHCPHandle(f *testing.F) {
 			}
 			mac := req.ClientHWAddr.String()
 			// What the handler may hand out is decided before it acts.
-			var snap *Allocator
+			var snap *handOutRules
 			if len(req.ClientHWAddr) == 6 {
-				snap = &Allocator{fixed: a.fixed, leases: map[string]*backend.Lease{}, declined: map[netip.Addr]time.Time{}}
-				for m, l := range a.leases {
-					c := *l
-					snap.leases[m] = &c
-				}
-				for ip, until := range a.declined {
-					snap.declined[ip] = until
-				}
+				r := rulesOf(n, a)
+				snap = &r
 			}
 			reply := h.handle(req, req.ClientHWAddr)
 			checkLeases(t, a)
@@ -206,9 +230,9 @@ func FuzzDHCPHandle(f *testing.F) {
 			yi := addrOf(reply.YourIPAddr)
 			switch mt, rt := req.MessageType(), reply.MessageType(); {
 			case mt == dhcpv4.MessageTypeDiscover && rt == dhcpv4.MessageTypeOffer:
-				checkHandOut(t, n, snap, mac, yi)
+				checkHandOut(t, n, *snap, mac, yi)
 			case mt == dhcpv4.MessageTypeRequest && rt == dhcpv4.MessageTypeAck:
-				checkHandOut(t, n, snap, mac, yi)
+				checkHandOut(t, n, *snap, mac, yi)
 				if l, ok := a.Lookup(req.ClientHWAddr); !ok || l.IP != yi {
 					t.Fatalf("ACK of %s to %s, but its lease is %+v, %v", yi, mac, l, ok)
 				}
@@ -222,115 +246,6 @@ func FuzzDHCPHandle(f *testing.F) {
 			}
 		}
 	})
-}
-
-// FuzzLeaseFile loads arbitrary lease files, then hands out addresses to
-// the MACs of the file, to new MACs and to the reserved MAC until the range
-// runs out. Loading does not panic, every lease kept is usable, and every
-// address handed out afterwards is the MAC's fixed address or one of the
-// DHCP range, never the network, broadcast or gateway address nor another
-// MAC's; what the allocator saved loads back the same.
-func FuzzLeaseFile(f *testing.F) {
-	f.Add(byte(0), []byte(`{"network":"f","leases":[{"mac":"52:55:55:00:00:01","ip":"10.9.0.120","expiry":"2030-01-01T01:00:00Z"}]}`))
-	f.Add(byte(0), []byte(`{"leases":[{"mac":"zz","ip":"10.9.0.1"},{"mac":"52:55:55:00:00:01","ip":"1.2.3.4"},`+
-		`{"mac":"52:55:55:00:00:02","ip":"10.9.0.20","expiry":"2031-01-01T00:00:00Z"},{"mac":"52:55:55:00:00:03","ip":"10.9.0.50"}]}`))
-	f.Add(byte(1), []byte(`{"leases":[{"mac":"52:55:55:00:00:01","ip":"10.9.1.0","expiry":"2031-01-01T00:00:00Z"},`+
-		`{"mac":"52:55:55:00:00:02","ip":"10.9.1.7","expiry":"2031-01-01T00:00:00Z"},{"mac":"52:55:55:00:00:03","ip":"10.9.1.1"},`+
-		`{"mac":"52-55-55-00-00-04","ip":"10.9.1.2","expiry":"2031-01-01T00:00:00Z","hostname":"a"},{"mac":"52:55:55:00:00:04","ip":"10.9.1.3"}]}`))
-	f.Add(byte(1), []byte(`{"leases":[{"mac":"52:55:55:00:00:01","ip":"10.9.1.4","expiry":"2031-01-01T00:00:00Z"},`+
-		`{"mac":"52:55:55:00:00:02","ip":"10.9.1.4","expiry":"2031-01-01T00:00:00Z"}]}`))
-	f.Add(byte(0), []byte(`not json`))
-	// One file, rewritten for every input: a directory per input costs
-	// more than the allocator itself.
-	path := filepath.Join(f.TempDir(), "f.leases.json")
-	f.Fuzz(func(t *testing.T, cfg byte, b []byte) { fuzzLeases(t, cfg, path, b, nil) })
-}
-
-// FuzzLeaseJournal loads a lease file with an arbitrary journal beside it,
-// then checks what FuzzLeaseFile checks: a torn or corrupt record ends the
-// journal, never the load; what is loaded keeps one lease per MAC and per
-// address; and what is committed afterwards loads back.
-func FuzzLeaseJournal(f *testing.F) {
-	snap := []byte(`{"network":"f","seq":2,"leases":[{"mac":"52:55:55:00:00:01","ip":"10.9.0.120","expiry":"2030-01-01T01:00:00Z"}]}`)
-	rec := func(seq uint64, op, mac, ip string) []byte {
-		return appendRecord(nil, journalRecord{Seq: seq, Op: op, Lease: backend.Lease{MAC: mac, IP: netip.MustParseAddr(ip), Expiry: fuzzNow.Add(time.Hour)}})
-	}
-	good := slices.Concat(rec(1, journalSet, "52:55:55:00:00:07", "10.9.0.121"), rec(3, journalSet, "52:55:55:00:00:02", "10.9.0.120"),
-		rec(4, journalDrop, "52:55:55:00:00:01", "10.9.0.120"), rec(5, journalSet, "52:55:55:00:00:03", "10.9.0.1"),
-		rec(6, journalSet, "52:55:55:00:00:02", "10.9.0.122"))
-	f.Add(byte(0), snap, good)
-	f.Add(byte(0), snap, good[:len(good)-7])
-	f.Add(byte(1), snap, append(slices.Clone(good), "0000000 {}\nxyz"...))
-	f.Add(byte(0), []byte(`{"leases":[]}`), []byte("deadbeef {\"seq\":1,\"op\":\"set\"}\n"))
-	path := filepath.Join(f.TempDir(), "f.leases.json")
-	f.Fuzz(func(t *testing.T, cfg byte, b, j []byte) { fuzzLeases(t, cfg, path, b, j) })
-}
-
-func fuzzLeases(t *testing.T, cfg byte, path string, b, journal []byte) {
-	n := fuzzNet(cfg)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(journalPath(path), journal, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ReadLeases(path, fuzzNow); err != nil && !strings.Contains(err.Error(), path) {
-		t.Fatalf("ReadLeases: %v", err)
-	}
-	a, err := NewAllocator(n, path)
-	if err != nil {
-		// A file it cannot read is an error, not a crash or a guess.
-		if !strings.Contains(err.Error(), "reading leases") {
-			t.Fatalf("NewAllocator: %v", err)
-		}
-		return
-	}
-	defer a.Close()
-	a.now = func() time.Time { return fuzzNow }
-	checkLeases(t, a) // a file's duplicate addresses are not kept
-	var macs []string
-	for m, l := range a.leases {
-		if !a.usable(l.IP) || m != l.MAC {
-			t.Fatalf("kept unusable lease %+v", l)
-		}
-		macs = append(macs, m)
-	}
-	slices.Sort(macs)
-	macs = append(macs, fuzzFixedMAC)
-	for i := range 8 {
-		macs = append(macs, fmt.Sprintf("52:55:55:00:01:%02x", i))
-	}
-	for _, m := range macs {
-		hw := mustMAC(m)
-		off, err := a.Offer(hw, netip.Addr{})
-		if errors.Is(err, ErrNoAddress) {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("offer to %s: %v", m, err)
-		}
-		checkHandOut(t, n, a, m, off)
-		l, err := a.Commit(hw, off, "")
-		if err != nil {
-			t.Fatalf("commit of the offered %s to %s: %v", off, m, err)
-		}
-		if l.IP != off {
-			t.Fatalf("committed %s, offered %s", l.IP, off)
-		}
-	}
-	again, err := NewAllocator(n, path)
-	if err != nil {
-		t.Fatalf("loading what was saved: %v", err)
-	}
-	defer again.Close()
-	for m, l := range a.leases {
-		if o, ok := again.leases[m]; !ok || o.IP != l.IP || o.Hostname != l.Hostname || !o.Expiry.Equal(l.Expiry) {
-			t.Fatalf("lease %+v saved, loaded back as %+v", l, o)
-		}
-	}
-	if len(again.leases) != len(a.leases) {
-		t.Fatalf("%d leases saved, %d loaded back", len(a.leases), len(again.leases))
-	}
 }
 
 // FuzzLocalName checks the DNS proxy's name parsing: a local name is one

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/leases"
 	"sigs.k8s.io/knftables"
 )
 
@@ -727,7 +728,7 @@ type binding struct {
 // leases that expired.
 type addrGuard struct {
 	id    string
-	alloc *Allocator
+	alloc *leases.Allocator
 	log   *slog.Logger
 	nft   knftables.Interface
 	inNS  func(func() error) error
@@ -737,7 +738,7 @@ type addrGuard struct {
 	failLog   logLimit
 }
 
-func newAddrGuard(n *api.Network, alloc *Allocator, log *slog.Logger, inNS func(func() error) error) (*addrGuard, error) {
+func newAddrGuard(n *api.Network, alloc *leases.Allocator, log *slog.Logger, inNS func(func() error) error) (*addrGuard, error) {
 	nft, err := newNFT(knftables.BridgeFamily, n.ID)
 	if err != nil {
 		return nil, err
@@ -865,7 +866,7 @@ func (g *addrGuard) logFailure(err error) {
 	if err == nil {
 		return
 	}
-	if ok, n := g.failLog.allow(g.alloc.now()); ok {
+	if ok, n := g.failLog.allow(g.alloc.Now()); ok {
 		g.log.Error("guard: the VMs' addresses are not up to date; retrying later", "err", err, "suppressed", n)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/vmnetctl/vmnetctl/leases"
 )
 
 // hostTable maps VMs' MAC addresses to their names for the DNS proxy.
@@ -87,7 +89,7 @@ func (t *hostTable) mac(name string) (string, bool) {
 // while the VM has no address: a guest that sends the host name "db" must
 // not take the name of the VM file's "db", whether "db" is running or not,
 // nor on a network "db" is not on (hostTable.reserved).
-func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool) {
+func resolver(hosts *hostTable, alloc *leases.Allocator) func(string) (netip.Addr, bool) {
 	return func(name string) (netip.Addr, bool) {
 		if alloc == nil {
 			return netip.Addr{}, false
@@ -116,7 +118,7 @@ func resolver(hosts *hostTable, alloc *Allocator) func(string) (netip.Addr, bool
 // resolver6 answers AAAA for the DNS proxy: the IPv6 addresses the guard
 // learned for the MAC of a name (a VM file's name, else a DHCP client's
 // host name), as resolver decides which MAC a name is.
-func resolver6(hosts *hostTable, alloc *Allocator, learner *nd6Learner) func(string) []netip.Addr {
+func resolver6(hosts *hostTable, alloc *leases.Allocator, learner *nd6Learner) func(string) []netip.Addr {
 	return func(name string) []netip.Addr {
 		if learner == nil {
 			return nil

@@ -1,12 +1,45 @@
 package netplane
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/leases"
 )
+
+// bigAllocator returns an allocator of a /16 whose lease file holds n
+// unexpired leases on the first n addresses of the range, loaded the way
+// vmnetctl loads them after a restart.
+func bigAllocator(tb testing.TB, n int) *leases.Allocator {
+	tb.Helper()
+	nw := testNet("big", api.ModeHost, "10.8.0.0/16")
+	nw.LeaseTime = time.Hour
+	var ls []backend.Lease
+	addr := nw.DHCPStart
+	for i := range n {
+		ls = append(ls, backend.Lease{MAC: fmt.Sprintf("52:55:%02x:%02x:%02x:%02x", i>>24&0xff, i>>16&0xff, i>>8&0xff, i&0xff),
+			IP: addr, Expiry: guardNow.Add(time.Hour)})
+		addr = addr.Next()
+	}
+	data, err := json.Marshal(map[string]any{"network": nw.ID, "subnet": nw.Subnet.String(), "leases": ls})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path := filepath.Join(tb.TempDir(), "big.leases.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	a := mustAllocator(tb, nw, path)
+	a.SetClock(func() time.Time { return guardNow })
+	return a
+}
 
 // BenchmarkResolve measures the DNS proxy's lookup of a DHCP host name on a
 // network with many leases.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/leases"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
@@ -299,7 +300,7 @@ func Remove(ctx context.Context, id, stateDir string) error {
 		errs = append(errs, err)
 	}
 	if stateDir != "" {
-		for _, f := range []string{LeaseFile(stateDir, id), journalPath(LeaseFile(stateDir, id))} {
+		for _, f := range []string{LeaseFile(stateDir, id), leases.JournalPath(LeaseFile(stateDir, id))} {
 			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("network %q: removing leases: %w", id, err))
 			}

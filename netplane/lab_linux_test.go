@@ -13,6 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -242,4 +243,28 @@ func snapshot(t *testing.T, host *testutil.NS) string {
 		fmt.Fprintf(&b, "$ %s\n%s\n", strings.Join(args, " "), out)
 	}
 	return b.String()
+}
+
+// mustAllocator is leases.NewAllocator(n, path) that fails the test on
+// error.
+func mustAllocator(tb testing.TB, n *api.Network, path string) *leases.Allocator {
+	tb.Helper()
+	a, err := leases.NewAllocator(n, path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+// guardNow is the injected clock of the DHCP guard tests.
+var guardNow = time.Unix(1_800_000_000, 0)
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func mustMAC(s string) net.HardwareAddr {
+	hw, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return hw
 }

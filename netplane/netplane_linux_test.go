@@ -13,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -602,7 +603,7 @@ func TestRemoveAndSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A journal left beside it (Close compacts it away; a crash does not).
-	if err := os.WriteFile(journalPath(LeaseFile(state, "b")), nil, 0o600); err != nil {
+	if err := os.WriteFile(leases.JournalPath(LeaseFile(state, "b")), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -611,7 +612,7 @@ func TestRemoveAndSweep(t *testing.T) {
 	if fmt.Sprint(removed) != "[b]" {
 		t.Errorf("Sweep removed %v, want [b]", removed)
 	}
-	for _, f := range []string{LeaseFile(state, "b"), journalPath(LeaseFile(state, "b"))} {
+	for _, f := range []string{LeaseFile(state, "b"), leases.JournalPath(LeaseFile(state, "b"))} {
 		if _, err := os.Stat(f); !os.IsNotExist(err) {
 			t.Errorf("lease file %s of b survived Sweep: %v", f, err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/leases"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,7 +27,7 @@ import (
 type Network struct {
 	n       *api.Network
 	log     *slog.Logger
-	alloc   *Allocator // nil without DHCP
+	alloc   *leases.Allocator // nil without DHCP
 	hosts   *hostTable
 	dhcp    *dhcpHandler
 	dns     *dnsHandler
@@ -108,7 +109,7 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 		if err != nil {
 			return nil, err
 		}
-		if nw.alloc, err = NewAllocator(mine, leasePath); err != nil {
+		if nw.alloc, err = leases.NewAllocator(mine, leasePath); err != nil {
 			return nil, err
 		}
 	}

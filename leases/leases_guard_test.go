@@ -1,4 +1,4 @@
-package netplane
+package leases
 
 import (
 	"encoding/json"
@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
 )
 
 // guardNow is the injected clock of the guard tests.
@@ -33,7 +32,7 @@ func bigAllocator(tb testing.TB, n int) *Allocator {
 	f := leaseFile{Network: nw.ID, Subnet: nw.Subnet.String()}
 	addr := nw.DHCPStart
 	for i := range n {
-		f.Leases = append(f.Leases, backend.Lease{MAC: fmt.Sprintf("52:55:%02x:%02x:%02x:%02x", i>>24&0xff, i>>16&0xff, i>>8&0xff, i&0xff),
+		f.Leases = append(f.Leases, Lease{MAC: fmt.Sprintf("52:55:%02x:%02x:%02x:%02x", i>>24&0xff, i>>16&0xff, i>>8&0xff, i&0xff),
 			IP: addr, Expiry: guardNow.Add(time.Hour)})
 		addr = addr.Next()
 	}
@@ -476,7 +475,7 @@ func TestJournalCrash(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "j.leases.json")
 	a := mustAllocator(t, n, path)
 	macs := []net.HardwareAddr{mustMAC("52:55:55:00:07:00"), mustMAC("52:55:55:00:07:01"), mustMAC("52:55:55:00:07:02"), mustMAC("52:55:55:00:07:03")}
-	var granted []backend.Lease
+	var granted []Lease
 	for i, m := range macs {
 		l, err := a.Commit(m, addrU32(u32(ip("10.9.6.10"))+uint32(i)), fmt.Sprintf("vm%d", i))
 		if err != nil {
@@ -494,11 +493,11 @@ func TestJournalCrash(t *testing.T) {
 	released := *a.leases[macs[1].String()]
 	a.mu.Unlock()
 	// The crash: half of a record that was being written.
-	j, err := os.OpenFile(journalPath(path), os.O_WRONLY|os.O_APPEND, 0)
+	j, err := os.OpenFile(JournalPath(path), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	torn := appendRecord(nil, journalRecord{Seq: 99, Op: journalSet, Lease: backend.Lease{MAC: "52:55:55:00:07:09", IP: ip("10.9.6.99"), Expiry: guardNow}})
+	torn := appendRecord(nil, journalRecord{Seq: 99, Op: journalSet, Lease: Lease{MAC: "52:55:55:00:07:09", IP: ip("10.9.6.99"), Expiry: guardNow}})
 	j.Write(torn[:len(torn)/2])
 	j.Close()
 
@@ -536,7 +535,7 @@ func TestJournalCrash(t *testing.T) {
 	if got, ok := c.Lookup(m); !ok || !sameLease(got, l) {
 		t.Errorf("committed %+v after the crash, loaded back %+v", l, got)
 	}
-	if got, err := ReadLeases(path, time.Now()); err != nil || len(got) != 3 {
+	if got, err := Read(path, time.Now()); err != nil || len(got) != 3 {
 		t.Errorf("ReadLeases: %v, %v; want the 3 unexpired leases", got, err)
 	}
 }
@@ -563,11 +562,11 @@ func TestJournalCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 150 {
-			old, _ = os.ReadFile(journalPath(path))
+			old, _ = os.ReadFile(JournalPath(path))
 		}
 	}
 	a.bg.Wait()
-	jdata, _ := os.ReadFile(journalPath(path))
+	jdata, _ := os.ReadFile(JournalPath(path))
 	if recs, _ := parseJournal(jdata); len(recs) > 4*10 {
 		t.Errorf("%d records in the journal after compaction, want at most %d", len(recs), 4*10)
 	}
@@ -594,7 +593,7 @@ func TestJournalCompaction(t *testing.T) {
 	// A crash after the snapshot's rename, before the journal's: the
 	// records of the older journal are in the snapshot already and change
 	// nothing.
-	if err := os.WriteFile(journalPath(path), append(old, jdata...), 0o644); err != nil {
+	if err := os.WriteFile(JournalPath(path), append(old, jdata...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := mustAllocator(t, n, path)
@@ -602,7 +601,7 @@ func TestJournalCompaction(t *testing.T) {
 	c.Close()
 }
 
-func sameLease(x, y backend.Lease) bool {
+func sameLease(x, y Lease) bool {
 	return x.MAC == y.MAC && x.IP == y.IP && x.Hostname == y.Hostname && x.Expiry.Equal(y.Expiry)
 }
 

@@ -1,4 +1,7 @@
-package netplane
+// Package leases is a network's DHCP lease store: the allocator that hands
+// out the addresses of its range, and the snapshot and journal that keep
+// its leases on disk across restarts and crashes.
+package leases
 
 import (
 	"bytes"
@@ -21,23 +24,31 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/atomicfile"
-	"github.com/vmnetctl/vmnetctl/backend"
 )
+
+// Lease is a DHCP lease: the address a VM's MAC holds until Expiry, and
+// the host name its client sent.
+type Lease struct {
+	MAC      string     `json:"mac"`
+	IP       netip.Addr `json:"ip"`
+	Hostname string     `json:"hostname,omitempty"`
+	Expiry   time.Time  `json:"expiry"`
+}
 
 // leaseFile is the on-disk form of a network's leases: the snapshot. Seq
 // is the last change it holds; the journal's records up to it are already
 // in it (an older vmnetctl's file has none: 0).
 type leaseFile struct {
-	Network string          `json:"network"`
-	Subnet  string          `json:"subnet"`
-	Seq     uint64          `json:"seq,omitempty"`
-	Leases  []backend.Lease `json:"leases"`
+	Network string  `json:"network"`
+	Subnet  string  `json:"subnet"`
+	Seq     uint64  `json:"seq,omitempty"`
+	Leases  []Lease `json:"leases"`
 }
 
-// ReadLeases reads the unexpired leases of a lease file and its journal as
+// Read reads the unexpired leases of a lease file and its journal as
 // of now, by address: what the DHCP server handed out, readable without it
 // (a lease is written before its ACK). A missing file has none.
-func ReadLeases(path string, now time.Time) ([]backend.Lease, error) {
+func Read(path string, now time.Time) ([]Lease, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -49,7 +60,7 @@ func ReadLeases(path string, now time.Time) ([]backend.Lease, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	byMAC := map[string]*backend.Lease{}
+	byMAC := map[string]*Lease{}
 	at := map[netip.Addr]string{}
 	for _, l := range f.Leases {
 		if _, dup := byMAC[l.MAC]; !dup {
@@ -57,7 +68,7 @@ func ReadLeases(path string, now time.Time) ([]backend.Lease, error) {
 			at[l.IP] = l.MAC
 		}
 	}
-	if jdata, err := os.ReadFile(journalPath(path)); err == nil {
+	if jdata, err := os.ReadFile(JournalPath(path)); err == nil {
 		recs, _ := parseJournal(jdata)
 		for _, r := range recs {
 			if r.Seq > f.Seq {
@@ -65,13 +76,13 @@ func ReadLeases(path string, now time.Time) ([]backend.Lease, error) {
 			}
 		}
 	}
-	var out []backend.Lease
+	var out []Lease
 	for _, l := range byMAC {
 		if now.Before(l.Expiry) {
 			out = append(out, *l)
 		}
 	}
-	slices.SortFunc(out, func(x, y backend.Lease) int { return x.IP.Compare(y.IP) })
+	slices.SortFunc(out, func(x, y Lease) int { return x.IP.Compare(y.IP) })
 	return out, nil
 }
 
@@ -131,10 +142,10 @@ type Allocator struct {
 	path      string
 	now       func() time.Time
 
-	leases   map[string]*backend.Lease // by MAC
-	fixed    map[string]netip.Addr     // by MAC: reservations and SetFixed
-	reserved map[string]bool           // MACs whose fixed address comes from networks.yaml
-	declined map[netip.Addr]time.Time  // addresses a client found in use, until when
+	leases   map[string]*Lease        // by MAC
+	fixed    map[string]netip.Addr    // by MAC: reservations and SetFixed
+	reserved map[string]bool          // MACs whose fixed address comes from networks.yaml
+	declined map[netip.Addr]time.Time // addresses a client found in use, until when
 
 	// offers holds the address offered to each MAC for offerHold, so that
 	// clients that discover at once are offered different addresses
@@ -197,8 +208,8 @@ const (
 	journalMin    = 4096
 )
 
-// journalPath is the journal of the snapshot at path.
-func journalPath(path string) string { return path + ".journal" }
+// JournalPath is the journal of the snapshot at path.
+func JournalPath(path string) string { return path + ".journal" }
 
 // offer is an address offered to a MAC, held for it until until.
 type offer struct {
@@ -233,7 +244,7 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 	a := &Allocator{
 		id: n.ID, subnet: n.Subnet, gateway: n.Gateway, start: n.DHCPStart, end: n.DHCPEnd,
 		leaseTime: lt, path: path, now: time.Now, write: writeFileAtomic, appendSync: appendSync, journalMin: journalMin,
-		leases: map[string]*backend.Lease{}, fixed: map[string]netip.Addr{}, reserved: map[string]bool{},
+		leases: map[string]*Lease{}, fixed: map[string]netip.Addr{}, reserved: map[string]bool{},
 		declined: map[netip.Addr]time.Time{}, offers: map[string]offer{}, offered: map[netip.Addr]string{},
 	}
 	a.pcond = sync.NewCond(&a.pmu)
@@ -253,7 +264,7 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		// A journal without its snapshot is a removed network's (Remove
 		// deletes the snapshot): its records are not this network's.
-		if err := os.Remove(journalPath(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(JournalPath(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("removing the stale lease journal of network %q: %w", n.ID, err)
 		}
 		a.reindex()
@@ -303,7 +314,7 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 // (seq), up to the first torn or corrupt one, and cuts the journal there,
 // so that new records follow the last good one.
 func (a *Allocator) replayJournal(seq uint64, at map[netip.Addr]string) error {
-	jp := journalPath(a.path)
+	jp := JournalPath(a.path)
 	data, err := os.ReadFile(jp)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -486,7 +497,7 @@ func (a *Allocator) refresh(ip netip.Addr) {
 
 // linkLease indexes l, which must be a.leases[l.MAC], on an address no
 // other lease has.
-func (a *Allocator) linkLease(l *backend.Lease) {
+func (a *Allocator) linkLease(l *Lease) {
 	a.byIP[l.IP] = l.MAC
 	if k := hostKey(l.Hostname); k != "" {
 		if a.byHost[k] == nil {
@@ -529,7 +540,7 @@ func (a *Allocator) unlinkLease(mac string) {
 
 // setLease makes l mac's lease, taking its address over from any other
 // MAC (whose lease is forgotten).
-func (a *Allocator) setLease(l *backend.Lease) {
+func (a *Allocator) setLease(l *Lease) {
 	if h, ok := a.byIP[l.IP]; ok && h != l.MAC {
 		a.dropLease(h)
 	}
@@ -667,10 +678,37 @@ func (a *Allocator) dropOffer(mac string) {
 	}
 }
 
+// LeaseTime is how long a lease lasts.
+func (a *Allocator) LeaseTime() time.Duration { return a.leaseTime }
+
+// Now is the allocator's clock: time.Now, or the one SetClock gave.
+func (a *Allocator) Now() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.now()
+}
+
+// SetClock makes now the allocator's clock, for tests whose leases expire
+// at a time they choose.
+func (a *Allocator) SetClock(now func() time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.now = now
+}
+
+// Declined tells whether ip is set aside after a DECLINE (Decline), to be
+// offered to no one but a MAC it is fixed for until the quarantine ends.
+func (a *Allocator) Declined(ip netip.Addr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	until, ok := a.declined[ip]
+	return ok && a.now().Before(until)
+}
+
 // Commit leases ip to mac (DHCPREQUEST) for the lease time and persists it:
 // when it returns without error, the lease is on disk. It fails when ip is
 // not the address mac should have, so the server can NAK.
-func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string) (backend.Lease, error) {
+func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string) (Lease, error) {
 	a.mu.Lock()
 	now := a.now()
 	a.sync(now)
@@ -678,19 +716,19 @@ func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string)
 	want, err := a.pick(m, ip, now)
 	if err != nil {
 		a.mu.Unlock()
-		return backend.Lease{}, err
+		return Lease{}, err
 	}
 	if want != ip {
 		a.mu.Unlock()
-		return backend.Lease{}, fmt.Errorf("%s is not available to %s (it would get %s)", ip, m, want)
+		return Lease{}, fmt.Errorf("%s is not available to %s (it would get %s)", ip, m, want)
 	}
-	l := &backend.Lease{MAC: m, IP: ip, Hostname: hostname, Expiry: now.Add(a.leaseTime).Truncate(time.Second)}
+	l := &Lease{MAC: m, IP: ip, Hostname: hostname, Expiry: now.Add(a.leaseTime).Truncate(time.Second)}
 	prev := a.leases[m]
 	if hostname == "" && prev != nil {
 		l.Hostname = prev.Hostname
 	}
 	// A lease that expired and was remembered for another MAC is taken over.
-	var over *backend.Lease
+	var over *Lease
 	if h, ok := a.byIP[ip]; ok && h != m {
 		over = a.leases[h]
 	}
@@ -717,7 +755,7 @@ func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string)
 				a.setLease(over)
 			}
 		}
-		return backend.Lease{}, err
+		return Lease{}, err
 	}
 	return *l, nil
 }
@@ -756,7 +794,7 @@ func (a *Allocator) Decline(mac net.HardwareAddr, ip netip.Addr) error {
 	a.declines[m] = append(a.declines[m], ip)
 	heap.Push(&a.quarantine, quarantined{ip, until})
 	a.refresh(ip)
-	g := a.record(journalDrop, backend.Lease{MAC: m, IP: ip})
+	g := a.record(journalDrop, Lease{MAC: m, IP: ip})
 	a.mu.Unlock()
 	return a.flush(g)
 }
@@ -838,12 +876,12 @@ func (a *Allocator) ClearFixed(mac net.HardwareAddr) {
 }
 
 // Lookup returns the current (unexpired) lease of mac.
-func (a *Allocator) Lookup(mac net.HardwareAddr) (backend.Lease, bool) {
+func (a *Allocator) Lookup(mac net.HardwareAddr) (Lease, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l, ok := a.leases[mac.String()]
 	if !ok || !a.now().Before(l.Expiry) {
-		return backend.Lease{}, false
+		return Lease{}, false
 	}
 	return *l, true
 }
@@ -906,16 +944,16 @@ func hostKey(hostname string) string {
 // holds by asking for a lower address).
 // It costs O(1) in the number of leases: an index by name, kept by every
 // change of a lease (expiry is checked here).
-func (a *Allocator) ByHostname(name string) (backend.Lease, bool) {
+func (a *Allocator) ByHostname(name string) (Lease, bool) {
 	k := hostKey(name)
 	if k == "" || k != strings.ToLower(name) {
-		return backend.Lease{}, false
+		return Lease{}, false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
 	a.sync(now)
-	var best *backend.Lease
+	var best *Lease
 	var bestSeq uint64
 	for m, seq := range a.byHost[k] {
 		if l := a.leases[m]; l != nil && now.Before(l.Expiry) && (best == nil || seq < bestSeq) {
@@ -923,23 +961,23 @@ func (a *Allocator) ByHostname(name string) (backend.Lease, bool) {
 		}
 	}
 	if best == nil {
-		return backend.Lease{}, false
+		return Lease{}, false
 	}
 	return *best, true
 }
 
 // Leases returns the unexpired leases, by address.
-func (a *Allocator) Leases() []backend.Lease {
+func (a *Allocator) Leases() []Lease {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
-	var out []backend.Lease
+	var out []Lease
 	for _, l := range a.leases {
 		if now.Before(l.Expiry) {
 			out = append(out, *l)
 		}
 	}
-	slices.SortFunc(out, func(x, y backend.Lease) int { return x.IP.Compare(y.IP) })
+	slices.SortFunc(out, func(x, y Lease) int { return x.IP.Compare(y.IP) })
 	return out
 }
 
@@ -1022,7 +1060,7 @@ func (a *Allocator) appendJournal(recs []byte) error {
 		return nil
 	}
 	if a.journal == nil {
-		f, err := os.OpenFile(journalPath(a.path), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		f, err := os.OpenFile(JournalPath(a.path), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
 			return err
 		}
@@ -1083,7 +1121,7 @@ func (a *Allocator) restartJournal() error {
 	// The new journal is written, synced and renamed into place through
 	// the file it stays open as: no second open that could fail after the
 	// rename and leave later records going to the old, unlinked file.
-	f, err := atomicfile.Create(journalPath(a.path), a.tail, leaseFileOptions)
+	f, err := atomicfile.Create(JournalPath(a.path), a.tail, leaseFileOptions)
 	if err != nil {
 		return err
 	}
@@ -1097,7 +1135,7 @@ func (a *Allocator) restartJournal() error {
 // snapshot returns every lease, expired ones too, as of the last change
 // (under mu).
 func (a *Allocator) snapshot() leaseFile {
-	f := leaseFile{Network: a.id, Subnet: a.subnet.String(), Seq: a.gen, Leases: make([]backend.Lease, 0, len(a.leases))}
+	f := leaseFile{Network: a.id, Subnet: a.subnet.String(), Seq: a.gen, Leases: make([]Lease, 0, len(a.leases))}
 	for _, l := range a.leases {
 		f.Leases = append(f.Leases, *l)
 	}
@@ -1106,7 +1144,7 @@ func (a *Allocator) snapshot() leaseFile {
 
 // writeSnapshot writes f to a.path atomically.
 func (a *Allocator) writeSnapshot(f leaseFile) error {
-	slices.SortFunc(f.Leases, func(x, y backend.Lease) int { return cmp.Or(x.IP.Compare(y.IP), cmp.Compare(x.MAC, y.MAC)) })
+	slices.SortFunc(f.Leases, func(x, y Lease) int { return cmp.Or(x.IP.Compare(y.IP), cmp.Compare(x.MAC, y.MAC)) })
 	data, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err
@@ -1140,14 +1178,14 @@ const (
 )
 
 type journalRecord struct {
-	Seq   uint64        `json:"seq"`
-	Op    string        `json:"op"`
-	Lease backend.Lease `json:"lease"`
+	Seq   uint64 `json:"seq"`
+	Op    string `json:"op"`
+	Lease Lease  `json:"lease"`
 }
 
 // record numbers a change and adds its journal record to pending (under
 // mu); it returns the change's number.
-func (a *Allocator) record(op string, l backend.Lease) uint64 {
+func (a *Allocator) record(op string, l Lease) uint64 {
 	a.gen++
 	if a.path == "" {
 		return a.gen
@@ -1195,7 +1233,7 @@ func parseJournal(data []byte) ([]journalRecord, int) {
 // apply applies r to leases (by MAC) and at (the MAC on each address): a
 // set takes the address over from any other MAC, as Commit does. Leases
 // on addresses that usable refuses are dropped.
-func (r journalRecord) apply(leases map[string]*backend.Lease, at map[netip.Addr]string, usable func(netip.Addr) bool) {
+func (r journalRecord) apply(leases map[string]*Lease, at map[netip.Addr]string, usable func(netip.Addr) bool) {
 	mac, err := normMAC(r.Lease.MAC)
 	if err != nil {
 		return

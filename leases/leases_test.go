@@ -1,4 +1,4 @@
-package netplane
+package leases
 
 import (
 	"errors"
@@ -6,8 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -181,45 +179,6 @@ func TestAllocatorHoldsOffers(t *testing.T) {
 	}
 	if len(b.offers) > maxOffers || len(b.offered) > maxOffers {
 		t.Errorf("%d offers held (%d addresses), want at most %d", len(b.offers), len(b.offered), maxOffers)
-	}
-}
-
-func TestLocalName(t *testing.T) {
-	for _, tc := range []struct {
-		q            string
-		name         string
-		inZone, isOK bool
-	}{
-		{"vm1.vmnet.internal.", "vm1", true, true},
-		{"VM1.VMNET.Internal.", "vm1", true, true},
-		{"a.b.vmnet.internal.", "", true, false},
-		{"vmnet.internal.", "", true, false},
-		{"vm1.", "vm1", false, true},
-		{"example.com.", "", false, false},
-	} {
-		name, inZone, ok := localName(tc.q)
-		if name != tc.name || inZone != tc.inZone || ok != tc.isOK {
-			t.Errorf("localName(%q) = %q, %v, %v; want %q, %v, %v", tc.q, name, inZone, ok, tc.name, tc.inZone, tc.isOK)
-		}
-	}
-}
-
-func TestNFTRules(t *testing.T) {
-	n := testNet("s", api.ModeShared, "10.9.0.0/24")
-	r := nftRules(n)
-	if !slices.Contains(r["postrouting"], `ip saddr 10.9.0.0/24 oifname != "vmn-s" masquerade`) || len(r["input"]) != 4 {
-		t.Errorf("shared rules: %q", r)
-	}
-	h := testNet("h", api.ModeHost, "10.9.1.0/24")
-	h.DNSProxy = false
-	r = nftRules(h)
-	for _, rule := range r["postrouting"] {
-		if strings.Contains(rule, "oifname != ") {
-			t.Errorf("host network masquerades what leaves it: %q", rule)
-		}
-	}
-	if len(r["input"]) != 3 || slices.ContainsFunc(r["input"], func(s string) bool { return strings.Contains(s, "dport 53") }) {
-		t.Errorf("host network without DNS proxy: input %q", r["input"])
 	}
 }
 
