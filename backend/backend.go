@@ -8,10 +8,13 @@ package backend
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -46,6 +49,10 @@ type Backend interface {
 	// HelperEnv is what the helper's environment adds to the controller's,
 	// from which the controller removes sudo's SUDO_* variables.
 	HelperEnv(s HelperSpec) []string
+	// StoredLeases are network n's unexpired leases as its DHCP server
+	// keeps them on disk (vmnetctl's lease files under o.LeaseDir, or
+	// bootpd's), readable whether or not the network runs.
+	StoredLeases(n *api.Network, o NetworkOptions) ([]Lease, error)
 	// Limits lists, one sentence each, what the backend cannot honour of
 	// these networks and attachments, or would refuse to run.
 	Limits(nets []*api.Network, atts []*api.Attachment) []Limit
@@ -303,3 +310,15 @@ type DNSStats struct {
 	Refused       uint64 `json:"refused"`       // not the network's own name, and forwarding off: REFUSED
 	Dropped       uint64 `json:"dropped"`       // unanswered: too many queries (or TCP connections) in flight
 }
+
+// ForwardKey names a port forward of the attachment key ("vm/index"): its
+// entry in ServiceStats.ForwardConns and, in vmnetctl's data plane, the
+// nftables counter of its connections: "fwd-vm-index-" and a hash of the
+// forward, so that a forward keeps its count when others around it change.
+func ForwardKey(key string, pf api.PortForward) string {
+	sum := sha256.Sum256([]byte(pf.String()))
+	return ForwardKeyPrefix + strings.ReplaceAll(key, "/", "-") + "-" + hex.EncodeToString(sum[:4])
+}
+
+// ForwardKeyPrefix starts every ForwardKey.
+const ForwardKeyPrefix = "fwd-"

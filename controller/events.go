@@ -108,7 +108,7 @@ func (c *Controller) expireLeases(known map[string]Event, now time.Time) (next t
 	}
 	cur := map[string]Event{}
 	for _, n := range d.Networks {
-		ls, err := leasesOf(c.sd, n.ID)
+		ls, err := leasesOf(c.be, c.sd, n)
 		if err != nil { // unreadable this time: as last time
 			for k, ev := range known {
 				if ev.Network == n.ID {

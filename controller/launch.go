@@ -10,8 +10,8 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/procid"
-	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -129,10 +129,10 @@ func (l launcher) prepareSocket(a *Attachment, owner *statedir.Project) (string,
 	return sock, nil
 }
 
-// removeSocket removes a helper's socket and its lock (relay.SocketLock).
+// removeSocket removes a helper's socket and its lock (helperproto.SocketLock).
 func removeSocket(sock string) {
 	os.Remove(sock)
-	os.Remove(relay.SocketLock(sock))
+	os.Remove(helperproto.SocketLock(sock))
 }
 
 // newHelperRecord is the record of attachment a's helper, before it runs.

@@ -20,7 +20,6 @@ import (
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/metrics"
-	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 // maxScrapes is how many scrapes are collected at once: room for two
@@ -316,7 +315,7 @@ func (c *Controller) collectAttachment(emit emitter, a *Attachment, st backend.S
 	with := func(extra ...string) []string { return append(append([]string{}, labels...), extra...) }
 	emit(descAttachmentInfo, prometheus.GaugeValue, 1, with(a.Project, string(a.Attach))...)
 	for _, pf := range a.PortForwards {
-		emit(descForwardConns, prometheus.CounterValue, float64(st.ForwardConns[netplane.ForwardKey(a.Key(), pf)]), with(pf.String())...)
+		emit(descForwardConns, prometheus.CounterValue, float64(st.ForwardConns[backend.ForwardKey(a.Key(), pf)]), with(pf.String())...)
 	}
 	if n := c.applied.Network(a.Network); a.Egress != nil || (n != nil && n.Egress != nil) {
 		emit(descAttachmentEgressDenied, prometheus.CounterValue, float64(st.EgressDeniedByMAC[a.MAC]), labels...)

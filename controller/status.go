@@ -19,8 +19,6 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
-	"github.com/vmnetctl/vmnetctl/leases"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -253,7 +251,7 @@ func (c *Controller) statusOf(project string) *Status {
 		}
 		as.EgressDenied = denied[a.Network+"/"+a.MAC]
 		for _, pf := range a.PortForwards {
-			as.Forwards = append(as.Forwards, ForwardStatus{Forward: pf.String(), Connections: conns[netplane.ForwardKey(a.Key(), pf)]})
+			as.Forwards = append(as.Forwards, ForwardStatus{Forward: pf.String(), Connections: conns[backend.ForwardKey(a.Key(), pf)]})
 		}
 		if h := c.helpers[a.Key()]; h != nil {
 			meter := c.observeLocked(a.Key(), h)
@@ -372,7 +370,7 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 			ns.State, ns.Error = "error", err.Error()
 		}
 		// The lease files say what DHCP handed out, controller or not.
-		if ls, err := leasesOf(sd, n.ID); err == nil {
+		if ls, err := leasesOf(be, sd, n); err == nil {
 			ns.Leases = len(ls)
 			for _, l := range ls {
 				ips[n.ID+"/"+l.MAC] = l.IP.String()
@@ -604,6 +602,7 @@ type LeaseList struct {
 // network only, if set), from the lease files: a controller need not run.
 // A lease's VM is the attachment with its MAC.
 func Leases(sd statedir.Dir, network string) (*LeaseList, error) {
+	be := DefaultBackend()
 	d, err := AppliedState(sd)
 	if err != nil {
 		return nil, err
@@ -619,7 +618,7 @@ func Leases(sd statedir.Dir, network string) (*LeaseList, error) {
 			continue
 		}
 		found = true
-		ls, err := leasesOf(sd, n.ID)
+		ls, err := leasesOf(be, sd, n)
 		if err != nil {
 			return nil, err
 		}
@@ -634,9 +633,10 @@ func Leases(sd statedir.Dir, network string) (*LeaseList, error) {
 	return list, nil
 }
 
-// leasesOf reads network id's unexpired leases from its lease file.
-func leasesOf(sd statedir.Dir, id string) ([]backend.Lease, error) {
-	return leases.Read(netplane.LeaseFile(sd.LeasesDir(), id), time.Now())
+// leasesOf reads network n's unexpired leases as be's DHCP server keeps
+// them on disk, for state dir sd: a controller need not run.
+func leasesOf(be backend.Backend, sd statedir.Dir, n *api.Network) ([]backend.Lease, error) {
+	return be.StoredLeases(n, backend.NetworkOptions{Owner: sd.Path, LeaseDir: sd.LeasesDir()})
 }
 
 // Render writes the leases as a table.

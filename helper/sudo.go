@@ -13,7 +13,6 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/config"
 	"github.com/vmnetctl/vmnetctl/helperproto"
-	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -84,7 +83,7 @@ func checkSocketPath(path string, uid, gid int) error {
 	if !permits(fi, uid, gid, 0o3) { // write and search
 		return fmt.Errorf("--socket %s: the user who ran sudo (uid %d) cannot create files in %s, so the helper will not either", path, uid, dir)
 	}
-	for _, p := range []string{path, relay.SocketLock(path)} {
+	for _, p := range []string{path, helperproto.SocketLock(path)} {
 		fi, err := os.Lstat(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

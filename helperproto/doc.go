@@ -16,3 +16,9 @@ const EnvUnderController = "VMNETCTL_UNDER_CONTROLLER"
 // with its VMM), and every frame of a VM port with them on (the TAP's
 // TUNSETVNETHDRSZ).
 const VirtioNetHdrLen = 12
+
+// SocketLock is the lock file beside a helper's --socket path: the helper
+// holds a flock on it while it serves, so a second helper on the same path
+// refuses; one that is killed leaves both behind, for the next to replace
+// or the controller to remove.
+func SocketLock(socket string) string { return socket + ".lock" }

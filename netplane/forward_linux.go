@@ -110,7 +110,7 @@ func (nw *Network) applyForwards(ctx context.Context) error {
 		if !pf.HostIP.IsUnspecified() {
 			match = "ip daddr " + pf.HostIP.String() + " " + match
 		}
-		name := ForwardKey(f.Key, pf)
+		name := backend.ForwardKey(f.Key, pf)
 		counters[name] = true
 		tx.Add(&knftables.Counter{Name: name})
 		tx.Add(&knftables.Rule{Chain: ForwardsChain, Rule: match + " counter name " + fmt.Sprintf("%q", name)})
@@ -135,7 +135,7 @@ func (nw *Network) applyForwards(ctx context.Context) error {
 	}
 	err = nw.inNS(func() error {
 		// The counters of forwards that are gone go with them.
-		old, err := namedCounters(ctx, knftables.InetFamily, nw.n.ID, forwardKeyPrefix)
+		old, err := namedCounters(ctx, knftables.InetFamily, nw.n.ID, backend.ForwardKeyPrefix)
 		if err != nil {
 			return err
 		}
@@ -180,5 +180,5 @@ func forgetForwarded(k forwardKey, ip netip.Addr) {
 
 // forwardConns returns the connections each forward took, by ForwardKey.
 func forwardConns(ctx context.Context, id string) (map[string]uint64, error) {
-	return namedCounters(ctx, knftables.InetFamily, id, forwardKeyPrefix)
+	return namedCounters(ctx, knftables.InetFamily, id, backend.ForwardKeyPrefix)
 }

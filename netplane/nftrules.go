@@ -1,11 +1,8 @@
 package netplane
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/vmnetctl/vmnetctl/api"
 )
@@ -215,14 +212,3 @@ const (
 	ForwardsAny    = "fwd4any"
 	ForwardsChain  = "forwards"
 )
-
-// ForwardKey names a port forward of the attachment key ("vm/index"):
-// the nftables counter of its connections and its entry in
-// ServiceStats.ForwardConns, "fwd-vm-index-" and a hash of the forward, so
-// that a forward keeps its count when others around it change.
-func ForwardKey(key string, pf api.PortForward) string {
-	sum := sha256.Sum256([]byte(pf.String()))
-	return forwardKeyPrefix + strings.ReplaceAll(key, "/", "-") + "-" + hex.EncodeToString(sum[:4])
-}
-
-const forwardKeyPrefix = "fwd-"

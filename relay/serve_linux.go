@@ -49,7 +49,7 @@ func Serve(ctx context.Context, s Spec, log *Logger, h Hooks) error {
 	}
 	lis := h.Listener
 	if lis == nil && s.SocketPath != "" {
-		lis = &Listener{fd: s.Socket, path: s.SocketPath, lock: SocketLock(s.SocketPath), lockFile: os.NewFile(uintptr(s.LockFD), SocketLock(s.SocketPath))}
+		lis = &Listener{fd: s.Socket, path: s.SocketPath, lock: helperproto.SocketLock(s.SocketPath), lockFile: os.NewFile(uintptr(s.LockFD), helperproto.SocketLock(s.SocketPath))}
 	}
 	defer lis.Close()
 	stop, err := stopOnDone(ctx)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // CheckFD checks that fd is an inherited unix datagram socket and makes it
@@ -45,7 +47,7 @@ type Listener struct {
 // user the helper runs as) after taking path.lock, so two helpers never
 // serve one path; a stale socket left by a crashed helper is replaced.
 func Listen(path string) (*Listener, error) {
-	l := &Listener{fd: -1, path: path, lock: SocketLock(path)}
+	l := &Listener{fd: -1, path: path, lock: helperproto.SocketLock(path)}
 	f, err := os.OpenFile(l.lock, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("--socket %s: %w", path, err)

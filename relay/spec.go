@@ -15,12 +15,6 @@ import (
 	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
-// SocketLock is the lock file beside a helper's --socket path: the helper
-// holds a flock on it while it serves, so a second helper on the same path
-// refuses; one that is killed leaves both behind, for the next to replace
-// or the controller to remove.
-func SocketLock(socket string) string { return socket + ".lock" }
-
 // EnvSpec is the variable that hands vmnetctl-relay its Spec, as JSON.
 const EnvSpec = "VMNETCTL_RELAY_SPEC"
 

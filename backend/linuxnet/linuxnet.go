@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/vmnetctl/vmnetctl/helperproto"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
@@ -66,6 +68,11 @@ func (Backend) ClaimPorts(ctx context.Context, n *api.Network, atts []*api.Attac
 		}
 	}
 	return netplane.ClaimPorts(ctx, n, expected)
+}
+
+// StoredLeases reads n's lease file under o.LeaseDir (netplane.LeaseFile).
+func (Backend) StoredLeases(n *api.Network, o backend.NetworkOptions) ([]backend.Lease, error) {
+	return leases.Read(netplane.LeaseFile(o.LeaseDir, n.ID), time.Now())
 }
 
 // Changes reports vmnetctl's bridges, TAPs, bridge addresses and nftables

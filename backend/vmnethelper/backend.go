@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -180,20 +181,36 @@ func (v *vmnetNetwork) SetForwards(context.Context, []backend.Forward) error { r
 
 // Leases are bootpd's unexpired leases in the network's subnet, one per MAC.
 func (v *vmnetNetwork) Leases() []backend.Lease {
-	data, err := os.ReadFile(v.leasesFile)
+	ls, _ := bootpdLeases(v.leasesFile, v.n)
+	return ls
+}
+
+// StoredLeases are bootpd's unexpired leases in n's subnet: vmnet's DHCP
+// server keeps them, whatever the lease dir says.
+func (b Backend) StoredLeases(n *api.Network, _ backend.NetworkOptions) ([]backend.Lease, error) {
+	return bootpdLeases(b.leasesFile(), n)
+}
+
+// bootpdLeases reads bootpd's lease file at path: its unexpired leases in
+// n's subnet, one per MAC; none without the file.
+func bootpdLeases(path string, n *api.Network) ([]backend.Lease, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	all, _ := ParseDHCPDLeases(data) // the good blocks even if some are not
 	var out []backend.Lease
-	for _, l := range CurrentLeases(all, v.n.Subnet, time.Now()) {
+	for _, l := range CurrentLeases(all, n.Subnet, time.Now()) {
 		mac := ""
 		if l.MAC != nil {
 			mac = l.MAC.String()
 		}
 		out = append(out, backend.Lease{MAC: mac, IP: l.IP, Hostname: l.Name, Expiry: l.Expires})
 	}
-	return out
+	return out, nil
 }
 
 func (v *vmnetNetwork) Stats([]string) backend.ServiceStats { return backend.ServiceStats{} }

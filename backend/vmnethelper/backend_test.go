@@ -44,6 +44,15 @@ func TestVMNetHelperLeases(t *testing.T) {
 	if len(leases) != 1 || leases[0].MAC != "52:55:55:01:02:03" || leases[0].IP.String() != "192.168.105.7" || leases[0].Hostname != "web" {
 		t.Errorf("leases = %+v, want web's only (the other is outside the subnet)", leases)
 	}
+	// The same from the file alone, without a running network (`vmnetctl
+	// leases`, the offline status); none without the file.
+	stored, err := Backend{LeasesFile: file}.StoredLeases(nets.Get("shared"), backend.NetworkOptions{})
+	if err != nil || len(stored) != 1 || stored[0] != leases[0] {
+		t.Errorf("stored leases = %+v, %v; want %+v", stored, err, leases)
+	}
+	if none, err := (Backend{LeasesFile: file + ".none"}).StoredLeases(nets.Get("shared"), backend.NetworkOptions{}); err != nil || len(none) != 0 {
+		t.Errorf("without bootpd's file: %+v, %v; want none", none, err)
+	}
 }
 
 func TestVMNetHelperSudoRefusesAUserOwnedHelper(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/netplane"
-	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -83,7 +83,7 @@ func TestSocketGoesWithItsVM(t *testing.T) {
 	if b.Socket == "" {
 		t.Fatalf("b has no socket: %+v", b)
 	}
-	for _, f := range []string{b.Socket, relay.SocketLock(b.Socket)} {
+	for _, f := range []string{b.Socket, helperproto.SocketLock(b.Socket)} {
 		if _, err := os.Stat(f); err != nil {
 			t.Fatalf("before: %v", err) // the control
 		}
@@ -93,7 +93,7 @@ func TestSocketGoesWithItsVM(t *testing.T) {
 	if syscall.Kill(b.PID, 0) == nil {
 		t.Errorf("b's hung helper %d still runs", b.PID)
 	}
-	for _, f := range []string{b.Socket, relay.SocketLock(b.Socket), filepath.Dir(b.Socket)} {
+	for _, f := range []string{b.Socket, helperproto.SocketLock(b.Socket), filepath.Dir(b.Socket)} {
 		if _, err := os.Stat(f); err == nil {
 			t.Errorf("%s is left after b went", f)
 		}
