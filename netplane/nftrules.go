@@ -11,42 +11,88 @@ import (
 // ensureTable installs and what docs/dataplane.md shows.
 func nftRules(n *api.Network) map[string][]string {
 	br := fmt.Sprintf("%q", n.Bridge())
-	rules := map[string][]string{}
-	var input, fwd []string
+	vxIn, vxFwd := vxlanRules(n)
+	var fwd []string
 	if n.Routed() {
-		fwd = append(fwd, neighRules(br)...)
+		fwd = neighRules(br)
 	}
-	if x := n.VXLAN; x != nil {
-		// The tunnel's socket and the hosts' name service take packets
-		// from the segment's hosts only: a VM (of any network here) that
-		// sent VXLAN packets to them would put frames on the segment past
-		// its port's guard, and names in its answers. Nor may a VM send
-		// them to another host, which would take them as this host's
-		// (masqueraded to its address).
-		// Each rule matches this segment's packets only (vxlanMatch: its
-		// VNI; the name service on this segment's tunnel addresses):
-		// segments on the same ports, with other hosts, have tables of
-		// their own.
-		var addrs []netip.Addr
-		for i := range x.Hosts {
-			addrs = append(addrs, x.TunnelAddr(i)) // with WireGuard, inside it
-		}
-		set := nftAddrSet(addrs)
-		input = append(input, vxlanMatch(x)+" ip saddr != "+set+" drop")
-		if x.WireGuard != nil {
-			// Its own tunnel addresses, its own listener.
-			input = append(input, "ip daddr "+set+fmt.Sprintf(" udp dport %d", x.DNSPort)+" ip saddr != "+set+" drop")
-		} else {
-			// Plain, the listener on an underlay address is shared by the
-			// segments there, whose hosts may differ: it answers each
-			// segment's hosts only (peerNames.answer); here, no VM asks.
-			input = append(input, `iifname "`+api.BridgePrefix+`*" ip daddr `+set+fmt.Sprintf(" udp dport %d", x.DNSPort)+" drop")
-		}
-		ports := fmt.Sprintf("{ %d, %d }", min(x.Port, x.DNSPort), max(x.Port, x.DNSPort))
-		fwd = append(fwd, `iifname "`+api.BridgePrefix+`*" ip daddr `+set+" udp dport "+ports+" drop")
-		wgIn, wgFwd := wireGuardRules(n) // WireGuard's port; nothing plain on the underlay
-		input, fwd = append(input, wgIn...), append(fwd, wgFwd...)
+	rules := map[string][]string{
+		"input":   append(vxIn, inputRules(n, br)...),
+		"forward": append(append(fwd, vxFwd...), forwardRules(n, br)...),
 	}
+	if n.Routed() {
+		dnat := func(local string) []string {
+			return []string{
+				local + " jump " + ForwardsChain,
+				local + " dnat ip to ip daddr . meta l4proto . th dport map @" + ForwardsByAddr,
+				local + " dnat ip to meta l4proto . th dport map @" + ForwardsAny,
+			}
+		}
+		// From outside, not to 127.0.0.0/8: a forward on 127.0.0.1 is the
+		// host's own programs' (the output hook), and a neighbour that
+		// sends to 127.0.0.1 gets nothing.
+		rules["prerouting"] = dnat("fib daddr type local ip daddr != 127.0.0.0/8")
+		rules["output"] = dnat("fib daddr type local")
+		// The bridge has route_localnet (for forwards used from the
+		// host's loopback): no VM may send to or from 127.0.0.0/8 through
+		// it, which would reach the host's loopback-only services.
+		rules["early"] = []string{
+			"iifname " + br + " ip daddr 127.0.0.0/8 drop",
+			"iifname " + br + " ip saddr 127.0.0.0/8 drop",
+		}
+	}
+	if nat := natRules(n, br); nat != nil {
+		rules["postrouting"] = nat
+	}
+	return rules
+}
+
+// notReply matches what is not a reply: not only new connections, what
+// conntrack calls invalid (an unsolicited reply, say) would otherwise
+// pass as a VM's traffic.
+const notReply = "ct state != { established, related }"
+
+// vxlanRules are the input and forward rules of n's VXLAN segment, if it
+// has one.
+//
+// The tunnel's socket and the hosts' name service take packets from the
+// segment's hosts only: a VM (of any network here) that sent VXLAN
+// packets to them would put frames on the segment past its port's guard,
+// and names in its answers. Nor may a VM send them to another host, which
+// would take them as this host's (masqueraded to its address). Each rule
+// matches this segment's packets only (vxlanMatch: its VNI; the name
+// service on this segment's tunnel addresses): segments on the same
+// ports, with other hosts, have tables of their own.
+func vxlanRules(n *api.Network) (input, fwd []string) {
+	x := n.VXLAN
+	if x == nil {
+		return nil, nil
+	}
+	var addrs []netip.Addr
+	for i := range x.Hosts {
+		addrs = append(addrs, x.TunnelAddr(i)) // with WireGuard, inside it
+	}
+	set := nftAddrSet(addrs)
+	input = append(input, vxlanMatch(x)+" ip saddr != "+set+" drop")
+	if x.WireGuard != nil {
+		// Its own tunnel addresses, its own listener.
+		input = append(input, "ip daddr "+set+fmt.Sprintf(" udp dport %d", x.DNSPort)+" ip saddr != "+set+" drop")
+	} else {
+		// Plain, the listener on an underlay address is shared by the
+		// segments there, whose hosts may differ: it answers each
+		// segment's hosts only (peerNames.answer); here, no VM asks.
+		input = append(input, `iifname "`+api.BridgePrefix+`*" ip daddr `+set+fmt.Sprintf(" udp dport %d", x.DNSPort)+" drop")
+	}
+	ports := fmt.Sprintf("{ %d, %d }", min(x.Port, x.DNSPort), max(x.Port, x.DNSPort))
+	fwd = append(fwd, `iifname "`+api.BridgePrefix+`*" ip daddr `+set+" udp dport "+ports+" drop")
+	wgIn, wgFwd := wireGuardRules(n) // WireGuard's port; nothing plain on the underlay
+	return append(input, wgIn...), append(fwd, wgFwd...)
+}
+
+// inputRules are the rules of n's input chain (after VXLAN's): what of
+// the host's own services the VMs reach (bridge br).
+func inputRules(n *api.Network, br string) []string {
+	var input []string
 	if n.DHCP {
 		// The gateway's own server only (a VM whose policy denies the
 		// host reaches no other DHCP service of the host's).
@@ -58,9 +104,6 @@ func nftRules(n *api.Network) map[string][]string {
 			input = append(input, "iifname "+br+" ip6 daddr "+n.Gateway6.String()+" meta l4proto { tcp, udp } th dport 53 accept")
 		}
 	}
-	// Not only new connections: what conntrack calls invalid (an
-	// unsolicited reply, say) would otherwise pass as a VM's traffic.
-	notReply := "ct state != { established, related }"
 	if n.Routed() {
 		// After DHCP and DNS: a VM whose own policy denies the host (its
 		// services, over TCP and UDP; neighbour discovery and pings stay),
@@ -74,7 +117,14 @@ func nftRules(n *api.Network) map[string][]string {
 			"iifname "+br+" "+notReply+" meta l4proto { tcp, udp } ip saddr != @"+egressOwn4+" goto "+EgressDenied,
 			"iifname "+br+" "+notReply+" meta l4proto { tcp, udp } ip6 saddr != @"+egressOwn6+" goto "+EgressDenied)
 	}
-	rules["input"] = input
+	return input
+}
+
+// forwardRules are the rules of n's forward chain after neighbour
+// discovery's and VXLAN's: between the VMs, port forwards, the egress
+// policies, and what the mode lets in and out (bridge br).
+func forwardRules(n *api.Network, br string) []string {
+	var fwd []string
 	if n.Isolation {
 		// Isolated ports cannot reach each other at layer 2; this keeps
 		// them from doing it through the gateway at layer 3.
@@ -89,6 +139,31 @@ func nftRules(n *api.Network) map[string][]string {
 	fwd = append(fwd,
 		"oifname "+br+" ct direction original ct status dnat accept",
 		"iifname "+br+" ct direction reply ct status dnat accept")
+	fwd = append(fwd, egressRules(n, br)...)
+	switch n.Mode {
+	case api.ModeShared:
+		fwd = append(fwd, "iifname "+br+" ip saddr "+n.Subnet.String()+" accept")
+		if n.RoutesIPv6() {
+			fwd = append(fwd, "iifname "+br+" ip6 saddr "+n.Subnet6.String()+" accept")
+		}
+		fwd = append(fwd,
+			"oifname "+br+" ct state established,related accept",
+			"oifname "+br+" drop",
+			"iifname "+br+" drop",
+		)
+	case api.ModeHost:
+		fwd = append(fwd,
+			"iifname "+br+" drop",
+			"oifname "+br+" drop",
+		)
+	}
+	return fwd
+}
+
+// egressRules are the forward chain's egress policies: the VMs' own, then
+// the network's.
+func egressRules(n *api.Network, br string) []string {
+	var fwd []string
 	if n.Routed() {
 		// A VM with a policy of its own (the VM file's entry): its
 		// sources and the destination ranges in one map, in place of the
@@ -112,27 +187,13 @@ func nftRules(n *api.Network) map[string][]string {
 			"iifname "+br+" "+notReply+" ip saddr != @"+egressOwn4+" ip daddr != @"+EgressNames4+" ip daddr vmap @"+Egress4,
 			"iifname "+br+" "+notReply+" ip6 saddr != @"+egressOwn6+" ip6 daddr != @"+EgressNames6+" ip6 daddr vmap @"+Egress6)
 	}
+	return fwd
+}
+
+// natRules are n's postrouting chain (bridge br), nil for none.
+func natRules(n *api.Network, br string) []string {
 	var nat []string
 	if n.Routed() {
-		dnat := func(local string) []string {
-			return []string{
-				local + " jump " + ForwardsChain,
-				local + " dnat ip to ip daddr . meta l4proto . th dport map @" + ForwardsByAddr,
-				local + " dnat ip to meta l4proto . th dport map @" + ForwardsAny,
-			}
-		}
-		// From outside, not to 127.0.0.0/8: a forward on 127.0.0.1 is the
-		// host's own programs' (the output hook), and a neighbour that
-		// sends to 127.0.0.1 gets nothing.
-		rules["prerouting"] = dnat("fib daddr type local ip daddr != 127.0.0.0/8")
-		rules["output"] = dnat("fib daddr type local")
-		// The bridge has route_localnet (for forwards used from the
-		// host's loopback): no VM may send to or from 127.0.0.0/8 through
-		// it, which would reach the host's loopback-only services.
-		rules["early"] = []string{
-			"iifname " + br + " ip daddr 127.0.0.0/8 drop",
-			"iifname " + br + " ip saddr 127.0.0.0/8 drop",
-		}
 		// A forward used from the host's loopback leaves with the
 		// gateway's address (the bridge has route_localnet), and one used
 		// from a VM of the network with the gateway's too, so the reply
@@ -141,37 +202,15 @@ func nftRules(n *api.Network) map[string][]string {
 			"oifname "+br+" ip saddr 127.0.0.0/8 masquerade",
 			"oifname "+br+" ip saddr "+n.Subnet.String()+" ct status dnat masquerade")
 	}
-	switch n.Mode {
-	case api.ModeShared:
-		fwd = append(fwd,
-			"iifname "+br+" ip saddr "+n.Subnet.String()+" accept",
-		)
-		if n.RoutesIPv6() {
-			fwd = append(fwd, "iifname "+br+" ip6 saddr "+n.Subnet6.String()+" accept")
-		}
-		fwd = append(fwd,
-			"oifname "+br+" ct state established,related accept",
-			"oifname "+br+" drop",
-			"iifname "+br+" drop",
-		)
+	if n.Mode == api.ModeShared {
 		if n.NAT44 {
 			nat = append(nat, "ip saddr "+n.Subnet.String()+" oifname != "+br+" masquerade")
 		}
 		if n.RoutesIPv6() {
 			nat = append(nat, "ip6 saddr "+n.Subnet6.String()+" oifname != "+br+" masquerade")
 		}
-
-	case api.ModeHost:
-		fwd = append(fwd,
-			"iifname "+br+" drop",
-			"oifname "+br+" drop",
-		)
 	}
-	rules["forward"] = fwd
-	if nat != nil {
-		rules["postrouting"] = nat
-	}
-	return rules
+	return nat
 }
 
 // The objects of a network's table that hold its port forwards: two maps
