@@ -294,44 +294,11 @@ const maxLearnedPerClient = maxLearned / 8
 // already in force for at least half the answer's TTL costs nothing;
 // others cost one nft transaction per answer.
 func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR) {
-	type target struct {
-		set4, set6 string
-		srcs       []netip.Addr // the VM's sources, for its own sets; nil for the network's
-	}
-	var targets []target
-	// The name as the labels the query carried: a label that holds a dot
-	// (evil\.wild.test) is one label, under test alone, not a name under
-	// wild.test.
-	labels := dns.SplitDomainName(qname)
-	if e := nw.n.Egress; e != nil && e.HasNames() {
-		if allow, ok := e.NameVerdict(labels); ok {
-			t := target{set4: EgressNames4, set6: EgressNames6}
-			if !allow {
-				t = target{set4: EgressNamesDenied4, set6: EgressNamesDenied6}
-			}
-			targets = append(targets, t)
-		}
-	}
-	if e, srcs := nw.ownPolicy(client); e != nil && e.HasNames() {
-		if allow, ok := e.NameVerdict(labels); ok {
-			t := target{set4: egressVMNames4, set6: egressVMNames6, srcs: srcs}
-			if !allow {
-				t = target{set4: egressVMNoNames4, set6: egressVMNoNames6, srcs: srcs}
-			}
-			targets = append(targets, t)
-		}
-	}
+	targets := nw.nameTargets(client, qname)
 	if len(targets) == 0 {
 		return
 	}
-	chain := map[string]bool{strings.ToLower(qname): true}
-	for range answers { // CNAMEs may come in any order
-		for _, rr := range answers {
-			if c, ok := rr.(*dns.CNAME); ok && chain[strings.ToLower(c.Hdr.Name)] {
-				chain[strings.ToLower(c.Target)] = true
-			}
-		}
-	}
+	chain := cnameChain(qname, answers)
 	c := &nw.names
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -342,22 +309,10 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 		}
 		c.nft, c.exp, c.by, c.per = nft, map[string]time.Time{}, map[string]netip.Addr{}, map[netip.Addr]int{}
 	}
-	now := time.Now()
-	tx := c.nft.NewTransaction()
-	changed := map[string]time.Time{}
-	fresh := 0 // new elements in this answer
+	l := nameLearning{c: c, client: client, now: time.Now(), tx: c.nft.NewTransaction(), changed: map[string]time.Time{}}
 	for _, rr := range answers {
-		if !chain[strings.ToLower(rr.Header().Name)] {
-			continue
-		}
-		var ip netip.Addr
-		switch a := rr.(type) {
-		case *dns.A:
-			ip, _ = netip.AddrFromSlice(a.A.To4())
-		case *dns.AAAA:
-			ip, _ = netip.AddrFromSlice(a.AAAA.To16())
-		}
-		if !ip.IsValid() {
+		ip := answerAddr(rr)
+		if !chain[strings.ToLower(rr.Header().Name)] || !ip.IsValid() {
 			continue
 		}
 		ttl := min(max(time.Duration(rr.Header().Ttl)*time.Second, egressNameMin), egressNameMax)
@@ -366,57 +321,146 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 			if ip.Is4() {
 				set = t.set4
 			}
-			keys := [][]string{{ip.String()}}
-			if t.srcs != nil {
-				keys = nil
-				for _, src := range t.srcs {
-					if src.Is4() == ip.Is4() {
-						keys = append(keys, []string{src.String(), ip.String()})
-					}
-				}
-			}
-			for _, key := range keys {
-				ck := set + "/" + strings.Join(key, "/")
-				cur, known := c.exp[ck]
-				if known && now.Before(cur) && !cur.Before(now.Add(ttl/2)) {
-					continue // in force long enough
-				}
-				full := func() bool { return len(c.exp) >= maxLearned || c.per[client]+fresh >= maxLearnedPerClient }
-				if !known && full() {
-					c.pruneExpired(now)
-					if full() {
-						continue
-					}
-				}
-				if !known {
-					fresh++
-				}
-				until := now.Add(ttl)
-				if cur.After(until) {
-					until = cur
-				}
-				// Deleted (whether it is there or not), added with the new
-				// timeout: it lives on until then, never shorter.
-				deleteLearned(tx, set, key)
-				tx.Add(&knftables.Element{Set: set, Key: keyWithTimeout(key, fmt.Sprintf("%ds", int(until.Sub(now).Seconds())+1))})
-				changed[ck] = until
+			for _, key := range t.keys(ip) {
+				l.learn(set, key, ttl)
 			}
 		}
 	}
-	if len(changed) == 0 {
+	if len(l.changed) == 0 {
 		return
 	}
-	if err := nw.inNS(func() error { return c.nft.Run(context.Background(), tx) }); err != nil {
+	if err := nw.inNS(func() error { return c.nft.Run(context.Background(), l.tx) }); err != nil {
 		nw.log.Warn("egress: the addresses of a name are not in force", "name", qname, "err", err)
 		return
 	}
-	for k, until := range changed {
+	for k, until := range l.changed {
 		if _, known := c.exp[k]; !known {
 			c.by[k] = client
 			c.per[client]++
 		}
 		c.exp[k] = until
 	}
+}
+
+// nameTarget is a pair of sets an answer's addresses go into: the
+// network's (srcs nil) or a VM's own, whose elements are (source,
+// address) pairs for each of its sources.
+type nameTarget struct {
+	set4, set6 string
+	srcs       []netip.Addr
+}
+
+// keys are the elements of t for address ip.
+func (t nameTarget) keys(ip netip.Addr) [][]string {
+	if t.srcs == nil {
+		return [][]string{{ip.String()}}
+	}
+	var keys [][]string
+	for _, src := range t.srcs {
+		if src.Is4() == ip.Is4() {
+			keys = append(keys, []string{src.String(), ip.String()})
+		}
+	}
+	return keys
+}
+
+// nameTargets are the sets the addresses of qname go into for client: the
+// network's policy's, then the client VM's own policy's, each the allowed
+// or the denied names' as the policy judges qname; none if no policy
+// lists it.
+func (nw *Network) nameTargets(client netip.Addr, qname string) []nameTarget {
+	var targets []nameTarget
+	// The name as the labels the query carried: a label that holds a dot
+	// (evil\.wild.test) is one label, under test alone, not a name under
+	// wild.test.
+	labels := dns.SplitDomainName(qname)
+	if e := nw.n.Egress; e != nil && e.HasNames() {
+		if allow, ok := e.NameVerdict(labels); ok {
+			t := nameTarget{set4: EgressNames4, set6: EgressNames6}
+			if !allow {
+				t = nameTarget{set4: EgressNamesDenied4, set6: EgressNamesDenied6}
+			}
+			targets = append(targets, t)
+		}
+	}
+	if e, srcs := nw.ownPolicy(client); e != nil && e.HasNames() {
+		if allow, ok := e.NameVerdict(labels); ok {
+			t := nameTarget{set4: egressVMNames4, set6: egressVMNames6, srcs: srcs}
+			if !allow {
+				t = nameTarget{set4: egressVMNoNames4, set6: egressVMNoNames6, srcs: srcs}
+			}
+			targets = append(targets, t)
+		}
+	}
+	return targets
+}
+
+// cnameChain is the names an answer to qname holds the addresses of:
+// qname and the CNAMEs from it, in lower case.
+func cnameChain(qname string, answers []dns.RR) map[string]bool {
+	chain := map[string]bool{strings.ToLower(qname): true}
+	for range answers { // CNAMEs may come in any order
+		for _, rr := range answers {
+			if c, ok := rr.(*dns.CNAME); ok && chain[strings.ToLower(c.Hdr.Name)] {
+				chain[strings.ToLower(c.Target)] = true
+			}
+		}
+	}
+	return chain
+}
+
+// answerAddr is the address of an A or AAAA record; not valid for others.
+func answerAddr(rr dns.RR) netip.Addr {
+	var ip netip.Addr
+	switch a := rr.(type) {
+	case *dns.A:
+		ip, _ = netip.AddrFromSlice(a.A.To4())
+	case *dns.AAAA:
+		ip, _ = netip.AddrFromSlice(a.AAAA.To16())
+	}
+	return ip
+}
+
+// nameLearning is one answer's learning: the cache (held), the client
+// asking, the transaction it builds and the elements it changes.
+type nameLearning struct {
+	c       *nameCache
+	client  netip.Addr
+	now     time.Time
+	tx      *knftables.Transaction
+	changed map[string]time.Time
+	fresh   int // new elements in this answer
+}
+
+// learn puts element key of set, for ttl, into the transaction: unless
+// it is in force for at least half of ttl already, or it is new and the
+// client or everyone holds as many as they may.
+func (l *nameLearning) learn(set string, key []string, ttl time.Duration) {
+	c := l.c
+	ck := set + "/" + strings.Join(key, "/")
+	cur, known := c.exp[ck]
+	if known && l.now.Before(cur) && !cur.Before(l.now.Add(ttl/2)) {
+		return // in force long enough
+	}
+	full := func() bool { return len(c.exp) >= maxLearned || c.per[l.client]+l.fresh >= maxLearnedPerClient }
+	if !known && full() {
+		c.pruneExpired(l.now)
+		if full() {
+			return
+		}
+	}
+	if !known {
+		l.fresh++
+	}
+	until := l.now.Add(ttl)
+	if cur.After(until) {
+		until = cur
+	}
+	// Deleted (whether it is there or not), added with the new timeout:
+	// it lives on until then, never shorter.
+	deleteLearned(l.tx, set, key)
+	l.tx.Add(&knftables.Element{Set: set, Key: keyWithTimeout(key, fmt.Sprintf("%ds", int(until.Sub(l.now).Seconds())+1))})
+	l.changed[ck] = until
 }
 
 // ownPolicy is the policy of the VM that sends from src, if it has one of
