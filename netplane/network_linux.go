@@ -82,108 +82,119 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 	if !n.Routed() {
 		return nw, nil
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			nw.Close()
-		}
-	}()
+	if err := nw.startServices(ctx, opts); err != nil {
+		nw.Close()
+		return nil, err
+	}
+	return nw, nil
+}
+
+// startServices starts a routed network's services, in this order: its
+// addresses (the lease store), the IPv6 guard (before the DNS proxy, which
+// answers AAAA from what it learns), the DNS proxy, the IPv4 guard, the
+// DHCP server, the egress policy and what keeps it and the forwards up to
+// date, the router advertisements. The caller closes nw on error.
+func (nw *Network) startServices(ctx context.Context, opts Options) error {
+	n := nw.n
 	// Sockets are bound to the namespace they are created in; dials made
 	// later, from goroutines on any thread, must go back to it.
 	netns, err := ns.GetCurrentNS()
 	if err != nil {
-		return nil, fmt.Errorf("network %q: %w", n.ID, err)
+		return fmt.Errorf("network %q: %w", n.ID, err)
 	}
 	nw.netns = netns // closed after the services' goroutines, which use it
 	nw.inNS = func(f func() error) error { return netns.Do(func(ns.NetNS) error { return f() }) }
-
-	leasePath := ""
-	if opts.StateDir != "" {
-		leasePath = LeaseFile(opts.StateDir, n.ID)
-	}
-	{
-		// Every routed network keeps its addresses (leases, reservations,
-		// VM files' fixed addresses), DHCP or not: the guard binds them.
-		// Across hosts, this host's DHCP serves its slice of the range.
-		mine, err := vxlanNetwork(n)
-		if err != nil {
-			return nil, err
-		}
-		if nw.alloc, err = leases.NewAllocator(mine, leasePath); err != nil {
-			return nil, err
-		}
+	if err := nw.openLeases(opts.StateDir); err != nil {
+		return err
 	}
 	resolvConf := opts.ResolvConf
 	if resolvConf == "" {
 		resolvConf = "/etc/resolv.conf"
 	}
-
 	if checksIPv6(n) {
-		// Before the DNS proxy, which answers AAAA from what it learns.
 		kick := func() {
 			select {
 			case nw.fwdKick <- struct{}{}:
 			default:
 			}
 		}
-		if nw.guard6, err = startGuard6(n, log, nw.inNS, kick, nw.refreshVMEgress); err != nil {
-			return nil, err
+		if nw.guard6, err = startGuard6(n, nw.log, nw.inNS, kick, nw.refreshVMEgress); err != nil {
+			return err
 		}
 		nw.closers = append(nw.closers, nw.guard6.Close)
 	}
 	if n.DNSProxy {
 		if err := nw.startDNS(netns, resolvConf, opts.Upstreams); err != nil {
-			return nil, err
+			return err
 		}
 		if n.VXLAN != nil {
 			if err := nw.startPeerDNS(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
 	if checksAddresses(n) {
 		if err := nw.startGuard(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if n.DHCP {
 		if err := nw.startDHCP(resolvConf); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if n.HasIPv6() && !KernelIPv6() {
-		log.Warn("IPv6 is off on this host (net.ipv6.conf.default.disable_ipv6=1, or ipv6.disable=1 at boot): the network runs without it; set ipv6: false on it to say so")
+		nw.log.Warn("IPv6 is off on this host (net.ipv6.conf.default.disable_ipv6=1, or ipv6.disable=1 at boot): the network runs without it; set ipv6: false on it to say so")
 	}
 	if err := nw.applyEgress(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	nw.wg.Add(1)
-	go func() {
-		defer nw.wg.Done()
-		lan := time.NewTicker(egressRefresh)
-		defer lan.Stop()
-		for {
-			select {
-			case <-nw.stop:
-				return
-			case <-nw.fwdKick:
-				nw.refreshForwards()
-				nw.refreshVMEgress()
-			case <-lan.C: // the host's LANs may have changed
-				if err := nw.applyEgress(context.Background()); err != nil {
-					nw.log.Error("the egress policy is not up to date", "err", err)
-				}
-				nw.refreshVMEgress()
-			}
-		}
-	}()
+	go nw.keepUpToDate()
 	if ipv6On(n) && n.RouterAdvertisement {
-		if err := nw.startRA(); err != nil {
-			return nil, err
+		return nw.startRA()
+	}
+	return nil
+}
+
+// openLeases opens the network's lease store, under stateDir (in memory
+// without one). Every routed network keeps its addresses (leases,
+// reservations, VM files' fixed addresses), DHCP or not: the guard binds
+// them. Across hosts, this host's DHCP serves its slice of the range.
+func (nw *Network) openLeases(stateDir string) error {
+	path := ""
+	if stateDir != "" {
+		path = LeaseFile(stateDir, nw.n.ID)
+	}
+	mine, err := vxlanNetwork(nw.n)
+	if err != nil {
+		return err
+	}
+	nw.alloc, err = leases.NewAllocator(mine, path)
+	return err
+}
+
+// keepUpToDate applies the forwards and the VMs' egress policies again
+// when a VM's address changes (fwdKick), and the egress policy when the
+// host's LANs may have, until the network stops.
+func (nw *Network) keepUpToDate() {
+	defer nw.wg.Done()
+	lan := time.NewTicker(egressRefresh)
+	defer lan.Stop()
+	for {
+		select {
+		case <-nw.stop:
+			return
+		case <-nw.fwdKick:
+			nw.refreshForwards()
+			nw.refreshVMEgress()
+		case <-lan.C: // the host's LANs may have changed
+			if err := nw.applyEgress(context.Background()); err != nil {
+				nw.log.Error("the egress policy is not up to date", "err", err)
+			}
+			nw.refreshVMEgress()
 		}
 	}
-	ok = true
-	return nw, nil
 }
 
 // startDNS starts the DNS proxy on the gateway's port 53, UDP and TCP. It
