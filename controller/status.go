@@ -186,96 +186,14 @@ func (c *Controller) statusOf(project string) *Status {
 	if project != "" {
 		d = d.ofProject(project, c.appliedP)
 	}
-	ips := map[string]string{} // network/mac → ip
-	guards := map[string]map[string]uint64{}
-	portMACs := map[string]map[string][]string{}
-	ip6s := map[string][]netip.Addr{} // network/mac → IPv6 addresses
-	conns := map[string]uint64{}      // netplane.ForwardKey → connections
-	denied := map[string]uint64{}     // network/mac → egress refusals
-	// A project's status reads its own VMs' ports, not the network's
-	// every port.
-	var ports map[string][]string
-	if project != "" {
-		ports = map[string][]string{}
-		for _, a := range d.Attachments {
-			if h := c.helpers[a.Key()]; h != nil && h.rec.Tap != "" {
-				ports[a.Network] = append(ports[a.Network], h.rec.Tap)
-			}
-		}
-	}
+	f := runFacts{ips: map[string]string{}, ip6s: map[string][]netip.Addr{}, denied: map[string]uint64{},
+		guards: map[string]map[string]uint64{}, portMACs: map[string]map[string][]string{}, conns: map[string]uint64{}}
+	ports := c.portsOfLocked(d, project != "")
 	for _, n := range d.Networks {
-		ns := newNetworkStatus(n, d)
-		if nw := c.nets[n.ID]; nw != nil {
-			ns.State = "up"
-			var only []string
-			if ports != nil {
-				only = append([]string{}, ports[n.ID]...) // not nil: none
-			}
-			st := nw.Stats(only)
-			guards[n.ID], portMACs[n.ID] = st.GuardDrops, st.PortMACs
-			ns.EgressDenied, ns.NeighLimited, ns.Tunnel = st.EgressDenied, st.NeighLimited, st.Tunnel
-			for mac, v := range st.EgressDeniedByMAC {
-				denied[n.ID+"/"+mac] = v
-			}
-			for k, v := range st.ForwardConns {
-				conns[k] = v
-			}
-			for mac, ips := range st.IPv6Addrs {
-				ip6s[n.ID+"/"+mac] = ips
-			}
-			for _, l := range nw.Leases() {
-				ips[n.ID+"/"+l.MAC] = l.IP.String()
-			}
-			ns.Leases = len(nw.Leases())
-		} else if msg := c.netErrs[n.ID]; msg != "" {
-			ns.State, ns.Error = "error", msg
-		}
-		// Degraded from the moment drift is found, while the repair runs
-		// and for as long as repairs fail (with their error).
-		if why := c.degraded[n.ID]; why != "" {
-			ns.State, ns.Error = "degraded", why
-			if msg := c.netErrs[n.ID]; msg != "" {
-				ns.Error += "; repairing failed: " + msg
-			}
-		}
-		ns.Repairs = c.repairs[n.ID]
-		st.Networks = append(st.Networks, ns)
+		st.Networks = append(st.Networks, c.networkStatusLocked(n, d, ports, &f))
 	}
 	for _, a := range d.Attachments {
-		as := newAttachmentStatus(a)
-		if ip := ips[a.Network+"/"+a.MAC]; ip != "" {
-			as.IP = ip
-		}
-		for _, ip := range ip6s[a.Network+"/"+a.MAC] {
-			as.IPv6 = append(as.IPv6, ip.String())
-		}
-		as.EgressDenied = denied[a.Network+"/"+a.MAC]
-		for _, pf := range a.PortForwards {
-			as.Forwards = append(as.Forwards, ForwardStatus{Forward: pf.String(), Connections: conns[backend.ForwardKey(a.Key(), pf)]})
-		}
-		if h := c.helpers[a.Key()]; h != nil {
-			meter := c.observeLocked(a.Key(), h)
-			as.State, as.Restarts, as.Error = h.state, h.rec.Restarts, h.lastErr
-			as.Socket, as.Tap = h.rec.Socket, h.rec.Tap
-			as.SpoofDrops = guards[a.Network][h.rec.Tap]
-			as.SeenMACs = portMACs[a.Network][h.rec.Tap]
-			as.LastFrameAt = h.lastFromVM
-			if h.state == StateRunning {
-				as.Peer = peerOf(a, h)
-			}
-			if h.state == StateRunning {
-				as.PID = h.rec.Proc.PID
-				as.UptimeSeconds = time.Since(h.rec.StartedAt).Seconds()
-				as.Error = ""
-			}
-			as.RxBytes, as.TxBytes = h.stats.VM.Bytes, h.stats.Host.Bytes
-			as.Drops = h.stats.VM.Drops + h.stats.Host.Drops
-			if h.state == StateRunning {
-				r := meter.Rates(time.Now(), c.rateMaxAge())
-				as.RxBitsPerSecond, as.TxBitsPerSecond = r.FromVM, r.ToVM
-			}
-		}
-		st.Attachments = append(st.Attachments, as)
+		st.Attachments = append(st.Attachments, c.attachmentStatusLocked(a, &f))
 	}
 	if st.Networks == nil {
 		st.Networks = []NetworkStatus{}
@@ -284,6 +202,115 @@ func (c *Controller) statusOf(project string) *Status {
 		st.Attachments = []AttachmentStatus{}
 	}
 	return st
+}
+
+// runFacts is what the running networks say of their VMs for a status:
+// by network/MAC, the IPv4 lease (ips), the IPv6 addresses (ip6s) and the
+// egress refusals (denied); by network and port, the guard's drops
+// (guards) and the MACs the bridge learned (portMACs); by
+// backend.ForwardKey, a forward's connections (conns).
+type runFacts struct {
+	ips      map[string]string
+	ip6s     map[string][]netip.Addr
+	denied   map[string]uint64
+	guards   map[string]map[string]uint64
+	portMACs map[string]map[string][]string
+	conns    map[string]uint64
+}
+
+// portsOfLocked is, for a project's status (project), its VMs' ports by
+// network, so that the networks read those ports, not all theirs; nil
+// for the whole status. Call with c.mu held.
+func (c *Controller) portsOfLocked(d *Desired, project bool) map[string][]string {
+	if !project {
+		return nil
+	}
+	ports := map[string][]string{}
+	for _, a := range d.Attachments {
+		if h := c.helpers[a.Key()]; h != nil && h.rec.Tap != "" {
+			ports[a.Network] = append(ports[a.Network], h.rec.Tap)
+		}
+	}
+	return ports
+}
+
+// networkStatusLocked is network n's status, its stats read from the
+// running network (of ports only, if ports is set) into f. Call with c.mu
+// held.
+func (c *Controller) networkStatusLocked(n *api.Network, d *Desired, ports map[string][]string, f *runFacts) NetworkStatus {
+	ns := newNetworkStatus(n, d)
+	if nw := c.nets[n.ID]; nw != nil {
+		ns.State = "up"
+		var only []string
+		if ports != nil {
+			only = append([]string{}, ports[n.ID]...) // not nil: none
+		}
+		st := nw.Stats(only)
+		f.guards[n.ID], f.portMACs[n.ID] = st.GuardDrops, st.PortMACs
+		ns.EgressDenied, ns.NeighLimited, ns.Tunnel = st.EgressDenied, st.NeighLimited, st.Tunnel
+		for mac, v := range st.EgressDeniedByMAC {
+			f.denied[n.ID+"/"+mac] = v
+		}
+		for k, v := range st.ForwardConns {
+			f.conns[k] = v
+		}
+		for mac, ips := range st.IPv6Addrs {
+			f.ip6s[n.ID+"/"+mac] = ips
+		}
+		for _, l := range nw.Leases() {
+			f.ips[n.ID+"/"+l.MAC] = l.IP.String()
+		}
+		ns.Leases = len(nw.Leases())
+	} else if msg := c.netErrs[n.ID]; msg != "" {
+		ns.State, ns.Error = "error", msg
+	}
+	// Degraded from the moment drift is found, while the repair runs
+	// and for as long as repairs fail (with their error).
+	if why := c.degraded[n.ID]; why != "" {
+		ns.State, ns.Error = "degraded", why
+		if msg := c.netErrs[n.ID]; msg != "" {
+			ns.Error += "; repairing failed: " + msg
+		}
+	}
+	ns.Repairs = c.repairs[n.ID]
+	return ns
+}
+
+// attachmentStatusLocked is a's status, with what its network said of it
+// (f) and what its helper does. Call with c.mu held.
+func (c *Controller) attachmentStatusLocked(a *Attachment, f *runFacts) AttachmentStatus {
+	as := newAttachmentStatus(a)
+	if ip := f.ips[a.Network+"/"+a.MAC]; ip != "" {
+		as.IP = ip
+	}
+	for _, ip := range f.ip6s[a.Network+"/"+a.MAC] {
+		as.IPv6 = append(as.IPv6, ip.String())
+	}
+	as.EgressDenied = f.denied[a.Network+"/"+a.MAC]
+	for _, pf := range a.PortForwards {
+		as.Forwards = append(as.Forwards, ForwardStatus{Forward: pf.String(), Connections: f.conns[backend.ForwardKey(a.Key(), pf)]})
+	}
+	h := c.helpers[a.Key()]
+	if h == nil {
+		return as
+	}
+	meter := c.observeLocked(a.Key(), h)
+	as.State, as.Restarts, as.Error = h.state, h.rec.Restarts, h.lastErr
+	as.Socket, as.Tap = h.rec.Socket, h.rec.Tap
+	as.SpoofDrops = f.guards[a.Network][h.rec.Tap]
+	as.SeenMACs = f.portMACs[a.Network][h.rec.Tap]
+	as.LastFrameAt = h.lastFromVM
+	as.RxBytes, as.TxBytes = h.stats.VM.Bytes, h.stats.Host.Bytes
+	as.Drops = h.stats.VM.Drops + h.stats.Host.Drops
+	if h.state == StateRunning {
+		as.Peer = peerOf(a, h)
+		as.PID = h.rec.Proc.PID
+		as.UptimeSeconds = time.Since(h.rec.StartedAt).Seconds()
+		as.Error = ""
+		r := meter.Rates(time.Now(), c.rateMaxAge())
+		as.RxBitsPerSecond, as.TxBitsPerSecond = r.FromVM, r.ToVM
+	}
+	return as
 }
 
 // newNetworkStatus is n's status as configured, with the VMs of d on it,
