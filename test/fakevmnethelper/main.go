@@ -216,7 +216,16 @@ var shortOptions = map[byte]string{'f': "fd", 's': "socket", 'i': "interface-id"
 // then $SUDO_UID and $SUDO_GID.
 func (h *helper) parseOptions(argv []string) *options {
 	o := &options{fd: -1}
-	args := argv[1:]
+	h.readOptions(o, argv[1:])
+	h.checkCombinations(o)
+	h.checkEndpoint(o)
+	h.dropTo(o)
+	return o
+}
+
+// readOptions is parse_options' getopt_long loop over args: each option
+// checked as it comes (h.option).
+func (h *helper) readOptions(o *options, args []string) {
 	invalid := func(optname string) {
 		h.log("ERROR", "Invalid option: %s", optname)
 		h.exit(1)
@@ -275,7 +284,11 @@ func (h *helper) parseOptions(argv []string) *options {
 			// parse_options never looks at it.
 		}
 	}
+}
 
+// checkCombinations checks the network options together: --network
+// alone, or the options of the operation mode.
+func (h *helper) checkCombinations(o *options) {
 	fail := func(msg string) {
 		h.log("ERROR", "%s", msg)
 		h.exit(1)
@@ -359,7 +372,10 @@ func (h *helper) parseOptions(argv []string) *options {
 			}
 		}
 	}
+}
 
+// checkEndpoint checks that one of --fd and --socket is given.
+func (h *helper) checkEndpoint(o *options) {
 	if o.fd == -1 && o.socket == nil {
 		h.log("ERROR", `Missing argument: either "fd" or "socket" required`)
 		h.usage(1)
@@ -368,7 +384,10 @@ func (h *helper) parseOptions(argv []string) *options {
 		h.log("ERROR", `Conflicting arguments: "fd" and "socket" are mutually exclusive`)
 		h.usage(1)
 	}
+}
 
+// dropTo sets the ids the helper drops to.
+func (h *helper) dropTo(o *options) {
 	// The ids to drop to: $SUDO_UID/$SUDO_GID when set (even empty), else
 	// the real ids.
 	o.uid, o.gid = os.Getuid(), os.Getgid()
@@ -391,7 +410,6 @@ func (h *helper) parseOptions(argv []string) *options {
 		}
 		*e.dst = int(n)
 	}
-	return o
 }
 
 // matchLong is getopt_long's lookup: an exact name, or a prefix of exactly
@@ -615,6 +633,21 @@ func (d *direction) get() helperproto.Counters {
 
 // serve is helper.c's main after parse_options. It ends with h.exit.
 func (h *helper) serve(prog string, o *options) {
+	mode := h.fakeMode()
+	// check_os_version: the fake is a macOS 26, so --network is fine.
+	h.log("INFO", "[main] running %s %s on macOS 26.0.0", prog, fakeVersion)
+	h.log("INFO", "[main] running as uid: %d gid: %d", os.Geteuid(), os.Getegid())
+	h.log("INFO", "[main] using bulk_forwarding: false")
+	term, onSignal := h.setupKQ(mode)
+	ready := h.startInterface(mode, o, term, onSignal)
+	h.dropPrivileges(o)
+	fd := h.setupSocket(o, term, onSignal)
+	h.run(fd, ready.MaxPacketSize, o, term, onSignal)
+}
+
+// fakeMode is $FAKE_VMNET_HELPER_MODE: "" (a working helper), "fail"
+// (vmnet refuses to start), "hang" (it never answers) or "ignore-term".
+func (h *helper) fakeMode() string {
 	mode := os.Getenv("FAKE_VMNET_HELPER_MODE")
 	switch mode {
 	case "", "fail", "hang", "ignore-term":
@@ -622,29 +655,31 @@ func (h *helper) serve(prog string, o *options) {
 		h.log("ERROR", "[main] unknown FAKE_VMNET_HELPER_MODE %q", mode)
 		h.exit(1)
 	}
+	return mode
+}
 
-	// check_os_version: the fake is a macOS 26, so --network is fine.
-	h.log("INFO", "[main] running %s %s on macOS 26.0.0", prog, fakeVersion)
-	h.log("INFO", "[main] running as uid: %d gid: %d", os.Geteuid(), os.Getegid())
-	h.log("INFO", "[main] using bulk_forwarding: false")
-
-	// setup_kq: SIGTERM and SIGINT end the helper from here on, and
-	// SIGPIPE is ignored (a closed stderr must not kill it before its
-	// atexit handlers run).
+// setupKQ is setup_kq: SIGTERM and SIGINT end the helper from here on, and
+// SIGPIPE is ignored (a closed stderr must not kill it before its atexit
+// handlers run). onSignal ends the helper for a signal from term.
+func (h *helper) setupKQ(mode string) (term chan os.Signal, onSignal func(os.Signal)) {
 	signal.Ignore(syscall.SIGPIPE)
-	term := make(chan os.Signal, 1)
+	term = make(chan os.Signal, 1)
 	if mode == "ignore-term" {
 		signal.Ignore(syscall.SIGTERM)
 		signal.Notify(term, syscall.SIGINT)
 	} else {
 		signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	}
-	onSignal := func(s os.Signal) {
+	onSignal = func(s os.Signal) {
 		h.log("INFO", "[main] received signal %s", signalName(s))
 		h.exit(0)
 	}
+	return term, onSignal
+}
 
-	// start_host_interface
+// startInterface is start_host_interface: the ready line, or as the mode
+// says, a failure or a hang.
+func (h *helper) startInterface(mode string, o *options, term chan os.Signal, onSignal func(os.Signal)) helperproto.Ready {
 	h.log("DEBUG", "[main] starting vmnet interface")
 	switch mode {
 	case "fail":
@@ -668,8 +703,11 @@ func (h *helper) serve(prog string, o *options) {
 		h.log("INFO", "[main] stopped vmnet interface")
 	})
 	h.log("INFO", "[main] started vmnet interface")
+	return ready
+}
 
-	// drop_privileges: only root can.
+// dropPrivileges is drop_privileges: only root can.
+func (h *helper) dropPrivileges(o *options) {
 	if os.Geteuid() == 0 {
 		if o.gid != 0 {
 			if err := syscall.Setgid(o.gid); err != nil {
@@ -687,8 +725,11 @@ func (h *helper) serve(prog string, o *options) {
 			h.log("INFO", "[main] dropped privileges to uid: %d gid: %d", os.Geteuid(), os.Getegid())
 		}
 	}
+}
 
-	// setup_socket
+// setupSocket is setup_socket: the fd given, or the socket made, once a
+// client connected to it.
+func (h *helper) setupSocket(o *options, term chan os.Signal, onSignal func(os.Signal)) int {
 	fd := o.fd
 	if o.socket != nil {
 		if d, err := time.ParseDuration(os.Getenv("FAKE_VMNET_HELPER_SOCKET_DELAY")); err == nil {
@@ -701,9 +742,13 @@ func (h *helper) serve(prog string, o *options) {
 	} else {
 		h.log("DEBUG", "[main] using fd %d", fd)
 	}
+	return fd
+}
 
-	// start_forwarding_from_host, start_forwarding_from_vm
-	maxPacketSize := ready.MaxPacketSize
+// run forwards frames between fd and the fake vmnet
+// (start_forwarding_from_host, start_forwarding_from_vm), logs stats with
+// --stats-interval, and runs until a signal or a shutdown ends it.
+func (h *helper) run(fd, maxPacketSize int, o *options, term chan os.Signal, onSignal func(os.Signal)) {
 	var host, vm direction
 	shutdown := make(chan int, 2)
 	mirror := make(chan []byte, 256) // the fake vmnet's queue back to the VM
