@@ -15,6 +15,7 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"golang.org/x/time/rate"
 )
@@ -39,11 +40,11 @@ type dhcpHandler struct {
 	stats backend.DHCPStats
 	// guestLog rate-limits, per client MAC, the log lines that clients
 	// trigger: a VM can send DHCP messages as fast as it likes.
-	guestLog guestLogs
+	guestLog guestlog.ByClient
 	// leaseEvents rate-limits onLease per client MAC and kind, as guestLog
 	// the log: a VM that releases and requests in a loop must not flood
-	// the events (one of each kind per logEvery).
-	leaseEvents guestLogs
+	// the events (one of each kind per guestlog.Every).
+	leaseEvents guestlog.ByClient
 	// limits bounds the messages each client may have answered: a change
 	// to a lease costs a guard transaction, and the server answers one
 	// message at a time, so a VM releasing and requesting in a loop would
@@ -52,7 +53,7 @@ type dhcpHandler struct {
 }
 
 // clientLimits are per-client token buckets (golang.org/x/time/rate), at
-// most maxGuestLogs of them: when full they start again, a bound on
+// most guestlog.MaxClients of them: when full they start again, a bound on
 // memory that only a port without the guard, which may send from any
 // MAC, can reach.
 type clientLimits struct {
@@ -71,7 +72,7 @@ const (
 func (c *clientLimits) allow(key string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.buckets == nil || len(c.buckets) >= maxGuestLogs {
+	if c.buckets == nil || len(c.buckets) >= guestlog.MaxClients {
 		c.buckets = map[string]*rate.Limiter{}
 	}
 	l := c.buckets[key]
@@ -82,91 +83,20 @@ func (c *clientLimits) allow(key string, now time.Time) bool {
 	return l.AllowN(now, 1)
 }
 
-// guestLogs are log limits by client, at most maxGuestLogs of them (then
-// they start again: a bound on memory). With a total, at most that many
-// lines pass per logEvery over all clients together: clients that change
-// their key (a port without the guard may send from any MAC) cannot grow
-// the log without bound either.
-type guestLogs struct {
-	total int // lines per logEvery over all keys; 0: no overall bound
+// maxGuestLines bounds the log lines all guests together trigger in a
+// network's DHCP server per guestlog.Every.
+const maxGuestLines = 20
 
-	mu     sync.Mutex
-	limits map[string]*logLimit
-	window time.Time // when the current logEvery window ends
-	passed int       // lines let through in it
-	held   int       // lines the total held back since one passed
-}
-
-const (
-	maxGuestLogs = 1024
-	// maxGuestLines bounds the log lines all guests together trigger
-	// in a network's DHCP server per logEvery.
-	maxGuestLines = 20
-)
-
-// allow is logLimit.allow for the client key, within the total; the count
-// of held-back lines includes those the total held.
-func (g *guestLogs) allow(key string, now time.Time) (bool, int) {
-	g.mu.Lock()
-	if g.limits == nil || len(g.limits) >= maxGuestLogs {
-		g.limits = map[string]*logLimit{}
-	}
-	l := g.limits[key]
-	if l == nil {
-		l = &logLimit{}
-		g.limits[key] = l
-	}
-	g.mu.Unlock()
-	ok, n := l.allow(now)
-	if !ok || g.total == 0 {
-		return ok, n
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !now.Before(g.window) {
-		g.window, g.passed = now.Add(logEvery), 0
-	}
-	if g.passed >= g.total {
-		g.held += 1 + n
-		return false, 0
-	}
-	g.passed++
-	n, g.held = n+g.held, 0
-	return true, n
-}
-
-// warn logs a line a client triggered, at most one per logEvery per client.
+// warn logs a line a client triggered, at most one per guestlog.Every per
+// client.
 func (h *dhcpHandler) warn(mac net.HardwareAddr, msg string, args ...any) {
-	if ok, held := h.guestLog.allow(mac.String(), time.Now()); ok {
+	if ok, held := h.guestLog.Allow(mac.String(), time.Now()); ok {
 		h.log.Warn(msg, append(args, "mac", mac.String(), "suppressed", held)...)
 	}
 }
 
-// logLimit lets one log line through per logEvery, and counts the others.
-type logLimit struct {
-	mu         sync.Mutex
-	next       time.Time
-	suppressed int
-}
-
-const logEvery = 10 * time.Second
-
-// allow reports whether to log now and how many lines were held back since
-// the last one.
-func (l *logLimit) allow(now time.Time) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Before(l.next) {
-		l.suppressed++
-		return false, 0
-	}
-	n := l.suppressed
-	l.next, l.suppressed = now.Add(logEvery), 0
-	return true, n
-}
-
 func newDHCPHandler(n *api.Network, alloc *leases.Allocator, dns []netip.Addr, log *slog.Logger) *dhcpHandler {
-	h := &dhcpHandler{n: n, alloc: alloc, log: log, guestLog: guestLogs{total: maxGuestLines},
+	h := &dhcpHandler{n: n, alloc: alloc, log: log, guestLog: guestlog.ByClient{Total: maxGuestLines},
 		stats: backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}}}
 	for _, a := range dns {
 		h.dns = append(h.dns, net.IP(a.AsSlice()))
@@ -365,7 +295,7 @@ func (h *dhcpHandler) event(kind string, mac net.HardwareAddr, ip netip.Addr) {
 	if h.onLease == nil {
 		return
 	}
-	if ok, _ := h.leaseEvents.allow(mac.String()+"/"+kind, time.Now()); ok {
+	if ok, _ := h.leaseEvents.Allow(mac.String()+"/"+kind, time.Now()); ok {
 		h.onLease(kind, h.n.ID, mac.String(), ip)
 	}
 }

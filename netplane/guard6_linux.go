@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guestlog"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
@@ -160,7 +161,7 @@ type guard6 struct {
 
 	mu      sync.Mutex // one transaction at a time
 	syncMu  sync.Mutex // one sync at a time
-	failLog logLimit
+	failLog guestlog.Limit
 
 	// soon asks resync for a sync within removalDelay: reservations
 	// that went (syncReservedOf) leave the sets then, many at once.
@@ -560,7 +561,7 @@ func (g *guard6) logFailure(err error) {
 	if err == nil {
 		return
 	}
-	if ok, held := g.failLog.allow(time.Now()); ok {
+	if ok, held := g.failLog.Allow(time.Now()); ok {
 		g.log.Error("guard: the VMs' IPv6 addresses are not up to date; retrying later", "err", err, "suppressed", held)
 	}
 }

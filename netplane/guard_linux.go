@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"sigs.k8s.io/knftables"
 )
@@ -735,7 +736,7 @@ type addrGuard struct {
 
 	mu        sync.Mutex
 	installed map[string][]netip.Addr // by MAC; nil until read from the kernel
-	failLog   logLimit
+	failLog   guestlog.Limit
 }
 
 func newAddrGuard(n *api.Network, alloc *leases.Allocator, log *slog.Logger, inNS func(func() error) error) (*addrGuard, error) {
@@ -866,7 +867,7 @@ func (g *addrGuard) logFailure(err error) {
 	if err == nil {
 		return
 	}
-	if ok, n := g.failLog.allow(g.alloc.Now()); ok {
+	if ok, n := g.failLog.Allow(g.alloc.Now()); ok {
 		g.log.Error("guard: the VMs' addresses are not up to date; retrying later", "err", err, "suppressed", n)
 	}
 }

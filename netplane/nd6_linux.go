@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/checksum"
+	"github.com/vmnetctl/vmnetctl/guestlog"
 )
 
 // A network's guests configure their IPv6 addresses themselves (SLAAC), so
@@ -144,7 +145,7 @@ type nd6Learner struct {
 	reserved map[netip.Addr][6]byte
 
 	claims, conflicts, dropped atomic.Uint64
-	fullLog                    logLimit
+	fullLog                    guestlog.Limit
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -489,7 +490,7 @@ func (l *nd6Learner) claim(mac [6]byte, ip netip.Addr, now time.Time) {
 		l.remove(oldest, l.byIP[oldest])
 	} else if len(l.byIP) >= nd6MaxBindings {
 		l.dropped.Add(1)
-		if ok, held := l.fullLog.allow(now); ok {
+		if ok, held := l.fullLog.Allow(now); ok {
 			l.log.Warn("too many IPv6 bindings, ignoring new ones", "max", nd6MaxBindings,
 				"ip", ip, "mac", net.HardwareAddr(mac[:]).String(), "suppressed", held)
 		}
