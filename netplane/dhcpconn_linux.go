@@ -7,12 +7,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/vmnetctl/vmnetctl/checksum"
+	"github.com/vmnetctl/vmnetctl/rawsock"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -49,21 +49,6 @@ const downRetry = time.Second
 // dropAll makes a socket discard everything it receives.
 var dropAll = []bpf.Instruction{bpf.RetConstant{Val: 0}}
 
-// attachFilter sets a classic BPF socket filter on fd.
-func attachFilter(fd int, prog []bpf.Instruction) error {
-	raw, err := bpf.Assemble(prog)
-	if err != nil {
-		return err
-	}
-	f := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		f[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
-	}
-	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]})
-}
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
 // dhcpSocket is a network's DHCP server socket pair.
 type dhcpSocket struct {
 	in      *os.File       // the packet socket, in Go's poller
@@ -84,45 +69,20 @@ func listenDHCP(bridge string) (*dhcpSocket, error) {
 	raw, err := out.SyscallConn()
 	if err == nil {
 		var ferr error
-		err = raw.Control(func(fd uintptr) { ferr = attachFilter(int(fd), dropAll) })
+		err = raw.Control(func(fd uintptr) { ferr = rawsock.AttachFilter(int(fd), dropAll) })
 		err = errors.Join(err, ferr)
 	}
 	if err != nil {
 		out.Close()
 		return nil, fmt.Errorf("filtering the UDP socket: %w", err)
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, int(htons(unix.ETH_P_IP)))
-	if err != nil {
-		out.Close()
-		return nil, fmt.Errorf("packet socket: %w", err)
-	}
 	// The filter comes before bind, so no other packet is ever queued.
-	err = attachFilter(fd, dhcpFilter)
-	if err == nil {
-		err = unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifi.Index})
-	}
+	in, err := rawsock.Listen(ifi.Index, unix.ETH_P_IP, dhcpFilter, "dhcp")
 	if err != nil {
-		unix.Close(fd)
 		out.Close()
 		return nil, fmt.Errorf("packet socket on %s: %w", bridge, err)
 	}
-	return &dhcpSocket{in: os.NewFile(uintptr(fd), "dhcp"), ifindex: ifi.Index, port: out}, nil
-}
-
-// recvFrom reads one frame from a packet socket in Go's poller, waiting
-// for it as a blocking read would (and honouring its deadline).
-func recvFrom(raw syscall.RawConn, buf []byte) (int, unix.Sockaddr, error) {
-	var n int
-	var from unix.Sockaddr
-	var rerr error
-	err := raw.Read(func(fd uintptr) bool {
-		n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
-		return rerr != unix.EAGAIN
-	})
-	if err == nil {
-		err = rerr
-	}
-	return n, from, err
+	return &dhcpSocket{in: in, ifindex: ifi.Index, port: out}, nil
 }
 
 // read returns the next DHCP message sent to the bridge from outside the
@@ -134,7 +94,7 @@ func (s *dhcpSocket) read(buf []byte) ([]byte, net.HardwareAddr, error) {
 		return nil, nil, err
 	}
 	for {
-		n, from, err := recvFrom(raw, buf)
+		n, from, err := rawsock.RecvFrom(raw, buf)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -158,21 +118,8 @@ func (s *dhcpSocket) read(buf []byte) ([]byte, net.HardwareAddr, error) {
 // reply sends payload from the gateway's port 67 to port 68 of dst, in a
 // frame to the Ethernet address to alone.
 func (s *dhcpSocket) reply(to net.HardwareAddr, gw, dst netip.Addr, payload []byte) error {
-	raw, err := s.in.SyscallConn()
-	if err != nil {
-		return err
-	}
 	pkt := udp4Packet(gw, dst, dhcpv4.ServerPort, dhcpv4.ClientPort, payload)
-	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: s.ifindex, Halen: 6}
-	copy(sa.Addr[:], to)
-	var serr error
-	if err := raw.Write(func(fd uintptr) bool {
-		serr = unix.Sendto(int(fd), pkt, 0, sa)
-		return serr != unix.EAGAIN
-	}); err != nil {
-		return err
-	}
-	return serr
+	return rawsock.SendTo(s.in, s.ifindex, unix.ETH_P_IP, to, pkt)
 }
 
 // udp4Packet is an IPv4 packet (TTL 64, no options) carrying a UDP

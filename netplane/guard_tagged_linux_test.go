@@ -20,6 +20,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/mdlayher/ndp"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/rawsock"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
@@ -143,7 +144,7 @@ func captureFrames(t *testing.T, v *testutil.NS) *frameCapture {
 		if err != nil {
 			return err
 		}
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(rawsock.Proto(unix.ETH_P_ALL)))
 		if err != nil {
 			return err
 		}
@@ -152,7 +153,7 @@ func captureFrames(t *testing.T, v *testutil.NS) *frameCapture {
 		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100_000}); err != nil {
 			return err
 		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index})
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: rawsock.Proto(unix.ETH_P_ALL), Ifindex: ifi.Index})
 	})
 	done := make(chan struct{})
 	var stop atomic.Bool

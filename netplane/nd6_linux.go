@@ -20,6 +20,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/checksum"
 	"github.com/vmnetctl/vmnetctl/guestlog"
+	"github.com/vmnetctl/vmnetctl/rawsock"
 )
 
 // A network's guests configure their IPv6 addresses themselves (SLAAC), so
@@ -221,22 +222,11 @@ func (l *nd6Learner) open() error {
 		nl.Close()
 		return err
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, int(htons(unix.ETH_P_IPV6)))
-	if err != nil {
-		nl.Close()
-		return fmt.Errorf("packet socket: %w", err)
-	}
 	// The filter comes before bind, so no other packet is ever queued.
-	err = attachFilter(fd, nd6Filter)
-	if err == nil {
-		err = unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IPV6), Ifindex: l.index})
-	}
-	if err != nil {
-		unix.Close(fd)
+	if l.file, err = rawsock.Listen(l.index, unix.ETH_P_IPV6, nd6Filter, "nd6"); err != nil {
 		nl.Close()
 		return fmt.Errorf("packet socket: %w", err)
 	}
-	l.file = os.NewFile(uintptr(fd), "nd6")
 	return nil
 }
 
@@ -285,7 +275,7 @@ func (l *nd6Learner) run() {
 		// events, then sets the deadline to now to have them sent.
 		l.file.SetReadDeadline(nextSweep)
 		l.deliver()
-		n, from, err := recvFrom(raw, buf)
+		n, from, err := rawsock.RecvFrom(raw, buf)
 		select {
 		case <-l.stop:
 			return

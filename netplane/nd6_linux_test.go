@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/rawsock"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/net/bpf"
 	"golang.org/x/net/icmp"
@@ -413,7 +414,7 @@ func newRawSender(t *testing.T, v *testutil.NS) *rawSender {
 func (s *rawSender) send(t *testing.T, frames ...[]byte) {
 	t.Helper()
 	for _, f := range frames {
-		to := &unix.SockaddrLinklayer{Ifindex: s.index, Protocol: htons(unix.ETH_P_IPV6), Halen: 6}
+		to := &unix.SockaddrLinklayer{Ifindex: s.index, Protocol: rawsock.Proto(unix.ETH_P_IPV6), Halen: 6}
 		copy(to.Addr[:], f[:6])
 		if err := unix.Sendto(s.fd, f, 0, to); err != nil {
 			t.Fatalf("sending a frame: %v", err)
