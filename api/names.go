@@ -34,6 +34,13 @@ func checkName(s string) string {
 // NAME.vmnet.internal (with '_', which vmnetctl's DNS proxy also serves).
 var vmNameRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?$`)
 
+// HostNameChar tells whether r may be in a host name's label, as the DNS
+// proxy answers them and DHCP keeps a client's: an ASCII letter or digit,
+// '-' or '_' (what vmNameRe allows).
+func HostNameChar(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
+}
+
 // checkVMName returns why s cannot be a VM name, or "".
 func checkVMName(s string) string {
 	if msg := checkName(s); msg != "" {

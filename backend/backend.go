@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/dhcpserver"
 	"github.com/vmnetctl/vmnetctl/leases"
 )
 
@@ -282,23 +283,8 @@ type IPv6Stats struct {
 	Refused   uint64 `json:"refused"`
 }
 
-// DHCPStats count a DHCP server's traffic since it started.
-type DHCPStats struct {
-	// Requests counts received messages by DHCP message type
-	// ("DISCOVER", "REQUEST", "RELEASE", "DECLINE", "INFORM", "other").
-	Requests map[string]uint64 `json:"requests"`
-	// Replies counts sent messages by type ("OFFER", "ACK", "NAK").
-	Replies map[string]uint64 `json:"replies"`
-	// Errors counts messages dropped: unparsable, not for us, no address
-	// left, or a reply that could not be sent.
-	Errors uint64 `json:"errors"`
-	// Spoofed counts messages dropped because their client address
-	// (chaddr) was not the Ethernet address they came from.
-	Spoofed uint64 `json:"spoofed"`
-	// Limited counts messages dropped unanswered because their client
-	// sent more than its rate allows (a few a second after a burst).
-	Limited uint64 `json:"limited"`
-}
+// DHCPStats count a DHCP server's traffic (the DHCP server's type).
+type DHCPStats = dhcpserver.Stats
 
 // DNSStats count a DNS proxy's queries since it started.
 type DNSStats struct {

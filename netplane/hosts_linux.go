@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/leases"
 )
 
@@ -147,11 +148,5 @@ func validHostName(name string) bool {
 	if name == "" || len(name) > 63 || strings.HasPrefix(name, "-") {
 		return false
 	}
-	return !strings.ContainsFunc(name, func(r rune) bool { return !hostNameChar(r) })
-}
-
-// hostNameChar tells whether r may be in a host name's label: an ASCII
-// letter or digit, '-' or '_'.
-func hostNameChar(r rune) bool {
-	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
+	return !strings.ContainsFunc(name, func(r rune) bool { return !api.HostNameChar(r) })
 }

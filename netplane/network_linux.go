@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/dhcpserver"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"golang.org/x/sys/unix"
 )
@@ -29,7 +30,7 @@ type Network struct {
 	log     *slog.Logger
 	alloc   *leases.Allocator // nil without DHCP
 	hosts   *hostTable
-	dhcp    *dhcpHandler
+	dhcp    *dhcpserver.Server
 	dns     *dnsHandler
 	guard   *addrGuard // nil when the guard does not check addresses
 	ra      *raServer  // nil without router advertisements
@@ -308,9 +309,9 @@ func (nw *Network) startDHCP(resolvConf string) error {
 	} else {
 		dnsServers = hostResolvers(resolvConf, "/run/systemd/resolve/resolv.conf")
 	}
-	nw.dhcp = newDHCPHandler(nw.n, nw.alloc, dnsServers, nw.log)
-	nw.dhcp.onLease = nw.onLease
-	nw.dhcp.bound = func(mac net.HardwareAddr) {
+	nw.dhcp = dhcpserver.New(nw.n, nw.alloc, dnsServers, nw.log)
+	nw.dhcp.OnLease = nw.onLease
+	nw.dhcp.Bound = func(mac net.HardwareAddr) {
 		if nw.guard != nil {
 			nw.guard.syncMAC(context.Background(), mac)
 		}
@@ -324,7 +325,7 @@ func (nw *Network) startDHCP(resolvConf string) error {
 		default:
 		}
 	}
-	sock, err := listenDHCP(nw.n.Bridge())
+	sock, err := dhcpserver.Listen(nw.n.Bridge())
 	if err != nil {
 		return fmt.Errorf("network %q: DHCP server on %s: %w", nw.n.ID, nw.n.Bridge(), err)
 	}
@@ -332,7 +333,7 @@ func (nw *Network) startDHCP(resolvConf string) error {
 	nw.wg.Add(1)
 	go func() {
 		defer nw.wg.Done()
-		if err := serveDHCP(sock, nw.dhcp, nw.stop); err != nil && !nw.stopped() {
+		if err := dhcpserver.Serve(sock, nw.dhcp, nw.stop); err != nil && !nw.stopped() {
 			nw.log.Error("DHCP server stopped", "err", err)
 			nw.fail(fmt.Errorf("network %q: the DHCP server stopped: %w", nw.n.ID, err))
 		}

@@ -1,4 +1,4 @@
-package netplane
+package dhcpserver
 
 import (
 	"bytes"
@@ -14,30 +14,29 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"golang.org/x/time/rate"
 )
 
-// dhcpHandler answers DHCP clients of one network from its Allocator. The
+// Server answers DHCP clients of one network from its Allocator. The
 // socket is server4's; the decisions are here, so they can be tested with
 // packets alone.
-type dhcpHandler struct {
+type Server struct {
 	n     *api.Network
 	alloc *leases.Allocator
 	dns   []net.IP
 	log   *slog.Logger
 
-	// onLease, if set, is told of leases granted, released and declined.
-	onLease func(kind, network, mac string, ip netip.Addr)
-	// bound, if set, is told of each change to what a MAC is bound to,
+	// OnLease, if set, is told of leases granted, released and declined.
+	OnLease func(kind, network, mac string, ip netip.Addr)
+	// Bound, if set, is told of each change to what a MAC is bound to,
 	// before the client hears of it: the guard lets the VM use the
 	// address from then on.
-	bound func(mac net.HardwareAddr)
+	Bound func(mac net.HardwareAddr)
 
 	mu    sync.Mutex
-	stats backend.DHCPStats
+	stats Stats
 	// guestLog rate-limits, per client MAC, the log lines that clients
 	// trigger: a VM can send DHCP messages as fast as it likes.
 	guestLog guestlog.ByClient
@@ -89,22 +88,24 @@ const maxGuestLines = 20
 
 // warn logs a line a client triggered, at most one per guestlog.Every per
 // client.
-func (h *dhcpHandler) warn(mac net.HardwareAddr, msg string, args ...any) {
+func (h *Server) warn(mac net.HardwareAddr, msg string, args ...any) {
 	if ok, held := h.guestLog.Allow(mac.String(), time.Now()); ok {
 		h.log.Warn(msg, append(args, "mac", mac.String(), "suppressed", held)...)
 	}
 }
 
-func newDHCPHandler(n *api.Network, alloc *leases.Allocator, dns []netip.Addr, log *slog.Logger) *dhcpHandler {
-	h := &dhcpHandler{n: n, alloc: alloc, log: log, guestLog: guestlog.ByClient{Total: maxGuestLines},
-		stats: backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}}}
+// New is network n's server, handing out alloc's addresses and dns as the
+// clients' DNS servers.
+func New(n *api.Network, alloc *leases.Allocator, dns []netip.Addr, log *slog.Logger) *Server {
+	h := &Server{n: n, alloc: alloc, log: log, guestLog: guestlog.ByClient{Total: maxGuestLines},
+		stats: Stats{Requests: map[string]uint64{}, Replies: map[string]uint64{}}}
 	for _, a := range dns {
 		h.dns = append(h.dns, net.IP(a.AsSlice()))
 	}
 	return h
 }
 
-func (h *dhcpHandler) count(req string, reply string, failed bool) {
+func (h *Server) count(req string, reply string, failed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if req != "" {
@@ -119,10 +120,10 @@ func (h *dhcpHandler) count(req string, reply string, failed bool) {
 }
 
 // Stats returns a copy of the counters.
-func (h *dhcpHandler) Stats() backend.DHCPStats {
+func (h *Server) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := backend.DHCPStats{Requests: map[string]uint64{}, Replies: map[string]uint64{}, Errors: h.stats.Errors, Spoofed: h.stats.Spoofed, Limited: h.stats.Limited}
+	s := Stats{Requests: map[string]uint64{}, Replies: map[string]uint64{}, Errors: h.stats.Errors, Spoofed: h.stats.Spoofed, Limited: h.stats.Limited}
 	for k, v := range h.stats.Requests {
 		s.Requests[k] = v
 	}
@@ -132,14 +133,14 @@ func (h *dhcpHandler) Stats() backend.DHCPStats {
 	return s
 }
 
-// replier sends a DHCP reply: dhcpSocket's.
+// replier sends a DHCP reply: Socket's.
 type replier interface {
 	reply(to net.HardwareAddr, gw, dst netip.Addr, payload []byte) error
 }
 
 // serve answers req, which came from the Ethernet address src, through s:
 // to src alone (replyAddr), within src's rate (limiter).
-func (h *dhcpHandler) serve(s replier, src net.HardwareAddr, req *dhcpv4.DHCPv4) {
+func (h *Server) serve(s replier, src net.HardwareAddr, req *dhcpv4.DHCPv4) {
 	if !h.limits.allow(src.String(), time.Now()) {
 		h.mu.Lock()
 		h.stats.Limited++
@@ -178,7 +179,7 @@ func replyAddr(req, reply *dhcpv4.DHCPv4) netip.Addr {
 // message whose client address (chaddr) is not its sender's is dropped, so
 // that a VM, whose sender address the guard pins to its port, can only
 // obtain, renew, release or decline its own lease.
-func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.DHCPv4 {
+func (h *Server) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.DHCPv4 {
 	mt := req.MessageType()
 	name := "other"
 	switch mt {
@@ -284,26 +285,26 @@ func (h *dhcpHandler) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.D
 // printed (`vmnetctl leases`): a terminal's escape sequences or a line of
 // its own must not pass.
 func clientHostname(name string) string {
-	if len(name) > 253 || strings.ContainsFunc(name, func(r rune) bool { return !hostNameChar(r) && r != '.' }) {
+	if len(name) > 253 || strings.ContainsFunc(name, func(r rune) bool { return !api.HostNameChar(r) && r != '.' }) {
 		return ""
 	}
 	return name
 }
 
 // event tells onLease, if set, of a lease event.
-func (h *dhcpHandler) event(kind string, mac net.HardwareAddr, ip netip.Addr) {
-	if h.onLease == nil {
+func (h *Server) event(kind string, mac net.HardwareAddr, ip netip.Addr) {
+	if h.OnLease == nil {
 		return
 	}
 	if ok, _ := h.leaseEvents.Allow(mac.String()+"/"+kind, time.Now()); ok {
-		h.onLease(kind, h.n.ID, mac.String(), ip)
+		h.OnLease(kind, h.n.ID, mac.String(), ip)
 	}
 }
 
 // changed tells bound, if set, that mac's addresses changed.
-func (h *dhcpHandler) changed(mac net.HardwareAddr) {
-	if h.bound != nil {
-		h.bound(mac)
+func (h *Server) changed(mac net.HardwareAddr) {
+	if h.Bound != nil {
+		h.Bound(mac)
 	}
 }
 
@@ -316,7 +317,7 @@ func addrOf(ip net.IP) netip.Addr {
 }
 
 // reply builds an OFFER or ACK for yiaddr with the network's options.
-func (h *dhcpHandler) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, yiaddr netip.Addr) *dhcpv4.DHCPv4 {
+func (h *Server) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, yiaddr netip.Addr) *dhcpv4.DHCPv4 {
 	gw := net.IP(h.n.Gateway.AsSlice())
 	mask := net.CIDRMask(h.n.Subnet.Bits(), 32)
 	lt := h.alloc.LeaseTime()

@@ -1,4 +1,4 @@
-package netplane
+package dhcpserver
 
 import (
 	"encoding/binary"
@@ -21,8 +21,8 @@ import (
 // which gives each one with the Ethernet address it was sent from: a UDP
 // socket gives only the IP source, which a client without an address does
 // not have. The client address in the message (chaddr) must be that
-// sender's (dhcpHandler.handle). Replies go out through the packet socket
-// too, to that Ethernet address alone (dhcpSocket.reply): a broadcast
+// sender's (Server.handle). Replies go out through the packet socket
+// too, to that Ethernet address alone (Socket.reply): a broadcast
 // reply would reach every VM on the network, an isolated one's too, with
 // options the client chose. A UDP socket on the bridge's port 67
 // (server4's) keeps the port bound; a filter makes it discard what it
@@ -49,15 +49,15 @@ const downRetry = time.Second
 // dropAll makes a socket discard everything it receives.
 var dropAll = []bpf.Instruction{bpf.RetConstant{Val: 0}}
 
-// dhcpSocket is a network's DHCP server socket pair.
-type dhcpSocket struct {
+// Socket is a network's DHCP server socket pair.
+type Socket struct {
 	in      *os.File       // the packet socket, in Go's poller
 	ifindex int            // the bridge's
 	port    net.PacketConn // the UDP socket that holds port 67
 }
 
-// listenDHCP opens the DHCP sockets on bridge.
-func listenDHCP(bridge string) (*dhcpSocket, error) {
+// Listen opens the DHCP sockets on bridge.
+func Listen(bridge string) (*Socket, error) {
 	ifi, err := net.InterfaceByName(bridge)
 	if err != nil {
 		return nil, err
@@ -82,13 +82,13 @@ func listenDHCP(bridge string) (*dhcpSocket, error) {
 		out.Close()
 		return nil, fmt.Errorf("packet socket on %s: %w", bridge, err)
 	}
-	return &dhcpSocket{in: in, ifindex: ifi.Index, port: out}, nil
+	return &Socket{in: in, ifindex: ifi.Index, port: out}, nil
 }
 
 // read returns the next DHCP message sent to the bridge from outside the
 // host and its Ethernet source address. A datagram that is not one is
 // skipped.
-func (s *dhcpSocket) read(buf []byte) ([]byte, net.HardwareAddr, error) {
+func (s *Socket) read(buf []byte) ([]byte, net.HardwareAddr, error) {
 	raw, err := s.in.SyscallConn()
 	if err != nil {
 		return nil, nil, err
@@ -117,7 +117,7 @@ func (s *dhcpSocket) read(buf []byte) ([]byte, net.HardwareAddr, error) {
 
 // reply sends payload from the gateway's port 67 to port 68 of dst, in a
 // frame to the Ethernet address to alone.
-func (s *dhcpSocket) reply(to net.HardwareAddr, gw, dst netip.Addr, payload []byte) error {
+func (s *Socket) reply(to net.HardwareAddr, gw, dst netip.Addr, payload []byte) error {
 	pkt := udp4Packet(gw, dst, dhcpv4.ServerPort, dhcpv4.ClientPort, payload)
 	return rawsock.SendTo(s.in, s.ifindex, unix.ETH_P_IP, to, pkt)
 }
@@ -152,14 +152,14 @@ func udp4Packet(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte
 }
 
 // Close closes both sockets; a read under way returns an error.
-func (s *dhcpSocket) Close() error {
+func (s *Socket) Close() error {
 	return errors.Join(s.in.Close(), s.port.Close())
 }
 
-// serveDHCP answers what s reads with h, one message at a time, until s is
+// Serve answers what s reads with h, one message at a time, until s is
 // closed. While the bridge is down, reads fail; they are tried again every
 // downRetry until stop is closed.
-func serveDHCP(s *dhcpSocket, h *dhcpHandler, stop <-chan struct{}) error {
+func Serve(s *Socket, h *Server, stop <-chan struct{}) error {
 	buf := make([]byte, 65536)
 	for {
 		payload, src, err := s.read(buf)

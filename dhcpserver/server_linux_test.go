@@ -1,4 +1,4 @@
-package netplane
+package dhcpserver
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ func TestDHCPDeclineFlood(t *testing.T) {
 	a := mustAllocator(t, n, "")
 	a.SetClock(func() time.Time { return guardNow })
 	var logs bytes.Buffer
-	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.NewTextHandler(&logs, nil)))
+	h := New(n, a, []netip.Addr{n.Gateway}, slog.New(slog.NewTextHandler(&logs, nil)))
 	send := func(pkt []byte) *dhcpv4.DHCPv4 {
 		t.Helper()
 		req, err := dhcpv4.FromBytes(pkt)
@@ -83,7 +83,7 @@ func TestDHCPChaddrMustBeSender(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.7.0/24")
 	a := mustAllocator(t, n, "")
 	var logs bytes.Buffer
-	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.NewTextHandler(&logs, nil)))
+	h := New(n, a, []netip.Addr{n.Gateway}, slog.New(slog.NewTextHandler(&logs, nil)))
 	sender, _ := net.ParseMAC("52:55:55:00:08:01")
 	gw := n.Gateway.String()
 	for i := range 100 {
@@ -120,9 +120,9 @@ func TestDHCPChaddrMustBeSender(t *testing.T) {
 func TestLeaseEventsBounded(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.8.0/24")
 	a := mustAllocator(t, n, "")
-	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
+	h := New(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
 	events := map[string]int{}
-	h.onLease = func(kind, _, _ string, _ netip.Addr) { events[kind]++ }
+	h.OnLease = func(kind, _, _ string, _ netip.Addr) { events[kind]++ }
 	mac, _ := net.ParseMAC("52:55:55:00:09:01")
 	gw := n.Gateway.String()
 	for range 100 {
@@ -152,7 +152,7 @@ func TestLeaseEventsBounded(t *testing.T) {
 func TestGuestLogsBounded(t *testing.T) {
 	n := testNet("l", api.ModeShared, "10.9.9.0/24")
 	var logs bytes.Buffer
-	h := newDHCPHandler(n, mustAllocator(t, n, ""), nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	h := New(n, mustAllocator(t, n, ""), nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	for i := range 5000 {
 		h.warn(net.HardwareAddr{0x02, 0, 0, 0, byte(i >> 8), byte(i)}, "noise")
 	}
@@ -188,7 +188,7 @@ func (r *recordReplier) reply(to net.HardwareAddr, gw, dst netip.Addr, payload [
 func TestDHCPReplyToSenderOnly(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.7.0/24")
 	a := mustAllocator(t, n, "")
-	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
+	h := New(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
 	var sent recordReplier
 	const vm = "52:55:55:00:08:01"
 	mac := mustMAC(vm)
@@ -286,7 +286,7 @@ func TestUDP4Packet(t *testing.T) {
 func TestDHCPHostnameBytes(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.12.0/24")
 	a := mustAllocator(t, n, "")
-	h := newDHCPHandler(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
+	h := New(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
 	for i, c := range []struct{ sent, kept string }{
 		{"web-1.example", "web-1.example"},
 		{"a\x1b]52;c;eA==\a", ""},
