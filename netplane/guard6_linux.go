@@ -14,6 +14,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guestlog"
+	"github.com/vmnetctl/vmnetctl/routeradv"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
@@ -189,7 +190,7 @@ const removalDelay = time.Second
 // addresses that a VM uses only towards other VMs (their neighbour
 // discovery is unicast, which the learner does not see); 16 addresses per
 // VM bound what stays.
-const nd6Lifetime = raValidLifetime
+const nd6Lifetime = routeradv.ValidLifetime
 
 // startGuard6 starts the learner on n's bridge and keeps the sets equal to
 // its bindings: at once, on each change it reports, and every guardResync

@@ -268,3 +268,21 @@ func mustMAC(s string) net.HardwareAddr {
 	}
 	return hw
 }
+
+// allNodes is the IPv6 all-nodes group, where router advertisements and
+// unsolicited advertisements go.
+var allNodes = netip.MustParseAddr("ff02::1")
+
+// ipv6Sysctls sets net.ipv6.conf.<iface>.<key> to value, for each key and
+// value of kv, in the calling thread's namespace.
+func ipv6Sysctls(iface string, kv ...string) error {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := ensureSysctl(fmt.Sprintf("/proc/sys/net/ipv6/conf/%s/%s", iface, kv[i]), kv[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allRouters is the IPv6 all-routers group, where solicitations go.
+var allRouters = netip.MustParseAddr("ff02::2")

@@ -20,6 +20,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
 	"github.com/vmnetctl/vmnetctl/leases"
+	"github.com/vmnetctl/vmnetctl/routeradv"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,8 +33,8 @@ type Network struct {
 	hosts   *hostTable
 	dhcp    *dhcpserver.Server
 	dns     *dnsHandler
-	guard   *addrGuard // nil when the guard does not check addresses
-	ra      *raServer  // nil without router advertisements
+	guard   *addrGuard        // nil when the guard does not check addresses
+	ra      *routeradv.Server // nil without router advertisements
 	fwd     forwardState
 	fwdKick chan struct{} // a VM's address changed: apply the forwards again
 	// egressApplied is the egress maps' content as last applied; names
@@ -351,14 +352,14 @@ const raRouterLifetime = 30 * time.Minute
 // vmnet.internal as search domain. Only a network whose IPv6 traffic
 // leaves the host (RoutesIPv6) makes the gateway a default router.
 func (nw *Network) startRA() error {
-	cfg := raConfig{Iface: nw.n.Bridge(), Prefix: nw.n.Subnet6, MTU: nw.n.MTU}
+	cfg := routeradv.Config{Iface: nw.n.Bridge(), Prefix: nw.n.Subnet6, MTU: nw.n.MTU}
 	if nw.n.RoutesIPv6() {
 		cfg.RouterLifetime = raRouterLifetime
 	}
 	if nw.n.DNSProxy {
 		cfg.RDNSS, cfg.DNSSL = []netip.Addr{nw.n.Gateway6}, []string{DNSDomain}
 	}
-	ra, err := startRA(cfg, nw.log)
+	ra, err := routeradv.Start(cfg, nw.log)
 	if err != nil {
 		return fmt.Errorf("network %q: %w", nw.n.ID, err)
 	}

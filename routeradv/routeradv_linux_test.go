@@ -1,4 +1,4 @@
-package netplane
+package routeradv
 
 import (
 	"bytes"
@@ -24,6 +24,15 @@ import (
 // RAs as a guest does (SLAAC), by a veth pair. No packet leaves them.
 
 var raPrefix = netip.MustParsePrefix("fd00:1234:5678:9abc::/64")
+
+// mustDo runs f in namespace n and fails the test on error. f must not
+// call t.Fatal: it runs on another goroutine.
+func mustDo(t *testing.T, n *testutil.NS, f func() error) {
+	t.Helper()
+	if err := n.Do(f); err != nil {
+		t.Fatalf("in %s: %v", n, err)
+	}
+}
 
 // raLab is a router namespace and a VM namespace joined by rt0 (router) and
 // eth0 (VM), both down.
@@ -54,7 +63,7 @@ func (l *raLab) up(t *testing.T) {
 // value of kv, in the calling thread's namespace.
 func ipv6Sysctls(iface string, kv ...string) error {
 	for i := 0; i+1 < len(kv); i += 2 {
-		if err := ensureSysctl(fmt.Sprintf("/proc/sys/net/ipv6/conf/%s/%s", iface, kv[i]), kv[i+1]); err != nil {
+		if err := os.WriteFile(fmt.Sprintf("/proc/sys/net/ipv6/conf/%s/%s", iface, kv[i]), []byte(kv[i+1]), 0o644); err != nil {
 			return err
 		}
 	}
@@ -62,13 +71,13 @@ func ipv6Sysctls(iface string, kv ...string) error {
 }
 
 // startRAIn starts cfg in namespace n and closes it at cleanup.
-func startRAIn(t *testing.T, n *testutil.NS, cfg raConfig) *raServer {
+func startRAIn(t *testing.T, n *testutil.NS, cfg Config) *Server {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	var s *raServer
+	var s *Server
 	mustDo(t, n, func() error {
 		var err error
-		s, err = startRA(cfg, log)
+		s, err = Start(cfg, log)
 		return err
 	})
 	t.Cleanup(func() { s.Close() })
@@ -160,7 +169,7 @@ func raGoroutines() int {
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "netplane.(*raServer)") {
+		if strings.Contains(g, "netplane.(*Server)") {
 			n++
 		}
 	}
@@ -171,7 +180,7 @@ func TestRouterAdvertisements(t *testing.T) {
 	testutil.RequireRoot(t, "creates network namespaces")
 	l := newRALab(t)
 	l.up(t)
-	cfg := raConfig{
+	cfg := Config{
 		Iface: "rt0", Prefix: raPrefix, RouterLifetime: 30 * time.Minute, MTU: 1400,
 		RDNSS: []netip.Addr{netip.MustParseAddr("fd00:1234:5678:9abc::1")}, DNSSL: []string{"vmnet.internal"},
 	}
@@ -277,7 +286,7 @@ func TestRouterAdvertisements(t *testing.T) {
 	t.Run("HostOnly", func(t *testing.T) {
 		l := newRALab(t)
 		l.up(t)
-		s := startRAIn(t, l.router, raConfig{Iface: "rt0", Prefix: raPrefix})
+		s := startRAIn(t, l.router, Config{Iface: "rt0", Prefix: raPrefix})
 		var st vmState
 		testutil.Eventually(t, 10*time.Second, func() bool { st = l.vmState(t); return st.addr.IsValid() },
 			"a SLAAC address on the VM")
@@ -336,7 +345,7 @@ func TestRouterAdvertisements(t *testing.T) {
 	})
 
 	t.Run("Config", func(t *testing.T) {
-		for _, c := range []raConfig{
+		for _, c := range []Config{
 			{Iface: "rt0", Prefix: netip.MustParsePrefix("fd00::/48")},
 			{Iface: "rt0", Prefix: netip.MustParsePrefix("10.0.0.0/24")},
 			{Iface: "rt0", Prefix: raPrefix, RouterLifetime: time.Minute},
@@ -345,9 +354,9 @@ func TestRouterAdvertisements(t *testing.T) {
 			{Iface: "rt0", Prefix: raPrefix, RDNSS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}},
 		} {
 			var err error
-			l.router.Do(func() error { _, err = startRA(c, nil); return nil })
+			l.router.Do(func() error { _, err = Start(c, nil); return nil })
 			if err == nil || !strings.Contains(err.Error(), "rt0") {
-				t.Errorf("startRA(%+v): %v, want an error naming rt0", c, err)
+				t.Errorf("Start(%+v): %v, want an error naming rt0", c, err)
 			}
 		}
 	})
@@ -368,7 +377,7 @@ func (l *raLab) routerMAC(t *testing.T) net.HardwareAddr {
 }
 
 // checkRA checks that ra says what cfg says, from the interface with mac.
-func checkRA(t *testing.T, ra *ndp.RouterAdvertisement, cfg raConfig, mac net.HardwareAddr) {
+func checkRA(t *testing.T, ra *ndp.RouterAdvertisement, cfg Config, mac net.HardwareAddr) {
 	t.Helper()
 	if ra.RouterLifetime != cfg.RouterLifetime {
 		t.Errorf("router lifetime %v, want %v", ra.RouterLifetime, cfg.RouterLifetime)
@@ -384,7 +393,7 @@ func checkRA(t *testing.T, ra *ndp.RouterAdvertisement, cfg raConfig, mac net.Ha
 		case *ndp.PrefixInformation:
 			seen = append(seen, "prefix")
 			if got := netip.PrefixFrom(o.Prefix, int(o.PrefixLength)); got != cfg.Prefix || !o.OnLink || !o.AutonomousAddressConfiguration ||
-				o.ValidLifetime != raValidLifetime || o.PreferredLifetime != raPreferredLifetime {
+				o.ValidLifetime != ValidLifetime || o.PreferredLifetime != raPreferredLifetime {
 				t.Errorf("prefix option %+v, want %s on-link autonomous", o, cfg.Prefix)
 			}
 		case *ndp.MTU:

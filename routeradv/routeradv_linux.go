@@ -1,4 +1,7 @@
-package netplane
+// Package routeradv sends a network's router advertisements (RFC 4861,
+// RFC 8106): the prefix for SLAAC, the default router, the MTU and the
+// DNS servers, periodically and in answer to solicitations, rate-limited.
+package routeradv
 
 import (
 	"bytes"
@@ -56,7 +59,7 @@ const (
 	// The prefix's lifetimes (radvd's defaults): a guest's address stays
 	// preferred for 4 hours and valid for a day after the last RA, so an
 	// address outlives a stopped vmnetctl by far.
-	raValidLifetime     = 24 * time.Hour
+	ValidLifetime       = 24 * time.Hour
 	raPreferredLifetime = 4 * time.Hour
 	// raMaxRouterLifetime is the most RFC 4861 4.2 allows.
 	raMaxRouterLifetime = 9000 * time.Second
@@ -78,8 +81,8 @@ var (
 	allRouters = netip.MustParseAddr("ff02::2")
 )
 
-// raConfig is what a network's router advertisements say.
-type raConfig struct {
+// Config is what a network's router advertisements say.
+type Config struct {
 	Iface          string        // the interface to advertise on (the network's bridge)
 	Prefix         netip.Prefix  // a /64: on-link and autonomous (SLAAC)
 	RouterLifetime time.Duration // 0: not a default router (host-only networks); shared networks use e.g. 30 min
@@ -88,10 +91,10 @@ type raConfig struct {
 	DNSSL          []string      // search domains option (RFC 8106), e.g. "vmnet.internal"
 }
 
-// raServer sends router advertisements on one interface: a sender
+// Server sends router advertisements on one interface: a sender
 // goroutine sends the periodic ones and the replies, a reader goroutine
 // reads the solicitations and asks the sender for a reply.
-type raServer struct {
+type Server struct {
 	log  *slog.Logger
 	conn *ndp.Conn
 	addr netip.Addr // the link-local address the RAs come from
@@ -111,7 +114,7 @@ type raServer struct {
 	sent, replies, solicited, limited atomic.Uint64
 }
 
-// startRA starts advertising cfg on cfg.Iface: raInitialCount unsolicited
+// Start starts advertising cfg on cfg.Iface: raInitialCount unsolicited
 // RAs to all-nodes at start, raInitialInterval to twice that apart, then
 // one every raMinInterval to raMaxInterval, and a reply to router
 // solicitations, at most one per raReplyInterval in all. Close stops it.
@@ -122,10 +125,10 @@ type raServer struct {
 // DAD never ends unless accept_dad is 0 on it. The interface also needs
 // accept_ra 0, as any router's: the RAs sent loop back to the host, which
 // would otherwise give the interface an address in the prefix and the MTU
-// when forwarding is off on it (startRA logs a warning then).
+// when forwarding is off on it (Start logs a warning then).
 //
 // Call it in the network namespace of the interface: the socket stays in it.
-func startRA(cfg raConfig, log *slog.Logger) (*raServer, error) {
+func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -137,7 +140,7 @@ func startRA(cfg raConfig, log *slog.Logger) (*raServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router advertisements on %s: %w", cfg.Iface, err)
 	}
-	s := &raServer{
+	s := &Server{
 		log: log, conn: conn, addr: addr,
 		solicit:    make(chan struct{}, 1),
 		stop:       make(chan struct{}),
@@ -165,7 +168,7 @@ func startRA(cfg raConfig, log *slog.Logger) (*raServer, error) {
 }
 
 // check rejects what the RA cannot carry or guests would ignore.
-func (c *raConfig) check() error {
+func (c *Config) check() error {
 	switch {
 	case !c.Prefix.IsValid() || !c.Prefix.Addr().Is6() || c.Prefix.Addr().Is4In6():
 		return fmt.Errorf("prefix %s is not an IPv6 prefix", c.Prefix)
@@ -188,7 +191,7 @@ func (c *raConfig) check() error {
 }
 
 // advertisement is the RA for c, from the interface with MAC mac.
-func (c *raConfig) advertisement(mac net.HardwareAddr) *ndp.RouterAdvertisement {
+func (c *Config) advertisement(mac net.HardwareAddr) *ndp.RouterAdvertisement {
 	ra := &ndp.RouterAdvertisement{
 		RouterLifetime: c.RouterLifetime,
 		Options: []ndp.Option{
@@ -197,7 +200,7 @@ func (c *raConfig) advertisement(mac net.HardwareAddr) *ndp.RouterAdvertisement 
 				PrefixLength:                   uint8(c.Prefix.Bits()),
 				OnLink:                         true,
 				AutonomousAddressConfiguration: true,
-				ValidLifetime:                  raValidLifetime,
+				ValidLifetime:                  ValidLifetime,
 				PreferredLifetime:              raPreferredLifetime,
 				Prefix:                         c.Prefix.Masked().Addr(),
 			},
@@ -298,7 +301,7 @@ func takesOwnRAs(iface string) bool {
 // setup makes the socket receive router solicitations only, their hop
 // limit with them, including those sent to all-routers: the interface is
 // in that group only while forwarding is on.
-func (s *raServer) setup() error {
+func (s *Server) setup() error {
 	var f ipv6.ICMPFilter
 	f.SetAll(true)
 	f.Accept(ipv6.ICMPTypeRouterSolicitation)
@@ -315,7 +318,7 @@ func (s *raServer) setup() error {
 }
 
 // sendLoop sends the periodic RAs and the replies until stop.
-func (s *raServer) sendLoop() {
+func (s *Server) sendLoop() {
 	defer close(s.senderDone)
 	next := time.NewTimer(0)
 	defer next.Stop()
@@ -341,7 +344,7 @@ func (s *raServer) sendLoop() {
 }
 
 // interval is the random time to the next unsolicited RA.
-func (s *raServer) interval(initial bool) time.Duration {
+func (s *Server) interval(initial bool) time.Duration {
 	if initial {
 		return raInitialInterval + rand.N(raInitialInterval)
 	}
@@ -349,7 +352,7 @@ func (s *raServer) interval(initial bool) time.Duration {
 }
 
 // wait waits d, and reports false if stop came first.
-func (s *raServer) wait(d time.Duration) bool {
+func (s *Server) wait(d time.Duration) bool {
 	if d <= 0 {
 		return true
 	}
@@ -365,7 +368,7 @@ func (s *raServer) wait(d time.Duration) bool {
 
 // send sends ra to all-nodes. A failure is not fatal: while the bridge has
 // no carrier or is down, sends fail, and the next RA goes out once it is up.
-func (s *raServer) send(ra *ndp.RouterAdvertisement) {
+func (s *Server) send(ra *ndp.RouterAdvertisement) {
 	s.conn.SetWriteDeadline(time.Now().Add(raWriteTimeout))
 	if err := s.conn.WriteTo(ra, nil, allNodes); err != nil {
 		s.log.Debug("router advertisement not sent", "err", err)
@@ -376,7 +379,7 @@ func (s *raServer) send(ra *ndp.RouterAdvertisement) {
 
 // readLoop reads router solicitations until the socket is closed, and asks
 // sendLoop for a reply to each valid one, unless one is pending already.
-func (s *raServer) readLoop() {
+func (s *Server) readLoop() {
 	defer close(s.readerDone)
 	buf := make([]byte, 1500)
 	for {
@@ -429,7 +432,7 @@ func validRS(b []byte, cm *ipv6.ControlMessage, src netip.Addr) bool {
 	return true
 }
 
-func (s *raServer) stopped() bool {
+func (s *Server) stopped() bool {
 	select {
 	case <-s.stop:
 		return true
@@ -443,7 +446,7 @@ func (s *raServer) stopped() bool {
 // services stop for a restart of vmnetctl, which must not cut the VMs
 // off (the next server advertises at once), and when the network is
 // removed, its bridge goes and the VMs with it. Closing twice is fine.
-func (s *raServer) Close() error {
+func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.senderDone
@@ -456,6 +459,6 @@ func (s *raServer) Close() error {
 // Stats returns the number of RAs sent, of router solicitations received,
 // and of those among them that got no reply of their own, for the rate
 // limit: a reply was pending already, and answered them too.
-func (s *raServer) Stats() (sent, solicited, limited uint64) {
+func (s *Server) Stats() (sent, solicited, limited uint64) {
 	return s.sent.Load(), s.solicited.Load(), s.limited.Load()
 }
