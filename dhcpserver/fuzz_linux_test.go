@@ -13,32 +13,15 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/leases"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
-// fuzzNow is the allocators' clock in the fuzzers: leases expire (or not)
-// the same way on every run.
-var fuzzNow = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-
-const fuzzFixedMAC = "52:55:55:00:00:99"
-
-// fuzzNet is a network the DHCP fuzzers run against, chosen by cfg:
-//
-//   - 0: 10.9.0.0/24, gateway .1, DHCP range .100-.150, the reservation
-//     fuzzFixedMAC → .20 (outside the range, as reservations may be);
-//   - 1: 10.9.1.0/29, gateway .1, a DHCP range that is the whole subnet,
-//     network, gateway and broadcast address included: the allocator must
-//     skip them itself, and five addresses run out fast.
-func fuzzNet(cfg byte) *api.Network {
-	if cfg%2 == 0 {
-		n := testNet("f", api.ModeShared, "10.9.0.0/24")
-		n.DHCPStart, n.DHCPEnd = ip("10.9.0.100"), ip("10.9.0.150")
-		n.Reservations = []api.Reservation{{MAC: fuzzFixedMAC, IP: ip("10.9.0.20")}}
-		return n
-	}
-	n := testNet("g", api.ModeHost, "10.9.1.0/29")
-	n.DHCPStart, n.DHCPEnd = ip("10.9.1.0"), ip("10.9.1.7")
-	return n
-}
+// The fuzzers' networks and clock (testutil.FuzzNetwork).
+var (
+	fuzzNet      = testutil.FuzzNetwork
+	fuzzNow      = testutil.FuzzNow
+	fuzzFixedMAC = testutil.FuzzFixedMAC
+)
 
 // fuzzHeld are leases of other MACs that the DHCP fuzzer's allocator starts
 // with: some unexpired (never to be handed to anyone else), one expired.
@@ -96,7 +79,7 @@ func checkHandOut(t *testing.T, n *api.Network, r handOutRules, mac string, addr
 		t.Fatalf("%s was given %s, outside the DHCP range %s-%s", mac, addr, n.DHCPStart, n.DHCPEnd)
 	case addr == n.Subnet.Masked().Addr():
 		t.Fatalf("%s was given the network address %s", mac, addr)
-	case addr == broadcast(n.Subnet):
+	case addr == testutil.Broadcast(n.Subnet):
 		t.Fatalf("%s was given the broadcast address %s", mac, addr)
 	case addr == n.Gateway:
 		t.Fatalf("%s was given the gateway address %s", mac, addr)

@@ -14,32 +14,15 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
-// fuzzNow is the allocators' clock in the fuzzers: leases expire (or not)
-// the same way on every run.
-var fuzzNow = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-
-const fuzzFixedMAC = "52:55:55:00:00:99"
-
-// fuzzNet is a network the lease fuzzers run against (as the DHCP server's fuzzer in netplane does), chosen by cfg:
-//
-//   - 0: 10.9.0.0/24, gateway .1, DHCP range .100-.150, the reservation
-//     fuzzFixedMAC → .20 (outside the range, as reservations may be);
-//   - 1: 10.9.1.0/29, gateway .1, a DHCP range that is the whole subnet,
-//     network, gateway and broadcast address included: the allocator must
-//     skip them itself, and five addresses run out fast.
-func fuzzNet(cfg byte) *api.Network {
-	if cfg%2 == 0 {
-		n := testNet("f", api.ModeShared, "10.9.0.0/24")
-		n.DHCPStart, n.DHCPEnd = ip("10.9.0.100"), ip("10.9.0.150")
-		n.Reservations = []api.Reservation{{MAC: fuzzFixedMAC, IP: ip("10.9.0.20")}}
-		return n
-	}
-	n := testNet("g", api.ModeHost, "10.9.1.0/29")
-	n.DHCPStart, n.DHCPEnd = ip("10.9.1.0"), ip("10.9.1.7")
-	return n
-}
+// The fuzzers' networks and clock (testutil.FuzzNetwork).
+var (
+	fuzzNet      = testutil.FuzzNetwork
+	fuzzNow      = testutil.FuzzNow
+	fuzzFixedMAC = testutil.FuzzFixedMAC
+)
 
 // checkHandOut fails when addr may not be given to mac by a's network n:
 // mac's fixed address exactly if it has one; else an address of the DHCP

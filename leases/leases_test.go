@@ -10,26 +10,14 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
-func testNet(id string, mode api.Mode, cidr string) *api.Network {
-	p := netip.MustParsePrefix(cidr)
-	gw := p.Addr().Next()
-	return &api.Network{
-		ID: id, Name: id, Section: api.SectionVMNet, Mode: mode,
-		Subnet: p, Gateway: gw, DHCPStart: gw.Next(), DHCPEnd: lastAddr(p).Prev(),
-		MTU: 1400, DHCP: true, DNSProxy: true, NAT44: mode == api.ModeShared,
-		LeaseTime: time.Minute,
-	}
-}
-
-func mustMAC(s string) net.HardwareAddr {
-	hw, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return hw
-}
+// testNet and mustMAC are the fixtures of testutil.
+var (
+	testNet = testutil.Network
+	mustMAC = testutil.MAC
+)
 
 func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 

@@ -1,33 +1,16 @@
 package netplane
 
 import (
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
-func testNet(id string, mode api.Mode, cidr string) *api.Network {
-	p := netip.MustParsePrefix(cidr)
-	gw := p.Addr().Next()
-	return &api.Network{
-		ID: id, Name: id, Section: api.SectionVMNet, Mode: mode,
-		Subnet: p, Gateway: gw, DHCPStart: gw.Next(), DHCPEnd: broadcast(p).Prev(),
-		MTU: 1400, DHCP: true, DNSProxy: true, NAT44: mode == api.ModeShared,
-		LeaseTime: time.Minute,
-	}
-}
-
-// broadcast is the last address of p.
-func broadcast(p netip.Prefix) netip.Addr {
-	a := p.Masked().Addr().As4()
-	host := uint32(1)<<(32-p.Bits()) - 1
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-}
+// testNet is testutil's fixture network.
+var testNet = testutil.Network
 
 func TestLocalName(t *testing.T) {
 	for _, tc := range []struct {

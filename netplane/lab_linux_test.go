@@ -261,13 +261,7 @@ var guardNow = time.Unix(1_800_000_000, 0)
 
 func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 
-func mustMAC(s string) net.HardwareAddr {
-	hw, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return hw
-}
+var mustMAC = testutil.MAC
 
 // allNodes is the IPv6 all-nodes group, where router advertisements and
 // unsolicited advertisements go.
