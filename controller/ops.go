@@ -515,12 +515,8 @@ func stopStrays(env Env) {
 // projectsToRemove names the projects of o.
 func projectsToRemove(env Env, o RemoveOptions) ([]string, error) {
 	if o.All {
-		ps, err := env.StateDir.Projects()
-		var names []string
-		for _, p := range ps {
-			names = append(names, p.Name)
-		}
-		return names, err
+		// By their files: one that cannot be read goes too.
+		return env.StateDir.ProjectNames()
 	}
 	in := o.Input
 	if in == nil || (in.Project == "" && len(in.Files) == 0) {

@@ -146,6 +146,26 @@ func (d Dir) DeleteProject(name string) (existed bool, err error) {
 
 // Projects returns every project, by name.
 func (d Dir) Projects() ([]*Project, error) {
+	names, err := d.ProjectNames()
+	if err != nil {
+		return nil, err
+	}
+	var out []*Project
+	for _, name := range names {
+		p := &Project{}
+		if _, err := d.readJSON(filepath.Join(projectsDir, name+".json"), p); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *Project) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// ProjectNames are the names of the projects recorded, from their files'
+// names alone: a record that cannot be read (truncated, garbage) is still
+// one, and `down --all` removes it with the others.
+func (d Dir) ProjectNames() ([]string, error) {
 	entries, err := os.ReadDir(d.file(projectsDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -153,19 +173,13 @@ func (d Dir) Projects() ([]*Project, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading projects: %w", err)
 	}
-	var out []*Project
+	var names []string
 	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
-			continue
+		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() {
+			names = append(names, name)
 		}
-		p := &Project{}
-		if _, err := d.readJSON(filepath.Join(projectsDir, e.Name()), p); err != nil {
-			return nil, err
-		}
-		out = append(out, p)
 	}
-	slices.SortFunc(out, func(a, b *Project) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return names, nil
 }
 
 // checkProjectName returns why name cannot name a project, or "".

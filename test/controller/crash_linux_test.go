@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -112,4 +114,26 @@ func nothingLeft(t *testing.T, h *host, when string) {
 	if v := append(leftLinks(h), append(named, cleanup...)...); len(v) > 0 {
 		t.Fatalf("%s: left behind:\n%s", when, strings.Join(v, "\n"))
 	}
+}
+
+// TestDownAllCorruptProject: `down --all` with one project record that
+// cannot be read (truncated, garbage) removes every project, that one
+// with the others, and everything they brought up (issue 32: it exited
+// 1 and removed nothing, leaving helpers, bridges, TAPs and tables).
+func TestDownAllCorruptProject(t *testing.T) {
+	h := newHost(t)
+	a := h.WriteFile("a.yaml", "vms:\n  a1:\n    networks:\n      - vmnet: shared\n")
+	b := h.WriteFile("b.yaml", "vms:\n  b1:\n    networks:\n      - vmnet: isolated\n")
+	h.MustVmnetctl("up", "-f", a, "-p", "a", "--metrics-addr", "off")
+	h.MustVmnetctl("up", "-f", b, "-p", "b", "--metrics-addr", "off")
+	if err := os.WriteFile(filepath.Join(h.StateDir(), "projects", "b.json"), []byte(`{"name": "b", "files": [{"pa`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := h.MustVmnetctl("down", "--all")
+	for _, want := range []string{"Removing project a.", "Removing project b.", "Everything is down."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("down --all says:\n%s\nwant %q", out, want)
+		}
+	}
+	nothingLeft(t, h, "after down --all with a corrupt project")
 }
