@@ -371,7 +371,11 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*S
 	st := &Status{Controller: ControllerStatus{StateDir: sd.Path}, Networks: []NetworkStatus{}, Attachments: []AttachmentStatus{}}
 	rs, found, err := sd.LoadRuntime()
 	if err != nil {
-		return nil, err
+		// What ran cannot be read (a truncated or garbage record): say
+		// so, and what would put it right, rather than fail; the
+		// controller starts afresh from such a record too (restore).
+		st.Controller.LastError = fmt.Sprintf("%v: nothing can be said of what runs; `vmnetctl up` records it again", err)
+		rs, found = statedir.Runtime{}, true
 	}
 	if !found {
 		if err := rootsInstead(sd); err != nil {
