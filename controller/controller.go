@@ -365,12 +365,15 @@ func (c *Controller) listen() (net.Listener, error) {
 	return ln, nil
 }
 
-// restore loads runtime.json and adopts the helpers that still run.
+// restore loads runtime.json and adopts the helpers that still run. From a
+// record it cannot read it starts afresh: the helpers that run are then
+// strays, stopped below, and reconcile starts the wanted ones again (a
+// helper left running would hold its TAP, and its successor fail).
 func (c *Controller) restore() {
 	rs, _, err := c.sd.LoadRuntime()
 	if err != nil {
 		c.log.Warn("cannot read runtime state; starting afresh", "err", err)
-		return
+		rs = statedir.Runtime{}
 	}
 	adopted := map[int]bool{}
 	for _, rec := range rs.Helpers {

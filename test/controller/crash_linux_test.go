@@ -137,3 +137,29 @@ func TestDownAllCorruptProject(t *testing.T) {
 	}
 	nothingLeft(t, h, "after down --all with a corrupt project")
 }
+
+// TestGarbageRuntimeRecord: with no controller running and runtime.json
+// garbage, `status` says the record cannot be read and what puts it right,
+// and exits 0 (issue 32: it failed); the next `up` starts afresh from it,
+// and `down --all` leaves nothing.
+func TestGarbageRuntimeRecord(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", "vms:\n  a1:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", vms, "--metrics-addr", "off")
+	pid := h.controllerPID()
+	syscall.Kill(pid, syscall.SIGKILL)
+	testutil.Eventually(t, 30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }, "the killed controller to go")
+	if err := os.WriteFile(filepath.Join(h.StateDir(), "runtime.json"), []byte("\x00garbage{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := h.MustVmnetctl("status")
+	if !strings.Contains(out, "runtime.json") || !strings.Contains(out, "vmnetctl up") {
+		t.Errorf("status with a garbage runtime record says:\n%s\nwant it named, and `vmnetctl up`", out)
+	}
+	h.MustVmnetctl("up", "-f", vms, "--metrics-addr", "off")
+	if st := h.Status(); len(st.Attachments) != 1 || st.Attachments[0].State != "running" {
+		t.Errorf("after up, the attachments are %+v", st.Attachments)
+	}
+	h.MustVmnetctl("down", "--all")
+	nothingLeft(t, h, "after down --all")
+}
