@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // asOwner makes the process's owner that of stateDir until the test ends.
@@ -135,7 +136,17 @@ func TestPortOwners(t *testing.T) {
 		if err := tapClash("vmt-b"); err == nil || !strings.Contains(err.Error(), "another vmnetctl state dir (owner "+markAs(b, Owner)) {
 			return fmt.Errorf("tapClash of b's TAP as a: %v", err)
 		}
-		_, err := CreateMacvtap(lan, "mvt-b", mustMAC("52:55:55:00:40:01"))
+		// a's own TAP, held by a process (a helper a's controller lost
+		// track of): not another state dir's, and not stale.
+		fd, err := createTap(PortConfig{Name: "vmt-ah", UID: -1, GID: -1})
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err = tapClash("vmt-ah"); err == nil || !strings.Contains(err.Error(), "held by another helper of this state dir") || strings.Contains(err.Error(), "another vmnetctl state dir") {
+			return fmt.Errorf("tapClash of a's own held TAP as a: %v", err)
+		}
+		_, err = CreateMacvtap(lan, "mvt-b", mustMAC("52:55:55:00:40:01"))
 		if err == nil || !strings.Contains(err.Error(), "another vmnetctl state dir") {
 			return fmt.Errorf("CreateMacvtap over b's macvtap as a: %v", err)
 		}

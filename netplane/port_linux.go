@@ -393,6 +393,11 @@ func tapClash(name string) error {
 		holders += fmt.Sprintf(" (pid %d holds it: %s)", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
 	}
 	switch _, owner, ok := tapMarkOf(l.Attrs().Alias); {
+	case ok && owner != "" && owner == Owner():
+		// This state dir's, held: a helper its controller lost track of
+		// (it stops those it finds: restore), or a second one for the
+		// same attachment.
+		return fmt.Errorf("TAP %s is held by another helper of this state dir for the same attachment%s; stop it, or run `vmnetctl up` again, which stops helpers no record accounts for", name, holders)
 	case ok && owner != "":
 		return fmt.Errorf("TAP %s is a VM port of another vmnetctl state dir (owner %s), where a VM of the same name, index and MAC runs; rename the VM in one of them%s", name, owner, holders)
 	case ok:
