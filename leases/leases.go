@@ -57,8 +57,10 @@ func Read(path string, now time.Time) ([]Lease, error) {
 		return nil, err
 	}
 	var f leaseFile
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if json.Unmarshal(data, &f) != nil {
+		// Unreadable (truncated, garbage): what its journal holds, as
+		// the allocator keeps when it sets the file aside.
+		f = leaseFile{}
 	}
 	byMAC := map[string]*Lease{}
 	at := map[netip.Addr]string{}
@@ -195,6 +197,8 @@ type Allocator struct {
 	jrecs      int
 	snapped    bool
 	compacting bool
+	// setAside says why the lease file was set aside at load (SetAside).
+	setAside   string
 	tail       []byte
 	tailN      int
 	bg         sync.WaitGroup // a compaction under way
@@ -276,7 +280,17 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 	a.snapped = true
 	var f leaseFile
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("reading leases of network %q from %s: %w", n.ID, path, err)
+		// A snapshot that cannot be read (truncated, garbage) would keep
+		// the network from starting until someone deleted it: it is set
+		// aside, and the leases its journal holds are kept (written to a
+		// new snapshot below, so that the journal is not taken for a
+		// removed network's at the next start).
+		aside := path + ".unreadable"
+		if rerr := os.Rename(path, aside); rerr != nil {
+			return nil, fmt.Errorf("reading leases of network %q from %s: %w (setting it aside: %v)", n.ID, path, err, rerr)
+		}
+		a.setAside = fmt.Sprintf("%s could not be read (%v): set aside as %s; the leases its journal holds are kept", path, err, aside)
+		a.snapped, f = false, leaseFile{}
 	}
 	// One lease per MAC and one per address: a file that says otherwise
 	// (edited, or from a bug) keeps the first of each MAC and, of each
@@ -307,8 +321,18 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 	}
 	a.durable = a.gen
 	a.reindex()
+	if !a.snapped {
+		if err := a.writeSnapshot(a.snapshot()); err != nil {
+			return nil, fmt.Errorf("saving leases of network %q: %w", n.ID, err)
+		}
+		a.snapped = true
+	}
 	return a, nil
 }
+
+// SetAside says, if the lease file could not be read when the allocator
+// loaded it, where it was set aside and why; "" if it was read.
+func (a *Allocator) SetAside() string { return a.setAside }
 
 // replayJournal applies the journal's records newer than the snapshot
 // (seq), up to the first torn or corrupt one, and cuts the journal there,

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,5 +184,50 @@ func TestAllocatorDecline(t *testing.T) {
 	}
 	if got := lease(t, a, "52:55:55:00:00:02"); got == first {
 		t.Errorf("a declined address %s was given to another client", first)
+	}
+}
+
+// TestUnreadableLeaseFile: a lease file that cannot be read (truncated)
+// does not keep its network from starting (issue 32: it stayed in error
+// until someone deleted the file): it is set aside, and the leases its
+// journal holds are kept, on disk too, through the next start.
+func TestUnreadableLeaseFile(t *testing.T) {
+	n := testNet("t", api.ModeShared, "10.9.0.0/24")
+	path := filepath.Join(t.TempDir(), "t.leases.json")
+	a := mustAllocator(t, n, path)
+	lease(t, a, "52:55:55:00:00:01")        // the first write is the snapshot
+	got := lease(t, a, "52:55:55:00:00:02") // then the journal
+	a.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data[:len(data)/2], 0o644); err != nil { // truncated
+		t.Fatal(err)
+	}
+	if ls, err := Read(path, time.Now()); err != nil || len(ls) != 1 || ls[0].IP != got {
+		t.Errorf("Read of a truncated lease file: %+v, %v; want the journal's lease of %s", ls, err, got)
+	}
+	b, err := NewAllocator(n, path)
+	if err != nil {
+		t.Fatalf("a truncated lease file keeps the network from starting: %v", err)
+	}
+	if why := b.SetAside(); !strings.Contains(why, path+".unreadable") {
+		t.Errorf("SetAside = %q, want it to name where the file went", why)
+	}
+	if _, err := os.Stat(path + ".unreadable"); err != nil {
+		t.Errorf("the unreadable file was not set aside: %v", err)
+	}
+	b.Close()
+	c, err := NewAllocator(n, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if l, ok := c.Lookup(mustMAC("52:55:55:00:00:02")); !ok || l.IP != got {
+		t.Errorf("the next start: the lease is %+v, %v; want %s (from the journal)", l, ok, got)
+	}
+	if why := c.SetAside(); why != "" {
+		t.Errorf("the next start: the new lease file could not be read: %s", why)
 	}
 }

@@ -172,8 +172,13 @@ func (nw *Network) openLeases(stateDir string) error {
 	if err != nil {
 		return err
 	}
-	nw.alloc, err = leases.NewAllocator(mine, path)
-	return err
+	if nw.alloc, err = leases.NewAllocator(mine, path); err != nil {
+		return err
+	}
+	if why := nw.alloc.SetAside(); why != "" {
+		nw.log.Warn("the network's lease file was unreadable; it starts from its journal", "detail", why)
+	}
+	return nil
 }
 
 // keepUpToDate applies the forwards and the VMs' egress policies again
