@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -105,7 +106,8 @@ func ReadInput(networksPath string, files []string, vmName, project string) (*In
 		if err != nil {
 			return nil, fmt.Errorf("reading VM file: %w", err)
 		}
-		in.Files = append(in.Files, statedir.ProjectFile{Path: path, Data: b})
+		abs, _ := filepath.Abs(path)
+		in.Files = append(in.Files, statedir.ProjectFile{Path: path, Data: b, Abs: abs})
 	}
 	return in, nil
 }
@@ -277,6 +279,9 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 		return nil, err
 	}
 	resp, err := applyProject(ctx, env, in, l.nets, l.project.Project, func(existing []*statedir.Project) error {
+		if err := checkNameTaken(in, l.project.Project, existing); err != nil {
+			return err
+		}
 		d, err := l.desiredWith(env, existing, nil)
 		if err != nil {
 			return err
@@ -287,6 +292,24 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 		return nil, err
 	}
 	return &ApplyResult{Project: l.project.Name, Status: resp.Status, Error: resp.Error}, nil
+}
+
+// checkNameTaken refuses an `up` whose project name was derived from its
+// VM file's name (no -p) when a project of that name holds another file
+// of the same name, elsewhere: it would replace that project, its VMs
+// removed, without a word.
+func checkNameTaken(in *Input, p *statedir.Project, existing []*statedir.Project) error {
+	if in.Project != "" || len(in.Files) == 0 || in.Files[0].Abs == "" {
+		return nil
+	}
+	for _, q := range existing {
+		if q.Name != p.Name || len(q.Files) == 0 || q.Files[0].Abs == "" || q.Files[0].Abs == in.Files[0].Abs {
+			continue
+		}
+		return fmt.Errorf("project %q, named after %s, is already %s's; up would replace it and take its VMs down: give this one a name of its own with -p NAME (or take the other down first: vmnetctl down -p %s)",
+			p.Name, in.Files[0].Path, q.Files[0].Abs, q.Name)
+	}
+	return nil
 }
 
 // applyProject records project p (and in's networks.yaml) once check

@@ -57,6 +57,10 @@ const NetworkProjectPrefix = "network."
 type ProjectFile struct {
 	Path string `json:"path"`
 	Data []byte `json:"data"`
+	// Abs is the file's absolute path when it was read (none in an older
+	// vmnetctl's record): another file of the same name, elsewhere, is
+	// told apart by it.
+	Abs string `json:"abs,omitempty"`
 }
 
 // NetworksSnapshot is the networks.yaml the desired state was resolved against.

@@ -510,3 +510,27 @@ func link(t *testing.T, h *host, hostIf, hostAddr string, peer *testutil.NS, pee
 	}
 	peer.MustRun(t, "ip", "link", "set", "eth0", "up")
 }
+
+// TestProjectNameTaken: `up -f p2/vms.yaml` where `up -f p1/vms.yaml`
+// made project "vms" is refused, saying how to name it, and p1's VM stays
+// (issue 32: it replaced the project, its VM removed, without a word);
+// with -p it comes up beside it.
+func TestProjectNameTaken(t *testing.T) {
+	h := newHost(t)
+	p1 := h.WriteFile("p1/vms.yaml", "vms:\n  alpha:\n    networks:\n      - vmnet: shared\n")
+	p2 := h.WriteFile("p2/vms.yaml", "vms:\n  beta:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", p1, "--metrics-addr", "off")
+	_, err := h.Vmnetctl("up", "-f", p2, "--metrics-addr", "off")
+	if err == nil || !strings.Contains(err.Error(), `project "vms"`) || !strings.Contains(err.Error(), "-p NAME") {
+		t.Fatalf("up of another vms.yaml: %v, want it refused with -p NAME", err)
+	}
+	h.Attachment(h.Status(), "alpha") // still there
+	h.MustVmnetctl("up", "-f", p2, "-p", "p2", "--metrics-addr", "off")
+	st := h.Status()
+	h.Attachment(st, "alpha")
+	h.Attachment(st, "beta")
+	// The same file again is the same project: its edit is an update.
+	h.WriteFile("p1/vms.yaml", "vms:\n  alpha:\n    networks:\n      - vmnet: isolated\n")
+	h.MustVmnetctl("up", "-f", p1, "--metrics-addr", "off")
+	h.MustVmnetctl("down", "--all")
+}

@@ -77,10 +77,14 @@ func NewHost(t testing.TB, prefix, networksYAML string, commands ...string) *Hos
 // StateDir is the host's vmnetctl state dir.
 func (h *Host) StateDir() string { return filepath.Join(h.Dir, "state") }
 
-// WriteFile writes a file into the host's directory and returns its path.
+// WriteFile writes a file into the host's directory (its folders made
+// if missing) and returns its path.
 func (h *Host) WriteFile(name, content string) string {
 	h.T.Helper()
 	path := filepath.Join(h.Dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		h.T.Fatal(err)
+	}
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		h.T.Fatal(err)
 	}
