@@ -224,6 +224,9 @@ type ApplyOptions struct {
 	// Progress, if set (a terminal), gets a progress line redrawn in
 	// place while the controller converges.
 	Progress io.Writer
+	// Force lets an up change or remove networks other projects use
+	// (checkOthersNetworks).
+	Force bool
 }
 
 // ApplyResult is what Apply did.
@@ -286,12 +289,46 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 		if err != nil {
 			return err
 		}
+		if !o.Force {
+			if err := checkOthersNetworks(env.StateDir, d, l.project.Name); err != nil {
+				return err
+			}
+		}
 		return checkForwardPorts(d, l.project.Name)
 	}, o)
 	if err != nil {
 		return nil, err
 	}
 	return &ApplyResult{Project: l.project.Name, Status: resp.Status, Error: resp.Error}, nil
+}
+
+// checkOthersNetworks refuses an up (without --force) that would change
+// or remove, through the networks.yaml it names, networks that other
+// projects' VMs use: their VMs would be cut off or restarted by an up
+// they did not run. It names each network, what happens to it and whose
+// VMs use it.
+func checkOthersNetworks(sd statedir.Dir, desired *Desired, project string) error {
+	applied, err := AppliedState(sd)
+	if err != nil || applied == nil {
+		return nil // nothing recorded runs: nothing to change
+	}
+	users := map[string][]string{} // network → other projects on it
+	for _, a := range applied.Attachments {
+		if a.Project != project && !slices.Contains(users[a.Network], a.Project) {
+			users[a.Network] = append(users[a.Network], a.Project)
+		}
+	}
+	var hit []string
+	for _, ch := range ComputePlan(applied, desired).Networks {
+		if ch.Action == ActionCreate || len(users[ch.ID]) == 0 {
+			continue
+		}
+		hit = append(hit, fmt.Sprintf("network %s would be %sd (project %s uses it)", ch.ID, ch.Action, strings.Join(users[ch.ID], ", ")))
+	}
+	if len(hit) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s; `vmnetctl plan` shows the change, and up --force makes it", strings.Join(hit, "; "))
 }
 
 // checkNameTaken refuses an `up` whose project name was derived from its

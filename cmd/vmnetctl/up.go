@@ -11,13 +11,14 @@ import (
 func newUpCommand(g *globals, s streams) *cobra.Command {
 	f, out := &vmFileFlags{}, &output{}
 	var metricsAddr string
+	var force bool
 	cmd := command("up -f FILE... [-p PROJECT]", "Bring up the networks and helpers of VM files, and return once every attachment is ready",
 		cobra.NoArgs, func(cmd *cobra.Command, _ []string) error {
 			in, err := f.input(g)
 			if err != nil {
 				return err
 			}
-			res, err := controller.Apply(cmd.Context(), g.env(s), in, controller.ApplyOptions{MetricsAddr: metricsAddr, Progress: out.progress(s.err)})
+			res, err := controller.Apply(cmd.Context(), g.env(s), in, controller.ApplyOptions{MetricsAddr: metricsAddr, Progress: out.progress(s.err), Force: force})
 			if err != nil {
 				return err
 			}
@@ -33,5 +34,6 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 	f.bind(cmd, true)
 	out.bind(cmd, "print the status as JSON")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `where the controller it starts serves Prometheus /metrics ("off" for none)`)
+	cmd.Flags().BoolVar(&force, "force", false, "change or remove networks that other projects' VMs use (a networks.yaml named with --networks)")
 	return cmd
 }

@@ -534,3 +534,40 @@ func TestProjectNameTaken(t *testing.T) {
 	h.MustVmnetctl("up", "-f", p1, "--metrics-addr", "off")
 	h.MustVmnetctl("down", "--all")
 }
+
+// TestUpOthersNetworks: an up that names a networks.yaml which changes a
+// network another project's VMs use is refused, naming the network and
+// the project (issue 32: it replaced it without a word); plan shows the
+// change, and --force makes it.
+func TestUpOthersNetworks(t *testing.T) {
+	h := newHost(t)
+	a := h.WriteFile("a.yaml", "vms:\n  a1:\n    networks:\n      - vmnet: shared\n")
+	b := h.WriteFile("b.yaml", "vms:\n  b1:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", a, "--metrics-addr", "off")
+	h.MustVmnetctl("up", "-f", b, "--metrics-addr", "off")
+	other := h.WriteFile("other.yaml", strings.Replace(networksYAML, "subnet: 10.77.0.0/24\n    dhcpRange: {start: "+poolStart+", end: "+poolEnd+"}", "subnet: 10.79.0.0/24", 1))
+	if other == "" || !strings.Contains(mustRead(t, other), "10.79.0.0/24") {
+		t.Fatal("the other networks.yaml does not change shared's subnet")
+	}
+	_, err := h.Vmnetctl("--networks", other, "up", "-f", a, "--metrics-addr", "off")
+	if err == nil || !strings.Contains(err.Error(), "network shared would be replaced (project b uses it)") || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("up changing b's network: %v, want it refused naming shared and b", err)
+	}
+	if got := h.network("shared").Subnet; got != "10.77.0.0/24" {
+		t.Errorf("after the refused up, shared's subnet is %s", got)
+	}
+	h.MustVmnetctl("--networks", other, "up", "-f", a, "--force", "--metrics-addr", "off")
+	if got := h.network("shared").Subnet; got != "10.79.0.0/24" {
+		t.Errorf("after up --force, shared's subnet is %s, want 10.79.0.0/24", got)
+	}
+	h.MustVmnetctl("down", "--all")
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
