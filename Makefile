@@ -86,6 +86,7 @@ packages: export SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/nul
 packages: build $(NFPM)
 	rm -rf $(PKG_BUILD) && mkdir -p $(PKG_BUILD)/man $(PKG_BUILD)/completions $(DIST)
 	$(BIN) man $(PKG_BUILD)/man
+	gzip -9n $(PKG_BUILD)/man/*.8
 	$(BIN) completion bash > $(PKG_BUILD)/completions/vmnetctl.bash
 	$(BIN) completion zsh > $(PKG_BUILD)/completions/_vmnetctl
 	$(BIN) completion fish > $(PKG_BUILD)/completions/vmnetctl.fish

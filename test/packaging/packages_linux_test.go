@@ -44,16 +44,18 @@ func TestPackages(t *testing.T) {
 	deb, rpm := debs[0], rpms[0]
 
 	// The same files in both, the zsh completion where each system's zsh
-	// looks; completions are not empty.
+	// looks and the license where each system keeps it; completions and
+	// the license are not empty.
 	zsh := map[string]string{"deb": "/usr/share/zsh/vendor-completions/_vmnetctl", "rpm": "/usr/share/zsh/site-functions/_vmnetctl"}
+	license := map[string]string{"deb": "/usr/share/doc/vmnetctl/copyright", "rpm": "/usr/share/licenses/vmnetctl/LICENSE"}
 	debFiles := debContents(t, deb)
 	t.Run("rpm contents", func(t *testing.T) {
 		if _, err := exec.LookPath("rpm"); err != nil {
 			testutil.Missing(t, "rpm", "install the Debian package rpm (test/setup.sh, run as root, installs it)")
 		}
-		checkContents(t, "rpm", rpmContents(t, rpm), zsh["rpm"])
+		checkContents(t, "rpm", rpmContents(t, rpm), zsh["rpm"], license["rpm"])
 	})
-	checkContents(t, "deb", debFiles, zsh["deb"])
+	checkContents(t, "deb", debFiles, zsh["deb"], license["deb"])
 	if dep := testutil.Run(t, "dpkg-deb", "-f", deb, "Depends"); !strings.Contains(dep, "nftables") {
 		t.Errorf("Depends: %q, want nftables", dep)
 	}
@@ -136,18 +138,23 @@ func TestPackages(t *testing.T) {
 // packaged are the files both packages hold (the zsh completion aside);
 // completions must not be empty.
 var packaged = []string{"/usr/bin/vmnetctl", "/usr/bin/vmnetctl-relay", "/etc/vmnetctl/networks.yaml", "/usr/lib/systemd/system/vmnetctl.service",
-	"/usr/share/doc/vmnetctl/docs/security.md", "/usr/share/man/man8/vmnetctl.8", "/usr/share/man/man8/vmnetctl-doctor.8",
+	"/usr/share/doc/vmnetctl/docs/security.md", "/usr/share/man/man8/vmnetctl.8.gz", "/usr/share/man/man8/vmnetctl-doctor.8.gz",
 	"/usr/share/bash-completion/completions/vmnetctl", "/usr/share/fish/vendor_completions.d/vmnetctl.fish"}
 
-func checkContents(t *testing.T, format string, files map[string]int64, zsh string) {
+func checkContents(t *testing.T, format string, files map[string]int64, zsh, license string) {
 	t.Helper()
-	for _, f := range append(packaged, zsh) {
+	for _, f := range append(packaged, zsh, license) {
 		size, ok := files[f]
 		switch {
 		case !ok:
 			t.Errorf("the .%s lacks %s:\n%v", format, f, files)
-		case size == 0 && (strings.Contains(f, "completion") || f == zsh):
+		case size == 0 && (strings.Contains(f, "completion") || f == zsh || f == license):
 			t.Errorf("the .%s's %s is empty", format, f)
+		}
+	}
+	for f := range files {
+		if strings.HasPrefix(f, "/usr/share/man/") && !strings.HasSuffix(f, ".gz") {
+			t.Errorf("the .%s's man page %s is not compressed", format, f)
 		}
 	}
 }
