@@ -308,6 +308,16 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 // they did not run. It names each network, what happens to it and whose
 // VMs use it.
 func checkOthersNetworks(sd statedir.Dir, desired *Desired, project string) error {
+	hit := othersNetworks(sd, desired, project)
+	if len(hit) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s; `vmnetctl plan` shows the change, and up --force makes it", strings.Join(hit, "; "))
+}
+
+// othersNetworks says, one sentence each, which networks that other
+// projects' VMs use desired would update, replace or delete.
+func othersNetworks(sd statedir.Dir, desired *Desired, project string) []string {
 	applied, err := AppliedState(sd)
 	if err != nil || applied == nil {
 		return nil // nothing recorded runs: nothing to change
@@ -325,10 +335,7 @@ func checkOthersNetworks(sd statedir.Dir, desired *Desired, project string) erro
 		}
 		hit = append(hit, fmt.Sprintf("network %s would be %sd (project %s uses it)", ch.ID, ch.Action, strings.Join(users[ch.ID], ", ")))
 	}
-	if len(hit) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s; `vmnetctl plan` shows the change, and up --force makes it", strings.Join(hit, "; "))
+	return hit
 }
 
 // checkNameTaken refuses an `up` whose project name was derived from its
@@ -459,6 +466,9 @@ func PlanApply(env Env, in *Input, backendName string) (*Plan, error) {
 			kind = "error: up would fail:"
 		}
 		fmt.Fprintln(env.Stderr, kind, l.Message)
+	}
+	for _, h := range othersNetworks(env.StateDir, desired, l.project.Name) {
+		fmt.Fprintln(env.Stderr, "warning: up needs --force:", h)
 	}
 	plan := ComputePlan(current, desired)
 	if snap, err := env.StateDir.Networks(); err == nil && snap != nil && snap.Source != in.Networks.Source {

@@ -553,6 +553,11 @@ func TestUpOthersNetworks(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "network shared would be replaced (project b uses it)") || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("up changing b's network: %v, want it refused naming shared and b", err)
 	}
+	// plan says so too.
+	out, _ := h.VmnetctlCommand(context.Background(), "--networks", other, "plan", "-f", a).CombinedOutput()
+	if !strings.Contains(string(out), "warning: up needs --force: network shared would be replaced (project b uses it)") {
+		t.Errorf("plan of the change says:\n%s\nwant the warning that up needs --force", out)
+	}
 	if got := h.network("shared").Subnet; got != "10.77.0.0/24" {
 		t.Errorf("after the refused up, shared's subnet is %s", got)
 	}
