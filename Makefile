@@ -18,8 +18,10 @@ STATICCHECK := bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # nfpm builds the .deb and .rpm (make packages).
 NFPM_VERSION := v2.45.2
 NFPM := bin/tools/nfpm-$(NFPM_VERSION)/nfpm
-# The packages' version: the latest tag, else 0.0.0, with the commit.
-PKG_VERSION ?= $(shell v=$$(git describe --tags --abbrev=0 2>/dev/null | sed 's/^v//'); echo "$${v:-0.0.0}+git$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)")
+# The packages' version, and the binary's: the release in
+# cmd/vmnetctl/version.go with the commit, as the binary derives it when
+# built without make (one version string, whoever builds).
+PKG_VERSION ?= $(shell v=$$(sed -n 's/^const release = "\(.*\)"$$/\1/p' cmd/vmnetctl/version.go); echo "$${v:-0.0.0}+git$$(git rev-parse --short=7 HEAD 2>/dev/null || echo unknown)")
 PKG_ARCH ?= $(shell $(GO) env GOARCH)
 DIST ?= dist
 
