@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -670,5 +671,36 @@ func TestConflicts(t *testing.T) {
 	}
 	if after := snapshot(t, host); after != before {
 		t.Errorf("refused Ensure or Remove changed the host:\n%s", lineDiff(before, after))
+	}
+}
+
+// TestLeasesRebuiltFromGuard: a network whose lease file cannot be read
+// starts (the file set aside), and a VM the guard lets use an address
+// keeps it as a lease, with an event saying the leases were rebuilt
+// (issue 32: "leases rebuilt from what the kernel and the guard know").
+func TestLeasesRebuiltFromGuard(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "lr-host")
+	n := testNet("lr", api.ModeShared, "10.200.61.0/24")
+	state := t.TempDir()
+	var events []string
+	opts := Options{StateDir: state, Upstreams: []string{"127.0.0.1:53"},
+		OnLease: func(kind, network, _ string, _ netip.Addr) { events = append(events, kind+" "+network) }}
+	nw := start(t, host, n, opts)
+	mac, ip := mustMAC("52:55:55:00:61:01"), netip.MustParseAddr("10.200.61.77")
+	mustDo(t, host, func() error { return BindAddress(context.Background(), n, mac, ip) })
+	nw.Close()
+	if err := os.WriteFile(LeaseFile(state, n.ID), []byte(`{"network": "lr", "leases": [`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nw = start(t, host, n, opts)
+	if l, ok := nw.alloc.Lookup(mac); !ok || l.IP != ip {
+		t.Errorf("after the lease file was set aside, %s's lease is %+v, %v; want %s, from the guard", mac, l, ok, ip)
+	}
+	if _, err := os.Stat(LeaseFile(state, n.ID) + ".unreadable"); err != nil {
+		t.Errorf("the unreadable lease file was not set aside: %v", err)
+	}
+	if !slices.Contains(events, "leases-rebuilt lr") {
+		t.Errorf("events %v, want leases-rebuilt for lr", events)
 	}
 }

@@ -176,9 +176,49 @@ func (nw *Network) openLeases(stateDir string) error {
 		return err
 	}
 	if why := nw.alloc.SetAside(); why != "" {
-		nw.log.Warn("the network's lease file was unreadable; it starts from its journal", "detail", why)
+		kept := nw.leasesFromGuard()
+		nw.log.Warn("the network's lease file was unreadable; its leases are rebuilt from its journal and the guard", "detail", why, "fromGuard", kept)
+		if nw.onLease != nil {
+			nw.onLease("leases-rebuilt", nw.n.ID, "", netip.Addr{})
+		}
 	}
 	return nil
+}
+
+// leasesFromGuard gives the VMs whose (MAC, address) pairs the guard
+// holds, and that the lease store has no lease for, a lease of that
+// address again: after a lease file was set aside, the VMs keep the
+// addresses they use (the guard lets them) instead of losing them at
+// their next renewal. It returns how many.
+func (nw *Network) leasesFromGuard() int {
+	g, err := newAddrGuard(nw.n, nw.alloc, nw.log, nw.inNS)
+	if err != nil {
+		return 0
+	}
+	g.mu.Lock()
+	err = g.load(context.Background())
+	pairs := g.installed
+	g.mu.Unlock()
+	if err != nil {
+		return 0
+	}
+	kept := 0
+	for m, ips := range pairs {
+		mac, err := net.ParseMAC(m)
+		if err != nil || len(ips) == 0 {
+			continue
+		}
+		if _, ok := nw.alloc.Lookup(mac); ok {
+			continue
+		}
+		for _, ip := range ips {
+			if _, err := nw.alloc.Commit(mac, ip, ""); err == nil {
+				kept++
+				break
+			}
+		}
+	}
+	return kept
 }
 
 // keepUpToDate applies the forwards and the VMs' egress policies again
