@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/sha256"
 	"fmt"
+	"net"
 	"net/netip"
 
 	"gopkg.in/yaml.v3"
@@ -110,4 +111,13 @@ func (w *walker) checkIPv6Overlaps(byLine []*Network) {
 		}
 		seen[n.Subnet6] = n
 	}
+}
+
+// LinkLocal is the EUI-64 link-local address of mac, in fe80::/64 (RFC
+// 4291): a VM's (which the IPv6 learner reserves for it) and a bridge's.
+func LinkLocal(mac net.HardwareAddr) netip.Prefix {
+	var a [16]byte
+	a[0], a[1] = 0xfe, 0x80
+	a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]
+	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
 }

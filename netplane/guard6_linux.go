@@ -14,6 +14,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guestlog"
+	"github.com/vmnetctl/vmnetctl/nd6"
 	"github.com/vmnetctl/vmnetctl/routeradv"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -152,7 +153,7 @@ type guard6 struct {
 	nft     knftables.Interface
 	inNS    func(func() error) error
 	log     *slog.Logger
-	learner *nd6Learner
+	learner *nd6.Learner
 	kick    func() // a binding changed (the VMs' egress policies follow their addresses)
 	// admit, if set, runs before the guard lets a VM send from an address
 	// it newly bound: the VMs' own egress policies take the address in
@@ -212,7 +213,7 @@ func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error
 	if err != nil {
 		return nil, err
 	}
-	g.learner, err = startND6Learner(n.Bridge(), n.Subnet6, nd6Lifetime, g.changed, log)
+	g.learner, err = nd6.Start(n.Bridge(), n.Subnet6, nd6Lifetime, g.changed, log)
 	if err != nil {
 		return nil, fmt.Errorf("network %q: learning the VMs' IPv6 addresses: %w", n.ID, err)
 	}
@@ -222,7 +223,7 @@ func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error
 			continue // a reservation, not an address a VM was heard using
 		}
 		if mac, err := net.ParseMAC(b.mac); err == nil && len(mac) == 6 {
-			g.learner.claim([6]byte(mac), b.ip, now)
+			g.learner.Claim([6]byte(mac), b.ip, now)
 		}
 	}
 	if err := g.sync(ctx); err != nil {
@@ -485,25 +486,25 @@ func (g *guard6) resync() {
 // prefix, the subnet-router anycast address (the prefix's first), and the
 // bridge's link-local address.
 func gatewayAddrs6(n *api.Network) []netip.Addr {
-	return []netip.Addr{n.Gateway6, n.Subnet6.Masked().Addr(), linkLocal(BridgeMAC(n.ID)).Addr()}
+	return []netip.Addr{n.Gateway6, n.Subnet6.Masked().Addr(), api.LinkLocal(BridgeMAC(n.ID)).Addr()}
 }
 
 // changed puts the bindings the learner added or removed into the sets,
 // in one transaction. A binding of a reserved address that goes stays in
 // them: the address is still its VM's. A failure is mended by the next
 // sync.
-func (g *guard6) changed(events []nd6Event) {
-	if g.admit != nil && slices.ContainsFunc(events, func(ev nd6Event) bool { return ev.added }) {
+func (g *guard6) changed(events []nd6.Event) {
+	if g.admit != nil && slices.ContainsFunc(events, func(ev nd6.Event) bool { return ev.Added }) {
 		g.admit()
 	}
 	var ops []elemOp
 	for _, ev := range events {
-		b := ev.b
-		if ev.reserved && ev.owner == [6]byte(b.MAC) {
+		b := ev.Binding
+		if ev.Reserved && ev.Owner == [6]byte(b.MAC) {
 			continue
 		}
 		p := pair{b.MAC.String(), b.IP}
-		if ev.added {
+		if ev.Added {
 			ops = append(ops, pairOps(p, false, false)...)
 			ops = append(ops, ownedOps(b.IP, false)...)
 			continue
@@ -511,7 +512,7 @@ func (g *guard6) changed(events []nd6Event) {
 		// Whether or not a sync removed it meanwhile, or this batch
 		// adds and removes it.
 		ops = append(ops, pairOps(p, false, true)...)
-		if ev.reserved { // another VM's: it stays owned
+		if ev.Reserved { // another VM's: it stays owned
 			continue
 		}
 		ops = append(ops, ownedOps(b.IP, true)...)
@@ -540,8 +541,8 @@ func (g *guard6) syncReservedOf(macs []net.HardwareAddr) {
 	var ops []elemOp
 	removed := false
 	for _, mac := range macs {
-		for _, ip := range g.learner.eui64(mac) {
-			if owner, ok := g.learner.reservedFor(ip); !ok || owner != [6]byte(mac) {
+		for _, ip := range g.learner.EUI64(mac) {
+			if owner, ok := g.learner.ReservedFor(ip); !ok || owner != [6]byte(mac) {
 				removed = true
 				continue
 			}

@@ -133,7 +133,7 @@ func TestGuard6(t *testing.T) {
 		{"duplicate address detection of A's address", [][]byte{dadNS(t, mustMAC(macB), gA)}},
 	} {
 		before := g6Drops(t, host, n, "b")
-		bs.send(t, c.frames...)
+		bs.Send(t, c.frames...)
 		testutil.Eventually(t, 5*time.Second, func() error {
 			if d := g6Drops(t, host, n, "b"); d == before {
 				return fmt.Errorf("drops of b: %d", d)
@@ -155,7 +155,7 @@ func TestGuard6(t *testing.T) {
 		flood[i] = nd6Frame(t, mustMAC(macB), snm, src, sn, 255, ipv6.ICMPTypeNeighborSolicitation, 0, n.Gateway6, nd6LLA(1, mustMAC(macB)))
 	}
 	before := g6Drops(t, host, n, "b")
-	bs.send(t, flood...)
+	bs.Send(t, flood...)
 	testutil.Eventually(t, 5*time.Second, func() error {
 		if d := g6Drops(t, host, n, "b"); d < before+300 {
 			return fmt.Errorf("drops of b: %d, want %d or more", d, before+300)
@@ -177,7 +177,7 @@ func TestGuard6(t *testing.T) {
 		t.Errorf("after a restart, A's %s is bound to %q, want A's MAC", gA, o)
 	}
 	before = g6Drops(t, host, n, "b")
-	bs.send(t, forged)
+	bs.Send(t, forged)
 	testutil.Eventually(t, 5*time.Second, func() error {
 		if d := g6Drops(t, host, n, "b"); d == before {
 			return fmt.Errorf("drops of b: %d", d)
@@ -210,7 +210,7 @@ func TestReservationsInGuard(t *testing.T) {
 	opts := Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}}
 	nw := start(t, host, n, opts)
 	ghost := mustMAC("52:55:55:00:09:0c") // defined, never booted
-	gll := linkLocal(ghost).Addr()
+	gll := api.LinkLocal(ghost).Addr()
 	if err := nw.SetHost(ghost, "ghost", netip.Addr{}); err != nil {
 		t.Fatal(err)
 	}

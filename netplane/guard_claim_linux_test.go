@@ -27,7 +27,7 @@ func claimFrame(mac net.HardwareAddr) []byte {
 // veth whose peer is v's eth0, guarded as a learning port (no MAC pinned)
 // before it joins, and returns a sender of raw frames on eth0. eth0 has no
 // IPv6 of the kernel's own: only the test's frames leave it.
-func plugLearning(t *testing.T, host *testutil.NS, n *api.Network, port string, v *testutil.NS) *rawSender {
+func plugLearning(t *testing.T, host *testutil.NS, n *api.Network, port string, v *testutil.NS) *testutil.RawSender {
 	t.Helper()
 	testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "netns", v.Name)
 	v.MustRun(t, "sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=1")
@@ -72,7 +72,7 @@ func TestGuardClaims(t *testing.T) {
 	host, n, state := claimLab(t, "gc", "10.200.10.0/24")
 	macA, macB := mustMAC("52:55:55:00:0a:0a"), mustMAC("52:55:55:00:0a:0b")
 	free1, free2 := mustMAC("52:55:55:00:0a:f1"), mustMAC("52:55:55:00:0a:f2")
-	vms := map[string]*rawSender{}
+	vms := map[string]*testutil.RawSender{}
 	for _, name := range []string{"a", "b", "c"} {
 		vms[name] = plugLearning(t, host, n, "p-"+name, testutil.NewNS(t, "gc-"+name))
 	}
@@ -91,7 +91,7 @@ func TestGuardClaims(t *testing.T) {
 	send := func(name string, mac net.HardwareAddr, want string, dropped bool) {
 		t.Helper()
 		before := drops(name)
-		vms[name].send(t, claimFrame(mac))
+		vms[name].Send(t, claimFrame(mac))
 		testutil.Eventually(t, 5*time.Second, func() error {
 			if got := state().learned["p-"+name]; got != want {
 				return fmt.Errorf("port %s holds %q, want %q", name, got, want)
@@ -261,7 +261,7 @@ func TestGuardStalePort(t *testing.T) {
 	}
 	for _, port := range []string{"p-old", "p-new"} {
 		s := plugLearning(t, host, n, port, v)
-		s.send(t, claimFrame(mac))
+		s.Send(t, claimFrame(mac))
 		testutil.Eventually(t, 5*time.Second, func() error {
 			if got := learned(port); got != mac.String() {
 				return fmt.Errorf("%s holds %q", port, got)
@@ -301,9 +301,9 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 		mustDo(t, host, func() error { return ClaimPorts(ctx, n, expected) })
 	}
 	// learns has port's VM send from mac and waits for the port to hold it.
-	learns := func(port string, vm *rawSender, mac net.HardwareAddr) {
+	learns := func(port string, vm *testutil.RawSender, mac net.HardwareAddr) {
 		t.Helper()
-		vm.send(t, claimFrame(mac))
+		vm.Send(t, claimFrame(mac))
 		testutil.Eventually(t, 5*time.Second, func() error {
 			if got := state().learned[port]; got != mac.String() {
 				return fmt.Errorf("%s holds %q", port, got)
@@ -344,8 +344,8 @@ func TestPortMACsOfPorts(t *testing.T) {
 	needRoot(t)
 	host, n, _ := claimLab(t, "pm", "10.200.58.0/24")
 	macA, macB := mustMAC("52:55:55:00:58:0a"), mustMAC("52:55:55:00:58:0b")
-	plugLearning(t, host, n, "p-a", testutil.NewNS(t, "pm-a")).send(t, claimFrame(macA))
-	plugLearning(t, host, n, "p-b", testutil.NewNS(t, "pm-b")).send(t, claimFrame(macB))
+	plugLearning(t, host, n, "p-a", testutil.NewNS(t, "pm-a")).Send(t, claimFrame(macA))
+	plugLearning(t, host, n, "p-b", testutil.NewNS(t, "pm-b")).Send(t, claimFrame(macB))
 	var all map[string][]string
 	testutil.Eventually(t, 5*time.Second, func() error {
 		mustDo(t, host, func() error { all = portMACs(n.Bridge(), nil); return nil })

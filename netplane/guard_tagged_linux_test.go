@@ -20,6 +20,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/mdlayher/ndp"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/nd6"
 	"github.com/vmnetctl/vmnetctl/rawsock"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/net/ipv6"
@@ -119,7 +120,7 @@ func rogueRA(t testing.TB, mac net.HardwareAddr, src netip.Addr, prefix netip.Pr
 	if err != nil {
 		t.Fatal(err)
 	}
-	binary.BigEndian.PutUint16(msg[2:], icmp6Checksum(append(src.AsSlice(), allNodes.AsSlice()...), msg))
+	binary.BigEndian.PutUint16(msg[2:], nd6.Checksum(append(src.AsSlice(), allNodes.AsSlice()...), msg))
 	h := make([]byte, 40)
 	h[0] = 0x60
 	binary.BigEndian.PutUint16(h[4:], uint16(len(msg)))
@@ -203,7 +204,7 @@ type taggedLab struct {
 	vmac, amac       net.HardwareAddr
 	vip, aip         netip.Addr
 	vglobal, aLL     netip.Addr
-	send             *rawSender
+	send             *testutil.RawSender
 	capture          *frameCapture
 	sentinels        int
 }
@@ -254,7 +255,7 @@ func (l *taggedLab) sentinel(t *testing.T) {
 	f := etherFrame(l.vmac, l.amac, unix.ETH_P_IP, ipv4UDPPacket(l.aip, l.vip, 4000, 9, payload))
 	testutil.Eventually(t, 10*time.Second, func() error {
 		if l.capture.holding(payload) == 0 {
-			l.send.send(t, f)
+			l.send.Send(t, f)
 			return fmt.Errorf("the victim has not received the attacker's %q", payload)
 		}
 		return nil
@@ -365,7 +366,7 @@ func (l *taggedLab) attack(t *testing.T, what string, c hostileCase, frames [][]
 	t.Helper()
 	before := l.drops(t)
 	start := time.Now()
-	l.send.send(t, frames...)
+	l.send.Send(t, frames...)
 	passes := uint64(0)
 	if c.limited && bytes.Equal(frames[0], c.frames[0]) {
 		passes = 40 + 20*uint64(time.Since(start).Seconds()+2)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/leases"
+	"github.com/vmnetctl/vmnetctl/nd6"
 )
 
 // hostTable maps VMs' MAC addresses to their names for the DNS proxy.
@@ -119,7 +120,7 @@ func resolver(hosts *hostTable, alloc *leases.Allocator) func(string) (netip.Add
 // resolver6 answers AAAA for the DNS proxy: the IPv6 addresses the guard
 // learned for the MAC of a name (a VM file's name, else a DHCP client's
 // host name), as resolver decides which MAC a name is.
-func resolver6(hosts *hostTable, alloc *leases.Allocator, learner *nd6Learner) func(string) []netip.Addr {
+func resolver6(hosts *hostTable, alloc *leases.Allocator, learner *nd6.Learner) func(string) []netip.Addr {
 	return func(name string) []netip.Addr {
 		if learner == nil {
 			return nil

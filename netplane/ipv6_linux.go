@@ -3,7 +3,6 @@ package netplane
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -67,18 +66,10 @@ func ensureAddr6(n *api.Network, br netlink.Link) error {
 	if !ipv6On(n) {
 		return nil
 	}
-	if err := addAddr(n, br, linkLocal(BridgeMAC(n.ID))); err != nil {
+	if err := addAddr(n, br, api.LinkLocal(BridgeMAC(n.ID))); err != nil {
 		return err
 	}
 	return ensureOnlyAddr(n, br, netip.PrefixFrom(n.Gateway6, 64), netip.Addr.IsLinkLocalUnicast)
-}
-
-// linkLocal is the EUI-64 link-local address of mac, fe80::/64 (RFC 4291).
-func linkLocal(mac net.HardwareAddr) netip.Prefix {
-	var a [16]byte
-	a[0], a[1] = 0xfe, 0x80
-	a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]
-	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
 }
 
 // ensureIPv6Forwarding turns IPv6 forwarding on for NAT66. Linux then

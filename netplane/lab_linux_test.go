@@ -267,16 +267,12 @@ var mustMAC = testutil.MAC
 // unsolicited advertisements go.
 var allNodes = netip.MustParseAddr("ff02::1")
 
-// ipv6Sysctls sets net.ipv6.conf.<iface>.<key> to value, for each key and
-// value of kv, in the calling thread's namespace.
-func ipv6Sysctls(iface string, kv ...string) error {
-	for i := 0; i+1 < len(kv); i += 2 {
-		if err := ensureSysctl(fmt.Sprintf("/proc/sys/net/ipv6/conf/%s/%s", iface, kv[i]), kv[i+1]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// allRouters is the IPv6 all-routers group, where solicitations go.
-var allRouters = netip.MustParseAddr("ff02::2")
+// The frames a guest writes, and its raw socket (testutil's).
+var (
+	nd6Frame       = testutil.ND6Frame
+	nd6LLA         = testutil.ND6LLA
+	solicitedNode  = testutil.SolicitedNode
+	dadNS          = testutil.DADNS
+	nd6AllNodesMAC = testutil.AllNodesMAC
+	newRawSender   = testutil.NewRawSender
+)

@@ -383,7 +383,7 @@ func tunnelRules(n *api.Network, port string) []string {
 		"icmpv6 type { nd-router-solicit, nd-router-advert, nd-redirect } " + drop,
 	}
 	if n.HasIPv6() {
-		for _, a := range []netip.Addr{n.Gateway6, linkLocal(BridgeMAC(n.ID)).Addr()} {
+		for _, a := range []netip.Addr{n.Gateway6, api.LinkLocal(BridgeMAC(n.ID)).Addr()} {
 			rs = append(rs,
 				"ip6 saddr "+a.String()+" "+drop,
 				"icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } "+ndTarget+" "+ndTargetValue(a)+" "+drop)

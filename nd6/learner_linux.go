@@ -1,4 +1,8 @@
-package netplane
+// Package nd6 learns the IPv6 addresses a network's VMs use from their
+// neighbour discovery messages (first come, first served, bounded, with
+// reservations for each VM's EUI-64 addresses), read from a filtered
+// packet socket on the bridge.
+package nd6
 
 import (
 	"encoding/binary"
@@ -18,6 +22,7 @@ import (
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/checksum"
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/rawsock"
@@ -94,40 +99,40 @@ var nd6Filter = []bpf.Instruction{
 	/* 11 */ bpf.RetConstant{Val: 0},
 }
 
-// nd6Binding is an IPv6 address a VM (by MAC) uses.
-type nd6Binding struct {
+// Binding is an IPv6 address a VM (by MAC) uses.
+type Binding struct {
 	MAC     net.HardwareAddr
 	IP      netip.Addr
 	Expires time.Time
 }
 
-// nd6Entry is a binding as the learner holds it.
-type nd6Entry struct {
+// entry is a binding as the learner holds it.
+type entry struct {
 	mac     [6]byte
 	expires time.Time
 }
 
-// nd6Event is a change onChange is told of, in a batch.
-type nd6Event struct {
-	b     nd6Binding
-	added bool
-	// reserved: the address of a binding that went is reserved (for
-	// owner), so it stays owned in the guard; the pair too if owner is
+// Event is a change onChange is told of, in a batch.
+type Event struct {
+	Binding Binding
+	Added   bool
+	// Reserved: the address of a binding that went is reserved (for
+	// Owner), so it stays owned in the guard; the pair too if Owner is
 	// the binding's MAC.
-	reserved bool
-	owner    [6]byte
+	Reserved bool
+	Owner    [6]byte
 }
 
-// nd6Learner learns VMs' IPv6 addresses in prefix from neighbour discovery
+// Learner learns VMs' IPv6 addresses in prefix from neighbour discovery
 // on iface. One goroutine reads the socket, applies the claims, sweeps the
 // expired bindings and calls onChange; the other methods may be called from
 // any goroutine.
-type nd6Learner struct {
+type Learner struct {
 	iface    string
 	prefix   netip.Prefix
 	lifetime time.Duration
 	sweep    time.Duration
-	onChange func([]nd6Event)
+	onChange func([]Event)
 	log      *slog.Logger
 
 	file  *os.File        // the packet socket, in Go's poller
@@ -135,9 +140,9 @@ type nd6Learner struct {
 	index int             // the interface's index
 
 	mu      sync.Mutex
-	byIP    map[netip.Addr]*nd6Entry
+	byIP    map[netip.Addr]*entry
 	byMAC   map[[6]byte][]netip.Addr // at most nd6MaxPerMAC each
-	pending []nd6Event               // for onChange, in order
+	pending []Event                  // for onChange, in order
 	own     [6]byte                  // the interface's MAC
 	hostIPs map[netip.Addr]bool      // the interface's addresses
 	// reserved are the EUI-64 addresses (link-local and in the prefix)
@@ -154,8 +159,8 @@ type nd6Learner struct {
 	closeErr  error
 }
 
-// newND6Table is a learner without a socket: the bindings and their rules.
-func newND6Table(prefix netip.Prefix, lifetime time.Duration, onChange func([]nd6Event), log *slog.Logger) (*nd6Learner, error) {
+// newTable is a learner without a socket: the bindings and their rules.
+func newTable(prefix netip.Prefix, lifetime time.Duration, onChange func([]Event), log *slog.Logger) (*Learner, error) {
 	if !prefix.IsValid() || !prefix.Addr().Is6() || prefix.Addr().Is4In6() || prefix.Bits() != 64 {
 		return nil, fmt.Errorf("prefix %s is not an IPv6 /64", prefix)
 	}
@@ -165,13 +170,13 @@ func newND6Table(prefix netip.Prefix, lifetime time.Duration, onChange func([]nd
 	if log == nil {
 		log = slog.Default()
 	}
-	return &nd6Learner{
+	return &Learner{
 		prefix:   prefix.Masked(),
 		lifetime: lifetime,
 		sweep:    max(min(lifetime/4, nd6MaxSweep), nd6MinSweep),
 		onChange: onChange,
 		log:      log,
-		byIP:     map[netip.Addr]*nd6Entry{},
+		byIP:     map[netip.Addr]*entry{},
 		byMAC:    map[[6]byte][]netip.Addr{},
 		hostIPs:  map[netip.Addr]bool{},
 		reserved: map[netip.Addr][6]byte{},
@@ -180,7 +185,7 @@ func newND6Table(prefix netip.Prefix, lifetime time.Duration, onChange func([]nd
 	}, nil
 }
 
-// startND6Learner opens the packet socket on iface and learns bindings of
+// Start opens the packet socket on iface and learns bindings of
 // addresses inside prefix (a /64) and link-local fe80::/64 addresses, for
 // lifetime after their last claim. onChange, if not nil, is called (from
 // the learner's goroutine, never concurrently with itself) with each
@@ -188,11 +193,11 @@ func newND6Table(prefix netip.Prefix, lifetime time.Duration, onChange func([]nd
 // call Close.
 //
 // Call it in the network namespace of the interface: the sockets stay in it.
-func startND6Learner(iface string, prefix netip.Prefix, lifetime time.Duration, onChange func([]nd6Event), log *slog.Logger) (*nd6Learner, error) {
+func Start(iface string, prefix netip.Prefix, lifetime time.Duration, onChange func([]Event), log *slog.Logger) (*Learner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	l, err := newND6Table(prefix, lifetime, onChange, log.With("iface", iface))
+	l, err := newTable(prefix, lifetime, onChange, log.With("iface", iface))
 	if err != nil {
 		return nil, fmt.Errorf("IPv6 address learning on %s: %w", iface, err)
 	}
@@ -207,7 +212,7 @@ func startND6Learner(iface string, prefix netip.Prefix, lifetime time.Duration, 
 
 // open opens the netlink handle and the packet socket, and reads the
 // interface's MAC and addresses.
-func (l *nd6Learner) open() error {
+func (l *Learner) open() error {
 	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
@@ -232,7 +237,7 @@ func (l *nd6Learner) open() error {
 
 // refreshHost reads the interface's MAC and addresses again (a bridge's
 // MAC may follow its ports) and drops any binding of one of its addresses.
-func (l *nd6Learner) refreshHost() error {
+func (l *Learner) refreshHost() error {
 	link, err := l.nl.LinkByIndex(l.index)
 	if err != nil {
 		return err
@@ -261,7 +266,7 @@ func (l *nd6Learner) refreshHost() error {
 }
 
 // run is the learner's goroutine: it reads until Close.
-func (l *nd6Learner) run() {
+func (l *Learner) run() {
 	defer close(l.done)
 	buf := make([]byte, nd6Snap)
 	raw, err := l.file.SyscallConn()
@@ -309,7 +314,7 @@ func (l *nd6Learner) run() {
 }
 
 // frame applies what the packet socket read from from.
-func (l *nd6Learner) frame(pkt []byte, from unix.Sockaddr, now time.Time) {
+func (l *Learner) frame(pkt []byte, from unix.Sockaddr, now time.Time) {
 	ll, ok := from.(*unix.SockaddrLinklayer)
 	if !ok || ll.Halen != 6 {
 		return
@@ -328,7 +333,7 @@ func (l *nd6Learner) frame(pkt []byte, from unix.Sockaddr, now time.Time) {
 	if err != nil {
 		return
 	}
-	l.claim(mac, ip, now)
+	l.Claim(mac, ip, now)
 }
 
 // Errors of parseND6: the message is not a valid claim.
@@ -357,7 +362,7 @@ func parseND6(pkt []byte, src [6]byte) (netip.Addr, error) {
 	m := pkt[ipv6.HeaderLen : ipv6.HeaderLen+plen]
 	typ := ipv6.ICMPType(m[0])
 	if (typ != ipv6.ICMPTypeNeighborSolicitation && typ != ipv6.ICMPTypeNeighborAdvertisement) ||
-		m[1] != 0 || icmp6Checksum(pkt[8:40], m) != 0 {
+		m[1] != 0 || Checksum(pkt[8:40], m) != 0 {
 		return netip.Addr{}, errND6Invalid
 	}
 	target := netip.AddrFrom16([16]byte(m[8:24]))
@@ -417,10 +422,10 @@ func isSolicitedNode(a netip.Addr) bool {
 	return a.Is6() && [13]byte(b[:13]) == [13]byte{0xff, 0x02, 11: 0x01, 12: 0xff}
 }
 
-// icmp6Checksum is the ICMPv6 checksum of msg between the source and
+// Checksum is the ICMPv6 checksum of msg between the source and
 // destination addresses addrs (32 bytes): 0 for a message whose checksum
 // field is right, the value to put there for one whose field is 0.
-func icmp6Checksum(addrs, msg []byte) uint16 {
+func Checksum(addrs, msg []byte) uint16 {
 	// The rest of the pseudo-header: the length and the next header.
 	var rest [8]byte
 	binary.BigEndian.PutUint32(rest[:], uint32(len(msg)))
@@ -432,7 +437,7 @@ func icmp6Checksum(addrs, msg []byte) uint16 {
 // in the prefix or in fe80::/64 with a non-zero interface identifier (not
 // the subnet-router anycast address), and not one of the host's.
 // Call with l.mu held.
-func (l *nd6Learner) learnable(ip netip.Addr) bool {
+func (l *Learner) learnable(ip netip.Addr) bool {
 	if !l.prefix.Contains(ip) && !nd6LinkLocal.Contains(ip) {
 		return false
 	}
@@ -440,8 +445,8 @@ func (l *nd6Learner) learnable(ip netip.Addr) bool {
 	return [8]byte(b[8:]) != [8]byte{} && !l.hostIPs[ip]
 }
 
-// claim applies mac's claim of ip at time now: first come, first served.
-func (l *nd6Learner) claim(mac [6]byte, ip netip.Addr, now time.Time) {
+// Claim applies mac's claim of ip at time now: first come, first served.
+func (l *Learner) Claim(mac [6]byte, ip netip.Addr, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.learnable(ip) || mac == l.own {
@@ -486,7 +491,7 @@ func (l *nd6Learner) claim(mac [6]byte, ip netip.Addr, now time.Time) {
 		}
 		return
 	}
-	e := &nd6Entry{mac: mac, expires: now.Add(l.lifetime)}
+	e := &entry{mac: mac, expires: now.Add(l.lifetime)}
 	l.byIP[ip] = e
 	l.byMAC[mac] = append(l.byMAC[mac], ip)
 	l.log.Debug("learned IPv6 address", "ip", ip, "mac", net.HardwareAddr(mac[:]).String())
@@ -498,14 +503,14 @@ func (l *nd6Learner) claim(mac [6]byte, ip netip.Addr, now time.Time) {
 // them go. vmnetctl's default MACs are predictable (a hash of the VM's
 // name): without this, a VM could claim another VM's addresses before that
 // VM boots. A binding of them to another MAC goes at once.
-func (l *nd6Learner) Reserve(hw net.HardwareAddr, reserve bool) (changed bool) {
+func (l *Learner) Reserve(hw net.HardwareAddr, reserve bool) (changed bool) {
 	if len(hw) != 6 {
 		return false
 	}
 	mac := [6]byte(hw)
 	removed := false
 	l.mu.Lock()
-	for _, ip := range l.eui64(hw) {
+	for _, ip := range l.EUI64(hw) {
 		owner, had := l.reserved[ip]
 		if !reserve {
 			if had && owner == mac {
@@ -530,27 +535,27 @@ func (l *nd6Learner) Reserve(hw net.HardwareAddr, reserve bool) (changed bool) {
 }
 
 // Reserved returns the reserved EUI-64 addresses with their MACs.
-func (l *nd6Learner) Reserved() []nd6Binding {
+func (l *Learner) Reserved() []Binding {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	bs := make([]nd6Binding, 0, len(l.reserved))
+	bs := make([]Binding, 0, len(l.reserved))
 	for ip, mac := range l.reserved {
-		bs = append(bs, nd6Binding{MAC: net.HardwareAddr(append([]byte(nil), mac[:]...)), IP: ip})
+		bs = append(bs, Binding{MAC: net.HardwareAddr(append([]byte(nil), mac[:]...)), IP: ip})
 	}
 	return bs
 }
 
-// eui64 is the addresses Reserve reserves for hw: its link-local
+// EUI64 is the addresses Reserve reserves for hw: its link-local
 // address and its SLAAC address in the network's prefix.
-func (l *nd6Learner) eui64(hw net.HardwareAddr) []netip.Addr {
-	ll := linkLocal(hw).Addr().As16()
+func (l *Learner) EUI64(hw net.HardwareAddr) []netip.Addr {
+	ll := api.LinkLocal(hw).Addr().As16()
 	slaac := l.prefix.Addr().As16()
 	copy(slaac[8:], ll[8:])
 	return []netip.Addr{netip.AddrFrom16(ll), netip.AddrFrom16(slaac)}
 }
 
-// reservedFor tells the MAC ip is reserved for, if any.
-func (l *nd6Learner) reservedFor(ip netip.Addr) (mac [6]byte, ok bool) {
+// ReservedFor tells the MAC ip is reserved for, if any.
+func (l *Learner) ReservedFor(ip netip.Addr) (mac [6]byte, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	mac, ok = l.reserved[ip]
@@ -558,7 +563,7 @@ func (l *nd6Learner) reservedFor(ip netip.Addr) (mac [6]byte, ok bool) {
 }
 
 // remove drops the binding e of ip. Call with l.mu held.
-func (l *nd6Learner) remove(ip netip.Addr, e *nd6Entry) {
+func (l *Learner) remove(ip netip.Addr, e *entry) {
 	delete(l.byIP, ip)
 	held := slices.DeleteFunc(l.byMAC[e.mac], func(a netip.Addr) bool { return a == ip })
 	if len(held) == 0 {
@@ -570,20 +575,20 @@ func (l *nd6Learner) remove(ip netip.Addr, e *nd6Entry) {
 }
 
 // queue adds a change for onChange. Call with l.mu held.
-func (l *nd6Learner) queue(ip netip.Addr, e *nd6Entry, added bool) {
+func (l *Learner) queue(ip netip.Addr, e *entry, added bool) {
 	if l.onChange != nil {
 		owner, ok := l.reserved[ip]
-		l.pending = append(l.pending, nd6Event{b: e.binding(ip), added: added, reserved: !added && ok, owner: owner})
+		l.pending = append(l.pending, Event{Binding: e.binding(ip), Added: added, Reserved: !added && ok, Owner: owner})
 	}
 }
 
-func (e *nd6Entry) binding(ip netip.Addr) nd6Binding {
-	return nd6Binding{MAC: net.HardwareAddr(append([]byte(nil), e.mac[:]...)), IP: ip, Expires: e.expires}
+func (e *entry) binding(ip netip.Addr) Binding {
+	return Binding{MAC: net.HardwareAddr(append([]byte(nil), e.mac[:]...)), IP: ip, Expires: e.expires}
 }
 
 // deliver calls onChange with the pending changes, outside the lock. Only
 // the learner's goroutine calls it.
-func (l *nd6Learner) deliver() {
+func (l *Learner) deliver() {
 	for {
 		l.mu.Lock()
 		events := l.pending
@@ -597,7 +602,7 @@ func (l *nd6Learner) deliver() {
 }
 
 // expire drops the bindings that expired by now.
-func (l *nd6Learner) expire(now time.Time) {
+func (l *Learner) expire(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for ip, e := range l.byIP {
@@ -610,7 +615,7 @@ func (l *nd6Learner) expire(now time.Time) {
 
 // Lookup returns the addresses in prefix bound to mac (for AAAA answers),
 // sorted.
-func (l *nd6Learner) Lookup(mac net.HardwareAddr) []netip.Addr {
+func (l *Learner) Lookup(mac net.HardwareAddr) []netip.Addr {
 	if len(mac) != 6 {
 		return nil
 	}
@@ -627,7 +632,7 @@ func (l *nd6Learner) Lookup(mac net.HardwareAddr) []netip.Addr {
 }
 
 // Owner returns the MAC an address is bound to.
-func (l *nd6Learner) Owner(ip netip.Addr) (net.HardwareAddr, bool) {
+func (l *Learner) Owner(ip netip.Addr) (net.HardwareAddr, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.byIP[ip]
@@ -638,20 +643,20 @@ func (l *nd6Learner) Owner(ip netip.Addr) (net.HardwareAddr, bool) {
 }
 
 // Bindings returns all current bindings (for resync), by address.
-func (l *nd6Learner) Bindings() []nd6Binding {
+func (l *Learner) Bindings() []Binding {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	bs := make([]nd6Binding, 0, len(l.byIP))
+	bs := make([]Binding, 0, len(l.byIP))
 	for ip, e := range l.byIP {
 		bs = append(bs, e.binding(ip))
 	}
-	slices.SortFunc(bs, func(a, b nd6Binding) int { return a.IP.Compare(b.IP) })
+	slices.SortFunc(bs, func(a, b Binding) int { return a.IP.Compare(b.IP) })
 	return bs
 }
 
 // Forget drops every binding of mac (its VM left the network) at once;
 // onChange is told of each soon after, from the learner's goroutine.
-func (l *nd6Learner) Forget(mac net.HardwareAddr) {
+func (l *Learner) Forget(mac net.HardwareAddr) {
 	if len(mac) != 6 {
 		return
 	}
@@ -670,13 +675,13 @@ func (l *nd6Learner) Forget(mac net.HardwareAddr) {
 // Stats returns how many claims the learner considered (valid ND messages
 // for a learnable address), how many it refused because another MAC held
 // the address, and how many it dropped because it held nd6MaxBindings.
-func (l *nd6Learner) Stats() (claims, conflicts, dropped uint64) {
+func (l *Learner) Stats() (claims, conflicts, dropped uint64) {
 	return l.claims.Load(), l.conflicts.Load(), l.dropped.Load()
 }
 
 // Close stops the learner and waits for its goroutine. Bindings are kept
 // (and no removal reported): Lookup still answers.
-func (l *nd6Learner) Close() error {
+func (l *Learner) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.stop)
 		if l.file == nil {

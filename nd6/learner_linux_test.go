@@ -1,4 +1,4 @@
-package netplane
+package nd6
 
 import (
 	"encoding/binary"
@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,12 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/rawsock"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/net/bpf"
-	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv6"
-	"golang.org/x/sys/unix"
 )
 
 // The learner tests: unit tests of the parser, the filter and the binding
@@ -40,54 +38,37 @@ func nd6MAC(s string) net.HardwareAddr {
 	return m
 }
 
-// nd6Frame is an Ethernet frame with an ICMPv6 ND message of type typ
-// (flags: the first byte after the checksum; target; options), its checksum
-// computed by x/net/icmp.
-func nd6Frame(t testing.TB, srcMAC, dstMAC net.HardwareAddr, src, dst netip.Addr, hopLimit byte, typ ipv6.ICMPType, flags byte, target netip.Addr, opts ...[]byte) []byte {
-	t.Helper()
-	body := make([]byte, 20)
-	body[0] = flags
-	copy(body[4:], target.AsSlice())
-	for _, o := range opts {
-		body = append(body, o...)
-	}
-	m := icmp.Message{Type: typ, Body: &icmp.RawBody{Data: body}}
-	msg, err := m.Marshal(icmp.IPv6PseudoHeader(src.AsSlice(), dst.AsSlice()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := make([]byte, 14+ipv6.HeaderLen, 14+ipv6.HeaderLen+len(msg))
-	copy(f, dstMAC)
-	copy(f[6:], srcMAC)
-	binary.BigEndian.PutUint16(f[12:], unix.ETH_P_IPV6)
-	ip := f[14:]
-	ip[0] = 0x60
-	binary.BigEndian.PutUint16(ip[4:], uint16(len(msg)))
-	ip[6], ip[7] = unix.IPPROTO_ICMPV6, hopLimit
-	copy(ip[8:], src.AsSlice())
-	copy(ip[24:], dst.AsSlice())
-	return append(f, msg...)
-}
-
-// nd6LLA is a link-layer address option (1: source, 2: target).
-func nd6LLA(typ byte, mac net.HardwareAddr) []byte { return append([]byte{typ, 1}, mac...) }
-
-// solicitedNode is the solicited-node group of a and its Ethernet address.
-func solicitedNode(a netip.Addr) (netip.Addr, net.HardwareAddr) {
-	b := a.As16()
-	g := netip.AddrFrom16([16]byte{0xff, 0x02, 11: 0x01, 12: 0xff, 13: b[13], 14: b[14], 15: b[15]})
-	return g, net.HardwareAddr{0x33, 0x33, 0xff, b[13], b[14], b[15]}
-}
-
+// The frames a guest writes, and its raw socket (testutil's).
 var (
-	nd6AllNodesMAC = nd6MAC("33:33:00:00:00:01")
+	nd6Frame       = testutil.ND6Frame
+	nd6LLA         = testutil.ND6LLA
+	solicitedNode  = testutil.SolicitedNode
+	dadNS          = testutil.DADNS
+	nd6AllNodesMAC = testutil.AllNodesMAC
+	newRawSender   = testutil.NewRawSender
+	allNodes       = netip.MustParseAddr("ff02::1")
+	allRouters     = netip.MustParseAddr("ff02::2")
 	nd6Unspec      = netip.IPv6Unspecified()
 )
 
-// dadNS is a DAD solicitation for target from mac.
-func dadNS(t testing.TB, mac net.HardwareAddr, target netip.Addr, opts ...[]byte) []byte {
-	g, gm := solicitedNode(target)
-	return nd6Frame(t, mac, gm, nd6Unspec, g, 255, ipv6.ICMPTypeNeighborSolicitation, 0, target, opts...)
+// mustDo runs f in namespace n and fails the test on error. f must not
+// call t.Fatal: it runs on another goroutine.
+func mustDo(t *testing.T, n *testutil.NS, f func() error) {
+	t.Helper()
+	if err := n.Do(f); err != nil {
+		t.Fatalf("in %s: %v", n, err)
+	}
+}
+
+// ipv6Sysctls sets net.ipv6.conf.<iface>.<key> to value, for each key and
+// value of kv, in the calling thread's namespace.
+func ipv6Sysctls(iface string, kv ...string) error {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := os.WriteFile(fmt.Sprintf("/proc/sys/net/ipv6/conf/%s/%s", iface, kv[i]), []byte(kv[i+1]), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // unsolNA is an unsolicited advertisement of target from mac (override
@@ -224,12 +205,12 @@ func TestND6Filter(t *testing.T) {
 // at once.
 type nd6Recorder struct {
 	mu         sync.Mutex
-	events     []nd6Event
+	events     []Event
 	inside     atomic.Int32
 	concurrent atomic.Bool
 }
 
-func (r *nd6Recorder) onChange(events []nd6Event) {
+func (r *nd6Recorder) onChange(events []Event) {
 	if r.inside.Add(1) != 1 {
 		r.concurrent.Store(true)
 	}
@@ -245,7 +226,7 @@ func (r *nd6Recorder) count(mac net.HardwareAddr, ip netip.Addr, added bool) int
 	defer r.mu.Unlock()
 	n := 0
 	for _, e := range r.events {
-		if e.added == added && e.b.MAC.String() == mac.String() && (!ip.IsValid() || e.b.IP == ip) {
+		if e.Added == added && e.Binding.MAC.String() == mac.String() && (!ip.IsValid() || e.Binding.IP == ip) {
 			n++
 		}
 	}
@@ -260,24 +241,24 @@ func (r *nd6Recorder) event(mac net.HardwareAddr, ip netip.Addr, added bool) fun
 // with times of its own.
 func TestND6Rules(t *testing.T) {
 	rec := &nd6Recorder{}
-	l, err := newND6Table(nd6Prefix, time.Minute, rec.onChange, slog.New(slog.DiscardHandler))
+	l, err := newTable(nd6Prefix, time.Minute, rec.onChange, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	a, b := [6]byte(nd6MAC("52:54:00:00:01:01")), [6]byte(nd6MAC("52:54:00:00:01:02"))
 	ip := nd6IP("fd00:1:2:3::10")
-	l.claim(a, ip, t0)
-	l.claim(b, ip, t0.Add(30*time.Second))
+	l.Claim(a, ip, t0)
+	l.Claim(b, ip, t0.Add(30*time.Second))
 	if m, ok := l.Owner(ip); !ok || [6]byte(m) != a {
 		t.Fatalf("owner after a second claim: %v %v", m, ok)
 	}
-	l.claim(a, ip, t0.Add(50*time.Second)) // refreshed: expires at 1m50
+	l.Claim(a, ip, t0.Add(50*time.Second)) // refreshed: expires at 1m50
 	if bs := l.Bindings(); len(bs) != 1 || !bs[0].Expires.Equal(t0.Add(110*time.Second)) {
 		t.Fatalf("bindings after a refresh: %v", bs)
 	}
 	// Expired but not swept: another MAC takes it.
-	l.claim(b, ip, t0.Add(110*time.Second))
+	l.Claim(b, ip, t0.Add(110*time.Second))
 	if m, _ := l.Owner(ip); [6]byte(m) != b {
 		t.Fatalf("owner after expiry: %v", m)
 	}
@@ -292,9 +273,9 @@ func TestND6Rules(t *testing.T) {
 	// the host's own, link-local outside fe80::/64.
 	l.hostIPs = map[netip.Addr]bool{nd6IP("fd00:1:2:3::1"): true}
 	for _, s := range []string{"fd00:1:2:4::10", "fd00:1:2:3::", "fd00:1:2:3::1", "fe80:0:0:1::10", "2001:db8::1", "::ffff:10.0.0.1"} {
-		l.claim(a, nd6IP(s), t0)
+		l.Claim(a, nd6IP(s), t0)
 	}
-	l.claim(a, nd6IP("fe80::10"), t0)
+	l.Claim(a, nd6IP("fe80::10"), t0)
 	if bs := l.Bindings(); len(bs) != 1 || bs[0].IP != nd6IP("fe80::10") || l.Lookup(net.HardwareAddr(a[:])) != nil {
 		t.Fatalf("bindings: %v, lookup %v", bs, l.Lookup(net.HardwareAddr(a[:])))
 	}
@@ -302,7 +283,7 @@ func TestND6Rules(t *testing.T) {
 	want := []string{"+fd00:1:2:3::10", "-fd00:1:2:3::10", "+fd00:1:2:3::10", "-fd00:1:2:3::10", "+fe80::10"}
 	var got []string
 	for _, e := range rec.events {
-		got = append(got, map[bool]string{true: "+", false: "-"}[e.added]+e.b.IP.String())
+		got = append(got, map[bool]string{true: "+", false: "-"}[e.Added]+e.Binding.IP.String())
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
@@ -312,8 +293,8 @@ func TestND6Rules(t *testing.T) {
 	l.Forget(net.HardwareAddr(a[:]))
 	for i := range nd6MaxPerMAC + 1 {
 		now := t0.Add(time.Duration(i+1) * time.Second)
-		l.claim(a, nd6IP("fd00:1:2:3::11"), now) // claimed again each time
-		l.claim(a, netip.AddrFrom16([16]byte{0xfd, 0, 0, 1, 0, 2, 0, 3, 15: byte(0x20 + i)}), now)
+		l.Claim(a, nd6IP("fd00:1:2:3::11"), now) // claimed again each time
+		l.Claim(a, netip.AddrFrom16([16]byte{0xfd, 0, 0, 1, 0, 2, 0, 3, 15: byte(0x20 + i)}), now)
 	}
 	lk := l.Lookup(net.HardwareAddr(a[:]))
 	if len(lk) != nd6MaxPerMAC || !slices.Contains(lk, nd6IP("fd00:1:2:3::11")) ||
@@ -326,7 +307,7 @@ func TestND6Rules(t *testing.T) {
 	l.hostIPs = nil
 	for i := range nd6MaxBindings + 16 {
 		mac := [6]byte{0x52, 0x54, 0, 1, byte(i >> 12), byte(i >> 4)} // 16 addresses a MAC
-		l.claim(mac, netip.AddrFrom16([16]byte{0xfd, 0, 0, 1, 0, 2, 0, 3, 14: byte((i + 1) >> 8), 15: byte(i + 1)}), t0)
+		l.Claim(mac, netip.AddrFrom16([16]byte{0xfd, 0, 0, 1, 0, 2, 0, 3, 14: byte((i + 1) >> 8), 15: byte(i + 1)}), t0)
 	}
 	if n := len(l.Bindings()); n != nd6MaxBindings {
 		t.Fatalf("%d bindings, want %d", n, nd6MaxBindings)
@@ -336,7 +317,7 @@ func TestND6Rules(t *testing.T) {
 	}
 	// A MAC at its limit still replaces its own.
 	full := [6]byte{0x52, 0x54, 0, 1, 0, 0}
-	l.claim(full, nd6IP("fd00:1:2:3:ffff::1"), t0.Add(time.Second))
+	l.Claim(full, nd6IP("fd00:1:2:3:ffff::1"), t0.Add(time.Second))
 	if o, ok := l.Owner(nd6IP("fd00:1:2:3:ffff::1")); !ok || [6]byte(o) != full || len(l.Lookup(full[:])) != nd6MaxPerMAC {
 		t.Fatalf("a full MAC's new claim: %v %v, %d addresses", o, ok, len(l.Lookup(full[:])))
 	}
@@ -376,50 +357,16 @@ func (l *nd6Lab) up(t *testing.T) {
 }
 
 // start starts a learner on br0 and closes it on cleanup.
-func (l *nd6Lab) start(t *testing.T, lifetime time.Duration, rec *nd6Recorder) *nd6Learner {
+func (l *nd6Lab) start(t *testing.T, lifetime time.Duration, rec *nd6Recorder) *Learner {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	var ln *nd6Learner
+	var ln *Learner
 	mustDo(t, l.host, func() (err error) {
-		ln, err = startND6Learner("br0", nd6Prefix, lifetime, rec.onChange, log)
+		ln, err = Start("br0", nd6Prefix, lifetime, rec.onChange, log)
 		return err
 	})
 	t.Cleanup(func() { ln.Close() })
 	return ln
-}
-
-// rawSender writes Ethernet frames on eth0 of a VM namespace.
-type rawSender struct {
-	fd    int
-	index int
-}
-
-func newRawSender(t *testing.T, v *testutil.NS) *rawSender {
-	t.Helper()
-	s := &rawSender{fd: -1}
-	mustDo(t, v, func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		// Protocol 0: it sends, and receives nothing.
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-		s.fd, s.index = fd, ifi.Index
-		return err
-	})
-	t.Cleanup(func() { unix.Close(s.fd) })
-	return s
-}
-
-func (s *rawSender) send(t *testing.T, frames ...[]byte) {
-	t.Helper()
-	for _, f := range frames {
-		to := &unix.SockaddrLinklayer{Ifindex: s.index, Protocol: rawsock.Proto(unix.ETH_P_IPV6), Halen: 6}
-		copy(to.Addr[:], f[:6])
-		if err := unix.Sendto(s.fd, f, 0, to); err != nil {
-			t.Fatalf("sending a frame: %v", err)
-		}
-	}
 }
 
 // nd6Goroutines counts the goroutines running a learner's code.
@@ -428,7 +375,7 @@ func nd6Goroutines() int {
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "netplane.(*nd6Learner)") {
+		if strings.Contains(g, "nd6.(*Learner)") {
 			n++
 		}
 	}
@@ -464,7 +411,7 @@ func TestND6Learner(t *testing.T) {
 		}
 		// A's link-local address, from its DAD too: bound, not in Lookup.
 		testutil.Eventually(t, wait, func() bool {
-			return slices.ContainsFunc(ln.Bindings(), func(b nd6Binding) bool {
+			return slices.ContainsFunc(ln.Bindings(), func(b Binding) bool {
 				return b.IP.IsLinkLocalUnicast() && b.MAC.String() == macA.String()
 			})
 		}, "A's link-local address learned")
@@ -483,7 +430,7 @@ func TestND6Learner(t *testing.T) {
 
 	t.Run("FirstComeFirstServed", func(t *testing.T) {
 		_, conflicts0, _ := ln.Stats()
-		b.send(t, dadNS(t, macB, ipA), unsolNA(t, macB, llB, ipA, 255))
+		b.Send(t, dadNS(t, macB, ipA), unsolNA(t, macB, llB, ipA, 255))
 		testutil.Eventually(t, wait, func() error {
 			if _, c, _ := ln.Stats(); c < conflicts0+2 {
 				return fmt.Errorf("%d conflicts", c-conflicts0)
@@ -501,7 +448,7 @@ func TestND6Learner(t *testing.T) {
 	t.Run("NotLearned", func(t *testing.T) {
 		outside, hop64, otherLLA := nd6IP("fd00:9::1"), nd6IP("fd00:1:2:3::20"), nd6IP("fd00:1:2:3::22")
 		host, marker := nd6IP("fd00:1:2:3::1"), nd6IP("fd00:1:2:3::21")
-		b.send(t,
+		b.Send(t,
 			unsolNA(t, macB, llB, outside, 255),
 			dadNS(t, macB, outside),
 			unsolNA(t, macB, llB, hop64, 64),
@@ -532,7 +479,7 @@ func TestND6Learner(t *testing.T) {
 			ips = append(ips, ip)
 			frames = append(frames, unsolNA(t, macB, llB, ip, 255))
 		}
-		b.send(t, frames...)
+		b.Send(t, frames...)
 		last := ips[len(ips)-1]
 		testutil.Eventually(t, wait, rec.event(macB, last, true), "%s learned", last)
 		// B held ::21 and now claimed 17 more: the first two went.
@@ -565,15 +512,15 @@ func TestND6Learner(t *testing.T) {
 		rec2 := &nd6Recorder{}
 		ln2 := lab.start(t, lifetime, rec2)
 		ip := nd6IP("fd00:1:2:3::30")
-		b.send(t, unsolNA(t, macB, llB, ip, 255))
+		b.Send(t, unsolNA(t, macB, llB, ip, 255))
 		testutil.Eventually(t, wait, rec2.event(macB, ip, true), "%s learned", ip)
 		first := ln2.Bindings()
 		// Claimed again: refreshed.
-		b.send(t, unsolNA(t, macB, llB, ip, 255))
+		b.Send(t, unsolNA(t, macB, llB, ip, 255))
 		var refreshed time.Time
 		testutil.Eventually(t, wait, func() bool {
 			for _, bd := range ln2.Bindings() {
-				if bd.IP == ip && slices.ContainsFunc(first, func(f nd6Binding) bool { return f.IP == ip && bd.Expires.After(f.Expires) }) {
+				if bd.IP == ip && slices.ContainsFunc(first, func(f Binding) bool { return f.IP == ip && bd.Expires.After(f.Expires) }) {
 					refreshed = bd.Expires
 					return true
 				}
@@ -598,7 +545,7 @@ func TestND6Learner(t *testing.T) {
 		ip := nd6IP("fd00:1:2:3::40")
 		// B claims until the bridge passes frames up again.
 		testutil.Eventually(t, wait, func() bool {
-			b.send(t, unsolNA(t, macB, llB, ip, 255))
+			b.Send(t, unsolNA(t, macB, llB, ip, 255))
 			return rec.count(macB, ip, true) > 0
 		}, "%s learned after the bridge went down and up", ip)
 	})
@@ -633,28 +580,28 @@ func TestND6Learner(t *testing.T) {
 // binding it made before goes), the owner's is taken; released, they are
 // first come first served again.
 func TestND6Reserve(t *testing.T) {
-	l, err := newND6Table(netip.MustParsePrefix("fd00:1:2:3::/64"), time.Minute, nil, nil)
+	l, err := newTable(netip.MustParsePrefix("fd00:1:2:3::/64"), time.Minute, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	owner, thief := nd6MAC("52:55:55:c6:0d:45"), nd6MAC("52:55:55:00:00:66")
 	ll, slaac := nd6IP("fe80::5055:55ff:fec6:d45"), nd6IP("fd00:1:2:3:5055:55ff:fec6:d45")
 	now := time.Now()
-	l.claim([6]byte(thief), ll, now) // before the reservation: first come
+	l.Claim([6]byte(thief), ll, now) // before the reservation: first come
 	l.Reserve(owner, true)
 	for _, ip := range []netip.Addr{ll, slaac} {
-		l.claim([6]byte(thief), ip, now)
+		l.Claim([6]byte(thief), ip, now)
 		if o, ok := l.Owner(ip); ok {
 			t.Errorf("%s is bound to %s after its owner's reservation", ip, o)
 		}
-		l.claim([6]byte(owner), ip, now)
+		l.Claim([6]byte(owner), ip, now)
 		if o, ok := l.Owner(ip); !ok || o.String() != owner.String() {
 			t.Errorf("%s: owner %v %v, want %s", ip, o, ok, owner)
 		}
 	}
 	l.Reserve(owner, false)
 	l.Forget(owner)
-	l.claim([6]byte(thief), ll, now)
+	l.Claim([6]byte(thief), ll, now)
 	if o, ok := l.Owner(ll); !ok || o.String() != thief.String() {
 		t.Errorf("released: %s owner %v %v, want %s", ll, o, ok, thief)
 	}
