@@ -163,3 +163,25 @@ func TestGarbageRuntimeRecord(t *testing.T) {
 	h.MustVmnetctl("down", "--all")
 	nothingLeft(t, h, "after down --all")
 }
+
+// TestDownAllEverythingCorrupt: with the controller killed and every
+// record garbage (each project's, runtime.json), `down --all` still
+// removes everything of this state dir's: the records are a cache, the
+// marks on the kernel's objects the truth (issue 32).
+func TestDownAllEverythingCorrupt(t *testing.T) {
+	h := newHost(t)
+	a := h.WriteFile("a.yaml", "vms:\n  a1:\n    networks:\n      - vmnet: shared\n")
+	b := h.WriteFile("b.yaml", "vms:\n  b1:\n    networks:\n      - vmnet: isolated\n")
+	h.MustVmnetctl("up", "-f", a, "-p", "a", "--metrics-addr", "off")
+	h.MustVmnetctl("up", "-f", b, "-p", "b", "--metrics-addr", "off")
+	pid := h.controllerPID()
+	syscall.Kill(pid, syscall.SIGKILL)
+	testutil.Eventually(t, 30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }, "the killed controller to go")
+	for _, f := range []string{"projects/a.json", "projects/b.json", "runtime.json"} {
+		if err := os.WriteFile(filepath.Join(h.StateDir(), f), []byte("\x00garbage{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.MustVmnetctl("down", "--all")
+	nothingLeft(t, h, "after down --all with every record garbage")
+}
