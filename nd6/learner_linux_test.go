@@ -8,9 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -369,19 +367,6 @@ func (l *nd6Lab) start(t *testing.T, lifetime time.Duration, rec *nd6Recorder) *
 	return ln
 }
 
-// nd6Goroutines counts the goroutines running a learner's code.
-func nd6Goroutines() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "nd6.(*Learner)") {
-			n++
-		}
-	}
-	return n
-}
-
 func TestND6Learner(t *testing.T) {
 	testutil.RequireRoot(t, "creates network namespaces")
 	testutil.RequireCommands(t, "ip", "ping")
@@ -551,7 +536,7 @@ func TestND6Learner(t *testing.T) {
 	})
 
 	t.Run("Close", func(t *testing.T) {
-		testutil.Eventually(t, time.Second, func() bool { return nd6Goroutines() == 1 }, "one learner goroutine before Close")
+		testutil.Eventually(t, time.Second, func() bool { return testutil.Goroutines("nd6.(*Learner)") == 1 }, "one learner goroutine before Close")
 		t0 := time.Now()
 		if err := ln.Close(); err != nil {
 			t.Fatal(err)
@@ -559,7 +544,7 @@ func TestND6Learner(t *testing.T) {
 		if d := time.Since(t0); d > time.Second {
 			t.Errorf("Close took %v", d)
 		}
-		testutil.Eventually(t, time.Second, func() bool { return nd6Goroutines() == 0 }, "the learner's goroutine to end")
+		testutil.Eventually(t, time.Second, func() bool { return testutil.Goroutines("nd6.(*Learner)") == 0 }, "the learner's goroutine to end")
 		if err := ln.Close(); err != nil {
 			t.Errorf("second Close: %v", err)
 		}

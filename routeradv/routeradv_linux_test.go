@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -163,19 +162,6 @@ func readRA(c *ndp.Conn, src netip.Addr, timeout time.Duration) (*ndp.RouterAdve
 	}
 }
 
-// raGoroutines counts the goroutines running the server's code.
-func raGoroutines() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "netplane.(*Server)") {
-			n++
-		}
-	}
-	return n
-}
-
 func TestRouterAdvertisements(t *testing.T) {
 	testutil.RequireRoot(t, "creates network namespaces")
 	l := newRALab(t)
@@ -261,6 +247,11 @@ func TestRouterAdvertisements(t *testing.T) {
 	})
 
 	t.Run("Close", func(t *testing.T) {
+		// Its sender and its reader run (what the count after Close must
+		// not find).
+		if n := testutil.Goroutines("routeradv.(*Server)"); n != 2 {
+			t.Errorf("%d goroutines of the running server, want 2", n)
+		}
 		sent, _, _ := s.Stats()
 		if err := s.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -272,7 +263,7 @@ func TestRouterAdvertisements(t *testing.T) {
 			t.Errorf("Close sent %d RAs, want none (a restart must not withdraw the router)", after-sent)
 		}
 		testutil.Eventually(t, 5*time.Second, func() error {
-			if n := raGoroutines(); n != 0 {
+			if n := testutil.Goroutines("routeradv.(*Server)"); n != 0 {
 				return fmt.Errorf("%d goroutines of the server left", n)
 			}
 			return nil
