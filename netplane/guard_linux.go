@@ -285,7 +285,7 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 	mine := ps.mine
 	return runGuardTx(ctx, n, "guarding port "+port, func(tx *knftables.Transaction) {
 		// Replace the old guard whole, its learned MAC with it.
-		if ps.exists {
+		if ps.exists() {
 			deleteGuard(tx, port, ps.held, ps.heldExpected, m)
 		}
 		g := guardObjects(port)
@@ -433,12 +433,11 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 
 // stillHeldBy tells, of the MACs st expects that expected no longer
 // holds, those a port still holds (not one of gone, whose guards go): they
-// stay claimed. A MAC no longer
-// expected can be held only by the port that owned it (no other could
-// learn a claimed MAC): its set alone is read. full is true when only
-// every port's set can tell: a newly expected MAC is claimed already
-// (some port learned it), or a MAC no longer expected has no owner
-// recorded.
+// stay claimed. A MAC no longer expected can be held only by the port that
+// owned it (no other could learn a claimed MAC): its set alone is read.
+// full is true when only every port's set can tell: a newly expected MAC
+// is claimed already (some port learned it), or a MAC no longer expected
+// has no owner recorded.
 func stillHeldBy(id string, st *guardState, expected, gone map[string]bool) (full bool, stillHeld map[string]bool, err error) {
 	for mac := range expected {
 		if !st.expectedMACs[mac] && st.claimed[mac] {
@@ -525,7 +524,8 @@ func readGuardState(_ context.Context, id string) (*guardState, error) {
 // id's guard about one port and one MAC, read element by element: what it
 // costs does not grow with the network's ports.
 type portState struct {
-	exists       bool   // the port has a guard, or a part of one
+	set          bool   // the port's MAC set exists
+	rules        int    // the rules of the port's chain (0: no chain)
 	held         string // the MAC the port's set holds, "" for none
 	heldExpected bool   // held is some port's expected MAC
 	heldOwned    bool   // held is this port's expected MAC (owns)
@@ -533,15 +533,20 @@ type portState struct {
 	claimed      bool   // mac is claimed: some port holds it or is expected to
 }
 
+// exists tells whether the port has a guard, or a part of one to delete:
+// its MAC set, or its chain with rules (a chain without rules is made
+// again as it is).
+func (ps portState) exists() bool { return ps.set || ps.rules > 0 }
+
 // readPortState reads port's guard and what the guard says of mac ("" for
 // none) on network id.
 func readPortState(ctx context.Context, id, port, mac string) (portState, error) {
 	var ps portState
 	var err error
-	if ps.exists, err = guardExists(id, port); err != nil {
+	if ps.set, ps.rules, err = guardParts(id, port); err != nil {
 		return ps, err
 	}
-	if ps.exists {
+	if ps.set {
 		if ps.held, err = readHeld(id, port); err != nil {
 			return ps, err
 		}

@@ -77,7 +77,7 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 	}
 	o := guardObjectsNL(tbl, port)
 	macSet, counter, chain, jump := o.set, o.counter, o.chain, o.jump
-	if reusable(conn, n.ID, o, len(tmpl), ps) {
+	if reusable(n.ID, o, len(tmpl), ps) {
 		conn.SetAddElements(sets[guardPorts], []nftables.SetElement{jump})
 		if err := conn.Flush(); err != nil {
 			return fmt.Errorf("network %q: guarding port %s: %w", n.ID, port, err)
@@ -87,7 +87,7 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 	// The old guard, if there is one: deleting a chain or a set makes
 	// the kernel's commit wait for its readers (10 to 20 ms here), which
 	// a new port need not pay.
-	if ps.exists {
+	if ps.exists() {
 		o.delete(conn, sets, ps.held, ps.heldExpected)
 	}
 
@@ -120,18 +120,12 @@ func guardPortByClone(n *api.Network, port string, ps portState) error {
 // replacing it deletes a chain and a set, and the commit then waits for
 // the kernel's readers (10 to 20 ms here): a VM attached again under its
 // name (a fleet's runner, a restarted helper) is guarded at once.
-func reusable(conn *nftables.Conn, id string, o guardNL, rules int, ps portState) bool {
-	if !ps.exists || ps.held != "" && !ps.heldOwned {
+func reusable(id string, o guardNL, rules int, ps portState) bool {
+	if !ps.set || ps.rules != rules || ps.held != "" && !ps.heldOwned {
 		return false
 	}
-	if current, err := hasElement(id, guardCurrent, o.key); err != nil || !current {
-		return false
-	}
-	if _, err := conn.GetSetByName(o.chain.Table, o.set.Name); err != nil {
-		return false
-	}
-	have, err := conn.GetRules(o.chain.Table, o.chain)
-	return err == nil && len(have) == rules
+	current, err := hasElement(id, guardCurrent, o.key)
+	return err == nil && current
 }
 
 // guardNL is a port's guard objects as netlink writes them (guardObjects
@@ -308,30 +302,26 @@ func readHeld(id, port string) (string, error) {
 	return "", err
 }
 
-// guardExists tells whether port has a guard, or a part of one, on
-// network id: its MAC set, or its chain with rules.
-func guardExists(id, port string) (bool, error) {
+// guardParts reads what port's guard on network id has of its own: its
+// MAC set, and the rules of its chain (0 without the chain).
+func guardParts(id, port string) (set bool, rules int, err error) {
 	conn, err := nftables.New()
 	if err != nil {
-		return false, fmt.Errorf("nftables: %w", err)
+		return false, 0, fmt.Errorf("nftables: %w", err)
 	}
 	tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}
 	_, err = conn.GetSetByName(tbl, guardMACSet(port))
-	if errors.Is(err, unix.ENOENT) {
-		// (A chain without rules is made again as it is, not deleted.)
-		var rules []*nftables.Rule
-		rules, err = conn.GetRules(tbl, &nftables.Chain{Name: guardChain(port)})
-		if err == nil && len(rules) == 0 {
-			return false, nil
-		}
-	}
 	switch {
 	case err == nil:
-		return true, nil
-	case errors.Is(err, unix.ENOENT):
-		return false, nil
+		set = true
+	case !errors.Is(err, unix.ENOENT):
+		return false, 0, fmt.Errorf("network %q: looking for the guard of port %s: %w", id, port, err)
 	}
-	return false, fmt.Errorf("network %q: looking for the guard of port %s: %w", id, port, err)
+	have, err := conn.GetRules(tbl, &nftables.Chain{Name: guardChain(port)})
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return false, 0, fmt.Errorf("network %q: looking for the guard of port %s: %w", id, port, err)
+	}
+	return set, len(have), nil
 }
 
 // guardSetElements reads the elements of set name of network id's guard
@@ -488,9 +478,11 @@ func applyClaims(id string, sets map[string]*nftables.Set, ch claimsChange, gone
 	}
 	err = conn.Flush()
 	if err != nil && pruned > 0 {
-		if err = applyClaims(id, sets, ch, nil, nil); err == nil {
-			err = pruneGuardsNL(id, gone, expected)
+		// A gone name's new guard: the change alone, the guards one by one.
+		if err := applyClaims(id, sets, ch, nil, nil); err != nil {
+			return err
 		}
+		return pruneGuardsNL(id, gone, expected)
 	}
 	if err != nil {
 		return fmt.Errorf("network %q: claiming the VM ports' MACs: %w", id, err)
