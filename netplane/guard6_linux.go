@@ -132,12 +132,12 @@ func port6Rules(n *api.Network, drop string) []string {
 		// Duplicate address detection and MLD before a VM has an address.
 		// At a bounded rate: each new target costs the learner a
 		// binding, and its transaction.
-		ip6 + "ip6 saddr :: icmpv6 type @" + guardDAD6 + " limit rate " + nd6UnboundRate + " accept",
+		ip6 + "ip6 saddr :: icmpv6 type @" + guardDAD6 + " " + meter(guardDAD6Rate, "limit rate "+nd6UnboundRate) + " accept",
 		// From an address nobody owns: neighbour discovery, which the
 		// learner hears, and nothing else until it has bound it; at a
 		// bounded rate, as each new source costs the host a neighbour
 		// entry (a flood would fill its table).
-		ip6 + "ip6 saddr @" + guardUnbound6 + " " + nd + " limit rate " + nd6UnboundRate + " accept",
+		ip6 + "ip6 saddr @" + guardUnbound6 + " " + nd + " " + meter(guardND6Rate, "limit rate "+nd6UnboundRate) + " accept",
 		ip6 + drop,
 	}
 }
@@ -573,7 +573,7 @@ func (g *guard6) run(ctx context.Context, build func(*knftables.Transaction)) er
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	tx := g.nft.NewTransaction()
-	addGuardBase(tx, g.n)
+	addGuardSets(tx, g.n)
 	build(tx)
 	if err := g.inNS(func() error { return g.nft.Run(ctx, tx) }); err != nil {
 		return fmt.Errorf("network %q: updating the guard's IPv6 addresses: %w", g.n.ID, err)

@@ -191,8 +191,8 @@ func testGuardFixedWithoutDHCP(t *testing.T, dnsProxy bool) {
 	}
 	vms := map[string]*testutil.NS{}
 	for name, mac := range map[string]net.HardwareAddr{"a": macA, "b": macB} {
-		mustDo(t, host, func() error { return GuardPort(ctx, n, "p-"+name, mac) })
 		vms[name] = vm(t, host, name, mac.String(), n.Bridge(), false)
+		mustDo(t, host, func() error { return GuardPort(ctx, n, "p-"+name, mac) })
 	}
 	try := func(v *testutil.NS, addr string) error {
 		v.MustRun(t, "ip", "addr", "flush", "dev", "eth0")
@@ -230,6 +230,7 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 		t.Fatal("the fixed address is not in the guard's set")
 	}
 	host.MustRun(t, "nft", "delete", "table", "bridge", TableName(n.ID))
+	host.MustRun(t, "ip", "link", "add", "p-a", "type", "veth", "peer", "name", "p-a-peer")
 	mustDo(t, host, func() error { return GuardPort(ctx, n, "p-a", mac) }) // the ports' repair
 	if bound() {
 		t.Fatal("the set survived its table's deletion")

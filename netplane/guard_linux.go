@@ -2,14 +2,14 @@ package netplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guestlog"
@@ -24,43 +24,72 @@ import (
 // the bridge learns or forwards it:
 //
 //	table bridge vmnetctl-<id>
-//	  set addrs4       the (MAC, IPv4) pairs the network bound: DHCP
-//	                   leases, reservations, fixed addresses (addrGuard)
-//	  map ports        port name -> jump port-<port>
-//	  chain prerouting iifname vmap @ports
-//	  set mac-<port>   the port's one MAC (size 1): the VM file's, or
-//	                   the first the VM sends from, learned by the kernel
-//	  counter drops-<port>
-//	  chain port-<port> the checks (portRules)
+//	  set addrs4        the (MAC, IPv4) pairs the network bound: DHCP
+//	                    leases, reservations, fixed addresses (addrGuard)
+//	  set guarded       the ports checked, by interface index
+//	  map held          port -> its one MAC: the VM file's, or the first
+//	                    the VM sends from, learned by the kernel
+//	  set port-macs     (port, MAC): what held holds, as the rules look it up
+//	  set drop-counts   port, with a counter: the frames the guard dropped
+//	  set dhcp-rate ... per-port rate limits (meters)
+//	  chain prerouting  iif @guarded goto ports-v3; iif @tunnels goto tunnel
+//	  chain ports-v3    the checks, one chain for every port (guardRules)
+//	  chain dropped     counts the frame for its port, drops it
 //
-// A port that is not in the map (a port the user attached, a port whose
-// attachment opted out) is not checked.
+// A port is guarded by elements alone, keyed by its interface index: what
+// it costs does not grow with the network's ports. (Until version 3 each
+// port had a chain of its own, reached through a verdict map, and each
+// commit that added one made the kernel validate every port's chain again:
+// 8 to 10 ms a port with a thousand on the network.) An index is never
+// given to another link while the old one lives, and rarely after: the
+// elements of a port that is gone cannot guard or unguard a new one, and
+// are pruned at leisure (pruneGuards). A port that is not in guarded (a
+// port the user attached, a port whose attachment opted out) is not
+// checked.
 const (
 	guardAddrs = "addrs4"
-	guardPorts = "ports"
 	guardHook  = "prerouting"
+	// The ports and what they hold.
+	guardGuarded    = "guarded"     // iface_index
+	guardTunnels    = "tunnels"     // iface_index: VXLAN devices (tunnelRules)
+	guardHeld       = "held"        // iface_index : ether_addr
+	guardPortMACs   = "port-macs"   // iface_index . ether_addr
+	guardDropCounts = "drop-counts" // iface_index, with a counter
+	// Per-port rate limits: a meter's element per port, which expires
+	// when the port has been quiet for a minute.
+	guardDHCPRate = "dhcp-rate"
+	guardND6Rate  = "nd6-rate"
+	guardDAD6Rate = "dad6-rate"
+	// The chains: every port's checks, the tunnel's, and the drop.
+	guardChecks      = "ports-v" + guardRulesVersion
+	guardTunnelChain = "tunnel"
+	guardDropped     = "dropped"
 	// The MACs' exclusivity (ClaimPorts).
 	guardClaimed  = "claimed"
 	guardOwns     = "owns"
 	guardExpected = "expected" // the MACs of owns, to look one up alone
-	// The constant sets the ports' rules look up: named, not written in
-	// each rule (an anonymous set belongs to one rule), so that a port's
-	// chain can be copied rule by rule (clonePortGuard).
+	// The constant sets the rules look up.
 	guardL2Types = "l2types" // ARP, IPv4, IPv6
-	// guardCurrent holds the ports guarded with this version's rules
-	// (guardRulesVersion): a port of a running VM that an older vmnetctl
-	// guarded is guarded again by the controller's pass (EnsurePorts), so
-	// that a fix to the rules reaches the VMs that run through an upgrade.
-	guardCurrent = "rules-v" + guardRulesVersion
 )
 
-// guardRulesVersion is the version of portRules: changed with them. 2:
-// tagged frames are dropped first (issue 37), constant sets are named.
-const guardRulesVersion = "2"
+// guardRulesVersion is the version of guardRules, in the name of their
+// chain: a table whose hook goes to another chain (an older vmnetctl's)
+// fails Check, and Ensure makes it again (ensureGuardTable), so that a
+// fix to the rules reaches the VMs that run through an upgrade. 2: tagged
+// frames are dropped first (issue 37). 3: one chain for every port.
+const guardRulesVersion = "3"
 
-func guardChain(port string) string   { return "port-" + port }
-func guardMACSet(port string) string  { return "mac-" + port }
-func guardCounter(port string) string { return "drops-" + port }
+// The sets and chains of version 2, which ensureGuardTable migrates.
+const (
+	v2Ports      = "ports" // map ifname : jump port-<port>
+	v2Current    = "rules-v2"
+	v2ChainOf    = "port-"  // a port's chain
+	v2MACSetOf   = "mac-"   // a port's MAC set
+	v2CounterOf  = "drops-" // a port's drop counter
+	v2Template   = "tmpl-port"
+	v2TemplateMA = "tmpl-mac"
+	v2TemplateCo = "tmpl-drops"
+)
 
 // guarded reports whether network n guards its ports: shared and host
 // networks, whose addresses vmnetctl hands out. A bridged network's LAN is
@@ -74,28 +103,67 @@ func guarded(n *api.Network) bool { return n.Routed() }
 // address a VM gives itself is no one's to vouch for.
 func checksAddresses(n *api.Network) bool { return n.Routed() }
 
-// addGuardBase adds to tx n's guard table with its sets, map and hook,
-// leaving the ports' chains alone; added again, it changes nothing.
-func addGuardBase(tx *knftables.Transaction, n *api.Network) {
+// addGuardSets adds to tx n's guard table with its sets and chains, their
+// content and rules left alone; added again, it changes nothing.
+func addGuardSets(tx *knftables.Transaction, n *api.Network) {
 	mark := Mark(n.ID)
 	tx.Add(&knftables.Table{Comment: &mark})
 	tx.Add(&knftables.Set{Name: guardAddrs, Type: "ether_addr . ipv4_addr"})
 	tx.Add(&knftables.Set{Name: guardClaimed, Type: "ether_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}})
 	tx.Add(&knftables.Set{Name: guardOwns, Type: "ether_addr . ifname"})
 	tx.Add(&knftables.Set{Name: guardExpected, Type: "ether_addr"})
-	constSet(tx, guardL2Types, "ether_type", []string{"arp", "ip", "ip6"})
+	tx.Add(&knftables.Set{Name: guardL2Types, Type: "ether_type"})
+	tx.Add(&knftables.Set{Name: guardGuarded, Type: "iface_index"})
+	tx.Add(&knftables.Set{Name: guardTunnels, Type: "iface_index"})
+	dynamic := []knftables.SetFlag{knftables.DynamicFlag}
+	tx.Add(&knftables.Map{Name: guardHeld, Type: "iface_index : ether_addr", Flags: dynamic})
+	tx.Add(&knftables.Set{Name: guardPortMACs, Type: "iface_index . ether_addr", Flags: dynamic})
+	// (knftables has no field for a set's stateful expressions.)
+	tx.Add(&knftables.Set{Name: guardDropCounts, Type: "iface_index; flags dynamic; counter"})
+	for _, meter := range []string{guardDHCPRate, guardND6Rate, guardDAD6Rate} {
+		tx.Add(&knftables.Set{Name: meter, Type: "iface_index", Timeout: knftables.PtrTo(time.Minute),
+			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}})
+	}
 	addGuard6Sets(tx, n)
-	tx.Add(&knftables.Map{Name: guardPorts, Type: "ifname : verdict"})
-	tx.Add(&knftables.Set{Name: guardCurrent, Type: "ifname"})
+	tx.Add(&knftables.Chain{Name: guardDropped})
+	tx.Add(&knftables.Chain{Name: guardChecks})
+	tx.Add(&knftables.Chain{Name: guardTunnelChain})
 	tx.Add(&knftables.Chain{Name: guardHook, Type: knftables.PtrTo(knftables.FilterType),
 		Hook: knftables.PtrTo(knftables.PreroutingHook), Priority: knftables.PtrTo(knftables.FilterPriority),
 		Policy: knftables.PtrTo(knftables.AcceptPolicy)})
-	tx.Flush(&knftables.Chain{Name: guardHook})
-	tx.Add(&knftables.Rule{Chain: guardHook, Rule: "iifname vmap @" + guardPorts})
+}
+
+// addGuardLayout adds to tx n's guard table whole: its sets, the constant
+// ones filled, and its chains with their rules, made again.
+func addGuardLayout(tx *knftables.Transaction, n *api.Network) {
+	addGuardSets(tx, n)
+	constSet(tx, guardL2Types, "ether_type", []string{"arp", "ip", "ip6"})
+	for chain, rules := range guardChains(n) {
+		tx.Flush(&knftables.Chain{Name: chain})
+		for _, r := range rules {
+			tx.Add(&knftables.Rule{Chain: chain, Rule: r})
+		}
+	}
+}
+
+// guardChains is the rules of n's guard table, chain by chain.
+func guardChains(n *api.Network) map[string][]string {
+	return map[string][]string{
+		guardDropped:     {"update @" + guardDropCounts + " { iif }", "drop"},
+		guardChecks:      guardRules(n),
+		guardTunnelChain: tunnelRules(n),
+		guardHook: {
+			"iif @" + guardTunnels + " goto " + guardTunnelChain,
+			"iif @" + guardGuarded + " goto " + guardChecks,
+		},
+	}
 }
 
 // ensureGuardTable makes n's guard table, keeping the guards of ports that
-// exist, and removes the guards of ports that do not (pruneGuards).
+// exist, and removes the guards of ports that do not (pruneGuards). A
+// table of version 2 is migrated in the same transaction: its ports are
+// guarded in this version's sets, with the MACs they held, before their
+// chains go.
 func ensureGuardTable(ctx context.Context, n *api.Network) error {
 	if !guarded(n) {
 		return nil
@@ -104,6 +172,16 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 	if err != nil {
 		return err
 	}
+	var old *v2Guard
+	var strays []portGuard
+	if exists && mark == Mark(n.ID) {
+		if old, err = readV2Guard(n.ID); err != nil {
+			return err
+		}
+		if strays, err = readStrays(n.ID); err != nil {
+			return err
+		}
+	}
 	err = runGuardTx(ctx, n, "installing nftables table bridge "+TableName(n.ID), func(tx *knftables.Transaction) {
 		// A table with another mark (an older vmnetctl's, without an
 		// owner; checkTableOwner refused any other) is made again with
@@ -111,9 +189,14 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 		// (EnsurePorts).
 		if exists && mark != Mark(n.ID) {
 			tx.Delete(&knftables.Table{})
-			addGuardBase(tx, n)
 		}
-		addGuardTemplate(tx, n)
+		addGuardLayout(tx, n)
+		if old != nil {
+			old.migrate(tx)
+		}
+		for _, g := range strays {
+			deleteElement(tx, &knftables.Element{Set: guardPortMACs, Key: []string{strconv.FormatUint(uint64(g.index), 10), g.held}})
+		}
 	})
 	if err != nil {
 		return err
@@ -121,31 +204,32 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 	return pruneGuards(n.ID)
 }
 
-// checkGuardTable is Check's part for n's guard table: there, marked, with
-// its hook.
+// checkGuardTable is Check's part for n's guard table: there, marked, its
+// hook going to this version's chains, which have their rules (counted,
+// not compared), and no port allowed a second MAC (readStrays).
 func checkGuardTable(ctx context.Context, n *api.Network) []error {
 	if !guarded(n) {
 		return nil
 	}
-	// The table's comment and its hook chain's rules, not the whole table
-	// (every port's chain): a pass checks every network.
 	mark, exists, err := tableMark(ctx, knftables.BridgeFamily, TableName(n.ID))
 	if err != nil {
 		return []error{err}
-	}
-	hooked := false
-	if exists {
-		if hooked, err = hasVmapRule(knftables.BridgeFamily, TableName(n.ID), guardHook, guardPorts); err != nil {
-			return []error{err}
-		}
 	}
 	switch {
 	case !exists:
 		return []error{fmt.Errorf("network %q: nftables table bridge %s (the ports' guard) does not exist", n.ID, TableName(n.ID))}
 	case mark != Mark(n.ID):
 		return []error{fmt.Errorf("network %q: nftables table bridge %s is not marked as vmnetctl's", n.ID, TableName(n.ID))}
-	case !hooked:
-		return []error{fmt.Errorf("network %q: nftables table bridge %s lacks its hook", n.ID, TableName(n.ID))}
+	}
+	if err := checkGuardChains(n); err != nil {
+		return []error{fmt.Errorf("network %q: nftables table bridge %s: %w", n.ID, TableName(n.ID), err)}
+	}
+	strays, err := readStrays(n.ID)
+	if err != nil {
+		return []error{err}
+	}
+	if len(strays) > 0 {
+		return []error{fmt.Errorf("network %q: the guard lets %d ports send from a MAC beside the one they hold (port %d: %s)", n.ID, len(strays), strays[0].index, strays[0].held)}
 	}
 	return nil
 }
@@ -155,16 +239,14 @@ func checkGuardTable(ctx context.Context, n *api.Network) []error {
 // client at most 2 a second after a burst of 10 (dhcpRate).
 const dhcpPortRate = "20/second burst 40 packets"
 
-// portRules are the checks of a port's chain, in order. mac is the port's
-// MAC when the attachment names it; nil learns the first the VM sends from.
-func portRules(n *api.Network, port string, learn bool) []string {
-	return guardRules(n, guardMACSet(port), guardCounter(port), learn)
-}
+// meter is a rate limit of each port's own (a meter's element per port):
+// "limit rate [over] ..." in one rule would count every port's frames
+// together.
+func meter(set, limit string) string { return "update @" + set + " { iif " + limit + " }" }
 
-// guardRules are portRules with the port's MAC set and drop counter named.
-func guardRules(n *api.Network, macSet, counter string, learn bool) []string {
-	drop := fmt.Sprintf("counter name %q drop", counter)
-	macs := "@" + macSet
+// guardRules are the checks of every guarded port, in order.
+func guardRules(n *api.Network) []string {
+	drop := "goto " + guardDropped
 	// First, before the port learns a MAC or any rule looks inside: an
 	// untagged frame of one of the three protocols a VM speaks. The
 	// Ethernet type is read from the frame as the VM wrote it (nftables
@@ -176,20 +258,16 @@ func guardRules(n *api.Network, macSet, counter string, learn bool) []string {
 	// Without it, a tagged frame skipped every drop that matched the
 	// Ethernet type and was accepted by the rules that see through tags.
 	rs := []string{"ether type != @" + guardL2Types + " " + drop}
-	if learn {
-		// The set holds one MAC: adding a second fails, and the rule
-		// does nothing more (the add to claimed after it is not run).
-		// The port learns its own expected MAC, or one no port of the
-		// network holds or is expected to hold, which it then claims:
-		// never another VM's.
-		claim := " add " + macs + " { ether saddr } add @" + guardClaimed + " { ether saddr }"
-		rs = append(rs,
-			"ether saddr != "+macs+" ether saddr . iifname @"+guardOwns+claim,
-			"ether saddr != "+macs+" ether saddr != @"+guardClaimed+claim)
-	}
+	// A port that holds no MAC (not pinned, nothing learned yet) learns
+	// its own expected MAC, or one no port of the network holds or is
+	// expected to hold, which it then claims: never another VM's. Its
+	// helper writes its frames one at a time, so it learns one.
+	claim := " add @" + guardPortMACs + " { iif . ether saddr } add @" + guardHeld + " { iif : ether saddr } add @" + guardClaimed + " { ether saddr }"
 	rs = append(rs,
-		"ether saddr != "+macs+" "+drop,
-		"arp saddr ether != "+macs+" "+drop)
+		"iif != @"+guardHeld+" ether saddr . iifname @"+guardOwns+claim,
+		"iif != @"+guardHeld+" ether saddr != @"+guardClaimed+claim,
+		"iif . ether saddr != @"+guardPortMACs+" "+drop,
+		"iif . arp saddr ether != @"+guardPortMACs+" "+drop)
 	if checksAddresses(n) {
 		// 0.0.0.0 is an address probe (RFC 5227), before DHCP's ACK.
 		rs = append(rs, "arp saddr ip != 0.0.0.0 ether saddr . arp saddr ip != @"+guardAddrs+" "+drop)
@@ -204,7 +282,7 @@ func guardRules(n *api.Network, macSet, counter string, learn bool) []string {
 		// A port's DHCP requests at a client's pace: a flood would
 		// fill the server's socket, and the other VMs' requests would
 		// be dropped before the server could tell them apart.
-		"ether type ip udp dport 67 limit rate over "+dhcpPortRate+" "+drop,
+		"ether type ip udp dport 67 "+meter(guardDHCPRate, "limit rate over "+dhcpPortRate)+" "+drop,
 		"ether type ip ip saddr 0.0.0.0 udp sport 68 udp dport 67 accept")
 	if checksAddresses(n) {
 		rs = append(rs,
@@ -228,12 +306,13 @@ func guardRules(n *api.Network, macSet, counter string, learn bool) []string {
 // the port's expected MAC or nobody's, until the port is guarded again),
 // IPv4 sources and ARP senders the network bound to that MAC (or 0.0.0.0
 // for DHCP and probes), no DHCP or DHCPv6 answers, no router
-// advertisements, only IPv4, ARP and IPv6. It replaces whatever guarded a
-// port of that name before, and releases the MAC that guard learned. It
-// refuses a mac that another port of the network holds or is expected to
-// hold (claimed, and neither this port's expected MAC nor the one it
-// holds). CreatePort calls it for a TAP before the TAP joins the bridge,
-// so no frame of it goes unchecked.
+// advertisements, only IPv4, ARP and IPv6. It replaces whatever guarded
+// the port before, and releases the MAC that guard learned, unless that
+// guard can serve as it is (a learning port that holds nothing or its own
+// expected MAC). It refuses a mac that another port of the network holds
+// or is expected to hold (claimed, and neither this port's expected MAC
+// nor the one it holds). CreatePort calls it for a TAP before the TAP
+// joins the bridge, so no frame of it goes unchecked.
 func GuardPort(ctx context.Context, n *api.Network, port string, mac net.HardwareAddr) error {
 	if !guarded(n) {
 		return nil
@@ -253,25 +332,27 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 			return err
 		}
 	}
-	ps, err := readPortState(ctx, n.ID, port, m)
+	if err := ensureGuardLayout(ctx, n); err != nil {
+		return err
+	}
+	ps, err := readPortState(n.ID, port, m)
 	if err != nil {
 		return err
 	}
-	if mac == nil {
-		// Through netlink, from the template: what a controller's port
-		// costs does not grow with the network's ports.
-		if err := guardPortByClone(n, port, ps); !errors.Is(err, errNoTemplate) {
-			return err
-		}
+	if ps.index == 0 {
+		return fmt.Errorf("network %q: guarding port %s: no such link", n.ID, port)
 	}
-	if m != "" && !ps.mine && ps.claimed {
+	if mac == nil {
+		return guardLearning(n, port, ps)
+	}
+	if !ps.mine && ps.claimed {
 		// Some port holds it: one that is gone (a helper that exited)
 		// releases it once its guard is pruned, so that a helper started
 		// again under another TAP name takes its VM's MAC again.
 		if err := pruneGuards(n.ID); err != nil {
 			return err
 		}
-		if ps, err = readPortState(ctx, n.ID, port, m); err != nil {
+		if ps, err = readPortState(n.ID, port, m); err != nil {
 			return err
 		}
 		if !ps.mine && ps.claimed {
@@ -282,48 +363,49 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 			return fmt.Errorf("network %q: guarding port %s: MAC %s is another VM port's%s: a port may not take it", n.ID, port, m, holder)
 		}
 	}
-	mine := ps.mine
+	// With nft: its claim must fail should another port have taken the
+	// MAC since the read, which google/nftables' add cannot say.
+	idx := strconv.FormatUint(uint64(ps.index), 10)
 	return runGuardTx(ctx, n, "guarding port "+port, func(tx *knftables.Transaction) {
-		// Replace the old guard whole, its learned MAC with it.
-		if ps.exists() {
-			deleteGuard(tx, port, ps.held, ps.heldExpected, m)
+		if ps.held != "" {
+			releaseHeld(tx, idx, ps.held, ps.heldExpected || ps.held == m)
 		}
-		g := guardObjects(port)
-		tx.Add(g.set)
-		if mac != nil {
-			tx.Add(&knftables.Element{Set: g.set.Name, Key: []string{m}})
-			claim := &knftables.Element{Set: guardClaimed, Key: []string{m}}
-			if mine {
-				tx.Add(claim)
-			} else {
-				// Fails, and the port stays unguarded, should another
-				// port have taken it since the read.
-				tx.Create(claim)
-			}
+		claim := &knftables.Element{Set: guardClaimed, Key: []string{m}}
+		if ps.mine {
+			tx.Add(claim)
+		} else {
+			tx.Create(claim)
 		}
-		tx.Add(g.counter)
-		tx.Add(g.chain)
-		for _, r := range portRules(n, port, mac == nil) {
-			tx.Add(&knftables.Rule{Chain: g.chain.Name, Rule: r})
-		}
-		tx.Add(g.elem)
-		tx.Add(g.current)
+		tx.Add(&knftables.Element{Map: guardHeld, Key: []string{idx}, Value: []string{m}})
+		tx.Add(&knftables.Element{Set: guardPortMACs, Key: []string{idx, m}})
+		tx.Add(&knftables.Element{Set: guardGuarded, Key: []string{idx}})
 	})
 }
 
+// releaseHeld adds to tx the release of the MAC held by the port of
+// interface index idx: the port may learn or be given another, and held
+// leaves claimed unless keepClaim (some port's expected MAC, or the one
+// the port is given again).
+func releaseHeld(tx *knftables.Transaction, idx, held string, keepClaim bool) {
+	deleteElement(tx, &knftables.Element{Map: guardHeld, Key: []string{idx}, Value: []string{held}})
+	deleteElement(tx, &knftables.Element{Set: guardPortMACs, Key: []string{idx, held}})
+	if !keepClaim {
+		deleteElement(tx, &knftables.Element{Set: guardClaimed, Key: []string{held}})
+	}
+}
+
 // UnguardPort removes the guard of port name, if n has one: its frames are
-// no longer checked. For an attachment that opts out.
+// no longer checked, and the MAC it held leaves claimed unless it is some
+// port's expected MAC. For an attachment that opts out.
 func UnguardPort(ctx context.Context, n *api.Network, port string) error {
 	if !guarded(n) {
 		return nil
 	}
-	ps, err := readPortState(ctx, n.ID, port, "")
-	if err != nil {
-		return err
+	ps, err := readPortState(n.ID, port, "")
+	if err != nil || ps.index == 0 {
+		return err // (no such port: nothing of it to check)
 	}
-	return runGuardTx(ctx, n, "removing the guard of port "+port, func(tx *knftables.Transaction) {
-		deleteGuard(tx, port, ps.held, ps.heldExpected, "")
-	})
+	return unguardNL(n.ID, []portGuard{{index: ps.index, held: ps.held, keepClaim: ps.heldExpected}})
 }
 
 // ClaimPorts makes expected (port name -> the MAC its attachment gives the
@@ -342,20 +424,6 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	if err != nil {
 		return err
 	}
-	if len(gone) > pruneChunk {
-		// Many at once (a `down`): in batches of their own, first.
-		if err := pruneGone(n.ID, gone); err != nil {
-			return err
-		}
-		gone = nil
-	}
-	// The guards of the ports that went are removed in the batch that
-	// changes the claims: a commit that deletes waits for the kernel's
-	// readers, once rather than twice for a VM that leaves.
-	isGone := map[string]bool{}
-	for _, port := range gone {
-		isGone[port] = true
-	}
 	owns, owner := map[portMAC]bool{}, map[string]string{}
 	for port, mac := range expected {
 		owns[portMAC{mac.String(), port}] = true
@@ -370,21 +438,21 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	// a newly expected one is claimed already (a port that learned it
 	// loses it). Attaching VMs needs neither, and so costs the same
 	// however many ports there are.
-	st, sets, err := readGuardStateNL(n.ID, false)
+	st, err := readGuardStateNL(n.ID, false)
 	if err != nil {
 		return err
 	}
-	if sets[guardOwns] == nil || sets[guardClaimed] == nil || sets[guardExpected] == nil {
-		// A table without them (none yet, or an older vmnetctl's): made
-		// first.
-		if err := runGuardTx(ctx, n, "making the guard's sets", func(*knftables.Transaction) {}); err != nil {
+	if !st.exists {
+		// A table without its sets (none yet, or an older vmnetctl's):
+		// made first.
+		if err := ensureGuardTable(ctx, n); err != nil {
 			return err
 		}
-		if st, sets, err = readGuardStateNL(n.ID, false); err != nil {
+		if st, err = readGuardStateNL(n.ID, false); err != nil {
 			return err
 		}
 	}
-	full, stillHeld, err := stillHeldBy(n.ID, st, expectedMACs, isGone)
+	full, stillHeld, err := stillHeldBy(n.ID, st, expectedMACs)
 	if err != nil {
 		return err
 	}
@@ -402,18 +470,15 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 			}
 		}
 	} else {
-		if st, sets, err = readGuardStateNL(n.ID, true); err != nil {
+		if st, err = readGuardStateNL(n.ID, true); err != nil {
 			return err
-		}
-		for port := range isGone {
-			delete(st.learned, port) // (its guard goes below)
 		}
 		// Claimed: what the ports hold and the expected MACs; a port
 		// that holds another port's expected MAC loses it.
 		claimed := map[string]bool{}
 		for port, mac := range st.learned {
 			if o, ok := owner[mac]; ok && o != port {
-				ch.evict = append(ch.evict, portMAC{mac, port})
+				ch.evict = append(ch.evict, portGuard{index: st.index[port], held: mac, keepClaim: true})
 				continue
 			}
 			claimed[mac] = true
@@ -425,20 +490,29 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		ch.delClaimed, ch.addClaimed = setDiff(st.claimed, claimed)
 	}
 	ch.delOwns, ch.addOwns = setDiff(st.owns, owns)
+	// The guards of the ports that went are removed in the batch that
+	// changes the claims (a few at a time; a `down`'s many in batches of
+	// their own): a commit that deletes waits for the kernel's readers,
+	// once rather than twice for a VM that leaves.
+	if len(gone) > pruneChunk {
+		if err := pruneGone(n.ID, gone, expectedMACs); err != nil {
+			return err
+		}
+		gone = nil
+	}
 	if ch.empty() && len(gone) == 0 {
 		return nil
 	}
-	return applyClaims(n.ID, sets, ch, gone, expectedMACs)
+	return applyClaims(n.ID, ch, gone, expectedMACs)
 }
 
 // stillHeldBy tells, of the MACs st expects that expected no longer
-// holds, those a port still holds (not one of gone, whose guards go): they
-// stay claimed. A MAC no longer expected can be held only by the port that
-// owned it (no other could learn a claimed MAC): its set alone is read.
-// full is true when only every port's set can tell: a newly expected MAC
-// is claimed already (some port learned it), or a MAC no longer expected
-// has no owner recorded.
-func stillHeldBy(id string, st *guardState, expected, gone map[string]bool) (full bool, stillHeld map[string]bool, err error) {
+// holds, those a port still holds: they stay claimed. A MAC no longer
+// expected can be held only by the port that owned it (no other could
+// learn a claimed MAC): that port's alone is read. full is true when only
+// every port's can tell: a newly expected MAC is claimed already (some
+// port learned it), or a MAC no longer expected has no owner recorded.
+func stillHeldBy(id string, st *guardState, expected map[string]bool) (full bool, stillHeld map[string]bool, err error) {
 	for mac := range expected {
 		if !st.expectedMACs[mac] && st.claimed[mac] {
 			return true, nil, nil
@@ -457,10 +531,7 @@ func stillHeldBy(id string, st *guardState, expected, gone map[string]bool) (ful
 			return true, nil, nil
 		}
 		for _, port := range ownerOf[mac] {
-			if gone[port] {
-				continue // its guard goes with this change
-			}
-			held, err := readHeld(id, port)
+			held, err := readHeld(id, port) // "" for a port that is gone
 			if err != nil {
 				return false, nil, err
 			}
@@ -490,7 +561,9 @@ type portMAC struct{ mac, port string }
 
 // guardState is what a network's guard table holds of its MACs.
 type guardState struct {
-	learned      map[string]string // port -> the MAC its set holds (learned or pinned)
+	exists       bool              // the table and its sets
+	learned      map[string]string // port -> the MAC it holds (learned or pinned); ports that exist
+	index        map[string]uint32 // port -> its interface index, for learned
 	claimed      map[string]bool
 	owns         map[portMAC]bool
 	expectedMACs map[string]bool
@@ -513,63 +586,15 @@ func (st *guardState) holder(mac, port string) string {
 }
 
 // readGuardState reads the MACs of network id's guard table, all of them
-// (readGuardStateNL); all empty without the table. For a controller's pass
-// and for errors: GuardPort reads only its own port's (readPortState).
+// (readGuardStateNL); all empty without the table. For errors, and for
+// ExpectedPort: GuardPort reads only its own port's (readPortState).
 func readGuardState(_ context.Context, id string) (*guardState, error) {
-	st, _, err := readGuardStateNL(id, true)
-	return st, err
-}
-
-// portState is what GuardPort and UnguardPort need to know of network
-// id's guard about one port and one MAC, read element by element: what it
-// costs does not grow with the network's ports.
-type portState struct {
-	set          bool   // the port's MAC set exists
-	rules        int    // the rules of the port's chain (0: no chain)
-	held         string // the MAC the port's set holds, "" for none
-	heldExpected bool   // held is some port's expected MAC
-	heldOwned    bool   // held is this port's expected MAC (owns)
-	mine         bool   // mac is the port's expected MAC, or the one it holds
-	claimed      bool   // mac is claimed: some port holds it or is expected to
-}
-
-// exists tells whether the port has a guard, or a part of one to delete:
-// its MAC set, or its chain with rules (a chain without rules is made
-// again as it is).
-func (ps portState) exists() bool { return ps.set || ps.rules > 0 }
-
-// readPortState reads port's guard and what the guard says of mac ("" for
-// none) on network id.
-func readPortState(ctx context.Context, id, port, mac string) (portState, error) {
-	var ps portState
-	var err error
-	if ps.set, ps.rules, err = guardParts(id, port); err != nil {
-		return ps, err
-	}
-	if ps.set {
-		if ps.held, err = readHeld(id, port); err != nil {
-			return ps, err
-		}
-	}
-	has := func(set string, key []byte) (ok bool) {
-		if err == nil {
-			ok, err = hasElement(id, set, key)
-		}
-		return ok
-	}
-	if hw, perr := net.ParseMAC(ps.held); perr == nil {
-		ps.heldExpected = has(guardExpected, hw)
-		ps.heldOwned = ps.heldExpected && has(guardOwns, ownsKey(portMAC{ps.held, port}))
-	}
-	if hw, perr := net.ParseMAC(mac); perr == nil {
-		ps.mine = ps.held == mac || has(guardOwns, ownsKey(portMAC{mac, port}))
-		ps.claimed = !ps.mine && has(guardClaimed, hw)
-	}
-	return ps, err
+	return readGuardStateNL(id, true)
 }
 
 // runGuardTx runs, on a guarded network, one transaction on its guard
-// table (made if missing) with what build adds.
+// table (its sets and chains made if missing, their rules left as they
+// are) with what build adds.
 func runGuardTx(ctx context.Context, n *api.Network, what string, build func(*knftables.Transaction)) error {
 	if !guarded(n) {
 		return nil
@@ -579,131 +604,12 @@ func runGuardTx(ctx context.Context, n *api.Network, what string, build func(*kn
 		return err
 	}
 	tx := nft.NewTransaction()
-	addGuardBase(tx, n)
+	addGuardSets(tx, n)
 	build(tx)
 	if err := nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("network %q: %s: %w", n.ID, what, err)
 	}
 	return nil
-}
-
-// guard is the objects of one port's guard.
-type guard struct {
-	chain   *knftables.Chain
-	set     *knftables.Set
-	elem    *knftables.Element
-	counter *knftables.Counter
-	current *knftables.Element // in guardCurrent
-}
-
-func guardObjects(port string) guard {
-	chain := &knftables.Chain{Name: guardChain(port)}
-	return guard{
-		chain: chain,
-		set: &knftables.Set{Name: guardMACSet(port), Type: "ether_addr", Size: knftables.PtrTo(uint64(1)),
-			Flags: []knftables.SetFlag{knftables.DynamicFlag}},
-		elem:    &knftables.Element{Map: guardPorts, Key: []string{quoteIfname(port)}, Value: []string{"jump " + chain.Name}},
-		counter: &knftables.Counter{Name: guardCounter(port)},
-		current: &knftables.Element{Set: guardCurrent, Key: []string{quoteIfname(port)}},
-	}
-}
-
-// deleteGuard adds to tx the deletion of port's guard, existing or not
-// (each object is added first, so that its delete finds it), its drop
-// counter kept. The MAC the port held (held, "" for none) leaves claimed,
-// unless it is some port's expected MAC (heldExpected) or keep: a new VM,
-// or this port's VMM started again with another MAC, may then take it.
-func deleteGuard(tx *knftables.Transaction, port, held string, heldExpected bool, keep string) {
-	if mac := held; mac != "" && mac != keep && !heldExpected {
-		claim := &knftables.Element{Set: guardClaimed, Key: []string{mac}}
-		tx.Add(claim)
-		tx.Delete(claim)
-	}
-	g := guardObjects(port)
-	tx.Add(g.set)
-	tx.Add(g.chain)
-	tx.Add(g.elem)
-	tx.Add(g.current)
-	tx.Delete(g.current)
-	tx.Delete(g.elem)
-	tx.Delete(g.chain)
-	tx.Delete(g.set)
-}
-
-// pruneGuards removes the guards of ports that no longer exist (a helper's
-// TAP goes with its fd; its guard stays). A guard is deleted by one of its
-// rules' handles in the same transaction: should a new port of the same
-// name have been guarded since the check (a new chain, new handles), the
-// transaction fails and the new guard stays.
-func pruneGuards(id string) error {
-	gone, err := goneGuards(id)
-	if err != nil || len(gone) == 0 {
-		return err
-	}
-	return pruneGone(id, gone)
-}
-
-// goneGuards is the ports of network id that have a guard and no link.
-func goneGuards(id string) ([]string, error) {
-	chains, err := tableChains(knftables.BridgeFamily, TableName(id)) // none without the table
-	if err != nil {
-		return nil, fmt.Errorf("network %q: listing the guards: %w", id, err)
-	}
-	// Each port's link looked up by its name, not a dump of every link.
-	links, err := openLinkNames()
-	if err != nil {
-		return nil, fmt.Errorf("network %q: looking up the ports' links: %w", id, err)
-	}
-	defer links.close()
-	var gone []string
-	for _, c := range chains {
-		if port, ok := strings.CutPrefix(c, "port-"); ok && !links.exists(port) {
-			gone = append(gone, port)
-		}
-	}
-	return gone, nil
-}
-
-// pruneGone removes the guards of gone, ports of network id that are gone
-// (pruneGuardsNL), with the guard's expected MACs as they are.
-func pruneGone(id string, gone []string) error {
-	elems, err := guardSetElements(id, guardExpected)
-	if err != nil {
-		return err
-	}
-	expected := map[string]bool{}
-	for _, e := range elems {
-		if len(e.Key) >= 6 {
-			expected[net.HardwareAddr(e.Key[:6]).String()] = true
-		}
-	}
-	return pruneGuardsNL(id, gone, expected)
-}
-
-// quoteIfname is an interface name as an nft string literal.
-func quoteIfname(name string) string { return `"` + name + `"` }
-
-// guardDrops returns the frames each guarded port of network id dropped,
-// by port name.
-// ports, if not nil, are the ports asked about: their counters alone are
-// read, one request each, not the thousand of a fleet's network.
-func guardDrops(ctx context.Context, id string, ports []string) (map[string]uint64, error) {
-	var counters map[string]uint64
-	var err error
-	if ports == nil {
-		counters, err = namedCounters(ctx, knftables.BridgeFamily, id, guardCounter(""))
-	} else {
-		names := make([]string, len(ports))
-		for i, port := range ports {
-			names[i] = guardCounter(port)
-		}
-		counters, err = countersNamed(knftables.BridgeFamily, id, names)
-	}
-	drops := map[string]uint64{}
-	for name, n := range counters {
-		drops[strings.TrimPrefix(name, guardCounter(""))] = n
-	}
-	return drops, err
 }
 
 // BindAddress lets the VM with mac send from ip on network n, whatever its
@@ -716,7 +622,7 @@ func BindAddress(ctx context.Context, n *api.Network, mac net.HardwareAddr, ip n
 		return err
 	}
 	tx := nft.NewTransaction()
-	addGuardBase(tx, n)
+	addGuardSets(tx, n)
 	tx.Add(&knftables.Element{Set: guardAddrs, Key: []string{mac.String(), ip.String()}})
 	return nft.Run(ctx, tx)
 }

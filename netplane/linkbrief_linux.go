@@ -73,8 +73,8 @@ func cString(b []byte) string {
 	return string(b)
 }
 
-// linkNames answers whether a link of a name exists in the current
-// namespace, one ioctl a name (the kernel's lookup by name), where a
+// linkNames tells the name of the link of an interface index in the
+// current namespace, one ioctl an index (the kernel's lookup), where a
 // dump of every link would cost as much as the links there are.
 type linkNames struct{ fd int }
 
@@ -83,14 +83,22 @@ func openLinkNames() (linkNames, error) {
 	return linkNames{fd}, err
 }
 
-func (l linkNames) exists(name string) bool {
-	ifr, err := unix.NewIfreq(name)
+// nameOf is the name of the link of interface index, "" if there is
+// none; on any other failure than "no such device", ok is false and the
+// link is taken to be there (a port's guard is better kept than removed).
+func (l linkNames) nameOf(index uint32) (name string, ok bool) {
+	ifr, err := unix.NewIfreq("")
 	if err != nil {
-		return false // not a name a link can have
+		return "", false
 	}
-	// Only "no such device" says it is gone: on any other failure the
-	// port's guard is better kept than removed.
-	return !errors.Is(unix.IoctlIfreq(l.fd, unix.SIOCGIFINDEX, ifr), unix.ENODEV)
+	ifr.SetUint32(index)
+	switch err := unix.IoctlIfreq(l.fd, unix.SIOCGIFNAME, ifr); {
+	case errors.Is(err, unix.ENODEV):
+		return "", true
+	case err != nil:
+		return "", false
+	}
+	return ifr.Name(), true
 }
 
 func (l linkNames) close() { unix.Close(l.fd) }

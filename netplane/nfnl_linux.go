@@ -2,12 +2,11 @@ package netplane
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -72,14 +71,29 @@ func tableComment(family knftables.Family, name string) (comment string, exists 
 
 // hasElement tells whether set of network id's guard table holds key (as
 // netlink carries it: a MAC in 6 bytes, a concatenation padded per
-// field), with one netlink request for that element alone, as `nft get
-// element` sends (NFT_MSG_GETSETELEM without NLM_F_DUMP): no subprocess,
-// and the cost of one element however many the set holds. A missing set
-// or table holds nothing. google/nftables reads whole sets only.
+// field). A missing set or table holds nothing.
 func hasElement(id, set string, key []byte) (bool, error) {
+	e, err := lookupElement(id, set, key)
+	return e != nil, err
+}
+
+// element is what lookupElement reads of a set's element: its data (a
+// map's value) and the packets of its counter, if it has one.
+type element struct {
+	data    []byte
+	packets uint64
+}
+
+// lookupElement reads the element key of set of network id's guard table,
+// nil if it has none, with one netlink request for that element alone, as
+// `nft get element` sends (NFT_MSG_GETSETELEM without NLM_F_DUMP): no
+// subprocess, and the cost of one element however many the set holds. A
+// missing set or table holds nothing. google/nftables reads whole sets
+// only.
+func lookupElement(id, set string, key []byte) (*element, error) {
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err != nil {
-		return false, fmt.Errorf("nftables: %w", err)
+		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	defer c.Close()
 	ae := netlink.NewAttributeEncoder()
@@ -97,10 +111,10 @@ func hasElement(id, set string, key []byte) (bool, error) {
 	})
 	attrs, err := ae.Encode()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	data := append([]byte{nfproto(knftables.BridgeFamily), unix.NFNETLINK_V0, 0, 0}, attrs...)
-	_, err = c.Execute(netlink.Message{
+	msgs, err := c.Execute(netlink.Message{
 		Header: netlink.Header{
 			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM),
 			Flags: netlink.Request | netlink.Acknowledge,
@@ -108,12 +122,50 @@ func hasElement(id, set string, key []byte) (bool, error) {
 		Data: data,
 	})
 	switch {
-	case err == nil:
-		return true, nil
 	case errors.Is(err, unix.ENOENT):
-		return false, nil
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("network %q: looking up an element of the guard's set %s: %w", id, set, err)
 	}
-	return false, fmt.Errorf("network %q: looking up an element of the guard's set %s: %w", id, set, err)
+	e := &element{}
+	for _, m := range msgs {
+		if len(m.Data) > 4 {
+			decodeElement(m.Data[4:], e)
+		}
+	}
+	return e, nil
+}
+
+// decodeElement reads into e what a GETSETELEM answer b (its attributes)
+// says of its one element.
+func decodeElement(b []byte, e *element) {
+	nested := func(b []byte, typ uint16, f func([]byte)) {
+		ad, err := netlink.NewAttributeDecoder(b)
+		if err != nil {
+			return
+		}
+		for ad.Next() {
+			if ad.Type() == typ {
+				f(ad.Bytes())
+			}
+		}
+	}
+	nested(b, unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(b []byte) {
+		nested(b, unix.NFTA_LIST_ELEM, func(b []byte) {
+			nested(b, unix.NFTA_SET_ELEM_DATA, func(b []byte) {
+				nested(b, unix.NFTA_DATA_VALUE, func(v []byte) { e.data = v })
+			})
+			nested(b, unix.NFTA_SET_ELEM_EXPR, func(b []byte) {
+				nested(b, unix.NFTA_EXPR_DATA, func(b []byte) {
+					nested(b, unix.NFTA_COUNTER_PACKETS, func(v []byte) {
+						if len(v) == 8 {
+							e.packets = binary.BigEndian.Uint64(v)
+						}
+					})
+				})
+			})
+		})
+	})
 }
 
 // udataString is the string of type typ in nftables user data (type,
@@ -154,29 +206,4 @@ func tableChains(family knftables.Family, name string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// hasVmapRule tells whether chain of table name of family has a rule that
-// looks a verdict up in the map set (`... vmap @set`), reading that chain's
-// rules alone.
-func hasVmapRule(family knftables.Family, name, chain, set string) (bool, error) {
-	conn, err := nftables.New()
-	if err != nil {
-		return false, fmt.Errorf("nftables: %w", err)
-	}
-	rules, err := conn.GetRules(&nftables.Table{Name: name, Family: nftables.TableFamily(nfproto(family))}, &nftables.Chain{Name: chain})
-	if errors.Is(err, unix.ENOENT) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("nftables: reading chain %s of %s %s: %w", chain, family, name, err)
-	}
-	for _, r := range rules {
-		for _, e := range r.Exprs {
-			if l, ok := e.(*expr.Lookup); ok && l.IsDestRegSet && strings.EqualFold(l.SetName, set) {
-				return true, nil
-			}
-		}
-	}
-	return false, nil
 }

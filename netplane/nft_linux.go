@@ -261,30 +261,6 @@ func namedCounters(_ context.Context, family knftables.Family, id, prefix string
 	return out, nil
 }
 
-// countersNamed is namedCounters of these counters alone, one request
-// each; a missing one is left out.
-func countersNamed(family knftables.Family, id string, names []string) (map[string]uint64, error) {
-	conn, err := nftables.New()
-	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
-	}
-	tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamily(nfproto(family))}
-	out := map[string]uint64{}
-	for _, name := range names {
-		o, err := conn.GetObject(&nftables.CounterObj{Table: tbl, Name: name})
-		if errors.Is(err, unix.ENOENT) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("network %q: reading the counter %s of table %s %s: %w", id, name, family, TableName(id), err)
-		}
-		if c, ok := o.(*nftables.CounterObj); ok {
-			out[c.Name] = c.Packets
-		}
-	}
-	return out, nil
-}
-
 // tableRuleset returns `nft list table` of network id's table of a family,
 // or "" without one.
 func tableRuleset(ctx context.Context, family knftables.Family, id string) (string, error) {

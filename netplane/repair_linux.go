@@ -1,8 +1,8 @@
 package netplane
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -43,11 +43,7 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 	if err != nil {
 		return err
 	}
-	guarded, err := guardedPorts(ctx, n.ID, guardPorts)
-	if err != nil {
-		return err
-	}
-	current, err := guardedPorts(ctx, n.ID, guardCurrent)
+	guarded, err := guardedPorts(n.ID)
 	if err != nil {
 		return err
 	}
@@ -66,9 +62,9 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 		if !ok {
 			continue // gone: its helper ends
 		}
-		// Guarded again when its guard is gone, or was made by an older
-		// vmnetctl with older rules (guardCurrent).
-		if !p.NoSpoofCheck && (!guarded[p.Name] || !current[p.Name]) {
+		// Guarded again when its guard is gone. (A table of an older
+		// vmnetctl's is migrated, its ports' guards with it, by Ensure.)
+		if !p.NoSpoofCheck && !guarded[uint32(bl.Index)] {
 			if err := GuardPort(ctx, n, p.Name, p.MAC); err != nil {
 				errs = append(errs, err)
 				continue // not onto the bridge unguarded
@@ -172,14 +168,15 @@ func checkIsolation(n *api.Network, br netlink.Link) []error {
 	return errs
 }
 
-// guardedPorts returns the ports that setName of network id's guard holds:
-// guardPorts, the guarded ones; guardCurrent, those guarded with this
-// version's rules.
-func guardedPorts(_ context.Context, id, setName string) (map[string]bool, error) {
-	elems, err := guardSetElements(id, setName)
-	out := map[string]bool{}
+// guardedPorts returns the interface indexes of the ports network id's
+// guard checks.
+func guardedPorts(id string) (map[uint32]bool, error) {
+	elems, err := guardSetElements(id, guardGuarded)
+	out := map[uint32]bool{}
 	for _, e := range elems {
-		out[string(bytes.TrimRight(e.Key, "\x00"))] = true
+		if len(e.Key) >= 4 {
+			out[binary.NativeEndian.Uint32(e.Key)] = true
+		}
 	}
 	return out, err
 }
@@ -385,10 +382,7 @@ func tableDeleted(m syscall.NetlinkMessage) bool {
 	case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELTABLE:
 		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_TABLE_NAME), tablePrefix)
 	case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELCHAIN:
-		// Not a port's guard: vmnetctl deletes those as VMs go (and
-		// nobody else can while the ports' map jumps to them).
-		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_CHAIN_TABLE), tablePrefix) &&
-			!strings.HasPrefix(nfAttr(m.Data, unix.NFTA_CHAIN_NAME), guardChain(""))
+		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_CHAIN_TABLE), tablePrefix)
 	}
 	return false
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -338,7 +339,7 @@ func checkVXLAN(ctx context.Context, n *api.Network) []error {
 	} else {
 		errs = append(errs, checkFlooding(n, vx, idx)...)
 	}
-	if guarded, err := guardedPorts(ctx, n.ID, guardPorts); err == nil && !guarded[name] {
+	if ok, err := hasElement(n.ID, guardTunnels, portKey(uint32(vx.Attrs().Index))); err == nil && !ok {
 		errs = append(errs, fmt.Errorf("network %q: %s is not guarded", n.ID, name))
 	}
 	return errs
@@ -371,8 +372,11 @@ func checkFlooding(n *api.Network, vx netlink.Link, idx int) []error {
 // gateways (the same address and MAC as this host's), DHCP, router
 // advertisements and their neighbour discovery for the gateway stay on
 // their side; the rest is their VMs' traffic, which their guards checked.
-func tunnelRules(n *api.Network, port string) []string {
-	drop := fmt.Sprintf("counter name %q drop", guardCounter(port))
+func tunnelRules(n *api.Network) []string {
+	if n.VXLAN == nil {
+		return nil
+	}
+	drop := "goto " + guardDropped
 	gw := BridgeMAC(n.ID).String()
 	rs := []string{
 		"ether saddr " + gw + " " + drop,
@@ -399,18 +403,20 @@ func ndTargetValue(a netip.Addr) string {
 	return fmt.Sprintf("0x%x", b[:])
 }
 
-// guardTunnel puts the tunnel rules on port, the network's VXLAN device,
-// in the guard table's port map.
+// guardTunnel has port, the network's VXLAN device, checked by the
+// tunnel's rules (tunnelRules, in the guard table's chain).
 func guardTunnel(ctx context.Context, n *api.Network, port string) error {
+	if err := ensureGuardLayout(ctx, n); err != nil {
+		return err
+	}
+	index, err := linkIndex(port)
+	if err != nil {
+		return err
+	}
+	if index == 0 {
+		return fmt.Errorf("network %q: guarding tunnel %s: no such link", n.ID, port)
+	}
 	return runGuardTx(ctx, n, "guarding tunnel "+port, func(tx *knftables.Transaction) {
-		deleteGuard(tx, port, "", false, "") // its set holds no MAC
-		g := guardObjects(port)
-		tx.Add(g.set) // unused, but part of a port's guard objects
-		tx.Add(g.counter)
-		tx.Add(g.chain)
-		for _, r := range tunnelRules(n, port) {
-			tx.Add(&knftables.Rule{Chain: g.chain.Name, Rule: r})
-		}
-		tx.Add(g.elem)
+		tx.Add(&knftables.Element{Set: guardTunnels, Key: []string{strconv.FormatUint(uint64(index), 10)}})
 	})
 }

@@ -66,7 +66,7 @@ func TestDriftRepaired(t *testing.T) {
 			if out, _ := h.Run(context.Background(), "ip", "link", "show", "master", br); !strings.Contains(out, tap+":") {
 				return fmt.Errorf("%s is not a port of %s", tap, br)
 			}
-			if out, _ := h.Run(context.Background(), "nft", "list", "map", "bridge", table, "ports"); !strings.Contains(out, `"`+tap+`"`) {
+			if out, _ := h.Run(context.Background(), "nft", "list", "set", "bridge", table, "guarded"); !strings.Contains(out, `"`+tap+`"`) {
 				return fmt.Errorf("%s is not guarded: %s", tap, out)
 			}
 			return vm.Ping(gateway, 1)
@@ -125,7 +125,7 @@ func TestDriftEvents(t *testing.T) {
 	}{
 		{"gateway address removed", []string{"ip", "addr", "flush", "dev", br}, []string{"ip", "addr", "show", "dev", br}, gw},
 		{"nftables table deleted", []string{"nft", "delete", "table", "inet", table}, []string{"nft", "list", "table", "inet", table}, "chain"},
-		{"guard table deleted", []string{"nft", "delete", "table", "bridge", table}, []string{"nft", "list", "map", "bridge", table, "ports"}, `"` + tap + `"`},
+		{"guard table deleted", []string{"nft", "delete", "table", "bridge", table}, []string{"nft", "list", "set", "bridge", table, "guarded"}, `"` + tap + `"`},
 	} {
 		h.MustRun(t, d.cmd[0], d.cmd[1:]...)
 		testutil.Eventually(t, 15*time.Second, func() error {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -425,10 +426,10 @@ func TestGuests(t *testing.T) {
 	}
 	// Anti-spoofing is on for every VM port (all networks here are shared
 	// or host), and dropped none of the guests' own frames.
-	guards := w.MustRun(t, "nft", "list", "ruleset", "bridge")
 	for k := range leases {
 		att, _ := attachmentByMAC(st, macs[k])
-		if !strings.Contains(guards, fmt.Sprintf("%q : jump port-%s", att.Tap, att.Tap)) {
+		guards := w.MustRun(t, "nft", "list", "set", "bridge", netplane.TableName(att.Network), "guarded")
+		if !strings.Contains(guards, fmt.Sprintf("%q", att.Tap)) {
 			t.Errorf("%s: port %s is not guarded:\n%s", k, att.Tap, guards)
 		}
 		if att.SpoofDrops != 0 {

@@ -1,0 +1,298 @@
+package netplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// portIndex is the interface index of port in host, as nft writes it.
+func portIndex(t *testing.T, host *testutil.NS, port string) string {
+	t.Helper()
+	return strings.TrimSpace(host.MustRun(t, "cat", "/sys/class/net/"+port+"/ifindex"))
+}
+
+// holdMAC makes port of network id's guard hold mac, as if it had learned
+// it.
+func holdMAC(t *testing.T, host *testutil.NS, id, idx, mac string) {
+	t.Helper()
+	table := TableName(id)
+	host.MustRun(t, "nft", "add", "element", "bridge", table, guardHeld, "{", idx, ":", mac, "}")
+	host.MustRun(t, "nft", "add", "element", "bridge", table, guardPortMACs, "{", idx, ".", mac, "}")
+}
+
+// setHas tells whether set of network id's guard table holds elem (as
+// nft writes it).
+func setHas(t *testing.T, host *testutil.NS, id, set string, elem ...string) bool {
+	t.Helper()
+	_, err := host.Run(context.Background(), "nft", append([]string{"get", "element", "bridge", TableName(id), set, "{"}, append(elem, "}")...)...)
+	return err == nil
+}
+
+// TestGuardPortElements: a port is guarded by elements of the network's
+// sets, keyed by its interface index: no chain of its own (the table has
+// its four, whatever the ports), and guarded twice it is the same; on a
+// network with IPv6 and on one without.
+func TestGuardPortElements(t *testing.T) {
+	needRoot(t)
+	for _, n := range []*api.Network{g6Net(), testNet("gc4", api.ModeHost, "10.200.56.0/24")} {
+		host := testutil.NewNS(t, "gc-host")
+		start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+		host.MustRun(t, "ip", "link", "add", "p-a", "type", "veth", "peer", "name", "p-b")
+		for range 2 {
+			mustDo(t, host, func() error { return GuardPort(context.Background(), n, "p-a", nil) })
+		}
+		if !setHas(t, host, n.ID, guardGuarded, portIndex(t, host, "p-a")) {
+			t.Errorf("network %s: p-a is not in %s", n.ID, guardGuarded)
+		}
+		if setHas(t, host, n.ID, guardGuarded, portIndex(t, host, "p-b")) {
+			t.Errorf("network %s: p-b, never guarded, is in %s", n.ID, guardGuarded)
+		}
+		listing := host.MustRun(t, "nft", "list", "table", "bridge", TableName(n.ID))
+		if c := strings.Count(listing, "\tchain "); c != 4 {
+			t.Errorf("network %s: the guard table has %d chains, want 4:\n%s", n.ID, c, listing)
+		}
+		var errs []error
+		mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+		if len(errs) > 0 {
+			t.Errorf("network %s: Check of a whole guard table: %v", n.ID, errs)
+		}
+	}
+}
+
+// TestGuardMigratesV2: a guard table of version 2 (a chain, a MAC set and
+// a counter per port, reached through a verdict map) fails Check; Ensure
+// makes it this version's in one transaction, its port guarded with the
+// MAC it held, nothing of version 2 left.
+func TestGuardMigratesV2(t *testing.T) {
+	needRoot(t)
+	host, n, _ := g6Lab(t, "gm")
+	table := TableName(n.ID)
+	mac := "52:55:55:00:0d:01"
+	host.MustRun(t, "ip", "link", "add", "p-u", "type", "veth", "peer", "name", "p-v")
+	host.MustRun(t, "nft", "delete", "table", "bridge", table)
+	host.MustRun(t, "sh", "-c", "nft -f - <<'EOF'\n"+`table bridge `+table+` {
+	comment "`+Mark(n.ID)+`"
+	set mac-p-u { type ether_addr; size 1; flags dynamic; elements = { `+mac+` } }
+	set rules-v2 { type ifname; elements = { "p-u" } }
+	set tmpl-mac { type ether_addr; size 1; flags dynamic; }
+	counter drops-p-u { }
+	counter tmpl-drops { }
+	chain port-p-u { ether saddr != @mac-p-u counter name "drops-p-u" drop; }
+	chain tmpl-port { ether saddr != @tmpl-mac counter name "tmpl-drops" drop; }
+	map ports { type ifname : verdict; elements = { "p-u" : jump port-p-u } }
+	chain prerouting { type filter hook prerouting priority filter; policy accept; iifname vmap @ports; }
+}
+EOF`)
+	var errs []error
+	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	if len(errs) == 0 {
+		t.Fatalf("Check of a version 2 guard table found nothing wrong")
+	}
+	mustDo(t, host, func() error { return ensureGuardTable(context.Background(), n) })
+	idx := portIndex(t, host, "p-u")
+	if !setHas(t, host, n.ID, guardGuarded, idx) || !setHas(t, host, n.ID, guardPortMACs, idx, ".", mac) {
+		t.Errorf("after the migration, p-u is not guarded with its MAC:\n%s", host.MustRun(t, "nft", "list", "table", "bridge", table))
+	}
+	listing := host.MustRun(t, "nft", "list", "table", "bridge", table)
+	for _, old := range []string{"port-p-u", "mac-p-u", "drops-p-u", "tmpl-", "rules-v2", "map ports", "vmap"} {
+		if strings.Contains(listing, old) {
+			t.Errorf("after the migration, %q is left:\n%s", old, listing)
+		}
+	}
+	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	if len(errs) > 0 {
+		t.Errorf("Check after the migration: %v", errs)
+	}
+}
+
+// TestGuardDeletesIdempotent: a guard batch that deletes what is already
+// gone does not fail (issue 31: one missing element failed the whole
+// batch, "delete element ... No such file or directory", and the guard
+// drifted from what it should hold until the next resync).
+func TestGuardDeletesIdempotent(t *testing.T) {
+	needRoot(t)
+	host, n, nw := g6Lab(t, "gi")
+	gone := binding{mac: "52:55:55:00:0e:01", ip: ip("10.200.9.77")}
+	kept := binding{mac: "52:55:55:00:0e:02", ip: ip("10.200.9.78")}
+	mustDo(t, host, func() error {
+		g := nw.guard
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if err := g.load(context.Background()); err != nil {
+			return err
+		}
+		return g.apply(context.Background(), []binding{kept}, []binding{gone})
+	})
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs); !strings.Contains(out, kept.ip.String()) || strings.Contains(out, gone.ip.String()) {
+		t.Errorf("after adding %v and deleting %v, which was not there:\n%s", kept, gone, out)
+	}
+}
+
+// g6Lab is a host namespace running network id, an IPv6 network as
+// g6Net's, for the guard's tests.
+func g6Lab(t *testing.T, id string) (*testutil.NS, *api.Network, *Network) {
+	t.Helper()
+	host := testutil.NewNS(t, id+"-host")
+	n := g6Net()
+	n.ID, n.Name = id, id
+	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	return host, n, nw
+}
+
+// TestGuardChainsDamaged: a guard table whose checks lost a rule behind
+// vmnetctl's back fails Check, and the next port's guard makes the chain
+// whole again before it adds the port.
+func TestGuardChainsDamaged(t *testing.T) {
+	needRoot(t)
+	host, n, _ := g6Lab(t, "gd")
+	table := TableName(n.ID)
+	// Its first rule (the tagged frames' drop) out.
+	var handle string
+	for _, l := range strings.Split(host.MustRun(t, "nft", "-a", "list", "chain", "bridge", table, guardChecks), "\n") {
+		if _, h, ok := strings.Cut(l, "# handle "); ok && strings.Contains(l, guardL2Types) {
+			handle = strings.TrimSpace(h)
+		}
+	}
+	host.MustRun(t, "nft", "delete", "rule", "bridge", table, guardChecks, "handle", handle)
+	var errs []error
+	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	if len(errs) == 0 {
+		t.Errorf("Check of a guard without its first rule found nothing wrong")
+	}
+	host.MustRun(t, "ip", "link", "add", "p-d", "type", "veth", "peer", "name", "p-e")
+	mustDo(t, host, func() error { return GuardPort(context.Background(), n, "p-d", nil) })
+	if got := host.MustRun(t, "nft", "list", "chain", "bridge", table, guardChecks); !strings.Contains(got, "ether type != @"+guardL2Types) {
+		t.Errorf("the guard lacks the rule taken out:\n%s", got)
+	}
+}
+
+// TestGuardReused: a learning port guarded again (its helper restarted, a
+// fleet's VM attached again under its name) keeps its guard when it holds
+// nothing or the port's own expected MAC: nothing is deleted, so the
+// kernel's commit does not wait for its readers. A guard that holds
+// another MAC releases it.
+func TestGuardReused(t *testing.T) {
+	needRoot(t)
+	host, n, _ := g6Lab(t, "gr")
+	own, other := "52:55:55:00:0f:01", "52:55:55:00:0f:02"
+	host.MustRun(t, "ip", "link", "add", "p-r", "type", "veth", "peer", "name", "p-s")
+	idx := portIndex(t, host, "p-r")
+	mustDo(t, host, func() error {
+		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"p-r": mustMAC(own)})
+	})
+	guard := func() {
+		t.Helper()
+		mustDo(t, host, func() error { return GuardPort(context.Background(), n, "p-r", nil) })
+	}
+	held := func() string {
+		var h string
+		mustDo(t, host, func() (err error) { h, err = readHeld(n.ID, "p-r"); return err })
+		return h
+	}
+	guard()
+	guard()
+	if !setHas(t, host, n.ID, guardGuarded, idx) || held() != "" {
+		t.Fatalf("a port guarded twice: guarded %v, holds %q", setHas(t, host, n.ID, guardGuarded, idx), held())
+	}
+	holdMAC(t, host, n.ID, idx, own)
+	guard()
+	if h := held(); h != own {
+		t.Errorf("the reused guard holds %q, not the port's own MAC %s", h, own)
+	}
+	host.MustRun(t, "nft", "flush", "map", "bridge", TableName(n.ID), guardHeld)
+	host.MustRun(t, "nft", "flush", "set", "bridge", TableName(n.ID), guardPortMACs)
+	holdMAC(t, host, n.ID, idx, other)
+	host.MustRun(t, "nft", "add", "element", "bridge", TableName(n.ID), guardClaimed, "{", other, "}")
+	guard()
+	if h := held(); h != "" {
+		t.Errorf("the port still holds %q, a MAC it does not own", h)
+	}
+	if setHas(t, host, n.ID, guardPortMACs, idx, ".", other) || setHas(t, host, n.ID, guardClaimed, other) {
+		t.Errorf("the MAC the port held is left in port-macs or claimed:\n%s", host.MustRun(t, "nft", "list", "table", "bridge", TableName(n.ID)))
+	}
+}
+
+// TestPruneGuards: the guards of the ports that are gone go in batches,
+// each with the MAC it held unless that MAC is some port's expected one;
+// a port that is still there keeps its guard.
+func TestPruneGuards(t *testing.T) {
+	needRoot(t)
+	host, n, _ := g6Lab(t, "gp")
+	table := TableName(n.ID)
+	expected := "52:55:55:00:10:0e"
+	ports := map[string]string{"p-1": "52:55:55:00:10:01", "p-2": "52:55:55:00:10:02", "p-3": expected, "p-live": "52:55:55:00:10:04"}
+	// More than one batch's worth (pruneChunk).
+	var gone []string
+	for i := range 2 * pruneChunk {
+		port := fmt.Sprintf("p-x%d", i)
+		ports[port] = fmt.Sprintf("52:55:55:00:11:%02x", i)
+		gone = append(gone, port)
+	}
+	mustDo(t, host, func() error {
+		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"vmt-x": mustMAC(expected)})
+	})
+	index := map[string]string{}
+	for port, mac := range ports {
+		host.MustRun(t, "ip", "link", "add", port, "type", "veth", "peer", "name", port+"-peer")
+		mustDo(t, host, func() error { return GuardPort(context.Background(), n, port, nil) })
+		index[port] = portIndex(t, host, port)
+		holdMAC(t, host, n.ID, index[port], mac)
+		host.MustRun(t, "nft", "add", "element", "bridge", table, guardClaimed, "{", mac, "}")
+	}
+	for _, port := range append(gone, "p-1", "p-2", "p-3") {
+		host.MustRun(t, "ip", "link", "del", port)
+	}
+	mustDo(t, host, func() error { return pruneGuards(n.ID) })
+	for port, mac := range ports {
+		live := port == "p-live"
+		if has := setHas(t, host, n.ID, guardGuarded, index[port]); has != live {
+			t.Errorf("after the prune, %s in guarded: %v", port, has)
+		}
+		if has := setHas(t, host, n.ID, guardPortMACs, index[port], ".", mac); has != live {
+			t.Errorf("after the prune, %s holds its MAC: %v", port, has)
+		}
+	}
+	claimed := host.MustRun(t, "nft", "list", "set", "bridge", table, guardClaimed)
+	for _, c := range []struct {
+		mac  string
+		want bool
+	}{{ports["p-1"], false}, {ports["p-2"], false}, {ports[gone[len(gone)-1]], false}, {expected, true}, {ports["p-live"], true}} {
+		if got := strings.Contains(claimed, c.mac); got != c.want {
+			t.Errorf("after the prune, %s claimed: %v, want %v\n%s", c.mac, got, c.want, claimed)
+		}
+	}
+}
+
+// TestGuardStrays: a port that the guard lets send from a second MAC (as a
+// VMM writing one port's frames from two threads could make it learn)
+// fails Check, and Ensure takes the second MAC away, the one it holds
+// kept.
+func TestGuardStrays(t *testing.T) {
+	needRoot(t)
+	host, n, _ := g6Lab(t, "gs")
+	own, second := "52:55:55:00:12:01", "52:55:55:00:12:02"
+	host.MustRun(t, "ip", "link", "add", "p-s", "type", "veth", "peer", "name", "p-t")
+	mustDo(t, host, func() error { return GuardPort(context.Background(), n, "p-s", nil) })
+	idx := portIndex(t, host, "p-s")
+	holdMAC(t, host, n.ID, idx, own)
+	var errs []error
+	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	if len(errs) > 0 {
+		t.Fatalf("Check of a port holding one MAC: %v", errs)
+	}
+	host.MustRun(t, "nft", "add", "element", "bridge", TableName(n.ID), guardPortMACs, "{", idx, ".", second, "}")
+	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	if len(errs) == 0 || !strings.Contains(errs[0].Error(), second) {
+		t.Fatalf("Check of a port allowed a second MAC: %v", errs)
+	}
+	mustDo(t, host, func() error { return ensureGuardTable(context.Background(), n) })
+	if setHas(t, host, n.ID, guardPortMACs, idx, ".", second) || !setHas(t, host, n.ID, guardPortMACs, idx, ".", own) {
+		t.Errorf("after Ensure:\n%s", host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardPortMACs))
+	}
+}
