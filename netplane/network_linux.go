@@ -594,16 +594,22 @@ func (nw *Network) Leases() []backend.Lease {
 // portMACs returns the MACs the bridge learned on each of its ports (not
 // the ports' own), by port name, from its forwarding database.
 //
-// ports, if not nil, are the only ports asked about: each is looked up and
-// its entries alone dumped (the kernel filters a bridge's database by
-// port), not the thousand ports of a fleet's network.
+// ports, if not nil, are the only ports asked about: each port's entries
+// alone are dumped (fdbOf), not the thousand ports' of a fleet's network.
+// All of them are read from the bridge's brforward file (bridgeFDB), or
+// port by port where sysfs shows another namespace.
 func portMACs(bridge string, ports []string) map[string][]string {
 	br, err := netlink.LinkByName(bridge)
 	if err != nil {
 		return nil
 	}
+	out := map[string][]string{}
+	add := func(name string, mac net.HardwareAddr) {
+		if m := mac.String(); !slices.Contains(out[name], m) {
+			out[name] = append(out[name], m)
+		}
+	}
 	names := map[int]string{}
-	var neighs []netlink.Neigh
 	if ports == nil {
 		links, err := briefLinks()
 		if err != nil {
@@ -614,29 +620,32 @@ func portMACs(bridge string, ports []string) map[string][]string {
 				names[l.Index] = l.Name
 			}
 		}
-		if neighs, err = netlink.NeighList(0, unix.AF_BRIDGE); err != nil {
-			return nil
+		if fdb, err := bridgeFDB(br); err == nil {
+			for idx, macs := range fdb {
+				if name, ok := names[idx]; ok {
+					for _, mac := range macs {
+						add(name, mac)
+					}
+				}
+			}
+			return out
 		}
 	}
 	for _, p := range ports {
 		l, err := netlink.LinkByName(p)
-		if err != nil || l.Attrs().MasterIndex != br.Attrs().Index {
-			continue
-		}
-		names[l.Attrs().Index] = p
-		ns, err := netlink.NeighList(l.Attrs().Index, unix.AF_BRIDGE)
-		if err == nil {
-			neighs = append(neighs, ns...)
+		if err == nil && l.Attrs().MasterIndex == br.Attrs().Index {
+			names[l.Attrs().Index] = p
 		}
 	}
-	out := map[string][]string{}
-	for _, n := range neighs {
-		name, ok := names[n.LinkIndex]
-		if !ok || n.State&netlink.NUD_PERMANENT != 0 || n.HardwareAddr == nil {
+	for idx, name := range names {
+		neighs, err := fdbOf(idx)
+		if err != nil {
 			continue
 		}
-		if mac := n.HardwareAddr.String(); !slices.Contains(out[name], mac) {
-			out[name] = append(out[name], mac)
+		for _, n := range neighs {
+			if n.State&netlink.NUD_PERMANENT == 0 && n.HardwareAddr != nil && n.MasterIndex == br.Attrs().Index {
+				add(name, n.HardwareAddr)
+			}
 		}
 	}
 	return out

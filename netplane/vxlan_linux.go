@@ -230,7 +230,7 @@ func floodEntry(vx netlink.Link, peer netip.Addr) *netlink.Neigh {
 
 // floodList is the peers of vx's all-zeros FDB entries.
 func floodList(vx netlink.Link) ([]netip.Addr, error) {
-	neighs, err := retryDump(func() ([]netlink.Neigh, error) { return netlink.NeighList(vx.Attrs().Index, unix.AF_BRIDGE) })
+	neighs, err := fdbOf(vx.Attrs().Index)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +263,7 @@ func tunnelStats(n *api.Network, guardDrops map[string]uint64) *backend.TunnelSt
 	for _, p := range peers {
 		st.Peers = append(st.Peers, p.String())
 	}
-	neighs, _ := retryDump(func() ([]netlink.Neigh, error) { return netlink.NeighList(l.Attrs().Index, unix.AF_BRIDGE) })
+	neighs, _ := fdbOf(l.Attrs().Index)
 	for _, nb := range neighs {
 		// The bridge's entries (MasterIndex set) learned behind the port;
 		// the port's own entries (NTF_SELF) say which host each is on.
