@@ -64,7 +64,7 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	errs = append(errs, c.sweepStrays(ctx, desired, projects)...)
 	errs = append(errs, c.setHosts(desired)...)
 	errs = append(errs, c.setForwards(ctx, desired)...)
-	errs = append(errs, c.claimPorts(ctx, desired)...)
+	errs = append(errs, c.claimPorts(ctx, desired, touched, plan.Empty())...)
 	launches := c.planLaunches(desired, projects)
 	c.mu.Unlock()
 	c.progress.phase("starting helpers")
@@ -485,8 +485,11 @@ func (c *Controller) ensurePorts(ctx context.Context, desired *Desired, scope *p
 
 // claimPorts reserves, on each running network, its attachments' MACs for
 // their ports, before their helpers start: no other VM's port may take
-// one, even before its own VM sent a frame.
-func (c *Controller) claimPorts(ctx context.Context, desired *Desired) []error {
+// one, even before its own VM sent a frame. The networks in scope (a full
+// pass: all), and all in a pass that changes nothing (an `up` run again
+// to put things right), have their claims read from the kernel; the rest
+// are changed from what the controller last wrote.
+func (c *Controller) claimPorts(ctx context.Context, desired *Desired, scope *portScope, again bool) []error {
 	byNet := map[string][]*api.Attachment{}
 	for _, a := range desired.Attachments {
 		byNet[a.Network] = append(byNet[a.Network], a.Attachment)
@@ -496,7 +499,7 @@ func (c *Controller) claimPorts(ctx context.Context, desired *Desired) []error {
 		if c.nets[n.ID] == nil {
 			continue
 		}
-		if err := c.be.ClaimPorts(ctx, n, byNet[n.ID]); err != nil {
+		if err := c.be.ClaimPorts(ctx, n, byNet[n.ID], again || scope.has(n.ID)); err != nil {
 			errs = append(errs, fmt.Errorf("network %q: claiming the VMs' MACs: %w", n.ID, err))
 		}
 	}

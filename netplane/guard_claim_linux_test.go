@@ -79,7 +79,7 @@ func TestGuardClaims(t *testing.T) {
 	// A and B are the controller's, with their MACs; C is a helper of
 	// its own (any MAC works).
 	mustDo(t, host, func() error {
-		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB})
+		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB}, false)
 	})
 	drops := func(name string) uint64 {
 		var d map[string]uint64
@@ -150,9 +150,10 @@ func TestGuardClaims(t *testing.T) {
 	send("b", free1, free1.String(), false)
 
 	// B's attachment now expects C's MAC: ClaimPorts takes it from C,
-	// whose frames from it are then dropped.
+	// whose frames from it are then dropped; from its memo too (which
+	// knows nothing of what C learned: it looks the new MAC up).
 	mustDo(t, host, func() error {
-		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": free2})
+		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": free2}, false)
 	})
 	st := state()
 	if st.learned["p-c"] != "" || !st.claimed[free2.String()] || !st.owns[portMAC{free2.String(), "p-b"}] || st.owns[portMAC{macB.String(), "p-b"}] {
@@ -272,7 +273,7 @@ func TestGuardStalePort(t *testing.T) {
 		host.MustRun(t, "ip", "link", "del", port) // the helper exits
 	}
 	mustDo(t, host, func() error {
-		if err := ClaimPorts(ctx, n, map[string]net.HardwareAddr{"vmt-claimed": mac}); err != nil {
+		if err := ClaimPorts(ctx, n, map[string]net.HardwareAddr{"vmt-claimed": mac}, true); err != nil {
 			return err
 		}
 		for port, want := range map[string]bool{"vmt-claimed": true, "vmt-other": false} {
@@ -299,7 +300,7 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 	c := plugLearning(t, host, n, "p-c", testutil.NewNS(t, "cg-c"))
 	claim := func(expected map[string]net.HardwareAddr) {
 		t.Helper()
-		mustDo(t, host, func() error { return ClaimPorts(ctx, n, expected) })
+		mustDo(t, host, func() error { return ClaimPorts(ctx, n, expected, false) })
 	}
 	// learns has port's VM send from mac and waits for the port to hold it.
 	learns := func(port string, vm *testutil.RawSender, mac net.HardwareAddr) {

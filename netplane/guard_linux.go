@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -198,6 +199,7 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 			deleteElement(tx, &knftables.Element{Set: guardPortMACs, Key: []string{strconv.FormatUint(uint64(g.index), 10), g.held}})
 		}
 	})
+	claimsMemo.Delete(n.ID)
 	if err != nil {
 		return err
 	}
@@ -415,8 +417,9 @@ func UnguardPort(ctx context.Context, n *api.Network, port string) error {
 // VM sent a frame. A port that learned another port's expected MAC (before
 // it was claimed) forgets it: its frames from it are dropped. The
 // controller calls it on every pass, before it starts helpers; it changes
-// nothing when the sets are already so.
-func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.HardwareAddr) error {
+// nothing when the sets are already so. Unless reread, it changes the
+// sets from what it last wrote to them in this process (claimsMemo).
+func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.HardwareAddr, reread bool) error {
 	if !guarded(n) {
 		return nil
 	}
@@ -438,7 +441,7 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	// a newly expected one is claimed already (a port that learned it
 	// loses it). Attaching VMs needs neither, and so costs the same
 	// however many ports there are.
-	st, err := readGuardStateNL(n.ID, false)
+	st, err := claimsState(n.ID, reread, expectedMACs)
 	if err != nil {
 		return err
 	}
@@ -501,9 +504,63 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		gone = nil
 	}
 	if ch.empty() && len(gone) == 0 {
+		rememberClaims(n.ID, owns, expectedMACs)
 		return nil
 	}
-	return applyClaims(n.ID, ch, gone, expectedMACs)
+	if err := applyClaims(n.ID, ch, gone, expectedMACs); err != nil {
+		claimsMemo.Delete(n.ID)
+		return err
+	}
+	rememberClaims(n.ID, owns, expectedMACs)
+	return nil
+}
+
+// claimsMemo is, by network ID, what ClaimPorts last wrote to the owns and
+// expected sets in this process (the controller's), which nobody else
+// writes: a pass that attaches a VM changes them from it, where reading
+// them would cost as much as the network's VMs (two sets of a thousand
+// elements, and claimed). It is forgotten when the guard table is made
+// again, and not used on the passes that reread.
+var claimsMemo sync.Map // string -> claimsMemoized
+
+type claimsMemoized struct {
+	owns     map[portMAC]bool
+	expected map[string]bool
+}
+
+func rememberClaims(id string, owns map[portMAC]bool, expected map[string]bool) {
+	claimsMemo.Store(id, claimsMemoized{maps.Clone(owns), maps.Clone(expected)})
+}
+
+// claimsState is the guard state ClaimPorts starts from, without the
+// ports' MACs: read from the kernel, or (unless reread) from claimsMemo.
+// From the memo, claimed is the MACs expected then (which stay claimed
+// until ClaimPorts releases them), and the MACs newly expected are looked
+// up in claimed one by one: one a port learned before it was expected
+// makes ClaimPorts read everything (stillHeldBy).
+func claimsState(id string, reread bool, expected map[string]bool) (*guardState, error) {
+	m, ok := claimsMemo.Load(id)
+	if reread || !ok {
+		return readGuardStateNL(id, false)
+	}
+	memo := m.(claimsMemoized)
+	st := &guardState{exists: true, learned: map[string]string{}, index: map[string]uint32{},
+		owns: maps.Clone(memo.owns), expectedMACs: maps.Clone(memo.expected), claimed: maps.Clone(memo.expected)}
+	for mac := range expected {
+		if st.expectedMACs[mac] {
+			continue
+		}
+		hw, err := net.ParseMAC(mac)
+		if err != nil {
+			continue
+		}
+		claimed, err := hasElement(id, guardClaimed, hw)
+		if err != nil {
+			return nil, err
+		}
+		st.claimed[mac] = claimed
+	}
+	return st, nil
 }
 
 // stillHeldBy tells, of the MACs st expects that expected no longer

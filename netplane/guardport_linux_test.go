@@ -184,7 +184,7 @@ func TestGuardReused(t *testing.T) {
 	host.MustRun(t, "ip", "link", "add", "p-r", "type", "veth", "peer", "name", "p-s")
 	idx := portIndex(t, host, "p-r")
 	mustDo(t, host, func() error {
-		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"p-r": mustMAC(own)})
+		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"p-r": mustMAC(own)}, true)
 	})
 	guard := func() {
 		t.Helper()
@@ -235,7 +235,7 @@ func TestPruneGuards(t *testing.T) {
 		gone = append(gone, port)
 	}
 	mustDo(t, host, func() error {
-		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"vmt-x": mustMAC(expected)})
+		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"vmt-x": mustMAC(expected)}, true)
 	})
 	index := map[string]string{}
 	for port, mac := range ports {
@@ -294,5 +294,31 @@ func TestGuardStrays(t *testing.T) {
 	mustDo(t, host, func() error { return ensureGuardTable(context.Background(), n) })
 	if setHas(t, host, n.ID, guardPortMACs, idx, ".", second) || !setHas(t, host, n.ID, guardPortMACs, idx, ".", own) {
 		t.Errorf("after Ensure:\n%s", host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardPortMACs))
+	}
+}
+
+// TestClaimsMemo: a pass that does not reread changes the claims from what
+// the last one wrote, so an element taken behind the controller's back
+// stays out until a pass rereads (the full passes), which puts it back.
+func TestClaimsMemo(t *testing.T) {
+	needRoot(t)
+	host, n, _ := g6Lab(t, "gq")
+	macA, macB := mustMAC("52:55:55:00:13:0a"), mustMAC("52:55:55:00:13:0b")
+	claim := func(reread bool, expected map[string]net.HardwareAddr) {
+		t.Helper()
+		mustDo(t, host, func() error { return ClaimPorts(context.Background(), n, expected, reread) })
+	}
+	owns := func(mac net.HardwareAddr, port string) bool {
+		return setHas(t, host, n.ID, guardOwns, mac.String(), ".", `"`+port+`"`)
+	}
+	claim(false, map[string]net.HardwareAddr{"p-a": macA})
+	host.MustRun(t, "nft", "delete", "element", "bridge", TableName(n.ID), guardOwns, "{", macA.String(), ".", `"p-a"`, "}")
+	claim(false, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB})
+	if owns(macA, "p-a") || !owns(macB, "p-b") {
+		t.Fatalf("from the memo: p-a owns %v (taken behind its back: want false), p-b %v (want true)", owns(macA, "p-a"), owns(macB, "p-b"))
+	}
+	claim(true, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB})
+	if !owns(macA, "p-a") || !owns(macB, "p-b") {
+		t.Errorf("after a pass that rereads: p-a owns %v, p-b %v, want both", owns(macA, "p-a"), owns(macB, "p-b"))
 	}
 }

@@ -56,7 +56,7 @@ func (*Network) Leases() []backend.Lease                                      { 
 func (*Network) Stats([]string) backend.ServiceStats                          { return backend.ServiceStats{} }
 func GuardPort(context.Context, *api.Network, string, net.HardwareAddr) error { return ErrUnsupported }
 func UnguardPort(context.Context, *api.Network, string) error                 { return ErrUnsupported }
-func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr) error {
+func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr, bool) error {
 	return ErrUnsupported
 }
 func BindAddress(context.Context, *api.Network, net.HardwareAddr, netip.Addr) error {

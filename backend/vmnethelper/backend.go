@@ -105,7 +105,9 @@ func (Backend) Cleanup(*api.Attachment) error { return nil }
 func (Backend) EnsurePorts(context.Context, *api.Network, []backend.Port) error { return nil }
 
 // ClaimPorts has nothing to do: vmnet gives each VM its MAC.
-func (Backend) ClaimPorts(context.Context, *api.Network, []*api.Attachment) error { return nil }
+func (Backend) ClaimPorts(context.Context, *api.Network, []*api.Attachment, bool) error {
+	return nil
+}
 
 // CheckRootOwned checks, after symbolic links, that only root can change
 // the vmnet-helper at path (CheckOwner): it runs as root through sudo.
