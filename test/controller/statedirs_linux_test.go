@@ -41,7 +41,7 @@ func TestTwoStateDirs(t *testing.T) {
 	a.Networks = a.WriteFile("networks-a.yaml", networksYAML+lan)
 	b := &simvm.Host{NS: a.NS, T: t, Dir: dir, Binary: a.Binary}
 	b.Networks = b.WriteFile("networks.yaml", "vmnet:\n  lab:\n    subnet: 10.90.0.0/24\n"+lan)
-	t.Cleanup(func() { exec.Command("pkill", "-9", "-f", "--state-dir "+b.StateDir()).Run() })
+	t.Cleanup(func() { exec.Command("pkill", "-9", "-f", "--", "--state-dir "+b.StateDir()).Run() })
 
 	a.MustVmnetctl("up", "-f", a.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n  m:\n    networks:\n      - vmnet: lan\n"))
 	stA := a.Status()

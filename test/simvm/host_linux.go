@@ -68,8 +68,8 @@ func NewHost(t testing.TB, prefix, networksYAML string, commands ...string) *Hos
 		}
 	})
 	t.Cleanup(func() {
-		exec.Command("pkill", "-9", "-f", "--state-dir "+h.StateDir()).Run()
-		exec.Command("pkill", "-9", "-f", "--networks "+h.StateDir()).Run()
+		exec.Command("pkill", "-9", "-f", "--", "--state-dir "+h.StateDir()).Run()
+		exec.Command("pkill", "-9", "-f", "--", "--networks "+h.StateDir()).Run()
 	})
 	return h
 }
