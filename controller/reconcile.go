@@ -137,6 +137,11 @@ func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*sta
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// The helpers' copy, in the state dir (after a reboot, only the
+	// snapshot is left).
+	if err := c.sd.EnsureNetworksYAML(snap); err != nil {
+		return nil, nil, nil, err
+	}
 	c.paths = nets.Paths
 	var recs []statedir.HelperRecord
 	for _, h := range c.helpers {

@@ -17,6 +17,10 @@
 //	helpers/VM.I.json   a helper's ready line; helpers/VM.I.log its stderr
 //	vms/VM/I.sock       a helper's socket; vms/VM/I.vm.sock the VMM's end
 //	leases/ID.leases.json  the DHCP server's leases of network ID
+//
+// The projects, networks.json and the leases are kept where they outlive
+// a reboot (Dir.KeepDir: keep.go), which for a state dir under /run is
+// not the state dir itself.
 package statedir
 
 import (

@@ -1,6 +1,7 @@
 package statedir
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -86,6 +87,19 @@ func (d Dir) SaveNetworks(snap NetworksSnapshot) error {
 		return err
 	}
 	return d.writeJSON(networksSnapshotFile, snap)
+}
+
+// EnsureNetworksYAML writes the helpers' copy of snap (NetworksYAML) if it
+// is missing or differs: a state dir under /run loses it at a reboot, and
+// snap is kept (KeepDir).
+func (d Dir) EnsureNetworksYAML(snap *NetworksSnapshot) error {
+	if have, err := readNoFollow(d.NetworksYAML()); err == nil && bytes.Equal(have, snap.Data) {
+		return nil
+	}
+	if err := d.writeFile(networksYAMLFile, snap.Data); err != nil {
+		return err
+	}
+	return os.Chmod(d.NetworksYAML(), 0o644)
 }
 
 // Networks returns the recorded networks.yaml, or nil when none was recorded.

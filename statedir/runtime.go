@@ -185,6 +185,11 @@ func (d Dir) Clean() error {
 			return err
 		}
 	}
+	for _, name := range kept {
+		if err := os.RemoveAll(d.file(name)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

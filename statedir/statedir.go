@@ -39,15 +39,23 @@ const (
 // networks; two never share anything.
 type Dir struct {
 	Path string
+	// Keep, if set, is KeepDir, worked out once (New).
+	Keep string
 }
 
-// Init creates the directory, private to its owner, and refuses one that
-// someone else could change (checkTrusted).
+// Init creates the directory and its KeepDir, private to their owner,
+// refuses them if someone else could change them (checkTrusted), and
+// moves to KeepDir what an earlier vmnetctl kept in the state dir.
 func (d Dir) Init() error {
-	if err := os.MkdirAll(d.Path, 0o750); err != nil {
-		return fmt.Errorf("creating state dir: %w", err)
+	for _, dir := range []string{d.Path, d.KeepDir()} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("creating state dir: %w", err)
+		}
+		if err := checkTrusted(dir); err != nil {
+			return err
+		}
 	}
-	return d.checkTrusted()
+	return d.moveToKeep()
 }
 
 // checkTrusted refuses a state dir that anyone but the user running vmnetctl
@@ -55,20 +63,20 @@ func (d Dir) Init() error {
 // that its group or others may write. Root keeps projects there that it runs,
 // and appends to files there: another user who could plant a file or a
 // symbolic link in it could make root run or overwrite what they chose.
-func (d Dir) checkTrusted() error {
-	fi, err := os.Lstat(d.Path)
+func checkTrusted(path string) error {
+	fi, err := os.Lstat(path)
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	switch st, ok := fi.Sys().(*syscall.Stat_t); {
 	case fi.Mode()&os.ModeSymlink != 0:
-		return fmt.Errorf("state dir %s is a symbolic link; refusing it: give the directory itself", d.Path)
+		return fmt.Errorf("state dir %s is a symbolic link; refusing it: give the directory itself", path)
 	case !fi.IsDir():
-		return fmt.Errorf("state dir %s is not a directory", d.Path)
+		return fmt.Errorf("state dir %s is not a directory", path)
 	case ok && int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("state dir %s belongs to uid %d, not to uid %d who runs vmnetctl; refusing it: another user could change what vmnetctl reads and runs", d.Path, st.Uid, os.Geteuid())
+		return fmt.Errorf("state dir %s belongs to uid %d, not to uid %d who runs vmnetctl; refusing it: another user could change what vmnetctl reads and runs", path, st.Uid, os.Geteuid())
 	case fi.Mode().Perm()&0o022 != 0:
-		return fmt.Errorf("state dir %s is writable by its group or others (mode %04o); refusing it: make it private (chmod go-w)", d.Path, fi.Mode().Perm())
+		return fmt.Errorf("state dir %s is writable by its group or others (mode %04o); refusing it: make it private (chmod go-w)", path, fi.Mode().Perm())
 	}
 	return nil
 }
@@ -116,8 +124,13 @@ func (d Dir) Exists() bool {
 	return err == nil
 }
 
+// file is the path of a file of the state dir: in KeepDir if it is kept.
 func (d Dir) file(elem ...string) string {
-	return filepath.Join(append([]string{d.Path}, elem...)...)
+	root := d.Path
+	if len(elem) > 0 && isKept(elem[0]) {
+		root = d.KeepDir()
+	}
+	return filepath.Join(append([]string{root}, elem...)...)
 }
 
 // APISocket is the controller's unix socket.

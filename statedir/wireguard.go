@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/vmnetctl/vmnetctl/wgkey"
 )
@@ -15,40 +14,15 @@ import (
 // wgkey), made on the first network whose underlay is encrypted.
 const wireGuardKeyFile = "wireguard.key"
 
-// The key is the host's identity, which the other hosts list in
-// networks.yaml: it must outlive a reboot. A state dir under volatileRoot
-// (a tmpfs: root's default, /run/vmnetctl, and $XDG_RUNTIME_DIR's) keeps
-// it under persistentRoot instead, at the state dir's path below /run
-// (/run/vmnetctl: /var/lib/vmnetctl/run/vmnetctl/wireguard.key); any other
-// state dir keeps it in itself.
-const (
-	volatileRoot       = "/run"
-	rootPersistentRoot = "/var/lib/vmnetctl"
-)
-
-// WireGuardKeyFile is this host's WireGuard private key, 0600: in the
-// state dir, or, for one under /run, under /var/lib/vmnetctl (root) or
-// ~/.local/state/vmnetctl (another user).
-func (d Dir) WireGuardKeyFile() string {
-	home, _ := os.UserHomeDir()
-	return wireGuardKeyPath(Canonical(d.Path), os.Geteuid(), home)
-}
+// WireGuardKeyFile is this host's WireGuard private key, 0600, kept with
+// what outlives a reboot (KeepDir): the key is the host's identity, which
+// the other hosts list in networks.yaml.
+func (d Dir) WireGuardKeyFile() string { return filepath.Join(d.KeepDir(), wireGuardKeyFile) }
 
 // wireGuardKeyPath is WireGuardKeyFile's rule, for the (canonical) state
 // dir dir, the user euid and their home.
 func wireGuardKeyPath(dir string, euid int, home string) string {
-	rel, err := filepath.Rel(volatileRoot, dir)
-	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
-		return filepath.Join(dir, wireGuardKeyFile)
-	}
-	base := rootPersistentRoot
-	if euid != 0 {
-		if home == "" {
-			return filepath.Join(dir, wireGuardKeyFile) // nowhere better
-		}
-		base = filepath.Join(home, ".local", "state", "vmnetctl")
-	}
-	return filepath.Join(base, volatileRoot, rel, wireGuardKeyFile)
+	return filepath.Join(keepDir(dir, euid, home), wireGuardKeyFile)
 }
 
 // PrepareWireGuardKey is WireGuardKeyFile, after moving there a key that
@@ -61,7 +35,7 @@ func (d Dir) PrepareWireGuardKey() (string, error) {
 
 // prepareWireGuardKey is PrepareWireGuardKey with the key's path.
 func (d Dir) prepareWireGuardKey(path string) (string, error) {
-	old := d.file(wireGuardKeyFile)
+	old := filepath.Join(d.Path, wireGuardKeyFile)
 	if path == old {
 		return path, nil
 	}

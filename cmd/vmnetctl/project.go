@@ -40,7 +40,7 @@ func (f *vmFileFlags) completeProjects(cmd *cobra.Command, _ []string, _ string)
 	if fl := cmd.Flag("state-dir"); fl != nil && fl.Changed {
 		dir = fl.Value.String()
 	}
-	return controller.ProjectNames(statedir.Dir{Path: statedir.Canonical(dir)}), cobra.ShellCompDirectiveNoFileComp
+	return controller.ProjectNames(statedir.New(dir)), cobra.ShellCompDirectiveNoFileComp
 }
 
 // input reads networks.yaml and the VM files the flags name.
@@ -53,7 +53,7 @@ func (g *globals) env(s streams) controller.Env {
 	return controller.Env{StateDir: g.dir(), Stdout: s.out, Stderr: s.err}
 }
 
-func (g *globals) dir() statedir.Dir { return statedir.Dir{Path: statedir.Canonical(g.stateDir)} }
+func (g *globals) dir() statedir.Dir { return statedir.New(g.stateDir) }
 
 // bindBackend binds --backend: the backend whose limits validate and plan
 // check.

@@ -292,3 +292,69 @@ func TestStateDirSpellings(t *testing.T) {
 		return nil
 	}, "down --all through the other spelling to leave nothing")
 }
+
+// TestReboot: a host reboots. Its state dir under /run is gone, and so is
+// every bridge, TAP, nftables table and process; the controller the
+// service starts at boot (`vmnetctl serve`, no other argument) finds the
+// projects where they were kept (/var/lib/vmnetctl) and brings every
+// network and helper back, the leases with them.
+func TestReboot(t *testing.T) {
+	h := &host{Host: simvm.NewHostIn(t, "/run", "vmrb", networksYAML, "pgrep"), t: t}
+	vms := h.WriteFile("vms.yaml", twoVMs)
+	h.MustVmnetctl("up", "-f", vms)
+	before := h.Status()
+	vm := h.VM(h.Attachment(before, "a"))
+	lease := vm.DHCP(t)["ip"]
+	vm.Close()
+
+	// The reboot: every process and what the kernel held, and /run.
+	exec.Command("pkill", "-9", "-f", h.StateDir()).Run()
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if out, _ := exec.Command("pgrep", "-af", h.StateDir()).Output(); len(out) > 0 {
+			return fmt.Errorf("still running: %s", out)
+		}
+		return nil
+	}, "the controller and helpers to die")
+	h.MustRun(t, "nft", "flush", "ruleset")
+	for _, l := range strings.Fields(h.MustRun(t, "sh", "-c", "ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1")) {
+		if l != "lo" {
+			h.MustRun(t, "ip", "link", "del", l)
+		}
+	}
+	if err := os.RemoveAll(h.StateDir()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The service's start.
+	serve := h.NS.Command(context.Background(), h.Binary, "--state-dir", h.StateDir(), "serve", "--metrics-addr", "off")
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve.Process.Kill(); serve.Wait() })
+	testutil.Eventually(t, 60*time.Second, func() error {
+		st, err := h.ReadStatus()
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, a := range st.Attachments {
+			if a.State == "running" {
+				running++
+			}
+		}
+		if running != len(before.Attachments) {
+			return fmt.Errorf("%d of %d attachments running", running, len(before.Attachments))
+		}
+		for _, n := range st.Networks {
+			if n.State != "up" {
+				return fmt.Errorf("network %s is %s", n.Name, n.State)
+			}
+		}
+		return nil
+	}, "every network and helper to come back")
+	vm = h.VM(h.Attachment(h.Status(), "a"))
+	if again := vm.DHCP(t)["ip"]; again != lease {
+		t.Errorf("after the reboot, a leased %s, had %s: the leases were not kept", again, lease)
+	}
+	h.MustVmnetctl("down", "--all")
+}

@@ -47,17 +47,37 @@ func Main(m *testing.M) { testutil.MainWithVmnetctl(m, &binary) }
 // the test skips, or fails with CI=true.
 func NewHost(t testing.TB, prefix, networksYAML string, commands ...string) *Host {
 	t.Helper()
+	return NewHostIn(t, "", prefix, networksYAML, commands...)
+}
+
+// NewHostIn is NewHost with the host's directory (and state dir) made in
+// base ("" for the system's temporary directory): under /run, a state dir
+// keeps its projects and leases under /var/lib/vmnetctl, which the test's
+// cleanup removes.
+func NewHostIn(t testing.TB, base, prefix, networksYAML string, commands ...string) *Host {
+	t.Helper()
 	testutil.RequireRoot(t, "runs vmnetctl in network namespaces")
 	testutil.RequireCommands(t, append([]string{"ip", "nft", "busybox", "ping", "pkill"}, commands...)...)
 	if binary == "" {
 		t.Fatal("simvm.NewHost: the package's TestMain is not simvm.Main, which builds vmnetctl")
 	}
 	// Short paths: unix socket paths (in the state dir) are limited to 108 bytes.
-	dir, err := os.MkdirTemp("", prefix)
+	dir, err := os.MkdirTemp(base, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		os.RemoveAll(dir)
+		if keep := (statedir.Dir{Path: filepath.Join(dir, "state")}).KeepDir(); keep != filepath.Join(dir, "state") {
+			os.RemoveAll(filepath.Dir(keep))
+			// And the folders above it, if the test made them (empty).
+			for d := filepath.Dir(filepath.Dir(keep)); d != "/var/lib" && d != "/" && d != "."; d = filepath.Dir(d) {
+				if os.Remove(d) != nil {
+					break
+				}
+			}
+		}
+	})
 	h := &Host{NS: testutil.NewNS(t, prefix), T: t, Dir: dir, Binary: binary}
 	h.Networks = h.WriteFile("networks.yaml", networksYAML)
 	// Before dir goes: on failure, what the controller logged is in the
