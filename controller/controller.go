@@ -252,9 +252,6 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	c.log.Info("controller started", "stateDir", c.sd.Path, "pid", os.Getpid(), "metrics", c.opts.MetricsAddr)
-	// Under systemd (Type=notify) `systemctl start` returns now: the API
-	// serves. Elsewhere this does nothing.
-	daemon.SdNotify(false, daemon.SdNotifyReady)
 
 	resync := time.NewTicker(c.opts.Resync)
 	defer resync.Stop()
@@ -273,10 +270,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	go c.watchLeaseExpiry(ctx)
 	full := true // the first pass checks everything
-	for {
+	for first := true; ; first = false {
 		done, err := c.reconcile(ctx, full)
 		if err != nil {
 			c.log.Error("reconcile failed", "err", err)
+		}
+		if first {
+			// Under systemd (Type=notify) `systemctl start` returns
+			// now: the API serves, and the first pass put back what the
+			// projects want (at boot, before the VMs' units start: their
+			// sockets are there), or failed and said why (status shows
+			// it). Elsewhere this does nothing.
+			daemon.SdNotify(false, daemon.SdNotifyReady)
 		}
 		if done && c.opts.ExitWhenIdle {
 			c.log.Info("no project left; controller exits")
