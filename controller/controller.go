@@ -269,8 +269,18 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	go c.watchLeaseExpiry(ctx)
+	// SIGHUP (systemctl reload): the files read again (reload.go).
+	hup, stopHangups := hangups()
+	defer stopHangups()
+	reloadWanted, reloadAgain := false, (<-chan time.Time)(nil)
 	full := true // the first pass checks everything
 	for first := true; ; first = false {
+		if reloadWanted {
+			reloadWanted, reloadAgain = false, nil
+			if c.reloadNow() {
+				reloadWanted, reloadAgain = true, time.After(reloadRetry)
+			}
+		}
 		done, err := c.reconcile(ctx, full)
 		if err != nil {
 			c.log.Error("reconcile failed", "err", err)
@@ -287,8 +297,10 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.log.Info("no project left; controller exits")
 			return nil
 		}
-		var stop bool
-		if full, stop = c.nextPass(ctx, changes, resync.C, logs.C); stop {
+		var stop, reload bool
+		full, stop, reload = c.nextPass(ctx, changes, resync.C, logs.C, hup, reloadAgain)
+		reloadWanted = reloadWanted || reload
+		if stop {
 			c.closeNetworks()
 			c.log.Info("controller stopped; helpers keep running")
 			return nil
@@ -298,25 +310,30 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // nextPass waits for what starts the next pass and tells whether it is a
 // full one (reconcile): not when it was asked for (kick), yes for a
-// change seen, the resync and a retry; stop when ctx is done. The logs
-// are checked meanwhile: the resync may be long.
-func (c *Controller) nextPass(ctx context.Context, changes <-chan struct{}, resync, logs <-chan time.Time) (full, stop bool) {
+// change seen, the resync, a retry and a reload (hup, or again, when a
+// reload waits for the ops lock: reload says to run one first); stop when
+// ctx is done. The logs are checked meanwhile: the resync may be long.
+func (c *Controller) nextPass(ctx context.Context, changes <-chan struct{}, resync, logs <-chan time.Time, hup <-chan os.Signal, again <-chan time.Time) (full, stop, reload bool) {
 	for {
 		select {
 		case <-ctx.Done():
-			return false, true
+			return false, true, false
 		case <-logs:
 			c.mu.Lock()
 			c.rotateLogsLocked()
 			c.mu.Unlock()
 		case <-c.kickc:
-			return false, false
+			return false, false, false
 		case <-changes:
-			return true, false
+			return true, false, false
 		case <-resync:
-			return true, false
+			return true, false, false
 		case <-c.nextRetry():
-			return true, false
+			return true, false, false
+		case <-hup:
+			return true, false, true
+		case <-again:
+			return true, false, true
 		}
 	}
 }

@@ -99,7 +99,11 @@ func ReadInput(networksPath string, files []string, vmName, project string) (*In
 	if err != nil {
 		return nil, err
 	}
-	in := &Input{Networks: statedir.NetworksSnapshot{Source: source, Data: data}, VMName: vmName, Project: project,
+	var abs string
+	if source != config.EmbeddedSource {
+		abs, _ = filepath.Abs(source)
+	}
+	in := &Input{Networks: statedir.NetworksSnapshot{Source: source, Data: data, Abs: abs}, VMName: vmName, Project: project,
 		NetworksNamed: networksPath != "" || os.Getenv(config.EnvNetworks) != ""}
 	for _, path := range files {
 		b, err := config.ReadFile(path)

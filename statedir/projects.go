@@ -68,6 +68,10 @@ type ProjectFile struct {
 type NetworksSnapshot struct {
 	Source string `json:"source"`
 	Data   []byte `json:"data"`
+	// Abs is the file's absolute path when it was read from a file (none
+	// for the embedded defaults, or in an older vmnetctl's record): a
+	// reload reads it again there.
+	Abs string `json:"abs,omitempty"`
 }
 
 // Load parses the snapshot.

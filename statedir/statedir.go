@@ -190,6 +190,10 @@ var ErrLocked = errors.New("locked by another process")
 // projects, waiting for its holder.
 func (d Dir) LockOps() (*Lock, error) { return d.lock(opsLockFile, unix.LOCK_EX) }
 
+// TryLockOps takes the ops lock (LockOps) without waiting: ErrLocked when
+// an up, down or run holds it.
+func (d Dir) TryLockOps() (*Lock, error) { return d.lock(opsLockFile, unix.LOCK_EX|unix.LOCK_NB) }
+
 // lockProjects takes the lock under which a project is saved with its
 // networks.yaml (SaveProjectAndNetworks), a held project dropped
 // (DeleteProjectHeldBy), and the runtime files removed for want of

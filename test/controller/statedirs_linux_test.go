@@ -358,3 +358,53 @@ func TestReboot(t *testing.T) {
 	}
 	h.MustVmnetctl("down", "--all")
 }
+
+// TestReload: SIGHUP to the controller (systemctl reload) reads the
+// networks.yaml and the VM files again from where `up` read them: a
+// network added to one and a VM added to the other come up without an
+// `up`. A VM file broken since changes nothing, and says why
+// (reload-failed, naming the file).
+func TestReload(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks: [{vmnet: shared}]\n")
+	h.MustVmnetctl("up", "-f", vms)
+	hangup := func() {
+		t.Helper()
+		pid := h.Status().Controller.PID
+		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.WriteFile("networks.yaml", networksYAML+"  lab:\n    mode: host\n    subnet: 10.76.0.0/24\n")
+	h.WriteFile("vms.yaml", "vms:\n  a:\n    networks: [{vmnet: shared}]\n  b:\n    networks: [{vmnet: lab}]\n")
+	hangup()
+	testutil.Eventually(t, 60*time.Second, func() error {
+		st, err := h.ReadStatus()
+		if err != nil {
+			return err
+		}
+		for _, a := range st.Attachments {
+			if a.VM == "b" && a.Network == "lab" && a.State == "running" {
+				return nil
+			}
+		}
+		return fmt.Errorf("b is not running on lab: %+v", st.Attachments)
+	}, "the reload to bring VM b up on the new network")
+	if out := h.MustVmnetctl("events"); !strings.Contains(out, "reloaded") {
+		t.Errorf("no reloaded event:\n%s", out)
+	}
+
+	h.WriteFile("vms.yaml", "vms:\n  a:\n    networks: [{vmnet: nosuch}]\n")
+	hangup()
+	testutil.Eventually(t, 60*time.Second, func() error {
+		if out := h.MustVmnetctl("events"); !strings.Contains(out, "reload-failed") || !strings.Contains(out, vms) {
+			return fmt.Errorf("no reload-failed event naming %s:\n%s", vms, out)
+		}
+		return nil
+	}, "the broken reload to say why")
+	st := h.Status()
+	if len(st.Attachments) != 2 {
+		t.Errorf("a broken reload changed the attachments: %+v", st.Attachments)
+	}
+	h.MustVmnetctl("down", "--all")
+}
