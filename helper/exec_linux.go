@@ -34,7 +34,11 @@ func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
 	if s.o.SocketPath == "" {
 		return spec, nil, nil
 	}
-	lis, err := relay.Listen(s.o.SocketPath)
+	listen := relay.Listen
+	if s.o.Attach == AttachStream {
+		listen, spec.Stream = relay.ListenStream, true
+	}
+	lis, err := listen(s.o.SocketPath)
 	if err != nil {
 		return spec, nil, err
 	}

@@ -294,6 +294,13 @@ func (o *Options) check() error {
 		if (o.FD >= 0) == (o.SocketPath != "") {
 			return errors.New("exactly one of --fd and --socket is required")
 		}
+	case AttachStream:
+		if o.FD >= 0 || o.SocketPath == "" {
+			return errors.New("--attach stream serves --socket PATH, a stream socket for the VMM to connect to (qemu -netdev stream, lima's socket:); --fd has no meaning with it")
+		}
+		if o.Offloads() {
+			return errors.New("--enable-tso and --enable-checksum-offload have no meaning with --attach stream: its frames carry no virtio-net header")
+		}
 	case AttachTap:
 		if o.FD >= 0 || o.SocketPath != "" {
 			return errors.New("--attach tap relays nothing: --fd and --socket have no meaning with it")
@@ -302,7 +309,7 @@ func (o *Options) check() error {
 			return errors.New("--enable-tso and --enable-checksum-offload have no meaning with --attach tap: the VMM sets the TAP's offloads when it opens it")
 		}
 	default:
-		return fmt.Errorf("unknown --attach %q (tap, or leave it out to relay over --fd or --socket)", o.Attach)
+		return fmt.Errorf("unknown --attach %q (tap, stream, or leave it out to relay over --fd or --socket)", o.Attach)
 	}
 	if o.TapName != "" {
 		if len(o.TapName) > 15 {

@@ -30,6 +30,10 @@ import (
 const (
 	// AttachRelay relays frames between the TAP and the VM's socket.
 	AttachRelay = ""
+	// AttachStream relays frames between the TAP and the VMM's connection
+	// to the stream socket --socket (qemu -netdev stream, lima's socket:
+	// networks): each frame a 4-byte big-endian length and the frame.
+	AttachStream = "stream"
 	// AttachTap hands a persistent TAP to the VMM (firecracker,
 	// cloud-hypervisor, qemu -netdev tap) and relays nothing.
 	AttachTap = "tap"
@@ -63,7 +67,7 @@ type Options struct {
 	InterfaceID string
 	// TapName is the TAP's name; empty derives one from InterfaceID.
 	TapName string
-	// Attach is AttachRelay or AttachTap.
+	// Attach is AttachRelay, AttachStream or AttachTap.
 	Attach string
 	// Isolation makes the TAP an isolated bridge port.
 	Isolation bool

@@ -96,36 +96,45 @@ func signal(efd int) {
 	unix.Write(efd, one[:])
 }
 
-// waiter polls one fd together with the stop eventfd, without allocating.
+// waiter polls one fd together with the stop eventfds, without
+// allocating once made.
 type waiter struct {
-	fds [2]unix.PollFd
+	fds []unix.PollFd
 	ts  unix.Timespec
 }
 
-func newWaiter(fd, stop int) *waiter {
-	return &waiter{fds: [2]unix.PollFd{{Fd: int32(fd)}, {Fd: int32(stop), Events: unix.POLLIN}}}
+func newWaiter(fd int, stops ...int) *waiter {
+	w := &waiter{fds: []unix.PollFd{{Fd: int32(fd)}}}
+	for _, s := range stops {
+		w.fds = append(w.fds, unix.PollFd{Fd: int32(s), Events: unix.POLLIN})
+	}
+	return w
 }
 
 // wait returns when fd has events (or errors), after timeout (< 0: never),
 // or with errStopped when stop is signalled.
 func (w *waiter) wait(events int16, timeout time.Duration) error {
 	w.fds[0].Events = events
-	w.fds[0].Revents, w.fds[1].Revents = 0, 0
+	for i := range w.fds {
+		w.fds[i].Revents = 0
+	}
 	tsp := (*unix.Timespec)(nil)
 	if timeout >= 0 {
 		w.ts = unix.NsecToTimespec(int64(timeout))
 		tsp = &w.ts
 	}
 	for {
-		_, err := unix.Ppoll(w.fds[:], tsp, nil)
+		_, err := unix.Ppoll(w.fds, tsp, nil)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("ppoll: %w", err)
 		}
-		if w.fds[1].Revents != 0 {
-			return errStopped
+		for _, s := range w.fds[1:] {
+			if s.Revents != 0 {
+				return errStopped
+			}
 		}
 		return nil
 	}

@@ -63,6 +63,9 @@ func Serve(ctx context.Context, s Spec, log *Logger, h Hooks) error {
 	if relearn == nil && len(s.Relearn) > 0 {
 		relearn = func() error { return runRelearn(s.Relearn) }
 	}
+	if s.Stream {
+		return serveStream(r, lis, relearn, log)
+	}
 	return forward(r, lis, s.TapName, relearn, log)
 }
 

@@ -43,10 +43,26 @@ type Listener struct {
 	lockFile   *os.File
 }
 
-// listen creates the unix datagram socket at path (mode 0600, owned by the
+// Listen creates the unix datagram socket at path (mode 0600, owned by the
 // user the helper runs as) after taking path.lock, so two helpers never
 // serve one path; a stale socket left by a crashed helper is replaced.
-func Listen(path string) (*Listener, error) {
+func Listen(path string) (*Listener, error) { return listen(path, unix.SOCK_DGRAM) }
+
+// ListenStream is Listen for a stream socket (Spec.Stream), listening for
+// one VMM at a time.
+func ListenStream(path string) (*Listener, error) {
+	l, err := listen(path, unix.SOCK_STREAM)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Listen(l.fd, 1); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("--socket %s: %w", path, err)
+	}
+	return l, nil
+}
+
+func listen(path string, typ int) (*Listener, error) {
 	l := &Listener{fd: -1, path: path, lock: helperproto.SocketLock(path)}
 	f, err := os.OpenFile(l.lock, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -64,7 +80,7 @@ func Listen(path string) (*Listener, error) {
 		l.Close()
 		return nil, fmt.Errorf("removing stale socket: %w", err)
 	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	fd, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("creating socket: %w", err)

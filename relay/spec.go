@@ -42,6 +42,10 @@ type Spec struct {
 	Socket     int    `json:"socket"`
 	SocketPath string `json:"socketPath,omitempty"`
 	LockFD     int    `json:"lockFD,omitempty"`
+	// Stream: SocketPath is a stream socket, each frame a 4-byte
+	// big-endian length and the frame (qemu's -netdev stream,
+	// socket_vmnet's), served one VMM at a time (stream_linux.go).
+	Stream bool `json:"stream,omitempty"`
 	// Hdr is the virtio-net header's length (0 without offloads); Frame a
 	// buffer's size: Hdr and the largest packet.
 	Hdr   int `json:"hdr"`
