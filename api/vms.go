@@ -29,6 +29,10 @@ const (
 	AttachSocket AttachKind = "socket"
 	// AttachTAP hands the VM a TAP device that it opens itself.
 	AttachTAP AttachKind = "tap"
+	// AttachStream connects the VM through a unix stream socket served by
+	// a helper, each frame a 4-byte big-endian length and the frame: what
+	// qemu's -netdev stream and lima's `socket:` networks connect to.
+	AttachStream AttachKind = "stream"
 )
 
 // Default values for a VM file's network entries, as lima has them.
@@ -313,10 +317,10 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 		if av, ok := f["attach"]; ok {
 			if s, ok := w.str(av, at("attach")); ok {
 				switch AttachKind(s) {
-				case AttachSocket, AttachTAP:
+				case AttachSocket, AttachTAP, AttachStream:
 					a.Attach = AttachKind(s)
 				default:
-					w.errorf(av, at("attach"), "must be socket or tap, not %q%s", s, suggest(s, []string{"socket", "tap"}))
+					w.errorf(av, at("attach"), "must be socket, stream or tap, not %q%s", s, suggest(s, []string{"socket", "stream", "tap"}))
 				}
 			}
 		}

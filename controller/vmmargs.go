@@ -12,7 +12,7 @@ import (
 )
 
 // VMMs are the VMMs whose arguments VMMArgs knows.
-var VMMs = []string{"qemu", "vfkit", "krunkit", "cloud-hypervisor", "firecracker"}
+var VMMs = []string{"qemu", "vfkit", "krunkit", "cloud-hypervisor", "firecracker", "lima"}
 
 // VMAttachments returns the attachments of a VM that is up, by index.
 func VMAttachments(ctx context.Context, sd statedir.Dir, vm string) ([]AttachmentStatus, error) {
@@ -82,6 +82,8 @@ func vmmArgs(sd statedir.Dir, vmm string, atts []AttachmentStatus, fds, vhost bo
 		switch vmm {
 		case "qemu":
 			switch {
+			case a.Attach == "stream" && !fds:
+				out = append(out, "-netdev", fmt.Sprintf("stream,id=%s,server=off,addr.type=unix,addr.path=%s", id, qemuValue(a.Socket)))
 			case tap && fds && vhostFDs[i] >= 0:
 				out = append(out, "-netdev", fmt.Sprintf("tap,id=%s,fd=%d,vhost=on,vhostfd=%d", id, runFDs[i], vhostFDs[i]))
 			case tap && fds:
@@ -96,6 +98,10 @@ func vmmArgs(sd statedir.Dir, vmm string, atts []AttachmentStatus, fds, vhost bo
 					id, qemuValue(sd.ClientSocketPath(a.VM, a.Index)), qemuValue(a.Socket)))
 			}
 			out = append(out, "-device", fmt.Sprintf("virtio-net-pci,netdev=%s,mac=%s", id, a.MAC))
+		case "lima":
+			// An entry of the lima instance's `networks:` (lima.yaml):
+			// lima's qemu connects to the socket as to socket_vmnet's.
+			out = append(out, fmt.Sprintf("- socket: %s\n  macAddress: %s", strconv.Quote(a.Socket), strconv.Quote(a.MAC)))
 		case "vfkit":
 			out = append(out, "--device", fmt.Sprintf("virtio-net,unixSocketPath=%s,mac=%s", a.Socket, a.MAC))
 		case "krunkit":
@@ -114,6 +120,9 @@ func vmmArgs(sd statedir.Dir, vmm string, atts []AttachmentStatus, fds, vhost bo
 	if vmm == "firecracker" {
 		return []string{"[" + strings.Join(out, ",") + "]"}, nil
 	}
+	if vmm == "lima" {
+		return []string{"networks:\n" + strings.Join(out, "\n")}, nil
+	}
 	for i, w := range out {
 		out[i] = shellQuote(w)
 	}
@@ -123,7 +132,12 @@ func vmmArgs(sd statedir.Dir, vmm string, atts []AttachmentStatus, fds, vhost bo
 // checkVMMAttachment tells why vmm cannot use attachment a.
 func checkVMMAttachment(vmm string, a AttachmentStatus, fds bool) error {
 	tap := a.Attach == "tap"
+	stream := a.Attach == "stream"
 	switch {
+	case vmm == "lima" && !stream:
+		return fmt.Errorf("lima on Linux connects its VMs to stream sockets (its `socket:` networks): give %s's entry %d `attach: stream`", a.VM, a.Index)
+	case stream && vmm != "qemu" && vmm != "lima":
+		return fmt.Errorf("%s does not speak qemu's stream sockets: %s's entry %d is `attach: stream`", vmm, a.VM, a.Index)
 	case (vmm == "cloud-hypervisor" || vmm == "firecracker") && !tap:
 		return fmt.Errorf("%s opens TAP devices: give %s's entry %d `attach: tap`", vmm, a.VM, a.Index)
 	case tap && (vmm == "vfkit" || vmm == "krunkit"):

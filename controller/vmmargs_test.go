@@ -16,6 +16,9 @@ func TestVMMArgs(t *testing.T) {
 	tap := []AttachmentStatus{
 		{VM: "fc", Index: 0, Network: "shared", MAC: "52:55:55:00:00:03", Attach: "tap", Tap: "vmt-0123456789"},
 	}
+	stream := []AttachmentStatus{
+		{VM: "lm", Index: 0, Network: "shared", MAC: "52:55:55:00:00:05", Attach: "stream", Socket: "/run/vmnetctl/vms/lm/0.sock"},
+	}
 	// A socket, a TAP and a socket again under `vmnetctl run`: the TAP is
 	// descriptor 5, its vhost-net descriptor comes after the three.
 	mixed := []AttachmentStatus{sock[0], {VM: "web", Index: 1, Network: "shared", MAC: "52:55:55:00:00:04", Attach: "tap"}, sock[1]}
@@ -41,6 +44,8 @@ func TestVMMArgs(t *testing.T) {
 		{"krunkit", sock[:1], false, "--device virtio-net,type=unixgram,path=/run/vmnetctl/vms/web/0.sock,mac=52:55:55:00:00:01", false},
 		{"cloud-hypervisor", tap, false, "--net tap=vmt-0123456789,mac=52:55:55:00:00:03", false},
 		{"firecracker", tap, false, `[{"iface_id":"net0","host_dev_name":"vmt-0123456789","guest_mac":"52:55:55:00:00:03"}]`, false},
+		{"qemu", stream, false, "-netdev stream,id=net0,server=off,addr.type=unix,addr.path=/run/vmnetctl/vms/lm/0.sock -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:05", false},
+		{"lima", stream, false, "networks:\n- socket: \"/run/vmnetctl/vms/lm/0.sock\"\n  macAddress: \"52:55:55:00:00:05\"", false},
 	}
 	for _, tt := range tests {
 		got, err := vmmArgs(sd, tt.vmm, tt.atts, tt.fds, tt.vhost)
@@ -50,6 +55,12 @@ func TestVMMArgs(t *testing.T) {
 	}
 	if _, err := vmmArgs(sd, "firecracker", sock, false, false); err == nil || !strings.Contains(err.Error(), "attach: tap") {
 		t.Errorf("firecracker with a socket attachment: %v", err)
+	}
+	if _, err := vmmArgs(sd, "lima", sock, false, false); err == nil || !strings.Contains(err.Error(), "attach: stream") {
+		t.Errorf("lima with a datagram socket attachment: %v", err)
+	}
+	if _, err := vmmArgs(sd, "vfkit", stream, false, false); err == nil || !strings.Contains(err.Error(), "attach: stream") {
+		t.Errorf("vfkit with a stream attachment: %v", err)
 	}
 	failed := []AttachmentStatus{{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", State: "failed", Error: "network shared is not up"}}
 	if _, err := vmmArgs(sd, "qemu", failed, false, false); err == nil || !strings.Contains(err.Error(), "web's attachment 0 to shared is failed, so it has no socket yet: network shared is not up") {

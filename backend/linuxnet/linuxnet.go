@@ -141,7 +141,8 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	if !a.SpoofCheck() {
 		args = append(args, "--no-spoof-check")
 	}
-	if n.Offloads {
+	if n.Offloads && a.Attach != api.AttachStream {
+		// (A stream's frames carry no virtio-net header.)
 		args = append(args, "--enable-tso", "--enable-checksum-offload")
 	}
 	switch {
@@ -149,6 +150,8 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 		args = append(args, "--fd", strconv.Itoa(s.FD))
 	case a.Attach == api.AttachTAP:
 		args = append(args, "--attach", "tap")
+	case a.Attach == api.AttachStream:
+		args = append(args, "--attach", "stream", "--socket", s.Socket)
 	default:
 		args = append(args, "--socket", s.Socket)
 	}

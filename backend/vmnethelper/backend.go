@@ -36,6 +36,11 @@ type Backend struct {
 // ErrTapNeedsLinux is returned for `attach: tap` attachments on macOS.
 var ErrTapNeedsLinux = errors.New("attach: tap needs Linux (vmnet has no TAP devices); use a socket attachment")
 
+// ErrStreamNeedsLinux is returned for `attach: stream` attachments on
+// macOS: vmnet-helper serves datagram sockets only (its issue 291); lima
+// there uses its own vmnet networks.
+var ErrStreamNeedsLinux = errors.New("attach: stream needs Linux (vmnet-helper serves datagram sockets only); use a socket attachment")
+
 // Name is the backend's name for --backend.
 const Name = "vmnet-helper"
 
@@ -85,6 +90,8 @@ func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []backend.L
 		switch {
 		case a.Attach == api.AttachTAP:
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): will not start: %v", a.Key(), b.Name(), ErrTapNeedsLinux), Refused: true})
+		case a.Attach == api.AttachStream:
+			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): will not start: %v", a.Key(), b.Name(), ErrStreamNeedsLinux), Refused: true})
 		case a.IP.IsValid():
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): ip: %s cannot be honoured on macOS: vmnet's DHCP server takes no reservations from vmnetctl", a.Key(), b.Name(), a.IP)})
 		}
@@ -132,6 +139,9 @@ func (b Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	a := s.Attachment
 	if a.Attach == api.AttachTAP {
 		return nil, ErrTapNeedsLinux
+	}
+	if a.Attach == api.AttachStream {
+		return nil, ErrStreamNeedsLinux
 	}
 	path := b.Path
 	if path == "" {

@@ -13,7 +13,7 @@ func newArgsCommand(g *globals, s streams) *cobra.Command {
 	var vmm string
 	var fds bool
 	var mac int
-	cmd := command("args VM [--vmm qemu|vfkit|krunkit|cloud-hypervisor|firecracker] [--fds]", "Print the arguments that connect a VMM to the VM's attachments, on one line",
+	cmd := command("args VM [--vmm qemu|vfkit|krunkit|cloud-hypervisor|firecracker|lima] [--fds]", "Print the arguments that connect a VMM to the VM's attachments, on one line",
 		cobra.ExactArgs(1), func(cmd *cobra.Command, args []string) error {
 			sd := g.dir()
 			if cmd.Flags().Changed("mac") {
@@ -32,9 +32,11 @@ func newArgsCommand(g *globals, s streams) *cobra.Command {
 	cmd.Long = `args prints the exact arguments a VMM needs to use the VM's attachments, as
 ` + "`vmnetctl up`" + ` set them up (see docs/vmms.md). With --fds, for qemu under
 ` + "`vmnetctl run`" + `, the attachments are the inherited descriptors 4, 5, ...
+With --vmm lima it prints the networks: list of a lima instance (lima.yaml)
+whose attachments are ` + "`attach: stream`" + ` (lima's socket: networks on Linux).
 With --mac N it prints only the MAC address of the VM's attachment N.`
 	cmd.ValidArgsFunction = completeVMs(g)
-	cmd.Example = "  vmnetctl args web --vmm qemu\n  vmnetctl args web --vmm vfkit"
+	cmd.Example = "  vmnetctl args web --vmm qemu\n  vmnetctl args web --vmm vfkit\n  vmnetctl args dev --vmm lima"
 	cmd.Flags().StringVar(&vmm, "vmm", "qemu", "the VMM: "+strings.Join(controller.VMMs, ", "))
 	cmd.Flags().BoolVar(&fds, "fds", false, "qemu: use the descriptors that vmnetctl run passes (4, 5, ...) instead of sockets")
 	cmd.Flags().IntVar(&mac, "mac", 0, "print only the MAC address of attachment N")

@@ -63,6 +63,6 @@ before it touches the VM's socket.`,
 	fl.MarkHidden(helper.RelearnFlag)
 	fl.BoolVar(&f.NoRelayOffloads, helper.NoRelayOffloadsFlag, false, "give a VM without offloads a port without them: no merging or cutting of TCP segments in the relay (the benchmark's comparison)")
 	fl.MarkHidden(helper.NoRelayOffloadsFlag)
-	fl.StringVar(&f.Attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing")
+	fl.StringVar(&f.Attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing; stream: --socket is a stream socket the VMM connects to (qemu -netdev stream, lima's socket: networks)")
 	return cmd
 }

@@ -63,8 +63,9 @@ func userImage(t *testing.T, dir string) *guest.Image {
 // guests at once:
 //
 //	u: `up`, qemu as the user with `vmnetctl args u --vmm qemu`: eth0 on a
-//	   unix datagram socket (shared), eth1 on a TAP (jumbo); both must be
-//	   usable by the user.
+//	   unix datagram socket (shared), eth1 on a TAP (jumbo), eth2 on a
+//	   stream socket (iso, -netdev stream: lima's way on Linux); all must
+//	   be usable by the user.
 //	r: `run`, qemu as the user with the socketpair on fd 4.
 //
 // Each gets its lease on every NIC and pings the gateway.
@@ -97,6 +98,8 @@ func TestGuestsAsUser(t *testing.T) {
       - vmnet: shared
       - vmnet: jumbo
         attach: tap
+      - vmnet: iso
+        attach: stream
 `)
 	runFile := w.WriteFile("user-run.yaml", `vms:
   r:
@@ -132,7 +135,7 @@ func TestGuestsAsUser(t *testing.T) {
 		Netns:   w.Name,
 		Wrapper: []string{"setpriv", "--reuid", fmt.Sprint(vmUID), "--regid", fmt.Sprint(vmGID), "--clear-groups", "--"},
 		NetArgs: w.qemuArgs("u"),
-		Script:  mkScript().DHCP("eth1").Ping(jumboGW),
+		Script:  mkScript().DHCP("eth1").Ping(jumboGW).DHCP("eth2").Ping(isoGW),
 	})
 	r := guest.Boot(t, guest.Config{
 		Name:    "r",
@@ -172,6 +175,11 @@ func TestGuestsAsUser(t *testing.T) {
 	ru.Expect(t, "eth1.dhcp", "ok")
 	ru.Expect(t, "eth1.router", jumboGW)
 	ru.Expect(t, guest.PingKey(jumboGW), "ok")
+	// eth2 is qemu's -netdev stream client of the helper's stream socket
+	// (attach: stream, as lima's socket: networks connect).
+	ru.Expect(t, "eth2.dhcp", "ok")
+	ru.Expect(t, "eth2.router", isoGW)
+	ru.Expect(t, guest.PingKey(isoGW), "ok")
 	if rr.ExitCode != 0 {
 		t.Errorf("vmnetctl run exited with %d, want 0", rr.ExitCode)
 	}
