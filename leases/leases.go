@@ -148,6 +148,9 @@ type Allocator struct {
 	fixed    map[string]netip.Addr    // by MAC: reservations and SetFixed
 	reserved map[string]bool          // MACs whose fixed address comes from networks.yaml
 	declined map[netip.Addr]time.Time // addresses a client found in use, until when
+	// present are the MACs of the VMs attached to the network now
+	// (SetPresent): a lease of theirs that expired is kept (live).
+	present map[string]bool
 
 	// offers holds the address offered to each MAC for offerHold, so that
 	// clients that discover at once are offered different addresses
@@ -250,6 +253,7 @@ func NewAllocator(n *api.Network, path string) (*Allocator, error) {
 		leaseTime: lt, path: path, now: time.Now, write: writeFileAtomic, appendSync: appendSync, journalMin: journalMin,
 		leases: map[string]*Lease{}, fixed: map[string]netip.Addr{}, reserved: map[string]bool{},
 		declined: map[netip.Addr]time.Time{}, offers: map[string]offer{}, offered: map[netip.Addr]string{},
+		present: map[string]bool{},
 	}
 	a.pcond = sync.NewCond(&a.pmu)
 	for _, r := range n.Reservations {
@@ -590,14 +594,19 @@ func (a *Allocator) dropLease(mac string) {
 }
 
 // free reports whether ip may go to mac now: fixed for no other MAC, not
-// leased (unexpired) to another MAC, and, unless mac has a fixed address,
-// not declined.
-func (a *Allocator) free(ip netip.Addr, mac string, now time.Time) bool {
+// leased (live) to another MAC, and, unless mac has a fixed address, not
+// declined. With reclaim, a lease kept past its expiry for a VM that is
+// attached (live) does not count: its address goes to mac when no other
+// is left.
+func (a *Allocator) free(ip netip.Addr, mac string, now time.Time, reclaim ...bool) bool {
 	if o, ok := a.fixedIP[ip]; ok && o != mac {
 		return false
 	}
 	if m, ok := a.byIP[ip]; ok && m != mac && now.Before(a.leases[m].Expiry) {
 		return false
+	}
+	if m, ok := a.byIP[ip]; ok && m != mac && a.present[m] && len(reclaim) == 0 {
+		return false // kept for an attached VM whose lease expired
 	}
 	if m, ok := a.offered[ip]; ok && m != mac && now.Before(a.offers[m].until) {
 		return false
@@ -652,6 +661,14 @@ func (a *Allocator) pick(mac string, requested netip.Addr, now time.Time) (netip
 			return r.ip, nil
 		}
 		aside = append(aside, heap.Pop(&a.byExpiry).(*leaseRef))
+	}
+	// Last, with nothing else left, an expired lease kept for a VM that is
+	// attached (the one that expired longest ago): DHCP's clients come
+	// first, as libvirt and vmnet serve them.
+	for _, r := range aside {
+		if a.free(r.ip, mac, now, true) {
+			return r.ip, nil
+		}
 	}
 	return netip.Addr{}, ErrNoAddress
 }
@@ -899,12 +916,12 @@ func (a *Allocator) ClearFixed(mac net.HardwareAddr) {
 	}
 }
 
-// Lookup returns the current (unexpired) lease of mac.
+// Lookup returns the current (live) lease of mac.
 func (a *Allocator) Lookup(mac net.HardwareAddr) (Lease, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l, ok := a.leases[mac.String()]
-	if !ok || !a.now().Before(l.Expiry) {
+	if !ok || !a.live(l, a.now()) {
 		return Lease{}, false
 	}
 	return *l, true
@@ -932,10 +949,32 @@ func (a *Allocator) boundTo(m string, now time.Time) []netip.Addr {
 	if ip, ok := a.fixed[m]; ok {
 		ips = append(ips, ip)
 	}
-	if l, ok := a.leases[m]; ok && now.Before(l.Expiry) && !slices.Contains(ips, l.IP) {
+	if l, ok := a.leases[m]; ok && a.live(l, now) && !slices.Contains(ips, l.IP) {
 		ips = append(ips, l.IP)
 	}
 	return ips
+}
+
+// live tells whether lease l holds its address now: unexpired, or kept
+// for its VM, which is attached (SetPresent), as long as no other client
+// took the address over.
+func (a *Allocator) live(l *Lease, now time.Time) bool {
+	return now.Before(l.Expiry) || a.present[l.MAC] && a.byIP[l.IP] == l.MAC
+}
+
+// SetPresent says whether the VM of mac is attached to the network (the
+// controller's attachments): while it is, its lease is kept past its
+// expiry, and the guard lets it go on sending from the address (a guest
+// whose DHCP client does not renew, busybox `udhcpc -q`, is not cut off),
+// unless another client needs the address and no other is left.
+func (a *Allocator) SetPresent(mac net.HardwareAddr, present bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if present {
+		a.present[mac.String()] = true
+	} else {
+		delete(a.present, mac.String())
+	}
 }
 
 // Bound returns BoundTo of every MAC that has an address bound, by MAC.
@@ -948,7 +987,7 @@ func (a *Allocator) Bound() map[string][]netip.Addr {
 		out[m] = a.boundTo(m, now)
 	}
 	for m, l := range a.leases {
-		if now.Before(l.Expiry) {
+		if a.live(l, now) {
 			out[m] = a.boundTo(m, now)
 		}
 	}
@@ -980,7 +1019,7 @@ func (a *Allocator) ByHostname(name string) (Lease, bool) {
 	var best *Lease
 	var bestSeq uint64
 	for m, seq := range a.byHost[k] {
-		if l := a.leases[m]; l != nil && now.Before(l.Expiry) && (best == nil || seq < bestSeq) {
+		if l := a.leases[m]; l != nil && a.live(l, now) && (best == nil || seq < bestSeq) {
 			best, bestSeq = l, seq
 		}
 	}
@@ -990,14 +1029,15 @@ func (a *Allocator) ByHostname(name string) (Lease, bool) {
 	return *best, true
 }
 
-// Leases returns the unexpired leases, by address.
+// Leases returns the live leases (unexpired, or kept for an attached VM),
+// by address.
 func (a *Allocator) Leases() []Lease {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
 	var out []Lease
 	for _, l := range a.leases {
-		if now.Before(l.Expiry) {
+		if a.live(l, now) {
 			out = append(out, *l)
 		}
 	}

@@ -231,3 +231,65 @@ func TestUnreadableLeaseFile(t *testing.T) {
 		t.Errorf("the next start: the new lease file could not be read: %s", why)
 	}
 }
+
+// TestKeptWhileAttached: the lease of a VM that is attached (SetPresent)
+// is kept past its expiry: it stays bound (the guard lets the VM send from
+// it), is listed, and is offered to no one else while another address is
+// left; with none left, the one that expired longest ago goes to a new
+// client, and the VM loses it. A lease of a VM no longer attached expires
+// as before.
+func TestKeptWhileAttached(t *testing.T) {
+	n := testNet("t", api.ModeHost, "10.9.0.0/29") // .1 gateway
+	n.DHCPEnd = ip("10.9.0.3")                     // range .2-.3
+	n.LeaseTime = time.Minute
+	a := mustAllocator(t, n, "")
+	now := time.Unix(1_800_000_000, 0)
+	a.now = func() time.Time { return now }
+	vm, other, third := mustMAC("52:55:55:00:01:01"), mustMAC("52:55:55:00:01:02"), mustMAC("52:55:55:00:01:03")
+	if got := lease(t, a, vm.String()); got != ip("10.9.0.2") {
+		t.Fatalf("the VM got %s", got)
+	}
+	a.SetPresent(vm, true)
+	now = now.Add(10 * time.Minute) // long expired
+	if got := a.BoundTo(vm); len(got) != 1 || got[0] != ip("10.9.0.2") {
+		t.Errorf("an attached VM's expired lease: bound %v, want 10.9.0.2", got)
+	}
+	if l, ok := a.Lookup(vm); !ok || l.IP != ip("10.9.0.2") || len(a.Leases()) != 1 {
+		t.Errorf("an attached VM's expired lease is not listed: %v %v, %v", l, ok, a.Leases())
+	}
+	// Another client gets the address left, not the VM's.
+	if got := lease(t, a, other.String()); got != ip("10.9.0.3") {
+		t.Errorf("another client got %s, want 10.9.0.3 (the VM's is kept)", got)
+	}
+	// The VM renews and keeps it.
+	if _, err := a.Commit(vm, ip("10.9.0.2"), ""); err != nil {
+		t.Errorf("the VM's renewal: %v", err)
+	}
+	// Both expire; the other client's VM is not attached.
+	now = now.Add(10 * time.Minute)
+	if got := a.BoundTo(other); len(got) != 0 {
+		t.Errorf("a detached client's expired lease is bound: %v", got)
+	}
+	// A third client: the other's expired address first.
+	if got := lease(t, a, third.String()); got != ip("10.9.0.3") {
+		t.Errorf("a third client got %s, want the detached client's 10.9.0.3", got)
+	}
+	// A fourth, with nothing left but the VM's kept lease: it takes it.
+	fourth := mustMAC("52:55:55:00:01:04")
+	if got := lease(t, a, fourth.String()); got != ip("10.9.0.2") {
+		t.Errorf("a client with no address left got %s, want the kept 10.9.0.2", got)
+	}
+	if got := a.BoundTo(vm); len(got) != 0 {
+		t.Errorf("the VM still holds %v after its address went to another client", got)
+	}
+	// Detached, an expired lease goes at once.
+	a.SetPresent(fourth, true)
+	now = now.Add(10 * time.Minute)
+	if len(a.BoundTo(fourth)) != 1 {
+		t.Fatal("an attached VM's expired lease is not bound")
+	}
+	a.SetPresent(fourth, false)
+	if got := a.BoundTo(fourth); len(got) != 0 {
+		t.Errorf("a detached VM's expired lease is bound: %v", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -360,5 +361,47 @@ func TestPortMACsOfPorts(t *testing.T) {
 	mustDo(t, host, func() error { one = portMACs(n.Bridge(), []string{"p-a", "p-gone"}); return nil })
 	if len(one) != 1 || !slices.Equal(one["p-a"], all["p-a"]) {
 		t.Errorf("p-a's MACs asked of it alone: %v; of the whole bridge: %v", one, all["p-a"])
+	}
+}
+
+// TestLeaseKeptWhileAttached: a VM the controller attached (SetHost) whose
+// DHCP client never renews keeps its address in the guard past its lease,
+// through the guard's resync; once it is detached (RemoveHost) the pair
+// goes.
+func TestLeaseKeptWhileAttached(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	host := testutil.NewNS(t, "lk-host")
+	n := testNet("lk", api.ModeShared, "10.200.59.0/24")
+	n.LeaseTime = time.Minute
+	nw := start(t, host, n, Options{StateDir: t.TempDir()})
+	now := time.Now()
+	nw.alloc.SetClock(func() time.Time { return now })
+	mac := mustMAC("52:55:55:00:59:0a")
+	off, err := nw.alloc.Offer(mac, netip.Addr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nw.alloc.Commit(mac, off, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := nw.SetHost(mac, "vm", netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	bound := func() bool {
+		out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs)
+		return strings.Contains(out, off.String())
+	}
+	if !bound() {
+		t.Fatalf("the lease %s is not in the guard", off)
+	}
+	now = now.Add(time.Hour) // the lease long expired, never renewed
+	mustDo(t, host, func() error { return nw.guard.syncAll(ctx) })
+	if !bound() {
+		t.Errorf("an attached VM's address left the guard when its lease expired")
+	}
+	mustDo(t, host, func() error { nw.RemoveHost(mac); return nil })
+	if bound() {
+		t.Errorf("a detached VM's expired lease is still in the guard")
 	}
 }

@@ -794,6 +794,19 @@ func (g *addrGuard) syncMAC(ctx context.Context, mac net.HardwareAddr) {
 	if err == nil {
 		m := mac.String()
 		add, del := diff(m, g.installed[m], g.alloc.BoundTo(mac), nil, nil)
+		// An address mac newly holds that another MAC held (a lease kept
+		// for an attached VM, taken over when no other address was
+		// left): the other MAC's pairs change in the same transaction.
+		for _, b := range add {
+			for other, ips := range g.installed {
+				if other == m || !slices.Contains(ips, b.ip) {
+					continue
+				}
+				if hw, perr := net.ParseMAC(other); perr == nil {
+					add, del = diff(other, ips, g.alloc.BoundTo(hw), add, del)
+				}
+			}
+		}
 		err = g.apply(ctx, add, del)
 	}
 	g.logFailure(err)

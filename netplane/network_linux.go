@@ -515,6 +515,9 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 		}
 	}
 	nw.hosts.set(mac, name)
+	if nw.alloc != nil {
+		nw.alloc.SetPresent(mac, true) // its lease outlives its expiry while it is attached
+	}
 	if nw.guard != nil {
 		nw.guard.syncMAC(context.Background(), mac)
 	}
@@ -566,7 +569,7 @@ func (nw *Network) reserveChanged(mac net.HardwareAddr) {
 
 // RemoveHost forgets the name and run-time fixed address of a MAC, and
 // the IPv6 addresses it was using and had reserved. Its lease is kept
-// until it expires.
+// until it expires (no longer past it: its VM is gone).
 func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 	nw.hosts.set(mac, "")
 	if nw.guard6 != nil {
@@ -577,6 +580,7 @@ func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 	}
 	if nw.alloc != nil {
 		nw.alloc.ClearFixed(mac)
+		nw.alloc.SetPresent(mac, false)
 	}
 	if nw.guard != nil {
 		nw.guard.syncMAC(context.Background(), mac)
