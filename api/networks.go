@@ -114,6 +114,12 @@ type Network struct {
 	// network (datagrams then carry a virtio-net header: the VMM must
 	// support it). vmnet loses TSO for all VMs of a network when one lacks it.
 	Offloads bool `json:"offloads"`
+	// NoAddressLearning is `learnAddresses: false`: a VM may send only from
+	// the IPv4 addresses DHCP gave it or a file fixes for it. By default a
+	// VM that gives itself a free address of the subnet (a static
+	// address) is let use it once it announces it by ARP (the guard's
+	// learner; docs/security.md).
+	NoAddressLearning bool `json:"noAddressLearning,omitempty"`
 	// VMNetBroker joins the vmnet-broker network of that name on macOS 26
 	// (vmnet-helper --network) instead of creating one from this definition.
 	VMNetBroker  string        `json:"vmnetBroker,omitempty"`
@@ -196,7 +202,7 @@ func (c *Networks) Lookup(kind RefKind, name string) *Network {
 
 var networkKeys = []string{"mode", "gateway", "dhcpEnd", "netmask", "interface", "subnet", "dhcp",
 	"dnsProxy", "dnsForward", "mtu", "nat44", "nat66", "routerAdvertisement", "isolation", "leaseTime", "dhcpRange", "reservations",
-	"offloads", "vmnetBroker", "ipv6", "subnet6", "egress", "vxlan"}
+	"offloads", "vmnetBroker", "ipv6", "subnet6", "egress", "vxlan", "learnAddresses"}
 
 // LoadNetworks parses networks.yaml. file names the input in diagnostics.
 // The result is nil when there are errors.
@@ -344,6 +350,7 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 		// does) nor on lima's user-v2; say so rather than show lima's defaults.
 		n.DHCP, n.DNSProxy, n.NAT44, n.NAT66, n.RouterAdvertisement = false, false, false, false, false
 		n.DNSForward = nil
+		n.NoAddressLearning = false
 	}
 	if len(w.diags.Errors()) > errsBefore {
 		return nil
@@ -395,6 +402,9 @@ func (w *walker) settings(n *Network, f map[string]*yaml.Node, at func(string) s
 	boolField("routerAdvertisement", &n.RouterAdvertisement)
 	boolField("isolation", &n.Isolation)
 	boolField("offloads", &n.Offloads)
+	learn := true
+	boolField("learnAddresses", &learn)
+	n.NoAddressLearning = !learn
 	field(w, f, at, "vmnetBroker", w.str, &n.VMNetBroker, func(b string, invalid func(string, ...any)) {
 		if msg := checkName(b); msg != "" {
 			invalid("vmnet-broker network name %s", msg)
@@ -830,3 +840,8 @@ func maskBits(m netip.Addr) (int, bool) {
 	}
 	return ones, v == 0
 }
+
+// LearnsAddresses reports whether n's guard lets a VM use a free IPv4
+// address it gives itself (learnAddresses, on by default): routed networks
+// with vmnetctl's DHCP server, whose allocator keeps the addresses.
+func (n *Network) LearnsAddresses() bool { return n.Routed() && n.DHCP && !n.NoAddressLearning }

@@ -33,6 +33,9 @@ type Lease struct {
 	IP       netip.Addr `json:"ip"`
 	Hostname string     `json:"hostname,omitempty"`
 	Expiry   time.Time  `json:"expiry"`
+	// Learned: the VM gave itself the address (a static address) and the
+	// guard's learner bound it (Learn); DHCP did not hand it out.
+	Learned bool `json:"learned,omitempty"`
 }
 
 // leaseFile is the on-disk form of a network's leases: the snapshot. Seq
@@ -602,10 +605,11 @@ func (a *Allocator) free(ip netip.Addr, mac string, now time.Time, reclaim ...bo
 	if o, ok := a.fixedIP[ip]; ok && o != mac {
 		return false
 	}
-	if m, ok := a.byIP[ip]; ok && m != mac && now.Before(a.leases[m].Expiry) {
+	reclaiming := len(reclaim) > 0
+	if m, ok := a.byIP[ip]; ok && m != mac && now.Before(a.leases[m].Expiry) && !(reclaiming && a.leases[m].Learned) {
 		return false
 	}
-	if m, ok := a.byIP[ip]; ok && m != mac && a.present[m] && len(reclaim) == 0 {
+	if m, ok := a.byIP[ip]; ok && m != mac && a.present[m] && !reclaiming {
 		return false // kept for an attached VM whose lease expired
 	}
 	if m, ok := a.offered[ip]; ok && m != mac && now.Before(a.offers[m].until) {
@@ -670,7 +674,76 @@ func (a *Allocator) pick(mac string, requested netip.Addr, now time.Time) (netip
 			return r.ip, nil
 		}
 	}
+	// And an address a VM gave itself (learned): DHCP's come first.
+	for _, l := range a.leases {
+		if l.Learned && a.inRange(l.IP) && a.free(l.IP, mac, now, true) {
+			return l.IP, nil
+		}
+	}
 	return netip.Addr{}, ErrNoAddress
+}
+
+// MaxLearned is the most addresses a network's VMs may give themselves
+// (learned, live) at once: a guest that claims address after address, on
+// ports it makes anew, costs the host a lease and a guard element each.
+const MaxLearned = 1024
+
+// Learn gives mac the address ip, which its VM gave itself and announced
+// by ARP (the guard's learner), as a lease marked learned, for the lease
+// time, if ip is free: in the subnet and not its gateway, network or
+// broadcast address; fixed for no one; leased (live) to, offered to or
+// declined by no other MAC. A MAC with an address of its own (a fixed
+// one, or a live DHCP lease) learns none, and a MAC holds one learned
+// address: a newer one replaces it. DHCP's clients come first: a learned
+// address in the DHCP range goes to one of them when no other is left.
+func (a *Allocator) Learn(mac net.HardwareAddr, ip netip.Addr) (Lease, error) {
+	a.mu.Lock()
+	now := a.now()
+	a.sync(now)
+	m := mac.String()
+	fail := func(format string, args ...any) (Lease, error) {
+		a.mu.Unlock()
+		return Lease{}, fmt.Errorf("%s may not use %s: "+format, append([]any{m, ip}, args...)...)
+	}
+	if !a.usable(ip) {
+		return fail("not an address of %s for a VM", a.subnet)
+	}
+	if fixed, ok := a.fixed[m]; ok {
+		return fail("its address is %s", fixed)
+	}
+	if l, ok := a.leases[m]; ok && !l.Learned && a.live(l, now) {
+		return fail("DHCP gave it %s", l.IP)
+	}
+	if !a.free(ip, m, now) {
+		return fail("the address is taken")
+	}
+	learned := 0
+	for _, l := range a.leases {
+		if l.Learned && l.MAC != m && a.live(l, now) {
+			learned++
+		}
+	}
+	if learned >= MaxLearned {
+		return fail("the network's VMs hold %d addresses they gave themselves, the most", learned)
+	}
+	l := &Lease{MAC: m, IP: ip, Expiry: now.Add(a.leaseTime).Truncate(time.Second), Learned: true}
+	prev := a.leases[m]
+	a.setLease(l)
+	a.dropOffer(m)
+	g := a.record(journalSet, *l)
+	a.mu.Unlock()
+	if err := a.flush(g); err != nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.leases[m] == l {
+			a.dropLease(m)
+			if prev != nil {
+				a.setLease(prev)
+			}
+		}
+		return Lease{}, err
+	}
+	return *l, nil
 }
 
 // Offer returns the address to offer mac (DHCPDISCOVER); requested is the

@@ -61,6 +61,8 @@ const (
 	guardDHCPRate = "dhcp-rate"
 	guardND6Rate  = "nd6-rate"
 	guardDAD6Rate = "dad6-rate"
+	// The ARPs copied to the IPv4 learner (learn4_linux.go).
+	guardLearn4Rate = "learn4-rate"
 	// The chains: every port's checks, the tunnel's, and the drop.
 	guardChecks      = "ports-v" + guardRulesVersion
 	guardTunnelChain = "tunnel"
@@ -121,7 +123,7 @@ func addGuardSets(tx *knftables.Transaction, n *api.Network) {
 	tx.Add(&knftables.Set{Name: guardPortMACs, Type: "iface_index . ether_addr", Flags: dynamic})
 	// (knftables has no field for a set's stateful expressions.)
 	tx.Add(&knftables.Set{Name: guardDropCounts, Type: "iface_index; flags dynamic; counter"})
-	for _, meter := range []string{guardDHCPRate, guardND6Rate, guardDAD6Rate} {
+	for _, meter := range []string{guardDHCPRate, guardND6Rate, guardDAD6Rate, guardLearn4Rate} {
 		tx.Add(&knftables.Set{Name: meter, Type: "iface_index", Timeout: knftables.PtrTo(time.Minute),
 			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}})
 	}
@@ -271,6 +273,10 @@ func guardRules(n *api.Network) []string {
 		"iif . ether saddr != @"+guardPortMACs+" "+drop,
 		"iif . arp saddr ether != @"+guardPortMACs+" "+drop)
 	if checksAddresses(n) {
+		if n.LearnsAddresses() {
+			// A copy to the learner, which may bind the address.
+			rs = append(rs, learnRule(n))
+		}
 		// 0.0.0.0 is an address probe (RFC 5227), before DHCP's ACK.
 		rs = append(rs, "arp saddr ip != 0.0.0.0 ether saddr . arp saddr ip != @"+guardAddrs+" "+drop)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
+	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/routeradv"
 	"golang.org/x/sys/unix"
@@ -48,6 +49,7 @@ type Network struct {
 	reservedMu      sync.Mutex
 	reservedChanged []net.HardwareAddr
 	onLease         func(kind, network, mac string, ip netip.Addr)
+	learnLog        guestlog.Limit // the IPv4 learner's refusals
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it); netns is it.
 	netns ns.NetNS
@@ -144,6 +146,9 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 		if err := nw.startDHCP(resolvConf); err != nil {
 			return err
 		}
+	}
+	if err := nw.startLearner4(); err != nil {
+		return err
 	}
 	if n.HasIPv6() && !KernelIPv6() {
 		nw.log.Warn("IPv6 is off on this host (net.ipv6.conf.default.disable_ipv6=1, or ipv6.disable=1 at boot): the network runs without it; set ipv6: false on it to say so")
@@ -346,6 +351,24 @@ func bindToDevice(dev string) func(network, address string, c syscall.RawConn) e
 	}
 }
 
+// bound has what follows a VM's addresses follow a change of mac's, before
+// the VM hears of it (DHCP's ACK, the learner's binding): the guard, the
+// VMs' egress policies, the forwards.
+func (nw *Network) bound(mac net.HardwareAddr) {
+	if nw.guard != nil {
+		nw.guard.syncMAC(context.Background(), mac)
+	}
+	// A VM's own egress policy is keyed by its address: in force before
+	// the VM hears of the address, or its first connections would be
+	// judged by the network's policy (a few milliseconds, and only on
+	// networks where some VM has a policy of its own).
+	nw.refreshVMEgress()
+	select { // the forwards follow the VM's address
+	case nw.fwdKick <- struct{}{}:
+	default:
+	}
+}
+
 // startDHCP starts the DHCP server on the network's bridge. Its DNS server
 // is the gateway's proxy, or without one the host's resolvers.
 func (nw *Network) startDHCP(resolvConf string) error {
@@ -357,20 +380,7 @@ func (nw *Network) startDHCP(resolvConf string) error {
 	}
 	nw.dhcp = dhcpserver.New(nw.n, nw.alloc, dnsServers, nw.log)
 	nw.dhcp.OnLease = nw.onLease
-	nw.dhcp.Bound = func(mac net.HardwareAddr) {
-		if nw.guard != nil {
-			nw.guard.syncMAC(context.Background(), mac)
-		}
-		// A VM's own egress policy is keyed by its address: in force
-		// before the VM hears of the address, or its first connections
-		// would be judged by the network's policy (a few milliseconds,
-		// and only on networks where some VM has a policy of its own).
-		nw.refreshVMEgress()
-		select { // the forwards follow the VM's address
-		case nw.fwdKick <- struct{}{}:
-		default:
-		}
-	}
+	nw.dhcp.Bound = nw.bound
 	sock, err := dhcpserver.Listen(nw.n.Bridge())
 	if err != nil {
 		return fmt.Errorf("network %q: DHCP server on %s: %w", nw.n.ID, nw.n.Bridge(), err)

@@ -1,0 +1,223 @@
+package netplane
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/mdlayher/netlink"
+	vnl "github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guestlog"
+)
+
+// The IPv4 learner: a VM that gives itself an address (a static address,
+// vmnet-helper's clients' way, cloud-init's) is let use it once it
+// announces it by ARP, if the address is free (leases.Allocator.Learn).
+// The guard drops an ARP whose sender address is not bound to the port's
+// MAC, as before, and copies it (a bounded number a second per port) to
+// the learner through NFLOG: no such ARP ever reaches another VM, so none
+// can poison their caches, and the guest's next ARP (it retries every
+// second) passes once the address is bound. The learned address is a lease
+// marked learned: the guard, status, DNS names and forwards follow it as
+// they follow a DHCP lease, and DHCP's clients come first.
+
+// NFLOG's protocol (linux/netfilter/nfnetlink_log.h; x/sys lacks it).
+const (
+	nfulnlMsgPacket      = 0
+	nfulnlMsgConfig      = 1
+	nfulaIfindexIndev    = 4
+	nfulaIfindexPhysIn   = 6
+	nfulaPayload         = 9
+	nfulaCfgCmd          = 1
+	nfulaCfgMode         = 2
+	nfulnlCfgCmdBind     = 1
+	nfulnlCopyPacket     = 2
+	learnCopyRange       = 64 // an ARP packet is 28 bytes
+	arpLearnRate         = "10/second burst 20 packets"
+	learnGroupBase       = 0x5600
+	learnGroupSpan       = 0x0a00
+	arpHeaderLen         = 28
+	arpEthernetIPv4Types = 0x0001_0800
+)
+
+// learnGroup is network id's NFLOG group: one of a range vmnetctl takes
+// (two networks may share one: the learner keeps its own bridge's ARPs).
+func learnGroup(id string) uint16 {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return uint16(learnGroupBase + h.Sum32()%learnGroupSpan)
+}
+
+// learnRule is the guard's rule that copies an ARP from an unbound sender
+// address to the learner (before the rule that drops it).
+func learnRule(n *api.Network) string {
+	return "arp saddr ip != 0.0.0.0 ether saddr . arp saddr ip != @" + guardAddrs + " " +
+		meter(guardLearn4Rate, "limit rate "+arpLearnRate) + fmt.Sprintf(" log group %d", learnGroup(n.ID))
+}
+
+// startLearner4 starts the network's IPv4 learner, if it learns
+// addresses.
+func (nw *Network) startLearner4() error {
+	if !nw.n.LearnsAddresses() || nw.alloc == nil || nw.guard == nil {
+		return nil
+	}
+	var c *netlink.Conn
+	err := nw.inNS(func() (err error) {
+		c, err = netlink.Dial(unix.NETLINK_NETFILTER, nil)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("network %q: the address learner: %w", nw.n.ID, err)
+	}
+	if err := bindLearnGroup(c, learnGroup(nw.n.ID)); err != nil {
+		c.Close()
+		return fmt.Errorf("network %q: the address learner (NFLOG group %d): %w", nw.n.ID, learnGroup(nw.n.ID), err)
+	}
+	nw.closers = append(nw.closers, c.Close)
+	nw.wg.Add(1)
+	go func() {
+		defer nw.wg.Done()
+		var failLog guestlog.Limit
+		for {
+			msgs, err := c.Receive()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) || isClosed(nw.stop) {
+					return
+				}
+				if ok, n := failLog.Allow(nw.alloc.Now()); ok {
+					nw.log.Warn("address learner: reading NFLOG", "err", err, "suppressed", n)
+				}
+				continue // (ENOBUFS: a burst was lost; the guests retry)
+			}
+			for _, m := range msgs {
+				if mac, ip, ok := nw.arpClaim(m); ok {
+					nw.learn(mac, ip)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// isClosed tells whether ch is closed.
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// bindLearnGroup binds c to NFLOG group, copying whole (short) packets.
+func bindLearnGroup(c *netlink.Conn, group uint16) error {
+	config := func(attrs func(*netlink.AttributeEncoder)) error {
+		ae := netlink.NewAttributeEncoder()
+		attrs(ae)
+		b, err := ae.Encode()
+		if err != nil {
+			return err
+		}
+		hdr := []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0}
+		binary.BigEndian.PutUint16(hdr[2:], group)
+		_, err = c.Execute(netlink.Message{
+			Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_ULOG<<8 | nfulnlMsgConfig), Flags: netlink.Request | netlink.Acknowledge},
+			Data:   append(hdr, b...),
+		})
+		return err
+	}
+	if err := config(func(ae *netlink.AttributeEncoder) { ae.Bytes(nfulaCfgCmd, []byte{nfulnlCfgCmdBind}) }); err != nil {
+		return err
+	}
+	mode := make([]byte, 6)
+	binary.BigEndian.PutUint32(mode, learnCopyRange)
+	mode[4] = nfulnlCopyPacket
+	return config(func(ae *netlink.AttributeEncoder) { ae.Bytes(nfulaCfgMode, mode) })
+}
+
+// arpClaim reads an NFLOG message: the sender MAC and address of an ARP
+// packet that came in on a port of this network's bridge.
+func (nw *Network) arpClaim(m netlink.Message) (net.HardwareAddr, netip.Addr, bool) {
+	if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_ULOG<<8|nfulnlMsgPacket) || len(m.Data) < 4 {
+		return nil, netip.Addr{}, false
+	}
+	ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+	if err != nil {
+		return nil, netip.Addr{}, false
+	}
+	ad.ByteOrder = binary.BigEndian
+	var payload []byte
+	var indev, physin uint32
+	for ad.Next() {
+		switch ad.Type() {
+		case nfulaPayload:
+			payload = ad.Bytes()
+		case nfulaIfindexIndev:
+			indev = ad.Uint32()
+		case nfulaIfindexPhysIn:
+			physin = ad.Uint32()
+		}
+	}
+	if ad.Err() != nil || len(payload) < arpHeaderLen || binary.BigEndian.Uint32(payload) != arpEthernetIPv4Types ||
+		payload[4] != 6 || payload[5] != 4 || !nw.onBridge(indev, physin) {
+		return nil, netip.Addr{}, false
+	}
+	mac := net.HardwareAddr(slices.Clone(payload[8:14]))
+	ip, _ := netip.AddrFromSlice(payload[14:18])
+	return mac, ip, true
+}
+
+// onBridge tells whether an NFLOG packet's devices are this network's
+// bridge or one of its ports (with bridge netfilter, indev is the bridge
+// and physin the port; without it, indev is the port).
+func (nw *Network) onBridge(indev, physin uint32) bool {
+	var ok bool
+	nw.inNS(func() error {
+		br, err := vnl.LinkByName(nw.n.Bridge())
+		if err != nil {
+			return err
+		}
+		if int(indev) == br.Attrs().Index {
+			ok = true
+			return nil
+		}
+		port := indev
+		if physin != 0 {
+			port = physin
+		}
+		l, err := vnl.LinkByIndex(int(port))
+		ok = err == nil && l.Attrs().MasterIndex == br.Attrs().Index
+		return nil
+	})
+	return ok
+}
+
+// learn binds ip to mac if the allocator lets it (Learn), and has the
+// guard, the VMs' egress policies and the forwards follow.
+func (nw *Network) learn(mac net.HardwareAddr, ip netip.Addr) {
+	if slices.Contains(nw.alloc.BoundTo(mac), ip) {
+		// Bound already (a copy that raced the binding): the guard
+		// may lag.
+		nw.guard.syncMAC(context.Background(), mac)
+		return
+	}
+	if _, err := nw.alloc.Learn(mac, ip); err != nil {
+		if ok, n := nw.learnLog.Allow(nw.alloc.Now()); ok {
+			nw.log.Info("address learner: refused", "mac", mac, "ip", ip, "err", err, "suppressed", n)
+		}
+		return
+	}
+	nw.log.Info("address learner: bound", "mac", mac, "ip", ip)
+	nw.bound(mac)
+	if nw.onLease != nil {
+		nw.onLease("address-learned", nw.n.ID, mac.String(), ip)
+	}
+}
