@@ -36,6 +36,9 @@ type Lease struct {
 	// Learned: the VM gave itself the address (a static address) and the
 	// guard's learner bound it (Learn); DHCP did not hand it out.
 	Learned bool `json:"learned,omitempty"`
+	// Released: the client gave the address back (DHCPRELEASE): it is
+	// not kept past its expiry for an attached VM.
+	Released bool `json:"released,omitempty"`
 }
 
 // leaseFile is the on-disk form of a network's leases: the snapshot. Seq
@@ -609,7 +612,7 @@ func (a *Allocator) free(ip netip.Addr, mac string, now time.Time, reclaim ...bo
 	if m, ok := a.byIP[ip]; ok && m != mac && now.Before(a.leases[m].Expiry) && !(reclaiming && a.leases[m].Learned) {
 		return false
 	}
-	if m, ok := a.byIP[ip]; ok && m != mac && a.present[m] && !reclaiming {
+	if m, ok := a.byIP[ip]; ok && m != mac && a.present[m] && !a.leases[m].Released && !reclaiming {
 		return false // kept for an attached VM whose lease expired
 	}
 	if m, ok := a.offered[ip]; ok && m != mac && now.Before(a.offers[m].until) {
@@ -924,7 +927,7 @@ func (a *Allocator) Release(mac net.HardwareAddr) error {
 		a.mu.Unlock()
 		return nil
 	}
-	l.Expiry = now.Truncate(time.Second)
+	l.Expiry, l.Released = now.Truncate(time.Second), true
 	if r, ok := a.refs[l.MAC]; ok {
 		r.exp = l.Expiry
 		heap.Fix(&a.byExpiry, r.idx)
@@ -1032,7 +1035,7 @@ func (a *Allocator) boundTo(m string, now time.Time) []netip.Addr {
 // for its VM, which is attached (SetPresent), as long as no other client
 // took the address over.
 func (a *Allocator) live(l *Lease, now time.Time) bool {
-	return now.Before(l.Expiry) || a.present[l.MAC] && a.byIP[l.IP] == l.MAC
+	return now.Before(l.Expiry) || a.present[l.MAC] && !l.Released && a.byIP[l.IP] == l.MAC
 }
 
 // SetPresent says whether the VM of mac is attached to the network (the

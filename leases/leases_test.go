@@ -293,3 +293,22 @@ func TestKeptWhileAttached(t *testing.T) {
 		t.Errorf("a detached VM's expired lease is bound: %v", got)
 	}
 }
+
+// TestReleasedNotKept: an attached VM that released its address (DHCP
+// RELEASE) gave it back: it is not kept past the release.
+func TestReleasedNotKept(t *testing.T) {
+	n := testNet("t", api.ModeHost, "10.9.0.0/24")
+	a := mustAllocator(t, n, "")
+	now := time.Unix(1_800_000_000, 0)
+	a.now = func() time.Time { return now }
+	vm := mustMAC("52:55:55:00:02:01")
+	lease(t, a, vm.String())
+	a.SetPresent(vm, true)
+	if err := a.Release(vm); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	if got := a.BoundTo(vm); len(got) != 0 {
+		t.Errorf("a released address is still bound: %v", got)
+	}
+}
