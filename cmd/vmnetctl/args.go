@@ -36,7 +36,7 @@ With --vmm lima it prints the networks: list of a lima instance (lima.yaml)
 whose attachments are ` + "`attach: stream`" + ` (lima's socket: networks on Linux).
 With --mac N it prints only the MAC address of the VM's attachment N.`
 	cmd.ValidArgsFunction = completeVMs(g)
-	cmd.Example = "  vmnetctl args web --vmm qemu\n  vmnetctl args web --vmm vfkit\n  vmnetctl args dev --vmm lima"
+	cmd.Example = "  vmnetctl args web --vmm qemu\n  vmnetctl args web --vmm vfkit"
 	cmd.Flags().StringVar(&vmm, "vmm", "qemu", "the VMM: "+strings.Join(controller.VMMs, ", "))
 	cmd.Flags().BoolVar(&fds, "fds", false, "qemu: use the descriptors that vmnetctl run passes (4, 5, ...) instead of sockets")
 	cmd.Flags().IntVar(&mac, "mac", 0, "print only the MAC address of attachment N")
