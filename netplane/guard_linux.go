@@ -410,8 +410,8 @@ func UnguardPort(ctx context.Context, n *api.Network, port string) error {
 		return nil
 	}
 	ps, err := readPortState(n.ID, port, "")
-	if err != nil || ps.index == 0 {
-		return err // (no such port: nothing of it to check)
+	if err != nil || ps.index == 0 || !ps.guarded && ps.held == "" {
+		return err // (no such port, or no guard: nothing to remove)
 	}
 	return unguardNL(n.ID, []portGuard{{index: ps.index, held: ps.held, keepClaim: ps.heldExpected}})
 }

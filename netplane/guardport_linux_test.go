@@ -322,3 +322,16 @@ func TestClaimsMemo(t *testing.T) {
 		t.Errorf("after a pass that rereads: p-a owns %v, p-b %v, want both", owns(macA, "p-a"), owns(macB, "p-b"))
 	}
 }
+
+// TestUnguardUnguarded: removing the guard of a port that has none (an
+// attachment that opted out, on a network whose guard table was never
+// made) changes nothing and succeeds (the bench's VM side failed on it:
+// "removing the guards of 1 ports: no such file or directory").
+func TestUnguardUnguarded(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "gz-host")
+	host.MustRun(t, "ip", "link", "add", "p-z", "type", "veth", "peer", "name", "p-y")
+	n := testNet("gz", api.ModeShared, "10.200.62.0/24")
+	mustDo(t, host, func() error { return UnguardPort(context.Background(), n, "p-z") })
+	mustDo(t, host, func() error { return UnguardPort(context.Background(), n, "p-gone") })
+}
