@@ -843,5 +843,9 @@ func maskBits(m netip.Addr) (int, bool) {
 
 // LearnsAddresses reports whether n's guard lets a VM use a free IPv4
 // address it gives itself (learnAddresses, on by default): routed networks
-// with vmnetctl's DHCP server, whose allocator keeps the addresses.
-func (n *Network) LearnsAddresses() bool { return n.Routed() && n.DHCP && !n.NoAddressLearning }
+// with vmnetctl's DHCP server, whose allocator keeps the addresses, and of
+// this host alone (across hosts, each host's allocator knows only its
+// slice: an address one learned could be another host's VM's).
+func (n *Network) LearnsAddresses() bool {
+	return n.Routed() && n.DHCP && !n.NoAddressLearning && n.VXLAN == nil
+}

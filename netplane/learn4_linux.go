@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	vnl "github.com/vishvananda/netlink"
@@ -31,25 +32,32 @@ import (
 
 // NFLOG's protocol (linux/netfilter/nfnetlink_log.h; x/sys lacks it).
 const (
-	nfulnlMsgPacket      = 0
-	nfulnlMsgConfig      = 1
-	nfulaIfindexIndev    = 4
-	nfulaIfindexPhysIn   = 6
-	nfulaPayload         = 9
-	nfulaCfgCmd          = 1
-	nfulaCfgMode         = 2
-	nfulnlCfgCmdBind     = 1
-	nfulnlCopyPacket     = 2
-	learnCopyRange       = 64 // an ARP packet is 28 bytes
-	arpLearnRate         = "10/second burst 20 packets"
-	learnGroupBase       = 0x5600
-	learnGroupSpan       = 0x0a00
+	nfulnlMsgPacket    = 0
+	nfulnlMsgConfig    = 1
+	nfulaIfindexIndev  = 4
+	nfulaIfindexPhysIn = 6
+	nfulaPayload       = 9
+	nfulaCfgCmd        = 1
+	nfulaCfgMode       = 2
+	nfulnlCfgCmdBind   = 1
+	nfulnlCopyPacket   = 2
+	learnCopyRange     = 64 // an ARP packet is 28 bytes
+	arpLearnRate       = "10/second burst 20 packets"
+	learnGroupBase     = 0x5600
+	learnGroupSpan     = 0xa9ff
+	// learnHold is how soon a MAC that learned an address may learn
+	// another: each binding costs a journal write and the guard's
+	// transaction, which a guest cycling addresses would ask for at the
+	// guard's rate.
+	learnHold            = 30 * time.Second
 	arpHeaderLen         = 28
 	arpEthernetIPv4Types = 0x0001_0800
 )
 
-// learnGroup is network id's NFLOG group: one of a range vmnetctl takes
-// (two networks may share one: the learner keeps its own bridge's ARPs).
+// learnGroup is network id's NFLOG group: one of a range vmnetctl takes.
+// The kernel lets one socket bind a group: a network whose group another
+// holds (a hash that collides, someone else's NFLOG user) runs without
+// learning, and says so.
 func learnGroup(id string) uint16 {
 	h := fnv.New32a()
 	h.Write([]byte(id))
@@ -79,7 +87,8 @@ func (nw *Network) startLearner4() error {
 	}
 	if err := bindLearnGroup(c, learnGroup(nw.n.ID)); err != nil {
 		c.Close()
-		return fmt.Errorf("network %q: the address learner (NFLOG group %d): %w", nw.n.ID, learnGroup(nw.n.ID), err)
+		nw.log.Warn("address learner: not running; VMs use only the addresses DHCP and their files give", "nflogGroup", learnGroup(nw.n.ID), "err", err)
+		return nil
 	}
 	nw.closers = append(nw.closers, c.Close)
 	nw.wg.Add(1)
@@ -209,15 +218,85 @@ func (nw *Network) learn(mac net.HardwareAddr, ip netip.Addr) {
 		nw.guard.syncMAC(context.Background(), mac)
 		return
 	}
-	if _, err := nw.alloc.Learn(mac, ip); err != nil {
+	refuse := func(err error) {
 		if ok, n := nw.learnLog.Allow(nw.alloc.Now()); ok {
 			nw.log.Info("address learner: refused", "mac", mac, "ip", ip, "err", err, "suppressed", n)
 		}
+	}
+	switch {
+	case !nw.hostsKnown.Load():
+		// Until the controller told the network its VMs (their fixed
+		// addresses, which VMs are attached), an address may look free
+		// that is a VM file's or an attached VM's kept lease.
+		refuse(errors.New("the network's VMs are not known yet"))
+		return
+	case !nw.learnHeld(mac):
+		refuse(fmt.Errorf("it learned an address less than %v ago", learnHold))
+		return
+	case !nw.allPortsGuarded():
+		// A port the guard does not check (spoofCheck: false, a link the
+		// user attached) may use addresses the allocator does not know.
+		refuse(errors.New("a port of the bridge is not guarded"))
 		return
 	}
-	nw.log.Info("address learner: bound", "mac", mac, "ip", ip)
+	if _, err := nw.alloc.Learn(mac, ip); err != nil {
+		refuse(err)
+		return
+	}
+	if ok, n := nw.learnLog.Allow(nw.alloc.Now()); ok {
+		nw.log.Info("address learner: bound", "mac", mac, "ip", ip, "suppressed", n)
+	}
 	nw.bound(mac)
 	if nw.onLease != nil {
 		nw.onLease("address-learned", nw.n.ID, mac.String(), ip)
 	}
+}
+
+// learnHeld tells whether mac may learn an address now (learnHold after
+// its last), and if so records that it does.
+func (nw *Network) learnHeld(mac net.HardwareAddr) bool {
+	nw.learnMu.Lock()
+	defer nw.learnMu.Unlock()
+	now := nw.alloc.Now()
+	if t, ok := nw.learnedAt[mac.String()]; ok && now.Sub(t) < learnHold {
+		return false
+	}
+	if nw.learnedAt == nil {
+		nw.learnedAt = map[string]time.Time{}
+	}
+	for m, t := range nw.learnedAt { // bounded: old entries go
+		if now.Sub(t) >= learnHold {
+			delete(nw.learnedAt, m)
+		}
+	}
+	nw.learnedAt[mac.String()] = now
+	return true
+}
+
+// allPortsGuarded tells whether the guard checks every port of the
+// network's bridge.
+func (nw *Network) allPortsGuarded() bool {
+	var ok bool
+	nw.inNS(func() error {
+		br, err := vnl.LinkByName(nw.n.Bridge())
+		if err != nil {
+			return err
+		}
+		links, err := briefLinks()
+		if err != nil {
+			return err
+		}
+		guarded, err := guardedPorts(nw.n.ID)
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			if l.Master == br.Attrs().Index && !guarded[uint32(l.Index)] {
+				return nil
+			}
+		}
+		ok = true
+		return nil
+	})
+	return ok
 }

@@ -12,14 +12,16 @@ import (
 // TestLearnAddress: a VM that gives itself a free address of the subnet
 // (no DHCP) reaches its gateway once its ARP announced it: the learner
 // bound it, as a lease marked learned. Another VM that claims that
-// address, or the gateway's, gets nothing; on a network with
-// `learnAddresses: false` a static address stays cut off.
+// address, or the gateway's, gets nothing, and nothing is learned while a
+// port of the bridge is not guarded; on a network with `learnAddresses:
+// false` a static address stays cut off.
 func TestLearnAddress(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
 	host := testutil.NewNS(t, "la-host")
 	n := testNet("la", api.ModeShared, "10.200.60.0/24")
 	nw := start(t, host, n, Options{StateDir: t.TempDir()})
+	nw.SetVMs(nil, nil) // as the controller does: the network's VMs are known
 	plug := func(name, mac, addr string) *testutil.NS {
 		t.Helper()
 		v := vm(t, host, name, mac, n.Bridge(), false)
@@ -51,11 +53,19 @@ func TestLearnAddress(t *testing.T) {
 	if got := nw.alloc.BoundTo(macB); len(got) != 0 {
 		t.Errorf("b was bound %v claiming the gateway's address", got)
 	}
+	// A port the guard does not check (spoofCheck: false) may use
+	// addresses nobody knows of: while there is one, nothing is learned.
+	vm(t, host, "u", "52:55:55:00:60:0e", n.Bridge(), false)
+	d := plug("d", "52:55:55:00:60:0d", "10.200.60.88")
+	if err := d.Ping(n.Gateway.String(), 3); err == nil {
+		t.Error("an address was learned beside an unguarded port")
+	}
 	// Strict: learnAddresses: false.
 	host2 := testutil.NewNS(t, "lb-host")
 	n2 := testNet("lb", api.ModeShared, "10.200.61.0/24")
 	n2.NoAddressLearning = true
 	nw2 := start(t, host2, n2, Options{StateDir: t.TempDir()})
+	nw2.SetVMs(nil, nil)
 	v := vm(t, host2, "c", "52:55:55:00:61:0c", n2.Bridge(), false)
 	mustDo(t, host2, func() error { return GuardPort(ctx, n2, "p-c", nil) })
 	v.MustRun(t, "ip", "addr", "add", "10.200.61.77/24", "dev", "eth0")

@@ -49,7 +49,10 @@ type Network struct {
 	reservedMu      sync.Mutex
 	reservedChanged []net.HardwareAddr
 	onLease         func(kind, network, mac string, ip netip.Addr)
-	learnLog        guestlog.Limit // the IPv4 learner's refusals
+	learnLog        guestlog.Limit // the IPv4 learner's lines
+	hostsKnown      atomic.Bool    // SetVMs was called: the learner may bind
+	learnMu         sync.Mutex
+	learnedAt       map[string]time.Time // by MAC: its last learned address (learnHeld)
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it); netns is it.
 	netns ns.NetNS
@@ -546,6 +549,7 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 // of that is not among them has gone (RemoveHost). The guard's
 // reservations change in one sync, if they changed.
 func (nw *Network) SetVMs(names []string, macs []net.HardwareAddr) {
+	defer nw.hostsKnown.Store(true)
 	nw.hosts.reserve(names)
 	keep := map[string]bool{}
 	for _, m := range macs {
