@@ -677,11 +677,22 @@ func (a *Allocator) pick(mac string, requested netip.Addr, now time.Time) (netip
 			return r.ip, nil
 		}
 	}
-	// And an address a VM gave itself (learned): DHCP's come first.
+	// And an address a VM gave itself (learned), the one learned longest
+	// ago (Offer and Commit must agree): DHCP's clients come first.
+	var learned []*Lease
 	for _, l := range a.leases {
 		if l.Learned && a.inRange(l.IP) && a.free(l.IP, mac, now, true) {
-			return l.IP, nil
+			learned = append(learned, l)
 		}
+	}
+	if len(learned) > 0 {
+		l := slices.MinFunc(learned, func(x, y *Lease) int {
+			if c := x.Expiry.Compare(y.Expiry); c != 0 {
+				return c
+			}
+			return x.IP.Compare(y.IP)
+		})
+		return l.IP, nil
 	}
 	return netip.Addr{}, ErrNoAddress
 }
@@ -892,7 +903,7 @@ func (a *Allocator) Decline(mac net.HardwareAddr, ip netip.Addr) error {
 	if !ip.IsValid() && ok {
 		ip = l.IP
 	}
-	if !ok || l.IP != ip || !now.Before(l.Expiry) {
+	if !ok || l.IP != ip || !a.live(l, now) {
 		a.mu.Unlock()
 		return fmt.Errorf("%s declined %s: %w", m, ip, ErrNotHolder)
 	}
@@ -923,7 +934,7 @@ func (a *Allocator) Release(mac net.HardwareAddr) error {
 	now := a.now()
 	a.sync(now)
 	l, ok := a.leases[mac.String()]
-	if !ok || !l.Expiry.After(now) {
+	if !ok || !a.live(l, now) {
 		a.mu.Unlock()
 		return nil
 	}
@@ -1026,7 +1037,12 @@ func (a *Allocator) boundTo(m string, now time.Time) []netip.Addr {
 		ips = append(ips, ip)
 	}
 	if l, ok := a.leases[m]; ok && a.live(l, now) && !slices.Contains(ips, l.IP) {
-		ips = append(ips, l.IP)
+		// Not an address fixed for another MAC since (a VM file's ip:,
+		// told after the lease was made): the address is never two
+		// MACs' in the guard.
+		if o, fixed := a.fixedIP[l.IP]; !fixed || o == m {
+			ips = append(ips, l.IP)
+		}
 	}
 	return ips
 }
