@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
 
 	"github.com/vmnetctl/vmnetctl/api"
 )
@@ -59,20 +58,11 @@ func ReadNetworks(path string) (source string, data []byte, err error) {
 // a device (/dev/zero), a FIFO or a socket is refused before any read, so
 // nothing blocks or streams without end. Errors name the file.
 func ReadFile(path string) ([]byte, error) {
-	// O_NONBLOCK: opening a FIFO with no writer must not block; it is
-	// refused below.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, _, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s); vmnetctl reads its input from regular files only", path, fileType(fi.Mode()))
-	}
 	data, err := io.ReadAll(io.LimitReader(f, api.MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

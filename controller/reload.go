@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
@@ -88,8 +89,16 @@ func (c *Controller) reload() (changed bool, err error) {
 		recs = append(recs, h.rec)
 	}
 	c.mu.Unlock()
-	if _, err := ComputeDesired(nets, projects, keptMACs(recs)); err != nil {
+	d, err := ComputeDesired(nets, projects, keptMACs(recs))
+	if err != nil {
 		return false, err
+	}
+	// The checks `up` makes of a project beyond its files (a forward of a
+	// port the host uses).
+	for _, p := range changedProjects {
+		if err := checkForwardPorts(d, p.Name); err != nil {
+			return false, err
+		}
 	}
 	if netsChanged {
 		if err := c.sd.SaveNetworks(*newSnap); err != nil {
@@ -131,7 +140,9 @@ func rereadNetworks(snap *statedir.NetworksSnapshot) (*statedir.NetworksSnapshot
 
 // rereadProject is p with its files' contents now, or p itself when
 // nothing changed or it has no files to read (an older record, without
-// their absolute paths, too). A file that is gone is an error.
+// their absolute paths, too). A project one of whose files is gone keeps
+// its record (`down -p` removes it); a file that is there but cannot be
+// read (config.ReadFile: regular files only) is an error.
 func rereadProject(p *statedir.Project) (*statedir.Project, error) {
 	if p.External || p.Holder != nil {
 		return p, nil
@@ -142,6 +153,9 @@ func rereadProject(p *statedir.Project) (*statedir.Project, error) {
 			continue
 		}
 		data, err := config.ReadFile(f.Abs)
+		if errors.Is(err, fs.ErrNotExist) {
+			return p, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("project %s: reading %s again: %w", p.Name, f.Abs, err)
 		}
