@@ -15,8 +15,9 @@ import (
 // resolved against (networks.json), the DHCP servers' leases and this
 // host's WireGuard key. A state dir under volatileRoot (a tmpfs: root's
 // default, /run/vmnetctl, and $XDG_RUNTIME_DIR's) keeps them under
-// persistentRoot instead, at the state dir's path below /run
-// (/run/vmnetctl: /var/lib/vmnetctl/run/vmnetctl); any other state dir
+// /var/lib/vmnetctl (root) or ~/.local/share/vmnetctl (a user) instead,
+// at the state dir's path below /run (/run/vmnetctl:
+// /var/lib/vmnetctl/run/vmnetctl); any other state dir
 // keeps them in itself. So a host that reboots finds its projects again,
 // and the controller the service starts at boot brings their networks
 // and helpers back (docs/controller.md, "Reboots").
@@ -40,7 +41,7 @@ func isKept(name string) bool {
 }
 
 // KeepDir is where the state dir keeps what must outlive a reboot: Keep if
-// set, else under /var/lib/vmnetctl (root) or ~/.local/state/vmnetctl
+// set, else under /var/lib/vmnetctl (root) or ~/.local/share/vmnetctl
 // (another user) for a state dir under /run, else the state dir itself.
 func (d Dir) KeepDir() string {
 	if d.Keep != "" {
@@ -62,7 +63,9 @@ func keepDir(dir string, euid int, home string) string {
 		if home == "" {
 			return dir // nowhere better
 		}
-		base = filepath.Join(home, ".local", "state", "vmnetctl")
+		// Not under ~/.local/state/vmnetctl, the user's default state
+		// dir without $XDG_RUNTIME_DIR, whose cleanup would remove it.
+		base = filepath.Join(home, ".local", "share", "vmnetctl")
 	}
 	return filepath.Join(base, volatileRoot, rel)
 }

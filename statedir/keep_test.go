@@ -7,7 +7,7 @@ import (
 )
 
 // TestKeepDirRule: a state dir under /run keeps what outlives a reboot
-// under /var/lib/vmnetctl (root) or ~/.local/state/vmnetctl (a user) at its
+// under /var/lib/vmnetctl (root) or ~/.local/share/vmnetctl (a user) at its
 // path below /run; any other state dir keeps it in itself.
 func TestKeepDirRule(t *testing.T) {
 	for _, tc := range []struct {
@@ -17,7 +17,7 @@ func TestKeepDirRule(t *testing.T) {
 		want string
 	}{
 		{"/run/vmnetctl", 0, "/root", "/var/lib/vmnetctl/run/vmnetctl"},
-		{"/run/user/1000/vmnetctl", 1000, "/home/u", "/home/u/.local/state/vmnetctl/run/user/1000/vmnetctl"},
+		{"/run/user/1000/vmnetctl", 1000, "/home/u", "/home/u/.local/share/vmnetctl/run/user/1000/vmnetctl"},
 		{"/run/user/1000/vmnetctl", 1000, "", "/run/user/1000/vmnetctl"},
 		{"/home/u/.local/state/vmnetctl", 1000, "/home/u", "/home/u/.local/state/vmnetctl"},
 		{"/tmp/sd", 0, "/root", "/tmp/sd"},

@@ -28,7 +28,7 @@ func TestCleanKeepsWireGuardKey(t *testing.T) {
 }
 
 // The key outlives a reboot: a state dir under /run (a tmpfs) keeps it
-// under /var/lib/vmnetctl (root) or ~/.local/state/vmnetctl (a user), at
+// under /var/lib/vmnetctl (root) or ~/.local/share/vmnetctl (a user), at
 // the state dir's path; any other in itself.
 func TestWireGuardKeyPath(t *testing.T) {
 	for _, tc := range []struct {
@@ -39,7 +39,7 @@ func TestWireGuardKeyPath(t *testing.T) {
 	}{
 		{Root, 0, "/root", "/var/lib/vmnetctl/run/vmnetctl/wireguard.key"},
 		{"/run/other", 0, "/root", "/var/lib/vmnetctl/run/other/wireguard.key"},
-		{"/run/user/1000/vmnetctl", 1000, "/home/u", "/home/u/.local/state/vmnetctl/run/user/1000/vmnetctl/wireguard.key"},
+		{"/run/user/1000/vmnetctl", 1000, "/home/u", "/home/u/.local/share/vmnetctl/run/user/1000/vmnetctl/wireguard.key"},
 		{"/run/user/1000/vmnetctl", 1000, "", "/run/user/1000/vmnetctl/wireguard.key"},
 		{"/var/lib/x", 0, "/root", "/var/lib/x/wireguard.key"},
 		{"/home/u/.local/state/vmnetctl", 1000, "/home/u", "/home/u/.local/state/vmnetctl/wireguard.key"},
