@@ -312,3 +312,23 @@ func TestReleasedNotKept(t *testing.T) {
 		t.Errorf("a released address is still bound: %v", got)
 	}
 }
+
+// TestFixedWinsOverLease: an address fixed for a VM after another MAC got
+// a lease on it (a network's start, before the controller told it the
+// files) is bound to the VM alone.
+func TestFixedWinsOverLease(t *testing.T) {
+	n := testNet("t", api.ModeHost, "10.9.0.0/24")
+	a := mustAllocator(t, n, "")
+	other, vm := mustMAC("52:55:55:00:03:01"), mustMAC("52:55:55:00:03:02")
+	got := lease(t, a, other.String())
+	a.SetPresent(other, true)
+	if err := a.SetFixed(vm, got); err != nil {
+		t.Fatal(err)
+	}
+	if b := a.BoundTo(other); len(b) != 0 {
+		t.Errorf("the lease's MAC is still bound to %v, now %s's fixed address", b, vm)
+	}
+	if b := a.BoundTo(vm); len(b) != 1 || b[0] != got {
+		t.Errorf("the VM is bound to %v, want %s", b, got)
+	}
+}
