@@ -199,6 +199,9 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 		}
 		for _, g := range strays {
 			deleteElement(tx, &knftables.Element{Set: guardPortMACs, Key: []string{strconv.FormatUint(uint64(g.index), 10), g.held}})
+			if !g.keepClaim {
+				deleteElement(tx, &knftables.Element{Set: guardClaimed, Key: []string{g.held}})
+			}
 		}
 	})
 	claimsMemo.Delete(n.ID)

@@ -388,10 +388,20 @@ func readStrays(id string) ([]portGuard, error) {
 	if err != nil {
 		return nil, err
 	}
-	held := map[uint32]string{}
+	held, heldMACs := map[uint32]string{}, map[string]bool{}
 	for _, e := range hs {
 		if len(e.Key) >= 4 && len(e.Val) >= 6 {
-			held[binary.NativeEndian.Uint32(e.Key)] = net.HardwareAddr(e.Val[:6]).String()
+			mac := net.HardwareAddr(e.Val[:6]).String()
+			held[binary.NativeEndian.Uint32(e.Key)], heldMACs[mac] = mac, true
+		}
+	}
+	expected, err := guardSetElements(id, guardExpected)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range expected {
+		if len(e.Key) >= 6 {
+			heldMACs[net.HardwareAddr(e.Key[:6]).String()] = true
 		}
 	}
 	var out []portGuard
@@ -401,7 +411,9 @@ func readStrays(id string) ([]portGuard, error) {
 		}
 		index, mac := binary.NativeEndian.Uint32(e.Key), net.HardwareAddr(e.Key[4:10]).String()
 		if held[index] != mac {
-			out = append(out, portGuard{index: index, held: mac})
+			// Its claim goes too, unless a port holds the MAC or is
+			// expected to.
+			out = append(out, portGuard{index: index, held: mac, keepClaim: heldMACs[mac]})
 		}
 	}
 	return out, nil

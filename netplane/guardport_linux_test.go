@@ -271,8 +271,8 @@ func TestPruneGuards(t *testing.T) {
 
 // TestGuardStrays: a port that the guard lets send from a second MAC (as a
 // VMM writing one port's frames from two threads could make it learn)
-// fails Check, and Ensure takes the second MAC away, the one it holds
-// kept.
+// fails Check, and Ensure takes the second MAC away, and its claim, the
+// one it holds kept.
 func TestGuardStrays(t *testing.T) {
 	needRoot(t)
 	host, n, _ := g6Lab(t, "gs")
@@ -287,6 +287,7 @@ func TestGuardStrays(t *testing.T) {
 		t.Fatalf("Check of a port holding one MAC: %v", errs)
 	}
 	host.MustRun(t, "nft", "add", "element", "bridge", TableName(n.ID), guardPortMACs, "{", idx, ".", second, "}")
+	host.MustRun(t, "nft", "add", "element", "bridge", TableName(n.ID), guardClaimed, "{", second, "}")
 	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
 	if len(errs) == 0 || !strings.Contains(errs[0].Error(), second) {
 		t.Fatalf("Check of a port allowed a second MAC: %v", errs)
@@ -294,6 +295,9 @@ func TestGuardStrays(t *testing.T) {
 	mustDo(t, host, func() error { return ensureGuardTable(context.Background(), n) })
 	if setHas(t, host, n.ID, guardPortMACs, idx, ".", second) || !setHas(t, host, n.ID, guardPortMACs, idx, ".", own) {
 		t.Errorf("after Ensure:\n%s", host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardPortMACs))
+	}
+	if setHas(t, host, n.ID, guardClaimed, second) {
+		t.Errorf("the second MAC is still claimed after Ensure")
 	}
 }
 
