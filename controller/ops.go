@@ -293,7 +293,7 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 		if err != nil {
 			return err
 		}
-		if !o.Force {
+		if !o.Force && networksChanged(env.StateDir, in.Networks) {
 			if err := checkOthersNetworks(env.StateDir, d, l.project.Name); err != nil {
 				return err
 			}
@@ -317,6 +317,15 @@ func checkOthersNetworks(sd statedir.Dir, desired *Desired, project string) erro
 		return nil
 	}
 	return fmt.Errorf("%s; `vmnetctl plan` shows the change, and up --force makes it", strings.Join(hit, "; "))
+}
+
+// networksChanged tells whether snap is not the networks.yaml of record:
+// only then may an up change networks other projects use (a VM more or
+// less changes none), and only then is it worth planning against every
+// attachment that runs (runtime.json and the plan grow with the fleet).
+func networksChanged(sd statedir.Dir, snap statedir.NetworksSnapshot) bool {
+	rec, err := sd.Networks()
+	return err != nil || rec == nil || rec.Source != snap.Source || !bytes.Equal(rec.Data, snap.Data)
 }
 
 // othersNetworks says, one sentence each, which networks that other
