@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -49,7 +50,9 @@ func Describe(ctx context.Context, sd statedir.Dir, vm string) (*Description, er
 	d := &Description{VM: vm, Controller: st.Controller, Attachments: []AttachmentDescription{}}
 	var names []string
 	for _, a := range st.Attachments {
-		names = append(names, a.VM)
+		if !slices.Contains(names, a.VM) {
+			names = append(names, a.VM) // a VM of several attachments once
+		}
 		if a.VM != vm {
 			continue
 		}

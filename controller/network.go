@@ -146,6 +146,20 @@ func NetworkDelete(ctx context.Context, env Env, id string) (*NetworkDeleted, er
 		res.WasKept = res.WasKept || p.Name == statedir.NetworkProjectPrefix+id
 	}
 	if !res.WasKept {
+		// A network that exists (of record, or of networks.yaml) and is
+		// not kept: deleting it twice is fine. One that does not exist
+		// is an error.
+		in, err := ReadInput("", nil, "", "")
+		if err != nil {
+			return nil, err
+		}
+		nets, err := networksOf(env, in)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := lookupNetwork(nets, id); err != nil {
+			return nil, err
+		}
 		if env.Stdout != nil {
 			fmt.Fprintf(env.Stdout, "network %s is not kept (network create makes one)\n", id)
 		}

@@ -63,7 +63,11 @@ func (r *Report) Render(w io.Writer) error {
 	if r.Problems == 0 {
 		fmt.Fprintln(w, "\nNo problems found.")
 	} else {
-		fmt.Fprintf(w, "\n%d problem(s) found.\n", r.Problems)
+		noun := "problems"
+		if r.Problems == 1 {
+			noun = "problem"
+		}
+		fmt.Fprintf(w, "\n%d %s found.\n", r.Problems, noun)
 	}
 	return nil
 }

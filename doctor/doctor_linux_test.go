@@ -100,7 +100,7 @@ func TestDoctorFindsTrouble(t *testing.T) {
 	}
 	var out strings.Builder
 	r.Render(&out)
-	if !strings.Contains(out.String(), "problem(s) found") || !strings.Contains(out.String(), "iptables -I FORWARD -o vmn-+ -j ACCEPT") {
+	if !strings.Contains(out.String(), "problems found.") || !strings.Contains(out.String(), "iptables -I FORWARD -o vmn-+ -j ACCEPT") {
 		t.Errorf("rendered report:\n%s", out.String())
 	}
 }

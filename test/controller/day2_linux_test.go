@@ -490,6 +490,10 @@ func TestNetworkVerbs(t *testing.T) {
 	if out := h.MustVmnetctl("network", "delete", "isolated"); out != "network isolated is not kept (network create makes one)\n" {
 		t.Errorf("network delete of a network not kept printed %q", out)
 	}
+	// A network that does not exist is an error, not "not kept".
+	if out, err := h.Vmnetctl("network", "delete", "nosuch"); err == nil || !strings.Contains(err.Error(), `network "nosuch" is not defined`) {
+		t.Errorf("network delete nosuch: %v\n%s", err, out)
+	}
 	if out := h.MustVmnetctl("down", "--all"); !strings.Contains(out, "Everything is down.") {
 		t.Errorf("down --all:\n%s", out)
 	}
