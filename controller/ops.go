@@ -603,7 +603,11 @@ func projectsToRemove(env Env, o RemoveOptions) ([]string, error) {
 	}
 	in := o.Input
 	if in == nil || (in.Project == "" && len(in.Files) == 0) {
-		return nil, errors.New("name a project with -p NAME or -f FILE")
+		names, _ := env.StateDir.ProjectNames()
+		if len(names) == 0 {
+			return nil, errors.New("name a project with -p NAME or -f FILE, or --all for every project (none is up)")
+		}
+		return nil, fmt.Errorf("name a project with -p NAME or -f FILE, or --all for every project (up: %s)", strings.Join(names, ", "))
 	}
 	if in.Project != "" {
 		return []string{in.Project}, nil
