@@ -24,12 +24,7 @@ func Validate(env Env, in *Input, backendName string) (*Validation, error) {
 	if err != nil {
 		return nil, err
 	}
-	nets, diags := api.LoadNetworks(in.Networks.Source, in.Networks.Data)
-	pp, fdiags := parseProject(&statedir.Project{Files: in.Files, VMName: in.VMName})
-	diags = append(diags, fdiags...)
-	if nets != nil {
-		diags = append(diags, api.Resolve(nets, pp.files)...)
-	}
+	nets, pp, diags := validateFiles(in)
 	env.warn(diags)
 	if err := diags.Err(); err != nil {
 		return nil, err
@@ -56,6 +51,97 @@ func Validate(env Env, in *Input, backendName string) (*Validation, error) {
 		return nil, fmt.Errorf("%d setting%s the %s backend would refuse (above)", refused, plural(refused), be.Name())
 	}
 	return &Validation{Networks: nets, Files: pp.files}, nil
+}
+
+// validateFiles parses networks.yaml and the VM files of in and resolves
+// them against each other: every problem, at once.
+func validateFiles(in *Input) (*api.Networks, parsedProject, api.Diagnostics) {
+	nets, diags := api.LoadNetworks(in.Networks.Source, in.Networks.Data)
+	pp, fdiags := parseProject(&statedir.Project{Files: in.Files, VMName: in.VMName})
+	diags = append(diags, fdiags...)
+	if nets != nil {
+		diags = append(diags, api.Resolve(nets, pp.files)...)
+	}
+	return nets, pp, diags
+}
+
+// ValidationReport is `vmnetctl validate --json`: every problem of the
+// files (and what the backend would refuse or not honour), each as an
+// object, and what is valid.
+type ValidationReport struct {
+	Valid       bool                  `json:"valid"`
+	Problems    []ValidationProblem   `json:"problems"`
+	Networks    int                   `json:"networks"`
+	Attachments []ValidatedAttachment `json:"attachments"`
+}
+
+// ValidationProblem is one problem: FILE:LINE: field: message.
+type ValidationProblem struct {
+	File     string `json:"file,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Field    string `json:"field,omitempty"`
+	Message  string `json:"message"`
+	Severity string `json:"severity"` // error or warning
+}
+
+// ValidatedAttachment is one VM attachment the files define.
+type ValidatedAttachment struct {
+	VM        string `json:"vm"`
+	Network   string `json:"network"`
+	MAC       string `json:"mac"`
+	Attach    string `json:"attach"`
+	IP        string `json:"ip,omitempty"`
+	Interface string `json:"interface,omitempty"`
+}
+
+// ValidateReport is Validate as a report: the files' problems are in it,
+// not an error (which is only for what kept it from looking: an unknown
+// backend).
+func ValidateReport(env Env, in *Input, backendName string) (*ValidationReport, error) {
+	be, err := BackendByName(backendName)
+	if err != nil {
+		return nil, err
+	}
+	nets, pp, diags := validateFiles(in)
+	r := &ValidationReport{Problems: []ValidationProblem{}, Attachments: []ValidatedAttachment{}}
+	for _, d := range diags {
+		sev := "error"
+		if d.Severity == api.SeverityWarning {
+			sev = "warning"
+		}
+		r.Problems = append(r.Problems, ValidationProblem{File: d.File, Line: d.Line, Field: d.Field, Message: d.Message, Severity: sev})
+	}
+	r.Valid = diags.Err() == nil
+	if !r.Valid {
+		return r, nil
+	}
+	if err := checkSocketPaths(env.StateDir, pp.files); err != nil {
+		r.Valid = false
+		r.Problems = append(r.Problems, ValidationProblem{Message: err.Error(), Severity: "error"})
+		return r, nil
+	}
+	var atts []*api.Attachment
+	for _, vf := range pp.files {
+		for _, vm := range vf.VMs {
+			for _, a := range vm.Attachments {
+				atts = append(atts, a)
+				va := ValidatedAttachment{VM: vm.Name, Network: a.Network, MAC: a.MAC, Attach: string(a.Attach), Interface: a.Interface}
+				if a.IP.IsValid() {
+					va.IP = a.IP.String()
+				}
+				r.Attachments = append(r.Attachments, va)
+			}
+		}
+	}
+	r.Networks = len(nets.Networks)
+	for _, l := range be.Limits(nets.Networks, atts) {
+		sev := "warning"
+		if l.Refused {
+			sev, r.Valid = "error", false
+		}
+		r.Problems = append(r.Problems, ValidationProblem{Message: l.Message, Severity: sev})
+	}
+	return r, nil
 }
 
 // Render writes what is valid and every VM attachment, as a table.

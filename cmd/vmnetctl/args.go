@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -9,7 +10,17 @@ import (
 	"github.com/vmnetctl/vmnetctl/controller"
 )
 
+// vmmArgs is `vmnetctl args --json`: line is what the command prints
+// without --json (shell-quoted words; for firecracker its JSON, for lima
+// its YAML).
+type vmmArgs struct {
+	VM   string `json:"vm"`
+	VMM  string `json:"vmm"`
+	Line string `json:"line"`
+}
+
 func newArgsCommand(g *globals, s streams) *cobra.Command {
+	out := &output{}
 	var vmm string
 	var fds bool
 	var mac int
@@ -23,11 +34,15 @@ func newArgsCommand(g *globals, s streams) *cobra.Command {
 				}
 				return err
 			}
-			out, err := controller.VMMArgs(cmd.Context(), sd, args[0], vmm, fds)
-			if err == nil {
-				fmt.Fprintln(s.out, strings.Join(out, " "))
+			words, err := controller.VMMArgs(cmd.Context(), sd, args[0], vmm, fds)
+			if err != nil {
+				return err
 			}
-			return err
+			line := strings.Join(words, " ")
+			return out.print(s.out, vmmArgs{VM: args[0], VMM: vmm, Line: line}, func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, line)
+				return err
+			})
 		})
 	cmd.Long = `args prints the exact arguments a VMM needs to use the VM's attachments, as
 ` + "`vmnetctl up`" + ` set them up (see docs/vmms.md). With --fds, for qemu under
@@ -37,6 +52,7 @@ whose attachments are ` + "`attach: stream`" + ` (lima's socket: networks on Lin
 With --mac N it prints only the MAC address of the VM's attachment N.`
 	cmd.ValidArgsFunction = completeVMs(g)
 	cmd.Example = "  vmnetctl args web --vmm qemu\n  vmnetctl args web --vmm vfkit"
+	out.bind(cmd, "print JSON: {vm, vmm, line}")
 	cmd.Flags().StringVar(&vmm, "vmm", "qemu", "the VMM: "+strings.Join(controller.VMMs, ", "))
 	cmd.Flags().BoolVar(&fds, "fds", false, "qemu: use the descriptors that vmnetctl run passes (4, 5, ...) instead of sockets")
 	cmd.Flags().IntVar(&mac, "mac", 0, "print only the MAC address of attachment N")

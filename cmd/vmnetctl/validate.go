@@ -8,12 +8,26 @@ import (
 
 func newValidateCommand(g *globals, s streams) *cobra.Command {
 	f := &vmFileFlags{}
+	out := &output{}
 	var backend string
-	cmd := command("validate [-f FILE]... [--networks FILE]", "Check networks.yaml and VM files, reporting every problem with its file and line",
+	cmd := command("validate [-f FILE]... [--networks FILE] [--json]", "Check networks.yaml and VM files, reporting every problem with its file and line",
 		cobra.NoArgs, func(*cobra.Command, []string) error {
 			in, err := f.input(g)
 			if err != nil {
 				return err
+			}
+			if out.json {
+				r, err := controller.ValidateReport(g.env(s), in, backend)
+				if err != nil {
+					return err
+				}
+				if err := out.print(s.out, r, nil); err != nil {
+					return err
+				}
+				if !r.Valid {
+					return exitError{code: 1}
+				}
+				return nil
 			}
 			v, err := controller.Validate(g.env(s), in, backend)
 			if err != nil {
@@ -23,5 +37,6 @@ func newValidateCommand(g *globals, s streams) *cobra.Command {
 		})
 	f.bind(cmd, false)
 	bindBackend(cmd, &backend)
+	out.bind(cmd, "print JSON: {valid, problems: [{file, line, field, message, severity}], networks, attachments}; exit status 1 unless valid")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 
@@ -44,15 +45,28 @@ func versionOf(set string, bi *debug.BuildInfo) string {
 	return "v" + release + "-dev"
 }
 
+// versionInfo is `vmnetctl version --json`.
+type versionInfo struct {
+	Version  string `json:"version"`
+	Commit   string `json:"commit"`
+	Platform string `json:"platform"`
+}
+
 func newVersionCommand(s streams) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
+	out := &output{}
+	cmd := &cobra.Command{
+		Use:   "version [--json]",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			// The same two lines vmnet-helper --version prints, then the platform.
-			fmt.Fprintf(s.out, "version: %s\ncommit: %s\nplatform: %s/%s\n", version, controller.BuildCommit(), runtime.GOOS, runtime.GOARCH)
-			return nil
+			v := versionInfo{Version: version, Commit: controller.BuildCommit(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+			return out.print(s.out, v, func(w io.Writer) error {
+				// The same two lines vmnet-helper --version prints, then the platform.
+				_, err := fmt.Fprintf(w, "version: %s\ncommit: %s\nplatform: %s\n", v.Version, v.Commit, v.Platform)
+				return err
+			})
 		},
 	}
+	out.bind(cmd, "print JSON: {version, commit, platform}")
+	return cmd
 }
