@@ -322,8 +322,16 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 	}
 	errsBefore := len(w.diags.Errors())
 	at := func(k string) string { return joinPath(path, k) }
-	// Mode first: what else is allowed depends on it.
+	// Mode first: what else is allowed depends on it. An unknown mode
+	// hides only what depends on it: the addresses are checked all the
+	// same, every problem at once.
 	if !w.mode(n, key, f, at) {
+		_, hasSubnet := f["subnet"]
+		_, hasGateway := f["gateway"]
+		_, hasMask := f["netmask"]
+		if hasSubnet || hasGateway || hasMask {
+			w.addresses(&Network{ID: n.ID}, f, at)
+		}
 		return nil
 	}
 	w.settings(n, f, at)
@@ -551,22 +559,25 @@ func (w *walker) addresses(n *Network, f map[string]*yaml.Node, at func(string) 
 		}
 		w.checkHost(n, n.Gateway, sv, at("subnet"))
 	case hasGateway:
-		gw, ok := w.ipv4(gv, at("gateway"))
-		if !ok {
-			return
-		}
-		bits := 24
+		// The gateway and the netmask are checked each on its own: both
+		// wrong, both are reported.
+		gw, gwOK := w.ipv4(gv, at("gateway"))
+		bits, maskOK := 24, true
 		if hasMask {
 			m, ok := w.ipv4(mv, at("netmask"))
-			if !ok {
-				return
+			if ok {
+				b, ok := maskBits(m)
+				if !ok || b < 8 || b > 30 {
+					w.errorf(mv, at("netmask"), "%s is not a netmask between /8 and /30 (like 255.255.255.0)", m)
+					maskOK = false
+				}
+				bits = b
+			} else {
+				maskOK = false
 			}
-			b, ok := maskBits(m)
-			if !ok || b < 8 || b > 30 {
-				w.errorf(mv, at("netmask"), "%s is not a netmask between /8 and /30 (like 255.255.255.0)", m)
-				return
-			}
-			bits = b
+		}
+		if !gwOK || !maskOK {
+			return
 		}
 		n.Subnet = netip.PrefixFrom(gw, bits).Masked()
 		n.Gateway = gw

@@ -231,14 +231,18 @@ func firstKey(n *yaml.Node) string {
 }
 
 func (w *walker) vm(k, v *yaml.Node, path string) *VM {
-	if msg := checkVMName(k.Value); msg != "" {
-		w.errorf(k, path, "VM name %s", msg)
-		return nil
+	badName := checkVMName(k.Value)
+	if badName != "" {
+		w.errorf(k, path, "VM name %s", badName)
 	}
 	vm := &VM{Name: k.Value, Source: Source{File: w.file, Line: k.Line}}
+	// Its entries are checked whatever its name: every problem at once.
 	w.mapping(v, path, map[string]fieldFunc{
 		"networks": func(_, v *yaml.Node, path string) { w.entries(vm, v, path) },
 	}, false)
+	if badName != "" {
+		return nil
+	}
 	return vm
 }
 

@@ -1,0 +1,33 @@
+package api
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestEveryMistakeAtOnce: independent mistakes of one file are all
+// reported in one pass (issue 36): an unknown mode, a gateway that is no
+// address and a netmask that is no netmask; a VM whose name is invalid
+// has its entries checked all the same.
+func TestEveryMistakeAtOnce(t *testing.T) {
+	_, diags := LoadNetworks("n.yaml", []byte("vmnet:\n  lab:\n    mode: hostt\n    gateway: 192.168.121.300\n    netmask: 255.0.255.0\n"))
+	errs := diags.Errors()
+	for _, want := range []string{"n.yaml:3", "n.yaml:4", "n.yaml:5"} {
+		found := false
+		for _, d := range errs {
+			found = found || strings.HasPrefix(d.String(), want+":")
+		}
+		if !found {
+			t.Errorf("no error at %s; got %d: %v", want, len(errs), errs)
+		}
+	}
+	if len(errs) != 3 {
+		t.Errorf("%d errors for 3 mistakes: %v", len(errs), errs)
+	}
+
+	_, vdiags := LoadVMFile("v.yaml", []byte("vms:\n  \"bad name\":\n    networks:\n      - vmnet: shared\n        macAddress: nope\n"), VMFileOptions{})
+	verrs := vdiags.Errors()
+	if len(verrs) != 2 || !strings.Contains(verrs[0].String()+verrs[1].String(), "macAddress") {
+		t.Errorf("a VM with a bad name and a bad MAC: %d errors: %v", len(verrs), verrs)
+	}
+}
