@@ -164,12 +164,40 @@ func lastEvent(sd statedir.Dir, match func(Event) bool) *Event {
 // asJSON) one JSON object per line; with follow it then writes new ones as
 // they come until ctx ends.
 func Events(ctx context.Context, sd statedir.Dir, asJSON, follow bool, w io.Writer) error {
+	return EventsTail(ctx, sd, TailOptions{JSON: asJSON, Follow: follow}, w)
+}
+
+// ParseSince is `--since`: "" for none, a duration before now (10m), or a
+// time (RFC 3339).
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("--since %q is neither a duration (10m, 2h) nor a time (2026-12-05T08:00:00Z)", s)
+}
+
+// EventsTail is Events with TailOptions: the last o.Tail events, those
+// since o.Since.
+func EventsTail(ctx context.Context, sd statedir.Dir, o TailOptions, w io.Writer) error {
 	src := &logSource{path: sd.EventsLog()}
 	out := w
-	if !asJSON {
+	if !o.JSON {
 		out = &eventPrinter{w: w}
 	}
-	return tailSources(ctx, []*logSource{src}, out, follow)
+	var keep func([]byte) bool
+	if !o.Since.IsZero() {
+		keep = func(line []byte) bool {
+			var ev Event
+			return json.Unmarshal(line, &ev) == nil && !ev.Time.Before(o.Since)
+		}
+	}
+	return tailWith(ctx, []*logSource{src}, out, o, keep)
 }
 
 // eventPrinter turns JSON event lines into lines for people.

@@ -70,6 +70,21 @@ func lineTime(line string) *time.Time {
 // they come until ctx ends; a log that was rotated (it shrank) is read
 // again from its start.
 func Logs(ctx context.Context, sd statedir.Dir, vm string, follow, asJSON bool, w io.Writer) error {
+	return LogsTail(ctx, sd, vm, TailOptions{Follow: follow, JSON: asJSON}, w)
+}
+
+// TailOptions say what of a log `logs` and `events` print: with Tail > 0
+// only the last Tail lines there are (then, with Follow, every new one),
+// with Since only those from then on (lines that carry their time).
+type TailOptions struct {
+	Follow, JSON bool
+	Tail         int
+	Since        time.Time
+}
+
+// LogsTail is Logs with TailOptions.
+func LogsTail(ctx context.Context, sd statedir.Dir, vm string, o TailOptions, w io.Writer) error {
+	asJSON := o.JSON
 	var sources []*logSource
 	if vm == "" {
 		src := &logSource{path: sd.ControllerLog()}
@@ -95,7 +110,63 @@ func Logs(ctx context.Context, sd statedir.Dir, vm string, follow, asJSON bool, 
 			return fmt.Errorf("VM %q is not up in %s (see `vmnetctl status`)%s", vm, sd.Path, suggestVM(d, vm))
 		}
 	}
-	return tailSources(ctx, sources, w, follow)
+	return tailWith(ctx, sources, w, o, nil)
+}
+
+// tailWith is tailSources with o's Tail and Since: what the sources hold
+// now goes through a ring of the last Tail lines (keep, if set, says
+// whether a line is recent enough), then new lines as they come.
+func tailWith(ctx context.Context, sources []*logSource, w io.Writer, o TailOptions, keep func(line []byte) bool) error {
+	if o.Tail <= 0 && keep == nil {
+		return tailSources(ctx, sources, w, o.Follow)
+	}
+	ring := &lineRing{max: o.Tail, keep: keep}
+	for _, s := range sources {
+		if err := s.copyNew(ring); err != nil {
+			return err
+		}
+	}
+	for _, l := range ring.lines {
+		if _, err := w.Write(l); err != nil {
+			return err
+		}
+	}
+	if !o.Follow {
+		return nil
+	}
+	return tailSources(ctx, sources, &lineFilter{w: w, keep: keep}, true)
+}
+
+// lineRing keeps the last max lines written to it (all with max 0) that
+// keep (if set) keeps.
+type lineRing struct {
+	max   int
+	keep  func([]byte) bool
+	lines [][]byte
+}
+
+func (r *lineRing) Write(b []byte) (int, error) {
+	if r.keep != nil && !r.keep(b) {
+		return len(b), nil
+	}
+	r.lines = append(r.lines, append([]byte(nil), b...))
+	if r.max > 0 && len(r.lines) > r.max {
+		r.lines = r.lines[1:]
+	}
+	return len(b), nil
+}
+
+// lineFilter passes on the lines keep keeps.
+type lineFilter struct {
+	w    io.Writer
+	keep func([]byte) bool
+}
+
+func (f *lineFilter) Write(b []byte) (int, error) {
+	if f.keep != nil && !f.keep(b) {
+		return len(b), nil
+	}
+	return f.w.Write(b)
 }
 
 // tailSources writes what the sources hold, and with follow then what is

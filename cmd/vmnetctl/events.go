@@ -3,6 +3,7 @@ package main
 import (
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,12 +12,20 @@ import (
 
 func newEventsCommand(g *globals, s streams) *cobra.Command {
 	var follow, asJSON bool
-	cmd := command("events [-f] [--json]", "Print what happened: networks up and removed, drift found and repaired, helpers started, exited and failed, leases granted, released, declined and expired",
+	var tail int
+	var since string
+	cmd := command("events [-f] [--json] [--tail N] [--since DURATION|TIME]", "Print what happened: networks up and removed, drift found and repaired, helpers started, exited and failed, leases granted, released, declined and expired",
 		cobra.NoArgs, func(cmd *cobra.Command, _ []string) error {
+			from, err := controller.ParseSince(since, time.Now())
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return controller.Events(ctx, g.dir(), asJSON, follow, s.out)
+			return controller.EventsTail(ctx, g.dir(), controller.TailOptions{JSON: asJSON, Follow: follow, Tail: tail, Since: from}, s.out)
 		})
+	cmd.Flags().IntVar(&tail, "tail", 0, "print only the last N events (then, with -f, the new ones)")
+	cmd.Flags().StringVar(&since, "since", "", "print only the events since then: a duration (10m, 2h) or a time (2026-12-05T08:00:00Z)")
 	cmd.Example = "  sudo vmnetctl events -f\n  sudo vmnetctl events --json | jq 'select(.kind == \"lease-granted\")'"
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until interrupted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line: {time, kind, network, attachment, mac, ip, pid, detail}")

@@ -11,7 +11,8 @@ import (
 
 func newLogsCommand(g *globals, s streams) *cobra.Command {
 	var follow, asJSON bool
-	cmd := command("logs [VM] [-f] [--json]", "Print the log of a VM's helpers (each line prefixed with VM/INDEX), or without VM the controller's",
+	var tail int
+	cmd := command("logs [VM] [-f] [--json] [--tail N]", "Print the log of a VM's helpers (each line prefixed with VM/INDEX), or without VM the controller's",
 		cobra.MaximumNArgs(1), func(cmd *cobra.Command, args []string) error {
 			vm := ""
 			if len(args) == 1 {
@@ -19,8 +20,9 @@ func newLogsCommand(g *globals, s streams) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return controller.Logs(ctx, g.dir(), vm, follow, asJSON, s.out)
+			return controller.LogsTail(ctx, g.dir(), vm, controller.TailOptions{Follow: follow, JSON: asJSON, Tail: tail}, s.out)
 		})
+	cmd.Flags().IntVar(&tail, "tail", 0, "print only the last N lines (then, with -f, the new ones)")
 	cmd.Example = "  sudo vmnetctl logs            # the controller\n  sudo vmnetctl logs web -f     # web's helpers, following\n  sudo vmnetctl logs web --json"
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until interrupted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per line: {time, vm, index, source, line} (time: the line's own, when it has one)")
