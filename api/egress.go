@@ -33,6 +33,9 @@ type EgressRule struct {
 	Line int    `json:"line"`
 }
 
+// EgressNone is `egress: none`: nothing allowed (`{default: deny}`).
+const EgressNone = "none"
+
 // Egress aliases.
 const (
 	EgressHost     = "host"
@@ -60,6 +63,16 @@ func (w *walker) egress(n *Network, v *yaml.Node, path string) {
 // nameOK says whether a name may be listed there (and reports why not).
 // nil when the section has errors.
 func (w *walker) egressPolicy(v *yaml.Node, path string, nameOK func(item *yaml.Node, p, s string) bool) *Egress {
+	if n := deref(v); n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
+		// `egress: none`: no way out at all, the one word a sandbox
+		// needs (`{default: deny}`): DHCP and DNS on the gateway still
+		// answer.
+		if n.Value == EgressNone {
+			return &Egress{DefaultAllow: false}
+		}
+		w.errorf(n, path, "must be %s or a map of default, allow and deny, not %q%s", EgressNone, n.Value, suggest(n.Value, []string{EgressNone}))
+		return nil
+	}
 	f, _, ok := w.collect(deref(v), path, egressKeys)
 	if !ok {
 		return nil

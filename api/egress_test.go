@@ -95,3 +95,28 @@ func TestEgress(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressNone: `egress: none` is a network's or a VM's policy that
+// allows nothing (`{default: deny}`); another word is an error that
+// suggests it.
+func TestEgressNone(t *testing.T) {
+	nets, diags := LoadNetworks("n.yaml", []byte("vmnet:\n  sandbox:\n    mode: shared\n    subnet: 10.70.0.0/24\n    egress: none\n"))
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	e := nets.Get("sandbox").Egress
+	if e == nil || e.DefaultAllow || len(e.Rules) != 0 {
+		t.Errorf("egress: none gave %+v", e)
+	}
+	vf, vdiags := LoadVMFile("v.yaml", []byte("vms:\n  agent:\n    networks:\n      - vmnet: shared\n        egress: none\n"), VMFileOptions{})
+	if err := vdiags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if a := vf.VMs[0].Attachments[0]; a.Egress == nil || a.Egress.DefaultAllow {
+		t.Errorf("a VM's egress: none gave %+v", a.Egress)
+	}
+	_, diags = LoadNetworks("n.yaml", []byte("vmnet:\n  sandbox:\n    mode: shared\n    subnet: 10.70.0.0/24\n    egress: nnone\n"))
+	if err := diags.Err(); err == nil || !strings.Contains(err.Error(), "n.yaml:5") || !strings.Contains(err.Error(), "none") {
+		t.Errorf("egress: nnone: %v", err)
+	}
+}
