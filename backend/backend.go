@@ -8,18 +8,15 @@ package backend
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/dhcpserver"
 	"github.com/vmnetctl/vmnetctl/leases"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
 // Backend provides networks and builds the helpers' command lines.
@@ -168,145 +165,22 @@ type Network interface {
 // store's type, which the backends share).
 type Lease = leases.Lease
 
-// ServiceStats count a network's DHCP and DNS traffic since it started;
-// zero where the backend's services are not vmnetctl's.
-type ServiceStats struct {
-	DHCP DHCPStats `json:"dhcp"`
-	DNS  DNSStats  `json:"dns"`
-	// GuardDrops counts the frames the anti-spoofing guard dropped, by
-	// VM port (the helper's tap_name); nil where the backend has no guard.
-	GuardDrops map[string]uint64 `json:"guardDrops,omitempty"`
-	// PortMACs are the MACs the network's bridge learned on each VM port,
-	// by port name; nil where the backend cannot tell.
-	PortMACs map[string][]string `json:"portMACs,omitempty"`
-	// IPv6 counts the network's router advertisements and the IPv6
-	// addresses it learned its VMs use; zero without IPv6.
-	IPv6 IPv6Stats `json:"ipv6"`
-	// IPv6Addrs are the IPv6 addresses each VM uses, by MAC, as the
-	// network learned them from neighbour discovery; nil without IPv6.
-	IPv6Addrs map[string][]netip.Addr `json:"ipv6Addrs,omitempty"`
-	// ForwardConns counts the connections (new flows, for UDP) each port
-	// forward took, by netplane.ForwardKey; nil where the backend has none.
-	ForwardConns map[string]uint64 `json:"forwardConns,omitempty"`
-	// EgressDenied counts the connections the network's egress policy
-	// refused.
-	EgressDenied uint64 `json:"egressDenied,omitempty"`
-	// EgressDeniedByMAC is EgressDenied by the VM that opened them.
-	EgressDeniedByMAC map[string]uint64 `json:"egressDeniedByMAC,omitempty"`
-	// NeighLimited counts the connections the network's VMs opened to
-	// next hops past the bound on the host's neighbour entries.
-	NeighLimited uint64 `json:"neighLimited,omitempty"`
-	// Tunnel is the network's segment across hosts on this host; nil for a
-	// network of this host alone.
-	Tunnel *TunnelStats `json:"tunnel,omitempty"`
-}
+// The values a network and the controller exchange (package nettypes,
+// below both backend and netplane), under backend's names.
+type (
+	ServiceStats  = nettypes.ServiceStats
+	TunnelStats   = nettypes.TunnelStats
+	WireGuardPeer = nettypes.WireGuardPeer
+	Forward       = nettypes.Forward
+	VMEgress      = nettypes.VMEgress
+	IPv6Stats     = nettypes.IPv6Stats
+	DHCPStats     = nettypes.DHCPStats
+	DNSStats      = nettypes.DNSStats
+	FRRError      = nettypes.FRRError
+)
 
-// TunnelStats is what a network across hosts looks like from this host.
-type TunnelStats struct {
-	// Host is this host's name in the segment's list.
-	Host string `json:"host"`
-	// Peers are the underlay addresses the tunnel floods to.
-	Peers []string `json:"peers"`
-	// RemoteMACs counts the MACs the bridge learned behind the tunnel
-	// (the forwarding entries of the other hosts' VMs).
-	RemoteMACs int `json:"remoteMACs"`
-	// TxBytes and RxBytes are the tunnel device's counters: the segment's
-	// frames sent to and received from the other hosts.
-	TxBytes uint64 `json:"txBytes"`
-	RxBytes uint64 `json:"rxBytes"`
-	// Dropped counts frames from the other hosts the tunnel's guard kept
-	// off this host's side (their gateways' traffic, DHCP, routers).
-	Dropped uint64 `json:"dropped"`
-	// BGPPeers, for a segment with EVPN, is how many sessions it should
-	// have (one per other host); BGPError why FRR could not be asked.
-	BGPPeers int    `json:"bgpPeers,omitempty"`
-	BGPError string `json:"bgpError,omitempty"`
-	// BGPSessions, for a segment with EVPN, is the state of FRR's BGP
-	// session with each other host (by underlay address): "Established",
-	// "Active", "Connect"...; a host without a session is missing.
-	BGPSessions map[string]string `json:"bgpSessions,omitempty"`
-	// WireGuard are the peers of the segment's WireGuard device, if its
-	// underlay is encrypted.
-	WireGuard []WireGuardPeer `json:"wireguard,omitempty"`
-}
-
-// BGPEstablished counts the established sessions of BGPSessions.
-func (t *TunnelStats) BGPEstablished() int {
-	n := 0
-	for _, s := range t.BGPSessions {
-		if s == "Established" {
-			n++
-		}
-	}
-	return n
-}
-
-// WireGuardPeer is another host as this host's WireGuard device sees it.
-type WireGuardPeer struct {
-	Host string `json:"host"`
-	// LastHandshake is the time of the last completed handshake; zero
-	// for none. A session older than 3 minutes is renewed or dead.
-	LastHandshake time.Time `json:"lastHandshake"`
-	// RxBytes and TxBytes count the encrypted bytes from and to the peer.
-	RxBytes uint64 `json:"rxBytes"`
-	TxBytes uint64 `json:"txBytes"`
-}
-
-// Forward is one port forward of an attachment (api.PortForward), to the
-// VM with MAC on the network.
-type Forward struct {
-	api.PortForward
-	// Key is the attachment's ("vm/index"): ServiceStats.ForwardConns
-	// names the forward by it and the forward (netplane.ForwardKey).
-	Key string
-	MAC string
-}
-
-// VMEgress is a VM's own egress policy on a network (its VM file entry's).
-type VMEgress struct {
-	MAC    string
-	Egress *api.Egress
-}
-
-// IPv6Stats count a network's IPv6 services since it started.
-type IPv6Stats struct {
-	// RouterAdvertisements sent, router Solicitations received, and
-	// those SolicitationsLimited by the rate limit (answered by one RA).
-	RouterAdvertisements uint64 `json:"routerAdvertisements"`
-	Solicitations        uint64 `json:"solicitations"`
-	SolicitationsLimited uint64 `json:"solicitationsLimited"`
-	// Bindings are the (MAC, address) pairs in force; Claims the claims
-	// heard; Conflicts the claims of an address another VM holds
-	// (refused); Refused the new claims past 4096 bindings in the
-	// network (a VM's 17th address replaces its oldest instead).
-	Bindings  uint64 `json:"bindings"`
-	Claims    uint64 `json:"claims"`
-	Conflicts uint64 `json:"conflicts"`
-	Refused   uint64 `json:"refused"`
-}
-
-// DHCPStats count a DHCP server's traffic (the DHCP server's type).
-type DHCPStats = dhcpserver.Stats
-
-// DNSStats count a DNS proxy's queries since it started.
-type DNSStats struct {
-	Queries       uint64 `json:"queries"`       // every query received
-	Local         uint64 `json:"local"`         // answered from the VM table
-	NXDomain      uint64 `json:"nxdomain"`      // unknown names under vmnet.internal
-	Forwarded     uint64 `json:"forwarded"`     // answered by an upstream resolver
-	ForwardErrors uint64 `json:"forwardErrors"` // no upstream answered: SERVFAIL
-	Refused       uint64 `json:"refused"`       // not the network's own name, and forwarding off: REFUSED
-	Dropped       uint64 `json:"dropped"`       // unanswered: too many queries (or TCP connections) in flight
-}
-
-// ForwardKey names a port forward of the attachment key ("vm/index"): its
-// entry in ServiceStats.ForwardConns and, in vmnetctl's data plane, the
-// nftables counter of its connections: "fwd-vm-index-" and a hash of the
-// forward, so that a forward keeps its count when others around it change.
-func ForwardKey(key string, pf api.PortForward) string {
-	sum := sha256.Sum256([]byte(pf.String()))
-	return ForwardKeyPrefix + strings.ReplaceAll(key, "/", "-") + "-" + hex.EncodeToString(sum[:4])
-}
+// ForwardKey names a port forward (nettypes.ForwardKey).
+func ForwardKey(key string, pf api.PortForward) string { return nettypes.ForwardKey(key, pf) }
 
 // ForwardKeyPrefix starts every ForwardKey.
-const ForwardKeyPrefix = "fwd-"
+const ForwardKeyPrefix = nettypes.ForwardKeyPrefix

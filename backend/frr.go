@@ -6,20 +6,6 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
-// FRRError is what CheckNetwork finds wrong in the FRR part of a segment
-// with EVPN (api.EVPN): FRR lost the configuration vmnetctl gave it (it
-// restarted), or does not answer (not running, bgpd off, hung). That part
-// is repaired on its own (FRREnsurer), and the network, whose services the
-// local VMs need whatever FRR does, runs meanwhile (degraded).
-type FRRError struct {
-	Err error
-	// Unreachable: FRR does not answer, and so cannot be repaired now.
-	Unreachable bool
-}
-
-func (e *FRRError) Error() string { return e.Err.Error() }
-func (e *FRRError) Unwrap() error { return e.Err }
-
 // OnlyFRR says whether err (CheckNetwork's, which may join several) is
 // made of FRRErrors alone.
 func OnlyFRR(err error) bool {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
 // localTTL is the TTL of the proxy's own answers: short, since VMs come and go.
@@ -69,7 +69,7 @@ type dnsHandler struct {
 	idle map[poolKey]chan *dns.Conn
 
 	mu    sync.Mutex
-	stats backend.DNSStats
+	stats nettypes.DNSStats
 }
 
 type poolKey struct{ network, upstream string }
@@ -88,14 +88,14 @@ func (h *dnsHandler) init() {
 	})
 }
 
-func (h *dnsHandler) count(f func(s *backend.DNSStats)) {
+func (h *dnsHandler) count(f func(s *nettypes.DNSStats)) {
 	h.mu.Lock()
 	f(&h.stats)
 	h.mu.Unlock()
 }
 
 // Stats returns a copy of the counters.
-func (h *dnsHandler) Stats() backend.DNSStats {
+func (h *dnsHandler) Stats() nettypes.DNSStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.stats
@@ -104,7 +104,7 @@ func (h *dnsHandler) Stats() backend.DNSStats {
 // ServeDNS implements dns.Handler.
 func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	h.init()
-	h.count(func(s *backend.DNSStats) { s.Queries++ })
+	h.count(func(s *nettypes.DNSStats) { s.Queries++ })
 	if len(r.Question) == 1 && r.Question[0].Qclass == dns.ClassINET {
 		q := r.Question[0]
 		name, inZone, ok := localName(q.Name)
@@ -145,14 +145,14 @@ func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 						})
 					}
 				}
-				h.count(func(s *backend.DNSStats) { s.Local++ })
+				h.count(func(s *nettypes.DNSStats) { s.Local++ })
 				w.WriteMsg(m)
 				return
 			case inZone:
 				m := new(dns.Msg)
 				m.SetRcode(r, dns.RcodeNameError)
 				m.Authoritative = true
-				h.count(func(s *backend.DNSStats) { s.NXDomain++ })
+				h.count(func(s *nettypes.DNSStats) { s.NXDomain++ })
 				w.WriteMsg(m)
 				return
 			}
@@ -162,7 +162,7 @@ func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	if h.noForward {
 		m := new(dns.Msg)
 		m.SetRcode(r, dns.RcodeRefused)
-		h.count(func(s *backend.DNSStats) { s.Refused++ })
+		h.count(func(s *nettypes.DNSStats) { s.Refused++ })
 		w.WriteMsg(m)
 		return
 	}
@@ -172,7 +172,7 @@ func (h *dnsHandler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		// Full: drop. The goroutine miekg/dns started for this query
 		// ends here, so goroutines and sockets stay bounded however fast
 		// queries come and however slow the upstreams are.
-		h.count(func(s *backend.DNSStats) { s.Dropped++ })
+		h.count(func(s *nettypes.DNSStats) { s.Dropped++ })
 		return
 	}
 	defer func() { <-h.inFlight }()
@@ -190,7 +190,7 @@ func (h *dnsHandler) forward(w dns.ResponseWriter, r *dns.Msg) {
 			h.log.Debug("upstream resolver failed", "upstream", up, "err", err)
 			continue
 		}
-		h.count(func(s *backend.DNSStats) { s.Forwarded++ })
+		h.count(func(s *nettypes.DNSStats) { s.Forwarded++ })
 		if h.learn != nil && len(r.Question) == 1 {
 			var client netip.Addr
 			switch a := w.RemoteAddr().(type) {
@@ -205,7 +205,7 @@ func (h *dnsHandler) forward(w dns.ResponseWriter, r *dns.Msg) {
 		w.WriteMsg(resp)
 		return
 	}
-	h.count(func(s *backend.DNSStats) { s.ForwardErrors++ })
+	h.count(func(s *nettypes.DNSStats) { s.ForwardErrors++ })
 	m := new(dns.Msg)
 	m.SetRcode(r, dns.RcodeServerFailure)
 	w.WriteMsg(m)
@@ -328,12 +328,12 @@ type udpServer struct {
 func newUDPServer(conn *net.UDPConn, h *dnsHandler) *udpServer {
 	return &udpServer{conn: conn, handler: h, slots: make(chan struct{}, maxUDPHandlers), dropped: func() {
 		h.init()
-		h.count(func(st *backend.DNSStats) { st.Queries++; st.Dropped++ })
+		h.count(func(st *nettypes.DNSStats) { st.Queries++; st.Dropped++ })
 	}}
 }
 
 // countDropped counts a query not answered.
-func (h *dnsHandler) countDropped() { h.count(func(s *backend.DNSStats) { s.Dropped++ }) }
+func (h *dnsHandler) countDropped() { h.count(func(s *nettypes.DNSStats) { s.Dropped++ }) }
 
 // serve reads queries until the socket is closed, then waits for the
 // handlers.
@@ -447,7 +447,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
 		default:
 			c.Close()
-			l.h.count(func(s *backend.DNSStats) { s.Dropped++ })
+			l.h.count(func(s *nettypes.DNSStats) { s.Dropped++ })
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
@@ -479,7 +479,7 @@ func (nw *Network) ownPolicy(src netip.Addr) (*api.Egress, []netip.Addr) {
 // addresses change.
 type vmEgressState struct {
 	mu       sync.Mutex
-	policies []backend.VMEgress
+	policies []nettypes.VMEgress
 	applied  string
 	// appliedPolicies is what the policies were (and the host's LANs) when
 	// last applied, as JSON.
@@ -493,7 +493,7 @@ type vmEgressState struct {
 // SetVMEgress gives the VMs in ps their own egress policy, in place of
 // the network's, at the addresses they have now (and again whenever those
 // change): one transaction, skipped when nothing changed.
-func (nw *Network) SetVMEgress(ctx context.Context, ps []backend.VMEgress) error {
+func (nw *Network) SetVMEgress(ctx context.Context, ps []nettypes.VMEgress) error {
 	if !nw.n.Routed() || nw.inNS == nil {
 		return nil
 	}
@@ -578,7 +578,7 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 	}
 	// The policies whole (their names too, which the maps do not show).
 	policies, err := json.Marshal(struct {
-		P   []backend.VMEgress
+		P   []nettypes.VMEgress
 		LAN []netip.Prefix
 	}{nw.vmEgress.policies, lan})
 	if err != nil {

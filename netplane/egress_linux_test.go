@@ -8,7 +8,7 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -26,7 +26,7 @@ func TestVMEgressKeptAcrossRebuild(t *testing.T) {
 	if err := nw.SetHost(mac, "p", ip); err != nil {
 		t.Fatal(err)
 	}
-	if err := nw.SetVMEgress(context.Background(), []backend.VMEgress{{MAC: mac.String(), Egress: &api.Egress{DefaultAllow: false}}}); err != nil {
+	if err := nw.SetVMEgress(context.Background(), []nettypes.VMEgress{{MAC: mac.String(), Egress: &api.Egress{DefaultAllow: false}}}); err != nil {
 		t.Fatal(err)
 	}
 	own := func() string {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -248,7 +248,7 @@ func TestEVPNNoBGPD(t *testing.T) {
 	if err != nil {
 		t.Errorf("the network's EVPN part without bgpd: %v, want nil (the network runs)", err)
 	}
-	var fe *backend.FRRError
+	var fe *nettypes.FRRError
 	if len(checked) != 1 || !errors.As(checked[0], &fe) || !fe.Unreachable || !strings.Contains(fe.Error(), "bgpd is not running") {
 		t.Errorf("check without bgpd: %v, want FRR unreachable", checked)
 	}

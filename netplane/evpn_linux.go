@@ -22,7 +22,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/atomicfile"
-	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
 // A segment with EVPN (api.EVPN): the tunnel's device does not learn
@@ -38,7 +38,7 @@ import (
 // the state dir (FRRConfigFile), applied with `vtysh -f`, and never saved
 // to FRR's own configuration (no `write memory`): FRR restarted has lost
 // it, and the controller gives it back (EnsureFRR, on Check's
-// backend.FRRError). What vmnetctl added to the router (the router
+// nettypes.FRRError). What vmnetctl added to the router (the router
 // itself, or advertise-all-vni) is marked in the groups' descriptions, in
 // FRR, shared by every state dir (markRouter). Remove takes out the
 // members no other network of the state dir still needs, then the group,
@@ -497,7 +497,7 @@ func ensureEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int, 
 
 // EnsureFRR gives FRR n's EVPN configuration (as state dir OwnerDir's)
 // if it lacks it, and nothing else of n's: the controller's repair of
-// what CheckNetwork found wrong in FRR alone (backend.FRRError).
+// what CheckNetwork found wrong in FRR alone (nettypes.FRRError).
 func EnsureFRR(ctx context.Context, n *api.Network) error {
 	if n.VXLAN == nil || n.VXLAN.EVPN == nil || OwnerDir() == "" {
 		return nil
@@ -579,14 +579,14 @@ func checkEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int) [
 	}
 	routers, err := runningBGP(ctx)
 	if err != nil {
-		return append(errs, &backend.FRRError{Err: fmt.Errorf("network %q: reading FRR's configuration: %w", n.ID, err), Unreachable: frrUnreachable(err)})
+		return append(errs, &nettypes.FRRError{Err: fmt.Errorf("network %q: reading FRR's configuration: %w", n.ID, err), Unreachable: frrUnreachable(err)})
 	}
 	var members map[string]bool
 	if d := OwnerDir(); d != "" {
 		members, _ = dirPeers(filepath.Dir(FRRConfigFile(d, n.ID)), "")
 	}
 	if drift := evpnDrift(routers, n, evpnPeers(n, self), members); len(drift) > 0 {
-		errs = append(errs, &backend.FRRError{Err: fmt.Errorf("network %q: FRR %s (restarted?)", n.ID, strings.Join(drift, ", "))})
+		errs = append(errs, &nettypes.FRRError{Err: fmt.Errorf("network %q: FRR %s (restarted?)", n.ID, strings.Join(drift, ", "))})
 	}
 	return errs
 }

@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
@@ -37,7 +37,7 @@ func addForwardObjects(tx *knftables.Transaction) {
 // VMs' addresses change, and what it applied last.
 type forwardState struct {
 	mu       sync.Mutex
-	forwards []backend.Forward
+	forwards []nettypes.Forward
 	applied  string                    // the last transaction's content, to skip one that changes nothing
 	targets  map[forwardKey]netip.Addr // each host port's VM address, as applied
 }
@@ -54,7 +54,7 @@ type forwardKey struct {
 // addresses now (a VM without one yet gets its forwards when it leases):
 // one transaction that empties the maps and the counting chain and fills
 // them again, unless that would change nothing.
-func (nw *Network) SetForwards(ctx context.Context, fs []backend.Forward) error {
+func (nw *Network) SetForwards(ctx context.Context, fs []nettypes.Forward) error {
 	if !nw.n.Routed() || nw.inNS == nil {
 		return nil
 	}
@@ -110,7 +110,7 @@ func (nw *Network) applyForwards(ctx context.Context) error {
 		if !pf.HostIP.IsUnspecified() {
 			match = "ip daddr " + pf.HostIP.String() + " " + match
 		}
-		name := backend.ForwardKey(f.Key, pf)
+		name := nettypes.ForwardKey(f.Key, pf)
 		counters[name] = true
 		tx.Add(&knftables.Counter{Name: name})
 		tx.Add(&knftables.Rule{Chain: ForwardsChain, Rule: match + " counter name " + fmt.Sprintf("%q", name)})
@@ -135,7 +135,7 @@ func (nw *Network) applyForwards(ctx context.Context) error {
 	}
 	err = nw.inNS(func() error {
 		// The counters of forwards that are gone go with them.
-		old, err := namedCounters(ctx, knftables.InetFamily, nw.n.ID, backend.ForwardKeyPrefix)
+		old, err := namedCounters(ctx, knftables.InetFamily, nw.n.ID, nettypes.ForwardKeyPrefix)
 		if err != nil {
 			return err
 		}
@@ -180,5 +180,5 @@ func forgetForwarded(k forwardKey, ip netip.Addr) {
 
 // forwardConns returns the connections each forward took, by ForwardKey.
 func forwardConns(ctx context.Context, id string) (map[string]uint64, error) {
-	return namedCounters(ctx, knftables.InetFamily, id, backend.ForwardKeyPrefix)
+	return namedCounters(ctx, knftables.InetFamily, id, nettypes.ForwardKeyPrefix)
 }

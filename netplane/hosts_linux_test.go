@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/leases"
 )
 
@@ -21,10 +20,10 @@ func bigAllocator(tb testing.TB, n int) *leases.Allocator {
 	tb.Helper()
 	nw := testNet("big", api.ModeHost, "10.8.0.0/16")
 	nw.LeaseTime = time.Hour
-	var ls []backend.Lease
+	var ls []leases.Lease
 	addr := nw.DHCPStart
 	for i := range n {
-		ls = append(ls, backend.Lease{MAC: fmt.Sprintf("52:55:%02x:%02x:%02x:%02x", i>>24&0xff, i>>16&0xff, i>>8&0xff, i&0xff),
+		ls = append(ls, leases.Lease{MAC: fmt.Sprintf("52:55:%02x:%02x:%02x:%02x", i>>24&0xff, i>>16&0xff, i>>8&0xff, i&0xff),
 			IP: addr, Expiry: guardNow.Add(time.Hour)})
 		addr = addr.Next()
 	}

@@ -17,10 +17,10 @@ import (
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/leases"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/routeradv"
 	"golang.org/x/sys/unix"
 )
@@ -602,7 +602,7 @@ func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 }
 
 // Leases returns the current (unexpired) DHCP leases, by address.
-func (nw *Network) Leases() []backend.Lease {
+func (nw *Network) Leases() []leases.Lease {
 	if nw.alloc == nil {
 		return nil
 	}
@@ -670,8 +670,8 @@ func portMACs(bridge string, ports []string) map[string][]string {
 }
 
 // Stats returns the counters of the DHCP server and DNS proxy.
-func (nw *Network) Stats(ports []string) backend.ServiceStats {
-	var s backend.ServiceStats
+func (nw *Network) Stats(ports []string) nettypes.ServiceStats {
+	var s nettypes.ServiceStats
 	if nw.dhcp != nil {
 		s.DHCP = nw.dhcp.Stats()
 	}

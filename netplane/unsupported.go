@@ -11,7 +11,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/leases"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
 // Network is a running network; see the Linux documentation.
@@ -48,12 +49,12 @@ func RemoveStaleTap(string) error                                             { 
 func (*Network) Close() error                                                 { return nil }
 func (*Network) Config() *api.Network                                         { return nil }
 func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error           { return ErrUnsupported }
-func (*Network) SetForwards(context.Context, []backend.Forward) error         { return ErrUnsupported }
-func (*Network) SetVMEgress(context.Context, []backend.VMEgress) error        { return ErrUnsupported }
+func (*Network) SetForwards(context.Context, []nettypes.Forward) error        { return ErrUnsupported }
+func (*Network) SetVMEgress(context.Context, []nettypes.VMEgress) error       { return ErrUnsupported }
 func (*Network) RemoveHost(net.HardwareAddr)                                  {}
 func (*Network) SetVMs([]string, []net.HardwareAddr)                          {}
-func (*Network) Leases() []backend.Lease                                      { return nil }
-func (*Network) Stats([]string) backend.ServiceStats                          { return backend.ServiceStats{} }
+func (*Network) Leases() []leases.Lease                                       { return nil }
+func (*Network) Stats([]string) nettypes.ServiceStats                         { return nettypes.ServiceStats{} }
 func GuardPort(context.Context, *api.Network, string, net.HardwareAddr) error { return ErrUnsupported }
 func UnguardPort(context.Context, *api.Network, string) error                 { return ErrUnsupported }
 func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr, bool) error {

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
 // A network across hosts (api.VXLAN): the kernel's VXLAN device on the
@@ -249,7 +249,7 @@ func floodList(vx netlink.Link) ([]netip.Addr, error) {
 // in the list, the hosts its tunnel floods to, the MACs its bridge learned
 // behind the tunnel, the tunnel's byte counters and its guard's drops. nil
 // when the network has no tunnel here.
-func tunnelStats(n *api.Network, guardDrops map[string]uint64) *backend.TunnelStats {
+func tunnelStats(n *api.Network, guardDrops map[string]uint64) *nettypes.TunnelStats {
 	idx, _, err := localVXLANHost(n)
 	if err != nil {
 		return nil
@@ -258,7 +258,7 @@ func tunnelStats(n *api.Network, guardDrops map[string]uint64) *backend.TunnelSt
 	if err != nil {
 		return nil
 	}
-	st := &backend.TunnelStats{Host: n.VXLAN.Hosts[idx].Name}
+	st := &nettypes.TunnelStats{Host: n.VXLAN.Hosts[idx].Name}
 	peers, _ := floodList(l)
 	for _, p := range peers {
 		st.Peers = append(st.Peers, p.String())

@@ -13,7 +13,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/wgkey"
 )
 
@@ -147,7 +147,7 @@ func checkKernelWireGuard(n *api.Network, idx int, name string) error {
 }
 
 // kernelWireGuardStats fills st's WireGuard part from kernel device name.
-func kernelWireGuardStats(n *api.Network, name string, st *backend.TunnelStats) {
+func kernelWireGuardStats(n *api.Network, name string, st *nettypes.TunnelStats) {
 	c, err := wgctrl.New()
 	if err != nil {
 		return
@@ -168,7 +168,7 @@ func kernelWireGuardStats(n *api.Network, name string, st *backend.TunnelStats) 
 		if !p.LastHandshakeTime.IsZero() && p.LastHandshakeTime.Unix() > 0 {
 			hs = p.LastHandshakeTime
 		}
-		st.WireGuard = append(st.WireGuard, backend.WireGuardPeer{Host: names[p.PublicKey], LastHandshake: hs,
+		st.WireGuard = append(st.WireGuard, nettypes.WireGuardPeer{Host: names[p.PublicKey], LastHandshake: hs,
 			RxBytes: uint64(p.ReceiveBytes), TxBytes: uint64(p.TransmitBytes)})
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/wgkey"
 )
@@ -383,7 +383,7 @@ func checkWireGuard(n *api.Network) []error {
 
 // wireGuardStats fills st's WireGuard part from n's device: each peer's
 // last handshake and bytes.
-func wireGuardStats(n *api.Network, st *backend.TunnelStats) {
+func wireGuardStats(n *api.Network, st *nettypes.TunnelStats) {
 	if n.VXLAN == nil || n.VXLAN.WireGuard == nil {
 		return
 	}
@@ -409,13 +409,13 @@ func wireGuardStats(n *api.Network, st *backend.TunnelStats) {
 			names[wgkey.Key(k).Hex()] = h.Name
 		}
 	}
-	var p *backend.WireGuardPeer
+	var p *nettypes.WireGuardPeer
 	sc := bufio.NewScanner(strings.NewReader(conf))
 	for sc.Scan() {
 		k, v, _ := strings.Cut(sc.Text(), "=")
 		switch k {
 		case "public_key":
-			st.WireGuard = append(st.WireGuard, backend.WireGuardPeer{Host: names[v]})
+			st.WireGuard = append(st.WireGuard, nettypes.WireGuardPeer{Host: names[v]})
 			p = &st.WireGuard[len(st.WireGuard)-1]
 		case "last_handshake_time_sec":
 			if s, _ := strconv.ParseInt(v, 10, 64); p != nil && s > 0 {
