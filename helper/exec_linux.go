@@ -31,12 +31,13 @@ func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
 	if s.relayOffloads {
 		spec.TapHdr = VirtioNetHdrLen
 	}
+	spec.Stream = s.o.Attach == AttachStream
 	if s.o.SocketPath == "" {
 		return spec, nil, nil
 	}
 	listen := relay.Listen
-	if s.o.Attach == AttachStream {
-		listen, spec.Stream = relay.ListenStream, true
+	if spec.Stream {
+		listen = relay.ListenStream
 	}
 	lis, err := listen(s.o.SocketPath)
 	if err != nil {

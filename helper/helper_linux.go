@@ -107,7 +107,11 @@ func checkOptions(o *Options) (*session, error) {
 	unix.Uname(&uname)
 	s.log.Infof("main", "running %s on Linux %s", os.Args[0], unix.ByteSliceToString(uname.Release[:]))
 	if o.FD >= 0 {
-		if err := relay.CheckFD(o.FD); err != nil {
+		check := relay.CheckFD
+		if o.Attach == AttachStream {
+			check = relay.CheckStreamFD
+		}
+		if err := check(o.FD); err != nil {
 			return nil, err
 		}
 		// Our end only: its send buffer bounds what is in flight to the
@@ -295,8 +299,8 @@ func (o *Options) check() error {
 			return errors.New("exactly one of --fd and --socket is required")
 		}
 	case AttachStream:
-		if o.FD >= 0 || o.SocketPath == "" {
-			return errors.New("--attach stream serves --socket PATH, a stream socket for the VMM to connect to (qemu -netdev stream, lima's socket:); --fd has no meaning with it")
+		if (o.FD >= 0) == (o.SocketPath != "") {
+			return errors.New("--attach stream serves --socket PATH, a stream socket for the VMM to connect to (qemu -netdev stream, lima's socket:), or --fd N, a VMM's connection handed over: exactly one of them")
 		}
 		if o.Offloads() {
 			return errors.New("--enable-tso and --enable-checksum-offload have no meaning with --attach stream: its frames carry no virtio-net header")

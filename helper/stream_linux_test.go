@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -88,4 +90,30 @@ func TestStream(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from a new VMM with another MAC")
 	testutil.Eventually(t, 5*time.Second, func() bool { return strings.Contains(h.stderr(), "a frame length out of bounds") },
 		"the helper to say why it cut the client off")
+}
+
+// TestStreamFD: a VMM's connection handed to the helper (--attach stream
+// --fd 3, as a network's stream socket hands each client over) is served
+// until the VMM goes, and the helper ends with it.
+func TestStreamFD(t *testing.T) {
+	f := newFixture(t)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	helperEnd, vmFile := os.NewFile(uintptr(fds[0]), "helper"), os.NewFile(uintptr(fds[1]), "vm")
+	vmEnd, err := net.FileConn(vmFile)
+	vmFile.Close() // (FileConn holds a copy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.startHelper(t, []*os.File{helperEnd}, "--attach", "stream", "--fd", "3")
+	helperEnd.Close()
+	tap := openTap(t, f.vm, "vmeth0", false, 0)
+	relay := startRelay(tap, streamConn{vmEnd}, 0)
+	mac, _ := net.ParseMAC("02:00:00:ab:01:01")
+	f.setupVM(t, "vmeth0", mac)
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping over a handed-over stream")
+	relay.stop()
+	testutil.Eventually(t, 10*time.Second, h.exited, "the helper to end with its VMM")
 }

@@ -14,8 +14,15 @@ import (
 
 // CheckFD checks that fd is an inherited unix datagram socket and makes it
 // close-on-exec and non-blocking.
-func CheckFD(fd int) error {
-	notDgram := fmt.Errorf("--fd %d is not a unix datagram socket (a socketpair(AF_UNIX, SOCK_DGRAM) end)", fd)
+func CheckFD(fd int) error { return checkFD(fd, unix.SOCK_DGRAM) }
+
+// CheckStreamFD is CheckFD for a connected unix stream socket (a VMM's
+// connection to a network's stream socket, handed over: Spec.Stream).
+func CheckStreamFD(fd int) error { return checkFD(fd, unix.SOCK_STREAM) }
+
+func checkFD(fd, want int) error {
+	kind := map[int]string{unix.SOCK_DGRAM: "datagram socket (a socketpair(AF_UNIX, SOCK_DGRAM) end)", unix.SOCK_STREAM: "stream socket (a VMM's connection)"}[want]
+	notDgram := fmt.Errorf("--fd %d is not a unix %s", fd, kind)
 	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
 	if err == unix.ENOTSOCK {
 		return notDgram
@@ -27,7 +34,7 @@ func CheckFD(fd int) error {
 	if err != nil {
 		return fmt.Errorf("--fd %d: %w", fd, err)
 	}
-	if typ != unix.SOCK_DGRAM || domain != unix.AF_UNIX {
+	if typ != want || domain != unix.AF_UNIX {
 		return notDgram
 	}
 	unix.CloseOnExec(fd)

@@ -26,8 +26,22 @@ const streamLenSize = 4
 var errBadLength = errors.New("a frame length out of bounds")
 
 // serveStream accepts the VMMs on lis one after the other and relays
-// their frames, until stop.
+// their frames, until stop. Without lis, the VMM's connection was handed
+// over (--fd): it is served until it goes, and the helper ends with it.
 func serveStream(r *relay, lis *Listener, relearn func() error, log *Logger) error {
+	if lis == nil {
+		log.Infof("main", "forwarding started")
+		err := r.runStream(r.sock)
+		switch {
+		case errors.Is(err, errStopped):
+			log.Infof("main", "stopping: terminated")
+			return nil
+		case errors.Is(err, errPeerGone), errors.Is(err, errBadLength):
+			log.Infof("main", "stopping: client gone (%v)", err)
+			return nil
+		}
+		return err
+	}
 	log.Infof("main", "waiting for client on %q", lis.path)
 	for served := 0; ; served++ {
 		conn, err := acceptStream(lis.fd, r.stop)
