@@ -31,3 +31,16 @@ func TestEveryMistakeAtOnce(t *testing.T) {
 		t.Errorf("a VM with a bad name and a bad MAC: %d errors: %v", len(verrs), verrs)
 	}
 }
+
+// TestNetworkSocketKey: `socket: true` is a routed network's; a bridged
+// one has no ports of vmnetctl's to give, and says so at the line.
+func TestNetworkSocketKey(t *testing.T) {
+	nets, diags := LoadNetworks("n.yaml", []byte("vmnet:\n  s:\n    mode: shared\n    subnet: 10.71.0.0/24\n    socket: true\n"))
+	if err := diags.Err(); err != nil || !nets.Get("s").Socket {
+		t.Fatalf("socket: true on a shared network: %v %+v", err, nets)
+	}
+	_, diags = LoadNetworks("n.yaml", []byte("vmnet:\n  b:\n    mode: bridged\n    interface: eth0\n    socket: true\n"))
+	if err := diags.Err(); err == nil || !strings.Contains(err.Error(), "n.yaml:5") {
+		t.Errorf("socket: true on a bridged network: %v", err)
+	}
+}

@@ -120,6 +120,11 @@ type Network struct {
 	// address) is let use it once it announces it by ARP (the guard's
 	// learner; docs/security.md).
 	NoAddressLearning bool `json:"noAddressLearning,omitempty"`
+	// Socket serves a stream socket for the network (socket_vmnet's way,
+	// lima's `socket:` networks): any VMM that connects to it gets a port
+	// of its own on the network, guarded, its MAC learned
+	// (statedir.Dir.NetworkSocketPath; docs/vmms.md).
+	Socket bool `json:"socket,omitempty"`
 	// VMNetBroker joins the vmnet-broker network of that name on macOS 26
 	// (vmnet-helper --network) instead of creating one from this definition.
 	VMNetBroker  string        `json:"vmnetBroker,omitempty"`
@@ -202,7 +207,7 @@ func (c *Networks) Lookup(kind RefKind, name string) *Network {
 
 var networkKeys = []string{"mode", "gateway", "dhcpEnd", "netmask", "interface", "subnet", "dhcp",
 	"dnsProxy", "dnsForward", "mtu", "nat44", "nat66", "routerAdvertisement", "isolation", "leaseTime", "dhcpRange", "reservations",
-	"offloads", "vmnetBroker", "ipv6", "subnet6", "egress", "vxlan", "learnAddresses"}
+	"offloads", "vmnetBroker", "ipv6", "subnet6", "egress", "vxlan", "learnAddresses", "socket"}
 
 // LoadNetworks parses networks.yaml. file names the input in diagnostics.
 // The result is nil when there are errors.
@@ -359,6 +364,10 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 		n.DHCP, n.DNSProxy, n.NAT44, n.NAT66, n.RouterAdvertisement = false, false, false, false, false
 		n.DNSForward = nil
 		n.NoAddressLearning = false
+		if sv, ok := f["socket"]; ok && n.Socket {
+			w.errorf(sv, at("socket"), "a %s network has no ports of vmnetctl's to give a VMM: socket is for shared and host networks", n.Mode)
+		}
+		n.Socket = false
 	}
 	if len(w.diags.Errors()) > errsBefore {
 		return nil
@@ -413,6 +422,7 @@ func (w *walker) settings(n *Network, f map[string]*yaml.Node, at func(string) s
 	learn := true
 	boolField("learnAddresses", &learn)
 	n.NoAddressLearning = !learn
+	boolField("socket", &n.Socket)
 	field(w, f, at, "vmnetBroker", w.str, &n.VMNetBroker, func(b string, invalid func(string, ...any)) {
 		if msg := checkName(b); msg != "" {
 			invalid("vmnet-broker network name %s", msg)

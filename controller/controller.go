@@ -159,6 +159,9 @@ type Controller struct {
 	leaseKick chan struct{}
 
 	kickc chan struct{}
+	// netSockets serve the networks' stream sockets (netsocket.go), by
+	// network; under mu.
+	netSockets map[string]*netSocket
 	// runtimeSaved is runtime.json as saveRuntime last wrote it.
 	runtimeSaved []byte
 	// logsChecked is when rotateLogsLocked last ran.
@@ -506,6 +509,10 @@ func (c *Controller) closeNetworks() {
 }
 
 func (c *Controller) closeNetworksLocked() {
+	for id, s := range c.netSockets {
+		s.ln.Close() // (its clients' helpers go on, as every helper does)
+		delete(c.netSockets, id)
+	}
 	for id, nw := range c.nets {
 		nw.Close()
 		delete(c.nets, id)

@@ -61,6 +61,7 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	defer c.mu.Unlock()
 	c.progress.phase("networks")
 	errs = append(errs, c.convergeNetworks(ctx, plan, desired, touched)...)
+	errs = append(errs, c.ensureNetSockets(desired)...)
 	errs = append(errs, c.sweepStrays(ctx, desired, projects)...)
 	errs = append(errs, c.setHosts(desired)...)
 	errs = append(errs, c.setForwards(ctx, desired)...)

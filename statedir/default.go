@@ -17,6 +17,7 @@
 //	helpers/VM.I.json   a helper's ready line; helpers/VM.I.log its stderr
 //	vms/VM/I.sock       a helper's socket; vms/VM/I.vm.sock the VMM's end
 //	leases/ID.leases.json  the DHCP server's leases of network ID
+//	networks/ID.sock    network ID's stream socket (api.Network.Socket)
 //
 // The projects, networks.json and the leases are kept where they outlive
 // a reboot (Dir.KeepDir: keep.go), which for a state dir under /run is

@@ -33,6 +33,7 @@ const (
 	helpersDir           = "helpers"
 	vmsDir               = "vms"
 	leasesDir            = "leases"
+	networksDir          = "networks"
 )
 
 // Dir is one state directory. Each has its own controller, projects and
@@ -171,6 +172,10 @@ func (d Dir) VMDir(vm string) string { return d.file(vmsDir, vm) }
 func (d Dir) SocketPath(vm string, index int) string {
 	return d.file(vmsDir, vm, strconv.Itoa(index)+".sock")
 }
+
+// NetworkSocketPath is network id's stream socket (api.Network.Socket),
+// which any VMM may connect to for a port of its own.
+func (d Dir) NetworkSocketPath(id string) string { return d.file(networksDir, id+".sock") }
 
 // ClientSocketPath is where a VMM such as qemu binds its end of the cable.
 func (d Dir) ClientSocketPath(vm string, index int) string {

@@ -146,6 +146,8 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 		args = append(args, "--enable-tso", "--enable-checksum-offload")
 	}
 	switch {
+	case s.FD >= 0 && a.Attach == api.AttachStream:
+		args = append(args, "--attach", "stream", "--fd", strconv.Itoa(s.FD))
 	case s.FD >= 0:
 		args = append(args, "--fd", strconv.Itoa(s.FD))
 	case a.Attach == api.AttachTAP:

@@ -85,6 +85,9 @@ func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []backend.L
 		for _, w := range NetworkWarnings(n) {
 			out = append(out, backend.Limit{Message: fmt.Sprintf("network %s (%s): %s", n.ID, b.Name(), w)})
 		}
+		if n.Socket {
+			out = append(out, backend.Limit{Message: fmt.Sprintf("network %s (%s): will not start: socket: %v", n.ID, b.Name(), ErrStreamNeedsLinux), Refused: true})
+		}
 	}
 	for _, a := range atts {
 		switch {

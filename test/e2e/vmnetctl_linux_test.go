@@ -56,6 +56,10 @@ const e2eNetworks = `vmnet:
     mode: host
     subnet: 10.63.0.0/24
     mtu: 9000
+    socket: true
+    reservations:
+      "52:55:55:e3:00:01": 10.63.0.201
+      "52:55:55:e3:00:02": 10.63.0.202
 `
 
 // VMs brought up by `vmnetctl up`: a connects its own unix datagram sockets
