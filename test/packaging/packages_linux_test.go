@@ -110,6 +110,17 @@ func TestPackages(t *testing.T) {
 				t.Errorf("systemd-analyze verify: %s", l)
 			}
 		}
+		// The sandbox: systemd's exposure score under 5 ("OK").
+		out, _ = exec.Command(p, "security", "--offline=true", filepath.Join(tree, "usr/lib/systemd/system/vmnetctl.service")).CombinedOutput()
+		var score float64
+		for _, l := range strings.Split(string(out), "\n") {
+			if _, rest, ok := strings.Cut(l, "Overall exposure level for vmnetctl.service: "); ok {
+				fmt.Sscanf(rest, "%g", &score)
+			}
+		}
+		if score == 0 || score >= 5 {
+			t.Errorf("systemd-analyze security: exposure %.1f, want under 5:\n%s", score, out)
+		}
 	})
 
 	// The .deb installs with dpkg (into a root of the test's own, so the
