@@ -741,7 +741,15 @@ func (a *Allocator) Learn(mac net.HardwareAddr, ip netip.Addr) (Lease, error) {
 		return fail("the network's VMs hold %d addresses they gave themselves, the most", learned)
 	}
 	l := &Lease{MAC: m, IP: ip, Expiry: now.Add(a.leaseTime).Truncate(time.Second), Learned: true}
-	prev := a.leases[m]
+	return a.setDurably(l, a.leases[m], nil)
+}
+
+// setDurably makes l its MAC's lease (in place of prev; over, if set, the
+// lease of another MAC whose address it takes over) and returns once it
+// is on disk. Called with a.mu held, which it releases. If the write
+// fails, the change is undone, unless it was changed since.
+func (a *Allocator) setDurably(l, prev, over *Lease) (Lease, error) {
+	m := l.MAC
 	a.setLease(l)
 	a.dropOffer(m)
 	g := a.record(journalSet, *l)
@@ -749,10 +757,13 @@ func (a *Allocator) Learn(mac net.HardwareAddr, ip netip.Addr) (Lease, error) {
 	if err := a.flush(g); err != nil {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if a.leases[m] == l {
+		if a.leases[m] == l { // undo, unless changed since
 			a.dropLease(m)
 			if prev != nil {
 				a.setLease(prev)
+			}
+			if _, taken := a.byIP[l.IP]; over != nil && !taken && a.leases[over.MAC] == nil {
+				a.setLease(over)
 			}
 		}
 		return Lease{}, err
@@ -866,26 +877,7 @@ func (a *Allocator) Commit(mac net.HardwareAddr, ip netip.Addr, hostname string)
 			a.cursor = 0
 		}
 	}
-	a.setLease(l)
-	a.dropOffer(m)
-	g := a.record(journalSet, *l)
-	a.mu.Unlock()
-
-	if err := a.flush(g); err != nil {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if a.leases[m] == l { // undo, unless changed since
-			a.dropLease(m)
-			if prev != nil {
-				a.setLease(prev)
-			}
-			if _, taken := a.byIP[ip]; over != nil && !taken && a.leases[over.MAC] == nil {
-				a.setLease(over)
-			}
-		}
-		return Lease{}, err
-	}
-	return *l, nil
+	return a.setDurably(l, prev, over)
 }
 
 // Decline records that mac found its address in use by someone else

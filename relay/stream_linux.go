@@ -139,15 +139,10 @@ func (r *relay) tapToStream(conn, done int) error {
 	tapWait := newWaiter(r.tap, r.stop, done)
 	connWait := newWaiter(conn, r.stop, done)
 	for {
-		n, err := unix.Read(r.tap, buf[streamLenSize:])
+		n, err := ioWait(tapWait, unix.POLLIN, func() (int, error) { return unix.Read(r.tap, buf[streamLenSize:]) })
 		switch {
-		case err == unix.EAGAIN:
-			if err := tapWait.wait(unix.POLLIN, -1); err != nil {
-				return err
-			}
-			continue
-		case err == unix.EINTR:
-			continue
+		case errors.Is(err, errStopped):
+			return err
 		case err != nil:
 			return fmt.Errorf("reading from the TAP: %w", err)
 		case n < EthHeaderLen:
@@ -168,23 +163,37 @@ func (r *relay) tapToStream(conn, done int) error {
 // room (a frame is never cut: the VMM would lose its place in the stream).
 func writeAll(conn int, b []byte, w *waiter) error {
 	for len(b) > 0 {
-		n, err := unix.Write(conn, b)
+		n, err := ioWait(w, unix.POLLOUT, func() (int, error) { return unix.Write(conn, b) })
 		switch {
-		case err == unix.EAGAIN:
-			if err := w.wait(unix.POLLOUT, -1); err != nil {
-				return err
-			}
-			continue
-		case err == unix.EINTR:
-			continue
-		case peerGone(err):
-			return errPeerGone
+		case errors.Is(err, errStopped), errors.Is(err, errPeerGone):
+			return err
 		case err != nil:
 			return fmt.Errorf("writing to the VM: %w", err)
 		}
 		b = b[n:]
 	}
 	return nil
+}
+
+// ioWait runs op, a read or write of a non-blocking fd, until it does
+// something: while the fd has nothing to give or no room (EAGAIN) it
+// waits with w for events, and it tries again on EINTR. A peer that went
+// is errPeerGone; a stop, errStopped.
+func ioWait(w *waiter, events int16, op func() (int, error)) (int, error) {
+	for {
+		n, err := op()
+		switch {
+		case err == unix.EAGAIN:
+			if err := w.wait(events, -1); err != nil {
+				return 0, err
+			}
+		case err == unix.EINTR:
+		case peerGone(err):
+			return 0, errPeerGone
+		default:
+			return n, err
+		}
+	}
 }
 
 // streamToTap forwards what the VM sends ("vm" counters): the stream is
@@ -196,17 +205,10 @@ func (r *relay) streamToTap(conn, done int) error {
 	w := newWaiter(conn, r.stop, done)
 	have := 0
 	for {
-		n, err := unix.Read(conn, buf[have:])
+		n, err := ioWait(w, unix.POLLIN, func() (int, error) { return unix.Read(conn, buf[have:]) })
 		switch {
-		case err == unix.EAGAIN:
-			if err := w.wait(unix.POLLIN, -1); err != nil {
-				return err
-			}
-			continue
-		case err == unix.EINTR:
-			continue
-		case peerGone(err):
-			return errPeerGone
+		case errors.Is(err, errStopped), errors.Is(err, errPeerGone):
+			return err
 		case err != nil:
 			return fmt.Errorf("reading from the VM: %w", err)
 		case n == 0:
