@@ -44,3 +44,21 @@ func TestNetworkSocketKey(t *testing.T) {
 		t.Errorf("socket: true on a bridged network: %v", err)
 	}
 }
+
+// TestYAMLErrorsSayWhat: a tab says it is a tab and what to do, at its
+// line; bytes that are not UTF-8 are found at their line; a VM name with
+// a dot is told no dots, not that dots are allowed.
+func TestYAMLErrorsSayWhat(t *testing.T) {
+	_, diags := LoadNetworks("n.yaml", []byte("vmnet:\n  a:\n\tmode: host\n"))
+	if err := diags.Err(); err == nil || !strings.Contains(err.Error(), "n.yaml:3") || !strings.Contains(err.Error(), "tab") || !strings.Contains(err.Error(), "spaces") {
+		t.Errorf("a tab: %v", err)
+	}
+	_, diags = LoadNetworks("n.yaml", []byte("vmnet:\n  a:\n    mode: h\xffst\n"))
+	if err := diags.Err(); err == nil || !strings.Contains(err.Error(), "n.yaml:3") || !strings.Contains(err.Error(), "UTF-8") {
+		t.Errorf("not UTF-8: %v", err)
+	}
+	_, vdiags := LoadVMFile("v.yaml", []byte("vms:\n  a.b:\n    networks: [{vmnet: shared}]\n"), VMFileOptions{})
+	if err := vdiags.Err(); err == nil || !strings.Contains(err.Error(), "no dots") {
+		t.Errorf("a VM name with a dot: %v", err)
+	}
+}

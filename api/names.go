@@ -41,13 +41,16 @@ func HostNameChar(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
 }
 
-// checkVMName returns why s cannot be a VM name, or "".
+// checkVMName returns why s cannot be a VM name, or "": a VM's own rule
+// whatever is wrong (a network's allows dots, a VM's does not).
 func checkVMName(s string) string {
-	if msg := checkName(s); msg != "" {
-		return msg
-	}
-	if !vmNameRe.MatchString(s) {
-		return fmt.Sprintf("%q is not a DNS label (the VM's name in DNS): letters, digits, '-' and '_' only, starting and ending with a letter or digit", s)
+	switch {
+	case s == "":
+		return "must not be empty"
+	case len(s) > 63:
+		return fmt.Sprintf("%q is longer than 63 characters", s)
+	case !vmNameRe.MatchString(s):
+		return fmt.Sprintf("%q is not a DNS label (the VM's name in DNS): letters, digits, '-' and '_' only (no dots), starting and ending with a letter or digit", s)
 	}
 	return ""
 }

@@ -175,7 +175,7 @@ func TestVMFileErrors(t *testing.T) {
 		{"duplicate VM names", [][2]string{{"v.yaml", "vms:\n  a:\n    networks: []\n"}, {"w.yaml", "vms:\n  a:\n    networks: []\n"}},
 			[]want{{2, "a", "also defined at v.yaml:2"}}},
 		{"VM name injection", [][2]string{{"v.yaml", "vms:\n  \"a b\":\n    networks: []\n"}},
-			[]want{{2, "vms.a b", "may only contain"}}},
+			[]want{{2, "vms.a b", "not a DNS label"}}},
 		{"guest interface too long", [][2]string{{"v.yaml", "networks:\n  - vmnet: shared\n    interface: abcdefghijklmnopq\n"}},
 			[]want{{3, "networks[0].interface", "longer than 15"}}},
 		{"a networks.yaml passed as a VM file", [][2]string{{"v.yaml", "networks:\n  shared:\n    mode: shared\n"}},

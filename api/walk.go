@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"fmt"
 	"regexp"
 	"sort"
@@ -101,6 +102,7 @@ func (w *walker) parse(data []byte) *yaml.Node {
 			d.Line, _ = strconv.Atoi(m[1])
 			d.Message = "invalid YAML: " + m[2]
 		}
+		d = explainYAMLError(d, data)
 		w.diags = append(w.diags, d)
 		return nil
 	}
@@ -315,4 +317,26 @@ func levenshtein(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
+}
+
+// explainYAMLError makes a YAML parser's error d say what is wrong in the
+// user's terms where the parser's words do not: a tab (YAML indents with
+// spaces), bytes that are not UTF-8 (with their line, which the parser
+// does not give).
+func explainYAMLError(d Diagnostic, data []byte) Diagnostic {
+	lines := bytes.Split(data, []byte("\n"))
+	if d.Line == 0 {
+		for i, l := range lines {
+			if !utf8.Valid(l) {
+				d.Line = i + 1
+				d.Message = "invalid YAML: this line is not UTF-8 text (save the file as UTF-8)"
+				return d
+			}
+		}
+		return d
+	}
+	if d.Line <= len(lines) && bytes.ContainsRune(lines[d.Line-1], '\t') && strings.Contains(d.Message, "cannot start any token") {
+		d.Message = "invalid YAML: a tab; YAML indents with spaces only: replace the tab with spaces"
+	}
+	return d
 }
