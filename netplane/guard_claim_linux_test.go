@@ -405,3 +405,26 @@ func TestLeaseKeptWhileAttached(t *testing.T) {
 		t.Errorf("a detached VM's expired lease is still in the guard")
 	}
 }
+
+// TestClaimsWhenPortMoves: a MAC expected on a port that holds it, then
+// expected on another port (its attachment's TAP name changed): the old
+// port loses it and the new one may learn it, from the memo's pass too.
+func TestClaimsWhenPortMoves(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	host, n, state := claimLab(t, "cm", "10.200.63.0/24")
+	mac := mustMAC("52:55:55:00:63:0a")
+	old := plugLearning(t, host, n, "p-old", testutil.NewNS(t, "cm-old"))
+	mustDo(t, host, func() error { return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-old": mac}, false) })
+	old.Send(t, claimFrame(mac))
+	testutil.Eventually(t, 5*time.Second, func() error {
+		if got := state().learned["p-old"]; got != mac.String() {
+			return fmt.Errorf("p-old holds %q", got)
+		}
+		return nil
+	}, "p-old to learn its MAC")
+	mustDo(t, host, func() error { return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-new": mac}, false) })
+	if st := state(); st.learned["p-old"] != "" || !st.owns[portMAC{mac.String(), "p-new"}] {
+		t.Errorf("after the MAC moved to p-new: p-old holds %q, owns %v", st.learned["p-old"], st.owns)
+	}
+}

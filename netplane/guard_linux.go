@@ -468,6 +468,14 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	if err != nil {
 		return err
 	}
+	// A MAC now expected on another port (its attachment's TAP name
+	// changed): the port that holds it may be the old one, which every
+	// port's state can tell, and which then loses it.
+	for p := range st.owns {
+		if o, ok := owner[p.mac]; ok && o != p.port {
+			full = true
+		}
+	}
 	// What changes, written through netlink: a VM more or less costs its
 	// own elements, not nft's read of the whole table.
 	var ch claimsChange
