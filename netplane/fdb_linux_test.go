@@ -18,12 +18,31 @@ import (
 
 // inOwnSysfs runs f on a thread of its own in namespace host, with a
 // sysfs mounted there (as `ip netns exec` does), so that /sys/class/net
-// shows host's links. The thread is never used again.
+// shows host's links. The thread is never used again, and is put back in
+// its namespaces first: should it be the process's main thread, which Go
+// keeps, a namespace deleted later must not list the test process as one
+// of its own (testutil.NS.Delete kills those).
 func inOwnSysfs(t *testing.T, host *testutil.NS, f func() error) error {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // and never unlocked: the thread ends with the goroutine
+		origNet, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer origNet.Close()
+		origMnt, err := os.Open("/proc/thread-self/ns/mnt")
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer origMnt.Close()
+		defer func() {
+			unix.Setns(int(origMnt.Fd()), unix.CLONE_NEWNS)
+			netns.Set(origNet)
+		}()
 		h, err := netns.GetFromName(host.Name)
 		if err != nil {
 			errc <- err
