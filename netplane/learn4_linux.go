@@ -243,6 +243,7 @@ func (nw *Network) learn(mac net.HardwareAddr, ip netip.Addr) {
 		refuse(err)
 		return
 	}
+	nw.learned(mac)
 	if ok, n := nw.learnLog.Allow(nw.alloc.Now()); ok {
 		nw.log.Info("address learner: bound", "mac", mac, "ip", ip, "suppressed", n)
 	}
@@ -252,15 +253,20 @@ func (nw *Network) learn(mac net.HardwareAddr, ip netip.Addr) {
 	}
 }
 
-// learnHeld tells whether mac may learn an address now (learnHold after
-// its last), and if so records that it does.
+// learnHeld tells whether mac may learn an address now: learnHold after
+// the last it learned (a refused claim holds nothing up).
 func (nw *Network) learnHeld(mac net.HardwareAddr) bool {
 	nw.learnMu.Lock()
 	defer nw.learnMu.Unlock()
+	t, ok := nw.learnedAt[mac.String()]
+	return !ok || nw.alloc.Now().Sub(t) >= learnHold
+}
+
+// learned records that mac learned an address now (learnHeld).
+func (nw *Network) learned(mac net.HardwareAddr) {
+	nw.learnMu.Lock()
+	defer nw.learnMu.Unlock()
 	now := nw.alloc.Now()
-	if t, ok := nw.learnedAt[mac.String()]; ok && now.Sub(t) < learnHold {
-		return false
-	}
 	if nw.learnedAt == nil {
 		nw.learnedAt = map[string]time.Time{}
 	}
@@ -270,7 +276,6 @@ func (nw *Network) learnHeld(mac net.HardwareAddr) bool {
 		}
 	}
 	nw.learnedAt[mac.String()] = now
-	return true
 }
 
 // allPortsGuarded tells whether the guard checks every port of the

@@ -2,6 +2,10 @@ package netplane
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +78,88 @@ func TestLearnAddress(t *testing.T) {
 	}
 	if got := nw2.alloc.BoundTo(mustMAC("52:55:55:00:61:0c")); len(got) != 0 {
 		t.Errorf("learnAddresses: false bound %v", got)
+	}
+}
+
+// arpFrom is a broadcast ARP request, Ethernet source and sender both
+// mac, the sender address sender, asking for target.
+func arpFrom(mac net.HardwareAddr, sender, target netip.Addr) []byte {
+	f := append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, mac...)
+	f = append(f, 0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1)
+	f = append(f, mac...)
+	f = append(f, sender.AsSlice()...)
+	f = append(f, 0, 0, 0, 0, 0, 0)
+	return append(f, target.AsSlice()...)
+}
+
+// TestLearnHostile: guests that write raw ARP on their own ports claim
+// what is not theirs to learn: another VM's learned address, the
+// gateway's, an address under another VM's MAC, and a flood of free
+// addresses. None is bound but one free address per MAC; the VM whose
+// address was claimed keeps it; and no claim reaches another VM or the
+// host (their neighbour tables never hear of the guests' MACs).
+func TestLearnHostile(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	host := testutil.NewNS(t, "lh-host")
+	n := testNet("lh", api.ModeShared, "10.200.64.0/24")
+	nw := start(t, host, n, Options{StateDir: t.TempDir()})
+	nw.SetVMs(nil, nil)
+	addr := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	// The victim: a VM with a static address, learned.
+	macV := mustMAC("52:55:55:00:64:0a")
+	victim := vm(t, host, "v", macV.String(), n.Bridge(), false)
+	mustDo(t, host, func() error { return GuardPort(ctx, n, "p-v", nil) })
+	victim.MustRun(t, "ip", "addr", "add", "10.200.64.77/24", "dev", "eth0")
+	testutil.Eventually(t, 20*time.Second, func() error { return victim.Ping(n.Gateway.String(), 1) }, "the victim's address to be learned")
+
+	macA, macB, macC := mustMAC("52:55:55:00:64:a0"), mustMAC("52:55:55:00:64:b0"), mustMAC("52:55:55:00:64:c0")
+	a := plugLearning(t, host, n, "p-a", testutil.NewNS(t, "lh-a"))
+	b := plugLearning(t, host, n, "p-b", testutil.NewNS(t, "lh-b"))
+	c := plugLearning(t, host, n, "p-c", testutil.NewNS(t, "lh-c"))
+	bound := func(mac net.HardwareAddr) []netip.Addr { return nw.alloc.BoundTo(mac) }
+	// A: under the victim's MAC, then the victim's address and the
+	// gateway's under its own, then a free one: the learner hears them in
+	// order, so once the free one is bound the others were refused.
+	a.Send(t, arpFrom(macV, addr("10.200.64.99"), n.Gateway),
+		arpFrom(macA, addr("10.200.64.77"), n.Gateway),
+		arpFrom(macA, n.Gateway, n.Gateway),
+		arpFrom(macA, addr("10.200.64.120"), n.Gateway))
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if got := bound(macA); len(got) != 1 || got[0] != addr("10.200.64.120") {
+			return fmt.Errorf("A is bound to %v", got)
+		}
+		return nil
+	}, "A's free address to be learned")
+	if got := bound(macV); len(got) != 1 || got[0] != addr("10.200.64.77") {
+		t.Errorf("the victim is bound to %v, want its 10.200.64.77", got)
+	}
+	// B: a flood of free addresses, then C's one as a marker.
+	var flood [][]byte
+	for i := range 40 {
+		flood = append(flood, arpFrom(macB, addr(fmt.Sprintf("10.200.64.%d", 130+i)), n.Gateway))
+	}
+	b.Send(t, flood...)
+	c.Send(t, arpFrom(macC, addr("10.200.64.200"), n.Gateway))
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if got := bound(macC); len(got) != 1 {
+			return fmt.Errorf("C is bound to %v", got)
+		}
+		return nil
+	}, "C's address to be learned")
+	if got := bound(macB); len(got) != 1 {
+		t.Errorf("a flood of 40 claims bound B to %v, want one address", got)
+	}
+	// Nobody else heard a claim.
+	for _, ns := range []*testutil.NS{victim, host} {
+		neigh := ns.MustRun(t, "ip", "neigh", "show")
+		for _, mac := range []net.HardwareAddr{macA, macB, macC} {
+			if strings.Contains(neigh, mac.String()) {
+				t.Errorf("%s's neighbour table heard of %s:\n%s", ns.Name, mac, neigh)
+			}
+		}
+	}
+	if strings.Contains(victim.MustRun(t, "ip", "neigh", "show"), "10.200.64.77") {
+		t.Errorf("the victim learned its own address as someone else's")
 	}
 }
