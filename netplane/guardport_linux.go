@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -45,22 +46,12 @@ func guardSet(id, name string) *nftables.Set {
 
 // linkIndex is the interface index of the link name, 0 if there is none.
 func linkIndex(name string) (uint32, error) {
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return 0, nil // not a name a link can have
-	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	links, err := openLinkNames()
 	if err != nil {
 		return 0, err
 	}
-	defer unix.Close(fd)
-	switch err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); {
-	case errors.Is(err, unix.ENODEV):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("looking up link %s: %w", name, err)
-	}
-	return ifr.Uint32(), nil
+	defer links.close()
+	return links.indexOf(name)
 }
 
 // portState is what GuardPort and UnguardPort need to know of network
@@ -234,17 +225,24 @@ func pruneGuards(id string) error {
 	if err != nil || len(gone) == 0 {
 		return err
 	}
-	elems, err := guardSetElements(id, guardExpected)
+	expected, err := expectedMACs(id)
 	if err != nil {
 		return err
 	}
-	expected := map[string]bool{}
+	return pruneGone(id, gone, expected)
+}
+
+// expectedMACs reads network id's guard's expected set: the MACs the
+// attachments give their VMs.
+func expectedMACs(id string) (map[string]bool, error) {
+	elems, err := guardSetElements(id, guardExpected)
+	out := map[string]bool{}
 	for _, e := range elems {
 		if len(e.Key) >= 6 {
-			expected[net.HardwareAddr(e.Key[:6]).String()] = true
+			out[net.HardwareAddr(e.Key[:6]).String()] = true
 		}
 	}
-	return pruneGone(id, gone, expected)
+	return out, err
 }
 
 // goneGuards is the guards of network id whose ports have no link, with
@@ -395,15 +393,11 @@ func readStrays(id string) ([]portGuard, error) {
 			held[binary.NativeEndian.Uint32(e.Key)], heldMACs[mac] = mac, true
 		}
 	}
-	expected, err := guardSetElements(id, guardExpected)
+	expected, err := expectedMACs(id)
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range expected {
-		if len(e.Key) >= 6 {
-			heldMACs[net.HardwareAddr(e.Key[:6]).String()] = true
-		}
-	}
+	maps.Copy(heldMACs, expected)
 	var out []portGuard
 	for _, e := range pms {
 		if len(e.Key) < 10 {

@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -81,6 +82,21 @@ type linkNames struct{ fd int }
 func openLinkNames() (linkNames, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	return linkNames{fd}, err
+}
+
+// indexOf is the interface index of the link name, 0 if there is none.
+func (l linkNames) indexOf(name string) (uint32, error) {
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return 0, nil // not a name a link can have
+	}
+	switch err := unix.IoctlIfreq(l.fd, unix.SIOCGIFINDEX, ifr); {
+	case errors.Is(err, unix.ENODEV):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("looking up link %s: %w", name, err)
+	}
+	return ifr.Uint32(), nil
 }
 
 // nameOf is the name of the link of interface index, "" if there is
