@@ -2,6 +2,7 @@ package dhcpserver
 
 import (
 	"fmt"
+	"github.com/vmnetctl/vmnetctl/leases/leasestest"
 	"io"
 	"log/slog"
 	"net"
@@ -97,18 +98,6 @@ func checkHandOut(t *testing.T, n *api.Network, r handOutRules, mac string, addr
 	}
 }
 
-// checkLeases fails when two unexpired leases share an address.
-func checkLeases(t *testing.T, a *leases.Allocator) {
-	t.Helper()
-	seen := map[netip.Addr]string{}
-	for _, l := range a.Leases() {
-		if m, dup := seen[l.IP]; dup {
-			t.Fatalf("%s is leased to both %s and %s", l.IP, m, l.MAC)
-		}
-		seen[l.IP] = l.MAC
-	}
-}
-
 // holdLeases gives a the leases held, each committed at the time that
 // makes its expiry the one it names; a's clock is fuzzNow after.
 func holdLeases(t *testing.T, a *leases.Allocator, held []leases.Lease) {
@@ -177,7 +166,7 @@ func FuzzDHCPHandle(f *testing.F) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f.Fuzz(func(t *testing.T, cfg byte, p1, p2, p3, p4 []byte) {
 		n := fuzzNet(cfg)
-		a := mustAllocator(t, n, "")
+		a := leasestest.MustAllocator(t, n, "")
 		holdLeases(t, a, fuzzHeld(n))
 		h := New(n, a, []netip.Addr{n.Gateway}, log)
 		for _, b := range [][]byte{p1, p2, p3, p4} {
@@ -193,7 +182,7 @@ func FuzzDHCPHandle(f *testing.F) {
 				snap = &r
 			}
 			reply := h.handle(req, req.ClientHWAddr)
-			checkLeases(t, a)
+			leasestest.CheckLeases(t, a)
 			if reply == nil {
 				continue
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/vmnetctl/vmnetctl/leases/leasestest"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -25,7 +26,7 @@ import (
 func TestDHCPDeclineFlood(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.6.0/24")
 	n.LeaseTime = time.Hour
-	a := mustAllocator(t, n, "")
+	a := leasestest.MustAllocator(t, n, "")
 	a.SetClock(func() time.Time { return guardNow })
 	var logs bytes.Buffer
 	h := New(n, a, []netip.Addr{n.Gateway}, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -81,7 +82,7 @@ func TestDHCPDeclineFlood(t *testing.T) {
 // it came from gets no answer, changes nothing and is counted.
 func TestDHCPChaddrMustBeSender(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.7.0/24")
-	a := mustAllocator(t, n, "")
+	a := leasestest.MustAllocator(t, n, "")
 	var logs bytes.Buffer
 	h := New(n, a, []netip.Addr{n.Gateway}, slog.New(slog.NewTextHandler(&logs, nil)))
 	sender, _ := net.ParseMAC("52:55:55:00:08:01")
@@ -119,7 +120,7 @@ func TestDHCPChaddrMustBeSender(t *testing.T) {
 // controller's events.
 func TestLeaseEventsBounded(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.8.0/24")
-	a := mustAllocator(t, n, "")
+	a := leasestest.MustAllocator(t, n, "")
 	h := New(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
 	events := map[string]int{}
 	h.OnLease = func(kind, _, _ string, _ netip.Addr) { events[kind]++ }
@@ -152,7 +153,7 @@ func TestLeaseEventsBounded(t *testing.T) {
 func TestGuestLogsBounded(t *testing.T) {
 	n := testNet("l", api.ModeShared, "10.9.9.0/24")
 	var logs bytes.Buffer
-	h := New(n, mustAllocator(t, n, ""), nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	h := New(n, leasestest.MustAllocator(t, n, ""), nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	for i := range 5000 {
 		h.warn(net.HardwareAddr{0x02, 0, 0, 0, byte(i >> 8), byte(i)}, "noise")
 	}
@@ -187,7 +188,7 @@ func (r *recordReplier) reply(to net.HardwareAddr, gw, dst netip.Addr, payload [
 // rate only, the rest counted.
 func TestDHCPReplyToSenderOnly(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.7.0/24")
-	a := mustAllocator(t, n, "")
+	a := leasestest.MustAllocator(t, n, "")
 	h := New(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
 	var sent recordReplier
 	const vm = "52:55:55:00:08:01"
@@ -285,7 +286,7 @@ func TestUDP4Packet(t *testing.T) {
 // without a name (it is logged and printed to terminals).
 func TestDHCPHostnameBytes(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.12.0/24")
-	a := mustAllocator(t, n, "")
+	a := leasestest.MustAllocator(t, n, "")
 	h := New(n, a, []netip.Addr{n.Gateway}, slog.New(slog.DiscardHandler))
 	for i, c := range []struct{ sent, kept string }{
 		{"web-1.example", "web-1.example"},

@@ -3,6 +3,7 @@ package netplane
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/vmnetctl/vmnetctl/leases/leasestest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func bigAllocator(tb testing.TB, n int) *leases.Allocator {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	a := mustAllocator(tb, nw, path)
+	a := leasestest.MustAllocator(tb, nw, path)
 	a.SetClock(func() time.Time { return guardNow })
 	return a
 }
@@ -70,7 +71,7 @@ func BenchmarkResolve(b *testing.B) {
 // it answered, while other DHCP host names are.
 func TestReservedNames(t *testing.T) {
 	n := testNet("h", api.ModeHost, "10.9.8.0/24")
-	a := mustAllocator(t, n, "")
+	a := leasestest.MustAllocator(t, n, "")
 	lease := func(mac, host string) netip.Addr {
 		t.Helper()
 		hw := mustMAC(mac)

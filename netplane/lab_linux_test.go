@@ -13,7 +13,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -243,17 +242,6 @@ func snapshot(t *testing.T, host *testutil.NS) string {
 		fmt.Fprintf(&b, "$ %s\n%s\n", strings.Join(args, " "), out)
 	}
 	return b.String()
-}
-
-// mustAllocator is leases.NewAllocator(n, path) that fails the test on
-// error.
-func mustAllocator(tb testing.TB, n *api.Network, path string) *leases.Allocator {
-	tb.Helper()
-	a, err := leases.NewAllocator(n, path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return a
 }
 
 // guardNow is the injected clock of the DHCP guard tests.
