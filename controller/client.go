@@ -79,23 +79,34 @@ func (cl *Client) ReconcileProject(ctx context.Context, project string) (*Reconc
 }
 
 func (cl *Client) do(ctx context.Context, method, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, method, "http://vmnetctl"+path, nil)
+	_, err := cl.call(ctx, method, path, nil, v)
+	return err
+}
+
+// call sends body (if not nil) to path and decodes the answer into v; the
+// HTTP status is 0 when no answer came.
+func (cl *Client) call(ctx context.Context, method, path string, body []byte, v any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://vmnetctl"+path, rd)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	resp, err := cl.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("controller API: %w", err)
+		return 0, fmt.Errorf("controller API: %w", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	answer, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return resp.StatusCode, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("controller API %s: %s: %s", path, resp.Status, bytes.TrimSpace(body))
+		return resp.StatusCode, fmt.Errorf("controller API %s: %s: %s", path, resp.Status, bytes.TrimSpace(answer))
 	}
-	return json.Unmarshal(body, v)
+	return resp.StatusCode, json.Unmarshal(answer, v)
 }
 
 // ErrControllerExited is EnsureController's report that the controller it

@@ -166,9 +166,11 @@ type Controller struct {
 	runtimeSaved []byte
 	// logsChecked is when rotateLogsLocked last ran.
 	logsChecked time.Time
-	// parsed is the projects' files as the last pass parsed them.
-	parsed parseCache
-	gen    genWaiter
+	// parsed is the projects' files as the last pass parsed them; under
+	// parseMu, which `up`'s checks (check.go) take without mu.
+	parsed  parseCache
+	parseMu sync.Mutex
+	gen     genWaiter
 }
 
 // ExitWhenIdleFlag is serve's flag for Options.ExitWhenIdle.

@@ -272,16 +272,32 @@ type parsedEntry struct {
 // into the files it is given: each pass gets clones.
 func (c *parseCache) parse(projects []*statedir.Project) ([]parsedProject, api.Diagnostics) {
 	next := parseCache{}
+	out, diags := c.collect(projects, next)
+	*c = next
+	return out, diags
+}
+
+// peek is parse without changing c: the projects not cached (or changed
+// since) are parsed for this call only.
+func (c parseCache) peek(projects []*statedir.Project) ([]parsedProject, api.Diagnostics) {
+	return c.collect(projects, nil)
+}
+
+// collect is the projects parsed, from c where it can, each entry also
+// put in next if next is not nil.
+func (c parseCache) collect(projects []*statedir.Project, next parseCache) ([]parsedProject, api.Diagnostics) {
 	var out []parsedProject
 	var all api.Diagnostics
 	for _, p := range projects {
 		k := parseKey(p)
-		e, ok := (*c)[p.Name]
+		e, ok := c[p.Name]
 		if !ok || e.key != k {
 			pp, diags := parseProject(p)
 			e = parsedEntry{key: k, files: pp.files, diags: diags}
 		}
-		next[p.Name] = e
+		if next != nil {
+			next[p.Name] = e
+		}
 		pp := parsedProject{Project: p}
 		for _, f := range e.files {
 			pp.files = append(pp.files, f.Clone())
@@ -289,7 +305,6 @@ func (c *parseCache) parse(projects []*statedir.Project) ([]parsedProject, api.D
 		out = append(out, pp)
 		all = append(all, e.diags...)
 	}
-	*c = next
 	return out, all
 }
 

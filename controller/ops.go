@@ -289,11 +289,15 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 		if err := checkNameTaken(in, l.project.Project, existing); err != nil {
 			return err
 		}
-		d, err := l.desiredWith(env, existing, nil)
+		// A controller that runs with this networks.yaml has the other
+		// projects parsed: it checks (a fleet's files are not parsed
+		// again for one VM).
+		changed := networksChanged(env.StateDir, in.Networks)
+		d, err := l.checkedDesired(ctx, env, existing, !changed)
 		if err != nil {
 			return err
 		}
-		if !o.Force && networksChanged(env.StateDir, in.Networks) {
+		if !o.Force && changed {
 			if err := checkOthersNetworks(env.StateDir, d, l.project.Name); err != nil {
 				return err
 			}

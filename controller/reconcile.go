@@ -148,7 +148,9 @@ func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*sta
 	for _, h := range c.helpers {
 		recs = append(recs, h.rec)
 	}
+	c.parseMu.Lock()
 	parsed, diags := c.parsed.parse(projects)
+	c.parseMu.Unlock()
 	d, err := computeDesired(nets, parsed, diags, keptMACs(recs))
 	return d, snap, projects, err
 }

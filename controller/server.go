@@ -31,10 +31,15 @@ func (c *Controller) handler() http.Handler {
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, c.status())
 	})
+	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
+		if !mayChange(r) {
+			http.Error(w, "check: only root may ask the controller to check a project; a group that networks.yaml names may read status", http.StatusForbidden)
+			return
+		}
+		c.serveCheck(w, r)
+	})
 	mux.HandleFunc("POST /v1/reconcile", func(w http.ResponseWriter, r *http.Request) {
-		// Changing state is root's (or the controller's own user's): a
-		// group that networks.yaml lets use the API reads status only.
-		if uid, ok := r.Context().Value(peerUIDKey{}).(int); !ok || uid != 0 && uid != os.Geteuid() {
+		if !mayChange(r) {
 			http.Error(w, "reconcile: only root may ask the controller to reconcile; a group that networks.yaml names may read status", http.StatusForbidden)
 			return
 		}
@@ -57,6 +62,14 @@ func (c *Controller) handler() http.Handler {
 		writeJSON(w, resp)
 	})
 	return mux
+}
+
+// mayChange tells whether the client of r may change state: root or the
+// controller's own user. A group that networks.yaml lets use the API reads
+// status only.
+func mayChange(r *http.Request) bool {
+	uid, ok := r.Context().Value(peerUIDKey{}).(int)
+	return ok && (uid == 0 || uid == os.Geteuid())
 }
 
 // healthz answers /healthz, of the API and of the metrics: ok, or 503 when

@@ -1,0 +1,127 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// TestCheckWithController: `up`'s check of a project beside the others
+// gives the same verdict whether the controller answers it (from the
+// projects it has parsed) or the command parses them itself: a VM that
+// another project defines, and a fixed address that another project's VM
+// has, are refused both ways, naming both projects; a project that
+// collides with nothing passes both ways; with no controller, or a
+// controller without /v1/check, the command checks by itself.
+func TestCheckWithController(t *testing.T) {
+	sd := statedir.Dir{Path: filepath.Join(t.TempDir(), "state")}
+	if err := sd.Init(); err != nil {
+		t.Fatal(err)
+	}
+	snap := statedir.NetworksSnapshot{Source: "networks.yaml", Data: []byte(planNetworks)}
+	if err := sd.SaveNetworks(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := sd.SaveProject(project("fleet", planVMs)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Options{StateDir: sd, Log: slog.New(slog.DiscardHandler), MetricsAddr: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The controller has parsed fleet, as after a pass.
+	projects, _ := sd.Projects()
+	c.parsed.parse(projects)
+
+	serve := func(h http.Handler) func() {
+		ln, err := c.listen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: h, ConnContext: withPeerUID}
+		go srv.Serve(ln)
+		return func() { srv.Close() }
+	}
+	check := func(vms string) error {
+		t.Helper()
+		in := &Input{Networks: snap, Files: []statedir.ProjectFile{{Path: "one.yaml", Data: []byte(vms)}}, Project: "one"}
+		env := Env{StateDir: sd, Stderr: &bytes.Buffer{}}
+		l, err := in.load(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		existing, _ := sd.Projects()
+		_, err = l.checkedDesired(context.Background(), env, existing, true)
+		return err
+	}
+	cases := []struct {
+		vms  string
+		want string // in the error; "" for none
+	}{
+		{"vms:\n  web:\n    networks: [{vmnet: shared}]\n", `VM "web" is also defined at`},
+		{"vms:\n  other:\n    networks: [{vmnet: shared, ip: 192.168.105.20}]\n", "192.168.105.20"},
+		{"vms:\n  solo:\n    networks: [{vmnet: shared}]\n", ""},
+	}
+	verdicts := func(how string) []string {
+		var out []string
+		for _, tc := range cases {
+			err := check(tc.vms)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("%s: %q refused: %v", how, tc.vms, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("%s: %q: error %v, want one with %q", how, tc.vms, err, tc.want)
+			}
+			out = append(out, errString(err))
+		}
+		return out
+	}
+	local := verdicts("no controller")
+	var asked atomic.Int32
+	h := c.handler()
+	stop := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/check" {
+			asked.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	remote := verdicts("the controller")
+	stop()
+	if int(asked.Load()) != len(cases) {
+		t.Errorf("the controller was asked %d times, want %d", asked.Load(), len(cases))
+	}
+	for i := range local {
+		if local[i] != remote[i] {
+			t.Errorf("%q: the controller says %q, the command by itself %q", cases[i].vms, remote[i], local[i])
+		}
+	}
+	if !strings.Contains(remote[0], "projects one and fleet") && !strings.Contains(remote[0], "projects fleet and one") {
+		t.Errorf("the collision does not name both projects: %s", remote[0])
+	}
+	// A controller that predates /v1/check: 404, checked here.
+	stop = serve(http.NewServeMux())
+	older := verdicts("an older controller")
+	stop()
+	if older[0] != local[0] {
+		t.Errorf("with an older controller: %q, want %q", older[0], local[0])
+	}
+	// What the controller checks is not cached: the checked project is
+	// still unknown to its parse cache.
+	if _, ok := c.parsed["one"]; ok {
+		t.Error("a check put the project it checked in the controller's parse cache")
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
