@@ -162,8 +162,8 @@ type Controller struct {
 	// netSockets serve the networks' stream sockets (netsocket.go), by
 	// network; under mu.
 	netSockets map[string]*netSocket
-	// runtimeSaved is runtime.json as saveRuntime last wrote it.
-	runtimeSaved []byte
+	// runtime writes runtime.json (saveRuntime).
+	runtime statedir.RuntimeWriter
 	// logsChecked is when rotateLogsLocked last ran.
 	logsChecked time.Time
 	// parsed is the projects' files as the last pass parsed them; under
@@ -439,8 +439,7 @@ func (c *Controller) saveRuntime() {
 			rs.Helpers = append(rs.Helpers, h.rec)
 		}
 	}
-	var err error
-	if c.runtimeSaved, err = c.sd.SaveRuntimeIfChanged(rs, c.runtimeSaved); err != nil {
+	if err := c.runtime.Save(c.sd, rs); err != nil {
 		c.log.Error("saving runtime state", "err", err)
 	}
 }

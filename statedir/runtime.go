@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -43,29 +45,105 @@ type Runtime struct {
 // SaveRuntime records what the controller runs: compact JSON, since the
 // controller writes it on every pass that changed something, with every
 // helper and project in it (indented, a fleet's record costs twice the
-// time to write).
+// time to write). A controller saves through a RuntimeWriter.
 func (d Dir) SaveRuntime(rt Runtime) error {
-	_, err := d.SaveRuntimeIfChanged(rt, nil)
-	return err
+	var w RuntimeWriter
+	return w.Save(d, rt)
 }
 
-// SaveRuntimeIfChanged is SaveRuntime that writes nothing when rt encodes
-// to last, what it saved before; it returns what it saved. A controller's
-// pass that changed nothing costs no write (a thousand helpers' records,
-// synced to disk).
-func (d Dir) SaveRuntimeIfChanged(rt Runtime, last []byte) ([]byte, error) {
-	data, err := json.Marshal(rt)
-	if err != nil {
-		return last, fmt.Errorf("encoding %s: %w", runtimeFile, err)
+// RuntimeWriter saves runtime.json for a controller that saves on every
+// pass: it writes nothing when the state is what it wrote last, and it
+// encodes again only the helpers' records and the projects
+// that changed since its last save, so that a pass that attaches one VM
+// beside a thousand encodes one record, not a thousand. What it writes is
+// json.Marshal's encoding of the Runtime (TestRuntimeWriter). Records and
+// projects are values to it: one changed in place, behind its back, is not
+// seen.
+type RuntimeWriter struct {
+	helpers  map[string]encoded[HelperRecord]
+	projects map[string]encoded[Project]
+	last     []byte
+}
+
+type encoded[T any] struct {
+	v    T
+	data []byte
+}
+
+// Save writes rt to d's runtime.json unless it is what the last Save
+// wrote.
+func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
+	var b bytes.Buffer
+	b.WriteString(`{"helpers":`)
+	helpers := map[string]encoded[HelperRecord]{}
+	if err := encodeList(&b, rt.Helpers, w.helpers, helpers, func(h HelperRecord) (string, HelperRecord) {
+		h.Proc.Cmdline = slices.Clone(h.Proc.Cmdline)
+		return h.Key, h
+	}); err != nil {
+		return err
 	}
-	data = append(data, '\n')
-	if bytes.Equal(data, last) && d.HasRuntime() {
-		return last, nil
+	if rt.AppliedNetworks != nil {
+		data, err := json.Marshal(rt.AppliedNetworks)
+		if err != nil {
+			return fmt.Errorf("encoding %s: %w", runtimeFile, err)
+		}
+		b.WriteString(`,"appliedNetworks":`)
+		b.Write(data)
 	}
+	projects := map[string]encoded[Project]{}
+	if len(rt.AppliedProjects) > 0 {
+		b.WriteString(`,"appliedProjects":`)
+		var list []Project
+		for _, p := range rt.AppliedProjects {
+			if p == nil {
+				return fmt.Errorf("encoding %s: a nil project", runtimeFile)
+			}
+			list = append(list, *p)
+		}
+		if err := encodeList(&b, list, w.projects, projects, func(p Project) (string, Project) { return p.Name, p }); err != nil {
+			return err
+		}
+	}
+	b.WriteString("}\n")
+	data := b.Bytes()
+	if bytes.Equal(data, w.last) && d.HasRuntime() {
+		return nil
+	}
+	w.last = nil
 	if err := d.writeFile(runtimeFile, data); err != nil {
-		return nil, err
+		return err
 	}
-	return data, nil
+	w.last, w.helpers, w.projects = data, helpers, projects
+	return nil
+}
+
+// encodeList writes vs as a JSON array (null when nil), each element from
+// was if it is there unchanged, and records each in next by the key that
+// keyed gives (with the value to keep).
+func encodeList[T any](b *bytes.Buffer, vs []T, was, next map[string]encoded[T], keyed func(T) (string, T)) error {
+	if vs == nil {
+		b.WriteString("null")
+		return nil
+	}
+	b.WriteByte('[')
+	for i, v := range vs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		key, keep := keyed(v)
+		e, ok := was[key]
+		if !ok || !reflect.DeepEqual(e.v, v) {
+			data, err := json.Marshal(v)
+			if err != nil {
+				return fmt.Errorf("encoding %s: %w", runtimeFile, err)
+			}
+			e = encoded[T]{v: keep, data: data}
+		}
+		next[key] = e
+		b.Write(e.data)
+	}
+	b.WriteByte(']')
+	return nil
 }
 
 // LoadRuntime reads what a controller recorded; found is false when none did.

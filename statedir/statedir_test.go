@@ -346,10 +346,10 @@ func TestProjectNameBytes(t *testing.T) {
 	}
 }
 
-// TestSaveRuntimeIfChanged: the same runtime state is not written again
+// TestRuntimeWriterSkips: the same runtime state is not written again
 // (the file is the one written before); a change is, and so is the same
 // state once the file was removed.
-func TestSaveRuntimeIfChanged(t *testing.T) {
+func TestRuntimeWriterSkips(t *testing.T) {
 	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
 	if err := d.Init(); err != nil {
 		t.Fatal(err)
@@ -362,26 +362,26 @@ func TestSaveRuntimeIfChanged(t *testing.T) {
 		return fi
 	}
 	rt := Runtime{Helpers: []HelperRecord{{Key: "p/a/0"}}}
-	last, err := d.SaveRuntimeIfChanged(rt, nil)
-	if err != nil {
+	var w RuntimeWriter
+	if err := w.Save(d, rt); err != nil {
 		t.Fatal(err)
 	}
 	first := stat()
-	if last, err = d.SaveRuntimeIfChanged(rt, last); err != nil {
+	if err := w.Save(d, rt); err != nil {
 		t.Fatal(err)
 	}
 	if !os.SameFile(first, stat()) {
 		t.Error("the same state was written again")
 	}
 	rt.Helpers = append(rt.Helpers, HelperRecord{Key: "p/b/0"})
-	if last, err = d.SaveRuntimeIfChanged(rt, last); err != nil {
+	if err := w.Save(d, rt); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, _ := d.LoadRuntime(); len(got.Helpers) != 2 {
 		t.Errorf("after a change, runtime.json has %d helpers, want 2", len(got.Helpers))
 	}
 	os.Remove(d.file(runtimeFile))
-	if _, err = d.SaveRuntimeIfChanged(rt, last); err != nil {
+	if err := w.Save(d, rt); err != nil {
 		t.Fatal(err)
 	}
 	if !d.HasRuntime() {
