@@ -82,6 +82,11 @@ func (n *NetworksSnapshot) Load() (*api.Networks, error) {
 
 // SaveNetworks records the networks.yaml that `up` used.
 func (d Dir) SaveNetworks(snap NetworksSnapshot) error {
+	if rec, err := d.Networks(); err == nil && rec != nil && rec.Source == snap.Source && rec.Abs == snap.Abs && bytes.Equal(rec.Data, snap.Data) {
+		// The networks of record: an `up` of one VM more writes (and
+		// syncs) nothing here.
+		return d.EnsureNetworksYAML(&snap)
+	}
 	if err := d.writeFile(networksYAMLFile, snap.Data); err != nil {
 		return err
 	}

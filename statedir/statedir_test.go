@@ -388,3 +388,46 @@ func TestRuntimeWriterSkips(t *testing.T) {
 		t.Error("the same state was not written again once runtime.json was removed")
 	}
 }
+
+// TestSaveNetworksUnchanged: saving the networks of record again writes
+// neither file (an `up` of one VM more syncs nothing), but puts a missing
+// networks.yaml back; other bytes, or the same file from elsewhere, are
+// written.
+func TestSaveNetworksUnchanged(t *testing.T) {
+	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+	snap := NetworksSnapshot{Source: "networks.yaml", Data: []byte("networks: {}\n"), Abs: "/a/networks.yaml"}
+	if err := d.SaveNetworks(snap); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Unix(1, 0)
+	files := []string{d.NetworksYAML(), d.file(networksSnapshotFile)}
+	for _, f := range files {
+		os.Chtimes(f, old, old)
+	}
+	if err := d.SaveNetworks(snap); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if fi, err := os.Stat(f); err != nil || !fi.ModTime().Equal(old) {
+			t.Errorf("%s was written again for the same networks (%v)", f, err)
+		}
+	}
+	os.Remove(d.NetworksYAML())
+	if err := d.SaveNetworks(snap); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(d.NetworksYAML()); err != nil || string(b) != string(snap.Data) {
+		t.Errorf("a missing networks.yaml was not put back: %q, %v", b, err)
+	}
+	for _, other := range []NetworksSnapshot{
+		{Source: snap.Source, Data: []byte("networks: {a: {}}\n"), Abs: snap.Abs},
+		{Source: snap.Source, Data: []byte("networks: {a: {}}\n"), Abs: "/b/networks.yaml"},
+	} {
+		if err := d.SaveNetworks(other); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := d.Networks(); err != nil || got.Abs != other.Abs || string(got.Data) != string(other.Data) {
+			t.Errorf("saving %+v: recorded %+v, %v", other, got, err)
+		}
+	}
+}
