@@ -139,14 +139,13 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 		}
 	}
 	if opts.SocketPath != "" {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
+		var look startPoll
 		for {
 			if _, err := os.Stat(opts.SocketPath); err == nil {
 				break
 			}
 			select {
-			case <-tick.C:
+			case <-look.next():
 			case <-h.done:
 				return fail("helper exited before creating %s (%v)", opts.SocketPath, h.err)
 			case now := <-check.C:
@@ -258,8 +257,7 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 	lines := make(chan []byte, 1)
 	go func() {
 		defer close(lines)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
+		var look startPoll
 		for {
 			data, _ := os.ReadFile(opts.ReadyFile)
 			if i := bytes.IndexByte(data, '\n'); i >= 0 {
@@ -269,11 +267,27 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 			select {
 			case <-h.done:
 				return
-			case <-tick.C:
+			case <-look.next():
 			}
 		}
 	}()
 	return lines, nil
+}
+
+// startPoll paces the looks at a file that a starting helper makes:
+// every 2 ms for its first 50 ms, every 10 ms after that. A helper is
+// ready about 10 ms after its start on an idle machine, which a fixed
+// 10 ms tick saw up to 10 ms late (a doubling backoff, 1, 2, 4, 8 ms,
+// up to 5 ms late: measured, side by side); one that takes its time on a
+// busy machine is looked at 100 times a second.
+type startPoll struct{ n int }
+
+func (p *startPoll) next() <-chan time.Time {
+	p.n++
+	if p.n <= 25 {
+		return time.After(2 * time.Millisecond)
+	}
+	return time.After(10 * time.Millisecond)
 }
 
 // readLogTail fills the tail from the log file, in file mode.
