@@ -12,6 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/dnsproxy"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -207,10 +208,10 @@ func TestDNSFloodBounded(t *testing.T) {
 
 	runtime.GC()
 	g0, fd0 := runtime.NumGoroutine(), openFDs(t)
-	// The bound: maxInFlight forwarding goroutines and upstream sockets,
+	// The bound: dnsproxy.MaxInFlight forwarding goroutines and upstream sockets,
 	// plus room for what else runs (the sender, miekg/dns's goroutines
 	// that are about to drop a query, the pooled connections' dials).
-	// Written out, not maxUDPHandlers and maxInFlight, so that raising
+	// Written out, not maxUDPHandlers and dnsproxy.MaxInFlight, so that raising
 	// those (unbounding the proxy) makes this test fail.
 	const slack = 40
 	const boundG, boundFD = 2*64 + slack, 64 + slack
@@ -248,8 +249,8 @@ func TestDNSFloodBounded(t *testing.T) {
 		// The kernel drops some of the flood itself when the socket's
 		// buffer is full; of what the proxy read, all but the queries in
 		// flight (the upstream answers none within the test) are dropped.
-		if s := nw.Stats(nil).DNS; s.Queries < queries/10 || s.Dropped == 0 || s.Queries-s.Dropped > maxInFlight {
-			return fmt.Errorf("DNS stats %+v, want all but %d of the queries read dropped", s, maxInFlight)
+		if s := nw.Stats(nil).DNS; s.Queries < queries/10 || s.Dropped == 0 || s.Queries-s.Dropped > dnsproxy.MaxInFlight {
+			return fmt.Errorf("DNS stats %+v, want all but %d of the queries read dropped", s, dnsproxy.MaxInFlight)
 		}
 		return nil
 	}); err != nil {
@@ -262,9 +263,9 @@ func TestDNSFloodBounded(t *testing.T) {
 	if maxFD > fd0+boundFD {
 		t.Errorf("open fds rose from %d to %d under the flood, want at most %d more", fd0, maxFD, boundFD)
 	}
-	// The queries in flight time out (upstreamTimeout) and their goroutines
+	// The queries in flight time out (dnsproxy.UpstreamTimeout) and their goroutines
 	// end; the pooled upstream sockets stay, within the bound.
-	testutil.Eventually(t, 3*upstreamTimeout, func() error {
+	testutil.Eventually(t, 3*dnsproxy.UpstreamTimeout, func() error {
 		if g := runtime.NumGoroutine(); g > g0+slack {
 			return fmt.Errorf("%d goroutines, %d before the flood", g, g0)
 		}
@@ -276,15 +277,15 @@ func TestDNSFloodBounded(t *testing.T) {
 	t.Logf("flood of %d: goroutines %d → peak %d, fds %d → peak %d; %+v", queries, g0, maxG, fd0, maxFD, nw.Stats(nil).DNS)
 
 	t.Run("TCP queries", func(t *testing.T) {
-		// One connection answers maxTCPQueries queries (names of the
+		// One connection answers dnsproxy.MaxTCPQueries queries (names of the
 		// network's own domain: answered locally), then is closed.
 		var c *dns.Conn
 		mustDo(t, v, func() (err error) { c, err = dns.DialTimeout("tcp4", gw, 2*time.Second); return err })
 		defer c.Close()
 		answered := 0
-		for i := range maxTCPQueries + 1 {
+		for i := range dnsproxy.MaxTCPQueries + 1 {
 			m := new(dns.Msg)
-			m.SetQuestion(fmt.Sprintf("nobody%d.%s.", i, DNSDomain), dns.TypeA)
+			m.SetQuestion(fmt.Sprintf("nobody%d.%s.", i, dnsproxy.Domain), dns.TypeA)
 			c.SetDeadline(time.Now().Add(2 * time.Second))
 			if err := c.WriteMsg(m); err != nil {
 				break
@@ -294,13 +295,13 @@ func TestDNSFloodBounded(t *testing.T) {
 			}
 			answered++
 		}
-		if answered != maxTCPQueries {
-			t.Errorf("one TCP connection got %d answers, want %d and then closed", answered, maxTCPQueries)
+		if answered != dnsproxy.MaxTCPQueries {
+			t.Errorf("one TCP connection got %d answers, want %d and then closed", answered, dnsproxy.MaxTCPQueries)
 		}
 	})
 	t.Run("TCP", func(t *testing.T) {
 		dropped := nw.Stats(nil).DNS.Dropped
-		const conns = maxTCPConns + 8
+		const conns = dnsproxy.MaxTCPConns + 8
 		var held []net.Conn
 		t.Cleanup(func() {
 			for _, c := range held {
@@ -318,45 +319,10 @@ func TestDNSFloodBounded(t *testing.T) {
 			return nil
 		})
 		testutil.Eventually(t, 5*time.Second, func() error {
-			if got := nw.Stats(nil).DNS.Dropped - dropped; got < conns-maxTCPConns {
-				return fmt.Errorf("%d connections dropped, want %d", got, conns-maxTCPConns)
+			if got := nw.Stats(nil).DNS.Dropped - dropped; got < conns-dnsproxy.MaxTCPConns {
+				return fmt.Errorf("%d connections dropped, want %d", got, conns-dnsproxy.MaxTCPConns)
 			}
 			return nil
-		}, "connections beyond %d are closed", maxTCPConns)
+		}, "connections beyond %d are closed", dnsproxy.MaxTCPConns)
 	})
-}
-
-// TestAcceptQuery: the proxy takes plain queries only: not a NOTIFY (which
-// would reach the host's resolver as the host's own), a response, a query
-// that carries answer or authority records, or one without a question.
-func TestAcceptQuery(t *testing.T) {
-	pack := func(f func(m *dns.Msg)) []byte {
-		m := new(dns.Msg)
-		m.SetQuestion("a.vmnet.internal.", dns.TypeA)
-		f(m)
-		b, err := m.Pack()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	rr, _ := dns.NewRR("a.vmnet.internal. 60 IN A 10.0.0.1")
-	for _, c := range []struct {
-		what string
-		f    func(m *dns.Msg)
-		want bool
-	}{
-		{"a query", func(*dns.Msg) {}, true},
-		{"a query with EDNS", func(m *dns.Msg) { m.SetEdns0(1232, false) }, true},
-		{"a NOTIFY", func(m *dns.Msg) { m.Opcode = dns.OpcodeNotify }, false},
-		{"an UPDATE", func(m *dns.Msg) { m.Opcode = dns.OpcodeUpdate }, false},
-		{"a response", func(m *dns.Msg) { m.Response = true }, false},
-		{"with an answer", func(m *dns.Msg) { m.Answer = []dns.RR{rr} }, false},
-		{"with authority", func(m *dns.Msg) { m.Ns = []dns.RR{rr} }, false},
-		{"no question", func(m *dns.Msg) { m.Question = nil }, false},
-	} {
-		if got := acceptQuery(pack(c.f)); got != c.want {
-			t.Errorf("%s: accepted %v, want %v", c.what, got, c.want)
-		}
-	}
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/nd6"
 )
@@ -142,12 +141,4 @@ func resolver6(hosts *hostTable, alloc *leases.Allocator, learner *nd6.Learner) 
 
 func newHostTable() *hostTable {
 	return &hostTable{byMAC: map[string]string{}, byName: map[string]string{}}
-}
-
-// validHostName reports whether name can be answered under DNSDomain.
-func validHostName(name string) bool {
-	if name == "" || len(name) > 63 || strings.HasPrefix(name, "-") {
-		return false
-	}
-	return !strings.ContainsFunc(name, func(r rune) bool { return !api.HostNameChar(r) })
 }

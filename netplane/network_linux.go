@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
+	"github.com/vmnetctl/vmnetctl/dnsproxy"
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/nettypes"
@@ -33,7 +33,7 @@ type Network struct {
 	alloc   *leases.Allocator // nil without DHCP
 	hosts   *hostTable
 	dhcp    *dhcpserver.Server
-	dns     *dnsHandler
+	dns     *dnsproxy.Proxy
 	guard   *addrGuard        // nil when the guard does not check addresses
 	ra      *routeradv.Server // nil without router advertisements
 	fwd     forwardState
@@ -273,17 +273,17 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 	if len(upstreams) == 0 {
 		// The proxy runs on the host, so a loopback stub resolver
 		// (systemd-resolved's 127.0.0.53) is as good as any.
-		upstreams, _ = ResolvConfServers(resolvConf, false)
+		upstreams, _ = dnsproxy.ResolvConfServers(resolvConf, false)
 	}
-	nw.dns = &dnsHandler{
-		resolve:   resolver(nw.hosts, nw.alloc),
-		fileName:  func(name string) bool { _, ok := nw.hosts.mac(name); return ok },
-		resolve6:  nw.resolve6(),
-		learn:     nw.learnNames,
-		upstreams: upstreams,
-		noForward: !nw.n.ForwardsDNS(),
-		log:       nw.log,
-		dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	nw.dns = &dnsproxy.Proxy{
+		Resolve:   resolver(nw.hosts, nw.alloc),
+		FileName:  func(name string) bool { _, ok := nw.hosts.mac(name); return ok },
+		Resolve6:  nw.resolve6(),
+		Learn:     nw.learnNames,
+		Upstreams: upstreams,
+		NoForward: !nw.n.ForwardsDNS(),
+		Log:       nw.log,
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
 			err := netns.Do(func(ns.NetNS) error {
 				var err error
@@ -293,7 +293,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 			return c, err
 		},
 	}
-	nw.closers = append(nw.closers, nw.dns.closeIdle)
+	nw.closers = append(nw.closers, nw.dns.CloseIdle)
 	type listen struct{ udp, tcp, addr, dev string }
 	var listens []listen
 	for _, dev := range []string{nw.n.Bridge(), "lo"} {
@@ -314,22 +314,16 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 			pc.Close()
 			return fmt.Errorf("network %q: DNS proxy on %s %s: %w", nw.n.ID, dev, addr, err)
 		}
-		ln = &limitListener{Listener: ln, slots: make(chan struct{}, maxTCPConns), h: nw.dns}
-		udp := newUDPServer(pc.(*net.UDPConn), nw.dns)
-		tcp := &dns.Server{Listener: ln, Handler: nw.dns, MsgAcceptFunc: queryOnly, MaxTCPQueries: maxTCPQueries}
-		for _, s := range []struct {
-			serve func() error
-			stop  func() error
-		}{{udp.serve, udp.close}, {tcp.ActivateAndServe, tcp.Shutdown}} {
+		for _, s := range nw.dns.Servers(pc.(*net.UDPConn), ln) {
 			nw.wg.Add(1)
 			go func() {
 				defer nw.wg.Done()
-				if err := s.serve(); err != nil && !nw.stopped() {
+				if err := s.Serve(); err != nil && !nw.stopped() {
 					nw.log.Error("DNS proxy stopped", "err", err)
 					nw.fail(fmt.Errorf("network %q: the DNS proxy stopped: %w", nw.n.ID, err))
 				}
 			}()
-			nw.closers = append(nw.closers, s.stop)
+			nw.closers = append(nw.closers, s.Stop)
 		}
 	}
 	return nil
@@ -379,7 +373,7 @@ func (nw *Network) startDHCP(resolvConf string) error {
 	if nw.n.DNSProxy {
 		dnsServers = []netip.Addr{nw.n.Gateway}
 	} else {
-		dnsServers = hostResolvers(resolvConf, "/run/systemd/resolve/resolv.conf")
+		dnsServers = dnsproxy.HostResolvers(resolvConf, "/run/systemd/resolve/resolv.conf")
 	}
 	nw.dhcp = dhcpserver.New(nw.n, nw.alloc, dnsServers, nw.log)
 	nw.dhcp.OnLease = nw.onLease
@@ -415,7 +409,7 @@ func (nw *Network) startRA() error {
 		cfg.RouterLifetime = raRouterLifetime
 	}
 	if nw.n.DNSProxy {
-		cfg.RDNSS, cfg.DNSSL = []netip.Addr{nw.n.Gateway6}, []string{DNSDomain}
+		cfg.RDNSS, cfg.DNSSL = []netip.Addr{nw.n.Gateway6}, []string{dnsproxy.Domain}
 	}
 	ra, err := routeradv.Start(cfg, nw.log)
 	if err != nil {
@@ -516,7 +510,7 @@ func (nw *Network) Config() *api.Network { return nw.n }
 // the DNS proxy (name.vmnet.internal), and, if ip is valid, pins the MAC to
 // that address in DHCP (a VM file's `ip:`). An empty name forgets the name.
 func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) error {
-	if name != "" && !validHostName(name) {
+	if name != "" && !dnsproxy.ValidHostName(name) {
 		return fmt.Errorf("network %q: VM name %q cannot be a DNS name (letters, digits, '-' and '_' only)", nw.n.ID, name)
 	}
 	if ip.IsValid() {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/vmnetctl/vmnetctl/dnsproxy"
 )
 
 // Names across hosts: each host's DNS proxy knows its own VMs (VM files and
@@ -33,7 +34,7 @@ const maxPeerHandlers = 16
 
 // peerZone is the suffix of the names hosts ask each other for: NAME.VNI.
 // and this, so that networks sharing one listener are told apart.
-const peerZone = "peers." + DNSDomain + "."
+const peerZone = "peers." + dnsproxy.Domain + "."
 
 // peerQName is the question a host asks its peers for name on segment vni.
 func peerQName(name string, vni uint32) string {
@@ -42,13 +43,13 @@ func peerQName(name string, vni uint32) string {
 
 // parsePeerQName is peerQName undone.
 func parsePeerQName(q string) (name string, vni uint32, ok bool) {
-	rest, found := strings.CutSuffix(asciiLower(q), "."+peerZone)
+	rest, found := strings.CutSuffix(dnsproxy.LowerASCII(q), "."+peerZone)
 	if !found {
 		return "", 0, false
 	}
 	name, v, found := strings.Cut(rest, ".")
 	n, err := strconv.ParseUint(v, 10, 32)
-	if !found || err != nil || !validHostName(name) {
+	if !found || err != nil || !dnsproxy.ValidHostName(name) {
 		return "", 0, false
 	}
 	return name, uint32(n), true
@@ -58,7 +59,7 @@ func parsePeerQName(q string) (name string, vni uint32, ok bool) {
 // underlay address and dnsPort, shared by the networks across hosts that
 // have the same (in one network namespace), each found by its VNI.
 type peerListener struct {
-	srv  *udpServer
+	srv  *dnsproxy.UDPServer
 	done chan struct{}
 	nets map[uint32]*peerNames
 }
@@ -99,10 +100,10 @@ func (nw *Network) startPeerDNS() error {
 			return fmt.Errorf("network %q: serving names to the other hosts on %s: %w", nw.n.ID, addr, err)
 		}
 		l = &peerListener{done: make(chan struct{}), nets: map[uint32]*peerNames{}}
-		l.srv = &udpServer{conn: conn, handler: l, dropped: func() {}, slots: make(chan struct{}, maxPeerHandlers), allow: l.isPeer}
+		l.srv = dnsproxy.NewUDPServer(conn, l, maxPeerHandlers, nil, l.isPeer)
 		go func() {
 			defer close(l.done)
-			l.srv.serve()
+			l.srv.Serve()
 		}()
 		peerListeners.m[key] = l
 	}
@@ -116,13 +117,13 @@ func (nw *Network) startPeerDNS() error {
 		delete(l.nets, x.VNI)
 		if len(l.nets) == 0 {
 			delete(peerListeners.m, key)
-			l.srv.close()
+			l.srv.Close()
 			<-l.done
 		}
 		return nil
 	})
-	nw.dns.remote = func(name string) (peerAnswer, bool) {
-		return nw.dns.askPeers(name, x.VNI, peers, x.DNSPort)
+	nw.dns.Remote = func(name string) (dnsproxy.PeerAnswer, bool) {
+		return askPeers(nw.dns, name, x.VNI, peers, x.DNSPort)
 	}
 	return nil
 }
@@ -157,7 +158,7 @@ func (l *peerListener) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 
 // peerNames answers the segment's other hosts: this host's VMs' names.
 type peerNames struct {
-	h     *dnsHandler
+	h     *dnsproxy.Proxy
 	peers []netip.Addr
 }
 
@@ -169,10 +170,10 @@ func (p *peerNames) answer(w dns.ResponseWriter, r *dns.Msg, name string) {
 	}
 	m := new(dns.Msg)
 	m.SetReply(r)
-	ip, found := p.h.resolve(name)
+	ip, found := p.h.Resolve(name)
 	var ip6 []netip.Addr
-	if p.h.resolve6 != nil {
-		ip6 = p.h.resolve6(name)
+	if p.h.Resolve6 != nil {
+		ip6 = p.h.Resolve6(name)
 	}
 	if !found && len(ip6) == 0 {
 		m.SetRcode(r, dns.RcodeNameError)
@@ -181,30 +182,15 @@ func (p *peerNames) answer(w dns.ResponseWriter, r *dns.Msg, name string) {
 	}
 	// Authoritative: a VM file's name here, which wins over a DHCP host
 	// name anywhere.
-	m.Authoritative = p.h.fileName != nil && p.h.fileName(name)
-	m.Answer = addressRRs(r.Question[0].Name, ip, ip6)
+	m.Authoritative = p.h.FileName != nil && p.h.FileName(name)
+	m.Answer = dnsproxy.AddressRRs(r.Question[0].Name, ip, ip6)
 	w.WriteMsg(m)
 }
 
-// addressRRs are the A record of ip (if valid) and the AAAA records of ip6.
-func addressRRs(qname string, ip netip.Addr, ip6 []netip.Addr) []dns.RR {
-	var rrs []dns.RR
-	if ip.IsValid() {
-		rrs = append(rrs, &dns.A{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: localTTL}, A: net.IP(ip.AsSlice())})
-	}
-	for _, a := range ip6 {
-		rrs = append(rrs, &dns.AAAA{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: localTTL}, AAAA: net.IP(a.AsSlice())})
-	}
-	return rrs
-}
-
-// peerAnswer is what a peer knows of a name: its addresses, and whether
-// it is a VM file's name there.
+// peerAnswer is a peer's answer and the peer's place among the peers.
 type peerAnswer struct {
-	ip     netip.Addr
-	ip6    []netip.Addr
-	byFile bool
-	host   int // the peer's place among the peers
+	dnsproxy.PeerAnswer
+	host int
 }
 
 // askPeers asks every peer at once for name's addresses on segment vni
@@ -213,24 +199,20 @@ type peerAnswer struct {
 // in the segment's order that has it. Every query has ended when it
 // returns (their sockets closed), and the proxy's bound on forwarded
 // queries bounds them: with every slot taken, the name is not looked for.
-func (h *dnsHandler) askPeers(name string, vni uint32, peers []netip.Addr, port uint16) (peerAnswer, bool) {
-	h.init()
-	select {
-	case h.inFlight <- struct{}{}:
-	default:
-		h.countDropped()
-		return peerAnswer{}, false
+func askPeers(h *dnsproxy.Proxy, name string, vni uint32, peers []netip.Addr, port uint16) (dnsproxy.PeerAnswer, bool) {
+	release, ok := h.Slot()
+	if !ok {
+		return dnsproxy.PeerAnswer{}, false
 	}
-	defer func() { <-h.inFlight }()
+	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
 	defer cancel()
 	answers := make(chan peerAnswer, len(peers))
 	var wg sync.WaitGroup
 	for i, p := range peers {
 		wg.Go(func() {
-			if a, ok := h.askPeer(ctx, name, vni, netip.AddrPortFrom(p, port)); ok {
-				a.host = i
-				answers <- a
+			if a, ok := askPeer(ctx, h.Dial, name, vni, netip.AddrPortFrom(p, port)); ok {
+				answers <- peerAnswer{a, i}
 			}
 		})
 	}
@@ -238,7 +220,7 @@ func (h *dnsHandler) askPeers(name string, vni uint32, peers []netip.Addr, port 
 	var best peerAnswer
 	found := false
 	for a := range answers {
-		if a.byFile {
+		if a.ByFile {
 			cancel() // the others end at once (their reads' deadline)
 			best, found = a, true
 			break
@@ -249,13 +231,13 @@ func (h *dnsHandler) askPeers(name string, vni uint32, peers []netip.Addr, port 
 	}
 	cancel()
 	wg.Wait()
-	return best, found
+	return best.PeerAnswer, found
 }
 
 // askPeer asks one peer for name.
-func (h *dnsHandler) askPeer(ctx context.Context, name string, vni uint32, peer netip.AddrPort) (peerAnswer, bool) {
-	var a peerAnswer
-	c, err := h.dial(ctx, "udp", peer.String())
+func askPeer(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), name string, vni uint32, peer netip.AddrPort) (dnsproxy.PeerAnswer, bool) {
+	var a dnsproxy.PeerAnswer
+	c, err := dial(ctx, "udp", peer.String())
 	if err != nil {
 		return a, false
 	}
@@ -275,16 +257,16 @@ func (h *dnsHandler) askPeer(ctx context.Context, name string, vni uint32, peer 
 	if err != nil || resp.Id != q.Id || resp.Rcode != dns.RcodeSuccess {
 		return a, false
 	}
-	a.byFile = resp.Authoritative
+	a.ByFile = resp.Authoritative
 	for _, rr := range resp.Answer {
 		switch rr := rr.(type) {
 		case *dns.A:
-			a.ip, _ = netip.AddrFromSlice(rr.A.To4())
+			a.IP, _ = netip.AddrFromSlice(rr.A.To4())
 		case *dns.AAAA:
 			if v, ok := netip.AddrFromSlice(rr.AAAA); ok {
-				a.ip6 = append(a.ip6, v)
+				a.IP6 = append(a.IP6, v)
 			}
 		}
 	}
-	return a, a.ip.IsValid() || len(a.ip6) > 0
+	return a, a.IP.IsValid() || len(a.IP6) > 0
 }

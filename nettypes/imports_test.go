@@ -8,7 +8,9 @@ import (
 
 // TestImportsGoOneWay: the data plane (netplane) and the helper do not
 // import backend, which composes them: the values they share are
-// nettypes' (docs/architecture.md, the import order).
+// nettypes' (docs/architecture.md, the import order); the network's
+// services (DNS proxy, leases, DHCP, router advertisements, ND) import
+// neither the network nor what is above it.
 func TestImportsGoOneWay(t *testing.T) {
 	deps := func(pkg string) string {
 		t.Helper()
@@ -21,6 +23,15 @@ func TestImportsGoOneWay(t *testing.T) {
 	for _, pkg := range []string{"netplane", "helper"} {
 		if strings.Contains(deps(pkg), "github.com/vmnetctl/vmnetctl/backend\n") {
 			t.Errorf("%s imports backend", pkg)
+		}
+	}
+	// The network's services are leaves: the network wires them, they
+	// never reach back up to it (or past it).
+	for _, pkg := range []string{"dnsproxy", "leases", "dhcpserver", "routeradv", "nd6"} {
+		for _, up := range []string{"netplane", "backend", "controller"} {
+			if strings.Contains(deps(pkg), "github.com/vmnetctl/vmnetctl/"+up+"\n") {
+				t.Errorf("%s imports %s", pkg, up)
+			}
 		}
 	}
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/vmnetctl/vmnetctl/controller"
-	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/dnsproxy"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -639,7 +639,7 @@ func (s *scene) dnsAttacks(a *attacker, gwMAC net.HardwareAddr, vip netip.Addr) 
 	t := s.t
 	a.hostname = "victim"
 	aip := a.lease()
-	r := a.query(gwMAC, aip, s.gateway, "victim."+netplane.DNSDomain)
+	r := a.query(gwMAC, aip, s.gateway, "victim."+dnsproxy.Domain)
 	var got []string
 	if r != nil {
 		for _, rr := range r.Answer {
@@ -649,7 +649,7 @@ func (s *scene) dnsAttacks(a *attacker, gwMAC net.HardwareAddr, vip netip.Addr) 
 		}
 	}
 	if r == nil || !slices.Equal(got, []string{vip.String()}) {
-		t.Errorf("victim.%s after the attacker's DHCP host name \"victim\": %v (%v), want the victim's %s", netplane.DNSDomain, got, r, vip)
+		t.Errorf("victim.%s after the attacker's DHCP host name \"victim\": %v (%v), want the victim's %s", dnsproxy.Domain, got, r, vip)
 	}
 	if s.network == "isolated" {
 		if r := a.query(gwMAC, aip, s.gateway, "example.com"); r == nil || r.Rcode != dns.RcodeRefused {
@@ -660,7 +660,7 @@ func (s *scene) dnsAttacks(a *attacker, gwMAC net.HardwareAddr, vip netip.Addr) 
 		t.Fatalf("the LAN neighbour does not reach the gateway's address %s: %v", s.gateway, err)
 	}
 	q := new(dns.Msg)
-	q.SetQuestion("victim."+netplane.DNSDomain+".", dns.TypeA)
+	q.SetQuestion("victim."+dnsproxy.Domain+".", dns.TypeA)
 	err := s.out.Do(func() error {
 		r, _, err := (&dns.Client{Timeout: time.Second}).Exchange(q, net.JoinHostPort(s.gateway.String(), "53"))
 		if err == nil {

@@ -1,9 +1,4 @@
-//go:build linux
-
-// The data plane's parsers and decisions are only used on Linux, so are
-// their fuzzers.
-
-package netplane
+package dnsproxy
 
 import (
 	"context"
@@ -27,29 +22,29 @@ func FuzzLocalName(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, q string) {
-		name, inZone, ok := localName(q)
-		lq := strings.TrimSuffix(asciiLower(q), ".")
-		if want := lq == DNSDomain || strings.HasSuffix(lq, "."+DNSDomain); inZone != want {
-			t.Fatalf("localName(%q): inZone %v, want %v", q, inZone, want)
+		name, inZone, ok := LocalName(q)
+		lq := strings.TrimSuffix(LowerASCII(q), ".")
+		if want := lq == Domain || strings.HasSuffix(lq, "."+Domain); inZone != want {
+			t.Fatalf("LocalName(%q): inZone %v, want %v", q, inZone, want)
 		}
 		if !ok {
 			if name != "" {
-				t.Fatalf("localName(%q) = %q but not ok", q, name)
+				t.Fatalf("LocalName(%q) = %q but not ok", q, name)
 			}
 			return
 		}
-		if name == "" || strings.Contains(name, ".") || asciiLower(name) != name {
-			t.Fatalf("localName(%q) = %q: not one lower-case label", q, name)
+		if name == "" || strings.Contains(name, ".") || LowerASCII(name) != name {
+			t.Fatalf("LocalName(%q) = %q: not one lower-case label", q, name)
 		}
 		want := name
 		if inZone {
-			want += "." + DNSDomain
+			want += "." + Domain
 		}
 		if lq != want {
-			t.Fatalf("localName(%q) = %q, %v: the query is not that name", q, name, inZone)
+			t.Fatalf("LocalName(%q) = %q, %v: the query is not that name", q, name, inZone)
 		}
-		if n2, z2, ok2 := localName(name + "." + DNSDomain + "."); n2 != name || !z2 || !ok2 {
-			t.Fatalf("localName(%q) = %q, %v, %v; want %q in the zone", name+"."+DNSDomain+".", n2, z2, ok2, name)
+		if n2, z2, ok2 := LocalName(name + "." + Domain + "."); n2 != name || !z2 || !ok2 {
+			t.Fatalf("LocalName(%q) = %q, %v, %v; want %q in the zone", name+"."+Domain+".", n2, z2, ok2, name)
 		}
 	})
 }
@@ -92,19 +87,19 @@ func FuzzDNSServe(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	vm1 := ip("10.9.0.100")
-	h := &dnsHandler{
-		resolve: func(name string) (netip.Addr, bool) {
+	vm1 := netip.MustParseAddr("10.9.0.100")
+	h := &Proxy{
+		Resolve: func(name string) (netip.Addr, bool) {
 			if name == "vm1" {
 				return vm1, true
 			}
 			return netip.Addr{}, false
 		},
-		upstreams: []string{"192.0.2.53:53"},
-		dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		Upstreams: []string{"192.0.2.53:53"},
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return nil, errors.New("no upstream in a fuzzer")
 		},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		req := new(dns.Msg)
@@ -127,7 +122,7 @@ func FuzzDNSServe(f *testing.F) {
 		if len(req.Question) == 1 && req.Question[0].Qclass == dns.ClassINET {
 			var name string
 			var ok bool
-			name, inZone, ok = localName(req.Question[0].Name)
+			name, inZone, ok = LocalName(req.Question[0].Name)
 			local = ok && name == "vm1"
 		}
 		switch {

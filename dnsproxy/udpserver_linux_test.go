@@ -1,4 +1,4 @@
-package netplane
+package dnsproxy
 
 import (
 	"net"
@@ -35,11 +35,10 @@ func TestUDPServerAllow(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &blockingHandler{release: make(chan struct{})}
-	s := &udpServer{conn: conn, handler: h, dropped: func() {}, slots: make(chan struct{}, 1),
-		allow: func(a netip.Addr) bool { return a == netip.MustParseAddr("127.0.0.2") }}
+	s := NewUDPServer(conn, h, 1, nil, func(a netip.Addr) bool { return a == netip.MustParseAddr("127.0.0.2") })
 	done := make(chan struct{})
-	go func() { s.serve(); close(done) }()
-	t.Cleanup(func() { close(h.release); s.close(); <-done })
+	go func() { s.Serve(); close(done) }()
+	t.Cleanup(func() { close(h.release); s.Close(); <-done })
 	query := new(dns.Msg).SetQuestion("web1.210.peers.vmnet.internal.", dns.TypeA)
 	b, _ := query.Pack()
 	send := func(from string) {
