@@ -231,31 +231,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.restore()
 
-	ln, err := c.listen()
+	stopServing, err := c.serve()
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: serverIdle,
-		ConnContext: withPeerUID}
-	go srv.Serve(ln)
-	defer func() {
-		c.gen.close()
-		shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(shutCtx)
-		os.Remove(c.sd.APISocket())
-	}()
-	if c.opts.MetricsAddr != "off" {
-		// A busy port (another state dir's controller) costs the metrics,
-		// not the VMs' networks.
-		if mln, err := net.Listen("tcp", c.opts.MetricsAddr); err != nil {
-			c.log.Warn("not serving metrics", "addr", c.opts.MetricsAddr, "err", err)
-		} else {
-			msrv := &http.Server{Handler: c.metricsHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: serverIdle}
-			go msrv.Serve(mln)
-			defer msrv.Close()
-		}
-	}
+	defer stopServing()
 	c.log.Info("controller started", "stateDir", c.sd.Path, "pid", os.Getpid(), "metrics", c.opts.MetricsAddr)
 
 	resync := time.NewTicker(c.opts.Resync)
@@ -311,6 +291,39 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// serve serves the daemon API on the state dir's socket and, unless off,
+// the metrics; stop shuts both down.
+func (c *Controller) serve() (stop func(), err error) {
+	ln, err := c.listen()
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: serverIdle,
+		ConnContext: withPeerUID}
+	go srv.Serve(ln)
+	var msrv *http.Server
+	if c.opts.MetricsAddr != "off" {
+		// A busy port (another state dir's controller) costs the metrics,
+		// not the VMs' networks.
+		if mln, err := net.Listen("tcp", c.opts.MetricsAddr); err != nil {
+			c.log.Warn("not serving metrics", "addr", c.opts.MetricsAddr, "err", err)
+		} else {
+			msrv = &http.Server{Handler: c.metricsHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: serverIdle}
+			go msrv.Serve(mln)
+		}
+	}
+	return func() {
+		if msrv != nil {
+			msrv.Close()
+		}
+		c.gen.close()
+		shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(shutCtx)
+		os.Remove(c.sd.APISocket())
+	}, nil
 }
 
 // nextPass waits for what starts the next pass and tells whether it is a

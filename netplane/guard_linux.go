@@ -493,21 +493,7 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		if st, err = readGuardStateNL(n.ID, true); err != nil {
 			return err
 		}
-		// Claimed: what the ports hold and the expected MACs; a port
-		// that holds another port's expected MAC loses it.
-		claimed := map[string]bool{}
-		for port, mac := range st.learned {
-			if o, ok := owner[mac]; ok && o != port {
-				ch.evict = append(ch.evict, portGuard{index: st.index[port], held: mac, keepClaim: true})
-				continue
-			}
-			claimed[mac] = true
-		}
-		for mac := range owner {
-			claimed[mac] = true
-		}
-		ch.delExpected, ch.addExpected = setDiff(st.expectedMACs, expectedMACs)
-		ch.delClaimed, ch.addClaimed = setDiff(st.claimed, claimed)
+		ch = fullClaims(st, owner, expectedMACs)
 	}
 	ch.delOwns, ch.addOwns = setDiff(st.owns, owns)
 	// The guards of the ports that went are removed in the batch that
@@ -530,6 +516,28 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	}
 	rememberClaims(n.ID, owns, expectedMACs)
 	return nil
+}
+
+// fullClaims is the change that makes the claims what owner (expected MAC
+// to port) and the ports' state st want, from every port's state: claimed
+// are what the ports hold and the expected MACs, and a port that holds
+// another port's expected MAC loses it.
+func fullClaims(st *guardState, owner map[string]string, expectedMACs map[string]bool) claimsChange {
+	var ch claimsChange
+	claimed := map[string]bool{}
+	for port, mac := range st.learned {
+		if o, ok := owner[mac]; ok && o != port {
+			ch.evict = append(ch.evict, portGuard{index: st.index[port], held: mac, keepClaim: true})
+			continue
+		}
+		claimed[mac] = true
+	}
+	for mac := range owner {
+		claimed[mac] = true
+	}
+	ch.delExpected, ch.addExpected = setDiff(st.expectedMACs, expectedMACs)
+	ch.delClaimed, ch.addClaimed = setDiff(st.claimed, claimed)
+	return ch
 }
 
 // claimsMemo is, by network ID, what ClaimPorts last wrote to the owns and
