@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vmnetctl/vmnetctl/api"
@@ -34,39 +34,19 @@ const (
 )
 
 // egressDeniedBy returns the connections the policy refused, by source
-// address, from the per-source sets.
-func egressDeniedBy(ctx context.Context, id string) (map[netip.Addr]uint64, error) {
+// address, from the per-source sets (read through netlink, with their
+// counters).
+func egressDeniedBy(id string) (map[netip.Addr]uint64, error) {
 	out := map[netip.Addr]uint64{}
 	for _, set := range []string{egressBy4, egressBy6} {
-		b, err := exec.CommandContext(ctx, "nft", "-j", "list", "set", "inet", TableName(id), set).Output()
+		elems, err := setElements(nftables.TableFamilyINet, id, set)
 		if err != nil {
-			return out, fmt.Errorf("nft list set %s: %w", set, err)
+			return out, fmt.Errorf("network %q: reading the set %s: %w", id, set, err)
 		}
-		var listing struct {
-			Nftables []struct {
-				Set *struct {
-					Elem []struct {
-						Elem struct {
-							Val     string `json:"val"`
-							Counter struct {
-								Packets uint64 `json:"packets"`
-							} `json:"counter"`
-						} `json:"elem"`
-					} `json:"elem"`
-				} `json:"set"`
-			} `json:"nftables"`
-		}
-		if err := json.Unmarshal(b, &listing); err != nil {
-			return out, fmt.Errorf("nft list set %s: %w", set, err)
-		}
-		for _, o := range listing.Nftables {
-			if o.Set == nil {
-				continue
-			}
-			for _, e := range o.Set.Elem {
-				if ip, err := netip.ParseAddr(e.Elem.Val); err == nil {
-					out[ip] += e.Elem.Counter.Packets
-				}
+		for _, e := range elems {
+			ip, ok := netip.AddrFromSlice(e.Key)
+			if ok && e.Counter != nil {
+				out[ip.Unmap()] += e.Counter.Packets
 			}
 		}
 	}

@@ -300,21 +300,29 @@ const pruneChunk = 16
 // table through netlink (one small request, whatever else the table
 // holds); none without the set or the table.
 func guardSetElements(id, name string) ([]nftables.SetElement, error) {
+	elems, err := setElements(nftables.TableFamilyBridge, id, name)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: reading the guard's set %s: %w", id, name, err)
+	}
+	return elems, nil
+}
+
+// setElements reads the elements of set name of network id's table of
+// family through netlink (one small request, whatever else the table
+// holds), with their counters; none without the set or the table.
+func setElements(family nftables.TableFamily, id, name string) ([]nftables.SetElement, error) {
 	conn, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	set, err := conn.GetSetByName(&nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}, name)
+	set, err := conn.GetSetByName(&nftables.Table{Name: TableName(id), Family: family}, name)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
-	if err == nil {
-		var elems []nftables.SetElement
-		if elems, err = conn.GetSetElements(set); err == nil {
-			return elems, nil
-		}
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("network %q: reading the guard's set %s: %w", id, name, err)
+	return conn.GetSetElements(set)
 }
 
 // readGuardStateNL reads the MACs of network id's guard table through

@@ -685,7 +685,7 @@ func (nw *Network) Stats(ports []string) nettypes.ServiceStats {
 			nw.vmEgress.mu.Unlock()
 			if nw.n.Egress != nil || vmPolicies {
 				s.EgressDenied = egressDenied(ctx, nw.n.ID)
-				s.EgressDeniedByMAC = nw.deniedByMAC(ctx)
+				s.EgressDeniedByMAC = nw.deniedByMAC()
 			}
 			return err
 		})
@@ -737,8 +737,8 @@ func (nw *Network) resolve6() func(string) []netip.Addr {
 
 // deniedByMAC is egressDeniedBy by the VMs' MACs: an IPv4 source by its
 // lease (or fixed address), an IPv6 one by the guard's binding.
-func (nw *Network) deniedByMAC(ctx context.Context) map[string]uint64 {
-	by, _ := egressDeniedBy(ctx, nw.n.ID)
+func (nw *Network) deniedByMAC() map[string]uint64 {
+	by, _ := egressDeniedBy(nw.n.ID)
 	if len(by) == 0 {
 		return nil
 	}
