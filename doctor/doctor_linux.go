@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 
 	"golang.org/x/sys/unix"
@@ -278,7 +280,7 @@ func checkIPv6(_ context.Context, nets []*api.Network) []Finding {
 	if len(v6) == 0 {
 		return []Finding{{Check: "IPv6", Status: OK, Detail: "no network has IPv6"}}
 	}
-	if !netplane.KernelIPv6() {
+	if !hostnet.KernelIPv6() {
 		return []Finding{{Check: "IPv6", Status: Warn,
 			Detail: "IPv6 is off on this host (ipv6.disable=1 at boot, or net.ipv6.conf.default.disable_ipv6=1): " + strings.Join(v6, ", ") + " will run without it",
 			Fix:    "set `ipv6: false` on those networks, or turn IPv6 on (sysctl -w net.ipv6.conf.default.disable_ipv6=0)"}}

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/helper"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -158,7 +159,7 @@ func TestSudoHiddenCommands(t *testing.T) {
 	// Another user's helper's TAP, made through sudo (it carries no
 	// owner): not deleted either.
 	f.host.MustRun(t, "ip", "tuntap", "add", "vmt-victim", "mode", "tap")
-	f.host.MustRun(t, "ip", "link", "set", "vmt-victim", "alias", netplane.TapMark("vmt-victim"))
+	f.host.MustRun(t, "ip", "link", "set", "vmt-victim", "alias", hostnet.TapMark("vmt-victim"))
 	if out, err := sudo("--"+helper.DeleteLinkFlag, "vmt-victim"); err == nil {
 		t.Errorf("--%s of another sudo helper's TAP through sudo: accepted, %s", helper.DeleteLinkFlag, out)
 	}

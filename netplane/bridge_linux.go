@@ -1,14 +1,13 @@
 package netplane
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strings"
+
+	"github.com/vmnetctl/vmnetctl/hostnet"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -43,9 +42,6 @@ func refuse(kind error, format string, args ...any) error {
 	return &bridgeError{kind: kind, msg: fmt.Sprintf(format, args...)}
 }
 
-// isUp reports whether link l is administratively up.
-func isUp(l netlink.Link) bool { return l.Attrs().Flags&net.FlagUp != 0 }
-
 // NetworkBridge answers "is this our bridge, and is it up" for network n:
 // it returns the bridge that n's VM ports join, checked to be one the data
 // plane runs. For shared and host that is n's own bridge, which must exist,
@@ -67,7 +63,7 @@ func NetworkBridge(n *api.Network) (*netlink.Bridge, error) {
 	name := n.Bridge()
 	l, err := netlink.LinkByName(name)
 	switch {
-	case notFound(err):
+	case hostnet.NotFound(err):
 		return nil, refuse(errNoBridge, "network %q is not up (run `vmnetctl up`): bridge %s does not exist", n.ID, name)
 	case err != nil:
 		return nil, fmt.Errorf("network %q: bridge %s: %w", n.ID, name, err)
@@ -76,16 +72,16 @@ func NetworkBridge(n *api.Network) (*netlink.Bridge, error) {
 	if !ok {
 		return nil, refuse(errNotOurs, "network %q: %s is a %s, not vmnetctl's bridge", n.ID, name, l.Type())
 	}
-	switch owner, marked := ownedBy(br); {
+	switch owner, marked := hostnet.OwnedBy(br); {
 	case !marked:
-		return nil, refuse(errNotOurs, "network %q: bridge %s is not vmnetctl's (its alias is %q, not %q)", n.ID, name, br.Attrs().Alias, Mark(n.ID))
+		return nil, refuse(errNotOurs, "network %q: bridge %s is not vmnetctl's (its alias is %q, not %q)", n.ID, name, br.Attrs().Alias, hostnet.Mark(n.ID))
 	case owner != n.ID:
 		return nil, refuse(errNotOurs, "network %q: bridge %s belongs to another vmnetctl network (alias %q)", n.ID, name, br.Attrs().Alias)
-	case !ours(br.Attrs().Alias):
+	case !hostnet.Ours(br.Attrs().Alias):
 		return nil, refuse(errNotOurs, "network %q: bridge %s belongs to network %q of another vmnetctl state dir (alias %q); give the network another name in this one",
 			n.ID, name, owner, br.Attrs().Alias)
 	}
-	if !isUp(br) {
+	if !hostnet.IsUp(br) {
 		return br, fmt.Errorf("network %q is not up (run `vmnetctl up`): bridge %s is down", n.ID, name)
 	}
 	return br, nil
@@ -101,7 +97,7 @@ func bridgedBridge(n *api.Network) (*netlink.Bridge, error) {
 	if !ok {
 		return nil, fmt.Errorf("network %q: interface %s is not a bridge: %w", n.ID, n.Interface, ErrMacvtapPort)
 	}
-	if !isUp(br) {
+	if !hostnet.IsUp(br) {
 		return br, fmt.Errorf("network %q: bridge %s is down", n.ID, n.Interface)
 	}
 	return br, nil
@@ -122,7 +118,7 @@ func bridgedParent(n *api.Network) (netlink.Link, error) {
 	}
 	l, err := netlink.LinkByName(n.Interface)
 	if err != nil {
-		if notFound(err) {
+		if hostnet.NotFound(err) {
 			hint := ""
 			if names, err := ListSharedInterfaces(); err == nil && len(names) > 0 {
 				hint = "; interfaces this host could bridge onto: " + strings.Join(names, ", ")
@@ -169,13 +165,13 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 	// n's own bridge: a mark without an owner (an older vmnetctl's) takes
 	// this state dir's, and a wrong MTU or a down state is Ensure's to
 	// correct.
-	if br.Attrs().Alias != Mark(n.ID) {
-		if err := netlink.LinkSetAlias(br, Mark(n.ID)); err != nil {
+	if br.Attrs().Alias != hostnet.Mark(n.ID) {
+		if err := netlink.LinkSetAlias(br, hostnet.Mark(n.ID)); err != nil {
 			return nil, fmt.Errorf("network %q: marking bridge %s: %w", n.ID, br.Attrs().Name, err)
 		}
 	}
 	name := br.Attrs().Name
-	if mac := BridgeMAC(n.ID); br.Attrs().HardwareAddr.String() != mac.String() {
+	if mac := hostnet.BridgeMAC(n.ID); br.Attrs().HardwareAddr.String() != mac.String() {
 		if err := netlink.LinkSetHardwareAddr(br, mac); err != nil {
 			return nil, fmt.Errorf("network %q: setting the MAC of %s to %s: %w", n.ID, name, mac, err)
 		}
@@ -198,10 +194,10 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 	}
 	// Port forwards used from the host's loopback leave through the
 	// bridge from 127.0.0.1 (then masqueraded): allowed on this link only.
-	if err := ensureSysctl("/proc/sys/net/ipv4/conf/"+name+"/route_localnet", "1"); err != nil {
+	if err := hostnet.EnsureSysctl("/proc/sys/net/ipv4/conf/"+name+"/route_localnet", "1"); err != nil {
 		return nil, fmt.Errorf("network %q: setting net.ipv4.conf.%s.route_localnet=1: %w", n.ID, name, err)
 	}
-	if !isUp(br) {
+	if !hostnet.IsUp(br) {
 		if err := netlink.LinkSetUp(br); err != nil {
 			return nil, fmt.Errorf("network %q: setting %s up: %w", n.ID, name, err)
 		}
@@ -210,7 +206,7 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 }
 
 // createBridge creates n's bridge with n's MTU and mark, as one step for
-// whoever looks: the bridge is made under a temporary name (tmpBridgeName),
+// whoever looks: the bridge is made under a temporary name (hostnet.TmpBridgeName),
 // marked, and only then renamed to its own. The kernel ignores an alias
 // given with the link's creation (IFLA_IFALIAS in RTM_NEWLINK), so the
 // temporary name itself carries the owner: a crash before the mark leaves
@@ -221,148 +217,18 @@ func ensureBridge(n *api.Network) (*netlink.Bridge, error) {
 // its bridge.
 func createBridge(n *api.Network) error {
 	name := n.Bridge()
-	removeStaleTmpBridges(n.ID)
+	hostnet.RemoveStaleTmpBridges(n.ID)
 	la := netlink.NewLinkAttrs()
-	la.Name = tmpBridgeName(n.ID)
+	la.Name = hostnet.TmpBridgeName(n.ID)
 	la.MTU = n.MTU
-	la.HardwareAddr = BridgeMAC(n.ID)
+	la.HardwareAddr = hostnet.BridgeMAC(n.ID)
 	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la, MulticastSnooping: new(false)}); err != nil {
 		return fmt.Errorf("network %q: creating bridge %s (as %s): %w", n.ID, name, la.Name, err)
 	}
-	if _, err := markAndRename(n.ID, la.Name, name, "bridge"); err != nil && !errors.Is(err, unix.EEXIST) {
+	if _, err := hostnet.MarkAndRename(n.ID, la.Name, name, "bridge"); err != nil && !errors.Is(err, unix.EEXIST) {
 		return err
 	}
 	return nil
-}
-
-// markAndRename marks the link just made under tmpName (a name that
-// carries the owner) as network id's and gives it its name: the second
-// and third steps of making a link crash-safely (createBridge). On failure
-// it deletes the link; a name another creator took first is an error that
-// wraps unix.EEXIST.
-func markAndRename(id, tmpName, name, what string) (netlink.Link, error) {
-	l, err := netlink.LinkByName(tmpName)
-	if err == nil {
-		err = netlink.LinkSetAlias(l, Mark(id))
-	}
-	if err == nil {
-		err = netlink.LinkSetName(l, name)
-	}
-	if err != nil {
-		if l != nil {
-			netlink.LinkDel(l)
-		}
-		return nil, fmt.Errorf("network %q: creating %s %s: %w", id, what, name, err)
-	}
-	return netlink.LinkByName(name)
-}
-
-// BridgeMAC is the MAC address of network id's bridge: locally
-// administered, from a hash of the id. Set, it stays: a Linux bridge whose
-// MAC was not set takes the lowest MAC of its ports, and changes it as VMs
-// come and go, which breaks the VMs' neighbour entries for the gateway
-// (the IPv6 default router, learned with its MAC from router
-// advertisements, would be unreachable).
-func BridgeMAC(id string) net.HardwareAddr {
-	sum := sha256.Sum256([]byte("vmnetctl bridge " + id))
-	mac := net.HardwareAddr(sum[:6])
-	mac[0] = mac[0]&^0x01 | 0x02 // unicast, locally administered
-	return mac
-}
-
-// tmpBridgePrefix starts the temporary name of a bridge being created
-// (tmpBridgeName). Interface names of this form are vmnetctl's.
-const tmpBridgePrefix = api.TmpBridgePrefix
-
-// tmpBridgeName is the temporary name under which network id's bridge is
-// created: "vmn.", the owner (8 hex digits) and 3 hex digits of SHA-256 of
-// id (15 characters, IFNAMSIZ's limit), so that one cut short is known as
-// this state dir's even before it is marked. A process without an owner
-// uses "vmn." and 8 random hex digits, as before owners were marked.
-func tmpBridgeName(id string) string {
-	o := Owner()
-	if o == "" {
-		var b [4]byte
-		rand.Read(b[:])
-		return tmpBridgePrefix + hex.EncodeToString(b[:])
-	}
-	sum := sha256.Sum256([]byte("vmnetctl tmp bridge " + id))
-	return tmpBridgePrefix + o + hex.EncodeToString(sum[:2])[:3]
-}
-
-// tmpVXLANName is tmpBridgeName for network id's VXLAN device (a network
-// across hosts), made the same way: under it, marked, then renamed.
-func tmpVXLANName(id string) string {
-	name := tmpBridgeName(id)
-	if Owner() == "" {
-		return name
-	}
-	sum := sha256.Sum256([]byte("vmnetctl tmp vxlan " + id))
-	return name[:len(name)-3] + hex.EncodeToString(sum[:2])[:3]
-}
-
-// tmpWireGuardName is tmpBridgeName for network id's kernel WireGuard
-// device (createKernelWireGuard), made the same way.
-func tmpWireGuardName(id string) string {
-	name := tmpBridgeName(id)
-	if Owner() == "" {
-		return name
-	}
-	sum := sha256.Sum256([]byte("vmnetctl tmp wireguard " + id))
-	return name[:len(name)-3] + hex.EncodeToString(sum[:2])[:3]
-}
-
-// tmpBridgeOwner tells a temporary bridge name from others, and returns
-// the owner it carries ("" for one of a process without an owner).
-func tmpBridgeOwner(name string) (owner string, ok bool) {
-	rest, ok := strings.CutPrefix(name, tmpBridgePrefix)
-	if !ok || strings.Trim(rest, "0123456789abcdef") != "" {
-		return "", false
-	}
-	switch len(rest) {
-	case 8:
-		return "", true
-	case 11:
-		return rest[:8], true
-	}
-	return "", false
-}
-
-// removeStaleTmpBridges deletes the temporary bridges (and VXLAN devices,
-// tmpVXLANName) this process's
-// creations cut short left (id "": those of every network): those named
-// with this process's owner that are unmarked (killed before the mark),
-// down and without ports, or marked for the network; with id, only the one
-// of id's name. A process without an owner deletes, as before owners,
-// unmarked unowned ones that are down and without ports, and those marked
-// for id. Another state dir's are never touched: it may be creating them.
-func removeStaleTmpBridges(id string) {
-	links, err := linkList()
-	if err != nil {
-		return
-	}
-	ports := map[int]bool{}
-	for _, l := range links {
-		ports[l.Attrs().MasterIndex] = true
-	}
-	for _, l := range links {
-		name := l.Attrs().Name
-		owner, tmp := tmpBridgeOwner(name)
-		_, bridge := l.(*netlink.Bridge)
-		_, vxlan := l.(*netlink.Vxlan)
-		_, wg := l.(*netlink.Wireguard)
-		if !(bridge || vxlan || wg) || !tmp || owner != Owner() {
-			continue
-		}
-		if owner != "" && id != "" && name != tmpBridgeName(id) && name != tmpVXLANName(id) && name != tmpWireGuardName(id) {
-			continue
-		}
-		mid, marked := ownedBy(l)
-		unmarked := !marked && l.Attrs().Alias == "" && !isUp(l) && !ports[l.Attrs().Index]
-		if unmarked || (marked && (mid == id || id == "") && mine(l.Attrs().Alias)) {
-			netlink.LinkDel(l)
-		}
-	}
 }
 
 // ListSharedInterfaces returns the host interfaces a bridged network could
@@ -370,7 +236,7 @@ func removeStaleTmpBridges(id string) {
 // are not a bridge port (the helper joins only bridges so far: bridge those
 // first).
 func ListSharedInterfaces() ([]string, error) {
-	links, err := linkList()
+	links, err := hostnet.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing interfaces: %w", err)
 	}
@@ -378,7 +244,7 @@ func ListSharedInterfaces() ([]string, error) {
 	for _, l := range links {
 		a := l.Attrs()
 		if _, ok := l.(*netlink.Bridge); ok {
-			if !strings.HasPrefix(a.Alias, aliasPrefix) && a.MasterIndex == 0 {
+			if !strings.HasPrefix(a.Alias, hostnet.AliasPrefix) && a.MasterIndex == 0 {
 				names = append(names, a.Name)
 			}
 			continue

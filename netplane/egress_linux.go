@@ -11,13 +11,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/google/nftables"
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
-	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/nettypes"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
 // The egress policy (api.Egress) in the kernel: the network's forward
@@ -161,14 +164,14 @@ func hostLANs() ([]netip.Prefix, error) {
 		}
 		l, err := netlink.LinkByIndex(index)
 		if err == nil {
-			_, marked := markedID(l.Attrs().Alias)
-			ours[index] = marked || strings.HasPrefix(l.Attrs().Alias, aliasPrefix)
+			_, marked := hostnet.MarkedID(l.Attrs().Alias)
+			ours[index] = marked || strings.HasPrefix(l.Attrs().Alias, hostnet.AliasPrefix)
 		}
 		return ours[index]
 	}
 	var out []netip.Prefix
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		routes, err := retryDump(func() ([]netlink.Route, error) {
+		routes, err := hostnet.RetryDump(func() ([]netlink.Route, error) {
 			return netlink.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 		})
 		if err != nil {

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -32,7 +35,7 @@ type frrLab struct {
 func newFRRLab(t *testing.T) *frrLab {
 	ns := testutil.NewNS(t, "evfrr")
 	l := &frrLab{t: t, ns: ns, frr: testutil.StartFRR(t, ns)}
-	t.Cleanup(func() { SetOwner("") })
+	t.Cleanup(func() { hostnet.SetOwner("") })
 	return l
 }
 
@@ -51,7 +54,7 @@ func evpnNetOf(t *testing.T, id string, others ...int) *api.Network {
 
 // ensure gives FRR network n as state dir state's (its owner).
 func (l *frrLab) ensure(state string, n *api.Network) error {
-	SetOwner(state)
+	hostnet.SetOwner(state)
 	return l.ns.Do(func() error {
 		return ensureFRR(context.Background(), n, 0, netip.MustParseAddr("10.77.0.1"), state)
 	})
@@ -59,7 +62,7 @@ func (l *frrLab) ensure(state string, n *api.Network) error {
 
 // remove takes network id of state dir state out of FRR.
 func (l *frrLab) remove(state, id string) error {
-	SetOwner(state)
+	hostnet.SetOwner(state)
 	return l.ns.Do(func() error { return removeEVPNOf(context.Background(), state, id) })
 }
 
@@ -199,7 +202,7 @@ func TestEVPNTwoOwners(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
 	mustNil(t, "up a", l.ensure(a, evpnNetOf(t, "lab", 2)))
 	mustNil(t, "up b", l.ensure(b, evpnNetOf(t, "lab", 3)))
-	SetOwner(a)
+	hostnet.SetOwner(a)
 	pgA := evpnPeerGroup()
 	mustNil(t, "down a", l.remove(a, "lab"))
 	r := l.router()

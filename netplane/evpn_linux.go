@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -48,7 +50,7 @@ import (
 // evpnPeerGroup is the BGP peer-group of this state dir's EVPN sessions:
 // "vmnetctl", and the owner's tag when there is one.
 func evpnPeerGroup() string {
-	if o := Owner(); o != "" {
+	if o := hostnet.Owner(); o != "" {
 		return "vmnetctl-" + o
 	}
 	return "vmnetctl"
@@ -56,10 +58,10 @@ func evpnPeerGroup() string {
 
 // evpnDescription is the description of evpnPeerGroup: whose it is.
 func evpnDescription() string {
-	if o := Owner(); o != "" {
-		return aliasPrefix + "evpn@" + o
+	if o := hostnet.Owner(); o != "" {
+		return hostnet.AliasPrefix + "evpn@" + o
 	}
-	return aliasPrefix + "evpn"
+	return hostnet.AliasPrefix + "evpn"
 }
 
 // frrPathspace is the FRR instance vmnetctl talks to: FRR's convention
@@ -244,7 +246,7 @@ type evpnMarks struct{ router, advertise bool }
 // its description says so.
 func (r *bgpRouter) vmnetctlGroup(g string) bool {
 	d := strings.Fields(r.descriptions[g])
-	return r.groups[g] && len(d) > 0 && (d[0] == aliasPrefix+"evpn" || strings.HasPrefix(d[0], aliasPrefix+"evpn@"))
+	return r.groups[g] && len(d) > 0 && (d[0] == hostnet.AliasPrefix+"evpn" || strings.HasPrefix(d[0], hostnet.AliasPrefix+"evpn@"))
 }
 
 // vmnetctlGroups are r's peer-groups that are vmnetctl's, sorted.
@@ -319,7 +321,7 @@ func evpnConfig(n *api.Network, local netip.Addr, peers []netip.Addr, marks evpn
 		desc += " " + markAdvertise
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "! %s: FRR configuration of network %s's VXLAN segment (VNI %d), written by vmnetctl,\n", Mark(n.ID), n.ID, n.VXLAN.VNI)
+	fmt.Fprintf(&b, "! %s: FRR configuration of network %s's VXLAN segment (VNI %d), written by vmnetctl,\n", hostnet.Mark(n.ID), n.ID, n.VXLAN.VNI)
 	fmt.Fprintf(&b, "! applied with vtysh and removed by vmnetctl down; edit networks.yaml, not this file.\n")
 	fmt.Fprintf(&b, "router bgp %d\n", n.VXLAN.EVPN.ASN)
 	// The group and its marks first: vtysh -f cut short leaves no router
@@ -483,7 +485,7 @@ func ensureEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int, 
 			return fmt.Errorf("network %q: turning learning off on %s's bridge port: %w", n.ID, vx.Attrs().Name, err)
 		}
 	}
-	stateDir := OwnerDir()
+	stateDir := hostnet.OwnerDir()
 	if stateDir == "" {
 		return fmt.Errorf("network %q: EVPN needs a state dir to keep its FRR configuration in", n.ID)
 	}
@@ -499,14 +501,14 @@ func ensureEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int, 
 // if it lacks it, and nothing else of n's: the controller's repair of
 // what CheckNetwork found wrong in FRR alone (nettypes.FRRError).
 func EnsureFRR(ctx context.Context, n *api.Network) error {
-	if n.VXLAN == nil || n.VXLAN.EVPN == nil || OwnerDir() == "" {
+	if n.VXLAN == nil || n.VXLAN.EVPN == nil || hostnet.OwnerDir() == "" {
 		return nil
 	}
 	idx, local, err := localVXLANHost(n)
 	if err != nil {
 		return err
 	}
-	return ensureFRR(ctx, n, idx, local, OwnerDir())
+	return ensureFRR(ctx, n, idx, local, hostnet.OwnerDir())
 }
 
 // ensureFRR is ensureEVPN's part in FRR, for state dir stateDir.
@@ -582,7 +584,7 @@ func checkEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int) [
 		return append(errs, &nettypes.FRRError{Err: fmt.Errorf("network %q: reading FRR's configuration: %w", n.ID, err), Unreachable: frrUnreachable(err)})
 	}
 	var members map[string]bool
-	if d := OwnerDir(); d != "" {
+	if d := hostnet.OwnerDir(); d != "" {
 		members, _ = dirPeers(filepath.Dir(FRRConfigFile(d, n.ID)), "")
 	}
 	if drift := evpnDrift(routers, n, evpnPeers(n, self), members); len(drift) > 0 {
@@ -599,7 +601,7 @@ func checkEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int) [
 // a network without an FRR file; FRR not running has nothing of it
 // (vmnetctl never saves it there).
 func removeEVPN(ctx context.Context, id string) error {
-	if d := OwnerDir(); d != "" {
+	if d := hostnet.OwnerDir(); d != "" {
 		return removeEVPNOf(ctx, d, id)
 	}
 	return nil

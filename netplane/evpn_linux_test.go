@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
@@ -25,7 +27,7 @@ func TestEVPNConfig(t *testing.T) {
 	peers := evpnPeers(n, 0)
 	pg := evpnPeerGroup()
 	conf := evpnConfig(n, local, peers, evpnMarks{router: true})
-	for _, want := range []string{"! " + Mark("lab") + ":", "router bgp 65010\n", " bgp router-id 10.77.0.1\n", " neighbor 10.77.0.2 peer-group " + pg + "\n",
+	for _, want := range []string{"! " + hostnet.Mark("lab") + ":", "router bgp 65010\n", " bgp router-id 10.77.0.1\n", " neighbor 10.77.0.2 peer-group " + pg + "\n",
 		" neighbor 10.77.0.3 peer-group " + pg + "\n", "  neighbor " + pg + " activate\n  advertise-all-vni\n"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("FRR configuration lacks %q:\n%s", want, conf)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -26,37 +28,10 @@ import (
 // read the old way, its port ignored: asking for one port's entries cost
 // as much as asking for all, and a project's status, which asked port by
 // port, cost ports x ports x entries (seconds at 2,000 VMs, in the kernel,
-// on every `up`). fdbOf asks as `bridge fdb show brport` does (an
+// on every `up`). hostnet.FDBOf asks as `bridge fdb show brport` does (an
 // ifinfomsg header, which the kernel reads for the port): one walk of the
 // database. bridgeFDB reads every port's entries from the bridge's
 // brforward file in sysfs, one walk for all of them.
-
-// fdbOf returns the forwarding entries of the bridge port of interface
-// index port: the bridge's learned and static entries on it, and the
-// port's own (a VXLAN device's, NTF_SELF).
-func fdbOf(port int) ([]netlink.Neigh, error) {
-	return retryDump(func() ([]netlink.Neigh, error) {
-		req := nl.NewNetlinkRequest(unix.RTM_GETNEIGH, unix.NLM_F_DUMP)
-		msg := nl.NewIfInfomsg(unix.AF_BRIDGE)
-		msg.Index = int32(port)
-		req.AddData(msg)
-		msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWNEIGH)
-		if err != nil {
-			return nil, err
-		}
-		var out []netlink.Neigh
-		for _, m := range msgs {
-			n, err := netlink.NeighDeserialize(m)
-			if err != nil {
-				continue
-			}
-			if n.LinkIndex == port { // (a kernel that dumps them all anyway)
-				out = append(out, *n)
-			}
-		}
-		return out, nil
-	})
-}
 
 // fdbEntrySize is the size of struct __fdb_entry, brforward's record: the
 // MAC (6), the port's number (low 8 bits), is_local, the ageing timer (4),
@@ -120,7 +95,7 @@ var errOtherSysfs = errors.New("sysfs shows another network namespace")
 // br to the ports' interface indexes, from one dump of the bridge ports'
 // attributes.
 func bridgePortNumbers(br int) (map[uint16]int, error) {
-	msgs, err := retryDump(func() ([][]byte, error) {
+	msgs, err := hostnet.RetryDump(func() ([][]byte, error) {
 		req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_DUMP)
 		req.AddData(nl.NewIfInfomsg(unix.AF_BRIDGE))
 		return req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWLINK)

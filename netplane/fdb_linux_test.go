@@ -71,7 +71,7 @@ func inOwnSysfs(t *testing.T, host *testutil.NS, f func() error) error {
 }
 
 // TestBridgeFDB: every port's entries read from the bridge's brforward
-// file are those the kernel dumps port by port (fdbOf), for a bridge of
+// file are those the kernel dumps port by port (hostnet.FDBOf), for a bridge of
 // more than 256 ports (port numbers past 8 bits); the ports' own entries
 // are left out. Where sysfs shows another namespace it refuses, and
 // portMACs reads port by port.

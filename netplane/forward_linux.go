@@ -10,9 +10,10 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vmnetctl/vmnetctl/nettypes"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
 // Port forwards, in the kernel: nftables DNAT in the network's inet table.

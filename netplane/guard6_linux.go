@@ -11,13 +11,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/nd6"
 	"github.com/vmnetctl/vmnetctl/routeradv"
-	"golang.org/x/sys/unix"
-	"sigs.k8s.io/knftables"
 )
 
 // The guard's IPv6 side. VMs make their own IPv6 addresses (SLAAC), so
@@ -486,7 +489,7 @@ func (g *guard6) resync() {
 // prefix, the subnet-router anycast address (the prefix's first), and the
 // bridge's link-local address.
 func gatewayAddrs6(n *api.Network) []netip.Addr {
-	return []netip.Addr{n.Gateway6, n.Subnet6.Masked().Addr(), api.LinkLocal(BridgeMAC(n.ID)).Addr()}
+	return []netip.Addr{n.Gateway6, n.Subnet6.Masked().Addr(), api.LinkLocal(hostnet.BridgeMAC(n.ID)).Addr()}
 }
 
 // changed puts the bindings the learner added or removed into the sets,

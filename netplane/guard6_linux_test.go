@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/net/ipv6"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
-	"golang.org/x/net/ipv6"
 )
 
 // g6Net is a shared network with IPv6 for the guard's tests.

@@ -12,10 +12,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
+	"sigs.k8s.io/knftables"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/leases"
-	"sigs.k8s.io/knftables"
 )
 
 // The guard: anti-spoofing for the VM ports of shared and host networks,
@@ -109,7 +112,7 @@ func checksAddresses(n *api.Network) bool { return n.Routed() }
 // addGuardSets adds to tx n's guard table with its sets and chains, their
 // content and rules left alone; added again, it changes nothing.
 func addGuardSets(tx *knftables.Transaction, n *api.Network) {
-	mark := Mark(n.ID)
+	mark := hostnet.Mark(n.ID)
 	tx.Add(&knftables.Table{Comment: &mark})
 	tx.Add(&knftables.Set{Name: guardAddrs, Type: "ether_addr . ipv4_addr"})
 	tx.Add(&knftables.Set{Name: guardClaimed, Type: "ether_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}})
@@ -177,7 +180,7 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 	}
 	var old *v2Guard
 	var strays []portGuard
-	if exists && mark == Mark(n.ID) {
+	if exists && mark == hostnet.Mark(n.ID) {
 		if old, err = readV2Guard(n.ID); err != nil {
 			return err
 		}
@@ -190,7 +193,7 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 		// owner; checkTableOwner refused any other) is made again with
 		// this one: its ports are guarded again by the controller
 		// (EnsurePorts).
-		if exists && mark != Mark(n.ID) {
+		if exists && mark != hostnet.Mark(n.ID) {
 			tx.Delete(&knftables.Table{})
 		}
 		addGuardLayout(tx, n)
@@ -225,7 +228,7 @@ func checkGuardTable(ctx context.Context, n *api.Network) []error {
 	switch {
 	case !exists:
 		return []error{fmt.Errorf("network %q: nftables table bridge %s (the ports' guard) does not exist", n.ID, TableName(n.ID))}
-	case mark != Mark(n.ID):
+	case mark != hostnet.Mark(n.ID):
 		return []error{fmt.Errorf("network %q: nftables table bridge %s is not marked as vmnetctl's", n.ID, TableName(n.ID))}
 	}
 	if err := checkGuardChains(n); err != nil {
@@ -331,7 +334,7 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 	var m string
 	if mac != nil {
 		m = mac.String()
-	} else if Owner() == "" {
+	} else if hostnet.Owner() == "" {
 		// A standalone helper's learning port may learn its VM's MAC,
 		// which the guard of a port that is gone may still hold: gone
 		// guards go first. A controller's port learns its expected MAC

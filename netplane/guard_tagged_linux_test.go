@@ -19,12 +19,13 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/mdlayher/ndp"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/nd6"
 	"github.com/vmnetctl/vmnetctl/rawsock"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
-	"golang.org/x/net/ipv6"
-	"golang.org/x/sys/unix"
 )
 
 // A guest may wrap any frame it writes in VLAN tags. The guard's tests

@@ -14,9 +14,10 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/vmnetctl/vmnetctl/api"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/vmnetctl/vmnetctl/api"
 )
 
 // A port's guard is its elements in the guard table's sets, written in

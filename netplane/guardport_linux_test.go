@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -77,7 +79,7 @@ func TestGuardMigratesV2(t *testing.T) {
 	host.MustRun(t, "ip", "link", "add", "p-u", "type", "veth", "peer", "name", "p-v")
 	host.MustRun(t, "nft", "delete", "table", "bridge", table)
 	host.MustRun(t, "sh", "-c", "nft -f - <<'EOF'\n"+`table bridge `+table+` {
-	comment "`+Mark(n.ID)+`"
+	comment "`+hostnet.Mark(n.ID)+`"
 	set mac-p-u { type ether_addr; size 1; flags dynamic; elements = { `+mac+` } }
 	set rules-v2 { type ifname; elements = { "p-u" } }
 	set tmpl-mac { type ether_addr; size 1; flags dynamic; }

@@ -3,12 +3,13 @@ package netplane
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/vmnetctl/vmnetctl/leases/leasestest"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/leases/leasestest"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/leases"

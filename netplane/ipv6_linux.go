@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
+
+	"github.com/vmnetctl/vmnetctl/hostnet"
 
 	"github.com/vishvananda/netlink"
+
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
@@ -16,25 +18,9 @@ import (
 // (ra_linux.go) for SLAAC, and for shared networks with nat66 forwarding
 // and NAT66 (nftRules).
 
-// ipv6Conf is the path of an IPv6 sysctl of interface dev ("all",
-// "default" or a name) in the calling thread's network namespace.
-func ipv6Conf(dev, key string) string {
-	return filepath.Join("/proc/sys/net/ipv6/conf", dev, key)
-}
-
-// KernelIPv6 reports whether the host runs IPv6: not booted with
-// ipv6.disable=1 (no /proc/sys/net/ipv6) nor set to leave it off on new
-// interfaces (net.ipv6.conf.default.disable_ipv6=1, as administrators who
-// do not want IPv6 do). vmnetctl does not turn IPv6 on for its bridges
-// against that: their networks run without it (Start warns).
-func KernelIPv6() bool {
-	v, err := os.ReadFile(ipv6Conf("default", "disable_ipv6"))
-	return err == nil && string(bytes.TrimSpace(v)) == "0"
-}
-
 // ipv6On reports whether n's bridge gets its IPv6 side: n has one and the
 // host runs IPv6.
-func ipv6On(n *api.Network) bool { return n.HasIPv6() && KernelIPv6() }
+func ipv6On(n *api.Network) bool { return n.HasIPv6() && hostnet.KernelIPv6() }
 
 // bridgeIPv6Sysctls are set on a network's bridge before it goes up: the
 // gateway is the network's router, so it accepts no router advertisement
@@ -43,14 +29,14 @@ func ipv6On(n *api.Network) bool { return n.HasIPv6() && KernelIPv6() }
 // link-local address tentative, unusable for the advertisements, until a
 // VM came.
 func bridgeIPv6Sysctls(n *api.Network, name string) error {
-	if !KernelIPv6() {
+	if !hostnet.KernelIPv6() {
 		return nil
 	}
 	if !n.HasIPv6() {
-		return ensureSysctl(ipv6Conf(name, "disable_ipv6"), "1")
+		return hostnet.EnsureSysctl(hostnet.IPv6Conf(name, "disable_ipv6"), "1")
 	}
 	for _, kv := range [][2]string{{"accept_dad", "0"}, {"accept_ra", "0"}, {"autoconf", "0"}, {"disable_ipv6", "0"}} {
-		if err := ensureSysctl(ipv6Conf(name, kv[0]), kv[1]); err != nil {
+		if err := hostnet.EnsureSysctl(hostnet.IPv6Conf(name, kv[0]), kv[1]); err != nil {
 			return fmt.Errorf("network %q: setting net.ipv6.conf.%s.%s=%s: %w", n.ID, name, kv[0], kv[1], err)
 		}
 	}
@@ -66,7 +52,7 @@ func ensureAddr6(n *api.Network, br netlink.Link) error {
 	if !ipv6On(n) {
 		return nil
 	}
-	if err := addAddr(n, br, api.LinkLocal(BridgeMAC(n.ID))); err != nil {
+	if err := hostnet.AddAddr(n, br, api.LinkLocal(hostnet.BridgeMAC(n.ID))); err != nil {
 		return err
 	}
 	return ensureOnlyAddr(n, br, netip.PrefixFrom(n.Gateway6, 64), netip.Addr.IsLinkLocalUnicast)
@@ -89,16 +75,16 @@ func ensureIPv6Forwarding() error {
 		return err
 	}
 	for _, name := range ifaces {
-		if err := os.WriteFile(ipv6Conf(name, "accept_ra"), []byte("2"), 0o644); err != nil {
+		if err := os.WriteFile(hostnet.IPv6Conf(name, "accept_ra"), []byte("2"), 0o644); err != nil {
 			return fmt.Errorf("keeping router advertisements on %s (accept_ra=2): %w", name, err)
 		}
 	}
-	return os.WriteFile(ipv6Conf("all", "forwarding"), []byte("1"), 0o644)
+	return os.WriteFile(hostnet.IPv6Conf("all", "forwarding"), []byte("1"), 0o644)
 }
 
 // IPv6Forwarding reports whether the host forwards IPv6.
 func IPv6Forwarding() bool {
-	v, err := os.ReadFile(ipv6Conf("all", "forwarding"))
+	v, err := os.ReadFile(hostnet.IPv6Conf("all", "forwarding"))
 	return err == nil && string(bytes.TrimSpace(v)) == "1"
 }
 
@@ -115,7 +101,7 @@ func InterfacesAcceptingRA() ([]string, error) {
 		if d.Name() == "all" || d.Name() == "lo" {
 			continue
 		}
-		if v, err := os.ReadFile(ipv6Conf(d.Name(), "accept_ra")); err == nil && string(bytes.TrimSpace(v)) == "1" {
+		if v, err := os.ReadFile(hostnet.IPv6Conf(d.Name(), "accept_ra")); err == nil && string(bytes.TrimSpace(v)) == "1" {
 			out = append(out, d.Name())
 		}
 	}
@@ -129,14 +115,14 @@ func checkIPv6(n *api.Network, br netlink.Link) []error {
 		return nil
 	}
 	var errs []error
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, netlink.FAMILY_V6) })
+	addrs, err := hostnet.RetryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, netlink.FAMILY_V6) })
 	if err != nil {
 		return []error{fmt.Errorf("network %q: listing IPv6 addresses of %s: %w", n.ID, br.Attrs().Name, err)}
 	}
 	want := netip.PrefixFrom(n.Gateway6, 64)
 	found := false
 	for _, a := range addrs {
-		p, ok := addrPrefix(a.IPNet)
+		p, ok := hostnet.AddrPrefix(a.IPNet)
 		found = found || (ok && p == want)
 	}
 	if !found {

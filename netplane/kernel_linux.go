@@ -12,43 +12,15 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
-	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/leases"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/leases"
 )
-
-// dumpRetries bounds the retries of a netlink dump that the kernel
-// interrupted because the list changed while it was read.
-const dumpRetries = 10
-
-// retryDump calls f until its dump is not interrupted.
-func retryDump[T any](f func() (T, error)) (T, error) {
-	var v T
-	var err error
-	for range dumpRetries {
-		v, err = f()
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return v, err
-		}
-	}
-	return v, err
-}
-
-func linkList() ([]netlink.Link, error) { return retryDump(netlink.LinkList) }
-
-func addrList(link netlink.Link) ([]netlink.Addr, error) {
-	return retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, netlink.FAMILY_V4) })
-}
-
-func notFound(err error) bool {
-	var lnf netlink.LinkNotFoundError
-	return errors.As(err, &lnf)
-}
-
-// ownedBy returns the network id whose mark a link carries.
-func ownedBy(l netlink.Link) (string, bool) { return markedID(l.Attrs().Alias) }
 
 // Ensure makes the kernel state of network n what its configuration says,
 // creating what is missing and correcting what differs; run twice, the
@@ -96,11 +68,11 @@ func Ensure(ctx context.Context, n *api.Network) error {
 		return err
 	}
 	if n.Mode == api.ModeShared {
-		if err := ensureSysctl("/proc/sys/net/ipv4/ip_forward", "1"); err != nil {
+		if err := hostnet.EnsureSysctl("/proc/sys/net/ipv4/ip_forward", "1"); err != nil {
 			return fmt.Errorf("network %q: enabling IPv4 forwarding: %w", n.ID, err)
 		}
 	}
-	if n.RoutesIPv6() && KernelIPv6() {
+	if n.RoutesIPv6() && hostnet.KernelIPv6() {
 		if err := ensureIPv6Forwarding(); err != nil {
 			return fmt.Errorf("network %q: enabling IPv6 forwarding: %w", n.ID, err)
 		}
@@ -123,7 +95,7 @@ func CheckConflicts(n *api.Network) error { return checkConflicts(n) }
 // belongs to something other than n's own bridge: two owners of one subnet
 // would break both. A default route is not a conflict.
 func checkConflicts(n *api.Network) error {
-	links, err := linkList()
+	links, err := hostnet.LinkList()
 	if err != nil {
 		return fmt.Errorf("listing links: %w", err)
 	}
@@ -131,14 +103,14 @@ func checkConflicts(n *api.Network) error {
 	own := 0
 	for _, l := range links {
 		names[l.Attrs().Index] = l.Attrs().Name
-		if id, ok := ownedBy(l); ok && id != n.ID {
+		if id, ok := hostnet.OwnedBy(l); ok && id != n.ID {
 			names[l.Attrs().Index] = fmt.Sprintf("%s, the bridge of network %q", l.Attrs().Name, id)
 		}
-		if id, ok := ownedHere(l); ok && id == n.ID && l.Attrs().Name == n.Bridge() {
+		if id, ok := hostnet.OwnedHere(l); ok && id == n.ID && l.Attrs().Name == n.Bridge() {
 			own = l.Attrs().Index
 		}
 	}
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
+	addrs, err := hostnet.RetryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("listing addresses: %w", err)
 	}
@@ -152,7 +124,7 @@ func checkConflicts(n *api.Network) error {
 				n.ID, n.Subnet, a.IPNet, names[a.LinkIndex])
 		}
 	}
-	routes, err := retryDump(func() ([]netlink.Route, error) {
+	routes, err := hostnet.RetryDump(func() ([]netlink.Route, error) {
 		return netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	})
 	if err != nil {
@@ -204,13 +176,13 @@ func ensureOnlyAddr(n *api.Network, br netlink.Link, want netip.Prefix, spare fu
 	if want.Addr().Is6() {
 		family = netlink.FAMILY_V6
 	}
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, family) })
+	addrs, err := hostnet.RetryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, family) })
 	if err != nil {
 		return fmt.Errorf("network %q: listing addresses of %s: %w", n.ID, br.Attrs().Name, err)
 	}
 	have := false
 	for _, a := range addrs {
-		p, ok := addrPrefix(a.IPNet)
+		p, ok := hostnet.AddrPrefix(a.IPNet)
 		if ok && spare != nil && spare(p.Addr()) {
 			continue
 		}
@@ -225,44 +197,7 @@ func ensureOnlyAddr(n *api.Network, br netlink.Link, want netip.Prefix, spare fu
 	if have {
 		return nil
 	}
-	return addAddr(n, br, want)
-}
-
-// addAddr adds p to br unless it is there; an IPv6 one without duplicate
-// address detection.
-func addAddr(n *api.Network, br netlink.Link, p netip.Prefix) error {
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-	if p.Addr().Is6() {
-		addr.Flags = unix.IFA_F_NODAD
-	}
-	if err := netlink.AddrAdd(br, addr); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("network %q: adding %s to %s: %w", n.ID, p, br.Attrs().Name, err)
-	}
-	return nil
-}
-
-// addrPrefix is an interface address with its prefix length (not masked),
-// IPv4 unmapped.
-func addrPrefix(ipn *net.IPNet) (netip.Prefix, bool) {
-	if ipn == nil {
-		return netip.Prefix{}, false
-	}
-	a, ok := netip.AddrFromSlice(ipn.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ones, _ := ipn.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones), true
-}
-
-// ensureSysctl writes value to a /proc/sys file unless it holds it already.
-// /proc/sys/net belongs to the writing thread's network namespace.
-func ensureSysctl(path, value string) error {
-	cur, err := os.ReadFile(path)
-	if err == nil && string(bytes.TrimSpace(cur)) == value {
-		return nil
-	}
-	return os.WriteFile(path, []byte(value), 0o644)
+	return hostnet.AddAddr(n, br, want)
 }
 
 // Remove deletes what Ensure and CreateMacvtap created for network id: its
@@ -278,17 +213,17 @@ func ensureSysctl(path, value string) error {
 func Remove(ctx context.Context, id, stateDir string) error {
 	var errs []error
 	closeWireGuard(id) // this process's device, before its link goes
-	links, err := linkList()
+	links, err := hostnet.LinkList()
 	if err != nil {
 		return fmt.Errorf("network %q: listing links: %w", id, err)
 	}
 	for _, l := range links {
-		owner, ok := ownedBy(l)
+		owner, ok := hostnet.OwnedBy(l)
 		if !ok || owner != id {
 			continue
 		}
-		if _, isBridge := l.(*netlink.Bridge); (isBridge && ours(l.Attrs().Alias)) || mine(l.Attrs().Alias) {
-			if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+		if _, isBridge := l.(*netlink.Bridge); (isBridge && hostnet.Ours(l.Attrs().Alias)) || hostnet.Mine(l.Attrs().Alias) {
+			if err := netlink.LinkDel(l); err != nil && !hostnet.NotFound(err) {
 				errs = append(errs, fmt.Errorf("network %q: deleting %s: %w", id, l.Attrs().Name, err))
 			}
 		}
@@ -319,12 +254,12 @@ func Remove(ctx context.Context, id, stateDir string) error {
 // the state dir runs any more. It returns the ids it removed.
 func Sweep(ctx context.Context, keep []string, stateDir string) ([]string, error) {
 	found := map[string]bool{}
-	links, err := linkList()
+	links, err := hostnet.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
 	for _, l := range links {
-		if id, ok := ownedBy(l); ok && mine(l.Attrs().Alias) {
+		if id, ok := hostnet.OwnedBy(l); ok && hostnet.Mine(l.Attrs().Alias) {
 			found[id] = true
 		}
 	}
@@ -341,7 +276,7 @@ func Sweep(ctx context.Context, keep []string, stateDir string) ([]string, error
 			found[strings.TrimSuffix(filepath.Base(f), ".leases.json")] = true
 		}
 	}
-	if d := OwnerDir(); d != "" {
+	if d := hostnet.OwnerDir(); d != "" {
 		frr, _ := filepath.Glob(FRRConfigFile(d, "*")) // EVPN's (evpn_linux.go)
 		for _, f := range frr {
 			found[strings.TrimSuffix(filepath.Base(f), ".conf")] = true
@@ -360,7 +295,7 @@ func Sweep(ctx context.Context, keep []string, stateDir string) ([]string, error
 		removed = append(removed, id)
 	}
 	if len(keep) == 0 {
-		removeStaleTmpBridges("")
+		hostnet.RemoveStaleTmpBridges("")
 		if err := removeOwnTaps(); err != nil {
 			errs = append(errs, err)
 		}
@@ -389,13 +324,13 @@ type State struct {
 // nothing in the kernel gives a State with every field empty.
 func Inspect(ctx context.Context, id string) (*State, error) {
 	s := &State{ID: id}
-	links, err := linkList()
+	links, err := hostnet.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("network %q: listing links: %w", id, err)
 	}
 	var br netlink.Link
 	for _, l := range links {
-		if owner, ok := ownedBy(l); !ok || owner != id {
+		if owner, ok := hostnet.OwnedBy(l); !ok || owner != id {
 			continue
 		}
 		if _, isBridge := l.(*netlink.Bridge); isBridge {
@@ -406,9 +341,9 @@ func Inspect(ctx context.Context, id string) (*State, error) {
 	}
 	if br != nil {
 		s.Bridge = br.Attrs().Name
-		s.Up = isUp(br)
+		s.Up = hostnet.IsUp(br)
 		s.MTU = br.Attrs().MTU
-		addrs, err := addrList(br)
+		addrs, err := hostnet.AddrList(br)
 		if err != nil {
 			return nil, fmt.Errorf("network %q: listing addresses: %w", id, err)
 		}
@@ -476,7 +411,7 @@ func checkBridge(n *api.Network) []error {
 		bad("bridge %s has MTU %d, want %d", name, br.Attrs().MTU, n.MTU)
 	}
 	want := netip.PrefixFrom(n.Gateway, n.Subnet.Bits())
-	addrs, err := addrList(br)
+	addrs, err := hostnet.AddrList(br)
 	if err != nil {
 		bad("listing addresses of %s: %w", name, err)
 	}
@@ -509,7 +444,7 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("network %q: nftables table inet %s "+format, append([]any{n.ID, TableName(n.ID)}, args...)...))
 	}
-	if !strings.Contains(listing, "comment \""+Mark(n.ID)+"\"") {
+	if !strings.Contains(listing, "comment \""+hostnet.Mark(n.ID)+"\"") {
 		bad("is not marked as vmnetctl's")
 	}
 	want := 0
@@ -540,40 +475,4 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 		bad("has an empty egress policy map %s", Egress4)
 	}
 	return errs
-}
-
-// markOwner is the owner tag of a mark, or "" for a mark without one.
-func markOwner(mark string) string {
-	_, o, _ := strings.Cut(strings.TrimPrefix(mark, markPrefix), ownerSep)
-	return o
-}
-
-// ours tells whether a mark of some network is this process's to change:
-// its owner's, or a mark without an owner (made before owners were marked,
-// or by a helper or test run without a state dir), which is adopted. A
-// process without an owner takes every mark as its own.
-func ours(mark string) bool {
-	o := markOwner(mark)
-	return o == "" || Owner() == "" || o == Owner()
-}
-
-// mine tells whether a mark is this process's by its owner alone: a mark
-// with its owner, or, for a process without an owner, any mark. Unlike
-// ours, a mark without an owner is not mine for a process with one: it may
-// be another state dir's, from before owners were marked.
-func mine(mark string) bool { return Owner() == "" || markOwner(mark) == Owner() }
-
-// markedID returns the network id a mark names, whoever its owner, and
-// whether s is a mark.
-func markedID(s string) (string, bool) {
-	rest, ok := strings.CutPrefix(s, markPrefix)
-	id, _, _ := strings.Cut(rest, ownerSep)
-	return id, ok && id != ""
-}
-
-// ownedHere returns the network id whose mark a link carries, if the mark
-// is this process's (ours).
-func ownedHere(l netlink.Link) (string, bool) {
-	id, ok := ownedBy(l)
-	return id, ok && ours(l.Attrs().Alias)
 }

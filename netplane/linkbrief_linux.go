@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
@@ -24,7 +26,7 @@ type briefLink struct {
 // read without building a netlink.Link each. With a thousand VM ports the
 // pass reads this several times; netlink.LinkList costs ten times more.
 func briefLinks() ([]briefLink, error) {
-	return retryDump(func() ([]briefLink, error) {
+	return hostnet.RetryDump(func() ([]briefLink, error) {
 		req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_DUMP)
 		req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
 		req.AddData(nl.NewRtAttr(unix.IFLA_EXT_MASK, nl.Uint32Attr(rtextFilterSkipStats)))

@@ -10,11 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
-	"golang.org/x/sys/unix"
 )
 
 // The LAN of TestBridgedMacvtap: its router, and the range its DHCP server
@@ -97,7 +100,7 @@ func TestBridgedMacvtap(t *testing.T) {
 		if err := Remove(context.Background(), "mv", ""); err != nil {
 			return err
 		}
-		if _, err := netlink.LinkByName("mvt-vm1"); !notFound(err) {
+		if _, err := netlink.LinkByName("mvt-vm1"); !hostnet.NotFound(err) {
 			return fmt.Errorf("macvtap survived Remove: %v", err)
 		}
 		return nil

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -230,7 +233,7 @@ func TestHost(t *testing.T) {
 	host := testutil.NewNS(t, "host-host")
 	w := wan(t, host)
 	// A host that forwards: the drop rules, not the sysctl, must stop VMs.
-	mustDo(t, host, func() error { return ensureSysctl("/proc/sys/net/ipv4/ip_forward", "1") })
+	mustDo(t, host, func() error { return hostnet.EnsureSysctl("/proc/sys/net/ipv4/ip_forward", "1") })
 	n := testNet("hostonly", api.ModeHost, "10.200.2.0/24")
 	start(t, host, n, Options{Upstreams: []string{wanPeer + ":53"}})
 	v := vm(t, host, "vm1", "52:55:55:00:02:01", n.Bridge(), false)
@@ -336,7 +339,7 @@ func TestIsolation(t *testing.T) {
 		if _, err := os.Stat(bridgeNF); err != nil {
 			return nil // no br_netfilter: bridged frames skip nftables anyway
 		}
-		return ensureSysctl(bridgeNF, "0")
+		return hostnet.EnsureSysctl(bridgeNF, "0")
 	})
 	if err := a.Ping(lb["ip"], 1); err == nil {
 		t.Errorf("isolated VM a pinged isolated VM b at %s", lb["ip"])
@@ -355,7 +358,7 @@ func TestIsolation(t *testing.T) {
 		x.v.MustRun(t, "ip", "route", "add", x.peer+"/32", "via", n.Gateway.String())
 		mustDo(t, x.v, func() error {
 			for _, dev := range []string{"all", "eth0"} {
-				if err := ensureSysctl("/proc/sys/net/ipv4/conf/"+dev+"/accept_redirects", "0"); err != nil {
+				if err := hostnet.EnsureSysctl("/proc/sys/net/ipv4/conf/"+dev+"/accept_redirects", "0"); err != nil {
 					return err
 				}
 			}
@@ -568,14 +571,14 @@ func TestBridged(t *testing.T) {
 				}
 				parent, _ := netlink.LinkByName("uplink0")
 				if mv.Mode != netlink.MACVLAN_MODE_BRIDGE || mv.Attrs().ParentIndex != parent.Attrs().Index ||
-					mv.Attrs().HardwareAddr.String() != mac.String() || mv.Attrs().Alias != Mark("mv") {
+					mv.Attrs().HardwareAddr.String() != mac.String() || mv.Attrs().Alias != hostnet.Mark("mv") {
 					return fmt.Errorf("macvtap %+v", mv)
 				}
 			}
 			if err := Remove(context.Background(), "mv", ""); err != nil {
 				return err
 			}
-			if _, err := netlink.LinkByName("mvt-vm1"); !notFound(err) {
+			if _, err := netlink.LinkByName("mvt-vm1"); !hostnet.NotFound(err) {
 				return fmt.Errorf("macvtap survived Remove: %v", err)
 			}
 			if _, err := netlink.LinkByName("uplink0"); err != nil {

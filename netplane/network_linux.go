@@ -13,8 +13,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
 	"github.com/vmnetctl/vmnetctl/dnsproxy"
@@ -22,7 +26,6 @@ import (
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/routeradv"
-	"golang.org/x/sys/unix"
 )
 
 // Network is a running network: its kernel state ensured, its DHCP server
@@ -153,7 +156,7 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 	if err := nw.startLearner4(); err != nil {
 		return err
 	}
-	if n.HasIPv6() && !KernelIPv6() {
+	if n.HasIPv6() && !hostnet.KernelIPv6() {
 		nw.log.Warn("IPv6 is off on this host (net.ipv6.conf.default.disable_ipv6=1, or ipv6.disable=1 at boot): the network runs without it; set ipv6: false on it to say so")
 	}
 	if err := nw.applyEgress(ctx); err != nil {
@@ -607,7 +610,7 @@ func (nw *Network) Leases() []leases.Lease {
 // the ports' own), by port name, from its forwarding database.
 //
 // ports, if not nil, are the only ports asked about: each port's entries
-// alone are dumped (fdbOf), not the thousand ports' of a fleet's network.
+// alone are dumped (hostnet.FDBOf), not the thousand ports' of a fleet's network.
 // All of them are read from the bridge's brforward file (bridgeFDB), or
 // port by port where sysfs shows another namespace.
 func portMACs(bridge string, ports []string) map[string][]string {
@@ -650,7 +653,7 @@ func portMACs(bridge string, ports []string) map[string][]string {
 		}
 	}
 	for idx, name := range names {
-		neighs, err := fdbOf(idx)
+		neighs, err := hostnet.FDBOf(idx)
 		if err != nil {
 			continue
 		}

@@ -9,10 +9,13 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/google/nftables"
-	"github.com/vmnetctl/vmnetctl/api"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/vmnetctl/vmnetctl/api"
 )
 
 type chainSpec struct {
@@ -80,7 +83,7 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 		return err
 	}
 	rules := nftRules(n)
-	comment := Mark(n.ID)
+	comment := hostnet.Mark(n.ID)
 	var kept []*knftables.Element
 	if n.Routed() {
 		kept = vmEgressElements(ctx, nft)
@@ -168,12 +171,12 @@ func checkTableOwner(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		switch mid, marked := markedID(mark); {
+		switch mid, marked := hostnet.MarkedID(mark); {
 		case !exists:
 		case !marked || mid != id:
 			return fmt.Errorf("network %q: nftables table %s %s exists but is not vmnetctl's (comment %q); remove or rename it",
 				id, f, TableName(id), mark)
-		case !ours(mark):
+		case !hostnet.Ours(mark):
 			return fmt.Errorf("network %q: nftables table %s %s belongs to network %q of another vmnetctl state dir (comment %q); give the network another name in this one",
 				id, f, TableName(id), mid, mark)
 		}
@@ -189,7 +192,7 @@ func removeTable(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if mid, marked := markedID(mark); !exists || !marked || mid != id || !ours(mark) {
+		if mid, marked := hostnet.MarkedID(mark); !exists || !marked || mid != id || !hostnet.Ours(mark) {
 			continue // not ours: leave it
 		}
 		nft, err := newNFT(f, id)
@@ -226,7 +229,7 @@ func markedTables(ctx context.Context) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
-			if id, ok := markedID(mark); exists && ok && mine(mark) && TableName(id) == name && !slices.Contains(ids, id) {
+			if id, ok := hostnet.MarkedID(mark); exists && ok && hostnet.Mine(mark) && TableName(id) == name && !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}
 		}

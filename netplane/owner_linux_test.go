@@ -6,25 +6,28 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
-	"golang.org/x/sys/unix"
 )
 
 // asOwner makes the process's owner that of stateDir until the test ends.
 func asOwner(t *testing.T, stateDir string) {
 	t.Helper()
-	SetOwner(stateDir)
-	t.Cleanup(func() { SetOwner("") })
+	hostnet.SetOwner(stateDir)
+	t.Cleanup(func() { hostnet.SetOwner("") })
 }
 
 // markAs is mark (TapMark or Mark of its argument) as the state dir
 // stateDir makes it.
 func markAs(stateDir string, mark func() string) string {
-	prev := Owner()
-	SetOwner(stateDir)
-	defer func() { owner.Store(&prev) }()
+	prev := hostnet.OwnerDir()
+	hostnet.SetOwner(stateDir)
+	defer hostnet.SetOwner(prev)
 	return mark()
 }
 
@@ -32,7 +35,7 @@ func markAs(stateDir string, mark func() string) string {
 // namespace.
 func linkExists(name string) bool {
 	_, err := netlink.LinkByName(name)
-	return !notFound(err)
+	return !hostnet.NotFound(err)
 }
 
 // TestTmpBridgeOwner: a bridge creation cut short between the link's
@@ -45,14 +48,14 @@ func TestTmpBridgeOwner(t *testing.T) {
 	host := testutil.NewNS(t, "tmpbr")
 	const a, b = "/state/a", "/state/b"
 	n := testNet("tb", api.ModeHost, "10.200.40.0/24")
-	nameA := markAs(a, func() string { return tmpBridgeName(n.ID) })
-	nameB := markAs(b, func() string { return tmpBridgeName(n.ID) })
-	other := markAs(a, func() string { return tmpBridgeName("other") })
-	if nameA == nameB || len(nameA) > 15 || !strings.HasPrefix(nameA, tmpBridgePrefix) {
+	nameA := markAs(a, func() string { return hostnet.TmpBridgeName(n.ID) })
+	nameB := markAs(b, func() string { return hostnet.TmpBridgeName(n.ID) })
+	other := markAs(a, func() string { return hostnet.TmpBridgeName("other") })
+	if nameA == nameB || len(nameA) > 15 || !strings.HasPrefix(nameA, hostnet.TmpBridgePrefix) {
 		t.Fatalf("temporary names %q (a) and %q (b): want two apart, within IFNAMSIZ", nameA, nameB)
 	}
-	if o, ok := tmpBridgeOwner(nameA); !ok || o != markAs(a, Owner) {
-		t.Fatalf("tmpBridgeOwner(%q) = %q, %v; want a's owner", nameA, o, ok)
+	if o, ok := hostnet.TmpBridgeOwner(nameA); !ok || o != markAs(a, hostnet.Owner) {
+		t.Fatalf("hostnet.TmpBridgeOwner(%q) = %q, %v; want a's owner", nameA, o, ok)
 	}
 	// The kernel does not apply an alias given at creation: the name is
 	// what attributes a bridge cut short before its mark.
@@ -77,7 +80,7 @@ func TestTmpBridgeOwner(t *testing.T) {
 	asOwner(t, a)
 	mustDo(t, host, func() error { return Ensure(context.Background(), n) })
 	mustDo(t, host, func() error {
-		if l, err := netlink.LinkByName(n.Bridge()); err != nil || l.Attrs().Alias != Mark(n.ID) {
+		if l, err := netlink.LinkByName(n.Bridge()); err != nil || l.Attrs().Alias != hostnet.Mark(n.ID) {
 			return fmt.Errorf("bridge %s after Ensure: %v", n.Bridge(), err)
 		}
 		for name, want := range map[string]bool{nameA: false, nameB: true, other: true, "vmn.0123abcd": true} {
@@ -117,15 +120,15 @@ func TestPortOwners(t *testing.T) {
 		host.MustRun(t, "ip", "tuntap", "add", "dev", name, "mode", "tap")
 		host.MustRun(t, "ip", "link", "set", name, "alias", alias)
 	}
-	tap("vmt-a", markAs(a, func() string { return TapMark("vmt-a") }))
-	tap("vmt-b", markAs(b, func() string { return TapMark("vmt-b") }))
-	tap("vmt-old", tapMarkPrefix+"vmt-old")
+	tap("vmt-a", markAs(a, func() string { return hostnet.TapMark("vmt-a") }))
+	tap("vmt-b", markAs(b, func() string { return hostnet.TapMark("vmt-b") }))
+	tap("vmt-old", hostnet.TapMarkPrefix+"vmt-old")
 	macvtap := func(name, alias string) {
 		host.MustRun(t, "ip", "link", "add", "link", "uplink0", "name", name, "type", "macvtap", "mode", "bridge")
 		host.MustRun(t, "ip", "link", "set", name, "alias", alias)
 	}
-	macvtap("mvt-b", markAs(b, func() string { return Mark(lan.ID) }))
-	macvtap("mvt-old", Mark(lan.ID)) // without an owner
+	macvtap("mvt-b", markAs(b, func() string { return hostnet.Mark(lan.ID) }))
+	macvtap("mvt-old", hostnet.Mark(lan.ID)) // without an owner
 
 	asOwner(t, a)
 	mustDo(t, host, func() error {
@@ -133,7 +136,7 @@ func TestPortOwners(t *testing.T) {
 		if err := RemoveStaleTap("vmt-b"); err != nil || !linkExists("vmt-b") {
 			return fmt.Errorf("RemoveStaleTap of b's TAP as a: %v; exists: %v", err, linkExists("vmt-b"))
 		}
-		if err := tapClash("vmt-b"); err == nil || !strings.Contains(err.Error(), "another vmnetctl state dir (owner "+markAs(b, Owner)) {
+		if err := tapClash("vmt-b"); err == nil || !strings.Contains(err.Error(), "another vmnetctl state dir (owner "+markAs(b, hostnet.Owner)) {
 			return fmt.Errorf("tapClash of b's TAP as a: %v", err)
 		}
 		// a's own TAP, held by a process (a helper a's controller lost
@@ -155,7 +158,7 @@ func TestPortOwners(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if mv.Attrs().Alias != Mark(lan.ID) || markOwner(mv.Attrs().Alias) != Owner() {
+		if mv.Attrs().Alias != hostnet.Mark(lan.ID) || hostnet.MarkOwner(mv.Attrs().Alias) != hostnet.Owner() {
 			return fmt.Errorf("a's macvtap is marked %q", mv.Attrs().Alias)
 		}
 		// Remove of lan takes a's macvtap only.
@@ -173,7 +176,7 @@ func TestPortOwners(t *testing.T) {
 	// name alone, and an unmarked one (a's ports are marked before their
 	// cleanup child starts: that one is someone else's), and deletes a's own.
 	host.MustRun(t, "ip", "tuntap", "add", "dev", "vmt-unmarked", "mode", "tap")
-	tap("vmt-a2", markAs(a, func() string { return TapMark("vmt-a2") }))
+	tap("vmt-a2", markAs(a, func() string { return hostnet.TapMark("vmt-a2") }))
 	mustDo(t, host, func() error {
 		for name, want := range map[string]bool{"vmt-b": true, "mvt-b": true, "vmt-a2": false, "vmt-unmarked": true} {
 			if err := deletePortOnEOF(name, strings.NewReader("")); err != nil {
@@ -198,7 +201,7 @@ func TestPortOwners(t *testing.T) {
 		held = &Port{Name: "vmt-held", FD: fd}
 		l, err := netlink.LinkByName("vmt-held")
 		if err == nil {
-			err = netlink.LinkSetAlias(l, tapMarkPrefix+"vmt-held")
+			err = netlink.LinkSetAlias(l, hostnet.TapMarkPrefix+"vmt-held")
 		}
 		return err
 	})

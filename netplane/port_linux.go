@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -63,7 +65,7 @@ func (p *Port) CleanupPID() int {
 
 // CreatePort makes the VM's port on network n as c says and returns it
 // open: on a network with a bridge (NetworkBridge: shared, host, bridged on
-// a bridge) a TAP owned by c.UID and c.GID, marked TapMark(c.Name), guarded
+// a bridge) a TAP owned by c.UID and c.GID, marked hostnet.TapMark(c.Name), guarded
 // on a shared or host network (GuardPort, unless c.NoSpoofCheck) and
 // attached to the bridge with AttachPort; on a bridged network whose
 // interface is not a bridge a macvtap (CreateMacvtap), opened through its
@@ -222,10 +224,10 @@ func ownLink(l netlink.Link) bool {
 	switch l.Type() {
 	case "tuntap":
 		name, o, ok := tapMarkOf(alias)
-		return ok && name == l.Attrs().Name && o == Owner()
+		return ok && name == l.Attrs().Name && o == hostnet.Owner()
 	case "macvtap":
-		_, ok := markedID(alias)
-		return ok && markOwner(alias) == Owner()
+		_, ok := hostnet.MarkedID(alias)
+		return ok && hostnet.MarkOwner(alias) == hostnet.Owner()
 	}
 	return false
 }
@@ -240,14 +242,14 @@ func deletePortOnEOF(name string, r io.Reader) error {
 	io.Copy(io.Discard, r)
 	l, err := netlink.LinkByName(name)
 	switch {
-	case notFound(err):
+	case hostnet.NotFound(err):
 		return nil
 	case err != nil:
 		return fmt.Errorf("deleting %s: %w", name, err)
 	case !ownLink(l):
 		return nil
 	}
-	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+	if err := netlink.LinkDel(l); err != nil && !hostnet.NotFound(err) {
 		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	return nil
@@ -256,7 +258,7 @@ func deletePortOnEOF(name string, r io.Reader) error {
 // deleteLink removes a link by name; a link already gone is not an error.
 func deleteLink(name string) error {
 	link, err := netlink.LinkByName(name)
-	if notFound(err) {
+	if hostnet.NotFound(err) {
 		return nil
 	}
 	if err != nil {
@@ -308,8 +310,8 @@ func AttachPort(bridge string, link netlink.Link, isolated bool) error {
 	// address detection, MLD reports and router solicitations, each
 	// flooded by the bridge to every other VM's port, whose helper reads
 	// it: a fleet's up cost grew with the square of its VMs.
-	if KernelIPv6() {
-		if err := ensureSysctl(ipv6Conf(name, "disable_ipv6"), "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if hostnet.KernelIPv6() {
+		if err := hostnet.EnsureSysctl(hostnet.IPv6Conf(name, "disable_ipv6"), "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("turning the host's IPv6 off on %s: %w", name, err)
 		}
 	}
@@ -322,16 +324,16 @@ func AttachPort(bridge string, link netlink.Link, isolated bool) error {
 // tapMarkOf parses a TAP's mark: the TAP name it names and its owner ("" for
 // none); ok is false when alias is not a TAP mark.
 func tapMarkOf(alias string) (name, owner string, ok bool) {
-	rest, ok := strings.CutPrefix(alias, tapMarkPrefix)
+	rest, ok := strings.CutPrefix(alias, hostnet.TapMarkPrefix)
 	if !ok {
 		return "", "", false
 	}
-	name, owner, _ = strings.Cut(rest, ownerSep)
+	name, owner, _ = strings.Cut(rest, hostnet.OwnerSep)
 	return name, owner, name != ""
 }
 
 // RemoveStaleTap deletes the TAP named name if a helper of this process's
-// state dir left it behind: it must carry TapMark(name) with this
+// state dir left it behind: it must carry hostnet.TapMark(name) with this
 // process's owner (Owner). A TAP whose mark has no owner (made before
 // owners were marked) goes too if no process holds it; one of another
 // state dir, one held under a mark without owner, or a link without the
@@ -340,7 +342,7 @@ func tapMarkOf(alias string) (name, owner string, ok bool) {
 func RemoveStaleTap(name string) error {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
-		if notFound(err) {
+		if hostnet.NotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("TAP %s: %w", name, err)
@@ -348,7 +350,7 @@ func RemoveStaleTap(name string) error {
 	if !staleTap(l) {
 		return nil
 	}
-	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+	if err := netlink.LinkDel(l); err != nil && !hostnet.NotFound(err) {
 		return fmt.Errorf("deleting stale TAP %s: %w", name, err)
 	}
 	return nil
@@ -364,7 +366,7 @@ func staleTap(l netlink.Link) bool {
 	switch {
 	case !ok || name != l.Attrs().Name:
 		return false
-	case owner != Owner() && owner != "":
+	case owner != hostnet.Owner() && owner != "":
 		return false
 	}
 	return len(tapHolders(name)) == 0
@@ -376,13 +378,13 @@ func staleTap(l netlink.Link) bool {
 func tapClash(name string) error {
 	l, err := netlink.LinkByName(name)
 	switch {
-	case notFound(err):
+	case hostnet.NotFound(err):
 		return nil // gone meanwhile
 	case err != nil:
 		return fmt.Errorf("TAP %s: %w", name, err)
 	}
 	if staleTap(l) {
-		if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+		if err := netlink.LinkDel(l); err != nil && !hostnet.NotFound(err) {
 			return fmt.Errorf("deleting stale TAP %s: %w", name, err)
 		}
 		return nil
@@ -393,7 +395,7 @@ func tapClash(name string) error {
 		holders += fmt.Sprintf(" (pid %d holds it: %s)", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
 	}
 	switch _, owner, ok := tapMarkOf(l.Attrs().Alias); {
-	case ok && owner != "" && owner == Owner():
+	case ok && owner != "" && owner == hostnet.Owner():
 		// This state dir's, held: a helper its controller lost track of
 		// (it stops those it finds: restore), or a second one for the
 		// same attachment.
@@ -431,17 +433,17 @@ func tapHolders(name string) []int {
 // (Sweep, once nothing of the state dir runs). A process without an owner
 // deletes none.
 func removeOwnTaps() error {
-	if Owner() == "" {
+	if hostnet.Owner() == "" {
 		return nil
 	}
-	links, err := linkList()
+	links, err := hostnet.LinkList()
 	if err != nil {
 		return fmt.Errorf("listing links: %w", err)
 	}
 	var errs []error
 	for _, l := range links {
-		if name, owner, ok := tapMarkOf(l.Attrs().Alias); ok && name == l.Attrs().Name && owner == Owner() {
-			if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+		if name, owner, ok := tapMarkOf(l.Attrs().Alias); ok && name == l.Attrs().Name && owner == hostnet.Owner() {
+			if err := netlink.LinkDel(l); err != nil && !hostnet.NotFound(err) {
 				errs = append(errs, fmt.Errorf("deleting TAP %s: %w", name, err))
 			}
 		}
@@ -474,11 +476,11 @@ func CreateMacvtap(n *api.Network, name string, mac net.HardwareAddr) (*netlink.
 	switch {
 	case err == nil:
 		mv, ok := existing.(*netlink.Macvtap)
-		owner, marked := ownedBy(existing)
+		owner, marked := hostnet.OwnedBy(existing)
 		switch alias := existing.Attrs().Alias; {
 		case !ok || !marked || owner != n.ID || mv.Attrs().ParentIndex != parent.Attrs().Index:
 			return nil, fmt.Errorf("network %q: a %s named %s exists and is not this network's macvtap", n.ID, existing.Type(), name)
-		case markOwner(alias) != Owner():
+		case hostnet.MarkOwner(alias) != hostnet.Owner():
 			// Another state dir's (or one of no owner while this
 			// process has one): never taken over, nor deleted later
 			// by this helper's cleanup child.
@@ -498,7 +500,7 @@ func CreateMacvtap(n *api.Network, name string, mac net.HardwareAddr) (*netlink.
 			return nil, err
 		}
 		return l.(*netlink.Macvtap), nil
-	case !notFound(err):
+	case !hostnet.NotFound(err):
 		return nil, fmt.Errorf("network %q: %s: %w", n.ID, name, err)
 	}
 	la := netlink.NewLinkAttrs()
@@ -512,7 +514,7 @@ func CreateMacvtap(n *api.Network, name string, mac net.HardwareAddr) (*netlink.
 	}
 	l, err := netlink.LinkByName(name)
 	if err == nil {
-		err = netlink.LinkSetAlias(l, Mark(n.ID))
+		err = netlink.LinkSetAlias(l, hostnet.Mark(n.ID))
 	}
 	if err == nil {
 		err = netlink.LinkSetUp(l)

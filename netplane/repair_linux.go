@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -91,11 +93,11 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 // they would reach each other. (A TAP that is down may be being attached:
 // AttachPort isolates it before it sets it up.)
 func unisolatedTaps(br netlink.Link, upOnly bool) ([]netlink.Link, error) {
-	links, err := linkList()
+	links, err := hostnet.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
-	isolated, err := retryDump(isolatedPorts)
+	isolated, err := hostnet.RetryDump(isolatedPorts)
 	if err != nil {
 		return nil, fmt.Errorf("listing the ports of bridge %s: %w", br.Attrs().Name, err)
 	}
@@ -144,7 +146,7 @@ func isolateTaps(n *api.Network, br netlink.Link) error {
 		return fmt.Errorf("network %q: %w", n.ID, err)
 	}
 	for _, l := range taps {
-		if err := netlink.LinkSetIsolated(l, true); err != nil && !notFound(err) {
+		if err := netlink.LinkSetIsolated(l, true); err != nil && !hostnet.NotFound(err) {
 			return fmt.Errorf("network %q: isolating %s: %w", n.ID, l.Attrs().Name, err)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vmnetctl/vmnetctl/helperproto"
 
 	"github.com/vishvananda/netlink"
@@ -26,7 +28,7 @@ func (o Offloads) tunFlags() uint {
 	return f
 }
 
-// createTap creates TAP c.Name, marked TapMark(c.Name), and returns its
+// createTap creates TAP c.Name, marked hostnet.TapMark(c.Name), and returns its
 // non-blocking fd. IFF_TUN_EXCL makes it fail when the name exists, so two
 // helpers never share a TAP.
 func createTap(c PortConfig) (int, error) {
@@ -77,13 +79,13 @@ func createTap(c PortConfig) (int, error) {
 	return fd, nil
 }
 
-// markTap gives TAP name its mark, TapMark(name).
+// markTap gives TAP name its mark, hostnet.TapMark(name).
 func markTap(name string) error {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
 		return err
 	}
-	return netlink.LinkSetAlias(l, TapMark(name))
+	return netlink.LinkSetAlias(l, hostnet.TapMark(name))
 }
 
 // openMacvtap opens the character device of macvtap mv (/dev/tap<ifindex>,

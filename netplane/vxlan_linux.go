@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -50,7 +52,7 @@ func localVXLANHost(n *api.Network) (int, netip.Addr, error) {
 // findVXLANHost is localVXLANHost, with the index of the link that has the
 // address, from one listing of the host's addresses.
 func findVXLANHost(n *api.Network) (i int, addr netip.Addr, link int, err error) {
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
+	addrs, err := hostnet.RetryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return -1, netip.Addr{}, 0, fmt.Errorf("network %q: listing this host's addresses: %w", n.ID, err)
 	}
@@ -101,7 +103,7 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 	if n.VXLAN == nil {
 		// No longer across hosts: this network's tunnel goes.
 		if l := ownVXLAN(n); l != nil {
-			if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+			if err := netlink.LinkDel(l); err != nil && !hostnet.NotFound(err) {
 				return fmt.Errorf("network %q: deleting %s, which the network no longer has: %w", n.ID, l.Attrs().Name, err)
 			}
 		}
@@ -134,7 +136,7 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 	}
 	// A bridge port has no address of its own: no link-local address, no
 	// neighbour discovery or MLD of its own through the tunnel.
-	if err := ensureSysctl("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", "1"); err != nil && KernelIPv6() {
+	if err := hostnet.EnsureSysctl("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", "1"); err != nil && hostnet.KernelIPv6() {
 		return fmt.Errorf("network %q: turning IPv6 off on %s: %w", n.ID, name, err)
 	}
 	if err := netlink.LinkSetUp(vx); err != nil {
@@ -156,15 +158,15 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 // under a temporary name that carries the state dir's owner, marked, then
 // renamed, so that a crash at any point leaves nothing unmarked under its
 // own name, and what it leaves is known as this state dir's and removed
-// (removeStaleTmpBridges) by the next Ensure or down --all.
+// (hostnet.RemoveStaleTmpBridges) by the next Ensure or down --all.
 func createVXLAN(n *api.Network, name string, local netip.Addr) (netlink.Link, error) {
-	removeStaleTmpBridges(n.ID)
-	tmp := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: tmpVXLANName(n.ID), MTU: n.VXLAN.FrameMTU()},
+	hostnet.RemoveStaleTmpBridges(n.ID)
+	tmp := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: hostnet.TmpVXLANName(n.ID), MTU: n.VXLAN.FrameMTU()},
 		VxlanId: int(n.VXLAN.VNI), SrcAddr: net.IP(local.AsSlice()), Port: int(n.VXLAN.Port), Learning: n.VXLAN.EVPN == nil}
 	if err := netlink.LinkAdd(tmp); err != nil {
 		return nil, fmt.Errorf("network %q: creating VXLAN device %s (as %s): %w", n.ID, name, tmp.Name, err)
 	}
-	return markAndRename(n.ID, tmp.Name, name, "VXLAN device")
+	return hostnet.MarkAndRename(n.ID, tmp.Name, name, "VXLAN device")
 }
 
 // vxlanDevice is the VXLAN device name of n if it is there as configured,
@@ -173,15 +175,15 @@ func createVXLAN(n *api.Network, name string, local netip.Addr) (netlink.Link, e
 func vxlanDevice(n *api.Network, name string, local netip.Addr) (netlink.Link, error) {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
-		if notFound(err) {
+		if hostnet.NotFound(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("network %q: %s: %w", n.ID, name, err)
 	}
 	vx, isVXLAN := l.(*netlink.Vxlan)
-	owner, marked := ownedHere(l)
+	owner, marked := hostnet.OwnedHere(l)
 	switch {
-	case !marked || owner != n.ID || !isVXLAN || !mine(l.Attrs().Alias):
+	case !marked || owner != n.ID || !isVXLAN || !hostnet.Mine(l.Attrs().Alias):
 		// Unmarked (createVXLAN marks before it names), another
 		// network's, or another state dir's: not ours to take.
 		return nil, fmt.Errorf("network %q: a link named %s exists and is not this network's VXLAN device (alias %q): delete it, or give the network another name", n.ID, name, l.Attrs().Alias)
@@ -189,7 +191,7 @@ func vxlanDevice(n *api.Network, name string, local netip.Addr) (netlink.Link, e
 		vx.Attrs().MTU == n.VXLAN.FrameMTU() && marked && vx.Learning == (n.VXLAN.EVPN == nil):
 		return vx, nil
 	}
-	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+	if err := netlink.LinkDel(l); err != nil && !hostnet.NotFound(err) {
 		return nil, fmt.Errorf("network %q: deleting %s to make it again: %w", n.ID, name, err)
 	}
 	return nil, nil
@@ -211,7 +213,7 @@ func ensureFlooding(n *api.Network, vx netlink.Link, peers []netip.Addr) error {
 	}
 	for _, h := range have {
 		if !slices.Contains(peers, h) {
-			if err := netlink.NeighDel(floodEntry(vx, h)); err != nil && !notFound(err) {
+			if err := netlink.NeighDel(floodEntry(vx, h)); err != nil && !hostnet.NotFound(err) {
 				errs = append(errs, fmt.Errorf("network %q: removing %s from flooding: %w", n.ID, h, err))
 			}
 		}
@@ -230,7 +232,7 @@ func floodEntry(vx netlink.Link, peer netip.Addr) *netlink.Neigh {
 
 // floodList is the peers of vx's all-zeros FDB entries.
 func floodList(vx netlink.Link) ([]netip.Addr, error) {
-	neighs, err := fdbOf(vx.Attrs().Index)
+	neighs, err := hostnet.FDBOf(vx.Attrs().Index)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +265,7 @@ func tunnelStats(n *api.Network, guardDrops map[string]uint64) *nettypes.TunnelS
 	for _, p := range peers {
 		st.Peers = append(st.Peers, p.String())
 	}
-	neighs, _ := fdbOf(l.Attrs().Index)
+	neighs, _ := hostnet.FDBOf(l.Attrs().Index)
 	for _, nb := range neighs {
 		// The bridge's entries (MasterIndex set) learned behind the port;
 		// the port's own entries (NTF_SELF) say which host each is on.
@@ -293,7 +295,7 @@ func ownVXLAN(n *api.Network) netlink.Link {
 	if err != nil {
 		return nil
 	}
-	if id, ok := ownedHere(l); !ok || id != n.ID || !mine(l.Attrs().Alias) {
+	if id, ok := hostnet.OwnedHere(l); !ok || id != n.ID || !hostnet.Mine(l.Attrs().Alias) {
 		return nil
 	}
 	return l
@@ -324,7 +326,7 @@ func checkVXLAN(ctx context.Context, n *api.Network) []error {
 	}
 	vx, ok := l.(*netlink.Vxlan)
 	if !ok || vx.VxlanId != int(n.VXLAN.VNI) || vx.Port != int(n.VXLAN.Port) || !vx.SrcAddr.Equal(net.IP(local.AsSlice())) ||
-		vx.Attrs().MTU != n.VXLAN.FrameMTU() || vx.Attrs().Alias != Mark(n.ID) || vx.Learning != (n.VXLAN.EVPN == nil) {
+		vx.Attrs().MTU != n.VXLAN.FrameMTU() || vx.Attrs().Alias != hostnet.Mark(n.ID) || vx.Learning != (n.VXLAN.EVPN == nil) {
 		return append(errs, fmt.Errorf("network %q: %s is not the network's VXLAN device as configured", n.ID, name))
 	}
 	if br, _ := NetworkBridge(n); br == nil || vx.Attrs().MasterIndex != br.Attrs().Index {
@@ -377,7 +379,7 @@ func tunnelRules(n *api.Network) []string {
 		return nil
 	}
 	drop := "goto " + guardDropped
-	gw := BridgeMAC(n.ID).String()
+	gw := hostnet.BridgeMAC(n.ID).String()
 	rs := []string{
 		"ether saddr " + gw + " " + drop,
 		"ether daddr " + gw + " " + drop,
@@ -387,7 +389,7 @@ func tunnelRules(n *api.Network) []string {
 		"icmpv6 type { nd-router-solicit, nd-router-advert, nd-redirect } " + drop,
 	}
 	if n.HasIPv6() {
-		for _, a := range []netip.Addr{n.Gateway6, api.LinkLocal(BridgeMAC(n.ID)).Addr()} {
+		for _, a := range []netip.Addr{n.Gateway6, api.LinkLocal(hostnet.BridgeMAC(n.ID)).Addr()} {
 			rs = append(rs,
 				"ip6 saddr "+a.String()+" "+drop,
 				"icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } "+ndTarget+" "+ndTargetValue(a)+" "+drop)

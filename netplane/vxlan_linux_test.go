@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -208,7 +211,7 @@ func TestVXLAN(t *testing.T) {
 		t.Errorf("host 2's VM took the forged ARP from inside VXLAN: %s", out)
 	}
 
-	gw := BridgeMAC(n.ID).String()
+	gw := hostnet.BridgeMAC(n.ID).String()
 	for i, h := range hosts {
 		fdb := h.ns.MustRun(t, "bridge", "fdb", "show", "dev", api.VXLANName(n.ID))
 		if strings.Contains(fdb, gw+" master") {
@@ -252,8 +255,8 @@ func TestVXLAN(t *testing.T) {
 func TestVXLANOwner(t *testing.T) {
 	host, n := vxlanLab(t, "vx-owner", "10.77.0.1/24")
 	const a, b = "/state/a", "/state/b"
-	tmpA := markAs(a, func() string { return tmpVXLANName(n.ID) })
-	if len(tmpA) > 15 || tmpA == markAs(a, func() string { return tmpBridgeName(n.ID) }) {
+	tmpA := markAs(a, func() string { return hostnet.TmpVXLANName(n.ID) })
+	if len(tmpA) > 15 || tmpA == markAs(a, func() string { return hostnet.TmpBridgeName(n.ID) }) {
 		t.Fatalf("temporary VXLAN name %q: want one within IFNAMSIZ, apart from the bridge's", tmpA)
 	}
 	vxlanArgs := []string{"type", "vxlan", "id", "4242", "local", "10.77.0.1", "dstport", "4789"}
@@ -265,13 +268,13 @@ func TestVXLANOwner(t *testing.T) {
 		if linkExists(tmpA) {
 			return fmt.Errorf("the temporary %s is left after Ensure", tmpA)
 		}
-		if l, err := netlink.LinkByName(api.VXLANName(n.ID)); err != nil || l.Attrs().Alias != Mark(n.ID) {
+		if l, err := netlink.LinkByName(api.VXLANName(n.ID)); err != nil || l.Attrs().Alias != hostnet.Mark(n.ID) {
 			return fmt.Errorf("%s after Ensure: %v", api.VXLANName(n.ID), err)
 		}
 		return Check(context.Background(), n)
 	})
 	host.MustRun(t, "ip", append([]string{"link", "add", tmpA}, append(vxlanArgs[:len(vxlanArgs)-2], "dstport", "4790")...)...)
-	host.MustRun(t, "ip", "link", "set", tmpA, "alias", Mark(n.ID))
+	host.MustRun(t, "ip", "link", "set", tmpA, "alias", hostnet.Mark(n.ID))
 	mustDo(t, host, func() error {
 		removed, err := Sweep(context.Background(), nil, t.TempDir())
 		if err == nil && (linkExists(tmpA) || linkExists(api.VXLANName(n.ID))) {
@@ -281,7 +284,7 @@ func TestVXLANOwner(t *testing.T) {
 	})
 	// Another state dir's device under the name, then an unmarked one:
 	// refused by a's Ensure, left alone by a's down --all.
-	for _, alias := range []string{markAs(b, func() string { return Mark(n.ID) }), ""} {
+	for _, alias := range []string{markAs(b, func() string { return hostnet.Mark(n.ID) }), ""} {
 		host.MustRun(t, "ip", append([]string{"link", "add", api.VXLANName(n.ID)}, vxlanArgs...)...)
 		if alias != "" {
 			host.MustRun(t, "ip", "link", "set", api.VXLANName(n.ID), "alias", alias)

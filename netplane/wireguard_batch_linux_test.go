@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"golang.zx2c4.com/wireguard/conn"
 
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -94,7 +96,7 @@ func TestWireGuardDeviceHeap(t *testing.T) {
 	needRoot(t)
 	dir, n := wgHostOne(t)
 	host, _ := vxlanLab(t, "wgheap", "10.77.0.1/24")
-	setOwnerDir(dir)
+	hostnet.SetOwnerDir(dir)
 	t.Cleanup(func() { host.Do(func() error { closeWireGuard(n.ID); return nil }) })
 	before := heapInUse()
 	mustDo(t, host, func() error { return ensureWireGuard(n) })

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl"
@@ -35,22 +37,22 @@ func kernelWireGuard(n *api.Network, l netlink.Link) (netlink.Link, bool) {
 	if _, ok := l.(*netlink.Wireguard); !ok {
 		return nil, false
 	}
-	owner, marked := ownedHere(l)
-	return l, marked && owner == n.ID && mine(l.Attrs().Alias)
+	owner, marked := hostnet.OwnedHere(l)
+	return l, marked && owner == n.ID && hostnet.Mine(l.Attrs().Alias)
 }
 
 // createKernelWireGuard makes n's kernel device name; errNoKernelWireGuard
 // without the module.
 func createKernelWireGuard(n *api.Network, name string) (netlink.Link, error) {
-	removeStaleTmpBridges(n.ID)
-	tmp := &netlink.Wireguard{LinkAttrs: netlink.LinkAttrs{Name: tmpWireGuardName(n.ID), MTU: n.VXLAN.WireGuardMTU()}}
+	hostnet.RemoveStaleTmpBridges(n.ID)
+	tmp := &netlink.Wireguard{LinkAttrs: netlink.LinkAttrs{Name: hostnet.TmpWireGuardName(n.ID), MTU: n.VXLAN.WireGuardMTU()}}
 	if err := netlink.LinkAdd(tmp); err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EINVAL) {
 			return nil, errNoKernelWireGuard
 		}
 		return nil, fmt.Errorf("network %q: creating WireGuard device %s (as %s): %w", n.ID, name, tmp.Name, err)
 	}
-	return markAndRename(n.ID, tmp.Name, name, "WireGuard device")
+	return hostnet.MarkAndRename(n.ID, tmp.Name, name, "WireGuard device")
 }
 
 // kernelConfig is what host idx's kernel device of n is configured with.

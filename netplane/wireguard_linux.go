@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
@@ -78,7 +80,7 @@ func wgKey(name string) string {
 // hostWireGuardKey is this host's private key, made on first use for the
 // state dir SetOwner named (statedir.Dir.WireGuardKeyFile).
 func hostWireGuardKey() (wgkey.Key, error) {
-	dir := OwnerDir()
+	dir := hostnet.OwnerDir()
 	if dir == "" {
 		return wgkey.Key{}, errors.New("no state dir to keep this host's WireGuard key in")
 	}
@@ -235,7 +237,7 @@ func wireGuardLink(n *api.Network, idx int, l netlink.Link) error {
 		}
 	}
 	addr := netip.PrefixFrom(x.TunnelAddr(idx), x.WireGuard.Subnet.Bits())
-	if err := addAddr(n, l, addr); err != nil {
+	if err := hostnet.AddAddr(n, l, addr); err != nil {
 		return err
 	}
 	if err := netlink.LinkSetUp(l); err != nil {
@@ -249,10 +251,10 @@ func wireGuardLink(n *api.Network, idx int, l netlink.Link) error {
 // device this process does not run (a previous run's, or one dead) and is
 // made again; any other is not ours to take.
 func removeWireGuardInTheWay(n *api.Network, name string, l netlink.Link) error {
-	if owner, ok := ownedHere(l); !ok || owner != n.ID || !mine(l.Attrs().Alias) {
+	if owner, ok := hostnet.OwnedHere(l); !ok || owner != n.ID || !hostnet.Mine(l.Attrs().Alias) {
 		return fmt.Errorf("network %q: a link named %s exists and is not this network's WireGuard device (alias %q): delete it, or give the network another name", n.ID, name, l.Attrs().Alias)
 	}
-	if err := netlink.LinkDel(l); err != nil && !notFound(err) {
+	if err := netlink.LinkDel(l); err != nil && !hostnet.NotFound(err) {
 		return fmt.Errorf("network %q: deleting %s to make it again: %w", n.ID, name, err)
 	}
 	return nil
@@ -273,7 +275,7 @@ func createWireGuard(n *api.Network, name string) (*wgDevice, error) {
 	dev := device.NewDevice(tn, &smallBatchBind{Bind: conn.NewDefaultBind(), size: int(n.VXLAN.UnderlayMTU)}, logger)
 	tl, err := netlink.LinkByName(name)
 	if err == nil {
-		err = netlink.LinkSetAlias(tl, Mark(n.ID))
+		err = netlink.LinkSetAlias(tl, hostnet.Mark(n.ID))
 	}
 	if err != nil {
 		dev.Close()
@@ -320,7 +322,7 @@ func closeWireGuard(id string) {
 		delete(wgDevices.m, key)
 	}
 	if l, err := netlink.LinkByName(name); err == nil {
-		if owner, ok := ownedHere(l); ok && owner == id && mine(l.Attrs().Alias) {
+		if owner, ok := hostnet.OwnedHere(l); ok && owner == id && hostnet.Mine(l.Attrs().Alias) {
 			netlink.LinkDel(l)
 		}
 	}
@@ -334,7 +336,7 @@ func checkWireGuard(n *api.Network) []error {
 	l, _ := netlink.LinkByName(name)
 	if n.VXLAN == nil || n.VXLAN.WireGuard == nil {
 		if l != nil {
-			if owner, ok := ownedHere(l); ok && owner == n.ID && mine(l.Attrs().Alias) {
+			if owner, ok := hostnet.OwnedHere(l); ok && owner == n.ID && hostnet.Mine(l.Attrs().Alias) {
 				return []error{fmt.Errorf("network %q: has the WireGuard device %s, and its underlay is no longer encrypted", n.ID, name)}
 			}
 		}
@@ -357,7 +359,7 @@ func checkWireGuard(n *api.Network) []error {
 		}
 	case d == nil || !d.alive(l):
 		return []error{fmt.Errorf("network %q: WireGuard device %s is not run by this controller", n.ID, name)}
-	case l.Attrs().Alias != Mark(n.ID):
+	case l.Attrs().Alias != hostnet.Mark(n.ID):
 		return []error{fmt.Errorf("network %q: %s is not marked as the network's", n.ID, name)}
 	}
 	var errs []error
@@ -371,7 +373,7 @@ func checkWireGuard(n *api.Network) []error {
 	addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4)
 	found := false
 	for _, a := range addrs {
-		if p, ok := addrPrefix(a.IPNet); ok && p == want {
+		if p, ok := hostnet.AddrPrefix(a.IPNet); ok && p == want {
 			found = true
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -68,7 +70,7 @@ func TestWireGuard(t *testing.T) {
 		// The device lives in this process: stop it when the test ends
 		// (after the network's Close, registered later).
 		t.Cleanup(func() { h.ns.Do(func() error { closeWireGuard(n.ID); return nil }) })
-		setOwnerDir(dirs[i]) // the hosts start one after the other
+		hostnet.SetOwnerDir(dirs[i]) // the hosts start one after the other
 		h.nw = start(t, h.ns, n, Options{StateDir: t.TempDir()})
 		hosts = append(hosts, h)
 	}
@@ -154,7 +156,7 @@ func TestWireGuard(t *testing.T) {
 
 	// Ensure again: the same device, configured as it was; Check clean.
 	h1 := hosts[0]
-	setOwnerDir(dirs[0])
+	hostnet.SetOwnerDir(dirs[0])
 	mustDo(t, h1.ns, func() error {
 		key := wgKey(api.WireGuardName(n.ID))
 		wgDevices.Lock()
@@ -173,14 +175,14 @@ func TestWireGuard(t *testing.T) {
 	})
 
 	// Another host's key here: refused, naming the key to list.
-	setOwnerDir(dirs[1])
+	hostnet.SetOwnerDir(dirs[1])
 	mustDo(t, h1.ns, func() error {
 		if err := Ensure(context.Background(), n); err == nil || !strings.Contains(err.Error(), "has the WireGuard public key") {
 			return fmt.Errorf("Ensure with another host's key: %v, want a refusal", err)
 		}
 		return nil
 	})
-	setOwnerDir(dirs[0])
+	hostnet.SetOwnerDir(dirs[0])
 
 	// A stranger on the underlay sends plain VXLAN to host 1 from host 2's
 	// tunnel address: an ARP request from a made-up MAC to host 1's VM,
@@ -200,7 +202,7 @@ func TestWireGuard(t *testing.T) {
 	// Host 3 leaves; a TUN that is not the network's takes the device's
 	// name: refused and left alone. Gone, host 3 comes back and is reached.
 	h3 := hosts[2]
-	setOwnerDir(dirs[2])
+	hostnet.SetOwnerDir(dirs[2])
 	mustDo(t, h3.ns, func() error { return Remove(context.Background(), n.ID, "") })
 	h3.ns.MustRun(t, "ip", "tuntap", "add", api.WireGuardName(n.ID), "mode", "tun")
 	mustDo(t, h3.ns, func() error {
@@ -277,7 +279,7 @@ func TestWireGuardSegmentsShareHosts(t *testing.T) {
 	for i := range 2 {
 		h := underlayHost(t, underlay, "wgs", i)
 		hosts = append(hosts, h)
-		setOwnerDir(dirs[i])
+		hostnet.SetOwnerDir(dirs[i])
 		for _, id := range ids {
 			n := nets.Get(id)
 			t.Cleanup(func() { h.Do(func() error { closeWireGuard(n.ID); return nil }) })
@@ -298,7 +300,7 @@ func TestWireGuardSegmentsShareHosts(t *testing.T) {
 			fmt.Sprintf("%s: host 1's VM to reach host 2's", id))
 	}
 	for i, h := range hosts {
-		setOwnerDir(dirs[i])
+		hostnet.SetOwnerDir(dirs[i])
 		for _, id := range ids {
 			mustDo(t, h, func() error { return Check(context.Background(), nets.Get(id)) })
 		}
@@ -365,7 +367,7 @@ func TestWireGuardPortTaken(t *testing.T) {
 	needRoot(t)
 	dir, n := wgHostOne(t)
 	host, _ := vxlanLab(t, "wgport", "10.77.0.1/24")
-	setOwnerDir(dir)
+	hostnet.SetOwnerDir(dir)
 	t.Cleanup(func() {
 		host.Do(func() error { closeWireGuard(n.ID); return Remove(context.Background(), n.ID, "") })
 	})
@@ -425,7 +427,7 @@ func TestVXLANSegmentsOtherHosts(t *testing.T) {
 	for i := range 3 {
 		hosts = append(hosts, underlayHost(t, underlay, "vxo", i))
 	}
-	setOwnerDir(t.TempDir())
+	hostnet.SetOwnerDir(t.TempDir())
 	type seg struct {
 		id     string
 		on     []int

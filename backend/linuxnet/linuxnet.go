@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vmnetctl/vmnetctl/helperproto"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -27,7 +29,7 @@ const Name = "vmnetctl"
 func (Backend) Name() string { return Name }
 
 func (Backend) StartNetwork(ctx context.Context, n *api.Network, o backend.NetworkOptions) (backend.Network, error) {
-	netplane.SetOwner(o.Owner)
+	hostnet.SetOwner(o.Owner)
 	nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: o.LeaseDir, Upstreams: o.Upstreams, Log: o.Log, OnLease: o.OnLease})
 	if err != nil {
 		return nil, err
@@ -36,17 +38,17 @@ func (Backend) StartNetwork(ctx context.Context, n *api.Network, o backend.Netwo
 }
 
 func (Backend) RemoveNetwork(ctx context.Context, id string, o backend.NetworkOptions) error {
-	netplane.SetOwner(o.Owner)
+	hostnet.SetOwner(o.Owner)
 	return netplane.Remove(ctx, id, o.LeaseDir)
 }
 
 func (Backend) Sweep(ctx context.Context, keep []string, o backend.NetworkOptions) ([]string, error) {
-	netplane.SetOwner(o.Owner)
+	hostnet.SetOwner(o.Owner)
 	return netplane.Sweep(ctx, keep, o.LeaseDir)
 }
 
 func (Backend) CheckNetwork(ctx context.Context, n *api.Network, o backend.NetworkOptions) error {
-	netplane.SetOwner(o.Owner)
+	hostnet.SetOwner(o.Owner)
 	return netplane.Check(ctx, n)
 }
 
@@ -113,12 +115,12 @@ func TapName(a *api.Attachment) string {
 // its network is the controller's to keep up, not the helper's to hold. It
 // takes the VM's owner as --uid and --gid, not sudo's variables (under
 // those it would refuse what only root may ask for, such as
-// --no-spoof-check). It names the state dir (netplane.EnvOwner), so that
+// --no-spoof-check). It names the state dir (hostnet.EnvOwner), so that
 // the VM port the helper makes carries that state dir's mark.
 func (Backend) HelperEnv(s backend.HelperSpec) []string {
 	env := []string{helperproto.EnvUnderController + "=1"}
 	if s.Owner != "" {
-		env = append(env, netplane.OwnerEnv(s.Owner))
+		env = append(env, hostnet.OwnerEnv(s.Owner))
 	}
 	return env
 }
@@ -163,6 +165,6 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 // EnsureFRR gives FRR network n's EVPN configuration again, if it lacks
 // it (netplane.EnsureFRR).
 func (Backend) EnsureFRR(ctx context.Context, n *api.Network, o backend.NetworkOptions) error {
-	netplane.SetOwner(o.Owner)
+	hostnet.SetOwner(o.Owner)
 	return netplane.EnsureFRR(ctx, n)
 }

@@ -5,9 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
-	"github.com/vmnetctl/vmnetctl/netplane"
 )
 
 func TestHelperCommand(t *testing.T) {
@@ -44,10 +45,10 @@ func TestHelperCommand(t *testing.T) {
 // VM port it makes carries that state dir's mark; without one, nothing.
 func TestHelperEnv(t *testing.T) {
 	env := Backend{}.HelperEnv(backend.HelperSpec{Owner: "/var/lib/x"})
-	if !slices.Contains(env, netplane.EnvOwner+"=/var/lib/x") || !slices.Contains(env, "VMNETCTL_UNDER_CONTROLLER=1") {
+	if !slices.Contains(env, hostnet.EnvOwner+"=/var/lib/x") || !slices.Contains(env, "VMNETCTL_UNDER_CONTROLLER=1") {
 		t.Errorf("HelperEnv with an owner: %q", env)
 	}
-	if env := (Backend{}).HelperEnv(backend.HelperSpec{}); slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, netplane.EnvOwner+"=") }) {
+	if env := (Backend{}).HelperEnv(backend.HelperSpec{}); slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, hostnet.EnvOwner+"=") }) {
 		t.Errorf("HelperEnv without an owner: %q", env)
 	}
 }

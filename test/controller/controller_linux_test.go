@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/controller"
@@ -450,7 +452,7 @@ func TestTapHelperKilledAsItsTapPersists(t *testing.T) {
 	// its cleanup child, guard the port and attach it. (Polled without
 	// pause: the kernel sends no notice when a TAP that is down persists.)
 	helper := h.NS.Command(ctx, h.Binary, "helper", "--networks", h.Networks, "--network", "shared", "--tap", tap, "--attach", "tap")
-	helper.Env = append(os.Environ(), "VMNETCTL_UNDER_CONTROLLER=1", netplane.OwnerEnv(h.StateDir()))
+	helper.Env = append(os.Environ(), "VMNETCTL_UNDER_CONTROLLER=1", hostnet.OwnerEnv(h.StateDir()))
 	helper.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)

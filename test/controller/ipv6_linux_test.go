@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
+	"golang.org/x/sys/unix"
+
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
-	"golang.org/x/sys/unix"
 )
 
 // The IPv6 world of TestIPv6: the host's uplink and a WAN peer on a
@@ -166,8 +168,8 @@ func TestIPv6(t *testing.T) {
 	// Nor the gateway's: a VM that has it keeps the bridge's MAC for it.
 	sendForgedNA(t, x, mustParseMAC(t, xAtt.MAC), netip.MustParsePrefix(xLL[3]).Addr(), netip.MustParseAddr("fd00:77::1"))
 	x.MustRun(t, "ping", "-c", "1", "-W", "2", "fd00:77::1") // after the NA, as above
-	if out := b.MustRun(t, "ip", "-6", "neigh", "show", "fd00:77::1"); !strings.Contains(out, netplane.BridgeMAC("shared").String()) {
-		t.Errorf("b's neighbour entry for the gateway is %q, want the bridge's MAC %s", out, netplane.BridgeMAC("shared"))
+	if out := b.MustRun(t, "ip", "-6", "neigh", "show", "fd00:77::1"); !strings.Contains(out, hostnet.BridgeMAC("shared").String()) {
+		t.Errorf("b's neighbour entry for the gateway is %q, want the bridge's MAC %s", out, hostnet.BridgeMAC("shared"))
 	}
 	if err := b.Ping("fd00:77::1", 1); err != nil {
 		t.Errorf("b cannot reach the gateway after x's forgery: %v", err)
