@@ -15,14 +15,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/overlay"
 )
 
 // installHint is how to install a Debian/Fedora package.
@@ -175,7 +174,7 @@ func checkVXLAN(_ context.Context, nets []*api.Network) []Finding {
 			continue
 		}
 		name := "hosts of " + n.ID
-		i, dev, err := netplane.VXLANHost(n)
+		i, dev, err := overlay.VXLANHost(n)
 		if err != nil {
 			out = append(out, Finding{Check: name, Status: Fail, Detail: err.Error(),
 				Fix: fmt.Sprintf("add this host (an address of its own) to networks.%s.vxlan.hosts in networks.yaml, the same on every host", n.ID)})

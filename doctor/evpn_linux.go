@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/overlay"
 )
 
 // checkEVPN: a network across hosts with EVPN needs FRR running here (its
@@ -20,12 +20,12 @@ func checkEVPN(ctx context.Context, nets []*api.Network) []Finding {
 		if n.VXLAN == nil || n.VXLAN.EVPN == nil {
 			continue
 		}
-		self, _, err := netplane.VXLANHost(n)
+		self, _, err := overlay.VXLANHost(n)
 		if err != nil {
 			continue // not one of the segment's hosts: checkVXLAN says so
 		}
 		name := "EVPN of " + n.ID
-		sessions, err := netplane.EVPNSessions(ctx, n)
+		sessions, err := overlay.EVPNSessions(ctx, n)
 		if err != nil {
 			// The network runs without it (degraded): a warning, as status has it.
 			out = append(out, Finding{Check: name, Status: Warn, Detail: err.Error(),

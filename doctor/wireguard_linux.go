@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/overlay"
 )
 
 // checkWireGuard: a network across hosts whose underlay is encrypted needs
@@ -28,7 +28,7 @@ func checkWireGuard(_ context.Context, nets []*api.Network) []Finding {
 		if n.VXLAN == nil || n.VXLAN.WireGuard == nil {
 			continue
 		}
-		i, _, err := netplane.VXLANHost(n)
+		i, _, err := overlay.VXLANHost(n)
 		if err != nil {
 			continue // checkVXLAN says so
 		}

@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/helper"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/test/testutil"

@@ -7,12 +7,11 @@ import (
 	"os"
 	"strings"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // Why NetworkBridge refused a bridge, for errors.Is within the package.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/dnsproxy"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -198,7 +199,7 @@ func TestDNSFloodBounded(t *testing.T) {
 	host := testutil.NewNS(t, "df-host")
 	// The silent upstream: a socket in the host that never reads.
 	var silent net.PacketConn
-	mustDo(t, host, func() (err error) { silent, err = net.ListenPacket("udp4", "127.0.0.1:0"); return err })
+	host.MustDo(t, func() (err error) { silent, err = net.ListenPacket("udp4", "127.0.0.1:0"); return err })
 	t.Cleanup(func() { silent.Close() })
 	n := testNet("df1", api.ModeShared, "10.200.24.0/24")
 	nw := start(t, host, n, Options{Upstreams: []string{silent.LocalAddr().String()}})
@@ -223,7 +224,7 @@ func TestDNSFloodBounded(t *testing.T) {
 
 	const queries = 3000
 	var conn net.Conn
-	mustDo(t, v, func() (err error) { conn, err = net.Dial("udp4", gw); return err })
+	v.MustDo(t, func() (err error) { conn, err = net.Dial("udp4", gw); return err })
 	t.Cleanup(func() { conn.Close() })
 	deadline := time.Now().Add(10 * time.Second)
 	for i := range queries {
@@ -280,7 +281,7 @@ func TestDNSFloodBounded(t *testing.T) {
 		// One connection answers dnsproxy.MaxTCPQueries queries (names of the
 		// network's own domain: answered locally), then is closed.
 		var c *dns.Conn
-		mustDo(t, v, func() (err error) { c, err = dns.DialTimeout("tcp4", gw, 2*time.Second); return err })
+		v.MustDo(t, func() (err error) { c, err = dns.DialTimeout("tcp4", gw, 2*time.Second); return err })
 		defer c.Close()
 		answered := 0
 		for i := range dnsproxy.MaxTCPQueries + 1 {
@@ -308,7 +309,7 @@ func TestDNSFloodBounded(t *testing.T) {
 				c.Close()
 			}
 		})
-		mustDo(t, v, func() error {
+		v.MustDo(t, func() error {
 			for range conns {
 				c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(context.Background(), "tcp4", gw)
 				if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -35,7 +36,7 @@ func TestVMEgressKeptAcrossRebuild(t *testing.T) {
 	if out := own(); !strings.Contains(out, ip.String()) {
 		t.Fatalf("the VM's own policy is not in force:\n%s", out) // the control
 	}
-	mustDo(t, host, func() error { return ensureTable(context.Background(), n) })
+	host.MustDo(t, func() error { return ensureTable(context.Background(), n) })
 	if out := own(); !strings.Contains(out, ip.String()) {
 		t.Errorf("the table was built again without the VM's own policy:\n%s", out)
 	}

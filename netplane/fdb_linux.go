@@ -11,11 +11,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // The bridge's forwarding database, read at a cost that does not grow

@@ -136,7 +136,7 @@ func TestBridgeFDB(t *testing.T) {
 	}
 	check(bySysfs, "bridgeFDB")
 	check(byPort, "portMACs of every port, through sysfs")
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		br, err := netlink.LinkByName("br-fdb")
 		if err != nil {
 			return err

@@ -11,14 +11,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guestlog"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/nd6"
 	"github.com/vmnetctl/vmnetctl/routeradv"
 )

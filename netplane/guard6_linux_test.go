@@ -34,7 +34,7 @@ func g6VM(t *testing.T, host *testutil.NS, n *api.Network, name, mac string) *te
 	v := testutil.NewNS(t, "g6-"+name)
 	port := "p-" + name
 	testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "address", mac, "netns", v.Name)
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		if err := GuardPort(context.Background(), n, port, mustMAC(mac)); err != nil {
 			return err
 		}
@@ -69,7 +69,7 @@ func g6Addr(t *testing.T, v *testutil.NS, scope string) netip.Addr {
 func g6Drops(t *testing.T, host *testutil.NS, n *api.Network, name string) uint64 {
 	t.Helper()
 	var drops map[string]uint64
-	mustDo(t, host, func() (err error) {
+	host.MustDo(t, func() (err error) {
 		drops, err = guardDrops(context.Background(), n.ID, []string{"p-" + name})
 		return err
 	})
@@ -194,7 +194,7 @@ func TestGuard6(t *testing.T) {
 
 	// A binding deleted from the sets behind the guard's back comes back.
 	host.MustRun(t, "nft", "delete", "element", "bridge", TableName(n.ID), guardAddrs6, "{", macA, ".", gA.String(), "}")
-	mustDo(t, host, func() error { return nw2.guard6.sync(context.Background()) })
+	host.MustDo(t, func() error { return nw2.guard6.sync(context.Background()) })
 	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs6); !strings.Contains(out, gA.String()) {
 		t.Errorf("after a sync, addrs6 lacks A's %s:\n%s", gA, out)
 	}

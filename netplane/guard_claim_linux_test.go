@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -33,7 +34,7 @@ func plugLearning(t *testing.T, host *testutil.NS, n *api.Network, port string, 
 	testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "netns", v.Name)
 	v.MustRun(t, "sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=1")
 	v.MustRun(t, "ip", "link", "set", "eth0", "up")
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		if err := GuardPort(context.Background(), n, port, nil); err != nil {
 			return err
 		}
@@ -55,7 +56,7 @@ func claimLab(t *testing.T, label, subnet string) (*testutil.NS, *api.Network, f
 	host.MustRun(t, "ip", "link", "add", n.Bridge(), "up", "type", "bridge")
 	return host, n, func() *guardState {
 		var st *guardState
-		mustDo(t, host, func() (err error) { st, err = readGuardState(context.Background(), n.ID); return err })
+		host.MustDo(t, func() (err error) { st, err = readGuardState(context.Background(), n.ID); return err })
 		return st
 	}
 }
@@ -79,12 +80,12 @@ func TestGuardClaims(t *testing.T) {
 	}
 	// A and B are the controller's, with their MACs; C is a helper of
 	// its own (any MAC works).
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB}, false)
 	})
 	drops := func(name string) uint64 {
 		var d map[string]uint64
-		mustDo(t, host, func() (err error) { d, err = guardDrops(ctx, n.ID, nil); return err })
+		host.MustDo(t, func() (err error) { d, err = guardDrops(ctx, n.ID, nil); return err })
 		return d["p-"+name]
 	}
 	// send has name's VM send a frame from mac, and waits for its port
@@ -140,11 +141,11 @@ func TestGuardClaims(t *testing.T) {
 	if st := state(); st.learned["p-c"] != free2.String() || st.learned["p-b"] != free1.String() {
 		t.Fatalf("a refused pin changed the ports: %+v", st.learned)
 	}
-	mustDo(t, host, func() error { return GuardPort(ctx, n, "p-a", macA) })
+	host.MustDo(t, func() error { return GuardPort(ctx, n, "p-a", macA) })
 
 	// B guarded again (its VMM restarted): the MAC it held is released,
 	// and it learns one again.
-	mustDo(t, host, func() error { return GuardPort(ctx, n, "p-b", nil) })
+	host.MustDo(t, func() error { return GuardPort(ctx, n, "p-b", nil) })
 	if st := state(); st.claimed[free1.String()] {
 		t.Fatalf("B's old MAC %s still claimed after B was guarded again", free1)
 	}
@@ -153,7 +154,7 @@ func TestGuardClaims(t *testing.T) {
 	// B's attachment now expects C's MAC: ClaimPorts takes it from C,
 	// whose frames from it are then dropped; from its memo too (which
 	// knows nothing of what C learned: it looks the new MAC up).
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": free2}, false)
 	})
 	st := state()
@@ -163,7 +164,7 @@ func TestGuardClaims(t *testing.T) {
 	send("c", free2, "", true)
 
 	// Deleting a port's guard releases the MAC it held unless expected.
-	mustDo(t, host, func() error { return UnguardPort(ctx, n, "p-b") })
+	host.MustDo(t, func() error { return UnguardPort(ctx, n, "p-b") })
 	if st := state(); !st.claimed[free2.String()] || st.claimed[free1.String()] {
 		t.Fatalf("after B's guard went: claimed %v, want %s (expected) and not %s", st.claimed, free2, free1)
 	}
@@ -194,7 +195,7 @@ func testGuardFixedWithoutDHCP(t *testing.T, dnsProxy bool) {
 	vms := map[string]*testutil.NS{}
 	for name, mac := range map[string]net.HardwareAddr{"a": macA, "b": macB} {
 		vms[name] = vm(t, host, name, mac.String(), n.Bridge(), false)
-		mustDo(t, host, func() error { return GuardPort(ctx, n, "p-"+name, mac) })
+		host.MustDo(t, func() error { return GuardPort(ctx, n, "p-"+name, mac) })
 	}
 	try := func(v *testutil.NS, addr string) error {
 		v.MustRun(t, "ip", "addr", "flush", "dev", "eth0")
@@ -233,7 +234,7 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 	}
 	host.MustRun(t, "nft", "delete", "table", "bridge", TableName(n.ID))
 	host.MustRun(t, "ip", "link", "add", "p-a", "type", "veth", "peer", "name", "p-a-peer")
-	mustDo(t, host, func() error { return GuardPort(ctx, n, "p-a", mac) }) // the ports' repair
+	host.MustDo(t, func() error { return GuardPort(ctx, n, "p-a", mac) }) // the ports' repair
 	if bound() {
 		t.Fatal("the set survived its table's deletion")
 	}
@@ -259,7 +260,7 @@ func TestGuardStalePort(t *testing.T) {
 	v := testutil.NewNS(t, "gs-vm")
 	learned := func(port string) string {
 		var st *guardState
-		mustDo(t, host, func() (err error) { st, err = readGuardState(ctx, n.ID); return err })
+		host.MustDo(t, func() (err error) { st, err = readGuardState(ctx, n.ID); return err })
 		return st.learned[port]
 	}
 	for _, port := range []string{"p-old", "p-new"} {
@@ -273,7 +274,7 @@ func TestGuardStalePort(t *testing.T) {
 		}, "%s to learn the VM's MAC", port)
 		host.MustRun(t, "ip", "link", "del", port) // the helper exits
 	}
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		if err := ClaimPorts(ctx, n, map[string]net.HardwareAddr{"vmt-claimed": mac}, true); err != nil {
 			return err
 		}
@@ -301,7 +302,7 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 	c := plugLearning(t, host, n, "p-c", testutil.NewNS(t, "cg-c"))
 	claim := func(expected map[string]net.HardwareAddr) {
 		t.Helper()
-		mustDo(t, host, func() error { return ClaimPorts(ctx, n, expected, false) })
+		host.MustDo(t, func() error { return ClaimPorts(ctx, n, expected, false) })
 	}
 	// learns has port's VM send from mac and waits for the port to hold it.
 	learns := func(port string, vm *testutil.RawSender, mac net.HardwareAddr) {
@@ -351,14 +352,14 @@ func TestPortMACsOfPorts(t *testing.T) {
 	plugLearning(t, host, n, "p-b", testutil.NewNS(t, "pm-b")).Send(t, claimFrame(macB))
 	var all map[string][]string
 	testutil.Eventually(t, 5*time.Second, func() error {
-		mustDo(t, host, func() error { all = portMACs(n.Bridge(), nil); return nil })
+		host.MustDo(t, func() error { all = portMACs(n.Bridge(), nil); return nil })
 		if !slices.Contains(all["p-a"], macA.String()) || !slices.Contains(all["p-b"], macB.String()) {
 			return fmt.Errorf("the bridge learned %v", all)
 		}
 		return nil
 	}, "the bridge to learn both VMs' MACs")
 	var one map[string][]string
-	mustDo(t, host, func() error { one = portMACs(n.Bridge(), []string{"p-a", "p-gone"}); return nil })
+	host.MustDo(t, func() error { one = portMACs(n.Bridge(), []string{"p-a", "p-gone"}); return nil })
 	if len(one) != 1 || !slices.Equal(one["p-a"], all["p-a"]) {
 		t.Errorf("p-a's MACs asked of it alone: %v; of the whole bridge: %v", one, all["p-a"])
 	}
@@ -396,11 +397,11 @@ func TestLeaseKeptWhileAttached(t *testing.T) {
 		t.Fatalf("the lease %s is not in the guard", off)
 	}
 	now = now.Add(time.Hour) // the lease long expired, never renewed
-	mustDo(t, host, func() error { return nw.guard.syncAll(ctx) })
+	host.MustDo(t, func() error { return nw.guard.syncAll(ctx) })
 	if !bound() {
 		t.Errorf("an attached VM's address left the guard when its lease expired")
 	}
-	mustDo(t, host, func() error { nw.RemoveHost(mac); return nil })
+	host.MustDo(t, func() error { nw.RemoveHost(mac); return nil })
 	if bound() {
 		t.Errorf("a detached VM's expired lease is still in the guard")
 	}
@@ -415,7 +416,7 @@ func TestClaimsWhenPortMoves(t *testing.T) {
 	host, n, state := claimLab(t, "cm", "10.200.63.0/24")
 	mac := mustMAC("52:55:55:00:63:0a")
 	old := plugLearning(t, host, n, "p-old", testutil.NewNS(t, "cm-old"))
-	mustDo(t, host, func() error { return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-old": mac}, false) })
+	host.MustDo(t, func() error { return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-old": mac}, false) })
 	old.Send(t, claimFrame(mac))
 	testutil.Eventually(t, 5*time.Second, func() error {
 		if got := state().learned["p-old"]; got != mac.String() {
@@ -423,7 +424,7 @@ func TestClaimsWhenPortMoves(t *testing.T) {
 		}
 		return nil
 	}, "p-old to learn its MAC")
-	mustDo(t, host, func() error { return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-new": mac}, false) })
+	host.MustDo(t, func() error { return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-new": mac}, false) })
 	if st := state(); st.learned["p-old"] != "" || !st.owns[portMAC{mac.String(), "p-new"}] {
 		t.Errorf("after the MAC moved to p-new: p-old holds %q, owns %v", st.learned["p-old"], st.owns)
 	}

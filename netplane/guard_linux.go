@@ -12,12 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guestlog"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
 )
 

@@ -141,7 +141,7 @@ func captureFrames(t *testing.T, v *testutil.NS) *frameCapture {
 	t.Helper()
 	c := &frameCapture{}
 	var fd int
-	mustDo(t, v, func() error {
+	v.MustDo(t, func() error {
 		ifi, err := net.InterfaceByName("eth0")
 		if err != nil {
 			return err

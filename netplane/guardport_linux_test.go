@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -47,7 +46,7 @@ func TestGuardPortElements(t *testing.T) {
 		start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
 		host.MustRun(t, "ip", "link", "add", "p-a", "type", "veth", "peer", "name", "p-b")
 		for range 2 {
-			mustDo(t, host, func() error { return GuardPort(context.Background(), n, "p-a", nil) })
+			host.MustDo(t, func() error { return GuardPort(context.Background(), n, "p-a", nil) })
 		}
 		if !setHas(t, host, n.ID, guardGuarded, portIndex(t, host, "p-a")) {
 			t.Errorf("network %s: p-a is not in %s", n.ID, guardGuarded)
@@ -60,7 +59,7 @@ func TestGuardPortElements(t *testing.T) {
 			t.Errorf("network %s: the guard table has %d chains, want 4:\n%s", n.ID, c, listing)
 		}
 		var errs []error
-		mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+		host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
 		if len(errs) > 0 {
 			t.Errorf("network %s: Check of a whole guard table: %v", n.ID, errs)
 		}
@@ -92,11 +91,11 @@ func TestGuardMigratesV2(t *testing.T) {
 }
 EOF`)
 	var errs []error
-	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
 	if len(errs) == 0 {
 		t.Fatalf("Check of a version 2 guard table found nothing wrong")
 	}
-	mustDo(t, host, func() error { return ensureGuardTable(context.Background(), n) })
+	host.MustDo(t, func() error { return ensureGuardTable(context.Background(), n) })
 	idx := portIndex(t, host, "p-u")
 	if !setHas(t, host, n.ID, guardGuarded, idx) || !setHas(t, host, n.ID, guardPortMACs, idx, ".", mac) {
 		t.Errorf("after the migration, p-u is not guarded with its MAC:\n%s", host.MustRun(t, "nft", "list", "table", "bridge", table))
@@ -107,7 +106,7 @@ EOF`)
 			t.Errorf("after the migration, %q is left:\n%s", old, listing)
 		}
 	}
-	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
 	if len(errs) > 0 {
 		t.Errorf("Check after the migration: %v", errs)
 	}
@@ -122,7 +121,7 @@ func TestGuardDeletesIdempotent(t *testing.T) {
 	host, n, nw := g6Lab(t, "gi")
 	gone := binding{mac: "52:55:55:00:0e:01", ip: ip("10.200.9.77")}
 	kept := binding{mac: "52:55:55:00:0e:02", ip: ip("10.200.9.78")}
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		g := nw.guard
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -163,12 +162,12 @@ func TestGuardChainsDamaged(t *testing.T) {
 	}
 	host.MustRun(t, "nft", "delete", "rule", "bridge", table, guardChecks, "handle", handle)
 	var errs []error
-	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
 	if len(errs) == 0 {
 		t.Errorf("Check of a guard without its first rule found nothing wrong")
 	}
 	host.MustRun(t, "ip", "link", "add", "p-d", "type", "veth", "peer", "name", "p-e")
-	mustDo(t, host, func() error { return GuardPort(context.Background(), n, "p-d", nil) })
+	host.MustDo(t, func() error { return GuardPort(context.Background(), n, "p-d", nil) })
 	if got := host.MustRun(t, "nft", "list", "chain", "bridge", table, guardChecks); !strings.Contains(got, "ether type != @"+guardL2Types) {
 		t.Errorf("the guard lacks the rule taken out:\n%s", got)
 	}
@@ -185,16 +184,16 @@ func TestGuardReused(t *testing.T) {
 	own, other := "52:55:55:00:0f:01", "52:55:55:00:0f:02"
 	host.MustRun(t, "ip", "link", "add", "p-r", "type", "veth", "peer", "name", "p-s")
 	idx := portIndex(t, host, "p-r")
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"p-r": mustMAC(own)}, true)
 	})
 	guard := func() {
 		t.Helper()
-		mustDo(t, host, func() error { return GuardPort(context.Background(), n, "p-r", nil) })
+		host.MustDo(t, func() error { return GuardPort(context.Background(), n, "p-r", nil) })
 	}
 	held := func() string {
 		var h string
-		mustDo(t, host, func() (err error) { h, err = readHeld(n.ID, "p-r"); return err })
+		host.MustDo(t, func() (err error) { h, err = readHeld(n.ID, "p-r"); return err })
 		return h
 	}
 	guard()
@@ -236,13 +235,13 @@ func TestPruneGuards(t *testing.T) {
 		ports[port] = fmt.Sprintf("52:55:55:00:11:%02x", i)
 		gone = append(gone, port)
 	}
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"vmt-x": mustMAC(expected)}, true)
 	})
 	index := map[string]string{}
 	for port, mac := range ports {
 		host.MustRun(t, "ip", "link", "add", port, "type", "veth", "peer", "name", port+"-peer")
-		mustDo(t, host, func() error { return GuardPort(context.Background(), n, port, nil) })
+		host.MustDo(t, func() error { return GuardPort(context.Background(), n, port, nil) })
 		index[port] = portIndex(t, host, port)
 		holdMAC(t, host, n.ID, index[port], mac)
 		host.MustRun(t, "nft", "add", "element", "bridge", table, guardClaimed, "{", mac, "}")
@@ -250,7 +249,7 @@ func TestPruneGuards(t *testing.T) {
 	for _, port := range append(gone, "p-1", "p-2", "p-3") {
 		host.MustRun(t, "ip", "link", "del", port)
 	}
-	mustDo(t, host, func() error { return pruneGuards(n.ID) })
+	host.MustDo(t, func() error { return pruneGuards(n.ID) })
 	for port, mac := range ports {
 		live := port == "p-live"
 		if has := setHas(t, host, n.ID, guardGuarded, index[port]); has != live {
@@ -280,21 +279,21 @@ func TestGuardStrays(t *testing.T) {
 	host, n, _ := g6Lab(t, "gs")
 	own, second := "52:55:55:00:12:01", "52:55:55:00:12:02"
 	host.MustRun(t, "ip", "link", "add", "p-s", "type", "veth", "peer", "name", "p-t")
-	mustDo(t, host, func() error { return GuardPort(context.Background(), n, "p-s", nil) })
+	host.MustDo(t, func() error { return GuardPort(context.Background(), n, "p-s", nil) })
 	idx := portIndex(t, host, "p-s")
 	holdMAC(t, host, n.ID, idx, own)
 	var errs []error
-	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
 	if len(errs) > 0 {
 		t.Fatalf("Check of a port holding one MAC: %v", errs)
 	}
 	host.MustRun(t, "nft", "add", "element", "bridge", TableName(n.ID), guardPortMACs, "{", idx, ".", second, "}")
 	host.MustRun(t, "nft", "add", "element", "bridge", TableName(n.ID), guardClaimed, "{", second, "}")
-	mustDo(t, host, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
 	if len(errs) == 0 || !strings.Contains(errs[0].Error(), second) {
 		t.Fatalf("Check of a port allowed a second MAC: %v", errs)
 	}
-	mustDo(t, host, func() error { return ensureGuardTable(context.Background(), n) })
+	host.MustDo(t, func() error { return ensureGuardTable(context.Background(), n) })
 	if setHas(t, host, n.ID, guardPortMACs, idx, ".", second) || !setHas(t, host, n.ID, guardPortMACs, idx, ".", own) {
 		t.Errorf("after Ensure:\n%s", host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardPortMACs))
 	}
@@ -312,7 +311,7 @@ func TestClaimsMemo(t *testing.T) {
 	macA, macB := mustMAC("52:55:55:00:13:0a"), mustMAC("52:55:55:00:13:0b")
 	claim := func(reread bool, expected map[string]net.HardwareAddr) {
 		t.Helper()
-		mustDo(t, host, func() error { return ClaimPorts(context.Background(), n, expected, reread) })
+		host.MustDo(t, func() error { return ClaimPorts(context.Background(), n, expected, reread) })
 	}
 	owns := func(mac net.HardwareAddr, port string) bool {
 		return setHas(t, host, n.ID, guardOwns, mac.String(), ".", `"`+port+`"`)
@@ -338,6 +337,6 @@ func TestUnguardUnguarded(t *testing.T) {
 	host := testutil.NewNS(t, "gz-host")
 	host.MustRun(t, "ip", "link", "add", "p-z", "type", "veth", "peer", "name", "p-y")
 	n := testNet("gz", api.ModeShared, "10.200.62.0/24")
-	mustDo(t, host, func() error { return UnguardPort(context.Background(), n, "p-z") })
-	mustDo(t, host, func() error { return UnguardPort(context.Background(), n, "p-gone") })
+	host.MustDo(t, func() error { return UnguardPort(context.Background(), n, "p-z") })
+	host.MustDo(t, func() error { return UnguardPort(context.Background(), n, "p-gone") })
 }

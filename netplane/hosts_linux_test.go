@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/leases/leasestest"
-
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/leases"
+	"github.com/vmnetctl/vmnetctl/leases/leasestest"
 )
 
 // bigAllocator returns an allocator of a /16 whose lease file holds n

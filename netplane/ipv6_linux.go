@@ -6,11 +6,10 @@ import (
 	"net/netip"
 	"os"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // The IPv6 side of a shared or host network (api.Network.HasIPv6): the

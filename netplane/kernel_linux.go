@@ -12,14 +12,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
+	"github.com/vmnetctl/vmnetctl/overlay"
 )
 
 // Ensure makes the kernel state of network n what its configuration says,
@@ -83,7 +83,7 @@ func Ensure(ctx context.Context, n *api.Network) error {
 	if err := ensureGuardTable(ctx, n); err != nil {
 		return err
 	}
-	return ensureVXLAN(ctx, n, br)
+	return overlay.EnsureVXLAN(ctx, n, br, tunnelGuard(n))
 }
 
 // CheckConflicts tells, changing nothing, whether network n's subnet
@@ -212,7 +212,7 @@ func ensureOnlyAddr(n *api.Network, br netlink.Link, want netip.Prefix, spare fu
 // Removing a network that does not exist is not an error.
 func Remove(ctx context.Context, id, stateDir string) error {
 	var errs []error
-	closeWireGuard(id) // this process's device, before its link goes
+	overlay.CloseWireGuard(id) // this process's device, before its link goes
 	links, err := hostnet.LinkList()
 	if err != nil {
 		return fmt.Errorf("network %q: listing links: %w", id, err)
@@ -231,7 +231,7 @@ func Remove(ctx context.Context, id, stateDir string) error {
 	if err := removeTable(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeEVPN(ctx, id); err != nil { // evpn_linux.go
+	if err := overlay.RemoveEVPN(ctx, id); err != nil { // evpn_linux.go
 		errs = append(errs, err)
 	}
 	if stateDir != "" {
@@ -277,7 +277,7 @@ func Sweep(ctx context.Context, keep []string, stateDir string) ([]string, error
 		}
 	}
 	if d := hostnet.OwnerDir(); d != "" {
-		frr, _ := filepath.Glob(FRRConfigFile(d, "*")) // EVPN's (evpn_linux.go)
+		frr, _ := filepath.Glob(overlay.FRRConfigFile(d, "*")) // EVPN's (evpn_linux.go)
 		for _, f := range frr {
 			found[strings.TrimSuffix(filepath.Base(f), ".conf")] = true
 		}
@@ -380,13 +380,15 @@ func Check(ctx context.Context, n *api.Network) error {
 		return fmt.Errorf("network %q: mode %s is not managed by vmnetctl", n.ID, n.Mode)
 	}
 	errs := checkBridge(n)
+	var bridge netlink.Link // nil without one (not a nil *Bridge)
 	if br, _ := NetworkBridge(n); br != nil {
+		bridge = br
 		errs = append(errs, checkIPv6(n, br)...)
 		errs = append(errs, checkIsolation(n, br)...)
 	}
 	errs = append(errs, checkTable(ctx, n)...)
 	errs = append(errs, checkGuardTable(ctx, n)...)
-	errs = append(errs, checkVXLAN(ctx, n)...)
+	errs = append(errs, overlay.CheckVXLAN(ctx, n, bridge, tunnelGuard(n))...)
 	if n.Mode == api.ModeShared {
 		if v, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err != nil || string(bytes.TrimSpace(v)) != "1" {
 			errs = append(errs, fmt.Errorf("network %q: IPv4 forwarding is off", n.ID))

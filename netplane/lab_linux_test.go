@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -36,20 +37,11 @@ func needRoot(t *testing.T) {
 	testutil.RequireCommands(t, "busybox", "nft", "ip", "ping")
 }
 
-// mustDo runs f in namespace n and fails the test on error. f must not
-// call t.Fatal: it runs on another goroutine.
-func mustDo(t *testing.T, n *testutil.NS, f func() error) {
-	t.Helper()
-	if err := n.Do(f); err != nil {
-		t.Fatalf("in %s: %v", n, err)
-	}
-}
-
 // sendUDP sends payload times over UDP from namespace n to the address
 // to ("host:port"), from the local address from if it is not "".
 func sendUDP(t *testing.T, n *testutil.NS, from, to string, payload []byte, times int) {
 	t.Helper()
-	mustDo(t, n, func() error {
+	n.MustDo(t, func() error {
 		var laddr *net.UDPAddr
 		if from != "" {
 			laddr = &net.UDPAddr{IP: net.ParseIP(from)}
@@ -90,7 +82,7 @@ func vm(t *testing.T, host *testutil.NS, name, mac, bridge string, isolated bool
 	v := testutil.NewNS(t, "vm-"+name)
 	port := "p-" + name
 	veth(t, host, port, v, mac)
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		l, err := netlink.LinkByName(port)
 		if err != nil {
 			return err
@@ -149,7 +141,7 @@ func wantRules(t *testing.T, what string, got, want []string) {
 func setForwardRules(t *testing.T, host *testutil.NS, n *api.Network, on bool) {
 	t.Helper()
 	if on {
-		mustDo(t, host, func() error { return Ensure(context.Background(), n) })
+		host.MustDo(t, func() error { return Ensure(context.Background(), n) })
 		return
 	}
 	host.MustRun(t, "nft", "flush", "chain", "inet", TableName(n.ID), "forward")

@@ -29,7 +29,7 @@ func TestLearnAddress(t *testing.T) {
 	plug := func(name, mac, addr string) *testutil.NS {
 		t.Helper()
 		v := vm(t, host, name, mac, n.Bridge(), false)
-		mustDo(t, host, func() error { return GuardPort(ctx, n, "p-"+name, nil) })
+		host.MustDo(t, func() error { return GuardPort(ctx, n, "p-"+name, nil) })
 		v.MustRun(t, "ip", "addr", "add", addr+"/24", "dev", "eth0")
 		return v
 	}
@@ -71,7 +71,7 @@ func TestLearnAddress(t *testing.T) {
 	nw2 := start(t, host2, n2, Options{StateDir: t.TempDir()})
 	nw2.SetVMs(nil, nil)
 	v := vm(t, host2, "c", "52:55:55:00:61:0c", n2.Bridge(), false)
-	mustDo(t, host2, func() error { return GuardPort(ctx, n2, "p-c", nil) })
+	host2.MustDo(t, func() error { return GuardPort(ctx, n2, "p-c", nil) })
 	v.MustRun(t, "ip", "addr", "add", "10.200.61.77/24", "dev", "eth0")
 	if err := v.Ping(n2.Gateway.String(), 3); err == nil {
 		t.Error("a static address reached the gateway with learnAddresses: false")
@@ -109,7 +109,7 @@ func TestLearnHostile(t *testing.T) {
 	// The victim: a VM with a static address, learned.
 	macV := mustMAC("52:55:55:00:64:0a")
 	victim := vm(t, host, "v", macV.String(), n.Bridge(), false)
-	mustDo(t, host, func() error { return GuardPort(ctx, n, "p-v", nil) })
+	host.MustDo(t, func() error { return GuardPort(ctx, n, "p-v", nil) })
 	victim.MustRun(t, "ip", "addr", "add", "10.200.64.77/24", "dev", "eth0")
 	testutil.Eventually(t, 20*time.Second, func() error { return victim.Ping(n.Gateway.String(), 1) }, "the victim's address to be learned")
 

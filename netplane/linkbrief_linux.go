@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // rtextFilterSkipStats asks a link dump to leave out the links' counters

@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -40,11 +39,11 @@ func TestBridgedMacvtap(t *testing.T) {
 
 	n := &api.Network{ID: "mv", Name: "mv", Mode: api.ModeBridged, Interface: "uplink0", MTU: 1500}
 	var nw *Network
-	mustDo(t, host, func() (err error) { nw, err = Start(context.Background(), n, Options{}); return err })
+	host.MustDo(t, func() (err error) { nw, err = Start(context.Background(), n, Options{}); return err })
 	t.Cleanup(func() { nw.Close() })
 	mac := mustMAC("52:55:55:00:07:01")
 	var tap *os.File
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		if b, err := PortBridge(n); err != nil || b != "" {
 			return fmt.Errorf("PortBridge = %q, %v; want \"\" (a macvtap)", b, err)
 		}
@@ -88,7 +87,7 @@ func TestBridgedMacvtap(t *testing.T) {
 		t.Errorf("offered router %v, want %s", r, macvtapLANRouter)
 	}
 
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		var s *State
 		s, err := Inspect(context.Background(), "mv")
 		if err != nil {

@@ -17,12 +17,6 @@ const tablePrefix = "vmnetctl-"
 // TableName is the nftables table (family inet) of network id.
 func TableName(id string) string { return tablePrefix + id }
 
-// FRRConfigFile is where stateDir keeps the FRR configuration vmnetctl
-// wrote for network id's EVPN segment (netplane/evpn_linux.go).
-func FRRConfigFile(stateDir, id string) string {
-	return filepath.Join(stateDir, "frr", id+".conf")
-}
-
 // LeaseFile is where the DHCP leases of network id are kept under stateDir.
 func LeaseFile(stateDir, id string) string {
 	return filepath.Join(stateDir, id+".leases.json")

@@ -31,7 +31,7 @@ func TestNeighbourBound(t *testing.T) {
 	lan := netip.MustParsePrefix(wanHost + "/24").Masked()
 	begin := time.Now()
 	sent := 0
-	mustDo(t, a, func() error {
+	a.MustDo(t, func() error {
 		c, err := net.ListenUDP("udp4", nil)
 		if err != nil {
 			return err
@@ -50,7 +50,7 @@ func TestNeighbourBound(t *testing.T) {
 	var limited uint64
 	entries := 0
 	testutil.Eventually(t, 10*time.Second, func() error {
-		mustDo(t, host, func() error { limited = neighLimited(context.Background(), n.ID); return nil })
+		host.MustDo(t, func() error { limited = neighLimited(context.Background(), n.ID); return nil })
 		entries = 0
 		for _, line := range strings.Split(host.MustRun(t, "ip", "-4", "neigh", "show", "dev", "uplink"), "\n") {
 			if strings.TrimSpace(line) != "" {
@@ -80,7 +80,7 @@ func TestNeighbourBound(t *testing.T) {
 func TestNamedCountersNoTable(t *testing.T) {
 	needRoot(t)
 	host := testutil.NewNS(t, "nc-host")
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		c, err := namedCounters(context.Background(), "bridge", "nosuch", "")
 		if err != nil || len(c) != 0 {
 			return fmt.Errorf("namedCounters of a missing table = %v, %v; want none", c, err)

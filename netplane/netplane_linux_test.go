@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -25,7 +24,7 @@ import (
 func start(t *testing.T, host *testutil.NS, n *api.Network, opts Options) *Network {
 	t.Helper()
 	var nw *Network
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		var err error
 		nw, err = Start(context.Background(), n, opts)
 		return err
@@ -190,12 +189,12 @@ func TestShared(t *testing.T) {
 			})
 		}, "bridge operstate up")
 		before := snapshot(t, host)
-		mustDo(t, host, func() error { return Ensure(context.Background(), n) })
+		host.MustDo(t, func() error { return Ensure(context.Background(), n) })
 		if after := snapshot(t, host); after != before {
 			t.Errorf("second Ensure changed the host:\n%s", lineDiff(before, after))
 		}
 		var fwd []byte
-		mustDo(t, host, func() (err error) { fwd, err = os.ReadFile("/proc/sys/net/ipv4/ip_forward"); return err })
+		host.MustDo(t, func() (err error) { fwd, err = os.ReadFile("/proc/sys/net/ipv4/ip_forward"); return err })
 		if strings.TrimSpace(string(fwd)) != "1" {
 			t.Errorf("ip_forward = %q", fwd)
 		}
@@ -203,7 +202,7 @@ func TestShared(t *testing.T) {
 
 	t.Run("Inspect", func(t *testing.T) {
 		var s *State
-		mustDo(t, host, func() (err error) { s, err = Inspect(context.Background(), n.ID); return err })
+		host.MustDo(t, func() (err error) { s, err = Inspect(context.Background(), n.ID); return err })
 		if s.Bridge != n.Bridge() || !s.Up || s.MTU != n.MTU || len(s.Addrs) != 1 || s.Addrs[0] != netip.MustParsePrefix("10.200.1.1/24") ||
 			len(s.Ports) != 1 || s.Ports[0] != "p-vm1" || !strings.Contains(s.Table, "masquerade") {
 			t.Errorf("Inspect: %+v", s)
@@ -211,7 +210,7 @@ func TestShared(t *testing.T) {
 	})
 
 	t.Run("CheckAndRepair", func(t *testing.T) {
-		mustDo(t, host, func() error { return Check(context.Background(), n) })
+		host.MustDo(t, func() error { return Check(context.Background(), n) })
 		// Break what Ensure set up; Check names it, Ensure repairs it.
 		host.MustRun(t, "ip", "link", "set", n.Bridge(), "down")
 		host.MustRun(t, "nft", "flush", "chain", "inet", TableName(n.ID), "postrouting")
@@ -220,8 +219,8 @@ func TestShared(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "is down") || !strings.Contains(err.Error(), "masquerade") {
 			t.Errorf("Check after breaking: %v", err)
 		}
-		mustDo(t, host, func() error { return Ensure(context.Background(), n) })
-		mustDo(t, host, func() error { return Check(context.Background(), n) })
+		host.MustDo(t, func() error { return Ensure(context.Background(), n) })
+		host.MustDo(t, func() error { return Check(context.Background(), n) })
 		if err := v.Ping(n.Gateway.String(), 1); err != nil {
 			t.Errorf("VM cannot ping the gateway after repair: %v", err)
 		}
@@ -233,7 +232,7 @@ func TestHost(t *testing.T) {
 	host := testutil.NewNS(t, "host-host")
 	w := wan(t, host)
 	// A host that forwards: the drop rules, not the sysctl, must stop VMs.
-	mustDo(t, host, func() error { return hostnet.EnsureSysctl("/proc/sys/net/ipv4/ip_forward", "1") })
+	host.MustDo(t, func() error { return hostnet.EnsureSysctl("/proc/sys/net/ipv4/ip_forward", "1") })
 	n := testNet("hostonly", api.ModeHost, "10.200.2.0/24")
 	start(t, host, n, Options{Upstreams: []string{wanPeer + ":53"}})
 	v := vm(t, host, "vm1", "52:55:55:00:02:01", n.Bridge(), false)
@@ -334,7 +333,7 @@ func TestIsolation(t *testing.T) {
 	// loaded, bridged frames pass the inet forward hook too (in and out by
 	// the bridge), where the bridge-to-bridge drop rule would stop a to c
 	// as well: turned off here, so these checks measure port isolation alone.
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		const bridgeNF = "/proc/sys/net/bridge/bridge-nf-call-iptables"
 		if _, err := os.Stat(bridgeNF); err != nil {
 			return nil // no br_netfilter: bridged frames skip nftables anyway
@@ -356,7 +355,7 @@ func TestIsolation(t *testing.T) {
 		peer string
 	}{{a, lb["ip"]}, {b, la["ip"]}} {
 		x.v.MustRun(t, "ip", "route", "add", x.peer+"/32", "via", n.Gateway.String())
-		mustDo(t, x.v, func() error {
+		x.v.MustDo(t, func() error {
 			for _, dev := range []string{"all", "eth0"} {
 				if err := hostnet.EnsureSysctl("/proc/sys/net/ipv4/conf/"+dev+"/accept_redirects", "0"); err != nil {
 					return err
@@ -536,7 +535,7 @@ func TestBridged(t *testing.T) {
 		t.Errorf("a bridged network runs a DHCP server: %+v", s)
 	}
 	var bridge string
-	mustDo(t, host, func() (err error) { bridge, err = PortBridge(n); return err })
+	host.MustDo(t, func() (err error) { bridge, err = PortBridge(n); return err })
 	if bridge != "lanbr" {
 		t.Fatalf("PortBridge = %q, want lanbr", bridge)
 	}
@@ -556,7 +555,7 @@ func TestBridged(t *testing.T) {
 		m := &api.Network{ID: "mv", Name: "mv", Mode: api.ModeBridged, Interface: "uplink0", MTU: 1500}
 		other := testutil.NewNS(t, "br-other")
 		veth(t, host, "uplink0", other, "")
-		mustDo(t, host, func() error {
+		host.MustDo(t, func() error {
 			if err := Ensure(context.Background(), m); err != nil {
 				return err
 			}
@@ -612,7 +611,7 @@ func TestRemoveAndSweep(t *testing.T) {
 	}
 
 	var removed []string
-	mustDo(t, host, func() (err error) { removed, err = Sweep(context.Background(), []string{"a"}, state); return err })
+	host.MustDo(t, func() (err error) { removed, err = Sweep(context.Background(), []string{"a"}, state); return err })
 	if fmt.Sprint(removed) != "[b]" {
 		t.Errorf("Sweep removed %v, want [b]", removed)
 	}
@@ -622,12 +621,12 @@ func TestRemoveAndSweep(t *testing.T) {
 		}
 	}
 	var s *State
-	mustDo(t, host, func() (err error) { s, err = Inspect(context.Background(), "a"); return err })
+	host.MustDo(t, func() (err error) { s, err = Inspect(context.Background(), "a"); return err })
 	if s.Bridge == "" || s.Table == "" {
 		t.Errorf("Sweep removed the kept network a: %+v", s)
 	}
 	for range 2 {
-		mustDo(t, host, func() error { return Remove(context.Background(), "a", state) })
+		host.MustDo(t, func() error { return Remove(context.Background(), "a", state) })
 	}
 	var err error
 	host.Do(func() error { err = Check(context.Background(), a); return nil })
@@ -649,7 +648,7 @@ func TestConflicts(t *testing.T) {
 	host.MustRun(t, "ip", "link", "add", api.BridgeName("squat"), "type", "bridge")
 	host.MustRun(t, "nft", "add", "table", "inet", TableName("tbl"))
 	first := testNet("first", api.ModeShared, "10.205.0.0/24")
-	mustDo(t, host, func() error { return Ensure(context.Background(), first) })
+	host.MustDo(t, func() error { return Ensure(context.Background(), first) })
 	before := snapshot(t, host)
 	for _, tc := range []struct {
 		n    *api.Network
@@ -670,7 +669,7 @@ func TestConflicts(t *testing.T) {
 	}
 	// Refusing changed nothing, and Remove leaves foreign objects alone.
 	for _, id := range []string{"squat", "tbl"} {
-		mustDo(t, host, func() error { return Remove(context.Background(), id, "") })
+		host.MustDo(t, func() error { return Remove(context.Background(), id, "") })
 	}
 	if after := snapshot(t, host); after != before {
 		t.Errorf("refused Ensure or Remove changed the host:\n%s", lineDiff(before, after))
@@ -691,7 +690,7 @@ func TestLeasesRebuiltFromGuard(t *testing.T) {
 		OnLease: func(kind, network, _ string, _ netip.Addr) { events = append(events, kind+" "+network) }}
 	nw := start(t, host, n, opts)
 	mac, ip := mustMAC("52:55:55:00:61:01"), netip.MustParseAddr("10.200.61.77")
-	mustDo(t, host, func() error { return BindAddress(context.Background(), n, mac, ip) })
+	host.MustDo(t, func() error { return BindAddress(context.Background(), n, mac, ip) })
 	nw.Close()
 	if err := os.WriteFile(LeaseFile(state, n.ID), []byte(`{"network": "lr", "leases": [`), 0o644); err != nil {
 		t.Fatal(err)

@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -23,8 +21,10 @@ import (
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
 	"github.com/vmnetctl/vmnetctl/dnsproxy"
 	"github.com/vmnetctl/vmnetctl/guestlog"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/nettypes"
+	"github.com/vmnetctl/vmnetctl/overlay"
 	"github.com/vmnetctl/vmnetctl/routeradv"
 )
 
@@ -179,7 +179,7 @@ func (nw *Network) openLeases(stateDir string) error {
 	if stateDir != "" {
 		path = LeaseFile(stateDir, nw.n.ID)
 	}
-	mine, err := vxlanNetwork(nw.n)
+	mine, err := overlay.HostNetwork(nw.n)
 	if err != nil {
 		return err
 	}
@@ -722,7 +722,7 @@ func (nw *Network) Stats(ports []string) nettypes.ServiceStats {
 			s.GuardDrops = drops
 			s.PortMACs = portMACs(nw.n.Bridge(), ports)
 			if nw.n.VXLAN != nil {
-				s.Tunnel = tunnelStats(nw.n, drops)
+				s.Tunnel = overlay.TunnelStats(nw.n, drops)
 			}
 			return err
 		})

@@ -33,7 +33,7 @@ func TestHasElement(t *testing.T) {
 		{"nosuch", guardClaimed, mac("52:54:00:00:00:01"), false},
 	} {
 		var got bool
-		mustDo(t, host, func() (err error) {
+		host.MustDo(t, func() (err error) {
 			got, err = hasElement(tc.id, tc.set, tc.key)
 			return err
 		})

@@ -9,13 +9,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 type chainSpec struct {

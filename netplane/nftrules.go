@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/overlay"
 )
 
 // nftRules is the content of network n's table, chain by chain: what
@@ -60,7 +61,7 @@ const notReply = "ct state != { established, related }"
 // packets to them would put frames on the segment past its port's guard,
 // and names in its answers. Nor may a VM send them to another host, which
 // would take them as this host's (masqueraded to its address). Each rule
-// matches this segment's packets only (vxlanMatch: its VNI; the name
+// matches this segment's packets only (overlay.VXLANMatch: its VNI; the name
 // service on this segment's tunnel addresses): segments on the same
 // ports, with other hosts, have tables of their own.
 func vxlanRules(n *api.Network) (input, fwd []string) {
@@ -72,8 +73,8 @@ func vxlanRules(n *api.Network) (input, fwd []string) {
 	for i := range x.Hosts {
 		addrs = append(addrs, x.TunnelAddr(i)) // with WireGuard, inside it
 	}
-	set := nftAddrSet(addrs)
-	input = append(input, vxlanMatch(x)+" ip saddr != "+set+" drop")
+	set := overlay.NFTAddrSet(addrs)
+	input = append(input, overlay.VXLANMatch(x)+" ip saddr != "+set+" drop")
 	if x.WireGuard != nil {
 		// Its own tunnel addresses, its own listener.
 		input = append(input, "ip daddr "+set+fmt.Sprintf(" udp dport %d", x.DNSPort)+" ip saddr != "+set+" drop")
@@ -85,7 +86,7 @@ func vxlanRules(n *api.Network) (input, fwd []string) {
 	}
 	ports := fmt.Sprintf("{ %d, %d }", min(x.Port, x.DNSPort), max(x.Port, x.DNSPort))
 	fwd = append(fwd, `iifname "`+api.BridgePrefix+`*" ip daddr `+set+" udp dport "+ports+" drop")
-	wgIn, wgFwd := wireGuardRules(n) // WireGuard's port; nothing plain on the underlay
+	wgIn, wgFwd := overlay.WireGuardRules(n) // WireGuard's port; nothing plain on the underlay
 	return append(input, wgIn...), append(fwd, wgFwd...)
 }
 

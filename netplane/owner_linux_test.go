@@ -6,12 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -61,7 +60,7 @@ func TestTmpBridgeOwner(t *testing.T) {
 	// what attributes a bridge cut short before its mark.
 	aliased := netlink.NewLinkAttrs()
 	aliased.Name, aliased.Alias = "vmnx-alias", "vmnetctl:network=x"
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: aliased}); err != nil {
 			return err
 		}
@@ -78,8 +77,8 @@ func TestTmpBridgeOwner(t *testing.T) {
 	}
 
 	asOwner(t, a)
-	mustDo(t, host, func() error { return Ensure(context.Background(), n) })
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error { return Ensure(context.Background(), n) })
+	host.MustDo(t, func() error {
 		if l, err := netlink.LinkByName(n.Bridge()); err != nil || l.Attrs().Alias != hostnet.Mark(n.ID) {
 			return fmt.Errorf("bridge %s after Ensure: %v", n.Bridge(), err)
 		}
@@ -90,11 +89,11 @@ func TestTmpBridgeOwner(t *testing.T) {
 		}
 		return nil
 	})
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		_, err := Sweep(context.Background(), nil, t.TempDir())
 		return err
 	})
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		for name, want := range map[string]bool{n.Bridge(): false, other: false, nameB: true, "vmn.0123abcd": true} {
 			if linkExists(name) != want {
 				return fmt.Errorf("after a's Sweep: %s exists: %v, want %v", name, !want, want)
@@ -131,7 +130,7 @@ func TestPortOwners(t *testing.T) {
 	macvtap("mvt-old", hostnet.Mark(lan.ID)) // without an owner
 
 	asOwner(t, a)
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		// A TAP of b's: not stale for a, and a clash names its owner.
 		if err := RemoveStaleTap("vmt-b"); err != nil || !linkExists("vmt-b") {
 			return fmt.Errorf("RemoveStaleTap of b's TAP as a: %v; exists: %v", err, linkExists("vmt-b"))
@@ -177,7 +176,7 @@ func TestPortOwners(t *testing.T) {
 	// cleanup child starts: that one is someone else's), and deletes a's own.
 	host.MustRun(t, "ip", "tuntap", "add", "dev", "vmt-unmarked", "mode", "tap")
 	tap("vmt-a2", markAs(a, func() string { return hostnet.TapMark("vmt-a2") }))
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		for name, want := range map[string]bool{"vmt-b": true, "mvt-b": true, "vmt-a2": false, "vmt-unmarked": true} {
 			if err := deletePortOnEOF(name, strings.NewReader("")); err != nil {
 				return err
@@ -190,7 +189,7 @@ func TestPortOwners(t *testing.T) {
 	})
 	// A TAP marked before owners, held by a process: left alone.
 	var held *Port
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		if err := RemoveStaleTap("vmt-old"); err != nil || linkExists("vmt-old") {
 			return fmt.Errorf("an unheld TAP marked without an owner survives a's RemoveStaleTap: %v", err)
 		}
@@ -209,13 +208,13 @@ func TestPortOwners(t *testing.T) {
 	// One of a's own that a live process holds (a helper of a's that was
 	// not recorded still serves its VM): left alone too.
 	var heldMine *Port
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		fd, err := createTap(PortConfig{Name: "vmt-heldmine", UID: -1, GID: -1})
 		heldMine = &Port{Name: "vmt-heldmine", FD: fd}
 		return err
 	})
 	t.Cleanup(func() { heldMine.Close() })
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		if err := RemoveStaleTap("vmt-heldmine"); err != nil || !linkExists("vmt-heldmine") {
 			return fmt.Errorf("a held TAP of a's own, after a's RemoveStaleTap: %v; exists: %v", err, linkExists("vmt-heldmine"))
 		}

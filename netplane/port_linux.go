@@ -16,12 +16,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // Port is a VM's port that CreatePort made: a TAP on a bridge, or a macvtap.

@@ -10,13 +10,12 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // PortSpec is what a running VM port of a network should be: a TAP on the

@@ -29,7 +29,7 @@ func TestWatchChanges(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var changes <-chan struct{}
-	mustDo(t, host, func() (err error) {
+	host.MustDo(t, func() (err error) {
 		changes, err = WatchChanges(ctx)
 		return err
 	})
@@ -125,7 +125,7 @@ func TestBriefLinks(t *testing.T) {
 	host.MustRun(t, "ip", "link", "add", "br-b", "type", "bridge")
 	host.MustRun(t, "ip", "link", "add", "p-b", "master", "br-b", "type", "veth", "peer", "name", "p-c")
 	host.MustRun(t, "ip", "link", "set", "p-b", "alias", "a port")
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		brief, err := briefLinks()
 		if err != nil {
 			return err

@@ -4,12 +4,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
-	"github.com/vmnetctl/vmnetctl/helperproto"
-
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // on reports whether frames carry a virtio-net header.

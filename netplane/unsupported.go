@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/vishvananda/netlink"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/nettypes"
@@ -30,7 +31,6 @@ func Remove(context.Context, string, string) error                   { return Er
 func Sweep(context.Context, []string, string) ([]string, error)      { return nil, ErrUnsupported }
 func Inspect(context.Context, string) (*State, error)                { return nil, ErrUnsupported }
 func Check(context.Context, *api.Network) error                      { return ErrUnsupported }
-func EnsureFRR(context.Context, *api.Network) error                  { return ErrUnsupported }
 func PortBridge(*api.Network) (string, error)                        { return "", ErrUnsupported }
 func NetworkBridge(*api.Network) (*netlink.Bridge, error)            { return nil, ErrUnsupported }
 func CreatePort(*api.Network, PortConfig) (*Port, error)             { return nil, ErrUnsupported }

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
 	"github.com/vmnetctl/vmnetctl/dnsproxy"
+	"github.com/vmnetctl/vmnetctl/overlay"
 )
 
 // Names across hosts: each host's DNS proxy knows its own VMs (VM files and
@@ -73,7 +75,7 @@ var peerListeners = struct {
 // startPeerDNS serves the network's own names to the other hosts of its
 // segment, and makes the proxy ask them for names it does not know.
 func (nw *Network) startPeerDNS() error {
-	idx, _, err := localVXLANHost(nw.n)
+	idx, _, err := overlay.LocalHost(nw.n)
 	if err != nil {
 		return err
 	}

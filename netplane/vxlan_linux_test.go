@@ -9,30 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/overlay/overlaytest"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
-
-// vxlanYAML is one shared network across three hosts, 10.77.0.1-3 on an
-// underlay of their own; each serves a third of .2-.100.
-const vxlanYAML = `networks:
-  lab:
-    mode: shared
-    gateway: 10.200.50.1
-    dhcpEnd: 10.200.50.100
-    netmask: 255.255.255.0
-    vxlan:
-      vni: 4242
-      hosts:
-        - {name: h1, address: 10.77.0.1}
-        - {name: h2, address: 10.77.0.2}
-        - {name: h3, address: 10.77.0.3}
-`
 
 // vxlanHost is one host of the lab: its namespace, its WAN, its network.
 type vxlanHost struct {
@@ -54,7 +38,7 @@ type vxlanHost struct {
 // again its VM is reached again.
 func TestVXLAN(t *testing.T) {
 	needRoot(t)
-	nets := loadNetworks(t, vxlanYAML)
+	nets := testutil.LoadNetworks(t, overlaytest.VXLANYAML)
 	n := nets.Get("lab")
 	if n.MTU != 1450 {
 		t.Fatalf("MTU %d, want 1450", n.MTU)
@@ -182,7 +166,7 @@ func TestVXLAN(t *testing.T) {
 	veth(t, underlay, "ul-x", stranger, "")
 	underlay.MustRun(t, "ip", "link", "set", "ul-x", "master", "ul")
 	stranger.MustRun(t, "ip", "addr", "add", "10.77.0.99/24", "dev", "eth0")
-	mustDo(t, stranger, func() error {
+	stranger.MustDo(t, func() error {
 		m := new(dns.Msg)
 		m.SetQuestion("web1.vmnet.internal.", dns.TypeA)
 		c := &dns.Client{Net: "udp", Timeout: time.Second}
@@ -222,7 +206,7 @@ func TestVXLAN(t *testing.T) {
 			t.Errorf("host %d: tunnel stats %+v, want host h%d flooding to the 2 other hosts, at least their 2 VMs learned, bytes both ways, drops", i+1, tun, i+1)
 		}
 		var drops map[string]uint64
-		mustDo(t, h.ns, func() (err error) {
+		h.ns.MustDo(t, func() (err error) {
 			drops, err = guardDrops(context.Background(), n.ID, []string{api.VXLANName(n.ID)})
 			return err
 		})
@@ -230,11 +214,11 @@ func TestVXLAN(t *testing.T) {
 			t.Errorf("host %d's tunnel guard dropped nothing (the other gateways' ARP and router advertisements come through): %v", i+1, drops)
 		}
 	}
-	mustDo(t, hosts[0].ns, func() error { return Check(context.Background(), n) })
+	hosts[0].ns.MustDo(t, func() error { return Check(context.Background(), n) })
 
 	// Host 3 leaves: 1 and 2 still talk. It comes back: its VM is reached.
 	hosts[2].nw.Close()
-	mustDo(t, hosts[2].ns, func() error { return Remove(context.Background(), n.ID, "") })
+	hosts[2].ns.MustDo(t, func() error { return Remove(context.Background(), n.ID, "") })
 	if err := ping(hosts[0], hosts[1].ip, 1422); err != nil {
 		t.Errorf("with host 3 gone, host 1's VM cannot reach host 2's: %v", err)
 	}
@@ -253,7 +237,7 @@ func TestVXLAN(t *testing.T) {
 // name, or an unmarked one, is an error and left alone by this state dir's
 // Ensure and Sweep.
 func TestVXLANOwner(t *testing.T) {
-	host, n := vxlanLab(t, "vx-owner", "10.77.0.1/24")
+	host, n := overlaytest.Lab(t, "vx-owner", "10.77.0.1/24")
 	const a, b = "/state/a", "/state/b"
 	tmpA := markAs(a, func() string { return hostnet.TmpVXLANName(n.ID) })
 	if len(tmpA) > 15 || tmpA == markAs(a, func() string { return hostnet.TmpBridgeName(n.ID) }) {
@@ -263,8 +247,8 @@ func TestVXLANOwner(t *testing.T) {
 	// Cut short before the mark, and after the mark before the rename.
 	host.MustRun(t, "ip", append([]string{"link", "add", tmpA}, vxlanArgs...)...)
 	asOwner(t, a)
-	mustDo(t, host, func() error { return Ensure(context.Background(), n) })
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error { return Ensure(context.Background(), n) })
+	host.MustDo(t, func() error {
 		if linkExists(tmpA) {
 			return fmt.Errorf("the temporary %s is left after Ensure", tmpA)
 		}
@@ -275,7 +259,7 @@ func TestVXLANOwner(t *testing.T) {
 	})
 	host.MustRun(t, "ip", append([]string{"link", "add", tmpA}, append(vxlanArgs[:len(vxlanArgs)-2], "dstport", "4790")...)...)
 	host.MustRun(t, "ip", "link", "set", tmpA, "alias", hostnet.Mark(n.ID))
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		removed, err := Sweep(context.Background(), nil, t.TempDir())
 		if err == nil && (linkExists(tmpA) || linkExists(api.VXLANName(n.ID))) {
 			err = fmt.Errorf("after down --all (removed %v): %s exists %v, %s exists %v", removed, tmpA, linkExists(tmpA), api.VXLANName(n.ID), linkExists(api.VXLANName(n.ID)))
@@ -289,7 +273,7 @@ func TestVXLANOwner(t *testing.T) {
 		if alias != "" {
 			host.MustRun(t, "ip", "link", "set", api.VXLANName(n.ID), "alias", alias)
 		}
-		mustDo(t, host, func() error {
+		host.MustDo(t, func() error {
 			err := Ensure(context.Background(), n)
 			if err == nil || !strings.Contains(err.Error(), "is not this network's VXLAN device") {
 				return fmt.Errorf("a's Ensure with %s there (alias %q): %v, want a refusal", api.VXLANName(n.ID), alias, err)
@@ -310,7 +294,7 @@ func TestVXLANOwner(t *testing.T) {
 // VNI; both start, answer their own names, and stop.
 func TestVXLANSegments(t *testing.T) {
 	needRoot(t)
-	yaml := vxlanYAML + `  lab2:
+	yaml := overlaytest.VXLANYAML + `  lab2:
     mode: host
     gateway: 10.200.51.1
     netmask: 255.255.255.0
@@ -320,7 +304,7 @@ func TestVXLANSegments(t *testing.T) {
         - {name: h1, address: 10.77.0.1}
         - {name: h2, address: 10.77.0.2}
 `
-	nets := loadNetworks(t, yaml)
+	nets := testutil.LoadNetworks(t, yaml)
 	underlay := newUnderlay(t, "vs-ul")
 	var hs []*testutil.NS
 	var nws [][]*Network
@@ -369,9 +353,9 @@ func TestVXLANSegments(t *testing.T) {
 // the tunnel's guard, its MTU; and a network no longer across hosts loses
 // its tunnel.
 func TestVXLANDrift(t *testing.T) {
-	host, n := vxlanLab(t, "vx-drift", "10.77.0.1/24")
+	host, n := overlaytest.Lab(t, "vx-drift", "10.77.0.1/24")
 	vx := api.VXLANName(n.ID)
-	mustDo(t, host, func() error { return Ensure(context.Background(), n) })
+	host.MustDo(t, func() error { return Ensure(context.Background(), n) })
 	for _, d := range []struct {
 		name string
 		cmd  []string
@@ -381,7 +365,7 @@ func TestVXLANDrift(t *testing.T) {
 		{"the tunnel's MTU", []string{"ip", "link", "set", vx, "mtu", "1300"}},
 	} {
 		host.MustRun(t, d.cmd[0], d.cmd[1:]...)
-		mustDo(t, host, func() error {
+		host.MustDo(t, func() error {
 			if err := Check(context.Background(), n); err == nil {
 				return fmt.Errorf("%s changed: Check finds nothing", d.name)
 			}
@@ -397,7 +381,7 @@ func TestVXLANDrift(t *testing.T) {
 	alone := *n
 	alone.VXLAN = nil
 	alone.MTU = api.DefaultMTU
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		if err := Check(context.Background(), &alone); err == nil {
 			return fmt.Errorf("the network is no longer across hosts and keeps its tunnel: Check finds nothing")
 		}
@@ -423,29 +407,6 @@ func vxlanARP(vni uint32, mac, ip string, target netip.Addr) []byte {
 	b = append(b, netip.MustParseAddr(ip).AsSlice()...)
 	b = append(b, 0, 0, 0, 0, 0, 0)
 	return append(b, target.AsSlice()...)
-}
-
-// vxlanLab is vxlanYAML's network lab, and a host namespace (named
-// prefix) whose interface "underlay" has address, for the tests that need
-// one host of the segment.
-func vxlanLab(t *testing.T, prefix, address string) (*testutil.NS, *api.Network) {
-	t.Helper()
-	needRoot(t)
-	host := testutil.NewNS(t, prefix)
-	host.MustRun(t, "ip", "link", "add", "underlay", "up", "type", "veth", "peer", "name", "ul-peer")
-	host.MustRun(t, "ip", "addr", "add", address, "dev", "underlay")
-	nets := loadNetworks(t, vxlanYAML)
-	return host, nets.Get("lab")
-}
-
-// loadNetworks parses a test's networks.yaml.
-func loadNetworks(t *testing.T, src string) *api.Networks {
-	t.Helper()
-	nets, diags := api.LoadNetworks("networks.yaml", []byte(src))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	return nets
 }
 
 // newUnderlay is a namespace named label with the underlay bridge ul that

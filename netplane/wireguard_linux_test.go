@@ -11,32 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
-	"golang.zx2c4.com/wireguard/tun"
+	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/overlay"
+	"github.com/vmnetctl/vmnetctl/overlay/overlaytest"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"github.com/vmnetctl/vmnetctl/wgkey"
 )
-
-// wgYAML is vxlanYAML's network with the underlay encrypted; KEYn are the
-// hosts' public keys.
-const wgYAML = `networks:
-  lab:
-    mode: shared
-    gateway: 10.200.51.1
-    dhcpEnd: 10.200.51.100
-    netmask: 255.255.255.0
-    vxlan:
-      vni: 4243
-      wireguard: {subnet: 10.255.77.0/24}
-      hosts:
-        - {name: h1, address: 10.77.0.1, publicKey: "KEY1"}
-        - {name: h2, address: 10.77.0.2, publicKey: "KEY2"}
-        - {name: h3, address: 10.77.0.3, publicKey: "KEY3"}
-`
 
 // TestWireGuard: three hosts run a network across them with the underlay
 // encrypted. A VM on each leases from its host's slice, reaches the others
@@ -49,7 +33,7 @@ const wgYAML = `networks:
 func TestWireGuard(t *testing.T) {
 	needRoot(t)
 	var dirs []string
-	src := wgYAML
+	src := overlaytest.WireGuardYAML
 	for i := range 3 {
 		dirs = append(dirs, t.TempDir())
 		k, err := wgkey.LoadOrCreate(statedir.Dir{Path: dirs[i]}.WireGuardKeyFile())
@@ -58,7 +42,7 @@ func TestWireGuard(t *testing.T) {
 		}
 		src = strings.Replace(src, fmt.Sprintf("KEY%d", i+1), k.Public().String(), 1)
 	}
-	nets := loadNetworks(t, src)
+	nets := testutil.LoadNetworks(t, src)
 	n := nets.Get("lab")
 	underlay := newUnderlay(t, "wg-ul")
 	underlay.MustRun(t, "nft", "add table bridge ul; add chain bridge ul cross { type filter hook forward priority 0; }; "+
@@ -69,7 +53,7 @@ func TestWireGuard(t *testing.T) {
 		h.wan = wan(t, h.ns)
 		// The device lives in this process: stop it when the test ends
 		// (after the network's Close, registered later).
-		t.Cleanup(func() { h.ns.Do(func() error { closeWireGuard(n.ID); return nil }) })
+		t.Cleanup(func() { h.ns.Do(func() error { overlay.CloseWireGuard(n.ID); return nil }) })
 		hostnet.SetOwnerDir(dirs[i]) // the hosts start one after the other
 		h.nw = start(t, h.ns, n, Options{StateDir: t.TempDir()})
 		hosts = append(hosts, h)
@@ -157,26 +141,24 @@ func TestWireGuard(t *testing.T) {
 	// Ensure again: the same device, configured as it was; Check clean.
 	h1 := hosts[0]
 	hostnet.SetOwnerDir(dirs[0])
-	mustDo(t, h1.ns, func() error {
-		key := wgKey(api.WireGuardName(n.ID))
-		wgDevices.Lock()
-		before := wgDevices.m[key]
-		wgDevices.Unlock()
+	h1.ns.MustDo(t, func() error {
+		before, err := netlink.LinkByName(api.WireGuardName(n.ID))
+		if err != nil {
+			return err
+		}
 		if err := Ensure(context.Background(), n); err != nil {
 			return err
 		}
-		wgDevices.Lock()
-		after := wgDevices.m[key]
-		wgDevices.Unlock()
-		if before == nil || after != before {
-			return fmt.Errorf("Ensure again made the WireGuard device anew (%p, then %p)", before, after)
+		after, err := netlink.LinkByName(api.WireGuardName(n.ID))
+		if err != nil || after.Attrs().Index != before.Attrs().Index {
+			return fmt.Errorf("Ensure again made the WireGuard device anew (link %d, then %v, %v)", before.Attrs().Index, after, err)
 		}
 		return Check(context.Background(), n)
 	})
 
 	// Another host's key here: refused, naming the key to list.
 	hostnet.SetOwnerDir(dirs[1])
-	mustDo(t, h1.ns, func() error {
+	h1.ns.MustDo(t, func() error {
 		if err := Ensure(context.Background(), n); err == nil || !strings.Contains(err.Error(), "has the WireGuard public key") {
 			return fmt.Errorf("Ensure with another host's key: %v, want a refusal", err)
 		}
@@ -203,9 +185,9 @@ func TestWireGuard(t *testing.T) {
 	// name: refused and left alone. Gone, host 3 comes back and is reached.
 	h3 := hosts[2]
 	hostnet.SetOwnerDir(dirs[2])
-	mustDo(t, h3.ns, func() error { return Remove(context.Background(), n.ID, "") })
+	h3.ns.MustDo(t, func() error { return Remove(context.Background(), n.ID, "") })
 	h3.ns.MustRun(t, "ip", "tuntap", "add", api.WireGuardName(n.ID), "mode", "tun")
-	mustDo(t, h3.ns, func() error {
+	h3.ns.MustDo(t, func() error {
 		if err := Ensure(context.Background(), n); err == nil || !strings.Contains(err.Error(), "is not this network's WireGuard device") {
 			return fmt.Errorf("Ensure with a stranger's %s: %v, want a refusal", api.WireGuardName(n.ID), err)
 		}
@@ -216,7 +198,7 @@ func TestWireGuard(t *testing.T) {
 	})
 	h3.ns.MustRun(t, "ip", "link", "show", api.WireGuardName(n.ID)) // still there
 	h3.ns.MustRun(t, "ip", "tuntap", "del", api.WireGuardName(n.ID), "mode", "tun")
-	mustDo(t, h3.ns, func() error { return Ensure(context.Background(), n) })
+	h3.ns.MustDo(t, func() error { return Ensure(context.Background(), n) })
 	h3.ns.MustRun(t, "ip", "link", "set", "p-wg3", "master", n.Bridge())
 	testutil.Eventually(t, 15*time.Second, func() error { return hosts[0].vm.Ping(h3.ip.String(), 1) }, "host 3's VM to be reached again")
 }
@@ -272,7 +254,7 @@ func TestWireGuardSegmentsShareHosts(t *testing.T) {
 		}
 		src = strings.ReplaceAll(src, fmt.Sprintf("KEY%d", i+1), k.Public().String())
 	}
-	nets := loadNetworks(t, src)
+	nets := testutil.LoadNetworks(t, src)
 	ids := []string{"wga", "wgb", "plain"}
 	underlay := newUnderlay(t, "wgs-ul")
 	var hosts []*testutil.NS
@@ -282,7 +264,7 @@ func TestWireGuardSegmentsShareHosts(t *testing.T) {
 		hostnet.SetOwnerDir(dirs[i])
 		for _, id := range ids {
 			n := nets.Get(id)
-			t.Cleanup(func() { h.Do(func() error { closeWireGuard(n.ID); return nil }) })
+			t.Cleanup(func() { h.Do(func() error { overlay.CloseWireGuard(n.ID); return nil }) })
 			start(t, h, n, Options{StateDir: t.TempDir()})
 		}
 	}
@@ -302,62 +284,9 @@ func TestWireGuardSegmentsShareHosts(t *testing.T) {
 	for i, h := range hosts {
 		hostnet.SetOwnerDir(dirs[i])
 		for _, id := range ids {
-			mustDo(t, h, func() error { return Check(context.Background(), nets.Get(id)) })
+			h.MustDo(t, func() error { return Check(context.Background(), nets.Get(id)) })
 		}
 	}
-}
-
-// eventTUN is a tun.Device that only sends events.
-type eventTUN struct {
-	tun.Device
-	events chan tun.Event
-}
-
-func (e *eventTUN) Events() <-chan tun.Event { return e.events }
-
-// TestWireGuardSteadyTUN: wireguard-go sees none of the TUN's events (up,
-// down, MTU), which it would act on in whatever namespace its reader's
-// thread is; the events end when the TUN's do.
-func TestWireGuardSteadyTUN(t *testing.T) {
-	inner := &eventTUN{events: make(chan tun.Event)}
-	s := steadyTUN(inner)
-	go func() {
-		for _, e := range []tun.Event{tun.EventUp, tun.EventMTUUpdate, tun.EventDown, tun.EventUp | tun.EventMTUUpdate} {
-			inner.events <- e
-		}
-		close(inner.events)
-	}()
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case e, ok := <-s.Events():
-			if !ok {
-				return
-			}
-			t.Errorf("wireguard-go got the event %d", e)
-		case <-deadline:
-			t.Fatalf("the events did not end with the TUN's")
-		}
-	}
-}
-
-// wgHostOne is wgYAML's network "lab" as host 1 sees it: a state dir with
-// host 1's key in it, and the network with that key listed (the others'
-// made up).
-func wgHostOne(t *testing.T) (dir string, n *api.Network) {
-	t.Helper()
-	dir = t.TempDir()
-	k, err := wgkey.LoadOrCreate(statedir.Dir{Path: dir}.WireGuardKeyFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(wgYAML, "KEY1", k.Public().String(), 1)
-	for _, i := range []int{2, 3} {
-		other, _ := wgkey.Generate()
-		src = strings.Replace(src, fmt.Sprintf("KEY%d", i), other.Public().String(), 1)
-	}
-	nets := loadNetworks(t, src)
-	return dir, nets.Get("lab")
 }
 
 // TestWireGuardPortTaken: another program on the WireGuard port is said
@@ -365,14 +294,14 @@ func wgHostOne(t *testing.T) (dir string, n *api.Network) {
 // listening, once the port is free).
 func TestWireGuardPortTaken(t *testing.T) {
 	needRoot(t)
-	dir, n := wgHostOne(t)
-	host, _ := vxlanLab(t, "wgport", "10.77.0.1/24")
+	dir, n := overlaytest.WireGuardHostOne(t)
+	host, _ := overlaytest.Lab(t, "wgport", "10.77.0.1/24")
 	hostnet.SetOwnerDir(dir)
 	t.Cleanup(func() {
-		host.Do(func() error { closeWireGuard(n.ID); return Remove(context.Background(), n.ID, "") })
+		host.Do(func() error { overlay.CloseWireGuard(n.ID); return Remove(context.Background(), n.ID, "") })
 	})
 	taken := host.ListenPacket(t, "udp", ":51820")
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error {
 		err := Ensure(context.Background(), n)
 		if err == nil || !strings.Contains(err.Error(), "UDP port 51820, its WireGuard port, is taken") || !strings.Contains(err.Error(), "set networks.lab.vxlan.wireguard.port") {
 			return fmt.Errorf("Ensure with the port taken: %v", err)
@@ -383,8 +312,8 @@ func TestWireGuardPortTaken(t *testing.T) {
 		t.Errorf("a device that cannot listen was left:\n%s", out)
 	}
 	taken.Close()
-	mustDo(t, host, func() error { return Ensure(context.Background(), n) })
-	mustDo(t, host, func() error {
+	host.MustDo(t, func() error { return Ensure(context.Background(), n) })
+	host.MustDo(t, func() error {
 		if c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: 51820}); err == nil {
 			c.Close()
 			return fmt.Errorf("nothing listens on the WireGuard port once it is free")
@@ -421,7 +350,7 @@ const otherHostsYAML = `networks:
 // table does not drop the other's hosts' packets.
 func TestVXLANSegmentsOtherHosts(t *testing.T) {
 	needRoot(t)
-	nets := loadNetworks(t, otherHostsYAML)
+	nets := testutil.LoadNetworks(t, otherHostsYAML)
 	underlay := newUnderlay(t, "vxo-ul")
 	var hosts []*testutil.NS
 	for i := range 3 {

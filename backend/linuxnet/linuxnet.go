@@ -10,14 +10,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
-	"github.com/vmnetctl/vmnetctl/helperproto"
-
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/overlay"
 )
 
 // Backend is vmnetctl's own data plane and helper.
@@ -163,8 +162,8 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 }
 
 // EnsureFRR gives FRR network n's EVPN configuration again, if it lacks
-// it (netplane.EnsureFRR).
+// it (overlay.EnsureFRR).
 func (Backend) EnsureFRR(ctx context.Context, n *api.Network, o backend.NetworkOptions) error {
 	hostnet.SetOwner(o.Owner)
-	return netplane.EnsureFRR(ctx, n)
+	return overlay.EnsureFRR(ctx, n)
 }

@@ -5,10 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 func TestHelperCommand(t *testing.T) {

@@ -178,6 +178,15 @@ func (n *NS) Ping(addr string, count int) error {
 	return err
 }
 
+// MustDo runs f in the namespace and fails the test on error. f must not
+// call tb.Fatal: it runs on another goroutine.
+func (n *NS) MustDo(tb testing.TB, f func() error) {
+	tb.Helper()
+	if err := n.Do(f); err != nil {
+		tb.Fatalf("in %s: %v", n, err)
+	}
+}
+
 // Listen opens a stream listener (tcp, tcp4, unix...) inside the namespace
 // and closes it on test cleanup.
 func (n *NS) Listen(tb testing.TB, network, addr string) net.Listener {

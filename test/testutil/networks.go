@@ -3,6 +3,7 @@ package testutil
 import (
 	"net"
 	"net/netip"
+	"testing"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -66,4 +67,15 @@ func FuzzNetwork(cfg byte) *api.Network {
 	n := Network("g", api.ModeHost, "10.9.1.0/29")
 	n.DHCPStart, n.DHCPEnd = ip("10.9.1.0"), ip("10.9.1.7")
 	return n
+}
+
+// LoadNetworks parses a test's networks.yaml, failing the test on its
+// errors.
+func LoadNetworks(tb testing.TB, src string) *api.Networks {
+	tb.Helper()
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(src))
+	if diags.HasErrors() {
+		tb.Fatal(diags)
+	}
+	return nets
 }

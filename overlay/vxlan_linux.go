@@ -1,4 +1,4 @@
-package netplane
+package overlay
 
 import (
 	"context"
@@ -7,15 +7,12 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strconv"
-
-	"github.com/vmnetctl/vmnetctl/hostnet"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
@@ -42,14 +39,14 @@ func VXLANHost(n *api.Network) (int, string, error) {
 	return i, "", nil
 }
 
-// localVXLANHost is this host's index among n's segment hosts: the one
+// LocalHost is this host's index among n's segment hosts: the one
 // whose underlay address is configured here, and that address.
-func localVXLANHost(n *api.Network) (int, netip.Addr, error) {
+func LocalHost(n *api.Network) (int, netip.Addr, error) {
 	i, addr, _, err := findVXLANHost(n)
 	return i, addr, err
 }
 
-// findVXLANHost is localVXLANHost, with the index of the link that has the
+// findVXLANHost is LocalHost, with the index of the link that has the
 // address, from one listing of the host's addresses.
 func findVXLANHost(n *api.Network) (i int, addr netip.Addr, link int, err error) {
 	addrs, err := hostnet.RetryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
@@ -76,14 +73,14 @@ func findVXLANHost(n *api.Network) (i int, addr netip.Addr, link int, err error)
 	return i, addr, links[addr], nil
 }
 
-// vxlanNetwork is n as this host serves it: DHCP from its own slice of the
+// HostNetwork is n as this host serves it: DHCP from its own slice of the
 // range (api.Network.VXLANHostSlice). n itself for a network of this host
 // alone.
-func vxlanNetwork(n *api.Network) (*api.Network, error) {
+func HostNetwork(n *api.Network) (*api.Network, error) {
 	if n.VXLAN == nil {
 		return n, nil
 	}
-	i, _, err := localVXLANHost(n)
+	i, _, err := LocalHost(n)
 	if err != nil {
 		return nil, err
 	}
@@ -92,11 +89,19 @@ func vxlanNetwork(n *api.Network) (*api.Network, error) {
 	return &mine, nil
 }
 
-// ensureVXLAN gives bridge br of n its VXLAN port, marked as n's, with the
-// other hosts as its flooding list and the tunnel guard; a device of that
-// name configured otherwise (another VNI, port or local address) is made
-// again.
-func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
+// Guard is what the overlay asks of the network's port guard (netplane's):
+// Tunnel has the tunnel port, by name, checked by the tunnel's rules;
+// Guarded tells whether the port of an interface index is.
+type Guard struct {
+	Tunnel  func(ctx context.Context, port string) error
+	Guarded func(index uint32) (bool, error)
+}
+
+// EnsureVXLAN gives bridge br of n its VXLAN port, marked as n's, with the
+// other hosts as its flooding list, guarded by g before it joins the
+// bridge; a device of that name configured otherwise (another VNI, port or
+// local address) is made again.
+func EnsureVXLAN(ctx context.Context, n *api.Network, br netlink.Link, g Guard) error {
 	if err := ensureWireGuard(n); err != nil { // first: the tunnel's address is on it
 		return err
 	}
@@ -109,7 +114,7 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 		}
 		return nil
 	}
-	idx, _, err := localVXLANHost(n)
+	idx, _, err := LocalHost(n)
 	if err != nil {
 		return err
 	}
@@ -126,7 +131,7 @@ func ensureVXLAN(ctx context.Context, n *api.Network, br netlink.Link) error {
 	}
 	// Guarded before it joins the bridge: no frame of a peer's gateway
 	// gets through.
-	if err := guardTunnel(ctx, n, name); err != nil {
+	if err := g.Tunnel(ctx, name); err != nil {
 		return err
 	}
 	if vx.Attrs().MasterIndex != br.Attrs().Index {
@@ -247,12 +252,12 @@ func floodList(vx netlink.Link) ([]netip.Addr, error) {
 	return out, nil
 }
 
-// tunnelStats is what status shows of n's segment on this host: its name
+// TunnelStats is what status shows of n's segment on this host: its name
 // in the list, the hosts its tunnel floods to, the MACs its bridge learned
 // behind the tunnel, the tunnel's byte counters and its guard's drops. nil
 // when the network has no tunnel here.
-func tunnelStats(n *api.Network, guardDrops map[string]uint64) *nettypes.TunnelStats {
-	idx, _, err := localVXLANHost(n)
+func TunnelStats(n *api.Network, guardDrops map[string]uint64) *nettypes.TunnelStats {
+	idx, _, err := LocalHost(n)
 	if err != nil {
 		return nil
 	}
@@ -301,11 +306,11 @@ func ownVXLAN(n *api.Network) netlink.Link {
 	return l
 }
 
-// checkVXLAN is Check's part for n's tunnel: the device there as
-// configured (VNI, port, local address, MTU, mark), on the bridge and up,
-// flooding to the other hosts and no one else, guarded; and none for a
-// network of this host alone.
-func checkVXLAN(ctx context.Context, n *api.Network) []error {
+// CheckVXLAN is Check's part for n's tunnel: the device there as
+// configured (VNI, port, local address, MTU, mark), on the network's bridge
+// br (nil if it has none) and up, flooding to the other hosts and no one
+// else, guarded (g.Guarded); and none for a network of this host alone.
+func CheckVXLAN(ctx context.Context, n *api.Network, br netlink.Link, g Guard) []error {
 	if n.VXLAN == nil {
 		errs := checkWireGuard(n)
 		if l := ownVXLAN(n); l != nil {
@@ -313,7 +318,7 @@ func checkVXLAN(ctx context.Context, n *api.Network) []error {
 		}
 		return errs
 	}
-	idx, _, err := localVXLANHost(n)
+	idx, _, err := LocalHost(n)
 	if err != nil {
 		return []error{err}
 	}
@@ -329,7 +334,7 @@ func checkVXLAN(ctx context.Context, n *api.Network) []error {
 		vx.Attrs().MTU != n.VXLAN.FrameMTU() || vx.Attrs().Alias != hostnet.Mark(n.ID) || vx.Learning != (n.VXLAN.EVPN == nil) {
 		return append(errs, fmt.Errorf("network %q: %s is not the network's VXLAN device as configured", n.ID, name))
 	}
-	if br, _ := NetworkBridge(n); br == nil || vx.Attrs().MasterIndex != br.Attrs().Index {
+	if br == nil || vx.Attrs().MasterIndex != br.Attrs().Index {
 		errs = append(errs, fmt.Errorf("network %q: %s is not on the network's bridge", n.ID, name))
 	}
 	if vx.Attrs().Flags&net.FlagUp == 0 {
@@ -341,7 +346,7 @@ func checkVXLAN(ctx context.Context, n *api.Network) []error {
 	} else {
 		errs = append(errs, checkFlooding(n, vx, idx)...)
 	}
-	if ok, err := hasElement(n.ID, guardTunnels, portKey(uint32(vx.Attrs().Index))); err == nil && !ok {
+	if ok, err := g.Guarded(uint32(vx.Attrs().Index)); err == nil && !ok {
 		errs = append(errs, fmt.Errorf("network %q: %s is not guarded", n.ID, name))
 	}
 	return errs
@@ -368,57 +373,4 @@ func checkFlooding(n *api.Network, vx netlink.Link, idx int) []error {
 		}
 	}
 	return errs
-}
-
-// tunnelRules are the checks of what arrives from the other hosts: their
-// gateways (the same address and MAC as this host's), DHCP, router
-// advertisements and their neighbour discovery for the gateway stay on
-// their side; the rest is their VMs' traffic, which their guards checked.
-func tunnelRules(n *api.Network) []string {
-	if n.VXLAN == nil {
-		return nil
-	}
-	drop := "goto " + guardDropped
-	gw := hostnet.BridgeMAC(n.ID).String()
-	rs := []string{
-		"ether saddr " + gw + " " + drop,
-		"ether daddr " + gw + " " + drop,
-		"udp dport { 67, 68, 546, 547 } " + drop,
-		"arp saddr ip " + n.Gateway.String() + " " + drop,
-		"arp daddr ip " + n.Gateway.String() + " " + drop,
-		"icmpv6 type { nd-router-solicit, nd-router-advert, nd-redirect } " + drop,
-	}
-	if n.HasIPv6() {
-		for _, a := range []netip.Addr{n.Gateway6, api.LinkLocal(hostnet.BridgeMAC(n.ID)).Addr()} {
-			rs = append(rs,
-				"ip6 saddr "+a.String()+" "+drop,
-				"icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } "+ndTarget+" "+ndTargetValue(a)+" "+drop)
-		}
-	}
-	return append(rs, "accept")
-}
-
-// ndTargetValue is address a as nftables matches it at ndTarget (a raw
-// 128-bit payload field): a number.
-func ndTargetValue(a netip.Addr) string {
-	b := a.As16()
-	return fmt.Sprintf("0x%x", b[:])
-}
-
-// guardTunnel has port, the network's VXLAN device, checked by the
-// tunnel's rules (tunnelRules, in the guard table's chain).
-func guardTunnel(ctx context.Context, n *api.Network, port string) error {
-	if err := ensureGuardLayout(ctx, n); err != nil {
-		return err
-	}
-	index, err := linkIndex(port)
-	if err != nil {
-		return err
-	}
-	if index == 0 {
-		return fmt.Errorf("network %q: guarding tunnel %s: no such link", n.ID, port)
-	}
-	return runGuardTx(ctx, n, "guarding tunnel "+port, func(tx *knftables.Transaction) {
-		tx.Add(&knftables.Element{Set: guardTunnels, Key: []string{strconv.FormatUint(uint64(index), 10)}})
-	})
 }

@@ -1,4 +1,4 @@
-package netplane
+package overlay
 
 import (
 	"golang.zx2c4.com/wireguard/conn"

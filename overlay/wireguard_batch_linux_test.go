@@ -1,4 +1,4 @@
-package netplane
+package overlay
 
 import (
 	"bytes"
@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/tun"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/overlay/overlaytest"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -93,13 +94,14 @@ func heapInUse() uint64 {
 // An idle userspace WireGuard device holds a few MB of heap (wgBatch), not
 // the 27 MB of wireguard-go's own batches.
 func TestWireGuardDeviceHeap(t *testing.T) {
-	needRoot(t)
-	dir, n := wgHostOne(t)
-	host, _ := vxlanLab(t, "wgheap", "10.77.0.1/24")
+	testutil.RequireRoot(t, "creates network namespaces")
+	testutil.RequireCommands(t, "ip")
+	dir, n := overlaytest.WireGuardHostOne(t)
+	host, _ := overlaytest.Lab(t, "wgheap", "10.77.0.1/24")
 	hostnet.SetOwnerDir(dir)
-	t.Cleanup(func() { host.Do(func() error { closeWireGuard(n.ID); return nil }) })
+	t.Cleanup(func() { host.Do(func() error { CloseWireGuard(n.ID); return nil }) })
 	before := heapInUse()
-	mustDo(t, host, func() error { return ensureWireGuard(n) })
+	host.MustDo(t, func() error { return ensureWireGuard(n) })
 	// Its loops take their buffers as they start: at least the TUN
 	// reader's wgBatch of 64 KiB.
 	testutil.Eventually(t, 5*time.Second, func() error {
@@ -114,3 +116,37 @@ func TestWireGuardDeviceHeap(t *testing.T) {
 		t.Errorf("an idle WireGuard device holds %.1f MB of heap, want under 8", float64(d)/1e6)
 	}
 }
+
+// TestWireGuardSteadyTUN: wireguard-go sees none of the TUN's events (up,
+// down, MTU), which it would act on in whatever namespace its reader's
+// thread is; the events end when the TUN's do.
+func TestWireGuardSteadyTUN(t *testing.T) {
+	inner := &eventTUN{events: make(chan tun.Event)}
+	s := steadyTUN(inner)
+	go func() {
+		for _, e := range []tun.Event{tun.EventUp, tun.EventMTUUpdate, tun.EventDown, tun.EventUp | tun.EventMTUUpdate} {
+			inner.events <- e
+		}
+		close(inner.events)
+	}()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case e, ok := <-s.Events():
+			if !ok {
+				return
+			}
+			t.Errorf("wireguard-go got the event %d", e)
+		case <-deadline:
+			t.Fatalf("the events did not end with the TUN's")
+		}
+	}
+}
+
+// eventTUN is a tun.Device that only sends events.
+type eventTUN struct {
+	tun.Device
+	events chan tun.Event
+}
+
+func (e *eventTUN) Events() <-chan tun.Event { return e.events }

@@ -1,4 +1,4 @@
-package netplane
+package overlay
 
 import (
 	"context"
@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -48,7 +47,7 @@ func evpnNetOf(t *testing.T, id string, others ...int) *api.Network {
 	for _, o := range others {
 		y += fmt.Sprintf("        - {name: h%d, address: 10.77.0.%d}\n", o, o)
 	}
-	nets := loadNetworks(t, y+"      evpn: {asn: 65010}\n")
+	nets := testutil.LoadNetworks(t, y+"      evpn: {asn: 65010}\n")
 	return nets.Get(id)
 }
 

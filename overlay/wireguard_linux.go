@@ -1,4 +1,4 @@
-package netplane
+package overlay
 
 import (
 	"bufio"
@@ -14,14 +14,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/wgkey"
@@ -122,10 +121,10 @@ const wgKeepalive = 25 * time.Second
 func ensureWireGuard(n *api.Network) error {
 	name := api.WireGuardName(n.ID)
 	if n.VXLAN == nil || n.VXLAN.WireGuard == nil {
-		closeWireGuard(n.ID)
+		CloseWireGuard(n.ID)
 		return nil
 	}
-	idx, _, err := localVXLANHost(n)
+	idx, _, err := LocalHost(n)
 	if err != nil {
 		return err
 	}
@@ -310,9 +309,9 @@ type steadyDevice struct {
 
 func (s *steadyDevice) Events() <-chan tun.Event { return s.events }
 
-// closeWireGuard stops network id's WireGuard device of this process in
+// CloseWireGuard stops network id's WireGuard device of this process in
 // the calling thread's namespace, and deletes its link.
-func closeWireGuard(id string) {
+func CloseWireGuard(id string) {
 	name := api.WireGuardName(id)
 	wgDevices.Lock()
 	defer wgDevices.Unlock()
@@ -328,7 +327,7 @@ func closeWireGuard(id string) {
 	}
 }
 
-// checkWireGuard is checkVXLAN's part for n's WireGuard device: running
+// checkWireGuard is CheckVXLAN's part for n's WireGuard device: running
 // in this process, marked, up, with its MTU and tunnel address; none for
 // a network without WireGuard.
 func checkWireGuard(n *api.Network) []error {
@@ -342,7 +341,7 @@ func checkWireGuard(n *api.Network) []error {
 		}
 		return nil
 	}
-	idx, _, err := localVXLANHost(n)
+	idx, _, err := LocalHost(n)
 	if err != nil {
 		return []error{err}
 	}

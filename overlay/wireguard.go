@@ -1,4 +1,4 @@
-package netplane
+package overlay
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 )
 
-// wireGuardRules are the input and forward rules of an encrypted
+// WireGuardRules are the input and forward rules of an encrypted
 // segment's table (api.WireGuard), after nftRules' own rules for the
 // tunnel (which, with WireGuard, take the tunnel's packets from the hosts'
 // tunnel addresses only): WireGuard's port takes packets from the hosts'
@@ -21,7 +21,7 @@ import (
 // (which would take it as this host's, masqueraded). Other segments'
 // packets on the same ports are theirs to judge. Nothing for a segment
 // without WireGuard.
-func wireGuardRules(n *api.Network) (input, fwd []string) {
+func WireGuardRules(n *api.Network) (input, fwd []string) {
 	x := n.VXLAN
 	if x == nil || x.WireGuard == nil {
 		return nil, nil
@@ -33,27 +33,27 @@ func wireGuardRules(n *api.Network) (input, fwd []string) {
 	}
 	wg := fmt.Sprintf("%q", api.WireGuardName(n.ID))
 	input = []string{
-		fmt.Sprintf("udp dport %d ip saddr != %s drop", x.WireGuard.Port, nftAddrSet(addrs)),
-		"iifname != " + wg + " " + vxlanMatch(x) + " drop",
-		fmt.Sprintf("iifname != %s ip daddr %s udp dport %d drop", wg, nftAddrSet(tunnel), x.DNSPort),
+		fmt.Sprintf("udp dport %d ip saddr != %s drop", x.WireGuard.Port, NFTAddrSet(addrs)),
+		"iifname != " + wg + " " + VXLANMatch(x) + " drop",
+		fmt.Sprintf("iifname != %s ip daddr %s udp dport %d drop", wg, NFTAddrSet(tunnel), x.DNSPort),
 	}
 	fwd = []string{
 		`iifname "` + api.BridgePrefix + `*" oifname ` + wg + " drop",
-		fmt.Sprintf(`iifname "%s*" ip daddr %s udp dport %d drop`, api.BridgePrefix, nftAddrSet(addrs), x.WireGuard.Port),
+		fmt.Sprintf(`iifname "%s*" ip daddr %s udp dport %d drop`, api.BridgePrefix, NFTAddrSet(addrs), x.WireGuard.Port),
 	}
 	return input, fwd
 }
 
-// vxlanMatch matches the segment's VXLAN packets, as nft lists it: its
+// VXLANMatch matches the segment's VXLAN packets, as nft lists it: its
 // port, and its VNI (bytes 4 to 6 of the VXLAN header, after UDP's 8).
 // Segments on one port are told apart by it.
-func vxlanMatch(x *api.VXLAN) string {
+func VXLANMatch(x *api.VXLAN) string {
 	return fmt.Sprintf("udp dport %d @th,96,24 %#x", x.Port, x.VNI)
 }
 
-// nftAddrSet is addrs as nft lists them (Check compares): sorted, braces
+// NFTAddrSet is addrs as nft lists them (Check compares): sorted, braces
 // for more than one.
-func nftAddrSet(addrs []netip.Addr) string {
+func NFTAddrSet(addrs []netip.Addr) string {
 	addrs = slices.Clone(addrs)
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	var s []string

@@ -1,19 +1,20 @@
-package netplane
+package overlay
 
 import (
 	"net/netip"
 	"strings"
 	"testing"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/overlay/overlaytest"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
-// evpnNet is vxlanYAML's lab with EVPN in AS 65010.
+// evpnNet is overlaytest.VXLANYAML's lab with EVPN in AS 65010.
 func evpnNet(t *testing.T) *api.Network {
 	t.Helper()
-	nets := loadNetworks(t, vxlanYAML+"      evpn: {asn: 65010}\n")
+	nets := testutil.LoadNetworks(t, overlaytest.VXLANYAML+"      evpn: {asn: 65010}\n")
 	return nets.Get("lab")
 }
 

@@ -1,4 +1,4 @@
-package netplane
+package overlay
 
 import (
 	"bufio"
@@ -17,13 +17,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/atomicfile"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
@@ -504,7 +503,7 @@ func EnsureFRR(ctx context.Context, n *api.Network) error {
 	if n.VXLAN == nil || n.VXLAN.EVPN == nil || hostnet.OwnerDir() == "" {
 		return nil
 	}
-	idx, local, err := localVXLANHost(n)
+	idx, local, err := LocalHost(n)
 	if err != nil {
 		return err
 	}
@@ -593,21 +592,21 @@ func checkEVPN(ctx context.Context, n *api.Network, vx netlink.Link, self int) [
 	return errs
 }
 
-// removeEVPN takes network id's segment out of FRR: the members of the
+// RemoveEVPN takes network id's segment out of FRR: the members of the
 // peer-group that no other network of the state dir (OwnerDir) still has,
 // then, with the last network, the group; and with the last vmnetctl group
 // of any state dir, what the marks say vmnetctl added: the router, if it
 // holds nothing of the user's, else advertise-all-vni. Nothing happens for
 // a network without an FRR file; FRR not running has nothing of it
 // (vmnetctl never saves it there).
-func removeEVPN(ctx context.Context, id string) error {
+func RemoveEVPN(ctx context.Context, id string) error {
 	if d := hostnet.OwnerDir(); d != "" {
 		return removeEVPNOf(ctx, d, id)
 	}
 	return nil
 }
 
-// removeEVPNOf is removeEVPN for state dir stateDir.
+// removeEVPNOf is RemoveEVPN for state dir stateDir.
 func removeEVPNOf(ctx context.Context, stateDir, id string) error {
 	file := FRRConfigFile(stateDir, id)
 	mineConf, err := os.ReadFile(file)
