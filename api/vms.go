@@ -137,6 +137,11 @@ type VMFileOptions struct {
 	// Name is the VM's name for a lima instance file; by default the name of
 	// the file's directory, as lima's ~/.lima/NAME/lima.yaml.
 	Name string
+	// Abs is the file's absolute path, when file is relative to a directory
+	// other than this process's (a project recorded by the command that
+	// read it, parsed again by the controller): the default name comes
+	// from it.
+	Abs string
 }
 
 // MaxPortsPerNetwork bounds the attachments of one shared or host network
@@ -196,9 +201,12 @@ func LoadVMFile(file string, data []byte, opts VMFileOptions) (*VMFile, Diagnost
 		vf.Shape = ShapeLima
 		name, from := opts.Name, "--name"
 		if name == "" {
-			abs, err := filepath.Abs(file)
-			if err != nil {
-				abs = file
+			abs := opts.Abs
+			if abs == "" {
+				var err error
+				if abs, err = filepath.Abs(file); err != nil {
+					abs = file
+				}
 			}
 			name, from = filepath.Base(filepath.Dir(abs)), "the file's directory"
 		}

@@ -88,6 +88,13 @@ func TestLimaInstanceFileName(t *testing.T) {
 	}
 	_, diags = loadAll(t, VMFileOptions{}, [2]string{"/tmp/bad dir/lima.yaml", src})
 	checkDiags(t, diags, SeverityError, []want{{0, "", "from the file's directory"}})
+	// A path relative to another process's directory (a project the
+	// controller parses again): the name comes from the absolute path the
+	// command recorded, wherever this process runs.
+	vfs, diags = loadAll(t, VMFileOptions{Abs: "/home/u/.lima/web/lima.yaml"}, [2]string{"lima.yaml", src})
+	if diags.HasErrors() || vfs[0].VMs[0].Name != "web" {
+		t.Fatalf("the recorded absolute path not used: %v %s", vfs, diagText(diags))
+	}
 }
 
 func TestMultiVMFile(t *testing.T) {

@@ -49,7 +49,7 @@ func parseProject(p *statedir.Project) (parsedProject, api.Diagnostics) {
 	pp := parsedProject{Project: p}
 	var all api.Diagnostics
 	for _, f := range p.Files {
-		vf, diags := api.LoadVMFile(f.Path, f.Data, api.VMFileOptions{Name: p.VMName})
+		vf, diags := api.LoadVMFile(f.Path, f.Data, api.VMFileOptions{Name: p.VMName, Abs: f.Abs})
 		all = append(all, diags...)
 		if vf != nil {
 			pp.files = append(pp.files, vf)
