@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -36,8 +37,8 @@ type CheckResponse struct {
 // api.MaxFileSize each, base64 in JSON) and little else.
 const maxCheckBody = 8 * api.MaxFileSize
 
-// errNoCheck is checkRemote's answer when no controller (or one that
-// predates /v1/check) can check: the caller checks by itself.
+// errNoCheck is Check's answer when no controller can check: the caller
+// checks by itself.
 var errNoCheck = errors.New("no controller to check with")
 
 // serveCheck answers POST /v1/check (daemon side).
@@ -82,30 +83,37 @@ func (c *Controller) checkProject(p *statedir.Project) (*CheckResponse, error) {
 	c.parseMu.Lock()
 	parsed, odiags := c.parsed.peek(others)
 	c.parseMu.Unlock()
-	pp, _ := parseProject(p) // its own problems, `up` has reported
+	// Its own warnings `up` has reported; an error here that `up` did not
+	// find (the files read otherwise here) is the controller's to say.
+	pp, pdiags := parseProject(p)
 	_, rdiags := desiredOf(nets, append([]parsedProject{pp}, parsed...), nil)
-	return &CheckResponse{Resolve: rdiags, Others: odiags}, nil
+	return &CheckResponse{Resolve: append(pdiags.Errors(), rdiags...), Others: odiags}, nil
 }
 
-// Check asks the controller to check project p (CLI side); errNoCheck if
-// none answers or it cannot.
+// Check asks the controller to check project p (CLI side); an error
+// wrapping errNoCheck if none answers or it cannot.
 func (cl *Client) Check(ctx context.Context, p *statedir.Project) (*CheckResponse, error) {
 	body, err := json.Marshal(CheckRequest{Project: *p})
 	if err != nil {
 		return nil, err
 	}
+	// The check only saves work: a controller that does not answer in
+	// checkWait (stopped, wedged, or slow on a busy machine), that
+	// predates it (404) or that cannot (a request too large, its networks
+	// gone as it exits idle) leaves it to the command, which checks as it
+	// always did, at its own pace.
+	ctx, cancel := context.WithTimeout(ctx, checkWait)
+	defer cancel()
 	resp := &CheckResponse{}
-	status, err := cl.call(ctx, http.MethodPost, "/v1/check", body, resp)
-	switch {
-	case err == nil:
-		return resp, nil
-	case status == 0, status == http.StatusNotFound:
-		// None answers, or an older one: checking here is what
-		// `up` always did.
-		return nil, errNoCheck
+	if _, err := cl.call(ctx, http.MethodPost, "/v1/check", body, resp); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoCheck, err)
 	}
-	return nil, err
+	return resp, nil
 }
+
+// checkWait bounds the wait for the controller's check; past it the
+// command checks by itself (slower, never wrong).
+const checkWait = 5 * time.Second
 
 // checkedDesired is `up`'s check of l's project beside the state dir's
 // others (existing): every problem of every file at once, its warnings
@@ -118,11 +126,8 @@ func (l *loaded) checkedDesired(ctx context.Context, env Env, existing []*stated
 		return l.desiredWith(env, existing, nil)
 	}
 	resp, err := NewClient(env.StateDir).Check(ctx, l.project.Project)
-	if errors.Is(err, errNoCheck) {
-		return l.desiredWith(env, existing, nil)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("checking project %s with the controller: %w", l.project.Name, err)
+		return l.desiredWith(env, existing, nil)
 	}
 	env.warn(resp.Resolve)
 	if err := append(resp.Others, resp.Resolve...).Err(); err != nil {

@@ -18,8 +18,8 @@ import (
 // projects it has parsed) or the command parses them itself: a VM that
 // another project defines, and a fixed address that another project's VM
 // has, are refused both ways, naming both projects; a project that
-// collides with nothing passes both ways; with no controller, or a
-// controller without /v1/check, the command checks by itself.
+// collides with nothing passes both ways; with no controller, one
+// without /v1/check or one that fails it, the command checks by itself.
 func TestCheckWithController(t *testing.T) {
 	sd := statedir.Dir{Path: filepath.Join(t.TempDir(), "state")}
 	if err := sd.Init(); err != nil {
@@ -105,12 +105,17 @@ func TestCheckWithController(t *testing.T) {
 	if !strings.Contains(remote[0], "projects one and fleet") && !strings.Contains(remote[0], "projects fleet and one") {
 		t.Errorf("the collision does not name both projects: %s", remote[0])
 	}
-	// A controller that predates /v1/check: 404, checked here.
-	stop = serve(http.NewServeMux())
-	older := verdicts("an older controller")
-	stop()
-	if older[0] != local[0] {
-		t.Errorf("with an older controller: %q, want %q", older[0], local[0])
+	// A controller that predates /v1/check (404), or one that cannot
+	// check (500: its networks gone as it exits idle): checked here.
+	for _, h := range []http.Handler{http.NewServeMux(), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "check: no networks.yaml of record", http.StatusInternalServerError)
+	})} {
+		stop = serve(h)
+		other := verdicts("a controller that cannot check")
+		stop()
+		if other[0] != local[0] {
+			t.Errorf("with a controller that cannot check: %q, want %q", other[0], local[0])
+		}
 	}
 	// What the controller checks is not cached: the checked project is
 	// still unknown to its parse cache.
