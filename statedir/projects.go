@@ -103,6 +103,11 @@ func (d Dir) SaveNetworks(snap NetworksSnapshot) error {
 // snap is kept (KeepDir).
 func (d Dir) EnsureNetworksYAML(snap *NetworksSnapshot) error {
 	if have, err := readNoFollow(d.NetworksYAML()); err == nil && bytes.Equal(have, snap.Data) {
+		// Readable by all, whatever a crash between its write and its
+		// chmod, or an older vmnetctl, left.
+		if fi, err := os.Lstat(d.NetworksYAML()); err == nil && fi.Mode().Perm() != 0o644 {
+			return os.Chmod(d.NetworksYAML(), 0o644)
+		}
 		return nil
 	}
 	if err := d.writeFile(networksYAMLFile, snap.Data); err != nil {

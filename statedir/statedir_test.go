@@ -391,8 +391,8 @@ func TestRuntimeWriterSkips(t *testing.T) {
 
 // TestSaveNetworksUnchanged: saving the networks of record again writes
 // neither file (an `up` of one VM more syncs nothing), but puts a missing
-// networks.yaml back; other bytes, or the same file from elsewhere, are
-// written.
+// networks.yaml back and makes one left 0600 readable by all; other
+// bytes, or the same file from elsewhere, are written.
 func TestSaveNetworksUnchanged(t *testing.T) {
 	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
 	snap := NetworksSnapshot{Source: "networks.yaml", Data: []byte("networks: {}\n"), Abs: "/a/networks.yaml"}
@@ -418,6 +418,14 @@ func TestSaveNetworksUnchanged(t *testing.T) {
 	}
 	if b, err := os.ReadFile(d.NetworksYAML()); err != nil || string(b) != string(snap.Data) {
 		t.Errorf("a missing networks.yaml was not put back: %q, %v", b, err)
+	}
+	// Left 0600 (a crash before its chmod): readable by all again.
+	os.Chmod(d.NetworksYAML(), 0o600)
+	if err := d.SaveNetworks(snap); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(d.NetworksYAML()); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("networks.yaml left %v (%v), want 0644", fi.Mode(), err)
 	}
 	for _, other := range []NetworksSnapshot{
 		{Source: snap.Source, Data: []byte("networks: {a: {}}\n"), Abs: snap.Abs},
