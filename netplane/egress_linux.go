@@ -48,7 +48,7 @@ func egressDeniedBy(id string) (map[netip.Addr]uint64, error) {
 		for _, e := range elems {
 			ip, ok := netip.AddrFromSlice(e.Key)
 			if ok && e.Counter != nil {
-				out[ip.Unmap()] += e.Counter.Packets
+				out[ip] += e.Counter.Packets
 			}
 		}
 	}

@@ -115,11 +115,16 @@ func (nw *Network) startPeerDNS() error {
 	l.nets[x.VNI] = names
 	nw.closers = append(nw.closers, func() error {
 		peerListeners.Lock()
-		defer peerListeners.Unlock()
 		delete(l.nets, x.VNI)
-		if len(l.nets) == 0 {
+		last := len(l.nets) == 0
+		if last {
 			delete(peerListeners.m, key)
-			l.srv.Close()
+			l.srv.Close() // the port is free for a listener made after
+		}
+		peerListeners.Unlock()
+		// Waited for without the lock, which the server's loop (isPeer)
+		// and its handlers (ServeDNS) take until they end.
+		if last {
 			<-l.done
 		}
 		return nil
