@@ -41,7 +41,7 @@ const (
 func egressDeniedBy(id string) (map[netip.Addr]uint64, error) {
 	out := map[netip.Addr]uint64{}
 	for _, set := range []string{egressBy4, egressBy6} {
-		elems, err := setElements(nftables.TableFamilyINet, id, set)
+		elems, err := hostnet.SetElements(nftables.TableFamilyINet, id, set)
 		if err != nil {
 			return out, fmt.Errorf("network %q: reading the set %s: %w", id, set, err)
 		}
@@ -110,7 +110,7 @@ func (nw *Network) applyEgress(ctx context.Context) error {
 	if err := nw.inNS(func() (err error) { lan, err = hostLANs(); return err }); err != nil {
 		return fmt.Errorf("network %q: the host's LANs for the egress policy: %w", nw.n.ID, err)
 	}
-	nft, err := newNFT(knftables.InetFamily, nw.n.ID)
+	nft, err := hostnet.NFT(knftables.InetFamily, nw.n.ID)
 	if err != nil {
 		return err
 	}
@@ -285,7 +285,7 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.nft == nil {
-		nft, err := newNFT(knftables.InetFamily, nw.n.ID)
+		nft, err := hostnet.NFT(knftables.InetFamily, nw.n.ID)
 		if err != nil {
 			return
 		}
@@ -507,7 +507,7 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 	if err := nw.inNS(func() (err error) { lan, err = hostLANs(); return err }); err != nil {
 		return err
 	}
-	nft, err := newNFT(knftables.InetFamily, nw.n.ID)
+	nft, err := hostnet.NFT(knftables.InetFamily, nw.n.ID)
 	if err != nil {
 		return err
 	}

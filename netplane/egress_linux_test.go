@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/miekg/dns"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -31,7 +33,7 @@ func TestVMEgressKeptAcrossRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := func() string {
-		return host.MustRun(t, "nft", "list", "set", "inet", TableName(n.ID), egressOwn4)
+		return host.MustRun(t, "nft", "list", "set", "inet", hostnet.TableName(n.ID), egressOwn4)
 	}
 	if out := own(); !strings.Contains(out, ip.String()) {
 		t.Fatalf("the VM's own policy is not in force:\n%s", out) // the control
@@ -40,7 +42,7 @@ func TestVMEgressKeptAcrossRebuild(t *testing.T) {
 	if out := own(); !strings.Contains(out, ip.String()) {
 		t.Errorf("the table was built again without the VM's own policy:\n%s", out)
 	}
-	if out := host.MustRun(t, "nft", "list", "map", "inet", TableName(n.ID), egressVM4); !strings.Contains(out, ip.String()) {
+	if out := host.MustRun(t, "nft", "list", "map", "inet", hostnet.TableName(n.ID), egressVM4); !strings.Contains(out, ip.String()) {
 		t.Errorf("the VM's map was not kept:\n%s", out)
 	}
 	nw.Close()
@@ -80,7 +82,7 @@ func TestLearnedNamesPerClient(t *testing.T) {
 	}
 	mine := netip.MustParseAddr("198.19.0.1")
 	nw.learnNames(other, "b.cloud.test.", answer("b.cloud.test.", mine, 1))
-	if out := host.MustRun(t, "nft", "list", "set", "inet", TableName(n.ID), EgressNames4); !strings.Contains(out, mine.String()) {
+	if out := host.MustRun(t, "nft", "list", "set", "inet", hostnet.TableName(n.ID), EgressNames4); !strings.Contains(out, mine.String()) {
 		t.Errorf("another client's allowed address is not in force")
 	}
 }
@@ -117,7 +119,7 @@ func TestLearnedNamesByLabel(t *testing.T) {
 		}
 		name := q.Question[0].Name
 		nw.learnNames(client, name, []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: netip.MustParseAddr(c.ip).AsSlice()}})
-		out := host.MustRun(t, "nft", "list", "set", "inet", TableName(n.ID), EgressNames4)
+		out := host.MustRun(t, "nft", "list", "set", "inet", hostnet.TableName(n.ID), EgressNames4)
 		if got := strings.Contains(out, c.ip); got != c.want {
 			t.Errorf("the answer for %q (%s) allowed by *.wild.test: %v, want %v", name, c.ip, got, c.want)
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -93,7 +95,7 @@ func (nw *Network) vmAddr(mac string) (netip.Addr, bool) {
 }
 
 func (nw *Network) applyForwards(ctx context.Context) error {
-	nft, err := newNFT(knftables.InetFamily, nw.n.ID)
+	nft, err := hostnet.NFT(knftables.InetFamily, nw.n.ID)
 	if err != nil {
 		return err
 	}

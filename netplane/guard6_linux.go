@@ -202,7 +202,7 @@ const nd6Lifetime = routeradv.ValidLifetime
 // whose address was bound keeps it through a restart of vmnetctl, and no
 // other VM can take it meanwhile.
 func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error, kick, admit func()) (*guard6, error) {
-	nft, err := newNFT(knftables.BridgeFamily, n.ID)
+	nft, err := hostnet.NFT(knftables.BridgeFamily, n.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -426,7 +426,7 @@ func (g *guard6) applyNL(ops []elemOp) error {
 		if err != nil {
 			return err
 		}
-		tbl := &nftables.Table{Name: TableName(g.n.ID), Family: nftables.TableFamilyBridge}
+		tbl := &nftables.Table{Name: hostnet.TableName(g.n.ID), Family: nftables.TableFamilyBridge}
 		sets := map[string]*nftables.Set{}
 		for _, op := range ops {
 			if sets[op.set] != nil {

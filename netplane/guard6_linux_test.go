@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/net/ipv6"
 
@@ -193,9 +195,9 @@ func TestGuard6(t *testing.T) {
 	}
 
 	// A binding deleted from the sets behind the guard's back comes back.
-	host.MustRun(t, "nft", "delete", "element", "bridge", TableName(n.ID), guardAddrs6, "{", macA, ".", gA.String(), "}")
+	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guardAddrs6, "{", macA, ".", gA.String(), "}")
 	host.MustDo(t, func() error { return nw2.guard6.sync(context.Background()) })
-	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs6); !strings.Contains(out, gA.String()) {
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs6); !strings.Contains(out, gA.String()) {
 		t.Errorf("after a sync, addrs6 lacks A's %s:\n%s", gA, out)
 	}
 }
@@ -217,17 +219,17 @@ func TestReservationsInGuard(t *testing.T) {
 	}
 	nw.SetVMs([]string{"ghost"}, []net.HardwareAddr{ghost})
 	addrs6 := func() string {
-		return host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs6)
+		return host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs6)
 	}
 	if out := addrs6(); !strings.Contains(out, ghost.String()+" . "+gll.String()+` comment "reserved"`) {
 		t.Fatalf("the reserved link-local address is not in the guard as a reservation:\n%s", out)
 	}
 	// Written through netlink, read as nft writes it: the target as the
 	// raw 128 bits of a neighbour advertisement's target.
-	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardTargets6); !strings.Contains(out, ghost.String()+" . "+ip6Int(gll)+` comment "reserved"`) {
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardTargets6); !strings.Contains(out, ghost.String()+" . "+ip6Int(gll)+` comment "reserved"`) {
 		t.Fatalf("the reservation is not in targets6 as nft writes it:\n%s", out)
 	}
-	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardOwnedT6); !strings.Contains(out, ip6Int(gll)) {
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardOwnedT6); !strings.Contains(out, ip6Int(gll)) {
 		t.Fatalf("the reserved address is not in ownedt6 as nft writes it:\n%s", out)
 	}
 	nw.Close()
@@ -285,7 +287,7 @@ func TestReservationsMany(t *testing.T) {
 	}
 	nw.SetVMs(names, macs)
 	count := func() int {
-		return strings.Count(host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs6), `comment "reserved"`)
+		return strings.Count(host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs6), `comment "reserved"`)
 	}
 	if got := count(); got != 2*len(macs) {
 		t.Fatalf("%d reservations in the guard, want %d", got, 2*len(macs))

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -226,13 +228,13 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	bound := func() bool {
-		out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs)
+		out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs)
 		return strings.Contains(out, "10.200.54.10")
 	}
 	if !bound() {
 		t.Fatal("the fixed address is not in the guard's set")
 	}
-	host.MustRun(t, "nft", "delete", "table", "bridge", TableName(n.ID))
+	host.MustRun(t, "nft", "delete", "table", "bridge", hostnet.TableName(n.ID))
 	host.MustRun(t, "ip", "link", "add", "p-a", "type", "veth", "peer", "name", "p-a-peer")
 	host.MustDo(t, func() error { return GuardPort(ctx, n, "p-a", mac) }) // the ports' repair
 	if bound() {
@@ -390,7 +392,7 @@ func TestLeaseKeptWhileAttached(t *testing.T) {
 		t.Fatal(err)
 	}
 	bound := func() bool {
-		out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs)
+		out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs)
 		return strings.Contains(out, off.String())
 	}
 	if !bound() {

@@ -173,7 +173,7 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 	if !guarded(n) {
 		return nil
 	}
-	mark, exists, err := tableMark(ctx, knftables.BridgeFamily, TableName(n.ID))
+	mark, exists, err := hostnet.TableMark(ctx, knftables.BridgeFamily, hostnet.TableName(n.ID))
 	if err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 			return err
 		}
 	}
-	err = runGuardTx(ctx, n, "installing nftables table bridge "+TableName(n.ID), func(tx *knftables.Transaction) {
+	err = runGuardTx(ctx, n, "installing nftables table bridge "+hostnet.TableName(n.ID), func(tx *knftables.Transaction) {
 		// A table with another mark (an older vmnetctl's, without an
 		// owner; checkTableOwner refused any other) is made again with
 		// this one: its ports are guarded again by the controller
@@ -200,9 +200,9 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 			old.migrate(tx)
 		}
 		for _, g := range strays {
-			deleteElement(tx, &knftables.Element{Set: guardPortMACs, Key: []string{strconv.FormatUint(uint64(g.index), 10), g.held}})
+			hostnet.DeleteElement(tx, &knftables.Element{Set: guardPortMACs, Key: []string{strconv.FormatUint(uint64(g.index), 10), g.held}})
 			if !g.keepClaim {
-				deleteElement(tx, &knftables.Element{Set: guardClaimed, Key: []string{g.held}})
+				hostnet.DeleteElement(tx, &knftables.Element{Set: guardClaimed, Key: []string{g.held}})
 			}
 		}
 	})
@@ -220,18 +220,18 @@ func checkGuardTable(ctx context.Context, n *api.Network) []error {
 	if !guarded(n) {
 		return nil
 	}
-	mark, exists, err := tableMark(ctx, knftables.BridgeFamily, TableName(n.ID))
+	mark, exists, err := hostnet.TableMark(ctx, knftables.BridgeFamily, hostnet.TableName(n.ID))
 	if err != nil {
 		return []error{err}
 	}
 	switch {
 	case !exists:
-		return []error{fmt.Errorf("network %q: nftables table bridge %s (the ports' guard) does not exist", n.ID, TableName(n.ID))}
+		return []error{fmt.Errorf("network %q: nftables table bridge %s (the ports' guard) does not exist", n.ID, hostnet.TableName(n.ID))}
 	case mark != hostnet.Mark(n.ID):
-		return []error{fmt.Errorf("network %q: nftables table bridge %s is not marked as vmnetctl's", n.ID, TableName(n.ID))}
+		return []error{fmt.Errorf("network %q: nftables table bridge %s is not marked as vmnetctl's", n.ID, hostnet.TableName(n.ID))}
 	}
 	if err := checkGuardChains(n); err != nil {
-		return []error{fmt.Errorf("network %q: nftables table bridge %s: %w", n.ID, TableName(n.ID), err)}
+		return []error{fmt.Errorf("network %q: nftables table bridge %s: %w", n.ID, hostnet.TableName(n.ID), err)}
 	}
 	strays, err := readStrays(n.ID)
 	if err != nil {
@@ -400,10 +400,10 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 // leaves claimed unless keepClaim (some port's expected MAC, or the one
 // the port is given again).
 func releaseHeld(tx *knftables.Transaction, idx, held string, keepClaim bool) {
-	deleteElement(tx, &knftables.Element{Map: guardHeld, Key: []string{idx}, Value: []string{held}})
-	deleteElement(tx, &knftables.Element{Set: guardPortMACs, Key: []string{idx, held}})
+	hostnet.DeleteElement(tx, &knftables.Element{Map: guardHeld, Key: []string{idx}, Value: []string{held}})
+	hostnet.DeleteElement(tx, &knftables.Element{Set: guardPortMACs, Key: []string{idx, held}})
 	if !keepClaim {
-		deleteElement(tx, &knftables.Element{Set: guardClaimed, Key: []string{held}})
+		hostnet.DeleteElement(tx, &knftables.Element{Set: guardClaimed, Key: []string{held}})
 	}
 }
 
@@ -581,7 +581,7 @@ func claimsState(id string, reread bool, expected map[string]bool) (*guardState,
 		if err != nil {
 			continue
 		}
-		claimed, err := hasElement(id, guardClaimed, hw)
+		claimed, err := hostnet.HasElement(id, guardClaimed, hw)
 		if err != nil {
 			return nil, err
 		}
@@ -683,7 +683,7 @@ func runGuardTx(ctx context.Context, n *api.Network, what string, build func(*kn
 	if !guarded(n) {
 		return nil
 	}
-	nft, err := newNFT(knftables.BridgeFamily, n.ID)
+	nft, err := hostnet.NFT(knftables.BridgeFamily, n.ID)
 	if err != nil {
 		return err
 	}
@@ -701,7 +701,7 @@ func runGuardTx(ctx context.Context, n *api.Network, what string, build func(*kn
 // without a controller (tests, benchmarks). A controller's guard removes
 // the pair at its next resync unless the network bound it.
 func BindAddress(ctx context.Context, n *api.Network, mac net.HardwareAddr, ip netip.Addr) error {
-	nft, err := newNFT(knftables.BridgeFamily, n.ID)
+	nft, err := hostnet.NFT(knftables.BridgeFamily, n.ID)
 	if err != nil {
 		return err
 	}
@@ -735,7 +735,7 @@ type addrGuard struct {
 }
 
 func newAddrGuard(n *api.Network, alloc *leases.Allocator, log *slog.Logger, inNS func(func() error) error) (*addrGuard, error) {
-	nft, err := newNFT(knftables.BridgeFamily, n.ID)
+	nft, err := hostnet.NFT(knftables.BridgeFamily, n.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -780,7 +780,7 @@ func (g *addrGuard) apply(ctx context.Context, add, del []binding) error {
 		tx.Add(&knftables.Element{Set: guardAddrs, Key: []string{b.mac, b.ip.String()}})
 	}
 	for _, b := range del {
-		deleteElement(tx, &knftables.Element{Set: guardAddrs, Key: []string{b.mac, b.ip.String()}})
+		hostnet.DeleteElement(tx, &knftables.Element{Set: guardAddrs, Key: []string{b.mac, b.ip.String()}})
 	}
 	if err := g.inNS(func() error { return g.nft.Run(ctx, tx) }); err != nil {
 		g.installed = nil // read it again next time

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -42,17 +44,17 @@ func portMACKey(index uint32, mac net.HardwareAddr) []byte {
 // guardSet is set name of network id's guard table, as google/nftables
 // names it for a change of its elements (which needs no more of it).
 func guardSet(id, name string) *nftables.Set {
-	return &nftables.Set{Table: &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}, Name: name}
+	return &nftables.Set{Table: &nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyBridge}, Name: name}
 }
 
 // linkIndex is the interface index of the link name, 0 if there is none.
 func linkIndex(name string) (uint32, error) {
-	links, err := openLinkNames()
+	links, err := hostnet.OpenLinkNames()
 	if err != nil {
 		return 0, err
 	}
-	defer links.close()
-	return links.indexOf(name)
+	defer links.Close()
+	return links.IndexOf(name)
 }
 
 // portState is what GuardPort and UnguardPort need to know of network
@@ -78,7 +80,7 @@ func readPortState(id, port, mac string) (portState, error) {
 	}
 	has := func(set string, key []byte) (ok bool) {
 		if err == nil {
-			ok, err = hasElement(id, set, key)
+			ok, err = hostnet.HasElement(id, set, key)
 		}
 		return ok
 	}
@@ -100,11 +102,11 @@ func readPortState(id, port, mac string) (portState, error) {
 // heldBy is the MAC the port of interface index holds on network id, ""
 // for none.
 func heldBy(id string, index uint32) (string, error) {
-	e, err := lookupElement(id, guardHeld, portKey(index))
-	if err != nil || e == nil || len(e.data) < 6 {
+	e, err := hostnet.LookupElement(id, guardHeld, portKey(index))
+	if err != nil || e == nil || len(e.Data) < 6 {
 		return "", err
 	}
-	return net.HardwareAddr(e.data[:6]).String(), nil
+	return net.HardwareAddr(e.Data[:6]).String(), nil
 }
 
 // readHeld is the MAC port holds on network id, "" for none (or no such
@@ -253,18 +255,18 @@ func goneGuards(id string) ([]portGuard, error) {
 	if err != nil {
 		return nil, err
 	}
-	links, err := openLinkNames()
+	links, err := hostnet.OpenLinkNames()
 	if err != nil {
 		return nil, fmt.Errorf("network %q: looking up the ports' links: %w", id, err)
 	}
-	defer links.close()
+	defer links.Close()
 	var gone []portGuard
 	for _, e := range elems {
 		if len(e.Key) < 4 {
 			continue
 		}
 		index := binary.NativeEndian.Uint32(e.Key)
-		if name, ok := links.nameOf(index); !ok || name != "" {
+		if name, ok := links.NameOf(index); !ok || name != "" {
 			continue
 		}
 		held, err := heldBy(id, index)
@@ -301,29 +303,11 @@ const pruneChunk = 16
 // table through netlink (one small request, whatever else the table
 // holds); none without the set or the table.
 func guardSetElements(id, name string) ([]nftables.SetElement, error) {
-	elems, err := setElements(nftables.TableFamilyBridge, id, name)
+	elems, err := hostnet.SetElements(nftables.TableFamilyBridge, id, name)
 	if err != nil {
 		return nil, fmt.Errorf("network %q: reading the guard's set %s: %w", id, name, err)
 	}
 	return elems, nil
-}
-
-// setElements reads the elements of set name of network id's table of
-// family through netlink (one small request, whatever else the table
-// holds), with their counters; none without the set or the table.
-func setElements(family nftables.TableFamily, id, name string) ([]nftables.SetElement, error) {
-	conn, err := nftables.New()
-	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
-	}
-	set, err := conn.GetSetByName(&nftables.Table{Name: TableName(id), Family: family}, name)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return conn.GetSetElements(set)
 }
 
 // readGuardStateNL reads the MACs of network id's guard table through
@@ -336,7 +320,7 @@ func readGuardStateNL(id string, learned bool) (*guardState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}
+	tbl := &nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyBridge}
 	names := []string{guardClaimed, guardOwns, guardExpected, guardGuarded, guardHeld}
 	sets, err := namedSets(conn, tbl, names...)
 	if err != nil {
@@ -367,13 +351,13 @@ func readGuardStateNL(id string, learned bool) (*guardState, error) {
 		}
 	}
 	if len(held) > 0 {
-		links, err := openLinkNames()
+		links, err := hostnet.OpenLinkNames()
 		if err != nil {
 			return nil, fmt.Errorf("network %q: looking up the ports' links: %w", id, err)
 		}
-		defer links.close()
+		defer links.Close()
 		for index, mac := range held {
-			if name, ok := links.nameOf(index); ok && name != "" {
+			if name, ok := links.NameOf(index); ok && name != "" {
 				st.learned[name], st.index[name] = mac, index
 			}
 		}
@@ -520,7 +504,7 @@ func addClaims(conn *nftables.Conn, id string, ch claimsChange) error {
 		}
 		// A deletion adds first (a no-op if it is there): a batch made
 		// from what was read a moment ago does not fail on an element
-		// someone else removed since (deleteElement).
+		// someone else removed since (hostnet.DeleteElement).
 		s := guardSet(id, op.set)
 		err := conn.SetAddElements(s, op.elem)
 		if err == nil && !op.add {
@@ -551,12 +535,12 @@ func guardDrops(_ context.Context, id string, ports []string) (map[string]uint64
 			if err != nil || index == 0 {
 				continue
 			}
-			e, err := lookupElement(id, guardDropCounts, portKey(index))
+			e, err := hostnet.LookupElement(id, guardDropCounts, portKey(index))
 			if err != nil {
 				return drops, err
 			}
 			if e != nil {
-				drops[port] = e.packets
+				drops[port] = e.Packets
 			}
 		}
 		return drops, nil
@@ -565,16 +549,16 @@ func guardDrops(_ context.Context, id string, ports []string) (map[string]uint64
 	if err != nil || len(elems) == 0 {
 		return drops, err
 	}
-	links, err := openLinkNames()
+	links, err := hostnet.OpenLinkNames()
 	if err != nil {
 		return drops, err
 	}
-	defer links.close()
+	defer links.Close()
 	for _, e := range elems {
 		if len(e.Key) < 4 || e.Counter == nil {
 			continue
 		}
-		if name, ok := links.nameOf(binary.NativeEndian.Uint32(e.Key)); ok && name != "" {
+		if name, ok := links.NameOf(binary.NativeEndian.Uint32(e.Key)); ok && name != "" {
 			drops[name] = e.Counter.Packets
 		}
 	}
@@ -599,7 +583,7 @@ func checkGuardChains(n *api.Network) error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	tbl := &nftables.Table{Name: TableName(n.ID), Family: nftables.TableFamilyBridge}
+	tbl := &nftables.Table{Name: hostnet.TableName(n.ID), Family: nftables.TableFamilyBridge}
 	want := guardChains(n)
 	for _, chain := range []string{guardHook, guardChecks, guardDropped, guardTunnelChain} {
 		rules, err := conn.GetRules(tbl, &nftables.Chain{Name: chain})
@@ -648,7 +632,7 @@ type v2Guard struct {
 // readV2Guard reads what network id's guard table holds of version 2; nil
 // when it holds nothing of it.
 func readV2Guard(id string) (*v2Guard, error) {
-	chains, err := tableChains(knftables.BridgeFamily, TableName(id))
+	chains, err := hostnet.TableChains(knftables.BridgeFamily, hostnet.TableName(id))
 	if err != nil {
 		return nil, err
 	}
@@ -656,7 +640,7 @@ func readV2Guard(id string) (*v2Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	tbl := &nftables.Table{Name: TableName(id), Family: nftables.TableFamilyBridge}
+	tbl := &nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyBridge}
 	sets, err := conn.GetSets(tbl)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil

@@ -22,7 +22,7 @@ func portIndex(t *testing.T, host *testutil.NS, port string) string {
 // it.
 func holdMAC(t *testing.T, host *testutil.NS, id, idx, mac string) {
 	t.Helper()
-	table := TableName(id)
+	table := hostnet.TableName(id)
 	host.MustRun(t, "nft", "add", "element", "bridge", table, guardHeld, "{", idx, ":", mac, "}")
 	host.MustRun(t, "nft", "add", "element", "bridge", table, guardPortMACs, "{", idx, ".", mac, "}")
 }
@@ -31,7 +31,7 @@ func holdMAC(t *testing.T, host *testutil.NS, id, idx, mac string) {
 // nft writes it).
 func setHas(t *testing.T, host *testutil.NS, id, set string, elem ...string) bool {
 	t.Helper()
-	_, err := host.Run(context.Background(), "nft", append([]string{"get", "element", "bridge", TableName(id), set, "{"}, append(elem, "}")...)...)
+	_, err := host.Run(context.Background(), "nft", append([]string{"get", "element", "bridge", hostnet.TableName(id), set, "{"}, append(elem, "}")...)...)
 	return err == nil
 }
 
@@ -54,7 +54,7 @@ func TestGuardPortElements(t *testing.T) {
 		if setHas(t, host, n.ID, guardGuarded, portIndex(t, host, "p-b")) {
 			t.Errorf("network %s: p-b, never guarded, is in %s", n.ID, guardGuarded)
 		}
-		listing := host.MustRun(t, "nft", "list", "table", "bridge", TableName(n.ID))
+		listing := host.MustRun(t, "nft", "list", "table", "bridge", hostnet.TableName(n.ID))
 		if c := strings.Count(listing, "\tchain "); c != 4 {
 			t.Errorf("network %s: the guard table has %d chains, want 4:\n%s", n.ID, c, listing)
 		}
@@ -73,7 +73,7 @@ func TestGuardPortElements(t *testing.T) {
 func TestGuardMigratesV2(t *testing.T) {
 	needRoot(t)
 	host, n, _ := g6Lab(t, "gm")
-	table := TableName(n.ID)
+	table := hostnet.TableName(n.ID)
 	mac := "52:55:55:00:0d:01"
 	host.MustRun(t, "ip", "link", "add", "p-u", "type", "veth", "peer", "name", "p-v")
 	host.MustRun(t, "nft", "delete", "table", "bridge", table)
@@ -130,7 +130,7 @@ func TestGuardDeletesIdempotent(t *testing.T) {
 		}
 		return g.apply(context.Background(), []binding{kept}, []binding{gone})
 	})
-	if out := host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardAddrs); !strings.Contains(out, kept.ip.String()) || strings.Contains(out, gone.ip.String()) {
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs); !strings.Contains(out, kept.ip.String()) || strings.Contains(out, gone.ip.String()) {
 		t.Errorf("after adding %v and deleting %v, which was not there:\n%s", kept, gone, out)
 	}
 }
@@ -152,7 +152,7 @@ func g6Lab(t *testing.T, id string) (*testutil.NS, *api.Network, *Network) {
 func TestGuardChainsDamaged(t *testing.T) {
 	needRoot(t)
 	host, n, _ := g6Lab(t, "gd")
-	table := TableName(n.ID)
+	table := hostnet.TableName(n.ID)
 	// Its first rule (the tagged frames' drop) out.
 	var handle string
 	for _, l := range strings.Split(host.MustRun(t, "nft", "-a", "list", "chain", "bridge", table, guardChecks), "\n") {
@@ -206,16 +206,16 @@ func TestGuardReused(t *testing.T) {
 	if h := held(); h != own {
 		t.Errorf("the reused guard holds %q, not the port's own MAC %s", h, own)
 	}
-	host.MustRun(t, "nft", "flush", "map", "bridge", TableName(n.ID), guardHeld)
-	host.MustRun(t, "nft", "flush", "set", "bridge", TableName(n.ID), guardPortMACs)
+	host.MustRun(t, "nft", "flush", "map", "bridge", hostnet.TableName(n.ID), guardHeld)
+	host.MustRun(t, "nft", "flush", "set", "bridge", hostnet.TableName(n.ID), guardPortMACs)
 	holdMAC(t, host, n.ID, idx, other)
-	host.MustRun(t, "nft", "add", "element", "bridge", TableName(n.ID), guardClaimed, "{", other, "}")
+	host.MustRun(t, "nft", "add", "element", "bridge", hostnet.TableName(n.ID), guardClaimed, "{", other, "}")
 	guard()
 	if h := held(); h != "" {
 		t.Errorf("the port still holds %q, a MAC it does not own", h)
 	}
 	if setHas(t, host, n.ID, guardPortMACs, idx, ".", other) || setHas(t, host, n.ID, guardClaimed, other) {
-		t.Errorf("the MAC the port held is left in port-macs or claimed:\n%s", host.MustRun(t, "nft", "list", "table", "bridge", TableName(n.ID)))
+		t.Errorf("the MAC the port held is left in port-macs or claimed:\n%s", host.MustRun(t, "nft", "list", "table", "bridge", hostnet.TableName(n.ID)))
 	}
 }
 
@@ -225,7 +225,7 @@ func TestGuardReused(t *testing.T) {
 func TestPruneGuards(t *testing.T) {
 	needRoot(t)
 	host, n, _ := g6Lab(t, "gp")
-	table := TableName(n.ID)
+	table := hostnet.TableName(n.ID)
 	expected := "52:55:55:00:10:0e"
 	ports := map[string]string{"p-1": "52:55:55:00:10:01", "p-2": "52:55:55:00:10:02", "p-3": expected, "p-live": "52:55:55:00:10:04"}
 	// More than one batch's worth (pruneChunk).
@@ -287,15 +287,15 @@ func TestGuardStrays(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("Check of a port holding one MAC: %v", errs)
 	}
-	host.MustRun(t, "nft", "add", "element", "bridge", TableName(n.ID), guardPortMACs, "{", idx, ".", second, "}")
-	host.MustRun(t, "nft", "add", "element", "bridge", TableName(n.ID), guardClaimed, "{", second, "}")
+	host.MustRun(t, "nft", "add", "element", "bridge", hostnet.TableName(n.ID), guardPortMACs, "{", idx, ".", second, "}")
+	host.MustRun(t, "nft", "add", "element", "bridge", hostnet.TableName(n.ID), guardClaimed, "{", second, "}")
 	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
 	if len(errs) == 0 || !strings.Contains(errs[0].Error(), second) {
 		t.Fatalf("Check of a port allowed a second MAC: %v", errs)
 	}
 	host.MustDo(t, func() error { return ensureGuardTable(context.Background(), n) })
 	if setHas(t, host, n.ID, guardPortMACs, idx, ".", second) || !setHas(t, host, n.ID, guardPortMACs, idx, ".", own) {
-		t.Errorf("after Ensure:\n%s", host.MustRun(t, "nft", "list", "set", "bridge", TableName(n.ID), guardPortMACs))
+		t.Errorf("after Ensure:\n%s", host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardPortMACs))
 	}
 	if setHas(t, host, n.ID, guardClaimed, second) {
 		t.Errorf("the second MAC is still claimed after Ensure")
@@ -317,7 +317,7 @@ func TestClaimsMemo(t *testing.T) {
 		return setHas(t, host, n.ID, guardOwns, mac.String(), ".", `"`+port+`"`)
 	}
 	claim(false, map[string]net.HardwareAddr{"p-a": macA})
-	host.MustRun(t, "nft", "delete", "element", "bridge", TableName(n.ID), guardOwns, "{", macA.String(), ".", `"p-a"`, "}")
+	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guardOwns, "{", macA.String(), ".", `"p-a"`, "}")
 	claim(false, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB})
 	if owns(macA, "p-a") || !owns(macB, "p-b") {
 		t.Fatalf("from the memo: p-a owns %v (taken behind its back: want false), p-b %v (want true)", owns(macA, "p-a"), owns(macB, "p-b"))

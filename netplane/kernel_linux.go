@@ -440,11 +440,11 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 	case err != nil:
 		return []error{err}
 	case listing == "":
-		return []error{fmt.Errorf("network %q: nftables table inet %s does not exist", n.ID, TableName(n.ID))}
+		return []error{fmt.Errorf("network %q: nftables table inet %s does not exist", n.ID, hostnet.TableName(n.ID))}
 	}
 	var errs []error
 	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("network %q: nftables table inet %s "+format, append([]any{n.ID, TableName(n.ID)}, args...)...))
+		errs = append(errs, fmt.Errorf("network %q: nftables table inet %s "+format, append([]any{n.ID, hostnet.TableName(n.ID)}, args...)...))
 	}
 	if !strings.Contains(listing, "comment \""+hostnet.Mark(n.ID)+"\"") {
 		bad("is not marked as vmnetctl's")

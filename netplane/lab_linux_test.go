@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -110,7 +112,7 @@ func wan(t *testing.T, host *testutil.NS) *testutil.NS {
 // the kernel lists them (`nft list chain`), one per line.
 func chainRules(t *testing.T, host *testutil.NS, id, chain string) []string {
 	t.Helper()
-	out := host.MustRun(t, "nft", "list", "chain", "inet", TableName(id), chain)
+	out := host.MustRun(t, "nft", "list", "chain", "inet", hostnet.TableName(id), chain)
 	var rules []string
 	inChain := false
 	for _, l := range strings.Split(out, "\n") {
@@ -144,7 +146,7 @@ func setForwardRules(t *testing.T, host *testutil.NS, n *api.Network, on bool) {
 		host.MustDo(t, func() error { return Ensure(context.Background(), n) })
 		return
 	}
-	host.MustRun(t, "nft", "flush", "chain", "inet", TableName(n.ID), "forward")
+	host.MustRun(t, "nft", "flush", "chain", "inet", hostnet.TableName(n.ID), "forward")
 }
 
 // mustUdhcpc gets a lease on eth0 of namespace v (sending hostname, if

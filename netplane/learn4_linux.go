@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/mdlayher/netlink"
 	vnl "github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -287,7 +289,7 @@ func (nw *Network) allPortsGuarded() bool {
 		if err != nil {
 			return err
 		}
-		links, err := briefLinks()
+		links, err := hostnet.BriefLinks()
 		if err != nil {
 			return err
 		}

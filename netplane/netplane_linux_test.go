@@ -213,7 +213,7 @@ func TestShared(t *testing.T) {
 		host.MustDo(t, func() error { return Check(context.Background(), n) })
 		// Break what Ensure set up; Check names it, Ensure repairs it.
 		host.MustRun(t, "ip", "link", "set", n.Bridge(), "down")
-		host.MustRun(t, "nft", "flush", "chain", "inet", TableName(n.ID), "postrouting")
+		host.MustRun(t, "nft", "flush", "chain", "inet", hostnet.TableName(n.ID), "postrouting")
 		var err error
 		host.Do(func() error { err = Check(context.Background(), n); return nil })
 		if err == nil || !strings.Contains(err.Error(), "is down") || !strings.Contains(err.Error(), "masquerade") {
@@ -646,7 +646,7 @@ func TestConflicts(t *testing.T) {
 	host.MustRun(t, "ip", "route", "add", "10.202.0.0/16", "dev", "taken")
 	// A foreign bridge of the name vmnetctl would use, and a foreign table.
 	host.MustRun(t, "ip", "link", "add", api.BridgeName("squat"), "type", "bridge")
-	host.MustRun(t, "nft", "add", "table", "inet", TableName("tbl"))
+	host.MustRun(t, "nft", "add", "table", "inet", hostnet.TableName("tbl"))
 	first := testNet("first", api.ModeShared, "10.205.0.0/24")
 	host.MustDo(t, func() error { return Ensure(context.Background(), first) })
 	before := snapshot(t, host)

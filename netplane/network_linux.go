@@ -626,7 +626,7 @@ func portMACs(bridge string, ports []string) map[string][]string {
 	}
 	names := map[int]string{}
 	if ports == nil {
-		links, err := briefLinks()
+		links, err := hostnet.BriefLinks()
 		if err != nil {
 			return nil
 		}

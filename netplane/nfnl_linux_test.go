@@ -4,6 +4,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -13,7 +14,7 @@ import (
 func TestHasElement(t *testing.T) {
 	needRoot(t)
 	host := testutil.NewNS(t, "he-host")
-	table := TableName("he")
+	table := hostnet.TableName("he")
 	host.MustRun(t, "nft", "add", "table", "bridge", table)
 	host.MustRun(t, "nft", "add", "set", "bridge", table, guardClaimed, "{ type ether_addr; }")
 	host.MustRun(t, "nft", "add", "set", "bridge", table, guardOwns, "{ type ether_addr . ifname; }")
@@ -34,7 +35,7 @@ func TestHasElement(t *testing.T) {
 	} {
 		var got bool
 		host.MustDo(t, func() (err error) {
-			got, err = hasElement(tc.id, tc.set, tc.key)
+			got, err = hostnet.HasElement(tc.id, tc.set, tc.key)
 			return err
 		})
 		if got != tc.want {

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
@@ -38,38 +37,6 @@ var chains = []chainSpec{
 // (guard_linux.go). Both carry the network's mark.
 var tableFamilies = []knftables.Family{knftables.InetFamily, knftables.BridgeFamily}
 
-// newNFT is the knftables handle of network id's table of a family, made
-// once per process: knftables.New runs nft twice to check it works, which
-// every guard change of every helper paid before its own command. A handle
-// runs its commands in the network namespace of the thread that calls it.
-func newNFT(family knftables.Family, id string) (knftables.Interface, error) {
-	key := string(family) + " " + TableName(id)
-	if nft, ok := nftHandles.Load(key); ok {
-		return nft.(knftables.Interface), nil
-	}
-	nft, err := knftables.New(family, TableName(id))
-	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
-	}
-	kept, _ := nftHandles.LoadOrStore(key, nft)
-	return kept.(knftables.Interface), nil
-}
-
-// deleteElement adds to tx the deletion of element e whether or not the
-// kernel still holds it: added first (a no-op if it is there), so that the
-// delete finds it. A batch made from what was read a moment ago then never
-// fails on an element someone else removed since (one missing element
-// failed the whole batch: "delete element ... No such file or
-// directory", and the guard drifted from the learner until the next
-// resync).
-func deleteElement(tx *knftables.Transaction, e *knftables.Element) {
-	tx.Add(e)
-	tx.Delete(e)
-}
-
-// nftHandles holds newNFT's handles, by family and table.
-var nftHandles sync.Map
-
 // ensureTable replaces network n's table with its rules in one transaction:
 // the table is created if needed, deleted with whatever it held, and built
 // again, so the result never depends on what was there.
@@ -77,7 +44,7 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	if err := checkTableOwner(ctx, n.ID); err != nil {
 		return err
 	}
-	nft, err := newNFT(knftables.InetFamily, n.ID)
+	nft, err := hostnet.NFT(knftables.InetFamily, n.ID)
 	if err != nil {
 		return err
 	}
@@ -124,7 +91,7 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 		}
 	}
 	if err := nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("network %q: installing nftables table inet %s: %w", n.ID, TableName(n.ID), err)
+		return fmt.Errorf("network %q: installing nftables table inet %s: %w", n.ID, hostnet.TableName(n.ID), err)
 	}
 	return nil
 }
@@ -151,22 +118,11 @@ func vmEgressElements(ctx context.Context, nft knftables.Interface) []*knftables
 	return out
 }
 
-// tableMark returns the comment of table name of a family, and whether it
-// exists (tableComment: the table alone, not `nft list table`, which lists
-// every port's chain). Without nft installed there is no table vmnetctl
-// could have made.
-func tableMark(_ context.Context, family knftables.Family, name string) (string, bool, error) {
-	if _, err := exec.LookPath("nft"); err != nil {
-		return "", false, nil
-	}
-	return tableComment(family, name)
-}
-
 // checkTableOwner refuses a table of our name, in either family, that does
 // not carry our mark.
 func checkTableOwner(ctx context.Context, id string) error {
 	for _, f := range tableFamilies {
-		mark, exists, err := tableMark(ctx, f, TableName(id))
+		mark, exists, err := hostnet.TableMark(ctx, f, hostnet.TableName(id))
 		if err != nil {
 			return err
 		}
@@ -174,10 +130,10 @@ func checkTableOwner(ctx context.Context, id string) error {
 		case !exists:
 		case !marked || mid != id:
 			return fmt.Errorf("network %q: nftables table %s %s exists but is not vmnetctl's (comment %q); remove or rename it",
-				id, f, TableName(id), mark)
+				id, f, hostnet.TableName(id), mark)
 		case !hostnet.Ours(mark):
 			return fmt.Errorf("network %q: nftables table %s %s belongs to network %q of another vmnetctl state dir (comment %q); give the network another name in this one",
-				id, f, TableName(id), mid, mark)
+				id, f, hostnet.TableName(id), mid, mark)
 		}
 	}
 	return nil
@@ -187,21 +143,21 @@ func checkTableOwner(ctx context.Context, id string) error {
 // are marked ours.
 func removeTable(ctx context.Context, id string) error {
 	for _, f := range tableFamilies {
-		mark, exists, err := tableMark(ctx, f, TableName(id))
+		mark, exists, err := hostnet.TableMark(ctx, f, hostnet.TableName(id))
 		if err != nil {
 			return err
 		}
 		if mid, marked := hostnet.MarkedID(mark); !exists || !marked || mid != id || !hostnet.Ours(mark) {
 			continue // not ours: leave it
 		}
-		nft, err := newNFT(f, id)
+		nft, err := hostnet.NFT(f, id)
 		if err != nil {
 			return err
 		}
 		tx := nft.NewTransaction()
 		tx.Delete(&knftables.Table{})
 		if err := nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
-			return fmt.Errorf("network %q: deleting nftables table %s %s: %w", id, f, TableName(id), err)
+			return fmt.Errorf("network %q: deleting nftables table %s %s: %w", id, f, hostnet.TableName(id), err)
 		}
 	}
 	return nil
@@ -221,14 +177,14 @@ func markedTables(ctx context.Context) ([]string, error) {
 		}
 		for _, line := range strings.Split(string(out), "\n") {
 			name, ok := strings.CutPrefix(strings.TrimSpace(line), "table "+string(f)+" ")
-			if !ok || !strings.HasPrefix(name, tablePrefix) {
+			if !ok || !strings.HasPrefix(name, hostnet.TablePrefix) {
 				continue
 			}
-			mark, exists, err := tableMark(ctx, f, name)
+			mark, exists, err := hostnet.TableMark(ctx, f, name)
 			if err != nil {
 				return nil, err
 			}
-			if id, ok := hostnet.MarkedID(mark); exists && ok && hostnet.Mine(mark) && TableName(id) == name && !slices.Contains(ids, id) {
+			if id, ok := hostnet.MarkedID(mark); exists && ok && hostnet.Mine(mark) && hostnet.TableName(id) == name && !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}
 		}
@@ -247,12 +203,12 @@ func namedCounters(_ context.Context, family knftables.Family, id, prefix string
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	defer conn.CloseLasting()
-	objs, err := conn.GetObjects(&nftables.Table{Name: TableName(id), Family: nftables.TableFamily(nfproto(family))})
+	objs, err := conn.GetObjects(&nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamily(hostnet.NFProto(family))})
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("network %q: reading the counters of table %s %s: %w", id, family, TableName(id), err)
+		return nil, fmt.Errorf("network %q: reading the counters of table %s %s: %w", id, family, hostnet.TableName(id), err)
 	}
 	out := map[string]uint64{}
 	for _, o := range objs {
@@ -269,12 +225,12 @@ func tableRuleset(ctx context.Context, family knftables.Family, id string) (stri
 	if _, err := exec.LookPath("nft"); err != nil {
 		return "", nil
 	}
-	out, err := exec.CommandContext(ctx, "nft", "list", "table", string(family), TableName(id)).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "nft", "list", "table", string(family), hostnet.TableName(id)).CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "No such file or directory") {
 			return "", nil
 		}
-		return "", fmt.Errorf("nft list table %s %s: %w", family, TableName(id), err)
+		return "", fmt.Errorf("nft list table %s %s: %w", family, hostnet.TableName(id), err)
 	}
 	return string(out), nil
 }

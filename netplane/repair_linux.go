@@ -49,11 +49,11 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 		return err
 	}
 	// The links, listed once (not one request a port).
-	all, err := briefLinks()
+	all, err := hostnet.BriefLinks()
 	if err != nil {
 		return fmt.Errorf("listing links: %w", err)
 	}
-	links := make(map[string]briefLink, len(all))
+	links := make(map[string]hostnet.BriefLink, len(all))
 	for _, l := range all {
 		links[l.Name] = l
 	}
@@ -381,9 +381,9 @@ func watchTables(ctx context.Context, s *nl.NetlinkSocket, notify func()) {
 func tableDeleted(m syscall.NetlinkMessage) bool {
 	switch m.Header.Type {
 	case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELTABLE:
-		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_TABLE_NAME), tablePrefix)
+		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_TABLE_NAME), hostnet.TablePrefix)
 	case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELCHAIN:
-		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_CHAIN_TABLE), tablePrefix)
+		return strings.HasPrefix(nfAttr(m.Data, unix.NFTA_CHAIN_TABLE), hostnet.TablePrefix)
 	}
 	return false
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -46,7 +48,7 @@ func TestWatchChanges(t *testing.T) {
 	nw.fail(errors.New("the DHCP server stopped"))
 	reported("a service stopped")
 
-	table := TableName("w")
+	table := hostnet.TableName("w")
 	host.MustRun(t, "nft", "add", "table", "inet", table) // not a change
 	host.MustRun(t, "nft", "add", "chain", "inet", table, "c")
 	host.MustRun(t, "nft", "delete", "table", "inet", table)
@@ -105,10 +107,10 @@ func TestLinkChangedFleetChurn(t *testing.T) {
 		}
 		return syscall.NetlinkMessage{Header: syscall.NlMsghdr{Type: unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELCHAIN}, Data: data}
 	}
-	if !tableDeleted(chainDeleted(TableName("w"), guardChecks)) {
+	if !tableDeleted(chainDeleted(hostnet.TableName("w"), guardChecks)) {
 		t.Error("the guard's chain deleted is not reported")
 	}
-	if !tableDeleted(chainDeleted(TableName("w"), "forward")) {
+	if !tableDeleted(chainDeleted(hostnet.TableName("w"), "forward")) {
 		t.Error("a network's chain deleted is not reported")
 	}
 	if tableDeleted(chainDeleted("other", "forward")) {
@@ -126,7 +128,7 @@ func TestBriefLinks(t *testing.T) {
 	host.MustRun(t, "ip", "link", "add", "p-b", "master", "br-b", "type", "veth", "peer", "name", "p-c")
 	host.MustRun(t, "ip", "link", "set", "p-b", "alias", "a port")
 	host.MustDo(t, func() error {
-		brief, err := briefLinks()
+		brief, err := hostnet.BriefLinks()
 		if err != nil {
 			return err
 		}
@@ -134,29 +136,29 @@ func TestBriefLinks(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		var got, want []briefLink
+		var got, want []hostnet.BriefLink
 		got = brief
 		for _, l := range full {
 			a := l.Attrs()
-			want = append(want, briefLink{Index: a.Index, Master: a.MasterIndex, Name: a.Name, Alias: a.Alias})
+			want = append(want, hostnet.BriefLink{Index: a.Index, Master: a.MasterIndex, Name: a.Name, Alias: a.Alias})
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
-			return fmt.Errorf("briefLinks differs from netlink.LinkList (-want +got):\n%s", diff)
+			return fmt.Errorf("hostnet.BriefLinks differs from netlink.LinkList (-want +got):\n%s", diff)
 		}
-		if !slices.ContainsFunc(got, func(l briefLink) bool { return l.Name == "p-b" && l.Alias == "a port" && l.Master != 0 }) {
+		if !slices.ContainsFunc(got, func(l hostnet.BriefLink) bool { return l.Name == "p-b" && l.Alias == "a port" && l.Master != 0 }) {
 			return fmt.Errorf("p-b, with its master and alias, not in %+v", got)
 		}
-		names, err := openLinkNames()
+		names, err := hostnet.OpenLinkNames()
 		if err != nil {
 			return err
 		}
-		defer names.close()
+		defer names.Close()
 		for _, l := range got {
-			if name, ok := names.nameOf(uint32(l.Index)); !ok || name != l.Name {
+			if name, ok := names.NameOf(uint32(l.Index)); !ok || name != l.Name {
 				return fmt.Errorf("nameOf(%d) = %q, %v, want %q", l.Index, name, ok, l.Name)
 			}
 		}
-		if name, ok := names.nameOf(1 << 30); !ok || name != "" {
+		if name, ok := names.NameOf(1 << 30); !ok || name != "" {
 			return fmt.Errorf("nameOf(an index no link has) = %q, %v, want \"\", true", name, ok)
 		}
 		return nil

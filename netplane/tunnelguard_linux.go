@@ -74,7 +74,7 @@ func tunnelGuard(n *api.Network) overlay.Guard {
 	return overlay.Guard{
 		Tunnel: func(ctx context.Context, port string) error { return guardTunnel(ctx, n, port) },
 		Guarded: func(index uint32) (bool, error) {
-			return hasElement(n.ID, guardTunnels, portKey(index))
+			return hostnet.HasElement(n.ID, guardTunnels, portKey(index))
 		},
 	}
 }

@@ -361,7 +361,7 @@ func TestVXLANDrift(t *testing.T) {
 		cmd  []string
 	}{
 		{"a flooding entry to a stranger", []string{"bridge", "fdb", "append", "00:00:00:00:00:00", "dev", vx, "dst", "192.0.2.66"}},
-		{"the tunnel's guard", []string{"nft", "delete", "element", "bridge", TableName(n.ID), guardTunnels, "{ " + strings.TrimSpace(host.MustRun(t, "cat", "/sys/class/net/"+vx+"/ifindex")) + " }"}},
+		{"the tunnel's guard", []string{"nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guardTunnels, "{ " + strings.TrimSpace(host.MustRun(t, "cat", "/sys/class/net/"+vx+"/ifindex")) + " }"}},
 		{"the tunnel's MTU", []string{"ip", "link", "set", vx, "mtu", "1300"}},
 	} {
 		host.MustRun(t, d.cmd[0], d.cmd[1:]...)

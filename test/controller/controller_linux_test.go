@@ -411,7 +411,7 @@ func TestTapDeletedEndsItsHelper(t *testing.T) {
 		if err != nil || !strings.Contains(out, "master "+br) || !strings.Contains(out, "alias vmnetctl:tap="+old.Tap+"@") {
 			return fmt.Errorf("TAP %s is not back, marked, on %s: %v\n%s", old.Tap, br, err, out)
 		}
-		if out, _ := h.Run(context.Background(), "nft", "list", "set", "bridge", netplane.TableName("shared"), "guarded"); !strings.Contains(out, `"`+old.Tap+`"`) {
+		if out, _ := h.Run(context.Background(), "nft", "list", "set", "bridge", hostnet.TableName("shared"), "guarded"); !strings.Contains(out, `"`+old.Tap+`"`) {
 			return fmt.Errorf("%s is not guarded: %s", old.Tap, out)
 		}
 		return nil

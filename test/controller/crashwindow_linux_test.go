@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/helperproto"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -62,7 +63,7 @@ func TestStrayNetworkAfterCrash(t *testing.T) {
 	if out, err := h.Run(context.Background(), "ip", "link", "show", bridge); err == nil {
 		t.Errorf("the network of the project that went is still up (%s):\n%s", bridge, out)
 	}
-	if out := h.MustRun(t, "nft", "list", "tables"); strings.Contains(out, netplane.TableName("isolated")) {
+	if out := h.MustRun(t, "nft", "list", "tables"); strings.Contains(out, hostnet.TableName("isolated")) {
 		t.Errorf("the network of the project that went left its nftables tables:\n%s", out)
 	}
 	st := h.Status()

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vmnetctl/vmnetctl/controller"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -32,7 +33,7 @@ func TestDriftRepaired(t *testing.T) {
 	if err := vm.Ping(gateway, 1); err != nil {
 		t.Fatalf("before any drift: %v", err)
 	}
-	br, table, tap := st.Networks[0].Bridge, netplane.TableName("shared"), att.Tap
+	br, table, tap := st.Networks[0].Bridge, hostnet.TableName("shared"), att.Tap
 	repairs := func() uint64 { return h.network("shared").Repairs }
 
 	for _, d := range []struct {
@@ -93,7 +94,7 @@ func TestDriftEvents(t *testing.T) {
 	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
 	h.MustVmnetctl("up", "-f", vms)
 	st := h.Status()
-	br, table := st.Networks[0].Bridge, netplane.TableName("shared")
+	br, table := st.Networks[0].Bridge, hostnet.TableName("shared")
 	network := func() controller.NetworkStatus { return h.network("shared") }
 	metric := func(name string) (float64, error) {
 		resp, err := h.HTTPClient().Get("http://" + controller.DefaultMetricsAddr + "/metrics")

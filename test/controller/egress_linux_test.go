@@ -11,14 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/miekg/dns"
-	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/netplane"
-	"github.com/vmnetctl/vmnetctl/test/simvm"
-	"github.com/vmnetctl/vmnetctl/test/testutil"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/test/simvm"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 const egressNetworks = `
@@ -246,7 +248,7 @@ func TestEgress(t *testing.T) {
 		t.Fatalf("r's DHCPRELEASE: %v", err)
 	}
 	testutil.Eventually(t, 10*time.Second, func() error {
-		if out := h.MustRun(t, "nft", "list", "set", "inet", netplane.TableName("open"), "egress-own4"); strings.Contains(out, lease["ip"]+",") || strings.Contains(out, lease["ip"]+" ") {
+		if out := h.MustRun(t, "nft", "list", "set", "inet", hostnet.TableName("open"), "egress-own4"); strings.Contains(out, lease["ip"]+",") || strings.Contains(out, lease["ip"]+" ") {
 			return fmt.Errorf("r's released address %s is still in its policy's sources:\n%s", lease["ip"], out)
 		}
 		return nil

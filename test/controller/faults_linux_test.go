@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/controller"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -467,8 +468,8 @@ func (f *faults) upViolations() []string {
 			v = append(v, fmt.Sprintf("network %s's bridge %s exists: %v", id, br, err))
 		}
 		for _, family := range []string{"inet", "bridge"} {
-			if _, err := f.Run(context.Background(), "nft", "list", "table", family, netplane.TableName(id)); err != nil {
-				v = append(v, fmt.Sprintf("network %s's nftables table %s %s exists: %v", id, family, netplane.TableName(id), err))
+			if _, err := f.Run(context.Background(), "nft", "list", "table", family, hostnet.TableName(id)); err != nil {
+				v = append(v, fmt.Sprintf("network %s's nftables table %s %s exists: %v", id, family, hostnet.TableName(id), err))
 			}
 		}
 	}

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -78,8 +79,8 @@ func TestTwoStateDirs(t *testing.T) {
 		t.Helper()
 		for _, args := range [][]string{
 			{"ip", "link", "show", "vmn-shared"},
-			{"nft", "list", "table", "inet", netplane.TableName("shared")},
-			{"nft", "list", "table", "bridge", netplane.TableName("shared")},
+			{"nft", "list", "table", "inet", hostnet.TableName("shared")},
+			{"nft", "list", "table", "bridge", hostnet.TableName("shared")},
 			{"ip", "link", "show", macvtapA},
 		} {
 			if _, err := a.Run(context.Background(), args[0], args[1:]...); err != nil {

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/hostnet"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/controller"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -432,7 +433,7 @@ func TestGuests(t *testing.T) {
 	// or host), and dropped none of the guests' own frames.
 	for k := range leases {
 		att, _ := attachmentByMAC(st, macs[k])
-		guards := w.MustRun(t, "nft", "list", "set", "bridge", netplane.TableName(att.Network), "guarded")
+		guards := w.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(att.Network), "guarded")
 		if !strings.Contains(guards, fmt.Sprintf("%q", att.Tap)) {
 			t.Errorf("%s: port %s is not guarded:\n%s", k, att.Tap, guards)
 		}

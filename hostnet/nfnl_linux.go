@@ -1,4 +1,4 @@
-package netplane
+package hostnet
 
 import (
 	"bytes"
@@ -25,9 +25,9 @@ const (
 	udataComment      = 0
 )
 
-// tableComment reads the comment of the table name of family, with one
+// TableComment reads the comment of the table name of family, with one
 // request for the table alone; exists is false without the table.
-func tableComment(family knftables.Family, name string) (comment string, exists bool, err error) {
+func TableComment(family knftables.Family, name string) (comment string, exists bool, err error) {
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err != nil {
 		return "", false, fmt.Errorf("nftables: %w", err)
@@ -44,7 +44,7 @@ func tableComment(family knftables.Family, name string) (comment string, exists 
 			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETTABLE),
 			Flags: netlink.Request,
 		},
-		Data: append([]byte{nfproto(family), unix.NFNETLINK_V0, 0, 0}, attrs...),
+		Data: append([]byte{NFProto(family), unix.NFNETLINK_V0, 0, 0}, attrs...),
 	})
 	if errors.Is(err, unix.ENOENT) {
 		return "", false, nil
@@ -69,28 +69,28 @@ func tableComment(family knftables.Family, name string) (comment string, exists 
 	return comment, true, nil
 }
 
-// hasElement tells whether set of network id's guard table holds key (as
+// HasElement tells whether set of network id's guard table holds key (as
 // netlink carries it: a MAC in 6 bytes, a concatenation padded per
 // field). A missing set or table holds nothing.
-func hasElement(id, set string, key []byte) (bool, error) {
-	e, err := lookupElement(id, set, key)
+func HasElement(id, set string, key []byte) (bool, error) {
+	e, err := LookupElement(id, set, key)
 	return e != nil, err
 }
 
-// element is what lookupElement reads of a set's element: its data (a
+// Element is what LookupElement reads of a set's element: its data (a
 // map's value) and the packets of its counter, if it has one.
-type element struct {
-	data    []byte
-	packets uint64
+type Element struct {
+	Data    []byte
+	Packets uint64
 }
 
-// lookupElement reads the element key of set of network id's guard table,
+// LookupElement reads the element key of set of network id's guard table,
 // nil if it has none, with one netlink request for that element alone, as
 // `nft get element` sends (NFT_MSG_GETSETELEM without NLM_F_DUMP): no
 // subprocess, and the cost of one element however many the set holds. A
 // missing set or table holds nothing. google/nftables reads whole sets
 // only.
-func lookupElement(id, set string, key []byte) (*element, error) {
+func LookupElement(id, set string, key []byte) (*Element, error) {
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
@@ -113,7 +113,7 @@ func lookupElement(id, set string, key []byte) (*element, error) {
 	if err != nil {
 		return nil, err
 	}
-	data := append([]byte{nfproto(knftables.BridgeFamily), unix.NFNETLINK_V0, 0, 0}, attrs...)
+	data := append([]byte{NFProto(knftables.BridgeFamily), unix.NFNETLINK_V0, 0, 0}, attrs...)
 	msgs, err := c.Execute(netlink.Message{
 		Header: netlink.Header{
 			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM),
@@ -127,7 +127,7 @@ func lookupElement(id, set string, key []byte) (*element, error) {
 	case err != nil:
 		return nil, fmt.Errorf("network %q: looking up an element of the guard's set %s: %w", id, set, err)
 	}
-	e := &element{}
+	e := &Element{}
 	for _, m := range msgs {
 		if len(m.Data) > 4 {
 			decodeElement(m.Data[4:], e)
@@ -138,7 +138,7 @@ func lookupElement(id, set string, key []byte) (*element, error) {
 
 // decodeElement reads into e what a GETSETELEM answer b (its attributes)
 // says of its one element.
-func decodeElement(b []byte, e *element) {
+func decodeElement(b []byte, e *Element) {
 	nested := func(b []byte, typ uint16, f func([]byte)) {
 		ad, err := netlink.NewAttributeDecoder(b)
 		if err != nil {
@@ -153,13 +153,13 @@ func decodeElement(b []byte, e *element) {
 	nested(b, unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(b []byte) {
 		nested(b, unix.NFTA_LIST_ELEM, func(b []byte) {
 			nested(b, unix.NFTA_SET_ELEM_DATA, func(b []byte) {
-				nested(b, unix.NFTA_DATA_VALUE, func(v []byte) { e.data = v })
+				nested(b, unix.NFTA_DATA_VALUE, func(v []byte) { e.Data = v })
 			})
 			nested(b, unix.NFTA_SET_ELEM_EXPR, func(b []byte) {
 				nested(b, unix.NFTA_EXPR_DATA, func(b []byte) {
 					nested(b, unix.NFTA_COUNTER_PACKETS, func(v []byte) {
 						if len(v) == 8 {
-							e.packets = binary.BigEndian.Uint64(v)
+							e.Packets = binary.BigEndian.Uint64(v)
 						}
 					})
 				})
@@ -181,21 +181,21 @@ func udataString(b []byte, typ byte) string {
 	return ""
 }
 
-// nfproto is a knftables family as netlink numbers it.
-func nfproto(family knftables.Family) byte {
+// NFProto is a knftables family as netlink numbers it.
+func NFProto(family knftables.Family) byte {
 	if family == knftables.BridgeFamily {
 		return unix.NFPROTO_BRIDGE
 	}
 	return unix.NFPROTO_INET
 }
 
-// tableChains lists the names of the chains of table name of family.
-func tableChains(family knftables.Family, name string) ([]string, error) {
+// TableChains lists the names of the chains of table name of family.
+func TableChains(family knftables.Family, name string) ([]string, error) {
 	conn, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamily(nfproto(family)))
+	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamily(NFProto(family)))
 	if err != nil {
 		return nil, fmt.Errorf("nftables: listing the chains of %s %s: %w", family, name, err)
 	}

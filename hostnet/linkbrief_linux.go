@@ -1,4 +1,4 @@
-package netplane
+package hostnet
 
 import (
 	"errors"
@@ -6,27 +6,25 @@ import (
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
-
-	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // rtextFilterSkipStats asks a link dump to leave out the links' counters
 // (RTEXT_FILTER_SKIP_STATS, linux/rtnetlink.h; not in x/sys/unix).
 const rtextFilterSkipStats = 1 << 3
 
-// briefLink is what the passes need of a link: its index, name, master
+// BriefLink is what the passes need of a link: its index, name, master
 // and alias.
-type briefLink struct {
+type BriefLink struct {
 	Index, Master int
 	Name, Alias   string
 }
 
-// briefLinks lists the links of the current namespace with only their
+// BriefLinks lists the links of the current namespace with only their
 // names, indexes, masters and aliases: one dump without the counters,
 // read without building a netlink.Link each. With a thousand VM ports the
 // pass reads this several times; netlink.LinkList costs ten times more.
-func briefLinks() ([]briefLink, error) {
-	return hostnet.RetryDump(func() ([]briefLink, error) {
+func BriefLinks() ([]BriefLink, error) {
+	return RetryDump(func() ([]BriefLink, error) {
 		req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_DUMP)
 		req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
 		req.AddData(nl.NewRtAttr(unix.IFLA_EXT_MASK, nl.Uint32Attr(rtextFilterSkipStats)))
@@ -34,7 +32,7 @@ func briefLinks() ([]briefLink, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := make([]briefLink, 0, len(msgs))
+		out := make([]BriefLink, 0, len(msgs))
 		for _, m := range msgs {
 			if len(m) < unix.SizeofIfInfomsg {
 				continue
@@ -44,7 +42,7 @@ func briefLinks() ([]briefLink, error) {
 			if err != nil {
 				return nil, err
 			}
-			l := briefLink{Index: int(info.Index)}
+			l := BriefLink{Index: int(info.Index)}
 			for _, a := range attrs {
 				switch a.Attr.Type {
 				case unix.IFLA_IFNAME:
@@ -76,18 +74,18 @@ func cString(b []byte) string {
 	return string(b)
 }
 
-// linkNames tells the name of the link of an interface index in the
+// LinkNames tells the name of the link of an interface index in the
 // current namespace, one ioctl an index (the kernel's lookup), where a
 // dump of every link would cost as much as the links there are.
-type linkNames struct{ fd int }
+type LinkNames struct{ fd int }
 
-func openLinkNames() (linkNames, error) {
+func OpenLinkNames() (LinkNames, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	return linkNames{fd}, err
+	return LinkNames{fd}, err
 }
 
-// indexOf is the interface index of the link name, 0 if there is none.
-func (l linkNames) indexOf(name string) (uint32, error) {
+// IndexOf is the interface index of the link name, 0 if there is none.
+func (l LinkNames) IndexOf(name string) (uint32, error) {
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
 		return 0, nil // not a name a link can have
@@ -101,10 +99,10 @@ func (l linkNames) indexOf(name string) (uint32, error) {
 	return ifr.Uint32(), nil
 }
 
-// nameOf is the name of the link of interface index, "" if there is
+// NameOf is the name of the link of interface index, "" if there is
 // none; on any other failure than "no such device", ok is false and the
 // link is taken to be there (a port's guard is better kept than removed).
-func (l linkNames) nameOf(index uint32) (name string, ok bool) {
+func (l LinkNames) NameOf(index uint32) (name string, ok bool) {
 	ifr, err := unix.NewIfreq("")
 	if err != nil {
 		return "", false
@@ -119,4 +117,4 @@ func (l linkNames) nameOf(index uint32) (name string, ok bool) {
 	return ifr.Name(), true
 }
 
-func (l linkNames) close() { unix.Close(l.fd) }
+func (l LinkNames) Close() { unix.Close(l.fd) }
