@@ -22,9 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperproto"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -253,7 +253,7 @@ func TestThroughput(t *testing.T) {
 				return err
 			}
 			n := &api.Network{ID: "shared", Mode: api.ModeShared, DHCP: true}
-			return netplane.GuardPort(t.Context(), n, "tap0", vmSideMAC)
+			return guard.AddPort(t.Context(), n, "tap0", vmSideMAC)
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -109,7 +109,7 @@ func bindAddress(t *testing.T, hns *testutil.NS, mac net.HardwareAddr, addr stri
 	t.Helper()
 	n := &api.Network{ID: "shared", Mode: api.ModeShared, DHCP: true}
 	if err := hns.Do(func() error {
-		return netplane.BindAddress(t.Context(), n, mac, netip.MustParseAddr(addr))
+		return guard.BindAddress(t.Context(), n, mac, netip.MustParseAddr(addr))
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/helperproto"
-	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/relay"
 )
 
@@ -60,7 +60,7 @@ func (s *session) relearn() func() error {
 	if !s.learns() {
 		return nil
 	}
-	return func() error { return netplane.GuardPort(context.Background(), s.o.Network, s.tapName, nil) }
+	return func() error { return guard.AddPort(context.Background(), s.o.Network, s.tapName, nil) }
 }
 
 // relearnMAC is `vmnetctl helper ... --tap NAME --relearn-mac`: the
@@ -74,7 +74,7 @@ func relearnMAC(ctx context.Context, o Options) error {
 	if o.VMMAC != nil || o.NoSpoofCheck {
 		return fmt.Errorf("--%s: port %s does not learn its MAC (--mac or --no-spoof-check)", RelearnFlag, o.TapName)
 	}
-	return netplane.GuardPort(ctx, o.Network, o.TapName, nil)
+	return guard.AddPort(ctx, o.Network, o.TapName, nil)
 }
 
 // errNoExec says why the helper relays in its own process.

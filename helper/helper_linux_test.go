@@ -24,6 +24,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/config"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/netplane"
@@ -189,7 +190,7 @@ func (f *fixture) setupVM(t *testing.T, tap string, mac net.HardwareAddr) {
 	// A static address: the guard must be told, as DHCP would tell it.
 	n := &api.Network{ID: netID, Mode: api.ModeShared, DHCP: true}
 	if err := f.host.Do(func() error {
-		return netplane.BindAddress(context.Background(), n, mac, netip.MustParseAddr(vmAddr))
+		return guard.BindAddress(context.Background(), n, mac, netip.MustParseAddr(vmAddr))
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/guard"
 )
 
 // checkSudoPort refuses, through sudo, a port name that an attachment of
@@ -21,7 +21,7 @@ func checkSudoPort(n *api.Network, port string) error {
 	if !strings.HasPrefix(port, api.TapPrefix) {
 		return fmt.Errorf("TAP %s: run through sudo, the helper makes only TAPs named %s and an id", port, api.TapPrefix)
 	}
-	expected, err := netplane.ExpectedPort(context.Background(), n, port)
+	expected, err := guard.ExpectedPort(context.Background(), n, port)
 	if err != nil {
 		return err
 	}

@@ -529,7 +529,7 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 		}
 		if nw.guard6 != nil {
 			if hw, err := net.ParseMAC(p.MAC); err == nil {
-				srcs = append(srcs, nw.guard6.learner.Lookup(hw)...)
+				srcs = append(srcs, nw.guard6.Learner.Lookup(hw)...)
 			}
 		}
 		sources[pi] = srcs

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -114,7 +115,7 @@ func TestBridgeFDB(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		fdb, err := bridgeFDB(br)
+		fdb, err := guard.BridgeFDB(br)
 		if err != nil {
 			return err
 		}
@@ -141,7 +142,7 @@ func TestBridgeFDB(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := bridgeFDB(br); err == nil {
+		if _, err := guard.BridgeFDB(br); err == nil {
 			return fmt.Errorf("bridgeFDB read another namespace's sysfs")
 		}
 		check(portMACs("br-fdb", nil), "portMACs of every port, port by port")

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 	"golang.org/x/net/ipv6"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -37,7 +37,7 @@ func g6VM(t *testing.T, host *testutil.NS, n *api.Network, name, mac string) *te
 	port := "p-" + name
 	testutil.Run(t, "ip", "-n", host.Name, "link", "add", port, "up", "type", "veth", "peer", "name", "eth0", "address", mac, "netns", v.Name)
 	host.MustDo(t, func() error {
-		if err := GuardPort(context.Background(), n, port, mustMAC(mac)); err != nil {
+		if err := guard.AddPort(context.Background(), n, port, mustMAC(mac)); err != nil {
 			return err
 		}
 		l, err := netlink.LinkByName(port)
@@ -72,7 +72,7 @@ func g6Drops(t *testing.T, host *testutil.NS, n *api.Network, name string) uint6
 	t.Helper()
 	var drops map[string]uint64
 	host.MustDo(t, func() (err error) {
-		drops, err = guardDrops(context.Background(), n.ID, []string{"p-" + name})
+		drops, err = guard.Drops(context.Background(), n.ID, []string{"p-" + name})
 		return err
 	})
 	return drops["p-"+name]
@@ -118,7 +118,7 @@ func TestGuard6(t *testing.T) {
 	gA := g6Addr(t, a, "global")
 	llB := g6Addr(t, b, "link")
 	bs := newRawSender(t, b)
-	owner := func(nw *Network) string { o, _ := nw.guard6.learner.Owner(gA); return o.String() }
+	owner := func(nw *Network) string { o, _ := nw.guard6.Learner.Owner(gA); return o.String() }
 	testutil.Eventually(t, 10*time.Second, func() error {
 		if o := owner(nw); o != macA {
 			return fmt.Errorf("owner of A's %s: %q", gA, o)
@@ -195,9 +195,9 @@ func TestGuard6(t *testing.T) {
 	}
 
 	// A binding deleted from the sets behind the guard's back comes back.
-	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guardAddrs6, "{", macA, ".", gA.String(), "}")
-	host.MustDo(t, func() error { return nw2.guard6.sync(context.Background()) })
-	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs6); !strings.Contains(out, gA.String()) {
+	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guard.SetAddrs6, "{", macA, ".", gA.String(), "}")
+	host.MustDo(t, func() error { return nw2.guard6.Sync(context.Background()) })
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetAddrs6); !strings.Contains(out, gA.String()) {
 		t.Errorf("after a sync, addrs6 lacks A's %s:\n%s", gA, out)
 	}
 }
@@ -219,23 +219,23 @@ func TestReservationsInGuard(t *testing.T) {
 	}
 	nw.SetVMs([]string{"ghost"}, []net.HardwareAddr{ghost})
 	addrs6 := func() string {
-		return host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs6)
+		return host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetAddrs6)
 	}
 	if out := addrs6(); !strings.Contains(out, ghost.String()+" . "+gll.String()+` comment "reserved"`) {
 		t.Fatalf("the reserved link-local address is not in the guard as a reservation:\n%s", out)
 	}
 	// Written through netlink, read as nft writes it: the target as the
 	// raw 128 bits of a neighbour advertisement's target.
-	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardTargets6); !strings.Contains(out, ghost.String()+" . "+ip6Int(gll)+` comment "reserved"`) {
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetTargets6); !strings.Contains(out, ghost.String()+" . "+ip6Int(gll)+` comment "reserved"`) {
 		t.Fatalf("the reservation is not in targets6 as nft writes it:\n%s", out)
 	}
-	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardOwnedT6); !strings.Contains(out, ip6Int(gll)) {
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetOwnedT6); !strings.Contains(out, ip6Int(gll)) {
 		t.Fatalf("the reserved address is not in ownedt6 as nft writes it:\n%s", out)
 	}
 	nw.Close()
 
 	nw = start(t, host, n, opts)
-	if got := nw.guard6.learner.Lookup(ghost); len(got) > 0 {
+	if got := nw.guard6.Learner.Lookup(ghost); len(got) > 0 {
 		t.Errorf("after a restart the reservations are taken for addresses the VM uses: %v", got)
 	}
 	if err := nw.SetHost(ghost, "ghost", netip.Addr{}); err != nil {
@@ -248,7 +248,7 @@ func TestReservationsInGuard(t *testing.T) {
 	// The VM goes: its reservations go from the learner at once, and
 	// from the guard in the sync that follows (removalDelay).
 	nw.SetVMs(nil, nil)
-	if r := nw.guard6.learner.Reserved(); len(r) > 0 {
+	if r := nw.guard6.Learner.Reserved(); len(r) > 0 {
 		t.Errorf("reservations of a VM that went: %v", r)
 	}
 	testutil.Eventually(t, 30*time.Second, func() error {
@@ -287,7 +287,7 @@ func TestReservationsMany(t *testing.T) {
 	}
 	nw.SetVMs(names, macs)
 	count := func() int {
-		return strings.Count(host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs6), `comment "reserved"`)
+		return strings.Count(host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetAddrs6), `comment "reserved"`)
 	}
 	if got := count(); got != 2*len(macs) {
 		t.Fatalf("%d reservations in the guard, want %d", got, 2*len(macs))

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -37,7 +37,7 @@ func plugLearning(t *testing.T, host *testutil.NS, n *api.Network, port string, 
 	v.MustRun(t, "sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=1")
 	v.MustRun(t, "ip", "link", "set", "eth0", "up")
 	host.MustDo(t, func() error {
-		if err := GuardPort(context.Background(), n, port, nil); err != nil {
+		if err := guard.AddPort(context.Background(), n, port, nil); err != nil {
 			return err
 		}
 		l, err := netlink.LinkByName(port)
@@ -51,14 +51,14 @@ func plugLearning(t *testing.T, host *testutil.NS, n *api.Network, port string, 
 
 // claimLab is a host namespace with network n's bridge (named label, on
 // subnet), for the guard's claims, and a reader of its guard's MACs.
-func claimLab(t *testing.T, label, subnet string) (*testutil.NS, *api.Network, func() *guardState) {
+func claimLab(t *testing.T, label, subnet string) (*testutil.NS, *api.Network, func() *guard.State) {
 	t.Helper()
 	host := testutil.NewNS(t, label+"-host")
 	n := testNet(label, api.ModeShared, subnet)
 	host.MustRun(t, "ip", "link", "add", n.Bridge(), "up", "type", "bridge")
-	return host, n, func() *guardState {
-		var st *guardState
-		host.MustDo(t, func() (err error) { st, err = readGuardState(context.Background(), n.ID); return err })
+	return host, n, func() *guard.State {
+		var st *guard.State
+		host.MustDo(t, func() (err error) { st, err = guard.ReadState(context.Background(), n.ID); return err })
 		return st
 	}
 }
@@ -83,11 +83,11 @@ func TestGuardClaims(t *testing.T) {
 	// A and B are the controller's, with their MACs; C is a helper of
 	// its own (any MAC works).
 	host.MustDo(t, func() error {
-		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB}, false)
+		return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB}, false)
 	})
 	drops := func(name string) uint64 {
 		var d map[string]uint64
-		host.MustDo(t, func() (err error) { d, err = guardDrops(ctx, n.ID, nil); return err })
+		host.MustDo(t, func() (err error) { d, err = guard.Drops(ctx, n.ID, nil); return err })
 		return d["p-"+name]
 	}
 	// send has name's VM send a frame from mac, and waits for its port
@@ -97,7 +97,7 @@ func TestGuardClaims(t *testing.T) {
 		before := drops(name)
 		vms[name].Send(t, claimFrame(mac))
 		testutil.Eventually(t, 5*time.Second, func() error {
-			if got := state().learned["p-"+name]; got != want {
+			if got := state().Learned["p-"+name]; got != want {
 				return fmt.Errorf("port %s holds %q, want %q", name, got, want)
 			}
 			if d := drops(name); dropped != (d > before) {
@@ -109,13 +109,13 @@ func TestGuardClaims(t *testing.T) {
 
 	// C takes A's expected MAC before A sent anything: dropped.
 	send("c", macA, "", true)
-	if st := state(); st.learned["p-c"] != "" || !st.claimed[macA.String()] {
+	if st := state(); st.Learned["p-c"] != "" || !st.Claimed[macA.String()] {
 		t.Fatalf("after C's frame from A's MAC: %+v", st)
 	}
 	send("a", macA, macA.String(), false)
 	// B uses a MAC of its own choice (nobody's): learned and claimed.
 	send("b", free1, free1.String(), false)
-	if !state().claimed[free1.String()] {
+	if !state().Claimed[free1.String()] {
 		t.Fatalf("B's MAC %s is not claimed", free1)
 	}
 	// C, a second learning port, is refused the MAC B uses.
@@ -123,7 +123,7 @@ func TestGuardClaims(t *testing.T) {
 	// B, which holds a MAC, sends from another nobody holds: dropped, and
 	// the MAC not claimed (the rule stopped at the failed add).
 	send("b", free2, free1.String(), true)
-	if state().claimed[free2.String()] {
+	if state().Claimed[free2.String()] {
 		t.Fatalf("B's dropped frame from %s claimed it", free2)
 	}
 	// Now C may take the second: it is nobody's.
@@ -135,20 +135,20 @@ func TestGuardClaims(t *testing.T) {
 		port string
 		mac  net.HardwareAddr
 	}{{"p-c", macA}, {"p-b", free2}} {
-		err := host.Do(func() error { return GuardPort(ctx, n, c.port, c.mac) })
+		err := host.Do(func() error { return guard.AddPort(ctx, n, c.port, c.mac) })
 		if err == nil || !strings.Contains(err.Error(), "another VM port's") {
 			t.Errorf("pinning %s to %s: %v, want a refusal", c.port, c.mac, err)
 		}
 	}
-	if st := state(); st.learned["p-c"] != free2.String() || st.learned["p-b"] != free1.String() {
-		t.Fatalf("a refused pin changed the ports: %+v", st.learned)
+	if st := state(); st.Learned["p-c"] != free2.String() || st.Learned["p-b"] != free1.String() {
+		t.Fatalf("a refused pin changed the ports: %+v", st.Learned)
 	}
-	host.MustDo(t, func() error { return GuardPort(ctx, n, "p-a", macA) })
+	host.MustDo(t, func() error { return guard.AddPort(ctx, n, "p-a", macA) })
 
 	// B guarded again (its VMM restarted): the MAC it held is released,
 	// and it learns one again.
-	host.MustDo(t, func() error { return GuardPort(ctx, n, "p-b", nil) })
-	if st := state(); st.claimed[free1.String()] {
+	host.MustDo(t, func() error { return guard.AddPort(ctx, n, "p-b", nil) })
+	if st := state(); st.Claimed[free1.String()] {
 		t.Fatalf("B's old MAC %s still claimed after B was guarded again", free1)
 	}
 	send("b", free1, free1.String(), false)
@@ -157,18 +157,18 @@ func TestGuardClaims(t *testing.T) {
 	// whose frames from it are then dropped; from its memo too (which
 	// knows nothing of what C learned: it looks the new MAC up).
 	host.MustDo(t, func() error {
-		return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": free2}, false)
+		return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": free2}, false)
 	})
 	st := state()
-	if st.learned["p-c"] != "" || !st.claimed[free2.String()] || !st.owns[portMAC{free2.String(), "p-b"}] || st.owns[portMAC{macB.String(), "p-b"}] {
+	if st.Learned["p-c"] != "" || !st.Claimed[free2.String()] || !st.Owns[guard.PortMAC{MAC: free2.String(), Port: "p-b"}] || st.Owns[guard.PortMAC{MAC: macB.String(), Port: "p-b"}] {
 		t.Fatalf("after ClaimPorts gave %s to B: %+v", free2, st)
 	}
 	send("c", free2, "", true)
 
 	// Deleting a port's guard releases the MAC it held unless expected.
-	host.MustDo(t, func() error { return UnguardPort(ctx, n, "p-b") })
-	if st := state(); !st.claimed[free2.String()] || st.claimed[free1.String()] {
-		t.Fatalf("after B's guard went: claimed %v, want %s (expected) and not %s", st.claimed, free2, free1)
+	host.MustDo(t, func() error { return guard.RemovePort(ctx, n, "p-b") })
+	if st := state(); !st.Claimed[free2.String()] || st.Claimed[free1.String()] {
+		t.Fatalf("after B's guard went: claimed %v, want %s (expected) and not %s", st.Claimed, free2, free1)
 	}
 }
 
@@ -197,7 +197,7 @@ func testGuardFixedWithoutDHCP(t *testing.T, dnsProxy bool) {
 	vms := map[string]*testutil.NS{}
 	for name, mac := range map[string]net.HardwareAddr{"a": macA, "b": macB} {
 		vms[name] = vm(t, host, name, mac.String(), n.Bridge(), false)
-		host.MustDo(t, func() error { return GuardPort(ctx, n, "p-"+name, mac) })
+		host.MustDo(t, func() error { return guard.AddPort(ctx, n, "p-"+name, mac) })
 	}
 	try := func(v *testutil.NS, addr string) error {
 		v.MustRun(t, "ip", "addr", "flush", "dev", "eth0")
@@ -228,7 +228,7 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	bound := func() bool {
-		out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs)
+		out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetAddrs)
 		return strings.Contains(out, "10.200.54.10")
 	}
 	if !bound() {
@@ -236,11 +236,11 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 	}
 	host.MustRun(t, "nft", "delete", "table", "bridge", hostnet.TableName(n.ID))
 	host.MustRun(t, "ip", "link", "add", "p-a", "type", "veth", "peer", "name", "p-a-peer")
-	host.MustDo(t, func() error { return GuardPort(ctx, n, "p-a", mac) }) // the ports' repair
+	host.MustDo(t, func() error { return guard.AddPort(ctx, n, "p-a", mac) }) // the ports' repair
 	if bound() {
 		t.Fatal("the set survived its table's deletion")
 	}
-	if err := nw.guard.syncAll(ctx); err != nil {
+	if err := nw.guard.SyncAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !bound() {
@@ -261,9 +261,9 @@ func TestGuardStalePort(t *testing.T) {
 	mac := mustMAC("52:55:55:00:55:0a")
 	v := testutil.NewNS(t, "gs-vm")
 	learned := func(port string) string {
-		var st *guardState
-		host.MustDo(t, func() (err error) { st, err = readGuardState(ctx, n.ID); return err })
-		return st.learned[port]
+		var st *guard.State
+		host.MustDo(t, func() (err error) { st, err = guard.ReadState(ctx, n.ID); return err })
+		return st.Learned[port]
 	}
 	for _, port := range []string{"p-old", "p-new"} {
 		s := plugLearning(t, host, n, port, v)
@@ -277,11 +277,11 @@ func TestGuardStalePort(t *testing.T) {
 		host.MustRun(t, "ip", "link", "del", port) // the helper exits
 	}
 	host.MustDo(t, func() error {
-		if err := ClaimPorts(ctx, n, map[string]net.HardwareAddr{"vmt-claimed": mac}, true); err != nil {
+		if err := guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"vmt-claimed": mac}, true); err != nil {
 			return err
 		}
 		for port, want := range map[string]bool{"vmt-claimed": true, "vmt-other": false} {
-			if got, err := ExpectedPort(ctx, n, port); err != nil || got != want {
+			if got, err := guard.ExpectedPort(ctx, n, port); err != nil || got != want {
 				return fmt.Errorf("ExpectedPort(%s) = %v, %v; want %v", port, got, err, want)
 			}
 		}
@@ -304,14 +304,14 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 	c := plugLearning(t, host, n, "p-c", testutil.NewNS(t, "cg-c"))
 	claim := func(expected map[string]net.HardwareAddr) {
 		t.Helper()
-		host.MustDo(t, func() error { return ClaimPorts(ctx, n, expected, false) })
+		host.MustDo(t, func() error { return guard.ClaimPorts(ctx, n, expected, false) })
 	}
 	// learns has port's VM send from mac and waits for the port to hold it.
 	learns := func(port string, vm *testutil.RawSender, mac net.HardwareAddr) {
 		t.Helper()
 		vm.Send(t, claimFrame(mac))
 		testutil.Eventually(t, 5*time.Second, func() error {
-			if got := state().learned[port]; got != mac.String() {
+			if got := state().Learned[port]; got != mac.String() {
 				return fmt.Errorf("%s holds %q", port, got)
 			}
 			return nil
@@ -323,22 +323,22 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 	// A and B detached; A's helper still runs, B's port never sent.
 	claim(map[string]net.HardwareAddr{})
 	st := state()
-	if !st.claimed[macA.String()] || st.expectedMACs[macA.String()] {
-		t.Fatalf("A detached, its port still holding %s: claimed %v, expected %v", macA, st.claimed, st.expectedMACs)
+	if !st.Claimed[macA.String()] || st.ExpectedMACs[macA.String()] {
+		t.Fatalf("A detached, its port still holding %s: claimed %v, expected %v", macA, st.Claimed, st.ExpectedMACs)
 	}
-	if st.claimed[macB.String()] || st.expectedMACs[macB.String()] || len(st.owns) != 0 {
-		t.Fatalf("B detached: claimed %v, expected %v, owns %v", st.claimed, st.expectedMACs, st.owns)
+	if st.Claimed[macB.String()] || st.ExpectedMACs[macB.String()] || len(st.Owns) != 0 {
+		t.Fatalf("B detached: claimed %v, expected %v, owns %v", st.Claimed, st.ExpectedMACs, st.Owns)
 	}
 	// A's port goes with its helper: the MAC is free.
 	host.MustRun(t, "ip", "link", "del", "p-a")
 	claim(map[string]net.HardwareAddr{"p-b": macC})
 	st = state()
-	if st.claimed[macA.String()] || !st.claimed[macC.String()] {
-		t.Fatalf("A's port gone: claimed %v, want %s free and %s claimed", st.claimed, macA, macC)
+	if st.Claimed[macA.String()] || !st.Claimed[macC.String()] {
+		t.Fatalf("A's port gone: claimed %v, want %s free and %s claimed", st.Claimed, macA, macC)
 	}
 	// Its guard went in the same batch.
-	if _, ok := st.learned["p-a"]; ok {
-		t.Errorf("A's port gone: its guard is still there (%v)", st.learned)
+	if _, ok := st.Learned["p-a"]; ok {
+		t.Errorf("A's port gone: its guard is still there (%v)", st.Learned)
 	}
 	learns("p-c", c, macA)
 }
@@ -392,14 +392,14 @@ func TestLeaseKeptWhileAttached(t *testing.T) {
 		t.Fatal(err)
 	}
 	bound := func() bool {
-		out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs)
+		out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetAddrs)
 		return strings.Contains(out, off.String())
 	}
 	if !bound() {
 		t.Fatalf("the lease %s is not in the guard", off)
 	}
 	now = now.Add(time.Hour) // the lease long expired, never renewed
-	host.MustDo(t, func() error { return nw.guard.syncAll(ctx) })
+	host.MustDo(t, func() error { return nw.guard.SyncAll(ctx) })
 	if !bound() {
 		t.Errorf("an attached VM's address left the guard when its lease expired")
 	}
@@ -418,16 +418,16 @@ func TestClaimsWhenPortMoves(t *testing.T) {
 	host, n, state := claimLab(t, "cm", "10.200.63.0/24")
 	mac := mustMAC("52:55:55:00:63:0a")
 	old := plugLearning(t, host, n, "p-old", testutil.NewNS(t, "cm-old"))
-	host.MustDo(t, func() error { return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-old": mac}, false) })
+	host.MustDo(t, func() error { return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-old": mac}, false) })
 	old.Send(t, claimFrame(mac))
 	testutil.Eventually(t, 5*time.Second, func() error {
-		if got := state().learned["p-old"]; got != mac.String() {
+		if got := state().Learned["p-old"]; got != mac.String() {
 			return fmt.Errorf("p-old holds %q", got)
 		}
 		return nil
 	}, "p-old to learn its MAC")
-	host.MustDo(t, func() error { return ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-new": mac}, false) })
-	if st := state(); st.learned["p-old"] != "" || !st.owns[portMAC{mac.String(), "p-new"}] {
-		t.Errorf("after the MAC moved to p-new: p-old holds %q, owns %v", st.learned["p-old"], st.owns)
+	host.MustDo(t, func() error { return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-new": mac}, false) })
+	if st := state(); st.Learned["p-old"] != "" || !st.Owns[guard.PortMAC{MAC: mac.String(), Port: "p-new"}] {
+		t.Errorf("after the MAC moved to p-new: p-old holds %q, owns %v", st.Learned["p-old"], st.Owns)
 	}
 }

@@ -223,7 +223,7 @@ func newTaggedLab(t *testing.T, n *api.Network) *taggedLab {
 	// The attacker's link-local address is its own (the learner bound
 	// it): its frames from it pass the guard as the attacker's.
 	testutil.Eventually(t, 10*time.Second, func() error {
-		if o, _ := l.nw.guard6.learner.Owner(l.aLL); o.String() != l.amac.String() {
+		if o, _ := l.nw.guard6.Learner.Owner(l.aLL); o.String() != l.amac.String() {
 			return fmt.Errorf("%s is bound to %q", l.aLL, o)
 		}
 		return nil

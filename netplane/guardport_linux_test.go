@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -23,8 +24,8 @@ func portIndex(t *testing.T, host *testutil.NS, port string) string {
 func holdMAC(t *testing.T, host *testutil.NS, id, idx, mac string) {
 	t.Helper()
 	table := hostnet.TableName(id)
-	host.MustRun(t, "nft", "add", "element", "bridge", table, guardHeld, "{", idx, ":", mac, "}")
-	host.MustRun(t, "nft", "add", "element", "bridge", table, guardPortMACs, "{", idx, ".", mac, "}")
+	host.MustRun(t, "nft", "add", "element", "bridge", table, guard.SetHeld, "{", idx, ":", mac, "}")
+	host.MustRun(t, "nft", "add", "element", "bridge", table, guard.SetPortMACs, "{", idx, ".", mac, "}")
 }
 
 // setHas tells whether set of network id's guard table holds elem (as
@@ -46,20 +47,20 @@ func TestGuardPortElements(t *testing.T) {
 		start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
 		host.MustRun(t, "ip", "link", "add", "p-a", "type", "veth", "peer", "name", "p-b")
 		for range 2 {
-			host.MustDo(t, func() error { return GuardPort(context.Background(), n, "p-a", nil) })
+			host.MustDo(t, func() error { return guard.AddPort(context.Background(), n, "p-a", nil) })
 		}
-		if !setHas(t, host, n.ID, guardGuarded, portIndex(t, host, "p-a")) {
-			t.Errorf("network %s: p-a is not in %s", n.ID, guardGuarded)
+		if !setHas(t, host, n.ID, guard.SetGuarded, portIndex(t, host, "p-a")) {
+			t.Errorf("network %s: p-a is not in %s", n.ID, guard.SetGuarded)
 		}
-		if setHas(t, host, n.ID, guardGuarded, portIndex(t, host, "p-b")) {
-			t.Errorf("network %s: p-b, never guarded, is in %s", n.ID, guardGuarded)
+		if setHas(t, host, n.ID, guard.SetGuarded, portIndex(t, host, "p-b")) {
+			t.Errorf("network %s: p-b, never guarded, is in %s", n.ID, guard.SetGuarded)
 		}
 		listing := host.MustRun(t, "nft", "list", "table", "bridge", hostnet.TableName(n.ID))
 		if c := strings.Count(listing, "\tchain "); c != 4 {
 			t.Errorf("network %s: the guard table has %d chains, want 4:\n%s", n.ID, c, listing)
 		}
 		var errs []error
-		host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+		host.MustDo(t, func() error { errs = guard.CheckTable(context.Background(), n); return nil })
 		if len(errs) > 0 {
 			t.Errorf("network %s: Check of a whole guard table: %v", n.ID, errs)
 		}
@@ -91,13 +92,13 @@ func TestGuardMigratesV2(t *testing.T) {
 }
 EOF`)
 	var errs []error
-	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	host.MustDo(t, func() error { errs = guard.CheckTable(context.Background(), n); return nil })
 	if len(errs) == 0 {
 		t.Fatalf("Check of a version 2 guard table found nothing wrong")
 	}
-	host.MustDo(t, func() error { return ensureGuardTable(context.Background(), n) })
+	host.MustDo(t, func() error { return guard.EnsureTable(context.Background(), n) })
 	idx := portIndex(t, host, "p-u")
-	if !setHas(t, host, n.ID, guardGuarded, idx) || !setHas(t, host, n.ID, guardPortMACs, idx, ".", mac) {
+	if !setHas(t, host, n.ID, guard.SetGuarded, idx) || !setHas(t, host, n.ID, guard.SetPortMACs, idx, ".", mac) {
 		t.Errorf("after the migration, p-u is not guarded with its MAC:\n%s", host.MustRun(t, "nft", "list", "table", "bridge", table))
 	}
 	listing := host.MustRun(t, "nft", "list", "table", "bridge", table)
@@ -106,7 +107,7 @@ EOF`)
 			t.Errorf("after the migration, %q is left:\n%s", old, listing)
 		}
 	}
-	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	host.MustDo(t, func() error { errs = guard.CheckTable(context.Background(), n); return nil })
 	if len(errs) > 0 {
 		t.Errorf("Check after the migration: %v", errs)
 	}
@@ -119,18 +120,12 @@ EOF`)
 func TestGuardDeletesIdempotent(t *testing.T) {
 	needRoot(t)
 	host, n, nw := g6Lab(t, "gi")
-	gone := binding{mac: "52:55:55:00:0e:01", ip: ip("10.200.9.77")}
-	kept := binding{mac: "52:55:55:00:0e:02", ip: ip("10.200.9.78")}
+	gone := guard.Binding{MAC: "52:55:55:00:0e:01", IP: ip("10.200.9.77")}
+	kept := guard.Binding{MAC: "52:55:55:00:0e:02", IP: ip("10.200.9.78")}
 	host.MustDo(t, func() error {
-		g := nw.guard
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if err := g.load(context.Background()); err != nil {
-			return err
-		}
-		return g.apply(context.Background(), []binding{kept}, []binding{gone})
+		return nw.guard.Change(context.Background(), []guard.Binding{kept}, []guard.Binding{gone})
 	})
-	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardAddrs); !strings.Contains(out, kept.ip.String()) || strings.Contains(out, gone.ip.String()) {
+	if out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetAddrs); !strings.Contains(out, kept.IP.String()) || strings.Contains(out, gone.IP.String()) {
 		t.Errorf("after adding %v and deleting %v, which was not there:\n%s", kept, gone, out)
 	}
 }
@@ -155,20 +150,20 @@ func TestGuardChainsDamaged(t *testing.T) {
 	table := hostnet.TableName(n.ID)
 	// Its first rule (the tagged frames' drop) out.
 	var handle string
-	for _, l := range strings.Split(host.MustRun(t, "nft", "-a", "list", "chain", "bridge", table, guardChecks), "\n") {
-		if _, h, ok := strings.Cut(l, "# handle "); ok && strings.Contains(l, guardL2Types) {
+	for _, l := range strings.Split(host.MustRun(t, "nft", "-a", "list", "chain", "bridge", table, guard.SetChecks), "\n") {
+		if _, h, ok := strings.Cut(l, "# handle "); ok && strings.Contains(l, guard.SetL2Types) {
 			handle = strings.TrimSpace(h)
 		}
 	}
-	host.MustRun(t, "nft", "delete", "rule", "bridge", table, guardChecks, "handle", handle)
+	host.MustRun(t, "nft", "delete", "rule", "bridge", table, guard.SetChecks, "handle", handle)
 	var errs []error
-	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	host.MustDo(t, func() error { errs = guard.CheckTable(context.Background(), n); return nil })
 	if len(errs) == 0 {
 		t.Errorf("Check of a guard without its first rule found nothing wrong")
 	}
 	host.MustRun(t, "ip", "link", "add", "p-d", "type", "veth", "peer", "name", "p-e")
-	host.MustDo(t, func() error { return GuardPort(context.Background(), n, "p-d", nil) })
-	if got := host.MustRun(t, "nft", "list", "chain", "bridge", table, guardChecks); !strings.Contains(got, "ether type != @"+guardL2Types) {
+	host.MustDo(t, func() error { return guard.AddPort(context.Background(), n, "p-d", nil) })
+	if got := host.MustRun(t, "nft", "list", "chain", "bridge", table, guard.SetChecks); !strings.Contains(got, "ether type != @"+guard.SetL2Types) {
 		t.Errorf("the guard lacks the rule taken out:\n%s", got)
 	}
 }
@@ -185,36 +180,36 @@ func TestGuardReused(t *testing.T) {
 	host.MustRun(t, "ip", "link", "add", "p-r", "type", "veth", "peer", "name", "p-s")
 	idx := portIndex(t, host, "p-r")
 	host.MustDo(t, func() error {
-		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"p-r": mustMAC(own)}, true)
+		return guard.ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"p-r": mustMAC(own)}, true)
 	})
-	guard := func() {
+	guardPort := func() {
 		t.Helper()
-		host.MustDo(t, func() error { return GuardPort(context.Background(), n, "p-r", nil) })
+		host.MustDo(t, func() error { return guard.AddPort(context.Background(), n, "p-r", nil) })
 	}
 	held := func() string {
 		var h string
-		host.MustDo(t, func() (err error) { h, err = readHeld(n.ID, "p-r"); return err })
+		host.MustDo(t, func() (err error) { h, err = guard.ReadHeld(n.ID, "p-r"); return err })
 		return h
 	}
-	guard()
-	guard()
-	if !setHas(t, host, n.ID, guardGuarded, idx) || held() != "" {
-		t.Fatalf("a port guarded twice: guarded %v, holds %q", setHas(t, host, n.ID, guardGuarded, idx), held())
+	guardPort()
+	guardPort()
+	if !setHas(t, host, n.ID, guard.SetGuarded, idx) || held() != "" {
+		t.Fatalf("a port guarded twice: guarded %v, holds %q", setHas(t, host, n.ID, guard.SetGuarded, idx), held())
 	}
 	holdMAC(t, host, n.ID, idx, own)
-	guard()
+	guardPort()
 	if h := held(); h != own {
 		t.Errorf("the reused guard holds %q, not the port's own MAC %s", h, own)
 	}
-	host.MustRun(t, "nft", "flush", "map", "bridge", hostnet.TableName(n.ID), guardHeld)
-	host.MustRun(t, "nft", "flush", "set", "bridge", hostnet.TableName(n.ID), guardPortMACs)
+	host.MustRun(t, "nft", "flush", "map", "bridge", hostnet.TableName(n.ID), guard.SetHeld)
+	host.MustRun(t, "nft", "flush", "set", "bridge", hostnet.TableName(n.ID), guard.SetPortMACs)
 	holdMAC(t, host, n.ID, idx, other)
-	host.MustRun(t, "nft", "add", "element", "bridge", hostnet.TableName(n.ID), guardClaimed, "{", other, "}")
-	guard()
+	host.MustRun(t, "nft", "add", "element", "bridge", hostnet.TableName(n.ID), guard.SetClaimed, "{", other, "}")
+	guardPort()
 	if h := held(); h != "" {
 		t.Errorf("the port still holds %q, a MAC it does not own", h)
 	}
-	if setHas(t, host, n.ID, guardPortMACs, idx, ".", other) || setHas(t, host, n.ID, guardClaimed, other) {
+	if setHas(t, host, n.ID, guard.SetPortMACs, idx, ".", other) || setHas(t, host, n.ID, guard.SetClaimed, other) {
 		t.Errorf("the MAC the port held is left in port-macs or claimed:\n%s", host.MustRun(t, "nft", "list", "table", "bridge", hostnet.TableName(n.ID)))
 	}
 }
@@ -228,38 +223,38 @@ func TestPruneGuards(t *testing.T) {
 	table := hostnet.TableName(n.ID)
 	expected := "52:55:55:00:10:0e"
 	ports := map[string]string{"p-1": "52:55:55:00:10:01", "p-2": "52:55:55:00:10:02", "p-3": expected, "p-live": "52:55:55:00:10:04"}
-	// More than one batch's worth (pruneChunk).
+	// More than one batch's worth (guard.PruneChunk).
 	var gone []string
-	for i := range 2 * pruneChunk {
+	for i := range 2 * guard.PruneChunk {
 		port := fmt.Sprintf("p-x%d", i)
 		ports[port] = fmt.Sprintf("52:55:55:00:11:%02x", i)
 		gone = append(gone, port)
 	}
 	host.MustDo(t, func() error {
-		return ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"vmt-x": mustMAC(expected)}, true)
+		return guard.ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"vmt-x": mustMAC(expected)}, true)
 	})
 	index := map[string]string{}
 	for port, mac := range ports {
 		host.MustRun(t, "ip", "link", "add", port, "type", "veth", "peer", "name", port+"-peer")
-		host.MustDo(t, func() error { return GuardPort(context.Background(), n, port, nil) })
+		host.MustDo(t, func() error { return guard.AddPort(context.Background(), n, port, nil) })
 		index[port] = portIndex(t, host, port)
 		holdMAC(t, host, n.ID, index[port], mac)
-		host.MustRun(t, "nft", "add", "element", "bridge", table, guardClaimed, "{", mac, "}")
+		host.MustRun(t, "nft", "add", "element", "bridge", table, guard.SetClaimed, "{", mac, "}")
 	}
 	for _, port := range append(gone, "p-1", "p-2", "p-3") {
 		host.MustRun(t, "ip", "link", "del", port)
 	}
-	host.MustDo(t, func() error { return pruneGuards(n.ID) })
+	host.MustDo(t, func() error { return guard.PruneGuards(n.ID) })
 	for port, mac := range ports {
 		live := port == "p-live"
-		if has := setHas(t, host, n.ID, guardGuarded, index[port]); has != live {
+		if has := setHas(t, host, n.ID, guard.SetGuarded, index[port]); has != live {
 			t.Errorf("after the prune, %s in guarded: %v", port, has)
 		}
-		if has := setHas(t, host, n.ID, guardPortMACs, index[port], ".", mac); has != live {
+		if has := setHas(t, host, n.ID, guard.SetPortMACs, index[port], ".", mac); has != live {
 			t.Errorf("after the prune, %s holds its MAC: %v", port, has)
 		}
 	}
-	claimed := host.MustRun(t, "nft", "list", "set", "bridge", table, guardClaimed)
+	claimed := host.MustRun(t, "nft", "list", "set", "bridge", table, guard.SetClaimed)
 	for _, c := range []struct {
 		mac  string
 		want bool
@@ -279,25 +274,25 @@ func TestGuardStrays(t *testing.T) {
 	host, n, _ := g6Lab(t, "gs")
 	own, second := "52:55:55:00:12:01", "52:55:55:00:12:02"
 	host.MustRun(t, "ip", "link", "add", "p-s", "type", "veth", "peer", "name", "p-t")
-	host.MustDo(t, func() error { return GuardPort(context.Background(), n, "p-s", nil) })
+	host.MustDo(t, func() error { return guard.AddPort(context.Background(), n, "p-s", nil) })
 	idx := portIndex(t, host, "p-s")
 	holdMAC(t, host, n.ID, idx, own)
 	var errs []error
-	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	host.MustDo(t, func() error { errs = guard.CheckTable(context.Background(), n); return nil })
 	if len(errs) > 0 {
 		t.Fatalf("Check of a port holding one MAC: %v", errs)
 	}
-	host.MustRun(t, "nft", "add", "element", "bridge", hostnet.TableName(n.ID), guardPortMACs, "{", idx, ".", second, "}")
-	host.MustRun(t, "nft", "add", "element", "bridge", hostnet.TableName(n.ID), guardClaimed, "{", second, "}")
-	host.MustDo(t, func() error { errs = checkGuardTable(context.Background(), n); return nil })
+	host.MustRun(t, "nft", "add", "element", "bridge", hostnet.TableName(n.ID), guard.SetPortMACs, "{", idx, ".", second, "}")
+	host.MustRun(t, "nft", "add", "element", "bridge", hostnet.TableName(n.ID), guard.SetClaimed, "{", second, "}")
+	host.MustDo(t, func() error { errs = guard.CheckTable(context.Background(), n); return nil })
 	if len(errs) == 0 || !strings.Contains(errs[0].Error(), second) {
 		t.Fatalf("Check of a port allowed a second MAC: %v", errs)
 	}
-	host.MustDo(t, func() error { return ensureGuardTable(context.Background(), n) })
-	if setHas(t, host, n.ID, guardPortMACs, idx, ".", second) || !setHas(t, host, n.ID, guardPortMACs, idx, ".", own) {
-		t.Errorf("after Ensure:\n%s", host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guardPortMACs))
+	host.MustDo(t, func() error { return guard.EnsureTable(context.Background(), n) })
+	if setHas(t, host, n.ID, guard.SetPortMACs, idx, ".", second) || !setHas(t, host, n.ID, guard.SetPortMACs, idx, ".", own) {
+		t.Errorf("after Ensure:\n%s", host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetPortMACs))
 	}
-	if setHas(t, host, n.ID, guardClaimed, second) {
+	if setHas(t, host, n.ID, guard.SetClaimed, second) {
 		t.Errorf("the second MAC is still claimed after Ensure")
 	}
 }
@@ -311,13 +306,13 @@ func TestClaimsMemo(t *testing.T) {
 	macA, macB := mustMAC("52:55:55:00:13:0a"), mustMAC("52:55:55:00:13:0b")
 	claim := func(reread bool, expected map[string]net.HardwareAddr) {
 		t.Helper()
-		host.MustDo(t, func() error { return ClaimPorts(context.Background(), n, expected, reread) })
+		host.MustDo(t, func() error { return guard.ClaimPorts(context.Background(), n, expected, reread) })
 	}
 	owns := func(mac net.HardwareAddr, port string) bool {
-		return setHas(t, host, n.ID, guardOwns, mac.String(), ".", `"`+port+`"`)
+		return setHas(t, host, n.ID, guard.SetOwns, mac.String(), ".", `"`+port+`"`)
 	}
 	claim(false, map[string]net.HardwareAddr{"p-a": macA})
-	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guardOwns, "{", macA.String(), ".", `"p-a"`, "}")
+	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guard.SetOwns, "{", macA.String(), ".", `"p-a"`, "}")
 	claim(false, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB})
 	if owns(macA, "p-a") || !owns(macB, "p-b") {
 		t.Fatalf("from the memo: p-a owns %v (taken behind its back: want false), p-b %v (want true)", owns(macA, "p-a"), owns(macB, "p-b"))
@@ -337,6 +332,6 @@ func TestUnguardUnguarded(t *testing.T) {
 	host := testutil.NewNS(t, "gz-host")
 	host.MustRun(t, "ip", "link", "add", "p-z", "type", "veth", "peer", "name", "p-y")
 	n := testNet("gz", api.ModeShared, "10.200.62.0/24")
-	host.MustDo(t, func() error { return UnguardPort(context.Background(), n, "p-z") })
-	host.MustDo(t, func() error { return UnguardPort(context.Background(), n, "p-gone") })
+	host.MustDo(t, func() error { return guard.RemovePort(context.Background(), n, "p-z") })
+	host.MustDo(t, func() error { return guard.RemovePort(context.Background(), n, "p-gone") })
 }

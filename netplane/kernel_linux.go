@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/overlay"
@@ -80,10 +81,10 @@ func Ensure(ctx context.Context, n *api.Network) error {
 	if err := ensureTable(ctx, n); err != nil {
 		return err
 	}
-	if err := ensureGuardTable(ctx, n); err != nil {
+	if err := guard.EnsureTable(ctx, n); err != nil {
 		return err
 	}
-	return overlay.EnsureVXLAN(ctx, n, br, tunnelGuard(n))
+	return overlay.EnsureVXLAN(ctx, n, br, guard.TunnelGuard(n))
 }
 
 // CheckConflicts tells, changing nothing, whether network n's subnet
@@ -387,8 +388,8 @@ func Check(ctx context.Context, n *api.Network) error {
 		errs = append(errs, checkIsolation(n, br)...)
 	}
 	errs = append(errs, checkTable(ctx, n)...)
-	errs = append(errs, checkGuardTable(ctx, n)...)
-	errs = append(errs, overlay.CheckVXLAN(ctx, n, bridge, tunnelGuard(n))...)
+	errs = append(errs, guard.CheckTable(ctx, n)...)
+	errs = append(errs, overlay.CheckVXLAN(ctx, n, bridge, guard.TunnelGuard(n))...)
 	if n.Mode == api.ModeShared {
 		if v, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err != nil || string(bytes.TrimSpace(v)) != "1" {
 			errs = append(errs, fmt.Errorf("network %q: IPv4 forwarding is off", n.ID))

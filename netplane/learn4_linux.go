@@ -5,20 +5,18 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"net/netip"
 	"slices"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/mdlayher/netlink"
 	vnl "github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/guestlog"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // The IPv4 learner: a VM that gives itself an address (a static address,
@@ -44,9 +42,6 @@ const (
 	nfulnlCfgCmdBind   = 1
 	nfulnlCopyPacket   = 2
 	learnCopyRange     = 64 // an ARP packet is 28 bytes
-	arpLearnRate       = "10/second burst 20 packets"
-	learnGroupBase     = 0x5600
-	learnGroupSpan     = 0xa9ff
 	// learnHold is how soon a MAC that learned an address may learn
 	// another: each binding costs a journal write and the guard's
 	// transaction, which a guest cycling addresses would ask for at the
@@ -55,23 +50,6 @@ const (
 	arpHeaderLen         = 28
 	arpEthernetIPv4Types = 0x0001_0800
 )
-
-// learnGroup is network id's NFLOG group: one of a range vmnetctl takes.
-// The kernel lets one socket bind a group: a network whose group another
-// holds (a hash that collides, someone else's NFLOG user) runs without
-// learning, and says so.
-func learnGroup(id string) uint16 {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return uint16(learnGroupBase + h.Sum32()%learnGroupSpan)
-}
-
-// learnRule is the guard's rule that copies an ARP from an unbound sender
-// address to the learner (before the rule that drops it).
-func learnRule(n *api.Network) string {
-	return "arp saddr ip != 0.0.0.0 ether saddr . arp saddr ip != @" + guardAddrs + " " +
-		meter(guardLearn4Rate, "limit rate "+arpLearnRate) + fmt.Sprintf(" log group %d", learnGroup(n.ID))
-}
 
 // startLearner4 starts the network's IPv4 learner, if it learns
 // addresses.
@@ -87,9 +65,9 @@ func (nw *Network) startLearner4() error {
 	if err != nil {
 		return fmt.Errorf("network %q: the address learner: %w", nw.n.ID, err)
 	}
-	if err := bindLearnGroup(c, learnGroup(nw.n.ID)); err != nil {
+	if err := bindLearnGroup(c, guard.LearnGroup(nw.n.ID)); err != nil {
 		c.Close()
-		nw.log.Warn("address learner: not running; VMs use only the addresses DHCP and their files give", "nflogGroup", learnGroup(nw.n.ID), "err", err)
+		nw.log.Warn("address learner: not running; VMs use only the addresses DHCP and their files give", "nflogGroup", guard.LearnGroup(nw.n.ID), "err", err)
 		return nil
 	}
 	nw.closers = append(nw.closers, c.Close)
@@ -217,7 +195,7 @@ func (nw *Network) learn(mac net.HardwareAddr, ip netip.Addr) {
 	if slices.Contains(nw.alloc.BoundTo(mac), ip) {
 		// Bound already (a copy that raced the binding): the guard
 		// may lag.
-		nw.guard.syncMAC(context.Background(), mac)
+		nw.guard.SyncMAC(context.Background(), mac)
 		return
 	}
 	refuse := func(err error) {
@@ -293,7 +271,7 @@ func (nw *Network) allPortsGuarded() bool {
 		if err != nil {
 			return err
 		}
-		guarded, err := guardedPorts(nw.n.ID)
+		guarded, err := guard.GuardedPorts(nw.n.ID)
 		if err != nil {
 			return err
 		}

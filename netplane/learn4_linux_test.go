@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -29,7 +30,7 @@ func TestLearnAddress(t *testing.T) {
 	plug := func(name, mac, addr string) *testutil.NS {
 		t.Helper()
 		v := vm(t, host, name, mac, n.Bridge(), false)
-		host.MustDo(t, func() error { return GuardPort(ctx, n, "p-"+name, nil) })
+		host.MustDo(t, func() error { return guard.AddPort(ctx, n, "p-"+name, nil) })
 		v.MustRun(t, "ip", "addr", "add", addr+"/24", "dev", "eth0")
 		return v
 	}
@@ -37,7 +38,7 @@ func TestLearnAddress(t *testing.T) {
 	a := plug("a", macA.String(), "10.200.60.77")
 	testutil.Eventually(t, 20*time.Second, func() error { return a.Ping(n.Gateway.String(), 1) }, "a static address to be learned")
 	if l, ok := nw.alloc.Lookup(macA); !ok || !l.Learned || l.IP.String() != "10.200.60.77" {
-		t.Errorf("a's binding: %+v %v, want 10.200.60.77 learned", l, ok)
+		t.Errorf("a's guard.Binding: %+v %v, want 10.200.60.77 learned", l, ok)
 	}
 	// b claims a's address: three seconds of pings get nothing through.
 	b := plug("b", macB.String(), "10.200.60.77")
@@ -71,7 +72,7 @@ func TestLearnAddress(t *testing.T) {
 	nw2 := start(t, host2, n2, Options{StateDir: t.TempDir()})
 	nw2.SetVMs(nil, nil)
 	v := vm(t, host2, "c", "52:55:55:00:61:0c", n2.Bridge(), false)
-	host2.MustDo(t, func() error { return GuardPort(ctx, n2, "p-c", nil) })
+	host2.MustDo(t, func() error { return guard.AddPort(ctx, n2, "p-c", nil) })
 	v.MustRun(t, "ip", "addr", "add", "10.200.61.77/24", "dev", "eth0")
 	if err := v.Ping(n2.Gateway.String(), 3); err == nil {
 		t.Error("a static address reached the gateway with learnAddresses: false")
@@ -109,7 +110,7 @@ func TestLearnHostile(t *testing.T) {
 	// The victim: a VM with a static address, learned.
 	macV := mustMAC("52:55:55:00:64:0a")
 	victim := vm(t, host, "v", macV.String(), n.Bridge(), false)
-	host.MustDo(t, func() error { return GuardPort(ctx, n, "p-v", nil) })
+	host.MustDo(t, func() error { return guard.AddPort(ctx, n, "p-v", nil) })
 	victim.MustRun(t, "ip", "addr", "add", "10.200.64.77/24", "dev", "eth0")
 	testutil.Eventually(t, 20*time.Second, func() error { return victim.Ping(n.Gateway.String(), 1) }, "the victim's address to be learned")
 

@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -690,7 +691,7 @@ func TestLeasesRebuiltFromGuard(t *testing.T) {
 		OnLease: func(kind, network, _ string, _ netip.Addr) { events = append(events, kind+" "+network) }}
 	nw := start(t, host, n, opts)
 	mac, ip := mustMAC("52:55:55:00:61:01"), netip.MustParseAddr("10.200.61.77")
-	host.MustDo(t, func() error { return BindAddress(context.Background(), n, mac, ip) })
+	host.MustDo(t, func() error { return guard.BindAddress(context.Background(), n, mac, ip) })
 	nw.Close()
 	if err := os.WriteFile(LeaseFile(state, n.ID), []byte(`{"network": "lr", "leases": [`), 0o644); err != nil {
 		t.Fatal(err)

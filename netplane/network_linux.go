@@ -20,6 +20,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
 	"github.com/vmnetctl/vmnetctl/dnsproxy"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
@@ -37,7 +38,7 @@ type Network struct {
 	hosts   *hostTable
 	dhcp    *dhcpserver.Server
 	dns     *dnsproxy.Proxy
-	guard   *addrGuard        // nil when the guard does not check addresses
+	guard   *guard.AddrGuard  // nil when the guard does not check addresses
 	ra      *routeradv.Server // nil without router advertisements
 	fwd     forwardState
 	fwdKick chan struct{} // a VM's address changed: apply the forwards again
@@ -46,7 +47,7 @@ type Network struct {
 	egressApplied string
 	names         nameCache
 	vmEgress      vmEgressState
-	guard6        *guard6 // nil without IPv6
+	guard6        *guard.Guard6 // nil without IPv6
 	// reservedChanged: the MACs whose IPv6 reservations SetHost or
 	// RemoveHost changed since the guard's last sync of them (SetVMs).
 	reservedMu      sync.Mutex
@@ -121,14 +122,14 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 	if resolvConf == "" {
 		resolvConf = "/etc/resolv.conf"
 	}
-	if checksIPv6(n) {
+	if guard.ChecksIPv6(n) {
 		kick := func() {
 			select {
 			case nw.fwdKick <- struct{}{}:
 			default:
 			}
 		}
-		if nw.guard6, err = startGuard6(n, nw.log, nw.inNS, kick, nw.refreshVMEgress); err != nil {
+		if nw.guard6, err = guard.StartGuard6(n, nw.log, nw.inNS, kick, nw.refreshVMEgress); err != nil {
 			return err
 		}
 		nw.closers = append(nw.closers, nw.guard6.Close)
@@ -143,7 +144,7 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 			}
 		}
 	}
-	if checksAddresses(n) {
+	if guard.ChecksAddresses(n) {
 		if err := nw.startGuard(ctx); err != nil {
 			return err
 		}
@@ -202,14 +203,11 @@ func (nw *Network) openLeases(stateDir string) error {
 // addresses they use (the guard lets them) instead of losing them at
 // their next renewal. It returns how many.
 func (nw *Network) leasesFromGuard() int {
-	g, err := newAddrGuard(nw.n, nw.alloc, nw.log, nw.inNS)
+	g, err := guard.NewAddrGuard(nw.n, nw.alloc, nw.log, nw.inNS)
 	if err != nil {
 		return 0
 	}
-	g.mu.Lock()
-	err = g.load(context.Background())
-	pairs := g.installed
-	g.mu.Unlock()
+	pairs, err := g.Installed(context.Background())
 	if err != nil {
 		return 0
 	}
@@ -356,7 +354,7 @@ func bindToDevice(dev string) func(network, address string, c syscall.RawConn) e
 // VMs' egress policies, the forwards.
 func (nw *Network) bound(mac net.HardwareAddr) {
 	if nw.guard != nil {
-		nw.guard.syncMAC(context.Background(), mac)
+		nw.guard.SyncMAC(context.Background(), mac)
 	}
 	// A VM's own egress policy is keyed by its address: in force before
 	// the VM hears of the address, or its first connections would be
@@ -426,35 +424,30 @@ func (nw *Network) startRA() error {
 // startGuard keeps the guard's addresses up to date: now, and every
 // guardResync, which drops the pairs of leases that expired.
 func (nw *Network) startGuard(ctx context.Context) error {
-	g, err := newAddrGuard(nw.n, nw.alloc, nw.log, nw.inNS)
+	g, err := guard.NewAddrGuard(nw.n, nw.alloc, nw.log, nw.inNS)
 	if err != nil {
 		return err
 	}
-	if err := g.sync(ctx, true); err != nil {
+	if err := g.Sync(ctx, true); err != nil {
 		return err
 	}
 	nw.guard = g
 	nw.wg.Add(1)
 	go func() {
 		defer nw.wg.Done()
-		t := time.NewTicker(guardResync)
+		t := time.NewTicker(guard.Resync)
 		defer t.Stop()
 		for {
 			select {
 			case <-nw.stop:
 				return
 			case <-t.C:
-				g.logFailure(g.syncAll(context.Background()))
+				g.LogFailure(g.SyncAll(context.Background()))
 			}
 		}
 	}()
 	return nil
 }
-
-// guardResync is how often the guard's addresses are compared with the
-// leases: a lease that expired stops being a valid source at most this
-// long after.
-const guardResync = 15 * time.Second
 
 // fail records that a service stopped on its own, and tells the
 // controller's watch (WatchChanges), which repairs the network.
@@ -529,9 +522,9 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 		nw.alloc.SetPresent(mac, true) // its lease outlives its expiry while it is attached
 	}
 	if nw.guard != nil {
-		nw.guard.syncMAC(context.Background(), mac)
+		nw.guard.SyncMAC(context.Background(), mac)
 	}
-	if nw.guard6 != nil && nw.guard6.learner.Reserve(mac, true) {
+	if nw.guard6 != nil && nw.guard6.Learner.Reserve(mac, true) {
 		// A VM's EUI-64 addresses are its own before it boots, in the
 		// guard too (SetVMs puts them there, once for all the VMs).
 		nw.reserveChanged(mac)
@@ -567,7 +560,7 @@ func (nw *Network) SetVMs(names []string, macs []net.HardwareAddr) {
 	nw.reservedChanged = nil
 	nw.reservedMu.Unlock()
 	if len(changed) > 0 {
-		nw.guard6.syncReservedOf(changed)
+		nw.guard6.SyncReservedOf(changed)
 	}
 }
 
@@ -584,17 +577,17 @@ func (nw *Network) reserveChanged(mac net.HardwareAddr) {
 func (nw *Network) RemoveHost(mac net.HardwareAddr) {
 	nw.hosts.set(mac, "")
 	if nw.guard6 != nil {
-		if nw.guard6.learner.Reserve(mac, false) {
+		if nw.guard6.Learner.Reserve(mac, false) {
 			nw.reserveChanged(mac) // (SetVMs syncs)
 		}
-		nw.guard6.learner.Forget(mac)
+		nw.guard6.Learner.Forget(mac)
 	}
 	if nw.alloc != nil {
 		nw.alloc.ClearFixed(mac)
 		nw.alloc.SetPresent(mac, false)
 	}
 	if nw.guard != nil {
-		nw.guard.syncMAC(context.Background(), mac)
+		nw.guard.SyncMAC(context.Background(), mac)
 	}
 }
 
@@ -635,7 +628,7 @@ func portMACs(bridge string, ports []string) map[string][]string {
 				names[l.Index] = l.Name
 			}
 		}
-		if fdb, err := bridgeFDB(br); err == nil {
+		if fdb, err := guard.BridgeFDB(br); err == nil {
 			for idx, macs := range fdb {
 				if name, ok := names[idx]; ok {
 					for _, mac := range macs {
@@ -697,7 +690,7 @@ func (nw *Network) Stats(ports []string) nettypes.ServiceStats {
 		s.IPv6.RouterAdvertisements, s.IPv6.Solicitations, s.IPv6.SolicitationsLimited = nw.ra.Stats()
 	}
 	if nw.guard6 != nil {
-		l := nw.guard6.learner
+		l := nw.guard6.Learner
 		s.IPv6.Claims, s.IPv6.Conflicts, s.IPv6.Refused = l.Stats()
 		s.IPv6Addrs = map[string][]netip.Addr{}
 		for _, b := range l.Bindings() {
@@ -710,7 +703,7 @@ func (nw *Network) Stats(ports []string) nettypes.ServiceStats {
 			slices.SortFunc(ips, netip.Addr.Compare)
 		}
 	}
-	if guarded(nw.n) && nw.inNS != nil {
+	if guard.Guarded(nw.n) && nw.inNS != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		nw.inNS(func() error {
@@ -718,7 +711,7 @@ func (nw *Network) Stats(ports []string) nettypes.ServiceStats {
 			if nw.n.VXLAN != nil {
 				only = nil // (the tunnel's counters are among them)
 			}
-			drops, err := guardDrops(ctx, nw.n.ID, only)
+			drops, err := guard.Drops(ctx, nw.n.ID, only)
 			s.GuardDrops = drops
 			s.PortMACs = portMACs(nw.n.Bridge(), ports)
 			if nw.n.VXLAN != nil {
@@ -735,7 +728,7 @@ func (nw *Network) resolve6() func(string) []netip.Addr {
 	if nw.guard6 == nil {
 		return nil
 	}
-	return resolver6(nw.hosts, nw.alloc, nw.guard6.learner)
+	return resolver6(nw.hosts, nw.alloc, nw.guard6.Learner)
 }
 
 // deniedByMAC is egressDeniedBy by the VMs' MACs: an IPv4 source by its
@@ -755,7 +748,7 @@ func (nw *Network) deniedByMAC() map[string]uint64 {
 	for ip, n := range by {
 		mac, ok := macOf[ip]
 		if !ok && nw.guard6 != nil {
-			if hw, bound := nw.guard6.learner.Owner(ip); bound {
+			if hw, bound := nw.guard6.Learner.Owner(ip); bound {
 				mac, ok = hw.String(), true
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -16,22 +17,22 @@ func TestHasElement(t *testing.T) {
 	host := testutil.NewNS(t, "he-host")
 	table := hostnet.TableName("he")
 	host.MustRun(t, "nft", "add", "table", "bridge", table)
-	host.MustRun(t, "nft", "add", "set", "bridge", table, guardClaimed, "{ type ether_addr; }")
-	host.MustRun(t, "nft", "add", "set", "bridge", table, guardOwns, "{ type ether_addr . ifname; }")
-	host.MustRun(t, "nft", "add", "element", "bridge", table, guardClaimed, "{ 52:54:00:00:00:01 }")
-	host.MustRun(t, "nft", "add", "element", "bridge", table, guardOwns, `{ 52:54:00:00:00:01 . "vmt-a" }`)
+	host.MustRun(t, "nft", "add", "set", "bridge", table, guard.SetClaimed, "{ type ether_addr; }")
+	host.MustRun(t, "nft", "add", "set", "bridge", table, guard.SetOwns, "{ type ether_addr . ifname; }")
+	host.MustRun(t, "nft", "add", "element", "bridge", table, guard.SetClaimed, "{ 52:54:00:00:00:01 }")
+	host.MustRun(t, "nft", "add", "element", "bridge", table, guard.SetOwns, `{ 52:54:00:00:00:01 . "vmt-a" }`)
 	mac := func(s string) []byte { hw, _ := net.ParseMAC(s); return hw }
 	for _, tc := range []struct {
 		id, set string
 		key     []byte
 		want    bool
 	}{
-		{"he", guardClaimed, mac("52:54:00:00:00:01"), true},
-		{"he", guardClaimed, mac("52:54:00:00:00:02"), false},
-		{"he", guardOwns, ownsKey(portMAC{"52:54:00:00:00:01", "vmt-a"}), true},
-		{"he", guardOwns, ownsKey(portMAC{"52:54:00:00:00:01", "vmt-b"}), false},
-		{"he", guardExpected, mac("52:54:00:00:00:01"), false}, // no such set
-		{"nosuch", guardClaimed, mac("52:54:00:00:00:01"), false},
+		{"he", guard.SetClaimed, mac("52:54:00:00:00:01"), true},
+		{"he", guard.SetClaimed, mac("52:54:00:00:00:02"), false},
+		{"he", guard.SetOwns, guard.OwnsKey(guard.PortMAC{MAC: "52:54:00:00:00:01", Port: "vmt-a"}), true},
+		{"he", guard.SetOwns, guard.OwnsKey(guard.PortMAC{MAC: "52:54:00:00:00:01", Port: "vmt-b"}), false},
+		{"he", guard.SetExpected, mac("52:54:00:00:00:01"), false}, // no such set
+		{"nosuch", guard.SetClaimed, mac("52:54:00:00:00:01"), false},
 	} {
 		var got bool
 		host.MustDo(t, func() (err error) {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
@@ -120,9 +121,9 @@ func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error
 	// The guard is in place before the TAP joins the bridge: no frame of
 	// it goes unchecked.
 	if c.NoSpoofCheck {
-		err = UnguardPort(context.TODO(), n, c.Name)
+		err = guard.RemovePort(context.TODO(), n, c.Name)
 	} else {
-		err = GuardPort(context.TODO(), n, c.Name, c.VMMAC)
+		err = guard.AddPort(context.TODO(), n, c.Name, c.VMMAC)
 	}
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package netplane
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
@@ -44,7 +44,7 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 	if err != nil {
 		return err
 	}
-	guarded, err := guardedPorts(n.ID)
+	guarded, err := guard.GuardedPorts(n.ID)
 	if err != nil {
 		return err
 	}
@@ -66,7 +66,7 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 		// Guarded again when its guard is gone. (A table of an older
 		// vmnetctl's is migrated, its ports' guards with it, by Ensure.)
 		if !p.NoSpoofCheck && !guarded[uint32(bl.Index)] {
-			if err := GuardPort(ctx, n, p.Name, p.MAC); err != nil {
+			if err := guard.AddPort(ctx, n, p.Name, p.MAC); err != nil {
 				errs = append(errs, err)
 				continue // not onto the bridge unguarded
 			}
@@ -167,19 +167,6 @@ func checkIsolation(n *api.Network, br netlink.Link) []error {
 		errs = append(errs, fmt.Errorf("network %q: port %s of bridge %s is not isolated", n.ID, l.Attrs().Name, br.Attrs().Name))
 	}
 	return errs
-}
-
-// guardedPorts returns the interface indexes of the ports network id's
-// guard checks.
-func guardedPorts(id string) (map[uint32]bool, error) {
-	elems, err := guardSetElements(id, guardGuarded)
-	out := map[uint32]bool{}
-	for _, e := range elems {
-		if len(e.Key) >= 4 {
-			out[binary.NativeEndian.Uint32(e.Key)] = true
-		}
-	}
-	return out, err
 }
 
 // WatchChanges reports, on the returned channel, changes that the

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -107,7 +107,7 @@ func TestLinkChangedFleetChurn(t *testing.T) {
 		}
 		return syscall.NetlinkMessage{Header: syscall.NlMsghdr{Type: unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELCHAIN}, Data: data}
 	}
-	if !tableDeleted(chainDeleted(hostnet.TableName("w"), guardChecks)) {
+	if !tableDeleted(chainDeleted(hostnet.TableName("w"), guard.SetChecks)) {
 		t.Error("the guard's chain deleted is not reported")
 	}
 	if !tableDeleted(chainDeleted(hostnet.TableName("w"), "forward")) {

@@ -44,25 +44,17 @@ func (*Port) CleanupPID() int                                        { return 0 
 func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, error) {
 	return nil, ErrUnsupported
 }
-func AttachPort(string, netlink.Link, bool) error                             { return ErrUnsupported }
-func RemoveStaleTap(string) error                                             { return nil }
-func (*Network) Close() error                                                 { return nil }
-func (*Network) Config() *api.Network                                         { return nil }
-func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error           { return ErrUnsupported }
-func (*Network) SetForwards(context.Context, []nettypes.Forward) error        { return ErrUnsupported }
-func (*Network) SetVMEgress(context.Context, []nettypes.VMEgress) error       { return ErrUnsupported }
-func (*Network) RemoveHost(net.HardwareAddr)                                  {}
-func (*Network) SetVMs([]string, []net.HardwareAddr)                          {}
-func (*Network) Leases() []leases.Lease                                       { return nil }
-func (*Network) Stats([]string) nettypes.ServiceStats                         { return nettypes.ServiceStats{} }
-func GuardPort(context.Context, *api.Network, string, net.HardwareAddr) error { return ErrUnsupported }
-func UnguardPort(context.Context, *api.Network, string) error                 { return ErrUnsupported }
-func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr, bool) error {
-	return ErrUnsupported
-}
-func BindAddress(context.Context, *api.Network, net.HardwareAddr, netip.Addr) error {
-	return ErrUnsupported
-}
+func AttachPort(string, netlink.Link, bool) error                       { return ErrUnsupported }
+func RemoveStaleTap(string) error                                       { return nil }
+func (*Network) Close() error                                           { return nil }
+func (*Network) Config() *api.Network                                   { return nil }
+func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error     { return ErrUnsupported }
+func (*Network) SetForwards(context.Context, []nettypes.Forward) error  { return ErrUnsupported }
+func (*Network) SetVMEgress(context.Context, []nettypes.VMEgress) error { return ErrUnsupported }
+func (*Network) RemoveHost(net.HardwareAddr)                            {}
+func (*Network) SetVMs([]string, []net.HardwareAddr)                    {}
+func (*Network) Leases() []leases.Lease                                 { return nil }
+func (*Network) Stats([]string) nettypes.ServiceStats                   { return nettypes.ServiceStats{} }
 
 // PortSpec is a running VM port; see the Linux documentation.
 type PortSpec struct {

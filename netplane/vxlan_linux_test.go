@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/overlay/overlaytest"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -207,7 +208,7 @@ func TestVXLAN(t *testing.T) {
 		}
 		var drops map[string]uint64
 		h.ns.MustDo(t, func() (err error) {
-			drops, err = guardDrops(context.Background(), n.ID, []string{api.VXLANName(n.ID)})
+			drops, err = guard.Drops(context.Background(), n.ID, []string{api.VXLANName(n.ID)})
 			return err
 		})
 		if drops[api.VXLANName(n.ID)] == 0 {
@@ -361,7 +362,7 @@ func TestVXLANDrift(t *testing.T) {
 		cmd  []string
 	}{
 		{"a flooding entry to a stranger", []string{"bridge", "fdb", "append", "00:00:00:00:00:00", "dev", vx, "dst", "192.0.2.66"}},
-		{"the tunnel's guard", []string{"nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guardTunnels, "{ " + strings.TrimSpace(host.MustRun(t, "cat", "/sys/class/net/"+vx+"/ifindex")) + " }"}},
+		{"the tunnel's guard", []string{"nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guard.SetTunnels, "{ " + strings.TrimSpace(host.MustRun(t, "cat", "/sys/class/net/"+vx+"/ifindex")) + " }"}},
 		{"the tunnel's MTU", []string{"ip", "link", "set", vx, "mtu", "1300"}},
 	} {
 		host.MustRun(t, d.cmd[0], d.cmd[1:]...)

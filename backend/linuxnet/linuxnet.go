@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
@@ -60,7 +61,7 @@ func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.
 }
 
 // ClaimPorts claims each attachment's MAC for its helper's TAP in n's
-// guard (netplane.ClaimPorts).
+// guard (guard.ClaimPorts).
 func (Backend) ClaimPorts(ctx context.Context, n *api.Network, atts []*api.Attachment, reread bool) error {
 	expected := map[string]net.HardwareAddr{}
 	for _, a := range atts {
@@ -68,7 +69,7 @@ func (Backend) ClaimPorts(ctx context.Context, n *api.Network, atts []*api.Attac
 			expected[TapName(a)] = mac
 		}
 	}
-	return netplane.ClaimPorts(ctx, n, expected, reread)
+	return guard.ClaimPorts(ctx, n, expected, reread)
 }
 
 // StoredLeases reads n's lease file under o.LeaseDir (netplane.LeaseFile).

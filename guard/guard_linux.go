@@ -1,4 +1,4 @@
-package netplane
+package guard
 
 import (
 	"context"
@@ -50,13 +50,13 @@ import (
 // port the user attached, a port whose attachment opted out) is not
 // checked.
 const (
-	guardAddrs = "addrs4"
-	guardHook  = "prerouting"
+	SetAddrs  = "addrs4"
+	guardHook = "prerouting"
 	// The ports and what they hold.
-	guardGuarded    = "guarded"     // iface_index
-	guardTunnels    = "tunnels"     // iface_index: VXLAN devices (tunnelRules)
-	guardHeld       = "held"        // iface_index : ether_addr
-	guardPortMACs   = "port-macs"   // iface_index . ether_addr
+	SetGuarded      = "guarded"     // iface_index
+	SetTunnels      = "tunnels"     // iface_index: VXLAN devices (tunnelRules)
+	SetHeld         = "held"        // iface_index : ether_addr
+	SetPortMACs     = "port-macs"   // iface_index . ether_addr
 	guardDropCounts = "drop-counts" // iface_index, with a counter
 	// Per-port rate limits: a meter's element per port, which expires
 	// when the port has been quiet for a minute.
@@ -64,17 +64,17 @@ const (
 	guardND6Rate  = "nd6-rate"
 	guardDAD6Rate = "dad6-rate"
 	// The ARPs copied to the IPv4 learner (learn4_linux.go).
-	guardLearn4Rate = "learn4-rate"
+	SetLearn4Rate = "learn4-rate"
 	// The chains: every port's checks, the tunnel's, and the drop.
-	guardChecks      = "ports-v" + guardRulesVersion
+	SetChecks        = "ports-v" + guardRulesVersion
 	guardTunnelChain = "tunnel"
 	guardDropped     = "dropped"
 	// The MACs' exclusivity (ClaimPorts).
-	guardClaimed  = "claimed"
-	guardOwns     = "owns"
-	guardExpected = "expected" // the MACs of owns, to look one up alone
+	SetClaimed  = "claimed"
+	SetOwns     = "owns"
+	SetExpected = "expected" // the MACs of owns, to look one up alone
 	// The constant sets the rules look up.
-	guardL2Types = "l2types" // ARP, IPv4, IPv6
+	SetL2Types = "l2types" // ARP, IPv4, IPv6
 )
 
 // guardRulesVersion is the version of guardRules, in the name of their
@@ -96,42 +96,42 @@ const (
 	v2TemplateCo = "tmpl-drops"
 )
 
-// guarded reports whether network n guards its ports: shared and host
+// Guarded reports whether network n guards its ports: shared and host
 // networks, whose addresses vmnetctl hands out. A bridged network's LAN is
 // its owner's to police.
-func guarded(n *api.Network) bool { return n.Routed() }
+func Guarded(n *api.Network) bool { return n.Routed() }
 
-// checksAddresses reports whether n's guard checks IPv4 sources: on every
+// ChecksAddresses reports whether n's guard checks IPv4 sources: on every
 // routed network: vmnetctl keeps its addresses (its allocator: leases,
 // reservations and VM files' fixed addresses, with or without DHCP). With `dhcp: false` a VM's
 // source must then be its fixed address (`ip:`) or a reservation: the
 // address a VM gives itself is no one's to vouch for.
-func checksAddresses(n *api.Network) bool { return n.Routed() }
+func ChecksAddresses(n *api.Network) bool { return n.Routed() }
 
 // addGuardSets adds to tx n's guard table with its sets and chains, their
 // content and rules left alone; added again, it changes nothing.
 func addGuardSets(tx *knftables.Transaction, n *api.Network) {
 	mark := hostnet.Mark(n.ID)
 	tx.Add(&knftables.Table{Comment: &mark})
-	tx.Add(&knftables.Set{Name: guardAddrs, Type: "ether_addr . ipv4_addr"})
-	tx.Add(&knftables.Set{Name: guardClaimed, Type: "ether_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}})
-	tx.Add(&knftables.Set{Name: guardOwns, Type: "ether_addr . ifname"})
-	tx.Add(&knftables.Set{Name: guardExpected, Type: "ether_addr"})
-	tx.Add(&knftables.Set{Name: guardL2Types, Type: "ether_type"})
-	tx.Add(&knftables.Set{Name: guardGuarded, Type: "iface_index"})
-	tx.Add(&knftables.Set{Name: guardTunnels, Type: "iface_index"})
+	tx.Add(&knftables.Set{Name: SetAddrs, Type: "ether_addr . ipv4_addr"})
+	tx.Add(&knftables.Set{Name: SetClaimed, Type: "ether_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}})
+	tx.Add(&knftables.Set{Name: SetOwns, Type: "ether_addr . ifname"})
+	tx.Add(&knftables.Set{Name: SetExpected, Type: "ether_addr"})
+	tx.Add(&knftables.Set{Name: SetL2Types, Type: "ether_type"})
+	tx.Add(&knftables.Set{Name: SetGuarded, Type: "iface_index"})
+	tx.Add(&knftables.Set{Name: SetTunnels, Type: "iface_index"})
 	dynamic := []knftables.SetFlag{knftables.DynamicFlag}
-	tx.Add(&knftables.Map{Name: guardHeld, Type: "iface_index : ether_addr", Flags: dynamic})
-	tx.Add(&knftables.Set{Name: guardPortMACs, Type: "iface_index . ether_addr", Flags: dynamic})
+	tx.Add(&knftables.Map{Name: SetHeld, Type: "iface_index : ether_addr", Flags: dynamic})
+	tx.Add(&knftables.Set{Name: SetPortMACs, Type: "iface_index . ether_addr", Flags: dynamic})
 	// (knftables has no field for a set's stateful expressions.)
 	tx.Add(&knftables.Set{Name: guardDropCounts, Type: "iface_index; flags dynamic; counter"})
-	for _, meter := range []string{guardDHCPRate, guardND6Rate, guardDAD6Rate, guardLearn4Rate} {
+	for _, meter := range []string{guardDHCPRate, guardND6Rate, guardDAD6Rate, SetLearn4Rate} {
 		tx.Add(&knftables.Set{Name: meter, Type: "iface_index", Timeout: knftables.PtrTo(time.Minute),
 			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}})
 	}
 	addGuard6Sets(tx, n)
 	tx.Add(&knftables.Chain{Name: guardDropped})
-	tx.Add(&knftables.Chain{Name: guardChecks})
+	tx.Add(&knftables.Chain{Name: SetChecks})
 	tx.Add(&knftables.Chain{Name: guardTunnelChain})
 	tx.Add(&knftables.Chain{Name: guardHook, Type: knftables.PtrTo(knftables.FilterType),
 		Hook: knftables.PtrTo(knftables.PreroutingHook), Priority: knftables.PtrTo(knftables.FilterPriority),
@@ -142,7 +142,7 @@ func addGuardSets(tx *knftables.Transaction, n *api.Network) {
 // ones filled, and its chains with their rules, made again.
 func addGuardLayout(tx *knftables.Transaction, n *api.Network) {
 	addGuardSets(tx, n)
-	constSet(tx, guardL2Types, "ether_type", []string{"arp", "ip", "ip6"})
+	constSet(tx, SetL2Types, "ether_type", []string{"arp", "ip", "ip6"})
 	for chain, rules := range guardChains(n) {
 		tx.Flush(&knftables.Chain{Name: chain})
 		for _, r := range rules {
@@ -155,22 +155,22 @@ func addGuardLayout(tx *knftables.Transaction, n *api.Network) {
 func guardChains(n *api.Network) map[string][]string {
 	return map[string][]string{
 		guardDropped:     {"update @" + guardDropCounts + " { iif }", "drop"},
-		guardChecks:      guardRules(n),
+		SetChecks:        guardRules(n),
 		guardTunnelChain: tunnelRules(n),
 		guardHook: {
-			"iif @" + guardTunnels + " goto " + guardTunnelChain,
-			"iif @" + guardGuarded + " goto " + guardChecks,
+			"iif @" + SetTunnels + " goto " + guardTunnelChain,
+			"iif @" + SetGuarded + " goto " + SetChecks,
 		},
 	}
 }
 
-// ensureGuardTable makes n's guard table, keeping the guards of ports that
+// EnsureTable makes n's guard table, keeping the guards of ports that
 // exist, and removes the guards of ports that do not (pruneGuards). A
 // table of version 2 is migrated in the same transaction: its ports are
 // guarded in this version's sets, with the MACs they held, before their
 // chains go.
-func ensureGuardTable(ctx context.Context, n *api.Network) error {
-	if !guarded(n) {
+func EnsureTable(ctx context.Context, n *api.Network) error {
+	if !Guarded(n) {
 		return nil
 	}
 	mark, exists, err := hostnet.TableMark(ctx, knftables.BridgeFamily, hostnet.TableName(n.ID))
@@ -200,9 +200,9 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 			old.migrate(tx)
 		}
 		for _, g := range strays {
-			hostnet.DeleteElement(tx, &knftables.Element{Set: guardPortMACs, Key: []string{strconv.FormatUint(uint64(g.index), 10), g.held}})
+			hostnet.DeleteElement(tx, &knftables.Element{Set: SetPortMACs, Key: []string{strconv.FormatUint(uint64(g.index), 10), g.held}})
 			if !g.keepClaim {
-				hostnet.DeleteElement(tx, &knftables.Element{Set: guardClaimed, Key: []string{g.held}})
+				hostnet.DeleteElement(tx, &knftables.Element{Set: SetClaimed, Key: []string{g.held}})
 			}
 		}
 	})
@@ -210,14 +210,14 @@ func ensureGuardTable(ctx context.Context, n *api.Network) error {
 	if err != nil {
 		return err
 	}
-	return pruneGuards(n.ID)
+	return PruneGuards(n.ID)
 }
 
-// checkGuardTable is Check's part for n's guard table: there, marked, its
+// CheckTable is Check's part for n's guard table: there, marked, its
 // hook going to this version's chains, which have their rules (counted,
 // not compared), and no port allowed a second MAC (readStrays).
-func checkGuardTable(ctx context.Context, n *api.Network) []error {
-	if !guarded(n) {
+func CheckTable(ctx context.Context, n *api.Network) []error {
+	if !Guarded(n) {
 		return nil
 	}
 	mark, exists, err := hostnet.TableMark(ctx, knftables.BridgeFamily, hostnet.TableName(n.ID))
@@ -248,10 +248,10 @@ func checkGuardTable(ctx context.Context, n *api.Network) []error {
 // client at most 2 a second after a burst of 10 (dhcpRate).
 const dhcpPortRate = "20/second burst 40 packets"
 
-// meter is a rate limit of each port's own (a meter's element per port):
+// Meter is a rate limit of each port's own (a Meter's element per port):
 // "limit rate [over] ..." in one rule would count every port's frames
 // together.
-func meter(set, limit string) string { return "update @" + set + " { iif " + limit + " }" }
+func Meter(set, limit string) string { return "update @" + set + " { iif " + limit + " }" }
 
 // guardRules are the checks of every guarded port, in order.
 func guardRules(n *api.Network) []string {
@@ -266,24 +266,24 @@ func guardRules(n *api.Network) []string {
 	// network and transport headers, which nftables finds past a tag.
 	// Without it, a tagged frame skipped every drop that matched the
 	// Ethernet type and was accepted by the rules that see through tags.
-	rs := []string{"ether type != @" + guardL2Types + " " + drop}
+	rs := []string{"ether type != @" + SetL2Types + " " + drop}
 	// A port that holds no MAC (not pinned, nothing learned yet) learns
 	// its own expected MAC, or one no port of the network holds or is
 	// expected to hold, which it then claims: never another VM's. Its
 	// helper writes its frames one at a time, so it learns one.
-	claim := " add @" + guardPortMACs + " { iif . ether saddr } add @" + guardHeld + " { iif : ether saddr } add @" + guardClaimed + " { ether saddr }"
+	claim := " add @" + SetPortMACs + " { iif . ether saddr } add @" + SetHeld + " { iif : ether saddr } add @" + SetClaimed + " { ether saddr }"
 	rs = append(rs,
-		"iif != @"+guardHeld+" ether saddr . iifname @"+guardOwns+claim,
-		"iif != @"+guardHeld+" ether saddr != @"+guardClaimed+claim,
-		"iif . ether saddr != @"+guardPortMACs+" "+drop,
-		"iif . arp saddr ether != @"+guardPortMACs+" "+drop)
-	if checksAddresses(n) {
+		"iif != @"+SetHeld+" ether saddr . iifname @"+SetOwns+claim,
+		"iif != @"+SetHeld+" ether saddr != @"+SetClaimed+claim,
+		"iif . ether saddr != @"+SetPortMACs+" "+drop,
+		"iif . arp saddr ether != @"+SetPortMACs+" "+drop)
+	if ChecksAddresses(n) {
 		if n.LearnsAddresses() {
 			// A copy to the learner, which may bind the address.
-			rs = append(rs, learnRule(n))
+			rs = append(rs, LearnRule(n))
 		}
 		// 0.0.0.0 is an address probe (RFC 5227), before DHCP's ACK.
-		rs = append(rs, "arp saddr ip != 0.0.0.0 ether saddr . arp saddr ip != @"+guardAddrs+" "+drop)
+		rs = append(rs, "arp saddr ip != 0.0.0.0 ether saddr . arp saddr ip != @"+SetAddrs+" "+drop)
 	}
 	rs = append(rs,
 		"ether type arp accept",
@@ -295,11 +295,11 @@ func guardRules(n *api.Network) []string {
 		// A port's DHCP requests at a client's pace: a flood would
 		// fill the server's socket, and the other VMs' requests would
 		// be dropped before the server could tell them apart.
-		"ether type ip udp dport 67 "+meter(guardDHCPRate, "limit rate over "+dhcpPortRate)+" "+drop,
+		"ether type ip udp dport 67 "+Meter(guardDHCPRate, "limit rate over "+dhcpPortRate)+" "+drop,
 		"ether type ip ip saddr 0.0.0.0 udp sport 68 udp dport 67 accept")
-	if checksAddresses(n) {
+	if ChecksAddresses(n) {
 		rs = append(rs,
-			"ether type ip ether saddr . ip saddr @"+guardAddrs+" accept",
+			"ether type ip ether saddr . ip saddr @"+SetAddrs+" accept",
 			"ether type ip "+drop)
 	} else {
 		rs = append(rs, "ether type ip accept")
@@ -314,7 +314,7 @@ func guardRules(n *api.Network) []string {
 	return append(rs, drop)
 }
 
-// GuardPort makes network n check every frame that arrives on its port
+// AddPort makes network n check every frame that arrives on its port
 // name: one MAC (mac, or with mac nil the first the VM sends from that is
 // the port's expected MAC or nobody's, until the port is guarded again),
 // IPv4 sources and ARP senders the network bound to that MAC (or 0.0.0.0
@@ -326,8 +326,8 @@ func guardRules(n *api.Network) []string {
 // or is expected to hold (claimed, and neither this port's expected MAC
 // nor the one it holds). CreatePort calls it for a TAP before the TAP
 // joins the bridge, so no frame of it goes unchecked.
-func GuardPort(ctx context.Context, n *api.Network, port string, mac net.HardwareAddr) error {
-	if !guarded(n) {
+func AddPort(ctx context.Context, n *api.Network, port string, mac net.HardwareAddr) error {
+	if !Guarded(n) {
 		return nil
 	}
 	var m string
@@ -341,7 +341,7 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 		// passes (ClaimPorts); a port with its MAC prunes only when the
 		// MAC is taken, below. So a controller's helper starts at the
 		// same cost however many ports the network has.
-		if err := pruneGuards(n.ID); err != nil {
+		if err := PruneGuards(n.ID); err != nil {
 			return err
 		}
 	}
@@ -362,7 +362,7 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 		// Some port holds it: one that is gone (a helper that exited)
 		// releases it once its guard is pruned, so that a helper started
 		// again under another TAP name takes its VM's MAC again.
-		if err := pruneGuards(n.ID); err != nil {
+		if err := PruneGuards(n.ID); err != nil {
 			return err
 		}
 		if ps, err = readPortState(n.ID, port, m); err != nil {
@@ -370,7 +370,7 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 		}
 		if !ps.mine && ps.claimed {
 			holder := ""
-			if st, err := readGuardState(ctx, n.ID); err == nil {
+			if st, err := ReadState(ctx, n.ID); err == nil {
 				holder = st.holder(m, port)
 			}
 			return fmt.Errorf("network %q: guarding port %s: MAC %s is another VM port's%s: a port may not take it", n.ID, port, m, holder)
@@ -383,15 +383,15 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 		if ps.held != "" {
 			releaseHeld(tx, idx, ps.held, ps.heldExpected || ps.held == m)
 		}
-		claim := &knftables.Element{Set: guardClaimed, Key: []string{m}}
+		claim := &knftables.Element{Set: SetClaimed, Key: []string{m}}
 		if ps.mine {
 			tx.Add(claim)
 		} else {
 			tx.Create(claim)
 		}
-		tx.Add(&knftables.Element{Map: guardHeld, Key: []string{idx}, Value: []string{m}})
-		tx.Add(&knftables.Element{Set: guardPortMACs, Key: []string{idx, m}})
-		tx.Add(&knftables.Element{Set: guardGuarded, Key: []string{idx}})
+		tx.Add(&knftables.Element{Map: SetHeld, Key: []string{idx}, Value: []string{m}})
+		tx.Add(&knftables.Element{Set: SetPortMACs, Key: []string{idx, m}})
+		tx.Add(&knftables.Element{Set: SetGuarded, Key: []string{idx}})
 	})
 }
 
@@ -400,18 +400,18 @@ func GuardPort(ctx context.Context, n *api.Network, port string, mac net.Hardwar
 // leaves claimed unless keepClaim (some port's expected MAC, or the one
 // the port is given again).
 func releaseHeld(tx *knftables.Transaction, idx, held string, keepClaim bool) {
-	hostnet.DeleteElement(tx, &knftables.Element{Map: guardHeld, Key: []string{idx}, Value: []string{held}})
-	hostnet.DeleteElement(tx, &knftables.Element{Set: guardPortMACs, Key: []string{idx, held}})
+	hostnet.DeleteElement(tx, &knftables.Element{Map: SetHeld, Key: []string{idx}, Value: []string{held}})
+	hostnet.DeleteElement(tx, &knftables.Element{Set: SetPortMACs, Key: []string{idx, held}})
 	if !keepClaim {
-		hostnet.DeleteElement(tx, &knftables.Element{Set: guardClaimed, Key: []string{held}})
+		hostnet.DeleteElement(tx, &knftables.Element{Set: SetClaimed, Key: []string{held}})
 	}
 }
 
-// UnguardPort removes the guard of port name, if n has one: its frames are
+// RemovePort removes the guard of port name, if n has one: its frames are
 // no longer checked, and the MAC it held leaves claimed unless it is some
 // port's expected MAC. For an attachment that opts out.
-func UnguardPort(ctx context.Context, n *api.Network, port string) error {
-	if !guarded(n) {
+func RemovePort(ctx context.Context, n *api.Network, port string) error {
+	if !Guarded(n) {
 		return nil
 	}
 	ps, err := readPortState(n.ID, port, "")
@@ -431,50 +431,50 @@ func UnguardPort(ctx context.Context, n *api.Network, port string) error {
 // nothing when the sets are already so. Unless reread, it changes the
 // sets from what it last wrote to them in this process (claimsMemo).
 func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.HardwareAddr, reread bool) error {
-	if !guarded(n) {
+	if !Guarded(n) {
 		return nil
 	}
 	gone, err := goneGuards(n.ID)
 	if err != nil {
 		return err
 	}
-	owns, owner := map[portMAC]bool{}, map[string]string{}
+	owns, owner := map[PortMAC]bool{}, map[string]string{}
 	for port, mac := range expected {
-		owns[portMAC{mac.String(), port}] = true
+		owns[PortMAC{mac.String(), port}] = true
 		owner[mac.String()] = port
 	}
-	expectedMACs := map[string]bool{}
+	ExpectedMACs := map[string]bool{}
 	for mac := range owner {
-		expectedMACs[mac] = true
+		ExpectedMACs[mac] = true
 	}
 	// Without the ports' MACs first: what they learned matters only when
 	// a MAC stops being expected (it stays claimed if a port holds it) or
 	// a newly expected one is claimed already (a port that learned it
 	// loses it). Attaching VMs needs neither, and so costs the same
 	// however many ports there are.
-	st, err := claimsState(n.ID, reread, expectedMACs)
+	st, err := claimsState(n.ID, reread, ExpectedMACs)
 	if err != nil {
 		return err
 	}
 	if !st.exists {
 		// A table without its sets (none yet, or an older vmnetctl's):
 		// made first.
-		if err := ensureGuardTable(ctx, n); err != nil {
+		if err := EnsureTable(ctx, n); err != nil {
 			return err
 		}
 		if st, err = readGuardStateNL(n.ID, false); err != nil {
 			return err
 		}
 	}
-	full, stillHeld, err := stillHeldBy(n.ID, st, expectedMACs)
+	full, stillHeld, err := stillHeldBy(n.ID, st, ExpectedMACs)
 	if err != nil {
 		return err
 	}
 	// A MAC now expected on another port (its attachment's TAP name
 	// changed): the port that holds it may be the old one, which every
 	// port's state can tell, and which then loses it.
-	for p := range st.owns {
-		if o, ok := owner[p.mac]; ok && o != p.port {
+	for p := range st.Owns {
+		if o, ok := owner[p.MAC]; ok && o != p.Port {
 			full = true
 		}
 	}
@@ -484,10 +484,10 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	if !full {
 		// The expected MACs nobody holds yet are claimed; those no
 		// longer expected and no longer held leave.
-		ch.delExpected, ch.addExpected = setDiff(st.expectedMACs, expectedMACs)
-		_, ch.addClaimed = setDiff(st.claimed, expectedMACs)
+		ch.delExpected, ch.addExpected = setDiff(st.ExpectedMACs, ExpectedMACs)
+		_, ch.addClaimed = setDiff(st.Claimed, ExpectedMACs)
 		for _, mac := range ch.delExpected {
-			if st.claimed[mac] && !stillHeld[mac] {
+			if st.Claimed[mac] && !stillHeld[mac] {
 				ch.delClaimed = append(ch.delClaimed, mac)
 			}
 		}
@@ -495,28 +495,28 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 		if st, err = readGuardStateNL(n.ID, true); err != nil {
 			return err
 		}
-		ch = fullClaims(st, owner, expectedMACs)
+		ch = fullClaims(st, owner, ExpectedMACs)
 	}
-	ch.delOwns, ch.addOwns = setDiff(st.owns, owns)
+	ch.delOwns, ch.addOwns = setDiff(st.Owns, owns)
 	// The guards of the ports that went are removed in the batch that
 	// changes the claims (a few at a time; a `down`'s many in batches of
 	// their own): a commit that deletes waits for the kernel's readers,
 	// once rather than twice for a VM that leaves.
-	if len(gone) > pruneChunk {
-		if err := pruneGone(n.ID, gone, expectedMACs); err != nil {
+	if len(gone) > PruneChunk {
+		if err := pruneGone(n.ID, gone, ExpectedMACs); err != nil {
 			return err
 		}
 		gone = nil
 	}
 	if ch.empty() && len(gone) == 0 {
-		rememberClaims(n.ID, owns, expectedMACs)
+		rememberClaims(n.ID, owns, ExpectedMACs)
 		return nil
 	}
-	if err := applyClaims(n.ID, ch, gone, expectedMACs); err != nil {
+	if err := applyClaims(n.ID, ch, gone, ExpectedMACs); err != nil {
 		claimsMemo.Delete(n.ID)
 		return err
 	}
-	rememberClaims(n.ID, owns, expectedMACs)
+	rememberClaims(n.ID, owns, ExpectedMACs)
 	return nil
 }
 
@@ -524,10 +524,10 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 // to port) and the ports' state st want, from every port's state: claimed
 // are what the ports hold and the expected MACs, and a port that holds
 // another port's expected MAC loses it.
-func fullClaims(st *guardState, owner map[string]string, expectedMACs map[string]bool) claimsChange {
+func fullClaims(st *State, owner map[string]string, ExpectedMACs map[string]bool) claimsChange {
 	var ch claimsChange
 	claimed := map[string]bool{}
-	for port, mac := range st.learned {
+	for port, mac := range st.Learned {
 		if o, ok := owner[mac]; ok && o != port {
 			ch.evict = append(ch.evict, portGuard{index: st.index[port], held: mac, keepClaim: true})
 			continue
@@ -537,8 +537,8 @@ func fullClaims(st *guardState, owner map[string]string, expectedMACs map[string
 	for mac := range owner {
 		claimed[mac] = true
 	}
-	ch.delExpected, ch.addExpected = setDiff(st.expectedMACs, expectedMACs)
-	ch.delClaimed, ch.addClaimed = setDiff(st.claimed, claimed)
+	ch.delExpected, ch.addExpected = setDiff(st.ExpectedMACs, ExpectedMACs)
+	ch.delClaimed, ch.addClaimed = setDiff(st.Claimed, claimed)
 	return ch
 }
 
@@ -551,11 +551,11 @@ func fullClaims(st *guardState, owner map[string]string, expectedMACs map[string
 var claimsMemo sync.Map // string -> claimsMemoized
 
 type claimsMemoized struct {
-	owns     map[portMAC]bool
+	owns     map[PortMAC]bool
 	expected map[string]bool
 }
 
-func rememberClaims(id string, owns map[portMAC]bool, expected map[string]bool) {
+func rememberClaims(id string, owns map[PortMAC]bool, expected map[string]bool) {
 	claimsMemo.Store(id, claimsMemoized{maps.Clone(owns), maps.Clone(expected)})
 }
 
@@ -565,27 +565,27 @@ func rememberClaims(id string, owns map[portMAC]bool, expected map[string]bool) 
 // until ClaimPorts releases them), and the MACs newly expected are looked
 // up in claimed one by one: one a port learned before it was expected
 // makes ClaimPorts read everything (stillHeldBy).
-func claimsState(id string, reread bool, expected map[string]bool) (*guardState, error) {
+func claimsState(id string, reread bool, expected map[string]bool) (*State, error) {
 	m, ok := claimsMemo.Load(id)
 	if reread || !ok {
 		return readGuardStateNL(id, false)
 	}
 	memo := m.(claimsMemoized)
-	st := &guardState{exists: true, learned: map[string]string{}, index: map[string]uint32{},
-		owns: maps.Clone(memo.owns), expectedMACs: maps.Clone(memo.expected), claimed: maps.Clone(memo.expected)}
+	st := &State{exists: true, Learned: map[string]string{}, index: map[string]uint32{},
+		Owns: maps.Clone(memo.owns), ExpectedMACs: maps.Clone(memo.expected), Claimed: maps.Clone(memo.expected)}
 	for mac := range expected {
-		if st.expectedMACs[mac] {
+		if st.ExpectedMACs[mac] {
 			continue
 		}
 		hw, err := net.ParseMAC(mac)
 		if err != nil {
 			continue
 		}
-		claimed, err := hostnet.HasElement(id, guardClaimed, hw)
+		claimed, err := hostnet.HasElement(id, SetClaimed, hw)
 		if err != nil {
 			return nil, err
 		}
-		st.claimed[mac] = claimed
+		st.Claimed[mac] = claimed
 	}
 	return st, nil
 }
@@ -596,18 +596,18 @@ func claimsState(id string, reread bool, expected map[string]bool) (*guardState,
 // learn a claimed MAC): that port's alone is read. full is true when only
 // every port's can tell: a newly expected MAC is claimed already (some
 // port learned it), or a MAC no longer expected has no owner recorded.
-func stillHeldBy(id string, st *guardState, expected map[string]bool) (full bool, stillHeld map[string]bool, err error) {
+func stillHeldBy(id string, st *State, expected map[string]bool) (full bool, stillHeld map[string]bool, err error) {
 	for mac := range expected {
-		if !st.expectedMACs[mac] && st.claimed[mac] {
+		if !st.ExpectedMACs[mac] && st.Claimed[mac] {
 			return true, nil, nil
 		}
 	}
 	ownerOf := map[string][]string{}
-	for p := range st.owns {
-		ownerOf[p.mac] = append(ownerOf[p.mac], p.port)
+	for p := range st.Owns {
+		ownerOf[p.MAC] = append(ownerOf[p.MAC], p.Port)
 	}
 	stillHeld = map[string]bool{}
-	for mac := range st.expectedMACs {
+	for mac := range st.ExpectedMACs {
 		if expected[mac] {
 			continue
 		}
@@ -615,7 +615,7 @@ func stillHeldBy(id string, st *guardState, expected map[string]bool) (full bool
 			return true, nil, nil
 		}
 		for _, port := range ownerOf[mac] {
-			held, err := readHeld(id, port) // "" for a port that is gone
+			held, err := ReadHeld(id, port) // "" for a port that is gone
 			if err != nil {
 				return false, nil, err
 			}
@@ -640,39 +640,39 @@ func setDiff[K comparable](have, want map[K]bool) (del, add []K) {
 	return del, add
 }
 
-// portMAC is a MAC (as text) and a port's name.
-type portMAC struct{ mac, port string }
+// PortMAC is a MAC (as text) and a port's name.
+type PortMAC struct{ MAC, Port string }
 
-// guardState is what a network's guard table holds of its MACs.
-type guardState struct {
+// State is what a network's guard table holds of its MACs.
+type State struct {
 	exists       bool              // the table and its sets
-	learned      map[string]string // port -> the MAC it holds (learned or pinned); ports that exist
+	Learned      map[string]string // port -> the MAC it holds (learned or pinned); ports that exist
 	index        map[string]uint32 // port -> its interface index, for learned
-	claimed      map[string]bool
-	owns         map[portMAC]bool
-	expectedMACs map[string]bool
+	Claimed      map[string]bool
+	Owns         map[PortMAC]bool
+	ExpectedMACs map[string]bool
 }
 
 // holder names, for an error, the port other than port that holds or is
 // expected to hold mac.
-func (st *guardState) holder(mac, port string) string {
-	for p, m := range st.learned {
+func (st *State) holder(mac, port string) string {
+	for p, m := range st.Learned {
 		if m == mac && p != port {
 			return " (port " + p + ")"
 		}
 	}
-	for p := range st.owns {
-		if p.mac == mac && p.port != port {
-			return " (port " + p.port + ")"
+	for p := range st.Owns {
+		if p.MAC == mac && p.Port != port {
+			return " (port " + p.Port + ")"
 		}
 	}
 	return ""
 }
 
-// readGuardState reads the MACs of network id's guard table, all of them
+// ReadState reads the MACs of network id's guard table, all of them
 // (readGuardStateNL); all empty without the table. For errors, and for
 // ExpectedPort: GuardPort reads only its own port's (readPortState).
-func readGuardState(_ context.Context, id string) (*guardState, error) {
+func ReadState(_ context.Context, id string) (*State, error) {
 	return readGuardStateNL(id, true)
 }
 
@@ -680,7 +680,7 @@ func readGuardState(_ context.Context, id string) (*guardState, error) {
 // table (its sets and chains made if missing, their rules left as they
 // are) with what build adds.
 func runGuardTx(ctx context.Context, n *api.Network, what string, build func(*knftables.Transaction)) error {
-	if !guarded(n) {
+	if !Guarded(n) {
 		return nil
 	}
 	nft, err := hostnet.NFT(knftables.BridgeFamily, n.ID)
@@ -707,22 +707,22 @@ func BindAddress(ctx context.Context, n *api.Network, mac net.HardwareAddr, ip n
 	}
 	tx := nft.NewTransaction()
 	addGuardSets(tx, n)
-	tx.Add(&knftables.Element{Set: guardAddrs, Key: []string{mac.String(), ip.String()}})
+	tx.Add(&knftables.Element{Set: SetAddrs, Key: []string{mac.String(), ip.String()}})
 	return nft.Run(ctx, tx)
 }
 
-// binding is a (MAC, IPv4) pair of the guard's address set.
-type binding struct {
-	mac string
-	ip  netip.Addr
+// Binding is a (MAC, IPv4) pair of the guard's address set.
+type Binding struct {
+	MAC string
+	IP  netip.Addr
 }
 
-// addrGuard keeps the guard's address set equal to what the network's
+// AddrGuard keeps the guard's address set equal to what the network's
 // allocator bound: reservations, fixed addresses and unexpired leases. It
 // is told of each DHCP change (syncMAC, before the client hears of it) and
 // goes over everything now and then (syncAll), which removes the pairs of
 // leases that expired.
-type addrGuard struct {
+type AddrGuard struct {
 	id    string
 	alloc *leases.Allocator
 	log   *slog.Logger
@@ -734,23 +734,32 @@ type addrGuard struct {
 	failLog   guestlog.Limit
 }
 
-func newAddrGuard(n *api.Network, alloc *leases.Allocator, log *slog.Logger, inNS func(func() error) error) (*addrGuard, error) {
+func NewAddrGuard(n *api.Network, alloc *leases.Allocator, log *slog.Logger, inNS func(func() error) error) (*AddrGuard, error) {
 	nft, err := hostnet.NFT(knftables.BridgeFamily, n.ID)
 	if err != nil {
 		return nil, err
 	}
-	return &addrGuard{id: n.ID, alloc: alloc, log: log, nft: nft, inNS: inNS}, nil
+	return &AddrGuard{id: n.ID, alloc: alloc, log: log, nft: nft, inNS: inNS}, nil
+}
+
+// Installed is the address pairs the kernel's guard holds, by MAC, read
+// from it.
+func (g *AddrGuard) Installed(ctx context.Context) (map[string][]netip.Addr, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	err := g.load(ctx)
+	return g.installed, err
 }
 
 // load reads the set from the kernel, once: a restarted controller finds
 // what the one before it installed.
-func (g *addrGuard) load(ctx context.Context) error {
+func (g *AddrGuard) load(ctx context.Context) error {
 	if g.installed != nil {
 		return nil
 	}
 	var elems []*knftables.Element
 	err := g.inNS(func() (err error) {
-		elems, err = g.nft.ListElements(ctx, "set", guardAddrs)
+		elems, err = g.nft.ListElements(ctx, "set", SetAddrs)
 		return err
 	})
 	if err != nil && !knftables.IsNotFound(err) {
@@ -770,51 +779,62 @@ func (g *addrGuard) load(ctx context.Context) error {
 	return nil
 }
 
-// apply changes the set by one transaction: add, then delete.
-func (g *addrGuard) apply(ctx context.Context, add, del []binding) error {
+// Change adds the pairs add and deletes del now, under the guard's lock,
+// as a sync does; deleting a pair already gone is no error.
+func (g *AddrGuard) Change(ctx context.Context, add, del []Binding) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.load(ctx); err != nil {
+		return err
+	}
+	return g.apply(ctx, add, del)
+}
+
+// Apply changes the set by one transaction: add, then delete.
+func (g *AddrGuard) apply(ctx context.Context, add, del []Binding) error {
 	if len(add) == 0 && len(del) == 0 {
 		return nil
 	}
 	tx := g.nft.NewTransaction()
 	for _, b := range add {
-		tx.Add(&knftables.Element{Set: guardAddrs, Key: []string{b.mac, b.ip.String()}})
+		tx.Add(&knftables.Element{Set: SetAddrs, Key: []string{b.MAC, b.IP.String()}})
 	}
 	for _, b := range del {
-		hostnet.DeleteElement(tx, &knftables.Element{Set: guardAddrs, Key: []string{b.mac, b.ip.String()}})
+		hostnet.DeleteElement(tx, &knftables.Element{Set: SetAddrs, Key: []string{b.MAC, b.IP.String()}})
 	}
 	if err := g.inNS(func() error { return g.nft.Run(ctx, tx) }); err != nil {
 		g.installed = nil // read it again next time
 		return fmt.Errorf("network %q: updating the guard's addresses: %w", g.id, err)
 	}
 	for _, b := range add {
-		g.installed[b.mac] = append(g.installed[b.mac], b.ip)
+		g.installed[b.MAC] = append(g.installed[b.MAC], b.IP)
 	}
 	for _, b := range del {
-		g.installed[b.mac] = slices.DeleteFunc(g.installed[b.mac], func(ip netip.Addr) bool { return ip == b.ip })
-		if len(g.installed[b.mac]) == 0 {
-			delete(g.installed, b.mac)
+		g.installed[b.MAC] = slices.DeleteFunc(g.installed[b.MAC], func(ip netip.Addr) bool { return ip == b.IP })
+		if len(g.installed[b.MAC]) == 0 {
+			delete(g.installed, b.MAC)
 		}
 	}
 	return nil
 }
 
 // diff appends to add and del what makes have into want, for one MAC.
-func diff(mac string, have, want []netip.Addr, add, del []binding) ([]binding, []binding) {
+func diff(mac string, have, want []netip.Addr, add, del []Binding) ([]Binding, []Binding) {
 	for _, ip := range want {
 		if !slices.Contains(have, ip) {
-			add = append(add, binding{mac, ip})
+			add = append(add, Binding{mac, ip})
 		}
 	}
 	for _, ip := range have {
 		if !slices.Contains(want, ip) {
-			del = append(del, binding{mac, ip})
+			del = append(del, Binding{mac, ip})
 		}
 	}
 	return add, del
 }
 
-// syncMAC brings one MAC's pairs up to date.
-func (g *addrGuard) syncMAC(ctx context.Context, mac net.HardwareAddr) {
+// SyncMAC brings one MAC's pairs up to date.
+func (g *AddrGuard) SyncMAC(ctx context.Context, mac net.HardwareAddr) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	err := g.load(ctx)
@@ -826,7 +846,7 @@ func (g *addrGuard) syncMAC(ctx context.Context, mac net.HardwareAddr) {
 		// left): the other MAC's pairs change in the same transaction.
 		for _, b := range add {
 			for other, ips := range g.installed {
-				if other == m || !slices.Contains(ips, b.ip) {
+				if other == m || !slices.Contains(ips, b.IP) {
 					continue
 				}
 				if hw, perr := net.ParseMAC(other); perr == nil {
@@ -836,16 +856,16 @@ func (g *addrGuard) syncMAC(ctx context.Context, mac net.HardwareAddr) {
 		}
 		err = g.apply(ctx, add, del)
 	}
-	g.logFailure(err)
+	g.LogFailure(err)
 }
 
-// syncAll brings every pair up to date.
-func (g *addrGuard) syncAll(ctx context.Context) error { return g.sync(ctx, false) }
+// SyncAll brings every pair up to date.
+func (g *AddrGuard) SyncAll(ctx context.Context) error { return g.Sync(ctx, false) }
 
-// sync is syncAll; addOnly keeps what the allocator does not know yet (at
+// Sync is syncAll; addOnly keeps what the allocator does not know yet (at
 // a network's start, before the controller told it the VM files' fixed
 // addresses: removing them would cut those VMs off until it does).
-func (g *addrGuard) sync(ctx context.Context, addOnly bool) error {
+func (g *AddrGuard) Sync(ctx context.Context, addOnly bool) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	// From the kernel each time, not from what was installed: the guard
@@ -856,7 +876,7 @@ func (g *addrGuard) sync(ctx context.Context, addOnly bool) error {
 		return err
 	}
 	want := g.alloc.Bound()
-	var add, del []binding
+	var add, del []Binding
 	for mac, ips := range want {
 		add, del = diff(mac, g.installed[mac], ips, add, del)
 	}
@@ -871,7 +891,7 @@ func (g *addrGuard) sync(ctx context.Context, addOnly bool) error {
 	return g.apply(ctx, add, del)
 }
 
-func (g *addrGuard) logFailure(err error) {
+func (g *AddrGuard) LogFailure(err error) {
 	if err == nil {
 		return
 	}
@@ -884,15 +904,15 @@ func (g *addrGuard) logFailure(err error) {
 // n is expected on (the controller's claims): `vmnetctl helper` under sudo
 // may not take such a name, which would let it learn that VM's MAC.
 func ExpectedPort(ctx context.Context, n *api.Network, port string) (bool, error) {
-	if !guarded(n) {
+	if !Guarded(n) {
 		return false, nil
 	}
-	st, err := readGuardState(ctx, n.ID)
+	st, err := ReadState(ctx, n.ID)
 	if err != nil {
 		return false, err
 	}
-	for pm := range st.owns {
-		if pm.port == port {
+	for pm := range st.Owns {
+		if pm.Port == port {
 			return true, nil
 		}
 	}

@@ -1,4 +1,4 @@
-package netplane
+package guard
 
 import (
 	"context"
@@ -65,16 +65,16 @@ func guardTunnel(ctx context.Context, n *api.Network, port string) error {
 		return fmt.Errorf("network %q: guarding tunnel %s: no such link", n.ID, port)
 	}
 	return runGuardTx(ctx, n, "guarding tunnel "+port, func(tx *knftables.Transaction) {
-		tx.Add(&knftables.Element{Set: guardTunnels, Key: []string{strconv.FormatUint(uint64(index), 10)}})
+		tx.Add(&knftables.Element{Set: SetTunnels, Key: []string{strconv.FormatUint(uint64(index), 10)}})
 	})
 }
 
-// tunnelGuard is the overlay's view of n's guard.
-func tunnelGuard(n *api.Network) overlay.Guard {
+// TunnelGuard is the overlay's view of n's guard.
+func TunnelGuard(n *api.Network) overlay.Guard {
 	return overlay.Guard{
 		Tunnel: func(ctx context.Context, port string) error { return guardTunnel(ctx, n, port) },
 		Guarded: func(index uint32) (bool, error) {
-			return hostnet.HasElement(n.ID, guardTunnels, portKey(index))
+			return hostnet.HasElement(n.ID, SetTunnels, portKey(index))
 		},
 	}
 }

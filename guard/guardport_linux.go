@@ -1,4 +1,4 @@
-package netplane
+package guard
 
 import (
 	"bytes"
@@ -12,14 +12,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // A port's guard is its elements in the guard table's sets, written in
@@ -84,17 +83,17 @@ func readPortState(id, port, mac string) (portState, error) {
 		}
 		return ok
 	}
-	ps.guarded = has(guardGuarded, portKey(ps.index))
+	ps.guarded = has(SetGuarded, portKey(ps.index))
 	if err == nil {
 		ps.held, err = heldBy(id, ps.index)
 	}
 	if hw, perr := net.ParseMAC(ps.held); perr == nil {
-		ps.heldExpected = has(guardExpected, hw)
-		ps.heldOwned = ps.heldExpected && has(guardOwns, ownsKey(portMAC{ps.held, port}))
+		ps.heldExpected = has(SetExpected, hw)
+		ps.heldOwned = ps.heldExpected && has(SetOwns, OwnsKey(PortMAC{ps.held, port}))
 	}
 	if hw, perr := net.ParseMAC(mac); perr == nil {
-		ps.mine = ps.held == mac || has(guardOwns, ownsKey(portMAC{mac, port}))
-		ps.claimed = !ps.mine && has(guardClaimed, hw)
+		ps.mine = ps.held == mac || has(SetOwns, OwnsKey(PortMAC{mac, port}))
+		ps.claimed = !ps.mine && has(SetClaimed, hw)
 	}
 	return ps, err
 }
@@ -102,16 +101,16 @@ func readPortState(id, port, mac string) (portState, error) {
 // heldBy is the MAC the port of interface index holds on network id, ""
 // for none.
 func heldBy(id string, index uint32) (string, error) {
-	e, err := hostnet.LookupElement(id, guardHeld, portKey(index))
+	e, err := hostnet.LookupElement(id, SetHeld, portKey(index))
 	if err != nil || e == nil || len(e.Data) < 6 {
 		return "", err
 	}
 	return net.HardwareAddr(e.Data[:6]).String(), nil
 }
 
-// readHeld is the MAC port holds on network id, "" for none (or no such
+// ReadHeld is the MAC port holds on network id, "" for none (or no such
 // port).
-func readHeld(id, port string) (string, error) {
+func ReadHeld(id, port string) (string, error) {
 	index, err := linkIndex(port)
 	if err != nil || index == 0 {
 		return "", err
@@ -138,7 +137,7 @@ func guardLearning(n *api.Network, port string, ps portState) error {
 			return err
 		}
 	}
-	if err := conn.SetAddElements(guardSet(n.ID, guardGuarded), []nftables.SetElement{{Key: portKey(ps.index)}}); err != nil {
+	if err := conn.SetAddElements(guardSet(n.ID, SetGuarded), []nftables.SetElement{{Key: portKey(ps.index)}}); err != nil {
 		return err
 	}
 	if err := conn.Flush(); err != nil {
@@ -169,12 +168,12 @@ func addRelease(conn *nftables.Conn, id string, g portGuard) error {
 	ops := []struct {
 		set   string
 		elems []nftables.SetElement
-	}{{guardHeld, held}, {guardPortMACs, pm}}
+	}{{SetHeld, held}, {SetPortMACs, pm}}
 	if !g.keepClaim {
 		ops = append(ops, struct {
 			set   string
 			elems []nftables.SetElement
-		}{guardClaimed, []nftables.SetElement{{Key: mac}}})
+		}{SetClaimed, []nftables.SetElement{{Key: mac}}})
 	}
 	for _, op := range ops {
 		s := guardSet(id, op.set)
@@ -192,7 +191,7 @@ func addRelease(conn *nftables.Conn, id string, g portGuard) error {
 // guarded, its drop counter, and its MAC (addRelease).
 func addUnguard(conn *nftables.Conn, id string, g portGuard) error {
 	key := []nftables.SetElement{{Key: portKey(g.index)}}
-	for _, set := range []string{guardGuarded, guardDropCounts} {
+	for _, set := range []string{SetGuarded, guardDropCounts} {
 		s := guardSet(id, set)
 		if err := conn.SetAddElements(s, key); err != nil {
 			return err
@@ -221,24 +220,24 @@ func unguardNL(id string, gs []portGuard) error {
 	return nil
 }
 
-// pruneGuards removes the guards of ports that no longer exist (a helper's
+// PruneGuards removes the guards of ports that no longer exist (a helper's
 // TAP goes with its fd; its guard stays).
-func pruneGuards(id string) error {
+func PruneGuards(id string) error {
 	gone, err := goneGuards(id)
 	if err != nil || len(gone) == 0 {
 		return err
 	}
-	expected, err := expectedMACs(id)
+	expected, err := ExpectedMACs(id)
 	if err != nil {
 		return err
 	}
 	return pruneGone(id, gone, expected)
 }
 
-// expectedMACs reads network id's guard's expected set: the MACs the
+// ExpectedMACs reads network id's guard's expected set: the MACs the
 // attachments give their VMs.
-func expectedMACs(id string) (map[string]bool, error) {
-	elems, err := guardSetElements(id, guardExpected)
+func ExpectedMACs(id string) (map[string]bool, error) {
+	elems, err := SetElements(id, SetExpected)
 	out := map[string]bool{}
 	for _, e := range elems {
 		if len(e.Key) >= 6 {
@@ -251,7 +250,7 @@ func expectedMACs(id string) (map[string]bool, error) {
 // goneGuards is the guards of network id whose ports have no link, with
 // the MACs they hold.
 func goneGuards(id string) ([]portGuard, error) {
-	elems, err := guardSetElements(id, guardGuarded) // none without the table
+	elems, err := SetElements(id, SetGuarded) // none without the table
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +283,7 @@ func goneGuards(id string) ([]portGuard, error) {
 // its acknowledgements must fit the socket's buffers. expected is the
 // guard's expected MACs: those stay claimed.
 func pruneGone(id string, gone []portGuard, expected map[string]bool) error {
-	for chunk := range slices.Chunk(gone, pruneChunk) {
+	for chunk := range slices.Chunk(gone, PruneChunk) {
 		for i := range chunk {
 			chunk[i].keepClaim = expected[chunk[i].held]
 		}
@@ -295,14 +294,14 @@ func pruneGone(id string, gone []portGuard, expected map[string]bool) error {
 	return nil
 }
 
-// pruneChunk is the most ports whose guards one batch deletes (some ten
+// PruneChunk is the most ports whose guards one batch deletes (some ten
 // messages each).
-const pruneChunk = 16
+const PruneChunk = 16
 
-// guardSetElements reads the elements of set name of network id's guard
+// SetElements reads the elements of set name of network id's guard
 // table through netlink (one small request, whatever else the table
 // holds); none without the set or the table.
-func guardSetElements(id, name string) ([]nftables.SetElement, error) {
+func SetElements(id, name string) ([]nftables.SetElement, error) {
 	elems, err := hostnet.SetElements(nftables.TableFamilyBridge, id, name)
 	if err != nil {
 		return nil, fmt.Errorf("network %q: reading the guard's set %s: %w", id, name, err)
@@ -314,14 +313,14 @@ func guardSetElements(id, name string) ([]nftables.SetElement, error) {
 // netlink: owns, claimed, expected and, with learned, the MACs the ports
 // hold (held, with the names of the ports that exist). All empty without
 // the table.
-func readGuardStateNL(id string, learned bool) (*guardState, error) {
-	st := &guardState{learned: map[string]string{}, index: map[string]uint32{}, claimed: map[string]bool{}, owns: map[portMAC]bool{}, expectedMACs: map[string]bool{}}
+func readGuardStateNL(id string, learned bool) (*State, error) {
+	st := &State{Learned: map[string]string{}, index: map[string]uint32{}, Claimed: map[string]bool{}, Owns: map[PortMAC]bool{}, ExpectedMACs: map[string]bool{}}
 	conn, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	tbl := &nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyBridge}
-	names := []string{guardClaimed, guardOwns, guardExpected, guardGuarded, guardHeld}
+	names := []string{SetClaimed, SetOwns, SetExpected, SetGuarded, SetHeld}
 	sets, err := namedSets(conn, tbl, names...)
 	if err != nil {
 		return nil, fmt.Errorf("network %q: reading the guard's sets: %w", id, err)
@@ -329,7 +328,7 @@ func readGuardStateNL(id string, learned bool) (*guardState, error) {
 	st.exists = len(sets) == len(names)
 	held := map[uint32]string{}
 	for _, s := range sets {
-		if s.Name == guardGuarded || !learned && s.Name == guardHeld {
+		if s.Name == SetGuarded || !learned && s.Name == SetHeld {
 			continue
 		}
 		elems, err := conn.GetSetElements(s)
@@ -338,15 +337,15 @@ func readGuardStateNL(id string, learned bool) (*guardState, error) {
 		}
 		for _, e := range elems {
 			switch {
-			case s.Name == guardHeld && len(e.Key) >= 4 && len(e.Val) >= 6:
+			case s.Name == SetHeld && len(e.Key) >= 4 && len(e.Val) >= 6:
 				held[binary.NativeEndian.Uint32(e.Key)] = net.HardwareAddr(e.Val[:6]).String()
-			case s.Name == guardHeld || len(e.Key) < 6:
-			case s.Name == guardClaimed:
-				st.claimed[net.HardwareAddr(e.Key[:6]).String()] = true
-			case s.Name == guardExpected:
-				st.expectedMACs[net.HardwareAddr(e.Key[:6]).String()] = true
-			case s.Name == guardOwns && len(e.Key) >= 8+unix.IFNAMSIZ:
-				st.owns[portMAC{net.HardwareAddr(e.Key[:6]).String(), string(bytes.TrimRight(e.Key[8:8+unix.IFNAMSIZ], "\x00"))}] = true
+			case s.Name == SetHeld || len(e.Key) < 6:
+			case s.Name == SetClaimed:
+				st.Claimed[net.HardwareAddr(e.Key[:6]).String()] = true
+			case s.Name == SetExpected:
+				st.ExpectedMACs[net.HardwareAddr(e.Key[:6]).String()] = true
+			case s.Name == SetOwns && len(e.Key) >= 8+unix.IFNAMSIZ:
+				st.Owns[PortMAC{net.HardwareAddr(e.Key[:6]).String(), string(bytes.TrimRight(e.Key[8:8+unix.IFNAMSIZ], "\x00"))}] = true
 			}
 		}
 	}
@@ -358,7 +357,7 @@ func readGuardStateNL(id string, learned bool) (*guardState, error) {
 		defer links.Close()
 		for index, mac := range held {
 			if name, ok := links.NameOf(index); ok && name != "" {
-				st.learned[name], st.index[name] = mac, index
+				st.Learned[name], st.index[name] = mac, index
 			}
 		}
 	}
@@ -371,11 +370,11 @@ func readGuardStateNL(id string, learned bool) (*guardState, error) {
 // time when one thread writes them, as a helper's relay does) could make
 // its port learn both: Check reports the second, and Ensure drops it.
 func readStrays(id string) ([]portGuard, error) {
-	pms, err := guardSetElements(id, guardPortMACs)
+	pms, err := SetElements(id, SetPortMACs)
 	if err != nil || len(pms) == 0 {
 		return nil, err
 	}
-	hs, err := guardSetElements(id, guardHeld)
+	hs, err := SetElements(id, SetHeld)
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +385,7 @@ func readStrays(id string) ([]portGuard, error) {
 			held[binary.NativeEndian.Uint32(e.Key)], heldMACs[mac] = mac, true
 		}
 	}
-	expected, err := expectedMACs(id)
+	expected, err := ExpectedMACs(id)
 	if err != nil {
 		return nil, err
 	}
@@ -423,19 +422,19 @@ func namedSets(conn *nftables.Conn, tbl *nftables.Table, names ...string) ([]*nf
 	return out, nil
 }
 
-// ownsKey is an element of owns as netlink carries it: the MAC, padded to
+// OwnsKey is an element of owns as netlink carries it: the MAC, padded to
 // 8 bytes, then the port's name in IFNAMSIZ bytes.
-func ownsKey(p portMAC) []byte {
-	mac, _ := net.ParseMAC(p.mac)
+func OwnsKey(p PortMAC) []byte {
+	mac, _ := net.ParseMAC(p.MAC)
 	k := make([]byte, 8+unix.IFNAMSIZ)
 	copy(k, mac)
-	copy(k[8:], p.port)
+	copy(k[8:], p.Port)
 	return k
 }
 
 // claimsChange is what ClaimPorts changes of the guard's sets.
 type claimsChange struct {
-	addOwns, delOwns         []portMAC
+	addOwns, delOwns         []PortMAC
 	addClaimed, delClaimed   []string
 	addExpected, delExpected []string
 	evict                    []portGuard // MACs ports hold and must release
@@ -480,10 +479,10 @@ func addClaims(conn *nftables.Conn, id string, ch claimsChange) error {
 		}
 		return out
 	}
-	ownsElems := func(ps []portMAC) []nftables.SetElement {
+	ownsElems := func(ps []PortMAC) []nftables.SetElement {
 		var out []nftables.SetElement
 		for _, p := range ps {
-			out = append(out, nftables.SetElement{Key: ownsKey(p)})
+			out = append(out, nftables.SetElement{Key: OwnsKey(p)})
 		}
 		return out
 	}
@@ -492,12 +491,12 @@ func addClaims(conn *nftables.Conn, id string, ch claimsChange) error {
 		add  bool
 		elem []nftables.SetElement
 	}{
-		{guardOwns, false, ownsElems(ch.delOwns)},
-		{guardOwns, true, ownsElems(ch.addOwns)},
-		{guardExpected, false, macElems(ch.delExpected)},
-		{guardExpected, true, macElems(ch.addExpected)},
-		{guardClaimed, false, macElems(ch.delClaimed)},
-		{guardClaimed, true, macElems(ch.addClaimed)},
+		{SetOwns, false, ownsElems(ch.delOwns)},
+		{SetOwns, true, ownsElems(ch.addOwns)},
+		{SetExpected, false, macElems(ch.delExpected)},
+		{SetExpected, true, macElems(ch.addExpected)},
+		{SetClaimed, false, macElems(ch.delClaimed)},
+		{SetClaimed, true, macElems(ch.addClaimed)},
 	} {
 		if len(op.elem) == 0 {
 			continue
@@ -522,12 +521,12 @@ func addClaims(conn *nftables.Conn, id string, ch claimsChange) error {
 	return nil
 }
 
-// guardDrops returns the frames each guarded port of network id dropped,
+// Drops returns the frames each guarded port of network id dropped,
 // by port name (its drop-counts element: the frames since its link was
 // made). ports, if not nil, are the ports asked about: their elements
 // alone are read, one request each, not the thousand of a fleet's
 // network.
-func guardDrops(_ context.Context, id string, ports []string) (map[string]uint64, error) {
+func Drops(_ context.Context, id string, ports []string) (map[string]uint64, error) {
 	drops := map[string]uint64{}
 	if ports != nil {
 		for _, port := range ports {
@@ -545,7 +544,7 @@ func guardDrops(_ context.Context, id string, ports []string) (map[string]uint64
 		}
 		return drops, nil
 	}
-	elems, err := guardSetElements(id, guardDropCounts)
+	elems, err := SetElements(id, guardDropCounts)
 	if err != nil || len(elems) == 0 {
 		return drops, err
 	}
@@ -572,7 +571,7 @@ func ensureGuardLayout(ctx context.Context, n *api.Network) error {
 	if checkGuardChains(n) == nil {
 		return nil
 	}
-	return ensureGuardTable(ctx, n)
+	return EnsureTable(ctx, n)
 }
 
 // checkGuardChains tells what is wrong with the chains of n's guard
@@ -585,7 +584,7 @@ func checkGuardChains(n *api.Network) error {
 	}
 	tbl := &nftables.Table{Name: hostnet.TableName(n.ID), Family: nftables.TableFamilyBridge}
 	want := guardChains(n)
-	for _, chain := range []string{guardHook, guardChecks, guardDropped, guardTunnelChain} {
+	for _, chain := range []string{guardHook, SetChecks, guardDropped, guardTunnelChain} {
 		rules, err := conn.GetRules(tbl, &nftables.Chain{Name: chain})
 		if errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("chain %s (the ports' guard) does not exist", chain)
@@ -659,7 +658,7 @@ func readV2Guard(id string) (*v2Guard, error) {
 			continue
 		}
 		old.ports = append(old.ports, port)
-		elems, err := guardSetElements(id, v2MACSetOf+port)
+		elems, err := SetElements(id, v2MACSetOf+port)
 		if err != nil {
 			return nil, err
 		}
@@ -687,10 +686,10 @@ func (old *v2Guard) migrate(tx *knftables.Transaction) {
 			continue
 		}
 		idx := strconv.FormatUint(uint64(index), 10)
-		tx.Add(&knftables.Element{Set: guardGuarded, Key: []string{idx}})
+		tx.Add(&knftables.Element{Set: SetGuarded, Key: []string{idx}})
 		if mac := old.held[port]; mac != "" {
-			tx.Add(&knftables.Element{Map: guardHeld, Key: []string{idx}, Value: []string{mac}})
-			tx.Add(&knftables.Element{Set: guardPortMACs, Key: []string{idx, mac}})
+			tx.Add(&knftables.Element{Map: SetHeld, Key: []string{idx}, Value: []string{mac}})
+			tx.Add(&knftables.Element{Set: SetPortMACs, Key: []string{idx, mac}})
 		}
 	}
 	if old.sets[v2Ports] {
@@ -715,4 +714,17 @@ func (old *v2Guard) migrate(tx *knftables.Transaction) {
 	if old.sets[v2Current] {
 		tx.Delete(&knftables.Set{Name: v2Current})
 	}
+}
+
+// GuardedPorts returns the interface indexes of the ports network id's
+// guard checks.
+func GuardedPorts(id string) (map[uint32]bool, error) {
+	elems, err := SetElements(id, SetGuarded)
+	out := map[uint32]bool{}
+	for _, e := range elems {
+		if len(e.Key) >= 4 {
+			out[binary.NativeEndian.Uint32(e.Key)] = true
+		}
+	}
+	return out, err
 }

@@ -1,4 +1,4 @@
-package netplane
+package guard
 
 import (
 	"encoding/binary"
@@ -38,10 +38,10 @@ import (
 // the port number's high 8 bits, and padding.
 const fdbEntrySize = 16
 
-// bridgeFDB returns the MACs bridge br learned (or was given statically)
+// BridgeFDB returns the MACs bridge br learned (or was given statically)
 // on each of its ports, by the port's interface index: not the ports' own
 // (local) entries.
-func bridgeFDB(br netlink.Link) (map[int][]net.HardwareAddr, error) {
+func BridgeFDB(br netlink.Link) (map[int][]net.HardwareAddr, error) {
 	// sysfs shows the links of the namespace it was mounted in, which
 	// need not be this thread's (moved by setns): its bridge of that name
 	// must be br.

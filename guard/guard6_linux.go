@@ -1,4 +1,4 @@
-package netplane
+package guard
 
 import (
 	"context"
@@ -40,10 +40,10 @@ import (
 // learner hears of a new address); never from another VM's address; and
 // never advertise another VM's address.
 const (
-	guardAddrs6   = "addrs6"
-	guardOwned6   = "owned6"
-	guardTargets6 = "targets6"
-	guardOwnedT6  = "ownedt6"
+	SetAddrs6   = "addrs6"
+	guardOwned6 = "owned6"
+	SetTargets6 = "targets6"
+	SetOwnedT6  = "ownedt6"
 	// Constant sets of the ports' rules (guardL2Types): ICMPv6 types,
 	// and the prefixes a VM may claim an address in.
 	guardRA6      = "ra6"      // router advertisements and redirects
@@ -72,15 +72,15 @@ func constSet(tx *knftables.Transaction, name, typ string, elems []string) {
 // advertisement: 128 bits after the ICMPv6 header's first 64.
 const ndTarget = "@th,64,128"
 
-// checksIPv6 reports whether n's guard checks IPv6 sources: networks with
+// ChecksIPv6 reports whether n's guard checks IPv6 sources: networks with
 // an IPv6 side, where the learner runs.
-func checksIPv6(n *api.Network) bool { return guarded(n) && n.HasIPv6() }
+func ChecksIPv6(n *api.Network) bool { return Guarded(n) && n.HasIPv6() }
 
 // addGuard6Sets adds n's IPv6 binding sets to tx.
 func addGuard6Sets(tx *knftables.Transaction, n *api.Network) {
 	// Router advertisements are dropped on every guarded network.
 	constSet(tx, guardRA6, "icmpv6_type", icmp6RA)
-	if !checksIPv6(n) {
+	if !ChecksIPv6(n) {
 		return
 	}
 	constSet(tx, guardND6, "icmpv6_type", icmp6ND)
@@ -91,10 +91,10 @@ func addGuard6Sets(tx *knftables.Transaction, n *api.Network) {
 	for _, p := range []string{"fe80::/64", n.Subnet6.String()} {
 		tx.Add(&knftables.Element{Set: guardUnbound6, Key: []string{p}})
 	}
-	tx.Add(&knftables.Set{Name: guardAddrs6, Type: "ether_addr . ipv6_addr"})
+	tx.Add(&knftables.Set{Name: SetAddrs6, Type: "ether_addr . ipv6_addr"})
 	tx.Add(&knftables.Set{Name: guardOwned6, Type: "ipv6_addr"})
-	tx.Add(&knftables.Set{Name: guardTargets6, TypeOf: "ether saddr . " + ndTarget})
-	tx.Add(&knftables.Set{Name: guardOwnedT6, TypeOf: ndTarget})
+	tx.Add(&knftables.Set{Name: SetTargets6, TypeOf: "ether saddr . " + ndTarget})
+	tx.Add(&knftables.Set{Name: SetOwnedT6, TypeOf: ndTarget})
 }
 
 // port6Rules are a port's IPv6 checks, after its MAC's; drop drops and
@@ -104,12 +104,12 @@ func addGuard6Sets(tx *knftables.Transaction, n *api.Network) {
 // ether saddr are that port's alone.
 func port6Rules(n *api.Network, drop string) []string {
 	switch {
-	case guarded(n) && !n.HasIPv6():
+	case Guarded(n) && !n.HasIPv6():
 		// `ipv6: false`: no IPv6 between VMs either. Not counted as
 		// spoofing: guests send router solicitations and address
 		// detection on their own.
 		return []string{"ether type ip6 drop"}
-	case !checksIPv6(n):
+	case !ChecksIPv6(n):
 		return []string{"ether type ip6 accept"}
 	}
 	// Each rule names the Ethernet type, as portRules' do: one way of
@@ -117,8 +117,8 @@ func port6Rules(n *api.Network, drop string) []string {
 	// no tagged frame through).
 	ip6 := "ether type ip6 "
 	nd := "icmpv6 type @" + guardND6
-	owned := ndTarget + " @" + guardOwnedT6
-	notMine := "ether saddr . " + ndTarget + " != @" + guardTargets6
+	owned := ndTarget + " @" + SetOwnedT6
+	notMine := "ether saddr . " + ndTarget + " != @" + SetTargets6
 	return []string{
 		// ICMPv6 in fragments: neighbour discovery must not be
 		// fragmented (RFC 6980), and a fragment would hide the target
@@ -129,17 +129,17 @@ func port6Rules(n *api.Network, drop string) []string {
 		// owner from using it).
 		ip6 + "icmpv6 type nd-neighbor-advert " + notMine + " " + owned + " " + drop,
 		ip6 + "ip6 saddr :: icmpv6 type nd-neighbor-solicit " + notMine + " " + owned + " " + drop,
-		ip6 + "ether saddr . ip6 saddr @" + guardAddrs6 + " accept",
+		ip6 + "ether saddr . ip6 saddr @" + SetAddrs6 + " accept",
 		ip6 + "ip6 saddr @" + guardOwned6 + " " + drop,
 		// Duplicate address detection and MLD before a VM has an address.
 		// At a bounded rate: each new target costs the learner a
 		// binding, and its transaction.
-		ip6 + "ip6 saddr :: icmpv6 type @" + guardDAD6 + " " + meter(guardDAD6Rate, "limit rate "+nd6UnboundRate) + " accept",
+		ip6 + "ip6 saddr :: icmpv6 type @" + guardDAD6 + " " + Meter(guardDAD6Rate, "limit rate "+nd6UnboundRate) + " accept",
 		// From an address nobody owns: neighbour discovery, which the
 		// learner hears, and nothing else until it has bound it; at a
 		// bounded rate, as each new source costs the host a neighbour
 		// entry (a flood would fill its table).
-		ip6 + "ip6 saddr @" + guardUnbound6 + " " + nd + " " + meter(guardND6Rate, "limit rate "+nd6UnboundRate) + " accept",
+		ip6 + "ip6 saddr @" + guardUnbound6 + " " + nd + " " + Meter(guardND6Rate, "limit rate "+nd6UnboundRate) + " accept",
 		ip6 + drop,
 	}
 }
@@ -149,13 +149,13 @@ func port6Rules(n *api.Network, drop string) []string {
 // new sources would fill the host's neighbour table.
 const nd6UnboundRate = "20/second burst 40 packets"
 
-// guard6 keeps the IPv6 sets equal to the learner's bindings.
-type guard6 struct {
+// Guard6 keeps the IPv6 sets equal to the learner's bindings.
+type Guard6 struct {
 	n       *api.Network
 	nft     knftables.Interface
 	inNS    func(func() error) error
 	log     *slog.Logger
-	learner *nd6.Learner
+	Learner *nd6.Learner
 	kick    func() // a binding changed (the VMs' egress policies follow their addresses)
 	// admit, if set, runs before the guard lets a VM send from an address
 	// it newly bound: the VMs' own egress policies take the address in
@@ -195,18 +195,18 @@ const removalDelay = time.Second
 // VM bound what stays.
 const nd6Lifetime = routeradv.ValidLifetime
 
-// startGuard6 starts the learner on n's bridge and keeps the sets equal to
+// StartGuard6 starts the learner on n's bridge and keeps the sets equal to
 // its bindings: at once, on each change it reports, and every guardResync
 // (which repairs what a failed update missed). The bindings in the sets
 // when it starts (an earlier controller's) are the learner's first: a VM
 // whose address was bound keeps it through a restart of vmnetctl, and no
 // other VM can take it meanwhile.
-func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error, kick, admit func()) (*guard6, error) {
+func StartGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error, kick, admit func()) (*Guard6, error) {
 	nft, err := hostnet.NFT(knftables.BridgeFamily, n.ID)
 	if err != nil {
 		return nil, err
 	}
-	g := &guard6{n: n, nft: nft, inNS: inNS, log: log, kick: kick, admit: admit, soon: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	g := &Guard6{n: n, nft: nft, inNS: inNS, log: log, kick: kick, admit: admit, soon: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
 	if err := g.run(ctx, func(*knftables.Transaction) {}); err != nil { // the sets, if missing
 		return nil, err
@@ -215,7 +215,7 @@ func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error
 	if err != nil {
 		return nil, err
 	}
-	g.learner, err = nd6.Start(n.Bridge(), n.Subnet6, nd6Lifetime, g.changed, log)
+	g.Learner, err = nd6.Start(n.Bridge(), n.Subnet6, nd6Lifetime, g.changed, log)
 	if err != nil {
 		return nil, fmt.Errorf("network %q: learning the VMs' IPv6 addresses: %w", n.ID, err)
 	}
@@ -225,11 +225,11 @@ func startGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error
 			continue // a reservation, not an address a VM was heard using
 		}
 		if mac, err := net.ParseMAC(b.mac); err == nil && len(mac) == 6 {
-			g.learner.Claim([6]byte(mac), b.ip, now)
+			g.Learner.Claim([6]byte(mac), b.ip, now)
 		}
 	}
-	if err := g.sync(ctx); err != nil {
-		g.learner.Close()
+	if err := g.Sync(ctx); err != nil {
+		g.Learner.Close()
 		return nil, err
 	}
 	go g.resync()
@@ -255,12 +255,12 @@ type keptPair struct {
 const reservedComment = "reserved"
 
 // pairs reads addrs6 from the kernel.
-func (g *guard6) pairs(ctx context.Context) ([]keptPair, error) {
+func (g *Guard6) pairs(ctx context.Context) ([]keptPair, error) {
 	// Through netlink: nft would read the whole table first, every
 	// port's guard with it.
 	var elems []nftables.SetElement
 	err := g.inNS(func() (err error) {
-		elems, err = guardSetElements(g.n.ID, guardAddrs6)
+		elems, err = SetElements(g.n.ID, SetAddrs6)
 		return err
 	})
 	if err != nil {
@@ -279,10 +279,10 @@ func (g *guard6) pairs(ctx context.Context) ([]keptPair, error) {
 }
 
 // owned reads owned6 from the kernel.
-func (g *guard6) owned(ctx context.Context) (map[netip.Addr]bool, error) {
+func (g *Guard6) owned(ctx context.Context) (map[netip.Addr]bool, error) {
 	var elems []nftables.SetElement
 	err := g.inNS(func() (err error) {
-		elems, err = guardSetElements(g.n.ID, guardOwned6)
+		elems, err = SetElements(g.n.ID, guardOwned6)
 		return err
 	})
 	if err != nil {
@@ -297,11 +297,11 @@ func (g *guard6) owned(ctx context.Context) (map[netip.Addr]bool, error) {
 	return out, nil
 }
 
-// sync makes the sets what the learner holds, plus the gateway's
+// Sync makes the sets what the learner holds, plus the gateway's
 // addresses: one transaction, from what the kernel has. targets6 and
 // ownedt6 change with addrs6 and owned6, always in one transaction, so
 // they hold the same.
-func (g *guard6) sync(ctx context.Context) error {
+func (g *Guard6) Sync(ctx context.Context) error {
 	g.syncMu.Lock()
 	defer g.syncMu.Unlock()
 	have, err := g.pairs(ctx)
@@ -320,11 +320,11 @@ func (g *guard6) sync(ctx context.Context) error {
 	// A VM's reserved EUI-64 addresses are its own before it uses them:
 	// another VM may not advertise them, nor contest them in duplicate
 	// address detection (which would keep the owner from them for good).
-	for _, b := range g.learner.Reserved() {
+	for _, b := range g.Learner.Reserved() {
 		want[pair{b.MAC.String(), b.IP}] = true
 		wantOwned[b.IP] = true
 	}
-	for _, b := range g.learner.Bindings() {
+	for _, b := range g.Learner.Bindings() {
 		want[pair{b.MAC.String(), b.IP}] = false
 		wantOwned[b.IP] = true
 	}
@@ -378,13 +378,13 @@ func pairOps(p pair, reserved, del bool) []elemOp {
 	if reserved && !del {
 		c = reservedComment
 	}
-	return []elemOp{{guardAddrs6, key, c, del}, {guardTargets6, key, c, del}}
+	return []elemOp{{SetAddrs6, key, c, del}, {SetTargets6, key, c, del}}
 }
 
 // ownedOps adds ip to owned6 and ownedt6, or deletes it.
 func ownedOps(ip netip.Addr, del bool) []elemOp {
 	b := ip.As16()
-	return []elemOp{{guardOwned6, b[:], "", del}, {guardOwnedT6, b[:], "", del}}
+	return []elemOp{{guardOwned6, b[:], "", del}, {SetOwnedT6, b[:], "", del}}
 }
 
 // apply writes ops in one netlink batch (nothing for none): nft would
@@ -392,7 +392,7 @@ func ownedOps(ip netip.Addr, del bool) []elemOp {
 // that comes or goes. A deletion adds the element first, so that it does
 // not fail on one already gone. Without the sets (a table deleted and not
 // yet made again), nft makes them first (run).
-func (g *guard6) apply(ctx context.Context, ops []elemOp) error {
+func (g *Guard6) apply(ctx context.Context, ops []elemOp) error {
 	if len(ops) == 0 {
 		return nil
 	}
@@ -418,7 +418,7 @@ const applyChunk = 128
 // errNoSets is applyNL's report that a set it writes is missing.
 var errNoSets = errors.New("the guard's IPv6 sets are missing")
 
-func (g *guard6) applyNL(ops []elemOp) error {
+func (g *Guard6) applyNL(ops []elemOp) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.inNS(func() error {
@@ -463,9 +463,9 @@ func (g *guard6) applyNL(ops []elemOp) error {
 
 // resync runs sync every guardResync, and removalDelay after it is asked
 // to (soon), until Close.
-func (g *guard6) resync() {
+func (g *Guard6) resync() {
 	defer close(g.done)
-	t := time.NewTicker(guardResync)
+	t := time.NewTicker(Resync)
 	defer t.Stop()
 	for {
 		select {
@@ -477,9 +477,9 @@ func (g *guard6) resync() {
 				return
 			case <-time.After(removalDelay):
 			}
-			g.logFailure(g.sync(context.Background()))
+			g.logFailure(g.Sync(context.Background()))
 		case <-t.C:
-			g.logFailure(g.sync(context.Background()))
+			g.logFailure(g.Sync(context.Background()))
 		}
 	}
 }
@@ -495,7 +495,7 @@ func gatewayAddrs6(n *api.Network) []netip.Addr {
 // in one transaction. A binding of a reserved address that goes stays in
 // them: the address is still its VM's. A failure is mended by the next
 // sync.
-func (g *guard6) changed(events []nd6.Event) {
+func (g *Guard6) changed(events []nd6.Event) {
 	if g.admit != nil && slices.ContainsFunc(events, func(ev nd6.Event) bool { return ev.Added }) {
 		g.admit()
 	}
@@ -526,16 +526,16 @@ func (g *guard6) changed(events []nd6.Event) {
 	}
 }
 
-// syncReservedOf puts into the sets the reservations of macs, which
+// SyncReservedOf puts into the sets the reservations of macs, which
 // changed (SetHost, RemoveHost): the EUI-64 addresses of a VM that comes
 // are added at once, in one batch and without reading the sets, so that
 // it costs its own elements however many VMs the network has; those of
 // VMs that went leave in the sync removalDelay later. What this misses (a
 // set changed behind vmnetctl's back) the periodic sync mends.
-func (g *guard6) syncReservedOf(macs []net.HardwareAddr) {
+func (g *Guard6) SyncReservedOf(macs []net.HardwareAddr) {
 	if len(macs) > reservedOfMax {
 		// A controller's first pass: most are there already.
-		g.logFailure(g.sync(context.Background()))
+		g.logFailure(g.Sync(context.Background()))
 		return
 	}
 	g.syncMu.Lock()
@@ -543,8 +543,8 @@ func (g *guard6) syncReservedOf(macs []net.HardwareAddr) {
 	var ops []elemOp
 	removed := false
 	for _, mac := range macs {
-		for _, ip := range g.learner.EUI64(mac) {
-			if owner, ok := g.learner.ReservedFor(ip); !ok || owner != [6]byte(mac) {
+		for _, ip := range g.Learner.EUI64(mac) {
+			if owner, ok := g.Learner.ReservedFor(ip); !ok || owner != [6]byte(mac) {
 				removed = true
 				continue
 			}
@@ -561,7 +561,7 @@ func (g *guard6) syncReservedOf(macs []net.HardwareAddr) {
 	}
 }
 
-func (g *guard6) logFailure(err error) {
+func (g *Guard6) logFailure(err error) {
 	if err == nil {
 		return
 	}
@@ -571,7 +571,7 @@ func (g *guard6) logFailure(err error) {
 }
 
 // run runs one transaction on the guard table, its sets made if missing.
-func (g *guard6) run(ctx context.Context, build func(*knftables.Transaction)) error {
+func (g *Guard6) run(ctx context.Context, build func(*knftables.Transaction)) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	tx := g.nft.NewTransaction()
@@ -585,10 +585,10 @@ func (g *guard6) run(ctx context.Context, build func(*knftables.Transaction)) er
 
 // Close stops the learner and the resync. The sets stay: the next start
 // takes them over.
-func (g *guard6) Close() error {
+func (g *Guard6) Close() error {
 	g.closeOnce.Do(func() {
 		close(g.stop)
 		<-g.done
 	})
-	return g.learner.Close()
+	return g.Learner.Close()
 }

@@ -1,0 +1,26 @@
+//go:build !linux
+
+package guard
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// The guard is Linux's: on other systems vmnet (through vmnet-helper) is
+// the data plane.
+
+func AddPort(context.Context, *api.Network, string, net.HardwareAddr) error {
+	return errors.ErrUnsupported
+}
+func RemovePort(context.Context, *api.Network, string) error { return errors.ErrUnsupported }
+func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr, bool) error {
+	return errors.ErrUnsupported
+}
+func BindAddress(context.Context, *api.Network, net.HardwareAddr, netip.Addr) error {
+	return errors.ErrUnsupported
+}
