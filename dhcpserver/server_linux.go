@@ -233,7 +233,7 @@ func (h *Server) handle(req *dhcpv4.DHCPv4, src net.HardwareAddr) *dhcpv4.DHCPv4
 			}
 			return nak
 		}
-		h.log.Debug("leased", "mac", mac, "ip", l.IP, "hostname", l.Hostname)
+		h.log.Debug("leased", "mac", mac.String(), "ip", l.IP, "hostname", l.Hostname)
 		h.changed(mac)
 		if !had || prev.IP != l.IP {
 			h.event("lease-granted", mac, l.IP)

@@ -17,6 +17,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/rawsock"
 )
 
 // The IPv4 learner: a VM that gives itself an address (a static address,
@@ -87,8 +88,8 @@ func (nw *Network) startLearner4() error {
 				continue // (ENOBUFS: a burst was lost; the guests retry)
 			}
 			for _, m := range msgs {
-				if mac, ip, ok := nw.arpClaim(m); ok {
-					nw.learn(mac, ip)
+				if a, ok := nw.arpClaim(m); ok && nw.learn(a.mac, a.ip) {
+					nw.answerGateway(a)
 				}
 			}
 		}
@@ -132,15 +133,23 @@ func bindLearnGroup(c *netlink.Conn, group uint16) error {
 	return config(func(ae *netlink.AttributeEncoder) { ae.Bytes(nfulaCfgMode, mode) })
 }
 
-// arpClaim reads an NFLOG message: the sender MAC and address of an ARP
-// packet that came in on a port of this network's bridge.
-func (nw *Network) arpClaim(m netlink.Message) (net.HardwareAddr, netip.Addr, bool) {
+// arpSeen is an ARP packet the guard copied: its sender's MAC and
+// address, the address it asks for, and whether it is a request.
+type arpSeen struct {
+	mac        net.HardwareAddr
+	ip, target netip.Addr
+	request    bool
+}
+
+// arpClaim reads an NFLOG message: an ARP packet that came in on a port
+// of this network's bridge.
+func (nw *Network) arpClaim(m netlink.Message) (arpSeen, bool) {
 	if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_ULOG<<8|nfulnlMsgPacket) || len(m.Data) < 4 {
-		return nil, netip.Addr{}, false
+		return arpSeen{}, false
 	}
 	ad, err := netlink.NewAttributeDecoder(m.Data[4:])
 	if err != nil {
-		return nil, netip.Addr{}, false
+		return arpSeen{}, false
 	}
 	ad.ByteOrder = binary.BigEndian
 	var payload []byte
@@ -157,11 +166,72 @@ func (nw *Network) arpClaim(m netlink.Message) (net.HardwareAddr, netip.Addr, bo
 	}
 	if ad.Err() != nil || len(payload) < arpHeaderLen || binary.BigEndian.Uint32(payload) != arpEthernetIPv4Types ||
 		payload[4] != 6 || payload[5] != 4 || !nw.onBridge(indev, physin) {
-		return nil, netip.Addr{}, false
+		return arpSeen{}, false
 	}
-	mac := net.HardwareAddr(slices.Clone(payload[8:14]))
-	ip, _ := netip.AddrFromSlice(payload[14:18])
-	return mac, ip, true
+	a := arpSeen{mac: net.HardwareAddr(slices.Clone(payload[8:14])), request: binary.BigEndian.Uint16(payload[6:8]) == arpRequest}
+	a.ip, _ = netip.AddrFromSlice(payload[14:18])
+	a.target, _ = netip.AddrFromSlice(payload[24:28])
+	return a, true
+}
+
+// answerGateway answers an ARP request for the gateway whose sender
+// address was just learned: the guard dropped it, and a guest that asks
+// once (vmnet-helper's own tests do, and so does a VMM's first probe)
+// would hear nothing. The reply is the kernel's own answer, sent for it
+// from the bridge, and the kernel is given the neighbour entry it would
+// have made from the request (stale: it checks it when it next uses it).
+func (nw *Network) answerGateway(a arpSeen) {
+	if !a.request || a.target != nw.n.Gateway {
+		return
+	}
+	err := nw.inNS(func() error {
+		br, err := vnl.LinkByName(nw.n.Bridge())
+		if err != nil {
+			return err
+		}
+		nb := &vnl.Neigh{LinkIndex: br.Attrs().Index, Family: unix.AF_INET, State: vnl.NUD_STALE,
+			IP: net.IP(a.ip.AsSlice()), HardwareAddr: a.mac}
+		if err := vnl.NeighSet(nb); err != nil {
+			return fmt.Errorf("the neighbour entry: %w", err)
+		}
+		return sendARPReply(br.Attrs().Index, br.Attrs().HardwareAddr, nw.n.Gateway, a.mac, a.ip)
+	})
+	if err != nil {
+		if ok, n := nw.learnLog.Allow(nw.alloc.Now()); ok {
+			nw.log.Info("address learner: answering for the gateway", "mac", a.mac.String(), "ip", a.ip, "err", err, "suppressed", n)
+		}
+	}
+}
+
+// arpRequest and arpReply are ARP's operations (RFC 826).
+const (
+	arpRequest = 1
+	arpReply   = 2
+)
+
+// sendARPReply sends, on link index (the bridge), "ip is at mac" to the
+// host of toMAC and toIP. Its packet socket has no protocol: it sends and
+// never receives.
+func sendARPReply(index int, mac net.HardwareAddr, ip netip.Addr, toMAC net.HardwareAddr, toIP netip.Addr) error {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	frame := make([]byte, 0, 42)
+	frame = append(frame, toMAC...)
+	frame = append(frame, mac...)
+	frame = binary.BigEndian.AppendUint16(frame, unix.ETH_P_ARP)
+	frame = binary.BigEndian.AppendUint32(frame, arpEthernetIPv4Types)
+	frame = append(frame, 6, 4)
+	frame = binary.BigEndian.AppendUint16(frame, arpReply)
+	frame = append(frame, mac...)
+	frame = append(frame, ip.AsSlice()...)
+	frame = append(frame, toMAC...)
+	frame = append(frame, toIP.AsSlice()...)
+	to := &unix.SockaddrLinklayer{Ifindex: index, Protocol: rawsock.Proto(unix.ETH_P_ARP), Halen: 6}
+	copy(to.Addr[:], toMAC)
+	return unix.Sendto(fd, frame, 0, to)
 }
 
 // onBridge tells whether an NFLOG packet's devices are this network's
@@ -190,17 +260,18 @@ func (nw *Network) onBridge(indev, physin uint32) bool {
 }
 
 // learn binds ip to mac if the allocator lets it (Learn), and has the
-// guard, the VMs' egress policies and the forwards follow.
-func (nw *Network) learn(mac net.HardwareAddr, ip netip.Addr) {
+// guard, the VMs' egress policies and the forwards follow; it tells
+// whether ip is mac's now.
+func (nw *Network) learn(mac net.HardwareAddr, ip netip.Addr) bool {
 	if slices.Contains(nw.alloc.BoundTo(mac), ip) {
 		// Bound already (a copy that raced the binding): the guard
 		// may lag.
 		nw.guard.SyncMAC(context.Background(), mac)
-		return
+		return true
 	}
 	refuse := func(err error) {
 		if ok, n := nw.learnLog.Allow(nw.alloc.Now()); ok {
-			nw.log.Info("address learner: refused", "mac", mac, "ip", ip, "err", err, "suppressed", n)
+			nw.log.Info("address learner: refused", "mac", mac.String(), "ip", ip, "err", err, "suppressed", n)
 		}
 	}
 	switch {
@@ -209,28 +280,29 @@ func (nw *Network) learn(mac net.HardwareAddr, ip netip.Addr) {
 		// addresses, which VMs are attached), an address may look free
 		// that is a VM file's or an attached VM's kept lease.
 		refuse(errors.New("the network's VMs are not known yet"))
-		return
+		return false
 	case !nw.learnHeld(mac):
 		refuse(fmt.Errorf("it learned an address less than %v ago", learnHold))
-		return
+		return false
 	case !nw.allPortsGuarded():
 		// A port the guard does not check (spoofCheck: false, a link the
 		// user attached) may use addresses the allocator does not know.
 		refuse(errors.New("a port of the bridge is not guarded"))
-		return
+		return false
 	}
 	if _, err := nw.alloc.Learn(mac, ip); err != nil {
 		refuse(err)
-		return
+		return false
 	}
 	nw.learned(mac)
 	if ok, n := nw.learnLog.Allow(nw.alloc.Now()); ok {
-		nw.log.Info("address learner: bound", "mac", mac, "ip", ip, "suppressed", n)
+		nw.log.Info("address learner: bound", "mac", mac.String(), "ip", ip, "suppressed", n)
 	}
 	nw.bound(mac)
 	if nw.onLease != nil {
 		nw.onLease("address-learned", nw.n.ID, mac.String(), ip)
 	}
+	return true
 }
 
 // learnHeld tells whether mac may learn an address now: learnHold after

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guard"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -38,7 +39,7 @@ func TestLearnAddress(t *testing.T) {
 	a := plug("a", macA.String(), "10.200.60.77")
 	testutil.Eventually(t, 20*time.Second, func() error { return a.Ping(n.Gateway.String(), 1) }, "a static address to be learned")
 	if l, ok := nw.alloc.Lookup(macA); !ok || !l.Learned || l.IP.String() != "10.200.60.77" {
-		t.Errorf("a's guard.Binding: %+v %v, want 10.200.60.77 learned", l, ok)
+		t.Errorf("a's binding: %+v %v, want 10.200.60.77 learned", l, ok)
 	}
 	// b claims a's address: three seconds of pings get nothing through.
 	b := plug("b", macB.String(), "10.200.60.77")
@@ -82,6 +83,38 @@ func TestLearnAddress(t *testing.T) {
 	}
 }
 
+// TestLearnAnswersOnce: a guest that asks for its gateway once, from an
+// address of its own (vmnet-helper's own tests do, and so may a VMM's
+// first probe), hears the gateway's answer to that one request: the
+// guard dropped it, the learner bound the address and answered for the
+// kernel, which has the guest as a neighbour as if it had heard it.
+func TestLearnAnswersOnce(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "lo-host")
+	n := testNet("lo", api.ModeShared, "10.200.62.0/24")
+	nw := start(t, host, n, Options{StateDir: t.TempDir()})
+	nw.SetVMs(nil, nil)
+	v := testutil.NewNS(t, "lo-vm")
+	s := plugLearning(t, host, n, "p-o", v)
+	got := captureFrames(t, v)
+	mac, ip := mustMAC("52:55:55:00:62:0a"), netip.MustParseAddr("10.200.62.254")
+	s.Send(t, arpFrom(mac, ip, n.Gateway))
+	reply := append([]byte{0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 2}, hostnet.BridgeMAC(n.ID)...)
+	reply = append(append(append(reply, n.Gateway.AsSlice()...), mac...), ip.AsSlice()...)
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if got.holding(reply) == 0 {
+			return fmt.Errorf("no ARP reply from %s to %s yet", n.Gateway, ip)
+		}
+		return nil
+	}, "the gateway's answer to the one request")
+	if l, ok := nw.alloc.Lookup(mac); !ok || !l.Learned || l.IP != ip {
+		t.Errorf("the asker's lease: %+v %v, want %s learned", l, ok, ip)
+	}
+	if out := host.MustRun(t, "ip", "neigh", "show", "dev", n.Bridge(), ip.String()); !strings.Contains(out, mac.String()) {
+		t.Errorf("the host has no neighbour entry %s at %s: %q", ip, mac, out)
+	}
+}
+
 // arpFrom is a broadcast ARP request, Ethernet source and sender both
 // mac, the sender address sender, asking for target.
 func arpFrom(mac net.HardwareAddr, sender, target netip.Addr) []byte {
@@ -98,7 +131,9 @@ func arpFrom(mac net.HardwareAddr, sender, target netip.Addr) []byte {
 // gateway's, an address under another VM's MAC, and a flood of free
 // addresses. None is bound but one free address per MAC; the VM whose
 // address was claimed keeps it; and no claim reaches another VM or the
-// host (their neighbour tables never hear of the guests' MACs).
+// host (another VM's neighbour table never hears of the guests' MACs; the
+// host's has each only at the one address bound to it, as the learner
+// answered for the gateway).
 func TestLearnHostile(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
@@ -151,12 +186,15 @@ func TestLearnHostile(t *testing.T) {
 	if got := bound(macB); len(got) != 1 {
 		t.Errorf("a flood of 40 claims bound B to %v, want one address", got)
 	}
-	// Nobody else heard a claim.
-	for _, ns := range []*testutil.NS{victim, host} {
-		neigh := ns.MustRun(t, "ip", "neigh", "show")
+	// Nobody else heard a claim: the victim nothing of them, the host
+	// (answered for by the learner) each at the one address bound to it.
+	if neigh := victim.MustRun(t, "ip", "neigh", "show"); strings.Contains(neigh, "52:55:55:00:64") && !strings.Contains(neigh, macV.String()) {
+		t.Errorf("the victim's neighbour table heard of the claimers:\n%s", neigh)
+	}
+	for _, line := range strings.Split(host.MustRun(t, "ip", "neigh", "show"), "\n") {
 		for _, mac := range []net.HardwareAddr{macA, macB, macC} {
-			if strings.Contains(neigh, mac.String()) {
-				t.Errorf("%s's neighbour table heard of %s:\n%s", ns.Name, mac, neigh)
+			if f := strings.Fields(line); strings.Contains(line, mac.String()) && (len(bound(mac)) != 1 || f[0] != bound(mac)[0].String()) {
+				t.Errorf("the host's neighbour table has %s at an address not bound to it (%v): %s", mac, bound(mac), line)
 			}
 		}
 	}
