@@ -17,6 +17,7 @@ packages=(
   util-linux                         # setpriv: qemu as an unprivileged user; unshare, mount: the packages' scripts
   systemd rpm                        # packages: systemd-analyze verify of the unit; rpm -qlp and the .rpm's scriptlets
   iptables                           # doctor: Docker's FORWARD DROP and its printed fix, in a namespace
+  python3-pytest python3-scapy       # vmnet-helper's own suite against our helper (test/vmnethelpersuite)
 )
 
 # The commands the tests run (testutil.RequireCommands), checked after

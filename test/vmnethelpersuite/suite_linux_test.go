@@ -17,9 +17,10 @@ import (
 )
 
 // EnvSuite names a checkout of vmnet-helper (github.com/nirs/vmnet-helper)
-// whose testing/helper_test.py the test runs; EnvPythonPath is the
-// PYTHONPATH under which python3 imports pytest and scapy, if they are
-// not installed.
+// whose testing/helper_test.py the test runs instead of the copy in
+// vmnet-helper/ (README.md there says which commit it is); EnvPythonPath
+// is a PYTHONPATH under which python3 imports pytest and scapy, if none
+// of the python3s found does (test/setup.sh installs Debian's).
 const (
 	EnvSuite      = "VMNETCTL_VMNET_HELPER_SUITE"
 	EnvPythonPath = "VMNETCTL_VMNET_HELPER_PYTHONPATH"
@@ -43,20 +44,18 @@ os.path.exists = lambda p: p == "/Library/LaunchDaemons/com.github.nirs.vmnet-br
 // helper as /opt/vmnet-helper/bin/vmnet-helper (a shim in a private mount
 // namespace: the host's /opt is untouched) with a state dir of the test's,
 // and "wan", the suite's internet: 1.1.1.1 and 8.8.8.8, which its NAT
-// tests ping, answer there and nowhere else. Only with EnvSuite set and
-// python3 able to import pytest and scapy; skipped otherwise.
+// tests ping, answer there and nowhere else.
 func TestVmnetHelperSuite(t *testing.T) {
 	suite := os.Getenv(EnvSuite)
 	if suite == "" {
-		t.Skipf("vmnet-helper's suite runs with %s set to a vmnet-helper checkout (docs/helper.md)", EnvSuite)
+		suite = "vmnet-helper"
 	}
 	testutil.RequireRoot(t, "runs the suite in network namespaces")
-	testutil.RequireCommands(t, "python3", "unshare", "ip")
+	testutil.RequireCommands(t, "unshare", "ip")
 	pythonPath := os.Getenv(EnvPythonPath)
-	probe := exec.Command("python3", "-c", "import pytest, scapy.all")
-	probe.Env = append(os.Environ(), "PYTHONPATH="+pythonPath)
-	if out, err := probe.CombinedOutput(); err != nil {
-		t.Skipf("python3 cannot import pytest and scapy (set %s): %v: %s", EnvPythonPath, err, out)
+	python := findPython(pythonPath)
+	if python == "" {
+		testutil.Missing(t, "python3 with pytest and scapy", "test/setup.sh installs python3-pytest and python3-scapy")
 	}
 	dir := t.TempDir()
 	// A copy of the suite with the conftest beside it: the checkout is
@@ -91,7 +90,7 @@ mkdir -p /opt/vmnet-helper/bin
 printf '#!/bin/sh\nexec %[1]s --state-dir %[2]s helper "$@"\n' > /opt/vmnet-helper/bin/vmnet-helper
 chmod +x /opt/vmnet-helper/bin/vmnet-helper
 cd %[3]s
-exec python3 -m pytest -q -p no:cacheprovider -rs testing/helper_test.py`, bin, state, filepath.Join(dir, "suite"))
+exec %[4]s -m pytest -q -p no:cacheprovider -rs testing/helper_test.py`, bin, state, filepath.Join(dir, "suite"), python)
 	cmd := host.Command(context.Background(), "unshare", "--mount", "--propagation", "private", "sh", "-c", script)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+pythonPath, "HOME="+dir)
 	out, err := cmd.CombinedOutput()
@@ -101,6 +100,20 @@ exec python3 -m pytest -q -p no:cacheprovider -rs testing/helper_test.py`, bin, 
 	if err != nil || summary == nil || strings.Contains(summary[1], "failed") || strings.Contains(summary[1], "skipped") {
 		t.Fatalf("vmnet-helper's suite against vmnetctl helper: %v\n%s", err, tail(out, 80))
 	}
+}
+
+// findPython is the first python3 that imports pytest and scapy, with
+// pythonPath as its PYTHONPATH: Debian's (what test/setup.sh installs
+// them for), then the one on PATH; "" if none does.
+func findPython(pythonPath string) string {
+	for _, py := range []string{"/usr/bin/python3", "python3"} {
+		probe := exec.Command(py, "-c", "import pytest, scapy.all")
+		probe.Env = append(os.Environ(), "PYTHONPATH="+pythonPath)
+		if probe.Run() == nil {
+			return py
+		}
+	}
+	return ""
 }
 
 // tail is the last n lines of out.
