@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -368,9 +369,10 @@ func TestPortMACsOfPorts(t *testing.T) {
 }
 
 // TestLeaseKeptWhileAttached: a VM the controller attached (SetHost) whose
-// DHCP client never renews keeps its address in the guard past its lease,
-// through the guard's resync; once it is detached (RemoveHost) the pair
-// goes.
+// DHCP client never renews, and one with a static address the learner
+// bound, keep their addresses in the guard for hours of the allocator's
+// clock, through the guard's resyncs; once detached (RemoveHost) the
+// expired lease's pair goes.
 func TestLeaseKeptWhileAttached(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
@@ -378,7 +380,8 @@ func TestLeaseKeptWhileAttached(t *testing.T) {
 	n := testNet("lk", api.ModeShared, "10.200.59.0/24")
 	n.LeaseTime = time.Minute
 	nw := start(t, host, n, Options{StateDir: t.TempDir()})
-	now := time.Now()
+	start := time.Now()
+	now := start
 	nw.alloc.SetClock(func() time.Time { return now })
 	mac := mustMAC("52:55:55:00:59:0a")
 	off, err := nw.alloc.Offer(mac, netip.Addr{})
@@ -391,20 +394,36 @@ func TestLeaseKeptWhileAttached(t *testing.T) {
 	if err := nw.SetHost(mac, "vm", netip.Addr{}); err != nil {
 		t.Fatal(err)
 	}
-	bound := func() bool {
+	bound := func(ip netip.Addr) bool {
 		out := host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetAddrs)
-		return strings.Contains(out, off.String())
+		return regexp.MustCompile(regexp.QuoteMeta(ip.String()) + `([^0-9]|$)`).MatchString(out)
 	}
-	if !bound() {
+	if !bound(off) {
 		t.Fatalf("the lease %s is not in the guard", off)
 	}
-	now = now.Add(time.Hour) // the lease long expired, never renewed
-	host.MustDo(t, func() error { return nw.guard.SyncAll(ctx) })
-	if !bound() {
-		t.Errorf("an attached VM's address left the guard when its lease expired")
+	// A VM with a static address, learned (its ARP announced it), also
+	// attached.
+	static, sip := mustMAC("52:55:55:00:59:0b"), netip.MustParseAddr("10.200.59.200")
+	if err := nw.SetHost(static, "static", netip.Addr{}); err != nil {
+		t.Fatal(err)
 	}
-	host.MustDo(t, func() error { nw.RemoveHost(mac); return nil })
-	if bound() {
+	nw.SetVMs([]string{"vm", "static"}, []net.HardwareAddr{mac, static}) // as the controller's pass does
+	if _, err := nw.alloc.Learn(static, sip); err != nil {
+		t.Fatal(err)
+	}
+	host.MustDo(t, func() error { return nw.guard.SyncAll(ctx) })
+	// Hours go by (the clock's), the guard resyncing now and then: the
+	// lease long expired and never renewed, the learned address never
+	// announced again.
+	for range 3 {
+		now = now.Add(time.Hour)
+		host.MustDo(t, func() error { return nw.guard.SyncAll(ctx) })
+		if !bound(off) || !bound(sip) {
+			t.Fatalf("after %v: the never-renewed lease in the guard %v, the static address %v; want both", now.Sub(start), bound(off), bound(sip))
+		}
+	}
+	host.MustDo(t, func() error { nw.RemoveHost(mac); nw.RemoveHost(static); return nil })
+	if bound(off) {
 		t.Errorf("a detached VM's expired lease is still in the guard")
 	}
 }
