@@ -45,8 +45,12 @@ const (
 )
 
 // lineTime is the time a log line carries: slog's time=... (the
-// controller) or a stats line's JSON time (a helper).
+// controller), the time that starts a helper's line (--log-timestamps),
+// or a stats line's JSON time (a helper's older lines).
 func lineTime(line string) *time.Time {
+	if t, _, ok := helperproto.CutLogTime(line); ok {
+		return &t
+	}
 	var s string
 	if rest, ok := strings.CutPrefix(line, "time="); ok {
 		s, _, _ = strings.Cut(rest, " ")

@@ -35,11 +35,12 @@ func TestLogsJSON(t *testing.T) {
 		t.Errorf("logs --json of the controller: %v, want %v", got, want)
 	}
 
-	// A helper's lines: its VM and index; a stats line's time, none for
-	// the others.
+	// A helper's lines: its VM and index; a stats line's time, the time
+	// that starts a line (--log-timestamps), none for the others.
 	helperLog := filepath.Join(t.TempDir(), "web-1.log")
 	stats := helperproto.FormatStatsLine(helperproto.Stats{Time: time.Date(2026, 11, 24, 3, 1, 0, 0, time.UTC)})
-	os.WriteFile(helperLog, []byte("INFO  [main] ready\n"+stats+"\n"), 0o644)
+	stamped := "2026-11-24T03:02:00.250Z INFO  [main] serving client \"/run/x.sock\""
+	os.WriteFile(helperLog, []byte("INFO  [main] ready\n"+stats+"\n"+stamped+"\n"), 0o644)
 	out.Reset()
 	one := 1
 	if err := tailSources(context.Background(), []*logSource{{prefix: "web/1 | ", path: helperLog,
@@ -47,12 +48,13 @@ func TestLogsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 {
+	if len(lines) != 3 {
 		t.Fatalf("logs --json of a helper: %q", lines)
 	}
 	for i, want := range []string{
 		`{"vm":"web","index":1,"source":"helper","line":"INFO  [main] ready"}`,
 		`{"time":"2026-11-24T03:01:00Z","vm":"web","index":1,"source":"helper","line":` + string(must(json.Marshal(stats))) + `}`,
+		`{"time":"2026-11-24T03:02:00.25Z","vm":"web","index":1,"source":"helper","line":` + string(must(json.Marshal(stamped))) + `}`,
 	} {
 		if lines[i] != want {
 			t.Errorf("line %d: %s\nwant %s", i, lines[i], want)

@@ -23,7 +23,7 @@ import (
 // path, created and locked (the listener; nil with --fd). It returns the
 // relay's spec with it.
 func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
-	spec := relay.Spec{TAP: s.port.FD, TapName: s.tapName, Socket: s.o.FD, StatsInterval: s.o.StatsInterval, Verbose: s.o.Verbose}
+	spec := relay.Spec{TAP: s.port.FD, TapName: s.tapName, Socket: s.o.FD, StatsInterval: s.o.StatsInterval, Verbose: s.o.Verbose, LogTimestamps: s.o.LogTimestamps}
 	if s.o.Offloads() {
 		spec.Hdr = VirtioNetHdrLen
 	}

@@ -102,7 +102,7 @@ func checkOptions(o *Options) (*session, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	s := &session{o: o, log: relay.NewLogger(o.Stderr, o.Verbose)}
+	s := &session{o: o, log: relay.NewLogger(o.Stderr, o.Verbose, o.LogTimestamps)}
 	var uname unix.Utsname
 	unix.Uname(&uname)
 	s.log.Infof("main", "running %s on Linux %s", os.Args[0], unix.ByteSliceToString(uname.Release[:]))

@@ -965,3 +965,42 @@ func TestNoStatsUnlessAsked(t *testing.T) {
 		t.Errorf("stats lines without --stats-interval:\n%s", h.stderr())
 	}
 }
+
+// TestLogTimestamps: with --log-timestamps (what the controller asks for)
+// every line of the helper's log starts with its time, its stats lines
+// included, which still parse as stats; without it the lines are
+// vmnet-helper's, which start with their level.
+func TestLogTimestamps(t *testing.T) {
+	f := newFixture(t)
+	for _, stamped := range []bool{true, false} {
+		helperEnd, _ := socketpair(t)
+		args := []string{"--fd", "3", "--stats-interval", "0.1"}
+		if stamped {
+			args = append(args, "--log-timestamps")
+		}
+		began := time.Now().Add(-time.Second)
+		h := f.startHelper(t, []*os.File{helperEnd}, args...)
+		helperEnd.Close()
+		testutil.Eventually(t, 10*time.Second, func() bool { return strings.Contains(h.stderr(), "[stats]") }, "a stats line")
+		h.terminate()
+		h.wait(10 * time.Second)
+		stats := 0
+		for _, line := range strings.Split(strings.TrimSpace(h.stderr()), "\n") {
+			at, rest, ok := helperproto.CutLogTime(line)
+			switch {
+			case ok != stamped:
+				t.Errorf("--log-timestamps %v: line %q", stamped, line)
+			case ok && (at.Before(began) || at.After(time.Now())):
+				t.Errorf("line %q: its time %v is not now", line, at)
+			case !strings.HasPrefix(rest, "INFO") && !strings.HasPrefix(rest, "WARN") && !strings.HasPrefix(rest, "DEBUG"):
+				t.Errorf("line %q: no level after its time", line)
+			}
+			if _, ok := helperproto.ParseStatsLine(line); ok {
+				stats++
+			}
+		}
+		if stats == 0 {
+			t.Errorf("--log-timestamps %v: no stats line parsed in:\n%s", stamped, h.stderr())
+		}
+	}
+}

@@ -54,6 +54,7 @@ type Flags struct {
 	TSO, ChecksumOffload bool
 	StatsInterval        float64 // seconds
 	Verbose              bool
+	LogTimestamps        bool // --log-timestamps
 	PrintVersion         bool // --version
 	ListSharedInterfaces bool
 	UID, GID             int
@@ -212,6 +213,7 @@ func (f *Flags) options(s Streams) (Options, error) {
 		UID:             f.UID,
 		GID:             f.GID,
 		Verbose:         f.Verbose,
+		LogTimestamps:   f.LogTimestamps,
 		Stdout:          s.Out,
 		Stderr:          s.Err,
 	}, nil

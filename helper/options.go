@@ -88,6 +88,8 @@ type Options struct {
 	UID, GID int
 	// Verbose logs DEBUG lines.
 	Verbose bool
+	// LogTimestamps starts each log line with its time (relay.Logger).
+	LogTimestamps bool
 	// Stdout receives the JSON line; Stderr the log.
 	Stdout, Stderr io.Writer
 }

@@ -31,10 +31,30 @@ type Stats struct {
 // StatsPrefix starts every stats line on a helper's stderr.
 const StatsPrefix = "INFO  [stats] "
 
-// ParseStatsLine parses a stats line of a helper's stderr. ok is false for
-// any other line, or a stats line that is not valid.
+// LogTime is the layout of the time that starts each line of a helper's
+// log with --log-timestamps (RFC 3339, UTC, milliseconds).
+const LogTime = "2006-01-02T15:04:05.000Z07:00"
+
+// CutLogTime splits the time off a log line that starts with one
+// (--log-timestamps); ok is false, and rest the line, when it does not.
+func CutLogTime(line string) (t time.Time, rest string, ok bool) {
+	stamp, rest, found := strings.Cut(line, " ")
+	if !found || len(stamp) < len("2006-01-02T15:04:05Z") || stamp[0] < '0' || stamp[0] > '9' {
+		return time.Time{}, line, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, stamp)
+	if err != nil {
+		return time.Time{}, line, false
+	}
+	return t, rest, true
+}
+
+// ParseStatsLine parses a stats line of a helper's stderr, with or without
+// the time that starts it with --log-timestamps. ok is false for any other
+// line, or a stats line that is not valid.
 func ParseStatsLine(line string) (Stats, bool) {
 	line = strings.TrimRight(line, "\r\n")
+	_, line, _ = CutLogTime(line)
 	rest, ok := strings.CutPrefix(line, StatsPrefix)
 	if !ok {
 		return Stats{}, false

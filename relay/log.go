@@ -13,12 +13,15 @@ import (
 )
 
 // Logger writes vmnet-helper's stderr format: `LEVEL [component] message`,
-// the level padded to five characters. Each line is one Write, so lines of
-// concurrent goroutines never interleave.
+// the level padded to five characters; with stamp (vmnetctl's
+// --log-timestamps, which vmnet-helper does not have) each line starts
+// with its time, helperproto.LogTime's layout, and a space. Each line is
+// one Write, so lines of concurrent goroutines never interleave.
 type Logger struct {
 	mu      sync.Mutex
 	w       io.Writer
 	verbose bool
+	stamp   bool
 }
 
 func (l *Logger) Logf(level, component, format string, args ...any) {
@@ -26,6 +29,9 @@ func (l *Logger) Logf(level, component, format string, args ...any) {
 		return
 	}
 	line := fmt.Sprintf("%-5s [%s] %s\n", level, component, fmt.Sprintf(format, args...))
+	if l.stamp {
+		line = time.Now().UTC().Format(helperproto.LogTime) + " " + line
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	io.WriteString(l.w, line)

@@ -20,7 +20,9 @@ import (
 
 // NewLogger writes vmnet-helper's log lines to w; DEBUG lines only when
 // verbose.
-func NewLogger(w io.Writer, verbose bool) *Logger { return &Logger{w: w, verbose: verbose} }
+func NewLogger(w io.Writer, verbose, stamp bool) *Logger {
+	return &Logger{w: w, verbose: verbose, stamp: stamp}
+}
 
 // Hooks are what the helper that runs Serve in its own process does
 // differently from vmnetctl-relay.
@@ -82,7 +84,7 @@ func HandedOver(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := NewLogger(stderr, spec.Verbose)
+	log := NewLogger(stderr, spec.Verbose, spec.LogTimestamps)
 	log.Debugf("main", "%s relays for TAP %s", Binary, spec.TapName)
 	if spec.Ready != "" {
 		if _, err := io.WriteString(stdout, spec.Ready+"\n"); err != nil {

@@ -60,6 +60,8 @@ type Spec struct {
 	// end, and only if asked for.
 	StatsInterval time.Duration `json:"statsInterval"`
 	Verbose       bool          `json:"verbose"`
+	// LogTimestamps starts each log line with its time (Logger).
+	LogTimestamps bool `json:"logTimestamps,omitempty"`
 	// Relearn, for a port whose guard learns the VM's MAC, is the command
 	// that makes it forget the learned MAC; it runs when a restarted VMM is
 	// served, which may use another. Empty: the port does not learn.

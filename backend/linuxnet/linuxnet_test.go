@@ -23,15 +23,15 @@ func TestHelperCommand(t *testing.T) {
 		want string
 	}{
 		{"socket with offloads", backend.HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("shared"), UID: -1, Socket: "/tmp/x.sock", FD: -1, NetworksFile: "/s/networks.yaml"},
-			"vmnetctl helper --networks /s/networks.yaml --network shared --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --enable-tso --enable-checksum-offload --socket /tmp/x.sock"},
+			"vmnetctl helper --networks /s/networks.yaml --network shared --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --log-timestamps --enable-tso --enable-checksum-offload --socket /tmp/x.sock"},
 		{"fd, owner, isolation", backend.HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("host"), UID: 1000, GID: 100, FD: 3, NetworksFile: "n"},
-			"vmnetctl helper --networks n --network host --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --uid 1000 --gid 100 --enable-isolation --fd 3"},
+			"vmnetctl helper --networks n --network host --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --log-timestamps --uid 1000 --gid 100 --enable-isolation --fd 3"},
 		{"tap", backend.HelperSpec{Executable: "vmnetctl", Attachment: &api.Attachment{VM: "dev", MAC: a.MAC, MACDerived: true, Attach: api.AttachTAP}, Network: nets.Get("shared"), UID: -1, FD: -1, NetworksFile: "n"},
-			"vmnetctl helper --networks n --network shared --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --enable-tso --enable-checksum-offload --attach tap"},
+			"vmnetctl helper --networks n --network shared --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --log-timestamps --enable-tso --enable-checksum-offload --attach tap"},
 		// A MAC the VM file sets is the only one the guard lets through;
 		// spoofCheck: false leaves the port unguarded.
 		{"MAC set, no spoof check", backend.HelperSpec{Executable: "vmnetctl", Attachment: &api.Attachment{VM: "dev", MAC: a.MAC, Attach: api.AttachSocket, NoSpoofCheck: true}, Network: nets.Get("host"), UID: -1, FD: -1, Socket: "/s", NetworksFile: "n"},
-			"vmnetctl helper --networks n --network host --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --enable-isolation --mac 52:55:55:00:00:01 --no-spoof-check --socket /s"},
+			"vmnetctl helper --networks n --network host --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --log-timestamps --enable-isolation --mac 52:55:55:00:00:01 --no-spoof-check --socket /s"},
 	} {
 		argv, err := Backend{}.HelperCommand(tc.spec)
 		if got := strings.Join(argv, " "); err != nil || got != tc.want {

@@ -1,0 +1,26 @@
+package helperproto
+
+import (
+	"testing"
+	"time"
+)
+
+// TestCutLogTime: a line that starts with its time (--log-timestamps) is
+// cut there, and its stats still parse; lines without one, or with
+// something else first, are left whole.
+func TestCutLogTime(t *testing.T) {
+	at := time.Date(2026, 12, 5, 11, 54, 0, 123e6, time.UTC)
+	stats := `INFO  [stats] {"time":"2026-12-05T11:54:00Z","host":{"packets":1,"bytes":2,"drops":0,"fast":0,"slow":0},"vm":{"packets":3,"bytes":4,"drops":0,"fast":0,"slow":0}}`
+	stamped := at.Format(LogTime) + " " + stats
+	if got, rest, ok := CutLogTime(stamped); !ok || !got.Equal(at) || rest != stats {
+		t.Errorf("CutLogTime(%q) = %v, %q, %v", stamped, got, rest, ok)
+	}
+	if s, ok := ParseStatsLine(stamped); !ok || s.VM.Packets != 3 {
+		t.Errorf("a stamped stats line: %+v, %v", s, ok)
+	}
+	for _, line := range []string{stats, "INFO  [main] started", "2026 is a year", "", "12:00 [main] x"} {
+		if _, rest, ok := CutLogTime(line); ok || rest != line {
+			t.Errorf("CutLogTime(%q) cut it: %q", line, rest)
+		}
+	}
+}
