@@ -132,6 +132,10 @@ type HelperSpec struct {
 	NetworksFile    string
 	VMNetHelperPath string
 	StatsInterval   time.Duration
+	// StatsFile is where the helper keeps its latest stats line, for a
+	// backend whose helper can (the Linux one); the controller reads it
+	// before the helper's log.
+	StatsFile string
 	// Owner is the state dir that starts the helper, as NetworkOptions.Owner.
 	Owner string
 }

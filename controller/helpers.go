@@ -41,6 +41,9 @@ type helperProc struct {
 	// for no pass: the pass that stops it is the one that follows.
 	stopped atomic.Bool
 	logPath string
+	// statsPath is where the helper keeps its latest stats line
+	// (--stats-file; none there for vmnet-helper).
+	statsPath string
 	// startLatency is how long the helper took from exec to ready.
 	startLatency time.Duration
 	stats        helperproto.Stats
@@ -68,7 +71,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Net
 	if err != nil {
 		return nil, err
 	}
-	h := &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: c.sd.HelperLogFile(a.Key()), state: StateRunning,
+	h := &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: c.sd.HelperLogFile(a.Key()), statsPath: c.sd.HelperStatsFile(a.Key()), state: StateRunning,
 		statsOff: logStart, startLatency: time.Since(began), rec: rec}
 	go c.kickWhenExits(h)
 	return h, nil
@@ -155,7 +158,7 @@ func (c *Controller) stopProc(h *helperProc) {
 func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 	exited := make(chan struct{})
 	h := &helperProc{rec: rec, exited: exited, state: StateRunning,
-		logPath: c.sd.HelperLogFile(rec.Key)}
+		logPath: c.sd.HelperLogFile(rec.Key), statsPath: c.sd.HelperStatsFile(rec.Key)}
 	if fi, err := os.Stat(h.logPath); err == nil {
 		// The client it serves, from the whole log (at most
 		// statedir.MaxHelperLog); then the latest stats line.

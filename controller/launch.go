@@ -57,7 +57,7 @@ func (l launcher) start(ctx context.Context, s helperStart) (*helperexec.Helper,
 	}
 	spec := backend.HelperSpec{Executable: l.exe, Attachment: a.Attachment, Network: s.n, UID: s.owner.UID, GID: s.owner.GID,
 		FD: -1, NetworksFile: l.sd.NetworksYAML(), VMNetHelperPath: l.vmnetHelperPath, StatsInterval: l.statsInterval,
-		Owner: l.sd.Path}
+		StatsFile: l.sd.HelperStatsFile(a.Key()), Owner: l.sd.Path}
 	switch {
 	case s.fd != nil:
 		spec.FD = inheritedFD

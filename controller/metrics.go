@@ -401,11 +401,28 @@ func (c *Controller) rateMaxAge() time.Duration {
 	return 3*c.opts.StatsInterval + time.Second
 }
 
-// readStatsLines reads the lines h logged since h.statsOff, keeps the
-// latest stats in h.stats and passes every stats line to add.
+// readStatsLines reads the helper's latest stats from its stats file
+// (--stats-file: our helpers), then the lines h logged since h.statsOff;
+// it keeps the latest stats in h.stats and passes every newer one to add.
 func readStatsLines(h *helperProc, add func(helperproto.Stats)) {
 	if h.logPath == "" {
 		return
+	}
+	take := func(s helperproto.Stats) {
+		if !s.Time.After(h.stats.Time) && !h.stats.Time.IsZero() {
+			return // older than what the stats file said (a log's line a minute)
+		}
+		if s.VM.Packets > h.stats.VM.Packets {
+			h.lastFromVM = s.Time
+		}
+		h.stats = s
+		add(s)
+	}
+	if b, err := os.ReadFile(h.statsPath); h.statsPath != "" && err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		if s, ok := helperproto.ParseStatsLine(line); ok {
+			take(s)
+		}
 	}
 	f, err := os.Open(h.logPath)
 	if err != nil {
@@ -426,11 +443,7 @@ func readStatsLines(h *helperProc, add func(helperproto.Stats)) {
 		}
 		h.statsOff += int64(len(line))
 		if s, ok := helperproto.ParseStatsLine(line); ok {
-			if s.VM.Packets > h.stats.VM.Packets {
-				h.lastFromVM = s.Time
-			}
-			h.stats = s
-			add(s)
+			take(s)
 		} else if _, client, ok := strings.Cut(line, "[main] serving client "); ok {
 			h.client, _ = strconv.Unquote(strings.TrimSpace(client))
 		} else if _, client, ok := strings.Cut(line, "[main] client "); ok && strings.Contains(client, "is a new socket") {

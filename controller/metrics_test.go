@@ -251,3 +251,29 @@ func TestFormatBits(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsFromFile: a helper's latest stats come from its stats file
+// (--stats-file), even with the end of a longer older line after it; the
+// log's stats lines (one a minute) that are older are not taken back, and
+// its other lines (the client it serves) are still read.
+func TestStatsFromFile(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	line := func(at time.Time, packets uint64) string {
+		return helperproto.FormatStatsLine(helperproto.Stats{Time: at, VM: helperproto.Counters{Packets: packets}})
+	}
+	h := &helperProc{logPath: filepath.Join(dir, "a.0.log"), statsPath: filepath.Join(dir, "a.0.stats")}
+	os.WriteFile(h.logPath, []byte(line(t0, 1)+"\nINFO  [main] serving client \"/run/x.sock\"\n"), 0o644)
+	os.WriteFile(h.statsPath, []byte(line(t0.Add(5*time.Second), 7)+"\n"+"ts\":1}}\n"), 0o644)
+	var added []uint64
+	add := func(s helperproto.Stats) { added = append(added, s.VM.Packets) }
+	readStatsLines(h, add)
+	if h.stats.VM.Packets != 7 || h.client != "/run/x.sock" || !slices.Equal(added, []uint64{7}) {
+		t.Errorf("after the first read: stats %+v, client %q, added %v; want the file's 7 only, and the client", h.stats, h.client, added)
+	}
+	os.WriteFile(h.statsPath, []byte(line(t0.Add(10*time.Second), 9)+"\n"), 0o644)
+	readStatsLines(h, add)
+	if h.stats.VM.Packets != 9 || !slices.Equal(added, []uint64{7, 9}) || !h.lastFromVM.Equal(t0.Add(10*time.Second)) {
+		t.Errorf("after the file changed: stats %+v, added %v, last from the VM %v", h.stats, added, h.lastFromVM)
+	}
+}

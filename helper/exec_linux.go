@@ -24,6 +24,9 @@ import (
 // relay's spec with it.
 func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
 	spec := relay.Spec{TAP: s.port.FD, TapName: s.tapName, Socket: s.o.FD, StatsInterval: s.o.StatsInterval, Verbose: s.o.Verbose, LogTimestamps: s.o.LogTimestamps}
+	if s.stats.File != nil {
+		spec.StatsFD = int(s.stats.File.Fd())
+	}
 	if s.o.Offloads() {
 		spec.Hdr = VirtioNetHdrLen
 	}

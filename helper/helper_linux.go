@@ -36,6 +36,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if err := s.openStats(); err != nil {
+		return err
+	}
+	if s.stats.File != nil {
+		defer s.stats.File.Close()
+	}
 	if err := s.createPort(); err != nil {
 		return err
 	}
@@ -77,7 +83,7 @@ func Run(ctx context.Context, o Options) error {
 		lis.Close()
 		return err
 	}
-	return relay.Serve(ctx, spec, s.log, relay.Hooks{Listener: lis, Relearn: s.relearn()})
+	return relay.Serve(ctx, spec, s.log, relay.Hooks{Listener: lis, Relearn: s.relearn(), Stats: s.stats})
 }
 
 // session is one run of the helper: its options, and what the steps found
@@ -93,6 +99,22 @@ type session struct {
 	// relay does (netplane.Offloads.Relayed, relay.Spec.TapHdr).
 	relayOffloads bool
 	ready         helperproto.Ready
+	stats         *relay.StatsOut // where the stats lines go (openStats)
+}
+
+// openStats opens --stats-file (as root, before the privileges go: the
+// controller's helpers dir is not the VM owner's).
+func (s *session) openStats() error {
+	s.stats = &relay.StatsOut{Log: s.log}
+	if s.o.StatsFile == "" {
+		return nil
+	}
+	f, err := os.OpenFile(s.o.StatsFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o640)
+	if err != nil {
+		return fmt.Errorf("--stats-file: %w", err)
+	}
+	s.stats.File = f
+	return nil
 }
 
 // checkOptions checks the options, then the cheap things the VM side gave,
@@ -230,7 +252,7 @@ func (s *session) printReady() error { return printReady(s.o, s.ready) }
 // TAP again, as a relay's helper ends when its TAP goes.
 func (s *session) waitForTermination(ctx context.Context, gone <-chan struct{}) error {
 	s.log.Infof("main", "TAP %s is ready for the VMM; waiting for termination", s.tapName)
-	if !tapStats(ctx, s.o, s.log, s.tapName, gone) {
+	if !tapStats(ctx, s.o, s.log, s.stats, s.tapName, gone) {
 		return fmt.Errorf("TAP %s was deleted", s.tapName)
 	}
 	s.log.Infof("main", "stopping: deleting TAP %s", s.tapName)
@@ -431,9 +453,9 @@ func dropPrivileges(uid, gid int) error {
 // Frames the kernel drops towards a TAP no VMM holds (its carrier is off:
 // no reader) are not drops of the helper's: a VM that is not running takes
 // no frames. Drops are counted only while a VMM holds the TAP.
-func tapStats(ctx context.Context, o *Options, log *relay.Logger, name string, gone <-chan struct{}) bool {
+func tapStats(ctx context.Context, o *Options, log *relay.Logger, out *relay.StatsOut, name string, gone <-chan struct{}) bool {
 	var lastTx, noReader uint64
-	logStats := func() {
+	logStats := func(last bool) {
 		link, err := netlink.LinkByName(name)
 		if err != nil {
 			log.Warnf("stats", "TAP %s: %v", name, err)
@@ -452,7 +474,7 @@ func tapStats(ctx context.Context, o *Options, log *relay.Logger, name string, g
 			Host: helperproto.Counters{Packets: s.TxPackets, Bytes: s.TxBytes, Drops: s.TxDropped - noReader},
 			VM:   helperproto.Counters{Packets: s.RxPackets, Bytes: s.RxBytes, Drops: s.RxDropped},
 		}
-		log.Logf("INFO", "stats", "%s", helperproto.FormatStatsLine(st)[len(helperproto.StatsPrefix):])
+		out.Emit(st, last)
 	}
 	var tick <-chan time.Time
 	if o.StatsInterval > 0 {
@@ -463,12 +485,12 @@ func tapStats(ctx context.Context, o *Options, log *relay.Logger, name string, g
 	for {
 		select {
 		case <-tick:
-			logStats()
+			logStats(false)
 		case <-gone:
 			return false
 		case <-ctx.Done():
 			if o.StatsInterval > 0 {
-				logStats()
+				logStats(true)
 			}
 			return true
 		}

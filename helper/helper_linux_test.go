@@ -1004,3 +1004,32 @@ func TestLogTimestamps(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsFile: with --stats-file (what the controller asks for) the
+// file holds the helper's latest stats line, written every interval, and
+// the log gets only the first and the last of them (at most one a minute
+// between); the relay it execs into keeps writing the file.
+func TestStatsFile(t *testing.T) {
+	f := newFixture(t)
+	helperEnd, _ := socketpair(t)
+	statsFile := filepath.Join(t.TempDir(), "a.stats")
+	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3", "--stats-interval", "0.1", "--stats-file", statsFile)
+	helperEnd.Close()
+	seen := map[time.Time]bool{}
+	testutil.Eventually(t, 20*time.Second, func() error {
+		b, _ := os.ReadFile(statsFile)
+		first, _, _ := strings.Cut(string(b), "\n")
+		if s, ok := helperproto.ParseStatsLine(first); ok {
+			seen[s.Time] = true
+		}
+		if len(seen) < 3 {
+			return fmt.Errorf("the stats file had %d lines so far: %q", len(seen), b)
+		}
+		return nil
+	}, "the stats file to be written three times")
+	h.terminate()
+	h.wait(10 * time.Second)
+	if n := strings.Count(h.stderr(), "[stats]"); n != 2 {
+		t.Errorf("%d stats lines logged with --stats-file, want the first and the last:\n%s", n, h.stderr())
+	}
+}

@@ -54,8 +54,9 @@ type Flags struct {
 	TSO, ChecksumOffload bool
 	StatsInterval        float64 // seconds
 	Verbose              bool
-	LogTimestamps        bool // --log-timestamps
-	PrintVersion         bool // --version
+	LogTimestamps        bool   // --log-timestamps
+	StatsFile            string // --stats-file
+	PrintVersion         bool   // --version
 	ListSharedInterfaces bool
 	UID, GID             int
 	Tap                  string
@@ -214,6 +215,7 @@ func (f *Flags) options(s Streams) (Options, error) {
 		GID:             f.GID,
 		Verbose:         f.Verbose,
 		LogTimestamps:   f.LogTimestamps,
+		StatsFile:       f.StatsFile,
 		Stdout:          s.Out,
 		Stderr:          s.Err,
 	}, nil

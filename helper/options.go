@@ -90,6 +90,9 @@ type Options struct {
 	Verbose bool
 	// LogTimestamps starts each log line with its time (relay.Logger).
 	LogTimestamps bool
+	// StatsFile, if set, keeps the latest stats line (relay.StatsOut);
+	// the helper opens it before it drops its privileges.
+	StatsFile string
 	// Stdout receives the JSON line; Stderr the log.
 	Stdout, Stderr io.Writer
 }

@@ -5,6 +5,7 @@ package relay
 import (
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,41 @@ func (l *Logger) WarnLimited(lim *Limited, component, format string, args ...any
 	}
 	lim.last, lim.dropped = now, 0
 	l.Logf("WARN", component, "%s", msg)
+}
+
+// StatsOut is where a helper's stats lines go. Without a file, each to
+// the log (vmnet-helper's contract). With one (--stats-file: the
+// controller's helpers), each replaces the file's content, which the
+// controller reads for its metrics, and the log gets one at most every
+// StatsLogEvery, and the last: a busy helper's log is not a list of
+// counters every few seconds.
+type StatsOut struct {
+	Log    *Logger
+	File   *os.File
+	mu     sync.Mutex
+	logged time.Time
+}
+
+// StatsLogEvery is how often, at most, a helper with a stats file logs a
+// stats line.
+const StatsLogEvery = time.Minute
+
+// Emit writes the stats line of st; last is the helper's final one.
+func (o *StatsOut) Emit(st helperproto.Stats, last bool) {
+	line := helperproto.FormatStatsLine(st)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.File != nil {
+		// The line at the file's start, then the file cut to it: a
+		// reader takes the first line (one that came between the two
+		// sees the old line's end after it).
+		o.File.WriteAt([]byte(line+"\n"), 0)
+		o.File.Truncate(int64(len(line) + 1))
+	}
+	if o.File == nil || last || o.logged.IsZero() || st.Time.Sub(o.logged) >= StatsLogEvery {
+		o.logged = st.Time
+		o.Log.Logf("INFO", "stats", "%s", line[len(helperproto.StatsPrefix):])
+	}
 }
 
 // counters are one direction's cumulative counts, updated once per batch.

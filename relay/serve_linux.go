@@ -32,6 +32,9 @@ type Hooks struct {
 	// Listener, if set, is the --socket listener itself (the helper's
 	// own), not one rebuilt from Spec's descriptors.
 	Listener *Listener
+	// Stats, if set, is where the stats go (the helper's own, which owns
+	// the stats file), not one made from Spec.StatsFD.
+	Stats *StatsOut
 }
 
 // Serve relays frames as s says until ctx is done or, with --fd, the VM's
@@ -60,7 +63,15 @@ func Serve(ctx context.Context, s Spec, log *Logger, h Hooks) error {
 	}
 	defer stop.close()
 	r := &relay{tap: s.TAP, sock: s.Socket, stop: stop.fd, hdr: s.Hdr, tapHdr: s.TapHdr, frame: s.Frame, host: &counters{}, vm: &counters{}, log: log}
-	defer startStats(r, s.StatsInterval, log)()
+	out := h.Stats
+	if out == nil {
+		// In vmnetctl-relay: the file the helper opened is its own now.
+		out = &StatsOut{Log: log}
+		if s.StatsFD > 0 {
+			out.File = os.NewFile(uintptr(s.StatsFD), "stats")
+		}
+	}
+	defer startStats(r, s.StatsInterval, out)()
 	relearn := h.Relearn
 	if relearn == nil && len(s.Relearn) > 0 {
 		relearn = func() error { return runRelearn(s.Relearn) }
@@ -156,10 +167,9 @@ func (st *stopper) close() {
 
 // startStats logs the relay's counters every interval; the returned func
 // stops that and logs them a last time.
-func startStats(r *relay, interval time.Duration, log *Logger) (stop func()) {
+func startStats(r *relay, interval time.Duration, out *StatsOut) (stop func()) {
 	logStats := func(host, vm helperproto.Counters) {
-		st := helperproto.Stats{Time: time.Now(), Host: host, VM: vm}
-		log.Logf("INFO", "stats", "%s", helperproto.FormatStatsLine(st)[len(helperproto.StatsPrefix):])
+		out.Emit(helperproto.Stats{Time: time.Now(), Host: host, VM: vm}, false)
 	}
 	done := make(chan struct{})
 	ended := make(chan struct{})
@@ -179,7 +189,7 @@ func startStats(r *relay, interval time.Duration, log *Logger) (stop func()) {
 		// A last line, with the final counters, when stats were asked
 		// for; none at all otherwise (as vmnet-helper).
 		if interval > 0 {
-			logStats(r.host.snapshot(), r.vm.snapshot())
+			out.Emit(helperproto.Stats{Time: time.Now(), Host: r.host.snapshot(), VM: r.vm.snapshot()}, true)
 		}
 	}
 }
@@ -412,6 +422,9 @@ func (s Spec) Inheritable() error {
 	fds := append([]int{s.TAP, s.Socket}, s.Keep...)
 	if s.SocketPath != "" {
 		fds = append(fds, s.LockFD)
+	}
+	if s.StatsFD > 0 {
+		fds = append(fds, s.StatsFD)
 	}
 	for _, fd := range fds {
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {

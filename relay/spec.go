@@ -60,6 +60,9 @@ type Spec struct {
 	// end, and only if asked for.
 	StatsInterval time.Duration `json:"statsInterval"`
 	Verbose       bool          `json:"verbose"`
+	// StatsFD, if not 0, is the stats file (StatsOut) the relay keeps
+	// its latest stats line in.
+	StatsFD int `json:"statsFD,omitempty"`
 	// LogTimestamps starts each log line with its time (Logger).
 	LogTimestamps bool `json:"logTimestamps,omitempty"`
 	// Relearn, for a port whose guard learns the VM's MAC, is the command

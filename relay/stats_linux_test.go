@@ -1,6 +1,9 @@
 package relay
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,3 +77,49 @@ var errNotYet = errorString("not yet")
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// TestStatsOut: without a file every stats line goes to the log; with one
+// (--stats-file) the file holds the latest line, and the log gets the
+// first, then one a minute at most, and the last.
+func TestStatsOut(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	at := func(s int, packets uint64) helperproto.Stats {
+		return helperproto.Stats{Time: t0.Add(time.Duration(s) * time.Second), VM: helperproto.Counters{Packets: packets}}
+	}
+	logged := func(b *strings.Builder) int { return strings.Count(b.String(), "[stats]") }
+
+	var plain strings.Builder
+	o := &StatsOut{Log: NewLogger(&plain, false, false)}
+	for i := range 5 {
+		o.Emit(at(5*i, uint64(i)), false)
+	}
+	if n := logged(&plain); n != 5 {
+		t.Errorf("without a file: %d stats lines logged, want 5", n)
+	}
+
+	var log strings.Builder
+	f, err := os.Create(filepath.Join(t.TempDir(), "a.stats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	o = &StatsOut{Log: NewLogger(&log, false, false), File: f}
+	for i := range 25 { // two minutes, every 5 s
+		o.Emit(at(5*i, uint64(1000000+i)), false)
+		b, _ := os.ReadFile(f.Name())
+		first, _, _ := strings.Cut(string(b), "\n")
+		if s, ok := helperproto.ParseStatsLine(first); !ok || s.VM.Packets != uint64(1000000+i) {
+			t.Fatalf("the stats file after line %d: %q", i, b)
+		}
+	}
+	if n := logged(&log); n != 3 {
+		t.Errorf("with a file, two minutes every 5 s: %d stats lines logged, want 3 (at 0, 60 and 120 s)", n)
+	}
+	o.Emit(at(121, 7), true)
+	if n := logged(&log); n != 4 {
+		t.Errorf("the last line was not logged: %d", n)
+	}
+	if b, _ := os.ReadFile(f.Name()); !strings.HasSuffix(string(b), "}\n") || strings.Count(string(b), "\n") != 1 {
+		t.Errorf("a shorter line left the longer one's end in the file: %q", b)
+	}
+}

@@ -214,6 +214,7 @@ func (d Dir) HelperIntents() []HelperIntent {
 // key's helper.
 func (d Dir) RemoveHelperFiles(key string) {
 	os.Remove(d.HelperReadyFile(key))
+	os.Remove(d.HelperStatsFile(key))
 	os.Remove(d.file(helperIntentFile(key)))
 }
 

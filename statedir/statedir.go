@@ -162,6 +162,10 @@ func (d Dir) HelperReadyFile(key string) string { return d.file(helpersDir, file
 // HelperLogFile is where the helper of attachment key writes its stderr.
 func (d Dir) HelperLogFile(key string) string { return d.file(helpersDir, fileKey(key)+".log") }
 
+// HelperStatsFile is where the helper of attachment key keeps its latest
+// stats line (`vmnetctl helper --stats-file`).
+func (d Dir) HelperStatsFile(key string) string { return d.file(helpersDir, fileKey(key)+".stats") }
+
 // VMsDir holds one folder per VM, for its sockets.
 func (d Dir) VMsDir() string { return d.file(vmsDir) }
 

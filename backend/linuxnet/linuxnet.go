@@ -131,6 +131,9 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	args := []string{s.Executable, "helper", "--networks", s.NetworksFile, "--network", n.ID,
 		"--interface-id", api.InterfaceID(a.VM, a.Index, a.MAC), "--tap", TapName(a),
 		"--stats-interval", strconv.FormatFloat(s.StatsInterval.Seconds(), 'f', -1, 64), "--log-timestamps"}
+	if s.StatsFile != "" {
+		args = append(args, "--stats-file", s.StatsFile)
+	}
 	if s.UID >= 0 {
 		args = append(args, "--uid", strconv.Itoa(s.UID), "--gid", strconv.Itoa(s.GID))
 	}
