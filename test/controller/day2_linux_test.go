@@ -389,18 +389,24 @@ func waitPeer(t *testing.T, h *host, vm, peer string) {
 	}, vm+"'s peer to be "+peer)
 }
 
-// waitStatsLines waits for n more stats lines in attachment key's helper
-// log: the controller has then read counters from after this call.
+// waitStatsLines waits for n more stats lines from attachment key's
+// helper: the controller then reads counters from after this call.
 func waitStatsLines(t *testing.T, h *host, key string, n int) {
 	t.Helper()
-	count := func() int {
-		b, _ := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile(key))
-		return strings.Count(string(b), helperproto.StatsPrefix)
+	// The helper rewrites its stats file every interval (--stats-file;
+	// its log has a stats line a minute): n new lines are n new times.
+	path := statedir.Dir{Path: h.StateDir()}.HelperStatsFile(key)
+	latest := func() time.Time {
+		b, _ := os.ReadFile(path)
+		first, _, _ := strings.Cut(string(b), "\n")
+		s, _ := helperproto.ParseStatsLine(first)
+		return s.Time
 	}
-	start := count()
+	seen := map[time.Time]bool{latest(): true}
 	testutil.Eventually(t, 15*time.Second, func() error {
-		if c := count(); c < start+n {
-			return fmt.Errorf("%d stats lines since", c-start)
+		seen[latest()] = true
+		if len(seen) < n+1 {
+			return fmt.Errorf("%d stats lines since", len(seen)-1)
 		}
 		return nil
 	}, key+"'s helper to report its stats again")
