@@ -40,6 +40,7 @@ const (
 	nfulaPayload       = 9
 	nfulaCfgCmd        = 1
 	nfulaCfgMode       = 2
+	nfulaCfgQThresh    = 5
 	nfulnlCfgCmdBind   = 1
 	nfulnlCopyPacket   = 2
 	learnCopyRange     = 64 // an ARP packet is 28 bytes
@@ -88,8 +89,8 @@ func (nw *Network) startLearner4() error {
 				continue // (ENOBUFS: a burst was lost; the guests retry)
 			}
 			for _, m := range msgs {
-				if a, ok := nw.arpClaim(m); ok && nw.learn(a.mac, a.ip) {
-					nw.answerGateway(a)
+				if a, ok := nw.arpClaim(m); ok {
+					nw.claim(a)
 				}
 			}
 		}
@@ -130,7 +131,15 @@ func bindLearnGroup(c *netlink.Conn, group uint16) error {
 	mode := make([]byte, 6)
 	binary.BigEndian.PutUint32(mode, learnCopyRange)
 	mode[4] = nfulnlCopyPacket
-	return config(func(ae *netlink.AttributeEncoder) { ae.Bytes(nfulaCfgMode, mode) })
+	// Each packet at once: the kernel's default holds them until 100
+	// are queued or a second went by, and a guest that asks for its
+	// gateway once waits a second for the answer (vmnet-helper's own
+	// tests wait one).
+	qthresh := binary.BigEndian.AppendUint32(nil, 1)
+	return config(func(ae *netlink.AttributeEncoder) {
+		ae.Bytes(nfulaCfgMode, mode)
+		ae.Bytes(nfulaCfgQThresh, qthresh)
+	})
 }
 
 // arpSeen is an ARP packet the guard copied: its sender's MAC and
@@ -172,6 +181,65 @@ func (nw *Network) arpClaim(m netlink.Message) (arpSeen, bool) {
 	a.ip, _ = netip.AddrFromSlice(payload[14:18])
 	a.target, _ = netip.AddrFromSlice(payload[24:28])
 	return a, true
+}
+
+// claim learns the sender's address of ARP packet a and answers it for
+// the gateway; before the controller told the network its VMs (SetVMs),
+// it is kept for then (deferClaim): a guest that announces its address
+// once, as the network comes up, is heard.
+func (nw *Network) claim(a arpSeen) {
+	if !nw.hostsKnown.Load() {
+		nw.deferClaim(a)
+		return
+	}
+	if nw.learn(a.mac, a.ip) {
+		nw.answerGateway(a)
+	}
+}
+
+// deferredClaim is a claim heard before SetVMs, and when.
+type deferredClaim struct {
+	a  arpSeen
+	at time.Time
+}
+
+// maxDeferred bounds the claims kept until SetVMs (the newest win), and
+// deferredFor how long one is worth claiming: the guest's next ARP
+// comes anyway.
+const (
+	maxDeferred = 64
+	deferredFor = 10 * time.Second
+)
+
+// deferClaim keeps a for claimDeferred.
+func (nw *Network) deferClaim(a arpSeen) {
+	nw.learnMu.Lock()
+	defer nw.learnMu.Unlock()
+	nw.deferred = append(nw.deferred, deferredClaim{a, time.Now()})
+	if len(nw.deferred) > maxDeferred {
+		nw.deferred = slices.Delete(nw.deferred, 0, len(nw.deferred)-maxDeferred)
+	}
+}
+
+// claimDeferred claims, in the background, what deferClaim kept (SetVMs
+// calls it, once the network's VMs are known).
+func (nw *Network) claimDeferred() {
+	nw.learnMu.Lock()
+	pending := nw.deferred
+	nw.deferred = nil
+	nw.learnMu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	nw.wg.Add(1)
+	go func() {
+		defer nw.wg.Done()
+		for _, d := range pending {
+			if time.Since(d.at) < deferredFor && !isClosed(nw.stop) {
+				nw.claim(d.a)
+			}
+		}
+	}()
 }
 
 // answerGateway answers an ARP request for the gateway whose sender

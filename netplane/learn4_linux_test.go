@@ -2,6 +2,7 @@ package netplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -85,20 +86,32 @@ func TestLearnAddress(t *testing.T) {
 
 // TestLearnAnswersOnce: a guest that asks for its gateway once, from an
 // address of its own (vmnet-helper's own tests do, and so may a VMM's
-// first probe), hears the gateway's answer to that one request: the
-// guard dropped it, the learner bound the address and answered for the
-// kernel, which has the guest as a neighbour as if it had heard it.
+// first probe), hears the gateway's answer to that one request, even
+// asked before the controller told the network its VMs: the guard
+// dropped it, the learner kept it until then, bound the address and
+// answered for the kernel, which has the guest as a neighbour as if it
+// had heard it.
 func TestLearnAnswersOnce(t *testing.T) {
 	needRoot(t)
 	host := testutil.NewNS(t, "lo-host")
 	n := testNet("lo", api.ModeShared, "10.200.62.0/24")
 	nw := start(t, host, n, Options{StateDir: t.TempDir()})
-	nw.SetVMs(nil, nil)
 	v := testutil.NewNS(t, "lo-vm")
 	s := plugLearning(t, host, n, "p-o", v)
 	got := captureFrames(t, v)
 	mac, ip := mustMAC("52:55:55:00:62:0a"), netip.MustParseAddr("10.200.62.254")
+	// Heard before the controller told the network its VMs (a network
+	// that just came up): kept, and claimed once they are known.
 	s.Send(t, arpFrom(mac, ip, n.Gateway))
+	testutil.Eventually(t, 20*time.Second, func() error {
+		nw.learnMu.Lock()
+		defer nw.learnMu.Unlock()
+		if len(nw.deferred) == 0 {
+			return errors.New("the claim is not kept yet")
+		}
+		return nil
+	}, "the early claim to be kept")
+	nw.SetVMs(nil, nil)
 	reply := append([]byte{0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 2}, hostnet.BridgeMAC(n.ID)...)
 	reply = append(append(append(reply, n.Gateway.AsSlice()...), mac...), ip.AsSlice()...)
 	testutil.Eventually(t, 20*time.Second, func() error {

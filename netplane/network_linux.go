@@ -57,6 +57,7 @@ type Network struct {
 	hostsKnown      atomic.Bool    // SetVMs was called: the learner may bind
 	learnMu         sync.Mutex
 	learnedAt       map[string]time.Time // by MAC: its last learned address (learnHeld)
+	deferred        []deferredClaim      // claims heard before SetVMs (deferClaim), under learnMu
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it); netns is it.
 	netns ns.NetNS
@@ -539,7 +540,10 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 // of that is not among them has gone (RemoveHost). The guard's
 // reservations change in one sync, if they changed.
 func (nw *Network) SetVMs(names []string, macs []net.HardwareAddr) {
-	defer nw.hostsKnown.Store(true)
+	defer func() {
+		nw.hostsKnown.Store(true)
+		nw.claimDeferred()
+	}()
 	nw.hosts.reserve(names)
 	keep := map[string]bool{}
 	for _, m := range macs {
