@@ -98,7 +98,8 @@ exec %[4]s -m pytest -q -p no:cacheprovider -rs testing/helper_test.py`, bin, st
 	summary := regexp.MustCompile(`(?m)^(?:=+ )?((?:[0-9]+ [a-z]+(?:, )?)+) in [0-9.]+s(?: =+)?$`).FindStringSubmatch(string(out))
 	t.Logf("vmnet-helper's suite: %v", summary)
 	if err != nil || summary == nil || strings.Contains(summary[1], "failed") || strings.Contains(summary[1], "skipped") {
-		t.Fatalf("vmnet-helper's suite against vmnetctl helper: %v\n%s", err, tail(out, 80))
+		ctl, _ := os.ReadFile(filepath.Join(state, "controller.log"))
+		t.Fatalf("vmnet-helper's suite against vmnetctl helper: %v\n%s\nthe controller's log, last lines:\n%s", err, tail(out, 80), tail(ctl, 40))
 	}
 }
 
