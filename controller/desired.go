@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -44,12 +45,31 @@ type parsedProject struct {
 	files []*api.VMFile
 }
 
-// parseProject parses a project's files, keeping only its OnlyVMs if set.
+// parseProject parses a project's files, keeping only its OnlyVMs if set;
+// each file is named by its path as given (this command's input).
 func parseProject(p *statedir.Project) (parsedProject, api.Diagnostics) {
+	return parseFiles(p, func(f statedir.ProjectFile) string { return f.Path })
+}
+
+// parseRecorded is parseProject of a project the state dir recorded: a
+// file given by a relative path is named by its absolute one, since who
+// reads a problem of it (another project's `up`, the controller's status)
+// is not in the directory that path was relative to.
+func parseRecorded(p *statedir.Project) (parsedProject, api.Diagnostics) {
+	return parseFiles(p, func(f statedir.ProjectFile) string {
+		if !filepath.IsAbs(f.Path) && f.Abs != "" {
+			return f.Abs
+		}
+		return f.Path
+	})
+}
+
+// parseFiles is parseProject with each file named by name.
+func parseFiles(p *statedir.Project, name func(statedir.ProjectFile) string) (parsedProject, api.Diagnostics) {
 	pp := parsedProject{Project: p}
 	var all api.Diagnostics
 	for _, f := range p.Files {
-		vf, diags := api.LoadVMFile(f.Path, f.Data, api.VMFileOptions{Name: p.VMName, Abs: f.Abs})
+		vf, diags := api.LoadVMFile(name(f), f.Data, api.VMFileOptions{Name: p.VMName, Abs: f.Abs})
 		all = append(all, diags...)
 		if vf != nil {
 			pp.files = append(pp.files, vf)
@@ -69,12 +89,12 @@ func (pp parsedProject) keepOnly(vms []string) {
 	}
 }
 
-// parseProjects parses the projects' files.
+// parseProjects parses the recorded projects' files (parseRecorded).
 func parseProjects(projects []*statedir.Project) ([]parsedProject, api.Diagnostics) {
 	var out []parsedProject
 	var all api.Diagnostics
 	for _, p := range projects {
-		pp, diags := parseProject(p)
+		pp, diags := parseRecorded(p)
 		out = append(out, pp)
 		all = append(all, diags...)
 	}
@@ -292,7 +312,7 @@ func (c parseCache) collect(projects []*statedir.Project, next parseCache) ([]pa
 		k := parseKey(p)
 		e, ok := c[p.Name]
 		if !ok || e.key != k {
-			pp, diags := parseProject(p)
+			pp, diags := parseRecorded(p)
 			e = parsedEntry{key: k, files: pp.files, diags: diags}
 		}
 		if next != nil {

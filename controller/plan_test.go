@@ -158,3 +158,23 @@ func TestUpgradeKeepsRunningMACs(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherProjectsNamedAbsolute: a problem between the project of this
+// command and a recorded one names this one's file as the user gave it,
+// and the recorded one's by its absolute path when it was given relative
+// (the user is not in the directory its `up` ran in).
+func TestOtherProjectsNamedAbsolute(t *testing.T) {
+	nets, _ := api.LoadNetworks("networks.yaml", []byte(planNetworks))
+	rec := &statedir.Project{Name: "old", Files: []statedir.ProjectFile{{Path: "vms.yaml", Abs: "/home/u/old/vms.yaml", Data: []byte(planVMs)}}}
+	mine := &statedir.Project{Name: "new", Files: []statedir.ProjectFile{{Path: "my/vms.yaml", Abs: "/srv/my/vms.yaml", Data: []byte("vms:\n  web:\n    networks: [{vmnet: shared}]\n")}}}
+	l := &loaded{nets: nets}
+	var diags api.Diagnostics
+	l.project, diags = parseProject(mine)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	_, err := l.desiredWith(Env{}, []*statedir.Project{rec}, nil)
+	if err == nil || !strings.Contains(err.Error(), "/home/u/old/vms.yaml") || !strings.Contains(err.Error(), "my/vms.yaml") || strings.Contains(err.Error(), "/srv/my/vms.yaml") {
+		t.Errorf("the collision names %v; want /home/u/old/vms.yaml and my/vms.yaml as given", err)
+	}
+}
