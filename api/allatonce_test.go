@@ -47,7 +47,8 @@ func TestNetworkSocketKey(t *testing.T) {
 
 // TestYAMLErrorsSayWhat: a tab says it is a tab and what to do, at its
 // line; bytes that are not UTF-8 are found at their line; a VM name with
-// a dot is told no dots, not that dots are allowed.
+// a dot is told no dots, not that dots are allowed; nesting too deep is
+// told at the line where it starts, in either file.
 func TestYAMLErrorsSayWhat(t *testing.T) {
 	_, diags := LoadNetworks("n.yaml", []byte("vmnet:\n  a:\n\tmode: host\n"))
 	if err := diags.Err(); err == nil || !strings.Contains(err.Error(), "n.yaml:3") || !strings.Contains(err.Error(), "tab") || !strings.Contains(err.Error(), "spaces") {
@@ -60,5 +61,15 @@ func TestYAMLErrorsSayWhat(t *testing.T) {
 	_, vdiags := LoadVMFile("v.yaml", []byte("vms:\n  a.b:\n    networks: [{vmnet: shared}]\n"), VMFileOptions{})
 	if err := vdiags.Err(); err == nil || !strings.Contains(err.Error(), "no dots") {
 		t.Errorf("a VM name with a dot: %v", err)
+	}
+	// Nesting too deep for the parser: the line where it starts.
+	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
+	_, vdiags = LoadVMFile("v.yaml", []byte("vms:\n  a:\n    networks:\n      - vmnet: "+deep+"\n"), VMFileOptions{})
+	if err := vdiags.Err(); err == nil || !strings.Contains(err.Error(), "v.yaml:4") || !strings.Contains(err.Error(), "depth") {
+		t.Errorf("nesting too deep in a VM file: %v", err)
+	}
+	_, diags = LoadNetworks("n.yaml", []byte("vmnet:\n  a: "+deep+"\n"))
+	if err := diags.Err(); err == nil || !strings.Contains(err.Error(), "n.yaml:2") || !strings.Contains(err.Error(), "depth") {
+		t.Errorf("nesting too deep in networks.yaml: %v", err)
 	}
 }
