@@ -30,6 +30,9 @@ type AttachmentDescription struct {
 	// LastHelperError is the helper's last exit or failure (helper-exited,
 	// helper-failed), from the events log: kept after the helper restarted.
 	LastHelperError *Event `json:"lastHelperError,omitempty"`
+	// Egress is the attachment's egress policy as its VM file gives it
+	// (api.Egress's words), "" for none: the network's applies.
+	Egress string `json:"egress,omitempty"`
 	// LogTail is the end of the helper's log.
 	LogTail []string `json:"logTail"`
 	// Advice says what to do, one line each; empty when all is well.
@@ -47,6 +50,7 @@ func Describe(ctx context.Context, sd statedir.Dir, vm string) (*Description, er
 		return nil, err
 	}
 	leases, _ := Leases(sd, "")
+	applied, _ := AppliedState(sd)
 	d := &Description{VM: vm, Controller: st.Controller, Attachments: []AttachmentDescription{}}
 	var names []string
 	for _, a := range st.Attachments {
@@ -59,6 +63,13 @@ func Describe(ctx context.Context, sd statedir.Dir, vm string) (*Description, er
 		ad := AttachmentDescription{AttachmentStatus: a, LogTail: lastLines(sd.HelperLogFile(fmt.Sprintf("%s/%d", a.VM, a.Index)), logTailLines)}
 		if ad.Peer == "" {
 			ad.Peer = "-"
+		}
+		if applied != nil {
+			for _, da := range applied.Attachments {
+				if da.Key() == fmt.Sprintf("%s/%d", a.VM, a.Index) && da.Egress != nil {
+					ad.Egress = da.Egress.String()
+				}
+			}
 		}
 		if leases != nil {
 			for i, l := range leases.Leases {
@@ -128,7 +139,12 @@ func (d *Description) Render(w io.Writer) error {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "%s/%d on network %s\n", a.VM, a.Index, a.Network)
-		row := func(k, v string) { fmt.Fprintf(w, "  %-12s %s\n", k+":", v) }
+		row := func(k, v string) {
+			if k != "" {
+				k += ":"
+			}
+			fmt.Fprintf(w, "  %-12s %s\n", k, v)
+		}
 		row("state", a.State)
 		if a.Error != "" {
 			row("error", a.Error)
@@ -167,6 +183,20 @@ func (d *Description) Render(w io.Writer) error {
 			row("helper", fmt.Sprintf("pid %d, %d restarts, up %s", a.PID, a.Restarts, roundDur(a.UptimeSeconds)))
 		}
 		row("traffic", fmt.Sprintf("%d bytes from the VM, %d to it, %d dropped, %d spoofed frames dropped", a.RxBytes, a.TxBytes, a.Drops, a.SpoofDrops))
+		for i, f := range a.Forwards {
+			k := ""
+			if i == 0 {
+				k = "forwards"
+			}
+			row(k, fmt.Sprintf("%s (%d connections)", f.Forward, f.Connections))
+		}
+		if a.Egress != "" || a.EgressDenied > 0 {
+			policy := a.Egress
+			if policy == "" {
+				policy = "the network's"
+			}
+			row("egress", fmt.Sprintf("%s; %d connections refused", policy, a.EgressDenied))
+		}
 		if len(a.LogTail) > 0 {
 			fmt.Fprintln(w, "  log:")
 			for _, l := range a.LogTail {

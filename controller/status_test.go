@@ -61,3 +61,30 @@ func TestStatusRootsStateDirInUse(t *testing.T) {
 		t.Errorf("as root, with a state dir of its choosing: %v", err)
 	}
 }
+
+// TestDescribeForwardsEgress: describe's text shows an attachment's port
+// forwards with their connections, and its egress policy with the
+// connections it refused ("the network's" when the VM file sets none).
+func TestDescribeForwardsEgress(t *testing.T) {
+	d := &Description{VM: "web", Attachments: []AttachmentDescription{{
+		AttachmentStatus: AttachmentStatus{VM: "web", Network: "shared", State: StateRunning, EgressDenied: 3,
+			Forwards: []ForwardStatus{{Forward: "127.0.0.1:8080 -> 80/tcp", Connections: 2}, {Forward: "0.0.0.0:5353 -> 53/udp"}}},
+		Egress: "default deny, allow pypi.org",
+	}, {
+		AttachmentStatus: AttachmentStatus{VM: "web", Index: 1, Network: "sandbox", State: StateRunning, EgressDenied: 1},
+	}}}
+	var b strings.Builder
+	if err := d.Render(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"  forwards:    127.0.0.1:8080 -> 80/tcp (2 connections)\n",
+		"               0.0.0.0:5353 -> 53/udp (0 connections)\n",
+		"  egress:      default deny, allow pypi.org; 3 connections refused\n",
+		"  egress:      the network's; 1 connections refused\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("describe lacks %q:\n%s", want, b.String())
+		}
+	}
+}
