@@ -300,6 +300,9 @@ func (n *NetworkInfo) Render(w io.Writer) error {
 	}
 	row("state", state)
 	row("kept", fmt.Sprint(n.Kept))
+	if n.Config != nil && n.Config.Egress != nil {
+		row("egress", n.Config.Egress.String()) // a VM file's own policy overrides it (describe)
+	}
 	row("VMs", dash(strings.Join(n.VMs, ", ")))
 	if len(n.LeaseList) == 0 {
 		row("leases", "none")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -86,5 +87,28 @@ func TestDescribeForwardsEgress(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("describe lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestInspectEgress: network inspect's text shows the network's egress
+// policy, in plan's words, and nothing of the kind without one.
+func TestInspectEgress(t *testing.T) {
+	nets, diags := api.LoadNetworks("networks.yaml", []byte("vmnet:\n  sandbox:\n    subnet: 10.9.0.0/24\n    egress:\n      default: deny\n      allow: [10.1.0.0/16]\n  open:\n    subnet: 10.8.0.0/24\n"))
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id, want string
+	}{{"sandbox", "egress:    " + nets.Get("sandbox").Egress.String() + "\n"}, {"open", ""}} {
+		var b strings.Builder
+		if err := (&NetworkInfo{Name: tc.id, Config: nets.Get(tc.id), State: "up"}).Render(&b); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(b.String(), "egress:"); got != (tc.want != "") || tc.want != "" && !strings.Contains(b.String(), tc.want) {
+			t.Errorf("network inspect %s:\n%s\nwant %q", tc.id, b.String(), tc.want)
+		}
+	}
+	if nets.Get("sandbox").Egress.String() == "" {
+		t.Error("the policy's words are empty")
 	}
 }
