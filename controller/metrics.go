@@ -418,11 +418,8 @@ func readStatsLines(h *helperProc, add func(helperproto.Stats)) {
 		h.stats = s
 		add(s)
 	}
-	if b, err := os.ReadFile(h.statsPath); h.statsPath != "" && err == nil {
-		line, _, _ := strings.Cut(string(b), "\n")
-		if s, ok := helperproto.ParseStatsLine(line); ok {
-			take(s)
-		}
+	if s, ok := helperproto.ReadStatsFile(h.statsPath); ok { // (none for vmnet-helper: no path)
+		take(s)
 	}
 	f, err := os.Open(h.logPath)
 	if err != nil {

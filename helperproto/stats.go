@@ -3,6 +3,7 @@ package helperproto
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"time"
 )
@@ -30,6 +31,20 @@ type Stats struct {
 
 // StatsPrefix starts every stats line on a helper's stderr.
 const StatsPrefix = "INFO  [stats] "
+
+// ReadStatsFile reads the latest stats of a helper's stats file
+// (`vmnetctl helper --stats-file`): its first line, since the helper puts
+// each line at the file's start before it cuts the file to it, and a read
+// in between sees the end of a longer older line after it. ok is false
+// without the file or a stats line in it.
+func ReadStatsFile(path string) (Stats, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Stats{}, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return ParseStatsLine(line)
+}
 
 // LogTime is the layout of the time that starts each line of a helper's
 // log with --log-timestamps (RFC 3339, UTC, milliseconds).

@@ -1,6 +1,7 @@
 package helperproto
 
 import (
+	"os"
 	"testing"
 	"time"
 )
@@ -22,5 +23,27 @@ func TestCutLogTime(t *testing.T) {
 		if _, rest, ok := CutLogTime(line); ok || rest != line {
 			t.Errorf("CutLogTime(%q) cut it: %q", line, rest)
 		}
+	}
+}
+
+// TestReadStatsFile: the first line of a stats file is its latest stats,
+// whatever follows it (the end of a longer older line, as a read between
+// the helper's write and its cut sees); no file, or no stats line, is no
+// stats.
+func TestReadStatsFile(t *testing.T) {
+	dir := t.TempDir()
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	line := FormatStatsLine(Stats{Time: at, VM: Counters{Packets: 7}})
+	path := dir + "/a.stats"
+	os.WriteFile(path, []byte(line+"\n"+"ts\":1}}\n"), 0o644)
+	if s, ok := ReadStatsFile(path); !ok || s.VM.Packets != 7 || !s.Time.Equal(at) {
+		t.Errorf("ReadStatsFile: %+v, %v", s, ok)
+	}
+	os.WriteFile(path, []byte("INFO  [main] not stats\n"), 0o644)
+	if _, ok := ReadStatsFile(path); ok {
+		t.Error("a file without a stats line read as stats")
+	}
+	if _, ok := ReadStatsFile(dir + "/none"); ok {
+		t.Error("no file read as stats")
 	}
 }

@@ -397,9 +397,7 @@ func waitStatsLines(t *testing.T, h *host, key string, n int) {
 	// its log has a stats line a minute): n new lines are n new times.
 	path := statedir.Dir{Path: h.StateDir()}.HelperStatsFile(key)
 	latest := func() time.Time {
-		b, _ := os.ReadFile(path)
-		first, _, _ := strings.Cut(string(b), "\n")
-		s, _ := helperproto.ParseStatsLine(first)
+		s, _ := helperproto.ReadStatsFile(path)
 		return s.Time
 	}
 	seen := map[time.Time]bool{latest(): true}
