@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/backend/vmnethelper"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/ops"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -56,7 +58,7 @@ func TestVMNetHelperBackend(t *testing.T) {
 	defer cancel()
 	runErr := make(chan error, 1)
 	go func() { runErr <- c.Run(ctx) }()
-	cl := NewClient(sd)
+	cl := ops.NewClient(sd)
 	deadline := time.Now().Add(10 * time.Second)
 	for !cl.Running(ctx) {
 		if time.Now().After(deadline) {
@@ -69,7 +71,7 @@ func TestVMNetHelperBackend(t *testing.T) {
 		t.Fatalf("reconcile: %v %s", err, resp.Error)
 	}
 	a := resp.Status.Attachments[0]
-	if a.State != StateRunning || a.Socket != sd.SocketPath("dev", 0) || a.PID == 0 {
+	if a.State != ctlapi.StateRunning || a.Socket != sd.SocketPath("dev", 0) || a.PID == 0 {
 		t.Fatalf("attachment = %+v", a)
 	}
 	if _, err := os.Stat(a.Socket); err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/vmnetctl/vmnetctl/ops"
+	"github.com/vmnetctl/vmnetctl/spec/spectest"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -25,11 +27,11 @@ func TestCheckWithController(t *testing.T) {
 	if err := sd.Init(); err != nil {
 		t.Fatal(err)
 	}
-	snap := statedir.NetworksSnapshot{Source: "networks.yaml", Data: []byte(planNetworks)}
+	snap := statedir.NetworksSnapshot{Source: "networks.yaml", Data: []byte(spectest.Networks)}
 	if err := sd.SaveNetworks(snap); err != nil {
 		t.Fatal(err)
 	}
-	if err := sd.SaveProject(project("fleet", planVMs)); err != nil {
+	if err := sd.SaveProject(spectest.Project("fleet", spectest.VMs)); err != nil {
 		t.Fatal(err)
 	}
 	c, err := New(Options{StateDir: sd, Log: slog.New(slog.DiscardHandler), MetricsAddr: "off"})
@@ -38,7 +40,7 @@ func TestCheckWithController(t *testing.T) {
 	}
 	// The controller has parsed fleet, as after a pass.
 	projects, _ := sd.Projects()
-	c.parsed.parse(projects)
+	c.parsed.Parse(projects)
 
 	serve := func(h http.Handler) func() {
 		ln, err := c.listen()
@@ -51,14 +53,14 @@ func TestCheckWithController(t *testing.T) {
 	}
 	check := func(vms string) error {
 		t.Helper()
-		in := &Input{Networks: snap, Files: []statedir.ProjectFile{{Path: "one.yaml", Data: []byte(vms)}}, Project: "one"}
-		env := Env{StateDir: sd, Stderr: &bytes.Buffer{}}
-		l, err := in.load(env)
+		in := &ops.Input{Networks: snap, Files: []statedir.ProjectFile{{Path: "one.yaml", Data: []byte(vms)}}, Project: "one"}
+		env := ops.Env{StateDir: sd, Stderr: &bytes.Buffer{}}
+		l, err := in.Load(env)
 		if err != nil {
 			t.Fatal(err)
 		}
 		existing, _ := sd.Projects()
-		_, err = l.checkedDesired(context.Background(), env, existing, true)
+		_, err = l.CheckedDesired(context.Background(), env, existing, true)
 		return err
 	}
 	cases := []struct {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,11 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/backends"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/launch"
+	"github.com/vmnetctl/vmnetctl/spec"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -57,20 +64,6 @@ type Options struct {
 	Version string
 }
 
-// EnvStatsInterval overrides the default helper stats interval (a Go
-// duration such as "500ms"), for tests that watch rates move.
-const EnvStatsInterval = "VMNETCTL_STATS_INTERVAL"
-
-// The helpers' defaults, for the controller's and `vmnetctl run`'s alike.
-const (
-	defaultStatsInterval = 5 * time.Second
-	defaultStallTimeout  = 15 * time.Second
-	defaultStopGrace     = 5 * time.Second
-)
-
-// DefaultMetricsAddr is the controller's default Prometheus endpoint.
-const DefaultMetricsAddr = "127.0.0.1:9464"
-
 func (o *Options) setDefaults() error {
 	if o.Executable == "" {
 		exe, err := os.Executable()
@@ -83,11 +76,11 @@ func (o *Options) setDefaults() error {
 		o.Log = slog.Default()
 	}
 	if o.Resync <= 0 {
-		o.Resync = DefaultResync()
+		o.Resync = ctlapi.DefaultResync()
 	}
 	if o.StatsInterval == 0 {
-		o.StatsInterval = defaultStatsInterval
-		if d, err := time.ParseDuration(os.Getenv(EnvStatsInterval)); err == nil && d > 0 {
+		o.StatsInterval = launch.DefaultStatsInterval
+		if d, err := time.ParseDuration(os.Getenv(ctlapi.EnvStatsInterval)); err == nil && d > 0 {
 			o.StatsInterval = d
 		}
 	}
@@ -95,16 +88,16 @@ func (o *Options) setDefaults() error {
 		o.Version = buildVersion()
 	}
 	if o.StallTimeout == 0 {
-		o.StallTimeout = defaultStallTimeout
+		o.StallTimeout = launch.DefaultStallTimeout
 	}
 	if o.StopGrace == 0 {
-		o.StopGrace = defaultStopGrace
+		o.StopGrace = launch.DefaultStopGrace
 	}
 	if o.Backend == nil {
-		o.Backend = DefaultBackend()
+		o.Backend = backends.Default()
 	}
 	if o.MetricsAddr == "" {
-		o.MetricsAddr = DefaultMetricsAddr
+		o.MetricsAddr = ctlapi.DefaultMetricsAddr
 	}
 	return nil
 }
@@ -138,7 +131,7 @@ type Controller struct {
 	// triggers a reconcile.
 	watchedHolders map[int]bool
 	helpers        map[string]*helperProc
-	applied        *Desired
+	applied        *spec.Desired
 	appliedN       *statedir.NetworksSnapshot
 	appliedP       []*statedir.Project
 	lastErr        error
@@ -152,7 +145,7 @@ type Controller struct {
 	meters map[string]*trafficMeter
 
 	// appliedView is applied, for readers that must not take mu.
-	appliedView atomic.Pointer[Desired]
+	appliedView atomic.Pointer[spec.Desired]
 	// eventsMu serializes writes to the events log.
 	eventsMu sync.Mutex
 	// leaseKick wakes watchLeaseExpiry when a lease is granted (events.go).
@@ -168,24 +161,9 @@ type Controller struct {
 	logsChecked time.Time
 	// parsed is the projects' files as the last pass parsed them; under
 	// parseMu, which `up`'s checks (check.go) take without mu.
-	parsed  parseCache
+	parsed  spec.ParseCache
 	parseMu sync.Mutex
 	gen     genWaiter
-}
-
-// ExitWhenIdleFlag is serve's flag for Options.ExitWhenIdle.
-const ExitWhenIdleFlag = "exit-when-idle"
-
-// EnvResync sets the controller's default resync interval (a duration
-// like 30s): `up` starts the controller with the environment it runs in.
-const EnvResync = "VMNETCTL_RESYNC"
-
-// DefaultResync is $VMNETCTL_RESYNC if it is a positive duration, else 30s.
-func DefaultResync() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(EnvResync)); err == nil && d > 0 {
-		return d
-	}
-	return 30 * time.Second
 }
 
 // New makes a controller; Run starts it.
@@ -429,17 +407,17 @@ func (c *Controller) restore() {
 	// `vmnetctl run` starts meanwhile is recorded (its intent first) by
 	// then, not taken for a stray.
 	var known map[int]bool
-	if strays := strayHelpers(c.sd, func(pid int) bool {
+	if strays := helperexec.StrayHelpers(c.sd, func(pid int) bool {
 		if known == nil {
-			known = knownHelperPIDs(c.sd)
+			known = helperexec.KnownHelperPIDs(c.sd)
 		}
 		return adopted[pid] || known[pid]
 	}); len(strays) > 0 {
 		c.log.Warn("stopping helpers no record accounts for", "count", len(strays))
-		stopProcesses(strays, c.opts.StopGrace)
+		helperexec.StopProcesses(strays, c.opts.StopGrace)
 	}
 	if rs.AppliedNetworks != nil {
-		if d, err := appliedDesired(rs); err == nil {
+		if d, err := spec.AppliedDesired(rs); err == nil {
 			c.applied, c.appliedN, c.appliedP = d, rs.AppliedNetworks, rs.AppliedProjects
 		}
 	}
@@ -447,8 +425,8 @@ func (c *Controller) restore() {
 
 func (c *Controller) saveRuntime() {
 	rs := statedir.Runtime{AppliedNetworks: c.appliedN, AppliedProjects: c.appliedP}
-	for _, key := range sortedKeys(c.helpers) {
-		if h := c.helpers[key]; h.rec.Proc.PID > 0 && h.state == StateRunning {
+	for _, key := range slices.Sorted(maps.Keys(c.helpers)) {
+		if h := c.helpers[key]; h.rec.Proc.PID > 0 && h.state == ctlapi.StateRunning {
 			rs.Helpers = append(rs.Helpers, h.rec)
 		}
 	}
@@ -460,9 +438,9 @@ func (c *Controller) saveRuntime() {
 // watchExternal adopts the helper that `vmnetctl run` started for a, once
 // run has recorded it; a helper of run's that exited is shown stopped, not
 // restarted: its socketpair died with it.
-func (c *Controller) watchExternal(a *Attachment, h *helperProc) {
+func (c *Controller) watchExternal(a *spec.Attachment, h *helperProc) {
 	if h != nil {
-		h.state = StateStopped
+		h.state = ctlapi.StateStopped
 		return
 	}
 	recs, err := c.sd.RunHelpers(a.Project)
@@ -480,16 +458,16 @@ func (c *Controller) watchExternal(a *Attachment, h *helperProc) {
 }
 
 // setFailed records a helper that could not start, to be retried with backoff.
-func (c *Controller) setFailed(a *Attachment, h *helperProc, restarts int, bo Backoff, msg string) {
+func (c *Controller) setFailed(a *spec.Attachment, h *helperProc, restarts int, bo Backoff, msg string) {
 	if h == nil {
 		h = &helperProc{exited: closedChan()}
 	}
 	h.att = a
-	h.rec = newHelperRecord(a, restarts)
+	h.rec = launch.NewHelperRecord(a, restarts)
 	h.rec.StartedAt = time.Now()
 	h.backoff = bo
 	h.retryAt = time.Now().Add(h.backoff.Next(0))
-	h.state = StateFailed
+	h.state = ctlapi.StateFailed
 	h.lastErr = msg
 	c.helpers[a.Key()] = h
 }
@@ -501,7 +479,7 @@ func (c *Controller) nextRetry() <-chan time.Time {
 	defer c.mu.Unlock()
 	var next time.Time
 	for _, h := range c.helpers {
-		if (h.state == StateBackoff || h.state == StateFailed) && (next.IsZero() || h.retryAt.Before(next)) {
+		if (h.state == ctlapi.StateBackoff || h.state == ctlapi.StateFailed) && (next.IsZero() || h.retryAt.Before(next)) {
 			next = h.retryAt
 		}
 	}

@@ -3,35 +3,17 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/netip"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
-// Event is one thing that happened, as `vmnetctl events` shows it. Kinds:
-// network-up, network-removed, drift-found, drift-repaired,
-// helper-started, helper-exited, helper-failed, lease-granted,
-// lease-released, lease-declined, lease-expired.
-type Event struct {
-	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`
-	Network string    `json:"network,omitempty"`
-	// Attachment is VM/INDEX.
-	Attachment string `json:"attachment,omitempty"`
-	MAC        string `json:"mac,omitempty"`
-	IP         string `json:"ip,omitempty"`
-	PID        int    `json:"pid,omitempty"`
-	Detail     string `json:"detail,omitempty"`
-}
-
 // emit appends an event to the state dir's events log (rotated past
 // statedir.MaxEventsLog). Events are best effort: a failed write is logged.
-func (c *Controller) emit(ev Event) {
+func (c *Controller) emit(ev ctlapi.Event) {
 	ev.Time = time.Now()
 	b, err := json.Marshal(ev)
 	if err != nil {
@@ -53,7 +35,7 @@ func (c *Controller) emit(ev Event) {
 // onLease is the networks' lease events (backend.NetworkOptions.OnLease),
 // with the VM whose attachment has the MAC.
 func (c *Controller) onLease(kind, network, mac string, ip netip.Addr) {
-	ev := Event{Kind: kind, Network: network, MAC: mac}
+	ev := ctlapi.Event{Kind: kind, Network: network, MAC: mac}
 	if ip.IsValid() {
 		ev.IP = ip.String()
 	}
@@ -81,7 +63,7 @@ func (c *Controller) onLease(kind, network, mac string, ip netip.Addr) {
 // reuse), so this compares the lease files between passes: one at each
 // lease's expiry, after a lease is granted, and at least every resync.
 func (c *Controller) watchLeaseExpiry(ctx context.Context) {
-	known := map[string]Event{}
+	known := map[string]ctlapi.Event{}
 	for {
 		next := c.expireLeases(known, time.Now())
 		wait := c.opts.Resync
@@ -101,14 +83,14 @@ func (c *Controller) watchLeaseExpiry(ctx context.Context) {
 // the last pass by network/MAC, with their expiry in Time; a lease gone
 // since, past its expiry, expired (one gone before its expiry was released
 // or its network removed: not an event). It returns the next expiry.
-func (c *Controller) expireLeases(known map[string]Event, now time.Time) (next time.Time) {
+func (c *Controller) expireLeases(known map[string]ctlapi.Event, now time.Time) (next time.Time) {
 	d := c.appliedView.Load()
 	if d == nil {
 		return time.Time{}
 	}
-	cur := map[string]Event{}
+	cur := map[string]ctlapi.Event{}
 	for _, n := range d.Networks {
-		ls, err := leasesOf(c.be, c.sd, n)
+		ls, err := c.be.StoredLeases(n, c.netOpts())
 		if err != nil { // unreadable this time: as last time
 			for k, ev := range known {
 				if ev.Network == n.ID {
@@ -118,7 +100,7 @@ func (c *Controller) expireLeases(known map[string]Event, now time.Time) (next t
 			continue
 		}
 		for _, l := range ls {
-			ev := Event{Time: l.Expiry, Kind: "lease-expired", Network: n.ID, MAC: l.MAC, IP: l.IP.String()}
+			ev := ctlapi.Event{Time: l.Expiry, Kind: "lease-expired", Network: n.ID, MAC: l.MAC, IP: l.IP.String()}
 			for _, a := range d.Attachments {
 				if a.Network == n.ID && strings.EqualFold(a.MAC, l.MAC) {
 					ev.Attachment = a.Key()
@@ -141,95 +123,4 @@ func (c *Controller) expireLeases(known map[string]Event, now time.Time) (next t
 		}
 	}
 	return next
-}
-
-// lastEvent returns the last event of the state dir's events log that
-// match accepts, or nil.
-func lastEvent(sd statedir.Dir, match func(Event) bool) *Event {
-	b, err := os.ReadFile(sd.EventsLog())
-	if err != nil {
-		return nil
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		var ev Event
-		if json.Unmarshal([]byte(lines[i]), &ev) == nil && match(ev) {
-			return &ev
-		}
-	}
-	return nil
-}
-
-// Events writes the state dir's events to w, as lines for people or (with
-// asJSON) one JSON object per line; with follow it then writes new ones as
-// they come until ctx ends.
-func Events(ctx context.Context, sd statedir.Dir, asJSON, follow bool, w io.Writer) error {
-	return EventsTail(ctx, sd, TailOptions{JSON: asJSON, Follow: follow}, w)
-}
-
-// ParseSince is `--since`: "" for none, a duration before now (10m), or a
-// time (RFC 3339).
-func ParseSince(s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d), nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	return time.Time{}, fmt.Errorf("--since %q is neither a duration (10m, 2h) nor a time (2026-12-05T08:00:00Z)", s)
-}
-
-// EventsTail is Events with TailOptions: the last o.Tail events, those
-// since o.Since.
-func EventsTail(ctx context.Context, sd statedir.Dir, o TailOptions, w io.Writer) error {
-	src := &logSource{path: sd.EventsLog()}
-	out := w
-	if !o.JSON {
-		out = &eventPrinter{w: w}
-	}
-	var keep func([]byte) bool
-	if !o.Since.IsZero() {
-		keep = func(line []byte) bool {
-			var ev Event
-			return json.Unmarshal(line, &ev) == nil && !ev.Time.Before(o.Since)
-		}
-	}
-	return tailWith(ctx, []*logSource{src}, out, o, keep)
-}
-
-// eventPrinter turns JSON event lines into lines for people.
-type eventPrinter struct{ w io.Writer }
-
-func (p *eventPrinter) Write(b []byte) (int, error) {
-	var ev Event
-	if err := json.Unmarshal(b, &ev); err != nil {
-		return len(b), nil // not an event: skipped
-	}
-	subject := ev.Attachment
-	if subject == "" {
-		subject = ev.Network
-	} else if ev.Network != "" {
-		subject += " on " + ev.Network
-	}
-	var extra []string
-	for _, kv := range [][2]string{{"mac", ev.MAC}, {"ip", ev.IP}, {"pid", pidString(ev.PID)}} {
-		if kv[1] != "" {
-			extra = append(extra, kv[0]+"="+kv[1])
-		}
-	}
-	if ev.Detail != "" {
-		extra = append(extra, ev.Detail)
-	}
-	_, err := fmt.Fprintf(p.w, "%s %-16s %s %s\n", ev.Time.Local().Format("2006-01-02 15:04:05.000"), ev.Kind, subject, strings.Join(extra, " "))
-	return len(b), err
-}
-
-func pidString(pid int) string {
-	if pid == 0 {
-		return ""
-	}
-	return fmt.Sprint(pid)
 }

@@ -10,24 +10,18 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/launch"
+	"github.com/vmnetctl/vmnetctl/spec"
 	"github.com/vmnetctl/vmnetctl/statedir"
-)
-
-// Helper states, as `status` shows them.
-const (
-	StateStarting = "starting"
-	StateRunning  = "running"
-	StateBackoff  = "backoff"
-	StateStopped  = "stopped"
-	StateFailed   = "failed"
 )
 
 // helperProc is one supervised helper.
 type helperProc struct {
 	rec     statedir.HelperRecord
-	att     *Attachment
+	att     *spec.Attachment
 	state   string
 	lastErr string
 	exited  <-chan struct{} // closed when the process is gone
@@ -64,14 +58,14 @@ func closedChan() <-chan struct{} {
 
 // launchHelper starts the helper of a supervised attachment and waits until
 // it is ready.
-func (c *Controller) launchHelper(ctx context.Context, a *Attachment, n *api.Network, owner *statedir.Project) (*helperProc, error) {
+func (c *Controller) launchHelper(ctx context.Context, a *spec.Attachment, n *api.Network, owner *statedir.Project) (*helperProc, error) {
 	logStart := fileSize(c.sd.HelperLogFile(a.Key()))
 	began := time.Now()
-	proc, rec, err := c.launcher().start(ctx, helperStart{a: a, n: n, owner: owner})
+	proc, rec, err := c.launcher().Start(ctx, launch.HelperStart{Attachment: a, Network: n, Owner: owner})
 	if err != nil {
 		return nil, err
 	}
-	h := &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: c.sd.HelperLogFile(a.Key()), statsPath: c.sd.HelperStatsFile(a.Key()), state: StateRunning,
+	h := &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: c.sd.HelperLogFile(a.Key()), statsPath: c.sd.HelperStatsFile(a.Key()), state: ctlapi.StateRunning,
 		statsOff: logStart, startLatency: time.Since(began), rec: rec}
 	go c.kickWhenExits(h)
 	return h, nil
@@ -86,9 +80,9 @@ func (c *Controller) kickWhenExits(h *helperProc) {
 	}
 }
 
-func (c *Controller) launcher() launcher {
-	return launcher{sd: c.sd, be: c.be, exe: c.opts.Executable, vmnetHelperPath: c.paths.VMNetHelper,
-		statsInterval: c.opts.StatsInterval, stallTimeout: c.opts.StallTimeout, stopGrace: c.opts.StopGrace}
+func (c *Controller) launcher() launch.Launcher {
+	return launch.Launcher{StateDir: c.sd, Backend: c.be, Executable: c.opts.Executable, VMNetHelperPath: c.paths.VMNetHelper,
+		StatsInterval: c.opts.StatsInterval, StallTimeout: c.opts.StallTimeout, StopGrace: c.opts.StopGrace}
 }
 
 func fileSize(path string) int64 {
@@ -96,19 +90,6 @@ func fileSize(path string) int64 {
 		return fi.Size()
 	}
 	return 0
-}
-
-// helperEnv is the controller's environment without sudo's variables, plus
-// what the backend gives its helper (vmnet-helper takes the VM's owner as
-// $SUDO_UID and $SUDO_GID).
-func helperEnv(extra []string) []string {
-	var env []string
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "SUDO_") {
-			env = append(env, e)
-		}
-	}
-	return append(env, extra...)
 }
 
 // logTail returns the helper's log lines written since offset, for errors.
@@ -157,7 +138,7 @@ func (c *Controller) stopProc(h *helperProc) {
 // still runs: the same pid, start time and command line.
 func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 	exited := make(chan struct{})
-	h := &helperProc{rec: rec, exited: exited, state: StateRunning,
+	h := &helperProc{rec: rec, exited: exited, state: ctlapi.StateRunning,
 		logPath: c.sd.HelperLogFile(rec.Key), statsPath: c.sd.HelperStatsFile(rec.Key)}
 	if fi, err := os.Stat(h.logPath); err == nil {
 		// The client it serves, from the whole log (at most

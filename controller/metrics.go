@@ -3,6 +3,7 @@ package controller
 import (
 	"bufio"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"runtime"
@@ -18,8 +19,10 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/metrics"
+	"github.com/vmnetctl/vmnetctl/spec"
 )
 
 // maxScrapes is how many scrapes are collected at once: room for two
@@ -212,7 +215,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	d := c.applied
 	if d == nil {
-		d = &Desired{}
+		d = &spec.Desired{}
 	}
 	stats := map[string]backend.ServiceStats{}
 	for _, n := range d.Networks {
@@ -225,7 +228,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 
 // collectNetwork emits a network's metrics and its services', and returns
 // its services' stats (zero when it does not run).
-func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) backend.ServiceStats {
+func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *spec.Desired) backend.ServiceStats {
 	subnet := ""
 	if n.Subnet.IsValid() {
 		subnet = n.Subnet.String()
@@ -310,7 +313,7 @@ func (c *Controller) collectNetwork(emit emitter, n *api.Network, d *Desired) ba
 
 // collectAttachment emits an attachment's metrics and its helper's; st
 // is its network's services' stats.
-func (c *Controller) collectAttachment(emit emitter, a *Attachment, st backend.ServiceStats) {
+func (c *Controller) collectAttachment(emit emitter, a *spec.Attachment, st backend.ServiceStats) {
 	labels := []string{a.Network, a.VM, strconv.Itoa(a.Index)}
 	with := func(extra ...string) []string { return append(append([]string{}, labels...), extra...) }
 	emit(descAttachmentInfo, prometheus.GaugeValue, 1, with(a.Project, string(a.Attach))...)
@@ -322,7 +325,7 @@ func (c *Controller) collectAttachment(emit emitter, a *Attachment, st backend.S
 	}
 	guard := st.GuardDrops
 	h := c.helpers[a.Key()]
-	up := h != nil && h.state == StateRunning && !isClosed(h.exited)
+	up := h != nil && h.state == ctlapi.StateRunning && !isClosed(h.exited)
 	emit(descHelperUp, prometheus.GaugeValue, boolFloat(up), labels...)
 	if h == nil {
 		return
@@ -453,7 +456,7 @@ func readStatsLines(h *helperProc, add func(helperproto.Stats)) {
 // withKnown is the keys of m, after the known ones in their order.
 func withKnown(m map[string]uint64, known []string) []string {
 	keys := append([]string{}, known...)
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}

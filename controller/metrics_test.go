@@ -16,8 +16,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/ops"
 	"github.com/vmnetctl/vmnetctl/procid"
+	"github.com/vmnetctl/vmnetctl/spec"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -32,10 +35,10 @@ func metricsController(t *testing.T) *Controller {
 	}
 	n := &api.Network{ID: "shared", Mode: api.ModeShared, Subnet: netip.MustParsePrefix("10.9.0.0/24"),
 		DHCPStart: netip.MustParseAddr("10.9.0.2"), DHCPEnd: netip.MustParseAddr("10.9.0.254"), DHCP: true, DNSProxy: true}
-	att := func(vm string) *Attachment {
-		return &Attachment{Attachment: &api.Attachment{VM: vm, Network: "shared", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}, Project: "p"}
+	att := func(vm string) *spec.Attachment {
+		return &spec.Attachment{Attachment: &api.Attachment{VM: vm, Network: "shared", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}, Project: "p"}
 	}
-	c.applied = &Desired{Networks: []*api.Network{n}, Attachments: []*Attachment{att("a"), att("b")}}
+	c.applied = &spec.Desired{Networks: []*api.Network{n}, Attachments: []*spec.Attachment{att("a"), att("b")}}
 
 	now := time.Now()
 	log := filepath.Join(t.TempDir(), "a.0.log")
@@ -51,12 +54,12 @@ func metricsController(t *testing.T) *Controller {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.helpers["a/0"] = &helperProc{att: c.applied.Attachments[0], state: StateRunning, exited: make(chan struct{}), logPath: log,
+	c.helpers["a/0"] = &helperProc{att: c.applied.Attachments[0], state: ctlapi.StateRunning, exited: make(chan struct{}), logPath: log,
 		startLatency: 150 * time.Millisecond,
 		rec:          statedir.HelperRecord{Key: "a/0", VM: "a", Network: "shared", Proc: id, StartedAt: now.Add(-time.Minute)}}
 	gone := make(chan struct{})
 	close(gone)
-	c.helpers["b/0"] = &helperProc{att: c.applied.Attachments[1], state: StateBackoff, exited: gone,
+	c.helpers["b/0"] = &helperProc{att: c.applied.Attachments[1], state: ctlapi.StateBackoff, exited: gone,
 		rec: statedir.HelperRecord{Key: "b/0", VM: "b", Network: "shared", Restarts: 3}}
 	c.reconciles["success"] = 4
 	c.lastReconcileTime = 20 * time.Millisecond
@@ -205,7 +208,7 @@ func TestCollector(t *testing.T) {
 func TestStatusRates(t *testing.T) {
 	c := metricsController(t)
 	st := c.status()
-	var a, b AttachmentStatus
+	var a, b ctlapi.AttachmentStatus
 	for _, as := range st.Attachments {
 		switch as.VM {
 		case "a":
@@ -222,7 +225,7 @@ func TestStatusRates(t *testing.T) {
 		t.Errorf("b, in backoff, has rates: %+v", b)
 	}
 	var out strings.Builder
-	st.Render(&out)
+	ops.RenderStatus(&out, st)
 	if !strings.Contains(out.String(), "FROM VM") || !strings.Contains(out.String(), "4.0 kb/s") || !strings.Contains(out.String(), "8.0 kb/s") {
 		t.Errorf("status table:\n%s", out.String())
 	}
@@ -240,15 +243,6 @@ func TestStatusRates(t *testing.T) {
 	st = c.status()
 	if a := st.Attachments[0]; a.TxBitsPerSecond < 0.9e6 || a.RxBitsPerSecond != 0 {
 		t.Errorf("after a third line: tx %v bit/s, rx %v bit/s", a.TxBitsPerSecond, a.RxBitsPerSecond)
-	}
-}
-
-func TestFormatBits(t *testing.T) {
-	for bps, want := range map[float64]string{0: "0", 0.4: "0", 950: "950 b/s", 999.6: "1.0 kb/s", 12345: "12.3 kb/s",
-		123456: "123 kb/s", 12.3e6: "12.3 Mb/s", 9.99e9: "10.0 Gb/s", 2e15: "2000 Tb/s"} {
-		if got := formatBits(bps); got != want {
-			t.Errorf("formatBits(%v) = %q, want %q", bps, got, want)
-		}
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/launch"
+	"github.com/vmnetctl/vmnetctl/spec"
 )
 
 // A network's stream socket (`socket: true`): socket_vmnet's way, which
@@ -38,7 +40,7 @@ type netSocket struct {
 
 // ensureNetSockets serves the stream socket of every running network that
 // has one, and stops those of the others. Call with c.mu held.
-func (c *Controller) ensureNetSockets(desired *Desired) []error {
+func (c *Controller) ensureNetSockets(desired *spec.Desired) []error {
 	want := map[string]*api.Network{}
 	for _, n := range desired.Networks {
 		if n.Socket && c.nets[n.ID] != nil {
@@ -118,7 +120,7 @@ func (c *Controller) serveNetSocket(n *api.Network) (*netSocket, error) {
 }
 
 // startSocketClient starts the helper of one VMM's connection to s.
-func (c *Controller) startSocketClient(l launcher, n *api.Network, s *netSocket, conn *net.UnixConn) error {
+func (c *Controller) startSocketClient(l launch.Launcher, n *api.Network, s *netSocket, conn *net.UnixConn) error {
 	f, err := conn.File()
 	if err != nil {
 		return err
@@ -128,21 +130,21 @@ func (c *Controller) startSocketClient(l launcher, n *api.Network, s *netSocket,
 	// A name of its own, for its TAP and log: the socket's, and the
 	// connection's number.
 	a := &api.Attachment{VM: fmt.Sprintf("socket-%s-%d", n.ID, k), Network: n.ID, Attach: api.AttachStream}
-	spec := backend.HelperSpec{Executable: l.exe, Attachment: a, Network: n, UID: -1, GID: -1, FD: inheritedFD,
-		NetworksFile: l.sd.NetworksYAML(), VMNetHelperPath: l.vmnetHelperPath, StatsInterval: l.statsInterval, Owner: l.sd.Path}
-	argv, err := l.be.HelperCommand(spec)
+	spec := backend.HelperSpec{Executable: l.Executable, Attachment: a, Network: n, UID: -1, GID: -1, FD: launch.InheritedFD,
+		NetworksFile: l.StateDir.NetworksYAML(), VMNetHelperPath: l.VMNetHelperPath, StatsInterval: l.StatsInterval, Owner: l.StateDir.Path}
+	argv, err := l.Backend.HelperCommand(spec)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(l.sd.HelpersDir(), 0o750); err != nil {
+	if err := os.MkdirAll(l.StateDir.HelpersDir(), 0o750); err != nil {
 		return err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = helperEnv(l.be.HelperEnv(spec))
+	cmd.Env = launch.HelperEnv(l.Backend.HelperEnv(spec))
 	cmd.ExtraFiles = []*os.File{f}
 	key := a.VM + "/0"
-	proc, err := helperexec.Start(context.Background(), cmd, helperexec.StartOptions{StallTimeout: l.stallTimeout,
-		StopGrace: l.stopGrace, ReadyFile: l.sd.HelperReadyFile(key), LogFile: l.sd.HelperLogFile(key)})
+	proc, err := helperexec.Start(context.Background(), cmd, helperexec.StartOptions{StallTimeout: l.StallTimeout,
+		StopGrace: l.StopGrace, ReadyFile: l.StateDir.HelperReadyFile(key), LogFile: l.StateDir.HelperLogFile(key)})
 	if err != nil {
 		return err
 	}
@@ -157,7 +159,7 @@ func (c *Controller) startSocketClient(l launcher, n *api.Network, s *netSocket,
 		s.mu.Lock()
 		delete(s.clients, proc)
 		s.mu.Unlock()
-		os.Remove(l.sd.HelperReadyFile(key))
+		os.Remove(l.StateDir.HelperReadyFile(key))
 	}()
 	return nil
 }

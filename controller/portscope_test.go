@@ -12,6 +12,9 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/spec"
+	"github.com/vmnetctl/vmnetctl/spec/spectest"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -33,17 +36,17 @@ func (b *portsBackend) EnsurePorts(_ context.Context, n *api.Network, ports []ba
 // thousand ports of a network it left alone.
 func TestPortScope(t *testing.T) {
 	nets := []*api.Network{{ID: "a"}, {ID: "b"}, {ID: "c"}}
-	desired := &Desired{Networks: nets}
+	desired := &spec.Desired{Networks: nets}
 	c := &Controller{nets: map[string]backend.Network{}, helpers: map[string]*helperProc{}}
 	for i, n := range nets {
-		a := &Attachment{Attachment: &api.Attachment{VM: "vm-" + n.ID, Network: n.ID, MAC: "52:55:55:00:00:0" + string(rune('1'+i)), MACDerived: true}}
+		a := &spec.Attachment{Attachment: &api.Attachment{VM: "vm-" + n.ID, Network: n.ID, MAC: "52:55:55:00:00:0" + string(rune('1'+i)), MACDerived: true}}
 		desired.Attachments = append(desired.Attachments, a)
-		c.helpers[a.Key()] = &helperProc{state: StateRunning, rec: statedir.HelperRecord{Tap: "vmt-" + n.ID}}
+		c.helpers[a.Key()] = &helperProc{state: ctlapi.StateRunning, rec: statedir.HelperRecord{Tap: "vmt-" + n.ID}}
 	}
 	for _, n := range nets {
 		c.nets[n.ID] = runningNetwork{}
 	}
-	plan := &Plan{Networks: []NetworkChange{{ID: "b", Action: ActionUpdate}}}
+	plan := &spec.Plan{Networks: []spec.NetworkChange{{ID: "b", Action: spec.ActionUpdate}}}
 	for _, tc := range []struct {
 		name  string
 		full  bool
@@ -77,12 +80,12 @@ type runningNetwork struct{ backend.Network }
 // prints: its attachments, the networks they use and those it keeps up,
 // nothing of the other projects'.
 func TestDesiredOfProject(t *testing.T) {
-	d := &Desired{Networks: []*api.Network{{ID: "a"}, {ID: "b"}, {ID: "kept"}, {ID: "other"}}}
+	d := &spec.Desired{Networks: []*api.Network{{ID: "a"}, {ID: "b"}, {ID: "kept"}, {ID: "other"}}}
 	for _, a := range []struct{ vm, network, project string }{{"x", "a", "p"}, {"y", "b", "p"}, {"z", "other", "q"}} {
-		d.Attachments = append(d.Attachments, &Attachment{Attachment: &api.Attachment{VM: a.vm, Network: a.network}, Project: a.project})
+		d.Attachments = append(d.Attachments, &spec.Attachment{Attachment: &api.Attachment{VM: a.vm, Network: a.network}, Project: a.project})
 	}
 	projects := []*statedir.Project{{Name: "p", Networks: []string{"kept"}}, {Name: "q"}}
-	got := d.ofProject("p", projects)
+	got := d.OfProject("p", projects)
 	var nets, vms []string
 	for _, n := range got.Networks {
 		nets = append(nets, n.ID)
@@ -93,7 +96,7 @@ func TestDesiredOfProject(t *testing.T) {
 	if !slices.Equal(nets, []string{"a", "b", "kept"}) || !slices.Equal(vms, []string{"x", "y"}) {
 		t.Errorf("project p's part: networks %v, VMs %v", nets, vms)
 	}
-	if got := d.ofProject("nobody", projects); len(got.Networks)+len(got.Attachments) != 0 {
+	if got := d.OfProject("nobody", projects); len(got.Networks)+len(got.Attachments) != 0 {
 		t.Errorf("a project that is not there: %+v", got)
 	}
 }
@@ -111,19 +114,19 @@ func TestParseCache(t *testing.T) {
 	}
 	// web's second entry is a network vmnetctl does not manage: Resolve
 	// moves it to Skipped, in the files it resolves.
-	fleet := project("fleet", "vms:\n  web:\n    networks:\n      - vmnet: shared\n      - lima: user-v2\n  db:\n    networks: [{vmnet: host}]\n")
-	one := project("one", "vms:\n  solo:\n    networks: [{vmnet: shared}]\n")
-	var c parseCache
-	pass := func(projects ...*statedir.Project) *Desired {
+	fleet := spectest.Project("fleet", "vms:\n  web:\n    networks:\n      - vmnet: shared\n      - lima: user-v2\n  db:\n    networks: [{vmnet: host}]\n")
+	one := spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: shared}]\n")
+	var c spec.ParseCache
+	pass := func(projects ...*statedir.Project) *spec.Desired {
 		t.Helper()
-		parsed, diags := c.parse(projects)
-		d, err := computeDesired(nets, parsed, diags, nil)
+		parsed, diags := c.Parse(projects)
+		d, err := spec.ComputeParsed(nets, parsed, diags, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
-	want, err := ComputeDesired(nets, []*statedir.Project{fleet, one}, nil)
+	want, err := spec.ComputeDesired(nets, []*statedir.Project{fleet, one}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +141,8 @@ func TestParseCache(t *testing.T) {
 	if err := diags.Err(); err != nil {
 		t.Fatal(err)
 	}
-	parsed, pdiags := c.parse([]*statedir.Project{fleet, one})
-	d2, err := computeDesired(nets2, parsed, pdiags, nil)
+	parsed, pdiags := c.Parse([]*statedir.Project{fleet, one})
+	d2, err := spec.ComputeParsed(nets2, parsed, pdiags, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,13 +155,13 @@ func TestParseCache(t *testing.T) {
 	if webs != 2 || len(d2.Skipped) != 0 {
 		t.Errorf("after networks.yaml made web's second network one vmnetctl manages: %d attachments of web, skipped %v", webs, d2.Skipped)
 	}
-	before := c["fleet"].files[0]
-	one2 := project("one", "vms:\n  solo:\n    networks: [{vmnet: host}]\n")
+	before := c["fleet"].Files[0]
+	one2 := spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: host}]\n")
 	d := pass(fleet, one2)
-	if c["fleet"].files[0] != before {
+	if c["fleet"].Files[0] != before {
 		t.Error("fleet, unchanged, was parsed again")
 	}
-	var solo *Attachment
+	var solo *spec.Attachment
 	for _, a := range d.Attachments {
 		if a.VM == "solo" {
 			solo = a
@@ -196,22 +199,22 @@ func (healthyNetwork) Health() error { return nil }
 // none, so that a fleet's VM does not pay an nft run per network.
 func TestCheckScope(t *testing.T) {
 	nets := []*api.Network{{ID: "a"}, {ID: "b"}, {ID: "c"}}
-	desired := &Desired{Networks: nets}
+	desired := &spec.Desired{Networks: nets}
 	c := &Controller{nets: map[string]backend.Network{}, degraded: map[string]string{}, repairRetry: map[string]*repairRetry{}, netErrs: map[string]string{}, repairs: map[string]uint64{}}
 	for _, n := range nets {
 		c.nets[n.ID] = healthyNetwork{}
 	}
-	attach := &Plan{Attachments: []AttachmentChange{
-		{Action: ActionCreate, Key: "p/vm/b", New: &Attachment{Attachment: &api.Attachment{VM: "vm", Network: "b"}}},
+	attach := &spec.Plan{Attachments: []spec.AttachmentChange{
+		{Action: spec.ActionCreate, Key: "p/vm/b", New: &spec.Attachment{Attachment: &api.Attachment{VM: "vm", Network: "b"}}},
 	}}
 	for _, tc := range []struct {
 		name string
-		plan *Plan
+		plan *spec.Plan
 		full bool
 		want []string
 	}{
 		{"full", attach, true, []string{"a", "b", "c"}},
-		{"asked for, nothing to change", &Plan{}, false, []string{"a", "b", "c"}},
+		{"asked for, nothing to change", &spec.Plan{}, false, []string{"a", "b", "c"}},
 		{"asked for, a VM attached", attach, false, nil},
 	} {
 		be := &checksBackend{}

@@ -5,34 +5,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 )
-
-// Progress is what the controller's reconcile loop is doing, for `up`'s
-// progress line and /healthz: read without the controller's lock, so it
-// answers while a long pass holds it.
-type Progress struct {
-	// Phase is the step of the pass that runs ("stopping helpers",
-	// "networks", "starting helpers", ...); empty when no pass runs.
-	Phase string `json:"phase,omitempty"`
-	// Since is when the pass began, and Moved when it last got anywhere
-	// (a new step, a helper ready or failed).
-	Since time.Time `json:"since,omitzero"`
-	Moved time.Time `json:"moved,omitzero"`
-	// Total is the helpers this pass starts; Ready and Failed how many of
-	// them are.
-	Total  int `json:"total"`
-	Ready  int `json:"ready"`
-	Failed int `json:"failed"`
-	// Slow are the helpers starting the longest, at most slowShown of
-	// them, slowest first.
-	Slow []SlowStart `json:"slow,omitempty"`
-}
-
-// SlowStart is a helper that is taking its time.
-type SlowStart struct {
-	Attachment string    `json:"attachment"`
-	Since      time.Time `json:"since"`
-}
 
 // slowShown bounds Progress.Slow.
 const slowShown = 5
@@ -41,7 +16,7 @@ const slowShown = 5
 // starts.
 type progress struct {
 	mu       sync.Mutex
-	p        Progress
+	p        ctlapi.Progress
 	starting map[string]time.Time
 }
 
@@ -53,7 +28,7 @@ func (t *progress) phase(name string) {
 	now := time.Now()
 	switch {
 	case name == "":
-		t.p, t.starting = Progress{}, nil
+		t.p, t.starting = ctlapi.Progress{}, nil
 		return
 	case t.p.Phase == "":
 		t.p.Since = now
@@ -93,27 +68,16 @@ func (t *progress) done(key string, err error) {
 }
 
 // snapshot is the progress now.
-func (t *progress) snapshot() Progress {
+func (t *progress) snapshot() ctlapi.Progress {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.p
 	for key, since := range t.starting {
-		p.Slow = append(p.Slow, SlowStart{Attachment: key, Since: since})
+		p.Slow = append(p.Slow, ctlapi.SlowStart{Attachment: key, Since: since})
 	}
-	slices.SortFunc(p.Slow, func(a, b SlowStart) int {
+	slices.SortFunc(p.Slow, func(a, b ctlapi.SlowStart) int {
 		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.Attachment, b.Attachment))
 	})
 	p.Slow = p.Slow[:min(len(p.Slow), slowShown)]
 	return p
-}
-
-// stuckAfter is how long a pass may go without getting anywhere before
-// /healthz says the loop is stuck: far beyond any one step on a busy
-// machine (a helper that makes no progress fails in StallTimeout).
-const stuckAfter = 5 * time.Minute
-
-// stuck says, for /healthz, whether the pass in progress has not moved
-// for stuckAfter, and in which phase.
-func (p Progress) stuck(now time.Time) bool {
-	return p.Phase != "" && now.Sub(p.Moved) > stuckAfter
 }

@@ -12,8 +12,13 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/launch"
 	"github.com/vmnetctl/vmnetctl/procid"
+	"github.com/vmnetctl/vmnetctl/spec"
 	"github.com/vmnetctl/vmnetctl/statedir"
+	"golang.org/x/sync/errgroup"
 )
 
 // reconcile makes what runs match the state dir, level-triggered and
@@ -47,7 +52,7 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 		c.mu.Unlock()
 		return false, err
 	}
-	plan := ComputePlan(c.applied, desired)
+	plan := spec.ComputePlan(c.applied, desired)
 	touched := newPortScope(plan, full)
 	stopping := c.takeStopping(plan, desired)
 	c.mu.Unlock()
@@ -83,7 +88,7 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 // before the next controller's first pass, is recorded nowhere (the plan
 // only removes what runtime.json recorded). With no project left, commit
 // sweeps everything. Call with c.mu held.
-func (c *Controller) sweepStrays(ctx context.Context, desired *Desired, projects []*statedir.Project) []error {
+func (c *Controller) sweepStrays(ctx context.Context, desired *spec.Desired, projects []*statedir.Project) []error {
 	if !c.strays || len(projects) == 0 {
 		return nil
 	}
@@ -95,7 +100,7 @@ func (c *Controller) sweepStrays(ctx context.Context, desired *Desired, projects
 	if len(removed) > 0 {
 		c.log.Info("removed networks that no project wants", "networks", removed)
 		for _, id := range removed {
-			c.emit(Event{Kind: "network-removed", Network: id, Detail: "stray"})
+			c.emit(ctlapi.Event{Kind: "network-removed", Network: id, Detail: "stray"})
 		}
 	}
 	if err != nil {
@@ -118,7 +123,7 @@ func (c *Controller) countReconcile(began time.Time, err *error) {
 }
 
 // loadDesired reads the projects and networks of the state dir.
-func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*statedir.Project, error) {
+func (c *Controller) loadDesired() (*spec.Desired, *statedir.NetworksSnapshot, []*statedir.Project, error) {
 	projects, err := c.sd.Projects()
 	if err != nil {
 		return nil, nil, nil, err
@@ -129,7 +134,7 @@ func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*sta
 		return nil, nil, nil, err
 	}
 	if len(projects) == 0 {
-		return &Desired{}, snap, nil, nil
+		return &spec.Desired{}, snap, nil, nil
 	}
 	if snap == nil {
 		return nil, nil, nil, errors.New("projects exist but no networks.yaml was recorded")
@@ -149,9 +154,9 @@ func (c *Controller) loadDesired() (*Desired, *statedir.NetworksSnapshot, []*sta
 		recs = append(recs, h.rec)
 	}
 	c.parseMu.Lock()
-	parsed, diags := c.parsed.parse(projects)
+	parsed, diags := c.parsed.Parse(projects)
 	c.parseMu.Unlock()
-	d, err := computeDesired(nets, parsed, diags, keptMACs(recs))
+	d, err := spec.ComputeParsed(nets, parsed, diags, spec.KeptMACs(recs))
 	return d, snap, projects, err
 }
 
@@ -191,10 +196,10 @@ func (c *Controller) dropGoneHolders(projects []*statedir.Project) []*statedir.P
 
 // takeStopping takes the helpers that go away or must be replaced out of
 // the supervised set; the caller stops them.
-func (c *Controller) takeStopping(plan *Plan, desired *Desired) []*helperProc {
+func (c *Controller) takeStopping(plan *spec.Plan, desired *spec.Desired) []*helperProc {
 	gone := map[string]bool{}
 	for _, ch := range plan.Attachments {
-		if ch.Action == ActionDelete || ch.Action == ActionReplace {
+		if ch.Action == spec.ActionDelete || ch.Action == spec.ActionReplace {
 			gone[ch.Key] = true
 		}
 	}
@@ -218,43 +223,48 @@ func (c *Controller) takeStopping(plan *Plan, desired *Desired) []*helperProc {
 // removes what a killed one may have left.
 func (c *Controller) stopHelpers(hs []*helperProc) []error {
 	errs := make([]error, len(hs))
-	parallel(len(hs), stopWorkers, func(i int) {
-		h := hs[i]
-		c.log.Info("stopping helper", "attachment", h.rec.Key, "pid", h.rec.Proc.PID)
-		c.stopProc(h)
-		// The record names the attachment even for an adopted helper.
-		errs[i] = c.be.Cleanup(&api.Attachment{VM: h.rec.VM, Index: h.rec.Index, MAC: h.rec.MAC, Attach: h.rec.Attach})
-		c.sd.RemoveHelperFiles(h.rec.Key)
-		if h.leaving && h.rec.Socket != "" {
-			// A killed (or hung, then killed) helper leaves its socket
-			// and lock; its VM's folder goes once empty.
-			removeSocket(h.rec.Socket)
-			os.Remove(c.sd.VMDir(h.rec.VM))
-		}
-	})
+	var g errgroup.Group
+	g.SetLimit(helperexec.StopWorkers)
+	for i, h := range hs {
+		g.Go(func() error {
+			c.log.Info("stopping helper", "attachment", h.rec.Key, "pid", h.rec.Proc.PID)
+			c.stopProc(h)
+			// The record names the attachment even for an adopted helper.
+			errs[i] = c.be.Cleanup(&api.Attachment{VM: h.rec.VM, Index: h.rec.Index, MAC: h.rec.MAC, Attach: h.rec.Attach})
+			c.sd.RemoveHelperFiles(h.rec.Key)
+			if h.leaving && h.rec.Socket != "" {
+				// A killed (or hung, then killed) helper leaves its socket
+				// and lock; its VM's folder goes once empty.
+				launch.RemoveSocket(h.rec.Socket)
+				os.Remove(c.sd.VMDir(h.rec.VM))
+			}
+			return nil
+		})
+	}
+	g.Wait()
 	return errs
 }
 
 // convergeNetworks removes the deleted and replaced networks, restarts the
 // services of those changed in place, and starts the missing (but those
 // repairNetworks keeps trying to repair).
-func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *Desired, touched *portScope) []error {
+func (c *Controller) convergeNetworks(ctx context.Context, plan *spec.Plan, desired *spec.Desired, touched *portScope) []error {
 	var errs []error
 	for _, ch := range plan.Networks {
-		if ch.Action == ActionCreate {
+		if ch.Action == spec.ActionCreate {
 			continue
 		}
 		if nw := c.nets[ch.ID]; nw != nil {
 			nw.Close()
 			delete(c.nets, ch.ID)
 		}
-		if ch.Action == ActionDelete || ch.Action == ActionReplace {
+		if ch.Action == spec.ActionDelete || ch.Action == spec.ActionReplace {
 			if err := c.be.RemoveNetwork(ctx, ch.ID, c.netOpts()); err != nil {
 				errs = append(errs, fmt.Errorf("removing network %q: %w", ch.ID, err))
 				c.strays = true // (it is recorded as gone: swept below)
 			}
 			c.log.Info("network removed", "network", ch.ID, "action", ch.Action)
-			c.emit(Event{Kind: "network-removed", Network: ch.ID, Detail: string(ch.Action)})
+			c.emit(ctlapi.Event{Kind: "network-removed", Network: ch.ID, Detail: string(ch.Action)})
 		}
 	}
 	for _, n := range desired.Networks {
@@ -270,7 +280,7 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 		c.nets[n.ID] = nw
 		touched.add(n.ID)
 		c.log.Info("network up", "network", n.ID, "backend", c.be.Name())
-		c.emit(Event{Kind: "network-up", Network: n.ID})
+		c.emit(ctlapi.Event{Kind: "network-up", Network: n.ID})
 	}
 	return errs
 }
@@ -280,7 +290,7 @@ func (c *Controller) convergeNetworks(ctx context.Context, plan *Plan, desired *
 // repairs those that drifted (repairNetwork), with c.mu not held: status and metrics answer, and show
 // the network degraded, while its kernel state is put back. A network
 // whose repair failed is retried here on every pass until it succeeds.
-func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *Desired, touched *portScope) []error {
+func (c *Controller) repairNetworks(ctx context.Context, plan *spec.Plan, desired *spec.Desired, touched *portScope) []error {
 	changed := map[string]bool{}
 	for _, ch := range plan.Networks {
 		changed[ch.ID] = true
@@ -331,7 +341,7 @@ func (c *Controller) repairNetworks(ctx context.Context, plan *Plan, desired *De
 // changes attachments (a fleet's VM attached or detached): the check runs
 // nft, 5 to 7 ms a network, and drift there is found by the events (at
 // once) and the resync. Degraded networks are repaired on any pass.
-func checkScope(plan *Plan, full bool) func(id string) bool {
+func checkScope(plan *spec.Plan, full bool) func(id string) bool {
 	all := full || plan.Empty()
 	return func(string) bool { return all }
 }
@@ -373,7 +383,7 @@ func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backe
 		delete(c.nets, n.ID)
 		c.mu.Unlock()
 		c.log.Warn("network changed behind vmnetctl's back; repairing", "network", n.ID, "drift", drift)
-		c.emit(Event{Kind: "drift-found", Network: n.ID, Detail: drift})
+		c.emit(ctlapi.Event{Kind: "drift-found", Network: n.ID, Detail: drift})
 		nw.Close()
 	}
 	touched.add(n.ID) // its ports are checked after the repair
@@ -403,7 +413,7 @@ func (c *Controller) repairNetwork(ctx context.Context, n *api.Network, nw backe
 	delete(c.degraded, n.ID)
 	c.repairs[n.ID]++
 	c.log.Info("network repaired", "network", n.ID)
-	c.emit(Event{Kind: "drift-repaired", Network: n.ID})
+	c.emit(ctlapi.Event{Kind: "drift-repaired", Network: n.ID})
 	return nil
 }
 
@@ -417,7 +427,7 @@ func (c *Controller) repairFRR(ctx context.Context, n *api.Network, found error)
 	c.mu.Lock()
 	if c.degraded[n.ID] == "" {
 		c.log.Warn("FRR lacks the network's EVPN configuration, or does not answer; repairing that alone", "network", n.ID, "drift", found.Error())
-		c.emit(Event{Kind: "drift-found", Network: n.ID, Detail: found.Error()})
+		c.emit(ctlapi.Event{Kind: "drift-found", Network: n.ID, Detail: found.Error()})
 	}
 	c.degraded[n.ID] = found.Error()
 	c.mu.Unlock()
@@ -436,7 +446,7 @@ func (c *Controller) repairFRR(ctx context.Context, n *api.Network, found error)
 	delete(c.degraded, n.ID)
 	c.repairs[n.ID]++
 	c.log.Info("network's FRR part repaired", "network", n.ID)
-	c.emit(Event{Kind: "drift-repaired", Network: n.ID})
+	c.emit(ctlapi.Event{Kind: "drift-repaired", Network: n.ID})
 	return nil
 }
 
@@ -449,7 +459,7 @@ type portScope struct {
 
 // newPortScope is the scope of a pass, full or not, before it starts or
 // repairs any network: the networks the plan changes.
-func newPortScope(plan *Plan, full bool) *portScope {
+func newPortScope(plan *spec.Plan, full bool) *portScope {
 	s := &portScope{all: full, ids: map[string]bool{}}
 	for _, ch := range plan.Networks {
 		s.add(ch.ID)
@@ -463,14 +473,14 @@ func (s *portScope) has(id string) bool { return s.all || s.ids[id] }
 // ensurePorts gives the running helpers' ports back what a repair of their
 // network (or a change behind the controller's back) took: their place on
 // the bridge and their guard. Only the networks in scope.
-func (c *Controller) ensurePorts(ctx context.Context, desired *Desired, scope *portScope) []error {
+func (c *Controller) ensurePorts(ctx context.Context, desired *spec.Desired, scope *portScope) []error {
 	byNet := map[string][]backend.Port{}
 	for _, a := range desired.Attachments {
 		if !scope.has(a.Network) {
 			continue
 		}
 		h := c.helpers[a.Key()]
-		if h == nil || h.state != StateRunning || h.rec.Tap == "" {
+		if h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
 			continue
 		}
 		p := backend.Port{Name: h.rec.Tap, SpoofCheck: a.SpoofCheck()}
@@ -497,7 +507,7 @@ func (c *Controller) ensurePorts(ctx context.Context, desired *Desired, scope *p
 // pass: all), and all in a pass that changes nothing (an `up` run again
 // to put things right), have their claims read from the kernel; the rest
 // are changed from what the controller last wrote.
-func (c *Controller) claimPorts(ctx context.Context, desired *Desired, scope *portScope, again bool) []error {
+func (c *Controller) claimPorts(ctx context.Context, desired *spec.Desired, scope *portScope, again bool) []error {
 	byNet := map[string][]*api.Attachment{}
 	for _, a := range desired.Attachments {
 		byNet[a.Network] = append(byNet[a.Network], a.Attachment)
@@ -515,7 +525,7 @@ func (c *Controller) claimPorts(ctx context.Context, desired *Desired, scope *po
 }
 
 // setHosts gives the networks' DHCP and DNS the VMs' names and fixed addresses.
-func (c *Controller) setHosts(desired *Desired) []error {
+func (c *Controller) setHosts(desired *spec.Desired) []error {
 	var errs []error
 	var names []string
 	macs := map[string][]net.HardwareAddr{}
@@ -534,9 +544,9 @@ func (c *Controller) setHosts(desired *Desired) []error {
 	return errs
 }
 
-// launch is a helper start that reconcile runs without the lock.
-type launch struct {
-	a        *Attachment
+// helperLaunch is a helper start that reconcile runs without the lock.
+type helperLaunch struct {
+	a        *spec.Attachment
 	n        *api.Network
 	owner    *statedir.Project
 	prev     *helperProc
@@ -549,13 +559,13 @@ type launch struct {
 // planLaunches gives every desired attachment a live helper
 // (level-triggered: this also restarts helpers that died, after their
 // backoff). Those to start are marked starting and returned.
-func (c *Controller) planLaunches(desired *Desired, projects []*statedir.Project) []*launch {
+func (c *Controller) planLaunches(desired *spec.Desired, projects []*statedir.Project) []*helperLaunch {
 	owners := map[string]*statedir.Project{}
 	for _, p := range projects {
 		owners[p.Name] = p
 	}
 	now := time.Now()
-	var launches []*launch
+	var launches []*helperLaunch
 	for _, a := range desired.Attachments {
 		h := c.helpers[a.Key()]
 		if h != nil && !isClosed(h.exited) {
@@ -580,8 +590,8 @@ func (c *Controller) planLaunches(desired *Desired, projects []*statedir.Project
 		if owner == nil {
 			owner = &statedir.Project{UID: -1, GID: -1}
 		}
-		launches = append(launches, &launch{a: a, n: n.Config(), owner: owner, prev: h, restarts: restarts, bo: bo})
-		c.helpers[a.Key()] = &helperProc{att: a, exited: closedChan(), state: StateStarting, rec: newHelperRecord(a, restarts)}
+		launches = append(launches, &helperLaunch{a: a, n: n.Config(), owner: owner, prev: h, restarts: restarts, bo: bo})
+		c.helpers[a.Key()] = &helperProc{att: a, exited: closedChan(), state: ctlapi.StateStarting, rec: launch.NewHelperRecord(a, restarts)}
 	}
 	return launches
 }
@@ -589,18 +599,18 @@ func (c *Controller) planLaunches(desired *Desired, projects []*statedir.Project
 // restartDue tells whether a's helper h (nil if it never ran) should start
 // now, with its restart count and backoff. A helper that exited enters its
 // backoff here.
-func (c *Controller) restartDue(a *Attachment, h *helperProc, now time.Time) (restarts int, bo Backoff, due bool) {
+func (c *Controller) restartDue(a *spec.Attachment, h *helperProc, now time.Time) (restarts int, bo Backoff, due bool) {
 	if h == nil {
 		return 0, DefaultBackoff(), true
 	}
 	restarts = h.rec.Restarts + 1
-	if h.state != StateBackoff && h.state != StateFailed {
+	if h.state != ctlapi.StateBackoff && h.state != ctlapi.StateFailed {
 		uptime := now.Sub(h.rec.StartedAt)
 		h.retryAt = now.Add(h.backoff.Next(uptime))
-		h.state = StateBackoff
+		h.state = ctlapi.StateBackoff
 		h.lastErr = "helper exited" + logTail(h.logPath, max(0, h.statsOff))
 		c.log.Warn("helper exited; restarting", "attachment", a.Key(), "in", h.retryAt.Sub(now).String())
-		c.emit(Event{Kind: "helper-exited", Network: a.Network, Attachment: a.Key(), PID: h.rec.Proc.PID, Detail: h.lastErr})
+		c.emit(ctlapi.Event{Kind: "helper-exited", Network: a.Network, Attachment: a.Key(), PID: h.rec.Proc.PID, Detail: h.lastErr})
 	}
 	return restarts, h.backoff, !now.Before(h.retryAt)
 }
@@ -608,38 +618,45 @@ func (c *Controller) restartDue(a *Attachment, h *helperProc, now time.Time) (re
 // runLaunches starts the helpers without the lock (a slow helper must
 // not hold up status, metrics or the other helpers), launchWorkers at a
 // time.
-func (c *Controller) runLaunches(ctx context.Context, launches []*launch) {
+func (c *Controller) runLaunches(ctx context.Context, launches []*helperLaunch) {
 	c.progress.begin(len(launches))
-	parallel(len(launches), launchWorkers(), func(i int) {
-		l := launches[i]
-		c.progress.start(l.a.Key())
-		l.h, l.err = c.launchHelper(ctx, l.a, l.n, l.owner)
-		c.progress.done(l.a.Key(), l.err)
-	})
+	// The head of a long plan starts first, never starved by its tail;
+	// the goroutines are at most launchWorkers, whatever the plan's length.
+	var g errgroup.Group
+	g.SetLimit(launchWorkers())
+	for _, l := range launches {
+		g.Go(func() error {
+			c.progress.start(l.a.Key())
+			l.h, l.err = c.launchHelper(ctx, l.a, l.n, l.owner)
+			c.progress.done(l.a.Key(), l.err)
+			return nil
+		})
+	}
+	g.Wait()
 }
 
 // commitLaunches records the helpers that started and the failures.
-func (c *Controller) commitLaunches(launches []*launch) []error {
+func (c *Controller) commitLaunches(launches []*helperLaunch) []error {
 	var errs []error
 	for _, l := range launches {
 		if l.err != nil {
 			errs = append(errs, l.err)
 			c.setFailed(l.a, l.prev, l.restarts, l.bo, l.err.Error())
-			c.emit(Event{Kind: "helper-failed", Network: l.a.Network, Attachment: l.a.Key(), Detail: l.err.Error()})
+			c.emit(ctlapi.Event{Kind: "helper-failed", Network: l.a.Network, Attachment: l.a.Key(), Detail: l.err.Error()})
 			continue
 		}
 		l.h.rec.Restarts = l.restarts
 		l.h.backoff = l.bo
 		c.helpers[l.a.Key()] = l.h
 		c.log.Info("helper running", "attachment", l.a.Key(), "network", l.a.Network, "pid", l.h.rec.Proc.PID, "restarts", l.restarts)
-		c.emit(Event{Kind: "helper-started", Network: l.a.Network, Attachment: l.a.Key(), MAC: l.a.MAC, PID: l.h.rec.Proc.PID, Detail: fmt.Sprintf("restarts=%d", l.restarts)})
+		c.emit(ctlapi.Event{Kind: "helper-started", Network: l.a.Network, Attachment: l.a.Key(), MAC: l.a.MAC, PID: l.h.rec.Proc.PID, Detail: fmt.Sprintf("restarts=%d", l.restarts)})
 	}
 	return errs
 }
 
 // commit records what was applied. With no project left it removes every
 // network and what the state dir held for them, and reports done.
-func (c *Controller) commit(ctx context.Context, desired *Desired, snap *statedir.NetworksSnapshot, projects []*statedir.Project, errs []error) (bool, error) {
+func (c *Controller) commit(ctx context.Context, desired *spec.Desired, snap *statedir.NetworksSnapshot, projects []*statedir.Project, errs []error) (bool, error) {
 	c.applied, c.appliedN, c.appliedP = desired, snap, projects
 	c.appliedView.Store(desired)
 	c.saveRuntime()

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/config"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/spec"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -89,14 +91,14 @@ func (c *Controller) reload() (changed bool, err error) {
 		recs = append(recs, h.rec)
 	}
 	c.mu.Unlock()
-	d, err := ComputeDesired(nets, projects, keptMACs(recs))
+	d, err := spec.ComputeDesired(nets, projects, spec.KeptMACs(recs))
 	if err != nil {
 		return false, err
 	}
 	// The checks `up` makes of a project beyond its files (a forward of a
 	// port the host uses).
 	for _, p := range changedProjects {
-		if err := checkForwardPorts(d, p.Name); err != nil {
+		if err := spec.CheckForwardPorts(d, p.Name); err != nil {
 			return false, err
 		}
 	}
@@ -184,10 +186,10 @@ func (c *Controller) reloadNow() (retry bool) {
 		return true
 	case err != nil:
 		c.log.Error("reload: nothing changed", "err", err)
-		c.emit(Event{Kind: "reload-failed", Detail: err.Error()})
+		c.emit(ctlapi.Event{Kind: "reload-failed", Detail: err.Error()})
 	case changed:
 		c.log.Info("reload: networks.yaml and the projects' files read again")
-		c.emit(Event{Kind: "reloaded"})
+		c.emit(ctlapi.Event{Kind: "reloaded"})
 	default:
 		c.log.Info("reload: nothing changed")
 	}

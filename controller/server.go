@@ -10,16 +10,9 @@ import (
 	"os/user"
 	"strconv"
 	"time"
-)
 
-// ReconcileResponse answers POST /v1/reconcile.
-type ReconcileResponse struct {
-	Error  string  `json:"error,omitempty"`
-	Status *Status `json:"status"`
-	// Stays is set by a controller that keeps running with no project
-	// (a service); one run with --exit-when-idle exits then.
-	Stays bool `json:"stays,omitempty"`
-}
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+)
 
 // handler is the daemon API, served on the state dir's unix socket.
 func (c *Controller) handler() http.Handler {
@@ -46,7 +39,7 @@ func (c *Controller) handler() http.Handler {
 		// As long as the client waits: a pass of thousands of helpers on
 		// a busy machine takes what it takes (/healthz says if it is
 		// stuck).
-		resp := ReconcileResponse{}
+		resp := ctlapi.ReconcileResponse{}
 		if err := c.waitReconcile(r.Context()); err != nil {
 			resp.Error = err.Error()
 		}
@@ -76,7 +69,7 @@ func mayChange(r *http.Request) bool {
 // the reconcile loop is stuck. Without the controller's lock, which a long
 // pass holds.
 func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
-	if p := c.progress.snapshot(); p.stuck(time.Now()) {
+	if p := c.progress.snapshot(); p.Stuck(time.Now()) {
 		http.Error(w, fmt.Sprintf("the reconcile loop is stuck: no progress in %q since %s", p.Phase, p.Moved.Format(time.RFC3339)), http.StatusServiceUnavailable)
 		return
 	}

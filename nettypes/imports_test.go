@@ -10,7 +10,8 @@ import (
 // import backend, which composes them: the values they share are
 // nettypes' (docs/architecture.md, the import order); the network's
 // services (DNS proxy, leases, DHCP, router advertisements, ND) import
-// neither the network nor what is above it.
+// neither the network nor what is above it; the controller's daemon and
+// the CLI's use cases meet only at its socket (ctlapi) and the state dir.
 func TestImportsGoOneWay(t *testing.T) {
 	deps := func(pkg string) string {
 		t.Helper()
@@ -29,6 +30,23 @@ func TestImportsGoOneWay(t *testing.T) {
 	// never reach back up to it (or past it).
 	for _, pkg := range []string{"dnsproxy", "leases", "dhcpserver", "routeradv", "nd6", "hostnet", "overlay", "guard"} {
 		for _, up := range []string{"netplane", "backend", "controller"} {
+			if strings.Contains(deps(pkg), "github.com/vmnetctl/vmnetctl/"+up+"\n") {
+				t.Errorf("%s imports %s", pkg, up)
+			}
+		}
+	}
+	// The daemon and the CLI's use cases import neither each other; what
+	// both import (the socket's contract, the desired state, starting a
+	// helper) imports neither.
+	sides := map[string][]string{
+		"controller": {"ops"},
+		"ops":        {"controller"},
+		"ctlapi":     {"controller", "ops", "spec", "launch"},
+		"spec":       {"controller", "ops", "launch"},
+		"launch":     {"controller", "ops"},
+	}
+	for pkg, ups := range sides {
+		for _, up := range ups {
 			if strings.Contains(deps(pkg), "github.com/vmnetctl/vmnetctl/"+up+"\n") {
 				t.Errorf("%s imports %s", pkg, up)
 			}

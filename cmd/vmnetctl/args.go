@@ -6,8 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 // vmmArgs is `vmnetctl args --json`: line is what the command prints
@@ -28,13 +27,13 @@ func newArgsCommand(g *globals, s streams) *cobra.Command {
 		cobra.ExactArgs(1), func(cmd *cobra.Command, args []string) error {
 			sd := g.dir()
 			if cmd.Flags().Changed("mac") {
-				m, err := controller.AttachmentMAC(cmd.Context(), sd, args[0], mac)
+				m, err := ops.AttachmentMAC(cmd.Context(), sd, args[0], mac)
 				if err == nil {
 					fmt.Fprintln(s.out, m)
 				}
 				return err
 			}
-			words, err := controller.VMMArgs(cmd.Context(), sd, args[0], vmm, fds)
+			words, err := ops.VMMArgs(cmd.Context(), sd, args[0], vmm, fds)
 			if err != nil {
 				return err
 			}
@@ -53,7 +52,7 @@ With --mac N it prints only the MAC address of the VM's attachment N.`
 	cmd.ValidArgsFunction = completeVMs(g)
 	cmd.Example = "  vmnetctl args web --vmm qemu\n  vmnetctl args web --vmm vfkit"
 	out.bind(cmd, "print JSON: {vm, vmm, line}")
-	cmd.Flags().StringVar(&vmm, "vmm", "qemu", "the VMM: "+strings.Join(controller.VMMs, ", "))
+	cmd.Flags().StringVar(&vmm, "vmm", "qemu", "the VMM: "+strings.Join(ops.VMMs, ", "))
 	cmd.Flags().BoolVar(&fds, "fds", false, "qemu: use the descriptors that vmnetctl run passes (4, 5, ...) instead of sockets")
 	cmd.Flags().IntVar(&mac, "mac", 0, "print only the MAC address of attachment N")
 	return cmd

@@ -2,8 +2,7 @@ package main
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 func newDownCommand(g *globals, s streams) *cobra.Command {
@@ -11,7 +10,7 @@ func newDownCommand(g *globals, s streams) *cobra.Command {
 	var all bool
 	cmd := command("down (-f FILE... | -p PROJECT | --all)", "Remove a project: stop its helpers, and networks nothing needs any more (idempotent)",
 		cobra.NoArgs, func(cmd *cobra.Command, _ []string) error {
-			o := controller.RemoveOptions{All: all}
+			o := ops.RemoveOptions{All: all}
 			if !all {
 				in, err := f.input(g)
 				if err != nil {
@@ -19,7 +18,7 @@ func newDownCommand(g *globals, s streams) *cobra.Command {
 				}
 				o.Input = in
 			}
-			return controller.Remove(cmd.Context(), g.env(s), o)
+			return ops.Remove(cmd.Context(), g.env(s), o)
 		})
 	f.bind(cmd, true)
 	cmd.Flags().BoolVar(&all, "all", false, "remove every project")

@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 func newEventsCommand(g *globals, s streams) *cobra.Command {
@@ -16,13 +15,13 @@ func newEventsCommand(g *globals, s streams) *cobra.Command {
 	var since string
 	cmd := command("events [-f] [--json] [--tail N] [--since DURATION|TIME]", "Print what happened: networks up and removed, drift found and repaired, helpers started, exited and failed, leases granted, released, declined and expired",
 		cobra.NoArgs, func(cmd *cobra.Command, _ []string) error {
-			from, err := controller.ParseSince(since, time.Now())
+			from, err := ops.ParseSince(since, time.Now())
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return controller.EventsTail(ctx, g.dir(), controller.TailOptions{JSON: asJSON, Follow: follow, Tail: tail, Since: from}, s.out)
+			return ops.EventsTail(ctx, g.dir(), ops.TailOptions{JSON: asJSON, Follow: follow, Tail: tail, Since: from}, s.out)
 		})
 	cmd.Flags().IntVar(&tail, "tail", 0, "print only the last N events (then, with -f, the new ones)")
 	cmd.Flags().StringVar(&since, "since", "", "print only the events since then: a duration (10m, 2h) or a time (2026-12-05T08:00:00Z)")

@@ -10,6 +10,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 func newHelperCommand(g *globals, s streams) *cobra.Command {
@@ -29,9 +30,9 @@ before it touches the VM's socket.`,
 			f.EnsureNetwork = func(ctx context.Context, n *api.Network) error {
 				env := g.env(s)
 				env.Stdout = io.Discard // stdout is the JSON line's
-				return controller.HoldNetwork(ctx, env, g.networks, n)
+				return ops.HoldNetwork(ctx, env, g.networks, n)
 			}
-			f.MadeOnDemand = func(id string) (*api.Network, error) { return controller.NetworkMadeOnDemand(g.env(s), id) }
+			f.MadeOnDemand = func(id string) (*api.Network, error) { return ops.NetworkMadeOnDemand(g.env(s), id) }
 			return helper.Main(cmd.Context(), *f, helper.Streams{In: s.in, Out: s.out, Err: s.err})
 		},
 	}

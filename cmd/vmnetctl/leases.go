@@ -2,8 +2,7 @@ package main
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 func newLeasesCommand(g *globals, s streams) *cobra.Command {
@@ -14,7 +13,7 @@ func newLeasesCommand(g *globals, s streams) *cobra.Command {
 			if len(args) == 1 {
 				network = args[0]
 			}
-			l, err := controller.Leases(g.dir(), network)
+			l, err := ops.Leases(g.dir(), network)
 			if err != nil {
 				return err
 			}

@@ -5,8 +5,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 func newLogsCommand(g *globals, s streams) *cobra.Command {
@@ -20,7 +19,7 @@ func newLogsCommand(g *globals, s streams) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return controller.LogsTail(ctx, g.dir(), vm, controller.TailOptions{Follow: follow, JSON: asJSON, Tail: tail}, s.out)
+			return ops.LogsTail(ctx, g.dir(), vm, ops.TailOptions{Follow: follow, JSON: asJSON, Tail: tail}, s.out)
 		})
 	cmd.Flags().IntVar(&tail, "tail", 0, "print only the last N lines (then, with -f, the new ones)")
 	cmd.Example = "  sudo vmnetctl logs            # the controller\n  sudo vmnetctl logs web -f     # web's helpers, following\n  sudo vmnetctl logs web --json"
@@ -32,12 +31,12 @@ func newLogsCommand(g *globals, s streams) *cobra.Command {
 
 // completeVMs completes the first argument with the VMs that are up.
 func completeVMs(g *globals) cobra.CompletionFunc {
-	return completeFirst(func() []string { vms, _ := controller.Names(g.dir()); return vms })
+	return completeFirst(func() []string { vms, _ := ops.Names(g.dir()); return vms })
 }
 
 // completeNetworks completes the first argument with the networks that are up.
 func completeNetworks(g *globals) cobra.CompletionFunc {
-	return completeFirst(func() []string { _, nets := controller.Names(g.dir()); return nets })
+	return completeFirst(func() []string { _, nets := ops.Names(g.dir()); return nets })
 }
 
 // completeFirst completes a command's first argument with names.

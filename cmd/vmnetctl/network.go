@@ -5,15 +5,15 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 // newNetworkCommand is `vmnetctl network list|create|delete|inspect`:
 // networks as objects of their own, with or without VMs.
 func newNetworkCommand(g *globals, s streams) *cobra.Command {
 	cmd := &cobra.Command{Use: "network", Short: "Networks as objects of their own: list, create (keep up without a VM), delete, inspect"}
-	input := func() (*controller.Input, error) { return controller.ReadInput(g.networks, nil, "", "") }
+	input := func() (*ops.Input, error) { return ops.ReadInput(g.networks, nil, "", "") }
 
 	out := &output{}
 	list := command("list [--json]", "Every network of networks.yaml (of record) with its state, VMs, leases, and whether it is kept up on its own",
@@ -22,7 +22,7 @@ func newNetworkCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			l, err := controller.Networks(cmd.Context(), g.env(s), in)
+			l, err := ops.Networks(cmd.Context(), g.env(s), in)
 			if err != nil {
 				return err
 			}
@@ -38,20 +38,20 @@ func newNetworkCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st, err := controller.NetworkCreate(cmd.Context(), g.env(s), in, args[0], controller.ApplyOptions{MetricsAddr: metricsAddr})
+			st, err := ops.NetworkCreate(cmd.Context(), g.env(s), in, args[0], ops.ApplyOptions{MetricsAddr: metricsAddr})
 			if err != nil {
 				return err
 			}
 			for _, n := range st.Networks {
 				if n.Name == args[0] && n.State != "up" {
-					createOut.print(s.out, st, st.Render)
+					createOut.print(s.out, st, func(w io.Writer) error { return ops.RenderStatus(w, st) })
 					return exitError{code: 1, err: fmt.Errorf("network %s is %s: %s", n.Name, n.State, n.Error)}
 				}
 			}
-			return createOut.print(s.out, st, st.Render)
+			return createOut.print(s.out, st, func(w io.Writer) error { return ops.RenderStatus(w, st) })
 		})
 	createOut.bind(create, "print the status as JSON")
-	create.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `where the controller it starts serves Prometheus /metrics ("off" for none)`)
+	create.Flags().StringVar(&metricsAddr, "metrics-addr", ctlapi.DefaultMetricsAddr, `where the controller it starts serves Prometheus /metrics ("off" for none)`)
 
 	delOut := &output{}
 	del := command("delete NAME [--json]", "Stop keeping network NAME up on its own: it goes once no VM uses it",
@@ -60,7 +60,7 @@ func newNetworkCommand(g *globals, s streams) *cobra.Command {
 			if delOut.json {
 				env.Stdout = io.Discard // stdout is the JSON's
 			}
-			res, err := controller.NetworkDelete(cmd.Context(), env, args[0])
+			res, err := ops.NetworkDelete(cmd.Context(), env, args[0])
 			if err != nil || !delOut.json {
 				return err
 			}
@@ -75,7 +75,7 @@ func newNetworkCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			n, err := controller.NetworkInspect(cmd.Context(), g.env(s), in, args[0])
+			n, err := ops.NetworkInspect(cmd.Context(), g.env(s), in, args[0])
 			if err != nil {
 				return err
 			}
@@ -87,7 +87,7 @@ func newNetworkCommand(g *globals, s streams) *cobra.Command {
 		c.ValidArgsFunction = completeNetworks(g)
 	}
 	// create: any network of record (or of networks.yaml), up or not.
-	create.ValidArgsFunction = completeFirst(func() []string { return controller.DefinedNetworks(g.dir(), g.networks) })
+	create.ValidArgsFunction = completeFirst(func() []string { return ops.DefinedNetworks(g.dir(), g.networks) })
 	create.Example = "  sudo vmnetctl network create host         # host stays up with no VM\n  sudo vmnetctl network create host --json  # the status, as JSON"
 	list.Example = "  sudo vmnetctl network list\n  sudo vmnetctl network list --json"
 	del.Example = "  sudo vmnetctl network delete host\n  sudo vmnetctl network delete host --json"

@@ -2,8 +2,7 @@ package main
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 func newPlanCommand(g *globals, s streams) *cobra.Command {
@@ -16,7 +15,7 @@ func newPlanCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			plan, err := controller.PlanApply(g.env(s), in, backend)
+			plan, err := ops.PlanApply(g.env(s), in, backend)
 			if err != nil {
 				return err
 			}

@@ -7,7 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/backends"
+	"github.com/vmnetctl/vmnetctl/ops"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -40,17 +41,17 @@ func (f *vmFileFlags) completeProjects(cmd *cobra.Command, _ []string, _ string)
 	if fl := cmd.Flag("state-dir"); fl != nil && fl.Changed {
 		dir = fl.Value.String()
 	}
-	return controller.ProjectNames(statedir.New(dir)), cobra.ShellCompDirectiveNoFileComp
+	return ops.ProjectNames(statedir.New(dir)), cobra.ShellCompDirectiveNoFileComp
 }
 
 // input reads networks.yaml and the VM files the flags name.
-func (f *vmFileFlags) input(g *globals) (*controller.Input, error) {
-	return controller.ReadInput(g.networks, f.files, f.name, f.project)
+func (f *vmFileFlags) input(g *globals) (*ops.Input, error) {
+	return ops.ReadInput(g.networks, f.files, f.name, f.project)
 }
 
 // env is where a command's operation runs and reports.
-func (g *globals) env(s streams) controller.Env {
-	return controller.Env{StateDir: g.dir(), Stdout: s.out, Stderr: s.err}
+func (g *globals) env(s streams) ops.Env {
+	return ops.Env{StateDir: g.dir(), Stdout: s.out, Stderr: s.err}
 }
 
 func (g *globals) dir() statedir.Dir { return statedir.New(g.stateDir) }
@@ -58,7 +59,7 @@ func (g *globals) dir() statedir.Dir { return statedir.New(g.stateDir) }
 // bindBackend binds --backend: the backend whose limits validate and plan
 // check.
 func bindBackend(cmd *cobra.Command, name *string) {
-	cmd.Flags().StringVar(name, "backend", controller.DefaultBackend().Name(),
+	cmd.Flags().StringVar(name, "backend", backends.Default().Name(),
 		"check against this backend, vmnetctl (Linux) or vmnet-helper (macOS): what it would refuse is an error, what it cannot honour a warning")
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -125,7 +125,7 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 			// user may not (permission denied).
 			if run := sub.RunE; run != nil && flagActs("state-dir", path) {
 				sub.RunE = func(c *cobra.Command, args []string) error {
-					return controller.AccessHint(run(c, args))
+					return ops.AccessHint(run(c, args))
 				}
 			}
 			walk(sub)
@@ -173,7 +173,7 @@ func flagActs(flag, path string) bool {
 
 // globalFlagActs names, for each global flag, the commands (and with them
 // their subcommands) it acts on: help shows it there only, and errors of
-// the commands that read the state dir get controller.AccessHint.
+// the commands that read the state dir get ops.AccessHint.
 var globalFlagActs = map[string][]string{
 	"networks":  {"up", "plan", "run", "validate", "networks", "network list", "network create", "network inspect", "doctor", "helper"},
 	"state-dir": {"up", "down", "plan", "status", "serve", "run", "args", "validate", "leases", "logs", "describe", "events", "network", "completion", "helper", "doctor", "wireguard"},

@@ -2,8 +2,7 @@ package main
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 func newRunCommand(g *globals, s streams) *cobra.Command {
@@ -15,7 +14,7 @@ func newRunCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			code, err := controller.RunVM(cmd.Context(), g.env(s), in, controller.RunOptions{VM: vm, Command: command, Stdin: s.in})
+			code, err := ops.RunVM(cmd.Context(), g.env(s), in, ops.RunOptions{VM: vm, Command: command, Stdin: s.in})
 			if err == nil && code != 0 {
 				err = exitError{code: code}
 			}

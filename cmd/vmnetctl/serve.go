@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 )
 
 func newServeCommand(g *globals, s streams) *cobra.Command {
@@ -37,9 +38,9 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 			return c.Run(ctx)
 		})
 	cmd.Flags().StringVar(&group, "group", "", "group allowed to use the controller's API socket (default: root only)")
-	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `serve Prometheus /metrics and /healthz here ("off" for none)`)
-	cmd.Flags().DurationVar(&resync, "resync", controller.DefaultResync(),
-		"how often the controller re-checks everything without being asked: helpers, and the networks' kernel state, which it repairs (default $"+controller.EnvResync+", else 30s)")
-	cmd.Flags().BoolVar(&exitWhenIdle, controller.ExitWhenIdleFlag, false, "exit once no project is left (what the controller that up starts does); without it the controller stays, as a service")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", ctlapi.DefaultMetricsAddr, `serve Prometheus /metrics and /healthz here ("off" for none)`)
+	cmd.Flags().DurationVar(&resync, "resync", ctlapi.DefaultResync(),
+		"how often the controller re-checks everything without being asked: helpers, and the networks' kernel state, which it repairs (default $"+ctlapi.EnvResync+", else 30s)")
+	cmd.Flags().BoolVar(&exitWhenIdle, ctlapi.ExitWhenIdleFlag, false, "exit once no project is left (what the controller that up starts does); without it the controller stays, as a service")
 	return cmd
 }

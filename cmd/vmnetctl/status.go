@@ -2,12 +2,13 @@ package main
 
 import (
 	"fmt"
-	"github.com/spf13/cobra"
+	"io"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/spf13/cobra"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 func newStatusCommand(g *globals, s streams) *cobra.Command {
@@ -18,14 +19,14 @@ func newStatusCommand(g *globals, s streams) *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			for {
-				st, err := controller.CurrentStatus(ctx, g.dir())
+				st, err := ops.CurrentStatus(ctx, g.dir())
 				if err != nil {
 					return err
 				}
 				if watch > 0 && !out.json {
 					fmt.Fprintf(s.out, "\x1b[H\x1b[2J%s (every %s; Ctrl-C stops)\n", time.Now().Format(time.TimeOnly), watch)
 				}
-				if err := out.print(s.out, st, st.Render); err != nil || watch <= 0 {
+				if err := out.print(s.out, st, func(w io.Writer) error { return ops.RenderStatus(w, st) }); err != nil || watch <= 0 {
 					return err
 				}
 				select {

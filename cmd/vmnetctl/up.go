@@ -4,8 +4,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 func newUpCommand(g *globals, s streams) *cobra.Command {
@@ -18,11 +18,11 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := controller.Apply(cmd.Context(), g.env(s), in, controller.ApplyOptions{MetricsAddr: metricsAddr, Progress: out.progress(s.err), Force: force})
+			res, err := ops.Apply(cmd.Context(), g.env(s), in, ops.ApplyOptions{MetricsAddr: metricsAddr, Progress: out.progress(s.err), Force: force})
 			if err != nil {
 				return err
 			}
-			if err := out.print(s.out, res.Status, func(w io.Writer) error { return res.Status.RenderProject(w, res.Project) }); err != nil {
+			if err := out.print(s.out, res.Status, func(w io.Writer) error { return ops.RenderProject(w, res.Status, res.Project) }); err != nil {
 				return err
 			}
 			// Printed, and still a failure for scripts: exit status 1.
@@ -33,7 +33,7 @@ func newUpCommand(g *globals, s streams) *cobra.Command {
 		})
 	f.bind(cmd, true)
 	out.bind(cmd, "print the status as JSON")
-	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", controller.DefaultMetricsAddr, `where the controller it starts serves Prometheus /metrics ("off" for none)`)
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", ctlapi.DefaultMetricsAddr, `where the controller it starts serves Prometheus /metrics ("off" for none)`)
 	cmd.Flags().BoolVar(&force, "force", false, "change or remove networks that other projects' VMs use (a networks.yaml named with --networks)")
 	return cmd
 }

@@ -2,8 +2,7 @@ package main
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 func newValidateCommand(g *globals, s streams) *cobra.Command {
@@ -17,7 +16,7 @@ func newValidateCommand(g *globals, s streams) *cobra.Command {
 				return err
 			}
 			if out.json {
-				r, err := controller.ValidateReport(g.env(s), in, backend)
+				r, err := ops.ValidateReport(g.env(s), in, backend)
 				if err != nil {
 					return err
 				}
@@ -29,7 +28,7 @@ func newValidateCommand(g *globals, s streams) *cobra.Command {
 				}
 				return nil
 			}
-			v, err := controller.Validate(g.env(s), in, backend)
+			v, err := ops.Validate(g.env(s), in, backend)
 			if err != nil {
 				return err
 			}

@@ -4,8 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 )
 
 // newWireGuardCommand is `vmnetctl wireguard pubkey`: this host's key for
@@ -14,7 +13,7 @@ func newWireGuardCommand(g *globals, s streams) *cobra.Command {
 	cmd := &cobra.Command{Use: "wireguard", Short: "This host's WireGuard key, for networks across hosts with an encrypted underlay"}
 	pubkey := command("pubkey", "Print this host's WireGuard public key (made on first use), to list as its publicKey in vxlan.hosts",
 		cobra.NoArgs, func(*cobra.Command, []string) error {
-			k, err := controller.WireGuardPublicKey(g.env(s))
+			k, err := ops.WireGuardPublicKey(g.env(s))
 			if err != nil {
 				return err
 			}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
@@ -54,7 +54,7 @@ func newHost(t *testing.T) *host {
 	return &host{Host: simvm.NewHost(t, "vmnh", networksYAML, "pgrep"), t: t}
 }
 
-func pids(st *controller.Status) map[string]int {
+func pids(st *ctlapi.Status) map[string]int {
 	m := map[string]int{}
 	for _, a := range st.Attachments {
 		m[fmt.Sprintf("%s/%d", a.VM, a.Index)] = a.PID
@@ -132,7 +132,7 @@ func TestLifecycle(t *testing.T) {
 	syscall.Kill(old.PID, syscall.SIGKILL)
 	testutil.Eventually(t, 10*time.Second, func() error {
 		cur := h.Attachment(h.Status(), "a")
-		if cur.State != controller.StateRunning || cur.PID == old.PID || cur.Restarts != 1 {
+		if cur.State != ctlapi.StateRunning || cur.PID == old.PID || cur.Restarts != 1 {
 			return fmt.Errorf("state %s pid %d restarts %d", cur.State, cur.PID, cur.Restarts)
 		}
 		return nil
@@ -160,7 +160,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("ping flood lost packets:\n%s", floodOut.String())
 	}
 	offline := h.Status()
-	if offline.Controller.Running || h.Attachment(offline, "a").State != controller.StateRunning {
+	if offline.Controller.Running || h.Attachment(offline, "a").State != ctlapi.StateRunning {
 		t.Errorf("status without a controller: %+v", offline)
 	}
 	h.MustVmnetctl("up", "-f", vms)
@@ -199,7 +199,7 @@ func TestLifecycle(t *testing.T) {
 
 // network is the status of network name; it fails the test if there is
 // none.
-func (h *host) network(name string) controller.NetworkStatus {
+func (h *host) network(name string) ctlapi.NetworkStatus {
 	h.t.Helper()
 	for _, n := range h.Status().Networks {
 		if n.Name == name {
@@ -207,7 +207,7 @@ func (h *host) network(name string) controller.NetworkStatus {
 		}
 	}
 	h.t.Fatalf("no network %s in status", name)
-	return controller.NetworkStatus{}
+	return ctlapi.NetworkStatus{}
 }
 
 func (h *host) controllerPID() int {
@@ -248,7 +248,7 @@ func TestConcurrentUpDown(t *testing.T) {
 		}
 	}
 	st := h.Status()
-	if len(st.Attachments) != 2 || h.Attachment(st, "one").State != controller.StateRunning || h.Attachment(st, "two").State != controller.StateRunning {
+	if len(st.Attachments) != 2 || h.Attachment(st, "one").State != ctlapi.StateRunning || h.Attachment(st, "two").State != ctlapi.StateRunning {
 		t.Fatalf("after two concurrent ups: %+v", st.Attachments)
 	}
 	go func() { _, err := h.Vmnetctl("down", "-f", one); errs <- err }()
@@ -281,7 +281,7 @@ func TestRunStopsHelpersWithTheCommand(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, func() error {
 		st := h.Status()
 		for _, a := range st.Attachments {
-			if a.VM == "a" && a.State == controller.StateRunning && a.PID > 0 {
+			if a.VM == "a" && a.State == ctlapi.StateRunning && a.PID > 0 {
 				helperPID = a.PID
 				return nil
 			}
@@ -328,7 +328,7 @@ func TestRunHandsTheTAP(t *testing.T) {
 	var tap string
 	testutil.Eventually(t, 20*time.Second, func() error {
 		for _, a := range h.Status().Attachments {
-			if a.VM == "k" && a.Index == 1 && a.State == controller.StateRunning && a.Tap != "" && strings.Contains(out.String(), "iff") {
+			if a.VM == "k" && a.Index == 1 && a.State == ctlapi.StateRunning && a.Tap != "" && strings.Contains(out.String(), "iff") {
 				tap = a.Tap
 				return nil
 			}
@@ -377,7 +377,7 @@ func TestTapHelperKilledWithItsCleanup(t *testing.T) {
 	syscall.Kill(-old.PID, syscall.SIGKILL) // the helper's group: it and its cleanup child
 	testutil.Eventually(t, 15*time.Second, func() error {
 		cur := h.Attachment(h.Status(), "fc")
-		if cur.State != controller.StateRunning || cur.PID == old.PID {
+		if cur.State != ctlapi.StateRunning || cur.PID == old.PID {
 			return fmt.Errorf("state %s pid %d: %s", cur.State, cur.PID, cur.Error)
 		}
 		return nil
@@ -404,7 +404,7 @@ func TestTapDeletedEndsItsHelper(t *testing.T) {
 	h.MustRun(t, "ip", "link", "del", old.Tap)
 	testutil.Eventually(t, 15*time.Second, func() error {
 		cur := h.Attachment(h.Status(), "fc")
-		if cur.State != controller.StateRunning || cur.PID == old.PID {
+		if cur.State != ctlapi.StateRunning || cur.PID == old.PID {
 			return fmt.Errorf("state %s pid %d (was %d): %s", cur.State, cur.PID, old.PID, cur.Error)
 		}
 		out, err := h.Run(context.Background(), "ip", "-d", "link", "show", old.Tap)
@@ -486,7 +486,7 @@ func TestTapHelperKilledAsItsTapPersists(t *testing.T) {
 	if out, err := h.Vmnetctl("up", "-f", vms); err != nil {
 		t.Fatalf("up after the helper was killed as its TAP persisted: %v\n%s", err, out)
 	}
-	if a := h.Attachment(h.Status(), "fc"); a.State != controller.StateRunning || a.Tap != tap {
+	if a := h.Attachment(h.Status(), "fc"); a.State != ctlapi.StateRunning || a.Tap != tap {
 		t.Errorf("fc after up: %+v", a)
 	}
 	h.MustVmnetctl("down", "--all")

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -122,7 +122,7 @@ func TestRunKilled(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, func() error {
 		pids, tap = nil, ""
 		for _, a := range h.Status().Attachments {
-			if a.VM == "k" && a.State == controller.StateRunning && a.PID > 0 {
+			if a.VM == "k" && a.State == ctlapi.StateRunning && a.PID > 0 {
 				pids = append(pids, a.PID)
 				if a.Index == 1 {
 					tap = a.Tap

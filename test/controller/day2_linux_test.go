@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/ops"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -51,7 +52,7 @@ func TestDay2(t *testing.T) {
 	}
 	checkLeases := func(when string) {
 		t.Helper()
-		var l controller.LeaseList
+		var l ops.LeaseList
 		if err := json.Unmarshal([]byte(h.MustVmnetctl("leases", "--json")), &l); err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +107,7 @@ func TestDay2(t *testing.T) {
 	}, "status to show the VMs connected")
 
 	// describe: the VM is connected, has its lease, and nothing to do.
-	var d controller.Description
+	var d ops.Description
 	if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "a", "--json")), &d); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestDay2(t *testing.T) {
 	killed := h.Attachment(h.Status(), "a").PID
 	syscall.Kill(killed, syscall.SIGKILL)
 	line, err := eventsF.ReadString('\n')
-	var ev controller.Event
+	var ev ctlapi.Event
 	if err != nil || json.Unmarshal([]byte(line), &ev) != nil || ev.Kind != "helper-exited" || ev.Attachment != "a/0" {
 		t.Errorf("events -f: the first new line after a's helper was killed: %q (%v), want helper-exited of a/0", line, err)
 	}
@@ -161,7 +162,7 @@ func TestDay2(t *testing.T) {
 		t.Errorf("logs a -f: the first new line after a's helper was killed: %q (%v)", line, err)
 	}
 	testutil.Eventually(t, 15*time.Second, func() error {
-		if cur := h.Attachment(h.Status(), "a"); cur.State != controller.StateRunning || cur.PID == killed {
+		if cur := h.Attachment(h.Status(), "a"); cur.State != ctlapi.StateRunning || cur.PID == killed {
 			return fmt.Errorf("a/0 is %s, pid %d", cur.State, cur.PID)
 		}
 		return nil
@@ -184,7 +185,7 @@ func TestDay2(t *testing.T) {
 	mvm := simvm.AttachSocket(t, "vmm", "52:55:55:aa:bb:cc", m.Socket, filepath.Join(h.Dir, "m.client.sock"))
 	mvm.Ping(gateway, 1) // frames from 52:55:55:aa:bb:cc
 	testutil.Eventually(t, 15*time.Second, func() error {
-		var d controller.Description
+		var d ops.Description
 		if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "m", "--json")), &d); err != nil {
 			return err
 		}
@@ -201,7 +202,7 @@ func TestDay2(t *testing.T) {
 	// events: what happened, as JSON lines and for people.
 	kinds := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(h.MustVmnetctl("events", "--json")), "\n") {
-		var ev controller.Event
+		var ev ctlapi.Event
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			t.Fatalf("events --json: %q: %v", line, err)
 		}
@@ -285,8 +286,8 @@ func TestDay2(t *testing.T) {
 	h.MustVmnetctl("down", "-f", e)
 	h.MustRun(t, "ip", "link", "add", tap, "type", "veth", "peer", "name", "other1")
 	code, out := exitCode(t, h, "up", "-f", e, "--json")
-	var est controller.Status
-	if err := json.Unmarshal([]byte(out), &est); code != 1 || err != nil || h.Attachment(&est, "e").State == controller.StateRunning {
+	var est ctlapi.Status
+	if err := json.Unmarshal([]byte(out), &est); code != 1 || err != nil || h.Attachment(&est, "e").State == ctlapi.StateRunning {
 		t.Errorf("up of a VM whose TAP cannot be made: exit %d (want 1), JSON %v\n%s", code, err, out)
 	}
 	for _, n := range est.Networks {
@@ -339,7 +340,7 @@ func TestVMRestartFollowed(t *testing.T) {
 // When the VM comes back its first DISCOVER is answered.
 func TestNothingThere(t *testing.T) {
 	h := newHost(t)
-	h.Env = append(h.Env, controller.EnvStatsInterval+"=200ms")
+	h.Env = append(h.Env, ctlapi.EnvStatsInterval+"=200ms")
 	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n  t:\n    networks:\n      - vmnet: shared\n        attach: tap\n"))
 	att := h.Attachment(h.Status(), "a")
 	client := filepath.Join(h.Dir, "a.client.sock")
@@ -413,13 +414,13 @@ func waitStatsLines(t *testing.T, h *host, key string, n int) {
 // TestNetworkVerbs: networks as objects of their own, with no VM.
 func TestNetworkVerbs(t *testing.T) {
 	h := newHost(t)
-	list := func() map[string]controller.NetworkInfo {
+	list := func() map[string]ops.NetworkInfo {
 		t.Helper()
-		var l controller.NetworkList
+		var l ops.NetworkList
 		if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "list", "--json")), &l); err != nil {
 			t.Fatal(err)
 		}
-		m := map[string]controller.NetworkInfo{}
+		m := map[string]ops.NetworkInfo{}
 		for _, n := range l.Networks {
 			m[n.Name] = n
 		}
@@ -428,7 +429,7 @@ func TestNetworkVerbs(t *testing.T) {
 	if l := list(); l["shared"].State != "down" || l["isolated"].State != "down" || l["isolated"].Kept {
 		t.Fatalf("network list before anything: %+v", l)
 	}
-	var created controller.Status
+	var created ctlapi.Status
 	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "create", "isolated", "--json")), &created); err != nil {
 		t.Fatalf("network create --json: %v", err)
 	}
@@ -441,7 +442,7 @@ func TestNetworkVerbs(t *testing.T) {
 	h.MustRun(t, "ip", "link", "show", "vmn-isolated")
 
 	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n"))
-	var info controller.NetworkInfo
+	var info ops.NetworkInfo
 	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "inspect", "shared", "--json")), &info); err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +465,7 @@ func TestNetworkVerbs(t *testing.T) {
 	}
 	dec := json.NewDecoder(stdout)
 	for i := range 2 {
-		var st controller.Status
+		var st ctlapi.Status
 		if err := dec.Decode(&st); err != nil || len(st.Attachments) != 1 || !st.Controller.Running {
 			t.Errorf("status --watch 1s --json, document %d: %v %+v", i, err, st)
 		}
@@ -475,11 +476,11 @@ func TestNetworkVerbs(t *testing.T) {
 	}
 	cancel()
 
-	var deleted controller.NetworkDeleted
+	var deleted ops.NetworkDeleted
 	if err := json.Unmarshal([]byte(h.MustVmnetctl("network", "delete", "isolated", "--json")), &deleted); err != nil {
 		t.Fatalf("network delete --json: %v", err)
 	}
-	if deleted != (controller.NetworkDeleted{Network: "isolated", WasKept: true, State: "down"}) {
+	if deleted != (ops.NetworkDeleted{Network: "isolated", WasKept: true, State: "down"}) {
 		t.Errorf("network delete --json: %+v", deleted)
 	}
 	if l := list(); l["isolated"].State != "down" || l["shared"].State != "up" {
@@ -609,10 +610,10 @@ func TestLeaseExpired(t *testing.T) {
 	a := h.Attachment(h.Status(), "a")
 	ip := h.VM(a).DHCP(t)["ip"]
 	granted := time.Now()
-	var expired *controller.Event
+	var expired *ctlapi.Event
 	testutil.Eventually(t, 30*time.Second, func() error {
 		for _, line := range strings.Split(strings.TrimSpace(h.MustVmnetctl("events", "--json")), "\n") {
-			var ev controller.Event
+			var ev ctlapi.Event
 			if json.Unmarshal([]byte(line), &ev) == nil && ev.Kind == "lease-expired" {
 				expired = &ev
 				return nil
@@ -623,7 +624,7 @@ func TestLeaseExpired(t *testing.T) {
 	if expired.Attachment != "a/0" || expired.IP != ip || !strings.EqualFold(expired.MAC, a.MAC) || expired.Time.Sub(granted) < 9*time.Second {
 		t.Errorf("lease-expired event %+v, want a/0's %s (%s), 10s after the lease was granted (%s)", expired, ip, a.MAC, granted.Format(time.RFC3339Nano))
 	}
-	var d controller.Description
+	var d ops.Description
 	if err := json.Unmarshal([]byte(h.MustVmnetctl("describe", "a", "--json")), &d); err != nil {
 		t.Fatal(err)
 	}

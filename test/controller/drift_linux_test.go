@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 
-	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -95,9 +95,9 @@ func TestDriftEvents(t *testing.T) {
 	h.MustVmnetctl("up", "-f", vms)
 	st := h.Status()
 	br, table := st.Networks[0].Bridge, hostnet.TableName("shared")
-	network := func() controller.NetworkStatus { return h.network("shared") }
+	network := func() ctlapi.NetworkStatus { return h.network("shared") }
 	metric := func(name string) (float64, error) {
-		resp, err := h.HTTPClient().Get("http://" + controller.DefaultMetricsAddr + "/metrics")
+		resp, err := h.HTTPClient().Get("http://" + ctlapi.DefaultMetricsAddr + "/metrics")
 		if err != nil {
 			return 0, err
 		}
@@ -209,7 +209,7 @@ func TestIsolationDriftRepaired(t *testing.T) {
 	if err := va.Ping(lb["ip"], 1); err == nil {
 		t.Fatal("a reaches b on an isolated network before any drift")
 	}
-	network := func() controller.NetworkStatus { return h.network("isolated") }
+	network := func() ctlapi.NetworkStatus { return h.network("isolated") }
 	before := network().Repairs
 
 	h.MustRun(t, "bridge", "link", "set", "dev", a.Tap, "isolated", "off")

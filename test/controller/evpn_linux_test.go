@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/doctor"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
@@ -65,7 +65,7 @@ func TestEVPN(t *testing.T) {
 				}
 			}
 			if !regexp.MustCompile(`(?m)^vmnetctl_network_tunnel_bgp_established\{network="lab"\} 2$`).MatchString(metrics) {
-				resp, err := x.h.HTTPClient().Get("http://" + controller.DefaultMetricsAddr + "/metrics")
+				resp, err := x.h.HTTPClient().Get("http://" + ctlapi.DefaultMetricsAddr + "/metrics")
 				if err != nil {
 					return err
 				}

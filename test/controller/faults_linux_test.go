@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/hostnet"
-
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -213,7 +212,7 @@ func (f *faults) controllerLogTail(n int) string {
 }
 
 // helpers are the helper processes of the state dir, by the rule the
-// controller uses (controller/strays.go, isHelperOf): `vmnetctl helper` or
+// controller uses (helperexec/strays.go, isHelperOf): `vmnetctl helper` or
 // vmnet-helper with an argument naming a file in the state dir. Zombies and
 // processes without a command line (yet) are not counted.
 func (f *faults) helpers() []procid.Identity {
@@ -440,7 +439,7 @@ func (f *faults) upViolations() []string {
 	pidOwners := map[int][]string{}
 	for _, a := range st.Attachments {
 		key := fmt.Sprintf("%s/%d", a.VM, a.Index)
-		if a.State != controller.StateRunning {
+		if a.State != ctlapi.StateRunning {
 			v = append(v, fmt.Sprintf("%s is running: it is %s (%s)", key, a.State, a.Error))
 		}
 		if _, ok := byPID[a.PID]; !ok {

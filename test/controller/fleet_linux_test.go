@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 )
 
 // cpuHog keeps every CPU busy with two busy loops each, in processes of
@@ -55,7 +55,7 @@ func TestFleetUnderLoad(t *testing.T) {
 	st := h.Status()
 	running := 0
 	for _, a := range st.Attachments {
-		if a.State == controller.StateRunning {
+		if a.State == ctlapi.StateRunning {
 			running++
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -142,7 +142,7 @@ func TestPortForwards(t *testing.T) {
 		return nil
 	}, "the forward to follow the VM's new address")
 
-	var att controller.AttachmentStatus
+	var att ctlapi.AttachmentStatus
 	for _, a := range h.Status().Attachments {
 		if a.VM == "web" {
 			att = a

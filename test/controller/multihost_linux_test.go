@@ -15,7 +15,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -67,7 +67,7 @@ func TestMultiHostWireGuard(t *testing.T) {
 		},
 		check: func(i int, hosts []*hostVM, metrics string) {
 			x := hosts[i]
-			var tun *controller.NetworkStatus
+			var tun *ctlapi.NetworkStatus
 			for _, n := range x.h.Status().Networks {
 				if n.Name == "lab" {
 					tun = &n
@@ -288,7 +288,7 @@ func multiHostLabWith(t *testing.T, prefix string, o labOptions) []*hostVM {
 		}
 	}
 	for i, x := range hosts {
-		var tun *controller.NetworkStatus
+		var tun *ctlapi.NetworkStatus
 		for _, n := range x.h.Status().Networks {
 			if n.Name == "lab" {
 				tun = &n
@@ -300,7 +300,7 @@ func multiHostLabWith(t *testing.T, prefix string, o labOptions) []*hostVM {
 		if tun != nil && tun.State != "up" {
 			t.Errorf("host %d: lab is %s: %s", i+1, tun.State, tun.Error)
 		}
-		resp, err := x.h.HTTPClient().Get("http://" + controller.DefaultMetricsAddr + "/metrics")
+		resp, err := x.h.HTTPClient().Get("http://" + ctlapi.DefaultMetricsAddr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}

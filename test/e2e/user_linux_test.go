@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/launch"
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -143,7 +143,7 @@ func TestGuestsAsUser(t *testing.T) {
 		WorkDir: work,
 		Netns:   w.Name,
 		Wrapper: asUser("run", "-f", runFile, "--vm", "r", "--"),
-		NetArgs: guest.NetDgramFD("net0", controller.FirstVMFD, "52:55:55:e2:01:00"),
+		NetArgs: guest.NetDgramFD("net0", launch.FirstVMFD, "52:55:55:e2:01:00"),
 		Script:  mkScript(),
 	})
 	ru, rr := u.MustWait(t), r.MustWait(t)

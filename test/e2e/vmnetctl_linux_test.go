@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/launch"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -221,13 +222,13 @@ func expectIn6(t *testing.T, r *guest.Result, key, prefix string) {
 	}
 }
 
-func attachmentByMAC(st *controller.Status, mac string) (controller.AttachmentStatus, bool) {
+func attachmentByMAC(st *ctlapi.Status, mac string) (ctlapi.AttachmentStatus, bool) {
 	for _, a := range st.Attachments {
 		if strings.EqualFold(a.MAC, mac) {
 			return a, true
 		}
 	}
-	return controller.AttachmentStatus{}, false
+	return ctlapi.AttachmentStatus{}, false
 }
 
 // TestGuests boots three real guests on vmnetctl networks, one per way of
@@ -329,8 +330,8 @@ func TestGuests(t *testing.T) {
 		Wrapper: w.VmnetctlArgs("run", "-f", runFile, "--vm", "b", "--"),
 		// b's third attachment is the kernel path: run hands qemu the TAP
 		// itself (-netdev tap,fd=6), no helper relays its frames.
-		NetArgs: slices.Concat(guest.NetDgramFD("net0", controller.FirstVMFD, bMAC0), guest.NetDgramFD("net1", controller.FirstVMFD+1, bMAC1),
-			guest.NetTapFD("net2", controller.FirstVMFD+2, bMAC2)),
+		NetArgs: slices.Concat(guest.NetDgramFD("net0", launch.FirstVMFD, bMAC0), guest.NetDgramFD("net1", launch.FirstVMFD+1, bMAC1),
+			guest.NetTapFD("net2", launch.FirstVMFD+2, bMAC2)),
 		Script: guest.NewScript().
 			IPv6("eth0").
 			DHCP("eth2").
@@ -406,7 +407,7 @@ func TestGuests(t *testing.T) {
 		leases[n.name+"/"+n.ifname], macs[n.name+"/"+n.ifname] = ip, mac
 	}
 	leaseTime := time.Since(start)
-	var st *controller.Status
+	var st *ctlapi.Status
 	testutil.Eventually(t, 20*time.Second, func() bool {
 		s, err := w.ReadStatus()
 		if err != nil {

@@ -22,7 +22,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/miekg/dns"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/dnsproxy"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -96,7 +96,7 @@ func TestHostileGuest(t *testing.T) {
 // optOut: an attachment with `spoofCheck: false` (a VM that bridges
 // containers of its own) sends from MACs and addresses other than its own,
 // and nothing is dropped.
-func optOut(t *testing.T, h *simvm.Host, st *controller.Status) {
+func optOut(t *testing.T, h *simvm.Host, st *ctlapi.Status) {
 	ba := h.Attachment(st, "bridger")
 	b := newAttacker(t, mustMAC(ba.MAC), ba.Socket, filepath.Join(h.Dir, "bridger.sock"))
 	gw := netip.MustParseAddr("10.81.0.1")
@@ -125,8 +125,8 @@ func optOut(t *testing.T, h *simvm.Host, st *controller.Status) {
 // tapAttack: a VM whose VMM writes into its TAP itself is guarded the same
 // way: the first MAC it sends from is its own, others are dropped before
 // the bridge learns them.
-func tapAttack(t *testing.T, h *simvm.Host, st *controller.Status) {
-	var ta controller.AttachmentStatus
+func tapAttack(t *testing.T, h *simvm.Host, st *ctlapi.Status) {
+	var ta ctlapi.AttachmentStatus
 	for _, a := range st.Attachments {
 		if a.VM == "tapper" {
 			ta = a
@@ -185,7 +185,7 @@ func containerMAC(i int) net.HardwareAddr { return net.HardwareAddr{0x02, 0xc0, 
 type scene struct {
 	t           *testing.T
 	h           *simvm.Host
-	st          *controller.Status
+	st          *ctlapi.Status
 	out         *testutil.NS // a LAN neighbour of the host, outside the bridges
 	network     string
 	gateway     netip.Addr
@@ -194,14 +194,14 @@ type scene struct {
 	gateway6    netip.Addr
 }
 
-func (s *scene) attachment(vm string) controller.AttachmentStatus {
+func (s *scene) attachment(vm string) ctlapi.AttachmentStatus {
 	for _, a := range s.st.Attachments {
 		if a.VM == vm && a.Network == s.network {
 			return a
 		}
 	}
 	s.t.Fatalf("no attachment of %s to %s in %+v", vm, s.network, s.st.Attachments)
-	return controller.AttachmentStatus{}
+	return ctlapi.AttachmentStatus{}
 }
 
 func (s *scene) bridge() string {

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/test/simvm"
@@ -92,7 +92,7 @@ func newHost(t *testing.T) *host {
 		t.Fatal(err)
 	}
 	// `up` starts the controller with this environment.
-	h.Env = []string{controller.EnvStatsInterval + "=" + statsInterval}
+	h.Env = []string{ctlapi.EnvStatsInterval + "=" + statsInterval}
 	h.http = h.HTTPClient()
 	return h
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ops"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -65,7 +65,7 @@ func TestServeNotifiesReady(t *testing.T) {
 			break
 		}
 	}
-	if !controller.NewClient(sd).Running(context.Background()) {
+	if !ops.NewClient(sd).Running(context.Background()) {
 		t.Fatalf("READY=1 came before the API at %s answered\nserve's output:\n%s", sd.APISocket(), log())
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmnetctl/vmnetctl/controller"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -149,12 +149,12 @@ func (h *Host) MustVmnetctl(args ...string) string {
 }
 
 // ReadStatus is `vmnetctl status --json`.
-func (h *Host) ReadStatus() (*controller.Status, error) {
+func (h *Host) ReadStatus() (*ctlapi.Status, error) {
 	out, err := h.Vmnetctl("status", "--json")
 	if err != nil {
 		return nil, err
 	}
-	st := &controller.Status{}
+	st := &ctlapi.Status{}
 	if err := json.Unmarshal([]byte(out), st); err != nil {
 		return nil, fmt.Errorf("status --json: %w\n%s", err, out)
 	}
@@ -162,7 +162,7 @@ func (h *Host) ReadStatus() (*controller.Status, error) {
 }
 
 // Status is ReadStatus that fails the test on error.
-func (h *Host) Status() *controller.Status {
+func (h *Host) Status() *ctlapi.Status {
 	h.T.Helper()
 	st, err := h.ReadStatus()
 	if err != nil {
@@ -172,7 +172,7 @@ func (h *Host) Status() *controller.Status {
 }
 
 // Attachment returns the first attachment of vm in st.
-func (h *Host) Attachment(st *controller.Status, vm string) controller.AttachmentStatus {
+func (h *Host) Attachment(st *ctlapi.Status, vm string) ctlapi.AttachmentStatus {
 	h.T.Helper()
 	for _, a := range st.Attachments {
 		if a.VM == vm {
@@ -180,11 +180,11 @@ func (h *Host) Attachment(st *controller.Status, vm string) controller.Attachmen
 		}
 	}
 	h.T.Fatalf("status has no attachment for %s: %+v", vm, st.Attachments)
-	return controller.AttachmentStatus{}
+	return ctlapi.AttachmentStatus{}
 }
 
 // VM attaches a simulated VM to the helper socket of an attachment.
-func (h *Host) VM(a controller.AttachmentStatus) *VM {
+func (h *Host) VM(a ctlapi.AttachmentStatus) *VM {
 	return AttachSocket(h.T, "vm"+a.VM, a.MAC, a.Socket, filepath.Join(h.Dir, fmt.Sprintf("%s.%d.client.sock", a.VM, a.Index)))
 }
 

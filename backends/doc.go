@@ -1,0 +1,2 @@
+// Package backends names the platform backends and chooses this machine's.
+package backends

@@ -1,0 +1,164 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/procid"
+	"github.com/vmnetctl/vmnetctl/spec"
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// Launcher starts helpers, for the controller and for `vmnetctl run` alike.
+type Launcher struct {
+	StateDir        statedir.Dir
+	Backend         backend.Backend
+	Executable      string // vmnetctl itself
+	VMNetHelperPath string // networks.yaml's paths.vmnetHelper
+	StatsInterval   time.Duration
+	StallTimeout    time.Duration
+	StopGrace       time.Duration
+}
+
+// helperStart is one helper to start.
+type HelperStart struct {
+	Attachment *spec.Attachment
+	Network    *api.Network
+	Owner      *statedir.Project
+	// fd is `vmnetctl run`'s end of a socketpair, the helper's descriptor
+	// 3; nil for a helper that serves a socket or a TAP.
+	fd *os.File
+}
+
+// InheritedFD is the number the helper knows a socketpair end by.
+const InheritedFD = 3
+
+// start starts the helper of s.a and waits until it is ready: its JSON line
+// was written and, in socket mode, its socket exists. Its stdout and stderr
+// go to files of the state dir, not pipes, so that it outlives a crash of
+// the controller and can be adopted; helperexec puts it in its own process
+// group, so signals to the controller's group do not reach VMs' cables.
+func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper, statedir.HelperRecord, error) {
+	a := s.Attachment
+	fail := func(err error) (*helperexec.Helper, statedir.HelperRecord, error) {
+		return nil, statedir.HelperRecord{}, fmt.Errorf("helper for %s on network %s: %w", a.Key(), s.Network.ID, err)
+	}
+	if err := os.MkdirAll(l.StateDir.HelpersDir(), 0o750); err != nil {
+		return fail(err)
+	}
+	if err := l.Backend.Cleanup(a.Attachment); err != nil {
+		return fail(err)
+	}
+	spec := backend.HelperSpec{Executable: l.Executable, Attachment: a.Attachment, Network: s.Network, UID: s.Owner.UID, GID: s.Owner.GID,
+		FD: -1, NetworksFile: l.StateDir.NetworksYAML(), VMNetHelperPath: l.VMNetHelperPath, StatsInterval: l.StatsInterval,
+		StatsFile: l.StateDir.HelperStatsFile(a.Key()), Owner: l.StateDir.Path}
+	switch {
+	case s.fd != nil:
+		spec.FD = InheritedFD
+	case a.Attach != api.AttachTAP:
+		sock, err := l.prepareSocket(a, s.Owner)
+		if err != nil {
+			return fail(err)
+		}
+		spec.Socket = sock
+	}
+	argv, err := l.Backend.HelperCommand(spec)
+	if err != nil {
+		return fail(err)
+	}
+	// Recorded before it runs: if this process dies before the helper's
+	// record is saved, the next controller still knows whose it is
+	// (KnownHelperPIDs).
+	self, err := procid.Read(os.Getpid())
+	if err != nil {
+		return fail(err)
+	}
+	if err := l.StateDir.SaveHelperIntent(statedir.HelperIntent{Key: a.Key(), Argv: argv, Starter: self}); err != nil {
+		return fail(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = HelperEnv(l.Backend.HelperEnv(spec))
+	if s.fd != nil {
+		cmd.ExtraFiles = []*os.File{s.fd}
+	}
+	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: spec.Socket, StallTimeout: l.StallTimeout,
+		StopGrace: l.StopGrace, ReadyFile: l.StateDir.HelperReadyFile(a.Key()), LogFile: l.StateDir.HelperLogFile(a.Key())})
+	if err != nil {
+		return fail(err)
+	}
+	id, err := procid.Read(proc.Pid())
+	if err != nil {
+		proc.Stop()
+		return fail(err)
+	}
+	ready, _ := proc.Ready.MarshalJSON()
+	rec := NewHelperRecord(a, 0)
+	rec.Proc, rec.Socket, rec.Tap, rec.Ready, rec.StartedAt = id, spec.Socket, proc.Ready.TapName, string(ready), time.Now()
+	return proc, rec, nil
+}
+
+// prepareSocket makes the VM's folder of the state dir ready for the
+// helper's socket, and returns the socket's path. The helper creates its
+// socket there after dropping to the VM's owner, and the owner's VMM binds
+// its own beside it: the owner must be able to pass through the state dir
+// and vms/ (not list them: mode 0711).
+func (l Launcher) prepareSocket(a *spec.Attachment, owner *statedir.Project) (string, error) {
+	vmDir := l.StateDir.VMDir(a.VM)
+	if err := os.MkdirAll(vmDir, 0o750); err != nil {
+		return "", err
+	}
+	if owner.UID >= 0 {
+		for _, d := range []string{l.StateDir.Path, l.StateDir.VMsDir()} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				return "", err
+			}
+		}
+		if err := os.Chown(vmDir, owner.UID, owner.GID); err != nil {
+			return "", fmt.Errorf("giving %s to uid %d: %w", vmDir, owner.UID, err)
+		}
+	}
+	sock := l.StateDir.SocketPath(a.VM, a.Index)
+	// A helper that was killed leaves its socket and lock behind.
+	RemoveSocket(sock)
+	return sock, nil
+}
+
+// RemoveSocket removes a helper's socket and its lock (helperproto.SocketLock).
+func RemoveSocket(sock string) {
+	os.Remove(sock)
+	os.Remove(helperproto.SocketLock(sock))
+}
+
+// NewHelperRecord is the record of attachment a's helper, before it runs.
+func NewHelperRecord(a *spec.Attachment, restarts int) statedir.HelperRecord {
+	return statedir.HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project,
+		MAC: a.MAC, Attach: a.Attach, Restarts: restarts}
+}
+
+// HelperEnv is the controller's environment without sudo's variables, plus
+// what the backend gives its helper (vmnet-helper takes the VM's owner as
+// $SUDO_UID and $SUDO_GID).
+func HelperEnv(extra []string) []string {
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "SUDO_") {
+			env = append(env, e)
+		}
+	}
+	return append(env, extra...)
+}
+
+// The helpers' defaults, for the controller's and `vmnetctl run`'s alike.
+const (
+	DefaultStatsInterval = 5 * time.Second
+	DefaultStallTimeout  = 15 * time.Second
+	DefaultStopGrace     = 5 * time.Second
+)

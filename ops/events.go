@@ -1,0 +1,105 @@
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// lastEvent returns the last event of the state dir's events log that
+// match accepts, or nil.
+func lastEvent(sd statedir.Dir, match func(ctlapi.Event) bool) *ctlapi.Event {
+	b, err := os.ReadFile(sd.EventsLog())
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		var ev ctlapi.Event
+		if json.Unmarshal([]byte(lines[i]), &ev) == nil && match(ev) {
+			return &ev
+		}
+	}
+	return nil
+}
+
+// Events writes the state dir's events to w, as lines for people or (with
+// asJSON) one JSON object per line; with follow it then writes new ones as
+// they come until ctx ends.
+func Events(ctx context.Context, sd statedir.Dir, asJSON, follow bool, w io.Writer) error {
+	return EventsTail(ctx, sd, TailOptions{JSON: asJSON, Follow: follow}, w)
+}
+
+// ParseSince is `--since`: "" for none, a duration before now (10m), or a
+// time (RFC 3339).
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("--since %q is neither a duration (10m, 2h) nor a time (2026-12-05T08:00:00Z)", s)
+}
+
+// EventsTail is Events with TailOptions: the last o.Tail events, those
+// since o.Since.
+func EventsTail(ctx context.Context, sd statedir.Dir, o TailOptions, w io.Writer) error {
+	src := &logSource{path: sd.EventsLog()}
+	out := w
+	if !o.JSON {
+		out = &eventPrinter{w: w}
+	}
+	var keep func([]byte) bool
+	if !o.Since.IsZero() {
+		keep = func(line []byte) bool {
+			var ev ctlapi.Event
+			return json.Unmarshal(line, &ev) == nil && !ev.Time.Before(o.Since)
+		}
+	}
+	return tailWith(ctx, []*logSource{src}, out, o, keep)
+}
+
+// eventPrinter turns JSON event lines into lines for people.
+type eventPrinter struct{ w io.Writer }
+
+func (p *eventPrinter) Write(b []byte) (int, error) {
+	var ev ctlapi.Event
+	if err := json.Unmarshal(b, &ev); err != nil {
+		return len(b), nil // not an event: skipped
+	}
+	subject := ev.Attachment
+	if subject == "" {
+		subject = ev.Network
+	} else if ev.Network != "" {
+		subject += " on " + ev.Network
+	}
+	var extra []string
+	for _, kv := range [][2]string{{"mac", ev.MAC}, {"ip", ev.IP}, {"pid", pidString(ev.PID)}} {
+		if kv[1] != "" {
+			extra = append(extra, kv[0]+"="+kv[1])
+		}
+	}
+	if ev.Detail != "" {
+		extra = append(extra, ev.Detail)
+	}
+	_, err := fmt.Fprintf(p.w, "%s %-16s %s %s\n", ev.Time.Local().Format("2006-01-02 15:04:05.000"), ev.Kind, subject, strings.Join(extra, " "))
+	return len(b), err
+}
+
+func pidString(pid int) string {
+	if pid == 0 {
+		return ""
+	}
+	return fmt.Sprint(pid)
+}

@@ -1,0 +1,69 @@
+package ops
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// TestEventsTail: `events --tail N` prints the last N events, `--since`
+// those from then on, and both together the last N of those; --since
+// takes a duration or a time, and says what it wants otherwise.
+func TestEventsTail(t *testing.T) {
+	sd := statedir.Dir{Path: t.TempDir()}
+	t0 := time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
+	var log bytes.Buffer
+	for i := range 5 {
+		b, _ := json.Marshal(ctlapi.Event{Time: t0.Add(time.Duration(i) * time.Minute), Kind: "k" + string(rune('0'+i))})
+		log.Write(append(b, '\n'))
+	}
+	if err := os.WriteFile(sd.EventsLog(), log.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kinds := func(o TailOptions) string {
+		t.Helper()
+		o.JSON = true
+		var out bytes.Buffer
+		if err := EventsTail(context.Background(), sd, o, &out); err != nil {
+			t.Fatal(err)
+		}
+		var ks []string
+		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var ev ctlapi.Event
+			if json.Unmarshal([]byte(l), &ev) == nil {
+				ks = append(ks, ev.Kind)
+			}
+		}
+		return strings.Join(ks, " ")
+	}
+	for _, c := range []struct {
+		o    TailOptions
+		want string
+	}{
+		{TailOptions{}, "k0 k1 k2 k3 k4"},
+		{TailOptions{Tail: 2}, "k3 k4"},
+		{TailOptions{Since: t0.Add(2 * time.Minute)}, "k2 k3 k4"},
+		{TailOptions{Since: t0.Add(2 * time.Minute), Tail: 1}, "k4"},
+	} {
+		if got := kinds(c.o); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.o, got, c.want)
+		}
+	}
+	now := t0.Add(time.Hour)
+	if got, err := ParseSince("10m", now); err != nil || !got.Equal(now.Add(-10*time.Minute)) {
+		t.Errorf("ParseSince(10m) = %v, %v", got, err)
+	}
+	if got, err := ParseSince("2026-12-05T08:03:00Z", now); err != nil || !got.Equal(t0.Add(3*time.Minute)) {
+		t.Errorf("ParseSince(a time) = %v, %v", got, err)
+	}
+	if _, err := ParseSince("yesterday", now); err == nil || !strings.Contains(err.Error(), "neither a duration") {
+		t.Errorf("ParseSince(yesterday): %v", err)
+	}
+}
