@@ -63,7 +63,7 @@ const (
 	guardDHCPRate = "dhcp-rate"
 	guardND6Rate  = "nd6-rate"
 	guardDAD6Rate = "dad6-rate"
-	// The ARPs copied to the IPv4 learner (learn4_linux.go).
+	// The ARPs copied to the IPv4 learner (package arplearn).
 	SetLearn4Rate = "learn4-rate"
 	// The chains: every port's checks, the tunnel's, and the drop.
 	SetChecks        = "ports-v" + guardRulesVersion

@@ -104,9 +104,7 @@ func TestLearnAnswersOnce(t *testing.T) {
 	// that just came up): kept, and claimed once they are known.
 	s.Send(t, arpFrom(mac, ip, n.Gateway))
 	testutil.Eventually(t, 20*time.Second, func() error {
-		nw.learnMu.Lock()
-		defer nw.learnMu.Unlock()
-		if len(nw.deferred) == 0 {
+		if nw.learner4.Deferred() == 0 {
 			return errors.New("the claim is not kept yet")
 		}
 		return nil

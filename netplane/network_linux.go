@@ -18,10 +18,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/arplearn"
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
 	"github.com/vmnetctl/vmnetctl/dnsproxy"
 	"github.com/vmnetctl/vmnetctl/guard"
-	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/nettypes"
@@ -53,11 +53,7 @@ type Network struct {
 	reservedMu      sync.Mutex
 	reservedChanged []net.HardwareAddr
 	onLease         func(kind, network, mac string, ip netip.Addr)
-	learnLog        guestlog.Limit // the IPv4 learner's lines
-	hostsKnown      atomic.Bool    // SetVMs was called: the learner may bind
-	learnMu         sync.Mutex
-	learnedAt       map[string]time.Time // by MAC: its last learned address (learnHeld)
-	deferred        []deferredClaim      // claims heard before SetVMs (deferClaim), under learnMu
+	learner4        *arplearn.Learner // nil when the network learns no IPv4 address
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it); netns is it.
 	netns ns.NetNS
@@ -368,6 +364,20 @@ func (nw *Network) bound(mac net.HardwareAddr) {
 	}
 }
 
+// startLearner4 starts the network's IPv4 address learner (package
+// arplearn), if it learns addresses; the network's guard, egress policies
+// and forwards follow what it binds.
+func (nw *Network) startLearner4() error {
+	l, err := arplearn.Start(arplearn.Config{Network: nw.n, Alloc: nw.alloc, Guard: nw.guard, InNS: nw.inNS, Log: nw.log,
+		Bound: nw.bound, OnLease: nw.onLease})
+	if err != nil || l == nil {
+		return err
+	}
+	nw.learner4 = l
+	nw.closers = append(nw.closers, func() error { l.Close(); return nil })
+	return nil
+}
+
 // startDHCP starts the DHCP server on the network's bridge. Its DNS server
 // is the gateway's proxy, or without one the host's resolvers.
 func (nw *Network) startDHCP(resolvConf string) error {
@@ -540,10 +550,7 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 // of that is not among them has gone (RemoveHost). The guard's
 // reservations change in one sync, if they changed.
 func (nw *Network) SetVMs(names []string, macs []net.HardwareAddr) {
-	defer func() {
-		nw.hostsKnown.Store(true)
-		nw.claimDeferred()
-	}()
+	defer nw.learner4.VMsKnown()
 	nw.hosts.reserve(names)
 	keep := map[string]bool{}
 	for _, m := range macs {

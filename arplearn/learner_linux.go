@@ -1,26 +1,31 @@
-package netplane
+package arplearn
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdlayher/netlink"
 	vnl "github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/rawsock"
 )
 
-// The IPv4 learner: a VM that gives itself an address (a static address,
+// A VM that gives itself an address (a static address,
 // vmnet-helper's clients' way, cloud-init's) is let use it once it
 // announces it by ARP, if the address is free (leases.Allocator.Learn).
 // The guard drops an ARP whose sender address is not bound to the port's
@@ -53,49 +58,122 @@ const (
 	arpEthernetIPv4Types = 0x0001_0800
 )
 
-// startLearner4 starts the network's IPv4 learner, if it learns
-// addresses.
-func (nw *Network) startLearner4() error {
-	if !nw.n.LearnsAddresses() || nw.alloc == nil || nw.guard == nil {
-		return nil
+// Config is what a network gives its learner.
+type Config struct {
+	Network *api.Network
+	Alloc   *leases.Allocator // binds (Learn) and knows what is bound
+	Guard   *guard.AddrGuard  // synced again for an address bound already
+	// InNS runs f in the network's namespace.
+	InNS func(f func() error) error
+	Log  *slog.Logger
+	// Bound has the guard, the VMs' egress policies and the forwards
+	// follow mac's new address, before the VM hears of it.
+	Bound func(mac net.HardwareAddr)
+	// OnLease, if set, is told of each address learned
+	// ("address-learned").
+	OnLease func(kind, network, mac string, ip netip.Addr)
+}
+
+// Learner is a network's IPv4 address learner. Its methods may be called
+// on nil (a network that does not learn).
+type Learner struct {
+	n         *api.Network
+	alloc     *leases.Allocator
+	guard     *guard.AddrGuard
+	inNS      func(f func() error) error
+	log       *slog.Logger
+	bound     func(mac net.HardwareAddr)
+	onLease   func(kind, network, mac string, ip netip.Addr)
+	logLimit  guestlog.Limit // the learner's lines
+	known     atomic.Bool    // the network's VMs are known (VMsKnown): it may bind
+	mu        sync.Mutex
+	learnedAt map[string]time.Time // by MAC: its last learned address (learnHeld)
+	deferred  []deferredClaim      // claims heard before VMsKnown (deferClaim), under mu
+	conn      *netlink.Conn
+	stop      chan struct{}
+	wg        sync.WaitGroup
+}
+
+// Start starts the learner of c.Network, if it learns addresses: nil
+// otherwise, and nil, with a warning logged, when the host's NFLOG cannot
+// be bound (VMs then use only the addresses DHCP and their files give).
+func Start(c Config) (*Learner, error) {
+	n := c.Network
+	if !n.LearnsAddresses() || c.Alloc == nil || c.Guard == nil {
+		return nil, nil
 	}
-	var c *netlink.Conn
-	err := nw.inNS(func() (err error) {
-		c, err = netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	var conn *netlink.Conn
+	err := c.InNS(func() (err error) {
+		conn, err = netlink.Dial(unix.NETLINK_NETFILTER, nil)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("network %q: the address learner: %w", nw.n.ID, err)
+		return nil, fmt.Errorf("network %q: the address learner: %w", n.ID, err)
 	}
-	if err := bindLearnGroup(c, guard.LearnGroup(nw.n.ID)); err != nil {
-		c.Close()
-		nw.log.Warn("address learner: not running; VMs use only the addresses DHCP and their files give", "nflogGroup", guard.LearnGroup(nw.n.ID), "err", err)
-		return nil
+	if err := bindLearnGroup(conn, guard.LearnGroup(n.ID)); err != nil {
+		conn.Close()
+		c.Log.Warn("address learner: not running; VMs use only the addresses DHCP and their files give", "nflogGroup", guard.LearnGroup(n.ID), "err", err)
+		return nil, nil
 	}
-	nw.closers = append(nw.closers, c.Close)
-	nw.wg.Add(1)
-	go func() {
-		defer nw.wg.Done()
-		var failLog guestlog.Limit
-		for {
-			msgs, err := c.Receive()
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) || isClosed(nw.stop) {
-					return
-				}
-				if ok, n := failLog.Allow(nw.alloc.Now()); ok {
-					nw.log.Warn("address learner: reading NFLOG", "err", err, "suppressed", n)
-				}
-				continue // (ENOBUFS: a burst was lost; the guests retry)
+	l := &Learner{n: n, alloc: c.Alloc, guard: c.Guard, inNS: c.InNS, log: c.Log, bound: c.Bound, onLease: c.OnLease,
+		conn: conn, stop: make(chan struct{})}
+	l.wg.Add(1)
+	go l.run()
+	return l, nil
+}
+
+// run reads the guard's copies until Close.
+func (l *Learner) run() {
+	defer l.wg.Done()
+	var failLog guestlog.Limit
+	for {
+		msgs, err := l.conn.Receive()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || isClosed(l.stop) {
+				return
 			}
-			for _, m := range msgs {
-				if a, ok := nw.arpClaim(m); ok {
-					nw.claim(a)
-				}
+			if ok, n := failLog.Allow(l.alloc.Now()); ok {
+				l.log.Warn("address learner: reading NFLOG", "err", err, "suppressed", n)
+			}
+			continue // (ENOBUFS: a burst was lost; the guests retry)
+		}
+		for _, m := range msgs {
+			if a, ok := l.arpClaim(m); ok {
+				l.claim(a)
 			}
 		}
-	}()
-	return nil
+	}
+}
+
+// VMsKnown says that the network was told its VMs (their fixed
+// addresses, which are attached): the learner may bind from now on, and
+// claims what it kept until then (deferClaim).
+func (l *Learner) VMsKnown() {
+	if l == nil {
+		return
+	}
+	l.known.Store(true)
+	l.claimDeferred()
+}
+
+// Deferred is how many claims wait for VMsKnown.
+func (l *Learner) Deferred() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.deferred)
+}
+
+// Close stops the learner and waits for it.
+func (l *Learner) Close() {
+	if l == nil {
+		return
+	}
+	close(l.stop)
+	l.conn.Close()
+	l.wg.Wait()
 }
 
 // isClosed tells whether ch is closed.
@@ -152,7 +230,7 @@ type arpSeen struct {
 
 // arpClaim reads an NFLOG message: an ARP packet that came in on a port
 // of this network's bridge.
-func (nw *Network) arpClaim(m netlink.Message) (arpSeen, bool) {
+func (l *Learner) arpClaim(m netlink.Message) (arpSeen, bool) {
 	if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_ULOG<<8|nfulnlMsgPacket) || len(m.Data) < 4 {
 		return arpSeen{}, false
 	}
@@ -174,7 +252,7 @@ func (nw *Network) arpClaim(m netlink.Message) (arpSeen, bool) {
 		}
 	}
 	if ad.Err() != nil || len(payload) < arpHeaderLen || binary.BigEndian.Uint32(payload) != arpEthernetIPv4Types ||
-		payload[4] != 6 || payload[5] != 4 || !nw.onBridge(indev, physin) {
+		payload[4] != 6 || payload[5] != 4 || !l.onBridge(indev, physin) {
 		return arpSeen{}, false
 	}
 	a := arpSeen{mac: net.HardwareAddr(slices.Clone(payload[8:14])), request: binary.BigEndian.Uint16(payload[6:8]) == arpRequest}
@@ -184,26 +262,26 @@ func (nw *Network) arpClaim(m netlink.Message) (arpSeen, bool) {
 }
 
 // claim learns the sender's address of ARP packet a and answers it for
-// the gateway; before the controller told the network its VMs (SetVMs),
+// the gateway; before the controller told the network its VMs (VMsKnown),
 // it is kept for then (deferClaim): a guest that announces its address
 // once, as the network comes up, is heard.
-func (nw *Network) claim(a arpSeen) {
-	if !nw.hostsKnown.Load() {
-		nw.deferClaim(a)
+func (l *Learner) claim(a arpSeen) {
+	if !l.known.Load() {
+		l.deferClaim(a)
 		return
 	}
-	if nw.learn(a.mac, a.ip) {
-		nw.answerGateway(a)
+	if l.learn(a.mac, a.ip) {
+		l.answerGateway(a)
 	}
 }
 
-// deferredClaim is a claim heard before SetVMs, and when.
+// deferredClaim is a claim heard before VMsKnown, and when.
 type deferredClaim struct {
 	a  arpSeen
 	at time.Time
 }
 
-// maxDeferred bounds the claims kept until SetVMs (the newest win), and
+// maxDeferred bounds the claims kept until VMsKnown (the newest win), and
 // deferredFor how long one is worth claiming: the guest's next ARP
 // comes anyway.
 const (
@@ -212,31 +290,31 @@ const (
 )
 
 // deferClaim keeps a for claimDeferred.
-func (nw *Network) deferClaim(a arpSeen) {
-	nw.learnMu.Lock()
-	defer nw.learnMu.Unlock()
-	nw.deferred = append(nw.deferred, deferredClaim{a, time.Now()})
-	if len(nw.deferred) > maxDeferred {
-		nw.deferred = slices.Delete(nw.deferred, 0, len(nw.deferred)-maxDeferred)
+func (l *Learner) deferClaim(a arpSeen) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deferred = append(l.deferred, deferredClaim{a, time.Now()})
+	if len(l.deferred) > maxDeferred {
+		l.deferred = slices.Delete(l.deferred, 0, len(l.deferred)-maxDeferred)
 	}
 }
 
-// claimDeferred claims, in the background, what deferClaim kept (SetVMs
+// claimDeferred claims, in the background, what deferClaim kept (VMsKnown
 // calls it, once the network's VMs are known).
-func (nw *Network) claimDeferred() {
-	nw.learnMu.Lock()
-	pending := nw.deferred
-	nw.deferred = nil
-	nw.learnMu.Unlock()
+func (l *Learner) claimDeferred() {
+	l.mu.Lock()
+	pending := l.deferred
+	l.deferred = nil
+	l.mu.Unlock()
 	if len(pending) == 0 {
 		return
 	}
-	nw.wg.Add(1)
+	l.wg.Add(1)
 	go func() {
-		defer nw.wg.Done()
+		defer l.wg.Done()
 		for _, d := range pending {
-			if time.Since(d.at) < deferredFor && !isClosed(nw.stop) {
-				nw.claim(d.a)
+			if time.Since(d.at) < deferredFor && !isClosed(l.stop) {
+				l.claim(d.a)
 			}
 		}
 	}()
@@ -248,12 +326,12 @@ func (nw *Network) claimDeferred() {
 // would hear nothing. The reply is the kernel's own answer, sent for it
 // from the bridge, and the kernel is given the neighbour entry it would
 // have made from the request (stale: it checks it when it next uses it).
-func (nw *Network) answerGateway(a arpSeen) {
-	if !a.request || a.target != nw.n.Gateway {
+func (l *Learner) answerGateway(a arpSeen) {
+	if !a.request || a.target != l.n.Gateway {
 		return
 	}
-	err := nw.inNS(func() error {
-		br, err := vnl.LinkByName(nw.n.Bridge())
+	err := l.inNS(func() error {
+		br, err := vnl.LinkByName(l.n.Bridge())
 		if err != nil {
 			return err
 		}
@@ -262,11 +340,11 @@ func (nw *Network) answerGateway(a arpSeen) {
 		if err := vnl.NeighSet(nb); err != nil {
 			return fmt.Errorf("the neighbour entry: %w", err)
 		}
-		return sendARPReply(br.Attrs().Index, br.Attrs().HardwareAddr, nw.n.Gateway, a.mac, a.ip)
+		return sendARPReply(br.Attrs().Index, br.Attrs().HardwareAddr, l.n.Gateway, a.mac, a.ip)
 	})
 	if err != nil {
-		if ok, n := nw.learnLog.Allow(nw.alloc.Now()); ok {
-			nw.log.Info("address learner: answering for the gateway", "mac", a.mac.String(), "ip", a.ip, "err", err, "suppressed", n)
+		if ok, n := l.logLimit.Allow(l.alloc.Now()); ok {
+			l.log.Info("address learner: answering for the gateway", "mac", a.mac.String(), "ip", a.ip, "err", err, "suppressed", n)
 		}
 	}
 }
@@ -305,10 +383,10 @@ func sendARPReply(index int, mac net.HardwareAddr, ip netip.Addr, toMAC net.Hard
 // onBridge tells whether an NFLOG packet's devices are this network's
 // bridge or one of its ports (with bridge netfilter, indev is the bridge
 // and physin the port; without it, indev is the port).
-func (nw *Network) onBridge(indev, physin uint32) bool {
+func (l *Learner) onBridge(indev, physin uint32) bool {
 	var ok bool
-	nw.inNS(func() error {
-		br, err := vnl.LinkByName(nw.n.Bridge())
+	l.inNS(func() error {
+		br, err := vnl.LinkByName(l.n.Bridge())
 		if err != nil {
 			return err
 		}
@@ -330,80 +408,80 @@ func (nw *Network) onBridge(indev, physin uint32) bool {
 // learn binds ip to mac if the allocator lets it (Learn), and has the
 // guard, the VMs' egress policies and the forwards follow; it tells
 // whether ip is mac's now.
-func (nw *Network) learn(mac net.HardwareAddr, ip netip.Addr) bool {
-	if slices.Contains(nw.alloc.BoundTo(mac), ip) {
+func (l *Learner) learn(mac net.HardwareAddr, ip netip.Addr) bool {
+	if slices.Contains(l.alloc.BoundTo(mac), ip) {
 		// Bound already (a copy that raced the binding): the guard
 		// may lag.
-		nw.guard.SyncMAC(context.Background(), mac)
+		l.guard.SyncMAC(context.Background(), mac)
 		return true
 	}
 	refuse := func(err error) {
-		if ok, n := nw.learnLog.Allow(nw.alloc.Now()); ok {
-			nw.log.Info("address learner: refused", "mac", mac.String(), "ip", ip, "err", err, "suppressed", n)
+		if ok, n := l.logLimit.Allow(l.alloc.Now()); ok {
+			l.log.Info("address learner: refused", "mac", mac.String(), "ip", ip, "err", err, "suppressed", n)
 		}
 	}
 	switch {
-	case !nw.hostsKnown.Load():
+	case !l.known.Load():
 		// Until the controller told the network its VMs (their fixed
 		// addresses, which VMs are attached), an address may look free
 		// that is a VM file's or an attached VM's kept lease.
 		refuse(errors.New("the network's VMs are not known yet"))
 		return false
-	case !nw.learnHeld(mac):
+	case !l.learnHeld(mac):
 		refuse(fmt.Errorf("it learned an address less than %v ago", learnHold))
 		return false
-	case !nw.allPortsGuarded():
+	case !l.allPortsGuarded():
 		// A port the guard does not check (spoofCheck: false, a link the
 		// user attached) may use addresses the allocator does not know.
 		refuse(errors.New("a port of the bridge is not guarded"))
 		return false
 	}
-	if _, err := nw.alloc.Learn(mac, ip); err != nil {
+	if _, err := l.alloc.Learn(mac, ip); err != nil {
 		refuse(err)
 		return false
 	}
-	nw.learned(mac)
-	if ok, n := nw.learnLog.Allow(nw.alloc.Now()); ok {
-		nw.log.Info("address learner: bound", "mac", mac.String(), "ip", ip, "suppressed", n)
+	l.learned(mac)
+	if ok, n := l.logLimit.Allow(l.alloc.Now()); ok {
+		l.log.Info("address learner: bound", "mac", mac.String(), "ip", ip, "suppressed", n)
 	}
-	nw.bound(mac)
-	if nw.onLease != nil {
-		nw.onLease("address-learned", nw.n.ID, mac.String(), ip)
+	l.bound(mac)
+	if l.onLease != nil {
+		l.onLease("address-learned", l.n.ID, mac.String(), ip)
 	}
 	return true
 }
 
 // learnHeld tells whether mac may learn an address now: learnHold after
 // the last it learned (a refused claim holds nothing up).
-func (nw *Network) learnHeld(mac net.HardwareAddr) bool {
-	nw.learnMu.Lock()
-	defer nw.learnMu.Unlock()
-	t, ok := nw.learnedAt[mac.String()]
-	return !ok || nw.alloc.Now().Sub(t) >= learnHold
+func (l *Learner) learnHeld(mac net.HardwareAddr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.learnedAt[mac.String()]
+	return !ok || l.alloc.Now().Sub(t) >= learnHold
 }
 
 // learned records that mac learned an address now (learnHeld).
-func (nw *Network) learned(mac net.HardwareAddr) {
-	nw.learnMu.Lock()
-	defer nw.learnMu.Unlock()
-	now := nw.alloc.Now()
-	if nw.learnedAt == nil {
-		nw.learnedAt = map[string]time.Time{}
+func (l *Learner) learned(mac net.HardwareAddr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.alloc.Now()
+	if l.learnedAt == nil {
+		l.learnedAt = map[string]time.Time{}
 	}
-	for m, t := range nw.learnedAt { // bounded: old entries go
+	for m, t := range l.learnedAt { // bounded: old entries go
 		if now.Sub(t) >= learnHold {
-			delete(nw.learnedAt, m)
+			delete(l.learnedAt, m)
 		}
 	}
-	nw.learnedAt[mac.String()] = now
+	l.learnedAt[mac.String()] = now
 }
 
 // allPortsGuarded tells whether the guard checks every port of the
 // network's bridge.
-func (nw *Network) allPortsGuarded() bool {
+func (l *Learner) allPortsGuarded() bool {
 	var ok bool
-	nw.inNS(func() error {
-		br, err := vnl.LinkByName(nw.n.Bridge())
+	l.inNS(func() error {
+		br, err := vnl.LinkByName(l.n.Bridge())
 		if err != nil {
 			return err
 		}
@@ -411,7 +489,7 @@ func (nw *Network) allPortsGuarded() bool {
 		if err != nil {
 			return err
 		}
-		guarded, err := guard.GuardedPorts(nw.n.ID)
+		guarded, err := guard.GuardedPorts(l.n.ID)
 		if err != nil {
 			return err
 		}
