@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 	"sync"
 
 	"github.com/google/nftables"
@@ -71,4 +72,23 @@ func SetElements(family nftables.TableFamily, id, name string) ([]nftables.SetEl
 		return nil, err
 	}
 	return conn.GetSetElements(set)
+}
+
+// TableListing returns nft's listing of network id's table of a family
+// (`nft list table`), or "" without one. It is the one text read of a
+// table: the drift check compares the rules as nft lists them with the
+// rules as they were written through nft (knftables); everything else is
+// read through netlink (SetElements, TableComment, ...).
+func TableListing(ctx context.Context, family knftables.Family, id string) (string, error) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		return "", nil
+	}
+	out, err := exec.CommandContext(ctx, "nft", "list", "table", string(family), TableName(id)).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "No such file or directory") {
+			return "", nil
+		}
+		return "", fmt.Errorf("nft list table %s %s: %w", family, TableName(id), err)
+	}
+	return string(out), nil
 }

@@ -360,7 +360,7 @@ func Inspect(ctx context.Context, id string) (*State, error) {
 			}
 		}
 	}
-	if s.Table, err = tableRuleset(ctx, knftables.InetFamily, id); err != nil {
+	if s.Table, err = hostnet.TableListing(ctx, knftables.InetFamily, id); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -436,7 +436,7 @@ func checkBridge(n *api.Network) []error {
 // checkTable is Check's part for n's nftables table: there, marked, with
 // exactly the rules nftRules gives.
 func checkTable(ctx context.Context, n *api.Network) []error {
-	listing, err := tableRuleset(ctx, knftables.InetFamily, n.ID)
+	listing, err := hostnet.TableListing(ctx, knftables.InetFamily, n.ID)
 	switch {
 	case err != nil:
 		return []error{err}

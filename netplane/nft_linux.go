@@ -218,19 +218,3 @@ func namedCounters(_ context.Context, family knftables.Family, id, prefix string
 	}
 	return out, nil
 }
-
-// tableRuleset returns `nft list table` of network id's table of a family,
-// or "" without one.
-func tableRuleset(ctx context.Context, family knftables.Family, id string) (string, error) {
-	if _, err := exec.LookPath("nft"); err != nil {
-		return "", nil
-	}
-	out, err := exec.CommandContext(ctx, "nft", "list", "table", string(family), hostnet.TableName(id)).CombinedOutput()
-	if err != nil {
-		if strings.Contains(string(out), "No such file or directory") {
-			return "", nil
-		}
-		return "", fmt.Errorf("nft list table %s %s: %w", family, hostnet.TableName(id), err)
-	}
-	return string(out), nil
-}
