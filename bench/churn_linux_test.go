@@ -2,8 +2,10 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,12 +126,19 @@ func TestChurn(t *testing.T) {
 		}
 		prev = n
 		var att, det, passAtt, passDet []time.Duration
+		_, phases := lastPass(t, ns)
+		phasesAtt, phasesDet := map[string]float64{}, map[string]float64{}
 		for range reps {
 			att = append(att, must(vmnetctl("up", "-f", one, "-p", "one")))
-			passAtt = append(passAtt, lastPass(t, ns))
+			d, ph := lastPass(t, ns)
+			passAtt = append(passAtt, d)
+			addDelta(phasesAtt, ph, phases)
 			det = append(det, must(vmnetctl("down", "-p", "one")))
-			passDet = append(passDet, lastPass(t, ns))
+			d, phases = lastPass(t, ns)
+			passDet = append(passDet, d)
+			addDelta(phasesDet, phases, ph)
 		}
+		t.Logf("%d VMs: the passes' steps, ms an attach: %s; a detach: %s", n, perRep(phasesAtt, reps), perRep(phasesDet, reps))
 		r.attachP50, r.attachP99 = quantile(att, 0.5), quantile(att, 0.99)
 		r.detachP50, r.detachP99 = quantile(det, 0.5), quantile(det, 0.99)
 		r.passAtt, r.passDet = quantile(passAtt, 0.5), quantile(passDet, 0.5)
@@ -191,21 +200,56 @@ func scrape(t *testing.T, ns *testutil.NS) time.Duration {
 }
 
 // lastPass is how long the controller's last pass took
-// (vmnetctl_reconcile_duration_seconds).
-func lastPass(t *testing.T, ns *testutil.NS) time.Duration {
+// (vmnetctl_reconcile_duration_seconds), and the seconds all passes spent
+// in each step (vmnetctl_reconcile_phase_seconds_total).
+func lastPass(t *testing.T, ns *testutil.NS) (time.Duration, map[string]float64) {
 	out, _ := metrics(t, ns)
+	var last time.Duration
+	found := false
+	phases := map[string]float64{}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "vmnetctl_reconcile_duration_seconds "); ok {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "vmnetctl_reconcile_duration_seconds "); ok {
 			s, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return time.Duration(s * float64(time.Second))
+			last, found = time.Duration(s*float64(time.Second)), true
+		}
+		if rest, ok := strings.CutPrefix(line, `vmnetctl_reconcile_phase_seconds_total{phase="`); ok {
+			phase, v, _ := strings.Cut(rest, `"} `)
+			s, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			phases[phase] = s
 		}
 	}
-	t.Fatal("no vmnetctl_reconcile_duration_seconds in the metrics")
-	return 0
+	if !found {
+		t.Fatal("no vmnetctl_reconcile_duration_seconds in the metrics")
+	}
+	return last, phases
+}
+
+// addDelta adds to sum each step's seconds in now less those in before.
+func addDelta(sum, now, before map[string]float64) {
+	for k, v := range now {
+		sum[k] += v - before[k]
+	}
+}
+
+// perRep is each step's time in sum, in ms per repetition, the longest
+// first ("start 11.2, desired 4.6, ...").
+func perRep(sum map[string]float64, reps int) string {
+	keys := slices.SortedFunc(maps.Keys(sum), func(a, b string) int { return cmp.Compare(sum[b], sum[a]) })
+	var parts []string
+	for _, k := range keys {
+		if ms := 1000 * sum[k] / float64(reps); ms >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", k, ms))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // controllerUsage is the resident memory and threads of the controller of

@@ -162,6 +162,8 @@ var (
 		"Reconciles by result (success or error).", []string{"result"}, nil)
 	descReconcileDuration = prometheus.NewDesc("vmnetctl_reconcile_duration_seconds",
 		"How long the latest reconcile took.", nil, nil)
+	descReconcilePhase = prometheus.NewDesc("vmnetctl_reconcile_phase_seconds_total",
+		"Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, forwards, claims, start (the helpers'), ports, commit.", []string{"phase"}, nil)
 	descLastSuccess = prometheus.NewDesc("vmnetctl_last_successful_reconcile_timestamp_seconds",
 		"When a reconcile last succeeded, as a Unix time.", nil, nil)
 	descBuildInfo = prometheus.NewDesc("vmnetctl_build_info",
@@ -186,7 +188,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDHCPSpoofed, descDHCPLimited, descDNSQueries, descDNSResponses,
 		descRAs, descRSs, descIPv6Addrs, descIPv6Conflicts, descEgressDenied, descNeighLimited, descTunnelPeers, descTunnelMACs, descTunnelBytes, descTunnelDropped, descTunnelBGP,
 		descWireGuardHandshake, descWireGuardBytes,
-		descReconciles, descReconcileDuration, descLastSuccess, descBuildInfo,
+		descReconciles, descReconcileDuration, descReconcilePhase, descLastSuccess, descBuildInfo,
 	} {
 		ch <- d
 	}
@@ -209,6 +211,10 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.reconciles["success"]+c.reconciles["error"] > 0 {
 		emit(descReconcileDuration, prometheus.GaugeValue, c.lastReconcileTime.Seconds())
+	}
+	spent := c.progress.spentIn()
+	for _, id := range slices.Sorted(maps.Keys(phases)) {
+		emit(descReconcilePhase, prometheus.CounterValue, spent[id].Seconds(), id)
 	}
 	if !c.lastOK.IsZero() {
 		emit(descLastSuccess, prometheus.GaugeValue, unixSeconds(c.lastOK))

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -12,28 +13,67 @@ import (
 // slowShown bounds Progress.Slow.
 const slowShown = 5
 
-// progress tracks the reconcile loop (its phases) and the helpers a pass
-// starts.
+// The steps of a pass, by the label of their time in the metrics
+// (vmnetctl_reconcile_phase_seconds_total), with what `up` and /healthz
+// show of them.
+var phases = map[string]string{
+	"desired":  "reading the desired state",
+	"stop":     "stopping helpers",
+	"repair":   "repairing networks",
+	"networks": "networks",
+	"names":    "names and reservations",
+	"forwards": "port forwards",
+	"claims":   "claiming the VMs' MACs",
+	"start":    "starting helpers",
+	"ports":    "checking ports",
+	"commit":   "recording the state",
+}
+
+// progress tracks the reconcile loop (its phases, and the time each took
+// in all) and the helpers a pass starts.
 type progress struct {
 	mu       sync.Mutex
 	p        ctlapi.Progress
 	starting map[string]time.Time
+	// phase is the step that runs (a key of phases), since phaseAt;
+	// spent the time every step took, all passes together.
+	phase   string
+	phaseAt time.Time
+	spent   map[string]time.Duration
+	clock   func() time.Time // time.Now if nil (tests set it)
 }
 
-// phase records the step of the pass that begins now; "" when the pass
-// ends.
-func (t *progress) phase(name string) {
+// enter records that step id (a key of phases) of the pass begins now;
+// "" when the pass ends.
+func (t *progress) enter(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
+	if t.clock != nil {
+		now = t.clock()
+	}
+	if t.phase != "" {
+		if t.spent == nil {
+			t.spent = map[string]time.Duration{}
+		}
+		t.spent[t.phase] += now.Sub(t.phaseAt)
+	}
+	t.phase, t.phaseAt = id, now
 	switch {
-	case name == "":
+	case id == "":
 		t.p, t.starting = ctlapi.Progress{}, nil
 		return
 	case t.p.Phase == "":
 		t.p.Since = now
 	}
-	t.p.Phase, t.p.Moved = name, now
+	t.p.Phase, t.p.Moved = cmp.Or(phases[id], id), now
+}
+
+// spentIn is the time the passes spent in each step, all together.
+func (t *progress) spentIn() map[string]time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.spent)
 }
 
 // begin counts the n helpers this pass starts.
