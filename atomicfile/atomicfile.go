@@ -20,10 +20,19 @@ type Options struct {
 	// of two processes placing one at once the first wins (a key made
 	// once). Else the new content replaces the old.
 	Keep bool
+	// NoSync places the file as atomically (a reader, or the writer's
+	// successor after a crash of the process, finds the old content or
+	// the new) but syncs neither it nor its directory: for a record of
+	// running processes, which a power loss ends anyway. After one the
+	// file may be missing, old or empty, and its reader must take an
+	// unreadable one for none. A sync costs milliseconds, and a
+	// controller writes such a record on every attach.
+	NoSync bool
 }
 
 // Write puts data at path: written to a temporary file beside it, synced,
-// then renamed (or linked, with Keep) into place, and the directory synced.
+// then renamed (or linked, with Keep) into place, and the directory synced
+// (neither synced with NoSync).
 func Write(path string, data []byte, o Options) error {
 	f, err := Create(path, data, o)
 	if err != nil {
@@ -60,8 +69,10 @@ func Create(path string, data []byte, o Options) (*os.File, error) {
 	if err := tmp.Chmod(o.Perm); err != nil {
 		return fail(err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
+	if !o.NoSync {
+		if err := tmp.Sync(); err != nil {
+			return fail(err)
+		}
 	}
 	if o.Keep {
 		// A link fails on an existing file, where a rename replaces it.
@@ -70,6 +81,9 @@ func Create(path string, data []byte, o Options) (*os.File, error) {
 		}
 	} else if err := os.Rename(tmp.Name(), path); err != nil {
 		return fail(err)
+	}
+	if o.NoSync {
+		return tmp, nil
 	}
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()

@@ -8,7 +8,8 @@ import (
 
 // TestWrite: a file is replaced whole with its mode, in a directory made
 // with its own; nothing is left beside it; with Keep, the first file
-// stays; Create's file takes more after the data.
+// stays; Create's file takes more after the data; NoSync replaces it as
+// Write does.
 func TestWrite(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "sub")
 	path := filepath.Join(dir, "f")
@@ -52,6 +53,12 @@ func TestWrite(t *testing.T) {
 	}
 	if fi, _ := os.Stat(path); fi.Mode() != 0o600 {
 		t.Errorf("default mode %v, want 0600", fi.Mode())
+	}
+	if err := Write(path, []byte("five"), Options{NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "five" {
+		t.Errorf("NoSync: %q, want %q", got, "five")
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Errorf("left beside the file: %v", ents)

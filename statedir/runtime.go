@@ -110,7 +110,7 @@ func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
 		return nil
 	}
 	w.last = nil
-	if err := d.writeFile(runtimeFile, data); err != nil {
+	if err := d.writeProcessRecord(runtimeFile, data); err != nil {
 		return err
 	}
 	w.last, w.helpers, w.projects = data, helpers, projects
@@ -162,7 +162,7 @@ func runRecordFile(project string) string { return filepath.Join(runDir, project
 
 // SaveRunHelpers records the helpers `vmnetctl run` started for project.
 func (d Dir) SaveRunHelpers(project string, recs []HelperRecord) error {
-	return d.writeJSON(runRecordFile(project), recs)
+	return d.writeProcessJSON(runRecordFile(project), recs)
 }
 
 // RunHelpers returns the helpers `vmnetctl run` recorded for project.
@@ -193,7 +193,7 @@ func helperIntentFile(key string) string {
 // SaveHelperIntent records that in.Starter is about to start the helper of
 // attachment in.Key.
 func (d Dir) SaveHelperIntent(in HelperIntent) error {
-	return d.writeJSON(helperIntentFile(in.Key), in)
+	return d.writeProcessJSON(helperIntentFile(in.Key), in)
 }
 
 // HelperIntents are the recorded intents (SaveHelperIntent); unreadable

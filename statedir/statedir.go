@@ -256,8 +256,20 @@ func (l *Lock) Unlock() error { return l.f.Close() }
 // writeFile replaces a file of the state dir atomically: readers see the old
 // content or the new, never a part, even if the writer crashes.
 func (d Dir) writeFile(name string, data []byte) error {
+	return d.write(name, data, atomicfile.Options{DirPerm: 0o750})
+}
+
+// writeProcessRecord is writeFile of a record of running processes
+// (runtime.json, run's helpers, a helper's intent), not synced: a power
+// loss ends what it records, and its readers take an unreadable record
+// for none (atomicfile.Options.NoSync).
+func (d Dir) writeProcessRecord(name string, data []byte) error {
+	return d.write(name, data, atomicfile.Options{DirPerm: 0o750, NoSync: true})
+}
+
+func (d Dir) write(name string, data []byte, o atomicfile.Options) error {
 	path := d.file(name)
-	if err := atomicfile.Write(path, data, atomicfile.Options{DirPerm: 0o750}); err != nil {
+	if err := atomicfile.Write(path, data, o); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
@@ -265,11 +277,29 @@ func (d Dir) writeFile(name string, data []byte) error {
 
 // writeJSON stores v as indented JSON, atomically.
 func (d Dir) writeJSON(name string, v any) error {
+	data, err := marshalIndent(name, v)
+	if err != nil {
+		return err
+	}
+	return d.writeFile(name, data)
+}
+
+// writeProcessJSON is writeJSON of a record of running processes
+// (writeProcessRecord).
+func (d Dir) writeProcessJSON(name string, v any) error {
+	data, err := marshalIndent(name, v)
+	if err != nil {
+		return err
+	}
+	return d.writeProcessRecord(name, data)
+}
+
+func marshalIndent(name string, v any) ([]byte, error) {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encoding %s: %w", name, err)
+		return nil, fmt.Errorf("encoding %s: %w", name, err)
 	}
-	return d.writeFile(name, append(data, '\n'))
+	return append(data, '\n'), nil
 }
 
 // readJSON loads a JSON file of the state dir into v; found is false when
