@@ -40,10 +40,9 @@ type Backend interface {
 	// ClaimPorts reserves, on network n, each attachment's MAC (derived
 	// or pinned) for its port, before the helpers start: no other VM's
 	// port may send from it. atts are all of n's attachments; a port
-	// of one no longer there loses its claim. reread reads the claims
-	// from the kernel rather than trusting what this process last wrote
-	// (a full pass: a change behind its back).
-	ClaimPorts(ctx context.Context, n *api.Network, atts []*api.Attachment, reread bool) error
+	// of one no longer there loses its claim. o says what is read first
+	// (nettypes.ClaimOptions).
+	ClaimPorts(ctx context.Context, n *api.Network, atts []*api.Attachment, o ClaimOptions) error
 	// HelperCommand is the command line of the helper for one attachment.
 	HelperCommand(s HelperSpec) ([]string, error)
 	// HelperEnv is what the helper's environment adds to the controller's,
@@ -181,6 +180,7 @@ type (
 	DHCPStats     = nettypes.DHCPStats
 	DNSStats      = nettypes.DNSStats
 	FRRError      = nettypes.FRRError
+	ClaimOptions  = nettypes.ClaimOptions
 )
 
 // ForwardKey names a port forward (nettypes.ForwardKey).

@@ -131,12 +131,16 @@ type Controller struct {
 	// triggers a reconcile.
 	watchedHolders map[int]bool
 	helpers        map[string]*helperProc
-	applied        *spec.Desired
-	appliedN       *statedir.NetworksSnapshot
-	appliedP       []*statedir.Project
-	lastErr        error
-	lastOK         time.Time
-	started        time.Time
+	// portsGone are the networks some port of which may have gone since
+	// their last claims (a helper stopped or exited): the next claims
+	// look for the guards of gone ports there (nettypes.ClaimOptions).
+	portsGone map[string]bool
+	applied   *spec.Desired
+	appliedN  *statedir.NetworksSnapshot
+	appliedP  []*statedir.Project
+	lastErr   error
+	lastOK    time.Time
+	started   time.Time
 
 	// Reconcile bookkeeping for metrics.
 	reconciles        map[string]uint64 // by result: "success", "error"
@@ -172,7 +176,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
-		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{},
+		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{}, portsGone: map[string]bool{},
 		degraded: map[string]string{}, strays: true, repairs: map[string]uint64{}, repairRetry: map[string]*repairRetry{}, watchedHolders: map[int]bool{},
 		reconciles: map[string]uint64{},
 		kickc:      make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), started: time.Now()}, nil

@@ -75,6 +75,9 @@ func (c *Controller) launchHelper(ctx context.Context, a *spec.Attachment, n *ap
 // controller stopped it.
 func (c *Controller) kickWhenExits(h *helperProc) {
 	<-h.exited
+	c.mu.Lock()
+	c.portsGone[h.rec.Network] = true
+	c.mu.Unlock()
 	if !h.stopped.Load() {
 		c.kick()
 	}

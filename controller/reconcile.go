@@ -215,6 +215,7 @@ func (c *Controller) takeStopping(plan *spec.Plan, desired *spec.Desired) []*hel
 	for key, h := range c.helpers {
 		h.leaving = !wanted[key]
 		if h.leaving || gone[key] {
+			c.portsGone[h.rec.Network] = true
 			h.stopped.Store(true)
 			out = append(out, h)
 			delete(c.helpers, key)
@@ -521,8 +522,16 @@ func (c *Controller) claimPorts(ctx context.Context, desired *spec.Desired, scop
 		if c.nets[n.ID] == nil {
 			continue
 		}
-		if err := c.be.ClaimPorts(ctx, n, byNet[n.ID], again || scope.has(n.ID)); err != nil {
+		o := backend.ClaimOptions{Reread: again || scope.has(n.ID), PortsGone: c.portsGone[n.ID]}
+		if err := c.be.ClaimPorts(ctx, n, byNet[n.ID], o); err != nil {
 			errs = append(errs, fmt.Errorf("network %q: claiming the VMs' MACs: %w", n.ID, err))
+			continue
+		}
+		delete(c.portsGone, n.ID)
+	}
+	for id := range c.portsGone {
+		if desired.Network(id) == nil { // gone with its guard
+			delete(c.portsGone, id)
 		}
 	}
 	return errs

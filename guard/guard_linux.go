@@ -18,6 +18,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
 // The guard: anti-spoofing for the VM ports of shared and host networks,
@@ -428,15 +429,22 @@ func RemovePort(ctx context.Context, n *api.Network, port string) error {
 // VM sent a frame. A port that learned another port's expected MAC (before
 // it was claimed) forgets it: its frames from it are dropped. The
 // controller calls it on every pass, before it starts helpers; it changes
-// nothing when the sets are already so. Unless reread, it changes the
-// sets from what it last wrote to them in this process (claimsMemo).
-func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.HardwareAddr, reread bool) error {
+// nothing when the sets are already so. Unless o.Reread, it changes the
+// sets from what it last wrote to them in this process (claimsMemo); with
+// o.Reread or o.PortsGone it removes the guards of ports that are gone
+// (goneGuards reads every port's: a pass that only attaches VMs costs
+// the same however many there are).
+func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.HardwareAddr, o nettypes.ClaimOptions) error {
 	if !Guarded(n) {
 		return nil
 	}
-	gone, err := goneGuards(n.ID)
-	if err != nil {
-		return err
+	reread := o.Reread
+	var gone []portGuard
+	if o.Reread || o.PortsGone {
+		var err error
+		if gone, err = goneGuards(n.ID); err != nil {
+			return err
+		}
 	}
 	owns, owner := map[PortMAC]bool{}, map[string]string{}
 	for port, mac := range expected {

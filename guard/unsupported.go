@@ -9,6 +9,7 @@ import (
 	"net/netip"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
 // The guard is Linux's: on other systems vmnet (through vmnet-helper) is
@@ -18,7 +19,7 @@ func AddPort(context.Context, *api.Network, string, net.HardwareAddr) error {
 	return errors.ErrUnsupported
 }
 func RemovePort(context.Context, *api.Network, string) error { return errors.ErrUnsupported }
-func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr, bool) error {
+func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr, nettypes.ClaimOptions) error {
 	return errors.ErrUnsupported
 }
 func BindAddress(context.Context, *api.Network, net.HardwareAddr, netip.Addr) error {

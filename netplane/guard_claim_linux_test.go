@@ -16,6 +16,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -84,7 +85,7 @@ func TestGuardClaims(t *testing.T) {
 	// A and B are the controller's, with their MACs; C is a helper of
 	// its own (any MAC works).
 	host.MustDo(t, func() error {
-		return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB}, false)
+		return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": macB}, nettypes.ClaimOptions{PortsGone: true})
 	})
 	drops := func(name string) uint64 {
 		var d map[string]uint64
@@ -158,7 +159,7 @@ func TestGuardClaims(t *testing.T) {
 	// whose frames from it are then dropped; from its memo too (which
 	// knows nothing of what C learned: it looks the new MAC up).
 	host.MustDo(t, func() error {
-		return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": free2}, false)
+		return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-a": macA, "p-b": free2}, nettypes.ClaimOptions{PortsGone: true})
 	})
 	st := state()
 	if st.Learned["p-c"] != "" || !st.Claimed[free2.String()] || !st.Owns[guard.PortMAC{MAC: free2.String(), Port: "p-b"}] || st.Owns[guard.PortMAC{MAC: macB.String(), Port: "p-b"}] {
@@ -278,7 +279,7 @@ func TestGuardStalePort(t *testing.T) {
 		host.MustRun(t, "ip", "link", "del", port) // the helper exits
 	}
 	host.MustDo(t, func() error {
-		if err := guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"vmt-claimed": mac}, true); err != nil {
+		if err := guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"vmt-claimed": mac}, nettypes.ClaimOptions{Reread: true}); err != nil {
 			return err
 		}
 		for port, want := range map[string]bool{"vmt-claimed": true, "vmt-other": false} {
@@ -293,7 +294,8 @@ func TestGuardStalePort(t *testing.T) {
 // TestClaimsWhenVMsGo: ClaimPorts without an attachment's MAC (its VM
 // detached), reading only that attachment's port: the MAC stays claimed
 // while its port still holds it (the helper not gone yet), leaves once the
-// port went, and an expected MAC its port never used leaves at once; the
+// port went (looked for when a pass is told ports may have gone), and an
+// expected MAC its port never used leaves at once; the
 // other VM's claim stays throughout. Then another port may learn the MAC.
 func TestClaimsWhenVMsGo(t *testing.T) {
 	needRoot(t)
@@ -303,9 +305,13 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 	a := plugLearning(t, host, n, "p-a", testutil.NewNS(t, "cg-a"))
 	plugLearning(t, host, n, "p-b", testutil.NewNS(t, "cg-b"))
 	c := plugLearning(t, host, n, "p-c", testutil.NewNS(t, "cg-c"))
+	claimWith := func(o nettypes.ClaimOptions, expected map[string]net.HardwareAddr) {
+		t.Helper()
+		host.MustDo(t, func() error { return guard.ClaimPorts(ctx, n, expected, o) })
+	}
 	claim := func(expected map[string]net.HardwareAddr) {
 		t.Helper()
-		host.MustDo(t, func() error { return guard.ClaimPorts(ctx, n, expected, false) })
+		claimWith(nettypes.ClaimOptions{PortsGone: true}, expected)
 	}
 	// learns has port's VM send from mac and waits for the port to hold it.
 	learns := func(port string, vm *testutil.RawSender, mac net.HardwareAddr) {
@@ -330,8 +336,14 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 	if st.Claimed[macB.String()] || st.ExpectedMACs[macB.String()] || len(st.Owns) != 0 {
 		t.Fatalf("B detached: claimed %v, expected %v, owns %v", st.Claimed, st.ExpectedMACs, st.Owns)
 	}
-	// A's port goes with its helper: the MAC is free.
+	// A's port goes with its helper: the MAC is free once a pass is told
+	// that ports may have gone; one that only attaches reads no other
+	// port's guard, and A's stays.
 	host.MustRun(t, "ip", "link", "del", "p-a")
+	claimWith(nettypes.ClaimOptions{}, map[string]net.HardwareAddr{"p-b": macC})
+	if st = state(); !st.Claimed[macA.String()] {
+		t.Fatalf("A's port gone, no pass told of it: claimed %v, want %s still (not looked for)", st.Claimed, macA)
+	}
 	claim(map[string]net.HardwareAddr{"p-b": macC})
 	st = state()
 	if st.Claimed[macA.String()] || !st.Claimed[macC.String()] {
@@ -437,7 +449,9 @@ func TestClaimsWhenPortMoves(t *testing.T) {
 	host, n, state := claimLab(t, "cm", "10.200.63.0/24")
 	mac := mustMAC("52:55:55:00:63:0a")
 	old := plugLearning(t, host, n, "p-old", testutil.NewNS(t, "cm-old"))
-	host.MustDo(t, func() error { return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-old": mac}, false) })
+	host.MustDo(t, func() error {
+		return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-old": mac}, nettypes.ClaimOptions{PortsGone: true})
+	})
 	old.Send(t, claimFrame(mac))
 	testutil.Eventually(t, 5*time.Second, func() error {
 		if got := state().Learned["p-old"]; got != mac.String() {
@@ -445,7 +459,9 @@ func TestClaimsWhenPortMoves(t *testing.T) {
 		}
 		return nil
 	}, "p-old to learn its MAC")
-	host.MustDo(t, func() error { return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-new": mac}, false) })
+	host.MustDo(t, func() error {
+		return guard.ClaimPorts(ctx, n, map[string]net.HardwareAddr{"p-new": mac}, nettypes.ClaimOptions{PortsGone: true})
+	})
 	if st := state(); st.Learned["p-old"] != "" || !st.Owns[guard.PortMAC{MAC: mac.String(), Port: "p-new"}] {
 		t.Errorf("after the MAC moved to p-new: p-old holds %q, owns %v", st.Learned["p-old"], st.Owns)
 	}

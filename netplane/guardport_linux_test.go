@@ -10,6 +10,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -180,7 +181,7 @@ func TestGuardReused(t *testing.T) {
 	host.MustRun(t, "ip", "link", "add", "p-r", "type", "veth", "peer", "name", "p-s")
 	idx := portIndex(t, host, "p-r")
 	host.MustDo(t, func() error {
-		return guard.ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"p-r": mustMAC(own)}, true)
+		return guard.ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"p-r": mustMAC(own)}, nettypes.ClaimOptions{Reread: true})
 	})
 	guardPort := func() {
 		t.Helper()
@@ -231,7 +232,7 @@ func TestPruneGuards(t *testing.T) {
 		gone = append(gone, port)
 	}
 	host.MustDo(t, func() error {
-		return guard.ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"vmt-x": mustMAC(expected)}, true)
+		return guard.ClaimPorts(context.Background(), n, map[string]net.HardwareAddr{"vmt-x": mustMAC(expected)}, nettypes.ClaimOptions{Reread: true})
 	})
 	index := map[string]string{}
 	for port, mac := range ports {
@@ -306,7 +307,9 @@ func TestClaimsMemo(t *testing.T) {
 	macA, macB := mustMAC("52:55:55:00:13:0a"), mustMAC("52:55:55:00:13:0b")
 	claim := func(reread bool, expected map[string]net.HardwareAddr) {
 		t.Helper()
-		host.MustDo(t, func() error { return guard.ClaimPorts(context.Background(), n, expected, reread) })
+		host.MustDo(t, func() error {
+			return guard.ClaimPorts(context.Background(), n, expected, nettypes.ClaimOptions{Reread: reread, PortsGone: true})
+		})
 	}
 	owns := func(mac net.HardwareAddr, port string) bool {
 		return setHas(t, host, n.ID, guard.SetOwns, mac.String(), ".", `"`+port+`"`)

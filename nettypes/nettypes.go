@@ -101,6 +101,20 @@ type WireGuardPeer struct {
 	TxBytes uint64 `json:"txBytes"`
 }
 
+// ClaimOptions say how much of a network's guard a pass of the controller
+// reads before it claims the VMs' MACs (backend.ClaimPorts).
+type ClaimOptions struct {
+	// Reread reads the claims from the kernel rather than trusting what
+	// the controller last wrote (a full pass: a change behind its back).
+	Reread bool
+	// PortsGone says that some of the network's ports may have gone since
+	// the last claims (a helper stopped or exited, an attachment left):
+	// the guards of ports that have no link any more are looked for and
+	// removed. Without it, or Reread, a pass that only attaches VMs reads
+	// none of the other ports' guards.
+	PortsGone bool
+}
+
 // Forward is one port forward of an attachment (api.PortForward), to the
 // VM with MAC on the network.
 type Forward struct {

@@ -62,14 +62,14 @@ func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.
 
 // ClaimPorts claims each attachment's MAC for its helper's TAP in n's
 // guard (guard.ClaimPorts).
-func (Backend) ClaimPorts(ctx context.Context, n *api.Network, atts []*api.Attachment, reread bool) error {
+func (Backend) ClaimPorts(ctx context.Context, n *api.Network, atts []*api.Attachment, o backend.ClaimOptions) error {
 	expected := map[string]net.HardwareAddr{}
 	for _, a := range atts {
 		if mac, err := net.ParseMAC(a.MAC); err == nil {
 			expected[TapName(a)] = mac
 		}
 	}
-	return guard.ClaimPorts(ctx, n, expected, reread)
+	return guard.ClaimPorts(ctx, n, expected, o)
 }
 
 // StoredLeases reads n's lease file under o.LeaseDir (netplane.LeaseFile).

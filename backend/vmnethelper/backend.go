@@ -115,7 +115,7 @@ func (Backend) Cleanup(*api.Attachment) error { return nil }
 func (Backend) EnsurePorts(context.Context, *api.Network, []backend.Port) error { return nil }
 
 // ClaimPorts has nothing to do: vmnet gives each VM its MAC.
-func (Backend) ClaimPorts(context.Context, *api.Network, []*api.Attachment, bool) error {
+func (Backend) ClaimPorts(context.Context, *api.Network, []*api.Attachment, backend.ClaimOptions) error {
 	return nil
 }
 

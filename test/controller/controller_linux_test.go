@@ -5,6 +5,7 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -576,4 +577,47 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestDetachRemovesItsGuard: `down` of one VM's project removes its port's
+// guard in the pass that detached it, and the guard of the VM that stays
+// is kept. A pass that only attaches reads no other port's guard (issue
+// 30: the same cost with 1,000 VMs as with none), so the pass that stops
+// a helper must be the one told to look for the guards of gone ports.
+func TestDetachRemovesItsGuard(t *testing.T) {
+	h := newHost(t)
+	a := h.WriteFile("a.yaml", "vms:\n  a:\n    networks: [{vmnet: shared}]\n")
+	b := h.WriteFile("b.yaml", "vms:\n  b:\n    networks: [{vmnet: shared}]\n")
+	h.MustVmnetctl("up", "-f", a, "-p", "a")
+	h.MustVmnetctl("up", "-f", b, "-p", "b")
+	guarded := func() int {
+		t.Helper()
+		out, err := h.Run(context.Background(), "nft", "-j", "list", "set", "bridge", hostnet.TableName("shared"), "guarded")
+		if err != nil {
+			t.Fatalf("reading the guard's ports: %v\n%s", err, out)
+		}
+		var set struct {
+			Nftables []struct {
+				Set *struct {
+					Elem []json.RawMessage `json:"elem"`
+				} `json:"set"`
+			} `json:"nftables"`
+		}
+		if err := json.Unmarshal([]byte(out), &set); err != nil {
+			t.Fatalf("nft's listing of the guard's ports: %v\n%s", err, out)
+		}
+		for _, o := range set.Nftables {
+			if o.Set != nil {
+				return len(o.Set.Elem)
+			}
+		}
+		return 0
+	}
+	if n := guarded(); n != 2 {
+		t.Fatalf("with a and b attached, %d ports guarded, want 2", n)
+	}
+	h.MustVmnetctl("down", "-p", "b")
+	if n := guarded(); n != 1 {
+		t.Errorf("after b's down, %d ports guarded, want 1 (a's)", n)
+	}
 }

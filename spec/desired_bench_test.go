@@ -1,0 +1,35 @@
+package spec
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/spec/spectest"
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// BenchmarkResolveFleet is what every pass of the controller pays to know
+// the desired state with a fleet of 999 VMs recorded and parsed (the
+// parse cache hit): resolving them all, and a project of one VM beside.
+func BenchmarkResolveFleet(b *testing.B) {
+	nets, diags := api.LoadNetworks("networks.yaml", []byte("vmnet:\n  fleet0:\n    subnet: 10.96.0.0/22\n"))
+	if err := diags.Err(); err != nil {
+		b.Fatal(err)
+	}
+	var vms strings.Builder
+	vms.WriteString("vms:\n")
+	for i := range 999 {
+		fmt.Fprintf(&vms, "  c%05d:\n    networks: [{vmnet: fleet0}]\n", i)
+	}
+	var cache ParseCache
+	projects := []*statedir.Project{spectest.Project("fleet", vms.String()), spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n")}
+	parsed, pdiags := cache.Parse(projects)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := ComputeParsed(nets, parsed, pdiags, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
