@@ -33,3 +33,30 @@ func BenchmarkResolveFleet(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlanFleet is a pass's plan when one VM joins 999 that run.
+func BenchmarkPlanFleet(b *testing.B) {
+	nets, diags := api.LoadNetworks("networks.yaml", []byte("vmnet:\n  fleet0:\n    subnet: 10.96.0.0/22\n"))
+	if err := diags.Err(); err != nil {
+		b.Fatal(err)
+	}
+	var vms strings.Builder
+	vms.WriteString("vms:\n")
+	for i := range 999 {
+		fmt.Fprintf(&vms, "  c%05d:\n    networks: [{vmnet: fleet0}]\n", i)
+	}
+	fleet := spectest.Project("fleet", vms.String())
+	before, err := ComputeDesired(nets, []*statedir.Project{fleet}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	after, err := ComputeDesired(nets, []*statedir.Project{fleet, spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n")}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if p := ComputePlan(before, after); len(p.Attachments) != 1 {
+			b.Fatalf("plan %+v", p.Attachments)
+		}
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -108,13 +110,13 @@ var networkFields = []field[*api.Network]{
 	// The ports' guards check IPv6 sources against the prefix.
 	{"subnet6", func(n *api.Network) string { return prefixString(n.Subnet6) }, true},
 	{"interface", func(n *api.Network) string { return n.Interface }, true},
-	{"mtu", func(n *api.Network) string { return fmt.Sprint(n.MTU) }, true},
-	{"isolation", func(n *api.Network) string { return fmt.Sprint(n.Isolation) }, true},
-	{"offloads", func(n *api.Network) string { return fmt.Sprint(n.Offloads) }, true},
+	{"mtu", func(n *api.Network) string { return strconv.Itoa(n.MTU) }, true},
+	{"isolation", func(n *api.Network) string { return strconv.FormatBool(n.Isolation) }, true},
+	{"offloads", func(n *api.Network) string { return strconv.FormatBool(n.Offloads) }, true},
 	{"vmnetBroker", func(n *api.Network) string { return n.VMNetBroker }, true},
 	// The tunnel, its peers and each host's DHCP slice.
 	{"vxlan", func(n *api.Network) string { return n.VXLAN.String() }, true},
-	{"dhcp", func(n *api.Network) string { return fmt.Sprint(n.DHCP) }, false},
+	{"dhcp", func(n *api.Network) string { return strconv.FormatBool(n.DHCP) }, false},
 	{"dhcpRange", func(n *api.Network) string {
 		if !n.DHCPStart.IsValid() {
 			return ""
@@ -129,10 +131,10 @@ var networkFields = []field[*api.Network]{
 		}
 		return strings.Join(parts, ",")
 	}, false},
-	{"dnsProxy", func(n *api.Network) string { return fmt.Sprint(n.DNSProxy) }, false},
-	{"nat44", func(n *api.Network) string { return fmt.Sprint(n.NAT44) }, false},
-	{"nat66", func(n *api.Network) string { return fmt.Sprint(n.NAT66) }, false},
-	{"routerAdvertisement", func(n *api.Network) string { return fmt.Sprint(n.RouterAdvertisement) }, false},
+	{"dnsProxy", func(n *api.Network) string { return strconv.FormatBool(n.DNSProxy) }, false},
+	{"nat44", func(n *api.Network) string { return strconv.FormatBool(n.NAT44) }, false},
+	{"nat66", func(n *api.Network) string { return strconv.FormatBool(n.NAT66) }, false},
+	{"routerAdvertisement", func(n *api.Network) string { return strconv.FormatBool(n.RouterAdvertisement) }, false},
 	{"egress", func(n *api.Network) string { return n.Egress.String() }, false},
 }
 
@@ -142,11 +144,11 @@ var attachmentFields = []field[*Attachment]{
 	{"network", func(a *Attachment) string { return a.Network }, true},
 	{"mac", func(a *Attachment) string { return a.MAC }, true},
 	{"attach", func(a *Attachment) string { return string(a.Attach) }, true},
-	{"spoofCheck", func(a *Attachment) string { return fmt.Sprint(a.SpoofCheck()) }, true},
+	{"spoofCheck", func(a *Attachment) string { return strconv.FormatBool(a.SpoofCheck()) }, true},
 	{"ip", func(a *Attachment) string { return addrString(a.IP) }, false},
 	{"project", func(a *Attachment) string { return a.Project }, false},
 	{"interface", func(a *Attachment) string { return a.Interface }, false},
-	{"metric", func(a *Attachment) string { return fmt.Sprint(a.Metric) }, false},
+	{"metric", func(a *Attachment) string { return strconv.Itoa(a.Metric) }, false},
 	{"egress", func(a *Attachment) string { return a.Egress.String() }, false},
 	{"portForwards", func(a *Attachment) string {
 		var parts []string
@@ -216,17 +218,14 @@ func byKey[V any](items []V, key func(V) string) map[string]V {
 	return m
 }
 
-func sortedKeys[V any](maps ...map[string]V) []string {
-	var keys []string
-	for _, m := range maps {
+func sortedKeys[V any](ms ...map[string]V) []string {
+	all := map[string]bool{}
+	for _, m := range ms {
 		for k := range m {
-			if !slices.Contains(keys, k) {
-				keys = append(keys, k)
-			}
+			all[k] = true
 		}
 	}
-	slices.Sort(keys)
-	return keys
+	return slices.Sorted(maps.Keys(all))
 }
 
 // Summary is the plan's closing line.
