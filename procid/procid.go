@@ -3,6 +3,7 @@
 package procid
 
 import (
+	"slices"
 	"syscall"
 	"time"
 )
@@ -14,6 +15,11 @@ type Identity struct {
 	PID       int      `json:"pid"`
 	StartTime uint64   `json:"startTime"`
 	Cmdline   []string `json:"cmdline"`
+}
+
+// Equal reports whether id and o name the same process alike.
+func (id Identity) Equal(o Identity) bool {
+	return id.PID == o.PID && id.StartTime == o.StartTime && slices.Equal(id.Cmdline, o.Cmdline)
 }
 
 // Alive reports whether the process recorded in id still runs, and is the

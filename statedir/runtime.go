@@ -35,6 +35,15 @@ type HelperRecord struct {
 	Restarts  int             `json:"restarts"`
 }
 
+// Equal reports whether h and o are the same record, field by field
+// (TestHelperRecordEqual checks that every field counts).
+func (h HelperRecord) Equal(o HelperRecord) bool {
+	return h.Key == o.Key && h.VM == o.VM && h.Index == o.Index && h.Network == o.Network && h.Project == o.Project &&
+		h.MAC == o.MAC && h.Attach == o.Attach && h.Proc.Equal(o.Proc) && h.Socket == o.Socket && h.Tap == o.Tap &&
+		h.Ready == o.Ready && h.StartedAt.Equal(o.StartedAt) && h.StartedAt.Location() == o.StartedAt.Location() &&
+		h.Restarts == o.Restarts
+}
+
 // Runtime is runtime.json: the helpers that run and what was applied.
 type Runtime struct {
 	Helpers         []HelperRecord    `json:"helpers"`
@@ -60,9 +69,15 @@ func (d Dir) SaveRuntime(rt Runtime) error {
 // projects are values to it: one changed in place, behind its back, is not
 // seen.
 type RuntimeWriter struct {
-	helpers  map[string]encoded[HelperRecord]
-	projects map[string]encoded[Project]
+	helpers  map[string]*encoded[HelperRecord]
+	projects map[string]*encoded[Project]
 	last     []byte
+	// spare is the buffer of the Save before last, written over by the
+	// next: a fleet's record (a megabyte at 1,000 VMs) is not allocated
+	// again on every pass.
+	spare []byte
+	// spareHelpers is, as spare, the map of the Save before last.
+	spareHelpers map[string]*encoded[HelperRecord]
 }
 
 type encoded[T any] struct {
@@ -73,13 +88,15 @@ type encoded[T any] struct {
 // Save writes rt to d's runtime.json unless it is what the last Save
 // wrote.
 func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
-	var b bytes.Buffer
+	b := bytes.NewBuffer(w.spare[:0])
+	b.Grow(len(w.last) + 4096) // about what it was: no copies as it grows
 	b.WriteString(`{"helpers":`)
-	helpers := map[string]encoded[HelperRecord]{}
-	if err := encodeList(&b, rt.Helpers, w.helpers, helpers, func(h HelperRecord) (string, HelperRecord) {
-		h.Proc.Cmdline = slices.Clone(h.Proc.Cmdline)
-		return h.Key, h
-	}); err != nil {
+	helpers := w.spareHelpers
+	if helpers == nil {
+		helpers = make(map[string]*encoded[HelperRecord], len(rt.Helpers))
+	}
+	clear(helpers)
+	if err := encodeList(b, rt.Helpers, w.helpers, helpers, recordCodec); err != nil {
 		return err
 	}
 	if rt.AppliedNetworks != nil {
@@ -90,7 +107,7 @@ func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
 		b.WriteString(`,"appliedNetworks":`)
 		b.Write(data)
 	}
-	projects := map[string]encoded[Project]{}
+	projects := map[string]*encoded[Project]{}
 	if len(rt.AppliedProjects) > 0 {
 		b.WriteString(`,"appliedProjects":`)
 		var list []Project
@@ -100,27 +117,56 @@ func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
 			}
 			list = append(list, *p)
 		}
-		if err := encodeList(&b, list, w.projects, projects, func(p Project) (string, Project) { return p.Name, p }); err != nil {
+		if err := encodeList(b, list, w.projects, projects, projectCodec); err != nil {
 			return err
 		}
 	}
 	b.WriteString("}\n")
 	data := b.Bytes()
 	if bytes.Equal(data, w.last) && d.HasRuntime() {
+		w.spare, w.spareHelpers = data, helpers
 		return nil
 	}
+	old := w.last
 	w.last = nil
 	if err := d.writeProcessRecord(runtimeFile, data); err != nil {
+		w.spare, w.spareHelpers = data, helpers
 		return err
 	}
-	w.last, w.helpers, w.projects = data, helpers, projects
+	w.spareHelpers = w.helpers
+	w.last, w.spare, w.helpers, w.projects = data, old, helpers, projects
 	return nil
 }
 
+// codec says how encodeList keys, compares and keeps the values of a list.
+type codec[T any] struct {
+	key   func(T) string
+	equal func(a, b T) bool
+	// keep is the copy of a value that is encoded again, kept to compare
+	// the next one with (its slices its own).
+	keep func(T) T
+}
+
+var (
+	recordCodec = codec[HelperRecord]{
+		key:   func(h HelperRecord) string { return h.Key },
+		equal: HelperRecord.Equal,
+		keep: func(h HelperRecord) HelperRecord {
+			h.Proc.Cmdline = slices.Clone(h.Proc.Cmdline)
+			return h
+		},
+	}
+	// Projects are few (a fleet is one project of many VMs).
+	projectCodec = codec[Project]{
+		key:   func(p Project) string { return p.Name },
+		equal: func(a, b Project) bool { return reflect.DeepEqual(a, b) },
+		keep:  func(p Project) Project { return p },
+	}
+)
+
 // encodeList writes vs as a JSON array (null when nil), each element from
-// was if it is there unchanged, and records each in next by the key that
-// keyed gives (with the value to keep).
-func encodeList[T any](b *bytes.Buffer, vs []T, was, next map[string]encoded[T], keyed func(T) (string, T)) error {
+// was if it is there unchanged, and records each in next by its key.
+func encodeList[T any](b *bytes.Buffer, vs []T, was, next map[string]*encoded[T], c codec[T]) error {
 	if vs == nil {
 		b.WriteString("null")
 		return nil
@@ -130,14 +176,14 @@ func encodeList[T any](b *bytes.Buffer, vs []T, was, next map[string]encoded[T],
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		key, keep := keyed(v)
+		key := c.key(v)
 		e, ok := was[key]
-		if !ok || !reflect.DeepEqual(e.v, v) {
+		if !ok || !c.equal(e.v, v) {
 			data, err := json.Marshal(v)
 			if err != nil {
 				return fmt.Errorf("encoding %s: %w", runtimeFile, err)
 			}
-			e = encoded[T]{v: keep, data: data}
+			e = &encoded[T]{v: c.keep(v), data: data}
 		}
 		next[key] = e
 		b.Write(e.data)

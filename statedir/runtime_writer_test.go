@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -62,5 +64,58 @@ func TestRuntimeWriter(t *testing.T) {
 	var back Runtime
 	if _, err := d.readJSON(runtimeFile, &back); err != nil || back.Helpers[0].Proc.Cmdline[0] != "other" {
 		t.Errorf("a record whose command line changed was saved as %+v (%v)", back.Helpers, err)
+	}
+}
+
+// TestHelperRecordEqual: every field of a helper's record, and of its
+// process's identity, counts in Equal: a record changed in any field is
+// encoded again by the RuntimeWriter (a field added later and left out
+// of Equal fails here).
+func TestHelperRecordEqual(t *testing.T) {
+	base := HelperRecord{Key: "a/0", VM: "a", Network: "n", Project: "p", MAC: "52:55:55:00:00:01", Attach: "socket",
+		Proc: procid.Identity{PID: 1, StartTime: 2, Cmdline: []string{"vmnetctl", "helper"}}, Socket: "/s", Tap: "vmt-a",
+		Ready: "{}", StartedAt: time.Unix(100, 0), Restarts: 1}
+	changed := func(v reflect.Value) bool {
+		switch {
+		case v.Type() == reflect.TypeFor[time.Time]():
+			v.Set(reflect.ValueOf(time.Unix(200, 0)))
+		case v.Kind() == reflect.String:
+			v.SetString(v.String() + "x")
+		case v.Kind() == reflect.Int, v.Kind() == reflect.Int64:
+			v.SetInt(v.Int() + 1)
+		case v.Kind() == reflect.Uint64:
+			v.SetUint(v.Uint() + 1)
+		case v.Kind() == reflect.Slice:
+			v.Set(reflect.Append(v, reflect.ValueOf("more")))
+		default:
+			return false
+		}
+		return true
+	}
+	for i := range reflect.TypeFor[HelperRecord]().NumField() {
+		f := reflect.TypeFor[HelperRecord]().Field(i)
+		if f.Type == reflect.TypeFor[procid.Identity]() {
+			for j := range f.Type.NumField() {
+				r := base
+				r.Proc.Cmdline = slices.Clone(base.Proc.Cmdline)
+				if !changed(reflect.ValueOf(&r.Proc).Elem().Field(j)) {
+					t.Fatalf("Proc.%s: no way to change it here", f.Type.Field(j).Name)
+				}
+				if r.Equal(base) {
+					t.Errorf("a record whose Proc.%s changed is Equal", f.Type.Field(j).Name)
+				}
+			}
+			continue
+		}
+		r := base
+		if !changed(reflect.ValueOf(&r).Elem().Field(i)) {
+			t.Fatalf("%s: no way to change it here", f.Name)
+		}
+		if r.Equal(base) {
+			t.Errorf("a record whose %s changed is Equal", f.Name)
+		}
+	}
+	if r := base; !r.Equal(base) {
+		t.Error("a record is not Equal to its copy")
 	}
 }

@@ -1,0 +1,55 @@
+package statedir
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/procid"
+)
+
+// BenchmarkSaveRuntimeFleet is the controller's commit of runtime.json on
+// a pass that attaches one VM beside 999 that run.
+func BenchmarkSaveRuntimeFleet(b *testing.B) {
+	d := Dir{Path: b.TempDir()}
+	var rt Runtime
+	for i := range 999 {
+		key := fmt.Sprintf("c%05d/0", i)
+		rt.Helpers = append(rt.Helpers, HelperRecord{Key: key, VM: key[:6], Network: "fleet0", Project: "fleet", MAC: "52:55:55:12:34:56",
+			Attach: "socket", Socket: "/var/lib/vmnetctl/vms/" + key[:6] + "/0.sock", Tap: "vmt-0123456789ab", Ready: `{"vmnet_mtu":1500}`,
+			StartedAt: time.Now(), Proc: procid.Identity{PID: 1000 + i, StartTime: 12345, Cmdline: []string{"vmnetctl", "helper", "--network", "fleet0", "--socket", "/x"}}})
+	}
+	var w RuntimeWriter
+	if err := w.Save(d, rt); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		rt.Helpers[i%len(rt.Helpers)].Restarts++
+		if err := w.Save(d, rt); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkProjectsFleet is a pass's read of the recorded projects: a
+// fleet of 999 VMs in one file, and one VM beside.
+func BenchmarkProjectsFleet(b *testing.B) {
+	d := Dir{Path: b.TempDir()}
+	var vms strings.Builder
+	vms.WriteString("vms:\n")
+	for i := range 999 {
+		fmt.Fprintf(&vms, "  c%05d:\n    networks: [{vmnet: fleet0}]\n", i)
+	}
+	for name, data := range map[string]string{"fleet": vms.String(), "one": "vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n"} {
+		if err := d.SaveProject(&Project{Name: name, Files: []ProjectFile{{Path: name + ".yaml", Abs: "/srv/" + name + ".yaml", Data: []byte(data)}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if ps, err := d.Projects(); err != nil || len(ps) != 2 {
+			b.Fatal(ps, err)
+		}
+	}
+}
