@@ -76,7 +76,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *spec.Attachment, n *ap
 func (c *Controller) kickWhenExits(h *helperProc) {
 	<-h.exited
 	c.mu.Lock()
-	c.portsGone[h.rec.Network] = true
+	c.markPortsGone(h.rec.Network)
 	c.mu.Unlock()
 	if !h.stopped.Load() {
 		c.kick()
@@ -186,4 +186,13 @@ func (c *Controller) rotateLogsDueLocked() {
 	if time.Since(c.logsChecked) >= logCheckInterval {
 		c.rotateLogsLocked()
 	}
+}
+
+// markPortsGone notes that a port of network id may have gone (portsGone).
+// Call with c.mu held.
+func (c *Controller) markPortsGone(id string) {
+	if c.portsGone == nil {
+		c.portsGone = map[string]bool{}
+	}
+	c.portsGone[id] = true
 }

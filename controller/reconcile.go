@@ -215,7 +215,7 @@ func (c *Controller) takeStopping(plan *spec.Plan, desired *spec.Desired) []*hel
 	for key, h := range c.helpers {
 		h.leaving = !wanted[key]
 		if h.leaving || gone[key] {
-			c.portsGone[h.rec.Network] = true
+			c.markPortsGone(h.rec.Network)
 			h.stopped.Store(true)
 			out = append(out, h)
 			delete(c.helpers, key)
