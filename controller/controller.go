@@ -135,6 +135,10 @@ type Controller struct {
 	// their last claims (a helper stopped or exited): the next claims
 	// look for the guards of gone ports there (nettypes.ClaimOptions).
 	portsGone map[string]bool
+	// hostsTold is, by attachment key, what the last pass told the
+	// attachment's network of it (SetHost): a pass tells a network only
+	// of what changed, the full passes of everything (setHosts).
+	hostsTold map[string]hostTold
 	applied   *spec.Desired
 	appliedN  *statedir.NetworksSnapshot
 	appliedP  []*statedir.Project
