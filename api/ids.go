@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -53,7 +54,15 @@ func NewInterfaceID() string {
 }
 
 func formatUUID(b []byte) string {
-	return fmt.Sprintf("%X-%X-%X-%X-%X", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	const hexUpper = "0123456789ABCDEF"
+	out := make([]byte, 0, 36)
+	for i, c := range b[:16] {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hexUpper[c>>4], hexUpper[c&0x0f])
+	}
+	return string(out)
 }
 
 // InterfaceMAC derives the VM's MAC address from an interface id, as vmnet
@@ -75,7 +84,7 @@ const TapPrefix = "vmt-"
 // the same id fails instead of sharing the interface.
 func TapName(interfaceID string) string {
 	sum := sha256.Sum256([]byte("vmnetctl/tap/" + strings.ToLower(interfaceID)))
-	return fmt.Sprintf("%s%x", TapPrefix, sum[:5])
+	return TapPrefix + hex.EncodeToString(sum[:5])
 }
 
 // SubnetMask is the dotted IPv4 mask of p (vmnet-helper's --subnet-mask),

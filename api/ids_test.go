@@ -22,6 +22,11 @@ func TestInterfaceID(t *testing.T) {
 	if want := "992D024D-BB19-5176-840B-CCF5D574A0B1"; a != want {
 		t.Errorf("InterfaceID = %s, want %s", a, want)
 	}
+	// So is the TAP's name: a new one would leave every VM's TAP to be
+	// made again on upgrade.
+	if got, want := TapName(a), "vmt-729a9b79e0"; got != want {
+		t.Errorf("TapName(%s) = %s, want %s", a, got, want)
+	}
 	for _, other := range []string{
 		InterfaceID("vm1", 1, "52:55:55:12:34:56"),
 		InterfaceID("vm2", 0, "52:55:55:12:34:56"),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -131,9 +132,9 @@ func DeriveMAC(vm string, index int) net.HardwareAddr { return deriveMAC(vm, ind
 // then a hash of the name, index and try (a try for each MAC already
 // taken, in a fixed order: Resolve).
 func deriveMAC(vm string, index, try int) net.HardwareAddr {
-	in := fmt.Sprintf("vmnetctl/%s/%d", vm, index)
+	in := "vmnetctl/" + vm + "/" + strconv.Itoa(index)
 	if try > 0 {
-		in += fmt.Sprintf("/%d", try)
+		in += "/" + strconv.Itoa(try)
 	}
 	sum := sha256.Sum256([]byte(in))
 	return net.HardwareAddr{0x52, sum[0], sum[1], sum[2], sum[3], sum[4]}
@@ -144,7 +145,7 @@ func deriveMAC(vm string, index, try int) net.HardwareAddr {
 // bytes of the same hash. An attachment that runs with it keeps it until
 // it goes (Resolve's keep), so an upgrade changes no running VM's MAC.
 func LegacyMAC(vm string, index int) net.HardwareAddr {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("vmnetctl/%s/%d", vm, index)))
+	sum := sha256.Sum256([]byte("vmnetctl/" + vm + "/" + strconv.Itoa(index)))
 	return net.HardwareAddr{0x52, 0x55, 0x55, sum[0], sum[1], sum[2]}
 }
 
@@ -156,10 +157,12 @@ const maxMACTries = 16
 // derivedFor reports whether mac is one vmnetctl derives, or derived, for
 // the index'th entry of vm: its legacy MAC or one of its tries.
 func derivedFor(vm string, index int, mac string) bool {
-	if mac == LegacyMAC(vm, index).String() {
+	// The first try first: almost every entry has it, and each costs a
+	// hash (Resolve asks this of every attachment that runs, every pass).
+	if mac == deriveMAC(vm, index, 0).String() || mac == LegacyMAC(vm, index).String() {
 		return true
 	}
-	for try := range maxMACTries {
+	for try := 1; try < maxMACTries; try++ {
 		if mac == deriveMAC(vm, index, try).String() {
 			return true
 		}
