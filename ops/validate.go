@@ -106,7 +106,9 @@ func ValidateReport(env Env, in *Input, backendName string) (*ValidationReport, 
 	}
 	nets, pp, diags := validateFiles(in)
 	r := &ValidationReport{Problems: []ValidationProblem{}, Attachments: []ValidatedAttachment{}}
-	for _, d := range diags {
+	// In file and line order, as the text lists them: the resolver's
+	// problems come after the parser's.
+	for _, d := range diags.Sorted() {
 		sev := "error"
 		if d.Severity == api.SeverityWarning {
 			sev = "warning"

@@ -9,8 +9,9 @@ import (
 )
 
 // TestValidateReport: `validate --json` gives each problem as an object
-// with its file, line and field, says whether the files are valid, and
-// lists the attachments of valid ones.
+// with its file, line and field, in file and line order as the text does,
+// says whether the files are valid, and lists the attachments of valid
+// ones.
 func TestValidateReport(t *testing.T) {
 	env := Env{StateDir: statedir.Dir{Path: t.TempDir()}}
 	bad := &Input{
@@ -27,6 +28,18 @@ func TestValidateReport(t *testing.T) {
 	p := r.Problems[0]
 	if p.File != "n.yaml" || p.Line != 3 || p.Severity != "error" || p.Message == "" {
 		t.Errorf("the problem: %+v, want n.yaml line 3, an error", p)
+	}
+	// A problem the resolver finds (line 4) and one the parser finds
+	// (line 6): in file and line order, as the text lists them.
+	both := &Input{
+		Networks: statedir.NetworksSnapshot{Source: config.EmbeddedSource, Data: config.DefaultNetworks},
+		Files:    []statedir.ProjectFile{{Path: "v.yaml", Data: []byte("vms:\n  x:\n    networks:\n      - vmnet: shraed\n      - vmnet: shared\n        macAddress: nope\n")}},
+	}
+	if r, err = ValidateReport(env, both, backends.Default().Name()); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Problems) != 2 || r.Problems[0].Line != 4 || r.Problems[1].Line != 6 {
+		t.Errorf("problems %+v, want lines 4 and 6 in that order", r.Problems)
 	}
 	good := &Input{
 		Networks: statedir.NetworksSnapshot{Source: config.EmbeddedSource, Data: config.DefaultNetworks},
