@@ -16,7 +16,14 @@ import (
 // runCLI runs vmnetctl with args and returns its exit status and output.
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	t.Setenv("VMNETCTL_NETWORKS", "")
+	return runCLIWithNetworks(t, "", args...)
+}
+
+// runCLIWithNetworks is runCLI with $VMNETCTL_NETWORKS set to networks:
+// for the commands that take no --networks but read networks.yaml.
+func runCLIWithNetworks(t *testing.T, networks string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	t.Setenv("VMNETCTL_NETWORKS", networks)
 	var out, errOut bytes.Buffer
 	code = run(args, streams{in: strings.NewReader(""), out: &out, err: &errOut})
 	return code, out.String(), errOut.String()
