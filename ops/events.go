@@ -93,7 +93,8 @@ func (p *eventPrinter) Write(b []byte) (int, error) {
 	if ev.Detail != "" {
 		extra = append(extra, ev.Detail)
 	}
-	_, err := fmt.Fprintf(p.w, "%s %-16s %s %s\n", ev.Time.Local().Format("2006-01-02 15:04:05.000"), ev.Kind, subject, strings.Join(extra, " "))
+	line := strings.Join(append([]string{ev.Time.Local().Format("2006-01-02 15:04:05.000"), fmt.Sprintf("%-16s", ev.Kind), subject}, extra...), " ")
+	_, err := fmt.Fprintln(p.w, strings.TrimRight(line, " "))
 	return len(b), err
 }
 

@@ -24,6 +24,10 @@ type logSource struct {
 	offset       int64
 	// json: write each line as a LogLine of this source, not prefixed.
 	json *LogLine
+	// since, if set, drops the lines from before it: a line without a
+	// time of its own goes with the line before it (sinceKeeps).
+	since      time.Time
+	sinceKeeps bool
 }
 
 // LogLine is one line of `vmnetctl logs --json`.
@@ -91,7 +95,7 @@ func LogsTail(ctx context.Context, sd statedir.Dir, vm string, o TailOptions, w 
 	asJSON := o.JSON
 	var sources []*logSource
 	if vm == "" {
-		src := &logSource{path: sd.ControllerLog()}
+		src := &logSource{path: sd.ControllerLog(), since: o.Since}
 		if asJSON {
 			src.json = &LogLine{Source: LogSourceController}
 		}
@@ -103,7 +107,7 @@ func LogsTail(ctx context.Context, sd statedir.Dir, vm string, o TailOptions, w 
 		}
 		for _, a := range d.Attachments {
 			if a.VM == vm {
-				src := &logSource{prefix: a.Key() + " | ", path: sd.HelperLogFile(a.Key())}
+				src := &logSource{prefix: a.Key() + " | ", path: sd.HelperLogFile(a.Key()), since: o.Since}
 				if asJSON {
 					src.json = &LogLine{Source: LogSourceHelper, VM: a.VM, Index: &a.Index}
 				}
@@ -215,6 +219,14 @@ func (s *logSource) copyNew(w io.Writer) error {
 		line, err := r.ReadString('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' {
 			s.offset += int64(len(line))
+			if !s.since.IsZero() {
+				if t := lineTime(strings.TrimSuffix(line, "\n")); t != nil {
+					s.sinceKeeps = !t.Before(s.since)
+				}
+				if !s.sinceKeeps {
+					continue
+				}
+			}
 			out := s.prefix + line
 			if s.json != nil {
 				l := *s.json

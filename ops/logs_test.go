@@ -68,3 +68,36 @@ func must(b []byte, err error) []byte {
 	}
 	return b
 }
+
+// TestLogsSince: logs --since prints the lines logged since then, a line
+// without a time of its own going with the line before it; with --tail,
+// the last N of those.
+func TestLogsSince(t *testing.T) {
+	sd := statedir.Dir{Path: t.TempDir()}
+	os.MkdirAll(filepath.Dir(sd.ControllerLog()), 0o755)
+	log := "time=2026-11-24T03:00:00Z level=INFO msg=old\n" +
+		"  a continuation of old\n" +
+		"time=2026-11-24T03:05:00Z level=INFO msg=new\n" +
+		"  a continuation of new\n" +
+		"time=2026-11-24T03:06:00Z level=INFO msg=newer\n"
+	if err := os.WriteFile(sd.ControllerLog(), []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Date(2026, 11, 24, 3, 1, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		o    TailOptions
+		want string
+	}{
+		{TailOptions{Since: since}, "time=2026-11-24T03:05:00Z level=INFO msg=new\n  a continuation of new\ntime=2026-11-24T03:06:00Z level=INFO msg=newer\n"},
+		{TailOptions{Since: since, Tail: 1}, "time=2026-11-24T03:06:00Z level=INFO msg=newer\n"},
+		{TailOptions{Since: since.Add(time.Hour)}, ""},
+	} {
+		var out strings.Builder
+		if err := LogsTail(context.Background(), sd, "", tc.o, &out); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != tc.want {
+			t.Errorf("logs %+v:\n%s\nwant\n%s", tc.o, out.String(), tc.want)
+		}
+	}
+}

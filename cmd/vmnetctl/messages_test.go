@@ -376,6 +376,8 @@ func TestTailAndSince(t *testing.T) {
 		{"events", "--since", "2026-12-05T08:02:00Z"},
 		{"events", "--since", "2026-12-05T08:01:00Z", "--tail", "1"},
 		{"logs", "--tail", "2"},
+		{"logs", "--since", "2026-12-05T08:02:00Z"},
+		{"logs", "--since", "2026-12-05T08:01:00Z", "--tail", "1"},
 	} {
 		code, out, errOut := runCLI(t, append([]string{"--state-dir", sd.Path}, args...)...)
 		if code != 0 {
