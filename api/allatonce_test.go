@@ -24,13 +24,14 @@ func lines(ds api.Diagnostics) string {
 
 // TestEveryMistakeAtOnce: independent mistakes of one file are all
 // reported in one pass (issue 36): an unknown mode, a gateway that is no
-// address and a netmask that is no netmask; a VM whose name is invalid
+// address, a netmask that is no netmask, and the values every mode takes
+// (an MTU out of range, a switch that is no boolean); a VM whose name is invalid
 // has its entries checked all the same. The whole of each message is in
 // testdata/every-mistake-at-once.txt.
 func TestEveryMistakeAtOnce(t *testing.T) {
-	_, diags := api.LoadNetworks("n.yaml", []byte("vmnet:\n  lab:\n    mode: hostt\n    gateway: 192.168.121.300\n    netmask: 255.0.255.0\n"))
+	_, diags := api.LoadNetworks("n.yaml", []byte("vmnet:\n  lab:\n    mode: hostt\n    gateway: 192.168.121.300\n    netmask: 255.0.255.0\n    mtu: 10\n    dhcp: maybe\n"))
 	errs := diags.Errors()
-	for _, want := range []string{"n.yaml:3", "n.yaml:4", "n.yaml:5"} {
+	for _, want := range []string{"n.yaml:3", "n.yaml:4", "n.yaml:5", "n.yaml:6", "n.yaml:7"} {
 		found := false
 		for _, d := range errs {
 			found = found || strings.HasPrefix(d.String(), want+":")
@@ -39,8 +40,8 @@ func TestEveryMistakeAtOnce(t *testing.T) {
 			t.Errorf("no error at %s; got %d: %v", want, len(errs), errs)
 		}
 	}
-	if len(errs) != 3 {
-		t.Errorf("%d errors for 3 mistakes: %v", len(errs), errs)
+	if len(errs) != 5 {
+		t.Errorf("%d errors for 5 mistakes: %v", len(errs), errs)
 	}
 
 	_, vdiags := api.LoadVMFile("v.yaml", []byte("vms:\n  \"bad name\":\n    networks:\n      - vmnet: shared\n        macAddress: nope\n"), api.VMFileOptions{})

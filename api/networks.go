@@ -212,14 +212,44 @@ var networkKeys = []string{"mode", "gateway", "dhcpEnd", "netmask", "interface",
 // LoadNetworks parses networks.yaml. file names the input in diagnostics.
 // The result is nil when there are errors.
 func LoadNetworks(file string, data []byte) (*Networks, Diagnostics) {
+	cfg, _, diags := loadNetworks(file, data)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	return cfg, diags
+}
+
+// NetworksThatLoad is, of a networks.yaml with errors, the networks that
+// load without any, and the names of those that do not (nil, nil when
+// none can be read). `validate` checks the VM files against the first,
+// leaving out the entries on the second: an error in one network hides
+// only what depends on it.
+func NetworksThatLoad(file string, data []byte) (*Networks, []string) {
+	cfg, defined, _ := loadNetworks(file, data)
+	if cfg == nil {
+		return nil, nil
+	}
+	var broken []string
+	for _, name := range defined {
+		if cfg.Get(name) == nil {
+			broken = append(broken, name)
+		}
+	}
+	return cfg, broken
+}
+
+// loadNetworks is LoadNetworks with what it has despite errors: the
+// networks without any, and the names of every network the file defines.
+func loadNetworks(file string, data []byte) (*Networks, []string, Diagnostics) {
 	w := &walker{file: file}
 	cfg := &Networks{Source: file}
+	var defined []string
 	root := w.parse(data)
 	if root == nil {
 		if !w.diags.HasErrors() {
 			w.errorf(nil, "", "defines no networks (expected a `networks:` or `vmnet:` section)")
 		}
-		return nil, w.diags
+		return nil, nil, w.diags
 	}
 	section := func(s Section) fieldFunc {
 		return func(_, v *yaml.Node, path string) {
@@ -232,6 +262,7 @@ func LoadNetworks(file string, data []byte) (*Networks, Diagnostics) {
 			}
 			for i := 0; i+1 < len(v.Content); i += 2 {
 				k, nv := deref(v.Content[i]), deref(v.Content[i+1])
+				defined = append(defined, k.Value)
 				if n := w.network(s, k, nv, joinPath(path, k.Value)); n != nil {
 					cfg.Networks = append(cfg.Networks, n)
 				}
@@ -252,10 +283,7 @@ func LoadNetworks(file string, data []byte) (*Networks, Diagnostics) {
 		"vmnet":    section(SectionVMNet),
 	}, false)
 	w.finishNetworks(cfg)
-	if w.diags.HasErrors() {
-		return nil, w.diags
-	}
-	return cfg, w.diags
+	return cfg, defined, w.diags
 }
 
 func (w *walker) paths(v *yaml.Node, path string, p *Paths) {
@@ -328,9 +356,12 @@ func (w *walker) network(section Section, key, v *yaml.Node, path string) *Netwo
 	errsBefore := len(w.diags.Errors())
 	at := func(k string) string { return joinPath(path, k) }
 	// Mode first: what else is allowed depends on it. An unknown mode
-	// hides only what depends on it: the addresses are checked all the
-	// same, every problem at once.
+	// hides only what depends on it: the switches and values every mode
+	// takes and the addresses are checked all the same, every problem at
+	// once.
 	if !w.mode(n, key, f, at) {
+		scratch := *n
+		w.settings(&scratch, f, at)
 		_, hasSubnet := f["subnet"]
 		_, hasGateway := f["gateway"]
 		_, hasMask := f["netmask"]
