@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -63,8 +64,32 @@ func validateFiles(in *Input) (*api.Networks, spec.ParsedProject, api.Diagnostic
 	diags = append(diags, fdiags...)
 	if nets != nil {
 		diags = append(diags, api.Resolve(nets, pp.Files)...)
+		return nets, pp, diags
 	}
-	return nets, pp, diags
+	// networks.yaml has errors: the VM files are checked all the same,
+	// against the networks that load, their entries on a network with
+	// errors left out (what they would resolve to is unknown), on copies.
+	valid, broken := api.NetworksThatLoad(in.Networks.Source, in.Networks.Data)
+	if valid != nil {
+		diags = append(diags, api.Resolve(valid, withoutNetworks(pp.Files, broken))...)
+	}
+	return nil, pp, diags
+}
+
+// withoutNetworks is copies of files without their entries on the
+// networks named.
+func withoutNetworks(files []*api.VMFile, names []string) []*api.VMFile {
+	out := make([]*api.VMFile, 0, len(files))
+	for _, f := range files {
+		c := f.Clone()
+		for _, vm := range c.VMs {
+			vm.Attachments = slices.DeleteFunc(vm.Attachments, func(a *api.Attachment) bool {
+				return (a.Ref == api.RefVMNet || a.Ref == api.RefLima) && slices.Contains(names, a.NetworkRef)
+			})
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // ValidationReport is `vmnetctl validate --json`: every problem of the

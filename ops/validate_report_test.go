@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/vmnetctl/vmnetctl/backends"
@@ -50,5 +52,28 @@ func TestValidateReport(t *testing.T) {
 	}
 	if !r.Valid || len(r.Attachments) != 1 || r.Attachments[0].VM != "x" || r.Attachments[0].Network != "shared" || r.Networks == 0 {
 		t.Errorf("valid files: %+v", r)
+	}
+}
+
+// TestValidateBrokenNetworksHideLittle: an error in one network of
+// networks.yaml hides only what depends on it: a VM file's entry on a
+// network that is not defined anywhere is reported all the same, and one
+// on the broken network is not called undefined.
+func TestValidateBrokenNetworksHideLittle(t *testing.T) {
+	env := Env{StateDir: statedir.Dir{Path: t.TempDir()}}
+	in := &Input{
+		Networks: statedir.NetworksSnapshot{Source: "n.yaml", Data: []byte("vmnet:\n  shared:\n    subnet: 192.168.105.0/24\n  broken:\n    mode: hostt\n")},
+		Files:    []statedir.ProjectFile{{Path: "v.yaml", Data: []byte("vms:\n  x:\n    networks:\n      - vmnet: shraed\n      - vmnet: broken\n      - vmnet: shared\n")}},
+	}
+	r, err := ValidateReport(env, in, backends.Default().Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range r.Problems {
+		got = append(got, fmt.Sprintf("%s:%d", p.File, p.Line))
+	}
+	if want := []string{"n.yaml:5", "v.yaml:4"}; !slices.Equal(got, want) {
+		t.Errorf("problems at %v, want %v (the bad mode, the undefined shraed): %+v", got, want, r.Problems)
 	}
 }
