@@ -24,13 +24,22 @@ func VMAttachments(ctx context.Context, sd statedir.Dir, vm string) ([]ctlapi.At
 		return nil, err
 	}
 	var atts []ctlapi.AttachmentStatus
+	var up []string
 	for _, a := range st.Attachments {
 		if a.VM == vm {
 			atts = append(atts, a)
 		}
+		if !slices.Contains(up, a.VM) {
+			up = append(up, a.VM)
+		}
 	}
 	if len(atts) == 0 {
-		return nil, fmt.Errorf("VM %q is not up in %s (vmnetctl up -f FILE)", vm, sd.Path)
+		suggest := ""
+		if len(up) > 0 {
+			slices.Sort(up)
+			suggest = fmt.Sprintf("; VMs that are up: %v", up)
+		}
+		return nil, fmt.Errorf("VM %q is not up in %s (vmnetctl up -f FILE)%s", vm, sd.Path, suggest)
 	}
 	slices.SortFunc(atts, func(a, b ctlapi.AttachmentStatus) int { return a.Index - b.Index })
 	return atts, nil

@@ -248,6 +248,7 @@ func TestCLIFailsClearly(t *testing.T) {
 		{golden: "down-projects-up.txt", args: []string{"down"}, state: up},
 		{golden: "logs-vm-not-up.txt", args: []string{"logs", "nosuch"}, state: up},
 		{golden: "describe-vm-not-up.txt", args: []string{"describe", "nosuch"}, state: up},
+		{golden: "args-vm-not-up.txt", args: []string{"args", "nosuch"}, state: up},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			if tc.state.Path == "" {
