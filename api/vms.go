@@ -104,6 +104,8 @@ type VM struct {
 	Attachments []*Attachment `json:"attachments"`
 	Skipped     []Skipped     `json:"skipped,omitempty"`
 	Source      Source        `json:"source"`
+
+	path string // its field in the file ("vms.NAME"; "" for a lima file)
 }
 
 // VMFile is a loaded VM file.
@@ -243,7 +245,7 @@ func (w *walker) vm(k, v *yaml.Node, path string) *VM {
 	if badName != "" {
 		w.errorf(k, path, "VM name %s", badName)
 	}
-	vm := &VM{Name: k.Value, Source: Source{File: w.file, Line: k.Line}}
+	vm := &VM{Name: k.Value, Source: Source{File: w.file, Line: k.Line}, path: path}
 	// Its entries are checked whatever its name: every problem at once.
 	w.mapping(v, path, map[string]fieldFunc{
 		"networks": func(_, v *yaml.Node, path string) { w.entries(vm, v, path) },
@@ -457,9 +459,9 @@ func (r *resolver) vm(vm *VM) {
 	// DNS names are case-insensitive: "db" and "DB" would be one name.
 	if prev, dup := r.vms[strings.ToLower(vm.Name)]; dup {
 		if prev.Name == vm.Name {
-			r.errAt(vm.Source, 0, vm.Name, "VM %q is also defined at %s", vm.Name, prev.Source)
+			r.errAt(vm.Source, 0, vm.path, "VM %q is also defined at %s", vm.Name, prev.Source)
 		} else {
-			r.errAt(vm.Source, 0, vm.Name, "VM %q differs only in case from VM %q at %s: both would be one DNS name", vm.Name, prev.Name, prev.Source)
+			r.errAt(vm.Source, 0, vm.path, "VM %q differs only in case from VM %q at %s: both would be one DNS name", vm.Name, prev.Name, prev.Source)
 		}
 	}
 	r.vms[strings.ToLower(vm.Name)] = vm
@@ -529,7 +531,11 @@ func (r *resolver) policies(a *Attachment, n *Network) {
 // vmnetctl derived for a before it had 40 bits is warned of.
 func (r *resolver) mac(a *Attachment, n *Network) {
 	if prev, dup := r.macs[a.MAC]; dup && !a.MACDerived {
-		r.errAt(a.Source, a.lines["macAddress"], a.path+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, prev.Source)
+		at := prev.Source // its entry, or the line that gives it the MAC
+		if l := prev.lines["macAddress"]; l > 0 {
+			at.Line = l
+		}
+		r.errAt(a.Source, a.lines["macAddress"], a.path+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, at)
 	}
 	r.macs[a.MAC] = a
 	if legacy := LegacyMAC(a.VM, a.Index).String(); a.MACDerived && a.MAC != legacy {

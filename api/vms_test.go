@@ -178,9 +178,9 @@ func TestVMFileErrors(t *testing.T) {
 		{"VM name not a DNS label", [][2]string{{"v.yaml", "vms:\n  ubuntu-24.04:\n    networks: []\n"}},
 			[]want{{2, "vms.ubuntu-24.04", "not a DNS label"}}},
 		{"VM names equal but for case", [][2]string{{"v.yaml", "vms:\n  db:\n    networks: []\n  DB:\n    networks: []\n"}},
-			[]want{{4, "DB", "differs only in case"}}},
+			[]want{{4, "vms.DB", "differs only in case"}}},
 		{"duplicate VM names", [][2]string{{"v.yaml", "vms:\n  a:\n    networks: []\n"}, {"w.yaml", "vms:\n  a:\n    networks: []\n"}},
-			[]want{{2, "a", "also defined at v.yaml:2"}}},
+			[]want{{2, "vms.a", "also defined at v.yaml:2"}}},
 		{"VM name injection", [][2]string{{"v.yaml", "vms:\n  \"a b\":\n    networks: []\n"}},
 			[]want{{2, "vms.a b", "not a DNS label"}}},
 		{"guest interface too long", [][2]string{{"v.yaml", "networks:\n  - vmnet: shared\n    interface: abcdefghijklmnopq\n"}},
@@ -293,6 +293,11 @@ func TestFleetLimits(t *testing.T) {
 	_, diags = loadAll(t, VMFileOptions{}, [2]string{"vms.yaml", "vms:\n  a:\n    networks: [{vmnet: shared, macAddress: \"52:55:55:00:00:01\"}]\n  b:\n    networks: [{vmnet: shared, macAddress: \"52:55:55:00:00:01\"}]\n"})
 	if text := diagText(diags); !strings.Contains(text, "macAddress: MAC 52:55:55:00:00:01 is also used by VM \"a\"") {
 		t.Errorf("one macAddress for two VMs: %s", text)
+	}
+	// ... and points at the line that gave the other VM the MAC.
+	_, diags = loadAll(t, VMFileOptions{}, [2]string{"vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n        macAddress: \"52:55:55:00:00:01\"\n  b:\n    networks:\n      - vmnet: shared\n        macAddress: \"52:55:55:00:00:01\"\n"})
+	if text := diagText(diags); !strings.Contains(text, "vms.yaml:9: vms.b.networks[0].macAddress: MAC 52:55:55:00:00:01 is also used by VM \"a\" at vms.yaml:5") {
+		t.Errorf("one macAddress for two VMs, on lines of their own: %s", text)
 	}
 }
 
