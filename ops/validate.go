@@ -100,6 +100,17 @@ type ValidationReport struct {
 	Problems    []ValidationProblem   `json:"problems"`
 	Networks    int                   `json:"networks"`
 	Attachments []ValidatedAttachment `json:"attachments"`
+	// Skipped are the entries vmnetctl leaves to others (a network it
+	// does not manage), as the text lists them.
+	Skipped []SkippedEntry `json:"skipped"`
+}
+
+// SkippedEntry is one VM's entry that vmnetctl does not manage, and why.
+type SkippedEntry struct {
+	VM     string `json:"vm"`
+	Index  int    `json:"index"`
+	Entry  string `json:"entry"`
+	Reason string `json:"reason"`
 }
 
 // ValidationProblem is one problem: FILE:LINE: field: message.
@@ -130,7 +141,7 @@ func ValidateReport(env Env, in *Input, backendName string) (*ValidationReport, 
 		return nil, err
 	}
 	nets, pp, diags := validateFiles(in)
-	r := &ValidationReport{Problems: []ValidationProblem{}, Attachments: []ValidatedAttachment{}}
+	r := &ValidationReport{Problems: []ValidationProblem{}, Attachments: []ValidatedAttachment{}, Skipped: []SkippedEntry{}}
 	// In file and line order, as the text lists them: the resolver's
 	// problems come after the parser's.
 	for _, d := range diags.Sorted() {
@@ -159,6 +170,9 @@ func ValidateReport(env Env, in *Input, backendName string) (*ValidationReport, 
 					va.IP = a.IP.String()
 				}
 				r.Attachments = append(r.Attachments, va)
+			}
+			for _, sk := range vm.Skipped {
+				r.Skipped = append(r.Skipped, SkippedEntry{VM: vm.Name, Index: sk.Index, Entry: sk.Entry, Reason: sk.Reason})
 			}
 		}
 	}
