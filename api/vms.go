@@ -67,7 +67,9 @@ type Attachment struct {
 	// Egress, if set, is the VM's own egress policy on the network, in
 	// place of the network's (without names: those are the network's).
 	Egress *Egress `json:"egress,omitempty"`
-	Source Source  `json:"source"`
+	// Bandwidth, if set, limits what the VM is sent and may send.
+	Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
+	Source    Source     `json:"source"`
 
 	lines map[string]int
 	path  string
@@ -157,7 +159,7 @@ const MaxPortsPerNetwork = 1000
 // than failing half-way as processes can no longer start.
 const MaxAttachments = 10000
 
-var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck", "portForwards", "egress"}
+var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck", "portForwards", "egress", "bandwidth"}
 
 // LoadVMFile parses a lima instance file or a multi-VM file. When there are
 // errors the result holds what could be read (entries with errors left out),
@@ -346,6 +348,9 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 		}
 		if ev, ok := f["egress"]; ok {
 			a.Egress = w.egressPolicy(ev, at("egress"), func(*yaml.Node, string, string) bool { return true })
+		}
+		if bv, ok := f["bandwidth"]; ok {
+			a.Bandwidth = w.bandwidth(bv, at("bandwidth"))
 		}
 		if len(w.diags.Errors()) == errsBefore {
 			vm.Attachments = append(vm.Attachments, a)
