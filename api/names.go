@@ -98,6 +98,17 @@ func BridgeName(networkID string) string {
 // hosts), on its bridge.
 const VXLANPrefix = "vmx-"
 
+// ShaperPrefix starts the name of the IFB device that shapes what the VM
+// of a port with a bandwidth limit sends (ShaperName).
+const ShaperPrefix = "vmb-"
+
+// ShaperName is the IFB device of port: what the VM sends through port is
+// redirected to it, and its queue holds to the limit.
+func ShaperName(port string) string {
+	sum := sha256.Sum256([]byte("vmnetctl/shaper/" + port))
+	return ShaperPrefix + hex.EncodeToString(sum[:5])
+}
+
 // TmpBridgePrefix starts the temporary name under which a bridge or VXLAN
 // device is created, then marked and renamed (netplane).
 const TmpBridgePrefix = "vmn."
@@ -106,7 +117,7 @@ const TmpBridgePrefix = "vmn."
 // gives its own interfaces (bridges, TAPs, VXLAN devices, temporaries), so
 // not one a user can bridge a network onto.
 func OwnInterface(name string) bool {
-	for _, p := range []string{BridgePrefix, TapPrefix, VXLANPrefix, TmpBridgePrefix, WireGuardPrefix} {
+	for _, p := range []string{BridgePrefix, TapPrefix, VXLANPrefix, TmpBridgePrefix, WireGuardPrefix, ShaperPrefix} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}

@@ -59,6 +59,14 @@ type Backend interface {
 	Cleanup(a *api.Attachment) error
 }
 
+// Shaper is a backend that limits an attachment's bandwidth in the
+// kernel (Linux); the controller sets each running helper's port's.
+type Shaper interface {
+	// SetBandwidth makes port's limits b (nil: none), putting back what
+	// changed behind vmnetctl's back and changing nothing that is so.
+	SetBandwidth(ctx context.Context, port string, b *api.Bandwidth) error
+}
+
 // Limit is one thing a backend cannot do of a configuration.
 type Limit struct {
 	Message string

@@ -108,6 +108,18 @@ func TapMark(name string) string {
 	return TapMarkPrefix + name
 }
 
+// ShaperMarkPrefix marks the IFB device that shapes what a VM sends
+// (package shaper): "vmnetctl:shaper=PORT@OWNER".
+const ShaperMarkPrefix = AliasPrefix + "shaper="
+
+// ShaperMark is the ifalias of the IFB device of port.
+func ShaperMark(port string) string {
+	if o := Owner(); o != "" {
+		return ShaperMarkPrefix + port + OwnerSep + o
+	}
+	return ShaperMarkPrefix + port
+}
+
 // MarkOwner is the owner tag of a mark, or "" for a mark without one.
 func MarkOwner(mark string) string {
 	_, o, _ := strings.Cut(strings.TrimPrefix(mark, MarkPrefix), OwnerSep)

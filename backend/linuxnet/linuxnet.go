@@ -5,6 +5,7 @@ package linuxnet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/overlay"
+	"github.com/vmnetctl/vmnetctl/shaper"
 )
 
 // Backend is vmnetctl's own data plane and helper.
@@ -44,7 +46,8 @@ func (Backend) RemoveNetwork(ctx context.Context, id string, o backend.NetworkOp
 
 func (Backend) Sweep(ctx context.Context, keep []string, o backend.NetworkOptions) ([]string, error) {
 	hostnet.SetOwner(o.Owner)
-	return netplane.Sweep(ctx, keep, o.LeaseDir)
+	removed, err := netplane.Sweep(ctx, keep, o.LeaseDir)
+	return removed, errors.Join(err, shaper.SweepStrays())
 }
 
 func (Backend) CheckNetwork(ctx context.Context, n *api.Network, o backend.NetworkOptions) error {
@@ -58,6 +61,11 @@ func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.
 		specs[i] = netplane.PortSpec{Name: p.Name, MAC: p.MAC, NoSpoofCheck: !p.SpoofCheck}
 	}
 	return netplane.EnsurePorts(ctx, n, specs)
+}
+
+// SetBandwidth limits port's bandwidth (package shaper).
+func (Backend) SetBandwidth(_ context.Context, port string, b *api.Bandwidth) error {
+	return shaper.Set(port, b)
 }
 
 // ClaimPorts claims each attachment's MAC for its helper's TAP in n's
@@ -101,9 +109,10 @@ func (b Backend) Limits(nets []*api.Network, _ []*api.Attachment) []backend.Limi
 
 // Cleanup removes the TAP of a helper that was killed with its cleanup
 // child (only if it carries the mark of this state dir's helper:
-// netplane.RemoveStaleTap).
+// netplane.RemoveStaleTap), and the IFB device that shaped what its VM
+// sent (shaper.Remove; the controller sets it again for a new helper).
 func (Backend) Cleanup(a *api.Attachment) error {
-	return netplane.RemoveStaleTap(TapName(a))
+	return errors.Join(netplane.RemoveStaleTap(TapName(a)), shaper.Remove(TapName(a)))
 }
 
 // TapName is the TAP of attachment a's helper.

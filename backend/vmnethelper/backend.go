@@ -101,6 +101,9 @@ func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []backend.L
 		if a.Egress != nil {
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): egress cannot be honoured on macOS: vmnet has no egress filtering", a.Key(), b.Name())})
 		}
+		if a.Bandwidth != nil {
+			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): bandwidth cannot be honoured on macOS: vmnet has no limits per port", a.Key(), b.Name())})
+		}
 		if len(a.PortForwards) > 0 {
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): portForwards cannot be honoured on macOS: vmnet has no port forwards (lima's own forwarding, over ssh, does it there)", a.Key(), b.Name())})
 		}
