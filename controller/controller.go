@@ -139,6 +139,9 @@ type Controller struct {
 	// attachment's network of it (SetHost): a pass tells a network only
 	// of what changed, the full passes of everything (setHosts).
 	hostsTold map[string]hostTold
+	// bandwidth is, by attachment key, the limits set on the ports that
+	// have one (setBandwidth).
+	bandwidth map[string]bandwidthSet
 	applied   *spec.Desired
 	appliedN  *statedir.NetworksSnapshot
 	appliedP  []*statedir.Project

@@ -81,6 +81,8 @@ var (
 		"Frames the attachment's helper dropped (peer too slow, oversized or malformed), by direction. Starts again at 0 when the helper restarts.", "direction")
 	descAttachmentEgressDenied = attachmentDesc("vmnetctl_attachment_egress_denied_total",
 		"Connections the VM opened that its network's egress policy refused (networks with one).")
+	descBandwidthLimit = attachmentDesc("vmnetctl_attachment_bandwidth_limit_bytes_per_second",
+		"The attachment's bandwidth limit in bytes a second, by direction (to_vm, from_vm), for the attachments that have one (Linux enforces it on the VM's port).", "direction")
 	descForwardConns = attachmentDesc("vmnetctl_attachment_forward_connections_total",
 		"Connections (new flows, for UDP) a port forward of the attachment took, by forward (HOSTIP:PORT -> GUESTPORT/PROTO).", "forward")
 	descSpoofDrops = attachmentDesc("vmnetctl_attachment_spoofed_frames_total",
@@ -163,7 +165,7 @@ var (
 	descReconcileDuration = prometheus.NewDesc("vmnetctl_reconcile_duration_seconds",
 		"How long the latest reconcile took.", nil, nil)
 	descReconcilePhase = prometheus.NewDesc("vmnetctl_reconcile_phase_seconds_total",
-		"Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, forwards, claims, start (the helpers'), ports, commit.", []string{"phase"}, nil)
+		"Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, forwards, claims, start (the helpers'), bandwidth, ports, commit.", []string{"phase"}, nil)
 	descLastSuccess = prometheus.NewDesc("vmnetctl_last_successful_reconcile_timestamp_seconds",
 		"When a reconcile last succeeded, as a Unix time.", nil, nil)
 	descBuildInfo = prometheus.NewDesc("vmnetctl_build_info",
@@ -182,7 +184,7 @@ type collector struct{ c *Controller }
 
 func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descAttachmentInfo, descBytes, descPackets, descDrops, descSpoofDrops, descForwardConns, descAttachmentEgressDenied, descSyscalls, descStatsTime,
+		descAttachmentInfo, descBytes, descPackets, descDrops, descSpoofDrops, descForwardConns, descAttachmentEgressDenied, descBandwidthLimit, descSyscalls, descStatsTime,
 		descHelperUp, descRestarts, descStartDuration, descStartTime, descCPU, descRSS,
 		descNetworkInfo, descNetworkUp, descNetworkDegraded, descNetworkRepairs, descNetworkAttachments, descLeases, descPool,
 		descDHCPRequests, descDHCPReplies, descDHCPErrors, descDHCPSpoofed, descDHCPLimited, descDNSQueries, descDNSResponses,
@@ -325,6 +327,13 @@ func (c *Controller) collectAttachment(emit emitter, a *spec.Attachment, st back
 	emit(descAttachmentInfo, prometheus.GaugeValue, 1, with(a.Project, string(a.Attach))...)
 	for _, pf := range a.PortForwards {
 		emit(descForwardConns, prometheus.CounterValue, float64(st.ForwardConns[backend.ForwardKey(a.Key(), pf)]), with(pf.String())...)
+	}
+	if b := a.Bandwidth; b != nil {
+		for dir, rate := range map[string]uint64{"to_vm": b.ToVM, "from_vm": b.FromVM} {
+			if rate > 0 {
+				emit(descBandwidthLimit, prometheus.GaugeValue, float64(rate)/8, with(dir)...)
+			}
+		}
 	}
 	if n := c.applied.Network(a.Network); a.Egress != nil || (n != nil && n.Egress != nil) {
 		emit(descAttachmentEgressDenied, prometheus.CounterValue, float64(st.EgressDeniedByMAC[a.MAC]), labels...)

@@ -81,6 +81,8 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	c.runLaunches(ctx, launches)
 	c.mu.Lock()
 	errs = append(errs, c.commitLaunches(launches)...)
+	c.progress.enter("bandwidth")
+	errs = append(errs, c.setBandwidth(ctx, desired, full)...)
 	c.progress.enter("ports")
 	errs = append(errs, c.ensurePorts(ctx, desired, touched)...)
 	c.progress.enter("commit")
@@ -719,4 +721,53 @@ func (c *Controller) commit(ctx context.Context, desired *spec.Desired, snap *st
 		return false, errors.Join(c.lastErr, err)
 	}
 	return true, c.lastErr
+}
+
+// bandwidthSet is what setBandwidth last set on an attachment's port: the
+// helper (a new one has a new port), the port and the limits.
+type bandwidthSet struct {
+	pid int
+	tap string
+	b   api.Bandwidth
+}
+
+// setBandwidth gives each running helper's port its attachment's limits
+// (backend.Shaper): a pass asked for sets those new or changed since the
+// last (bandwidthSet), and takes off those no longer wanted; a full pass
+// sets every limit again, which puts back one changed behind the
+// controller's back. Ports that have and had no limit are not touched.
+func (c *Controller) setBandwidth(ctx context.Context, desired *spec.Desired, full bool) []error {
+	sh, ok := c.be.(backend.Shaper)
+	if !ok {
+		return nil // (the backend's Limits said so)
+	}
+	var errs []error
+	set := make(map[string]bandwidthSet)
+	for _, a := range desired.Attachments {
+		h := c.helpers[a.Key()]
+		if h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
+			continue
+		}
+		want := bandwidthSet{pid: h.rec.Proc.PID, tap: h.rec.Tap}
+		if a.Bandwidth != nil {
+			want.b = *a.Bandwidth
+		}
+		prev, had := c.bandwidth[a.Key()]
+		switch {
+		case had && prev == want && !(full && a.Bandwidth != nil):
+			set[a.Key()] = want
+			continue
+		case !had && a.Bandwidth == nil:
+			continue
+		}
+		if err := sh.SetBandwidth(ctx, h.rec.Tap, a.Bandwidth); err != nil {
+			errs = append(errs, fmt.Errorf("attachment %s: %w", a.Key(), err))
+			continue
+		}
+		if a.Bandwidth != nil {
+			set[a.Key()] = want
+		}
+	}
+	c.bandwidth = set
+	return errs
 }

@@ -3,6 +3,7 @@ package ctlapi
 import (
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 )
 
@@ -87,6 +88,9 @@ type AttachmentStatus struct {
 	// EgressDenied counts the connections the VM opened that its
 	// network's egress policy refused (networks with one).
 	EgressDenied uint64 `json:"egressDenied,omitempty"`
+	// Bandwidth is the attachment's limits as its VM file gives them
+	// (bits a second; Linux enforces them on its port).
+	Bandwidth *api.Bandwidth `json:"bandwidth,omitempty"`
 	// Forwards are the attachment's port forwards, with the connections
 	// each took.
 	Forwards []ForwardStatus `json:"forwards,omitempty"`

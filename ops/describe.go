@@ -199,6 +199,9 @@ func (d *Description) Render(w io.Writer) error {
 			}
 			row("egress", fmt.Sprintf("%s; %d connections refused", policy, a.EgressDenied))
 		}
+		if a.Bandwidth != nil {
+			row("bandwidth", a.Bandwidth.String())
+		}
 		if len(a.LogTail) > 0 {
 			fmt.Fprintln(w, "  log:")
 			for _, l := range a.LogTail {

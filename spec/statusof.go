@@ -33,6 +33,7 @@ func AttachmentStatusOf(a *Attachment) ctlapi.AttachmentStatus {
 	if a.IP.IsValid() {
 		as.IP = a.IP.String()
 	}
+	as.Bandwidth = a.Bandwidth
 	return as
 }
 

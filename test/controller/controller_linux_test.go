@@ -18,6 +18,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/netplane"
@@ -619,5 +620,56 @@ func TestDetachRemovesItsGuard(t *testing.T) {
 	h.MustVmnetctl("down", "-p", "b")
 	if n := guarded(); n != 1 {
 		t.Errorf("after b's down, %d ports guarded, want 1 (a's)", n)
+	}
+}
+
+// TestBandwidthLive: a VM file's bandwidth is set on the VM's port by
+// `up` (a token bucket to the VM, a marked IFB device shaping what it
+// sends), shown in status; an `up` that changes it changes the kernel's
+// without restarting the helper; one without it takes it off, and so
+// does `down`, the IFB device with it.
+func TestBandwidthLive(t *testing.T) {
+	h := newHost(t)
+	h.MustVmnetctl("network", "create", "shared") // the network outlives the VM
+	vms := h.WriteFile("vms.yaml", "vms:\n  bw:\n    networks:\n      - vmnet: shared\n        bandwidth: {toVM: 20Mbit, fromVM: 10Mbit}\n")
+	h.MustVmnetctl("up", "-f", vms)
+	a := h.Attachment(h.Status(), "bw")
+	if a.Bandwidth == nil || a.Bandwidth.ToVM != 20_000_000 || a.Bandwidth.FromVM != 10_000_000 {
+		t.Errorf("status shows bandwidth %+v", a.Bandwidth)
+	}
+	ifb := api.ShaperName(a.Tap)
+	tc := func(dev string) string {
+		out, _ := h.Run(context.Background(), "tc", "qdisc", "show", "dev", dev)
+		return out
+	}
+	if q := tc(a.Tap); !strings.Contains(q, "tbf") || !strings.Contains(q, "rate 20Mbit") {
+		t.Errorf("the port's qdiscs:\n%s", q)
+	}
+	if q := tc(ifb); !strings.Contains(q, "rate 10Mbit") {
+		t.Errorf("the IFB device's qdiscs:\n%s", q)
+	}
+	h.WriteFile("vms.yaml", "vms:\n  bw:\n    networks:\n      - vmnet: shared\n        bandwidth: {toVM: 5Mbit}\n")
+	h.MustVmnetctl("up", "-f", vms)
+	b := h.Attachment(h.Status(), "bw")
+	if b.PID != a.PID {
+		t.Errorf("changing the limit restarted the helper: pid %d, then %d", a.PID, b.PID)
+	}
+	if q := tc(a.Tap); !strings.Contains(q, "rate 5Mbit") {
+		t.Errorf("after the change, the port's qdiscs:\n%s", q)
+	}
+	if out, err := h.Run(context.Background(), "ip", "link", "show", ifb); err == nil {
+		t.Errorf("no limit from the VM any more, and its IFB device is left:\n%s", out)
+	}
+	h.WriteFile("vms.yaml", "vms:\n  bw:\n    networks:\n      - vmnet: shared\n        bandwidth: {fromVM: 1Mbit}\n")
+	h.MustVmnetctl("up", "-f", vms)
+	if q := tc(a.Tap); strings.Contains(q, "tbf") {
+		t.Errorf("no limit to the VM any more, and the port has:\n%s", q)
+	}
+	if q := tc(ifb); !strings.Contains(q, "rate 1Mbit") {
+		t.Errorf("the IFB device's qdiscs:\n%s", q)
+	}
+	h.MustVmnetctl("down", "-f", vms)
+	if out, err := h.Run(context.Background(), "ip", "link", "show", ifb); err == nil {
+		t.Errorf("after down, the IFB device is left:\n%s", out)
 	}
 }

@@ -67,6 +67,7 @@ vms:
     networks:
       - vmnet: shared
         attach: tap
+        bandwidth: {toVM: 10Gbit}
 `
 
 // statsInterval is the helpers' stats interval here: short, so that
@@ -173,6 +174,7 @@ func TestMetrics(t *testing.T) {
 		{"vmnetctl_helper_up", []string{"vm", "a"}, 1},
 		{"vmnetctl_attachment_info", []string{"vm", "c", "attach", "tap"}, 1},
 		{"vmnetctl_helper_up", []string{"vm", "c"}, 1},
+		{"vmnetctl_attachment_bandwidth_limit_bytes_per_second", []string{"vm", "c", "direction", "to_vm"}, 10e9 / 8},
 		{"vmnetctl_helper_restarts_total", []string{"vm", "b"}, 0},
 		{"vmnetctl_reconciles_total", []string{"result", "error"}, 0},
 	} {
