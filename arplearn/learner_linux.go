@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mdlayher/netlink"
 	vnl "github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -36,19 +35,8 @@ import (
 // marked learned: the guard, status, DNS names and forwards follow it as
 // they follow a DHCP lease, and DHCP's clients come first.
 
-// NFLOG's protocol (linux/netfilter/nfnetlink_log.h; x/sys lacks it).
 const (
-	nfulnlMsgPacket    = 0
-	nfulnlMsgConfig    = 1
-	nfulaIfindexIndev  = 4
-	nfulaIfindexPhysIn = 6
-	nfulaPayload       = 9
-	nfulaCfgCmd        = 1
-	nfulaCfgMode       = 2
-	nfulaCfgQThresh    = 5
-	nfulnlCfgCmdBind   = 1
-	nfulnlCopyPacket   = 2
-	learnCopyRange     = 64 // an ARP packet is 28 bytes
+	learnCopyRange = 64 // an ARP packet is 28 bytes
 	// learnHold is how soon a MAC that learned an address may learn
 	// another: each binding costs a journal write and the guard's
 	// transaction, which a guest cycling addresses would ask for at the
@@ -89,7 +77,7 @@ type Learner struct {
 	mu        sync.Mutex
 	learnedAt map[string]time.Time // by MAC: its last learned address (learnHeld)
 	deferred  []deferredClaim      // claims heard before VMsKnown (deferClaim), under mu
-	conn      *netlink.Conn
+	conn      *hostnet.NFLOG
 	stop      chan struct{}
 	wg        sync.WaitGroup
 }
@@ -102,16 +90,12 @@ func Start(c Config) (*Learner, error) {
 	if !n.LearnsAddresses() || c.Alloc == nil || c.Guard == nil {
 		return nil, nil
 	}
-	var conn *netlink.Conn
+	var conn *hostnet.NFLOG
 	err := c.InNS(func() (err error) {
-		conn, err = netlink.Dial(unix.NETLINK_NETFILTER, nil)
+		conn, err = hostnet.OpenNFLOG(guard.LearnGroup(n.ID), learnCopyRange)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("network %q: the address learner: %w", n.ID, err)
-	}
-	if err := bindLearnGroup(conn, guard.LearnGroup(n.ID)); err != nil {
-		conn.Close()
 		c.Log.Warn("address learner: not running; VMs use only the addresses DHCP and their files give", "nflogGroup", guard.LearnGroup(n.ID), "err", err)
 		return nil, nil
 	}
@@ -127,9 +111,9 @@ func (l *Learner) run() {
 	defer l.wg.Done()
 	var failLog guestlog.Limit
 	for {
-		msgs, err := l.conn.Receive()
+		pkts, err := l.conn.Receive()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) || isClosed(l.stop) {
+			if hostnet.IsClosed(err) || isClosed(l.stop) {
 				return
 			}
 			if ok, n := failLog.Allow(l.alloc.Now()); ok {
@@ -137,8 +121,8 @@ func (l *Learner) run() {
 			}
 			continue // (ENOBUFS: a burst was lost; the guests retry)
 		}
-		for _, m := range msgs {
-			if a, ok := l.arpClaim(m); ok {
+		for _, p := range pkts {
+			if a, ok := l.arpClaim(p); ok {
 				l.claim(a)
 			}
 		}
@@ -186,40 +170,6 @@ func isClosed(ch chan struct{}) bool {
 	}
 }
 
-// bindLearnGroup binds c to NFLOG group, copying whole (short) packets.
-func bindLearnGroup(c *netlink.Conn, group uint16) error {
-	config := func(attrs func(*netlink.AttributeEncoder)) error {
-		ae := netlink.NewAttributeEncoder()
-		attrs(ae)
-		b, err := ae.Encode()
-		if err != nil {
-			return err
-		}
-		hdr := []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0}
-		binary.BigEndian.PutUint16(hdr[2:], group)
-		_, err = c.Execute(netlink.Message{
-			Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_ULOG<<8 | nfulnlMsgConfig), Flags: netlink.Request | netlink.Acknowledge},
-			Data:   append(hdr, b...),
-		})
-		return err
-	}
-	if err := config(func(ae *netlink.AttributeEncoder) { ae.Bytes(nfulaCfgCmd, []byte{nfulnlCfgCmdBind}) }); err != nil {
-		return err
-	}
-	mode := make([]byte, 6)
-	binary.BigEndian.PutUint32(mode, learnCopyRange)
-	mode[4] = nfulnlCopyPacket
-	// Each packet at once: the kernel's default holds them until 100
-	// are queued or a second went by, and a guest that asks for its
-	// gateway once waits a second for the answer (vmnet-helper's own
-	// tests wait one).
-	qthresh := binary.BigEndian.AppendUint32(nil, 1)
-	return config(func(ae *netlink.AttributeEncoder) {
-		ae.Bytes(nfulaCfgMode, mode)
-		ae.Bytes(nfulaCfgQThresh, qthresh)
-	})
-}
-
 // arpSeen is an ARP packet the guard copied: its sender's MAC and
 // address, the address it asks for, and whether it is a request.
 type arpSeen struct {
@@ -228,31 +178,12 @@ type arpSeen struct {
 	request    bool
 }
 
-// arpClaim reads an NFLOG message: an ARP packet that came in on a port
-// of this network's bridge.
-func (l *Learner) arpClaim(m netlink.Message) (arpSeen, bool) {
-	if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_ULOG<<8|nfulnlMsgPacket) || len(m.Data) < 4 {
-		return arpSeen{}, false
-	}
-	ad, err := netlink.NewAttributeDecoder(m.Data[4:])
-	if err != nil {
-		return arpSeen{}, false
-	}
-	ad.ByteOrder = binary.BigEndian
-	var payload []byte
-	var indev, physin uint32
-	for ad.Next() {
-		switch ad.Type() {
-		case nfulaPayload:
-			payload = ad.Bytes()
-		case nfulaIfindexIndev:
-			indev = ad.Uint32()
-		case nfulaIfindexPhysIn:
-			physin = ad.Uint32()
-		}
-	}
-	if ad.Err() != nil || len(payload) < arpHeaderLen || binary.BigEndian.Uint32(payload) != arpEthernetIPv4Types ||
-		payload[4] != 6 || payload[5] != 4 || !l.onBridge(indev, physin) {
+// arpClaim reads a packet the guard copied: an ARP packet that came in
+// on a port of this network's bridge.
+func (l *Learner) arpClaim(p hostnet.LoggedPacket) (arpSeen, bool) {
+	payload := p.Payload
+	if len(payload) < arpHeaderLen || binary.BigEndian.Uint32(payload) != arpEthernetIPv4Types ||
+		payload[4] != 6 || payload[5] != 4 || !l.onBridge(p.InDev, p.PhysIn) {
 		return arpSeen{}, false
 	}
 	a := arpSeen{mac: net.HardwareAddr(slices.Clone(payload[8:14])), request: binary.BigEndian.Uint16(payload[6:8]) == arpRequest}
