@@ -120,6 +120,10 @@ type NetworkOptions struct {
 	// releases or declines: kind is "lease-granted", "lease-released"
 	// or "lease-declined".
 	OnLease func(kind, network, mac string, ip netip.Addr)
+	// OnEgressDenied, if set, is told of connections a network's VMs
+	// opened that an egress policy refused: at most one a VM every 10 s,
+	// with how many were left out (Linux).
+	OnEgressDenied func(network string, f nettypes.DeniedFlow)
 }
 
 // HelperSpec is what a backend needs to build a helper's command line.
@@ -189,6 +193,7 @@ type (
 	DNSStats      = nettypes.DNSStats
 	FRRError      = nettypes.FRRError
 	ClaimOptions  = nettypes.ClaimOptions
+	DeniedFlow    = nettypes.DeniedFlow
 )
 
 // ForwardKey names a port forward (nettypes.ForwardKey).

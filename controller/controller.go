@@ -604,5 +604,6 @@ func (c *Controller) waitReconcile(ctx context.Context) error {
 
 // netOpts are the backend's settings for this state dir's networks.
 func (c *Controller) netOpts() backend.NetworkOptions {
-	return backend.NetworkOptions{Owner: c.sd.Path, LeaseDir: c.sd.LeasesDir(), Upstreams: c.opts.Upstreams, Log: c.log, OnLease: c.onLease}
+	return backend.NetworkOptions{Owner: c.sd.Path, LeaseDir: c.sd.LeasesDir(), Upstreams: c.opts.Upstreams, Log: c.log, OnLease: c.onLease,
+		OnEgressDenied: c.onEgressDenied}
 }

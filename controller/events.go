@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -32,6 +33,26 @@ func (c *Controller) emit(ev ctlapi.Event) {
 	f.Write(append(b, '\n'))
 }
 
+// emitFor emits ev with the attachment its network and MAC name. Not
+// c.mu: a network's Close, under c.mu, waits for its DHCP server and its
+// readers, which may be here.
+func (c *Controller) emitFor(ev ctlapi.Event) {
+	if d := c.appliedView.Load(); d != nil && ev.MAC != "" {
+		for _, a := range d.Attachments {
+			if a.Network == ev.Network && strings.EqualFold(a.MAC, ev.MAC) {
+				ev.Attachment = a.Key()
+			}
+		}
+	}
+	c.emit(ev)
+}
+
+// onEgressDenied records a connection a VM opened that an egress policy
+// refused (a few a VM: backend.NetworkOptions.OnEgressDenied).
+func (c *Controller) onEgressDenied(network string, f backend.DeniedFlow) {
+	c.emitFor(ctlapi.Event{Kind: "egress-denied", Network: network, MAC: f.MAC, IP: f.Src.Addr().String(), Detail: f.String()})
+}
+
 // onLease is the networks' lease events (backend.NetworkOptions.OnLease),
 // with the VM whose attachment has the MAC.
 func (c *Controller) onLease(kind, network, mac string, ip netip.Addr) {
@@ -39,16 +60,7 @@ func (c *Controller) onLease(kind, network, mac string, ip netip.Addr) {
 	if ip.IsValid() {
 		ev.IP = ip.String()
 	}
-	// Not c.mu: a network's Close, under c.mu, waits for its DHCP server,
-	// which may be here.
-	if d := c.appliedView.Load(); d != nil {
-		for _, a := range d.Attachments {
-			if a.Network == network && strings.EqualFold(a.MAC, mac) {
-				ev.Attachment = a.Key()
-			}
-		}
-	}
-	c.emit(ev)
+	c.emitFor(ev)
 	if kind == "lease-granted" {
 		select { // watchLeaseExpiry learns the lease's expiry
 		case c.leaseKick <- struct{}{}:

@@ -1006,6 +1006,14 @@ func (a *Allocator) Lookup(mac net.HardwareAddr) (Lease, bool) {
 	return *l, true
 }
 
+// MACOf returns the MAC whose lease (expired or not) has ip, if any.
+func (a *Allocator) MACOf(ip netip.Addr) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	mac, ok := a.byIP[ip]
+	return mac, ok
+}
+
 // Fixed returns the fixed address of mac, if any.
 func (a *Allocator) Fixed(mac net.HardwareAddr) (netip.Addr, bool) {
 	a.mu.Lock()

@@ -60,11 +60,14 @@ const egressRefresh = 30 * time.Second
 
 // addEgressDenied adds to tx the chain that counts and drops what the
 // policies refuse, with its rules: ensureTable's, once per table.
-func addEgressDenied(tx *knftables.Transaction) {
+func addEgressDenied(tx *knftables.Transaction, id string) {
 	addEgressObjects(tx)
 	tx.Flush(&knftables.Chain{Name: EgressDenied})
 	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: "update @" + egressBy4 + " { ip saddr counter }"})
 	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: "update @" + egressBy6 + " { ip6 saddr counter }"})
+	for _, r := range egressLogRules(id) {
+		tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: r})
+	}
 	tx.Add(&knftables.Rule{Chain: EgressDenied, Rule: fmt.Sprintf("counter name %q drop", EgressDenied)})
 }
 
@@ -78,6 +81,11 @@ func addEgressObjects(tx *knftables.Transaction) {
 	// count alone).
 	tx.Add(&knftables.Set{Name: egressBy4, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}, Size: knftables.PtrTo(uint64(egressSources))})
 	tx.Add(&knftables.Set{Name: egressBy6, Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}, Size: knftables.PtrTo(uint64(egressSources))})
+	// The sources' rates of denied flows copied to NFLOG (egresslog_linux.go).
+	for name, typ := range map[string]string{egressLog4: "ipv4_addr", egressLog6: "ipv6_addr"} {
+		tx.Add(&knftables.Set{Name: name, Type: typ, Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+			Timeout: knftables.PtrTo(time.Minute), Size: knftables.PtrTo(uint64(egressSources))})
+	}
 	for _, s := range []struct{ name, typ string }{
 		{EgressNames4, "ipv4_addr"}, {EgressNamesDenied4, "ipv4_addr"}, {EgressNames6, "ipv6_addr"}, {EgressNamesDenied6, "ipv6_addr"},
 	} {
@@ -276,6 +284,9 @@ const maxLearnedPerClient = maxLearned / 8
 // already in force for at least half the answer's TTL costs nothing;
 // others cost one nft transaction per answer.
 func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR) {
+	if nw.onEgressDenied != nil {
+		nw.recent.add(client, qname, answers)
+	}
 	targets := nw.nameTargets(client, qname)
 	if len(targets) == 0 {
 		return

@@ -3,6 +3,8 @@ package netplane
 import (
 	"log/slog"
 	"net/netip"
+
+	"github.com/vmnetctl/vmnetctl/nettypes"
 )
 
 // Options configure Start.
@@ -20,4 +22,8 @@ type Options struct {
 	// OnLease, if set, is told of leases granted (new, or a new address),
 	// released and declined (backend.NetworkOptions.OnLease).
 	OnLease func(kind, network, mac string, ip netip.Addr)
+	// OnEgressDenied, if set, is told of connections the network's VMs
+	// opened that an egress policy refused, a few a VM
+	// (backend.NetworkOptions.OnEgressDenied).
+	OnEgressDenied func(network string, f nettypes.DeniedFlow)
 }

@@ -53,6 +53,8 @@ type Network struct {
 	reservedMu      sync.Mutex
 	reservedChanged []net.HardwareAddr
 	onLease         func(kind, network, mac string, ip netip.Addr)
+	onEgressDenied  func(network string, f nettypes.DeniedFlow)
+	recent          recentNames       // the DNS proxy's answers, to name a denied flow
 	learner4        *arplearn.Learner // nil when the network learns no IPv4 address
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it); netns is it.
@@ -86,7 +88,8 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 	if err := Ensure(ctx, n); err != nil {
 		return nil, err
 	}
-	nw := &Network{n: n, log: log, hosts: newHostTable(), stop: make(chan struct{}), onLease: opts.OnLease, fwdKick: make(chan struct{}, 1)}
+	nw := &Network{n: n, log: log, hosts: newHostTable(), stop: make(chan struct{}), onLease: opts.OnLease, fwdKick: make(chan struct{}, 1),
+		onEgressDenied: opts.OnEgressDenied}
 	if !n.Routed() {
 		return nw, nil
 	}
@@ -153,6 +156,11 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 	}
 	if err := nw.startLearner4(); err != nil {
 		return err
+	}
+	if n.Routed() {
+		if err := nw.startEgressLog(); err != nil {
+			return err
+		}
 	}
 	if n.HasIPv6() && !hostnet.KernelIPv6() {
 		nw.log.Warn("IPv6 is off on this host (net.ipv6.conf.default.disable_ipv6=1, or ipv6.disable=1 at boot): the network runs without it; set ipv6: false on it to say so")

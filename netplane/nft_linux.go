@@ -63,7 +63,7 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 		addNeighObjects(tx)
 	}
 	if n.Routed() {
-		addEgressDenied(tx)
+		addEgressDenied(tx, n.ID)
 		// The VMs' own policies, as they were, in the same transaction:
 		// the network's Start (a controller restart, a repair) must not
 		// leave a VM under its network's policy until the controller

@@ -9,6 +9,7 @@ package nettypes
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/netip"
 	"strings"
 	"time"
@@ -99,6 +100,41 @@ type WireGuardPeer struct {
 	// RxBytes and TxBytes count the encrypted bytes from and to the peer.
 	RxBytes uint64 `json:"rxBytes"`
 	TxBytes uint64 `json:"txBytes"`
+}
+
+// DeniedFlow is a connection a VM opened that an egress policy refused.
+type DeniedFlow struct {
+	// MAC is the VM's, by the source address's lease or IPv6 binding;
+	// "" when none has it.
+	MAC string
+	// Proto is tcp, udp, icmp or "proto N"; Src and Dst its addresses,
+	// with the ports of TCP and UDP.
+	Proto    string
+	Src, Dst netip.AddrPort
+	// Name is the name the VM asked the network's DNS proxy for that
+	// gave Dst, if it did.
+	Name string
+	// Suppressed counts the denied flows of this source left untold
+	// since the last one told (at most one in 10 s).
+	Suppressed int
+}
+
+// String is "tcp 10.0.0.5:51234 -> 1.2.3.4:443 (example.com)".
+func (f DeniedFlow) String() string {
+	addr := func(a netip.AddrPort) string {
+		if a.Port() == 0 {
+			return a.Addr().String()
+		}
+		return a.String()
+	}
+	s := f.Proto + " " + addr(f.Src) + " -> " + addr(f.Dst)
+	if f.Name != "" {
+		s += " (" + f.Name + ")"
+	}
+	if f.Suppressed > 0 {
+		s += fmt.Sprintf("; %d more not shown", f.Suppressed)
+	}
+	return s
 }
 
 // ClaimOptions say how much of a network's guard a pass of the controller

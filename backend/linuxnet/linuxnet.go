@@ -32,7 +32,8 @@ func (Backend) Name() string { return Name }
 
 func (Backend) StartNetwork(ctx context.Context, n *api.Network, o backend.NetworkOptions) (backend.Network, error) {
 	hostnet.SetOwner(o.Owner)
-	nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: o.LeaseDir, Upstreams: o.Upstreams, Log: o.Log, OnLease: o.OnLease})
+	nw, err := netplane.Start(ctx, n, netplane.Options{StateDir: o.LeaseDir, Upstreams: o.Upstreams, Log: o.Log, OnLease: o.OnLease,
+		OnEgressDenied: o.OnEgressDenied})
 	if err != nil {
 		return nil, err
 	}

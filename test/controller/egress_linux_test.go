@@ -2,6 +2,8 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -301,4 +303,70 @@ func serveDNS(t *testing.T, ns *testutil.NS, addr string, names map[string]strin
 	})}
 	go srv.ActivateAndServe()
 	t.Cleanup(func() { srv.Shutdown() })
+}
+
+// TestEgressDeniedEvents: a connection a VM opens that its network's
+// egress policy refuses is an egress-denied event naming the VM, the
+// flow and the name the VM resolved for its address; a VM flooding
+// refused connections gets a few events, not one each.
+func TestEgressDeniedEvents(t *testing.T) {
+	h := &host{Host: simvm.NewHost(t, "vmned", egressNetworks, "pgrep"), t: t}
+	lan := testutil.NewNS(t, "edlan")
+	link(t, h, "lan", "198.51.100.1/24", lan, "198.51.100.2/24", "198.51.100.3/24")
+	serveText(t, lan.Listen(t, "tcp4", "198.51.100.2:7000"), "lan .2")
+	serveDNS(t, lan, "198.51.100.2:53", map[string]string{"nope.test.": "198.51.100.2"})
+	etc := filepath.Join("/etc/netns", h.Name)
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(etc) })
+	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver 198.51.100.2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  s:\n    networks:\n      - vmnet: sandbox\n"))
+	s := h.VM(h.Attachment(h.Status(), "s"))
+	lease := s.DHCP(t)
+	if out, err := s.Run(context.Background(), "busybox", "nslookup", "-type=a", "nope.test", "10.88.0.1"); err != nil {
+		t.Fatalf("resolving nope.test: %v\n%s", err, out)
+	}
+	if got, _ := dialHello(s.NS, "198.51.100.2:7000"); got != "" {
+		t.Fatalf("s reached nope.test's address, which its network denies: %q", got)
+	}
+	denied := func() []map[string]any {
+		t.Helper()
+		var out []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(h.MustVmnetctl("events", "--json")), "\n") {
+			var ev map[string]any
+			if json.Unmarshal([]byte(line), &ev) == nil && ev["kind"] == "egress-denied" {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	var first map[string]any
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if evs := denied(); len(evs) > 0 {
+			first = evs[0]
+			return nil
+		}
+		return errors.New("no egress-denied event yet")
+	}, "the refused connection's event")
+	want := "tcp " + lease["ip"] + ":"
+	if first["attachment"] != "s/0" || first["network"] != "sandbox" || first["ip"] != lease["ip"] ||
+		!strings.HasPrefix(fmt.Sprint(first["detail"]), want) || !strings.Contains(fmt.Sprint(first["detail"]), "-> 198.51.100.2:7000 (nope.test)") {
+		t.Errorf("the event: %v; want s/0 on sandbox from %s, detail %s... -> 198.51.100.2:7000 (nope.test)", first, lease["ip"], want)
+	}
+	// A flood of refused connections: a few events, however many tries.
+	for i := range 100 {
+		s.Do(func() error {
+			c, err := net.DialTimeout("tcp4", fmt.Sprintf("198.51.100.3:%d", 8000+i), 20*time.Millisecond)
+			if err == nil {
+				c.Close()
+			}
+			return nil
+		})
+	}
+	if evs := denied(); len(evs) > 4 {
+		t.Errorf("100 refused connections in a burst made %d events, want a few", len(evs))
+	}
 }
