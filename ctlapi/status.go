@@ -49,6 +49,9 @@ type NetworkStatus struct {
 	// Repairs counts the times the controller found the network changed
 	// behind its back and put it back.
 	Repairs uint64 `json:"repairs"`
+	// Egress is the network's egress policy as its file gives it
+	// (api.Egress's words), "" for none.
+	Egress string `json:"egress,omitempty"`
 	// EgressDenied counts the connections its VMs opened that the
 	// network's egress policy refused.
 	EgressDenied uint64 `json:"egressDenied,omitempty"`
@@ -85,6 +88,9 @@ type AttachmentStatus struct {
 	RxBytes uint64 `json:"rxBytes"`
 	TxBytes uint64 `json:"txBytes"`
 	Drops   uint64 `json:"drops"`
+	// Egress is the VM's own egress policy on the network, in place of
+	// the network's, "" for none.
+	Egress string `json:"egress,omitempty"`
 	// EgressDenied counts the connections the VM opened that its
 	// network's egress policy refused (networks with one).
 	EgressDenied uint64 `json:"egressDenied,omitempty"`

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/vmnetctl/vmnetctl/ctlapi"
-	"github.com/vmnetctl/vmnetctl/spec"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
@@ -32,9 +31,6 @@ type AttachmentDescription struct {
 	// LastHelperError is the helper's last exit or failure (helper-exited,
 	// helper-failed), from the events log: kept after the helper restarted.
 	LastHelperError *ctlapi.Event `json:"lastHelperError,omitempty"`
-	// Egress is the attachment's egress policy as its VM file gives it
-	// (api.Egress's words), "" for none: the network's applies.
-	Egress string `json:"egress,omitempty"`
 	// LogTail is the end of the helper's log.
 	LogTail []string `json:"logTail"`
 	// Advice says what to do, one line each; empty when all is well.
@@ -52,7 +48,6 @@ func Describe(ctx context.Context, sd statedir.Dir, vm string) (*Description, er
 		return nil, err
 	}
 	leases, _ := Leases(sd, "")
-	applied, _ := spec.AppliedState(sd)
 	d := &Description{VM: vm, Controller: st.Controller, Attachments: []AttachmentDescription{}}
 	var names []string
 	for _, a := range st.Attachments {
@@ -65,13 +60,6 @@ func Describe(ctx context.Context, sd statedir.Dir, vm string) (*Description, er
 		ad := AttachmentDescription{AttachmentStatus: a, LogTail: lastLines(sd.HelperLogFile(fmt.Sprintf("%s/%d", a.VM, a.Index)), logTailLines)}
 		if ad.Peer == "" {
 			ad.Peer = "-"
-		}
-		if applied != nil {
-			for _, da := range applied.Attachments {
-				if da.Key() == fmt.Sprintf("%s/%d", a.VM, a.Index) && da.Egress != nil {
-					ad.Egress = da.Egress.String()
-				}
-			}
 		}
 		if leases != nil {
 			for i, l := range leases.Leases {

@@ -102,6 +102,43 @@ func offlineStatus(ctx context.Context, sd statedir.Dir, be backend.Backend) (*c
 // RenderStatus writes st as tables.
 func RenderStatus(w io.Writer, st *ctlapi.Status) error { return renderStatus(w, st, time.Now()) }
 
+// renderPolicies writes what the networks and the attachments (of
+// project; "" for all, and the networks' too) allow and expose: egress
+// policies and the connections they refused, port forwards and
+// bandwidth limits, a line each, after the tables.
+func renderPolicies(w io.Writer, st *ctlapi.Status, project string) {
+	var lines []string
+	for _, n := range st.Networks {
+		if n.Egress != "" && project == "" {
+			lines = append(lines, fmt.Sprintf("%s: egress %s; %d connections refused", n.Name, n.Egress, n.EgressDenied))
+		}
+	}
+	for _, a := range st.Attachments {
+		if project != "" && a.Project != project {
+			continue
+		}
+		var parts []string
+		if a.Egress != "" {
+			parts = append(parts, fmt.Sprintf("egress %s; %d connections refused", a.Egress, a.EgressDenied))
+		}
+		for _, f := range a.Forwards {
+			parts = append(parts, fmt.Sprintf("forward %s (%d connections)", f.Forward, f.Connections))
+		}
+		if a.Bandwidth != nil {
+			parts = append(parts, "bandwidth "+a.Bandwidth.String())
+		}
+		if len(parts) > 0 {
+			lines = append(lines, fmt.Sprintf("%s/%d on %s: %s", a.VM, a.Index, a.Network, strings.Join(parts, "; ")))
+		}
+	}
+	if len(lines) > 0 {
+		fmt.Fprintln(w)
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
+		}
+	}
+}
+
 // renderStatus is RenderStatus at time now (the last frame's age).
 func renderStatus(w io.Writer, st *ctlapi.Status, now time.Time) error {
 	if st.Controller.Running {
@@ -170,6 +207,7 @@ func renderStatus(w io.Writer, st *ctlapi.Status, now time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	renderPolicies(w, st, "")
 	for _, a := range st.Attachments {
 		if a.Error != "" {
 			fmt.Fprintf(w, "\n%s/%d: %s\n", a.VM, a.Index, a.Error)
@@ -255,6 +293,7 @@ func RenderProject(w io.Writer, st *ctlapi.Status, project string) error {
 		}
 	}
 	tw.Flush()
+	renderPolicies(w, st, project)
 	for _, sk := range st.Skipped {
 		fmt.Fprintln(w, "skipped:", sk)
 	}

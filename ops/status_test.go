@@ -41,6 +41,33 @@ func TestStatusTablePeer(t *testing.T) {
 	testutil.Golden(t, filepath.Join("testdata", "status-peers.txt"), out.String())
 }
 
+// TestStatusPolicies: after the tables, status says what each network's
+// egress policy is and what it refused, and each attachment's own policy,
+// port forwards and bandwidth limits; `up`'s table of a project, those of
+// its attachments.
+func TestStatusPolicies(t *testing.T) {
+	st := &ctlapi.Status{
+		Controller: ctlapi.ControllerStatus{Running: true, PID: 42, UptimeSeconds: 60, StateDir: "/run/vmnetctl"},
+		Networks: []ctlapi.NetworkStatus{{Name: "sandbox", Mode: "shared", Bridge: "vmn-sandbox", Subnet: "10.88.0.0/24", Gateway: "10.88.0.1",
+			State: "up", VMs: []string{"agent", "web"}, Egress: "{default: deny, allow: [pypi.org]}", EgressDenied: 7}},
+		Attachments: []ctlapi.AttachmentStatus{
+			{VM: "agent", Network: "sandbox", Project: "ai", MAC: "52:55:55:00:00:0a", Socket: "/run/vmnetctl/vms/agent/0.sock", State: ctlapi.StateRunning,
+				Egress: "none", EgressDenied: 3, Bandwidth: &api.Bandwidth{ToVM: 100_000_000, FromVM: 20_000_000}},
+			{VM: "web", Network: "sandbox", Project: "site", MAC: "52:55:55:00:00:0b", Socket: "/run/vmnetctl/vms/web/0.sock", State: ctlapi.StateRunning,
+				Forwards: []ctlapi.ForwardStatus{{Forward: "127.0.0.1:8080 -> 80/tcp", Connections: 12}}},
+		},
+	}
+	var out bytes.Buffer
+	if err := renderStatus(&out, st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out.WriteString("$ up -p ai\n")
+	if err := RenderProject(&out, st, "ai"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Golden(t, filepath.Join("testdata", "status-policies.txt"), out.String())
+}
+
 // A user whose own state dir holds nothing, while root's is in use, is told
 // to use sudo, not that nothing is running.
 func TestStatusRootsStateDirInUse(t *testing.T) {
@@ -70,8 +97,8 @@ func TestStatusRootsStateDirInUse(t *testing.T) {
 func TestDescribeForwardsEgress(t *testing.T) {
 	d := &Description{VM: "web", Attachments: []AttachmentDescription{{
 		AttachmentStatus: ctlapi.AttachmentStatus{VM: "web", Network: "shared", State: ctlapi.StateRunning, EgressDenied: 3,
-			Forwards: []ctlapi.ForwardStatus{{Forward: "127.0.0.1:8080 -> 80/tcp", Connections: 2}, {Forward: "0.0.0.0:5353 -> 53/udp"}}},
-		Egress: "default deny, allow pypi.org",
+			Forwards: []ctlapi.ForwardStatus{{Forward: "127.0.0.1:8080 -> 80/tcp", Connections: 2}, {Forward: "0.0.0.0:5353 -> 53/udp"}},
+			Egress:   "default deny, allow pypi.org"},
 	}, {
 		AttachmentStatus: ctlapi.AttachmentStatus{VM: "web", Index: 1, Network: "sandbox", State: ctlapi.StateRunning, EgressDenied: 1},
 	}}}
