@@ -102,6 +102,22 @@ type WireGuardPeer struct {
 	TxBytes uint64 `json:"txBytes"`
 }
 
+// CaptureOptions say what a capture of a VM's port takes: its name in
+// the capture (pcapng's interfaces are "NAME: from the VM" and "NAME: to
+// the VM"), and when it ends: after Count frames, after Duration, or when
+// its reader goes (0: no bound).
+type CaptureOptions struct {
+	Name     string
+	Count    int
+	Duration time.Duration
+}
+
+// CaptureStats is what a capture wrote, and the frames the kernel dropped
+// because its reader was slower than the VM.
+type CaptureStats struct {
+	Frames, Dropped uint64
+}
+
 // DeniedFlow is a connection a VM opened that an egress policy refused.
 type DeniedFlow struct {
 	// MAC is the VM's, by the source address's lease or IPv6 binding;

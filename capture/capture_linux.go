@@ -1,0 +1,108 @@
+package capture
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/nettypes"
+)
+
+// rcvBuf is the packet socket's receive buffer: what a slow reader may
+// fall behind by before the kernel drops (and counts) frames, never the
+// VM's.
+const rcvBuf = 8 << 20
+
+// maxFrame is the largest frame read: a port with offloads passes 64 KiB
+// segments with their headers.
+const maxFrame = 128 << 10
+
+// pollEvery is how often a capture that waits for frames looks at its
+// context and its duration.
+const pollEvery = 200 * time.Millisecond
+
+// Port copies the frames of link port, both ways, to w as pcapng: two
+// interfaces named after o.Name, the first what the VM sent, the second
+// what it was sent. It ends after o.Count frames, after o.Duration, or
+// when ctx is done, and returns how many frames it wrote and how many
+// the kernel dropped because w was slower than the VM. It writes every
+// frame as it comes (a reader such as `wireshark -k -i -` sees them live).
+func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writer) (nettypes.CaptureStats, error) {
+	var st nettypes.CaptureStats
+	ifi, err := net.InterfaceByName(port)
+	if err != nil {
+		return st, fmt.Errorf("capturing on %s: %w", port, err)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		return st, fmt.Errorf("capturing on %s: %w", port, err)
+	}
+	defer unix.Close(fd)
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvBuf) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcvBuf)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+		return st, fmt.Errorf("capturing on %s: %w", port, err)
+	}
+	ng, err := newNgWriter(w, "vmnetctl capture")
+	if err == nil {
+		err = ng.addInterface(o.Name+": from the VM", maxFrame)
+	}
+	if err == nil {
+		err = ng.addInterface(o.Name+": to the VM", maxFrame)
+	}
+	if err == nil {
+		err = ng.flush()
+	}
+	if err != nil {
+		return st, err
+	}
+	var deadline time.Time
+	if o.Duration > 0 {
+		deadline = time.Now().Add(o.Duration)
+	}
+	buf := make([]byte, maxFrame)
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for o.Count == 0 || st.Frames < uint64(o.Count) {
+		if ctx.Err() != nil || !deadline.IsZero() && !time.Now().Before(deadline) {
+			break
+		}
+		if n, err := unix.Poll(pfd, int(pollEvery/time.Millisecond)); err != nil && err != unix.EINTR {
+			return st, err
+		} else if n <= 0 {
+			continue
+		}
+		n, from, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+		if err != nil {
+			if err == unix.EAGAIN || err == unix.EINTR {
+				continue
+			}
+			return st, err
+		}
+		iface := uint32(0) // from the VM
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			iface = 1 // the port sent it: to the VM
+		}
+		if err := ng.writePacket(iface, time.Now(), buf[:min(n, len(buf))], n); err != nil {
+			return st, err
+		}
+		if err := ng.flush(); err != nil {
+			return st, err
+		}
+		st.Frames++
+	}
+	if ps, err := unix.GetsockoptTpacketStats(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+		st.Dropped = uint64(ps.Drops)
+	}
+	if err := ng.writeStats(0, time.Now(), st.Frames, st.Dropped); err != nil {
+		return st, err
+	}
+	return st, ng.flush()
+}
+
+// htons is v in network byte order, as packet sockets take protocols.
+func htons(v uint16) uint16 { return v<<8 | v>>8 }

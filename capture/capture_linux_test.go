@@ -1,0 +1,92 @@
+package capture
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
+
+	"github.com/vmnetctl/vmnetctl/nettypes"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// TestPort: a capture of a port holds the pings that crossed it, each on
+// the interface of its direction (the echo requests from the VM, the
+// replies to it), named after the capture's name, and reads as pcapng
+// with gopacket's reader; it ends after Count frames.
+func TestPort(t *testing.T) {
+	testutil.RequireRoot(t, "captures in a network namespace")
+	host, vm := testutil.NewNS(t, "cp-host"), testutil.NewNS(t, "cp-vm")
+	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "p", "type", "veth", "peer", "name", "eth0", "netns", vm.Name)
+	host.MustRun(t, "ip", "addr", "add", "10.98.0.1/24", "dev", "p")
+	host.MustRun(t, "ip", "link", "set", "p", "up")
+	vm.MustRun(t, "ip", "addr", "add", "10.98.0.2/24", "dev", "eth0")
+	vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+	var out bytes.Buffer
+	var st nettypes.CaptureStats
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- host.Do(func() (err error) {
+			close(ready)
+			st, err = Port(context.Background(), "p", nettypes.CaptureOptions{Name: "web/0 on shared", Count: 6}, &out)
+			return err
+		})
+	}()
+	<-ready
+	// Pings until the capture has its frames: it binds as it starts.
+	testutil.Eventually(t, 30*time.Second, func() error {
+		select {
+		case err := <-done:
+			done <- err
+			return nil
+		default:
+		}
+		vm.Run(context.Background(), "ping", "-c", "1", "-W", "1", "10.98.0.1")
+		return errors.New("the capture has not ended")
+	}, "six frames captured")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st.Frames != 6 {
+		t.Errorf("stats %+v, want 6 frames", st)
+	}
+	r, err := pcapgo.NewNgReader(&out, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests, replies int
+	for {
+		data, ci, err := r.ReadPacketData()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		icmp, _ := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4)
+		switch {
+		case icmp == nil:
+		case icmp.TypeCode.Type() == layers.ICMPv4TypeEchoRequest && ci.InterfaceIndex == 0:
+			requests++
+		case icmp.TypeCode.Type() == layers.ICMPv4TypeEchoReply && ci.InterfaceIndex == 1:
+			replies++
+		default:
+			t.Errorf("ICMP %v on interface %d", icmp.TypeCode, ci.InterfaceIndex)
+		}
+	}
+	if requests == 0 || replies == 0 {
+		t.Errorf("%d echo requests from the VM, %d replies to it", requests, replies)
+	}
+	for i, want := range []string{"web/0 on shared: from the VM", "web/0 on shared: to the VM"} {
+		if in, err := r.Interface(i); err != nil || in.Name != want {
+			t.Errorf("interface %d: %q (%v), want %q", i, in.Name, err, want)
+		}
+	}
+}
