@@ -8,6 +8,7 @@ package backend
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -57,6 +58,13 @@ type Backend interface {
 	Limits(nets []*api.Network, atts []*api.Attachment) []Limit
 	// Cleanup removes what a killed helper of a may have left behind.
 	Cleanup(a *api.Attachment) error
+}
+
+// Capturer is a backend that captures a VM port's frames (Linux).
+type Capturer interface {
+	// Capture copies port's frames to w as pcapng until o says it ends
+	// or ctx is done (package capture).
+	Capture(ctx context.Context, port string, o CaptureOptions, w io.Writer) (CaptureStats, error)
 }
 
 // Shaper is a backend that limits an attachment's bandwidth in the
@@ -183,17 +191,19 @@ type Lease = leases.Lease
 // The values a network and the controller exchange (package nettypes,
 // below both backend and netplane), under backend's names.
 type (
-	ServiceStats  = nettypes.ServiceStats
-	TunnelStats   = nettypes.TunnelStats
-	WireGuardPeer = nettypes.WireGuardPeer
-	Forward       = nettypes.Forward
-	VMEgress      = nettypes.VMEgress
-	IPv6Stats     = nettypes.IPv6Stats
-	DHCPStats     = nettypes.DHCPStats
-	DNSStats      = nettypes.DNSStats
-	FRRError      = nettypes.FRRError
-	ClaimOptions  = nettypes.ClaimOptions
-	DeniedFlow    = nettypes.DeniedFlow
+	ServiceStats   = nettypes.ServiceStats
+	TunnelStats    = nettypes.TunnelStats
+	WireGuardPeer  = nettypes.WireGuardPeer
+	Forward        = nettypes.Forward
+	VMEgress       = nettypes.VMEgress
+	IPv6Stats      = nettypes.IPv6Stats
+	DHCPStats      = nettypes.DHCPStats
+	DNSStats       = nettypes.DNSStats
+	FRRError       = nettypes.FRRError
+	ClaimOptions   = nettypes.ClaimOptions
+	DeniedFlow     = nettypes.DeniedFlow
+	CaptureOptions = nettypes.CaptureOptions
+	CaptureStats   = nettypes.CaptureStats
 )
 
 // ForwardKey names a port forward (nettypes.ForwardKey).

@@ -9,9 +9,12 @@ import (
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/spec"
 )
 
 // handler is the daemon API, served on the state dir's unix socket.
@@ -54,6 +57,7 @@ func (c *Controller) handler() http.Handler {
 		resp.Stays = !c.opts.ExitWhenIdle
 		writeJSON(w, resp)
 	})
+	mux.HandleFunc("GET /v1/capture", c.serveCapture)
 	return mux
 }
 
@@ -106,4 +110,101 @@ func lookupGroup(name string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(g.Gid)
+}
+
+// serveCapture answers GET /v1/capture?vm=VM[&network=N][&count=N]
+// [&duration=D]: the frames of the VM's port as pcapng, as they pass,
+// to root or the VM's owner only (a VM's traffic is its owner's to
+// see), with what it captured in the trailer.
+func (c *Controller) serveCapture(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	cp, ok := c.be.(backend.Capturer)
+	if !ok {
+		http.Error(w, "capture: the "+c.be.Name()+" backend cannot capture a VM's frames", http.StatusNotImplemented)
+		return
+	}
+	o := backend.CaptureOptions{}
+	var err error
+	if s := q.Get("count"); s != "" {
+		if o.Count, err = strconv.Atoi(s); err != nil || o.Count < 0 {
+			http.Error(w, fmt.Sprintf("capture: count %q is not a number of frames", s), http.StatusBadRequest)
+			return
+		}
+	}
+	if s := q.Get("duration"); s != "" {
+		if o.Duration, err = time.ParseDuration(s); err != nil || o.Duration < 0 {
+			http.Error(w, fmt.Sprintf("capture: duration %q is not a duration like 10s", s), http.StatusBadRequest)
+			return
+		}
+	}
+	port, name, owner, err := c.capturePort(q.Get("vm"), q.Get("network"))
+	if err != nil {
+		http.Error(w, "capture: "+err.Error(), http.StatusNotFound)
+		return
+	}
+	if uid, ok := r.Context().Value(peerUIDKey{}).(int); !ok || uid != 0 && uid != os.Geteuid() && uid != owner {
+		http.Error(w, fmt.Sprintf("capture: only root or the VM's owner (uid %d) may capture %s's frames", owner, name), http.StatusForbidden)
+		return
+	}
+	o.Name = name
+	w.Header().Set("Content-Type", "application/x-pcapng")
+	w.Header().Set("Trailer", ctlapi.CaptureTrailer)
+	w.WriteHeader(http.StatusOK)
+	st, err := cp.Capture(r.Context(), port, o, flushWriter{w})
+	trailer := fmt.Sprintf("frames=%d dropped=%d", st.Frames, st.Dropped)
+	if err != nil {
+		trailer += "; " + err.Error()
+	}
+	w.Header().Set(ctlapi.CaptureTrailer, trailer)
+}
+
+// capturePort is the port of vm's attachment (on network, if several),
+// its name in a capture and its owner's uid.
+func (c *Controller) capturePort(vm, network string) (port, name string, owner int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var found []*spec.Attachment
+	if c.applied != nil {
+		for _, a := range c.applied.Attachments {
+			if a.VM == vm && (network == "" || a.Network == network) {
+				found = append(found, a)
+			}
+		}
+	}
+	switch {
+	case len(found) == 0 && network != "":
+		return "", "", 0, fmt.Errorf("VM %q has no attachment on network %q%s", vm, network, spec.SuggestVM(c.applied, vm))
+	case len(found) == 0:
+		return "", "", 0, fmt.Errorf("VM %q is not up%s", vm, spec.SuggestVM(c.applied, vm))
+	case len(found) > 1:
+		var nets []string
+		for _, a := range found {
+			nets = append(nets, a.Network)
+		}
+		return "", "", 0, fmt.Errorf("VM %q is on several networks (%s): choose one with --network", vm, strings.Join(nets, ", "))
+	}
+	a := found[0]
+	h := c.helpers[a.Key()]
+	if h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
+		return "", "", 0, fmt.Errorf("%s on %s has no port: its helper does not run", a.Key(), a.Network)
+	}
+	owner = -1
+	for _, p := range c.appliedP {
+		if p.Name == a.Project {
+			owner = p.UID
+		}
+	}
+	return h.rec.Tap, fmt.Sprintf("%s on %s", a.Key(), a.Network), owner, nil
+}
+
+// flushWriter hands each write to the client at once: a capture is
+// read live.
+type flushWriter struct{ w http.ResponseWriter }
+
+func (f flushWriter) Write(b []byte) (int, error) {
+	n, err := f.w.Write(b)
+	if fl, ok := f.w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	return n, err
 }

@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
+	"github.com/vmnetctl/vmnetctl/capture"
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/hostnet"
@@ -62,6 +64,11 @@ func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.
 		specs[i] = netplane.PortSpec{Name: p.Name, MAC: p.MAC, NoSpoofCheck: !p.SpoofCheck}
 	}
 	return netplane.EnsurePorts(ctx, n, specs)
+}
+
+// Capture copies port's frames to w as pcapng (package capture).
+func (Backend) Capture(ctx context.Context, port string, o backend.CaptureOptions, w io.Writer) (backend.CaptureStats, error) {
+	return capture.Port(ctx, port, o, w)
 }
 
 // SetBandwidth limits port's bandwidth (package shaper).

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -73,13 +72,7 @@ func (o *output) bind(cmd *cobra.Command, help string) {
 // progress is where a long command draws its progress: w if it is a
 // terminal and the output is not JSON, else nowhere (nil).
 func (o output) progress(w io.Writer) io.Writer {
-	f, ok := w.(*os.File)
-	if o.json || !ok {
-		return nil
-	}
-	// A character device: a terminal (or /dev/null, where drawing is
-	// harmless), not a file or a pipe.
-	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+	if o.json || !isTerminal(w) {
 		return nil
 	}
 	return w

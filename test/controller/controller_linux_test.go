@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -671,5 +674,103 @@ func TestBandwidthLive(t *testing.T) {
 	h.MustVmnetctl("down", "-f", vms)
 	if out, err := h.Run(context.Background(), "ip", "link", "show", ifb); err == nil {
 		t.Errorf("after down, the IFB device is left:\n%s", out)
+	}
+}
+
+// TestCapture: `vmnetctl capture VM -w FILE` writes the frames of the
+// VM's port as they pass, as pcapng that gopacket's reader reads: the
+// VM's DHCP exchange and its pings of the gateway, each on the interface
+// of its direction, and on interrupt says how many it wrote.
+func TestCapture(t *testing.T) {
+	h := newHost(t)
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  cap:\n    networks: [{vmnet: shared}]\n"))
+	vm := h.VM(h.Attachment(h.Status(), "cap"))
+	file := filepath.Join(t.TempDir(), "cap.pcapng")
+	cmd := h.VmnetctlCommand(context.Background(), "capture", "cap", "-w", file)
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
+			return fmt.Errorf("no capture header in %s yet (%v)", file, err)
+		}
+		return nil
+	}, "the capture to start")
+	vm.DHCP(t)
+	if err := vm.Ping(gateway, 2); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	if err := <-done; err != nil {
+		t.Fatalf("capture: %v\n%s", err, errOut.String())
+	}
+	var said uint64
+	if _, err := fmt.Sscanf(errOut.String(), "capture of cap: frames=%d (interrupted)", &said); err != nil {
+		t.Errorf("capture said: %q (%v)", errOut.String(), err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	var frames uint64
+	for {
+		data, ci, err := r.ReadPacketData()
+		if err != nil {
+			break
+		}
+		frames++
+		p := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default)
+		dir := map[int]string{0: "from", 1: "to"}[ci.InterfaceIndex]
+		if udp, ok := p.Layer(layers.LayerTypeUDP).(*layers.UDP); ok && (udp.DstPort == 67 || udp.DstPort == 68) {
+			seen["dhcp "+dir]++
+		}
+		if icmp, ok := p.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4); ok {
+			seen[fmt.Sprintf("icmp %d %s", icmp.TypeCode.Type(), dir)]++
+		}
+	}
+	for _, want := range []string{"dhcp from", "dhcp to", "icmp 8 from", "icmp 0 to"} {
+		if seen[want] == 0 {
+			t.Errorf("no %s the VM in the capture: %v", want, seen)
+		}
+	}
+	if said != frames {
+		t.Errorf("capture said it wrote %d frames; the file holds %d", said, frames)
+	}
+	// Ended by --count: the controller's own count, with the kernel's
+	// drops, in the trailer.
+	var counted strings.Builder
+	c2 := h.VmnetctlCommand(context.Background(), "capture", "cap", "-w", filepath.Join(t.TempDir(), "two.pcapng"), "--count", "2")
+	c2.Stderr = &counted
+	if err := c2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- c2.Wait() }()
+	testutil.Eventually(t, 30*time.Second, func() error {
+		select {
+		case err := <-ended:
+			ended <- err
+			return nil
+		default:
+		}
+		vm.Ping(gateway, 1)
+		return errors.New("the capture of two frames has not ended")
+	}, "two frames captured")
+	if err := <-ended; err != nil || strings.TrimSpace(counted.String()) != "capture of cap: frames=2 dropped=0" {
+		t.Errorf("capture --count 2: %v, said %q", err, counted.String())
+	}
+	if in, err := r.Interface(0); err != nil || in.Name != "cap/0 on shared: from the VM" {
+		t.Errorf("the capture's first interface: %q (%v)", in.Name, err)
 	}
 }

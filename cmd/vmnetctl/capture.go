@@ -1,0 +1,55 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vmnetctl/vmnetctl/ops"
+)
+
+func newCaptureCommand(g *globals, s streams) *cobra.Command {
+	var network, file string
+	var count int
+	var duration time.Duration
+	cmd := command("capture VM [--network N] [-w FILE|-] [--count N] [--duration D]", "Capture the frames of a VM's port live, as pcapng (root or the VM's owner)",
+		cobra.ExactArgs(1), func(cmd *cobra.Command, args []string) error {
+			out := s.out
+			switch {
+			case file != "" && file != "-":
+				f, err := os.Create(file)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				out = f
+			case isTerminal(s.out):
+				return errors.New("pcapng is not for a terminal: write it to a file (-w FILE) or pipe it (-w - | wireshark -k -i -)")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return ops.Capture(ctx, g.dir(), ops.CaptureOptions{VM: args[0], Network: network, Count: count, Duration: duration, Out: out, Err: s.err})
+		})
+	cmd.Flags().StringVar(&network, "network", "", "the network of the VM's attachment, for a VM on several")
+	cmd.Flags().StringVarP(&file, "write", "w", "-", "write the capture to FILE; - for standard output")
+	cmd.Flags().IntVar(&count, "count", 0, "stop after N frames (0: when interrupted)")
+	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: when interrupted)")
+	cmd.Example = "  sudo vmnetctl capture web -w web.pcapng --duration 30s\n  sudo vmnetctl capture web -w - | wireshark -k -i -"
+	cmd.ValidArgsFunction = completeVMs(g)
+	return cmd
+}
+
+// isTerminal tells whether w is a character device: a terminal (or
+// /dev/null), not a file or a pipe.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

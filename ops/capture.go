@@ -1,0 +1,102 @@
+package ops
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/statedir"
+)
+
+// CaptureOptions are `vmnetctl capture`'s: the VM, its network if it has
+// several, when the capture ends (0: when interrupted), and where the
+// pcapng and the closing line go.
+type CaptureOptions struct {
+	VM, Network string
+	Count       int
+	Duration    time.Duration
+	Out, Err    io.Writer
+}
+
+// Capture copies the frames of a VM's port, as the controller captures
+// them (GET /v1/capture), to o.Out as pcapng, then says on o.Err how many
+// frames it wrote and how many the kernel dropped (the reader was slower
+// than the VM).
+func Capture(ctx context.Context, sd statedir.Dir, o CaptureOptions) error {
+	q := url.Values{"vm": {o.VM}}
+	if o.Network != "" {
+		q.Set("network", o.Network)
+	}
+	if o.Count > 0 {
+		q.Set("count", strconv.Itoa(o.Count))
+	}
+	if o.Duration > 0 {
+		q.Set("duration", o.Duration.String())
+	}
+	cl := NewClient(sd)
+	if !cl.Running(ctx) {
+		return fmt.Errorf("no controller runs for %s: nothing is attached to capture", sd.Path)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://vmnetctl/v1/capture?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := cl.http.Do(req)
+	if err != nil {
+		return AccessHint(fmt.Errorf("controller API: %w", err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("%s", strings.TrimRight(string(msg), "\r\n"))
+	}
+	count := &frameCounter{w: o.Out}
+	if _, err := io.Copy(count, resp.Body); err != nil && ctx.Err() == nil {
+		return err
+	}
+	if t := resp.Trailer.Get(ctlapi.CaptureTrailer); t != "" {
+		fmt.Fprintf(o.Err, "capture of %s: %s\n", o.VM, t)
+	} else {
+		// Interrupted: the controller's count (and the kernel's drops) did
+		// not come; the frames written are counted here.
+		fmt.Fprintf(o.Err, "capture of %s: frames=%d (interrupted)\n", o.VM, count.frames)
+	}
+	return nil
+}
+
+// frameCounter counts the packet blocks of the pcapng stream written
+// through it (little-endian, as the controller writes it).
+type frameCounter struct {
+	w      io.Writer
+	hdr    [8]byte // a block's type and length, as far as read
+	have   int
+	skip   uint64 // what is left of the block
+	frames uint64
+}
+
+func (c *frameCounter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	for p := b[:n]; len(p) > 0; {
+		if c.skip > 0 {
+			k := min(uint64(len(p)), c.skip)
+			c.skip, p = c.skip-k, p[k:]
+			continue
+		}
+		k := copy(c.hdr[c.have:], p)
+		c.have, p = c.have+k, p[k:]
+		if c.have == len(c.hdr) {
+			if binary.LittleEndian.Uint32(c.hdr[0:]) == 6 { // an enhanced packet block
+				c.frames++
+			}
+			c.skip, c.have = max(uint64(binary.LittleEndian.Uint32(c.hdr[4:])), 8)-8, 0
+		}
+	}
+	return n, err
+}
