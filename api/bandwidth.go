@@ -117,44 +117,45 @@ func cutSuffixFold(s, suffix string) (string, bool) {
 	return s[:len(s)-len(suffix)], true
 }
 
+// quantity is a field of a number with a unit, within bounds.
+type quantity struct {
+	units    []unit
+	min, max uint64
+	format   func(uint64) string
+	what     string // "a rate in bits per second like 100Mbit, ..."
+}
+
+var (
+	rateQuantity  = quantity{rateUnits, MinRate, MaxRate, FormatRate, "a rate in bits per second like 100Mbit, 1Gbit or 500kbit"}
+	burstQuantity = quantity{byteUnits, MinBurst, MaxBurst, formatBytes, "a size in bytes like 256KiB or 1MB"}
+)
+
+// field reads q into dst.
+func (q quantity) field(w *walker, dst *uint64) fieldFunc {
+	return func(_, n *yaml.Node, p string) {
+		s, ok := w.str(n, p)
+		if !ok {
+			return
+		}
+		v, ok := parseWithUnit(s, q.units)
+		switch {
+		case !ok:
+			w.errorf(n, p, "%q is not %s", s, q.what)
+		case v < q.min || v > q.max:
+			w.errorf(n, p, "%s is outside %s-%s", q.format(v), q.format(q.min), q.format(q.max))
+		default:
+			*dst = v
+		}
+	}
+}
+
 // bandwidth reads an entry's `bandwidth:`.
 func (w *walker) bandwidth(v *yaml.Node, path string) *Bandwidth {
 	b := &Bandwidth{}
-	rate := func(dst *uint64) fieldFunc {
-		return func(_, n *yaml.Node, p string) {
-			s, ok := w.str(n, p)
-			if !ok {
-				return
-			}
-			r, ok := parseWithUnit(s, rateUnits)
-			switch {
-			case !ok:
-				w.errorf(n, p, "%q is not a rate in bits per second like 100Mbit, 1Gbit or 500kbit", s)
-			case r < MinRate || r > MaxRate:
-				w.errorf(n, p, "%s is outside %s-%s", FormatRate(r), FormatRate(MinRate), FormatRate(MaxRate))
-			default:
-				*dst = r
-			}
-		}
-	}
 	ok := w.mapping(v, path, map[string]fieldFunc{
-		"toVM":   rate(&b.ToVM),
-		"fromVM": rate(&b.FromVM),
-		"burst": func(_, n *yaml.Node, p string) {
-			s, ok := w.str(n, p)
-			if !ok {
-				return
-			}
-			sz, ok := parseWithUnit(s, byteUnits)
-			switch {
-			case !ok:
-				w.errorf(n, p, "%q is not a size in bytes like 256KiB or 1MB", s)
-			case sz < MinBurst || sz > MaxBurst:
-				w.errorf(n, p, "%s is outside %s-%s", formatBytes(sz), formatBytes(MinBurst), formatBytes(MaxBurst))
-			default:
-				b.Burst = sz
-			}
-		},
+		"toVM":   rateQuantity.field(w, &b.ToVM),
+		"fromVM": rateQuantity.field(w, &b.FromVM),
+		"burst":  burstQuantity.field(w, &b.Burst),
 	}, false)
 	if ok && b.ToVM == 0 && b.FromVM == 0 {
 		w.errorf(v, path, "limits nothing: give toVM, fromVM or both (a rate like 100Mbit)")
