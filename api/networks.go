@@ -93,6 +93,9 @@ type Network struct {
 	// Egress is the network's policy for connections its VMs open; nil
 	// allows everything the mode allows.
 	Egress *Egress `json:"egress,omitempty"`
+	// Partitions, if set, cut the network's VMs in groups that reach no
+	// other group's (Linux: the guard drops what passes between them).
+	Partitions Partitions `json:"partitions,omitempty"`
 	// VXLAN joins the network's bridges on several hosts into one
 	// segment; nil for a network of this host alone.
 	VXLAN *VXLAN `json:"vxlan,omitempty"`
@@ -207,7 +210,7 @@ func (c *Networks) Lookup(kind RefKind, name string) *Network {
 
 var networkKeys = []string{"mode", "gateway", "dhcpEnd", "netmask", "interface", "subnet", "dhcp",
 	"dnsProxy", "dnsForward", "mtu", "nat44", "nat66", "routerAdvertisement", "isolation", "leaseTime", "dhcpRange", "reservations",
-	"offloads", "vmnetBroker", "ipv6", "subnet6", "egress", "vxlan", "learnAddresses", "socket"}
+	"offloads", "vmnetBroker", "ipv6", "subnet6", "egress", "vxlan", "learnAddresses", "socket", "partitions"}
 
 // LoadNetworks parses networks.yaml. file names the input in diagnostics.
 // The result is nil when there are errors.
@@ -472,7 +475,7 @@ func (w *walker) settings(n *Network, f map[string]*yaml.Node, at func(string) s
 // bridged reads what a bridged network takes: its interface, and no
 // addresses or services (the LAN has them).
 func (w *walker) bridged(n *Network, key *yaml.Node, f map[string]*yaml.Node, at func(string) string) {
-	for _, k := range []string{"gateway", "netmask", "subnet", "dhcpEnd", "dhcpRange", "reservations", "subnet6", "egress", "vxlan"} {
+	for _, k := range []string{"gateway", "netmask", "subnet", "dhcpEnd", "dhcpRange", "reservations", "subnet6", "egress", "vxlan", "partitions"} {
 		if _, ok := f[k]; ok {
 			w.errorf(f[k], at(k), "a bridged network has no %s: its VMs take their addresses from the LAN of its interface", k)
 		}
@@ -510,6 +513,9 @@ func (w *walker) routed(n *Network, f map[string]*yaml.Node, at func(string) str
 	w.ipv6(n, f, at)
 	if ev, ok := f["egress"]; ok {
 		w.egress(n, ev, at("egress"))
+	}
+	if pv, ok := f["partitions"]; ok {
+		n.Partitions = w.partitions(pv, at("partitions"))
 	}
 	if n.Subnet.IsValid() {
 		w.dhcpRange(n, f, at)
