@@ -60,6 +60,12 @@ type Backend interface {
 	Cleanup(a *api.Attachment) error
 }
 
+// Partitioner is a running network that parts its VMs (Linux): no frame
+// passes between the two VMs of a pair (their MACs, each way).
+type Partitioner interface {
+	SetPartitions(pairs [][2]net.HardwareAddr) error
+}
+
 // Capturer is a backend that captures a VM port's frames (Linux).
 type Capturer interface {
 	// Capture copies port's frames to w as pcapng until o says it ends

@@ -142,12 +142,14 @@ type Controller struct {
 	// bandwidth is, by attachment key, the limits set on the ports that
 	// have one (setBandwidth).
 	bandwidth map[string]bandwidthSet
-	applied   *spec.Desired
-	appliedN  *statedir.NetworksSnapshot
-	appliedP  []*statedir.Project
-	lastErr   error
-	lastOK    time.Time
-	started   time.Time
+	// partitions is, by network, the pairs setPartitions last set.
+	partitions map[string]partitionsSet
+	applied    *spec.Desired
+	appliedN   *statedir.NetworksSnapshot
+	appliedP   []*statedir.Project
+	lastErr    error
+	lastOK     time.Time
+	started    time.Time
 
 	// Reconcile bookkeeping for metrics.
 	reconciles        map[string]uint64 // by result: "success", "error"

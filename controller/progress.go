@@ -17,17 +17,18 @@ const slowShown = 5
 // (vmnetctl_reconcile_phase_seconds_total), with what `up` and /healthz
 // show of them.
 var phases = map[string]string{
-	"desired":   "reading the desired state",
-	"stop":      "stopping helpers",
-	"repair":    "repairing networks",
-	"networks":  "networks",
-	"names":     "names and reservations",
-	"forwards":  "port forwards",
-	"claims":    "claiming the VMs' MACs",
-	"start":     "starting helpers",
-	"bandwidth": "bandwidth limits",
-	"ports":     "checking ports",
-	"commit":    "recording the state",
+	"desired":    "reading the desired state",
+	"stop":       "stopping helpers",
+	"repair":     "repairing networks",
+	"networks":   "networks",
+	"names":      "names and reservations",
+	"partitions": "partitions",
+	"forwards":   "port forwards",
+	"claims":     "claiming the VMs' MACs",
+	"start":      "starting helpers",
+	"bandwidth":  "bandwidth limits",
+	"ports":      "checking ports",
+	"commit":     "recording the state",
 }
 
 // progress tracks the reconcile loop (its phases, and the time each took

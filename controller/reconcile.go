@@ -71,6 +71,8 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	errs = append(errs, c.sweepStrays(ctx, desired, projects)...)
 	c.progress.enter("names")
 	errs = append(errs, c.setHosts(desired, full)...)
+	c.progress.enter("partitions")
+	errs = append(errs, c.setPartitions(desired, full)...)
 	c.progress.enter("forwards")
 	errs = append(errs, c.setForwards(ctx, desired)...)
 	c.progress.enter("claims")
@@ -770,4 +772,74 @@ func (c *Controller) setBandwidth(ctx context.Context, desired *spec.Desired, fu
 	}
 	c.bandwidth = set
 	return errs
+}
+
+// partitionsSet is what setPartitions last gave a network: the pairs, and
+// the network (one started again has none).
+type partitionsSet struct {
+	nw    backend.Network
+	pairs string
+}
+
+// setPartitions gives each running network the pairs of its VMs that its
+// partitions part (backend.Partitioner): a pass asked for, when they
+// changed since the last (partitionsSet); a full pass, every network's,
+// which takes off the pairs of partitions removed while no controller
+// ran and puts back what changed behind the controller's back.
+func (c *Controller) setPartitions(desired *spec.Desired, full bool) []error {
+	var errs []error
+	set := map[string]partitionsSet{}
+	for _, n := range desired.Networks {
+		nw := c.nets[n.ID]
+		p, ok := nw.(backend.Partitioner)
+		if !ok {
+			continue
+		}
+		pairs := partitionPairs(n, desired)
+		want := partitionsSet{nw: nw, pairs: fmt.Sprint(pairs)}
+		prev, had := c.partitions[n.ID]
+		switch {
+		case !full && had && prev == want:
+			set[n.ID] = want
+			continue
+		case !full && !had && len(pairs) == 0:
+			continue
+		}
+		if err := p.SetPartitions(pairs); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(pairs) > 0 {
+			set[n.ID] = want
+		}
+	}
+	c.partitions = set
+	return errs
+}
+
+// partitionPairs are the pairs (source MAC, destination MAC) of the VMs
+// on n that n's partitions put in two groups, both ways.
+func partitionPairs(n *api.Network, d *spec.Desired) [][2]net.HardwareAddr {
+	if len(n.Partitions) == 0 {
+		return nil
+	}
+	type member struct {
+		group int
+		mac   net.HardwareAddr
+	}
+	var ms []member
+	for _, a := range d.Attachments {
+		if g := n.Partitions.Group(a.VM); a.Network == n.ID && g >= 0 {
+			ms = append(ms, member{g, mustMAC(a.MAC)})
+		}
+	}
+	var pairs [][2]net.HardwareAddr
+	for _, x := range ms {
+		for _, y := range ms {
+			if x.group != y.group {
+				pairs = append(pairs, [2]net.HardwareAddr{x.mac, y.mac})
+			}
+		}
+	}
+	return pairs
 }

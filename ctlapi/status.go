@@ -49,6 +49,9 @@ type NetworkStatus struct {
 	// Repairs counts the times the controller found the network changed
 	// behind its back and put it back.
 	Repairs uint64 `json:"repairs"`
+	// Partitions are the network's groups of VMs that reach no other
+	// group's, as its file gives them ("[a, b], [c]").
+	Partitions string `json:"partitions,omitempty"`
 	// Egress is the network's egress policy as its file gives it
 	// (api.Egress's words), "" for none.
 	Egress string `json:"egress,omitempty"`

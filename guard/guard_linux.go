@@ -36,7 +36,8 @@ import (
 //	  set port-macs     (port, MAC): what held holds, as the rules look it up
 //	  set drop-counts   port, with a counter: the frames the guard dropped
 //	  set dhcp-rate ... per-port rate limits (meters)
-//	  chain prerouting  iif @guarded goto ports-v3; iif @tunnels goto tunnel
+//	  set partition-pairs (MAC, MAC) of VMs the network's partitions part
+//	  chain prerouting  partitions; iif @guarded goto ports-v3; iif @tunnels goto tunnel
 //	  chain ports-v3    the checks, one chain for every port (guardRules)
 //	  chain dropped     counts the frame for its port, drops it
 //
@@ -54,11 +55,12 @@ const (
 	SetAddrs  = "addrs4"
 	guardHook = "prerouting"
 	// The ports and what they hold.
-	SetGuarded      = "guarded"     // iface_index
-	SetTunnels      = "tunnels"     // iface_index: VXLAN devices (tunnelRules)
-	SetHeld         = "held"        // iface_index : ether_addr
-	SetPortMACs     = "port-macs"   // iface_index . ether_addr
-	guardDropCounts = "drop-counts" // iface_index, with a counter
+	SetGuarded      = "guarded"         // iface_index
+	SetTunnels      = "tunnels"         // iface_index: VXLAN devices (tunnelRules)
+	SetPartitions   = "partition-pairs" // ether_addr . ether_addr: source and destination parted
+	SetHeld         = "held"            // iface_index : ether_addr
+	SetPortMACs     = "port-macs"       // iface_index . ether_addr
+	guardDropCounts = "drop-counts"     // iface_index, with a counter
 	// Per-port rate limits: a meter's element per port, which expires
 	// when the port has been quiet for a minute.
 	guardDHCPRate = "dhcp-rate"
@@ -121,6 +123,7 @@ func addGuardSets(tx *knftables.Transaction, n *api.Network) {
 	tx.Add(&knftables.Set{Name: SetL2Types, Type: "ether_type"})
 	tx.Add(&knftables.Set{Name: SetGuarded, Type: "iface_index"})
 	tx.Add(&knftables.Set{Name: SetTunnels, Type: "iface_index"})
+	tx.Add(&knftables.Set{Name: SetPartitions, Type: "ether_addr . ether_addr"})
 	dynamic := []knftables.SetFlag{knftables.DynamicFlag}
 	tx.Add(&knftables.Map{Name: SetHeld, Type: "iface_index : ether_addr", Flags: dynamic})
 	tx.Add(&knftables.Set{Name: SetPortMACs, Type: "iface_index . ether_addr", Flags: dynamic})
@@ -159,6 +162,9 @@ func guardChains(n *api.Network) map[string][]string {
 		SetChecks:        guardRules(n),
 		guardTunnelChain: tunnelRules(n),
 		guardHook: {
+			// Before everything: a frame between VMs the network's
+			// partitions part goes nowhere, whichever port it came in on.
+			"ether saddr . ether daddr @" + SetPartitions + " drop",
 			"iif @" + SetTunnels + " goto " + guardTunnelChain,
 			"iif @" + SetGuarded + " goto " + SetChecks,
 		},
@@ -925,4 +931,27 @@ func ExpectedPort(ctx context.Context, n *api.Network, port string) (bool, error
 		}
 	}
 	return false, nil
+}
+
+// SetPartitionPairs makes the pairs (source MAC, destination MAC) whose
+// frames n's guard drops exactly pairs, in one transaction: the
+// controller gives every pair of VMs that n's partitions part, both ways.
+func SetPartitionPairs(ctx context.Context, n *api.Network, pairs [][2]net.HardwareAddr) error {
+	if !Guarded(n) {
+		return nil
+	}
+	nft, err := hostnet.NFT(knftables.BridgeFamily, n.ID)
+	if err != nil {
+		return err
+	}
+	tx := nft.NewTransaction()
+	tx.Add(&knftables.Set{Name: SetPartitions, Type: "ether_addr . ether_addr"})
+	tx.Flush(&knftables.Set{Name: SetPartitions})
+	for _, p := range pairs {
+		tx.Add(&knftables.Element{Set: SetPartitions, Key: []string{p[0].String(), p[1].String()}})
+	}
+	if err := nft.Run(ctx, tx); err != nil {
+		return fmt.Errorf("network %q: the partitions: %w", n.ID, err)
+	}
+	return nil
 }

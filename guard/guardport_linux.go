@@ -601,6 +601,9 @@ func checkGuardChains(n *api.Network) error {
 		// Each goes where it should: an older vmnetctl's hook (a
 		// verdict map) has another number of rules, or other chains.
 		for i, r := range rules {
+			if !strings.Contains(want[chain][i], " goto ") {
+				continue // (the partitions' drop)
+			}
 			if to := gotoChain(r); !strings.HasSuffix(want[chain][i], " goto "+to) || to == "" {
 				return fmt.Errorf("chain %s: rule %d goes to %q, not as the guard's", chain, i+1, to)
 			}

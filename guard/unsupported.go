@@ -25,3 +25,6 @@ func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr, nett
 func BindAddress(context.Context, *api.Network, net.HardwareAddr, netip.Addr) error {
 	return errors.ErrUnsupported
 }
+func SetPartitionPairs(context.Context, *api.Network, [][2]net.HardwareAddr) error {
+	return errors.ErrUnsupported
+}

@@ -551,6 +551,12 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 	return nil
 }
 
+// SetPartitions makes the pairs of VMs (by MAC, each way) whose frames
+// the network's guard drops exactly pairs (guard.SetPartitionPairs).
+func (nw *Network) SetPartitions(pairs [][2]net.HardwareAddr) error {
+	return nw.inNS(func() error { return guard.SetPartitionPairs(context.Background(), nw.n, pairs) })
+}
+
 // SetVMs ends a round of SetHost calls: names are the names VM files
 // define on any network of the state dir, which are never a DHCP client's
 // here (the DNS proxy answers a name of a VM that is not on this network

@@ -112,6 +112,9 @@ func renderPolicies(w io.Writer, st *ctlapi.Status, project string) {
 		if n.Egress != "" && project == "" {
 			lines = append(lines, fmt.Sprintf("%s: egress %s; %d connections refused", n.Name, n.Egress, n.EgressDenied))
 		}
+		if n.Partitions != "" && project == "" {
+			lines = append(lines, fmt.Sprintf("%s: partitions %s (no frame passes between two groups)", n.Name, n.Partitions))
+		}
 	}
 	for _, a := range st.Attachments {
 		if project != "" && a.Project != project {

@@ -136,6 +136,7 @@ var networkFields = []field[*api.Network]{
 	{"nat66", func(n *api.Network) string { return strconv.FormatBool(n.NAT66) }, false},
 	{"routerAdvertisement", func(n *api.Network) string { return strconv.FormatBool(n.RouterAdvertisement) }, false},
 	{"egress", func(n *api.Network) string { return n.Egress.String() }, false},
+	{"partitions", func(n *api.Network) string { return n.Partitions.String() }, false},
 }
 
 // attachmentFields: a new network, MAC, kind of attachment or guard needs

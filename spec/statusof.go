@@ -16,7 +16,7 @@ func NetworkStatusOf(n *api.Network, d *Desired) ctlapi.NetworkStatus {
 	if n.Subnet.IsValid() {
 		ns.Subnet, ns.Gateway = n.Subnet.String(), n.Gateway.String()
 	}
-	ns.Egress = n.Egress.String()
+	ns.Egress, ns.Partitions = n.Egress.String(), n.Partitions.String()
 	if n.HasIPv6() && runtime.GOOS == "linux" { // on macOS vmnet chooses the prefix
 		ns.Subnet6, ns.Gateway6, ns.NAT66 = n.Subnet6.String(), n.Gateway6.String(), n.RoutesIPv6()
 	}

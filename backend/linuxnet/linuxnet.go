@@ -66,6 +66,8 @@ func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.
 	return netplane.EnsurePorts(ctx, n, specs)
 }
 
+var _ backend.Partitioner = (*netplane.Network)(nil)
+
 // Capture copies port's frames to w as pcapng (package capture).
 func (Backend) Capture(ctx context.Context, port string, o backend.CaptureOptions, w io.Writer) (backend.CaptureStats, error) {
 	return capture.Port(ctx, port, o, w)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -772,5 +773,61 @@ func TestCapture(t *testing.T) {
 	}
 	if in, err := r.Interface(0); err != nil || in.Name != "cap/0 on shared: from the VM" {
 		t.Errorf("the capture's first interface: %q (%v)", in.Name, err)
+	}
+}
+
+// TestPartitions: a network's partitions cut what passes between its
+// groups of VMs and keep what passes within each: with [[a, b], [c]], a
+// reaches b and not c; an up with [[a], [b, c]] changes that live,
+// without restarting a helper; without partitions all reach each other
+// again. Status names them.
+func TestPartitions(t *testing.T) {
+	h := newHost(t)
+	parted := func(p string) {
+		t.Helper()
+		yaml := networksYAML
+		if p != "" {
+			yaml = strings.Replace(networksYAML, "  shared:\n", "  shared:\n    partitions: "+p+"\n", 1)
+		}
+		if err := os.WriteFile(h.Networks, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  a:\n    networks: [{vmnet: shared}]\n  b:\n    networks: [{vmnet: shared}]\n  c:\n    networks: [{vmnet: shared}]\n"))
+	}
+	parted("[[a, b], [c]]")
+	st := h.Status()
+	vms := map[string]*simvm.VM{}
+	ips := map[string]string{}
+	for _, name := range []string{"a", "b", "c"} {
+		vms[name] = h.VM(h.Attachment(st, name))
+		ips[name] = vms[name].DHCP(t)["ip"]
+	}
+	before := pids(st)
+	reaches := func(from, to string, want bool) {
+		t.Helper()
+		if !want {
+			if err := vms[from].Ping(ips[to], 2); err == nil {
+				t.Errorf("%s reached %s across the partition", from, to)
+			}
+			return
+		}
+		// Reached: once the VMs' neighbour caches forget what the
+		// partition kept from them (an ARP reply that was dropped).
+		testutil.Eventually(t, 30*time.Second, func() error { return vms[from].Ping(ips[to], 1) }, "%s to reach %s", from, to)
+	}
+	reaches("a", "b", true)
+	reaches("a", "c", false)
+	reaches("c", "b", false)
+	if out := h.MustVmnetctl("status"); !strings.Contains(out, "shared: partitions [a, b], [c]") {
+		t.Errorf("status does not name the partitions:\n%s", out)
+	}
+	parted("[[a], [b, c]]")
+	reaches("b", "c", true)
+	reaches("a", "b", false)
+	parted("")
+	reaches("a", "c", true)
+	reaches("a", "b", true)
+	if got := pids(h.Status()); !maps.Equal(got, before) {
+		t.Errorf("changing the partitions restarted helpers: %v, then %v", before, got)
 	}
 }
