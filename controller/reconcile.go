@@ -792,7 +792,7 @@ func (c *Controller) setPartitions(desired *spec.Desired, full bool) []error {
 	for _, n := range desired.Networks {
 		nw := c.nets[n.ID]
 		p, ok := nw.(backend.Partitioner)
-		if !ok {
+		if !ok || !n.Routed() { // (a bridged network takes none)
 			continue
 		}
 		pairs := partitionPairs(n, desired)

@@ -553,7 +553,12 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 
 // SetPartitions makes the pairs of VMs (by MAC, each way) whose frames
 // the network's guard drops exactly pairs (guard.SetPartitionPairs).
+// A network without a guard (bridged: no services, no namespace of its
+// own kept) has none.
 func (nw *Network) SetPartitions(pairs [][2]net.HardwareAddr) error {
+	if !guard.Guarded(nw.n) || nw.inNS == nil {
+		return nil
+	}
 	return nw.inNS(func() error { return guard.SetPartitionPairs(context.Background(), nw.n, pairs) })
 }
 
