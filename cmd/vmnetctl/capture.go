@@ -38,7 +38,7 @@ func newCaptureCommand(g *globals, s streams) *cobra.Command {
 	cmd.Flags().StringVarP(&file, "write", "w", "-", "write the capture to FILE; - for standard output")
 	cmd.Flags().IntVar(&count, "count", 0, "stop after N frames (0: when interrupted)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: when interrupted)")
-	cmd.Example = "  sudo vmnetctl capture web -w web.pcapng --duration 30s\n  sudo vmnetctl capture web -w - | wireshark -k -i -"
+	cmd.Example = "  sudo vmnetctl capture web --network shared -w web.pcapng --duration 2s   # two seconds of web's frames on shared\n  sudo vmnetctl capture web -w - | wireshark -k -i -        # live, in Wireshark"
 	cmd.ValidArgsFunction = completeVMs(g)
 	return cmd
 }
