@@ -89,8 +89,8 @@ func TestSet(t *testing.T) {
 	}
 }
 
-// TestLimitsHold: TCP through a limited port never goes much past its
-// limit in either direction (an upper bound: a busy machine only makes
+// TestLimitsHold: TCP through a limited port, one stream or eight, never
+// goes much past its limit in either direction (an upper bound: a busy machine only makes
 // it slower), with the port's segmentation offloads on (its 64 KiB
 // frames pass the policer and the bucket).
 func TestLimitsHold(t *testing.T) {
@@ -124,7 +124,11 @@ func TestLimitsHold(t *testing.T) {
 		return bps
 	}
 	to, from := rate(), rate("-R")
-	t.Logf("TCP through the limits: %.1f Mbit/s to the VM (20), %.1f from it (10)", to/1e6, from/1e6)
+	to8, from8 := rate("-P", "8"), rate("-R", "-P", "8")
+	t.Logf("TCP through the limits: %.1f Mbit/s to the VM (20), %.1f from it (10); eight streams: %.1f and %.1f", to/1e6, from/1e6, to8/1e6, from8/1e6)
+	if to8 > 22e6 || from8 > 11e6 {
+		t.Errorf("eight streams: %.1f Mbit/s to the VM (limit 20), %.1f from it (limit 10)", to8/1e6, from8/1e6)
+	}
 	if to > 22e6 {
 		t.Errorf("to the VM, limited to 20 Mbit/s: %.1f Mbit/s", to/1e6)
 	}

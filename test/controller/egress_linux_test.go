@@ -41,7 +41,8 @@ vmnet:
 // the longest prefix first: an allowed /24 is reached, a denied address in
 // it is not, nor what the default denies, nor the host's own services
 // (DNS on the gateway still answers); a network without a policy reaches
-// all of them; the refusals are counted.
+// all of them; the refusals are counted; a VM's policy changed by an
+// `up` applies without restarting its helper or touching its lease.
 func TestEgress(t *testing.T) {
 	h := &host{Host: simvm.NewHost(t, "vmneg", egressNetworks, "pgrep"), t: t}
 	lan := testutil.NewNS(t, "eglan")
@@ -259,8 +260,13 @@ func TestEgress(t *testing.T) {
 		t.Errorf("p to allowed.test's address after r released its lease: got %q (%v), want what p learned kept", got, err)
 	}
 	// p's policy no longer lists the name (its ranges are the same): what
-	// it learned for it goes.
+	// it learned for it goes. The change is made in place: p's helper
+	// and its lease are the same after it (issue 33: a live policy).
+	pBefore := h.Attachment(h.Status(), "p")
 	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", strings.Replace(vmsYAML, "allow: [198.51.100.2, allowed.test]", "allow: [198.51.100.2]", 1)))
+	if pAfter := h.Attachment(h.Status(), "p"); pAfter.PID != pBefore.PID || pAfter.IP != pBefore.IP || pAfter.Restarts != pBefore.Restarts {
+		t.Errorf("changing p's policy touched its helper or lease: pid %d, ip %s before; pid %d, ip %s after", pBefore.PID, pBefore.IP, pAfter.PID, pAfter.IP)
+	}
 	testutil.Eventually(t, 10*time.Second, func() error {
 		if got, err := dialHello(p.NS, "198.51.100.2:7000"); got != "lan .2" {
 			return fmt.Errorf("p to the address its policy still allows: got %q (%v)", got, err)
