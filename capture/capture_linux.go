@@ -37,7 +37,10 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 	if err != nil {
 		return st, fmt.Errorf("capturing on %s: %w", port, err)
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	// Protocol 0: the socket receives nothing until it is bound to the
+	// port (with ETH_P_ALL it would queue every interface's frames from
+	// its creation to its bind, and hand them over as the VM's).
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return st, fmt.Errorf("capturing on %s: %w", port, err)
 	}
@@ -83,8 +86,12 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 			}
 			return st, err
 		}
+		ll, ok := from.(*unix.SockaddrLinklayer)
+		if !ok || ll.Ifindex != ifi.Index {
+			continue // (none comes from elsewhere once bound; a guard)
+		}
 		iface := uint32(0) // from the VM
-		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+		if ll.Pkttype == unix.PACKET_OUTGOING {
 			iface = 1 // the port sent it: to the VM
 		}
 		if err := ng.writePacket(iface, time.Now(), buf[:min(n, len(buf))], n); err != nil {
