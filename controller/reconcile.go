@@ -737,13 +737,17 @@ type bandwidthSet struct {
 // (backend.Shaper): a pass asked for sets those new or changed since the
 // last (bandwidthSet), and takes off those no longer wanted; a full pass
 // sets every limit again, which puts back one changed behind the
-// controller's back. Ports that have and had no limit are not touched.
+// controller's back. Ports that have and had no limit are not touched,
+// but on the controller's first pass, which does not know what an
+// earlier controller set: there every running port is given its limits
+// or none. A limit that could not be set or taken off is tried again.
 func (c *Controller) setBandwidth(ctx context.Context, desired *spec.Desired, full bool) []error {
 	sh, ok := c.be.(backend.Shaper)
 	if !ok {
 		return nil // (the backend's Limits said so)
 	}
 	var errs []error
+	first := c.bandwidth == nil
 	set := make(map[string]bandwidthSet)
 	for _, a := range desired.Attachments {
 		h := c.helpers[a.Key()]
@@ -759,11 +763,12 @@ func (c *Controller) setBandwidth(ctx context.Context, desired *spec.Desired, fu
 		case had && prev == want && !(full && a.Bandwidth != nil):
 			set[a.Key()] = want
 			continue
-		case !had && a.Bandwidth == nil:
+		case !had && a.Bandwidth == nil && !first:
 			continue
 		}
 		if err := sh.SetBandwidth(ctx, h.rec.Tap, a.Bandwidth); err != nil {
 			errs = append(errs, fmt.Errorf("attachment %s: %w", a.Key(), err))
+			set[a.Key()] = bandwidthSet{} // unknown: tried again next pass
 			continue
 		}
 		if a.Bandwidth != nil {
