@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"slices"
 	"strings"
 
@@ -129,8 +130,18 @@ func setFromVM(l netlink.Link, b *api.Bandwidth) error {
 		return fail(err)
 	}
 	for _, f := range fs {
-		if u, ok := f.(*netlink.U32); ok && u.Priority == redirectPriority && redirectsTo(u) == ifb.Attrs().Index {
+		u, ok := f.(*netlink.U32)
+		if !ok || u.Priority != redirectPriority {
+			continue
+		}
+		if redirectsTo(u) == ifb.Attrs().Index {
 			return nil
+		}
+		// A redirect to an IFB device that is gone (deleted behind
+		// vmnetctl's back, made again): the kernel drops what it
+		// redirects there, so it goes before the new one is added.
+		if err := netlink.FilterDel(f); err != nil {
+			return fail(err)
 		}
 	}
 	redirect := &netlink.U32{
@@ -180,6 +191,11 @@ func ensureIFB(port string) (netlink.Link, error) {
 	if err == nil {
 		if l.Attrs().Alias != hostnet.ShaperMark(port) {
 			return nil, fmt.Errorf("%s exists and is not vmnetctl's IFB device of %s (its alias is %q)", name, port, l.Attrs().Alias)
+		}
+		if l.Attrs().Flags&net.FlagUp == 0 {
+			if err := netlink.LinkSetUp(l); err != nil { // (set down behind vmnetctl's back)
+				return nil, err
+			}
 		}
 		return l, nil
 	}

@@ -33,7 +33,7 @@ func lab(t *testing.T, label string) (host, vm *testutil.NS) {
 // back and tc shows them; setting them again changes nothing; a change
 // replaces them; nil removes both, the IFB device too.
 func TestSet(t *testing.T) {
-	host, _ := lab(t, "sh")
+	host, vm := lab(t, "sh")
 	set := func(b *api.Bandwidth) *api.Bandwidth {
 		t.Helper()
 		var got *api.Bandwidth
@@ -73,6 +73,19 @@ func TestSet(t *testing.T) {
 	}
 	if filters := host.MustRun(t, "tc", "filter", "show", "dev", "p", "ingress"); strings.Count(filters, "Redirect") != 1 {
 		t.Errorf("two Sets left these filters:\n%s", filters)
+	}
+	// The IFB device deleted behind vmnetctl's back: Set makes it again,
+	// and the redirect to the one gone goes, or the kernel would drop
+	// every frame from the VM.
+	host.MustRun(t, "ip", "link", "del", ifb)
+	if got := set(b); !same(got, want) {
+		t.Errorf("after the IFB device was deleted, Set again: %+v", got)
+	}
+	if filters := host.MustRun(t, "tc", "filter", "show", "dev", "p", "ingress"); strings.Count(filters, "Redirect") != 1 {
+		t.Errorf("after the IFB device was made again, the redirects:\n%s", filters)
+	}
+	if err := vm.Ping("10.99.0.1", 1); err != nil {
+		t.Errorf("the VM's frames after the IFB device was made again: %v", err)
 	}
 	b2 := &api.Bandwidth{ToVM: 5_000_000, Burst: 256 << 10}
 	if got := set(b2); !same(got, *b2) {
