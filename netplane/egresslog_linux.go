@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	vnl "github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/hostnet"
@@ -60,7 +61,13 @@ func (nw *Network) startEgressLog() error {
 		return nil
 	}
 	var f *hostnet.NFLOG
+	var bridge int
 	err := nw.inNS(func() (err error) {
+		br, err := vnl.LinkByName(nw.n.Bridge())
+		if err != nil {
+			return err
+		}
+		bridge = br.Attrs().Index
 		f, err = hostnet.OpenNFLOG(EgressLogGroup(nw.n.ID), egressLogCopy)
 		return err
 	})
@@ -87,6 +94,9 @@ func (nw *Network) startEgressLog() error {
 				continue // (ENOBUFS: a burst was lost)
 			}
 			for _, p := range pkts {
+				if int(p.InDev) != bridge {
+					continue // another network's whose group is the same (a hash)
+				}
 				flow, ok := deniedFlow(p.Payload)
 				if !ok {
 					continue
