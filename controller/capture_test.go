@@ -33,8 +33,8 @@ func (c *capturer) Capture(_ context.Context, port string, o backend.CaptureOpti
 
 // TestCaptureOnlyOwner: GET /v1/capture streams the VM's port's frames
 // to root and to the VM's owner, with what it captured in the trailer;
-// another user is refused, and so is a VM that is not up, or a count that
-// is no number.
+// another user is refused, and so is a VM that is not up, a count that
+// is no number, and a capture beyond maxCaptures at once.
 func TestCaptureOnlyOwner(t *testing.T) {
 	be := &capturer{}
 	a := &spec.Attachment{Attachment: &api.Attachment{VM: "web", Network: "shared"}, Project: "p"}
@@ -57,6 +57,11 @@ func TestCaptureOnlyOwner(t *testing.T) {
 			t.Errorf("uid %d: captured %s with %+v", uid, be.port, be.o)
 		}
 	}
+	c.captures.Store(maxCaptures) // as many as may run, running
+	if w := get(0, "vm=web"); w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "captures run already") {
+		t.Errorf("a capture beyond %d: HTTP %d %q, want 503", maxCaptures, w.Code, w.Body.String())
+	}
+	c.captures.Store(0)
 	for _, tc := range []struct {
 		uid   int
 		query string

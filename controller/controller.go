@@ -142,6 +142,8 @@ type Controller struct {
 	// bandwidth is, by attachment key, the limits set on the ports that
 	// have one (setBandwidth).
 	bandwidth map[string]bandwidthSet
+	// captures counts the captures that run (serveCapture).
+	captures atomic.Int32
 	// partitions is, by network, the pairs setPartitions last set.
 	partitions map[string]partitionsSet
 	applied    *spec.Desired

@@ -146,6 +146,12 @@ func (c *Controller) serveCapture(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("capture: only root or the VM's owner (uid %d) may capture %s's frames", owner, name), http.StatusForbidden)
 		return
 	}
+	if c.captures.Add(1) > maxCaptures {
+		c.captures.Add(-1)
+		http.Error(w, fmt.Sprintf("capture: %d captures run already; end one first", maxCaptures), http.StatusServiceUnavailable)
+		return
+	}
+	defer c.captures.Add(-1)
 	o.Name = name
 	w.Header().Set("Content-Type", "application/x-pcapng")
 	w.Header().Set("Trailer", ctlapi.CaptureTrailer)
@@ -157,6 +163,10 @@ func (c *Controller) serveCapture(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(ctlapi.CaptureTrailer, trailer)
 }
+
+// maxCaptures bounds the captures that run at once: each holds a packet
+// socket with a buffer of megabytes, and its client may never read.
+const maxCaptures = 8
 
 // capturePort is the port of vm's attachment (on network, if several),
 // its name in a capture and its owner's uid.

@@ -63,6 +63,9 @@ func Capture(ctx context.Context, sd statedir.Dir, o CaptureOptions) error {
 	}
 	if t := resp.Trailer.Get(ctlapi.CaptureTrailer); t != "" {
 		fmt.Fprintf(o.Err, "capture of %s: %s\n", o.VM, t)
+		if _, failed, ok := strings.Cut(t, "; "); ok {
+			return fmt.Errorf("capture of %s: %s", o.VM, failed)
+		}
 	} else {
 		// Interrupted: the controller's count (and the kernel's drops) did
 		// not come; the frames written are counted here.
