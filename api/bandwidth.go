@@ -21,12 +21,17 @@ type Bandwidth struct {
 	Burst uint64 `json:"burst,omitempty"`
 }
 
-// MinRate and MaxRate bound a bandwidth limit: below 8 kbit/s a frame
-// takes seconds; the kernel's policer counts bytes a second in 32 bits.
+// MinRate and MaxRate bound a bandwidth limit: the kernel's token bucket
+// holds at most 4 s of its rate (maxBurstTime), which must hold MinBurst;
+// its rates count bytes a second in 32 bits.
 const (
-	MinRate = 8_000
+	MinRate = 512_000
 	MaxRate = 32_000_000_000
 )
+
+// maxBurstTime is the most a burst may hold at its rate: a token
+// bucket's buffer is a time, in 32 bits of nanoseconds.
+const maxBurstTime = 4
 
 // MinBurst and MaxBurst bound a burst: it must hold the largest frame a
 // port passes (64 KiB with segmentation offloads, and its headers), and
@@ -159,6 +164,12 @@ func (w *walker) bandwidth(v *yaml.Node, path string) *Bandwidth {
 	}, false)
 	if ok && b.ToVM == 0 && b.FromVM == 0 {
 		w.errorf(v, path, "limits nothing: give toVM, fromVM or both (a rate like 100Mbit)")
+	}
+	for _, r := range []uint64{b.ToVM, b.FromVM} {
+		if r > 0 && b.Burst > r/8*maxBurstTime {
+			w.errorf(v, joinPath(path, "burst"), "%s is more than %d s at %s: the kernel's token bucket holds at most that; lower the burst or raise the rate", formatBytes(b.Burst), maxBurstTime, FormatRate(r))
+			break
+		}
 	}
 	return b
 }
