@@ -937,21 +937,10 @@ func ExpectedPort(ctx context.Context, n *api.Network, port string) (bool, error
 // frames n's guard drops exactly pairs, in one transaction: the
 // controller gives every pair of VMs that n's partitions part, both ways.
 func SetPartitionPairs(ctx context.Context, n *api.Network, pairs [][2]net.HardwareAddr) error {
-	if !Guarded(n) {
-		return nil
-	}
-	nft, err := hostnet.NFT(knftables.BridgeFamily, n.ID)
-	if err != nil {
-		return err
-	}
-	tx := nft.NewTransaction()
-	tx.Add(&knftables.Set{Name: SetPartitions, Type: "ether_addr . ether_addr"})
-	tx.Flush(&knftables.Set{Name: SetPartitions})
-	for _, p := range pairs {
-		tx.Add(&knftables.Element{Set: SetPartitions, Key: []string{p[0].String(), p[1].String()}})
-	}
-	if err := nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("network %q: the partitions: %w", n.ID, err)
-	}
-	return nil
+	return runGuardTx(ctx, n, "the partitions", func(tx *knftables.Transaction) {
+		tx.Flush(&knftables.Set{Name: SetPartitions})
+		for _, p := range pairs {
+			tx.Add(&knftables.Element{Set: SetPartitions, Key: []string{p[0].String(), p[1].String()}})
+		}
+	})
 }
