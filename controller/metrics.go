@@ -165,7 +165,7 @@ var (
 	descReconcileDuration = prometheus.NewDesc("vmnetctl_reconcile_duration_seconds",
 		"How long the latest reconcile took.", nil, nil)
 	descReconcilePhase = prometheus.NewDesc("vmnetctl_reconcile_phase_seconds_total",
-		"Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, forwards, claims, start (the helpers'), bandwidth, ports, commit.", []string{"phase"}, nil)
+		"Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, partitions, forwards, claims, start (the helpers'), bandwidth, ports, commit.", []string{"phase"}, nil)
 	descLastSuccess = prometheus.NewDesc("vmnetctl_last_successful_reconcile_timestamp_seconds",
 		"When a reconcile last succeeded, as a Unix time.", nil, nil)
 	descBuildInfo = prometheus.NewDesc("vmnetctl_build_info",
