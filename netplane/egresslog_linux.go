@@ -103,7 +103,11 @@ func (nw *Network) startEgressLog() error {
 				}
 				flow.MAC = nw.macOf(flow.Src.Addr())
 				flow.Name = nw.recent.name(flow.Src.Addr(), flow.Dst.Addr())
-				if ok, n := perVM.Allow(flow.MAC+" "+flow.Src.Addr().String(), time.Now()); ok {
+				key := flow.MAC // the VM, whatever source it uses
+				if key == "" {
+					key = flow.Src.Addr().String()
+				}
+				if ok, n := perVM.Allow(key, time.Now()); ok {
 					flow.Suppressed = n
 					nw.onEgressDenied(nw.n.ID, flow)
 				}
