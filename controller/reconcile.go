@@ -728,9 +728,10 @@ func (c *Controller) commit(ctx context.Context, desired *spec.Desired, snap *st
 // bandwidthSet is what setBandwidth last set on an attachment's port: the
 // helper (a new one has a new port), the port and the limits.
 type bandwidthSet struct {
-	pid int
-	tap string
-	b   api.Bandwidth
+	pid   int
+	start uint64 // the helper's start time: a pid is used again
+	tap   string
+	b     api.Bandwidth
 }
 
 // setBandwidth gives each running helper's port its attachment's limits
@@ -754,7 +755,7 @@ func (c *Controller) setBandwidth(ctx context.Context, desired *spec.Desired, fu
 		if h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
 			continue
 		}
-		want := bandwidthSet{pid: h.rec.Proc.PID, tap: h.rec.Tap}
+		want := bandwidthSet{pid: h.rec.Proc.PID, start: h.rec.Proc.StartTime, tap: h.rec.Tap}
 		if a.Bandwidth != nil {
 			want.b = *a.Bandwidth
 		}
