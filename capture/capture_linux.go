@@ -69,6 +69,7 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 		deadline = time.Now().Add(o.Duration)
 	}
 	buf := make([]byte, maxFrame)
+	var perIface [2]uint64 // the frames of each direction
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	for o.Count == 0 || st.Frames < uint64(o.Count) {
 		if ctx.Err() != nil || !deadline.IsZero() && !time.Now().Before(deadline) {
@@ -94,6 +95,7 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 		if ll.Pkttype == unix.PACKET_OUTGOING {
 			iface = 1 // the port sent it: to the VM
 		}
+		perIface[iface]++
 		if err := ng.writePacket(iface, time.Now(), buf[:min(n, len(buf))], n); err != nil {
 			return st, err
 		}
@@ -105,7 +107,13 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 	if ps, err := unix.GetsockoptTpacketStats(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
 		st.Dropped = uint64(ps.Drops)
 	}
-	if err := ng.writeStats(0, time.Now(), st.Frames, st.Dropped); err != nil {
+	// The kernel counts the socket's drops, not which way they went: they
+	// are told on the first interface.
+	now := time.Now()
+	if err := ng.writeStats(0, now, perIface[0], st.Dropped); err != nil {
+		return st, err
+	}
+	if err := ng.writeStats(1, now, perIface[1], 0); err != nil {
 		return st, err
 	}
 	return st, ng.flush()

@@ -62,6 +62,7 @@ func TestPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	var requests, replies int
+	var perIface [2]uint64
 	for {
 		data, ci, err := r.ReadPacketData()
 		if err == io.EOF {
@@ -70,6 +71,7 @@ func TestPort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		perIface[ci.InterfaceIndex]++
 		icmp, _ := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4)
 		switch {
 		case icmp == nil:
@@ -85,8 +87,12 @@ func TestPort(t *testing.T) {
 		t.Errorf("%d echo requests from the VM, %d replies to it", requests, replies)
 	}
 	for i, want := range []string{"web/0 on shared: from the VM", "web/0 on shared: to the VM"} {
-		if in, err := r.Interface(i); err != nil || in.Name != want {
+		in, err := r.Interface(i)
+		if err != nil || in.Name != want {
 			t.Errorf("interface %d: %q (%v), want %q", i, in.Name, err, want)
+		}
+		if got := in.Statistics.PacketsReceived; got != perIface[i] {
+			t.Errorf("interface %d's statistics: %d frames received, and it holds %d", i, got, perIface[i])
 		}
 	}
 }
