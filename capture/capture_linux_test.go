@@ -12,7 +12,9 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/nettypes"
+	"github.com/vmnetctl/vmnetctl/shaper"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -94,5 +96,64 @@ func TestPort(t *testing.T) {
 		if got := in.Statistics.PacketsReceived; got != perIface[i] {
 			t.Errorf("interface %d's statistics: %d frames received, and it holds %d", i, got, perIface[i])
 		}
+	}
+}
+
+// TestPortShapedOnce: a port whose VM's frames are shaped through an IFB
+// device (shaper: redirected from the port's ingress, and handed back)
+// has each of them captured once, not twice.
+func TestPortShapedOnce(t *testing.T) {
+	testutil.RequireRoot(t, "captures in a network namespace")
+	host, vm := testutil.NewNS(t, "cs-host"), testutil.NewNS(t, "cs-vm")
+	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "p", "type", "veth", "peer", "name", "eth0", "netns", vm.Name)
+	host.MustRun(t, "ip", "addr", "add", "10.97.0.1/24", "dev", "p")
+	host.MustRun(t, "ip", "link", "set", "p", "up")
+	vm.MustRun(t, "ip", "addr", "add", "10.97.0.2/24", "dev", "eth0")
+	vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+	host.MustDo(t, func() error { return shaper.Set("p", &api.Bandwidth{FromVM: 10_000_000}) })
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- host.Do(func() error {
+			_, err := Port(context.Background(), "p", nettypes.CaptureOptions{Name: "x", Count: 20}, &out)
+			return err
+		})
+	}()
+	testutil.Eventually(t, 30*time.Second, func() error {
+		select {
+		case err := <-done:
+			done <- err
+			return nil
+		default:
+		}
+		vm.Run(context.Background(), "ping", "-c", "1", "-W", "1", "10.97.0.1")
+		return errors.New("the capture has not ended")
+	}, "twenty frames captured")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r, err := pcapgo.NewNgReader(&out, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests, replies int
+	for {
+		data, _, err := r.ReadPacketData()
+		if err != nil {
+			break
+		}
+		if icmp, ok := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4); ok {
+			switch icmp.TypeCode.Type() {
+			case layers.ICMPv4TypeEchoRequest:
+				requests++
+			case layers.ICMPv4TypeEchoReply:
+				replies++
+			}
+		}
+	}
+	// Each request is answered: twice as many requests as replies would
+	// be the shaped ones seen again.
+	if requests == 0 || requests > replies+1 {
+		t.Errorf("%d echo requests from the VM, %d replies to it: the shaped frames seen twice?", requests, replies)
 	}
 }
