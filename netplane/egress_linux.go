@@ -82,8 +82,10 @@ func addEgressObjects(tx *knftables.Transaction) {
 	tx.Add(&knftables.Set{Name: egressBy4, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}, Size: knftables.PtrTo(uint64(egressSources))})
 	tx.Add(&knftables.Set{Name: egressBy6, Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag}, Size: knftables.PtrTo(uint64(egressSources))})
 	// The sources' rates of denied flows copied to NFLOG (egresslog_linux.go).
-	for name, typ := range map[string]string{egressLog4: "ipv4_addr", egressLog6: "ipv6_addr"} {
-		tx.Add(&knftables.Set{Name: name, Type: typ, Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+	// In a fixed order: the table is made again on every Ensure, and
+	// its listing must not change (TestShared's EnsureTwice).
+	for _, set := range [][2]string{{egressLog4, "ipv4_addr"}, {egressLog6, "ipv6_addr"}} {
+		tx.Add(&knftables.Set{Name: set[0], Type: set[1], Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
 			Timeout: knftables.PtrTo(time.Minute), Size: knftables.PtrTo(uint64(egressSources))})
 	}
 	for _, s := range []struct{ name, typ string }{
