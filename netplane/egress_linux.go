@@ -101,6 +101,9 @@ func addEgressObjects(tx *knftables.Transaction) {
 	} {
 		tx.Add(&knftables.Set{Name: s.name, Type: s.typ, Flags: []knftables.SetFlag{knftables.TimeoutFlag}, Size: knftables.PtrTo(uint64(maxLearned))})
 	}
+	tx.Add(&knftables.Map{Name: egressProxy4, Type: "inet_service : inet_service"})
+	tx.Add(&knftables.Map{Name: egressProxy6, Type: "inet_service : inet_service"})
+	tx.Add(&knftables.Set{Name: egressProxyPorts, Type: "inet_service"})
 	tx.Add(&knftables.Set{Name: egressOwn4, Type: "ipv4_addr"})
 	tx.Add(&knftables.Set{Name: egressOwn6, Type: "ipv6_addr"})
 	tx.Add(&knftables.Set{Name: egressNoHost4, Type: "ipv4_addr"})
@@ -120,6 +123,7 @@ func (nw *Network) applyEgress(ctx context.Context) error {
 	if err := nw.inNS(func() (err error) { lan, err = hostLANs(); return err }); err != nil {
 		return fmt.Errorf("network %q: the host's LANs for the egress policy: %w", nw.n.ID, err)
 	}
+	nw.nameCheck.lan.Store(&lan)
 	nft, err := hostnet.NFT(knftables.InetFamily, nw.n.ID)
 	if err != nil {
 		return err
@@ -520,6 +524,7 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 	if err := nw.inNS(func() (err error) { lan, err = hostLANs(); return err }); err != nil {
 		return err
 	}
+	nw.nameCheck.lan.Store(&lan)
 	nft, err := hostnet.NFT(knftables.InetFamily, nw.n.ID)
 	if err != nil {
 		return err

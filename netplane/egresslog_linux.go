@@ -11,7 +11,6 @@ import (
 	"github.com/miekg/dns"
 	vnl "github.com/vishvananda/netlink"
 
-	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 )
@@ -79,7 +78,6 @@ func (nw *Network) startEgressLog() error {
 	nw.wg.Add(1)
 	go func() {
 		defer nw.wg.Done()
-		perVM := guestlog.ByClient{Total: 20}
 		for {
 			pkts, err := f.Receive()
 			if err != nil {
@@ -103,18 +101,24 @@ func (nw *Network) startEgressLog() error {
 				}
 				flow.MAC = nw.macOf(flow.Src.Addr())
 				flow.Name = nw.recent.name(flow.Src.Addr(), flow.Dst.Addr())
-				key := flow.MAC // the VM, whatever source it uses
-				if key == "" {
-					key = flow.Src.Addr().String()
-				}
-				if ok, n := perVM.Allow(key, time.Now()); ok {
-					flow.Suppressed = n
-					nw.onEgressDenied(nw.n.ID, flow)
-				}
+				nw.tellDenied(flow)
 			}
 		}
 	}()
 	return nil
+}
+
+// tellDenied tells OnEgressDenied of flow, within the VM's share (the
+// name check's refusals and the kernel's count alike).
+func (nw *Network) tellDenied(flow nettypes.DeniedFlow) {
+	key := flow.MAC // the VM, whatever source it uses
+	if key == "" {
+		key = flow.Src.Addr().String()
+	}
+	if ok, n := nw.deniedLog.Allow(key, time.Now()); ok {
+		flow.Suppressed = n
+		nw.onEgressDenied(nw.n.ID, flow)
+	}
 }
 
 // deniedFlow reads an IP packet's addresses, protocol and ports.

@@ -22,6 +22,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
 	"github.com/vmnetctl/vmnetctl/dnsproxy"
 	"github.com/vmnetctl/vmnetctl/guard"
+	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/nettypes"
@@ -54,7 +55,9 @@ type Network struct {
 	reservedChanged []net.HardwareAddr
 	onLease         func(kind, network, mac string, ip netip.Addr)
 	onEgressDenied  func(network string, f nettypes.DeniedFlow)
-	recent          recentNames       // the DNS proxy's answers, to name a denied flow
+	recent          recentNames        // the DNS proxy's answers, to name a denied flow
+	deniedLog       *guestlog.ByClient // the denied flows told, a few a VM
+	nameCheck       nameCheck
 	learner4        *arplearn.Learner // nil when the network learns no IPv4 address
 	// inNS runs f on a thread in the network's namespace (for nft, which
 	// works in the namespace of the thread that runs it); netns is it.
@@ -89,7 +92,7 @@ func Start(ctx context.Context, n *api.Network, opts Options) (*Network, error) 
 		return nil, err
 	}
 	nw := &Network{n: n, log: log, hosts: newHostTable(), stop: make(chan struct{}), onLease: opts.OnLease, fwdKick: make(chan struct{}, 1),
-		onEgressDenied: opts.OnEgressDenied}
+		onEgressDenied: opts.OnEgressDenied, deniedLog: &guestlog.ByClient{Total: 20}}
 	if !n.Routed() {
 		return nw, nil
 	}
@@ -146,6 +149,11 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 	}
 	if guard.ChecksAddresses(n) {
 		if err := nw.startGuard(ctx); err != nil {
+			return err
+		}
+	}
+	if n.DNSProxy {
+		if err := nw.startNameCheck(ctx, netns); err != nil {
 			return err
 		}
 	}
@@ -289,15 +297,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 		Upstreams: upstreams,
 		NoForward: !nw.n.ForwardsDNS(),
 		Log:       nw.log,
-		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := netns.Do(func(ns.NetNS) error {
-				var err error
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
+		Dial:      dialIn(netns),
 	}
 	nw.closers = append(nw.closers, nw.dns.CloseIdle)
 	type listen struct{ udp, tcp, addr, dev string }
@@ -710,7 +710,7 @@ func (nw *Network) Stats(ports []string) nettypes.ServiceStats {
 			vmPolicies := len(nw.vmEgress.policies) > 0
 			nw.vmEgress.mu.Unlock()
 			if nw.n.Egress != nil || vmPolicies {
-				s.EgressDenied = egressDenied(ctx, nw.n.ID)
+				s.EgressDenied = egressDenied(ctx, nw.n.ID) + nw.nameCheck.refusedTotal()
 				s.EgressDeniedByMAC = nw.deniedByMAC()
 			}
 			return err
@@ -765,6 +765,7 @@ func (nw *Network) resolve6() func(string) []netip.Addr {
 // lease (or fixed address), an IPv6 one by the guard's binding.
 func (nw *Network) deniedByMAC() map[string]uint64 {
 	by, _ := egressDeniedBy(nw.n.ID)
+	nw.nameCheck.addRefused(by)
 	if len(by) == 0 {
 		return nil
 	}

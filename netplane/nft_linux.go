@@ -98,7 +98,8 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 
 // vmEgressElements reads what the VMs' own policies hold in the kernel:
 // their sources, those denied the host, and their maps (not the names they
-// learned, which have timeouts and are learned again). Nothing when the
+// learned, which have timeouts and are learned again); and the name
+// check's ports, which its running proxy set. Nothing when the
 // table is missing or unreadable.
 func vmEgressElements(ctx context.Context, nft knftables.Interface) []*knftables.Element {
 	var out []*knftables.Element
@@ -113,8 +114,8 @@ func vmEgressElements(ctx context.Context, nft knftables.Interface) []*knftables
 			}
 		}
 	}
-	list("set", vmPolicySets)
-	list("map", vmPolicyMaps)
+	list("set", slices.Concat(vmPolicySets, []string{egressProxyPorts}))
+	list("map", slices.Concat(vmPolicyMaps, []string{egressProxy4, egressProxy6}))
 	return out
 }
 

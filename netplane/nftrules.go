@@ -32,7 +32,7 @@ func nftRules(n *api.Network) map[string][]string {
 		// From outside, not to 127.0.0.0/8: a forward on 127.0.0.1 is the
 		// host's own programs' (the output hook), and a neighbour that
 		// sends to 127.0.0.1 gets nothing.
-		rules["prerouting"] = dnat("fib daddr type local ip daddr != 127.0.0.0/8")
+		rules["prerouting"] = append(nameCheckRedirects(n, br), dnat("fib daddr type local ip daddr != 127.0.0.0/8")...)
 		rules["output"] = dnat("fib daddr type local")
 		// The bridge has route_localnet (for forwards used from the
 		// host's loopback): no VM may send to or from 127.0.0.0/8 through
@@ -105,6 +105,11 @@ func inputRules(n *api.Network, br string) []string {
 			input = append(input, "iifname "+br+" ip6 daddr "+n.Gateway6.String()+" meta l4proto { tcp, udp } th dport 53 accept")
 		}
 	}
+	if n.Routed() && n.DNSProxy {
+		// The name check's proxy (egressproxy), for the connections
+		// redirected to it alone.
+		input = append(input, "iifname "+br+" tcp dport @"+egressProxyPorts+" ct status dnat accept")
+	}
 	if n.Routed() {
 		// After DHCP and DNS: a VM whose own policy denies the host (its
 		// services, over TCP and UDP; neighbour discovery and pings stay),
@@ -169,6 +174,9 @@ func egressRules(n *api.Network, br string) []string {
 		// A VM with a policy of its own (the VM file's entry): its
 		// sources and the destination ranges in one map, in place of the
 		// network's.
+		if n.DNSProxy {
+			fwd = append(fwd, nameCheckFallback(br, "ip saddr @"+egressOwn4+" ip saddr . ip daddr @"+egressVMNames4, "ip6 saddr @"+egressOwn6+" ip6 saddr . ip6 daddr @"+egressVMNames6)...)
+		}
 		fwd = append(fwd,
 			"iifname "+br+" "+notReply+" ip saddr . ip daddr @"+egressVMNoNames4+" goto "+EgressDenied,
 			"iifname "+br+" "+notReply+" ip6 saddr . ip6 daddr @"+egressVMNoNames6+" goto "+EgressDenied,
@@ -182,6 +190,9 @@ func egressRules(n *api.Network, br string) []string {
 		// Names first (the DNS proxy puts their answers in the sets, for
 		// as long as the answers live): a denied name's addresses are
 		// refused, an allowed name's skip the prefixes.
+		if n.Egress.HasNames() {
+			fwd = append(fwd, nameCheckFallback(br, "ip saddr != @"+egressOwn4+" ip daddr @"+EgressNames4, "ip6 saddr != @"+egressOwn6+" ip6 daddr @"+EgressNames6)...)
+		}
 		fwd = append(fwd,
 			"iifname "+br+" "+notReply+" ip daddr @"+EgressNamesDenied4+" goto "+EgressDenied,
 			"iifname "+br+" "+notReply+" ip6 daddr @"+EgressNamesDenied6+" goto "+EgressDenied,
@@ -189,6 +200,50 @@ func egressRules(n *api.Network, br string) []string {
 			"iifname "+br+" "+notReply+" ip6 saddr != @"+egressOwn6+" ip6 daddr != @"+EgressNames6+" ip6 daddr vmap @"+Egress6)
 	}
 	return fwd
+}
+
+// nameCheckPorts are the TCP ports whose connections to addresses allowed
+// by name the proxy checks: TLS's server name on 443, HTTP's Host on 80.
+const nameCheckPorts = "{ 80, 443 }"
+
+// nameCheckRedirects are the prerouting rules that send a VM's
+// connections to nameCheckPorts of the addresses it may reach by name to
+// the network's name check (egressproxy): a VM's own policy's (its source
+// and the address learned for it), then the network's. A map with no
+// port for the proxy (it is not listening yet) redirects nothing, and
+// nameCheckFallback refuses the connection.
+func nameCheckRedirects(n *api.Network, br string) []string {
+	if !n.DNSProxy {
+		return nil
+	}
+	redirect := func(match, m string) string {
+		return "iifname " + br + " " + match + " tcp dport " + nameCheckPorts + " redirect to :tcp dport map @" + m
+	}
+	rules := []string{
+		redirect("ip saddr @"+egressOwn4+" ip saddr . ip daddr @"+egressVMNames4, egressProxy4),
+		redirect("ip6 saddr @"+egressOwn6+" ip6 saddr . ip6 daddr @"+egressVMNames6, egressProxy6),
+	}
+	if n.Egress != nil && n.Egress.HasNames() {
+		rules = append(rules,
+			redirect("ip saddr != @"+egressOwn4+" ip daddr @"+EgressNames4, egressProxy4),
+			redirect("ip6 saddr != @"+egressOwn6+" ip6 daddr @"+EgressNames6, egressProxy6))
+	}
+	return rules
+}
+
+// nameCheckFallback are the forward rules that refuse, to the addresses
+// allowed by name (match4, match6), what the name check does not see: a
+// connection to its ports that was not redirected; QUIC (UDP 443), whose
+// ClientHello it cannot read (the client falls back to TCP); and DNS and
+// DNS over TLS (53, 853), a resolver of the VM's own past the network's
+// DNS proxy, which is what learns the names. (UDP 80 with them: one set
+// of ports, which nft lists as it is written.)
+func nameCheckFallback(br, match4, match6 string) []string {
+	const ports = " meta l4proto { tcp, udp } th dport { 53, 80, 443, 853 } goto "
+	return []string{
+		"iifname " + br + " " + notReply + " " + match4 + ports + EgressDenied,
+		"iifname " + br + " " + notReply + " " + match6 + ports + EgressDenied,
+	}
 }
 
 // natRules are n's postrouting chain (bridge br), nil for none.
@@ -243,6 +298,11 @@ const (
 	egressVM6     = "egress-vm6"
 	// The addresses of the names a VM's own policy lists, as (source,
 	// address) pairs, for the answers' TTL.
+	// The name check's ports, by family: {80, 443} to its listener's
+	// port (maps), and its listeners' ports (a set, for the input chain).
+	egressProxy4     = "egress-proxy4"
+	egressProxy6     = "egress-proxy6"
+	egressProxyPorts = "egress-proxy-ports"
 	egressVMNames4   = "egress-vmnames4"
 	egressVMNames6   = "egress-vmnames6"
 	egressVMNoNames4 = "egress-vmnonames4"

@@ -28,7 +28,7 @@ func TestImportsGoOneWay(t *testing.T) {
 	}
 	// The network's services are leaves: the network wires them, they
 	// never reach back up to it (or past it).
-	for _, pkg := range []string{"dnsproxy", "leases", "dhcpserver", "routeradv", "nd6", "arplearn", "hostnet", "overlay", "guard", "shaper", "capture"} {
+	for _, pkg := range []string{"dnsproxy", "leases", "dhcpserver", "routeradv", "nd6", "arplearn", "hostnet", "overlay", "guard", "shaper", "capture", "egressproxy"} {
 		for _, up := range []string{"netplane", "backend", "controller"} {
 			if strings.Contains(deps(pkg), "github.com/vmnetctl/vmnetctl/"+up+"\n") {
 				t.Errorf("%s imports %s", pkg, up)

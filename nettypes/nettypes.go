@@ -130,12 +130,17 @@ type DeniedFlow struct {
 	// Name is the name the VM asked the network's DNS proxy for that
 	// gave Dst, if it did.
 	Name string
+	// Why is what the name check refused, when it did ("TLS names
+	// \"x.test\", which the policy does not allow"); "" for the kernel's
+	// refusal by address.
+	Why string
 	// Suppressed counts the denied flows of this source left untold
 	// since the last one told (at most one in 10 s).
 	Suppressed int
 }
 
-// String is "tcp 10.0.0.5:51234 -> 1.2.3.4:443 (example.com)".
+// String is "tcp 10.0.0.5:51234 -> 1.2.3.4:443 (example.com)", and why
+// when the name check refused it.
 func (f DeniedFlow) String() string {
 	addr := func(a netip.AddrPort) string {
 		if a.Port() == 0 {
@@ -146,6 +151,9 @@ func (f DeniedFlow) String() string {
 	s := f.Proto + " " + addr(f.Src) + " -> " + addr(f.Dst)
 	if f.Name != "" {
 		s += " (" + f.Name + ")"
+	}
+	if f.Why != "" {
+		s += ": " + f.Why
 	}
 	if f.Suppressed > 0 {
 		s += fmt.Sprintf("; %d more not shown", f.Suppressed)

@@ -1,0 +1,318 @@
+package egressproxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// lab is a proxy on loopback whose connections all go to one upstream,
+// with a policy that allows api.test and *.ok.test.
+type lab struct {
+	t       *testing.T
+	proxy   *Proxy
+	addr    string
+	mu      sync.Mutex
+	denied  []string // "name: why"
+	upNames []string // what the upstream was asked for (SNI or Host)
+	dials   int
+}
+
+func newLab(t *testing.T, upstream func(t *testing.T, l *lab) net.Listener) *lab {
+	l := &lab{t: t}
+	up := upstream(t, l)
+	upAddr := up.Addr().(*net.TCPAddr).AddrPort()
+	l.proxy = New(Config{
+		Allow: func(src, dst netip.AddrPort, name string) bool {
+			return name == "api.test" || strings.HasSuffix(name, ".ok.test")
+		},
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			l.mu.Lock()
+			l.dials++
+			l.mu.Unlock()
+			if addr != upAddr.String() {
+				return nil, fmt.Errorf("dialed %s, want the original destination %s", addr, upAddr)
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+		Denied: func(src, dst netip.AddrPort, name, why string) {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.denied = append(l.denied, name+": "+why)
+		},
+		OriginalDst: func(*net.TCPConn) (netip.AddrPort, error) { return upAddr, nil },
+	})
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.addr = ln.Addr().String()
+	go l.proxy.Serve(ln)
+	t.Cleanup(func() { l.proxy.Close() })
+	return l
+}
+
+func (l *lab) seen() (denied, upNames []string, dials int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.denied...), append([]string(nil), l.upNames...), l.dials
+}
+
+// tlsUpstream serves TLS for any name, answering "hello NAME\n".
+func tlsUpstream(t *testing.T, l *lab) net.Listener {
+	ln, err := tls.Listen("tcp4", "127.0.0.1:0", testutil.TLSAnyName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				tc := c.(*tls.Conn)
+				if tc.Handshake() != nil {
+					return
+				}
+				name := tc.ConnectionState().ServerName
+				l.mu.Lock()
+				l.upNames = append(l.upNames, name)
+				l.mu.Unlock()
+				fmt.Fprintf(c, "hello %s\n", name)
+			}()
+		}
+	}()
+	return ln
+}
+
+// hello dials the proxy with TLS naming name; what the server said.
+func (l *lab) hello(cfg *tls.Config, split bool) (string, error) {
+	c, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	var conn net.Conn = c
+	if split {
+		conn = splitConn{c}
+	}
+	tc := tls.Client(conn, cfg)
+	tc.SetDeadline(time.Now().Add(time.Minute))
+	line, err := bufio.NewReader(tc).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+// splitConn writes a byte a segment.
+type splitConn struct{ net.Conn }
+
+func (c splitConn) Write(b []byte) (int, error) { return testutil.ByteWriter{Conn: c.Conn}.Write(b) }
+
+// TestTLSNames: a ClientHello naming an allowed name reaches the server,
+// whole or a byte a segment; one naming another name, none, or hiding it
+// (ECH) is refused with an access_denied alert and told, and the server
+// never hears of it.
+func TestTLSNames(t *testing.T) {
+	l := newLab(t, tlsUpstream)
+	for _, c := range []struct {
+		cfg   *tls.Config
+		split bool
+		want  string // "" for refused
+		why   string
+	}{
+		{&tls.Config{ServerName: "api.test"}, false, "hello api.test", ""},
+		{&tls.Config{ServerName: "API.Test"}, false, "hello API.Test", ""},
+		{&tls.Config{ServerName: "a.ok.test"}, true, "hello a.ok.test", ""},
+		{&tls.Config{ServerName: "other.test"}, false, "", `"other.test", which the policy does not allow`},
+		{&tls.Config{ServerName: "other.test"}, true, "", `"other.test", which the policy does not allow`},
+		{&tls.Config{ServerName: "ok.test"}, false, "", `"ok.test"`},
+		{&tls.Config{}, false, "", "TLS names no name"},
+		{&tls.Config{ServerName: "api.test", EncryptedClientHelloConfigList: testutil.ECHConfigList(t, "api.test"), MinVersion: tls.VersionTLS13}, false, "", "ECH"},
+	} {
+		c.cfg.InsecureSkipVerify = true
+		got, err := l.hello(c.cfg, c.split)
+		if c.want != "" {
+			if got != c.want {
+				t.Errorf("%q (split %v): got %q (%v), want %q", c.cfg.ServerName, c.split, got, err, c.want)
+			}
+			continue
+		}
+		if got != "" || err == nil || !strings.Contains(err.Error(), "access denied") {
+			t.Errorf("%q (split %v): got %q, %v; want refused with access_denied", c.cfg.ServerName, c.split, got, err)
+		}
+		denied, _, _ := l.seen()
+		if len(denied) == 0 || !strings.Contains(denied[len(denied)-1], c.why) {
+			t.Errorf("%q: denied %q, want the last with %q", c.cfg.ServerName, denied, c.why)
+		}
+	}
+	denied, upNames, dials := l.seen()
+	if want := []string{"api.test", "API.Test", "a.ok.test"}; strings.Join(upNames, ",") != strings.Join(want, ",") || dials != 3 {
+		t.Errorf("the server heard %q in %d dials, want %q: what was refused must never reach it", upNames, dials, want)
+	}
+	if len(denied) != 5 {
+		t.Errorf("told of %d refusals, want 5: %q", len(denied), denied)
+	}
+}
+
+// httpUpstream serves HTTP, answering each request with its Host.
+func httpUpstream(t *testing.T, l *lab) net.Listener {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.mu.Lock()
+		l.upNames = append(l.upNames, r.Host)
+		l.mu.Unlock()
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "host %s body %d", r.Host, len(body))
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln
+}
+
+// exchange writes raw requests on one connection and reads what comes
+// back until the connection ends.
+func (l *lab) exchange(t *testing.T, raw ...string) string {
+	c, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		return "[true]" // reset before the dial returned
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	br := bufio.NewReader(c)
+	var out strings.Builder
+	for _, r := range raw {
+		if _, err := io.WriteString(c, r); err != nil {
+			break
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			fmt.Fprintf(&out, "[%v]", errors.Unwrap(err) != nil || err != nil)
+			break
+		}
+		body, _ := io.ReadAll(resp.Body)
+		fmt.Fprintf(&out, "%d %s|", resp.StatusCode, body)
+	}
+	return out.String()
+}
+
+// TestHTTPHosts: each request's Host is checked, the second one's on a
+// kept-alive connection too, and one in an absolute URI; a refused
+// request never reaches the server; HTTP/2's preface, CONNECT and what is
+// not HTTP are refused.
+func TestHTTPHosts(t *testing.T) {
+	l := newLab(t, httpUpstream)
+	get := func(host string) string { return "GET / HTTP/1.1\r\nHost: " + host + "\r\n\r\n" }
+	for _, c := range []struct {
+		name string
+		raw  []string
+		want string
+	}{
+		{"allowed", []string{get("api.test")}, "200 host api.test body 0|"},
+		{"allowed, with a port and a body", []string{"POST /x HTTP/1.1\r\nHost: API.test:80\r\nContent-Length: 3\r\n\r\nabc"}, "200 host API.test:80 body 3|"},
+		{"chunked body", []string{"POST /x HTTP/1.1\r\nHost: a.ok.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"}, "200 host a.ok.test body 3|"},
+		{"refused", []string{get("other.test")}, "403 " + forbidden + "|"},
+		{"refused second", []string{get("api.test"), get("other.test")}, "200 host api.test body 0|[true]"},
+		// (The reset may come before the first answer is read: the server's
+		// log below is what counts.)
+		{"second in the same segment", []string{"POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 0\r\n\r\n" + get("other.test")}, ""},
+		{"absolute URI", []string{"GET http://other.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n"}, "403 " + forbidden + "|"},
+		{"HTTP/2 preface", []string{"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"}, "403 " + forbidden + "|"},
+		{"CONNECT", []string{"CONNECT other.test:443 HTTP/1.1\r\nHost: api.test\r\n\r\n"}, "403 " + forbidden + "|"},
+		{"not HTTP", []string{"SSH-2.0-x\r\n\r\n"}, "400 |"},
+	} {
+		if got := l.exchange(t, c.raw...); got != c.want && c.want != "" {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
+	}
+	_, upNames, _ := l.seen()
+	for _, n := range upNames {
+		if !strings.Contains(strings.ToLower(n), "api.test") && !strings.Contains(n, "ok.test") {
+			t.Errorf("the server heard a request for %q", n)
+		}
+	}
+}
+
+// TestNotRedirected: a connection made to the proxy's own port, not
+// redirected to it, is refused (it would be dialed back to the proxy).
+func TestNotRedirected(t *testing.T) {
+	l := newLab(t, httpUpstream)
+	l.proxy.cfg.OriginalDst = func(c *net.TCPConn) (netip.AddrPort, error) { return addrPortOf(c.LocalAddr()), nil }
+	if got := l.exchange(t, "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n"); got != "[true]" {
+		t.Errorf("got %q, want the connection reset", got)
+	}
+	if _, _, dials := l.seen(); dials != 0 {
+		t.Errorf("dialed %d times", dials)
+	}
+}
+
+// TestBoundedPerSource: a source that opens connections and sends
+// nothing holds MaxPerSource of them; the next is refused and told.
+func TestBoundedPerSource(t *testing.T) {
+	l := newLab(t, httpUpstream)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range MaxPerSource {
+		c, err := net.Dial("tcp4", l.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l.proxy.mu.Lock()
+		n := l.proxy.total
+		l.proxy.mu.Unlock()
+		if n == MaxPerSource {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections admitted, want %d", n, MaxPerSource)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := l.exchange(t, "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n"); got != "[true]" {
+		t.Errorf("connection %d: got %q, want it reset", MaxPerSource+1, got)
+	}
+	denied, _, _ := l.seen()
+	if len(denied) != 1 || !strings.Contains(denied[0], "too many") {
+		t.Errorf("denied %q", denied)
+	}
+	// The bound is per source and connections: one closed frees its slot.
+	conns[0].Close()
+	conns = conns[1:]
+	testEventually(t, func() bool {
+		return strings.HasPrefix(l.exchange(t, "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n"), "200")
+	})
+}
+
+func testEventually(t *testing.T, ok func() bool) {
+	deadline := time.Now().Add(time.Minute)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("not within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

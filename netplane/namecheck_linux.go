@@ -1,0 +1,172 @@
+package netplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"sigs.k8s.io/knftables"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/egressproxy"
+	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/nettypes"
+)
+
+// The name check: a VM's TCP connections to ports 80 and 443 of the
+// addresses its policy allows by name are redirected (nameCheckRedirects)
+// to the network's egressproxy, which lets them through only if the TLS
+// server name or HTTP Host they ask for is one the policy allows.
+
+// nameCheck is a network's proxy and what it refused.
+type nameCheck struct {
+	proxy *egressproxy.Proxy
+	// lan is the host's LANs as the policies were last applied with
+	// (the "lan" alias of an address's verdict).
+	lan atomic.Pointer[[]netip.Prefix]
+
+	mu      sync.Mutex
+	refused map[netip.Addr]uint64 // by source, at most egressSources
+	total   uint64
+}
+
+// startNameCheck listens for the redirected connections, IPv4 and IPv6,
+// on ports the kernel picks, bound to the bridge (as the DNS proxy is:
+// only the VMs reach it), and points the redirects at them.
+func (nw *Network) startNameCheck(ctx context.Context, netns ns.NetNS) error {
+	nc := &nw.nameCheck
+	nc.proxy = egressproxy.New(egressproxy.Config{
+		Allow:  nw.nameAllowed,
+		Dial:   dialIn(netns),
+		Denied: nw.nameRefused,
+		Log:    nw.log,
+	})
+	nw.closers = append(nw.closers, nc.proxy.Close)
+	nft, err := hostnet.NFT(knftables.InetFamily, nw.n.ID)
+	if err != nil {
+		return err
+	}
+	tx := nft.NewTransaction()
+	addEgressObjects(tx)
+	for _, m := range []string{egressProxy4, egressProxy6} {
+		tx.Flush(&knftables.Map{Name: m})
+	}
+	tx.Flush(&knftables.Set{Name: egressProxyPorts})
+	for _, l := range []struct{ network, addr, m string }{{"tcp4", "0.0.0.0:0", egressProxy4}, {"tcp6", "[::]:0", egressProxy6}} {
+		if l.network == "tcp6" && !hostnet.KernelIPv6() {
+			continue // (its connections are refused: nameCheckFallback)
+		}
+		lc := net.ListenConfig{Control: bindToDevice(nw.n.Bridge())}
+		ln, err := lc.Listen(ctx, l.network, l.addr)
+		if err != nil {
+			return fmt.Errorf("network %q: the name check's %s listener: %w", nw.n.ID, l.network, err)
+		}
+		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		for _, from := range []string{"80", "443"} {
+			tx.Add(&knftables.Element{Map: l.m, Key: []string{from}, Value: []string{port}})
+		}
+		tx.Add(&knftables.Element{Set: egressProxyPorts, Key: []string{port}})
+		nw.wg.Add(1)
+		go func() {
+			defer nw.wg.Done()
+			if err := nc.proxy.Serve(ln); err != nil && !nw.stopped() {
+				nw.log.Error("the name check stopped", "err", err)
+				nw.fail(fmt.Errorf("network %q: the name check stopped: %w", nw.n.ID, err))
+			}
+		}()
+	}
+	if err := nft.Run(ctx, tx); err != nil {
+		return fmt.Errorf("network %q: the name check's ports: %w", nw.n.ID, err)
+	}
+	return nil
+}
+
+// dialIn dials from netns (the proxy's goroutines run on any thread).
+func dialIn(netns ns.NetNS) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := netns.Do(func(ns.NetNS) error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
+}
+
+// nameAllowed is the name check's verdict: the policy of src (its VM's
+// own, else the network's) on the name asked for; a name it does not
+// list (or none) gets what it says of dst's address by prefix.
+func (nw *Network) nameAllowed(src, dst netip.AddrPort, name string) bool {
+	e, _ := nw.ownPolicy(src.Addr())
+	if e == nil {
+		e = nw.n.Egress
+	}
+	if e == nil {
+		return true // no policy left (since the redirect): nothing to check
+	}
+	if name != "" {
+		if allow, ok := e.NameVerdict(strings.Split(name, ".")); ok {
+			return allow
+		}
+	}
+	var lan []netip.Prefix
+	if p := nw.nameCheck.lan.Load(); p != nil {
+		lan = *p
+	}
+	return addrAllowed(e, dst.Addr(), lan)
+}
+
+// addrAllowed is what e says of address a by its prefixes and aliases.
+func addrAllowed(e *api.Egress, a netip.Addr, lan []netip.Prefix) bool {
+	for _, r := range e.Ranges(a.Is4(), lan) {
+		if !a.Less(r.First) && !r.Last.Less(a) {
+			return r.Allow
+		}
+	}
+	return false
+}
+
+// nameRefused counts and tells a connection the name check refused.
+func (nw *Network) nameRefused(src, dst netip.AddrPort, name, why string) {
+	nc := &nw.nameCheck
+	nc.mu.Lock()
+	if nc.refused == nil {
+		nc.refused = map[netip.Addr]uint64{}
+	}
+	if _, ok := nc.refused[src.Addr()]; ok || len(nc.refused) < egressSources {
+		nc.refused[src.Addr()]++
+	}
+	nc.total++
+	nc.mu.Unlock()
+	if nw.onEgressDenied == nil {
+		return
+	}
+	flow := nettypes.DeniedFlow{Proto: "tcp", Src: src, Dst: dst, Name: name, Why: why, MAC: nw.macOf(src.Addr())}
+	if name == "" && dst.IsValid() {
+		flow.Name = nw.recent.name(src.Addr(), dst.Addr())
+	}
+	nw.tellDenied(flow)
+}
+
+// addRefused adds the name check's refusals by source to by.
+func (nc *nameCheck) addRefused(by map[netip.Addr]uint64) {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	for a, n := range nc.refused {
+		by[a] += n
+	}
+}
+
+// refusedTotal is how many connections the name check refused.
+func (nc *nameCheck) refusedTotal() uint64 {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	return nc.total
+}

@@ -1,0 +1,284 @@
+package controller_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/test/simvm"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+const nameCheckNetworks = `
+vmnet:
+  sandbox:
+    subnet: 10.86.0.0/24
+    egress:
+      default: deny
+      allow: [api.test]
+  open:
+    subnet: 10.87.0.0/24
+`
+
+// cdn is one address that serves many names (TLS on 443, HTTP on 80,
+// UDP on 443 for QUIC), and what it heard.
+type cdn struct {
+	mu    sync.Mutex
+	heard []string // "tls NAME", "http HOST", "udp"
+}
+
+func (c *cdn) add(s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heard = append(c.heard, s)
+}
+
+func (c *cdn) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.heard...)
+}
+
+func serveCDN(t *testing.T, ns *testutil.NS, ip string) *cdn {
+	c := &cdn{}
+	tl := tls.NewListener(ns.Listen(t, "tcp4", ip+":443"), testutil.TLSAnyName(t))
+	go func() {
+		for {
+			conn, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				tc := conn.(*tls.Conn)
+				if tc.Handshake() != nil {
+					return
+				}
+				name := tc.ConnectionState().ServerName
+				c.add("tls " + name)
+				fmt.Fprintf(tc, "hello %s\n", name)
+			}()
+		}
+	}()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.add("http " + r.Host)
+		fmt.Fprintf(w, "host %s", r.Host)
+	})}
+	go srv.Serve(ns.Listen(t, "tcp4", ip+":80"))
+	t.Cleanup(func() { srv.Close() })
+	pc := ns.ListenPacket(t, "udp4", ip+":443")
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			c.add("udp")
+		}
+	}()
+	return c
+}
+
+// tlsHello opens TLS to addr from vm, naming cfg.ServerName; the server's
+// line, or the error.
+func tlsHello(vm *simvm.VM, addr string, cfg *tls.Config, split bool) (string, error) {
+	var line string
+	err := vm.Do(func() error {
+		c, err := net.DialTimeout("tcp4", addr, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		var conn net.Conn = c
+		if split {
+			conn = splitConn{c}
+		}
+		cfg.InsecureSkipVerify = true
+		line, err = bufio.NewReader(tls.Client(conn, cfg)).ReadString('\n')
+		line = strings.TrimSpace(line)
+		return err
+	})
+	return line, err
+}
+
+type splitConn struct{ net.Conn }
+
+func (c splitConn) Write(b []byte) (int, error) { return testutil.ByteWriter{Conn: c.Conn}.Write(b) }
+
+// httpGet sends one request per host on one connection from vm; the
+// status line and body of each answer, "reset" where the connection
+// ended.
+func httpGet(vm *simvm.VM, addr string, hosts ...string) string {
+	var out strings.Builder
+	vm.Do(func() error {
+		c, err := net.DialTimeout("tcp4", addr, 10*time.Second)
+		if err != nil {
+			out.WriteString("no connection")
+			return nil
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		br := bufio.NewReader(c)
+		for _, h := range hosts {
+			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", h)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				out.WriteString("reset|")
+				return nil
+			}
+			body, _ := io.ReadAll(resp.Body)
+			fmt.Fprintf(&out, "%d %s|", resp.StatusCode, strings.TrimSpace(string(body)))
+		}
+		return nil
+	})
+	return out.String()
+}
+
+// TestEgressNameCheck: on a name policy, what a connection names is
+// checked, not only its address (issue 33). Two names on one address (a
+// CDN's): the VM that resolved the allowed one reaches it over TLS and
+// HTTP, and is refused the other name on the same address, whether its
+// ClientHello comes whole or a byte a segment, named in a second request
+// on a kept-alive connection, hidden by ECH, or left out; QUIC to it is
+// refused, its own resolver unreachable; each refusal is counted and
+// told as an egress-denied event with the name; a VM's own policy is
+// checked the same way; a VM on a network without a policy is not
+// touched.
+func TestEgressNameCheck(t *testing.T) {
+	h := &host{Host: simvm.NewHost(t, "vmnnc", nameCheckNetworks, "pgrep"), t: t}
+	lan := testutil.NewNS(t, "nclan")
+	link(t, h, "lan", "198.51.100.1/24", lan, "198.51.100.2/24")
+	cdn := serveCDN(t, lan, "198.51.100.2")
+	serveDNS(t, lan, "198.51.100.2:53", map[string]string{"api.test.": "198.51.100.2", "other.test.": "198.51.100.2"})
+	etc := filepath.Join("/etc/netns", h.Name)
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(etc) })
+	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver 198.51.100.2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", `vms:
+  s:
+    networks:
+      - vmnet: sandbox
+  o:
+    networks:
+      - vmnet: open
+  p:
+    networks:
+      - vmnet: open
+        egress: {default: deny, allow: [api.test]}
+`))
+	st := h.Status()
+	s, o, p := h.VM(h.Attachment(st, "s")), h.VM(h.Attachment(st, "o")), h.VM(h.Attachment(st, "p"))
+	for _, vm := range []*simvm.VM{s, o, p} {
+		vm.DHCP(t)
+	}
+	const addr443, addr80 = "198.51.100.2:443", "198.51.100.2:80"
+	// Before it resolved api.test, s reaches nothing there.
+	if got, err := tlsHello(s, addr443, &tls.Config{ServerName: "api.test"}, false); err == nil {
+		t.Fatalf("s reached the CDN before resolving api.test: %q", got)
+	}
+	for vm, gw := range map[*simvm.VM]string{s: "10.86.0.1", p: "10.87.0.1"} {
+		if out, err := vm.Run(context.Background(), "busybox", "nslookup", "-type=a", "api.test", gw); err != nil {
+			t.Fatalf("%s resolving api.test: %v\n%s", vm.Name, err, out)
+		}
+	}
+	for _, vm := range []*simvm.VM{s, p} {
+		for _, c := range []struct {
+			cfg   *tls.Config
+			split bool
+			want  string
+		}{
+			{&tls.Config{ServerName: "api.test"}, false, "hello api.test"},
+			{&tls.Config{ServerName: "api.test"}, true, "hello api.test"},
+			{&tls.Config{ServerName: "other.test"}, false, ""},
+			{&tls.Config{ServerName: "other.test"}, true, ""},
+			{&tls.Config{}, false, ""}, // no name
+			{&tls.Config{ServerName: "api.test", EncryptedClientHelloConfigList: testutil.ECHConfigList(t, "api.test"), MinVersion: tls.VersionTLS13}, false, ""},
+		} {
+			got, err := tlsHello(vm, addr443, c.cfg, c.split)
+			if got != c.want || (c.want == "" && err == nil) {
+				t.Errorf("%s, TLS naming %q (ECH %v, a byte a segment %v): got %q (%v), want %q", vm.Name, c.cfg.ServerName, c.cfg.EncryptedClientHelloConfigList != nil, c.split, got, err, c.want)
+			}
+		}
+	}
+	if got := httpGet(s, addr80, "api.test", "api.test"); got != "200 host api.test|200 host api.test|" {
+		t.Errorf("s, HTTP to api.test twice: %q", got)
+	}
+	if got := httpGet(s, addr80, "other.test"); !strings.HasPrefix(got, "403 ") {
+		t.Errorf("s, HTTP to other.test: %q, want 403", got)
+	}
+	if got := httpGet(s, addr80, "api.test", "other.test"); got != "200 host api.test|reset|" {
+		t.Errorf("s, HTTP to api.test then other.test on one connection: %q", got)
+	}
+	// The neighbour without a policy: untouched.
+	if got, err := tlsHello(o, addr443, &tls.Config{ServerName: "other.test"}, false); got != "hello other.test" {
+		t.Errorf("o (no policy), TLS naming other.test: got %q (%v)", got, err)
+	}
+	// QUIC: s's datagrams to 443 never arrive; o's do (the control).
+	for _, vm := range []*simvm.VM{s, o} {
+		vm.Do(func() error {
+			c, err := net.Dial("udp4", addr443)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte("quic initial from " + vm.Name))
+			return err
+		})
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		for _, heard := range cdn.all() {
+			if heard == "udp" {
+				return nil
+			}
+		}
+		return fmt.Errorf("o's datagram has not arrived")
+	}, "the control datagram")
+	udp := 0
+	for _, heard := range cdn.all() {
+		if heard == "udp" {
+			udp++
+		}
+		if strings.Contains(heard, "other.test") && !strings.HasPrefix(heard, "tls other.test") {
+			t.Errorf("the CDN heard %q from a VM whose policy allows only api.test", heard)
+		}
+	}
+	if udp != 1 {
+		t.Errorf("the CDN heard %d datagrams on 443, want o's alone", udp)
+	}
+	if n := strings.Count(strings.Join(cdn.all(), ","), "tls other.test"); n != 1 {
+		t.Errorf("the CDN heard TLS for other.test %d times, want once (o's)", n)
+	}
+	// Its own resolver (the CDN's address on 53): refused.
+	if out, err := s.Run(context.Background(), "busybox", "nslookup", "-type=a", "other.test", "198.51.100.2"); err == nil {
+		t.Errorf("s resolved through its own resolver:\n%s", out)
+	}
+
+	st = h.Status()
+	if got := h.Attachment(st, "s").EgressDenied; got < 7 {
+		t.Errorf("s: %d refused connections counted, want 7 or more", got)
+	}
+	if got := h.Attachment(st, "p").EgressDenied; got < 4 {
+		t.Errorf("p: %d refused connections counted, want 4 or more", got)
+	}
+	events := h.MustVmnetctl("events")
+	for _, want := range []string{`(other.test): TLS names "other.test", which the policy does not allow`} {
+		if !strings.Contains(events, want) {
+			t.Errorf("events lack %q:\n%s", want, events)
+		}
+	}
+}
