@@ -295,7 +295,7 @@ func TestEgress(t *testing.T) {
 }
 
 // serveDNS answers A queries for names on addr (UDP) in ns.
-func serveDNS(t *testing.T, ns *testutil.NS, addr string, names map[string]string) {
+func serveDNS(t testing.TB, ns *testutil.NS, addr string, names map[string]string) {
 	pc := ns.ListenPacket(t, "udp4", addr)
 	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
