@@ -294,15 +294,25 @@ func TestEgress(t *testing.T) {
 	}
 }
 
-// serveDNS answers A queries for names on addr (UDP) in ns.
+// serveDNS answers A and AAAA queries for names on addr (UDP) in ns: each
+// name's addresses, comma-separated.
 func serveDNS(t testing.TB, ns *testutil.NS, addr string, names map[string]string) {
 	pc := ns.ListenPacket(t, "udp4", addr)
 	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(r)
-		if len(r.Question) == 1 && r.Question[0].Qtype == dns.TypeA {
-			if ip, ok := names[r.Question[0].Name]; ok {
-				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.ParseIP(ip)})
+		if len(r.Question) == 1 {
+			q := r.Question[0]
+			hdr := dns.RR_Header{Name: q.Name, Rrtype: q.Qtype, Class: dns.ClassINET, Ttl: 300}
+			for _, a := range strings.Split(names[q.Name], ",") {
+				ip := net.ParseIP(a)
+				switch {
+				case ip == nil:
+				case q.Qtype == dns.TypeA && ip.To4() != nil:
+					m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: ip})
+				case q.Qtype == dns.TypeAAAA && ip.To4() == nil:
+					m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: ip})
+				}
 			}
 		}
 		w.WriteMsg(m)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -52,7 +53,11 @@ func (c *cdn) all() []string {
 
 func serveCDN(t *testing.T, ns *testutil.NS, ip string) *cdn {
 	c := &cdn{}
-	tl := tls.NewListener(ns.Listen(t, "tcp4", ip+":443"), testutil.TLSAnyName(t))
+	network, udp := "tcp4", "udp4"
+	if strings.Contains(ip, ":") {
+		network, udp, ip = "tcp6", "udp6", "["+ip+"]"
+	}
+	tl := tls.NewListener(ns.Listen(t, network, ip+":443"), testutil.TLSAnyName(t))
 	go func() {
 		for {
 			conn, err := tl.Accept()
@@ -75,9 +80,9 @@ func serveCDN(t *testing.T, ns *testutil.NS, ip string) *cdn {
 		c.add("http " + r.Host)
 		fmt.Fprintf(w, "host %s", r.Host)
 	})}
-	go srv.Serve(ns.Listen(t, "tcp4", ip+":80"))
+	go srv.Serve(ns.Listen(t, network, ip+":80"))
 	t.Cleanup(func() { srv.Close() })
-	pc := ns.ListenPacket(t, "udp4", ip+":443")
+	pc := ns.ListenPacket(t, udp, ip+":443")
 	go func() {
 		buf := make([]byte, 2048)
 		for {
@@ -95,7 +100,7 @@ func serveCDN(t *testing.T, ns *testutil.NS, ip string) *cdn {
 func tlsHello(vm *simvm.VM, addr string, cfg *tls.Config, split bool) (string, error) {
 	var line string
 	err := vm.Do(func() error {
-		c, err := net.DialTimeout("tcp4", addr, 10*time.Second)
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
 		if err != nil {
 			return err
 		}
@@ -159,9 +164,13 @@ func httpGet(vm *simvm.VM, addr string, hosts ...string) string {
 func TestEgressNameCheck(t *testing.T) {
 	h := &host{Host: simvm.NewHost(t, "vmnnc", nameCheckNetworks, "pgrep"), t: t}
 	lan := testutil.NewNS(t, "nclan")
-	link(t, h, "lan", "198.51.100.1/24", lan, "198.51.100.2/24")
+	link(t, h, "lan", "198.51.100.1/24", lan, "198.51.100.2/24", "2001:db8:100::2/64")
+	h.MustRun(t, "ip", "addr", "add", "2001:db8:100::1/64", "dev", "lan", "nodad")
+	h.MustRun(t, "ip", "-6", "route", "add", "default", "via", "2001:db8:100::2")
 	cdn := serveCDN(t, lan, "198.51.100.2")
-	serveDNS(t, lan, "198.51.100.2:53", map[string]string{"api.test.": "198.51.100.2", "other.test.": "198.51.100.2"})
+	cdn6 := serveCDN(t, lan, "2001:db8:100::2")
+	const both = "198.51.100.2,2001:db8:100::2"
+	serveDNS(t, lan, "198.51.100.2:53", map[string]string{"api.test.": both, "other.test.": both})
 	etc := filepath.Join("/etc/netns", h.Name)
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		t.Fatal(err)
@@ -229,7 +238,8 @@ func TestEgressNameCheck(t *testing.T) {
 	if got, err := tlsHello(o, addr443, &tls.Config{ServerName: "other.test"}, false); got != "hello other.test" {
 		t.Errorf("o (no policy), TLS naming other.test: got %q (%v)", got, err)
 	}
-	// QUIC: s's datagrams to 443 never arrive; o's do (the control).
+	// QUIC: s's datagrams to 443 never arrive, whole or in fragments (the
+	// host reassembles them before it judges); o's do (the control).
 	for _, vm := range []*simvm.VM{s, o} {
 		vm.Do(func() error {
 			c, err := net.Dial("udp4", addr443)
@@ -237,6 +247,9 @@ func TestEgressNameCheck(t *testing.T) {
 				return err
 			}
 			defer c.Close()
+			if vm == s {
+				c.Write([]byte(strings.Repeat("fragmented quic initial ", 200)))
+			}
 			_, err = c.Write([]byte("quic initial from " + vm.Name))
 			return err
 		})
@@ -263,6 +276,22 @@ func TestEgressNameCheck(t *testing.T) {
 	}
 	if n := strings.Count(strings.Join(cdn.all(), ","), "tls other.test"); n != 1 {
 		t.Errorf("the CDN heard TLS for other.test %d times, want once (o's)", n)
+	}
+	// Over IPv6 alike: once s resolved api.test's AAAA (through the
+	// network's proxy), its address passes the check for api.test alone.
+	slaacAddress(t, s, api.ULAPrefix("sandbox").String())
+	if out, err := s.Run(context.Background(), "busybox", "nslookup", "-type=aaaa", "api.test", "10.86.0.1"); err != nil || !strings.Contains(out, "2001:db8:100::2") {
+		t.Fatalf("s resolving api.test's AAAA: %v\n%s", err, out)
+	}
+	const addr6 = "[2001:db8:100::2]:443"
+	for _, c := range []struct{ name, want string }{{"api.test", "hello api.test"}, {"other.test", ""}} {
+		got, err := tlsHello(s, addr6, &tls.Config{ServerName: c.name}, false)
+		if got != c.want || (c.want == "" && err == nil) {
+			t.Errorf("s over IPv6, TLS naming %s: got %q (%v), want %q", c.name, got, err, c.want)
+		}
+	}
+	if heard := cdn6.all(); len(heard) != 1 || heard[0] != "tls api.test" {
+		t.Errorf("the CDN heard over IPv6 %q, want api.test alone", heard)
 	}
 	// Its own resolver (the CDN's address on 53): refused.
 	if out, err := s.Run(context.Background(), "busybox", "nslookup", "-type=a", "other.test", "198.51.100.2"); err == nil {
