@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,7 +35,7 @@ func lastEvent(sd statedir.Dir, match func(ctlapi.Event) bool) *ctlapi.Event {
 // asJSON) one JSON object per line; with follow it then writes new ones as
 // they come until ctx ends.
 func Events(ctx context.Context, sd statedir.Dir, asJSON, follow bool, w io.Writer) error {
-	return EventsTail(ctx, sd, TailOptions{JSON: asJSON, Follow: follow}, w)
+	return EventsTail(ctx, sd, TailOptions{JSON: asJSON, Follow: follow}, EventFilter{}, w)
 }
 
 // ParseSince is `--since`: "" for none, a duration before now (10m), or a
@@ -52,19 +53,50 @@ func ParseSince(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("--since %q is neither a duration (10m, 2h) nor a time (2026-12-05T08:00:00Z)", s)
 }
 
-// EventsTail is Events with TailOptions: the last o.Tail events, those
-// since o.Since.
-func EventsTail(ctx context.Context, sd statedir.Dir, o TailOptions, w io.Writer) error {
+// EventFilter is `events`' choice of events: of these kinds (any if
+// none), of this VM's attachments, on this network ("" for any).
+type EventFilter struct {
+	Kinds       []string
+	VM, Network string
+}
+
+// ParseKinds is `--kind`: kinds separated by commas, each one of
+// ctlapi.EventKinds.
+func ParseKinds(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var kinds []string
+	for k := range strings.SplitSeq(s, ",") {
+		k = strings.TrimSpace(k)
+		if !slices.Contains(ctlapi.EventKinds, k) {
+			return nil, fmt.Errorf("--kind %q is no kind of event; the kinds: %s", k, strings.Join(ctlapi.EventKinds, ", "))
+		}
+		kinds = append(kinds, k)
+	}
+	return kinds, nil
+}
+
+// match reports whether ev is one f chooses.
+func (f EventFilter) match(ev ctlapi.Event) bool {
+	vm, _, _ := strings.Cut(ev.Attachment, "/")
+	return (len(f.Kinds) == 0 || slices.Contains(f.Kinds, ev.Kind)) &&
+		(f.VM == "" || vm == f.VM) && (f.Network == "" || ev.Network == f.Network)
+}
+
+// EventsTail is Events with TailOptions and a filter: the last o.Tail
+// events that f chooses, those since o.Since.
+func EventsTail(ctx context.Context, sd statedir.Dir, o TailOptions, f EventFilter, w io.Writer) error {
 	src := &logSource{path: sd.EventsLog()}
 	out := w
 	if !o.JSON {
 		out = &eventPrinter{w: w}
 	}
 	var keep func([]byte) bool
-	if !o.Since.IsZero() {
+	if !o.Since.IsZero() || len(f.Kinds) > 0 || f.VM != "" || f.Network != "" {
 		keep = func(line []byte) bool {
 			var ev ctlapi.Event
-			return json.Unmarshal(line, &ev) == nil && !ev.Time.Before(o.Since)
+			return json.Unmarshal(line, &ev) == nil && !ev.Time.Before(o.Since) && f.match(ev)
 		}
 	}
 	return tailWith(ctx, []*logSource{src}, out, o, keep)
