@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,6 +45,11 @@ type Proxy struct {
 	// Learn, if set, is told of each answer forwarded, before the client
 	// hears it (the egress policy's names).
 	Learn func(client netip.Addr, qname string, answers []dns.RR)
+	// NoECH, if set, says of a client whether its answers lose their
+	// ECH configurations (the `ech` of HTTPS and SVCB records): a
+	// client under a name policy, whose encrypted ClientHello the name
+	// check refuses, then sends a plain one.
+	NoECH func(client netip.Addr) bool
 	// Remote, if set, looks a name up on the other hosts of the network's
 	// segment; FileName tells whether a name is one of a VM file here,
 	// which no other host's name can take.
@@ -191,15 +197,19 @@ func (h *Proxy) forward(w dns.ResponseWriter, r *dns.Msg) {
 			continue
 		}
 		h.count(func(s *nettypes.DNSStats) { s.Forwarded++ })
+		var client netip.Addr
+		switch a := w.RemoteAddr().(type) {
+		case *net.UDPAddr:
+			client = a.AddrPort().Addr().Unmap()
+		case *net.TCPAddr:
+			client = a.AddrPort().Addr().Unmap()
+		}
 		if h.Learn != nil && len(r.Question) == 1 {
-			var client netip.Addr
-			switch a := w.RemoteAddr().(type) {
-			case *net.UDPAddr:
-				client = a.AddrPort().Addr().Unmap()
-			case *net.TCPAddr:
-				client = a.AddrPort().Addr().Unmap()
-			}
 			h.Learn(client, r.Question[0].Name, resp.Answer)
+		}
+		if h.NoECH != nil && h.NoECH(client) {
+			withoutECH(resp.Answer)
+			withoutECH(resp.Extra)
 		}
 		resp.Id = r.Id
 		w.WriteMsg(resp)
@@ -209,6 +219,24 @@ func (h *Proxy) forward(w dns.ResponseWriter, r *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetRcode(r, dns.RcodeServerFailure)
 	w.WriteMsg(m)
+}
+
+// withoutECH removes the ECH configurations from the HTTPS and SVCB
+// records among rrs. (A client that validates DNSSEC itself finds their
+// signatures broken, and goes on without the records.)
+func withoutECH(rrs []dns.RR) {
+	for _, rr := range rrs {
+		var svcb *dns.SVCB
+		switch v := rr.(type) {
+		case *dns.HTTPS:
+			svcb = &v.SVCB
+		case *dns.SVCB:
+			svcb = v
+		default:
+			continue
+		}
+		svcb.Value = slices.DeleteFunc(svcb.Value, func(kv dns.SVCBKeyValue) bool { return kv.Key() == dns.SVCB_ECHCONFIG })
+	}
 }
 
 // exchange asks upstream over an idle connection of the pool, or a new

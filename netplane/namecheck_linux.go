@@ -123,6 +123,18 @@ func (nw *Network) nameAllowed(src, dst netip.AddrPort, name string) bool {
 	return addrAllowed(e, dst.Addr(), lan)
 }
 
+// underNamePolicy reports whether the policy of the VM at client (its
+// own, else the network's) lists names: its DNS answers lose their ECH
+// configurations, so that it sends the name check a ClientHello it can
+// read.
+func (nw *Network) underNamePolicy(client netip.Addr) bool {
+	e, _ := nw.ownPolicy(client)
+	if e == nil {
+		e = nw.n.Egress
+	}
+	return e != nil && e.HasNames()
+}
+
 // addrAllowed is what e says of address a by its prefixes and aliases.
 func addrAllowed(e *api.Egress, a netip.Addr, lan []netip.Prefix) bool {
 	for _, r := range e.Ranges(a.Is4(), lan) {

@@ -294,6 +294,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 		FileName:  func(name string) bool { _, ok := nw.hosts.mac(name); return ok },
 		Resolve6:  nw.resolve6(),
 		Learn:     nw.learnNames,
+		NoECH:     nw.underNamePolicy,
 		Upstreams: upstreams,
 		NoForward: !nw.n.ForwardsDNS(),
 		Log:       nw.log,
