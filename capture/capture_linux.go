@@ -27,7 +27,7 @@ const pollEvery = 200 * time.Millisecond
 
 // Port copies the frames of link port, both ways, to w as pcapng: two
 // interfaces named after o.Name, the first what the VM sent, the second
-// what it was sent. It ends after o.Count frames, after o.Duration, or
+// what it was sent; only those that pass o.Filter, if it has one. It ends after o.Count frames, after o.Duration, or
 // when ctx is done, and returns how many frames it wrote and how many
 // the kernel dropped because w was slower than the VM. It writes every
 // frame as it comes (a reader such as `wireshark -k -i -` sees them live).
@@ -47,6 +47,16 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 	defer unix.Close(fd)
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvBuf) != nil {
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcvBuf)
+	}
+	if len(o.Filter) > 0 {
+		// Before the bind: no frame reaches the socket unfiltered.
+		prog := make([]unix.SockFilter, len(o.Filter))
+		for i, r := range o.Filter {
+			prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+		}
+		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}); err != nil {
+			return st, fmt.Errorf("capturing on %s: the kernel refuses the filter: %w", port, err)
+		}
 	}
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
 		return st, fmt.Errorf("capturing on %s: %w", port, err)

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
+	"golang.org/x/net/bpf"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/nettypes"
@@ -155,5 +157,87 @@ func TestPortShapedOnce(t *testing.T) {
 	// be the shaped ones seen again.
 	if requests == 0 || requests > replies+1 {
 		t.Errorf("%d echo requests from the VM, %d replies to it: the shaped frames seen twice?", requests, replies)
+	}
+}
+
+// TestPortFilter: a capture with a filter holds only the frames it
+// passes (UDP to port 9999 here, among pings and UDP to another port),
+// attached before the socket is bound, so none passes unfiltered.
+func TestPortFilter(t *testing.T) {
+	testutil.RequireRoot(t, "captures in a network namespace")
+	host, vm := testutil.NewNS(t, "cf-host"), testutil.NewNS(t, "cf-vm")
+	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "p", "type", "veth", "peer", "name", "eth0", "netns", vm.Name)
+	host.MustRun(t, "ip", "addr", "add", "10.97.0.1/24", "dev", "p")
+	host.MustRun(t, "ip", "link", "set", "p", "up")
+	vm.MustRun(t, "ip", "addr", "add", "10.97.0.2/24", "dev", "eth0")
+	vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+	filter, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 12, Size: 2}, // the ethertype
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 0x0800, SkipTrue: 6},
+		bpf.LoadAbsolute{Off: 23, Size: 1}, // the IPv4 protocol
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 17, SkipTrue: 4},
+		bpf.LoadMemShift{Off: 14},              // X: the IPv4 header's length
+		bpf.LoadIndirect{Off: 14 + 2, Size: 2}, // the UDP destination port
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 9999, SkipFalse: 1},
+		bpf.RetConstant{Val: 1 << 18},
+		bpf.RetConstant{Val: 0},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- host.Do(func() (err error) {
+			close(ready)
+			_, err = Port(context.Background(), "p", nettypes.CaptureOptions{Name: "f", Count: 3, Filter: filter}, &out)
+			return err
+		})
+	}()
+	<-ready
+	testutil.Eventually(t, 30*time.Second, func() error {
+		select {
+		case err := <-done:
+			done <- err
+			return nil
+		default:
+		}
+		vm.Run(context.Background(), "ping", "-c", "1", "-W", "1", "10.97.0.1")
+		vm.Do(func() error {
+			for _, port := range []string{"9998", "9999"} {
+				if c, err := net.Dial("udp4", "10.97.0.1:"+port); err == nil {
+					c.Write([]byte("x"))
+					c.Close()
+				}
+			}
+			return nil
+		})
+		return errors.New("the capture has not ended")
+	}, "three frames captured")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r, err := pcapgo.NewNgReader(&out, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		data, _, err := r.ReadPacketData()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		udp, _ := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeUDP).(*layers.UDP)
+		if udp == nil || udp.DstPort != 9999 {
+			t.Errorf("the filter let through a frame that is not UDP to 9999: %x", data)
+		}
+	}
+	if n != 3 {
+		t.Errorf("%d frames in the capture, want 3", n)
 	}
 }

@@ -113,7 +113,7 @@ func lookupGroup(name string) (int, error) {
 }
 
 // serveCapture answers GET /v1/capture?vm=VM[&network=N][&count=N]
-// [&duration=D]: the frames of the VM's port as pcapng, as they pass,
+// [&duration=D][&filter=BPF]: the frames of the VM's port as pcapng, as they pass,
 // to root or the VM's owner only (a VM's traffic is its owner's to
 // see), with what it captured in the trailer.
 func (c *Controller) serveCapture(w http.ResponseWriter, r *http.Request) {
@@ -134,6 +134,12 @@ func (c *Controller) serveCapture(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("duration"); s != "" {
 		if o.Duration, err = time.ParseDuration(s); err != nil || o.Duration < 0 {
 			http.Error(w, fmt.Sprintf("capture: duration %q is not a duration like 10s", s), http.StatusBadRequest)
+			return
+		}
+	}
+	if s := q.Get("filter"); s != "" {
+		if o.Filter, err = ctlapi.DecodeFilter(s); err != nil {
+			http.Error(w, "capture: "+err.Error(), http.StatusBadRequest)
 			return
 		}
 	}

@@ -1,6 +1,71 @@
 package ctlapi
 
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/bpf"
+)
+
 // CaptureTrailer is the trailer of GET /v1/capture, after the pcapng
 // stream: "frames=N dropped=M", and "; ERROR" if the capture failed once
 // it had begun.
 const CaptureTrailer = "Vmnetctl-Capture"
+
+// MaxFilter bounds a capture's filter: the kernel's BPF_MAXINSNS.
+const MaxFilter = 4096
+
+// EncodeFilter is a classic BPF program as GET /v1/capture's filter
+// parameter: its length, then its instructions, "op jt jf k" each, all
+// separated by commas (tcpdump -ddd's lines).
+func EncodeFilter(p []bpf.RawInstruction) string {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(len(p)))
+	for _, r := range p {
+		fmt.Fprintf(&b, ",%d %d %d %d", r.Op, r.Jt, r.Jf, r.K)
+	}
+	return b.String()
+}
+
+// DecodeFilter reads what EncodeFilter wrote (or tcpdump -ddd, its lines
+// joined by commas), and refuses a program the kernel would: one longer
+// than MaxFilter, an instruction it does not know, a jump past the end,
+// a last instruction that returns nothing.
+func DecodeFilter(s string) ([]bpf.RawInstruction, error) {
+	fields := strings.Split(strings.TrimSpace(s), ",")
+	n, err := strconv.Atoi(strings.TrimSpace(fields[0]))
+	if err != nil || n < 1 || n > MaxFilter || n != len(fields)-1 {
+		return nil, fmt.Errorf("a filter is 1 to %d instructions, their number first", MaxFilter)
+	}
+	p := make([]bpf.RawInstruction, n)
+	for i, f := range fields[1:] {
+		var op, jt, jf, k uint64
+		if _, err := fmt.Sscanf(strings.TrimSpace(f), "%d %d %d %d", &op, &jt, &jf, &k); err != nil || op > 0xffff || jt > 0xff || jf > 0xff || k > 0xffffffff {
+			return nil, fmt.Errorf("the filter's instruction %d, %q, is not \"op jt jf k\"", i, f)
+		}
+		r := bpf.RawInstruction{Op: uint16(op), Jt: uint8(jt), Jf: uint8(jf), K: uint32(k)}
+		ins := r.Disassemble()
+		if _, unknown := ins.(bpf.RawInstruction); unknown {
+			return nil, fmt.Errorf("the filter's instruction %d, %q, is none the kernel runs", i, f)
+		}
+		switch j := ins.(type) {
+		case bpf.Jump:
+			if i+1+int(j.Skip) >= n {
+				return nil, fmt.Errorf("the filter's instruction %d jumps past its end", i)
+			}
+		case bpf.JumpIf, bpf.JumpIfX:
+			if i+1+max(int(r.Jt), int(r.Jf)) >= n {
+				return nil, fmt.Errorf("the filter's instruction %d jumps past its end", i)
+			}
+		}
+		p[i] = r
+	}
+	switch p[n-1].Disassemble().(type) {
+	case bpf.RetA, bpf.RetConstant:
+	default:
+		return nil, errors.New("the filter's last instruction returns nothing")
+	}
+	return p, nil
+}

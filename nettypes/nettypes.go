@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/bpf"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
 )
@@ -110,6 +112,9 @@ type CaptureOptions struct {
 	Name     string
 	Count    int
 	Duration time.Duration
+	// Filter, if set, is the classic BPF program a frame must pass
+	// (`capture --filter`, compiled by libpcap).
+	Filter []bpf.RawInstruction
 }
 
 // CaptureStats is what a capture wrote, and the frames the kernel dropped

@@ -1,15 +1,20 @@
 package ops
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/bpf"
 
 	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -22,7 +27,9 @@ type CaptureOptions struct {
 	VM, Network string
 	Count       int
 	Duration    time.Duration
-	Out, Err    io.Writer
+	// Filter is a capture filter expression ("" for every frame).
+	Filter   string
+	Out, Err io.Writer
 }
 
 // Capture copies the frames of a VM's port, as the controller captures
@@ -39,6 +46,13 @@ func Capture(ctx context.Context, sd statedir.Dir, o CaptureOptions) error {
 	}
 	if o.Duration > 0 {
 		q.Set("duration", o.Duration.String())
+	}
+	if o.Filter != "" {
+		prog, err := CompileFilter(ctx, o.Filter)
+		if err != nil {
+			return err
+		}
+		q.Set("filter", ctlapi.EncodeFilter(prog))
 	}
 	cl := NewClient(sd)
 	if !cl.Running(ctx) {
@@ -72,6 +86,39 @@ func Capture(ctx context.Context, sd statedir.Dir, o CaptureOptions) error {
 		fmt.Fprintf(o.Err, "capture of %s: frames=%d (interrupted)\n", o.VM, count.frames)
 	}
 	return nil
+}
+
+// maxFilterExpr bounds a filter expression (libpcap's compiler is fast,
+// but its input is the user's).
+const maxFilterExpr = 4096
+
+// CompileFilter compiles a capture filter (tcpdump's and Wireshark's
+// syntax: `icmp`, `tcp port 443 and host 10.0.0.5`) to classic BPF for
+// Ethernet frames with `tcpdump -ddd`: libpcap's own compiler, run as the
+// user, so the filter means what it means there.
+func CompileFilter(ctx context.Context, expr string) ([]bpf.RawInstruction, error) {
+	if len(expr) > maxFilterExpr {
+		return nil, fmt.Errorf("--filter is %d bytes; at most %d", len(expr), maxFilterExpr)
+	}
+	path, err := exec.LookPath("tcpdump")
+	if err != nil {
+		return nil, errors.New("--filter needs tcpdump, whose libpcap compiles it (apt install tcpdump; dnf install tcpdump)")
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, "-ddd", "-y", "EN10MB", "--", expr)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimPrefix(strings.TrimSpace(stderr.String()), "tcpdump: ")
+		if msg == "" {
+			msg = err.Error()
+		}
+		return nil, fmt.Errorf("--filter %q: %s", expr, msg)
+	}
+	prog, err := ctlapi.DecodeFilter(strings.ReplaceAll(strings.TrimSpace(stdout.String()), "\n", ","))
+	if err != nil {
+		return nil, fmt.Errorf("--filter %q: tcpdump -ddd wrote what is no filter: %w", expr, err)
+	}
+	return prog, nil
 }
 
 // frameCounter counts the packet blocks of the pcapng stream written

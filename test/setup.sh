@@ -18,11 +18,12 @@ packages=(
   systemd rpm                        # packages: systemd-analyze verify of the unit; rpm -qlp and the .rpm's scriptlets
   iptables                           # doctor: Docker's FORWARD DROP and its printed fix, in a namespace
   python3-pytest python3-scapy       # vmnet-helper's own suite against our helper (test/vmnethelpersuite)
+  tcpdump                            # capture --filter: libpcap's compiler (tcpdump -ddd)
 )
 
 # The commands the tests run (testutil.RequireCommands), checked after
 # installing: a package that installed but left no command is a failure too.
-commands=(ip bridge nft sysctl ps pkill pgrep busybox iperf3 ping socat prometheus promtool qemu-system-x86_64 cpio slirp4netns setpriv unshare mount dpkg-deb make systemd-analyze rpm iptables vtysh)
+commands=(ip bridge nft sysctl ps pkill pgrep busybox iperf3 ping socat prometheus promtool qemu-system-x86_64 cpio slirp4netns setpriv unshare mount dpkg-deb make systemd-analyze rpm iptables vtysh tcpdump)
 
 fail() {
   echo "test/setup.sh: $*" >&2

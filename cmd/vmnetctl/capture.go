@@ -13,10 +13,10 @@ import (
 )
 
 func newCaptureCommand(g *globals, s streams) *cobra.Command {
-	var network, file string
+	var network, file, filter string
 	var count int
 	var duration time.Duration
-	cmd := command("capture VM [--network N] [-w FILE|-] [--count N] [--duration D]", "Capture the frames of a VM's port live, as pcapng (root or the VM's owner)",
+	cmd := command("capture VM [--network N] [-w FILE|-] [--filter EXPR] [--count N] [--duration D]", "Capture the frames of a VM's port live, as pcapng (root or the VM's owner)",
 		cobra.ExactArgs(1), func(cmd *cobra.Command, args []string) error {
 			out := s.out
 			switch {
@@ -32,13 +32,14 @@ func newCaptureCommand(g *globals, s streams) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return ops.Capture(ctx, g.dir(), ops.CaptureOptions{VM: args[0], Network: network, Count: count, Duration: duration, Out: out, Err: s.err})
+			return ops.Capture(ctx, g.dir(), ops.CaptureOptions{VM: args[0], Network: network, Count: count, Duration: duration, Filter: filter, Out: out, Err: s.err})
 		})
 	cmd.Flags().StringVar(&network, "network", "", "the network of the VM's attachment, for a VM on several")
 	cmd.Flags().StringVarP(&file, "write", "w", "-", "write the capture to FILE; - for standard output")
+	cmd.Flags().StringVar(&filter, "filter", "", "capture only the frames this filter passes, in tcpdump's and Wireshark's syntax (tcp port 443, icmp or arp); compiled by tcpdump")
 	cmd.Flags().IntVar(&count, "count", 0, "stop after N frames (0: when interrupted)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: when interrupted)")
-	cmd.Example = "  sudo vmnetctl capture web --network shared -w web.pcapng --duration 2s   # two seconds of web's frames on shared\n  sudo vmnetctl capture web -w - | wireshark -k -i -        # live, in Wireshark"
+	cmd.Example = "  sudo vmnetctl capture web --network shared -w web.pcapng --duration 2s   # two seconds of web's frames on shared\n  sudo vmnetctl capture web -w - | wireshark -k -i -        # live, in Wireshark\n  sudo vmnetctl capture web --filter 'udp port 67 or 68' -w dhcp.pcapng   # its DHCP alone"
 	cmd.ValidArgsFunction = completeVMs(g)
 	return cmd
 }

@@ -4,6 +4,7 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -749,9 +750,11 @@ func TestCapture(t *testing.T) {
 		t.Errorf("capture said it wrote %d frames; the file holds %d", said, frames)
 	}
 	// Ended by --count: the controller's own count, with the kernel's
-	// drops, in the trailer.
+	// drops, in the trailer; with --filter, only the frames it passes
+	// (the echo replies, not the requests).
 	var counted strings.Builder
-	c2 := h.VmnetctlCommand(context.Background(), "capture", "cap", "-w", filepath.Join(t.TempDir(), "two.pcapng"), "--count", "2")
+	two := filepath.Join(t.TempDir(), "two.pcapng")
+	c2 := h.VmnetctlCommand(context.Background(), "capture", "cap", "-w", two, "--count", "2", "--filter", "icmp[icmptype] == icmp-echoreply")
 	c2.Stderr = &counted
 	if err := c2.Start(); err != nil {
 		t.Fatal(err)
@@ -770,6 +773,25 @@ func TestCapture(t *testing.T) {
 	}, "two frames captured")
 	if err := <-ended; err != nil || strings.TrimSpace(counted.String()) != "capture of cap: frames=2 dropped=0" {
 		t.Errorf("capture --count 2: %v, said %q", err, counted.String())
+	}
+	if b, err := os.ReadFile(two); err != nil {
+		t.Error(err)
+	} else if r2, err := pcapgo.NewNgReader(bytes.NewReader(b), pcapgo.DefaultNgReaderOptions); err != nil {
+		t.Error(err)
+	} else {
+		for {
+			data, _, err := r2.ReadPacketData()
+			if err != nil {
+				break
+			}
+			icmp, ok := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4)
+			if !ok || icmp.TypeCode.Type() != layers.ICMPv4TypeEchoReply {
+				t.Errorf("capture --filter of echo replies holds another frame: %x", data)
+			}
+		}
+	}
+	if out, err := h.Vmnetctl("capture", "cap", "-w", two, "--filter", "tcp port"); err == nil || !strings.Contains(err.Error(), `--filter "tcp port": can't parse filter expression: syntax error`) {
+		t.Errorf("capture with a bad filter: %v\n%s", err, out)
 	}
 	if in, err := r.Interface(0); err != nil || in.Name != "cap/0 on shared: from the VM" {
 		t.Errorf("the capture's first interface: %q (%v)", in.Name, err)
