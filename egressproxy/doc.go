@@ -12,15 +12,18 @@
 // then dials the destination and splices the two sockets. What it refuses
 // it tells Config.Denied of, with the name the connection asked for.
 //
-// It refuses, on a name policy: a ClientHello that is encrypted (ECH) or
-// names nothing or a name the policy does not allow; an HTTP request
-// whose Host is not allowed, on the first request of a connection and on
-// every one after it (each request is read and written again, so that
-// none can hide in another's body); HTTP/2 with prior knowledge and
-// CONNECT, which name their destinations where it cannot follow; anything
-// that is neither TLS nor HTTP/1. A guest cannot split a ClientHello to
-// hide its name: the proxy reads the stream the kernel reassembled, as
-// the server would.
+// It refuses, on a name policy: a destination its owner says no VM may
+// reach (Config.CheckDst); a ClientHello that is encrypted (ECH) or names
+// nothing, no DNS name or a name the policy does not allow; an HTTP
+// request whose Host is not allowed, on the first request of a connection
+// and on every one after it (requests are taken one at a time, each read,
+// written again and answered before the next is read, so that none can
+// hide in another's body or after an upgrade the server refused); HTTP/2
+// with prior knowledge and CONNECT, which name their destinations where it
+// cannot follow; anything that is neither TLS nor HTTP/1. An upgrade to
+// WebSocket passes once the server switches; any other is taken out of
+// the request. A guest cannot split a ClientHello to hide its name: the
+// proxy reads the stream the kernel reassembled, as the server would.
 //
 // It is a leaf service: it knows nothing of networks or policies beyond
 // the functions it is given (gvisor-tap-vsock's pkg/services is the

@@ -38,8 +38,9 @@ func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
 		}
 		port := binary.BigEndian.Uint16(sa[2:4])
 		if v6 {
-			a := netip.AddrFrom16([16]byte(sa[8:24]))
-			ap = netip.AddrPortFrom(a.Unmap(), port)
+			// (Not unmapped: an IPv4 address written as IPv6 is
+			// refused as it is.)
+			ap = netip.AddrPortFrom(netip.AddrFrom16([16]byte(sa[8:24])), port)
 		} else {
 			ap = netip.AddrPortFrom(netip.AddrFrom4([4]byte(sa[4:8])), port)
 		}

@@ -10,22 +10,33 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Config is what a Proxy asks of its owner.
 type Config struct {
-	// Allow says whether src may reach dst by naming name (lower case,
-	// without a trailing dot; "" when the connection names none).
+	// Allow says whether src may reach dst by naming name (a DNS name,
+	// lower case, without a trailing dot; "" when the connection names
+	// none).
 	Allow func(src, dst netip.AddrPort, name string) bool
 	// Dial connects to the original destination (in the network's
-	// namespace).
+	// namespace); ctx ends with the proxy, or after DialWait.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Denied is told of each connection refused: the name it asked for
 	// ("" if none) and why, in a few words.
 	Denied func(src, dst netip.AddrPort, name, why string)
+	// Client names the VM that sends from src, for the bound on each
+	// VM's connections whatever addresses it sends from; nil, or "",
+	// for the address itself.
+	Client func(src netip.Addr) string
+	// CheckDst says why the proxy must not dial a destination, whatever
+	// it names ("" if it may); nil for none.
+	CheckDst func(dst netip.Addr) string
 	// OriginalDst reads a redirected connection's destination; nil for
 	// the kernel's (SO_ORIGINAL_DST).
 	OriginalDst func(c *net.TCPConn) (netip.AddrPort, error)
@@ -33,26 +44,36 @@ type Config struct {
 }
 
 // Bounds: a guest that opens connections and sends nothing holds at most
-// MaxPerSource of the proxy's MaxConns, each at most HelloWait.
+// MaxPerClient of the proxy's MaxConns, each at most HelloWait, and each
+// at most maxHello of memory until its verdict.
 const (
-	MaxConns     = 4096
-	MaxPerSource = 256
+	MaxConns     = 2048
+	MaxPerClient = 256
 	// HelloWait is how long a connection may take to send its
-	// ClientHello or request's head.
+	// ClientHello or a request's head, and how long a kept-alive HTTP
+	// connection may wait for its next request.
 	HelloWait = 30 * time.Second
-	// maxHello bounds what is read before the verdict: a ClientHello
-	// (at most 64 KiB in records of 16 KiB) or a request's head.
-	maxHello = 64<<10 + 4*(5+256)
+	// DialWait bounds a dial to the destination (the kernel's own SYN
+	// retries take two minutes); maxDials the dials at once.
+	DialWait = 30 * time.Second
+	maxDials = 64
+	// maxHello bounds what is read before a TLS verdict: a ClientHello,
+	// its extensions and post-quantum key shares included, is a few
+	// KiB; maxHead a request's head.
+	maxHello = 32 << 10
 	maxHead  = 64 << 10
 )
 
 // Proxy is the transparent proxy of one network.
 type Proxy struct {
-	cfg Config
+	cfg    Config
+	ctx    context.Context // ends with Close: dials and waits
+	cancel context.CancelFunc
+	dials  chan struct{}
 
 	mu     sync.Mutex
 	total  int
-	per    map[netip.Addr]int
+	per    map[string]int
 	closed bool
 	lns    []net.Listener
 	conns  map[net.Conn]struct{} // both sides of each connection
@@ -67,7 +88,9 @@ func New(cfg Config) *Proxy {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Proxy{cfg: cfg, per: map[netip.Addr]int{}, conns: map[net.Conn]struct{}{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Proxy{cfg: cfg, ctx: ctx, cancel: cancel, dials: make(chan struct{}, maxDials),
+		per: map[string]int{}, conns: map[net.Conn]struct{}{}}
 }
 
 // Serve accepts ln's connections until Close.
@@ -80,31 +103,47 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	}
 	p.lns = append(p.lns, ln)
 	p.mu.Unlock()
+	var delay time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if p.isClosed() {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			// Out of descriptors, or the like: wait and try again, as
+			// net/http's server does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			p.cfg.Log.Warn("the name check cannot accept a connection; trying again", "err", err, "in", delay)
+			select {
+			case <-time.After(delay):
+			case <-p.ctx.Done():
+				return nil
+			}
+			continue
 		}
+		delay = 0
 		tc, ok := c.(*net.TCPConn)
 		if !ok {
 			c.Close()
 			continue
 		}
 		src := addrPortOf(tc.RemoteAddr())
-		if !p.admit(src.Addr()) {
+		key := src.Addr().String()
+		if p.cfg.Client != nil {
+			if k := p.cfg.Client(src.Addr()); k != "" {
+				key = k
+			}
+		}
+		if !p.admit(key) {
 			p.cfg.Denied(src, netip.AddrPort{}, "", "too many connections at once")
 			reset(tc)
 			continue
 		}
 		p.wg.Go(func() {
-			defer p.release(src.Addr())
+			defer p.release(key)
 			if !p.track(tc) {
 				return
 			}
@@ -115,8 +154,10 @@ func (p *Proxy) Serve(ln net.Listener) error {
 }
 
 // Close stops the listeners, ends every connection (the proxy is in the
-// path: its connections end with it) and waits for their goroutines.
+// path: its connections end with it) and every dial, and waits for their
+// goroutines.
 func (p *Proxy) Close() error {
+	p.cancel()
 	p.mu.Lock()
 	p.closed = true
 	lns := p.lns
@@ -155,24 +196,24 @@ func (p *Proxy) isClosed() bool {
 	return p.closed
 }
 
-// admit counts a connection from src in, if the bounds allow it.
-func (p *Proxy) admit(src netip.Addr) bool {
+// admit counts a connection of client in, if the bounds allow it.
+func (p *Proxy) admit(client string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.total >= MaxConns || p.per[src] >= MaxPerSource {
+	if p.total >= MaxConns || p.per[client] >= MaxPerClient {
 		return false
 	}
 	p.total++
-	p.per[src]++
+	p.per[client]++
 	return true
 }
 
-func (p *Proxy) release(src netip.Addr) {
+func (p *Proxy) release(client string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.total--
-	if p.per[src]--; p.per[src] <= 0 {
-		delete(p.per, src)
+	if p.per[client]--; p.per[client] <= 0 {
+		delete(p.per, client)
 	}
 }
 
@@ -186,6 +227,13 @@ func (p *Proxy) handle(c *net.TCPConn, src netip.AddrPort) {
 		p.cfg.Denied(src, dst, "", "not a redirected connection")
 		reset(c)
 		return
+	}
+	if p.cfg.CheckDst != nil {
+		if why := p.cfg.CheckDst(dst.Addr()); why != "" {
+			p.cfg.Denied(src, dst, "", "the destination is "+why)
+			reset(c)
+			return
+		}
 	}
 	c.SetReadDeadline(time.Now().Add(HelloWait))
 	var first [1]byte
@@ -215,6 +263,8 @@ func (p *Proxy) tls(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
 	case hello.ech:
 		why = "an encrypted ClientHello (ECH) hides the name"
 		name = hello.name
+	case hello.name != "" && !ValidName(hello.name):
+		why = fmt.Sprintf("TLS names %q, which is no DNS name", hello.name)
 	default:
 		name = hello.name
 		if !p.cfg.Allow(src, dst, name) {
@@ -241,56 +291,65 @@ func (p *Proxy) tls(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
 // tlsAccessDenied is a TLS alert record, fatal, access_denied.
 var tlsAccessDenied = []byte{0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 49}
 
-// http reads each request, checks its Host, and writes it on: the
-// responses go back as the server sent them.
+// http reads each request, checks its Host, writes it on and writes the
+// answer back, one at a time: a request is read only once the one before
+// it is answered, so that none passes unchecked, not even after an
+// upgrade the server refused.
 func (p *Proxy) http(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
-	in.max = maxHead
 	br := bufio.NewReader(in)
 	var up net.Conn
-	done := make(chan struct{})
+	var ubr *bufio.Reader
 	defer func() {
 		if up != nil {
 			up.Close()
-			<-done
 		}
 	}()
 	for n := 0; ; n++ {
-		in.n = 0 // each head within maxHead
+		c.SetReadDeadline(time.Now().Add(HelloWait)) // the head, and the wait for it
+		in.n, in.max = 0, maxHead
 		req, err := http.ReadRequest(br)
 		if err != nil {
-			if n == 0 && !errors.Is(err, io.EOF) {
-				p.cfg.Denied(src, dst, "", "neither TLS nor an HTTP/1 request")
-				c.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
+			var ne net.Error
+			if errors.Is(err, io.EOF) || errors.As(err, &ne) && ne.Timeout() || errors.Is(err, net.ErrClosed) {
+				if n == 0 {
+					p.cfg.Denied(src, dst, "", "no request")
+				}
+				return // the client is done, or went quiet
 			}
+			what := "neither TLS nor an HTTP/1 request"
+			if n > 0 {
+				what = "a request that is not HTTP/1"
+			}
+			p.cfg.Denied(src, dst, "", what)
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
 			return
 		}
-		name := hostName(req.Host)
-		why := ""
-		switch {
-		case req.Method == "PRI" || req.Method == http.MethodConnect:
-			why = req.Method + " names its destinations past the proxy"
-		case !p.cfg.Allow(src, dst, name):
+		name, why := requestName(req)
+		if why == "" && !p.cfg.Allow(src, dst, name) {
 			why = "HTTP names " + quoteName(name) + ", which the policy does not allow"
 		}
 		if why != "" {
 			p.cfg.Denied(src, dst, name, why)
-			if n == 0 {
-				c.Write([]byte("HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: " +
-					fmt.Sprint(len(forbidden)) + "\r\n\r\n" + forbidden))
-			}
-			reset(c)
+			c.Write([]byte("HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: " +
+				fmt.Sprint(len(forbidden)) + "\r\n\r\n" + forbidden))
 			return
+		}
+		c.SetReadDeadline(time.Time{}) // a body may take its time
+		websocket := isWebSocket(req)
+		if !websocket {
+			withoutUpgrade(req)
+		}
+		if httpguts.HeaderValuesContainsToken(req.Header["Expect"], "100-continue") {
+			// Answered here: the request is written on whole, its body
+			// read first.
+			req.Header.Del("Expect")
+			c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n"))
 		}
 		if up == nil {
 			if up = p.dial(c, dst); up == nil {
 				return
 			}
-			c.SetReadDeadline(time.Time{})
-			go func() {
-				defer close(done)
-				io.Copy(c, up.(tracked).Conn) // (spliced by the kernel)
-				c.CloseWrite()
-			}()
+			ubr = bufio.NewReaderSize(up, 64<<10)
 		}
 		in.max = -1 // a body may be any size
 		if _, ok := req.Header["User-Agent"]; !ok {
@@ -299,23 +358,123 @@ func (p *Proxy) http(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
 		if err := req.Write(up); err != nil {
 			return
 		}
-		in.max = maxHead
-		if req.Header.Get("Upgrade") != "" {
-			// A protocol switch (a WebSocket): what follows is no
-			// longer HTTP; the Host it was opened for stands.
-			in.max = -1
-			io.Copy(up, br)
-			closeWrite(up)
+		resp, err := http.ReadResponse(ubr, req)
+		if err != nil {
+			return
+		}
+		if websocket && resp.StatusCode == http.StatusSwitchingProtocols {
+			// The server switched: what follows is WebSocket's, for the
+			// Host checked. Whatever either side sent past the heads
+			// goes first.
+			if resp.Write(c) != nil || writeBuffered(c, ubr) != nil || writeBuffered(up, br) != nil {
+				return
+			}
+			splice(c, up, c)
+			return
+		}
+		err = resp.Write(c)
+		resp.Body.Close()
+		if err != nil || resp.Close || req.Close {
 			return
 		}
 	}
 }
 
+// writeBuffered writes what r holds buffered to w.
+func writeBuffered(w io.Writer, r *bufio.Reader) error {
+	b, _ := r.Peek(r.Buffered())
+	_, err := w.Write(b)
+	return err
+}
+
+// requestName is the name a request asks for (its Host, or its absolute
+// URI's host: what Write sends as Host), "" for an address; or why it is
+// refused.
+func requestName(req *http.Request) (name, why string) {
+	if req.Method == "PRI" || req.Method == http.MethodConnect {
+		return "", req.Method + " names its destinations past the proxy"
+	}
+	host := req.Host
+	if h, port, err := net.SplitHostPort(host); err == nil {
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return "", fmt.Sprintf("HTTP names %q, whose port is no port", req.Host)
+		}
+		host = h
+	}
+	host = strings.TrimSuffix(host, ".")
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return "", ""
+	}
+	if !ValidName(host) {
+		return "", fmt.Sprintf("HTTP names %q, which is no DNS name", req.Host)
+	}
+	return strings.ToLower(host), ""
+}
+
+// ValidName reports whether name is a DNS host name as a policy lists
+// them: labels of ASCII letters, digits, hyphens and underscores, 1 to 63
+// bytes each, at most 253 in all.
+func ValidName(name string) bool {
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isWebSocket reports whether req asks to switch to WebSocket, the one
+// upgrade passed (h2c's would carry requests the proxy cannot read).
+func isWebSocket(req *http.Request) bool {
+	return strings.EqualFold(strings.TrimSpace(req.Header.Get("Upgrade")), "websocket") &&
+		httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade")
+}
+
+// withoutUpgrade takes any other upgrade out of req: the server answers
+// in HTTP/1.1.
+func withoutUpgrade(req *http.Request) {
+	if _, ok := req.Header["Upgrade"]; !ok {
+		return
+	}
+	req.Header.Del("Upgrade")
+	req.Header.Del("Http2-Settings")
+	var keep []string
+	for _, v := range req.Header["Connection"] {
+		for tok := range strings.SplitSeq(v, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" && !strings.EqualFold(tok, "upgrade") && !strings.EqualFold(tok, "http2-settings") {
+				keep = append(keep, tok)
+			}
+		}
+	}
+	req.Header.Del("Connection")
+	if len(keep) > 0 {
+		req.Header.Set("Connection", strings.Join(keep, ", "))
+	}
+}
+
 const forbidden = "vmnetctl: the egress policy does not allow this host\n"
 
-// dial connects to dst for c; nil (c reset) if it cannot.
+// dial connects to dst for c, at most maxDials at once; nil (c reset) if
+// it cannot.
 func (p *Proxy) dial(c *net.TCPConn, dst netip.AddrPort) net.Conn {
-	up, err := p.cfg.Dial(context.Background(), "tcp", dst.String())
+	select {
+	case p.dials <- struct{}{}:
+	case <-p.ctx.Done():
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, DialWait)
+	up, err := p.cfg.Dial(ctx, "tcp", dst.String())
+	cancel()
+	<-p.dials
 	if err != nil {
 		reset(c)
 		return nil
@@ -370,16 +529,6 @@ func closeWrite(c net.Conn) {
 func reset(c *net.TCPConn) {
 	c.SetLinger(0)
 	c.Close()
-}
-
-// hostName is a Host's name: lower case, without its port, brackets or
-// trailing dot.
-func hostName(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	return strings.ToLower(host)
 }
 
 func quoteName(name string) string {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,11 +31,11 @@ type lab struct {
 	dials   int
 }
 
-func newLab(t *testing.T, upstream func(t *testing.T, l *lab) net.Listener) *lab {
+func newLab(t *testing.T, upstream func(t *testing.T, l *lab) net.Listener, change ...func(*Config)) *lab {
 	l := &lab{t: t}
 	up := upstream(t, l)
 	upAddr := up.Addr().(*net.TCPAddr).AddrPort()
-	l.proxy = New(Config{
+	cfg := Config{
 		Allow: func(src, dst netip.AddrPort, name string) bool {
 			return name == "api.test" || strings.HasSuffix(name, ".ok.test")
 		},
@@ -53,7 +54,11 @@ func newLab(t *testing.T, upstream func(t *testing.T, l *lab) net.Listener) *lab
 			l.denied = append(l.denied, name+": "+why)
 		},
 		OriginalDst: func(*net.TCPConn) (netip.AddrPort, error) { return upAddr, nil },
-	})
+	}
+	for _, f := range change {
+		f(&cfg)
+	}
+	l.proxy = New(cfg)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +173,10 @@ func TestTLSNames(t *testing.T) {
 	}
 }
 
-// httpUpstream serves HTTP, answering each request with its Host.
+// httpUpstream serves HTTP, answering each request with its Host and
+// the length of its body; /ws switches to WebSocket when asked (and
+// echoes what follows), anything else ignores an Upgrade; what a request
+// asked to upgrade to is heard as "upgrade PROTO".
 func httpUpstream(t *testing.T, l *lab) net.Listener {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -177,7 +185,21 @@ func httpUpstream(t *testing.T, l *lab) net.Listener {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.mu.Lock()
 		l.upNames = append(l.upNames, r.Host)
+		if u := r.Header.Get("Upgrade"); u != "" {
+			l.upNames = append(l.upNames, "upgrade "+u)
+		}
 		l.mu.Unlock()
+		if r.URL.Path == "/ws" && r.Header.Get("Upgrade") == "websocket" {
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+			brw.Flush()
+			io.Copy(c, brw) // echo
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "host %s body %d", r.Host, len(body))
 	})}
@@ -199,6 +221,7 @@ func (l *lab) exchange(t *testing.T, raw ...string) string {
 	var out strings.Builder
 	for _, r := range raw {
 		if _, err := io.WriteString(c, r); err != nil {
+			out.WriteString("[true]") // reset before the write
 			break
 		}
 		resp, err := http.ReadResponse(br, nil)
@@ -228,7 +251,7 @@ func TestHTTPHosts(t *testing.T) {
 		{"allowed, with a port and a body", []string{"POST /x HTTP/1.1\r\nHost: API.test:80\r\nContent-Length: 3\r\n\r\nabc"}, "200 host API.test:80 body 3|"},
 		{"chunked body", []string{"POST /x HTTP/1.1\r\nHost: a.ok.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"}, "200 host a.ok.test body 3|"},
 		{"refused", []string{get("other.test")}, "403 " + forbidden + "|"},
-		{"refused second", []string{get("api.test"), get("other.test")}, "200 host api.test body 0|[true]"},
+		{"refused second", []string{get("api.test"), get("other.test")}, "200 host api.test body 0|403 " + forbidden + "|"},
 		// (The reset may come before the first answer is read: the server's
 		// log below is what counts.)
 		{"second in the same segment", []string{"POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 0\r\n\r\n" + get("other.test")}, ""},
@@ -252,8 +275,9 @@ func TestHTTPHosts(t *testing.T) {
 // TestNotRedirected: a connection made to the proxy's own port, not
 // redirected to it, is refused (it would be dialed back to the proxy).
 func TestNotRedirected(t *testing.T) {
-	l := newLab(t, httpUpstream)
-	l.proxy.cfg.OriginalDst = func(c *net.TCPConn) (netip.AddrPort, error) { return addrPortOf(c.LocalAddr()), nil }
+	l := newLab(t, httpUpstream, func(cfg *Config) {
+		cfg.OriginalDst = func(c *net.TCPConn) (netip.AddrPort, error) { return addrPortOf(c.LocalAddr()), nil }
+	})
 	if got := l.exchange(t, "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n"); got != "[true]" {
 		t.Errorf("got %q, want the connection reset", got)
 	}
@@ -263,7 +287,7 @@ func TestNotRedirected(t *testing.T) {
 }
 
 // TestBoundedPerSource: a source that opens connections and sends
-// nothing holds MaxPerSource of them; the next is refused and told.
+// nothing holds MaxPerClient of them; the next is refused and told.
 func TestBoundedPerSource(t *testing.T) {
 	l := newLab(t, httpUpstream)
 	var conns []net.Conn
@@ -272,7 +296,7 @@ func TestBoundedPerSource(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for range MaxPerSource {
+	for range MaxPerClient {
 		c, err := net.Dial("tcp4", l.addr)
 		if err != nil {
 			t.Fatal(err)
@@ -284,16 +308,16 @@ func TestBoundedPerSource(t *testing.T) {
 		l.proxy.mu.Lock()
 		n := l.proxy.total
 		l.proxy.mu.Unlock()
-		if n == MaxPerSource {
+		if n == MaxPerClient {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d connections admitted, want %d", n, MaxPerSource)
+			t.Fatalf("%d connections admitted, want %d", n, MaxPerClient)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if got := l.exchange(t, "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n"); got != "[true]" {
-		t.Errorf("connection %d: got %q, want it reset", MaxPerSource+1, got)
+		t.Errorf("connection %d: got %q, want it reset", MaxPerClient+1, got)
 	}
 	denied, _, _ := l.seen()
 	if len(denied) != 1 || !strings.Contains(denied[0], "too many") {
@@ -314,5 +338,129 @@ func testEventually(t *testing.T, ok func() bool) {
 			t.Fatal("not within a minute")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHTTPUpgrades: an upgrade to WebSocket that the server grants
+// passes what follows both ways; one it refuses leaves the connection
+// HTTP, its next request checked; any other upgrade (h2c, whose requests
+// the proxy could not read) is taken out of the request.
+func TestHTTPUpgrades(t *testing.T) {
+	l := newLab(t, httpUpstream)
+	ws := "GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+	c, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	br := bufio.NewReader(c)
+	io.WriteString(c, ws)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("the upgrade to WebSocket: %v, %v", resp, err)
+	}
+	io.WriteString(c, "frames, as they are\n")
+	if line, err := br.ReadString('\n'); line != "frames, as they are\n" {
+		t.Errorf("after the switch, the echo: %q, %v", line, err)
+	}
+	// Refused (the server answers 200): the next request is checked.
+	nows := strings.Replace(ws, "/ws", "/nows", 1)
+	if got := l.exchange(t, nows, "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n"); got != "200 host api.test body 0|403 "+forbidden+"|" {
+		t.Errorf("a refused upgrade, then another host: %q", got)
+	}
+	// h2c: taken out.
+	h2c := "GET / HTTP/1.1\r\nHost: api.test\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\nConnection: Upgrade, HTTP2-Settings\r\n\r\n"
+	if got := l.exchange(t, h2c); got != "200 host api.test body 0|" {
+		t.Errorf("an h2c upgrade: %q", got)
+	}
+	_, heard, _ := l.seen()
+	for _, h := range heard {
+		if h == "upgrade h2c" || h == "other.test" {
+			t.Errorf("the server heard %q", h)
+		}
+	}
+	if !slices.Contains(heard, "upgrade websocket") {
+		t.Errorf("the server heard no WebSocket upgrade: %q", heard)
+	}
+}
+
+// TestHTTPExpectAndHalfClose: a client that waits for 100 Continue gets
+// it and its body through; one that ends its sending side after its
+// request still gets the whole answer.
+func TestHTTPExpectAndHalfClose(t *testing.T) {
+	l := newLab(t, httpUpstream)
+	c, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	br := bufio.NewReader(c)
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+	if line, err := br.ReadString('\n'); !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("before the body: %q, %v", line, err)
+	}
+	br.ReadString('\n') // the blank line
+	io.WriteString(c, "hello")
+	c.(*net.TCPConn).CloseWrite()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if string(body) != "host api.test body 5" {
+		t.Errorf("the answer after a half-close: %q", body)
+	}
+}
+
+// TestNotNames: a name that is no DNS name (a Kelvin sign that would be
+// sent as punycode, a comma, a NUL) is refused, though a policy's
+// wildcard would match its tail.
+func TestNotNames(t *testing.T) {
+	l := newLab(t, httpUpstream)
+	for _, host := range []string{"\u212a.ok.test", "evil.test,x.ok.test", "]api.test[", "api.test:x,evil.test"} {
+		if got := l.exchange(t, "GET / HTTP/1.1\r\nHost: "+host+"\r\n\r\n"); !strings.HasPrefix(got, "403 ") && got != "400 |" {
+			t.Errorf("Host %q: %q", host, got)
+		}
+	}
+	if _, heard, _ := l.seen(); len(heard) != 0 {
+		t.Errorf("the server heard %q", heard)
+	}
+	tl := newLab(t, tlsUpstream)
+	for _, name := range []string{"evil.test\x00.ok.test", "evil.test/.ok.test"} {
+		if got, err := tl.hello(&tls.Config{ServerName: name, InsecureSkipVerify: true}, false); err == nil {
+			t.Errorf("SNI %q: got %q", name, got)
+		}
+	}
+	if _, heard, _ := tl.seen(); len(heard) != 0 {
+		t.Errorf("the TLS server heard %q", heard)
+	}
+}
+
+// TestCloseEndsDials: Close does not wait for a dial to a destination
+// that never answers (it would, two minutes).
+func TestCloseEndsDials(t *testing.T) {
+	dialing := make(chan struct{})
+	l := newLab(t, httpUpstream, func(cfg *Config) {
+		cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			close(dialing)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+	})
+	c, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n")
+	<-dialing
+	closed := make(chan struct{})
+	go func() { l.proxy.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(DialWait / 2):
+		t.Fatal("Close waited for a dial")
 	}
 }

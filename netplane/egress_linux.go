@@ -311,7 +311,7 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 	l := nameLearning{c: c, client: client, now: time.Now(), tx: c.nft.NewTransaction(), changed: map[string]time.Time{}}
 	for _, rr := range answers {
 		ip := answerAddr(rr)
-		if !chain[strings.ToLower(rr.Header().Name)] || !ip.IsValid() {
+		if !chain[strings.ToLower(rr.Header().Name)] || !ip.IsValid() || !learnable(ip) {
 			continue
 		}
 		ttl := min(max(time.Duration(rr.Header().Ttl)*time.Second, egressNameMin), egressNameMax)
@@ -392,6 +392,14 @@ func (nw *Network) nameTargets(client netip.Addr, qname string) []nameTarget {
 		}
 	}
 	return targets
+}
+
+// learnable reports whether an answer's address may be learned for a
+// name: not one no connection goes out to (loopback, unspecified,
+// link-local, multicast, IPv4 written as IPv6), which whoever writes an
+// allowed name's records could otherwise point the VMs at.
+func learnable(ip netip.Addr) bool {
+	return !ip.IsLoopback() && !ip.IsUnspecified() && !ip.IsLinkLocalUnicast() && !ip.IsMulticast() && !ip.Is4In6()
 }
 
 // cnameChain is the names an answer to qname holds the addresses of:

@@ -15,7 +15,7 @@ var testNet = testutil.Network
 func TestNFTRules(t *testing.T) {
 	n := testNet("s", api.ModeShared, "10.9.0.0/24")
 	r := nftRules(n)
-	if !slices.Contains(r["postrouting"], `ip saddr 10.9.0.0/24 oifname != "vmn-s" masquerade`) || len(r["input"]) != 5 {
+	if !slices.Contains(r["postrouting"], `ip saddr 10.9.0.0/24 oifname != "vmn-s" masquerade`) || len(r["input"]) != 6 {
 		t.Errorf("shared rules: %q", r)
 	}
 	h := testNet("h", api.ModeHost, "10.9.1.0/24")

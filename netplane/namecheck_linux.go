@@ -9,8 +9,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -42,10 +45,12 @@ type nameCheck struct {
 func (nw *Network) startNameCheck(ctx context.Context, netns ns.NetNS) error {
 	nc := &nw.nameCheck
 	nc.proxy = egressproxy.New(egressproxy.Config{
-		Allow:  nw.nameAllowed,
-		Dial:   dialIn(netns),
-		Denied: nw.nameRefused,
-		Log:    nw.log,
+		Allow:    nw.nameAllowed,
+		Dial:     dialIn(netns),
+		Denied:   nw.nameRefused,
+		Client:   nw.macOf, // a VM's connections bounded, whatever its addresses
+		CheckDst: nw.outward,
+		Log:      nw.log,
 	})
 	nw.closers = append(nw.closers, nc.proxy.Close)
 	nft, err := hostnet.NFT(knftables.InetFamily, nw.n.ID)
@@ -62,7 +67,19 @@ func (nw *Network) startNameCheck(ctx context.Context, netns ns.NetNS) error {
 		if l.network == "tcp6" && !hostnet.KernelIPv6() {
 			continue // (its connections are refused: nameCheckFallback)
 		}
-		lc := net.ListenConfig{Control: bindToDevice(nw.n.Bridge())}
+		bind := bindToDevice(nw.n.Bridge())
+		lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
+			if err := bind(network, address, c); err != nil {
+				return err
+			}
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, nameCheckMark)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
 		ln, err := lc.Listen(ctx, l.network, l.addr)
 		if err != nil {
 			return fmt.Errorf("network %q: the name check's %s listener: %w", nw.n.ID, l.network, err)
@@ -133,6 +150,42 @@ func (nw *Network) underNamePolicy(client netip.Addr) bool {
 		e = nw.n.Egress
 	}
 	return e != nil && e.HasNames()
+}
+
+// outward says why the name check must not dial dst ("" if it may): an
+// address the forward chain would never let a VM's connection reach
+// through the host (the proxy dials from the host itself), whatever name
+// the VM asked for: the host's own (loopback, its addresses), none to go
+// out to (unspecified, link-local, multicast, IPv4 written as IPv6), or a
+// VM's of one of vmnetctl's networks (a bridge of ours is the way to it).
+func (nw *Network) outward(dst netip.Addr) string {
+	if !dst.IsValid() || dst.IsLoopback() || dst.IsUnspecified() || dst.IsLinkLocalUnicast() ||
+		dst.IsMulticast() || dst.IsInterfaceLocalMulticast() || dst.Is4In6() || dst == netip.IPv4Unspecified() {
+		return "an address no connection goes out to"
+	}
+	why := ""
+	err := nw.inNS(func() error {
+		routes, err := netlink.RouteGet(net.IP(dst.AsSlice()))
+		if err != nil || len(routes) == 0 {
+			why = "an address with no route"
+			return nil
+		}
+		r := routes[0]
+		if r.Type == unix.RTN_LOCAL {
+			why = "an address of the host's"
+			return nil
+		}
+		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
+			if _, ours := hostnet.MarkedID(l.Attrs().Alias); ours || strings.HasPrefix(l.Attrs().Alias, hostnet.AliasPrefix) {
+				why = "a VM's address, behind " + l.Attrs().Name
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "an address whose route cannot be read"
+	}
+	return why
 }
 
 // addrAllowed is what e says of address a by its prefixes and aliases.

@@ -152,7 +152,7 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	if n.DNSProxy {
+	if nameChecks(n) {
 		if err := nw.startNameCheck(ctx, netns); err != nil {
 			return err
 		}

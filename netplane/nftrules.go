@@ -105,10 +105,12 @@ func inputRules(n *api.Network, br string) []string {
 			input = append(input, "iifname "+br+" ip6 daddr "+n.Gateway6.String()+" meta l4proto { tcp, udp } th dport 53 accept")
 		}
 	}
-	if n.Routed() && n.DNSProxy {
+	if nameChecks(n) {
 		// The name check's proxy (egressproxy), for the connections
-		// redirected to it alone.
-		input = append(input, "iifname "+br+" tcp dport @"+egressProxyPorts+" ct status dnat accept")
+		// redirected to it alone, and only to its own sockets.
+		input = append(input,
+			"iifname "+br+fmt.Sprintf(" ct state new tcp dport @%s ct status dnat socket mark != 0x%08x drop", egressProxyPorts, nameCheckMark),
+			"iifname "+br+" tcp dport @"+egressProxyPorts+" ct status dnat accept")
 	}
 	if n.Routed() {
 		// After DHCP and DNS: a VM whose own policy denies the host (its
@@ -174,14 +176,11 @@ func egressRules(n *api.Network, br string) []string {
 		// A VM with a policy of its own (the VM file's entry): its
 		// sources and the destination ranges in one map, in place of the
 		// network's.
-		if n.DNSProxy {
-			fwd = append(fwd, nameCheckFallback(br, "ip saddr @"+egressOwn4+" ip saddr . ip daddr @"+egressVMNames4, "ip6 saddr @"+egressOwn6+" ip6 saddr . ip6 daddr @"+egressVMNames6)...)
-		}
 		fwd = append(fwd,
 			"iifname "+br+" "+notReply+" ip saddr . ip daddr @"+egressVMNoNames4+" goto "+EgressDenied,
 			"iifname "+br+" "+notReply+" ip6 saddr . ip6 daddr @"+egressVMNoNames6+" goto "+EgressDenied,
-			"iifname "+br+" "+notReply+" ip saddr @"+egressOwn4+" ip saddr . ip daddr != @"+egressVMNames4+" ip saddr . ip daddr vmap @"+egressVM4,
-			"iifname "+br+" "+notReply+" ip6 saddr @"+egressOwn6+" ip6 saddr . ip6 daddr != @"+egressVMNames6+" ip6 saddr . ip6 daddr vmap @"+egressVM6)
+			"iifname "+br+" "+notReply+" ip saddr @"+egressOwn4+" ip saddr . ip daddr vmap @"+egressVM4,
+			"iifname "+br+" "+notReply+" ip6 saddr @"+egressOwn6+" ip6 saddr . ip6 daddr vmap @"+egressVM6)
 	}
 	if n.Egress != nil {
 		// The egress policy decides the connections VMs open (the maps,
@@ -189,15 +188,14 @@ func egressRules(n *api.Network, br string) []string {
 		// to the rules below, which may still refuse it.
 		// Names first (the DNS proxy puts their answers in the sets, for
 		// as long as the answers live): a denied name's addresses are
-		// refused, an allowed name's skip the prefixes.
-		if n.Egress.HasNames() {
-			fwd = append(fwd, nameCheckFallback(br, "ip saddr != @"+egressOwn4+" ip daddr @"+EgressNames4, "ip6 saddr != @"+egressOwn6+" ip6 daddr @"+EgressNames6)...)
-		}
+		// refused. An allowed name's are reached through the name check
+		// alone (HTTP and HTTPS, redirected in prerouting: never here);
+		// anything else to them is judged by the prefixes.
 		fwd = append(fwd,
 			"iifname "+br+" "+notReply+" ip daddr @"+EgressNamesDenied4+" goto "+EgressDenied,
 			"iifname "+br+" "+notReply+" ip6 daddr @"+EgressNamesDenied6+" goto "+EgressDenied,
-			"iifname "+br+" "+notReply+" ip saddr != @"+egressOwn4+" ip daddr != @"+EgressNames4+" ip daddr vmap @"+Egress4,
-			"iifname "+br+" "+notReply+" ip6 saddr != @"+egressOwn6+" ip6 daddr != @"+EgressNames6+" ip6 daddr vmap @"+Egress6)
+			"iifname "+br+" "+notReply+" ip saddr != @"+egressOwn4+" ip daddr vmap @"+Egress4,
+			"iifname "+br+" "+notReply+" ip6 saddr != @"+egressOwn6+" ip6 daddr vmap @"+Egress6)
 	}
 	return fwd
 }
@@ -206,14 +204,25 @@ func egressRules(n *api.Network, br string) []string {
 // by name the proxy checks: TLS's server name on 443, HTTP's Host on 80.
 const nameCheckPorts = "{ 80, 443 }"
 
+// nameChecks reports whether network n checks names: a shared network
+// (whose VMs go out) with a DNS proxy (which learns the names).
+func nameChecks(n *api.Network) bool { return n.Mode == api.ModeShared && n.DNSProxy }
+
+// nameCheckMark is the mark of the name check's listening sockets
+// (SO_MARK, which only a process with CAP_NET_ADMIN sets): the input
+// chain lets the redirected connections reach a socket with it alone,
+// not a program that took one of the ports while the controller was
+// down.
+const nameCheckMark = 0x766e6301
+
 // nameCheckRedirects are the prerouting rules that send a VM's
 // connections to nameCheckPorts of the addresses it may reach by name to
 // the network's name check (egressproxy): a VM's own policy's (its source
 // and the address learned for it), then the network's. A map with no
 // port for the proxy (it is not listening yet) redirects nothing, and
-// nameCheckFallback refuses the connection.
+// the forward chain judges the connection by the prefixes.
 func nameCheckRedirects(n *api.Network, br string) []string {
-	if !n.DNSProxy {
+	if !nameChecks(n) {
 		return nil
 	}
 	redirect := func(match, m string) string {
@@ -229,21 +238,6 @@ func nameCheckRedirects(n *api.Network, br string) []string {
 			redirect("ip6 saddr != @"+egressOwn6+" ip6 daddr @"+EgressNames6, egressProxy6))
 	}
 	return rules
-}
-
-// nameCheckFallback are the forward rules that refuse, to the addresses
-// allowed by name (match4, match6), what the name check does not see: a
-// connection to its ports that was not redirected; QUIC (UDP 443), whose
-// ClientHello it cannot read (the client falls back to TCP); and DNS and
-// DNS over TLS (53, 853), a resolver of the VM's own past the network's
-// DNS proxy, which is what learns the names. (UDP 80 with them: one set
-// of ports, which nft lists as it is written.)
-func nameCheckFallback(br, match4, match6 string) []string {
-	const ports = " meta l4proto { tcp, udp } th dport { 53, 80, 443, 853 } goto "
-	return []string{
-		"iifname " + br + " " + notReply + " " + match4 + ports + EgressDenied,
-		"iifname " + br + " " + notReply + " " + match6 + ports + EgressDenied,
-	}
 }
 
 // natRules are n's postrouting chain (bridge br), nil for none.

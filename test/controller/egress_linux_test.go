@@ -189,11 +189,13 @@ func TestEgress(t *testing.T) {
 		t.Errorf("DNS on the gateway, with the host denied: %v\n%s", err, out)
 	}
 
-	// Names: an allowed name's address is reached once the VM resolved it
-	// through the network's DNS proxy, though its prefix is denied; a
+	// Names: an allowed name's address is reached over HTTP (and HTTPS),
+	// its name checked, once the VM resolved it through the network's DNS
+	// proxy, though its prefix is denied, and nothing else there is; a
 	// denied name's address is refused, though its prefix is allowed.
+	serveCDN(t, lan, "198.51.100.3")
 	for _, c := range []struct{ name, addr, want string }{
-		{"allowed.test", "198.51.100.3:7000", "lan .3"},
+		{"allowed.test", "198.51.100.3:7000", ""}, // a name allows HTTP and HTTPS alone
 		{"unlisted.test", "203.0.113.2:7000", ""}, // resolving a name the policy does not list opens nothing
 		{"nope.test", "198.51.100.2:7000", ""},
 	} {
@@ -203,6 +205,9 @@ func TestEgress(t *testing.T) {
 		if got, err := dialHello(s.NS, c.addr); got != c.want {
 			t.Errorf("s to %s after resolving %s: got %q (%v), want %q", c.addr, c.name, got, err, c.want)
 		}
+	}
+	if got := httpGet(s, "198.51.100.3:80", "allowed.test"); got != "200 host allowed.test|" {
+		t.Errorf("s over HTTP to allowed.test, resolved: %q", got)
 	}
 
 	// IPv6 alike: the sandbox's default deny holds for s over IPv6 (its
@@ -222,8 +227,8 @@ func TestEgress(t *testing.T) {
 	if out, err := p.Run(context.Background(), "busybox", "nslookup", "-type=a", "allowed.test", "10.89.0.1"); err != nil {
 		t.Fatalf("p resolving allowed.test: %v\n%s", err, out)
 	}
-	if got, err := dialHello(p.NS, "198.51.100.3:7000"); got != "lan .3" {
-		t.Errorf("p to allowed.test's address after resolving it: got %q (%v)", got, err)
+	if got := httpGet(p, "198.51.100.3:80", "allowed.test"); got != "200 host allowed.test|" {
+		t.Errorf("p over HTTP to allowed.test after resolving it: %q", got)
 	}
 	// Another VM with a policy of its own, r, takes a lease and releases
 	// it (any VM may, in a loop): what p learned stays, only r's goes.
@@ -256,8 +261,8 @@ func TestEgress(t *testing.T) {
 		}
 		return nil
 	}, "r's release applied")
-	if got, err := dialHello(p.NS, "198.51.100.3:7000"); got != "lan .3" {
-		t.Errorf("p to allowed.test's address after r released its lease: got %q (%v), want what p learned kept", got, err)
+	if got := httpGet(p, "198.51.100.3:80", "allowed.test"); got != "200 host allowed.test|" {
+		t.Errorf("p over HTTP to allowed.test after r released its lease: %q, want what p learned kept", got)
 	}
 	// p's policy no longer lists the name (its ranges are the same): what
 	// it learned for it goes. The change is made in place: p's helper
@@ -273,8 +278,8 @@ func TestEgress(t *testing.T) {
 		}
 		return nil
 	}, "p's network after the up") // (the control)
-	if got, _ := dialHello(p.NS, "198.51.100.3:7000"); got != "" {
-		t.Errorf("p to allowed.test's address after its policy dropped the name: got %q, want it refused", got)
+	if got := httpGet(p, "198.51.100.3:80", "allowed.test"); strings.HasPrefix(got, "200") {
+		t.Errorf("p over HTTP to allowed.test after its policy dropped the name: %q, want it refused", got)
 	}
 
 	st = h.Status()

@@ -27,7 +27,7 @@ vmnet:
     subnet: 10.86.0.0/24
     egress:
       default: deny
-      allow: [api.test]
+      allow: [api.test, host.test]
   open:
     subnet: 10.87.0.0/24
 `
@@ -170,7 +170,28 @@ func TestEgressNameCheck(t *testing.T) {
 	cdn := serveCDN(t, lan, "198.51.100.2")
 	cdn6 := serveCDN(t, lan, "2001:db8:100::2")
 	const both = "198.51.100.2,2001:db8:100::2"
-	serveDNS(t, lan, "198.51.100.2:53", map[string]string{"api.test.": both, "other.test.": both})
+	serveDNS(t, lan, "198.51.100.2:53", map[string]string{"api.test.": both, "other.test.": both, "host.test.": "198.51.100.1"})
+	// A TLS server on another port of the CDN, and an HTTP one on the
+	// host's own address, which an allowed name points at.
+	tls8443 := tls.NewListener(lan.Listen(t, "tcp4", "198.51.100.2:8443"), testutil.TLSAnyName(t))
+	go func() {
+		for {
+			c, err := tls8443.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if c.(*tls.Conn).Handshake() == nil {
+					cdn.add("tls 8443 " + c.(*tls.Conn).ConnectionState().ServerName)
+					fmt.Fprintf(c, "hello %s\n", c.(*tls.Conn).ConnectionState().ServerName)
+				}
+			}()
+		}
+	}()
+	hostSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "the host") })}
+	go hostSrv.Serve(h.Listen(t, "tcp4", "198.51.100.1:80"))
+	t.Cleanup(func() { hostSrv.Close() })
 	etc := filepath.Join("/etc/netns", h.Name)
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		t.Fatal(err)
@@ -231,8 +252,22 @@ func TestEgressNameCheck(t *testing.T) {
 	if got := httpGet(s, addr80, "other.test"); !strings.HasPrefix(got, "403 ") {
 		t.Errorf("s, HTTP to other.test: %q, want 403", got)
 	}
-	if got := httpGet(s, addr80, "api.test", "other.test"); got != "200 host api.test|reset|" {
+	if got := httpGet(s, addr80, "api.test", "other.test"); got != "200 host api.test|403 vmnetctl: the egress policy does not allow this host|" {
 		t.Errorf("s, HTTP to api.test then other.test on one connection: %q", got)
+	}
+	// Another port of the allowed name's address: judged by the prefixes
+	// (a name allows HTTP and HTTPS alone), so refused.
+	if got, err := tlsHello(s, "198.51.100.2:8443", &tls.Config{ServerName: "other.test"}, false); err == nil {
+		t.Errorf("s, TLS naming other.test on the CDN's port 8443: got %q", got)
+	}
+	// An allowed name that points at the host's own address: the check
+	// never dials it (the forward chain would never let a VM's
+	// connection through to it).
+	if out, err := s.Run(context.Background(), "busybox", "nslookup", "-type=a", "host.test", "10.86.0.1"); err != nil {
+		t.Fatalf("s resolving host.test: %v\n%s", err, out)
+	}
+	if got := httpGet(s, "198.51.100.1:80", "host.test"); strings.Contains(got, "the host") {
+		t.Errorf("s, HTTP to host.test, the host's own address: %q", got)
 	}
 	// The neighbour without a policy: untouched.
 	if got, err := tlsHello(o, addr443, &tls.Config{ServerName: "other.test"}, false); got != "hello other.test" {
@@ -267,7 +302,7 @@ func TestEgressNameCheck(t *testing.T) {
 		if heard == "udp" {
 			udp++
 		}
-		if strings.Contains(heard, "other.test") && !strings.HasPrefix(heard, "tls other.test") {
+		if strings.Contains(heard, "other.test") && heard != "tls other.test" {
 			t.Errorf("the CDN heard %q from a VM whose policy allows only api.test", heard)
 		}
 	}
