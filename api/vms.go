@@ -69,7 +69,10 @@ type Attachment struct {
 	Egress *Egress `json:"egress,omitempty"`
 	// Bandwidth, if set, limits what the VM is sent and may send.
 	Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
-	Source    Source     `json:"source"`
+	// Impair is what the attachment's link does to its frames on
+	// purpose (`impair`); nil for nothing.
+	Impair *Impairment `json:"impair,omitempty"`
+	Source Source      `json:"source"`
 
 	lines map[string]int
 	path  string
@@ -159,7 +162,7 @@ const MaxPortsPerNetwork = 1000
 // than failing half-way as processes can no longer start.
 const MaxAttachments = 10000
 
-var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck", "portForwards", "egress", "bandwidth"}
+var entryKeys = []string{"lima", "vmnet", "socket", "vzNAT", "vnl", "switchPort", "macAddress", "interface", "metric", "ip", "attach", "spoofCheck", "portForwards", "egress", "bandwidth", "impair"}
 
 // LoadVMFile parses a lima instance file or a multi-VM file. When there are
 // errors the result holds what could be read (entries with errors left out),
@@ -352,6 +355,9 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 		if bv, ok := f["bandwidth"]; ok {
 			a.Bandwidth = w.bandwidth(bv, at("bandwidth"))
 		}
+		if iv, ok := f["impair"]; ok {
+			a.Impair = w.impair(iv, at("impair"))
+		}
 		if len(w.diags.Errors()) == errsBefore {
 			vm.Attachments = append(vm.Attachments, a)
 		}
@@ -514,6 +520,9 @@ func (r *resolver) policies(a *Attachment, n *Network) {
 	}
 	if a.Egress != nil && a.Egress.HasNames() && !n.DNSProxy {
 		r.errAt(a.Source, a.lines["egress"], field+".egress", "lists names, which the DNS proxy of network %q learns, and it has none (dnsProxy: false)", n.ID)
+	}
+	if a.Impair != nil && !n.Routed() {
+		r.errAt(a.Source, a.lines["impair"], field+".impair", "network %q is %s: impairment is for shared and host networks, whose ports vmnetctl's bridge table sees", n.ID, n.Mode)
 	}
 	if len(a.PortForwards) > 0 && !n.Routed() {
 		r.errAt(a.Source, a.lines["portForwards"], field+".portForwards", "network %q is %s: its VMs are on the LAN already; forwards are for shared and host networks", n.ID, n.Mode)

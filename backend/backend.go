@@ -66,6 +66,12 @@ type Partitioner interface {
 	SetPartitions(pairs [][2]net.HardwareAddr) error
 }
 
+// Impairer is a running network that impairs its VMs' ports on purpose
+// (Linux): each port in ps loses its share of frames, the others none.
+type Impairer interface {
+	SetImpairments(ps []PortImpairment) error
+}
+
 // Capturer is a backend that captures a VM port's frames (Linux).
 type Capturer interface {
 	// Capture copies port's frames to w as pcapng until o says it ends
@@ -209,6 +215,7 @@ type (
 	ClaimOptions   = nettypes.ClaimOptions
 	DeniedFlow     = nettypes.DeniedFlow
 	CaptureOptions = nettypes.CaptureOptions
+	PortImpairment = nettypes.PortImpairment
 	CaptureStats   = nettypes.CaptureStats
 )
 

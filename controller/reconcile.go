@@ -85,6 +85,8 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	errs = append(errs, c.commitLaunches(launches)...)
 	c.progress.enter("bandwidth")
 	errs = append(errs, c.setBandwidth(ctx, desired, full)...)
+	c.progress.enter("impair")
+	errs = append(errs, c.setImpairments(desired, full)...)
 	c.progress.enter("ports")
 	errs = append(errs, c.ensurePorts(ctx, desired, touched)...)
 	c.progress.enter("commit")
@@ -780,6 +782,59 @@ func (c *Controller) setBandwidth(ctx context.Context, desired *spec.Desired, fu
 	return errs
 }
 
+// impairSet is what setImpairments last gave a network: its ports'
+// impairments, and the network (one started again has none).
+type impairSet struct {
+	nw backend.Network
+	ps string
+}
+
+// setImpairments gives each running network what its VMs' ports lose on
+// purpose (backend.Impairer), the ports of running helpers whose
+// attachments have an `impair`: a pass asked for, when they changed
+// since the last (impairSet); a full pass, every network's, which takes
+// off those removed while no controller ran and puts back what changed
+// behind the controller's back.
+func (c *Controller) setImpairments(desired *spec.Desired, full bool) []error {
+	byNet := map[string][]backend.PortImpairment{}
+	for _, a := range desired.Attachments {
+		h := c.helpers[a.Key()]
+		if a.Impair == nil || h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
+			continue
+		}
+		byNet[a.Network] = append(byNet[a.Network], backend.PortImpairment{Port: h.rec.Tap, Impairment: *a.Impair})
+	}
+	var errs []error
+	set := map[string]impairSet{}
+	for _, n := range desired.Networks {
+		nw := c.nets[n.ID]
+		im, ok := nw.(backend.Impairer)
+		if !ok || !n.Routed() { // (a bridged network takes none)
+			continue
+		}
+		ps := byNet[n.ID]
+		want := impairSet{nw: nw, ps: fmt.Sprint(ps)}
+		prev, had := c.impairs[n.ID]
+		switch {
+		case !full && had && prev == want:
+			set[n.ID] = want
+			continue
+		case !full && !had && len(ps) == 0:
+			continue
+		}
+		if err := im.SetImpairments(ps); err != nil {
+			errs = append(errs, err)
+			set[n.ID] = impairSet{} // unknown: tried again next pass
+			continue
+		}
+		if len(ps) > 0 {
+			set[n.ID] = want
+		}
+	}
+	c.impairs = set
+	return errs
+}
+
 // partitionsSet is what setPartitions last gave a network: the pairs, and
 // the network (one started again has none).
 type partitionsSet struct {
@@ -813,6 +868,7 @@ func (c *Controller) setPartitions(desired *spec.Desired, full bool) []error {
 		}
 		if err := p.SetPartitions(pairs); err != nil {
 			errs = append(errs, err)
+			set[n.ID] = partitionsSet{} // unknown: tried again next pass
 			continue
 		}
 		if len(pairs) > 0 {

@@ -100,6 +100,9 @@ type AttachmentStatus struct {
 	// Bandwidth is the attachment's limits as its VM file gives them
 	// (bits a second; Linux enforces them on its port).
 	Bandwidth *api.Bandwidth `json:"bandwidth,omitempty"`
+	// Impair is what the attachment's link loses on purpose, as its VM
+	// file gives it.
+	Impair *api.Impairment `json:"impair,omitempty"`
 	// Forwards are the attachment's port forwards, with the connections
 	// each took.
 	Forwards []ForwardStatus `json:"forwards,omitempty"`

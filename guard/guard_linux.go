@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,8 @@ import (
 //	  chain prerouting  partitions; iif @guarded goto ports-v3; iif @tunnels goto tunnel
 //	  chain ports-v3    the checks, one chain for every port (guardRules)
 //	  chain dropped     counts the frame for its port, drops it
+//	  chain impair-from, impair-to  (only while a port is impaired) the
+//	                    frames its VM sends and is sent that it loses
 //
 // A port is guarded by elements alone, keyed by its interface index: what
 // it costs does not grow with the network's ports. (Until version 3 each
@@ -708,6 +711,51 @@ func runGuardTx(ctx context.Context, n *api.Network, what string, build func(*kn
 		return fmt.Errorf("network %q: %s: %w", n.ID, what, err)
 	}
 	return nil
+}
+
+// The impairments' chains: what the VMs send (every frame a port brings
+// in) and what they are sent (every frame a port takes out), each a rule
+// per impaired port; none without an impairment, so that the bridge's
+// frames pay for no hook.
+const (
+	impairFrom = "impair-from"
+	impairTo   = "impair-to"
+)
+
+// SetImpairments makes ps the impairments of n's ports: each port loses
+// its share of frames each way, drawn at random per frame by the kernel
+// (numgen). Ports not in ps lose none.
+func SetImpairments(ctx context.Context, n *api.Network, ps []nettypes.PortImpairment) error {
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(a, b nettypes.PortImpairment) int { return strings.Compare(a.Port, b.Port) })
+	return runGuardTx(ctx, n, "the impairments", func(tx *knftables.Transaction) {
+		for _, c := range []struct {
+			name string
+			hook knftables.BaseChainHook
+		}{{impairFrom, knftables.PreroutingHook}, {impairTo, knftables.PostroutingHook}} {
+			chain := &knftables.Chain{Name: c.name, Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(c.hook),
+				Priority: knftables.PtrTo(knftables.FilterPriority), Policy: knftables.PtrTo(knftables.AcceptPolicy)}
+			tx.Add(chain)
+			if len(ps) == 0 {
+				tx.Delete(&knftables.Chain{Name: c.name})
+				continue
+			}
+			tx.Flush(&knftables.Chain{Name: c.name})
+		}
+		for _, p := range ps {
+			for _, c := range []struct {
+				chain, dev string
+				loss       uint32
+			}{{impairFrom, "iifname", p.LossFromVM}, {impairTo, "oifname", p.LossToVM}} {
+				switch {
+				case c.loss >= api.LossScale: // all of them
+					tx.Add(&knftables.Rule{Chain: c.chain, Rule: fmt.Sprintf("%s %q counter drop", c.dev, p.Port)})
+				case c.loss > 0:
+					tx.Add(&knftables.Rule{Chain: c.chain, Rule: fmt.Sprintf("%s %q numgen random mod %d < %d counter drop", c.dev, p.Port, api.LossScale, c.loss)})
+				}
+			}
+		}
+	})
 }
 
 // BindAddress lets the VM with mac send from ip on network n, whatever its

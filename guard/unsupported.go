@@ -28,3 +28,7 @@ func BindAddress(context.Context, *api.Network, net.HardwareAddr, netip.Addr) er
 func SetPartitionPairs(context.Context, *api.Network, [][2]net.HardwareAddr) error {
 	return errors.ErrUnsupported
 }
+
+func SetImpairments(context.Context, *api.Network, []nettypes.PortImpairment) error {
+	return errors.ErrUnsupported
+}

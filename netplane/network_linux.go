@@ -552,6 +552,15 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 	return nil
 }
 
+// SetImpairments makes ps what the network's ports lose on purpose
+// (guard.SetImpairments), none for the others.
+func (nw *Network) SetImpairments(ps []nettypes.PortImpairment) error {
+	if !guard.Guarded(nw.n) || nw.inNS == nil {
+		return nil
+	}
+	return nw.inNS(func() error { return guard.SetImpairments(context.Background(), nw.n, ps) })
+}
+
 // SetPartitions makes the pairs of VMs (by MAC, each way) whose frames
 // the network's guard drops exactly pairs (guard.SetPartitionPairs).
 // A network without a guard (bridged: no services, no namespace of its

@@ -50,6 +50,7 @@ func (*Network) Close() error                                           { return
 func (*Network) Config() *api.Network                                   { return nil }
 func (*Network) SetHost(net.HardwareAddr, string, netip.Addr) error     { return ErrUnsupported }
 func (*Network) SetPartitions([][2]net.HardwareAddr) error              { return ErrUnsupported }
+func (*Network) SetImpairments([]nettypes.PortImpairment) error         { return ErrUnsupported }
 func (*Network) SetForwards(context.Context, []nettypes.Forward) error  { return ErrUnsupported }
 func (*Network) SetVMEgress(context.Context, []nettypes.VMEgress) error { return ErrUnsupported }
 func (*Network) RemoveHost(net.HardwareAddr)                            {}

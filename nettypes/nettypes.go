@@ -117,6 +117,13 @@ type CaptureOptions struct {
 	Filter []bpf.RawInstruction
 }
 
+// PortImpairment is what a VM's port does to its frames on purpose: its
+// attachment's api.Impairment, by the port's name.
+type PortImpairment struct {
+	Port string
+	api.Impairment
+}
+
 // CaptureStats is what a capture wrote, and the frames the kernel dropped
 // because its reader was slower than the VM.
 type CaptureStats struct {

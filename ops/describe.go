@@ -187,6 +187,9 @@ func (d *Description) Render(w io.Writer) error {
 			}
 			row("egress", fmt.Sprintf("%s; %d connections refused", policy, a.EgressDenied))
 		}
+		if a.Impair != nil {
+			row("impair", a.Impair.String())
+		}
 		if a.Bandwidth != nil {
 			row("bandwidth", a.Bandwidth.String())
 		}

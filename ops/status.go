@@ -127,6 +127,9 @@ func renderPolicies(w io.Writer, st *ctlapi.Status, project string) {
 		for _, f := range a.Forwards {
 			parts = append(parts, fmt.Sprintf("forward %s (%d connections)", f.Forward, f.Connections))
 		}
+		if a.Impair != nil {
+			parts = append(parts, "impair "+a.Impair.String())
+		}
 		if a.Bandwidth != nil {
 			parts = append(parts, "bandwidth "+a.Bandwidth.String())
 		}

@@ -152,6 +152,7 @@ var attachmentFields = []field[*Attachment]{
 	{"metric", func(a *Attachment) string { return strconv.Itoa(a.Metric) }, false},
 	{"egress", func(a *Attachment) string { return a.Egress.String() }, false},
 	{"bandwidth", func(a *Attachment) string { return a.Bandwidth.String() }, false},
+	{"impair", func(a *Attachment) string { return a.Impair.String() }, false},
 	{"portForwards", func(a *Attachment) string {
 		var parts []string
 		for _, f := range a.PortForwards {

@@ -34,7 +34,7 @@ func AttachmentStatusOf(a *Attachment) ctlapi.AttachmentStatus {
 	if a.IP.IsValid() {
 		as.IP = a.IP.String()
 	}
-	as.Bandwidth, as.Egress = a.Bandwidth, a.Egress.String()
+	as.Bandwidth, as.Egress, as.Impair = a.Bandwidth, a.Egress.String(), a.Impair
 	return as
 }
 
