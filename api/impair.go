@@ -43,9 +43,9 @@ func FormatLoss(v uint32) string {
 	return strconv.FormatFloat(float64(v)/100, 'f', -1, 64) + "%"
 }
 
-// parseLoss reads a percentage of at most two decimals: "10%", "0.5%",
-// "100%".
-func parseLoss(s string) (uint32, bool) {
+// ParseLoss reads a percentage of at most two decimals: "10%", "0.5%",
+// "100%", in hundredths of a percent.
+func ParseLoss(s string) (uint32, bool) {
 	num, ok := strings.CutSuffix(strings.TrimSpace(s), "%")
 	if !ok {
 		return 0, false
@@ -78,7 +78,7 @@ func (w *walker) impair(v *yaml.Node, path string) *Impairment {
 			if !ok {
 				return
 			}
-			if *dst, ok = parseLoss(s); !ok {
+			if *dst, ok = ParseLoss(s); !ok {
 				w.errorf(n, p, "%q is not a loss: a percentage from 0%% to 100%%, at most two decimals (10%%, 0.5%%)", s)
 			}
 		}

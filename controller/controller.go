@@ -146,14 +146,17 @@ type Controller struct {
 	captures atomic.Int32
 	// partitions is, by network, the pairs setPartitions last set.
 	partitions map[string]partitionsSet
-	// impairs is, by network, what setImpairments last set.
-	impairs  map[string]impairSet
-	applied  *spec.Desired
-	appliedN *statedir.NetworksSnapshot
-	appliedP []*statedir.Project
-	lastErr  error
-	lastOK   time.Time
-	started  time.Time
+	// impairs is, by network, what setImpairments last set; overrides
+	// what `vmnetctl impair` recorded (once overridesRead).
+	impairs       map[string]impairSet
+	overrides     []statedir.ImpairOverride
+	overridesRead bool
+	applied       *spec.Desired
+	appliedN      *statedir.NetworksSnapshot
+	appliedP      []*statedir.Project
+	lastErr       error
+	lastOK        time.Time
+	started       time.Time
 
 	// Reconcile bookkeeping for metrics.
 	reconciles        map[string]uint64 // by result: "success", "error"

@@ -799,10 +799,11 @@ func (c *Controller) setImpairments(desired *spec.Desired, full bool) []error {
 	byNet := map[string][]backend.PortImpairment{}
 	for _, a := range desired.Attachments {
 		h := c.helpers[a.Key()]
-		if a.Impair == nil || h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
+		imp, _ := c.impairOf(a)
+		if imp == nil || h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
 			continue
 		}
-		byNet[a.Network] = append(byNet[a.Network], backend.PortImpairment{Port: h.rec.Tap, Impairment: *a.Impair})
+		byNet[a.Network] = append(byNet[a.Network], backend.PortImpairment{Port: h.rec.Tap, Impairment: *imp})
 	}
 	var errs []error
 	set := map[string]impairSet{}

@@ -58,6 +58,7 @@ func (c *Controller) handler() http.Handler {
 		writeJSON(w, resp)
 	})
 	mux.HandleFunc("GET /v1/capture", c.serveCapture)
+	mux.HandleFunc("POST /v1/impair", c.serveImpair)
 	return mux
 }
 
@@ -179,6 +180,21 @@ const maxCaptures = 8
 func (c *Controller) capturePort(vm, network string) (port, name string, owner int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	a, owner, err := c.findAttachmentLocked(vm, network)
+	if err != nil {
+		return "", "", 0, err
+	}
+	h := c.helpers[a.Key()]
+	if h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
+		return "", "", 0, fmt.Errorf("%s on %s has no port: its helper does not run", a.Key(), a.Network)
+	}
+	return h.rec.Tap, fmt.Sprintf("%s on %s", a.Key(), a.Network), owner, nil
+}
+
+// findAttachmentLocked is vm's attachment that is up (to network, if it
+// has several) and its project's owner's uid (-1 for none known). Call
+// with c.mu held.
+func (c *Controller) findAttachmentLocked(vm, network string) (*spec.Attachment, int, error) {
 	var found []*spec.Attachment
 	if c.applied != nil {
 		for _, a := range c.applied.Attachments {
@@ -189,28 +205,24 @@ func (c *Controller) capturePort(vm, network string) (port, name string, owner i
 	}
 	switch {
 	case len(found) == 0 && network != "":
-		return "", "", 0, fmt.Errorf("VM %q has no attachment on network %q%s", vm, network, spec.SuggestVM(c.applied, vm))
+		return nil, 0, fmt.Errorf("VM %q has no attachment on network %q%s", vm, network, spec.SuggestVM(c.applied, vm))
 	case len(found) == 0:
-		return "", "", 0, fmt.Errorf("VM %q is not up%s", vm, spec.SuggestVM(c.applied, vm))
+		return nil, 0, fmt.Errorf("VM %q is not up%s", vm, spec.SuggestVM(c.applied, vm))
 	case len(found) > 1:
 		var nets []string
 		for _, a := range found {
 			nets = append(nets, a.Network)
 		}
-		return "", "", 0, fmt.Errorf("VM %q is on several networks (%s): choose one with --network", vm, strings.Join(nets, ", "))
+		return nil, 0, fmt.Errorf("VM %q is on several networks (%s): choose one with --network", vm, strings.Join(nets, ", "))
 	}
 	a := found[0]
-	h := c.helpers[a.Key()]
-	if h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
-		return "", "", 0, fmt.Errorf("%s on %s has no port: its helper does not run", a.Key(), a.Network)
-	}
-	owner = -1
+	owner := -1
 	for _, p := range c.appliedP {
 		if p.Name == a.Project {
 			owner = p.UID
 		}
 	}
-	return h.rec.Tap, fmt.Sprintf("%s on %s", a.Key(), a.Network), owner, nil
+	return a, owner, nil
 }
 
 // flushWriter hands each write to the client at once: a capture is

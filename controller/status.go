@@ -165,6 +165,9 @@ func (c *Controller) networkStatusLocked(n *api.Network, d *spec.Desired, ports 
 // (f) and what its helper does. Call with c.mu held.
 func (c *Controller) attachmentStatusLocked(a *spec.Attachment, f *runFacts) ctlapi.AttachmentStatus {
 	as := spec.AttachmentStatusOf(a)
+	if imp, set := c.impairOf(a); set {
+		as.Impair, as.ImpairFile, as.ImpairSetBy = imp, a.Impair, ctlapi.ImpairSetBy
+	}
 	if ip := f.ips[a.Network+"/"+a.MAC]; ip != "" {
 		as.IP = ip
 	}

@@ -2,6 +2,8 @@ package ctlapi
 
 import (
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/api"
 )
 
 // Progress is what the controller's reconcile loop is doing, for `up`'s
@@ -50,3 +52,18 @@ type ReconcileResponse struct {
 	// (a service); one run with --exit-when-idle exits then.
 	Stays bool `json:"stays,omitempty"`
 }
+
+// ImpairRequest is POST /v1/impair: what `vmnetctl impair` sets on a VM's
+// attachment (to Network, for a VM on several) in place of its VM file's
+// impair: Impair, or none at all when nil; with Clear, the VM file's
+// again. The answer is a ReconcileResponse, after the pass that applied
+// it, with the status of the VM's project.
+type ImpairRequest struct {
+	VM      string          `json:"vm"`
+	Network string          `json:"network,omitempty"`
+	Impair  *api.Impairment `json:"impair,omitempty"`
+	Clear   bool            `json:"clear,omitempty"`
+}
+
+// ImpairSetBy is AttachmentStatus.ImpairSetBy for `vmnetctl impair`.
+const ImpairSetBy = "vmnetctl impair"

@@ -103,6 +103,10 @@ type AttachmentStatus struct {
 	// Impair is what the attachment's link loses on purpose, as its VM
 	// file gives it.
 	Impair *api.Impairment `json:"impair,omitempty"`
+	// ImpairSetBy is "vmnetctl impair" when that command set Impair in
+	// place of the VM file's, which ImpairFile then holds.
+	ImpairSetBy string          `json:"impairSetBy,omitempty"`
+	ImpairFile  *api.Impairment `json:"impairFile,omitempty"`
 	// Forwards are the attachment's port forwards, with the connections
 	// each took.
 	Forwards []ForwardStatus `json:"forwards,omitempty"`

@@ -187,8 +187,8 @@ func (d *Description) Render(w io.Writer) error {
 			}
 			row("egress", fmt.Sprintf("%s; %d connections refused", policy, a.EgressDenied))
 		}
-		if a.Impair != nil {
-			row("impair", a.Impair.String())
+		if a.Impair != nil || a.ImpairSetBy != "" {
+			row("impair", strings.TrimPrefix(ImpairText(a.AttachmentStatus), "impair "))
 		}
 		if a.Bandwidth != nil {
 			row("bandwidth", a.Bandwidth.String())

@@ -127,8 +127,8 @@ func renderPolicies(w io.Writer, st *ctlapi.Status, project string) {
 		for _, f := range a.Forwards {
 			parts = append(parts, fmt.Sprintf("forward %s (%d connections)", f.Forward, f.Connections))
 		}
-		if a.Impair != nil {
-			parts = append(parts, "impair "+a.Impair.String())
+		if a.Impair != nil || a.ImpairSetBy != "" {
+			parts = append(parts, ImpairText(a))
 		}
 		if a.Bandwidth != nil {
 			parts = append(parts, "bandwidth "+a.Bandwidth.String())

@@ -34,6 +34,7 @@ const (
 	vmsDir               = "vms"
 	leasesDir            = "leases"
 	networksDir          = "networks"
+	impairsFile          = "impairs.json"
 )
 
 // Dir is one state directory. Each has its own controller, projects and

@@ -39,7 +39,7 @@ func newCaptureCommand(g *globals, s streams) *cobra.Command {
 	cmd.Flags().StringVar(&filter, "filter", "", "capture only the frames this filter passes, in tcpdump's and Wireshark's syntax (tcp port 443, icmp or arp); compiled by tcpdump")
 	cmd.Flags().IntVar(&count, "count", 0, "stop after N frames (0: when interrupted)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: when interrupted)")
-	cmd.Example = "  sudo vmnetctl capture web --network shared -w web.pcapng --duration 2s   # two seconds of web's frames on shared\n  sudo vmnetctl capture web -w - | wireshark -k -i -        # live, in Wireshark\n  sudo vmnetctl capture web --filter 'udp port 67 or 68' -w dhcp.pcapng   # its DHCP alone"
+	cmd.Example = "  sudo vmnetctl capture web --network shared -w web.pcapng --duration 2s   # two seconds of web's frames on shared\n  sudo vmnetctl capture web -w - | wireshark -k -i -        # live, in Wireshark\n  sudo vmnetctl capture web --network shared --filter 'udp port 67 or 68' --duration 2s -w dhcp.pcapng   # its DHCP alone, two seconds"
 	cmd.ValidArgsFunction = completeVMs(g)
 	return cmd
 }

@@ -111,6 +111,7 @@ defined in a lima-compatible networks.yaml, without running the VM as root.`,
 		newHelperCommand(g, s),
 		newWireGuardCommand(g, s),
 		newCaptureCommand(g, s),
+		newImpairCommand(g, s),
 	)
 	root.AddCommand(newManCommand(root))
 	// The completion command, made now (not at Execute) to carry Examples.

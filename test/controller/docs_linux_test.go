@@ -223,7 +223,7 @@ func runDocHelper(t *testing.T, h *host, name string, ex docExample) {
 // VMs and networks are up when it runs. Every command must be here, so a
 // new command's Examples are run too.
 var helpExampleOrder = []string{"", "validate", "networks", "version", "doctor", "completion", "completion bash", "completion fish",
-	"completion zsh", "completion powershell", "run", "up", "plan", "status", "args", "leases", "describe", "logs", "events", "capture",
+	"completion zsh", "completion powershell", "run", "up", "plan", "status", "args", "leases", "describe", "logs", "events", "capture", "impair",
 	"network", "network create", "network list", "network inspect", "network delete", "wireguard", "wireguard pubkey", "serve", "helper", "down"}
 
 // helpSkips are the Examples lines that cannot run here, by a substring,

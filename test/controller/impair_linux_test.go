@@ -70,3 +70,55 @@ func TestImpairLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestImpairCommand: `vmnetctl impair` changes a running VM's loss now,
+// in place of its VM file's, and says so; a later `up` keeps it and says
+// how it differs from the file; --clear gives the file's back; a VM that
+// is not up, or a bad loss, is refused with why.
+func TestImpairCommand(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", "vms:\n  web:\n    networks:\n      - vmnet: shared\n        impair: {loss: 1%}\n")
+	h.MustVmnetctl("up", "-f", vms)
+	a := h.Attachment(h.Status(), "web")
+	vm := h.VM(a)
+	vm.DHCP(t)
+	out := h.MustVmnetctl("impair", "web", "--loss-from", "100%")
+	if want := "web/0 on shared: impair loss fromVM 100% (set by vmnetctl impair; the VM file's: loss toVM 1%)"; strings.TrimSpace(out) != want {
+		t.Errorf("impair said %q, want %q", out, want)
+	}
+	if loss := pingLoss(t, vm, 20); loss != 100 {
+		t.Errorf("after impair --loss-from 100%%: %.0f%% of 20 pings lost", loss)
+	}
+	// A later up keeps it, and says how it differs from the file.
+	if out := h.MustVmnetctl("up", "-f", vms); !strings.Contains(out, "impair loss fromVM 100% (set by vmnetctl impair; the VM file's: loss toVM 1%)") {
+		t.Errorf("up after impair says:\n%s", out)
+	}
+	if b := h.Attachment(h.Status(), "web"); b.PID != a.PID || b.ImpairSetBy != "vmnetctl impair" {
+		t.Errorf("after up: pid %d (was %d), impair set by %q", b.PID, a.PID, b.ImpairSetBy)
+	}
+	if loss := pingLoss(t, vm, 20); loss != 100 {
+		t.Errorf("after up, the impair kept: %.0f%% of 20 pings lost", loss)
+	}
+	if out := h.MustVmnetctl("impair", "web", "--none"); !strings.Contains(out, "no impairment (set by vmnetctl impair") {
+		t.Errorf("impair --none said %q", out)
+	}
+	if loss := pingLoss(t, vm, 50); loss != 0 {
+		t.Errorf("after impair --none: %.0f%% of 50 pings lost", loss)
+	}
+	if out := h.MustVmnetctl("impair", "web", "--clear"); strings.TrimSpace(out) != "web/0 on shared: impair loss toVM 1%" {
+		t.Errorf("impair --clear said %q", out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"impair", "nosuch", "--loss", "5%"}, `impair: VM "nosuch" is not up`},
+		{[]string{"impair", "web", "--loss", "5"}, `--loss "5" is not a loss`},
+		{[]string{"impair", "web"}, "say what the link loses"},
+		{[]string{"impair", "web", "--none", "--loss", "1%"}, "--none and --clear go alone"},
+	} {
+		if _, err := h.Vmnetctl(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
