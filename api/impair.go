@@ -50,8 +50,8 @@ func ParseLoss(s string) (uint32, bool) {
 	if !ok {
 		return 0, false
 	}
-	whole, frac, _ := strings.Cut(num, ".")
-	if whole == "" || len(frac) > 2 {
+	whole, frac, dot := strings.Cut(num, ".")
+	if whole == "" || len(frac) > 2 || dot && frac == "" {
 		return 0, false
 	}
 	for len(frac) < 2 {
@@ -96,7 +96,7 @@ func (w *walker) impair(v *yaml.Node, path string) *Impairment {
 			w.mapping(n, p, map[string]fieldFunc{"toVM": loss(&i.LossToVM), "fromVM": loss(&i.LossFromVM)}, false)
 		},
 	}, false)
-	if ok && i.LossToVM == 0 && i.LossFromVM == 0 && len(w.diags.Errors()) == 0 {
+	if n := deref(v); ok && n.Kind == yaml.MappingNode && len(n.Content) == 0 {
 		w.errorf(v, lossAt, "impairs nothing: give a loss (loss: 10%%, or loss: {toVM: 10%%, fromVM: 1%%})")
 	}
 	return i

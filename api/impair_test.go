@@ -17,6 +17,7 @@ func TestImpair(t *testing.T) {
 		{"loss: 10%", Impairment{LossToVM: 1000}},
 		{"loss: {toVM: 0.5%, fromVM: 100%}", Impairment{LossToVM: 50, LossFromVM: 10000}},
 		{"loss: {fromVM: 0.25%}", Impairment{LossFromVM: 25}},
+		{"loss: 0%", Impairment{}}, // (a way to say none, and keep the key)
 	} {
 		vf, diags := LoadVMFile("v.yaml", []byte("vms:\n  a:\n    networks:\n      - vmnet: shared\n        impair: {"+c.yaml+"}\n"), VMFileOptions{})
 		if err := diags.Err(); err != nil {
@@ -34,6 +35,7 @@ func TestImpair(t *testing.T) {
 		{"loss: 10", `v.yaml:5: vms.a.networks[0].impair.loss: "10" is not a loss`},
 		{"loss: 100.5%", `"100.5%" is not a loss`},
 		{"loss: 0.125%", `"0.125%" is not a loss`},
+		{"loss: 5.%", `"5.%" is not a loss`},
 		{"loss: {toVM: 1%, toVm: 2%}", `vms.a.networks[0].impair.loss.toVm: unknown field (did you mean "toVM"?)`},
 		{"", "impairs nothing"},
 		{"delay: 50ms", `impair.delay: is not impaired by vmnetctl, which loses frames alone`},

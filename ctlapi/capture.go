@@ -14,6 +14,27 @@ import (
 // it had begun.
 const CaptureTrailer = "Vmnetctl-Capture"
 
+// kernelRuns reports what x/net/bpf decodes but the kernel's checker
+// refuses: LDX in other modes than IMM, MEM, LEN and MSH, MSH with LD,
+// a division or remainder by the constant 0.
+func kernelRuns(r bpf.RawInstruction) bool {
+	const (
+		classLD, classLDX, classALU = 0x00, 0x01, 0x04
+		modeABS, modeIND, modeMSH   = 0x20, 0x40, 0xa0
+		opDIV, opMOD, srcK          = 0x30, 0x90, 0x00
+	)
+	class, mode := r.Op&0x07, r.Op&0xe0
+	switch {
+	case class == classLDX && (mode == modeABS || mode == modeIND):
+		return false
+	case class == classLD && mode == modeMSH:
+		return false
+	case class == classALU && r.Op&0x08 == srcK && (r.Op&0xf0 == opDIV || r.Op&0xf0 == opMOD) && r.K == 0:
+		return false
+	}
+	return true
+}
+
 // MaxFilter bounds a capture's filter: the kernel's BPF_MAXINSNS.
 const MaxFilter = 4096
 
@@ -41,13 +62,20 @@ func DecodeFilter(s string) ([]bpf.RawInstruction, error) {
 	}
 	p := make([]bpf.RawInstruction, n)
 	for i, f := range fields[1:] {
-		var op, jt, jf, k uint64
-		if _, err := fmt.Sscanf(strings.TrimSpace(f), "%d %d %d %d", &op, &jt, &jf, &k); err != nil || op > 0xffff || jt > 0xff || jf > 0xff || k > 0xffffffff {
+		var v [4]uint64
+		words := strings.Fields(f)
+		ok := len(words) == 4
+		for j := 0; ok && j < 4; j++ {
+			var err error
+			v[j], err = strconv.ParseUint(words[j], 10, 32)
+			ok = err == nil
+		}
+		if !ok || v[0] > 0xffff || v[1] > 0xff || v[2] > 0xff {
 			return nil, fmt.Errorf("the filter's instruction %d, %q, is not \"op jt jf k\"", i, f)
 		}
-		r := bpf.RawInstruction{Op: uint16(op), Jt: uint8(jt), Jf: uint8(jf), K: uint32(k)}
+		r := bpf.RawInstruction{Op: uint16(v[0]), Jt: uint8(v[1]), Jf: uint8(v[2]), K: uint32(v[3])}
 		ins := r.Disassemble()
-		if _, unknown := ins.(bpf.RawInstruction); unknown {
+		if _, unknown := ins.(bpf.RawInstruction); unknown || !kernelRuns(r) {
 			return nil, fmt.Errorf("the filter's instruction %d, %q, is none the kernel runs", i, f)
 		}
 		switch j := ins.(type) {

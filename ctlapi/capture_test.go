@@ -29,6 +29,10 @@ func TestFilterCoding(t *testing.T) {
 		{"2,5 0 0 7,6 0 0 0", "jumps past its end"},
 		{"1,40 0 0 12", "returns nothing"},
 		{"1,6 0 0 4294967296", "is not"},
+		{"1,6 0 0 1 garbage", "is not"},
+		{"2,33 0 0 12,6 0 0 0", "none the kernel runs"},  // LDX ABS
+		{"2,176 0 0 14,6 0 0 0", "none the kernel runs"}, // LD MSH
+		{"2,52 0 0 0,6 0 0 0", "none the kernel runs"},   // DIV by 0
 	} {
 		if _, err := DecodeFilter(c.in); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("DecodeFilter(%.40q): %v, want %q", c.in, err, c.want)

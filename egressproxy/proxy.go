@@ -2,6 +2,7 @@ package egressproxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -142,14 +143,15 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			reset(tc)
 			continue
 		}
-		p.wg.Go(func() {
+		go func() {
+			defer p.wg.Done()
 			defer p.release(key)
 			if !p.track(tc) {
 				return
 			}
 			defer p.untrack(tc)
 			p.handle(tc, src)
-		})
+		}()
 	}
 }
 
@@ -196,15 +198,17 @@ func (p *Proxy) isClosed() bool {
 	return p.closed
 }
 
-// admit counts a connection of client in, if the bounds allow it.
+// admit counts a connection of client in (and in p.wg), if the bounds
+// allow it and the proxy is not closed.
 func (p *Proxy) admit(client string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.total >= MaxConns || p.per[client] >= MaxPerClient {
+	if p.closed || p.total >= MaxConns || p.per[client] >= MaxPerClient {
 		return false
 	}
 	p.total++
 	p.per[client]++
+	p.wg.Add(1) // under mu: never after Close's Wait began
 	return true
 }
 
@@ -299,6 +303,7 @@ func (p *Proxy) http(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
 	br := bufio.NewReader(in)
 	var up net.Conn
 	var ubr *bufio.Reader
+	var uin *recorder // the server's side, bounded while a head is read
 	defer func() {
 		if up != nil {
 			up.Close()
@@ -339,17 +344,21 @@ func (p *Proxy) http(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
 		if !websocket {
 			withoutUpgrade(req)
 		}
+		req.Header.Del("Http2-Settings") // (no h2c, however asked)
 		if httpguts.HeaderValuesContainsToken(req.Header["Expect"], "100-continue") {
 			// Answered here: the request is written on whole, its body
 			// read first.
 			req.Header.Del("Expect")
-			c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n"))
+			if req.ProtoAtLeast(1, 1) {
+				c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n"))
+			}
 		}
 		if up == nil {
 			if up = p.dial(c, dst); up == nil {
 				return
 			}
-			ubr = bufio.NewReaderSize(up, 64<<10)
+			uin = &recorder{r: up, max: -1}
+			ubr = bufio.NewReaderSize(uin, 64<<10)
 		}
 		in.max = -1 // a body may be any size
 		if _, ok := req.Header["User-Agent"]; !ok {
@@ -358,9 +367,12 @@ func (p *Proxy) http(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
 		if err := req.Write(up); err != nil {
 			return
 		}
-		resp, err := http.ReadResponse(ubr, req)
+		resp, err := p.readResponse(c, ubr, uin, req)
 		if err != nil {
 			return
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols && (!websocket || !isWebSocketHeader(resp.Header)) {
+			return // a switch to anything but the WebSocket asked for
 		}
 		if websocket && resp.StatusCode == http.StatusSwitchingProtocols {
 			// The server switched: what follows is WebSocket's, for the
@@ -372,6 +384,14 @@ func (p *Proxy) http(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
 			splice(c, up, c)
 			return
 		}
+		if !req.ProtoAtLeast(1, 1) {
+			// An HTTP/1.0 client reads no chunks: the answer goes to it
+			// as 1.0, its body until the connection ends if its length
+			// is not known.
+			resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.0", 1, 0
+			resp.TransferEncoding = nil
+			resp.Close = resp.Close || resp.ContentLength < 0 || !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "keep-alive")
+		}
 		err = resp.Write(c)
 		resp.Body.Close()
 		if err != nil || resp.Close || req.Close {
@@ -379,6 +399,36 @@ func (p *Proxy) http(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
 		}
 	}
 }
+
+// readResponse reads the server's answer to req, its head at most
+// maxResponseHead: the interim answers (1xx but 101: 100 Continue, 103
+// Early Hints) are passed to c as they come, and the final one returned.
+func (p *Proxy) readResponse(c *net.TCPConn, ubr *bufio.Reader, uin *recorder, req *http.Request) (*http.Response, error) {
+	for {
+		uin.n, uin.max = 0, maxResponseHead
+		resp, err := http.ReadResponse(ubr, req)
+		uin.max = -1 // a body may be any size
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+		if req.ProtoAtLeast(1, 1) {
+			var b bytes.Buffer
+			fmt.Fprintf(&b, "HTTP/1.1 %s\r\n", resp.Status)
+			resp.Header.Write(&b)
+			b.WriteString("\r\n")
+			if _, err := c.Write(b.Bytes()); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// maxResponseHead bounds what is read of the server's side for an
+// answer's head: the head and what the reads bring of its body with it.
+const maxResponseHead = 4 * maxHead
 
 // writeBuffered writes what r holds buffered to w.
 func writeBuffered(w io.Writer, r *bufio.Reader) error {
@@ -432,11 +482,18 @@ func ValidName(name string) bool {
 	return true
 }
 
-// isWebSocket reports whether req asks to switch to WebSocket, the one
-// upgrade passed (h2c's would carry requests the proxy cannot read).
+// isWebSocket reports whether req asks to switch to WebSocket and to
+// nothing else, the one upgrade passed (h2c's would carry requests the
+// proxy cannot read).
 func isWebSocket(req *http.Request) bool {
-	return strings.EqualFold(strings.TrimSpace(req.Header.Get("Upgrade")), "websocket") &&
-		httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade")
+	return isWebSocketHeader(req.Header) && httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade")
+}
+
+// isWebSocketHeader reports whether h's Upgrade is WebSocket alone: one
+// line, one token.
+func isWebSocketHeader(h http.Header) bool {
+	u := h["Upgrade"]
+	return len(u) == 1 && strings.EqualFold(strings.TrimSpace(u[0]), "websocket")
 }
 
 // withoutUpgrade takes any other upgrade out of req: the server answers

@@ -185,10 +185,35 @@ func httpUpstream(t *testing.T, l *lab) net.Listener {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.mu.Lock()
 		l.upNames = append(l.upNames, r.Host)
-		if u := r.Header.Get("Upgrade"); u != "" {
+		for _, u := range r.Header["Upgrade"] {
 			l.upNames = append(l.upNames, "upgrade "+u)
 		}
 		l.mu.Unlock()
+		switch r.URL.Path {
+		case "/hints": // a 103 before the answer
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+		case "/bighead": // a head past any bound
+			w.Header().Set("X-Big", strings.Repeat("a", 1<<20))
+		case "/chunked": // a body of unknown length
+			io.WriteString(w, "one ")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "two")
+			return
+		}
+		if slices.Contains(r.Header["Upgrade"], "h2c") || r.URL.Path == "/wsbad" {
+			// A server that switches to h2c when asked (or, at /wsbad,
+			// whatever it was asked).
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n")
+			brw.Flush()
+			io.Copy(c, brw)
+			return
+		}
 		if r.URL.Path == "/ws" && r.Header.Get("Upgrade") == "websocket" {
 			c, brw, err := http.NewResponseController(w).Hijack()
 			if err != nil {
@@ -462,5 +487,73 @@ func TestCloseEndsDials(t *testing.T) {
 	case <-closed:
 	case <-time.After(DialWait / 2):
 		t.Fatal("Close waited for a dial")
+	}
+}
+
+// TestHTTPUpgradeTricks: a second Upgrade line (h2c behind WebSocket)
+// is no WebSocket: both are taken out; a server that answers a WebSocket
+// upgrade with a switch to something else is not passed.
+func TestHTTPUpgradeTricks(t *testing.T) {
+	l := newLab(t, httpUpstream)
+	two := "GET / HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n"
+	if got := l.exchange(t, two); got != "200 host api.test body 0|" {
+		t.Errorf("WebSocket and h2c upgrades in two lines: %q", got)
+	}
+	ws := "GET /wsbad HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+	if got := l.exchange(t, ws); strings.HasPrefix(got, "101") {
+		t.Errorf("a switch to h2c for a WebSocket upgrade was passed: %q", got)
+	}
+	_, heard, _ := l.seen()
+	if slices.Contains(heard, "upgrade h2c") {
+		t.Errorf("the server heard an h2c upgrade: %q", heard)
+	}
+}
+
+// TestHTTPAnswers: an interim answer (103) reaches the client before the
+// final one; a head past the bound ends the connection, nothing passed;
+// an HTTP/1.0 client gets 1.0, never chunks.
+func TestHTTPAnswers(t *testing.T) {
+	l := newLab(t, httpUpstream)
+	c, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	br := bufio.NewReader(c)
+	io.WriteString(c, "GET /hints HTTP/1.1\r\nHost: api.test\r\n\r\n")
+	var codes []int
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("after %v: %v", codes, err)
+		}
+		codes = append(codes, resp.StatusCode)
+		if resp.StatusCode >= 200 {
+			io.ReadAll(resp.Body)
+			break
+		}
+	}
+	if fmt.Sprint(codes) != "[103 200]" {
+		t.Errorf("answers %v, want [103 200]", codes)
+	}
+	// The connection goes on: the next request is answered.
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n")
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Errorf("the request after the hints: %v, %v", resp, err)
+	}
+	if got := l.exchange(t, "GET /bighead HTTP/1.1\r\nHost: api.test\r\n\r\n"); strings.HasPrefix(got, "200") {
+		t.Errorf("a head of a MiB passed: %.40q", got)
+	}
+	c2, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.SetDeadline(time.Now().Add(time.Minute))
+	io.WriteString(c2, "GET /chunked HTTP/1.0\r\nHost: api.test\r\n\r\n")
+	raw, _ := io.ReadAll(c2)
+	if !strings.HasPrefix(string(raw), "HTTP/1.0 200") || strings.Contains(string(raw), "chunked") || !strings.HasSuffix(string(raw), "one two") {
+		t.Errorf("an HTTP/1.0 client got:\n%s", raw)
 	}
 }

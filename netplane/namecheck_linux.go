@@ -175,10 +175,12 @@ func (nw *Network) outward(dst netip.Addr) string {
 			why = "an address of the host's"
 			return nil
 		}
-		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
-			if _, ours := hostnet.MarkedID(l.Attrs().Alias); ours || strings.HasPrefix(l.Attrs().Alias, hostnet.AliasPrefix) {
-				why = "a VM's address, behind " + l.Attrs().Name
-			}
+		l, err := netlink.LinkByIndex(r.LinkIndex)
+		switch {
+		case err != nil:
+			why = "an address whose way out cannot be read"
+		case strings.HasPrefix(l.Attrs().Alias, hostnet.AliasPrefix):
+			why = "a VM's address, behind " + l.Attrs().Name
 		}
 		return nil
 	})

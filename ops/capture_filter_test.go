@@ -27,6 +27,14 @@ func TestCompileFilter(t *testing.T) {
 	if p, err := CompileFilter(context.Background(), "tcp port 443 and host 10.0.0.5 or arp"); err != nil || len(p) < 10 {
 		t.Errorf("a longer filter: %d instructions, %v", len(p), err)
 	}
+	// What tcpdump writes for the language's corners decodes: ALU with
+	// X, ldx msh, ld #len, ret a, long jumps, VLAN tags.
+	for _, expr := range []string{"vlan and tcp", "ip[2:2] > 576", "ether[0] & 1 != 0", "tcp[tcpflags] & tcp-syn != 0",
+		"ip6 and udp port 53", "len > 100", "ip[0] & 0xf > 5 and ip[2:2] / 4 > 10", "portrange 1000-2000 or net 10.0.0.0/8"} {
+		if _, err := CompileFilter(context.Background(), expr); err != nil {
+			t.Errorf("%s: %v", expr, err)
+		}
+	}
 	if _, err := CompileFilter(context.Background(), "tcp port"); err == nil || !strings.Contains(err.Error(), `--filter "tcp port": can't parse filter expression`) {
 		t.Errorf("a filter with a syntax error: %v", err)
 	}
