@@ -64,7 +64,7 @@ func (b *Bandwidth) String() string {
 		parts = append(parts, "fromVM "+FormatRate(b.FromVM))
 	}
 	if b.Burst > 0 {
-		parts = append(parts, "burst "+formatBytes(b.Burst))
+		parts = append(parts, "burst "+FormatBytes(b.Burst))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -80,7 +80,8 @@ func FormatRate(bps uint64) string {
 	return strconv.FormatUint(bps, 10) + "bit"
 }
 
-func formatBytes(n uint64) string {
+// FormatBytes is a size as a VM file writes it: "8MiB", "256KiB".
+func FormatBytes(n uint64) string {
 	for _, u := range byteUnits {
 		if u.mult > 1 && n%u.mult == 0 {
 			return strconv.FormatUint(n/u.mult, 10) + u.name
@@ -101,6 +102,10 @@ var rateUnits = []unit{{"Tbit", 1e12}, {"Gbit", 1e9}, {"Mbit", 1e6}, {"kbit", 1e
 var byteUnits = []unit{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
 
 // parseWithUnit reads a number with one of units (any case) after it.
+// ParseBytes reads a size in bytes as a VM file writes them: "256KiB",
+// "8MiB", "1MB", "4096".
+func ParseBytes(s string) (uint64, bool) { return parseWithUnit(s, byteUnits) }
+
 func parseWithUnit(s string, units []unit) (uint64, bool) {
 	s = strings.TrimSpace(s)
 	for _, u := range units {
@@ -132,7 +137,7 @@ type quantity struct {
 
 var (
 	rateQuantity  = quantity{rateUnits, MinRate, MaxRate, FormatRate, "a rate in bits per second like 100Mbit, 1Gbit or 500kbit"}
-	burstQuantity = quantity{byteUnits, MinBurst, MaxBurst, formatBytes, "a size in bytes like 256KiB or 1MB"}
+	burstQuantity = quantity{byteUnits, MinBurst, MaxBurst, FormatBytes, "a size in bytes like 256KiB or 1MB"}
 )
 
 // field reads q into dst.
@@ -167,7 +172,7 @@ func (w *walker) bandwidth(v *yaml.Node, path string) *Bandwidth {
 	}
 	for _, r := range []uint64{b.ToVM, b.FromVM} {
 		if r > 0 && b.Burst > r/8*maxBurstTime {
-			w.errorf(v, joinPath(path, "burst"), "%s is more than %d s at %s: the kernel's token bucket holds at most that; lower the burst or raise the rate", formatBytes(b.Burst), maxBurstTime, FormatRate(r))
+			w.errorf(v, joinPath(path, "burst"), "%s is more than %d s at %s: the kernel's token bucket holds at most that; lower the burst or raise the rate", FormatBytes(b.Burst), maxBurstTime, FormatRate(r))
 			break
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -61,29 +62,30 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
 		return st, fmt.Errorf("capturing on %s: %w", port, err)
 	}
-	ng, err := newNgWriter(w, "vmnetctl capture")
-	if err == nil {
-		err = ng.addInterface(o.Name+": from the VM", maxFrame)
+	if o.Bound != nil {
+		o.Bound()
 	}
-	if err == nil {
-		err = ng.addInterface(o.Name+": to the VM", maxFrame)
-	}
-	if err == nil {
-		err = ng.flush()
-	}
-	if err != nil {
-		return st, err
+	out := &output{w: w, name: o.Name, ring: o.Ring}
+	if o.Ring == 0 {
+		if err := out.start(); err != nil {
+			return st, err
+		}
 	}
 	var deadline time.Time
 	if o.Duration > 0 {
 		deadline = time.Now().Add(o.Duration)
 	}
 	buf := make([]byte, maxFrame)
-	var perIface [2]uint64 // the frames of each direction
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	for o.Count == 0 || st.Frames < uint64(o.Count) {
 		if ctx.Err() != nil || !deadline.IsZero() && !time.Now().Before(deadline) {
 			break
+		}
+		if o.Until != nil {
+			if why := o.Until(); why != "" {
+				st.Ended = why
+				break
+			}
 		}
 		if n, err := unix.Poll(pfd, int(pollEvery/time.Millisecond)); err != nil && err != unix.EINTR {
 			return st, err
@@ -95,6 +97,10 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 			if err == unix.EAGAIN || err == unix.EINTR {
 				continue
 			}
+			if err == unix.ENETDOWN || err == unix.ENXIO || err == unix.ENODEV {
+				st.Ended = "the port went: its helper exited"
+				break
+			}
 			return st, err
 		}
 		ll, ok := from.(*unix.SockaddrLinklayer)
@@ -105,11 +111,7 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 		if ll.Pkttype == unix.PACKET_OUTGOING {
 			iface = 1 // the port sent it: to the VM
 		}
-		perIface[iface]++
-		if err := ng.writePacket(iface, time.Now(), buf[:min(n, len(buf))], n); err != nil {
-			return st, err
-		}
-		if err := ng.flush(); err != nil {
+		if err := out.frame(iface, time.Now(), buf[:min(n, len(buf))], n); err != nil {
 			return st, err
 		}
 		st.Frames++
@@ -117,16 +119,94 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 	if ps, err := unix.GetsockoptTpacketStats(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
 		st.Dropped = uint64(ps.Drops)
 	}
-	// The kernel counts the socket's drops, not which way they went: they
-	// are told on the first interface.
+	if o.Ring > 0 {
+		st.Frames = uint64(len(out.held))
+	}
+	return st, out.end(st.Dropped)
+}
+
+// output is where a capture's frames go: straight to w as pcapng, or,
+// with ring, into memory, the last ring bytes of them, written at the end.
+type output struct {
+	w        io.Writer
+	name     string
+	ring     int
+	ng       *ngWriter
+	perIface [2]uint64 // the frames written of each direction
+	held     []heldFrame
+	bytes    int // held's
+}
+
+// heldFrame is a frame a flight recorder keeps.
+type heldFrame struct {
+	iface  uint32
+	t      time.Time
+	data   []byte
+	length int
+}
+
+// start writes the capture's header and its two interfaces.
+func (o *output) start() error {
+	ng, err := newNgWriter(o.w, "vmnetctl capture")
+	if err == nil {
+		err = ng.addInterface(o.name+": from the VM", maxFrame)
+	}
+	if err == nil {
+		err = ng.addInterface(o.name+": to the VM", maxFrame)
+	}
+	if err == nil {
+		err = ng.flush()
+	}
+	o.ng = ng
+	return err
+}
+
+// frame writes a frame as it comes, or keeps it, letting the oldest go.
+func (o *output) frame(iface uint32, t time.Time, data []byte, length int) error {
+	if o.ring == 0 {
+		o.perIface[iface]++
+		if err := o.ng.writePacket(iface, t, data, length); err != nil {
+			return err
+		}
+		return o.ng.flush()
+	}
+	o.held = append(o.held, heldFrame{iface, t, slices.Clone(data), length})
+	o.bytes += len(data)
+	drop := 0
+	for o.bytes > o.ring && drop < len(o.held)-1 {
+		o.bytes -= len(o.held[drop].data)
+		drop++
+	}
+	if drop > 0 {
+		// (Copied down, so that the slice's array does not grow.)
+		o.held = append(o.held[:0], o.held[drop:]...)
+	}
+	return nil
+}
+
+// end writes what a flight recorder kept, then each interface's
+// statistics. The kernel counts the socket's drops, not which way they
+// went: they are told on the first interface.
+func (o *output) end(dropped uint64) error {
+	if o.ring > 0 {
+		if err := o.start(); err != nil {
+			return err
+		}
+		for _, f := range o.held {
+			o.perIface[f.iface]++
+			if err := o.ng.writePacket(f.iface, f.t, f.data, f.length); err != nil {
+				return err
+			}
+		}
+	}
 	now := time.Now()
-	if err := ng.writeStats(0, now, perIface[0], st.Dropped); err != nil {
-		return st, err
+	if err := o.ng.writeStats(0, now, o.perIface[0], dropped); err != nil {
+		return err
 	}
-	if err := ng.writeStats(1, now, perIface[1], 0); err != nil {
-		return st, err
+	if err := o.ng.writeStats(1, now, o.perIface[1], 0); err != nil {
+		return err
 	}
-	return st, ng.flush()
+	return o.ng.flush()
 }
 
 // htons is v in network byte order, as packet sockets take protocols.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,5 +241,85 @@ func TestPortFilter(t *testing.T) {
 	}
 	if n != 3 {
 		t.Errorf("%d frames in the capture, want 3", n)
+	}
+}
+
+// TestPortRing: a flight recorder keeps the last frames only, within its
+// ring, and writes them when it ends: told to by Until, or when its port
+// goes (the helper exited), saying why.
+func TestPortRing(t *testing.T) {
+	testutil.RequireRoot(t, "captures in a network namespace")
+	host, vm := testutil.NewNS(t, "cr-host"), testutil.NewNS(t, "cr-vm")
+	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "p", "type", "veth", "peer", "name", "eth0", "netns", vm.Name)
+	host.MustRun(t, "ip", "addr", "add", "10.96.0.1/24", "dev", "p")
+	host.MustRun(t, "ip", "link", "set", "p", "up")
+	vm.MustRun(t, "ip", "addr", "add", "10.96.0.2/24", "dev", "eth0")
+	vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+	const ring = 4 << 10
+	record := func(until func() string, act func()) (*bytes.Buffer, nettypes.CaptureStats) {
+		t.Helper()
+		var out bytes.Buffer
+		var st nettypes.CaptureStats
+		done := make(chan error, 1)
+		bound := make(chan struct{})
+		go func() {
+			done <- host.Do(func() (err error) {
+				st, err = Port(context.Background(), "p", nettypes.CaptureOptions{Name: "r", Ring: ring, Until: until, Bound: func() { close(bound) }}, &out)
+				return err
+			})
+		}()
+		<-bound
+		act()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return &out, st
+	}
+	var stop atomic.Bool
+	out, st := record(func() string {
+		if stop.Load() {
+			return "told to"
+		}
+		return ""
+	}, func() {
+		if out, err := vm.Run(context.Background(), "ping", "-c", "40", "-i", "0.01", "-s", "200", "10.96.0.1"); err != nil {
+			t.Errorf("40 pings: %v\n%s", err, out)
+		}
+		stop.Store(true)
+	})
+	if st.Ended != "told to" {
+		t.Errorf("ended %q", st.Ended)
+	}
+	r, err := pcapgo.NewNgReader(out, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, size, lastSeq := 0, 0, 0
+	for {
+		data, _, err := r.ReadPacketData()
+		if err != nil {
+			break
+		}
+		frames++
+		size += len(data)
+		if icmp, ok := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4); ok && icmp.TypeCode.Type() == layers.ICMPv4TypeEchoRequest {
+			lastSeq = int(icmp.Seq)
+		}
+	}
+	if frames == 0 || size > ring || uint64(frames) != st.Frames {
+		t.Errorf("the ring holds %d frames, %d bytes (ring %d; stats %+v)", frames, size, ring, st)
+	}
+	if lastSeq != 40 {
+		t.Errorf("the last echo request kept is number %d, want 40: the ring keeps the latest", lastSeq)
+	}
+	// The port goes (its helper exited): what the ring holds is written.
+	_, st = record(nil, func() {
+		if out, err := vm.Run(context.Background(), "ping", "-c", "1", "10.96.0.1"); err != nil {
+			t.Errorf("a ping: %v\n%s", err, out)
+		}
+		host.MustRun(t, "ip", "link", "del", "p")
+	})
+	if !strings.Contains(st.Ended, "the port went") || st.Frames == 0 {
+		t.Errorf("after the port went: %+v", st)
 	}
 }

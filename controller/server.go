@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -114,7 +115,7 @@ func lookupGroup(name string) (int, error) {
 }
 
 // serveCapture answers GET /v1/capture?vm=VM[&network=N][&count=N]
-// [&duration=D][&filter=BPF]: the frames of the VM's port as pcapng, as they pass,
+// [&duration=D][&filter=BPF][&ring=BYTES]: the frames of the VM's port as pcapng, as they pass,
 // to root or the VM's owner only (a VM's traffic is its owner's to
 // see), with what it captured in the trailer.
 func (c *Controller) serveCapture(w http.ResponseWriter, r *http.Request) {
@@ -144,7 +145,15 @@ func (c *Controller) serveCapture(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	port, name, owner, err := c.capturePort(q.Get("vm"), q.Get("network"))
+	if s := q.Get("ring"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < minRing || n > maxRing {
+			http.Error(w, fmt.Sprintf("capture: ring %q is not a size from %d KiB to %d MiB", s, minRing>>10, maxRing>>20), http.StatusBadRequest)
+			return
+		}
+		o.Ring = n
+	}
+	port, name, network, owner, err := c.capturePort(q.Get("vm"), q.Get("network"))
 	if err != nil {
 		http.Error(w, "capture: "+err.Error(), http.StatusNotFound)
 		return
@@ -160,11 +169,32 @@ func (c *Controller) serveCapture(w http.ResponseWriter, r *http.Request) {
 	}
 	defer c.captures.Add(-1)
 	o.Name = name
+	if o.Ring > 0 {
+		o.Until = c.dropBurst(network, port)
+	}
 	w.Header().Set("Content-Type", "application/x-pcapng")
 	w.Header().Set("Trailer", ctlapi.CaptureTrailer)
-	w.WriteHeader(http.StatusOK)
+	// The answer begins once the socket is bound: the client knows every
+	// frame from then on is captured; what fails before is an error.
+	bound := false
+	o.Bound = func() {
+		bound = true
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+	}
 	st, err := cp.Capture(r.Context(), port, o, flushWriter{w})
+	if !bound {
+		w.Header().Del("Trailer")
+		if err == nil {
+			err = errors.New("ended before it began")
+		}
+		http.Error(w, "capture: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
 	trailer := fmt.Sprintf("frames=%d dropped=%d", st.Frames, st.Dropped)
+	if st.Ended != "" {
+		trailer += " ended=" + strconv.Quote(st.Ended)
+	}
 	if err != nil {
 		trailer += "; " + err.Error()
 	}
@@ -172,23 +202,60 @@ func (c *Controller) serveCapture(w http.ResponseWriter, r *http.Request) {
 }
 
 // maxCaptures bounds the captures that run at once: each holds a packet
-// socket with a buffer of megabytes, and its client may never read.
-const maxCaptures = 8
+// socket with a buffer of megabytes, and its client may never read; a
+// flight recorder holds its ring, at most maxRing.
+const (
+	maxCaptures = 8
+	minRing     = 64 << 10
+	maxRing     = 64 << 20
+)
+
+// flightDropBurst is what a flight recorder takes for a burst of the
+// guard's drops: that many of the VM's frames dropped within a second
+// (a VM that sends from an address not its own, say) ends it.
+const flightDropBurst = 20
+
+// dropBurst is a flight recorder's Until: it reads the guard's drops on
+// port (of network) once a second, and says so when they jumped by
+// flightDropBurst or more since the last read.
+func (c *Controller) dropBurst(network, port string) func() string {
+	c.mu.Lock()
+	nw := c.nets[network]
+	c.mu.Unlock()
+	if nw == nil {
+		return nil
+	}
+	var last uint64
+	var at time.Time
+	return func() string {
+		if time.Since(at) < time.Second {
+			return ""
+		}
+		first := at.IsZero()
+		at = time.Now()
+		d := nw.Stats([]string{port}).GuardDrops[port]
+		defer func() { last = d }()
+		if !first && d >= last+flightDropBurst {
+			return fmt.Sprintf("the guard dropped %d of the VM's frames within a second", d-last)
+		}
+		return ""
+	}
+}
 
 // capturePort is the port of vm's attachment (on network, if several),
-// its name in a capture and its owner's uid.
-func (c *Controller) capturePort(vm, network string) (port, name string, owner int, err error) {
+// its name in a capture, its network and its owner's uid.
+func (c *Controller) capturePort(vm, network string) (port, name, netID string, owner int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, owner, err := c.findAttachmentLocked(vm, network)
 	if err != nil {
-		return "", "", 0, err
+		return "", "", "", 0, err
 	}
 	h := c.helpers[a.Key()]
 	if h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
-		return "", "", 0, fmt.Errorf("%s on %s has no port: its helper does not run", a.Key(), a.Network)
+		return "", "", "", 0, fmt.Errorf("%s on %s has no port: its helper does not run", a.Key(), a.Network)
 	}
-	return h.rec.Tap, fmt.Sprintf("%s on %s", a.Key(), a.Network), owner, nil
+	return h.rec.Tap, fmt.Sprintf("%s on %s", a.Key(), a.Network), a.Network, owner, nil
 }
 
 // findAttachmentLocked is vm's attachment that is up (to network, if it

@@ -115,6 +115,17 @@ type CaptureOptions struct {
 	// Filter, if set, is the classic BPF program a frame must pass
 	// (`capture --filter`, compiled by libpcap).
 	Filter []bpf.RawInstruction
+	// Ring, if set, makes the capture a flight recorder: it keeps the
+	// last Ring bytes of frames in memory, and writes them only when it
+	// ends: after Count frames, after Duration, when its reader goes,
+	// when the port goes (its helper exited), or when Until says why.
+	Ring int
+	// Until, if set, is asked a few times a second whether the capture
+	// should end now, and why ("" to go on).
+	Until func() string
+	// Bound, if set, is called once the capture's socket is bound: it
+	// hears every frame from then on.
+	Bound func()
 }
 
 // PortImpairment is what a VM's port does to its frames on purpose: its
@@ -128,6 +139,9 @@ type PortImpairment struct {
 // because its reader was slower than the VM.
 type CaptureStats struct {
 	Frames, Dropped uint64
+	// Ended is why the capture ended when its port went, or Until said
+	// so ("" otherwise).
+	Ended string
 }
 
 // DeniedFlow is a connection a VM opened that an egress policy refused.

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/net/bpf"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -28,7 +29,10 @@ type CaptureOptions struct {
 	Count       int
 	Duration    time.Duration
 	// Filter is a capture filter expression ("" for every frame).
-	Filter   string
+	Filter string
+	// Ring, if set, makes the capture a flight recorder of that many
+	// bytes (nettypes.CaptureOptions.Ring).
+	Ring     int
 	Out, Err io.Writer
 }
 
@@ -46,6 +50,9 @@ func Capture(ctx context.Context, sd statedir.Dir, o CaptureOptions) error {
 	}
 	if o.Duration > 0 {
 		q.Set("duration", o.Duration.String())
+	}
+	if o.Ring > 0 {
+		q.Set("ring", strconv.Itoa(o.Ring))
 	}
 	if o.Filter != "" {
 		prog, err := CompileFilter(ctx, o.Filter)
@@ -70,6 +77,9 @@ func Capture(ctx context.Context, sd statedir.Dir, o CaptureOptions) error {
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("%s", strings.TrimRight(string(msg), "\r\n"))
+	}
+	if o.Ring > 0 {
+		fmt.Fprintf(o.Err, "capture of %s: recording the last %s of its frames\n", o.VM, api.FormatBytes(uint64(o.Ring)))
 	}
 	count := &frameCounter{w: o.Out}
 	if _, err := io.Copy(count, resp.Body); err != nil && ctx.Err() == nil {

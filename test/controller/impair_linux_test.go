@@ -1,13 +1,24 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
 
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // pingLoss pings the gateway n times from vm, 2 ms apart, and returns
@@ -121,4 +132,83 @@ func TestImpairCommand(t *testing.T) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
 	}
+}
+
+// TestFlightRecorder: `capture --ring` keeps the last frames of a VM's
+// port and writes them when its helper exits (killed here), saying why,
+// as pcapng gopacket reads: the pings before the crash are there.
+func TestFlightRecorder(t *testing.T) {
+	h := newHost(t)
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  fr:\n    networks: [{vmnet: shared}]\n"))
+	a := h.Attachment(h.Status(), "fr")
+	vm := h.VM(a)
+	vm.DHCP(t)
+	file := filepath.Join(t.TempDir(), "fr.pcapng")
+	cmd := h.VmnetctlCommand(context.Background(), "capture", "fr", "--ring", "64KiB", "-w", file)
+	var errOut syncBuffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(errOut.String(), "recording the last 64KiB") {
+			return fmt.Errorf("capture said %q", errOut.String())
+		}
+		return nil
+	}, "the flight recorder to start")
+	if err := vm.Ping(gateway, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(a.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("capture: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(errOut.String(), `ended="the port went: its helper exited"`) {
+		t.Errorf("capture said %q", errOut.String())
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := 0
+	for {
+		data, ci, err := r.ReadPacketData()
+		if err != nil {
+			break
+		}
+		if icmp, ok := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4); ok && icmp.TypeCode.Type() == layers.ICMPv4TypeEchoRequest && ci.InterfaceIndex == 0 {
+			requests++
+		}
+	}
+	if requests < 3 {
+		t.Errorf("the flight recorder holds %d echo requests, want the 3 before the crash", requests)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
