@@ -75,7 +75,8 @@ type Impairer interface {
 // Capturer is a backend that captures a VM port's frames (Linux).
 type Capturer interface {
 	// Capture copies port's frames to w as pcapng until o says it ends
-	// or ctx is done (package capture).
+	// or ctx is done (package capture), calling o.Bound (if set) once it
+	// hears them, before it writes anything.
 	Capture(ctx context.Context, port string, o CaptureOptions, w io.Writer) (CaptureStats, error)
 }
 

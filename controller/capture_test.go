@@ -27,6 +27,9 @@ func (c *capturer) Name() string { return "test" }
 
 func (c *capturer) Capture(_ context.Context, port string, o backend.CaptureOptions, w io.Writer) (backend.CaptureStats, error) {
 	c.port, c.o = port, o
+	if o.Bound != nil {
+		o.Bound()
+	}
 	_, err := io.WriteString(w, "pcapng")
 	return backend.CaptureStats{Frames: 6, Dropped: 1}, err
 }
