@@ -16,6 +16,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -136,62 +137,100 @@ func TestImpairCommand(t *testing.T) {
 
 // TestFlightRecorder: `capture --ring` keeps the last frames of a VM's
 // port and writes them when its helper exits (killed here), saying why,
-// as pcapng gopacket reads: the pings before the crash are there.
+// as pcapng gopacket reads: the pings before the crash are there; and
+// when the guard drops a burst of the VM's frames (it sends from a MAC
+// not its own), with those frames in it.
 func TestFlightRecorder(t *testing.T) {
 	h := newHost(t)
 	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  fr:\n    networks: [{vmnet: shared}]\n"))
 	a := h.Attachment(h.Status(), "fr")
 	vm := h.VM(a)
 	vm.DHCP(t)
-	file := filepath.Join(t.TempDir(), "fr.pcapng")
-	cmd := h.VmnetctlCommand(context.Background(), "capture", "fr", "--ring", "64KiB", "-w", file)
-	var errOut syncBuffer
-	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	testutil.Eventually(t, 30*time.Second, func() error {
-		if !strings.Contains(errOut.String(), "recording the last 64KiB") {
-			return fmt.Errorf("capture said %q", errOut.String())
+	// record runs a flight recorder while act runs, and returns what it
+	// said and the echo requests from the VM it wrote.
+	record := func(act func()) (said string, requests int) {
+		t.Helper()
+		file := filepath.Join(t.TempDir(), "fr.pcapng")
+		cmd := h.VmnetctlCommand(context.Background(), "capture", "fr", "--ring", "64KiB", "-w", file)
+		var errOut syncBuffer
+		cmd.Stderr = &errOut
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}, "the flight recorder to start")
-	if err := vm.Ping(gateway, 3); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(a.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("capture: %v\n%s", err, errOut.String())
-	}
-	if !strings.Contains(errOut.String(), `ended="the port went: its helper exited"`) {
-		t.Errorf("capture said %q", errOut.String())
-	}
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	requests := 0
-	for {
-		data, ci, err := r.ReadPacketData()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() { cmd.Process.Kill() })
+		testutil.Eventually(t, 30*time.Second, func() error {
+			if !strings.Contains(errOut.String(), "recording the last 64KiB") {
+				return fmt.Errorf("capture said %q", errOut.String())
+			}
+			return nil
+		}, "the flight recorder to start")
+		act()
+		// A deadline for the test, not for the product: a recorder
+		// that never ends is the failure this waits for.
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("capture: %v\n%s", err, errOut.String())
+			}
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("the flight recorder did not end; it said %q; the VM's spoofed frames dropped: %d",
+				errOut.String(), h.Attachment(h.Status(), "fr").SpoofDrops)
+		}
+		f, err := os.Open(file)
 		if err != nil {
-			break
+			t.Fatal(err)
 		}
-		if icmp, ok := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4); ok && icmp.TypeCode.Type() == layers.ICMPv4TypeEchoRequest && ci.InterfaceIndex == 0 {
-			requests++
+		defer f.Close()
+		r, err := pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for {
+			data, ci, err := r.ReadPacketData()
+			if err != nil {
+				break
+			}
+			if icmp, ok := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4); ok && icmp.TypeCode.Type() == layers.ICMPv4TypeEchoRequest && ci.InterfaceIndex == 0 {
+				requests++
+			}
+		}
+		return errOut.String(), requests
 	}
-	if requests < 3 {
-		t.Errorf("the flight recorder holds %d echo requests, want the 3 before the crash", requests)
+	said, requests := record(func() {
+		if err := vm.Ping(gateway, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(a.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !strings.Contains(said, `ended="the port went: its helper exited"`) || requests < 3 {
+		t.Errorf("after the helper was killed, capture said %q and wrote %d echo requests, want the 3 before it", said, requests)
+	}
+	// The helper back (the same socket; the VM follows it), the VM sends
+	// from a MAC not its own: the guard drops a burst, which ends the
+	// recorder, with them in it.
+	testutil.Eventually(t, 60*time.Second, func() error {
+		if b := h.Attachment(h.Status(), "fr"); b.PID == a.PID || b.State != ctlapi.StateRunning {
+			return fmt.Errorf("helper pid %d, %s", b.PID, b.State)
+		}
+		return vm.Ping(gateway, 1)
+	}, "the helper back")
+	said, requests = record(func() {
+		// A new MAC flushes the VM's neighbours, and its ARP requests
+		// would be dropped too: the gateway's entry is put back, fixed.
+		gw := strings.Fields(vm.MustRun(t, "ip", "neigh", "show", gateway, "dev", "eth0"))
+		if len(gw) < 3 || gw[1] != "lladdr" {
+			t.Fatalf("the VM's neighbour entry of the gateway: %q", gw)
+		}
+		vm.MustRun(t, "ip", "link", "set", "eth0", "address", "02:00:00:00:0f:0f")
+		vm.MustRun(t, "ip", "neigh", "replace", gateway, "lladdr", gw[2], "dev", "eth0", "nud", "permanent")
+		vm.Run(context.Background(), "ping", "-q", "-c", "100", "-i", "0.005", "-W", "1", gateway)
+	})
+	if !strings.Contains(said, `ended="the guard dropped`) || requests < 20 {
+		t.Errorf("after a burst of spoofed frames, capture said %q and wrote %d echo requests", said, requests)
 	}
 }
 
