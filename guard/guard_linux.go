@@ -725,21 +725,47 @@ const (
 // SetImpairments makes ps the impairments of n's ports: each port loses
 // its share of frames each way, drawn at random per frame by the kernel
 // (numgen). Ports not in ps lose none.
+//
+// With none, only chains that are there are deleted, and none there is no
+// transaction at all: the controller gives every network its impairments
+// on each full pass, and a chain deleted is a change its watch reports
+// (netplane.WatchChanges), which asks for a full pass: adding and
+// deleting the chains each time kept it passing without end.
 func SetImpairments(ctx context.Context, n *api.Network, ps []nettypes.PortImpairment) error {
+	if !Guarded(n) {
+		return nil
+	}
 	ps = slices.Clone(ps)
 	slices.SortFunc(ps, func(a, b nettypes.PortImpairment) int { return strings.Compare(a.Port, b.Port) })
+	var gone []string
+	if len(ps) == 0 {
+		chains, err := hostnet.TableChains(knftables.BridgeFamily, hostnet.TableName(n.ID))
+		if err != nil {
+			return fmt.Errorf("network %q: the impairments: %w", n.ID, err)
+		}
+		for _, c := range chains {
+			if c == impairFrom || c == impairTo {
+				gone = append(gone, c)
+			}
+		}
+		if len(gone) == 0 {
+			return nil
+		}
+	}
 	return runGuardTx(ctx, n, "the impairments", func(tx *knftables.Transaction) {
+		for _, c := range gone {
+			tx.Delete(&knftables.Chain{Name: c})
+		}
 		for _, c := range []struct {
 			name string
 			hook knftables.BaseChainHook
 		}{{impairFrom, knftables.PreroutingHook}, {impairTo, knftables.PostroutingHook}} {
+			if len(ps) == 0 {
+				break
+			}
 			chain := &knftables.Chain{Name: c.name, Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(c.hook),
 				Priority: knftables.PtrTo(knftables.FilterPriority), Policy: knftables.PtrTo(knftables.AcceptPolicy)}
 			tx.Add(chain)
-			if len(ps) == 0 {
-				tx.Delete(&knftables.Chain{Name: c.name})
-				continue
-			}
 			tx.Flush(&knftables.Chain{Name: c.name})
 		}
 		for _, p := range ps {

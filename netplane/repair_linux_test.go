@@ -18,6 +18,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -163,4 +164,77 @@ func TestBriefLinks(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestPassesQuiet: what the controller gives a running network on every
+// full pass, given again unchanged, deletes no vmnetctl table or chain, so
+// that the controller's watch (WatchChanges) does not ask for another
+// pass: impairments none when there are none (they once added and deleted
+// their chains each time, and an idle controller passed without end, a
+// core's worth of nft), partitions none. Clearing impairments that are
+// set deletes their chains, once. The notices are read up to a sentinel
+// table of nobody's, made and deleted last: none is missed.
+func TestPassesQuiet(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "quiet")
+	n := testNet("q1", api.ModeShared, "10.200.61.0/24")
+	nw := start(t, host, n, Options{})
+	var events *nl.NetlinkSocket
+	host.MustDo(t, func() (err error) {
+		events, err = nl.Subscribe(unix.NETLINK_NETFILTER, unix.NFNLGRP_NFTABLES)
+		return err
+	})
+	defer events.Close()
+	// reported reads the notices up to the sentinel's deletion and
+	// returns those the watch would report.
+	reported := func() []string {
+		t.Helper()
+		host.MustRun(t, "nft", "add", "table", "inet", "sentinel")
+		host.MustRun(t, "nft", "delete", "table", "inet", "sentinel")
+		var out []string
+		for {
+			msgs, _, err := events.Receive()
+			if err != nil {
+				t.Fatalf("reading nftables' notices: %v", err)
+			}
+			for _, m := range msgs {
+				if m.Header.Type == unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_DELTABLE && nfAttr(m.Data, unix.NFTA_TABLE_NAME) == "sentinel" {
+					return out
+				}
+				if tableDeleted(m) {
+					out = append(out, nfAttr(m.Data, unix.NFTA_CHAIN_TABLE)+" "+nfAttr(m.Data, unix.NFTA_CHAIN_NAME))
+				}
+			}
+		}
+	}
+	reported() // what starting the network made
+	for range 2 {
+		if err := nw.SetImpairments(nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := nw.SetPartitions(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := reported(); len(got) > 0 {
+		t.Errorf("passes that change nothing deleted %q", got)
+	}
+	imp := nettypes.PortImpairment{Port: "vmt-q", Impairment: api.Impairment{LossToVM: api.LossScale / 10}}
+	for range 2 {
+		if err := nw.SetImpairments([]nettypes.PortImpairment{imp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := reported(); len(got) > 0 {
+		t.Errorf("setting an impairment again deleted %q", got)
+	}
+	for range 2 {
+		if err := nw.SetImpairments(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	table := hostnet.TableName(n.ID)
+	if got, want := reported(), []string{table + " impair-from", table + " impair-to"}; !slices.Equal(got, want) {
+		t.Errorf("clearing an impairment twice deleted %q, want %q once", got, want)
+	}
 }
