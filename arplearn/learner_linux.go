@@ -73,6 +73,7 @@ type Learner struct {
 	bound     func(mac net.HardwareAddr)
 	onLease   func(kind, network, mac string, ip netip.Addr)
 	logLimit  guestlog.Limit // the learner's lines
+	answerLog guestlog.Limit // its failures to answer for the gateway: not hidden by a binding's line
 	known     atomic.Bool    // the network's VMs are known (VMsKnown): it may bind
 	mu        sync.Mutex
 	learnedAt map[string]time.Time // by MAC: its last learned address (learnHeld)
@@ -274,8 +275,8 @@ func (l *Learner) answerGateway(a arpSeen) {
 		return sendARPReply(br.Attrs().Index, br.Attrs().HardwareAddr, l.n.Gateway, a.mac, a.ip)
 	})
 	if err != nil {
-		if ok, n := l.logLimit.Allow(l.alloc.Now()); ok {
-			l.log.Info("address learner: answering for the gateway", "mac", a.mac.String(), "ip", a.ip, "err", err, "suppressed", n)
+		if ok, n := l.answerLog.Allow(l.alloc.Now()); ok {
+			l.log.Warn("address learner: answering for the gateway", "mac", a.mac.String(), "ip", a.ip, "err", err, "suppressed", n)
 		}
 	}
 }
