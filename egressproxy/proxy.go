@@ -55,9 +55,13 @@ const (
 	// connection may wait for its next request.
 	HelloWait = 30 * time.Second
 	// DialWait bounds a dial to the destination (the kernel's own SYN
-	// retries take two minutes); maxDials the dials at once.
-	DialWait = 30 * time.Second
-	maxDials = 64
+	// retries take two minutes); maxDials the dials at once, and
+	// MaxDialsPerClient a client's share of them: a guest that dials
+	// destinations that never answer holds its own share, never the
+	// network's (its next connection is reset while its share is held).
+	DialWait          = 30 * time.Second
+	maxDials          = 256
+	MaxDialsPerClient = 16
 	// maxHello bounds what is read before a TLS verdict: a ClientHello,
 	// its extensions and post-quantum key shares included, is a few
 	// KiB; maxHead a request's head.
@@ -72,13 +76,14 @@ type Proxy struct {
 	cancel context.CancelFunc
 	dials  chan struct{}
 
-	mu     sync.Mutex
-	total  int
-	per    map[string]int
-	closed bool
-	lns    []net.Listener
-	conns  map[net.Conn]struct{} // both sides of each connection
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	total   int
+	per     map[string]int
+	dialing map[string]int // by client: its dials that have not ended
+	closed  bool
+	lns     []net.Listener
+	conns   map[net.Conn]struct{} // both sides of each connection
+	wg      sync.WaitGroup
 }
 
 // New returns a proxy that serves listeners given to Serve.
@@ -91,7 +96,7 @@ func New(cfg Config) *Proxy {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Proxy{cfg: cfg, ctx: ctx, cancel: cancel, dials: make(chan struct{}, maxDials),
-		per: map[string]int{}, conns: map[net.Conn]struct{}{}}
+		per: map[string]int{}, dialing: map[string]int{}, conns: map[net.Conn]struct{}{}}
 }
 
 // Serve accepts ln's connections until Close.
@@ -150,7 +155,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 				return
 			}
 			defer p.untrack(tc)
-			p.handle(tc, src)
+			p.handle(tc, src, key)
 		}()
 	}
 }
@@ -223,7 +228,7 @@ func (p *Proxy) release(client string) {
 
 // handle checks one connection and, if it passes, splices it to its
 // destination.
-func (p *Proxy) handle(c *net.TCPConn, src netip.AddrPort) {
+func (p *Proxy) handle(c *net.TCPConn, src netip.AddrPort, client string) {
 	defer c.Close()
 	dst, err := p.cfg.OriginalDst(c)
 	if err != nil || dst == addrPortOf(c.LocalAddr()) {
@@ -247,17 +252,17 @@ func (p *Proxy) handle(c *net.TCPConn, src netip.AddrPort) {
 	in := &recorder{r: io.MultiReader(strings.NewReader(string(first[:])), c), max: maxHello}
 	if first[0] == recordTypeHandshake {
 		in.keep = true
-		p.tls(c, in, src, dst)
+		p.tls(c, client, in, src, dst)
 		return
 	}
-	p.http(c, in, src, dst)
+	p.http(c, client, in, src, dst)
 }
 
 // recordTypeHandshake starts every TLS connection's first record.
 const recordTypeHandshake = 0x16
 
 // tls reads the ClientHello, checks its name, and splices.
-func (p *Proxy) tls(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
+func (p *Proxy) tls(c *net.TCPConn, client string, in *recorder, src, dst netip.AddrPort) {
 	hello, err := readClientHello(in)
 	name := ""
 	why := ""
@@ -280,7 +285,7 @@ func (p *Proxy) tls(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
 		c.Write(tlsAccessDenied)
 		return
 	}
-	up := p.dial(c, dst)
+	up := p.dial(c, client, dst)
 	if up == nil {
 		return
 	}
@@ -299,7 +304,7 @@ var tlsAccessDenied = []byte{0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 49}
 // answer back, one at a time: a request is read only once the one before
 // it is answered, so that none passes unchecked, not even after an
 // upgrade the server refused.
-func (p *Proxy) http(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
+func (p *Proxy) http(c *net.TCPConn, client string, in *recorder, src, dst netip.AddrPort) {
 	br := bufio.NewReader(in)
 	var up net.Conn
 	var ubr *bufio.Reader
@@ -354,7 +359,7 @@ func (p *Proxy) http(c *net.TCPConn, in *recorder, src, dst netip.AddrPort) {
 			}
 		}
 		if up == nil {
-			if up = p.dial(c, dst); up == nil {
+			if up = p.dial(c, client, dst); up == nil {
 				return
 			}
 			uin = &recorder{r: up, max: -1}
@@ -520,9 +525,24 @@ func withoutUpgrade(req *http.Request) {
 
 const forbidden = "vmnetctl: the egress policy does not allow this host\n"
 
-// dial connects to dst for c, at most maxDials at once; nil (c reset) if
-// it cannot.
-func (p *Proxy) dial(c *net.TCPConn, dst netip.AddrPort) net.Conn {
+// dial connects to dst for c, of client: at most maxDials at once, and
+// MaxDialsPerClient of one client's; nil (c reset) if it cannot.
+func (p *Proxy) dial(c *net.TCPConn, client string, dst netip.AddrPort) net.Conn {
+	p.mu.Lock()
+	if p.dialing[client] >= MaxDialsPerClient {
+		p.mu.Unlock()
+		reset(c)
+		return nil
+	}
+	p.dialing[client]++
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.dialing[client]--; p.dialing[client] <= 0 {
+			delete(p.dialing, client)
+		}
+	}()
 	select {
 	case p.dials <- struct{}{}:
 	case <-p.ctx.Done():

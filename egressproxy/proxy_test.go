@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -555,5 +556,65 @@ func TestHTTPAnswers(t *testing.T) {
 	raw, _ := io.ReadAll(c2)
 	if !strings.HasPrefix(string(raw), "HTTP/1.0 200") || strings.Contains(string(raw), "chunked") || !strings.HasSuffix(string(raw), "one two") {
 		t.Errorf("an HTTP/1.0 client got:\n%s", raw)
+	}
+}
+
+// TestDialsBoundedPerClient: a client whose dials hang (destinations that
+// never answer) holds MaxDialsPerClient of them; its next connection is
+// reset without a dial, and another client's request, dialed meanwhile,
+// is answered.
+func TestDialsBoundedPerClient(t *testing.T) {
+	hung := make(chan struct{})
+	defer close(hung)
+	var mu sync.Mutex
+	dials := 0
+	l := newLab(t, httpUpstream, func(cfg *Config) {
+		dial := cfg.Dial
+		cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			dials++
+			n := dials
+			mu.Unlock()
+			if n <= MaxDialsPerClient { // the hostile client's
+				select {
+				case <-hung:
+				case <-ctx.Done():
+				}
+				return nil, errors.New("no answer")
+			}
+			return dial(ctx, network, addr)
+		}
+	})
+	hostile := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	for range MaxDialsPerClient {
+		c, err := hostile.Dial("tcp4", l.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n")
+	}
+	testEventually(t, func() bool {
+		l.proxy.mu.Lock()
+		defer l.proxy.mu.Unlock()
+		return l.proxy.dialing["127.0.0.2"] == MaxDialsPerClient
+	})
+	c, err := hostile.Dial("tcp4", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n")
+	if n, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the hostile client's dial %d: read %d bytes, %v; want the connection reset", MaxDialsPerClient+1, n, err)
+	}
+	if got := l.exchange(t, "GET / HTTP/1.1\r\nHost: api.test\r\n\r\n"); !strings.HasPrefix(got, "200") {
+		t.Errorf("another client's request while the hostile one's dials hang: %q", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dials != MaxDialsPerClient+1 {
+		t.Errorf("%d dials, want %d: the hostile client's share and the other's one", dials, MaxDialsPerClient+1)
 	}
 }
