@@ -90,3 +90,25 @@ func TestVMNetHelperBrokerAndOffloads(t *testing.T) {
 		t.Errorf("broker network: %q %v", got, err)
 	}
 }
+
+// TestLimitsWarnOfLinuxSettings: what only the Linux data plane does, an
+// attachment's bandwidth, port forwards and impairment among it, is a
+// warning on macOS, each named, never silently dropped.
+func TestLimitsWarnOfLinuxSettings(t *testing.T) {
+	a := &api.Attachment{VM: "vm", MAC: "52:55:55:00:00:02", Network: "shared",
+		Bandwidth:    &api.Bandwidth{},
+		PortForwards: []api.PortForward{{}},
+		Impair:       &api.Impairment{LossToVM: api.LossScale / 10}}
+	var got []string
+	for _, l := range (Backend{}).Limits(nil, []*api.Attachment{a}) {
+		if l.Refused {
+			t.Errorf("refused: %s", l.Message)
+		}
+		got = append(got, l.Message)
+	}
+	for _, want := range []string{"bandwidth cannot be honoured", "portForwards cannot be honoured", "impair cannot be honoured"} {
+		if !strings.Contains(strings.Join(got, "\n"), want) {
+			t.Errorf("Limits = %q, want a warning %q", got, want)
+		}
+	}
+}
