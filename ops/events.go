@@ -93,13 +93,36 @@ func EventsTail(ctx context.Context, sd statedir.Dir, o TailOptions, f EventFilt
 		out = &eventPrinter{w: w}
 	}
 	var keep func([]byte) bool
+	// named: whether any event names f's VM and network, whatever its
+	// kind and time (for the error below).
+	named := false
 	if !o.Since.IsZero() || len(f.Kinds) > 0 || f.VM != "" || f.Network != "" {
+		names := EventFilter{VM: f.VM, Network: f.Network}
 		keep = func(line []byte) bool {
 			var ev ctlapi.Event
-			return json.Unmarshal(line, &ev) == nil && !ev.Time.Before(o.Since) && f.match(ev)
+			if json.Unmarshal(line, &ev) != nil {
+				return false
+			}
+			named = named || names.match(ev)
+			return !ev.Time.Before(o.Since) && f.match(ev)
 		}
 	}
-	return tailWith(ctx, []*logSource{src}, out, o, keep)
+	if err := tailWith(ctx, []*logSource{src}, out, o, keep); err != nil {
+		return err
+	}
+	if !o.Follow && !named && (f.VM != "" || f.Network != "") {
+		// A name mistyped would print nothing, as a quiet VM does: say
+		// which it is. (Following, the VM may come.)
+		var what []string
+		if f.VM != "" {
+			what = append(what, fmt.Sprintf("VM %q", f.VM))
+		}
+		if f.Network != "" {
+			what = append(what, fmt.Sprintf("network %q", f.Network))
+		}
+		return fmt.Errorf("no event names %s, of any kind, in %s (names are case-sensitive; `vmnetctl status` lists the VMs)", strings.Join(what, " on "), sd.EventsLog())
+	}
+	return nil
 }
 
 // eventPrinter turns JSON event lines into lines for people.

@@ -66,6 +66,23 @@ func TestEventsTail(t *testing.T) {
 			t.Errorf("%+v %+v: %q, want %q", c.o, c.f, got, c.want)
 		}
 	}
+	// A VM or network no event names is an error (a name mistyped would
+	// print nothing); one that has no event of the kinds asked is not.
+	for _, c := range []struct {
+		f    EventFilter
+		want string
+	}{
+		{EventFilter{VM: "wbe"}, `no event names VM "wbe"`},
+		{EventFilter{Network: "A"}, `no event names network "A"`},
+		{EventFilter{VM: "db", Network: "b"}, `no event names VM "db" on network "b"`},
+		{EventFilter{VM: "web", Kinds: []string{"k4"}}, ""},
+	} {
+		var out bytes.Buffer
+		err := EventsTail(context.Background(), sd, TailOptions{}, c.f, &out)
+		if c.want == "" && (err != nil || out.Len() > 0) || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%+v: %v, printed %q; want %q", c.f, err, out.String(), c.want)
+		}
+	}
 	if ks, err := ParseKinds("egress-denied, helper-failed"); err != nil || strings.Join(ks, " ") != "egress-denied helper-failed" {
 		t.Errorf("ParseKinds: %q, %v", ks, err)
 	}
