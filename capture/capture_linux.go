@@ -78,7 +78,11 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 	buf := make([]byte, maxFrame)
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	for o.Count == 0 || st.Frames < uint64(o.Count) {
-		if ctx.Err() != nil || !deadline.IsZero() && !time.Now().Before(deadline) {
+		if ctx.Err() != nil {
+			st.Ended = "interrupted"
+			break
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			break
 		}
 		if o.Until != nil {

@@ -139,8 +139,9 @@ type PortImpairment struct {
 // because its reader was slower than the VM.
 type CaptureStats struct {
 	Frames, Dropped uint64
-	// Ended is why the capture ended when its port went, or Until said
-	// so ("" otherwise).
+	// Ended is why the capture ended when its port went, Until said so,
+	// or its ctx ended ("interrupted"); "" when its count or duration
+	// ended it.
 	Ended string
 }
 

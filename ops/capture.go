@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/bpf"
@@ -65,11 +67,31 @@ func Capture(ctx context.Context, sd statedir.Dir, o CaptureOptions) error {
 	if !cl.Running(ctx) {
 		return fmt.Errorf("no controller runs for %s: nothing is attached to capture", sd.Path)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://vmnetctl/v1/capture?"+q.Encode(), nil)
+	reqCtx, hc := ctx, cl.http
+	var conn atomic.Pointer[net.UnixConn]
+	if o.Ring > 0 {
+		// A flight recorder interrupted writes what it holds: the
+		// request outlives ctx, and when ctx ends the connection's
+		// write side is closed, which ends the controller's request
+		// (its server reads EOF): the recorder then writes its ring and
+		// the answer ends as it would have.
+		reqCtx = context.WithoutCancel(ctx)
+		path := sd.APISocket()
+		hc = &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				c, err := d.DialContext(ctx, "unix", path)
+				if uc, ok := c.(*net.UnixConn); ok {
+					conn.Store(uc)
+				}
+				return c, err
+			}}}
+	}
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, "http://vmnetctl/v1/capture?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
-	resp, err := cl.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return AccessHint(fmt.Errorf("controller API: %w", err))
 	}
@@ -80,6 +102,18 @@ func Capture(ctx context.Context, sd statedir.Dir, o CaptureOptions) error {
 	}
 	if o.Ring > 0 {
 		fmt.Fprintf(o.Err, "capture of %s: recording the last %s of its frames\n", o.VM, api.FormatBytes(uint64(o.Ring)))
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-ctx.Done():
+				fmt.Fprintf(o.Err, "capture of %s: interrupted; writing what the recorder holds\n", o.VM)
+				if c := conn.Load(); c != nil {
+					c.CloseWrite()
+				}
+			case <-done:
+			}
+		}()
 	}
 	count := &frameCounter{w: o.Out}
 	if _, err := io.Copy(count, resp.Body); err != nil && ctx.Err() == nil {

@@ -42,6 +42,7 @@ func newCaptureCommand(g *globals, s streams) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			go func() { <-ctx.Done(); stop() }() // a second interrupt ends it at once
 			return ops.Capture(ctx, g.dir(), o)
 		})
 	cmd.Flags().StringVar(&network, "network", "", "the network of the VM's attachment, for a VM on several")

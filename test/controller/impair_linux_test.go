@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -137,9 +138,9 @@ func TestImpairCommand(t *testing.T) {
 
 // TestFlightRecorder: `capture --ring` keeps the last frames of a VM's
 // port and writes them when its helper exits (killed here), saying why,
-// as pcapng gopacket reads: the pings before the crash are there; and
-// when the guard drops a burst of the VM's frames (it sends from a MAC
-// not its own), with those frames in it.
+// as pcapng gopacket reads: the pings before the crash are there; when
+// it is interrupted (Ctrl-C); and when the guard drops a burst of the
+// VM's frames (it sends from a MAC not its own), with those frames in it.
 func TestFlightRecorder(t *testing.T) {
 	h := newHost(t)
 	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  fr:\n    networks: [{vmnet: shared}]\n"))
@@ -148,10 +149,12 @@ func TestFlightRecorder(t *testing.T) {
 	vm.DHCP(t)
 	// record runs a flight recorder while act runs, and returns what it
 	// said and the echo requests from the VM it wrote.
+	var recording *exec.Cmd // the capture record runs
 	record := func(act func()) (said string, requests int) {
 		t.Helper()
 		file := filepath.Join(t.TempDir(), "fr.pcapng")
 		cmd := h.VmnetctlCommand(context.Background(), "capture", "fr", "--ring", "64KiB", "-w", file)
+		recording = cmd
 		var errOut syncBuffer
 		cmd.Stderr = &errOut
 		if err := cmd.Start(); err != nil {
@@ -209,15 +212,27 @@ func TestFlightRecorder(t *testing.T) {
 	if !strings.Contains(said, `ended="the port went: its helper exited"`) || requests < 3 {
 		t.Errorf("after the helper was killed, capture said %q and wrote %d echo requests, want the 3 before it", said, requests)
 	}
-	// The helper back (the same socket; the VM follows it), the VM sends
-	// from a MAC not its own: the guard drops a burst, which ends the
-	// recorder, with them in it.
+	// The helper back (the same socket; the VM follows it).
 	testutil.Eventually(t, 60*time.Second, func() error {
 		if b := h.Attachment(h.Status(), "fr"); b.PID == a.PID || b.State != ctlapi.StateRunning {
 			return fmt.Errorf("helper pid %d, %s", b.PID, b.State)
 		}
 		return vm.Ping(gateway, 1)
 	}, "the helper back")
+	// Interrupted (Ctrl-C), the recorder writes what it holds.
+	said, requests = record(func() {
+		if err := vm.Ping(gateway, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := recording.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !strings.Contains(said, `ended="interrupted"`) || requests < 3 {
+		t.Errorf("interrupted, capture said %q and wrote %d echo requests, want the 3 before", said, requests)
+	}
+	// The VM sends from a MAC not its own: the guard drops a burst,
+	// which ends the recorder, with them in it.
 	said, requests = record(func() {
 		// A new MAC flushes the VM's neighbours, and its ARP requests
 		// would be dropped too: the gateway's entry is put back, fixed.
