@@ -35,6 +35,13 @@ func TestImportsGoOneWay(t *testing.T) {
 			}
 		}
 	}
+	// The vhost-user backend is a leaf, as the relay is: it runs in a
+	// helper's small process.
+	for _, line := range strings.Split(deps("vhostuser"), "\n") {
+		if strings.HasPrefix(line, "github.com/vmnetctl/vmnetctl/") && line != "github.com/vmnetctl/vmnetctl/vhostuser" {
+			t.Errorf("vhostuser imports %s", line)
+		}
+	}
 	// The daemon and the CLI's use cases import neither each other; what
 	// both import (the socket's contract, the desired state, starting a
 	// helper) imports neither.

@@ -1,0 +1,276 @@
+package vhostuser
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// lab is a backend serving on a socket, its port one end of a
+// SOCK_SEQPACKET pair: the test holds the other, as the TAP's kernel side.
+type lab struct {
+	b    *Backend
+	path string
+	port int // the test's end
+	logs *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newLab(t *testing.T) *lab {
+	t.Helper()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &lab{path: filepath.Join(t.TempDir(), "vhost.sock"), port: pair[1], logs: &syncBuffer{}, done: make(chan error, 1)}
+	l.b = New(Config{Port: pair[0], Log: slog.New(slog.NewTextHandler(l.logs, nil))})
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: l.path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { l.done <- l.b.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-l.done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		unix.Close(pair[0])
+		unix.Close(pair[1])
+	})
+	return l
+}
+
+// readPort reads a frame the backend wrote to the port, with a deadline.
+func (l *lab) readPort(t *testing.T) []byte {
+	t.Helper()
+	pfd := []unix.PollFd{{Fd: int32(l.port), Events: unix.POLLIN}}
+	if n, _ := unix.Poll(pfd, int(time.Minute/time.Millisecond)); n <= 0 {
+		t.Fatal("no frame on the port within a minute")
+	}
+	b := make([]byte, 65536)
+	n, err := unix.Read(l.port, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b[:n]
+}
+
+// TestFramesBothWays: frames the guest puts on its TX ring come out of
+// the port as they were, without the virtio-net header, and the chains
+// come back used; frames written to the port land in the guest's RX
+// buffers after a header that says one buffer, with the used lengths,
+// and the guest is interrupted.
+func TestFramesBothWays(t *testing.T) {
+	l := newLab(t)
+	f := connect(t, l.path)
+	tx, rx := f.q[txQueue], f.q[rxQueue]
+	sizes := []int{60, 64, 100, 1000, 1514, 1500, 42}
+	for round := range 3 {
+		var heads []uint16
+		for i, size := range sizes {
+			heads = append(heads, tx.sendFrame(frame(round*100+i, size)))
+		}
+		tx.offer(heads...)
+		for i, size := range sizes {
+			if got := l.readPort(t); !bytes.Equal(got, frame(round*100+i, size)) {
+				t.Fatalf("round %d, frame %d from the guest: %d bytes, not as sent (%d)", round, i, len(got), size)
+			}
+		}
+		tx.release(tx.waitUsed(len(sizes)))
+	}
+	rx.postRX(16)
+	for i, size := range sizes {
+		if _, err := unix.Write(l.port, frame(500+i, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used := rx.waitUsed(len(sizes))
+	for i, u := range used {
+		if int(u.len) != NetHeaderSize+sizes[i] {
+			t.Errorf("RX %d: used length %d, want %d", i, u.len, NetHeaderSize+sizes[i])
+			continue
+		}
+		buf := f.mem[bufOff(rxQueue, u.head):]
+		if n := binary.LittleEndian.Uint16(buf[10:]); n != 1 || !bytes.Equal(buf[:10], make([]byte, 10)) {
+			t.Errorf("RX %d: header %x, want zeros and one buffer", i, buf[:NetHeaderSize])
+		}
+		if got := buf[NetHeaderSize : NetHeaderSize+sizes[i]]; !bytes.Equal(got, frame(500+i, sizes[i])) {
+			t.Errorf("RX %d: the frame is not as written", i)
+		}
+	}
+	if s := &l.b.Stats; s.FromVMFrames.Load() != uint64(3*len(sizes)) || s.ToVMFrames.Load() != uint64(len(sizes)) {
+		t.Errorf("stats: %d frames from the VM, %d to it", s.FromVMFrames.Load(), s.ToVMFrames.Load())
+	}
+}
+
+// TestRXWaitsForBuffers: frames that come while the guest has no RX
+// buffers wait in the port, and land once it posts some.
+func TestRXWaitsForBuffers(t *testing.T) {
+	l := newLab(t)
+	f := connect(t, l.path)
+	rx := f.q[rxQueue]
+	for i := range 4 {
+		if _, err := unix.Write(l.port, frame(i, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rx.postRX(4)
+	for i, u := range rx.waitUsed(4) {
+		if got := f.mem[bufOff(rxQueue, u.head)+NetHeaderSize:][:100]; !bytes.Equal(got, frame(i, 100)) {
+			t.Errorf("frame %d not as written", i)
+		}
+	}
+}
+
+// TestVMMRestarts: a VMM that goes ends its session; the next one on the
+// socket (a restarted VMM) sets everything up again and moves frames.
+func TestVMMRestarts(t *testing.T) {
+	l := newLab(t)
+	for i := range 3 {
+		f := connect(t, l.path)
+		tx := f.q[txQueue]
+		tx.offer(tx.sendFrame(frame(i, 200)))
+		if got := l.readPort(t); !bytes.Equal(got, frame(i, 200)) {
+			t.Fatalf("VMM %d: the frame is not as sent", i)
+		}
+		tx.waitUsed(1)
+		f.close()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for l.b.Stats.Sessions.Load() != 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := l.b.Stats.Sessions.Load(); n != 3 {
+		t.Errorf("%d sessions, want 3", n)
+	}
+}
+
+// TestHostileRings: what a guest (or its VMM) can write wrong ends the
+// session with a line that says what, never reads or writes outside the
+// shared memory, and the backend serves the next VMM.
+func TestHostileRings(t *testing.T) {
+	for _, c := range []struct {
+		name, want string
+		spoil      func(f *frontend, r *guestRing) uint16
+	}{
+		{"a buffer outside the guest's memory", "not in the guest's memory", func(f *frontend, r *guestRing) uint16 {
+			h := r.take()
+			r.putDesc(h, guestBase+memSize-10, 100, 0, 0)
+			return h
+		}},
+		{"a buffer below the guest's memory", "not in the guest's memory", func(f *frontend, r *guestRing) uint16 {
+			h := r.take()
+			r.putDesc(h, 0x1000, 100, 0, 0)
+			return h
+		}},
+		{"a length that wraps", "not in the guest's memory", func(f *frontend, r *guestRing) uint16 {
+			h := r.take()
+			r.putDesc(h, guestBase+0x1000, 0xffffffff, 0, 0)
+			return h
+		}},
+		{"a chain that loops", "loops", func(f *frontend, r *guestRing) uint16 {
+			a, b := r.take(), r.take()
+			r.putDesc(a, guestBase+bufOff(r.idx, a), 100, descFNext, b)
+			r.putDesc(b, guestBase+bufOff(r.idx, b), 100, descFNext, a)
+			return a
+		}},
+		{"a next past the table", "next is", func(f *frontend, r *guestRing) uint16 {
+			a := r.take()
+			r.putDesc(a, guestBase+bufOff(r.idx, a), 100, descFNext, ringNum+5)
+			return a
+		}},
+		{"an indirect table, not offered", "indirect", func(f *frontend, r *guestRing) uint16 {
+			a := r.take()
+			r.putDesc(a, guestBase+bufOff(r.idx, a), 64, descFIndirect, 0)
+			return a
+		}},
+		{"a head past the table", "head descriptor", func(f *frontend, r *guestRing) uint16 {
+			return ringNum + 1
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLab(t)
+			f := connect(t, l.path)
+			tx := f.q[txQueue]
+			tx.offer(c.spoil(f, tx))
+			deadline := time.Now().Add(time.Minute)
+			for !strings.Contains(l.logs.String(), c.want) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no log line with %q within a minute: %s", c.want, l.logs.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			// Still serving: a good VMM comes after.
+			f.close()
+			g := connect(t, l.path)
+			g.q[txQueue].offer(g.q[txQueue].sendFrame(frame(1, 100)))
+			if got := l.readPort(t); !bytes.Equal(got, frame(1, 100)) {
+				t.Fatal("the next VMM's frame is not as sent")
+			}
+		})
+	}
+}
+
+// TestBadMessages: a memory table of too many regions, a ring too large,
+// features not offered and a request not known end the session with an
+// error that names them.
+func TestBadMessages(t *testing.T) {
+	for _, c := range []struct {
+		name, want string
+		send       func(f *frontend)
+	}{
+		{"features not offered", "not offered", func(f *frontend) { f.send(SetFeatures, u64(1<<5), nil) }},
+		{"a ring of 3", "a ring of 3 entries", func(f *frontend) {
+			f.send(SetVringNum, VringState{Index: 0, Num: 3}.encode(), nil)
+		}},
+		{"ring 7", "ring 7", func(f *frontend) { f.send(SetVringNum, VringState{Index: 7, Num: 256}.encode(), nil) }},
+		{"nine regions", "9 regions", func(f *frontend) {
+			f.send(SetMemTable, encodeMemTable(make([]Region, 9)), nil)
+		}},
+		{"a region without its descriptor", "1 regions with 0 descriptors", func(f *frontend) {
+			f.send(SetMemTable, encodeMemTable([]Region{{GuestAddr: 0, Size: 4096, UserAddr: 0}}), nil)
+		}},
+		{"an unknown request", "not supported", func(f *frontend) { f.send(Request(99), nil, nil) }},
+		{"a payload too large", "bytes and", func(f *frontend) { f.send(SetOwner, make([]byte, MaxPayload+1), nil) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLab(t)
+			f := connect(t, l.path)
+			c.send(f)
+			deadline := time.Now().Add(time.Minute)
+			for !strings.Contains(l.logs.String(), c.want) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no log line with %q within a minute: %s", c.want, l.logs.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
