@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -22,7 +21,8 @@ type Config struct {
 	// packet socket's end (SOCK_SEQPACKET). The backend sets it
 	// non-blocking; it stays the caller's.
 	Port int
-	Log  *slog.Logger
+	// Logf logs a line (a session that ended and why); nil: none.
+	Logf func(format string, args ...any)
 }
 
 // Stats counts what a backend moved, since it started.
@@ -43,8 +43,8 @@ type Backend struct {
 
 // New returns a backend for cfg.
 func New(cfg Config) *Backend {
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
 	}
 	return &Backend{cfg: cfg}
 }
@@ -75,9 +75,9 @@ func (b *Backend) Serve(ctx context.Context, ln *net.UnixListener) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			b.cfg.Log.Warn("vhost-user: the VMM's session ended", "err", err)
+			b.cfg.Logf("the VMM's session ended: %v; waiting for the next VMM", err)
 		default:
-			b.cfg.Log.Info("vhost-user: the VMM went; waiting for the next")
+			b.cfg.Logf("the VMM went; waiting for the next")
 		}
 	}
 }
@@ -502,7 +502,9 @@ func (s *session) startLoop() error {
 	if !any {
 		return nil
 	}
-	l, err := startDataLoop(s.b, run)
+	// A ring the guest broke ends the session: the VMM sees its backend
+	// go (qemu reconnects with reconnect=N and sets the rings up anew).
+	l, err := startDataLoop(s.b, run, func() { s.conn.Close() })
 	if err != nil {
 		return err
 	}
@@ -527,7 +529,7 @@ type dataLoop struct {
 	err  error
 }
 
-func startDataLoop(b *Backend, run [numQueues]*queue) (*dataLoop, error) {
+func startDataLoop(b *Backend, run [numQueues]*queue, broken func()) (*dataLoop, error) {
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, err
@@ -538,7 +540,8 @@ func startDataLoop(b *Backend, run [numQueues]*queue) (*dataLoop, error) {
 		defer l.wg.Done()
 		if err := l.run(); err != nil {
 			l.err = err
-			b.cfg.Log.Warn("vhost-user: the rings stopped", "err", err)
+			b.cfg.Logf("the rings stopped: %v", err)
+			broken()
 		}
 	}()
 	return l, nil

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"log/slog"
+	"errors"
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -49,7 +51,7 @@ func newLab(t *testing.T) *lab {
 		t.Fatal(err)
 	}
 	l := &lab{path: filepath.Join(t.TempDir(), "vhost.sock"), port: pair[1], logs: &syncBuffer{}, done: make(chan error, 1)}
-	l.b = New(Config{Port: pair[0], Log: slog.New(slog.NewTextHandler(l.logs, nil))})
+	l.b = New(Config{Port: pair[0], Logf: func(format string, args ...any) { fmt.Fprintf(l.logs, format+"\n", args...) }})
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: l.path, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
@@ -226,6 +228,11 @@ func TestHostileRings(t *testing.T) {
 					t.Fatalf("no log line with %q within a minute: %s", c.want, l.logs.String())
 				}
 				time.Sleep(10 * time.Millisecond)
+			}
+			// The session ended: the VMM's socket reads EOF.
+			f.conn.SetReadDeadline(time.Now().Add(time.Minute))
+			if n, err := f.conn.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("the VMM's socket after a broken ring: %d bytes, %v; want EOF", n, err)
 			}
 			// Still serving: a good VMM comes after.
 			f.close()

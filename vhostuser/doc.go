@@ -16,8 +16,9 @@
 //   - a memory table of up to 8 regions, each mapped from the descriptor
 //     the VMM sends, and every guest address translated with bounds
 //     checks: a descriptor outside the shared memory, a chain that loops
-//     or runs past the ring, a ring that does not fit, are refused with an
-//     error that ends the session, never a read or write outside it;
+//     or runs past the ring, a ring that does not fit, are refused with a
+//     log line, and the session ends (its socket closed: the VMM sees its
+//     backend go), never a read or write outside the memory;
 //   - kick and call eventfds (and a ring without a call fd: no interrupt);
 //   - a VMM that goes (its socket closes, or dies mid-message) ends the
 //     session: its memory is unmapped and the backend waits for the next
