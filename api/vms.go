@@ -33,6 +33,11 @@ const (
 	// a helper, each frame a 4-byte big-endian length and the frame: what
 	// qemu's -netdev stream and lima's `socket:` networks connect to.
 	AttachStream AttachKind = "stream"
+	// AttachVhostUser connects the VM through vhost-user (qemu -netdev
+	// vhost-user, cloud-hypervisor vhost_user=true): the helper serves a
+	// unix stream socket, maps the guest's memory the VMM shares and moves
+	// frames between its rings and the TAP itself. Linux only.
+	AttachVhostUser AttachKind = "vhost-user"
 )
 
 // Default values for a VM file's network entries, as lima has them.
@@ -336,10 +341,10 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 		if av, ok := f["attach"]; ok {
 			if s, ok := w.str(av, at("attach")); ok {
 				switch AttachKind(s) {
-				case AttachSocket, AttachTAP, AttachStream:
+				case AttachSocket, AttachTAP, AttachStream, AttachVhostUser:
 					a.Attach = AttachKind(s)
 				default:
-					w.errorf(av, at("attach"), "must be socket, stream or tap, not %q%s", s, suggest(s, []string{"socket", "stream", "tap"}))
+					w.errorf(av, at("attach"), "must be socket, stream, tap or vhost-user, not %q%s", s, suggest(s, []string{"socket", "stream", "tap", "vhost-user"}))
 				}
 			}
 		}

@@ -63,6 +63,9 @@ func Run(ctx context.Context, o Options) error {
 	if err := s.dropPrivileges(); err != nil {
 		return err
 	}
+	if o.Attach == AttachVhostUser {
+		return s.serveVhostUser(ctx)
+	}
 	spec, lis, err := s.setupSocket()
 	if err != nil {
 		return err
@@ -327,6 +330,13 @@ func (o *Options) check() error {
 		if o.Offloads() {
 			return errors.New("--enable-tso and --enable-checksum-offload have no meaning with --attach stream: its frames carry no virtio-net header")
 		}
+	case AttachVhostUser:
+		if o.FD >= 0 || o.SocketPath == "" {
+			return errors.New("--attach vhost-user serves --socket PATH, a stream socket for the VMM to connect to (qemu -chardev socket,path=PATH -netdev vhost-user); --fd has no meaning with it")
+		}
+		if o.Offloads() {
+			return errors.New("--enable-tso and --enable-checksum-offload have no meaning with --attach vhost-user: the VMM and the helper negotiate virtio's features themselves")
+		}
 	case AttachTap:
 		if o.FD >= 0 || o.SocketPath != "" {
 			return errors.New("--attach tap relays nothing: --fd and --socket have no meaning with it")
@@ -335,7 +345,7 @@ func (o *Options) check() error {
 			return errors.New("--enable-tso and --enable-checksum-offload have no meaning with --attach tap: the VMM sets the TAP's offloads when it opens it")
 		}
 	default:
-		return fmt.Errorf("unknown --attach %q (tap, stream, or leave it out to relay over --fd or --socket)", o.Attach)
+		return fmt.Errorf("unknown --attach %q (tap, stream, vhost-user, or leave it out to relay over --fd or --socket)", o.Attach)
 	}
 	if o.TapName != "" {
 		if len(o.TapName) > 15 {

@@ -779,6 +779,8 @@ func TestFailures(t *testing.T) {
 		{"partial addresses", []string{"helper", "--fd", "0", "--start-address", "192.168.105.1"}, "must be given together"},
 		{"bad interface id", []string{"helper", "--fd", "0", "--interface-id", "nope"}, "is not a UUID"},
 		{"tso with attach", []string{"helper", "--attach", "tap", "--enable-tso"}, "have no meaning with --attach tap"},
+		{"vhost-user without a socket", []string{"helper", "--attach", "vhost-user", "--fd", "0"}, "--attach vhost-user serves --socket PATH"},
+		{"vhost-user with tso", []string{"helper", "--attach", "vhost-user", "--socket", "/tmp/x", "--enable-tso"}, "have no meaning with --attach vhost-user"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -37,6 +37,10 @@ const (
 	// AttachTap hands a persistent TAP to the VMM (firecracker,
 	// cloud-hypervisor, qemu -netdev tap) and relays nothing.
 	AttachTap = "tap"
+	// AttachVhostUser serves vhost-user on --socket (qemu -netdev
+	// vhost-user): the helper maps the guest's memory and moves frames
+	// between its rings and the TAP (package vhostuser).
+	AttachVhostUser = "vhost-user"
 )
 
 // Frame sizes.
@@ -67,7 +71,7 @@ type Options struct {
 	InterfaceID string
 	// TapName is the TAP's name; empty derives one from InterfaceID.
 	TapName string
-	// Attach is AttachRelay, AttachStream or AttachTap.
+	// Attach is AttachRelay, AttachStream, AttachTap or AttachVhostUser.
 	Attach string
 	// Isolation makes the TAP an isolated bridge port.
 	Isolation bool

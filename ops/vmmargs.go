@@ -63,8 +63,9 @@ func AttachmentMAC(ctx context.Context, sd statedir.Dir, vm string, index int) (
 // VMMArgs is `vmnetctl args`: the arguments that connect vmm to the VM's
 // attachments, as `up` set them up, each word shell-quoted. With fds, for
 // qemu under `vmnetctl run`, the attachments are the inherited descriptors
-// 4, 5, ...
-func VMMArgs(ctx context.Context, sd statedir.Dir, vm, vmm string, fds bool) ([]string, error) {
+// 4, 5, ... memory is the guest's memory size (qemu's -m: 2G, 512M), which
+// a vhost-user attachment needs shared with its helper.
+func VMMArgs(ctx context.Context, sd statedir.Dir, vm, vmm string, fds bool, memory string) ([]string, error) {
 	if !slices.Contains(VMMs, vmm) {
 		return nil, fmt.Errorf("unknown --vmm %q (one of %s)", vmm, strings.Join(VMMs, ", "))
 	}
@@ -73,13 +74,14 @@ func VMMArgs(ctx context.Context, sd statedir.Dir, vm, vmm string, fds bool) ([]
 		return nil, err
 	}
 	th, ok := backends.Default().(backend.TAPHandler)
-	return vmmArgs(sd, vmm, atts, fds, ok && th.Vhost())
+	return vmmArgs(sd, vmm, atts, fds, ok && th.Vhost(), memory)
 }
 
 // vmmArgs are the words of VMMArgs; vhost: the host has vhost-net, which
 // `vmnetctl run` then passes for TAP attachments.
-func vmmArgs(sd statedir.Dir, vmm string, atts []ctlapi.AttachmentStatus, fds, vhost bool) ([]string, error) {
+func vmmArgs(sd statedir.Dir, vmm string, atts []ctlapi.AttachmentStatus, fds, vhost bool, memory string) ([]string, error) {
 	var out []string
+	sharedMemory := false // (qemu's, once for every vhost-user attachment)
 	var taps []bool
 	for _, a := range atts {
 		taps = append(taps, a.Attach == "tap")
@@ -94,6 +96,17 @@ func vmmArgs(sd statedir.Dir, vmm string, atts []ctlapi.AttachmentStatus, fds, v
 		switch vmm {
 		case "qemu":
 			switch {
+			case a.Attach == "vhost-user":
+				if !sharedMemory {
+					if memory == "" {
+						return nil, fmt.Errorf("%s's entry %d is `attach: vhost-user`, whose helper reads the guest's memory: give --memory with the guest's -m (2G, 512M), which the arguments share", a.VM, a.Index)
+					}
+					out = append(out, "-object", "memory-backend-memfd,id=vmnetctl-mem,size="+qemuValue(memory)+",share=on", "-machine", "memory-backend=vmnetctl-mem")
+					sharedMemory = true
+				}
+				// reconnect: a helper started again is connected again.
+				out = append(out, "-chardev", fmt.Sprintf("socket,id=%s-vu,path=%s,reconnect=1", id, qemuValue(a.Socket)),
+					"-netdev", fmt.Sprintf("vhost-user,id=%s,chardev=%s-vu", id, id))
 			case a.Attach == "stream" && !fds:
 				out = append(out, "-netdev", fmt.Sprintf("stream,id=%s,server=off,addr.type=unix,addr.path=%s", id, qemuValue(a.Socket)))
 			case tap && fds && vhostFDs[i] >= 0:
@@ -122,6 +135,11 @@ func vmmArgs(sd statedir.Dir, vmm string, atts []ctlapi.AttachmentStatus, fds, v
 			if i == 0 {
 				out = append(out, "--net")
 			}
+			if a.Attach == "vhost-user" {
+				// (with --memory shared=on: docs/vmms.md)
+				out = append(out, fmt.Sprintf("vhost_user=true,socket=%s,vhost_mode=client,mac=%s", a.Socket, a.MAC))
+				continue
+			}
 			out = append(out, fmt.Sprintf("tap=%s,mac=%s", a.Tap, a.MAC))
 		case "firecracker":
 			// firecracker takes interfaces in its JSON config or API: print
@@ -146,11 +164,15 @@ func checkVMMAttachment(vmm string, a ctlapi.AttachmentStatus, fds bool) error {
 	tap := a.Attach == "tap"
 	stream := a.Attach == "stream"
 	switch {
+	case a.Attach == "vhost-user" && vmm != "qemu" && vmm != "cloud-hypervisor":
+		return fmt.Errorf("%s does not speak vhost-user: %s's entry %d is `attach: vhost-user` (qemu and cloud-hypervisor do)", vmm, a.VM, a.Index)
+	case a.Attach == "vhost-user" && fds:
+		return fmt.Errorf("%s's entry %d is `attach: vhost-user`: qemu connects to its helper's socket, with no descriptor from `vmnetctl run`", a.VM, a.Index)
 	case vmm == "lima" && !stream:
 		return fmt.Errorf("lima on Linux connects its VMs to stream sockets (its `socket:` networks): give %s's entry %d `attach: stream`", a.VM, a.Index)
 	case stream && vmm != "qemu" && vmm != "lima":
 		return fmt.Errorf("%s does not speak qemu's stream sockets: %s's entry %d is `attach: stream`", vmm, a.VM, a.Index)
-	case (vmm == "cloud-hypervisor" || vmm == "firecracker") && !tap:
+	case (vmm == "cloud-hypervisor" || vmm == "firecracker") && !tap && a.Attach != "vhost-user":
 		return fmt.Errorf("%s opens TAP devices: give %s's entry %d `attach: tap`", vmm, a.VM, a.Index)
 	case tap && (vmm == "vfkit" || vmm == "krunkit"):
 		return fmt.Errorf("%s uses unix sockets: %s's entry %d is `attach: tap`", vmm, a.VM, a.Index)

@@ -49,33 +49,54 @@ func TestVMMArgs(t *testing.T) {
 		{"lima", stream, false, "networks:\n- socket: \"/run/vmnetctl/vms/lm/0.sock\"\n  macAddress: \"52:55:55:00:00:05\"", false},
 	}
 	for _, tt := range tests {
-		got, err := vmmArgs(sd, tt.vmm, tt.atts, tt.fds, tt.vhost)
+		got, err := vmmArgs(sd, tt.vmm, tt.atts, tt.fds, tt.vhost, "")
 		if err != nil || strings.Join(got, " ") != tt.want {
 			t.Errorf("%s (fds=%v, vhost=%v):\n got %s (%v)\nwant %s", tt.vmm, tt.fds, tt.vhost, strings.Join(got, " "), err, tt.want)
 		}
 	}
-	if _, err := vmmArgs(sd, "firecracker", sock, false, false); err == nil || !strings.Contains(err.Error(), "attach: tap") {
+	// vhost-user: qemu shares the guest's memory (once, for every such
+	// attachment) and connects to the helper's socket; cloud-hypervisor
+	// too; a VMM that does not speak it, or no --memory, is an error.
+	vu := []ctlapi.AttachmentStatus{
+		{VM: "vu", Index: 0, Network: "shared", MAC: "52:55:55:00:00:06", Attach: "vhost-user", Socket: "/run/vmnetctl/vms/vu/0.sock"},
+		{VM: "vu", Index: 1, Network: "host", MAC: "52:55:55:00:00:07", Attach: "vhost-user", Socket: "/run/vmnetctl/vms/vu/1.sock"},
+	}
+	if got, err := vmmArgs(sd, "qemu", vu, false, false, "2G"); err != nil || strings.Join(got, " ") != "-object memory-backend-memfd,id=vmnetctl-mem,size=2G,share=on -machine memory-backend=vmnetctl-mem "+
+		"-chardev socket,id=net0-vu,path=/run/vmnetctl/vms/vu/0.sock,reconnect=1 -netdev vhost-user,id=net0,chardev=net0-vu -device virtio-net-pci,netdev=net0,mac=52:55:55:00:00:06 "+
+		"-chardev socket,id=net1-vu,path=/run/vmnetctl/vms/vu/1.sock,reconnect=1 -netdev vhost-user,id=net1,chardev=net1-vu -device virtio-net-pci,netdev=net1,mac=52:55:55:00:00:07" {
+		t.Errorf("qemu, vhost-user: %s (%v)", strings.Join(got, " "), err)
+	}
+	if got, err := vmmArgs(sd, "cloud-hypervisor", vu[:1], false, false, ""); err != nil || strings.Join(got, " ") != "--net vhost_user=true,socket=/run/vmnetctl/vms/vu/0.sock,vhost_mode=client,mac=52:55:55:00:00:06" {
+		t.Errorf("cloud-hypervisor, vhost-user: %s (%v)", strings.Join(got, " "), err)
+	}
+	if _, err := vmmArgs(sd, "qemu", vu, false, false, ""); err == nil || !strings.Contains(err.Error(), "give --memory") {
+		t.Errorf("qemu, vhost-user without --memory: %v", err)
+	}
+	if _, err := vmmArgs(sd, "vfkit", vu, false, false, "2G"); err == nil || !strings.Contains(err.Error(), "does not speak vhost-user") {
+		t.Errorf("vfkit, vhost-user: %v", err)
+	}
+	if _, err := vmmArgs(sd, "firecracker", sock, false, false, ""); err == nil || !strings.Contains(err.Error(), "attach: tap") {
 		t.Errorf("firecracker with a socket attachment: %v", err)
 	}
-	if _, err := vmmArgs(sd, "lima", sock, false, false); err == nil || !strings.Contains(err.Error(), "attach: stream") {
+	if _, err := vmmArgs(sd, "lima", sock, false, false, ""); err == nil || !strings.Contains(err.Error(), "attach: stream") {
 		t.Errorf("lima with a datagram socket attachment: %v", err)
 	}
-	if _, err := vmmArgs(sd, "vfkit", stream, false, false); err == nil || !strings.Contains(err.Error(), "attach: stream") {
+	if _, err := vmmArgs(sd, "vfkit", stream, false, false, ""); err == nil || !strings.Contains(err.Error(), "attach: stream") {
 		t.Errorf("vfkit with a stream attachment: %v", err)
 	}
 	failed := []ctlapi.AttachmentStatus{{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", State: "failed", Error: "network shared is not up"}}
-	if _, err := vmmArgs(sd, "qemu", failed, false, false); err == nil || !strings.Contains(err.Error(), "web's attachment 0 to shared is failed, so it has no socket yet: network shared is not up") {
+	if _, err := vmmArgs(sd, "qemu", failed, false, false, ""); err == nil || !strings.Contains(err.Error(), "web's attachment 0 to shared is failed, so it has no socket yet: network shared is not up") {
 		t.Errorf("args of a failed attachment: %v", err)
 	}
 	// A comma in the state dir's path: doubled for qemu, refused for
 	// vfkit, whose options have no escape.
 	comma := statedir.Dir{Path: "/run/a,remote.path=/evil"}
 	odd := []ctlapi.AttachmentStatus{{VM: "web", Index: 0, Network: "shared", MAC: "52:55:55:00:00:01", Attach: "socket", Socket: comma.SocketPath("web", 0)}}
-	got, err := vmmArgs(comma, "qemu", odd, false, false)
+	got, err := vmmArgs(comma, "qemu", odd, false, false, "")
 	if want := "local.path=/run/a,,remote.path=/evil/vms/web/0.vm.sock,remote.type=unix,remote.path=/run/a,,remote.path=/evil/vms/web/0.sock"; err != nil || !strings.Contains(strings.Join(got, " "), want) {
 		t.Errorf("qemu with a comma in the path: %q (%v), want it doubled", got, err)
 	}
-	if _, err := vmmArgs(comma, "vfkit", odd, false, false); err == nil || !strings.Contains(err.Error(), "comma") {
+	if _, err := vmmArgs(comma, "vfkit", odd, false, false, ""); err == nil || !strings.Contains(err.Error(), "comma") {
 		t.Errorf("vfkit with a comma in the path: %v, want refused", err)
 	}
 	if got := shellQuote("/tmp/my dir/x.sock"); got != `'/tmp/my dir/x.sock'` {

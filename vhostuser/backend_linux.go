@@ -22,7 +22,8 @@ type Config struct {
 	// non-blocking; it stays the caller's.
 	Port int
 	// Logf logs a line (a session that ended and why); nil: none.
-	Logf func(format string, args ...any)
+	// Debugf, if set, logs every message the VMM sends.
+	Logf, Debugf func(format string, args ...any)
 }
 
 // Stats counts what a backend moved, since it started.
@@ -118,6 +119,9 @@ func (b *Backend) serveConn(c *net.UnixConn) error {
 				return nil
 			}
 			return err
+		}
+		if s.b.cfg.Debugf != nil {
+			s.b.cfg.Debugf("%s flags %#x payload %x, %d descriptors", h.Request, h.Flags, payload, len(fds))
 		}
 		reply, err := s.handle(h, payload, fds)
 		if err != nil {

@@ -165,11 +165,16 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	if !a.SpoofCheck() {
 		args = append(args, "--no-spoof-check")
 	}
-	if n.Offloads && a.Attach != api.AttachStream {
-		// (A stream's frames carry no virtio-net header.)
+	if n.Offloads && a.Attach != api.AttachStream && a.Attach != api.AttachVhostUser {
+		// (A stream's frames carry no virtio-net header; vhost-user
+		// negotiates virtio's features with the VMM.)
 		args = append(args, "--enable-tso", "--enable-checksum-offload")
 	}
 	switch {
+	case a.Attach == api.AttachVhostUser && s.FD >= 0:
+		return nil, errors.New("attach: vhost-user: the VMM connects to the helper's socket; `vmnetctl run` hands over no vhost-user descriptor (use `up` and `vmnetctl args`)")
+	case a.Attach == api.AttachVhostUser:
+		args = append(args, "--attach", "vhost-user", "--socket", s.Socket)
 	case s.FD >= 0 && a.Attach == api.AttachStream:
 		args = append(args, "--attach", "stream", "--fd", strconv.Itoa(s.FD))
 	case s.FD >= 0:

@@ -41,6 +41,10 @@ var ErrTapNeedsLinux = errors.New("attach: tap needs Linux (vmnet has no TAP dev
 // there uses its own vmnet networks.
 var ErrStreamNeedsLinux = errors.New("attach: stream needs Linux (vmnet-helper serves datagram sockets only); use a socket attachment")
 
+// ErrVhostUserNeedsLinux: vhost-user is the Linux helper's; vmnet-helper
+// and macOS's VMMs (vfkit, krunkit) use datagram sockets.
+var ErrVhostUserNeedsLinux = errors.New("attach: vhost-user needs Linux (vmnet-helper serves datagram sockets only); use a socket attachment")
+
 // Name is the backend's name for --backend.
 const Name = "vmnet-helper"
 
@@ -95,6 +99,8 @@ func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []backend.L
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): will not start: %v", a.Key(), b.Name(), ErrTapNeedsLinux), Refused: true})
 		case a.Attach == api.AttachStream:
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): will not start: %v", a.Key(), b.Name(), ErrStreamNeedsLinux), Refused: true})
+		case a.Attach == api.AttachVhostUser:
+			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): will not start: %v", a.Key(), b.Name(), ErrVhostUserNeedsLinux), Refused: true})
 		case a.IP.IsValid():
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): ip: %s cannot be honoured on macOS: vmnet's DHCP server takes no reservations from vmnetctl", a.Key(), b.Name(), a.IP)})
 		}
@@ -151,6 +157,9 @@ func (b Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	}
 	if a.Attach == api.AttachStream {
 		return nil, ErrStreamNeedsLinux
+	}
+	if a.Attach == api.AttachVhostUser {
+		return nil, ErrVhostUserNeedsLinux
 	}
 	path := b.Path
 	if path == "" {

@@ -34,7 +34,7 @@ func newEventsCommand(g *globals, s streams) *cobra.Command {
 	cmd.Flags().StringVar(&f.Network, "network", "", "print only the events on this network")
 	cmd.Flags().IntVar(&tail, "tail", 0, "print only the last N events (then, with -f, the new ones)")
 	cmd.Flags().StringVar(&since, "since", "", "print only the events since then: a duration (10m, 2h) or a time (2026-12-05T08:00:00Z)")
-	cmd.Example = "  sudo vmnetctl events -f\n  sudo vmnetctl events --kind egress-denied --vm agent --since 1h\n  sudo vmnetctl events --json | jq 'select(.kind == \"lease-granted\")'"
+	cmd.Example = "  sudo vmnetctl events -f\n  sudo vmnetctl events --kind egress-denied --vm web --since 1h\n  sudo vmnetctl events --json | jq 'select(.kind == \"lease-granted\")'"
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until interrupted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line: {time, kind, network, attachment, mac, ip, pid, detail}")
 	return cmd

@@ -66,6 +66,6 @@ before it touches the VM's socket.`,
 	fl.MarkHidden(helper.RelearnFlag)
 	fl.BoolVar(&f.NoRelayOffloads, helper.NoRelayOffloadsFlag, false, "give a VM without offloads a port without them: no merging or cutting of TCP segments in the relay (the benchmark's comparison)")
 	fl.MarkHidden(helper.NoRelayOffloadsFlag)
-	fl.StringVar(&f.Attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing; stream: --socket is a stream socket the VMM connects to (qemu -netdev stream, lima's socket: networks)")
+	fl.StringVar(&f.Attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing; stream: --socket is a stream socket the VMM connects to (qemu -netdev stream, lima's socket: networks); vhost-user: --socket is a vhost-user socket (qemu -netdev vhost-user, cloud-hypervisor vhost_user=true), the frames read from and written to the guest's memory")
 	return cmd
 }
