@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,13 +17,26 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
+	"github.com/vmnetctl/vmnetctl/vhostuser"
 )
 
 // vmmRelayEnv makes the test binary the minimal VMM relay instead of the
 // tests: the benchmark starts it in the VM's namespace.
 const vmmRelayEnv = "VMNETCTL_BENCH_VMM_RELAY"
 
+// vhostFrontendEnv makes the test binary a vhost-user VMM stand-in
+// (vhostuser.Frontend) on the socket it names, its NIC the TAP eth0.
+const vhostFrontendEnv = "VMNETCTL_BENCH_VHOST_FRONTEND"
+
 func TestMain(m *testing.M) {
+	if v := os.Getenv(vhostFrontendEnv); v != "" {
+		sock, offloads := strings.CutSuffix(v, ",offloads")
+		if err := vhostFrontend(sock, "eth0", offloads); err != nil {
+			fmt.Fprintln(os.Stderr, "vhost-user frontend:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if tap := os.Getenv(vmmRelayEnv); tap != "" {
 		if err := vmmRelay(tap, 3); err != nil {
 			fmt.Fprintln(os.Stderr, "vmm relay:", err)
@@ -67,15 +81,61 @@ func vmmRelay(name string, sock int) error {
 	return <-errc
 }
 
+// vhostFrontend plays a VMM whose NIC uses vhost-user, as qemu's
+// vhost-user-net and a guest driver do between them (vhostuser.Frontend):
+// the NIC is the TAP name (created here), the backend the helper at sock;
+// with offloads, the NIC and the rings have checksum offload and TSO.
+// It prints "ready" once connected and runs until Relay fails.
+func vhostFrontend(sock, name string, offloads bool) error {
+	open := testutil.OpenTAP
+	if offloads {
+		open = testutil.OpenOffloadTAP
+	}
+	tap, err := open(name)
+	if err != nil {
+		return err
+	}
+	fe, err := vhostuser.Dial(sock, offloads)
+	if err != nil {
+		return err
+	}
+	if fe.Offloads() != offloads {
+		return fmt.Errorf("offloads %v, the backend's %v", offloads, fe.Offloads())
+	}
+	fmt.Println("ready")
+	return fe.Relay(tap)
+}
+
 // startVMMRelay starts vmmRelay in namespace ns on socket fd, and gives its
 // TAP (the VM's NIC, eth0) mac and addr/24.
 func startVMMRelay(t *testing.T, fd int, ns string, mac net.HardwareAddr, addr string) relay {
 	t.Helper()
 	f := os.NewFile(uintptr(fd), "sock")
 	defer f.Close()
+	return startVMM(t, ns, mac, addr, vmmRelayEnv+"=eth0", f)
+}
+
+// startVhostFrontend starts vhostFrontend in namespace ns on the helper's
+// vhost-user socket sock, and gives its TAP (eth0) mac and addr/24.
+func startVhostFrontend(t *testing.T, sock, ns string, mac net.HardwareAddr, addr string, offloads bool) relay {
+	t.Helper()
+	env := vhostFrontendEnv + "=" + sock
+	if offloads {
+		env += ",offloads"
+	}
+	r := startVMM(t, ns, mac, addr, env)
+	r.name = "vhost-user frontend"
+	return r
+}
+
+// startVMM starts this binary as a VMM stand-in (env chooses which) in
+// namespace ns, with files as its fds 3, ..., and gives its eth0 mac and
+// addr/24 once it says ready.
+func startVMM(t *testing.T, ns string, mac net.HardwareAddr, addr, env string, files ...*os.File) relay {
+	t.Helper()
 	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0])
-	cmd.Env = append(os.Environ(), vmmRelayEnv+"=eth0")
-	cmd.ExtraFiles = []*os.File{f}
+	cmd.Env = append(os.Environ(), env)
+	cmd.ExtraFiles = files
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

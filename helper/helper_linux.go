@@ -189,6 +189,12 @@ func (s *session) createPort() error {
 		return err
 	}
 	offloads := netplane.Offloads{Checksum: o.ChecksumOffload, TSO: o.TSO}
+	if o.Attach == AttachVhostUser {
+		// The guest's virtio-net header goes through to the port as it
+		// is; what the port may send follows what the guest takes
+		// (serveVhostUser).
+		offloads = netplane.Offloads{Checksum: true, TSO: true}
+	}
 	// A VM without offloads: its port has them, and the relay merges the
 	// VM's TCP segments and cuts the host's packets.
 	offloads.Relayed = o.Attach == AttachRelay && !o.Offloads() && !o.NoRelayOffloads

@@ -39,9 +39,25 @@ func (s *session) serveVhostUser(ctx context.Context) error {
 		return fmt.Errorf("--socket %s: %w", s.o.SocketPath, err)
 	}
 	defer l.Close()
-	cfg := vhostuser.Config{Port: s.port.FD, Logf: func(format string, args ...any) {
+	port := s.port.FD
+	cfg := vhostuser.Config{Port: port, VnetHdr: true, Logf: func(format string, args ...any) {
 		s.log.Infof("vhost-user", format, args...)
 	}}
+	// The TAP sends the guest only segments and partial checksums it
+	// takes (netplane made it with every offload on).
+	cfg.SetOffloads = func(csum, tso4, tso6 bool) error {
+		flags := 0
+		if csum {
+			flags |= unix.TUN_F_CSUM
+			if tso4 {
+				flags |= unix.TUN_F_TSO4
+			}
+			if tso6 {
+				flags |= unix.TUN_F_TSO6
+			}
+		}
+		return unix.IoctlSetInt(port, unix.TUNSETOFFLOAD, flags)
+	}
 	if s.o.Verbose {
 		cfg.Debugf = func(format string, args ...any) { s.log.Debugf("vhost-user", format, args...) }
 	}

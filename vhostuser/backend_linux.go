@@ -21,6 +21,15 @@ type Config struct {
 	// packet socket's end (SOCK_SEQPACKET). The backend sets it
 	// non-blocking; it stays the caller's.
 	Port int
+	// VnetHdr says that the port's frames start with the 12-byte
+	// virtio-net header (a TAP with IFF_VNET_HDR, TUNSETVNETHDRSZ 12,
+	// little-endian): the backend then offers the guest checksum offload
+	// and TSO both ways (OffloadFeatures) and passes the header through,
+	// and SetOffloads, if set, is told what the guest takes (the TAP's
+	// TUNSETOFFLOAD follows it: the kernel sends no segment the guest
+	// cannot take).
+	VnetHdr     bool
+	SetOffloads func(csum, tso4, tso6 bool) error
 	// Logf logs a line (a session that ended and why); nil: none.
 	// Debugf, if set, logs every message the VMM sends.
 	Logf, Debugf func(format string, args ...any)
@@ -81,6 +90,14 @@ func (b *Backend) Serve(ctx context.Context, ln *net.UnixListener) error {
 			b.cfg.Logf("the VMM went; waiting for the next")
 		}
 	}
+}
+
+// offered is the features the backend offers.
+func (b *Backend) offered() uint64 {
+	if b.cfg.VnetHdr {
+		return Features | OffloadFeatures
+	}
+	return Features
 }
 
 // session is one VMM's connection and what it set up.
@@ -247,14 +264,19 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 	}
 	switch h.Request {
 	case GetFeatures:
-		return u64(Features), nil
+		return u64(s.b.offered()), nil
 	case SetFeatures:
 		if err := need(8); err != nil {
 			return nil, err
 		}
 		f := binary.LittleEndian.Uint64(p)
-		if f&^uint64(Features) != 0 {
-			return nil, fmt.Errorf("features %#x, of which %#x were not offered", f, f&^uint64(Features))
+		if f&^s.b.offered() != 0 {
+			return nil, fmt.Errorf("features %#x, of which %#x were not offered", f, f&^s.b.offered())
+		}
+		if s.b.cfg.SetOffloads != nil {
+			if err := s.b.cfg.SetOffloads(f&FeatureGuestCSum != 0, f&FeatureGuestTSO4 != 0, f&FeatureGuestTSO6 != 0); err != nil {
+				return nil, fmt.Errorf("the port's offloads: %w", err)
+			}
 		}
 		s.features = f
 		return nil, nil
@@ -624,6 +646,9 @@ func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) error {
 		}
 		iov = iov[:0]
 		skip := uint64(NetHeaderSize)
+		if l.b.cfg.VnetHdr {
+			skip = 0 // the header goes to the port as it is
+		}
 		var size uint64
 		for _, b := range c.read {
 			if skip >= uint64(len(b)) {
@@ -634,6 +659,9 @@ func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) error {
 			skip = 0
 			iov = append(iov, unix.Iovec{Base: &b[0], Len: uint64(len(b))})
 			size += uint64(len(b))
+		}
+		if l.b.cfg.VnetHdr {
+			size -= min(size, NetHeaderSize)
 		}
 		if size > 0 && len(iov) <= 1024 {
 			if _, err := writev(l.b.cfg.Port, iov); err == nil {
@@ -677,16 +705,26 @@ func (l *dataLoop) toVM(c *chain, iov []unix.Iovec, hdr []byte) (waits bool, err
 		if len(c.read) > 0 || c.writeLen < NetHeaderSize {
 			return false, fmt.Errorf("%w: RX chain %d has %d readable buffers and %d bytes to write", errRing, c.head, len(c.read), c.writeLen)
 		}
-		// The header: zero (no offloads), one buffer.
-		clear(hdr)
-		binary.LittleEndian.PutUint16(hdr[10:], 1)
 		iov = iov[:0]
-		left := hdr
-		for _, b := range c.written {
-			k := copy(b, left)
-			left = left[k:]
-			if b = b[k:]; len(b) > 0 {
-				iov = append(iov, unix.Iovec{Base: &b[0], Len: uint64(len(b))})
+		if l.b.cfg.VnetHdr {
+			// The port writes the header (its num_buffers left as it
+			// was: set below).
+			for _, b := range c.written {
+				if len(b) > 0 {
+					iov = append(iov, unix.Iovec{Base: &b[0], Len: uint64(len(b))})
+				}
+			}
+		} else {
+			// The header: zero (no offloads), one buffer.
+			clear(hdr)
+			binary.LittleEndian.PutUint16(hdr[10:], 1)
+			left := hdr
+			for _, b := range c.written {
+				k := copy(b, left)
+				left = left[k:]
+				if b = b[k:]; len(b) > 0 {
+					iov = append(iov, unix.Iovec{Base: &b[0], Len: uint64(len(b))})
+				}
 			}
 		}
 		if len(iov) == 0 {
@@ -701,11 +739,38 @@ func (l *dataLoop) toVM(c *chain, iov []unix.Iovec, hdr []byte) (waits bool, err
 			q.lastAvail--
 			return false, fmt.Errorf("reading the port: %w", err)
 		}
+		written := uint32(NetHeaderSize + got)
+		if l.b.cfg.VnetHdr {
+			if got < NetHeaderSize {
+				q.lastAvail--
+				return false, fmt.Errorf("reading the port: %d bytes, less than the virtio-net header", got)
+			}
+			written = uint32(got)
+			got -= NetHeaderSize
+			setNumBuffers(c.written, 1)
+		}
 		l.b.Stats.ToVMFrames.Add(1)
 		l.b.Stats.ToVMBytes.Add(uint64(got))
-		q.putUsed(c.head, uint32(NetHeaderSize+got))
+		q.putUsed(c.head, written)
 		if n++; n%64 == 0 {
 			l.publish(l.rx)
+		}
+	}
+}
+
+// setNumBuffers writes the header's num_buffers (bytes 10 and 11 of the
+// chain, little-endian) into bufs, across their boundaries.
+func setNumBuffers(bufs [][]byte, n uint16) {
+	v := [2]byte{byte(n), byte(n >> 8)}
+	off := 0 // where the buffer starts in the chain
+	for _, b := range bufs {
+		for i := 10; i < 12; i++ {
+			if i >= off && i < off+len(b) {
+				b[i-off] = v[i-10]
+			}
+		}
+		if off += len(b); off >= 12 {
+			return
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -44,14 +45,18 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newLab(t *testing.T) *lab {
+func newLab(t *testing.T, change ...func(*Config)) *lab {
 	t.Helper()
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := &lab{path: filepath.Join(t.TempDir(), "vhost.sock"), port: pair[1], logs: &syncBuffer{}, done: make(chan error, 1)}
-	l.b = New(Config{Port: pair[0], Logf: func(format string, args ...any) { fmt.Fprintf(l.logs, format+"\n", args...) }})
+	cfg := Config{Port: pair[0], Logf: func(format string, args ...any) { fmt.Fprintf(l.logs, format+"\n", args...) }}
+	for _, f := range change {
+		f(&cfg)
+	}
+	l.b = New(cfg)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: l.path, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
@@ -115,11 +120,11 @@ func TestFramesBothWays(t *testing.T) {
 	}
 	used := rx.waitUsed(len(sizes))
 	for i, u := range used {
-		if int(u.len) != NetHeaderSize+sizes[i] {
-			t.Errorf("RX %d: used length %d, want %d", i, u.len, NetHeaderSize+sizes[i])
+		if int(u.Len) != NetHeaderSize+sizes[i] {
+			t.Errorf("RX %d: used length %d, want %d", i, u.Len, NetHeaderSize+sizes[i])
 			continue
 		}
-		buf := f.mem[bufOff(rxQueue, u.head):]
+		buf := f.mem[f.q[rxQueue].bufOff(u.Head):]
 		if n := binary.LittleEndian.Uint16(buf[10:]); n != 1 || !bytes.Equal(buf[:10], make([]byte, 10)) {
 			t.Errorf("RX %d: header %x, want zeros and one buffer", i, buf[:NetHeaderSize])
 		}
@@ -145,7 +150,7 @@ func TestRXWaitsForBuffers(t *testing.T) {
 	}
 	rx.postRX(4)
 	for i, u := range rx.waitUsed(4) {
-		if got := f.mem[bufOff(rxQueue, u.head)+NetHeaderSize:][:100]; !bytes.Equal(got, frame(i, 100)) {
+		if got := f.mem[f.q[rxQueue].bufOff(u.Head)+NetHeaderSize:][:100]; !bytes.Equal(got, frame(i, 100)) {
 			t.Errorf("frame %d not as written", i)
 		}
 	}
@@ -183,38 +188,38 @@ func TestHostileRings(t *testing.T) {
 		spoil      func(f *frontend, r *guestRing) uint16
 	}{
 		{"a buffer outside the guest's memory", "not in the guest's memory", func(f *frontend, r *guestRing) uint16 {
-			h := r.take()
-			r.putDesc(h, guestBase+memSize-10, 100, 0, 0)
+			h := r.mustTake()
+			r.putDesc(h, feGuestBase+f.memSize()-10, 100, 0, 0)
 			return h
 		}},
 		{"a buffer below the guest's memory", "not in the guest's memory", func(f *frontend, r *guestRing) uint16 {
-			h := r.take()
+			h := r.mustTake()
 			r.putDesc(h, 0x1000, 100, 0, 0)
 			return h
 		}},
 		{"a length that wraps", "not in the guest's memory", func(f *frontend, r *guestRing) uint16 {
-			h := r.take()
-			r.putDesc(h, guestBase+0x1000, 0xffffffff, 0, 0)
+			h := r.mustTake()
+			r.putDesc(h, feGuestBase+0x1000, 0xffffffff, 0, 0)
 			return h
 		}},
 		{"a chain that loops", "loops", func(f *frontend, r *guestRing) uint16 {
-			a, b := r.take(), r.take()
-			r.putDesc(a, guestBase+bufOff(r.idx, a), 100, descFNext, b)
-			r.putDesc(b, guestBase+bufOff(r.idx, b), 100, descFNext, a)
+			a, b := r.mustTake(), r.mustTake()
+			r.putDesc(a, feGuestBase+r.bufOff(a), 100, descFNext, b)
+			r.putDesc(b, feGuestBase+r.bufOff(b), 100, descFNext, a)
 			return a
 		}},
 		{"a next past the table", "next is", func(f *frontend, r *guestRing) uint16 {
-			a := r.take()
-			r.putDesc(a, guestBase+bufOff(r.idx, a), 100, descFNext, ringNum+5)
+			a := r.mustTake()
+			r.putDesc(a, feGuestBase+r.bufOff(a), 100, descFNext, feRingNum+5)
 			return a
 		}},
 		{"an indirect table, not offered", "indirect", func(f *frontend, r *guestRing) uint16 {
-			a := r.take()
-			r.putDesc(a, guestBase+bufOff(r.idx, a), 64, descFIndirect, 0)
+			a := r.mustTake()
+			r.putDesc(a, feGuestBase+r.bufOff(a), 64, descFIndirect, 0)
 			return a
 		}},
 		{"a head past the table", "head descriptor", func(f *frontend, r *guestRing) uint16 {
-			return ringNum + 1
+			return feRingNum + 1
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -279,5 +284,105 @@ func TestBadMessages(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestFrontendRelay: the stand-in VMM's Relay carries frames between a
+// NIC (here a packet socket's end) and the rings both ways, as the
+// benchmark uses it: what the NIC sends comes out of the backend's port,
+// and what the port gets reaches the NIC, more frames than a ring holds.
+func TestFrontendRelay(t *testing.T) {
+	l := newLab(t)
+	fe, err := Dial(l.path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fe.Close()
+	nic, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(nic[0])
+	defer unix.Close(nic[1])
+	go fe.Relay(nic[0])
+	read := func(fd int) []byte {
+		t.Helper()
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, _ := unix.Poll(pfd, int(time.Minute/time.Millisecond)); n <= 0 {
+			t.Fatal("no frame within a minute")
+		}
+		b := make([]byte, 4096)
+		n, err := unix.Read(fd, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b[:n]
+	}
+	for i := range 3 * feRingNum {
+		size := 60 + i%1455
+		if _, err := unix.Write(nic[1], frame(i, size)); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(l.port); !bytes.Equal(got, frame(i, size)) {
+			t.Fatalf("frame %d from the NIC: %d bytes, not as sent (%d)", i, len(got), size)
+		}
+		if _, err := unix.Write(l.port, frame(i+1, size)); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(nic[1]); !bytes.Equal(got, frame(i+1, size)) {
+			t.Fatalf("frame %d to the NIC: %d bytes, not as sent (%d)", i, len(got), size)
+		}
+	}
+}
+
+// TestOffloads: with a port whose frames carry the virtio-net header,
+// the backend offers checksum offload and TSO both ways, tells the port
+// what the guest takes, and passes the header through as it is both ways
+// (a 64 KiB segment too), only num_buffers set to one towards the guest.
+func TestOffloads(t *testing.T) {
+	var told []bool
+	l := newLab(t, func(c *Config) {
+		c.VnetHdr = true
+		c.SetOffloads = func(csum, tso4, tso6 bool) error { told = []bool{csum, tso4, tso6}; return nil }
+	})
+	fe, err := Dial(l.path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fe.Close()
+	if !fe.Offloads() || !slices.Equal(told, []bool{true, true, true}) {
+		t.Fatalf("offloads %v, the port told %v", fe.Offloads(), told)
+	}
+	f := &frontend{Frontend: fe, t: t}
+	for q := range numQueues {
+		f.q[q] = &guestRing{feRing: fe.rings[q], f: f}
+	}
+	// A header as a guest with TSO writes it: NEEDS_CSUM, TCPv4, the
+	// headers' length, the MSS, where the checksum starts and goes.
+	hdr := []byte{1, 1, 54, 0, 0xa8, 0x05, 34, 0, 16, 0, 0, 0}
+	tx := f.q[txQueue]
+	for _, size := range []int{60, 1514, 65000} {
+		d := tx.mustTake()
+		at := tx.bufOff(d)
+		copy(f.mem[at:], hdr)
+		copy(f.mem[at+NetHeaderSize:], frame(size, size))
+		tx.putDesc(d, feGuestBase+at, uint32(NetHeaderSize+size), 0, 0)
+		tx.inflight[d] = []uint16{d}
+		tx.offer(d)
+		if got, want := l.readPort(t), append(slices.Clone(hdr), frame(size, size)...); !bytes.Equal(got, want) {
+			t.Fatalf("a %d-byte frame from the guest: %d bytes on the port, not its header and frame as sent", size, len(got))
+		}
+		tx.release(tx.waitUsed(1))
+	}
+	rx := f.q[rxQueue]
+	rx.postRX(4)
+	in := append(slices.Clone(hdr[:10]), 0xee, 0xee) // num_buffers as the port leaves it
+	if _, err := unix.Write(l.port, append(in, frame(7, 65000)...)); err != nil {
+		t.Fatal(err)
+	}
+	u := rx.waitUsed(1)[0]
+	got := f.mem[rx.bufOff(u.Head):][:u.Len]
+	if want := append(append(slices.Clone(hdr[:10]), 1, 0), frame(7, 65000)...); !bytes.Equal(got, want) {
+		t.Errorf("a 65000-byte segment to the guest: header %x, %d bytes; want %x and the frame", got[:NetHeaderSize], len(got), want[:NetHeaderSize])
 	}
 }

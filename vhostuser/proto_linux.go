@@ -82,10 +82,23 @@ const (
 	ProtocolReplyAck = 1 << 3
 )
 
-// Features is what the backend offers, and ProtocolFeatures its
-// protocol features.
+// virtio-net's offloads (virtio 1.x, 5.1.3): what the guest may send
+// (CSUM, HOST_TSO*) and what it takes (GUEST_CSUM, GUEST_TSO*).
+const (
+	FeatureCSum      = 1 << 0
+	FeatureGuestCSum = 1 << 1
+	FeatureGuestTSO4 = 1 << 7
+	FeatureGuestTSO6 = 1 << 8
+	FeatureHostTSO4  = 1 << 11
+	FeatureHostTSO6  = 1 << 12
+)
+
+// Features is what the backend offers; OffloadFeatures what it adds for a
+// port whose frames carry the virtio-net header (Config.VnetHdr); and
+// ProtocolFeatures its protocol features.
 const (
 	Features         = FeatureVersion1 | FeatureProtocolFeatures
+	OffloadFeatures  = FeatureCSum | FeatureGuestCSum | FeatureGuestTSO4 | FeatureGuestTSO6 | FeatureHostTSO4 | FeatureHostTSO6
 	ProtocolFeatures = ProtocolReplyAck
 )
 

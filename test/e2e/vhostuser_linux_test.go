@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,8 +15,8 @@ import (
 // TestVhostUserGuest: a qemu guest whose attachment is `attach:
 // vhost-user` boots with the arguments `vmnetctl args --memory` prints
 // (its memory shared, qemu -netdev vhost-user on the helper's socket),
-// gets its lease over the rings, pings its gateway and resolves a name
-// through it; then qemu ends and a second qemu (a VMM restarted) connects
+// gets its lease over the rings, pings its gateway, resolves a name
+// through it and echoes a line with a server behind the NAT; then qemu ends and a second qemu (a VMM restarted) connects
 // to the same helper, which serves it as well.
 func TestVhostUserGuest(t *testing.T) {
 	t.Parallel()
@@ -43,11 +44,14 @@ func TestVhostUserGuest(t *testing.T) {
 			NetArgs:  tcgArgs(args),
 			MemoryMB: 256,
 			Script: guest.NewScript().DHCP("eth0").Ping(sharedGW).
-				ResolveWithin("vu.vmnet.internal", sharedGW, time.Minute),
+				ResolveWithin("vu.vmnet.internal", sharedGW, time.Minute).
+				Echo(wanPeer, wanPort, "over-the-rings-"+name, time.Minute),
 		}).MustWait(t)
 	}
+	srv := serveEcho(t, w.wan, fmt.Sprintf("%s:%d", wanPeer, wanPort))
 	for _, name := range []string{"vu", "vu-again"} {
 		r := boot(name)
+		r.Expect(t, guest.EchoKey(wanPeer, wanPort), "ok")
 		r.Expect(t, "eth0.dhcp", "ok")
 		r.Expect(t, guest.PingKey(sharedGW), "ok")
 		ip, _ := r.Get("eth0.ip")
@@ -56,6 +60,9 @@ func TestVhostUserGuest(t *testing.T) {
 		}
 		r.Expect(t, guest.ResolveKey("vu.vmnet.internal"), ip)
 		t.Logf("%s: boot %v, run %v", name, r.BootTime.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
+	}
+	if peers, data := srv.sources(); len(peers) != 2 || !slices.Contains(data, "over-the-rings-vu") {
+		t.Errorf("the WAN's echo server saw %v from %v, want both guests' lines, NATed", data, peers)
 	}
 	st, err := w.ReadStatus()
 	if err != nil {
