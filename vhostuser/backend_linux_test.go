@@ -386,3 +386,28 @@ func TestOffloads(t *testing.T) {
 		t.Errorf("a 65000-byte segment to the guest: header %x, %d bytes; want %x and the frame", got[:NetHeaderSize], len(got), want[:NetHeaderSize])
 	}
 }
+
+// TestVMMDiesMidMessage: a VMM that goes halfway through a header, or
+// through a payload, ends its session; the next VMM is served.
+func TestVMMDiesMidMessage(t *testing.T) {
+	l := newLab(t)
+	for _, partial := range [][]byte{
+		Header{Request: GetFeatures, Flags: flagVersion}.encode()[:5],
+		append(Header{Request: SetVringNum, Flags: flagVersion, Size: 8}.encode(), 1, 2, 3),
+	} {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: l.path, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(partial)
+		c.Close()
+	}
+	f := connect(t, l.path)
+	f.q[txQueue].offer(f.q[txQueue].sendFrame(frame(9, 100)))
+	if got := l.readPort(t); !bytes.Equal(got, frame(9, 100)) {
+		t.Fatal("the VMM after two that died mid-message: its frame is not as sent")
+	}
+	if n := l.b.Stats.Sessions.Load(); n != 3 {
+		t.Errorf("%d sessions, want 3", n)
+	}
+}
