@@ -316,20 +316,13 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		}
 		return nil, s.startLoop()
 	case SetVringNum:
-		if err := need(8); err != nil {
-			return nil, err
-		}
-		q, err := s.queue(binary.LittleEndian.Uint32(p))
-		if err != nil {
-			return nil, err
-		}
-		num := binary.LittleEndian.Uint32(p[4:])
-		if num == 0 || num > maxQueueSize || num&(num-1) != 0 {
-			return nil, fmt.Errorf("a ring of %d entries (a power of 2 up to %d)", num, maxQueueSize)
-		}
-		s.stopLoop()
-		q.num = uint16(num)
-		return nil, s.startLoop()
+		return nil, s.setQueue(p, func(q *queue, num uint32) error {
+			if num == 0 || num > maxQueueSize || num&(num-1) != 0 {
+				return fmt.Errorf("a ring of %d entries (a power of 2 up to %d)", num, maxQueueSize)
+			}
+			q.num = uint16(num)
+			return nil
+		})
 	case SetVringAddr:
 		if err := need(vringAddrSize); err != nil {
 			return nil, err
@@ -345,16 +338,10 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		q.addr, q.hasAddr = a, true
 		return nil, s.startLoop()
 	case SetVringBase:
-		if err := need(8); err != nil {
-			return nil, err
-		}
-		q, err := s.queue(binary.LittleEndian.Uint32(p))
-		if err != nil {
-			return nil, err
-		}
-		s.stopLoop()
-		q.base = uint16(binary.LittleEndian.Uint32(p[4:]))
-		return nil, s.startLoop()
+		return nil, s.setQueue(p, func(q *queue, base uint32) error {
+			q.base = uint16(base)
+			return nil
+		})
 	case GetVringBase:
 		// The ring stops; its next available entry goes back.
 		if err := need(8); err != nil {
@@ -418,19 +405,30 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		}
 		return nil, s.startLoop()
 	case SetVringEnable:
-		if err := need(8); err != nil {
-			return nil, err
-		}
-		q, err := s.queue(binary.LittleEndian.Uint32(p))
-		if err != nil {
-			return nil, err
-		}
-		s.stopLoop()
-		q.enabled = binary.LittleEndian.Uint32(p[4:]) != 0
-		return nil, s.startLoop()
+		return nil, s.setQueue(p, func(q *queue, on uint32) error {
+			q.enabled = on != 0
+			return nil
+		})
 	default:
 		return nil, fmt.Errorf("not supported")
 	}
+}
+
+// setQueue carries out a request whose payload is a ring's state (its
+// index and a number): set changes the ring with the rings stopped.
+func (s *session) setQueue(p []byte, set func(q *queue, num uint32) error) error {
+	if len(p) < 8 {
+		return fmt.Errorf("a payload of %d bytes, want 8", len(p))
+	}
+	q, err := s.queue(binary.LittleEndian.Uint32(p))
+	if err != nil {
+		return err
+	}
+	s.stopLoop()
+	if err := set(q, binary.LittleEndian.Uint32(p[4:])); err != nil {
+		return err
+	}
+	return s.startLoop()
 }
 
 // queue is ring idx of the one pair.

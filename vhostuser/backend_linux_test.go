@@ -11,11 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // lab is a backend serving on a socket, its port one end of a
@@ -24,25 +25,8 @@ type lab struct {
 	b    *Backend
 	path string
 	port int // the test's end
-	logs *syncBuffer
+	logs *testutil.Buffer
 	done chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newLab(t *testing.T, change ...func(*Config)) *lab {
@@ -51,7 +35,7 @@ func newLab(t *testing.T, change ...func(*Config)) *lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &lab{path: filepath.Join(t.TempDir(), "vhost.sock"), port: pair[1], logs: &syncBuffer{}, done: make(chan error, 1)}
+	l := &lab{path: filepath.Join(t.TempDir(), "vhost.sock"), port: pair[1], logs: &testutil.Buffer{}, done: make(chan error, 1)}
 	cfg := Config{Port: pair[0], Logf: func(format string, args ...any) { fmt.Fprintf(l.logs, format+"\n", args...) }}
 	for _, f := range change {
 		f(&cfg)

@@ -1,14 +1,12 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -155,7 +153,7 @@ func TestFlightRecorder(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "fr.pcapng")
 		cmd := h.VmnetctlCommand(context.Background(), "capture", "fr", "--ring", "64KiB", "-w", file)
 		recording = cmd
-		var errOut syncBuffer
+		var errOut testutil.Buffer
 		cmd.Stderr = &errOut
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -247,22 +245,4 @@ func TestFlightRecorder(t *testing.T) {
 	if !strings.Contains(said, `ended="the guard dropped`) || requests < 20 {
 		t.Errorf("after a burst of spoofed frames, capture said %q and wrote %d echo requests", said, requests)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
