@@ -78,7 +78,7 @@ func vhostStats(b *vhostuser.Backend, interval time.Duration, out *relay.StatsOu
 		st := &b.Stats
 		out.Emit(helperproto.Stats{Time: time.Now(),
 			Host: helperproto.Counters{Packets: st.ToVMFrames.Load(), Bytes: st.ToVMBytes.Load(), Drops: st.Dropped.Load()},
-			VM:   helperproto.Counters{Packets: st.FromVMFrames.Load(), Bytes: st.FromVMBytes.Load()}}, last)
+			VM:   helperproto.Counters{Packets: st.FromVMFrames.Load(), Bytes: st.FromVMBytes.Load(), Drops: st.FromVMRefused.Load()}}, last)
 	}
 	done := make(chan struct{})
 	ended := make(chan struct{})

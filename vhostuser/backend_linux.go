@@ -41,6 +41,9 @@ type Stats struct {
 	// header) to and from the guest; Dropped, frames from the port that
 	// found no buffer large enough in the guest's ring.
 	ToVMFrames, ToVMBytes, FromVMFrames, FromVMBytes, Dropped atomic.Uint64
+	// FromVMRefused counts the guest's frames whose virtio-net header
+	// asks for what it did not negotiate (txHeaderOK).
+	FromVMRefused atomic.Uint64
 	// Sessions counts the VMMs that connected.
 	Sessions atomic.Uint64
 }
@@ -528,7 +531,7 @@ func (s *session) startLoop() error {
 	}
 	// A ring the guest broke ends the session: the VMM sees its backend
 	// go (qemu reconnects with reconnect=N and sets the rings up anew).
-	l, err := startDataLoop(s.b, run, func() { s.conn.Close() })
+	l, err := startDataLoop(s.b, run, s.features, func() { s.conn.Close() })
 	if err != nil {
 		return err
 	}
@@ -545,20 +548,21 @@ func (s *session) stopLoop() {
 
 // dataLoop moves frames for a session's running rings until stopped.
 type dataLoop struct {
-	b    *Backend
-	rx   *queue // nil: not running
-	tx   *queue
-	wake int // an eventfd: stop
-	wg   sync.WaitGroup
-	err  error
+	b        *Backend
+	features uint64 // the session's
+	rx       *queue // nil: not running
+	tx       *queue
+	wake     int // an eventfd: stop
+	wg       sync.WaitGroup
+	err      error
 }
 
-func startDataLoop(b *Backend, run [numQueues]*queue, broken func()) (*dataLoop, error) {
+func startDataLoop(b *Backend, run [numQueues]*queue, features uint64, broken func()) (*dataLoop, error) {
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, err
 	}
-	l := &dataLoop{b: b, rx: run[rxQueue], tx: run[txQueue], wake: wake}
+	l := &dataLoop{b: b, rx: run[rxQueue], tx: run[txQueue], wake: wake, features: features}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -642,26 +646,35 @@ func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) error {
 		if !ok {
 			break
 		}
+		// The guest's header is copied out of its memory, checked against
+		// what it negotiated and, for a port that takes headers, written
+		// from the copy: the guest cannot change it after the check.
+		var hdr [NetHeaderSize]byte
 		iov = iov[:0]
-		skip := uint64(NetHeaderSize)
 		if l.b.cfg.VnetHdr {
-			skip = 0 // the header goes to the port as it is
+			iov = append(iov, unix.Iovec{Base: &hdr[0], Len: NetHeaderSize})
 		}
+		skip := uint64(NetHeaderSize)
 		var size uint64
 		for _, b := range c.read {
-			if skip >= uint64(len(b)) {
-				skip -= uint64(len(b))
+			if skip > 0 {
+				k := copy(hdr[NetHeaderSize-skip:], b)
+				skip -= uint64(k)
+				b = b[k:]
+			}
+			if len(b) == 0 {
 				continue
 			}
-			b = b[skip:]
-			skip = 0
 			iov = append(iov, unix.Iovec{Base: &b[0], Len: uint64(len(b))})
 			size += uint64(len(b))
 		}
-		if l.b.cfg.VnetHdr {
-			size -= min(size, NetHeaderSize)
-		}
-		if size > 0 && len(iov) <= 1024 {
+		hdr[10], hdr[11] = 0, 0 // num_buffers: the guest's own
+		switch {
+		case skip > 0 || size == 0 || len(iov) > 1024:
+			// No frame after the header (or one in over 1024 pieces).
+		case !txHeaderOK(hdr, l.features):
+			l.b.Stats.FromVMRefused.Add(1)
+		default:
 			if _, err := writev(l.b.cfg.Port, iov); err == nil {
 				l.b.Stats.FromVMFrames.Add(1)
 				l.b.Stats.FromVMBytes.Add(size)
@@ -754,6 +767,37 @@ func (l *dataLoop) toVM(c *chain, iov []unix.Iovec, hdr []byte) (waits bool, err
 			l.publish(l.rx)
 		}
 	}
+}
+
+// The virtio-net header's flags and GSO types (virtio 1.x, 5.1.6).
+const (
+	hdrNeedsCSum = 1
+	gsoNone      = 0
+	gsoTCPv4     = 1
+	gsoTCPv6     = 4
+)
+
+// txHeaderOK tells whether a guest that negotiated features may send a
+// frame behind hdr: no flag but NEEDS_CSUM, and that only with CSUM; no
+// segmentation but TCP's, each with its HOST_TSO and a checksum to
+// finish (no ECN, no UDP). A guest without offloads sends zeros.
+func txHeaderOK(hdr [NetHeaderSize]byte, features uint64) bool {
+	flags, gso := hdr[0], hdr[1]
+	switch {
+	case flags&^hdrNeedsCSum != 0:
+		return false
+	case flags&hdrNeedsCSum != 0 && features&FeatureCSum == 0:
+		return false
+	case gso == gsoNone:
+		return true
+	case flags&hdrNeedsCSum == 0:
+		return false
+	case gso == gsoTCPv4:
+		return features&FeatureHostTSO4 != 0
+	case gso == gsoTCPv6:
+		return features&FeatureHostTSO6 != 0
+	}
+	return false
 }
 
 // setNumBuffers writes the header's num_buffers (bytes 10 and 11 of the

@@ -395,3 +395,56 @@ func TestVMMDiesMidMessage(t *testing.T) {
 		t.Errorf("%d sessions, want 3", n)
 	}
 }
+
+// TestGuestHeaders: the port gets the guest's virtio-net header only as
+// far as the guest negotiated it: a guest without offloads whose header
+// asks for a checksum, or one with them asking for UDP segmentation or
+// ECN, has the frame refused and counted; a zero header passes, as zero.
+func TestGuestHeaders(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		offloads bool
+		hdr      []byte
+		pass     bool
+	}{
+		{"no offloads, a zero header", false, make([]byte, NetHeaderSize), true},
+		{"no offloads, NEEDS_CSUM", false, []byte{1, 0, 0, 0, 0, 0, 34, 0, 16, 0, 0, 0}, false},
+		{"offloads, TSO over TCPv6", true, []byte{1, 4, 74, 0, 0xa0, 0x05, 54, 0, 16, 0, 0, 0}, true},
+		{"offloads, UDP segmentation", true, []byte{1, 5, 42, 0, 0xa0, 0x05, 34, 0, 6, 0, 0, 0}, false},
+		{"offloads, TSO with ECN", true, []byte{1, 0x81, 54, 0, 0xa8, 0x05, 34, 0, 16, 0, 0, 0}, false},
+		{"offloads, TSO without NEEDS_CSUM", true, []byte{0, 1, 54, 0, 0xa8, 0x05, 34, 0, 16, 0, 0, 0}, false},
+		{"offloads, DATA_VALID", true, []byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLab(t, func(cfg *Config) { cfg.VnetHdr = true })
+			fe, err := Dial(l.path, c.offloads)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fe.Close()
+			f := &frontend{Frontend: fe, t: t}
+			tx := &guestRing{feRing: fe.rings[txQueue], f: f}
+			for i, hdr := range [][]byte{c.hdr, make([]byte, NetHeaderSize)} {
+				d := tx.mustTake()
+				at := tx.bufOff(d)
+				copy(f.mem[at:], hdr)
+				copy(f.mem[at+NetHeaderSize:], frame(i, 100))
+				tx.putDesc(d, feGuestBase+at, NetHeaderSize+100, 0, 0)
+				tx.inflight[d] = []uint16{d}
+				tx.offer(d)
+			}
+			tx.release(tx.waitUsed(2))
+			got := l.readPort(t)
+			want := append(make([]byte, NetHeaderSize), frame(1, 100)...) // the zero header's frame
+			if c.pass {
+				want = append(slices.Clone(c.hdr), frame(0, 100)...)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("the port got %x..., want %x...", got[:16], want[:16])
+			}
+			if refused := l.b.Stats.FromVMRefused.Load(); refused != map[bool]uint64{true: 0, false: 1}[c.pass] {
+				t.Errorf("%d frames refused", refused)
+			}
+		})
+	}
+}
