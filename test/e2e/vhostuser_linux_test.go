@@ -6,8 +6,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
 )
@@ -87,4 +91,46 @@ func tcgArgs(args []string) []string {
 		}
 	}
 	return out
+}
+
+// TestVhostUserHelperRestarts: the helper under a running qemu guest is
+// killed; the controller starts it again on the same socket, qemu
+// reconnects (reconnect=1) and sets the rings up anew, and the guest,
+// which leased and pinged before, reaches a server behind the NAT after,
+// with the same port and lease.
+func TestVhostUserHelperRestarts(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.MustVmnetctl("up", "-f", w.WriteFile("vu.yaml", "vms:\n  vr:\n    networks:\n      - vmnet: shared\n        attach: vhost-user\n        macAddress: \"52:55:55:e6:00:02\"\n"))
+	args := tcgArgs(strings.Fields(strings.TrimSpace(w.MustVmnetctl("args", "vr", "--vmm", "qemu", "--memory", "256M"))))
+	g := guest.Boot(t, guest.Config{
+		Name:     "vr",
+		Netns:    w.Name,
+		NetArgs:  args,
+		MemoryMB: 256,
+		// The echo server comes only after the helper is back: the
+		// guest's tries until then are refused, and it keeps trying.
+		Script: guest.NewScript().DHCP("eth0").Ping(sharedGW).
+			Echo(wanPeer, wanPort, "after-the-restart", 3*time.Minute),
+	})
+	if v, err := g.Await(guest.PingKey(sharedGW), 3*time.Minute); err != nil || v != "ok" {
+		t.Fatalf("the guest's ping before the restart: %q, %v", v, err)
+	}
+	before := w.Attachment(w.Status(), "vr")
+	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		if a := w.Attachment(w.Status(), "vr"); a.PID == before.PID || a.State != ctlapi.StateRunning {
+			return fmt.Errorf("helper pid %d, %s", a.PID, a.State)
+		}
+		return nil
+	}, "the helper started again")
+	srv := serveEcho(t, w.wan, fmt.Sprintf("%s:%d", wanPeer, wanPort))
+	r := g.MustWait(t)
+	r.Expect(t, "eth0.dhcp", "ok")
+	r.Expect(t, guest.EchoKey(wanPeer, wanPort), "ok")
+	if _, data := srv.sources(); !slices.Contains(data, "after-the-restart") {
+		t.Errorf("the WAN's echo server saw %v", data)
+	}
 }
