@@ -47,6 +47,10 @@ type helperProc struct {
 	// from its log.
 	lastFromVM time.Time
 	client     string
+	// session is, for a helper whose VMM connects to it (attach: stream
+	// or vhost-user), "connected" while one is and "VM gone" once it
+	// went, from its log ("" until one came).
+	session string
 }
 
 // closedChan is an exited channel for a helper that is not running.

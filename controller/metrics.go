@@ -464,6 +464,10 @@ func readStatsLines(h *helperProc, add func(helperproto.Stats)) {
 		} else if _, client, ok := strings.Cut(line, "[main] client "); ok && strings.Contains(client, "is a new socket") {
 			q, _, _ := strings.Cut(client, " is a new socket")
 			h.client, _ = strconv.Unquote(q)
+		} else if sessionStarted(line) {
+			h.session = "connected"
+		} else if sessionEnded(line) {
+			h.session = "VM gone"
 		}
 	}
 }
@@ -508,4 +512,16 @@ func BuildCommit() string {
 		}
 	}
 	return "unknown"
+}
+
+// sessionStarted and sessionEnded tell the log lines of a helper whose
+// VMM connects to it (a stream's relay, a vhost-user backend) that say a
+// VMM came and went.
+func sessionStarted(line string) bool {
+	return strings.Contains(line, "[main] serving a client on ") || strings.Contains(line, "[vhost-user] a VMM connected")
+}
+
+func sessionEnded(line string) bool {
+	return strings.Contains(line, "[main] client gone (") || strings.Contains(line, "[vhost-user] the VMM went") ||
+		strings.Contains(line, "[vhost-user] the VMM's session ended")
 }

@@ -27,6 +27,8 @@ func peerOf(a *spec.Attachment, h *helperProc) string {
 		return "waiting for VM"
 	case a.External:
 		return "connected" // vmnetctl run: the VM holds the other end
+	case h.session != "":
+		return h.session // a stream's or vhost-user's VMM, from the log
 	case h.client == "":
 		return "waiting for VM"
 	}

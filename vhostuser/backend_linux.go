@@ -80,6 +80,7 @@ func (b *Backend) Serve(ctx context.Context, ln *net.UnixListener) error {
 			return fmt.Errorf("vhost-user: %w", err)
 		}
 		b.Stats.Sessions.Add(1)
+		b.cfg.Logf("a VMM connected")
 		endConn := context.AfterFunc(ctx, func() { c.Close() })
 		err = b.serveConn(c)
 		endConn()

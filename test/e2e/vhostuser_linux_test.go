@@ -116,6 +116,13 @@ func TestVhostUserHelperRestarts(t *testing.T) {
 	if v, err := g.Await(guest.PingKey(sharedGW), 3*time.Minute); err != nil || v != "ok" {
 		t.Fatalf("the guest's ping before the restart: %q, %v", v, err)
 	}
+	// status says the VMM is there (the helper's log says it came).
+	testutil.Eventually(t, time.Minute, func() error {
+		if p := w.Attachment(w.Status(), "vr").Peer; p != "connected" {
+			return fmt.Errorf("peer %q", p)
+		}
+		return nil
+	}, "status to say the VM is connected")
 	before := w.Attachment(w.Status(), "vr")
 	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -133,4 +140,11 @@ func TestVhostUserHelperRestarts(t *testing.T) {
 	if _, data := srv.sources(); !slices.Contains(data, "after-the-restart") {
 		t.Errorf("the WAN's echo server saw %v", data)
 	}
+	// qemu exited with the guest: status says the VM went.
+	testutil.Eventually(t, time.Minute, func() error {
+		if p := w.Attachment(w.Status(), "vr").Peer; p != "VM gone" {
+			return fmt.Errorf("peer %q", p)
+		}
+		return nil
+	}, "status to say the VM went")
 }
