@@ -91,6 +91,8 @@ func advise(a AttachmentDescription, controller bool) []string {
 		out = append(out, "no controller runs: DHCP and DNS do not answer; `sudo vmnetctl up` (or the vmnetctl service) starts it")
 	case a.State != ctlapi.StateRunning:
 		out = append(out, fmt.Sprintf("the helper is %s: see `vmnetctl logs %s`", a.State, a.VM))
+	case a.Peer == "waiting for VM" && a.Attach == "vhost-user":
+		out = append(out, fmt.Sprintf("no VMM came to the attachment yet: is it running with `vmnetctl args %s --memory SIZE` (its -m)?", a.VM))
 	case a.Peer == "waiting for VM":
 		out = append(out, fmt.Sprintf("no VMM came to the attachment yet: is it running with `vmnetctl args %s`?", a.VM))
 	case a.Peer == "VM gone":
