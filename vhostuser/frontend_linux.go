@@ -28,8 +28,9 @@ type Frontend struct {
 	offloads bool
 	bufSize  uint64
 	stop     int           // an eventfd: Close ends Relay
-	mu       sync.Mutex    // Relay holds it while it runs
+	mu       sync.Mutex    // guards relay and closed
 	relay    chan struct{} // closed when Relay returns; nil when none ran
+	closed   bool
 }
 
 // The stand-in's guest memory: one region at feGuestBase (guest
@@ -171,13 +172,12 @@ func (f *Frontend) setupRing(q int) (*feRing, error) {
 
 // Close ends the session, and Relay if it runs, and frees the memory.
 func (f *Frontend) Close() {
-	if f.stop >= 0 {
-		unix.Write(f.stop, u64(1))
-	}
 	f.mu.Lock()
+	f.closed = true
 	running := f.relay
 	f.mu.Unlock()
 	if running != nil {
+		unix.Write(f.stop, u64(1))
 		<-running
 	}
 	if f.stop >= 0 {
@@ -333,6 +333,10 @@ func (r *feRing) postRX(n int) {
 func (f *Frontend) Relay(tap int) error {
 	done := make(chan struct{})
 	f.mu.Lock()
+	if f.closed || f.relay != nil {
+		f.mu.Unlock()
+		return errors.New("the frontend is closed, or relays already")
+	}
 	f.relay = done
 	f.mu.Unlock()
 	defer close(done)

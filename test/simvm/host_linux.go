@@ -185,6 +185,9 @@ func (h *Host) Attachment(st *ctlapi.Status, vm string) ctlapi.AttachmentStatus 
 
 // VM attaches a simulated VM to the helper socket of an attachment.
 func (h *Host) VM(a ctlapi.AttachmentStatus) *VM {
+	if a.Attach == "vhost-user" {
+		return AttachVhostUser(h.T, "vm"+a.VM, a.MAC, a.Socket)
+	}
 	return AttachSocket(h.T, "vm"+a.VM, a.MAC, a.Socket, filepath.Join(h.Dir, fmt.Sprintf("%s.%d.client.sock", a.VM, a.Index)))
 }
 

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/test/testutil"
+	"github.com/vmnetctl/vmnetctl/vhostuser"
 )
 
 // VM is a simulated VM: a namespace whose eth0 is a TAP relayed to a helper.
@@ -29,6 +30,7 @@ type VM struct {
 	remote *net.UnixAddr
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	stop   func() // a vhost-user VM's: ends its relay
 }
 
 // maxFrame is the largest frame the relay moves (jumbo MTUs included).
@@ -125,9 +127,48 @@ func (vm *VM) start() {
 	}()
 }
 
+// AttachVhostUser makes a simulated VM whose eth0 (with mac) is a
+// vhost-user guest of the helper serving socketPath: a VMM stand-in
+// (vhostuser.Frontend) shares its memory and rings with the helper and
+// moves frames between them and the TAP, as qemu's vhost-user-net and
+// the guest's driver do.
+func AttachVhostUser(t testing.TB, name, mac, socketPath string) *VM {
+	t.Helper()
+	vm := &VM{NS: testutil.NewNS(t, name), MAC: mac}
+	fd := -1
+	vm.MustDo(t, func() (err error) {
+		fd, err = testutil.OpenTAP("eth0")
+		return err
+	})
+	for _, args := range [][]string{{"link", "set", "eth0", "address", mac}, {"link", "set", "eth0", "up"}} {
+		vm.MustRun(t, "ip", args...)
+	}
+	fe, err := vhostuser.Dial(socketPath, false)
+	if err != nil {
+		unix.Close(fd)
+		t.Fatalf("%s: connecting to %s: %v", name, socketPath, err)
+	}
+	relayed := make(chan struct{})
+	go func() {
+		defer close(relayed)
+		fe.Relay(fd)
+	}()
+	vm.stop = func() {
+		fe.Close() // ends Relay
+		<-relayed
+		unix.Close(fd)
+	}
+	t.Cleanup(vm.Close)
+	return vm
+}
+
 // Close stops the relay and closes the TAP and socket.
 func (vm *VM) Close() {
 	if vm.closed.Swap(true) {
+		return
+	}
+	if vm.stop != nil {
+		vm.stop()
 		return
 	}
 	vm.conn.Close()

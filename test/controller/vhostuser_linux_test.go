@@ -1,0 +1,66 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
+)
+
+// TestVhostUserGuarded: a VM whose attachment is vhost-user (a VMM
+// stand-in sharing its rings with the helper) is the guard's like any
+// other: it leases and reaches its gateway; from an address the network
+// did not give it, or a MAC not its own, its frames are dropped and
+// counted; and status says its VMM is there.
+func TestVhostUserGuarded(t *testing.T) {
+	h := newHost(t)
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  vg:\n    networks:\n      - vmnet: shared\n        attach: vhost-user\n        macAddress: \"52:55:55:e7:00:01\"\n"))
+	a := h.Attachment(h.Status(), "vg")
+	vm := h.VM(a)
+	lease := vm.DHCP(t)
+	if err := vm.Ping(gateway, 2); err != nil {
+		t.Fatalf("from its lease %s: %v", lease["ip"], err)
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		if p := h.Attachment(h.Status(), "vg").Peer; p != "connected" {
+			return fmt.Errorf("peer %q", p)
+		}
+		return nil
+	}, "status to say the VM is connected")
+	// The gateway's MAC, kept: a flushed address or a new MAC flushes
+	// the neighbours, and the ARP requests would be dropped too.
+	gw := strings.Fields(vm.MustRun(t, "ip", "neigh", "show", gateway, "dev", "eth0"))
+	if len(gw) < 3 || gw[1] != "lladdr" {
+		t.Fatalf("the VM's neighbour entry of the gateway: %q", gw)
+	}
+	spoofed := func(what string, act func()) {
+		t.Helper()
+		before := h.Attachment(h.Status(), "vg").SpoofDrops
+		act()
+		if out, err := vm.Run(context.Background(), "ping", "-c", "3", "-i", "0.2", "-W", "1", gateway); err == nil {
+			t.Errorf("%s: the ping went through:\n%s", what, out)
+		}
+		testutil.Eventually(t, time.Minute, func() error {
+			if d := h.Attachment(h.Status(), "vg").SpoofDrops; d <= before {
+				return fmt.Errorf("%d spoofed frames dropped, %d before", d, before)
+			}
+			return nil
+		}, what+": the guard to count the drops")
+	}
+	// Another address of the subnet, which DHCP gave nobody.
+	spoofed("another address", func() {
+		vm.MustRun(t, "ip", "addr", "flush", "dev", "eth0")
+		vm.MustRun(t, "ip", "addr", "add", "10.77.0.250/24", "dev", "eth0")
+		vm.MustRun(t, "ip", "neigh", "replace", gateway, "lladdr", gw[2], "dev", "eth0", "nud", "permanent")
+	})
+	// Its own address back, from another MAC.
+	spoofed("another MAC", func() {
+		vm.MustRun(t, "ip", "addr", "flush", "dev", "eth0")
+		vm.MustRun(t, "ip", "addr", "add", strings.TrimSpace(lease["ip"])+"/24", "dev", "eth0")
+		vm.MustRun(t, "ip", "link", "set", "eth0", "address", "02:00:00:00:0e:0e")
+		vm.MustRun(t, "ip", "neigh", "replace", gateway, "lladdr", gw[2], "dev", "eth0", "nud", "permanent")
+	})
+}
