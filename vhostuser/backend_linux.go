@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -127,12 +129,16 @@ type queue struct {
 	ring       vring
 }
 
-func (b *Backend) serveConn(c *net.UnixConn) error {
+func (b *Backend) serveConn(c *net.UnixConn) (err error) {
 	s := &session{b: b, conn: c}
 	for i := range s.queues {
 		s.queues[i].kick, s.queues[i].call = -1, -1
 	}
 	defer s.close()
+	// Setting a ring up reads guest memory, which the VMM may have cut
+	// under its mapping: a fault ends the session, not the helper.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer recoverFault(&err)
 	for {
 		h, payload, fds, err := readMessage(c)
 		if err != nil {
@@ -273,10 +279,21 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		if err := need(8); err != nil {
 			return nil, err
 		}
-		f := binary.LittleEndian.Uint64(p)
+		f := binary.LittleEndian.Uint64(p) &^ featureMTU // (qemu's host_mtu adds it: its own)
 		if f&^s.b.offered() != 0 {
 			return nil, fmt.Errorf("features %#x, of which %#x were not offered", f, f&^s.b.offered())
 		}
+		if f&FeatureVersion1 == 0 {
+			return nil, errors.New("features without VERSION_1: a legacy driver's 10-byte header is not supported")
+		}
+		// The data loop checks the guest's headers against the features:
+		// it starts again with the new ones.
+		s.stopLoop()
+		defer func() {
+			if err == nil {
+				err = s.startLoop()
+			}
+		}()
 		if s.b.cfg.SetOffloads != nil {
 			if err := s.b.cfg.SetOffloads(f&FeatureGuestCSum != 0, f&FeatureGuestTSO4 != 0, f&FeatureGuestTSO6 != 0); err != nil {
 				return nil, fmt.Errorf("the port's offloads: %w", err)
@@ -387,6 +404,14 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		} else if len(fds) != 0 {
 			return nil, fmt.Errorf("%d descriptors with the invalid flag", len(fds))
 		}
+		if fd >= 0 && h.Request != SetVringErr {
+			// An eventfd, non-blocking: anything else (a pipe whose
+			// writer went polls readable for ever) or a blocking one
+			// (whose counter the VMM filled) would hold the loop.
+			if err := checkEventfd(fd); err != nil {
+				return nil, err
+			}
+		}
 		s.stopLoop()
 		used = true
 		switch h.Request {
@@ -443,6 +468,17 @@ func (s *session) queue(idx uint32) (*queue, error) {
 	return &s.queues[idx], nil
 }
 
+// checkEventfd makes fd non-blocking if it is an eventfd, and says so if
+// it is not. (The VMM shares its file description and could make it
+// blocking again: then it holds only its own VM's helper, which its
+// controller kills after its stop's grace.)
+func checkEventfd(fd int) error {
+	if target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err != nil || target != "anon_inode:[eventfd]" {
+		return fmt.Errorf("a descriptor that is no eventfd (%s)", target)
+	}
+	return unix.SetNonblock(fd, true)
+}
+
 func closeFD(fd *int) {
 	if *fd >= 0 {
 		unix.Close(*fd)
@@ -453,11 +489,28 @@ func closeFD(fd *int) {
 // mapMemory maps the regions of a new memory table (each from its
 // descriptor, which is closed once mapped) in place of the old.
 func (s *session) mapMemory(regions []Region, fds []int) error {
+	// A new table under running rings (memory hotplug): the rings go on
+	// where they were, not from their first base.
+	for i := range s.queues {
+		if q := &s.queues[i]; q.ring.ready() {
+			q.base = q.ring.lastAvail
+		}
+	}
 	s.unmap()
 	mem := &Memory{}
 	for i, r := range regions {
 		if r.Size > 1<<46 || r.MmapOffset > 1<<46 {
 			return fmt.Errorf("memory region %d: %d bytes at offset %d", i, r.Size, r.MmapOffset)
+		}
+		// What the file behind the descriptor holds: a region past its
+		// end would fault (SIGBUS) when read. (A file cut later still
+		// can: the data loop and the message handler recover from it.)
+		var st unix.Stat_t
+		if err := unix.Fstat(fds[i], &st); err != nil {
+			return fmt.Errorf("memory region %d: %w", i, err)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && uint64(st.Size) < r.MmapOffset+r.Size {
+			return fmt.Errorf("memory region %d: %d bytes at offset %d of a file of %d", i, r.Size, r.MmapOffset, st.Size)
 		}
 		data, err := unix.Mmap(fds[i], 0, int(r.MmapOffset+r.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {
@@ -567,7 +620,8 @@ func startDataLoop(b *Backend, run [numQueues]*queue, features uint64, broken fu
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		if err := l.run(); err != nil {
+		debug.SetPanicOnFault(true) // (this goroutine's: a fault in guest memory ends the session)
+		if err := l.runRecovering(); err != nil {
 			l.err = err
 			b.cfg.Logf("the rings stopped: %v", err)
 			broken()
@@ -582,6 +636,27 @@ func (l *dataLoop) stop() {
 	unix.Close(l.wake)
 }
 
+// runRecovering is run, with a fault reading or writing guest memory (a
+// VMM that cut the file behind it) an error.
+func (l *dataLoop) runRecovering() (err error) {
+	defer recoverFault(&err)
+	return l.run()
+}
+
+// recoverFault turns a memory fault (with debug.SetPanicOnFault) into
+// *err; any other panic goes on.
+func recoverFault(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if f, ok := r.(interface{ Addr() uintptr }); ok {
+		*err = fmt.Errorf("a fault at %#x in the guest's memory (did its VMM cut the file behind it?)", f.Addr())
+		return
+	}
+	panic(r)
+}
+
 // run polls the kicks, the port and the stop, and moves frames.
 func (l *dataLoop) run() error {
 	port := l.b.cfg.Port
@@ -589,6 +664,11 @@ func (l *dataLoop) run() error {
 	iov := make([]unix.Iovec, 0, 64)
 	var c chain
 	rxWaits := false // the guest gave no buffers: the port waits for its kick
+	// more: a direction stopped at its batch's bound with work left (a
+	// guest that keeps its ring full, a port that keeps filling): the
+	// poll only looks, so that the other direction and the stop get
+	// their turn.
+	more := false
 	for {
 		pfds := []unix.PollFd{{Fd: int32(l.wake), Events: unix.POLLIN}}
 		if l.tx != nil {
@@ -603,9 +683,14 @@ func (l *dataLoop) run() error {
 				pfds = append(pfds, unix.PollFd{Fd: int32(port), Events: unix.POLLIN})
 			}
 		}
-		if _, err := unix.Poll(pfds, -1); err != nil && err != unix.EINTR {
+		timeout := -1
+		if more {
+			timeout = 0
+		}
+		if _, err := unix.Poll(pfds, timeout); err != nil && err != unix.EINTR {
 			return err
 		}
+		txMore, rxMore := false, false
 		if pfds[0].Revents != 0 {
 			return nil
 		}
@@ -613,7 +698,8 @@ func (l *dataLoop) run() error {
 			if pfds[1].Revents != 0 {
 				drainEventfd(l.tx.kick)
 			}
-			if err := l.fromVM(&c, iov); err != nil {
+			var err error
+			if txMore, err = l.fromVM(&c, iov); err != nil {
 				return err
 			}
 		}
@@ -623,26 +709,35 @@ func (l *dataLoop) run() error {
 				rxWaits = false
 			}
 			if portAt >= 0 && pfds[portAt].Revents != 0 || !rxWaits {
-				waits, err := l.toVM(&c, iov, hdr)
+				waits, m, err := l.toVM(&c, iov, hdr)
 				if err != nil {
 					return err
 				}
-				rxWaits = waits
+				rxWaits, rxMore = waits, m
 			}
 		}
+		more = txMore || rxMore
 	}
 }
+
+// maxBatch bounds the chains one direction takes before the loop looks at
+// the other and at its stop.
+const maxBatch = 256
 
 // fromVM writes the frames the guest made available on its TX ring to the
 // port, straight from guest memory (the header skipped), and gives the
 // chains back.
-func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) error {
+func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) (more bool, err error) {
 	q := &l.tx.ring
 	n := 0
 	for {
+		if n >= maxBatch {
+			more = true
+			break
+		}
 		ok, err := q.next(c)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if !ok {
 			break
@@ -691,31 +786,38 @@ func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) error {
 	if n > 0 {
 		l.publish(l.tx)
 	}
-	return nil
+	return more, nil
 }
 
 // toVM reads frames from the port straight into the chains the guest
 // made available on its RX ring, the header written first, until the port
 // has none or the ring none; waits says that the ring ran out (the port
 // then waits for the guest's kick).
-func (l *dataLoop) toVM(c *chain, iov []unix.Iovec, hdr []byte) (waits bool, err error) {
+func (l *dataLoop) toVM(c *chain, iov []unix.Iovec, hdr []byte) (waits, more bool, err error) {
 	q := &l.rx.ring
 	n := 0
+	var spill [1]byte
 	defer func() {
 		if n > 0 {
 			l.publish(l.rx)
 		}
 	}()
-	for {
+	for tries := 0; ; tries++ {
+		if tries >= maxBatch {
+			return false, true, nil
+		}
 		ok, err := q.next(c)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		if !ok {
-			return true, nil
+			return true, false, nil
 		}
 		if len(c.read) > 0 || c.writeLen < NetHeaderSize {
-			return false, fmt.Errorf("%w: RX chain %d has %d readable buffers and %d bytes to write", errRing, c.head, len(c.read), c.writeLen)
+			return false, false, fmt.Errorf("%w: RX chain %d has %d readable buffers and %d bytes to write", errRing, c.head, len(c.read), c.writeLen)
+		}
+		if len(c.written) > 1000 { // (readv's 1024 pieces, the spill byte's among them)
+			return false, false, fmt.Errorf("%w: RX chain %d has %d buffers (at most 1000)", errRing, c.head, len(c.written))
 		}
 		iov = iov[:0]
 		if l.b.cfg.VnetHdr {
@@ -740,22 +842,36 @@ func (l *dataLoop) toVM(c *chain, iov []unix.Iovec, hdr []byte) (waits bool, err
 			}
 		}
 		if len(iov) == 0 {
-			return false, fmt.Errorf("%w: RX chain %d has room for the header alone", errRing, c.head)
+			return false, false, fmt.Errorf("%w: RX chain %d has room for the header alone", errRing, c.head)
 		}
+		// A byte past the chain: a read that reaches it had a frame
+		// larger than the chain (a TAP's read says only what it copied).
+		iov = append(iov, unix.Iovec{Base: &spill[0], Len: 1})
 		got, err := readv(l.b.cfg.Port, iov)
 		if err == unix.EAGAIN || err == unix.EINTR || got == 0 && err == nil {
 			q.lastAvail-- // not used: the guest's again
-			return false, nil
+			return false, false, nil
 		}
 		if err != nil {
 			q.lastAvail--
-			return false, fmt.Errorf("reading the port: %w", err)
+			return false, false, fmt.Errorf("reading the port: %w", err)
+		}
+		// A frame larger than the chain, cut by the kernel: lost, counted;
+		// the chain serves the next frame.
+		room := c.writeLen
+		if !l.b.cfg.VnetHdr {
+			room -= NetHeaderSize
+		}
+		if uint64(got) > room {
+			q.lastAvail--
+			l.b.Stats.Dropped.Add(1)
+			continue
 		}
 		written := uint32(NetHeaderSize + got)
 		if l.b.cfg.VnetHdr {
 			if got < NetHeaderSize {
 				q.lastAvail--
-				return false, fmt.Errorf("reading the port: %d bytes, less than the virtio-net header", got)
+				return false, false, fmt.Errorf("reading the port: %d bytes, less than the virtio-net header", got)
 			}
 			written = uint32(got)
 			got -= NetHeaderSize

@@ -61,8 +61,7 @@ func newLab(t *testing.T, change ...func(*Config)) *lab {
 // readPort reads a frame the backend wrote to the port, with a deadline.
 func (l *lab) readPort(t *testing.T) []byte {
 	t.Helper()
-	pfd := []unix.PollFd{{Fd: int32(l.port), Events: unix.POLLIN}}
-	if n, _ := unix.Poll(pfd, int(time.Minute/time.Millisecond)); n <= 0 {
+	if !readable(l.port) {
 		t.Fatal("no frame on the port within a minute")
 	}
 	b := make([]byte, 65536)
@@ -291,8 +290,7 @@ func TestFrontendRelay(t *testing.T) {
 	go fe.Relay(nic[0])
 	read := func(fd int) []byte {
 		t.Helper()
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		if n, _ := unix.Poll(pfd, int(time.Minute/time.Millisecond)); n <= 0 {
+		if !readable(fd) {
 			t.Fatal("no frame within a minute")
 		}
 		b := make([]byte, 4096)
@@ -446,5 +444,142 @@ func TestGuestHeaders(t *testing.T) {
 				t.Errorf("%d frames refused", refused)
 			}
 		})
+	}
+}
+
+// readable waits, up to a minute, until fd has something to read (a
+// signal, such as the runtime's preemption, only interrupts the wait).
+func readable(fd int) bool {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, int(time.Until(deadline)/time.Millisecond)+1)
+		if err == unix.EINTR {
+			continue
+		}
+		return n > 0
+	}
+	return false
+}
+
+// waitLog waits, up to a minute, for a line of the backend's log with s.
+func (l *lab) waitLog(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(l.logs.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line with %q within a minute: %s", s, l.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestVMMCutsItsMemory: a VMM that cuts the file of the guest's memory
+// under the helper's mapping makes its next read fault: the session
+// ends with a line saying so, the helper lives on, and the next VMM is
+// served.
+func TestVMMCutsItsMemory(t *testing.T) {
+	l := newLab(t)
+	f := connect(t, l.path)
+	tx := f.q[txQueue]
+	h := tx.sendFrame(frame(1, 100))
+	binary.LittleEndian.PutUint16(f.mem[tx.avail+4:], h)
+	store16(f.mem[tx.avail+2:], 1)
+	if err := unix.Ftruncate(f.memFD, 0); err != nil {
+		t.Fatal(err)
+	}
+	unix.Write(tx.kick, u64(1))
+	l.waitLog(t, "a fault at")
+	g := connect(t, l.path)
+	g.q[txQueue].offer(g.q[txQueue].sendFrame(frame(2, 100)))
+	if got := l.readPort(t); !bytes.Equal(got, frame(2, 100)) {
+		t.Fatal("the next VMM's frame is not as sent")
+	}
+}
+
+// TestKickNotEventfd: a kick that is no eventfd (a pipe, which polls
+// readable for ever once its writer goes) ends the session.
+func TestKickNotEventfd(t *testing.T) {
+	l := newLab(t)
+	f := connect(t, l.path)
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	unix.Close(p[1])
+	f.send(SetVringKick, u64(txQueue), []int{p[0]})
+	l.waitLog(t, "no eventfd")
+}
+
+// TestMemTableUnderRunningRings: a memory table sent again while the
+// rings run (memory hotplug) leaves them where they were: the guest's
+// next frame is the next the port sees, not its first again.
+func TestMemTableUnderRunningRings(t *testing.T) {
+	l := newLab(t)
+	f := connect(t, l.path)
+	tx := f.q[txQueue]
+	for i := range 3 {
+		tx.offer(tx.sendFrame(frame(i, 100)))
+		if got := l.readPort(t); !bytes.Equal(got, frame(i, 100)) {
+			t.Fatalf("frame %d not as sent", i)
+		}
+	}
+	tx.release(tx.waitUsed(3))
+	if err := f.Ack(SetMemTable, encodeMemTable([]Region{{GuestAddr: feGuestBase, Size: f.memSize(), UserAddr: feUserBase}}), []int{f.memFD}); err != nil {
+		t.Fatal(err)
+	}
+	tx.offer(tx.sendFrame(frame(3, 100)))
+	if got := l.readPort(t); !bytes.Equal(got, frame(3, 100)) {
+		t.Fatalf("after the new table the port got %d bytes, not the next frame (a rewound ring sends the first again)", len(got))
+	}
+}
+
+// TestRXFrameTooLarge: a frame larger than the guest's buffer is lost
+// and counted, never reported as written past the buffer; the buffer
+// takes the next frame that fits. The port is a real TAP (in a namespace
+// of the test's), whose read says a frame's whole length when it cut it.
+func TestRXFrameTooLarge(t *testing.T) {
+	testutil.RequireRoot(t, "makes a TAP in a network namespace")
+	ns := testutil.NewNS(t, "vutap")
+	tap := -1
+	ns.MustDo(t, func() (err error) {
+		tap, err = testutil.OpenTAP("vu0")
+		return err
+	})
+	defer unix.Close(tap)
+	ns.MustRun(t, "ip", "link", "set", "vu0", "up")
+	l := newLab(t, func(c *Config) { c.Port = tap })
+	f := connect(t, l.path)
+	rx := f.q[rxQueue]
+	d := rx.mustTake()
+	rx.putDesc(d, feGuestBase+rx.bufOff(d), NetHeaderSize+100, descFWrite, 0)
+	rx.inflight[d] = []uint16{d}
+	rx.offer(d)
+	// The frames, sent out of the TAP's link: the TAP's reader gets them.
+	ns.MustDo(t, func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		link, err := net.InterfaceByName("vu0")
+		if err != nil {
+			return err
+		}
+		to := &unix.SockaddrLinklayer{Ifindex: link.Index, Halen: 6}
+		for _, fr := range [][]byte{frame(1, 1000), frame(2, 60)} {
+			if err := unix.Sendto(fd, fr, 0, to); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	u := rx.waitUsed(1)[0]
+	if u.Len != NetHeaderSize+60 || !bytes.Equal(f.mem[rx.bufOff(u.Head)+NetHeaderSize:][:60], frame(2, 60)) {
+		t.Errorf("used %d bytes, want the 60-byte frame after its header", u.Len)
+	}
+	if n := l.b.Stats.Dropped.Load(); n != 1 {
+		t.Errorf("%d frames dropped, want the one too large", n)
 	}
 }

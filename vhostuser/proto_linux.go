@@ -91,6 +91,9 @@ const (
 	FeatureGuestTSO6 = 1 << 8
 	FeatureHostTSO4  = 1 << 11
 	FeatureHostTSO6  = 1 << 12
+	// featureMTU is VIRTIO_NET_F_MTU, which qemu sets for host_mtu= on
+	// its own (mtu_bypass_backend): accepted, and left to qemu.
+	featureMTU = 1 << 3
 )
 
 // Features is what the backend offers; OffloadFeatures what it adds for a

@@ -79,7 +79,9 @@ func (q *vring) setup(mem *Memory, num uint16, a VringAddr) error {
 	if !ok1 || !ok2 || !ok3 {
 		return fmt.Errorf("%w: ring of %d entries at desc %#x, avail %#x, used %#x is not in the guest's memory", errRing, num, a.Desc, a.Avail, a.Used)
 	}
-	if a.Desc%16 != 0 || a.Avail%2 != 0 || a.Used%4 != 0 {
+	// Aligned where they are mapped here (the atomics need it), not only
+	// at the VMM's addresses: a region at an odd offset would shift them.
+	if ptr(desc)%16 != 0 || ptr(avail)%2 != 0 || ptr(used)%4 != 0 {
 		return fmt.Errorf("%w: ring misaligned: desc %#x, avail %#x, used %#x", errRing, a.Desc, a.Avail, a.Used)
 	}
 	q.mem, q.num, q.desc, q.avail, q.used = mem, num, desc, avail, used
@@ -208,6 +210,9 @@ func store16(b []byte, v uint16) {
 		}
 	}
 }
+
+// ptr is where b starts in this process's memory.
+func ptr(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 
 // wordOf is the aligned 32-bit word that holds the 16-bit field at b, and
 // the field's shift in it (little-endian).
