@@ -230,20 +230,23 @@ func merge(out []byte, frames [][]byte, segs []segment, mss int) int {
 	return n
 }
 
-// coalescer writes a batch of the VM's frames to a TAP with the
+// Coalescer writes a batch of the VM's frames to a TAP with the
 // virtio-net header, merging runs of segments; its buffers are reused.
-type coalescer struct {
+// The relay uses it, and so does a vhost-user helper (package vhostuser)
+// for a guest without offloads.
+type Coalescer struct {
 	out  []byte
 	segs []segment
 	run  [][]byte
 }
 
-func newCoalescer() *coalescer { return &coalescer{} }
+// NewCoalescer returns a Coalescer.
+func NewCoalescer() *Coalescer { return &Coalescer{} }
 
-// write writes hf, each a frame behind helperproto.VirtioNetHdrLen zero bytes, with
+// Write writes hf, each a frame behind helperproto.VirtioNetHdrLen zero bytes, with
 // write, in order: runs merged, other frames as they are. It returns what
 // it wrote and what the TAP refused, counted in the VM's frames.
-func (c *coalescer) write(hf [][]byte, write func([]byte) bool) (packets, bytes, drops uint64) {
+func (c *Coalescer) Write(hf [][]byte, write func([]byte) bool) (packets, bytes, drops uint64) {
 	c.segs = c.segs[:0]
 	for _, f := range hf {
 		c.segs = append(c.segs, parseSegment(f[helperproto.VirtioNetHdrLen:]))

@@ -175,7 +175,7 @@ func resegment(t *testing.T, pkt []byte) [][]byte {
 func check(t *testing.T, frames [][]byte, want []int) {
 	t.Helper()
 	var w written
-	packets, size, drops := newCoalescer().write(withHeader(frames), w.write)
+	packets, size, drops := NewCoalescer().Write(withHeader(frames), w.write)
 	var total uint64
 	for _, f := range frames {
 		total += uint64(len(f))
@@ -390,7 +390,7 @@ func TestCoalesce(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			w := written{refuse: tt.refuse}
-			packets, _, drops := newCoalescer().write(withHeader(flow), w.write)
+			packets, _, drops := NewCoalescer().Write(withHeader(flow), w.write)
 			if packets != uint64(tt.packets) || drops != uint64(tt.drop) || len(w.packets) != 1+len(flow) {
 				t.Errorf("%d packets, %d drops in %d writes; want %d, %d in %d", packets, drops, len(w.packets), tt.packets, tt.drop, 1+len(flow))
 			}
@@ -428,7 +428,7 @@ func FuzzCoalesce(f *testing.F) {
 			junk = junk[n:]
 		}
 		var w written
-		packets, _, drops := newCoalescer().write(withHeader(frames), w.write)
+		packets, _, drops := NewCoalescer().Write(withHeader(frames), w.write)
 		if packets != uint64(len(frames)) || drops != 0 {
 			t.Fatalf("%d packets, %d drops for %d frames", packets, drops, len(frames))
 		}

@@ -310,10 +310,10 @@ func (r *relay) send(b *batch, n int, w *waiter) error {
 // then write each frame to the TAP (a TAP takes one frame per write).
 func (r *relay) socketToTap() error {
 	b := newBatch(BatchSize, r.frame, r.tapHdr)
-	var c *coalescer
+	var c *Coalescer
 	var frames [][]byte
 	if r.tapHdr > 0 {
-		c, frames = newCoalescer(), make([][]byte, 0, BatchSize)
+		c, frames = NewCoalescer(), make([][]byte, 0, BatchSize)
 	}
 	defer b.free()
 	w := newWaiter(r.sock, r.stop)
@@ -362,7 +362,7 @@ func (r *relay) socketToTap() error {
 			}
 		}
 		if c != nil {
-			p, n, d := c.write(frames, r.writeTap)
+			p, n, d := c.Write(frames, r.writeTap)
 			packets, bytes, drops = packets+p, bytes+n, drops+d
 		}
 		r.vm.packets.Add(packets)

@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/relay"
 )
 
 // Config is a backend's.
@@ -604,11 +606,17 @@ func (s *session) stopLoop() {
 type dataLoop struct {
 	b        *Backend
 	features uint64 // the session's
-	rx       *queue // nil: not running
-	tx       *queue
-	wake     int // an eventfd: stop
-	wg       sync.WaitGroup
-	err      error
+	// For a guest that sends frames of its MTU (no TSO) to a port that
+	// takes headers: its TCP segments go in batches, runs of them merged
+	// into one packet (relay.Coalescer), as the datagram relay does.
+	co    *relay.Coalescer
+	slots [][]byte // coBatch slots of coSlot bytes, made once needed
+	batch [][]byte // the slots in use, each a zero header and a frame
+	rx    *queue   // nil: not running
+	tx    *queue
+	wake  int // an eventfd: stop
+	wg    sync.WaitGroup
+	err   error
 }
 
 func startDataLoop(b *Backend, run [numQueues]*queue, features uint64, broken func()) (*dataLoop, error) {
@@ -721,8 +729,59 @@ func (l *dataLoop) run() error {
 }
 
 // maxBatch bounds the chains one direction takes before the loop looks at
-// the other and at its stop.
-const maxBatch = 256
+// the other and at its stop; coBatch the frames merged at once, and
+// coSlot the room of each (a larger frame goes alone).
+const (
+	maxBatch = 256
+	coBatch  = 64
+	coSlot   = NetHeaderSize + 9216
+)
+
+// coalescing tells whether the guest's frames go through the coalescer.
+func (l *dataLoop) coalescing() bool {
+	return l.b.cfg.VnetHdr && l.features&(FeatureHostTSO4|FeatureHostTSO6) == 0
+}
+
+// flush writes the batch, merged where it can be.
+func (l *dataLoop) flush() {
+	if len(l.batch) == 0 {
+		return
+	}
+	packets, bytes, _ := l.co.Write(l.batch, func(f []byte) bool {
+		_, err := unix.Write(l.b.cfg.Port, f)
+		return err == nil // (a port that cannot take it drops it, as a NIC would)
+	})
+	l.b.Stats.FromVMFrames.Add(packets)
+	l.b.Stats.FromVMBytes.Add(bytes)
+	l.batch = l.batch[:0]
+}
+
+// batchFrame copies the frame of chain c (its buffers past the header,
+// size bytes) into the next slot behind a zero header, if it fits.
+func (l *dataLoop) batchFrame(c *chain, size uint64) bool {
+	if NetHeaderSize+size > coSlot {
+		return false
+	}
+	if l.co == nil {
+		l.co = relay.NewCoalescer()
+		for range coBatch {
+			l.slots = append(l.slots, make([]byte, coSlot))
+		}
+	}
+	slot := l.slots[len(l.batch)][:NetHeaderSize+size]
+	clear(slot[:NetHeaderSize])
+	skip, at := NetHeaderSize, NetHeaderSize
+	for _, b := range c.read {
+		k := min(skip, len(b))
+		skip -= k
+		at += copy(slot[at:], b[k:])
+	}
+	l.batch = append(l.batch, slot)
+	if len(l.batch) == coBatch {
+		l.flush()
+	}
+	return true
+}
 
 // fromVM writes the frames the guest made available on its TX ring to the
 // port, straight from guest memory (the header skipped), and gives the
@@ -770,7 +829,9 @@ func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) (more bool, err error) {
 			// No frame after the header (or one in over 1024 pieces).
 		case !txHeaderOK(hdr, l.features):
 			l.b.Stats.FromVMRefused.Add(1)
+		case l.coalescing() && l.batchFrame(c, size):
 		default:
+			l.flush() // (in order)
 			if _, err := writev(l.b.cfg.Port, iov); err == nil {
 				l.b.Stats.FromVMFrames.Add(1)
 				l.b.Stats.FromVMBytes.Add(size)
@@ -783,6 +844,7 @@ func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) (more bool, err error) {
 			l.publish(l.tx)
 		}
 	}
+	l.flush()
 	if n > 0 {
 		l.publish(l.tx)
 	}

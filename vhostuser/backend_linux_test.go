@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/checksum"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -581,5 +582,52 @@ func TestRXFrameTooLarge(t *testing.T) {
 	}
 	if n := l.b.Stats.Dropped.Load(); n != 1 {
 		t.Errorf("%d frames dropped, want the one too large", n)
+	}
+}
+
+// tcpSegment is an IPv4 TCP segment of one flow (ACK, no PSH, DF), the
+// i'th of a run of mss-byte ones, with valid checksums.
+func tcpSegment(i, mss int) []byte {
+	eth := []byte{2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00}
+	tcp := make([]byte, 20, 20+mss)
+	binary.BigEndian.PutUint16(tcp[0:], 1000)
+	binary.BigEndian.PutUint16(tcp[2:], 2000)
+	binary.BigEndian.PutUint32(tcp[4:], uint32(1+i*mss))
+	binary.BigEndian.PutUint32(tcp[8:], 777)
+	tcp[12], tcp[13] = 5<<4, 0x10
+	binary.BigEndian.PutUint16(tcp[14:], 512)
+	for j := range mss {
+		tcp = append(tcp, byte(i+j))
+	}
+	ip := []byte{0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 2, 10, 0, 0, 1}
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(tcp)))
+	binary.BigEndian.PutUint16(ip[4:], uint16(100+i))
+	binary.BigEndian.PutUint16(ip[10:], checksum.Of(ip))
+	pseudo := append(append([]byte{}, ip[12:20]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
+	binary.BigEndian.PutUint16(tcp[16:], checksum.Of(pseudo, tcp))
+	return append(append(eth, ip...), tcp...)
+}
+
+// TestCoalescedWithoutOffloads: a guest without offloads, on a port that
+// takes headers, has a run of its TCP segments written as one packet the
+// header describes as TSO (relay.Coalescer), their bytes all in it; the
+// stats count the guest's frames.
+func TestCoalescedWithoutOffloads(t *testing.T) {
+	l := newLab(t, func(c *Config) { c.VnetHdr = true })
+	f := connect(t, l.path)
+	tx := f.q[txQueue]
+	const n, mss = 10, 1448
+	var heads []uint16
+	for i := range n {
+		heads = append(heads, tx.sendFrame(tcpSegment(i, mss)))
+	}
+	tx.offer(heads...)
+	got := l.readPort(t)
+	if len(got) != NetHeaderSize+14+20+20+n*mss || got[0] != hdrNeedsCSum || got[1] != gsoTCPv4 || binary.LittleEndian.Uint16(got[4:]) != mss {
+		t.Fatalf("the port got %d bytes behind header %x, want the %d segments as one TSO packet", len(got), got[:NetHeaderSize], n)
+	}
+	tx.waitUsed(n)
+	if s := &l.b.Stats; s.FromVMFrames.Load() != n || s.FromVMBytes.Load() != n*(14+20+20+mss) {
+		t.Errorf("stats: %d frames, %d bytes from the VM", s.FromVMFrames.Load(), s.FromVMBytes.Load())
 	}
 }
