@@ -21,21 +21,21 @@ type memRegion struct {
 }
 
 // guest is the n bytes at guest physical address addr, or false.
-func (m *Memory) guest(addr, n uint64) ([]byte, bool) {
-	for _, r := range m.regions {
-		if addr >= r.GuestAddr && addr-r.GuestAddr <= r.Size && n <= r.Size-(addr-r.GuestAddr) {
-			o := addr - r.GuestAddr
-			return r.data[o : o+n : o+n], true
-		}
-	}
-	return nil, false
-}
+func (m *Memory) guest(addr, n uint64) ([]byte, bool) { return m.at(addr, n, false) }
 
 // user is the n bytes at the VMM's user address addr, or false.
-func (m *Memory) user(addr, n uint64) ([]byte, bool) {
+func (m *Memory) user(addr, n uint64) ([]byte, bool) { return m.at(addr, n, true) }
+
+// at is the n bytes at addr, a guest physical address or (user) one of
+// the VMM's, if a region holds them whole.
+func (m *Memory) at(addr, n uint64, user bool) ([]byte, bool) {
 	for _, r := range m.regions {
-		if addr >= r.UserAddr && addr-r.UserAddr <= r.Size && n <= r.Size-(addr-r.UserAddr) {
-			o := addr - r.UserAddr
+		base := r.GuestAddr
+		if user {
+			base = r.UserAddr
+		}
+		if addr >= base && addr-base <= r.Size && n <= r.Size-(addr-base) {
+			o := addr - base
 			return r.data[o : o+n : o+n], true
 		}
 	}
