@@ -131,11 +131,17 @@ type queue struct {
 	ring       vring
 }
 
-func (b *Backend) serveConn(c *net.UnixConn) (err error) {
+// newSession is a session of b on c, nothing set up.
+func newSession(b *Backend, c *net.UnixConn) *session {
 	s := &session{b: b, conn: c}
 	for i := range s.queues {
-		s.queues[i].kick, s.queues[i].call = -1, -1
+		s.queues[i] = queue{kick: -1, call: -1}
 	}
+	return s
+}
+
+func (b *Backend) serveConn(c *net.UnixConn) (err error) {
+	s := newSession(b, c)
 	defer s.close()
 	// Setting a ring up reads guest memory, which the VMM may have cut
 	// under its mapping: a fault ends the session, not the helper.
@@ -156,13 +162,11 @@ func (b *Backend) serveConn(c *net.UnixConn) (err error) {
 		if err != nil {
 			return fmt.Errorf("%s: %w", h.Request, err)
 		}
-		switch {
-		case reply != nil:
+		if reply == nil && h.Flags&flagNeedReply != 0 && s.protocol&ProtocolReplyAck != 0 {
+			reply = u64(0) // REPLY_ACK: success
+		}
+		if reply != nil {
 			if err := writeMessage(c, Header{Request: h.Request, Flags: flagVersion | flagReply, Size: uint32(len(reply))}, reply); err != nil {
-				return err
-			}
-		case h.Flags&flagNeedReply != 0 && s.protocol&ProtocolReplyAck != 0:
-			if err := writeMessage(c, Header{Request: h.Request, Flags: flagVersion | flagReply, Size: 8}, u64(0)); err != nil {
 				return err
 			}
 		}
@@ -281,40 +285,32 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		if err := need(8); err != nil {
 			return nil, err
 		}
-		f := binary.LittleEndian.Uint64(p) &^ featureMTU // (qemu's host_mtu adds it: its own)
-		if f&^s.b.offered() != 0 {
-			return nil, fmt.Errorf("features %#x, of which %#x were not offered", f, f&^s.b.offered())
+		f, err := acked(binary.LittleEndian.Uint64(p)&^featureMTU, s.b.offered(), "features") // (qemu's host_mtu adds MTU: its own)
+		if err != nil {
+			return nil, err
 		}
 		if f&FeatureVersion1 == 0 {
 			return nil, errors.New("features without VERSION_1: a legacy driver's 10-byte header is not supported")
 		}
 		// The data loop checks the guest's headers against the features:
 		// it starts again with the new ones.
-		s.stopLoop()
-		defer func() {
-			if err == nil {
-				err = s.startLoop()
+		return nil, s.changeRings(func() error {
+			if s.b.cfg.SetOffloads != nil {
+				if err := s.b.cfg.SetOffloads(f&FeatureGuestCSum != 0, f&FeatureGuestTSO4 != 0, f&FeatureGuestTSO6 != 0); err != nil {
+					return fmt.Errorf("the port's offloads: %w", err)
+				}
 			}
-		}()
-		if s.b.cfg.SetOffloads != nil {
-			if err := s.b.cfg.SetOffloads(f&FeatureGuestCSum != 0, f&FeatureGuestTSO4 != 0, f&FeatureGuestTSO6 != 0); err != nil {
-				return nil, fmt.Errorf("the port's offloads: %w", err)
-			}
-		}
-		s.features = f
-		return nil, nil
+			s.features = f
+			return nil
+		})
 	case GetProtocolFeatures:
 		return u64(ProtocolFeatures), nil
 	case SetProtocolFeatures:
 		if err := need(8); err != nil {
 			return nil, err
 		}
-		f := binary.LittleEndian.Uint64(p)
-		if f&^uint64(ProtocolFeatures) != 0 {
-			return nil, fmt.Errorf("protocol features %#x, of which %#x were not offered", f, f&^uint64(ProtocolFeatures))
-		}
-		s.protocol = f
-		return nil, nil
+		s.protocol, err = acked(binary.LittleEndian.Uint64(p), ProtocolFeatures, "protocol features")
+		return nil, err
 	case SetOwner:
 		return nil, nil
 	case ResetOwner:
@@ -332,12 +328,7 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		if len(fds) != len(regions) {
 			return nil, fmt.Errorf("%d regions with %d descriptors", len(regions), len(fds))
 		}
-		s.stopLoop()
-		err = s.mapMemory(regions, fds)
-		if err != nil {
-			return nil, err
-		}
-		return nil, s.startLoop()
+		return nil, s.changeRings(func() error { return s.mapMemory(regions, fds) })
 	case SetVringNum:
 		return nil, s.setQueue(p, func(q *queue, num uint32) error {
 			if num == 0 || num > maxQueueSize || num&(num-1) != 0 {
@@ -357,9 +348,10 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		if err != nil {
 			return nil, err
 		}
-		s.stopLoop()
-		q.addr, q.hasAddr = a, true
-		return nil, s.startLoop()
+		return nil, s.changeRings(func() error {
+			q.addr, q.hasAddr = a, true
+			return nil
+		})
 	case SetVringBase:
 		return nil, s.setQueue(p, func(q *queue, base uint32) error {
 			q.base = uint16(base)
@@ -375,19 +367,16 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		if err != nil {
 			return nil, err
 		}
-		s.stopLoop()
-		base := q.base
-		if q.ring.ready() {
-			base = q.ring.lastAvail
-		}
-		q.ring = vring{}
-		q.base, q.hasAddr, q.enabled = base, false, false
-		closeFD(&q.kick)
-		closeFD(&q.call)
-		if err := s.startLoop(); err != nil {
-			return nil, err
-		}
-		return VringState{Index: idx, Num: uint32(base)}.encode(), nil
+		err = s.changeRings(func() error {
+			if q.ring.ready() {
+				q.base = q.ring.lastAvail
+			}
+			q.ring, q.hasAddr, q.enabled = vring{}, false, false
+			closeFD(&q.kick)
+			closeFD(&q.call)
+			return nil
+		})
+		return VringState{Index: idx, Num: uint32(q.base)}.encode(), err
 	case SetVringKick, SetVringCall, SetVringErr:
 		if err := need(8); err != nil {
 			return nil, err
@@ -406,7 +395,12 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		} else if len(fds) != 0 {
 			return nil, fmt.Errorf("%d descriptors with the invalid flag", len(fds))
 		}
-		if fd >= 0 && h.Request != SetVringErr {
+		switch {
+		case h.Request == SetVringErr:
+			return nil, nil // errors are not reported back (fd closed)
+		case h.Request == SetVringKick && fd < 0:
+			return nil, errors.New("a ring without a kick (polling) is not supported")
+		case fd >= 0:
 			// An eventfd, non-blocking: anything else (a pipe whose
 			// writer went polls readable for ever) or a blocking one
 			// (whose counter the VMM filled) would hold the loop.
@@ -414,27 +408,20 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 				return nil, err
 			}
 		}
-		s.stopLoop()
 		used = true
-		switch h.Request {
-		case SetVringKick:
-			closeFD(&q.kick)
-			q.kick = fd
-			if fd < 0 {
-				return nil, errors.New("a ring without a kick (polling) is not supported")
+		return nil, s.changeRings(func() error {
+			if h.Request == SetVringKick {
+				closeFD(&q.kick)
+				q.kick = fd
+				if s.features&FeatureProtocolFeatures == 0 {
+					q.enabled = true // without protocol features, a kick starts the ring
+				}
+			} else {
+				closeFD(&q.call)
+				q.call = fd
 			}
-			if s.features&FeatureProtocolFeatures == 0 {
-				q.enabled = true // without protocol features, a kick starts the ring
-			}
-		case SetVringCall:
-			closeFD(&q.call)
-			q.call = fd
-		default:
-			if fd >= 0 {
-				unix.Close(fd) // errors are not reported back
-			}
-		}
-		return nil, s.startLoop()
+			return nil
+		})
 	case SetVringEnable:
 		return nil, s.setQueue(p, func(q *queue, on uint32) error {
 			q.enabled = on != 0
@@ -455,11 +442,27 @@ func (s *session) setQueue(p []byte, set func(q *queue, num uint32) error) error
 	if err != nil {
 		return err
 	}
+	return s.changeRings(func() error { return set(q, binary.LittleEndian.Uint32(p[4:])) })
+}
+
+// changeRings makes change with the data loop stopped, then starts it
+// again if a ring can run (not after a change that failed: the session
+// ends).
+func (s *session) changeRings(change func() error) error {
 	s.stopLoop()
-	if err := set(q, binary.LittleEndian.Uint32(p[4:])); err != nil {
+	if err := change(); err != nil {
 		return err
 	}
 	return s.startLoop()
+}
+
+// acked is what the VMM acked of offered, what kind of features they
+// are; one not offered is an error.
+func acked(f, offered uint64, what string) (uint64, error) {
+	if f&^offered != 0 {
+		return 0, fmt.Errorf("%s %#x, of which %#x were not offered", what, f, f&^offered)
+	}
+	return f, nil
 }
 
 // queue is ring idx of the one pair.
@@ -609,14 +612,14 @@ type dataLoop struct {
 	// For a guest that sends frames of its MTU (no TSO) to a port that
 	// takes headers: its TCP segments go in batches, runs of them merged
 	// into one packet (relay.Coalescer), as the datagram relay does.
-	co    *relay.Coalescer
-	slots [][]byte // coBatch slots of coSlot bytes, made once needed
-	batch [][]byte // the slots in use, each a zero header and a frame
-	rx    *queue   // nil: not running
-	tx    *queue
-	wake  int // an eventfd: stop
-	wg    sync.WaitGroup
-	err   error
+	co       *relay.Coalescer
+	slots    [][]byte // coBatch slots of coSlot bytes, made once needed
+	batch    [][]byte // the slots in use, each a zero header and a frame
+	coalesce bool     // the guest sends no TSO, and the port takes headers
+	rx       *queue   // nil: not running
+	tx       *queue
+	wake     int // an eventfd: stop
+	wg       sync.WaitGroup
 }
 
 func startDataLoop(b *Backend, run [numQueues]*queue, features uint64, broken func()) (*dataLoop, error) {
@@ -624,13 +627,13 @@ func startDataLoop(b *Backend, run [numQueues]*queue, features uint64, broken fu
 	if err != nil {
 		return nil, err
 	}
-	l := &dataLoop{b: b, rx: run[rxQueue], tx: run[txQueue], wake: wake, features: features}
+	l := &dataLoop{b: b, rx: run[rxQueue], tx: run[txQueue], wake: wake, features: features,
+		coalesce: b.cfg.VnetHdr && features&(FeatureHostTSO4|FeatureHostTSO6) == 0}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
 		debug.SetPanicOnFault(true) // (this goroutine's: a fault in guest memory ends the session)
 		if err := l.runRecovering(); err != nil {
-			l.err = err
 			b.cfg.Logf("the rings stopped: %v", err)
 			broken()
 		}
@@ -737,11 +740,6 @@ const (
 	coSlot   = NetHeaderSize + 9216
 )
 
-// coalescing tells whether the guest's frames go through the coalescer.
-func (l *dataLoop) coalescing() bool {
-	return l.b.cfg.VnetHdr && l.features&(FeatureHostTSO4|FeatureHostTSO6) == 0
-}
-
 // flush writes the batch, merged where it can be.
 func (l *dataLoop) flush() {
 	if len(l.batch) == 0 {
@@ -829,7 +827,7 @@ func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) (more bool, err error) {
 			// No frame after the header (or one in over 1024 pieces).
 		case !txHeaderOK(hdr, l.features):
 			l.b.Stats.FromVMRefused.Add(1)
-		case l.coalescing() && l.batchFrame(c, size):
+		case l.coalesce && l.batchFrame(c, size):
 		default:
 			l.flush() // (in order)
 			if _, err := writev(l.b.cfg.Port, iov); err == nil {

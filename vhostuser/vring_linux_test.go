@@ -68,10 +68,7 @@ func FuzzMessages(f *testing.F) {
 	f.Add([]byte{byte(SetMemTable), 40, 1, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{byte(SetVringAddr), 40, 1, 2, 3, 4, 5, 6, 7, 8})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s := &session{b: New(Config{Port: -1}), conn: nil}
-		for i := range s.queues {
-			s.queues[i].kick, s.queues[i].call = -1, -1
-		}
+		s := newSession(New(Config{Port: -1}), nil)
 		defer s.close()
 		for len(data) >= 2 {
 			r, n := Request(data[0]%24), int(data[1])
