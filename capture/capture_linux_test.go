@@ -28,38 +28,11 @@ import (
 // with gopacket's reader; it ends after Count frames.
 func TestPort(t *testing.T) {
 	testutil.RequireRoot(t, "captures in a network namespace")
-	host, vm := testutil.NewNS(t, "cp-host"), testutil.NewNS(t, "cp-vm")
-	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "p", "type", "veth", "peer", "name", "eth0", "netns", vm.Name)
-	host.MustRun(t, "ip", "addr", "add", "10.98.0.1/24", "dev", "p")
-	host.MustRun(t, "ip", "link", "set", "p", "up")
-	vm.MustRun(t, "ip", "addr", "add", "10.98.0.2/24", "dev", "eth0")
-	vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+	host, vm := portLab(t, "cp", "10.98.0")
 	var out bytes.Buffer
-	var st nettypes.CaptureStats
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- host.Do(func() (err error) {
-			close(ready)
-			st, err = Port(context.Background(), "p", nettypes.CaptureOptions{Name: "web/0 on shared", Count: 6}, &out)
-			return err
-		})
-	}()
-	<-ready
-	// Pings until the capture has its frames: it binds as it starts.
-	testutil.Eventually(t, 30*time.Second, func() error {
-		select {
-		case err := <-done:
-			done <- err
-			return nil
-		default:
-		}
+	st := captureUntilEnd(t, host, nettypes.CaptureOptions{Name: "web/0 on shared", Count: 6}, &out, func() {
 		vm.Run(context.Background(), "ping", "-c", "1", "-W", "1", "10.98.0.1")
-		return errors.New("the capture has not ended")
 	}, "six frames captured")
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	if st.Frames != 6 {
 		t.Errorf("stats %+v, want 6 frames", st)
 	}
@@ -108,34 +81,12 @@ func TestPort(t *testing.T) {
 // has each of them captured once, not twice.
 func TestPortShapedOnce(t *testing.T) {
 	testutil.RequireRoot(t, "captures in a network namespace")
-	host, vm := testutil.NewNS(t, "cs-host"), testutil.NewNS(t, "cs-vm")
-	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "p", "type", "veth", "peer", "name", "eth0", "netns", vm.Name)
-	host.MustRun(t, "ip", "addr", "add", "10.97.0.1/24", "dev", "p")
-	host.MustRun(t, "ip", "link", "set", "p", "up")
-	vm.MustRun(t, "ip", "addr", "add", "10.97.0.2/24", "dev", "eth0")
-	vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+	host, vm := portLab(t, "cs", "10.97.0")
 	host.MustDo(t, func() error { return shaper.Set("p", &api.Bandwidth{FromVM: 10_000_000}) })
 	var out bytes.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- host.Do(func() error {
-			_, err := Port(context.Background(), "p", nettypes.CaptureOptions{Name: "x", Count: 20}, &out)
-			return err
-		})
-	}()
-	testutil.Eventually(t, 30*time.Second, func() error {
-		select {
-		case err := <-done:
-			done <- err
-			return nil
-		default:
-		}
+	captureUntilEnd(t, host, nettypes.CaptureOptions{Name: "x", Count: 20}, &out, func() {
 		vm.Run(context.Background(), "ping", "-c", "1", "-W", "1", "10.97.0.1")
-		return errors.New("the capture has not ended")
 	}, "twenty frames captured")
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	r, err := pcapgo.NewNgReader(&out, pcapgo.DefaultNgReaderOptions)
 	if err != nil {
 		t.Fatal(err)
@@ -167,12 +118,7 @@ func TestPortShapedOnce(t *testing.T) {
 // attached before the socket is bound, so none passes unfiltered.
 func TestPortFilter(t *testing.T) {
 	testutil.RequireRoot(t, "captures in a network namespace")
-	host, vm := testutil.NewNS(t, "cf-host"), testutil.NewNS(t, "cf-vm")
-	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "p", "type", "veth", "peer", "name", "eth0", "netns", vm.Name)
-	host.MustRun(t, "ip", "addr", "add", "10.97.0.1/24", "dev", "p")
-	host.MustRun(t, "ip", "link", "set", "p", "up")
-	vm.MustRun(t, "ip", "addr", "add", "10.97.0.2/24", "dev", "eth0")
-	vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+	host, vm := portLab(t, "cf", "10.97.0")
 	filter, err := bpf.Assemble([]bpf.Instruction{
 		bpf.LoadAbsolute{Off: 12, Size: 2}, // the ethertype
 		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 0x0800, SkipTrue: 6},
@@ -188,23 +134,7 @@ func TestPortFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- host.Do(func() (err error) {
-			close(ready)
-			_, err = Port(context.Background(), "p", nettypes.CaptureOptions{Name: "f", Count: 3, Filter: filter}, &out)
-			return err
-		})
-	}()
-	<-ready
-	testutil.Eventually(t, 30*time.Second, func() error {
-		select {
-		case err := <-done:
-			done <- err
-			return nil
-		default:
-		}
+	captureUntilEnd(t, host, nettypes.CaptureOptions{Name: "f", Count: 3, Filter: filter}, &out, func() {
 		vm.Run(context.Background(), "ping", "-c", "1", "-W", "1", "10.97.0.1")
 		vm.Do(func() error {
 			for _, port := range []string{"9998", "9999"} {
@@ -215,11 +145,7 @@ func TestPortFilter(t *testing.T) {
 			}
 			return nil
 		})
-		return errors.New("the capture has not ended")
 	}, "three frames captured")
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	r, err := pcapgo.NewNgReader(&out, pcapgo.DefaultNgReaderOptions)
 	if err != nil {
 		t.Fatal(err)
@@ -249,12 +175,7 @@ func TestPortFilter(t *testing.T) {
 // goes (the helper exited), saying why.
 func TestPortRing(t *testing.T) {
 	testutil.RequireRoot(t, "captures in a network namespace")
-	host, vm := testutil.NewNS(t, "cr-host"), testutil.NewNS(t, "cr-vm")
-	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "p", "type", "veth", "peer", "name", "eth0", "netns", vm.Name)
-	host.MustRun(t, "ip", "addr", "add", "10.96.0.1/24", "dev", "p")
-	host.MustRun(t, "ip", "link", "set", "p", "up")
-	vm.MustRun(t, "ip", "addr", "add", "10.96.0.2/24", "dev", "eth0")
-	vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+	host, vm := portLab(t, "cr", "10.96.0")
 	const ring = 4 << 10
 	record := func(until func() string, act func()) (*bytes.Buffer, nettypes.CaptureStats) {
 		t.Helper()
@@ -322,4 +243,46 @@ func TestPortRing(t *testing.T) {
 	if !strings.Contains(st.Ended, "the port went") || st.Frames == 0 {
 		t.Errorf("after the port went: %+v", st)
 	}
+}
+
+// portLab is a "host" namespace whose port p is a veth to eth0 of a "VM"
+// namespace, PREFIX.1 and PREFIX.2 (/24), both up.
+func portLab(t *testing.T, label, prefix string) (host, vm *testutil.NS) {
+	t.Helper()
+	host, vm = testutil.NewNS(t, label+"-host"), testutil.NewNS(t, label+"-vm")
+	testutil.Run(t, "ip", "-n", host.Name, "link", "add", "p", "type", "veth", "peer", "name", "eth0", "netns", vm.Name)
+	host.MustRun(t, "ip", "addr", "add", prefix+".1/24", "dev", "p")
+	host.MustRun(t, "ip", "link", "set", "p", "up")
+	vm.MustRun(t, "ip", "addr", "add", prefix+".2/24", "dev", "eth0")
+	vm.MustRun(t, "ip", "link", "set", "eth0", "up")
+	return host, vm
+}
+
+// captureUntilEnd captures port p of host with o into out, calling poke
+// (which sends the frames) until the capture ends, and returns its stats:
+// it binds as it starts, so the first pokes may come before.
+func captureUntilEnd(t *testing.T, host *testutil.NS, o nettypes.CaptureOptions, out io.Writer, poke func(), what string) nettypes.CaptureStats {
+	t.Helper()
+	var st nettypes.CaptureStats
+	done := make(chan error, 1)
+	go func() {
+		done <- host.Do(func() (err error) {
+			st, err = Port(context.Background(), "p", o, out)
+			return err
+		})
+	}()
+	testutil.Eventually(t, 30*time.Second, func() error {
+		select {
+		case err := <-done:
+			done <- err
+			return nil
+		default:
+		}
+		poke()
+		return errors.New("the capture has not ended")
+	}, what)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
