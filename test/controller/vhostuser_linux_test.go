@@ -12,15 +12,19 @@ import (
 
 // TestVhostUserGuarded: a VM whose attachment is vhost-user (a VMM
 // stand-in sharing its rings with the helper) is the guard's like any
-// other: it leases and reaches its gateway; from an address the network
-// did not give it, or a MAC not its own, its frames are dropped and
-// counted; and status says its VMM is there.
+// other: it leases and reaches its gateway; from another VM's address
+// (a socket attachment's, on the same network), or a MAC not its own,
+// its frames are dropped and counted, and the other VM still reaches
+// the gateway from that address; status says its VMM is there.
 func TestVhostUserGuarded(t *testing.T) {
 	h := newHost(t)
-	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  vg:\n    networks:\n      - vmnet: shared\n        attach: vhost-user\n        macAddress: \"52:55:55:e7:00:01\"\n"))
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  vg:\n    networks:\n      - vmnet: shared\n        attach: vhost-user\n        macAddress: \"52:55:55:e7:00:01\"\n"+
+		"  victim:\n    networks: [{vmnet: shared}]\n"))
 	a := h.Attachment(h.Status(), "vg")
 	vm := h.VM(a)
 	lease := vm.DHCP(t)
+	victim := h.VM(h.Attachment(h.Status(), "victim"))
+	victimIP := strings.TrimSpace(victim.DHCP(t)["ip"])
 	if err := vm.Ping(gateway, 2); err != nil {
 		t.Fatalf("from its lease %s: %v", lease["ip"], err)
 	}
@@ -50,10 +54,10 @@ func TestVhostUserGuarded(t *testing.T) {
 			return nil
 		}, what+": the guard to count the drops")
 	}
-	// Another address of the subnet, which DHCP gave nobody.
-	spoofed("another address", func() {
+	// The victim's address.
+	spoofed("another VM's address", func() {
 		vm.MustRun(t, "ip", "addr", "flush", "dev", "eth0")
-		vm.MustRun(t, "ip", "addr", "add", "10.77.0.250/24", "dev", "eth0")
+		vm.MustRun(t, "ip", "addr", "add", victimIP+"/24", "dev", "eth0")
 		vm.MustRun(t, "ip", "neigh", "replace", gateway, "lladdr", gw[2], "dev", "eth0", "nud", "permanent")
 	})
 	// Its own address back, from another MAC.
@@ -63,4 +67,12 @@ func TestVhostUserGuarded(t *testing.T) {
 		vm.MustRun(t, "ip", "link", "set", "eth0", "address", "02:00:00:00:0e:0e")
 		vm.MustRun(t, "ip", "neigh", "replace", gateway, "lladdr", gw[2], "dev", "eth0", "nud", "permanent")
 	})
+	// The victim is unaffected: it still reaches the gateway from its
+	// address, and the host's neighbour entry for it is its own MAC.
+	if err := victim.Ping(gateway, 2); err != nil {
+		t.Errorf("the victim after the spoofing: %v", err)
+	}
+	if out := h.MustRun(t, "ip", "neigh", "show", victimIP); strings.Contains(out, "52:55:55:e7:00:01") || strings.Contains(out, "02:00:00:00:0e:0e") {
+		t.Errorf("the host's neighbour entry for the victim's address names the spoofer: %s", out)
+	}
 }
