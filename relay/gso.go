@@ -13,7 +13,7 @@ import (
 // Its TAP still has the header and TCP segmentation offload: the host's
 // stack then hands the TAP one packet of up to 64 KiB where it would have
 // handed it 45 frames, and the helper cuts it into the VM's frames itself
-// (segmenter), with the checksums the VM expects. One read from the TAP
+// (Segmenter), with the checksums the VM expects. One read from the TAP
 // instead of one per frame, and one trip through the host's stack: what
 // makes the host→VM direction cheaper. The VM's frames go to the TAP as they
 // came, behind a header that asks for nothing (its checksums are checked
@@ -30,13 +30,18 @@ const (
 	tcpCWR = 0x80
 )
 
+// TapMaxPacket is the most a TAP with TSO hands over at once: a 64 KiB IP
+// packet and its Ethernet header (with a VLAN tag), behind no header.
+const TapMaxPacket = 65535 + EthHeaderLen + 4
+
 var errBadGSO = errors.New("a packet from the TAP its header does not describe")
 
-// segmenter cuts one packet read from the TAP, behind its virtio-net
+// Segmenter cuts one packet read from the TAP, behind its virtio-net
 // header, into the VM's frames: a TCP segmentation offload packet into
 // segments of gso_size, anything else into itself; checksums the header
-// left to the device are computed.
-type segmenter struct {
+// left to the device are computed. The datagram relay and the vhost-user
+// backend (for a guest without TSO) both use it.
+type Segmenter struct {
 	pkt        []byte
 	h          vnetHdr
 	ipOff      int
@@ -53,8 +58,8 @@ type segmenter struct {
 
 // reset takes the packet b (header and frame) for frames of at most limit
 // bytes; it fails for a packet it cannot cut, which is then dropped.
-func (s *segmenter) reset(b []byte, limit int) error {
-	*s = segmenter{h: parseVnetHdr(b), pkt: b[helperproto.VirtioNetHdrLen:], frameLimit: limit}
+func (s *Segmenter) Reset(b []byte, limit int) error {
+	*s = Segmenter{h: parseVnetHdr(b), pkt: b[helperproto.VirtioNetHdrLen:], frameLimit: limit}
 	pkt := s.pkt
 	if len(pkt) < EthHeaderLen {
 		return errBadGSO
@@ -126,11 +131,11 @@ func (s *segmenter) reset(b []byte, limit int) error {
 }
 
 // more says whether frames are left.
-func (s *segmenter) more() bool { return s.i < s.count }
+func (s *Segmenter) More() bool { return s.i < s.count }
 
 // next writes the next frame into dst, which holds frameLimit bytes, and
 // returns its length.
-func (s *segmenter) next(dst []byte) int {
+func (s *Segmenter) Next(dst []byte) int {
 	i := s.i
 	s.i++
 	if s.mss == 0 { // not segmentation: the frame itself

@@ -127,15 +127,15 @@ func FuzzSegmenterTCP(f *testing.F) {
 func checkSegments(t *testing.T, ipv6 bool, payload []byte, mss int, flags byte) {
 	t.Helper()
 	pkt := gsoPacket(ipv6, payload, mss, flags)
-	var s segmenter
-	if err := s.reset(pkt, 1514); err != nil {
+	var s Segmenter
+	if err := s.Reset(pkt, 1514); err != nil {
 		t.Fatalf("ipv6 %v, %d bytes: %v", ipv6, len(payload), err)
 	}
 	var got []byte
 	dst := make([]byte, 1514)
 	frames := 0
-	for s.more() {
-		n := s.next(dst)
+	for s.More() {
+		n := s.Next(dst)
 		f := dst[:n]
 		ipOff, tcpOff := 14, 34
 		if ipv6 {
@@ -166,7 +166,7 @@ func checkSegments(t *testing.T, ipv6 bool, payload []byte, mss int, flags byte)
 		if seq := binary.BigEndian.Uint32(tcp[4:]); seq != 0xfffff000+uint32(len(got)) {
 			t.Errorf("frame %d: seq %#x, want %#x", frames, seq, 0xfffff000+uint32(len(got)))
 		}
-		last := !s.more()
+		last := !s.More()
 		fl := tcp[13]
 		want := flags
 		if !last {
@@ -207,22 +207,22 @@ func TestSegmenterChecksum(t *testing.T) {
 	binary.LittleEndian.PutUint16(hdr[6:], 34)
 	binary.LittleEndian.PutUint16(hdr[8:], 6)
 	pkt := bytes.Join([][]byte{hdr, eth, ip, udp}, nil)
-	var s segmenter
-	if err := s.reset(pkt, 1514); err != nil {
+	var s Segmenter
+	if err := s.Reset(pkt, 1514); err != nil {
 		t.Fatal(err)
 	}
 	dst := make([]byte, 1514)
-	n := s.next(dst)
-	if s.more() || n != 14+20+13 {
-		t.Fatalf("%d bytes, more %v: want one frame of 47", n, s.more())
+	n := s.Next(dst)
+	if s.More() || n != 14+20+13 {
+		t.Fatalf("%d bytes, more %v: want one frame of 47", n, s.More())
 	}
 	if c := checksum16(pseudo, dst[34:n]); c != 0 {
 		t.Errorf("UDP checksum does not verify (%#x)", c)
 	}
 	hdr[0] = 0
 	plain := bytes.Join([][]byte{hdr, eth, ip, udp}, nil)
-	s.reset(plain, 1514)
-	if n := s.next(dst); !bytes.Equal(dst[:n], plain[helperproto.VirtioNetHdrLen:]) {
+	s.Reset(plain, 1514)
+	if n := s.Next(dst); !bytes.Equal(dst[:n], plain[helperproto.VirtioNetHdrLen:]) {
 		t.Errorf("a frame without NEEDS_CSUM changed")
 	}
 }
@@ -244,25 +244,25 @@ func TestSegmenterRefuses(t *testing.T) {
 	} {
 		p := bytes.Clone(good)
 		mutate(p)
-		var s segmenter
-		if err := s.reset(p, 1514); err == nil {
+		var s Segmenter
+		if err := s.Reset(p, 1514); err == nil {
 			t.Errorf("%s: taken", name)
 		}
 	}
-	var s segmenter
+	var s Segmenter
 	// Four bytes between the IPv4 header and TCP, which the offsets skip.
 	at := helperproto.VirtioNetHdrLen + 14 + 20
 	gap := append(append(bytes.Clone(good[:at]), 0, 0, 0, 0), good[at:]...)
 	for _, o := range []int{2, 6} {
 		binary.LittleEndian.PutUint16(gap[o:], binary.LittleEndian.Uint16(gap[o:])+4)
 	}
-	if err := s.reset(gap, 1514+4); err == nil {
+	if err := s.Reset(gap, 1514+4); err == nil {
 		t.Errorf("a gap after the IPv4 header: taken")
 	}
-	if err := s.reset(tagged(good, etherQinQ, etherVLAN, etherVLAN), 1514+12); err == nil {
+	if err := s.Reset(tagged(good, etherQinQ, etherVLAN, etherVLAN), 1514+12); err == nil {
 		t.Errorf("three VLAN tags: taken")
 	}
-	if err := s.reset(good, 1514); err != nil {
+	if err := s.Reset(good, 1514); err != nil {
 		t.Errorf("the good packet: %v", err)
 	}
 }
@@ -270,12 +270,12 @@ func TestSegmenterRefuses(t *testing.T) {
 func BenchmarkSegment64K(b *testing.B) {
 	pkt := gsoPacket(false, make([]byte, 65000), 1448, 0x10)
 	dst := make([]byte, 1514)
-	var s segmenter
+	var s Segmenter
 	b.SetBytes(65000)
 	for b.Loop() {
-		s.reset(pkt, 1514)
-		for s.more() {
-			s.next(dst)
+		s.Reset(pkt, 1514)
+		for s.More() {
+			s.Next(dst)
 		}
 	}
 }
@@ -287,13 +287,13 @@ func FuzzSegmenter(f *testing.F) {
 		if len(pkt) < helperproto.VirtioNetHdrLen {
 			return
 		}
-		var s segmenter
-		if s.reset(pkt, 1514) != nil {
+		var s Segmenter
+		if s.Reset(pkt, 1514) != nil {
 			return
 		}
 		dst := make([]byte, 1514)
-		for s.more() {
-			if n := s.next(dst); n > len(dst) {
+		for s.More() {
+			if n := s.Next(dst); n > len(dst) {
 				t.Fatalf("frame of %d bytes", n)
 			}
 		}
@@ -318,12 +318,12 @@ func TestSegmenterUDPZeroChecksum(t *testing.T) {
 		if checksum16(udp) != 0 {
 			continue // its checksum does not come out 0
 		}
-		var s segmenter
-		if err := s.reset(bytes.Join([][]byte{hdr, eth, ip, udp}, nil), 1514); err != nil {
+		var s Segmenter
+		if err := s.Reset(bytes.Join([][]byte{hdr, eth, ip, udp}, nil), 1514); err != nil {
 			t.Fatal(err)
 		}
 		dst := make([]byte, 1514)
-		n := s.next(dst)
+		n := s.Next(dst)
 		if got := binary.BigEndian.Uint16(dst[40:]); got != 0xffff {
 			t.Fatalf("payload %#04x: UDP checksum %#04x, want 0xffff", v, got)
 		}
@@ -396,14 +396,14 @@ func TestSegmenterPseudoHeader(t *testing.T) {
 // segmentAll cuts pkt into frames of at most limit bytes.
 func segmentAll(t *testing.T, pkt []byte, limit int) [][]byte {
 	t.Helper()
-	var s segmenter
-	if err := s.reset(pkt, limit); err != nil {
+	var s Segmenter
+	if err := s.Reset(pkt, limit); err != nil {
 		t.Fatal(err)
 	}
 	var out [][]byte
 	dst := make([]byte, limit)
-	for s.more() {
-		out = append(out, bytes.Clone(dst[:s.next(dst)]))
+	for s.More() {
+		out = append(out, bytes.Clone(dst[:s.Next(dst)]))
 	}
 	return out
 }

@@ -191,22 +191,18 @@ func (r *relay) tapToSocket() error {
 	}
 }
 
-// tapMaxPacket is the most a TAP with TSO hands over at once: a 64 KiB IP
-// packet and its Ethernet header (with a VLAN tag).
-const tapMaxPacket = 65535 + EthHeaderLen + 4
-
 // tapToSocketSegmenting is tapToSocket for a TAP with host-side offloads:
 // each packet read (up to 64 KiB with TSO) is cut into the VM's frames in
-// the batch (segmenter), which is sent when full or when the TAP is empty.
+// the batch (Segmenter), which is sent when full or when the TAP is empty.
 func (r *relay) tapToSocketSegmenting() error {
 	b := newBatch(BatchSize, r.frame, 0)
 	defer b.free()
-	ib := newBatch(1, r.tapHdr+tapMaxPacket, 0) // mapped, as b
+	ib := newBatch(1, r.tapHdr+TapMaxPacket, 0) // mapped, as b
 	defer ib.free()
 	in := ib.bufs[0]
 	tapWait := newWaiter(r.tap, r.stop)
 	sockWait := newWaiter(r.sock, r.stop)
-	var seg segmenter
+	var seg Segmenter
 	n := 0
 	for {
 		nr, err := unix.Read(r.tap, in)
@@ -232,19 +228,19 @@ func (r *relay) tapToSocketSegmenting() error {
 		}
 		// A read that filled the buffer may have been cut short (the
 		// buffer holds the largest packet a TAP hands over, so never).
-		if nr == len(in) || seg.reset(in[:nr], r.frame) != nil {
+		if nr == len(in) || seg.Reset(in[:nr], r.frame) != nil {
 			r.host.drops.Add(1)
 			r.moved()
 			continue
 		}
-		for seg.more() {
+		for seg.More() {
 			if n == BatchSize {
 				if err := r.send(b, n, sockWait); err != nil {
 					return err
 				}
 				n = 0
 			}
-			b.iovs[n].SetLen(seg.next(b.bufs[n]))
+			b.iovs[n].SetLen(seg.Next(b.bufs[n]))
 			n++
 		}
 	}

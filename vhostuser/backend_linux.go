@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -106,6 +107,46 @@ func (b *Backend) offered() uint64 {
 		return Features | OffloadFeatures
 	}
 	return Features
+}
+
+// segments says whether the backend cuts the port's TCP segments into
+// the guest's frames itself (relay.Segmenter): for a guest that takes no
+// TSO, from a port that takes headers. The port then hands over up to
+// 64 KiB a read where it would have handed over 45 frames.
+func segments(vnetHdr bool, features uint64) bool {
+	return vnetHdr && features&(FeatureGuestTSO4|FeatureGuestTSO6) == 0
+}
+
+// portOffloads is what the port may hand the backend for a guest that
+// negotiated features: what the guest takes, or, where the backend
+// segments, checksum offload and TSO both ways.
+func portOffloads(features uint64) (csum, tso4, tso6 bool) {
+	if segments(true, features) {
+		return true, true, true
+	}
+	return features&FeatureGuestCSum != 0, features&FeatureGuestTSO4 != 0, features&FeatureGuestTSO6 != 0
+}
+
+// offloadsTaken says in words what a guest that negotiated features takes
+// and what the backend does for it, for the log.
+func offloadsTaken(vnetHdr bool, features uint64) string {
+	var took []string
+	for _, o := range []struct {
+		f    uint64
+		name string
+	}{{FeatureCSum, "csum"}, {FeatureGuestCSum, "guest_csum"}, {FeatureGuestTSO4, "guest_tso4"}, {FeatureGuestTSO6, "guest_tso6"}, {FeatureHostTSO4, "host_tso4"}, {FeatureHostTSO6, "host_tso6"}} {
+		if features&o.f != 0 {
+			took = append(took, o.name)
+		}
+	}
+	s := "no offloads"
+	if len(took) > 0 {
+		s = "offloads " + strings.Join(took, ", ")
+	}
+	if segments(vnetHdr, features) {
+		s += " (the port's TCP segments cut into its frames here)"
+	}
+	return s
 }
 
 // session is one VMM's connection and what it set up.
@@ -296,11 +337,13 @@ func (s *session) handle(h Header, p []byte, fds []int) (reply []byte, err error
 		// it starts again with the new ones.
 		return nil, s.changeRings(func() error {
 			if s.b.cfg.SetOffloads != nil {
-				if err := s.b.cfg.SetOffloads(f&FeatureGuestCSum != 0, f&FeatureGuestTSO4 != 0, f&FeatureGuestTSO6 != 0); err != nil {
+				csum, tso4, tso6 := portOffloads(f)
+				if err := s.b.cfg.SetOffloads(csum, tso4, tso6); err != nil {
 					return fmt.Errorf("the port's offloads: %w", err)
 				}
 			}
 			s.features = f
+			s.b.cfg.Logf("the guest takes %s", offloadsTaken(s.b.cfg.VnetHdr, f))
 			return nil
 		})
 	case GetProtocolFeatures:
@@ -616,10 +659,15 @@ type dataLoop struct {
 	slots    [][]byte // coBatch slots of coSlot bytes, made once needed
 	batch    [][]byte // the slots in use, each a zero header and a frame
 	coalesce bool     // the guest sends no TSO, and the port takes headers
-	rx       *queue   // nil: not running
-	tx       *queue
-	wake     int // an eventfd: stop
-	wg       sync.WaitGroup
+	// For a guest that takes no TSO from a port that takes headers: the
+	// port's packet being cut (in, read whole), into frame.
+	segment   bool
+	seg       relay.Segmenter
+	in, frame []byte
+	rx        *queue // nil: not running
+	tx        *queue
+	wake      int // an eventfd: stop
+	wg        sync.WaitGroup
 }
 
 func startDataLoop(b *Backend, run [numQueues]*queue, features uint64, broken func()) (*dataLoop, error) {
@@ -628,7 +676,8 @@ func startDataLoop(b *Backend, run [numQueues]*queue, features uint64, broken fu
 		return nil, err
 	}
 	l := &dataLoop{b: b, rx: run[rxQueue], tx: run[txQueue], wake: wake, features: features,
-		coalesce: b.cfg.VnetHdr && features&(FeatureHostTSO4|FeatureHostTSO6) == 0}
+		coalesce: b.cfg.VnetHdr && features&(FeatureHostTSO4|FeatureHostTSO6) == 0,
+		segment:  segments(b.cfg.VnetHdr, features)}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -849,11 +898,97 @@ func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) (more bool, err error) {
 	return more, nil
 }
 
+// rxChain takes the next chain of the RX ring and checks that it is
+// one the device may write a frame into; ok false: the ring has none.
+func (l *dataLoop) rxChain(c *chain) (ok bool, err error) {
+	q := &l.rx.ring
+	if ok, err = q.next(c); !ok || err != nil {
+		return false, err
+	}
+	if len(c.read) > 0 || c.writeLen < NetHeaderSize {
+		return false, fmt.Errorf("%w: RX chain %d has %d readable buffers and %d bytes to write", errRing, c.head, len(c.read), c.writeLen)
+	}
+	if len(c.written) > 1000 { // (readv's 1024 pieces, the spill byte's among them)
+		return false, fmt.Errorf("%w: RX chain %d has %d buffers (at most 1000)", errRing, c.head, len(c.written))
+	}
+	return true, nil
+}
+
+// toVMSegmenting is toVM for a guest without TSO on a port with it: it
+// reads a packet of up to 64 KiB from the port and cuts it into the
+// chains (relay.Segmenter), one frame each behind a header that asks for
+// nothing; a packet whose frames the ring has no room for yet waits,
+// half cut, for the guest's kick.
+func (l *dataLoop) toVMSegmenting(c *chain) (waits, more bool, err error) {
+	q := &l.rx.ring
+	if l.in == nil {
+		l.in = make([]byte, NetHeaderSize+relay.TapMaxPacket+1) // (+1: a read that fills it was cut)
+		l.frame = make([]byte, coSlot-NetHeaderSize)
+	}
+	n := 0
+	defer func() {
+		if n > 0 {
+			l.publish(l.rx)
+		}
+	}()
+	for tries := 0; ; tries++ {
+		if tries >= maxBatch {
+			return false, true, nil
+		}
+		if !l.seg.More() {
+			got, err := unix.Read(l.b.cfg.Port, l.in)
+			if err == unix.EAGAIN || err == unix.EINTR || got == 0 && err == nil {
+				return false, false, nil
+			}
+			if err != nil {
+				return false, false, fmt.Errorf("reading the port: %w", err)
+			}
+			if got == len(l.in) || l.seg.Reset(l.in[:got], len(l.frame)) != nil {
+				l.b.Stats.Dropped.Add(1)
+				continue
+			}
+		}
+		ok, err := l.rxChain(c)
+		if err != nil || !ok {
+			return err == nil, false, err
+		}
+		// The frame is cut in the backend's memory and copied into the
+		// guest's: the guest cannot change it under the checksums.
+		f := l.frame[:l.seg.Next(l.frame)]
+		if uint64(NetHeaderSize+len(f)) > c.writeLen {
+			q.lastAvail-- // (the chain serves the next frame)
+			l.b.Stats.Dropped.Add(1)
+			continue
+		}
+		var hdr [NetHeaderSize]byte
+		binary.LittleEndian.PutUint16(hdr[10:], 1) // num_buffers
+		left := [][]byte{hdr[:], f}
+		for _, b := range c.written {
+			for len(b) > 0 && len(left) > 0 {
+				k := copy(b, left[0])
+				b = b[k:]
+				if left[0] = left[0][k:]; len(left[0]) == 0 {
+					left = left[1:]
+				}
+			}
+		}
+		l.b.Stats.ToVMFrames.Add(1)
+		l.b.Stats.ToVMBytes.Add(uint64(len(f)))
+		q.putUsed(c.head, uint32(NetHeaderSize+len(f)))
+		if n++; n%64 == 0 {
+			l.publish(l.rx)
+		}
+	}
+}
+
 // toVM reads frames from the port straight into the chains the guest
 // made available on its RX ring, the header written first, until the port
 // has none or the ring none; waits says that the ring ran out (the port
 // then waits for the guest's kick).
 func (l *dataLoop) toVM(c *chain, iov []unix.Iovec, hdr []byte) (waits, more bool, err error) {
+	if l.segment {
+		return l.toVMSegmenting(c)
+	}
 	q := &l.rx.ring
 	n := 0
 	var spill [1]byte
@@ -866,18 +1001,9 @@ func (l *dataLoop) toVM(c *chain, iov []unix.Iovec, hdr []byte) (waits, more boo
 		if tries >= maxBatch {
 			return false, true, nil
 		}
-		ok, err := q.next(c)
-		if err != nil {
-			return false, false, err
-		}
-		if !ok {
-			return true, false, nil
-		}
-		if len(c.read) > 0 || c.writeLen < NetHeaderSize {
-			return false, false, fmt.Errorf("%w: RX chain %d has %d readable buffers and %d bytes to write", errRing, c.head, len(c.read), c.writeLen)
-		}
-		if len(c.written) > 1000 { // (readv's 1024 pieces, the spill byte's among them)
-			return false, false, fmt.Errorf("%w: RX chain %d has %d buffers (at most 1000)", errRing, c.head, len(c.written))
+		ok, err := l.rxChain(c)
+		if err != nil || !ok {
+			return err == nil, false, err
 		}
 		iov = iov[:0]
 		if l.b.cfg.VnetHdr {

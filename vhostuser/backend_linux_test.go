@@ -588,24 +588,87 @@ func TestRXFrameTooLarge(t *testing.T) {
 // tcpSegment is an IPv4 TCP segment of one flow (ACK, no PSH, DF), the
 // i'th of a run of mss-byte ones, with valid checksums.
 func tcpSegment(i, mss int) []byte {
+	payload := make([]byte, mss)
+	for j := range payload {
+		payload[j] = byte(i + j)
+	}
+	return tcpPacket(1+i*mss, 100+i, payload)
+}
+
+// tcpPacket is a segment of that flow: sequence number seq, IP ID id,
+// valid checksums.
+func tcpPacket(seq, id int, payload []byte) []byte {
 	eth := []byte{2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00}
-	tcp := make([]byte, 20, 20+mss)
+	tcp := make([]byte, 20, 20+len(payload))
 	binary.BigEndian.PutUint16(tcp[0:], 1000)
 	binary.BigEndian.PutUint16(tcp[2:], 2000)
-	binary.BigEndian.PutUint32(tcp[4:], uint32(1+i*mss))
+	binary.BigEndian.PutUint32(tcp[4:], uint32(seq))
 	binary.BigEndian.PutUint32(tcp[8:], 777)
 	tcp[12], tcp[13] = 5<<4, 0x10
 	binary.BigEndian.PutUint16(tcp[14:], 512)
-	for j := range mss {
-		tcp = append(tcp, byte(i+j))
-	}
+	tcp = append(tcp, payload...)
 	ip := []byte{0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 2, 10, 0, 0, 1}
 	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(tcp)))
-	binary.BigEndian.PutUint16(ip[4:], uint16(100+i))
+	binary.BigEndian.PutUint16(ip[4:], uint16(id))
 	binary.BigEndian.PutUint16(ip[10:], checksum.Of(ip))
 	pseudo := append(append([]byte{}, ip[12:20]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
 	binary.BigEndian.PutUint16(tcp[16:], checksum.Of(pseudo, tcp))
 	return append(append(eth, ip...), tcp...)
+}
+
+// TestSegmentedWithoutOffloads: for a guest without offloads, the port
+// is told to hand over TSO packets all the same, and the backend cuts
+// each into the guest's frames, with their checksums, behind headers
+// that ask for nothing; a packet larger than the buffers the guest gave
+// waits, half cut, for more, and goes on where it stopped.
+func TestSegmentedWithoutOffloads(t *testing.T) {
+	var told []bool
+	l := newLab(t, func(c *Config) {
+		c.VnetHdr = true
+		c.SetOffloads = func(csum, tso4, tso6 bool) error { told = []bool{csum, tso4, tso6}; return nil }
+	})
+	f := connect(t, l.path)
+	if f.Offloads() || !slices.Equal(told, []bool{true, true, true}) {
+		t.Fatalf("guest offloads %v, the port told %v: want none, and checksums and TSO", f.Offloads(), told)
+	}
+	l.waitLog(t, "the guest takes no offloads (the port's TCP segments cut into its frames here)")
+	const n, mss = 30, 1448
+	payload := make([]byte, n*mss-100) // (the last segment short)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	pkt := tcpPacket(1, 100, payload)
+	// As the kernel leaves it for TSO: the TCP checksum field holds the
+	// pseudo-header's sum, the header says where it goes.
+	tcp := pkt[34:]
+	pseudo := append(append([]byte{}, pkt[26:34]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
+	binary.BigEndian.PutUint16(tcp[16:], checksum.Fold(checksum.Add(0, pseudo)))
+	hdr := []byte{hdrNeedsCSum, gsoTCPv4, 54, 0, mss & 0xff, mss >> 8, 34, 0, 16, 0, 0, 0}
+	if _, err := unix.Write(l.port, append(hdr, pkt...)); err != nil {
+		t.Fatal(err)
+	}
+	rx := f.q[rxQueue]
+	var frames [][]byte
+	for _, post := range []int{10, n - 10} {
+		rx.postRX(post)
+		for _, u := range rx.waitUsed(post) {
+			b := f.mem[rx.bufOff(u.Head):][:u.Len]
+			if !bytes.Equal(b[:NetHeaderSize], []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0}) {
+				t.Fatalf("frame %d's header %x: want none asked for, one buffer", len(frames), b[:NetHeaderSize])
+			}
+			frames = append(frames, slices.Clone(b[NetHeaderSize:]))
+			rx.release([]UsedEntry{u})
+		}
+	}
+	for i, got := range frames {
+		want := tcpPacket(1+i*mss, 100+i, payload[i*mss:min((i+1)*mss, len(payload))])
+		if !bytes.Equal(got, want) {
+			t.Fatalf("frame %d: %d bytes, not segment %d as the sender would have cut it", i, len(got), i)
+		}
+	}
+	if s := &l.b.Stats; s.ToVMFrames.Load() != n || s.Dropped.Load() != 0 {
+		t.Errorf("stats: %d frames to the VM (want %d), %d dropped", s.ToVMFrames.Load(), n, s.Dropped.Load())
+	}
 }
 
 // TestCoalescedWithoutOffloads: a guest without offloads, on a port that

@@ -12,7 +12,14 @@
 //   - virtio 1.0 (VIRTIO_F_VERSION_1: the 12-byte virtio-net header) and
 //     vhost-user's protocol features (REPLY_ACK); one queue pair (RX 0,
 //     TX 1); split rings, without indirect descriptors or event indices;
-//     no offloads yet (the header's fields are zero both ways);
+//   - with a port that takes virtio-net headers (Config.VnetHdr),
+//     checksum offload and TSO both ways: the guest's headers are
+//     checked and passed through, and the port hands the guest what it
+//     negotiated (Config.SetOffloads); for a guest without TSO the
+//     backend merges runs of its TCP segments into one packet for the
+//     port (relay.Coalescer) and cuts the port's 64 KiB packets into its
+//     frames (relay.Segmenter), so that the port is read and written once
+//     per 64 KiB rather than once per frame;
 //   - a memory table of up to 8 regions, each mapped from the descriptor
 //     the VMM sends, and every guest address translated with bounds
 //     checks: a descriptor outside the shared memory, a chain that loops

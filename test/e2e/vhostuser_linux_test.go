@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"crypto/md5"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,8 +22,12 @@ import (
 // vhost-user` boots with the arguments `vmnetctl args --memory` prints
 // (its memory shared, qemu -netdev vhost-user on the helper's socket),
 // gets its lease over the rings, pings its gateway, resolves a name
-// through it and echoes a line with a server behind the NAT; then qemu ends and a second qemu (a VMM restarted) connects
-// to the same helper, which serves it as well.
+// through it and echoes a line with a server behind the NAT; then qemu
+// ends and a second qemu (a VMM restarted) connects to the same helper,
+// which serves it as well. The second guest's device takes no offloads:
+// it downloads 2 MiB from behind the NAT, which the host's stack hands
+// the helper's TAP in 64 KiB packets and the helper cuts into its frames,
+// and gets every byte (its kernel checks each frame's checksums).
 func TestVhostUserGuest(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -41,20 +47,35 @@ func TestVhostUserGuest(t *testing.T) {
 	if !strings.Contains(out, "-netdev vhost-user,id=net0,chardev=net0-vu") || !strings.Contains(out, "share=on") {
 		t.Fatalf("args vu --memory 256M: %s", out)
 	}
-	boot := func(name string) *guest.Result {
-		return guest.Boot(t, guest.Config{
-			Name:     name,
-			Netns:    w.Name,
-			NetArgs:  tcgArgs(args),
-			MemoryMB: 256,
-			Script: guest.NewScript().DHCP("eth0").Ping(sharedGW).
-				ResolveWithin("vu.vmnet.internal", sharedGW, time.Minute).
-				Echo(wanPeer, wanPort, "over-the-rings-"+name, time.Minute),
-		}).MustWait(t)
+	blob := make([]byte, 2<<20)
+	for i := range blob {
+		blob[i] = byte(i*7 + i>>11)
+	}
+	const blobPort = 8083
+	go http.Serve(w.wan.Listen(t, "tcp4", fmt.Sprintf("%s:%d", wanPeer, blobPort)), http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Write(blob)
+	}))
+	boot := func(name string, offloads bool) *guest.Result {
+		script := guest.NewScript().DHCP("eth0").Ping(sharedGW).
+			ResolveWithin("vu.vmnet.internal", sharedGW, time.Minute).
+			Echo(wanPeer, wanPort, "over-the-rings-"+name, time.Minute)
+		netArgs := tcgArgs(args)
+		if !offloads {
+			for i, a := range netArgs {
+				if strings.HasPrefix(a, "virtio-net-pci,") {
+					netArgs[i] = a + ",csum=off,guest_csum=off,guest_tso4=off,guest_tso6=off,host_tso4=off,host_tso6=off"
+				}
+			}
+			script.Report("blob.md5", fmt.Sprintf("wget -q -O - http://%s:%d/blob | md5sum | cut -d' ' -f1", wanPeer, blobPort))
+		}
+		return guest.Boot(t, guest.Config{Name: name, Netns: w.Name, NetArgs: netArgs, MemoryMB: 256, Script: script}).MustWait(t)
 	}
 	srv := serveEcho(t, w.wan, fmt.Sprintf("%s:%d", wanPeer, wanPort))
 	for _, name := range []string{"vu", "vu-again"} {
-		r := boot(name)
+		r := boot(name, name == "vu")
+		if name == "vu-again" {
+			r.Expect(t, "blob.md5", fmt.Sprintf("%x", md5.Sum(blob)))
+		}
 		r.Expect(t, guest.EchoKey(wanPeer, wanPort), "ok")
 		r.Expect(t, "eth0.dhcp", "ok")
 		r.Expect(t, guest.PingKey(sharedGW), "ok")
@@ -67,6 +88,11 @@ func TestVhostUserGuest(t *testing.T) {
 	}
 	if peers, data := srv.sources(); len(peers) != 2 || !slices.Contains(data, "over-the-rings-vu") {
 		t.Errorf("the WAN's echo server saw %v from %v, want both guests' lines, NATed", data, peers)
+	}
+	log, _ := os.ReadFile(filepath.Join(w.StateDir(), "helpers", "vu.0.log"))
+	if !strings.Contains(string(log), "the guest takes offloads csum, guest_csum, guest_tso4, guest_tso6, host_tso4, host_tso6") ||
+		!strings.Contains(string(log), "the guest takes no offloads (the port's TCP segments cut into its frames here)") {
+		t.Errorf("the helper's log does not say that the first guest took offloads and the second none:\n%s", log)
 	}
 	st, err := w.ReadStatus()
 	if err != nil {
