@@ -27,6 +27,9 @@ func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
 	if s.stats.File != nil {
 		spec.StatsFD = int(s.stats.File.Fd())
 	}
+	if s.shaping != nil {
+		spec.ShapingFD = int(s.shaping.Fd())
+	}
 	if s.o.Offloads() {
 		spec.Hdr = VirtioNetHdrLen
 	}
@@ -141,7 +144,12 @@ func (s *session) execRelay(ctx context.Context, stop context.CancelFunc, spec r
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w(stopping)", errNoExec)
 	}
+	// The shaping signal stays ignored across the exec (SIG_IGN is kept),
+	// until vmnetctl-relay's runtime catches it: one sent in between is
+	// lost, not fatal (the relay reads the file once it listens).
+	gosignal.Ignore(helperproto.ShapingSignal)
 	err = syscall.Exec(bin, os.Args, handOverEnv(env))
+	gosignal.Reset(helperproto.ShapingSignal)
 	// Not replaced: catch the signals again, and let them stop the
 	// relay, as Main's did.
 	sig := make(chan os.Signal, 1)

@@ -42,6 +42,13 @@ func Run(ctx context.Context, o Options) error {
 	if s.stats.File != nil {
 		defer s.stats.File.Close()
 	}
+	if o.ShapingFile != "" {
+		// (as root, before the privileges go, as the stats file)
+		if s.shaping, err = os.OpenFile(o.ShapingFile, os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o640); err != nil {
+			return fmt.Errorf("--shaping-file: %w", err)
+		}
+		defer s.shaping.Close()
+	}
 	if err := s.createPort(); err != nil {
 		return err
 	}
@@ -86,7 +93,7 @@ func Run(ctx context.Context, o Options) error {
 		lis.Close()
 		return err
 	}
-	return relay.Serve(ctx, spec, s.log, relay.Hooks{Listener: lis, Relearn: s.relearn(), Stats: s.stats})
+	return relay.Serve(ctx, spec, s.log, relay.Hooks{Listener: lis, Relearn: s.relearn(), Stats: s.stats, Shaping: s.shaping})
 }
 
 // session is one run of the helper: its options, and what the steps found
@@ -103,6 +110,7 @@ type session struct {
 	relayOffloads bool
 	ready         helperproto.Ready
 	stats         *relay.StatsOut // where the stats lines go (openStats)
+	shaping       *os.File        // --shaping-file, or nil
 }
 
 // openStats opens --stats-file (as root, before the privileges go: the

@@ -56,6 +56,7 @@ type Flags struct {
 	Verbose              bool
 	LogTimestamps        bool   // --log-timestamps
 	StatsFile            string // --stats-file
+	ShapingFile          string // --shaping-file
 	PrintVersion         bool   // --version
 	ListSharedInterfaces bool
 	UID, GID             int
@@ -216,6 +217,7 @@ func (f *Flags) options(s Streams) (Options, error) {
 		Verbose:         f.Verbose,
 		LogTimestamps:   f.LogTimestamps,
 		StatsFile:       f.StatsFile,
+		ShapingFile:     f.ShapingFile,
 		Stdout:          s.Out,
 		Stderr:          s.Err,
 	}, nil

@@ -97,6 +97,11 @@ type Options struct {
 	// StatsFile, if set, keeps the latest stats line (relay.StatsOut);
 	// the helper opens it before it drops its privileges.
 	StatsFile string
+	// ShapingFile, if set, is the link's shaping (helperproto.Shapings),
+	// which the controller writes: the helper opens it before it drops
+	// its privileges, and the relay reads it at start and at each
+	// helperproto.ShapingSignal.
+	ShapingFile string
 	// Stdout receives the JSON line; Stderr the log.
 	Stdout, Stderr io.Writer
 }

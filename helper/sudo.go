@@ -23,9 +23,9 @@ import (
 // path the user names, so root would remove and create files anywhere), and
 // it reads only a networks.yaml that they could read themselves (its
 // contents may come back in error messages), it serves --socket only at a
-// path they could create (checkSocketPath), it takes none of the
-// controller's files (--stats-file), and it keeps the guard on the port
-// (--no-spoof-check would let the VM spoof other users' VMs).
+// path they could create (checkSocketPath), it takes neither of the
+// controller's files (--stats-file, --shaping-file), and it keeps the guard
+// on the port (--no-spoof-check would let the VM spoof other users' VMs).
 func (f *Flags) checkSudo() error {
 	if !throughSudo() {
 		return nil
@@ -60,9 +60,9 @@ func (f *Flags) checkSudo() error {
 		return fmt.Errorf("--state-dir %s: run through sudo, the helper uses the default state dir %s only", f.StateDir, statedir.Default())
 	}
 	// The controller's files: it runs its helpers as root without sudo.
-	// Through sudo, root would create or truncate a file the user names
-	// (/etc/passwd), as the user may not.
-	for _, o := range []struct{ flag, path string }{{"--stats-file", f.StatsFile}} {
+	// Through sudo, root would create, truncate or read a file the user
+	// names (/etc/passwd), as the user may not.
+	for _, o := range []struct{ flag, path string }{{"--stats-file", f.StatsFile}, {"--shaping-file", f.ShapingFile}} {
 		if o.path != "" {
 			return fmt.Errorf("%s %s: run through sudo, the helper takes no %s: it is the controller's, which runs its helpers without sudo", o.flag, o.path, o.flag)
 		}

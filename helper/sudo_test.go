@@ -53,6 +53,7 @@ func TestSudoChecks(t *testing.T) {
 		{"root's, in a directory the user cannot reach", Flags{UID: 65534, GID: 65534, NetworksFile: inClosed}, "cannot reach it"},
 		{"another state dir", Flags{UID: 65534, GID: 65534, StateDir: "/etc/vmnetctl"}, "--state-dir"},
 		{"a stats file (root would truncate it)", Flags{UID: 65534, GID: 65534, StatsFile: "/etc/passwd"}, "--stats-file /etc/passwd: run through sudo"},
+		{"a shaping file (root would read it)", Flags{UID: 65534, GID: 65534, ShapingFile: "/etc/shadow"}, "--shaping-file /etc/shadow: run through sudo"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.f.checkSudo()

@@ -59,6 +59,15 @@ type relay struct {
 	// path is followed (followClient). With --fd the VM's end going away
 	// ends the helper.
 	followPeer bool
+	// toVM and fromVM shape the link, when Spec.ShapingFile says to
+	// (delayline.go); nil or idle, frames go straight through.
+	toVM, fromVM *DelayLine
+	// stream is the stream VMM being served (stream_linux.go), for toVM's
+	// sends; its mu also keeps each frame's write whole.
+	stream struct {
+		mu         sync.Mutex
+		conn, done int // -1: none
+	}
 }
 
 // run relays until stop is signalled or a direction fails. first, if not
@@ -185,7 +194,7 @@ func (r *relay) tapToSocket() error {
 		if n == 0 {
 			continue
 		}
-		if err := r.send(b, n, sockWait); err != nil {
+		if err := r.deliver(b, n, sockWait); err != nil {
 			return err
 		}
 	}
@@ -209,7 +218,7 @@ func (r *relay) tapToSocketSegmenting() error {
 		switch {
 		case err == unix.EAGAIN:
 			if n > 0 {
-				if err := r.send(b, n, sockWait); err != nil {
+				if err := r.deliver(b, n, sockWait); err != nil {
 					return err
 				}
 				n = 0
@@ -235,7 +244,7 @@ func (r *relay) tapToSocketSegmenting() error {
 		}
 		for seg.More() {
 			if n == BatchSize {
-				if err := r.send(b, n, sockWait); err != nil {
+				if err := r.deliver(b, n, sockWait); err != nil {
 					return err
 				}
 				n = 0
@@ -244,6 +253,40 @@ func (r *relay) tapToSocketSegmenting() error {
 			n++
 		}
 	}
+}
+
+// deliver sends b's first n frames to the VM (send), or puts them into
+// the shaped link's line when it is active (its sendToVM sends them).
+func (r *relay) deliver(b *batch, n int, w *waiter) error {
+	if !r.toVM.Active() {
+		return r.send(b, n, w)
+	}
+	var packets, bytes, drops uint64
+	for i := range n {
+		if r.toVM.Push(b.bufs[i][:b.iovs[i].Len]) {
+			packets++
+			bytes += uint64(b.iovs[i].Len) - uint64(r.hdr)
+		} else {
+			drops++
+		}
+	}
+	r.host.packets.Add(packets)
+	r.host.bytes.Add(bytes)
+	r.host.drops.Add(drops)
+	r.moved()
+	return nil
+}
+
+// sendToVM sends one frame to the VM, for the toVM line: on the datagram
+// socket, or to the stream VMM being served; false if it could not.
+func (r *relay) sendToVM(f []byte) bool {
+	r.stream.mu.Lock()
+	defer r.stream.mu.Unlock()
+	if r.stream.conn >= 0 {
+		return writeAll(r.stream.conn, f, newWaiter(r.stream.conn, r.stop, r.stream.done)) == nil
+	}
+	_, err := unix.Write(r.sock, f)
+	return err == nil
 }
 
 // send sends b's first n frames to the VM with bounded back-pressure
@@ -350,7 +393,7 @@ func (r *relay) socketToTap() error {
 				frames = append(frames, b.bufs[i][:r.tapHdr+l])
 				continue
 			}
-			if r.writeTap(b.bufs[i][:l]) {
+			if r.toTap(b.bufs[i][:l]) {
 				packets++
 				bytes += uint64(l - r.hdr)
 			} else {
@@ -358,7 +401,7 @@ func (r *relay) socketToTap() error {
 			}
 		}
 		if c != nil {
-			p, n, d := c.Write(frames, r.writeTap)
+			p, n, d := c.Write(frames, r.toTap)
 			packets, bytes, drops = packets+p, bytes+n, drops+d
 		}
 		r.vm.packets.Add(packets)
@@ -366,6 +409,15 @@ func (r *relay) socketToTap() error {
 		r.vm.drops.Add(drops)
 		r.moved()
 	}
+}
+
+// toTap writes one frame from the VM to the TAP (writeTap), or puts it
+// into the shaped link's line when it is active; false if it was dropped.
+func (r *relay) toTap(frame []byte) bool {
+	if r.fromVM.Active() {
+		return r.fromVM.Push(frame)
+	}
+	return r.writeTap(frame)
 }
 
 // writeTap writes one frame; false if the kernel refused it (a malformed

@@ -24,7 +24,7 @@ type relayEnds struct {
 	stopOnce bool
 }
 
-func startTestRelay(t testing.TB, frame int) *relayEnds {
+func startTestRelay(t testing.TB, frame int, setup ...func(*relay)) *relayEnds {
 	t.Helper()
 	pair := func() [2]int {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
@@ -57,6 +57,10 @@ func startTestRelay(t testing.TB, frame int) *relayEnds {
 	e := &relayEnds{
 		r:       &relay{tap: tap[0], sock: sock[0], stop: stop, frame: frame, host: &counters{}, vm: &counters{}, log: &Logger{w: &bytes.Buffer{}}},
 		tapPeer: tap[1], vmPeer: sock[1], done: make(chan error, 1),
+	}
+	e.r.stream.conn, e.r.stream.done = -1, -1
+	for _, f := range setup {
+		f(e.r)
 	}
 	go func() { e.done <- e.r.run(nil) }()
 	t.Cleanup(func() { e.stop(t) })

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	gosignal "os/signal"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -35,6 +36,9 @@ type Hooks struct {
 	// Stats, if set, is where the stats go (the helper's own, which owns
 	// the stats file), not one made from Spec.StatsFD.
 	Stats *StatsOut
+	// Shaping, if set, is the shaping file (the helper's own), not one
+	// made from Spec.ShapingFD.
+	Shaping *os.File
 }
 
 // Serve relays frames as s says until ctx is done or, with --fd, the VM's
@@ -63,6 +67,14 @@ func Serve(ctx context.Context, s Spec, log *Logger, h Hooks) error {
 	}
 	defer stop.close()
 	r := &relay{tap: s.TAP, sock: s.Socket, stop: stop.fd, hdr: s.Hdr, tapHdr: s.TapHdr, frame: s.Frame, host: &counters{}, vm: &counters{}, log: log}
+	r.stream.conn, r.stream.done = -1, -1
+	shaping := h.Shaping
+	if shaping == nil && s.ShapingFD > 0 {
+		shaping = os.NewFile(uintptr(s.ShapingFD), "shaping") // (in vmnetctl-relay: its own now)
+	}
+	if shaping != nil {
+		defer r.followShapings(shaping)()
+	}
 	out := h.Stats
 	if out == nil {
 		// In vmnetctl-relay: the file the helper opened is its own now.
@@ -114,6 +126,53 @@ func HandedOver(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	}
 	return err
+}
+
+// followShapings gives the relay its two delay lines and sets them from
+// the shaping file now and at each helperproto.ShapingSignal (the
+// controller's, when it wrote the file anew), until the function it
+// returns is called. A file that does not read leaves the lines as they
+// were, with a warning.
+func (r *relay) followShapings(f *os.File) (stop func()) {
+	r.toVM = NewDelayLine(r.sendToVM, func(n uint64) { r.host.drops.Add(n); r.moved() })
+	r.fromVM = NewDelayLine(r.writeTap, func(n uint64) { r.vm.drops.Add(n); r.moved() })
+	sig := make(chan os.Signal, 1)
+	gosignal.Notify(sig, helperproto.ShapingSignal)
+	var last helperproto.Shapings
+	apply := func() {
+		s, err := helperproto.ReadShapings(f)
+		if err != nil {
+			r.log.Warnf("main", "the link's shaping stays as it was: %v", err)
+			return
+		}
+		if s != last {
+			r.log.Infof("main", "shaping the link: to the VM %s; from the VM %s", s.ToVM, s.FromVM)
+		}
+		r.toVM.Set(s.ToVM)
+		r.fromVM.Set(s.FromVM)
+		last = s
+	}
+	apply() // (after Notify: a change before it is read here)
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-sig:
+				apply()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		gosignal.Stop(sig)
+		close(done)
+		<-ended
+		r.toVM.Close()
+		r.fromVM.Close()
+	}
 }
 
 // runRelearn runs the command that makes the port's guard forget the MAC
@@ -425,6 +484,9 @@ func (s Spec) Inheritable() error {
 	}
 	if s.StatsFD > 0 {
 		fds = append(fds, s.StatsFD)
+	}
+	if s.ShapingFD > 0 {
+		fds = append(fds, s.ShapingFD)
 	}
 	for _, fd := range fds {
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {

@@ -28,7 +28,7 @@ const EthHeaderLen = 14
 // SpecVersion changes whenever Spec's meaning does: vmnetctl-relay refuses
 // a spec of another version (a vmnetctl and a vmnetctl-relay of different
 // builds), before it prints the ready line.
-const SpecVersion = 3
+const SpecVersion = 4
 
 // Spec is what the relay serves: descriptors the helper opened, and the
 // helper's options that still matter once frames flow.
@@ -77,6 +77,10 @@ type Spec struct {
 	// the exec): the relay closes Keep and waits for it when it stops, so
 	// the port is gone before the relay is, as with the helper itself.
 	CleanupPID int `json:"cleanupPID,omitempty"`
+	// ShapingFD, if not 0, is the helper's shaping file
+	// (helperproto.Shapings), open: read when the relay starts and at
+	// each helperproto.ShapingSignal.
+	ShapingFD int `json:"shapingFD,omitempty"`
 	// Ready is the helper's ready line, for vmnetctl-relay to print once
 	// it catches SIGTERM.
 	Ready string `json:"ready,omitempty"`

@@ -103,6 +103,16 @@ func (r *relay) runStream(conn int) error {
 		return fmt.Errorf("eventfd: %w", err)
 	}
 	defer unix.Close(done)
+	r.stream.mu.Lock()
+	r.stream.conn, r.stream.done = conn, done
+	r.stream.mu.Unlock()
+	defer func() {
+		// The line sends to this VMM no more: its descriptors are closed
+		// after this.
+		r.stream.mu.Lock()
+		r.stream.conn, r.stream.done = -1, -1
+		r.stream.mu.Unlock()
+	}()
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, f := range []func(conn, done int) error{r.tapToStream, r.streamToTap} {
@@ -149,8 +159,19 @@ func (r *relay) tapToStream(conn, done int) error {
 			continue
 		}
 		binary.BigEndian.PutUint32(buf, uint32(n))
-		if err := writeAll(conn, buf[:streamLenSize+n], connWait); err != nil {
-			return err
+		if r.toVM.Active() {
+			if !r.toVM.Push(buf[:streamLenSize+n]) {
+				r.host.drops.Add(1)
+				r.moved()
+				continue
+			}
+		} else {
+			r.stream.mu.Lock() // (the line's sends may be under way)
+			err := writeAll(conn, buf[:streamLenSize+n], connWait)
+			r.stream.mu.Unlock()
+			if err != nil {
+				return err
+			}
 		}
 		r.host.syscall(1)
 		r.host.packets.Add(1)
@@ -228,7 +249,7 @@ func (r *relay) streamToTap(conn, done int) error {
 			if have-off < streamLenSize+l {
 				break
 			}
-			if r.writeTap(buf[off+streamLenSize : off+streamLenSize+l]) {
+			if r.toTap(buf[off+streamLenSize : off+streamLenSize+l]) {
 				packets++
 				bytes += uint64(l)
 			} else {

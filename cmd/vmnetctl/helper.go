@@ -52,6 +52,7 @@ before it touches the VM's socket.`,
 	fl.Float64Var(&f.StatsInterval, "stats-interval", 0, "log stats every SECONDS (default: only when stopping)")
 	fl.BoolVarP(&f.Verbose, "verbose", "v", false, "log DEBUG lines")
 	fl.StringVar(&f.StatsFile, "stats-file", "", "keep the latest stats line in this file, and log one at most once a minute: vmnetctl's, not vmnet-helper's")
+	fl.StringVar(&f.ShapingFile, "shaping-file", "", "delay, jitter, duplicate and reorder the link's frames as this file says (the controller writes it, and signals SIGUSR1 when it changes): vmnetctl's, not vmnet-helper's")
 	fl.BoolVar(&f.LogTimestamps, "log-timestamps", false, "start each log line with its time (RFC 3339, UTC): vmnetctl's, not vmnet-helper's")
 	fl.BoolVar(&f.PrintVersion, "version", false, "print the version and exit")
 	fl.BoolVar(&f.ListSharedInterfaces, "list-shared-interfaces", false, "list the host interfaces a bridged network could use and exit")
