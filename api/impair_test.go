@@ -3,6 +3,7 @@ package api
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestImpair: an entry's `impair` reads a loss to the VM, or each way;
@@ -18,6 +19,9 @@ func TestImpair(t *testing.T) {
 		{"loss: {toVM: 0.5%, fromVM: 100%}", Impairment{LossToVM: 50, LossFromVM: 10000}},
 		{"loss: {fromVM: 0.25%}", Impairment{LossFromVM: 25}},
 		{"loss: 0%", Impairment{}}, // (a way to say none, and keep the key)
+		{"delay: 50ms", Impairment{DelayToVM: 50 * time.Millisecond}},
+		{"delay: {toVM: 50ms, fromVM: 1.5ms}, jitter: {toVM: 5ms}", Impairment{DelayToVM: 50 * time.Millisecond, DelayFromVM: 1500 * time.Microsecond, JitterToVM: 5 * time.Millisecond}},
+		{"duplicate: 1%, reorder: {fromVM: 25%}, delay: {fromVM: 10ms}", Impairment{DuplicateToVM: 100, ReorderFromVM: 2500, DelayFromVM: 10 * time.Millisecond}},
 	} {
 		vf, diags := LoadVMFile("v.yaml", []byte("vms:\n  a:\n    networks:\n      - vmnet: shared\n        impair: {"+c.yaml+"}\n"), VMFileOptions{})
 		if err := diags.Err(); err != nil {
@@ -31,6 +35,15 @@ func TestImpair(t *testing.T) {
 	if s := (&Impairment{LossToVM: 1000, LossFromVM: 25}).String(); s != "loss toVM 10%, fromVM 0.25%" {
 		t.Errorf("String: %q", s)
 	}
+	if s := (&Impairment{DelayToVM: 50 * time.Millisecond, JitterToVM: 5 * time.Millisecond, DuplicateFromVM: 100, LossFromVM: 1}).String(); s != "loss fromVM 0.01%; delay toVM 50ms; jitter toVM 5ms; duplicate fromVM 1%" {
+		t.Errorf("String: %q", s)
+	}
+	for _, attach := range []string{"tap", "vhost-user"} {
+		_, diags := LoadVMFile("v.yaml", []byte("vms:\n  a:\n    networks:\n      - vmnet: shared\n        attach: "+attach+"\n        impair: {delay: 1ms}\n"), VMFileOptions{})
+		if err := diags.Err(); err == nil || !strings.Contains(err.Error(), "v.yaml:6: vms.a.networks[0].impair: delay, jitter, duplicate and reorder are done by the helper's relay, which attach: "+attach+" does not go through") {
+			t.Errorf("attach: %s with a delay: %v", attach, err)
+		}
+	}
 	for _, c := range []struct{ yaml, want string }{
 		{"loss: 10", `v.yaml:5: vms.a.networks[0].impair.loss: "10" is not a loss`},
 		{"loss: 100.5%", `"100.5%" is not a loss`},
@@ -38,7 +51,13 @@ func TestImpair(t *testing.T) {
 		{"loss: 5.%", `"5.%" is not a loss`},
 		{"loss: {toVM: 1%, toVm: 2%}", `vms.a.networks[0].impair.loss.toVm: unknown field (did you mean "toVM"?)`},
 		{"", "impairs nothing"},
-		{"delay: 50ms", `impair.delay: is not impaired by vmnetctl, which loses frames alone`},
+		{"delay: 50", `v.yaml:5: vms.a.networks[0].impair.delay: "50" is not a delay: a duration from 0 to 1m0s`},
+		{"delay: -1ms", `"-1ms" is not a delay`},
+		{"delay: 2m", `"2m" is not a delay`},
+		{"delay: {toVM: 5ms}, jitter: 10ms", `impair.jitter: toVM: a jitter of 10ms is more than the delay (5ms)`},
+		{"reorder: {fromVM: 5%}", `impair.reorder: fromVM: reordering sends some frames at once, past delayed ones: it needs a delay`},
+		{"duplicate: 101%", `impair.duplicate: "101%" is not a share`},
+		{"delay: {toVm: 1ms}", `impair.delay.toVm: unknown field (did you mean "toVM"?)`},
 		{"lose: 1%", `impair.lose: unknown field (did you mean "loss"?)`},
 	} {
 		_, diags := LoadVMFile("v.yaml", []byte("vms:\n  a:\n    networks:\n      - vmnet: shared\n        impair: {"+c.yaml+"}\n"), VMFileOptions{})

@@ -168,6 +168,11 @@ type HelperSpec struct {
 	// backend whose helper can (the Linux one); the controller reads it
 	// before the helper's log.
 	StatsFile string
+	// ShapingFile is where the controller keeps the link's shaping
+	// (helperproto.Shapings), for a helper whose relay shapes it (attach
+	// socket or stream, on Linux); the backend passes it on to the
+	// helpers that do.
+	ShapingFile string
 	// Owner is the state dir that starts the helper, as NetworkOptions.Owner.
 	Owner string
 }

@@ -148,7 +148,10 @@ type Controller struct {
 	partitions map[string]partitionsSet
 	// impairs is, by network, what setImpairments last set; overrides
 	// what `vmnetctl impair` recorded (once overridesRead).
-	impairs       map[string]impairSet
+	impairs map[string]impairSet
+	// shapings is, by attachment, what setShapings last wrote for its
+	// helper.
+	shapings      map[string]shapingSet
 	overrides     []statedir.ImpairOverride
 	overridesRead bool
 	applied       *spec.Desired

@@ -25,15 +25,19 @@ func (c *Controller) serveImpair(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "impair: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if req.Impair != nil && (req.Impair.LossToVM > api.LossScale || req.Impair.LossFromVM > api.LossScale) {
-		http.Error(w, "impair: a loss is at most 100%", http.StatusBadRequest)
-		return
+	if req.Impair != nil {
+		if err := req.Impair.Check(); err != nil {
+			http.Error(w, "impair: "+err.Error(), http.StatusBadRequest)
+			return
+		}
 	}
 	c.mu.Lock()
 	a, owner, err := c.findAttachmentLocked(req.VM, req.Network)
 	if err == nil {
 		if n := c.applied.Network(a.Network); n != nil && !n.Routed() {
 			err = fmt.Errorf("network %q is %s: impairment is for shared and host networks", a.Network, n.Mode)
+		} else if req.Impair.Shaped() && (a.Attach == api.AttachTAP || a.Attach == api.AttachVhostUser) {
+			err = fmt.Errorf("%s is attached by %s: delay, jitter, duplicate and reorder are done by the helper's relay, which it does not go through", a.Key(), a.Attach)
 		}
 	}
 	if err != nil {

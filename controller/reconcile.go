@@ -9,12 +9,14 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/helperexec"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/launch"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/spec"
@@ -87,6 +89,7 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	errs = append(errs, c.setBandwidth(ctx, desired, full)...)
 	c.progress.enter("impair")
 	errs = append(errs, c.setImpairments(desired, full)...)
+	errs = append(errs, c.setShapings(desired, full)...)
 	c.progress.enter("ports")
 	errs = append(errs, c.ensurePorts(ctx, desired, touched)...)
 	c.progress.enter("commit")
@@ -834,6 +837,69 @@ func (c *Controller) setImpairments(desired *spec.Desired, full bool) []error {
 	}
 	c.impairs = set
 	return errs
+}
+
+// shapingSet is what setShapings last wrote for a helper: its process
+// and the shaping.
+type shapingSet struct {
+	pid int
+	s   helperproto.Shapings
+}
+
+// setShapings keeps the shaping file of each running helper whose
+// attachment is shaped (api.Impairment.Shaped: a delay, jitter,
+// duplication or reordering, which its relay does) what its impairment
+// says, and signals the helper when it wrote it anew
+// (helperproto.ShapingSignal; a helper that does not listen yet reads it
+// once it does). A pass asked for touches only the attachments whose
+// shaping or helper changed since the last; a full pass looks at every
+// running helper's file, and puts back what changed behind its back.
+func (c *Controller) setShapings(desired *spec.Desired, full bool) []error {
+	var errs []error
+	set := map[string]shapingSet{}
+	for _, a := range desired.Attachments {
+		h := c.helpers[a.Key()]
+		if h == nil || h.state != ctlapi.StateRunning || h.rec.Proc.PID <= 0 {
+			continue
+		}
+		imp, _ := c.impairOf(a)
+		want := shapingSet{pid: h.rec.Proc.PID, s: shapingsOf(imp)}
+		prev, had := c.shapings[a.Key()]
+		switch {
+		case !full && had && prev == want:
+			set[a.Key()] = want
+			continue
+		case !full && !had && want.s == (helperproto.Shapings{}):
+			continue
+		}
+		changed, err := helperproto.WriteShapings(c.sd.HelperShapingFile(a.Key()), want.s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: the link's shaping: %w", a.Key(), err))
+			continue
+		}
+		if changed {
+			if err := syscall.Kill(want.pid, helperproto.ShapingSignal); err != nil && err != syscall.ESRCH {
+				errs = append(errs, fmt.Errorf("%s: telling helper %d of its shaping: %w", a.Key(), want.pid, err))
+				continue
+			}
+		}
+		if want.s != (helperproto.Shapings{}) {
+			set[a.Key()] = want
+		}
+	}
+	c.shapings = set
+	return errs
+}
+
+// shapingsOf is the shaping a helper does for an impairment.
+func shapingsOf(i *api.Impairment) helperproto.Shapings {
+	if !i.Shaped() {
+		return helperproto.Shapings{}
+	}
+	return helperproto.Shapings{
+		ToVM:   helperproto.Shaping{Delay: i.DelayToVM, Jitter: i.JitterToVM, Duplicate: i.DuplicateToVM, Reorder: i.ReorderToVM},
+		FromVM: helperproto.Shaping{Delay: i.DelayFromVM, Jitter: i.JitterFromVM, Duplicate: i.DuplicateFromVM, Reorder: i.ReorderFromVM},
+	}
 }
 
 // partitionsSet is what setPartitions last gave a network: the pairs, and

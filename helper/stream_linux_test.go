@@ -1,7 +1,9 @@
 package helper_test
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -12,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -116,4 +119,53 @@ func TestStreamFD(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping over a handed-over stream")
 	relay.stop()
 	testutil.Eventually(t, 10*time.Second, h.exited, "the helper to end with its VMM")
+}
+
+// TestStreamShaped: a stream helper with --shaping-file (its relay, past
+// the exec into vmnetctl-relay) holds the frames to the VM for the delay
+// and sends each twice; the file written anew and SIGUSR1 sent, it does
+// neither.
+func TestStreamShaped(t *testing.T) {
+	f := newFixture(t)
+	path := filepath.Join(f.dir, "helper.sock")
+	shaping := filepath.Join(f.dir, "helper.shaping")
+	if _, err := helperproto.WriteShapings(shaping, helperproto.Shapings{ToVM: helperproto.Shaping{Delay: 50 * time.Millisecond, Duplicate: helperproto.ShapingScale}}); err != nil {
+		t.Fatal(err)
+	}
+	h := f.startHelper(t, nil, "--attach", "stream", "--socket", path, "--shaping-file", shaping)
+	tap := openTap(t, f.vm, "vmeth0", false, 0)
+	relay := startRelay(tap, streamConn{dialStream(t, path)}, 0)
+	defer relay.stop()
+	mac, _ := net.ParseMAC("02:00:00:ab:02:01")
+	f.setupVM(t, "vmeth0", mac)
+	testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the VM over the stream")
+	ping := func() (least time.Duration, dups int) {
+		out, _ := f.vm.Run(context.Background(), "ping", "-n", "-c", "5", "-i", "0.1", "-W", "5", gateway)
+		least = time.Hour
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "(DUP!)") {
+				dups++
+			} else if _, after, ok := strings.Cut(line, " time="); ok {
+				var ms float64
+				fmt.Sscanf(after, "%f ms", &ms)
+				least = min(least, time.Duration(ms*float64(time.Millisecond)))
+			}
+		}
+		return least, dups
+	}
+	if least, dups := ping(); least < 50*time.Millisecond || dups < 4 {
+		t.Errorf("delayed 50 ms and doubled: least round trip %v, %d duplicates of 5", least, dups)
+	}
+	if _, err := helperproto.WriteShapings(shaping, helperproto.Shapings{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cmd.Process.Signal(helperproto.ShapingSignal); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		return strings.Contains(h.stderr(), "shaping the link: to the VM nothing; from the VM nothing")
+	}, "the relay to read its shaping again")
+	if least, dups := ping(); least >= 50*time.Millisecond || dups != 0 {
+		t.Errorf("shaped no more: least round trip %v, %d duplicates", least, dups)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	gosignal "os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,6 +63,9 @@ type Helper struct {
 	once     sync.Once
 }
 
+// ignoreShapingSignal makes this process ignore the shaping signal, once.
+var ignoreShapingSignal sync.Once
+
 // tailLines is how much of stderr a start failure quotes.
 const tailLines = 20
 
@@ -86,6 +90,12 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
+	ignoreShapingSignal.Do(func() {
+		// The helper starts with it ignored (a child keeps SIG_IGN across
+		// its exec), so that one the controller sends before the helper
+		// listens for it cannot end it (helperproto.ShapingSignal).
+		gosignal.Ignore(helperproto.ShapingSignal)
+	})
 	h := &Helper{cmd: cmd, grace: opts.StopGrace, tail: &tail{max: tailLines}, done: make(chan struct{})}
 	var lines <-chan []byte
 	if opts.ReadyFile != "" {

@@ -3,6 +3,8 @@ package helperproto
 import (
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -183,4 +185,44 @@ func FuzzParseStatsLine(f *testing.F) {
 			t.Fatalf("round trip of %q: %+v, %v", line, got, ok)
 		}
 	})
+}
+
+// TestShapingsFile: WriteShapings writes a file ReadShapings reads back,
+// and says whether it changed anything; none asked and no file, it makes
+// none; a file that does not check is an error.
+func TestShapingsFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.shaping")
+	if changed, err := WriteShapings(path, Shapings{}); changed || err != nil {
+		t.Fatalf("no shaping, no file: changed %v, %v", changed, err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Fatal("no shaping made a file")
+	}
+	s := Shapings{ToVM: Shaping{Delay: 50 * time.Millisecond, Jitter: 5 * time.Millisecond}, FromVM: Shaping{Duplicate: 100}}
+	for i, want := range []bool{true, false} {
+		if changed, err := WriteShapings(path, s); changed != want || err != nil {
+			t.Fatalf("write %d: changed %v (want %v), %v", i, changed, want, err)
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got, err := ReadShapings(f); err != nil || got != s {
+		t.Errorf("read back %+v, %v", got, err)
+	}
+	if s.ToVM.String() != "delay 50ms ±5ms" || s.FromVM.String() != "duplicate 1%" || (Shaping{}).String() != "nothing" {
+		t.Errorf("String: %q, %q", s.ToVM, s.FromVM)
+	}
+	if changed, err := WriteShapings(path, Shapings{}); !changed || err != nil {
+		t.Errorf("cleared: changed %v, %v", changed, err)
+	}
+	if got, err := ReadShapings(f); err != nil || got != (Shapings{}) {
+		t.Errorf("read after clearing %+v, %v", got, err)
+	}
+	os.WriteFile(path, []byte(`{"toVM":{"delay":1000,"jitter":2000}}`), 0o600)
+	if _, err := ReadShapings(f); err == nil || !strings.Contains(err.Error(), "toVM: a jitter of 2µs") {
+		t.Errorf("a jitter over its delay: %v", err)
+	}
 }

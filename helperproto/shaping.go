@@ -123,18 +123,25 @@ func ReadShapings(f *os.File) (Shapings, error) {
 
 // WriteShapings writes s into the shaping file at path, in place (the
 // helpers hold it open), with mode 0640; it writes nothing, and says so,
-// when the file holds s already.
+// when the file holds s already (no file, or an empty one, holds none).
 func WriteShapings(path string, s Shapings) (changed bool, err error) {
 	b, err := json.Marshal(s)
 	if err != nil {
 		return false, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o640)
+	flags := os.O_RDWR | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
+	if s != (Shapings{}) {
+		flags |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags, 0o640)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil // (none asked, none there)
+	}
 	if err != nil {
 		return false, err
 	}
 	defer f.Close()
-	if old, err := io.ReadAll(io.LimitReader(f, 4<<10+1)); err == nil && string(old) == string(b) {
+	if old, err := ReadShapings(f); err == nil && old == s {
 		return false, nil
 	}
 	if err := f.Truncate(0); err != nil {

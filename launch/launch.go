@@ -59,7 +59,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	}
 	spec := backend.HelperSpec{Executable: l.Executable, Attachment: a.Attachment, Network: s.Network, UID: s.Owner.UID, GID: s.Owner.GID,
 		FD: -1, NetworksFile: l.StateDir.NetworksYAML(), VMNetHelperPath: l.VMNetHelperPath, StatsInterval: l.StatsInterval,
-		StatsFile: l.StateDir.HelperStatsFile(a.Key()), Owner: l.StateDir.Path}
+		StatsFile: l.StateDir.HelperStatsFile(a.Key()), ShapingFile: l.StateDir.HelperShapingFile(a.Key()), Owner: l.StateDir.Path}
 	switch {
 	case s.fd != nil:
 		spec.FD = InheritedFD

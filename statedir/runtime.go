@@ -256,11 +256,12 @@ func (d Dir) HelperIntents() []HelperIntent {
 	return out
 }
 
-// RemoveHelperFiles removes the ready line and the intent of attachment
-// key's helper.
+// RemoveHelperFiles removes the ready line, the stats and shaping files
+// and the intent of attachment key's helper.
 func (d Dir) RemoveHelperFiles(key string) {
 	os.Remove(d.HelperReadyFile(key))
 	os.Remove(d.HelperStatsFile(key))
+	os.Remove(d.HelperShapingFile(key))
 	os.Remove(d.file(helperIntentFile(key)))
 }
 

@@ -167,6 +167,13 @@ func (d Dir) HelperLogFile(key string) string { return d.file(helpersDir, fileKe
 // stats line (`vmnetctl helper --stats-file`).
 func (d Dir) HelperStatsFile(key string) string { return d.file(helpersDir, fileKey(key)+".stats") }
 
+// HelperShapingFile is where the controller keeps the shaping of
+// attachment key's link, which its helper reads (`vmnetctl helper
+// --shaping-file`, helperproto.Shapings).
+func (d Dir) HelperShapingFile(key string) string {
+	return d.file(helpersDir, fileKey(key)+".shaping")
+}
+
 // VMsDir holds one folder per VM, for its sockets.
 func (d Dir) VMsDir() string { return d.file(vmsDir) }
 

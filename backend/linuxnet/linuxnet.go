@@ -153,6 +153,11 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	if s.StatsFile != "" {
 		args = append(args, "--stats-file", s.StatsFile)
 	}
+	if s.ShapingFile != "" && a.Attach != api.AttachTAP && a.Attach != api.AttachVhostUser {
+		// (the relay shapes the link: a TAP's VMM and a vhost-user
+		// helper have none)
+		args = append(args, "--shaping-file", s.ShapingFile)
+	}
 	if s.UID >= 0 {
 		args = append(args, "--uid", strconv.Itoa(s.UID), "--gid", strconv.Itoa(s.GID))
 	}

@@ -22,11 +22,12 @@ func TestHelperCommand(t *testing.T) {
 		spec backend.HelperSpec
 		want string
 	}{
-		{"socket with offloads", backend.HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("shared"), UID: -1, Socket: "/tmp/x.sock", FD: -1, NetworksFile: "/s/networks.yaml", StatsFile: "/s/helpers/dev.0.stats"},
-			"vmnetctl helper --networks /s/networks.yaml --network shared --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --log-timestamps --stats-file /s/helpers/dev.0.stats --enable-tso --enable-checksum-offload --socket /tmp/x.sock"},
+		{"socket with offloads", backend.HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("shared"), UID: -1, Socket: "/tmp/x.sock", FD: -1, NetworksFile: "/s/networks.yaml", StatsFile: "/s/helpers/dev.0.stats", ShapingFile: "/s/helpers/dev.0.shaping"},
+			"vmnetctl helper --networks /s/networks.yaml --network shared --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --log-timestamps --stats-file /s/helpers/dev.0.stats --shaping-file /s/helpers/dev.0.shaping --enable-tso --enable-checksum-offload --socket /tmp/x.sock"},
 		{"fd, owner, isolation", backend.HelperSpec{Executable: "vmnetctl", Attachment: a, Network: nets.Get("host"), UID: 1000, GID: 100, FD: 3, NetworksFile: "n"},
 			"vmnetctl helper --networks n --network host --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --log-timestamps --uid 1000 --gid 100 --enable-isolation --fd 3"},
-		{"tap", backend.HelperSpec{Executable: "vmnetctl", Attachment: &api.Attachment{VM: "dev", MAC: a.MAC, MACDerived: true, Attach: api.AttachTAP}, Network: nets.Get("shared"), UID: -1, FD: -1, NetworksFile: "n"},
+		// (no relay: no shaping)
+		{"tap", backend.HelperSpec{Executable: "vmnetctl", Attachment: &api.Attachment{VM: "dev", MAC: a.MAC, MACDerived: true, Attach: api.AttachTAP}, Network: nets.Get("shared"), UID: -1, FD: -1, NetworksFile: "n", ShapingFile: "/s/helpers/dev.0.shaping"},
 			"vmnetctl helper --networks n --network shared --interface-id " + id + " --tap " + api.TapName(id) + " --stats-interval 0 --log-timestamps --enable-tso --enable-checksum-offload --attach tap"},
 		// A MAC the VM file sets is the only one the guard lets through;
 		// spoofCheck: false leaves the port unguarded.

@@ -111,7 +111,7 @@ func (b Backend) Limits(nets []*api.Network, atts []*api.Attachment) []backend.L
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): bandwidth cannot be honoured on macOS: vmnet has no limits per port", a.Key(), b.Name())})
 		}
 		if a.Impair != nil {
-			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): impair cannot be honoured on macOS: vmnet loses no frames on purpose", a.Key(), b.Name())})
+			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): impair cannot be honoured on macOS: vmnet loses, delays, duplicates and reorders no frames on purpose, and vmnet-helper shapes none", a.Key(), b.Name())})
 		}
 		if len(a.PortForwards) > 0 {
 			out = append(out, backend.Limit{Message: fmt.Sprintf("%s (%s): portForwards cannot be honoured on macOS: vmnet has no port forwards (lima's own forwarding, over ssh, does it there)", a.Key(), b.Name())})

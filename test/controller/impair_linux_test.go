@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,6 +83,95 @@ func TestImpairLoss(t *testing.T) {
 	}
 }
 
+// pings pings the gateway n times from vm, interval apart, and returns
+// each reply's round trip and how many were duplicates.
+func pings(t *testing.T, vm *simvm.VM, n int, interval time.Duration) (rtts []time.Duration, dups int) {
+	t.Helper()
+	out, _ := vm.Run(context.Background(), "ping", "-n", "-c", fmt.Sprint(n), "-i", fmt.Sprintf("%.3f", interval.Seconds()), "-W", "5", gateway)
+	for _, line := range strings.Split(out, "\n") {
+		if _, after, ok := strings.Cut(line, " time="); ok && !strings.Contains(line, "(DUP!)") {
+			var ms float64
+			if _, err := fmt.Sscanf(after, "%f ms", &ms); err == nil {
+				rtts = append(rtts, time.Duration(ms*float64(time.Millisecond)))
+			}
+		}
+		if strings.Contains(line, "(DUP!)") {
+			dups++
+		}
+	}
+	if len(rtts) == 0 {
+		t.Fatalf("no replies to %d pings:\n%s", n, out)
+	}
+	return rtts, dups
+}
+
+// TestImpairShaped: an attachment's `impair: {delay: 50ms}` makes its
+// pings 50 ms slower, give or take 5 ms (the least round trip of 20,
+// against the least without it), applied in place by `up` (the helper
+// the same); duplicate: 100% doubles every reply; reorder: 50% with a
+// 100 ms delay sends about half at once; `vmnetctl impair --delay
+// --jitter` applies at once; with none left the round trips are back.
+func TestImpairShaped(t *testing.T) {
+	h := newHost(t)
+	vms := func(impair string) string {
+		s := "vms:\n  shaped:\n    networks:\n      - vmnet: shared\n"
+		if impair != "" {
+			s += "        impair: " + impair + "\n"
+		}
+		return h.WriteFile("vms.yaml", s)
+	}
+	h.MustVmnetctl("up", "-f", vms(""))
+	a := h.Attachment(h.Status(), "shaped")
+	vm := h.VM(a)
+	vm.DHCP(t)
+	base := slices.Min(first(pings(t, vm, 20, 20*time.Millisecond)))
+	h.MustVmnetctl("up", "-f", vms("{delay: 50ms}"))
+	if b := h.Attachment(h.Status(), "shaped"); b.PID != a.PID || b.Impair == nil || b.Impair.String() != "delay toVM 50ms" {
+		t.Fatalf("after up with a delay: pid %d (was %d), impair %v", b.PID, a.PID, b.Impair)
+	}
+	least := slices.Min(first(pings(t, vm, 20, 20*time.Millisecond)))
+	t.Logf("least round trip of 20 pings: %v without a delay, %v with 50 ms", base, least)
+	if added := least - base; added < 50*time.Millisecond || added > 55*time.Millisecond {
+		t.Errorf("a 50 ms delay added %v to the least round trip", added)
+	}
+	h.MustVmnetctl("up", "-f", vms("{delay: {fromVM: 20ms}, duplicate: 100%}"))
+	rtts, dups := pings(t, vm, 10, 50*time.Millisecond)
+	// (ping may end before the last reply's copy comes)
+	if len(rtts) != 10 || dups < 9 || slices.Min(rtts) < 20*time.Millisecond {
+		t.Errorf("20 ms from the VM and every frame to it twice: %d replies, %d duplicates, least %v", len(rtts), dups, slices.Min(rtts))
+	}
+	h.MustVmnetctl("up", "-f", vms("{delay: 100ms, reorder: 50%}"))
+	rtts, _ = pings(t, vm, 40, 10*time.Millisecond)
+	fast := 0
+	for _, rtt := range rtts {
+		if rtt < 100*time.Millisecond {
+			fast++
+		}
+	}
+	if len(rtts) != 40 || fast < 8 || fast > 32 {
+		t.Errorf("a 100 ms delay, half reordered: %d of %d replies under 100 ms", fast, len(rtts))
+	}
+	out := h.MustVmnetctl("impair", "shaped", "--delay", "30ms", "--jitter", "10ms")
+	if !strings.Contains(out, "impair delay toVM 30ms; jitter toVM 10ms (set by vmnetctl impair") {
+		t.Errorf("impair --delay --jitter said %q", out)
+	}
+	rtts, _ = pings(t, vm, 20, 20*time.Millisecond)
+	if least, most := slices.Min(rtts), slices.Max(rtts); least < 20*time.Millisecond || most-least < 2*time.Millisecond {
+		t.Errorf("30 ms ± 10 ms: round trips from %v to %v", least, most)
+	}
+	h.MustVmnetctl("impair", "shaped", "--clear")
+	h.MustVmnetctl("up", "-f", vms(""))
+	if least := slices.Min(first(pings(t, vm, 10, 20*time.Millisecond))); least >= 20*time.Millisecond {
+		t.Errorf("with no impairment left, the least round trip is %v", least)
+	}
+	if b := h.Attachment(h.Status(), "shaped"); b.PID != a.PID {
+		t.Errorf("the shaping changes restarted the helper: pid %d, then %d", a.PID, b.PID)
+	}
+}
+
+// first is the first of two results.
+func first[T, U any](t T, _ U) T { return t }
+
 // TestImpairCommand: `vmnetctl impair` changes a running VM's loss now,
 // in place of its VM file's, and says so; a later `up` keeps it and says
 // how it differs from the file; --clear gives the file's back; a VM that
@@ -125,7 +215,9 @@ func TestImpairCommand(t *testing.T) {
 	}{
 		{[]string{"impair", "nosuch", "--loss", "5%"}, `impair: VM "nosuch" is not up`},
 		{[]string{"impair", "web", "--loss", "5"}, `--loss "5" is not a loss`},
-		{[]string{"impair", "web"}, "say what the link loses"},
+		{[]string{"impair", "web"}, "say what the link does"},
+		{[]string{"impair", "web", "--jitter", "5ms"}, "toVM: a jitter of 5ms is more than its delay (0s)"},
+		{[]string{"impair", "web", "--delay", "50"}, `--delay "50" is not a delay`},
 		{[]string{"impair", "web", "--none", "--loss", "1%"}, "--none and --clear go alone"},
 	} {
 		if _, err := h.Vmnetctl(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
