@@ -167,6 +167,16 @@ func TestImpairShaped(t *testing.T) {
 	if b := h.Attachment(h.Status(), "shaped"); b.PID != a.PID {
 		t.Errorf("the shaping changes restarted the helper: pid %d, then %d", a.PID, b.PID)
 	}
+	// Shaped again, then down: the helper and its shaping file go.
+	h.MustVmnetctl("up", "-f", vms("{delay: 5ms}"))
+	shaping := filepath.Join(h.StateDir(), "helpers", "shaped.0.shaping")
+	if b, err := os.ReadFile(shaping); err != nil || !strings.Contains(string(b), `"delay":5000000`) {
+		t.Errorf("the shaping file: %q, %v", b, err)
+	}
+	h.MustVmnetctl("down", "-f", vms("{delay: 5ms}"))
+	if _, err := os.Stat(shaping); !os.IsNotExist(err) {
+		t.Errorf("after down the shaping file is still there: %v", err)
+	}
 }
 
 // first is the first of two results.
