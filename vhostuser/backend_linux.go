@@ -1128,9 +1128,13 @@ func (l *dataLoop) publish(q *queue) {
 	}
 }
 
+// drainEventfd reads an eventfd's count, if any, and never waits: a VMM
+// that made the descriptor blocking again after checkEventfd (the flag is
+// its open file's, which the VMM shares) and read the count first does
+// not hang the loop (RWF_NOWAIT: eventfds take it).
 func drainEventfd(fd int) {
 	var b [8]byte
-	unix.Read(fd, b[:])
+	unix.Preadv2(fd, [][]byte{b[:]}, -1, unix.RWF_NOWAIT)
 }
 
 func writev(fd int, iov []unix.Iovec) (int, error) {

@@ -513,6 +513,29 @@ func TestKickNotEventfd(t *testing.T) {
 	l.waitLog(t, "no eventfd")
 }
 
+// TestDrainNeverWaits: draining an empty eventfd that its VMM made
+// blocking returns at once.
+func TestDrainNeverWaits(t *testing.T) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC) // (blocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	done := make(chan struct{})
+	go func() { drainEventfd(fd); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		unix.Write(fd, u64(1)) // (let the goroutine go)
+		t.Fatal("draining an empty blocking eventfd waited")
+	}
+	unix.Write(fd, u64(3))
+	drainEventfd(fd)
+	if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0); n != 0 {
+		t.Error("the count is still there after a drain")
+	}
+}
+
 // TestMemTableUnderRunningRings: a memory table sent again while the
 // rings run (memory hotplug) leaves them where they were: the guest's
 // next frame is the next the port sees, not its first again.
