@@ -362,8 +362,8 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 		}
 		if iv, ok := f["impair"]; ok {
 			a.Impair = w.impair(iv, at("impair"))
-			if a.Impair.Shaped() && (a.Attach == AttachTAP || a.Attach == AttachVhostUser) {
-				w.errorf(iv, at("impair"), "delay, jitter, duplicate and reorder are done by the helper's relay, which attach: %s does not go through (%s): give this entry a loss alone, or attach it by socket or stream", a.Attach, map[AttachKind]string{AttachTAP: "the VMM holds the TAP", AttachVhostUser: "the helper reads the guest's rings"}[a.Attach])
+			if a.Impair.Shaped() && a.Attach == AttachTAP {
+				w.errorf(iv, at("impair"), "delay, jitter, duplicate and reorder are done by the helper, which attach: tap leaves out of the path (the VMM holds the TAP): give this entry a loss alone, or attach it by socket, stream or vhost-user")
 			}
 		}
 		if len(w.diags.Errors()) == errsBefore {

@@ -36,8 +36,8 @@ func (c *Controller) serveImpair(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		if n := c.applied.Network(a.Network); n != nil && !n.Routed() {
 			err = fmt.Errorf("network %q is %s: impairment is for shared and host networks", a.Network, n.Mode)
-		} else if req.Impair.Shaped() && (a.Attach == api.AttachTAP || a.Attach == api.AttachVhostUser) {
-			err = fmt.Errorf("%s is attached by %s: delay, jitter, duplicate and reorder are done by the helper's relay, which it does not go through", a.Key(), a.Attach)
+		} else if req.Impair.Shaped() && a.Attach == api.AttachTAP {
+			err = fmt.Errorf("%s is attached by tap: delay, jitter, duplicate and reorder are done by the helper, which its frames do not go through", a.Key())
 		}
 	}
 	if err != nil {

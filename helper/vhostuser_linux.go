@@ -61,7 +61,12 @@ func (s *session) serveVhostUser(ctx context.Context) error {
 	if s.o.Verbose {
 		cfg.Debugf = func(format string, args ...any) { s.log.Debugf("vhost-user", format, args...) }
 	}
+	cfg.Shaped = s.shaping != nil
 	b := vhostuser.New(cfg)
+	defer b.Close()
+	if s.shaping != nil {
+		defer relay.FollowShapings(s.shaping, s.log, b.Shape)()
+	}
 	if err := s.printReady(); err != nil {
 		return err
 	}

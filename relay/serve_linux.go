@@ -129,27 +129,40 @@ func HandedOver(ctx context.Context, stdout, stderr io.Writer) error {
 }
 
 // followShapings gives the relay its two delay lines and sets them from
-// the shaping file now and at each helperproto.ShapingSignal (the
-// controller's, when it wrote the file anew), until the function it
-// returns is called. A file that does not read leaves the lines as they
-// were, with a warning.
+// the shaping file (FollowShapings) until the function it returns is
+// called.
 func (r *relay) followShapings(f *os.File) (stop func()) {
 	r.toVM = NewDelayLine(r.sendToVM, func(n uint64) { r.host.drops.Add(n); r.moved() })
 	r.fromVM = NewDelayLine(r.writeTap, func(n uint64) { r.vm.drops.Add(n); r.moved() })
+	end := FollowShapings(f, r.log, func(s helperproto.Shapings) {
+		r.toVM.Set(s.ToVM)
+		r.fromVM.Set(s.FromVM)
+	})
+	return func() {
+		end()
+		r.toVM.Close()
+		r.fromVM.Close()
+	}
+}
+
+// FollowShapings gives set what the shaping file f says, now and at each
+// helperproto.ShapingSignal (the controller's, when it wrote the file
+// anew), until the function it returns is called; it logs each change.
+// A file that does not read leaves the shaping as it was, with a warning.
+func FollowShapings(f *os.File, log *Logger, set func(helperproto.Shapings)) (stop func()) {
 	sig := make(chan os.Signal, 1)
 	gosignal.Notify(sig, helperproto.ShapingSignal)
 	var last helperproto.Shapings
 	apply := func() {
 		s, err := helperproto.ReadShapings(f)
 		if err != nil {
-			r.log.Warnf("main", "the link's shaping stays as it was: %v", err)
+			log.Warnf("main", "the link's shaping stays as it was: %v", err)
 			return
 		}
 		if s != last {
-			r.log.Infof("main", "shaping the link: to the VM %s; from the VM %s", s.ToVM, s.FromVM)
+			log.Infof("main", "shaping the link: to the VM %s; from the VM %s", s.ToVM, s.FromVM)
 		}
-		r.toVM.Set(s.ToVM)
-		r.fromVM.Set(s.FromVM)
+		set(s)
 		last = s
 	}
 	apply() // (after Notify: a change before it is read here)
@@ -170,8 +183,6 @@ func (r *relay) followShapings(f *os.File) (stop func()) {
 		gosignal.Stop(sig)
 		close(done)
 		<-ended
-		r.toVM.Close()
-		r.fromVM.Close()
 	}
 }
 

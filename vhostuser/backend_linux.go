@@ -35,6 +35,10 @@ type Config struct {
 	// cannot take).
 	VnetHdr     bool
 	SetOffloads func(csum, tso4, tso6 bool) error
+	// Shaped gives the backend delay lines, which Shape sets: the link's
+	// frames are then delayed, duplicated and reordered as they say
+	// (shaping_linux.go); Close stops them.
+	Shaped bool
 	// Logf logs a line (a session that ended and why); nil: none.
 	// Debugf, if set, logs every message the VMM sends.
 	Logf, Debugf func(format string, args ...any)
@@ -57,6 +61,7 @@ type Stats struct {
 type Backend struct {
 	cfg   Config
 	Stats Stats
+	sh    *shaping // Config.Shaped's, or nil
 }
 
 // New returns a backend for cfg.
@@ -64,7 +69,14 @@ func New(cfg Config) *Backend {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	return &Backend{cfg: cfg}
+	b := &Backend{cfg: cfg}
+	if cfg.Shaped {
+		var err error
+		if b.sh, err = newShaping(b); err != nil {
+			cfg.Logf("the link cannot be shaped: %v", err)
+		}
+	}
+	return b
 }
 
 // Serve accepts VMMs on ln, one at a time, until ctx ends: a session ends
@@ -734,13 +746,20 @@ func (l *dataLoop) run() error {
 		if l.tx != nil {
 			pfds = append(pfds, unix.PollFd{Fd: int32(l.tx.kick), Events: unix.POLLIN})
 		}
-		rxKickAt, portAt := -1, -1
+		rxKickAt, portAt, readyAt := -1, -1, -1
+		// A shaped link takes what the port has whatever the ring has: it
+		// goes into the line (toVMShaped).
+		shaped := l.b.sh != nil && l.b.sh.toVM.Active()
 		if l.rx != nil {
 			rxKickAt = len(pfds)
 			pfds = append(pfds, unix.PollFd{Fd: int32(l.rx.kick), Events: unix.POLLIN})
-			if !rxWaits {
+			if !rxWaits || shaped {
 				portAt = len(pfds)
 				pfds = append(pfds, unix.PollFd{Fd: int32(port), Events: unix.POLLIN})
+			}
+			if l.b.sh != nil {
+				readyAt = len(pfds)
+				pfds = append(pfds, unix.PollFd{Fd: int32(l.b.sh.wake), Events: unix.POLLIN})
 			}
 		}
 		timeout := -1
@@ -768,7 +787,23 @@ func (l *dataLoop) run() error {
 				drainEventfd(l.rx.kick)
 				rxWaits = false
 			}
-			if portAt >= 0 && pfds[portAt].Revents != 0 || !rxWaits {
+			portReady := portAt >= 0 && pfds[portAt].Revents != 0
+			if shaped && portReady {
+				m, err := l.toVMShaped()
+				if err != nil {
+					return fmt.Errorf("reading the port: %w", err)
+				}
+				rxMore = m
+			}
+			if readyAt >= 0 && pfds[readyAt].Revents != 0 || l.b.sh != nil && !rxWaits {
+				drainEventfd(l.b.sh.wake)
+				waits, err := l.deliverShaped(&c)
+				if err != nil {
+					return err
+				}
+				rxWaits = waits
+			}
+			if !shaped && (portReady || !rxWaits) {
 				waits, m, err := l.toVM(&c, iov, hdr)
 				if err != nil {
 					return err
@@ -795,6 +830,9 @@ func (l *dataLoop) flush() {
 		return
 	}
 	packets, bytes, _ := l.co.Write(l.batch, func(f []byte) bool {
+		if l.b.sh != nil && l.b.sh.fromVM.Active() {
+			return l.b.sh.fromVM.Push(f)
+		}
 		_, err := unix.Write(l.b.cfg.Port, f)
 		return err == nil // (a port that cannot take it drops it, as a NIC would)
 	})
@@ -877,6 +915,18 @@ func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) (more bool, err error) {
 		case !txHeaderOK(hdr, l.features):
 			l.b.Stats.FromVMRefused.Add(1)
 		case l.coalesce && l.batchFrame(c, size):
+		case l.b.sh != nil && l.b.sh.fromVM.Active():
+			l.flush() // (in order)
+			f := make([]byte, 0, NetHeaderSize+size)
+			for _, v := range iov {
+				f = append(f, unsafe.Slice(v.Base, v.Len)...)
+			}
+			if l.b.sh.fromVM.Push(f) {
+				l.b.Stats.FromVMFrames.Add(1)
+				l.b.Stats.FromVMBytes.Add(size)
+			} else {
+				l.b.Stats.FromVMRefused.Add(1)
+			}
 		default:
 			l.flush() // (in order)
 			if _, err := writev(l.b.cfg.Port, iov); err == nil {

@@ -153,9 +153,9 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	if s.StatsFile != "" {
 		args = append(args, "--stats-file", s.StatsFile)
 	}
-	if s.ShapingFile != "" && a.Attach != api.AttachTAP && a.Attach != api.AttachVhostUser {
-		// (the relay shapes the link: a TAP's VMM and a vhost-user
-		// helper have none)
+	if s.ShapingFile != "" && a.Attach != api.AttachTAP {
+		// (the helper shapes the link: a TAP's VMM has no helper in
+		// its path)
 		args = append(args, "--shaping-file", s.ShapingFile)
 	}
 	if s.UID >= 0 {

@@ -179,6 +179,21 @@ func TestImpairShaped(t *testing.T) {
 	}
 }
 
+// TestImpairShapedVhostUser: a vhost-user attachment's link is shaped by
+// its helper too (the backend's delay lines): 50 ms more to the VM, and
+// each of its echo requests sent twice, so each gets two replies.
+func TestImpairShapedVhostUser(t *testing.T) {
+	h := newHost(t)
+	h.MustVmnetctl("up", "-f", h.WriteFile("vms.yaml", "vms:\n  vs:\n    networks:\n      - vmnet: shared\n        attach: vhost-user\n        macAddress: \"52:55:55:e7:00:09\"\n"+
+		"        impair: {delay: 50ms, duplicate: {fromVM: 100%}}\n"))
+	vm := h.VM(h.Attachment(h.Status(), "vs"))
+	vm.DHCP(t)
+	rtts, dups := pings(t, vm, 10, 50*time.Millisecond)
+	if least := slices.Min(rtts); least < 50*time.Millisecond || len(rtts) != 10 || dups < 9 {
+		t.Errorf("50 ms to the VM, its frames twice: %d replies, %d duplicates, least round trip %v", len(rtts), dups, least)
+	}
+}
+
 // first is the first of two results.
 func first[T, U any](t T, _ U) T { return t }
 

@@ -1,0 +1,200 @@
+package vhostuser
+
+import (
+	"encoding/binary"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/relay"
+)
+
+// shaping is a backend's shaped link (Config.Shaped, Backend.Shape): its
+// two delay lines (relay.DelayLine, as the relay's), and the frames the
+// line to the guest let go, each behind its virtio-net header, for the
+// data loop to put into the guest's RX chains when it can.
+type shaping struct {
+	toVM, fromVM *relay.DelayLine
+	mu           sync.Mutex
+	ready        [][]byte
+	wake         int // an eventfd: ready has frames
+}
+
+// readyBound is how many frames let go wait at most for the guest's RX
+// buffers; the rest are dropped, as a full line drops them.
+const readyBound = 1000
+
+func newShaping(b *Backend) (*shaping, error) {
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	sh := &shaping{wake: wake}
+	sh.toVM = relay.NewDelayLine(sh.letGo, func(n uint64) { b.Stats.Dropped.Add(n) })
+	sh.fromVM = relay.NewDelayLine(func(f []byte) bool {
+		_, err := unix.Write(b.cfg.Port, f)
+		return err == nil
+	}, func(n uint64) { b.Stats.FromVMRefused.Add(n) })
+	return sh, nil
+}
+
+// letGo is the line to the guest's send: the data loop takes it from
+// ready (takeReady).
+func (sh *shaping) letGo(f []byte) bool {
+	sh.mu.Lock()
+	if len(sh.ready) >= readyBound {
+		sh.mu.Unlock()
+		return false
+	}
+	sh.ready = append(sh.ready, f)
+	first := len(sh.ready) == 1
+	sh.mu.Unlock()
+	if first {
+		unix.Write(sh.wake, u64(1))
+	}
+	return true
+}
+
+// takeReady returns the first frame let go, or nil.
+func (sh *shaping) takeReady() []byte {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if len(sh.ready) == 0 {
+		return nil
+	}
+	f := sh.ready[0]
+	sh.ready[0] = nil
+	sh.ready = sh.ready[1:]
+	return f
+}
+
+// giveBack puts f back first, for the guest's next buffers.
+func (sh *shaping) giveBack(f []byte) {
+	sh.mu.Lock()
+	sh.ready = append([][]byte{f}, sh.ready...)
+	sh.mu.Unlock()
+}
+
+func (sh *shaping) close() {
+	sh.toVM.Close()
+	sh.fromVM.Close()
+	unix.Close(sh.wake)
+}
+
+// Shape makes s the link's shaping from now on, for a backend made with
+// Config.Shaped (else it does nothing).
+func (b *Backend) Shape(s helperproto.Shapings) {
+	if b.sh != nil {
+		b.sh.toVM.Set(s.ToVM)
+		b.sh.fromVM.Set(s.FromVM)
+	}
+}
+
+// Close stops the backend's delay lines (Config.Shaped), once Serve
+// returned.
+func (b *Backend) Close() {
+	if b.sh != nil {
+		b.sh.close()
+	}
+}
+
+// toVMShaped is toVM while the line to the guest is active: it reads
+// what the port has (up to a batch) and puts each of the guest's frames
+// into the line, behind the header the guest will get (segmenting for a
+// guest without TSO, as toVMSegmenting); the frames the line lets go go
+// into the RX chains by deliverShaped.
+func (l *dataLoop) toVMShaped() (more bool, err error) {
+	if l.in == nil {
+		l.in = make([]byte, NetHeaderSize+relay.TapMaxPacket+1)
+		l.frame = make([]byte, coSlot-NetHeaderSize)
+	}
+	for range maxBatch {
+		in := l.in
+		if !l.b.cfg.VnetHdr {
+			in = l.in[NetHeaderSize:] // (the header written below)
+		}
+		got, err := unix.Read(l.b.cfg.Port, in)
+		if err == unix.EAGAIN || err == unix.EINTR || got == 0 && err == nil {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if got == len(in) {
+			l.b.Stats.Dropped.Add(1)
+			continue
+		}
+		if !l.b.cfg.VnetHdr {
+			l.push(l.in[:NetHeaderSize+got], true)
+			continue
+		}
+		if !l.segment {
+			l.push(l.in[:got], false)
+			continue
+		}
+		if l.seg.Reset(l.in[:got], len(l.frame)) != nil {
+			l.b.Stats.Dropped.Add(1)
+			continue
+		}
+		for l.seg.More() {
+			n := l.seg.Next(l.frame[NetHeaderSize:])
+			l.push(l.frame[:NetHeaderSize+n], true)
+		}
+	}
+	return true, nil
+}
+
+// push puts a frame behind its header into the line to the guest, the
+// header zeroed first if zero (no offloads), its num_buffers one.
+func (l *dataLoop) push(f []byte, zero bool) {
+	if zero {
+		clear(f[:NetHeaderSize])
+	}
+	binary.LittleEndian.PutUint16(f[10:], 1)
+	if !l.b.sh.toVM.Push(f) {
+		l.b.Stats.Dropped.Add(1)
+	}
+}
+
+// deliverShaped puts the frames the line let go into the guest's RX
+// chains, until none is left (waits false) or the ring has no chain
+// (waits true: the rest wait for the guest's kick).
+func (l *dataLoop) deliverShaped(c *chain) (waits bool, err error) {
+	q := &l.rx.ring
+	n := 0
+	defer func() {
+		if n > 0 {
+			l.publish(l.rx)
+		}
+	}()
+	for {
+		f := l.b.sh.takeReady()
+		if f == nil {
+			return false, nil
+		}
+		ok, err := l.rxChain(c)
+		if err != nil || !ok {
+			l.b.sh.giveBack(f)
+			return err == nil, err
+		}
+		if uint64(len(f)) > c.writeLen {
+			q.lastAvail-- // (the chain serves the next frame)
+			l.b.Stats.Dropped.Add(1)
+			continue
+		}
+		left := f
+		for _, b := range c.written {
+			left = left[copy(b, left):]
+			if len(left) == 0 {
+				break
+			}
+		}
+		l.b.Stats.ToVMFrames.Add(1)
+		l.b.Stats.ToVMBytes.Add(uint64(len(f) - NetHeaderSize))
+		q.putUsed(c.head, uint32(len(f)))
+		if n++; n%64 == 0 {
+			l.publish(l.rx)
+		}
+	}
+}
