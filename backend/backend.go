@@ -113,6 +113,14 @@ type Watcher interface {
 	Changes(ctx context.Context) (<-chan struct{}, error)
 }
 
+// LinkShaper is a Backend whose helpers shape their links (delay,
+// jitter, duplicate, reorder: helperproto.Shapings) from the shaping file
+// HelperSpec.ShapingFile names, and read it again on
+// helperproto.ShapingSignal: Shapes says whether a's helper does.
+type LinkShaper interface {
+	Shapes(a *api.Attachment) bool
+}
+
 // TAPHandler is a Backend that can hand a VMM the descriptors of an
 // `attach: tap` port (`vmnetctl run`): the VMM then moves the VM's frames
 // through the TAP itself (with vhost-net, in the kernel), and no helper

@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -855,11 +854,15 @@ type shapingSet struct {
 // shaping or helper changed since the last; a full pass looks at every
 // running helper's file, and puts back what changed behind its back.
 func (c *Controller) setShapings(desired *spec.Desired, full bool) []error {
+	shaper, ok := c.be.(backend.LinkShaper)
+	if !ok { // (vmnet-helper shapes nothing, and dies of the signal)
+		return nil
+	}
 	var errs []error
 	set := map[string]shapingSet{}
 	for _, a := range desired.Attachments {
 		h := c.helpers[a.Key()]
-		if h == nil || h.state != ctlapi.StateRunning || h.rec.Proc.PID <= 0 {
+		if h == nil || h.state != ctlapi.StateRunning || h.rec.Proc.PID <= 0 || isClosed(h.exited) || !shaper.Shapes(a.Attachment) {
 			continue
 		}
 		imp, _ := c.impairOf(a)
@@ -878,10 +881,9 @@ func (c *Controller) setShapings(desired *spec.Desired, full bool) []error {
 			continue
 		}
 		if changed {
-			if err := syscall.Kill(want.pid, helperproto.ShapingSignal); err != nil && err != syscall.ESRCH {
-				errs = append(errs, fmt.Errorf("%s: telling helper %d of its shaping: %w", a.Key(), want.pid, err))
-				continue
-			}
+			// (through a pidfd, to the helper only: not to a process that
+			// got its pid since it went)
+			h.rec.Proc.Signal(helperproto.ShapingSignal)
 		}
 		if want.s != (helperproto.Shapings{}) {
 			set[a.Key()] = want

@@ -44,6 +44,18 @@ func pollExit(id Identity) {
 	}
 }
 
+// Signal sends sig to the process of id if it is still the recorded one
+// (on Linux through a pidfd, as Kill), and reports whether it was.
+func (id Identity) Signal(sig syscall.Signal) bool {
+	p, ok := id.open()
+	if !ok {
+		return false
+	}
+	defer p.close()
+	p.signal(sig)
+	return true
+}
+
 // Kill stops the process of id if it is still the recorded one: SIGTERM,
 // then SIGKILL once grace has passed. It returns once the process is gone,
 // and reports whether it took SIGKILL. On Linux the signals go through a

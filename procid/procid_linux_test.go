@@ -2,6 +2,7 @@ package procid
 
 import (
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -78,6 +79,9 @@ func TestKill(t *testing.T) {
 	other.StartTime++
 	if other.Kill(time.Second) {
 		t.Errorf("another identity took SIGKILL")
+	}
+	if other.Signal(syscall.SIGTERM) {
+		t.Errorf("Signal says another identity's process was signalled")
 	}
 	select {
 	case <-exited:

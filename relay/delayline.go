@@ -15,7 +15,9 @@ import (
 // handed to send, in the order they fall due, by the line's own
 // goroutine. An idle line (the zero Shaping) holds nothing and costs its
 // caller one atomic load a frame: Active is false, and the caller sends
-// as before.
+// as before. Its callers count a frame as it goes into the line, once
+// (a duplicate is the line's, not the VM's or the network's); a frame
+// the line cannot hold, or that send refuses, as a drop too.
 type DelayLine struct {
 	send    func([]byte) bool // false: the frame was dropped
 	dropped func(n uint64)

@@ -57,8 +57,14 @@ type Segmenter struct {
 }
 
 // reset takes the packet b (header and frame) for frames of at most limit
-// bytes; it fails for a packet it cannot cut, which is then dropped.
-func (s *Segmenter) Reset(b []byte, limit int) error {
+// bytes; it fails for a packet it cannot cut, which is then dropped, and
+// leaves nothing to cut (More is false).
+func (s *Segmenter) Reset(b []byte, limit int) (err error) {
+	defer func() {
+		if err != nil {
+			s.count = 0
+		}
+	}()
 	*s = Segmenter{h: parseVnetHdr(b), pkt: b[helperproto.VirtioNetHdrLen:], frameLimit: limit}
 	pkt := s.pkt
 	if len(pkt) < EthHeaderLen {

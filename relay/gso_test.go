@@ -247,7 +247,15 @@ func TestSegmenterRefuses(t *testing.T) {
 		var s Segmenter
 		if err := s.Reset(p, 1514); err == nil {
 			t.Errorf("%s: taken", name)
+		} else if s.More() {
+			t.Errorf("%s: refused, yet frames to cut", name)
 		}
+	}
+	// A frame without segmentation larger than the limit: refused, and
+	// nothing left to cut (a caller that looks at More reads the next).
+	var big Segmenter
+	if err := big.Reset(append(make([]byte, helperproto.VirtioNetHdrLen), make([]byte, 2000)...), 1514); err == nil || big.More() {
+		t.Errorf("a 2000-byte frame for 1514: %v, more %v", err, big.More())
 	}
 	var s Segmenter
 	// Four bytes between the IPv4 header and TCP, which the offsets skip.

@@ -172,8 +172,8 @@ func (r *relay) tapToStream(conn, done int) error {
 			if err != nil {
 				return err
 			}
+			r.host.syscall(1)
 		}
-		r.host.syscall(1)
 		r.host.packets.Add(1)
 		r.host.bytes.Add(uint64(n))
 		r.moved()

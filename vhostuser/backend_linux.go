@@ -50,8 +50,9 @@ type Stats struct {
 	// header) to and from the guest; Dropped, frames from the port that
 	// found no buffer large enough in the guest's ring.
 	ToVMFrames, ToVMBytes, FromVMFrames, FromVMBytes, Dropped atomic.Uint64
-	// FromVMRefused counts the guest's frames whose virtio-net header
-	// asks for what it did not negotiate (txHeaderOK).
+	// FromVMRefused counts the guest's frames dropped: whose virtio-net
+	// header asks for what it did not negotiate (txHeaderOK), that a
+	// shaped link's full line refused, or that the port refused.
 	FromVMRefused atomic.Uint64
 	// Sessions counts the VMMs that connected.
 	Sessions atomic.Uint64
@@ -687,6 +688,9 @@ func startDataLoop(b *Backend, run [numQueues]*queue, features uint64, broken fu
 	if err != nil {
 		return nil, err
 	}
+	if b.sh != nil && b.sh.pending.Load() > 0 {
+		unix.Write(b.sh.wake, u64(1)) // (frames a loop before left: this one delivers them)
+	}
 	l := &dataLoop{b: b, rx: run[rxQueue], tx: run[txQueue], wake: wake, features: features,
 		coalesce: b.cfg.VnetHdr && features&(FeatureHostTSO4|FeatureHostTSO6) == 0,
 		segment:  segments(b.cfg.VnetHdr, features)}
@@ -795,8 +799,10 @@ func (l *dataLoop) run() error {
 				}
 				rxMore = m
 			}
-			if readyAt >= 0 && pfds[readyAt].Revents != 0 || l.b.sh != nil && !rxWaits {
-				drainEventfd(l.b.sh.wake)
+			if readyAt >= 0 && pfds[readyAt].Revents != 0 || l.b.sh != nil && !rxWaits && l.b.sh.pending.Load() > 0 {
+				if readyAt >= 0 && pfds[readyAt].Revents != 0 {
+					drainEventfd(l.b.sh.wake)
+				}
 				waits, err := l.deliverShaped(&c)
 				if err != nil {
 					return err
@@ -829,7 +835,7 @@ func (l *dataLoop) flush() {
 	if len(l.batch) == 0 {
 		return
 	}
-	packets, bytes, _ := l.co.Write(l.batch, func(f []byte) bool {
+	packets, bytes, drops := l.co.Write(l.batch, func(f []byte) bool {
 		if l.b.sh != nil && l.b.sh.fromVM.Active() {
 			return l.b.sh.fromVM.Push(f)
 		}
@@ -838,6 +844,7 @@ func (l *dataLoop) flush() {
 	})
 	l.b.Stats.FromVMFrames.Add(packets)
 	l.b.Stats.FromVMBytes.Add(bytes)
+	l.b.Stats.FromVMRefused.Add(drops)
 	l.batch = l.batch[:0]
 }
 
@@ -964,6 +971,26 @@ func (l *dataLoop) rxChain(c *chain) (ok bool, err error) {
 	return true, nil
 }
 
+// buffers makes the loop's packet and frame buffers once needed: a packet
+// as large as the port hands over (and a byte more: a read that fills it
+// was cut), a frame as large, behind its header.
+func (l *dataLoop) buffers() {
+	if l.in == nil {
+		l.in = make([]byte, NetHeaderSize+relay.TapMaxPacket+1)
+		l.frame = make([]byte, NetHeaderSize+relay.TapMaxPacket)
+	}
+}
+
+// scatter copies f into the chain's buffers bufs, as far as they go.
+func scatter(bufs [][]byte, f []byte) {
+	for _, b := range bufs {
+		f = f[copy(b, f):]
+		if len(f) == 0 {
+			return
+		}
+	}
+}
+
 // toVMSegmenting is toVM for a guest without TSO on a port with it: it
 // reads a packet of up to 64 KiB from the port and cuts it into the
 // chains (relay.Segmenter), one frame each behind a header that asks for
@@ -971,10 +998,7 @@ func (l *dataLoop) rxChain(c *chain) (ok bool, err error) {
 // half cut, for the guest's kick.
 func (l *dataLoop) toVMSegmenting(c *chain) (waits, more bool, err error) {
 	q := &l.rx.ring
-	if l.in == nil {
-		l.in = make([]byte, NetHeaderSize+relay.TapMaxPacket+1) // (+1: a read that fills it was cut)
-		l.frame = make([]byte, coSlot-NetHeaderSize)
-	}
+	l.buffers()
 	n := 0
 	defer func() {
 		if n > 0 {
@@ -993,7 +1017,7 @@ func (l *dataLoop) toVMSegmenting(c *chain) (waits, more bool, err error) {
 			if err != nil {
 				return false, false, fmt.Errorf("reading the port: %w", err)
 			}
-			if got == len(l.in) || l.seg.Reset(l.in[:got], len(l.frame)) != nil {
+			if got == len(l.in) || l.seg.Reset(l.in[:got], len(l.frame)-NetHeaderSize) != nil {
 				l.b.Stats.Dropped.Add(1)
 				continue
 			}
@@ -1002,29 +1026,21 @@ func (l *dataLoop) toVMSegmenting(c *chain) (waits, more bool, err error) {
 		if err != nil || !ok {
 			return err == nil, false, err
 		}
-		// The frame is cut in the backend's memory and copied into the
-		// guest's: the guest cannot change it under the checksums.
-		f := l.frame[:l.seg.Next(l.frame)]
-		if uint64(NetHeaderSize+len(f)) > c.writeLen {
+		// The frame is cut in the backend's memory, behind a header that
+		// asks for nothing, and copied into the guest's: the guest cannot
+		// change it under the checksums.
+		f := l.frame[:NetHeaderSize+l.seg.Next(l.frame[NetHeaderSize:])]
+		if uint64(len(f)) > c.writeLen {
 			q.lastAvail-- // (the chain serves the next frame)
 			l.b.Stats.Dropped.Add(1)
 			continue
 		}
-		var hdr [NetHeaderSize]byte
-		binary.LittleEndian.PutUint16(hdr[10:], 1) // num_buffers
-		left := [][]byte{hdr[:], f}
-		for _, b := range c.written {
-			for len(b) > 0 && len(left) > 0 {
-				k := copy(b, left[0])
-				b = b[k:]
-				if left[0] = left[0][k:]; len(left[0]) == 0 {
-					left = left[1:]
-				}
-			}
-		}
+		clear(f[:NetHeaderSize])
+		binary.LittleEndian.PutUint16(f[10:], 1) // num_buffers
+		scatter(c.written, f)
 		l.b.Stats.ToVMFrames.Add(1)
-		l.b.Stats.ToVMBytes.Add(uint64(len(f)))
-		q.putUsed(c.head, uint32(NetHeaderSize+len(f)))
+		l.b.Stats.ToVMBytes.Add(uint64(len(f) - NetHeaderSize))
+		q.putUsed(c.head, uint32(len(f)))
 		if n++; n%64 == 0 {
 			l.publish(l.rx)
 		}
@@ -1184,7 +1200,9 @@ func (l *dataLoop) publish(q *queue) {
 // not hang the loop (RWF_NOWAIT: eventfds take it).
 func drainEventfd(fd int) {
 	var b [8]byte
-	unix.Preadv2(fd, [][]byte{b[:]}, -1, unix.RWF_NOWAIT)
+	if _, err := unix.Preadv2(fd, [][]byte{b[:]}, -1, unix.RWF_NOWAIT); err == unix.EOPNOTSUPP || err == unix.EINVAL || err == unix.ENOSYS {
+		unix.Read(fd, b[:]) // (a kernel before 5.12: the descriptor's own flag, set by checkEventfd)
+	}
 }
 
 func writev(fd int, iov []unix.Iovec) (int, error) {

@@ -3,6 +3,7 @@ package vhostuser
 import (
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -18,12 +19,17 @@ type shaping struct {
 	toVM, fromVM *relay.DelayLine
 	mu           sync.Mutex
 	ready        [][]byte
-	wake         int // an eventfd: ready has frames
+	readyBytes   int
+	pending      atomic.Int32 // len(ready), for the loop to look at without the lock
+	wake         int          // an eventfd: ready has frames
 }
 
-// readyBound is how many frames let go wait at most for the guest's RX
-// buffers; the rest are dropped, as a full line drops them.
-const readyBound = 1000
+// What waits at most for the guest's RX buffers, as a line holds at most:
+// 1000 frames and 16 MiB; the rest are dropped.
+const (
+	readyFrames = 1000
+	readyBytes  = 16 << 20
+)
 
 func newShaping(b *Backend) (*shaping, error) {
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
@@ -31,6 +37,8 @@ func newShaping(b *Backend) (*shaping, error) {
 		return nil, err
 	}
 	sh := &shaping{wake: wake}
+	// (Frames are counted as they go into a line; those it drops, or the
+	// port refuses, as drops too.)
 	sh.toVM = relay.NewDelayLine(sh.letGo, func(n uint64) { b.Stats.Dropped.Add(n) })
 	sh.fromVM = relay.NewDelayLine(func(f []byte) bool {
 		_, err := unix.Write(b.cfg.Port, f)
@@ -43,11 +51,13 @@ func newShaping(b *Backend) (*shaping, error) {
 // ready (takeReady).
 func (sh *shaping) letGo(f []byte) bool {
 	sh.mu.Lock()
-	if len(sh.ready) >= readyBound {
+	if len(sh.ready) >= readyFrames || sh.readyBytes+len(f) > readyBytes {
 		sh.mu.Unlock()
 		return false
 	}
 	sh.ready = append(sh.ready, f)
+	sh.readyBytes += len(f)
+	sh.pending.Store(int32(len(sh.ready)))
 	first := len(sh.ready) == 1
 	sh.mu.Unlock()
 	if first {
@@ -66,6 +76,8 @@ func (sh *shaping) takeReady() []byte {
 	f := sh.ready[0]
 	sh.ready[0] = nil
 	sh.ready = sh.ready[1:]
+	sh.readyBytes -= len(f)
+	sh.pending.Store(int32(len(sh.ready)))
 	return f
 }
 
@@ -73,6 +85,8 @@ func (sh *shaping) takeReady() []byte {
 func (sh *shaping) giveBack(f []byte) {
 	sh.mu.Lock()
 	sh.ready = append([][]byte{f}, sh.ready...)
+	sh.readyBytes += len(f)
+	sh.pending.Store(int32(len(sh.ready)))
 	sh.mu.Unlock()
 }
 
@@ -105,10 +119,7 @@ func (b *Backend) Close() {
 // guest without TSO, as toVMSegmenting); the frames the line lets go go
 // into the RX chains by deliverShaped.
 func (l *dataLoop) toVMShaped() (more bool, err error) {
-	if l.in == nil {
-		l.in = make([]byte, NetHeaderSize+relay.TapMaxPacket+1)
-		l.frame = make([]byte, coSlot-NetHeaderSize)
-	}
+	l.buffers()
 	for range maxBatch {
 		in := l.in
 		if !l.b.cfg.VnetHdr {
@@ -133,7 +144,7 @@ func (l *dataLoop) toVMShaped() (more bool, err error) {
 			l.push(l.in[:got], false)
 			continue
 		}
-		if l.seg.Reset(l.in[:got], len(l.frame)) != nil {
+		if l.seg.Reset(l.in[:got], len(l.frame)-NetHeaderSize) != nil {
 			l.b.Stats.Dropped.Add(1)
 			continue
 		}
@@ -146,7 +157,8 @@ func (l *dataLoop) toVMShaped() (more bool, err error) {
 }
 
 // push puts a frame behind its header into the line to the guest, the
-// header zeroed first if zero (no offloads), its num_buffers one.
+// header zeroed first if zero (no offloads), its num_buffers one, and
+// counts it (as the relay counts what goes into its lines).
 func (l *dataLoop) push(f []byte, zero bool) {
 	if zero {
 		clear(f[:NetHeaderSize])
@@ -154,7 +166,10 @@ func (l *dataLoop) push(f []byte, zero bool) {
 	binary.LittleEndian.PutUint16(f[10:], 1)
 	if !l.b.sh.toVM.Push(f) {
 		l.b.Stats.Dropped.Add(1)
+		return
 	}
+	l.b.Stats.ToVMFrames.Add(1)
+	l.b.Stats.ToVMBytes.Add(uint64(len(f) - NetHeaderSize))
 }
 
 // deliverShaped puts the frames the line let go into the guest's RX
@@ -183,15 +198,7 @@ func (l *dataLoop) deliverShaped(c *chain) (waits bool, err error) {
 			l.b.Stats.Dropped.Add(1)
 			continue
 		}
-		left := f
-		for _, b := range c.written {
-			left = left[copy(b, left):]
-			if len(left) == 0 {
-				break
-			}
-		}
-		l.b.Stats.ToVMFrames.Add(1)
-		l.b.Stats.ToVMBytes.Add(uint64(len(f) - NetHeaderSize))
+		scatter(c.written, f)
 		q.putUsed(c.head, uint32(len(f)))
 		if n++; n%64 == 0 {
 			l.publish(l.rx)

@@ -144,6 +144,10 @@ func (Backend) HelperEnv(s backend.HelperSpec) []string {
 	return env
 }
 
+// Shapes says whether a's helper shapes its link (backend.LinkShaper): every
+// helper but a TAP's, whose frames go between the VMM and the kernel.
+func (Backend) Shapes(a *api.Attachment) bool { return a.Attach != api.AttachTAP }
+
 // HelperCommand is `vmnetctl helper` for one attachment.
 func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	a, n := s.Attachment, s.Network
@@ -153,9 +157,7 @@ func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	if s.StatsFile != "" {
 		args = append(args, "--stats-file", s.StatsFile)
 	}
-	if s.ShapingFile != "" && a.Attach != api.AttachTAP {
-		// (the helper shapes the link: a TAP's VMM has no helper in
-		// its path)
+	if s.ShapingFile != "" && (Backend{}).Shapes(a) {
 		args = append(args, "--shaping-file", s.ShapingFile)
 	}
 	if s.UID >= 0 {
