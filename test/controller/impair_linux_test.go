@@ -39,6 +39,18 @@ func pingLoss(t *testing.T, vm *simvm.VM, n int) float64 {
 	return 100 * float64(sent-got) / float64(sent)
 }
 
+// impairedVM writes the VM file of one VM on shared, whose entry has
+// impair (none if ""), and returns its path.
+func impairedVM(h *host, vm string) func(impair string) string {
+	return func(impair string) string {
+		s := "vms:\n  " + vm + ":\n    networks:\n      - vmnet: shared\n"
+		if impair != "" {
+			s += "        impair: " + impair + "\n"
+		}
+		return h.WriteFile("vms.yaml", s)
+	}
+}
+
 // TestImpairLoss: an attachment's `impair: {loss: 10%}` loses about a
 // tenth of the frames to the VM (1,000 pings: 5 to 15% lost; 10 ± 2 in
 // all but a few runs in a hundred); a change by `up` applies in place
@@ -46,13 +58,7 @@ func pingLoss(t *testing.T, vm *simvm.VM, n int) float64 {
 // is lost and the impairment's chains are gone.
 func TestImpairLoss(t *testing.T) {
 	h := newHost(t)
-	vms := func(impair string) string {
-		s := "vms:\n  lossy:\n    networks:\n      - vmnet: shared\n"
-		if impair != "" {
-			s += "        impair: " + impair + "\n"
-		}
-		return h.WriteFile("vms.yaml", s)
-	}
+	vms := impairedVM(h, "lossy")
 	h.MustVmnetctl("up", "-f", vms("{loss: 10%}"))
 	a := h.Attachment(h.Status(), "lossy")
 	if a.Impair == nil || a.Impair.LossToVM != 1000 {
@@ -113,13 +119,7 @@ func pings(t *testing.T, vm *simvm.VM, n int, interval time.Duration) (rtts []ti
 // --jitter` applies at once; with none left the round trips are back.
 func TestImpairShaped(t *testing.T) {
 	h := newHost(t)
-	vms := func(impair string) string {
-		s := "vms:\n  shaped:\n    networks:\n      - vmnet: shared\n"
-		if impair != "" {
-			s += "        impair: " + impair + "\n"
-		}
-		return h.WriteFile("vms.yaml", s)
-	}
+	vms := impairedVM(h, "shaped")
 	h.MustVmnetctl("up", "-f", vms(""))
 	a := h.Attachment(h.Status(), "shaped")
 	vm := h.VM(a)
