@@ -15,7 +15,7 @@ import (
 )
 
 // ImpairOptions are `vmnetctl impair`'s: the VM (and its network, for a
-// VM on several), and what its link loses: Impair (nil: nothing at all),
+// VM on several), and what its link does: Impair (nil: nothing at all),
 // or with Clear, its VM file's again.
 type ImpairOptions struct {
 	VM, Network string
@@ -24,7 +24,8 @@ type ImpairOptions struct {
 	Out         io.Writer
 }
 
-// Impair sets what a running VM's link loses, in place of its VM file's
+// Impair sets what a running VM's link does to its frames (loses,
+// delays, duplicates, reorders), in place of its VM file's
 // impair, until Clear (the controller records it: a later `up` keeps it,
 // and says how it differs from the file), and prints the attachment's
 // line once it applies.
@@ -57,7 +58,7 @@ func Impair(ctx context.Context, sd statedir.Dir, o ImpairOptions) error {
 	return nil
 }
 
-// ImpairText is what an attachment's link loses, for people: "impair
+// ImpairText is what an attachment's link does, for people: "impair
 // loss toVM 10%", "no impairment", and who set it when `vmnetctl impair`
 // did, with its VM file's.
 func ImpairText(a ctlapi.AttachmentStatus) string {
