@@ -17,6 +17,13 @@ type Egress struct {
 	// DefaultAllow is `default: allow` (the default) or deny.
 	DefaultAllow bool         `json:"defaultAllow"`
 	Rules        []EgressRule `json:"rules"`
+	// ECHOuter is `ech: outer`: the name check judges a ClientHello that
+	// carries an encrypted one (ECH) by its outer name rather than refuse
+	// it (`ech: refuse`, the default). Browsers send a decoy ECH (GREASE)
+	// when they have no ECH configuration, which a name policy's DNS
+	// answers never give them; a guest that brings a configuration of its
+	// own can reach any name served behind an allowed one's front.
+	ECHOuter bool `json:"echOuter,omitempty"`
 }
 
 // EgressRule allows or denies a destination: a prefix or an alias.
@@ -43,7 +50,13 @@ const (
 	EgressInternet = "internet"
 )
 
-var egressKeys = []string{"default", "allow", "deny"}
+var egressKeys = []string{"default", "allow", "deny", "ech"}
+
+// The values of a policy's `ech`.
+const (
+	EgressECHRefuse = "refuse"
+	EgressECHOuter  = "outer"
+)
 
 // MaxEgressRules bounds a policy: each rule is a few kernel map elements.
 const MaxEgressRules = 1024
@@ -86,6 +99,16 @@ func (w *walker) egressPolicy(v *yaml.Node, path string, nameOK func(item *yaml.
 				e.DefaultAllow = s == "allow"
 			default:
 				w.errorf(dv, at("default"), "must be allow or deny, not %q", s)
+			}
+		}
+	}
+	if ev, ok := f["ech"]; ok {
+		if s, ok := w.str(ev, at("ech")); ok {
+			switch s {
+			case EgressECHRefuse, EgressECHOuter:
+				e.ECHOuter = s == EgressECHOuter
+			default:
+				w.errorf(ev, at("ech"), "must be %s (an encrypted ClientHello is refused, the default) or %s (judged by its outer name: browsers' decoy ECH passes), not %q%s", EgressECHRefuse, EgressECHOuter, s, suggest(s, []string{EgressECHRefuse, EgressECHOuter}))
 			}
 		}
 	}
@@ -176,7 +199,11 @@ func (e *Egress) String() string {
 			deny = append(deny, s)
 		}
 	}
-	return fmt.Sprintf("default %s, allow [%s], deny [%s]", def, strings.Join(allow, " "), strings.Join(deny, " "))
+	s := fmt.Sprintf("default %s, allow [%s], deny [%s]", def, strings.Join(allow, " "), strings.Join(deny, " "))
+	if e.ECHOuter {
+		s += ", ech outer"
+	}
+	return s
 }
 
 // isEgressName reports whether s is a DNS name with a dot (example.com,

@@ -120,3 +120,31 @@ func TestEgressNone(t *testing.T) {
 		t.Errorf("egress: nnone: %v", err)
 	}
 }
+
+// TestEgressECH: `ech: outer` reads, shows in the policy's text (so that
+// plan sees a change), and `ech: refuse` is the default; another word is
+// refused with its line, and the closest suggested.
+func TestEgressECH(t *testing.T) {
+	load := func(ech string) (*Egress, error) {
+		vf, diags := LoadVMFile("v.yaml", []byte("vms:\n  agent:\n    networks:\n      - vmnet: shared\n        egress:\n          default: deny\n          allow: [pypi.org]\n"+ech), VMFileOptions{})
+		if err := diags.Err(); err != nil {
+			return nil, err
+		}
+		return vf.VMs[0].Attachments[0].Egress, nil
+	}
+	for _, c := range []struct {
+		ech  string
+		want bool
+	}{{"", false}, {"          ech: refuse\n", false}, {"          ech: outer\n", true}} {
+		e, err := load(c.ech)
+		if err != nil || e.ECHOuter != c.want {
+			t.Errorf("%q: %+v, %v", c.ech, e, err)
+		}
+		if got := strings.HasSuffix(e.String(), ", ech outer"); got != c.want {
+			t.Errorf("%q: String %q", c.ech, e.String())
+		}
+	}
+	if _, err := load("          ech: outr\n"); err == nil || !strings.Contains(err.Error(), `v.yaml:8: vms.agent.networks[0].egress.ech: must be refuse`) || !strings.Contains(err.Error(), `did you mean "outer"?`) {
+		t.Errorf("ech: outr: %v", err)
+	}
+}

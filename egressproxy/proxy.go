@@ -38,6 +38,10 @@ type Config struct {
 	// CheckDst says why the proxy must not dial a destination, whatever
 	// it names ("" if it may); nil for none.
 	CheckDst func(dst netip.Addr) string
+	// OuterECH says whether the policy of the VM at src judges a
+	// ClientHello that carries an encrypted one (ECH) by its outer name
+	// (`ech: outer`) rather than refuse it; nil: refuse.
+	OuterECH func(src netip.AddrPort) bool
 	// OriginalDst reads a redirected connection's destination; nil for
 	// the kernel's (SO_ORIGINAL_DST).
 	OriginalDst func(c *net.TCPConn) (netip.AddrPort, error)
@@ -269,7 +273,7 @@ func (p *Proxy) tls(c *net.TCPConn, client string, in *recorder, src, dst netip.
 	switch {
 	case err != nil:
 		why = "not a TLS ClientHello: " + err.Error()
-	case hello.ech:
+	case hello.ech && (p.cfg.OuterECH == nil || !p.cfg.OuterECH(src)):
 		why = "an encrypted ClientHello (ECH) hides the name"
 		name = hello.name
 	case hello.name != "" && !ValidName(hello.name):

@@ -174,6 +174,31 @@ func TestTLSNames(t *testing.T) {
 	}
 }
 
+// TestTLSOuterECH: under `ech: outer` a ClientHello that carries an
+// encrypted one is judged by its outer name: an allowed one goes on to
+// the server (which here has no ECH key, so the client gives up there),
+// another is refused as any other name (TestTLSNames: without it, ECH
+// is refused).
+func TestTLSOuterECH(t *testing.T) {
+	l := newLab(t, tlsUpstream, func(c *Config) {
+		c.OuterECH = func(netip.AddrPort) bool { return true }
+	})
+	ech := func(public string) *tls.Config {
+		return &tls.Config{ServerName: "hidden.test", EncryptedClientHelloConfigList: testutil.ECHConfigList(t, public), MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}
+	}
+	l.hello(ech("api.test"), false)
+	denied, upNames, dials := l.seen()
+	if len(denied) != 0 || dials != 1 || len(upNames) > 1 || len(upNames) == 1 && upNames[0] != "api.test" {
+		t.Errorf("ECH with the allowed outer name api.test: denied %q, %d dials, the server heard %q", denied, dials, upNames)
+	}
+	if _, err := l.hello(ech("other.test"), false); err == nil || !strings.Contains(err.Error(), "access denied") {
+		t.Errorf("ECH with the outer name other.test: %v, want access_denied", err)
+	}
+	if denied, _, dials := l.seen(); len(denied) != 1 || !strings.Contains(denied[0], `"other.test", which the policy does not allow`) || dials != 1 {
+		t.Errorf("ECH with the outer name other.test: denied %q, %d dials", denied, dials)
+	}
+}
+
 // httpUpstream serves HTTP, answering each request with its Host and
 // the length of its body; /ws switches to WebSocket when asked (and
 // echoes what follows), anything else ignores an Upgrade; what a request

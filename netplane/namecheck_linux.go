@@ -50,6 +50,7 @@ func (nw *Network) startNameCheck(ctx context.Context, netns ns.NetNS) error {
 		Denied:   nw.nameRefused,
 		Client:   nw.macOf, // a VM's connections bounded, whatever its addresses
 		CheckDst: nw.outward,
+		OuterECH: nw.outerECH,
 		Log:      nw.log,
 	})
 	nw.closers = append(nw.closers, nc.proxy.Close)
@@ -138,6 +139,17 @@ func (nw *Network) nameAllowed(src, dst netip.AddrPort, name string) bool {
 		lan = *p
 	}
 	return addrAllowed(e, dst.Addr(), lan)
+}
+
+// outerECH reports whether the policy of the VM at src (its own, else the
+// network's) judges an encrypted ClientHello by its outer name (`ech:
+// outer`).
+func (nw *Network) outerECH(src netip.AddrPort) bool {
+	e, _ := nw.ownPolicy(src.Addr())
+	if e == nil {
+		e = nw.n.Egress
+	}
+	return e != nil && e.ECHOuter
 }
 
 // underNamePolicy reports whether the policy of the VM at client (its

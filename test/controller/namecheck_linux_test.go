@@ -211,10 +211,14 @@ func TestEgressNameCheck(t *testing.T) {
     networks:
       - vmnet: open
         egress: {default: deny, allow: [api.test]}
+  q:
+    networks:
+      - vmnet: open
+        egress: {default: deny, allow: [api.test], ech: outer}
 `))
 	st := h.Status()
-	s, o, p := h.VM(h.Attachment(st, "s")), h.VM(h.Attachment(st, "o")), h.VM(h.Attachment(st, "p"))
-	for _, vm := range []*simvm.VM{s, o, p} {
+	s, o, p, q := h.VM(h.Attachment(st, "s")), h.VM(h.Attachment(st, "o")), h.VM(h.Attachment(st, "p")), h.VM(h.Attachment(st, "q"))
+	for _, vm := range []*simvm.VM{s, o, p, q} {
 		vm.DHCP(t)
 	}
 	const addr443, addr80 = "198.51.100.2:443", "198.51.100.2:80"
@@ -245,6 +249,16 @@ func TestEgressNameCheck(t *testing.T) {
 				t.Errorf("%s, TLS naming %q (ECH %v, a byte a segment %v): got %q (%v), want %q", vm.Name, c.cfg.ServerName, c.cfg.EncryptedClientHelloConfigList != nil, c.split, got, err, c.want)
 			}
 		}
+	}
+	// q's policy says `ech: outer`: its ECH ClientHello is judged by its
+	// outer name, api.test, and goes on to the CDN, whose server has no
+	// ECH key: the client gives up there (the server rejected ECH, or its
+	// certificate for the outer name did not verify), not at the proxy.
+	if out, err := q.Run(context.Background(), "busybox", "nslookup", "-type=a", "api.test", "10.87.0.1"); err != nil {
+		t.Fatalf("q resolving api.test: %v\n%s", err, out)
+	}
+	if _, err := tlsHello(q, addr443, &tls.Config{ServerName: "api.test", EncryptedClientHelloConfigList: testutil.ECHConfigList(t, "api.test"), MinVersion: tls.VersionTLS13}, false); err == nil || strings.Contains(err.Error(), "access denied") || !strings.Contains(err.Error(), "ECH") && !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("q (ech: outer), ECH with the outer name api.test: %v, want the server's ECH rejection, past the proxy", err)
 	}
 	if got := httpGet(s, addr80, "api.test", "api.test"); got != "200 host api.test|200 host api.test|" {
 		t.Errorf("s, HTTP to api.test twice: %q", got)
