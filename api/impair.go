@@ -210,6 +210,9 @@ func (w *walker) impair(v *yaml.Node, path string) *Impairment {
 		"jitter":    seen("jitter", each(dur, &i.JitterToVM, &i.JitterFromVM)),
 		"duplicate": seen("duplicate", each(pct, &i.DuplicateToVM, &i.DuplicateFromVM)),
 		"reorder":   seen("reorder", each(pct, &i.ReorderToVM, &i.ReorderFromVM)),
+		"rate": func(_, n *yaml.Node, p string) {
+			w.errorf(n, p, "is the entry's bandwidth, beside impair (bandwidth: {toVM: 100Mbit, fromVM: 20Mbit}), which the kernel enforces")
+		},
 	}, false)
 	if n := deref(v); ok && n.Kind == yaml.MappingNode && len(n.Content) == 0 {
 		w.errorf(v, joinPath(path, "loss"), "impairs nothing: give a loss (loss: 10%%, or loss: {toVM: 10%%, fromVM: 1%%}), a delay, jitter, duplicate or reorder")

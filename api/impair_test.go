@@ -56,6 +56,7 @@ func TestImpair(t *testing.T) {
 		{"reorder: {fromVM: 5%}", `impair.reorder: fromVM: reordering sends some frames at once, past delayed ones: it needs a delay`},
 		{"duplicate: 101%", `impair.duplicate: "101%" is not a share`},
 		{"delay: {toVm: 1ms}", `impair.delay.toVm: unknown field (did you mean "toVM"?)`},
+		{"rate: 10Mbit", `impair.rate: is the entry's bandwidth, beside impair`},
 		{"lose: 1%", `impair.lose: unknown field (did you mean "loss"?)`},
 	} {
 		_, diags := LoadVMFile("v.yaml", []byte("vms:\n  a:\n    networks:\n      - vmnet: shared\n        impair: {"+c.yaml+"}\n"), VMFileOptions{})
