@@ -83,7 +83,7 @@ func (w *walker) egressPolicy(v *yaml.Node, path string, nameOK func(item *yaml.
 		if n.Value == EgressNone {
 			return &Egress{DefaultAllow: false}
 		}
-		w.errorf(n, path, "must be %s or a map of default, allow and deny, not %q%s", EgressNone, n.Value, suggest(n.Value, []string{EgressNone}))
+		w.errorf(n, path, "must be %s or a map of default, allow, deny and ech, not %q%s", EgressNone, n.Value, suggest(n.Value, []string{EgressNone}))
 		return nil
 	}
 	f, _, ok := w.collect(deref(v), path, egressKeys)

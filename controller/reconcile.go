@@ -880,10 +880,13 @@ func (c *Controller) setShapings(desired *spec.Desired, full bool) []error {
 			errs = append(errs, fmt.Errorf("%s: the link's shaping: %w", a.Key(), err))
 			continue
 		}
-		if changed {
-			// (through a pidfd, to the helper only: not to a process that
-			// got its pid since it went)
-			h.rec.Proc.Signal(helperproto.ShapingSignal)
+		// Signalled when the file changed, or when it is not known that
+		// this helper has read it (a signal that failed is tried again:
+		// the entry is recorded only once the helper was told), through a
+		// pidfd, to the helper only: not to a process that got its pid
+		// since it went.
+		if (changed || !had && want.s != helperproto.Shapings{}) && !h.rec.Proc.Signal(helperproto.ShapingSignal) {
+			continue
 		}
 		if want.s != (helperproto.Shapings{}) {
 			set[a.Key()] = want

@@ -584,11 +584,22 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 			}
 		}
 	}
-	// The policies whole (their names too, which the maps do not show).
+	// The policies whole (their names too, which the maps do not show),
+	// but what the name check reads per connection (`ech`): a change of
+	// it alone forgets no learned name.
+	judged := make([]nettypes.VMEgress, len(nw.vmEgress.policies))
+	for i, p := range nw.vmEgress.policies {
+		judged[i] = p
+		if p.Egress != nil && p.Egress.ECHOuter {
+			e := *p.Egress
+			e.ECHOuter = false
+			judged[i].Egress = &e
+		}
+	}
 	policies, err := json.Marshal(struct {
 		P   []nettypes.VMEgress
 		LAN []netip.Prefix
-	}{nw.vmEgress.policies, lan})
+	}{judged, lan})
 	if err != nil {
 		return err
 	}

@@ -1194,10 +1194,12 @@ func (l *dataLoop) publish(q *queue) {
 	}
 }
 
-// drainEventfd reads an eventfd's count, if any, and never waits: a VMM
+// drainEventfd reads an eventfd's count, if any, without waiting: a VMM
 // that made the descriptor blocking again after checkEventfd (the flag is
 // its open file's, which the VMM shares) and read the count first does
-// not hang the loop (RWF_NOWAIT: eventfds take it).
+// not hang the loop (RWF_NOWAIT, which eventfds take since Linux 5.12;
+// before, a plain read, non-blocking only while the VMM leaves the flag
+// as checkEventfd set it: such a VMM could hang its own helper).
 func drainEventfd(fd int) {
 	var b [8]byte
 	if _, err := unix.Preadv2(fd, [][]byte{b[:]}, -1, unix.RWF_NOWAIT); err == unix.EOPNOTSUPP || err == unix.EINVAL || err == unix.ENOSYS {
