@@ -160,7 +160,9 @@ func TestDelayLineDuplicatesAndReorders(t *testing.T) {
 	}
 }
 
-// TestDelayLineBounded: a line holds at most 1000 frames.
+// TestDelayLineBounded: a line holds at most 1000 frames, and 16 MiB:
+// a guest that floods a delayed link with 64 KiB packets fills its own
+// line, no more.
 func TestDelayLineBounded(t *testing.T) {
 	l, _ := newTestLine(t, helperproto.Shaping{Delay: time.Hour})
 	for i := range delayLineFrames {
@@ -170,5 +172,15 @@ func TestDelayLineBounded(t *testing.T) {
 	}
 	if l.Push(numbered(0)) {
 		t.Error("frame 1001 held")
+	}
+	l, _ = newTestLine(t, helperproto.Shaping{Delay: time.Hour})
+	big := make([]byte, 64<<10)
+	for i := range delayLineBytes / len(big) {
+		if !l.Push(big) {
+			t.Fatalf("64 KiB packet %d refused", i)
+		}
+	}
+	if l.Push(big) {
+		t.Errorf("a packet past %d bytes held", delayLineBytes)
 	}
 }
