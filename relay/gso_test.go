@@ -297,6 +297,9 @@ func FuzzSegmenter(f *testing.F) {
 		}
 		var s Segmenter
 		if s.Reset(pkt, 1514) != nil {
+			if s.More() {
+				t.Fatal("a packet refused leaves frames to cut")
+			}
 			return
 		}
 		dst := make([]byte, 1514)
