@@ -20,6 +20,10 @@
 //     port (relay.Coalescer) and cuts the port's 64 KiB packets into its
 //     frames (relay.Segmenter), so that the port is read and written once
 //     per 64 KiB rather than once per frame;
+//   - a shaped link (Config.Shaped, Backend.Shape): the relay's delay
+//     lines (relay.DelayLine) delay, duplicate and reorder the frames
+//     both ways, as a VM file's impair says, those let go to the guest
+//     waiting (bounded) for its RX buffers;
 //   - a memory table of up to 8 regions, each mapped from the descriptor
 //     the VMM sends, and every guest address translated with bounds
 //     checks: a descriptor outside the shared memory, a chain that loops
