@@ -109,10 +109,10 @@ func newImpairCommand(g *globals, s streams) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&none, "none", false, "do nothing to the frames, whatever the VM file says")
 	cmd.Flags().BoolVar(&clear, "clear", false, "take back what impair set: the VM file's impair applies again")
-	cmd.Example = "  sudo vmnetctl impair web --network shared --loss 10%             # a tenth of web's frames lost on their way to it\n" +
+	cmd.Example = "  sudo vmnetctl impair web --network shared --loss 10%                # a tenth of web's frames lost on their way to it\n" +
 		"  sudo vmnetctl impair web --network shared --delay 50ms --jitter 5ms # 45 to 55 ms more to web\n" +
-		"  sudo vmnetctl impair web --network shared --loss-from 100%       # cut web off\n" +
-		"  sudo vmnetctl impair web --network shared --clear                # its VM file's impair again"
+		"  sudo vmnetctl impair web --network shared --loss-from 100%          # cut web off\n" +
+		"  sudo vmnetctl impair web --network shared --clear                   # its VM file's impair again"
 	cmd.ValidArgsFunction = completeVMs(g)
 	return cmd
 }
