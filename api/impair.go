@@ -147,6 +147,13 @@ func ParseLoss(s string) (uint32, bool) {
 	return v, v <= LossScale
 }
 
+// ParseDelay reads a delay or a jitter: a duration from 0 to MaxDelay
+// ("50ms", "1.5ms", "1s").
+func ParseDelay(s string) (time.Duration, bool) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	return d, err == nil && d >= 0 && d <= MaxDelay
+}
+
 // impair reads an entry's `impair:`: `loss: 10%` (frames to the VM, as
 // netem on the host's end of the link would lose them) or `loss: {toVM:
 // 10%, fromVM: 1%}`; and so delay and jitter (durations), duplicate and
@@ -188,8 +195,8 @@ func (w *walker) impair(v *yaml.Node, path string) *Impairment {
 			if !ok {
 				return
 			}
-			d, err := time.ParseDuration(strings.TrimSpace(s))
-			if err != nil || d < 0 || d > MaxDelay {
+			d, ok := ParseDelay(s)
+			if !ok {
 				w.errorf(n, p, "%q is not a delay: a duration from 0 to %v (50ms, 1.5ms, 1s)", s, MaxDelay)
 				return
 			}

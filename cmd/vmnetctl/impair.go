@@ -87,8 +87,8 @@ func newImpairCommand(g *globals, s streams) *cobra.Command {
 					if !cmd.Flags().Changed(f.flag) {
 						continue
 					}
-					d, err := time.ParseDuration(delayValues[i])
-					if err != nil || d < 0 || d > api.MaxDelay {
+					d, ok := api.ParseDelay(delayValues[i])
+					if !ok {
 						return fmt.Errorf("--%s %q is not a delay: a duration from 0 to %v (50ms, 1.5ms, 1s)", f.flag, delayValues[i], api.MaxDelay)
 					}
 					*f.dst = d
