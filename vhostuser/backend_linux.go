@@ -880,9 +880,9 @@ func (l *dataLoop) batchFrame(c *chain, size uint64) bool {
 // chains back.
 func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) (more bool, err error) {
 	q := &l.tx.ring
-	n := 0
+	used := l.used(l.tx)
 	for {
-		if n >= maxBatch {
+		if used.n >= maxBatch {
 			more = true
 			break
 		}
@@ -942,16 +942,10 @@ func (l *dataLoop) fromVM(c *chain, iov []unix.Iovec) (more bool, err error) {
 			}
 			// (a port that cannot take it now drops it, as a NIC would)
 		}
-		q.putUsed(c.head, 0)
-		n++
-		if n%64 == 0 {
-			l.publish(l.tx)
-		}
+		used.put(c.head, 0)
 	}
 	l.flush()
-	if n > 0 {
-		l.publish(l.tx)
-	}
+	used.done()
 	return more, nil
 }
 
@@ -999,12 +993,8 @@ func scatter(bufs [][]byte, f []byte) {
 func (l *dataLoop) toVMSegmenting(c *chain) (waits, more bool, err error) {
 	q := &l.rx.ring
 	l.buffers()
-	n := 0
-	defer func() {
-		if n > 0 {
-			l.publish(l.rx)
-		}
-	}()
+	used := l.used(l.rx)
+	defer used.done()
 	for tries := 0; ; tries++ {
 		if tries >= maxBatch {
 			return false, true, nil
@@ -1040,10 +1030,7 @@ func (l *dataLoop) toVMSegmenting(c *chain) (waits, more bool, err error) {
 		scatter(c.written, f)
 		l.b.Stats.ToVMFrames.Add(1)
 		l.b.Stats.ToVMBytes.Add(uint64(len(f) - NetHeaderSize))
-		q.putUsed(c.head, uint32(len(f)))
-		if n++; n%64 == 0 {
-			l.publish(l.rx)
-		}
+		used.put(c.head, uint32(len(f)))
 	}
 }
 
@@ -1056,13 +1043,9 @@ func (l *dataLoop) toVM(c *chain, iov []unix.Iovec, hdr []byte) (waits, more boo
 		return l.toVMSegmenting(c)
 	}
 	q := &l.rx.ring
-	n := 0
+	used := l.used(l.rx)
+	defer used.done()
 	var spill [1]byte
-	defer func() {
-		if n > 0 {
-			l.publish(l.rx)
-		}
-	}()
 	for tries := 0; ; tries++ {
 		if tries >= maxBatch {
 			return false, true, nil
@@ -1131,10 +1114,7 @@ func (l *dataLoop) toVM(c *chain, iov []unix.Iovec, hdr []byte) (waits, more boo
 		}
 		l.b.Stats.ToVMFrames.Add(1)
 		l.b.Stats.ToVMBytes.Add(uint64(got))
-		q.putUsed(c.head, written)
-		if n++; n%64 == 0 {
-			l.publish(l.rx)
-		}
+		used.put(c.head, written)
 	}
 }
 
@@ -1183,6 +1163,34 @@ func setNumBuffers(bufs [][]byte, n uint16) {
 		if off += len(b); off >= 12 {
 			return
 		}
+	}
+}
+
+// usedChains gives a ring's chains back to the guest: each put, made
+// visible (publish) every publishEvery chains and when done.
+type usedChains struct {
+	l *dataLoop
+	q *queue
+	n int // chains put
+}
+
+// publishEvery is how many chains a loop gives back before it makes them
+// visible, mid-batch.
+const publishEvery = 64
+
+// used starts giving q's chains back.
+func (l *dataLoop) used(q *queue) usedChains { return usedChains{l: l, q: q} }
+
+func (u *usedChains) put(head uint16, written uint32) {
+	u.q.ring.putUsed(head, written)
+	if u.n++; u.n%publishEvery == 0 {
+		u.l.publish(u.q)
+	}
+}
+
+func (u *usedChains) done() {
+	if u.n > 0 {
+		u.l.publish(u.q)
 	}
 }
 

@@ -177,12 +177,8 @@ func (l *dataLoop) push(f []byte, zero bool) {
 // (waits true: the rest wait for the guest's kick).
 func (l *dataLoop) deliverShaped(c *chain) (waits bool, err error) {
 	q := &l.rx.ring
-	n := 0
-	defer func() {
-		if n > 0 {
-			l.publish(l.rx)
-		}
-	}()
+	used := l.used(l.rx)
+	defer used.done()
 	for {
 		f := l.b.sh.takeReady()
 		if f == nil {
@@ -205,9 +201,6 @@ func (l *dataLoop) deliverShaped(c *chain) (waits bool, err error) {
 			continue
 		}
 		scatter(c.written, f)
-		q.putUsed(c.head, uint32(len(f)))
-		if n++; n%64 == 0 {
-			l.publish(l.rx)
-		}
+		used.put(c.head, uint32(len(f)))
 	}
 }
