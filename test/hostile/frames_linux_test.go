@@ -395,10 +395,7 @@ func (a *attacker) query(gwMAC net.HardwareAddr, ip, gw netip.Addr, name string)
 			a.t.Fatalf("attacker: reading: %v", err)
 		}
 		f := buf[:n]
-		if len(f) >= 14+28 && binary.BigEndian.Uint16(f[12:]) == etherARP && binary.BigEndian.Uint16(f[20:]) == 1 &&
-			netip.AddrFrom4([4]byte(f[38:42])) == ip {
-			sha, spa := net.HardwareAddr(slices.Clone(f[22:28])), netip.AddrFrom4([4]byte(f[28:32]))
-			a.send(ether(sha, a.mac, etherARP, arp(2, a.mac, ip, sha, spa)))
+		if a.answerARP(f, ip) {
 			continue
 		}
 		if p := udpPayload(f, 53, sport); p != nil {
@@ -408,6 +405,18 @@ func (a *attacker) query(gwMAC net.HardwareAddr, ip, gw netip.Addr, name string)
 			}
 		}
 	}
+}
+
+// answerARP answers f if it is an ARP request for ip, the attacker's
+// address, as a guest's stack would, and says whether it was.
+func (a *attacker) answerARP(f []byte, ip netip.Addr) bool {
+	if len(f) < 14+28 || binary.BigEndian.Uint16(f[12:]) != etherARP || binary.BigEndian.Uint16(f[20:]) != 1 ||
+		netip.AddrFrom4([4]byte(f[38:42])) != ip {
+		return false
+	}
+	sha, spa := net.HardwareAddr(slices.Clone(f[22:28])), netip.AddrFrom4([4]byte(f[28:32]))
+	a.send(ether(sha, a.mac, etherARP, arp(2, a.mac, ip, sha, spa)))
+	return true
 }
 
 // udpPayload returns the payload of an IPv4 UDP frame from port sport to
