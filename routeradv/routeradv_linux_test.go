@@ -410,3 +410,48 @@ func checkRA(t *testing.T, ra *ndp.RouterAdvertisement, cfg Config, mac net.Hard
 		t.Errorf("options %v, want %v", seen, want)
 	}
 }
+
+// BenchmarkSendRA sends RAs on a link of a namespace that holds 2,000
+// other links, as a host with a fleet's TAPs does. An RA whose address
+// named its interface by name made Go read every link to resolve it (a
+// netlink dump: milliseconds a send here, and growing with the links);
+// one sent by interface index reads none (docs/performance.md).
+func BenchmarkSendRA(b *testing.B) {
+	testutil.RequireRoot(b, "creates network namespaces")
+	l := &raLab{router: testutil.NewNS(b, "ra-router"), vm: testutil.NewNS(b, "ra-vm")}
+	testutil.Run(b, "ip", "-n", l.router.Name, "link", "add", "rt0", "type", "veth", "peer", "name", "eth0", "netns", l.vm.Name)
+	var batch strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&batch, "link add d%d type bridge\n", i)
+	}
+	cmd := l.router.Command(b.Context(), "ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(batch.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("adding links: %v\n%s", err, out)
+	}
+	if err := l.router.Do(func() error { return ipv6Sysctls("rt0", "accept_dad", "0", "accept_ra", "0") }); err != nil {
+		b.Fatal(err)
+	}
+	l.router.MustRun(b, "ip", "link", "set", "rt0", "up")
+	l.vm.MustRun(b, "ip", "link", "set", "eth0", "up")
+	var s *Server
+	if err := l.router.Do(func() (err error) {
+		s, err = Start(Config{Iface: "rt0", Prefix: raPrefix, RouterLifetime: 30 * time.Minute}, slog.New(slog.DiscardHandler))
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	sent := s.sent.Load()
+	// From the namespace, as the controller sends: a lookup of a zone
+	// reads the links of the calling thread's namespace.
+	l.router.Do(func() error {
+		for b.Loop() {
+			s.send(s.ra)
+		}
+		return nil
+	})
+	if got := s.sent.Load() - sent; got < uint64(b.N) {
+		b.Fatalf("%d of %d RAs sent", got, b.N)
+	}
+}
