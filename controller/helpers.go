@@ -42,6 +42,9 @@ type helperProc struct {
 	startLatency time.Duration
 	stats        helperproto.Stats
 	statsOff     int64
+	// looked is what the periodic check of the logs last saw of the
+	// helper's log and stats file (filesMoved).
+	looked [2]fileLook
 	// lastFromVM is when the helper's stats last counted a frame from the
 	// VM; client is the socket path of the VMM it serves (--socket), both
 	// from its log.
@@ -164,13 +167,21 @@ func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 // rotateLogsLocked keeps the helpers' logs and the controller's own under
 // their limits (statedir.RotateLog); a helper's stats lines are read before
 // its log is emptied.
+//
+// A helper whose files did not change since the last check is not read: a
+// check is then two stats a helper, not a dozen syscalls and the
+// allocations of two reads (35% of an idle controller's CPU with 3,000
+// helpers). Status and metrics read every helper's files when asked.
 func (c *Controller) rotateLogsLocked() {
 	c.logsChecked = time.Now()
 	for key, h := range c.helpers {
-		if h.logPath == "" {
+		if h.logPath == "" || !h.filesMoved() {
 			continue
 		}
 		c.observeLocked(key, h)
+		if h.looked[0].size <= statedir.MaxHelperLog {
+			continue
+		}
 		rotated, err := statedir.RotateLog(h.logPath, statedir.MaxHelperLog)
 		if err != nil {
 			c.log.Warn("rotating a helper's log", "attachment", key, "err", err)
@@ -181,6 +192,37 @@ func (c *Controller) rotateLogsLocked() {
 	if _, err := statedir.RotateLog(c.sd.ControllerLog(), statedir.MaxControllerLog); err != nil {
 		c.log.Warn("rotating the controller's log", "err", err)
 	}
+}
+
+// fileLook is what a stat of a file said: its size and the time it was
+// last written.
+type fileLook struct {
+	size, mtime int64 // mtime in ns
+}
+
+// look stats path (not following a link); a file that is not there is
+// the zero look.
+func look(path string) fileLook {
+	if path == "" {
+		return fileLook{}
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fileLook{}
+	}
+	return fileLook{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+}
+
+// filesMoved reports whether h's log or stats file was written (or
+// appeared, or went) since the last call, and records what it saw. A
+// write within the same tick of the file system's clock that keeps the
+// size can go unseen until the next one: the check only keeps the meters
+// and the log's size in step, and status reads the files whole.
+func (h *helperProc) filesMoved() bool {
+	now := [2]fileLook{look(h.logPath), look(h.statsPath)}
+	moved := now != h.looked
+	h.looked = now
+	return moved
 }
 
 // rotateLogsDueLocked is rotateLogsLocked, unless it ran less than
