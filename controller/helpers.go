@@ -74,14 +74,13 @@ func (c *Controller) launchHelper(ctx context.Context, a *spec.Attachment, n *ap
 	}
 	h := &helperProc{att: a, proc: proc, exited: proc.Done(), logPath: c.sd.HelperLogFile(a.Key()), statsPath: c.sd.HelperStatsFile(a.Key()), state: ctlapi.StateRunning,
 		statsOff: logStart, startLatency: time.Since(began), rec: rec}
-	go c.kickWhenExits(h)
+	proc.OnExit(func() { c.exited(h) })
 	return h, nil
 }
 
-// kickWhenExits asks for a pass when h's process exits, unless the
+// exited asks for a pass once h's process has exited, unless the
 // controller stopped it.
-func (c *Controller) kickWhenExits(h *helperProc) {
-	<-h.exited
+func (c *Controller) exited(h *helperProc) {
 	c.mu.Lock()
 	c.markPortsGone(h.rec.Network)
 	c.mu.Unlock()
@@ -159,8 +158,8 @@ func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 	go func() {
 		rec.Proc.WaitExit()
 		close(exited)
+		c.exited(h)
 	}()
-	go c.kickWhenExits(h)
 	return h
 }
 

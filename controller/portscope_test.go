@@ -237,7 +237,7 @@ func TestExitKicks(t *testing.T) {
 		c := &Controller{kickc: make(chan struct{}, 1)}
 		h := &helperProc{exited: closedChan()}
 		h.stopped.Store(stopped)
-		c.kickWhenExits(h)
+		c.exited(h)
 		if kicked := len(c.kickc) == 1; kicked == stopped {
 			t.Errorf("helper stopped by the controller: %v; its exit asked for a pass: %v", stopped, kicked)
 		}

@@ -61,6 +61,12 @@ type Helper struct {
 	done     chan struct{}
 	err      error // from Wait, valid after done
 	once     sync.Once
+
+	// onExit is what OnExit was given, run once done is closed; exited
+	// says it was.
+	exitMu sync.Mutex
+	onExit []func()
+	exited bool
 }
 
 // ignoreShapingSignal makes this process ignore the shaping signal, once.
@@ -110,6 +116,8 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 		}
 	}
 
+	// Read by the start only: a supervisor of thousands keeps none.
+	cmd.Env, cmd.Args = nil, nil
 	fail := func(format string, args ...any) (*Helper, error) {
 		select {
 		case <-h.done: // reaped: its pid may already be someone else's
@@ -234,7 +242,7 @@ func (h *Helper) startWithPipes(opts StartOptions) (<-chan []byte, error) {
 		readers.Wait()
 		procid.WaitGone(cmd.Process.Pid)
 		h.err = cmd.Wait()
-		close(h.done)
+		h.exit()
 	}()
 	return lines, nil
 }
@@ -262,7 +270,7 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 	go func() {
 		procid.WaitGone(cmd.Process.Pid) // in the poller, not in a thread of its own
 		h.err = cmd.Wait()
-		close(h.done)
+		h.exit()
 	}()
 	lines := make(chan []byte, 1)
 	go func() {
@@ -319,6 +327,32 @@ func (h *Helper) readLogTail() {
 			h.tail.add(sc.Text())
 		}
 	}
+}
+
+// exit marks the helper gone: done closed, then what OnExit was given
+// run, on the goroutine that reaped it.
+func (h *Helper) exit() {
+	close(h.done)
+	h.exitMu.Lock()
+	fs := h.onExit
+	h.onExit, h.exited = nil, true
+	h.exitMu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+// OnExit has f run once the helper has exited, on the goroutine that
+// reaped it (on one of its own if it has exited already): a supervisor of
+// thousands of helpers needs no goroutine of its own waiting for each.
+func (h *Helper) OnExit(f func()) {
+	h.exitMu.Lock()
+	defer h.exitMu.Unlock()
+	if h.exited {
+		go f()
+		return
+	}
+	h.onExit = append(h.onExit, f)
 }
 
 // Pid is the helper's process id (and process group id).

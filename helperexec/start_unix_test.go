@@ -214,3 +214,42 @@ func TestStartWithFiles(t *testing.T) {
 		t.Errorf("a failing helper in file mode: %v (want only its new log lines)", err)
 	}
 }
+
+// TestOnExit: what OnExit is given runs once the helper has exited, after
+// Done is closed, whether it was given before the exit or after.
+func TestOnExit(t *testing.T) {
+	for _, files := range []bool{false, true} {
+		opts := StartOptions{}
+		if files {
+			dir := t.TempDir()
+			opts.ReadyFile, opts.LogFile = filepath.Join(dir, "h.json"), filepath.Join(dir, "h.log")
+		}
+		h, err := Start(context.Background(), fake(t, "ok"), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := make(chan bool, 1)
+		h.OnExit(func() {
+			select {
+			case <-h.Done():
+				before <- true
+			default:
+				before <- false
+			}
+		})
+		select {
+		case <-before:
+			t.Fatalf("files %v: OnExit ran while the helper runs", files)
+		default:
+		}
+		if err := h.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if done := <-before; !done {
+			t.Errorf("files %v: OnExit ran before Done was closed", files)
+		}
+		after := make(chan struct{})
+		h.OnExit(func() { close(after) })
+		<-after
+	}
+}
