@@ -360,6 +360,20 @@ func procUID(t *testing.T, pid int) int {
 	return -1
 }
 
+// nudge sends a frame from the VM's end, from mac: the helper's counters
+// move, and an idle helper (whose stats lines come only every
+// heartbeat) writes its next line an interval later.
+func nudge(t *testing.T, vm *net.UnixConn, mac net.HardwareAddr) {
+	t.Helper()
+	frame := make([]byte, 60)
+	copy(frame, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	copy(frame[6:], mac)
+	frame[12], frame[13] = 0x88, 0xb5 // local experimental
+	if _, err := vm.Write(frame); err != nil {
+		t.Errorf("writing a frame from the VM: %v", err)
+	}
+}
+
 func socketpair(t *testing.T) (helperEnd *os.File, vmEnd *net.UnixConn) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
@@ -975,7 +989,7 @@ func TestNoStatsUnlessAsked(t *testing.T) {
 func TestLogTimestamps(t *testing.T) {
 	f := newFixture(t)
 	for _, stamped := range []bool{true, false} {
-		helperEnd, _ := socketpair(t)
+		helperEnd, vm := socketpair(t)
 		args := []string{"--fd", "3", "--stats-interval", "0.1"}
 		if stamped {
 			args = append(args, "--log-timestamps")
@@ -983,7 +997,10 @@ func TestLogTimestamps(t *testing.T) {
 		began := time.Now().Add(-time.Second)
 		h := f.startHelper(t, []*os.File{helperEnd}, args...)
 		helperEnd.Close()
-		testutil.Eventually(t, 10*time.Second, func() bool { return strings.Contains(h.stderr(), "[stats]") }, "a stats line")
+		testutil.Eventually(t, 10*time.Second, func() bool {
+			nudge(t, vm, h.ready.MACAddress)
+			return strings.Contains(h.stderr(), "[stats]")
+		}, "a stats line")
 		h.terminate()
 		h.wait(10 * time.Second)
 		stats := 0
@@ -1013,12 +1030,13 @@ func TestLogTimestamps(t *testing.T) {
 // between); the relay it execs into keeps writing the file.
 func TestStatsFile(t *testing.T) {
 	f := newFixture(t)
-	helperEnd, _ := socketpair(t)
+	helperEnd, vm := socketpair(t)
 	statsFile := filepath.Join(t.TempDir(), "a.stats")
 	h := f.startHelper(t, []*os.File{helperEnd}, "--fd", "3", "--stats-interval", "0.1", "--stats-file", statsFile)
 	helperEnd.Close()
 	seen := map[time.Time]bool{}
 	testutil.Eventually(t, 20*time.Second, func() error {
+		nudge(t, vm, h.ready.MACAddress)
 		if s, ok := helperproto.ReadStatsFile(statsFile); ok {
 			seen[s.Time] = true
 		}

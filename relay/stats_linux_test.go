@@ -20,7 +20,7 @@ import (
 // counters are logged.
 func TestQuietStats(t *testing.T) {
 	const interval = 5 * time.Millisecond
-	var packets atomic.Uint64
+	var packets, snaps atomic.Uint64
 	var mu sync.Mutex
 	var lines []uint64
 	q := &quietStats{wake: make(chan struct{}, 1)}
@@ -29,6 +29,7 @@ func TestQuietStats(t *testing.T) {
 	go func() {
 		defer close(ended)
 		q.run(interval, done, func() (helperproto.Counters, helperproto.Counters) {
+			snaps.Add(1)
 			return helperproto.Counters{Packets: packets.Load()}, helperproto.Counters{}
 		}, func(host, _ helperproto.Counters) {
 			mu.Lock()
@@ -51,12 +52,18 @@ func TestQuietStats(t *testing.T) {
 		}
 		return nil
 	}, "the idle logger to sleep")
-	before, began := count(), time.Now()
+	before, snapsBefore, began := count(), snaps.Load(), time.Now()
 	window := 60 * interval
 	time.Sleep(window) // a measurement window, not a wait for anything
 	took := time.Since(began)
-	if got, most := count()-before, int(took/(heartbeatIntervals*interval))+1; got > most {
+	most := int(took/(heartbeatIntervals*interval)) + 1
+	if got := count() - before; got > most {
 		t.Errorf("%d stats lines in %v of idle, want at most %d (a heartbeat every %d intervals)", got, took, most, heartbeatIntervals)
+	}
+	// One wake-up a heartbeat, one look at the counters each: none
+	// an interval after a heartbeat.
+	if got := int(snaps.Load() - snapsBefore); got > most {
+		t.Errorf("the counters looked at %d times in %v of idle, want at most %d (once a heartbeat)", got, took, most)
 	}
 
 	// A frame wakes it: the new counters are logged.
