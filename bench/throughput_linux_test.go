@@ -683,21 +683,25 @@ func startHelperOn(t *testing.T, bin, dir string, fd int, ns, id, addr, tap stri
 // counters of each direction can be told apart.
 const statsInterval = 250 * time.Millisecond
 
-// awaitStats waits until every helper among relays has written two more
-// stats lines: the counters then include every frame of the run that just
-// ended (the first may have been written while its last frames were still
-// in flight).
+// awaitStats waits until the counters of every helper among relays
+// include every frame of the run that just ended: two more stats lines
+// (the first may have been written while its last frames were still in
+// flight), or, once quietSpell has passed since the call, none for that
+// long (a helper writes a line every interval while its counters move,
+// and then only every heartbeat: its latest line is final).
 func awaitStats(t *testing.T, relays []relay) {
 	t.Helper()
+	const quietSpell = 4 * statsInterval
+	called := time.Now()
 	for _, r := range relays {
 		if r.helper == nil {
 			continue
 		}
 		_, n := r.helper.snapshot()
-		testutil.Eventually(t, 20*statsInterval, func() bool {
-			_, m := r.helper.snapshot()
-			return m >= n+2
-		}, "two more stats lines from %s", r.name)
+		testutil.Eventually(t, time.Minute, func() bool {
+			s, m := r.helper.snapshot()
+			return m >= n+2 || time.Since(called) >= quietSpell && time.Since(s.Time) >= quietSpell
+		}, "%s's counters to settle", r.name)
 	}
 }
 
