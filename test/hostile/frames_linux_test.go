@@ -61,18 +61,29 @@ func (a *attacker) dhcp(src net.HardwareAddr, m *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 	deadline := time.Now().Add(time.Second)
 	buf := make([]byte, 65536)
 	for {
-		a.conn.SetReadDeadline(deadline)
-		n, err := a.conn.Read(buf)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		f := a.read(buf, deadline)
+		if f == nil {
 			return nil
 		}
-		if err != nil {
-			a.t.Fatalf("attacker: reading: %v", err)
-		}
-		if r := parseDHCPReply(buf[:n]); r != nil && r.TransactionID == m.TransactionID {
+		if r := parseDHCPReply(f); r != nil && r.TransactionID == m.TransactionID {
 			return r
 		}
 	}
+}
+
+// read returns the next frame the attacker gets, in buf, or nil if none
+// comes before until.
+func (a *attacker) read(buf []byte, until time.Time) []byte {
+	a.t.Helper()
+	a.conn.SetReadDeadline(until)
+	n, err := a.conn.Read(buf)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil
+	}
+	if err != nil {
+		a.t.Fatalf("attacker: reading: %v", err)
+	}
+	return buf[:n]
 }
 
 // lease gets an address for the attacker's own MAC the proper way.
@@ -383,18 +394,13 @@ func (a *attacker) query(gwMAC net.HardwareAddr, ip, gw netip.Addr, name string)
 		if deadline.Before(wake) {
 			wake = deadline
 		}
-		a.conn.SetReadDeadline(wake)
-		n, err := a.conn.Read(buf)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		f := a.read(buf, wake)
+		if f == nil {
 			if time.Now().Before(deadline) {
 				continue
 			}
 			return nil
 		}
-		if err != nil {
-			a.t.Fatalf("attacker: reading: %v", err)
-		}
-		f := buf[:n]
 		if a.answerARP(f, ip) {
 			continue
 		}

@@ -2,10 +2,8 @@ package hostile
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -110,15 +108,10 @@ func (a *attacker) echoReplies(ip, src netip.Addr, want int) int {
 	buf := make([]byte, 65536)
 	got := 0
 	for got < want {
-		a.conn.SetReadDeadline(deadline)
-		n, err := a.conn.Read(buf)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		f := a.read(buf, deadline)
+		if f == nil {
 			return got
 		}
-		if err != nil {
-			a.t.Fatalf("attacker: reading: %v", err)
-		}
-		f := buf[:n]
 		if a.answerARP(f, ip) {
 			continue
 		}
