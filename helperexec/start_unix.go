@@ -62,11 +62,9 @@ type Helper struct {
 	err      error // from Wait, valid after done
 	once     sync.Once
 
-	// onExit is what OnExit was given, run once done is closed; exited
-	// says it was.
+	// onExit is what OnExit was given, run once done is closed.
 	exitMu sync.Mutex
 	onExit []func()
-	exited bool
 }
 
 // ignoreShapingSignal makes this process ignore the shaping signal, once.
@@ -335,7 +333,7 @@ func (h *Helper) exit() {
 	close(h.done)
 	h.exitMu.Lock()
 	fs := h.onExit
-	h.onExit, h.exited = nil, true
+	h.onExit = nil
 	h.exitMu.Unlock()
 	for _, f := range fs {
 		f()
@@ -348,11 +346,13 @@ func (h *Helper) exit() {
 func (h *Helper) OnExit(f func()) {
 	h.exitMu.Lock()
 	defer h.exitMu.Unlock()
-	if h.exited {
+	select {
+	case <-h.done:
+		// exit has taken its list, or takes it without f.
 		go f()
-		return
+	default:
+		h.onExit = append(h.onExit, f)
 	}
-	h.onExit = append(h.onExit, f)
 }
 
 // Pid is the helper's process id (and process group id).
