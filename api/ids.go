@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -16,12 +15,25 @@ import (
 // in one place: the controller, the helpers, the backends and the tests all
 // call these.
 
-// uuidRe is an interface id as vmnet requires it: a UUID, any case.
-var uuidRe = regexp.MustCompile(`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`)
-
-// ValidInterfaceID reports whether id is a UUID, as vmnet-helper's
-// --interface-id must be.
-func ValidInterfaceID(id string) bool { return uuidRe.MatchString(id) }
+// ValidInterfaceID reports whether id is a UUID, any case, as vmnet-helper's
+// --interface-id must be: 8-4-4-4-12 hexadecimal digits.
+func ValidInterfaceID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i := range len(id) {
+		c := id[i]
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'):
+			return false
+		}
+	}
+	return true
+}
 
 // CheckInterfaceID reports why id cannot be an --interface-id.
 func CheckInterfaceID(id string) error {

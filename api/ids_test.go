@@ -59,7 +59,12 @@ func TestInterfaceIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, bad := range []string{"", "2835E074", "2835E074-9892-4A79-AFFB-7E41D260567G", "{2835E074-9892-4A79-AFFB-7E41D2605678}"} {
+	if err := CheckInterfaceID("2835e074-9892-4a79-affb-7e41d2605678"); err != nil {
+		t.Errorf("a lower-case UUID: %v", err)
+	}
+	for _, bad := range []string{"", "2835E074", "2835E074-9892-4A79-AFFB-7E41D260567G", "{2835E074-9892-4A79-AFFB-7E41D2605678}",
+		"2835E074-9892-4A79-AFFB-7E41D26056789", "2835E074-9892-4A79-AFFB_7E41D2605678", "2835E074-9892-4A79-AFFB-7E41D260567é",
+		"2835E0749-892-4A79-AFFB-7E41D2605678", "2835E074-9892-4A79-AFFB-7E41D260567-"} {
 		if CheckInterfaceID(bad) == nil {
 			t.Errorf("CheckInterfaceID(%q) accepted it", bad)
 		}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // MaxIfNameLen is the longest Linux interface name (IFNAMSIZ - 1).
@@ -16,7 +17,7 @@ const MaxIfNameLen = 15
 // nameRe is what network and VM names may look like: they become parts of
 // interface names, file names and command lines, so no spaces, slashes,
 // shell metacharacters or leading dashes.
-var nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+var nameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`) })
 
 // checkName returns why s cannot be a network or VM name, or "".
 func checkName(s string) string {
@@ -25,7 +26,7 @@ func checkName(s string) string {
 		return "must not be empty"
 	case len(s) > 63:
 		return fmt.Sprintf("%q is longer than 63 characters", s)
-	case !nameRe.MatchString(s):
+	case !nameRe().MatchString(s):
 		return fmt.Sprintf("%q may only contain letters, digits, '-', '_' and '.', and must start with a letter or digit", s)
 	}
 	return ""
@@ -33,7 +34,7 @@ func checkName(s string) string {
 
 // vmNameRe is a VM name: a DNS label, since the VM answers to
 // NAME.vmnet.internal (with '_', which vmnetctl's DNS proxy also serves).
-var vmNameRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?$`)
+var vmNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?$`) })
 
 // HostNameChar tells whether r may be in a host name's label, as the DNS
 // proxy answers them and DHCP keeps a client's: an ASCII letter or digit,
@@ -50,7 +51,7 @@ func checkVMName(s string) string {
 		return "must not be empty"
 	case len(s) > 63:
 		return fmt.Sprintf("%q is longer than 63 characters", s)
-	case !vmNameRe.MatchString(s):
+	case !vmNameRe().MatchString(s):
 		return fmt.Sprintf("%q is not a DNS label (the VM's name in DNS): letters, digits, '-' and '_' only (no dots), starting and ending with a letter or digit", s)
 	}
 	return ""

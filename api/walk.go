@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -75,7 +76,7 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-var yamlLineRe = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+var yamlLineRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`) })
 
 // Limits on an input file, so that bad input costs bounded time and memory:
 // networks.yaml and VM files are a few kilobytes.
@@ -98,7 +99,7 @@ func (w *walker) parse(data []byte) *yaml.Node {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		msg := err.Error()
 		d := Diagnostic{File: w.file, Message: "invalid YAML: " + msg}
-		if m := yamlLineRe.FindStringSubmatch(msg); m != nil {
+		if m := yamlLineRe().FindStringSubmatch(msg); m != nil {
 			d.Line, _ = strconv.Atoi(m[1])
 			d.Message = "invalid YAML: " + m[2]
 		}
