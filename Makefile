@@ -31,6 +31,7 @@ build:
 	$(GO) build -ldflags "-X main.version=v$(PKG_VERSION)" -o $(BIN) ./cmd/vmnetctl
 	$(GO) build -o $(BIN)-relay ./cmd/vmnetctl-relay
 	chmod 0711 $(BIN)-relay
+	$(GO) build -o $(BIN)-helper ./cmd/vmnetctl-helper
 
 # The main job with the built-in default networks: show them, validate the
 # example VM files, then (as root) install nftables if it is missing, bring

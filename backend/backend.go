@@ -60,6 +60,14 @@ type Backend interface {
 	Cleanup(a *api.Attachment) error
 }
 
+// HelperProgrammer is a backend whose helper command line is run by
+// another program than the one its first word names (Linux:
+// vmnetctl-relay runs `vmnetctl helper`, helper.Program). The process
+// still shows that command line, by which the controller knows it.
+type HelperProgrammer interface {
+	HelperProgram(argv0 string) string
+}
+
 // Partitioner is a running network that parts its VMs (Linux): no frame
 // passes between the two VMs of a pair (their MACs, each way).
 type Partitioner interface {

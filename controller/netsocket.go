@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -139,7 +138,7 @@ func (c *Controller) startSocketClient(l launch.Launcher, n *api.Network, s *net
 	if err := os.MkdirAll(l.StateDir.HelpersDir(), 0o750); err != nil {
 		return err
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := launch.Command(l.Backend, argv)
 	cmd.Env = launch.HelperEnv(l.Backend.HelperEnv(spec))
 	cmd.ExtraFiles = []*os.File{f}
 	key := a.VM + "/0"

@@ -113,7 +113,7 @@ func (s *session) execRelay(ctx context.Context, stop context.CancelFunc, spec r
 		return err
 	}
 	bin := filepath.Join(filepath.Dir(exe), relay.Binary)
-	if err := trustedRelay(bin, exe, os.Geteuid()); err != nil {
+	if err := trustedBeside(bin, exe, os.Geteuid()); err != nil {
 		return err
 	}
 	if fd := s.port.CleanupFD(); fd >= 0 {
@@ -164,6 +164,21 @@ func (s *session) execRelay(ctx context.Context, stop context.CancelFunc, spec r
 	return fmt.Errorf("exec %s: %w", bin, err)
 }
 
+// Program is the program that runs a `vmnetctl helper` command line whose
+// first word is exe, for the controller: vmnetctl-helper (Binary) beside
+// exe, when it is there and trusted as execRelay trusts vmnetctl-relay,
+// else exe itself. Either way the process shows the helper's command line
+// and execs vmnetctl-relay once set up; vmnetctl-helper links the helper
+// only, and starts in a fraction of vmnetctl's time: at a fleet's `up`,
+// starting processes is most of the machine's work.
+func Program(exe string) string {
+	bin := filepath.Join(filepath.Dir(exe), Binary)
+	if trustedBeside(bin, exe, os.Geteuid()) != nil {
+		return exe
+	}
+	return bin
+}
+
 // handOverEnv is the helper's environment with EnvSpec set to spec, and
 // any EnvSpec it inherited removed: the first of two would win, and the
 // spec names the command run to relearn a MAC.
@@ -172,23 +187,24 @@ func handOverEnv(spec string) []string {
 	return append(env, relay.EnvSpec+"="+spec)
 }
 
-// trustedRelay checks that the helper may exec bin: it exists and the
+// trustedBeside checks that the helper may exec bin, a program of
+// vmnetctl's beside exe (vmnetctl-relay; Program's vmnetctl-helper): it exists and the
 // current user may run it; for a helper that dropped to the VM's owner,
 // that user cannot read it (mode 0711: the kernel then keeps the process
 // undumpable across the exec, as it made it at the setuid, so the VM's
 // owner cannot trace it and use its descriptors); for a helper still root,
 // it is owned by root or by exe's owner and writable by nobody else.
-func trustedRelay(bin, exe string, euid int) error {
+func trustedBeside(bin, exe string, euid int) error {
 	var st, est unix.Stat_t
 	if err := unix.Stat(bin, &st); err != nil {
-		return fmt.Errorf("%w(no %s next to %s)", errNoExec, relay.Binary, exe)
+		return fmt.Errorf("%w(no %s next to %s)", errNoExec, filepath.Base(bin), exe)
 	}
 	if err := unix.Access(bin, unix.X_OK); err != nil {
 		return fmt.Errorf("%s: %w", bin, err)
 	}
 	if euid != 0 {
 		if unix.Access(bin, unix.R_OK) == nil {
-			return fmt.Errorf("%s is readable by uid %d, which could then trace the relay: install it with mode 0711", bin, euid)
+			return fmt.Errorf("%s is readable by uid %d, which could then trace the process: install it with mode 0711", bin, euid)
 		}
 		return nil
 	}

@@ -24,7 +24,8 @@ import (
 // to the VM's owner, it is still not dumpable. It relays and stops on
 // SIGTERM as before. Without vmnetctl-relay beside it, or with one the
 // kernel will not run, the helper relays in its own process, says so, and
-// still stops on SIGTERM.
+// still stops on SIGTERM. vmnetctl-helper, run with the command line the
+// controller gives it, does the same: it execs vmnetctl-relay beside it.
 func TestHelperExecsRelay(t *testing.T) {
 	f := newFixture(t)
 	lone := filepath.Join(t.TempDir(), "vmnetctl")
@@ -45,18 +46,27 @@ func TestHelperExecsRelay(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(brokenDir, relay.Binary), []byte("not a program\n"), 0o711); err != nil {
 		t.Fatal(err)
 	}
+	helperBin := filepath.Join(filepath.Dir(vmnetctlBin), helper.Binary)
 	for _, tc := range []struct {
 		name, bin, exe string
 		args           []string
+		// asHelper: vmnetctl-helper, with the command line the controller
+		// gives it (helper.Program).
+		asHelper  bool
+		inProcess bool
 	}{
-		{"with vmnetctl-relay", vmnetctlBin, relay.Binary, nil},
-		{"as the VM's owner", vmnetctlBin, relay.Binary, []string{"--uid", strconv.Itoa(ownerID), "--gid", strconv.Itoa(ownerID)}},
-		{"alone", lone, "vmnetctl", nil},
-		{"a vmnetctl-relay that does not run", broken, "vmnetctl", nil},
+		{name: "with vmnetctl-relay", bin: vmnetctlBin, exe: relay.Binary},
+		{name: "as the VM's owner", bin: vmnetctlBin, exe: relay.Binary, args: []string{"--uid", strconv.Itoa(ownerID), "--gid", strconv.Itoa(ownerID)}},
+		{name: "alone", bin: lone, exe: "vmnetctl", inProcess: true},
+		{name: "a vmnetctl-relay that does not run", bin: broken, exe: "vmnetctl", inProcess: true},
+		{name: "vmnetctl-helper", bin: helperBin, exe: relay.Binary, asHelper: true},
+		{name: "vmnetctl-helper, as the VM's owner", bin: helperBin, exe: relay.Binary, asHelper: true,
+			args: []string{"--uid", strconv.Itoa(ownerID), "--gid", strconv.Itoa(ownerID)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func(old string) { vmnetctlBin = old }(vmnetctlBin)
-			vmnetctlBin = tc.bin
+			defer func() { runAsController = false }()
+			vmnetctlBin, runAsController = tc.bin, tc.asHelper
 			tap := openTap(t, f.vm, "vmeth0", false, 0)
 			path := filepath.Join(f.dir, "helper.sock")
 			h := f.startHelper(t, nil, append([]string{"--socket", path, "--stats-interval", "60"}, tc.args...)...)
@@ -104,7 +114,7 @@ func TestHelperExecsRelay(t *testing.T) {
 			}
 			// Once it exited, its stderr is all read.
 			inProcess := strings.Contains(h.stderr(), "relaying in this process")
-			if inProcess != (tc.exe == "vmnetctl") {
+			if inProcess != tc.inProcess {
 				t.Errorf("says it relays in its own process: %v; stderr:\n%s", inProcess, h.stderr())
 			}
 			if _, err := os.Stat(path); err == nil {
@@ -164,5 +174,49 @@ func TestSudoHiddenCommands(t *testing.T) {
 	}
 	if !f.linkExists("vmt-victim") {
 		t.Errorf("a command run through sudo deleted another helper's TAP")
+	}
+}
+
+// TestProgram: the controller runs vmnetctl-helper beside vmnetctl only
+// when it is trusted as vmnetctl-relay is (owned by root or by vmnetctl's
+// owner, writable by nobody else); otherwise vmnetctl itself.
+func TestProgram(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the trust rule for a helper run as root")
+	}
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "vmnetctl")
+	bin := filepath.Join(dir, helper.Binary)
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := helper.Program(exe); got != exe {
+		t.Errorf("without %s: Program = %s, want %s", helper.Binary, got, exe)
+	}
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := helper.Program(exe); got != bin {
+		t.Errorf("with %s: Program = %s, want it", helper.Binary, got)
+	}
+	for _, tc := range []struct {
+		name string
+		mode os.FileMode
+		uid  int
+	}{
+		{"writable by others", 0o757, 0},
+		{"writable by its group", 0o775, 0},
+		{"not executable", 0o644, 0},
+		{"owned by another user", 0o755, 65534},
+	} {
+		if err := os.Chmod(bin, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(bin, tc.uid, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := helper.Program(exe); got != exe {
+			t.Errorf("%s %s: Program = %s, want %s", helper.Binary, tc.name, got, exe)
+		}
 	}
 }

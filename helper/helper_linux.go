@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,7 +139,11 @@ func checkOptions(o *Options) (*session, error) {
 	s := &session{o: o, log: relay.NewLogger(o.Stderr, o.Verbose, o.LogTimestamps)}
 	var uname unix.Utsname
 	unix.Uname(&uname)
-	s.log.Infof("main", "running %s on Linux %s", os.Args[0], unix.ByteSliceToString(uname.Release[:]))
+	prog := os.Args[0]
+	if exe, err := os.Executable(); err == nil && filepath.Base(exe) != filepath.Base(prog) {
+		prog += " (" + exe + ")" // vmnetctl-helper, run as `vmnetctl helper`
+	}
+	s.log.Infof("main", "running %s on Linux %s", prog, unix.ByteSliceToString(uname.Release[:]))
 	if o.FD >= 0 {
 		check := relay.CheckFD
 		if o.Attach == AttachStream {

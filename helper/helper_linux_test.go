@@ -40,6 +40,11 @@ import (
 
 var vmnetctlBin string
 
+// runAsController: launch gives the helper's command line as the
+// controller does (backend/linuxnet.HelperCommand: "helper" first, then
+// --networks), which vmnetctl-helper takes as well.
+var runAsController bool
+
 func TestMain(m *testing.M) { testutil.MainWithVmnetctl(m, &vmnetctlBin) }
 
 const (
@@ -227,7 +232,11 @@ func (f *fixture) startHelper(t *testing.T, extra []*os.File, args ...string) *h
 // exited first.
 func (f *fixture) launch(t *testing.T, extra []*os.File, args ...string) (*helperProc, string) {
 	t.Helper()
-	cmd := f.host.Command(context.Background(), vmnetctlBin, append([]string{"--networks", f.networks, "helper"}, args...)...)
+	argv := append([]string{"--networks", f.networks, "helper"}, args...)
+	if runAsController {
+		argv = append([]string{"helper", "--networks", f.networks}, args...)
+	}
+	cmd := f.host.Command(context.Background(), vmnetctlBin, argv...)
 	// As the controller runs helpers: the fixture's network is up, and
 	// the helper does not hold it (no state dir, no controller).
 	cmd.Env = append(os.Environ(), helperproto.EnvUnderController+"=1")

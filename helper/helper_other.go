@@ -8,3 +8,6 @@ import "context"
 func Run(context.Context, Options) error { return errNotLinux }
 
 func relearnMAC(context.Context, Options) error { return errNotLinux }
+
+// Program is exe: vmnetctl-relay is Linux's.
+func Program(exe string) string { return exe }

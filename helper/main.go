@@ -38,6 +38,10 @@ func (f *Flags) holds(n *api.Network) bool {
 	return err == nil || netplane.IsNotUp(err)
 }
 
+// Binary is the helper's own program, cmd/vmnetctl-helper, installed next
+// to vmnetctl: `vmnetctl helper` without the rest of vmnetctl (Program).
+const Binary = "vmnetctl-helper"
+
 // DeleteLinkFlag is the hidden `vmnetctl helper` flag of the child that
 // deletes a VM port outliving the helper (netplane.DeleteLinkOnEOF).
 const DeleteLinkFlag = "delete-link-on-eof"

@@ -84,7 +84,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	if err := l.StateDir.SaveHelperIntent(statedir.HelperIntent{Key: a.Key(), Argv: argv, Starter: self}); err != nil {
 		return fail(err)
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := Command(l.Backend, argv)
 	cmd.Env = HelperEnv(l.Backend.HelperEnv(spec))
 	if s.fd != nil {
 		cmd.ExtraFiles = []*os.File{s.fd}
@@ -141,6 +141,19 @@ func RemoveSocket(sock string) {
 func NewHelperRecord(a *spec.Attachment, restarts int) statedir.HelperRecord {
 	return statedir.HelperRecord{Key: a.Key(), VM: a.VM, Index: a.Index, Network: a.Network, Project: a.Project,
 		MAC: a.MAC, Attach: a.Attach, Restarts: restarts}
+}
+
+// Command is the command that runs a helper's command line argv for
+// backend b: the program b runs it with (backend.HelperProgrammer), and
+// argv as the process's command line.
+func Command(b backend.Backend, argv []string) *exec.Cmd {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if p, ok := b.(backend.HelperProgrammer); ok {
+		if prog := p.HelperProgram(argv[0]); prog != argv[0] {
+			cmd.Path, cmd.Err = prog, nil
+		}
+	}
+	return cmd
 }
 
 // HelperEnv is the controller's environment without sudo's variables, plus

@@ -314,27 +314,8 @@ func (n *NetworkInfo) Render(w io.Writer) error {
 	return (&LeaseList{Leases: n.LeaseList}).Render(w)
 }
 
-// NetworkMadeOnDemand returns the network made on demand with this id that
-// a project of the state dir holds up (a helper started with vmnet-helper's
-// address flags), for `vmnetctl helper --network ID`: as on macOS, where
-// vmnet-broker lets a second VM join a network by name. Nil if none.
+// NetworkMadeOnDemand is statedir.Dir.NetworkMadeOnDemand of env's state
+// dir, for `vmnetctl helper --network ID`.
 func NetworkMadeOnDemand(env Env, id string) (*api.Network, error) {
-	projects, err := env.StateDir.Projects()
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range projects {
-		if p.OnDemand == nil {
-			continue
-		}
-		od, diags := api.LoadNetworks(api.OnDemandSource, p.OnDemand)
-		if diags.HasErrors() {
-			continue
-		}
-		if n := od.Get(id); n != nil {
-			n.OnDemand = p.OnDemand
-			return n, nil
-		}
-	}
-	return nil, nil
+	return env.StateDir.NetworkMadeOnDemand(id)
 }

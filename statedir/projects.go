@@ -237,3 +237,28 @@ func ProjectName(files []*api.VMFile) string {
 	base := filepath.Base(files[0].File)
 	return strings.TrimSuffix(base, filepath.Ext(base))
 }
+
+// NetworkMadeOnDemand returns the network made on demand with this id that
+// a project of the state dir holds up (a helper started with vmnet-helper's
+// address flags), for `vmnetctl helper --network ID`: as on macOS, where
+// vmnet-broker lets a second VM join a network by name. Nil if none.
+func (d Dir) NetworkMadeOnDemand(id string) (*api.Network, error) {
+	projects, err := d.Projects()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range projects {
+		if p.OnDemand == nil {
+			continue
+		}
+		od, diags := api.LoadNetworks(api.OnDemandSource, p.OnDemand)
+		if diags.HasErrors() {
+			continue
+		}
+		if n := od.Get(id); n != nil {
+			n.OnDemand = p.OnDemand
+			return n, nil
+		}
+	}
+	return nil, nil
+}

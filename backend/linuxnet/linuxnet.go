@@ -16,6 +16,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/capture"
 	"github.com/vmnetctl/vmnetctl/guard"
+	"github.com/vmnetctl/vmnetctl/helper"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
@@ -147,6 +148,10 @@ func (Backend) HelperEnv(s backend.HelperSpec) []string {
 // Shapes says whether a's helper shapes its link (backend.LinkShaper): every
 // helper but a TAP's, whose frames go between the VMM and the kernel.
 func (Backend) Shapes(a *api.Attachment) bool { return a.Attach != api.AttachTAP }
+
+// HelperProgram runs `vmnetctl helper` as vmnetctl-relay, when it can
+// (backend.HelperProgrammer, helper.Program).
+func (Backend) HelperProgram(argv0 string) string { return helper.Program(argv0) }
 
 // HelperCommand is `vmnetctl helper` for one attachment.
 func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {

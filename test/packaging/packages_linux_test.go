@@ -148,7 +148,7 @@ func TestPackages(t *testing.T) {
 
 // packaged are the files both packages hold (the zsh completion aside);
 // completions must not be empty.
-var packaged = []string{"/usr/bin/vmnetctl", "/usr/bin/vmnetctl-relay", "/etc/vmnetctl/networks.yaml", "/usr/lib/systemd/system/vmnetctl.service",
+var packaged = []string{"/usr/bin/vmnetctl", "/usr/bin/vmnetctl-relay", "/usr/bin/vmnetctl-helper", "/etc/vmnetctl/networks.yaml", "/usr/lib/systemd/system/vmnetctl.service",
 	"/usr/share/doc/vmnetctl/docs/security.md", "/usr/share/man/man8/vmnetctl.8.gz", "/usr/share/man/man8/vmnetctl-doctor.8.gz",
 	"/usr/share/bash-completion/completions/vmnetctl", "/usr/share/fish/vendor_completions.d/vmnetctl.fish"}
 

@@ -24,13 +24,20 @@ func Build(dir, pkg string) (string, error) {
 // execs into and finds next to the vmnetctl binary.
 const RelayPackage = "github.com/vmnetctl/vmnetctl/cmd/vmnetctl-relay"
 
-// BuildVmnetctl builds vmnetctl, and vmnetctl-relay beside it, into dir
-// and returns vmnetctl's path. As a package installs them: dir may be
-// searched by anyone, vmnetctl-relay is mode 0711 (a helper that dropped to
-// the VM's owner execs it: docs/helper.md).
+// HelperPackage is the import path of vmnetctl-helper, which the
+// controller runs for `vmnetctl helper` when it is next to vmnetctl.
+const HelperPackage = "github.com/vmnetctl/vmnetctl/cmd/vmnetctl-helper"
+
+// BuildVmnetctl builds vmnetctl, and vmnetctl-relay and vmnetctl-helper
+// beside it, into dir and returns vmnetctl's path. As a package installs
+// them: dir may be searched by anyone, vmnetctl-relay is mode 0711 (a
+// helper that dropped to the VM's owner execs it: docs/helper.md).
 func BuildVmnetctl(dir string) (string, error) {
 	relayBin, err := Build(dir, RelayPackage)
 	if err != nil {
+		return "", err
+	}
+	if _, err := Build(dir, HelperPackage); err != nil {
 		return "", err
 	}
 	if err := os.Chmod(relayBin, 0o711); err != nil {
