@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -66,6 +67,29 @@ type Backend interface {
 // still shows that command line, by which the controller knows it.
 type HelperProgrammer interface {
 	HelperProgram(argv0 string) string
+}
+
+// HelperPreparer is a backend that may set a helper up in the calling
+// process (the controller's) and start only its relay (Linux:
+// helper.Prepare): one process start an attachment instead of two.
+type HelperPreparer interface {
+	// PrepareHelper sets up the helper whose command line is argv (from
+	// HelperCommand), or returns nil, nil for one it does not (the caller
+	// runs argv).
+	PrepareHelper(argv []string, s HelperSpec) (*PreparedHelper, error)
+}
+
+// PreparedHelper is a helper set up in the calling process: the command
+// that runs the rest of it, under the helper's command line.
+type PreparedHelper struct {
+	// Cmd runs the helper's relay; its Env holds what the relay needs
+	// (the caller adds its own).
+	Cmd *exec.Cmd
+	// Log is what the helper logged while it was set up, for its log.
+	Log []byte
+	// Release closes the caller's copies of what the relay inherits, once
+	// Cmd started or failed to.
+	Release func()
 }
 
 // Partitioner is a running network that parts its VMs (Linux): no frame

@@ -23,21 +23,7 @@ import (
 // path, created and locked (the listener; nil with --fd). It returns the
 // relay's spec with it.
 func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
-	spec := relay.Spec{TAP: s.port.FD, TapName: s.tapName, Socket: s.o.FD, StatsInterval: s.o.StatsInterval, Verbose: s.o.Verbose, LogTimestamps: s.o.LogTimestamps}
-	if s.stats.File != nil {
-		spec.StatsFD = int(s.stats.File.Fd())
-	}
-	if s.shaping != nil {
-		spec.ShapingFD = int(s.shaping.Fd())
-	}
-	if s.o.Offloads() {
-		spec.Hdr = VirtioNetHdrLen
-	}
-	spec.Frame = spec.Hdr + s.ready.MaxPacketSize
-	if s.relayOffloads {
-		spec.TapHdr = VirtioNetHdrLen
-	}
-	spec.Stream = s.o.Attach == AttachStream
+	spec := s.relaySpec()
 	if s.o.SocketPath == "" {
 		return spec, nil, nil
 	}
@@ -54,6 +40,26 @@ func (s *session) setupSocket() (relay.Spec, *relay.Listener, error) {
 	}
 	spec.Socket, spec.SocketPath, spec.LockFD = lis.FD(), s.o.SocketPath, lis.LockFD()
 	return spec, lis, nil
+}
+
+// relaySpec is the relay's spec for this helper, but for its socket.
+func (s *session) relaySpec() relay.Spec {
+	spec := relay.Spec{TAP: s.port.FD, TapName: s.tapName, Socket: s.o.FD, StatsInterval: s.o.StatsInterval, Verbose: s.o.Verbose, LogTimestamps: s.o.LogTimestamps}
+	if s.stats.File != nil {
+		spec.StatsFD = int(s.stats.File.Fd())
+	}
+	if s.shaping != nil {
+		spec.ShapingFD = int(s.shaping.Fd())
+	}
+	if s.o.Offloads() {
+		spec.Hdr = VirtioNetHdrLen
+	}
+	spec.Frame = spec.Hdr + s.ready.MaxPacketSize
+	if s.relayOffloads {
+		spec.TapHdr = VirtioNetHdrLen
+	}
+	spec.Stream = s.o.Attach == AttachStream
+	return spec
 }
 
 // learns says whether the port's guard learns the VM's MAC (no --mac), so

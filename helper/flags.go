@@ -1,9 +1,13 @@
 package helper
 
 import (
+	"fmt"
+	"io"
+
 	"github.com/spf13/pflag"
 
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // Bind defines the helper's flags on fl, into f: `vmnetctl helper`'s, and
@@ -41,4 +45,41 @@ func (f *Flags) Bind(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.NoRelayOffloads, NoRelayOffloadsFlag, false, "give a VM without offloads a port without them: no merging or cutting of TCP segments in the relay (the benchmark's comparison)")
 	fl.MarkHidden(NoRelayOffloadsFlag)
 	fl.StringVar(&f.Attach, "attach", "", "tap: create a persistent TAP for the VMM to open (firecracker, cloud-hypervisor, qemu -netdev tap) and relay nothing; stream: --socket is a stream socket the VMM connects to (qemu -netdev stream, lima's socket: networks); vhost-user: --socket is a vhost-user socket (qemu -netdev vhost-user, cloud-hypervisor vhost_user=true), the frames read from and written to the guest's memory")
+}
+
+// ParseCommandLine reads a helper's command line after its program:
+// `helper` (optional), the helper's flags, and the global flags a helper
+// takes (--networks, --state-dir), as the controller gives them
+// (backend/linuxnet.HelperCommand). It is vmnetctl-helper's command line
+// (cmd/vmnetctl-helper), and what Prepare reads the helper's options from.
+func ParseCommandLine(args []string) (Flags, error) { return parseCommandLine(args, false) }
+
+// parseCommandLine is ParseCommandLine; underController reads it as the
+// controller's helper, whose environment has no sudo variables (the
+// controller removes them: launch.HelperEnv), whatever this process's has:
+// --uid and --gid default to -1.
+func parseCommandLine(args []string, underController bool) (Flags, error) {
+	if len(args) > 0 && args[0] == "helper" {
+		args = args[1:]
+	}
+	var f Flags
+	fl := pflag.NewFlagSet("vmnetctl helper", pflag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	f.Bind(fl)
+	fl.StringVar(&f.NetworksFile, "networks", "", "networks.yaml to use")
+	fl.StringVar(&f.StateDir, "state-dir", statedir.Default(), "directory for vmnetctl's state")
+	if err := fl.Parse(args); err != nil {
+		return Flags{}, err
+	}
+	if fl.NArg() > 0 {
+		return Flags{}, fmt.Errorf("helper takes no arguments, got %q", fl.Args())
+	}
+	if underController && !fl.Changed("uid") {
+		f.UID = -1
+	}
+	if underController && !fl.Changed("gid") {
+		f.GID = -1
+	}
+	f.MadeOnDemand = statedir.New(f.StateDir).NetworkMadeOnDemand
+	return f, nil
 }

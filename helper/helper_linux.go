@@ -33,7 +33,7 @@ import (
 // drop privileges, set up the socket, print the ready line, start the stats
 // and forward frames until termination.
 func Run(ctx context.Context, o Options) error {
-	s, err := checkOptions(&o)
+	s, err := checkOptions(&o, "")
 	if err != nil {
 		return err
 	}
@@ -43,11 +43,10 @@ func Run(ctx context.Context, o Options) error {
 	if s.stats.File != nil {
 		defer s.stats.File.Close()
 	}
-	if o.ShapingFile != "" {
-		// (as root, before the privileges go, as the stats file)
-		if s.shaping, err = os.OpenFile(o.ShapingFile, os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o640); err != nil {
-			return fmt.Errorf("--shaping-file: %w", err)
-		}
+	if err := s.openShaping(); err != nil {
+		return err
+	}
+	if s.shaping != nil {
 		defer s.shaping.Close()
 	}
 	if err := s.createPort(); err != nil {
@@ -112,6 +111,9 @@ type session struct {
 	ready         helperproto.Ready
 	stats         *relay.StatsOut // where the stats lines go (openStats)
 	shaping       *os.File        // --shaping-file, or nil
+	// underController: the helper is the controller's, set up in its
+	// process (Prepare), never one run through sudo.
+	underController bool
 }
 
 // openStats opens --stats-file (as root, before the privileges go: the
@@ -129,19 +131,36 @@ func (s *session) openStats() error {
 	return nil
 }
 
+// openShaping opens --shaping-file (as root, before the privileges go, as
+// the stats file).
+func (s *session) openShaping() error {
+	if s.o.ShapingFile == "" {
+		return nil
+	}
+	f, err := os.OpenFile(s.o.ShapingFile, os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o640)
+	if err != nil {
+		return fmt.Errorf("--shaping-file: %w", err)
+	}
+	s.shaping = f
+	return nil
+}
+
 // checkOptions checks the options, then the cheap things the VM side gave,
 // before anything is created: the inherited socket, that the data plane
-// runs the network, and the VM's owner.
-func checkOptions(o *Options) (*session, error) {
+// runs the network, and the VM's owner. Its first log line names prog as
+// what runs ("": this process).
+func checkOptions(o *Options, prog string) (*session, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
 	s := &session{o: o, log: relay.NewLogger(o.Stderr, o.Verbose, o.LogTimestamps)}
 	var uname unix.Utsname
 	unix.Uname(&uname)
-	prog := os.Args[0]
-	if exe, err := os.Executable(); err == nil && filepath.Base(exe) != filepath.Base(prog) {
-		prog += " (" + exe + ")" // vmnetctl-helper, run as `vmnetctl helper`
+	if prog == "" {
+		prog = os.Args[0]
+		if exe, err := os.Executable(); err == nil && filepath.Base(exe) != filepath.Base(prog) {
+			prog += " (" + exe + ")" // vmnetctl-helper, run as `vmnetctl helper`
+		}
 	}
 	s.log.Infof("main", "running %s on Linux %s", prog, unix.ByteSliceToString(uname.Release[:]))
 	if o.FD >= 0 {
@@ -198,8 +217,10 @@ func checkNetwork(o *Options) error {
 // learns the MTU for the ready line.
 func (s *session) createPort() error {
 	o := s.o
-	if err := checkSudoPort(o.Network, s.tapName); err != nil {
-		return err
+	if !s.underController {
+		if err := checkSudoPort(o.Network, s.tapName); err != nil {
+			return err
+		}
 	}
 	offloads := netplane.Offloads{Checksum: o.ChecksumOffload, TSO: o.TSO}
 	if o.Attach == AttachVhostUser {
@@ -439,25 +460,31 @@ func owner(uid, gid int) (int, int, error) {
 
 // dropPrivileges becomes the VM's owner for good: supplementary groups, gid,
 // then uid (Go applies each to every thread of the process).
+// ownerGroups are the groups a helper run as uid and gid keeps: uid's
+// groups, or gid alone.
+func ownerGroups(uid, gid int) []int {
+	groups := []int{gid}
+	if uid >= 0 {
+		if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+			if ids, err := u.GroupIds(); err == nil {
+				groups = groups[:0]
+				for _, s := range ids {
+					if g, err := strconv.Atoi(s); err == nil {
+						groups = append(groups, g)
+					}
+				}
+			}
+		}
+	}
+	return groups
+}
+
 func dropPrivileges(uid, gid int) error {
 	if uid < 0 && gid < 0 {
 		return nil
 	}
 	if gid >= 0 {
-		groups := []int{gid}
-		if uid >= 0 {
-			if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
-				if ids, err := u.GroupIds(); err == nil {
-					groups = groups[:0]
-					for _, s := range ids {
-						if g, err := strconv.Atoi(s); err == nil {
-							groups = append(groups, g)
-						}
-					}
-				}
-			}
-		}
-		if err := syscall.Setgroups(groups); err != nil {
+		if err := syscall.Setgroups(ownerGroups(uid, gid)); err != nil {
 			return fmt.Errorf("dropping privileges: setgroups: %w", err)
 		}
 		if err := syscall.Setgid(gid); err != nil {

@@ -197,6 +197,11 @@ func (f *Flags) options(s Streams) (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
+	return f.optionsFor(n, s), nil
+}
+
+// optionsFor is the helper's Options on network n, resolved.
+func (f *Flags) optionsFor(n *api.Network, s Streams) Options {
 	var vmMAC net.HardwareAddr
 	if f.MAC != "" {
 		vmMAC, _ = net.ParseMAC(f.MAC) // checked
@@ -224,7 +229,7 @@ func (f *Flags) options(s Streams) (Options, error) {
 		ShapingFile:     f.ShapingFile,
 		Stdout:          s.Out,
 		Stderr:          s.Err,
-	}, nil
+	}
 }
 
 // RelearnFlag is helperexec.RelearnFlag, the hidden flag of the command

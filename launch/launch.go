@@ -2,10 +2,12 @@ package launch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -88,6 +90,19 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	cmd.Env = HelperEnv(l.Backend.HelperEnv(spec))
 	if s.fd != nil {
 		cmd.ExtraFiles = []*os.File{s.fd}
+	} else if p, ok := l.Backend.(backend.HelperPreparer); ok {
+		prep, err := p.PrepareHelper(argv, spec)
+		if err != nil {
+			return fail(err)
+		}
+		if prep != nil {
+			defer prep.Release()
+			prep.Cmd.Env = append(cmd.Env, prep.Cmd.Env...)
+			cmd = prep.Cmd
+			if err := appendLog(l.StateDir.HelperLogFile(a.Key()), prep.Log); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: spec.Socket, StallTimeout: l.StallTimeout,
 		StopGrace: l.StopGrace, ReadyFile: l.StateDir.HelperReadyFile(a.Key()), LogFile: l.StateDir.HelperLogFile(a.Key())})
@@ -103,6 +118,17 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	rec := NewHelperRecord(a, 0)
 	rec.Proc, rec.Socket, rec.Tap, rec.Ready, rec.StartedAt = id, spec.Socket, proc.Ready.TapName, string(ready), time.Now()
 	return proc, rec, nil
+}
+
+// appendLog adds what a helper set up in this process logged to its log
+// file, before the relay's own lines.
+func appendLog(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o640)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	return errors.Join(err, f.Close())
 }
 
 // prepareSocket makes the VM's folder of the state dir ready for the

@@ -53,12 +53,26 @@ type Listener struct {
 // Listen creates the unix datagram socket at path (mode 0600, owned by the
 // user the helper runs as) after taking path.lock, so two helpers never
 // serve one path; a stale socket left by a crashed helper is replaced.
-func Listen(path string) (*Listener, error) { return listen(path, unix.SOCK_DGRAM) }
+func Listen(path string) (*Listener, error) { return listen(path, unix.SOCK_DGRAM, false) }
 
 // ListenStream is Listen for a stream socket (Spec.Stream), listening for
 // one VMM at a time.
-func ListenStream(path string) (*Listener, error) {
-	l, err := listen(path, unix.SOCK_STREAM)
+func ListenStream(path string) (*Listener, error) { return listenStream(path, false) }
+
+// ListenShared is Listen, or ListenStream with stream, for a process whose
+// umask its other goroutines rely on (helper.Prepare, in the controller):
+// it leaves the umask alone and makes the socket 0600 once bound (before
+// that, as bind made it under the usual umask, only its owner may write to
+// it, which connecting needs).
+func ListenShared(path string, stream bool) (*Listener, error) {
+	if stream {
+		return listenStream(path, true)
+	}
+	return listen(path, unix.SOCK_DGRAM, true)
+}
+
+func listenStream(path string, shared bool) (*Listener, error) {
+	l, err := listen(path, unix.SOCK_STREAM, shared)
 	if err != nil {
 		return nil, err
 	}
@@ -69,9 +83,9 @@ func ListenStream(path string) (*Listener, error) {
 	return l, nil
 }
 
-func listen(path string, typ int) (*Listener, error) {
+func listen(path string, typ int, shared bool) (*Listener, error) {
 	l := &Listener{fd: -1, path: path, lock: helperproto.SocketLock(path)}
-	f, err := os.OpenFile(l.lock, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(l.lock, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("--socket %s: %w", path, err)
 	}
@@ -93,14 +107,35 @@ func listen(path string, typ int) (*Listener, error) {
 		return nil, fmt.Errorf("creating socket: %w", err)
 	}
 	l.fd = fd
-	old := unix.Umask(0o177) // bind creates the path 0600, with no window
-	err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
-	unix.Umask(old)
+	if shared {
+		err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
+		if err == nil {
+			err = unix.Fchmodat(unix.AT_FDCWD, path, 0o600, 0)
+		}
+	} else {
+		old := unix.Umask(0o177) // bind creates the path 0600, with no window
+		err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
+		unix.Umask(old)
+	}
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("--socket %s: %w", path, err)
 	}
 	return l, nil
+}
+
+// Release closes this process's descriptors of the socket and its lock
+// and leaves both in place, for the process that inherited them (the
+// relay that helper.Prepare started).
+func (l *Listener) Release() {
+	if l.fd >= 0 {
+		unix.Close(l.fd)
+		l.fd = -1
+	}
+	if l.lockFile != nil {
+		l.lockFile.Close()
+		l.lockFile = nil
+	}
 }
 
 // Close removes the socket and its lock. A nil Listener (--fd) has none.

@@ -153,6 +153,17 @@ func (Backend) Shapes(a *api.Attachment) bool { return a.Attach != api.AttachTAP
 // (backend.HelperProgrammer, helper.Program).
 func (Backend) HelperProgram(argv0 string) string { return helper.Program(argv0) }
 
+// PrepareHelper sets up a helper in the controller's process and gives
+// the command that starts only its relay (backend.HelperPreparer,
+// helper.Prepare).
+func (Backend) PrepareHelper(argv []string, s backend.HelperSpec) (*backend.PreparedHelper, error) {
+	p, err := helper.Prepare(argv, s.Network)
+	if p == nil || err != nil {
+		return nil, err
+	}
+	return &backend.PreparedHelper{Cmd: p.Cmd, Log: p.Log, Release: p.Release}, nil
+}
+
 // HelperCommand is `vmnetctl helper` for one attachment.
 func (Backend) HelperCommand(s backend.HelperSpec) ([]string, error) {
 	a, n := s.Attachment, s.Network

@@ -17,32 +17,17 @@ import (
 	"os"
 	"runtime/debug"
 
-	"github.com/spf13/pflag"
-
 	"github.com/vmnetctl/vmnetctl/helper"
-	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
-	if len(args) > 0 && args[0] == "helper" {
-		args = args[1:]
-	}
-	var f helper.Flags
-	fl := pflag.NewFlagSet("vmnetctl helper", pflag.ContinueOnError)
-	f.Bind(fl)
-	fl.StringVar(&f.NetworksFile, "networks", "", "networks.yaml to use")
-	fl.StringVar(&f.StateDir, "state-dir", statedir.Default(), "directory for vmnetctl's state")
-	if err := fl.Parse(args); err != nil {
+	f, err := helper.ParseCommandLine(args)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "vmnetctl:", err)
 		return 2
 	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "vmnetctl: helper takes no arguments, got %q\n", fl.Args())
-		return 2
-	}
-	f.MadeOnDemand = statedir.New(f.StateDir).NetworkMadeOnDemand
 	f.Version, f.Commit = buildVersion()
 	if err := helper.Main(context.Background(), f, helper.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}); err != nil {
 		fmt.Fprintln(os.Stderr, "vmnetctl:", err)

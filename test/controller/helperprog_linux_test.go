@@ -13,14 +13,14 @@ import (
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
-// TestControllerRunsVmnetctlHelper: the controller runs vmnetctl-helper
-// (beside vmnetctl, as a package installs it) for an attachment's helper,
-// which says so in its log, and the process shows `vmnetctl helper`'s
-// command line, by which the controller knows it; set up, it is
-// vmnetctl-relay.
-func TestControllerRunsVmnetctlHelper(t *testing.T) {
+// TestControllerPreparesHelper: the controller sets an attachment's helper
+// up itself and starts only vmnetctl-relay (beside vmnetctl, as a package
+// installs it), which says so in its log; the process shows `vmnetctl
+// helper`'s command line, by which the controller knows it. A helper it
+// does not set up (attach: tap) runs vmnetctl-helper.
+func TestControllerPreparesHelper(t *testing.T) {
 	h := newHost(t)
-	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
+	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n  t:\n    networks:\n      - vmnet: shared\n        attach: tap\n")
 	h.MustVmnetctl("up", "-f", vms)
 	a := h.Attachment(h.Status(), "a")
 	log, err := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile("a/0"))
@@ -28,9 +28,18 @@ func TestControllerRunsVmnetctlHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, _, _ := strings.Cut(string(log), "\n")
-	want := "running " + h.Binary + " (" + filepath.Join(filepath.Dir(h.Binary), helper.Binary) + ") on Linux"
+	want := "running " + filepath.Join(filepath.Dir(h.Binary), relay.Binary) + ", set up by the controller"
 	if !strings.Contains(first, want) {
 		t.Errorf("the helper's log begins %q, want it to say %q", first, want)
+	}
+	log, err = os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile("t/0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ = strings.Cut(string(log), "\n")
+	want = "running " + h.Binary + " (" + filepath.Join(filepath.Dir(h.Binary), helper.Binary) + ") on Linux"
+	if !strings.Contains(first, want) {
+		t.Errorf("attach: tap: the helper's log begins %q, want it to say %q", first, want)
 	}
 	id, err := procid.Read(a.PID)
 	if err != nil {

@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/launch"
+	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/e2e/guest"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -123,6 +125,36 @@ func TestGuestsAsUser(t *testing.T) {
 	}
 	for _, a := range st.Attachments {
 		t.Logf("%s/%d: %s %s %s", a.VM, a.Index, a.Attach, a.Socket, a.Tap)
+		if a.VM != "u" || a.Socket == "" {
+			continue
+		}
+		// The controller set the helper up itself and started only its
+		// relay (helper.Prepare): the socket and its lock are the user's,
+		// as a helper that dropped to them makes them, and the relay runs
+		// as the user, not dumpable (/proc shows its descriptors as root's).
+		for _, path := range []string{a.Socket, a.Socket + ".lock"} {
+			if fi, err := os.Lstat(path); err != nil {
+				t.Error(err)
+			} else if uid := statUID(fi); uid != vmUID || fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s: uid %d, mode %v; want uid %d, mode 0600", path, uid, fi.Mode().Perm(), vmUID)
+			}
+		}
+		// (/proc/PID itself always shows the process's euid.)
+		if fi, err := os.Stat(fmt.Sprintf("/proc/%d/fd", a.PID)); err != nil {
+			t.Error(err)
+		} else if uid := statUID(fi); uid != 0 {
+			t.Errorf("u/%d's relay (pid %d) is dumpable: /proc/%d/fd is uid %d's", a.Index, a.PID, a.PID, uid)
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.PID)); err != nil {
+			t.Error(err)
+		} else if !strings.Contains(string(b), fmt.Sprintf("\nUid:\t%d\t%d\t%d\t%d\n", vmUID, vmUID, vmUID, vmUID)) {
+			t.Errorf("u/%d's relay (pid %d) does not run as uid %d:\n%s", a.Index, a.PID, vmUID, b)
+		}
+		if b, err := os.ReadFile(statedir.Dir{Path: w.StateDir()}.HelperLogFile(fmt.Sprintf("u/%d", a.Index))); err != nil {
+			t.Error(err)
+		} else if !strings.Contains(string(b), "set up by the controller") {
+			t.Errorf("u/%d's helper was not set up by the controller; its log:\n%s", a.Index, b)
+		}
 	}
 
 	mkScript := func() *guest.Script {
