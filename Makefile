@@ -29,7 +29,7 @@ DIST ?= dist
 
 build:
 	$(GO) build -ldflags "-X main.version=v$(PKG_VERSION)" -o $(BIN) ./cmd/vmnetctl
-	$(GO) build -o $(BIN)-relay ./cmd/vmnetctl-relay
+	CGO_ENABLED=0 $(GO) build -o $(BIN)-relay ./cmd/vmnetctl-relay
 	chmod 0711 $(BIN)-relay
 	$(GO) build -o $(BIN)-helper ./cmd/vmnetctl-helper
 

@@ -6,6 +6,7 @@ package packaging
 
 import (
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,6 +36,18 @@ func TestPackages(t *testing.T) {
 	}
 	if after := treeStamps(inTree); after != before {
 		t.Errorf("make packages with BIN, PKG_BUILD and DIST wrote into the source tree: %s, was %s", after, before)
+	}
+	// vmnetctl-relay, started once an attachment, is static: no dynamic
+	// loader to run at each start.
+	if f, err := elf.Open(filepath.Join(build, "vmnetctl-relay")); err != nil {
+		t.Error(err)
+	} else {
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("vmnetctl-relay is dynamically linked (it has an interpreter)")
+			}
+		}
+		f.Close()
 	}
 	debs, _ := filepath.Glob(filepath.Join(dist, "vmnetctl_1.2.3_*.deb"))
 	rpms, _ := filepath.Glob(filepath.Join(dist, "vmnetctl-1.2.3-1.*.rpm"))
