@@ -46,6 +46,9 @@ type StartOptions struct {
 	// dies. Readiness is then read from ReadyFile; OnStats and Log are not
 	// used (read LogFile for stats), and failures quote LogFile's new lines.
 	ReadyFile, LogFile string
+	// LogFirst, with LogFile, is written to LogFile before the helper's
+	// own lines: what its setup in this process logged (helper.Prepare).
+	LogFirst []byte
 }
 
 // Helper is a running helper process.
@@ -261,6 +264,9 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 	defer logf.Close()
 	h.logFile = opts.LogFile
 	h.logStart, _ = logf.Seek(0, io.SeekEnd)
+	if _, err := logf.Write(opts.LogFirst); err != nil {
+		return nil, err
+	}
 	cmd.Stdout, cmd.Stderr = ready, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting helper: %w", err)

@@ -2,12 +2,10 @@ package launch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -88,6 +86,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	}
 	cmd := Command(l.Backend, argv)
 	cmd.Env = HelperEnv(l.Backend.HelperEnv(spec))
+	var setupLog []byte // what a helper set up here logged (PrepareHelper)
 	if s.fd != nil {
 		cmd.ExtraFiles = []*os.File{s.fd}
 	} else if p, ok := l.Backend.(backend.HelperPreparer); ok {
@@ -98,14 +97,12 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 		if prep != nil {
 			defer prep.Release()
 			prep.Cmd.Env = append(cmd.Env, prep.Cmd.Env...)
-			cmd = prep.Cmd
-			if err := appendLog(l.StateDir.HelperLogFile(a.Key()), prep.Log); err != nil {
-				return fail(err)
-			}
+			cmd, setupLog = prep.Cmd, prep.Log
 		}
 	}
 	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: spec.Socket, StallTimeout: l.StallTimeout,
-		StopGrace: l.StopGrace, ReadyFile: l.StateDir.HelperReadyFile(a.Key()), LogFile: l.StateDir.HelperLogFile(a.Key())})
+		StopGrace: l.StopGrace, ReadyFile: l.StateDir.HelperReadyFile(a.Key()), LogFile: l.StateDir.HelperLogFile(a.Key()),
+		LogFirst: setupLog})
 	if err != nil {
 		return fail(err)
 	}
@@ -118,17 +115,6 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	rec := NewHelperRecord(a, 0)
 	rec.Proc, rec.Socket, rec.Tap, rec.Ready, rec.StartedAt = id, spec.Socket, proc.Ready.TapName, string(ready), time.Now()
 	return proc, rec, nil
-}
-
-// appendLog adds what a helper set up in this process logged to its log
-// file, before the relay's own lines.
-func appendLog(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o640)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	return errors.Join(err, f.Close())
 }
 
 // prepareSocket makes the VM's folder of the state dir ready for the
