@@ -63,7 +63,7 @@ type Backend interface {
 
 // HelperProgrammer is a backend whose helper command line is run by
 // another program than the one its first word names (Linux:
-// vmnetctl-relay runs `vmnetctl helper`, helper.Program). The process
+// vmnetctl-helper runs `vmnetctl helper`, helper.Program). The process
 // still shows that command line, by which the controller knows it.
 type HelperProgrammer interface {
 	HelperProgram(argv0 string) string

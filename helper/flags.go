@@ -11,8 +11,7 @@ import (
 )
 
 // Bind defines the helper's flags on fl, into f: `vmnetctl helper`'s, and
-// vmnetctl-relay's when the controller runs it as the helper
-// (cmd/vmnetctl-relay).
+// vmnetctl-helper's (ParseCommandLine).
 func (f *Flags) Bind(fl *pflag.FlagSet) {
 	fl.IntVar(&f.FD, "fd", -1, "inherited connected unix datagram socket (one end of a socketpair)")
 	fl.StringVar(&f.Socket, "socket", "", "create this unix datagram socket and serve the first client that sends to it")

@@ -458,8 +458,6 @@ func owner(uid, gid int) (int, int, error) {
 	return uid, gid, nil
 }
 
-// dropPrivileges becomes the VM's owner for good: supplementary groups, gid,
-// then uid (Go applies each to every thread of the process).
 // ownerGroups are the groups a helper run as uid and gid keeps: uid's
 // groups, or gid alone.
 func ownerGroups(uid, gid int) []int {
@@ -479,6 +477,8 @@ func ownerGroups(uid, gid int) []int {
 	return groups
 }
 
+// dropPrivileges becomes the VM's owner for good: supplementary groups, gid,
+// then uid (Go applies each to every thread of the process).
 func dropPrivileges(uid, gid int) error {
 	if uid < 0 && gid < 0 {
 		return nil

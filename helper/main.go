@@ -82,8 +82,8 @@ type Flags struct {
 	// HoldNetwork): as vmnet does, a helper started cold just works.
 	EnsureNetwork func(ctx context.Context, n *api.Network) error
 	// MadeOnDemand, if set, finds a network made on demand by its id, for
-	// a --network that networks.yaml does not define (the controller's
-	// NetworkMadeOnDemand); nil, nil if there is none.
+	// a --network that networks.yaml does not define (the state dir's
+	// statedir.Dir.NetworkMadeOnDemand); nil, nil if there is none.
 	MadeOnDemand func(id string) (*api.Network, error)
 	// Version and Commit are what --version prints.
 	Version, Commit string

@@ -313,9 +313,3 @@ func (n *NetworkInfo) Render(w io.Writer) error {
 	fmt.Fprintln(w, "leases:")
 	return (&LeaseList{Leases: n.LeaseList}).Render(w)
 }
-
-// NetworkMadeOnDemand is statedir.Dir.NetworkMadeOnDemand of env's state
-// dir, for `vmnetctl helper --network ID`.
-func NetworkMadeOnDemand(env Env, id string) (*api.Network, error) {
-	return env.StateDir.NetworkMadeOnDemand(id)
-}

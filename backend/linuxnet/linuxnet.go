@@ -149,7 +149,7 @@ func (Backend) HelperEnv(s backend.HelperSpec) []string {
 // helper but a TAP's, whose frames go between the VMM and the kernel.
 func (Backend) Shapes(a *api.Attachment) bool { return a.Attach != api.AttachTAP }
 
-// HelperProgram runs `vmnetctl helper` as vmnetctl-relay, when it can
+// HelperProgram runs `vmnetctl helper` as vmnetctl-helper, when it can
 // (backend.HelperProgrammer, helper.Program).
 func (Backend) HelperProgram(argv0 string) string { return helper.Program(argv0) }
 

@@ -31,7 +31,7 @@ before it touches the VM's socket.`,
 				env.Stdout = io.Discard // stdout is the JSON line's
 				return ops.HoldNetwork(ctx, env, g.networks, n)
 			}
-			f.MadeOnDemand = func(id string) (*api.Network, error) { return ops.NetworkMadeOnDemand(g.env(s), id) }
+			f.MadeOnDemand = g.dir().NetworkMadeOnDemand
 			return helper.Main(cmd.Context(), *f, helper.Streams{In: s.in, Out: s.out, Err: s.err})
 		},
 	}
