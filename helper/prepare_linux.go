@@ -220,8 +220,11 @@ func (p *Prepared) close(undo bool) {
 // are theirs, so that the socket and its lock are theirs and every path is
 // looked up with their rights (the VM's folder is theirs), as the helper
 // does once it dropped its privileges. The thread is not used again: it
-// ends with its goroutine.
+// ends with its goroutine. With neither id to take, it makes them here.
 func listenAs(path string, stream bool, uid, gid int) (*relay.Listener, error) {
+	if uid < 0 && gid < 0 {
+		return relay.ListenShared(path, stream)
+	}
 	type result struct {
 		lis *relay.Listener
 		err error

@@ -55,6 +55,15 @@ func TestListenAs(t *testing.T) {
 	if err := os.Chmod(rootsDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A helper that stays root makes them as root.
+	lis, err := listenAs(filepath.Join(rootsDir, "root.sock"), false, -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, mode := uidOf(filepath.Join(rootsDir, "root.sock")); uid != 0 || mode != 0o600 {
+		t.Errorf("root's socket is uid %d's, mode %v; want 0's, 0600", uid, mode)
+	}
+	lis.Close()
 	if _, err := listenAs(filepath.Join(rootsDir, "0.sock"), false, owner, owner); err == nil {
 		t.Errorf("made a socket in a folder uid %d may not write", owner)
 	}

@@ -84,20 +84,25 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	if err := l.StateDir.SaveHelperIntent(statedir.HelperIntent{Key: a.Key(), Argv: argv, Starter: self}); err != nil {
 		return fail(err)
 	}
-	cmd := Command(l.Backend, argv)
-	cmd.Env = HelperEnv(l.Backend.HelperEnv(spec))
+	env := HelperEnv(l.Backend.HelperEnv(spec))
+	var cmd *exec.Cmd
 	var setupLog []byte // what a helper set up here logged (PrepareHelper)
-	if s.fd != nil {
-		cmd.ExtraFiles = []*os.File{s.fd}
-	} else if p, ok := l.Backend.(backend.HelperPreparer); ok {
+	if p, ok := l.Backend.(backend.HelperPreparer); ok && s.fd == nil {
 		prep, err := p.PrepareHelper(argv, spec)
 		if err != nil {
 			return fail(err)
 		}
 		if prep != nil {
 			defer prep.Release()
-			prep.Cmd.Env = append(cmd.Env, prep.Cmd.Env...)
 			cmd, setupLog = prep.Cmd, prep.Log
+			cmd.Env = append(env, cmd.Env...)
+		}
+	}
+	if cmd == nil {
+		cmd = Command(l.Backend, argv)
+		cmd.Env = env
+		if s.fd != nil {
+			cmd.ExtraFiles = []*os.File{s.fd}
 		}
 	}
 	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: spec.Socket, StallTimeout: l.StallTimeout,
