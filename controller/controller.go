@@ -230,6 +230,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	} else {
 		defer lock.Unlock()
 	}
+	if _, err := raiseOpenFiles(); err != nil {
+		c.log.Warn("helpers may fail to start with too many open files", "err", err)
+	}
 	c.restore()
 
 	stopServing, err := c.serve()

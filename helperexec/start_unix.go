@@ -56,7 +56,8 @@ type Helper struct {
 	// Ready is the helper's JSON line.
 	Ready helperproto.Ready
 
-	cmd      *exec.Cmd
+	cmd      *exec.Cmd // until started
+	pid      int
 	grace    time.Duration
 	logFile  string // file mode: the helper's stderr
 	logStart int64
@@ -118,7 +119,7 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 	}
 
 	// Read by the start only: a supervisor of thousands keeps none.
-	cmd.Env, cmd.Args = nil, nil
+	cmd.Env, cmd.Args, h.cmd = nil, nil, nil
 	fail := func(format string, args ...any) (*Helper, error) {
 		select {
 		case <-h.done: // reaped: its pid may already be someone else's
@@ -210,6 +211,7 @@ func (h *Helper) startWithPipes(opts StartOptions) (<-chan []byte, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting helper: %w", err)
 	}
+	h.pid = cmd.Process.Pid
 	lines := make(chan []byte, 1)
 	var readers sync.WaitGroup
 	readers.Go(func() {
@@ -268,12 +270,13 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = ready, logf
-	if err := cmd.Start(); err != nil {
+	child, err := procid.Start(cmd) // one pidfd, waited on in the poller
+	if err != nil {
 		return nil, fmt.Errorf("starting helper: %w", err)
 	}
+	h.pid = child.Pid
 	go func() {
-		procid.WaitGone(cmd.Process.Pid) // in the poller, not in a thread of its own
-		h.err = cmd.Wait()
+		h.err = child.Wait()
 		h.exit()
 	}()
 	lines := make(chan []byte, 1)
@@ -362,7 +365,7 @@ func (h *Helper) OnExit(f func()) {
 }
 
 // Pid is the helper's process id (and process group id).
-func (h *Helper) Pid() int { return h.cmd.Process.Pid }
+func (h *Helper) Pid() int { return h.pid }
 
 // Done is closed when the helper has exited.
 func (h *Helper) Done() <-chan struct{} { return h.done }

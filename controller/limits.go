@@ -1,0 +1,34 @@
+package controller
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/vmnetctl/vmnetctl/api"
+)
+
+// openFilesNeeded is what a controller of api.MaxAttachments helpers
+// may hold open: a pidfd each (procid.Child), and room for its netlink
+// and nftables sockets, its API's connections and its files.
+const openFilesNeeded = api.MaxAttachments + 4096
+
+// raiseOpenFiles lifts the limit on this process's open files to
+// openFilesNeeded where it is lower (Go has already raised the soft limit
+// to the hard one): a root controller may raise the hard limit too, and a
+// hard limit of 4,096, as some systems set, would fail the 4,000th
+// helper with "too many open files". It returns what the limit is, and
+// an error only when it stays below openFilesNeeded.
+func raiseOpenFiles() (uint64, error) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	if l.Cur >= openFilesNeeded {
+		return l.Cur, nil
+	}
+	want := syscall.Rlimit{Cur: openFilesNeeded, Max: max(l.Max, openFilesNeeded)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		return l.Cur, fmt.Errorf("open files limited to %d (%d wanted for %d attachments): %w", l.Cur, uint64(openFilesNeeded), api.MaxAttachments, err)
+	}
+	return want.Cur, nil
+}

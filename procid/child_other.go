@@ -1,0 +1,22 @@
+//go:build !linux
+
+package procid
+
+import "os/exec"
+
+// Child is a process this one started (os/exec's, here: no pidfds).
+type Child struct {
+	Pid int
+	cmd *exec.Cmd
+}
+
+// Start starts cmd (exec.Cmd.Start). Reap it with Wait.
+func Start(cmd *exec.Cmd) (*Child, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &Child{Pid: cmd.Process.Pid, cmd: cmd}, nil
+}
+
+// Wait returns once the child has exited, reaped (exec.Cmd.Wait).
+func (c *Child) Wait() error { return c.cmd.Wait() }
