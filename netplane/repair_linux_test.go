@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -120,14 +123,23 @@ func TestLinkChangedFleetChurn(t *testing.T) {
 }
 
 // TestBriefLinks: the lean dump names the links as netlink.LinkList does,
-// with their masters and aliases; and a link's name is found, or not, by
-// its name alone.
+// with their masters and aliases, over a dump of many messages (500
+// links); and a link's name is found, or not, by its name alone.
 func TestBriefLinks(t *testing.T) {
 	testutil.RequireRoot(t, "makes links in a network namespace")
 	host := testutil.NewNS(t, "brief")
 	host.MustRun(t, "ip", "link", "add", "br-b", "type", "bridge")
 	host.MustRun(t, "ip", "link", "add", "p-b", "master", "br-b", "type", "veth", "peer", "name", "p-c")
 	host.MustRun(t, "ip", "link", "set", "p-b", "alias", "a port")
+	var batch strings.Builder
+	for i := range 250 {
+		fmt.Fprintf(&batch, "link add d%d master br-b type veth peer name e%d\n", i, i)
+	}
+	batchFile := filepath.Join(t.TempDir(), "links")
+	if err := os.WriteFile(batchFile, []byte(batch.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host.MustRun(t, "ip", "-batch", batchFile)
 	host.MustDo(t, func() error {
 		brief, err := hostnet.BriefLinks()
 		if err != nil {
