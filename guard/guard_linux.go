@@ -337,6 +337,19 @@ func guardRules(n *api.Network) []string {
 // nor the one it holds). CreatePort calls it for a TAP before the TAP
 // joins the bridge, so no frame of it goes unchecked.
 func AddPort(ctx context.Context, n *api.Network, port string, mac net.HardwareAddr) error {
+	return addPort(ctx, n, port, mac, true)
+}
+
+// AddPortKept is AddPort for a caller that keeps n's guard layout itself,
+// and so skips AddPort's own look at the guard's chains (four dumps, a
+// tenth of what a controller's pass spends making a port): a controller
+// checks each network's tables, and repairs them, on any change of them
+// (its watch) and on its resync.
+func AddPortKept(ctx context.Context, n *api.Network, port string, mac net.HardwareAddr) error {
+	return addPort(ctx, n, port, mac, false)
+}
+
+func addPort(ctx context.Context, n *api.Network, port string, mac net.HardwareAddr, checkLayout bool) error {
 	if !Guarded(n) {
 		return nil
 	}
@@ -355,8 +368,10 @@ func AddPort(ctx context.Context, n *api.Network, port string, mac net.HardwareA
 			return err
 		}
 	}
-	if err := ensureGuardLayout(ctx, n); err != nil {
-		return err
+	if checkLayout {
+		if err := ensureGuardLayout(ctx, n); err != nil {
+			return err
+		}
 	}
 	ps, err := readPortState(n.ID, port, m)
 	if err != nil {

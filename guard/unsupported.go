@@ -18,6 +18,9 @@ import (
 func AddPort(context.Context, *api.Network, string, net.HardwareAddr) error {
 	return errors.ErrUnsupported
 }
+func AddPortKept(context.Context, *api.Network, string, net.HardwareAddr) error {
+	return errors.ErrUnsupported
+}
 func RemovePort(context.Context, *api.Network, string) error { return errors.ErrUnsupported }
 func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr, nettypes.ClaimOptions) error {
 	return errors.ErrUnsupported

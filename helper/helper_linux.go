@@ -242,6 +242,7 @@ func (s *session) createPort() error {
 		VMMAC:        o.VMMAC,
 		NoSpoofCheck: o.NoSpoofCheck,
 		Persist:      o.Attach == AttachTap,
+		GuardKept:    s.underController,
 		Cleanup:      s.cleanupCommand,
 	})
 	if err != nil {

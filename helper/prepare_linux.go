@@ -67,8 +67,11 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 	case f.Network != n.ID:
 		return nil, fmt.Errorf("helper command line for network %q, not %q", f.Network, n.ID)
 	}
-	if _, err := netplane.NetworkBridge(n); errors.Is(err, netplane.ErrMacvtapPort) {
-		return nil, nil
+	if n.Mode == api.ModeBridged {
+		// (Only a bridged network's VMs may get a macvtap.)
+		if _, err := netplane.NetworkBridge(n); errors.Is(err, netplane.ErrMacvtapPort) {
+			return nil, nil
+		}
 	}
 	if err := f.check(); err != nil {
 		return nil, err

@@ -144,7 +144,9 @@ func g6Lab(t *testing.T, id string) (*testutil.NS, *api.Network, *Network) {
 
 // TestGuardChainsDamaged: a guard table whose checks lost a rule behind
 // vmnetctl's back fails Check, and the next port's guard makes the chain
-// whole again before it adds the port.
+// whole again before it adds the port; a port guarded for a controller
+// (AddPortKept: the controller repairs its networks' tables itself) is
+// guarded without that look.
 func TestGuardChainsDamaged(t *testing.T) {
 	needRoot(t)
 	host, n, _ := g6Lab(t, "gd")
@@ -161,6 +163,14 @@ func TestGuardChainsDamaged(t *testing.T) {
 	host.MustDo(t, func() error { errs = guard.CheckTable(context.Background(), n); return nil })
 	if len(errs) == 0 {
 		t.Errorf("Check of a guard without its first rule found nothing wrong")
+	}
+	host.MustRun(t, "ip", "link", "add", "p-k", "type", "veth", "peer", "name", "p-l")
+	host.MustDo(t, func() error { return guard.AddPortKept(context.Background(), n, "p-k", nil) })
+	if !setHas(t, host, n.ID, guard.SetGuarded, portIndex(t, host, "p-k")) {
+		t.Errorf("AddPortKept left its port unguarded")
+	}
+	if got := host.MustRun(t, "nft", "list", "chain", "bridge", table, guard.SetChecks); strings.Contains(got, "ether type != @"+guard.SetL2Types) {
+		t.Errorf("AddPortKept looked at the guard's chains and mended them:\n%s", got)
 	}
 	host.MustRun(t, "ip", "link", "add", "p-d", "type", "veth", "peer", "name", "p-e")
 	host.MustDo(t, func() error { return guard.AddPort(context.Background(), n, "p-d", nil) })

@@ -47,6 +47,10 @@ type PortConfig struct {
 	// Persist keeps a TAP when its fd closes, for a VMM that opens it by
 	// name (firecracker, cloud-hypervisor, qemu -netdev tap). Needs a bridge.
 	Persist bool
+	// GuardKept says the caller keeps the network's guard layout (a
+	// controller: guard.AddPortKept), so the port's guard does not look
+	// at it again.
+	GuardKept bool
 	// Cleanup returns the command of a child that runs, with the privileges
 	// to delete links, DeleteLinkOnEOF(Name, its stdin). CreatePort calls it
 	// for a port that outlives its fd (a macvtap, a persistent TAP) and

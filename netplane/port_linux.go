@@ -122,18 +122,19 @@ func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error
 	// it goes unchecked.
 	if c.NoSpoofCheck {
 		err = guard.RemovePort(context.TODO(), n, c.Name)
+	} else if c.GuardKept {
+		err = guard.AddPortKept(context.TODO(), n, c.Name, c.VMMAC)
 	} else {
 		err = guard.AddPort(context.TODO(), n, c.Name, c.VMMAC)
 	}
 	if err != nil {
 		return err
 	}
-	link, err := attachTap(c.Name, br.Attrs().Name, c.Isolated)
-	if err != nil {
+	if err := attachTap(c.Name, br, c.Isolated); err != nil {
 		return fmt.Errorf("network %q: %w", n.ID, err)
 	}
 	p.Bridge = br.Attrs().Name
-	p.MTU = link.Attrs().MTU // AttachPort gave it the bridge's MTU
+	p.MTU = br.Attrs().MTU // attachPort gave it the bridge's MTU
 	return nil
 }
 
@@ -268,29 +269,32 @@ func deleteLink(name string) error {
 }
 
 // attachTap makes TAP name (createTap marked it) a port of bridge.
-func attachTap(name, bridge string, isolated bool) (netlink.Link, error) {
+func attachTap(name string, br *netlink.Bridge, isolated bool) error {
 	link, err := netlink.LinkByName(name)
 	if err != nil {
-		return nil, fmt.Errorf("TAP %s: %w", name, err)
+		return fmt.Errorf("TAP %s: %w", name, err)
 	}
-	if err := AttachPort(bridge, link, isolated); err != nil {
-		return nil, err
-	}
-	// Read it again: AttachPort changed its MTU and state.
-	return netlink.LinkByName(name)
+	return attachPort(br, link, isolated)
 }
 
 // AttachPort makes link a port of the network bridge named bridge: same MTU
 // as the bridge, isolated (no traffic to other isolated ports) when asked,
-// and up. It is idempotent. CreatePort calls it for each VM's TAP.
+// and up. It is idempotent. CreatePort does the same for each VM's TAP,
+// with the bridge it has already looked up.
 func AttachPort(bridge string, link netlink.Link, isolated bool) error {
-	br, err := netlink.LinkByName(bridge)
+	l, err := netlink.LinkByName(bridge)
 	if err != nil {
 		return fmt.Errorf("network bridge %s: %w", bridge, err)
 	}
-	if _, ok := br.(*netlink.Bridge); !ok {
-		return fmt.Errorf("%s is a %s, not a bridge", bridge, br.Type())
+	br, ok := l.(*netlink.Bridge)
+	if !ok {
+		return fmt.Errorf("%s is a %s, not a bridge", bridge, l.Type())
 	}
+	return attachPort(br, link, isolated)
+}
+
+func attachPort(br *netlink.Bridge, link netlink.Link, isolated bool) error {
+	bridge := br.Attrs().Name
 	name := link.Attrs().Name
 	if link.Attrs().MTU != br.Attrs().MTU {
 		if err := netlink.LinkSetMTU(link, br.Attrs().MTU); err != nil {
