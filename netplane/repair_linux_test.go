@@ -183,7 +183,8 @@ func TestBriefLinks(t *testing.T) {
 // that the controller's watch (WatchChanges) does not ask for another
 // pass: impairments none when there are none (they once added and deleted
 // their chains each time, and an idle controller passed without end, a
-// core's worth of nft), partitions none. Clearing impairments that are
+// core's worth of nft), partitions none; partitions given again as they
+// are write nothing (a transaction ran nft on every pass). Clearing impairments that are
 // set deletes their chains, once. The notices are read up to a sentinel
 // table of nobody's, made and deleted last: none is missed.
 func TestPassesQuiet(t *testing.T) {
@@ -198,9 +199,12 @@ func TestPassesQuiet(t *testing.T) {
 	})
 	defer events.Close()
 	// reported reads the notices up to the sentinel's deletion and
-	// returns those the watch would report.
+	// returns those the watch would report; partitionNotices counts
+	// those of the partitions set's elements among them.
+	partitionNotices := 0
 	reported := func() []string {
 		t.Helper()
+		partitionNotices = 0
 		host.MustRun(t, "nft", "add", "table", "inet", "sentinel")
 		host.MustRun(t, "nft", "delete", "table", "inet", "sentinel")
 		var out []string
@@ -216,6 +220,12 @@ func TestPassesQuiet(t *testing.T) {
 				if tableDeleted(m) {
 					out = append(out, nfAttr(m.Data, unix.NFTA_CHAIN_TABLE)+" "+nfAttr(m.Data, unix.NFTA_CHAIN_NAME))
 				}
+				switch m.Header.Type & 0xff {
+				case unix.NFT_MSG_NEWSETELEM, unix.NFT_MSG_DELSETELEM:
+					if nfAttr(m.Data, unix.NFTA_SET_ELEM_LIST_SET) == guard.SetPartitions {
+						partitionNotices++
+					}
+				}
 			}
 		}
 	}
@@ -230,6 +240,33 @@ func TestPassesQuiet(t *testing.T) {
 	}
 	if got := reported(); len(got) > 0 {
 		t.Errorf("passes that change nothing deleted %q", got)
+	}
+	// Partitions given again as they are: nothing written (the set is
+	// read first); others: written.
+	a, b := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}, net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}
+	pairs := [][2]net.HardwareAddr{{a, b}, {b, a}}
+	if err := nw.SetPartitions(pairs); err != nil {
+		t.Fatal(err)
+	}
+	if reported(); partitionNotices == 0 {
+		t.Fatal("partitions set: no notice of the set's elements (the test cannot see them)")
+	}
+	for range 2 {
+		if err := nw.SetPartitions(pairs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if reported(); partitionNotices > 0 {
+		t.Errorf("partitions given again as they were: %d notices of the set's elements, want none", partitionNotices)
+	}
+	if err := nw.SetPartitions(pairs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if reported(); partitionNotices == 0 {
+		t.Error("partitions changed: no notice of the set's elements")
+	}
+	if err := nw.SetPartitions(nil); err != nil {
+		t.Fatal(err)
 	}
 	imp := nettypes.PortImpairment{Port: "vmt-q", Impairment: api.Impairment{LossToVM: api.LossScale / 10}}
 	for range 2 {
