@@ -9,6 +9,7 @@ import (
 	gosignal "os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -324,6 +325,12 @@ func (q *quietStats) run(interval time.Duration, done <-chan struct{}, snap func
 // a snapshot and asleep is seen by the second look; one after it wakes
 // the logger (moved).
 func (q *quietStats) sleep(interval time.Duration, done <-chan struct{}, snap func() (helperproto.Counters, helperproto.Counters), lastHost, lastVM helperproto.Counters, logStats func(host, vm helperproto.Counters)) bool {
+	// Nothing to collect while nothing moves: an idle relay allocates
+	// next to nothing, and Go's runtime would still collect every two
+	// minutes (forcegcperiod), waking a few threads each time: at
+	// 10,000 idle helpers, most of what they cost. Collection is back
+	// before the first line after a frame.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	beat := time.NewTimer(heartbeatIntervals * interval)
 	defer beat.Stop()
 	for {

@@ -3,6 +3,7 @@ package relay
 import (
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,10 +18,15 @@ import (
 // counters move, and only every heartbeatIntervals intervals while they
 // do not (at most that many lines in a window, never more: a busy machine
 // only makes fewer); a frame after a quiet spell wakes the logger, and its
-// counters are logged.
+// counters are logged. Garbage collection is off while it sleeps (Go's
+// runtime would wake an idle helper every two minutes to collect), and
+// back once a frame woke it.
 func TestQuietStats(t *testing.T) {
 	const interval = 5 * time.Millisecond
+	gcPercent := func() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
+	awake := gcPercent()
 	var packets, snaps atomic.Uint64
+	var gcAtFrame atomic.Int64 // GOGC as the line after the frame goes out
 	var mu sync.Mutex
 	var lines []uint64
 	q := &quietStats{wake: make(chan struct{}, 1)}
@@ -35,6 +41,9 @@ func TestQuietStats(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			lines = append(lines, host.Packets)
+			if host.Packets == 7 {
+				gcAtFrame.Store(int64(gcPercent()))
+			}
 		})
 	}()
 	defer func() { close(done); <-ended }()
@@ -52,6 +61,9 @@ func TestQuietStats(t *testing.T) {
 		}
 		return nil
 	}, "the idle logger to sleep")
+	if p := gcPercent(); p != -1 {
+		t.Errorf("GOGC while asleep = %d, want -1 (off)", p)
+	}
 	before, snapsBefore, began := count(), snaps.Load(), time.Now()
 	window := 60 * interval
 	time.Sleep(window) // a measurement window, not a wait for anything
@@ -77,6 +89,9 @@ func TestQuietStats(t *testing.T) {
 		}
 		return nil
 	}, "the counters after a frame to be logged")
+	if p := gcAtFrame.Load(); p != int64(awake) {
+		t.Errorf("GOGC when the frame's line was logged = %d, want %d as before the sleep", p, awake)
+	}
 }
 
 var errNotYet = errorString("not yet")
