@@ -38,6 +38,17 @@ type HelperStart struct {
 	fd *os.File
 }
 
+// helperTasks is about what a helper takes of the system's tasks (its
+// relay's threads, the processes of its start), and taskReserve what Start
+// leaves for the controller and the other starts under way: a Go program
+// that cannot start a thread dies, and a controller started helpers until
+// a full kernel.pid_max aborted it (pthread_create failed). A helper
+// that finds less room fails with the limit named, and is retried.
+const (
+	helperTasks = 10
+	taskReserve = 96
+)
+
 // InheritedFD is the number the helper knows a socketpair end by.
 const InheritedFD = 3
 
@@ -50,6 +61,9 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	a := s.Attachment
 	fail := func(err error) (*helperexec.Helper, statedir.HelperRecord, error) {
 		return nil, statedir.HelperRecord{}, fmt.Errorf("helper for %s on network %s: %w", a.Key(), s.Network.ID, err)
+	}
+	if room, limit, ok := procid.TaskRoom(); ok && room < helperTasks+taskReserve {
+		return fail(fmt.Errorf("no room for its process: %d more tasks may start (%s); a helper takes about %d, and %d are kept for the controller", room, limit, helperTasks, taskReserve))
 	}
 	if err := os.MkdirAll(l.StateDir.HelpersDir(), 0o750); err != nil {
 		return fail(err)
