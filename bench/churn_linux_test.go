@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -31,9 +32,13 @@ const perNetwork = 990
 // controller's memory and threads, `status --json` and a metrics scrape
 // at N, and the CPU that the controller and the helpers use while
 // nothing happens. The fleet spreads over networks of perNetwork VMs.
-// Sizes: VMNETCTL_CHURN_SIZES (default 0,100,1000,3000; each helper is a
-// process of about 8 threads, and this machine's cgroup allows 32,768).
-// Only with VMNETCTL_BENCH=1 (or churn): it takes minutes.
+// Sizes: VMNETCTL_CHURN_SIZES (default 0,100,1000,3000; at most 9,999,
+// one less than a state dir's api.MaxAttachments, for the one VM more).
+// Each helper is a process of about 8 threads: sizes past about 3,000
+// need kernel.pid_max past the kernel's default 32,768, and the benchmark
+// raises it to 4,194,304 for its run, as systemd sets it on most
+// distributions, and puts it back after. Only with VMNETCTL_BENCH=1 (or
+// churn): it takes minutes.
 func TestChurn(t *testing.T) {
 	if m := os.Getenv("VMNETCTL_BENCH"); m != "1" && m != "churn" {
 		t.Skip("the churn benchmark runs with VMNETCTL_BENCH=1 or churn")
@@ -50,6 +55,10 @@ func TestChurn(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 	}
+	if slices.Max(sizes) >= api.MaxAttachments {
+		t.Fatalf("VMNETCTL_CHURN_SIZES: %d VMs and one more are past a state dir's %d attachments", slices.Max(sizes), api.MaxAttachments)
+	}
+	raisePidMax(t, slices.Max(sizes))
 	dir := t.TempDir()
 	bin, err := testutil.BuildVmnetctl(dir)
 	if err != nil {
@@ -171,6 +180,36 @@ func TestChurn(t *testing.T) {
 		fmt.Fprintf(&b, "; slope of the cost per VM of up from %d to %d: %.2fx", first.n, last.n, float64(last.perVM)/float64(first.perVM))
 	}
 	t.Log("\n" + b.String())
+}
+
+// pidMaxFile is the kernel's limit on process ids, and so on tasks.
+const pidMaxFile = "/proc/sys/kernel/pid_max"
+
+// raisePidMax makes room for n helpers of about 8 threads each: it raises
+// kernel.pid_max to systemd's 4,194,304 where it is lower than they need,
+// and puts it back when the test ends.
+func raisePidMax(t *testing.T, n int) {
+	b, err := os.ReadFile(pidMaxFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was := strings.TrimSpace(string(b))
+	have, err := strconv.Atoi(was)
+	if err != nil {
+		t.Fatalf("%s: %v", pidMaxFile, err)
+	}
+	if have >= 10*n+4096 {
+		return
+	}
+	if err := os.WriteFile(pidMaxFile, []byte("4194304"), 0o644); err != nil {
+		t.Fatalf("%d helpers need kernel.pid_max past %d: %v", n, have, err)
+	}
+	t.Logf("kernel.pid_max raised from %s to 4194304 for the run", was)
+	t.Cleanup(func() {
+		if err := os.WriteFile(pidMaxFile, []byte(was), 0o644); err != nil {
+			t.Errorf("putting kernel.pid_max back to %s: %v", was, err)
+		}
+	})
 }
 
 // quantile is the q quantile of ds (nearest rank).
