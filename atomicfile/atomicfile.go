@@ -41,9 +41,26 @@ func Write(path string, data []byte, o Options) error {
 	return f.Close()
 }
 
+// WriteFunc is Write of what write writes to the temporary file: a
+// large file written in parts, never whole in memory.
+func WriteFunc(path string, o Options, write func(*os.File) error) error {
+	f, err := create(path, o, write)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
 // Create is Write that returns the file placed, open for writing after
 // data (a journal that goes on growing); the caller closes it.
 func Create(path string, data []byte, o Options) (*os.File, error) {
+	return create(path, o, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+func create(path string, o Options, write func(*os.File) error) (*os.File, error) {
 	if o.Perm == 0 {
 		o.Perm = 0o600
 	}
@@ -63,7 +80,7 @@ func Create(path string, data []byte, o Options) (*os.File, error) {
 		tmp.Close()
 		return nil, err
 	}
-	if _, err := tmp.Write(data); err != nil {
+	if err := write(tmp); err != nil {
 		return fail(err)
 	}
 	if err := tmp.Chmod(o.Perm); err != nil {

@@ -1,6 +1,7 @@
 package statedir
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/atomicfile"
 	"github.com/vmnetctl/vmnetctl/procid"
 )
 
@@ -62,22 +64,27 @@ func (d Dir) SaveRuntime(rt Runtime) error {
 
 // RuntimeWriter saves runtime.json for a controller that saves on every
 // pass: it writes nothing when the state is what it wrote last, and it
-// encodes again only the helpers' records and the projects
-// that changed since its last save, so that a pass that attaches one VM
-// beside a thousand encodes one record, not a thousand. What it writes is
-// json.Marshal's encoding of the Runtime (TestRuntimeWriter). Records and
-// projects are values to it: one changed in place, behind its back, is not
-// seen.
+// encodes again only the helpers' records and the projects that changed
+// since its last save, so that a pass that attaches one VM beside a
+// thousand encodes one record, not a thousand. It keeps each record's
+// encoding, not the file's: what changed is told by which parts are new,
+// and the file is written from the parts, through a buffer (at 10,000
+// helpers the file, kept whole twice and grown by doubling, was 50 MB of
+// the controller's heap). What it writes is json.Marshal's encoding of
+// the Runtime (TestRuntimeWriter). Records and projects are values to
+// it: one changed in place, behind its back, is not seen.
 type RuntimeWriter struct {
 	helpers  map[string]*encoded[HelperRecord]
 	projects map[string]*encoded[Project]
-	last     []byte
-	// spare is the buffer of the Save before last, written over by the
-	// next: a fleet's record (a megabyte at 1,000 VMs) is not allocated
-	// again on every pass.
-	spare []byte
-	// spareHelpers is, as spare, the map of the Save before last.
+	// parts is the file as last written: literals, and the encodings
+	// held in helpers and projects; nil until a write succeeds.
+	parts    [][]byte
+	networks []byte // the appliedNetworks part last written
+	// spare* are the slices and map of the Save before last, written
+	// over by the next: not allocated again on every pass.
+	spareParts   [][]byte
 	spareHelpers map[string]*encoded[HelperRecord]
+	buf          *bufio.Writer // the writes' buffer, kept
 }
 
 type encoded[T any] struct {
@@ -85,31 +92,46 @@ type encoded[T any] struct {
 	data []byte
 }
 
+// The literal parts of runtime.json, one slice each, so that a part is
+// told unchanged by where it is (same).
+var (
+	litHelpers  = []byte(`{"helpers":`)
+	litNull     = []byte("null")
+	litOpen     = []byte("[")
+	litComma    = []byte(",")
+	litClose    = []byte("]")
+	litNetworks = []byte(`,"appliedNetworks":`)
+	litProjects = []byte(`,"appliedProjects":`)
+	litEnd      = []byte("}\n")
+)
+
 // Save writes rt to d's runtime.json unless it is what the last Save
 // wrote.
 func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
-	b := bytes.NewBuffer(w.spare[:0])
-	b.Grow(len(w.last) + 4096) // about what it was: no copies as it grows
-	b.WriteString(`{"helpers":`)
+	parts := append(w.spareParts[:0], litHelpers)
 	helpers := w.spareHelpers
 	if helpers == nil {
 		helpers = make(map[string]*encoded[HelperRecord], len(rt.Helpers))
 	}
 	clear(helpers)
-	if err := encodeList(b, rt.Helpers, w.helpers, helpers, recordCodec); err != nil {
+	var err error
+	if parts, err = encodeList(parts, rt.Helpers, w.helpers, helpers, recordCodec); err != nil {
 		return err
 	}
+	networks := w.networks
 	if rt.AppliedNetworks != nil {
 		data, err := json.Marshal(rt.AppliedNetworks)
 		if err != nil {
 			return fmt.Errorf("encoding %s: %w", runtimeFile, err)
 		}
-		b.WriteString(`,"appliedNetworks":`)
-		b.Write(data)
+		if !bytes.Equal(data, networks) {
+			networks = data
+		}
+		parts = append(parts, litNetworks, networks)
 	}
 	projects := map[string]*encoded[Project]{}
 	if len(rt.AppliedProjects) > 0 {
-		b.WriteString(`,"appliedProjects":`)
+		parts = append(parts, litProjects)
 		var list []Project
 		for _, p := range rt.AppliedProjects {
 			if p == nil {
@@ -117,25 +139,51 @@ func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
 			}
 			list = append(list, *p)
 		}
-		if err := encodeList(b, list, w.projects, projects, projectCodec); err != nil {
+		if parts, err = encodeList(parts, list, w.projects, projects, projectCodec); err != nil {
 			return err
 		}
 	}
-	b.WriteString("}\n")
-	data := b.Bytes()
-	if bytes.Equal(data, w.last) && d.HasRuntime() {
-		w.spare, w.spareHelpers = data, helpers
+	parts = append(parts, litEnd)
+	if same(parts, w.parts) && d.HasRuntime() {
+		w.spareParts, w.spareHelpers = parts, helpers
 		return nil
 	}
-	old := w.last
-	w.last = nil
-	if err := d.writeProcessRecord(runtimeFile, data); err != nil {
-		w.spare, w.spareHelpers = data, helpers
-		return err
+	old := w.parts
+	w.parts = nil
+	err = atomicfile.WriteFunc(d.file(runtimeFile), processRecord, func(f *os.File) error {
+		if w.buf == nil {
+			w.buf = bufio.NewWriterSize(f, 64<<10)
+		}
+		w.buf.Reset(f)
+		defer w.buf.Reset(nil)
+		for _, p := range parts {
+			if _, err := w.buf.Write(p); err != nil {
+				return err
+			}
+		}
+		return w.buf.Flush()
+	})
+	if err != nil {
+		w.spareParts, w.spareHelpers = parts, helpers
+		return fmt.Errorf("writing %s: %w", d.file(runtimeFile), err)
 	}
 	w.spareHelpers = w.helpers
-	w.last, w.spare, w.helpers, w.projects = data, old, helpers, projects
+	w.parts, w.spareParts, w.helpers, w.projects, w.networks = parts, old, helpers, projects, networks
 	return nil
+}
+
+// same reports whether the parts of a and b are the same slices, one by
+// one: a part kept from the last save is the very slice written then.
+func same(a, b [][]byte) bool {
+	if b == nil || len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) || len(a[i]) > 0 && &a[i][0] != &b[i][0] {
+			return false
+		}
+	}
+	return true
 }
 
 // codec says how encodeList keys, compares and keeps the values of a list.
@@ -164,32 +212,31 @@ var (
 	}
 )
 
-// encodeList writes vs as a JSON array (null when nil), each element from
-// was if it is there unchanged, and records each in next by its key.
-func encodeList[T any](b *bytes.Buffer, vs []T, was, next map[string]*encoded[T], c codec[T]) error {
+// encodeList appends vs to parts as a JSON array (null when nil), each
+// element from was if it is there unchanged, and records each in next by
+// its key.
+func encodeList[T any](parts [][]byte, vs []T, was, next map[string]*encoded[T], c codec[T]) ([][]byte, error) {
 	if vs == nil {
-		b.WriteString("null")
-		return nil
+		return append(parts, litNull), nil
 	}
-	b.WriteByte('[')
+	parts = append(parts, litOpen)
 	for i, v := range vs {
 		if i > 0 {
-			b.WriteByte(',')
+			parts = append(parts, litComma)
 		}
 		key := c.key(v)
 		e, ok := was[key]
 		if !ok || !c.equal(e.v, v) {
 			data, err := json.Marshal(v)
 			if err != nil {
-				return fmt.Errorf("encoding %s: %w", runtimeFile, err)
+				return parts, fmt.Errorf("encoding %s: %w", runtimeFile, err)
 			}
 			e = &encoded[T]{v: c.keep(v), data: data}
 		}
 		next[key] = e
-		b.Write(e.data)
+		parts = append(parts, e.data)
 	}
-	b.WriteByte(']')
-	return nil
+	return append(parts, litClose), nil
 }
 
 // LoadRuntime reads what a controller recorded; found is false when none did.

@@ -272,8 +272,11 @@ func (d Dir) writeFile(name string, data []byte) error {
 // loss ends what it records, and its readers take an unreadable record
 // for none (atomicfile.Options.NoSync).
 func (d Dir) writeProcessRecord(name string, data []byte) error {
-	return d.write(name, data, atomicfile.Options{DirPerm: 0o750, NoSync: true})
+	return d.write(name, data, processRecord)
 }
+
+// processRecord is how a record of running processes is placed.
+var processRecord = atomicfile.Options{DirPerm: 0o750, NoSync: true}
 
 func (d Dir) write(name string, data []byte, o atomicfile.Options) error {
 	path := d.file(name)
