@@ -275,10 +275,10 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 		return nil, fmt.Errorf("starting helper: %w", err)
 	}
 	h.pid = child.Pid
-	go func() {
-		h.err = child.Wait()
+	child.OnExit(func(err error) { // no goroutine waits for each helper
+		h.err = err
 		h.exit()
-	}()
+	})
 	lines := make(chan []byte, 1)
 	go func() {
 		defer close(lines)

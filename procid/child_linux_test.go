@@ -1,12 +1,17 @@
 package procid
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // openFiles is how many descriptors this process has open.
@@ -109,4 +114,55 @@ func TestChildStartsAsExec(t *testing.T) {
 	if _, err := Start(exec.Command("/nonexistent/helper")); err == nil {
 		t.Error("a missing program started")
 	}
+}
+
+// OnExit calls back once each child has exited, reaped, with no goroutine
+// waiting for each meanwhile: 200 children, one goroutine more.
+func TestChildOnExit(t *testing.T) {
+	const n = 200
+	var kids []*Child
+	t.Cleanup(func() {
+		for _, c := range kids {
+			syscall.Kill(c.Pid, syscall.SIGKILL)
+		}
+	})
+	reaperOf() // its goroutine, started before the count
+	goroutines := runtime.NumGoroutine()
+	errs := make(chan error, n)
+	for range n {
+		c, err := Start(exec.Command("sleep", "60"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kids = append(kids, c)
+		c.OnExit(func(err error) { errs <- err })
+	}
+	if got := runtime.NumGoroutine() - goroutines; got > 5 {
+		t.Errorf("%d goroutines more while %d children run", got, n)
+	}
+	fds := openFiles(t)
+	for _, c := range kids[:n/2] {
+		syscall.Kill(c.Pid, syscall.SIGKILL)
+	}
+	for range n / 2 {
+		if err := <-errs; err == nil || err.Error() != "signal: killed" {
+			t.Fatalf("OnExit got %v, want signal: killed", err)
+		}
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("OnExit called for a child that runs: %v", err)
+	default:
+	}
+	for _, c := range kids[:n/2] {
+		if err := syscall.Kill(c.Pid, 0); err != syscall.ESRCH {
+			t.Errorf("child %d not reaped: kill 0 = %v", c.Pid, err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if got := fds - openFiles(t); got != n/2 {
+			return fmt.Errorf("%d descriptors closed, want %d (a pidfd a child reaped)", got, n/2)
+		}
+		return nil
+	}, "the reaped children's pidfds to be closed")
 }

@@ -20,3 +20,6 @@ func Start(cmd *exec.Cmd) (*Child, error) {
 
 // Wait returns once the child has exited, reaped (exec.Cmd.Wait).
 func (c *Child) Wait() error { return c.cmd.Wait() }
+
+// OnExit has f called with what Wait returns, once the child has exited.
+func (c *Child) OnExit(f func(error)) { go func() { f(c.Wait()) }() }
