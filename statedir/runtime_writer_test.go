@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +119,28 @@ func TestHelperRecordEqual(t *testing.T) {
 	}
 	if r := base; !r.Equal(base) {
 		t.Error("a record is not Equal to its copy")
+	}
+}
+
+// writeParts writes every part, in order, past writev's 1,024 a call.
+func TestWriteParts(t *testing.T) {
+	var parts [][]byte
+	var want strings.Builder
+	for i := range 2500 {
+		p := fmt.Sprintf("part %d;", i)
+		parts = append(parts, []byte(p))
+		want.WriteString(p)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := writeParts(f, parts); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(f.Name())
+	if string(got) != want.String() {
+		t.Errorf("wrote %d bytes, want the %d of the parts in order", len(got), want.Len())
 	}
 }
