@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // TaskRoom tells how many more tasks (processes and threads) may start
@@ -16,9 +17,16 @@ import (
 // where none can be read. A Go program that cannot start a thread it needs
 // dies (pthread_create failed: a controller at a full pid_max aborted),
 // so a supervisor checks for room before it starts a process.
-func TaskRoom() (room int, limit string, ok bool) { return taskRoom(os.ReadFile) }
+func TaskRoom() (room int, limit string, ok bool) {
+	return taskRoom(os.ReadFile, ownPidsCgroup)
+}
 
-func taskRoom(read func(string) ([]byte, error)) (room int, limit string, ok bool) {
+// ownPidsCgroup is this process's pids cgroup, read once: reading
+// /proc/self/cgroup costs 90 us here, and a helper's start asks for the
+// room each time.
+var ownPidsCgroup = sync.OnceValues(func() (string, bool) { return pidsCgroup(os.ReadFile) })
+
+func taskRoom(read func(string) ([]byte, error), cgroup func() (string, bool)) (room int, limit string, ok bool) {
 	num := func(path string) (int, bool) {
 		b, err := read(path)
 		if err != nil {
@@ -40,7 +48,7 @@ func taskRoom(read func(string) ([]byte, error)) (room int, limit string, ok boo
 			consider(n-tasks, fmt.Sprintf("%d of kernel.threads-max %d in use", tasks, n))
 		}
 	}
-	if dir, known := pidsCgroup(read); known {
+	if dir, known := cgroup(); known {
 		max, hasMax := num(dir + "/pids.max") // "max": no limit
 		cur, hasCur := num(dir + "/pids.current")
 		if hasMax && hasCur {

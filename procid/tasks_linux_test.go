@@ -9,13 +9,17 @@ import (
 // threads-max and the cgroup's pids.max leave, each named; and on this
 // machine it can be read.
 func TestTaskRoom(t *testing.T) {
-	files := func(m map[string]string) func(string) ([]byte, error) {
+	reader := func(m map[string]string) func(string) ([]byte, error) {
 		return func(p string) ([]byte, error) {
 			if s, ok := m[p]; ok {
 				return []byte(s), nil
 			}
 			return nil, fs.ErrNotExist
 		}
+	}
+	// The files, as taskRoom reads them: the cgroup's directory too.
+	files := func(m map[string]string) (func(string) ([]byte, error), func() (string, bool)) {
+		return reader(m), func() (string, bool) { return pidsCgroup(reader(m)) }
 	}
 	base := map[string]string{
 		"/proc/loadavg":                "0.52 0.58 0.59 3/32700 4242\n",
