@@ -498,6 +498,20 @@ func (c *Controller) setFailed(a *spec.Attachment, h *helperProc, restarts int, 
 	c.helpers[a.Key()] = h
 }
 
+// retryNow makes the failed or exited helpers of project (every
+// project's for "") due at once, whatever their backoff: an `up` asked for again once the
+// cause is put right (room for tasks, a network fixed) tries them now,
+// instead of answering with the error of a try made before the fix.
+func (c *Controller) retryNow(project string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range c.helpers {
+		if (h.state == ctlapi.StateFailed || h.state == ctlapi.StateBackoff) && h.att != nil && (project == "" || h.att.Project == project) {
+			h.retryAt = time.Time{}
+		}
+	}
+}
+
 // nextRetry fires when the earliest helper in backoff, or network repair
 // that failed, is due.
 func (c *Controller) nextRetry() <-chan time.Time {

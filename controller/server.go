@@ -44,6 +44,7 @@ func (c *Controller) handler() http.Handler {
 		// a busy machine takes what it takes (/healthz says if it is
 		// stuck).
 		resp := ctlapi.ReconcileResponse{}
+		c.retryNow(r.URL.Query().Get("project"))
 		if err := c.waitReconcile(r.Context()); err != nil {
 			resp.Error = err.Error()
 		}
