@@ -242,7 +242,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer stopServing()
 	c.log.Info("controller started", "stateDir", c.sd.Path, "pid", os.Getpid(), "metrics", c.opts.MetricsAddr)
 
-	resync := time.NewTicker(c.opts.Resync)
+	resync := time.NewTimer(c.opts.Resync)
 	defer resync.Stop()
 	logs := time.NewTicker(logCheckInterval)
 	defer logs.Stop()
@@ -270,9 +270,13 @@ func (c *Controller) Run(ctx context.Context) error {
 				reloadWanted, reloadAgain = true, time.After(reloadRetry)
 			}
 		}
+		began := time.Now()
 		done, err := c.reconcile(ctx, full)
 		if err != nil {
 			c.log.Error("reconcile failed", "err", err)
+		}
+		if full {
+			resync.Reset(resyncAfter(c.opts.Resync, time.Since(began)))
 		}
 		if first {
 			// Under systemd (Type=notify) `systemctl start` returns
@@ -295,6 +299,21 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// resyncShare bounds the resync's share of the controller's time: the
+// next comes resyncShare full passes' time after the last at the least.
+const resyncShare = 20
+
+// resyncAfter is when the next resync comes after a full pass that took
+// pass: every period, or resyncShare times the pass if that is longer.
+// A full pass checks every helper and network; at 10,000 VMs it took
+// about 4.6 s of CPU, and one every 30 s kept 15% of a CPU busy with a
+// fleet that did nothing. Drift the kernel reports (a link, a table
+// changed) is repaired at once whatever this says (the watch); the
+// resync is the backstop for the rest, at most 5% of the time.
+func resyncAfter(period, pass time.Duration) time.Duration {
+	return max(period, resyncShare*pass)
 }
 
 // serve serves the daemon API on the state dir's socket and, unless off,
