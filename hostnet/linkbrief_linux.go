@@ -37,13 +37,8 @@ func BriefLinks() ([]BriefLink, error) {
 				return true
 			}
 			l := BriefLink{Index: int(nl.DeserializeIfInfomsg(m).Index)}
-			for b := m[unix.SizeofIfInfomsg:]; len(b) >= unix.SizeofRtAttr; {
-				n := int(native.Uint16(b[0:2]))
-				if n < unix.SizeofRtAttr || n > len(b) {
-					break
-				}
-				v := b[unix.SizeofRtAttr:n]
-				switch native.Uint16(b[2:4]) {
+			for typ, v := range Attrs(m[unix.SizeofIfInfomsg:]) {
+				switch typ {
 				case unix.IFLA_IFNAME:
 					l.Name = cString(v)
 				case unix.IFLA_IFALIAS:
@@ -53,7 +48,6 @@ func BriefLinks() ([]BriefLink, error) {
 						l.Master = int(native.Uint32(v))
 					}
 				}
-				b = b[min(len(b), (n+unix.RTA_ALIGNTO-1)&^(unix.RTA_ALIGNTO-1)):]
 			}
 			out = append(out, l)
 			return true

@@ -382,17 +382,10 @@ func nfAttr(data []byte, typ uint16) string {
 	if len(data) < nfgenmsgLen {
 		return ""
 	}
-	b := data[nfgenmsgLen:]
-	for len(b) >= unix.SizeofNlAttr {
-		l := int(nl.NativeEndian().Uint16(b[0:2]))
-		t := nl.NativeEndian().Uint16(b[2:4]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
-		if l < unix.SizeofNlAttr || l > len(b) {
-			return ""
+	for t, v := range hostnet.Attrs(data[nfgenmsgLen:]) {
+		if t&^(unix.NLA_F_NESTED|unix.NLA_F_NET_BYTEORDER) == typ {
+			return strings.TrimRight(string(v), "\x00")
 		}
-		if t == typ {
-			return strings.TrimRight(string(b[unix.SizeofNlAttr:l]), "\x00")
-		}
-		b = b[min(len(b), (l+unix.NLA_ALIGNTO-1)&^(unix.NLA_ALIGNTO-1)):]
 	}
 	return ""
 }
