@@ -230,7 +230,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	} else {
 		defer lock.Unlock()
 	}
-	if _, err := raiseOpenFiles(); err != nil {
+	if err := raiseOpenFiles(); err != nil {
 		c.log.Warn("helpers may fail to start with too many open files", "err", err)
 	}
 	c.restore()

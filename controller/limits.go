@@ -16,19 +16,19 @@ const openFilesNeeded = api.MaxAttachments + 4096
 // openFilesNeeded where it is lower (Go has already raised the soft limit
 // to the hard one): a root controller may raise the hard limit too, and a
 // hard limit of 4,096, as some systems set, would fail the 4,000th
-// helper with "too many open files". It returns what the limit is, and
-// an error only when it stays below openFilesNeeded.
-func raiseOpenFiles() (uint64, error) {
+// helper with "too many open files". It fails only when the limit stays
+// below openFilesNeeded.
+func raiseOpenFiles() error {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		return 0, err
+		return err
 	}
 	if l.Cur >= openFilesNeeded {
-		return l.Cur, nil
+		return nil
 	}
 	want := syscall.Rlimit{Cur: openFilesNeeded, Max: max(l.Max, openFilesNeeded)}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
-		return l.Cur, fmt.Errorf("open files limited to %d (%d wanted for %d attachments): %w", l.Cur, uint64(openFilesNeeded), api.MaxAttachments, err)
+		return fmt.Errorf("open files limited to %d (%d wanted for %d attachments): %w", l.Cur, uint64(openFilesNeeded), api.MaxAttachments, err)
 	}
-	return want.Cur, nil
+	return nil
 }

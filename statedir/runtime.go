@@ -69,9 +69,9 @@ func (d Dir) SaveRuntime(rt Runtime) error {
 // since its last save, so that a pass that attaches one VM beside a
 // thousand encodes one record, not a thousand. It keeps each record's
 // encoding, not the file's: what changed is told by which parts are new,
-// and the file is written from the parts, through a buffer (at 10,000
-// helpers the file, kept whole twice and grown by doubling, was 50 MB of
-// the controller's heap). What it writes is json.Marshal's encoding of
+// and the file is written from the parts with writev (at 10,000 helpers
+// the file, kept whole twice and grown by doubling, was 50 MB of the
+// controller's heap). What it writes is json.Marshal's encoding of
 // the Runtime (TestRuntimeWriter). Records and projects are values to
 // it: one changed in place, behind its back, is not seen.
 type RuntimeWriter struct {
