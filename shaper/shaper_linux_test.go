@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -341,4 +343,53 @@ func TestLimitChangedLive(t *testing.T) {
 	if over := overBucket(m, changed, base, lower, b.BurstFor(lower), 512<<10); over != "" {
 		t.Errorf("after the limit went from 40 to 4 Mbit/s: %s", over)
 	}
+}
+
+// TestQdiscAt: the one qdisc asked for is read as a dump would show it
+// (kind, handle, a token bucket's rate, limit and buffer, a rate above
+// 32 bits too): a veth's built-in noqueue root; no ingress before one is
+// added, nor once it is removed (the kernel's noop in its place).
+func TestQdiscAt(t *testing.T) {
+	host, _ := lab(t, "qa")
+	host.MustDo(t, func() error {
+		l, err := netlink.LinkByName("p")
+		if err != nil {
+			return err
+		}
+		if q, err := qdiscAt(l, netlink.HANDLE_ROOT); err != nil || q.kind != "noqueue" || q.tbf != nil {
+			return fmt.Errorf("qdiscAt(root) of a bare veth: %+v, %v; want its noqueue", q, err)
+		}
+		if q, err := qdiscAt(l, netlink.HANDLE_INGRESS); err != nil || q.kind != "" {
+			return fmt.Errorf("qdiscAt(ingress) of a bare veth: %+v, %v; want none", q, err)
+		}
+		for _, rate := range []uint64{20_000_000, 40_000_000_000} {
+			b := &api.Bandwidth{ToVM: rate}
+			want := tbf(l.Attrs().Index, rate, b)
+			if err := netlink.QdiscReplace(want); err != nil {
+				return err
+			}
+			got, err := rootTbf(l)
+			if err != nil || got == nil {
+				return fmt.Errorf("rootTbf at %d bit/s: %v, %v", rate, got, err)
+			}
+			if got.Rate != want.Rate || got.Limit != want.Limit || got.Buffer != want.Buffer || got.Handle != want.Handle {
+				return fmt.Errorf("rootTbf at %d bit/s: rate %d limit %d buffer %d handle %x, want %d %d %d %x",
+					rate, got.Rate, got.Limit, got.Buffer, got.Handle, want.Rate, want.Limit, want.Buffer, want.Handle)
+			}
+		}
+		in := &netlink.Ingress{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: ingressHandle, Parent: netlink.HANDLE_INGRESS}}
+		if err := netlink.QdiscAdd(in); err != nil {
+			return err
+		}
+		if q, err := qdiscAt(l, netlink.HANDLE_INGRESS); err != nil || q.kind != "ingress" || q.handle != ingressHandle {
+			return fmt.Errorf("qdiscAt(ingress) with one: %+v, %v", q, err)
+		}
+		if err := removeIngress(l); err != nil {
+			return err
+		}
+		if q, err := qdiscAt(l, netlink.HANDLE_INGRESS); err != nil || q.kind != "" {
+			return fmt.Errorf("qdiscAt(ingress) once removed: %+v, %v; want none", q, err)
+		}
+		return nil
+	})
 }
