@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,11 +118,13 @@ func TestChurn(t *testing.T) {
 	}
 	var rows []row
 	prev := 0
+	var fleet string // the VM file of the largest size
 	const reps = 20
 	for _, n := range sizes {
 		r := row{n: n}
 		if n > 0 {
 			f := filepath.Join(dir, fmt.Sprintf("fleet%d.yaml", n))
+			fleet = f
 			var b strings.Builder
 			b.WriteString("vms:\n")
 			for i := range n {
@@ -158,6 +161,14 @@ func TestChurn(t *testing.T) {
 		rows = append(rows, r)
 		t.Logf("%d VMs: attach p50 %v, detach p50 %v", n, r.attachP50, r.detachP50)
 	}
+	// A controller killed beside the running fleet, and the `up` that
+	// starts another: its first pass adopts every helper and sets every
+	// port again (the bandwidth step once dumped every qdisc a port).
+	var again time.Duration
+	if fleet != "" {
+		killController(t, state)
+		again = must(vmnetctl("up", "-f", fleet, "-p", "fleet"))
+	}
 	down := must(vmnetctl("down", "-p", "fleet"))
 	var b strings.Builder
 	fmt.Fprintf(&b, "| VMs | up to N (per VM) | attach p50 / p99 (pass) | detach p50 / p99 (pass) | status --json | scrape | controller RSS, threads | idle CPU |\n|---|---|---|---|---|---|---|---|\n")
@@ -167,6 +178,9 @@ func TestChurn(t *testing.T) {
 			r.attachP50.Round(time.Millisecond), r.attachP99.Round(time.Millisecond), r.passAtt.Round(time.Millisecond),
 			r.detachP50.Round(time.Millisecond), r.detachP99.Round(time.Millisecond), r.passDet.Round(time.Millisecond),
 			r.status.Round(time.Millisecond), r.scrape.Round(time.Millisecond), r.rssMB, r.threads, r.idleCPU)
+	}
+	if fleet != "" {
+		fmt.Fprintf(&b, "\nup of %d again, its controller killed: %v", prev, again.Round(time.Millisecond))
 	}
 	fmt.Fprintf(&b, "\ndown of %d: %v", prev, down.Round(time.Millisecond))
 	var grown []row
@@ -294,12 +308,7 @@ func perRep(sum map[string]float64, reps int) string {
 // controllerUsage is the resident memory and threads of the controller of
 // state dir state.
 func controllerUsage(t *testing.T, state string) (float64, int) {
-	out, err := exec.CommandContext(context.Background(), "pgrep", "-f", "serve --state-dir "+state).Output()
-	if err != nil {
-		t.Fatalf("no controller for %s", state)
-	}
-	pid := strings.Fields(string(out))[0]
-	status, err := os.ReadFile("/proc/" + pid + "/status")
+	status, err := os.ReadFile("/proc/" + controllerPID(t, state) + "/status")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,6 +324,42 @@ func controllerUsage(t *testing.T, state string) (float64, int) {
 		}
 	}
 	return rss / 1024, threads
+}
+
+// controllerPID is the pid of state dir state's controller.
+func controllerPID(t *testing.T, state string) string {
+	t.Helper()
+	out, err := exec.CommandContext(context.Background(), "pgrep", "-f", "serve --state-dir "+state).Output()
+	if err != nil {
+		t.Fatalf("no controller for %s", state)
+	}
+	return strings.Fields(string(out))[0]
+}
+
+// killController kills state's controller (SIGKILL, as a crash would) and
+// returns once it is gone, its helpers left running.
+func killController(t *testing.T, state string) {
+	t.Helper()
+	pid := controllerPID(t, state)
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Its parent (the `up` that started it) is gone, so init reaps it:
+	// gone once its /proc entry is, or once it is a zombie.
+	testutil.Eventually(t, time.Minute, func() error {
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return nil
+		}
+		if f := strings.Fields(string(b)); len(f) > 2 && f[2] == "Z" {
+			return nil
+		}
+		return fmt.Errorf("controller %s still running", pid)
+	})
 }
 
 // idleCPU is the CPU the processes of state dir state (the controller and
