@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,8 +11,6 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
-	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/hostnet"
 )
@@ -40,8 +37,9 @@ const fdbEntrySize = 16
 
 // BridgeFDB returns the MACs bridge br learned (or was given statically)
 // on each of its ports, by the port's interface index: not the ports' own
-// (local) entries.
-func BridgeFDB(br netlink.Link) (map[int][]net.HardwareAddr, error) {
+// (local) entries. brPorts are br's ports (hostnet.PortsOf), whose port
+// numbers the database names them by.
+func BridgeFDB(br netlink.Link, brPorts []hostnet.BriefLink) (map[int][]net.HardwareAddr, error) {
 	// sysfs shows the links of the namespace it was mounted in, which
 	// need not be this thread's (moved by setns): its bridge of that name
 	// must be br.
@@ -54,9 +52,11 @@ func BridgeFDB(br netlink.Link) (map[int][]net.HardwareAddr, error) {
 	if strings.TrimSpace(string(index)) != strconv.Itoa(br.Attrs().Index) || strings.TrimSpace(string(addr)) != br.Attrs().HardwareAddr.String() {
 		return nil, errOtherSysfs
 	}
-	ports, err := bridgePortNumbers(br.Attrs().Index)
-	if err != nil {
-		return nil, err
+	ports := make(map[uint16]int, len(brPorts))
+	for _, p := range brPorts {
+		if p.Master == br.Attrs().Index && p.PortNo != 0 {
+			ports[p.PortNo] = p.Index
+		}
 	}
 	f, err := os.Open(filepath.Join(dir, "brforward"))
 	if err != nil {
@@ -90,51 +90,3 @@ func slicesClone(b []byte) []byte { return append([]byte(nil), b...) }
 
 // errOtherSysfs: /sys shows another namespace's links than this thread's.
 var errOtherSysfs = errors.New("sysfs shows another network namespace")
-
-// bridgePortNumbers maps the port numbers of the bridge of interface index
-// br to the ports' interface indexes, from one dump of the bridge ports'
-// attributes.
-func bridgePortNumbers(br int) (map[uint16]int, error) {
-	msgs, err := hostnet.RetryDump(func() ([][]byte, error) {
-		req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_DUMP)
-		req.AddData(nl.NewIfInfomsg(unix.AF_BRIDGE))
-		return req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWLINK)
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := map[uint16]int{}
-	for _, m := range msgs {
-		if len(m) < unix.SizeofIfInfomsg {
-			continue
-		}
-		index := int(int32(binary.NativeEndian.Uint32(m[4:8])))
-		attrs, err := nl.ParseRouteAttr(m[unix.SizeofIfInfomsg:])
-		if err != nil {
-			continue
-		}
-		master, no := 0, -1
-		for _, a := range attrs {
-			switch a.Attr.Type &^ unix.NLA_F_NESTED {
-			case unix.IFLA_MASTER:
-				if len(a.Value) >= 4 {
-					master = int(binary.NativeEndian.Uint32(a.Value))
-				}
-			case unix.IFLA_PROTINFO:
-				nested, err := nl.ParseRouteAttr(a.Value)
-				if err != nil {
-					continue
-				}
-				for _, p := range nested {
-					if p.Attr.Type&^unix.NLA_F_NESTED == unix.IFLA_BRPORT_NO && len(p.Value) >= 2 {
-						no = int(binary.NativeEndian.Uint16(p.Value))
-					}
-				}
-			}
-		}
-		if master == br && no >= 0 {
-			out[uint16(no)] = index
-		}
-	}
-	return out, nil
-}

@@ -13,10 +13,13 @@ import (
 const rtextFilterSkipStats = 1 << 3
 
 // BriefLink is what the passes need of a link: its index, name, master
-// and alias.
+// and alias; of a bridge's port (PortsOf), its port number too.
 type BriefLink struct {
 	Index, Master int
 	Name, Alias   string
+	// PortNo is a bridge port's number (IFLA_BRPORT_NO), as the
+	// bridge's forwarding database names it; set by PortsOf only.
+	PortNo uint16
 }
 
 // BriefLinks lists the links of the current namespace with only their
@@ -24,10 +27,27 @@ type BriefLink struct {
 // read without building a netlink.Link each. With a thousand VM ports the
 // pass reads this several times; netlink.LinkList costs ten times more.
 func BriefLinks() ([]BriefLink, error) {
+	return briefLinks(0)
+}
+
+// PortsOf lists the links whose master is the link of index master (a
+// bridge's ports), with their port numbers: the kernel sends only those
+// (a dump filtered by IFLA_MASTER), where a dump of every link would
+// cost every network as much as the ports of all the networks there are
+// (a scrape at 10,000 VMs on 11 networks dumped 220,000 links).
+func PortsOf(master int) ([]BriefLink, error) {
+	return briefLinks(master)
+}
+
+// briefLinks dumps the links, those of master alone if not 0.
+func briefLinks(master int) ([]BriefLink, error) {
 	return RetryDump(func() ([]BriefLink, error) {
 		req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_DUMP)
 		req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
 		req.AddData(nl.NewRtAttr(unix.IFLA_EXT_MASK, nl.Uint32Attr(rtextFilterSkipStats)))
+		if master != 0 {
+			req.AddData(nl.NewRtAttr(unix.IFLA_MASTER, nl.Uint32Attr(uint32(master))))
+		}
 		// Each message as it comes, its attributes walked in place: at
 		// 10,000 links, keeping the dump's messages and a parsed list of
 		// attributes each put 40 MB of garbage into every pass.
@@ -38,7 +58,7 @@ func BriefLinks() ([]BriefLink, error) {
 			}
 			l := BriefLink{Index: int(nl.DeserializeIfInfomsg(m).Index)}
 			for typ, v := range Attrs(m[unix.SizeofIfInfomsg:]) {
-				switch typ {
+				switch typ &^ unix.NLA_F_NESTED {
 				case unix.IFLA_IFNAME:
 					l.Name = cString(v)
 				case unix.IFLA_IFALIAS:
@@ -47,13 +67,36 @@ func BriefLinks() ([]BriefLink, error) {
 					if len(v) >= 4 {
 						l.Master = int(native.Uint32(v))
 					}
+				case unix.IFLA_LINKINFO:
+					if master != 0 {
+						l.PortNo = bridgePortNo(v)
+					}
 				}
 			}
-			out = append(out, l)
+			// (A kernel that does not filter sends every link.)
+			if master == 0 || l.Master == master {
+				out = append(out, l)
+			}
 			return true
 		})
 		return out, err
 	})
+}
+
+// bridgePortNo is the port number in a bridge port's IFLA_LINKINFO
+// (IFLA_INFO_SLAVE_DATA, IFLA_BRPORT_NO), 0 if it has none.
+func bridgePortNo(linkinfo []byte) uint16 {
+	for typ, v := range Attrs(linkinfo) {
+		if typ&^unix.NLA_F_NESTED != unix.IFLA_INFO_SLAVE_DATA {
+			continue
+		}
+		for typ, v := range Attrs(v) {
+			if typ&^unix.NLA_F_NESTED == unix.IFLA_BRPORT_NO && len(v) >= 2 {
+				return native.Uint16(v)
+			}
+		}
+	}
+	return 0
 }
 
 // native is the host's byte order, netlink's.

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/guard"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -115,7 +116,23 @@ func TestBridgeFDB(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		fdb, err := guard.BridgeFDB(br)
+		brPorts, err := hostnet.PortsOf(br.Attrs().Index)
+		if err != nil {
+			return err
+		}
+		// The bridge's ports alone (not their veth peers, nor the
+		// bridge), each with a port number of its own.
+		nos := map[uint16]bool{}
+		for _, p := range brPorts {
+			if p.Master != br.Attrs().Index || !strings.HasPrefix(p.Name, "f") || p.PortNo == 0 || nos[p.PortNo] {
+				return fmt.Errorf("PortsOf(br-fdb) lists %+v", p)
+			}
+			nos[p.PortNo] = true
+		}
+		if len(brPorts) != ports {
+			return fmt.Errorf("PortsOf(br-fdb): %d ports, want %d", len(brPorts), ports)
+		}
+		fdb, err := guard.BridgeFDB(br, brPorts)
 		if err != nil {
 			return err
 		}
@@ -142,7 +159,7 @@ func TestBridgeFDB(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := guard.BridgeFDB(br); err == nil {
+		if _, err := guard.BridgeFDB(br, nil); err == nil {
 			return fmt.Errorf("bridgeFDB read another namespace's sysfs")
 		}
 		check(portMACs("br-fdb", nil), "portMACs of every port, port by port")

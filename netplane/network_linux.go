@@ -659,16 +659,14 @@ func portMACs(bridge string, ports []string) map[string][]string {
 	}
 	names := map[int]string{}
 	if ports == nil {
-		links, err := hostnet.BriefLinks()
+		links, err := hostnet.PortsOf(br.Attrs().Index)
 		if err != nil {
 			return nil
 		}
 		for _, l := range links {
-			if l.Master == br.Attrs().Index {
-				names[l.Index] = l.Name
-			}
+			names[l.Index] = l.Name
 		}
-		if fdb, err := guard.BridgeFDB(br); err == nil {
+		if fdb, err := guard.BridgeFDB(br, links); err == nil {
 			for idx, macs := range fdb {
 				if name, ok := names[idx]; ok {
 					for _, mac := range macs {
