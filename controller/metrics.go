@@ -349,7 +349,7 @@ func (c *Controller) collectAttachment(emit emitter, a *spec.Attachment, st back
 	if guard != nil && h.rec.Tap != "" {
 		emit(descSpoofDrops, prometheus.CounterValue, float64(guard[h.rec.Tap]), labels...)
 	}
-	s := c.observeLocked(a.Key(), h).Last()
+	s := c.observeMovedLocked(a.Key(), h).Last()
 	if s.Time.IsZero() {
 		s = h.stats // a stats line without a time still has counters
 	}
@@ -402,6 +402,20 @@ func (c *Controller) observeLocked(key string, h *helperProc) *metrics.Meter {
 	}
 	readStatsLines(h, tm.m.Add)
 	return &tm.m
+}
+
+// observeMovedLocked is observeLocked for a scrape, which asks about
+// every helper: one whose log and stats file are as the last log check
+// saw them (rotateLogsLocked, which read them after it looked) is not read
+// again, its meter being current. A scrape at 10,000 idle helpers read
+// 20,000 files (0.6 GB of allocations in two minutes of scrapes every 10
+// s); it now stats them.
+func (c *Controller) observeMovedLocked(key string, h *helperProc) *metrics.Meter {
+	if tm := c.meters[key]; tm != nil && tm.h == h && h.looked != ([2]fileLook{}) &&
+		h.looked == [2]fileLook{look(h.logPath), look(h.statsPath)} {
+		return &tm.m
+	}
+	return c.observeLocked(key, h)
 }
 
 // pruneMetersLocked forgets the meters of attachments that are gone.

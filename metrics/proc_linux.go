@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // userHZ is the unit of /proc/PID/stat's times (sysconf(_SC_CLK_TCK)). The
@@ -14,30 +15,75 @@ import (
 const userHZ = 100
 
 // ReadProcess reads pid's CPU time from /proc/PID/stat (utime + stime) and
-// its resident memory from /proc/PID/statm.
+// its resident memory from /proc/PID/statm. A scrape reads it for every
+// helper: the files are read into one buffer on the stack and their
+// fields found in place (with os.ReadFile and strings.Fields each read
+// allocated about 3 kB, 0.5 GB in two minutes of scrapes at 10,000).
 func ReadProcess(pid int) (Process, error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	var buf [1024]byte
+	prefix := "/proc/" + strconv.Itoa(pid)
+	stat, err := readSmall(prefix+"/stat", buf[:])
 	if err != nil {
 		return Process{}, err
 	}
 	p, err := parseStat(stat)
 	if err != nil {
-		return Process{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		return Process{}, fmt.Errorf("%s/stat: %w", prefix, err)
 	}
-	statm, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
+	statm, err := readSmall(prefix+"/statm", buf[:])
 	if err != nil {
 		return Process{}, err
 	}
-	f := strings.Fields(string(statm))
-	if len(f) < 2 {
-		return Process{}, fmt.Errorf("/proc/%d/statm: too few fields", pid)
-	}
-	pages, err := strconv.ParseUint(f[1], 10, 64)
+	pages, err := strconv.ParseUint(string(field(statm, 1)), 10, 64)
 	if err != nil {
-		return Process{}, fmt.Errorf("/proc/%d/statm: resident: %w", pid, err)
+		return Process{}, fmt.Errorf("%s/statm: resident: %w", prefix, err)
 	}
 	p.ResidentBytes = pages * uint64(os.Getpagesize())
 	return p, nil
+}
+
+// readSmall reads the file at path into buf (a /proc file a page at
+// most): what it holds, or an error if buf is too small for it.
+func readSmall(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			return buf[:n], nil
+		}
+		n += m
+	}
+	return nil, fmt.Errorf("%s: longer than %d bytes", path, len(buf))
+}
+
+// field is the i-th (from 0) of b's fields separated by spaces, nil if b
+// has fewer.
+func field(b []byte, i int) []byte {
+	for {
+		b = bytes.TrimLeft(b, " \n")
+		if len(b) == 0 {
+			return nil
+		}
+		end := bytes.IndexAny(b, " \n")
+		if end < 0 {
+			end = len(b)
+		}
+		if i == 0 {
+			return b[:end]
+		}
+		b, i = b[end:], i-1
+	}
 }
 
 // parseStat reads utime and stime (fields 14 and 15) of a /proc/PID/stat.
@@ -48,16 +94,17 @@ func parseStat(stat []byte) (Process, error) {
 	if i < 0 {
 		return Process{}, fmt.Errorf("unexpected format")
 	}
-	f := strings.Fields(string(stat[i+1:]))
-	// f[0] is field 3 (state): utime is field 14, stime field 15.
-	if len(f) < 13 {
+	rest := stat[i+1:]
+	// Field 3 (state) is rest's first: utime is field 14, stime field 15.
+	ut, st := field(rest, 11), field(rest, 12)
+	if st == nil {
 		return Process{}, fmt.Errorf("too few fields")
 	}
-	utime, err := strconv.ParseUint(f[11], 10, 64)
+	utime, err := strconv.ParseUint(string(ut), 10, 64)
 	if err != nil {
 		return Process{}, fmt.Errorf("utime: %w", err)
 	}
-	stime, err := strconv.ParseUint(f[12], 10, 64)
+	stime, err := strconv.ParseUint(string(st), 10, 64)
 	if err != nil {
 		return Process{}, fmt.Errorf("stime: %w", err)
 	}

@@ -29,3 +29,18 @@ func TestReadProcessSelf(t *testing.T) {
 		t.Errorf("ReadProcess(self) = %+v", p)
 	}
 }
+
+// TestReadProcessAllocs: a scrape reads every helper's process; the
+// files are read into a buffer on the stack and parsed in place (with
+// os.ReadFile and strings.Fields a read made 20 allocations).
+func TestReadProcessAllocs(t *testing.T) {
+	pid := os.Getpid()
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := ReadProcess(pid); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 8 {
+		t.Errorf("ReadProcess: %.0f allocations a read, want at most 8", allocs)
+	}
+}
