@@ -48,20 +48,26 @@ func EnsurePorts(ctx context.Context, n *api.Network, ports []PortSpec) error {
 	if err != nil {
 		return err
 	}
-	// The links, listed once (not one request a port).
-	all, err := hostnet.BriefLinks()
+	// The bridge's ports, listed once (not one request a port, nor
+	// every network's ports for each network); a port not among them
+	// (it left the bridge, or is gone) is looked up by name.
+	onBridge, err := hostnet.PortsOf(br.Attrs().Index)
 	if err != nil {
-		return fmt.Errorf("listing links: %w", err)
+		return fmt.Errorf("listing the ports of %s: %w", br.Attrs().Name, err)
 	}
-	links := make(map[string]hostnet.BriefLink, len(all))
-	for _, l := range all {
+	links := make(map[string]hostnet.BriefLink, len(onBridge))
+	for _, l := range onBridge {
 		links[l.Name] = l
 	}
 	var errs []error
 	for _, p := range ports {
 		bl, ok := links[p.Name]
 		if !ok {
-			continue // gone: its helper ends
+			l, err := netlink.LinkByName(p.Name)
+			if err != nil {
+				continue // gone: its helper ends
+			}
+			bl = hostnet.BriefLink{Index: l.Attrs().Index, Master: l.Attrs().MasterIndex, Name: p.Name}
 		}
 		// Guarded again when its guard is gone. (A table of an older
 		// vmnetctl's is migrated, its ports' guards with it, by Ensure.)
