@@ -11,14 +11,13 @@ import (
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
-// TestLogCheckReadsWhatMoved: the periodic check of the helpers' logs
-// reads a helper's files only when they were written since the last
-// check, and reads them when they were.
-func TestLogCheckReadsWhatMoved(t *testing.T) {
+// logLab is a controller of one helper "a/0" whose log has a line and
+// whose stats file says 1 packet from the VM; writeStats writes another.
+func logLab(t *testing.T) (c *Controller, h *helperProc, writeStats func(packets uint64)) {
 	dir := t.TempDir()
-	h := &helperProc{logPath: filepath.Join(dir, "a.log"), statsPath: filepath.Join(dir, "a.stats")}
-	c := &Controller{sd: statedir.Dir{Path: dir}, log: slog.New(slog.DiscardHandler), helpers: map[string]*helperProc{"a/0": h}}
-	writeStats := func(packets uint64) {
+	h = &helperProc{logPath: filepath.Join(dir, "a.log"), statsPath: filepath.Join(dir, "a.stats")}
+	c = &Controller{sd: statedir.Dir{Path: dir}, log: slog.New(slog.DiscardHandler), helpers: map[string]*helperProc{"a/0": h}}
+	writeStats = func(packets uint64) {
 		t.Helper()
 		s := helperproto.Stats{Time: time.Now(), VM: helperproto.Counters{Packets: packets}}
 		if err := os.WriteFile(h.statsPath, []byte(helperproto.FormatStatsLine(s)+"\n"), 0o644); err != nil {
@@ -29,6 +28,14 @@ func TestLogCheckReadsWhatMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeStats(1)
+	return c, h, writeStats
+}
+
+// TestLogCheckReadsWhatMoved: the periodic check of the helpers' logs
+// reads a helper's files only when they were written since the last
+// check, and reads them when they were.
+func TestLogCheckReadsWhatMoved(t *testing.T) {
+	c, h, writeStats := logLab(t)
 	c.rotateLogsLocked()
 	if h.stats.VM.Packets != 1 {
 		t.Fatalf("first check: stats %+v, want the file's", h.stats)
@@ -50,20 +57,7 @@ func TestLogCheckReadsWhatMoved(t *testing.T) {
 // and reads those that were, whether or not a check came between; the
 // log check after a scrape still sees what moved (its look is its own).
 func TestScrapeReadsWhatMoved(t *testing.T) {
-	dir := t.TempDir()
-	h := &helperProc{logPath: filepath.Join(dir, "a.log"), statsPath: filepath.Join(dir, "a.stats")}
-	c := &Controller{sd: statedir.Dir{Path: dir}, log: slog.New(slog.DiscardHandler), helpers: map[string]*helperProc{"a/0": h}}
-	writeStats := func(packets uint64) {
-		t.Helper()
-		s := helperproto.Stats{Time: time.Now(), VM: helperproto.Counters{Packets: packets}}
-		if err := os.WriteFile(h.statsPath, []byte(helperproto.FormatStatsLine(s)+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(h.logPath, []byte("INFO  [main] forwarding started\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	writeStats(1)
+	c, h, writeStats := logLab(t)
 	if got := c.observeMovedLocked("a/0", h).Last().VM.Packets; got != 1 {
 		t.Fatalf("a scrape before any check: %d packets, want the file's 1", got)
 	}
