@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -337,29 +338,22 @@ func controllerPID(t *testing.T, state string) string {
 }
 
 // killController kills state's controller (SIGKILL, as a crash would) and
-// returns once it is gone, its helpers left running.
+// returns once it is gone, its helpers left running: no deadline, the
+// wait is on its pidfd (procid).
 func killController(t *testing.T, state string) {
 	t.Helper()
-	pid := controllerPID(t, state)
-	n, err := strconv.Atoi(pid)
+	pid, err := strconv.Atoi(controllerPID(t, state))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
+	id, err := procid.Read(pid)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Its parent (the `up` that started it) is gone, so init reaps it:
-	// gone once its /proc entry is, or once it is a zombie.
-	testutil.Eventually(t, time.Minute, func() error {
-		b, err := os.ReadFile("/proc/" + pid + "/stat")
-		if err != nil {
-			return nil
-		}
-		if f := strings.Fields(string(b)); len(f) > 2 && f[2] == "Z" {
-			return nil
-		}
-		return fmt.Errorf("controller %s still running", pid)
-	})
+	if !id.Signal(syscall.SIGKILL) {
+		t.Fatalf("controller %d gone before it was killed", pid)
+	}
+	id.WaitExit()
 }
 
 // idleCPU is the CPU the processes of state dir state (the controller and
