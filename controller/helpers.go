@@ -212,13 +212,19 @@ func look(path string) fileLook {
 	return fileLook{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
 }
 
+// lookNow is what h's log and stats file look like now, as h.looked
+// keeps it.
+func (h *helperProc) lookNow() [2]fileLook {
+	return [2]fileLook{look(h.logPath), look(h.statsPath)}
+}
+
 // filesMoved reports whether h's log or stats file was written (or
 // appeared, or went) since the last call, and records what it saw. A
 // write within the same tick of the file system's clock that keeps the
 // size can go unseen until the next one: the check only keeps the meters
 // and the log's size in step, and status reads the files whole.
 func (h *helperProc) filesMoved() bool {
-	now := [2]fileLook{look(h.logPath), look(h.statsPath)}
+	now := h.lookNow()
 	moved := now != h.looked
 	h.looked = now
 	return moved

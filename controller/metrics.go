@@ -411,8 +411,7 @@ func (c *Controller) observeLocked(key string, h *helperProc) *metrics.Meter {
 // 20,000 files (0.6 GB of allocations in two minutes of scrapes every 10
 // s); it now stats them.
 func (c *Controller) observeMovedLocked(key string, h *helperProc) *metrics.Meter {
-	if tm := c.meters[key]; tm != nil && tm.h == h && h.looked != ([2]fileLook{}) &&
-		h.looked == [2]fileLook{look(h.logPath), look(h.statsPath)} {
+	if tm := c.meters[key]; tm != nil && tm.h == h && h.looked != ([2]fileLook{}) && h.looked == h.lookNow() {
 		return &tm.m
 	}
 	return c.observeLocked(key, h)
