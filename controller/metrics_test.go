@@ -1,19 +1,25 @@
 package controller
 
 import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
@@ -67,14 +73,33 @@ func metricsController(t *testing.T) *Controller {
 	return c
 }
 
+// gather scrapes c's /metrics as Prometheus does (gzipped), parses what
+// it serves, and lints it.
 func gather(t *testing.T, c *Controller) map[string]*dto.MetricFamily {
 	t.Helper()
-	// The pedantic registry checks what is collected against Describe.
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(&collector{c: c})
-	mfs, err := reg.Gather()
+	r := httptest.NewRequest("GET", "/metrics", nil)
+	r.Header.Set("Accept-Encoding", "gzip")
+	w := httptest.NewRecorder()
+	c.metricsHandler().ServeHTTP(w, r)
+	if w.Code != http.StatusOK || w.Header().Get("Content-Encoding") != "gzip" {
+		t.Fatalf("/metrics: %d, encoding %q: %s", w.Code, w.Header().Get("Content-Encoding"), w.Body)
+	}
+	zr, err := gzip.NewReader(w.Body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	body, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	byName, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v\n%s", err, body)
+	}
+	var mfs []*dto.MetricFamily
+	for _, mf := range byName {
+		mfs = append(mfs, mf)
 	}
 	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
 	if err != nil {
@@ -83,36 +108,16 @@ func gather(t *testing.T, c *Controller) map[string]*dto.MetricFamily {
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
-	byName := map[string]*dto.MetricFamily{}
-	for _, mf := range mfs {
-		byName[mf.GetName()] = mf
-	}
 	return byName
 }
 
-// descRe reads a metric family's name and variable labels from a
-// prometheus.Desc's String (the Desc has no accessors for them).
-var descRe = regexp.MustCompile(`^Desc\{fqName: "([^"]+)", .*, variableLabels: \{([^}]*)\}\}$`)
-
-// described maps each metric family the collector describes (what a
-// registry accepts from it) to its variable labels.
-func described(t *testing.T, c prometheus.Collector) map[string][]string {
-	t.Helper()
-	ch := make(chan *prometheus.Desc)
-	go func() { c.Describe(ch); close(ch) }()
-	var descs []*prometheus.Desc
-	for d := range ch {
-		descs = append(descs, d)
+// described maps each of the controller's metric families to its labels.
+func described() map[string][]string {
+	fams := map[string][]string{}
+	for _, f := range families {
+		fams[f.name] = f.labels
 	}
-	families := map[string][]string{}
-	for _, d := range descs {
-		m := descRe.FindStringSubmatch(d.String())
-		if m == nil {
-			t.Fatalf("cannot read the name and labels of %s", d)
-		}
-		families[m[1]] = strings.Split(m[2], ",")
-	}
-	return families
+	return fams
 }
 
 // checkFamily fails the test unless name is a described metric family
@@ -158,7 +163,7 @@ next:
 func TestCollector(t *testing.T) {
 	c := metricsController(t)
 	mfs := gather(t, c)
-	families := described(t, &collector{c: c})
+	families := described()
 	tests := []struct {
 		name   string
 		labels []string
@@ -269,5 +274,29 @@ func TestStatsFromFile(t *testing.T) {
 	readStatsLines(h, add)
 	if h.stats.VM.Packets != 9 || !slices.Equal(added, []uint64{7, 9}) || !h.lastFromVM.Equal(t0.Add(10*time.Second)) {
 		t.Errorf("after the file changed: stats %+v, added %v, last from the VM %v", h.stats, added, h.lastFromVM)
+	}
+}
+
+// TestTextEscapes: a label value with a backslash, a double quote or a
+// line feed (a project's name, a forward's) reads back as it was, and a
+// help text with them keeps its sample parseable.
+func TestTextEscapes(t *testing.T) {
+	f := &family{name: "vmnetctl_test_total", help: "Odd \\ help\nover lines.", counter: true, labels: []string{"project"}}
+	odd := "a\\b\"c\nd"
+	var b bytes.Buffer
+	w := bufio.NewWriter(&b)
+	s := &scrape{text: map[*family][]byte{}}
+	s.emit(f, 3, odd)
+	writeHeader(w, f)
+	w.Write(s.text[f])
+	w.Flush()
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mfs[f.name].GetMetric()
+	if len(m) != 1 || m[0].GetLabel()[0].GetValue() != odd || m[0].GetCounter().GetValue() != 3 || mfs[f.name].GetHelp() != f.help {
+		t.Errorf("read back: %v", mfs[f.name])
 	}
 }
