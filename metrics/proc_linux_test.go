@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -15,6 +17,9 @@ func TestParseStat(t *testing.T) {
 	if p.CPUSeconds != 3 {
 		t.Errorf("CPUSeconds = %v, want 3 (250+50 ticks)", p.CPUSeconds)
 	}
+	if want := 500 * uint64(os.Getpagesize()); p.ResidentBytes != want {
+		t.Errorf("ResidentBytes = %d, want %d (500 pages)", p.ResidentBytes, want)
+	}
 	if _, err := parseStat([]byte("4242 (x) S 1 2")); err == nil {
 		t.Errorf("a short stat line parsed")
 	}
@@ -27,6 +32,18 @@ func TestReadProcessSelf(t *testing.T) {
 	}
 	if p.ResidentBytes < 1<<20 || p.CPUSeconds < 0 {
 		t.Errorf("ReadProcess(self) = %+v", p)
+	}
+	// The resident set is statm's (read once, the process a moment later).
+	statm, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := strconv.ParseUint(strings.Fields(string(statm))[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := float64(p.ResidentBytes), float64(pages*uint64(os.Getpagesize())); got < 0.9*want || got > 1.1*want {
+		t.Errorf("resident %v bytes, statm says %v", got, want)
 	}
 }
 
