@@ -114,6 +114,18 @@ type family struct {
 	name, help string
 	counter    bool
 	labels     []string // the variable labels, in the order their values are given
+	order      []int    // labels' indices in name order, as they are written
+}
+
+// sorted returns f with its labels' written order: by name, as
+// client_golang writes them (what scripts and dashboards match).
+func (f *family) sorted() *family {
+	f.order = make([]int, len(f.labels))
+	for i := range f.order {
+		f.order[i] = i
+	}
+	slices.SortFunc(f.order, func(a, b int) int { return strings.Compare(f.labels[a], f.labels[b]) })
+	return f
 }
 
 // The labels of the per-attachment metrics: network and VM name, and the
@@ -123,11 +135,11 @@ type family struct {
 var attachmentLabels = []string{"network", "vm", "index"}
 
 func attachmentFamily(name string, counter bool, help string, extra ...string) *family {
-	return &family{name: name, help: help, counter: counter, labels: append(slices.Clone(attachmentLabels), extra...)}
+	return (&family{name: name, help: help, counter: counter, labels: append(slices.Clone(attachmentLabels), extra...)}).sorted()
 }
 
 func networkFamily(name string, counter bool, help string, extra ...string) *family {
-	return &family{name: name, help: help, counter: counter, labels: append([]string{"network"}, extra...)}
+	return (&family{name: name, help: help, counter: counter, labels: append([]string{"network"}, extra...)}).sorted()
 }
 
 const (
@@ -225,16 +237,16 @@ var (
 	famIPv6Conflicts = networkFamily("vmnetctl_network_ipv6_address_conflicts_total", counter,
 		"Claims of an IPv6 address refused: taken (bound to another VM: first come, first served) or limit (past 4096 addresses in the network).", "reason")
 
-	famReconciles = &family{name: "vmnetctl_reconciles_total", counter: counter,
-		help: "Reconciles by result (success or error).", labels: []string{"result"}}
-	famReconcileDuration = &family{name: "vmnetctl_reconcile_duration_seconds",
-		help: "How long the latest reconcile took."}
-	famReconcilePhase = &family{name: "vmnetctl_reconcile_phase_seconds_total", counter: counter,
-		help: "Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, partitions, forwards, claims, start (the helpers'), bandwidth, ports, commit.", labels: []string{"phase"}}
-	famLastSuccess = &family{name: "vmnetctl_last_successful_reconcile_timestamp_seconds",
-		help: "When a reconcile last succeeded, as a Unix time."}
-	famBuildInfo = &family{name: "vmnetctl_build_info",
-		help: "The controller's version, commit and Go version (always 1).", labels: []string{"version", "commit", "goversion"}}
+	famReconciles = (&family{name: "vmnetctl_reconciles_total", counter: counter,
+		help: "Reconciles by result (success or error).", labels: []string{"result"}}).sorted()
+	famReconcileDuration = (&family{name: "vmnetctl_reconcile_duration_seconds",
+		help: "How long the latest reconcile took."}).sorted()
+	famReconcilePhase = (&family{name: "vmnetctl_reconcile_phase_seconds_total", counter: counter,
+		help: "Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, partitions, forwards, claims, start (the helpers'), bandwidth, ports, commit.", labels: []string{"phase"}}).sorted()
+	famLastSuccess = (&family{name: "vmnetctl_last_successful_reconcile_timestamp_seconds",
+		help: "When a reconcile last succeeded, as a Unix time."}).sorted()
+	famBuildInfo = (&family{name: "vmnetctl_build_info",
+		help: "The controller's version, commit and Go version (always 1).", labels: []string{"version", "commit", "goversion"}}).sorted()
 )
 
 // families is every family of the controller's, in the order a scrape
@@ -274,7 +286,8 @@ type scrape struct {
 
 // attachmentSample is what a scrape read of one attachment and its helper.
 type attachmentSample struct {
-	labels          string // network="…",vm="…",index="…"
+	network, vm     string
+	index           string
 	project, attach string
 	forwards        []forwardCount
 	toVM, fromVM    uint64 // bandwidth limits, bit/s (0: none)
@@ -300,7 +313,7 @@ type forwardCount struct {
 // emit adds a sample of f, with its labels' values in f's order.
 func (s *scrape) emit(f *family, v float64, values ...string) {
 	b := append(s.text[f], f.name...)
-	b = appendLabels(b, f.labels, values, "")
+	b = appendLabels(b, f, values)
 	s.text[f] = appendValue(b, v)
 }
 
@@ -439,8 +452,7 @@ func (c *Controller) collectNetwork(s *scrape, n *api.Network, d *spec.Desired) 
 // collectAttachment reads into as what a scrape serves of attachment a and
 // its helper; st is its network's services' stats. c.mu is held.
 func (c *Controller) collectAttachment(as *attachmentSample, a *spec.Attachment, st backend.ServiceStats) {
-	as.labels = string(appendLabels(nil, attachmentLabels, []string{a.Network, a.VM, strconv.Itoa(a.Index)}, "")[1:])
-	as.labels = as.labels[:len(as.labels)-1] // without the braces
+	as.network, as.vm, as.index = a.Network, a.VM, strconv.Itoa(a.Index)
 	as.project, as.attach = a.Project, string(a.Attach)
 	for _, pf := range a.PortForwards {
 		as.forwards = append(as.forwards, forwardCount{pf.String(), st.ForwardConns[backend.ForwardKey(a.Key(), pf)]})
@@ -584,6 +596,7 @@ type sampleWriter struct {
 	started bool
 	as      *attachmentSample
 	buf     []byte
+	values  []string
 }
 
 // put writes a sample of the current attachment, with the values of the
@@ -593,8 +606,9 @@ func (sw *sampleWriter) put(v float64, extra ...string) {
 		writeHeader(sw.w, sw.f)
 		sw.started = true
 	}
+	values := append(append(sw.values[:0], sw.as.network, sw.as.vm, sw.as.index), extra...)
 	b := append(sw.buf[:0], sw.f.name...)
-	b = appendLabels(b, sw.f.labels[len(attachmentLabels):], extra, sw.as.labels)
+	b = appendLabels(b, sw.f, values)
 	sw.buf = appendValue(b, v)
 	sw.w.Write(sw.buf)
 }
@@ -609,20 +623,19 @@ func writeHeader(w *bufio.Writer, f *family) {
 	w.WriteString("\n# TYPE " + f.name + " " + typ + "\n")
 }
 
-// appendLabels appends {pre,name="value",...} (nothing when there are no
-// labels), the values escaped as the text format asks; pre is labels
-// already written out.
-func appendLabels(b []byte, names, values []string, pre string) []byte {
-	if len(names) == 0 && pre == "" {
+// appendLabels appends {name="value",...} of f's labels in name order
+// (nothing when it has none), the values (in f.labels' order) escaped as
+// the text format asks.
+func appendLabels(b []byte, f *family, values []string) []byte {
+	if len(f.labels) == 0 {
 		return b
 	}
 	b = append(b, '{')
-	b = append(b, pre...)
-	for i, name := range names {
-		if i > 0 || pre != "" {
+	for k, i := range f.order {
+		if k > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, name...)
+		b = append(b, f.labels[i]...)
 		b = append(b, `="`...)
 		b = appendEscaped(b, values[i])
 		b = append(b, '"')

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -77,21 +78,7 @@ func metricsController(t *testing.T) *Controller {
 // it serves, and lints it.
 func gather(t *testing.T, c *Controller) map[string]*dto.MetricFamily {
 	t.Helper()
-	r := httptest.NewRequest("GET", "/metrics", nil)
-	r.Header.Set("Accept-Encoding", "gzip")
-	w := httptest.NewRecorder()
-	c.metricsHandler().ServeHTTP(w, r)
-	if w.Code != http.StatusOK || w.Header().Get("Content-Encoding") != "gzip" {
-		t.Fatalf("/metrics: %d, encoding %q: %s", w.Code, w.Header().Get("Content-Encoding"), w.Body)
-	}
-	zr, err := gzip.NewReader(w.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := scrapeBody(t, c)
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	byName, err := p.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
@@ -109,6 +96,27 @@ func gather(t *testing.T, c *Controller) map[string]*dto.MetricFamily {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 	return byName
+}
+
+// scrapeBody is what c's /metrics serves a scraper that asks for gzip.
+func scrapeBody(t *testing.T, c *Controller) []byte {
+	t.Helper()
+	r := httptest.NewRequest("GET", "/metrics", nil)
+	r.Header.Set("Accept-Encoding", "gzip")
+	w := httptest.NewRecorder()
+	c.metricsHandler().ServeHTTP(w, r)
+	if w.Code != http.StatusOK || w.Header().Get("Content-Encoding") != "gzip" {
+		t.Fatalf("/metrics: %d, encoding %q: %s", w.Code, w.Header().Get("Content-Encoding"), w.Body)
+	}
+	zr, err := gzip.NewReader(w.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
 }
 
 // described maps each of the controller's metric families to its labels.
@@ -205,6 +213,19 @@ func TestCollector(t *testing.T) {
 			}
 		})
 	}
+	// Labels are written in name order, as client_golang writes them
+	// (scripts and dashboards match the lines).
+	for _, line := range []string{
+		`vmnetctl_attachment_bytes_total{direction="to_vm",index="0",network="shared",vm="a"} 2000`,
+		`vmnetctl_attachment_info{attach="socket",index="0",network="shared",project="p",vm="b"} 1`,
+		`vmnetctl_attachment_forward_syscalls_total{direction="to_vm",index="0",network="shared",path="slow",vm="a"} 4`,
+		`vmnetctl_network_info{bridge="` + api.BridgeName("shared") + `",mode="shared",network="shared",subnet="10.9.0.0/24"} 1`,
+		`vmnetctl_build_info{commit="` + BuildCommit() + `",goversion="` + runtime.Version() + `",version="v1.2.3"} 1`,
+	} {
+		if !bytes.Contains(scrapeBody(t, c), []byte("\n"+line+"\n")) {
+			t.Errorf("/metrics has no line %s", line)
+		}
+	}
 	if rss, ok := value(mfs, "vmnetctl_helper_resident_memory_bytes", "vm=a"); !ok || rss < 1<<20 {
 		t.Errorf("resident memory of a's helper (this process): %v", rss)
 	}
@@ -281,7 +302,7 @@ func TestStatsFromFile(t *testing.T) {
 // line feed (a project's name, a forward's) reads back as it was, and a
 // help text with them keeps its sample parseable.
 func TestTextEscapes(t *testing.T) {
-	f := &family{name: "vmnetctl_test_total", help: "Odd \\ help\nover lines.", counter: true, labels: []string{"project"}}
+	f := (&family{name: "vmnetctl_test_total", help: "Odd \\ help\nover lines.", counter: true, labels: []string{"project"}}).sorted()
 	odd := "a\\b\"c\nd"
 	var b bytes.Buffer
 	w := bufio.NewWriter(&b)
