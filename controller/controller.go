@@ -181,8 +181,10 @@ type Controller struct {
 	netSockets map[string]*netSocket
 	// runtime writes runtime.json (saveRuntime).
 	runtime statedir.RuntimeWriter
-	// logsChecked is when rotateLogsLocked last ran.
+	// logsChecked is when rotateLogsLocked last ran; watch tells it (and
+	// a scrape) which of the helpers' files were written since.
 	logsChecked time.Time
+	watch       *fileWatch
 	// parsed is the projects' files as the last pass parsed them; under
 	// parseMu, which `up`'s checks (check.go) take without mu.
 	parsed  spec.ParseCache
@@ -198,8 +200,8 @@ func New(opts Options) (*Controller, error) {
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
 		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{}, portsGone: map[string]bool{},
 		degraded: map[string]string{}, strays: true, repairs: map[string]uint64{}, repairRetry: map[string]*repairRetry{}, watchedHolders: map[int]bool{},
-		reconciles: map[string]uint64{},
-		kickc:      make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), started: time.Now()}, nil
+		reconciles: map[string]uint64{}, watch: newFileWatch(opts.StateDir.HelpersDir()),
+		kickc: make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), started: time.Now()}, nil
 }
 
 func (c *Controller) kick() {
@@ -243,6 +245,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer func() { // after the servers stop: a scrape would watch again
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.watch.close()
+	}()
 	defer stopServing()
 	c.log.Info("controller started", "stateDir", c.sd.Path, "pid", os.Getpid(), "metrics", c.opts.MetricsAddr)
 

@@ -173,8 +173,12 @@ func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 // helpers). Status and metrics read every helper's files when asked.
 func (c *Controller) rotateLogsLocked() {
 	c.logsChecked = time.Now()
+	c.watch.drain()
 	for key, h := range c.helpers {
-		if h.logPath == "" || !h.filesMoved() {
+		if h.logPath == "" || h.looked != ([2]fileLook{}) && !c.watch.moved(h.logPath) && !c.watch.moved(h.statsPath) {
+			continue // (the watch saw no write to its files)
+		}
+		if !h.filesMoved() {
 			continue
 		}
 		c.observeLocked(key, h)
@@ -188,6 +192,7 @@ func (c *Controller) rotateLogsLocked() {
 			h.statsOff = 0
 		}
 	}
+	c.watch.take()
 	if _, err := statedir.RotateLog(c.sd.ControllerLog(), statedir.MaxControllerLog); err != nil {
 		c.log.Warn("rotating the controller's log", "err", err)
 	}

@@ -324,6 +324,7 @@ func (c *Controller) readScrape() *scrape {
 	s.emit(famBuildInfo, 1, c.opts.Version, BuildCommit(), runtime.Version())
 
 	c.mu.Lock()
+	c.watch.drain()
 	for _, result := range []string{"success", "error"} {
 		s.emit(famReconciles, float64(c.reconciles[result]), result)
 	}
@@ -606,9 +607,9 @@ func (sw *sampleWriter) put(v float64, extra ...string) {
 		writeHeader(sw.w, sw.f)
 		sw.started = true
 	}
-	values := append(append(sw.values[:0], sw.as.network, sw.as.vm, sw.as.index), extra...)
+	sw.values = append(append(sw.values[:0], sw.as.network, sw.as.vm, sw.as.index), extra...)
 	b := append(sw.buf[:0], sw.f.name...)
-	b = appendLabels(b, sw.f, values)
+	b = appendLabels(b, sw.f, sw.values)
 	sw.buf = appendValue(b, v)
 	sw.w.Write(sw.buf)
 }
@@ -705,10 +706,20 @@ func (c *Controller) observeLocked(key string, h *helperProc) *metrics.Meter {
 // 20,000 files (0.6 GB of allocations in two minutes of scrapes every 10
 // s); it now stats them.
 func (c *Controller) observeMovedLocked(key string, h *helperProc) *metrics.Meter {
-	if tm := c.meters[key]; tm != nil && tm.h == h && h.looked != ([2]fileLook{}) && h.looked == h.lookNow() {
+	if tm := c.meters[key]; tm != nil && tm.h == h && h.looked != ([2]fileLook{}) && !c.movedSinceCheckLocked(h) {
 		return &tm.m
 	}
 	return c.observeLocked(key, h)
+}
+
+// movedSinceCheckLocked says whether h's log or stats file may have been
+// written since the last log check: as the controller's file watch saw,
+// or, where it cannot tell, as a stat of each says.
+func (c *Controller) movedSinceCheckLocked(h *helperProc) bool {
+	if !c.watch.moved(h.logPath) && !c.watch.moved(h.statsPath) {
+		return false
+	}
+	return c.watch.tells() || h.looked != h.lookNow()
 }
 
 // pruneMetersLocked forgets the meters of attachments that are gone.

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 
 // fleetController is a controller of n running attachments on one
 // network, each helper (this process stands in for all) with a log and a
-// stats file that the log check has read.
+// stats file in the helpers' directory that the log check has read.
 func fleetController(tb testing.TB, n int) *Controller {
 	tb.Helper()
 	dir := tb.TempDir()
@@ -35,12 +34,15 @@ func fleetController(tb testing.TB, n int) *Controller {
 		tb.Fatal(err)
 	}
 	now := time.Now()
+	if err := os.MkdirAll(c.sd.HelpersDir(), 0o750); err != nil {
+		tb.Fatal(err)
+	}
 	for i := range n {
 		vm := fmt.Sprintf("c%05d", i)
 		a := &spec.Attachment{Attachment: &api.Attachment{VM: vm, Network: "fleet", MAC: "52:55:55:00:00:01", Attach: api.AttachSocket}, Project: "fleet"}
 		d.Attachments = append(d.Attachments, a)
 		h := &helperProc{att: a, state: ctlapi.StateRunning, exited: make(chan struct{}),
-			logPath: filepath.Join(dir, vm+".log"), statsPath: filepath.Join(dir, vm+".stats"), startLatency: 12 * time.Millisecond,
+			logPath: c.sd.HelperLogFile(a.Key()), statsPath: c.sd.HelperStatsFile(a.Key()), startLatency: 12 * time.Millisecond,
 			rec: statedir.HelperRecord{Key: a.Key(), VM: vm, Network: "fleet", Proc: id, StartedAt: now.Add(-time.Minute)}}
 		s := helperproto.Stats{Time: now, Host: helperproto.Counters{Bytes: uint64(i) * 1000, Packets: uint64(i)}, VM: helperproto.Counters{Bytes: 500, Packets: 5}}
 		if err := os.WriteFile(h.statsPath, []byte(helperproto.FormatStatsLine(s)+"\n"), 0o644); err != nil {
@@ -87,5 +89,26 @@ func BenchmarkScrapeFleet(b *testing.B) {
 				b.ReportMetric(float64(size), "bytes/scrape")
 			})
 		}
+	}
+}
+
+// BenchmarkLogCheckFleet runs the periodic check of the helpers' logs of
+// a controller of 10,000 idle attachments (nothing written since the last
+// check): with the helpers' directory watched, no helper's file is
+// looked at; without the watch, each helper's two files are stat'ed.
+func BenchmarkLogCheckFleet(b *testing.B) {
+	c := fleetController(b, 10000)
+	for _, watched := range []bool{true, false} {
+		b.Run(fmt.Sprintf("watched=%v", watched), func(b *testing.B) {
+			w := c.watch
+			if !watched {
+				c.watch = nil
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				c.rotateLogsLocked()
+			}
+			c.watch = w
+		})
 	}
 }
