@@ -167,6 +167,8 @@ type Controller struct {
 	lastReconcileTime time.Duration
 	// meters keep each helper's latest stats lines for rates (metrics.go).
 	meters map[string]*trafficMeter
+	// procs keeps the helpers' process accounting between scrapes.
+	procs procCache
 
 	// appliedView is applied, for readers that must not take mu.
 	appliedView atomic.Pointer[spec.Desired]

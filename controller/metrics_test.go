@@ -25,6 +25,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/metrics"
 	"github.com/vmnetctl/vmnetctl/ops"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/spec"
@@ -319,5 +320,46 @@ func TestTextEscapes(t *testing.T) {
 	m := mfs[f.name].GetMetric()
 	if len(m) != 1 || m[0].GetLabel()[0].GetValue() != odd || m[0].GetCounter().GetValue() != 3 || mfs[f.name].GetHelp() != f.help {
 		t.Errorf("read back: %v", mfs[f.name])
+	}
+}
+
+// TestHelperProcessCached: a scrape serves an idle helper's CPU time as
+// read within procMaxAge, and reads it again once the helper's stats move.
+func TestHelperProcessCached(t *testing.T) {
+	c := metricsController(t)
+	cpu := func() float64 {
+		t.Helper()
+		v, ok := value(gather(t, c), "vmnetctl_helper_cpu_seconds_total", "vm=a")
+		if !ok {
+			t.Fatal("no CPU time for a's helper (this process)")
+		}
+		return v
+	}
+	first := cpu()
+	// This process (a's helper here) uses two ticks of CPU more.
+	for deadline := time.Now().Add(time.Minute); ; {
+		p, err := metrics.ReadProcess(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.CPUSeconds >= first+0.02 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("this process's CPU time stayed at %v", p.CPUSeconds)
+		}
+	}
+	if got := cpu(); got != first {
+		t.Errorf("an idle helper's CPU time was read again within %v: %v, then %v", procMaxAge, first, got)
+	}
+	h := c.helpers["a/0"]
+	f, err := os.OpenFile(h.logPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(f, helperproto.FormatStatsLine(helperproto.Stats{Time: time.Now().Add(2 * time.Second), Host: helperproto.Counters{Bytes: 3000}}))
+	f.Close()
+	if got := cpu(); got < first+0.02 {
+		t.Errorf("after the helper's stats moved: CPU time %v, want it read again (at least %v)", got, first+0.02)
 	}
 }
