@@ -552,24 +552,9 @@ var attachmentSeries = []struct {
 			w.put(float64(as.spoofed))
 		}
 	}},
-	{famBytes, func(as *attachmentSample, w *sampleWriter) {
-		if as.helper {
-			w.put(float64(as.stats.Host.Bytes), "to_vm")
-			w.put(float64(as.stats.VM.Bytes), "from_vm")
-		}
-	}},
-	{famPackets, func(as *attachmentSample, w *sampleWriter) {
-		if as.helper {
-			w.put(float64(as.stats.Host.Packets), "to_vm")
-			w.put(float64(as.stats.VM.Packets), "from_vm")
-		}
-	}},
-	{famDrops, func(as *attachmentSample, w *sampleWriter) {
-		if as.helper {
-			w.put(float64(as.stats.Host.Drops), "to_vm")
-			w.put(float64(as.stats.VM.Drops), "from_vm")
-		}
-	}},
+	{famBytes, byDirection(func(c helperproto.Counters) uint64 { return c.Bytes })},
+	{famPackets, byDirection(func(c helperproto.Counters) uint64 { return c.Packets })},
+	{famDrops, byDirection(func(c helperproto.Counters) uint64 { return c.Drops })},
 	{famSyscalls, func(as *attachmentSample, w *sampleWriter) {
 		if as.helper {
 			w.put(float64(as.stats.Host.Fast), "to_vm", "fast")
@@ -603,6 +588,17 @@ var attachmentSeries = []struct {
 			w.put(float64(as.proc.ResidentBytes))
 		}
 	}},
+}
+
+// byDirection is the samples of a helper's traffic counter: to the VM
+// (the host's side's count) and from it.
+func byDirection(count func(helperproto.Counters) uint64) func(*attachmentSample, *sampleWriter) {
+	return func(as *attachmentSample, w *sampleWriter) {
+		if as.helper {
+			w.put(float64(count(as.stats.Host)), "to_vm")
+			w.put(float64(count(as.stats.VM)), "from_vm")
+		}
+	}
 }
 
 // write writes the scrape's families in the text format: the controller's
