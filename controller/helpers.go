@@ -175,8 +175,8 @@ func (c *Controller) rotateLogsLocked() {
 	c.logsChecked = time.Now()
 	c.watch.drain()
 	for key, h := range c.helpers {
-		if h.logPath == "" || h.looked != ([2]fileLook{}) && !c.watch.moved(h.logPath) && !c.watch.moved(h.statsPath) {
-			continue // (the watch saw no write to its files)
+		if h.logPath == "" || c.watchSawNoWriteLocked(h) {
+			continue
 		}
 		if !h.filesMoved() {
 			continue
@@ -215,6 +215,13 @@ func look(path string) fileLook {
 		return fileLook{}
 	}
 	return fileLook{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+}
+
+// watchSawNoWriteLocked says that the controller's file watch saw no write
+// to h's log or stats file since the last log check looked at them (false
+// where it cannot tell, or no check has looked yet).
+func (c *Controller) watchSawNoWriteLocked(h *helperProc) bool {
+	return h.looked != ([2]fileLook{}) && !c.watch.moved(h.logPath) && !c.watch.moved(h.statsPath)
 }
 
 // lookNow is what h's log and stats file look like now, as h.looked

@@ -489,10 +489,11 @@ func (c *Controller) collectNetwork(s *scrape, n *api.Network, d *spec.Desired) 
 // collectAttachment reads into as what a scrape serves of attachment a and
 // its helper; st is its network's services' stats. c.mu is held.
 func (c *Controller) collectAttachment(as *attachmentSample, a *spec.Attachment, st backend.ServiceStats) {
+	key := a.Key()
 	as.network, as.vm, as.index = a.Network, a.VM, strconv.Itoa(a.Index)
 	as.project, as.attach = a.Project, string(a.Attach)
 	for _, pf := range a.PortForwards {
-		as.forwards = append(as.forwards, forwardCount{pf.String(), st.ForwardConns[backend.ForwardKey(a.Key(), pf)]})
+		as.forwards = append(as.forwards, forwardCount{pf.String(), st.ForwardConns[backend.ForwardKey(key, pf)]})
 	}
 	if b := a.Bandwidth; b != nil {
 		as.toVM, as.fromVM = b.ToVM, b.FromVM
@@ -500,7 +501,7 @@ func (c *Controller) collectAttachment(as *attachmentSample, a *spec.Attachment,
 	if n := c.applied.Network(a.Network); a.Egress != nil || (n != nil && n.Egress != nil) {
 		as.egress, as.egressDenied = true, st.EgressDeniedByMAC[a.MAC]
 	}
-	h := c.helpers[a.Key()]
+	h := c.helpers[key]
 	as.up = h != nil && h.state == ctlapi.StateRunning && !isClosed(h.exited)
 	if h == nil {
 		return
@@ -509,7 +510,7 @@ func (c *Controller) collectAttachment(as *attachmentSample, a *spec.Attachment,
 	if st.GuardDrops != nil && h.rec.Tap != "" {
 		as.spoofChecked, as.spoofed = true, st.GuardDrops[h.rec.Tap]
 	}
-	as.stats = c.observeMovedLocked(a.Key(), h).Last()
+	as.stats = c.observeMovedLocked(key, h).Last()
 	if as.stats.Time.IsZero() {
 		as.stats = h.stats // a stats line without a time still has counters
 	}
@@ -738,20 +739,20 @@ func (c *Controller) observeLocked(key string, h *helperProc) *metrics.Meter {
 // 20,000 files (0.6 GB of allocations in two minutes of scrapes every 10
 // s); it now stats them.
 func (c *Controller) observeMovedLocked(key string, h *helperProc) *metrics.Meter {
-	if tm := c.meters[key]; tm != nil && tm.h == h && h.looked != ([2]fileLook{}) && !c.movedSinceCheckLocked(h) {
+	if tm := c.meters[key]; tm != nil && tm.h == h && c.unwrittenSinceCheckLocked(h) {
 		return &tm.m
 	}
 	return c.observeLocked(key, h)
 }
 
-// movedSinceCheckLocked says whether h's log or stats file may have been
-// written since the last log check: as the controller's file watch saw,
-// or, where it cannot tell, as a stat of each says.
-func (c *Controller) movedSinceCheckLocked(h *helperProc) bool {
-	if !c.watch.moved(h.logPath) && !c.watch.moved(h.statsPath) {
-		return false
+// unwrittenSinceCheckLocked says that h's log and stats file were not
+// written since the last log check looked at them: as the controller's
+// file watch saw, or, where it cannot tell, as a stat of each says.
+func (c *Controller) unwrittenSinceCheckLocked(h *helperProc) bool {
+	if c.watchSawNoWriteLocked(h) {
+		return true
 	}
-	return c.watch.tells() || h.looked != h.lookNow()
+	return !c.watch.tells() && h.looked != ([2]fileLook{}) && h.looked == h.lookNow()
 }
 
 // pruneMetersLocked forgets the meters of attachments that are gone.
