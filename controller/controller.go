@@ -133,9 +133,10 @@ type Controller struct {
 	watchedHolders map[int]bool
 	helpers        map[string]*helperProc
 	// portsGone are the networks some port of which may have gone since
-	// their last claims (a helper stopped or exited): the next claims
-	// look for the guards of gone ports there (nettypes.ClaimOptions).
-	portsGone map[string]bool
+	// their last claims (a helper stopped or exited), with those ports:
+	// the next claims look for the guards of gone ports there
+	// (nettypes.ClaimOptions).
+	portsGone map[string]*gonePorts
 	// hostsTold is, by attachment key, what the last pass told the
 	// attachment's network of it (SetHost): a pass tells a network only
 	// of what changed, the full passes of everything (setHosts).
@@ -200,7 +201,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
-		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{}, portsGone: map[string]bool{},
+		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{}, portsGone: map[string]*gonePorts{},
 		degraded: map[string]string{}, strays: true, repairs: map[string]uint64{}, repairRetry: map[string]*repairRetry{}, watchedHolders: map[int]bool{},
 		reconciles: map[string]uint64{}, watch: newFileWatch(opts.StateDir.HelpersDir()),
 		kickc: make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), started: time.Now()}, nil

@@ -82,7 +82,7 @@ func (c *Controller) launchHelper(ctx context.Context, a *spec.Attachment, n *ap
 // controller stopped it.
 func (c *Controller) exited(h *helperProc) {
 	c.mu.Lock()
-	c.markPortsGone(h.rec.Network)
+	c.markPortGone(h.rec)
 	c.mu.Unlock()
 	if !h.stopped.Load() {
 		c.kick()
@@ -251,11 +251,28 @@ func (c *Controller) rotateLogsDueLocked() {
 	}
 }
 
-// markPortsGone notes that a port of network id may have gone (portsGone).
-// Call with c.mu held.
-func (c *Controller) markPortsGone(id string) {
+// gonePorts are the ports of a network that may have gone since its last
+// claims: their interface indexes, and whether some whose index is not
+// known (a helper of an older vmnetctl, whose record has none) went too.
+type gonePorts struct {
+	indexes []uint32
+	unknown bool
+}
+
+// markPortGone notes that the port of helper rec may have gone
+// (portsGone). Call with c.mu held.
+func (c *Controller) markPortGone(rec statedir.HelperRecord) {
 	if c.portsGone == nil {
-		c.portsGone = map[string]bool{}
+		c.portsGone = map[string]*gonePorts{}
 	}
-	c.portsGone[id] = true
+	g := c.portsGone[rec.Network]
+	if g == nil {
+		g = &gonePorts{}
+		c.portsGone[rec.Network] = g
+	}
+	if rec.TapIndex > 0 {
+		g.indexes = append(g.indexes, uint32(rec.TapIndex))
+	} else {
+		g.unknown = true
+	}
 }

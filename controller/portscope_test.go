@@ -243,3 +243,48 @@ func TestExitKicks(t *testing.T) {
 		}
 	}
 }
+
+// claimsBackend records the options ClaimPorts is given, by network.
+type claimsBackend struct {
+	backend.Backend
+	opts map[string]backend.ClaimOptions
+}
+
+func (b *claimsBackend) ClaimPorts(_ context.Context, n *api.Network, _ []*api.Attachment, o backend.ClaimOptions) error {
+	b.opts[n.ID] = o
+	return nil
+}
+
+// TestGonePortsClaimed: the next claims of a network whose helpers went
+// are told those ports by their TAPs' indexes (the guard looks at them
+// alone, whatever the network's size); a helper whose record has no index
+// (an older vmnetctl's) makes them look at every port; once claimed, a
+// network is told of none.
+func TestGonePortsClaimed(t *testing.T) {
+	nets := []*api.Network{{ID: "a"}, {ID: "b"}, {ID: "c"}}
+	be := &claimsBackend{opts: map[string]backend.ClaimOptions{}}
+	c := &Controller{be: be, nets: map[string]backend.Network{}}
+	for _, n := range nets {
+		c.nets[n.ID] = runningNetwork{}
+	}
+	c.markPortGone(statedir.HelperRecord{Network: "a", TapIndex: 7})
+	c.markPortGone(statedir.HelperRecord{Network: "a", TapIndex: 9})
+	c.markPortGone(statedir.HelperRecord{Network: "b", TapIndex: 8})
+	c.markPortGone(statedir.HelperRecord{Network: "b"})
+	desired := &spec.Desired{Networks: nets}
+	claim := func() {
+		t.Helper()
+		if errs := c.claimPorts(context.Background(), desired, newPortScope(&spec.Plan{}, false), false); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+	}
+	claim()
+	want := map[string]backend.ClaimOptions{"a": {GonePorts: []uint32{7, 9}}, "b": {PortsGone: true, GonePorts: []uint32{8}}, "c": {}}
+	if d := cmp.Diff(want, be.opts, cmpopts.EquateEmpty()); d != "" {
+		t.Errorf("claims told (-want +got):\n%s", d)
+	}
+	claim()
+	if d := cmp.Diff(map[string]backend.ClaimOptions{"a": {}, "b": {}, "c": {}}, be.opts, cmpopts.EquateEmpty()); d != "" {
+		t.Errorf("the next claims told (-want +got):\n%s", d)
+	}
+}

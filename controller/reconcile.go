@@ -231,7 +231,7 @@ func (c *Controller) takeStopping(plan *spec.Plan, desired *spec.Desired) []*hel
 	for key, h := range c.helpers {
 		h.leaving = !wanted[key]
 		if h.leaving || gone[key] {
-			c.markPortsGone(h.rec.Network)
+			c.markPortGone(h.rec)
 			h.stopped.Store(true)
 			out = append(out, h)
 			delete(c.helpers, key)
@@ -538,7 +538,10 @@ func (c *Controller) claimPorts(ctx context.Context, desired *spec.Desired, scop
 		if c.nets[n.ID] == nil {
 			continue
 		}
-		o := backend.ClaimOptions{Reread: again || scope.has(n.ID), PortsGone: c.portsGone[n.ID]}
+		o := backend.ClaimOptions{Reread: again || scope.has(n.ID)}
+		if g := c.portsGone[n.ID]; g != nil {
+			o.PortsGone, o.GonePorts = g.unknown, g.indexes
+		}
 		if err := c.be.ClaimPorts(ctx, n, byNet[n.ID], o); err != nil {
 			errs = append(errs, fmt.Errorf("network %q: claiming the VMs' MACs: %w", n.ID, err))
 			continue

@@ -465,9 +465,13 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	}
 	reread := o.Reread
 	var gone []portGuard
-	if o.Reread || o.PortsGone {
+	if o.Reread || o.PortsGone || len(o.GonePorts) > 0 {
+		var only []uint32
+		if !o.Reread && !o.PortsGone {
+			only = o.GonePorts
+		}
 		var err error
-		if gone, err = goneGuards(n.ID); err != nil {
+		if gone, err = goneGuards(n.ID, only); err != nil {
 			return err
 		}
 	}

@@ -223,7 +223,7 @@ func unguardNL(id string, gs []portGuard) error {
 // PruneGuards removes the guards of ports that no longer exist (a helper's
 // TAP goes with its fd; its guard stays).
 func PruneGuards(id string) error {
-	gone, err := goneGuards(id)
+	gone, err := goneGuards(id, nil)
 	if err != nil || len(gone) == 0 {
 		return err
 	}
@@ -248,11 +248,29 @@ func ExpectedMACs(id string) (map[string]bool, error) {
 }
 
 // goneGuards is the guards of network id whose ports have no link, with
-// the MACs they hold.
-func goneGuards(id string) ([]portGuard, error) {
-	elems, err := SetElements(id, SetGuarded) // none without the table
-	if err != nil {
-		return nil, err
+// the MACs they hold: among the ports of interface indexes only, each
+// looked up alone, or, with only nil, among every guard of the network.
+func goneGuards(id string, only []uint32) ([]portGuard, error) {
+	var indexes []uint32
+	if only == nil {
+		elems, err := SetElements(id, SetGuarded) // none without the table
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range elems {
+			if len(e.Key) >= 4 {
+				indexes = append(indexes, binary.NativeEndian.Uint32(e.Key))
+			}
+		}
+	} else {
+		for _, index := range only {
+			switch guarded, err := hostnet.HasElement(id, SetGuarded, portKey(index)); {
+			case err != nil:
+				return nil, fmt.Errorf("network %q: reading the guard's set %s: %w", id, SetGuarded, err)
+			case guarded:
+				indexes = append(indexes, index)
+			}
+		}
 	}
 	links, err := hostnet.OpenLinkNames()
 	if err != nil {
@@ -260,11 +278,7 @@ func goneGuards(id string) ([]portGuard, error) {
 	}
 	defer links.Close()
 	var gone []portGuard
-	for _, e := range elems {
-		if len(e.Key) < 4 {
-			continue
-		}
-		index := binary.NativeEndian.Uint32(e.Key)
+	for _, index := range indexes {
 		if name, ok := links.NameOf(index); !ok || name != "" {
 			continue
 		}

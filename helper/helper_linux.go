@@ -260,6 +260,7 @@ func (s *session) createPort() error {
 	s.port = p
 	s.relayOffloads = offloads.Relayed && !p.Macvtap
 	s.ready = o.ready(s.id, s.tapName, p.MTU)
+	s.ready.TapIndex = int(p.Index)
 	return nil
 }
 

@@ -748,6 +748,9 @@ func TestAttachTap(t *testing.T) {
 	if h.ready.TapName != "vmt-attach" {
 		t.Fatalf("tap_name = %q", h.ready.TapName)
 	}
+	if index := strings.TrimSpace(f.host.MustRun(t, "cat", "/sys/class/net/vmt-attach/ifindex")); strconv.Itoa(h.ready.TapIndex) != index {
+		t.Errorf("tap_index = %d, the TAP's ifindex %s", h.ready.TapIndex, index)
+	}
 	owner := strings.TrimSpace(f.host.MustRun(t, "cat", "/sys/class/net/vmt-attach/tun_flags", "/sys/class/net/vmt-attach/owner", "/sys/class/net/vmt-attach/brport/bridge/uevent"))
 	if !strings.Contains(owner, "\n65534\n") || !strings.Contains(owner, "INTERFACE="+f.bridge) {
 		t.Errorf("TAP flags, owner, bridge: %q", owner)

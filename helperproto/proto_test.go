@@ -33,9 +33,9 @@ func TestParseReady(t *testing.T) {
 		},
 		{
 			name: "vmnetctl with --network and unknown keys",
-			line: `{"tap_name":"vmt-1","net_ipv4_mask":"255.255.255.0","vmnet_max_packet_size":65550,"net_ipv4_subnet":"192.168.105.0","vmnet_mac_address":"0A:D6:36:C1:EA:F3","future_key":[1,2]}`,
+			line: `{"tap_name":"vmt-1","tap_index":7,"net_ipv4_mask":"255.255.255.0","vmnet_max_packet_size":65550,"net_ipv4_subnet":"192.168.105.0","vmnet_mac_address":"0A:D6:36:C1:EA:F3","future_key":[1,2]}`,
 			want: Ready{
-				MACAddress: mac, MaxPacketSize: 65550, TapName: "vmt-1",
+				MACAddress: mac, MaxPacketSize: 65550, TapName: "vmt-1", TapIndex: 7,
 				IPv4Subnet: netip.MustParseAddr("192.168.105.0"),
 				IPv4Mask:   netip.MustParseAddr("255.255.255.0"),
 			},
@@ -85,7 +85,7 @@ func TestReadyRoundTrip(t *testing.T) {
 		MACAddress: mac, MTU: 9000, MaxPacketSize: 9014, InterfaceID: "id",
 		StartAddress: netip.MustParseAddr("10.0.0.1"), EndAddress: netip.MustParseAddr("10.0.0.254"),
 		SubnetMask: netip.MustParseAddr("255.255.255.0"), IPv4Subnet: netip.MustParseAddr("10.0.0.0"),
-		IPv4Mask: netip.MustParseAddr("255.255.255.0"), TapName: "vmt-x",
+		IPv4Mask: netip.MustParseAddr("255.255.255.0"), TapName: "vmt-x", TapIndex: 42,
 	}
 	b, err := r.MarshalJSON()
 	if err != nil {

@@ -41,8 +41,11 @@ type Ready struct {
 	IPv4Mask      netip.Addr
 	IPv6Prefix    string
 	IPv6PrefixLen int
-	// TapName is the Linux TAP of the VM (tap_name; vmnetctl only).
-	TapName string
+	// TapName is the Linux TAP of the VM (tap_name; vmnetctl only), and
+	// TapIndex its interface index (tap_index): the controller's pass
+	// looks at the guard of that port alone once the helper went.
+	TapName  string
+	TapIndex int
 }
 
 // The wire keys, in one place.
@@ -62,6 +65,7 @@ const (
 	keyIPv6Prefix      = "net_ipv6_prefix"
 	keyIPv6PrefixLen   = "net_ipv6_prefix_len"
 	keyTapName         = "tap_name"
+	keyTapIndex        = "tap_index"
 )
 
 // ParseReady parses a helper's JSON line. Keys are read by name (their order
@@ -139,6 +143,7 @@ func ParseReady(line []byte) (Ready, error) {
 	str(keyIPv6Prefix, &r.IPv6Prefix)
 	num(keyIPv6PrefixLen, &r.IPv6PrefixLen)
 	str(keyTapName, &r.TapName)
+	num(keyTapIndex, &r.TapIndex)
 	if err := errors.Join(errs...); err != nil {
 		return Ready{}, fmt.Errorf("invalid helper ready line: %w", err)
 	}
@@ -181,6 +186,7 @@ func (r Ready) MarshalJSON() ([]byte, error) {
 	putStr(keyIPv6Prefix, r.IPv6Prefix)
 	putNum(keyIPv6PrefixLen, r.IPv6PrefixLen)
 	putStr(keyTapName, r.TapName)
+	putNum(keyTapIndex, r.TapIndex)
 	return json.Marshal(m)
 }
 

@@ -132,7 +132,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	}
 	ready, _ := proc.Ready.MarshalJSON()
 	rec := NewHelperRecord(a, 0)
-	rec.Proc, rec.Socket, rec.Tap, rec.Ready, rec.StartedAt = id, spec.Socket, proc.Ready.TapName, string(ready), time.Now()
+	rec.Proc, rec.Socket, rec.Tap, rec.TapIndex, rec.Ready, rec.StartedAt = id, spec.Socket, proc.Ready.TapName, proc.Ready.TapIndex, string(ready), time.Now()
 	return proc, rec, nil
 }
 

@@ -337,14 +337,26 @@ func TestClaimsWhenVMsGo(t *testing.T) {
 		t.Fatalf("B detached: claimed %v, expected %v, owns %v", st.Claimed, st.ExpectedMACs, st.Owns)
 	}
 	// A's port goes with its helper: the MAC is free once a pass is told
-	// that ports may have gone; one that only attaches reads no other
-	// port's guard, and A's stays.
+	// that A's port may have gone (by its index: that guard alone is
+	// looked at); one that only attaches reads no other port's guard,
+	// and A's stays, as it does when told of a port that is still there.
+	index := func(port string) uint32 {
+		t.Helper()
+		var l netlink.Link
+		host.MustDo(t, func() (err error) { l, err = netlink.LinkByName(port); return err })
+		return uint32(l.Attrs().Index)
+	}
+	indexA, indexB := index("p-a"), index("p-b")
 	host.MustRun(t, "ip", "link", "del", "p-a")
 	claimWith(nettypes.ClaimOptions{}, map[string]net.HardwareAddr{"p-b": macC})
 	if st = state(); !st.Claimed[macA.String()] {
 		t.Fatalf("A's port gone, no pass told of it: claimed %v, want %s still (not looked for)", st.Claimed, macA)
 	}
-	claim(map[string]net.HardwareAddr{"p-b": macC})
+	claimWith(nettypes.ClaimOptions{GonePorts: []uint32{indexB}}, map[string]net.HardwareAddr{"p-b": macC})
+	if st = state(); !st.Claimed[macA.String()] || !st.Claimed[macC.String()] {
+		t.Fatalf("A's port gone, a pass told of B's (there): claimed %v, want %s still and %s", st.Claimed, macA, macC)
+	}
+	claimWith(nettypes.ClaimOptions{GonePorts: []uint32{indexB, indexA}}, map[string]net.HardwareAddr{"p-b": macC})
 	st = state()
 	if st.Claimed[macA.String()] || !st.Claimed[macC.String()] {
 		t.Fatalf("A's port gone: claimed %v, want %s free and %s claimed", st.Claimed, macA, macC)

@@ -35,6 +35,8 @@ type Port struct {
 	Bridge string
 	// Macvtap tells a macvtap from a TAP.
 	Macvtap bool
+	// Index is the link's interface index, which its guard is keyed by.
+	Index uint32
 	// reaper ends the cleanup child and waits for the deletion.
 	reaper func()
 	// cleanupFD is this end of the pipe to the cleanup child, cleanupPID
@@ -135,7 +137,13 @@ func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error
 	}
 	p.Bridge = br.Attrs().Name
 	p.MTU = br.Attrs().MTU // attachPort gave it the bridge's MTU
-	return nil
+	links, err := hostnet.OpenLinkNames()
+	if err != nil {
+		return err
+	}
+	defer links.Close()
+	p.Index, err = links.IndexOf(c.Name)
+	return err
 }
 
 // createMacvtap makes p a macvtap on bridged network n's interface.
@@ -156,7 +164,7 @@ func (p *Port) createMacvtap(n *api.Network, c PortConfig) error {
 	if p.FD, err = openMacvtap(mv, o); err != nil {
 		return err
 	}
-	p.MTU = mv.Attrs().MTU
+	p.MTU, p.Index = mv.Attrs().MTU, uint32(mv.Attrs().Index)
 	return nil
 }
 

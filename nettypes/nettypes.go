@@ -194,12 +194,19 @@ type ClaimOptions struct {
 	// Reread reads the claims from the kernel rather than trusting what
 	// the controller last wrote (a full pass: a change behind its back).
 	Reread bool
-	// PortsGone says that some of the network's ports may have gone since
-	// the last claims (a helper stopped or exited, an attachment left):
-	// the guards of ports that have no link any more are looked for and
-	// removed. Without it, or Reread, a pass that only attaches VMs reads
-	// none of the other ports' guards.
+	// PortsGone says that some of the network's ports, not known which,
+	// may have gone since the last claims (a helper of an older vmnetctl
+	// stopped or exited): the guards of ports that have no link any more
+	// are looked for among all of them and removed. Without it, or
+	// Reread, a pass that only attaches VMs reads none of the other
+	// ports' guards.
 	PortsGone bool
+	// GonePorts are the interface indexes of ports that may have gone
+	// since the last claims (their helpers stopped or exited: the ready
+	// line's tap_index): those alone are looked at, a guard whose port
+	// has no link is removed. A VM's detach costs the same however many
+	// ports the network has.
+	GonePorts []uint32
 }
 
 // Forward is one port forward of an attachment (api.PortForward), to the

@@ -23,26 +23,29 @@ import (
 // HelperRecord is what is kept about a running helper, so that a new
 // controller can adopt it after a crash.
 type HelperRecord struct {
-	Key       string          `json:"key"`
-	VM        string          `json:"vm"`
-	Index     int             `json:"index"`
-	Network   string          `json:"network"`
-	Project   string          `json:"project"`
-	MAC       string          `json:"mac"`
-	Attach    api.AttachKind  `json:"attach"`
-	Proc      procid.Identity `json:"proc"`
-	Socket    string          `json:"socket,omitempty"`
-	Tap       string          `json:"tap,omitempty"`
-	Ready     string          `json:"ready"`
-	StartedAt time.Time       `json:"startedAt"`
-	Restarts  int             `json:"restarts"`
+	Key     string          `json:"key"`
+	VM      string          `json:"vm"`
+	Index   int             `json:"index"`
+	Network string          `json:"network"`
+	Project string          `json:"project"`
+	MAC     string          `json:"mac"`
+	Attach  api.AttachKind  `json:"attach"`
+	Proc    procid.Identity `json:"proc"`
+	Socket  string          `json:"socket,omitempty"`
+	Tap     string          `json:"tap,omitempty"`
+	// TapIndex is Tap's interface index (the ready line's tap_index), 0
+	// if not known (a helper of an older vmnetctl).
+	TapIndex  int       `json:"tapIndex,omitempty"`
+	Ready     string    `json:"ready"`
+	StartedAt time.Time `json:"startedAt"`
+	Restarts  int       `json:"restarts"`
 }
 
 // Equal reports whether h and o are the same record, field by field
 // (TestHelperRecordEqual checks that every field counts).
 func (h HelperRecord) Equal(o HelperRecord) bool {
 	return h.Key == o.Key && h.VM == o.VM && h.Index == o.Index && h.Network == o.Network && h.Project == o.Project &&
-		h.MAC == o.MAC && h.Attach == o.Attach && h.Proc.Equal(o.Proc) && h.Socket == o.Socket && h.Tap == o.Tap &&
+		h.MAC == o.MAC && h.Attach == o.Attach && h.Proc.Equal(o.Proc) && h.Socket == o.Socket && h.Tap == o.Tap && h.TapIndex == o.TapIndex &&
 		h.Ready == o.Ready && h.StartedAt.Equal(o.StartedAt) && h.StartedAt.Location() == o.StartedAt.Location() &&
 		h.Restarts == o.Restarts
 }

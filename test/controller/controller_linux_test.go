@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -621,6 +623,18 @@ func TestDetachRemovesItsGuard(t *testing.T) {
 	}
 	if n := guarded(); n != 2 {
 		t.Fatalf("with a and b attached, %d ports guarded, want 2", n)
+	}
+	// The helpers' records know their TAPs' indexes: the pass that stops
+	// b's looks at that port's guard alone.
+	rt, _, err := statedir.Dir{Path: h.StateDir()}.LoadRuntime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rt.Helpers {
+		out, err := h.Run(context.Background(), "cat", "/sys/class/net/"+r.Tap+"/ifindex")
+		if index := strings.TrimSpace(out); err != nil || strconv.Itoa(r.TapIndex) != index {
+			t.Errorf("%s's record: tap %s, tapIndex %d; its ifindex is %s", r.Key, r.Tap, r.TapIndex, index)
+		}
 	}
 	h.MustVmnetctl("down", "-p", "b")
 	if n := guarded(); n != 1 {
