@@ -184,6 +184,10 @@ type Controller struct {
 	netSockets map[string]*netSocket
 	// runtime writes runtime.json (saveRuntime).
 	runtime statedir.RuntimeWriter
+	// runtimeKeys and runtimeRecs are saveRuntime's, kept from one pass
+	// to the next: a pass allocates no list of the fleet's size.
+	runtimeKeys []string
+	runtimeRecs []statedir.HelperRecord
 	// logsChecked is when rotateLogsLocked last ran; watch tells it (and
 	// a scrape) which of the helpers' files were written since.
 	logsChecked time.Time
@@ -492,14 +496,26 @@ func (c *Controller) restore() {
 
 func (c *Controller) saveRuntime() {
 	rs := statedir.Runtime{AppliedNetworks: c.appliedN, AppliedProjects: c.appliedP}
-	for _, key := range slices.Sorted(maps.Keys(c.helpers)) {
+	keys := slices.AppendSeq(c.runtimeKeys[:0], maps.Keys(c.helpers))
+	slices.Sort(keys)
+	rs.Helpers = c.runtimeRecs[:0]
+	for _, key := range keys {
 		if h := c.helpers[key]; h.rec.Proc.PID > 0 && h.state == ctlapi.StateRunning {
 			rs.Helpers = append(rs.Helpers, h.rec)
 		}
 	}
+	recs := rs.Helpers
+	if len(recs) == 0 {
+		rs.Helpers = nil // (null, as without helpers ever)
+	}
 	if err := c.runtime.Save(c.sd, rs); err != nil {
 		c.log.Error("saving runtime state", "err", err)
 	}
+	// Save copied the records; the lists let go of what they held (a
+	// stopped helper's strings are not kept alive).
+	clear(keys)
+	clear(recs)
+	c.runtimeKeys, c.runtimeRecs = keys[:0], recs[:0]
 }
 
 // watchExternal adopts the helper that `vmnetctl run` started for a, once

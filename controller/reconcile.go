@@ -169,15 +169,22 @@ func (c *Controller) loadDesired() (*spec.Desired, *statedir.NetworksSnapshot, [
 		return nil, nil, nil, err
 	}
 	c.paths = nets.Paths
-	var recs []statedir.HelperRecord
-	for _, h := range c.helpers {
-		recs = append(recs, h.rec)
-	}
 	c.parseMu.Lock()
 	parsed, diags := c.parsed.Parse(projects)
 	c.parseMu.Unlock()
-	d, err := spec.ComputeParsed(nets, parsed, diags, spec.KeptMACs(recs))
+	d, err := spec.ComputeParsed(nets, parsed, diags, c.keptMACsLocked())
 	return d, snap, projects, err
+}
+
+// keptMACsLocked is the MACs the helpers run with, by attachment key
+// (spec.KeptMACs of their records), read off the helpers in place: a
+// pass copies no record. Call with c.mu held.
+func (c *Controller) keptMACsLocked() map[string]string {
+	keep := make(map[string]string, len(c.helpers))
+	for _, h := range c.helpers {
+		spec.KeepMAC(keep, &h.rec)
+	}
+	return keep
 }
 
 // dropGoneHolders deletes the projects whose holder process is gone (a

@@ -86,12 +86,9 @@ func (c *Controller) reload() (changed bool, err error) {
 		return false, err
 	}
 	c.mu.Lock()
-	var recs []statedir.HelperRecord
-	for _, h := range c.helpers {
-		recs = append(recs, h.rec)
-	}
+	kept := c.keptMACsLocked()
 	c.mu.Unlock()
-	d, err := spec.ComputeDesired(nets, projects, spec.KeptMACs(recs))
+	d, err := spec.ComputeDesired(nets, projects, kept)
 	if err != nil {
 		return false, err
 	}

@@ -587,13 +587,19 @@ func fullClaims(st *State, owner map[string]string, ExpectedMACs map[string]bool
 // again, and not used on the passes that reread.
 var claimsMemo sync.Map // string -> claimsMemoized
 
+// claimsMemoized is never written once stored: claimsState gives its maps
+// to the State it makes as they are (Owns, ExpectedMACs, which ClaimPorts
+// only reads), and rememberClaims stores maps that ClaimPorts made for the
+// call and drops: a pass copies no map of the network's size.
 type claimsMemoized struct {
 	owns     map[PortMAC]bool
 	expected map[string]bool
 }
 
+// rememberClaims stores owns and expected, which the caller no longer
+// writes, in claimsMemo.
 func rememberClaims(id string, owns map[PortMAC]bool, expected map[string]bool) {
-	claimsMemo.Store(id, claimsMemoized{maps.Clone(owns), maps.Clone(expected)})
+	claimsMemo.Store(id, claimsMemoized{owns, expected})
 }
 
 // claimsState is the guard state ClaimPorts starts from, without the
@@ -608,8 +614,10 @@ func claimsState(id string, reread bool, expected map[string]bool) (*State, erro
 		return readGuardStateNL(id, false)
 	}
 	memo := m.(claimsMemoized)
+	// Owns and ExpectedMACs are the memo's own (read only); Claimed takes
+	// the lookups of the newly expected MACs.
 	st := &State{exists: true, Learned: map[string]string{}, index: map[string]uint32{},
-		Owns: maps.Clone(memo.owns), ExpectedMACs: maps.Clone(memo.expected), Claimed: maps.Clone(memo.expected)}
+		Owns: memo.owns, ExpectedMACs: memo.expected, Claimed: maps.Clone(memo.expected)}
 	for mac := range expected {
 		if st.ExpectedMACs[mac] {
 			continue

@@ -241,13 +241,18 @@ func Resolve(nets *api.Networks, projects []ParsedProject, keep map[string]strin
 // KeptMACs is the MACs of the helpers recs records, by attachment key: an
 // attachment keeps the MAC it runs with (ComputeDesired).
 func KeptMACs(recs []statedir.HelperRecord) map[string]string {
-	keep := map[string]string{}
-	for _, r := range recs {
-		if r.MAC != "" {
-			keep[r.Key] = r.MAC
-		}
+	keep := make(map[string]string, len(recs))
+	for i := range recs {
+		KeepMAC(keep, &recs[i])
 	}
 	return keep
+}
+
+// KeepMAC adds the MAC that helper r runs with to keep (KeptMACs).
+func KeepMAC(keep map[string]string, r *statedir.HelperRecord) {
+	if r.MAC != "" {
+		keep[r.Key] = r.MAC
+	}
 }
 
 // ofProject is d with only project's attachments, and the networks they
