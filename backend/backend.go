@@ -226,6 +226,11 @@ type Network interface {
 	// state dir, on any network (none is a DHCP client's name here), macs
 	// this network's VMs' (SetHost's others have gone).
 	SetVMs(names []string, macs []net.HardwareAddr)
+	// ChangeVMs ends a round of SetHost calls that told only of the VMs
+	// new or changed since the network's last round (SetVMs or
+	// ChangeVMs): added and removed are the names the state dir gained
+	// and lost, gone the MACs none of this network's VMs has any more.
+	ChangeVMs(added, removed []string, gone []net.HardwareAddr)
 	// SetForwards makes the network forward what fs say, to the VMs'
 	// current addresses, following them as they change.
 	SetForwards(ctx context.Context, fs []Forward) error

@@ -139,8 +139,10 @@ type Controller struct {
 	portsGone map[string]*gonePorts
 	// hostsTold is, by attachment key, what the last pass told the
 	// attachment's network of it (SetHost): a pass tells a network only
-	// of what changed, the full passes of everything (setHosts).
+	// of what changed, the full passes of everything (setHosts). hosts
+	// counts what they hold, to tell the networks what left.
 	hostsTold map[string]hostTold
+	hosts     hostCounts
 	// bandwidth is, by attachment key, the limits set on the ports that
 	// have one (setBandwidth).
 	bandwidth map[string]bandwidthSet

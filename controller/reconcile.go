@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"net/netip"
 	"os"
 	"slices"
 	"time"
@@ -93,13 +92,6 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	errs = append(errs, c.ensurePorts(ctx, desired, touched)...)
 	c.progress.enter("commit")
 	return c.commit(ctx, desired, snap, projects, errs)
-}
-
-// hostTold is what setHosts last told a network of an attachment.
-type hostTold struct {
-	nw      backend.Network
-	mac, vm string
-	ip      netip.Addr
 }
 
 // sweepStrays removes the networks of this state dir that run but are
@@ -559,43 +551,6 @@ func (c *Controller) claimPorts(ctx context.Context, desired *spec.Desired, scop
 		if desired.Network(id) == nil { // gone with its guard
 			delete(c.portsGone, id)
 		}
-	}
-	return errs
-}
-
-// setHosts gives the networks' DHCP and DNS the VMs' names and fixed
-// addresses. A pass asked for tells a network only of the attachments
-// new or changed since the last (hostsTold), or on a network started
-// again since: the same cost with a thousand VMs as with none. The full
-// passes tell every network of every attachment, which puts back what
-// changed behind the controller's back (a guard's binding).
-func (c *Controller) setHosts(desired *spec.Desired, full bool) []error {
-	var errs []error
-	var names []string
-	macs := map[string][]net.HardwareAddr{}
-	told := make(map[string]hostTold, len(desired.Attachments))
-	for _, a := range desired.Attachments {
-		names = append(names, a.VM)
-		nw := c.nets[a.Network]
-		if nw == nil {
-			continue
-		}
-		mac := mustMAC(a.MAC)
-		macs[a.Network] = append(macs[a.Network], mac)
-		t := hostTold{nw: nw, mac: a.MAC, vm: a.VM, ip: a.IP}
-		if !full && c.hostsTold[a.Key()] == t {
-			told[a.Key()] = t
-			continue
-		}
-		if err := nw.SetHost(mac, a.VM, a.IP); err != nil {
-			errs = append(errs, fmt.Errorf("attachment %s: %w", a.Key(), err))
-			continue
-		}
-		told[a.Key()] = t
-	}
-	c.hostsTold = told
-	for id, nw := range c.nets {
-		nw.SetVMs(names, macs[id])
 	}
 	return errs
 }

@@ -245,11 +245,23 @@ func TestReservationsInGuard(t *testing.T) {
 	if out := addrs6(); !strings.Contains(out, gll.String()) {
 		t.Fatalf("the reservation is not back after the restart:\n%s", out)
 	}
-	// The VM goes: its reservations go from the learner at once, and
-	// from the guard in the sync that follows (removalDelay).
-	nw.SetVMs(nil, nil)
+	// The VM goes, in a round that tells of what changed (a controller's
+	// detach): its name is no longer the state dir's, its reservations go
+	// from the learner at once, and from the guard in the sync that
+	// follows (removalDelay).
+	if !nw.hosts.isReserved("Ghost") {
+		t.Errorf("the VM file's name is not reserved")
+	}
+	nw.ChangeVMs(nil, []string{"ghost"}, []net.HardwareAddr{ghost})
 	if r := nw.guard6.Learner.Reserved(); len(r) > 0 {
 		t.Errorf("reservations of a VM that went: %v", r)
+	}
+	if _, ok := nw.hosts.mac("ghost"); ok || nw.hosts.isReserved("ghost") {
+		t.Errorf("the name of a VM that went is still its or reserved")
+	}
+	nw.ChangeVMs([]string{"Other"}, nil, nil)
+	if !nw.hosts.isReserved("other") {
+		t.Errorf("a name added is not reserved")
 	}
 	testutil.Eventually(t, 30*time.Second, func() error {
 		if out := addrs6(); strings.Contains(out, gll.String()) {

@@ -32,6 +32,22 @@ func (t *hostTable) reserve(names []string) {
 	}
 }
 
+// changeReserved adds the names added to the VM files' names and takes
+// those removed off.
+func (t *hostTable) changeReserved(added, removed []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.reserved == nil {
+		t.reserved = map[string]bool{}
+	}
+	for _, n := range removed {
+		delete(t.reserved, strings.ToLower(n))
+	}
+	for _, n := range added {
+		t.reserved[strings.ToLower(n)] = true
+	}
+}
+
 func (t *hostTable) isReserved(name string) bool {
 	name = strings.ToLower(name)
 	if slices.Contains(neverDHCPNames, name) {

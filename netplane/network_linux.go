@@ -592,6 +592,26 @@ func (nw *Network) SetVMs(names []string, macs []net.HardwareAddr) {
 			}
 		}
 	}
+	nw.syncReserved()
+}
+
+// ChangeVMs ends a round of SetHost calls that told only of the VMs new
+// or changed since the last round (SetVMs or ChangeVMs): added and
+// removed are the names VM files define on any network of the state dir
+// that came and went, gone the MACs of this network's VMs that went
+// (RemoveHost). What it costs grows with what changed, not with the VMs.
+func (nw *Network) ChangeVMs(added, removed []string, gone []net.HardwareAddr) {
+	defer nw.learner4.VMsKnown()
+	nw.hosts.changeReserved(added, removed)
+	for _, m := range gone {
+		nw.RemoveHost(m)
+	}
+	nw.syncReserved()
+}
+
+// syncReserved gives the IPv6 guard the reservations that changed since
+// the last round, in one sync.
+func (nw *Network) syncReserved() {
 	if nw.guard6 == nil {
 		return
 	}

@@ -55,6 +55,7 @@ func (*Network) SetForwards(context.Context, []nettypes.Forward) error  { return
 func (*Network) SetVMEgress(context.Context, []nettypes.VMEgress) error { return ErrUnsupported }
 func (*Network) RemoveHost(net.HardwareAddr)                            {}
 func (*Network) SetVMs([]string, []net.HardwareAddr)                    {}
+func (*Network) ChangeVMs([]string, []string, []net.HardwareAddr)       {}
 func (*Network) Leases() []leases.Lease                                 { return nil }
 func (*Network) Stats([]string) nettypes.ServiceStats                   { return nettypes.ServiceStats{} }
 

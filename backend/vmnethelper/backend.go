@@ -202,6 +202,7 @@ func (v *vmnetNetwork) Config() *api.Network { return v.n }
 // (validate and plan warn about both).
 func (v *vmnetNetwork) SetHost(net.HardwareAddr, string, netip.Addr) error { return nil }
 func (v *vmnetNetwork) SetVMs([]string, []net.HardwareAddr)                {}
+func (v *vmnetNetwork) ChangeVMs([]string, []string, []net.HardwareAddr)   {}
 
 // SetVMEgress does nothing: vmnet has no egress filtering (validate says so).
 func (v *vmnetNetwork) SetVMEgress(context.Context, []backend.VMEgress) error { return nil }
