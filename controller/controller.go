@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,9 +184,8 @@ type Controller struct {
 	netSockets map[string]*netSocket
 	// runtime writes runtime.json (saveRuntime).
 	runtime statedir.RuntimeWriter
-	// runtimeKeys and runtimeRecs are saveRuntime's, kept from one pass
-	// to the next: a pass allocates no list of the fleet's size.
-	runtimeKeys []string
+	// runtimeRecs is saveRuntime's, kept from one pass to the next: a
+	// pass allocates no list of the fleet's size.
 	runtimeRecs []statedir.HelperRecord
 	// logsChecked is when rotateLogsLocked last ran; watch tells it (and
 	// a scrape) which of the helpers' files were written since.
@@ -498,11 +495,9 @@ func (c *Controller) restore() {
 
 func (c *Controller) saveRuntime() {
 	rs := statedir.Runtime{AppliedNetworks: c.appliedN, AppliedProjects: c.appliedP}
-	keys := slices.AppendSeq(c.runtimeKeys[:0], maps.Keys(c.helpers))
-	slices.Sort(keys)
 	rs.Helpers = c.runtimeRecs[:0]
-	for _, key := range keys {
-		if h := c.helpers[key]; h.rec.Proc.PID > 0 && h.state == ctlapi.StateRunning {
+	for _, h := range c.helpers { // (each record a file: in no order)
+		if h.rec.Proc.PID > 0 && h.state == ctlapi.StateRunning {
 			rs.Helpers = append(rs.Helpers, h.rec)
 		}
 	}
@@ -515,9 +510,8 @@ func (c *Controller) saveRuntime() {
 	}
 	// Save copied the records; the lists let go of what they held (a
 	// stopped helper's strings are not kept alive).
-	clear(keys)
 	clear(recs)
-	c.runtimeKeys, c.runtimeRecs = keys[:0], recs[:0]
+	c.runtimeRecs = recs[:0]
 }
 
 // watchExternal adopts the helper that `vmnetctl run` started for a, once

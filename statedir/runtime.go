@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -50,7 +51,9 @@ func (h HelperRecord) Equal(o HelperRecord) bool {
 		h.Restarts == o.Restarts
 }
 
-// Runtime is runtime.json: the helpers that run and what was applied.
+// Runtime is what a controller runs and applied: runtime.json, with what
+// was applied, and the helpers that run, each in a file of its own in the
+// records folder (a runtime.json of an older vmnetctl holds them too).
 type Runtime struct {
 	Helpers         []HelperRecord    `json:"helpers"`
 	AppliedNetworks *NetworksSnapshot `json:"appliedNetworks,omitempty"`
@@ -58,36 +61,47 @@ type Runtime struct {
 }
 
 // SaveRuntime records what the controller runs: compact JSON, since the
-// controller writes it on every pass that changed something, with every
-// helper and project in it (indented, a fleet's record costs twice the
-// time to write). A controller saves through a RuntimeWriter.
+// controller writes it on every pass that changed something (indented, a
+// fleet's record costs twice the time to write). A controller saves
+// through a RuntimeWriter.
 func (d Dir) SaveRuntime(rt Runtime) error {
 	var w RuntimeWriter
 	return w.Save(d, rt)
 }
 
-// RuntimeWriter saves runtime.json for a controller that saves on every
-// pass: it writes nothing when the state is what it wrote last, and it
-// encodes again only the helpers' records and the projects that changed
-// since its last save, so that a pass that attaches one VM beside a
-// thousand encodes one record, not a thousand. It keeps each record's
-// encoding, not the file's: what changed is told by which parts are new,
-// and the file is written from the parts with writev (at 10,000 helpers
-// the file, kept whole twice and grown by doubling, was 50 MB of the
-// controller's heap). What it writes is json.Marshal's encoding of
-// the Runtime (TestRuntimeWriter). Records and projects are values to
-// it: one changed in place, behind its back, is not seen.
+// RuntimeWriter saves the runtime for a controller that saves on every
+// pass: it writes nothing when the state is what it wrote last. Each
+// helper's record is a file of its own (records/KEY.json), written when
+// the record changed and removed when the helper went, so that a pass
+// that attaches one VM beside a thousand writes one record, not a
+// thousand (runtime.json with every record was 1.3 MB at 1,000 helpers,
+// 13 MB at 10,000, written on every pass). runtime.json holds what was
+// applied; it encodes again only the projects that changed since its
+// last save, keeps each project's encoding, not the file's, and writes
+// the file from the parts with writev. What it writes is json.Marshal's
+// encoding of the Runtime without its helpers, and of each record
+// (TestRuntimeWriter). Records and projects are values to it: one
+// changed in place, behind its back, is not seen.
 type RuntimeWriter struct {
-	helpers  map[string]*encoded[HelperRecord]
+	// helpers are the records in their files, by key, each with the
+	// save that last saw it (gen); nil before the first save, and after
+	// a save that failed: the next writes every record, and removes the
+	// files of the others.
+	helpers  map[string]*savedRecord
+	gen      uint64
 	projects map[string]*encoded[Project]
 	// parts is the file as last written: literals, and the encodings
-	// held in helpers and projects; nil until a write succeeds.
+	// held in projects; nil until a write succeeds.
 	parts    [][]byte
 	networks []byte // the appliedNetworks part last written
-	// spare* are the slices and map of the Save before last, written
-	// over by the next: not allocated again on every pass.
-	spareParts   [][]byte
-	spareHelpers map[string]*encoded[HelperRecord]
+	// spareParts is the slice of the Save before last, written over by
+	// the next: not allocated again on every pass.
+	spareParts [][]byte
+}
+
+type savedRecord struct {
+	rec HelperRecord
+	gen uint64
 }
 
 type encoded[T any] struct {
@@ -108,19 +122,14 @@ var (
 	litEnd      = []byte("}\n")
 )
 
-// Save writes rt to d's runtime.json unless it is what the last Save
-// wrote.
+// Save writes rt's helpers' records and the rest to d's runtime.json,
+// what changed since the last Save.
 func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
-	parts := append(w.spareParts[:0], litHelpers)
-	helpers := w.spareHelpers
-	if helpers == nil {
-		helpers = make(map[string]*encoded[HelperRecord], len(rt.Helpers))
-	}
-	clear(helpers)
-	var err error
-	if parts, err = encodeList(parts, rt.Helpers, w.helpers, helpers, recordCodec); err != nil {
+	if err := w.saveRecords(d, rt.Helpers); err != nil {
 		return err
 	}
+	parts := append(w.spareParts[:0], litHelpers, litNull)
+	var err error
 	networks := w.networks
 	if rt.AppliedNetworks != nil {
 		data, err := json.Marshal(rt.AppliedNetworks)
@@ -148,19 +157,104 @@ func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
 	}
 	parts = append(parts, litEnd)
 	if same(parts, w.parts) && d.HasRuntime() {
-		w.spareParts, w.spareHelpers = parts, helpers
+		w.spareParts = parts
 		return nil
 	}
 	old := w.parts
 	w.parts = nil
 	err = atomicfile.WriteFunc(d.file(runtimeFile), processRecord, func(f *os.File) error { return writeParts(f, parts) })
 	if err != nil {
-		w.spareParts, w.spareHelpers = parts, helpers
+		w.spareParts = parts
 		return fmt.Errorf("writing %s: %w", d.file(runtimeFile), err)
 	}
-	w.spareHelpers = w.helpers
-	w.parts, w.spareParts, w.helpers, w.projects, w.networks = parts, old, helpers, projects, networks
+	w.parts, w.spareParts, w.projects, w.networks = parts, old, projects, networks
 	return nil
+}
+
+// recordFile is the record of attachment key's helper.
+func recordFile(key string) string { return filepath.Join(recordsDir, fileKey(key)+".json") }
+
+// saveRecords writes the records of recs that are new or changed since
+// the last save, and removes the files of the helpers no longer among
+// them: on the writer's first save, every record is written and every
+// other file in the folder removed.
+// A record unchanged costs a comparison: no allocation, no write.
+func (w *RuntimeWriter) saveRecords(d Dir, recs []HelperRecord) error {
+	first := w.helpers == nil
+	if first {
+		w.helpers = make(map[string]*savedRecord, len(recs))
+	}
+	w.gen++
+	for _, r := range recs {
+		if s := w.helpers[r.Key]; s != nil && s.rec.Equal(r) {
+			s.gen = w.gen
+			continue
+		}
+		data, err := json.Marshal(r)
+		if err == nil {
+			err = d.writeProcessRecord(recordFile(r.Key), append(data, '\n'))
+		}
+		if err != nil {
+			w.helpers = nil // not known what is written: all again next time
+			return fmt.Errorf("saving %s: %w", recordFile(r.Key), err)
+		}
+		w.helpers[r.Key] = &savedRecord{rec: recordCodec.keep(r), gen: w.gen}
+	}
+	if first {
+		// Files of an earlier controller's helpers that no record names.
+		entries, err := os.ReadDir(d.file(recordsDir))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			w.helpers = nil
+			return err
+		}
+		names := make(map[string]bool, len(w.helpers))
+		for key := range w.helpers {
+			names[filepath.Base(recordFile(key))] = true
+		}
+		for _, e := range entries {
+			if !names[e.Name()] {
+				if err := os.Remove(d.file(recordsDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					w.helpers = nil
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	for key, s := range w.helpers {
+		if s.gen == w.gen {
+			continue
+		}
+		if err := os.Remove(d.file(recordFile(key))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			w.helpers = nil
+			return err
+		}
+		delete(w.helpers, key)
+	}
+	return nil
+}
+
+// loadRecords reads the helpers' records (saveRecords), by key.
+func (d Dir) loadRecords() ([]HelperRecord, error) {
+	entries, err := os.ReadDir(d.file(recordsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading state: %w", err)
+	}
+	var recs []HelperRecord
+	for _, e := range entries {
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") {
+			continue // (an atomic write's temporary file)
+		}
+		var r HelperRecord
+		if _, err := d.readJSON(filepath.Join(recordsDir, e.Name()), &r); err != nil {
+			return nil, err
+		}
+		recs = append(recs, r)
+	}
+	return recs, nil
 }
 
 // writeParts writes parts to f with writev, up to 1,024 parts a call
@@ -269,10 +363,31 @@ func encodeList[T any](parts [][]byte, vs []T, was, next map[string]*encoded[T],
 	return append(parts, litClose), nil
 }
 
-// LoadRuntime reads what a controller recorded; found is false when none did.
+// LoadRuntime reads what a controller recorded, its helpers' records in
+// the order of their keys; found is false when none did.
 func (d Dir) LoadRuntime() (rt Runtime, found bool, err error) {
-	found, err = d.readJSON(runtimeFile, &rt)
-	return rt, found, err
+	if found, err = d.readJSON(runtimeFile, &rt); err != nil {
+		return rt, found, err
+	}
+	recs, err := d.loadRecords()
+	if err != nil {
+		return rt, found, err
+	}
+	if len(recs) > 0 {
+		// A runtime.json of an older vmnetctl holds the records itself.
+		byKey := map[string]bool{}
+		for _, r := range recs {
+			byKey[r.Key] = true
+		}
+		for _, r := range rt.Helpers {
+			if !byKey[r.Key] {
+				recs = append(recs, r)
+			}
+		}
+		slices.SortFunc(recs, func(a, b HelperRecord) int { return strings.Compare(a.Key, b.Key) })
+		rt.Helpers, found = recs, true
+	}
+	return rt, found, nil
 }
 
 // HasRuntime reports whether a controller's runtime record exists.
@@ -365,7 +480,7 @@ func (d Dir) RemoveRuntimeIfNoProjects() (bool, error) {
 // removeRuntime removes the runtime files. The projects, locks and log
 // stay: the CLI may be writing a project, others may wait on the locks.
 func (d Dir) removeRuntime() {
-	for _, name := range []string{runtimeFile, helpersDir, vmsDir, leasesDir, runDir, networksSnapshotFile, networksYAMLFile} {
+	for _, name := range []string{runtimeFile, recordsDir, helpersDir, vmsDir, leasesDir, runDir, networksSnapshotFile, networksYAMLFile} {
 		os.RemoveAll(d.file(name))
 	}
 }

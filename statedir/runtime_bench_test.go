@@ -9,7 +9,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/procid"
 )
 
-// BenchmarkSaveRuntimeFleet is the controller's commit of runtime.json on
+// BenchmarkSaveRuntimeFleet is the controller's commit of the runtime on
 // a pass that attaches one VM beside 999 that run.
 func BenchmarkSaveRuntimeFleet(b *testing.B) {
 	d := Dir{Path: b.TempDir()}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/vmnetctl/vmnetctl/procid"
 )
 
@@ -38,6 +39,12 @@ func TestRuntimeWriter(t *testing.T) {
 		{Helpers: []HelperRecord{rec(2, 0)}, AppliedProjects: []*Project{proj("q", "x")}},
 		{Helpers: []HelperRecord{}},
 	}
+	// A record left by an earlier controller, whose helper is gone: the
+	// writer's first save removes it.
+	if err := d.writeProcessRecord(recordFile("gone/0"), []byte("{}\n")); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Unix(1, 0)
 	for i, rt := range steps {
 		for range 2 { // the second save of the same state writes nothing
 			if err := w.Save(d, rt); err != nil {
@@ -47,15 +54,42 @@ func TestRuntimeWriter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := json.Marshal(rt)
+			want, _ := json.Marshal(Runtime{AppliedNetworks: rt.AppliedNetworks, AppliedProjects: rt.AppliedProjects})
 			if diff := cmp.Diff(string(want)+"\n", string(got)); diff != "" {
 				t.Fatalf("step %d: runtime.json differs from json.Marshal's (-want +got):\n%s", i, diff)
 			}
-			os.Chtimes(d.file(runtimeFile), time.Unix(1, 0), time.Unix(1, 0))
+			entries, _ := os.ReadDir(d.file(recordsDir))
+			if len(entries) != len(rt.Helpers) {
+				t.Fatalf("step %d: %d records for %d helpers", i, len(entries), len(rt.Helpers))
+			}
+			for _, r := range rt.Helpers {
+				got, err := os.ReadFile(d.file(recordFile(r.Key)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := json.Marshal(r)
+				if diff := cmp.Diff(string(want)+"\n", string(got)); diff != "" {
+					t.Fatalf("step %d: %s's record differs from json.Marshal's (-want +got):\n%s", i, r.Key, diff)
+				}
+			}
+			back, found, err := d.LoadRuntime()
+			if err != nil || !found || !cmp.Equal(rt.Helpers, back.Helpers, cmpopts.EquateEmpty()) {
+				t.Fatalf("step %d: loaded %+v, %v, %v; want the helpers %+v", i, back.Helpers, found, err, rt.Helpers)
+			}
+			// What the save wrote is aged: the next that writes it shows.
+			os.Chtimes(d.file(runtimeFile), old, old)
+			for _, r := range rt.Helpers {
+				os.Chtimes(d.file(recordFile(r.Key)), old, old)
+			}
 		}
 		fi, _ := os.Stat(d.file(runtimeFile))
-		if !fi.ModTime().Equal(time.Unix(1, 0)) {
+		if !fi.ModTime().Equal(old) {
 			t.Errorf("step %d: a save that changed nothing wrote runtime.json", i)
+		}
+		for _, r := range rt.Helpers {
+			if fi, _ := os.Stat(d.file(recordFile(r.Key))); !fi.ModTime().Equal(old) {
+				t.Errorf("step %d: a save that changed nothing wrote %s's record", i, r.Key)
+			}
 		}
 	}
 	// A record changed in a field of a slice is seen.
@@ -63,9 +97,34 @@ func TestRuntimeWriter(t *testing.T) {
 	w.Save(d, Runtime{Helpers: []HelperRecord{r}})
 	r.Proc.Cmdline = []string{"other"}
 	w.Save(d, Runtime{Helpers: []HelperRecord{r}})
-	var back Runtime
-	if _, err := d.readJSON(runtimeFile, &back); err != nil || back.Helpers[0].Proc.Cmdline[0] != "other" {
+	if back, _, err := d.LoadRuntime(); err != nil || back.Helpers[0].Proc.Cmdline[0] != "other" {
 		t.Errorf("a record whose command line changed was saved as %+v (%v)", back.Helpers, err)
+	}
+}
+
+// TestLoadRuntimeOfOlder: a runtime.json of an older vmnetctl, which
+// holds its helpers' records itself, is read with them; the first save
+// of a controller now moves them into files of their own.
+func TestLoadRuntimeOfOlder(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	recs := []HelperRecord{{Key: "a/0", VM: "a", MAC: "52:00:00:00:00:01"}, {Key: "b/0", VM: "b", MAC: "52:00:00:00:00:02"}}
+	data, _ := json.Marshal(Runtime{Helpers: recs})
+	if err := d.writeProcessRecord(runtimeFile, data); err != nil {
+		t.Fatal(err)
+	}
+	rt, found, err := d.LoadRuntime()
+	if err != nil || !found || !cmp.Equal(rt.Helpers, recs) {
+		t.Fatalf("loaded %+v, %v, %v; want %+v", rt.Helpers, found, err, recs)
+	}
+	var w RuntimeWriter
+	if err := w.Save(d, rt); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := d.LoadRuntime(); err != nil || !cmp.Equal(got.Helpers, recs) {
+		t.Fatalf("after a save, loaded %+v, %v; want %+v", got.Helpers, err, recs)
+	}
+	if _, err := os.Stat(d.file(recordFile("b/0"))); err != nil {
+		t.Errorf("b's record is not a file of its own: %v", err)
 	}
 }
 

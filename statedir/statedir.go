@@ -31,6 +31,7 @@ const (
 	controllerLogFile    = "controller.log"
 	eventsFile           = "events.jsonl"
 	helpersDir           = "helpers"
+	recordsDir           = "records"
 	vmsDir               = "vms"
 	leasesDir            = "leases"
 	networksDir          = "networks"
