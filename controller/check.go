@@ -40,7 +40,7 @@ func (c *Controller) serveCheck(w http.ResponseWriter, r *http.Request) {
 // checkProject resolves p with the state dir's other projects, as
 // recorded, against the networks of record (daemon side).
 func (c *Controller) checkProject(p *statedir.Project) (*ctlapi.CheckResponse, error) {
-	projects, err := c.sd.Projects()
+	projects, err := c.projects.Projects(c.sd)
 	if err != nil {
 		return nil, err
 	}

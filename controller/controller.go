@@ -184,6 +184,9 @@ type Controller struct {
 	netSockets map[string]*netSocket
 	// runtime writes runtime.json (saveRuntime).
 	runtime statedir.RuntimeWriter
+	// projects reads the projects' records, each decoded again only when
+	// it changed (the passes, check, the file watch's reload).
+	projects statedir.ProjectReader
 	// runtimeRecs is saveRuntime's, kept from one pass to the next: a
 	// pass allocates no list of the fleet's size.
 	runtimeRecs []statedir.HelperRecord

@@ -136,7 +136,7 @@ func (c *Controller) countReconcile(began time.Time, err *error) {
 
 // loadDesired reads the projects and networks of the state dir.
 func (c *Controller) loadDesired() (*spec.Desired, *statedir.NetworksSnapshot, []*statedir.Project, error) {
-	projects, err := c.sd.Projects()
+	projects, err := c.projects.Projects(c.sd)
 	if err != nil {
 		return nil, nil, nil, err
 	}

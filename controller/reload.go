@@ -62,7 +62,7 @@ func (c *Controller) reload() (changed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	projects, err := c.sd.Projects()
+	projects, err := c.projects.Projects(c.sd)
 	if err != nil {
 		return false, err
 	}

@@ -1,0 +1,70 @@
+package statedir
+
+import (
+	"os"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestProjectReader: the reader gives what Projects gives, decoding a
+// record again only when its file changed: an unchanged project is the
+// very one it gave before; a project saved again, one added and one
+// removed are seen; a record turned garbage is an error, as Projects
+// says.
+func TestProjectReader(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	save := func(p *Project) {
+		t.Helper()
+		if err := d.SaveProject(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r ProjectReader
+	read := func() []*Project {
+		t.Helper()
+		got, err := r.Projects(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := d.Projects()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("the reader's projects differ from Projects' (-want +got):\n%s", diff)
+		}
+		return got
+	}
+	if got := read(); len(got) != 0 {
+		t.Fatalf("no project recorded: %v", got)
+	}
+	save(&Project{Name: "fleet", Files: []ProjectFile{{Path: "f.yaml", Data: []byte("vms: {a: {}}")}}})
+	save(&Project{Name: "one", Files: []ProjectFile{{Path: "o.yaml", Data: []byte("vms: {b: {}}")}}})
+	first := read()
+	again := read()
+	if first[0] != again[0] || first[1] != again[1] {
+		t.Error("unchanged records were decoded again")
+	}
+	save(&Project{Name: "one", Files: []ProjectFile{{Path: "o.yaml", Data: []byte("vms: {c: {}}")}}})
+	save(&Project{Name: "two"})
+	got := read()
+	if got[0] != first[0] {
+		t.Error("the unchanged fleet was decoded again")
+	}
+	if got[1] == first[1] || string(got[1].Files[0].Data) != "vms: {c: {}}" {
+		t.Errorf("the project saved again: %+v", got[1])
+	}
+	if _, err := d.DeleteProject("fleet"); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); len(got) != 2 || got[0].Name != "one" {
+		t.Errorf("after fleet's removal: %v", got)
+	}
+	if err := os.WriteFile(d.file(projectsDir, "two.json"), []byte("\x00garbage{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Projects(d); err == nil {
+		t.Error("a garbage record read without an error")
+	}
+}
