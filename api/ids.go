@@ -49,10 +49,38 @@ func CheckInterfaceID(id string) error {
 // and vmnet-helper get the same id, so an attachment keeps its helper-side
 // MAC address across restarts on both platforms.
 func InterfaceID(vm string, index int, mac string) string {
-	sum := sha256.Sum256([]byte("vmnetctl/" + vm + "/" + strconv.Itoa(index) + "/" + mac))
+	u := interfaceUUID(vm, index, mac)
+	return formatUUID(u[:])
+}
+
+// interfaceUUID is InterfaceID's 16 bytes.
+func interfaceUUID(vm string, index int, mac string) [16]byte {
+	var in [128]byte
+	b := append(in[:0], "vmnetctl/"...)
+	b = append(b, vm...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(index), 10)
+	b = append(b, '/')
+	b = append(b, mac...)
+	sum := sha256.Sum256(b)
 	sum[6] = sum[6]&0x0f | 0x50
 	sum[8] = sum[8]&0x3f | 0x80
-	return formatUUID(sum[:16])
+	return [16]byte(sum[:16])
+}
+
+// AttachmentTapName is TapName(InterfaceID(vm, index, mac)), the TAP of
+// an attachment's helper, at one allocation (the name): a pass asks it
+// of every attachment of a network whose claims change.
+func AttachmentTapName(vm string, index int, mac string) string {
+	var in [13 + 36]byte
+	b := append(in[:0], "vmnetctl/tap/"...)
+	u := interfaceUUID(vm, index, mac)
+	b = appendUUID(b, u[:], lowerHex)
+	sum := sha256.Sum256(b)
+	var out [len(TapPrefix) + 10]byte
+	copy(out[:], TapPrefix)
+	hex.Encode(out[len(TapPrefix):], sum[:5])
+	return string(out[:])
 }
 
 // NewInterfaceID returns a random (version 4) UUID, for a helper started
@@ -65,16 +93,25 @@ func NewInterfaceID() string {
 	return formatUUID(b[:])
 }
 
+const (
+	upperHex = "0123456789ABCDEF"
+	lowerHex = "0123456789abcdef"
+)
+
 func formatUUID(b []byte) string {
-	const hexUpper = "0123456789ABCDEF"
-	out := make([]byte, 0, 36)
+	return string(appendUUID(make([]byte, 0, 36), b, upperHex))
+}
+
+// appendUUID appends the 8-4-4-4-12 form of the 16 bytes of b, in the
+// digits given.
+func appendUUID(out, b []byte, digits string) []byte {
 	for i, c := range b[:16] {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
 			out = append(out, '-')
 		}
-		out = append(out, hexUpper[c>>4], hexUpper[c&0x0f])
+		out = append(out, digits[c>>4], digits[c&0x0f])
 	}
-	return string(out)
+	return out
 }
 
 // InterfaceMAC derives the VM's MAC address from an interface id, as vmnet

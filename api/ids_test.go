@@ -1,7 +1,10 @@
 package api
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -85,5 +88,30 @@ func TestSubnetMask(t *testing.T) {
 	}
 	if m := SubnetMask(netip.MustParsePrefix("fd00::/64")); m.IsValid() {
 		t.Errorf("SubnetMask of an IPv6 prefix = %s", m)
+	}
+}
+
+// TestAttachmentTapName: an attachment's TAP is the TAP of its interface
+// id, derived at one allocation.
+func TestAttachmentTapName(t *testing.T) {
+	for i, vm := range []string{"a", "vm-1", "Mixed.Case_name", strings.Repeat("x", 63)} {
+		for _, index := range []int{0, 1, 9, 10, 123456} {
+			mac := fmt.Sprintf("52:55:55:00:%02x:%02x", i, index%256)
+			if got, want := AttachmentTapName(vm, index, mac), TapName(InterfaceID(vm, index, mac)); got != want {
+				t.Errorf("AttachmentTapName(%q, %d, %q) = %q, want %q", vm, index, mac, got, want)
+			}
+			// The id as it has always been derived: a helper's MAC and
+			// TAP must not change with a new vmnetctl.
+			sum := sha256.Sum256([]byte("vmnetctl/" + vm + "/" + strconv.Itoa(index) + "/" + mac))
+			sum[6] = sum[6]&0x0f | 0x50
+			sum[8] = sum[8]&0x3f | 0x80
+			h := fmt.Sprintf("%X", sum[:16])
+			if got, want := InterfaceID(vm, index, mac), h[:8]+"-"+h[8:12]+"-"+h[12:16]+"-"+h[16:20]+"-"+h[20:]; got != want {
+				t.Errorf("InterfaceID(%q, %d, %q) = %q, want %q", vm, index, mac, got, want)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = AttachmentTapName("c00001", 0, "52:55:55:00:00:01") }); n > 1 {
+		t.Errorf("AttachmentTapName allocates %v times, want at most once", n)
 	}
 }

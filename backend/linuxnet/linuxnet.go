@@ -128,7 +128,7 @@ func (Backend) Cleanup(a *api.Attachment) error {
 
 // TapName is the TAP of attachment a's helper.
 func TapName(a *api.Attachment) string {
-	return api.TapName(api.InterfaceID(a.VM, a.Index, a.MAC))
+	return api.AttachmentTapName(a.VM, a.Index, a.MAC)
 }
 
 // HelperEnv says the helper runs under the controller (EnvUnderController):
