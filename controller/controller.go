@@ -135,6 +135,10 @@ type Controller struct {
 	// the next claims look for the guards of gone ports there
 	// (nettypes.ClaimOptions).
 	portsGone map[string]*gonePorts
+	// claimed are the running networks whose last claims succeeded: a
+	// pass that changes none of a network's attachments leaves its
+	// claims as they are (claimPorts).
+	claimed map[string]bool
 	// hostsTold is, by attachment key, what the last pass told the
 	// attachment's network of it (SetHost): a pass tells a network only
 	// of what changed, the full passes of everything (setHosts). hosts

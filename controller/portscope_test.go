@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net/netip"
 	"slices"
@@ -244,14 +245,24 @@ func TestExitKicks(t *testing.T) {
 	}
 }
 
-// claimsBackend records the options ClaimPorts is given, by network.
+// claimsBackend records the options and the attachments ClaimPorts is
+// given, by network, and fails on the networks in fail.
 type claimsBackend struct {
 	backend.Backend
 	opts map[string]backend.ClaimOptions
+	atts map[string][]string
+	fail map[string]bool
 }
 
-func (b *claimsBackend) ClaimPorts(_ context.Context, n *api.Network, _ []*api.Attachment, o backend.ClaimOptions) error {
+func (b *claimsBackend) ClaimPorts(_ context.Context, n *api.Network, atts []*api.Attachment, o backend.ClaimOptions) error {
 	b.opts[n.ID] = o
+	b.atts[n.ID] = nil
+	for _, a := range atts {
+		b.atts[n.ID] = append(b.atts[n.ID], a.Key())
+	}
+	if b.fail[n.ID] {
+		return errors.New("refused")
+	}
 	return nil
 }
 
@@ -262,7 +273,7 @@ func (b *claimsBackend) ClaimPorts(_ context.Context, n *api.Network, _ []*api.A
 // network is told of none.
 func TestGonePortsClaimed(t *testing.T) {
 	nets := []*api.Network{{ID: "a"}, {ID: "b"}, {ID: "c"}}
-	be := &claimsBackend{opts: map[string]backend.ClaimOptions{}}
+	be := &claimsBackend{opts: map[string]backend.ClaimOptions{}, atts: map[string][]string{}}
 	c := &Controller{be: be, nets: map[string]backend.Network{}}
 	for _, n := range nets {
 		c.nets[n.ID] = runningNetwork{}
@@ -274,7 +285,10 @@ func TestGonePortsClaimed(t *testing.T) {
 	desired := &spec.Desired{Networks: nets}
 	claim := func() {
 		t.Helper()
-		if errs := c.claimPorts(context.Background(), desired, newPortScope(&spec.Plan{}, false), false); len(errs) > 0 {
+		// (A plan that changes something, elsewhere: the claims are not
+		// read again.)
+		plan := &spec.Plan{Networks: []spec.NetworkChange{{ID: "elsewhere", Action: spec.ActionCreate}}}
+		if errs := c.claimPorts(context.Background(), desired, plan, newPortScope(plan, false)); len(errs) > 0 {
 			t.Fatal(errs)
 		}
 	}
@@ -283,8 +297,64 @@ func TestGonePortsClaimed(t *testing.T) {
 	if d := cmp.Diff(want, be.opts, cmpopts.EquateEmpty()); d != "" {
 		t.Errorf("claims told (-want +got):\n%s", d)
 	}
+	clear(be.opts)
+	c.markPortGone(statedir.HelperRecord{Network: "c", TapIndex: 3})
 	claim()
-	if d := cmp.Diff(map[string]backend.ClaimOptions{"a": {}, "b": {}, "c": {}}, be.opts, cmpopts.EquateEmpty()); d != "" {
+	if d := cmp.Diff(map[string]backend.ClaimOptions{"c": {GonePorts: []uint32{3}}}, be.opts, cmpopts.EquateEmpty()); d != "" {
 		t.Errorf("the next claims told (-want +got):\n%s", d)
+	}
+}
+
+// TestClaimsOfChangedNetworks: a pass claims on the networks whose
+// attachments its plan changes, those whose ports went, those it reads
+// again (a full pass, one that changes nothing, a network started or
+// repaired) and those whose last claims failed; each with all of its
+// attachments. The others are not asked: one VM's attach costs its own
+// network's claims.
+func TestClaimsOfChangedNetworks(t *testing.T) {
+	nets := []*api.Network{{ID: "a"}, {ID: "b"}, {ID: "c"}}
+	be := &claimsBackend{opts: map[string]backend.ClaimOptions{}, atts: map[string][]string{}, fail: map[string]bool{}}
+	c := &Controller{be: be, nets: map[string]backend.Network{}}
+	for _, n := range nets {
+		c.nets[n.ID] = runningNetwork{}
+	}
+	att := func(vm, nw string) *spec.Attachment {
+		return &spec.Attachment{Attachment: &api.Attachment{VM: vm, Network: nw}}
+	}
+	desired := &spec.Desired{Networks: nets, Attachments: []*spec.Attachment{att("a1", "a"), att("a2", "a"), att("b1", "b"), att("c1", "c")}}
+	change := &spec.Plan{Attachments: []spec.AttachmentChange{{Action: spec.ActionCreate, Key: "a2/0", New: att("a2", "a")}}}
+	pass := func(plan *spec.Plan, full bool, touched ...string) (map[string][]string, error) {
+		t.Helper()
+		clear(be.opts)
+		clear(be.atts)
+		scope := newPortScope(plan, full)
+		for _, id := range touched {
+			scope.add(id)
+		}
+		return be.atts, errors.Join(c.claimPorts(context.Background(), desired, plan, scope)...)
+	}
+	all := map[string][]string{"a": {"a1/0", "a2/0"}, "b": {"b1/0"}, "c": {"c1/0"}}
+	be.fail["b"] = true
+	if got, err := pass(change, false); err == nil || !cmp.Equal(got, all) {
+		t.Fatalf("the first pass (b refused) claimed %v, %v; want every network's", got, err)
+	}
+	be.fail["b"] = false
+	for _, tc := range []struct {
+		name    string
+		plan    *spec.Plan
+		full    bool
+		touched []string
+		want    map[string][]string
+	}{
+		{"b's claims failed", change, false, nil, map[string][]string{"a": {"a1/0", "a2/0"}, "b": {"b1/0"}}},
+		{"a VM attached on a", change, false, nil, map[string][]string{"a": {"a1/0", "a2/0"}}},
+		{"c repaired", change, false, []string{"c"}, map[string][]string{"a": {"a1/0", "a2/0"}, "c": {"c1/0"}}},
+		{"a full pass", change, true, nil, all},
+		{"an up that changes nothing", &spec.Plan{}, false, nil, all},
+	} {
+		got, err := pass(tc.plan, tc.full, tc.touched...)
+		if err != nil || !cmp.Equal(got, tc.want, cmpopts.EquateEmpty()) {
+			t.Errorf("%s: claimed %v, %v; want %v", tc.name, got, err, tc.want)
+		}
 	}
 }

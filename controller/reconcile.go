@@ -76,7 +76,7 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	c.progress.enter("forwards")
 	errs = append(errs, c.setForwards(ctx, desired)...)
 	c.progress.enter("claims")
-	errs = append(errs, c.claimPorts(ctx, desired, touched, plan.Empty())...)
+	errs = append(errs, c.claimPorts(ctx, desired, plan, touched)...)
 	c.progress.enter("start")
 	launches := c.planLaunches(desired, projects)
 	c.mu.Unlock()
@@ -526,26 +526,61 @@ func (c *Controller) ensurePorts(ctx context.Context, desired *spec.Desired, sco
 // one, even before its own VM sent a frame. The networks in scope (a full
 // pass: all), and all in a pass that changes nothing (an `up` run again
 // to put things right), have their claims read from the kernel; the rest
-// are changed from what the controller last wrote.
-func (c *Controller) claimPorts(ctx context.Context, desired *spec.Desired, scope *portScope, again bool) []error {
-	byNet := map[string][]*api.Attachment{}
-	for _, a := range desired.Attachments {
-		byNet[a.Network] = append(byNet[a.Network], a.Attachment)
+// are changed from what the controller last wrote. A network whose
+// attachments the plan leaves as they are, none of whose ports went,
+// and whose last claims succeeded, is not asked at all (claimed): one
+// VM's attach or detach costs its own network's claims, not those of
+// every network of the fleet.
+func (c *Controller) claimPorts(ctx context.Context, desired *spec.Desired, plan *spec.Plan, scope *portScope) []error {
+	changed := map[string]bool{} // networks whose attachments change
+	for _, ch := range plan.Attachments {
+		for _, a := range []*spec.Attachment{ch.Old, ch.New} {
+			if a != nil {
+				changed[a.Network] = true
+			}
+		}
 	}
-	var errs []error
+	if c.claimed == nil {
+		c.claimed = map[string]bool{}
+	}
+	claims := map[string]backend.ClaimOptions{} // the networks to claim
 	for _, n := range desired.Networks {
 		if c.nets[n.ID] == nil {
 			continue
 		}
-		o := backend.ClaimOptions{Reread: again || scope.has(n.ID)}
-		if g := c.portsGone[n.ID]; g != nil {
+		o := backend.ClaimOptions{Reread: plan.Empty() || scope.has(n.ID)}
+		g := c.portsGone[n.ID]
+		if g != nil {
 			o.PortsGone, o.GonePorts = g.unknown, g.indexes
 		}
-		if err := c.be.ClaimPorts(ctx, n, byNet[n.ID], o); err != nil {
+		if o.Reread || g != nil || changed[n.ID] || !c.claimed[n.ID] {
+			claims[n.ID] = o
+		}
+	}
+	byNet := map[string][]*api.Attachment{}
+	for _, a := range desired.Attachments {
+		if _, ok := claims[a.Network]; ok {
+			byNet[a.Network] = append(byNet[a.Network], a.Attachment)
+		}
+	}
+	var errs []error
+	for _, n := range desired.Networks {
+		o, ok := claims[n.ID]
+		if !ok {
+			continue
+		}
+		err := c.be.ClaimPorts(ctx, n, byNet[n.ID], o)
+		c.claimed[n.ID] = err == nil
+		if err != nil {
 			errs = append(errs, fmt.Errorf("network %q: claiming the VMs' MACs: %w", n.ID, err))
 			continue
 		}
 		delete(c.portsGone, n.ID)
+	}
+	for id := range c.claimed {
+		if c.nets[id] == nil || desired.Network(id) == nil {
+			delete(c.claimed, id) // claimed anew once it runs again
+		}
 	}
 	for id := range c.portsGone {
 		if desired.Network(id) == nil { // gone with its guard
