@@ -268,12 +268,23 @@ func (r *ProjectReader) Projects(d Dir) ([]*Project, error) {
 // names alone: a record that cannot be read (truncated, garbage) is still
 // one, and `down --all` removes it with the others.
 func (d Dir) ProjectNames() ([]string, error) {
-	entries, err := os.ReadDir(d.file(projectsDir))
+	names, err := d.jsonNames(projectsDir)
+	if err != nil {
+		return nil, fmt.Errorf("reading projects: %w", err)
+	}
+	return names, nil
+}
+
+// jsonNames are the names, without ".json", of the records in folder dir
+// of the state dir (an atomic write's temporary file is not one); none
+// without the folder.
+func (d Dir) jsonNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(d.file(dir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading projects: %w", err)
+		return nil, err
 	}
 	var names []string
 	for _, e := range entries {

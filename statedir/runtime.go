@@ -236,20 +236,14 @@ func (w *RuntimeWriter) saveRecords(d Dir, recs []HelperRecord) error {
 
 // loadRecords reads the helpers' records (saveRecords), by key.
 func (d Dir) loadRecords() ([]HelperRecord, error) {
-	entries, err := os.ReadDir(d.file(recordsDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	names, err := d.jsonNames(recordsDir)
 	if err != nil {
 		return nil, fmt.Errorf("reading state: %w", err)
 	}
 	var recs []HelperRecord
-	for _, e := range entries {
-		if e.IsDir() || strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") {
-			continue // (an atomic write's temporary file)
-		}
+	for _, name := range names {
 		var r HelperRecord
-		if _, err := d.readJSON(filepath.Join(recordsDir, e.Name()), &r); err != nil {
+		if _, err := d.readJSON(filepath.Join(recordsDir, name+".json"), &r); err != nil {
 			return nil, err
 		}
 		recs = append(recs, r)
