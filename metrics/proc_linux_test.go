@@ -5,23 +5,19 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/vmnetctl/vmnetctl/procid"
 )
 
-func TestParseStat(t *testing.T) {
-	// A command name with spaces and parentheses, as a process may set it.
-	stat := "4242 (vm (a) b) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 50 0 0 20 0 8 0 123456 1000000 500 18446744073709551615\n"
-	p, err := parseStat([]byte(stat))
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestProcessOf: a process's CPU time is its user and system ticks
+// together, its resident set its pages in bytes.
+func TestProcessOf(t *testing.T) {
+	p := processOf(procid.Stat{UTime: 250, STime: 50, RSSPages: 500})
 	if p.CPUSeconds != 3 {
 		t.Errorf("CPUSeconds = %v, want 3 (250+50 ticks)", p.CPUSeconds)
 	}
 	if want := 500 * uint64(os.Getpagesize()); p.ResidentBytes != want {
 		t.Errorf("ResidentBytes = %d, want %d (500 pages)", p.ResidentBytes, want)
-	}
-	if _, err := parseStat([]byte("4242 (x) S 1 2")); err == nil {
-		t.Errorf("a short stat line parsed")
 	}
 }
 

@@ -31,39 +31,21 @@ const (
 
 // Read reads the identity of a running process from /proc.
 func Read(pid int) (Identity, error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := ReadStat(pid)
 	if err != nil {
 		return Identity{}, err
 	}
-	// The command name (field 2) is in parentheses and may hold spaces or
-	// parentheses itself: fields are counted from the last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return Identity{}, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	fields := strings.Fields(string(stat[i+1:]))
-	// fields[0] is field 3 (state); starttime is field 22.
-	if len(fields) < 20 {
-		return Identity{}, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	start, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return Identity{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
-	}
-	// flags is field 9. (Exiting and still not a zombie: the thread
-	// group's leader exits last, so a Go process mid-exec, whose first
-	// thread may be the one to go, is told by its zombie leader below.)
-	flags, err := strconv.ParseUint(fields[6], 10, 64)
-	if err != nil {
-		return Identity{}, fmt.Errorf("/proc/%d/stat: flags: %w", pid, err)
-	}
-	if flags&pfKthread != 0 { // no command line, ever
+	start := st.StartTime
+	// (Exiting and still not a zombie: the thread group's leader exits
+	// last, so a Go process mid-exec, whose first thread may be the one
+	// to go, is told by its zombie leader below.)
+	if st.Flags&pfKthread != 0 { // no command line, ever
 		return Identity{}, fmt.Errorf("process %d is a kernel thread", pid)
 	}
-	if flags&pfExiting != 0 && !liveThread(pid) {
+	if st.Flags&pfExiting != 0 && !liveThread(pid) {
 		return Identity{}, fmt.Errorf("process %d: %w", pid, errExiting)
 	}
-	if fields[0] == "Z" {
+	if st.State == 'Z' {
 		if liveThread(pid) {
 			return Identity{PID: pid, StartTime: start}, fmt.Errorf("process %d: %w", pid, errMidExec)
 		}
