@@ -164,7 +164,7 @@ type Guard6 struct {
 	admit func()
 
 	mu      sync.Mutex // one transaction at a time
-	syncMu  sync.Mutex // one sync at a time
+	syncMu  sync.Mutex // one sync at a time (Sync; not SyncReservedOf)
 	failLog guestlog.Limit
 
 	// soon asks resync for a sync within removalDelay: reservations
@@ -532,14 +532,21 @@ func (g *Guard6) changed(events []nd6.Event) {
 // it costs its own elements however many VMs the network has; those of
 // VMs that went leave in the sync removalDelay later. What this misses (a
 // set changed behind vmnetctl's back) the periodic sync mends.
+//
+// It does not wait for a sync that runs (syncMu): a periodic sync reads
+// the network's sets, hundreds of milliseconds at a thousand VMs, and a
+// VM's attach would wait for it. A sync beside it cannot undo what it
+// adds: the learner holds the reservation before this is called (SetHost
+// reserves, the round's end syncs), a sync reads the sets before it reads
+// the learner, so a reservation in the sets it read is in what it wants,
+// and it deletes only what it read (TestReservationsBesideSyncs). Its
+// writes wait only for another transaction (mu).
 func (g *Guard6) SyncReservedOf(macs []net.HardwareAddr) {
 	if len(macs) > reservedOfMax {
 		// A controller's first pass: most are there already.
 		g.logFailure(g.Sync(context.Background()))
 		return
 	}
-	g.syncMu.Lock()
-	defer g.syncMu.Unlock()
 	var ops []elemOp
 	removed := false
 	for _, mac := range macs {

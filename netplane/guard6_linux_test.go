@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,4 +312,61 @@ func TestReservationsMany(t *testing.T) {
 		}
 		return nil
 	}, "the reservations of the VMs that went leave the guard")
+}
+
+// TestReservationsBesideSyncs: the reservations of VMs that come while
+// the guard's sync runs again and again beside them (SyncReservedOf does
+// not wait for a sync) are in the guard once each round that reserved
+// them has ended, and stay: a sync never takes out what the learner
+// reserves, whichever of them reads or writes first.
+func TestReservationsBesideSyncs(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "rb-host")
+	n := g6Net()
+	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	stop, done := make(chan struct{}), make(chan struct{})
+	var syncs atomic.Int64
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if nw.guard6.Sync(context.Background()) == nil {
+				syncs.Add(1)
+			}
+		}
+	}()
+	reserved := func(mac net.HardwareAddr) bool {
+		t.Helper()
+		ll := api.LinkLocal(mac).Addr().As16()
+		key := append(append(append([]byte{}, mac...), 0, 0), ll[:]...)
+		var ok bool
+		host.MustDo(t, func() (err error) { ok, err = hostnet.HasElement(n.ID, guard.SetAddrs6, key); return err })
+		return ok
+	}
+	var macs []net.HardwareAddr
+	for i := range 40 {
+		mac := mustMAC(fmt.Sprintf("52:55:57:00:00:%02x", i))
+		name := fmt.Sprintf("rb%d", i)
+		if err := nw.SetHost(mac, name, netip.Addr{}); err != nil {
+			t.Fatal(err)
+		}
+		nw.ChangeVMs([]string{name}, nil, nil) // as a pass asked for ends its round
+		macs = append(macs, mac)
+		for _, m := range macs {
+			if !reserved(m) {
+				close(stop)
+				<-done
+				t.Fatalf("after %d VMs and %d syncs beside them, %s's reservation is not in the guard", i+1, syncs.Load(), m)
+			}
+		}
+	}
+	close(stop)
+	<-done
+	if syncs.Load() < 2 {
+		t.Errorf("only %d syncs ran beside the reservations", syncs.Load())
+	}
 }
