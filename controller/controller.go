@@ -143,7 +143,8 @@ type Controller struct {
 	// attachment's network of it (SetHost): a pass tells a network only
 	// of what changed, the full passes of everything (setHosts). hosts
 	// counts what they hold, to tell the networks what left.
-	hostsTold map[string]hostTold
+	hostsTold map[string]*told
+	hostsPass uint64
 	hosts     hostCounts
 	// bandwidth is, by attachment key, the limits set on the ports that
 	// have one (setBandwidth).

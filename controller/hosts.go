@@ -37,53 +37,72 @@ type hostCounts struct {
 	nets  map[backend.Network]bool
 }
 
+// told is what setHosts last told of an attachment, and the pass that
+// last saw it among the desired attachments.
+type told struct {
+	hostTold
+	pass uint64
+}
+
 // setHosts gives the networks' DHCP and DNS the VMs' names and fixed
 // addresses, and ends the round on each network (backend.Network's
 // SetVMs, ChangeVMs). A pass asked for tells a network only of the
 // attachments new or changed since the last (hostsTold), and of the names
 // and MACs that left since: the same cost with a thousand VMs as with
-// none. The full passes, and a network started again since, are told of
-// every attachment and name, which puts back what changed behind the
+// none, what it keeps changed in place (an attachment that stays costs a
+// lookup). The full passes, and a network started again since, are told
+// of every attachment and name, which puts back what changed behind the
 // controller's back (a guard's binding).
 func (c *Controller) setHosts(desired *spec.Desired, full bool) []error {
+	if full || c.hosts.names == nil {
+		c.hostsTold, c.hosts = map[string]*told{}, hostCounts{names: map[string]int{}, macs: map[netMAC]int{}, nets: map[backend.Network]bool{}}
+	}
+	c.hostsPass++
 	var errs []error
-	told := make(map[string]hostTold, len(desired.Attachments))
+	var ch hostChanges
 	for _, a := range desired.Attachments {
 		key := a.Key()
 		t := hostTold{nw: c.nets[a.Network], mac: a.MAC, vm: a.VM, ip: a.IP}
-		if !full && c.hostsTold[key] == t || t.nw == nil {
-			told[key] = t
+		e := c.hostsTold[key]
+		if e != nil && e.hostTold == t {
+			e.pass = c.hostsPass
 			continue
 		}
-		if err := t.nw.SetHost(mustMAC(a.MAC), a.VM, a.IP); err != nil {
-			errs = append(errs, fmt.Errorf("attachment %s: %w", key, err))
-			t.failed = true
+		if e == nil {
+			e = &told{}
+			c.hostsTold[key] = e
+			c.hosts.addName(t.vm, &ch)
+		} else {
+			c.hosts.dropMAC(e.hostTold, &ch)
 		}
-		told[key] = t
-	}
-	if full || c.hosts.names == nil {
-		c.hosts = countHosts(told)
-		c.hostsTold = told
-		names, macs := slices.Collect(maps.Keys(c.hosts.names)), macsByNetwork(told)
-		for _, nw := range c.nets {
-			nw.SetVMs(names, macs[nw])
-			c.hosts.nets[nw] = true
+		c.hosts.addMAC(t)
+		if t.nw != nil {
+			if err := t.nw.SetHost(mustMAC(a.MAC), a.VM, a.IP); err != nil {
+				errs = append(errs, fmt.Errorf("attachment %s: %w", key, err))
+				t.failed = true
+			}
 		}
-		return errs
+		e.hostTold, e.pass = t, c.hostsPass
 	}
-	added, removed, gone := c.hosts.change(c.hostsTold, told)
-	c.hostsTold = told
-	var names []string // for a network started again: every name and MAC
+	for key, e := range c.hostsTold {
+		if e.pass != c.hostsPass {
+			c.hosts.dropName(e.vm, &ch)
+			c.hosts.dropMAC(e.hostTold, &ch)
+			delete(c.hostsTold, key)
+		}
+	}
+	gone := ch.gone(&c.hosts)
+	var names []string // for a network that has not had its round: every name and MAC
 	var macs map[backend.Network][]net.HardwareAddr
 	nets := make(map[backend.Network]bool, len(c.nets))
 	for _, nw := range c.nets {
 		nets[nw] = true
 		if c.hosts.nets[nw] {
-			nw.ChangeVMs(added, removed, gone[nw])
+			nw.ChangeVMs(ch.added, ch.removed, gone[nw])
 			continue
 		}
 		if names == nil {
-			names, macs = slices.Collect(maps.Keys(c.hosts.names)), macsByNetwork(told)
+			names, macs = slices.Collect(maps.Keys(c.hosts.names)), macsByNetwork(c.hostsTold)
 		}
 		nw.SetVMs(names, macs[nw])
 	}
@@ -91,72 +110,69 @@ func (c *Controller) setHosts(desired *spec.Desired, full bool) []error {
 	return errs
 }
 
-// countHosts counts what told holds (no network has had its round yet).
-func countHosts(told map[string]hostTold) hostCounts {
-	h := hostCounts{names: map[string]int{}, macs: map[netMAC]int{}, nets: map[backend.Network]bool{}}
-	for _, t := range told {
-		h.names[strings.ToLower(t.vm)]++
-		if t.nw != nil {
-			h.macs[netMAC{t.nw, t.mac}]++
-		}
-	}
-	return h
+// hostChanges are what a pass changed of the counts: the names of the
+// state dir added and removed, and the MACs that left a network (of
+// which those no attachment there has any more are gone).
+type hostChanges struct {
+	added, removed []string
+	left           []netMAC
 }
 
-// change counts told where it counted was, and says what left: the names
-// of the state dir added and removed, and by network the MACs that none
-// of its attachments has any more. An attachment's key names its VM: an
-// attachment kept keeps its name.
-func (h *hostCounts) change(was, told map[string]hostTold) (added, removed []string, gone map[backend.Network][]net.HardwareAddr) {
-	var left []netMAC
-	for key, old := range was {
-		t, kept := told[key]
-		if kept && t.nw == old.nw && t.mac == old.mac {
-			continue
-		}
-		if name := strings.ToLower(old.vm); !kept {
-			if h.names[name]--; h.names[name] == 0 {
-				delete(h.names, name)
-				removed = append(removed, name)
-			}
-		}
-		if old.nw != nil {
-			k := netMAC{old.nw, old.mac}
-			if h.macs[k]--; h.macs[k] == 0 {
-				delete(h.macs, k)
-				left = append(left, k)
-			}
-		}
+// addName and dropName count an attachment of VM vm in and out; names
+// are counted in lower case.
+func (h *hostCounts) addName(vm string, ch *hostChanges) {
+	name := strings.ToLower(vm)
+	if h.names[name]++; h.names[name] == 1 {
+		ch.added = append(ch.added, name)
 	}
-	for key, t := range told {
-		old, had := was[key]
-		if had && t.nw == old.nw && t.mac == old.mac {
-			continue
-		}
-		if name := strings.ToLower(t.vm); !had {
-			if h.names[name]++; h.names[name] == 1 {
-				added = append(added, name)
-			}
-		}
-		if t.nw != nil {
-			h.macs[netMAC{t.nw, t.mac}]++
-		}
+}
+
+func (h *hostCounts) dropName(vm string, ch *hostChanges) {
+	name := strings.ToLower(vm)
+	if h.names[name]--; h.names[name] == 0 {
+		delete(h.names, name)
+		ch.removed = append(ch.removed, name)
 	}
-	// A MAC that left one attachment of a network and came to another
-	// in the same pass has not gone.
-	gone = map[backend.Network][]net.HardwareAddr{}
-	for _, k := range left {
-		if h.macs[k] == 0 {
+}
+
+// addMAC and dropMAC count t's MAC on its network in and out (none while
+// its network is not up).
+func (h *hostCounts) addMAC(t hostTold) {
+	if t.nw != nil {
+		h.macs[netMAC{t.nw, t.mac}]++
+	}
+}
+
+func (h *hostCounts) dropMAC(t hostTold, ch *hostChanges) {
+	if t.nw == nil {
+		return
+	}
+	k := netMAC{t.nw, t.mac}
+	if h.macs[k]--; h.macs[k] == 0 {
+		delete(h.macs, k)
+		ch.left = append(ch.left, k)
+	}
+}
+
+// gone is, by network, the MACs that left it and that none of its
+// attachments has at the end of the pass (a MAC that left one attachment
+// and came to another in the same pass has not gone).
+func (ch *hostChanges) gone(h *hostCounts) map[backend.Network][]net.HardwareAddr {
+	gone := map[backend.Network][]net.HardwareAddr{}
+	seen := map[netMAC]bool{}
+	for _, k := range ch.left {
+		if h.macs[k] == 0 && !seen[k] {
+			seen[k] = true
 			gone[k.nw] = append(gone[k.nw], mustMAC(k.mac))
 		}
 	}
-	return added, removed, gone
+	return gone
 }
 
 // macsByNetwork is the MACs of the attachments told of, by network.
-func macsByNetwork(told map[string]hostTold) map[backend.Network][]net.HardwareAddr {
+func macsByNetwork(m map[string]*told) map[backend.Network][]net.HardwareAddr {
 	macs := map[backend.Network][]net.HardwareAddr{}
-	for _, t := range told {
+	for _, t := range m {
 		if t.nw != nil {
 			macs[t.nw] = append(macs[t.nw], mustMAC(t.mac))
 		}

@@ -187,3 +187,36 @@ func TestSetHostsTellsChanges(t *testing.T) {
 		t.Errorf("a network started again: told of %v, want a and b", got)
 	}
 }
+
+// failingHosts is a network whose SetHost fails while fail is set.
+type failingHosts struct {
+	hostsCounter
+	fail bool
+}
+
+func (h *failingHosts) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) error {
+	h.hostsCounter.SetHost(mac, name, ip)
+	if h.fail {
+		return fmt.Errorf("refused")
+	}
+	return nil
+}
+
+// TestSetHostsRetriesFailed: a VM whose SetHost failed is told again on
+// the next pass asked for, and not after it succeeded.
+func TestSetHostsRetriesFailed(t *testing.T) {
+	nw := &failingHosts{fail: true}
+	c := &Controller{nets: map[string]backend.Network{"n": nw}}
+	d := &spec.Desired{Attachments: []*spec.Attachment{{Attachment: &api.Attachment{VM: "a", Network: "n", MAC: "52:55:55:00:00:0a"}}}}
+	for i, want := range []struct {
+		fail bool
+		told int
+		err  bool
+	}{{true, 1, true}, {false, 2, false}, {false, 2, false}} {
+		nw.fail = want.fail
+		errs := c.setHosts(d, false)
+		if len(nw.told) != want.told || (len(errs) > 0) != want.err {
+			t.Errorf("pass %d: told %d times, errors %v; want %d, %v", i, len(nw.told), errs, want.told, want.err)
+		}
+	}
+}
