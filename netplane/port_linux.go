@@ -132,18 +132,12 @@ func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error
 	if err != nil {
 		return err
 	}
-	if err := attachTap(c.Name, br, c.Isolated); err != nil {
+	if p.Index, err = attachTap(c.Name, br, c.Isolated); err != nil {
 		return fmt.Errorf("network %q: %w", n.ID, err)
 	}
 	p.Bridge = br.Attrs().Name
 	p.MTU = br.Attrs().MTU // attachPort gave it the bridge's MTU
-	links, err := hostnet.OpenLinkNames()
-	if err != nil {
-		return err
-	}
-	defer links.Close()
-	p.Index, err = links.IndexOf(c.Name)
-	return err
+	return nil
 }
 
 // createMacvtap makes p a macvtap on bridged network n's interface.
@@ -276,13 +270,14 @@ func deleteLink(name string) error {
 	return netlink.LinkDel(link)
 }
 
-// attachTap makes TAP name (createTap marked it) a port of bridge.
-func attachTap(name string, br *netlink.Bridge, isolated bool) error {
+// attachTap makes TAP name (createTap marked it) a port of bridge, and
+// gives its interface index (its guard's key).
+func attachTap(name string, br *netlink.Bridge, isolated bool) (index uint32, err error) {
 	link, err := netlink.LinkByName(name)
 	if err != nil {
-		return fmt.Errorf("TAP %s: %w", name, err)
+		return 0, fmt.Errorf("TAP %s: %w", name, err)
 	}
-	return attachPort(br, link, isolated)
+	return uint32(link.Attrs().Index), attachPort(br, link, isolated)
 }
 
 // AttachPort makes link a port of the network bridge named bridge: same MTU
