@@ -187,7 +187,7 @@ type Controller struct {
 	// netSockets serve the networks' stream sockets (netsocket.go), by
 	// network; under mu.
 	netSockets map[string]*netSocket
-	// runtime writes runtime.json (saveRuntime).
+	// runtime writes runtime.json and the helpers' records (saveRuntime).
 	runtime statedir.RuntimeWriter
 	// projects reads the projects' records, each decoded again only when
 	// it changed (the passes, check, the file watch's reload).
@@ -509,17 +509,13 @@ func (c *Controller) saveRuntime() {
 			rs.Helpers = append(rs.Helpers, h.rec)
 		}
 	}
-	recs := rs.Helpers
-	if len(recs) == 0 {
-		rs.Helpers = nil // (null, as without helpers ever)
-	}
 	if err := c.runtime.Save(c.sd, rs); err != nil {
 		c.log.Error("saving runtime state", "err", err)
 	}
-	// Save copied the records; the lists let go of what they held (a
+	// Save copied the records; the list lets go of what it held (a
 	// stopped helper's strings are not kept alive).
-	clear(recs)
-	c.runtimeRecs = recs[:0]
+	clear(rs.Helpers)
+	c.runtimeRecs = rs.Helpers[:0]
 }
 
 // watchExternal adopts the helper that `vmnetctl run` started for a, once

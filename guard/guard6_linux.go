@@ -534,7 +534,7 @@ func (g *Guard6) changed(events []nd6.Event) {
 // set changed behind vmnetctl's back) the periodic sync mends.
 //
 // It does not wait for a sync that runs (syncMu): a periodic sync reads
-// the network's sets, hundreds of milliseconds at a thousand VMs, and a
+// the network's sets back, for a time that grows with its VMs, and a
 // VM's attach would wait for it. A sync beside it cannot undo what it
 // adds: the learner holds the reservation before this is called (SetHost
 // reserves, the round's end syncs), a sync reads the sets before it reads

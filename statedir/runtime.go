@@ -176,9 +176,9 @@ func recordFile(key string) string { return filepath.Join(recordsDir, fileKey(ke
 
 // saveRecords writes the records of recs that are new or changed since
 // the last save, and removes the files of the helpers no longer among
-// them: on the writer's first save, every record is written and every
+// them: a record unchanged costs a comparison, no allocation and no
+// write. On the writer's first save, every record is written and every
 // other file in the folder removed.
-// A record unchanged costs a comparison: no allocation, no write.
 func (w *RuntimeWriter) saveRecords(d Dir, recs []HelperRecord) error {
 	first := w.helpers == nil
 	if first {
@@ -198,7 +198,7 @@ func (w *RuntimeWriter) saveRecords(d Dir, recs []HelperRecord) error {
 			w.helpers = nil // not known what is written: all again next time
 			return fmt.Errorf("saving %s: %w", recordFile(r.Key), err)
 		}
-		w.helpers[r.Key] = &savedRecord{rec: recordCodec.keep(r), gen: w.gen}
+		w.helpers[r.Key] = &savedRecord{rec: r.clone(), gen: w.gen}
 	}
 	if first {
 		// Files of an earlier controller's helpers that no record names.
@@ -313,22 +313,20 @@ type codec[T any] struct {
 	keep func(T) T
 }
 
-var (
-	recordCodec = codec[HelperRecord]{
-		key:   func(h HelperRecord) string { return h.Key },
-		equal: HelperRecord.Equal,
-		keep: func(h HelperRecord) HelperRecord {
-			h.Proc.Cmdline = slices.Clone(h.Proc.Cmdline)
-			return h
-		},
-	}
-	// Projects are few (a fleet is one project of many VMs).
-	projectCodec = codec[Project]{
-		key:   func(p Project) string { return p.Name },
-		equal: func(a, b Project) bool { return reflect.DeepEqual(a, b) },
-		keep:  func(p Project) Project { return p },
-	}
-)
+// projectCodec is runtime.json's: projects are few (a fleet is one
+// project of many VMs).
+var projectCodec = codec[Project]{
+	key:   func(p Project) string { return p.Name },
+	equal: func(a, b Project) bool { return reflect.DeepEqual(a, b) },
+	keep:  func(p Project) Project { return p },
+}
+
+// clone is h with its slices its own: what saveRecords keeps to compare
+// the next record with.
+func (h HelperRecord) clone() HelperRecord {
+	h.Proc.Cmdline = slices.Clone(h.Proc.Cmdline)
+	return h
+}
 
 // encodeList appends vs to parts as a JSON array (null when nil), each
 // element from was if it is there unchanged, and records each in next by
