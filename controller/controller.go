@@ -139,13 +139,10 @@ type Controller struct {
 	// pass that changes none of a network's attachments leaves its
 	// claims as they are (claimPorts).
 	claimed map[string]bool
-	// hostsTold is, by attachment key, what the last pass told the
-	// attachment's network of it (SetHost): a pass tells a network only
-	// of what changed, the full passes of everything (setHosts). hosts
-	// counts what they hold, to tell the networks what left.
-	hostsTold map[string]*told
-	hostsPass uint64
-	hosts     hostCounts
+	// hosts is what the passes told the networks of the attachments
+	// (SetHost): a pass tells a network only of what changed, the full
+	// passes of everything (setHosts).
+	hosts hostState
 	// bandwidth is, by attachment key, the limits set on the ports that
 	// have one (setBandwidth).
 	bandwidth map[string]bandwidthSet

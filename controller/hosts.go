@@ -26,12 +26,16 @@ type netMAC struct {
 	mac string
 }
 
-// hostCounts count what hostsTold holds: the attachments of each VM name
-// in lower case (the state dir's names, which no network gives a DHCP
-// client, whatever their case), those of
-// each MAC on each running network, and the networks that had a round
-// (SetVMs), which a later round only tells of what changed (ChangeVMs).
-type hostCounts struct {
+// hostState is what setHosts told the networks: by attachment key, what
+// it last told of each (told) and the pass that last saw it (pass
+// counts them); and counts of what that holds: the attachments of each
+// VM name in lower case (the state dir's names, which no network gives a
+// DHCP client, whatever their case), those of each MAC on each running
+// network, and the networks that had a round (SetVMs), which a later
+// round only tells of what changed (ChangeVMs).
+type hostState struct {
+	told  map[string]*told
+	pass  uint64
 	names map[string]int
 	macs  map[netMAC]int
 	nets  map[backend.Network]bool
@@ -47,30 +51,30 @@ type told struct {
 // setHosts gives the networks' DHCP and DNS the VMs' names and fixed
 // addresses, and ends the round on each network (backend.Network's
 // SetVMs, ChangeVMs). A pass asked for tells a network only of the
-// attachments new or changed since the last (hostsTold), and of the names
+// attachments new or changed since the last (hostState), and of the names
 // and MACs that left since: the same cost with a thousand VMs as with
 // none, what it keeps changed in place (an attachment that stays costs a
 // lookup). The full passes, and a network started again since, are told
 // of every attachment and name, which puts back what changed behind the
 // controller's back (a guard's binding).
 func (c *Controller) setHosts(desired *spec.Desired, full bool) []error {
-	if full || c.hosts.names == nil {
-		c.hostsTold, c.hosts = map[string]*told{}, hostCounts{names: map[string]int{}, macs: map[netMAC]int{}, nets: map[backend.Network]bool{}}
+	if full || c.hosts.told == nil {
+		c.hosts = hostState{told: map[string]*told{}, names: map[string]int{}, macs: map[netMAC]int{}, nets: map[backend.Network]bool{}}
 	}
-	c.hostsPass++
+	c.hosts.pass++
 	var errs []error
 	var ch hostChanges
 	for _, a := range desired.Attachments {
 		key := a.Key()
 		t := hostTold{nw: c.nets[a.Network], mac: a.MAC, vm: a.VM, ip: a.IP}
-		e := c.hostsTold[key]
+		e := c.hosts.told[key]
 		if e != nil && e.hostTold == t {
-			e.pass = c.hostsPass
+			e.pass = c.hosts.pass
 			continue
 		}
 		if e == nil {
 			e = &told{}
-			c.hostsTold[key] = e
+			c.hosts.told[key] = e
 			c.hosts.addName(t.vm, &ch)
 		} else {
 			c.hosts.dropMAC(e.hostTold, &ch)
@@ -82,13 +86,13 @@ func (c *Controller) setHosts(desired *spec.Desired, full bool) []error {
 				t.failed = true
 			}
 		}
-		e.hostTold, e.pass = t, c.hostsPass
+		e.hostTold, e.pass = t, c.hosts.pass
 	}
-	for key, e := range c.hostsTold {
-		if e.pass != c.hostsPass {
+	for key, e := range c.hosts.told {
+		if e.pass != c.hosts.pass {
 			c.hosts.dropName(e.vm, &ch)
 			c.hosts.dropMAC(e.hostTold, &ch)
-			delete(c.hostsTold, key)
+			delete(c.hosts.told, key)
 		}
 	}
 	gone := ch.gone(&c.hosts)
@@ -102,7 +106,7 @@ func (c *Controller) setHosts(desired *spec.Desired, full bool) []error {
 			continue
 		}
 		if names == nil {
-			names, macs = slices.Collect(maps.Keys(c.hosts.names)), macsByNetwork(c.hostsTold)
+			names, macs = slices.Collect(maps.Keys(c.hosts.names)), macsByNetwork(c.hosts.told)
 		}
 		nw.SetVMs(names, macs[nw])
 	}
@@ -120,14 +124,14 @@ type hostChanges struct {
 
 // addName and dropName count an attachment of VM vm in and out; names
 // are counted in lower case.
-func (h *hostCounts) addName(vm string, ch *hostChanges) {
+func (h *hostState) addName(vm string, ch *hostChanges) {
 	name := strings.ToLower(vm)
 	if h.names[name]++; h.names[name] == 1 {
 		ch.added = append(ch.added, name)
 	}
 }
 
-func (h *hostCounts) dropName(vm string, ch *hostChanges) {
+func (h *hostState) dropName(vm string, ch *hostChanges) {
 	name := strings.ToLower(vm)
 	if h.names[name]--; h.names[name] == 0 {
 		delete(h.names, name)
@@ -137,13 +141,13 @@ func (h *hostCounts) dropName(vm string, ch *hostChanges) {
 
 // addMAC and dropMAC count t's MAC on its network in and out (none while
 // its network is not up).
-func (h *hostCounts) addMAC(t hostTold) {
+func (h *hostState) addMAC(t hostTold) {
 	if t.nw != nil {
 		h.macs[netMAC{t.nw, t.mac}]++
 	}
 }
 
-func (h *hostCounts) dropMAC(t hostTold, ch *hostChanges) {
+func (h *hostState) dropMAC(t hostTold, ch *hostChanges) {
 	if t.nw == nil {
 		return
 	}
@@ -157,7 +161,7 @@ func (h *hostCounts) dropMAC(t hostTold, ch *hostChanges) {
 // gone is, by network, the MACs that left it and that none of its
 // attachments has at the end of the pass (a MAC that left one attachment
 // and came to another in the same pass has not gone).
-func (ch *hostChanges) gone(h *hostCounts) map[backend.Network][]net.HardwareAddr {
+func (ch *hostChanges) gone(h *hostState) map[backend.Network][]net.HardwareAddr {
 	gone := map[backend.Network][]net.HardwareAddr{}
 	seen := map[netMAC]bool{}
 	for _, k := range ch.left {
