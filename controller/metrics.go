@@ -118,10 +118,11 @@ type family struct {
 	order      []int    // labels' indices in name order, as they are written
 }
 
-// sorted returns f with its labels' written order: by name, as
-// client_golang writes them (what scripts and dashboards match).
-func (f *family) sorted() *family {
-	f.order = make([]int, len(f.labels))
+// newFamily is a family of the variable labels given, in that order,
+// written in name order, as client_golang writes them (what scripts and
+// dashboards match): the one place a family's order is derived.
+func newFamily(name string, counter bool, help string, labels ...string) *family {
+	f := &family{name: name, help: help, counter: counter, labels: labels, order: make([]int, len(labels))}
 	for i := range f.order {
 		f.order[i] = i
 	}
@@ -136,11 +137,11 @@ func (f *family) sorted() *family {
 var attachmentLabels = []string{"network", "vm", "index"}
 
 func attachmentFamily(name string, counter bool, help string, extra ...string) *family {
-	return (&family{name: name, help: help, counter: counter, labels: append(slices.Clone(attachmentLabels), extra...)}).sorted()
+	return newFamily(name, counter, help, append(slices.Clone(attachmentLabels), extra...)...)
 }
 
 func networkFamily(name string, counter bool, help string, extra ...string) *family {
-	return (&family{name: name, help: help, counter: counter, labels: append([]string{"network"}, extra...)}).sorted()
+	return newFamily(name, counter, help, append([]string{"network"}, extra...)...)
 }
 
 const (
@@ -238,16 +239,16 @@ var (
 	famIPv6Conflicts = networkFamily("vmnetctl_network_ipv6_address_conflicts_total", counter,
 		"Claims of an IPv6 address refused: taken (bound to another VM: first come, first served) or limit (past 4096 addresses in the network).", "reason")
 
-	famReconciles = (&family{name: "vmnetctl_reconciles_total", counter: counter,
-		help: "Reconciles by result (success or error).", labels: []string{"result"}}).sorted()
-	famReconcileDuration = (&family{name: "vmnetctl_reconcile_duration_seconds",
-		help: "How long the latest reconcile took."}).sorted()
-	famReconcilePhase = (&family{name: "vmnetctl_reconcile_phase_seconds_total", counter: counter,
-		help: "Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, partitions, forwards, claims, start (the helpers'), bandwidth, ports, commit.", labels: []string{"phase"}}).sorted()
-	famLastSuccess = (&family{name: "vmnetctl_last_successful_reconcile_timestamp_seconds",
-		help: "When a reconcile last succeeded, as a Unix time."}).sorted()
-	famBuildInfo = (&family{name: "vmnetctl_build_info",
-		help: "The controller's version, commit and Go version (always 1).", labels: []string{"version", "commit", "goversion"}}).sorted()
+	famReconciles = newFamily("vmnetctl_reconciles_total", counter,
+		"Reconciles by result (success or error).", "result")
+	famReconcileDuration = newFamily("vmnetctl_reconcile_duration_seconds", gauge,
+		"How long the latest reconcile took.")
+	famReconcilePhase = newFamily("vmnetctl_reconcile_phase_seconds_total", counter,
+		"Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, partitions, forwards, claims, start (the helpers'), bandwidth, ports, commit.", "phase")
+	famLastSuccess = newFamily("vmnetctl_last_successful_reconcile_timestamp_seconds", gauge,
+		"When a reconcile last succeeded, as a Unix time.")
+	famBuildInfo = newFamily("vmnetctl_build_info", gauge,
+		"The controller's version, commit and Go version (always 1).", "version", "commit", "goversion")
 )
 
 // families is every family of the controller's, in the order a scrape

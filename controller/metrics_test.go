@@ -303,7 +303,7 @@ func TestStatsFromFile(t *testing.T) {
 // line feed (a project's name, a forward's) reads back as it was, and a
 // help text with them keeps its sample parseable.
 func TestTextEscapes(t *testing.T) {
-	f := (&family{name: "vmnetctl_test_total", help: "Odd \\ help\nover lines.", counter: true, labels: []string{"project"}}).sorted()
+	f := newFamily("vmnetctl_test_total", counter, "Odd \\ help\nover lines.", "project")
 	odd := "a\\b\"c\nd"
 	var b bytes.Buffer
 	w := bufio.NewWriter(&b)
