@@ -553,15 +553,23 @@ func (c *Controller) setFailed(a *spec.Attachment, h *helperProc, restarts int, 
 }
 
 // retryNow makes the failed or exited helpers of project (every
-// project's for "") due at once, whatever their backoff: an `up` asked for again once the
-// cause is put right (room for tasks, a network fixed) tries them now,
-// instead of answering with the error of a try made before the fix.
+// project's for "") due at once, whatever their backoff: an `up` asked for
+// again once the cause is put right (room for tasks, a network fixed)
+// tries them now, instead of answering with the error of a try made
+// before the fix. A start under way in another pass began before the ask:
+// should it fail, it is due at once too (commitLaunches).
 func (c *Controller) retryNow(project string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, h := range c.helpers {
-		if (h.state == ctlapi.StateFailed || h.state == ctlapi.StateBackoff) && h.att != nil && (project == "" || h.att.Project == project) {
+		if h.att == nil || (project != "" && h.att.Project != project) {
+			continue
+		}
+		switch h.state {
+		case ctlapi.StateFailed, ctlapi.StateBackoff:
 			h.retryAt = time.Time{}
+		case ctlapi.StateStarting:
+			h.retryAsked = true
 		}
 	}
 }

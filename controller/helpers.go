@@ -27,7 +27,11 @@ type helperProc struct {
 	exited  <-chan struct{} // closed when the process is gone
 	backoff Backoff
 	retryAt time.Time
-	proc    *helperexec.Helper // nil for an adopted helper
+	// retryAsked: an `up` asked for a try now (retryNow) while this
+	// helper's start was under way, a try begun before the cause may have
+	// been put right; if it fails, the next pass tries again at once.
+	retryAsked bool
+	proc       *helperexec.Helper // nil for an adopted helper
 	// leaving: its attachment is no longer desired (not replaced), so its
 	// socket goes with it (stopHelpers).
 	leaving bool

@@ -687,7 +687,11 @@ func (c *Controller) commitLaunches(launches []*helperLaunch) []error {
 	for _, l := range launches {
 		if l.err != nil {
 			errs = append(errs, l.err)
+			asked := c.helpers[l.a.Key()] != nil && c.helpers[l.a.Key()].retryAsked
 			c.setFailed(l.a, l.prev, l.restarts, l.bo, l.err.Error())
+			if asked {
+				c.helpers[l.a.Key()].retryAt = time.Time{}
+			}
 			c.emit(ctlapi.Event{Kind: "helper-failed", Network: l.a.Network, Attachment: l.a.Key(), Detail: l.err.Error()})
 			continue
 		}
