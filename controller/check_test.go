@@ -51,6 +51,7 @@ func TestCheckWithController(t *testing.T) {
 		go srv.Serve(ln)
 		return func() { srv.Close() }
 	}
+	var read atomic.Int32 // the command's reads of every project
 	check := func(vms string) error {
 		t.Helper()
 		in := &ops.Input{Networks: snap, Files: []statedir.ProjectFile{{Path: "one.yaml", Data: []byte(vms)}}, Project: "one"}
@@ -59,8 +60,12 @@ func TestCheckWithController(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		existing, _ := sd.Projects()
-		_, err = l.CheckedDesired(context.Background(), env, existing, true)
+		// The others are read only when parsed here: an up that the
+		// controller checks does not read every project's record.
+		_, err = l.CheckedDesired(context.Background(), env, func() ([]*statedir.Project, error) {
+			read.Add(1)
+			return sd.Projects()
+		}, true)
 		return err
 	}
 	cases := []struct {
@@ -86,6 +91,10 @@ func TestCheckWithController(t *testing.T) {
 		return out
 	}
 	local := verdicts("no controller")
+	if read.Load() == 0 {
+		t.Error("the command checked by itself without reading the other projects")
+	}
+	read.Store(0)
 	var asked atomic.Int32
 	h := c.handler()
 	stop := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -96,6 +105,9 @@ func TestCheckWithController(t *testing.T) {
 	}))
 	remote := verdicts("the controller")
 	stop()
+	if n := read.Load(); n != 0 {
+		t.Errorf("the command read every project %d times while the controller checked", n)
+	}
 	if int(asked.Load()) != len(cases) {
 		t.Errorf("the controller was asked %d times, want %d", asked.Load(), len(cases))
 	}

@@ -43,18 +43,26 @@ func (cl *Client) Check(ctx context.Context, p *statedir.Project) (*ctlapi.Check
 const checkWait = 5 * time.Second
 
 // CheckedDesired is `up`'s check of l's project beside the state dir's
-// others (existing): every problem of every file at once, its warnings
-// written to env. When ask, the controller checks if one runs; ask only
-// when the controller runs with the networks.yaml of l. The Desired
+// others (existing, called only if they are to be parsed here): every
+// problem of every file at once, its warnings written to env. When ask,
+// the controller checks if one runs; ask only when the controller runs
+// with the networks.yaml of l. The Desired
 // returned has l's project's attachments (to check their forwards), and
 // those of the others only when they were parsed here.
-func (l *Loaded) CheckedDesired(ctx context.Context, env Env, existing []*statedir.Project, ask bool) (*spec.Desired, error) {
-	if !ask {
+func (l *Loaded) CheckedDesired(ctx context.Context, env Env, existing func() ([]*statedir.Project, error), ask bool) (*spec.Desired, error) {
+	here := func() (*spec.Desired, error) {
+		existing, err := existing()
+		if err != nil {
+			return nil, err
+		}
 		return l.DesiredWith(env, existing, nil)
+	}
+	if !ask {
+		return here()
 	}
 	resp, err := NewClient(env.StateDir).Check(ctx, l.Project.Project)
 	if err != nil {
-		return l.DesiredWith(env, existing, nil)
+		return here()
 	}
 	env.warn(resp.Resolve)
 	if err := append(resp.Others, resp.Resolve...).Err(); err != nil {

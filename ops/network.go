@@ -118,8 +118,12 @@ func HoldNetwork(ctx context.Context, env Env, networksPath string, n *api.Netwo
 // resolvesWith is applyProject's check for a project of files-less kind
 // (network.NAME, hold.PID): the state dir's projects, p replacing one of
 // its name, resolve against nets.
-func resolvesWith(nets *api.Networks, p *statedir.Project) func(existing []*statedir.Project) error {
-	return func(existing []*statedir.Project) error {
+func resolvesWith(nets *api.Networks, p *statedir.Project) func(rec *recorded) error {
+	return func(rec *recorded) error {
+		existing, err := rec.projects()
+		if err != nil {
+			return err
+		}
 		others := slices.DeleteFunc(slices.Clone(existing), func(q *statedir.Project) bool { return q.Name == p.Name })
 		parsed, diags := spec.ParseProjects(append(others, p))
 		_, rdiags := spec.Resolve(nets, parsed, nil)

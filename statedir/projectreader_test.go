@@ -68,3 +68,32 @@ func TestProjectReader(t *testing.T) {
 		t.Error("a garbage record read without an error")
 	}
 }
+
+// TestProjectByName: Project reads the one record of that name, as
+// Projects has it; none recorded is nil, not an error; a name that could
+// leave the folder is refused.
+func TestProjectByName(t *testing.T) {
+	d := New(t.TempDir())
+	for _, name := range []string{"a", "b"} {
+		if err := d.SaveProject(&Project{Name: name, Files: []ProjectFile{{Path: name + ".yaml", Data: []byte("vms: {" + name + ": {}}")}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := d.Projects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Project("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(all[1], got); diff != "" {
+		t.Errorf("Project(b) differs from Projects' (-want +got):\n%s", diff)
+	}
+	if p, err := d.Project("c"); p != nil || err != nil {
+		t.Errorf("Project(c), none recorded: %v, %v", p, err)
+	}
+	if _, err := d.Project("../b"); err == nil {
+		t.Error("Project(../b) read without an error")
+	}
+}

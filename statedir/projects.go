@@ -177,6 +177,20 @@ func (d Dir) DeleteProject(name string) (existed bool, err error) {
 	return err == nil, err
 }
 
+// Project returns the project of that name, or nil if none is recorded:
+// one record read, where Projects reads them all.
+func (d Dir) Project(name string) (*Project, error) {
+	if msg := checkProjectName(name); msg != "" {
+		return nil, errors.New(msg)
+	}
+	p := &Project{}
+	found, err := d.readJSON(filepath.Join(projectsDir, name+".json"), p)
+	if err != nil || !found {
+		return nil, err
+	}
+	return p, nil
+}
+
 // Projects returns every project, by name.
 func (d Dir) Projects() ([]*Project, error) {
 	names, err := d.ProjectNames()

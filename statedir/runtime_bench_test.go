@@ -53,3 +53,39 @@ func BenchmarkProjectsFleet(b *testing.B) {
 		}
 	}
 }
+
+// saveOneVMProjects records n projects of one VM each: a fleet whose every
+// CI job or sandbox is a project of its own.
+func saveOneVMProjects(b *testing.B, d Dir, n int) {
+	for i := range n {
+		name := fmt.Sprintf("p%04d", i)
+		data := fmt.Sprintf("vms:\n  v%04d:\n    networks: [{vmnet: fleet0}]\n", i)
+		if err := d.SaveProject(&Project{Name: name, Files: []ProjectFile{{Path: name + ".yaml", Abs: "/srv/" + name + ".yaml", Data: []byte(data)}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkProjectsOfOneVM is Projects with 1,000 projects of one VM.
+func BenchmarkProjectsOfOneVM(b *testing.B) {
+	d := New(b.TempDir())
+	saveOneVMProjects(b, d, 1000)
+	for b.Loop() {
+		if ps, err := d.Projects(); err != nil || len(ps) != 1000 {
+			b.Fatal(len(ps), err)
+		}
+	}
+}
+
+// BenchmarkProjectReaderOfOneVM is a pass's read of 1,000 projects of one
+// VM that did not change since the last.
+func BenchmarkProjectReaderOfOneVM(b *testing.B) {
+	d := New(b.TempDir())
+	saveOneVMProjects(b, d, 1000)
+	var r ProjectReader
+	for b.Loop() {
+		if ps, err := r.Projects(d); err != nil || len(ps) != 1000 {
+			b.Fatal(len(ps), err)
+		}
+	}
+}
