@@ -21,6 +21,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/backends"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/dirwatch"
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/launch"
 	"github.com/vmnetctl/vmnetctl/spec"
@@ -195,7 +196,7 @@ type Controller struct {
 	// logsChecked is when rotateLogsLocked last ran; watch tells it (and
 	// a scrape) which of the helpers' files were written since.
 	logsChecked time.Time
-	watch       *fileWatch
+	watch       *dirwatch.Watch
 	// parsed is the projects' files as the last pass parsed them; under
 	// parseMu, which `up`'s checks (check.go) take without mu.
 	parsed  spec.ParseCache
@@ -211,7 +212,7 @@ func New(opts Options) (*Controller, error) {
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
 		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{}, portsGone: map[string]*gonePorts{},
 		degraded: map[string]string{}, strays: true, repairs: map[string]uint64{}, repairRetry: map[string]*repairRetry{}, watchedHolders: map[int]bool{},
-		reconciles: map[string]uint64{}, watch: newFileWatch(opts.StateDir.HelpersDir()),
+		reconciles: map[string]uint64{}, watch: dirwatch.New(opts.StateDir.HelpersDir()),
 		kickc: make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), started: time.Now()}, nil
 }
 
@@ -259,7 +260,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer func() { // after the servers stop: a scrape would watch again
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		c.watch.close()
+		c.watch.Close()
 	}()
 	defer stopServing()
 	c.log.Info("controller started", "stateDir", c.sd.Path, "pid", os.Getpid(), "metrics", c.opts.MetricsAddr)

@@ -177,7 +177,7 @@ func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 // helpers). Status and metrics read every helper's files when asked.
 func (c *Controller) rotateLogsLocked() {
 	c.logsChecked = time.Now()
-	c.watch.drain()
+	c.watch.Drain()
 	for key, h := range c.helpers {
 		if h.logPath == "" || c.watchSawNoWriteLocked(h) {
 			continue
@@ -196,7 +196,7 @@ func (c *Controller) rotateLogsLocked() {
 			h.statsOff = 0
 		}
 	}
-	c.watch.take()
+	c.watch.Take()
 	if _, err := statedir.RotateLog(c.sd.ControllerLog(), statedir.MaxControllerLog); err != nil {
 		c.log.Warn("rotating the controller's log", "err", err)
 	}
@@ -225,7 +225,7 @@ func look(path string) fileLook {
 // to h's log or stats file since the last log check looked at them (false
 // where it cannot tell, or no check has looked yet).
 func (c *Controller) watchSawNoWriteLocked(h *helperProc) bool {
-	return h.looked != ([2]fileLook{}) && !c.watch.moved(h.logPath) && !c.watch.moved(h.statsPath)
+	return h.looked != ([2]fileLook{}) && !c.watch.Moved(h.logPath) && !c.watch.Moved(h.statsPath)
 }
 
 // lookNow is what h's log and stats file look like now, as h.looked

@@ -327,7 +327,7 @@ func (c *Controller) readScrape() *scrape {
 	s.emit(famBuildInfo, 1, c.opts.Version, BuildCommit(), runtime.Version())
 
 	c.mu.Lock()
-	c.watch.drain()
+	c.watch.Drain()
 	for _, result := range []string{"success", "error"} {
 		s.emit(famReconciles, float64(c.reconciles[result]), result)
 	}
@@ -753,7 +753,7 @@ func (c *Controller) unwrittenSinceCheckLocked(h *helperProc) bool {
 	if c.watchSawNoWriteLocked(h) {
 		return true
 	}
-	return !c.watch.tells() && h.looked != ([2]fileLook{}) && h.looked == h.lookNow()
+	return !c.watch.Tells() && h.looked != ([2]fileLook{}) && h.looked == h.lookNow()
 }
 
 // pruneMetersLocked forgets the meters of attachments that are gone.

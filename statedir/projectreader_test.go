@@ -67,6 +67,35 @@ func TestProjectReader(t *testing.T) {
 	if _, err := r.Projects(d); err == nil {
 		t.Error("a garbage record read without an error")
 	}
+	// Said again while it is garbage: the watch's news of it is not
+	// taken by the failed read.
+	if _, err := r.Projects(d); err == nil {
+		t.Error("a garbage record read without an error the second time")
+	}
+	save(&Project{Name: "two", VMName: "x"})
+	if got := read(); len(got) != 2 || got[1].VMName != "x" {
+		t.Errorf("after two was mended: %v", got)
+	}
+	// Written in place (no rename), then the folder removed and made
+	// again: each seen.
+	if err := os.WriteFile(d.file(projectsDir, "two.json"), []byte(`{"name":"two","vmName":"y"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got[1].VMName != "y" {
+		t.Errorf("a record written in place: %+v", got[1])
+	}
+	if err := os.RemoveAll(d.file(projectsDir)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); len(got) != 0 {
+		t.Errorf("the folder removed: %v", got)
+	}
+	save(&Project{Name: "three"})
+	read()
+	save(&Project{Name: "four"})
+	if got := read(); len(got) != 2 {
+		t.Errorf("the folder made again, two projects saved: %v", got)
+	}
 }
 
 // TestProjectByName: Project reads the one record of that name, as

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/dirwatch"
 	"github.com/vmnetctl/vmnetctl/procid"
 )
 
@@ -213,12 +214,19 @@ func (d Dir) Projects() ([]*Project, error) {
 // project's record again only when its file changed since it last read it
 // (another inode, size or modification time: a record is replaced by a
 // rename): a controller's pass beside a fleet of thousands of VMs in one
-// project does not decode its record every time. The projects it returns
-// are shared from one call to the next: callers must not change them.
-// Safe for concurrent use.
+// project does not decode its record every time. It learns which records
+// changed from a watch of their folder (dirwatch) and looks at those
+// alone: beside 1,000 projects of one VM, listing the folder and a stat of
+// every record took 4 to 7 ms of each pass and each check. The projects it
+// returns are shared from one call to the next: callers must not change
+// them. Safe for concurrent use.
 type ProjectReader struct {
 	mu   sync.Mutex
-	read map[string]readProject // by file name
+	read map[string]readProject // by project name; nil: not read yet
+	out  []*Project             // read's projects by name; nil: to sort again
+	// dir is the projects' folder that watch watches.
+	dir   string
+	watch *dirwatch.Watch
 }
 
 // readProject is a project as read, and its file then.
@@ -236,46 +244,98 @@ func (r readProject) same(fi fs.FileInfo) bool {
 // Projects returns every project of d, by name; a record removed since
 // the folder was listed is left out.
 func (r *ProjectReader) Projects(d Dir) ([]*Project, error) {
-	names, err := d.ProjectNames()
-	if err != nil {
-		return nil, err
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	next := make(map[string]readProject, len(names))
-	var out []*Project
-	for _, name := range names {
-		rel := filepath.Join(projectsDir, name+".json")
-		fi, err := os.Lstat(d.file(rel))
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("reading state: %w", err)
-		}
-		now := readProject{fi: fi}
-		if was, ok := r.read[name]; ok && was.same(fi) {
-			next[name] = was
-			out = append(out, was.p)
-			continue
-		}
-		// Read after the stat: a record replaced in between is newer
-		// than what is remembered of it, and read again next time.
-		p := &Project{}
-		found, err := d.readJSON(rel, p)
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			continue
-		}
-		now.p = p
-		next[name] = now
-		out = append(out, p)
+	if dir := d.file(projectsDir); r.watch == nil || r.dir != dir {
+		r.watch.Close()
+		r.watch, r.dir, r.read, r.out = dirwatch.New(dir), dir, nil, nil
 	}
-	r.read = next
-	slices.SortFunc(out, func(a, b *Project) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	// Drained before the records are looked at: a record written while
+	// they are is named again next time.
+	r.watch.Drain()
+	var err error
+	if r.watch.Tells() && r.read != nil {
+		err = r.readNamed(d)
+	} else {
+		err = r.readAll(d)
+	}
+	if err != nil {
+		r.watch.Unknown() // every record looked at again next time
+		return nil, err
+	}
+	r.watch.Take()
+	if r.out == nil {
+		for _, rp := range r.read {
+			r.out = append(r.out, rp.p)
+		}
+		slices.SortFunc(r.out, func(a, b *Project) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return r.out, nil
+}
+
+// readAll looks at every record of the folder.
+func (r *ProjectReader) readAll(d Dir) error {
+	names, err := d.ProjectNames()
+	if err != nil {
+		return err
+	}
+	was := r.read
+	r.read, r.out = make(map[string]readProject, len(names)), nil
+	for _, name := range names {
+		if err := r.look(d, name, was); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readNamed looks at the records the watch named since the last look.
+func (r *ProjectReader) readNamed(d Dir) error {
+	for file := range r.watch.Names() {
+		name, ok := strings.CutSuffix(file, ".json")
+		if !ok || checkProjectName(name) != "" {
+			continue // (an atomic write's temporary file)
+		}
+		if err := r.look(d, name, r.read); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// look reads project name's record into r.read, unless was has it as its
+// file is now; it drops the project if its record is gone.
+func (r *ProjectReader) look(d Dir, name string, was map[string]readProject) error {
+	rel := filepath.Join(projectsDir, name+".json")
+	fi, err := os.Lstat(d.file(rel))
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || err == nil && fi.IsDir():
+		if _, ok := r.read[name]; ok {
+			delete(r.read, name)
+			r.out = nil
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading state: %w", err)
+	}
+	if rp, ok := was[name]; ok && rp.same(fi) {
+		r.read[name] = rp
+		return nil
+	}
+	// Read after the stat: a record replaced in between is newer than
+	// what is remembered of it, and read again next time.
+	p := &Project{}
+	found, err := d.readJSON(rel, p)
+	if err != nil {
+		return err
+	}
+	r.out = nil
+	if !found {
+		delete(r.read, name)
+		return nil
+	}
+	r.read[name] = readProject{fi: fi, p: p}
+	return nil
 }
 
 // ProjectNames are the names of the projects recorded, from their files'

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmnetctl/vmnetctl/dirwatch"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -23,8 +24,8 @@ func TestLogCheckWatched(t *testing.T) {
 	if err := os.MkdirAll(sd.HelpersDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	c := &Controller{sd: sd, log: slog.New(slog.DiscardHandler), watch: newFileWatch(sd.HelpersDir())}
-	defer c.watch.close()
+	c := &Controller{sd: sd, log: slog.New(slog.DiscardHandler), watch: dirwatch.New(sd.HelpersDir())}
+	defer c.watch.Close()
 	in := &helperProc{logPath: filepath.Join(sd.HelpersDir(), "a.0.log"), statsPath: filepath.Join(sd.HelpersDir(), "a.0.stats")}
 	out := &helperProc{logPath: filepath.Join(dir, "b.log"), statsPath: filepath.Join(dir, "b.stats")}
 	c.helpers = map[string]*helperProc{"a/0": in, "b/0": out}
@@ -59,7 +60,7 @@ func TestLogCheckWatched(t *testing.T) {
 	check("a check after writes to both", 2, 1)
 
 	write(in, 3)
-	c.watch.drain() // (as a scrape does first)
+	c.watch.Drain() // (as a scrape does first)
 	if got := c.observeMovedLocked("a/0", in).Last().VM.Packets; got != 3 {
 		t.Errorf("a scrape after a write: %d packets, want 3", got)
 	}
@@ -67,7 +68,7 @@ func TestLogCheckWatched(t *testing.T) {
 		t.Errorf("a scrape read the unwatched helper's files again: %d packets", got)
 	}
 
-	c.watch.all = true // as a queue overflow (IN_Q_OVERFLOW) makes it
+	c.watch.Unknown() // as a queue overflow (IN_Q_OVERFLOW) makes it
 	c.rotateLogsLocked()
 	check("a check after an overflow", 3, 2)
 
