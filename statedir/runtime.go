@@ -14,10 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
-	"github.com/vmnetctl/vmnetctl/atomicfile"
 	"github.com/vmnetctl/vmnetctl/procid"
 )
 
@@ -75,309 +73,198 @@ func (d Dir) SaveRuntime(rt Runtime) error {
 // the record changed and removed when the helper went, so that a pass
 // that attaches one VM beside a thousand writes one record, not a
 // thousand (runtime.json with every record was 1.3 MB at 1,000 helpers,
-// 13 MB at 10,000, written on every pass). runtime.json holds what was
-// applied; it encodes again only the projects that changed since its
-// last save, keeps each project's encoding, not the file's, and writes
-// the file from the parts with writev. What it writes is json.Marshal's
-// encoding of the Runtime without its helpers, and of each record
+// 13 MB at 10,000, written on every pass); so is each project applied
+// (applied/NAME.json: beside 1,000 projects of one VM, runtime.json
+// with them all took 2.1 ms a pass to encode and write). runtime.json
+// holds the networks applied. What it writes is json.Marshal's encoding
+// of each record and project, and of the Runtime without them
 // (TestRuntimeWriter). Records and projects are values to it: one
 // changed in place, behind its back, is not seen.
 type RuntimeWriter struct {
-	// helpers are the records in their files, by key, each with the
-	// save that last saw it (gen); nil before the first save, and after
-	// a save that failed: the next writes every record, and removes the
-	// files of the others.
-	helpers  map[string]*savedRecord
-	gen      uint64
-	projects map[string]*encoded[Project]
-	// parts is the file as last written: literals, and the encodings
-	// held in projects; nil until a write succeeds.
-	parts    [][]byte
-	networks []byte // the appliedNetworks part last written
-	// spareParts is the slice of the Save before last, written over by
-	// the next: not allocated again on every pass.
-	spareParts [][]byte
+	helpers fileSet[HelperRecord]
+	applied fileSet[*Project]
+	// networks is runtime.json as last written; nil until a write
+	// succeeds.
+	networks []byte
 }
 
-type savedRecord struct {
-	rec HelperRecord
-	gen uint64
-}
-
-type encoded[T any] struct {
-	v    T
-	data []byte
-}
-
-// The literal parts of runtime.json, one slice each, so that a part is
-// told unchanged by where it is (same).
-var (
-	litHelpers  = []byte(`{"helpers":`)
-	litNull     = []byte("null")
-	litOpen     = []byte("[")
-	litComma    = []byte(",")
-	litClose    = []byte("]")
-	litNetworks = []byte(`,"appliedNetworks":`)
-	litProjects = []byte(`,"appliedProjects":`)
-	litEnd      = []byte("}\n")
-)
-
-// Save writes rt's helpers' records and the rest to d's runtime.json,
-// what changed since the last Save.
+// Save writes rt's helpers' records, its projects and the rest to d,
+// what changed since the last Save; runtime.json last.
 func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
-	if err := w.saveRecords(d, rt.Helpers); err != nil {
+	if err := w.helpers.save(d, recordsDir, recordFile, rt.Helpers, helperKey, HelperRecord.Equal, HelperRecord.clone); err != nil {
 		return err
 	}
-	parts := append(w.spareParts[:0], litHelpers, litNull)
-	var err error
-	networks := w.networks
-	if rt.AppliedNetworks != nil {
-		data, err := json.Marshal(rt.AppliedNetworks)
-		if err != nil {
-			return fmt.Errorf("encoding %s: %w", runtimeFile, err)
-		}
-		if !bytes.Equal(data, networks) {
-			networks = data
-		}
-		parts = append(parts, litNetworks, networks)
+	if err := w.applied.save(d, appliedDir, appliedFile, rt.AppliedProjects, projectKey, sameProject, keepProject); err != nil {
+		return err
 	}
-	projects := map[string]*encoded[Project]{}
-	if len(rt.AppliedProjects) > 0 {
-		parts = append(parts, litProjects)
-		var list []Project
-		for _, p := range rt.AppliedProjects {
-			if p == nil {
-				return fmt.Errorf("encoding %s: a nil project", runtimeFile)
-			}
-			list = append(list, *p)
-		}
-		if parts, err = encodeList(parts, list, w.projects, projects, projectCodec); err != nil {
-			return err
-		}
+	data, err := json.Marshal(Runtime{AppliedNetworks: rt.AppliedNetworks})
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", runtimeFile, err)
 	}
-	parts = append(parts, litEnd)
-	if same(parts, w.parts) && d.HasRuntime() {
-		w.spareParts = parts
+	data = append(data, '\n')
+	if bytes.Equal(data, w.networks) && d.HasRuntime() {
 		return nil
 	}
-	old := w.parts
-	w.parts = nil
-	err = atomicfile.WriteFunc(d.file(runtimeFile), processRecord, func(f *os.File) error { return writeParts(f, parts) })
-	if err != nil {
-		w.spareParts = parts
+	w.networks = nil
+	if err := d.writeProcessRecord(runtimeFile, data); err != nil {
 		return fmt.Errorf("writing %s: %w", d.file(runtimeFile), err)
 	}
-	w.parts, w.spareParts, w.projects, w.networks = parts, old, projects, networks
+	w.networks = data
 	return nil
 }
 
 // recordFile is the record of attachment key's helper.
 func recordFile(key string) string { return filepath.Join(recordsDir, fileKey(key)+".json") }
 
-// saveRecords writes the records of recs that are new or changed since
-// the last save, and removes the files of the helpers no longer among
-// them: a record unchanged costs a comparison, no allocation and no
-// write. On the writer's first save, every record is written and every
-// other file in the folder removed.
-func (w *RuntimeWriter) saveRecords(d Dir, recs []HelperRecord) error {
-	first := w.helpers == nil
+// appliedFile is the record of project name as applied.
+func appliedFile(name string) string { return filepath.Join(appliedDir, name+".json") }
+
+func helperKey(r HelperRecord) string { return r.Key }
+func projectKey(p *Project) string    { return p.Name }
+
+// sameProject: a project the controller applied again is the very one it
+// had (statedir.ProjectReader gives the same one while its record is
+// unchanged), or one equal to it.
+func sameProject(a, b *Project) bool { return a == b || reflect.DeepEqual(a, b) }
+
+func keepProject(p *Project) *Project { return p }
+
+// fileSet is a folder of the state dir of values one file each, as a
+// RuntimeWriter last saved them, by key, each with the save that last
+// saw it (gen); nil before the first save, and after a save that failed:
+// the next writes every value, and removes the folder's other files.
+type fileSet[T any] struct {
+	saved map[string]*savedValue[T]
+	gen   uint64
+}
+
+type savedValue[T any] struct {
+	v   T
+	gen uint64
+}
+
+// save writes the values of vs that are new or changed since the last
+// save (equal to what was written tells), each in file(key(v)) of the
+// folder dir, keeping keep(v) to compare the next with, and removes the
+// files of the values no longer among them: a value unchanged costs a
+// comparison, no allocation and no write.
+func (s *fileSet[T]) save(d Dir, dir string, file func(string) string, vs []T, key func(T) string, equal func(a, b T) bool, keep func(T) T) error {
+	first := s.saved == nil
 	if first {
-		w.helpers = make(map[string]*savedRecord, len(recs))
+		s.saved = make(map[string]*savedValue[T], len(vs))
 	}
-	w.gen++
-	for _, r := range recs {
-		if s := w.helpers[r.Key]; s != nil && s.rec.Equal(r) {
-			s.gen = w.gen
+	s.gen++
+	for _, v := range vs {
+		k := key(v)
+		if sv := s.saved[k]; sv != nil && equal(sv.v, v) {
+			sv.gen = s.gen
 			continue
 		}
-		data, err := json.Marshal(r)
+		data, err := json.Marshal(v)
 		if err == nil {
-			err = d.writeProcessRecord(recordFile(r.Key), append(data, '\n'))
+			err = d.writeProcessRecord(file(k), append(data, '\n'))
 		}
 		if err != nil {
-			w.helpers = nil // not known what is written: all again next time
-			return fmt.Errorf("saving %s: %w", recordFile(r.Key), err)
+			s.saved = nil // not known what is written: all again next time
+			return fmt.Errorf("saving %s: %w", file(k), err)
 		}
-		w.helpers[r.Key] = &savedRecord{rec: r.clone(), gen: w.gen}
+		s.saved[k] = &savedValue[T]{v: keep(v), gen: s.gen}
 	}
 	if first {
-		// Files of an earlier controller's helpers that no record names.
-		entries, err := os.ReadDir(d.file(recordsDir))
+		// Files of an earlier controller's values that none names.
+		entries, err := os.ReadDir(d.file(dir))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			w.helpers = nil
+			s.saved = nil
 			return err
 		}
-		names := make(map[string]bool, len(w.helpers))
-		for key := range w.helpers {
-			names[filepath.Base(recordFile(key))] = true
+		names := make(map[string]bool, len(s.saved))
+		for k := range s.saved {
+			names[filepath.Base(file(k))] = true
 		}
 		for _, e := range entries {
 			if !names[e.Name()] {
-				if err := os.Remove(d.file(recordsDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					w.helpers = nil
+				if err := os.Remove(d.file(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					s.saved = nil
 					return err
 				}
 			}
 		}
 		return nil
 	}
-	for key, s := range w.helpers {
-		if s.gen == w.gen {
+	for k, sv := range s.saved {
+		if sv.gen == s.gen {
 			continue
 		}
-		if err := os.Remove(d.file(recordFile(key))); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			w.helpers = nil
+		if err := os.Remove(d.file(file(k))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.saved = nil
 			return err
 		}
-		delete(w.helpers, key)
+		delete(s.saved, k)
 	}
 	return nil
 }
 
-// loadRecords reads the helpers' records (saveRecords), by key.
-func (d Dir) loadRecords() ([]HelperRecord, error) {
-	names, err := d.jsonNames(recordsDir)
+// loadFiles reads the values a fileSet saved in folder dir.
+func loadFiles[T any](d Dir, dir string) ([]T, error) {
+	names, err := d.jsonNames(dir)
 	if err != nil {
 		return nil, fmt.Errorf("reading state: %w", err)
 	}
-	var recs []HelperRecord
+	var vs []T
 	for _, name := range names {
-		var r HelperRecord
-		if _, err := d.readJSON(filepath.Join(recordsDir, name+".json"), &r); err != nil {
+		var v T
+		if _, err := d.readJSON(filepath.Join(dir, name+".json"), &v); err != nil {
 			return nil, err
 		}
-		recs = append(recs, r)
+		vs = append(vs, v)
 	}
-	return recs, nil
+	return vs, nil
 }
 
-// writeParts writes parts to f with writev, up to 1,024 parts a call
-// (IOV_MAX): a file of 1,000 records in 3 calls and no copy of them (a
-// buffer of 64 kB took 17 calls, 2 ms of a pass on this machine, where
-// a syscall is dear).
-func writeParts(f *os.File, parts [][]byte) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
+// merged is files with the values of older (a runtime.json of an older
+// vmnetctl, which held them itself) that files has no value of that key
+// for, in the order of their keys.
+func merged[T any](files, older []T, key func(T) string) []T {
+	have := make(map[string]bool, len(files))
+	for _, v := range files {
+		have[key(v)] = true
 	}
-	for len(parts) > 0 {
-		chunk := parts[:min(len(parts), 1024)]
-		var n int
-		var werr error
-		if err := rc.Write(func(fd uintptr) bool {
-			n, werr = unix.Writev(int(fd), chunk)
-			return werr != unix.EAGAIN
-		}); err != nil {
-			return err
-		}
-		if werr != nil {
-			return werr
-		}
-		// What a short write left (a full disk says so on the next
-		// call): the rest of the chunk, the way os.File writes it.
-		for _, p := range chunk {
-			if n >= len(p) {
-				n -= len(p)
-				continue
-			}
-			if _, err := f.Write(p[n:]); err != nil {
-				return err
-			}
-			n = 0
-		}
-		parts = parts[len(chunk):]
-	}
-	return nil
-}
-
-// same reports whether the parts of a and b are the same slices, one by
-// one: a part kept from the last save is the very slice written then.
-func same(a, b [][]byte) bool {
-	if b == nil || len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if len(a[i]) != len(b[i]) || len(a[i]) > 0 && &a[i][0] != &b[i][0] {
-			return false
+	for _, v := range older {
+		if !have[key(v)] {
+			files = append(files, v)
 		}
 	}
-	return true
+	slices.SortFunc(files, func(a, b T) int { return strings.Compare(key(a), key(b)) })
+	return files
 }
 
-// codec says how encodeList keys, compares and keeps the values of a list.
-type codec[T any] struct {
-	key   func(T) string
-	equal func(a, b T) bool
-	// keep is the copy of a value that is encoded again, kept to compare
-	// the next one with (its slices its own).
-	keep func(T) T
-}
-
-// projectCodec is runtime.json's: projects are few (a fleet is one
-// project of many VMs).
-var projectCodec = codec[Project]{
-	key:   func(p Project) string { return p.Name },
-	equal: func(a, b Project) bool { return reflect.DeepEqual(a, b) },
-	keep:  func(p Project) Project { return p },
-}
-
-// clone is h with its slices its own: what saveRecords keeps to compare
-// the next record with.
+// clone is h with its slices its own: what a RuntimeWriter keeps to
+// compare the next record with.
 func (h HelperRecord) clone() HelperRecord {
 	h.Proc.Cmdline = slices.Clone(h.Proc.Cmdline)
 	return h
 }
 
-// encodeList appends vs to parts as a JSON array (null when nil), each
-// element from was if it is there unchanged, and records each in next by
-// its key.
-func encodeList[T any](parts [][]byte, vs []T, was, next map[string]*encoded[T], c codec[T]) ([][]byte, error) {
-	if vs == nil {
-		return append(parts, litNull), nil
-	}
-	parts = append(parts, litOpen)
-	for i, v := range vs {
-		if i > 0 {
-			parts = append(parts, litComma)
-		}
-		key := c.key(v)
-		e, ok := was[key]
-		if !ok || !c.equal(e.v, v) {
-			data, err := json.Marshal(v)
-			if err != nil {
-				return parts, fmt.Errorf("encoding %s: %w", runtimeFile, err)
-			}
-			e = &encoded[T]{v: c.keep(v), data: data}
-		}
-		next[key] = e
-		parts = append(parts, e.data)
-	}
-	return append(parts, litClose), nil
-}
-
 // LoadRuntime reads what a controller recorded, its helpers' records in
-// the order of their keys; found is false when none did.
+// the order of their keys and the projects it applied in the order of
+// their names; found is false when none did.
 func (d Dir) LoadRuntime() (rt Runtime, found bool, err error) {
 	if found, err = d.readJSON(runtimeFile, &rt); err != nil {
 		return rt, found, err
 	}
-	recs, err := d.loadRecords()
+	recs, err := loadFiles[HelperRecord](d, recordsDir)
 	if err != nil {
 		return rt, found, err
 	}
 	if len(recs) > 0 {
-		// A runtime.json of an older vmnetctl holds the records itself.
-		byKey := map[string]bool{}
-		for _, r := range recs {
-			byKey[r.Key] = true
-		}
-		for _, r := range rt.Helpers {
-			if !byKey[r.Key] {
-				recs = append(recs, r)
-			}
-		}
-		slices.SortFunc(recs, func(a, b HelperRecord) int { return strings.Compare(a.Key, b.Key) })
-		rt.Helpers, found = recs, true
+		rt.Helpers, found = merged(recs, rt.Helpers, helperKey), true
+	}
+	applied, err := loadFiles[*Project](d, appliedDir)
+	if err != nil {
+		return rt, found, err
+	}
+	if len(applied) > 0 {
+		rt.AppliedProjects, found = merged(applied, rt.AppliedProjects, projectKey), true
 	}
 	return rt, found, nil
 }
@@ -472,7 +359,7 @@ func (d Dir) RemoveRuntimeIfNoProjects() (bool, error) {
 // removeRuntime removes the runtime files. The projects, locks and log
 // stay: the CLI may be writing a project, others may wait on the locks.
 func (d Dir) removeRuntime() {
-	for _, name := range []string{runtimeFile, recordsDir, helpersDir, vmsDir, leasesDir, runDir, networksSnapshotFile, networksYAMLFile} {
+	for _, name := range []string{runtimeFile, recordsDir, appliedDir, helpersDir, vmsDir, leasesDir, runDir, networksSnapshotFile, networksYAMLFile} {
 		os.RemoveAll(d.file(name))
 	}
 }

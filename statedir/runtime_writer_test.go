@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -54,7 +52,7 @@ func TestRuntimeWriter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := json.Marshal(Runtime{AppliedNetworks: rt.AppliedNetworks, AppliedProjects: rt.AppliedProjects})
+			want, _ := json.Marshal(Runtime{AppliedNetworks: rt.AppliedNetworks})
 			if diff := cmp.Diff(string(want)+"\n", string(got)); diff != "" {
 				t.Fatalf("step %d: runtime.json differs from json.Marshal's (-want +got):\n%s", i, diff)
 			}
@@ -72,14 +70,34 @@ func TestRuntimeWriter(t *testing.T) {
 					t.Fatalf("step %d: %s's record differs from json.Marshal's (-want +got):\n%s", i, r.Key, diff)
 				}
 			}
+			entries, _ = os.ReadDir(d.file(appliedDir))
+			if len(entries) != len(rt.AppliedProjects) {
+				t.Fatalf("step %d: %d applied files for %d projects", i, len(entries), len(rt.AppliedProjects))
+			}
+			for _, p := range rt.AppliedProjects {
+				got, err := os.ReadFile(d.file(appliedFile(p.Name)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := json.Marshal(p)
+				if diff := cmp.Diff(string(want)+"\n", string(got)); diff != "" {
+					t.Fatalf("step %d: project %s as applied differs from json.Marshal's (-want +got):\n%s", i, p.Name, diff)
+				}
+			}
 			back, found, err := d.LoadRuntime()
 			if err != nil || !found || !cmp.Equal(rt.Helpers, back.Helpers, cmpopts.EquateEmpty()) {
 				t.Fatalf("step %d: loaded %+v, %v, %v; want the helpers %+v", i, back.Helpers, found, err, rt.Helpers)
+			}
+			if !cmp.Equal(rt.AppliedProjects, back.AppliedProjects, cmpopts.EquateEmpty()) {
+				t.Fatalf("step %d: loaded the projects %+v, want %+v", i, back.AppliedProjects, rt.AppliedProjects)
 			}
 			// What the save wrote is aged: the next that writes it shows.
 			os.Chtimes(d.file(runtimeFile), old, old)
 			for _, r := range rt.Helpers {
 				os.Chtimes(d.file(recordFile(r.Key)), old, old)
+			}
+			for _, p := range rt.AppliedProjects {
+				os.Chtimes(d.file(appliedFile(p.Name)), old, old)
 			}
 		}
 		fi, _ := os.Stat(d.file(runtimeFile))
@@ -89,6 +107,11 @@ func TestRuntimeWriter(t *testing.T) {
 		for _, r := range rt.Helpers {
 			if fi, _ := os.Stat(d.file(recordFile(r.Key))); !fi.ModTime().Equal(old) {
 				t.Errorf("step %d: a save that changed nothing wrote %s's record", i, r.Key)
+			}
+		}
+		for _, p := range rt.AppliedProjects {
+			if fi, _ := os.Stat(d.file(appliedFile(p.Name))); !fi.ModTime().Equal(old) {
+				t.Errorf("step %d: a save that changed nothing wrote project %s as applied", i, p.Name)
 			}
 		}
 	}
@@ -103,12 +126,14 @@ func TestRuntimeWriter(t *testing.T) {
 }
 
 // TestLoadRuntimeOfOlder: a runtime.json of an older vmnetctl, which
-// holds its helpers' records itself, is read with them; the first save
-// of a controller now moves them into files of their own.
+// holds its helpers' records and the projects applied itself, is read
+// with them; the first save of a controller now moves them into files of
+// their own.
 func TestLoadRuntimeOfOlder(t *testing.T) {
 	d := Dir{Path: t.TempDir()}
 	recs := []HelperRecord{{Key: "a/0", VM: "a", MAC: "52:00:00:00:00:01"}, {Key: "b/0", VM: "b", MAC: "52:00:00:00:00:02"}}
-	data, _ := json.Marshal(Runtime{Helpers: recs})
+	projects := []*Project{{Name: "p", UID: 1000}, {Name: "q", VMName: "b"}}
+	data, _ := json.Marshal(Runtime{Helpers: recs, AppliedProjects: projects})
 	if err := d.writeProcessRecord(runtimeFile, data); err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +150,12 @@ func TestLoadRuntimeOfOlder(t *testing.T) {
 	}
 	if _, err := os.Stat(d.file(recordFile("b/0"))); err != nil {
 		t.Errorf("b's record is not a file of its own: %v", err)
+	}
+	if got, _, err := d.LoadRuntime(); err != nil || !cmp.Equal(got.AppliedProjects, projects) {
+		t.Fatalf("after a save, loaded the projects %+v, %v; want %+v", got.AppliedProjects, err, projects)
+	}
+	if _, err := os.Stat(d.file(appliedFile("q"))); err != nil {
+		t.Errorf("q as applied is not a file of its own: %v", err)
 	}
 }
 
@@ -178,28 +209,5 @@ func TestHelperRecordEqual(t *testing.T) {
 	}
 	if r := base; !r.Equal(base) {
 		t.Error("a record is not Equal to its copy")
-	}
-}
-
-// writeParts writes every part, in order, past writev's 1,024 a call.
-func TestWriteParts(t *testing.T) {
-	var parts [][]byte
-	var want strings.Builder
-	for i := range 2500 {
-		p := fmt.Sprintf("part %d;", i)
-		parts = append(parts, []byte(p))
-		want.WriteString(p)
-	}
-	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := writeParts(f, parts); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := os.ReadFile(f.Name())
-	if string(got) != want.String() {
-		t.Errorf("wrote %d bytes, want the %d of the parts in order", len(got), want.Len())
 	}
 }

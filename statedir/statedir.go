@@ -32,6 +32,7 @@ const (
 	eventsFile           = "events.jsonl"
 	helpersDir           = "helpers"
 	recordsDir           = "records"
+	appliedDir           = "applied"
 	vmsDir               = "vms"
 	leasesDir            = "leases"
 	networksDir          = "networks"
