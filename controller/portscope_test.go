@@ -162,6 +162,12 @@ func TestParseCache(t *testing.T) {
 	if c["fleet"].Files[0] != before {
 		t.Error("fleet, unchanged, was parsed again")
 	}
+	// Its record read again (another value, the same files): not parsed
+	// again either.
+	pass(spectest.Project("fleet", "vms:\n  web:\n    networks:\n      - vmnet: shared\n      - lima: user-v2\n  db:\n    networks: [{vmnet: host}]\n"), one2)
+	if c["fleet"].Files[0] != before {
+		t.Error("fleet, its record read again unchanged, was parsed again")
+	}
 	var solo *spec.Attachment
 	for _, a := range d.Attachments {
 		if a.VM == "solo" {

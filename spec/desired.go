@@ -287,6 +287,10 @@ func (d *Desired) OfProject(project string, projects []*statedir.Project) *Desir
 type ParseCache map[string]parsedEntry
 
 type parsedEntry struct {
+	// src is the project record key was taken of: the one a
+	// statedir.ProjectReader gives again while the record is unchanged
+	// (and nobody changes), whose key need not be taken again.
+	src   *statedir.Project
 	key   [sha256.Size]byte
 	Files []*api.VMFile
 	diags api.Diagnostics
@@ -314,11 +318,15 @@ func (c ParseCache) collect(projects []*statedir.Project, next ParseCache) ([]Pa
 	var out []ParsedProject
 	var all api.Diagnostics
 	for _, p := range projects {
-		k := parseKey(p)
 		e, ok := c[p.Name]
-		if !ok || e.key != k {
-			pp, diags := parseRecorded(p)
-			e = parsedEntry{key: k, Files: pp.Files, diags: diags}
+		if !ok || e.src != p {
+			// (A key of sha256 over the files: 1,000 projects of one VM
+			// took a millisecond a pass to hash.)
+			if k := parseKey(p); !ok || e.key != k {
+				pp, diags := parseRecorded(p)
+				e = parsedEntry{key: k, Files: pp.Files, diags: diags}
+			}
+			e.src = p
 		}
 		if next != nil {
 			next[p.Name] = e
