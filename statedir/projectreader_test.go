@@ -2,6 +2,7 @@ package statedir
 
 import (
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -45,6 +46,12 @@ func TestProjectReader(t *testing.T) {
 	again := read()
 	if first[0] != again[0] || first[1] != again[1] {
 		t.Error("unchanged records were decoded again")
+	}
+	// The slice is the caller's to change (the controller drops from it
+	// the projects whose holder is gone).
+	slices.DeleteFunc(again, func(p *Project) bool { return p.Name == "fleet" })
+	if got := read(); len(got) != 2 || got[0] != first[0] {
+		t.Fatalf("a caller's change to the slice changed the next: %v", got)
 	}
 	save(&Project{Name: "one", Files: []ProjectFile{{Path: "o.yaml", Data: []byte("vms: {c: {}}")}}})
 	save(&Project{Name: "two"})
