@@ -39,8 +39,11 @@ const perNetwork = 990
 // Each helper is a process of about 8 threads: sizes past about 3,000
 // need kernel.pid_max past the kernel's default 32,768, and the benchmark
 // raises it to 4,194,304 for its run, as systemd sets it on most
-// distributions, and puts it back after. Only with VMNETCTL_BENCH=1 (or
-// churn): it takes minutes.
+// distributions, and puts it back after. VMNETCTL_CHURN_SHAPE=projects
+// makes the fleet a project a VM (a CI runner's or a sandbox's jobs, each
+// its own `up -p`), grown one `up` at a time; by default it is one
+// project of N VMs. Only with VMNETCTL_BENCH=1 (or churn): it takes
+// minutes.
 func TestChurn(t *testing.T) {
 	if m := os.Getenv("VMNETCTL_BENCH"); m != "1" && m != "churn" {
 		t.Skip("the churn benchmark runs with VMNETCTL_BENCH=1 or churn")
@@ -60,6 +63,7 @@ func TestChurn(t *testing.T) {
 	if slices.Max(sizes) >= api.MaxAttachments {
 		t.Fatalf("VMNETCTL_CHURN_SIZES: %d VMs and one more are past a state dir's %d attachments", slices.Max(sizes), api.MaxAttachments)
 	}
+	perProject := os.Getenv("VMNETCTL_CHURN_SHAPE") == "projects"
 	raisePidMax(t, slices.Max(sizes))
 	dir := t.TempDir()
 	bin, err := testutil.BuildVmnetctl(dir)
@@ -119,11 +123,21 @@ func TestChurn(t *testing.T) {
 	}
 	var rows []row
 	prev := 0
-	var fleet string // the VM file of the largest size
+	var fleet, fleetProject string // the VM file of the largest size, its project
 	const reps = 20
 	for _, n := range sizes {
 		r := row{n: n}
-		if n > 0 {
+		if n > 0 && perProject {
+			for i := prev; i < n; i++ {
+				fleet, fleetProject = filepath.Join(dir, fmt.Sprintf("p%05d.yaml", i)), fmt.Sprintf("p%05d", i)
+				if err := os.WriteFile(fleet, fmt.Appendf(nil, "vms:\n  c%05d:\n    networks: [{vmnet: fleet%d}]\n", i, i/perNetwork), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				r.grow += must(vmnetctl("up", "-f", fleet, "-p", fleetProject))
+			}
+			r.perVM = r.grow / time.Duration(n-prev)
+		} else if n > 0 {
+			fleetProject = "fleet"
 			f := filepath.Join(dir, fmt.Sprintf("fleet%d.yaml", n))
 			fleet = f
 			var b strings.Builder
@@ -168,9 +182,14 @@ func TestChurn(t *testing.T) {
 	var again time.Duration
 	if fleet != "" {
 		killController(t, state)
-		again = must(vmnetctl("up", "-f", fleet, "-p", "fleet"))
+		again = must(vmnetctl("up", "-f", fleet, "-p", fleetProject))
 	}
-	down := must(vmnetctl("down", "-p", "fleet"))
+	var down time.Duration
+	if perProject {
+		down = must(vmnetctl("down", "--all"))
+	} else {
+		down = must(vmnetctl("down", "-p", "fleet"))
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| VMs | up to N (per VM) | attach p50 / p99 (pass) | detach p50 / p99 (pass) | status --json | scrape | controller RSS, threads | idle CPU |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
