@@ -280,14 +280,30 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 		h.exit()
 	})
 	lines := make(chan []byte, 1)
+	// Watched before the file is first read: a write after that read
+	// wakes the wait.
+	watch := newFileWait(opts.ReadyFile)
 	go func() {
 		defer close(lines)
+		defer watch.close()
 		var look startPoll
 		for {
 			data, _ := os.ReadFile(opts.ReadyFile)
 			if i := bytes.IndexByte(data, '\n'); i >= 0 {
 				lines <- data[:i+1]
 				return
+			}
+			if watch != nil {
+				// Woken by the line's write, or by the file's close
+				// when the helper exits; the bound only looks at done
+				// now and then.
+				watch.wait(watchedLook)
+				select {
+				case <-h.done:
+					return
+				default:
+				}
+				continue
 			}
 			select {
 			case <-h.done:
@@ -298,6 +314,10 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 	}()
 	return lines, nil
 }
+
+// watchedLook bounds a wait for the ready line that a watch of its file
+// wakes.
+const watchedLook = 100 * time.Millisecond
 
 // startPoll paces the looks at a file that a starting helper makes:
 // every 2 ms for its first 50 ms, every 10 ms after that. A helper is

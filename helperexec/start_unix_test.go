@@ -253,3 +253,22 @@ func TestOnExit(t *testing.T) {
 		<-after
 	}
 }
+
+// BenchmarkStartWithFiles is a helper's start in file mode, from its exec
+// to its ready line read (its stop not counted): the ready line is seen
+// when it is written (a watch of its file), not at a poll's next look.
+func BenchmarkStartWithFiles(b *testing.B) {
+	dir := b.TempDir()
+	opts := StartOptions{ReadyFile: filepath.Join(dir, "h.json"), LogFile: filepath.Join(dir, "h.log")}
+	for range b.N {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "HELPEREXEC_FAKE=ready")
+		h, err := Start(context.Background(), cmd, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		h.Stop()
+		b.StartTimer()
+	}
+}
