@@ -49,7 +49,7 @@ func TestProjectReader(t *testing.T) {
 	}
 	// The slice is the caller's to change (the controller drops from it
 	// the projects whose holder is gone).
-	slices.DeleteFunc(again, func(p *Project) bool { return p.Name == "fleet" })
+	_ = slices.DeleteFunc(again, func(p *Project) bool { return p.Name == "fleet" })
 	if got := read(); len(got) != 2 || got[0] != first[0] {
 		t.Fatalf("a caller's change to the slice changed the next: %v", got)
 	}

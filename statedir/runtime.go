@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/procid"
 )
