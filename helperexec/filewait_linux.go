@@ -2,6 +2,7 @@ package helperexec
 
 import (
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -11,7 +12,10 @@ import (
 // (inotify), so that a helper's ready line is read when it is written, not
 // at the next look of a poll: a start then waits no longer than it must,
 // and a fleet's starts do not wake a hundred times a second each.
-type fileWait struct{ f *os.File }
+type fileWait struct {
+	f     *os.File
+	woken atomic.Bool
+}
 
 // newFileWait watches path; nil if it cannot (the caller polls).
 func newFileWait(path string) *fileWait {
@@ -27,11 +31,23 @@ func newFileWait(path string) *fileWait {
 }
 
 // wait returns once the file was written since the last wait, or after
-// at most d.
+// at most d, or at once after wake.
 func (w *fileWait) wait(d time.Duration) {
 	var buf [4096]byte
 	w.f.SetReadDeadline(time.Now().Add(d))
+	if w.woken.Load() {
+		return
+	}
 	w.f.Read(buf[:]) // the events themselves do not matter: the file is read again
+}
+
+// wake ends the waits, this one and those after: the helper has exited
+// (its file's close woke the wait before its exit was known).
+func (w *fileWait) wake() {
+	if w != nil {
+		w.woken.Store(true)
+		w.f.SetReadDeadline(time.Now())
+	}
 }
 
 func (w *fileWait) close() {

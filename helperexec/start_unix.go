@@ -283,8 +283,22 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 	// Watched before the file is first read: a write after that read
 	// wakes the wait.
 	watch := newFileWait(opts.ReadyFile)
+	looked := make(chan struct{})
+	if watch != nil {
+		// The file's close as the helper exits wakes the wait before
+		// the exit is known (done): the exit wakes it again. (Not
+		// through OnExit: a running helper would keep the watch.)
+		go func() {
+			select {
+			case <-h.done:
+				watch.wake()
+			case <-looked:
+			}
+		}()
+	}
 	go func() {
 		defer close(lines)
+		defer close(looked)
 		defer watch.close()
 		var look startPoll
 		for {

@@ -272,3 +272,18 @@ func BenchmarkStartWithFiles(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkStartFailsWithFiles is a helper that exits before its ready
+// line, from its exec to Start's error: its exit ends the wait on the
+// ready file at once.
+func BenchmarkStartFailsWithFiles(b *testing.B) {
+	dir := b.TempDir()
+	opts := StartOptions{ReadyFile: filepath.Join(dir, "h.json"), LogFile: filepath.Join(dir, "h.log")}
+	for b.Loop() {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "HELPEREXEC_FAKE=fail")
+		if _, err := Start(context.Background(), cmd, opts); err == nil {
+			b.Fatal("a failing helper started")
+		}
+	}
+}
