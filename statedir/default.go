@@ -12,9 +12,10 @@
 //	networks.json       the networks.yaml `up` used: {source, data}
 //	networks.yaml       the same bytes, for helpers' --networks
 //	projects/NAME.json  one per project: its VM files, as they were
-//	runtime.json        the networks.yaml applied
+//	runtime.json        what was applied: the networks.yaml, the files
+//	                    of applied/ that hold the projects
 //	records/VM.I.json   a running helper's record
-//	applied/NAME.json   a project as applied
+//	applied/NAME.HASH.json  a project as applied
 //	run/PROJECT.json    the helpers `vmnetctl run` started
 //	helpers/VM.I.json   a helper's ready line; helpers/VM.I.log its stderr
 //	vms/VM/I.sock       a helper's socket; vms/VM/I.vm.sock the VMM's end

@@ -2,6 +2,8 @@ package statedir
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,9 +50,10 @@ func (h HelperRecord) Equal(o HelperRecord) bool {
 		h.Restarts == o.Restarts
 }
 
-// Runtime is what a controller runs and applied: runtime.json, with what
-// was applied, and the helpers that run, each in a file of its own in the
-// records folder (a runtime.json of an older vmnetctl holds them too).
+// Runtime is what a controller runs and applied: the helpers that run,
+// each in a file of its own in the records folder, and what was applied,
+// runtime.json and the files of applied/ it names (a runtime.json of an
+// older vmnetctl holds them all itself).
 type Runtime struct {
 	Helpers         []HelperRecord    `json:"helpers"`
 	AppliedNetworks *NetworksSnapshot `json:"appliedNetworks,omitempty"`
@@ -72,19 +75,33 @@ func (d Dir) SaveRuntime(rt Runtime) error {
 // the record changed and removed when the helper went, so that a pass
 // that attaches one VM beside a thousand writes one record, not a
 // thousand (runtime.json with every record was 1.3 MB at 1,000 helpers,
-// 13 MB at 10,000, written on every pass); so is each project applied
-// (applied/NAME.json: beside 1,000 projects of one VM, runtime.json
-// with them all took 2.1 ms a pass to encode and write). runtime.json
-// holds the networks applied. What it writes is json.Marshal's encoding
-// of each record and project, and of the Runtime without them
+// 13 MB at 10,000, written on every pass). Each project as applied is a
+// file too (applied/NAME.HASH.json, named by its content and never
+// changed), and runtime.json, written last, names them beside the
+// networks applied: it is what makes a pass's projects and networks
+// applied together, so that a crash in between leaves the last pass's
+// whole (beside 1,000 projects of one VM, runtime.json with the projects
+// themselves took 2.1 ms a pass to encode and write). What it writes is
+// json.Marshal's encoding of each record and project, and of runtime.json
 // (TestRuntimeWriter). Records and projects are values to it: one
 // changed in place, behind its back, is not seen.
 type RuntimeWriter struct {
 	helpers fileSet[HelperRecord]
-	applied fileSet[*Project]
-	// networks is runtime.json as last written; nil until a write
+	applied appliedSet
+	// runtime is runtime.json as last written; nil until a write
 	// succeeds.
-	networks []byte
+	runtime []byte
+}
+
+// runtimeJSON is runtime.json.
+type runtimeJSON struct {
+	// Helpers and AppliedProjects are an older vmnetctl's: the records
+	// and the projects themselves.
+	Helpers         []HelperRecord    `json:"helpers"`
+	AppliedNetworks *NetworksSnapshot `json:"appliedNetworks,omitempty"`
+	AppliedProjects []*Project        `json:"appliedProjects,omitempty"`
+	// Applied names the files of applied/ that hold the projects applied.
+	Applied []string `json:"applied,omitempty"`
 }
 
 // Save writes rt's helpers' records, its projects and the rest to d,
@@ -93,40 +110,112 @@ func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
 	if err := w.helpers.save(d, recordsDir, recordFile, rt.Helpers, helperKey, HelperRecord.Equal, HelperRecord.clone); err != nil {
 		return err
 	}
-	if err := w.applied.save(d, appliedDir, appliedFile, rt.AppliedProjects, projectKey, sameProject, keepProject); err != nil {
+	next, files, err := w.applied.write(d, rt.AppliedProjects)
+	if err != nil {
 		return err
 	}
-	data, err := json.Marshal(Runtime{AppliedNetworks: rt.AppliedNetworks})
+	data, err := json.Marshal(runtimeJSON{AppliedNetworks: rt.AppliedNetworks, Applied: files})
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", runtimeFile, err)
 	}
 	data = append(data, '\n')
-	if bytes.Equal(data, w.networks) && d.HasRuntime() {
-		return nil
+	if !bytes.Equal(data, w.runtime) || !d.HasRuntime() {
+		w.runtime = nil
+		if err := d.writeProcessRecord(runtimeFile, data); err != nil {
+			w.applied.saved = nil // its folder looked at again next time
+			return fmt.Errorf("writing %s: %w", d.file(runtimeFile), err)
+		}
+		w.runtime = data
 	}
-	w.networks = nil
-	if err := d.writeProcessRecord(runtimeFile, data); err != nil {
-		return fmt.Errorf("writing %s: %w", d.file(runtimeFile), err)
-	}
-	w.networks = data
-	return nil
+	// Only now are the files of the projects no longer applied unused.
+	return w.applied.sweep(d, next)
 }
 
 // recordFile is the record of attachment key's helper.
 func recordFile(key string) string { return filepath.Join(recordsDir, fileKey(key)+".json") }
 
-// appliedFile is the record of project name as applied.
-func appliedFile(name string) string { return filepath.Join(appliedDir, name+".json") }
-
 func helperKey(r HelperRecord) string { return r.Key }
-func projectKey(p *Project) string    { return p.Name }
 
 // sameProject: a project the controller applied again is the very one it
 // had (statedir.ProjectReader gives the same one while its record is
 // unchanged), or one equal to it.
 func sameProject(a, b *Project) bool { return a == b || reflect.DeepEqual(a, b) }
 
-func keepProject(p *Project) *Project { return p }
+// appliedSet is the projects as applied, in files of applied/ named by
+// their content, as a RuntimeWriter last saved them.
+type appliedSet struct {
+	saved map[string]appliedProject // by project name; nil: none saved yet
+}
+
+type appliedProject struct {
+	p    *Project
+	file string // in applied/
+}
+
+// write writes the files of the projects of ps that no file holds yet,
+// and returns the set with ps, and the files, in ps' order.
+func (s *appliedSet) write(d Dir, ps []*Project) (map[string]appliedProject, []string, error) {
+	next := make(map[string]appliedProject, len(ps))
+	var files []string
+	for _, p := range ps {
+		if p == nil {
+			return nil, nil, fmt.Errorf("encoding %s: a nil project", runtimeFile)
+		}
+		ap, ok := s.saved[p.Name]
+		if !ok || !sameProject(ap.p, p) {
+			data, err := json.Marshal(p)
+			if err != nil {
+				return nil, nil, fmt.Errorf("encoding project %s: %w", p.Name, err)
+			}
+			sum := sha256.Sum256(data)
+			ap = appliedProject{p: p, file: p.Name + "." + hex.EncodeToString(sum[:8]) + ".json"}
+			if err := d.writeProcessRecord(filepath.Join(appliedDir, ap.file), append(data, '\n')); err != nil {
+				s.saved = nil // its folder looked at again next time
+				return nil, nil, fmt.Errorf("saving project %s as applied: %w", p.Name, err)
+			}
+		}
+		next[p.Name] = ap
+		files = append(files, ap.file)
+	}
+	return next, files, nil
+}
+
+// sweep makes next the set saved once runtime.json names its files, and
+// removes the files of applied/ it does not name: on the first save,
+// every other file (an earlier controller's, or one a crash left before
+// its runtime.json), after that those of the projects that went or
+// changed.
+func (s *appliedSet) sweep(d Dir, next map[string]appliedProject) error {
+	keep := make(map[string]bool, len(next))
+	for _, ap := range next {
+		keep[ap.file] = true
+	}
+	var gone []string
+	if s.saved == nil {
+		entries, err := os.ReadDir(d.file(appliedDir))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		for _, e := range entries {
+			gone = append(gone, e.Name())
+		}
+	} else {
+		for _, ap := range s.saved {
+			gone = append(gone, ap.file)
+		}
+	}
+	s.saved = next
+	for _, f := range gone {
+		if keep[f] {
+			continue
+		}
+		if err := os.Remove(d.file(appliedDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.saved = nil // the folder looked at again next time
+			return err
+		}
+	}
+	return nil
+}
 
 // fileSet is a folder of the state dir of values one file each, as a
 // RuntimeWriter last saved them, by key, each with the save that last
@@ -245,11 +334,23 @@ func (h HelperRecord) clone() HelperRecord {
 }
 
 // LoadRuntime reads what a controller recorded, its helpers' records in
-// the order of their keys and the projects it applied in the order of
-// their names; found is false when none did.
+// the order of their keys; found is false when none did.
 func (d Dir) LoadRuntime() (rt Runtime, found bool, err error) {
-	if found, err = d.readJSON(runtimeFile, &rt); err != nil {
+	var rj runtimeJSON
+	if found, err = d.readJSON(runtimeFile, &rj); err != nil {
 		return rt, found, err
+	}
+	rt = Runtime{Helpers: rj.Helpers, AppliedNetworks: rj.AppliedNetworks, AppliedProjects: rj.AppliedProjects}
+	for _, f := range rj.Applied {
+		p := &Project{}
+		ok, err := d.readJSON(filepath.Join(appliedDir, filepath.Base(f)), p)
+		if err == nil && !ok {
+			err = fmt.Errorf("reading state: %s names %s, which is missing", d.file(runtimeFile), d.file(appliedDir, f))
+		}
+		if err != nil {
+			return rt, found, err
+		}
+		rt.AppliedProjects = append(rt.AppliedProjects, p)
 	}
 	recs, err := loadFiles[HelperRecord](d, recordsDir)
 	if err != nil {
@@ -257,13 +358,6 @@ func (d Dir) LoadRuntime() (rt Runtime, found bool, err error) {
 	}
 	if len(recs) > 0 {
 		rt.Helpers, found = merged(recs, rt.Helpers, helperKey), true
-	}
-	applied, err := loadFiles[*Project](d, appliedDir)
-	if err != nil {
-		return rt, found, err
-	}
-	if len(applied) > 0 {
-		rt.AppliedProjects, found = merged(applied, rt.AppliedProjects, projectKey), true
 	}
 	return rt, found, nil
 }

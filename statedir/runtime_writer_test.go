@@ -52,7 +52,11 @@ func TestRuntimeWriter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := json.Marshal(Runtime{AppliedNetworks: rt.AppliedNetworks})
+			var rj runtimeJSON
+			if err := json.Unmarshal(got, &rj); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := json.Marshal(runtimeJSON{AppliedNetworks: rt.AppliedNetworks, Applied: rj.Applied})
 			if diff := cmp.Diff(string(want)+"\n", string(got)); diff != "" {
 				t.Fatalf("step %d: runtime.json differs from json.Marshal's (-want +got):\n%s", i, diff)
 			}
@@ -70,12 +74,14 @@ func TestRuntimeWriter(t *testing.T) {
 					t.Fatalf("step %d: %s's record differs from json.Marshal's (-want +got):\n%s", i, r.Key, diff)
 				}
 			}
+			// Each project in a file that runtime.json names, and no
+			// other file.
 			entries, _ = os.ReadDir(d.file(appliedDir))
-			if len(entries) != len(rt.AppliedProjects) {
-				t.Fatalf("step %d: %d applied files for %d projects", i, len(entries), len(rt.AppliedProjects))
+			if len(entries) != len(rt.AppliedProjects) || len(rj.Applied) != len(rt.AppliedProjects) {
+				t.Fatalf("step %d: %d applied files, %d named, for %d projects", i, len(entries), len(rj.Applied), len(rt.AppliedProjects))
 			}
-			for _, p := range rt.AppliedProjects {
-				got, err := os.ReadFile(d.file(appliedFile(p.Name)))
+			for j, p := range rt.AppliedProjects {
+				got, err := os.ReadFile(d.file(appliedDir, rj.Applied[j]))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -96,8 +102,8 @@ func TestRuntimeWriter(t *testing.T) {
 			for _, r := range rt.Helpers {
 				os.Chtimes(d.file(recordFile(r.Key)), old, old)
 			}
-			for _, p := range rt.AppliedProjects {
-				os.Chtimes(d.file(appliedFile(p.Name)), old, old)
+			for _, f := range rj.Applied {
+				os.Chtimes(d.file(appliedDir, f), old, old)
 			}
 		}
 		fi, _ := os.Stat(d.file(runtimeFile))
@@ -109,9 +115,10 @@ func TestRuntimeWriter(t *testing.T) {
 				t.Errorf("step %d: a save that changed nothing wrote %s's record", i, r.Key)
 			}
 		}
-		for _, p := range rt.AppliedProjects {
-			if fi, _ := os.Stat(d.file(appliedFile(p.Name))); !fi.ModTime().Equal(old) {
-				t.Errorf("step %d: a save that changed nothing wrote project %s as applied", i, p.Name)
+		entries, _ := os.ReadDir(d.file(appliedDir))
+		for _, e := range entries {
+			if fi, _ := e.Info(); fi != nil && !fi.ModTime().Equal(old) {
+				t.Errorf("step %d: a save that changed nothing wrote %s", i, e.Name())
 			}
 		}
 	}
@@ -154,8 +161,8 @@ func TestLoadRuntimeOfOlder(t *testing.T) {
 	if got, _, err := d.LoadRuntime(); err != nil || !cmp.Equal(got.AppliedProjects, projects) {
 		t.Fatalf("after a save, loaded the projects %+v, %v; want %+v", got.AppliedProjects, err, projects)
 	}
-	if _, err := os.Stat(d.file(appliedFile("q"))); err != nil {
-		t.Errorf("q as applied is not a file of its own: %v", err)
+	if entries, _ := os.ReadDir(d.file(appliedDir)); len(entries) != len(projects) {
+		t.Errorf("the projects as applied are not files of their own: %v", entries)
 	}
 }
 
@@ -209,5 +216,64 @@ func TestHelperRecordEqual(t *testing.T) {
 	}
 	if r := base; !r.Equal(base) {
 		t.Error("a record is not Equal to its copy")
+	}
+}
+
+// TestAppliedWholeAfterCrash: a controller killed after a pass wrote the
+// files of its projects and before its runtime.json leaves the last
+// pass's networks and projects together: a network and the project that
+// came with it, or went with it, are both there or both not. The next
+// controller's first save removes the files no runtime.json names.
+func TestAppliedWholeAfterCrash(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	netsA := &NetworksSnapshot{Source: "n.yaml", Data: []byte("vmnet: {a: {}}")}
+	netsAB := &NetworksSnapshot{Source: "n.yaml", Data: []byte("vmnet: {a: {}, b: {}}")}
+	p := &Project{Name: "p", Files: []ProjectFile{{Path: "p.yaml", Data: []byte("vms: {x: {networks: [{vmnet: a}]}}")}}}
+	q := &Project{Name: "q", Files: []ProjectFile{{Path: "q.yaml", Data: []byte("vms: {y: {networks: [{vmnet: b}]}}")}}}
+	before := Runtime{AppliedNetworks: netsA, AppliedProjects: []*Project{p}}
+	after := Runtime{AppliedNetworks: netsAB, AppliedProjects: []*Project{p, q}}
+	for _, step := range []struct{ from, to Runtime }{{before, after}, {after, before}} {
+		var w RuntimeWriter
+		if err := w.Save(d, step.from); err != nil {
+			t.Fatal(err)
+		}
+		was, err := os.ReadFile(d.file(runtimeFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The crash: the pass writes its projects' files, and its
+		// runtime.json cannot take the place of the last (a folder there,
+		// not empty), as if it died then; the last is put back.
+		if err := os.Remove(d.file(runtimeFile)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(d.file(runtimeFile, "x"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Save(d, step.to); err == nil {
+			t.Fatal("a save whose runtime.json could not be written succeeded")
+		}
+		if err := os.RemoveAll(d.file(runtimeFile)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(d.file(runtimeFile), was, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := d.LoadRuntime()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cmp.Equal(got.AppliedNetworks, step.from.AppliedNetworks) || !cmp.Equal(got.AppliedProjects, step.from.AppliedProjects) {
+			t.Errorf("after a crash before runtime.json: networks %s, projects %d; want the last pass's whole: %s, %d",
+				got.AppliedNetworks.Data, len(got.AppliedProjects), step.from.AppliedNetworks.Data, len(step.from.AppliedProjects))
+		}
+		// The next controller's first save leaves only what it names.
+		var next RuntimeWriter
+		if err := next.Save(d, got); err != nil {
+			t.Fatal(err)
+		}
+		if entries, _ := os.ReadDir(d.file(appliedDir)); len(entries) != len(got.AppliedProjects) {
+			t.Errorf("after the next controller's first save: %d files for %d projects", len(entries), len(got.AppliedProjects))
+		}
 	}
 }
