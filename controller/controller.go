@@ -185,7 +185,8 @@ type Controller struct {
 	// netSockets serve the networks' stream sockets (netsocket.go), by
 	// network; under mu.
 	netSockets map[string]*netSocket
-	// runtime writes runtime.json and the helpers' records (saveRuntime).
+	// runtime writes runtime.json, the helpers' records and the projects
+	// as applied (saveRuntime).
 	runtime statedir.RuntimeWriter
 	// projects reads the projects' records, each decoded again only when
 	// it changed (the passes, check, the file watch's reload).
@@ -257,10 +258,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() { // after the servers stop: a scrape would watch again
+	defer func() { // after the servers stop: a scrape or a check would watch again
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.watch.Close()
+		c.projects.Close()
 	}()
 	defer stopServing()
 	c.log.Info("controller started", "stateDir", c.sd.Path, "pid", os.Getpid(), "metrics", c.opts.MetricsAddr)

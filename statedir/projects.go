@@ -275,6 +275,15 @@ func (r *ProjectReader) Projects(d Dir) ([]*Project, error) {
 	return slices.Clone(r.out), nil
 }
 
+// Close stops watching the projects' folder (a later call watches
+// again).
+func (r *ProjectReader) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watch.Close()
+	r.watch, r.read, r.out = nil, nil, nil
+}
+
 // readAll looks at every record of the folder.
 func (r *ProjectReader) readAll(d Dir) error {
 	names, err := d.ProjectNames()
@@ -295,8 +304,8 @@ func (r *ProjectReader) readAll(d Dir) error {
 func (r *ProjectReader) readNamed(d Dir) error {
 	for file := range r.watch.Names() {
 		name, ok := strings.CutSuffix(file, ".json")
-		if !ok || checkProjectName(name) != "" {
-			continue // (an atomic write's temporary file)
+		if !ok {
+			continue // (an atomic write's temporary file: as jsonNames)
 		}
 		if err := r.look(d, name, r.read); err != nil {
 			return err
