@@ -88,9 +88,9 @@ func (d Dir) SaveRuntime(rt Runtime) error {
 type RuntimeWriter struct {
 	helpers fileSet[HelperRecord]
 	applied appliedSet
-	// runtime is runtime.json as last written; nil until a write
-	// succeeds.
-	runtime []byte
+	// runtime is runtime.json as last written, nets its networks'
+	// encoding; nil until a write succeeds.
+	runtime, nets []byte
 }
 
 // runtimeJSON is runtime.json.
@@ -110,6 +110,16 @@ func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
 	if err := w.helpers.save(d, recordsDir, recordFile, rt.Helpers, helperKey, HelperRecord.Equal, HelperRecord.clone); err != nil {
 		return err
 	}
+	nets, err := json.Marshal(rt.AppliedNetworks)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", runtimeFile, err)
+	}
+	// The same projects, one by one, and the same networks: nothing to
+	// write, nothing allocated (a pass beside a thousand projects that
+	// changes none of them).
+	if w.applied.same(rt.AppliedProjects) && bytes.Equal(nets, w.nets) && w.runtime != nil && d.HasRuntime() {
+		return nil
+	}
 	next, files, err := w.applied.write(d, rt.AppliedProjects)
 	if err != nil {
 		return err
@@ -127,8 +137,9 @@ func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
 		}
 		w.runtime = data
 	}
+	w.nets = nets
 	// Only now are the files of the projects no longer applied unused.
-	return w.applied.sweep(d, next)
+	return w.applied.sweep(d, rt.AppliedProjects, next, files)
 }
 
 // recordFile is the record of attachment key's helper.
@@ -145,6 +156,8 @@ func sameProject(a, b *Project) bool { return a == b || reflect.DeepEqual(a, b) 
 // their content, as a RuntimeWriter last saved them.
 type appliedSet struct {
 	saved map[string]appliedProject // by project name; nil: none saved yet
+	// last is the projects of the last save, in order.
+	last []*Project
 }
 
 type appliedProject struct {
@@ -152,11 +165,36 @@ type appliedProject struct {
 	file string // in applied/
 }
 
+// same reports whether ps are the projects of the last save, one by one.
+func (s *appliedSet) same(ps []*Project) bool {
+	if s.saved == nil || len(ps) != len(s.last) {
+		return false
+	}
+	for i, p := range ps {
+		if p != s.last[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// appliedFileOf is the file of applied/ that holds project p as encoded
+// in data: its name (or "project", for a name no record could have) and
+// its content's hash.
+func appliedFileOf(p *Project, data []byte) string {
+	name := p.Name
+	if checkProjectName(name) != "" {
+		name = "project"
+	}
+	sum := sha256.Sum256(data)
+	return name + "." + hex.EncodeToString(sum[:8]) + ".json"
+}
+
 // write writes the files of the projects of ps that no file holds yet,
 // and returns the set with ps, and the files, in ps' order.
 func (s *appliedSet) write(d Dir, ps []*Project) (map[string]appliedProject, []string, error) {
 	next := make(map[string]appliedProject, len(ps))
-	var files []string
+	files := make([]string, 0, len(ps))
 	for _, p := range ps {
 		if p == nil {
 			return nil, nil, fmt.Errorf("encoding %s: a nil project", runtimeFile)
@@ -167,8 +205,7 @@ func (s *appliedSet) write(d Dir, ps []*Project) (map[string]appliedProject, []s
 			if err != nil {
 				return nil, nil, fmt.Errorf("encoding project %s: %w", p.Name, err)
 			}
-			sum := sha256.Sum256(data)
-			ap = appliedProject{p: p, file: p.Name + "." + hex.EncodeToString(sum[:8]) + ".json"}
+			ap = appliedProject{p: p, file: appliedFileOf(p, data)}
 			if err := d.writeProcessRecord(filepath.Join(appliedDir, ap.file), append(data, '\n')); err != nil {
 				s.saved = nil // its folder looked at again next time
 				return nil, nil, fmt.Errorf("saving project %s as applied: %w", p.Name, err)
@@ -180,15 +217,15 @@ func (s *appliedSet) write(d Dir, ps []*Project) (map[string]appliedProject, []s
 	return next, files, nil
 }
 
-// sweep makes next the set saved once runtime.json names its files, and
-// removes the files of applied/ it does not name: on the first save,
-// every other file (an earlier controller's, or one a crash left before
-// its runtime.json), after that those of the projects that went or
-// changed.
-func (s *appliedSet) sweep(d Dir, next map[string]appliedProject) error {
-	keep := make(map[string]bool, len(next))
-	for _, ap := range next {
-		keep[ap.file] = true
+// sweep makes ps and next the set saved once runtime.json names their
+// files, and removes the files of applied/ it does not name: on the
+// first save, every other file (an earlier controller's, or one a crash
+// left before its runtime.json), after that those of the projects that
+// went or changed.
+func (s *appliedSet) sweep(d Dir, ps []*Project, next map[string]appliedProject, files []string) error {
+	keep := make(map[string]bool, len(files))
+	for _, f := range files {
+		keep[f] = true
 	}
 	var gone []string
 	if s.saved == nil {
@@ -204,7 +241,7 @@ func (s *appliedSet) sweep(d Dir, next map[string]appliedProject) error {
 			gone = append(gone, ap.file)
 		}
 	}
-	s.saved = next
+	s.saved, s.last = next, slices.Clone(ps)
 	for _, f := range gone {
 		if keep[f] {
 			continue
@@ -342,15 +379,13 @@ func (d Dir) LoadRuntime() (rt Runtime, found bool, err error) {
 	}
 	rt = Runtime{Helpers: rj.Helpers, AppliedNetworks: rj.AppliedNetworks, AppliedProjects: rj.AppliedProjects}
 	for _, f := range rj.Applied {
+		// A file gone or spoilt behind the controller's back: that project
+		// counts as not applied (the next pass applies it again); the
+		// helpers' records, read below, are what a controller adopts.
 		p := &Project{}
-		ok, err := d.readJSON(filepath.Join(appliedDir, filepath.Base(f)), p)
-		if err == nil && !ok {
-			err = fmt.Errorf("reading state: %s names %s, which is missing", d.file(runtimeFile), d.file(appliedDir, f))
+		if ok, err := d.readJSON(filepath.Join(appliedDir, filepath.Base(f)), p); ok && err == nil {
+			rt.AppliedProjects = append(rt.AppliedProjects, p)
 		}
-		if err != nil {
-			return rt, found, err
-		}
-		rt.AppliedProjects = append(rt.AppliedProjects, p)
 	}
 	recs, err := loadFiles[HelperRecord](d, recordsDir)
 	if err != nil {

@@ -117,3 +117,26 @@ func BenchmarkSaveRuntimeProjects(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSaveRuntimeProjectsUnchanged is a pass beside 1,000 projects
+// of one VM that changes none of them, and one helper's record: the
+// projects cost a comparison each, nothing allocated.
+func BenchmarkSaveRuntimeProjectsUnchanged(b *testing.B) {
+	d := New(b.TempDir())
+	var rt Runtime
+	for i := range 1000 {
+		name := fmt.Sprintf("p%04d", i)
+		rt.AppliedProjects = append(rt.AppliedProjects, &Project{Name: name, Files: []ProjectFile{{Path: name + ".yaml", Data: fmt.Appendf(nil, "vms:\n  v%04d: {}\n", i)}}})
+	}
+	rt.Helpers = []HelperRecord{{Key: "v0000/0", VM: "v0000", Network: "fleet0", Project: "p0000"}}
+	var w RuntimeWriter
+	if err := w.Save(d, rt); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		rt.Helpers[0].Restarts++
+		if err := w.Save(d, rt); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -276,4 +277,52 @@ func TestAppliedWholeAfterCrash(t *testing.T) {
 			t.Errorf("after the next controller's first save: %d files for %d projects", len(entries), len(got.AppliedProjects))
 		}
 	}
+}
+
+// TestAppliedOddProjects: what the projects' records may hold, however
+// odd, is saved and read back: two records of one name (a record copied
+// under another file name), a name that is no project's (it could leave
+// the folder), and a file removed behind the writer's back, which costs
+// its project alone (it counts as not applied), not the helpers'
+// records.
+func TestAppliedOddProjects(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	a1 := &Project{Name: "a", VMName: "one"}
+	a2 := &Project{Name: "a", VMName: "two"}
+	odd := &Project{Name: "../../escaped"}
+	rec := HelperRecord{Key: "x/0", VM: "x", MAC: "52:00:00:00:00:01"}
+	rt := Runtime{Helpers: []HelperRecord{rec}, AppliedProjects: []*Project{a1, a2, odd}}
+	var w RuntimeWriter
+	for range 2 { // the second save: the writer's memory of the first
+		if err := w.Save(d, rt); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := d.LoadRuntime()
+		if err != nil || !cmp.Equal(got.AppliedProjects, rt.AppliedProjects) {
+			t.Fatalf("loaded %+v, %v; want %+v", got.AppliedProjects, err, rt.AppliedProjects)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d.Path, "escaped")); err == nil || len(mustReadDir(t, d.file(appliedDir))) != 3 {
+		t.Errorf("the projects' files are not the three of applied/: %v", mustReadDir(t, d.file(appliedDir)))
+	}
+	if err := os.Remove(d.file(appliedDir, mustReadDir(t, d.file(appliedDir))[0])); err != nil {
+		t.Fatal(err)
+	}
+	got, found, err := d.LoadRuntime()
+	if err != nil || !found || len(got.AppliedProjects) != 2 || len(got.Helpers) != 1 {
+		t.Errorf("a project's file gone: %d projects, %d helpers, %v, %v; want 2, 1", len(got.AppliedProjects), len(got.Helpers), found, err)
+	}
+}
+
+func mustReadDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
