@@ -103,6 +103,12 @@ func TestProjectReader(t *testing.T) {
 	if got := read(); len(got) != 2 {
 		t.Errorf("the folder made again, two projects saved: %v", got)
 	}
+	// Closed, it still reads (every record), and watches no more.
+	r.Close()
+	save(&Project{Name: "five"})
+	if got := read(); len(got) != 3 || r.watch != nil {
+		t.Errorf("after Close: %v, watching %v", got, r.watch != nil)
+	}
 }
 
 // TestProjectByName: Project reads the one record of that name, as

@@ -224,9 +224,11 @@ type ProjectReader struct {
 	mu   sync.Mutex
 	read map[string]readProject // by project name; nil: not read yet
 	out  []*Project             // read's projects by name; nil: to sort again
-	// dir is the projects' folder that watch watches.
-	dir   string
-	watch *dirwatch.Watch
+	// dir is the projects' folder that watch watches; closed: watch no
+	// more (Close).
+	dir    string
+	watch  *dirwatch.Watch
+	closed bool
 }
 
 // readProject is a project as read, and its file then.
@@ -246,7 +248,7 @@ func (r readProject) same(fi fs.FileInfo) bool {
 func (r *ProjectReader) Projects(d Dir) ([]*Project, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if dir := d.file(projectsDir); r.watch == nil || r.dir != dir {
+	if dir := d.file(projectsDir); !r.closed && (r.watch == nil || r.dir != dir) {
 		r.watch.Close()
 		r.watch, r.dir, r.read, r.out = dirwatch.New(dir), dir, nil, nil
 	}
@@ -275,13 +277,13 @@ func (r *ProjectReader) Projects(d Dir) ([]*Project, error) {
 	return slices.Clone(r.out), nil
 }
 
-// Close stops watching the projects' folder (a later call watches
-// again).
+// Close stops watching the projects' folder: a later call (a check the
+// controller's server still ran as it stopped) looks at every record.
 func (r *ProjectReader) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.watch.Close()
-	r.watch, r.read, r.out = nil, nil, nil
+	r.watch, r.read, r.out, r.closed = nil, nil, nil, true
 }
 
 // readAll looks at every record of the folder.
