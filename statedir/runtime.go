@@ -86,7 +86,7 @@ func (d Dir) SaveRuntime(rt Runtime) error {
 // (TestRuntimeWriter). Records and projects are values to it: one
 // changed in place, behind its back, is not seen.
 type RuntimeWriter struct {
-	helpers fileSet[HelperRecord]
+	helpers recordSet
 	applied appliedSet
 	// runtime is runtime.json as last written, nets its networks'
 	// encoding; nil until a write succeeds.
@@ -107,7 +107,7 @@ type runtimeJSON struct {
 // Save writes rt's helpers' records, its projects and the rest to d,
 // what changed since the last Save; runtime.json last.
 func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
-	if err := w.helpers.save(d, recordsDir, recordFile, rt.Helpers, helperKey, HelperRecord.Equal, HelperRecord.clone); err != nil {
+	if err := w.helpers.save(d, rt.Helpers); err != nil {
 		return err
 	}
 	nets, err := json.Marshal(rt.AppliedNetworks)
@@ -144,8 +144,6 @@ func (w *RuntimeWriter) Save(d Dir, rt Runtime) error {
 
 // recordFile is the record of attachment key's helper.
 func recordFile(key string) string { return filepath.Join(recordsDir, fileKey(key)+".json") }
-
-func helperKey(r HelperRecord) string { return r.Key }
 
 // sameProject: a project the controller applied again is the very one it
 // had (statedir.ProjectReader gives the same one while its record is
@@ -254,61 +252,58 @@ func (s *appliedSet) sweep(d Dir, ps []*Project, next map[string]appliedProject,
 	return nil
 }
 
-// fileSet is a folder of the state dir of values one file each, as a
-// RuntimeWriter last saved them, by key, each with the save that last
-// saw it (gen); nil before the first save, and after a save that failed:
-// the next writes every value, and removes the folder's other files.
-type fileSet[T any] struct {
-	saved map[string]*savedValue[T]
+// recordSet is the helpers' records in their files, as a RuntimeWriter
+// last saved them, by key, each with the save that last saw it (gen);
+// nil before the first save, and after a save that failed: the next
+// writes every record, and removes the folder's other files.
+type recordSet struct {
+	saved map[string]*savedRecord
 	gen   uint64
 }
 
-type savedValue[T any] struct {
-	v   T
+type savedRecord struct {
+	rec HelperRecord
 	gen uint64
 }
 
-// save writes the values of vs that are new or changed since the last
-// save (equal to what was written tells), each in file(key(v)) of the
-// folder dir, keeping keep(v) to compare the next with, and removes the
-// files of the values no longer among them: a value unchanged costs a
-// comparison, no allocation and no write.
-func (s *fileSet[T]) save(d Dir, dir string, file func(string) string, vs []T, key func(T) string, equal func(a, b T) bool, keep func(T) T) error {
+// save writes the records of recs that are new or changed since the last
+// save, and removes the files of the helpers no longer among them: a
+// record unchanged costs a comparison, no allocation and no write.
+func (s *recordSet) save(d Dir, recs []HelperRecord) error {
 	first := s.saved == nil
 	if first {
-		s.saved = make(map[string]*savedValue[T], len(vs))
+		s.saved = make(map[string]*savedRecord, len(recs))
 	}
 	s.gen++
-	for _, v := range vs {
-		k := key(v)
-		if sv := s.saved[k]; sv != nil && equal(sv.v, v) {
+	for _, r := range recs {
+		if sv := s.saved[r.Key]; sv != nil && sv.rec.Equal(r) {
 			sv.gen = s.gen
 			continue
 		}
-		data, err := json.Marshal(v)
+		data, err := json.Marshal(r)
 		if err == nil {
-			err = d.writeProcessRecord(file(k), append(data, '\n'))
+			err = d.writeProcessRecord(recordFile(r.Key), append(data, '\n'))
 		}
 		if err != nil {
 			s.saved = nil // not known what is written: all again next time
-			return fmt.Errorf("saving %s: %w", file(k), err)
+			return fmt.Errorf("saving %s: %w", recordFile(r.Key), err)
 		}
-		s.saved[k] = &savedValue[T]{v: keep(v), gen: s.gen}
+		s.saved[r.Key] = &savedRecord{rec: r.clone(), gen: s.gen}
 	}
 	if first {
-		// Files of an earlier controller's values that none names.
-		entries, err := os.ReadDir(d.file(dir))
+		// Files of an earlier controller's helpers that no record names.
+		entries, err := os.ReadDir(d.file(recordsDir))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.saved = nil
 			return err
 		}
 		names := make(map[string]bool, len(s.saved))
-		for k := range s.saved {
-			names[filepath.Base(file(k))] = true
+		for key := range s.saved {
+			names[filepath.Base(recordFile(key))] = true
 		}
 		for _, e := range entries {
 			if !names[e.Name()] {
-				if err := os.Remove(d.file(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				if err := os.Remove(d.file(recordsDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					s.saved = nil
 					return err
 				}
@@ -316,51 +311,34 @@ func (s *fileSet[T]) save(d Dir, dir string, file func(string) string, vs []T, k
 		}
 		return nil
 	}
-	for k, sv := range s.saved {
+	for key, sv := range s.saved {
 		if sv.gen == s.gen {
 			continue
 		}
-		if err := os.Remove(d.file(file(k))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(d.file(recordFile(key))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.saved = nil
 			return err
 		}
-		delete(s.saved, k)
+		delete(s.saved, key)
 	}
 	return nil
 }
 
-// loadFiles reads the values a fileSet saved in folder dir.
-func loadFiles[T any](d Dir, dir string) ([]T, error) {
-	names, err := d.jsonNames(dir)
+// loadRecords reads the helpers' records (recordSet), by key.
+func (d Dir) loadRecords() ([]HelperRecord, error) {
+	names, err := d.jsonNames(recordsDir)
 	if err != nil {
 		return nil, fmt.Errorf("reading state: %w", err)
 	}
-	var vs []T
+	var recs []HelperRecord
 	for _, name := range names {
-		var v T
-		if _, err := d.readJSON(filepath.Join(dir, name+".json"), &v); err != nil {
+		var r HelperRecord
+		if _, err := d.readJSON(filepath.Join(recordsDir, name+".json"), &r); err != nil {
 			return nil, err
 		}
-		vs = append(vs, v)
+		recs = append(recs, r)
 	}
-	return vs, nil
-}
-
-// merged is files with the values of older (a runtime.json of an older
-// vmnetctl, which held them itself) that files has no value of that key
-// for, in the order of their keys.
-func merged[T any](files, older []T, key func(T) string) []T {
-	have := make(map[string]bool, len(files))
-	for _, v := range files {
-		have[key(v)] = true
-	}
-	for _, v := range older {
-		if !have[key(v)] {
-			files = append(files, v)
-		}
-	}
-	slices.SortFunc(files, func(a, b T) int { return strings.Compare(key(a), key(b)) })
-	return files
+	return recs, nil
 }
 
 // clone is h with its slices its own: what a RuntimeWriter keeps to
@@ -387,12 +365,23 @@ func (d Dir) LoadRuntime() (rt Runtime, found bool, err error) {
 			rt.AppliedProjects = append(rt.AppliedProjects, p)
 		}
 	}
-	recs, err := loadFiles[HelperRecord](d, recordsDir)
+	recs, err := d.loadRecords()
 	if err != nil {
 		return rt, found, err
 	}
 	if len(recs) > 0 {
-		rt.Helpers, found = merged(recs, rt.Helpers, helperKey), true
+		// A runtime.json of an older vmnetctl holds the records itself.
+		byKey := make(map[string]bool, len(recs))
+		for _, r := range recs {
+			byKey[r.Key] = true
+		}
+		for _, r := range rt.Helpers {
+			if !byKey[r.Key] {
+				recs = append(recs, r)
+			}
+		}
+		slices.SortFunc(recs, func(a, b HelperRecord) int { return strings.Compare(a.Key, b.Key) })
+		rt.Helpers, found = recs, true
 	}
 	return rt, found, nil
 }
