@@ -149,7 +149,7 @@ func (d Dir) SaveProject(p *Project) error {
 	if msg := checkProjectName(p.Name); msg != "" {
 		return errors.New(msg)
 	}
-	return d.writeJSON(filepath.Join(projectsDir, p.Name+".json"), p)
+	return d.writeJSON(projectFile(p.Name), p)
 }
 
 // DeleteProjectHeldBy removes project name if holder still holds it, under
@@ -161,9 +161,8 @@ func (d Dir) DeleteProjectHeldBy(name string, holder procid.Identity) (bool, err
 		return false, err
 	}
 	defer l.Unlock()
-	p := &Project{}
-	found, err := d.readJSON(filepath.Join(projectsDir, name+".json"), p)
-	if err != nil || !found || p.Holder == nil || p.Holder.PID != holder.PID || p.Holder.StartTime != holder.StartTime {
+	p, err := d.Project(name)
+	if err != nil || p == nil || p.Holder == nil || p.Holder.PID != holder.PID || p.Holder.StartTime != holder.StartTime {
 		return false, err
 	}
 	return d.DeleteProject(name)
@@ -171,7 +170,7 @@ func (d Dir) DeleteProjectHeldBy(name string, holder procid.Identity) (bool, err
 
 // DeleteProject removes a project; removing one that does not exist is fine.
 func (d Dir) DeleteProject(name string) (existed bool, err error) {
-	err = os.Remove(d.file(projectsDir, name+".json"))
+	err = os.Remove(d.file(projectFile(name)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -185,12 +184,15 @@ func (d Dir) Project(name string) (*Project, error) {
 		return nil, errors.New(msg)
 	}
 	p := &Project{}
-	found, err := d.readJSON(filepath.Join(projectsDir, name+".json"), p)
+	found, err := d.readJSON(projectFile(name), p)
 	if err != nil || !found {
 		return nil, err
 	}
 	return p, nil
 }
+
+// projectFile is the record of project name.
+func projectFile(name string) string { return filepath.Join(projectsDir, name+".json") }
 
 // Projects returns every project, by name.
 func (d Dir) Projects() ([]*Project, error) {
@@ -201,7 +203,7 @@ func (d Dir) Projects() ([]*Project, error) {
 	var out []*Project
 	for _, name := range names {
 		p := &Project{}
-		if _, err := d.readJSON(filepath.Join(projectsDir, name+".json"), p); err != nil {
+		if _, err := d.readJSON(projectFile(name), p); err != nil {
 			return nil, err
 		}
 		out = append(out, p)
@@ -319,7 +321,7 @@ func (r *ProjectReader) readNamed(d Dir) error {
 // look reads project name's record into r.read, unless was has it as its
 // file is now; it drops the project if its record is gone.
 func (r *ProjectReader) look(d Dir, name string, was map[string]readProject) error {
-	rel := filepath.Join(projectsDir, name+".json")
+	rel := projectFile(name)
 	fi, err := os.Lstat(d.file(rel))
 	switch {
 	case errors.Is(err, fs.ErrNotExist) || err == nil && fi.IsDir():
