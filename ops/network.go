@@ -118,9 +118,9 @@ func HoldNetwork(ctx context.Context, env Env, networksPath string, n *api.Netwo
 // resolvesWith is applyProject's check for a project of files-less kind
 // (network.NAME, hold.PID): the state dir's projects, p replacing one of
 // its name, resolve against nets.
-func resolvesWith(nets *api.Networks, p *statedir.Project) func(rec *recorded) error {
-	return func(rec *recorded) error {
-		existing, err := rec.projects()
+func resolvesWith(nets *api.Networks, p *statedir.Project) func(sd statedir.Dir) error {
+	return func(sd statedir.Dir) error {
+		existing, err := sd.Projects()
 		if err != nil {
 			return err
 		}

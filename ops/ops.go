@@ -290,8 +290,11 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 	if err != nil {
 		return nil, err
 	}
-	resp, err := applyProject(ctx, env, in, l.Networks, l.Project.Project, func(rec *recorded) error {
-		same, err := rec.named(l.Project.Name)
+	resp, err := applyProject(ctx, env, in, l.Networks, l.Project.Project, func(sd statedir.Dir) error {
+		// The record of this name alone: every project's is read only
+		// if the command checks by itself (20 ms beside 1,000 projects
+		// of one VM, a fleet whose every job is a project).
+		same, err := sd.Project(l.Project.Name)
 		if err != nil {
 			return err
 		}
@@ -302,7 +305,7 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 		// projects parsed: it checks (a fleet's files are not parsed
 		// again for one VM).
 		changed := networksChanged(env.StateDir, in.Networks)
-		d, err := l.CheckedDesired(ctx, env, rec.projects, !changed)
+		d, err := l.CheckedDesired(ctx, env, sd.Projects, !changed)
 		if err != nil {
 			return err
 		}
@@ -384,7 +387,7 @@ func checkNameTaken(in *Input, p, q *statedir.Project) error {
 // converge: the part of Apply and NetworkCreate after their parsing. One
 // up, down or run at a time per state dir; a second waits.
 func applyProject(ctx context.Context, env Env, in *Input, nets *api.Networks, p *statedir.Project,
-	check func(rec *recorded) error, o ApplyOptions) (*ctlapi.ReconcileResponse, error) {
+	check func(sd statedir.Dir) error, o ApplyOptions) (*ctlapi.ReconcileResponse, error) {
 	if err := doctorPreflight(ctx); err != nil {
 		return nil, err
 	}
@@ -395,48 +398,13 @@ func applyProject(ctx context.Context, env Env, in *Input, nets *api.Networks, p
 	}
 	defer lock.Unlock()
 	// Check against the other projects before changing anything.
-	if err := check(&recorded{sd: sd}); err != nil {
+	if err := check(sd); err != nil {
 		return nil, err
 	}
 	if err := sd.SaveProjectAndNetworks(in.Networks, p); err != nil {
 		return nil, err
 	}
 	return converge(ctx, env, o.Progress, p.Name, serveArgsOf(o, nets)...)
-}
-
-// recorded is the state dir's projects for a check, each read only if
-// asked for: an up that the controller checks reads the record of its own
-// name alone, where reading every project cost the command 20 ms beside
-// 1,000 projects of one VM (a fleet whose every job is a project).
-type recorded struct {
-	sd   statedir.Dir
-	all  []*statedir.Project
-	read bool
-}
-
-// projects is every project recorded, read once.
-func (r *recorded) projects() ([]*statedir.Project, error) {
-	if !r.read {
-		all, err := r.sd.Projects()
-		if err != nil {
-			return nil, err
-		}
-		r.all, r.read = all, true
-	}
-	return r.all, nil
-}
-
-// named is the project of that name, nil if none.
-func (r *recorded) named(name string) (*statedir.Project, error) {
-	if !r.read {
-		return r.sd.Project(name)
-	}
-	for _, q := range r.all {
-		if q.Name == name {
-			return q, nil
-		}
-	}
-	return nil, nil
 }
 
 // serveArgs are the flags of a controller that Apply or NetworkCreate
