@@ -90,6 +90,10 @@ type PreparedHelper struct {
 	// Release closes the caller's copies of what the relay inherits, once
 	// Cmd started or failed to.
 	Release func()
+	// AfterExit, if set, is called once Cmd's process has exited, or
+	// failed to start (helperexec.StartOptions.AfterExit): it closes what
+	// the caller kept after Release, the VM's port, which goes then.
+	AfterExit func()
 }
 
 // Partitioner is a running network that parts its VMs (Linux): no frame

@@ -28,3 +28,6 @@ func Prepare([]string, *api.Network) (*Prepared, error) { return nil, nil }
 
 // Release has nothing to release.
 func (*Prepared) Release() {}
+
+// AfterExit: nothing is kept.
+func (*Prepared) AfterExit() func() { return nil }

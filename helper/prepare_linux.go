@@ -32,8 +32,21 @@ type Prepared struct {
 	Log []byte
 
 	port  *netplane.Port
+	held  *netplane.HeldPort // a copy of the port's fd, for after the relay (AfterExit)
 	lis   *relay.Listener
 	files []*os.File // Cmd's ExtraFiles, and the stats and shaping files
+}
+
+// AfterExit is what the caller calls once the relay has exited, however
+// it ended, or did not start (helperexec.StartOptions.AfterExit): it
+// closes this process's copy of the VM's TAP, its last, and the TAP goes
+// then, without the relay's exit waiting for the kernel to delete it
+// (netplane.HeldPort). nil when this process kept none.
+func (p *Prepared) AfterExit() func() {
+	if p.held == nil {
+		return nil
+	}
+	return p.held.Release
 }
 
 // Prepare runs, in this process, the steps of the helper whose command
@@ -117,6 +130,7 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 		return nil, err
 	}
 	p.port = s.port
+	p.held = s.port.Hold()
 	spec := s.relaySpec()
 	if p.lis, err = listenAs(o.SocketPath, spec.Stream, s.uid, s.gid); err != nil {
 		return nil, err
@@ -215,6 +229,10 @@ func (p *Prepared) close(undo bool) {
 	if p.port != nil {
 		p.port.Close()
 		p.port = nil
+	}
+	if undo && p.held != nil {
+		p.held.Release()
+		p.held = nil
 	}
 }
 

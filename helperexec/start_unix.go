@@ -49,6 +49,11 @@ type StartOptions struct {
 	// LogFirst, with LogFile, is written to LogFile before the helper's
 	// own lines: what its setup in this process logged (helper.Prepare).
 	LogFirst []byte
+	// AfterExit, if set, is called once: after the helper has exited and
+	// before Done is closed, or, if it did not start, before Start
+	// returns. It closes what the caller kept of the helper's (its VM's
+	// port: backend.PreparedHelper.AfterExit).
+	AfterExit func()
 }
 
 // Helper is a running helper process.
@@ -62,9 +67,12 @@ type Helper struct {
 	logFile  string // file mode: the helper's stderr
 	logStart int64
 	tail     *tail
-	done     chan struct{}
-	err      error // from Wait, valid after done
+	reaped   chan struct{} // closed once it has exited, before afterExit
+	done     chan struct{} // closed after afterExit
+	err      error         // from Wait, valid after done
 	once     sync.Once
+
+	afterExit func() // StartOptions.AfterExit
 
 	// onExit is what OnExit was given, run once done is closed.
 	exitMu sync.Mutex
@@ -104,18 +112,20 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 		// listens for it cannot end it (helperproto.ShapingSignal).
 		gosignal.Ignore(helperproto.ShapingSignal)
 	})
-	h := &Helper{cmd: cmd, grace: opts.StopGrace, tail: &tail{max: tailLines}, done: make(chan struct{})}
+	h := &Helper{cmd: cmd, grace: opts.StopGrace, tail: &tail{max: tailLines}, reaped: make(chan struct{}), done: make(chan struct{}), afterExit: opts.AfterExit}
 	var lines <-chan []byte
+	var err error
 	if opts.ReadyFile != "" {
-		var err error
-		if lines, err = h.startWithFiles(opts); err != nil {
-			return nil, err
-		}
+		lines, err = h.startWithFiles(opts)
 	} else {
-		var err error
-		if lines, err = h.startWithPipes(opts); err != nil {
-			return nil, err
+		lines, err = h.startWithPipes(opts)
+	}
+	if err != nil {
+		// Not started: exit never runs.
+		if opts.AfterExit != nil {
+			opts.AfterExit()
 		}
+		return nil, err
 	}
 
 	// Read by the start only: a supervisor of thousands keeps none.
@@ -370,9 +380,24 @@ func (h *Helper) readLogTail() {
 	}
 }
 
-// exit marks the helper gone: done closed, then what OnExit was given
-// run, on the goroutine that reaped it.
+// exit marks the helper gone: reaped closed; then AfterExit run, done
+// closed and what OnExit was given run, on the goroutine that reaped it,
+// or, with an AfterExit (which waits for the kernel a moment), on a
+// goroutine of its own: the reaper may be the poller of every helper.
 func (h *Helper) exit() {
+	close(h.reaped)
+	if h.afterExit == nil {
+		h.finish()
+		return
+	}
+	go func() {
+		h.afterExit()
+		h.finish()
+	}()
+}
+
+// finish closes done and runs what OnExit was given.
+func (h *Helper) finish() {
 	close(h.done)
 	h.exitMu.Lock()
 	fs := h.onExit
@@ -401,7 +426,8 @@ func (h *Helper) OnExit(f func()) {
 // Pid is the helper's process id (and process group id).
 func (h *Helper) Pid() int { return h.pid }
 
-// Done is closed when the helper has exited.
+// Done is closed when the helper has exited (and what it held is
+// released: StartOptions.AfterExit).
 func (h *Helper) Done() <-chan struct{} { return h.done }
 
 // Wait waits for the helper to exit and returns how it did.
@@ -418,7 +444,8 @@ func (h *Helper) Wait() error {
 // one that had to be killed says so.
 func (h *Helper) Stop() error {
 	select {
-	case <-h.done:
+	case <-h.reaped:
+		<-h.done
 		return h.err
 	default:
 	}
@@ -426,7 +453,8 @@ func (h *Helper) Stop() error {
 	t := time.NewTimer(h.grace)
 	defer t.Stop()
 	select {
-	case <-h.done:
+	case <-h.reaped:
+		<-h.done
 		return h.err
 	case <-t.C:
 	}
@@ -438,8 +466,16 @@ func (h *Helper) Stop() error {
 // Tail is the last lines the helper logged (stats lines excluded).
 func (h *Helper) Tail() string { return h.tail.String() }
 
+// kill sends SIGKILL to the helper once, if it has not been reaped (its
+// pid may be someone else's then).
 func (h *Helper) kill() {
-	h.once.Do(func() { syscall.Kill(h.Pid(), syscall.SIGKILL) })
+	h.once.Do(func() {
+		select {
+		case <-h.reaped:
+		default:
+			syscall.Kill(h.Pid(), syscall.SIGKILL)
+		}
+	})
 }
 
 // tail keeps the last max lines.

@@ -287,3 +287,53 @@ func BenchmarkStartFailsWithFiles(b *testing.B) {
 		}
 	}
 }
+
+// TestAfterExit: StartOptions.AfterExit runs once, after the helper has
+// exited and before Done, whether it was stopped, exited of itself, or
+// failed to start.
+func TestAfterExit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cmd   func() *exec.Cmd
+		start bool
+	}{
+		{"stopped", func() *exec.Cmd { return fake(t, "ok") }, true},
+		{"failed", func() *exec.Cmd { return fake(t, "fail") }, false},
+		{"not started", func() *exec.Cmd { return exec.Command(filepath.Join(t.TempDir(), "no-such-helper")) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			calls := 0
+			var h *Helper
+			afterExit := func() {
+				mu.Lock()
+				defer mu.Unlock()
+				calls++
+				if h != nil {
+					select {
+					case <-h.Done():
+						t.Error("AfterExit ran after Done was closed")
+					default:
+					}
+				}
+			}
+			started, err := Start(context.Background(), tc.cmd(), StartOptions{AfterExit: afterExit})
+			mu.Lock()
+			h = started
+			mu.Unlock()
+			if tc.start != (err == nil) {
+				t.Fatalf("Start: %v", err)
+			}
+			if err == nil {
+				if err := h.Stop(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if calls != 1 {
+				t.Errorf("AfterExit ran %d times, want once", calls)
+			}
+		})
+	}
+}

@@ -101,6 +101,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	env := HelperEnv(l.Backend.HelperEnv(spec))
 	var cmd *exec.Cmd
 	var setupLog []byte // what a helper set up here logged (PrepareHelper)
+	var afterExit func()
 	if p, ok := l.Backend.(backend.HelperPreparer); ok && s.fd == nil {
 		prep, err := p.PrepareHelper(argv, spec)
 		if err != nil {
@@ -108,7 +109,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 		}
 		if prep != nil {
 			defer prep.Release()
-			cmd, setupLog = prep.Cmd, prep.Log
+			cmd, setupLog, afterExit = prep.Cmd, prep.Log, prep.AfterExit
 			cmd.Env = append(env, cmd.Env...)
 		}
 	}
@@ -121,7 +122,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	}
 	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: spec.Socket, StallTimeout: l.StallTimeout,
 		StopGrace: l.StopGrace, ReadyFile: l.StateDir.HelperReadyFile(a.Key()), LogFile: l.StateDir.HelperLogFile(a.Key()),
-		LogFirst: setupLog})
+		LogFirst: setupLog, AfterExit: afterExit})
 	if err != nil {
 		return fail(err)
 	}

@@ -161,7 +161,7 @@ func (Backend) PrepareHelper(argv []string, s backend.HelperSpec) (*backend.Prep
 	if p == nil || err != nil {
 		return nil, err
 	}
-	return &backend.PreparedHelper{Cmd: p.Cmd, Log: p.Log, Release: p.Release}, nil
+	return &backend.PreparedHelper{Cmd: p.Cmd, Log: p.Log, Release: p.Release, AfterExit: p.AfterExit()}, nil
 }
 
 // HelperCommand is `vmnetctl helper` for one attachment.
