@@ -2,7 +2,9 @@ package egressproxy
 
 import (
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -58,3 +60,49 @@ func (readOnly) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 func (readOnly) SetDeadline(time.Time) error      { return nil }
 func (readOnly) SetReadDeadline(time.Time) error  { return nil }
 func (readOnly) SetWriteDeadline(time.Time) error { return nil }
+
+// helloLen is how many of b's bytes hold its first handshake message, a
+// ClientHello, with the records that carry it (crypto/tls reads it over
+// several, as a server does): 0 while b holds only part of it. An error
+// says b holds no ClientHello: a record of another type, or of another
+// handshake message, or one past maxHello.
+func helloLen(b []byte) (int, error) {
+	const recordHeader, handshakeHeader = 5, 4
+	var body []byte // the handshake bytes of the records so far
+	for off := 0; off < len(b); {
+		if len(b)-off < recordHeader {
+			break
+		}
+		if b[off] != recordTypeHandshake {
+			return 0, fmt.Errorf("record type %d, not a handshake", b[off])
+		}
+		n := int(binary.BigEndian.Uint16(b[off+3:]))
+		if n == 0 {
+			return 0, errors.New("an empty handshake record")
+		}
+		if len(body)+n > maxHello {
+			return 0, fmt.Errorf("a ClientHello past %d bytes", maxHello)
+		}
+		if len(b)-off-recordHeader < n {
+			break // the record is not whole yet
+		}
+		body = append(body, b[off+recordHeader:off+recordHeader+n]...)
+		off += recordHeader + n
+		if len(body) >= handshakeHeader {
+			if body[0] != 1 {
+				return 0, fmt.Errorf("handshake message type %d, not a ClientHello", body[0])
+			}
+			want := handshakeHeader + (int(body[1])<<16 | int(body[2])<<8 | int(body[3]))
+			if want > maxHello {
+				return 0, fmt.Errorf("a ClientHello past %d bytes", maxHello)
+			}
+			if len(body) >= want {
+				return off, nil
+			}
+		}
+	}
+	if len(b) > maxHello+maxHello/8 {
+		return 0, fmt.Errorf("no ClientHello in %d bytes", len(b))
+	}
+	return 0, nil
+}

@@ -268,22 +268,7 @@ const recordTypeHandshake = 0x16
 // tls reads the ClientHello, checks its name, and splices.
 func (p *Proxy) tls(c *net.TCPConn, client string, in *recorder, src, dst netip.AddrPort) {
 	hello, err := readClientHello(in)
-	name := ""
-	why := ""
-	switch {
-	case err != nil:
-		why = "not a TLS ClientHello: " + err.Error()
-	case hello.ech && (p.cfg.OuterECH == nil || !p.cfg.OuterECH(src)):
-		why = "an encrypted ClientHello (ECH) hides the name"
-		name = hello.name
-	case hello.name != "" && !ValidName(hello.name):
-		why = fmt.Sprintf("TLS names %q, which is no DNS name", hello.name)
-	default:
-		name = hello.name
-		if !p.cfg.Allow(src, dst, name) {
-			why = "TLS names " + quoteName(name) + ", which the policy does not allow"
-		}
-	}
+	name, why := p.cfg.judgeHello(hello, err, src, dst)
 	if why != "" {
 		p.cfg.Denied(src, dst, name, why)
 		c.Write(tlsAccessDenied)
@@ -299,6 +284,43 @@ func (p *Proxy) tls(c *net.TCPConn, client string, in *recorder, src, dst netip.
 		return
 	}
 	splice(c, up, c)
+}
+
+// judgeHello is the verdict on a connection from src to dst whose
+// ClientHello read as hello, or failed to with err: the name it asks for
+// ("" if none, or none read), and why it is refused ("" if it is not).
+func (cfg *Config) judgeHello(hello clientHello, err error, src, dst netip.AddrPort) (name, why string) {
+	switch {
+	case err != nil:
+		return "", "not a TLS ClientHello: " + err.Error()
+	case hello.ech && (cfg.OuterECH == nil || !cfg.OuterECH(src)):
+		return hello.name, "an encrypted ClientHello (ECH) hides the name"
+	case hello.name != "" && !ValidName(hello.name):
+		return "", fmt.Sprintf("TLS names %q, which is no DNS name", hello.name)
+	case !cfg.Allow(src, dst, hello.name):
+		return hello.name, "TLS names " + quoteName(hello.name) + ", which the policy does not allow"
+	}
+	return hello.name, ""
+}
+
+// JudgeTLS judges the first bytes a connection from src to dst sent, as
+// the proxy judges a redirected one, for a check that sees the bytes
+// without ending the connection (one on netfilter's queue): more is true
+// while they hold no whole ClientHello yet (its records so far are
+// well-formed and within the proxy's bound); then name is what it asks
+// for and why says why it is refused ("" if it is not). Bytes that are no
+// TLS handshake, or a ClientHello past the bound, are refused at once.
+func (cfg *Config) JudgeTLS(first []byte, src, dst netip.AddrPort) (more bool, name, why string) {
+	n, err := helloLen(first)
+	switch {
+	case err != nil:
+		return false, "", "not a TLS ClientHello: " + err.Error()
+	case n == 0:
+		return true, "", ""
+	}
+	hello, err := readClientHello(bytes.NewReader(first[:n]))
+	name, why = cfg.judgeHello(hello, err, src, dst)
+	return false, name, why
 }
 
 // tlsAccessDenied is a TLS alert record, fatal, access_denied.
