@@ -1,0 +1,385 @@
+// Package flowgate judges TCP connections on their first bytes from the
+// packets a netfilter queue gives it (package nfqueue), so that the
+// kernel's forward path carries the rest of a connection it allows: the
+// name check of egress policies (issue 33) without a proxy in the path of
+// every byte.
+//
+// A proxy that ends the connection only ever writes to the server bytes
+// it judged. A gate in the path must make the server see the same, and
+// holds against what a hostile guest can send (docs/performance.md, "The
+// name check's cost"):
+//
+//   - The connection's SYN gives its initial sequence number: the judged
+//     bytes are the stream's first, contiguous from there. A segment past
+//     a hole is dropped (the guest sends it again); one that overlaps
+//     bytes held or judged with other bytes refuses the connection.
+//   - Judged bytes may die after the host and be sent again: until the
+//     server has acknowledged every one of them, the guest's segments
+//     stay queued and are compared; only then is the connection allowed
+//     (Allow: its later packets need no queue).
+//   - A connection whose start the gate did not see, one that sends more
+//     than MaxHeld before a verdict, or takes longer than Wait, is
+//     refused. Connections waiting are bounded per client and in all: a
+//     SYN past the bounds is dropped.
+//
+// It imports nothing of vmnetctl: the verdict on the bytes (Config.Judge)
+// and the name of a client are the caller's.
+package flowgate
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"time"
+)
+
+// Action is what becomes of a queued packet.
+type Action uint8
+
+const (
+	// Hold: no verdict yet; the packet's comes in a later Verdict.
+	Hold Action = iota
+	// Accept: let it go on; the connection's packets are still queued.
+	Accept
+	// Drop: drop it; the connection's packets are still queued.
+	Drop
+	// Allow: let it go on, and the connection is allowed: its packets
+	// need no queue from now on (the caller marks it so).
+	Allow
+	// Refuse: drop it, and the connection is refused (the caller marks
+	// it so, and resets it).
+	Refuse
+)
+
+func (a Action) String() string {
+	return [...]string{"hold", "accept", "drop", "allow", "refuse"}[a]
+}
+
+// Verdict is the action on queued packet ID.
+type Verdict struct {
+	ID     uint32
+	Action Action
+}
+
+// Refusal is a connection refused: the VM's end, the server's, the name
+// it asked for ("" if none) and why.
+type Refusal struct {
+	Src, Dst netip.AddrPort
+	Name     string
+	Why      string
+}
+
+// Config is a gate's verdict and bounds.
+type Config struct {
+	// Judge judges a connection from src to dst on its first bytes:
+	// more while they do not yet tell (egressproxy.Config.JudgeTLS), then
+	// the name they ask for and why the connection is refused ("" if it
+	// is not).
+	Judge func(first []byte, src, dst netip.AddrPort) (more bool, name, why string)
+	// Client names the VM that sends from src, for MaxPerClient; nil for
+	// the address itself.
+	Client func(src netip.Addr) string
+	// MaxConns bounds the connections the gate follows (waiting for a
+	// verdict or for the server's acknowledgement, or refused a moment
+	// ago), MaxPerClient a client's share.
+	MaxConns, MaxPerClient int
+	// MaxHeld bounds the bytes a connection may send before its verdict.
+	MaxHeld int
+	// Wait bounds how long a connection may take from its SYN to being
+	// allowed.
+	Wait time.Duration
+}
+
+// maxSegments bounds the segments a connection's bytes are held in
+// before the verdict: a ClientHello takes a few; a guest that sends it a
+// byte a segment would have it judged again for each.
+const maxSegments = 64
+
+// Gate follows the connections of one queue. It is not safe for use by
+// several goroutines at once.
+type Gate struct {
+	cfg       Config
+	conns     map[connKey]*conn
+	perClient map[string]int
+}
+
+// New returns a gate judging with cfg.
+func New(cfg Config) *Gate {
+	return &Gate{cfg: cfg, conns: map[connKey]*conn{}, perClient: map[string]int{}}
+}
+
+// connKey is a connection as the VM sends it: its end, the server's.
+type connKey struct{ vm, server netip.AddrPort }
+
+type state uint8
+
+const (
+	judging   state = iota // its bytes held until the verdict
+	verifying              // allowed bytes not yet acknowledged by the server
+	refused                // refused: what comes late is dropped
+)
+
+type conn struct {
+	state  state
+	isn    uint32 // the VM's initial sequence number
+	since  time.Time
+	client string
+	buf    []byte   // the stream's first bytes: held, then judged (compared until acknowledged)
+	held   []uint32 // the ids of the packets held, in order
+}
+
+// Conns is how many connections the gate follows.
+func (g *Gate) Conns() int { return len(g.conns) }
+
+// Packet takes queued packet id, an IPv4 or IPv6 packet, from the VM or
+// to it, at now: the verdicts it makes (on it and on packets held
+// before), and the connection it refused, if it did. A packet that is no
+// TCP segment whole in its packet is dropped.
+func (g *Gate) Packet(id uint32, pkt []byte, fromVM bool, now time.Time) ([]Verdict, *Refusal) {
+	s, ok := parse(pkt)
+	if !ok {
+		return []Verdict{{id, Drop}}, nil
+	}
+	if fromVM {
+		return g.fromVM(id, s, now)
+	}
+	return g.toVM(id, s), nil
+}
+
+func (g *Gate) fromVM(id uint32, s segment, now time.Time) ([]Verdict, *Refusal) {
+	k := connKey{s.src, s.dst}
+	c := g.conns[k]
+	switch {
+	case s.flags&flagRST != 0:
+		out := g.end(k, c, Drop)
+		return append(out, Verdict{id, Accept}), nil
+	case s.flags&flagSYN != 0 && s.flags&flagACK == 0:
+		if c != nil && c.state != refused && c.isn == s.seq {
+			break // the SYN again; its data, if any, below
+		}
+		if c != nil && c.state == refused {
+			return []Verdict{{id, Refuse}}, nil
+		}
+		out := g.end(k, c, Drop) // a new connection on the same ports
+		client := g.client(s.src.Addr())
+		if len(g.conns) >= g.cfg.MaxConns || g.perClient[client] >= g.cfg.MaxPerClient {
+			return append(out, Verdict{id, Drop}), nil
+		}
+		c = &conn{isn: s.seq, since: now, client: client}
+		g.conns[k] = c
+		g.perClient[client]++
+		if len(s.payload) == 0 {
+			return append(out, Verdict{id, Accept}), nil
+		}
+		v, r := g.data(k, c, id, s)
+		return append(out, v...), r
+	}
+	if c == nil {
+		if len(s.payload) == 0 && s.flags&flagFIN == 0 {
+			return []Verdict{{id, Accept}}, nil
+		}
+		// Bytes of a connection whose start was not seen: what came
+		// before them cannot be known.
+		return []Verdict{{id, Refuse}}, &Refusal{Src: s.src, Dst: s.dst, Why: "its start was not seen"}
+	}
+	if c.state == refused {
+		return []Verdict{{id, Refuse}}, nil
+	}
+	if len(s.payload) == 0 {
+		return []Verdict{{id, Accept}}, nil
+	}
+	return g.data(k, c, id, s)
+}
+
+// data takes a segment of the VM's with bytes.
+func (g *Gate) data(k connKey, c *conn, id uint32, s segment) ([]Verdict, *Refusal) {
+	start := s.seq
+	if s.flags&flagSYN != 0 {
+		start++ // the SYN takes a sequence number before the bytes
+	}
+	off := int64(int32(start - (c.isn + 1)))
+	if off < 0 {
+		return []Verdict{{id, Drop}}, nil // before the stream began
+	}
+	if off > int64(len(c.buf)) {
+		if c.state == verifying {
+			return []Verdict{{id, Accept}}, nil // past the judged bytes
+		}
+		return []Verdict{{id, Drop}}, nil // past a hole: sent again later
+	}
+	overlap := min(int64(len(s.payload)), int64(len(c.buf))-off)
+	if !bytes.Equal(s.payload[:overlap], c.buf[off:off+overlap]) {
+		return g.refuse(k, c, id, "", "it sent other bytes in place of those it sent before")
+	}
+	if c.state == verifying {
+		return []Verdict{{id, Accept}}, nil
+	}
+	if overlap == int64(len(s.payload)) {
+		return []Verdict{{id, Drop}}, nil // held already
+	}
+	if len(c.buf)+len(s.payload)-int(overlap) > g.cfg.MaxHeld || len(c.held) >= maxSegments {
+		return g.refuse(k, c, id, "", "it sent more than the check reads before a verdict")
+	}
+	c.buf = append(c.buf, s.payload[overlap:]...)
+	c.held = append(c.held, id)
+	more, name, why := g.cfg.Judge(c.buf, k.vm, k.server)
+	switch {
+	case more:
+		return []Verdict{{id, Hold}}, nil
+	case why != "":
+		return g.refuse(k, c, 0, name, why)
+	}
+	out := make([]Verdict, 0, len(c.held))
+	for _, h := range c.held {
+		out = append(out, Verdict{h, Accept})
+	}
+	c.held, c.state = nil, verifying
+	return out, nil
+}
+
+// toVM takes a segment of the server's: an acknowledgement of every
+// judged byte allows the connection.
+func (g *Gate) toVM(id uint32, s segment) []Verdict {
+	k := connKey{s.dst, s.src}
+	c := g.conns[k]
+	switch {
+	case c == nil:
+		return []Verdict{{id, Accept}}
+	case c.state == refused:
+		return []Verdict{{id, Refuse}}
+	case s.flags&flagRST != 0:
+		return append(g.end(k, c, Drop), Verdict{id, Accept})
+	case c.state == verifying && s.flags&flagACK != 0 && int32(s.ack-(c.isn+1)-uint32(len(c.buf))) >= 0:
+		g.end(k, c, Drop)
+		return []Verdict{{id, Allow}}
+	}
+	return []Verdict{{id, Accept}}
+}
+
+// refuse refuses connection k: its held packets dropped, packet id (0:
+// none) refused, and the connection kept as refused until it expires.
+func (g *Gate) refuse(k connKey, c *conn, id uint32, name, why string) ([]Verdict, *Refusal) {
+	out := make([]Verdict, 0, len(c.held)+1)
+	for _, h := range c.held {
+		if h != id {
+			out = append(out, Verdict{h, Drop})
+		}
+	}
+	// The packet that tipped it carries the mark (Refuse): the last held
+	// if it is held, else the one given.
+	if id == 0 && len(c.held) > 0 {
+		id = c.held[len(c.held)-1]
+		out = out[:len(out)-1]
+	}
+	if id != 0 {
+		out = append(out, Verdict{id, Refuse})
+	}
+	c.state, c.held, c.buf = refused, nil, nil
+	return out, &Refusal{Src: k.vm, Dst: k.server, Name: name, Why: why}
+}
+
+// end forgets connection k (c, if not nil), its held packets given
+// action a.
+func (g *Gate) end(k connKey, c *conn, a Action) []Verdict {
+	if c == nil {
+		return nil
+	}
+	var out []Verdict
+	for _, h := range c.held {
+		out = append(out, Verdict{h, a})
+	}
+	delete(g.conns, k)
+	if g.perClient[c.client]--; g.perClient[c.client] <= 0 {
+		delete(g.perClient, c.client)
+	}
+	return out
+}
+
+// Expire refuses the connections that took longer than Wait since their
+// SYN (their held packets refused, the last with the mark), and forgets
+// those refused longer ago than that.
+func (g *Gate) Expire(now time.Time) ([]Verdict, []Refusal) {
+	var out []Verdict
+	var refusals []Refusal
+	for k, c := range g.conns {
+		if now.Sub(c.since) < g.cfg.Wait {
+			continue
+		}
+		if c.state == refused {
+			g.end(k, c, Drop)
+			continue
+		}
+		v, r := g.refuse(k, c, 0, "", "it was not allowed within "+g.cfg.Wait.String())
+		c.since = now // a refused connection is remembered for Wait
+		out = append(out, v...)
+		refusals = append(refusals, *r)
+	}
+	return out, refusals
+}
+
+func (g *Gate) client(a netip.Addr) string {
+	if g.cfg.Client != nil {
+		if c := g.cfg.Client(a); c != "" {
+			return c
+		}
+	}
+	return a.String()
+}
+
+// TCP's flags.
+const (
+	flagFIN = 0x01
+	flagSYN = 0x02
+	flagRST = 0x04
+	flagACK = 0x10
+)
+
+// segment is what the gate reads of a TCP segment.
+type segment struct {
+	src, dst netip.AddrPort
+	seq, ack uint32
+	flags    uint8
+	payload  []byte
+}
+
+// parse reads an IPv4 or IPv6 packet that carries a whole TCP segment: no
+// fragment, no IPv6 extension header (conntrack reassembles fragments
+// before the queue), lengths within the packet.
+func parse(p []byte) (segment, bool) {
+	var s segment
+	var src, dst netip.Addr
+	var tcp []byte
+	switch {
+	case len(p) >= 20 && p[0]>>4 == 4:
+		ihl := int(p[0]&0x0f) * 4
+		total := int(binary.BigEndian.Uint16(p[2:]))
+		frag := binary.BigEndian.Uint16(p[6:])
+		if ihl < 20 || total < ihl || total > len(p) || p[9] != 6 || frag&0x3fff != 0 {
+			return s, false
+		}
+		src, dst = netip.AddrFrom4([4]byte(p[12:16])), netip.AddrFrom4([4]byte(p[16:20]))
+		tcp = p[ihl:total]
+	case len(p) >= 40 && p[0]>>4 == 6:
+		plen := int(binary.BigEndian.Uint16(p[4:]))
+		if p[6] != 6 || 40+plen > len(p) {
+			return s, false
+		}
+		src, dst = netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40]))
+		tcp = p[40 : 40+plen]
+	default:
+		return s, false
+	}
+	if len(tcp) < 20 {
+		return s, false
+	}
+	doff := int(tcp[12]>>4) * 4
+	if doff < 20 || doff > len(tcp) {
+		return s, false
+	}
+	s.src = netip.AddrPortFrom(src, binary.BigEndian.Uint16(tcp[0:]))
+	s.dst = netip.AddrPortFrom(dst, binary.BigEndian.Uint16(tcp[2:]))
+	s.seq, s.ack = binary.BigEndian.Uint32(tcp[4:]), binary.BigEndian.Uint32(tcp[8:])
+	s.flags = tcp[13]
+	s.payload = tcp[doff:]
+	return s, true
+}

@@ -1,0 +1,287 @@
+package flowgate
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	vm     = netip.MustParseAddrPort("10.0.0.2:40000")
+	server = netip.MustParseAddrPort("192.0.2.1:443")
+	vm6    = netip.MustParseAddrPort("[fd00::2]:40000")
+	srv6   = netip.MustParseAddrPort("[2001:db8::1]:443")
+	t0     = time.Unix(1_000_000, 0)
+)
+
+// judgeLine judges a connection on its first line: more until a newline,
+// then allowed if the line names "ok".
+func judgeLine(first []byte, _, _ netip.AddrPort) (bool, string, string) {
+	line, _, found := strings.Cut(string(first), "\n")
+	switch {
+	case !found:
+		return true, "", ""
+	case line == "ok":
+		return false, line, ""
+	}
+	return false, line, "not allowed"
+}
+
+func newGate() *Gate {
+	return New(Config{Judge: judgeLine, MaxConns: 8, MaxPerClient: 4, MaxHeld: 64, Wait: 30 * time.Second})
+}
+
+// tcpPacket is an IP packet (v4 or v6 by the addresses) carrying a TCP
+// segment from src to dst.
+func tcpPacket(src, dst netip.AddrPort, seq, ack uint32, flags uint8, payload string) []byte {
+	tcp := make([]byte, 20, 20+len(payload))
+	binary.BigEndian.PutUint16(tcp[0:], src.Port())
+	binary.BigEndian.PutUint16(tcp[2:], dst.Port())
+	binary.BigEndian.PutUint32(tcp[4:], seq)
+	binary.BigEndian.PutUint32(tcp[8:], ack)
+	tcp[12], tcp[13] = 5<<4, flags
+	tcp = append(tcp, payload...)
+	if src.Addr().Is4() {
+		ip := make([]byte, 20)
+		ip[0], ip[8], ip[9] = 0x45, 64, 6
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(tcp)))
+		s, d := src.Addr().As4(), dst.Addr().As4()
+		copy(ip[12:], s[:])
+		copy(ip[16:], d[:])
+		return append(ip, tcp...)
+	}
+	ip := make([]byte, 40)
+	ip[0], ip[6], ip[7] = 0x60, 6, 64
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(tcp)))
+	s, d := src.Addr().As16(), dst.Addr().As16()
+	copy(ip[8:], s[:])
+	copy(ip[24:], d[:])
+	return append(ip, tcp...)
+}
+
+// run feeds a gate packets and records what it answers.
+type run struct {
+	t        *testing.T
+	g        *Gate
+	id       uint32
+	now      time.Time
+	refusals []Refusal
+}
+
+func (r *run) send(fromVM bool, pkt []byte) []Verdict {
+	r.t.Helper()
+	r.id++
+	v, ref := r.g.Packet(r.id, pkt, fromVM, r.now)
+	if ref != nil {
+		r.refusals = append(r.refusals, *ref)
+	}
+	return v
+}
+
+// want checks verdicts against "ID:action" words.
+func (r *run) want(what string, got []Verdict, want ...string) {
+	r.t.Helper()
+	var g []string
+	for _, v := range got {
+		g = append(g, fmt.Sprintf("%d:%s", v.ID, v.Action))
+	}
+	if !slices.Equal(g, want) {
+		r.t.Errorf("%s: verdicts %q, want %q", what, g, want)
+	}
+}
+
+const isn = 1000
+
+// TestAllowed: the bytes are held until they tell, then let go in order;
+// the connection is allowed once the server acknowledges every judged
+// byte, not before. IPv4 and IPv6 alike.
+func TestAllowed(t *testing.T) {
+	for _, ends := range [][2]netip.AddrPort{{vm, server}, {vm6, srv6}} {
+		c, s := ends[0], ends[1]
+		r := &run{t: t, g: newGate(), now: t0}
+		r.want("SYN", r.send(true, tcpPacket(c, s, isn, 0, flagSYN, "")), "1:accept")
+		r.want("SYN-ACK", r.send(false, tcpPacket(s, c, 5000, isn+1, flagSYN|flagACK, "")), "2:accept")
+		r.want("ACK", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "")), "3:accept")
+		r.want("first part", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "o")), "4:hold")
+		r.want("the same again", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "o")), "5:drop")
+		r.want("the rest", r.send(true, tcpPacket(c, s, isn+2, 5001, flagACK, "k\nmore")), "4:accept", "6:accept")
+		r.want("a partial ACK", r.send(false, tcpPacket(s, c, 5001, isn+3, flagACK, "")), "7:accept")
+		r.want("past the judged bytes", r.send(true, tcpPacket(c, s, isn+1+7, 5001, flagACK, "data")), "8:accept")
+		r.want("the judged bytes again, the same", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "ok\nmore")), "9:accept")
+		r.want("the ACK of every judged byte", r.send(false, tcpPacket(s, c, 5001, isn+1+7, flagACK, "")), "10:allow")
+		if r.g.Conns() != 0 || len(r.refusals) != 0 {
+			t.Errorf("%v: %d connections followed, refusals %v", c, r.g.Conns(), r.refusals)
+		}
+	}
+}
+
+// TestRefused: a name the judge refuses drops the held bytes and refuses
+// the connection, once; what comes late is refused without another
+// refusal.
+func TestRefused(t *testing.T) {
+	r := &run{t: t, g: newGate(), now: t0}
+	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+	r.want("first part", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "bad.")), "2:hold")
+	r.want("the rest", r.send(true, tcpPacket(vm, server, isn+5, 1, flagACK, "test\n")), "2:drop", "3:refuse")
+	r.want("late", r.send(true, tcpPacket(vm, server, isn+10, 1, flagACK, "x")), "4:refuse")
+	r.want("the server's", r.send(false, tcpPacket(server, vm, 1, isn+10, flagACK, "")), "5:refuse")
+	if len(r.refusals) != 1 || r.refusals[0].Name != "bad.test" || r.refusals[0].Why != "not allowed" || r.refusals[0].Src != vm || r.refusals[0].Dst != server {
+		t.Errorf("refusals %+v", r.refusals)
+	}
+}
+
+// TestEvasions: what a hostile guest sends to have bytes judged that the
+// server does not take as the stream's.
+func TestEvasions(t *testing.T) {
+	t.Run("allowed bytes past the beginning", func(t *testing.T) {
+		// "ok\n" at a later sequence number is not the stream's start:
+		// dropped, and the real start is judged.
+		r := &run{t: t, g: newGate(), now: t0}
+		r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+		r.want("past a hole", r.send(true, tcpPacket(vm, server, isn+1+20, 1, flagACK, "ok\n")), "2:drop")
+		r.want("the start", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "evil\n")), "3:refuse")
+	})
+	t.Run("judged bytes sent again with others", func(t *testing.T) {
+		// Allowed, then the same sequence numbers with another name
+		// before the server acknowledged them (the first copy made to die
+		// after the host).
+		r := &run{t: t, g: newGate(), now: t0}
+		r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+		r.want("allowed", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "2:accept")
+		r.want("rewritten", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "3:refuse")
+		r.want("the server's ACK after", r.send(false, tcpPacket(server, vm, 1, isn+4, flagACK, "")), "4:refuse")
+		if len(r.refusals) != 1 {
+			t.Errorf("refusals %+v", r.refusals)
+		}
+	})
+	t.Run("held bytes rewritten", func(t *testing.T) {
+		r := &run{t: t, g: newGate(), now: t0}
+		r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+		r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "2:hold")
+		r.want("overlapping, other bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "2:drop", "3:refuse")
+	})
+	t.Run("no SYN seen", func(t *testing.T) {
+		r := &run{t: t, g: newGate(), now: t0}
+		r.want("bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "1:refuse")
+		if len(r.refusals) != 1 || !strings.Contains(r.refusals[0].Why, "start was not seen") {
+			t.Errorf("refusals %+v", r.refusals)
+		}
+	})
+	t.Run("bytes in the SYN", func(t *testing.T) {
+		// TCP Fast Open: the SYN's bytes are the stream's first.
+		r := &run{t: t, g: newGate(), now: t0}
+		r.want("SYN with bytes", r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, "no\n")), "1:refuse")
+		r2 := &run{t: t, g: newGate(), now: t0}
+		r2.want("SYN with bytes", r2.send(true, tcpPacket(vm, server, isn, 0, flagSYN, "o")), "1:hold")
+		r2.want("the rest", r2.send(true, tcpPacket(vm, server, isn+2, 1, flagACK, "k\n")), "1:accept", "2:accept")
+	})
+	t.Run("before the stream", func(t *testing.T) {
+		r := &run{t: t, g: newGate(), now: t0}
+		r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+		r.want("at the SYN's number", r.send(true, tcpPacket(vm, server, isn, 1, flagACK, "xok\n")), "2:drop")
+	})
+	t.Run("not a whole segment", func(t *testing.T) {
+		r := &run{t: t, g: newGate(), now: t0}
+		frag := tcpPacket(vm, server, isn, 0, flagSYN, "")
+		frag[6] = 0x20 // more fragments
+		r.want("a fragment", r.send(true, frag), "1:drop")
+		short := tcpPacket(vm, server, isn, 0, flagSYN, "")
+		r.want("cut short", r.send(true, short[:30]), "2:drop")
+	})
+}
+
+// TestBounds: connections per client and in all, bytes and segments held
+// before a verdict, and the wait, are bounded; what is past them fails
+// closed.
+func TestBounds(t *testing.T) {
+	r := &run{t: t, g: newGate(), now: t0}
+	for i := range 5 {
+		c := netip.AddrPortFrom(vm.Addr(), uint16(50000+i))
+		want := "accept"
+		if i == 4 {
+			want = "drop" // past MaxPerClient
+		}
+		r.want("SYN", r.send(true, tcpPacket(c, server, isn, 0, flagSYN, "")), fmt.Sprintf("%d:%s", i+1, want))
+	}
+	other := netip.MustParseAddr("10.0.0.3")
+	for i := range 5 {
+		r.send(true, tcpPacket(netip.AddrPortFrom(other, uint16(50000+i)), server, isn, 0, flagSYN, ""))
+	}
+	if r.g.Conns() != 8 {
+		t.Errorf("%d connections followed, want MaxConns, 8", r.g.Conns())
+	}
+
+	r = &run{t: t, g: newGate(), now: t0}
+	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+	r.want("60 bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, strings.Repeat("a", 60))), "2:hold")
+	r.want("past MaxHeld", r.send(true, tcpPacket(vm, server, isn+61, 1, flagACK, strings.Repeat("a", 10))), "2:drop", "3:refuse")
+
+	r = &run{t: t, g: New(Config{Judge: judgeLine, MaxConns: 8, MaxPerClient: 4, MaxHeld: 1 << 20, Wait: time.Minute}), now: t0}
+	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+	var last []Verdict
+	for i := range maxSegments + 1 {
+		last = r.send(true, tcpPacket(vm, server, uint32(isn+1+i), 1, flagACK, "a"))
+	}
+	if a := last[len(last)-1].Action; a != Refuse || len(r.refusals) != 1 {
+		t.Errorf("a byte a segment, %d segments: last action %v, refusals %v", maxSegments+1, a, r.refusals)
+	}
+
+	r = &run{t: t, g: newGate(), now: t0}
+	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+	r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o"))
+	if v, refs := r.g.Expire(t0.Add(29 * time.Second)); len(v) != 0 || len(refs) != 0 {
+		t.Errorf("expired early: %v %v", v, refs)
+	}
+	v, refs := r.g.Expire(t0.Add(30 * time.Second))
+	r.want("expired", v, "2:refuse")
+	if len(refs) != 1 || !strings.Contains(refs[0].Why, "within 30s") {
+		t.Errorf("refusals %+v", refs)
+	}
+	r.g.Expire(t0.Add(61 * time.Second))
+	if r.g.Conns() != 0 || len(r.g.perClient) != 0 {
+		t.Errorf("after the refused one's wait: %d connections, per client %v", r.g.Conns(), r.g.perClient)
+	}
+}
+
+// TestEnds: a reset from either side forgets the connection, its held
+// bytes dropped; a new SYN on the same ports starts another.
+func TestEnds(t *testing.T) {
+	r := &run{t: t, g: newGate(), now: t0}
+	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+	r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o"))
+	r.want("the server's RST", r.send(false, tcpPacket(server, vm, 1, isn+1, flagRST|flagACK, "")), "2:drop", "3:accept")
+	r.want("a new SYN", r.send(true, tcpPacket(vm, server, 7000, 0, flagSYN, "")), "4:accept")
+	r.want("its bytes", r.send(true, tcpPacket(vm, server, 7001, 1, flagACK, "ok\n")), "5:accept")
+	r.want("another SYN, another ISN", r.send(true, tcpPacket(vm, server, 9000, 0, flagSYN, "")), "6:accept")
+	r.want("the VM's RST", r.send(true, tcpPacket(vm, server, 9001, 0, flagRST, "")), "7:accept")
+	if r.g.Conns() != 0 {
+		t.Errorf("%d connections followed", r.g.Conns())
+	}
+}
+
+// FuzzGate: any packets, either way, get a verdict each, never a panic,
+// and the gate follows no more connections than its bound.
+func FuzzGate(f *testing.F) {
+	f.Add(tcpPacket(vm, server, isn, 0, flagSYN, ""), tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n"), true)
+	f.Add(tcpPacket(vm6, srv6, isn, 0, flagSYN, "o"), tcpPacket(srv6, vm6, 1, isn+2, flagACK, ""), false)
+	f.Fuzz(func(t *testing.T, a, b []byte, bFromVM bool) {
+		g := newGate()
+		for i, p := range [][]byte{a, b, a, b} {
+			id := uint32(i + 1)
+			v, _ := g.Packet(id, p, i%2 == 0 || bFromVM, t0)
+			for _, x := range v {
+				if x.ID == 0 || x.ID > id {
+					t.Fatalf("verdict on packet %d, given %d", x.ID, id)
+				}
+			}
+		}
+		g.Expire(t0.Add(time.Hour))
+		if g.Conns() > 8 {
+			t.Fatalf("%d connections", g.Conns())
+		}
+	})
+}
