@@ -68,7 +68,11 @@ func (readOnly) SetWriteDeadline(time.Time) error { return nil }
 // handshake message, or one past maxHello.
 func helloLen(b []byte) (int, error) {
 	const recordHeader, handshakeHeader = 5, 4
-	var body []byte // the handshake bytes of the records so far
+	// The handshake bytes of the records so far: how many, and the
+	// message's header among them (read in place: a check that sees a
+	// hello a byte a segment asks this again for each).
+	bodyLen := 0
+	var hdr [handshakeHeader]byte
 	for off := 0; off < len(b); {
 		if len(b)-off < recordHeader {
 			break
@@ -80,23 +84,26 @@ func helloLen(b []byte) (int, error) {
 		if n == 0 {
 			return 0, errors.New("an empty handshake record")
 		}
-		if len(body)+n > maxHello {
+		if bodyLen+n > maxHello {
 			return 0, fmt.Errorf("a ClientHello past %d bytes", maxHello)
 		}
 		if len(b)-off-recordHeader < n {
 			break // the record is not whole yet
 		}
-		body = append(body, b[off+recordHeader:off+recordHeader+n]...)
+		for i := bodyLen; i < handshakeHeader && i-bodyLen < n; i++ {
+			hdr[i] = b[off+recordHeader+i-bodyLen]
+		}
+		bodyLen += n
 		off += recordHeader + n
-		if len(body) >= handshakeHeader {
-			if body[0] != 1 {
-				return 0, fmt.Errorf("handshake message type %d, not a ClientHello", body[0])
+		if bodyLen >= handshakeHeader {
+			if hdr[0] != 1 {
+				return 0, fmt.Errorf("handshake message type %d, not a ClientHello", hdr[0])
 			}
-			want := handshakeHeader + (int(body[1])<<16 | int(body[2])<<8 | int(body[3]))
+			want := handshakeHeader + (int(hdr[1])<<16 | int(hdr[2])<<8 | int(hdr[3]))
 			if want > maxHello {
 				return 0, fmt.Errorf("a ClientHello past %d bytes", maxHello)
 			}
-			if len(body) >= want {
+			if bodyLen >= want {
 				return off, nil
 			}
 		}

@@ -91,9 +91,10 @@ type Config struct {
 }
 
 // maxSegments bounds the segments a connection's bytes are held in
-// before the verdict: a ClientHello takes a few; a guest that sends it a
-// byte a segment would have it judged again for each.
-const maxSegments = 64
+// before the verdict: a ClientHello takes a few, or, sent a byte a
+// segment (as a client that writes it byte by byte without Nagle does),
+// a couple of thousand; each is judged again with the bytes before it.
+const maxSegments = 4096
 
 // Gate follows the connections of one queue. It is not safe for use by
 // several goroutines at once.
