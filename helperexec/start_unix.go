@@ -94,6 +94,9 @@ const tailLines = 20
 // matters: call Stop.
 func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, error) {
 	if cmd.Stdout != nil || cmd.Stderr != nil {
+		if opts.AfterExit != nil {
+			opts.AfterExit()
+		}
 		return nil, errors.New("helperexec.Start reads the helper's stdout and stderr: leave them unset")
 	}
 	if opts.StallTimeout <= 0 {

@@ -6,8 +6,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
-	"github.com/mdlayher/netlink"
+	mdnetlink "github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,12 +29,21 @@ import (
 type HeldPort struct {
 	fd    int
 	index uint32
+	netns uint64 // the namespace the TAP is in (its inode): an index is the namespace's
 	once  sync.Once
 }
 
 // closeSlots bounds the closes under way (each holds a thread while the
-// kernel waits); releases beyond them wait for a slot.
+// kernel waits); a release that finds none free within slotWait closes
+// all the same (a close the kernel never ends must not hold every later
+// detach).
 var closeSlots = make(chan struct{}, 16)
+
+const slotWait = 100 * time.Millisecond
+
+// lingerWait bounds Release's wait for a link that another copy of its
+// descriptor keeps after the held one is closed.
+const lingerWait = 10 * time.Second
 
 // heldPorts counts the held ports, which Hold keeps to a quarter of the
 // descriptors this process may open.
@@ -65,14 +76,30 @@ func (p *Port) Hold() *HeldPort {
 		heldPorts.Add(-1)
 		return nil
 	}
-	return &HeldPort{fd: fd, index: p.Index}
+	return &HeldPort{fd: fd, index: p.Index, netns: threadNetNS()}
+}
+
+// threadNetNS is the inode of the calling thread's network namespace, 0
+// if it cannot be read. (Go moves a goroutine between threads; the
+// controller's threads are all in its namespace but for a moment inside
+// ns.Do, which locks its thread.)
+func threadNetNS() uint64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return 0
+	}
+	return st.Ino
 }
 
 // Release closes the held copy, once its helper has exited: the TAP, of
 // which it is then the last descriptor, goes. It returns when the link is
-// out of the kernel's list of links (or the close has returned): a TAP of
-// the same name can be made then. The rest of the close goes on after it
-// returns. Calls after the first do nothing; nil does nothing.
+// out of the kernel's list of links: a TAP of the same name can be made
+// then. The rest of the close goes on after it returns. The copy may not
+// be the last a moment longer: a child this process forks holds copies of
+// its descriptors until its exec closes them; the link goes then, which
+// Release waits for. Calls after the first do nothing; nil does nothing.
 func (h *HeldPort) Release() {
 	if h == nil {
 		return
@@ -80,103 +107,150 @@ func (h *HeldPort) Release() {
 	h.once.Do(func() {
 		// Listening before the close: the deletion's message cannot
 		// come before.
-		gone, watching := deletions.watch(h.index)
+		w := deletions.watch(h.netns, h.index)
 		closed := make(chan struct{})
 		go func() {
-			closeSlots <- struct{}{}
+			t := time.NewTimer(slotWait)
+			select {
+			case closeSlots <- struct{}{}:
+				defer func() { <-closeSlots }()
+			case <-t.C:
+			}
+			t.Stop()
 			unix.Close(h.fd)
-			<-closeSlots
 			heldPorts.Add(-1)
 			close(closed)
 		}()
+		if w == nil {
+			<-closed
+			return
+		}
+		defer deletions.unwatch(w)
 		select {
-		case <-gone:
+		case <-w.gone:
+			return
+		case <-w.lost:
 		case <-closed:
 		}
-		if watching {
-			deletions.unwatch(h.index, gone)
+		// The close returned, or the socket lost messages: the link is
+		// gone, or another copy (a child's, until its exec) keeps it a
+		// moment longer. One that keeps it longer than lingerWait is
+		// not waited for: the next TAP of the name meets it
+		// (tapClash), as it would have met the helper's.
+		deadline := time.Now().Add(lingerWait)
+		for look := time.Millisecond; linkListed(h.index) && time.Now().Before(deadline); look = min(2*look, 50*time.Millisecond) {
+			select {
+			case <-w.gone:
+				return
+			case <-time.After(look):
+			}
 		}
 	})
 }
 
+// linkListed reports whether a link of index is in the calling thread's
+// namespace (the releases run in the controller's).
+func linkListed(index uint32) bool {
+	_, err := netlink.LinkByIndex(int(index))
+	return err == nil
+}
+
 // deletions tells the releases when their links leave the list: one
-// netlink socket of the process, in the group of link changes, whose
-// reader wakes the release waiting for each deleted index (one socket a
-// release cost a `down` of 1,000 VMs half as much again: every socket
-// takes every deletion's message).
+// netlink socket a namespace, in the group of link changes, whose reader
+// wakes the release waiting for each deleted index (one socket a release
+// cost a `down` of 1,000 VMs half as much again: every socket takes
+// every deletion's message).
 var deletions linkDeletions
 
 type linkDeletions struct {
-	mu      sync.Mutex
-	conn    *netlink.Conn
-	netns   uint64                     // the namespace conn listens in
-	waiters map[uint32][]chan struct{} // by interface index
+	mu sync.Mutex
+	ns map[uint64]*nsDeletions // by the namespace's inode
 }
 
-// watch returns a channel closed when the link of index leaves the list,
-// and true; or, when it cannot tell (no socket, or this thread is in
-// another namespace than the socket), a channel never closed, and false.
-func (d *linkDeletions) watch(index uint32) (chan struct{}, bool) {
-	ch := make(chan struct{})
+// nsDeletions is the socket of one namespace and who waits on it.
+type nsDeletions struct {
+	conn    *mdnetlink.Conn
+	lost    chan struct{}               // closed when the reader stopped
+	waiters map[uint32][]*deletionWatch // by interface index
+}
+
+// deletionWatch is one release's wait: gone is closed when the link
+// leaves the list; lost when no message can tell any more.
+type deletionWatch struct {
+	index      uint32
+	gone, lost chan struct{}
+	d          *nsDeletions
+}
+
+// watch starts a wait for the deletion of link index of namespace netns:
+// nil when it cannot be told from here (no socket, or this thread is not
+// in that namespace).
+func (d *linkDeletions) watch(netns uint64, index uint32) *deletionWatch {
 	runtime.LockOSThread() // the namespace read is the socket's
 	defer runtime.UnlockOSThread()
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return ch, false
+	if netns == 0 || threadNetNS() != netns {
+		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.conn == nil {
-		c, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{Groups: unix.RTMGRP_LINK})
+	n := d.ns[netns]
+	if n == nil {
+		c, err := mdnetlink.Dial(unix.NETLINK_ROUTE, &mdnetlink.Config{Groups: unix.RTMGRP_LINK})
 		if err != nil {
-			return ch, false
+			return nil
 		}
-		d.conn, d.netns, d.waiters = c, st.Ino, map[uint32][]chan struct{}{}
-		go d.read(c)
+		n = &nsDeletions{conn: c, lost: make(chan struct{}), waiters: map[uint32][]*deletionWatch{}}
+		if d.ns == nil {
+			d.ns = map[uint64]*nsDeletions{}
+		}
+		d.ns[netns] = n
+		go d.read(netns, n)
 	}
-	if d.netns != st.Ino {
-		return ch, false
-	}
-	d.waiters[index] = append(d.waiters[index], ch)
-	return ch, true
+	w := &deletionWatch{index: index, gone: make(chan struct{}), lost: n.lost, d: n}
+	n.waiters[index] = append(n.waiters[index], w)
+	return w
 }
 
-// unwatch forgets ch, a channel of watch(index).
-func (d *linkDeletions) unwatch(index uint32, ch chan struct{}) {
+// unwatch ends w.
+func (d *linkDeletions) unwatch(w *deletionWatch) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	w := slices.DeleteFunc(d.waiters[index], func(c chan struct{}) bool { return c == ch })
-	if len(w) == 0 {
-		delete(d.waiters, index)
+	ws := slices.DeleteFunc(w.d.waiters[w.index], func(x *deletionWatch) bool { return x == w })
+	if len(ws) == 0 {
+		delete(w.d.waiters, w.index)
 	} else {
-		d.waiters[index] = w
+		w.d.waiters[w.index] = ws
 	}
 }
 
 // read wakes the waiters of each deleted link. On an error (messages
-// lost when the socket overflowed) it closes the socket: the waiters then
-// learn from their closes, and the next watch opens another.
-func (d *linkDeletions) read(c *netlink.Conn) {
+// lost when the socket overflowed) it closes the socket and tells its
+// waiters (lost), who look for their links themselves; the next watch
+// opens another socket.
+func (d *linkDeletions) read(netns uint64, n *nsDeletions) {
 	for {
-		msgs, err := c.Receive()
+		msgs, err := n.conn.Receive()
 		d.mu.Lock()
 		if err != nil {
-			c.Close()
-			if d.conn == c {
-				d.conn, d.waiters = nil, nil
+			n.conn.Close()
+			close(n.lost)
+			if d.ns[netns] == n {
+				delete(d.ns, netns)
 			}
 			d.mu.Unlock()
 			return
 		}
 		for _, m := range msgs {
-			if m.Header.Type != unix.RTM_DELLINK {
+			// A link's own deletion (AF_UNSPEC): a bridge port's leaving
+			// the bridge comes as AF_BRIDGE with the port's index.
+			if m.Header.Type != unix.RTM_DELLINK || len(m.Data) == 0 || m.Data[0] != unix.AF_UNSPEC {
 				continue
 			}
 			i := linkIndex(m.Data)
-			for _, ch := range d.waiters[i] {
-				close(ch)
+			for _, w := range n.waiters[i] {
+				close(w.gone)
 			}
-			delete(d.waiters, i)
+			delete(n.waiters, i)
 		}
 		d.mu.Unlock()
 	}

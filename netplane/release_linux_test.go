@@ -1,6 +1,7 @@
 package netplane
 
 import (
+	"os/exec"
 	"testing"
 	"time"
 
@@ -18,8 +19,24 @@ func TestHeldPortRelease(t *testing.T) {
 	testutil.RequireRoot(t, "makes TAPs in a network namespace")
 	ns := testutil.NewNS(t, "held")
 	const name = "vmt-held"
+	// Children forked meanwhile hold copies of the held descriptor until
+	// their exec: Release still returns only once the link is gone.
+	stop := make(chan struct{})
+	forks := make(chan struct{})
+	go func() {
+		defer close(forks)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				exec.Command("true").Run()
+			}
+		}
+	}()
+	defer func() { close(stop); <-forks }()
 	ns.MustDo(t, func() error {
-		for round := range 3 {
+		for round := range 100 {
 			fd, err := createTap(PortConfig{Name: name, UID: -1, GID: -1})
 			if err != nil {
 				t.Errorf("round %d: %v", round, err)
