@@ -95,42 +95,14 @@ func TestNameGatePath(t *testing.T) {
 	g := flowgate.New(flowgate.Config{Judge: judge.JudgeTLS, MaxConns: 1024, MaxPerClient: 256, MaxHeld: 32 << 10, Wait: 30 * time.Second})
 	var refusals []flowgate.Refusal
 	var mu sync.Mutex
-	go func() {
-		vm := netip.MustParseAddr(gateVMAddr)
-		for {
-			ps, err := q.Receive()
-			if err != nil {
-				return
-			}
-			for _, p := range ps {
-				fromVM := len(p.Payload) >= 20 && netip.AddrFrom4([4]byte(p.Payload[12:16])) == vm
-				mu.Lock()
-				vs, r := g.Packet(p.ID, p.Payload, fromVM, time.Now())
-				if r != nil {
-					refusals = append(refusals, *r)
-				}
-				mu.Unlock()
-				for _, v := range vs {
-					var err error
-					switch v.Action {
-					case flowgate.Accept:
-						err = q.SetVerdict(v.ID, nfqueue.Accept, nil)
-					case flowgate.Drop:
-						err = q.SetVerdict(v.ID, nfqueue.Drop, nil)
-					case flowgate.Allow:
-						m := uint32(markAllow)
-						err = q.SetVerdict(v.ID, nfqueue.Repeat, &m)
-					case flowgate.Refuse:
-						m := uint32(markRefuse)
-						err = q.SetVerdict(v.ID, nfqueue.Repeat, &m)
-					}
-					if err != nil {
-						t.Errorf("verdict: %v", err)
-					}
-				}
-			}
-		}
-	}()
+	vm := netip.MustParseAddr(gateVMAddr)
+	go flowgate.Serve(g, gateQueueOf{q}, func(p []byte) bool {
+		return len(p) >= 20 && netip.AddrFrom4([4]byte(p[12:16])) == vm
+	}, func(r flowgate.Refusal) {
+		mu.Lock()
+		refusals = append(refusals, r)
+		mu.Unlock()
+	})
 
 	// wait, if not zero, bounds a handshake that must not complete (a
 	// refused connection's packets are dropped: the product resets it).
@@ -209,6 +181,33 @@ func TestNameGatePath(t *testing.T) {
 			t.Logf("round %d, %c: through the gate %.2f Gbit/s, the kernel's path alone %.2f: %.3f", round, what, gated, plain, gated/plain)
 		}
 	}
+}
+
+// gateQueueOf gives the gate a netfilter queue: Allow and Refuse are the
+// packet sent through its hook again with the allow or the refuse mark.
+type gateQueueOf struct{ q *nfqueue.Queue }
+
+func (g gateQueueOf) Receive() ([]flowgate.Queued, error) {
+	ps, err := g.q.Receive()
+	out := make([]flowgate.Queued, len(ps))
+	for i, p := range ps {
+		out[i] = flowgate.Queued{ID: p.ID, Packet: p.Payload}
+	}
+	return out, err
+}
+
+func (g gateQueueOf) Verdict(id uint32, a flowgate.Action) error {
+	switch a {
+	case flowgate.Accept:
+		return g.q.SetVerdict(id, nfqueue.Accept, nil)
+	case flowgate.Allow:
+		m := uint32(markAllow)
+		return g.q.SetVerdict(id, nfqueue.Repeat, &m)
+	case flowgate.Refuse:
+		m := uint32(markRefuse)
+		return g.q.SetVerdict(id, nfqueue.Repeat, &m)
+	}
+	return g.q.SetVerdict(id, nfqueue.Drop, nil)
 }
 
 // transfer asks the server for a download ('d') or an upload ('u') of n

@@ -29,7 +29,9 @@ package flowgate
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -383,4 +385,78 @@ func parse(p []byte) (segment, bool) {
 	s.flags = tcp[13]
 	s.payload = tcp[doff:]
 	return s, true
+}
+
+// Queued is a packet a queue gave the gate: its id for the verdict, and
+// the packet from its network header on.
+type Queued struct {
+	ID     uint32
+	Packet []byte
+}
+
+// Queue is where a gate's packets come from and its verdicts go (a
+// netfilter queue, package nfqueue, with the caller's marks for Allow
+// and Refuse).
+type Queue interface {
+	// Receive waits for the next packets; an error ends Serve.
+	Receive() ([]Queued, error)
+	// Verdict gives packet id action a (not Hold).
+	Verdict(id uint32, a Action) error
+}
+
+// Serve runs g over q until q's Receive fails (the queue closed): each
+// packet judged (fromVM tells its direction), each verdict given, each
+// refusal told to refused, and the connections past Wait expired every
+// second. It returns the error that ended it, and the first a verdict
+// met, joined.
+func Serve(g *Gate, q Queue, fromVM func(pkt []byte) bool, refused func(Refusal)) error {
+	var mu sync.Mutex
+	var verdictErr error
+	give := func(vs []Verdict) {
+		for _, v := range vs {
+			if v.Action == Hold {
+				continue
+			}
+			if err := q.Verdict(v.ID, v.Action); err != nil && verdictErr == nil {
+				verdictErr = err
+			}
+		}
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				mu.Lock()
+				vs, rs := g.Expire(now)
+				give(vs)
+				mu.Unlock()
+				for _, r := range rs {
+					refused(r)
+				}
+			}
+		}
+	}()
+	for {
+		ps, err := q.Receive()
+		if err != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			return errors.Join(err, verdictErr)
+		}
+		for _, p := range ps {
+			mu.Lock()
+			vs, r := g.Packet(p.ID, p.Packet, fromVM(p.Packet), time.Now())
+			give(vs)
+			mu.Unlock()
+			if r != nil {
+				refused(*r)
+			}
+		}
+	}
 }

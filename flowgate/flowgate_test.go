@@ -2,7 +2,9 @@ package flowgate
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"strings"
@@ -284,4 +286,47 @@ func FuzzGate(f *testing.F) {
 			t.Fatalf("%d connections", g.Conns())
 		}
 	})
+}
+
+// memQueue is a queue of packets given in advance; Receive fails once
+// they are all read.
+type memQueue struct {
+	batches  [][]Queued
+	verdicts []string
+}
+
+func (q *memQueue) Receive() ([]Queued, error) {
+	if len(q.batches) == 0 {
+		return nil, io.EOF
+	}
+	b := q.batches[0]
+	q.batches = q.batches[1:]
+	return b, nil
+}
+
+func (q *memQueue) Verdict(id uint32, a Action) error {
+	q.verdicts = append(q.verdicts, fmt.Sprintf("%d:%s", id, a))
+	return nil
+}
+
+// TestServe: Serve gives every verdict but Hold, tells each refusal, and
+// ends with the queue's error. (bench's TestNameGatePath runs it over a
+// real netfilter queue.)
+func TestServe(t *testing.T) {
+	q := &memQueue{batches: [][]Queued{
+		{{1, tcpPacket(vm, server, isn, 0, flagSYN, "")}, {2, tcpPacket(vm, server, isn+1, 1, flagACK, "o")}},
+		{{3, tcpPacket(vm, server, isn+2, 1, flagACK, "k\n")}},
+		{{4, tcpPacket(vm6, srv6, isn, 0, flagSYN, "no\n")}},
+	}}
+	var refused []string
+	err := Serve(newGate(), q, func(p []byte) bool { return true }, func(r Refusal) { refused = append(refused, r.Name) })
+	if !errors.Is(err, io.EOF) {
+		t.Errorf("Serve ended with %v, want the queue's io.EOF", err)
+	}
+	if want := []string{"1:accept", "2:accept", "3:accept", "4:refuse"}; !slices.Equal(q.verdicts, want) {
+		t.Errorf("verdicts %q, want %q", q.verdicts, want)
+	}
+	if !slices.Equal(refused, []string{"no"}) {
+		t.Errorf("refused %q", refused)
+	}
 }
