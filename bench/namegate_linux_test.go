@@ -239,27 +239,20 @@ func (zeros) Read(b []byte) (int, error) {
 
 // serveGate serves transfer's requests.
 func serveGate(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
+	testutil.ServeConns(ln, func(c net.Conn) {
+		hdr := make([]byte, 9)
+		if _, err := io.ReadFull(c, hdr); err != nil {
 			return
 		}
-		go func() {
-			defer c.Close()
-			hdr := make([]byte, 9)
-			if _, err := io.ReadFull(c, hdr); err != nil {
-				return
-			}
-			n := int64(binary.BigEndian.Uint64(hdr[1:]))
-			if hdr[0] == 'd' {
-				io.CopyN(c, zeros{}, n)
-				return
-			}
-			if _, err := io.CopyN(io.Discard, c, n); err == nil {
-				c.Write([]byte{1})
-			}
-		}()
-	}
+		n := int64(binary.BigEndian.Uint64(hdr[1:]))
+		if hdr[0] == 'd' {
+			io.CopyN(c, zeros{}, n)
+			return
+		}
+		if _, err := io.CopyN(io.Discard, c, n); err == nil {
+			c.Write([]byte{1})
+		}
+	})
 }
 
 // gateRules makes the router's table, with the gate's rules or (on

@@ -83,26 +83,17 @@ func tlsUpstream(t *testing.T, l *lab) net.Listener {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				tc := c.(*tls.Conn)
-				if tc.Handshake() != nil {
-					return
-				}
-				name := tc.ConnectionState().ServerName
-				l.mu.Lock()
-				l.upNames = append(l.upNames, name)
-				l.mu.Unlock()
-				fmt.Fprintf(c, "hello %s\n", name)
-			}()
+	go testutil.ServeConns(ln, func(c net.Conn) {
+		tc := c.(*tls.Conn)
+		if tc.Handshake() != nil {
+			return
 		}
-	}()
+		name := tc.ConnectionState().ServerName
+		l.mu.Lock()
+		l.upNames = append(l.upNames, name)
+		l.mu.Unlock()
+		fmt.Fprintf(c, "hello %s\n", name)
+	})
 	return ln
 }
 

@@ -58,24 +58,15 @@ func serveCDN(t *testing.T, ns *testutil.NS, ip string) *cdn {
 		network, udp, ip = "tcp6", "udp6", "["+ip+"]"
 	}
 	tl := tls.NewListener(ns.Listen(t, network, ip+":443"), testutil.TLSAnyName(t))
-	go func() {
-		for {
-			conn, err := tl.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				tc := conn.(*tls.Conn)
-				if tc.Handshake() != nil {
-					return
-				}
-				name := tc.ConnectionState().ServerName
-				c.add("tls " + name)
-				fmt.Fprintf(tc, "hello %s\n", name)
-			}()
+	go testutil.ServeConns(tl, func(conn net.Conn) {
+		tc := conn.(*tls.Conn)
+		if tc.Handshake() != nil {
+			return
 		}
-	}()
+		name := tc.ConnectionState().ServerName
+		c.add("tls " + name)
+		fmt.Fprintf(tc, "hello %s\n", name)
+	})
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.add("http " + r.Host)
 		fmt.Fprintf(w, "host %s", r.Host)

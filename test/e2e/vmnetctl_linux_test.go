@@ -171,24 +171,15 @@ func serveEcho(t *testing.T, ns *testutil.NS, addr string) *echoServer {
 	t.Helper()
 	ln := ns.Listen(t, "tcp4", addr)
 	s := &echoServer{}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				s.mu.Lock()
-				s.peers = append(s.peers, c.RemoteAddr().(*net.TCPAddr).IP.String())
-				s.data = append(s.data, strings.TrimSpace(line))
-				s.mu.Unlock()
-				c.Write([]byte(line))
-			}()
-		}
-	}()
+	go testutil.ServeConns(ln, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		s.mu.Lock()
+		s.peers = append(s.peers, c.RemoteAddr().(*net.TCPAddr).IP.String())
+		s.data = append(s.data, strings.TrimSpace(line))
+		s.mu.Unlock()
+		c.Write([]byte(line))
+	})
 	return s
 }
 
