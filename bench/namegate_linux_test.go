@@ -95,10 +95,15 @@ func TestNameGatePath(t *testing.T) {
 	g := flowgate.New(flowgate.Config{Judge: judge.JudgeTLS, MaxConns: 1024, MaxPerClient: 256, MaxHeld: 32 << 10, Wait: 30 * time.Second})
 	var refusals []flowgate.Refusal
 	var mu sync.Mutex
-	vm := netip.MustParseAddr(gateVMAddr)
-	go flowgate.Serve(g, gateQueueOf{q}, func(p []byte) bool {
-		return len(p) >= 20 && netip.AddrFrom4([4]byte(p[12:16])) == vm
-	}, func(r flowgate.Refusal) {
+	var vmSide uint32 // the router's interface towards the VM
+	router.MustDo(t, func() error {
+		i, err := net.InterfaceByName("to-vm")
+		if err == nil {
+			vmSide = uint32(i.Index)
+		}
+		return err
+	})
+	go flowgate.Serve(g, gateQueueOf{q, vmSide}, func(r flowgate.Refusal) {
 		mu.Lock()
 		refusals = append(refusals, r)
 		mu.Unlock()
@@ -183,15 +188,19 @@ func TestNameGatePath(t *testing.T) {
 	}
 }
 
-// gateQueueOf gives the gate a netfilter queue: Allow and Refuse are the
-// packet sent through its hook again with the allow or the refuse mark.
-type gateQueueOf struct{ q *nfqueue.Queue }
+// gateQueueOf gives the gate a netfilter queue: a packet that came in on
+// vmSide is the VM's; Allow and Refuse are the packet sent through its
+// hook again with the allow or the refuse mark.
+type gateQueueOf struct {
+	q      *nfqueue.Queue
+	vmSide uint32
+}
 
 func (g gateQueueOf) Receive() ([]flowgate.Queued, error) {
 	ps, err := g.q.Receive()
 	out := make([]flowgate.Queued, len(ps))
 	for i, p := range ps {
-		out[i] = flowgate.Queued{ID: p.ID, Packet: p.Payload}
+		out[i] = flowgate.Queued{ID: p.ID, Packet: p.Payload, FromVM: p.InDev == g.vmSide}
 	}
 	return out, err
 }

@@ -387,11 +387,13 @@ func parse(p []byte) (segment, bool) {
 	return s, true
 }
 
-// Queued is a packet a queue gave the gate: its id for the verdict, and
-// the packet from its network header on.
+// Queued is a packet a queue gave the gate: its id for the verdict, the
+// packet from its network header on, and whether it comes from the VM's
+// side (the interface it came in on says: a source address can lie).
 type Queued struct {
 	ID     uint32
 	Packet []byte
+	FromVM bool
 }
 
 // Queue is where a gate's packets come from and its verdicts go (a
@@ -405,11 +407,10 @@ type Queue interface {
 }
 
 // Serve runs g over q until q's Receive fails (the queue closed): each
-// packet judged (fromVM tells its direction), each verdict given, each
-// refusal told to refused, and the connections past Wait expired every
-// second. It returns the error that ended it, and the first a verdict
-// met, joined.
-func Serve(g *Gate, q Queue, fromVM func(pkt []byte) bool, refused func(Refusal)) error {
+// packet judged, each verdict given, each refusal told to refused, and
+// the connections past Wait expired every second. It returns the error
+// that ended it, and the first a verdict met, joined.
+func Serve(g *Gate, q Queue, refused func(Refusal)) error {
 	var mu sync.Mutex
 	var verdictErr error
 	give := func(vs []Verdict) {
@@ -451,7 +452,7 @@ func Serve(g *Gate, q Queue, fromVM func(pkt []byte) bool, refused func(Refusal)
 		}
 		for _, p := range ps {
 			mu.Lock()
-			vs, r := g.Packet(p.ID, p.Packet, fromVM(p.Packet), time.Now())
+			vs, r := g.Packet(p.ID, p.Packet, p.FromVM, time.Now())
 			give(vs)
 			mu.Unlock()
 			if r != nil {

@@ -314,16 +314,17 @@ func (q *memQueue) Verdict(id uint32, a Action) error {
 // real netfilter queue.)
 func TestServe(t *testing.T) {
 	q := &memQueue{batches: [][]Queued{
-		{{1, tcpPacket(vm, server, isn, 0, flagSYN, "")}, {2, tcpPacket(vm, server, isn+1, 1, flagACK, "o")}},
-		{{3, tcpPacket(vm, server, isn+2, 1, flagACK, "k\n")}},
-		{{4, tcpPacket(vm6, srv6, isn, 0, flagSYN, "no\n")}},
+		{{1, tcpPacket(vm, server, isn, 0, flagSYN, ""), true}, {2, tcpPacket(vm, server, isn+1, 1, flagACK, "o"), true}},
+		{{3, tcpPacket(vm, server, isn+2, 1, flagACK, "k\n"), true}},
+		{{4, tcpPacket(vm6, srv6, isn, 0, flagSYN, "no\n"), true}},
+		{{5, tcpPacket(server, vm, 1, isn+4, flagACK, ""), false}},
 	}}
 	var refused []string
-	err := Serve(newGate(), q, func(p []byte) bool { return true }, func(r Refusal) { refused = append(refused, r.Name) })
+	err := Serve(newGate(), q, func(r Refusal) { refused = append(refused, r.Name) })
 	if !errors.Is(err, io.EOF) {
 		t.Errorf("Serve ended with %v, want the queue's io.EOF", err)
 	}
-	if want := []string{"1:accept", "2:accept", "3:accept", "4:refuse"}; !slices.Equal(q.verdicts, want) {
+	if want := []string{"1:accept", "2:accept", "3:accept", "4:refuse", "5:allow"}; !slices.Equal(q.verdicts, want) {
 		t.Errorf("verdicts %q, want %q", q.verdicts, want)
 	}
 	if !slices.Equal(refused, []string{"no"}) {

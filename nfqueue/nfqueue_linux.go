@@ -19,6 +19,8 @@ const (
 	attrPacketHdr  = 1  // NFQA_PACKET_HDR
 	attrVerdictHdr = 2  // NFQA_VERDICT_HDR
 	attrMark       = 3  // NFQA_MARK
+	attrInDev      = 5  // NFQA_IFINDEX_INDEV
+	attrOutDev     = 6  // NFQA_IFINDEX_OUTDEV
 	attrPayload    = 10 // NFQA_PAYLOAD
 
 	attrCfgCmd    = 1 // NFQA_CFG_CMD
@@ -43,13 +45,15 @@ const (
 	Repeat Verdict = 4 // NF_REPEAT
 )
 
-// Packet is one queued packet: its id for the verdict, its mark, and its
-// bytes from the network header on (at most the copy range Open asked
-// for).
+// Packet is one queued packet: its id for the verdict, its mark, the
+// interfaces it came in on and goes out on (their indexes; 0 for none:
+// a packet of the host's own has no InDev), and its bytes from the
+// network header on (at most the copy range Open asked for).
 type Packet struct {
-	ID      uint32
-	Mark    uint32
-	Payload []byte
+	ID            uint32
+	Mark          uint32
+	InDev, OutDev uint32
+	Payload       []byte
 }
 
 // Queue is a netlink socket bound to one queue number.
@@ -150,6 +154,14 @@ func parsePacket(data []byte) (Packet, error) {
 		case attrMark:
 			if len(b) >= 4 {
 				p.Mark = binary.BigEndian.Uint32(b)
+			}
+		case attrInDev:
+			if len(b) >= 4 {
+				p.InDev = binary.BigEndian.Uint32(b)
+			}
+		case attrOutDev:
+			if len(b) >= 4 {
+				p.OutDev = binary.BigEndian.Uint32(b)
 			}
 		case attrPayload:
 			p.Payload = b

@@ -84,6 +84,9 @@ func TestVerdicts(t *testing.T) {
 					t.Errorf("queued packet %d: % x", p.ID, p.Payload)
 					continue
 				}
+				if p.InDev != 0 || p.OutDev != 1 {
+					t.Errorf("queued packet %d: in on %d, out on %d; want none and lo (1), as the output hook sees it", p.ID, p.InDev, p.OutDev)
+				}
 				word := string(p.Payload[28:])
 				seen <- word
 				var mark *uint32
