@@ -11,6 +11,8 @@ import (
 	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/hostnet"
 )
 
 // A TAP that does not persist goes with the last descriptor of it. The
@@ -29,7 +31,7 @@ import (
 type HeldPort struct {
 	fd    int
 	index uint32
-	netns uint64 // the namespace the TAP is in (its inode): an index is the namespace's
+	netns hostnet.NetNS // the namespace the TAP is in: an index is the namespace's
 	once  sync.Once
 }
 
@@ -76,21 +78,10 @@ func (p *Port) Hold() *HeldPort {
 		heldPorts.Add(-1)
 		return nil
 	}
-	return &HeldPort{fd: fd, index: p.Index, netns: threadNetNS()}
-}
-
-// threadNetNS is the inode of the calling thread's network namespace, 0
-// if it cannot be read. (Go moves a goroutine between threads; the
-// controller's threads are all in its namespace but for a moment inside
-// ns.Do, which locks its thread.)
-func threadNetNS() uint64 {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return 0
-	}
-	return st.Ino
+	// (The controller's threads are all in its namespace but for a
+	// moment inside ns.Do, which locks its thread.)
+	netns, _ := hostnet.ThreadNetNS()
+	return &HeldPort{fd: fd, index: p.Index, netns: netns}
 }
 
 // Release closes the held copy, once its helper has exited: the TAP, of
@@ -164,7 +155,7 @@ var deletions linkDeletions
 
 type linkDeletions struct {
 	mu sync.Mutex
-	ns map[uint64]*nsDeletions // by the namespace's inode
+	ns map[hostnet.NetNS]*nsDeletions
 }
 
 // nsDeletions is the socket of one namespace and who waits on it.
@@ -185,10 +176,10 @@ type deletionWatch struct {
 // watch starts a wait for the deletion of link index of namespace netns:
 // nil when it cannot be told from here (no socket, or this thread is not
 // in that namespace).
-func (d *linkDeletions) watch(netns uint64, index uint32) *deletionWatch {
+func (d *linkDeletions) watch(netns hostnet.NetNS, index uint32) *deletionWatch {
 	runtime.LockOSThread() // the namespace read is the socket's
 	defer runtime.UnlockOSThread()
-	if netns == 0 || threadNetNS() != netns {
+	if here, ok := hostnet.ThreadNetNS(); !ok || netns == (hostnet.NetNS{}) || here != netns {
 		return nil
 	}
 	d.mu.Lock()
@@ -201,7 +192,7 @@ func (d *linkDeletions) watch(netns uint64, index uint32) *deletionWatch {
 		}
 		n = &nsDeletions{conn: c, lost: make(chan struct{}), waiters: map[uint32][]*deletionWatch{}}
 		if d.ns == nil {
-			d.ns = map[uint64]*nsDeletions{}
+			d.ns = map[hostnet.NetNS]*nsDeletions{}
 		}
 		d.ns[netns] = n
 		go d.read(netns, n)
@@ -227,7 +218,7 @@ func (d *linkDeletions) unwatch(w *deletionWatch) {
 // lost when the socket overflowed) it closes the socket and tells its
 // waiters (lost), who look for their links themselves; the next watch
 // opens another socket.
-func (d *linkDeletions) read(netns uint64, n *nsDeletions) {
+func (d *linkDeletions) read(netns hostnet.NetNS, n *nsDeletions) {
 	for {
 		msgs, err := n.conn.Receive()
 		d.mu.Lock()

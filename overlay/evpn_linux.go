@@ -69,8 +69,8 @@ func evpnDescription() string {
 // /var/run/frr/NS; a vmnetctl running in a named namespace (as `ip netns
 // identify` names it) uses that one, else the host's ("").
 func frrPathspace() string {
-	var self unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &self); err != nil {
+	self, ok := hostnet.ThreadNetNS()
+	if !ok {
 		return ""
 	}
 	entries, err := os.ReadDir("/run/netns")

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,8 +69,8 @@ func (d *wgDevice) alive(l netlink.Link) bool {
 // wgKey names a device in wgDevices: the namespace of the calling thread
 // and the device's name.
 func wgKey(name string) string {
-	if st, err := os.Stat("/proc/thread-self/ns/net"); err == nil {
-		return fmt.Sprintf("%d/%s", st.Sys().(*syscall.Stat_t).Ino, name)
+	if ns, ok := hostnet.ThreadNetNS(); ok {
+		return fmt.Sprintf("%d/%s", ns.Ino, name)
 	}
 	return name
 }
