@@ -312,13 +312,13 @@ func (cfg *Config) judgeHello(hello clientHello, err error, src, dst netip.AddrP
 // TLS handshake, or a ClientHello past the bound, are refused at once.
 func (cfg *Config) JudgeTLS(first []byte, src, dst netip.AddrPort) (more bool, name, why string) {
 	n, err := helloLen(first)
-	switch {
-	case err != nil:
-		return false, "", "not a TLS ClientHello: " + err.Error()
-	case n == 0:
+	if n == 0 && err == nil {
 		return true, "", ""
 	}
-	hello, err := readClientHello(bytes.NewReader(first[:n]))
+	var hello clientHello
+	if err == nil {
+		hello, err = readClientHello(bytes.NewReader(first[:n]))
+	}
 	name, why = cfg.judgeHello(hello, err, src, dst)
 	return false, name, why
 }

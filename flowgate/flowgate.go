@@ -154,7 +154,7 @@ func (g *Gate) fromVM(id uint32, s segment, now time.Time) ([]Verdict, *Refusal)
 	c := g.conns[k]
 	switch {
 	case s.flags&flagRST != 0:
-		out := g.end(k, c, Drop)
+		out := g.end(k, c)
 		return append(out, Verdict{id, Accept}), nil
 	case s.flags&flagSYN != 0 && s.flags&flagACK == 0:
 		if c != nil && c.state != refused && c.isn == s.seq {
@@ -163,7 +163,7 @@ func (g *Gate) fromVM(id uint32, s segment, now time.Time) ([]Verdict, *Refusal)
 		if c != nil && c.state == refused {
 			return []Verdict{{id, Refuse}}, nil
 		}
-		out := g.end(k, c, Drop) // a new connection on the same ports
+		out := g.end(k, c) // a new connection on the same ports
 		client := g.client(s.src.Addr())
 		if len(g.conns) >= g.cfg.MaxConns || g.perClient[client] >= g.cfg.MaxPerClient {
 			return append(out, Verdict{id, Drop}), nil
@@ -251,9 +251,9 @@ func (g *Gate) toVM(id uint32, s segment) []Verdict {
 	case c.state == refused:
 		return []Verdict{{id, Refuse}}
 	case s.flags&flagRST != 0:
-		return append(g.end(k, c, Drop), Verdict{id, Accept})
+		return append(g.end(k, c), Verdict{id, Accept})
 	case c.state == verifying && s.flags&flagACK != 0 && int32(s.ack-(c.isn+1)-uint32(len(c.buf))) >= 0:
-		g.end(k, c, Drop)
+		g.end(k, c)
 		return []Verdict{{id, Allow}}
 	}
 	return []Verdict{{id, Accept}}
@@ -281,15 +281,14 @@ func (g *Gate) refuse(k connKey, c *conn, id uint32, name, why string) ([]Verdic
 	return out, &Refusal{Src: k.vm, Dst: k.server, Name: name, Why: why}
 }
 
-// end forgets connection k (c, if not nil), its held packets given
-// action a.
-func (g *Gate) end(k connKey, c *conn, a Action) []Verdict {
+// end forgets connection k (c, if not nil), its held packets dropped.
+func (g *Gate) end(k connKey, c *conn) []Verdict {
 	if c == nil {
 		return nil
 	}
 	var out []Verdict
 	for _, h := range c.held {
-		out = append(out, Verdict{h, a})
+		out = append(out, Verdict{h, Drop})
 	}
 	delete(g.conns, k)
 	if g.perClient[c.client]--; g.perClient[c.client] <= 0 {
@@ -309,7 +308,7 @@ func (g *Gate) Expire(now time.Time) ([]Verdict, []Refusal) {
 			continue
 		}
 		if c.state == refused {
-			g.end(k, c, Drop)
+			g.end(k, c)
 			continue
 		}
 		v, r := g.refuse(k, c, 0, "", "it was not allowed within "+g.cfg.Wait.String())

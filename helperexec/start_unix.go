@@ -93,11 +93,15 @@ const tailLines = 20
 // Stderr must be unset: Start reads them. After Start, ctx no longer
 // matters: call Stop.
 func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, error) {
-	if cmd.Stdout != nil || cmd.Stderr != nil {
+	notStarted := func(err error) (*Helper, error) {
+		// exit never runs.
 		if opts.AfterExit != nil {
 			opts.AfterExit()
 		}
-		return nil, errors.New("helperexec.Start reads the helper's stdout and stderr: leave them unset")
+		return nil, err
+	}
+	if cmd.Stdout != nil || cmd.Stderr != nil {
+		return notStarted(errors.New("helperexec.Start reads the helper's stdout and stderr: leave them unset"))
 	}
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = 10 * time.Second
@@ -124,11 +128,7 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 		lines, err = h.startWithPipes(opts)
 	}
 	if err != nil {
-		// Not started: exit never runs.
-		if opts.AfterExit != nil {
-			opts.AfterExit()
-		}
-		return nil, err
+		return notStarted(err)
 	}
 
 	// Read by the start only: a supervisor of thousands keeps none.
