@@ -9,15 +9,24 @@
 // holds against what a hostile guest can send (docs/performance.md, "The
 // name check's cost"):
 //
-//   - The connection's SYN gives its initial sequence number: the judged
-//     bytes are the stream's first, contiguous from there. A segment past
-//     a hole is dropped (the guest sends it again); one that overlaps
-//     bytes held or judged with other bytes refuses the connection.
+//   - The server's SYN-ACK gives the initial sequence number of the
+//     guest's SYN it took (its acknowledgement number, one past it): the
+//     judged bytes are the stream's first, contiguous from there. A
+//     segment past a hole is dropped; one that overlaps bytes held or
+//     judged with other bytes refuses the connection, and so does one
+//     that sends held bytes again: nothing reaches the server before the
+//     verdict, so no acknowledgement comes, and a sender that sends again
+//     what it sent will not send the rest (its first message is past its
+//     window, or a segment was lost). The guest's SYN itself need not be queued (a netfilter
+//     queue drops a new connection's first packet when the host has a
+//     copy of it elsewhere, as a packet socket on a bridge with
+//     br_netfilter does), but may carry no bytes: one that does is
+//     refused (TCP Fast Open is not judged).
 //   - Judged bytes may die after the host and be sent again: until the
 //     server has acknowledged every one of them, the guest's segments
 //     stay queued and are compared; only then is the connection allowed
 //     (Allow: its later packets need no queue).
-//   - A connection whose start the gate did not see, one that sends more
+//   - A connection whose SYN-ACK the gate did not see, one that sends more
 //     than MaxHeld before a verdict, or takes longer than Wait, is
 //     refused. Connections waiting are bounded per client and in all: a
 //     SYN past the bounds is dropped.
@@ -146,49 +155,35 @@ func (g *Gate) Packet(id uint32, pkt []byte, fromVM bool, now time.Time) ([]Verd
 	if fromVM {
 		return g.fromVM(id, s, now)
 	}
-	return g.toVM(id, s), nil
+	return g.toVM(id, s, now)
 }
 
-func (g *Gate) fromVM(id uint32, s segment, now time.Time) ([]Verdict, *Refusal) {
+func (g *Gate) fromVM(id uint32, s segment, _ time.Time) ([]Verdict, *Refusal) {
 	k := connKey{s.src, s.dst}
 	c := g.conns[k]
 	switch {
 	case s.flags&flagRST != 0:
 		out := g.end(k, c)
 		return append(out, Verdict{id, Accept}), nil
-	case s.flags&flagSYN != 0 && s.flags&flagACK == 0:
-		if c != nil && c.state != refused && c.isn == s.seq {
-			break // the SYN again; its data, if any, below
+	case c != nil && c.state == refused:
+		return []Verdict{{id, Refuse}}, nil
+	case s.flags&flagSYN != 0:
+		if len(s.payload) != 0 {
+			out := g.end(k, c)
+			return append(out, Verdict{id, Refuse}), &Refusal{Src: s.src, Dst: s.dst, Why: "it sent bytes in its SYN"}
 		}
-		if c != nil && c.state == refused {
-			return []Verdict{{id, Refuse}}, nil
+		if c != nil && c.isn != s.seq {
+			return append(g.end(k, c), Verdict{id, Accept}), nil // a new connection on the same ports
 		}
-		out := g.end(k, c) // a new connection on the same ports
-		client := g.client(s.src.Addr())
-		if len(g.conns) >= g.cfg.MaxConns || g.perClient[client] >= g.cfg.MaxPerClient {
-			return append(out, Verdict{id, Drop}), nil
-		}
-		c = &conn{isn: s.seq, since: now, client: client}
-		g.conns[k] = c
-		g.perClient[client]++
-		if len(s.payload) == 0 {
-			return append(out, Verdict{id, Accept}), nil
-		}
-		v, r := g.data(k, c, id, s)
-		return append(out, v...), r
-	}
-	if c == nil {
+		return []Verdict{{id, Accept}}, nil
+	case c == nil:
 		if len(s.payload) == 0 && s.flags&flagFIN == 0 {
 			return []Verdict{{id, Accept}}, nil
 		}
 		// Bytes of a connection whose start was not seen: what came
 		// before them cannot be known.
 		return []Verdict{{id, Refuse}}, &Refusal{Src: s.src, Dst: s.dst, Why: "its start was not seen"}
-	}
-	if c.state == refused {
-		return []Verdict{{id, Refuse}}, nil
-	}
-	if len(s.payload) == 0 {
+	case len(s.payload) == 0:
 		return []Verdict{{id, Accept}}, nil
 	}
 	return g.data(k, c, id, s)
@@ -196,11 +191,7 @@ func (g *Gate) fromVM(id uint32, s segment, now time.Time) ([]Verdict, *Refusal)
 
 // data takes a segment of the VM's with bytes.
 func (g *Gate) data(k connKey, c *conn, id uint32, s segment) ([]Verdict, *Refusal) {
-	start := s.seq
-	if s.flags&flagSYN != 0 {
-		start++ // the SYN takes a sequence number before the bytes
-	}
-	off := int64(int32(start - (c.isn + 1)))
+	off := int64(int32(s.seq - (c.isn + 1)))
 	if off < 0 {
 		return []Verdict{{id, Drop}}, nil // before the stream began
 	}
@@ -218,7 +209,11 @@ func (g *Gate) data(k connKey, c *conn, id uint32, s segment) ([]Verdict, *Refus
 		return []Verdict{{id, Accept}}, nil
 	}
 	if overlap == int64(len(s.payload)) {
-		return []Verdict{{id, Drop}}, nil // held already
+		// Held bytes sent again: the sender had no acknowledgement, nor
+		// will it have one before the verdict, and the bytes that would
+		// tell do not come (past its window, or lost): refused now
+		// rather than at Wait (the client may try again).
+		return g.refuse(k, c, id, "", "it sent held bytes again before they were whole (more than its window, or lost)")
 	}
 	if len(c.buf)+len(s.payload)-int(overlap) > g.cfg.MaxHeld || len(c.held) >= maxSegments {
 		return g.refuse(k, c, id, "", "it sent more than the check reads before a verdict")
@@ -240,23 +235,55 @@ func (g *Gate) data(k connKey, c *conn, id uint32, s segment) ([]Verdict, *Refus
 	return out, nil
 }
 
-// toVM takes a segment of the server's: an acknowledgement of every
-// judged byte allows the connection.
-func (g *Gate) toVM(id uint32, s segment) []Verdict {
+// toVM takes a segment of the server's: its SYN-ACK starts following
+// the connection, an acknowledgement of every judged byte allows it.
+func (g *Gate) toVM(id uint32, s segment, now time.Time) ([]Verdict, *Refusal) {
 	k := connKey{s.dst, s.src}
 	c := g.conns[k]
 	switch {
-	case c == nil:
-		return []Verdict{{id, Accept}}
-	case c.state == refused:
-		return []Verdict{{id, Refuse}}
+	case c != nil && c.state == refused:
+		return []Verdict{{id, Refuse}}, nil
 	case s.flags&flagRST != 0:
-		return append(g.end(k, c), Verdict{id, Accept})
+		return append(g.end(k, c), Verdict{id, Accept}), nil
+	case s.flags&(flagSYN|flagACK) == flagSYN|flagACK:
+		return g.synAck(k, c, id, s.ack-1, now)
+	}
+	return []Verdict{{id, g.acked(k, c, s)}}, nil
+}
+
+// synAck takes the server's SYN-ACK, which acknowledges the VM's SYN
+// with initial sequence number isn.
+func (g *Gate) synAck(k connKey, c *conn, id, isn uint32, now time.Time) ([]Verdict, *Refusal) {
+	switch {
+	case c != nil && c.isn == isn:
+		return []Verdict{{id, Accept}}, nil // again
+	case c != nil && len(c.buf) != 0:
+		// Another SYN taken once bytes were judged from the first.
+		return g.refuse(k, c, id, "", "the server took another SYN of its")
+	case c != nil:
+		c.isn = isn
+		return []Verdict{{id, Accept}}, nil
+	}
+	client := g.client(k.vm.Addr())
+	if len(g.conns) >= g.cfg.MaxConns || g.perClient[client] >= g.cfg.MaxPerClient {
+		return []Verdict{{id, Refuse}}, &Refusal{Src: k.vm, Dst: k.server, Why: "too many of its connections wait for the name check"}
+	}
+	g.conns[k] = &conn{isn: isn, since: now, client: client}
+	g.perClient[client]++
+	return []Verdict{{id, Accept}}, nil
+}
+
+// acked is the action on another segment of the server's (not a RST or
+// a SYN-ACK): Allow once it acknowledges every judged byte.
+func (g *Gate) acked(k connKey, c *conn, s segment) Action {
+	switch {
+	case c == nil:
+		return Accept
 	case c.state == verifying && s.flags&flagACK != 0 && int32(s.ack-(c.isn+1)-uint32(len(c.buf))) >= 0:
 		g.end(k, c)
-		return []Verdict{{id, Allow}}
+		return Allow
 	}
-	return []Verdict{{id, Accept}}
+	return Accept
 }
 
 // refuse refuses connection k: its held packets dropped, packet id (0:

@@ -98,6 +98,15 @@ func (r *run) want(what string, got []Verdict, want ...string) {
 
 const isn = 1000
 
+// open starts a connection from c to s: the VM's SYN and the server's
+// SYN-ACK, both accepted.
+func (r *run) open(c, s netip.AddrPort) {
+	r.t.Helper()
+	first := r.id + 1
+	r.want("SYN", r.send(true, tcpPacket(c, s, isn, 0, flagSYN, "")), fmt.Sprintf("%d:accept", first))
+	r.want("SYN-ACK", r.send(false, tcpPacket(s, c, 5000, isn+1, flagSYN|flagACK, "")), fmt.Sprintf("%d:accept", first+1))
+}
+
 // TestAllowed: the bytes are held until they tell, then let go in order;
 // the connection is allowed once the server acknowledges every judged
 // byte, not before. IPv4 and IPv6 alike.
@@ -109,12 +118,11 @@ func TestAllowed(t *testing.T) {
 		r.want("SYN-ACK", r.send(false, tcpPacket(s, c, 5000, isn+1, flagSYN|flagACK, "")), "2:accept")
 		r.want("ACK", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "")), "3:accept")
 		r.want("first part", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "o")), "4:hold")
-		r.want("the same again", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "o")), "5:drop")
-		r.want("the rest", r.send(true, tcpPacket(c, s, isn+2, 5001, flagACK, "k\nmore")), "4:accept", "6:accept")
-		r.want("a partial ACK", r.send(false, tcpPacket(s, c, 5001, isn+3, flagACK, "")), "7:accept")
-		r.want("past the judged bytes", r.send(true, tcpPacket(c, s, isn+1+7, 5001, flagACK, "data")), "8:accept")
-		r.want("the judged bytes again, the same", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "ok\nmore")), "9:accept")
-		r.want("the ACK of every judged byte", r.send(false, tcpPacket(s, c, 5001, isn+1+7, flagACK, "")), "10:allow")
+		r.want("the rest", r.send(true, tcpPacket(c, s, isn+2, 5001, flagACK, "k\nmore")), "4:accept", "5:accept")
+		r.want("a partial ACK", r.send(false, tcpPacket(s, c, 5001, isn+3, flagACK, "")), "6:accept")
+		r.want("past the judged bytes", r.send(true, tcpPacket(c, s, isn+1+7, 5001, flagACK, "data")), "7:accept")
+		r.want("the judged bytes again, the same", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "ok\nmore")), "8:accept")
+		r.want("the ACK of every judged byte", r.send(false, tcpPacket(s, c, 5001, isn+1+7, flagACK, "")), "9:allow")
 		if r.g.Conns() != 0 || len(r.refusals) != 0 {
 			t.Errorf("%v: %d connections followed, refusals %v", c, r.g.Conns(), r.refusals)
 		}
@@ -126,11 +134,11 @@ func TestAllowed(t *testing.T) {
 // refusal.
 func TestRefused(t *testing.T) {
 	r := &run{t: t, g: newGate(), now: t0}
-	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
-	r.want("first part", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "bad.")), "2:hold")
-	r.want("the rest", r.send(true, tcpPacket(vm, server, isn+5, 1, flagACK, "test\n")), "2:drop", "3:refuse")
-	r.want("late", r.send(true, tcpPacket(vm, server, isn+10, 1, flagACK, "x")), "4:refuse")
-	r.want("the server's", r.send(false, tcpPacket(server, vm, 1, isn+10, flagACK, "")), "5:refuse")
+	r.open(vm, server)
+	r.want("first part", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "bad.")), "3:hold")
+	r.want("the rest", r.send(true, tcpPacket(vm, server, isn+5, 1, flagACK, "test\n")), "3:drop", "4:refuse")
+	r.want("late", r.send(true, tcpPacket(vm, server, isn+10, 1, flagACK, "x")), "5:refuse")
+	r.want("the server's", r.send(false, tcpPacket(server, vm, 1, isn+10, flagACK, "")), "6:refuse")
 	if len(r.refusals) != 1 || r.refusals[0].Name != "bad.test" || r.refusals[0].Why != "not allowed" || r.refusals[0].Src != vm || r.refusals[0].Dst != server {
 		t.Errorf("refusals %+v", r.refusals)
 	}
@@ -143,30 +151,51 @@ func TestEvasions(t *testing.T) {
 		// "ok\n" at a later sequence number is not the stream's start:
 		// dropped, and the real start is judged.
 		r := &run{t: t, g: newGate(), now: t0}
-		r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
-		r.want("past a hole", r.send(true, tcpPacket(vm, server, isn+1+20, 1, flagACK, "ok\n")), "2:drop")
-		r.want("the start", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "evil\n")), "3:refuse")
+		r.open(vm, server)
+		r.want("past a hole", r.send(true, tcpPacket(vm, server, isn+1+20, 1, flagACK, "ok\n")), "3:drop")
+		r.want("the start", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "evil\n")), "4:refuse")
 	})
 	t.Run("judged bytes sent again with others", func(t *testing.T) {
 		// Allowed, then the same sequence numbers with another name
 		// before the server acknowledged them (the first copy made to die
 		// after the host).
 		r := &run{t: t, g: newGate(), now: t0}
-		r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
-		r.want("allowed", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "2:accept")
-		r.want("rewritten", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "3:refuse")
-		r.want("the server's ACK after", r.send(false, tcpPacket(server, vm, 1, isn+4, flagACK, "")), "4:refuse")
+		r.open(vm, server)
+		r.want("allowed", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "3:accept")
+		r.want("rewritten", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "4:refuse")
+		r.want("the server's ACK after", r.send(false, tcpPacket(server, vm, 1, isn+4, flagACK, "")), "5:refuse")
 		if len(r.refusals) != 1 {
 			t.Errorf("refusals %+v", r.refusals)
 		}
 	})
 	t.Run("held bytes rewritten", func(t *testing.T) {
 		r := &run{t: t, g: newGate(), now: t0}
-		r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
-		r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "2:hold")
-		r.want("overlapping, other bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "2:drop", "3:refuse")
+		r.open(vm, server)
+		r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "3:hold")
+		r.want("overlapping, other bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "3:drop", "4:refuse")
 	})
-	t.Run("no SYN seen", func(t *testing.T) {
+	t.Run("held bytes sent again", func(t *testing.T) {
+		// A byte a segment, past the sender's window: it sends the first
+		// again (no acknowledgement came), and the rest never comes.
+		r := &run{t: t, g: newGate(), now: t0}
+		r.open(vm, server)
+		r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "3:hold")
+		r.want("held", r.send(true, tcpPacket(vm, server, isn+2, 1, flagACK, "k")), "4:hold")
+		r.want("the first again", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "3:drop", "4:drop", "5:refuse")
+		if len(r.refusals) != 1 || !strings.Contains(r.refusals[0].Why, "again") {
+			t.Errorf("refusals %+v", r.refusals)
+		}
+	})
+	t.Run("another SYN taken", func(t *testing.T) {
+		// The server's SYN-ACK again, for the same SYN, changes nothing;
+		// one for another SYN once bytes were judged refuses.
+		r := &run{t: t, g: newGate(), now: t0}
+		r.open(vm, server)
+		r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "3:hold")
+		r.want("the SYN-ACK again", r.send(false, tcpPacket(server, vm, 5000, isn+1, flagSYN|flagACK, "")), "4:accept")
+		r.want("another SYN's", r.send(false, tcpPacket(server, vm, 5000, isn+51, flagSYN|flagACK, "")), "3:drop", "5:refuse")
+	})
+	t.Run("no SYN-ACK seen", func(t *testing.T) {
 		r := &run{t: t, g: newGate(), now: t0}
 		r.want("bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "1:refuse")
 		if len(r.refusals) != 1 || !strings.Contains(r.refusals[0].Why, "start was not seen") {
@@ -174,17 +203,17 @@ func TestEvasions(t *testing.T) {
 		}
 	})
 	t.Run("bytes in the SYN", func(t *testing.T) {
-		// TCP Fast Open: the SYN's bytes are the stream's first.
+		// TCP Fast Open: refused, even with bytes that would pass.
 		r := &run{t: t, g: newGate(), now: t0}
-		r.want("SYN with bytes", r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, "no\n")), "1:refuse")
-		r2 := &run{t: t, g: newGate(), now: t0}
-		r2.want("SYN with bytes", r2.send(true, tcpPacket(vm, server, isn, 0, flagSYN, "o")), "1:hold")
-		r2.want("the rest", r2.send(true, tcpPacket(vm, server, isn+2, 1, flagACK, "k\n")), "1:accept", "2:accept")
+		r.want("SYN with bytes", r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, "ok\n")), "1:refuse")
+		if len(r.refusals) != 1 || !strings.Contains(r.refusals[0].Why, "in its SYN") {
+			t.Errorf("refusals %+v", r.refusals)
+		}
 	})
 	t.Run("before the stream", func(t *testing.T) {
 		r := &run{t: t, g: newGate(), now: t0}
-		r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
-		r.want("at the SYN's number", r.send(true, tcpPacket(vm, server, isn, 1, flagACK, "xok\n")), "2:drop")
+		r.open(vm, server)
+		r.want("at the SYN's number", r.send(true, tcpPacket(vm, server, isn, 1, flagACK, "xok\n")), "3:drop")
 	})
 	t.Run("not a whole segment", func(t *testing.T) {
 		r := &run{t: t, g: newGate(), now: t0}
@@ -205,25 +234,29 @@ func TestBounds(t *testing.T) {
 		c := netip.AddrPortFrom(vm.Addr(), uint16(50000+i))
 		want := "accept"
 		if i == 4 {
-			want = "drop" // past MaxPerClient
+			want = "refuse" // past MaxPerClient
 		}
-		r.want("SYN", r.send(true, tcpPacket(c, server, isn, 0, flagSYN, "")), fmt.Sprintf("%d:%s", i+1, want))
+		r.send(true, tcpPacket(c, server, isn, 0, flagSYN, ""))
+		r.want("SYN-ACK", r.send(false, tcpPacket(server, c, 5000, isn+1, flagSYN|flagACK, "")), fmt.Sprintf("%d:%s", 2*i+2, want))
 	}
 	other := netip.MustParseAddr("10.0.0.3")
-	for i := range 5 {
-		r.send(true, tcpPacket(netip.AddrPortFrom(other, uint16(50000+i)), server, isn, 0, flagSYN, ""))
+	for i := range 4 {
+		r.open(netip.AddrPortFrom(other, uint16(50000+i)), server)
 	}
-	if r.g.Conns() != 8 {
-		t.Errorf("%d connections followed, want MaxConns, 8", r.g.Conns())
+	third := netip.MustParseAddrPort("10.0.0.4:50000")
+	r.send(true, tcpPacket(third, server, isn, 0, flagSYN, ""))
+	r.want("past MaxConns", r.send(false, tcpPacket(server, third, 5000, isn+1, flagSYN|flagACK, "")), "20:refuse")
+	if r.g.Conns() != 8 || len(r.refusals) != 2 {
+		t.Errorf("%d connections followed, want MaxConns, 8; refusals %+v", r.g.Conns(), r.refusals)
 	}
 
 	r = &run{t: t, g: newGate(), now: t0}
-	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
-	r.want("60 bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, strings.Repeat("a", 60))), "2:hold")
-	r.want("past MaxHeld", r.send(true, tcpPacket(vm, server, isn+61, 1, flagACK, strings.Repeat("a", 10))), "2:drop", "3:refuse")
+	r.open(vm, server)
+	r.want("60 bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, strings.Repeat("a", 60))), "3:hold")
+	r.want("past MaxHeld", r.send(true, tcpPacket(vm, server, isn+61, 1, flagACK, strings.Repeat("a", 10))), "3:drop", "4:refuse")
 
 	r = &run{t: t, g: New(Config{Judge: judgeLine, MaxConns: 8, MaxPerClient: 4, MaxHeld: 1 << 20, Wait: time.Minute}), now: t0}
-	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+	r.open(vm, server)
 	var last []Verdict
 	for i := range maxSegments + 1 {
 		last = r.send(true, tcpPacket(vm, server, uint32(isn+1+i), 1, flagACK, "a"))
@@ -233,13 +266,13 @@ func TestBounds(t *testing.T) {
 	}
 
 	r = &run{t: t, g: newGate(), now: t0}
-	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+	r.open(vm, server)
 	r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o"))
 	if v, refs := r.g.Expire(t0.Add(29 * time.Second)); len(v) != 0 || len(refs) != 0 {
 		t.Errorf("expired early: %v %v", v, refs)
 	}
 	v, refs := r.g.Expire(t0.Add(30 * time.Second))
-	r.want("expired", v, "2:refuse")
+	r.want("expired", v, "3:refuse")
 	if len(refs) != 1 || !strings.Contains(refs[0].Why, "within 30s") {
 		t.Errorf("refusals %+v", refs)
 	}
@@ -253,13 +286,14 @@ func TestBounds(t *testing.T) {
 // bytes dropped; a new SYN on the same ports starts another.
 func TestEnds(t *testing.T) {
 	r := &run{t: t, g: newGate(), now: t0}
-	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+	r.open(vm, server)
 	r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o"))
-	r.want("the server's RST", r.send(false, tcpPacket(server, vm, 1, isn+1, flagRST|flagACK, "")), "2:drop", "3:accept")
-	r.want("a new SYN", r.send(true, tcpPacket(vm, server, 7000, 0, flagSYN, "")), "4:accept")
-	r.want("its bytes", r.send(true, tcpPacket(vm, server, 7001, 1, flagACK, "ok\n")), "5:accept")
-	r.want("another SYN, another ISN", r.send(true, tcpPacket(vm, server, 9000, 0, flagSYN, "")), "6:accept")
-	r.want("the VM's RST", r.send(true, tcpPacket(vm, server, 9001, 0, flagRST, "")), "7:accept")
+	r.want("the server's RST", r.send(false, tcpPacket(server, vm, 1, isn+1, flagRST|flagACK, "")), "3:drop", "4:accept")
+	r.want("a new SYN", r.send(true, tcpPacket(vm, server, 7000, 0, flagSYN, "")), "5:accept")
+	r.want("its SYN-ACK", r.send(false, tcpPacket(server, vm, 1, 7001, flagSYN|flagACK, "")), "6:accept")
+	r.want("its bytes", r.send(true, tcpPacket(vm, server, 7001, 1, flagACK, "ok\n")), "7:accept")
+	r.want("another SYN, another ISN", r.send(true, tcpPacket(vm, server, 9000, 0, flagSYN, "")), "8:accept")
+	r.want("the VM's RST", r.send(true, tcpPacket(vm, server, 9001, 0, flagRST, "")), "9:accept")
 	if r.g.Conns() != 0 {
 		t.Errorf("%d connections followed", r.g.Conns())
 	}
@@ -268,8 +302,8 @@ func TestEnds(t *testing.T) {
 // FuzzGate: any packets, either way, get a verdict each, never a panic,
 // and the gate follows no more connections than its bound.
 func FuzzGate(f *testing.F) {
-	f.Add(tcpPacket(vm, server, isn, 0, flagSYN, ""), tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n"), true)
-	f.Add(tcpPacket(vm6, srv6, isn, 0, flagSYN, "o"), tcpPacket(srv6, vm6, 1, isn+2, flagACK, ""), false)
+	f.Add(tcpPacket(server, vm, 1, isn+1, flagSYN|flagACK, ""), tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n"), true)
+	f.Add(tcpPacket(srv6, vm6, 1, isn+1, flagSYN|flagACK, ""), tcpPacket(srv6, vm6, 1, isn+2, flagACK, ""), false)
 	f.Fuzz(func(t *testing.T, a, b []byte, bFromVM bool) {
 		g := newGate()
 		for i, p := range [][]byte{a, b, a, b} {
@@ -314,17 +348,18 @@ func (q *memQueue) Verdict(id uint32, a Action) error {
 // real netfilter queue.)
 func TestServe(t *testing.T) {
 	q := &memQueue{batches: [][]Queued{
-		{{1, tcpPacket(vm, server, isn, 0, flagSYN, ""), true}, {2, tcpPacket(vm, server, isn+1, 1, flagACK, "o"), true}},
-		{{3, tcpPacket(vm, server, isn+2, 1, flagACK, "k\n"), true}},
-		{{4, tcpPacket(vm6, srv6, isn, 0, flagSYN, "no\n"), true}},
-		{{5, tcpPacket(server, vm, 1, isn+4, flagACK, ""), false}},
+		{{1, tcpPacket(vm, server, isn, 0, flagSYN, ""), true}, {2, tcpPacket(server, vm, 1, isn+1, flagSYN|flagACK, ""), false}},
+		{{3, tcpPacket(vm, server, isn+1, 1, flagACK, "o"), true}},
+		{{4, tcpPacket(vm, server, isn+2, 1, flagACK, "k\n"), true}},
+		{{5, tcpPacket(srv6, vm6, 1, isn+1, flagSYN|flagACK, ""), false}, {6, tcpPacket(vm6, srv6, isn+1, 1, flagACK, "no\n"), true}},
+		{{7, tcpPacket(server, vm, 1, isn+4, flagACK, ""), false}},
 	}}
 	var refused []string
 	err := Serve(newGate(), q, func(r Refusal) { refused = append(refused, r.Name) })
 	if !errors.Is(err, io.EOF) {
 		t.Errorf("Serve ended with %v, want the queue's io.EOF", err)
 	}
-	if want := []string{"1:accept", "2:accept", "3:accept", "4:refuse", "5:allow"}; !slices.Equal(q.verdicts, want) {
+	if want := []string{"1:accept", "2:accept", "3:accept", "4:accept", "5:accept", "6:refuse", "7:allow"}; !slices.Equal(q.verdicts, want) {
 		t.Errorf("verdicts %q, want %q", q.verdicts, want)
 	}
 	if !slices.Equal(refused, []string{"no"}) {
