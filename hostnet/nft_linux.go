@@ -79,16 +79,29 @@ func SetElements(family nftables.TableFamily, id, name string) ([]nftables.SetEl
 // table: the drift check compares the rules as nft lists them with the
 // rules as they were written through nft (knftables); everything else is
 // read through netlink (SetElements, TableComment, ...).
+//
+// A table that holds an xtables target (the name check's queue on a
+// kernel without nftables' own: netplane's writeQueueRule) is listed by
+// nft with a warning that iptables-nft manages it, and libxtables's
+// complaints about the inet family on stderr: neither is part of the
+// listing.
 func TableListing(ctx context.Context, family knftables.Family, id string) (string, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return "", nil
 	}
-	out, err := exec.CommandContext(ctx, "nft", "list", "table", string(family), TableName(id)).CombinedOutput()
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, "nft", "list", "table", string(family), TableName(id))
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		if strings.Contains(string(out), "No such file or directory") {
+		if strings.Contains(stderr.String(), "No such file or directory") {
 			return "", nil
 		}
-		return "", fmt.Errorf("nft list table %s %s: %w", family, TableName(id), err)
+		return "", fmt.Errorf("nft list table %s %s: %w: %s", family, TableName(id), err, strings.TrimSpace(stderr.String()))
 	}
-	return string(out), nil
+	listing := string(out)
+	if first, rest, ok := strings.Cut(listing, "\n"); ok && strings.HasPrefix(first, "# Warning: ") && strings.Contains(first, "iptables-nft") {
+		listing = rest
+	}
+	return listing, nil
 }

@@ -451,7 +451,8 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 		bad("is not marked as vmnetctl's")
 	}
 	want := 0
-	for _, rs := range nftRules(n) {
+	gate := nameGates(n)
+	for _, rs := range nftRules(n, gate) {
 		for _, r := range rs {
 			want++
 			if !strings.Contains(listing, "\t\t"+r+"\n") {
@@ -460,11 +461,13 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 		}
 	}
 	got := 0
-	inChain := false // the rules of the base chains; not the forwards' own, which change with the VMs
+	inChain := false // the rules of the chains nftRules gives
 	for _, line := range strings.Split(listing, "\n") {
 		switch {
 		case strings.HasPrefix(line, "\tchain "):
-			inChain = line != "\tchain "+ForwardsChain+" {" && line != "\tchain "+EgressDenied+" {"
+			// Not the forwards' own, which change with the VMs, nor the
+			// queue's (checkQueueRule).
+			inChain = line != "\tchain "+ForwardsChain+" {" && line != "\tchain "+EgressDenied+" {" && line != "\tchain "+NameQueueChain+" {"
 		case strings.HasPrefix(line, "\tmap "), strings.HasPrefix(line, "\tset "):
 			inChain = false
 		case inChain && strings.HasPrefix(line, "\t\t") && !strings.HasPrefix(line, "\t\ttype "):
@@ -473,6 +476,11 @@ func checkTable(ctx context.Context, n *api.Network) []error {
 	}
 	if got != want {
 		bad("has %d rules, want %d", got, want)
+	}
+	if gate {
+		if err := checkQueueRule(n.ID); err != nil {
+			bad("%v", err)
+		}
 	}
 	if n.Egress != nil && !strings.Contains(listing, "\tmap "+Egress4+" {\n\t\ttype ipv4_addr : verdict\n\t\tflags interval\n\t\telements = ") {
 		bad("has an empty egress policy map %s", Egress4)

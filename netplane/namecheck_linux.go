@@ -25,7 +25,9 @@ import (
 // The name check: a VM's TCP connections to ports 80 and 443 of the
 // addresses its policy allows by name are redirected (nameCheckRedirects)
 // to the network's egressproxy, which lets them through only if the TLS
-// server name or HTTP Host they ask for is one the policy allows.
+// server name or HTTP Host they ask for is one the policy allows; where
+// the kernel queues packets (nameGates), those to port 443 go through the
+// gate instead (gate_linux.go).
 
 // nameCheck is a network's proxy and what it refused.
 type nameCheck struct {
@@ -54,6 +56,13 @@ func (nw *Network) startNameCheck(ctx context.Context, netns ns.NetNS) error {
 		Log:      nw.log,
 	})
 	nw.closers = append(nw.closers, nc.proxy.Close)
+	proxied := []string{"80", "443"}
+	if nameGates(nw.n) {
+		if err := nw.startGate(); err != nil {
+			return err
+		}
+		proxied = proxied[:1]
+	}
 	nft, err := hostnet.NFT(knftables.InetFamily, nw.n.ID)
 	if err != nil {
 		return err
@@ -86,7 +95,7 @@ func (nw *Network) startNameCheck(ctx context.Context, netns ns.NetNS) error {
 			return fmt.Errorf("network %q: the name check's %s listener: %w", nw.n.ID, l.network, err)
 		}
 		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-		for _, from := range []string{"80", "443"} {
+		for _, from := range proxied {
 			tx.Add(&knftables.Element{Map: l.m, Key: []string{from}, Value: []string{port}})
 		}
 		tx.Add(&knftables.Element{Set: egressProxyPorts, Key: []string{port}})

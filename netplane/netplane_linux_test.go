@@ -99,6 +99,19 @@ func wanDNS(t *testing.T, w *testutil.NS) {
 	}
 }
 
+// gateWant is the forward chain's jumps to the name check's gate, where n
+// has one here.
+func gateWant(n *api.Network) []string {
+	if !nameGates(n) {
+		return nil
+	}
+	br := `"` + n.Bridge() + `"`
+	return []string{
+		`iifname ` + br + ` ct mark & 0x03000000 != 0x00000000 jump name-gate`,
+		`oifname ` + br + ` ct mark & 0x03000000 != 0x00000000 jump name-gate`,
+	}
+}
+
 func TestShared(t *testing.T) {
 	needRoot(t)
 	host := testutil.NewNS(t, "shared-host")
@@ -106,8 +119,7 @@ func TestShared(t *testing.T) {
 	wanDNS(t, w)
 	n := testNet("lan1", api.ModeShared, "10.200.1.0/24")
 	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{wanPeer + ":53"}})
-	wantRules(t, "forward chain of a shared network", chainRules(t, host, n.ID, "forward"), append(neighWant("vmn-lan1"), []string{
-		`iifname "vmn-lan1" oifname "vmn-lan1" accept`,
+	wantRules(t, "forward chain of a shared network", chainRules(t, host, n.ID, "forward"), append(append(append(neighWant("vmn-lan1"), `iifname "vmn-lan1" oifname "vmn-lan1" accept`), gateWant(n)...), []string{
 		`oifname "vmn-lan1" ct direction original ct status dnat accept`,
 		`iifname "vmn-lan1" ct direction reply ct status dnat accept`,
 		`iifname "vmn-lan1" ct state != { established, related } ip saddr . ip daddr @egress-vmnonames4 goto egress-denied`,
@@ -305,8 +317,7 @@ func TestIsolation(t *testing.T) {
 	n := testNet("iso", api.ModeShared, "10.200.3.0/24")
 	n.Isolation = true
 	start(t, host, n, Options{})
-	wantRules(t, "forward chain of an isolated shared network", chainRules(t, host, n.ID, "forward"), append(neighWant("vmn-iso"), []string{
-		`iifname "vmn-iso" oifname "vmn-iso" drop`,
+	wantRules(t, "forward chain of an isolated shared network", chainRules(t, host, n.ID, "forward"), append(append(append(neighWant("vmn-iso"), `iifname "vmn-iso" oifname "vmn-iso" drop`), gateWant(n)...), []string{
 		`oifname "vmn-iso" ct direction original ct status dnat accept`,
 		`iifname "vmn-iso" ct direction reply ct status dnat accept`,
 		`iifname "vmn-iso" ct state != { established, related } ip saddr . ip daddr @egress-vmnonames4 goto egress-denied`,
@@ -472,9 +483,9 @@ func TestForwardChain(t *testing.T) {
 			`iifname "vmn-r" drop`,
 		}...)},
 	} {
-		wantRules(t, "forward chain of network "+tc.n.ID, nftRules(tc.n)["forward"], tc.want)
+		wantRules(t, "forward chain of network "+tc.n.ID, nftRules(tc.n, false)["forward"], tc.want)
 	}
-	for _, r := range nftRules(routed)["postrouting"] {
+	for _, r := range nftRules(routed, false)["postrouting"] {
 		if strings.Contains(r, "oifname != ") {
 			t.Errorf("network with nat44 false masquerades what leaves it: %q", r)
 		}

@@ -48,7 +48,8 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	if err != nil {
 		return err
 	}
-	rules := nftRules(n)
+	gate := nameGates(n)
+	rules := nftRules(n, gate)
 	comment := hostnet.Mark(n.ID)
 	var kept []*knftables.Element
 	if n.Routed() {
@@ -79,6 +80,15 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 		}
 		fillEgress(tx, n.Egress, lan)
 	}
+	if gate {
+		// Regular chains, before the forward chain that jumps to them;
+		// the queue's chain empty (its rule: the gate's reader, later).
+		tx.Add(&knftables.Chain{Name: NameQueueChain})
+		tx.Add(&knftables.Chain{Name: NameGateChain})
+		for _, r := range rules[NameGateChain] {
+			tx.Add(&knftables.Rule{Chain: NameGateChain, Rule: r})
+		}
+	}
 	for _, c := range chains {
 		rs, ok := rules[c.name]
 		if !ok {
@@ -92,6 +102,14 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	}
 	if err := nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("network %q: installing nftables table inet %s: %w", n.ID, hostnet.TableName(n.ID), err)
+	}
+	if gate {
+		// To the network's first queue number (its reader binds it, or
+		// another and writes the rule again: startGate); until the rule is
+		// there the gate's packets are dropped.
+		if err := writeQueueRule(n.ID, kernelQueue(), queueNumber(n.ID, 0)); err != nil {
+			return fmt.Errorf("network %q: the name check's queue rule: %w", n.ID, err)
+		}
 	}
 	return nil
 }

@@ -9,8 +9,10 @@ import (
 )
 
 // nftRules is the content of network n's table, chain by chain: what
-// ensureTable installs and what docs/dataplane.md shows.
-func nftRules(n *api.Network) map[string][]string {
+// ensureTable installs and what docs/dataplane.md shows. gate says
+// whether the name check's TLS connections go through the kernel's path
+// and the network's gate (nameGates) rather than its proxy.
+func nftRules(n *api.Network, gate bool) map[string][]string {
 	br := fmt.Sprintf("%q", n.Bridge())
 	vxIn, vxFwd := vxlanRules(n)
 	var fwd []string
@@ -19,7 +21,10 @@ func nftRules(n *api.Network) map[string][]string {
 	}
 	rules := map[string][]string{
 		"input":   append(vxIn, inputRules(n, br)...),
-		"forward": append(append(fwd, vxFwd...), forwardRules(n, br)...),
+		"forward": append(append(fwd, vxFwd...), forwardRules(n, br, gate)...),
+	}
+	if gate {
+		rules[NameGateChain] = nameGateRules()
 	}
 	if n.Routed() {
 		dnat := func(local string) []string {
@@ -32,7 +37,7 @@ func nftRules(n *api.Network) map[string][]string {
 		// From outside, not to 127.0.0.0/8: a forward on 127.0.0.1 is the
 		// host's own programs' (the output hook), and a neighbour that
 		// sends to 127.0.0.1 gets nothing.
-		rules["prerouting"] = append(nameCheckRedirects(n, br), dnat("fib daddr type local ip daddr != 127.0.0.0/8")...)
+		rules["prerouting"] = append(nameCheckRedirects(n, br, gate), dnat("fib daddr type local ip daddr != 127.0.0.0/8")...)
 		rules["output"] = dnat("fib daddr type local")
 		// The bridge has route_localnet (for forwards used from the
 		// host's loopback): no VM may send to or from 127.0.0.0/8 through
@@ -129,9 +134,10 @@ func inputRules(n *api.Network, br string) []string {
 }
 
 // forwardRules are the rules of n's forward chain after neighbour
-// discovery's and VXLAN's: between the VMs, port forwards, the egress
-// policies, and what the mode lets in and out (bridge br).
-func forwardRules(n *api.Network, br string) []string {
+// discovery's and VXLAN's: between the VMs, the name check's gate (with
+// gate), port forwards, the egress policies, and what the mode lets in
+// and out (bridge br).
+func forwardRules(n *api.Network, br string, gate bool) []string {
 	var fwd []string
 	if n.Isolation {
 		// Isolated ports cannot reach each other at layer 2; this keeps
@@ -139,6 +145,13 @@ func forwardRules(n *api.Network, br string) []string {
 		fwd = append(fwd, "iifname "+br+" oifname "+br+" drop")
 	} else {
 		fwd = append(fwd, "iifname "+br+" oifname "+br+" accept")
+	}
+	if gate {
+		// The connections the name check follows, both ways, before the
+		// egress policy: it allowed their destination by name.
+		fwd = append(fwd,
+			"iifname "+br+" ct mark & "+gateMarks+" != 0x00000000 jump "+NameGateChain,
+			"oifname "+br+" ct mark & "+gateMarks+" != 0x00000000 jump "+NameGateChain)
 	}
 	// Port forwards: connections DNAT sent into this network (to a VM:
 	// the maps hold only its VMs), and their replies out of it, on host
@@ -200,10 +213,6 @@ func egressRules(n *api.Network, br string) []string {
 	return fwd
 }
 
-// nameCheckPorts are the TCP ports whose connections to addresses allowed
-// by name the proxy checks: TLS's server name on 443, HTTP's Host on 80.
-const nameCheckPorts = "{ 80, 443 }"
-
 // nameChecks reports whether network n checks names: a shared network
 // (whose VMs go out) with a DNS proxy (which learns the names).
 func nameChecks(n *api.Network) bool { return n.Mode == api.ModeShared && n.DNSProxy }
@@ -216,28 +225,84 @@ func nameChecks(n *api.Network) bool { return n.Mode == api.ModeShared && n.DNSP
 const nameCheckMark = 0x766e6301
 
 // nameCheckRedirects are the prerouting rules that send a VM's
-// connections to nameCheckPorts of the addresses it may reach by name to
-// the network's name check (egressproxy): a VM's own policy's (its source
-// and the address learned for it), then the network's. A map with no
-// port for the proxy (it is not listening yet) redirects nothing, and
-// the forward chain judges the connection by the prefixes.
-func nameCheckRedirects(n *api.Network, br string) []string {
+// connections to the addresses it may reach by name to the network's
+// name check: a VM's own policy's (its source and the address learned
+// for it), then the network's. With gate, a connection to port 443 is
+// marked pending (the gate judges its ClientHello in the kernel's path:
+// gate_linux.go) and one to port 80 is redirected to the proxy
+// (egressproxy, which reads every request's Host); without, both are
+// redirected. A map with no port for the proxy (it is not listening yet)
+// redirects nothing, and the forward chain judges the connection by the
+// prefixes.
+func nameCheckRedirects(n *api.Network, br string, gate bool) []string {
 	if !nameChecks(n) {
 		return nil
 	}
-	redirect := func(match, m string) string {
-		return "iifname " + br + " " + match + " tcp dport " + nameCheckPorts + " redirect to :tcp dport map @" + m
-	}
-	rules := []string{
-		redirect("ip saddr @"+egressOwn4+" ip saddr . ip daddr @"+egressVMNames4, egressProxy4),
-		redirect("ip6 saddr @"+egressOwn6+" ip6 saddr . ip6 daddr @"+egressVMNames6, egressProxy6),
+	matches := [][2]string{
+		{"ip saddr @" + egressOwn4 + " ip saddr . ip daddr @" + egressVMNames4, egressProxy4},
+		{"ip6 saddr @" + egressOwn6 + " ip6 saddr . ip6 daddr @" + egressVMNames6, egressProxy6},
 	}
 	if n.Egress != nil && n.Egress.HasNames() {
-		rules = append(rules,
-			redirect("ip saddr != @"+egressOwn4+" ip daddr @"+EgressNames4, egressProxy4),
-			redirect("ip6 saddr != @"+egressOwn6+" ip6 daddr @"+EgressNames6, egressProxy6))
+		matches = append(matches,
+			[2]string{"ip saddr != @" + egressOwn4 + " ip daddr @" + EgressNames4, egressProxy4},
+			[2]string{"ip6 saddr != @" + egressOwn6 + " ip6 daddr @" + EgressNames6, egressProxy6})
+	}
+	var rules []string
+	for _, m := range matches {
+		ports := "{ 80, 443 }"
+		if gate {
+			rules = append(rules, "iifname "+br+" "+m[0]+" tcp dport 443 ct mark set ct mark & 0xfdffffff | "+gatePending)
+			ports = "80"
+		}
+		rules = append(rules, "iifname "+br+" "+m[0]+" tcp dport "+ports+" redirect to :tcp dport map @"+m[1])
 	}
 	return rules
+}
+
+// The name check's gate marks the connections it follows in their
+// conntrack entries' marks, bits 24 and 25 (gateMarks) and no others:
+// pending from their SYN until the gate's verdict, then allowed or
+// refused. The gate's reader says its verdict on a packet by sending it
+// through the forward chain again with gateAllowMark or gateRefuseMark
+// (the packet's own mark, which the rule that takes it puts back to
+// zero).
+const (
+	gateMarks      = "0x03000000"
+	gatePending    = "0x01000000"
+	gateAllowed    = "0x02000000"
+	gateRefused    = "0x03000000"
+	gateAllowMark  = 0x766e6302
+	gateRefuseMark = 0x766e6303
+)
+
+// The gate's chains: NameGateChain takes the marks and the verdicts,
+// then sends a pending connection's packets to NameQueueChain, whose one
+// rule queues them to the network's reader. That rule is written apart
+// (writeQueueRule: the queue's number is the reader's, and on kernels
+// without nftables' queue it is xtables' target, which nft cannot
+// write); until it is there, or if it goes, the packets fall back to
+// NameGateChain's last rule and are dropped.
+const (
+	NameGateChain  = "name-gate"
+	NameQueueChain = "name-queue"
+)
+
+// nameGateRules are NameGateChain's rules.
+func nameGateRules() []string {
+	is := func(v string) string { return "ct mark & " + gateMarks + " == " + v }
+	return []string{
+		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", gateAllowMark) + " ct mark set ct mark & 0xfeffffff | " + gateAllowed + " meta mark set 0x00000000 accept",
+		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", gateRefuseMark) + " ct mark set ct mark | " + gateRefused + " meta mark set 0x00000000",
+		is(gateAllowed) + " accept",
+		"meta l4proto tcp " + is(gateRefused) + " reject with tcp reset",
+		// The VM's SYN is not queued (flowgate: its SYN-ACK tells the
+		// gate where the stream begins), unless it carries bytes (a
+		// payload byte, @ih, is there to be read): those it drops.
+		"ct direction original tcp flags syn / syn,ack @ih,0,8 & 0x0 == 0x0 drop",
+		"ct direction original tcp flags syn / syn,ack accept",
+		is(gatePending) + " jump " + NameQueueChain,
+		"drop",
+	}
 }
 
 // natRules are n's postrouting chain (bridge br), nil for none.

@@ -1,0 +1,258 @@
+package netplane
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"runtime"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/egressproxy"
+	"github.com/vmnetctl/vmnetctl/flowgate"
+	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/nfqueue"
+)
+
+// The name check's gate: a VM's TLS connections to the addresses its
+// policy allows by name are not ended on the host (egressproxy) but go
+// the kernel's forward path, marked pending in prerouting
+// (nameCheckRedirects); their packets, both ways, go through a netfilter
+// queue to the network's reader (flowgate, judging the ClientHello with
+// egressproxy's own verdict, JudgeTLS) until it allows the connection,
+// after which the kernel carries the rest alone; or refuses it, and the
+// kernel resets it (nameGateRules). docs/performance.md, "The name
+// check's cost", has why and what it holds against.
+
+// queueKind is how this kernel queues a packet from nftables: its own
+// queue statement (nft_queue), xtables' NFQUEUE target through nft_compat,
+// or neither (the proxy checks TLS too).
+type queueKind uint8
+
+const (
+	queueNone queueKind = iota
+	queueNative
+	queueXT
+)
+
+// kernelQueue probes, once, in a network namespace of its own (nothing
+// of the host's is touched), which queue this kernel has, and that a
+// queue can be bound (nfnetlink_queue).
+var kernelQueue = sync.OnceValue(func() queueKind {
+	got := make(chan queueKind, 1)
+	go func() {
+		// The thread never goes back to the runtime: it ends with this
+		// goroutine, in the namespace it made.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			got <- queueNone
+			return
+		}
+		q, err := nfqueue.Open(0, 0, 1)
+		if err != nil {
+			got <- queueNone
+			return
+		}
+		q.Close()
+		for _, k := range []queueKind{queueNative, queueXT} {
+			if writeQueueRule("probe", k, 0) == nil {
+				got <- k
+				return
+			}
+		}
+		got <- queueNone
+	}()
+	return <-got
+})
+
+// nameGates reports whether network n's name check takes TLS through the
+// gate: it checks names and the kernel queues.
+func nameGates(n *api.Network) bool { return nameChecks(n) && kernelQueue() != queueNone }
+
+// queueExprs is the queue statement of kind k for queue num; no bypass:
+// with no reader bound, the packets are dropped.
+func queueExprs(k queueKind, num uint16) []expr.Any {
+	if k == queueNative {
+		return []expr.Any{&expr.Queue{Num: num}}
+	}
+	// struct xt_NFQ_info_v1: the queue number, how many queues from it.
+	info := xt.Unknown(binary.NativeEndian.AppendUint16(binary.NativeEndian.AppendUint16(nil, num), 1))
+	return []expr.Any{&expr.Target{Name: "NFQUEUE", Rev: 1, Info: &info}}
+}
+
+// writeQueueRule makes NameQueueChain of network id's inet table (in the
+// calling thread's namespace) hold one rule, which queues to num, in one
+// transaction. It makes the table and the chain if they are not there
+// (the probe's, in its namespace of its own: a network's are
+// ensureTable's).
+func writeQueueRule(id string, k queueKind, num uint16) error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	defer c.CloseLasting()
+	t := c.AddTable(&nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyINet})
+	ch := c.AddChain(&nftables.Chain{Name: NameQueueChain, Table: t})
+	c.FlushChain(ch)
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: queueExprs(k, num)})
+	return c.Flush()
+}
+
+// checkQueueRule tells whether NameQueueChain of network id's table holds
+// its one queue rule.
+func checkQueueRule(id string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	defer c.CloseLasting()
+	t := &nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyINet}
+	rules, err := c.GetRules(t, &nftables.Chain{Name: NameQueueChain, Table: t})
+	if err != nil {
+		return fmt.Errorf("reading chain %s: %w", NameQueueChain, err)
+	}
+	queues := func(r *nftables.Rule) bool {
+		if len(r.Exprs) != 1 {
+			return false
+		}
+		switch e := r.Exprs[0].(type) {
+		case *expr.Queue:
+			return true
+		case *expr.Target:
+			return e.Name == "NFQUEUE"
+		}
+		return false
+	}
+	if len(rules) != 1 || !queues(rules[0]) {
+		return fmt.Errorf("chain %s has %d rules, want the name check's queue alone", NameQueueChain, len(rules))
+	}
+	return nil
+}
+
+// The gate's queue: its numbers are tried from one derived from the
+// network's mark (its name and state dir), among queueSpan from
+// queueBase, past those another program bound.
+const (
+	queueBase  = 0x7600
+	queueSpan  = 1024
+	queueTries = 64
+	// queueLen bounds the packets waiting for a verdict (more are
+	// dropped: the check fails closed, TCP sends them again).
+	queueLen = 4096
+	// gateMaxHeld is more than JudgeTLS reads before its verdict (a
+	// ClientHello's 32 KiB, its records' headers): it refuses first.
+	gateMaxHeld = 64 << 10
+)
+
+// queueNumber is the network's i-th queue number to try.
+func queueNumber(id string, i int) uint16 {
+	h := fnv.New32a()
+	h.Write([]byte(hostnet.Mark(id)))
+	return uint16(queueBase + (int(h.Sum32()%queueSpan)+i)%queueSpan)
+}
+
+// startGate binds the network's queue, points its queue rule at it, and
+// judges its packets until Close.
+func (nw *Network) startGate() error {
+	n := nw.n
+	var q *nfqueue.Queue
+	var num uint16
+	var bridge uint32
+	err := nw.inNS(func() error {
+		br, err := netlink.LinkByName(n.Bridge())
+		if err != nil {
+			return err
+		}
+		bridge = uint32(br.Attrs().Index)
+		for i := range queueTries {
+			num = queueNumber(n.ID, i)
+			if q, err = nfqueue.Open(num, 0xffff, queueLen); !errors.Is(err, unix.EBUSY) {
+				break
+			}
+		}
+		if err != nil {
+			return err
+		}
+		nw.closers = append(nw.closers, q.Close)
+		if num == queueNumber(n.ID, 0) {
+			return nil // ensureTable's rule
+		}
+		return writeQueueRule(n.ID, kernelQueue(), num)
+	})
+	if err != nil {
+		return fmt.Errorf("network %q: the name check's queue: %w", n.ID, err)
+	}
+	judge := &egressproxy.Config{Allow: nw.nameAllowed, OuterECH: nw.outerECH}
+	g := flowgate.New(flowgate.Config{
+		Judge: func(first []byte, src, dst netip.AddrPort) (bool, string, string) {
+			more, name, why := judge.JudgeTLS(first, src, dst)
+			if !more && why == "" {
+				// As the proxy refuses to dial it (CheckDst).
+				if w := nw.outward(dst.Addr()); w != "" {
+					why = "the destination is " + w
+				}
+			}
+			return more, name, why
+		},
+		Client:       nw.macOf,
+		MaxConns:     egressproxy.MaxConns,
+		MaxPerClient: egressproxy.MaxPerClient,
+		MaxHeld:      gateMaxHeld,
+		Wait:         egressproxy.HelloWait,
+	})
+	nw.wg.Add(1)
+	go func() {
+		defer nw.wg.Done()
+		err := flowgate.Serve(g, gateQueue{q, bridge}, func(r flowgate.Refusal) {
+			nw.nameRefused(r.Src, r.Dst, r.Name, r.Why)
+		})
+		if !nw.stopped() {
+			nw.log.Error("the name check's gate stopped", "err", err)
+			nw.fail(fmt.Errorf("network %q: the name check's gate stopped: %w", n.ID, err))
+		}
+	}()
+	return nil
+}
+
+// gateQueue is a network's queue as its gate reads it: a packet that
+// came in on the bridge is a VM's; Allow and Refuse are the packet sent
+// through the forward chain again with the mark NameGateChain takes.
+type gateQueue struct {
+	q      *nfqueue.Queue
+	bridge uint32
+}
+
+func (g gateQueue) Receive() ([]flowgate.Queued, error) {
+	ps, err := g.q.Receive()
+	if errors.Is(err, unix.ENOBUFS) {
+		// The socket was full: the kernel dropped what it could not
+		// give (the senders send it again), nothing waits for a verdict.
+		return nil, nil
+	}
+	out := make([]flowgate.Queued, len(ps))
+	for i, p := range ps {
+		out[i] = flowgate.Queued{ID: p.ID, Packet: p.Payload, FromVM: p.InDev == g.bridge}
+	}
+	return out, err
+}
+
+func (g gateQueue) Verdict(id uint32, a flowgate.Action) error {
+	mark := func(m uint32) *uint32 { return &m }
+	switch a {
+	case flowgate.Accept:
+		return g.q.SetVerdict(id, nfqueue.Accept, nil)
+	case flowgate.Allow:
+		return g.q.SetVerdict(id, nfqueue.Repeat, mark(gateAllowMark))
+	case flowgate.Refuse:
+		return g.q.SetVerdict(id, nfqueue.Repeat, mark(gateRefuseMark))
+	}
+	return g.q.SetVerdict(id, nfqueue.Drop, nil)
+}
