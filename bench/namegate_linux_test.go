@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/egressproxy"
 	"github.com/vmnetctl/vmnetctl/flowgate"
+	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/nfqueue"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -32,8 +33,9 @@ import (
 //	vm 10.77.1.2 ── veth ── 10.77.1.1 router 10.77.2.1 ── veth ── 10.77.2.2 srv
 //
 // The router's forward chain, in order: a packet the reader repeated
-// with the allow mark marks its connection allowed (ct mark) and is
-// accepted, one with the refuse mark marks it refused and is dropped;
+// with the allow mark (netplane.GateQueue's, as a network's) marks its
+// connection allowed (ct mark) and is accepted, one with the refuse
+// mark marks it refused and is dropped;
 // an allowed connection is accepted, a refused one dropped; a new TCP
 // connection from the VM to port 443 is marked pending; a pending one's
 // packets, both ways, go to the queue.
@@ -42,8 +44,6 @@ const (
 	ctAllowed   = 1
 	ctRefused   = 2
 	ctPending   = 3
-	markAllow   = 0x10
-	markRefuse  = 0x20
 	gateName    = "api.test"
 	gateVMAddr  = "10.77.1.2"
 	gateSrvAddr = "10.77.2.2"
@@ -103,7 +103,7 @@ func TestNameGatePath(t *testing.T) {
 		}
 		return err
 	})
-	go flowgate.Serve(g, gateQueueOf{q, vmSide}, func(r flowgate.Refusal) {
+	go flowgate.Serve(g, netplane.GateQueue(q, vmSide), func(r flowgate.Refusal) {
 		mu.Lock()
 		refusals = append(refusals, r)
 		mu.Unlock()
@@ -188,37 +188,6 @@ func TestNameGatePath(t *testing.T) {
 	}
 }
 
-// gateQueueOf gives the gate a netfilter queue: a packet that came in on
-// vmSide is the VM's; Allow and Refuse are the packet sent through its
-// hook again with the allow or the refuse mark.
-type gateQueueOf struct {
-	q      *nfqueue.Queue
-	vmSide uint32
-}
-
-func (g gateQueueOf) Receive() ([]flowgate.Queued, error) {
-	ps, err := g.q.Receive()
-	out := make([]flowgate.Queued, len(ps))
-	for i, p := range ps {
-		out[i] = flowgate.Queued{ID: p.ID, Packet: p.Payload, FromVM: p.InDev == g.vmSide}
-	}
-	return out, err
-}
-
-func (g gateQueueOf) Verdict(id uint32, a flowgate.Action) error {
-	switch a {
-	case flowgate.Accept:
-		return g.q.SetVerdict(id, nfqueue.Accept, nil)
-	case flowgate.Allow:
-		m := uint32(markAllow)
-		return g.q.SetVerdict(id, nfqueue.Repeat, &m)
-	case flowgate.Refuse:
-		m := uint32(markRefuse)
-		return g.q.SetVerdict(id, nfqueue.Repeat, &m)
-	}
-	return g.q.SetVerdict(id, nfqueue.Drop, nil)
-}
-
 // transfer asks the server for a download ('d') or an upload ('u') of n
 // bytes over c and moves them.
 func transfer(c *tls.Conn, what byte, n int64) (int64, error) {
@@ -296,8 +265,8 @@ func gateRules(gated bool) error {
 		}
 		c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: all})
 	}
-	rule(metaMark(markAllow), setCtMark(ctAllowed), []expr.Any{accept})
-	rule(metaMark(markRefuse), setCtMark(ctRefused), []expr.Any{drop})
+	rule(metaMark(netplane.GateAllowMark), setCtMark(ctAllowed), []expr.Any{accept})
+	rule(metaMark(netplane.GateRefuseMark), setCtMark(ctRefused), []expr.Any{drop})
 	rule(ctMark(ctAllowed), []expr.Any{accept})
 	rule(ctMark(ctRefused), []expr.Any{drop})
 	rule([]expr.Any{

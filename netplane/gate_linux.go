@@ -211,7 +211,7 @@ func (nw *Network) startGate() error {
 	nw.wg.Add(1)
 	go func() {
 		defer nw.wg.Done()
-		err := flowgate.Serve(g, gateQueue{q, bridge}, func(r flowgate.Refusal) {
+		err := flowgate.Serve(g, GateQueue(q, bridge), func(r flowgate.Refusal) {
 			nw.nameRefused(r.Src, r.Dst, r.Name, r.Why)
 		})
 		if !nw.stopped() {
@@ -222,9 +222,12 @@ func (nw *Network) startGate() error {
 	return nil
 }
 
-// gateQueue is a network's queue as its gate reads it: a packet that
-// came in on the bridge is a VM's; Allow and Refuse are the packet sent
-// through the forward chain again with the mark NameGateChain takes.
+// GateQueue is queue q as a gate reads it: a packet that came in on the
+// interface with index vmSide (a network's bridge) is a VM's; Allow and
+// Refuse are the packet sent through its hook again with GateAllowMark
+// or GateRefuseMark (which NameGateChain takes).
+func GateQueue(q *nfqueue.Queue, vmSide uint32) flowgate.Queue { return gateQueue{q, vmSide} }
+
 type gateQueue struct {
 	q      *nfqueue.Queue
 	bridge uint32
@@ -250,9 +253,9 @@ func (g gateQueue) Verdict(id uint32, a flowgate.Action) error {
 	case flowgate.Accept:
 		return g.q.SetVerdict(id, nfqueue.Accept, nil)
 	case flowgate.Allow:
-		return g.q.SetVerdict(id, nfqueue.Repeat, mark(gateAllowMark))
+		return g.q.SetVerdict(id, nfqueue.Repeat, mark(GateAllowMark))
 	case flowgate.Refuse:
-		return g.q.SetVerdict(id, nfqueue.Repeat, mark(gateRefuseMark))
+		return g.q.SetVerdict(id, nfqueue.Repeat, mark(GateRefuseMark))
 	}
 	return g.q.SetVerdict(id, nfqueue.Drop, nil)
 }

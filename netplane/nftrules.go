@@ -263,16 +263,17 @@ func nameCheckRedirects(n *api.Network, br string, gate bool) []string {
 // conntrack entries' marks, bits 24 and 25 (gateMarks) and no others:
 // pending from their SYN until the gate's verdict, then allowed or
 // refused. The gate's reader says its verdict on a packet by sending it
-// through the forward chain again with gateAllowMark or gateRefuseMark
+// through the forward chain again with GateAllowMark or GateRefuseMark
 // (the packet's own mark, which the rule that takes it puts back to
 // zero).
 const (
-	gateMarks      = "0x03000000"
-	gatePending    = "0x01000000"
-	gateAllowed    = "0x02000000"
-	gateRefused    = "0x03000000"
-	gateAllowMark  = 0x766e6302
-	gateRefuseMark = 0x766e6303
+	gateMarks   = "0x03000000"
+	gatePending = "0x01000000"
+	gateAllowed = "0x02000000"
+	gateRefused = "0x03000000"
+	// GateAllowMark and GateRefuseMark: the reader's verdicts.
+	GateAllowMark  = 0x766e6302
+	GateRefuseMark = 0x766e6303
 )
 
 // The gate's chains: NameGateChain takes the marks and the verdicts,
@@ -291,8 +292,8 @@ const (
 func nameGateRules() []string {
 	is := func(v string) string { return "ct mark & " + gateMarks + " == " + v }
 	return []string{
-		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", gateAllowMark) + " ct mark set ct mark & 0xfeffffff | " + gateAllowed + " meta mark set 0x00000000 accept",
-		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", gateRefuseMark) + " ct mark set ct mark | " + gateRefused + " meta mark set 0x00000000",
+		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", GateAllowMark) + " ct mark set ct mark & 0xfeffffff | " + gateAllowed + " meta mark set 0x00000000 accept",
+		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", GateRefuseMark) + " ct mark set ct mark | " + gateRefused + " meta mark set 0x00000000",
 		is(gateAllowed) + " accept",
 		"meta l4proto tcp " + is(gateRefused) + " reject with tcp reset",
 		// The VM's SYN is not queued (flowgate: its SYN-ACK tells the
