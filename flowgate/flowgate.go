@@ -39,6 +39,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"time"
@@ -96,16 +97,25 @@ type Config struct {
 	MaxConns, MaxPerClient int
 	// MaxHeld bounds the bytes a connection may send before its verdict.
 	MaxHeld int
+	// MaxHeldPackets bounds the packets a client's connections hold
+	// waiting for verdicts, MaxHeldAll those of all clients (0: no
+	// bound): a queue's own length is a bound on all its packets, and
+	// one client must not fill it for the others.
+	MaxHeldPackets, MaxHeldAll int
 	// Wait bounds how long a connection may take from its SYN to being
 	// allowed.
 	Wait time.Duration
 }
 
 // maxSegments bounds the segments a connection's bytes are held in
-// before the verdict: a ClientHello takes a few, or, sent a byte a
-// segment (as a client that writes it byte by byte without Nagle does),
-// a couple of thousand; each is judged again with the bytes before it.
-const maxSegments = 4096
+// before the verdict: a ClientHello takes a few (a 32 KiB one 62 at an
+// MSS of 536); each is judged again with the bytes before it.
+const maxSegments = 128
+
+// allowedLinger is how long an allowed connection is remembered: its
+// packets queued before the kernel took the allow mark are let go, not
+// taken for a connection whose start the gate did not see.
+const allowedLinger = 2 * time.Second
 
 // Gate follows the connections of one queue. It is not safe for use by
 // several goroutines at once.
@@ -113,11 +123,13 @@ type Gate struct {
 	cfg       Config
 	conns     map[connKey]*conn
 	perClient map[string]int
+	heldBy    map[string]int // packets held, by client
+	heldAll   int
 }
 
 // New returns a gate judging with cfg.
 func New(cfg Config) *Gate {
-	return &Gate{cfg: cfg, conns: map[connKey]*conn{}, perClient: map[string]int{}}
+	return &Gate{cfg: cfg, conns: map[connKey]*conn{}, perClient: map[string]int{}, heldBy: map[string]int{}}
 }
 
 // connKey is a connection as the VM sends it: its end, the server's.
@@ -129,6 +141,7 @@ const (
 	judging   state = iota // its bytes held until the verdict
 	verifying              // allowed bytes not yet acknowledged by the server
 	refused                // refused: what comes late is dropped
+	allowed                // allowed a moment ago: what comes late goes on
 )
 
 type conn struct {
@@ -162,20 +175,33 @@ func (g *Gate) fromVM(id uint32, s segment, _ time.Time) ([]Verdict, *Refusal) {
 	k := connKey{s.src, s.dst}
 	c := g.conns[k]
 	switch {
+	case s.flags&flagRST != 0 && len(s.payload) != 0:
+		return []Verdict{{id, Drop}}, nil // bytes no stack should take
 	case s.flags&flagRST != 0:
 		out := g.end(k, c)
 		return append(out, Verdict{id, Accept}), nil
-	case c != nil && c.state == refused:
-		return []Verdict{{id, Refuse}}, nil
 	case s.flags&flagSYN != 0:
-		if len(s.payload) != 0 {
+		switch {
+		case len(s.payload) != 0:
 			out := g.end(k, c)
 			return append(out, Verdict{id, Refuse}), &Refusal{Src: s.src, Dst: s.dst, Why: "it sent bytes in its SYN"}
-		}
-		if c != nil && c.isn != s.seq {
+		case c != nil && c.isn != s.seq:
 			return append(g.end(k, c), Verdict{id, Accept}), nil // a new connection on the same ports
+		case c != nil && c.state == refused:
+			return []Verdict{{id, Refuse}}, nil
 		}
 		return []Verdict{{id, Accept}}, nil
+	case c != nil && c.state == refused:
+		return []Verdict{{id, Refuse}}, nil
+	case c != nil && c.state == allowed:
+		return []Verdict{{id, Accept}}, nil
+	case s.flags&flagURG != 0:
+		// A server's stack takes the urgent byte out of the stream its
+		// reader reads: what it reads would not be what was judged.
+		if c == nil {
+			return []Verdict{{id, Refuse}}, &Refusal{Src: s.src, Dst: s.dst, Why: "it set the urgent pointer"}
+		}
+		return g.refuse(k, c, id, true, "", "it set the urgent pointer")
 	case c == nil:
 		if len(s.payload) == 0 && s.flags&flagFIN == 0 {
 			return []Verdict{{id, Accept}}, nil
@@ -203,7 +229,7 @@ func (g *Gate) data(k connKey, c *conn, id uint32, s segment) ([]Verdict, *Refus
 	}
 	overlap := min(int64(len(s.payload)), int64(len(c.buf))-off)
 	if !bytes.Equal(s.payload[:overlap], c.buf[off:off+overlap]) {
-		return g.refuse(k, c, id, "", "it sent other bytes in place of those it sent before")
+		return g.refuse(k, c, id, true, "", "it sent other bytes in place of those it sent before")
 	}
 	if c.state == verifying {
 		return []Verdict{{id, Accept}}, nil
@@ -213,26 +239,44 @@ func (g *Gate) data(k connKey, c *conn, id uint32, s segment) ([]Verdict, *Refus
 		// will it have one before the verdict, and the bytes that would
 		// tell do not come (past its window, or lost): refused now
 		// rather than at Wait (the client may try again).
-		return g.refuse(k, c, id, "", "it sent held bytes again before they were whole (more than its window, or lost)")
+		return g.refuse(k, c, id, true, "", "it sent held bytes again before they were whole (more than its window, or lost)")
 	}
 	if len(c.buf)+len(s.payload)-int(overlap) > g.cfg.MaxHeld || len(c.held) >= maxSegments {
-		return g.refuse(k, c, id, "", "it sent more than the check reads before a verdict")
+		return g.refuse(k, c, id, true, "", "it sent more than the check reads before a verdict")
+	}
+	if g.cfg.MaxHeldPackets > 0 && g.heldBy[c.client] >= g.cfg.MaxHeldPackets || g.cfg.MaxHeldAll > 0 && g.heldAll >= g.cfg.MaxHeldAll {
+		return g.refuse(k, c, id, true, "", "too many of its packets wait for the name check")
 	}
 	c.buf = append(c.buf, s.payload[overlap:]...)
 	c.held = append(c.held, id)
+	g.heldBy[c.client]++
+	g.heldAll++
 	more, name, why := g.cfg.Judge(c.buf, k.vm, k.server)
 	switch {
 	case more:
 		return []Verdict{{id, Hold}}, nil
 	case why != "":
-		return g.refuse(k, c, 0, name, why)
+		return g.refuse(k, c, id, true, name, why)
 	}
 	out := make([]Verdict, 0, len(c.held))
 	for _, h := range c.held {
 		out = append(out, Verdict{h, Accept})
 	}
-	c.held, c.state = nil, verifying
+	g.release(c)
+	c.state = verifying
 	return out, nil
+}
+
+// release forgets c's held packets (their verdicts given).
+func (g *Gate) release(c *conn) {
+	if len(c.held) == 0 {
+		return
+	}
+	g.heldAll -= len(c.held)
+	if g.heldBy[c.client] -= len(c.held); g.heldBy[c.client] <= 0 {
+		delete(g.heldBy, c.client)
+	}
+	c.held = nil
 }
 
 // toVM takes a segment of the server's: its SYN-ACK starts following
@@ -241,70 +285,66 @@ func (g *Gate) toVM(id uint32, s segment, now time.Time) ([]Verdict, *Refusal) {
 	k := connKey{s.dst, s.src}
 	c := g.conns[k]
 	switch {
+	case s.flags&(flagSYN|flagACK|flagRST) == flagSYN|flagACK:
+		return g.synAck(k, c, id, s.ack-1, now)
 	case c != nil && c.state == refused:
 		return []Verdict{{id, Refuse}}, nil
 	case s.flags&flagRST != 0:
 		return append(g.end(k, c), Verdict{id, Accept}), nil
-	case s.flags&(flagSYN|flagACK) == flagSYN|flagACK:
-		return g.synAck(k, c, id, s.ack-1, now)
+	case c != nil && c.state == verifying && s.flags&flagACK != 0 && int32(s.ack-(c.isn+1)-uint32(len(c.buf))) >= 0:
+		c.state, c.since, c.buf = allowed, now, nil
+		return []Verdict{{id, Allow}}, nil
 	}
-	return []Verdict{{id, g.acked(k, c, s)}}, nil
+	return []Verdict{{id, Accept}}, nil
 }
 
 // synAck takes the server's SYN-ACK, which acknowledges the VM's SYN
 // with initial sequence number isn.
 func (g *Gate) synAck(k connKey, c *conn, id, isn uint32, now time.Time) ([]Verdict, *Refusal) {
+	var out []Verdict
 	switch {
+	case c != nil && c.isn == isn && c.state == refused:
+		return []Verdict{{id, Refuse}}, nil
 	case c != nil && c.isn == isn:
 		return []Verdict{{id, Accept}}, nil // again
-	case c != nil && len(c.buf) != 0:
+	case c != nil && c.state == judging && len(c.buf) != 0:
 		// Another SYN taken once bytes were judged from the first.
-		return g.refuse(k, c, id, "", "the server took another SYN of its")
-	case c != nil:
+		return g.refuse(k, c, id, true, "", "the server took another SYN of its")
+	case c != nil && c.state == judging:
 		c.isn = isn
 		return []Verdict{{id, Accept}}, nil
+	case c != nil:
+		// A connection refused or allowed before on the same ports: this
+		// is another (the kernel marked it pending again).
+		out = g.end(k, c)
 	}
 	client := g.client(k.vm.Addr())
 	if len(g.conns) >= g.cfg.MaxConns || g.perClient[client] >= g.cfg.MaxPerClient {
-		return []Verdict{{id, Refuse}}, &Refusal{Src: k.vm, Dst: k.server, Why: "too many of its connections wait for the name check"}
+		return append(out, Verdict{id, Refuse}), &Refusal{Src: k.vm, Dst: k.server, Why: "too many of its connections wait for the name check"}
 	}
 	g.conns[k] = &conn{isn: isn, since: now, client: client}
 	g.perClient[client]++
-	return []Verdict{{id, Accept}}, nil
+	return append(out, Verdict{id, Accept}), nil
 }
 
-// acked is the action on another segment of the server's (not a RST or
-// a SYN-ACK): Allow once it acknowledges every judged byte.
-func (g *Gate) acked(k connKey, c *conn, s segment) Action {
-	switch {
-	case c == nil:
-		return Accept
-	case c.state == verifying && s.flags&flagACK != 0 && int32(s.ack-(c.isn+1)-uint32(len(c.buf))) >= 0:
-		g.end(k, c)
-		return Allow
+// refuse refuses connection k: its held packets dropped, the packet that
+// tipped it (tip, if hasTip; else the last held, if any) refused, and
+// the connection kept as refused until it expires.
+func (g *Gate) refuse(k connKey, c *conn, tip uint32, hasTip bool, name, why string) ([]Verdict, *Refusal) {
+	if !hasTip && len(c.held) > 0 {
+		tip, hasTip = c.held[len(c.held)-1], true
 	}
-	return Accept
-}
-
-// refuse refuses connection k: its held packets dropped, packet id (0:
-// none) refused, and the connection kept as refused until it expires.
-func (g *Gate) refuse(k connKey, c *conn, id uint32, name, why string) ([]Verdict, *Refusal) {
 	out := make([]Verdict, 0, len(c.held)+1)
 	for _, h := range c.held {
-		if h != id {
+		if !hasTip || h != tip {
 			out = append(out, Verdict{h, Drop})
 		}
 	}
-	// The packet that tipped it carries the mark (Refuse): the last held
-	// if it is held, else the one given.
-	if id == 0 && len(c.held) > 0 {
-		id = c.held[len(c.held)-1]
-		out = out[:len(out)-1]
+	if hasTip {
+		out = append(out, Verdict{tip, Refuse})
 	}
-	if id != 0 {
-		out = append(out, Verdict{id, Refuse})
-	}
-	c.state, c.held, c.buf = refused, nil, nil
+	g.release(c)
+	c.state, c.buf = refused, nil
 	return out, &Refusal{Src: k.vm, Dst: k.server, Name: name, Why: why}
 }
 
@@ -317,6 +357,7 @@ func (g *Gate) end(k connKey, c *conn) []Verdict {
 	for _, h := range c.held {
 		out = append(out, Verdict{h, Drop})
 	}
+	g.release(c)
 	delete(g.conns, k)
 	if g.perClient[c.client]--; g.perClient[c.client] <= 0 {
 		delete(g.perClient, c.client)
@@ -331,14 +372,14 @@ func (g *Gate) Expire(now time.Time) ([]Verdict, []Refusal) {
 	var out []Verdict
 	var refusals []Refusal
 	for k, c := range g.conns {
-		if now.Sub(c.since) < g.cfg.Wait {
-			continue
-		}
-		if c.state == refused {
+		switch age := now.Sub(c.since); {
+		case c.state == allowed && age >= allowedLinger, c.state == refused && age >= g.cfg.Wait:
 			g.end(k, c)
 			continue
+		case age < g.cfg.Wait || c.state == allowed || c.state == refused:
+			continue
 		}
-		v, r := g.refuse(k, c, 0, "", "it was not allowed within "+g.cfg.Wait.String())
+		v, r := g.refuse(k, c, 0, false, "", "it was not allowed within "+g.cfg.Wait.String())
 		c.since = now // a refused connection is remembered for Wait
 		out = append(out, v...)
 		refusals = append(refusals, *r)
@@ -361,6 +402,7 @@ const (
 	flagSYN = 0x02
 	flagRST = 0x04
 	flagACK = 0x10
+	flagURG = 0x20
 )
 
 // segment is what the gate reads of a TCP segment.
@@ -435,10 +477,12 @@ type Queue interface {
 // Serve runs g over q until q's Receive fails (the queue closed): each
 // packet judged, each verdict given, each refusal told to refused, and
 // the connections past Wait expired every second. It returns the error
-// that ended it, and the first a verdict met, joined.
+// that ended it, and the first a verdict met, joined; a panic in the gate
+// ends it too, as an error (its state is then not to be trusted: the
+// caller starts again).
 func Serve(g *Gate, q Queue, refused func(Refusal)) error {
 	var mu sync.Mutex
-	var verdictErr error
+	var verdictErr, panicked error
 	give := func(vs []Verdict) {
 		for _, v := range vs {
 			if v.Action == Hold {
@@ -448,6 +492,15 @@ func Serve(g *Gate, q Queue, refused func(Refusal)) error {
 				verdictErr = err
 			}
 		}
+	}
+	safely := func(f func()) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("flowgate: %v", r)
+			}
+		}()
+		f()
+		return nil
 	}
 	done := make(chan struct{})
 	defer close(done)
@@ -459,9 +512,17 @@ func Serve(g *Gate, q Queue, refused func(Refusal)) error {
 			case <-done:
 				return
 			case now := <-t.C:
+				var rs []Refusal
 				mu.Lock()
-				vs, rs := g.Expire(now)
-				give(vs)
+				if err := safely(func() {
+					var vs []Verdict
+					vs, rs = g.Expire(now)
+					give(vs)
+				}); err != nil {
+					panicked = err
+					mu.Unlock()
+					return
+				}
 				mu.Unlock()
 				for _, r := range rs {
 					refused(r)
@@ -471,16 +532,28 @@ func Serve(g *Gate, q Queue, refused func(Refusal)) error {
 	}()
 	for {
 		ps, err := q.Receive()
+		mu.Lock()
+		if err == nil {
+			err = panicked
+		}
+		mu.Unlock()
 		if err != nil {
 			mu.Lock()
 			defer mu.Unlock()
 			return errors.Join(err, verdictErr)
 		}
 		for _, p := range ps {
+			var r *Refusal
 			mu.Lock()
-			vs, r := g.Packet(p.ID, p.Packet, p.FromVM, time.Now())
-			give(vs)
+			err := safely(func() {
+				var vs []Verdict
+				vs, r = g.Packet(p.ID, p.Packet, p.FromVM, time.Now())
+				give(vs)
+			})
 			mu.Unlock()
+			if err != nil {
+				return err
+			}
 			if r != nil {
 				refused(*r)
 			}

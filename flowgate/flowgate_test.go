@@ -123,8 +123,11 @@ func TestAllowed(t *testing.T) {
 		r.want("past the judged bytes", r.send(true, tcpPacket(c, s, isn+1+7, 5001, flagACK, "data")), "7:accept")
 		r.want("the judged bytes again, the same", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "ok\nmore")), "8:accept")
 		r.want("the ACK of every judged byte", r.send(false, tcpPacket(s, c, 5001, isn+1+7, flagACK, "")), "9:allow")
-		if r.g.Conns() != 0 || len(r.refusals) != 0 {
-			t.Errorf("%v: %d connections followed, refusals %v", c, r.g.Conns(), r.refusals)
+		// Queued before the kernel took the mark: let go.
+		r.want("late", r.send(true, tcpPacket(c, s, isn+1+7, 5001, flagACK, "data")), "10:accept")
+		r.g.Expire(t0.Add(allowedLinger))
+		if r.g.Conns() != 0 || len(r.refusals) != 0 || r.g.heldAll != 0 {
+			t.Errorf("%v: %d connections followed, %d packets held, refusals %v", c, r.g.Conns(), r.g.heldAll, r.refusals)
 		}
 	}
 }
@@ -185,6 +188,23 @@ func TestEvasions(t *testing.T) {
 		if len(r.refusals) != 1 || !strings.Contains(r.refusals[0].Why, "again") {
 			t.Errorf("refusals %+v", r.refusals)
 		}
+	})
+	t.Run("the urgent pointer", func(t *testing.T) {
+		// A server's stack takes the urgent byte out of what its reader
+		// reads: judged bytes would not be the bytes read.
+		r := &run{t: t, g: newGate(), now: t0}
+		r.open(vm, server)
+		r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "3:hold")
+		r.want("an ACK with URG", r.send(true, tcpPacket(vm, server, isn+2, 1, flagACK|flagURG, "")), "3:drop", "4:refuse")
+		r2 := &run{t: t, g: newGate(), now: t0}
+		r2.open(vm, server)
+		r2.want("bytes with URG", r2.send(true, tcpPacket(vm, server, isn+1, 1, flagACK|flagURG, "ok\n")), "3:refuse")
+	})
+	t.Run("a RST with bytes", func(t *testing.T) {
+		r := &run{t: t, g: newGate(), now: t0}
+		r.open(vm, server)
+		r.want("RST with bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagRST, "ok\n")), "3:drop")
+		r.want("the real start", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "4:refuse")
 	})
 	t.Run("another SYN taken", func(t *testing.T) {
 		// The server's SYN-ACK again, for the same SYN, changes nothing;
@@ -255,6 +275,23 @@ func TestBounds(t *testing.T) {
 	r.want("60 bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, strings.Repeat("a", 60))), "3:hold")
 	r.want("past MaxHeld", r.send(true, tcpPacket(vm, server, isn+61, 1, flagACK, strings.Repeat("a", 10))), "3:drop", "4:refuse")
 
+	// Packets held by a client's connections: bounded, so that one
+	// client cannot fill the queue for the others.
+	r = &run{t: t, g: New(Config{Judge: judgeLine, MaxConns: 8, MaxPerClient: 4, MaxHeld: 64, MaxHeldPackets: 3, MaxHeldAll: 3, Wait: time.Minute}), now: t0}
+	vm2 := netip.AddrPortFrom(vm.Addr(), vm.Port()+1)
+	r.open(vm, server)
+	r.open(vm2, server)
+	r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "a"))
+	r.send(true, tcpPacket(vm, server, isn+2, 1, flagACK, "a"))
+	r.want("the client's third", r.send(true, tcpPacket(vm2, server, isn+1, 1, flagACK, "a")), "7:hold")
+	r.want("its fourth", r.send(true, tcpPacket(vm2, server, isn+2, 1, flagACK, "a")), "7:drop", "8:refuse")
+	other3 := netip.MustParseAddrPort("10.0.0.3:40000")
+	r.open(other3, server)
+	r.want("another client's, the third in all", r.send(true, tcpPacket(other3, server, isn+1, 1, flagACK, "a")), "11:hold")
+	other4 := netip.MustParseAddrPort("10.0.0.4:40000")
+	r.open(other4, server)
+	r.want("past MaxHeldAll", r.send(true, tcpPacket(other4, server, isn+1, 1, flagACK, "a")), "14:refuse")
+
 	r = &run{t: t, g: New(Config{Judge: judgeLine, MaxConns: 8, MaxPerClient: 4, MaxHeld: 1 << 20, Wait: time.Minute}), now: t0}
 	r.open(vm, server)
 	var last []Verdict
@@ -297,6 +334,29 @@ func TestEnds(t *testing.T) {
 	if r.g.Conns() != 0 {
 		t.Errorf("%d connections followed", r.g.Conns())
 	}
+	// Refused, then another connection on the same ports (another ISN,
+	// as the kernel's new entry): judged anew, not refused for the old.
+	r.send(false, tcpPacket(server, vm, 1, isn+1, flagSYN|flagACK, ""))
+	r.want("refused", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "11:refuse")
+	r.want("the refused one's SYN-ACK again", r.send(false, tcpPacket(server, vm, 1, isn+1, flagSYN|flagACK, "")), "12:refuse")
+	r.want("another's SYN-ACK", r.send(false, tcpPacket(server, vm, 1, 3001, flagSYN|flagACK, "")), "13:accept")
+	r.want("its bytes", r.send(true, tcpPacket(vm, server, 3001, 1, flagACK, "ok\n")), "14:accept")
+	r.send(false, tcpPacket(server, vm, 1, 3004, flagACK, ""))
+	r.g.Expire(t0.Add(allowedLinger))
+	if r.g.Conns() != 0 {
+		t.Errorf("%d connections followed", r.g.Conns())
+	}
+}
+
+// TestPacketIDZero: the kernel's packet ids wrap through 0, which is a
+// packet like any other.
+func TestPacketIDZero(t *testing.T) {
+	r := &run{t: t, g: newGate(), now: t0, id: ^uint32(0) - 2}
+	r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, ""))
+	r.send(false, tcpPacket(server, vm, 5000, isn+1, flagSYN|flagACK, ""))
+	r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "0:hold")
+	v, _ := r.g.Expire(t0.Add(time.Minute))
+	r.want("expired", v, "0:refuse")
 }
 
 // FuzzGate: any packets, either way, get a verdict each, never a panic,
@@ -364,5 +424,19 @@ func TestServe(t *testing.T) {
 	}
 	if !slices.Equal(refused, []string{"no"}) {
 		t.Errorf("refused %q", refused)
+	}
+}
+
+// TestServePanic: a panic in the gate (here its judge's) ends Serve with
+// an error, not the process.
+func TestServePanic(t *testing.T) {
+	q := &memQueue{batches: [][]Queued{
+		{{1, tcpPacket(server, vm, 1, isn+1, flagSYN|flagACK, ""), false}},
+		{{2, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n"), true}},
+	}}
+	g := New(Config{Judge: func([]byte, netip.AddrPort, netip.AddrPort) (bool, string, string) { panic("the judge") },
+		MaxConns: 8, MaxPerClient: 4, MaxHeld: 64, Wait: time.Minute})
+	if err := Serve(g, q, func(Refusal) {}); err == nil || !strings.Contains(err.Error(), "the judge") {
+		t.Errorf("Serve ended with %v", err)
 	}
 }
