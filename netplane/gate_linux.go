@@ -1,12 +1,15 @@
 package netplane
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/google/nftables"
@@ -14,6 +17,7 @@ import (
 	"github.com/google/nftables/xt"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/egressproxy"
@@ -44,8 +48,9 @@ const (
 )
 
 // kernelQueue probes, once, in a network namespace of its own (nothing
-// of the host's is touched), which queue this kernel has, and that a
-// queue can be bound (nfnetlink_queue).
+// of the host's is touched), which queue this kernel has, that a queue
+// can be bound (nfnetlink_queue), and that the gate's rules load (the
+// SYN's payload, @ih, needs Linux 5.16 or so).
 var kernelQueue = sync.OnceValue(func() queueKind {
 	got := make(chan queueKind, 1)
 	go func() {
@@ -62,6 +67,22 @@ var kernelQueue = sync.OnceValue(func() queueKind {
 			return
 		}
 		q.Close()
+		nft, err := hostnet.NFT(knftables.InetFamily, "probe")
+		if err != nil {
+			got <- queueNone
+			return
+		}
+		tx := nft.NewTransaction()
+		tx.Add(&knftables.Table{})
+		tx.Add(&knftables.Chain{Name: NameQueueChain})
+		tx.Add(&knftables.Chain{Name: NameGateChain})
+		for _, r := range nameGateRules(`"vmn-probe"`) {
+			tx.Add(&knftables.Rule{Chain: NameGateChain, Rule: r})
+		}
+		if nft.Run(context.Background(), tx) != nil {
+			got <- queueNone
+			return
+		}
 		for _, k := range []queueKind{queueNative, queueXT} {
 			if writeQueueRule("probe", k, 0) == nil {
 				got <- k
@@ -106,8 +127,14 @@ func writeQueueRule(id string, k queueKind, num uint16) error {
 	return c.Flush()
 }
 
+// boundQueues are the queue numbers the networks' gates bound, by
+// network id (a network whose gate is not running is expected on its
+// first: ensureTable's).
+var boundQueues sync.Map
+
 // checkQueueRule tells whether NameQueueChain of network id's table holds
-// its one queue rule.
+// its one queue rule, to the network's queue, with no bypass (which would
+// accept what no reader takes).
 func checkQueueRule(id string) error {
 	c, err := nftables.New()
 	if err != nil {
@@ -119,20 +146,30 @@ func checkQueueRule(id string) error {
 	if err != nil {
 		return fmt.Errorf("reading chain %s: %w", NameQueueChain, err)
 	}
+	num := queueNumber(id, 0)
+	if v, ok := boundQueues.Load(id); ok {
+		num = v.(uint16)
+	}
+	want := queueExprs(kernelQueue(), num)[0]
 	queues := func(r *nftables.Rule) bool {
 		if len(r.Exprs) != 1 {
 			return false
 		}
 		switch e := r.Exprs[0].(type) {
 		case *expr.Queue:
-			return true
+			w, ok := want.(*expr.Queue)
+			return ok && e.Num == w.Num && e.Total <= 1 && e.Flag == 0
 		case *expr.Target:
-			return e.Name == "NFQUEUE"
+			w, ok := want.(*expr.Target)
+			info, isUnknown := e.Info.(*xt.Unknown)
+			// (The kernel gives the info back padded to 8 bytes.)
+			return ok && isUnknown && e.Name == w.Name && e.Rev == w.Rev && bytes.HasPrefix(*info, *w.Info.(*xt.Unknown)) &&
+				!slices.ContainsFunc((*info)[len(*w.Info.(*xt.Unknown)):], func(b byte) bool { return b != 0 })
 		}
 		return false
 	}
 	if len(rules) != 1 || !queues(rules[0]) {
-		return fmt.Errorf("chain %s has %d rules, want the name check's queue alone", NameQueueChain, len(rules))
+		return fmt.Errorf("chain %s has %d rules, want the name check's queue to %d alone", NameQueueChain, len(rules), num)
 	}
 	return nil
 }
@@ -174,14 +211,19 @@ func (nw *Network) startGate() error {
 		bridge = uint32(br.Attrs().Index)
 		for i := range queueTries {
 			num = queueNumber(n.ID, i)
-			if q, err = nfqueue.Open(num, 0xffff, queueLen); !errors.Is(err, unix.EBUSY) {
+			// Bound by another socket: EPERM (EBUSY on older kernels).
+			if q, err = nfqueue.Open(num, 0xffff, queueLen); !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EBUSY) {
 				break
 			}
 		}
 		if err != nil {
 			return err
 		}
-		nw.closers = append(nw.closers, q.Close)
+		boundQueues.Store(n.ID, num)
+		nw.closers = append(nw.closers, func() error {
+			boundQueues.CompareAndDelete(n.ID, num)
+			return q.Close()
+		})
 		if num == queueNumber(n.ID, 0) {
 			return nil // ensureTable's rule
 		}
@@ -206,7 +248,11 @@ func (nw *Network) startGate() error {
 		MaxConns:     egressproxy.MaxConns,
 		MaxPerClient: egressproxy.MaxPerClient,
 		MaxHeld:      gateMaxHeld,
-		Wait:         egressproxy.HelloWait,
+		// A VM's held packets a sixteenth of the queue, all of them
+		// half: the rest has room for the packets judged at once.
+		MaxHeldPackets: queueLen / 16,
+		MaxHeldAll:     queueLen / 2,
+		Wait:           egressproxy.HelloWait,
 	})
 	nw.wg.Add(1)
 	go func() {
@@ -223,9 +269,11 @@ func (nw *Network) startGate() error {
 }
 
 // GateQueue is queue q as a gate reads it: a packet that came in on the
-// interface with index vmSide (a network's bridge) is a VM's; Allow and
-// Refuse are the packet sent through its hook again with GateAllowMark
-// or GateRefuseMark (which NameGateChain takes).
+// interface with index vmSide (a network's bridge) is a VM's, one that
+// goes out on it the server's, and any other (another network's, queued
+// to this number by mistake) is dropped; Allow and Refuse are the packet
+// sent through its hook again with GateAllowMark or GateRefuseMark
+// (which NameGateChain takes).
 func GateQueue(q *nfqueue.Queue, vmSide uint32) flowgate.Queue { return gateQueue{q, vmSide} }
 
 type gateQueue struct {
@@ -240,9 +288,15 @@ func (g gateQueue) Receive() ([]flowgate.Queued, error) {
 		// give (the senders send it again), nothing waits for a verdict.
 		return nil, nil
 	}
-	out := make([]flowgate.Queued, len(ps))
-	for i, p := range ps {
-		out[i] = flowgate.Queued{ID: p.ID, Packet: p.Payload, FromVM: p.InDev == g.bridge}
+	out := make([]flowgate.Queued, 0, len(ps))
+	for _, p := range ps {
+		if p.InDev != g.bridge && p.OutDev != g.bridge {
+			if verr := g.q.SetVerdict(p.ID, nfqueue.Drop, nil); verr != nil && err == nil {
+				err = verr
+			}
+			continue
+		}
+		out = append(out, flowgate.Queued{ID: p.ID, Packet: p.Payload, FromVM: p.InDev == g.bridge})
 	}
 	return out, err
 }

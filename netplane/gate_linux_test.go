@@ -20,6 +20,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/nfqueue"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -27,9 +28,11 @@ import (
 // to an address allowed by name goes through the network's gate: the
 // allowed name's handshake completes, another name's never reaches the
 // server; a SYN that carries bytes is dropped before it leaves the host
-// (the gate judges a stream from its SYN-ACK on), a plain one goes on;
-// the queue's rule is part of the table Check checks, and a network
-// started again (a repair) puts it back.
+// (the gate judges a stream from its SYN-ACK on), a plain one goes on,
+// and so is one sent on the ports of a connection allowed a moment ago
+// (which conntrack takes for that connection's); the queue's rule is
+// part of the table Check checks, and a network started again (a repair)
+// puts it back, to another number if its own is taken.
 func TestNameGate(t *testing.T) {
 	needRoot(t)
 	host := testutil.NewNS(t, "ng-host")
@@ -95,6 +98,20 @@ func TestNameGate(t *testing.T) {
 	if got, err := hello("api.test"); got != "hello api.test" {
 		t.Fatalf("the allowed name: %q, %v", got, err)
 	}
+	// An allowed connection, left open: its conntrack entry is marked
+	// allowed.
+	var open net.Conn
+	v.MustDo(t, func() error {
+		c, err := net.DialTimeout("tcp4", wanPeer+":443", 10*time.Second)
+		if err != nil {
+			return err
+		}
+		tc := tls.Client(c, &tls.Config{ServerName: "api.test", InsecureSkipVerify: true})
+		open = tc
+		_, err = bufio.NewReader(tc).ReadString('\n')
+		return err
+	})
+	defer open.Close()
 	if got, err := hello("other.test"); err == nil {
 		t.Errorf("another name: %q", got)
 	}
@@ -109,6 +126,7 @@ func TestNameGate(t *testing.T) {
 	before := syns()
 	dst := netip.AddrPortFrom(netip.MustParseAddr(wanPeer), 443)
 	sendRaw(t, v, synPacket(netip.AddrPortFrom(vmAddr, 40001), dst, []byte("\x16\x03\x01 a ClientHello's first bytes")))
+	sendRaw(t, v, synPacket(open.LocalAddr().(*net.TCPAddr).AddrPort(), dst, []byte("\x16\x03\x01 on an allowed one's ports")))
 	sendRaw(t, v, synPacket(netip.AddrPortFrom(vmAddr, 40002), dst, nil))
 	testutil.Eventually(t, 10*time.Second, func() error {
 		if got := syns(); got <= before {
@@ -127,6 +145,12 @@ func TestNameGate(t *testing.T) {
 		t.Errorf("Check with the queue's rule gone: %v", err)
 	}
 	nw.Close()
+	var taken *nfqueue.Queue // another program's, on the network's first number
+	host.MustDo(t, func() (err error) {
+		taken, err = nfqueue.Open(queueNumber(n.ID, 0), 0xffff, 16)
+		return err
+	})
+	defer taken.Close()
 	resolved(start(t, host, n, opts)) // (the names it learned are learned again)
 	if err := check(); err != nil {
 		t.Errorf("Check after a restart: %v", err)

@@ -24,7 +24,7 @@ func nftRules(n *api.Network, gate bool) map[string][]string {
 		"forward": append(append(fwd, vxFwd...), forwardRules(n, br, gate)...),
 	}
 	if gate {
-		rules[NameGateChain] = nameGateRules()
+		rules[NameGateChain] = nameGateRules(br)
 	}
 	if n.Routed() {
 		dnat := func(local string) []string {
@@ -288,10 +288,15 @@ const (
 	NameQueueChain = "name-queue"
 )
 
-// nameGateRules are NameGateChain's rules.
-func nameGateRules() []string {
+// nameGateRules are NameGateChain's rules (bridge br).
+func nameGateRules(br string) []string {
 	is := func(v string) string { return "ct mark & " + gateMarks + " == " + v }
 	return []string{
+		// A SYN or SYN-ACK on a connection allowed or refused before is
+		// another connection on the same ports that conntrack took for
+		// the old one (a SYN it ignores, which a SYN-ACK then resyncs):
+		// judged anew, not carried by the old one's mark.
+		"tcp flags & syn == syn ct mark & " + gateMarks + " != " + gatePending + " ct mark set ct mark & 0xfdffffff | " + gatePending,
 		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", GateAllowMark) + " ct mark set ct mark & 0xfeffffff | " + gateAllowed + " meta mark set 0x00000000 accept",
 		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", GateRefuseMark) + " ct mark set ct mark | " + gateRefused + " meta mark set 0x00000000",
 		is(gateAllowed) + " accept",
@@ -301,6 +306,9 @@ func nameGateRules() []string {
 		// payload byte, @ih, is there to be read): those it drops.
 		"ct direction original tcp flags syn / syn,ack @ih,0,8 & 0x0 == 0x0 drop",
 		"ct direction original tcp flags syn / syn,ack accept",
+		// ICMP errors to the VM about its packets (a smaller MTU on the
+		// way): its own stack's to take, not the gate's.
+		"oifname " + br + " meta l4proto { icmp, ipv6-icmp } ct state related accept",
 		is(gatePending) + " jump " + NameQueueChain,
 		"drop",
 	}
