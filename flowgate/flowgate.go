@@ -305,8 +305,11 @@ func (g *Gate) synAck(k connKey, c *conn, id, isn uint32, now time.Time) ([]Verd
 	switch {
 	case c != nil && c.isn == isn && c.state == refused:
 		return []Verdict{{id, Refuse}}, nil
-	case c != nil && c.isn == isn:
-		return []Verdict{{id, Accept}}, nil // again
+	case c != nil && c.isn == isn && c.state != allowed:
+		// Again. (A server sends no SYN-ACK once it acknowledged the
+		// judged bytes: one after Allow is another connection on the
+		// same ports, whatever its ISN.)
+		return []Verdict{{id, Accept}}, nil
 	case c != nil && c.state == judging && len(c.buf) != 0:
 		// Another SYN taken once bytes were judged from the first.
 		return g.refuse(k, c, id, true, "", "the server took another SYN of its")

@@ -132,6 +132,19 @@ func TestAllowed(t *testing.T) {
 	}
 }
 
+// TestAllowedThenReused: a SYN-ACK after Allow, with the same ISN, is
+// another connection on the same ports (the VM reset the allowed one,
+// unseen: its packets no longer come to the gate, and opened another):
+// judged anew, not let go as the allowed one's late packets.
+func TestAllowedThenReused(t *testing.T) {
+	r := &run{t: t, g: newGate(), now: t0}
+	r.open(vm, server)
+	r.want("allowed bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "3:accept")
+	r.want("their ACK", r.send(false, tcpPacket(server, vm, 5001, isn+4, flagACK, "")), "4:allow")
+	r.want("a SYN-ACK after Allow", r.send(false, tcpPacket(server, vm, 9000, isn+1, flagSYN|flagACK, "")), "5:accept")
+	r.want("its bytes", r.send(true, tcpPacket(vm, server, isn+1, 9001, flagACK, "no\n")), "6:refuse")
+}
+
 // TestRefused: a name the judge refuses drops the held bytes and refuses
 // the connection, once; what comes late is refused without another
 // refusal.
