@@ -265,6 +265,7 @@ func gateRules(gated bool) error {
 		}
 		c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: all})
 	}
+	rule(metaMark(netplane.GatePassMark), []expr.Any{accept}) // a SYN-ACK the gate follows from (pending already)
 	rule(metaMark(netplane.GateAllowMark), setCtMark(ctAllowed), []expr.Any{accept})
 	rule(metaMark(netplane.GateRefuseMark), setCtMark(ctRefused), []expr.Any{drop})
 	rule(ctMark(ctAllowed), []expr.Any{accept})

@@ -61,10 +61,16 @@ const (
 	// Refuse: drop it, and the connection is refused (the caller marks
 	// it so, and resets it).
 	Refuse
+	// Begin: let it go on, and the connection is followed from it (the
+	// server's SYN-ACK): the caller marks it pending again, after any
+	// verdict on an earlier connection on the same ports it applied
+	// since the packet came (an Allow given to that one must not stand
+	// for this one).
+	Begin
 )
 
 func (a Action) String() string {
-	return [...]string{"hold", "accept", "drop", "allow", "refuse"}[a]
+	return [...]string{"hold", "accept", "drop", "allow", "refuse", "begin"}[a]
 }
 
 // Verdict is the action on queued packet ID.
@@ -222,16 +228,20 @@ func (g *Gate) data(k connKey, c *conn, id uint32, s segment) ([]Verdict, *Refus
 		return []Verdict{{id, Drop}}, nil // before the stream began
 	}
 	if off > int64(len(c.buf)) {
-		if c.state == verifying {
-			return []Verdict{{id, Accept}}, nil // past the judged bytes
-		}
-		return []Verdict{{id, Drop}}, nil // past a hole: sent again later
+		return []Verdict{{id, Drop}}, nil // past a hole, or past the judged bytes: sent again later
 	}
 	overlap := min(int64(len(s.payload)), int64(len(c.buf))-off)
 	if !bytes.Equal(s.payload[:overlap], c.buf[off:off+overlap]) {
 		return g.refuse(k, c, id, true, "", "it sent other bytes in place of those it sent before")
 	}
 	if c.state == verifying {
+		if overlap < int64(len(s.payload)) {
+			// Bytes past the judged ones wait for the server's
+			// acknowledgement of these (then the connection is allowed,
+			// and the VM sends them again): the server acknowledges
+			// nothing past the judged bytes before.
+			return []Verdict{{id, Drop}}, nil
+		}
 		return []Verdict{{id, Accept}}, nil
 	}
 	if overlap == int64(len(s.payload)) {
@@ -291,12 +301,18 @@ func (g *Gate) toVM(id uint32, s segment, now time.Time) ([]Verdict, *Refusal) {
 		return []Verdict{{id, Refuse}}, nil
 	case s.flags&flagRST != 0:
 		return append(g.end(k, c), Verdict{id, Accept}), nil
-	case c != nil && c.state == verifying && s.flags&flagACK != 0 && int32(s.ack-(c.isn+1)-uint32(len(c.buf))) >= 0:
+	case c != nil && c.state == verifying && s.flags&flagACK != 0 && acksJudged(s.ack-(c.isn+1)-uint32(len(c.buf))):
 		c.state, c.since, c.buf = allowed, now, nil
 		return []Verdict{{id, Allow}}, nil
 	}
 	return []Verdict{{id, Accept}}, nil
 }
+
+// acksJudged reports whether an acknowledgement past the judged bytes by
+// d acknowledges them all and no more (but the VM's FIN): the server took
+// the stream the gate judged, not another (a second SYN's, answered
+// with a cookie, whose numbers lie elsewhere).
+func acksJudged(d uint32) bool { return d <= 1 }
 
 // synAck takes the server's SYN-ACK, which acknowledges the VM's SYN
 // with initial sequence number isn.
@@ -310,12 +326,10 @@ func (g *Gate) synAck(k connKey, c *conn, id, isn uint32, now time.Time) ([]Verd
 		// judged bytes: one after Allow is another connection on the
 		// same ports, whatever its ISN.)
 		return []Verdict{{id, Accept}}, nil
-	case c != nil && c.state == judging && len(c.buf) != 0:
-		// Another SYN taken once bytes were judged from the first.
-		return g.refuse(k, c, id, true, "", "the server took another SYN of its")
-	case c != nil && c.state == judging:
-		c.isn = isn
-		return []Verdict{{id, Accept}}, nil
+	case c != nil && (c.state == judging || c.state == verifying):
+		// Another SYN taken (a server with SYN cookies answers each): the
+		// stream the server takes may not be the one judged.
+		return g.refuse(k, c, id, true, "", "the server took two SYNs of its")
 	case c != nil:
 		// A connection refused or allowed before on the same ports: this
 		// is another (the kernel marked it pending again).
@@ -327,7 +341,7 @@ func (g *Gate) synAck(k connKey, c *conn, id, isn uint32, now time.Time) ([]Verd
 	}
 	g.conns[k] = &conn{isn: isn, since: now, client: client}
 	g.perClient[client]++
-	return append(out, Verdict{id, Accept}), nil
+	return append(out, Verdict{id, Begin}), nil
 }
 
 // refuse refuses connection k: its held packets dropped, the packet that

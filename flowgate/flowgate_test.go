@@ -104,7 +104,7 @@ func (r *run) open(c, s netip.AddrPort) {
 	r.t.Helper()
 	first := r.id + 1
 	r.want("SYN", r.send(true, tcpPacket(c, s, isn, 0, flagSYN, "")), fmt.Sprintf("%d:accept", first))
-	r.want("SYN-ACK", r.send(false, tcpPacket(s, c, 5000, isn+1, flagSYN|flagACK, "")), fmt.Sprintf("%d:accept", first+1))
+	r.want("SYN-ACK", r.send(false, tcpPacket(s, c, 5000, isn+1, flagSYN|flagACK, "")), fmt.Sprintf("%d:begin", first+1))
 }
 
 // TestAllowed: the bytes are held until they tell, then let go in order;
@@ -115,12 +115,12 @@ func TestAllowed(t *testing.T) {
 		c, s := ends[0], ends[1]
 		r := &run{t: t, g: newGate(), now: t0}
 		r.want("SYN", r.send(true, tcpPacket(c, s, isn, 0, flagSYN, "")), "1:accept")
-		r.want("SYN-ACK", r.send(false, tcpPacket(s, c, 5000, isn+1, flagSYN|flagACK, "")), "2:accept")
+		r.want("SYN-ACK", r.send(false, tcpPacket(s, c, 5000, isn+1, flagSYN|flagACK, "")), "2:begin")
 		r.want("ACK", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "")), "3:accept")
 		r.want("first part", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "o")), "4:hold")
 		r.want("the rest", r.send(true, tcpPacket(c, s, isn+2, 5001, flagACK, "k\nmore")), "4:accept", "5:accept")
 		r.want("a partial ACK", r.send(false, tcpPacket(s, c, 5001, isn+3, flagACK, "")), "6:accept")
-		r.want("past the judged bytes", r.send(true, tcpPacket(c, s, isn+1+7, 5001, flagACK, "data")), "7:accept")
+		r.want("past the judged bytes", r.send(true, tcpPacket(c, s, isn+1+7, 5001, flagACK, "data")), "7:drop")
 		r.want("the judged bytes again, the same", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "ok\nmore")), "8:accept")
 		r.want("the ACK of every judged byte", r.send(false, tcpPacket(s, c, 5001, isn+1+7, flagACK, "")), "9:allow")
 		// Queued before the kernel took the mark: let go.
@@ -141,7 +141,7 @@ func TestAllowedThenReused(t *testing.T) {
 	r.open(vm, server)
 	r.want("allowed bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "3:accept")
 	r.want("their ACK", r.send(false, tcpPacket(server, vm, 5001, isn+4, flagACK, "")), "4:allow")
-	r.want("a SYN-ACK after Allow", r.send(false, tcpPacket(server, vm, 9000, isn+1, flagSYN|flagACK, "")), "5:accept")
+	r.want("a SYN-ACK after Allow", r.send(false, tcpPacket(server, vm, 9000, isn+1, flagSYN|flagACK, "")), "5:begin")
 	r.want("its bytes", r.send(true, tcpPacket(vm, server, isn+1, 9001, flagACK, "no\n")), "6:refuse")
 }
 
@@ -201,6 +201,23 @@ func TestEvasions(t *testing.T) {
 		if len(r.refusals) != 1 || !strings.Contains(r.refusals[0].Why, "again") {
 			t.Errorf("refusals %+v", r.refusals)
 		}
+	})
+	t.Run("two SYNs taken", func(t *testing.T) {
+		// A server with SYN cookies answers a second SYN too: its stream
+		// may be the other one.
+		r := &run{t: t, g: newGate(), now: t0}
+		r.open(vm, server)
+		r.want("another ISN's SYN-ACK", r.send(false, tcpPacket(server, vm, 7000, isn+10001, flagSYN|flagACK, "")), "3:refuse")
+	})
+	t.Run("an acknowledgement of another stream", func(t *testing.T) {
+		// Allowed only by an acknowledgement of the judged bytes and no
+		// more; bytes past them wait for it.
+		r := &run{t: t, g: newGate(), now: t0}
+		r.open(vm, server)
+		r.want("allowed bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "3:accept")
+		r.want("bytes past them", r.send(true, tcpPacket(vm, server, isn+4, 1, flagACK, "more")), "4:drop")
+		r.want("an ACK far past them", r.send(false, tcpPacket(server, vm, 1, isn+10001, flagACK, "")), "5:accept")
+		r.want("the ACK of them and a FIN", r.send(false, tcpPacket(server, vm, 1, isn+5, flagACK, "")), "6:allow")
 	})
 	t.Run("the urgent pointer", func(t *testing.T) {
 		// A server's stack takes the urgent byte out of what its reader
@@ -265,7 +282,7 @@ func TestBounds(t *testing.T) {
 	r := &run{t: t, g: newGate(), now: t0}
 	for i := range 5 {
 		c := netip.AddrPortFrom(vm.Addr(), uint16(50000+i))
-		want := "accept"
+		want := "begin"
 		if i == 4 {
 			want = "refuse" // past MaxPerClient
 		}
@@ -340,7 +357,7 @@ func TestEnds(t *testing.T) {
 	r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o"))
 	r.want("the server's RST", r.send(false, tcpPacket(server, vm, 1, isn+1, flagRST|flagACK, "")), "3:drop", "4:accept")
 	r.want("a new SYN", r.send(true, tcpPacket(vm, server, 7000, 0, flagSYN, "")), "5:accept")
-	r.want("its SYN-ACK", r.send(false, tcpPacket(server, vm, 1, 7001, flagSYN|flagACK, "")), "6:accept")
+	r.want("its SYN-ACK", r.send(false, tcpPacket(server, vm, 1, 7001, flagSYN|flagACK, "")), "6:begin")
 	r.want("its bytes", r.send(true, tcpPacket(vm, server, 7001, 1, flagACK, "ok\n")), "7:accept")
 	r.want("another SYN, another ISN", r.send(true, tcpPacket(vm, server, 9000, 0, flagSYN, "")), "8:accept")
 	r.want("the VM's RST", r.send(true, tcpPacket(vm, server, 9001, 0, flagRST, "")), "9:accept")
@@ -352,7 +369,7 @@ func TestEnds(t *testing.T) {
 	r.send(false, tcpPacket(server, vm, 1, isn+1, flagSYN|flagACK, ""))
 	r.want("refused", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "11:refuse")
 	r.want("the refused one's SYN-ACK again", r.send(false, tcpPacket(server, vm, 1, isn+1, flagSYN|flagACK, "")), "12:refuse")
-	r.want("another's SYN-ACK", r.send(false, tcpPacket(server, vm, 1, 3001, flagSYN|flagACK, "")), "13:accept")
+	r.want("another's SYN-ACK", r.send(false, tcpPacket(server, vm, 1, 3001, flagSYN|flagACK, "")), "13:begin")
 	r.want("its bytes", r.send(true, tcpPacket(vm, server, 3001, 1, flagACK, "ok\n")), "14:accept")
 	r.send(false, tcpPacket(server, vm, 1, 3004, flagACK, ""))
 	r.g.Expire(t0.Add(allowedLinger))
@@ -432,7 +449,7 @@ func TestServe(t *testing.T) {
 	if !errors.Is(err, io.EOF) {
 		t.Errorf("Serve ended with %v, want the queue's io.EOF", err)
 	}
-	if want := []string{"1:accept", "2:accept", "3:accept", "4:accept", "5:accept", "6:refuse", "7:allow"}; !slices.Equal(q.verdicts, want) {
+	if want := []string{"1:accept", "2:begin", "3:accept", "4:accept", "5:begin", "6:refuse", "7:allow"}; !slices.Equal(q.verdicts, want) {
 		t.Errorf("verdicts %q, want %q", q.verdicts, want)
 	}
 	if !slices.Equal(refused, []string{"no"}) {

@@ -111,9 +111,10 @@ func queueExprs(k queueKind, num uint16) []expr.Any {
 
 // writeQueueRule makes NameQueueChain of network id's inet table (in the
 // calling thread's namespace) hold one rule, which queues to num, in one
-// transaction. It makes the table and the chain if they are not there
-// (the probe's, in its namespace of its own: a network's are
-// ensureTable's).
+// transaction, once the network's reader has bound num (startGate): an
+// empty chain makes the gate's chain drop. It makes the table and the
+// chain if they are not there (the probe's, in its namespace of its
+// own: a network's are ensureTable's).
 func writeQueueRule(id string, k queueKind, num uint16) error {
 	c, err := nftables.New()
 	if err != nil {
@@ -128,13 +129,39 @@ func writeQueueRule(id string, k queueKind, num uint16) error {
 }
 
 // boundQueues are the queue numbers the networks' gates bound, by
-// network id (a network whose gate is not running is expected on its
-// first: ensureTable's).
+// queueKey.
 var boundQueues sync.Map
 
+// queueKey is a network's in boundQueues: its id in the calling thread's
+// namespace (a process may run networks of one name in several: tests).
+type queueKey struct {
+	ns hostnet.NetNS
+	id string
+}
+
+func queueKeyOf(id string) queueKey {
+	ns, _ := hostnet.ThreadNetNS()
+	return queueKey{ns, id}
+}
+
+// emptyQueueChain takes the queue rule out of network id's table, if
+// the table is there.
+func emptyQueueChain(id string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	defer c.CloseLasting()
+	t := &nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyINet}
+	c.FlushChain(&nftables.Chain{Name: NameQueueChain, Table: t})
+	return c.Flush()
+}
+
 // checkQueueRule tells whether NameQueueChain of network id's table holds
-// its one queue rule, to the network's queue, with no bypass (which would
-// accept what no reader takes).
+// what it should: with the network's gate running, one rule, to its
+// queue, with no bypass (which would accept what no reader takes);
+// without, none (the gate's chain drops: no other program's reader, on
+// a number the network once had, takes its packets).
 func checkQueueRule(id string) error {
 	c, err := nftables.New()
 	if err != nil {
@@ -146,10 +173,14 @@ func checkQueueRule(id string) error {
 	if err != nil {
 		return fmt.Errorf("reading chain %s: %w", NameQueueChain, err)
 	}
-	num := queueNumber(id, 0)
-	if v, ok := boundQueues.Load(id); ok {
-		num = v.(uint16)
+	v, running := boundQueues.Load(queueKeyOf(id))
+	if !running {
+		if len(rules) != 0 {
+			return fmt.Errorf("chain %s has %d rules, and no gate runs", NameQueueChain, len(rules))
+		}
+		return nil
 	}
+	num := v.(uint16)
 	want := queueExprs(kernelQueue(), num)[0]
 	queues := func(r *nftables.Rule) bool {
 		if len(r.Exprs) != 1 {
@@ -219,14 +250,15 @@ func (nw *Network) startGate() error {
 		if err != nil {
 			return err
 		}
-		boundQueues.Store(n.ID, num)
+		key := queueKeyOf(n.ID)
+		boundQueues.Store(key, num)
 		nw.closers = append(nw.closers, func() error {
-			boundQueues.CompareAndDelete(n.ID, num)
+			// The rule goes with the reader (the table, and the gate's
+			// chain that drops, stay: Remove's).
+			nw.inNS(func() error { return emptyQueueChain(n.ID) })
+			boundQueues.CompareAndDelete(key, num)
 			return q.Close()
 		})
-		if num == queueNumber(n.ID, 0) {
-			return nil // ensureTable's rule
-		}
 		return writeQueueRule(n.ID, kernelQueue(), num)
 	})
 	if err != nil {
@@ -310,6 +342,8 @@ func (g gateQueue) Verdict(id uint32, a flowgate.Action) error {
 		return g.q.SetVerdict(id, nfqueue.Repeat, mark(GateAllowMark))
 	case flowgate.Refuse:
 		return g.q.SetVerdict(id, nfqueue.Repeat, mark(GateRefuseMark))
+	case flowgate.Begin:
+		return g.q.SetVerdict(id, nfqueue.Repeat, mark(GatePassMark))
 	}
 	return g.q.SetVerdict(id, nfqueue.Drop, nil)
 }

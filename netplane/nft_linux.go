@@ -82,7 +82,8 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	}
 	if gate {
 		// Regular chains, before the forward chain that jumps to them;
-		// the queue's chain empty (its rule: the gate's reader, later).
+		// the queue's chain empty (its rule comes with the gate's reader:
+		// startGate).
 		tx.Add(&knftables.Chain{Name: NameQueueChain})
 		tx.Add(&knftables.Chain{Name: NameGateChain})
 		for _, r := range rules[NameGateChain] {
@@ -103,11 +104,9 @@ func ensureTable(ctx context.Context, n *api.Network) error {
 	if err := nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("network %q: installing nftables table inet %s: %w", n.ID, hostnet.TableName(n.ID), err)
 	}
-	if gate {
-		// To the network's first queue number (its reader binds it, or
-		// another and writes the rule again: startGate); until the rule is
-		// there the gate's packets are dropped.
-		if err := writeQueueRule(n.ID, kernelQueue(), queueNumber(n.ID, 0)); err != nil {
+	if num, ok := boundQueues.Load(queueKeyOf(n.ID)); ok && gate {
+		// The network's gate runs: its queue rule, as it was.
+		if err := writeQueueRule(n.ID, kernelQueue(), num.(uint16)); err != nil {
 			return fmt.Errorf("network %q: the name check's queue rule: %w", n.ID, err)
 		}
 	}

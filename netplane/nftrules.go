@@ -271,9 +271,12 @@ const (
 	gatePending = "0x01000000"
 	gateAllowed = "0x02000000"
 	gateRefused = "0x03000000"
-	// GateAllowMark and GateRefuseMark: the reader's verdicts.
+	// GateAllowMark, GateRefuseMark and GatePassMark: the reader's
+	// verdicts (GatePassMark: the server's SYN-ACK that starts a
+	// connection the gate follows, whose mark is pending again).
 	GateAllowMark  = 0x766e6302
 	GateRefuseMark = 0x766e6303
+	GatePassMark   = 0x766e6304
 )
 
 // The gate's chains: NameGateChain takes the marks and the verdicts,
@@ -292,13 +295,20 @@ const (
 func nameGateRules(br string) []string {
 	is := func(v string) string { return "ct mark & " + gateMarks + " == " + v }
 	return []string{
-		// A SYN or SYN-ACK on a connection allowed or refused before is
+		// The VM's SYN on a connection allowed or refused before is
 		// another connection on the same ports that conntrack took for
-		// the old one (a SYN it ignores, which a SYN-ACK then resyncs):
-		// judged anew, not carried by the old one's mark.
-		"tcp flags & syn == syn ct mark & " + gateMarks + " != " + gatePending + " ct mark set ct mark & 0xfdffffff | " + gatePending,
+		// the old one (a SYN it ignores, which the SYN-ACK then
+		// resyncs): judged anew, not carried by the old one's mark. (Not
+		// a SYN-ACK alone: one from anywhere would undo an allowed
+		// connection.)
+		"ct direction original tcp flags syn / syn,ack ct mark & " + gateMarks + " != " + gatePending + " ct mark set ct mark & 0xfdffffff | " + gatePending,
+		// The reader's verdicts, each on a packet sent through again:
+		// the SYN-ACK it follows a connection from (pending again,
+		// after any verdict on an earlier one applied since), allowed
+		// (from pending alone), refused (from any).
+		fmt.Sprintf("meta mark 0x%08x", GatePassMark) + " ct mark set ct mark & 0xfdffffff | " + gatePending + " meta mark set 0x00000000 accept",
 		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", GateAllowMark) + " ct mark set ct mark & 0xfeffffff | " + gateAllowed + " meta mark set 0x00000000 accept",
-		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", GateRefuseMark) + " ct mark set ct mark | " + gateRefused + " meta mark set 0x00000000",
+		fmt.Sprintf("meta mark 0x%08x", GateRefuseMark) + " ct mark set ct mark | " + gateRefused + " meta mark set 0x00000000",
 		is(gateAllowed) + " accept",
 		"meta l4proto tcp " + is(gateRefused) + " reject with tcp reset",
 		// The VM's SYN is not queued (flowgate: its SYN-ACK tells the
