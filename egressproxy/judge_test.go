@@ -90,6 +90,16 @@ func TestJudgeTLS(t *testing.T) {
 	if more, _, why := cfg.JudgeTLS(append([]byte{0x16, 3, 1, 0x40, 0}, make([]byte, 0x4000)...), src, dst); more || why == "" {
 		t.Errorf("a record of 16 KiB of zeros: more %v, why %q; want refused", more, why)
 	}
+	// An allowed name to a destination the proxy would not dial.
+	cfg.CheckDst = func(a netip.Addr) string {
+		if a == dst.Addr() {
+			return "an address of the host's"
+		}
+		return ""
+	}
+	if more, name, why := cfg.JudgeTLS(allowed, src, dst); more || name != "api.test" || why != "the destination is an address of the host's" {
+		t.Errorf("the allowed name to a destination it may not reach: more %v, name %q, why %q", more, name, why)
+	}
 }
 
 // FuzzJudgeTLS: any first bytes get an answer without a panic, and bytes

@@ -241,12 +241,10 @@ func (p *Proxy) handle(c *net.TCPConn, src netip.AddrPort, client string) {
 		reset(c)
 		return
 	}
-	if p.cfg.CheckDst != nil {
-		if why := p.cfg.CheckDst(dst.Addr()); why != "" {
-			p.cfg.Denied(src, dst, "", "the destination is "+why)
-			reset(c)
-			return
-		}
+	if why := p.cfg.checkDst(dst); why != "" {
+		p.cfg.Denied(src, dst, "", why)
+		reset(c)
+		return
 	}
 	c.SetReadDeadline(time.Now().Add(HelloWait))
 	var first [1]byte
@@ -303,13 +301,25 @@ func (cfg *Config) judgeHello(hello clientHello, err error, src, dst netip.AddrP
 	return hello.name, ""
 }
 
+// checkDst is why the proxy must not reach dst (CheckDst), "" if it may.
+func (cfg *Config) checkDst(dst netip.AddrPort) string {
+	if cfg.CheckDst != nil {
+		if why := cfg.CheckDst(dst.Addr()); why != "" {
+			return "the destination is " + why
+		}
+	}
+	return ""
+}
+
 // JudgeTLS judges the first bytes a connection from src to dst sent, as
 // the proxy judges a redirected one, for a check that sees the bytes
 // without ending the connection (one on netfilter's queue): more is true
 // while they hold no whole ClientHello yet (its records so far are
 // well-formed and within the proxy's bound); then name is what it asks
-// for and why says why it is refused ("" if it is not). Bytes that are no
-// TLS handshake, or a ClientHello past the bound, are refused at once.
+// for and why says why it is refused ("" if it is not): by its name, or
+// by its destination (CheckDst), as the proxy refuses to dial it. Bytes
+// that are no TLS handshake, or a ClientHello past the bound, are
+// refused at once.
 func (cfg *Config) JudgeTLS(first []byte, src, dst netip.AddrPort) (more bool, name, why string) {
 	n, err := helloLen(first)
 	if n == 0 && err == nil {
@@ -319,7 +329,9 @@ func (cfg *Config) JudgeTLS(first []byte, src, dst netip.AddrPort) (more bool, n
 	if err == nil {
 		hello, err = readClientHello(bytes.NewReader(first[:n]))
 	}
-	name, why = cfg.judgeHello(hello, err, src, dst)
+	if name, why = cfg.judgeHello(hello, err, src, dst); why == "" {
+		why = cfg.checkDst(dst)
+	}
 	return false, name, why
 }
 

@@ -172,12 +172,12 @@ func (g *Gate) Packet(id uint32, pkt []byte, fromVM bool, now time.Time) ([]Verd
 		return []Verdict{{id, Drop}}, nil
 	}
 	if fromVM {
-		return g.fromVM(id, s, now)
+		return g.fromVM(id, s)
 	}
 	return g.toVM(id, s, now)
 }
 
-func (g *Gate) fromVM(id uint32, s segment, _ time.Time) ([]Verdict, *Refusal) {
+func (g *Gate) fromVM(id uint32, s segment) ([]Verdict, *Refusal) {
 	k := connKey{s.src, s.dst}
 	c := g.conns[k]
 	switch {
@@ -383,8 +383,9 @@ func (g *Gate) end(k connKey, c *conn) []Verdict {
 }
 
 // Expire refuses the connections that took longer than Wait since their
-// SYN (their held packets refused, the last with the mark), and forgets
-// those refused longer ago than that.
+// SYN-ACK (their held packets refused, the last with the mark), and
+// forgets those refused longer ago than that and those allowed longer
+// ago than allowedLinger.
 func (g *Gate) Expire(now time.Time) ([]Verdict, []Refusal) {
 	var out []Verdict
 	var refusals []Refusal

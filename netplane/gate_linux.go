@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"net/netip"
 	"runtime"
 	"slices"
 	"sync"
@@ -116,16 +115,25 @@ func queueExprs(k queueKind, num uint16) []expr.Any {
 // chain if they are not there (the probe's, in its namespace of its
 // own: a network's are ensureTable's).
 func writeQueueRule(id string, k queueKind, num uint16) error {
+	return withQueueChain(id, func(c *nftables.Conn, ch *nftables.Chain) error {
+		c.AddTable(ch.Table)
+		c.AddChain(ch)
+		c.FlushChain(ch)
+		c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: queueExprs(k, num)})
+		return c.Flush()
+	})
+}
+
+// withQueueChain calls f with a netlink connection (in the calling
+// thread's namespace) and NameQueueChain of network id's inet table.
+func withQueueChain(id string, f func(c *nftables.Conn, ch *nftables.Chain) error) error {
 	c, err := nftables.New()
 	if err != nil {
 		return err
 	}
 	defer c.CloseLasting()
-	t := c.AddTable(&nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyINet})
-	ch := c.AddChain(&nftables.Chain{Name: NameQueueChain, Table: t})
-	c.FlushChain(ch)
-	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: queueExprs(k, num)})
-	return c.Flush()
+	t := &nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyINet}
+	return f(c, &nftables.Chain{Name: NameQueueChain, Table: t})
 }
 
 // boundQueues are the queue numbers the networks' gates bound, by
@@ -147,14 +155,10 @@ func queueKeyOf(id string) queueKey {
 // emptyQueueChain takes the queue rule out of network id's table, if
 // the table is there.
 func emptyQueueChain(id string) error {
-	c, err := nftables.New()
-	if err != nil {
-		return err
-	}
-	defer c.CloseLasting()
-	t := &nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyINet}
-	c.FlushChain(&nftables.Chain{Name: NameQueueChain, Table: t})
-	return c.Flush()
+	return withQueueChain(id, func(c *nftables.Conn, ch *nftables.Chain) error {
+		c.FlushChain(ch)
+		return c.Flush()
+	})
 }
 
 // checkQueueRule tells whether NameQueueChain of network id's table holds
@@ -163,14 +167,11 @@ func emptyQueueChain(id string) error {
 // without, none (the gate's chain drops: no other program's reader, on
 // a number the network once had, takes its packets).
 func checkQueueRule(id string) error {
-	c, err := nftables.New()
-	if err != nil {
+	var rules []*nftables.Rule
+	if err := withQueueChain(id, func(c *nftables.Conn, ch *nftables.Chain) (err error) {
+		rules, err = c.GetRules(ch.Table, ch)
 		return err
-	}
-	defer c.CloseLasting()
-	t := &nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyINet}
-	rules, err := c.GetRules(t, &nftables.Chain{Name: NameQueueChain, Table: t})
-	if err != nil {
+	}); err != nil {
 		return fmt.Errorf("reading chain %s: %w", NameQueueChain, err)
 	}
 	v, running := boundQueues.Load(queueKeyOf(id))
@@ -264,18 +265,9 @@ func (nw *Network) startGate() error {
 	if err != nil {
 		return fmt.Errorf("network %q: the name check's queue: %w", n.ID, err)
 	}
-	judge := &egressproxy.Config{Allow: nw.nameAllowed, OuterECH: nw.outerECH}
+	judge := &egressproxy.Config{Allow: nw.nameAllowed, OuterECH: nw.outerECH, CheckDst: nw.outward}
 	g := flowgate.New(flowgate.Config{
-		Judge: func(first []byte, src, dst netip.AddrPort) (bool, string, string) {
-			more, name, why := judge.JudgeTLS(first, src, dst)
-			if !more && why == "" {
-				// As the proxy refuses to dial it (CheckDst).
-				if w := nw.outward(dst.Addr()); w != "" {
-					why = "the destination is " + w
-				}
-			}
-			return more, name, why
-		},
+		Judge:        judge.JudgeTLS,
 		Client:       nw.macOf,
 		MaxConns:     egressproxy.MaxConns,
 		MaxPerClient: egressproxy.MaxPerClient,
@@ -303,9 +295,9 @@ func (nw *Network) startGate() error {
 // GateQueue is queue q as a gate reads it: a packet that came in on the
 // interface with index vmSide (a network's bridge) is a VM's, one that
 // goes out on it the server's, and any other (another network's, queued
-// to this number by mistake) is dropped; Allow and Refuse are the packet
-// sent through its hook again with GateAllowMark or GateRefuseMark
-// (which NameGateChain takes).
+// to this number by mistake) is dropped; Allow, Refuse and Begin are the
+// packet sent through its hook again with GateAllowMark, GateRefuseMark
+// or GatePassMark (which NameGateChain takes).
 func GateQueue(q *nfqueue.Queue, vmSide uint32) flowgate.Queue { return gateQueue{q, vmSide} }
 
 type gateQueue struct {
