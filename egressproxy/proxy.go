@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -407,7 +408,7 @@ func (p *Proxy) http(c *net.TCPConn, client string, in *recorder, src, dst netip
 		if _, ok := req.Header["User-Agent"]; !ok {
 			req.Header["User-Agent"] = []string{""} // Write adds none
 		}
-		if err := req.Write(up); err != nil {
+		if err := writeOn(req.Write, bodyWriter(&req.Body, req.ContentLength, req.TransferEncoding, br, c, up, uploadWake)); err != nil {
 			return
 		}
 		resp, err := p.readResponse(c, ubr, uin, req)
@@ -435,7 +436,7 @@ func (p *Proxy) http(c *net.TCPConn, client string, in *recorder, src, dst netip
 			resp.TransferEncoding = nil
 			resp.Close = resp.Close || resp.ContentLength < 0 || !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "keep-alive")
 		}
-		err = resp.Write(c)
+		err = writeOn(resp.Write, bodyWriter(&resp.Body, resp.ContentLength, resp.TransferEncoding, ubr, up, c, 0))
 		resp.Body.Close()
 		if err != nil || resp.Close || req.Close {
 			return
@@ -472,6 +473,176 @@ func (p *Proxy) readResponse(c *net.TCPConn, ubr *bufio.Reader, uin *recorder, r
 // maxResponseHead bounds what is read of the server's side for an
 // answer's head: the head and what the reads bring of its body with it.
 const maxResponseHead = 4 * maxHead
+
+// uploadWake is how many bytes of a request's body wake the proxy
+// (spliceBody).
+const uploadWake = 64 << 10
+
+// bodyWriter is where a request or an answer read from src through br
+// is written, to dst: a body of known length (n, not chunked: te empty)
+// between two TCP sockets is spliced (splice(2): the kernel moves it,
+// not the proxy's buffers), past the bytes br holds of it; *body becomes
+// the reader of it. Anything else is written to dst as net/http writes
+// it.
+func bodyWriter(body *io.ReadCloser, n int64, te []string, br *bufio.Reader, src, dst net.Conn, wake int) io.Writer {
+	from, ok1 := tcpOf(src)
+	to, ok2 := tcpOf(dst)
+	if !ok1 || !ok2 || n <= 0 || len(te) > 0 || *body == nil || *body == http.NoBody {
+		return dst
+	}
+	*body = &spliced{br: br, conn: from, left: n, wakeAt: wake}
+	return &headFirst{conn: to}
+}
+
+func tcpOf(c net.Conn) (*net.TCPConn, bool) {
+	if t, ok := c.(tracked); ok {
+		c = t.Conn
+	}
+	tc, ok := c.(*net.TCPConn)
+	return tc, ok
+}
+
+// spliced is a body of known length, the first of whose bytes br may
+// hold: those are read from br, the rest from the socket itself.
+type spliced struct {
+	br     *bufio.Reader
+	conn   *net.TCPConn
+	left   int64
+	wakeAt int // spliceBody's wake
+}
+
+func (b *spliced) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), b.left)]
+	var n int
+	var err error
+	if b.br.Buffered() > 0 {
+		n, err = b.br.Read(p) // from its buffer alone
+	} else {
+		n, err = b.conn.Read(p)
+	}
+	b.left -= int64(n)
+	if err == io.EOF && b.left > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// Close leaves what is not read: the connection ends with it.
+func (b *spliced) Close() error { return nil }
+
+// headFirst writes a head, which net/http writes a field at a time, in
+// one write with the first of its body, and splices a spliced body
+// (net/http copies a body of known length to its writer's ReadFrom as an
+// io.LimitedReader of it).
+type headFirst struct {
+	conn *net.TCPConn
+	head []byte
+}
+
+func (w *headFirst) Write(p []byte) (int, error) {
+	w.head = append(w.head, p...)
+	return len(p), nil
+}
+
+// WriteByte makes it an io.ByteWriter, which net/http takes as buffered.
+func (w *headFirst) WriteByte(c byte) error {
+	w.head = append(w.head, c)
+	return nil
+}
+
+func (w *headFirst) ReadFrom(r io.Reader) (int64, error) {
+	lr, ok := r.(*io.LimitedReader)
+	var b *spliced
+	if ok {
+		b, ok = lr.R.(*spliced)
+	}
+	if !ok {
+		if err := w.flush(); err != nil {
+			return 0, err
+		}
+		return io.Copy(writerOnly{w.conn}, r)
+	}
+	// The head and what br holds of the body, in one write.
+	k := min(int64(b.br.Buffered()), lr.N, b.left)
+	held, _ := b.br.Peek(int(k))
+	w.head = append(w.head, held...)
+	b.br.Discard(int(k))
+	lr.N -= k
+	b.left -= k
+	if err := w.flush(); err != nil {
+		return k, err
+	}
+	m, err := spliceBody(w.conn, b.conn, min(lr.N, b.left), b.wakeAt)
+	lr.N -= m
+	b.left -= m
+	return k + m, err
+}
+
+// spliceBody splices n bytes from src to dst. With wake > 0, src's reader
+// is woken only once wake bytes wait (SO_RCVLOWAT), not for each segment
+// that comes, but for the last wake bytes: on a machine where a wakeup
+// costs more than the copy, an upload's segments, small as the VM's MTU,
+// made the proxy cost more than the rest of the path. While wake bytes
+// or more are still to come, they come (or the stream ends, or the
+// receive window closes, which wake the reader too); the last ones are
+// read as they come.
+func spliceBody(dst, src *net.TCPConn, n int64, wake int) (int64, error) {
+	var done int64
+	if wake > 0 && n > int64(wake) && setRcvLowat(src, wake) == nil {
+		m, err := dst.ReadFrom(&io.LimitedReader{R: src, N: n - int64(wake)})
+		done += m
+		if lerr := setRcvLowat(src, 1); err == nil {
+			err = lerr
+		}
+		if err != nil || done < n-int64(wake) {
+			return done, err
+		}
+	}
+	m, err := dst.ReadFrom(&io.LimitedReader{R: src, N: n - done})
+	return done + m, err
+}
+
+// setRcvLowat sets c's SO_RCVLOWAT.
+func setRcvLowat(c *net.TCPConn, n int) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, n)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// writeOn writes with write to w, and then what w holds.
+func writeOn(write func(io.Writer) error, w io.Writer) error {
+	if err := write(w); err != nil {
+		return err
+	}
+	if h, ok := w.(*headFirst); ok {
+		return h.flush()
+	}
+	return nil
+}
+
+// flush writes what is held.
+func (w *headFirst) flush() error {
+	if len(w.head) == 0 {
+		return nil
+	}
+	_, err := w.conn.Write(w.head)
+	w.head = w.head[:0]
+	return err
+}
+
+// writerOnly hides a writer's ReadFrom from io.Copy.
+type writerOnly struct{ io.Writer }
 
 // writeBuffered writes what r holds buffered to w.
 func writeBuffered(w io.Writer, r *bufio.Reader) error {

@@ -12,8 +12,10 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +32,7 @@ type lab struct {
 	denied  []string // "name: why"
 	upNames []string // what the upstream was asked for (SNI or Host)
 	dials   int
+	read    atomic.Int64 // what the server read of /count's body so far
 }
 
 func newLab(t *testing.T, upstream func(t *testing.T, l *lab) net.Listener, change ...func(*Config)) *lab {
@@ -212,6 +215,23 @@ func httpUpstream(t *testing.T, l *lab) net.Listener {
 			w.WriteHeader(http.StatusEarlyHints)
 		case "/bighead": // a head past any bound
 			w.Header().Set("X-Big", strings.Repeat("a", 1<<20))
+		case "/big": // a body of known length, n bytes of pattern
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			w.Header().Set("Content-Length", strconv.Itoa(n))
+			w.Write(pattern(n))
+			return
+		case "/count": // its body read as it comes, counted
+			l.read.Store(0)
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := r.Body.Read(buf)
+				l.read.Add(int64(n))
+				if err != nil {
+					break
+				}
+			}
+			fmt.Fprintf(w, "host %s body %d", r.Host, l.read.Load())
+			return
 		case "/chunked": // a body of unknown length
 			io.WriteString(w, "one ")
 			w.(http.Flusher).Flush()
@@ -310,6 +330,100 @@ func TestHTTPHosts(t *testing.T) {
 	for _, n := range upNames {
 		if !strings.Contains(strings.ToLower(n), "api.test") && !strings.Contains(n, "ok.test") {
 			t.Errorf("the server heard a request for %q", n)
+		}
+	}
+}
+
+// pattern is n bytes that differ from one offset to the next.
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i * 7 / 5)
+	}
+	return b
+}
+
+// TestHTTPBodiesOfKnownLength: bodies of known length, which the proxy
+// splices from socket to socket past what it buffered of them, arrive
+// whole both ways, and the request after one on a kept-alive connection,
+// sent with its body's last bytes, is read and checked as the first was.
+func TestHTTPBodiesOfKnownLength(t *testing.T) {
+	l := newLab(t, httpUpstream)
+	const n = 3<<20 + 17
+	body := string(pattern(n))
+	post := "POST /x HTTP/1.1\r\nHost: api.test\r\nContent-Length: " + strconv.Itoa(n) + "\r\n\r\n" + body
+	get := func(host string) string { return "GET / HTTP/1.1\r\nHost: " + host + "\r\n\r\n" }
+	want := fmt.Sprintf("200 host api.test body %d|200 host api.test body 0|403 %s|", n, forbidden)
+	if got := l.exchange(t, post, get("api.test"), get("other.test")); got != want {
+		t.Errorf("posts one by one: got %.80q, want %q", got, want)
+	}
+	// The next request in the same write as the body's end.
+	c, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	go io.WriteString(c, post+get("other.test"))
+	br := bufio.NewReader(c)
+	var got []string
+	for range 2 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			break // the reset may come before the answer is read
+		}
+		b, _ := io.ReadAll(resp.Body)
+		got = append(got, fmt.Sprintf("%d %.60s", resp.StatusCode, b))
+	}
+	if len(got) == 0 || got[0] != fmt.Sprintf("200 host api.test body %d", n) || len(got) > 1 && !strings.HasPrefix(got[1], "403") {
+		t.Errorf("a post with the next request in its last write: %q", got)
+	}
+	_, upNames, _ := l.seen()
+	if slices.Contains(upNames, "other.test") {
+		t.Errorf("the server heard a request for other.test: %q", upNames)
+	}
+
+	// A body whose last bytes come once the server read all before
+	// them: the proxy, woken for the last bytes only once many wait
+	// while more were to come, must not wait for more than are left.
+	c3, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	c3.SetDeadline(time.Now().Add(time.Minute))
+	const tail = 1000
+	io.WriteString(c3, "POST /count HTTP/1.1\r\nHost: api.test\r\nContent-Length: "+strconv.Itoa(n)+"\r\n\r\n"+body[:n-tail])
+	for deadline := time.Now().Add(time.Minute); l.read.Load() < n-tail; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server read %d bytes of the %d sent", l.read.Load(), n-tail)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	io.WriteString(c3, body[n-tail:])
+	if resp, err := http.ReadResponse(bufio.NewReader(c3), nil); err != nil {
+		t.Errorf("a body's last bytes, sent late: %v", err)
+	} else if b, _ := io.ReadAll(resp.Body); string(b) != fmt.Sprintf("host api.test body %d", n) {
+		t.Errorf("a body's last bytes, sent late: %q", b)
+	}
+
+	// Downloads, one after the other on one connection.
+	c2, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.SetDeadline(time.Now().Add(time.Minute))
+	br2 := bufio.NewReader(c2)
+	for _, size := range []int{n, 1, 100000} {
+		io.WriteString(c2, "GET /big?n="+strconv.Itoa(size)+" HTTP/1.1\r\nHost: api.test\r\n\r\n")
+		resp, err := http.ReadResponse(br2, nil)
+		if err != nil {
+			t.Fatalf("GET /big?n=%d: %v", size, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.ContentLength != int64(size) || string(b) != string(pattern(size)) {
+			t.Errorf("GET /big?n=%d: %d bytes (length %d), as sent: %v, %v", size, len(b), resp.ContentLength, string(b) == string(pattern(size)), err)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -398,6 +399,9 @@ vmnet:
 			fmt.Fprint(w, n)
 			return
 		}
+		// Of known length, as a file server sends a file (a body of
+		// unknown length goes chunked, which the proxy copies).
+		w.Header().Set("Content-Length", strconv.Itoa(size))
 		w.Write(blob)
 	})}
 	go srv.Serve(lan.Listen(b, "tcp4", "198.51.100.2:80"))
