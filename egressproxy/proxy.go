@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -475,22 +474,22 @@ func (p *Proxy) readResponse(c *net.TCPConn, ubr *bufio.Reader, uin *recorder, r
 const maxResponseHead = 4 * maxHead
 
 // uploadWake is how many bytes of a request's body wake the proxy
-// (spliceBody).
+// (copyBody).
 const uploadWake = 64 << 10
 
 // bodyWriter is where a request or an answer read from src through br
 // is written, to dst: a body of known length (n, not chunked: te empty)
-// between two TCP sockets is spliced (splice(2): the kernel moves it,
-// not the proxy's buffers), past the bytes br holds of it; *body becomes
-// the reader of it. Anything else is written to dst as net/http writes
-// it.
+// between two TCP sockets goes past the bytes br holds of it, in large
+// reads and writes of the sockets themselves (copyBody), with wake as
+// copyBody's; *body becomes the reader of it. Anything else is written
+// to dst as net/http writes it.
 func bodyWriter(body *io.ReadCloser, n int64, te []string, br *bufio.Reader, src, dst net.Conn, wake int) io.Writer {
 	from, ok1 := tcpOf(src)
 	to, ok2 := tcpOf(dst)
 	if !ok1 || !ok2 || n <= 0 || len(te) > 0 || *body == nil || *body == http.NoBody {
 		return dst
 	}
-	*body = &spliced{br: br, conn: from, left: n, wakeAt: wake}
+	*body = &knownBody{br: br, conn: from, left: n, wake: wake}
 	return &headFirst{conn: to}
 }
 
@@ -502,18 +501,24 @@ func tcpOf(c net.Conn) (*net.TCPConn, bool) {
 	return tc, ok
 }
 
-// spliced is a body of known length, the first of whose bytes br may
+// knownBody is a body of known length, the first of whose bytes br may
 // hold: those are read from br, the rest from the socket itself.
-type spliced struct {
-	br     *bufio.Reader
-	conn   *net.TCPConn
-	left   int64
-	wakeAt int // spliceBody's wake
+type knownBody struct {
+	br    *bufio.Reader
+	conn  *net.TCPConn
+	left  int64
+	wake  int  // copyBody's
+	moved bool // headFirst.ReadFrom took it: no read of it after
 }
 
-func (b *spliced) Read(p []byte) (int, error) {
+func (b *knownBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
 		return 0, io.EOF
+	}
+	if b.moved {
+		// (net/http drains a body after its copy: a copy that came
+		// short ended with an error, and nothing more is read.)
+		return 0, io.ErrUnexpectedEOF
 	}
 	p = p[:min(int64(len(p)), b.left)]
 	var n int
@@ -531,12 +536,12 @@ func (b *spliced) Read(p []byte) (int, error) {
 }
 
 // Close leaves what is not read: the connection ends with it.
-func (b *spliced) Close() error { return nil }
+func (b *knownBody) Close() error { return nil }
 
 // headFirst writes a head, which net/http writes a field at a time, in
-// one write with the first of its body, and splices a spliced body
-// (net/http copies a body of known length to its writer's ReadFrom as an
-// io.LimitedReader of it).
+// one write with the first of its body, and moves a knownBody with
+// copyBody (net/http copies a body of known length to its writer's
+// ReadFrom as an io.LimitedReader of it).
 type headFirst struct {
 	conn *net.TCPConn
 	head []byte
@@ -555,16 +560,17 @@ func (w *headFirst) WriteByte(c byte) error {
 
 func (w *headFirst) ReadFrom(r io.Reader) (int64, error) {
 	lr, ok := r.(*io.LimitedReader)
-	var b *spliced
+	var b *knownBody
 	if ok {
-		b, ok = lr.R.(*spliced)
+		b, ok = lr.R.(*knownBody)
 	}
-	if !ok {
+	if !ok || b.moved {
 		if err := w.flush(); err != nil {
 			return 0, err
 		}
 		return io.Copy(writerOnly{w.conn}, r)
 	}
+	b.moved = true
 	// The head and what br holds of the body, in one write.
 	k := min(int64(b.br.Buffered()), lr.N, b.left)
 	held, _ := b.br.Peek(int(k))
@@ -575,50 +581,70 @@ func (w *headFirst) ReadFrom(r io.Reader) (int64, error) {
 	if err := w.flush(); err != nil {
 		return k, err
 	}
-	m, err := spliceBody(w.conn, b.conn, min(lr.N, b.left), b.wakeAt)
+	want := min(lr.N, b.left)
+	m, err := copyBody(w.conn, b.conn, want, b.wake)
 	lr.N -= m
 	b.left -= m
+	if err == nil && m < want {
+		err = io.ErrUnexpectedEOF
+	}
 	return k + m, err
 }
 
-// spliceBody splices n bytes from src to dst. With wake > 0, src's reader
-// is woken only once wake bytes wait (SO_RCVLOWAT), not for each segment
-// that comes, but for the last wake bytes: on a machine where a wakeup
-// costs more than the copy, an upload's segments, small as the VM's MTU,
-// made the proxy cost more than the rest of the path. While wake bytes
-// or more are still to come, they come (or the stream ends, or the
-// receive window closes, which wake the reader too); the last ones are
-// read as they come.
-func spliceBody(dst, src *net.TCPConn, n int64, wake int) (int64, error) {
+// copyBody copies n bytes from src to dst, in reads of up to
+// copyBufSize. With wake > 0, src's reader is woken only once wake
+// bytes wait (SO_RCVLOWAT), not for each segment that comes, but for the
+// last wake bytes: on a machine where a wakeup costs more than the copy,
+// an upload's segments, small as the VM's MTU, made the proxy cost more
+// than the rest of the path. While wake bytes or more are still to come,
+// they come (or the stream ends, or the receive window closes, which
+// wake the reader too); the last ones are read as they come.
+//
+// Not splice(2): it stops at TCP urgent data, where read(2) skips the
+// urgent byte, and a guest that marks a byte urgent in a body would
+// have the proxy and the server disagree on where the body ends (a
+// review's test smuggled a request for another name that way), or hold
+// the copy at the mark for good.
+func copyBody(dst, src *net.TCPConn, n int64, wake int) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	woken := wake > 0 && n > int64(wake) && setRcvLowat(src, wake) == nil
+	if woken {
+		defer setRcvLowat(src, 1)
+	}
 	var done int64
-	if wake > 0 && n > int64(wake) && setRcvLowat(src, wake) == nil {
-		m, err := dst.ReadFrom(&io.LimitedReader{R: src, N: n - int64(wake)})
-		done += m
-		if lerr := setRcvLowat(src, 1); err == nil {
-			err = lerr
+	for done < n {
+		if woken && n-done <= int64(wake) {
+			if err := setRcvLowat(src, 1); err != nil {
+				return done, err
+			}
+			woken = false
 		}
-		if err != nil || done < n-int64(wake) {
+		k, err := src.Read(buf[:min(int64(len(buf)), n-done)])
+		if k > 0 {
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return done, werr
+			}
+			done += int64(k)
+		}
+		if err == io.EOF {
+			return done, nil // short: the caller says so
+		}
+		if err != nil {
 			return done, err
 		}
 	}
-	m, err := dst.ReadFrom(&io.LimitedReader{R: src, N: n - done})
-	return done + m, err
+	return done, nil
 }
 
-// setRcvLowat sets c's SO_RCVLOWAT.
-func setRcvLowat(c *net.TCPConn, n int) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, n)
-	}); err != nil {
-		return err
-	}
-	return serr
-}
+// copyBufSize is what one read of a body takes at most.
+const copyBufSize = 128 << 10
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// writerOnly hides a writer's ReadFrom from io.Copy.
+type writerOnly struct{ io.Writer }
 
 // writeOn writes with write to w, and then what w holds.
 func writeOn(write func(io.Writer) error, w io.Writer) error {
@@ -640,9 +666,6 @@ func (w *headFirst) flush() error {
 	w.head = w.head[:0]
 	return err
 }
-
-// writerOnly hides a writer's ReadFrom from io.Copy.
-type writerOnly struct{ io.Writer }
 
 // writeBuffered writes what r holds buffered to w.
 func writeBuffered(w io.Writer, r *bufio.Reader) error {
