@@ -74,6 +74,18 @@ func newLab(t *testing.T, upstream func(t *testing.T, l *lab) net.Listener, chan
 	return l
 }
 
+// dial connects to the proxy, with a minute for what follows; the
+// connection closes with the test.
+func (l *lab) dial() net.Conn {
+	c, err := net.Dial("tcp4", l.addr)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	l.t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(time.Minute))
+	return c
+}
+
 func (l *lab) seen() (denied, upNames []string, dials int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -359,12 +371,7 @@ func TestHTTPBodiesOfKnownLength(t *testing.T) {
 		t.Errorf("posts one by one: got %.80q, want %q", got, want)
 	}
 	// The next request in the same write as the body's end.
-	c, err := net.Dial("tcp4", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Minute))
+	c := l.dial()
 	go io.WriteString(c, post+get("other.test"))
 	br := bufio.NewReader(c)
 	var got []string
@@ -387,20 +394,10 @@ func TestHTTPBodiesOfKnownLength(t *testing.T) {
 	// A body whose last bytes come once the server read all before
 	// them: the proxy, woken for the last bytes only once many wait
 	// while more were to come, must not wait for more than are left.
-	c3, err := net.Dial("tcp4", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c3.Close()
-	c3.SetDeadline(time.Now().Add(time.Minute))
+	c3 := l.dial()
 	const tail = 1000
 	io.WriteString(c3, "POST /count HTTP/1.1\r\nHost: api.test\r\nContent-Length: "+strconv.Itoa(n)+"\r\n\r\n"+body[:n-tail])
-	for deadline := time.Now().Add(time.Minute); l.read.Load() < n-tail; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server read %d bytes of the %d sent", l.read.Load(), n-tail)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the server read all bytes sent", func() bool { return l.read.Load() >= n-tail })
 	io.WriteString(c3, body[n-tail:])
 	if resp, err := http.ReadResponse(bufio.NewReader(c3), nil); err != nil {
 		t.Errorf("a body's last bytes, sent late: %v", err)
@@ -409,12 +406,7 @@ func TestHTTPBodiesOfKnownLength(t *testing.T) {
 	}
 
 	// Downloads, one after the other on one connection.
-	c2, err := net.Dial("tcp4", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
-	c2.SetDeadline(time.Now().Add(time.Minute))
+	c2 := l.dial()
 	br2 := bufio.NewReader(c2)
 	for _, size := range []int{n, 1, 100000} {
 		io.WriteString(c2, "GET /big?n="+strconv.Itoa(size)+" HTTP/1.1\r\nHost: api.test\r\n\r\n")
@@ -508,15 +500,6 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 func TestHTTPUrgentData(t *testing.T) {
 	const n, m = 100000, 50000
 	body := string(pattern(n))
-	dial := func(l *lab) net.Conn {
-		c, err := net.Dial("tcp4", l.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(time.Minute))
-		return c
-	}
 
 	// The request after the body, with one for evil.test in its body
 	// where the server would look for its next request.
@@ -533,7 +516,7 @@ func TestHTTPUrgentData(t *testing.T) {
 		}
 		l2 = len(pad) + len(evil)
 	}
-	c := dial(l)
+	c := l.dial()
 	io.WriteString(c, head1+body[:m])
 	waitFor(t, "the server heard the first request", func() bool { return len(u.seen()) > 0 })
 	sendUrgent(t, c, []byte{'!'})
@@ -556,7 +539,7 @@ func TestHTTPUrgentData(t *testing.T) {
 	// A body with an urgent byte, the client's side left open, to a
 	// server that reads the body whole before it answers: answered.
 	l = newLab(t, httpUpstream)
-	c = dial(l)
+	c = l.dial()
 	io.WriteString(c, "POST /count HTTP/1.1\r\nHost: api.test\r\nContent-Length: "+strconv.Itoa(n)+"\r\n\r\n"+body[:m])
 	waitFor(t, "the server read the body's first part", func() bool { return l.read.Load() >= m })
 	sendUrgent(t, c, []byte{'!'})
