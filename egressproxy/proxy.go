@@ -11,9 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -592,13 +594,17 @@ func (w *headFirst) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // copyBody copies n bytes from src to dst, in reads of up to
-// copyBufSize. With wake > 0, src's reader is woken only once wake
-// bytes wait (SO_RCVLOWAT), not for each segment that comes, but for the
-// last wake bytes: on a machine where a wakeup costs more than the copy,
-// an upload's segments, small as the VM's MTU, made the proxy cost more
-// than the rest of the path. While wake bytes or more are still to come,
-// they come (or the stream ends, or the receive window closes, which
-// wake the reader too); the last ones are read as they come.
+// copyBufSize, each into a pooled buffer taken only once bytes are there
+// (a connection that waits holds none). With wake > 0, src's reader is
+// woken only once wake bytes wait (SO_RCVLOWAT), not for each segment
+// that comes, but for the last wake bytes: on a machine where a wakeup
+// costs more than the copy, an upload's segments, small as the VM's
+// MTU, made the proxy cost more than the rest of the path. While wake
+// bytes or more are still to come, they come (or the stream ends, or the
+// receive window closes, which wake the reader too); bytes that came
+// wait at most heldWait for the rest (a slow sender's, or one that waits
+// for the server halfway): then what is there is read. The last wake
+// bytes are read as they come.
 //
 // Not splice(2): it stops at TCP urgent data, where read(2) skips the
 // urgent byte, and a guest that marks a byte urgent in a body would
@@ -606,28 +612,41 @@ func (w *headFirst) ReadFrom(r io.Reader) (int64, error) {
 // review's test smuggled a request for another name that way), or hold
 // the copy at the mark for good.
 func copyBody(dst, src *net.TCPConn, n int64, wake int) (int64, error) {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	buf := *bp
-	woken := wake > 0 && n > int64(wake) && setRcvLowat(src, wake) == nil
-	if woken {
-		defer setRcvLowat(src, 1)
+	rc, err := src.SyscallConn()
+	if err != nil {
+		return 0, err
 	}
+	marked := false
+	unmark := func() {
+		setRcvLowat(src, 1)
+		src.SetReadDeadline(time.Time{})
+		marked = false
+	}
+	defer func() {
+		if marked {
+			unmark()
+		}
+	}()
 	var done int64
 	for done < n {
-		if woken && n-done <= int64(wake) {
-			if err := setRcvLowat(src, 1); err != nil {
-				return done, err
-			}
-			woken = false
+		left := n - done
+		switch want := wake > 0 && left > int64(wake); {
+		case want && !marked:
+			marked = setRcvLowat(src, wake) == nil
+		case !want && marked:
+			unmark()
 		}
-		k, err := src.Read(buf[:min(int64(len(buf)), n-done)])
-		if k > 0 {
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return done, werr
-			}
-			done += int64(k)
+		if marked {
+			src.SetReadDeadline(time.Now().Add(heldWait))
 		}
+		k, err := copyRead(rc, dst, min(left, copyBufSize))
+		if marked && errors.Is(err, os.ErrDeadlineExceeded) {
+			// Fewer than wake bytes came in heldWait: what is there
+			// goes on (or the next to come); the mark is set again.
+			unmark()
+			k, err = copyRead(rc, dst, min(left, copyBufSize))
+		}
+		done += int64(k)
 		if err == io.EOF {
 			return done, nil // short: the caller says so
 		}
@@ -638,8 +657,51 @@ func copyBody(dst, src *net.TCPConn, n int64, wake int) (int64, error) {
 	return done, nil
 }
 
-// copyBufSize is what one read of a body takes at most.
-const copyBufSize = 128 << 10
+// heldWait is how long bytes of an upload wait under copyBody's mark for
+// more to come.
+const heldWait = 200 * time.Millisecond
+
+// copyRead reads up to max bytes from rc, once some are there, into a
+// pooled buffer, and writes them to dst: how many it wrote, io.EOF at
+// the end of the stream.
+func copyRead(rc syscall.RawConn, dst io.Writer, max int64) (int, error) {
+	var bp *[]byte
+	var k int
+	var rerr error
+	err := rc.Read(func(fd uintptr) bool {
+		b := copyBufs.Get().(*[]byte)
+		for {
+			k, rerr = syscall.Read(int(fd), (*b)[:max])
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN {
+			copyBufs.Put(b)
+			return false // wait for bytes
+		}
+		bp = b
+		return true
+	})
+	if bp != nil {
+		defer copyBufs.Put(bp)
+	}
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, os.NewSyscallError("read", rerr)
+	case k == 0:
+		return 0, io.EOF
+	}
+	if _, err := dst.Write((*bp)[:k]); err != nil {
+		return 0, err
+	}
+	return k, nil
+}
+
+// copyBufSize is what one read of a body takes at most: copyBody's wake.
+const copyBufSize = 64 << 10
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 

@@ -405,6 +405,25 @@ func TestHTTPBodiesOfKnownLength(t *testing.T) {
 		t.Errorf("a body's last bytes, sent late: %q", b)
 	}
 
+	// A slow sender's bytes, fewer than the proxy waits for while more
+	// are to come, reach the server all the same (after heldWait): a
+	// client may send part of a body and wait for the server.
+	slow := newLab(t, httpUpstream) // (its server's count alone)
+	c4 := slow.dial()
+	// (First a body whole: the connection's window grows past a
+	// segment, as it does on any path; on a fresh loopback connection
+	// the kernel wakes the reader at once, its window a segment wide.)
+	io.WriteString(c4, post)
+	if resp, err := http.ReadResponse(bufio.NewReader(c4), nil); err != nil {
+		t.Fatal(err)
+	} else {
+		io.ReadAll(resp.Body)
+	}
+	io.WriteString(c4, "POST /count HTTP/1.1\r\nHost: api.test\r\nContent-Length: "+strconv.Itoa(n)+"\r\n\r\n"+body[:1000])
+	waitFor(t, "the server read the first 1,000 bytes of a body", func() bool { return slow.read.Load() >= 1000 })
+	io.WriteString(c4, body[1000:31000]) // (the proxy waits for more now)
+	waitFor(t, "the server read the 31,000 bytes sent of a body of "+strconv.Itoa(n), func() bool { return slow.read.Load() >= 31000 })
+
 	// Downloads, one after the other on one connection.
 	c2 := l.dial()
 	br2 := bufio.NewReader(c2)

@@ -21,7 +21,8 @@ func setRcvLowat(c *net.TCPConn, n int) error {
 			return
 		}
 		if now, err := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_WINDOW_CLAMP); err == nil && now < clamp {
-			serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_WINDOW_CLAMP, clamp)
+			// (Its rate, not the mark, is at stake: the mark is set.)
+			syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_WINDOW_CLAMP, clamp)
 		}
 	}); err != nil {
 		return err
