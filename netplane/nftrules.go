@@ -251,7 +251,7 @@ func nameCheckRedirects(n *api.Network, br string, gate bool) []string {
 	for _, m := range matches {
 		ports := "{ 80, 443 }"
 		if gate {
-			rules = append(rules, "iifname "+br+" "+m[0]+" tcp dport 443 ct mark set ct mark & 0xfdffffff | "+gatePending)
+			rules = append(rules, "iifname "+br+" "+m[0]+" tcp dport 443 "+setPending)
 			ports = "80"
 		}
 		rules = append(rules, "iifname "+br+" "+m[0]+" tcp dport "+ports+" redirect to :tcp dport map @"+m[1])
@@ -271,6 +271,8 @@ const (
 	gatePending = "0x01000000"
 	gateAllowed = "0x02000000"
 	gateRefused = "0x03000000"
+	// setPending makes a connection's mark pending, its other bits kept.
+	setPending = "ct mark set ct mark & 0xfdffffff | " + gatePending
 	// GateAllowMark, GateRefuseMark and GatePassMark: the reader's
 	// verdicts (GatePassMark: the server's SYN-ACK that starts a
 	// connection the gate follows, whose mark is pending again).
@@ -301,12 +303,12 @@ func nameGateRules(br string) []string {
 		// resyncs): judged anew, not carried by the old one's mark. (Not
 		// a SYN-ACK alone: one from anywhere would undo an allowed
 		// connection.)
-		"ct direction original tcp flags syn / syn,ack ct mark & " + gateMarks + " != " + gatePending + " ct mark set ct mark & 0xfdffffff | " + gatePending,
+		"ct direction original tcp flags syn / syn,ack ct mark & " + gateMarks + " != " + gatePending + " " + setPending,
 		// The reader's verdicts, each on a packet sent through again:
 		// the SYN-ACK it follows a connection from (pending again,
 		// after any verdict on an earlier one applied since), allowed
 		// (from pending alone), refused (from any).
-		fmt.Sprintf("meta mark 0x%08x", GatePassMark) + " ct mark set ct mark & 0xfdffffff | " + gatePending + " meta mark set 0x00000000 accept",
+		fmt.Sprintf("meta mark 0x%08x", GatePassMark) + " " + setPending + " meta mark set 0x00000000 accept",
 		is(gatePending) + fmt.Sprintf(" meta mark 0x%08x", GateAllowMark) + " ct mark set ct mark & 0xfeffffff | " + gateAllowed + " meta mark set 0x00000000 accept",
 		fmt.Sprintf("meta mark 0x%08x", GateRefuseMark) + " ct mark set ct mark | " + gateRefused + " meta mark set 0x00000000",
 		is(gateAllowed) + " accept",
