@@ -495,11 +495,9 @@ func bodyWriter(body *io.ReadCloser, n int64, te []string, br *bufio.Reader, src
 	return &headFirst{conn: to}
 }
 
+// tcpOf is c's TCP socket, if it is one.
 func tcpOf(c net.Conn) (*net.TCPConn, bool) {
-	if t, ok := c.(tracked); ok {
-		c = t.Conn
-	}
-	tc, ok := c.(*net.TCPConn)
+	tc, ok := untracked(c).(*net.TCPConn)
 	return tc, ok
 }
 
@@ -863,6 +861,14 @@ type tracked struct {
 	p *Proxy
 }
 
+// untracked is the connection c tracks, or c.
+func untracked(c net.Conn) net.Conn {
+	if t, ok := c.(tracked); ok {
+		return t.Conn
+	}
+	return c
+}
+
 func (t tracked) Close() error {
 	t.p.untrack(t.Conn)
 	return t.Conn.Close()
@@ -876,9 +882,7 @@ func (t tracked) CloseWrite() error {
 // splice copies both ways until both sides are done: what from reads
 // goes to up and the other way, each side's end of stream passed on.
 func splice(c *net.TCPConn, up net.Conn, from io.Reader) {
-	if t, ok := up.(tracked); ok {
-		up = t.Conn // the TCP socket itself: the kernel splices it
-	}
+	up = untracked(up) // the TCP socket itself: the kernel splices it
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
