@@ -17,11 +17,11 @@
 //     that sends held bytes again: nothing reaches the server before the
 //     verdict, so no acknowledgement comes, and a sender that sends again
 //     what it sent will not send the rest (its first message is past its
-//     window, or a segment was lost). The guest's SYN itself need not be queued (a netfilter
-//     queue drops a new connection's first packet when the host has a
-//     copy of it elsewhere, as a packet socket on a bridge with
-//     br_netfilter does), but may carry no bytes: one that does is
-//     refused (TCP Fast Open is not judged).
+//     window, or a segment was lost). The guest's SYN itself need not
+//     be queued (a netfilter queue drops a new connection's first packet
+//     when the host has a copy of it elsewhere, as a packet socket on a
+//     bridge with br_netfilter does), but may carry no bytes: one that
+//     does is refused (TCP Fast Open is not judged).
 //   - Judged bytes may die after the host and be sent again: until the
 //     server has acknowledged every one of them, the guest's segments
 //     stay queued and are compared; only then is the connection allowed

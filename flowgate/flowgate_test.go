@@ -100,6 +100,17 @@ const isn = 1000
 
 // open starts a connection from c to s: the VM's SYN and the server's
 // SYN-ACK, both accepted.
+// newRun is a run of a new gate (newGate) at t0.
+func newRun(t *testing.T) *run { return &run{t: t, g: newGate(), now: t0} }
+
+// opened is a new run whose connection from vm to server is open.
+func opened(t *testing.T) *run {
+	t.Helper()
+	r := newRun(t)
+	r.open(vm, server)
+	return r
+}
+
 func (r *run) open(c, s netip.AddrPort) {
 	r.t.Helper()
 	first := r.id + 1
@@ -113,7 +124,7 @@ func (r *run) open(c, s netip.AddrPort) {
 func TestAllowed(t *testing.T) {
 	for _, ends := range [][2]netip.AddrPort{{vm, server}, {vm6, srv6}} {
 		c, s := ends[0], ends[1]
-		r := &run{t: t, g: newGate(), now: t0}
+		r := newRun(t)
 		r.want("SYN", r.send(true, tcpPacket(c, s, isn, 0, flagSYN, "")), "1:accept")
 		r.want("SYN-ACK", r.send(false, tcpPacket(s, c, 5000, isn+1, flagSYN|flagACK, "")), "2:begin")
 		r.want("ACK", r.send(true, tcpPacket(c, s, isn+1, 5001, flagACK, "")), "3:accept")
@@ -137,8 +148,7 @@ func TestAllowed(t *testing.T) {
 // unseen: its packets no longer come to the gate, and opened another):
 // judged anew, not let go as the allowed one's late packets.
 func TestAllowedThenReused(t *testing.T) {
-	r := &run{t: t, g: newGate(), now: t0}
-	r.open(vm, server)
+	r := opened(t)
 	r.want("allowed bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "3:accept")
 	r.want("their ACK", r.send(false, tcpPacket(server, vm, 5001, isn+4, flagACK, "")), "4:allow")
 	r.want("a SYN-ACK after Allow", r.send(false, tcpPacket(server, vm, 9000, isn+1, flagSYN|flagACK, "")), "5:begin")
@@ -149,8 +159,7 @@ func TestAllowedThenReused(t *testing.T) {
 // the connection, once; what comes late is refused without another
 // refusal.
 func TestRefused(t *testing.T) {
-	r := &run{t: t, g: newGate(), now: t0}
-	r.open(vm, server)
+	r := opened(t)
 	r.want("first part", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "bad.")), "3:hold")
 	r.want("the rest", r.send(true, tcpPacket(vm, server, isn+5, 1, flagACK, "test\n")), "3:drop", "4:refuse")
 	r.want("late", r.send(true, tcpPacket(vm, server, isn+10, 1, flagACK, "x")), "5:refuse")
@@ -166,8 +175,7 @@ func TestEvasions(t *testing.T) {
 	t.Run("allowed bytes past the beginning", func(t *testing.T) {
 		// "ok\n" at a later sequence number is not the stream's start:
 		// dropped, and the real start is judged.
-		r := &run{t: t, g: newGate(), now: t0}
-		r.open(vm, server)
+		r := opened(t)
 		r.want("past a hole", r.send(true, tcpPacket(vm, server, isn+1+20, 1, flagACK, "ok\n")), "3:drop")
 		r.want("the start", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "evil\n")), "4:refuse")
 	})
@@ -175,8 +183,7 @@ func TestEvasions(t *testing.T) {
 		// Allowed, then the same sequence numbers with another name
 		// before the server acknowledged them (the first copy made to die
 		// after the host).
-		r := &run{t: t, g: newGate(), now: t0}
-		r.open(vm, server)
+		r := opened(t)
 		r.want("allowed", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "3:accept")
 		r.want("rewritten", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "4:refuse")
 		r.want("the server's ACK after", r.send(false, tcpPacket(server, vm, 1, isn+4, flagACK, "")), "5:refuse")
@@ -185,16 +192,14 @@ func TestEvasions(t *testing.T) {
 		}
 	})
 	t.Run("held bytes rewritten", func(t *testing.T) {
-		r := &run{t: t, g: newGate(), now: t0}
-		r.open(vm, server)
+		r := opened(t)
 		r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "3:hold")
 		r.want("overlapping, other bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "3:drop", "4:refuse")
 	})
 	t.Run("held bytes sent again", func(t *testing.T) {
 		// A byte a segment, past the sender's window: it sends the first
 		// again (no acknowledgement came), and the rest never comes.
-		r := &run{t: t, g: newGate(), now: t0}
-		r.open(vm, server)
+		r := opened(t)
 		r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "3:hold")
 		r.want("held", r.send(true, tcpPacket(vm, server, isn+2, 1, flagACK, "k")), "4:hold")
 		r.want("the first again", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "3:drop", "4:drop", "5:refuse")
@@ -205,15 +210,13 @@ func TestEvasions(t *testing.T) {
 	t.Run("two SYNs taken", func(t *testing.T) {
 		// A server with SYN cookies answers a second SYN too: its stream
 		// may be the other one.
-		r := &run{t: t, g: newGate(), now: t0}
-		r.open(vm, server)
+		r := opened(t)
 		r.want("another ISN's SYN-ACK", r.send(false, tcpPacket(server, vm, 7000, isn+10001, flagSYN|flagACK, "")), "3:refuse")
 	})
 	t.Run("an acknowledgement of another stream", func(t *testing.T) {
 		// Allowed only by an acknowledgement of the judged bytes and no
 		// more; bytes past them wait for it.
-		r := &run{t: t, g: newGate(), now: t0}
-		r.open(vm, server)
+		r := opened(t)
 		r.want("allowed bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "3:accept")
 		r.want("bytes past them", r.send(true, tcpPacket(vm, server, isn+4, 1, flagACK, "more")), "4:drop")
 		r.want("an ACK far past them", r.send(false, tcpPacket(server, vm, 1, isn+10001, flagACK, "")), "5:accept")
@@ -222,31 +225,28 @@ func TestEvasions(t *testing.T) {
 	t.Run("the urgent pointer", func(t *testing.T) {
 		// A server's stack takes the urgent byte out of what its reader
 		// reads: judged bytes would not be the bytes read.
-		r := &run{t: t, g: newGate(), now: t0}
-		r.open(vm, server)
+		r := opened(t)
 		r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "3:hold")
 		r.want("an ACK with URG", r.send(true, tcpPacket(vm, server, isn+2, 1, flagACK|flagURG, "")), "3:drop", "4:refuse")
-		r2 := &run{t: t, g: newGate(), now: t0}
+		r2 := newRun(t)
 		r2.open(vm, server)
 		r2.want("bytes with URG", r2.send(true, tcpPacket(vm, server, isn+1, 1, flagACK|flagURG, "ok\n")), "3:refuse")
 	})
 	t.Run("a RST with bytes", func(t *testing.T) {
-		r := &run{t: t, g: newGate(), now: t0}
-		r.open(vm, server)
+		r := opened(t)
 		r.want("RST with bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagRST, "ok\n")), "3:drop")
 		r.want("the real start", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "no\n")), "4:refuse")
 	})
 	t.Run("another SYN taken", func(t *testing.T) {
 		// The server's SYN-ACK again, for the same SYN, changes nothing;
 		// one for another SYN once bytes were judged refuses.
-		r := &run{t: t, g: newGate(), now: t0}
-		r.open(vm, server)
+		r := opened(t)
 		r.want("held", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o")), "3:hold")
 		r.want("the SYN-ACK again", r.send(false, tcpPacket(server, vm, 5000, isn+1, flagSYN|flagACK, "")), "4:accept")
 		r.want("another SYN's", r.send(false, tcpPacket(server, vm, 5000, isn+51, flagSYN|flagACK, "")), "3:drop", "5:refuse")
 	})
 	t.Run("no SYN-ACK seen", func(t *testing.T) {
-		r := &run{t: t, g: newGate(), now: t0}
+		r := newRun(t)
 		r.want("bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "ok\n")), "1:refuse")
 		if len(r.refusals) != 1 || !strings.Contains(r.refusals[0].Why, "start was not seen") {
 			t.Errorf("refusals %+v", r.refusals)
@@ -254,19 +254,18 @@ func TestEvasions(t *testing.T) {
 	})
 	t.Run("bytes in the SYN", func(t *testing.T) {
 		// TCP Fast Open: refused, even with bytes that would pass.
-		r := &run{t: t, g: newGate(), now: t0}
+		r := newRun(t)
 		r.want("SYN with bytes", r.send(true, tcpPacket(vm, server, isn, 0, flagSYN, "ok\n")), "1:refuse")
 		if len(r.refusals) != 1 || !strings.Contains(r.refusals[0].Why, "in its SYN") {
 			t.Errorf("refusals %+v", r.refusals)
 		}
 	})
 	t.Run("before the stream", func(t *testing.T) {
-		r := &run{t: t, g: newGate(), now: t0}
-		r.open(vm, server)
+		r := opened(t)
 		r.want("at the SYN's number", r.send(true, tcpPacket(vm, server, isn, 1, flagACK, "xok\n")), "3:drop")
 	})
 	t.Run("not a whole segment", func(t *testing.T) {
-		r := &run{t: t, g: newGate(), now: t0}
+		r := newRun(t)
 		frag := tcpPacket(vm, server, isn, 0, flagSYN, "")
 		frag[6] = 0x20 // more fragments
 		r.want("a fragment", r.send(true, frag), "1:drop")
@@ -279,7 +278,7 @@ func TestEvasions(t *testing.T) {
 // before a verdict, and the wait, are bounded; what is past them fails
 // closed.
 func TestBounds(t *testing.T) {
-	r := &run{t: t, g: newGate(), now: t0}
+	r := newRun(t)
 	for i := range 5 {
 		c := netip.AddrPortFrom(vm.Addr(), uint16(50000+i))
 		want := "begin"
@@ -300,7 +299,7 @@ func TestBounds(t *testing.T) {
 		t.Errorf("%d connections followed, want MaxConns, 8; refusals %+v", r.g.Conns(), r.refusals)
 	}
 
-	r = &run{t: t, g: newGate(), now: t0}
+	r = newRun(t)
 	r.open(vm, server)
 	r.want("60 bytes", r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, strings.Repeat("a", 60))), "3:hold")
 	r.want("past MaxHeld", r.send(true, tcpPacket(vm, server, isn+61, 1, flagACK, strings.Repeat("a", 10))), "3:drop", "4:refuse")
@@ -332,7 +331,7 @@ func TestBounds(t *testing.T) {
 		t.Errorf("a byte a segment, %d segments: last action %v, refusals %v", maxSegments+1, a, r.refusals)
 	}
 
-	r = &run{t: t, g: newGate(), now: t0}
+	r = newRun(t)
 	r.open(vm, server)
 	r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o"))
 	if v, refs := r.g.Expire(t0.Add(29 * time.Second)); len(v) != 0 || len(refs) != 0 {
@@ -352,8 +351,7 @@ func TestBounds(t *testing.T) {
 // TestEnds: a reset from either side forgets the connection, its held
 // bytes dropped; a new SYN on the same ports starts another.
 func TestEnds(t *testing.T) {
-	r := &run{t: t, g: newGate(), now: t0}
-	r.open(vm, server)
+	r := opened(t)
 	r.send(true, tcpPacket(vm, server, isn+1, 1, flagACK, "o"))
 	r.want("the server's RST", r.send(false, tcpPacket(server, vm, 1, isn+1, flagRST|flagACK, "")), "3:drop", "4:accept")
 	r.want("a new SYN", r.send(true, tcpPacket(vm, server, 7000, 0, flagSYN, "")), "5:accept")
