@@ -11,11 +11,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
@@ -139,6 +142,57 @@ func httpGet(vm *simvm.VM, addr string, hosts ...string) string {
 			fmt.Fprintf(&out, "%d %s|", resp.StatusCode, strings.TrimSpace(string(body)))
 		}
 		return nil
+	})
+	return out.String()
+}
+
+// urgentPost sends from vm, on one connection to addr, a POST to api.test
+// whose body of n bytes has a byte marked urgent (TCP urgent data, out
+// of the stream as a reader reads it) halfway, then a POST to api.test
+// whose body holds a request for other.test where a server that took the
+// first body short of that byte's place would look for its next request,
+// and half-closes; the answers' status lines and bodies, once the
+// connection ends.
+func urgentPost(vm *simvm.VM, addr string) string {
+	const n, m = 100000, 50000
+	evil := "GET /secret HTTP/1.1\r\nHost: other.test\r\n\r\n"
+	var head2, pad string
+	for l2 := 0; ; {
+		head2 = "POST /2 HTTP/1.1\r\nHost: api.test\r\nContent-Length: " + strconv.Itoa(l2) + "\r\n\r\n"
+		pad = strings.Repeat("p", n-m-len(head2))
+		if len(pad)+len(evil) == l2 {
+			break
+		}
+		l2 = len(pad) + len(evil)
+	}
+	body := strings.Repeat("b", n)
+	var out strings.Builder
+	vm.Do(func() error {
+		c, err := net.DialTimeout("tcp4", addr, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Minute))
+		io.WriteString(c, "POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: "+strconv.Itoa(n)+"\r\n\r\n"+body[:m])
+		rc, err := c.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			return err
+		}
+		rc.Write(func(fd uintptr) bool {
+			return unix.Sendto(int(fd), []byte{'!'}, unix.MSG_OOB, nil) != unix.EAGAIN
+		})
+		io.WriteString(c, body[m:]+head2+pad+evil)
+		c.(*net.TCPConn).CloseWrite()
+		br := bufio.NewReader(c)
+		for {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				return nil
+			}
+			b, _ := io.ReadAll(resp.Body)
+			fmt.Fprintf(&out, "%d %s|", resp.StatusCode, b)
+		}
 	})
 	return out.String()
 }
@@ -271,6 +325,15 @@ func TestEgressNameCheck(t *testing.T) {
 	}
 	if got := httpGet(s, addr80, "api.test", "other.test"); got != "200 host api.test|403 vmnetctl: the egress policy does not allow this host|" {
 		t.Errorf("s, HTTP to api.test then other.test on one connection: %q", got)
+	}
+	// A hostile guest's urgent byte in a body, and a request for
+	// other.test where a server that read the body short would take it
+	// for one: the proxy reads the stream as the server does.
+	if got := urgentPost(s, addr80); got != "200 host api.test|200 host api.test|" {
+		t.Errorf("s, a body with an urgent byte, then another request: %q, want both answered", got)
+	}
+	if slices.Contains(cdn.all(), "http other.test") {
+		t.Errorf("s, a body with an urgent byte: the CDN heard a request for other.test: %q", cdn.all())
 	}
 	// Another port of the allowed name's address: judged by the prefixes
 	// (a name allows HTTP and HTTPS alone), so refused.
