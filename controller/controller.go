@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,21 @@ type Options struct {
 	Backend backend.Backend
 	// Version is the controller's version for vmnetctl_build_info.
 	Version string
+	// Spares is how many relays the controller keeps started ahead of
+	// need for each kind of helper (program, owner) it started in the
+	// last SpareIdle (helperexec.Spares): an attach hands its helper to
+	// one instead of starting a process. 0 is DefaultSpares; negative
+	// keeps none.
+	Spares int
 }
+
+// DefaultSpares is Options.Spares's default: one spare takes a VM's
+// attach while another starts.
+const DefaultSpares = 2
+
+// SpareIdle is how long the spares of a kind of helper that is no longer
+// started are kept.
+const SpareIdle = 5 * time.Minute
 
 func (o *Options) setDefaults() error {
 	if o.Executable == "" {
@@ -99,6 +114,12 @@ func (o *Options) setDefaults() error {
 	if o.MetricsAddr == "" {
 		o.MetricsAddr = ctlapi.DefaultMetricsAddr
 	}
+	if o.Spares == 0 {
+		o.Spares = DefaultSpares
+		if n, err := strconv.Atoi(os.Getenv(ctlapi.EnvSpares)); err == nil {
+			o.Spares = max(n, -1)
+		}
+	}
 	return nil
 }
 
@@ -108,6 +129,8 @@ type Controller struct {
 	sd   statedir.Dir
 	log  *slog.Logger
 	be   backend.Backend
+	// spares are the relays started ahead of need, while Run runs.
+	spares *helperexec.Spares
 
 	// progress is what the reconcile loop does now, outside mu.
 	progress progress
@@ -253,6 +276,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		debug.SetGCPercent(gcPercent)
 	}
 	c.restore()
+	if c.opts.Spares > 0 {
+		c.spares = helperexec.NewSpares(c.opts.Spares, SpareIdle)
+		// (Run's return, or the process's exit, ends them: their
+		// sockets close.)
+		defer c.spares.Close()
+	}
 
 	stopServing, err := c.serve()
 	if err != nil {
@@ -296,10 +325,16 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}
 		began := time.Now()
+		if full {
+			c.spares.Trim()
+		}
 		done, err := c.reconcile(ctx, full)
 		if err != nil {
 			c.log.Error("reconcile failed", "err", err)
 		}
+		// The spares of the helpers this pass started, started now that
+		// it is done, not beside its starts.
+		c.spares.Refill()
 		if full {
 			resync.Reset(resyncAfter(c.opts.Resync, time.Since(began)))
 		}

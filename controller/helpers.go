@@ -95,7 +95,7 @@ func (c *Controller) exited(h *helperProc) {
 
 func (c *Controller) launcher() launch.Launcher {
 	return launch.Launcher{StateDir: c.sd, Backend: c.be, Executable: c.opts.Executable, VMNetHelperPath: c.paths.VMNetHelper,
-		StatsInterval: c.opts.StatsInterval, StallTimeout: c.opts.StallTimeout, StopGrace: c.opts.StopGrace}
+		StatsInterval: c.opts.StatsInterval, StallTimeout: c.opts.StallTimeout, StopGrace: c.opts.StopGrace, Spares: c.spares}
 }
 
 func fileSize(path string) int64 {

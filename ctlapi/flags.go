@@ -26,3 +26,8 @@ func DefaultResync() time.Duration {
 	}
 	return 30 * time.Second
 }
+
+// EnvSpares sets how many relays the controller keeps started ahead of
+// need for each kind of helper (controller.Options.Spares); 0 keeps none.
+// For the side-by-side measures of bench/.
+const EnvSpares = "VMNETCTL_SPARES"

@@ -49,6 +49,10 @@ type StartOptions struct {
 	// LogFirst, with LogFile, is written to LogFile before the helper's
 	// own lines: what its setup in this process logged (helper.Prepare).
 	LogFirst []byte
+	// Spares, if set, are relays started ahead of need: with ReadyFile,
+	// a command one of them can take is handed to it rather than started
+	// (Spares.take).
+	Spares *Spares
 	// AfterExit, if set, is called once: after the helper has exited and
 	// before Done is closed, or, if it did not start, before Start
 	// returns. It closes what the caller kept of the helper's (its VM's
@@ -73,6 +77,7 @@ type Helper struct {
 	once     sync.Once
 
 	afterExit func() // StartOptions.AfterExit
+	spareDone func() // a spare's hand-over, to end once Start is done
 
 	// onExit is what OnExit was given, run once done is closed.
 	exitMu sync.Mutex
@@ -81,6 +86,14 @@ type Helper struct {
 
 // ignoreShapingSignal makes this process ignore the shaping signal, once.
 var ignoreShapingSignal sync.Once
+
+// ignoreShaping has this process ignore the shaping signal before it
+// starts its first helper: the helper starts with it ignored (a child
+// keeps SIG_IGN across its exec), so that one the controller sends before
+// the helper listens for it cannot end it (helperproto.ShapingSignal).
+func ignoreShaping() {
+	ignoreShapingSignal.Do(func() { gosignal.Ignore(helperproto.ShapingSignal) })
+}
 
 // tailLines is how much of stderr a start failure quotes.
 const tailLines = 20
@@ -113,12 +126,7 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
-	ignoreShapingSignal.Do(func() {
-		// The helper starts with it ignored (a child keeps SIG_IGN across
-		// its exec), so that one the controller sends before the helper
-		// listens for it cannot end it (helperproto.ShapingSignal).
-		gosignal.Ignore(helperproto.ShapingSignal)
-	})
+	ignoreShaping()
 	h := &Helper{cmd: cmd, grace: opts.StopGrace, tail: &tail{max: tailLines}, reaped: make(chan struct{}), done: make(chan struct{}), afterExit: opts.AfterExit}
 	var lines <-chan []byte
 	var err error
@@ -129,6 +137,9 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 	}
 	if err != nil {
 		return notStarted(err)
+	}
+	if h.spareDone != nil {
+		defer h.spareDone()
 	}
 
 	// Read by the start only: a supervisor of thousands keeps none.
@@ -283,12 +294,18 @@ func (h *Helper) startWithFiles(opts StartOptions) (<-chan []byte, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = ready, logf
-	child, err := procid.Start(cmd) // one pidfd, waited on in the poller
-	if err != nil {
-		return nil, fmt.Errorf("starting helper: %w", err)
+	pid, onExit, done, spared := opts.Spares.take(cmd)
+	if spared {
+		h.spareDone = done
+	} else {
+		child, err := procid.Start(cmd) // one pidfd, waited on in the poller
+		if err != nil {
+			return nil, fmt.Errorf("starting helper: %w", err)
+		}
+		pid, onExit = child.Pid, child.OnExit
 	}
-	h.pid = child.Pid
-	child.OnExit(func(err error) { // no goroutine waits for each helper
+	h.pid = pid
+	onExit(func(err error) { // no goroutine waits for each helper
 		h.err = err
 		h.exit()
 	})

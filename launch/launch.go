@@ -26,6 +26,9 @@ type Launcher struct {
 	StatsInterval   time.Duration
 	StallTimeout    time.Duration
 	StopGrace       time.Duration
+	// Spares, if set, are relays started ahead of need, which take the
+	// helpers they can (helperexec.StartOptions.Spares).
+	Spares *helperexec.Spares
 }
 
 // helperStart is one helper to start.
@@ -122,7 +125,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	}
 	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: spec.Socket, StallTimeout: l.StallTimeout,
 		StopGrace: l.StopGrace, ReadyFile: l.StateDir.HelperReadyFile(a.Key()), LogFile: l.StateDir.HelperLogFile(a.Key()),
-		LogFirst: setupLog, AfterExit: afterExit})
+		LogFirst: setupLog, AfterExit: afterExit, Spares: l.Spares})
 	if err != nil {
 		return fail(err)
 	}

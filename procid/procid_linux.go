@@ -60,7 +60,9 @@ func Read(pid int) (Identity, error) {
 		// yet (or the process is exiting): no identity to record.
 		return Identity{PID: pid, StartTime: start}, fmt.Errorf("process %d has no command line: %w", pid, errMidExec)
 	}
-	cmdline := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
+	// (All trailing NULs: a spare relay that took a helper's command line
+	// leaves them after it, where its own was longer; helperproto.FitsSpare.)
+	cmdline := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
 	return Identity{PID: pid, StartTime: start, Cmdline: cmdline}, nil
 }
 

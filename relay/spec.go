@@ -16,7 +16,7 @@ import (
 )
 
 // EnvSpec is the variable that hands vmnetctl-relay its Spec, as JSON.
-const EnvSpec = "VMNETCTL_RELAY_SPEC"
+const EnvSpec = helperproto.EnvRelaySpec
 
 // Binary is the small relay executable's name; it is installed next to
 // vmnetctl.

@@ -5,7 +5,9 @@
 // the same code (package relay), in a process that links little else, so
 // that an idle helper holds little memory. It is not run by hand: the
 // helper hands it its descriptors and options in relay.EnvSpec, and its own
-// command line, which stays the process's.
+// command line, which stays the process's; or the controller starts it as
+// a spare (helperproto.EnvSpare), which a VM's attach hands all that to
+// later, over a socket.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/relay"
 )
 
@@ -26,7 +29,13 @@ func main() {
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	// Then: the helper left these to end the process for the exec.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	err := relay.HandedOver(ctx, os.Stdout, os.Stderr)
+	var err error
+	if _, spare := os.LookupEnv(helperproto.EnvSpare); spare {
+		// Started ahead of need by the controller (helperexec.Spares).
+		err = relay.Spare(ctx)
+	} else {
+		err = relay.HandedOver(ctx, os.Stdout, os.Stderr)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ERROR [main] %v\n", err)

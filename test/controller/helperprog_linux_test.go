@@ -1,16 +1,24 @@
 package controller_test
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/vmnetctl/vmnetctl/controller"
 	"github.com/vmnetctl/vmnetctl/helper"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/statedir"
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // TestControllerPreparesHelper: the controller sets an attachment's helper
@@ -51,4 +59,134 @@ func TestControllerPreparesHelper(t *testing.T) {
 	if exe, err := os.Readlink("/proc/" + strconv.Itoa(a.PID) + "/exe"); err != nil || filepath.Base(exe) != relay.Binary {
 		t.Errorf("the ready helper runs %s (%v), want %s", exe, err, relay.Binary)
 	}
+}
+
+// TestSpareRelays: once the controller has started a helper, it keeps
+// spare relays of that kind (helperexec.Spares), and the next VM's helper
+// is one of them, handed its command line, descriptors and spec: it shows
+// the command line a helper started cold shows, nothing after it, runs as
+// the same user, and serves the VM (DHCP). When the controller is killed,
+// its spares exit (their socket closed) and the helpers stay; a new
+// controller adopts the one that was a spare (its command line is its
+// identity).
+func TestSpareRelays(t *testing.T) {
+	h := newHost(t)
+	a := h.WriteFile("a.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", a, "-p", "a")
+	ctl := h.controllerPID()
+	var spares []procid.Identity
+	testutil.Eventually(t, time.Minute, func() error {
+		if spares = spareRelays(t, ctl); len(spares) < controller.DefaultSpares {
+			return fmt.Errorf("%d spares", len(spares))
+		}
+		return nil
+	}, "the controller to start its spares")
+	b := h.WriteFile("b.yaml", "vms:\n  b:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", b, "-p", "b")
+	st := h.Status()
+	pa, pb := h.Attachment(st, "a").PID, h.Attachment(st, "b").PID
+	if !slices.ContainsFunc(spares, func(id procid.Identity) bool { return id.PID == pb }) {
+		t.Fatalf("b's helper is pid %d, none of the spares %v", pb, spares)
+	}
+	ida, erra := procid.Read(pa)
+	idb, errb := procid.Read(pb)
+	if erra != nil || errb != nil {
+		t.Fatal(erra, errb)
+	}
+	// What a helper started cold shows: the command line the
+	// controller recorded, before the start, as b's intent.
+	var want []string
+	for _, in := range (statedir.Dir{Path: h.StateDir()}).HelperIntents() {
+		if in.Key == "b/0" {
+			want = in.Argv
+		}
+	}
+	if len(ida.Cmdline) < 2 || ida.Cmdline[1] != "helper" || !slices.Equal(idb.Cmdline, want) {
+		t.Errorf("the spare's command line:\n%q\nwant the helper's, as b's intent recorded it:\n%q", idb.Cmdline, want)
+	}
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pb) + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimRight(string(raw), "\x00"); got != strings.Join(idb.Cmdline, "\x00") || strings.Contains(got, helperproto.SpareArg+"\x00") {
+		t.Errorf("/proc/%d/cmdline is %q", pb, raw)
+	}
+	if ua, ub := procLine(t, pa, "Uid:"), procLine(t, pb, "Uid:"); ua != ub {
+		t.Errorf("a's helper runs as %q, b's (a spare) as %q", ua, ub)
+	}
+	if l := h.VM(h.Attachment(st, "b")).DHCP(t); l["ip"] == "" {
+		t.Errorf("b leased %v", l)
+	}
+
+	// VMs of another owner (a `sudo vmnetctl up` of user nobody's):
+	// spares of their own, running as nobody before they take a helper.
+	// (Nobody's helper binds its socket in the state dir, under the
+	// test's directory: one nobody may pass through.)
+	if err := os.Chmod(h.Dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	upAs := func(file, project string) {
+		t.Helper()
+		cmd := h.VmnetctlCommand(context.Background(), "up", "-f", file, "-p", project)
+		cmd.Env = append(cmd.Env, "SUDO_UID=65534", "SUDO_GID=65534")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("up -p %s as nobody's: %v\n%s", project, err, out)
+		}
+	}
+	upAs(h.WriteFile("c.yaml", "vms:\n  c:\n    networks:\n      - vmnet: shared\n"), "c")
+	var nobodys []procid.Identity
+	testutil.Eventually(t, time.Minute, func() error {
+		nobodys = slices.DeleteFunc(spareRelays(t, ctl), func(id procid.Identity) bool { return !strings.HasPrefix(procLine(t, id.PID, "Uid:"), "65534\t") })
+		if len(nobodys) < controller.DefaultSpares {
+			return fmt.Errorf("%d spares run as nobody", len(nobodys))
+		}
+		return nil
+	}, "the controller to start spares for nobody's VMs")
+	upAs(h.WriteFile("d.yaml", "vms:\n  d:\n    networks:\n      - vmnet: shared\n"), "d")
+	pd := h.Attachment(h.Status(), "d").PID
+	if !slices.ContainsFunc(nobodys, func(id procid.Identity) bool { return id.PID == pd }) {
+		t.Errorf("d's helper is pid %d, none of nobody's spares %v", pd, nobodys)
+	}
+	if uc, ud := procLine(t, h.Attachment(h.Status(), "c").PID, "Uid:"), procLine(t, pd, "Uid:"); uc != ud || !strings.HasPrefix(ud, "65534\t") {
+		t.Errorf("c's helper runs as %q, d's (a spare) as %q", uc, ud)
+	}
+
+	syscall.Kill(ctl, syscall.SIGKILL)
+	testutil.Eventually(t, time.Minute, func() error {
+		for _, id := range append(spares, nobodys...) {
+			if id.PID != pb && id.PID != pd && id.Alive() {
+				return fmt.Errorf("spare %d still runs", id.PID)
+			}
+		}
+		return nil
+	}, "the killed controller's spares to exit")
+	if !idb.Alive() {
+		t.Fatal("b's helper went with the controller")
+	}
+	h.MustVmnetctl("up", "-f", b, "-p", "b")
+	if got := h.Attachment(h.Status(), "b").PID; got != pb {
+		t.Errorf("after the controller's restart b's helper is pid %d, want %d adopted", got, pb)
+	}
+}
+
+// spareRelays are the spare relays controller ctl started.
+func spareRelays(t *testing.T, ctl int) []procid.Identity {
+	procs, err := procid.Processes(func(cmdline []string) bool {
+		return len(cmdline) > 1 && filepath.Base(cmdline[0]) == relay.Binary && cmdline[1] == helperproto.SpareArg
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(procs, func(id procid.Identity) bool { return procLine(t, id.PID, "PPid:") != strconv.Itoa(ctl) })
+}
+
+// procLine is the value of a line of /proc/PID/status ("" if none).
+func procLine(t *testing.T, pid int, key string) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
