@@ -277,7 +277,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.restore()
 	if c.opts.Spares > 0 {
-		c.spares = helperexec.NewSpares(c.opts.Spares, SpareIdle)
+		c.spares = helperexec.NewSpares(c.opts.Spares, SpareIdle, c.sd.Path)
 		// (Run's return, or the process's exit, ends them: their
 		// sockets close.)
 		defer c.spares.Close()
@@ -528,6 +528,13 @@ func (c *Controller) restore() {
 	}); len(strays) > 0 {
 		c.log.Warn("stopping helpers no record accounts for", "count", len(strays))
 		helperexec.StopProcesses(strays, c.opts.StopGrace)
+	}
+	// A dead controller's spares exit when its socket closes, but not one
+	// that is stopped, which would hold a hand-over's descriptors (a VM's
+	// TAP) for good: they hold nothing else.
+	if spares := helperexec.StraySpares(c.sd); len(spares) > 0 {
+		c.log.Warn("stopping spare relays of a controller that is gone", "count", len(spares))
+		helperexec.StopProcesses(spares, 0)
 	}
 	if rs.AppliedNetworks != nil {
 		if d, err := spec.AppliedDesired(rs); err == nil {

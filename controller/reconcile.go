@@ -718,6 +718,9 @@ func (c *Controller) commit(ctx context.Context, desired *spec.Desired, snap *st
 		return false, c.lastErr
 	}
 	c.closeNetworksLocked()
+	// No VM left to start: no spare kept, and none left running once the
+	// `down` that asked for this pass returns.
+	c.spares.Drain()
 	removed, err := c.be.Sweep(ctx, nil, c.netOpts())
 	if err != nil {
 		c.log.Warn("sweep", "err", err)

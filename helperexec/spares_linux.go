@@ -26,12 +26,14 @@ import (
 // for. The spares exit when Close or Trim drops them, or when this
 // process exits (their socket closes).
 type Spares struct {
-	per  int
-	idle time.Duration
+	per      int
+	idle     time.Duration
+	stateDir string // the spares' mark (helperproto.SpareArgs)
 
 	mu     sync.Mutex
 	kinds  map[string]*spareKind
 	closed bool
+	fills  sync.WaitGroup // the refills under way
 }
 
 // spareKind is the spares of one kind.
@@ -42,8 +44,8 @@ type spareKind struct {
 	used    time.Time // its last Start
 	asked   bool      // since the last Refill
 	// failed counts the spares that exited before a hand-over, not
-	// dropped, since the last hand-over: at maxSpareFailures the kind is
-	// started no more.
+	// dropped, and the hand-overs that were not ready, since the last
+	// that was: at maxSpareFailures the kind is started no more.
 	failed int
 }
 
@@ -71,18 +73,19 @@ type spare struct {
 	then   func(error) // what its exit calls: the pool's drop, then the helper's
 }
 
-// NewSpares keeps per spares of each kind started within the last idle.
-func NewSpares(per int, idle time.Duration) *Spares {
-	return &Spares{per: per, idle: idle, kinds: map[string]*spareKind{}}
+// NewSpares keeps per spares of each kind started within the last idle,
+// for the controller of state dir stateDir (StraySpares finds them by it).
+func NewSpares(per int, idle time.Duration, stateDir string) *Spares {
+	return &Spares{per: per, idle: idle, stateDir: stateDir, kinds: map[string]*spareKind{}}
 }
 
 // spareKindOf is cmd's kind, what a spare of it is started with and its
 // spec; ok false for a command no spare can take: one with a working
 // directory, a stdin, system attributes other than credentials and its
 // process group, no relay spec, or a command line longer than a spare's.
-func spareKindOf(cmd *exec.Cmd) (key string, tpl spareTemplate, spec string, ok bool) {
+func spareKindOf(cmd *exec.Cmd, stateDir string) (key string, tpl spareTemplate, spec string, ok bool) {
 	if cmd.Dir != "" || cmd.Stdin != nil || cmd.SysProcAttr == nil || !cmd.SysProcAttr.Setpgid ||
-		len(cmd.ExtraFiles)+2 > helperproto.MaxHandOverFiles || !helperproto.FitsSpare(cmd.Path, cmd.Args) {
+		len(cmd.ExtraFiles)+2 > helperproto.MaxHandOverFiles || !helperproto.FitsSpare(cmd.Path, stateDir, cmd.Args) {
 		return "", spareTemplate{}, "", false
 	}
 	for _, f := range append([]any{cmd.Stdout, cmd.Stderr}, anys(cmd.ExtraFiles)...) {
@@ -132,12 +135,12 @@ func anys(files []*os.File) []any {
 // take hands cmd to a waiting spare of its kind, and marks the kind
 // asked for (Refill); ok false when none took it (start cmd then). onExit
 // is the helper's procid.Child.OnExit; done is to be called once the
-// start is done, ready or failed.
-func (s *Spares) take(cmd *exec.Cmd) (pid int, onExit func(func(error)), done func(), ok bool) {
+// start is done, with whether the helper was ready.
+func (s *Spares) take(cmd *exec.Cmd) (pid int, onExit func(func(error)), done func(ready bool), ok bool) {
 	if s == nil {
 		return 0, nil, nil, false
 	}
-	key, tpl, spec, fits := spareKindOf(cmd)
+	key, tpl, spec, fits := spareKindOf(cmd, s.stateDir)
 	if !fits {
 		return 0, nil, nil, false
 	}
@@ -158,15 +161,12 @@ func (s *Spares) take(cmd *exec.Cmd) (pid int, onExit func(func(error)), done fu
 			sp.drop() // gone, or going: it sees the end and exits
 			continue
 		}
-		s.mu.Lock()
-		sp.kind.failed = 0
-		s.mu.Unlock()
 		// The socket stays open until the start is done (done): the
 		// spare, once it shows the helper's command line, looks whether
 		// it is, and exits if it was closed first (the controller died
 		// before it knew the helper started, and the next one, which
 		// may have looked for strays already, would not know it).
-		return sp.child.Pid, sp.onExit, sp.drop, true
+		return sp.child.Pid, sp.onExit, func(ready bool) { s.handedOver(sp, ready) }, true
 	}
 }
 
@@ -226,7 +226,9 @@ func (s *Spares) refill(key string, k *spareKind) {
 	}
 	k.filling = 1
 	tpl := k.tpl
+	s.fills.Add(1)
 	go func() {
+		defer s.fills.Done()
 		for {
 			s.mu.Lock()
 			if s.closed || len(k.ready) >= s.per || s.kinds[key] != k || k.failed >= maxSpareFailures {
@@ -241,11 +243,16 @@ func (s *Spares) refill(key string, k *spareKind) {
 				k.filling = 0
 				s.mu.Unlock()
 				if sp != nil {
-					sp.drop()
+					sp.discard(spareGrace) // (Drain waits for this)
 				}
 				return
 			}
-			k.ready = append(k.ready, sp)
+			sp.mu.Lock()
+			exited := sp.exited
+			sp.mu.Unlock()
+			if !exited { // (one that exited at once was forgotten already)
+				k.ready = append(k.ready, sp)
+			}
 			s.mu.Unlock()
 		}
 	}()
@@ -259,10 +266,22 @@ func (s *Spares) start(k *spareKind, tpl spareTemplate) (*spare, error) {
 	}
 	theirs := os.NewFile(uintptr(fds[1]), "spare")
 	defer theirs.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		unix.Close(fds[0])
+		return nil, err
+	}
+	defer null.Close()
+	// /dev/null from 3 up to its socket (helperproto.SpareCtlFD): where a
+	// hand-over's descriptors go, held from what its runtime opens.
+	var extra []*os.File
+	for fd := 3; fd < helperproto.SpareCtlFD; fd++ {
+		extra = append(extra, null)
+	}
 	ignoreShaping()
-	cmd := &exec.Cmd{Path: tpl.path, Args: helperproto.SpareArgs(tpl.path),
-		Env:         append(slices.Clone(tpl.env), helperproto.EnvSpare+"=3"),
-		ExtraFiles:  []*os.File{theirs},
+	cmd := &exec.Cmd{Path: tpl.path, Args: helperproto.SpareArgs(tpl.path, s.stateDir),
+		Env:         append(slices.Clone(tpl.env), helperproto.EnvSpare+"="+strconv.Itoa(helperproto.SpareCtlFD)),
+		ExtraFiles:  append(extra, theirs),
 		SysProcAttr: &syscall.SysProcAttr{Credential: tpl.cred, Setpgid: true}}
 	child, err := procid.Start(cmd)
 	if err != nil {
@@ -273,6 +292,21 @@ func (s *Spares) start(k *spareKind, tpl spareTemplate) (*spare, error) {
 	sp.then = func(err error) { s.forget(sp, err) }
 	child.OnExit(sp.exit)
 	return sp, nil
+}
+
+// handedOver ends a spare's hand-over: its socket closed, and its kind's
+// count of failures cleared by a helper that was ready, raised by one
+// that was not (a spare that takes its hand-over and fails fails every
+// attach of its kind: given up after maxSpareFailures).
+func (s *Spares) handedOver(sp *spare, ready bool) {
+	sp.drop()
+	s.mu.Lock()
+	if ready {
+		sp.kind.failed = 0
+	} else {
+		sp.kind.failed++
+	}
+	s.mu.Unlock()
 }
 
 // forget takes a spare that exited while it waited off the pool; one
@@ -357,6 +391,48 @@ func (s *Spares) Close() {
 			sp.drop()
 		}
 		delete(s.kinds, key)
+	}
+}
+
+// Drain drops every waiting spare, as Close does, but keeps starting
+// spares from now on, and returns once they are gone, and those being
+// started: SIGKILL to any that has not exited within spareGrace (one
+// stopped reads no end). The controller drains when no project is left.
+func (s *Spares) Drain() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	var procs []*spare
+	for key, k := range s.kinds {
+		procs = append(procs, k.ready...)
+		k.ready = nil
+		delete(s.kinds, key)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, sp := range procs {
+		wg.Go(func() { sp.discard(spareGrace) })
+	}
+	wg.Wait()
+	s.fills.Wait()
+}
+
+// spareGrace is how long a dropped spare has to exit, at once on its
+// socket's end, before Drain kills it.
+const spareGrace = 2 * time.Second
+
+// discard drops a spare that is no pool's now and returns once it has
+// exited: SIGKILL after grace.
+func (sp *spare) discard(grace time.Duration) {
+	gone := make(chan struct{})
+	sp.onExit(func(error) { close(gone) })
+	sp.drop()
+	select {
+	case <-gone:
+	case <-time.After(grace):
+		sp.child.Signal(syscall.SIGKILL)
+		<-gone
 	}
 }
 

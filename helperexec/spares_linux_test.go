@@ -29,13 +29,13 @@ func spareCmd(t *testing.T, prog string) *exec.Cmd {
 // TestSpareKinds: only a command that a spare takes as an exec would
 // have a kind; the spec is not part of it, the owner and environment are.
 func TestSpareKinds(t *testing.T) {
-	base, _, spec, ok := spareKindOf(spareCmd(t, "/bin/relay"))
+	base, _, spec, ok := spareKindOf(spareCmd(t, "/bin/relay"), "/run/vmnetctl")
 	if !ok || spec != "{}" {
 		t.Fatalf("spareKindOf of a relay's command: ok %v, spec %q", ok, spec)
 	}
 	other := spareCmd(t, "/bin/relay")
 	other.Env[1] = helperproto.EnvRelaySpec + `={"other":1}`
-	if k, _, _, ok := spareKindOf(other); !ok || k != base {
+	if k, _, _, ok := spareKindOf(other, "/run/vmnetctl"); !ok || k != base {
 		t.Errorf("another spec gives another kind")
 	}
 	for name, change := range map[string]func(*exec.Cmd){
@@ -45,7 +45,7 @@ func TestSpareKinds(t *testing.T) {
 	} {
 		c := spareCmd(t, "/bin/relay")
 		change(c)
-		if k, _, _, ok := spareKindOf(c); !ok || k == base {
+		if k, _, _, ok := spareKindOf(c, "/run/vmnetctl"); !ok || k == base {
 			t.Errorf("%s: ok %v, the same kind %v", name, ok, k == base)
 		}
 	}
@@ -66,7 +66,7 @@ func TestSpareKinds(t *testing.T) {
 	} {
 		c := spareCmd(t, "/bin/relay")
 		change(c)
-		if _, _, _, ok := spareKindOf(c); ok {
+		if _, _, _, ok := spareKindOf(c, "/run/vmnetctl"); ok {
 			t.Errorf("%s: a spare would take it", name)
 		}
 	}
@@ -77,7 +77,7 @@ func TestSpareKinds(t *testing.T) {
 // (maxSpareFailures, and the few a refill had started before it knew),
 // then no more; no start is handed to one.
 func TestSparesThatFail(t *testing.T) {
-	s := NewSpares(2, time.Minute)
+	s := NewSpares(2, time.Minute, "/run/vmnetctl")
 	defer s.Close()
 	cmd := spareCmd(t, "/bin/false")
 	failed := func() int {

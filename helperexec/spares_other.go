@@ -12,11 +12,14 @@ import (
 type Spares struct{}
 
 // NewSpares keeps none here.
-func NewSpares(per int, idle time.Duration) *Spares { return nil }
+func NewSpares(per int, idle time.Duration, stateDir string) *Spares { return nil }
 
-func (s *Spares) take(cmd *exec.Cmd) (pid int, onExit func(func(error)), done func(), ok bool) {
+func (s *Spares) take(cmd *exec.Cmd) (pid int, onExit func(func(error)), done func(bool), ok bool) {
 	return 0, nil, nil, false
 }
+
+// Drain does nothing here.
+func (s *Spares) Drain() {}
 
 // Refill does nothing here.
 func (s *Spares) Refill() {}

@@ -77,7 +77,7 @@ type Helper struct {
 	once     sync.Once
 
 	afterExit func() // StartOptions.AfterExit
-	spareDone func() // a spare's hand-over, to end once Start is done
+	spareDone func(ready bool) // a spare's hand-over, to end once Start is done
 
 	// onExit is what OnExit was given, run once done is closed.
 	exitMu sync.Mutex
@@ -138,8 +138,9 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 	if err != nil {
 		return notStarted(err)
 	}
+	ready := false // (what a spare's hand-over is told at the end)
 	if h.spareDone != nil {
-		defer h.spareDone()
+		defer func() { h.spareDone(ready) }()
 	}
 
 	// Read by the start only: a supervisor of thousands keeps none.
@@ -201,6 +202,7 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 			}
 		}
 	}
+	ready = true
 	return h, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/statedir"
 )
@@ -38,6 +39,15 @@ func isHelperOf(sd statedir.Dir, cmdline []string) bool {
 func StrayHelpers(sd statedir.Dir, known func(pid int) bool) []procid.Identity {
 	procs, _ := procid.Processes(func(cmdline []string) bool { return isHelperOf(sd, cmdline) })
 	return slices.DeleteFunc(procs, func(p procid.Identity) bool { return known(p.PID) })
+}
+
+// StraySpares are the spare relays of sd's controllers still running
+// (helperproto.IsSpareOf), to be stopped by a controller that starts: a
+// spare exits when its controller's socket closes, but not one that is
+// stopped, or has not run since.
+func StraySpares(sd statedir.Dir) []procid.Identity {
+	procs, _ := procid.Processes(func(cmdline []string) bool { return helperproto.IsSpareOf(cmdline, sd.Path) })
+	return procs
 }
 
 // StopProcesses stops processes in parallel, each SIGTERM and, after

@@ -35,8 +35,26 @@ const SpareArg = "spare"
 // over.
 const SpareRoom = 8192
 
-// SpareArgs is the command line of a spare of program prog.
-func SpareArgs(prog string) []string { return []string{prog, SpareArg, strings.Repeat(" ", SpareRoom)} }
+// SpareArgs is the command line of a spare of program prog, started by
+// the controller of state dir stateDir (its mark: a controller that
+// starts finds a dead one's spares by it).
+func SpareArgs(prog, stateDir string) []string {
+	return []string{prog, SpareArg, stateDir, strings.Repeat(" ", SpareRoom)}
+}
+
+// IsSpareOf reports whether a process's command line is a spare's that
+// the controller of stateDir started, and still waits.
+func IsSpareOf(cmdline []string, stateDir string) bool {
+	return len(cmdline) == 4 && cmdline[1] == SpareArg && cmdline[2] == stateDir
+}
+
+// SpareCtlFD is the descriptor a spare starts with its end of the
+// controller's socket on; 3 up to it are /dev/null, held for the
+// descriptors a hand-over brings (MaxHandOverFiles of them from 1 on),
+// so that what the spare's Go runtime opens as it starts (since Go
+// 1.25, the cgroup's CPU limit files, kept open) lands above them, where
+// no hand-over's descriptor is put.
+const SpareCtlFD = MaxHandOverFiles + 3
 
 // CmdlineLen is how many bytes argv takes of a process's command line:
 // each argument and its terminating NUL.
@@ -48,12 +66,12 @@ func CmdlineLen(argv []string) int {
 	return n
 }
 
-// FitsSpare reports whether a spare of program prog can take command
-// line argv: it fits where SpareArgs(prog) was, and does not end with an
-// empty argument (the NULs a shorter command line leaves after it read
-// as the end of the last one: procid.Read).
-func FitsSpare(prog string, argv []string) bool {
-	return len(argv) > 0 && argv[len(argv)-1] != "" && CmdlineLen(argv) <= CmdlineLen(SpareArgs(prog))
+// FitsSpare reports whether a spare of program prog and state dir
+// stateDir can take command line argv: it fits where SpareArgs was, and
+// does not end with an empty argument (the NULs a shorter command line
+// leaves after it read as the end of the last one: procid.Read).
+func FitsSpare(prog, stateDir string, argv []string) bool {
+	return len(argv) > 0 && argv[len(argv)-1] != "" && CmdlineLen(argv) <= CmdlineLen(SpareArgs(prog, stateDir))
 }
 
 // MaxHandOver bounds a HandOver's encoding.

@@ -7,7 +7,8 @@ import (
 
 func TestFitsSpare(t *testing.T) {
 	prog := "/usr/libexec/vmnetctl-relay"
-	room := CmdlineLen(SpareArgs(prog))
+	const sd = "/run/vmnetctl"
+	room := CmdlineLen(SpareArgs(prog, sd))
 	for _, tc := range []struct {
 		argv []string
 		want bool
@@ -18,7 +19,7 @@ func TestFitsSpare(t *testing.T) {
 		{[]string{"/usr/bin/vmnetctl", "helper", ""}, false},
 		{nil, false},
 	} {
-		if got := FitsSpare(prog, tc.argv); got != tc.want {
+		if got := FitsSpare(prog, sd, tc.argv); got != tc.want {
 			t.Errorf("FitsSpare of %d bytes ending %q = %v, want %v", CmdlineLen(tc.argv), tc.argv[max(len(tc.argv)-1, 0):], got, tc.want)
 		}
 	}
@@ -41,5 +42,21 @@ func TestHandOverRoundTrip(t *testing.T) {
 	}
 	if _, err := (HandOver{Argv: []string{strings.Repeat("x", MaxHandOver)}, Files: 2}).Encode(); err == nil {
 		t.Error("Encode took a hand-over past MaxHandOver")
+	}
+}
+
+func TestIsSpareOf(t *testing.T) {
+	spare := SpareArgs("/usr/libexec/vmnetctl-relay", "/run/vmnetctl")
+	if !IsSpareOf(spare, "/run/vmnetctl") {
+		t.Errorf("IsSpareOf(%q) is false", spare[:3])
+	}
+	for _, other := range [][]string{
+		SpareArgs("/usr/libexec/vmnetctl-relay", "/run/other"),
+		{"/usr/bin/vmnetctl", "helper", "/run/vmnetctl", "x"},
+		spare[:3],
+	} {
+		if IsSpareOf(other, "/run/vmnetctl") {
+			t.Errorf("IsSpareOf(%.60q) is true", other)
+		}
 	}
 }

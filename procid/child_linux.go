@@ -125,6 +125,16 @@ func exitError(ws syscall.WaitStatus) error {
 	return errors.New(s)
 }
 
+// Signal sends sig to the child, through its pidfd where it has one: never
+// to a process that took its pid after it was reaped.
+func (c *Child) Signal(sig syscall.Signal) {
+	if c.h != nil {
+		c.h.signal(sig)
+		return
+	}
+	syscall.Kill(c.Pid, sig)
+}
+
 // OnExit has f called, with what Wait would return, once the child has
 // exited and been reaped: instead of Wait, not with it. A supervisor of
 // 10,000 children needs no goroutine waiting for each (their stacks were

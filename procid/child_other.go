@@ -2,7 +2,10 @@
 
 package procid
 
-import "os/exec"
+import (
+	"os/exec"
+	"syscall"
+)
 
 // Child is a process this one started (os/exec's, here: no pidfds).
 type Child struct {
@@ -20,6 +23,9 @@ func Start(cmd *exec.Cmd) (*Child, error) {
 
 // Wait returns once the child has exited, reaped (exec.Cmd.Wait).
 func (c *Child) Wait() error { return c.cmd.Wait() }
+
+// Signal sends sig to the child.
+func (c *Child) Signal(sig syscall.Signal) { c.cmd.Process.Signal(sig) }
 
 // OnExit has f called with what Wait returns, once the child has exited.
 func (c *Child) OnExit(f func(error)) { go func() { f(c.Wait()) }() }

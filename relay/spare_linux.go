@@ -33,7 +33,14 @@ func Spare(ctx context.Context) error {
 		return fmt.Errorf("%s=%q: not a descriptor", helperproto.EnvSpare, os.Getenv(helperproto.EnvSpare))
 	}
 	os.Unsetenv(helperproto.EnvSpare)
-	// Out of the way of descriptor 3 on, which the helper's take.
+	// What a hand-over needs, tried before it waits: one it could not
+	// take would fail an attach, where a spare that exits now is only
+	// counted against its kind (helperexec.Spares).
+	room, err := cmdlineRoom()
+	if err != nil {
+		return err
+	}
+	// Out of the way of the descriptors a hand-over brings.
 	high, err := unix.FcntlInt(uintptr(ctl), unix.F_DUPFD_CLOEXEC, spareHigh)
 	if err != nil {
 		return fmt.Errorf("the controller's socket: %w", err)
@@ -53,8 +60,14 @@ func Spare(ctx context.Context) error {
 		mu.Unlock()
 	}()
 	h, files, err := receiveHandOver(ctl, func() { mu.Lock(); taken = true; mu.Unlock() })
-	defer unix.Close(ctl)
+	closeAll := func() {
+		unix.Close(ctl)
+		for _, fd := range files {
+			unix.Close(fd)
+		}
+	}
 	if err != nil || h == nil {
+		closeAll()
 		return err
 	}
 	// The helper's command line first, by which a controller knows a
@@ -63,20 +76,19 @@ func Spare(ctx context.Context) error {
 	// that died before has not recorded this helper, and the next one
 	// may have looked for strays already: no helper, then. One that dies
 	// after sees a helper's command line here.
-	if err := setCmdline(h.Argv); err != nil {
-		for _, fd := range files {
-			unix.Close(fd)
-		}
+	if err := setCmdline(room, h.Argv); err != nil {
+		closeAll()
 		return fmt.Errorf("a spare taking the command line of %s: %w", h.Argv[0], err)
 	}
 	if hungUp(ctl) {
-		for _, fd := range files {
-			unix.Close(fd)
-		}
+		closeAll()
 		return nil
 	}
-	// Where an exec would have put them. Any of the received may sit
-	// where another goes: all go high first, then down.
+	unix.Close(ctl)
+	// Where an exec would have put them: stdout, stderr, then 3 on, over
+	// the /dev/null the spare was started with there; the rest of those
+	// closed. Any of the received may sit where another goes: all go
+	// high first, then down.
 	for i, fd := range files {
 		hi, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, spareHigh)
 		if err != nil {
@@ -86,10 +98,13 @@ func Spare(ctx context.Context) error {
 		files[i] = hi
 	}
 	for i, fd := range files {
-		to := i + 1 // stdout, stderr, then 3 on
+		to := i + 1
 		if err := unix.Dup3(fd, to, 0); err != nil {
 			return fmt.Errorf("a hand-over's descriptor %d: %w", to, err)
 		}
+		unix.Close(fd)
+	}
+	for fd := max(len(files)+1, 3); fd < helperproto.SpareCtlFD; fd++ {
 		unix.Close(fd)
 	}
 	os.Setenv(EnvSpec, h.Spec)
@@ -103,41 +118,47 @@ func hungUp(fd int) bool {
 	return err == nil && n > 0 && p[0].Revents&(unix.POLLHUP|unix.POLLRDHUP|unix.POLLERR) != 0
 }
 
-// setCmdline writes argv over this process's command line, where the
-// kernel reads /proc/PID/cmdline (arg_start to arg_end of
-// /proc/self/stat), the rest NULs: what a process started with argv
-// shows, and the trailing NULs procid.Read drops. It writes the memory
-// itself, as setproctitle(3) does: os.Args[0] is where the command line
-// begins (the Go runtime does not copy the arguments), which is checked
-// against arg_start first. No system call, so no seccomp filter or
-// missing capability stands in the way (process_vm_writev is in
-// systemd's @debug, which the packaged unit refuses). Go's os.Args
-// change with it: nothing reads them after.
-func setCmdline(argv []string) error {
+// cmdlineRoom is this process's command line, where the kernel reads
+// /proc/PID/cmdline (arg_start to arg_end of /proc/self/stat), as memory
+// it may write (setCmdline): os.Args[0] is where it begins (the Go
+// runtime does not copy the arguments), which is checked against
+// arg_start.
+func cmdlineRoom() ([]byte, error) {
 	stat, err := readSmall("/proc/self/stat")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	start, end, err := argArea(stat)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(os.Args) == 0 || len(os.Args[0]) == 0 {
-		return errors.New("no command line to write over")
+		return nil, errors.New("no command line to write over")
 	}
 	p := unsafe.StringData(os.Args[0])
 	if uintptr(unsafe.Pointer(p)) != uintptr(start) {
-		return errors.New("os.Args[0] is not where the kernel's command line begins")
+		return nil, errors.New("os.Args[0] is not where the kernel's command line begins")
 	}
+	return unsafe.Slice(p, end-start), nil
+}
+
+// setCmdline writes argv over this process's command line (room,
+// cmdlineRoom's), the rest NULs: what a process started with argv shows,
+// and the trailing NULs procid.Read drops. It writes the memory itself,
+// as setproctitle(3) does, with no system call that a seccomp filter or a
+// missing capability could refuse (process_vm_writev is in systemd's
+// @debug, which the packaged unit refuses; an undumpable process that is
+// not root may not open its own /proc/self/mem). Go's os.Args change
+// with it: nothing reads them after.
+func setCmdline(room []byte, argv []string) error {
 	var b []byte
 	for _, a := range argv {
 		b = append(append(b, a...), 0)
 	}
-	if uint64(len(b)) > end-start {
-		return fmt.Errorf("%d bytes of command line where %d fit", len(b), end-start)
+	if len(b) > len(room) {
+		return fmt.Errorf("%d bytes of command line where %d fit", len(b), len(room))
 	}
-	mem := unsafe.Slice(p, end-start)
-	clear(mem[copy(mem, b):])
+	clear(room[copy(room, b):])
 	return nil
 }
 

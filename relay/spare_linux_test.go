@@ -17,7 +17,11 @@ const envSetCmdline = "RELAY_TEST_SET_CMDLINE"
 
 func init() {
 	if v, ok := os.LookupEnv(envSetCmdline); ok {
-		if err := setCmdline(strings.Split(v, "\t")); err != nil {
+		room, err := cmdlineRoom()
+		if err == nil {
+			err = setCmdline(room, strings.Split(v, "\t"))
+		}
+		if err != nil {
 			os.Stdout.WriteString("error: " + err.Error())
 			os.Exit(0)
 		}
@@ -37,7 +41,7 @@ func TestSetCmdline(t *testing.T) {
 	}
 	run := func(argv []string) string {
 		t.Helper()
-		cmd := exec.Command(exe, helperproto.SpareArgs("-test.run=^$")[1:]...)
+		cmd := exec.Command(exe, helperproto.SpareArgs("-test.run=^$", "/run/vmnetctl")[1:]...)
 		cmd.Env = append(os.Environ(), envSetCmdline+"="+strings.Join(argv, "\t"))
 		out, err := cmd.Output()
 		if err != nil {

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -76,7 +77,7 @@ func TestSpareRelays(t *testing.T) {
 	ctl := h.controllerPID()
 	var spares []procid.Identity
 	testutil.Eventually(t, time.Minute, func() error {
-		if spares = spareRelays(t, ctl); len(spares) < controller.DefaultSpares {
+		if spares = spareRelays(t, h); len(spares) < controller.DefaultSpares {
 			return fmt.Errorf("%d spares", len(spares))
 		}
 		return nil
@@ -86,7 +87,7 @@ func TestSpareRelays(t *testing.T) {
 	st := h.Status()
 	pa, pb := h.Attachment(st, "a").PID, h.Attachment(st, "b").PID
 	if !slices.ContainsFunc(spares, func(id procid.Identity) bool { return id.PID == pb }) {
-		t.Fatalf("b's helper is pid %d, none of the spares %v", pb, spares)
+		t.Fatalf("b's helper is pid %d, none of the spares %v", pb, pidsOf(spares))
 	}
 	ida, erra := procid.Read(pa)
 	idb, errb := procid.Read(pb)
@@ -117,6 +118,11 @@ func TestSpareRelays(t *testing.T) {
 	if l := h.VM(h.Attachment(st, "b")).DHCP(t); l["ip"] == "" {
 		t.Errorf("b leased %v", l)
 	}
+	// The descriptors an exec gives it, and no more sockets than a
+	// helper started so has (the controller's socket closed).
+	if fa, fb := fdKinds(t, pa), fdKinds(t, pb); !slices.Equal(fa[:8], fb[:8]) || countOf(fa, "socket") != countOf(fb, "socket") {
+		t.Errorf("a's helper (started cold) has descriptors %q, b's (a spare) %q", fa, fb)
+	}
 
 	// VMs of another owner (a `sudo vmnetctl up` of user nobody's):
 	// spares of their own, running as nobody before they take a helper.
@@ -136,7 +142,7 @@ func TestSpareRelays(t *testing.T) {
 	upAs(h.WriteFile("c.yaml", "vms:\n  c:\n    networks:\n      - vmnet: shared\n"), "c")
 	var nobodys []procid.Identity
 	testutil.Eventually(t, time.Minute, func() error {
-		nobodys = slices.DeleteFunc(spareRelays(t, ctl), func(id procid.Identity) bool { return !strings.HasPrefix(procLine(t, id.PID, "Uid:"), "65534\t") })
+		nobodys = slices.DeleteFunc(spareRelays(t, h), func(id procid.Identity) bool { return !strings.HasPrefix(procLine(t, id.PID, "Uid:"), "65534\t") })
 		if len(nobodys) < controller.DefaultSpares {
 			return fmt.Errorf("%d spares run as nobody", len(nobodys))
 		}
@@ -145,16 +151,31 @@ func TestSpareRelays(t *testing.T) {
 	upAs(h.WriteFile("d.yaml", "vms:\n  d:\n    networks:\n      - vmnet: shared\n"), "d")
 	pd := h.Attachment(h.Status(), "d").PID
 	if !slices.ContainsFunc(nobodys, func(id procid.Identity) bool { return id.PID == pd }) {
-		t.Errorf("d's helper is pid %d, none of nobody's spares %v", pd, nobodys)
+		t.Errorf("d's helper is pid %d, none of nobody's spares %v", pd, pidsOf(nobodys))
 	}
 	if uc, ud := procLine(t, h.Attachment(h.Status(), "c").PID, "Uid:"), procLine(t, pd, "Uid:"); uc != ud || !strings.HasPrefix(ud, "65534\t") {
 		t.Errorf("c's helper runs as %q, d's (a spare) as %q", uc, ud)
 	}
 
+	// A spare that is stopped does not see its controller go: it goes
+	// all the same (the kernel hangs up on a stopped process group that
+	// its parent's exit orphans; the next controller stops what a dead
+	// one's left).
+	var stopped procid.Identity
+	testutil.Eventually(t, time.Minute, func() error {
+		for _, id := range spareRelays(t, h) {
+			if procLine(t, id.PID, "Uid:") == procLine(t, pa, "Uid:") {
+				stopped = id
+				return nil
+			}
+		}
+		return errors.New("none")
+	}, "a spare of root's to stop")
+	syscall.Kill(stopped.PID, syscall.SIGSTOP)
 	syscall.Kill(ctl, syscall.SIGKILL)
 	testutil.Eventually(t, time.Minute, func() error {
 		for _, id := range append(spares, nobodys...) {
-			if id.PID != pb && id.PID != pd && id.Alive() {
+			if id.PID != pb && id.PID != pd && id.PID != stopped.PID && id.Alive() {
 				return fmt.Errorf("spare %d still runs", id.PID)
 			}
 		}
@@ -167,17 +188,63 @@ func TestSpareRelays(t *testing.T) {
 	if got := h.Attachment(h.Status(), "b").PID; got != pb {
 		t.Errorf("after the controller's restart b's helper is pid %d, want %d adopted", got, pb)
 	}
+	if stopped.Alive() {
+		t.Errorf("the stopped spare %d of the killed controller still runs after another started", stopped.PID)
+	}
+	// No project left: no spare either, once down returns.
+	h.MustVmnetctl("down", "--all")
+	if left := spareRelays(t, h); len(left) > 0 {
+		t.Errorf("after down --all, spares %v run", pidsOf(left))
+	}
 }
 
-// spareRelays are the spare relays controller ctl started.
-func spareRelays(t *testing.T, ctl int) []procid.Identity {
-	procs, err := procid.Processes(func(cmdline []string) bool {
-		return len(cmdline) > 1 && filepath.Base(cmdline[0]) == relay.Binary && cmdline[1] == helperproto.SpareArg
-	})
+// fdKinds are what process pid's descriptors 0 on are, by number: a
+// file's path with its last element dropped, or the kind of what is not
+// a file (socket, pipe, anon_inode:...).
+func fdKinds(t *testing.T, pid int) []string {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return slices.DeleteFunc(procs, func(id procid.Identity) bool { return procLine(t, id.PID, "PPid:") != strconv.Itoa(ctl) })
+	var fds []int
+	for _, e := range entries {
+		n, _ := strconv.Atoi(e.Name())
+		fds = append(fds, n)
+	}
+	slices.Sort(fds)
+	var out []string
+	for _, fd := range fds {
+		l, _ := os.Readlink(dir + "/" + strconv.Itoa(fd))
+		if kind, _, ok := strings.Cut(l, ":"); ok && !strings.HasPrefix(l, "/") {
+			l = kind
+		} else {
+			l = filepath.Ext(l)
+		}
+		out = append(out, fmt.Sprintf("%d:%s", fd, l))
+	}
+	return append(out, make([]string, 8)...)
+}
+
+func countOf(kinds []string, kind string) int {
+	n := 0
+	for _, k := range kinds {
+		if strings.HasSuffix(k, ":"+kind) {
+			n++
+		}
+	}
+	return n
+}
+
+// spareRelays are the spare relays of h's state dir that run (by their
+// command line's mark, helperproto.IsSpareOf).
+func spareRelays(t *testing.T, h *host) []procid.Identity {
+	procs, err := procid.Processes(func(cmdline []string) bool { return helperproto.IsSpareOf(cmdline, h.StateDir()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return procs
 }
 
 // procLine is the value of a line of /proc/PID/status ("" if none).
@@ -189,4 +256,38 @@ func procLine(t *testing.T, pid int, key string) string {
 		}
 	}
 	return ""
+}
+
+// TestSparesGoWithTheLastProject: a controller that stays once no
+// project is left (a service's: `vmnetctl serve`) keeps no spare then;
+// none runs once the `down` that removed the last project returns.
+func TestSparesGoWithTheLastProject(t *testing.T) {
+	h := newHost(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	serve := h.VmnetctlCommand(ctx, "serve", "--metrics-addr", "off")
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); serve.Wait() })
+	testutil.Eventually(t, time.Minute, func() error {
+		if !h.Status().Controller.Running {
+			return errors.New("not yet")
+		}
+		return nil
+	}, "the controller to serve")
+	a := h.WriteFile("a.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", a)
+	testutil.Eventually(t, time.Minute, func() error {
+		if n := len(spareRelays(t, h)); n < controller.DefaultSpares {
+			return fmt.Errorf("%d spares", n)
+		}
+		return nil
+	}, "the controller to start its spares")
+	h.MustVmnetctl("down", "--all")
+	if left := spareRelays(t, h); len(left) > 0 {
+		t.Errorf("after down --all, spares %v run", pidsOf(left))
+	}
+	if !h.Status().Controller.Running {
+		t.Error("the service's controller went with the last project")
+	}
 }
