@@ -345,22 +345,59 @@ func TestClaimsOfChangedNetworks(t *testing.T) {
 		t.Fatalf("the first pass (b refused) claimed %v, %v; want every network's", got, err)
 	}
 	be.fail["b"] = false
+	// toldChanges are the networks that were told what changed (and
+	// may change only that), with what they were told.
+	toldChanges := func() map[string][]string {
+		out := map[string][]string{}
+		for id, o := range be.opts {
+			if ch := o.Changed; ch != nil {
+				for _, a := range ch.Added {
+					out[id] = append(out[id], "+"+a.Key())
+				}
+				for _, a := range ch.Removed {
+					out[id] = append(out[id], "-"+a.Key())
+				}
+			}
+		}
+		return out
+	}
+	if got := toldChanges(); len(got) > 0 {
+		t.Errorf("the first pass told %v of changes: nothing was claimed before", got)
+	}
+	onA := map[string][]string{"a": {"+a2/0"}}
 	for _, tc := range []struct {
 		name    string
 		plan    *spec.Plan
 		full    bool
 		touched []string
 		want    map[string][]string
+		told    map[string][]string
 	}{
-		{"b's claims failed", change, false, nil, map[string][]string{"a": {"a1/0", "a2/0"}, "b": {"b1/0"}}},
-		{"a VM attached on a", change, false, nil, map[string][]string{"a": {"a1/0", "a2/0"}}},
-		{"c repaired", change, false, []string{"c"}, map[string][]string{"a": {"a1/0", "a2/0"}, "c": {"c1/0"}}},
-		{"a full pass", change, true, nil, all},
-		{"an up that changes nothing", &spec.Plan{}, false, nil, all},
+		{"b's claims failed", change, false, nil, map[string][]string{"a": {"a1/0", "a2/0"}, "b": {"b1/0"}}, onA},
+		{"a VM attached on a", change, false, nil, map[string][]string{"a": {"a1/0", "a2/0"}}, onA},
+		{"c repaired", change, false, []string{"c"}, map[string][]string{"a": {"a1/0", "a2/0"}, "c": {"c1/0"}}, onA},
+		{"a full pass", change, true, nil, all, nil},
+		{"an up that changes nothing", &spec.Plan{}, false, nil, all, nil},
 	} {
 		got, err := pass(tc.plan, tc.full, tc.touched...)
 		if err != nil || !cmp.Equal(got, tc.want, cmpopts.EquateEmpty()) {
 			t.Errorf("%s: claimed %v, %v; want %v", tc.name, got, err, tc.want)
 		}
+		if told := toldChanges(); !cmp.Equal(told, tc.told, cmpopts.EquateEmpty()) {
+			t.Errorf("%s: told %v of changes; want %v", tc.name, told, tc.told)
+		}
+	}
+	// A change while a's network is down is not claimed: a's next claims
+	// are made from every attachment, not told of the change after.
+	delete(c.nets, "a")
+	pass(change, false)
+	c.nets["a"] = runningNetwork{}
+	pass(change, false)
+	if told := toldChanges(); len(told) > 0 {
+		t.Errorf("after a change a's network missed: told %v of changes", told)
+	}
+	pass(change, false)
+	if told := toldChanges(); !cmp.Equal(told, onA) {
+		t.Errorf("claimed from everything again, then: told %v of changes; want %v", told, onA)
 	}
 }

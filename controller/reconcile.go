@@ -16,6 +16,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/launch"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/spec"
 	"github.com/vmnetctl/vmnetctl/statedir"
@@ -532,12 +533,15 @@ func (c *Controller) ensurePorts(ctx context.Context, desired *spec.Desired, sco
 // VM's attach or detach costs its own network's claims, not those of
 // every network of the fleet.
 func (c *Controller) claimPorts(ctx context.Context, desired *spec.Desired, plan *spec.Plan, scope *portScope) []error {
-	changed := map[string]bool{} // networks whose attachments change
+	changed := map[string]*nettypes.ClaimChanges{} // networks whose attachments change, and how
 	for _, ch := range plan.Attachments {
-		for _, a := range []*spec.Attachment{ch.Old, ch.New} {
-			if a != nil {
-				changed[a.Network] = true
-			}
+		if a := ch.Old; a != nil {
+			cc := changedOf(changed, a.Network)
+			cc.Removed = append(cc.Removed, a.Attachment)
+		}
+		if a := ch.New; a != nil {
+			cc := changedOf(changed, a.Network)
+			cc.Added = append(cc.Added, a.Attachment)
 		}
 	}
 	if c.claimed == nil {
@@ -546,14 +550,22 @@ func (c *Controller) claimPorts(ctx context.Context, desired *spec.Desired, plan
 	claims := map[string]backend.ClaimOptions{} // the networks to claim
 	for _, n := range desired.Networks {
 		if c.nets[n.ID] == nil {
-			continue
+			continue // (and claimed anew once it runs: below)
 		}
 		o := backend.ClaimOptions{Reread: plan.Empty() || scope.has(n.ID)}
 		g := c.portsGone[n.ID]
 		if g != nil {
 			o.PortsGone, o.GonePorts = g.unknown, g.indexes
 		}
-		if o.Reread || g != nil || changed[n.ID] || !c.claimed[n.ID] {
+		if c.claimed[n.ID] && changed[n.ID] != nil && !o.Reread && !o.PortsGone {
+			// Its last claims succeeded, and since then the plans of
+			// the passes (each from the last's desired state, which
+			// commit keeps) changed these alone: a network that missed
+			// a pass's claims is not claimed (not running, forgotten
+			// below), or failed them.
+			o.Changed = changed[n.ID]
+		}
+		if o.Reread || g != nil || changed[n.ID] != nil || !c.claimed[n.ID] {
 			claims[n.ID] = o
 		}
 	}
@@ -588,6 +600,16 @@ func (c *Controller) claimPorts(ctx context.Context, desired *spec.Desired, plan
 		}
 	}
 	return errs
+}
+
+// changedOf is m's entry for network id, added if missing.
+func changedOf(m map[string]*nettypes.ClaimChanges, id string) *nettypes.ClaimChanges {
+	cc := m[id]
+	if cc == nil {
+		cc = &nettypes.ClaimChanges{}
+		m[id] = cc
+	}
+	return cc
 }
 
 // helperLaunch is a helper start that reconcile runs without the lock.

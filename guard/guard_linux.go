@@ -557,6 +557,131 @@ func ClaimPorts(ctx context.Context, n *api.Network, expected map[string]net.Har
 	return nil
 }
 
+// ClaimPortsChanged is ClaimPorts for a network whose ports' expected
+// MACs differ from those of its last claims in this process, which
+// succeeded, only in expect (ports now expected, with their MACs: new, or
+// changed) and drop (ports no longer expected): it changes the claims of
+// those ports alone, from what it remembers of the last claims (as
+// ClaimPorts without o.Reread would, with the expected MACs of every port
+// given), so that a VM's attach or detach costs the same however many VMs
+// the network has. handled is false, and nothing is changed, when only
+// ClaimPorts can tell: nothing remembered (another process's claims, a
+// table made again, a failed write), o.Reread or o.PortsGone, a MAC that
+// moves from one port to another, or a newly expected MAC claimed
+// already (some port learned it). A network's claims must not be made
+// by two calls at once.
+func ClaimPortsChanged(ctx context.Context, n *api.Network, expect map[string]net.HardwareAddr, drop []string, o nettypes.ClaimOptions) (handled bool, err error) {
+	if !Guarded(n) {
+		return true, nil
+	}
+	m, ok := claimsMemo.Load(n.ID)
+	if !ok || o.Reread || o.PortsGone {
+		return false, nil
+	}
+	memo := m.(*claimsMemoized)
+	var ch claimsChange
+	delExp, addExp := map[string]bool{}, map[string]bool{}
+	unown := func(port string) {
+		if mac, ok := memo.ports[port]; ok {
+			ch.delOwns = append(ch.delOwns, PortMAC{mac, port})
+			delExp[mac] = true
+		}
+	}
+	newMACs := map[string]string{} // port -> its MAC now
+	for port, hw := range expect {
+		mac := hw.String()
+		if memo.ports[port] == mac {
+			continue
+		}
+		if q, ok := memo.owner[mac]; ok && q != port {
+			return false, nil // a MAC that moves between ports: every port's state tells
+		}
+		for q, other := range newMACs {
+			if other == mac && q != port {
+				return false, nil
+			}
+		}
+		unown(port)
+		newMACs[port] = mac
+		ch.addOwns = append(ch.addOwns, PortMAC{mac, port})
+		addExp[mac] = true
+	}
+	for _, port := range drop {
+		if _, still := expect[port]; !still {
+			unown(port)
+		}
+	}
+	for mac := range addExp {
+		delete(delExp, mac) // (a port's own MAC again: expected still)
+		hw, err := net.ParseMAC(mac)
+		if err != nil {
+			return false, nil
+		}
+		claimed, err := hostnet.HasElement(n.ID, SetClaimed, hw)
+		if err != nil {
+			return false, nil // (the table gone: ClaimPorts makes it)
+		}
+		if claimed && !memo.expected[mac] {
+			return false, nil // a port learned it: every port's state tells
+		}
+		if !memo.expected[mac] {
+			ch.addExpected = append(ch.addExpected, mac)
+			ch.addClaimed = append(ch.addClaimed, mac)
+		}
+	}
+	// A MAC no longer expected stays claimed while the port that owned
+	// it still holds it (no other could learn a claimed MAC).
+	for mac := range delExp {
+		ch.delExpected = append(ch.delExpected, mac)
+		held, err := ReadHeld(n.ID, memo.owner[mac]) // "" for a port that is gone
+		if err != nil {
+			return false, nil
+		}
+		if held != mac {
+			ch.delClaimed = append(ch.delClaimed, mac)
+		}
+	}
+	var gone []portGuard
+	if len(o.GonePorts) > 0 {
+		if gone, err = goneGuards(n.ID, o.GonePorts); err != nil {
+			return false, nil
+		}
+	}
+	// The memo is the claims now, and the expected set gone guards are
+	// told of; forgotten if the write fails.
+	for _, p := range ch.delOwns {
+		delete(memo.owns, p)
+		delete(memo.ports, p.Port)
+		if memo.owner[p.MAC] == p.Port {
+			delete(memo.owner, p.MAC)
+		}
+	}
+	for mac := range delExp {
+		delete(memo.expected, mac)
+	}
+	for _, p := range ch.addOwns {
+		memo.owns[p] = true
+		memo.ports[p.Port] = p.MAC
+		memo.owner[p.MAC] = p.Port
+		memo.expected[p.MAC] = true
+	}
+	if len(gone) > PruneChunk {
+		if err := pruneGone(n.ID, gone, memo.expected); err != nil {
+			claimsMemo.Delete(n.ID)
+			return true, err
+		}
+		gone = nil
+	}
+	if ch.empty() && len(gone) == 0 {
+		return true, nil
+	}
+	if err := applyClaims(n.ID, ch, gone, memo.expected); err != nil {
+		claimsMemo.Delete(n.ID)
+		return true, err
+	}
+	return true, nil
+}
+
 // fullClaims is the change that makes the claims what owner (expected MAC
 // to port) and the ports' state st want, from every port's state: claimed
 // are what the ports hold and the expected MACs, and a port that holds
@@ -585,21 +710,30 @@ func fullClaims(st *State, owner map[string]string, ExpectedMACs map[string]bool
 // them would cost as much as the network's VMs (two sets of a thousand
 // elements, and claimed). It is forgotten when the guard table is made
 // again, and not used on the passes that reread.
-var claimsMemo sync.Map // string -> claimsMemoized
+var claimsMemo sync.Map // string -> *claimsMemoized
 
-// claimsMemoized is never written once stored: claimsState gives its maps
-// to the State it makes as they are (Owns, ExpectedMACs, which ClaimPorts
-// only reads), and rememberClaims stores maps that ClaimPorts made for the
-// call and drops: a pass copies no map of the network's size.
+// claimsMemoized is what the last claims wrote. ClaimPorts stores maps it
+// made for the call and drops, and claimsState gives them to the State it
+// makes as they are (Owns, ExpectedMACs, which ClaimPorts only reads): a
+// pass copies no map of the network's size. ClaimPortsChanged changes
+// them in place, the network's calls being one at a time.
 type claimsMemoized struct {
 	owns     map[PortMAC]bool
 	expected map[string]bool
+	// ports is each expected port's MAC, owner each expected MAC's port:
+	// what ClaimPortsChanged looks a changed port's up in.
+	ports, owner map[string]string
 }
 
 // rememberClaims stores owns and expected, which the caller no longer
-// writes, in claimsMemo.
+// writes, in claimsMemo, and their indexes by port and by MAC.
 func rememberClaims(id string, owns map[PortMAC]bool, expected map[string]bool) {
-	claimsMemo.Store(id, claimsMemoized{owns, expected})
+	m := &claimsMemoized{owns: owns, expected: expected, ports: make(map[string]string, len(owns)), owner: make(map[string]string, len(owns))}
+	for p := range owns {
+		m.ports[p.Port] = p.MAC
+		m.owner[p.MAC] = p.Port
+	}
+	claimsMemo.Store(id, m)
 }
 
 // claimsState is the guard state ClaimPorts starts from, without the
@@ -613,7 +747,7 @@ func claimsState(id string, reread bool, expected map[string]bool) (*State, erro
 	if reread || !ok {
 		return readGuardStateNL(id, false)
 	}
-	memo := m.(claimsMemoized)
+	memo := m.(*claimsMemoized)
 	// Owns and ExpectedMACs are the memo's own (read only); Claimed takes
 	// the lookups of the newly expected MACs.
 	st := &State{exists: true, Learned: map[string]string{}, index: map[string]uint32{},

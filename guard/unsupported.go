@@ -25,6 +25,9 @@ func RemovePort(context.Context, *api.Network, string) error { return errors.Err
 func ClaimPorts(context.Context, *api.Network, map[string]net.HardwareAddr, nettypes.ClaimOptions) error {
 	return errors.ErrUnsupported
 }
+func ClaimPortsChanged(context.Context, *api.Network, map[string]net.HardwareAddr, []string, nettypes.ClaimOptions) (bool, error) {
+	return true, errors.ErrUnsupported
+}
 func BindAddress(context.Context, *api.Network, net.HardwareAddr, netip.Addr) error {
 	return errors.ErrUnsupported
 }

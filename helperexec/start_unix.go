@@ -76,7 +76,7 @@ type Helper struct {
 	err      error         // from Wait, valid after done
 	once     sync.Once
 
-	afterExit func() // StartOptions.AfterExit
+	afterExit func()           // StartOptions.AfterExit
 	spareDone func(ready bool) // a spare's hand-over, to end once Start is done
 
 	// onExit is what OnExit was given, run once done is closed.

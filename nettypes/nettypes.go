@@ -207,6 +207,19 @@ type ClaimOptions struct {
 	// has no link is removed. A VM's detach costs the same however many
 	// ports the network has.
 	GonePorts []uint32
+	// Changed, if set, says that the network's attachments differ from
+	// those of its last claims in this process, which succeeded, only in
+	// these: the claims of their ports alone may then be changed, from
+	// what the last claims left (guard.ClaimPortsChanged), and the
+	// attachments given are read only where that cannot tell.
+	Changed *ClaimChanges
+}
+
+// ClaimChanges are the attachments of a network that changed since its
+// last claims: Added are as they are now (new, or changed), Removed as they
+// were then (gone, or changed).
+type ClaimChanges struct {
+	Added, Removed []*api.Attachment
 }
 
 // Forward is one port forward of an attachment (api.PortForward), to the

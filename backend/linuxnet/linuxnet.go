@@ -82,6 +82,25 @@ func (Backend) SetBandwidth(_ context.Context, port string, b *api.Bandwidth) er
 // ClaimPorts claims each attachment's MAC for its helper's TAP in n's
 // guard (guard.ClaimPorts).
 func (Backend) ClaimPorts(ctx context.Context, n *api.Network, atts []*api.Attachment, o backend.ClaimOptions) error {
+	if ch := o.Changed; ch != nil {
+		// The changed attachments' ports alone, where the guard can tell
+		// from its last claims: a VM's attach costs the same at any size.
+		expect := map[string]net.HardwareAddr{}
+		var drop []string
+		for _, a := range ch.Added {
+			if mac, err := net.ParseMAC(a.MAC); err == nil {
+				expect[TapName(a)] = mac
+			} else {
+				drop = append(drop, TapName(a))
+			}
+		}
+		for _, a := range ch.Removed {
+			drop = append(drop, TapName(a))
+		}
+		if handled, err := guard.ClaimPortsChanged(ctx, n, expect, drop, o); handled {
+			return err
+		}
+	}
 	expected := map[string]net.HardwareAddr{}
 	for _, a := range atts {
 		if mac, err := net.ParseMAC(a.MAC); err == nil {
