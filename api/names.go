@@ -167,15 +167,16 @@ func LegacyMAC(vm string, index int) net.HardwareAddr {
 const maxMACTries = 16
 
 // derivedFor reports whether mac is one vmnetctl derives, or derived, for
-// the index'th entry of vm: its legacy MAC or one of its tries.
-func derivedFor(vm string, index int, mac string) bool {
-	// The first try first: almost every entry has it, and each costs a
-	// hash (Resolve asks this of every attachment that runs, every pass).
-	if mac == deriveMAC(vm, index, 0).String() || mac == LegacyMAC(vm, index).String() {
+// a's entry: its legacy MAC or one of its tries.
+func (a *Attachment) derivedFor(mac string) bool {
+	// The first try first: almost every entry has it (each other try
+	// costs a hash; Resolve asks this of every attachment that runs,
+	// every pass).
+	if first, legacy := a.derivedMACs(); mac == first || mac == legacy {
 		return true
 	}
 	for try := 1; try < maxMACTries; try++ {
-		if mac == deriveMAC(vm, index, try).String() {
+		if mac == deriveMAC(a.VM, a.Index, try).String() {
 			return true
 		}
 	}

@@ -82,6 +82,19 @@ type Attachment struct {
 
 	lines map[string]int
 	path  string
+	// firstMAC and legacyMAC are, for an entry whose MAC vmnetctl
+	// derives, deriveMAC's first try and LegacyMAC: each a hash, taken
+	// once when its file is read (Resolve asks of every attachment on
+	// every pass whether the MAC it runs with is one of its own).
+	firstMAC, legacyMAC string
+}
+
+// derivedMACs are a's first derived MAC and its legacy one, as text.
+func (a *Attachment) derivedMACs() (first, legacy string) {
+	if a.firstMAC == "" {
+		a.firstMAC, a.legacyMAC = deriveMAC(a.VM, a.Index, 0).String(), LegacyMAC(a.VM, a.Index).String()
+	}
+	return a.firstMAC, a.legacyMAC
 }
 
 // PinnedMAC is the MAC the VM file sets, the only one the anti-spoofing
@@ -330,6 +343,7 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 			}
 		} else {
 			a.MAC, a.MACDerived = DeriveMAC(vm.Name, i).String(), true
+			a.firstMAC, a.legacyMAC = a.MAC, LegacyMAC(vm.Name, i).String()
 		}
 		field(w, f, at, "interface", w.str, &a.Interface, func(s string, invalid func(string, ...any)) {
 			if msg := checkIfName(s); msg != "" {
@@ -384,8 +398,9 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 // a running VM's MAC. It returns an entry none was free for (16 tries
 // taken), or nil.
 func assignMACs(files []*VMFile, keep map[string]string) *Attachment {
-	taken := map[string]bool{}
-	var derived []*Attachment
+	n := countAttachments(files)
+	taken := make(map[string]bool, n)
+	derived := make([]*Attachment, 0, n)
 	for _, f := range files {
 		for _, vm := range f.VMs {
 			for _, a := range vm.Attachments {
@@ -402,7 +417,7 @@ func assignMACs(files []*VMFile, keep map[string]string) *Attachment {
 	})
 	var rest []*Attachment
 	for _, a := range derived {
-		if mac, ok := keep[a.Key()]; ok && !taken[mac] && derivedFor(a.VM, a.Index, mac) {
+		if mac, ok := keep[a.Key()]; ok && !taken[mac] && a.derivedFor(mac) {
 			a.MAC, taken[mac] = mac, true
 			continue
 		}
@@ -412,7 +427,11 @@ func assignMACs(files []*VMFile, keep map[string]string) *Attachment {
 	for _, a := range rest {
 		a.MAC = ""
 		for try := range maxMACTries {
-			if mac := deriveMAC(a.VM, a.Index, try).String(); !taken[mac] {
+			mac, _ := a.derivedMACs()
+			if try > 0 {
+				mac = deriveMAC(a.VM, a.Index, try).String()
+			}
+			if !taken[mac] {
 				a.MAC, taken[mac] = mac, true
 				break
 			}
@@ -436,7 +455,8 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics { return ResolveKeepin
 // before a VM that now derives the same MAC, or before an upgrade changed
 // the derivation (LegacyMAC), keeps its MAC while it runs.
 func ResolveKeeping(nets *Networks, files []*VMFile, keep map[string]string) Diagnostics {
-	r := &resolver{nets: nets, vms: map[string]*VM{}, macs: map[string]*Attachment{}, ips: map[netIP]*Attachment{}, ports: map[string]int{}}
+	n := countAttachments(files)
+	r := &resolver{nets: nets, vms: make(map[string]*VM, n), macs: make(map[string]*Attachment, n), ips: map[netIP]*Attachment{}, ports: map[string]int{}}
 	if a := assignMACs(files, keep); a != nil {
 		r.errAt(a.Source, a.lines[string(a.Ref)], a.path, "no MAC is free for this entry among the %d vmnetctl derives for it: give it a macAddress", maxMACTries)
 	}
@@ -449,6 +469,18 @@ func ResolveKeeping(nets *Networks, files []*VMFile, keep map[string]string) Dia
 		}
 	}
 	return r.ds
+}
+
+// countAttachments is how many entries files have (for the maps of
+// Resolve, made at their size rather than grown).
+func countAttachments(files []*VMFile) int {
+	n := 0
+	for _, f := range files {
+		for _, vm := range f.VMs {
+			n += len(vm.Attachments)
+		}
+	}
+	return n
 }
 
 // resolver is Resolve's state: what the entries seen so far took.
@@ -512,13 +544,13 @@ func (r *resolver) vm(vm *VM) {
 
 // limits counts a on n against MaxAttachments and MaxPortsPerNetwork.
 func (r *resolver) limits(a *Attachment, n *Network) {
-	field := a.path + "." + string(a.Ref)
+	field := func() string { return a.path + "." + string(a.Ref) } // (only for an error: every entry, every pass)
 	if r.total++; r.total == MaxAttachments+1 {
-		r.errAt(a.Source, a.lines[string(a.Ref)], field, "more than %d attachments in all: each is a helper process, and vmnetctl runs at most %d on a host; run the others under another state dir (--state-dir), or on another host", MaxAttachments, MaxAttachments)
+		r.errAt(a.Source, a.lines[string(a.Ref)], field(), "more than %d attachments in all: each is a helper process, and vmnetctl runs at most %d on a host; run the others under another state dir (--state-dir), or on another host", MaxAttachments, MaxAttachments)
 	}
 	if n.Routed() {
 		if r.ports[n.ID]++; r.ports[n.ID] == MaxPortsPerNetwork+1 {
-			r.errAt(a.Source, a.lines[string(a.Ref)], field, "network %q has more than %d attachments: a network's bridge holds at most %d VM ports (the kernel's limit is 1023 ports a bridge); spread the VMs over more networks", n.ID, MaxPortsPerNetwork, MaxPortsPerNetwork)
+			r.errAt(a.Source, a.lines[string(a.Ref)], field(), "network %q has more than %d attachments: a network's bridge holds at most %d VM ports (the kernel's limit is 1023 ports a bridge); spread the VMs over more networks", n.ID, MaxPortsPerNetwork, MaxPortsPerNetwork)
 		}
 	}
 }
@@ -564,7 +596,10 @@ func (r *resolver) mac(a *Attachment, n *Network) {
 		r.errAt(a.Source, a.lines["macAddress"], a.path+".macAddress", "MAC %s is also used by VM %q at %s", a.MAC, prev.VM, at)
 	}
 	r.macs[a.MAC] = a
-	if legacy := LegacyMAC(a.VM, a.Index).String(); a.MACDerived && a.MAC != legacy {
+	if !a.MACDerived || len(n.Reservations) == 0 {
+		return
+	}
+	if _, legacy := a.derivedMACs(); a.MAC != legacy {
 		for _, res := range n.Reservations {
 			if res.MAC == legacy {
 				r.ds = append(r.ds, Diagnostic{Severity: SeverityWarning, File: n.Source.File, Line: res.Line, Field: "reservations",

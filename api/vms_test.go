@@ -401,3 +401,26 @@ func TestAttachmentKey(t *testing.T) {
 		t.Errorf("Key() allocates %v times, want at most once", n)
 	}
 }
+
+// TestDerivedMACsKept: the MACs an entry derives, taken once when its
+// file is read, are those DeriveMAC and LegacyMAC give, and an attachment
+// made otherwise (not read from a file) takes them the same; its own
+// tries are recognised, another entry's not.
+func TestDerivedMACsKept(t *testing.T) {
+	vf, diags := LoadVMFile("vms.yaml", []byte("vms:\n  web:\n    networks:\n      - vmnet: shared\n      - vmnet: host\n"), VMFileOptions{})
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range append(vf.VMs[0].Attachments, &Attachment{VM: "web", Index: 1}) {
+		first, legacy := a.derivedMACs()
+		if first != DeriveMAC("web", a.Index).String() || legacy != LegacyMAC("web", a.Index).String() {
+			t.Errorf("entry %d: derived %s and %s, want %s and %s", a.Index, first, legacy, DeriveMAC("web", a.Index), LegacyMAC("web", a.Index))
+		}
+		if !a.derivedFor(first) || !a.derivedFor(legacy) || !a.derivedFor(deriveMAC("web", a.Index, 3).String()) {
+			t.Errorf("entry %d: its own MACs are not taken for its own", a.Index)
+		}
+		if a.derivedFor(DeriveMAC("web", 1-a.Index).String()) || a.derivedFor(DeriveMAC("db", a.Index).String()) {
+			t.Errorf("entry %d: another entry's MAC is taken for its own", a.Index)
+		}
+	}
+}

@@ -77,3 +77,35 @@ func BenchmarkParseProjects(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDesiredPass is the desired step of a pass with a fleet of 999
+// VMs that run (their MACs kept) and a project of one VM beside, as the
+// controller takes it: the projects from the parse cache, resolved.
+func BenchmarkDesiredPass(b *testing.B) {
+	nets, diags := api.LoadNetworks("networks.yaml", []byte("vmnet:\n  fleet0:\n    subnet: 10.96.0.0/22\n"))
+	if err := diags.Err(); err != nil {
+		b.Fatal(err)
+	}
+	var vms strings.Builder
+	vms.WriteString("vms:\n")
+	for i := range 999 {
+		fmt.Fprintf(&vms, "  c%05d:\n    networks: [{vmnet: fleet0}]\n", i)
+	}
+	projects := []*statedir.Project{spectest.Project("fleet", vms.String()), spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n")}
+	var cache ParseCache
+	parsed, pdiags := cache.Parse(projects)
+	first, err := ComputeParsed(nets, parsed, pdiags, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keep := map[string]string{}
+	for _, a := range first.Attachments {
+		keep[a.Key()] = a.MAC
+	}
+	for b.Loop() {
+		parsed, pdiags := cache.Parse(projects)
+		if _, err := ComputeParsed(nets, parsed, pdiags, keep); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
