@@ -14,17 +14,9 @@ import (
 // the desired state with a fleet of 999 VMs recorded and parsed (the
 // parse cache hit): resolving them all, and a project of one VM beside.
 func BenchmarkResolveFleet(b *testing.B) {
-	nets, diags := api.LoadNetworks("networks.yaml", []byte("vmnet:\n  fleet0:\n    subnet: 10.96.0.0/22\n"))
-	if err := diags.Err(); err != nil {
-		b.Fatal(err)
-	}
-	var vms strings.Builder
-	vms.WriteString("vms:\n")
-	for i := range 999 {
-		fmt.Fprintf(&vms, "  c%05d:\n    networks: [{vmnet: fleet0}]\n", i)
-	}
+	nets, vms := fleetOf999(b)
 	var cache ParseCache
-	projects := []*statedir.Project{spectest.Project("fleet", vms.String()), spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n")}
+	projects := []*statedir.Project{spectest.Project("fleet", vms), spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n")}
 	parsed, pdiags := cache.Parse(projects)
 	b.ResetTimer()
 	for b.Loop() {
@@ -36,16 +28,8 @@ func BenchmarkResolveFleet(b *testing.B) {
 
 // BenchmarkPlanFleet is a pass's plan when one VM joins 999 that run.
 func BenchmarkPlanFleet(b *testing.B) {
-	nets, diags := api.LoadNetworks("networks.yaml", []byte("vmnet:\n  fleet0:\n    subnet: 10.96.0.0/22\n"))
-	if err := diags.Err(); err != nil {
-		b.Fatal(err)
-	}
-	var vms strings.Builder
-	vms.WriteString("vms:\n")
-	for i := range 999 {
-		fmt.Fprintf(&vms, "  c%05d:\n    networks: [{vmnet: fleet0}]\n", i)
-	}
-	fleet := spectest.Project("fleet", vms.String())
+	nets, vms := fleetOf999(b)
+	fleet := spectest.Project("fleet", vms)
 	before, err := ComputeDesired(nets, []*statedir.Project{fleet}, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -82,16 +66,8 @@ func BenchmarkParseProjects(b *testing.B) {
 // VMs that run (their MACs kept) and a project of one VM beside, as the
 // controller takes it: the projects from the parse cache, resolved.
 func BenchmarkDesiredPass(b *testing.B) {
-	nets, diags := api.LoadNetworks("networks.yaml", []byte("vmnet:\n  fleet0:\n    subnet: 10.96.0.0/22\n"))
-	if err := diags.Err(); err != nil {
-		b.Fatal(err)
-	}
-	var vms strings.Builder
-	vms.WriteString("vms:\n")
-	for i := range 999 {
-		fmt.Fprintf(&vms, "  c%05d:\n    networks: [{vmnet: fleet0}]\n", i)
-	}
-	projects := []*statedir.Project{spectest.Project("fleet", vms.String()), spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n")}
+	nets, vms := fleetOf999(b)
+	projects := []*statedir.Project{spectest.Project("fleet", vms), spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n")}
 	var cache ParseCache
 	parsed, pdiags := cache.Parse(projects)
 	first, err := ComputeParsed(nets, parsed, pdiags, nil)
@@ -108,4 +84,20 @@ func BenchmarkDesiredPass(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// fleetOf999 is a network of 1,022 addresses and the VM file of a fleet
+// of 999 VMs on it.
+func fleetOf999(b *testing.B) (*api.Networks, string) {
+	b.Helper()
+	nets, diags := api.LoadNetworks("networks.yaml", []byte("vmnet:\n  fleet0:\n    subnet: 10.96.0.0/22\n"))
+	if err := diags.Err(); err != nil {
+		b.Fatal(err)
+	}
+	var vms strings.Builder
+	vms.WriteString("vms:\n")
+	for i := range 999 {
+		fmt.Fprintf(&vms, "  c%05d:\n    networks: [{vmnet: fleet0}]\n", i)
+	}
+	return nets, vms.String()
 }
