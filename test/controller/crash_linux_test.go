@@ -110,8 +110,8 @@ func TestKillControllerWhileHelpersStart(t *testing.T) {
 // bridge or TAP of vmnetctl's names is left.
 func nothingLeft(t *testing.T, h *host, when string) {
 	t.Helper()
-	named, cleanup := stateDirProcs(h)
-	if v := append(leftLinks(h), append(named, cleanup...)...); len(v) > 0 {
+	named, cleanup, spares := stateDirProcs(h)
+	if v := append(leftLinks(h), append(append(named, cleanup...), spares...)...); len(v) > 0 {
 		t.Fatalf("%s: left behind:\n%s", when, strings.Join(v, "\n"))
 	}
 }

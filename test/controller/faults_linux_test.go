@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -415,9 +416,19 @@ func (f *faults) upViolations() []string {
 	if len(procs) != faultAttachments {
 		v = append(v, fmt.Sprintf("one helper per attachment: %d helper processes for %d attachments", len(procs), faultAttachments))
 	}
-	named, cleanup := stateDirProcs(f.host)
+	named, cleanup, spares := stateDirProcs(f.host)
 	if len(named) != faultAttachments {
-		v = append(v, fmt.Sprintf("one helper per attachment: %d processes name the state dir, but for its controller, for %d attachments: %v", len(named), faultAttachments, named))
+		v = append(v, fmt.Sprintf("one helper per attachment: %d processes name the state dir, but for its controller and its spares, for %d attachments: %v", len(named), faultAttachments, named))
+	}
+	// Spares are the live controller's: a killed one's went with it.
+	live := map[string]bool{}
+	for _, c := range f.controllers() {
+		live[strconv.Itoa(c.PID)] = true
+	}
+	for _, sp := range spares {
+		if f := strings.Fields(sp); len(f) < 2 || !live[strings.TrimSuffix(f[1], ":")] {
+			v = append(v, fmt.Sprintf("a spare relay whose controller is gone: %s", sp))
+		}
 	}
 	if len(cleanup) != faultTapAttachments {
 		v = append(v, fmt.Sprintf("one cleanup child per TAP attachment: %d run for %d: %v", len(cleanup), faultTapAttachments, cleanup))
@@ -486,9 +497,9 @@ func (f *faults) downViolations() []string {
 	if cs := f.controllers(); len(cs) > 0 {
 		v = append(v, fmt.Sprintf("no controller process: %v run", pidsOf(cs)))
 	}
-	named, cleanup := stateDirProcs(f.host)
-	if len(named) > 0 {
-		v = append(v, fmt.Sprintf("no process names the state dir: %v", named))
+	named, cleanup, spares := stateDirProcs(f.host)
+	if len(named)+len(spares) > 0 {
+		v = append(v, fmt.Sprintf("no process names the state dir: %v %v", named, spares))
 	}
 	if len(cleanup) > 0 {
 		v = append(v, fmt.Sprintf("no cleanup child: %v", cleanup))
@@ -512,7 +523,10 @@ func (f *faults) downViolations() []string {
 // children of VM ports (`helper --delete-link-on-eof`, whose command line
 // names only the port) in h's namespace; each as "PID: command line".
 // Zombies, whose command line is empty, are not counted.
-func stateDirProcs(h *host) (named, cleanup []string) {
+//
+// The controller's spare relays, which name the state dir too, are
+// spares: each "PID PPID: command line".
+func stateDirProcs(h *host) (named, cleanup, spares []string) {
 	dir := filepath.Clean(h.StateDir())
 	inNS := map[int]bool{}
 	for _, pid := range h.NS.Pids() {
@@ -533,11 +547,24 @@ func stateDirProcs(h *host) (named, cleanup []string) {
 				cleanup = append(cleanup, desc)
 			}
 		case slices.Contains(args, "serve"):
+		case helperproto.IsSpareOf(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), h.StateDir()):
+			spares = append(spares, fmt.Sprintf("%d %s: spare", pid, parentOf(pid)))
 		case slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, dir) }):
 			named = append(named, desc)
 		}
 	}
-	return named, cleanup
+	return named, cleanup, spares
+}
+
+// parentOf is process pid's parent's pid, as /proc/PID/status says it.
+func parentOf(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
 }
 
 // leftLinks are the links of vmnetctl's names left in h's namespace: vmn-*
