@@ -374,3 +374,33 @@ func TestReservationsBesideSyncs(t *testing.T) {
 		}
 	}
 }
+
+// TestReservationsAfterSetsGo: the guard keeps its sets' descriptions
+// from the first reservation it writes; when the table goes behind its
+// back, the next VM's reservation makes the sets again and lands there,
+// not lost on the sets it knew.
+func TestReservationsAfterSetsGo(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "rg-host")
+	n := g6Net()
+	nw := start(t, host, n, Options{StateDir: t.TempDir(), Upstreams: []string{"127.0.0.1:53"}})
+	addrs6 := func() string {
+		return host.MustRun(t, "nft", "list", "set", "bridge", hostnet.TableName(n.ID), guard.SetAddrs6)
+	}
+	a, b := mustMAC("52:55:55:00:09:1a"), mustMAC("52:55:55:00:09:1b")
+	if err := nw.SetHost(a, "a", netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	nw.ChangeVMs([]string{"a"}, nil, nil)
+	if out := addrs6(); !strings.Contains(out, api.LinkLocal(a).Addr().String()) {
+		t.Fatalf("a's reservation is not in the guard:\n%s", out)
+	}
+	host.MustRun(t, "nft", "delete", "table", "bridge", hostnet.TableName(n.ID))
+	if err := nw.SetHost(b, "b", netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	nw.ChangeVMs([]string{"b"}, nil, nil)
+	if out := addrs6(); !strings.Contains(out, api.LinkLocal(b).Addr().String()) {
+		t.Fatalf("after the table went, b's reservation is not in the guard:\n%s", out)
+	}
+}
