@@ -147,17 +147,27 @@ type VMFile struct {
 // what Resolve only reads (forwards, egress) is shared.
 func (f *VMFile) Clone() *VMFile {
 	c := *f
-	c.VMs = make([]*VM, len(f.VMs))
-	for i, vm := range f.VMs {
-		v := *vm
-		v.Attachments = make([]*Attachment, len(vm.Attachments))
-		for j, a := range vm.Attachments {
-			ac := *a
-			v.Attachments[j] = &ac
-		}
-		v.Skipped = slices.Clone(vm.Skipped)
-		c.VMs[i] = &v
+	// In a few slabs rather than an allocation per VM and per entry: the
+	// controller clones a fleet's files on every pass.
+	n := 0
+	for _, vm := range f.VMs {
+		n += len(vm.Attachments)
 	}
+	vms, ptrs := make([]VM, len(f.VMs)), make([]*VM, len(f.VMs))
+	atts, aptrs := make([]Attachment, 0, n), make([]*Attachment, 0, n)
+	for i, vm := range f.VMs {
+		vms[i] = *vm
+		v := &vms[i]
+		first := len(aptrs)
+		for _, a := range vm.Attachments {
+			atts = append(atts, *a)
+			aptrs = append(aptrs, &atts[len(atts)-1])
+		}
+		v.Attachments = aptrs[first:len(aptrs):len(aptrs)]
+		v.Skipped = slices.Clone(vm.Skipped)
+		ptrs[i] = v
+	}
+	c.VMs = ptrs
 	return &c
 }
 
