@@ -197,9 +197,7 @@ func ComputePlan(current, desired *Desired) *Plan {
 		}
 	}
 
-	oldAtts, newAtts := byKey(current.Attachments, (*Attachment).Key), byKey(desired.Attachments, (*Attachment).Key)
-	for _, key := range sortedKeys(oldAtts, newAtts) {
-		o, n := oldAtts[key], newAtts[key]
+	pair := func(key string, o, n *Attachment) {
 		changes, action := diffFields(attachmentFields, o, n)
 		reason := ""
 		if action == ActionUpdate && replaced[n.Network] {
@@ -209,7 +207,50 @@ func ComputePlan(current, desired *Desired) *Plan {
 			p.Attachments = append(p.Attachments, AttachmentChange{Action: action, Key: key, Old: o, New: n, Changes: changes, Reason: reason})
 		}
 	}
+	if slices.IsSortedFunc(current.Attachments, attachmentOrder) && slices.IsSortedFunc(desired.Attachments, attachmentOrder) {
+		// Both in Resolve's order (a pass's desired state, and the last
+		// one's): walked side by side, with no map or sort of the
+		// fleet's keys, and the few changes put in the keys' order.
+		olds, news := current.Attachments, desired.Attachments
+		for len(olds) > 0 || len(news) > 0 {
+			switch c := compareFirst(olds, news); {
+			case c < 0:
+				pair(olds[0].Key(), olds[0], nil)
+				olds = olds[1:]
+			case c > 0:
+				pair(news[0].Key(), nil, news[0])
+				news = news[1:]
+			default:
+				pair(news[0].Key(), olds[0], news[0])
+				olds, news = olds[1:], news[1:]
+			}
+		}
+		slices.SortFunc(p.Attachments, func(a, b AttachmentChange) int { return cmp.Compare(a.Key, b.Key) })
+		return p
+	}
+	oldAtts, newAtts := byKey(current.Attachments, (*Attachment).Key), byKey(desired.Attachments, (*Attachment).Key)
+	for _, key := range sortedKeys(oldAtts, newAtts) {
+		pair(key, oldAtts[key], newAtts[key])
+	}
 	return p
+}
+
+// attachmentOrder is Resolve's order of a desired state's attachments:
+// by VM, then entry.
+func attachmentOrder(a, b *Attachment) int {
+	return cmp.Or(cmp.Compare(a.VM, b.VM), cmp.Compare(a.Index, b.Index))
+}
+
+// compareFirst compares the first of olds and news in attachmentOrder;
+// an empty list's first comes after any other's.
+func compareFirst(olds, news []*Attachment) int {
+	switch {
+	case len(olds) == 0:
+		return 1
+	case len(news) == 0:
+		return -1
+	}
+	return attachmentOrder(olds[0], news[0])
 }
 
 // byKey indexes items by key(item).

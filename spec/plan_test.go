@@ -2,7 +2,11 @@ package spec
 
 import (
 	"bytes"
+	"fmt"
+	"github.com/google/go-cmp/cmp"
+	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,4 +135,38 @@ func desired(t *testing.T, networks string, projects ...*statedir.Project) *Desi
 		t.Fatal(err)
 	}
 	return d
+}
+
+// TestPlanInOrderAsByKey: a plan of two desired states in Resolve's
+// order (walked side by side) is the plan of the same states in any
+// order (matched by key): 200 random pairs of states, VMs coming,
+// going and changing, with names whose keys sort otherwise than they
+// (a/0 after a-b/0).
+func TestPlanInOrderAsByKey(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	names := []string{"a", "a-b", "a.b", "ab", "b", "b0", "b_1", "c"}
+	state := func() *Desired {
+		d := &Desired{}
+		for _, vm := range names {
+			for i := range rng.IntN(3) {
+				a := &Attachment{Attachment: &api.Attachment{VM: vm, Index: i, Network: []string{"shared", "host"}[rng.IntN(2)],
+					MAC: fmt.Sprintf("52:00:00:00:00:%02x", rng.IntN(4))}, Project: "p"}
+				d.Attachments = append(d.Attachments, a)
+			}
+		}
+		return d
+	}
+	for range 200 {
+		old, now := state(), state()
+		got := ComputePlan(old, now)
+		shuffled := func(d *Desired) *Desired {
+			c := &Desired{Attachments: slices.Clone(d.Attachments)}
+			rng.Shuffle(len(c.Attachments), func(i, j int) { c.Attachments[i], c.Attachments[j] = c.Attachments[j], c.Attachments[i] })
+			return c
+		}
+		want := ComputePlan(shuffled(old), shuffled(now))
+		if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b *Attachment) bool { return a == b })); diff != "" {
+			t.Fatalf("the plan walked in order differs from the plan by key (-by key +in order):\n%s", diff)
+		}
+	}
 }
