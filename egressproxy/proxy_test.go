@@ -526,20 +526,12 @@ func TestHTTPUrgentData(t *testing.T) {
 	l := newLab(t, u.upstream)
 	head1 := "POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: " + strconv.Itoa(n) + "\r\n\r\n"
 	evil := "GET /secret HTTP/1.1\r\nHost: evil.test\r\n\r\n"
-	var head2, pad string
-	for l2 := 0; ; {
-		head2 = "POST /2 HTTP/1.1\r\nHost: api.test\r\nContent-Length: " + strconv.Itoa(l2) + "\r\n\r\n"
-		pad = strings.Repeat("p", n-m-len(head2))
-		if len(pad)+len(evil) == l2 {
-			break
-		}
-		l2 = len(pad) + len(evil)
-	}
+	tail := testutil.SmuggledTail(n-m, evil)
 	c := l.dial()
 	io.WriteString(c, head1+body[:m])
 	waitFor(t, "the server heard the first request", func() bool { return len(u.seen()) > 0 })
 	sendUrgent(t, c, []byte{'!'})
-	io.WriteString(c, body[m:]+head2+pad+evil)
+	io.WriteString(c, body[m:]+tail)
 	c.(*net.TCPConn).CloseWrite()
 	br := bufio.NewReader(c)
 	for {

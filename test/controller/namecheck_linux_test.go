@@ -156,15 +156,7 @@ func httpGet(vm *simvm.VM, addr string, hosts ...string) string {
 func urgentPost(vm *simvm.VM, addr string) string {
 	const n, m = 100000, 50000
 	evil := "GET /secret HTTP/1.1\r\nHost: other.test\r\n\r\n"
-	var head2, pad string
-	for l2 := 0; ; {
-		head2 = "POST /2 HTTP/1.1\r\nHost: api.test\r\nContent-Length: " + strconv.Itoa(l2) + "\r\n\r\n"
-		pad = strings.Repeat("p", n-m-len(head2))
-		if len(pad)+len(evil) == l2 {
-			break
-		}
-		l2 = len(pad) + len(evil)
-	}
+	tail := testutil.SmuggledTail(n-m, evil)
 	body := strings.Repeat("b", n)
 	var out strings.Builder
 	vm.Do(func() error {
@@ -182,7 +174,7 @@ func urgentPost(vm *simvm.VM, addr string) string {
 		rc.Write(func(fd uintptr) bool {
 			return unix.Sendto(int(fd), []byte{'!'}, unix.MSG_OOB, nil) != unix.EAGAIN
 		})
-		io.WriteString(c, body[m:]+head2+pad+evil)
+		io.WriteString(c, body[m:]+tail)
 		c.(*net.TCPConn).CloseWrite()
 		br := bufio.NewReader(c)
 		for {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,20 @@ func TestInRange(t *testing.T) {
 	} {
 		if err := InRange(addr, "10.0.0.100", "10.0.0.150"); (err == nil) != ok {
 			t.Errorf("InRange(%q) = %v, want ok %v", addr, err, ok)
+		}
+	}
+}
+
+// TestSmuggledTail: the tail is a POST whose head and padding take rest
+// bytes, then evil, and whose Content-Length is its padding and evil.
+func TestSmuggledTail(t *testing.T) {
+	evil := "GET /secret HTTP/1.1\r\nHost: evil.test\r\n\r\n"
+	for _, rest := range []int{200, 999, 1000, 50000} {
+		tail := SmuggledTail(rest, evil)
+		head, body, ok := strings.Cut(tail, "\r\n\r\n")
+		_, cl, _ := strings.Cut(head, "Content-Length: ")
+		if len(tail) != rest+len(evil) || !ok || cl != strconv.Itoa(len(body)) || !strings.HasSuffix(body, evil) {
+			t.Errorf("SmuggledTail(%d): %d bytes, Content-Length %q for a body of %d", rest, len(tail), cl, len(body))
 		}
 	}
 }
