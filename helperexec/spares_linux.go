@@ -65,7 +65,6 @@ type spare struct {
 	child *procid.Child
 	kind  *spareKind
 	ctl   int // this process's end of its socket; -1 once closed
-	made  time.Time
 
 	mu     sync.Mutex
 	exited bool
@@ -288,7 +287,7 @@ func (s *Spares) start(k *spareKind, tpl spareTemplate) (*spare, error) {
 		unix.Close(fds[0])
 		return nil, err
 	}
-	sp := &spare{child: child, kind: k, ctl: fds[0], made: time.Now()}
+	sp := &spare{child: child, kind: k, ctl: fds[0]}
 	sp.then = func(err error) { s.forget(sp, err) }
 	child.OnExit(sp.exit)
 	return sp, nil
@@ -362,35 +361,15 @@ func (sp *spare) drop() {
 
 // Trim drops the spares of the kinds not started for idle.
 func (s *Spares) Trim() {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for key, k := range s.kinds {
-		if time.Since(k.used) < s.idle {
-			continue
-		}
-		for _, sp := range k.ready {
-			sp.drop()
-		}
-		delete(s.kinds, key)
+	for _, sp := range s.takeKinds(false, func(k *spareKind) bool { return time.Since(k.used) >= s.idle }) {
+		sp.drop()
 	}
 }
 
 // Close drops every spare, and keeps none from now on.
 func (s *Spares) Close() {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	for key, k := range s.kinds {
-		for _, sp := range k.ready {
-			sp.drop()
-		}
-		delete(s.kinds, key)
+	for _, sp := range s.takeKinds(true, func(*spareKind) bool { return true }) {
+		sp.drop()
 	}
 }
 
@@ -399,23 +378,34 @@ func (s *Spares) Close() {
 // started: SIGKILL to any that has not exited within spareGrace (one
 // stopped reads no end). The controller drains when no project is left.
 func (s *Spares) Drain() {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	var procs []*spare
-	for key, k := range s.kinds {
-		procs = append(procs, k.ready...)
-		k.ready = nil
-		delete(s.kinds, key)
-	}
-	s.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, sp := range procs {
+	for _, sp := range s.takeKinds(false, func(*spareKind) bool { return true }) {
 		wg.Go(func() { sp.discard(spareGrace) })
 	}
 	wg.Wait()
-	s.fills.Wait()
+	if s != nil {
+		s.fills.Wait()
+	}
+}
+
+// takeKinds takes the kinds that which says off the pool, and returns
+// their waiting spares, for the caller to drop; close also keeps the
+// pool from starting any more.
+func (s *Spares) takeKinds(close bool, which func(*spareKind) bool) []*spare {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = s.closed || close
+	var out []*spare
+	for key, k := range s.kinds {
+		if which(k) {
+			out = append(out, k.ready...)
+			delete(s.kinds, key)
+		}
+	}
+	return out
 }
 
 // spareGrace is how long a dropped spare has to exit, at once on its
@@ -434,18 +424,4 @@ func (sp *spare) discard(grace time.Duration) {
 		sp.child.Signal(syscall.SIGKILL)
 		<-gone
 	}
-}
-
-// Ready is how many spares wait, of every kind.
-func (s *Spares) Ready() int {
-	if s == nil {
-		return 0
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, k := range s.kinds {
-		n += len(k.ready)
-	}
-	return n
 }

@@ -29,6 +29,3 @@ func (s *Spares) Trim() {}
 
 // Close does nothing here.
 func (s *Spares) Close() {}
-
-// Ready is 0 here.
-func (s *Spares) Ready() int { return 0 }
