@@ -226,6 +226,14 @@ type Controller struct {
 	parsed  spec.ParseCache
 	parseMu sync.Mutex
 	gen     genWaiter
+	// changing lets one change of the projects' API (apply.go) at a time
+	// through; changes counts those under way, exiting says the loop
+	// exits (no project was left), idleDeferred that it stayed for a
+	// change, and looks again when the last ends. Under mu.
+	changing     chan struct{}
+	changes      int
+	exiting      bool
+	idleDeferred bool
 }
 
 // New makes a controller; Run starts it.
@@ -237,7 +245,7 @@ func New(opts Options) (*Controller, error) {
 		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{}, portsGone: map[string]*gonePorts{},
 		degraded: map[string]string{}, strays: true, repairs: map[string]uint64{}, repairRetry: map[string]*repairRetry{}, watchedHolders: map[int]bool{},
 		reconciles: map[string]uint64{}, watch: dirwatch.New(opts.StateDir.HelpersDir()),
-		kickc: make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), started: time.Now()}, nil
+		kickc: make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), changing: make(chan struct{}, 1), started: time.Now()}, nil
 }
 
 func (c *Controller) kick() {
@@ -346,7 +354,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			// it). Elsewhere this does nothing.
 			daemon.SdNotify(false, daemon.SdNotifyReady)
 		}
-		if done && c.opts.ExitWhenIdle {
+		if done && c.opts.ExitWhenIdle && c.exitIfIdle() {
 			c.log.Info("no project left; controller exits")
 			return nil
 		}

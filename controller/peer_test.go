@@ -7,11 +7,15 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/vmnetctl/vmnetctl/ctlapi"
 )
 
-// TestReconcileOnlyRoot: the API's reconcile, which changes state, is
-// refused to a client whose uid is neither root nor the controller's own
+// TestReconcileOnlyRoot: the API's reconcile, check and changes of the
+// projects, which change state or read every project, are refused to a
+// client whose uid is neither root nor the controller's own
 // (a member of the group networks.yaml lets read status), and to one whose
 // uid is unknown; peerUID reads a unix socket client's uid from the kernel.
 func TestReconcileOnlyRoot(t *testing.T) {
@@ -20,10 +24,17 @@ func TestReconcileOnlyRoot(t *testing.T) {
 		context.Background(),
 		context.WithValue(context.Background(), peerUIDKey{}, os.Geteuid()+12345),
 	} {
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/reconcile", nil))
-		if w.Code != http.StatusForbidden {
-			t.Errorf("reconcile from %v: HTTP %d, want 403", ctx.Value(peerUIDKey{}), w.Code)
+		for _, req := range [][2]string{
+			{http.MethodPost, "/v1/reconcile"},
+			{http.MethodPost, "/v1/check"},
+			{http.MethodPut, ctlapi.ProjectsPath + "web"},
+			{http.MethodDelete, ctlapi.ProjectsPath + "web"},
+		} {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequestWithContext(ctx, req[0], req[1], strings.NewReader("{}")))
+			if w.Code != http.StatusForbidden {
+				t.Errorf("%s %s from %v: HTTP %d, want 403", req[0], req[1], ctx.Value(peerUIDKey{}), w.Code)
+			}
 		}
 	}
 

@@ -43,21 +43,23 @@ func (c *Controller) handler() http.Handler {
 		// As long as the client waits: a pass of thousands of helpers on
 		// a busy machine takes what it takes (/healthz says if it is
 		// stuck).
-		resp := ctlapi.ReconcileResponse{}
-		c.retryNow(r.URL.Query().Get("project"))
-		if err := c.waitReconcile(r.Context()); err != nil {
-			resp.Error = err.Error()
-		}
-		c.mu.Lock()
-		if c.lastErr != nil && resp.Error == "" {
-			resp.Error = c.lastErr.Error()
-		}
-		c.mu.Unlock()
 		// ?project=NAME: that project's part (what up prints), not the
 		// status of every VM of the state dir.
-		resp.Status = c.statusOf(r.URL.Query().Get("project"))
-		resp.Stays = !c.opts.ExitWhenIdle
-		writeJSON(w, resp)
+		writeJSON(w, c.converge(r.Context(), r.URL.Query().Get("project")))
+	})
+	mux.HandleFunc("PUT "+ctlapi.ProjectsPath+"{name}", func(w http.ResponseWriter, r *http.Request) {
+		if !mayChange(r) {
+			http.Error(w, "apply: only root may change the projects; a group that networks.yaml names may read status", http.StatusForbidden)
+			return
+		}
+		c.serveApply(w, r)
+	})
+	mux.HandleFunc("DELETE "+ctlapi.ProjectsPath+"{name}", func(w http.ResponseWriter, r *http.Request) {
+		if !mayChange(r) {
+			http.Error(w, "remove: only root may change the projects; a group that networks.yaml names may read status", http.StatusForbidden)
+			return
+		}
+		c.serveRemove(w, r)
 	})
 	mux.HandleFunc("GET /v1/capture", c.serveCapture)
 	mux.HandleFunc("POST /v1/impair", c.serveImpair)

@@ -241,3 +241,36 @@ func waitStarting(ctx context.Context, ours func() *helperexec.StallWatch, cond 
 		return false, nil
 	})
 }
+
+// ApplyProject asks the controller to check, record and converge a
+// project (PUT /v1/projects/NAME). An error wrapping errNotApplied when
+// the controller did not take it (none answers, one that predates the
+// API, one that is exiting, a networks.yaml not of record, a request
+// too large): nothing was recorded by it, and the caller does it the
+// slow way. Once the request went out the answer is awaited as long as
+// the pass takes.
+func (cl *Client) ApplyProject(ctx context.Context, req *ctlapi.ApplyRequest) (*ctlapi.ApplyResponse, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	resp := &ctlapi.ApplyResponse{}
+	if _, err := cl.call(ctx, http.MethodPut, ctlapi.ProjectsPath+url.PathEscape(req.Project.Name), body, resp); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNotApplied, err)
+	}
+	return resp, nil
+}
+
+// RemoveProject asks the controller to remove a project and stop its
+// helpers (DELETE /v1/projects/NAME); errors as ApplyProject's.
+func (cl *Client) RemoveProject(ctx context.Context, name string) (*ctlapi.ReconcileResponse, error) {
+	resp := &ctlapi.ReconcileResponse{}
+	if _, err := cl.call(ctx, http.MethodDelete, ctlapi.ProjectsPath+url.PathEscape(name), nil, resp); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNotApplied, err)
+	}
+	return resp, nil
+}
+
+// errNotApplied: the controller did not take a change of the projects'
+// API; the command makes it itself.
+var errNotApplied = errors.New("not applied by the controller")

@@ -80,8 +80,10 @@ func (in *Input) useNetworksOfRecord(env Env) error {
 	if in.NetworksNamed {
 		return nil
 	}
-	projects, err := env.StateDir.Projects()
-	if err != nil || len(projects) == 0 {
+	// Whether any project is recorded: their names, not every record
+	// decoded (1,000 of them beside a fleet of projects).
+	names, err := env.StateDir.ProjectNames()
+	if err != nil || len(names) == 0 {
 		return err
 	}
 	snap, err := env.StateDir.Networks()
@@ -143,7 +145,7 @@ func (in *Input) Load(env Env) (*Loaded, error) {
 	if err := diags.Err(); err != nil {
 		return nil, err
 	}
-	if err := checkSocketPaths(env.StateDir, pp.Files); err != nil {
+	if err := env.StateDir.CheckSocketPaths(pp.Files); err != nil {
 		return nil, err
 	}
 	if p.Name == "" {
@@ -170,31 +172,6 @@ func Doctor(ctx context.Context, env Env, in *Input) (*doctor.Report, error) {
 		return nil, err
 	}
 	return doctor.Run(ctx, nets.Networks), nil
-}
-
-// maxSocketPath is the longest path a unix socket can bind (sun_path, less
-// its terminating NUL).
-const maxSocketPath = 107
-
-// checkSocketPaths refuses VMs whose helper sockets in sd would not fit a
-// unix socket path: bind would fail at `up`, after the networks came up.
-func checkSocketPaths(sd statedir.Dir, files []*api.VMFile) error {
-	var errs api.Diagnostics // validate's errors, counted as they are
-	for _, vf := range files {
-		for _, vm := range vf.VMs {
-			for _, a := range vm.Attachments {
-				if a.Attach == api.AttachTAP {
-					continue
-				}
-				if p := sd.SocketPath(vm.Name, a.Index); len(p) > maxSocketPath {
-					errs = append(errs, api.Diagnostic{File: vm.Source.File, Line: vm.Source.Line, Severity: api.SeverityError,
-						Message: fmt.Sprintf("VM %s: its helper's socket %s is %d bytes, over the %d a unix socket path can hold: use a shorter --state-dir or VM name",
-							vm.Name, p, len(p), maxSocketPath)})
-				}
-			}
-		}
-	}
-	return errs.Err()
 }
 
 // ownerID is the id of the user behind sudo, else fallback.
@@ -290,6 +267,9 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 	if err != nil {
 		return nil, err
 	}
+	if res, err := applyByController(ctx, env, in, l, o); !errors.Is(err, errNotApplied) {
+		return res, err
+	}
 	resp, err := applyProject(ctx, env, in, l.Networks, l.Project.Project, func(sd statedir.Dir) error {
 		// The record of this name alone: every project's is read only
 		// if the command checks by itself (20 ms beside 1,000 projects
@@ -298,7 +278,7 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 		if err != nil {
 			return err
 		}
-		if err := checkNameTaken(in, l.Project.Project, same); err != nil {
+		if err := statedir.NameTaken(l.Project.Project, same, in.Project != ""); err != nil {
 			return err
 		}
 		// A controller that runs with this networks.yaml has the other
@@ -318,6 +298,41 @@ func Apply(ctx context.Context, env Env, in *Input, o ApplyOptions) (*ApplyResul
 	}, o)
 	if err != nil {
 		return nil, err
+	}
+	return &ApplyResult{Project: l.Project.Name, Status: resp.Status, Error: resp.Error}, nil
+}
+
+// applyByController is Apply in one request when a controller runs with
+// the networks.yaml of record (a VM more in a fleet, or one less: what
+// changes no network): it checks the project beside the others, records
+// it and converges it (PUT /v1/projects/NAME), holding the ops lock as
+// Apply does. An error wrapping errNotApplied when it did not take it:
+// Apply then does each step itself.
+func applyByController(ctx context.Context, env Env, in *Input, l *Loaded, o ApplyOptions) (*ApplyResult, error) {
+	sd := env.StateDir
+	if !sd.Exists() || networksChanged(sd, in.Networks) {
+		return nil, errNotApplied
+	}
+	if err := doctorPreflight(ctx); err != nil {
+		return nil, err
+	}
+	cl := NewClient(sd)
+	if o.Progress != nil {
+		defer showProgressWhile(ctx, cl, o.Progress)()
+	}
+	resp, err := cl.ApplyProject(ctx, &ctlapi.ApplyRequest{Project: *l.Project.Project, Networks: in.Networks, NameGiven: in.Project != ""})
+	if err != nil {
+		return nil, err
+	}
+	env.warn(resp.Resolve)
+	if err := append(resp.Others, resp.Resolve...).Err(); err != nil {
+		return nil, err
+	}
+	if resp.Refused != "" {
+		return nil, errors.New(resp.Refused)
+	}
+	if !resp.Recorded {
+		return nil, errors.New("the controller did not record the project, and said not why")
 	}
 	return &ApplyResult{Project: l.Project.Name, Status: resp.Status, Error: resp.Error}, nil
 }
@@ -365,21 +380,6 @@ func othersNetworks(sd statedir.Dir, desired *spec.Desired, project string) []st
 		hit = append(hit, fmt.Sprintf("network %s would be %sd (project %s uses it)", ch.ID, ch.Action, strings.Join(users[ch.ID], ", ")))
 	}
 	return hit
-}
-
-// checkNameTaken refuses an `up` whose project name was derived from its
-// VM file's name (no -p) when the project of that name (q, nil if none)
-// holds another file of the same name, elsewhere: it would replace that
-// project, its VMs removed, without a word.
-func checkNameTaken(in *Input, p, q *statedir.Project) error {
-	if in.Project != "" || len(in.Files) == 0 || in.Files[0].Abs == "" {
-		return nil
-	}
-	if q != nil && q.Name == p.Name && len(q.Files) > 0 && q.Files[0].Abs != "" && q.Files[0].Abs != in.Files[0].Abs {
-		return fmt.Errorf("project %q, named after %s, is already %s's; up would replace it and take its VMs down: give this one a name of its own with -p NAME (or take the other down first: vmnetctl down -p %s)",
-			p.Name, in.Files[0].Path, q.Files[0].Abs, q.Name)
-	}
-	return nil
 }
 
 // applyProject records project p (and in's networks.yaml) once check
@@ -439,15 +439,21 @@ func converge(ctx context.Context, env Env, progress io.Writer, project string, 
 	}
 	cl := NewClient(env.StateDir)
 	if progress != nil {
-		pctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			showProgress(pctx, cl, progress)
-		}()
-		defer func() { stop(); <-done }()
+		defer showProgressWhile(ctx, cl, progress)()
 	}
 	return cl.ReconcileProject(ctx, project)
+}
+
+// showProgressWhile draws the controller's progress on w until the
+// function it returns is called.
+func showProgressWhile(ctx context.Context, cl *Client, w io.Writer) (stop func()) {
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		showProgress(pctx, cl, w)
+	}()
+	return func() { cancel(); <-done }
 }
 
 // PlanApply is `vmnetctl plan`: what Apply would change, and the warnings
@@ -522,6 +528,9 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		fmt.Fprintln(env.Stdout, "Nothing to do: no state in", sd.Path)
 		return nil
 	}
+	if done, err := removeByController(ctx, env, names); done || !errors.Is(err, errNotApplied) {
+		return err
+	}
 	lock, err := sd.LockOps()
 	if err != nil {
 		return err
@@ -592,6 +601,31 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		return nil // a controller that stays keeps its socket and lock
 	}
 	return sd.Clean()
+}
+
+// removeByController is Remove in one request (DELETE
+// /v1/projects/NAME) for one project of several recorded (a VM of a
+// fleet): the controller removes it under the ops lock and answers once
+// its helpers are gone. Otherwise (the last project: the state dir is
+// cleaned after, or no controller takes it) an error wrapping
+// errNotApplied, and Remove does it itself.
+func removeByController(ctx context.Context, env Env, names []string) (done bool, err error) {
+	if len(names) != 1 {
+		return false, errNotApplied
+	}
+	left, err := env.StateDir.ProjectNames()
+	if err != nil || len(left) < 2 || !slices.Contains(left, names[0]) {
+		return false, errNotApplied
+	}
+	resp, err := NewClient(env.StateDir).RemoveProject(ctx, names[0])
+	if err != nil {
+		return false, err
+	}
+	fmt.Fprintf(env.Stdout, "Removing project %s.\n", names[0])
+	if resp.Error != "" {
+		fmt.Fprintln(env.Stderr, "warning:", resp.Error)
+	}
+	return true, nil
 }
 
 // stopStrays stops the helpers of the state dir that still run once no

@@ -32,7 +32,7 @@ func Validate(env Env, in *Input, backendName string) (*Validation, error) {
 	if err := diags.Err(); err != nil {
 		return nil, err
 	}
-	if err := checkSocketPaths(env.StateDir, pp.Files); err != nil {
+	if err := env.StateDir.CheckSocketPaths(pp.Files); err != nil {
 		return nil, err
 	}
 	var atts []*api.Attachment
@@ -155,7 +155,7 @@ func ValidateReport(env Env, in *Input, backendName string) (*ValidationReport, 
 	if !r.Valid {
 		return r, nil
 	}
-	if err := checkSocketPaths(env.StateDir, pp.Files); err != nil {
+	if err := env.StateDir.CheckSocketPaths(pp.Files); err != nil {
 		r.Valid = false
 		r.Problems = append(r.Problems, ValidationProblem{Message: err.Error(), Severity: "error"})
 		return r, nil

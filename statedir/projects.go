@@ -395,6 +395,46 @@ func checkProjectName(name string) string {
 	return ""
 }
 
+// maxSocketPath is the longest path a unix socket can bind (sun_path, less
+// its terminating NUL).
+const maxSocketPath = 107
+
+// CheckSocketPaths refuses VMs whose helper sockets in d would not fit a
+// unix socket path: bind would fail at `up`, after the networks came up.
+func (d Dir) CheckSocketPaths(files []*api.VMFile) error {
+	var errs api.Diagnostics // validate's errors, counted as they are
+	for _, vf := range files {
+		for _, vm := range vf.VMs {
+			for _, a := range vm.Attachments {
+				if a.Attach == api.AttachTAP {
+					continue
+				}
+				if p := d.SocketPath(vm.Name, a.Index); len(p) > maxSocketPath {
+					errs = append(errs, api.Diagnostic{File: vm.Source.File, Line: vm.Source.Line, Severity: api.SeverityError,
+						Message: fmt.Sprintf("VM %s: its helper's socket %s is %d bytes, over the %d a unix socket path can hold: use a shorter --state-dir or VM name",
+							vm.Name, p, len(p), maxSocketPath)})
+				}
+			}
+		}
+	}
+	return errs.Err()
+}
+
+// NameTaken refuses project p, whose name came from its first file's (no
+// -p: nameGiven false), when the project of that name, q (nil if none),
+// holds another file of the same name, elsewhere: recording p would
+// replace that project, its VMs taken down, without a word.
+func NameTaken(p, q *Project, nameGiven bool) error {
+	if nameGiven || len(p.Files) == 0 || p.Files[0].Abs == "" {
+		return nil
+	}
+	if q != nil && q.Name == p.Name && len(q.Files) > 0 && q.Files[0].Abs != "" && q.Files[0].Abs != p.Files[0].Abs {
+		return fmt.Errorf("project %q, named after %s, is already %s's; up would replace it and take its VMs down: give this one a name of its own with -p NAME (or take the other down first: vmnetctl down -p %s)",
+			p.Name, p.Files[0].Path, q.Files[0].Abs, q.Name)
+	}
+	return nil
+}
+
 // ProjectName is the default project name for VM files: the VM's name for a
 // single lima instance file, else the first file's base name without extension.
 func ProjectName(files []*api.VMFile) string {
