@@ -19,7 +19,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/ctlapi"
+	"github.com/vmnetctl/vmnetctl/ops"
 	"github.com/vmnetctl/vmnetctl/procid"
+	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -134,11 +137,14 @@ func TestChurn(t *testing.T) {
 		perVM                time.Duration
 		attachP50, attachP99 time.Duration
 		detachP50, detachP99 time.Duration
-		passAtt, passDet     time.Duration // the controller's pass, p50
-		status, scrape       time.Duration
-		rssMB                float64
-		threads              int
-		idleCPU              float64 // % of one CPU: controller and helpers
+		// through the API (PUT and DELETE /v1/projects/NAME)
+		apiAttachP50, apiAttachP99 time.Duration
+		apiDetachP50, apiDetachP99 time.Duration
+		passAtt, passDet           time.Duration // the controller's pass, p50
+		status, scrape             time.Duration
+		rssMB                      float64
+		threads                    int
+		idleCPU                    float64 // % of one CPU: controller and helpers
 	}
 	var rows []row
 	prev := 0
@@ -187,6 +193,16 @@ func TestChurn(t *testing.T) {
 		t.Logf("%d VMs: the passes' steps, ms an attach: %s; a detach: %s", n, perRep(phasesAtt, reps), perRep(phasesDet, reps))
 		r.attachP50, r.attachP99 = quantile(att, 0.5), quantile(att, 0.99)
 		r.detachP50, r.detachP99 = quantile(det, 0.5), quantile(det, 0.99)
+		// The same VM attached and detached by a program that runs a
+		// fleet, through the controller's API (one request each), not
+		// a command each.
+		var apiAtt, apiDet []time.Duration
+		for range reps {
+			a, d := apiAttach(t, statedir.Dir{Path: state})
+			apiAtt, apiDet = append(apiAtt, a), append(apiDet, d)
+		}
+		r.apiAttachP50, r.apiAttachP99 = quantile(apiAtt, 0.5), quantile(apiAtt, 0.99)
+		r.apiDetachP50, r.apiDetachP99 = quantile(apiDet, 0.5), quantile(apiDet, 0.99)
 		r.passAtt, r.passDet = quantile(passAtt, 0.5), quantile(passDet, 0.5)
 		r.status = must(vmnetctl("status", "--json"))
 		r.scrape = scrape(t, ns)
@@ -210,12 +226,14 @@ func TestChurn(t *testing.T) {
 		down = must(vmnetctl("down", "-p", "fleet"))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| VMs | up to N (per VM) | attach p50 / p99 (pass) | detach p50 / p99 (pass) | status --json | scrape | controller RSS, threads | idle CPU |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| VMs | up to N (per VM) | attach p50 / p99 (pass) | detach p50 / p99 (pass) | API attach p50 / p99 | API detach p50 / p99 | status --json | scrape | controller RSS, threads | idle CPU |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %d | %v (%v) | %v / %v (%v) | %v / %v (%v) | %v | %v | %.0f MB, %d | %.1f%% |\n", r.n,
+		fmt.Fprintf(&b, "| %d | %v (%v) | %v / %v (%v) | %v / %v (%v) | %v / %v | %v / %v | %v | %v | %.0f MB, %d | %.1f%% |\n", r.n,
 			r.grow.Round(time.Millisecond), r.perVM.Round(100*time.Microsecond),
 			r.attachP50.Round(time.Millisecond), r.attachP99.Round(time.Millisecond), r.passAtt.Round(time.Millisecond),
 			r.detachP50.Round(time.Millisecond), r.detachP99.Round(time.Millisecond), r.passDet.Round(time.Millisecond),
+			r.apiAttachP50.Round(100*time.Microsecond), r.apiAttachP99.Round(100*time.Microsecond),
+			r.apiDetachP50.Round(100*time.Microsecond), r.apiDetachP99.Round(100*time.Microsecond),
 			r.status.Round(time.Millisecond), r.scrape.Round(time.Millisecond), r.rssMB, r.threads, r.idleCPU)
 	}
 	if fleet != "" {
@@ -233,6 +251,35 @@ func TestChurn(t *testing.T) {
 		fmt.Fprintf(&b, "; slope of the cost per VM of up from %d to %d: %.2fx", first.n, last.n, float64(last.perVM)/float64(first.perVM))
 	}
 	t.Log("\n" + b.String())
+}
+
+// apiAttach attaches one VM more (project "api") through the
+// controller's API and detaches it again, and says how long each request
+// took: the answer to each comes once the pass did it (the helper ready,
+// or gone).
+func apiAttach(t *testing.T, sd statedir.Dir) (attach, detach time.Duration) {
+	t.Helper()
+	snap, err := sd.Networks()
+	if err != nil || snap == nil {
+		t.Fatalf("networks of record: %v, %v", snap, err)
+	}
+	cl := ops.NewClient(sd)
+	req := &ctlapi.ApplyRequest{Networks: *snap, NameGiven: true, Project: statedir.Project{Name: "api",
+		Files: []statedir.ProjectFile{{Path: "api.yaml", Data: []byte("vms:\n  apivm:\n    networks: [{vmnet: fleet0}]\n")}}}}
+	began := time.Now()
+	resp, err := cl.ApplyProject(context.Background(), req)
+	attach = time.Since(began)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Recorded || resp.Status == nil || len(resp.Status.Attachments) != 1 || resp.Status.Attachments[0].State != ctlapi.StateRunning {
+		t.Fatalf("API attach: %+v", resp)
+	}
+	began = time.Now()
+	if _, err := cl.RemoveProject(context.Background(), "api"); err != nil {
+		t.Fatal(err)
+	}
+	return attach, time.Since(began)
 }
 
 // pidMaxFile is the kernel's limit on process ids, and so on tasks.
