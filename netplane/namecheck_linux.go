@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -44,11 +43,11 @@ type nameCheck struct {
 // startNameCheck listens for the redirected connections, IPv4 and IPv6,
 // on ports the kernel picks, bound to the bridge (as the DNS proxy is:
 // only the VMs reach it), and points the redirects at them.
-func (nw *Network) startNameCheck(ctx context.Context, netns ns.NetNS) error {
+func (nw *Network) startNameCheck(ctx context.Context) error {
 	nc := &nw.nameCheck
 	nc.proxy = egressproxy.New(egressproxy.Config{
 		Allow:    nw.nameAllowed,
-		Dial:     dialIn(netns),
+		Dial:     nw.dialIn,
 		Denied:   nw.nameRefused,
 		Client:   nw.macOf, // a VM's connections bounded, whatever its addresses
 		CheckDst: nw.outward,
@@ -112,19 +111,6 @@ func (nw *Network) startNameCheck(ctx context.Context, netns ns.NetNS) error {
 		return fmt.Errorf("network %q: the name check's ports: %w", nw.n.ID, err)
 	}
 	return nil
-}
-
-// dialIn dials from netns (the proxy's goroutines run on any thread).
-func dialIn(netns ns.NetNS) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var c net.Conn
-		err := netns.Do(func(ns.NetNS) error {
-			var err error
-			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-			return err
-		})
-		return c, err
-	}
 }
 
 // nameAllowed is the name check's verdict: the policy of src (its VM's

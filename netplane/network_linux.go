@@ -60,9 +60,11 @@ type Network struct {
 	nameCheck       nameCheck
 	learner4        *arplearn.Learner // nil when the network learns no IPv4 address
 	// inNS runs f on a thread in the network's namespace (for nft, which
-	// works in the namespace of the thread that runs it); netns is it.
-	netns ns.NetNS
-	inNS  func(f func() error) error
+	// works in the namespace of the thread that runs it), dialIn dials
+	// from it (nsRunner); netns is it.
+	netns  ns.NetNS
+	inNS   func(f func() error) error
+	dialIn func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// failed is the first service that stopped on its own (Health).
 	failed atomic.Pointer[error]
@@ -117,7 +119,11 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 		return fmt.Errorf("network %q: %w", n.ID, err)
 	}
 	nw.netns = netns // closed after the services' goroutines, which use it
-	nw.inNS = func(f func() error) error { return netns.Do(func(ns.NetNS) error { return f() }) }
+	run, err := newNSRunner(netns)
+	if err != nil {
+		return fmt.Errorf("network %q: %w", n.ID, err)
+	}
+	nw.inNS, nw.dialIn = run.do, run.dial
 	if err := nw.openLeases(opts.StateDir); err != nil {
 		return err
 	}
@@ -138,7 +144,7 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 		nw.closers = append(nw.closers, nw.guard6.Close)
 	}
 	if n.DNSProxy {
-		if err := nw.startDNS(netns, resolvConf, opts.Upstreams); err != nil {
+		if err := nw.startDNS(resolvConf, opts.Upstreams); err != nil {
 			return err
 		}
 		if n.VXLAN != nil {
@@ -153,7 +159,7 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 		}
 	}
 	if nameChecks(n) {
-		if err := nw.startNameCheck(ctx, netns); err != nil {
+		if err := nw.startNameCheck(ctx); err != nil {
 			return err
 		}
 	}
@@ -268,7 +274,7 @@ func (nw *Network) keepUpToDate() {
 
 // startDNS starts the DNS proxy on the gateway's port 53, UDP and TCP. It
 // forwards to upstreams, by default the resolvers of resolvConf, dialing
-// them from netns.
+// them from the network's namespace.
 //
 // Its sockets are bound to the gateway address and, with SO_BINDTODEVICE,
 // to an interface: one pair to the network's bridge, one pair to lo. The
@@ -283,7 +289,7 @@ func (nw *Network) keepUpToDate() {
 // port of the bridge (a VM), and on lo only from the host itself (the
 // kernel routes the host's own packets to a local address through lo, and
 // drops a packet from outside that claims a local source address).
-func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []string) error {
+func (nw *Network) startDNS(resolvConf string, upstreams []string) error {
 	if len(upstreams) == 0 {
 		// The proxy runs on the host, so a loopback stub resolver
 		// (systemd-resolved's 127.0.0.53) is as good as any.
@@ -298,7 +304,7 @@ func (nw *Network) startDNS(netns ns.NetNS, resolvConf string, upstreams []strin
 		Upstreams: upstreams,
 		NoForward: !nw.n.ForwardsDNS(),
 		Log:       nw.log,
-		Dial:      dialIn(netns),
+		Dial:      nw.dialIn,
 	}
 	nw.closers = append(nw.closers, nw.dns.CloseIdle)
 	type listen struct{ udp, tcp, addr, dev string }
