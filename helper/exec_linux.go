@@ -187,10 +187,13 @@ func Program(exe string) string {
 
 // handOverEnv is the helper's environment with EnvSpec set to spec, and
 // any EnvSpec it inherited removed: the first of two would win, and the
-// spec names the command run to relearn a MAC.
+// spec names the command run to relearn a MAC; and the relay's IdleEnv in
+// place of any GOMAXPROCS.
 func handOverEnv(spec string) []string {
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, relay.EnvSpec+"=") })
-	return append(env, relay.EnvSpec+"="+spec)
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, relay.EnvSpec+"=") || strings.HasPrefix(kv, "GOMAXPROCS=")
+	})
+	return append(env, relay.EnvSpec+"="+spec, relay.IdleEnv)
 }
 
 // trustedBeside checks that the helper may exec bin, a program of

@@ -126,18 +126,26 @@ func TestHelperExecsRelay(t *testing.T) {
 }
 
 // TestHandOverEnvOwnSpec: a relay spec in the helper's environment (sudo
-// may pass one through) never reaches vmnetctl-relay, only the helper's.
+// may pass one through) never reaches vmnetctl-relay, only the helper's;
+// nor does a GOMAXPROCS, in place of the relay's IdleEnv.
 func TestHandOverEnvOwnSpec(t *testing.T) {
 	t.Setenv(relay.EnvSpec, `{"relearn":["/bin/sh","-c","evil"]}`)
+	t.Setenv("GOMAXPROCS", "8")
 	env := helper.HandOverEnv(`{"tap":5}`)
-	var specs []string
+	var specs, procs []string
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, relay.EnvSpec+"="); ok {
 			specs = append(specs, v)
 		}
+		if strings.HasPrefix(kv, "GOMAXPROCS=") {
+			procs = append(procs, kv)
+		}
 	}
 	if !slices.Equal(specs, []string{`{"tap":5}`}) {
 		t.Errorf("specs handed over: %q, want only the helper's", specs)
+	}
+	if !slices.Equal(procs, []string{relay.IdleEnv}) {
+		t.Errorf("GOMAXPROCS handed over: %q, want only %q", procs, relay.IdleEnv)
 	}
 }
 

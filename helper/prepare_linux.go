@@ -183,7 +183,7 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Cmd = &exec.Cmd{Path: bin, Args: argv, ExtraFiles: extra, Env: []string{relay.EnvSpec + "=" + env}}
+	p.Cmd = &exec.Cmd{Path: bin, Args: argv, ExtraFiles: extra, Env: []string{relay.EnvSpec + "=" + env, relay.IdleEnv}}
 	if s.uid >= 0 || s.gid >= 0 {
 		// Dropped in the child before the exec: from the setuid on, the
 		// kernel keeps it undumpable (vmnetctl-relay is not readable by

@@ -3,11 +3,14 @@ package relay
 import (
 	"bytes"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
 // TestUnboundClientsLogLimited: a local process that floods a helper's
@@ -87,5 +90,75 @@ func TestUnboundClientsLogLimited(t *testing.T) {
 	log2.WarnLimited(lim, "main", "ignoring")
 	if lines := strings.Split(strings.TrimSpace(out2.String()), "\n"); len(lines) != 2 || !strings.Contains(lines[1], "(999 more like this") {
 		t.Errorf("log:\n%s", out2.String())
+	}
+}
+
+// TestServingProcsWhenVMComes: a relay started with IdleEnv (one P)
+// waits for its VM on that one, and has servingProcs once the VM came.
+func TestServingProcsWhenVMComes(t *testing.T) {
+	was := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(was)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "h.sock")
+	l, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	tap, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(tap[0])
+	defer unix.Close(tap[1])
+	unix.SetNonblock(tap[0], true)
+	if err := unix.SetsockoptTimeval(tap[1], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 10}); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(stop)
+	var out testutil.Buffer
+	log := &Logger{w: &out}
+	r := &relay{tap: tap[0], sock: l.fd, stop: stop, frame: 1514, host: &counters{}, vm: &counters{}, log: log}
+	r.stream.conn, r.stream.done = -1, -1
+	done := make(chan error, 1)
+	go func() { done <- forward(r, l, "tap0", nil, log) }()
+	defer func() {
+		signal(stop)
+		if err := <-done; err != nil {
+			t.Errorf("forward: %v", err)
+		}
+	}()
+	testutil.Eventually(t, 10*time.Second, func() bool { return strings.Contains(out.String(), "waiting for client") }, "the relay to wait for its VM")
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Errorf("waiting for its VM with %d Ps, want 1", n)
+	}
+	vm, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(vm)
+	if err := unix.Bind(vm, &unix.SockaddrUnix{Name: filepath.Join(dir, "vm.sock")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Sendto(vm, make([]byte, 64), 0, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2048)
+	for {
+		_, err := unix.Read(tap[1], buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("the VM's first frame on the TAP: %v", err)
+		}
+		break
+	}
+	if n := runtime.GOMAXPROCS(0); n != servingProcs {
+		t.Errorf("serving its VM with %d Ps, want %d", n, servingProcs)
 	}
 }

@@ -18,6 +18,12 @@ import (
 // EnvSpec is the variable that hands vmnetctl-relay its Spec, as JSON.
 const EnvSpec = helperproto.EnvRelaySpec
 
+// IdleEnv is in the environment vmnetctl-relay is started with: one P
+// (GOMAXPROCS) while it waits for its VM, which most of a fleet's relays
+// do for most of an `up`; Serve gives it more when the VM comes
+// (servingProcs).
+const IdleEnv = "GOMAXPROCS=1"
+
 // Binary is the small relay executable's name; it is installed next to
 // vmnetctl.
 const Binary = "vmnetctl-relay"

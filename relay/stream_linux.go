@@ -31,6 +31,7 @@ var errBadLength = errors.New("a frame length out of bounds")
 func serveStream(r *relay, lis *Listener, relearn func() error, log *Logger) error {
 	if lis == nil {
 		log.Infof("main", "forwarding started")
+		useServingProcs()
 		err := r.runStream(r.sock)
 		switch {
 		case errors.Is(err, errStopped):
@@ -54,6 +55,7 @@ func serveStream(r *relay, lis *Listener, relearn func() error, log *Logger) err
 		}
 		if served == 0 {
 			log.Infof("main", "forwarding started")
+			useServingProcs()
 		} else if relearn != nil {
 			// As followClient: the new VMM may pick a MAC of its own.
 			if err := relearn(); err != nil {
