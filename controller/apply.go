@@ -28,16 +28,29 @@ var errExiting = errors.New("the controller is exiting: no project was left")
 func (c *Controller) serveApply(w http.ResponseWriter, r *http.Request) {
 	var req ctlapi.ApplyRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCheckBody)).Decode(&req); err != nil {
-		http.Error(w, "apply: "+err.Error(), http.StatusBadRequest)
+		code := http.StatusBadRequest
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			code = http.StatusRequestEntityTooLarge // (`up` checks such a project itself)
+		}
+		http.Error(w, "apply: "+err.Error(), code)
 		return
 	}
 	if req.Project.Name != r.PathValue("name") {
 		http.Error(w, fmt.Sprintf("apply: the project is named %q, the path %q", req.Project.Name, r.PathValue("name")), http.StatusBadRequest)
 		return
 	}
-	// Projects the controller keeps for itself (a process's, a
-	// network's) are not the API's to write.
-	if req.Project.Holder != nil || req.Project.External || len(req.Project.Networks) > 0 || len(req.Project.OnDemand) > 0 {
+	if err := statedir.CheckProjectName(req.Project.Name); err != nil {
+		http.Error(w, "apply: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	// What `up` records: VM files, whole. Projects the controller keeps
+	// for itself (a process's, a network's, a `run`'s) are not the API's
+	// to write.
+	switch p := &req.Project; {
+	case len(p.Files) == 0:
+		http.Error(w, "apply: no VM file in the project", http.StatusBadRequest)
+		return
+	case p.Holder != nil || p.External || len(p.Networks) > 0 || len(p.OnDemand) > 0 || len(p.OnlyVMs) > 0:
 		http.Error(w, "apply: only a project of VM files is applied here", http.StatusBadRequest)
 		return
 	}
@@ -64,10 +77,6 @@ func (c *Controller) serveApply(w http.ResponseWriter, r *http.Request) {
 	same, err := c.sd.Project(req.Project.Name)
 	if err != nil {
 		http.Error(w, "apply: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	if same != nil && (same.Holder != nil || same.External || len(same.Networks) > 0) {
-		refuse(fmt.Sprintf("project %q is vmnetctl's own (a network's, or a process's): name this one otherwise with -p NAME", same.Name))
 		return
 	}
 	if err := statedir.NameTaken(&req.Project, same, req.NameGiven); err != nil {
@@ -120,6 +129,10 @@ func (c *Controller) checkOnHost(p *statedir.Project, snap statedir.NetworksSnap
 // helpers stopped. Removing what is not there is fine.
 func (c *Controller) serveRemove(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	if err := statedir.CheckProjectName(name); err != nil {
+		http.Error(w, "remove: "+err.Error(), http.StatusBadRequest)
+		return
+	}
 	done, err := c.changeProjects(r.Context())
 	if err != nil {
 		httpErrorOf(w, "remove", err)
@@ -153,8 +166,10 @@ func (c *Controller) converge(ctx context.Context, project string) ctlapi.Reconc
 
 // changeProjects lets one request at a time change the projects, under
 // the state dir's ops lock (which `up`, `down` and `run` take), and keeps
-// an exiting controller from taking a change: the loop does not exit
-// while one is under way (exitIfIdle). Call done when the change's pass
+// an exiting controller from taking a change: a change counts (the loop
+// does not exit while one is under way: exitIfIdle) only once it holds
+// the lock, so that one waiting for a `down` that waits for the
+// controller to exit does not keep it. Call done when the change's pass
 // has answered.
 func (c *Controller) changeProjects(ctx context.Context) (done func(), err error) {
 	select {
@@ -162,15 +177,20 @@ func (c *Controller) changeProjects(ctx context.Context) (done func(), err error
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	l, err := c.lockOps(ctx)
+	if err != nil {
+		<-c.changing
+		return nil, err
+	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.exiting {
-		c.mu.Unlock()
+		l.Unlock()
 		<-c.changing
 		return nil, errExiting
 	}
 	c.changes++
-	c.mu.Unlock()
-	release := func() {
+	return func() {
 		c.mu.Lock()
 		c.changes--
 		if c.changes == 0 && c.idleDeferred {
@@ -180,34 +200,32 @@ func (c *Controller) changeProjects(ctx context.Context) (done func(), err error
 			c.kick()
 		}
 		c.mu.Unlock()
+		l.Unlock()
 		<-c.changing
+	}, nil
+}
+
+// lockOps takes the state dir's ops lock, or gives up when ctx ends. Its
+// flock(2) cannot be interrupted: one goroutine waits for it, and lets it
+// go if the client left meanwhile.
+func (c *Controller) lockOps(ctx context.Context) (*statedir.Lock, error) {
+	type locked struct {
+		l   *statedir.Lock
+		err error
 	}
-	// The lock's flock(2) cannot be interrupted: one goroutine waits for
-	// it, and lets it go if the client left meanwhile.
-	got := make(chan *statedir.Lock, 1)
-	failed := make(chan error, 1)
+	got := make(chan locked, 1)
 	go func() {
 		l, err := c.sd.LockOps()
-		if err != nil {
-			failed <- err
-			return
-		}
-		got <- l
+		got <- locked{l, err}
 	}()
 	select {
-	case l := <-got:
-		return func() { l.Unlock(); release() }, nil
-	case err := <-failed:
-		release()
-		return nil, err
+	case r := <-got:
+		return r.l, r.err
 	case <-ctx.Done():
 		go func() {
-			select {
-			case l := <-got:
-				l.Unlock()
-			case <-failed:
+			if r := <-got; r.l != nil {
+				r.l.Unlock()
 			}
-			release()
 		}()
 		return nil, ctx.Err()
 	}

@@ -243,20 +243,18 @@ func waitStarting(ctx context.Context, ours func() *helperexec.StallWatch, cond 
 }
 
 // ApplyProject asks the controller to check, record and converge a
-// project (PUT /v1/projects/NAME). An error wrapping errNotApplied when
-// the controller did not take it (none answers, one that predates the
-// API, one that is exiting, a networks.yaml not of record, a request
-// too large): nothing was recorded by it, and the caller does it the
-// slow way. Once the request went out the answer is awaited as long as
-// the pass takes.
+// project (PUT /v1/projects/NAME), and waits for its answer as long as
+// the pass takes. An error wrapping errNotApplied when the controller
+// did not take it and did nothing (notTaken): the caller then does it the
+// slow way; any other error is the command's.
 func (cl *Client) ApplyProject(ctx context.Context, req *ctlapi.ApplyRequest) (*ctlapi.ApplyResponse, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
 	resp := &ctlapi.ApplyResponse{}
-	if _, err := cl.call(ctx, http.MethodPut, ctlapi.ProjectsPath+url.PathEscape(req.Project.Name), body, resp); err != nil {
-		return nil, fmt.Errorf("%w: %v", errNotApplied, err)
+	if status, err := cl.call(ctx, http.MethodPut, ctlapi.ProjectsPath+url.PathEscape(req.Project.Name), body, resp); err != nil {
+		return nil, notTaken(ctx, status, err)
 	}
 	return resp, nil
 }
@@ -265,8 +263,8 @@ func (cl *Client) ApplyProject(ctx context.Context, req *ctlapi.ApplyRequest) (*
 // helpers (DELETE /v1/projects/NAME); errors as ApplyProject's.
 func (cl *Client) RemoveProject(ctx context.Context, name string) (*ctlapi.ReconcileResponse, error) {
 	resp := &ctlapi.ReconcileResponse{}
-	if _, err := cl.call(ctx, http.MethodDelete, ctlapi.ProjectsPath+url.PathEscape(name), nil, resp); err != nil {
-		return nil, fmt.Errorf("%w: %v", errNotApplied, err)
+	if status, err := cl.call(ctx, http.MethodDelete, ctlapi.ProjectsPath+url.PathEscape(name), nil, resp); err != nil {
+		return nil, notTaken(ctx, status, err)
 	}
 	return resp, nil
 }
@@ -274,3 +272,27 @@ func (cl *Client) RemoveProject(ctx context.Context, name string) (*ctlapi.Recon
 // errNotApplied: the controller did not take a change of the projects'
 // API; the command makes it itself.
 var errNotApplied = errors.New("not applied by the controller")
+
+// notTaken is err wrapping errNotApplied when a change of the projects'
+// API left nothing done by the controller: none answered on the socket
+// (the dial failed), or it answered that it does not take the change (an
+// older controller: 404 or 405; not the networks.yaml of record: 409;
+// too large: 413; exiting: 503). Otherwise (the client gave up, the
+// connection broke once the request went, a refusal of the request
+// itself) it is err: the controller may have recorded the change, and
+// the command says what happened rather than make it again.
+func notTaken(ctx context.Context, status int, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	switch status {
+	case 0:
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return fmt.Errorf("%w: %v", errNotApplied, err)
+		}
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable:
+		return fmt.Errorf("%w: %v", errNotApplied, err)
+	}
+	return err
+}

@@ -170,6 +170,9 @@ func (d Dir) DeleteProjectHeldBy(name string, holder procid.Identity) (bool, err
 
 // DeleteProject removes a project; removing one that does not exist is fine.
 func (d Dir) DeleteProject(name string) (existed bool, err error) {
+	if err := CheckProjectName(name); err != nil {
+		return false, err // (a name of "../x" is a file elsewhere)
+	}
 	err = os.Remove(d.file(projectFile(name)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -384,6 +387,14 @@ func (d Dir) jsonNames(dir string) ([]string, error) {
 	return names, nil
 }
 
+// CheckProjectName says why name cannot name a project (nil if it can).
+func CheckProjectName(name string) error {
+	if msg := checkProjectName(name); msg != "" {
+		return errors.New(msg)
+	}
+	return nil
+}
+
 // checkProjectName returns why name cannot name a project, or "".
 func checkProjectName(name string) string {
 	// Valid UTF-8 without control characters too: the name is a metric
@@ -420,11 +431,17 @@ func (d Dir) CheckSocketPaths(files []*api.VMFile) error {
 	return errs.Err()
 }
 
-// NameTaken refuses project p, whose name came from its first file's (no
-// -p: nameGiven false), when the project of that name, q (nil if none),
-// holds another file of the same name, elsewhere: recording p would
-// replace that project, its VMs taken down, without a word.
+// NameTaken refuses to record project p (of VM files, as `up` records
+// one) in place of the project of its name, q (nil if none): when q is
+// one vmnetctl keeps for itself (a network's, a `vmnetctl run`'s, a
+// process's), or when p's name came from its first file's (no -p:
+// nameGiven false) and q holds another file of the same name, elsewhere.
+// Either way recording p would replace q, its VMs or networks taken
+// down, without a word.
 func NameTaken(p, q *Project, nameGiven bool) error {
+	if q != nil && (q.Holder != nil || q.External || len(q.Networks) > 0) {
+		return fmt.Errorf("project %q is vmnetctl's own (it keeps a network up, or a `vmnetctl run` or another process holds it): give this one another name with -p NAME", q.Name)
+	}
 	if nameGiven || len(p.Files) == 0 || p.Files[0].Abs == "" {
 		return nil
 	}

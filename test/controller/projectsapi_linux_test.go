@@ -20,10 +20,13 @@ import (
 // as a program that runs a fleet uses it, against a real controller: a
 // project applied in one request runs when the answer comes (its helper
 // up, its socket there) and again changes nothing; one that collides with
-// another project's VM, or names another networks.yaml, is refused with
-// nothing recorded; eight applied at once all come up; a removed one's
-// helper is gone, and removing it again is fine; and a controller started
-// by `up` exits once the API removed the last project.
+// another project's VM, names another networks.yaml, or would replace
+// vmnetctl's own project or another file's is refused with nothing
+// recorded, and a name that is no project's (a path elsewhere) is a bad
+// request; eight applied at once
+// all come up; a removed one's helper is gone, and removing it again is
+// fine; and a controller started by `up` exits once the API removed the
+// last project.
 func TestProjectsAPI(t *testing.T) {
 	h := newHost(t)
 	first := h.WriteFile("first.yaml", "vms:\n  anchor:\n    networks: [{vmnet: shared}]\n")
@@ -88,6 +91,39 @@ func TestProjectsAPI(t *testing.T) {
 	other.Networks.Data = append([]byte("# another\n"), other.Networks.Data...)
 	if resp, err := cl.ApplyProject(ctx, other); err == nil || !strings.Contains(err.Error(), "409") {
 		t.Errorf("another networks.yaml: %+v, %v; want 409 Conflict", resp, err)
+	}
+	// vmnetctl's own project (a network kept up), a name that came from
+	// another file's, a socket path too long to bind: refused, nothing
+	// recorded. A name that is no project's: refused as a bad request,
+	// never a path elsewhere.
+	h.MustVmnetctl("network", "create", "isolated")
+	own := request("network.isolated", vm("own"))
+	taken := request("first", vm("other"))
+	taken.NameGiven = false
+	taken.Project.Files[0].Abs = h.WriteFile("elsewhere/first.yaml", vm("other"))
+	for _, tc := range []struct {
+		req  *ctlapi.ApplyRequest
+		want string
+	}{
+		{own, "vmnetctl's own"},
+		{taken, "-p NAME"},
+	} {
+		resp := apply(tc.req)
+		if resp.Recorded || !strings.Contains(resp.Refused+fmt.Sprint(resp.Resolve), tc.want) {
+			t.Errorf("%s: %+v, want it refused with %q", tc.req.Project.Name, resp, tc.want)
+		}
+	}
+	if p, err := sd.Project("network.isolated"); err != nil || p == nil || len(p.Files) > 0 {
+		t.Errorf("the network's own project after a refused apply: %+v, %v", p, err)
+	}
+	if p, err := sd.Project("first"); err != nil || p == nil || p.Files[0].Abs != first {
+		t.Errorf("project first after an apply named after another file: %+v, %v", p, err)
+	}
+	if _, err := cl.ApplyProject(ctx, request("a/b", vm("slash"))); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Errorf("apply of project \"a/b\": %v, want 400", err)
+	}
+	if _, err := cl.RemoveProject(ctx, "../../controller"); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Errorf("remove of project \"../../controller\": %v, want 400", err)
 	}
 	for _, name := range []string{"api2", "api3"} {
 		if p, err := sd.Project(name); p != nil || err != nil {
