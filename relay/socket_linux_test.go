@@ -18,18 +18,8 @@ import (
 // per datagram; the client that then binds its socket is served. The line
 // written after the period counts those left out.
 func TestUnboundClientsLogLimited(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "h.sock")
-	l, err := Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(stop)
+	l, dir, stop := listenForTest(t)
+	path := l.path
 	var out bytes.Buffer
 	log := &Logger{w: &out}
 	type accepted struct {
@@ -53,18 +43,8 @@ func TestUnboundClientsLogLimited(t *testing.T) {
 			t.Fatalf("sending from an unbound socket: %v", err)
 		}
 	}
-	vm, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(vm)
 	vmPath := filepath.Join(dir, "vm.sock")
-	if err := unix.Bind(vm, &unix.SockaddrUnix{Name: vmPath}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Sendto(vm, make([]byte, 64), 0, &unix.SockaddrUnix{Name: path}); err != nil {
-		t.Fatal(err)
-	}
+	sendFromVM(t, vmPath, path)
 	select {
 	case a := <-done:
 		if a.err != nil || a.client != vmPath {
@@ -98,13 +78,7 @@ func TestUnboundClientsLogLimited(t *testing.T) {
 func TestServingProcsWhenVMComes(t *testing.T) {
 	was := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(was)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "h.sock")
-	l, err := Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, dir, stop := listenForTest(t)
 	tap, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -115,11 +89,6 @@ func TestServingProcsWhenVMComes(t *testing.T) {
 	if err := unix.SetsockoptTimeval(tap[1], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 10}); err != nil {
 		t.Fatal(err)
 	}
-	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(stop)
 	var out testutil.Buffer
 	log := &Logger{w: &out}
 	r := &relay{tap: tap[0], sock: l.fd, stop: stop, frame: 1514, host: &counters{}, vm: &counters{}, log: log}
@@ -136,17 +105,7 @@ func TestServingProcsWhenVMComes(t *testing.T) {
 	if n := runtime.GOMAXPROCS(0); n != 1 {
 		t.Errorf("waiting for its VM with %d Ps, want 1", n)
 	}
-	vm, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(vm)
-	if err := unix.Bind(vm, &unix.SockaddrUnix{Name: filepath.Join(dir, "vm.sock")}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Sendto(vm, make([]byte, 64), 0, &unix.SockaddrUnix{Name: path}); err != nil {
-		t.Fatal(err)
-	}
+	sendFromVM(t, filepath.Join(dir, "vm.sock"), l.path)
 	buf := make([]byte, 2048)
 	for {
 		_, err := unix.Read(tap[1], buf)
@@ -160,5 +119,40 @@ func TestServingProcsWhenVMComes(t *testing.T) {
 	}
 	if n := runtime.GOMAXPROCS(0); n != servingProcs {
 		t.Errorf("serving its VM with %d Ps, want %d", n, servingProcs)
+	}
+}
+
+// listenForTest is a helper's --socket listener in a folder of the
+// test's (dir), and the eventfd that stops what serves it.
+func listenForTest(t *testing.T) (l *Listener, dir string, stop int) {
+	t.Helper()
+	dir = t.TempDir()
+	l, err := Listen(filepath.Join(dir, "h.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if stop, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(stop) })
+	return l, dir, stop
+}
+
+// sendFromVM sends a 64-byte frame to the helper's socket at to from a
+// VM's socket bound at from, as a VMM's is; the socket stays open for the
+// test.
+func sendFromVM(t *testing.T, from, to string) {
+	t.Helper()
+	vm, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(vm) })
+	if err := unix.Bind(vm, &unix.SockaddrUnix{Name: from}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Sendto(vm, make([]byte, 64), 0, &unix.SockaddrUnix{Name: to}); err != nil {
+		t.Fatal(err)
 	}
 }
