@@ -244,9 +244,8 @@ func waitStarting(ctx context.Context, ours func() *helperexec.StallWatch, cond 
 
 // ApplyProject asks the controller to check, record and converge a
 // project (PUT /v1/projects/NAME), and waits for its answer as long as
-// the pass takes. An error wrapping errNotApplied when the controller
-// did not take it and did nothing (notTaken): the caller then does it the
-// slow way; any other error is the command's.
+// the pass takes. An error wrapping errNotApplied when the caller may
+// make the change itself (notTaken); any other error is the command's.
 func (cl *Client) ApplyProject(ctx context.Context, req *ctlapi.ApplyRequest) (*ctlapi.ApplyResponse, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -273,25 +272,21 @@ func (cl *Client) RemoveProject(ctx context.Context, name string) (*ctlapi.Recon
 // API; the command makes it itself.
 var errNotApplied = errors.New("not applied by the controller")
 
-// notTaken is err wrapping errNotApplied when a change of the projects'
-// API left nothing done by the controller: none answered on the socket
-// (the dial failed), or it answered that it does not take the change (an
-// older controller: 404 or 405; not the networks.yaml of record: 409;
-// too large: 413; exiting: 503). Otherwise (the client gave up, the
-// connection broke once the request went, a refusal of the request
-// itself) it is err: the controller may have recorded the change, and
-// the command says what happened rather than make it again.
+// notTaken is err wrapping errNotApplied when the command may make a
+// change of the projects' API itself: the controller refused it as a
+// whole, having done nothing (an older controller: 404 or 405; not the
+// networks.yaml of record: 409; too large: 413; exiting: 503), or no
+// answer came (none listens; or a controller that was killed, whose
+// socket took the connection as it died: "connection reset"). A change
+// the controller had recorded before it died is recorded again, the
+// same, and converged by the controller the command starts. Otherwise
+// (the command gave up, a refusal of the request itself) it is err.
 func notTaken(ctx context.Context, status int, err error) error {
 	if ctx.Err() != nil {
 		return err
 	}
 	switch status {
-	case 0:
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return fmt.Errorf("%w: %v", errNotApplied, err)
-		}
-	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable:
+	case 0, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable:
 		return fmt.Errorf("%w: %v", errNotApplied, err)
 	}
 	return err

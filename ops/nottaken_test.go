@@ -15,10 +15,10 @@ import (
 )
 
 // TestNotTaken: `up` and `down` do a change of the projects' API
-// themselves only when the controller did nothing with it (no controller
-// on the socket, an older one, one that refuses it as a whole), never
-// when it may have recorded it (the command gave up waiting, the
-// controller failed in its midst).
+// themselves when the controller did nothing with it (no controller on
+// the socket, an older one, one that refuses it as a whole) or no answer
+// came (a controller killed as it took the connection), never when the
+// controller refused the request itself or the command gave up waiting.
 func TestNotTaken(t *testing.T) {
 	sd := statedir.Dir{Path: filepath.Join(t.TempDir(), "state")}
 	if err := sd.Init(); err != nil {
@@ -58,8 +58,21 @@ func TestNotTaken(t *testing.T) {
 			}
 		}
 	}
-	// The command gave up waiting: the controller may have recorded it.
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	// A controller that dies with the connection: no answer.
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	srv.Listener = listenUnix(t, sd.APISocket())
+	srv.Start()
+	if _, err := NewClient(sd).ApplyProject(context.Background(), req); !errors.Is(err, errNotApplied) {
+		t.Errorf("a controller gone without an answer: %v, want errNotApplied", err)
+	}
+	srv.Close()
+	// The command gave up waiting: its own error.
+	srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 	srv.Listener = listenUnix(t, sd.APISocket())
 	srv.Start()
 	defer srv.Close()
