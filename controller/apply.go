@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,7 +69,7 @@ func (c *Controller) serveApply(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "apply: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	if rec == nil || rec.Source != req.Networks.Source || !bytes.Equal(rec.Data, req.Networks.Data) {
+	if !rec.Same(req.Networks) {
 		http.Error(w, "apply: not the networks.yaml of record: `vmnetctl up` changes networks", http.StatusConflict)
 		return
 	}
@@ -88,12 +87,12 @@ func (c *Controller) serveApply(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "apply: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	resp.CheckResponse = *check
+	resp.CheckResponse = check.CheckResponse
 	if append(check.Others, check.Resolve...).HasErrors() {
 		writeJSON(w, resp)
 		return
 	}
-	if err := c.checkOnHost(&req.Project, req.Networks); err != nil {
+	if err := c.checkOnHost(check); err != nil {
 		refuse(err.Error())
 		return
 	}
@@ -106,23 +105,15 @@ func (c *Controller) serveApply(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, resp)
 }
 
-// checkOnHost refuses, as `up` does, what the host would not allow the
-// project: a helper's socket path too long to bind, a port forward whose
-// host port a program of the host listens on (spec.CheckForwardPorts).
-func (c *Controller) checkOnHost(p *statedir.Project, snap statedir.NetworksSnapshot) error {
-	nets, err := snap.Load()
-	if err != nil {
+// checkOnHost refuses, as `up` does, what the host would not allow a
+// project that checked clean: a helper's socket path too long to bind, a
+// port forward whose host port a program of the host listens on
+// (spec.CheckForwardPorts).
+func (c *Controller) checkOnHost(check *projectCheck) error {
+	if err := c.sd.CheckSocketPaths(check.parsed.Files); err != nil {
 		return err
 	}
-	pp, _ := spec.ParseProject(p)
-	if err := c.sd.CheckSocketPaths(pp.Files); err != nil {
-		return err
-	}
-	d, diags := spec.Resolve(nets, []spec.ParsedProject{pp}, nil)
-	if err := diags.Err(); err != nil {
-		return err
-	}
-	return spec.CheckForwardPorts(d, p.Name)
+	return spec.CheckForwardPorts(check.desired, check.parsed.Name)
 }
 
 // serveRemove is DELETE /v1/projects/{name}: the project removed, its

@@ -29,17 +29,26 @@ func (c *Controller) serveCheck(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "check: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp, err := c.checkProject(&req.Project)
+	check, err := c.checkProject(&req.Project)
 	if err != nil {
 		http.Error(w, "check: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	writeJSON(w, resp)
+	writeJSON(w, check.CheckResponse)
+}
+
+// projectCheck is what checkProject found: its verdict, and the project
+// as parsed and resolved with the others (the desired state nil when it
+// did not resolve), for what is checked after it.
+type projectCheck struct {
+	ctlapi.CheckResponse
+	parsed  spec.ParsedProject
+	desired *spec.Desired
 }
 
 // checkProject resolves p with the state dir's other projects, as
 // recorded, against the networks of record (daemon side).
-func (c *Controller) checkProject(p *statedir.Project) (*ctlapi.CheckResponse, error) {
+func (c *Controller) checkProject(p *statedir.Project) (*projectCheck, error) {
 	projects, err := c.projects.Projects(c.sd)
 	if err != nil {
 		return nil, err
@@ -67,6 +76,6 @@ func (c *Controller) checkProject(p *statedir.Project) (*ctlapi.CheckResponse, e
 	// Its own warnings `up` has reported; an error here that `up` did not
 	// find (the files read otherwise here) is the controller's to say.
 	pp, pdiags := spec.ParseProject(p)
-	_, rdiags := spec.Resolve(nets, append([]spec.ParsedProject{pp}, parsed...), nil)
-	return &ctlapi.CheckResponse{Resolve: append(pdiags.Errors(), rdiags...), Others: odiags}, nil
+	d, rdiags := spec.Resolve(nets, append([]spec.ParsedProject{pp}, parsed...), nil)
+	return &projectCheck{CheckResponse: ctlapi.CheckResponse{Resolve: append(pdiags.Errors(), rdiags...), Others: odiags}, parsed: pp, desired: d}, nil
 }

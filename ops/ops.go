@@ -1,7 +1,6 @@
 package ops
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -90,7 +89,7 @@ func (in *Input) useNetworksOfRecord(env Env) error {
 	if err != nil || snap == nil {
 		return err
 	}
-	if snap.Source != in.Networks.Source || !bytes.Equal(snap.Data, in.Networks.Data) {
+	if !snap.Same(in.Networks) {
 		if env.Stderr != nil {
 			fmt.Fprintf(env.Stderr, "using the networks of record (%s, from the last up that named one); name another with --networks\n", snap.Source)
 		}
@@ -356,7 +355,7 @@ func checkOthersNetworks(sd statedir.Dir, desired *spec.Desired, project string)
 // attachment that runs (runtime.json and the plan grow with the fleet).
 func networksChanged(sd statedir.Dir, snap statedir.NetworksSnapshot) bool {
 	rec, err := sd.Networks()
-	return err != nil || rec == nil || rec.Source != snap.Source || !bytes.Equal(rec.Data, snap.Data)
+	return err != nil || !rec.Same(snap)
 }
 
 // othersNetworks says, one sentence each, which networks that other
@@ -528,7 +527,7 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 		fmt.Fprintln(env.Stdout, "Nothing to do: no state in", sd.Path)
 		return nil
 	}
-	if done, err := removeByController(ctx, env, names); done || !errors.Is(err, errNotApplied) {
+	if err := removeByController(ctx, env, names); !errors.Is(err, errNotApplied) {
 		return err
 	}
 	lock, err := sd.LockOps()
@@ -607,25 +606,25 @@ func Remove(ctx context.Context, env Env, o RemoveOptions) error {
 // /v1/projects/NAME) for one project of several recorded (a VM of a
 // fleet): the controller removes it under the ops lock and answers once
 // its helpers are gone. Otherwise (the last project: the state dir is
-// cleaned after, or no controller takes it) an error wrapping
+// cleaned after; or no controller takes it) an error wrapping
 // errNotApplied, and Remove does it itself.
-func removeByController(ctx context.Context, env Env, names []string) (done bool, err error) {
+func removeByController(ctx context.Context, env Env, names []string) error {
 	if len(names) != 1 {
-		return false, errNotApplied
+		return errNotApplied
 	}
 	left, err := env.StateDir.ProjectNames()
 	if err != nil || len(left) < 2 || !slices.Contains(left, names[0]) {
-		return false, errNotApplied
+		return errNotApplied
 	}
 	resp, err := NewClient(env.StateDir).RemoveProject(ctx, names[0])
 	if err != nil {
-		return false, err
+		return err
 	}
 	fmt.Fprintf(env.Stdout, "Removing project %s.\n", names[0])
 	if resp.Error != "" {
 		fmt.Fprintln(env.Stderr, "warning:", resp.Error)
 	}
-	return true, nil
+	return nil
 }
 
 // stopStrays stops the helpers of the state dir that still run once no

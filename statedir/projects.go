@@ -76,6 +76,12 @@ type NetworksSnapshot struct {
 	Abs string `json:"abs,omitempty"`
 }
 
+// Same reports whether n (nil for none) is the networks.yaml o: the same
+// source and text (where it was read from aside).
+func (n *NetworksSnapshot) Same(o NetworksSnapshot) bool {
+	return n != nil && n.Source == o.Source && bytes.Equal(n.Data, o.Data)
+}
+
 // Load parses the snapshot.
 func (n *NetworksSnapshot) Load() (*api.Networks, error) {
 	nets, diags := api.LoadNetworks(n.Source, n.Data)
@@ -84,7 +90,7 @@ func (n *NetworksSnapshot) Load() (*api.Networks, error) {
 
 // SaveNetworks records the networks.yaml that `up` used.
 func (d Dir) SaveNetworks(snap NetworksSnapshot) error {
-	if rec, err := d.Networks(); err == nil && rec != nil && rec.Source == snap.Source && rec.Abs == snap.Abs && bytes.Equal(rec.Data, snap.Data) {
+	if rec, err := d.Networks(); err == nil && rec.Same(snap) && rec.Abs == snap.Abs {
 		// The networks of record: an `up` of one VM more writes (and
 		// syncs) nothing here.
 		return d.EnsureNetworksYAML(&snap)
