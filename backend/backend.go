@@ -242,9 +242,9 @@ type Network interface {
 	// network's, following their addresses as they change.
 	SetVMEgress(ctx context.Context, ps []VMEgress) error
 	Leases() []Lease
-	// Stats are the network's services' counters; with ports (VM port
-	// names) not nil, what is per port is of those ports only.
-	Stats(ports []string) ServiceStats
+	// Stats are the network's services' counters, and what q asks of its
+	// ports.
+	Stats(q StatsQuery) ServiceStats
 	// Health is nil while the network's services (DHCP, DNS) run, else
 	// why one stopped.
 	Health() error
@@ -259,6 +259,7 @@ type Lease = leases.Lease
 // below both backend and netplane), under backend's names.
 type (
 	ServiceStats   = nettypes.ServiceStats
+	StatsQuery     = nettypes.StatsQuery
 	TunnelStats    = nettypes.TunnelStats
 	WireGuardPeer  = nettypes.WireGuardPeer
 	Forward        = nettypes.Forward

@@ -424,7 +424,7 @@ func (c *Controller) collectNetwork(s *scrape, n *api.Network, d *spec.Desired) 
 	if nw == nil {
 		return backend.ServiceStats{}
 	}
-	st := nw.Stats(nil)
+	st := nw.Stats(backend.StatsQuery{})
 	if n.DHCP {
 		s.emit(famLeases, float64(len(nw.Leases())), n.ID)
 		s.emit(famPool, float64(metrics.PoolSize(n.DHCPStart, n.DHCPEnd)), n.ID)

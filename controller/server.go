@@ -236,7 +236,7 @@ func (c *Controller) dropBurst(network, port string) func() string {
 		}
 		first := at.IsZero()
 		at = time.Now()
-		d := nw.Stats([]string{port}).GuardDrops[port]
+		d := nw.Stats(backend.StatsQuery{Ports: []string{port}}).GuardDrops[port]
 		defer func() { last = d }()
 		if !first && d >= last+flightDropBurst {
 			return fmt.Sprintf("the guard dropped %d of the VM's frames within a second", d-last)

@@ -132,7 +132,7 @@ func (c *Controller) networkStatusLocked(n *api.Network, d *spec.Desired, ports 
 		if ports != nil {
 			only = append([]string{}, ports[n.ID]...) // not nil: none
 		}
-		st := nw.Stats(only)
+		st := nw.Stats(backend.StatsQuery{Ports: only, MACs: true})
 		f.guards[n.ID], f.portMACs[n.ID] = st.GuardDrops, st.PortMACs
 		ns.EgressDenied, ns.NeighLimited, ns.Tunnel = st.EgressDenied, st.NeighLimited, st.Tunnel
 		for mac, v := range st.EgressDeniedByMAC {

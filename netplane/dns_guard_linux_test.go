@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/dnsproxy"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -64,7 +65,7 @@ func TestDNSOnlyFromBridge(t *testing.T) {
 	if err := lan.Ping(gw, 1); err != nil {
 		t.Fatalf("the LAN neighbour cannot ping the gateway %s (so no answer would prove nothing): %v", gw, err)
 	}
-	before := nw.Stats(nil).DNS.Queries
+	before := nw.Stats(nettypes.StatsQuery{}).DNS.Queries
 	for _, p := range probes {
 		for _, proto := range []string{"udp", "tcp"} {
 			if resp, err := query(lan, gw, p.name, dns.TypeA, proto); err == nil {
@@ -72,7 +73,7 @@ func TestDNSOnlyFromBridge(t *testing.T) {
 			}
 		}
 	}
-	if after := nw.Stats(nil).DNS.Queries; after != before {
+	if after := nw.Stats(nettypes.StatsQuery{}).DNS.Queries; after != before {
 		t.Errorf("the proxy saw %d queries from outside the bridge", after-before)
 	}
 }
@@ -120,7 +121,7 @@ func TestDNSHostOnly(t *testing.T) {
 					t.Errorf("example.test over %s with dnsForward: %v, want 192.0.2.7", proto, resp)
 				}
 			}
-			s := nw.Stats(nil).DNS
+			s := nw.Stats(nettypes.StatsQuery{}).DNS
 			if tc.forward == nil && (s.Refused < 2 || s.Forwarded != 0) {
 				t.Errorf("DNS stats %+v, want 2 refused and nothing forwarded", s)
 			}
@@ -250,7 +251,7 @@ func TestDNSFloodBounded(t *testing.T) {
 		// The kernel drops some of the flood itself when the socket's
 		// buffer is full; of what the proxy read, all but the queries in
 		// flight (the upstream answers none within the test) are dropped.
-		if s := nw.Stats(nil).DNS; s.Queries < queries/10 || s.Dropped == 0 || s.Queries-s.Dropped > dnsproxy.MaxInFlight {
+		if s := nw.Stats(nettypes.StatsQuery{}).DNS; s.Queries < queries/10 || s.Dropped == 0 || s.Queries-s.Dropped > dnsproxy.MaxInFlight {
 			return fmt.Errorf("DNS stats %+v, want all but %d of the queries read dropped", s, dnsproxy.MaxInFlight)
 		}
 		return nil
@@ -275,7 +276,7 @@ func TestDNSFloodBounded(t *testing.T) {
 		}
 		return nil
 	}, "the goroutines and fds of the flood end")
-	t.Logf("flood of %d: goroutines %d → peak %d, fds %d → peak %d; %+v", queries, g0, maxG, fd0, maxFD, nw.Stats(nil).DNS)
+	t.Logf("flood of %d: goroutines %d → peak %d, fds %d → peak %d; %+v", queries, g0, maxG, fd0, maxFD, nw.Stats(nettypes.StatsQuery{}).DNS)
 
 	t.Run("TCP queries", func(t *testing.T) {
 		// One connection answers dnsproxy.MaxTCPQueries queries (names of the
@@ -301,7 +302,7 @@ func TestDNSFloodBounded(t *testing.T) {
 		}
 	})
 	t.Run("TCP", func(t *testing.T) {
-		dropped := nw.Stats(nil).DNS.Dropped
+		dropped := nw.Stats(nettypes.StatsQuery{}).DNS.Dropped
 		const conns = dnsproxy.MaxTCPConns + 8
 		var held []net.Conn
 		t.Cleanup(func() {
@@ -320,7 +321,7 @@ func TestDNSFloodBounded(t *testing.T) {
 			return nil
 		})
 		testutil.Eventually(t, 5*time.Second, func() error {
-			if got := nw.Stats(nil).DNS.Dropped - dropped; got < conns-dnsproxy.MaxTCPConns {
+			if got := nw.Stats(nettypes.StatsQuery{}).DNS.Dropped - dropped; got < conns-dnsproxy.MaxTCPConns {
 				return fmt.Errorf("%d connections dropped, want %d", got, conns-dnsproxy.MaxTCPConns)
 			}
 			return nil

@@ -76,7 +76,9 @@ func inOwnSysfs(t *testing.T, host *testutil.NS, f func() error) error {
 // file are those the kernel dumps port by port (hostnet.FDBOf), for a bridge of
 // more than 256 ports (port numbers past 8 bits); the ports' own entries
 // are left out. Where sysfs shows another namespace it refuses, and
-// portMACs reads port by port.
+// portMACs reads port by port. portMACs of more ports than it reads one
+// by one (a project's status) gives those ports' entries alone, both
+// ways.
 func TestBridgeFDB(t *testing.T) {
 	needRoot(t)
 	host := testutil.NewNS(t, "fdb")
@@ -110,7 +112,22 @@ func TestBridgeFDB(t *testing.T) {
 			t.Errorf("%s: %v, want %v", how, got, want)
 		}
 	}
-	var bySysfs, byPort map[string][]string
+	// f0 and f259 of many asked (f1 not), past bulkPorts.
+	asked := []string{"f0", "f259", "no-such-port"}
+	for i := range bulkPorts {
+		asked = append(asked, fmt.Sprintf("f%d", 100+i))
+	}
+	wantAsked := map[string][]string{"f0": want["f0"], "f259": want["f259"]}
+	checkAsked := func(got map[string][]string, how string) {
+		t.Helper()
+		for port := range got {
+			slices.Sort(got[port])
+		}
+		if fmt.Sprint(got) != fmt.Sprint(wantAsked) {
+			t.Errorf("%s: %v, want %v", how, got, wantAsked)
+		}
+	}
+	var bySysfs, byPort, askedBySysfs map[string][]string
 	err := inOwnSysfs(t, host, func() error {
 		br, err := netlink.LinkByName("br-fdb")
 		if err != nil {
@@ -147,6 +164,7 @@ func TestBridgeFDB(t *testing.T) {
 			}
 		}
 		byPort = portMACs("br-fdb", nil)
+		askedBySysfs = portMACs("br-fdb", asked)
 		return nil
 	})
 	if err != nil {
@@ -154,6 +172,7 @@ func TestBridgeFDB(t *testing.T) {
 	}
 	check(bySysfs, "bridgeFDB")
 	check(byPort, "portMACs of every port, through sysfs")
+	checkAsked(askedBySysfs, "portMACs of many ports, through sysfs")
 	host.MustDo(t, func() error {
 		br, err := netlink.LinkByName("br-fdb")
 		if err != nil {
@@ -163,6 +182,7 @@ func TestBridgeFDB(t *testing.T) {
 			return fmt.Errorf("bridgeFDB read another namespace's sysfs")
 		}
 		check(portMACs("br-fdb", nil), "portMACs of every port, port by port")
+		checkAsked(portMACs("br-fdb", asked), "portMACs of many ports, port by port")
 		return nil
 	})
 }

@@ -3,6 +3,7 @@ package netplane
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -174,19 +176,28 @@ func TestShared(t *testing.T) {
 		if err != nil || resp.Rcode != dns.RcodeNameError {
 			t.Errorf("unknown VM name: %v %v, want NXDOMAIN", resp, err)
 		}
-		s := nw.Stats(nil)
+		s := nw.Stats(nettypes.StatsQuery{})
 		if s.DNS.Queries < 7 || s.DNS.Local < 4 || s.DNS.Forwarded < 2 || s.DNS.NXDomain < 1 {
 			t.Errorf("DNS stats %+v", s.DNS)
 		}
 	})
 
 	t.Run("Stats", func(t *testing.T) {
-		s := nw.Stats(nil)
+		s := nw.Stats(nettypes.StatsQuery{})
 		if s.DHCP.Requests["DISCOVER"] < 1 || s.DHCP.Requests["REQUEST"] < 1 || s.DHCP.Replies["ACK"] < 1 {
 			t.Errorf("DHCP stats %+v", s.DHCP)
 		}
 		if ls := nw.Leases(); len(ls) != 1 || ls[0].IP != addr || ls[0].MAC != "52:55:55:00:01:01" || ls[0].Hostname != "guest1" {
 			t.Errorf("leases %+v", ls)
+		}
+		// The MACs the bridge learned only when asked (a status, not a
+		// scrape).
+		if s.PortMACs != nil {
+			t.Errorf("MACs not asked for, yet read: %v", s.PortMACs)
+		}
+		learned := nw.Stats(nettypes.StatsQuery{MACs: true}).PortMACs
+		if !slices.ContainsFunc(slices.Collect(maps.Values(learned)), func(macs []string) bool { return slices.Contains(macs, "52:55:55:00:01:01") }) {
+			t.Errorf("MACs asked for: %v, want the VM's on its port", learned)
 		}
 	})
 
@@ -543,7 +554,7 @@ func TestBridged(t *testing.T) {
 
 	n := &api.Network{ID: "br", Name: "br", Mode: api.ModeBridged, Interface: "lanbr", MTU: 1500}
 	nw := start(t, host, n, Options{})
-	if s := nw.Stats(nil); s.DHCP.Requests != nil {
+	if s := nw.Stats(nettypes.StatsQuery{}); s.DHCP.Requests != nil {
 		t.Errorf("a bridged network runs a DHCP server: %+v", s)
 	}
 	var bridge string

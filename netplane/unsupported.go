@@ -57,7 +57,7 @@ func (*Network) RemoveHost(net.HardwareAddr)                            {}
 func (*Network) SetVMs([]string, []net.HardwareAddr)                    {}
 func (*Network) ChangeVMs([]string, []string, []net.HardwareAddr)       {}
 func (*Network) Leases() []leases.Lease                                 { return nil }
-func (*Network) Stats([]string) nettypes.ServiceStats                   { return nettypes.ServiceStats{} }
+func (*Network) Stats(nettypes.StatsQuery) nettypes.ServiceStats        { return nettypes.ServiceStats{} }
 
 // PortSpec is a running VM port; see the Linux documentation.
 type PortSpec struct {

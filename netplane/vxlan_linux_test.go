@@ -15,6 +15,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/overlay/overlaytest"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -57,7 +58,7 @@ func TestVXLAN(t *testing.T) {
 		var out []uint64
 		for _, h := range hosts {
 			var sum uint64
-			for _, c := range h.nw.Stats(nil).DHCP.Requests {
+			for _, c := range h.nw.Stats(nettypes.StatsQuery{}).DHCP.Requests {
 				sum += c
 			}
 			out = append(out, sum)
@@ -202,7 +203,7 @@ func TestVXLAN(t *testing.T) {
 		if strings.Contains(fdb, gw+" master") {
 			t.Errorf("host %d's bridge learned the gateway's MAC from the tunnel:\n%s", i+1, fdb)
 		}
-		tun := h.nw.Stats(nil).Tunnel
+		tun := h.nw.Stats(nettypes.StatsQuery{}).Tunnel
 		if tun == nil || tun.Host != fmt.Sprintf("h%d", i+1) || len(tun.Peers) != 2 || tun.RemoteMACs < 2 || tun.TxBytes == 0 || tun.RxBytes == 0 || tun.Dropped == 0 {
 			t.Errorf("host %d: tunnel stats %+v, want host h%d flooding to the 2 other hosts, at least their 2 VMs learned, bytes both ways, drops", i+1, tun, i+1)
 		}

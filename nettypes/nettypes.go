@@ -20,6 +20,19 @@ import (
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
 )
 
+// StatsQuery says what a network's Stats reads besides its services'
+// counters.
+type StatsQuery struct {
+	// Ports (VM port names), if not nil, are the only ports whose
+	// per-port values (guard drops, learned MACs) are read; nil is all.
+	Ports []string
+	// MACs asks for the MACs the bridge learned on each port (PortMACs):
+	// a status shows them, a scrape does not. The kernel answers a dump of
+	// one port's entries with a walk of the bridge's whole database, so
+	// reading them port by port costs ports times VMs.
+	MACs bool
+}
+
 // ServiceStats count a network's DHCP and DNS traffic since it started;
 // zero where the backend's services are not vmnetctl's.
 type ServiceStats struct {
@@ -29,7 +42,8 @@ type ServiceStats struct {
 	// VM port (the helper's tap_name); nil where the backend has no guard.
 	GuardDrops map[string]uint64 `json:"guardDrops,omitempty"`
 	// PortMACs are the MACs the network's bridge learned on each VM port,
-	// by port name; nil where the backend cannot tell.
+	// by port name; nil where the backend cannot tell or the query did
+	// not ask (StatsQuery.MACs).
 	PortMACs map[string][]string `json:"portMACs,omitempty"`
 	// IPv6 counts the network's router advertisements and the IPv6
 	// addresses it learned its VMs use; zero without IPv6.

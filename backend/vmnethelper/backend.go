@@ -244,7 +244,7 @@ func bootpdLeases(path string, n *api.Network) ([]backend.Lease, error) {
 	return out, nil
 }
 
-func (v *vmnetNetwork) Stats([]string) backend.ServiceStats { return backend.ServiceStats{} }
+func (v *vmnetNetwork) Stats(backend.StatsQuery) backend.ServiceStats { return backend.ServiceStats{} }
 
 // Health: vmnet runs the services, and tells nothing of them.
 func (v *vmnetNetwork) Health() error { return nil }
