@@ -146,13 +146,24 @@ type VMFile struct {
 // VMs, their entries and their lists are copies (what Resolve writes);
 // what Resolve only reads (forwards, egress) is shared.
 func (f *VMFile) Clone() *VMFile {
-	c := *f
 	// In a few slabs rather than an allocation per VM and per entry: the
-	// controller clones a fleet's files on every pass.
+	// controller clones a fleet's files on every pass. A file of one VM
+	// of one entry (a project a VM, as a fleet attached through the API
+	// is) in one.
 	n := 0
 	for _, vm := range f.VMs {
 		n += len(vm.Attachments)
 	}
+	if len(f.VMs) == 1 && n == 1 {
+		one := &oneVMFile{file: *f, vm: *f.VMs[0], att: *f.VMs[0].Attachments[0]}
+		one.attPtr[0] = &one.att
+		one.vm.Attachments = one.attPtr[:]
+		one.vm.Skipped = slices.Clone(f.VMs[0].Skipped)
+		one.vmPtr[0] = &one.vm
+		one.file.VMs = one.vmPtr[:]
+		return &one.file
+	}
+	c := *f
 	vms, ptrs := make([]VM, len(f.VMs)), make([]*VM, len(f.VMs))
 	atts, aptrs := make([]Attachment, 0, n), make([]*Attachment, 0, n)
 	for i, vm := range f.VMs {
@@ -169,6 +180,16 @@ func (f *VMFile) Clone() *VMFile {
 	}
 	c.VMs = ptrs
 	return &c
+}
+
+// oneVMFile is a clone of a file of one VM of one entry, in one
+// allocation.
+type oneVMFile struct {
+	file   VMFile
+	vm     VM
+	vmPtr  [1]*VM
+	att    Attachment
+	attPtr [1]*Attachment
 }
 
 // VMFileOptions changes how a VM file is read.

@@ -424,3 +424,56 @@ func TestDerivedMACsKept(t *testing.T) {
 		}
 	}
 }
+
+// TestClone: a clone of a VM file, of one VM of one entry (one
+// allocation) or of more, is equal to it, and what Resolve writes into
+// the clone (MACs, networks, the entries kept, skipped ones) leaves the
+// file as it was.
+func TestClone(t *testing.T) {
+	for _, src := range []string{
+		"vms:\n  solo:\n    networks: [{vmnet: shared}]\n",
+		"vms:\n  a:\n    networks: [{vmnet: shared}, {vmnet: host}]\n  b:\n    networks: [{vmnet: shared}]\n",
+	} {
+		f, diags := LoadVMFile("vms.yaml", []byte(src), VMFileOptions{})
+		if err := diags.Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := fmt.Sprintf("%#v", fileValues(f))
+		c := f.Clone()
+		if got := fmt.Sprintf("%#v", fileValues(c)); got != before {
+			t.Errorf("%q: clone\n%s\nwant\n%s", src, got, before)
+		}
+		for _, vm := range c.VMs {
+			for _, a := range vm.Attachments {
+				a.MAC, a.Network = "52:55:55:ff:ff:ff", "changed"
+			}
+			vm.Attachments = append(vm.Attachments[:0], vm.Attachments[len(vm.Attachments)-1])
+			vm.Attachments = append(vm.Attachments, &Attachment{VM: "x"})
+			vm.Skipped = append(vm.Skipped, Skipped{Reason: "changed"})
+		}
+		c.VMs = append(c.VMs[:0], c.VMs[len(c.VMs)-1])
+		if after := fmt.Sprintf("%#v", fileValues(f)); after != before {
+			t.Errorf("%q: the file after its clone changed:\n%s\nwant\n%s", src, after, before)
+		}
+	}
+}
+
+// fileValues is f with its VMs and entries as values, for %#v.
+func fileValues(f *VMFile) any {
+	type vmv struct {
+		VM          VM
+		Attachments []Attachment
+	}
+	file := *f
+	file.VMs = nil
+	out := []any{file}
+	for _, vm := range f.VMs {
+		v := vmv{VM: *vm}
+		v.VM.Attachments = nil
+		for _, a := range vm.Attachments {
+			v.Attachments = append(v.Attachments, *a)
+		}
+		out = append(out, v)
+	}
+	return out
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -184,12 +185,16 @@ func nameProjects(diags api.Diagnostics, owner map[*api.VMFile]*statedir.Project
 // over all projects finds VMs, MACs and addresses that collide across
 // projects too. d is nil when the diagnostics have errors.
 func Resolve(nets *api.Networks, projects []ParsedProject, keep map[string]string) (*Desired, api.Diagnostics) {
-	var files []*api.VMFile
-	owner := map[*api.VMFile]*statedir.Project{}
+	n := 0
+	for _, p := range projects {
+		n += len(p.Files)
+	}
+	// Each file's project: owners[i] is files[i]'s.
+	files, owners := make([]*api.VMFile, 0, n), make([]*statedir.Project, 0, n)
 	for _, p := range projects {
 		for _, vf := range p.Files {
 			files = append(files, vf)
-			owner[vf] = p.Project
+			owners = append(owners, p.Project)
 		}
 	}
 	nets, odiags := withOnDemand(nets, projects)
@@ -197,16 +202,22 @@ func Resolve(nets *api.Networks, projects []ParsedProject, keep map[string]strin
 		return nil, odiags
 	}
 	diags := api.ResolveKeeping(nets, files, keep)
-	nameProjects(diags, owner)
+	if len(diags) > 0 {
+		owner := make(map[*api.VMFile]*statedir.Project, len(files))
+		for i, vf := range files {
+			owner[vf] = owners[i]
+		}
+		nameProjects(diags, owner)
+	}
 	if diags.HasErrors() {
 		return nil, diags
 	}
 	d := &Desired{}
 	used := map[string]bool{}
-	for _, vf := range files {
+	for i, vf := range files {
 		for _, vm := range vf.VMs {
 			for _, a := range vm.Attachments {
-				d.Attachments = append(d.Attachments, &Attachment{Attachment: a, Project: owner[vf].Name, External: owner[vf].External})
+				d.Attachments = append(d.Attachments, &Attachment{Attachment: a, Project: owners[i].Name, External: owners[i].External})
 				used[a.Network] = true
 			}
 			for _, s := range vm.Skipped {
@@ -283,8 +294,10 @@ func (d *Desired) OfProject(project string, projects []*statedir.Project) *Desir
 
 // ParseCache keeps each project's parsed files between the controller's
 // passes, by project name: a pass parses only the projects whose files
-// changed, not a fleet's thousand VMs for one VM's attach.
-type ParseCache map[string]parsedEntry
+// changed, not a fleet's thousand VMs for one VM's attach. It is changed
+// in place, entry by entry (a map made again each pass was a third of
+// the desired step with a project a VM).
+type ParseCache map[string]*parsedEntry
 
 type parsedEntry struct {
 	// src is the project record key was taken of: the one a
@@ -300,40 +313,55 @@ type parsedEntry struct {
 // VMs are as they were; c then holds these projects only. Resolve writes
 // into the files it is given: each pass gets clones.
 func (c *ParseCache) Parse(projects []*statedir.Project) ([]ParsedProject, api.Diagnostics) {
-	next := ParseCache{}
-	out, diags := c.collect(projects, next)
-	*c = next
+	if *c == nil {
+		*c = make(ParseCache, len(projects))
+	}
+	out, diags := c.collect(projects, true)
+	// The projects' names are their records' file names: one each. A
+	// cache of as many entries as projects, each of which it has now,
+	// holds nothing else.
+	if len(*c) != len(projects) {
+		keep := make(map[string]bool, len(projects))
+		for _, p := range projects {
+			keep[p.Name] = true
+		}
+		maps.DeleteFunc(*c, func(name string, _ *parsedEntry) bool { return !keep[name] })
+	}
 	return out, diags
 }
 
 // peek is parse without changing c: the projects not cached (or changed
 // since) are parsed for this call only.
 func (c ParseCache) Peek(projects []*statedir.Project) ([]ParsedProject, api.Diagnostics) {
-	return c.collect(projects, nil)
+	return c.collect(projects, false)
 }
 
 // collect is the projects parsed, from c where it can, each entry also
-// put in next if next is not nil.
-func (c ParseCache) collect(projects []*statedir.Project, next ParseCache) ([]ParsedProject, api.Diagnostics) {
-	var out []ParsedProject
+// stored in c if store.
+func (c ParseCache) collect(projects []*statedir.Project, store bool) ([]ParsedProject, api.Diagnostics) {
+	out := make([]ParsedProject, 0, len(projects))
 	var all api.Diagnostics
 	for _, p := range projects {
-		e, ok := c[p.Name]
-		if !ok || e.src != p {
+		e := c[p.Name]
+		if e == nil || e.src != p {
 			// (A key of sha256 over the files: 1,000 projects of one VM
 			// took a millisecond a pass to hash.)
-			if k := parseKey(p); !ok || e.key != k {
+			k := parseKey(p)
+			switch {
+			case e == nil || e.key != k:
 				pp, diags := parseRecorded(p)
-				e = parsedEntry{key: k, Files: pp.Files, diags: diags}
+				e = &parsedEntry{key: k, Files: pp.Files, diags: diags}
+			case !store:
+				e = &parsedEntry{key: e.key, Files: e.Files, diags: e.diags}
 			}
 			e.src = p
+			if store {
+				c[p.Name] = e
+			}
 		}
-		if next != nil {
-			next[p.Name] = e
-		}
-		pp := ParsedProject{Project: p}
-		for _, f := range e.Files {
-			pp.Files = append(pp.Files, f.Clone())
+		pp := ParsedProject{Project: p, Files: make([]*api.VMFile, len(e.Files))}
+		for i, f := range e.Files {
+			pp.Files[i] = f.Clone()
 		}
 		out = append(out, pp)
 		all = append(all, e.diags...)

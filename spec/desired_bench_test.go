@@ -101,3 +101,31 @@ func fleetOf999(b *testing.B) (*api.Networks, string) {
 	}
 	return nets, vms.String()
 }
+
+// BenchmarkDesiredPassProjects is the desired step of a pass with 1,000
+// projects of one VM that run (their MACs kept), as a fleet attached
+// through the projects' API is: the projects from the parse cache,
+// resolved.
+func BenchmarkDesiredPassProjects(b *testing.B) {
+	nets, _ := fleetOf999(b)
+	var projects []*statedir.Project
+	for i := range 1000 {
+		projects = append(projects, spectest.Project(fmt.Sprintf("p%04d", i), fmt.Sprintf("vms:\n  v%04d:\n    networks: [{vmnet: fleet0}]\n", i)))
+	}
+	var cache ParseCache
+	parsed, pdiags := cache.Parse(projects)
+	first, err := ComputeParsed(nets, parsed, pdiags, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keep := map[string]string{}
+	for _, a := range first.Attachments {
+		keep[a.Key()] = a.MAC
+	}
+	for b.Loop() {
+		parsed, pdiags := cache.Parse(projects)
+		if d, err := ComputeParsed(nets, parsed, pdiags, keep); err != nil || len(d.Attachments) != 1000 {
+			b.Fatal(err)
+		}
+	}
+}
