@@ -486,13 +486,22 @@ func Resolve(nets *Networks, files []*VMFile) Diagnostics { return ResolveKeepin
 // before a VM that now derives the same MAC, or before an upgrade changed
 // the derivation (LegacyMAC), keeps its MAC while it runs.
 func ResolveKeeping(nets *Networks, files []*VMFile, keep map[string]string) Diagnostics {
-	n := countAttachments(files)
+	return newResolver(nets, countAttachments(files)).resolve(files, keep)
+}
+
+// newResolver is a resolver of nets with room for n entries.
+func newResolver(nets *Networks, n int) *resolver {
 	r := &resolver{nets: nets, vms: make(map[string]*VM, n), macs: make(map[string]*Attachment, n), ips: map[netIP]*Attachment{}, ports: map[string]int{}}
-	if a := assignMACs(files, keep); a != nil {
-		r.errAt(a.Source, a.lines[string(a.Ref)], a.path, "no MAC is free for this entry among the %d vmnetctl derives for it: give it a macAddress", maxMACTries)
-	}
 	for _, n := range nets.Networks {
 		r.names = append(r.names, n.Name)
+	}
+	return r
+}
+
+// resolve gives files' entries their MACs and resolves their VMs.
+func (r *resolver) resolve(files []*VMFile, keep map[string]string) Diagnostics {
+	if a := assignMACs(files, keep); a != nil {
+		r.errAt(a.Source, a.lines[string(a.Ref)], a.path, "no MAC is free for this entry among the %d vmnetctl derives for it: give it a macAddress", maxMACTries)
 	}
 	for _, f := range files {
 		for _, vm := range f.VMs {
@@ -525,6 +534,7 @@ type resolver struct {
 	ports    map[string]int // VM ports by network
 	total    int            // attachments in all
 	forwards []PortForward
+	fwdOwner []*Attachment // each of forwards' entry
 }
 
 // netIP is a fixed address on a network.
@@ -611,7 +621,7 @@ func (r *resolver) policies(a *Attachment, n *Network) {
 				r.errAt(pf.Source, pf.Source.Line, field+".portForwards", "host port %s/%s on %s is also forwarded at %s", pf.HostPort, pf.Proto, pf.HostIP, prev.Source)
 			}
 		}
-		r.forwards = append(r.forwards, pf)
+		r.forwards, r.fwdOwner = append(r.forwards, pf), append(r.fwdOwner, a)
 	}
 }
 

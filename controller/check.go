@@ -71,7 +71,7 @@ func (c *Controller) checkProject(p *statedir.Project) (*projectCheck, error) {
 		}
 	}
 	c.parseMu.Lock()
-	parsed, odiags := c.parsed.Peek(others)
+	parsed, odiags := c.resolver.Peek(others)
 	c.parseMu.Unlock()
 	// Its own warnings `up` has reported; an error here that `up` did not
 	// find (the files read otherwise here) is the controller's to say.

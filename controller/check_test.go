@@ -40,7 +40,13 @@ func TestCheckWithController(t *testing.T) {
 	}
 	// The controller has parsed fleet, as after a pass.
 	projects, _ := sd.Projects()
-	c.parsed.Parse(projects)
+	nets, err := snap.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.resolver.Resolve(nets, projects, nil); err != nil {
+		t.Fatal(err)
+	}
 
 	serve := func(h http.Handler) func() {
 		ln, err := c.listen()
@@ -133,7 +139,7 @@ func TestCheckWithController(t *testing.T) {
 	}
 	// What the controller checks is not cached: the checked project is
 	// still unknown to its parse cache.
-	if _, ok := c.parsed["one"]; ok {
+	if c.resolver.Parsed("one") {
 		t.Error("a check put the project it checked in the controller's parse cache")
 	}
 }

@@ -221,11 +221,18 @@ type Controller struct {
 	// a scrape) which of the helpers' files were written since.
 	logsChecked time.Time
 	watch       *dirwatch.Watch
-	// parsed is the projects' files as the last pass parsed them; under
-	// parseMu, which `up`'s checks (check.go) take without mu.
-	parsed  spec.ParseCache
-	parseMu sync.Mutex
-	gen     genWaiter
+	// resolver is the desired state as the last pass resolved it, and
+	// the projects' files as it parsed them; under parseMu, which `up`'s
+	// checks (check.go) take without mu.
+	resolver spec.Resolver
+	parseMu  sync.Mutex
+	// netsOf is the networks the last pass parsed, and the record they
+	// were parsed from (loadNetworks).
+	netsOf struct {
+		snap statedir.NetworksSnapshot
+		nets *api.Networks
+	}
+	gen genWaiter
 	// changing lets one change of the projects' API (apply.go) at a time
 	// through; changes counts those under way, exiting says the loop
 	// exits (no project was left), idleDeferred that it stayed for a

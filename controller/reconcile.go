@@ -152,7 +152,7 @@ func (c *Controller) loadDesired() (*spec.Desired, *statedir.NetworksSnapshot, [
 	if snap == nil {
 		return nil, nil, nil, errors.New("projects exist but no networks.yaml was recorded")
 	}
-	nets, err := snap.Load()
+	nets, err := c.loadNetworks(snap)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -163,10 +163,24 @@ func (c *Controller) loadDesired() (*spec.Desired, *statedir.NetworksSnapshot, [
 	}
 	c.paths = nets.Paths
 	c.parseMu.Lock()
-	parsed, diags := c.parsed.Parse(projects)
+	d, err := c.resolver.Resolve(nets, projects, c.keptMACsLocked())
 	c.parseMu.Unlock()
-	d, err := spec.ComputeParsed(nets, parsed, diags, c.keptMACsLocked())
 	return d, snap, projects, err
+}
+
+// loadNetworks is snap parsed, the last pass's networks while snap is
+// the same: the desired state's resolver resolves only what changed
+// against the same networks.
+func (c *Controller) loadNetworks(snap *statedir.NetworksSnapshot) (*api.Networks, error) {
+	if c.netsOf.nets != nil && snap.Same(c.netsOf.snap) {
+		return c.netsOf.nets, nil
+	}
+	nets, err := snap.Load()
+	if err != nil {
+		return nil, err
+	}
+	c.netsOf.snap, c.netsOf.nets = *snap, nets
+	return nets, nil
 }
 
 // keptMACsLocked is the MACs the helpers run with, by attachment key

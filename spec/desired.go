@@ -185,6 +185,13 @@ func nameProjects(diags api.Diagnostics, owner map[*api.VMFile]*statedir.Project
 // over all projects finds VMs, MACs and addresses that collide across
 // projects too. d is nil when the diagnostics have errors.
 func Resolve(nets *api.Networks, projects []ParsedProject, keep map[string]string) (*Desired, api.Diagnostics) {
+	d, _, diags := resolve(nets, projects, keep, false)
+	return d, diags
+}
+
+// resolve is Resolve, with the files' api.Resolution if asked for (kept)
+// and there is one: no diagnostics, no network made on demand.
+func resolve(nets *api.Networks, projects []ParsedProject, keep map[string]string, kept bool) (*Desired, *api.Resolution, api.Diagnostics) {
 	n := 0
 	for _, p := range projects {
 		n += len(p.Files)
@@ -197,11 +204,18 @@ func Resolve(nets *api.Networks, projects []ParsedProject, keep map[string]strin
 			owners = append(owners, p.Project)
 		}
 	}
-	nets, odiags := withOnDemand(nets, projects)
+	withOD, odiags := withOnDemand(nets, projects)
 	if odiags.HasErrors() {
-		return nil, odiags
+		return nil, nil, odiags
 	}
-	diags := api.ResolveKeeping(nets, files, keep)
+	var res *api.Resolution
+	var diags api.Diagnostics
+	if kept && withOD == nets {
+		res, diags = api.ResolveAll(nets, files, keep)
+	} else {
+		diags = api.ResolveKeeping(withOD, files, keep)
+	}
+	nets = withOD
 	if len(diags) > 0 {
 		owner := make(map[*api.VMFile]*statedir.Project, len(files))
 		for i, vf := range files {
@@ -210,7 +224,7 @@ func Resolve(nets *api.Networks, projects []ParsedProject, keep map[string]strin
 		nameProjects(diags, owner)
 	}
 	if diags.HasErrors() {
-		return nil, diags
+		return nil, nil, diags
 	}
 	d := &Desired{}
 	used := map[string]bool{}
@@ -221,7 +235,7 @@ func Resolve(nets *api.Networks, projects []ParsedProject, keep map[string]strin
 				used[a.Network] = true
 			}
 			for _, s := range vm.Skipped {
-				d.Skipped = append(d.Skipped, fmt.Sprintf("%s: entry %d (%s): %s", vm.Name, s.Index, s.Entry, s.Reason))
+				d.Skipped = append(d.Skipped, skippedLine(vm, s))
 			}
 		}
 	}
@@ -236,17 +250,25 @@ func Resolve(nets *api.Networks, projects []ParsedProject, keep map[string]strin
 		}
 	}
 	if diags.HasErrors() {
-		return nil, diags
+		return nil, nil, diags
 	}
 	for _, n := range nets.Networks {
 		if used[n.ID] {
 			d.Networks = append(d.Networks, n)
 		}
 	}
-	slices.SortFunc(d.Attachments, func(a, b *Attachment) int {
-		return cmp.Or(cmp.Compare(a.VM, b.VM), cmp.Compare(a.Index, b.Index))
-	})
-	return d, diags
+	slices.SortFunc(d.Attachments, compareAttachments)
+	return d, res, diags
+}
+
+// compareAttachments orders a Desired's attachments: by VM, then entry.
+func compareAttachments(a, b *Attachment) int {
+	return cmp.Or(cmp.Compare(a.VM, b.VM), cmp.Compare(a.Index, b.Index))
+}
+
+// skippedLine is how a Desired lists an entry vmnetctl leaves to others.
+func skippedLine(vm *api.VM, s api.Skipped) string {
+	return fmt.Sprintf("%s: entry %d (%s): %s", vm.Name, s.Index, s.Entry, s.Reason)
 }
 
 // KeptMACs is the MACs of the helpers recs records, by attachment key: an
@@ -317,6 +339,12 @@ func (c *ParseCache) Parse(projects []*statedir.Project) ([]ParsedProject, api.D
 		*c = make(ParseCache, len(projects))
 	}
 	out, diags := c.collect(projects, true)
+	c.prune(projects)
+	return out, diags
+}
+
+// prune drops the projects not among projects.
+func (c *ParseCache) prune(projects []*statedir.Project) {
 	// The projects' names are their records' file names: one each. A
 	// cache of as many entries as projects, each of which it has now,
 	// holds nothing else.
@@ -327,7 +355,6 @@ func (c *ParseCache) Parse(projects []*statedir.Project) ([]ParsedProject, api.D
 		}
 		maps.DeleteFunc(*c, func(name string, _ *parsedEntry) bool { return !keep[name] })
 	}
-	return out, diags
 }
 
 // peek is parse without changing c: the projects not cached (or changed
@@ -342,23 +369,7 @@ func (c ParseCache) collect(projects []*statedir.Project, store bool) ([]ParsedP
 	out := make([]ParsedProject, 0, len(projects))
 	var all api.Diagnostics
 	for _, p := range projects {
-		e := c[p.Name]
-		if e == nil || e.src != p {
-			// (A key of sha256 over the files: 1,000 projects of one VM
-			// took a millisecond a pass to hash.)
-			k := parseKey(p)
-			switch {
-			case e == nil || e.key != k:
-				pp, diags := parseRecorded(p)
-				e = &parsedEntry{key: k, Files: pp.Files, diags: diags}
-			case !store:
-				e = &parsedEntry{key: e.key, Files: e.Files, diags: e.diags}
-			}
-			e.src = p
-			if store {
-				c[p.Name] = e
-			}
-		}
+		e := c.entry(p, store)
 		pp := ParsedProject{Project: p, Files: make([]*api.VMFile, len(e.Files))}
 		for i, f := range e.Files {
 			pp.Files[i] = f.Clone()
@@ -367,6 +378,30 @@ func (c ParseCache) collect(projects []*statedir.Project, store bool) ([]ParsedP
 		all = append(all, e.diags...)
 	}
 	return out, all
+}
+
+// entry is project p parsed, from c where its files are as they were;
+// stored in c if store. Its files are c's: clone them to resolve them.
+func (c ParseCache) entry(p *statedir.Project, store bool) *parsedEntry {
+	e := c[p.Name]
+	if e != nil && e.src == p {
+		return e
+	}
+	// (A key of sha256 over the files: 1,000 projects of one VM took a
+	// millisecond a pass to hash.)
+	k := parseKey(p)
+	switch {
+	case e == nil || e.key != k:
+		pp, diags := parseRecorded(p)
+		e = &parsedEntry{key: k, Files: pp.Files, diags: diags}
+	case !store:
+		e = &parsedEntry{key: e.key, Files: e.Files, diags: e.diags}
+	}
+	e.src = p
+	if store {
+		c[p.Name] = e
+	}
+	return e
 }
 
 // parseKey is what a project's parse depends on: its files, the VM name
