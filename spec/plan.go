@@ -221,7 +221,13 @@ func ComputePlan(current, desired *Desired) *Plan {
 				pair(news[0].Key(), nil, news[0])
 				news = news[1:]
 			default:
-				pair(news[0].Key(), olds[0], news[0])
+				// The same attachment (a project that did not change:
+				// spec.Resolver gives its attachments again, and no one
+				// writes into a Desired's) is unchanged but where its
+				// network is replaced.
+				if olds[0] != news[0] || replaced[news[0].Network] {
+					pair(news[0].Key(), olds[0], news[0])
+				}
 				olds, news = olds[1:], news[1:]
 			}
 		}

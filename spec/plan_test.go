@@ -88,6 +88,22 @@ vmnet:
 	}
 }
 
+// TestPlanSameAttachments: the same attachments (pointers: what the
+// Resolver gives again for projects that did not change) are no change,
+// but replaced with the network they are on.
+func TestPlanSameAttachments(t *testing.T) {
+	base := desired(t, spectest.Networks, spectest.Project("p", spectest.VMs))
+	if got := ComputePlan(base, &Desired{Networks: base.Networks, Attachments: slices.Clone(base.Attachments)}).Summary(); got != "No changes." {
+		t.Errorf("the same attachments: %q", got)
+	}
+	ipv6 := desired(t, strings.Replace(spectest.Networks, "    subnet: 192.168.105.0/24\n", "    subnet: 192.168.105.0/24\n    subnet6: fd00:105::/64\n", 1),
+		spectest.Project("p", spectest.VMs))
+	same := &Desired{Networks: ipv6.Networks, Attachments: slices.Clone(base.Attachments)}
+	if got, want := ComputePlan(base, same).Summary(), ComputePlan(base, ipv6).Summary(); got != want || want == "No changes." {
+		t.Errorf("the same attachments, their network replaced: %q, want %q", got, want)
+	}
+}
+
 // TestUpgradeKeepsRunningMACs: attachments that run with the MACs an
 // older vmnetctl derived (24 bits, api.LegacyMAC) keep them through an
 // upgrade: the controller's pass keeps the MACs its helpers run with, so
