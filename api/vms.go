@@ -82,6 +82,9 @@ type Attachment struct {
 
 	lines map[string]int
 	path  string
+	// key is Key, made as the entry is read: VM and Index do not change
+	// after.
+	key string
 	// firstMAC and legacyMAC are, for an entry whose MAC vmnetctl
 	// derives, deriveMAC's first try and LegacyMAC: each a hash, taken
 	// once when its file is read (Resolve asks of every attachment on
@@ -112,10 +115,16 @@ func (a *Attachment) PinnedMAC() string {
 func (a *Attachment) SpoofCheck() bool { return !a.NoSpoofCheck }
 
 // Key identifies an attachment: its VM and its position in the VM's list
-// ("vm/0"). A pass asks it of every attachment several times: one
-// allocation, no formatting (fmt.Sprintf was 5% of an attach's CPU at
-// 1,000 VMs).
-func (a *Attachment) Key() string { return a.VM + "/" + strconv.Itoa(a.Index) }
+// ("vm/0"). A pass asks it of every attachment several times: an entry
+// read from a file has it made once, as it is read (and its clones copy
+// it); others make it, one allocation (fmt.Sprintf was 5% of an attach's
+// CPU at 1,000 VMs).
+func (a *Attachment) Key() string {
+	if a.key != "" {
+		return a.key
+	}
+	return a.VM + "/" + strconv.Itoa(a.Index)
+}
 
 // Skipped is a network entry that vmnetctl leaves to someone else.
 type Skipped struct {
@@ -356,7 +365,8 @@ func (w *walker) entries(vm *VM, list *yaml.Node, path string) {
 			w.warnf(sp, at("switchPort"), "switchPort was removed from lima; ignored")
 		}
 		a := &Attachment{VM: vm.Name, Index: i, Ref: RefKind(kinds[0]), Metric: DefaultMetric,
-			Interface: fmt.Sprintf("lima%d", i), Attach: AttachSocket, Source: src, lines: lines, path: p}
+			Interface: fmt.Sprintf("lima%d", i), Attach: AttachSocket, Source: src, lines: lines, path: p,
+			key: vm.Name + "/" + strconv.Itoa(i)}
 		if s, ok := w.str(f[kinds[0]], at(kinds[0])); ok {
 			if msg := checkName(s); msg != "" {
 				w.errorf(f[kinds[0]], at(kinds[0]), "network name %s", msg)

@@ -400,6 +400,16 @@ func TestAttachmentKey(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _ = a.Key() }); n > 1 {
 		t.Errorf("Key() allocates %v times, want at most once", n)
 	}
+	// An entry read from a file, and its clone, have it made already.
+	f := mustLoad(t, "vms:\n  web:\n    networks:\n      - vmnet: shared\n      - vmnet: host\n")
+	for _, a := range append(f.VMs[0].Attachments, f.Clone().VMs[0].Attachments...) {
+		if got, want := a.Key(), fmt.Sprintf("web/%d", a.Index); got != want {
+			t.Errorf("Key() of an entry read = %q, want %q", got, want)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = a.Key() }); n != 0 {
+			t.Errorf("Key() of an entry read allocates %v times, want none", n)
+		}
+	}
 }
 
 // TestDerivedMACsKept: the MACs an entry derives, taken once when its
