@@ -121,6 +121,13 @@ func (rv *Resolver) apply(nets *api.Networks, projects []*statedir.Project, keep
 	var entries []*parsedEntry
 	same := 0
 	for _, p := range projects {
+		rp := rv.projects[p.Name]
+		if rp != nil && rp.entry.src == p && rp.external == p.External {
+			// The record the last pass read (statedir.ProjectReader gives
+			// it again while its file is unchanged).
+			same++
+			continue
+		}
 		if p.OnDemand != nil {
 			return nil, false
 		}
@@ -128,15 +135,15 @@ func (rv *Resolver) apply(nets *api.Networks, projects []*statedir.Project, keep
 		if e.diags.HasErrors() {
 			return nil, false
 		}
-		if rp := rv.projects[p.Name]; rp != nil && rp.entry == e && rp.external == p.External {
+		if rp != nil && rp.entry == e && rp.external == p.External {
 			same++
 			continue
 		}
 		added, entries = append(added, p), append(entries, e)
 	}
-	rv.cache.prune(projects)
 	// The projects that went or changed: those not the same, since each
-	// project of the pass is one name.
+	// project of the pass is one name. Those that went leave the parse
+	// cache too.
 	var gone []string
 	if same != len(rv.projects) {
 		now := make(map[string]bool, len(projects))
@@ -146,6 +153,7 @@ func (rv *Resolver) apply(nets *api.Networks, projects []*statedir.Project, keep
 		for name := range rv.projects {
 			if !now[name] {
 				gone = append(gone, name)
+				delete(rv.cache, name)
 			}
 		}
 	}
