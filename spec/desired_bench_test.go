@@ -50,10 +50,7 @@ func BenchmarkPlanFleet(b *testing.B) {
 // projects of one VM that did not change (the records the projects'
 // reader gives again).
 func BenchmarkParseProjects(b *testing.B) {
-	var projects []*statedir.Project
-	for i := range 1000 {
-		projects = append(projects, spectest.Project(fmt.Sprintf("p%04d", i), fmt.Sprintf("vms:\n  v%04d:\n    networks: [{vmnet: fleet0}]\n", i)))
-	}
+	projects := oneVMProjects(1000)
 	var cache ParseCache
 	cache.Parse(projects)
 	for b.Loop() {
@@ -68,7 +65,12 @@ func BenchmarkParseProjects(b *testing.B) {
 // controller takes it: the projects from the parse cache, resolved.
 func BenchmarkDesiredPass(b *testing.B) {
 	nets, vms := fleetOf999(b)
-	projects := []*statedir.Project{spectest.Project("fleet", vms), spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n")}
+	benchDesiredPass(b, nets, []*statedir.Project{spectest.Project("fleet", vms), spectest.Project("one", "vms:\n  solo:\n    networks: [{vmnet: fleet0}]\n")})
+}
+
+// benchDesiredPass is the desired step of a pass over projects whose
+// VMs run (their MACs kept), from the parse cache, all resolved.
+func benchDesiredPass(b *testing.B, nets *api.Networks, projects []*statedir.Project) {
 	var cache ParseCache
 	parsed, pdiags := cache.Parse(projects)
 	first, err := ComputeParsed(nets, parsed, pdiags, nil)
@@ -81,10 +83,19 @@ func BenchmarkDesiredPass(b *testing.B) {
 	}
 	for b.Loop() {
 		parsed, pdiags := cache.Parse(projects)
-		if _, err := ComputeParsed(nets, parsed, pdiags, keep); err != nil {
+		if d, err := ComputeParsed(nets, parsed, pdiags, keep); err != nil || len(d.Attachments) != len(first.Attachments) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// oneVMProjects are n projects of one VM on fleet0 each.
+func oneVMProjects(n int) []*statedir.Project {
+	var projects []*statedir.Project
+	for i := range n {
+		projects = append(projects, spectest.Project(fmt.Sprintf("p%04d", i), fmt.Sprintf("vms:\n  v%04d:\n    networks: [{vmnet: fleet0}]\n", i)))
+	}
+	return projects
 }
 
 // fleetOf999 is a network of 1,022 addresses and the VM file of a fleet
@@ -109,26 +120,7 @@ func fleetOf999(b *testing.B) (*api.Networks, string) {
 // resolved.
 func BenchmarkDesiredPassProjects(b *testing.B) {
 	nets, _ := fleetOf999(b)
-	var projects []*statedir.Project
-	for i := range 1000 {
-		projects = append(projects, spectest.Project(fmt.Sprintf("p%04d", i), fmt.Sprintf("vms:\n  v%04d:\n    networks: [{vmnet: fleet0}]\n", i)))
-	}
-	var cache ParseCache
-	parsed, pdiags := cache.Parse(projects)
-	first, err := ComputeParsed(nets, parsed, pdiags, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	keep := map[string]string{}
-	for _, a := range first.Attachments {
-		keep[a.Key()] = a.MAC
-	}
-	for b.Loop() {
-		parsed, pdiags := cache.Parse(projects)
-		if d, err := ComputeParsed(nets, parsed, pdiags, keep); err != nil || len(d.Attachments) != 1000 {
-			b.Fatal(err)
-		}
-	}
+	benchDesiredPass(b, nets, oneVMProjects(1000))
 }
 
 // BenchmarkResolverAttach is the desired step of an attach and of a
@@ -137,10 +129,7 @@ func BenchmarkDesiredPassProjects(b *testing.B) {
 // and one: a network holds 1,000.)
 func BenchmarkResolverAttach(b *testing.B) {
 	nets, _ := fleetOf999(b)
-	var projects []*statedir.Project
-	for i := range 999 {
-		projects = append(projects, spectest.Project(fmt.Sprintf("p%04d", i), fmt.Sprintf("vms:\n  v%04d:\n    networks: [{vmnet: fleet0}]\n", i)))
-	}
+	projects := oneVMProjects(999)
 	var rv Resolver
 	first, err := rv.Resolve(nets, projects, nil)
 	if err != nil {
