@@ -25,7 +25,8 @@ type Resolution struct {
 }
 
 // ResolveAll is ResolveKeeping of files that also returns their
-// Resolution, nil when there are diagnostics (errors or warnings).
+// Resolution, nil when there are diagnostics (errors or warnings) or two
+// entries have one MAC.
 func ResolveAll(nets *Networks, files []*VMFile, keep map[string]string) (*Resolution, Diagnostics) {
 	n := countAttachments(files)
 	x := &Resolution{r: newResolver(nets, n), all: make(map[string]*Attachment, n), files: make(map[*VMFile][]*Attachment, len(files))}
@@ -35,6 +36,12 @@ func ResolveAll(nets *Networks, files []*VMFile, keep map[string]string) (*Resol
 	}
 	for _, entries := range x.files {
 		for _, a := range entries {
+			if x.all[a.MAC] != nil {
+				// Set on two entries, one of a network vmnetctl does not
+				// manage (no error: its MAC is not checked): which one
+				// holds it cannot be kept track of. Resolve all again.
+				return nil, nil
+			}
 			x.all[a.MAC] = a
 		}
 	}
@@ -181,10 +188,14 @@ func (x *Resolution) Stable(keep map[string]string) bool {
 			continue
 		}
 		if kept, ok := keep[a.Key()]; ok {
-			if kept != mac {
-				return false
+			if kept == mac {
+				continue
 			}
-			continue
+			if a.derivedFor(kept) {
+				return false // (ResolveKeeping would give it kept, or settle who has it)
+			}
+			// Not one of its own (a helper that runs with a MAC set
+			// before, or run's): ResolveKeeping gives it its first.
 		}
 		if first, _ := a.derivedMACs(); first != mac {
 			return false

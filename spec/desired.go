@@ -404,13 +404,15 @@ func (c ParseCache) entry(p *statedir.Project, store bool) *parsedEntry {
 	return e
 }
 
-// parseKey is what a project's parse depends on: its files, the VM name
-// and the VMs it keeps.
+// parseKey is what a project's parse depends on: its files (where they
+// were read too), the VM name and the VMs it keeps.
 func parseKey(p *statedir.Project) [sha256.Size]byte {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q %q\n", p.VMName, p.OnlyVMs)
 	for _, f := range p.Files {
-		fmt.Fprintf(h, "%q %d\n", f.Path, len(f.Data))
+		// (Abs too: a file named by a relative path is named by it, and a
+		// lima instance's VM by its folder.)
+		fmt.Fprintf(h, "%q %q %d\n", f.Path, f.Abs, len(f.Data))
 		h.Write(f.Data)
 	}
 	var k [sha256.Size]byte

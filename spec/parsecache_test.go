@@ -62,4 +62,13 @@ func TestParseCache(t *testing.T) {
 	if _, ok := c["e"]; ok || c["a"].src != a3 || len(c) != 2 {
 		t.Errorf("peek changed the cache: e cached %v, a's record the peek's %v", ok, c["a"].src == a4)
 	}
+	// The same file read elsewhere (a lima instance's, named by its
+	// folder): parsed again.
+	lima := []byte("networks:\n  - vmnet: shared\n")
+	vm1 := &statedir.Project{Name: "l", Files: []statedir.ProjectFile{{Path: "lima.yaml", Abs: "/home/u/.lima/vm1/lima.yaml", Data: lima}}}
+	vm2 := &statedir.Project{Name: "l", Files: []statedir.ProjectFile{{Path: "lima.yaml", Abs: "/home/u/.lima/vm2/lima.yaml", Data: lima}}}
+	c.Parse([]*statedir.Project{vm1})
+	if got, _ := c.Parse([]*statedir.Project{vm2}); !slices.Equal(vmsOf(got), []string{"l/vm2"}) {
+		t.Errorf("the same file read in another folder: %v, want l/vm2", vmsOf(got))
+	}
 }

@@ -26,12 +26,13 @@ vmnet:
 // TestResolverAsAll: the Resolver, pass after pass, gives what resolving
 // every project at once (ComputeParsed) gives, through 600 random steps
 // (projects that come, go, change, or are given again unchanged; MACs
-// kept or not, kept at another MAC of their own; VM names, set MACs,
-// fixed addresses and forwarded host ports that two projects share; set
-// MACs that are another entry's first derived one, so that it takes its
-// second; entries of a network vmnetctl does not manage; a network kept
-// up by a project), errors included, and never changes a Desired it gave
-// before. Most passes are resolved by their changes alone.
+// kept or not, kept at another MAC of their own or at one not theirs; VM
+// names, set MACs (also on entries of a network vmnetctl does not
+// manage), fixed addresses and forwarded host ports that two projects
+// share; set MACs that are another entry's first derived one, so that it
+// takes its second; a network kept up by a project), errors included, and
+// never changes a Desired it gave before. Most passes are resolved by
+// their changes alone.
 func TestResolverAsAll(t *testing.T) {
 	nets, diags := api.LoadNetworks("networks.yaml", []byte(resolverNetworks))
 	if err := diags.Err(); err != nil {
@@ -80,6 +81,11 @@ func TestResolverAsAll(t *testing.T) {
 				switch r := rng.IntN(20); {
 				case r < 2:
 					b.WriteString("      - lima: user-v2\n")
+					if rng.IntN(3) == 0 {
+						// The same MAC as one of a network vmnetctl
+						// manages is no error.
+						fmt.Fprintf(&b, "        macAddress: \"52:55:55:00:00:%02x\"\n", rng.IntN(4))
+					}
 					continue
 				case r < 4:
 					b.WriteString("      - vmnet: host\n")
@@ -139,6 +145,8 @@ func TestResolverAsAll(t *testing.T) {
 					keep[a.Key()] = a.MAC
 				case r == 7 && a.MACDerived:
 					_, keep[a.Key()] = macs(a.VM, a.Index)
+				case r == 8:
+					keep[a.Key()] = "52:55:55:00:ff:00" // not one of its own
 				}
 			}
 		}
@@ -221,6 +229,73 @@ func TestResolverFreesWhatWent(t *testing.T) {
 		}
 		if g, w := desiredJSON(t, got), desiredJSON(t, want); g != w {
 			t.Fatalf("step %d: desired\n%s\nwant\n%s", i, g, w)
+		}
+		if rv.Full != 1 || rv.Incremental != i {
+			t.Errorf("step %d: %d passes resolved whole, %d by their changes; want the first whole only", i, rv.Full, rv.Incremental)
+		}
+	}
+}
+
+// TestResolverSharedMACOfSkipped: a MAC set on an entry of a network
+// vmnetctl does not manage and on one of a network it does is no error;
+// once the first goes, an entry whose first derived MAC it is still takes
+// its second, and another entry that sets it is still an error.
+func TestResolverSharedMACOfSkipped(t *testing.T) {
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(resolverNetworks))
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	m := mustDesired(t, nets, "vms:\n  c:\n    networks: [{vmnet: shared}]\n").Attachments[0].MAC
+	p := func(name, vms string) *statedir.Project {
+		return &statedir.Project{Name: name, Files: []statedir.ProjectFile{{Path: name + ".yaml", Data: []byte(vms)}}}
+	}
+	a := p("a", fmt.Sprintf("vms:\n  a:\n    networks:\n      - lima: user-v2\n        macAddress: %q\n", m))
+	b := p("b", fmt.Sprintf("vms:\n  b:\n    networks:\n      - vmnet: shared\n        macAddress: %q\n", m))
+	c := p("c", "vms:\n  c:\n    networks:\n      - vmnet: shared\n")
+	d := p("d", fmt.Sprintf("vms:\n  d:\n    networks:\n      - vmnet: shared\n        macAddress: %q\n", m))
+	// (Which of a and b a map would have kept for the MAC is chance: try
+	// it often.)
+	for range 50 {
+		var rv Resolver
+		for i, step := range [][]*statedir.Project{{a, b}, {b}, {b, c}, {b}, {b, d}} {
+			var fresh ParseCache
+			parsed, pdiags := fresh.Parse(step)
+			want, wantErr := ComputeParsed(nets, parsed, pdiags, nil)
+			got, err := rv.Resolve(nets, step, nil)
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+				t.Fatalf("step %d: error %v, want %v", i, err, wantErr)
+			}
+			if wantErr == nil && desiredJSON(t, got) != desiredJSON(t, want) {
+				t.Fatalf("step %d: desired\n%s\nwant\n%s", i, desiredJSON(t, got), desiredJSON(t, want))
+			}
+		}
+	}
+}
+
+// TestResolverKeepsNotItsOwn: a helper that runs with a MAC not one its
+// entry derives (set before, or run's) leaves the entry its first, as
+// resolving all does, pass after pass by the changes alone.
+func TestResolverKeepsNotItsOwn(t *testing.T) {
+	nets, diags := api.LoadNetworks("networks.yaml", []byte(resolverNetworks))
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := func(name, vms string) *statedir.Project {
+		return &statedir.Project{Name: name, Files: []statedir.ProjectFile{{Path: name + ".yaml", Data: []byte(vms)}}}
+	}
+	x, y := p("x", "vms:\n  x:\n    networks: [{vmnet: shared}]\n"), p("y", "vms:\n  y:\n    networks: [{vmnet: shared}]\n")
+	keep := map[string]string{"x/0": "52:55:55:00:ff:00"}
+	var rv Resolver
+	for i, step := range [][]*statedir.Project{{x}, {x, y}, {x}} {
+		var fresh ParseCache
+		parsed, pdiags := fresh.Parse(step)
+		want, err := ComputeParsed(nets, parsed, pdiags, keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := rv.Resolve(nets, step, keep)
+		if err != nil || desiredJSON(t, got) != desiredJSON(t, want) {
+			t.Fatalf("step %d: %v\n%s\nwant\n%s", i, err, desiredJSON(t, got), desiredJSON(t, want))
 		}
 		if rv.Full != 1 || rv.Incremental != i {
 			t.Errorf("step %d: %d passes resolved whole, %d by their changes; want the first whole only", i, rv.Full, rv.Incremental)
