@@ -154,19 +154,10 @@ func TestResolverAsAll(t *testing.T) {
 		for _, name := range slices.Sorted(maps.Keys(current)) {
 			projects = append(projects, current[name])
 		}
-		var fresh ParseCache
-		parsed, pdiags := fresh.Parse(projects)
-		want, wantErr := ComputeParsed(nets, parsed, pdiags, keep)
-		got, gotErr := rv.Resolve(nets, projects, keep)
-		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
-			t.Fatalf("step %d: error %v, want %v", step, gotErr, wantErr)
-		}
-		if wantErr != nil {
+		got, err := passAsAll(t, step, &rv, nets, projects, keep)
+		if err != nil {
 			errs++
 			continue
-		}
-		if g, w := desiredJSON(t, got), desiredJSON(t, want); g != w {
-			t.Fatalf("step %d (%d incremental): desired\n%s\nwant\n%s", step, rv.Incremental, g, w)
 		}
 		if last != nil && desiredJSON(t, last) != lastJSON {
 			t.Fatalf("step %d: the Desired of a pass before changed", step)
@@ -177,6 +168,24 @@ func TestResolverAsAll(t *testing.T) {
 	if rv.Incremental < 200 {
 		t.Errorf("%d of 600 passes resolved by their changes alone", rv.Incremental)
 	}
+}
+
+// passAsAll is a pass of rv over projects, checked against resolving
+// them all (ComputeParsed of a fresh parse): the same error, or the same
+// Desired.
+func passAsAll(t *testing.T, step int, rv *Resolver, nets *api.Networks, projects []*statedir.Project, keep map[string]string) (*Desired, error) {
+	t.Helper()
+	var fresh ParseCache
+	parsed, pdiags := fresh.Parse(projects)
+	want, wantErr := ComputeParsed(nets, parsed, pdiags, keep)
+	got, err := rv.Resolve(nets, projects, keep)
+	if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+		t.Fatalf("step %d: error %v, want %v", step, err, wantErr)
+	}
+	if wantErr == nil && desiredJSON(t, got) != desiredJSON(t, want) {
+		t.Fatalf("step %d (%d by changes, %d whole): desired\n%s\nwant\n%s", step, rv.Incremental, rv.Full, desiredJSON(t, got), desiredJSON(t, want))
+	}
+	return got, err
 }
 
 func mustDesired(t *testing.T, nets *api.Networks, vms string) *Desired {
@@ -217,18 +226,8 @@ func TestResolverFreesWhatWent(t *testing.T) {
 	p2run.External = true
 	var rv Resolver
 	for i, step := range [][]*statedir.Project{{p1}, {p1, p2}, {p2}, {p2, p3}, {&p2run, p3}, {&p2run, p("p3", x)}} {
-		var fresh ParseCache
-		parsed, pdiags := fresh.Parse(step)
-		want, err := ComputeParsed(nets, parsed, pdiags, nil)
-		if err != nil {
+		if _, err := passAsAll(t, i, &rv, nets, step, nil); err != nil {
 			t.Fatalf("step %d: %v", i, err)
-		}
-		got, err := rv.Resolve(nets, step, nil)
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		if g, w := desiredJSON(t, got), desiredJSON(t, want); g != w {
-			t.Fatalf("step %d: desired\n%s\nwant\n%s", i, g, w)
 		}
 		if rv.Full != 1 || rv.Incremental != i {
 			t.Errorf("step %d: %d passes resolved whole, %d by their changes; want the first whole only", i, rv.Full, rv.Incremental)
@@ -258,16 +257,7 @@ func TestResolverSharedMACOfSkipped(t *testing.T) {
 	for range 50 {
 		var rv Resolver
 		for i, step := range [][]*statedir.Project{{a, b}, {b}, {b, c}, {b}, {b, d}} {
-			var fresh ParseCache
-			parsed, pdiags := fresh.Parse(step)
-			want, wantErr := ComputeParsed(nets, parsed, pdiags, nil)
-			got, err := rv.Resolve(nets, step, nil)
-			if fmt.Sprint(err) != fmt.Sprint(wantErr) {
-				t.Fatalf("step %d: error %v, want %v", i, err, wantErr)
-			}
-			if wantErr == nil && desiredJSON(t, got) != desiredJSON(t, want) {
-				t.Fatalf("step %d: desired\n%s\nwant\n%s", i, desiredJSON(t, got), desiredJSON(t, want))
-			}
+			passAsAll(t, i, &rv, nets, step, nil)
 		}
 	}
 }
@@ -287,15 +277,8 @@ func TestResolverKeepsNotItsOwn(t *testing.T) {
 	keep := map[string]string{"x/0": "52:55:55:00:ff:00"}
 	var rv Resolver
 	for i, step := range [][]*statedir.Project{{x}, {x, y}, {x}} {
-		var fresh ParseCache
-		parsed, pdiags := fresh.Parse(step)
-		want, err := ComputeParsed(nets, parsed, pdiags, keep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := rv.Resolve(nets, step, keep)
-		if err != nil || desiredJSON(t, got) != desiredJSON(t, want) {
-			t.Fatalf("step %d: %v\n%s\nwant\n%s", i, err, desiredJSON(t, got), desiredJSON(t, want))
+		if _, err := passAsAll(t, i, &rv, nets, step, keep); err != nil {
+			t.Fatalf("step %d: %v", i, err)
 		}
 		if rv.Full != 1 || rv.Incremental != i {
 			t.Errorf("step %d: %d passes resolved whole, %d by their changes; want the first whole only", i, rv.Full, rv.Incremental)
