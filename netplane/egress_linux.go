@@ -116,11 +116,11 @@ func addEgressObjects(tx *knftables.Transaction) {
 // unless that would change nothing.
 func (nw *Network) applyEgress(ctx context.Context) error {
 	e := nw.n.Egress
-	if e == nil || nw.inNS == nil {
+	if e == nil || nw.nsr == nil {
 		return nil
 	}
 	var lan []netip.Prefix
-	if err := nw.inNS(func() (err error) { lan, err = hostLANs(); return err }); err != nil {
+	if err := nw.nsr.do(func() (err error) { lan, err = hostLANs(); return err }); err != nil {
 		return fmt.Errorf("network %q: the host's LANs for the egress policy: %w", nw.n.ID, err)
 	}
 	nw.nameCheck.lan.Store(&lan)
@@ -133,7 +133,7 @@ func (nw *Network) applyEgress(ctx context.Context) error {
 	if sig == nw.egressApplied {
 		return nil
 	}
-	if err := nw.inNS(func() error { return nft.Run(ctx, tx) }); err != nil {
+	if err := nw.nsr.do(func() error { return nft.Run(ctx, tx) }); err != nil {
 		return fmt.Errorf("network %q: the egress policy: %w", nw.n.ID, err)
 	}
 	nw.egressApplied = sig
@@ -328,7 +328,7 @@ func (nw *Network) learnNames(client netip.Addr, qname string, answers []dns.RR)
 	if len(l.changed) == 0 {
 		return
 	}
-	if err := nw.inNS(func() error { return c.nft.Run(context.Background(), l.tx) }); err != nil {
+	if err := nw.nsr.do(func() error { return c.nft.Run(context.Background(), l.tx) }); err != nil {
 		nw.log.Warn("egress: the addresses of a name are not in force", "name", qname, "err", err)
 		return
 	}
@@ -501,7 +501,7 @@ type vmEgressState struct {
 // the network's, at the addresses they have now (and again whenever those
 // change): one transaction, skipped when nothing changed.
 func (nw *Network) SetVMEgress(ctx context.Context, ps []nettypes.VMEgress) error {
-	if !nw.n.Routed() || nw.inNS == nil {
+	if !nw.n.Routed() || nw.nsr == nil {
 		return nil
 	}
 	nw.vmEgress.mu.Lock()
@@ -529,7 +529,7 @@ func (nw *Network) refreshVMEgress() {
 
 func (nw *Network) applyVMEgress(ctx context.Context) error {
 	var lan []netip.Prefix
-	if err := nw.inNS(func() (err error) { lan, err = hostLANs(); return err }); err != nil {
+	if err := nw.nsr.do(func() (err error) { lan, err = hostLANs(); return err }); err != nil {
 		return err
 	}
 	nw.nameCheck.lan.Store(&lan)
@@ -622,7 +622,7 @@ func (nw *Network) applyVMEgress(ctx context.Context) error {
 		}
 	}
 	forgotten := nw.names.forgetSources(tx, stale)
-	if err := nw.inNS(func() error { return nft.Run(ctx, tx) }); err != nil {
+	if err := nw.nsr.do(func() error { return nft.Run(ctx, tx) }); err != nil {
 		return fmt.Errorf("network %q: the VMs' egress policies: %w", nw.n.ID, err)
 	}
 	nw.vmEgress.applied, nw.vmEgress.appliedPolicies = sig.String(), string(policies)

@@ -61,7 +61,7 @@ func (nw *Network) startEgressLog() error {
 	}
 	var f *hostnet.NFLOG
 	var bridge int
-	err := nw.inNS(func() (err error) {
+	err := nw.nsr.do(func() (err error) {
 		br, err := vnl.LinkByName(nw.n.Bridge())
 		if err != nil {
 			return err

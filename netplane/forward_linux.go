@@ -58,7 +58,7 @@ type forwardKey struct {
 // one transaction that empties the maps and the counting chain and fills
 // them again, unless that would change nothing.
 func (nw *Network) SetForwards(ctx context.Context, fs []nettypes.Forward) error {
-	if !nw.n.Routed() || nw.inNS == nil {
+	if !nw.n.Routed() || nw.nsr == nil {
 		return nil
 	}
 	nw.fwd.mu.Lock()
@@ -136,7 +136,7 @@ func (nw *Network) applyForwards(ctx context.Context) error {
 	if sig.String() == nw.fwd.applied && nw.fwd.targets != nil {
 		return nil
 	}
-	err = nw.inNS(func() error {
+	err = nw.nsr.do(func() error {
 		// The counters of forwards that are gone go with them.
 		old, err := namedCounters(ctx, knftables.InetFamily, nw.n.ID, nettypes.ForwardKeyPrefix)
 		if err != nil {

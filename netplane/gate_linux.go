@@ -235,7 +235,7 @@ func (nw *Network) startGate() error {
 	var q *nfqueue.Queue
 	var num uint16
 	var bridge uint32
-	err := nw.inNS(func() error {
+	err := nw.nsr.do(func() error {
 		br, err := netlink.LinkByName(n.Bridge())
 		if err != nil {
 			return err
@@ -256,7 +256,7 @@ func (nw *Network) startGate() error {
 		nw.closers = append(nw.closers, func() error {
 			// The rule goes with the reader (the table, and the gate's
 			// chain that drops, stay: Remove's).
-			nw.inNS(func() error { return emptyQueueChain(n.ID) })
+			nw.nsr.do(func() error { return emptyQueueChain(n.ID) })
 			boundQueues.CompareAndDelete(key, num)
 			return q.Close()
 		})

@@ -47,7 +47,7 @@ func (nw *Network) startNameCheck(ctx context.Context) error {
 	nc := &nw.nameCheck
 	nc.proxy = egressproxy.New(egressproxy.Config{
 		Allow:    nw.nameAllowed,
-		Dial:     nw.dialIn,
+		Dial:     nw.nsr.dial,
 		Denied:   nw.nameRefused,
 		Client:   nw.macOf, // a VM's connections bounded, whatever its addresses
 		CheckDst: nw.outward,
@@ -171,7 +171,7 @@ func (nw *Network) outward(dst netip.Addr) string {
 		return "an address no connection goes out to"
 	}
 	why := ""
-	err := nw.inNS(func() error {
+	err := nw.nsr.do(func() error {
 		routes, err := netlink.RouteGet(net.IP(dst.AsSlice()))
 		if err != nil || len(routes) == 0 {
 			why = "an address with no route"

@@ -59,12 +59,10 @@ type Network struct {
 	deniedLog       *guestlog.ByClient // the denied flows told, a few a VM
 	nameCheck       nameCheck
 	learner4        *arplearn.Learner // nil when the network learns no IPv4 address
-	// inNS runs f on a thread in the network's namespace (for nft, which
-	// works in the namespace of the thread that runs it), dialIn dials
-	// from it (nsRunner); netns is it.
-	netns  ns.NetNS
-	inNS   func(f func() error) error
-	dialIn func(ctx context.Context, network, addr string) (net.Conn, error)
+	// nsr runs functions (nft, which works in the namespace of the thread
+	// that runs it) and dials in the network's namespace; nil before the
+	// services start.
+	nsr *nsRunner
 
 	// failed is the first service that stopped on its own (Health).
 	failed atomic.Pointer[error]
@@ -118,12 +116,12 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("network %q: %w", n.ID, err)
 	}
-	nw.netns = netns // closed after the services' goroutines, which use it
-	run, err := newNSRunner(netns)
+	nsr, err := newNSRunner(netns)
 	if err != nil {
+		netns.Close()
 		return fmt.Errorf("network %q: %w", n.ID, err)
 	}
-	nw.inNS, nw.dialIn = run.do, run.dial
+	nw.nsr = nsr // its netns closed after the services' goroutines, which use it
 	if err := nw.openLeases(opts.StateDir); err != nil {
 		return err
 	}
@@ -138,7 +136,7 @@ func (nw *Network) startServices(ctx context.Context, opts Options) error {
 			default:
 			}
 		}
-		if nw.guard6, err = guard.StartGuard6(n, nw.log, nw.inNS, kick, nw.refreshVMEgress); err != nil {
+		if nw.guard6, err = guard.StartGuard6(n, nw.log, nw.nsr.do, kick, nw.refreshVMEgress); err != nil {
 			return err
 		}
 		nw.closers = append(nw.closers, nw.guard6.Close)
@@ -222,7 +220,7 @@ func (nw *Network) openLeases(stateDir string) error {
 // addresses they use (the guard lets them) instead of losing them at
 // their next renewal. It returns how many.
 func (nw *Network) leasesFromGuard() int {
-	g, err := guard.NewAddrGuard(nw.n, nw.alloc, nw.log, nw.inNS)
+	g, err := guard.NewAddrGuard(nw.n, nw.alloc, nw.log, nw.nsr.do)
 	if err != nil {
 		return 0
 	}
@@ -304,7 +302,7 @@ func (nw *Network) startDNS(resolvConf string, upstreams []string) error {
 		Upstreams: upstreams,
 		NoForward: !nw.n.ForwardsDNS(),
 		Log:       nw.log,
-		Dial:      nw.dialIn,
+		Dial:      nw.nsr.dial,
 	}
 	nw.closers = append(nw.closers, nw.dns.CloseIdle)
 	type listen struct{ udp, tcp, addr, dev string }
@@ -383,7 +381,7 @@ func (nw *Network) bound(mac net.HardwareAddr) {
 // arplearn), if it learns addresses; the network's guard, egress policies
 // and forwards follow what it binds.
 func (nw *Network) startLearner4() error {
-	l, err := arplearn.Start(arplearn.Config{Network: nw.n, Alloc: nw.alloc, Guard: nw.guard, InNS: nw.inNS, Log: nw.log,
+	l, err := arplearn.Start(arplearn.Config{Network: nw.n, Alloc: nw.alloc, Guard: nw.guard, InNS: nw.nsr.do, Log: nw.log,
 		Bound: nw.bound, OnLease: nw.onLease})
 	if err != nil || l == nil {
 		return err
@@ -450,7 +448,7 @@ func (nw *Network) startRA() error {
 // startGuard keeps the guard's addresses up to date: now, and every
 // guardResync, which drops the pairs of leases that expired.
 func (nw *Network) startGuard(ctx context.Context) error {
-	g, err := guard.NewAddrGuard(nw.n, nw.alloc, nw.log, nw.inNS)
+	g, err := guard.NewAddrGuard(nw.n, nw.alloc, nw.log, nw.nsr.do)
 	if err != nil {
 		return err
 	}
@@ -518,8 +516,8 @@ func (nw *Network) Close() error {
 			// may load the lease file.
 			nw.alloc.Close()
 		}
-		if nw.netns != nil {
-			errs = append(errs, nw.netns.Close())
+		if nw.nsr != nil {
+			errs = append(errs, nw.nsr.netns.Close())
 		}
 	})
 	return errors.Join(errs...)
@@ -561,10 +559,10 @@ func (nw *Network) SetHost(mac net.HardwareAddr, name string, ip netip.Addr) err
 // SetImpairments makes ps what the network's ports lose on purpose
 // (guard.SetImpairments), none for the others.
 func (nw *Network) SetImpairments(ps []nettypes.PortImpairment) error {
-	if !guard.Guarded(nw.n) || nw.inNS == nil {
+	if !guard.Guarded(nw.n) || nw.nsr == nil {
 		return nil
 	}
-	return nw.inNS(func() error { return guard.SetImpairments(context.Background(), nw.n, ps) })
+	return nw.nsr.do(func() error { return guard.SetImpairments(context.Background(), nw.n, ps) })
 }
 
 // SetPartitions makes the pairs of VMs (by MAC, each way) whose frames
@@ -572,10 +570,10 @@ func (nw *Network) SetImpairments(ps []nettypes.PortImpairment) error {
 // A network without a guard (bridged: no services, no namespace of its
 // own kept) has none.
 func (nw *Network) SetPartitions(pairs [][2]net.HardwareAddr) error {
-	if !guard.Guarded(nw.n) || nw.inNS == nil {
+	if !guard.Guarded(nw.n) || nw.nsr == nil {
 		return nil
 	}
-	return nw.inNS(func() error { return guard.SetPartitionPairs(context.Background(), nw.n, pairs) })
+	return nw.nsr.do(func() error { return guard.SetPartitionPairs(context.Background(), nw.n, pairs) })
 }
 
 // SetVMs ends a round of SetHost calls: names are the names VM files
@@ -747,11 +745,11 @@ func (nw *Network) Stats(q nettypes.StatsQuery) nettypes.ServiceStats {
 	if nw.dns != nil {
 		s.DNS = nw.dns.Stats()
 	}
-	if nw.inNS != nil {
+	if nw.nsr != nil {
 		// Bounded: the controller holds its lock while it asks.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		nw.inNS(func() error {
+		nw.nsr.do(func() error {
 			conns, err := forwardConns(ctx, nw.n.ID)
 			s.ForwardConns = conns
 			s.NeighLimited = neighLimited(ctx, nw.n.ID)
@@ -782,10 +780,10 @@ func (nw *Network) Stats(q nettypes.StatsQuery) nettypes.ServiceStats {
 			slices.SortFunc(ips, netip.Addr.Compare)
 		}
 	}
-	if guard.Guarded(nw.n) && nw.inNS != nil {
+	if guard.Guarded(nw.n) && nw.nsr != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		nw.inNS(func() error {
+		nw.nsr.do(func() error {
 			only := ports
 			if nw.n.VXLAN != nil {
 				only = nil // (the tunnel's counters are among them)

@@ -89,7 +89,7 @@ func (nw *Network) startPeerDNS() error {
 	}
 	addr := netip.AddrPortFrom(local, x.DNSPort)
 	key := addr.String()
-	if st, err := os.Stat(nw.netns.Path()); err == nil {
+	if st, err := os.Stat(nw.nsr.netns.Path()); err == nil {
 		key = fmt.Sprintf("%d/%s", st.Sys().(*syscall.Stat_t).Ino, addr)
 	}
 	names := &peerNames{h: nw.dns, peers: peers}
