@@ -1,6 +1,9 @@
 package api
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Resolution is what resolved VM files took (their VMs' names, MACs,
 // fixed addresses, ports and forwards), kept so that files can be added
@@ -30,43 +33,35 @@ type Resolution struct {
 func ResolveAll(nets *Networks, files []*VMFile, keep map[string]string) (*Resolution, Diagnostics) {
 	n := countAttachments(files)
 	x := &Resolution{r: newResolver(nets, n), all: make(map[string]*Attachment, n), files: make(map[*VMFile][]*Attachment, len(files))}
-	x.note(files) // (before resolve drops the entries of networks it does not manage)
+	entries := x.note(files) // (before resolve drops the entries of networks it does not manage)
 	if ds := x.r.resolve(files, keep); len(ds) > 0 {
 		return nil, ds
 	}
-	for _, entries := range x.files {
-		for _, a := range entries {
-			if x.all[a.MAC] != nil {
-				// Set on two entries, one of a network vmnetctl does not
-				// manage (no error: its MAC is not checked): which one
-				// holds it cannot be kept track of. Resolve all again.
-				return nil, nil
-			}
-			x.all[a.MAC] = a
+	for _, a := range entries {
+		if x.all[a.MAC] != nil {
+			// Set on two entries, one of a network vmnetctl does not
+			// manage (no error: its MAC is not checked): which one holds
+			// it cannot be kept track of. Resolve all again.
+			return nil, nil
 		}
+		x.all[a.MAC] = a
 	}
 	return x, nil
 }
 
-// Networks are the networks x resolved against.
-func (x *Resolution) Networks() *Networks { return x.r.nets }
-
-// note records files' entries as theirs.
-func (x *Resolution) note(files []*VMFile) {
+// note records each of files' entries as its file's, and returns them
+// all.
+func (x *Resolution) note(files []*VMFile) []*Attachment {
+	var all []*Attachment
 	for _, f := range files {
-		x.files[f] = entriesOf([]*VMFile{f})
-	}
-}
-
-// entriesOf is every entry of files.
-func entriesOf(files []*VMFile) []*Attachment {
-	var out []*Attachment
-	for _, f := range files {
+		var entries []*Attachment
 		for _, vm := range f.VMs {
-			out = append(out, vm.Attachments...)
+			entries = append(entries, vm.Attachments...)
 		}
+		x.files[f] = entries
+		all = append(all, entries...)
 	}
-	return out
+	return all
 }
 
 // Add resolves files (parsed, not yet resolved) beside those x holds, as
@@ -79,7 +74,7 @@ func (x *Resolution) Add(files []*VMFile, keep map[string]string) bool {
 		return false
 	}
 	x.spent = true // until it is done
-	entries := entriesOf(files)
+	entries := x.note(files)
 	taken := make(map[string]bool, len(entries))
 	for _, a := range entries {
 		if a.MACDerived {
@@ -107,7 +102,6 @@ func (x *Resolution) Add(files []*VMFile, keep map[string]string) bool {
 		}
 		a.MAC, taken[mac] = mac, true
 	}
-	x.note(files)
 	before := len(x.r.ds)
 	for _, f := range files {
 		for _, vm := range f.VMs {
@@ -144,11 +138,13 @@ func (x *Resolution) Remove(files []*VMFile) bool {
 				delete(x.all, a.MAC)
 			}
 		}
+		managed := map[*Attachment]bool{} // the entries vm counted
 		for _, vm := range f.VMs {
 			if name := strings.ToLower(vm.Name); r.vms[name] == vm {
 				delete(r.vms, name)
 			}
-			for _, a := range vm.Attachments { // the managed ones: those vm counted
+			for _, a := range vm.Attachments {
+				managed[a] = true
 				if r.macs[a.MAC] == a {
 					delete(r.macs, a.MAC)
 				}
@@ -161,16 +157,9 @@ func (x *Resolution) Remove(files []*VMFile) bool {
 				if n := r.nets.Get(a.Network); n != nil && n.Routed() {
 					r.ports[a.Network]--
 				}
-				for i := 0; i < len(r.forwards); {
-					if r.fwdOwner[i] == a {
-						r.forwards = append(r.forwards[:i], r.forwards[i+1:]...)
-						r.fwdOwner = append(r.fwdOwner[:i], r.fwdOwner[i+1:]...)
-						continue
-					}
-					i++
-				}
 			}
 		}
+		r.forwards = slices.DeleteFunc(r.forwards, func(f ownedForward) bool { return managed[f.of] })
 	}
 	return true
 }

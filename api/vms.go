@@ -543,8 +543,13 @@ type resolver struct {
 	ips      map[netIP]*Attachment
 	ports    map[string]int // VM ports by network
 	total    int            // attachments in all
-	forwards []PortForward
-	fwdOwner []*Attachment // each of forwards' entry
+	forwards []ownedForward
+}
+
+// ownedForward is a forward the resolver saw, and the entry it is of.
+type ownedForward struct {
+	PortForward
+	of *Attachment
 }
 
 // netIP is a fixed address on a network.
@@ -627,11 +632,11 @@ func (r *resolver) policies(a *Attachment, n *Network) {
 			r.errAt(pf.Source, pf.Source.Line, field+".portForwards", "%s", msg)
 		}
 		for _, prev := range r.forwards {
-			if pf.conflicts(prev) {
+			if pf.conflicts(prev.PortForward) {
 				r.errAt(pf.Source, pf.Source.Line, field+".portForwards", "host port %s/%s on %s is also forwarded at %s", pf.HostPort, pf.Proto, pf.HostIP, prev.Source)
 			}
 		}
-		r.forwards, r.fwdOwner = append(r.forwards, pf), append(r.fwdOwner, a)
+		r.forwards = append(r.forwards, ownedForward{pf, a})
 	}
 }
 

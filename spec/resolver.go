@@ -39,6 +39,21 @@ type resolvedProject struct {
 	skipped  []string
 }
 
+// collect sets rp's attachments (of, for each entry of its resolved
+// files) and the lines of the entries it leaves to others.
+func (rp *resolvedProject) collect(of func(*api.Attachment) *Attachment) {
+	for _, f := range rp.files {
+		for _, vm := range f.VMs {
+			for _, a := range vm.Attachments {
+				rp.atts = append(rp.atts, of(a))
+			}
+			for _, s := range vm.Skipped {
+				rp.skipped = append(rp.skipped, skippedLine(vm, s))
+			}
+		}
+	}
+}
+
 // Peek is projects parsed, from the Resolver's cache where it can,
 // without changing it (ParseCache.Peek): for a check of projects that
 // are not the desired state.
@@ -81,16 +96,7 @@ func (rv *Resolver) all(nets *api.Networks, projects []*statedir.Project, keep m
 	rv.projects = make(map[string]*resolvedProject, len(projects))
 	for _, pp := range parsed {
 		rp := &resolvedProject{entry: rv.cache[pp.Name], external: pp.External, files: pp.Files}
-		for _, f := range pp.Files {
-			for _, vm := range f.VMs {
-				for _, a := range vm.Attachments {
-					rp.atts = append(rp.atts, of[a])
-				}
-				for _, s := range vm.Skipped {
-					rp.skipped = append(rp.skipped, skippedLine(vm, s))
-				}
-			}
-		}
+		rp.collect(func(a *api.Attachment) *Attachment { return of[a] })
 		rv.projects[pp.Name] = rp
 	}
 	rv.nets, rv.res = nets, res
@@ -183,16 +189,9 @@ func (rv *Resolver) apply(nets *api.Networks, projects []*statedir.Project, keep
 		if !rv.res.Add(rp.files, keep) {
 			return nil, false
 		}
-		for _, f := range rp.files {
-			for _, vm := range f.VMs {
-				for _, a := range vm.Attachments {
-					rp.atts = append(rp.atts, &Attachment{Attachment: a, Project: p.Name, External: p.External})
-				}
-				for _, s := range vm.Skipped {
-					rp.skipped = append(rp.skipped, skippedLine(vm, s))
-				}
-			}
-		}
+		rp.collect(func(a *api.Attachment) *Attachment {
+			return &Attachment{Attachment: a, Project: p.Name, External: p.External}
+		})
 		for _, a := range rp.atts {
 			rv.uses[a.Network]++
 		}
