@@ -60,8 +60,8 @@ func (c *Controller) checkProject(p *statedir.Project) (*projectCheck, error) {
 	if snap == nil {
 		return nil, errors.New("no networks.yaml of record")
 	}
-	nets, diags := api.LoadNetworks(snap.Source, snap.Data)
-	if err := diags.Err(); err != nil {
+	nets, err := c.loadNetworks(snap)
+	if err != nil {
 		return nil, err
 	}
 	var others []*statedir.Project

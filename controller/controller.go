@@ -226,8 +226,8 @@ type Controller struct {
 	// checks (check.go) take without mu.
 	resolver spec.Resolver
 	parseMu  sync.Mutex
-	// netsOf is the networks the last pass parsed, and the record they
-	// were parsed from (loadNetworks).
+	// netsOf is the networks parsed last, and the record they were
+	// parsed from (loadNetworks); under parseMu.
 	netsOf struct {
 		snap statedir.NetworksSnapshot
 		nets *api.Networks

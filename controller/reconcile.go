@@ -168,10 +168,13 @@ func (c *Controller) loadDesired() (*spec.Desired, *statedir.NetworksSnapshot, [
 	return d, snap, projects, err
 }
 
-// loadNetworks is snap parsed, the last pass's networks while snap is
+// loadNetworks is snap parsed, the networks parsed last while snap is
 // the same: the desired state's resolver resolves only what changed
-// against the same networks.
+// against the same networks, and a check parses none. Call without
+// parseMu held.
 func (c *Controller) loadNetworks(snap *statedir.NetworksSnapshot) (*api.Networks, error) {
+	c.parseMu.Lock()
+	defer c.parseMu.Unlock()
 	if c.netsOf.nets != nil && snap.Same(c.netsOf.snap) {
 		return c.netsOf.nets, nil
 	}
