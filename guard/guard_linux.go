@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -402,35 +404,32 @@ func addPort(ctx context.Context, n *api.Network, port string, mac net.HardwareA
 			return fmt.Errorf("network %q: guarding port %s: MAC %s is another VM port's%s: a port may not take it", n.ID, port, m, holder)
 		}
 	}
-	// With nft: its claim must fail should another port have taken the
-	// MAC since the read, which google/nftables' add cannot say.
-	idx := strconv.FormatUint(uint64(ps.index), 10)
-	return runGuardTx(ctx, n, "guarding port "+port, func(tx *knftables.Transaction) {
-		if ps.held != "" {
-			releaseHeld(tx, idx, ps.held, ps.heldExpected || ps.held == m)
-		}
-		claim := &knftables.Element{Set: SetClaimed, Key: []string{m}}
-		if ps.mine {
-			tx.Add(claim)
-		} else {
-			tx.Create(claim)
-		}
-		tx.Add(&knftables.Element{Map: SetHeld, Key: []string{idx}, Value: []string{m}})
-		tx.Add(&knftables.Element{Set: SetPortMACs, Key: []string{idx, m}})
-		tx.Add(&knftables.Element{Set: SetGuarded, Key: []string{idx}})
-	})
+	return guardPinned(n.ID, port, ps, mac)
 }
 
-// releaseHeld adds to tx the release of the MAC held by the port of
-// interface index idx: the port may learn or be given another, and held
-// leaves claimed unless keepClaim (some port's expected MAC, or the one
-// the port is given again).
-func releaseHeld(tx *knftables.Transaction, idx, held string, keepClaim bool) {
-	hostnet.DeleteElement(tx, &knftables.Element{Map: SetHeld, Key: []string{idx}, Value: []string{held}})
-	hostnet.DeleteElement(tx, &knftables.Element{Set: SetPortMACs, Key: []string{idx, held}})
-	if !keepClaim {
-		hostnet.DeleteElement(tx, &knftables.Element{Set: SetClaimed, Key: []string{held}})
+// guardPinned is GuardPort for a port pinned to mac (ps its state): in
+// one batch, the MAC it held released, mac claimed, held and guarded. Its
+// claim fails the batch should another port have taken mac since ps was
+// read (ChangeElements' Exclusive, as `nft create element`).
+func guardPinned(id, port string, ps portState, mac net.HardwareAddr) error {
+	var changes []hostnet.ElementChange
+	if hw, err := net.ParseMAC(ps.held); err == nil {
+		keep := ps.heldExpected || ps.held == mac.String()
+		changes = append(changes, releaseChanges(portGuard{index: ps.index, held: ps.held, keepClaim: keep}, hw)...)
 	}
+	changes = append(changes,
+		hostnet.ElementChange{Set: SetClaimed, Key: mac, Exclusive: !ps.mine},
+		hostnet.ElementChange{Set: SetHeld, Key: portKey(ps.index), Data: mac},
+		hostnet.ElementChange{Set: SetPortMACs, Key: portMACKey(ps.index, mac)},
+		hostnet.ElementChange{Set: SetGuarded, Key: portKey(ps.index)})
+	err := hostnet.ChangeElements(knftables.BridgeFamily, id, changes)
+	switch {
+	case errors.Is(err, unix.EEXIST):
+		return fmt.Errorf("network %q: guarding port %s: MAC %s is another VM port's (taken as it was guarded): a port may not take it", id, port, mac)
+	case err != nil:
+		return fmt.Errorf("network %q: guarding port %s: %w", id, port, err)
+	}
+	return nil
 }
 
 // RemovePort removes the guard of port name, if n has one: its frames are

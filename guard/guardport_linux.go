@@ -163,28 +163,38 @@ func addRelease(conn *nftables.Conn, id string, g portGuard) error {
 	if err != nil {
 		return nil
 	}
-	held := []nftables.SetElement{{Key: portKey(g.index), Val: mac}}
-	pm := []nftables.SetElement{{Key: portMACKey(g.index, mac)}}
-	ops := []struct {
-		set   string
-		elems []nftables.SetElement
-	}{{SetHeld, held}, {SetPortMACs, pm}}
-	if !g.keepClaim {
-		ops = append(ops, struct {
-			set   string
-			elems []nftables.SetElement
-		}{SetClaimed, []nftables.SetElement{{Key: mac}}})
-	}
-	for _, op := range ops {
-		s := guardSet(id, op.set)
-		if err := conn.SetAddElements(s, op.elems); err != nil {
-			return err
+	for _, c := range releaseChanges(g, mac) {
+		s, elems := guardSet(id, c.Set), []nftables.SetElement{{Key: c.Key, Val: c.Data}}
+		if c.Delete {
+			err = conn.SetDeleteElements(s, elems)
+		} else {
+			err = conn.SetAddElements(s, elems)
 		}
-		if err := conn.SetDeleteElements(s, op.elems); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// releaseChanges is the release of mac, the MAC g holds: from held,
+// port-macs and, unless g.keepClaim, claimed. Each element is added first
+// (a no-op if it is there), so that its deletion finds it.
+func releaseChanges(g portGuard, mac net.HardwareAddr) []hostnet.ElementChange {
+	elems := []hostnet.ElementChange{
+		{Set: SetHeld, Key: portKey(g.index), Data: mac},
+		{Set: SetPortMACs, Key: portMACKey(g.index, mac)},
+	}
+	if !g.keepClaim {
+		elems = append(elems, hostnet.ElementChange{Set: SetClaimed, Key: mac})
+	}
+	var out []hostnet.ElementChange
+	for _, e := range elems {
+		del := e
+		del.Delete = true
+		out = append(out, e, del)
+	}
+	return out
 }
 
 // addUnguard adds to conn's batch the removal of g's guard: its place in

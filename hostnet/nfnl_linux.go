@@ -207,3 +207,82 @@ func TableChains(family knftables.Family, name string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// ElementChange is one change of an element in ChangeElements' batch:
+// added to Set (with Data, a map's value), or with Delete deleted from it.
+// Exclusive makes the batch fail, whole, with EEXIST when the set already
+// holds Key: what `nft create element` says, and google/nftables' adds
+// cannot.
+type ElementChange struct {
+	Set       string
+	Key, Data []byte
+	Delete    bool
+	Exclusive bool
+}
+
+// ChangeElements makes changes to the sets of network id's table of
+// family in one netlink batch, in order: all or none. It reads nothing
+// first, as `nft -f` of the same `add`, `create` and `delete element`
+// commands would (a process, and a look at the table's sets), and, as
+// they, it fails on a set or table that is not there.
+func ChangeElements(family knftables.Family, id string, changes []ElementChange) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	header := func(t uint16, flags netlink.HeaderFlags, family byte, resID uint16, attrs []byte) netlink.Message {
+		return netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(t), Flags: flags},
+			Data: append([]byte{family, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}, attrs...)}
+	}
+	msgs := []netlink.Message{header(unix.NFNL_MSG_BATCH_BEGIN, netlink.Request, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil)}
+	for _, c := range changes {
+		ae := netlink.NewAttributeEncoder()
+		ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, TableName(id))
+		ae.String(unix.NFTA_SET_ELEM_LIST_SET, c.Set)
+		ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(ae *netlink.AttributeEncoder) error {
+			ae.Nested(unix.NFTA_LIST_ELEM, func(ae *netlink.AttributeEncoder) error {
+				ae.Nested(unix.NFTA_SET_ELEM_KEY, func(ae *netlink.AttributeEncoder) error {
+					ae.Bytes(unix.NFTA_DATA_VALUE, c.Key)
+					return nil
+				})
+				if c.Data != nil {
+					ae.Nested(unix.NFTA_SET_ELEM_DATA, func(ae *netlink.AttributeEncoder) error {
+						ae.Bytes(unix.NFTA_DATA_VALUE, c.Data)
+						return nil
+					})
+				}
+				return nil
+			})
+			return nil
+		})
+		attrs, err := ae.Encode()
+		if err != nil {
+			return err
+		}
+		t, flags := uint16(unix.NFT_MSG_NEWSETELEM), netlink.Request|netlink.Acknowledge|netlink.Create
+		switch {
+		case c.Delete:
+			t, flags = unix.NFT_MSG_DELSETELEM, netlink.Request|netlink.Acknowledge
+		case c.Exclusive:
+			flags |= netlink.Excl
+		}
+		msgs = append(msgs, header(unix.NFNL_SUBSYS_NFTABLES<<8|t, flags, NFProto(family), 0, attrs))
+	}
+	msgs = append(msgs, header(unix.NFNL_MSG_BATCH_END, netlink.Request, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil))
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	defer c.Close()
+	if _, err := c.SendMessages(msgs); err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	// An acknowledgement for each change, or an error: the kernel then
+	// undid the whole batch, and may say no more (a refused batch is one
+	// error, whatever it held).
+	for range changes {
+		if _, err := c.Receive(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
