@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/helperproto"
@@ -80,11 +81,26 @@ func createTap(c PortConfig) (int, error) {
 
 // markTap gives TAP name its mark, hostnet.TapMark(name).
 func markTap(name string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return err
+	return setLink(name, false, nl.NewRtAttr(unix.IFLA_IFALIAS, []byte(hostnet.TapMark(name))))
+}
+
+// setLink changes link name with one request (RTM_SETLINK, which finds a
+// link by name as well as by index): attrs, and the link up if up. The
+// kernel applies the flags before a master (IFLA_MASTER): a port made up
+// and given its bridge at once is up a moment before it joins.
+func setLink(name string, up bool, attrs ...*nl.RtAttr) error {
+	req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	if up {
+		msg.Flags, msg.Change = unix.IFF_UP, unix.IFF_UP
 	}
-	return netlink.LinkSetAlias(l, hostnet.TapMark(name))
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
+	for _, a := range attrs {
+		req.AddData(a)
+	}
+	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	return err
 }
 
 // openMacvtap opens the character device of macvtap mv (/dev/tap<ifindex>,
