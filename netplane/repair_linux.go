@@ -291,7 +291,9 @@ func linkChanged(u netlink.LinkUpdate, nameOf func(index int) string) bool {
 		return a.Flags&net.FlagUp != 0
 	case tap:
 		// A bridge port's notice (family AF_BRIDGE) carries its flags.
-		return a.Protinfo != nil && !a.Protinfo.Isolated && !isolating.none() && isolating.on(nameOf(a.MasterIndex))
+		// A port is isolated once it joins, before it is up (attachTap):
+		// one down carries nothing yet.
+		return a.Flags&net.FlagUp != 0 && a.Protinfo != nil && !a.Protinfo.Isolated && !isolating.none() && isolating.on(nameOf(a.MasterIndex))
 	default:
 		return a.Flags&net.FlagUp == 0
 	}

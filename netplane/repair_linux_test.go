@@ -86,6 +86,7 @@ func TestLinkChangedFleetChurn(t *testing.T) {
 		{"a TAP put on its bridge", unix.RTM_NEWLINK, tap(8, 0, nil), false},
 		{"a TAP set up on its bridge", unix.RTM_NEWLINK, tap(8, net.FlagUp, nil), false},
 		{"a port's state, not isolating", unix.RTM_NEWLINK, tap(8, net.FlagUp, &netlink.Protinfo{}), false},
+		{"a TAP put on an isolating bridge, down, before its isolation", unix.RTM_NEWLINK, tap(7, 0, &netlink.Protinfo{}), false},
 		{"a port's state, isolated", unix.RTM_NEWLINK, tap(7, net.FlagUp, &netlink.Protinfo{Isolated: true}), false},
 		{"a TAP deleted with its helper", unix.RTM_DELLINK, tap(8, net.FlagUp, nil), false},
 		{"a TAP taken off its bridge", unix.RTM_NEWLINK, tap(0, net.FlagUp, nil), true},
