@@ -4,7 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guard"
@@ -74,5 +79,63 @@ func BenchmarkCreatePort(b *testing.B) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestCreatePortQuiet: the link notices a VM's port makes as it is made,
+// on a network that isolates its ports and on one that does not, are none
+// the controller's watch takes for drift (linkChanged: each would start a
+// pass that reads every port, one an attach). The notices are read up to
+// a sentinel link's deletion, made after the ports: none is missed.
+func TestCreatePortQuiet(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "pq")
+	open := testNet("pq1", api.ModeShared, "10.200.15.0/24")
+	iso := testNet("pq2", api.ModeHost, "10.200.16.0/24")
+	iso.Isolation = true
+	start(t, host, open, Options{StateDir: t.TempDir()})
+	start(t, host, iso, Options{StateDir: t.TempDir()})
+	updates := make(chan netlink.LinkUpdate, 256)
+	done := make(chan struct{})
+	defer close(done)
+	host.MustDo(t, func() error { return netlink.LinkSubscribe(updates, done) })
+	names := map[int]string{}
+	host.MustDo(t, func() error {
+		for i, n := range []*api.Network{open, iso} {
+			br, err := NetworkBridge(n)
+			if err != nil {
+				return err
+			}
+			names[br.Attrs().Index] = br.Attrs().Name
+			p, err := CreatePort(n, PortConfig{Name: fmt.Sprintf("vmt-pq%d", i), UID: -1, GID: -1, GuardKept: true, Isolated: n.Isolation})
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+		}
+		return nil
+	})
+	host.MustRun(t, "ip", "link", "add", "pq-sentinel", "type", "veth", "peer", "name", "pq-sentinel1")
+	host.MustRun(t, "ip", "link", "del", "pq-sentinel")
+	seen := 0
+	for {
+		select {
+		case u := <-updates:
+			a := u.Link.Attrs()
+			if a.Name == "pq-sentinel" && u.Header.Type == unix.RTM_DELLINK {
+				if seen == 0 {
+					t.Fatal("no notice of the ports (the test cannot see them)")
+				}
+				return
+			}
+			if strings.HasPrefix(a.Name, "vmt-pq") {
+				seen++
+				if linkChanged(u, func(i int) string { return names[i] }) {
+					t.Errorf("making port %s: a notice taken for drift (type %d, master %d, flags %v, protinfo %+v)", a.Name, u.Header.Type, a.MasterIndex, a.Flags, a.Protinfo)
+				}
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no notice of the sentinel's deletion")
+		}
 	}
 }

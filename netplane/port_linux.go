@@ -274,16 +274,14 @@ func deleteLink(name string) error {
 // attachTap makes TAP name, which createTap just made and marked, a port
 // of bridge br, as attachPort does an existing link, and gives its
 // interface index (its guard's key). A new TAP is nobody's port, not
-// isolated and down: one request gives it the bridge's MTU, makes it up
-// and the bridge's port (with no address and the host's IPv6 off on it,
-// it sends nothing in the moment it is up before it joins: setLink), and
-// isolation is one more when asked. (Four lookups and changes before: a
-// third of a port's making at 900 ports, BenchmarkCreatePort.)
+// isolated and down: one request gives it the bridge's MTU and makes it
+// the bridge's port, isolation is one more only when asked, and one more
+// makes it up (a TAP up off its bridge is a port knocked off it, to the
+// controller's watch: linkChanged). Its index is one ioctl. (A lookup
+// before each of the four changes was a third of a port's making,
+// BenchmarkCreatePort.)
 func attachTap(name string, br *netlink.Bridge, isolated bool) (index uint32, err error) {
-	if err := hostIPv6Off(name); err != nil {
-		return 0, err
-	}
-	if err := setLink(name, true,
+	if err := setLink(name, false,
 		nl.NewRtAttr(unix.IFLA_MTU, nl.Uint32Attr(uint32(br.Attrs().MTU))),
 		nl.NewRtAttr(unix.IFLA_MASTER, nl.Uint32Attr(uint32(br.Attrs().Index)))); err != nil {
 		return 0, fmt.Errorf("adding TAP %s to bridge %s: %w", name, br.Attrs().Name, err)
@@ -296,12 +294,20 @@ func attachTap(name string, br *netlink.Bridge, isolated bool) (index uint32, er
 	if index, err = links.IndexOf(name); err == nil && index == 0 {
 		err = fmt.Errorf("TAP %s: %w", name, unix.ENODEV)
 	}
-	if err != nil || !isolated {
-		return index, err
+	if err != nil {
+		return 0, err
 	}
-	tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(index)}}
-	if err := netlink.LinkSetIsolated(tap, true); err != nil {
-		return 0, fmt.Errorf("setting isolation of %s: %w", name, err)
+	if isolated {
+		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(index)}}
+		if err := netlink.LinkSetIsolated(tap, true); err != nil {
+			return 0, fmt.Errorf("setting isolation of %s: %w", name, err)
+		}
+	}
+	if err := hostIPv6Off(name); err != nil {
+		return 0, err
+	}
+	if err := setLink(name, true); err != nil {
+		return 0, fmt.Errorf("setting %s up: %w", name, err)
 	}
 	return index, nil
 }

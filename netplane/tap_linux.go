@@ -85,9 +85,10 @@ func markTap(name string) error {
 }
 
 // setLink changes link name with one request (RTM_SETLINK, which finds a
-// link by name as well as by index): attrs, and the link up if up. The
-// kernel applies the flags before a master (IFLA_MASTER): a port made up
-// and given its bridge at once is up a moment before it joins.
+// link by name as well as by index): attrs, and the link up if up. (The
+// kernel applies the flags before a master, IFLA_MASTER: a port made up
+// and given its bridge in one request would be up off its bridge a
+// moment.)
 func setLink(name string, up bool, attrs ...*nl.RtAttr) error {
 	req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
 	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
