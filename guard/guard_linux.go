@@ -404,14 +404,14 @@ func addPort(ctx context.Context, n *api.Network, port string, mac net.HardwareA
 			return fmt.Errorf("network %q: guarding port %s: MAC %s is another VM port's%s: a port may not take it", n.ID, port, m, holder)
 		}
 	}
-	return guardPinned(n.ID, port, ps, mac)
+	return guardPinned(ctx, n.ID, port, ps, mac)
 }
 
 // guardPinned is GuardPort for a port pinned to mac (ps its state): in
 // one batch, the MAC it held released, mac claimed, held and guarded. Its
 // claim fails the batch should another port have taken mac since ps was
 // read (ChangeElements' Exclusive, as `nft create element`).
-func guardPinned(id, port string, ps portState, mac net.HardwareAddr) error {
+func guardPinned(ctx context.Context, id, port string, ps portState, mac net.HardwareAddr) error {
 	var changes []hostnet.ElementChange
 	if hw, err := net.ParseMAC(ps.held); err == nil {
 		keep := ps.heldExpected || ps.held == mac.String()
@@ -422,14 +422,20 @@ func guardPinned(id, port string, ps portState, mac net.HardwareAddr) error {
 		hostnet.ElementChange{Set: SetHeld, Key: portKey(ps.index), Data: mac},
 		hostnet.ElementChange{Set: SetPortMACs, Key: portMACKey(ps.index, mac)},
 		hostnet.ElementChange{Set: SetGuarded, Key: portKey(ps.index)})
-	err := hostnet.ChangeElements(knftables.BridgeFamily, id, changes)
-	switch {
-	case errors.Is(err, unix.EEXIST):
-		return fmt.Errorf("network %q: guarding port %s: MAC %s is another VM port's (taken as it was guarded): a port may not take it", id, port, mac)
-	case err != nil:
-		return fmt.Errorf("network %q: guarding port %s: %w", id, port, err)
+	err := hostnet.ChangeElements(ctx, knftables.BridgeFamily, id, changes)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if errors.Is(err, unix.EEXIST) {
+		// The claim's, or a map element whose key came to hold another
+		// value since the read (a MAC the port learned meanwhile): told
+		// apart by what the guard says now. Either way nothing changed.
+		if now, rerr := readPortState(id, port, mac.String()); rerr == nil && now.claimed {
+			return fmt.Errorf("network %q: guarding port %s: MAC %s is another VM port's (taken as it was guarded): a port may not take it", id, port, mac)
+		}
+		return fmt.Errorf("network %q: guarding port %s: its guard changed as it was guarded (the next pass guards it again): %w", id, port, err)
+	}
+	return fmt.Errorf("network %q: guarding port %s: %w", id, port, err)
 }
 
 // RemovePort removes the guard of port name, if n has one: its frames are

@@ -22,7 +22,8 @@ import (
 )
 
 // A port's guard is its elements in the guard table's sets, written in
-// this process through netlink (google/nftables), one batch a change: no
+// this process through netlink (google/nftables; a pinned port's, whose
+// claim must be exclusive, hostnet.ChangeElements), one batch a change: no
 // nft process, which would read the whole table first, and no chain,
 // whose commit would make the kernel validate every port's. The rules are
 // the network's (ensureGuardTable, with nft).

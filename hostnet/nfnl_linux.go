@@ -2,9 +2,11 @@ package hostnet
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -225,7 +227,7 @@ type ElementChange struct {
 // first, as `nft -f` of the same `add`, `create` and `delete element`
 // commands would (a process, and a look at the table's sets), and, as
 // they, it fails on a set or table that is not there.
-func ChangeElements(family knftables.Family, id string, changes []ElementChange) error {
+func ChangeElements(ctx context.Context, family knftables.Family, id string, changes []ElementChange) error {
 	if len(changes) == 0 {
 		return nil
 	}
@@ -276,12 +278,23 @@ func ChangeElements(family knftables.Family, id string, changes []ElementChange)
 	if _, err := c.SendMessages(msgs); err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
+	// The kernel runs the batch as it is sent: its answers wait in the
+	// socket once the send returns. The deadline is for one that would
+	// never come, not for a slow one (ctx's, or a minute).
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Minute)
+	}
+	c.SetReadDeadline(deadline)
 	// An acknowledgement for each change, or an error: the kernel then
 	// undid the whole batch, and may say no more (a refused batch is one
 	// error, whatever it held).
 	for range changes {
-		if _, err := c.Receive(); err != nil {
-			return err
+		switch _, err := c.Receive(); {
+		case errors.Is(err, unix.ENOENT):
+			return fmt.Errorf("nftables: a set of table %s %s is missing: %w", family, TableName(id), err)
+		case err != nil:
+			return fmt.Errorf("nftables: changing the elements of table %s %s: %w", family, TableName(id), err)
 		}
 	}
 	return nil

@@ -70,7 +70,7 @@ func (p *Port) CleanupPID() int {
 // open: on a network with a bridge (NetworkBridge: shared, host, bridged on
 // a bridge) a TAP owned by c.UID and c.GID, marked hostnet.TapMark(c.Name), guarded
 // on a shared or host network (GuardPort, unless c.NoSpoofCheck) and
-// attached to the bridge with AttachPort; on a bridged network whose
+// attached to the bridge as AttachPort attaches a link (attachTap); on a bridged network whose
 // interface is not a bridge a macvtap (CreateMacvtap), opened through its
 // character device. The network must be up. A port that outlives its fd (a
 // macvtap, a persistent TAP) is deleted by the child c.Cleanup gives when
@@ -137,7 +137,7 @@ func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error
 		return fmt.Errorf("network %q: %w", n.ID, err)
 	}
 	p.Bridge = br.Attrs().Name
-	p.MTU = br.Attrs().MTU // attachPort gave it the bridge's MTU
+	p.MTU = br.Attrs().MTU // attachTap gave it the bridge's MTU
 	return nil
 }
 

@@ -272,8 +272,8 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 // bridge port's state, IPv6 on it), and each repair pass reads every port:
 // only a TAP that is up and off its bridge, or not isolated on a bridge
 // whose network isolates its ports (nameOf names the master by index),
-// has drifted. A new TAP is off its bridge only while it is down
-// (AttachPort sets it up last).
+// has drifted. A new TAP is off its bridge, or not yet isolated, only
+// while it is down (attachTap and AttachPort set it up last).
 func linkChanged(u netlink.LinkUpdate, nameOf func(index int) string) bool {
 	a := u.Link.Attrs()
 	bridge, tap := strings.HasPrefix(a.Name, api.BridgePrefix), strings.HasPrefix(a.Name, api.TapPrefix)
