@@ -20,6 +20,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/relay"
 )
@@ -306,8 +307,11 @@ func (s *session) waitForTermination(ctx context.Context, gone <-chan struct{}) 
 
 // watchGone returns a channel that is closed once link name, the one of
 // that name now, is deleted (a link of the same name made since is
-// another). It listens for the kernel's notices and also looks once a
-// second, in case one was missed or the watch failed. It ends with ctx.
+// another). It hears of the deletion alone (hostnet.WatchLinkDeletion:
+// the kernel keeps every other link's notice from it) and looks whether
+// the link is there once the watch is on and whenever it hears or lost
+// notices; where the watch cannot be had or breaks, it looks once a
+// second. It ends with ctx.
 func watchGone(ctx context.Context, log *relay.Logger, name string) <-chan struct{} {
 	gone := make(chan struct{})
 	l, err := netlink.LinkByName(name)
@@ -317,38 +321,46 @@ func watchGone(ctx context.Context, log *relay.Logger, name string) <-chan struc
 		return gone
 	}
 	index := l.Attrs().Index
-	updates := make(chan netlink.LinkUpdate, 64)
-	done := make(chan struct{})
-	if err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{ErrorCallback: func(error) {}}); err != nil {
-		log.Warnf("main", "watching TAP %s: %v; looking once a second", name, err)
-		updates = nil
-	}
 	isGone := func() bool {
 		_, err := netlink.LinkByIndex(index)
 		var lnf netlink.LinkNotFoundError
 		return errors.As(err, &lnf)
 	}
+	w, err := hostnet.WatchLinkDeletion(index)
+	if err != nil {
+		log.Warnf("main", "watching TAP %s: %v; looking once a second", name, err)
+	}
 	go func() {
-		defer close(done)
+		if w != nil {
+			stop := context.AfterFunc(ctx, w.Close)
+			defer stop()
+			for {
+				if isGone() {
+					close(gone)
+					return
+				}
+				err := w.Wait()
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil && !hostnet.ErrNoticesLost(err) {
+					log.Warnf("main", "watching TAP %s: %v; looking once a second", name, err)
+					break
+				}
+			}
+			w.Close()
+		}
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
-		// Looked at once the watch is on (a deletion before it is seen
-		// too), then on a notice of the TAP's deletion and once a second.
-		for look := true; ; {
-			if look && isGone() {
+		for {
+			if isGone() {
 				close(gone)
 				return
 			}
 			select {
 			case <-ctx.Done():
 				return
-			case u, ok := <-updates:
-				if !ok {
-					updates = nil // the watch failed: looking once a second is left
-				}
-				look = !ok || u.Header.Type == unix.RTM_DELLINK && int(u.Index) == index
 			case <-tick.C:
-				look = true
 			}
 		}
 	}()
