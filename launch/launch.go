@@ -94,7 +94,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	// Recorded before it runs: if this process dies before the helper's
 	// record is saved, the next controller still knows whose it is
 	// (KnownHelperPIDs).
-	self, err := procid.Read(os.Getpid())
+	self, err := procid.Self()
 	if err != nil {
 		return fail(err)
 	}

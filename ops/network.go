@@ -79,7 +79,7 @@ func HoldNetwork(ctx context.Context, env Env, networksPath string, n *api.Netwo
 	if err != nil {
 		return err
 	}
-	self, err := procid.Read(os.Getpid())
+	self, err := procid.Self()
 	if err != nil {
 		return err
 	}

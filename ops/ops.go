@@ -775,7 +775,7 @@ func RunVM(ctx context.Context, env Env, in *Input, o RunOptions) (int, error) {
 	}
 	// The project lives for this process: killed, the controller drops it
 	// (and stops its helpers, and the networks only it needed).
-	self, err := procid.Read(os.Getpid())
+	self, err := procid.Self()
 	if err != nil {
 		return 0, err
 	}

@@ -3,7 +3,9 @@
 package procid
 
 import (
+	"os"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -16,6 +18,18 @@ type Identity struct {
 	StartTime uint64   `json:"startTime"`
 	Cmdline   []string `json:"cmdline"`
 }
+
+// Self is this process's identity. Its pid, start time and command line
+// do not change while it runs: read once (a controller records it in the
+// intent of every helper it starts, which read /proc twice each time;
+// 0.06 ms, and 3.6 at the 90th percentile in an `up` of 1,000).
+func Self() (Identity, error) {
+	id, err := self()
+	id.Cmdline = slices.Clone(id.Cmdline)
+	return id, err
+}
+
+var self = sync.OnceValues(func() (Identity, error) { return Read(os.Getpid()) })
 
 // Equal reports whether id and o name the same process alike.
 func (id Identity) Equal(o Identity) bool {

@@ -1,6 +1,7 @@
 package procid
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -98,4 +99,24 @@ func TestKill(t *testing.T) {
 		t.Errorf("a process that ignores SIGTERM was not killed")
 	}
 	<-exited
+}
+
+// TestSelf: Self is this process's identity as Read gives it, and a
+// caller that changes what it got changes nobody else's.
+func TestSelf(t *testing.T) {
+	id, err := Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !id.Equal(read) {
+		t.Fatalf("Self() = %+v, Read = %+v", id, read)
+	}
+	id.Cmdline[0] = "changed"
+	if again, _ := Self(); !again.Equal(read) {
+		t.Errorf("Self() after a caller changed its copy: %+v", again)
+	}
 }
