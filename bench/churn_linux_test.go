@@ -54,7 +54,8 @@ const perNetwork = 990
 // VMNETCTL_CHURN_STATE=disk keeps it in the test's temporary directory.
 // VMNETCTL_CHURN_MAC=pinned gives every VM its MAC in its file, as lima's
 // VMs have (the guard then holds each port to it: pinned); by default
-// vmnetctl derives them.
+// vmnetctl derives them. VMNETCTL_CHURN_ATTACH=tap makes every VM's
+// attachment `attach: tap`.
 // Each command runs as a user would, in the namespace but started by this
 // process from a thread inside it, without `ip netns exec` (another
 // process start, 8 ms or so here) before it. Only with VMNETCTL_BENCH=1
@@ -126,7 +127,7 @@ func TestChurn(t *testing.T) {
 	}
 	t.Cleanup(func() { vmnetctl("down", "--all") })
 	one := filepath.Join(dir, "one.yaml")
-	if err := os.WriteFile(one, fmt.Appendf(nil, "vms:\n  solo:\n    networks: [{vmnet: fleet0%s}]\n", pinned(maxFleet)), 0o644); err != nil {
+	if err := os.WriteFile(one, fmt.Appendf(nil, "vms:\n  solo:\n    networks: [{vmnet: fleet0%s}]\n", entryExtra(maxFleet)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A controller before the first size, kept up by the one VM's
@@ -163,7 +164,7 @@ func TestChurn(t *testing.T) {
 		if n > 0 && perProject {
 			for i := prev; i < n; i++ {
 				fleet, fleetProject = filepath.Join(dir, fmt.Sprintf("p%05d.yaml", i)), fmt.Sprintf("p%05d", i)
-				if err := os.WriteFile(fleet, fmt.Appendf(nil, "vms:\n  c%05d:\n    networks: [{vmnet: fleet%d%s}]\n", i, i/perNetwork, pinned(i)), 0o644); err != nil {
+				if err := os.WriteFile(fleet, fmt.Appendf(nil, "vms:\n  c%05d:\n    networks: [{vmnet: fleet%d%s}]\n", i, i/perNetwork, entryExtra(i)), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				busy := machineBusy(t)
@@ -179,7 +180,7 @@ func TestChurn(t *testing.T) {
 			var b strings.Builder
 			b.WriteString("vms:\n")
 			for i := range n {
-				fmt.Fprintf(&b, "  c%05d:\n    networks: [{vmnet: fleet%d%s}]\n", i, i/perNetwork, pinned(i))
+				fmt.Fprintf(&b, "  c%05d:\n    networks: [{vmnet: fleet%d%s}]\n", i, i/perNetwork, entryExtra(i))
 			}
 			if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
 				t.Fatal(err)
@@ -278,7 +279,7 @@ func apiAttach(t *testing.T, sd statedir.Dir) (attach, detach time.Duration) {
 	}
 	cl := ops.NewClient(sd)
 	req := &ctlapi.ApplyRequest{Networks: *snap, NameGiven: true, Project: statedir.Project{Name: "api",
-		Files: []statedir.ProjectFile{{Path: "api.yaml", Data: fmt.Appendf(nil, "vms:\n  apivm:\n    networks: [{vmnet: fleet0%s}]\n", pinned(maxFleet+1))}}}}
+		Files: []statedir.ProjectFile{{Path: "api.yaml", Data: fmt.Appendf(nil, "vms:\n  apivm:\n    networks: [{vmnet: fleet0%s}]\n", entryExtra(maxFleet+1))}}}}
 	began := time.Now()
 	resp, err := cl.ApplyProject(context.Background(), req)
 	attach = time.Since(began)
@@ -299,14 +300,19 @@ func apiAttach(t *testing.T, sd statedir.Dir) (attach, detach time.Duration) {
 // VM's MACs (pinned) are maxFleet's and the next.
 const maxFleet = 1 << 20
 
-// pinned is, with VMNETCTL_CHURN_MAC=pinned, the macAddress of the VM
-// numbered i as a network entry of a VM file writes it (after its vmnet);
-// "" otherwise.
-func pinned(i int) string {
-	if os.Getenv("VMNETCTL_CHURN_MAC") != "pinned" {
-		return ""
+// entryExtra is what a network entry of a VM file says of the VM numbered
+// i after its vmnet: with VMNETCTL_CHURN_MAC=pinned its macAddress, with
+// VMNETCTL_CHURN_ATTACH=tap `attach: tap` (a persistent TAP, as
+// firecracker and cloud-hypervisor open by name); "" by default.
+func entryExtra(i int) string {
+	var b strings.Builder
+	if os.Getenv("VMNETCTL_CHURN_MAC") == "pinned" {
+		fmt.Fprintf(&b, ", macAddress: \"52:56:%02x:%02x:%02x:%02x\"", i>>24&0xff, i>>16&0xff, i>>8&0xff, i&0xff)
 	}
-	return fmt.Sprintf(", macAddress: \"52:56:%02x:%02x:%02x:%02x\"", i>>24&0xff, i>>16&0xff, i>>8&0xff, i&0xff)
+	if os.Getenv("VMNETCTL_CHURN_ATTACH") == "tap" {
+		b.WriteString(", attach: tap")
+	}
+	return b.String()
 }
 
 // pidMaxFile is the kernel's limit on process ids, and so on tasks.
