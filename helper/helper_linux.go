@@ -321,11 +321,15 @@ func watchGone(ctx context.Context, log *relay.Logger, name string) <-chan struc
 		return gone
 	}
 	index := l.Attrs().Index
-	isGone := func() bool {
+	// look says whether the link is gone, and whether it could tell (a
+	// lookup that failed otherwise says neither).
+	look := func() (isGone, sure bool) {
 		_, err := netlink.LinkByIndex(index)
 		var lnf netlink.LinkNotFoundError
-		return errors.As(err, &lnf)
+		isGone = errors.As(err, &lnf)
+		return isGone, isGone || err == nil
 	}
+	isGone := func() bool { g, _ := look(); return g }
 	w, err := hostnet.WatchLinkDeletion(index)
 	if err != nil {
 		log.Warnf("main", "watching TAP %s: %v; looking once a second", name, err)
@@ -334,8 +338,20 @@ func watchGone(ctx context.Context, log *relay.Logger, name string) <-chan struc
 		if w != nil {
 			stop := context.AfterFunc(ctx, w.Close)
 			defer stop()
+			defer w.Close()
 			for {
-				if isGone() {
+				// The watch wakes it once for the deletion: a look that
+				// cannot tell is tried again until it can.
+				g, sure := look()
+				for wait := 100 * time.Millisecond; !sure; wait = min(2*wait, time.Second) {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(wait):
+					}
+					g, sure = look()
+				}
+				if g {
 					close(gone)
 					return
 				}

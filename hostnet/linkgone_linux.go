@@ -56,8 +56,9 @@ func deletionFilter(index uint32) []unix.SockFilter {
 }
 
 // Wait returns once a notice of the deletion came (nil), or with the
-// socket's error: ENOBUFS when notices were lost (look whether the link
-// is there), another once the watch is closed or broken.
+// socket's error: ENOBUFS when notices were lost, another once the watch
+// is closed or broken. A notice that came before the filter was on may
+// be another link's: on nil, or ENOBUFS, look whether the link is there.
 func (w *LinkDeletion) Wait() error {
 	for {
 		msgs, _, err := w.s.Receive()
