@@ -101,9 +101,22 @@ func TestKill(t *testing.T) {
 	<-exited
 }
 
-// TestSelf: Self is this process's identity as Read gives it, and a
-// caller that changes what it got changes nobody else's.
+// TestSelf: Self is this process's identity as Read gives it, a failed
+// read is not kept (the next call reads again), and a caller that changes
+// what it got changes nobody else's.
 func TestSelf(t *testing.T) {
+	selfMu.Lock()
+	was, reader := selfID, readSelf
+	selfID = nil
+	readSelf = func() (Identity, error) { return Identity{}, syscall.EMFILE }
+	selfMu.Unlock()
+	t.Cleanup(func() { selfMu.Lock(); selfID, readSelf = was, reader; selfMu.Unlock() })
+	if _, err := Self(); err == nil {
+		t.Fatal("Self() with a failing read: no error")
+	}
+	selfMu.Lock()
+	readSelf = reader
+	selfMu.Unlock()
 	id, err := Self()
 	if err != nil {
 		t.Fatal(err)
