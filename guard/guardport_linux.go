@@ -47,16 +47,6 @@ func guardSet(id, name string) *nftables.Set {
 	return &nftables.Set{Table: &nftables.Table{Name: hostnet.TableName(id), Family: nftables.TableFamilyBridge}, Name: name}
 }
 
-// linkIndex is the interface index of the link name, 0 if there is none.
-func linkIndex(name string) (uint32, error) {
-	links, err := hostnet.OpenLinkNames()
-	if err != nil {
-		return 0, err
-	}
-	defer links.Close()
-	return links.IndexOf(name)
-}
-
 // portState is what GuardPort and UnguardPort need to know of network
 // id's guard about one port and one MAC, read element by element: what it
 // costs does not grow with the network's ports.
@@ -75,7 +65,7 @@ type portState struct {
 func readPortState(id, port, mac string) (portState, error) {
 	var ps portState
 	var err error
-	if ps.index, err = linkIndex(port); err != nil || ps.index == 0 {
+	if ps.index, err = hostnet.LinkIndex(port); err != nil || ps.index == 0 {
 		return ps, err
 	}
 	has := func(set string, key []byte) (ok bool) {
@@ -112,7 +102,7 @@ func heldBy(id string, index uint32) (string, error) {
 // ReadHeld is the MAC port holds on network id, "" for none (or no such
 // port).
 func ReadHeld(id, port string) (string, error) {
-	index, err := linkIndex(port)
+	index, err := hostnet.LinkIndex(port)
 	if err != nil || index == 0 {
 		return "", err
 	}
@@ -555,7 +545,7 @@ func Drops(_ context.Context, id string, ports []string) (map[string]uint64, err
 	drops := map[string]uint64{}
 	if ports != nil {
 		for _, port := range ports {
-			index, err := linkIndex(port)
+			index, err := hostnet.LinkIndex(port)
 			if err != nil || index == 0 {
 				continue
 			}
@@ -709,7 +699,7 @@ func readV2Guard(id string) (*v2Guard, error) {
 // then each port's chain, set and counter, then the rest.
 func (old *v2Guard) migrate(tx *knftables.Transaction) {
 	for _, port := range old.ports {
-		index, err := linkIndex(port)
+		index, err := hostnet.LinkIndex(port)
 		if err != nil || index == 0 {
 			continue
 		}

@@ -49,7 +49,7 @@ func TestPinnedClaimTaken(t *testing.T) {
 				t.Errorf("%s holds %q (%v) after the refusal, want %q", port, got, err, want)
 			}
 		}
-		idx, err := linkIndex("p-b")
+		idx, err := hostnet.LinkIndex("p-b")
 		if err != nil {
 			return err
 		}

@@ -57,7 +57,7 @@ func guardTunnel(ctx context.Context, n *api.Network, port string) error {
 	if err := ensureGuardLayout(ctx, n); err != nil {
 		return err
 	}
-	index, err := linkIndex(port)
+	index, err := hostnet.LinkIndex(port)
 	if err != nil {
 		return err
 	}

@@ -122,6 +122,17 @@ func OpenLinkNames() (LinkNames, error) {
 	return LinkNames{fd}, err
 }
 
+// LinkIndex is the interface index of the link name in the current
+// namespace, 0 if there is none: one ioctl on a socket of its own.
+func LinkIndex(name string) (uint32, error) {
+	links, err := OpenLinkNames()
+	if err != nil {
+		return 0, err
+	}
+	defer links.Close()
+	return links.IndexOf(name)
+}
+
 // IndexOf is the interface index of the link name, 0 if there is none.
 func (l LinkNames) IndexOf(name string) (uint32, error) {
 	ifr, err := unix.NewIfreq(name)

@@ -231,9 +231,9 @@ func ChangeElements(ctx context.Context, family knftables.Family, id string, cha
 	if len(changes) == 0 {
 		return nil
 	}
-	header := func(t uint16, flags netlink.HeaderFlags, family byte, resID uint16, attrs []byte) netlink.Message {
+	header := func(t uint16, flags netlink.HeaderFlags, proto byte, resID uint16, attrs []byte) netlink.Message {
 		return netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(t), Flags: flags},
-			Data: append([]byte{family, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}, attrs...)}
+			Data: append([]byte{proto, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}, attrs...)}
 	}
 	msgs := []netlink.Message{header(unix.NFNL_MSG_BATCH_BEGIN, netlink.Request, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil)}
 	for _, c := range changes {
