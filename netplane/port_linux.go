@@ -70,7 +70,7 @@ func (p *Port) CleanupPID() int {
 // open: on a network with a bridge (NetworkBridge: shared, host, bridged on
 // a bridge) a TAP owned by c.UID and c.GID, marked hostnet.TapMark(c.Name), guarded
 // on a shared or host network (GuardPort, unless c.NoSpoofCheck) and
-// attached to the bridge as AttachPort attaches a link (attachTap); on a bridged network whose
+// attached to the bridge as AttachPort attaches a link (joinBridge); on a bridged network whose
 // interface is not a bridge a macvtap (CreateMacvtap), opened through its
 // character device. The network must be up. A port that outlives its fd (a
 // macvtap, a persistent TAP) is deleted by the child c.Cleanup gives when
@@ -137,7 +137,7 @@ func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error
 		return fmt.Errorf("network %q: %w", n.ID, err)
 	}
 	p.Bridge = br.Attrs().Name
-	p.MTU = br.Attrs().MTU // attachTap gave it the bridge's MTU
+	p.MTU = br.Attrs().MTU // joinBridge gave it the bridge's MTU
 	return nil
 }
 
@@ -272,44 +272,52 @@ func deleteLink(name string) error {
 }
 
 // attachTap makes TAP name, which createTap just made and marked, a port
-// of bridge br, as attachPort does an existing link, and gives its
-// interface index (its guard's key). A new TAP is nobody's port, not
-// isolated and down: one request gives it the bridge's MTU and makes it
-// the bridge's port, isolation is one more only when asked, and one more
-// makes it up (a TAP up off its bridge is a port knocked off it, to the
-// controller's watch: linkChanged). Its index is one ioctl. (A lookup
-// before each of the four changes was a third of a port's making,
-// BenchmarkCreatePort.)
-func attachTap(name string, br *netlink.Bridge, isolated bool) (index uint32, err error) {
-	if err := setLink(name, false,
-		nl.NewRtAttr(unix.IFLA_MTU, nl.Uint32Attr(uint32(br.Attrs().MTU))),
-		nl.NewRtAttr(unix.IFLA_MASTER, nl.Uint32Attr(uint32(br.Attrs().Index)))); err != nil {
-		return 0, fmt.Errorf("adding TAP %s to bridge %s: %w", name, br.Attrs().Name, err)
-	}
-	links, err := hostnet.OpenLinkNames()
-	if err != nil {
-		return 0, err
-	}
-	defer links.Close()
-	if index, err = links.IndexOf(name); err == nil && index == 0 {
-		err = fmt.Errorf("TAP %s: %w", name, unix.ENODEV)
+// of bridge br (joinBridge), and gives its interface index (its guard's
+// key), one ioctl. (A lookup before each of its four changes was a third
+// of a port's making, BenchmarkCreatePort.)
+func attachTap(name string, br *netlink.Bridge, isolated bool) (uint32, error) {
+	index, err := hostnet.LinkIndex(name)
+	if err == nil && index == 0 {
+		err = unix.ENODEV
 	}
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("TAP %s: %w", name, err)
 	}
-	if isolated {
-		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(index)}}
-		if err := netlink.LinkSetIsolated(tap, true); err != nil {
-			return 0, fmt.Errorf("setting isolation of %s: %w", name, err)
+	tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(index)}}
+	return index, joinBridge(tap, br, isolated, true)
+}
+
+// joinBridge makes link l a port of bridge br, in the order the
+// controller's watch takes for no drift (linkChanged: a TAP up off its
+// bridge, or up and not isolated on a bridge that isolates, is drift):
+// the bridge's MTU and master in one request (RTM_SETLINK by name; the
+// kernel sets the MTU before the master), then its isolation, the host's
+// IPv6 off, and up last, in a request of its own (the kernel applies
+// flags before a master). A fresh link (a TAP just made: nobody's port,
+// not isolated, down) always joins and asks for isolation only when
+// isolated; another joins only where its MTU or master is not br's, and
+// has its isolation set either way.
+func joinBridge(l netlink.Link, br *netlink.Bridge, isolated, fresh bool) error {
+	name := l.Attrs().Name
+	if fresh || l.Attrs().MTU != br.Attrs().MTU || l.Attrs().MasterIndex != br.Attrs().Index {
+		if err := setLink(name, false,
+			nl.NewRtAttr(unix.IFLA_MTU, nl.Uint32Attr(uint32(br.Attrs().MTU))),
+			nl.NewRtAttr(unix.IFLA_MASTER, nl.Uint32Attr(uint32(br.Attrs().Index)))); err != nil {
+			return fmt.Errorf("adding %s to bridge %s: %w", name, br.Attrs().Name, err)
+		}
+	}
+	if isolated || !fresh {
+		if err := netlink.LinkSetIsolated(l, isolated); err != nil {
+			return fmt.Errorf("setting isolation of %s: %w", name, err)
 		}
 	}
 	if err := hostIPv6Off(name); err != nil {
-		return 0, err
+		return err
 	}
 	if err := setLink(name, true); err != nil {
-		return 0, fmt.Errorf("setting %s up: %w", name, err)
+		return fmt.Errorf("setting %s up: %w", name, err)
 	}
-	return index, nil
+	return nil
 }
 
 // hostIPv6Off turns the host's IPv6 off on link name, a VM's port: the
@@ -341,32 +349,7 @@ func AttachPort(bridge string, link netlink.Link, isolated bool) error {
 	if !ok {
 		return fmt.Errorf("%s is a %s, not a bridge", bridge, l.Type())
 	}
-	return attachPort(br, link, isolated)
-}
-
-func attachPort(br *netlink.Bridge, link netlink.Link, isolated bool) error {
-	bridge := br.Attrs().Name
-	name := link.Attrs().Name
-	if link.Attrs().MTU != br.Attrs().MTU {
-		if err := netlink.LinkSetMTU(link, br.Attrs().MTU); err != nil {
-			return fmt.Errorf("setting MTU of %s: %w", name, err)
-		}
-	}
-	if link.Attrs().MasterIndex != br.Attrs().Index {
-		if err := netlink.LinkSetMaster(link, br); err != nil {
-			return fmt.Errorf("adding %s to bridge %s: %w", name, bridge, err)
-		}
-	}
-	if err := netlink.LinkSetIsolated(link, isolated); err != nil {
-		return fmt.Errorf("setting isolation of %s: %w", name, err)
-	}
-	if err := hostIPv6Off(name); err != nil {
-		return err
-	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		return fmt.Errorf("setting %s up: %w", name, err)
-	}
-	return nil
+	return joinBridge(link, br, isolated, false)
 }
 
 // tapMarkOf parses a TAP's mark: the TAP name it names and its owner ("" for

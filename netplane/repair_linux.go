@@ -273,7 +273,7 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 // only a TAP that is up and off its bridge, or not isolated on a bridge
 // whose network isolates its ports (nameOf names the master by index),
 // has drifted. A new TAP is off its bridge, or not yet isolated, only
-// while it is down (attachTap and AttachPort set it up last).
+// while it is down (joinBridge sets it up last).
 func linkChanged(u netlink.LinkUpdate, nameOf func(index int) string) bool {
 	a := u.Link.Attrs()
 	bridge, tap := strings.HasPrefix(a.Name, api.BridgePrefix), strings.HasPrefix(a.Name, api.TapPrefix)
@@ -291,7 +291,7 @@ func linkChanged(u netlink.LinkUpdate, nameOf func(index int) string) bool {
 		return a.Flags&net.FlagUp != 0
 	case tap:
 		// A bridge port's notice (family AF_BRIDGE) carries its flags.
-		// A port is isolated once it joins, before it is up (attachTap):
+		// A port is isolated once it joins, before it is up (joinBridge):
 		// one down carries nothing yet.
 		return a.Flags&net.FlagUp != 0 && a.Protinfo != nil && !a.Protinfo.Isolated && !isolating.none() && isolating.on(nameOf(a.MasterIndex))
 	default:
