@@ -8,9 +8,11 @@ import (
 )
 
 // openFilesNeeded is what a controller of api.MaxAttachments helpers
-// may hold open: a pidfd each (procid.Child), and room for its netlink
-// and nftables sockets, its API's connections and its files.
-const openFilesNeeded = api.MaxAttachments + 4096
+// may hold open: a pidfd each (procid.Child), another for the cleanup
+// child of each persistent TAP (`attach: tap`, netplane.Port.Disown), and
+// room for its netlink and nftables sockets, its API's connections and
+// its files.
+const openFilesNeeded = 2*api.MaxAttachments + 4096
 
 // raiseOpenFiles lifts the limit on this process's open files to
 // openFilesNeeded where it is lower (Go has already raised the soft limit

@@ -15,7 +15,7 @@ func TestCleanupChildNotThroughSudo(t *testing.T) {
 	t.Setenv("SUDO_UID", "65534")
 	t.Setenv("SUDO_GID", "65534")
 	s := &session{o: &Options{}, tapName: "vmt-x"}
-	cmd, err := s.cleanupCommand()
+	cmd, err := s.cleanupCommand(0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,6 +62,17 @@ func (s *session) relaySpec() relay.Spec {
 	return spec
 }
 
+// holdSpec is the relay's spec for a helper of `attach: tap`: it holds
+// the TAP, which the VMM opens by name, and moves no frames (relay.Hold).
+func (s *session) holdSpec() relay.Spec {
+	spec := relay.Spec{Hold: true, TAP: -1, Socket: -1, TapName: s.tapName, TapIndex: int(s.port.Index),
+		StatsInterval: s.o.StatsInterval, Verbose: s.o.Verbose, LogTimestamps: s.o.LogTimestamps}
+	if s.stats.File != nil {
+		spec.StatsFD = int(s.stats.File.Fd())
+	}
+	return spec
+}
+
 // learns says whether the port's guard learns the VM's MAC (no --mac), so
 // that a restarted VMM's MAC must be learned anew.
 func (s *session) learns() bool { return s.o.VMMAC == nil && !s.o.NoSpoofCheck }
@@ -98,8 +109,8 @@ var errNoExec = errors.New("")
 // controller knows it by) and its descriptors, and sheds the memory of
 // everything else vmnetctl links. It returns only when it did not exec,
 // saying why: no such binary, one it does not trust, or a log that is not
-// stderr. A macvtap's cleanup pipe goes along (Spec.Keep): its child
-// deletes the macvtap once the relay is gone, without anyone waiting.
+// stderr. The cleanup pipe of a macvtap or a persistent TAP goes along
+// (Spec.Keep): its child deletes the port once the relay is gone.
 //
 // Signals: SIGTERM and SIGINT end the process (and its port with it)
 // from just before the exec until vmnetctl-relay catches them again, first
@@ -123,10 +134,11 @@ func (s *session) execRelay(ctx context.Context, stop context.CancelFunc, spec r
 		return err
 	}
 	if fd := s.port.CleanupFD(); fd >= 0 {
-		// A macvtap's cleanup child deletes it once the relay is gone.
+		// The cleanup child of a macvtap or a persistent TAP deletes it
+		// once the relay is gone.
 		spec.Keep, spec.CleanupPID = append(spec.Keep, fd), s.port.CleanupPID()
 	}
-	if s.learns() && os.Geteuid() == 0 && !throughSudo() {
+	if s.learns() && !spec.Hold && os.Geteuid() == 0 && !throughSudo() {
 		// Only a relay that is still root may change the guard (as the
 		// helper itself: one running as the VM's owner keeps the MAC).
 		spec.Relearn = append(append([]string{exe}, os.Args[1:]...), "--tap", s.tapName, "--"+RelearnFlag)

@@ -13,14 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperproto"
-	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/relay"
 )
@@ -55,17 +52,24 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer s.port.Close()
 	if o.Attach == AttachTap {
-		// The VMM opens the TAP itself, as its owner: the helper only keeps
-		// it until termination, or until it is gone.
+		// The VMM opens the TAP itself, as its owner: the helper only
+		// holds it until termination, or until it is gone (relay.Hold),
+		// as vmnetctl-relay where it can (execRelay).
 		s.port.CloseFD()
-		gone := watchGone(ctx, s.log, s.tapName)
 		if err := s.dropPrivileges(); err != nil {
 			return err
+		}
+		spec := s.holdSpec()
+		ctx, stop := context.WithCancel(ctx)
+		defer stop()
+		s.log.Infof("main", "holding the TAP in this process: %v", s.execRelay(ctx, stop, spec))
+		if ctx.Err() != nil {
+			return nil
 		}
 		if err := s.printReady(); err != nil {
 			return err
 		}
-		return s.waitForTermination(ctx, gone)
+		return relay.Hold(ctx, spec, s.log, relay.Hooks{Stats: s.stats})
 	}
 	// Unprivileged from here: the VM's socket is only touched as its owner.
 	if err := s.dropPrivileges(); err != nil {
@@ -115,6 +119,9 @@ type session struct {
 	// underController: the helper is the controller's, set up in its
 	// process (Prepare), never one run through sudo.
 	underController bool
+	// cleanup gives the command of the port's cleanup child
+	// (netplane.PortConfig.Cleanup): cleanupCommand, or Prepare's.
+	cleanup func(index uint32) (*exec.Cmd, error)
 }
 
 // openStats opens --stats-file (as root, before the privileges go: the
@@ -155,6 +162,7 @@ func checkOptions(o *Options, prog string) (*session, error) {
 		return nil, err
 	}
 	s := &session{o: o, log: relay.NewLogger(o.Stderr, o.Verbose, o.LogTimestamps)}
+	s.cleanup = s.cleanupCommand
 	var uname unix.Utsname
 	unix.Uname(&uname)
 	if prog == "" {
@@ -244,7 +252,7 @@ func (s *session) createPort() error {
 		NoSpoofCheck: o.NoSpoofCheck,
 		Persist:      o.Attach == AttachTap,
 		GuardKept:    s.underController,
-		Cleanup:      s.cleanupCommand,
+		Cleanup:      s.cleanup,
 	})
 	if err != nil {
 		return err
@@ -267,7 +275,7 @@ func (s *session) createPort() error {
 
 // cleanupCommand is the port's cleanup child: this executable, still root,
 // as `helper --delete-link-on-eof NAME`.
-func (s *session) cleanupCommand() (*exec.Cmd, error) {
+func (s *session) cleanupCommand(uint32) (*exec.Cmd, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the helper's executable: %w", err)
@@ -291,97 +299,6 @@ func (s *session) dropPrivileges() error {
 
 // printReady prints the JSON line: the interface is ready.
 func (s *session) printReady() error { return printReady(s.o, s.ready) }
-
-// waitForTermination keeps a TAP for the VMM until ctx is done, logging its
-// kernel counters as stats. A TAP deleted behind the helper's back (gone)
-// ends it with an error: whoever runs it starts it again, which makes the
-// TAP again, as a relay's helper ends when its TAP goes.
-func (s *session) waitForTermination(ctx context.Context, gone <-chan struct{}) error {
-	s.log.Infof("main", "TAP %s is ready for the VMM; waiting for termination", s.tapName)
-	if !tapStats(ctx, s.o, s.log, s.stats, s.tapName, gone) {
-		return fmt.Errorf("TAP %s was deleted", s.tapName)
-	}
-	s.log.Infof("main", "stopping: deleting TAP %s", s.tapName)
-	return nil
-}
-
-// watchGone returns a channel that is closed once link name, the one of
-// that name now, is deleted (a link of the same name made since is
-// another). It hears of the deletion alone (hostnet.WatchLinkDeletion:
-// the kernel keeps every other link's notice from it) and looks whether
-// the link is there once the watch is on and whenever it hears or lost
-// notices; where the watch cannot be had or breaks, it looks once a
-// second. It ends with ctx.
-func watchGone(ctx context.Context, log *relay.Logger, name string) <-chan struct{} {
-	gone := make(chan struct{})
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		log.Warnf("main", "TAP %s: %v", name, err)
-		close(gone)
-		return gone
-	}
-	index := l.Attrs().Index
-	// look says whether the link is gone, and whether it could tell (a
-	// lookup that failed otherwise says neither).
-	look := func() (isGone, sure bool) {
-		_, err := netlink.LinkByIndex(index)
-		var lnf netlink.LinkNotFoundError
-		isGone = errors.As(err, &lnf)
-		return isGone, isGone || err == nil
-	}
-	isGone := func() bool { g, _ := look(); return g }
-	w, err := hostnet.WatchLinkDeletion(index)
-	if err != nil {
-		log.Warnf("main", "watching TAP %s: %v; looking once a second", name, err)
-	}
-	go func() {
-		if w != nil {
-			stop := context.AfterFunc(ctx, w.Close)
-			defer stop()
-			defer w.Close()
-			for {
-				// The watch wakes it once for the deletion: a look that
-				// cannot tell is tried again until it can.
-				g, sure := look()
-				for wait := 100 * time.Millisecond; !sure; wait = min(2*wait, time.Second) {
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(wait):
-					}
-					g, sure = look()
-				}
-				if g {
-					close(gone)
-					return
-				}
-				err := w.Wait()
-				if ctx.Err() != nil {
-					return
-				}
-				if err != nil && !hostnet.ErrNoticesLost(err) {
-					log.Warnf("main", "watching TAP %s: %v; looking once a second", name, err)
-					break
-				}
-			}
-			w.Close()
-		}
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			if isGone() {
-				close(gone)
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return gone
-}
 
 // check reports flags that do not go together.
 func (o *Options) check() error {
@@ -530,55 +447,4 @@ func dropPrivileges(uid, gid int) error {
 		}
 	}
 	return nil
-}
-
-// tapStats logs the kernel's counters of a TAP the VMM drives until ctx is
-// done (true) or the TAP is gone (false). On a TAP the kernel's tx is what
-// it sent to the VM ("host") and its rx what the VM sent ("vm").
-//
-// Frames the kernel drops towards a TAP no VMM holds (its carrier is off:
-// no reader) are not drops of the helper's: a VM that is not running takes
-// no frames. Drops are counted only while a VMM holds the TAP.
-func tapStats(ctx context.Context, o *Options, log *relay.Logger, out *relay.StatsOut, name string, gone <-chan struct{}) bool {
-	var lastTx, noReader uint64
-	logStats := func(last bool) {
-		link, err := netlink.LinkByName(name)
-		if err != nil {
-			log.Warnf("stats", "TAP %s: %v", name, err)
-			return
-		}
-		s := link.Attrs().Statistics
-		if s == nil {
-			return
-		}
-		if link.Attrs().RawFlags&unix.IFF_LOWER_UP == 0 && s.TxDropped > lastTx {
-			noReader += s.TxDropped - lastTx
-		}
-		lastTx = s.TxDropped
-		st := helperproto.Stats{
-			Time: time.Now(),
-			Host: helperproto.Counters{Packets: s.TxPackets, Bytes: s.TxBytes, Drops: s.TxDropped - noReader},
-			VM:   helperproto.Counters{Packets: s.RxPackets, Bytes: s.RxBytes, Drops: s.RxDropped},
-		}
-		out.Emit(st, last)
-	}
-	var tick <-chan time.Time
-	if o.StatsInterval > 0 {
-		t := time.NewTicker(o.StatsInterval)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case <-tick:
-			logStats(false)
-		case <-gone:
-			return false
-		case <-ctx.Done():
-			if o.StatsInterval > 0 {
-				logStats(true)
-			}
-			return true
-		}
-	}
 }

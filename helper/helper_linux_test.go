@@ -759,8 +759,8 @@ func TestAttachTap(t *testing.T) {
 	// and from the VM (here: a TAP in the VM's namespace).
 	vmm := openTap(t, f.host, "vmt-attach", false, 0)
 	vmTap := openTap(t, f.vm, "vmeth0", false, 0)
-	relay := startRelay(vmTap, vmm, 0)
-	defer relay.stop()
+	vmmRelay := startRelay(vmTap, vmm, 0)
+	defer vmmRelay.stop()
 	f.setupVM(t, "vmeth0", h.ready.MACAddress)
 	testutil.Eventually(t, 10*time.Second, func() bool { return f.vm.Ping(gateway, 1) == nil }, "ping from the VM to the gateway")
 	// On a TAP the kernel's rx is what the VM sent: "vm" in the stats.
@@ -770,6 +770,10 @@ func TestAttachTap(t *testing.T) {
 	}, "stats with the ping")
 	if uid := procUID(t, h.cmd.Process.Pid); uid != ownerID {
 		t.Errorf("helper runs as uid %d, want %d", uid, ownerID)
+	}
+	// It holds the TAP as vmnetctl-relay (relay.Hold), in less memory.
+	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", h.cmd.Process.Pid)); filepath.Base(exe) != relay.Binary {
+		t.Errorf("the TAP's helper runs %s, want %s", exe, relay.Binary)
 	}
 	// SIGTERM deletes the TAP even while the VMM still has it open.
 	h.terminate()

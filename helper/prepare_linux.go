@@ -59,12 +59,17 @@ func (p *Prepared) AfterExit() func() {
 // an attachment, the small relay's, instead of the helper's and then the
 // relay's: at a fleet's `up`, starting processes is most of the work.
 //
+// A helper of `attach: tap` is set up the same way: its persistent TAP
+// made here, with its cleanup child (vmnetctl-relay as
+// relay.CleanupCommand, which logs to logFile), and the relay then only
+// holds it (relay.Hold), with its end of the pipe to that child.
+//
 // It returns nil, nil for a helper it does not set up, which the caller
-// runs as argv says: one with no --socket (an inherited --fd, --attach tap,
-// vhost-user), one whose port would be a macvtap, or one without a
-// vmnetctl-relay beside argv[0] that the VM's owner may run and not read
-// (trustedFor). Call Release once Cmd started, or failed to.
-func Prepare(argv []string, n *api.Network) (*Prepared, error) {
+// runs as argv says: one with neither --socket nor --attach tap (an
+// inherited --fd, vhost-user), one whose port would be a macvtap, or one
+// without a vmnetctl-relay beside argv[0] that the VM's owner may run and
+// not read (trustedFor). Call Release once Cmd started, or failed to.
+func Prepare(argv []string, n *api.Network, logFile string) (*Prepared, error) {
 	if len(argv) < 2 {
 		return nil, nil
 	}
@@ -72,10 +77,11 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
+	tap := f.Attach == AttachTap
 	switch {
-	case f.DeleteLink != "", f.Relearn, f.PrintVersion, f.ListSharedInterfaces, f.FD >= 0, f.Socket == "":
+	case f.DeleteLink != "", f.Relearn, f.PrintVersion, f.ListSharedInterfaces, f.FD >= 0, f.Socket == "" && !tap:
 		return nil, nil
-	case f.Attach != AttachRelay && f.Attach != AttachStream:
+	case f.Attach != AttachRelay && f.Attach != AttachStream && !tap:
 		return nil, nil
 	case f.Network != n.ID:
 		return nil, fmt.Errorf("helper command line for network %q, not %q", f.Network, n.ID)
@@ -114,6 +120,20 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 			p.close(true)
 		}
 	}()
+	if tap {
+		s.cleanup = func(index uint32) (*exec.Cmd, error) {
+			cmd := relay.CleanupCommand(bin, s.tapName, int(index))
+			if logFile != "" {
+				lf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o640)
+				if err != nil {
+					return nil, err
+				}
+				p.files = append(p.files, lf)
+				cmd.Stderr = lf
+			}
+			return cmd, nil
+		}
+	}
 	if err := s.openStats(); err != nil {
 		return nil, err
 	}
@@ -130,14 +150,6 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 		return nil, err
 	}
 	p.port = s.port
-	p.held = s.port.Hold()
-	spec := s.relaySpec()
-	if p.lis, err = listenAs(o.SocketPath, spec.Stream, s.uid, s.gid); err != nil {
-		return nil, err
-	}
-	if err := helperproto.SetSocketBuffers(p.lis.FD(), o.Offloads()); err != nil {
-		s.log.Warnf("main", "--socket %s: %v", o.SocketPath, err)
-	}
 	// The relay's descriptors, as it will number them (ExtraFiles: 3 on).
 	var extra []*os.File
 	pass := func(fd int, name string) (int, error) {
@@ -150,16 +162,37 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 		extra = append(extra, f)
 		return 3 + len(extra) - 1, nil
 	}
-	if spec.TAP, err = pass(s.port.FD, s.tapName); err != nil {
-		return nil, err
+	var spec relay.Spec
+	if tap {
+		// The VMM opens the TAP by name: the relay holds the pipe to its
+		// cleanup child.
+		s.port.CloseFD()
+		spec = s.holdSpec()
+		keep, err := pass(s.port.CleanupFD(), "cleanup of "+s.tapName)
+		if err != nil {
+			return nil, err
+		}
+		spec.Keep = []int{keep}
+	} else {
+		p.held = s.port.Hold()
+		spec = s.relaySpec()
+		if p.lis, err = listenAs(o.SocketPath, spec.Stream, s.uid, s.gid); err != nil {
+			return nil, err
+		}
+		if err := helperproto.SetSocketBuffers(p.lis.FD(), o.Offloads()); err != nil {
+			s.log.Warnf("main", "--socket %s: %v", o.SocketPath, err)
+		}
+		if spec.TAP, err = pass(s.port.FD, s.tapName); err != nil {
+			return nil, err
+		}
+		if spec.Socket, err = pass(p.lis.FD(), o.SocketPath); err != nil {
+			return nil, err
+		}
+		if spec.LockFD, err = pass(p.lis.LockFD(), helperproto.SocketLock(o.SocketPath)); err != nil {
+			return nil, err
+		}
+		spec.SocketPath = o.SocketPath
 	}
-	if spec.Socket, err = pass(p.lis.FD(), o.SocketPath); err != nil {
-		return nil, err
-	}
-	if spec.LockFD, err = pass(p.lis.LockFD(), helperproto.SocketLock(o.SocketPath)); err != nil {
-		return nil, err
-	}
-	spec.SocketPath = o.SocketPath
 	if s.stats.File != nil {
 		if spec.StatsFD, err = pass(int(s.stats.File.Fd()), o.StatsFile); err != nil {
 			return nil, err
@@ -170,7 +203,7 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 			return nil, err
 		}
 	}
-	if s.learns() && s.uid <= 0 {
+	if s.learns() && !tap && s.uid <= 0 {
 		// A relay that stays root may change the guard (as the helper's).
 		spec.Relearn = append(append([]string{argv[0]}, argv[1:]...), "--tap", s.tapName, "--"+RelearnFlag)
 	}
@@ -209,7 +242,8 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 // Release closes this process's descriptors of the port, the socket and
 // the files, once Cmd started (the relay holds its own) or failed to (the
 // port goes with the last of them, and the socket stays for the next
-// helper to replace).
+// helper to replace). It does not wait for a persistent TAP's cleanup
+// child (netplane.Port.Disown): the relay that holds the TAP does.
 func (p *Prepared) Release() { p.close(false) }
 
 // close closes what p holds; undo also removes the socket.
@@ -227,7 +261,11 @@ func (p *Prepared) close(undo bool) {
 		p.lis = nil
 	}
 	if p.port != nil {
-		p.port.Close()
+		if undo {
+			p.port.Close()
+		} else {
+			p.port.Disown()
+		}
 		p.port = nil
 	}
 	if undo && p.held != nil {

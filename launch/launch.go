@@ -76,7 +76,8 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	}
 	spec := backend.HelperSpec{Executable: l.Executable, Attachment: a.Attachment, Network: s.Network, UID: s.Owner.UID, GID: s.Owner.GID,
 		FD: -1, NetworksFile: l.StateDir.NetworksYAML(), VMNetHelperPath: l.VMNetHelperPath, StatsInterval: l.StatsInterval,
-		StatsFile: l.StateDir.HelperStatsFile(a.Key()), ShapingFile: l.StateDir.HelperShapingFile(a.Key()), Owner: l.StateDir.Path}
+		StatsFile: l.StateDir.HelperStatsFile(a.Key()), ShapingFile: l.StateDir.HelperShapingFile(a.Key()),
+		LogFile: l.StateDir.HelperLogFile(a.Key()), Owner: l.StateDir.Path}
 	switch {
 	case s.fd != nil:
 		spec.FD = InheritedFD
@@ -124,7 +125,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 		}
 	}
 	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: spec.Socket, StallTimeout: l.StallTimeout,
-		StopGrace: l.StopGrace, ReadyFile: l.StateDir.HelperReadyFile(a.Key()), LogFile: l.StateDir.HelperLogFile(a.Key()),
+		StopGrace: l.StopGrace, ReadyFile: l.StateDir.HelperReadyFile(a.Key()), LogFile: spec.LogFile,
 		LogFirst: setupLog, AfterExit: afterExit, Spares: l.Spares})
 	if err != nil {
 		return fail(err)

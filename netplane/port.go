@@ -52,9 +52,12 @@ type PortConfig struct {
 	// at it again.
 	GuardKept bool
 	// Cleanup returns the command of a child that runs, with the privileges
-	// to delete links, DeleteLinkOnEOF(Name, its stdin). CreatePort calls it
-	// for a port that outlives its fd (a macvtap, a persistent TAP) and
-	// starts the child with a pipe as stdin, so the port is deleted when the
-	// caller returns, exits or is killed, even after dropping privileges.
-	Cleanup func() (*exec.Cmd, error)
+	// to delete links, DeleteLinkOnEOF(Name, its stdin), or deletes the
+	// link of interface index (the port's) on EOF (relay.CleanupCommand).
+	// CreatePort calls it for a port that outlives its fd (a macvtap, a
+	// persistent TAP) and starts the child with a pipe as stdin, so the
+	// port is deleted when the caller returns, exits or is killed, even
+	// after dropping privileges. Its stdout and stderr must be files or
+	// nil (procid.Start).
+	Cleanup func(index uint32) (*exec.Cmd, error)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
+	"github.com/vmnetctl/vmnetctl/procid"
 )
 
 // Port is a VM's port that CreatePort made: a TAP on a bridge, or a macvtap.
@@ -38,8 +39,9 @@ type Port struct {
 	Macvtap bool
 	// Index is the link's interface index, which its guard is keyed by.
 	Index uint32
-	// reaper ends the cleanup child and waits for the deletion.
-	reaper func()
+	// reaper ends the cleanup child and waits for the deletion, or only
+	// has the child reaped when it exits.
+	reaper func(wait bool)
 	// cleanupFD is this end of the pipe to the cleanup child, cleanupPID
 	// the child.
 	cleanupFD, cleanupPID int
@@ -112,6 +114,15 @@ func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error
 	if err != nil {
 		return err
 	}
+	if p.Index, err = hostnet.LinkIndex(c.Name); err == nil && p.Index == 0 {
+		err = unix.ENODEV
+	}
+	if err != nil {
+		if c.Persist {
+			deleteLink(c.Name)
+		}
+		return fmt.Errorf("TAP %s: %w", c.Name, err)
+	}
 	if c.Persist {
 		// Like a macvtap, a persistent TAP outlives the caller's fd and
 		// its root privileges: the child deletes it when the caller ends,
@@ -133,7 +144,7 @@ func (p *Port) createTap(n *api.Network, br *netlink.Bridge, c PortConfig) error
 	if err != nil {
 		return err
 	}
-	if p.Index, err = attachTap(c.Name, br, c.Isolated); err != nil {
+	if err := attachTap(c.Name, p.Index, br, c.Isolated); err != nil {
 		return fmt.Errorf("network %q: %w", n.ID, err)
 	}
 	p.Bridge = br.Attrs().Name
@@ -148,6 +159,7 @@ func (p *Port) createMacvtap(n *api.Network, c PortConfig) error {
 		return err
 	}
 	p.Macvtap = true
+	p.MTU, p.Index = mv.Attrs().MTU, uint32(mv.Attrs().Index)
 	// A macvtap outlives its fds, and the caller may not be root when it
 	// ends: the child deletes it.
 	if err := p.deleteOnExit(c); err != nil {
@@ -159,7 +171,6 @@ func (p *Port) createMacvtap(n *api.Network, c PortConfig) error {
 	if p.FD, err = openMacvtap(mv, o); err != nil {
 		return err
 	}
-	p.MTU, p.Index = mv.Attrs().MTU, uint32(mv.Attrs().Index)
 	return nil
 }
 
@@ -177,19 +188,33 @@ func (p *Port) CloseFD() {
 func (p *Port) Close() {
 	p.CloseFD()
 	if p.reaper != nil {
-		p.reaper()
+		p.reaper(true)
+		p.reaper = nil
+	}
+}
+
+// Disown lets the port go without waiting for it: it closes the fd and
+// this process's end of the pipe to the cleanup child, which deletes the
+// port once the other holders of CleanupFD (the relay this process handed
+// a copy to, which waits for the deletion) are gone too; the child is
+// reaped when it exits, with no goroutine or thread waiting for it.
+func (p *Port) Disown() {
+	p.CloseFD()
+	if p.reaper != nil {
+		p.reaper(false)
 		p.reaper = nil
 	}
 }
 
 // deleteOnExit starts the child of c.Cleanup, which deletes link c.Name
-// when the caller's end of a pipe to it closes: when the caller returns,
-// exits or is killed. p.reaper closes the pipe and waits for the deletion.
+// (p.Index) when the caller's end of a pipe to it closes: when the caller
+// returns, exits or is killed. p.reaper closes the pipe and waits for the
+// deletion, or has the child reaped when it comes.
 func (p *Port) deleteOnExit(c PortConfig) error {
 	if c.Cleanup == nil {
 		return fmt.Errorf("%s outlives its fd and nothing would delete it: no cleanup command", c.Name)
 	}
-	cmd, err := c.Cleanup()
+	cmd, err := c.Cleanup(p.Index)
 	if err != nil {
 		return err
 	}
@@ -198,16 +223,20 @@ func (p *Port) deleteOnExit(c PortConfig) error {
 		return err
 	}
 	cmd.Stdin = r
-	if err := cmd.Start(); err != nil {
-		r.Close()
+	child, err := procid.Start(cmd)
+	r.Close()
+	if err != nil {
 		w.Close()
 		return fmt.Errorf("starting the child that deletes %s: %w", c.Name, err)
 	}
-	r.Close()
-	p.cleanupFD, p.cleanupPID = int(w.Fd()), cmd.Process.Pid
-	p.reaper = func() {
+	p.cleanupFD, p.cleanupPID = int(w.Fd()), child.Pid
+	p.reaper = func(wait bool) {
 		w.Close()
-		cmd.Wait()
+		if wait {
+			child.Wait()
+		} else {
+			child.OnExit(func(error) {})
+		}
 	}
 	return nil
 }
@@ -271,20 +300,12 @@ func deleteLink(name string) error {
 	return netlink.LinkDel(link)
 }
 
-// attachTap makes TAP name, which createTap just made and marked, a port
-// of bridge br (joinBridge), and gives its interface index (its guard's
-// key), one ioctl. (A lookup before each of its four changes was a third
-// of a port's making, BenchmarkCreatePort.)
-func attachTap(name string, br *netlink.Bridge, isolated bool) (uint32, error) {
-	index, err := hostnet.LinkIndex(name)
-	if err == nil && index == 0 {
-		err = unix.ENODEV
-	}
-	if err != nil {
-		return 0, fmt.Errorf("TAP %s: %w", name, err)
-	}
+// attachTap makes TAP name of interface index, which createTap just made
+// and marked, a port of bridge br (joinBridge). (A lookup before each of
+// its four changes was a third of a port's making, BenchmarkCreatePort.)
+func attachTap(name string, index uint32, br *netlink.Bridge, isolated bool) error {
 	tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(index)}}
-	return index, joinBridge(tap, br, isolated, true)
+	return joinBridge(tap, br, isolated, true)
 }
 
 // joinBridge makes link l a port of bridge br, in the order the

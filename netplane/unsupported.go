@@ -39,6 +39,7 @@ func ListSharedInterfaces() ([]string, error)                        { return ni
 func CheckBridgedInterface(*api.Network) error                       { return nil }
 func (*Port) CloseFD()                                               {}
 func (*Port) Close()                                                 {}
+func (*Port) Disown()                                                {}
 func (*Port) CleanupFD() int                                         { return -1 }
 func (*Port) CleanupPID() int                                        { return 0 }
 func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, error) {

@@ -87,8 +87,8 @@ func Serve(ctx context.Context, s Spec, log *Logger, h Hooks) error {
 }
 
 // HandedOver is vmnetctl-relay: it serves the Spec a helper handed it in
-// EnvSpec, after printing the helper's ready line on stdout. ctx must
-// already catch SIGTERM and SIGINT.
+// EnvSpec (or holds its TAP: Spec.Hold), after printing the helper's
+// ready line on stdout. ctx must already catch SIGTERM and SIGINT.
 func HandedOver(ctx context.Context, stdout, stderr io.Writer) error {
 	v, ok := os.LookupEnv(EnvSpec)
 	if !ok {
@@ -106,16 +106,15 @@ func HandedOver(ctx context.Context, stdout, stderr io.Writer) error {
 			return fmt.Errorf("writing the ready line: %w", err)
 		}
 	}
+	if spec.Hold {
+		return Hold(ctx, spec, log, Hooks{})
+	}
 	err = Serve(ctx, spec, log, Hooks{})
 	for _, fd := range spec.Keep {
 		unix.Close(fd)
 	}
 	if spec.CleanupPID > 0 {
-		for {
-			if _, werr := unix.Wait4(spec.CleanupPID, nil, 0, nil); werr != unix.EINTR {
-				break
-			}
-		}
+		waitChild(spec.CleanupPID)
 	}
 	return err
 }
@@ -520,7 +519,10 @@ func waitForClient(r *relay, lis *Listener, log *Logger) ([]byte, error) {
 // Inheritable clears close-on-exec on the descriptors of s, for the
 // process the helper execs into.
 func (s Spec) Inheritable() error {
-	fds := append([]int{s.TAP, s.Socket}, s.Keep...)
+	fds := append([]int{}, s.Keep...)
+	if !s.Hold {
+		fds = append(fds, s.TAP, s.Socket)
+	}
 	if s.SocketPath != "" {
 		fds = append(fds, s.LockFD)
 	}

@@ -28,13 +28,21 @@ const IdleEnv = "GOMAXPROCS=1"
 // vmnetctl.
 const Binary = "vmnetctl-relay"
 
+// EnvDeleteLink, in vmnetctl-relay's environment, makes it a TAP's
+// cleanup child (DeleteLinkOnEOF) of the interface index it holds.
+const EnvDeleteLink = "VMNETCTL_RELAY_DELETE_LINK"
+
+// CleanupArg is a cleanup child's first argument, before the TAP's name:
+// what ps shows of it.
+const CleanupArg = "delete-link-on-eof"
+
 // EthHeaderLen is an Ethernet header's length.
 const EthHeaderLen = 14
 
 // SpecVersion changes whenever Spec's meaning does: vmnetctl-relay refuses
 // a spec of another version (a vmnetctl and a vmnetctl-relay of different
 // builds), before it prints the ready line.
-const SpecVersion = 4
+const SpecVersion = 5
 
 // Spec is what the relay serves: descriptors the helper opened, and the
 // helper's options that still matter once frames flow.
@@ -90,6 +98,11 @@ type Spec struct {
 	// Ready is the helper's ready line, for vmnetctl-relay to print once
 	// it catches SIGTERM.
 	Ready string `json:"ready,omitempty"`
+	// Hold: the relay moves no frames; it holds a persistent TAP, which
+	// the VMM opens by name (`attach: tap`), of interface index TapIndex
+	// (Hold). TAP and Socket are -1 then.
+	Hold     bool `json:"hold,omitempty"`
+	TapIndex int  `json:"tapIndex,omitempty"`
 }
 
 // Encode is s for EnvSpec.
@@ -107,6 +120,12 @@ func DecodeSpec(v string) (Spec, error) {
 	}
 	if s.Version != SpecVersion {
 		return Spec{}, fmt.Errorf("%s: version %d, and this %s reads version %d: install vmnetctl and %s of one build", EnvSpec, s.Version, Binary, SpecVersion, Binary)
+	}
+	if s.Hold {
+		if s.TapIndex <= 0 {
+			return Spec{}, fmt.Errorf("%s: incomplete: %s", EnvSpec, v)
+		}
+		return s, nil
 	}
 	if s.TAP < 0 || s.Socket < 0 || s.Frame <= s.Hdr || s.TapHdr != 0 && (s.TapHdr != helperproto.VirtioNetHdrLen || s.Hdr != 0) {
 		return Spec{}, fmt.Errorf("%s: incomplete: %s", EnvSpec, v)

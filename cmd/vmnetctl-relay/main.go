@@ -7,7 +7,8 @@
 // helper hands it its descriptors and options in relay.EnvSpec, and its own
 // command line, which stays the process's; or the controller starts it as
 // a spare (helperproto.EnvSpare), which a VM's attach hands all that to
-// later, over a socket.
+// later, over a socket. As a TAP's cleanup child (relay.EnvDeleteLink) it
+// deletes that TAP once its holder is gone.
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +30,18 @@ func main() {
 	// privileges was so already (mode 0711 keeps it so across the exec).
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	// Then: the helper left these to end the process for the exec.
+	if v, ok := os.LookupEnv(relay.EnvDeleteLink); ok {
+		// A TAP's cleanup child (relay.CleanupCommand).
+		index, err := strconv.Atoi(v)
+		if err == nil {
+			err = relay.DeleteLinkOnEOF(index, os.Stdin)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ERROR [cleanup] %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	var err error
 	if _, spare := os.LookupEnv(helperproto.EnvSpare); spare {

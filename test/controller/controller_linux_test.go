@@ -28,6 +28,8 @@ import (
 	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/netplane"
+	"github.com/vmnetctl/vmnetctl/procid"
+	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -383,7 +385,10 @@ func TestTapHelperKilledWithItsCleanup(t *testing.T) {
 	if old.Tap == "" {
 		t.Fatalf("no TAP: %+v", old)
 	}
-	syscall.Kill(-old.PID, syscall.SIGKILL) // the helper's group: it and its cleanup child
+	// The cleanup child first: it would delete the TAP once the helper
+	// is gone.
+	syscall.Kill(h.cleanupChild(old.Tap), syscall.SIGKILL)
+	syscall.Kill(-old.PID, syscall.SIGKILL)
 	testutil.Eventually(t, 15*time.Second, func() error {
 		cur := h.Attachment(h.Status(), "fc")
 		if cur.State != ctlapi.StateRunning || cur.PID == old.PID {
@@ -398,6 +403,68 @@ func TestTapHelperKilledWithItsCleanup(t *testing.T) {
 	if out, err := h.Run(context.Background(), "ip", "link", "show", old.Tap); err == nil {
 		t.Errorf("TAP left after down:\n%s", out)
 	}
+}
+
+// TestTapHelperKilledAlone: kill -9 of a TAP attachment's helper, the
+// relay that holds its TAP, and of nothing else: its cleanup child (the
+// controller's, in a process group of its own) deletes the TAP, as a VM's
+// interface goes with its vmnet-helper; the controller starts the helper
+// again, with a TAP of its own.
+func TestTapHelperKilledAlone(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", "vms:\n  fc:\n    networks:\n      - vmnet: shared\n        attach: tap\n")
+	h.MustVmnetctl("up", "-f", vms)
+	old := h.Attachment(h.Status(), "fc")
+	index := func() string {
+		out, err := h.Run(context.Background(), "cat", "/sys/class/net/"+old.Tap+"/ifindex")
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(out)
+	}
+	oldIndex := index()
+	if oldIndex == "" {
+		t.Fatalf("no TAP %s", old.Tap)
+	}
+	h.cleanupChild(old.Tap) // there is one
+	syscall.Kill(old.PID, syscall.SIGKILL)
+	testutil.Eventually(t, 15*time.Second, func() error {
+		cur := h.Attachment(h.Status(), "fc")
+		if cur.State != ctlapi.StateRunning || cur.PID == old.PID {
+			return fmt.Errorf("state %s pid %d: %s", cur.State, cur.PID, cur.Error)
+		}
+		if i := index(); i == "" || i == oldIndex {
+			return fmt.Errorf("TAP %s: interface index %q (the killed helper's was %s)", old.Tap, i, oldIndex)
+		}
+		return nil
+	}, "the killed helper's TAP to go and a new helper to make its own")
+	h.MustVmnetctl("down", "-f", vms)
+	if out, err := h.Run(context.Background(), "ip", "link", "show", old.Tap); err == nil {
+		t.Errorf("TAP left after down:\n%s", out)
+	}
+}
+
+// cleanupChild is the pid of the controller's cleanup child of TAP tap
+// (relay.CleanupCommand).
+func (h *host) cleanupChild(tap string) int {
+	h.t.Helper()
+	ctl := h.controllerPID()
+	ids, err := procid.Processes(func(cmdline []string) bool {
+		return len(cmdline) == 3 && cmdline[1] == relay.CleanupArg && cmdline[2] == tap
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, id := range ids {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", id.PID))
+		if i := bytes.LastIndexByte(stat, ')'); err == nil && i > 0 {
+			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(ctl) {
+				return id.PID
+			}
+		}
+	}
+	h.t.Fatalf("no cleanup child of TAP %s under the controller (pid %d): %+v", tap, ctl, ids)
+	return 0
 }
 
 // TestTapDeletedEndsItsHelper: the TAP of an attach: tap attachment deleted

@@ -1,0 +1,261 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	gosignal "os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/rtlink"
+)
+
+// Hold keeps a persistent TAP (Spec.Hold: `attach: tap`, which the VMM
+// opens by name, as firecracker and cloud-hypervisor do) until ctx is
+// done, or until the TAP is deleted behind its back: that ends it with an
+// error that says so, and whoever runs it starts it again, which makes
+// the TAP again, as a relay ends when its TAP goes. It hears of the
+// deletion alone (rtlink.WatchDeletion), and looks whether the TAP is
+// there once the watch is on, at each notice, and where the watch breaks
+// once a second.
+//
+// Every s.StatsInterval it reads the TAP's kernel counters and logs them
+// as a stats line while they move (and every heartbeatIntervals while
+// they do not, as a relay does): on a TAP, tx is what the kernel gave the
+// VM ("host") and rx what the VM sent. Frames the kernel drops towards a
+// TAP no VMM holds (its carrier is off: no reader) are not drops of the
+// helper's: a VM that is not running takes no frames. Drops are counted
+// only while a VMM holds the TAP.
+//
+// When it stops it closes s.Keep, its end of the pipe to the TAP's
+// cleanup child, which deletes the TAP once no one holds that pipe, and
+// waits until the TAP is gone (for s.CleanupPID, its own child, or for
+// the deletion), so that a helper started again at once makes its TAP
+// anew rather than meeting the one about to go.
+func Hold(ctx context.Context, s Spec, log *Logger, h Hooks) error {
+	out := h.Stats
+	if out == nil {
+		out = &StatsOut{Log: log}
+		if s.StatsFD > 0 {
+			out.File = os.NewFile(uintptr(s.StatsFD), "stats")
+		}
+	}
+	c, err := rtlink.Open()
+	if err != nil {
+		return fmt.Errorf("TAP %s: %w", s.TapName, err)
+	}
+	defer c.Close()
+	t := &held{s: s, log: log, c: c, heard: make(chan error, 1), done: make(chan struct{})}
+	defer close(t.done)
+	if t.w, err = rtlink.WatchDeletion(s.TapIndex); err != nil {
+		log.Warnf("main", "TAP %s: %v; looking once a second", s.TapName, err)
+		t.poll()
+	} else {
+		go t.hear()
+		defer t.w.Close()
+	}
+	log.Infof("main", "TAP %s is ready for the VMM; waiting for termination", s.TapName)
+	var tick <-chan time.Time
+	if s.StatsInterval > 0 {
+		tk := time.NewTicker(s.StatsInterval)
+		defer tk.Stop()
+		tick = tk.C
+	}
+	st := tapStats{out: out}
+	quiet := 0
+	for gone := t.look(); !gone; {
+		select {
+		case <-ctx.Done():
+			if s.StatsInterval > 0 {
+				if l, err := c.Link(s.TapIndex); err == nil {
+					st.emit(l, true)
+				}
+			}
+			log.Infof("main", "stopping: deleting TAP %s", s.TapName)
+			t.release()
+			return nil
+		case <-tick:
+			l, err := c.Link(s.TapIndex)
+			switch {
+			case errors.Is(err, rtlink.ErrGone):
+				gone = true
+			case err != nil:
+				log.Warnf("stats", "TAP %s: %v", s.TapName, err)
+			case st.moved(l) || quiet >= heartbeatIntervals:
+				st.emit(l, false)
+				quiet = 0
+			default:
+				quiet++
+			}
+		case err := <-t.heard:
+			t.noticed(err)
+			gone = t.look()
+		case <-t.retry:
+			gone = t.look()
+		}
+	}
+	t.release()
+	return fmt.Errorf("TAP %s was deleted", s.TapName)
+}
+
+// held is what Hold keeps of its TAP's watch.
+type held struct {
+	s   Spec
+	log *Logger
+	c   *rtlink.Conn
+	w   *rtlink.Deletion // nil once broken: poll
+	// heard gets the watch's every wake: nil for a notice, else the
+	// error it stopped with (rtlink.NoticesLost: go on).
+	heard chan error
+	done  chan struct{} // closed once Hold returns
+	// retry wakes the next look: each second without a watch, sooner
+	// after a look that could not tell.
+	retry <-chan time.Time
+	wait  time.Duration // the wait before the next look that could not tell
+}
+
+// hear passes the watch's wakes on to heard until it breaks or closes.
+func (t *held) hear() {
+	for {
+		err := t.w.Wait()
+		select {
+		case t.heard <- err:
+		case <-t.done:
+			return
+		}
+		if err != nil && !rtlink.NoticesLost(err) {
+			return
+		}
+	}
+}
+
+// noticed takes a wake of the watch: a broken one is given up for a look
+// once a second.
+func (t *held) noticed(err error) {
+	if err != nil && !rtlink.NoticesLost(err) {
+		t.log.Warnf("main", "watching TAP %s: %v; looking once a second", t.s.TapName, err)
+		t.w.Close()
+		t.w = nil
+		t.poll()
+	}
+}
+
+// poll looks again in a second.
+func (t *held) poll() { t.retry = time.After(time.Second) }
+
+// look says whether the TAP is gone. A look that cannot tell is tried
+// again, 100 ms later and then up to a second apart, until it can (else
+// a holder could go on with its TAP gone); without a watch, the next
+// look is in a second either way.
+func (t *held) look() (gone bool) {
+	_, err := t.c.Link(t.s.TapIndex)
+	switch {
+	case errors.Is(err, rtlink.ErrGone):
+		return true
+	case err != nil:
+		t.wait = min(max(2*t.wait, 100*time.Millisecond), time.Second)
+		t.retry = time.After(t.wait)
+	default:
+		t.wait = 0
+		t.retry = nil
+		if t.w == nil {
+			t.poll()
+		}
+	}
+	return false
+}
+
+// release closes Keep, the holder's end of the pipe to the TAP's cleanup
+// child, and waits until the TAP is gone: for the child itself where it
+// is this process's (CleanupPID), else for the deletion.
+func (t *held) release() {
+	if len(t.s.Keep) == 0 {
+		return
+	}
+	for _, fd := range t.s.Keep {
+		unix.Close(fd)
+	}
+	if t.s.CleanupPID > 0 {
+		waitChild(t.s.CleanupPID)
+		return
+	}
+	for !t.look() {
+		select {
+		case err := <-t.heard:
+			t.noticed(err)
+		case <-t.retry:
+		}
+	}
+}
+
+// waitChild waits for child pid to exit and reaps it.
+func waitChild(pid int) {
+	for {
+		if _, err := unix.Wait4(pid, nil, 0, nil); err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// tapStats turns a TAP's kernel counters into a holder's stats lines.
+type tapStats struct {
+	out              *StatsOut
+	lastTx, noReader uint64 // TxDropped at the last read; drops while no VMM held the TAP
+	last             rtlink.Counters
+	any              bool
+}
+
+// moved says whether l's counters differ from the last line's.
+func (st *tapStats) moved(l rtlink.Link) bool { return !st.any || l.Counters != st.last }
+
+// emit writes l's stats line; last is the holder's final one.
+func (st *tapStats) emit(l rtlink.Link, last bool) {
+	k := l.Counters
+	if l.Flags&unix.IFF_LOWER_UP == 0 && k.TxDropped > st.lastTx {
+		st.noReader += k.TxDropped - st.lastTx
+	}
+	st.lastTx, st.last, st.any = k.TxDropped, k, true
+	st.out.Emit(helperproto.Stats{
+		Time: time.Now(),
+		Host: helperproto.Counters{Packets: k.TxPackets, Bytes: k.TxBytes, Drops: k.TxDropped - st.noReader},
+		VM:   helperproto.Counters{Packets: k.RxPackets, Bytes: k.RxBytes, Drops: k.RxDropped},
+	}, last)
+}
+
+// CleanupCommand is the cleanup child of TAP name, of interface index:
+// vmnetctl-relay at bin as DeleteLinkOnEOF, its stdin to be the pipe's
+// read end. In a process group of its own: signals to its starter's group
+// (a controller's Ctrl-C) do not reach it before it ignores them.
+func CleanupCommand(bin, name string, index int) *exec.Cmd {
+	return &exec.Cmd{Path: bin, Args: []string{bin, CleanupArg, name},
+		Env:         []string{EnvDeleteLink + "=" + strconv.Itoa(index), IdleEnv},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+}
+
+// DeleteLinkOnEOF is vmnetctl-relay as a TAP's cleanup child
+// (helperproto.EnvDeleteLink): it ignores the signals its process group
+// gets, waits for EOF on r (every holder of the pipe's other end gone:
+// the helper, however it ended), then deletes the link of interface
+// index, if it is still there. An index names one link for good: a link
+// of the same name made since (a helper started again) is another's.
+func DeleteLinkOnEOF(index int, r io.Reader) error {
+	gosignal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	io.Copy(io.Discard, r)
+	c, err := rtlink.Open()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.Delete(index); err != nil {
+		return fmt.Errorf("deleting the TAP of interface index %d: %w", index, err)
+	}
+	return nil
+}
