@@ -88,7 +88,7 @@ type PreparedHelper struct {
 	// Log is what the helper logged while it was set up, for its log.
 	Log []byte
 	// Release closes the caller's copies of what the relay inherits, once
-	// Cmd started or failed to.
+	// Cmd started or failed to; a second call does nothing.
 	Release func()
 	// AfterExit, if set, is called once Cmd's process has exited, or
 	// failed to start (helperexec.StartOptions.AfterExit): it closes what

@@ -8,14 +8,17 @@ import (
 )
 
 // openFilesNeeded is what a controller of api.MaxAttachments helpers
-// may hold open: a pidfd each (procid.Child), another for the cleanup
-// child of each persistent TAP (`attach: tap`, netplane.Port.Disown), and
-// room for its netlink and nftables sockets, its API's connections and
-// its files.
-const openFilesNeeded = 2*api.MaxAttachments + 4096
+// may hold open: a pidfd each (procid.Child), and room for its netlink
+// and nftables sockets, its API's connections and its files.
+const openFilesNeeded = api.MaxAttachments + 4096
+
+// openFilesWanted is that, and another pidfd for the cleanup child of
+// each persistent TAP (`attach: tap`, netplane.Port.Disown): what a fleet
+// of those only needs.
+const openFilesWanted = 2*api.MaxAttachments + 4096
 
 // raiseOpenFiles lifts the limit on this process's open files to
-// openFilesNeeded where it is lower (Go has already raised the soft limit
+// openFilesWanted where it is lower (Go has already raised the soft limit
 // to the hard one): a root controller may raise the hard limit too, and a
 // hard limit of 4,096, as some systems set, would fail the 4,000th
 // helper with "too many open files". It fails only when the limit stays
@@ -25,11 +28,12 @@ func raiseOpenFiles() error {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return err
 	}
-	if l.Cur >= openFilesNeeded {
+	if l.Cur >= openFilesWanted {
 		return nil
 	}
-	want := syscall.Rlimit{Cur: openFilesNeeded, Max: max(l.Max, openFilesNeeded)}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+	want := syscall.Rlimit{Cur: openFilesWanted, Max: max(l.Max, openFilesWanted)}
+	err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want)
+	if err != nil && l.Cur < openFilesNeeded {
 		return fmt.Errorf("open files limited to %d (%d wanted for %d attachments): %w", l.Cur, uint64(openFilesNeeded), api.MaxAttachments, err)
 	}
 	return nil

@@ -284,7 +284,9 @@ func (s *session) cleanupCommand(uint32) (*exec.Cmd, error) {
 	// Not through sudo (Main refuses the flag so): this helper made the
 	// port, and the child is its own.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SUDO_") })
-	cmd.Stderr = s.o.Stderr
+	if f, ok := s.o.Stderr.(*os.File); ok {
+		cmd.Stderr = f // (procid.Start takes files only)
+	}
 	return cmd, nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/helperproto"
+	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/netplane"
 	"github.com/vmnetctl/vmnetctl/relay"
 )
@@ -122,7 +123,7 @@ func Prepare(argv []string, n *api.Network, logFile string) (*Prepared, error) {
 	}()
 	if tap {
 		s.cleanup = func(index uint32) (*exec.Cmd, error) {
-			cmd := relay.CleanupCommand(bin, s.tapName, int(index))
+			cmd := relay.CleanupCommand(bin, s.tapName, int(index), hostnet.TapMark(s.tapName))
 			if logFile != "" {
 				lf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o640)
 				if err != nil {
@@ -173,6 +174,9 @@ func Prepare(argv []string, n *api.Network, logFile string) (*Prepared, error) {
 			return nil, err
 		}
 		spec.Keep = []int{keep}
+		if spec.CleanupDone, err = pass(s.port.CleanupDoneFD(), "cleanup of "+s.tapName+" done"); err != nil {
+			return nil, err
+		}
 	} else {
 		p.held = s.port.Hold()
 		spec = s.relaySpec()

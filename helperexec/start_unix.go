@@ -58,6 +58,12 @@ type StartOptions struct {
 	// returns. It closes what the caller kept of the helper's (its VM's
 	// port: backend.PreparedHelper.AfterExit).
 	AfterExit func()
+	// Started, if set, is called once the helper process runs (or a spare
+	// took its command), before its readiness is waited for: the caller
+	// closes its copies of the helper's descriptors (helper.Prepared's
+	// Release), which a helper stopped before it is ready may wait for
+	// (a held TAP's cleanup child exits only once no one holds its pipe).
+	Started func()
 }
 
 // Helper is a running helper process.
@@ -137,6 +143,9 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 	}
 	if err != nil {
 		return notStarted(err)
+	}
+	if opts.Started != nil {
+		opts.Started()
 	}
 	ready := false // (what a spare's hand-over is told at the end)
 	if h.spareDone != nil {

@@ -105,15 +105,15 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	env := HelperEnv(l.Backend.HelperEnv(spec))
 	var cmd *exec.Cmd
 	var setupLog []byte // what a helper set up here logged (PrepareHelper)
-	var afterExit func()
+	var afterExit, started func()
 	if p, ok := l.Backend.(backend.HelperPreparer); ok && s.fd == nil {
 		prep, err := p.PrepareHelper(argv, spec)
 		if err != nil {
 			return fail(err)
 		}
 		if prep != nil {
-			defer prep.Release()
-			cmd, setupLog, afterExit = prep.Cmd, prep.Log, prep.AfterExit
+			defer prep.Release() // (if it did not start; twice does nothing)
+			cmd, setupLog, afterExit, started = prep.Cmd, prep.Log, prep.AfterExit, prep.Release
 			cmd.Env = append(env, cmd.Env...)
 		}
 	}
@@ -126,7 +126,7 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	}
 	proc, err := helperexec.Start(ctx, cmd, helperexec.StartOptions{SocketPath: spec.Socket, StallTimeout: l.StallTimeout,
 		StopGrace: l.StopGrace, ReadyFile: l.StateDir.HelperReadyFile(a.Key()), LogFile: spec.LogFile,
-		LogFirst: setupLog, AfterExit: afterExit, Spares: l.Spares})
+		LogFirst: setupLog, AfterExit: afterExit, Started: started, Spares: l.Spares})
 	if err != nil {
 		return fail(err)
 	}

@@ -43,8 +43,9 @@ type Port struct {
 	// has the child reaped when it exits.
 	reaper func(wait bool)
 	// cleanupFD is this end of the pipe to the cleanup child, cleanupPID
-	// the child.
+	// the child, cleanupDone the read end of the pipe that is its stdout.
 	cleanupFD, cleanupPID int
+	cleanupDone           *os.File
 }
 
 // CleanupFD is the descriptor of the port's end of the pipe to its cleanup
@@ -55,6 +56,17 @@ func (p *Port) CleanupFD() int {
 		return -1
 	}
 	return p.cleanupFD
+}
+
+// CleanupDoneFD is the read end of a pipe whose write end only the
+// port's cleanup child holds (its stdout), -1 if it has none: it reads
+// EOF once the child has exited, having deleted the port or not. A
+// process that is not the child's parent waits for it so (relay.Hold).
+func (p *Port) CleanupDoneFD() int {
+	if p.reaper == nil || p.cleanupDone == nil {
+		return -1
+	}
+	return int(p.cleanupDone.Fd())
 }
 
 // CleanupPID is the port's cleanup child, 0 if it has none: whoever holds
@@ -222,14 +234,22 @@ func (p *Port) deleteOnExit(c PortConfig) error {
 	if err != nil {
 		return err
 	}
-	cmd.Stdin = r
+	dr, dw, err := os.Pipe()
+	if err != nil {
+		r.Close()
+		w.Close()
+		return err
+	}
+	cmd.Stdin, cmd.Stdout = r, dw
 	child, err := procid.Start(cmd)
 	r.Close()
+	dw.Close()
 	if err != nil {
 		w.Close()
+		dr.Close()
 		return fmt.Errorf("starting the child that deletes %s: %w", c.Name, err)
 	}
-	p.cleanupFD, p.cleanupPID = int(w.Fd()), child.Pid
+	p.cleanupFD, p.cleanupPID, p.cleanupDone = int(w.Fd()), child.Pid, dr
 	p.reaper = func(wait bool) {
 		w.Close()
 		if wait {
@@ -237,6 +257,7 @@ func (p *Port) deleteOnExit(c PortConfig) error {
 		} else {
 			child.OnExit(func(error) {})
 		}
+		dr.Close()
 	}
 	return nil
 }

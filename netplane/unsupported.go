@@ -42,6 +42,7 @@ func (*Port) Close()                                                 {}
 func (*Port) Disown()                                                {}
 func (*Port) CleanupFD() int                                         { return -1 }
 func (*Port) CleanupPID() int                                        { return 0 }
+func (*Port) CleanupDoneFD() int                                     { return -1 }
 func CreateMacvtap(*api.Network, string, net.HardwareAddr) (*netlink.Macvtap, error) {
 	return nil, ErrUnsupported
 }

@@ -37,9 +37,8 @@ import (
 //
 // When it stops it closes s.Keep, its end of the pipe to the TAP's
 // cleanup child, which deletes the TAP once no one holds that pipe, and
-// waits until the TAP is gone (for s.CleanupPID, its own child, or for
-// the deletion), so that a helper started again at once makes its TAP
-// anew rather than meeting the one about to go.
+// waits for that child (release), so that a helper started again at once
+// makes its TAP anew rather than meeting the one about to go.
 func Hold(ctx context.Context, s Spec, log *Logger, h Hooks) error {
 	out := h.Stats
 	if out == nil {
@@ -85,7 +84,7 @@ func Hold(ctx context.Context, s Spec, log *Logger, h Hooks) error {
 		case <-tick:
 			l, err := c.Link(s.TapIndex)
 			switch {
-			case errors.Is(err, rtlink.ErrGone):
+			case errors.Is(err, rtlink.ErrGone), err == nil && l.Name != s.TapName:
 				gone = true
 			case err != nil:
 				log.Warnf("stats", "TAP %s: %v", s.TapName, err)
@@ -156,10 +155,10 @@ func (t *held) poll() { t.retry = time.After(time.Second) }
 // a holder could go on with its TAP gone); without a watch, the next
 // look is in a second either way.
 func (t *held) look() (gone bool) {
-	_, err := t.c.Link(t.s.TapIndex)
+	l, err := t.c.Link(t.s.TapIndex)
 	switch {
-	case errors.Is(err, rtlink.ErrGone):
-		return true
+	case errors.Is(err, rtlink.ErrGone), err == nil && l.Name != t.s.TapName:
+		return true // (an index someone gave another link since)
 	case err != nil:
 		t.wait = min(max(2*t.wait, 100*time.Millisecond), time.Second)
 		t.retry = time.After(t.wait)
@@ -174,25 +173,27 @@ func (t *held) look() (gone bool) {
 }
 
 // release closes Keep, the holder's end of the pipe to the TAP's cleanup
-// child, and waits until the TAP is gone: for the child itself where it
-// is this process's (CleanupPID), else for the deletion.
+// child, and waits for that child to exit, having deleted the TAP: with
+// wait4 where it is this process's (CleanupPID, after a helper's exec),
+// else for EOF on CleanupDone. A child that died without deleting the TAP
+// (killed) ends the wait too: the TAP is then left to the next helper of
+// its attachment, or to down, which remove a TAP of their state dir's.
 func (t *held) release() {
-	if len(t.s.Keep) == 0 {
-		return
-	}
 	for _, fd := range t.s.Keep {
 		unix.Close(fd)
 	}
-	if t.s.CleanupPID > 0 {
+	switch {
+	case t.s.CleanupPID > 0:
 		waitChild(t.s.CleanupPID)
-		return
-	}
-	for !t.look() {
-		select {
-		case err := <-t.heard:
-			t.noticed(err)
-		case <-t.retry:
+	case t.s.CleanupDone > 0:
+		var b [64]byte
+		for {
+			n, err := unix.Read(t.s.CleanupDone, b[:])
+			if n <= 0 && err != unix.EINTR {
+				break
+			}
 		}
+		unix.Close(t.s.CleanupDone)
 	}
 }
 
@@ -230,32 +231,49 @@ func (st *tapStats) emit(l rtlink.Link, last bool) {
 	}, last)
 }
 
-// CleanupCommand is the cleanup child of TAP name, of interface index:
+// CleanupCommand is the cleanup child of TAP name, of interface index,
+// marked mark (netplane's mark of a VM port of this state dir's):
 // vmnetctl-relay at bin as DeleteLinkOnEOF, its stdin to be the pipe's
 // read end. In a process group of its own: signals to its starter's group
 // (a controller's Ctrl-C) do not reach it before it ignores them.
-func CleanupCommand(bin, name string, index int) *exec.Cmd {
+func CleanupCommand(bin, name string, index int, mark string) *exec.Cmd {
 	return &exec.Cmd{Path: bin, Args: []string{bin, CleanupArg, name},
-		Env:         []string{EnvDeleteLink + "=" + strconv.Itoa(index), IdleEnv},
+		Env:         []string{EnvDeleteLink + "=" + strconv.Itoa(index), EnvDeleteMark + "=" + mark, IdleEnv},
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
 }
 
 // DeleteLinkOnEOF is vmnetctl-relay as a TAP's cleanup child
-// (helperproto.EnvDeleteLink): it ignores the signals its process group
-// gets, waits for EOF on r (every holder of the pipe's other end gone:
-// the helper, however it ended), then deletes the link of interface
-// index, if it is still there. An index names one link for good: a link
-// of the same name made since (a helper started again) is another's.
-func DeleteLinkOnEOF(index int, r io.Reader) error {
+// (CleanupCommand, from its command line and environment): it ignores the
+// signals its process group gets, waits for EOF on r (every holder of the
+// pipe's other end gone: the helper, however it ended), then deletes the
+// link of interface index if it is still the one made: named name and
+// marked mark. A TAP of the same name made since (a helper started
+// again) has another index; a link given the index since (a link's maker
+// may ask for one) has another name or mark.
+func DeleteLinkOnEOF(index int, name, mark string, r io.Reader) error {
 	gosignal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	return deleteLinkOnEOF(index, name, mark, r)
+}
+
+// deleteLinkOnEOF is DeleteLinkOnEOF but for the signals.
+func deleteLinkOnEOF(index int, name, mark string, r io.Reader) error {
 	io.Copy(io.Discard, r)
 	c, err := rtlink.Open()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	l, err := c.Link(index)
+	switch {
+	case errors.Is(err, rtlink.ErrGone):
+		return nil
+	case err != nil:
+		return fmt.Errorf("deleting TAP %s: %w", name, err)
+	case l.Name != name || l.Alias != mark:
+		return nil // not the TAP made: gone, and another link has its index
+	}
 	if err := c.Delete(index); err != nil {
-		return fmt.Errorf("deleting the TAP of interface index %d: %w", index, err)
+		return fmt.Errorf("deleting TAP %s: %w", name, err)
 	}
 	return nil
 }

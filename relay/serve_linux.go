@@ -520,6 +520,9 @@ func waitForClient(r *relay, lis *Listener, log *Logger) ([]byte, error) {
 // process the helper execs into.
 func (s Spec) Inheritable() error {
 	fds := append([]int{}, s.Keep...)
+	if s.CleanupDone > 0 {
+		fds = append(fds, s.CleanupDone)
+	}
 	if !s.Hold {
 		fds = append(fds, s.TAP, s.Socket)
 	}

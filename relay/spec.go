@@ -32,6 +32,9 @@ const Binary = "vmnetctl-relay"
 // cleanup child (DeleteLinkOnEOF) of the interface index it holds.
 const EnvDeleteLink = "VMNETCTL_RELAY_DELETE_LINK"
 
+// EnvDeleteMark, with EnvDeleteLink, is the mark the TAP carries.
+const EnvDeleteMark = "VMNETCTL_RELAY_DELETE_MARK"
+
 // CleanupArg is a cleanup child's first argument, before the TAP's name:
 // what ps shows of it.
 const CleanupArg = "delete-link-on-eof"
@@ -91,6 +94,11 @@ type Spec struct {
 	// the exec): the relay closes Keep and waits for it when it stops, so
 	// the port is gone before the relay is, as with the helper itself.
 	CleanupPID int `json:"cleanupPID,omitempty"`
+	// CleanupDone, where the cleanup child is another's (the
+	// controller's: CleanupPID 0), is the read end of a pipe only that
+	// child writes to (netplane.Port.CleanupDoneFD): the relay waits for
+	// its EOF, the child's exit, when it stops.
+	CleanupDone int `json:"cleanupDone,omitempty"`
 	// ShapingFD, if not 0, is the helper's shaping file
 	// (helperproto.Shapings), open: read when the relay starts and at
 	// each helperproto.ShapingSignal.

@@ -24,6 +24,8 @@ type Counters struct {
 
 // Link is what Conn.Link reads of a link.
 type Link struct {
+	// Name and Alias are its IFLA_IFNAME and IFLA_IFALIAS.
+	Name, Alias string
 	// Flags are the link's ifi_flags (unix.IFF_UP, unix.IFF_LOWER_UP...).
 	Flags    uint32
 	Counters Counters
@@ -78,11 +80,17 @@ func (c *Conn) Link(index int) (Link, error) {
 			return Link{}, fmt.Errorf("link %d: %w", index, err)
 		}
 		for _, a := range attrs {
-			if a.Attr.Type&^(unix.NLA_F_NESTED|unix.NLA_F_NET_BYTEORDER) == unix.IFLA_STATS64 && len(a.Value) >= 8*8 {
-				v := a.Value
-				u := func(i int) uint64 { return binary.NativeEndian.Uint64(v[8*i:]) }
-				l.Counters = Counters{RxPackets: u(0), TxPackets: u(1), RxBytes: u(2), TxBytes: u(3),
-					RxErrors: u(4), TxErrors: u(5), RxDropped: u(6), TxDropped: u(7)}
+			switch v := a.Value; a.Attr.Type &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER) {
+			case unix.IFLA_IFNAME:
+				l.Name = unix.ByteSliceToString(v)
+			case unix.IFLA_IFALIAS:
+				l.Alias = unix.ByteSliceToString(v)
+			case unix.IFLA_STATS64:
+				if len(v) >= 8*8 {
+					u := func(i int) uint64 { return binary.NativeEndian.Uint64(v[8*i:]) }
+					l.Counters = Counters{RxPackets: u(0), TxPackets: u(1), RxBytes: u(2), TxBytes: u(3),
+						RxErrors: u(4), TxErrors: u(5), RxDropped: u(6), TxDropped: u(7)}
+				}
 			}
 		}
 		return l, nil
@@ -91,8 +99,9 @@ func (c *Conn) Link(index int) (Link, error) {
 }
 
 // Delete deletes the link of interface index; one already gone is not an
-// error. An index names one link for good (the kernel gives the next
-// link a new one), so a link of the same name made since is not touched.
+// error. The kernel gives a new link the next free index unless its
+// maker asks for one: check that the link of the index is still the one
+// meant (Link) before.
 func (c *Conn) Delete(index int) error {
 	_, err := c.request(unix.RTM_DELLINK, unix.NLM_F_ACK, index)
 	if errors.Is(err, ErrGone) {

@@ -106,6 +106,9 @@ func TestLinkAndDelete(t *testing.T) {
 		if l.Counters.RxPackets != 1 || l.Counters.RxBytes != uint64(len(frame)) {
 			return fmt.Errorf("after one frame of %d bytes: %+v", len(frame), l.Counters)
 		}
+		if l.Name != "held0" {
+			return fmt.Errorf("link %d is named %q", index, l.Name)
+		}
 		if l.Flags&unix.IFF_UP == 0 || l.Flags&unix.IFF_LOWER_UP == 0 {
 			return fmt.Errorf("a TAP that is up and held: flags %#x", l.Flags)
 		}

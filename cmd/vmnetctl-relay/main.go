@@ -33,8 +33,11 @@ func main() {
 	if v, ok := os.LookupEnv(relay.EnvDeleteLink); ok {
 		// A TAP's cleanup child (relay.CleanupCommand).
 		index, err := strconv.Atoi(v)
+		if err == nil && len(os.Args) != 3 {
+			err = fmt.Errorf("%s wants the TAP's name: %q", relay.EnvDeleteLink, os.Args)
+		}
 		if err == nil {
-			err = relay.DeleteLinkOnEOF(index, os.Stdin)
+			err = relay.DeleteLinkOnEOF(index, os.Args[2], os.Getenv(relay.EnvDeleteMark), os.Stdin)
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ERROR [cleanup] %v\n", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/procid"
+	"github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
 
@@ -520,8 +521,8 @@ func (f *faults) downViolations() []string {
 // stateDirProcs are, by a rule of the test's own rather than the
 // controller's (isHelperOf), the processes whose command line names h's
 // state dir anywhere, but the controllers (`serve`), and the cleanup
-// children of VM ports (`helper --delete-link-on-eof`, whose command line
-// names only the port) in h's namespace; each as "PID: command line".
+// children of VM ports (`helper --delete-link-on-eof`, or vmnetctl-relay's
+// relay.CleanupArg, whose command line names only the port) in h's namespace; each as "PID: command line".
 // Zombies, whose command line is empty, are not counted.
 //
 // The controller's spare relays, which name the state dir too, are
@@ -542,7 +543,7 @@ func stateDirProcs(h *host) (named, cleanup, spares []string) {
 		args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
 		desc := fmt.Sprintf("%d: %s", pid, strings.Join(args, " "))
 		switch {
-		case slices.Contains(args, "--delete-link-on-eof"):
+		case slices.Contains(args, "--delete-link-on-eof"), len(args) == 3 && args[1] == relay.CleanupArg:
 			if inNS[pid] {
 				cleanup = append(cleanup, desc)
 			}

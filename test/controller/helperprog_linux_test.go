@@ -25,40 +25,42 @@ import (
 // TestControllerPreparesHelper: the controller sets an attachment's helper
 // up itself and starts only vmnetctl-relay (beside vmnetctl, as a package
 // installs it), which says so in its log; the process shows `vmnetctl
-// helper`'s command line, by which the controller knows it. A helper it
-// does not set up (attach: tap) runs vmnetctl-helper.
+// helper`'s command line, by which the controller knows it. So for a
+// relay's helper and for one of `attach: tap`, which the relay holds. A
+// helper it does not set up (attach: vhost-user) runs vmnetctl-helper.
 func TestControllerPreparesHelper(t *testing.T) {
 	h := newHost(t)
-	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n  t:\n    networks:\n      - vmnet: shared\n        attach: tap\n")
+	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n  t:\n    networks:\n      - vmnet: shared\n        attach: tap\n  v:\n    networks:\n      - vmnet: shared\n        attach: vhost-user\n")
 	h.MustVmnetctl("up", "-f", vms)
-	a := h.Attachment(h.Status(), "a")
-	log, err := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile("a/0"))
-	if err != nil {
-		t.Fatal(err)
+	st := h.Status()
+	firstLine := func(vm string) string {
+		log, err := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile(vm + "/0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, _, _ := strings.Cut(string(log), "\n")
+		return first
 	}
-	first, _, _ := strings.Cut(string(log), "\n")
-	want := "running " + filepath.Join(filepath.Dir(h.Binary), relay.Binary) + ", set up by the controller"
-	if !strings.Contains(first, want) {
-		t.Errorf("the helper's log begins %q, want it to say %q", first, want)
+	for _, vm := range []string{"a", "t"} {
+		want := "running " + filepath.Join(filepath.Dir(h.Binary), relay.Binary) + ", set up by the controller"
+		if first := firstLine(vm); !strings.Contains(first, want) {
+			t.Errorf("%s: the helper's log begins %q, want it to say %q", vm, first, want)
+		}
+		pid := h.Attachment(st, vm).PID
+		id, err := procid.Read(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(id.Cmdline) < 2 || id.Cmdline[0] != h.Binary || id.Cmdline[1] != "helper" {
+			t.Errorf("%s: the helper's command line is %q, want %s helper ...", vm, id.Cmdline, h.Binary)
+		}
+		if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || filepath.Base(exe) != relay.Binary {
+			t.Errorf("%s: the ready helper runs %s (%v), want %s", vm, exe, err, relay.Binary)
+		}
 	}
-	log, err = os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperLogFile("t/0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, _, _ = strings.Cut(string(log), "\n")
-	want = "running " + h.Binary + " (" + filepath.Join(filepath.Dir(h.Binary), helper.Binary) + ") on Linux"
-	if !strings.Contains(first, want) {
-		t.Errorf("attach: tap: the helper's log begins %q, want it to say %q", first, want)
-	}
-	id, err := procid.Read(a.PID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(id.Cmdline) < 2 || id.Cmdline[0] != h.Binary || id.Cmdline[1] != "helper" {
-		t.Errorf("the helper's command line is %q, want %s helper ...", id.Cmdline, h.Binary)
-	}
-	if exe, err := os.Readlink("/proc/" + strconv.Itoa(a.PID) + "/exe"); err != nil || filepath.Base(exe) != relay.Binary {
-		t.Errorf("the ready helper runs %s (%v), want %s", exe, err, relay.Binary)
+	want := "running " + h.Binary + " (" + filepath.Join(filepath.Dir(h.Binary), helper.Binary) + ") on Linux"
+	if first := firstLine("v"); !strings.Contains(first, want) {
+		t.Errorf("attach: vhost-user: the helper's log begins %q, want it to say %q", first, want)
 	}
 }
 
