@@ -54,6 +54,9 @@ type helperProc struct {
 	// from its log.
 	lastFromVM time.Time
 	client     string
+	// tapMeter turns the counters of the TAP a VMM drives (`attach:
+	// tap`), which the controller reads, into the helper's stats.
+	tapMeter helperproto.TapMeter
 	// session is, for a helper whose VMM connects to it (attach: stream
 	// or vhost-user), "connected" while one is and "VM gone" once it
 	// went, from its log ("" until one came).
@@ -95,7 +98,8 @@ func (c *Controller) exited(h *helperProc) {
 
 func (c *Controller) launcher() launch.Launcher {
 	return launch.Launcher{StateDir: c.sd, Backend: c.be, Executable: c.opts.Executable, VMNetHelperPath: c.paths.VMNetHelper,
-		StatsInterval: c.opts.StatsInterval, StallTimeout: c.opts.StallTimeout, StopGrace: c.opts.StopGrace, Spares: c.spares}
+		StatsInterval: c.opts.StatsInterval, StallTimeout: c.opts.StallTimeout, StopGrace: c.opts.StopGrace, Spares: c.spares,
+		TapCountsRead: true} // (status and scrapes: observeTapLocked)
 }
 
 func fileSize(path string) int64 {

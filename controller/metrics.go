@@ -411,9 +411,11 @@ func (c *Controller) collectNetwork(s *scrape, n *api.Network, d *spec.Desired) 
 	}
 	s.emit(famNetworkInfo, 1, n.ID, string(n.Mode), subnet, n.Bridge())
 	attachments := 0
+	var taps []string
 	for _, a := range d.Attachments {
 		if a.Network == n.ID {
 			attachments++
+			taps = c.appendTapLocked(taps, a)
 		}
 	}
 	s.emit(famNetworkAttachments, float64(attachments), n.ID)
@@ -424,7 +426,7 @@ func (c *Controller) collectNetwork(s *scrape, n *api.Network, d *spec.Desired) 
 	if nw == nil {
 		return backend.ServiceStats{}
 	}
-	st := nw.Stats(backend.StatsQuery{})
+	st := nw.Stats(backend.StatsQuery{Taps: taps})
 	if n.DHCP {
 		s.emit(famLeases, float64(len(nw.Leases())), n.ID)
 		s.emit(famPool, float64(metrics.PoolSize(n.DHCPStart, n.DHCPEnd)), n.ID)
@@ -511,7 +513,11 @@ func (c *Controller) collectAttachment(as *attachmentSample, a *spec.Attachment,
 	if st.GuardDrops != nil && h.rec.Tap != "" {
 		as.spoofChecked, as.spoofed = true, st.GuardDrops[h.rec.Tap]
 	}
-	as.stats = c.observeMovedLocked(key, h).Last()
+	if counts, ok := st.Taps[h.rec.Tap]; ok && a.Attach == api.AttachTAP {
+		as.stats = c.observeTapLocked(key, h, counts).Last()
+	} else {
+		as.stats = c.observeMovedLocked(key, h).Last()
+	}
 	if as.stats.Time.IsZero() {
 		as.stats = h.stats // a stats line without a time still has counters
 	}
@@ -733,6 +739,29 @@ func (c *Controller) observeLocked(key string, h *helperProc) *metrics.Meter {
 	return &tm.m
 }
 
+// observeTapLocked is observeLocked for a helper that holds a TAP a VMM
+// drives (`attach: tap`) and counts nothing: the TAP's kernel counters,
+// read now (counts: backend.StatsQuery.Taps), are its stats. c.mu is
+// held.
+func (c *Controller) observeTapLocked(key string, h *helperProc, counts helperproto.TapCounts) *metrics.Meter {
+	m := c.observeMovedLocked(key, h) // (its log's stats lines: none under a controller)
+	h.took(h.tapMeter.Stats(counts, time.Now()), m.Add)
+	return m
+}
+
+// appendTapLocked appends to taps the TAP of attachment a, if a VMM
+// drives it (`attach: tap`) and its helper runs: the ports whose counters
+// a scrape or a status reads (backend.StatsQuery.Taps). c.mu is held.
+func (c *Controller) appendTapLocked(taps []string, a *spec.Attachment) []string {
+	if a.Attach != api.AttachTAP {
+		return taps
+	}
+	if h := c.helpers[a.Key()]; h != nil && h.rec.Tap != "" {
+		taps = append(taps, h.rec.Tap)
+	}
+	return taps
+}
+
 // observeMovedLocked is observeLocked for a scrape, which asks about
 // every helper: one whose log and stats file are as the last log check
 // saw them (rotateLogsLocked, which read them after it looked) is not read
@@ -765,6 +794,19 @@ func (c *Controller) pruneMetersLocked() {
 	}
 }
 
+// took keeps s as h's latest stats, and passes it to add, if it is newer
+// than those.
+func (h *helperProc) took(s helperproto.Stats, add func(helperproto.Stats)) {
+	if !s.Time.After(h.stats.Time) && !h.stats.Time.IsZero() {
+		return // older than what the stats file said (a log's line a minute)
+	}
+	if s.VM.Packets > h.stats.VM.Packets {
+		h.lastFromVM = s.Time
+	}
+	h.stats = s
+	add(s)
+}
+
 // rateMaxAge is how old a helper's latest stats line may be for its rates
 // to count as current.
 func (c *Controller) rateMaxAge() time.Duration {
@@ -778,16 +820,7 @@ func readStatsLines(h *helperProc, add func(helperproto.Stats)) {
 	if h.logPath == "" {
 		return
 	}
-	take := func(s helperproto.Stats) {
-		if !s.Time.After(h.stats.Time) && !h.stats.Time.IsZero() {
-			return // older than what the stats file said (a log's line a minute)
-		}
-		if s.VM.Packets > h.stats.VM.Packets {
-			h.lastFromVM = s.Time
-		}
-		h.stats = s
-		add(s)
-	}
+	take := func(s helperproto.Stats) { h.took(s, add) }
 	if s, ok := helperproto.ReadStatsFile(h.statsPath); ok { // (none for vmnet-helper: no path)
 		take(s)
 	}

@@ -29,6 +29,11 @@ type Launcher struct {
 	// Spares, if set, are relays started ahead of need, which take the
 	// helpers they can (helperexec.StartOptions.Spares).
 	Spares *helperexec.Spares
+	// TapCountsRead: the caller reads the kernel's counters of a TAP a
+	// VMM drives (`attach: tap`) itself, when asked for them (the
+	// controller: backend.StatsQuery.Taps), so that the TAP's helper
+	// counts nothing (no stats interval): idle, it never wakes.
+	TapCountsRead bool
 }
 
 // helperStart is one helper to start.
@@ -74,8 +79,12 @@ func (l Launcher) Start(ctx context.Context, s HelperStart) (*helperexec.Helper,
 	if err := l.Backend.Cleanup(a.Attachment); err != nil {
 		return fail(err)
 	}
+	interval := l.StatsInterval
+	if l.TapCountsRead && a.Attach == api.AttachTAP {
+		interval = 0
+	}
 	spec := backend.HelperSpec{Executable: l.Executable, Attachment: a.Attachment, Network: s.Network, UID: s.Owner.UID, GID: s.Owner.GID,
-		FD: -1, NetworksFile: l.StateDir.NetworksYAML(), VMNetHelperPath: l.VMNetHelperPath, StatsInterval: l.StatsInterval,
+		FD: -1, NetworksFile: l.StateDir.NetworksYAML(), VMNetHelperPath: l.VMNetHelperPath, StatsInterval: interval,
 		StatsFile: l.StateDir.HelperStatsFile(a.Key()), ShapingFile: l.StateDir.HelperShapingFile(a.Key()),
 		LogFile: l.StateDir.HelperLogFile(a.Key()), Owner: l.StateDir.Path}
 	switch {

@@ -23,11 +23,13 @@ import (
 	"github.com/vmnetctl/vmnetctl/dnsproxy"
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/guestlog"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 	"github.com/vmnetctl/vmnetctl/overlay"
 	"github.com/vmnetctl/vmnetctl/routeradv"
+	"github.com/vmnetctl/vmnetctl/rtlink"
 )
 
 // Network is a running network: its kernel state ensured, its DHCP server
@@ -780,6 +782,12 @@ func (nw *Network) Stats(q nettypes.StatsQuery) nettypes.ServiceStats {
 			slices.SortFunc(ips, netip.Addr.Compare)
 		}
 	}
+	if len(q.Taps) > 0 && nw.nsr != nil {
+		nw.nsr.do(func() error {
+			s.Taps = tapCounts(nw.n.Bridge(), q.Taps)
+			return nil
+		})
+	}
 	if guard.Guarded(nw.n) && nw.nsr != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -801,6 +809,51 @@ func (nw *Network) Stats(q nettypes.StatsQuery) nettypes.ServiceStats {
 	}
 	return s
 }
+
+// tapCounts reads the kernel's counters of ports taps of bridge br (TAPs
+// a VMM drives): each with a request of its own when they are few (a
+// status of one VM), else in one dump of the bridge's ports (a scrape);
+// nil if they cannot be read (the stats then lack them, as a helper's
+// stats line that did not come).
+func tapCounts(br string, taps []string) map[string]helperproto.TapCounts {
+	c, err := rtlink.Open()
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	out := make(map[string]helperproto.TapCounts, len(taps))
+	if len(taps) <= tapLookups {
+		for _, t := range taps {
+			if l, err := c.LinkByName(t); err == nil {
+				out[t] = l.TapCounts()
+			}
+		}
+		return out
+	}
+	index, err := hostnet.LinkIndex(br)
+	if err != nil || index == 0 {
+		return nil
+	}
+	ports, err := c.Ports(int(index))
+	if err != nil {
+		return nil
+	}
+	want := make(map[string]bool, len(taps))
+	for _, t := range taps {
+		want[t] = true
+	}
+	for _, p := range ports {
+		if want[p.Name] {
+			out[p.Name] = p.TapCounts()
+		}
+	}
+	return out
+}
+
+// tapLookups is how many TAPs tapCounts reads one by one, rather than in
+// a dump of all the bridge's ports (a lookup is about 25 us here, a
+// bridge's port in a dump a few).
+const tapLookups = 16
 
 // resolve6 is the DNS proxy's AAAA resolver: nil without IPv6.
 func (nw *Network) resolve6() func(string) []netip.Addr {

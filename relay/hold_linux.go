@@ -37,8 +37,8 @@ import (
 //
 // When it stops it closes s.Keep, its end of the pipe to the TAP's
 // cleanup child, which deletes the TAP once no one holds that pipe, and
-// waits for that child (release), so that a helper started again at once
-// makes its TAP anew rather than meeting the one about to go.
+// waits for the deletion (release), so that a helper started again at
+// once makes its TAP anew rather than meeting the one about to go.
 func Hold(ctx context.Context, s Spec, log *Logger, h Hooks) error {
 	out := h.Stats
 	if out == nil {
@@ -173,11 +173,13 @@ func (t *held) look() (gone bool) {
 }
 
 // release closes Keep, the holder's end of the pipe to the TAP's cleanup
-// child, and waits for that child to exit, having deleted the TAP: with
-// wait4 where it is this process's (CleanupPID, after a helper's exec),
-// else for EOF on CleanupDone. A child that died without deleting the TAP
-// (killed) ends the wait too: the TAP is then left to the next helper of
-// its attachment, or to down, which remove a TAP of their state dir's.
+// child, and waits until the TAP is gone: for that child with wait4 where
+// it is this process's (CleanupPID, after a helper's exec); else for the
+// TAP's deletion (its notice comes before the kernel has finished with
+// the link: the child's own exit comes after that, tens of ms later here)
+// or the child's exit, whichever comes first (EOF on CleanupDone: a child
+// killed before it deleted the TAP ends the wait, and the TAP is then the
+// next helper's or down's to remove: it carries this state dir's mark).
 func (t *held) release() {
 	for _, fd := range t.s.Keep {
 		unix.Close(fd)
@@ -186,14 +188,23 @@ func (t *held) release() {
 	case t.s.CleanupPID > 0:
 		waitChild(t.s.CleanupPID)
 	case t.s.CleanupDone > 0:
-		var b [64]byte
-		for {
-			n, err := unix.Read(t.s.CleanupDone, b[:])
-			if n <= 0 && err != unix.EINTR {
-				break
+		unix.SetNonblock(t.s.CleanupDone, true) // (in Go's poller: Close ends the read)
+		done := os.NewFile(uintptr(t.s.CleanupDone), "cleanup done")
+		defer done.Close()
+		exited := make(chan struct{})
+		go func() {
+			io.Copy(io.Discard, done)
+			close(exited)
+		}()
+		for !t.look() {
+			select {
+			case <-exited:
+				return
+			case err := <-t.heard:
+				t.noticed(err)
+			case <-t.retry:
 			}
 		}
-		unix.Close(t.s.CleanupDone)
 	}
 }
 
@@ -208,10 +219,10 @@ func waitChild(pid int) {
 
 // tapStats turns a TAP's kernel counters into a holder's stats lines.
 type tapStats struct {
-	out              *StatsOut
-	lastTx, noReader uint64 // TxDropped at the last read; drops while no VMM held the TAP
-	last             rtlink.Counters
-	any              bool
+	out   *StatsOut
+	meter helperproto.TapMeter
+	last  rtlink.Counters
+	any   bool
 }
 
 // moved says whether l's counters differ from the last line's.
@@ -219,16 +230,8 @@ func (st *tapStats) moved(l rtlink.Link) bool { return !st.any || l.Counters != 
 
 // emit writes l's stats line; last is the holder's final one.
 func (st *tapStats) emit(l rtlink.Link, last bool) {
-	k := l.Counters
-	if l.Flags&unix.IFF_LOWER_UP == 0 && k.TxDropped > st.lastTx {
-		st.noReader += k.TxDropped - st.lastTx
-	}
-	st.lastTx, st.last, st.any = k.TxDropped, k, true
-	st.out.Emit(helperproto.Stats{
-		Time: time.Now(),
-		Host: helperproto.Counters{Packets: k.TxPackets, Bytes: k.TxBytes, Drops: k.TxDropped - st.noReader},
-		VM:   helperproto.Counters{Packets: k.RxPackets, Bytes: k.RxBytes, Drops: k.RxDropped},
-	}, last)
+	st.last, st.any = l.Counters, true
+	st.out.Emit(st.meter.Stats(l.TapCounts(), time.Now()), last)
 }
 
 // CleanupCommand is the cleanup child of TAP name, of interface index,

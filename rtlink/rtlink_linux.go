@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // Counters are a link's kernel counters (rtnl_link_stats64's first
@@ -24,11 +26,21 @@ type Counters struct {
 
 // Link is what Conn.Link reads of a link.
 type Link struct {
+	// Index is its interface index, Master its master's (0: none).
+	Index, Master int
 	// Name and Alias are its IFLA_IFNAME and IFLA_IFALIAS.
 	Name, Alias string
 	// Flags are the link's ifi_flags (unix.IFF_UP, unix.IFF_LOWER_UP...).
 	Flags    uint32
 	Counters Counters
+}
+
+// TapCounts are l's counters and carrier as a TAP's
+// (helperproto.TapMeter).
+func (l Link) TapCounts() helperproto.TapCounts {
+	k := l.Counters
+	return helperproto.TapCounts{RxPackets: k.RxPackets, RxBytes: k.RxBytes, RxDropped: k.RxDropped,
+		TxPackets: k.TxPackets, TxBytes: k.TxBytes, TxDropped: k.TxDropped, Held: l.Flags&unix.IFF_LOWER_UP != 0}
 }
 
 // ErrGone says the link of an index is not there (ENODEV).
@@ -59,43 +71,98 @@ func Open() (*Conn, error) {
 // Close closes c.
 func (c *Conn) Close() error { return unix.Close(c.fd) }
 
-// Link reads the flags and counters of the link of interface index:
-// ErrGone if there is none.
+// Link reads the name, flags and counters of the link of interface
+// index: ErrGone if there is none.
 func (c *Conn) Link(index int) (Link, error) {
-	msgs, err := c.request(unix.RTM_GETLINK, 0, index)
+	msgs, err := c.request(unix.RTM_GETLINK, 0, index, nil)
 	if err != nil {
 		return Link{}, err
 	}
 	for _, m := range msgs {
-		if m.Header.Type != unix.RTM_NEWLINK || len(m.Data) < unix.SizeofIfInfomsg {
-			continue
+		if l, ok, err := parseLink(m); err != nil || ok && l.Index == index {
+			return l, err
 		}
-		ifi := (*unix.IfInfomsg)(unsafe.Pointer(&m.Data[0]))
-		if int(ifi.Index) != index {
-			continue
-		}
-		l := Link{Flags: ifi.Flags}
-		attrs, err := syscall.ParseNetlinkRouteAttr(&m)
-		if err != nil {
-			return Link{}, fmt.Errorf("link %d: %w", index, err)
-		}
-		for _, a := range attrs {
-			switch v := a.Value; a.Attr.Type &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER) {
-			case unix.IFLA_IFNAME:
-				l.Name = unix.ByteSliceToString(v)
-			case unix.IFLA_IFALIAS:
-				l.Alias = unix.ByteSliceToString(v)
-			case unix.IFLA_STATS64:
-				if len(v) >= 8*8 {
-					u := func(i int) uint64 { return binary.NativeEndian.Uint64(v[8*i:]) }
-					l.Counters = Counters{RxPackets: u(0), TxPackets: u(1), RxBytes: u(2), TxBytes: u(3),
-						RxErrors: u(4), TxErrors: u(5), RxDropped: u(6), TxDropped: u(7)}
-				}
-			}
-		}
-		return l, nil
 	}
 	return Link{}, fmt.Errorf("link %d: no link in the kernel's answer", index)
+}
+
+// LinkByName reads the link named name as Link reads one by index:
+// ErrGone if there is none.
+func (c *Conn) LinkByName(name string) (Link, error) {
+	if len(name) == 0 || len(name) >= unix.IFNAMSIZ {
+		return Link{}, ErrGone
+	}
+	attr := make([]byte, 4+(len(name)+1+3)&^3)
+	binary.NativeEndian.PutUint16(attr[0:], uint16(4+len(name)+1))
+	binary.NativeEndian.PutUint16(attr[2:], unix.IFLA_IFNAME)
+	copy(attr[4:], name)
+	msgs, err := c.request(unix.RTM_GETLINK, 0, 0, attr)
+	if err != nil {
+		return Link{}, err
+	}
+	for _, m := range msgs {
+		if l, ok, err := parseLink(m); err != nil || ok && l.Name == name {
+			return l, err
+		}
+	}
+	return Link{}, fmt.Errorf("link %s: no link in the kernel's answer", name)
+}
+
+// Ports reads the links whose master is the link of interface index
+// master (a bridge's ports) in one dump, which the kernel filters by
+// master (one that does not is filtered here).
+func (c *Conn) Ports(master int) ([]Link, error) {
+	var attr [8]byte
+	binary.NativeEndian.PutUint16(attr[0:], 8)
+	binary.NativeEndian.PutUint16(attr[2:], unix.IFLA_MASTER)
+	binary.NativeEndian.PutUint32(attr[4:], uint32(master))
+	msgs, err := c.request(unix.RTM_GETLINK, unix.NLM_F_DUMP, 0, attr[:])
+	if err != nil {
+		return nil, err
+	}
+	var ports []Link
+	for _, m := range msgs {
+		l, ok, err := parseLink(m)
+		if err != nil {
+			return nil, err
+		}
+		if ok && l.Master == master {
+			ports = append(ports, l)
+		}
+	}
+	return ports, nil
+}
+
+// parseLink reads m, if it is a link's message (ok).
+func parseLink(m syscall.NetlinkMessage) (l Link, ok bool, err error) {
+	if m.Header.Type != unix.RTM_NEWLINK || len(m.Data) < unix.SizeofIfInfomsg {
+		return Link{}, false, nil
+	}
+	ifi := (*unix.IfInfomsg)(unsafe.Pointer(&m.Data[0]))
+	l = Link{Index: int(ifi.Index), Flags: ifi.Flags}
+	attrs, err := syscall.ParseNetlinkRouteAttr(&m)
+	if err != nil {
+		return Link{}, false, fmt.Errorf("link %d: %w", l.Index, err)
+	}
+	for _, a := range attrs {
+		switch v := a.Value; a.Attr.Type &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER) {
+		case unix.IFLA_IFNAME:
+			l.Name = unix.ByteSliceToString(v)
+		case unix.IFLA_IFALIAS:
+			l.Alias = unix.ByteSliceToString(v)
+		case unix.IFLA_MASTER:
+			if len(v) >= 4 {
+				l.Master = int(binary.NativeEndian.Uint32(v))
+			}
+		case unix.IFLA_STATS64:
+			if len(v) >= 8*8 {
+				u := func(i int) uint64 { return binary.NativeEndian.Uint64(v[8*i:]) }
+				l.Counters = Counters{RxPackets: u(0), TxPackets: u(1), RxBytes: u(2), TxBytes: u(3),
+					RxErrors: u(4), TxErrors: u(5), RxDropped: u(6), TxDropped: u(7)}
+			}
+		}
+	}
+	return l, true, nil
 }
 
 // Delete deletes the link of interface index; one already gone is not an
@@ -103,25 +170,29 @@ func (c *Conn) Link(index int) (Link, error) {
 // maker asks for one: check that the link of the index is still the one
 // meant (Link) before.
 func (c *Conn) Delete(index int) error {
-	_, err := c.request(unix.RTM_DELLINK, unix.NLM_F_ACK, index)
+	_, err := c.request(unix.RTM_DELLINK, unix.NLM_F_ACK, index, nil)
 	if errors.Is(err, ErrGone) {
 		return nil
 	}
 	return err
 }
 
-// request sends a request of type typ about link index and returns the
-// messages of its answer, or the errno the kernel answered with.
-func (c *Conn) request(typ uint16, flags uint16, index int) ([]syscall.NetlinkMessage, error) {
+// request sends a request of type typ about link index (with attributes
+// attrs, already laid out) and returns the messages of its answer, or the
+// errno the kernel answered with: of a dump, every part up to its end.
+func (c *Conn) request(typ uint16, flags uint16, index int, attrs []byte) ([]syscall.NetlinkMessage, error) {
 	seq := atomic.AddUint32(&c.seq, 1)
-	var req [unix.SizeofNlMsghdr + unix.SizeofIfInfomsg]byte
+	req := make([]byte, unix.SizeofNlMsghdr+unix.SizeofIfInfomsg+len(attrs))
 	h := (*unix.NlMsghdr)(unsafe.Pointer(&req[0]))
 	*h = unix.NlMsghdr{Len: uint32(len(req)), Type: typ, Flags: unix.NLM_F_REQUEST | flags, Seq: seq}
 	ifi := (*unix.IfInfomsg)(unsafe.Pointer(&req[unix.SizeofNlMsghdr]))
 	*ifi = unix.IfInfomsg{Family: unix.AF_UNSPEC, Index: int32(index)}
-	if err := unix.Sendto(c.fd, req[:], 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	copy(req[unix.SizeofNlMsghdr+unix.SizeofIfInfomsg:], attrs)
+	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("link %d: %w", index, err)
 	}
+	dump := flags&unix.NLM_F_DUMP == unix.NLM_F_DUMP
+	var answer []syscall.NetlinkMessage
 	for {
 		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
 		if err == unix.EINTR {
@@ -134,12 +205,12 @@ func (c *Conn) request(typ uint16, flags uint16, index int) ([]syscall.NetlinkMe
 		if err != nil {
 			return nil, fmt.Errorf("link %d: %w", index, err)
 		}
-		var answer []syscall.NetlinkMessage
 		for _, m := range msgs {
 			if m.Header.Seq != seq {
 				continue // the rest of an earlier request's answer
 			}
-			if m.Header.Type == unix.NLMSG_ERROR {
+			switch m.Header.Type {
+			case unix.NLMSG_ERROR:
 				if len(m.Data) < 4 {
 					return nil, fmt.Errorf("link %d: a short error message", index)
 				}
@@ -147,10 +218,14 @@ func (c *Conn) request(typ uint16, flags uint16, index int) ([]syscall.NetlinkMe
 					return nil, fmt.Errorf("link %d: %w", index, syscall.Errno(-e))
 				}
 				return answer, nil // the acknowledgement
+			case unix.NLMSG_DONE:
+				return answer, nil // a dump's end
 			}
+			// A dump's parts are copies: the buffer is read into again.
+			m.Data = append([]byte(nil), m.Data...)
 			answer = append(answer, m)
 		}
-		if len(answer) > 0 && flags&unix.NLM_F_ACK == 0 {
+		if len(answer) > 0 && !dump && flags&unix.NLM_F_ACK == 0 {
 			return answer, nil
 		}
 	}

@@ -109,6 +109,12 @@ func TestLinkAndDelete(t *testing.T) {
 		if l.Name != "held0" {
 			return fmt.Errorf("link %d is named %q", index, l.Name)
 		}
+		if byName, err := c.LinkByName("held0"); err != nil || byName.Index != index || byName.Counters != l.Counters {
+			return fmt.Errorf("held0 by name: %+v, %v; by index %+v", byName, err, l)
+		}
+		if _, err := c.LinkByName("nosuch0"); !errors.Is(err, rtlink.ErrGone) {
+			return fmt.Errorf("a link that is not there by name: %v, want ErrGone", err)
+		}
 		if l.Flags&unix.IFF_UP == 0 || l.Flags&unix.IFF_LOWER_UP == 0 {
 			return fmt.Errorf("a TAP that is up and held: flags %#x", l.Flags)
 		}
@@ -166,4 +172,58 @@ func makeTap(name string) (int, int, error) {
 		return -1, 0, err
 	}
 	return fd, l.Attrs().Index, nil
+}
+
+// TestPorts: a bridge's ports, each with its name and counters, and no
+// other link.
+func TestPorts(t *testing.T) {
+	host := testutil.NewNS(t, "rtports")
+	host.MustRun(t, "ip", "link", "add", "br0", "type", "bridge")
+	host.MustRun(t, "ip", "link", "add", "br1", "type", "bridge")
+	host.MustDo(t, func() error {
+		var fds []int
+		defer func() {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+		}()
+		for _, name := range []string{"p0", "p1", "other"} {
+			fd, _, err := makeTap(name)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, fd)
+		}
+		br0, err := netlink.LinkByName("br0")
+		if err != nil {
+			return err
+		}
+		br1, _ := netlink.LinkByName("br1")
+		for name, br := range map[string]netlink.Link{"p0": br0, "p1": br0, "other": br1} {
+			l, _ := netlink.LinkByName(name)
+			if err := netlink.LinkSetMaster(l, br); err != nil {
+				return err
+			}
+		}
+		frame := make([]byte, 60)
+		copy(frame, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 0, 0, 0, 0, 1, 0x88, 0xb5})
+		unix.Write(fds[1], frame)
+		c, err := rtlink.Open()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ports, err := c.Ports(br0.Attrs().Index)
+		if err != nil {
+			return err
+		}
+		got := map[string]uint64{}
+		for _, p := range ports {
+			got[p.Name] = p.Counters.RxPackets
+		}
+		if len(got) != 2 || got["p1"] != 1 {
+			return fmt.Errorf("br0's ports, by frames received: %v, want p0 and p1, p1 with 1", got)
+		}
+		return nil
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
@@ -441,6 +443,40 @@ func TestTapHelperKilledAlone(t *testing.T) {
 	h.MustVmnetctl("down", "-f", vms)
 	if out, err := h.Run(context.Background(), "ip", "link", "show", old.Tap); err == nil {
 		t.Errorf("TAP left after down:\n%s", out)
+	}
+}
+
+// TestTapCountsInStatus: a TAP attachment's helper counts nothing (it
+// writes no stats: its stats file stays empty); a status reads the TAP's
+// kernel counters: what the VMM wrote into the TAP is what the VM sent.
+func TestTapCountsInStatus(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", "vms:\n  fc:\n    networks:\n      - vmnet: shared\n        attach: tap\n")
+	h.MustVmnetctl("up", "-f", vms)
+	a := h.Attachment(h.Status(), "fc")
+	hw, _ := net.ParseMAC(a.MAC)
+	frame := make([]byte, 100)
+	copy(frame, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	copy(frame[6:], hw)
+	frame[12], frame[13] = 0x88, 0xb5 // local experimental: nobody answers
+	h.MustDo(t, func() error {
+		fd, err := testutil.OpenTAP(a.Tap)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		for range 3 {
+			if _, err := unix.Write(fd, frame); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if got := h.Attachment(h.Status(), "fc"); got.RxBytes != 300 {
+		t.Errorf("status of fc after its VMM wrote 3 frames of 100 bytes: rx bytes %d", got.RxBytes)
+	}
+	if b, _ := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperStatsFile("fc/0")); len(b) > 0 {
+		t.Errorf("fc's helper wrote stats: %q", b)
 	}
 }
 

@@ -1,0 +1,38 @@
+package helperproto
+
+import "time"
+
+// TapCounts are the kernel's counters of a TAP a VMM drives (`attach:
+// tap`), as read at one instant: rx is what the VMM wrote into the TAP
+// (the VM sent), tx what the kernel gave it; Held says a VMM holds the
+// TAP (its carrier is on: IFF_LOWER_UP).
+type TapCounts struct {
+	RxPackets, RxBytes, RxDropped uint64
+	TxPackets, TxBytes, TxDropped uint64
+	Held                          bool
+}
+
+// TapMeter turns a TAP's counts, read now and then, into a helper's
+// stats (one owner of the rule, for the relay that holds a TAP and for a
+// controller that reads its TAPs' counters itself). Frames the kernel
+// drops towards a TAP no VMM holds (no reader) are not drops of the
+// helper's: a VM that is not running takes no frames. Drops are counted
+// only while a VMM holds the TAP, as far as the reads tell: those since
+// the last read are the VMM's if it holds the TAP now. Its zero value is
+// ready; a new TAP needs a new meter.
+type TapMeter struct {
+	lastTx, noReader uint64
+}
+
+// Stats are the stats of counts c read at t.
+func (m *TapMeter) Stats(c TapCounts, t time.Time) Stats {
+	if !c.Held && c.TxDropped > m.lastTx {
+		m.noReader += c.TxDropped - m.lastTx
+	}
+	m.lastTx = c.TxDropped
+	return Stats{
+		Time: t,
+		Host: Counters{Packets: c.TxPackets, Bytes: c.TxBytes, Drops: c.TxDropped - m.noReader},
+		VM:   Counters{Packets: c.RxPackets, Bytes: c.RxBytes, Drops: c.RxDropped},
+	}
+}

@@ -1,0 +1,28 @@
+package helperproto
+
+import (
+	"testing"
+	"time"
+)
+
+// TestTapMeter: the kernel's drops towards a TAP count as the helper's
+// only while a VMM holds it; rx and tx are the VM's and the host's.
+func TestTapMeter(t *testing.T) {
+	var m TapMeter
+	now := time.Now()
+	steps := []struct {
+		c         TapCounts
+		hostDrops uint64
+	}{
+		{TapCounts{TxDropped: 5}, 0},                                        // no VMM yet: its 5 are not the helper's
+		{TapCounts{TxDropped: 9, Held: true}, 4},                            // held now: the 4 since are
+		{TapCounts{TxDropped: 20}, 4},                                       // let go: none of the 11 since
+		{TapCounts{TxDropped: 21, TxPackets: 3, RxBytes: 7, Held: true}, 5}, // held again
+	}
+	for i, s := range steps {
+		st := m.Stats(s.c, now)
+		if st.Host.Drops != s.hostDrops || st.Host.Packets != s.c.TxPackets || st.VM.Bytes != s.c.RxBytes || !st.Time.Equal(now) {
+			t.Errorf("step %d: %+v, want host drops %d", i, st, s.hostDrops)
+		}
+	}
+}
