@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 )
@@ -254,6 +255,15 @@ type Network interface {
 	Close() error
 }
 
+// TapCounter is a running network whose VM ports a VMM may drive itself
+// (`attach: tap`): it reads their kernel counters, by port name; a port
+// it could not read is missing. The controller reads them every stats
+// interval for the helpers that hold such ports and count nothing
+// (launch.CountedByCaller).
+type TapCounter interface {
+	TapCounts(taps []string) map[string]TapCounts
+}
+
 // Lease is one address handed out by a network's DHCP server (the lease
 // store's type, which the backends share).
 type Lease = leases.Lease
@@ -261,6 +271,7 @@ type Lease = leases.Lease
 // The values a network and the controller exchange (package nettypes,
 // below both backend and netplane), under backend's names.
 type (
+	TapCounts      = helperproto.TapCounts
 	ServiceStats   = nettypes.ServiceStats
 	StatsQuery     = nettypes.StatsQuery
 	TunnelStats    = nettypes.TunnelStats

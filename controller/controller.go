@@ -327,6 +327,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	go c.watchLeaseExpiry(ctx)
+	go c.sampleTaps(ctx)
 	// SIGHUP (systemctl reload): the files read again (reload.go).
 	hup, stopHangups := hangups()
 	defer stopHangups()

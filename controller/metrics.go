@@ -411,11 +411,9 @@ func (c *Controller) collectNetwork(s *scrape, n *api.Network, d *spec.Desired) 
 	}
 	s.emit(famNetworkInfo, 1, n.ID, string(n.Mode), subnet, n.Bridge())
 	attachments := 0
-	var taps []string
 	for _, a := range d.Attachments {
 		if a.Network == n.ID {
 			attachments++
-			taps = c.appendTapLocked(taps, a)
 		}
 	}
 	s.emit(famNetworkAttachments, float64(attachments), n.ID)
@@ -426,7 +424,7 @@ func (c *Controller) collectNetwork(s *scrape, n *api.Network, d *spec.Desired) 
 	if nw == nil {
 		return backend.ServiceStats{}
 	}
-	st := nw.Stats(backend.StatsQuery{Taps: taps})
+	st := nw.Stats(backend.StatsQuery{})
 	if n.DHCP {
 		s.emit(famLeases, float64(len(nw.Leases())), n.ID)
 		s.emit(famPool, float64(metrics.PoolSize(n.DHCPStart, n.DHCPEnd)), n.ID)
@@ -513,11 +511,7 @@ func (c *Controller) collectAttachment(as *attachmentSample, a *spec.Attachment,
 	if st.GuardDrops != nil && h.rec.Tap != "" {
 		as.spoofChecked, as.spoofed = true, st.GuardDrops[h.rec.Tap]
 	}
-	if counts, ok := st.Taps[h.rec.Tap]; ok && a.Attach == api.AttachTAP {
-		as.stats = c.observeTapLocked(key, h, counts).Last()
-	} else {
-		as.stats = c.observeMovedLocked(key, h).Last()
-	}
+	as.stats = c.observeMovedLocked(key, h).Last()
 	if as.stats.Time.IsZero() {
 		as.stats = h.stats // a stats line without a time still has counters
 	}
@@ -721,6 +715,14 @@ type trafficMeter struct {
 // attachment's meter, so that rates are over the latest stats interval
 // however long ago the previous read was. c.mu is held.
 func (c *Controller) observeLocked(key string, h *helperProc) *metrics.Meter {
+	m := c.meterLocked(key, h)
+	readStatsLines(h, m.Add)
+	return m
+}
+
+// meterLocked is the meter of attachment key's helper h: a new one for a
+// new helper. c.mu is held.
+func (c *Controller) meterLocked(key string, h *helperProc) *metrics.Meter {
 	if c.meters == nil {
 		c.meters = map[string]*trafficMeter{}
 	}
@@ -735,31 +737,7 @@ func (c *Controller) observeLocked(key string, h *helperProc) *metrics.Meter {
 		tm = &trafficMeter{h: h}
 		c.meters[key] = tm
 	}
-	readStatsLines(h, tm.m.Add)
 	return &tm.m
-}
-
-// observeTapLocked is observeLocked for a helper that holds a TAP a VMM
-// drives (`attach: tap`) and counts nothing: the TAP's kernel counters,
-// read now (counts: backend.StatsQuery.Taps), are its stats. c.mu is
-// held.
-func (c *Controller) observeTapLocked(key string, h *helperProc, counts helperproto.TapCounts) *metrics.Meter {
-	m := c.observeMovedLocked(key, h) // (its log's stats lines: none under a controller)
-	h.took(h.tapMeter.Stats(counts, time.Now()), m.Add)
-	return m
-}
-
-// appendTapLocked appends to taps the TAP of attachment a, if a VMM
-// drives it (`attach: tap`) and its helper runs: the ports whose counters
-// a scrape or a status reads (backend.StatsQuery.Taps). c.mu is held.
-func (c *Controller) appendTapLocked(taps []string, a *spec.Attachment) []string {
-	if a.Attach != api.AttachTAP {
-		return taps
-	}
-	if h := c.helpers[a.Key()]; h != nil && h.rec.Tap != "" {
-		taps = append(taps, h.rec.Tap)
-	}
-	return taps
 }
 
 // observeMovedLocked is observeLocked for a scrape, which asks about

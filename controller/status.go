@@ -13,8 +13,6 @@ import (
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
 	"github.com/vmnetctl/vmnetctl/ctlapi"
-	"github.com/vmnetctl/vmnetctl/helperproto"
-	"github.com/vmnetctl/vmnetctl/metrics"
 	"github.com/vmnetctl/vmnetctl/spec"
 )
 
@@ -76,7 +74,7 @@ func (c *Controller) statusOf(project string) *ctlapi.Status {
 		d = d.OfProject(project, c.appliedP)
 	}
 	f := runFacts{ips: map[string]string{}, ip6s: map[string][]netip.Addr{}, denied: map[string]uint64{},
-		guards: map[string]map[string]uint64{}, portMACs: map[string]map[string][]string{}, taps: map[string]map[string]helperproto.TapCounts{}, conns: map[string]uint64{}}
+		guards: map[string]map[string]uint64{}, portMACs: map[string]map[string][]string{}, conns: map[string]uint64{}}
 	ports := c.portsOfLocked(d, project != "")
 	for _, n := range d.Networks {
 		st.Networks = append(st.Networks, c.networkStatusLocked(n, d, ports, &f))
@@ -104,7 +102,6 @@ type runFacts struct {
 	denied   map[string]uint64
 	guards   map[string]map[string]uint64
 	portMACs map[string]map[string][]string
-	taps     map[string]map[string]helperproto.TapCounts
 	conns    map[string]uint64
 }
 
@@ -135,14 +132,8 @@ func (c *Controller) networkStatusLocked(n *api.Network, d *spec.Desired, ports 
 		if ports != nil {
 			only = append([]string{}, ports[n.ID]...) // not nil: none
 		}
-		var taps []string
-		for _, a := range d.Attachments {
-			if a.Network == n.ID {
-				taps = c.appendTapLocked(taps, a)
-			}
-		}
-		st := nw.Stats(backend.StatsQuery{Ports: only, MACs: true, Taps: taps})
-		f.guards[n.ID], f.portMACs[n.ID], f.taps[n.ID] = st.GuardDrops, st.PortMACs, st.Taps
+		st := nw.Stats(backend.StatsQuery{Ports: only, MACs: true})
+		f.guards[n.ID], f.portMACs[n.ID] = st.GuardDrops, st.PortMACs
 		ns.EgressDenied, ns.NeighLimited, ns.Tunnel = st.EgressDenied, st.NeighLimited, st.Tunnel
 		for mac, v := range st.EgressDeniedByMAC {
 			f.denied[n.ID+"/"+mac] = v
@@ -193,17 +184,12 @@ func (c *Controller) attachmentStatusLocked(a *spec.Attachment, f *runFacts) ctl
 	if h == nil {
 		return as
 	}
-	var meter *metrics.Meter
-	if counts, ok := f.taps[a.Network][h.rec.Tap]; ok && a.Attach == api.AttachTAP {
-		meter = c.observeTapLocked(a.Key(), h, counts)
-	} else {
-		meter = c.observeLocked(a.Key(), h)
-	}
+	meter := c.observeLocked(a.Key(), h)
 	as.State, as.Restarts, as.Error = h.state, h.rec.Restarts, h.lastErr
 	as.Socket, as.Tap = h.rec.Socket, h.rec.Tap
 	as.SpoofDrops = f.guards[a.Network][h.rec.Tap]
 	as.SeenMACs = f.portMACs[a.Network][h.rec.Tap]
-	as.LastFrameAt = h.lastFromVM
+	as.LastFrameAt, as.StatsAt = h.lastFromVM, h.stats.Time
 	as.RxBytes, as.TxBytes = h.stats.VM.Bytes, h.stats.Host.Bytes
 	as.Drops = h.stats.VM.Drops + h.stats.Host.Drops
 	if h.state == ctlapi.StateRunning {

@@ -119,6 +119,11 @@ type AttachmentStatus struct {
 	Peer string `json:"peer,omitempty"`
 	// LastFrameAt is when the helper last counted a frame from the VM.
 	LastFrameAt time.Time `json:"lastFrameAt,omitzero"`
+	// StatsAt is when the attachment's latest counters were taken: its
+	// helper's latest stats line (a new one while they move, one every
+	// 60 stats intervals while they do not), or for `attach: tap` the
+	// controller's latest read of its TAP's that found them moved.
+	StatsAt time.Time `json:"statsAt,omitzero"`
 	// SeenMACs are the MACs the bridge learned on the VM's port (Linux):
 	// the VM's, which should be MAC.
 	SeenMACs []string `json:"seenMACs,omitempty"`

@@ -36,6 +36,24 @@ type Launcher struct {
 	TapCountsRead bool
 }
 
+// CountedByCaller says whether a helper of attachment kind attach, whose
+// command line is argv, counts nothing, its caller reading the counters
+// of the TAP it holds (Launcher.TapCountsRead): one of `attach: tap`
+// started with no stats interval. (From its command line: a controller
+// tells so of a helper it adopted, and of one `vmnetctl run` started,
+// which counts.)
+func CountedByCaller(attach api.AttachKind, argv []string) bool {
+	if attach != api.AttachTAP {
+		return false
+	}
+	for i, arg := range argv {
+		if arg == "--stats-interval" && i+1 < len(argv) {
+			return argv[i+1] == "0"
+		}
+	}
+	return false
+}
+
 // helperStart is one helper to start.
 type HelperStart struct {
 	Attachment *spec.Attachment

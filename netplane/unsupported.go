@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmnetctl/vmnetctl/api"
+	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/leases"
 	"github.com/vmnetctl/vmnetctl/nettypes"
 )
@@ -60,6 +61,7 @@ func (*Network) SetVMs([]string, []net.HardwareAddr)                    {}
 func (*Network) ChangeVMs([]string, []string, []net.HardwareAddr)       {}
 func (*Network) Leases() []leases.Lease                                 { return nil }
 func (*Network) Stats(nettypes.StatsQuery) nettypes.ServiceStats        { return nettypes.ServiceStats{} }
+func (*Network) TapCounts([]string) map[string]helperproto.TapCounts    { return nil }
 
 // PortSpec is a running VM port; see the Linux documentation.
 type PortSpec struct {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/dhcpserver"
-	"github.com/vmnetctl/vmnetctl/helperproto"
 )
 
 // StatsQuery says what a network's Stats reads besides its services'
@@ -32,10 +31,6 @@ type StatsQuery struct {
 	// one port's entries with a walk of the bridge's whole database, so
 	// reading them port by port costs ports times VMs.
 	MACs bool
-	// Taps are VM ports a VMM drives itself (`attach: tap`), whose kernel
-	// counters are read (ServiceStats.Taps): their helpers hold them and
-	// count nothing.
-	Taps []string
 }
 
 // ServiceStats count a network's DHCP and DNS traffic since it started;
@@ -50,11 +45,6 @@ type ServiceStats struct {
 	// by port name; nil where the backend cannot tell or the query did
 	// not ask (StatsQuery.MACs).
 	PortMACs map[string][]string `json:"portMACs,omitempty"`
-	// Taps are the kernel's counters of StatsQuery.Taps, by port name; a
-	// port not on the network's bridge has none. A backend whose
-	// controller runs `attach: tap` helpers reads them: those helpers
-	// count nothing (launch.Launcher.TapCountsRead).
-	Taps map[string]helperproto.TapCounts `json:"-"`
 	// IPv6 counts the network's router advertisements and the IPv6
 	// addresses it learned its VMs use; zero without IPv6.
 	IPv6 IPv6Stats `json:"ipv6"`

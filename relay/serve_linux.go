@@ -256,11 +256,8 @@ func startStats(r *relay, interval time.Duration, out *StatsOut) (stop func()) {
 }
 
 // heartbeatIntervals is how many stats intervals a helper whose counters
-// do not move waits between two lines: 5 minutes at the default 5 s. Each
-// line wakes an idle helper (about a millisecond of CPU here, a few Go
-// threads woken): at 30 s, 3,000 idle helpers took a tenth of this 2-CPU
-// machine.
-const heartbeatIntervals = 60
+// do not move waits between two lines (helperproto.HeartbeatIntervals).
+const heartbeatIntervals = helperproto.HeartbeatIntervals
 
 // quietStats logs the counters every interval while they move, and every
 // heartbeatIntervals intervals while they do not: between two, an idle

@@ -74,16 +74,17 @@ func (c *Conn) Close() error { return unix.Close(c.fd) }
 // Link reads the name, flags and counters of the link of interface
 // index: ErrGone if there is none.
 func (c *Conn) Link(index int) (Link, error) {
-	msgs, err := c.request(unix.RTM_GETLINK, 0, index, nil)
-	if err != nil {
-		return Link{}, err
-	}
-	for _, m := range msgs {
-		if l, ok, err := parseLink(m); err != nil || ok && l.Index == index {
-			return l, err
+	var l Link
+	found := false
+	err := c.request(unix.RTM_GETLINK, 0, index, nil, func(m []byte) {
+		if got, ok := parseLink(m); ok && got.Index == index {
+			l, found = got, true
 		}
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("link %d: no link in the kernel's answer", index)
 	}
-	return Link{}, fmt.Errorf("link %d: no link in the kernel's answer", index)
+	return l, err
 }
 
 // LinkByName reads the link named name as Link reads one by index:
@@ -96,16 +97,17 @@ func (c *Conn) LinkByName(name string) (Link, error) {
 	binary.NativeEndian.PutUint16(attr[0:], uint16(4+len(name)+1))
 	binary.NativeEndian.PutUint16(attr[2:], unix.IFLA_IFNAME)
 	copy(attr[4:], name)
-	msgs, err := c.request(unix.RTM_GETLINK, 0, 0, attr)
-	if err != nil {
-		return Link{}, err
-	}
-	for _, m := range msgs {
-		if l, ok, err := parseLink(m); err != nil || ok && l.Name == name {
-			return l, err
+	var l Link
+	found := false
+	err := c.request(unix.RTM_GETLINK, 0, 0, attr, func(m []byte) {
+		if got, ok := parseLink(m); ok && got.Name == name {
+			l, found = got, true
 		}
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("link %s: no link in the kernel's answer", name)
 	}
-	return Link{}, fmt.Errorf("link %s: no link in the kernel's answer", name)
+	return l, err
 }
 
 // Ports reads the links whose master is the link of interface index
@@ -116,36 +118,34 @@ func (c *Conn) Ports(master int) ([]Link, error) {
 	binary.NativeEndian.PutUint16(attr[0:], 8)
 	binary.NativeEndian.PutUint16(attr[2:], unix.IFLA_MASTER)
 	binary.NativeEndian.PutUint32(attr[4:], uint32(master))
-	msgs, err := c.request(unix.RTM_GETLINK, unix.NLM_F_DUMP, 0, attr[:])
-	if err != nil {
-		return nil, err
-	}
 	var ports []Link
-	for _, m := range msgs {
-		l, ok, err := parseLink(m)
-		if err != nil {
-			return nil, err
-		}
-		if ok && l.Master == master {
+	err := c.request(unix.RTM_GETLINK, unix.NLM_F_DUMP, 0, attr[:], func(m []byte) {
+		if l, ok := parseLink(m); ok && l.Master == master {
 			ports = append(ports, l)
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return ports, nil
 }
 
-// parseLink reads m, if it is a link's message (ok).
-func parseLink(m syscall.NetlinkMessage) (l Link, ok bool, err error) {
-	if m.Header.Type != unix.RTM_NEWLINK || len(m.Data) < unix.SizeofIfInfomsg {
-		return Link{}, false, nil
+// parseLink reads the body m of a link's message (ifinfomsg, then its
+// attributes), as much of it as is well formed, without allocating but
+// for its strings; ok is false for one too short to be a link's.
+func parseLink(m []byte) (l Link, ok bool) {
+	if len(m) < unix.SizeofIfInfomsg {
+		return Link{}, false
 	}
-	ifi := (*unix.IfInfomsg)(unsafe.Pointer(&m.Data[0]))
+	ifi := (*unix.IfInfomsg)(unsafe.Pointer(&m[0]))
 	l = Link{Index: int(ifi.Index), Flags: ifi.Flags}
-	attrs, err := syscall.ParseNetlinkRouteAttr(&m)
-	if err != nil {
-		return Link{}, false, fmt.Errorf("link %d: %w", l.Index, err)
-	}
-	for _, a := range attrs {
-		switch v := a.Value; a.Attr.Type &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER) {
+	for b := m[unix.SizeofIfInfomsg:]; len(b) >= 4; {
+		n := int(binary.NativeEndian.Uint16(b))
+		if n < 4 || n > len(b) {
+			break
+		}
+		v := b[4:n]
+		switch binary.NativeEndian.Uint16(b[2:]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER) {
 		case unix.IFLA_IFNAME:
 			l.Name = unix.ByteSliceToString(v)
 		case unix.IFLA_IFALIAS:
@@ -161,8 +161,9 @@ func parseLink(m syscall.NetlinkMessage) (l Link, ok bool, err error) {
 					RxErrors: u(4), TxErrors: u(5), RxDropped: u(6), TxDropped: u(7)}
 			}
 		}
+		b = b[min((n+3)&^3, len(b)):]
 	}
-	return l, true, nil
+	return l, true
 }
 
 // Delete deletes the link of interface index; one already gone is not an
@@ -170,7 +171,7 @@ func parseLink(m syscall.NetlinkMessage) (l Link, ok bool, err error) {
 // maker asks for one: check that the link of the index is still the one
 // meant (Link) before.
 func (c *Conn) Delete(index int) error {
-	_, err := c.request(unix.RTM_DELLINK, unix.NLM_F_ACK, index, nil)
+	err := c.request(unix.RTM_DELLINK, unix.NLM_F_ACK, index, nil, func([]byte) {})
 	if errors.Is(err, ErrGone) {
 		return nil
 	}
@@ -178,9 +179,11 @@ func (c *Conn) Delete(index int) error {
 }
 
 // request sends a request of type typ about link index (with attributes
-// attrs, already laid out) and returns the messages of its answer, or the
-// errno the kernel answered with: of a dump, every part up to its end.
-func (c *Conn) request(typ uint16, flags uint16, index int, attrs []byte) ([]syscall.NetlinkMessage, error) {
+// attrs, already laid out) and passes the body of each RTM_NEWLINK of its
+// answer (of a dump, every part up to its end) to each, which must not
+// keep it (the buffer is read into again); it returns the errno the
+// kernel answered with, if any.
+func (c *Conn) request(typ uint16, flags uint16, index int, attrs []byte, each func(body []byte)) error {
 	seq := atomic.AddUint32(&c.seq, 1)
 	req := make([]byte, unix.SizeofNlMsghdr+unix.SizeofIfInfomsg+len(attrs))
 	h := (*unix.NlMsghdr)(unsafe.Pointer(&req[0]))
@@ -189,44 +192,56 @@ func (c *Conn) request(typ uint16, flags uint16, index int, attrs []byte) ([]sys
 	*ifi = unix.IfInfomsg{Family: unix.AF_UNSPEC, Index: int32(index)}
 	copy(req[unix.SizeofNlMsghdr+unix.SizeofIfInfomsg:], attrs)
 	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("link %d: %w", index, err)
+		return fmt.Errorf("link %d: %w", index, err)
 	}
 	dump := flags&unix.NLM_F_DUMP == unix.NLM_F_DUMP
-	var answer []syscall.NetlinkMessage
+	answered := false
 	for {
 		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("link %d: %w", index, err)
+			return fmt.Errorf("link %d: %w", index, err)
 		}
-		msgs, err := syscall.ParseNetlinkMessage(c.buf[:n])
-		if err != nil {
-			return nil, fmt.Errorf("link %d: %w", index, err)
-		}
-		for _, m := range msgs {
-			if m.Header.Seq != seq {
+		for b := c.buf[:n]; len(b) >= unix.SizeofNlMsghdr; {
+			mh := (*unix.NlMsghdr)(unsafe.Pointer(&b[0]))
+			l := int(mh.Len)
+			if l < unix.SizeofNlMsghdr || l > len(b) {
+				return fmt.Errorf("link %d: a malformed answer", index)
+			}
+			body := b[unix.SizeofNlMsghdr:l]
+			b = b[min((l+3)&^3, len(b)):]
+			if mh.Seq != seq {
 				continue // the rest of an earlier request's answer
 			}
-			switch m.Header.Type {
+			switch mh.Type {
 			case unix.NLMSG_ERROR:
-				if len(m.Data) < 4 {
-					return nil, fmt.Errorf("link %d: a short error message", index)
+				if len(body) < 4 {
+					return fmt.Errorf("link %d: a short error message", index)
 				}
-				if e := int32(binary.NativeEndian.Uint32(m.Data)); e != 0 {
-					return nil, fmt.Errorf("link %d: %w", index, syscall.Errno(-e))
+				if e := int32(binary.NativeEndian.Uint32(body)); e != 0 {
+					return fmt.Errorf("link %d: %w", index, syscall.Errno(-e))
 				}
-				return answer, nil // the acknowledgement
+				return nil // the acknowledgement
 			case unix.NLMSG_DONE:
-				return answer, nil // a dump's end
+				// A dump's end, with the error that ended it if any. (One
+				// the kernel marked NLM_F_DUMP_INTR, links having changed
+				// while it ran, may lack some or count some twice: its
+				// callers read counters again at their next turn.)
+				if len(body) >= 4 {
+					if e := int32(binary.NativeEndian.Uint32(body)); e < 0 {
+						return fmt.Errorf("link dump: %w", syscall.Errno(-e))
+					}
+				}
+				return nil
+			case unix.RTM_NEWLINK:
+				each(body)
+				answered = true
 			}
-			// A dump's parts are copies: the buffer is read into again.
-			m.Data = append([]byte(nil), m.Data...)
-			answer = append(answer, m)
 		}
-		if len(answer) > 0 && !dump && flags&unix.NLM_F_ACK == 0 {
-			return answer, nil
+		if answered && !dump && flags&unix.NLM_F_ACK == 0 {
+			return nil
 		}
 	}
 }

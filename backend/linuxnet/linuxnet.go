@@ -68,6 +68,7 @@ func (Backend) EnsurePorts(ctx context.Context, n *api.Network, ports []backend.
 }
 
 var _ backend.Partitioner = (*netplane.Network)(nil)
+var _ backend.TapCounter = (*netplane.Network)(nil)
 
 // Capture copies port's frames to w as pcapng (package capture).
 func (Backend) Capture(ctx context.Context, port string, o backend.CaptureOptions, w io.Writer) (backend.CaptureStats, error) {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/vmnetctl/vmnetctl/ctlapi"
-	"github.com/vmnetctl/vmnetctl/helperproto"
 	"github.com/vmnetctl/vmnetctl/ops"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/simvm"
@@ -390,23 +389,20 @@ func waitPeer(t *testing.T, h *host, vm, peer string) {
 	}, vm+"'s peer to be "+peer)
 }
 
-// waitStatsLine waits for the helper of key to report its stats once
-// more: a line written after the call holds every frame it relayed
-// before. The helper rewrites its stats file every interval while its
-// counters move, and every heartbeat (60 intervals) while they do not
-// (--stats-file; its log has a stats line a minute), so the wait is
-// an interval or a heartbeat.
+// waitStatsLine waits for the stats of key to be taken once more (the
+// status's StatsAt): stats taken after the call hold every frame its
+// helper relayed, or its TAP counted, before. A helper rewrites its stats
+// file every interval while its counters move, and every heartbeat (60
+// intervals) while they do not, and the controller reads a held TAP's
+// counters the same way, so the wait is an interval or a heartbeat.
 func waitStatsLine(t *testing.T, h *host, key string) {
 	t.Helper()
-	path := statedir.Dir{Path: h.StateDir()}.HelperStatsFile(key)
-	latest := func() time.Time {
-		s, _ := helperproto.ReadStatsFile(path)
-		return s.Time
-	}
+	vm, _, _ := strings.Cut(key, "/")
+	latest := func() time.Time { return h.Attachment(h.Status(), vm).StatsAt }
 	before := latest()
 	testutil.Eventually(t, time.Minute, func() error {
 		if !latest().After(before) {
-			return fmt.Errorf("its latest stats line still from %v", before)
+			return fmt.Errorf("its latest stats still from %v", before)
 		}
 		return nil
 	}, key+"'s helper to report its stats again")
