@@ -1,12 +1,10 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -54,24 +52,6 @@ func makeHeldTap(t *testing.T, host *testutil.NS, name string) heldTap {
 	return tap
 }
 
-// syncBuffer is a log several goroutines write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // lastStats is the last stats line in log.
 func lastStats(log string) (helperproto.Stats, bool) {
 	var st helperproto.Stats
@@ -92,7 +72,7 @@ func lastStats(log string) (helperproto.Stats, bool) {
 // deleting ends the wait too.
 func TestHold(t *testing.T) {
 	host := testutil.NewNS(t, "hold")
-	run := func(tap heldTap, ctx context.Context, log *syncBuffer, child func(r *os.File, done *os.File)) (string, error) {
+	run := func(tap heldTap, ctx context.Context, log *testutil.Buffer, child func(r *os.File, done *os.File)) (string, error) {
 		// Hold's ends are raw descriptors, which it closes, as the ones a
 		// relay inherits; the child's are files.
 		var keep, done [2]int
@@ -123,7 +103,7 @@ func TestHold(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	frame := make([]byte, 60)
 	copy(frame, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 0, 0, 0, 0, 1, 0x88, 0xb5})
-	var held syncBuffer
+	var held testutil.Buffer
 	go func() {
 		defer cancel()
 		for range 3 {
@@ -155,7 +135,7 @@ func TestHold(t *testing.T) {
 		_, err := host.Run(context.Background(), "ip", "link", "del", tap.name)
 		deleted <- err
 	}()
-	if log, err := run(tap, context.Background(), &syncBuffer{}, child(tap)); err == nil || !strings.Contains(err.Error(), "TAP hold1 was deleted") {
+	if log, err := run(tap, context.Background(), &testutil.Buffer{}, child(tap)); err == nil || !strings.Contains(err.Error(), "TAP hold1 was deleted") {
 		t.Errorf("Hold of a TAP deleted behind its back: %v\n%s", err, log)
 	}
 	if err := <-deleted; err != nil {
@@ -166,7 +146,7 @@ func TestHold(t *testing.T) {
 	tap = makeHeldTap(t, host, "hold2")
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
-	if _, err := run(tap, ctx, &syncBuffer{}, func(r, done *os.File) { r.Close(); done.Close() }); err != nil {
+	if _, err := run(tap, ctx, &testutil.Buffer{}, func(r, done *os.File) { r.Close(); done.Close() }); err != nil {
 		t.Errorf("Hold with its cleanup child dead: %v", err)
 	}
 	if !exists(tap.name) {
