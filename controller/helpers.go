@@ -160,7 +160,8 @@ func (c *Controller) stopProc(h *helperProc) {
 func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 	exited := make(chan struct{})
 	h := &helperProc{rec: rec, exited: exited, state: ctlapi.StateRunning,
-		logPath: c.sd.HelperLogFile(rec.Key), statsPath: c.sd.HelperStatsFile(rec.Key)}
+		logPath: c.sd.HelperLogFile(rec.Key), statsPath: c.sd.HelperStatsFile(rec.Key),
+		tapMeter: helperproto.TapMeterFromFirstRead()} // (whoever held its TAP before is not known)
 	if fi, err := os.Stat(h.logPath); err == nil {
 		// The client it serves, from the whole log (at most
 		// statedir.MaxHelperLog); then the latest stats line.

@@ -27,13 +27,26 @@ type TapCounts struct {
 // helper's: a VM that is not running takes no frames. Drops are counted
 // only while a VMM holds the TAP, as far as the reads tell: those since
 // the last read are the VMM's if it holds the TAP now. Its zero value is
-// ready; a new TAP needs a new meter.
+// ready for a new TAP (its counters start at 0); a new TAP needs a new
+// meter, and a TAP met late (a helper adopted by a controller started
+// again) one that FromFirstRead.
 type TapMeter struct {
 	lastTx, noReader uint64
+	// late: the drops of the first read are none of the helper's (who
+	// held the TAP before is not known): its drops count from there.
+	late, read bool
 }
+
+// TapMeterFromFirstRead is a meter of a TAP that has counted for a while:
+// its drops count from its first read on.
+func TapMeterFromFirstRead() TapMeter { return TapMeter{late: true} }
 
 // Stats are the stats of counts c read at t.
 func (m *TapMeter) Stats(c TapCounts, t time.Time) Stats {
+	if m.late && !m.read {
+		m.noReader, m.lastTx = c.TxDropped, c.TxDropped
+	}
+	m.read = true
 	if !c.Held && c.TxDropped > m.lastTx {
 		m.noReader += c.TxDropped - m.lastTx
 	}

@@ -26,3 +26,15 @@ func TestTapMeter(t *testing.T) {
 		}
 	}
 }
+
+// TestTapMeterFromFirstRead: a TAP met late counts its drops from its
+// first read on, whoever held it before.
+func TestTapMeterFromFirstRead(t *testing.T) {
+	m := TapMeterFromFirstRead()
+	if st := m.Stats(TapCounts{TxDropped: 50, Held: true}, time.Now()); st.Host.Drops != 0 {
+		t.Errorf("first read of a TAP met late: %d drops, want 0", st.Host.Drops)
+	}
+	if st := m.Stats(TapCounts{TxDropped: 53, Held: true}, time.Now()); st.Host.Drops != 3 {
+		t.Errorf("then 3 more while held: %d drops, want 3", st.Host.Drops)
+	}
+}
