@@ -56,11 +56,8 @@ type helperProc struct {
 	client     string
 	// tapMeter turns the counters of the TAP a VMM drives (`attach:
 	// tap`), which the controller reads (sampleTaps), into the helper's
-	// stats; tapLast are the last counts taken, tapQuiet how many samples
-	// since found them unchanged.
+	// stats.
 	tapMeter helperproto.TapMeter
-	tapLast  helperproto.TapCounts
-	tapQuiet int
 	// session is, for a helper whose VMM connects to it (attach: stream
 	// or vhost-user), "connected" while one is and "VM gone" once it
 	// went, from its log ("" until one came).

@@ -73,15 +73,10 @@ func (c *Controller) sampleTapsOnce() {
 }
 
 // observeTapLocked makes counts k of the TAP h holds, read at now, h's
-// stats, as a stats line of its own would be: a new one while they move,
-// and every helperproto.HeartbeatIntervals samples while they do not (so
-// that its rates fall to 0 and its stats' time says when they last
-// moved, as a relay's stats line does). c.mu is held.
+// stats when they are due (helperproto.TapMeter.Due: as a stats line of
+// its own would be). c.mu is held.
 func (c *Controller) observeTapLocked(key string, h *helperProc, k helperproto.TapCounts, now time.Time) {
-	if k == h.tapLast && !h.stats.Time.IsZero() && h.tapQuiet < helperproto.HeartbeatIntervals {
-		h.tapQuiet++
-		return
+	if h.tapMeter.Due(k) {
+		h.took(h.tapMeter.Stats(k, now), c.meterLocked(key, h).Add)
 	}
-	h.tapLast, h.tapQuiet = k, 0
-	h.took(h.tapMeter.Stats(k, now), c.meterLocked(key, h).Add)
 }

@@ -35,18 +35,35 @@ type TapMeter struct {
 	// late: the drops of the first read are none of the helper's (who
 	// held the TAP before is not known): its drops count from there.
 	late, read bool
+	// last are the counts of the last sample (Stats), quiet how many
+	// reads since found them unchanged (Due).
+	last  TapCounts
+	quiet int
 }
 
 // TapMeterFromFirstRead is a meter of a TAP that has counted for a while:
 // its drops count from its first read on.
 func TapMeterFromFirstRead() TapMeter { return TapMeter{late: true} }
 
-// Stats are the stats of counts c read at t.
+// Due says whether counts c, just read, make a new sample (Stats), as a
+// relay writes a stats line: the first read, counts that moved since the
+// last sample, and one every HeartbeatIntervals reads that found them
+// unchanged (so that rates fall to 0 and the sample's time says when they
+// last moved). A read that is not due is only counted.
+func (m *TapMeter) Due(c TapCounts) bool {
+	if m.read && c == m.last && m.quiet < HeartbeatIntervals {
+		m.quiet++
+		return false
+	}
+	return true
+}
+
+// Stats are the stats of counts c read at t: a sample.
 func (m *TapMeter) Stats(c TapCounts, t time.Time) Stats {
 	if m.late && !m.read {
 		m.noReader, m.lastTx = c.TxDropped, c.TxDropped
 	}
-	m.read = true
+	m.read, m.last, m.quiet = true, c, 0
 	if !c.Held && c.TxDropped > m.lastTx {
 		m.noReader += c.TxDropped - m.lastTx
 	}

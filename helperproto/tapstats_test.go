@@ -38,3 +38,26 @@ func TestTapMeterFromFirstRead(t *testing.T) {
 		t.Errorf("then 3 more while held: %d drops, want 3", st.Host.Drops)
 	}
 }
+
+// TestTapMeterDue: a sample is due at the first read, when the counts
+// moved, and every HeartbeatIntervals reads that found them unchanged.
+func TestTapMeterDue(t *testing.T) {
+	var m TapMeter
+	c := TapCounts{RxPackets: 1}
+	if !m.Due(c) {
+		t.Fatal("the first read is not due")
+	}
+	m.Stats(c, time.Now())
+	for i := range HeartbeatIntervals {
+		if m.Due(c) {
+			t.Fatalf("unchanged read %d is due", i+1)
+		}
+	}
+	if !m.Due(c) {
+		t.Error("the heartbeat is not due")
+	}
+	m.Stats(c, time.Now())
+	if c.RxPackets++; !m.Due(c) {
+		t.Error("moved counts are not due")
+	}
+}

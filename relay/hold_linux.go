@@ -29,7 +29,7 @@ import (
 //
 // Every s.StatsInterval it reads the TAP's kernel counters and logs them
 // as a stats line while they move (and every heartbeatIntervals while
-// they do not, as a relay does): on a TAP, tx is what the kernel gave the
+// they do not, as a relay does: helperproto.TapMeter.Due): on a TAP, tx is what the kernel gave the
 // VM ("host") and rx what the VM sent. Frames the kernel drops towards a
 // TAP no VMM holds (its carrier is off: no reader) are not drops of the
 // helper's: a VM that is not running takes no frames. Drops are counted
@@ -68,31 +68,28 @@ func Hold(ctx context.Context, s Spec, log *Logger, h Hooks) error {
 		defer tk.Stop()
 		tick = tk.C
 	}
-	st := tapStats{out: out}
-	quiet := 0
+	var meter helperproto.TapMeter
+	emit := func(l rtlink.Link, last bool) { out.Emit(meter.Stats(l.TapCounts(), time.Now()), last) }
 	for gone := t.look(); !gone; {
 		select {
 		case <-ctx.Done():
 			if s.StatsInterval > 0 {
-				if l, err := c.Link(s.TapIndex); err == nil {
-					st.emit(l, true)
+				if l, gone, err := t.read(); err == nil && !gone {
+					emit(l, true)
 				}
 			}
 			log.Infof("main", "stopping: deleting TAP %s", s.TapName)
 			t.release()
 			return nil
 		case <-tick:
-			l, err := c.Link(s.TapIndex)
+			l, isGone, err := t.read()
 			switch {
-			case errors.Is(err, rtlink.ErrGone), err == nil && l.Name != s.TapName:
+			case isGone:
 				gone = true
 			case err != nil:
 				log.Warnf("stats", "TAP %s: %v", s.TapName, err)
-			case st.moved(l) || quiet >= heartbeatIntervals:
-				st.emit(l, false)
-				quiet = 0
-			default:
-				quiet++
+			case meter.Due(l.TapCounts()):
+				emit(l, false)
 			}
 		case err := <-t.heard:
 			t.noticed(err)
@@ -150,15 +147,26 @@ func (t *held) noticed(err error) {
 // poll looks again in a second.
 func (t *held) poll() { t.retry = time.After(time.Second) }
 
+// read reads the TAP's link, and says whether it is gone: no link of its
+// index, or one of another name (an index someone gave another link
+// since). err is a read that could not tell.
+func (t *held) read() (l rtlink.Link, gone bool, err error) {
+	l, err = t.c.Link(t.s.TapIndex)
+	if errors.Is(err, rtlink.ErrGone) || err == nil && l.Name != t.s.TapName {
+		return rtlink.Link{}, true, nil
+	}
+	return l, false, err
+}
+
 // look says whether the TAP is gone. A look that cannot tell is tried
 // again, 100 ms later and then up to a second apart, until it can (else
 // a holder could go on with its TAP gone); without a watch, the next
 // look is in a second either way.
 func (t *held) look() (gone bool) {
-	l, err := t.c.Link(t.s.TapIndex)
+	_, gone, err := t.read()
 	switch {
-	case errors.Is(err, rtlink.ErrGone), err == nil && l.Name != t.s.TapName:
-		return true // (an index someone gave another link since)
+	case gone:
+		return true
 	case err != nil:
 		t.wait = min(max(2*t.wait, 100*time.Millisecond), time.Second)
 		t.retry = time.After(t.wait)
@@ -215,23 +223,6 @@ func waitChild(pid int) {
 			return
 		}
 	}
-}
-
-// tapStats turns a TAP's kernel counters into a holder's stats lines.
-type tapStats struct {
-	out   *StatsOut
-	meter helperproto.TapMeter
-	last  rtlink.Counters
-	any   bool
-}
-
-// moved says whether l's counters differ from the last line's.
-func (st *tapStats) moved(l rtlink.Link) bool { return !st.any || l.Counters != st.last }
-
-// emit writes l's stats line; last is the holder's final one.
-func (st *tapStats) emit(l rtlink.Link, last bool) {
-	st.last, st.any = l.Counters, true
-	st.out.Emit(st.meter.Stats(l.TapCounts(), time.Now()), last)
 }
 
 // CleanupCommand is the cleanup child of TAP name, of interface index,

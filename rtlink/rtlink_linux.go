@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -184,7 +183,8 @@ func (c *Conn) Delete(index int) error {
 // keep it (the buffer is read into again); it returns the errno the
 // kernel answered with, if any.
 func (c *Conn) request(typ uint16, flags uint16, index int, attrs []byte, each func(body []byte)) error {
-	seq := atomic.AddUint32(&c.seq, 1)
+	c.seq++
+	seq := c.seq
 	req := make([]byte, unix.SizeofNlMsghdr+unix.SizeofIfInfomsg+len(attrs))
 	h := (*unix.NlMsghdr)(unsafe.Pointer(&req[0]))
 	*h = unix.NlMsghdr{Len: uint32(len(req)), Type: typ, Flags: unix.NLM_F_REQUEST | flags, Seq: seq}
