@@ -30,8 +30,8 @@ const vhostFrontendEnv = "VMNETCTL_BENCH_VHOST_FRONTEND"
 
 func TestMain(m *testing.M) {
 	if v := os.Getenv(vhostFrontendEnv); v != "" {
-		sock, offloads := strings.CutSuffix(v, ",offloads")
-		if err := vhostFrontend(sock, "eth0", offloads); err != nil {
+		sock, mode, _ := strings.Cut(v, ",")
+		if err := vhostFrontend(sock, "eth0", mode); err != nil {
 			fmt.Fprintln(os.Stderr, "vhost-user frontend:", err)
 			os.Exit(1)
 		}
@@ -81,20 +81,38 @@ func vmmRelay(name string, sock int) error {
 	return <-errc
 }
 
+// The guest a vhost-user frontend stands in for (vhostFrontend's mode).
+const (
+	// guestGRO: no offloads, and the guest's GRO merges the runs of TCP
+	// segments it takes from its ring before its stack sees them, as a
+	// Linux guest's virtio-net driver does by default.
+	guestGRO = "gro"
+	// guestPlain: no offloads and no GRO: every frame goes through the
+	// guest's stack alone.
+	guestPlain = "plain"
+	// guestOffloads: checksum offload and TSO both ways.
+	guestOffloads = "offloads"
+)
+
 // vhostFrontend plays a VMM whose NIC uses vhost-user, as qemu's
 // vhost-user-net and a guest driver do between them (vhostuser.Frontend):
 // the NIC is the TAP name (created here), the backend the helper at sock;
-// with offloads, the NIC and the rings have checksum offload and TSO.
-// It prints "ready" once connected and runs until Relay fails.
-func vhostFrontend(sock, name string, offloads bool) error {
-	open := testutil.OpenTAP
-	if offloads {
-		open = testutil.OpenOffloadTAP
+// mode is the guest's (guestGRO, guestPlain, guestOffloads). It prints
+// "ready" once connected and runs until Relay fails.
+func vhostFrontend(sock, name, mode string) error {
+	open := map[string]func(string) (int, error){
+		guestGRO:      testutil.OpenVnetTAP,
+		guestPlain:    testutil.OpenTAP,
+		guestOffloads: testutil.OpenOffloadTAP,
+	}[mode]
+	if open == nil {
+		return fmt.Errorf("no guest %q", mode)
 	}
 	tap, err := open(name)
 	if err != nil {
 		return err
 	}
+	offloads := mode == guestOffloads
 	fe, err := vhostuser.Dial(sock, offloads)
 	if err != nil {
 		return err
@@ -102,6 +120,7 @@ func vhostFrontend(sock, name string, offloads bool) error {
 	if fe.Offloads() != offloads {
 		return fmt.Errorf("offloads %v, the backend's %v", offloads, fe.Offloads())
 	}
+	fe.GRO = mode == guestGRO
 	fmt.Println("ready")
 	return fe.Relay(tap)
 }
@@ -117,13 +136,9 @@ func startVMMRelay(t *testing.T, fd int, ns string, mac net.HardwareAddr, addr s
 
 // startVhostFrontend starts vhostFrontend in namespace ns on the helper's
 // vhost-user socket sock, and gives its TAP (eth0) mac and addr/24.
-func startVhostFrontend(t *testing.T, sock, ns string, mac net.HardwareAddr, addr string, offloads bool) relay {
+func startVhostFrontend(t *testing.T, sock, ns string, mac net.HardwareAddr, addr, mode string) relay {
 	t.Helper()
-	env := vhostFrontendEnv + "=" + sock
-	if offloads {
-		env += ",offloads"
-	}
-	r := startVMM(t, ns, mac, addr, env)
+	r := startVMM(t, ns, mac, addr, vhostFrontendEnv+"="+sock+","+mode)
 	r.name = "vhost-user frontend"
 	return r
 }

@@ -748,3 +748,81 @@ func TestSegmentingLargeFrames(t *testing.T) {
 		t.Errorf("%d frames dropped, want the large one", d)
 	}
 }
+
+// TestFrontendGRO: the stand-in VMM with GRO (a guest without offloads
+// that merges what it receives, as the benchmark's guest does) hands its
+// NIC the frames the backend cut from a port's TSO packet merged again
+// behind headers that ask for TSO, every byte in order; and what the NIC
+// sends behind its header reaches the port as a frame.
+func TestFrontendGRO(t *testing.T) {
+	l := newLab(t, func(c *Config) {
+		c.VnetHdr = true
+		c.SetOffloads = func(csum, tso4, tso6 bool) error { return nil }
+	})
+	fe, err := Dial(l.path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fe.Close()
+	fe.GRO = true
+	nic, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(nic[0])
+	defer unix.Close(nic[1])
+	go fe.Relay(nic[0])
+
+	const n, mss = 30, 1448
+	payload := make([]byte, n*mss)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	pkt := tcpPacket(1, 100, payload)
+	tcp := pkt[34:]
+	pseudo := append(append([]byte{}, pkt[26:34]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
+	binary.BigEndian.PutUint16(tcp[16:], checksum.Fold(checksum.Add(0, pseudo)))
+	hdr := []byte{hdrNeedsCSum, gsoTCPv4, 54, 0, mss & 0xff, mss >> 8, 34, 0, 16, 0, 0, 0}
+	if _, err := unix.Write(l.port, append(hdr, pkt...)); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	merged := 0
+	b := make([]byte, 128<<10)
+	for len(got) < len(payload) {
+		if !readable(nic[1]) {
+			t.Fatalf("the NIC got %d of %d bytes within a minute", len(got), len(payload))
+		}
+		k, err := unix.Read(nic[1], b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := b[:k]
+		switch p[1] {
+		case gsoTCPv4:
+			merged++
+			if binary.LittleEndian.Uint16(p[4:]) != mss {
+				t.Fatalf("a merged packet's header %x: want its segment size %d", p[:NetHeaderSize], mss)
+			}
+		case 0:
+		default:
+			t.Fatalf("a packet's header %x", p[:NetHeaderSize])
+		}
+		got = append(got, p[NetHeaderSize+54:]...)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Fatalf("the NIC got %d bytes, not the payload as sent", len(got))
+	}
+	if merged == 0 {
+		t.Error("no run of segments reached the NIC merged")
+	}
+
+	// The NIC's frames, behind a header that asks for nothing, go out.
+	f := frame(1, 200)
+	if _, err := unix.Write(nic[1], append(make([]byte, NetHeaderSize), f...)); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.readPort(t); !bytes.Equal(got[NetHeaderSize:], f) {
+		t.Errorf("the port got %d bytes, not the NIC's frame", len(got))
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/relay"
 )
 
 // Frontend is the VMM's side of vhost-user, as qemu's vhost-user-net and
@@ -27,10 +29,17 @@ type Frontend struct {
 	// segments (bufSize).
 	offloads bool
 	bufSize  uint64
-	stop     int           // an eventfd: Close ends Relay
-	mu       sync.Mutex    // guards relay and closed
-	relay    chan struct{} // closed when Relay returns; nil when none ran
-	closed   bool
+	// GRO, for a session without offloads: received runs of one TCP
+	// flow's segments go to the NIC merged, as a guest's GRO merges what
+	// its driver takes from the ring before its stack sees it (a Linux
+	// guest has it on whatever the device offers). The NIC must have the
+	// 12-byte virtio-net header and no offloads (testutil.OpenVnetTAP).
+	// Set before Relay.
+	GRO    bool
+	stop   int           // an eventfd: Close ends Relay
+	mu     sync.Mutex    // guards relay and closed
+	relay  chan struct{} // closed when Relay returns; nil when none ran
+	closed bool
 }
 
 // The stand-in's guest memory: one region at feGuestBase (guest
@@ -326,10 +335,12 @@ func (r *feRing) postRX(n int) {
 // guest's NIC, until an error or Close: what the NIC sends goes out on the
 // TX ring, one buffer a frame after its header; what the backend puts in
 // the RX buffers goes to the NIC, and the buffers are offered again.
-// Without offloads the TAP has no virtio-net header, and frames over a
-// buffer (an MTU over 2 KiB) are not carried; with them (Offloads) it
-// has the 12-byte header (IFF_VNET_HDR, TUNSETVNETHDRSZ 12) and the TSO
-// the guest's driver would give it, and the header goes through as is.
+// Without offloads the TAP has no virtio-net header (but with GRO, where
+// it has one that asks for nothing, and merged runs behind one that asks
+// for TSO), and frames over a buffer (an MTU over 2 KiB) are not carried;
+// with them (Offloads) it has the 12-byte header (IFF_VNET_HDR,
+// TUNSETVNETHDRSZ 12) and the TSO the guest's driver would give it, and
+// the header goes through as is.
 func (f *Frontend) Relay(tap int) error {
 	done := make(chan struct{})
 	f.mu.Lock()
@@ -347,23 +358,37 @@ func (f *Frontend) Relay(tap int) error {
 	rx.postRX(feRingNum)
 	var used []UsedEntry
 	var heads []uint16
+	var batch [][]byte
+	gro := f.GRO && !f.offloads
+	co := relay.NewCoalescer()
 	for {
 		// Sent chains back.
 		used = tx.usedNow(used[:0])
 		tx.release(used)
 		// Received frames to the NIC, their buffers offered again.
 		used = rx.usedNow(used[:0])
-		heads = heads[:0]
+		heads, batch = heads[:0], batch[:0]
 		for _, u := range used {
 			if u.Len > NetHeaderSize && uint64(u.Len) <= rx.bufSize {
 				at := rx.bufOff(u.Head)
-				if f.offloads {
+				switch {
+				case f.offloads:
 					unix.Write(tap, f.mem[at:at+uint64(u.Len)])
-				} else {
+				case gro:
+					b := f.mem[at : at+uint64(u.Len)]
+					clear(b[:NetHeaderSize]) // the header a merged packet does without
+					batch = append(batch, b)
+				default:
 					unix.Write(tap, f.mem[at+NetHeaderSize:at+uint64(u.Len)])
 				}
 			}
 			heads = append(heads, u.Head)
+		}
+		if len(batch) > 0 {
+			co.Write(batch, func(p []byte) bool {
+				_, err := unix.Write(tap, p)
+				return err == nil
+			})
 		}
 		if len(heads) > 0 {
 			rx.offer(heads...)
@@ -378,7 +403,7 @@ func (f *Frontend) Relay(tap int) error {
 			at := tx.bufOff(d)
 			buf := f.mem[at : at+tx.bufSize]
 			frame := buf[NetHeaderSize:]
-			if f.offloads {
+			if f.offloads || gro {
 				frame = buf // the NIC's header, then its frame
 			}
 			n, err := unix.Read(tap, frame)
@@ -389,7 +414,10 @@ func (f *Frontend) Relay(tap int) error {
 				}
 				break
 			}
-			if !f.offloads {
+			switch {
+			case gro:
+				clear(buf[:NetHeaderSize]) // no offloads: a header that asks nothing
+			case !f.offloads:
 				clear(buf[:NetHeaderSize])
 				n += NetHeaderSize
 			}

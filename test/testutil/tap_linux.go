@@ -31,6 +31,16 @@ func OpenTAP(name string) (int, error) {
 // (IFF_VNET_HDR, little-endian) and checksum offload and TSO on: the NIC
 // of a guest whose driver has them, as a VMM gives it.
 func OpenOffloadTAP(name string) (int, error) {
+	return openVnetTAP(name, unix.TUN_F_CSUM|unix.TUN_F_TSO4|unix.TUN_F_TSO6)
+}
+
+// OpenVnetTAP is OpenTAP with the 12-byte virtio-net header and no
+// offloads: what it reads are frames of at most the MTU behind a header
+// that asks for nothing, and what is written to it may be a TCP packet
+// the header asks it to cut (TSO), as a guest's GRO hands its stack.
+func OpenVnetTAP(name string) (int, error) { return openVnetTAP(name, 0) }
+
+func openVnetTAP(name string, offloads int) (int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
@@ -48,7 +58,7 @@ func OpenOffloadTAP(name string) (int, error) {
 		step, err = "TUNSETVNETLE", unix.IoctlSetPointerInt(fd, unix.TUNSETVNETLE, 1)
 	}
 	if err == nil {
-		step, err = "TUNSETOFFLOAD", unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|unix.TUN_F_TSO4|unix.TUN_F_TSO6)
+		step, err = "TUNSETOFFLOAD", unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, offloads)
 	}
 	if err != nil {
 		unix.Close(fd)
