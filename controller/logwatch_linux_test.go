@@ -17,7 +17,8 @@ import (
 // are elsewhere (no event comes) is not looked at again once seen, while
 // one in the directory is read after every write; when the watch cannot
 // tell (its queue overflowed, the directory went), every file is looked
-// at again.
+// at again. A status reads what the watch named and the files it cannot
+// watch.
 func TestLogCheckWatched(t *testing.T) {
 	dir := t.TempDir()
 	sd := statedir.Dir{Path: dir}
@@ -89,4 +90,28 @@ func TestLogCheckWatched(t *testing.T) {
 	write(out, 4)
 	c.rotateLogsLocked()
 	check("a check once watched again", 5, 3)
+
+	// A status holds every line written before it: the watched helper's
+	// since the last check (the watch names it), and the other's, whose
+	// writes no watch names, each time.
+	c.meters = nil
+	c.rotateLogsLocked()
+	write(in, 6)
+	write(out, 5)
+	c.watch.Drain() // (as a status does first)
+	if got := c.observeForStatusLocked("a/0", in).Last().VM.Packets; got != 6 {
+		t.Errorf("a status after a write: %d packets, want 6", got)
+	}
+	if got := c.observeForStatusLocked("b/0", out).Last().VM.Packets; got != 5 {
+		t.Errorf("a status after a write the watch does not see: %d packets, want 5", got)
+	}
+	c.rotateLogsLocked()
+	write(out, 6)
+	c.watch.Drain()
+	if got := c.observeForStatusLocked("a/0", in).Last().VM.Packets; got != 6 {
+		t.Errorf("a status with nothing written: %d packets, want 6", got)
+	}
+	if got := c.observeForStatusLocked("b/0", out).Last().VM.Packets; got != 6 {
+		t.Errorf("a status after another write the watch does not see: %d packets, want 6", got)
+	}
 }

@@ -70,6 +70,7 @@ func (c *Controller) statusOf(project string) *ctlapi.Status {
 		d = &spec.Desired{}
 	}
 	st.Skipped = d.Skipped
+	c.watch.Drain() // (observeForStatusLocked)
 	if project != "" {
 		d = d.OfProject(project, c.appliedP)
 	}
@@ -184,7 +185,7 @@ func (c *Controller) attachmentStatusLocked(a *spec.Attachment, f *runFacts) ctl
 	if h == nil {
 		return as
 	}
-	meter := c.observeLocked(a.Key(), h)
+	meter := c.observeForStatusLocked(a.Key(), h)
 	as.State, as.Restarts, as.Error = h.state, h.rec.Restarts, h.lastErr
 	as.Socket, as.Tap = h.rec.Socket, h.rec.Tap
 	as.SpoofDrops = f.guards[a.Network][h.rec.Tap]
