@@ -190,12 +190,14 @@ func (c *Controller) rotateLogsLocked() {
 		if h.logPath == "" || c.watchSawNoWriteLocked(h) {
 			continue
 		}
-		// Where the watch tells, it named a file of h's (or h was never
-		// looked at): read, whatever a stat says (a write within a tick
-		// of the file system's clock that keeps the size looks the same),
-		// so that a status may take the meter as current until the watch
-		// names h again.
-		if moved := h.filesMoved(); !moved && !c.watchTellsOf(h) {
+		// A helper whose files are in the watched directory is read,
+		// whatever a stat says (a write within a tick of the file
+		// system's clock that keeps the size looks the same): the watch
+		// named a file of its, or could not tell (then every such
+		// helper), and a status takes the meter as current until the
+		// watch names h again (observeForStatusLocked). Elsewhere, and
+		// where nothing watches, a stat decides.
+		if moved := h.filesMoved(); !moved && !(c.watch.Watching() && c.inWatchedDir(h)) {
 			continue
 		}
 		c.observeLocked(key, h)
@@ -238,8 +240,14 @@ func look(path string) fileLook {
 // that h's files are in the directory it watches (a helper's files
 // elsewhere would never be named).
 func (c *Controller) watchTellsOf(h *helperProc) bool {
+	return c.watch.Tells() && c.inWatchedDir(h)
+}
+
+// inWatchedDir says that h's log and stats file are in the directory the
+// controller's file watch watches.
+func (c *Controller) inWatchedDir(h *helperProc) bool {
 	dir := c.sd.HelpersDir()
-	return c.watch.Tells() && filepath.Dir(h.logPath) == dir && filepath.Dir(h.statsPath) == dir
+	return filepath.Dir(h.logPath) == dir && filepath.Dir(h.statsPath) == dir
 }
 
 // watchSawNoWriteLocked says that the controller's file watch saw no write

@@ -114,4 +114,30 @@ func TestLogCheckWatched(t *testing.T) {
 	if got := c.observeForStatusLocked("b/0", out).Last().VM.Packets; got != 6 {
 		t.Errorf("a status after another write the watch does not see: %d packets, want 6", got)
 	}
+
+	// A stats file rewritten to the same size within a tick of the
+	// clock, when the watch could not tell: the check reads it all the
+	// same (a stat sees nothing), since a status trusts the watch after.
+	base := time.Now().Truncate(time.Second).Add(123456789) // (a time whose text keeps its length)
+	rewrite := func(packets uint64, at time.Time) {
+		t.Helper()
+		s := helperproto.Stats{Time: at, VM: helperproto.Counters{Packets: packets}}
+		if err := os.WriteFile(in.statsPath, []byte(helperproto.FormatStatsLine(s)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(in.statsPath, base, base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite(7, base.Add(time.Hour))
+	c.rotateLogsLocked()
+	c.rotateLogsLocked()
+	rewrite(8, base.Add(time.Hour+time.Second))
+	c.watch.Drain()
+	c.watch.Unknown() // as a queue overflow makes it
+	c.rotateLogsLocked()
+	c.watch.Drain()
+	if got := c.observeForStatusLocked("a/0", in).Last().VM.Packets; got != 8 {
+		t.Errorf("a status after a same-size write the watch could not tell: %d packets, want 8", got)
+	}
 }

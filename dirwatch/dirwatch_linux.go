@@ -104,6 +104,11 @@ func (w *Watch) Moved(path string) bool {
 // Tells says whether the watch knows what moved since the last take.
 func (w *Watch) Tells() bool { return w != nil && !w.all }
 
+// Watching says whether the watch will know what moves after a take: it
+// watches its directory (a caller that is to trust its silence then
+// must look at every file of it now, if it could not tell).
+func (w *Watch) Watching() bool { return w != nil && w.fd >= 0 }
+
 // Names are the names of the files that drained events named since the
 // last take (created, written, renamed or removed); meaningful only when
 // the watch tells.

@@ -17,9 +17,15 @@ func TestWatch(t *testing.T) {
 	w := New(dir)
 	defer w.Close()
 	names := func() []string { return slices.Sorted(maps.Keys(w.names)) }
+	if w.Watching() {
+		t.Fatal("a watch watches before its first drain")
+	}
 	w.Drain()
 	if w.Tells() || !w.Moved("anything") {
 		t.Fatal("a new watch tells what moved before its first take")
+	}
+	if !w.Watching() {
+		t.Fatal("a drained watch does not watch: it would tell nothing after a take")
 	}
 	w.Take()
 	write := func(name string) {
@@ -57,8 +63,8 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Drain()
-	if w.Tells() {
-		t.Error("tells after its folder went")
+	if w.Tells() || w.Watching() {
+		t.Error("tells, or watches, after its folder went")
 	}
 	w.Take()
 	if err := os.Mkdir(dir, 0o700); err != nil {

@@ -12,6 +12,7 @@ func New(string) *Watch                { return nil }
 func (*Watch) Drain()                  {}
 func (*Watch) Moved(path string) bool  { return true }
 func (*Watch) Tells() bool             { return false }
+func (*Watch) Watching() bool          { return false }
 func (*Watch) Names() iter.Seq[string] { return func(func(string) bool) {} }
 func (*Watch) Unknown()                {}
 func (*Watch) Take()                   {}
