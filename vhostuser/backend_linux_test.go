@@ -805,6 +805,9 @@ func TestFrontendGRO(t *testing.T) {
 				t.Fatalf("a merged packet's header %x: want its segment size %d", p[:NetHeaderSize], mss)
 			}
 		case 0:
+			if len(p) < NetHeaderSize+54 || !bytes.Equal(p[:NetHeaderSize], make([]byte, NetHeaderSize)) || binary.BigEndian.Uint16(p[NetHeaderSize+12:]) != 0x0800 {
+				t.Fatalf("the NIC got %d bytes that are no IPv4 frame behind an empty header: %x", len(p), p[:min(len(p), NetHeaderSize+14)])
+			}
 		default:
 			t.Fatalf("a packet's header %x", p[:NetHeaderSize])
 		}
