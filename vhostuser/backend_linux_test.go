@@ -648,6 +648,20 @@ func tcpPacket(seq, id int, payload []byte) []byte {
 	return append(append(eth, ip...), tcp...)
 }
 
+// tsoPacket is payload as one TCP packet of tcpPacket's flow from
+// sequence number 1, behind the virtio-net header a port gives it to be
+// cut into segments of mss bytes, as the kernel leaves it for TSO: the
+// TCP checksum field holds the pseudo-header's sum, the header says where
+// it goes.
+func tsoPacket(payload []byte, mss int) []byte {
+	pkt := tcpPacket(1, 100, payload)
+	tcp := pkt[34:]
+	pseudo := append(append([]byte{}, pkt[26:34]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
+	binary.BigEndian.PutUint16(tcp[16:], checksum.Fold(checksum.Add(0, pseudo)))
+	hdr := []byte{hdrNeedsCSum, gsoTCPv4, 54, 0, byte(mss), byte(mss >> 8), 34, 0, 16, 0, 0, 0}
+	return append(hdr, pkt...)
+}
+
 // TestSegmentedWithoutOffloads: for a guest without offloads, the port
 // is told to hand over TSO packets all the same, and the backend cuts
 // each into the guest's frames, with their checksums, behind headers
@@ -669,14 +683,7 @@ func TestSegmentedWithoutOffloads(t *testing.T) {
 	for i := range payload {
 		payload[i] = byte(i * 7)
 	}
-	pkt := tcpPacket(1, 100, payload)
-	// As the kernel leaves it for TSO: the TCP checksum field holds the
-	// pseudo-header's sum, the header says where it goes.
-	tcp := pkt[34:]
-	pseudo := append(append([]byte{}, pkt[26:34]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
-	binary.BigEndian.PutUint16(tcp[16:], checksum.Fold(checksum.Add(0, pseudo)))
-	hdr := []byte{hdrNeedsCSum, gsoTCPv4, 54, 0, mss & 0xff, mss >> 8, 34, 0, 16, 0, 0, 0}
-	if _, err := unix.Write(l.port, append(hdr, pkt...)); err != nil {
+	if _, err := unix.Write(l.port, tsoPacket(payload, mss)); err != nil {
 		t.Fatal(err)
 	}
 	rx := f.q[rxQueue]
@@ -778,12 +785,7 @@ func TestFrontendGRO(t *testing.T) {
 	for i := range payload {
 		payload[i] = byte(i * 7)
 	}
-	pkt := tcpPacket(1, 100, payload)
-	tcp := pkt[34:]
-	pseudo := append(append([]byte{}, pkt[26:34]...), 0, 6, byte(len(tcp)>>8), byte(len(tcp)))
-	binary.BigEndian.PutUint16(tcp[16:], checksum.Fold(checksum.Add(0, pseudo)))
-	hdr := []byte{hdrNeedsCSum, gsoTCPv4, 54, 0, mss & 0xff, mss >> 8, 34, 0, 16, 0, 0, 0}
-	if _, err := unix.Write(l.port, append(hdr, pkt...)); err != nil {
+	if _, err := unix.Write(l.port, tsoPacket(payload, mss)); err != nil {
 		t.Fatal(err)
 	}
 	var got []byte
