@@ -96,7 +96,7 @@ func TestDriftEvents(t *testing.T) {
 	st := h.Status()
 	br, table := st.Networks[0].Bridge, hostnet.TableName("shared")
 	network := func() ctlapi.NetworkStatus { return h.network("shared") }
-	metric := func(name string) (float64, error) {
+	series := func(name, labels string) (float64, error) {
 		resp, err := h.HTTPClient().Get("http://" + ctlapi.DefaultMetricsAddr + "/metrics")
 		if err != nil {
 			return 0, err
@@ -106,12 +106,13 @@ func TestDriftEvents(t *testing.T) {
 		if err != nil {
 			return 0, err
 		}
-		m := regexp.MustCompile(`(?m)^` + name + `\{network="shared"\} (\S+)$`).FindSubmatch(b)
+		m := regexp.MustCompile(`(?m)^` + name + `\{` + regexp.QuoteMeta(labels) + `\} (\S+)$`).FindSubmatch(b)
 		if m == nil {
-			return 0, fmt.Errorf("no %s for shared in the metrics", name)
+			return 0, fmt.Errorf("no %s{%s} in the metrics", name, labels)
 		}
 		return strconv.ParseFloat(string(m[1]), 64)
 	}
+	metric := func(name string) (float64, error) { return series(name, `network="shared"`) }
 
 	// Repaired on events, long before the resync. (The guard table may be
 	// put back by the VM port's repair, in a pass that was under way: the
@@ -142,8 +143,7 @@ func TestDriftEvents(t *testing.T) {
 
 	// A repair that fails. The bridge is deleted and a veth takes its
 	// name; the controller may recreate the bridge in between (it repairs
-	// on the deletion), so try until the veth won.
-	before := network().Repairs
+	// on the deletion, and counts that repair), so try until the veth won.
 	testutil.Eventually(t, 15*time.Second, func() error {
 		_, err := h.Run(context.Background(), "sh", "-c", "ip link del "+br+"; ip link add "+br+" type veth peer name sq-"+br)
 		return err
@@ -159,7 +159,19 @@ func TestDriftEvents(t *testing.T) {
 		return nil
 	}, "degraded while %s is a veth", br)
 	t.Logf("degraded: %s", network().Error)
-	// It stays so while the repair keeps failing (retried with backoff).
+	// It stays so while the repair keeps failing (retried with backoff):
+	// once another try failed, still degraded, and no repair counted.
+	before := network().Repairs
+	failed, err := series("vmnetctl_reconciles_total", `result="error"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		if v, err := series("vmnetctl_reconciles_total", `result="error"`); err != nil || v <= failed {
+			return fmt.Errorf("%v failed reconciles (%v), %v before", v, err, failed)
+		}
+		return nil
+	}, "the repair tried again while %s is a veth", br)
 	if n := network(); n.State != "degraded" || n.Repairs != before {
 		t.Errorf("with the veth still there: %s, %d repairs (was %d)", n.State, n.Repairs, before)
 	}
