@@ -271,24 +271,33 @@ func TestBadMessages(t *testing.T) {
 	}
 }
 
+// relayToNIC connects a stand-in VMM (Frontend, with gro) to lab l and
+// runs its Relay on a NIC that is one end of a packet socket pair: the
+// test's end is returned. All of it ends with the test.
+func relayToNIC(t *testing.T, l *lab, gro bool) int {
+	t.Helper()
+	fe, err := Dial(l.path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fe.Close)
+	fe.GRO = gro
+	nic, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(nic[0]); unix.Close(nic[1]) })
+	go fe.Relay(nic[0])
+	return nic[1]
+}
+
 // TestFrontendRelay: the stand-in VMM's Relay carries frames between a
 // NIC (here a packet socket's end) and the rings both ways, as the
 // benchmark uses it: what the NIC sends comes out of the backend's port,
 // and what the port gets reaches the NIC, more frames than a ring holds.
 func TestFrontendRelay(t *testing.T) {
 	l := newLab(t)
-	fe, err := Dial(l.path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fe.Close()
-	nic, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(nic[0])
-	defer unix.Close(nic[1])
-	go fe.Relay(nic[0])
+	nic := relayToNIC(t, l, false)
 	read := func(fd int) []byte {
 		t.Helper()
 		if !readable(fd) {
@@ -303,7 +312,7 @@ func TestFrontendRelay(t *testing.T) {
 	}
 	for i := range 3 * feRingNum {
 		size := 60 + i%1455
-		if _, err := unix.Write(nic[1], frame(i, size)); err != nil {
+		if _, err := unix.Write(nic, frame(i, size)); err != nil {
 			t.Fatal(err)
 		}
 		if got := read(l.port); !bytes.Equal(got, frame(i, size)) {
@@ -312,7 +321,7 @@ func TestFrontendRelay(t *testing.T) {
 		if _, err := unix.Write(l.port, frame(i+1, size)); err != nil {
 			t.Fatal(err)
 		}
-		if got := read(nic[1]); !bytes.Equal(got, frame(i+1, size)) {
+		if got := read(nic); !bytes.Equal(got, frame(i+1, size)) {
 			t.Fatalf("frame %d to the NIC: %d bytes, not as sent (%d)", i, len(got), size)
 		}
 	}
@@ -766,19 +775,7 @@ func TestFrontendGRO(t *testing.T) {
 		c.VnetHdr = true
 		c.SetOffloads = func(csum, tso4, tso6 bool) error { return nil }
 	})
-	fe, err := Dial(l.path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fe.Close()
-	fe.GRO = true
-	nic, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(nic[0])
-	defer unix.Close(nic[1])
-	go fe.Relay(nic[0])
+	nic := relayToNIC(t, l, true)
 
 	const n, mss = 30, 1448
 	payload := make([]byte, n*mss)
@@ -792,10 +789,10 @@ func TestFrontendGRO(t *testing.T) {
 	merged := 0
 	b := make([]byte, 128<<10)
 	for len(got) < len(payload) {
-		if !readable(nic[1]) {
+		if !readable(nic) {
 			t.Fatalf("the NIC got %d of %d bytes within a minute", len(got), len(payload))
 		}
-		k, err := unix.Read(nic[1], b)
+		k, err := unix.Read(nic, b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -824,7 +821,7 @@ func TestFrontendGRO(t *testing.T) {
 
 	// The NIC's frames, behind a header that asks for nothing, go out.
 	f := frame(1, 200)
-	if _, err := unix.Write(nic[1], append(make([]byte, NetHeaderSize), f...)); err != nil {
+	if _, err := unix.Write(nic, append(make([]byte, NetHeaderSize), f...)); err != nil {
 		t.Fatal(err)
 	}
 	if got := l.readPort(t); !bytes.Equal(got[NetHeaderSize:], f) {
