@@ -236,15 +236,9 @@ func look(path string) fileLook {
 	return fileLook{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
 }
 
-// watchTellsOf says that the controller's file watch tells what moved, and
-// that h's files are in the directory it watches (a helper's files
-// elsewhere would never be named).
-func (c *Controller) watchTellsOf(h *helperProc) bool {
-	return c.watch.Tells() && c.inWatchedDir(h)
-}
-
 // inWatchedDir says that h's log and stats file are in the directory the
-// controller's file watch watches.
+// controller's file watch watches (a helper's files elsewhere would never
+// be named: the watch's silence says nothing of them).
 func (c *Controller) inWatchedDir(h *helperProc) bool {
 	dir := c.sd.HelpersDir()
 	return filepath.Dir(h.logPath) == dir && filepath.Dir(h.statsPath) == dir

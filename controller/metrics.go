@@ -760,7 +760,7 @@ func (c *Controller) observeMovedLocked(key string, h *helperProc) *metrics.Mete
 // helper is read (a stat can miss a write: filesMoved). A status at
 // 10,000 idle helpers read 20,000 files.
 func (c *Controller) observeForStatusLocked(key string, h *helperProc) *metrics.Meter {
-	if tm := c.meters[key]; tm != nil && tm.h == h && c.watchTellsOf(h) && c.watchSawNoWriteLocked(h) {
+	if tm := c.meters[key]; tm != nil && tm.h == h && c.inWatchedDir(h) && c.watchSawNoWriteLocked(h) {
 		return &tm.m
 	}
 	return c.observeLocked(key, h)
