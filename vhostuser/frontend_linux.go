@@ -376,7 +376,7 @@ func (f *Frontend) Relay(tap int) error {
 					unix.Write(tap, f.mem[at:at+uint64(u.Len)])
 				case gro:
 					b := f.mem[at : at+uint64(u.Len)]
-					clear(b[:NetHeaderSize]) // the header a merged packet does without
+					clear(b[:NetHeaderSize]) // (Coalescer.Write: each frame behind a zero header)
 					batch = append(batch, b)
 				default:
 					unix.Write(tap, f.mem[at+NetHeaderSize:at+uint64(u.Len)])
@@ -414,12 +414,11 @@ func (f *Frontend) Relay(tap int) error {
 				}
 				break
 			}
-			switch {
-			case gro:
+			if !f.offloads {
 				clear(buf[:NetHeaderSize]) // no offloads: a header that asks nothing
-			case !f.offloads:
-				clear(buf[:NetHeaderSize])
-				n += NetHeaderSize
+				if !gro {
+					n += NetHeaderSize // (the NIC gave the frame alone)
+				}
 			}
 			tx.putDesc(d, feGuestBase+at, uint32(n), 0, 0)
 			tx.inflight[d] = []uint16{d}
