@@ -13,14 +13,12 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mdlayher/ndp"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
 
@@ -96,10 +94,10 @@ type Config struct {
 // reads the solicitations and asks the sender for a reply.
 type Server struct {
 	log  *slog.Logger
-	conn *ndp.Conn
+	conn *socket
 	addr netip.Addr // the link-local address the RAs come from
 
-	ra *ndp.RouterAdvertisement // what is sent
+	ra []byte // the RA sent, marshalled
 
 	// solicit holds one pending reply: a solicitation that finds it full
 	// is answered by the reply already pending.
@@ -112,6 +110,7 @@ type Server struct {
 	closeErr   error
 
 	sent, replies, solicited, limited atomic.Uint64
+	ignored                           atomic.Uint64 // what was read and not a valid solicitation
 }
 
 // Start starts advertising cfg on cfg.Iface: raInitialCount unsolicited
@@ -136,7 +135,7 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("router advertisements on %s: %w", cfg.Iface, err)
 	}
-	conn, ifi, addr, err := listenNDP(cfg.Iface, raLinkLocalWait)
+	conn, mac, addr, err := listenNDP(cfg.Iface, raLinkLocalWait)
 	if err != nil {
 		return nil, fmt.Errorf("router advertisements on %s: %w", cfg.Iface, err)
 	}
@@ -147,14 +146,9 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		senderDone: make(chan struct{}),
 		readerDone: make(chan struct{}),
 	}
-	s.ra = cfg.advertisement(ifi.HardwareAddr)
-	// Marshal once now, so that a bad option (a DNSSL name) fails here
+	// Marshalled once, so that a bad option (a DNSSL name) fails here
 	// and not at every send.
-	if _, err := ndp.MarshalMessage(s.ra); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("router advertisements on %s: %w", cfg.Iface, err)
-	}
-	if err := s.setup(); err != nil {
+	if s.ra, err = ndp.MarshalMessage(cfg.advertisement(mac)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("router advertisements on %s: %w", cfg.Iface, err)
 	}
@@ -218,18 +212,17 @@ func (c *Config) advertisement(mac net.HardwareAddr) *ndp.RouterAdvertisement {
 	return ra
 }
 
-// listenNDP opens an NDP socket on the link-local address of iface,
-// waiting up to wait for the address to be usable. ndp.Listen
-// sets the hop limit of what it sends to 255, as RFC 4861 requires.
-func listenNDP(iface string, wait time.Duration) (*ndp.Conn, *net.Interface, netip.Addr, error) {
+// listenNDP opens the server's socket on the link-local address of
+// iface, waiting up to wait for the address to be usable; it returns the
+// socket, iface's MAC and the address.
+func listenNDP(iface string, wait time.Duration) (*socket, net.HardwareAddr, netip.Addr, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		ifi, err := net.InterfaceByName(iface)
+		index, mac, addr, err := linkLocal(iface)
 		if err == nil {
-			var c *ndp.Conn
-			var addr netip.Addr
-			if c, addr, err = ndpListen(ifi); err == nil {
-				return c, ifi, addr, nil
+			var c *socket
+			if c, err = listen(index, addr); err == nil {
+				return c, mac, addr, nil
 			}
 		}
 		if time.Now().After(deadline) {
@@ -237,26 +230,6 @@ func listenNDP(iface string, wait time.Duration) (*ndp.Conn, *net.Interface, net
 		}
 		time.Sleep(raPoll) // a poll interval, bounded by deadline
 	}
-}
-
-// ndpListen is ndp.Listen(ifi, ndp.LinkLocal), but with no interface name
-// in what it sends. ndp names its interface's name as the zone of every
-// address it sends to, and Go resolves a zone name through a process-wide
-// cache of the interfaces: of whichever network namespace last refreshed
-// it (so in a process that works in several namespaces a name can resolve
-// to another namespace's interface, and every send fails: EINVAL), and
-// refreshed, for a name it does not hold, by reading every link of the
-// host (a netlink dump: 0.2 s of CPU with 3,000 TAPs, on every RA).
-//
-// So ndp listens on the interface's index as its name (an index resolves
-// to itself, once), and then, as it keeps the *net.Interface it is given,
-// sends with no zone at all: the control message's interface index, which
-// ndp sets, picks the link. The address returned has no zone.
-func ndpListen(ifi *net.Interface) (*ndp.Conn, netip.Addr, error) {
-	byIndex := &net.Interface{Index: ifi.Index, MTU: ifi.MTU, Name: strconv.Itoa(ifi.Index), HardwareAddr: ifi.HardwareAddr, Flags: ifi.Flags}
-	c, addr, err := ndp.Listen(byIndex, ndp.LinkLocal)
-	byIndex.Name = ""
-	return c, addr.WithZone(""), err
 }
 
 // linkLocalState says why iface has no usable link-local address, for an
@@ -301,25 +274,6 @@ func takesOwnRAs(iface string) bool {
 	}
 	acceptRA := read("accept_ra")
 	return acceptRA == "2" || acceptRA == "1" && read("forwarding") == "0"
-}
-
-// setup makes the socket receive router solicitations only, their hop
-// limit with them, including those sent to all-routers: the interface is
-// in that group only while forwarding is on.
-func (s *Server) setup() error {
-	var f ipv6.ICMPFilter
-	f.SetAll(true)
-	f.Accept(ipv6.ICMPTypeRouterSolicitation)
-	if err := s.conn.SetICMPFilter(&f); err != nil {
-		return fmt.Errorf("ICMPv6 filter: %w", err)
-	}
-	if err := s.conn.SetControlMessage(ipv6.FlagHopLimit, true); err != nil {
-		return fmt.Errorf("receiving the hop limit: %w", err)
-	}
-	if err := s.conn.JoinGroup(allRouters); err != nil {
-		return fmt.Errorf("joining %s: %w", allRouters, err)
-	}
-	return nil
 }
 
 // sendLoop sends the periodic RAs and the replies until stop.
@@ -373,9 +327,8 @@ func (s *Server) wait(d time.Duration) bool {
 
 // send sends ra to all-nodes. A failure is not fatal: while the bridge has
 // no carrier or is down, sends fail, and the next RA goes out once it is up.
-func (s *Server) send(ra *ndp.RouterAdvertisement) {
-	s.conn.SetWriteDeadline(time.Now().Add(raWriteTimeout))
-	if err := s.conn.WriteTo(ra, nil, allNodes); err != nil {
+func (s *Server) send(ra []byte) {
+	if err := s.conn.sendTo(ra, allNodes, raWriteTimeout); err != nil {
 		s.log.Debug("router advertisement not sent", "err", err)
 		return
 	}
@@ -388,7 +341,7 @@ func (s *Server) readLoop() {
 	defer close(s.readerDone)
 	buf := make([]byte, 1500)
 	for {
-		n, cm, src, err := s.conn.ReadRaw(buf)
+		n, hops, src, err := s.conn.read(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || s.stopped() {
 				return
@@ -399,7 +352,8 @@ func (s *Server) readLoop() {
 			}
 			continue
 		}
-		if !validRS(buf[:n], cm, src) {
+		if !validRS(buf[:n], hops, src) {
+			s.ignored.Add(1)
 			continue
 		}
 		s.solicited.Add(1)
@@ -411,12 +365,12 @@ func (s *Server) readLoop() {
 	}
 }
 
-// validRS reports whether b, received from src with cm, is a router
-// solicitation a router must answer (RFC 4861 6.1.1): hop limit 255 (it
-// was not forwarded from off the link), code 0, and no link-layer address
-// from the unspecified address.
-func validRS(b []byte, cm *ipv6.ControlMessage, src netip.Addr) bool {
-	if cm == nil || cm.HopLimit != ndp.HopLimit || len(b) < 8 || b[1] != 0 {
+// validRS reports whether b, received from src with hop limit hops, is a
+// router solicitation a router must answer (RFC 4861 6.1.1): hop limit
+// 255 (it was not forwarded from off the link), code 0, and no link-layer
+// address from the unspecified address.
+func validRS(b []byte, hops int, src netip.Addr) bool {
+	if hops != ndp.HopLimit || len(b) < 8 || b[1] != 0 {
 		return false
 	}
 	m, err := ndp.ParseMessage(b)

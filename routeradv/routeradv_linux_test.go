@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,7 +135,7 @@ func raClient(t *testing.T, vm *testutil.NS) (*ndp.Conn, net.HardwareAddr) {
 			return err
 		}
 		mac = ifi.HardwareAddr
-		if c, _, err = ndpListen(ifi); err != nil {
+		if c, _, err = ndpClient(ifi); err != nil {
 			return err
 		}
 		var f ipv6.ICMPFilter
@@ -144,6 +145,19 @@ func raClient(t *testing.T, vm *testutil.NS) (*ndp.Conn, net.HardwareAddr) {
 	})
 	t.Cleanup(func() { c.Close() })
 	return c, mac
+}
+
+// ndpClient is ndp.Listen(ifi, ndp.LinkLocal) with ifi's index as its
+// name, and then none: ndp names its interface's name as the zone of what
+// it sends to, which Go resolves through a process-wide cache of whichever
+// network namespace last refreshed it (the test works in several); an
+// index resolves to itself, and with no name the control message's index
+// picks the link.
+func ndpClient(ifi *net.Interface) (*ndp.Conn, netip.Addr, error) {
+	byIndex := &net.Interface{Index: ifi.Index, MTU: ifi.MTU, Name: strconv.Itoa(ifi.Index), HardwareAddr: ifi.HardwareAddr, Flags: ifi.Flags}
+	c, addr, err := ndp.Listen(byIndex, ndp.LinkLocal)
+	byIndex.Name = ""
+	return c, addr.WithZone(""), err
 }
 
 // readRA returns the next RA c reads from src within timeout.
@@ -208,6 +222,24 @@ func TestRouterAdvertisements(t *testing.T) {
 			t.Errorf("solicitations received: %d, was %d", sol, sol0)
 		}
 		checkRA(t, ra, cfg, l.routerMAC(t))
+	})
+
+	t.Run("Forwarded", func(t *testing.T) {
+		// A solicitation whose hop limit is not 255 came from off the
+		// link: not one to answer (RFC 4861 6.1.1).
+		_, sol0, _ := s.Stats()
+		ign0 := s.ignored.Load()
+		if err := c.WriteTo(rs, &ipv6.ControlMessage{HopLimit: 64}, allRouters); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WriteTo(rs, nil, allRouters); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 5*time.Second, func() bool { _, sol, _ := s.Stats(); return sol+s.ignored.Load() >= sol0+ign0+2 },
+			"the server to read both solicitations")
+		if _, sol, _ := s.Stats(); sol != sol0+1 || s.ignored.Load() != ign0+1 {
+			t.Errorf("%d solicitations counted, %d ignored; want 1 and 1 (one had hop limit 64)", sol-sol0, s.ignored.Load()-ign0)
+		}
 	})
 
 	t.Run("RateLimit", func(t *testing.T) {
