@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/nettypes"
+	"github.com/vmnetctl/vmnetctl/rtlink"
 )
 
 // rcvBuf is the packet socket's receive buffer: what a slow reader may
@@ -34,7 +34,7 @@ const pollEvery = 200 * time.Millisecond
 // frame as it comes (a reader such as `wireshark -k -i -` sees them live).
 func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writer) (nettypes.CaptureStats, error) {
 	var st nettypes.CaptureStats
-	ifi, err := net.InterfaceByName(port)
+	index, err := rtlink.Index(port)
 	if err != nil {
 		return st, fmt.Errorf("capturing on %s: %w", port, err)
 	}
@@ -59,7 +59,7 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 			return st, fmt.Errorf("capturing on %s: the kernel refuses the filter: %w", port, err)
 		}
 	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: index}); err != nil {
 		return st, fmt.Errorf("capturing on %s: %w", port, err)
 	}
 	if o.Bound != nil {
@@ -108,7 +108,7 @@ func Port(ctx context.Context, port string, o nettypes.CaptureOptions, w io.Writ
 			return st, err
 		}
 		ll, ok := from.(*unix.SockaddrLinklayer)
-		if !ok || ll.Ifindex != ifi.Index {
+		if !ok || ll.Ifindex != index {
 			continue // (none comes from elsewhere once bound; a guard)
 		}
 		iface := uint32(0) // from the VM

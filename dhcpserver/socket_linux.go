@@ -13,6 +13,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/vmnetctl/vmnetctl/checksum"
 	"github.com/vmnetctl/vmnetctl/rawsock"
+	"github.com/vmnetctl/vmnetctl/rtlink"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -58,7 +59,7 @@ type Socket struct {
 
 // Listen opens the DHCP sockets on bridge.
 func Listen(bridge string) (*Socket, error) {
-	ifi, err := net.InterfaceByName(bridge)
+	index, err := rtlink.Index(bridge)
 	if err != nil {
 		return nil, err
 	}
@@ -77,12 +78,12 @@ func Listen(bridge string) (*Socket, error) {
 		return nil, fmt.Errorf("filtering the UDP socket: %w", err)
 	}
 	// The filter comes before bind, so no other packet is ever queued.
-	in, err := rawsock.Listen(ifi.Index, unix.ETH_P_IP, dhcpFilter, "dhcp")
+	in, err := rawsock.Listen(index, unix.ETH_P_IP, dhcpFilter, "dhcp")
 	if err != nil {
 		out.Close()
 		return nil, fmt.Errorf("packet socket on %s: %w", bridge, err)
 	}
-	return &Socket{in: in, ifindex: ifi.Index, port: out}, nil
+	return &Socket{in: in, ifindex: index, port: out}, nil
 }
 
 // read returns the next DHCP message sent to the bridge from outside the
