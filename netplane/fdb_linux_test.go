@@ -76,7 +76,7 @@ func inOwnSysfs(t *testing.T, host *testutil.NS, f func() error) error {
 // file are those the kernel dumps port by port (hostnet.FDBOf), for a bridge of
 // more than 256 ports (port numbers past 8 bits); the ports' own entries
 // are left out. Where sysfs shows another namespace it refuses, and
-// portMACs reads port by port. portMACs of more ports than it reads one
+// portMACs reads one dump of the bridge's (hostnet.FDBOfBridge). portMACs of more ports than it reads one
 // by one (a project's status) gives those ports' entries alone, both
 // ways.
 func TestBridgeFDB(t *testing.T) {
@@ -181,8 +181,8 @@ func TestBridgeFDB(t *testing.T) {
 		if _, err := guard.BridgeFDB(br, nil); err == nil {
 			return fmt.Errorf("bridgeFDB read another namespace's sysfs")
 		}
-		check(portMACs("br-fdb", nil), "portMACs of every port, port by port")
-		checkAsked(portMACs("br-fdb", asked), "portMACs of many ports, port by port")
+		check(portMACs("br-fdb", nil), "portMACs of every port, in one dump")
+		checkAsked(portMACs("br-fdb", asked), "portMACs of many ports, in one dump")
 		return nil
 	})
 }
