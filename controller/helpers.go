@@ -166,11 +166,10 @@ func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 		readStatsLines(h, func(helperproto.Stats) {})
 		h.statsOff = max(0, fi.Size()-4096)
 	}
-	go func() {
-		rec.Proc.WaitExit()
+	rec.Proc.OnExit(func() {
 		close(exited)
 		c.exited(h)
-	}()
+	})
 	return h
 }
 

@@ -141,21 +141,24 @@ func (c *Child) Signal(sig syscall.Signal) {
 // 38 MB of a controller's memory): the children's pidfds are all in one
 // epoll set, which one goroutine waits on in Go's poller.
 func (c *Child) OnExit(f func(error)) {
-	if c.h == nil || !reaperOf().add(c, f) {
+	if c.h == nil || !reaperOf().add(c.h.f, func() { f(c.Wait()) }) {
 		go func() { f(c.Wait()) }()
 	}
 }
 
-// reaper waits for the exits of the children given to OnExit.
+// onExit has f called once p's process is gone, as Child.OnExit does,
+// and closes p then; false if it cannot (no pidfd, or no epoll set): the
+// caller waits itself.
+func (p *procHandle) onExit(f func()) bool {
+	return p.f != nil && reaperOf().add(p.f, func() { p.close(); f() })
+}
+
+// reaper waits for the exits of the processes given to OnExit, by their
+// pidfds.
 type reaper struct {
 	ep   *os.File // the epoll set of their pidfds, in Go's poller
 	mu   sync.Mutex
-	kids map[int32]reaped // by pidfd
-}
-
-type reaped struct {
-	c *Child
-	f func(error)
+	kids map[int32]func() // by pidfd: what its exit calls
 }
 
 // reaperOf is this process's reaper, started on first use; nil where an
@@ -166,32 +169,33 @@ var reaperOf = sync.OnceValue(func() *reaper {
 		return nil
 	}
 	syscall.SetNonblock(fd, true) // so that os.NewFile puts it in the poller
-	r := &reaper{ep: os.NewFile(uintptr(fd), "reaper"), kids: map[int32]reaped{}}
+	r := &reaper{ep: os.NewFile(uintptr(fd), "reaper"), kids: map[int32]func(){}}
 	go r.run()
 	return r
 })
 
-// add puts c's pidfd in the set; false if it could not.
-func (r *reaper) add(c *Child, f func(error)) bool {
+// add puts pidfd in the set, to call exited (in a goroutine of its own)
+// once its process is gone; false if it could not.
+func (r *reaper) add(pidfd *os.File, exited func()) bool {
 	if r == nil {
 		return false
 	}
-	rc, err := c.h.f.SyscallConn()
+	rc, err := pidfd.SyscallConn()
 	if err != nil {
 		return false
 	}
-	var pidfd int32
-	rc.Control(func(fd uintptr) { pidfd = int32(fd) })
+	var fd int32
+	rc.Control(func(f uintptr) { fd = int32(f) })
 	r.mu.Lock()
-	r.kids[pidfd] = reaped{c, f}
+	r.kids[fd] = exited
 	r.mu.Unlock()
 	var added error
 	r.control(func(ep int) {
-		added = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, int(pidfd), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: pidfd})
+		added = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, int(fd), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: fd})
 	})
 	if added != nil {
 		r.mu.Lock()
-		delete(r.kids, pidfd)
+		delete(r.kids, fd)
 		r.mu.Unlock()
 		return false
 	}
@@ -220,15 +224,16 @@ func (r *reaper) run() {
 		})
 		for _, ev := range evs[:max(n, 0)] {
 			r.mu.Lock()
-			k, ok := r.kids[ev.Fd]
+			exited, ok := r.kids[ev.Fd]
 			delete(r.kids, ev.Fd)
 			r.mu.Unlock()
 			if !ok {
 				continue
 			}
+			// Out of the set before whatever exited does closes the
+			// pidfd (a child's Wait reaps at once, and closes it).
 			r.control(func(ep int) { unix.EpollCtl(ep, unix.EPOLL_CTL_DEL, int(ev.Fd), nil) })
-			// Exited: Wait reaps at once, and closes the pidfd.
-			go func() { k.f(k.c.Wait()) }()
+			go exited()
 		}
 	}
 }

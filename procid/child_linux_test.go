@@ -121,14 +121,24 @@ func TestChildStartsAsExec(t *testing.T) {
 func TestChildOnExit(t *testing.T) {
 	const n = 200
 	var kids []*Child
+	errs := make(chan error, n)
+	reaped := 0 // errors read from errs
 	t.Cleanup(func() {
-		for _, c := range kids {
+		for _, c := range kids[reaped:] {
 			syscall.Kill(c.Pid, syscall.SIGKILL)
+		}
+		// Reaped, their pidfds closed, before another test counts
+		// descriptors.
+		for ; reaped < len(kids); reaped++ {
+			select {
+			case <-errs:
+			case <-time.After(time.Minute):
+				t.Fatal("children not reaped a minute after they were killed")
+			}
 		}
 	})
 	reaperOf() // its goroutine, started before the count
 	goroutines := runtime.NumGoroutine()
-	errs := make(chan error, n)
 	for range n {
 		c, err := Start(exec.Command("sleep", "60"))
 		if err != nil {
@@ -144,7 +154,7 @@ func TestChildOnExit(t *testing.T) {
 	for _, c := range kids[:n/2] {
 		syscall.Kill(c.Pid, syscall.SIGKILL)
 	}
-	for range n / 2 {
+	for ; reaped < n/2; reaped++ {
 		if err := <-errs; err == nil || err.Error() != "signal: killed" {
 			t.Fatalf("OnExit got %v, want signal: killed", err)
 		}
@@ -165,4 +175,90 @@ func TestChildOnExit(t *testing.T) {
 		}
 		return nil
 	}, "the reaped children's pidfds to be closed")
+}
+
+// TestIdentityOnExit: an adopted process's exit (not a child's: known by
+// its identity) calls OnExit's function, with no goroutine waiting for
+// each meanwhile, and its pidfd is closed then; a process already gone
+// calls it at once.
+func TestIdentityOnExit(t *testing.T) {
+	const n = 100
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip(err)
+	}
+	// Started without os/exec, which holds a pidfd of its own a process.
+	var pids []int
+	exited := make(chan int, n)
+	calls, killed := 0, 0 // of OnExit's functions, read from exited; of pids
+	t.Cleanup(func() {
+		for _, pid := range pids[killed:] {
+			syscall.Kill(pid, syscall.SIGKILL)
+			syscall.Wait4(pid, nil, 0, nil)
+		}
+		// The rest's functions called, their pidfds closed, before the
+		// next test counts descriptors.
+		for ; calls < len(pids); calls++ {
+			select {
+			case <-exited:
+			case <-time.After(time.Minute):
+				t.Fatalf("%d of %d OnExit functions called a minute after their processes were killed", calls, len(pids))
+			}
+		}
+	})
+	reaperOf()
+	goroutines := runtime.NumGoroutine()
+	fds := openFiles(t)
+	for i := range n {
+		pid, err := syscall.ForkExec(sleep, []string{"sleep", "60"}, &syscall.ProcAttr{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+		var id Identity
+		testutil.Eventually(t, 10*time.Second, func() (err error) {
+			id, err = Read(pid) // (its command line appears once it has exec'd)
+			if err == nil && (len(id.Cmdline) == 0 || id.Cmdline[0] != "sleep") {
+				err = fmt.Errorf("command line %q", id.Cmdline)
+			}
+			return err
+		}, "process %d to exec sleep", pid)
+		id.OnExit(func() { exited <- i })
+	}
+	if got := runtime.NumGoroutine() - goroutines; got > 5 {
+		t.Errorf("%d goroutines more while %d adopted processes run", got, n)
+	}
+	if got := openFiles(t) - fds; got != n {
+		t.Errorf("%d descriptors more, want %d (a pidfd a process)", got, n)
+	}
+	for _, pid := range pids[:n/2] {
+		syscall.Kill(pid, syscall.SIGKILL)
+		syscall.Wait4(pid, nil, 0, nil) // (as an adopted helper's parent, gone, would)
+		killed++
+	}
+	seen := map[int]bool{}
+	for ; calls < n/2; calls++ {
+		seen[<-exited] = true
+	}
+	for i := range n / 2 {
+		if !seen[i] {
+			t.Errorf("process %d exited, its OnExit not called", i)
+		}
+	}
+	select {
+	case i := <-exited:
+		calls++
+		t.Fatalf("OnExit called for process %d, which runs", i)
+	default:
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if got := openFiles(t) - fds; got != n/2 {
+			return fmt.Errorf("%d descriptors more, want %d (the running processes' pidfds)", got, n/2)
+		}
+		return nil
+	}, "the exited processes' pidfds to be closed")
+	// One gone already: called at once.
+	done := make(chan struct{})
+	Identity{PID: pids[0]}.OnExit(func() { close(done) })
+	<-done
 }

@@ -65,6 +65,25 @@ func (id Identity) WaitExit() {
 	p.wait()
 }
 
+// OnExit has f called, in a goroutine of its own, once the process of id
+// is gone (at once if it is already). On Linux its pidfd waits in the
+// epoll set of this process's children (Child.OnExit): no goroutine, and
+// no goroutine's stack, waits for each of a fleet of adopted helpers.
+func (id Identity) OnExit(f func()) {
+	p, ok := id.open()
+	if !ok {
+		go f()
+		return
+	}
+	if !p.onExit(f) {
+		go func() {
+			defer p.close()
+			p.wait()
+			f()
+		}()
+	}
+}
+
 // pollExit returns when the process of id is gone, looking every 200 ms:
 // where there is no pidfd to wait on.
 func pollExit(id Identity) {

@@ -17,8 +17,9 @@ func (p *procHandle) signal(sig syscall.Signal) {
 	}
 }
 
-func (p *procHandle) wait()  { pollExit(p.id) }
-func (p *procHandle) close() {}
+func (p *procHandle) wait()              { pollExit(p.id) }
+func (p *procHandle) close()             {}
+func (p *procHandle) onExit(func()) bool { return false }
 
 // WaitGone does nothing here: the caller's exec.Cmd.Wait waits.
 func WaitGone(int) {}
