@@ -218,8 +218,7 @@ type HelperSpec struct {
 	// socket or stream, on Linux); the backend passes it on to the
 	// helpers that do.
 	ShapingFile string
-	// LogFile is the helper's log, where what a backend starts for it
-	// besides (a persistent TAP's cleanup child) logs too.
+	// LogFile is the helper's log.
 	LogFile string
 	// Owner is the state dir that starts the helper, as NetworkOptions.Owner.
 	Owner string

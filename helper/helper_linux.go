@@ -122,6 +122,9 @@ type session struct {
 	// cleanup gives the command of the port's cleanup child
 	// (netplane.PortConfig.Cleanup): cleanupCommand, or Prepare's.
 	cleanup func(index uint32) (*exec.Cmd, error)
+	// watch, where set (Prepare's), has the controller's link reaper
+	// delete the port instead (netplane.PortConfig.Watch).
+	watch func(index uint32) (keep, done *os.File, err error)
 }
 
 // openStats opens --stats-file (as root, before the privileges go: the
@@ -253,6 +256,7 @@ func (s *session) createPort() error {
 		Persist:      o.Attach == AttachTap,
 		GuardKept:    s.underController,
 		Cleanup:      s.cleanup,
+		Watch:        s.watch,
 	})
 	if err != nil {
 		return err

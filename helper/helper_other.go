@@ -24,7 +24,7 @@ type Prepared struct {
 }
 
 // Prepare sets up no helper: vmnetctl-relay is Linux's.
-func Prepare([]string, *api.Network, string) (*Prepared, error) { return nil, nil }
+func Prepare([]string, *api.Network) (*Prepared, error) { return nil, nil }
 
 // Release has nothing to release.
 func (*Prepared) Release() {}

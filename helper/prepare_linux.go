@@ -61,16 +61,17 @@ func (p *Prepared) AfterExit() func() {
 // relay's: at a fleet's `up`, starting processes is most of the work.
 //
 // A helper of `attach: tap` is set up the same way: its persistent TAP
-// made here, with its cleanup child (vmnetctl-relay as
-// relay.CleanupCommand, which logs to logFile), and the relay then only
-// holds it (relay.Hold), with its end of the pipe to that child.
+// made here and given to this process's link reaper (relay.Reap, one
+// vmnetctl-relay for every such TAP, which logs to this process's
+// stderr), and the relay then only holds it (relay.Hold), with its end of
+// the pipe the reaper watches.
 //
 // It returns nil, nil for a helper it does not set up, which the caller
 // runs as argv says: one with neither --socket nor --attach tap (an
 // inherited --fd, vhost-user), one whose port would be a macvtap, or one
 // without a vmnetctl-relay beside argv[0] that the VM's owner may run and
 // not read (trustedFor). Call Release once Cmd started, or failed to.
-func Prepare(argv []string, n *api.Network, logFile string) (*Prepared, error) {
+func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 	if len(argv) < 2 {
 		return nil, nil
 	}
@@ -122,17 +123,8 @@ func Prepare(argv []string, n *api.Network, logFile string) (*Prepared, error) {
 		}
 	}()
 	if tap {
-		s.cleanup = func(index uint32) (*exec.Cmd, error) {
-			cmd := relay.CleanupCommand(bin, s.tapName, int(index), hostnet.TapMark(s.tapName))
-			if logFile != "" {
-				lf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o640)
-				if err != nil {
-					return nil, err
-				}
-				p.files = append(p.files, lf)
-				cmd.Stderr = lf
-			}
-			return cmd, nil
+		s.watch = func(index uint32) (*os.File, *os.File, error) {
+			return reaperFor(bin, hostnet.Owner()).watch(relay.ReapEntry{Index: int(index), Name: s.tapName, Mark: hostnet.TapMark(s.tapName)})
 		}
 	}
 	if err := s.openStats(); err != nil {

@@ -3,6 +3,7 @@ package netplane
 import (
 	"errors"
 	"net"
+	"os"
 	"os/exec"
 )
 
@@ -60,4 +61,9 @@ type PortConfig struct {
 	// after dropping privileges. Its stdout and stderr must be files or
 	// nil (procid.Start).
 	Cleanup func(index uint32) (*exec.Cmd, error)
+	// Watch, where set, is used instead of Cleanup: it has a process of
+	// the caller's delete the port (interface index) once every copy of
+	// keep is closed, and done read EOF then (a controller's link reaper,
+	// which deletes every TAP it sets up: relay.Reap).
+	Watch func(index uint32) (keep, done *os.File, err error)
 }

@@ -221,8 +221,24 @@ func (p *Port) Disown() {
 // deleteOnExit starts the child of c.Cleanup, which deletes link c.Name
 // (p.Index) when the caller's end of a pipe to it closes: when the caller
 // returns, exits or is killed. p.reaper closes the pipe and waits for the
-// deletion, or has the child reaped when it comes.
+// deletion, or has the child reaped when it comes. With c.Watch, c.Watch's
+// process deletes it so instead, and p.reaper waits for its word.
 func (p *Port) deleteOnExit(c PortConfig) error {
+	if c.Watch != nil {
+		keep, done, err := c.Watch(p.Index)
+		if err != nil {
+			return err
+		}
+		p.cleanupFD, p.cleanupPID, p.cleanupDone = int(keep.Fd()), 0, done
+		p.reaper = func(wait bool) {
+			keep.Close()
+			if wait {
+				io.Copy(io.Discard, done)
+			}
+			done.Close()
+		}
+		return nil
+	}
 	if c.Cleanup == nil {
 		return fmt.Errorf("%s outlives its fd and nothing would delete it: no cleanup command", c.Name)
 	}

@@ -252,11 +252,23 @@ func DeleteLinkOnEOF(index int, name, mark string, r io.Reader) error {
 // deleteLinkOnEOF is DeleteLinkOnEOF but for the signals.
 func deleteLinkOnEOF(index int, name, mark string, r io.Reader) error {
 	io.Copy(io.Discard, r)
+	return deleteMarkedLink(index, name, mark)
+}
+
+// deleteMarkedLink deletes the link of interface index if it is named
+// name and marked mark; one that is gone, or another, is not an error.
+func deleteMarkedLink(index int, name, mark string) error {
 	c, err := rtlink.Open()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	return deleteMarkedLinkOn(c, index, name, mark)
+}
+
+// deleteMarkedLinkOn is deleteMarkedLink through c, in c's network
+// namespace.
+func deleteMarkedLinkOn(c *rtlink.Conn, index int, name, mark string) error {
 	l, err := c.Link(index)
 	switch {
 	case errors.Is(err, rtlink.ErrGone):

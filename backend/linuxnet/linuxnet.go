@@ -177,7 +177,7 @@ func (Backend) HelperProgram(argv0 string) string { return helper.Program(argv0)
 // the command that starts only its relay (backend.HelperPreparer,
 // helper.Prepare).
 func (Backend) PrepareHelper(argv []string, s backend.HelperSpec) (*backend.PreparedHelper, error) {
-	p, err := helper.Prepare(argv, s.Network, s.LogFile)
+	p, err := helper.Prepare(argv, s.Network)
 	if p == nil || err != nil {
 		return nil, err
 	}

@@ -8,7 +8,9 @@
 // command line, which stays the process's; or the controller starts it as
 // a spare (helperproto.EnvSpare), which a VM's attach hands all that to
 // later, over a socket. As a TAP's cleanup child (relay.EnvDeleteLink) it
-// deletes that TAP once its holder is gone.
+// deletes that TAP once its holder is gone; as a controller's link reaper
+// (relay.EnvReaper), every TAP the controller gives it, each once its
+// holders are gone.
 package main
 
 import (
@@ -41,6 +43,18 @@ func main() {
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ERROR [cleanup] %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if _, ok := os.LookupEnv(relay.EnvReaper); ok {
+		// A controller's link reaper (relay.ReaperCommand).
+		fd, err := relay.ReaperFD()
+		if err == nil {
+			err = relay.Reap(fd)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ERROR [reaper] %v\n", err)
 			os.Exit(1)
 		}
 		return

@@ -376,9 +376,11 @@ func TestRunHandsTheTAP(t *testing.T) {
 }
 
 // TestTapHelperKilledWithItsCleanup: a TAP attachment's helper killed
-// together with the child that deletes its persistent TAP leaves the TAP
-// behind; the controller must remove it (it carries the helper's mark) so
-// that the restarted helper can create it again, and down removes it too.
+// together with the controller's link reaper, which deletes its
+// persistent TAP, leaves the TAP behind; the controller must remove it (it
+// carries the helper's mark) so that the restarted helper can create it
+// again, with a reaper started again to watch it, and down removes it
+// too.
 func TestTapHelperKilledWithItsCleanup(t *testing.T) {
 	h := newHost(t)
 	vms := h.WriteFile("vms.yaml", "vms:\n  fc:\n    networks:\n      - vmnet: shared\n        attach: tap\n")
@@ -387,9 +389,9 @@ func TestTapHelperKilledWithItsCleanup(t *testing.T) {
 	if old.Tap == "" {
 		t.Fatalf("no TAP: %+v", old)
 	}
-	// The cleanup child first: it would delete the TAP once the helper
-	// is gone.
-	syscall.Kill(h.cleanupChild(old.Tap), syscall.SIGKILL)
+	// The reaper first: it would delete the TAP once the helper is gone.
+	reaper := h.linkReaper(old.PID)
+	syscall.Kill(reaper, syscall.SIGKILL)
 	syscall.Kill(-old.PID, syscall.SIGKILL)
 	testutil.Eventually(t, 15*time.Second, func() error {
 		cur := h.Attachment(h.Status(), "fc")
@@ -401,6 +403,9 @@ func TestTapHelperKilledWithItsCleanup(t *testing.T) {
 	if out, err := h.Run(context.Background(), "ip", "-d", "link", "show", old.Tap); err != nil || !strings.Contains(out, "vmnetctl:tap=") {
 		t.Errorf("the new TAP is missing or unmarked: %v\n%s", err, out)
 	}
+	if again := h.linkReaper(h.Attachment(h.Status(), "fc").PID); again == reaper {
+		t.Errorf("the killed reaper %d watches the new TAP", reaper)
+	}
 	h.MustVmnetctl("down", "-f", vms)
 	if out, err := h.Run(context.Background(), "ip", "link", "show", old.Tap); err == nil {
 		t.Errorf("TAP left after down:\n%s", out)
@@ -408,8 +413,8 @@ func TestTapHelperKilledWithItsCleanup(t *testing.T) {
 }
 
 // TestTapHelperKilledAlone: kill -9 of a TAP attachment's helper, the
-// relay that holds its TAP, and of nothing else: its cleanup child (the
-// controller's, in a process group of its own) deletes the TAP, as a VM's
+// relay that holds its TAP, and of nothing else: the controller's link
+// reaper (in a process group of its own) deletes the TAP, as a VM's
 // interface goes with its vmnet-helper; the controller starts the helper
 // again, with a TAP of its own.
 func TestTapHelperKilledAlone(t *testing.T) {
@@ -428,7 +433,7 @@ func TestTapHelperKilledAlone(t *testing.T) {
 	if oldIndex == "" {
 		t.Fatalf("no TAP %s", old.Tap)
 	}
-	h.cleanupChild(old.Tap) // there is one
+	h.linkReaper(old.PID) // there is one
 	syscall.Kill(old.PID, syscall.SIGKILL)
 	testutil.Eventually(t, 15*time.Second, func() error {
 		cur := h.Attachment(h.Status(), "fc")
@@ -484,26 +489,32 @@ func TestTapCountsInStatus(t *testing.T) {
 	}
 }
 
-// cleanupChild is the pid of the controller's cleanup child of TAP tap
-// (relay.CleanupCommand).
-func (h *host) cleanupChild(tap string) int {
+// linkReaper is the pid of the controller's link reaper (relay.Reap),
+// which watches the TAP of one of its helpers (pipe): it holds a pipe
+// that helper holds too.
+func (h *host) linkReaper(helper int) int {
 	h.t.Helper()
 	ctl := h.controllerPID()
 	ids, err := procid.Processes(func(cmdline []string) bool {
-		return len(cmdline) == 3 && cmdline[1] == relay.CleanupArg && cmdline[2] == tap
+		return len(cmdline) == 3 && cmdline[1] == relay.ReapArg
 	})
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	held := pipesOf(helper)
 	for _, id := range ids {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", id.PID))
 		if i := bytes.LastIndexByte(stat, ')'); err == nil && i > 0 {
 			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(ctl) {
-				return id.PID
+				for p := range pipesOf(id.PID) {
+					if held[p] {
+						return id.PID
+					}
+				}
 			}
 		}
 	}
-	h.t.Fatalf("no cleanup child of TAP %s under the controller (pid %d): %+v", tap, ctl, ids)
+	h.t.Fatalf("no link reaper under the controller (pid %d) watches helper %d's TAP: %+v", ctl, helper, ids)
 	return 0
 }
 

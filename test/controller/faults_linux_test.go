@@ -43,7 +43,7 @@ vms:
 
 // faultAttachments is the number of attachments in faultVMs, and
 // faultTapAttachments of those with attach: tap (a TAP that outlives its
-// helper's fd, so a cleanup child deletes it); faultNetworks are the
+// helper's fd, so the controller's link reaper deletes it); faultNetworks are the
 // networks they use.
 const (
 	faultAttachments    = 8
@@ -96,10 +96,11 @@ const faultMTU = 1400
 // and checks the invariants against /proc and the kernel, not against the
 // state files: after up, one helper per attachment, each the one status
 // names, counted too by a rule of the test's own (every process whose
-// command line names the state dir), one cleanup child per TAP attachment,
-// every bridge and nftables table there and every TAP on its bridge; after
-// down, nothing of the state dir's left: no process naming it, no cleanup
-// child, no bridge (temporary ones included), TAP or table.
+// command line names the state dir), every TAP attachment's holder
+// watched by a link reaper, every bridge and nftables table there and
+// every TAP on its bridge; after down, nothing of the state dir's left: no
+// process naming it, no reaper watching a TAP, no bridge (temporary ones
+// included), TAP or table.
 //
 // The instants come from a seeded math/rand; the seed is logged, and
 // VMNETCTL_FAULT_SEED=SEED replays a run.
@@ -431,8 +432,8 @@ func (f *faults) upViolations() []string {
 			v = append(v, fmt.Sprintf("a spare relay whose controller is gone: %s", sp))
 		}
 	}
-	if len(cleanup) != faultTapAttachments {
-		v = append(v, fmt.Sprintf("one cleanup child per TAP attachment: %d run for %d: %v", len(cleanup), faultTapAttachments, cleanup))
+	if n := watchedHelpers(f.host, procs); n != faultTapAttachments {
+		v = append(v, fmt.Sprintf("every TAP attachment's TAP watched for its deletion: %d helpers hold a pipe a link reaper or cleanup child reads, for %d TAP attachments: %v", n, faultTapAttachments, cleanup))
 	}
 	byPID := map[int]procid.Identity{}
 	for _, p := range procs {
@@ -503,7 +504,7 @@ func (f *faults) downViolations() []string {
 		v = append(v, fmt.Sprintf("no process names the state dir: %v %v", named, spares))
 	}
 	if len(cleanup) > 0 {
-		v = append(v, fmt.Sprintf("no cleanup child: %v", cleanup))
+		v = append(v, fmt.Sprintf("no cleanup child, no link reaper watching a TAP: %v", cleanup))
 	}
 	v = append(v, leftLinks(f.host)...)
 	out, err := f.Run(context.Background(), "nft", "list", "tables")
@@ -522,8 +523,10 @@ func (f *faults) downViolations() []string {
 // controller's (isHelperOf), the processes whose command line names h's
 // state dir anywhere, but the controllers (`serve`), and the cleanup
 // children of VM ports (`helper --delete-link-on-eof`, or vmnetctl-relay's
-// relay.CleanupArg, whose command line names only the port) in h's namespace; each as "PID: command line".
-// Zombies, whose command line is empty, are not counted.
+// relay.CleanupArg, whose command line names only the port) and the link
+// reapers that watch a TAP (relay.ReapArg, holding a pipe) in h's
+// namespace; each as "PID: command line". Zombies, whose command line is
+// empty, are not counted.
 //
 // The controller's spare relays, which name the state dir too, are
 // spares: each "PID PPID: command line".
@@ -547,6 +550,10 @@ func stateDirProcs(h *host) (named, cleanup, spares []string) {
 			if inNS[pid] {
 				cleanup = append(cleanup, desc)
 			}
+		case len(args) == 3 && args[1] == relay.ReapArg:
+			if p := pipesOf(pid); inNS[pid] && len(p) > 0 {
+				cleanup = append(cleanup, fmt.Sprintf("%s (%d pipes)", desc, len(p)))
+			}
 		case slices.Contains(args, "serve"):
 		case helperproto.IsSpareOf(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), h.StateDir()):
 			spares = append(spares, fmt.Sprintf("%d %s: spare", pid, parentOf(pid)))
@@ -555,6 +562,54 @@ func stateDirProcs(h *host) (named, cleanup, spares []string) {
 		}
 	}
 	return named, cleanup, spares
+}
+
+// pipesOf is the pipes process pid holds open ("pipe:[INODE]"), but
+// those this test's process holds too: what whoever ran the test left
+// open without close-on-exec, which every process started since holds.
+func pipesOf(pid int) map[string]bool {
+	pipes := openPipes(pid)
+	for p := range openPipes(os.Getpid()) {
+		delete(pipes, p)
+	}
+	return pipes
+}
+
+func openPipes(pid int) map[string]bool {
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	pipes := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && strings.HasPrefix(l, "pipe:") {
+			pipes[l] = true
+		}
+	}
+	return pipes
+}
+
+// watchedHelpers is how many of helpers hold a pipe that a link reaper
+// or a cleanup child in h's namespace holds too: a TAP's holder, whose
+// TAP that process deletes once the holder is gone.
+func watchedHelpers(h *host, helpers []procid.Identity) int {
+	watched := map[string]bool{}
+	for _, pid := range h.NS.Pids() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if err == nil && len(args) == 3 && (args[1] == relay.ReapArg || args[1] == relay.CleanupArg) || slices.Contains(args, "--delete-link-on-eof") {
+			for p := range pipesOf(pid) {
+				watched[p] = true
+			}
+		}
+	}
+	n := 0
+	for _, hp := range helpers {
+		for p := range pipesOf(hp.PID) {
+			if watched[p] {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // parentOf is process pid's parent's pid, as /proc/PID/status says it.
