@@ -12,9 +12,9 @@ import (
 // and nftables sockets, its API's connections and its files.
 const openFilesNeeded = api.MaxAttachments + 4096
 
-// openFilesWanted is that, and another pidfd for the cleanup child of
-// each persistent TAP (`attach: tap`, netplane.Port.Disown): what a fleet
-// of those only needs.
+// openFilesWanted is that, and room for a second descriptor an
+// attachment (a fleet of `attach: tap` VMs kept a cleanup child's pidfd
+// each before their TAPs went to one link reaper).
 const openFilesWanted = 2*api.MaxAttachments + 4096
 
 // raiseOpenFiles lifts the limit on this process's open files to

@@ -157,8 +157,8 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 	}
 	var spec relay.Spec
 	if tap {
-		// The VMM opens the TAP by name: the relay holds the pipe to its
-		// cleanup child.
+		// The VMM opens the TAP by name: the relay holds the pipe the
+		// link reaper watches, and reads the one it tells on.
 		s.port.CloseFD()
 		spec = s.holdSpec()
 		keep, err := pass(s.port.CleanupFD(), "cleanup of "+s.tapName)
@@ -238,8 +238,8 @@ func Prepare(argv []string, n *api.Network) (*Prepared, error) {
 // Release closes this process's descriptors of the port, the socket and
 // the files, once Cmd started (the relay holds its own) or failed to (the
 // port goes with the last of them, and the socket stays for the next
-// helper to replace). It does not wait for a persistent TAP's cleanup
-// child (netplane.Port.Disown): the relay that holds the TAP does.
+// helper to replace). It does not wait for a persistent TAP's deletion
+// (netplane.Port.Disown): the relay that holds the TAP does.
 func (p *Prepared) Release() { p.close(false) }
 
 // close closes what p holds; undo also removes the socket.

@@ -21,6 +21,7 @@ type linkReaper struct {
 
 	mu  sync.Mutex
 	ctl int // this process's end of its socket; -1: none runs
+	run int // counts the reapers started: which one ctl is
 }
 
 // reapers are this process's link reapers, by program and owner (a
@@ -87,8 +88,10 @@ func (r *linkReaper) watch(e relay.ReapEntry) (keep, done *os.File, err error) {
 	return nil, nil, fmt.Errorf("%s would not be deleted once its VM's helper is gone: %w", e.Name, err)
 }
 
-// start starts the reaper. Its stderr is this process's (a controller's
-// log).
+// start starts the reaper. Its stderr is this process's where that is a
+// file (a controller's log), else /dev/null: a reaper that `vmnetctl run`
+// started outlives it, and must not hold its terminal or its reader's
+// pipe open.
 func (r *linkReaper) start() error {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -97,14 +100,29 @@ func (r *linkReaper) start() error {
 	theirs := os.NewFile(uintptr(fds[1]), "link reaper's socket")
 	cmd := relay.ReaperCommand(r.bin, r.owner)
 	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.Stderr = os.Stderr
+	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode().IsRegular() {
+		cmd.Stderr = os.Stderr
+	}
 	child, err := procid.Start(cmd)
 	theirs.Close()
 	if err != nil {
 		unix.Close(fds[0])
 		return errors.Join(errors.New("starting the link reaper"), err)
 	}
-	child.OnExit(func(error) {}) // reaped when it exits: its socket says so
 	r.ctl = fds[0]
+	r.run++
+	run := r.run
+	child.OnExit(func(err error) {
+		// Its TAPs are no longer watched: a holder that ends leaves
+		// its TAP, to the next helper of the VM or `down` (both know
+		// it by its mark). The next TAP starts another reaper.
+		fmt.Fprintf(os.Stderr, "link reaper %d exited (%v): the TAPs it watched go with down, or are made anew by their helpers\n", child.Pid, err)
+		r.mu.Lock()
+		if r.run == run && r.ctl >= 0 {
+			unix.Close(r.ctl)
+			r.ctl = -1
+		}
+		r.mu.Unlock()
+	})
 	return nil
 }

@@ -229,7 +229,11 @@ func waitChild(pid int) {
 // marked mark (netplane's mark of a VM port of this state dir's):
 // vmnetctl-relay at bin as DeleteLinkOnEOF, its stdin to be the pipe's
 // read end. In a process group of its own: signals to its starter's group
-// (a controller's Ctrl-C) do not reach it before it ignores them.
+// (a controller's Ctrl-C) do not reach it before it ignores them. A
+// controller started one a TAP before its link reaper (Reap) did that for
+// all of them; vmnetctl-relay keeps the mode for a controller of an
+// earlier build still running through an upgrade, which starts it from
+// the binary installed.
 func CleanupCommand(bin, name string, index int, mark string) *exec.Cmd {
 	return &exec.Cmd{Path: bin, Args: []string{bin, CleanupArg, name},
 		Env:         []string{EnvDeleteLink + "=" + strconv.Itoa(index), EnvDeleteMark + "=" + mark, IdleEnv},

@@ -112,7 +112,8 @@ func SendReapEntry(ctl int, e ReapEntry, alive, done int) error {
 // controller's socket descriptor ctl. It returns once that socket is
 // closed and no TAP is left to watch.
 func Reap(ctl int) error {
-	gosignal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// (SIGPIPE too: a log whose reader is gone must not end it.)
+	gosignal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
 	return reap(ctl)
 }
 
@@ -233,17 +234,18 @@ func (r *reaper) ended(alive int32) {
 	unix.EpollCtl(r.ep, unix.EPOLL_CTL_DEL, int(alive), nil)
 	unix.Close(int(alive))
 	delete(r.watched, alive)
-	r.slots <- struct{}{}
 	// Opened here, in the namespace of Reap's thread, whichever thread
 	// the deletion runs on.
 	c, err := rtlink.Open()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ERROR [reaper] deleting TAP %s: %v\n", w.e.Name, err)
-		<-r.slots
 		unix.Close(w.done)
 		return
 	}
+	// The slot is waited for there: the loop goes on answering the
+	// controller while the kernel is slow.
 	r.deleting.Go(func() {
+		r.slots <- struct{}{}
 		defer func() { <-r.slots }()
 		defer c.Close()
 		if err := deleteMarkedLinkOn(c, w.e.Index, w.e.Name, w.e.Mark); err != nil {

@@ -80,7 +80,7 @@ func TestReap(t *testing.T) {
 	// would not: done is open in this process still.)
 	handled := func(i int) {
 		t.Helper()
-		for {
+		for deadline := time.Now().Add(time.Minute); ; {
 			p := []unix.PollFd{{Fd: int32(w[i].done), Events: unix.POLLIN}}
 			if n, err := unix.Poll(p, 100); err == nil && n > 0 {
 				break
@@ -89,6 +89,9 @@ func TestReap(t *testing.T) {
 			case <-reaped:
 				t.Fatalf("the reaper returned (%v) while it watched %s", reapErr, taps[i].name)
 			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's holders gone a minute ago, and the reaper has not told", taps[i].name)
 			}
 		}
 		if n, err := unix.Read(w[i].done, answer[:]); n != 0 || err != nil {
@@ -101,19 +104,26 @@ func TestReap(t *testing.T) {
 		host.MustDo(t, func() error { _, err = netlink.LinkByIndex(taps[i].index); return nil })
 		return err == nil
 	}
-	// A copy of the holders' end (the relay's) keeps the TAP.
+	// A copy of the holders' end (the relay's) keeps the TAP. (Checked
+	// once reap1's entry, given after reap0's, is handled: the reaper
+	// has read reap0's pipe by then if it was to.)
 	copyOf, err := unix.Dup(w[0].keep)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unix.Close(w[0].keep)
+	unix.Close(w[1].keep)
+	handled(1)
+	if p := []unix.PollFd{{Fd: int32(w[0].done), Events: unix.POLLIN}}; !exists(0) {
+		t.Errorf("%s was deleted while a copy of its holders' end was open", taps[0].name)
+	} else if n, _ := unix.Poll(p, 0); n > 0 {
+		t.Errorf("%s's done end told while a copy of its holders' end was open", taps[0].name)
+	}
 	unix.Close(copyOf)
 	handled(0)
 	if exists(0) {
 		t.Errorf("%s is there once its holders are gone", taps[0].name)
 	}
-	unix.Close(w[1].keep)
-	handled(1)
 	if !exists(1) {
 		t.Errorf("%s was deleted under another mark than its entry's", taps[1].name)
 	}

@@ -551,8 +551,29 @@ func stateDirProcs(h *host) (named, cleanup, spares []string) {
 				cleanup = append(cleanup, desc)
 			}
 		case len(args) == 3 && args[1] == relay.ReapArg:
-			if p := pipesOf(pid); inNS[pid] && len(p) > 0 {
-				cleanup = append(cleanup, fmt.Sprintf("%s (%d pipes)", desc, len(p)))
+			// Watching: a pipe it holds a process of the namespace holds
+			// too (a TAP's holder; after that one is gone the reaper may
+			// hold its pipe to the holder a moment longer, until the
+			// deletion's answer: not watching).
+			if !inNS[pid] {
+				continue
+			}
+			others := map[string]bool{}
+			for other := range inNS {
+				if other != pid {
+					for p := range pipesOf(other) {
+						others[p] = true
+					}
+				}
+			}
+			shared := 0
+			for p := range pipesOf(pid) {
+				if others[p] {
+					shared++
+				}
+			}
+			if shared > 0 {
+				cleanup = append(cleanup, fmt.Sprintf("%s (%d pipes shared)", desc, shared))
 			}
 		case slices.Contains(args, "serve"):
 		case helperproto.IsSpareOf(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), h.StateDir()):
