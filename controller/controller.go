@@ -45,6 +45,10 @@ type Options struct {
 	// waits for the lock to be free (down, after the last project) then
 	// finds the process gone, not still exiting.
 	LockUntilExit bool
+	// CloseInherited closes, first thing in Run, the descriptors this
+	// process inherited without close-on-exec (`vmnetctl serve`, the
+	// daemon: whoever started it keeps its own; closeInherited).
+	CloseInherited bool
 	// StatsInterval is the helpers' --stats-interval.
 	StatsInterval time.Duration
 	// StallTimeout is how long a starting helper may make no progress
@@ -267,6 +271,9 @@ func (c *Controller) kick() {
 // no project is left. Helpers keep running when it returns because ctx ended:
 // VMs keep their network while the controller restarts.
 func (c *Controller) Run(ctx context.Context) error {
+	if c.opts.CloseInherited {
+		closeInherited()
+	}
 	if err := c.sd.Init(); err != nil {
 		return err
 	}

@@ -30,7 +30,9 @@ func newServeCommand(g *globals, s streams) *cobra.Command {
 				ExitWhenIdle: exitWhenIdle,
 				// The lock goes with the process.
 				LockUntilExit: true,
-				Version:       version,
+				// A daemon: what its starter left open is not its.
+				CloseInherited: true,
+				Version:        version,
 			})
 			if err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -166,4 +167,35 @@ func TestRunKilled(t *testing.T) {
 		}
 		return nil
 	}, "what the killed run held to go")
+}
+
+// TestDaemonDropsInheritedFiles: `up` run with a descriptor its starter
+// left open without close-on-exec (a CI runner's pipe) does not pass it
+// on to the controller it starts, nor so to the helpers: the pipe's
+// reader sees its end once `up` has exited, with the VMs still up.
+func TestDaemonDropsInheritedFiles(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", twoVMs)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := h.VmnetctlCommand(ctx, "up", "-f", vms)
+	cmd.ExtraFiles = []*os.File{w} // descriptor 3, not close-on-exec in up
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("up: %v\n%s", err, out)
+	}
+	w.Close()
+	defer h.MustVmnetctl("down", "--all")
+	if n := len(h.Status().Attachments); n != 2 {
+		t.Fatalf("%d attachments up, want 2", n)
+	}
+	r.SetReadDeadline(time.Now().Add(time.Minute))
+	var b [1]byte
+	if n, err := r.Read(b[:]); err != io.EOF {
+		t.Errorf("the pipe up inherited: read %d, %v; want EOF (its end held by the controller %d or a helper)", n, err, h.controllerPID())
+	}
 }
