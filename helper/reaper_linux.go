@@ -16,12 +16,27 @@ import (
 // one owner that Prepare makes: one vmnetctl-relay at bin, started on
 // first use and again if it has exited, for every `attach: tap` VM of a
 // controller, where each such VM had a cleanup child of its own.
+//
+// It keeps a copy of the read end of each watched TAP's holders' pipe
+// (kept) until the holders are gone and the reaper of the moment has it:
+// a reaper that exits (killed) has its TAPs given to the one started
+// next, which deletes at once those whose holders went meanwhile. (Their
+// holders read EOF from the dead reaper's pipe, and stop without waiting
+// for their TAP's deletion.)
 type linkReaper struct {
 	bin, owner string
 
-	mu  sync.Mutex
-	ctl int // this process's end of its socket; -1: none runs
-	run int // counts the reapers started: which one ctl is
+	mu   sync.Mutex
+	ctl  int // this process's end of its socket; -1: none runs
+	run  int // counts the reapers started: which one ctl is
+	kept map[int32]*keptTAP
+	ep   *os.File // the epoll set of kept's descriptors; nil until first used
+}
+
+// keptTAP is a kept descriptor's TAP, and the reaper (run) that has it.
+type keptTAP struct {
+	e   relay.ReapEntry
+	run int
 }
 
 // reapers are this process's link reapers, by program and owner (a
@@ -74,6 +89,7 @@ func (r *linkReaper) watch(e relay.ReapEntry) (keep, done *os.File, err error) {
 			}
 		}
 		if err = relay.SendReapEntry(r.ctl, e, alive[0], fin[1]); err == nil {
+			r.keep(alive[0], e)
 			return keep, done, nil
 		}
 		// Gone, or going: another, once.
@@ -113,16 +129,123 @@ func (r *linkReaper) start() error {
 	r.run++
 	run := r.run
 	child.OnExit(func(err error) {
-		// Its TAPs are no longer watched: a holder that ends leaves
-		// its TAP, to the next helper of the VM or `down` (both know
-		// it by its mark). The next TAP starts another reaper.
-		fmt.Fprintf(os.Stderr, "link reaper %d exited (%v): the TAPs it watched go with down, or are made anew by their helpers\n", child.Pid, err)
 		r.mu.Lock()
-		if r.run == run && r.ctl >= 0 {
-			unix.Close(r.ctl)
-			r.ctl = -1
+		defer r.mu.Unlock()
+		if r.run != run {
+			return
 		}
-		r.mu.Unlock()
+		unix.Close(r.ctl)
+		r.ctl = -1
+		fmt.Fprintf(os.Stderr, "link reaper %d exited (%v): giving its %d TAPs to another\n", child.Pid, err, len(r.kept))
+		if len(r.kept) > 0 {
+			r.regive()
+		}
 	})
 	return nil
+}
+
+// keep keeps a copy of alive, the read end of e's holders' pipe, which
+// the reaper of this run has. Call with r.mu held.
+func (r *linkReaper) keep(alive int, e relay.ReapEntry) {
+	if r.ep == nil {
+		fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+		if err != nil {
+			return // (kept none: a reaper's exit loses its TAPs)
+		}
+		unix.SetNonblock(fd, true) // so that os.NewFile puts it in the poller
+		r.ep = os.NewFile(uintptr(fd), "kept TAPs")
+		r.kept = map[int32]*keptTAP{}
+		go r.keeper()
+	}
+	dup, err := unix.FcntlInt(uintptr(alive), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	r.kept[int32(dup)] = &keptTAP{e: e, run: r.run}
+	var added error
+	r.control(func(ep int) {
+		added = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, dup, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(dup)})
+	})
+	if added != nil {
+		delete(r.kept, int32(dup))
+		unix.Close(dup)
+	}
+}
+
+func (r *linkReaper) control(f func(ep int)) {
+	if rc, err := r.ep.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { f(int(fd)) })
+	}
+}
+
+// keeper drops the kept descriptors whose holders are gone, once the
+// reaper of the moment has them (given again first if theirs exited).
+func (r *linkReaper) keeper() {
+	rc, err := r.ep.SyscallConn()
+	if err != nil {
+		return
+	}
+	var evs [64]unix.EpollEvent
+	for {
+		n := 0
+		rc.Read(func(fd uintptr) bool {
+			var err error
+			n, err = unix.EpollWait(int(fd), evs[:], 0)
+			return n > 0 || err != nil && err != unix.EINTR
+		})
+		r.mu.Lock()
+		for _, ev := range evs[:max(n, 0)] {
+			k := r.kept[ev.Fd]
+			if k == nil {
+				continue
+			}
+			if k.run != r.run || r.ctl < 0 {
+				r.regive() // (its reaper exited: the next deletes the TAP)
+			}
+			r.drop(ev.Fd)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// drop closes kept descriptor fd. Call with r.mu held.
+func (r *linkReaper) drop(fd int32) {
+	r.control(func(ep int) { unix.EpollCtl(ep, unix.EPOLL_CTL_DEL, int(fd), nil) })
+	unix.Close(int(fd))
+	delete(r.kept, fd)
+}
+
+// regive starts a reaper if none runs and gives it every kept TAP its
+// own does not have; one it cannot take is dropped, left to the
+// controller and `down` (they know it by its mark). Call with r.mu held.
+func (r *linkReaper) regive() {
+	if r.ctl < 0 {
+		if err := r.start(); err != nil {
+			fmt.Fprintf(os.Stderr, "link reaper: %v; %d TAPs left to down\n", err, len(r.kept))
+			for fd := range r.kept {
+				r.drop(fd)
+			}
+			return
+		}
+	}
+	for fd, k := range r.kept {
+		if k.run == r.run {
+			continue
+		}
+		// A done end of its own: the holder's read EOF with the
+		// reaper that died.
+		var fin [2]int
+		err := unix.Pipe2(fin[:], unix.O_CLOEXEC)
+		if err == nil {
+			unix.Close(fin[0])
+			err = relay.SendReapEntry(r.ctl, k.e, int(fd), fin[1])
+			unix.Close(fin[1])
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "link reaper: %s: %v; left to down\n", k.e.Name, err)
+			r.drop(fd)
+			continue
+		}
+		k.run = r.run
+	}
 }

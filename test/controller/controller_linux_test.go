@@ -488,16 +488,25 @@ func TestTapCountsInStatus(t *testing.T) {
 }
 
 // linkReaper is the pid of the controller's link reaper (relay.Reap),
-// which watches the TAP of one of its helpers (pipe): it holds a pipe
-// that helper holds too.
+// which watches the TAP of one of its helpers (pid helper): it holds a
+// pipe that helper holds too.
 func (h *host) linkReaper(helper int) int {
 	h.t.Helper()
+	pid, err := h.findLinkReaper(helper)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return pid
+}
+
+// findLinkReaper is linkReaper, with an error when there is none.
+func (h *host) findLinkReaper(helper int) (int, error) {
 	ctl := h.controllerPID()
 	ids, err := procid.Processes(func(cmdline []string) bool {
 		return len(cmdline) == 3 && cmdline[1] == relay.ReapArg
 	})
 	if err != nil {
-		h.t.Fatal(err)
+		return 0, err
 	}
 	held := pipesOf(helper)
 	for _, id := range ids {
@@ -506,14 +515,71 @@ func (h *host) linkReaper(helper int) int {
 			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(ctl) {
 				for p := range pipesOf(id.PID) {
 					if held[p] {
-						return id.PID
+						return id.PID, nil
 					}
 				}
 			}
 		}
 	}
-	h.t.Fatalf("no link reaper under the controller (pid %d) watches helper %d's TAP: %+v", ctl, helper, ids)
-	return 0
+	return 0, fmt.Errorf("no link reaper under the controller (pid %d) watches helper %d's TAP: %+v", ctl, helper, ids)
+}
+
+// TestTapReaperKilled: the controller's link reaper killed while two
+// TAP attachments' helpers hold their TAPs: the controller starts another
+// and gives it both TAPs, so that the TAP of a helper killed after goes
+// with it (a new helper makes a TAP of its own), and down leaves none.
+func TestTapReaperKilled(t *testing.T) {
+	h := newHost(t)
+	vms := h.WriteFile("vms.yaml", "vms:\n  fc:\n    networks:\n      - vmnet: shared\n        attach: tap\n  ch:\n    networks:\n      - vmnet: shared\n        attach: tap\n")
+	h.MustVmnetctl("up", "-f", vms)
+	st := h.Status()
+	fc, ch := h.Attachment(st, "fc"), h.Attachment(st, "ch")
+	old := h.linkReaper(fc.PID)
+	if other := h.linkReaper(ch.PID); other != old {
+		t.Fatalf("two reapers, %d and %d: want one for the controller", old, other)
+	}
+	syscall.Kill(old, syscall.SIGKILL)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		for _, a := range []ctlapi.AttachmentStatus{fc, ch} {
+			if pid, err := h.findLinkReaper(a.PID); err != nil || pid == old {
+				return fmt.Errorf("%s: reaper %d, %v", a.VM, pid, err)
+			}
+		}
+		return nil
+	}, "a new reaper to watch both TAPs")
+	index := func() string {
+		out, err := h.Run(context.Background(), "cat", "/sys/class/net/"+fc.Tap+"/ifindex")
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(out)
+	}
+	oldIndex := index()
+	syscall.Kill(fc.PID, syscall.SIGKILL)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		cur := h.Attachment(h.Status(), "fc")
+		if cur.State != ctlapi.StateRunning || cur.PID == fc.PID {
+			return fmt.Errorf("state %s pid %d: %s", cur.State, cur.PID, cur.Error)
+		}
+		if i := index(); i == "" || i == oldIndex {
+			return fmt.Errorf("TAP %s: interface index %q (the killed helper's was %s)", fc.Tap, i, oldIndex)
+		}
+		return nil
+	}, "the killed helper's TAP to go and a new helper to make its own")
+	// The controller keeps a copy of each watched TAP's pipe, and drops
+	// the killed helper's once its reaper has it: one a TAP, none leaked.
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if n := len(pipesOf(h.controllerPID())); n != 2 {
+			return fmt.Errorf("the controller holds %d pipes", n)
+		}
+		return nil
+	}, "the controller to hold a pipe a TAP")
+	h.MustVmnetctl("down", "-f", vms)
+	for _, a := range []ctlapi.AttachmentStatus{fc, ch} {
+		if out, err := h.Run(context.Background(), "ip", "link", "show", a.Tap); err == nil {
+			t.Errorf("TAP left after down:\n%s", out)
+		}
+	}
 }
 
 // TestTapDeletedEndsItsHelper: the TAP of an attach: tap attachment deleted
