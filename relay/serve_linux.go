@@ -307,8 +307,9 @@ func (q *quietStats) run(interval time.Duration, done <-chan struct{}, snap func
 
 // sleep sleeps until a frame moves the counters (it reports true: the
 // lines go on every interval from the frame's) or done (false), with a
-// heartbeat line every heartbeatIntervals intervals meanwhile, and no
-// other wake-up: an idle helper wakes once a heartbeat. A change between
+// heartbeat line every heartbeatIntervals intervals meanwhile once the
+// counters ever moved, and no other wake-up: an idle helper wakes once a
+// heartbeat, one that never relayed a frame not at all. A change between
 // a snapshot and asleep is seen by the second look; one after it wakes
 // the logger (moved).
 func (q *quietStats) sleep(interval time.Duration, done <-chan struct{}, snap func() (helperproto.Counters, helperproto.Counters), lastHost, lastVM helperproto.Counters, logStats func(host, vm helperproto.Counters)) bool {
@@ -318,8 +319,18 @@ func (q *quietStats) sleep(interval time.Duration, done <-chan struct{}, snap fu
 	// 10,000 idle helpers, most of what they cost. Collection is back
 	// before the first line after a frame.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	beat := time.NewTimer(heartbeatIntervals * interval)
-	defer beat.Stop()
+	// A relay whose counters never moved (its VM never came, or sent
+	// nothing and was sent nothing) has nothing to beat for: its zeros
+	// stand (beatC stays nil). Each beat cost an idle relay some 4 us of
+	// CPU a second on this machine: 4% of a CPU at 10,000 relays that
+	// wait for their VMs.
+	var beat *time.Timer
+	var beatC <-chan time.Time
+	if lastHost != (helperproto.Counters{}) || lastVM != (helperproto.Counters{}) {
+		beat = time.NewTimer(heartbeatIntervals * interval)
+		defer beat.Stop()
+		beatC = beat.C
+	}
 	for {
 		q.asleep.Store(true)
 		if host, vm := snap(); host != lastHost || vm != lastVM {
@@ -329,7 +340,7 @@ func (q *quietStats) sleep(interval time.Duration, done <-chan struct{}, snap fu
 		select {
 		case <-q.wake:
 			return true
-		case <-beat.C:
+		case <-beatC:
 			q.asleep.Store(false)
 			logStats(lastHost, lastVM)
 			beat.Reset(heartbeatIntervals * interval)
