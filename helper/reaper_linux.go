@@ -31,12 +31,16 @@ type linkReaper struct {
 	run  int // counts the reapers started: which one ctl is
 	kept map[int32]*keptTAP
 	ep   *os.File // the epoll set of kept's descriptors; nil until first used
+	gen  int32    // the last keptTAP.gen
 }
 
-// keptTAP is a kept descriptor's TAP, and the reaper (run) that has it.
+// keptTAP is a kept descriptor's TAP, the reaper (run) that has it, and
+// the number its events carry (a descriptor's number is reused once it is
+// closed: an event read before then is not the new one's).
 type keptTAP struct {
 	e   relay.ReapEntry
 	run int
+	gen int32
 }
 
 // reapers are this process's link reapers, by program and owner (a
@@ -87,6 +91,8 @@ func (r *linkReaper) watch(e relay.ReapEntry) (keep, done *os.File, err error) {
 			if err = r.start(); err != nil {
 				break
 			}
+			// (Before the exit of the one before is told, maybe.)
+			r.regive()
 		}
 		if err = relay.SendReapEntry(r.ctl, e, alive[0], fin[1]); err == nil {
 			r.keep(alive[0], e)
@@ -131,15 +137,12 @@ func (r *linkReaper) start() error {
 	child.OnExit(func(err error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.run != run {
-			return
+		if r.run == run && r.ctl >= 0 {
+			unix.Close(r.ctl)
+			r.ctl = -1
 		}
-		unix.Close(r.ctl)
-		r.ctl = -1
-		fmt.Fprintf(os.Stderr, "link reaper %d exited (%v): giving its %d TAPs to another\n", child.Pid, err, len(r.kept))
-		if len(r.kept) > 0 {
-			r.regive()
-		}
+		fmt.Fprintf(os.Stderr, "link reaper %d exited (%v): its TAPs go to another\n", child.Pid, err)
+		r.regive()
 	})
 	return nil
 }
@@ -161,10 +164,11 @@ func (r *linkReaper) keep(alive int, e relay.ReapEntry) {
 	if err != nil {
 		return
 	}
-	r.kept[int32(dup)] = &keptTAP{e: e, run: r.run}
+	r.gen++
+	r.kept[int32(dup)] = &keptTAP{e: e, run: r.run, gen: r.gen}
 	var added error
 	r.control(func(ep int) {
-		added = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, dup, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(dup)})
+		added = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, dup, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(dup), Pad: r.gen})
 	})
 	if added != nil {
 		delete(r.kept, int32(dup))
@@ -196,11 +200,16 @@ func (r *linkReaper) keeper() {
 		r.mu.Lock()
 		for _, ev := range evs[:max(n, 0)] {
 			k := r.kept[ev.Fd]
-			if k == nil {
+			if k == nil || k.gen != ev.Pad {
 				continue
 			}
+			if r.ctl >= 0 && hungUp(r.ctl) {
+				// Its reaper is gone, its exit not told yet.
+				unix.Close(r.ctl)
+				r.ctl = -1
+			}
 			if k.run != r.run || r.ctl < 0 {
-				r.regive() // (its reaper exited: the next deletes the TAP)
+				r.regive() // (the next reaper deletes the TAP)
 			}
 			r.drop(ev.Fd)
 		}
@@ -208,8 +217,12 @@ func (r *linkReaper) keeper() {
 	}
 }
 
-// drop closes kept descriptor fd. Call with r.mu held.
+// drop closes kept descriptor fd, if it is still kept. Call with r.mu
+// held.
 func (r *linkReaper) drop(fd int32) {
+	if r.kept[fd] == nil {
+		return
+	}
 	r.control(func(ep int) { unix.EpollCtl(ep, unix.EPOLL_CTL_DEL, int(fd), nil) })
 	unix.Close(int(fd))
 	delete(r.kept, fd)
@@ -219,6 +232,13 @@ func (r *linkReaper) drop(fd int32) {
 // own does not have; one it cannot take is dropped, left to the
 // controller and `down` (they know it by its mark). Call with r.mu held.
 func (r *linkReaper) regive() {
+	stale := false
+	for _, k := range r.kept {
+		stale = stale || k.run != r.run
+	}
+	if !stale && (r.ctl >= 0 || len(r.kept) == 0) {
+		return
+	}
 	if r.ctl < 0 {
 		if err := r.start(); err != nil {
 			fmt.Fprintf(os.Stderr, "link reaper: %v; %d TAPs left to down\n", err, len(r.kept))
@@ -248,4 +268,11 @@ func (r *linkReaper) regive() {
 		}
 		k.run = r.run
 	}
+}
+
+// hungUp reports whether the other end of socket fd is closed.
+func hungUp(fd int) bool {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+	n, err := unix.Poll(p, 0)
+	return err == nil && n > 0 && p[0].Revents&(unix.POLLHUP|unix.POLLRDHUP|unix.POLLERR) != 0
 }
