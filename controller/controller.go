@@ -182,8 +182,12 @@ type Controller struct {
 	// what `vmnetctl impair` recorded (once overridesRead).
 	impairs map[string]impairSet
 	// shapings is, by attachment, what setShapings last wrote for its
-	// helper.
+	// helper; unshaped, the helpers whose shaping files a full pass found
+	// as they should be, empty (their pids); shapingWatch tells which of
+	// those files were written since (the last full pass took it).
 	shapings      map[string]shapingSet
+	unshaped      map[string]int
+	shapingWatch  *dirwatch.Watch
 	overrides     []statedir.ImpairOverride
 	overridesRead bool
 	applied       *spec.Desired
@@ -255,7 +259,7 @@ func New(opts Options) (*Controller, error) {
 	return &Controller{opts: opts, sd: opts.StateDir, log: opts.Log, be: opts.Backend,
 		nets: map[string]backend.Network{}, netErrs: map[string]string{}, helpers: map[string]*helperProc{}, portsGone: map[string]*gonePorts{},
 		degraded: map[string]string{}, strays: true, repairs: map[string]uint64{}, repairRetry: map[string]*repairRetry{}, watchedHolders: map[int]bool{},
-		reconciles: map[string]uint64{}, watch: dirwatch.New(opts.StateDir.HelpersDir()),
+		reconciles: map[string]uint64{}, watch: dirwatch.New(opts.StateDir.HelpersDir()), shapingWatch: dirwatch.New(opts.StateDir.HelpersDir()),
 		kickc: make(chan struct{}, 1), leaseKick: make(chan struct{}, 1), changing: make(chan struct{}, 1), started: time.Now()}, nil
 }
 
@@ -313,6 +317,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.watch.Close()
+		c.shapingWatch.Close()
 		c.projects.Close()
 	}()
 	defer stopServing()

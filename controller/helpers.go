@@ -185,6 +185,7 @@ func (c *Controller) adopt(rec statedir.HelperRecord) *helperProc {
 func (c *Controller) rotateLogsLocked() {
 	c.logsChecked = time.Now()
 	c.watch.Drain()
+	c.shapingWatch.Drain() // (so that its queue holds 10 s of events, not a resync's)
 	for key, h := range c.helpers {
 		if h.logPath == "" || c.watchSawNoWriteLocked(h) {
 			continue

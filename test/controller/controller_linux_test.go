@@ -9,11 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -1048,4 +1050,23 @@ func TestPartitions(t *testing.T) {
 	if got := pids(h.Status()); !maps.Equal(got, before) {
 		t.Errorf("changing the partitions restarted helpers: %v, then %v", before, got)
 	}
+}
+
+// series is the value of the controller's metric name{labels}, from its
+// /metrics at the default address.
+func (h *host) series(name, labels string) (float64, error) {
+	resp, err := h.HTTPClient().Get("http://" + ctlapi.DefaultMetricsAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	m := regexp.MustCompile(`(?m)^` + name + `\{` + regexp.QuoteMeta(labels) + `\} (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		return 0, fmt.Errorf("no %s{%s} in the metrics", name, labels)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
 }

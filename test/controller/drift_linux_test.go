@@ -3,9 +3,6 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,22 +93,7 @@ func TestDriftEvents(t *testing.T) {
 	st := h.Status()
 	br, table := st.Networks[0].Bridge, hostnet.TableName("shared")
 	network := func() ctlapi.NetworkStatus { return h.network("shared") }
-	series := func(name, labels string) (float64, error) {
-		resp, err := h.HTTPClient().Get("http://" + ctlapi.DefaultMetricsAddr + "/metrics")
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return 0, err
-		}
-		m := regexp.MustCompile(`(?m)^` + name + `\{` + regexp.QuoteMeta(labels) + `\} (\S+)$`).FindSubmatch(b)
-		if m == nil {
-			return 0, fmt.Errorf("no %s{%s} in the metrics", name, labels)
-		}
-		return strconv.ParseFloat(string(m[1]), 64)
-	}
+	series := h.series
 	metric := func(name string) (float64, error) { return series(name, `network="shared"`) }
 
 	// Repaired on events, long before the resync. (The guard table may be

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -364,5 +365,47 @@ func TestFlightRecorder(t *testing.T) {
 	})
 	if !strings.Contains(said, `ended="the guard dropped`) || requests < 20 {
 		t.Errorf("after a burst of spoofed frames, capture said %q and wrote %d echo requests", said, requests)
+	}
+}
+
+// TestShapingFileDrift: a shaping file written behind the controller's
+// back is put back by the next full pass: an unshaped helper's emptied,
+// a shaped one's given its shaping again. (An unshaped helper's file is
+// read only when the watch of the helpers' directory saw it written
+// since the last full pass found it right: this is the write it sees.)
+func TestShapingFileDrift(t *testing.T) {
+	h := newHost(t)
+	h.Env = append(h.Env, "VMNETCTL_RESYNC=1s")
+	vms := h.WriteFile("vms.yaml", "vms:\n  plain:\n    networks:\n      - vmnet: shared\n  shaped:\n    networks:\n      - vmnet: shared\n        impair: {delay: 5ms}\n")
+	h.MustVmnetctl("up", "-f", vms)
+	helpers := filepath.Join(h.StateDir(), "helpers")
+	wrong := []byte(`{"toVM":{"delay":500000000}}`)
+	for _, c := range []struct{ file, want string }{
+		{"plain.0.shaping", `"toVM":{}`},
+		{"shaped.0.shaping", `"delay":5000000`},
+	} {
+		path := filepath.Join(helpers, c.file)
+		// Two passes more (full ones: the resync's, every second): one
+		// has found the file right since, and written nothing.
+		passes, err := h.series("vmnetctl_reconciles_total", `result="success"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 30*time.Second, func() error {
+			if n, err := h.series("vmnetctl_reconciles_total", `result="success"`); err != nil || n < passes+2 {
+				return fmt.Errorf("%v passes since, %v", n-passes, err)
+			}
+			return nil
+		}, "two passes after up")
+		if err := os.WriteFile(path, wrong, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 30*time.Second, func() error {
+			b, err := os.ReadFile(path)
+			if err != nil || bytes.Contains(b, []byte("500000000")) || c.want == `"delay":5000000` && !bytes.Contains(b, []byte(c.want)) {
+				return fmt.Errorf("%s: %q, %v", c.file, b, err)
+			}
+			return nil
+		}, "%s to be put back", c.file)
 	}
 }
