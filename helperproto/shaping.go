@@ -129,6 +129,19 @@ func WriteShapings(path string, s Shapings) (changed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	// Read first, opened for reading only: closing a file opened for
+	// writing tells a watch of its directory it was written
+	// (IN_CLOSE_WRITE), and the controller's full pass, which reads only
+	// the files its watch saw written, would read this one every time.
+	if f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0); err == nil {
+		old, err := ReadShapings(f)
+		f.Close()
+		if err == nil && old == s {
+			return false, nil
+		}
+	} else if errors.Is(err, os.ErrNotExist) && s == (Shapings{}) {
+		return false, nil // (none asked, none there)
+	}
 	flags := os.O_RDWR | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
 	if s != (Shapings{}) {
 		flags |= os.O_CREATE
