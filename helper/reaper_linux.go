@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/pollset"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/relay"
 )
@@ -30,8 +31,8 @@ type linkReaper struct {
 	ctl  int // this process's end of its socket; -1: none runs
 	run  int // counts the reapers started: which one ctl is
 	kept map[int32]*keptTAP
-	ep   *os.File // the epoll set of kept's descriptors; nil until first used
-	gen  int32    // the last keptTAP.gen
+	ep   *pollset.Set // kept's descriptors; nil until first used
+	gen  int32        // the last keptTAP.gen
 }
 
 // keptTAP is a kept descriptor's TAP, the reaper (run) that has it, and
@@ -151,12 +152,11 @@ func (r *linkReaper) start() error {
 // the reaper of this run has. Call with r.mu held.
 func (r *linkReaper) keep(alive int, e relay.ReapEntry) {
 	if r.ep == nil {
-		fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+		ep, err := pollset.New()
 		if err != nil {
 			return // (kept none: a reaper's exit loses its TAPs)
 		}
-		unix.SetNonblock(fd, true) // so that os.NewFile puts it in the poller
-		r.ep = os.NewFile(uintptr(fd), "kept TAPs")
+		r.ep = ep
 		r.kept = map[int32]*keptTAP{}
 		go r.keeper()
 	}
@@ -166,39 +166,23 @@ func (r *linkReaper) keep(alive int, e relay.ReapEntry) {
 	}
 	r.gen++
 	r.kept[int32(dup)] = &keptTAP{e: e, run: r.run, gen: r.gen}
-	var added error
-	r.control(func(ep int) {
-		added = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, dup, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(dup), Pad: r.gen})
-	})
-	if added != nil {
+	if r.ep.Add(dup, r.gen) != nil {
 		delete(r.kept, int32(dup))
 		unix.Close(dup)
-	}
-}
-
-func (r *linkReaper) control(f func(ep int)) {
-	if rc, err := r.ep.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) { f(int(fd)) })
 	}
 }
 
 // keeper drops the kept descriptors whose holders are gone, once the
 // reaper of the moment has them (given again first if theirs exited).
 func (r *linkReaper) keeper() {
-	rc, err := r.ep.SyscallConn()
-	if err != nil {
-		return
-	}
 	var evs [64]unix.EpollEvent
 	for {
-		n := 0
-		rc.Read(func(fd uintptr) bool {
-			var err error
-			n, err = unix.EpollWait(int(fd), evs[:], 0)
-			return n > 0 || err != nil && err != unix.EINTR
-		})
+		n := r.ep.Wait(evs[:])
+		if n == 0 {
+			return // (it cannot be waited on)
+		}
 		r.mu.Lock()
-		for _, ev := range evs[:max(n, 0)] {
+		for _, ev := range evs[:n] {
 			k := r.kept[ev.Fd]
 			if k == nil || k.gen != ev.Pad {
 				continue
@@ -223,7 +207,7 @@ func (r *linkReaper) drop(fd int32) {
 	if r.kept[fd] == nil {
 		return
 	}
-	r.control(func(ep int) { unix.EpollCtl(ep, unix.EPOLL_CTL_DEL, int(fd), nil) })
+	r.ep.Remove(int(fd))
 	unix.Close(int(fd))
 	delete(r.kept, fd)
 }

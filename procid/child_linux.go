@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/pollset"
 )
 
 // Child is a process this one started and holds by one pidfd. os/exec's
@@ -156,7 +158,7 @@ func (p *procHandle) onExit(f func()) bool {
 // reaper waits for the exits of the processes given to OnExit, by their
 // pidfds.
 type reaper struct {
-	ep   *os.File // the epoll set of their pidfds, in Go's poller
+	ep   *pollset.Set // their pidfds
 	mu   sync.Mutex
 	kids map[int32]func() // by pidfd: what its exit calls
 }
@@ -164,12 +166,11 @@ type reaper struct {
 // reaperOf is this process's reaper, started on first use; nil where an
 // epoll set cannot be made.
 var reaperOf = sync.OnceValue(func() *reaper {
-	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	ep, err := pollset.New()
 	if err != nil {
 		return nil
 	}
-	syscall.SetNonblock(fd, true) // so that os.NewFile puts it in the poller
-	r := &reaper{ep: os.NewFile(uintptr(fd), "reaper"), kids: map[int32]func(){}}
+	r := &reaper{ep: ep, kids: map[int32]func(){}}
 	go r.run()
 	return r
 })
@@ -189,11 +190,7 @@ func (r *reaper) add(pidfd *os.File, exited func()) bool {
 	r.mu.Lock()
 	r.kids[fd] = exited
 	r.mu.Unlock()
-	var added error
-	r.control(func(ep int) {
-		added = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, int(fd), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: fd})
-	})
-	if added != nil {
+	if r.ep.Add(int(fd), 0) != nil {
 		r.mu.Lock()
 		delete(r.kids, fd)
 		r.mu.Unlock()
@@ -202,27 +199,15 @@ func (r *reaper) add(pidfd *os.File, exited func()) bool {
 	return true
 }
 
-func (r *reaper) control(f func(ep int)) {
-	if rc, err := r.ep.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) { f(int(fd)) })
-	}
-}
-
 // run reaps the children whose pidfds say they exited, for good.
 func (r *reaper) run() {
-	rc, err := r.ep.SyscallConn()
-	if err != nil {
-		return
-	}
 	var evs [64]unix.EpollEvent
 	for {
-		n := 0
-		rc.Read(func(fd uintptr) bool {
-			var err error
-			n, err = unix.EpollWait(int(fd), evs[:], 0)
-			return n > 0 || err != nil && err != unix.EINTR
-		})
-		for _, ev := range evs[:max(n, 0)] {
+		n := r.ep.Wait(evs[:])
+		if n == 0 {
+			return // (it cannot be waited on)
+		}
+		for _, ev := range evs[:n] {
 			r.mu.Lock()
 			exited, ok := r.kids[ev.Fd]
 			delete(r.kids, ev.Fd)
@@ -232,7 +217,7 @@ func (r *reaper) run() {
 			}
 			// Out of the set before whatever exited does closes the
 			// pidfd (a child's Wait reaps at once, and closes it).
-			r.control(func(ep int) { unix.EpollCtl(ep, unix.EPOLL_CTL_DEL, int(ev.Fd), nil) })
+			r.ep.Remove(int(ev.Fd))
 			go exited()
 		}
 	}

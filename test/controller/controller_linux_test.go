@@ -429,22 +429,11 @@ func TestTapHelperKilledAlone(t *testing.T) {
 		}
 		return strings.TrimSpace(out)
 	}
-	oldIndex := index()
-	if oldIndex == "" {
+	if index() == "" {
 		t.Fatalf("no TAP %s", old.Tap)
 	}
 	h.linkReaper(old.PID) // there is one
-	syscall.Kill(old.PID, syscall.SIGKILL)
-	testutil.Eventually(t, 15*time.Second, func() error {
-		cur := h.Attachment(h.Status(), "fc")
-		if cur.State != ctlapi.StateRunning || cur.PID == old.PID {
-			return fmt.Errorf("state %s pid %d: %s", cur.State, cur.PID, cur.Error)
-		}
-		if i := index(); i == "" || i == oldIndex {
-			return fmt.Errorf("TAP %s: interface index %q (the killed helper's was %s)", old.Tap, i, oldIndex)
-		}
-		return nil
-	}, "the killed helper's TAP to go and a new helper to make its own")
+	h.killTapHelper(t, old, index)
 	h.MustVmnetctl("down", "-f", vms)
 	if out, err := h.Run(context.Background(), "ip", "link", "show", old.Tap); err == nil {
 		t.Errorf("TAP left after down:\n%s", out)
@@ -487,6 +476,25 @@ func TestTapCountsInStatus(t *testing.T) {
 	if b, _ := os.ReadFile(statedir.Dir{Path: h.StateDir()}.HelperStatsFile("fc/0")); len(b) > 0 {
 		t.Errorf("fc's helper wrote stats: %q", b)
 	}
+}
+
+// killTapHelper kills a's helper (attach: tap) with SIGKILL and waits for
+// its TAP to go and a new helper to run with a TAP of its own: index
+// reads the TAP's interface index ("" without one).
+func (h *host) killTapHelper(t *testing.T, a ctlapi.AttachmentStatus, index func() string) {
+	t.Helper()
+	oldIndex := index()
+	syscall.Kill(a.PID, syscall.SIGKILL)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		cur := h.Attachment(h.Status(), a.VM)
+		if cur.State != ctlapi.StateRunning || cur.PID == a.PID {
+			return fmt.Errorf("state %s pid %d: %s", cur.State, cur.PID, cur.Error)
+		}
+		if i := index(); i == "" || i == oldIndex {
+			return fmt.Errorf("TAP %s: interface index %q (the killed helper's was %s)", a.Tap, i, oldIndex)
+		}
+		return nil
+	}, "the killed helper's TAP to go and a new helper to make its own")
 }
 
 // linkReaper is the pid of the controller's link reaper (relay.Reap),
@@ -556,18 +564,7 @@ func TestTapReaperKilled(t *testing.T) {
 		}
 		return strings.TrimSpace(out)
 	}
-	oldIndex := index()
-	syscall.Kill(fc.PID, syscall.SIGKILL)
-	testutil.Eventually(t, 30*time.Second, func() error {
-		cur := h.Attachment(h.Status(), "fc")
-		if cur.State != ctlapi.StateRunning || cur.PID == fc.PID {
-			return fmt.Errorf("state %s pid %d: %s", cur.State, cur.PID, cur.Error)
-		}
-		if i := index(); i == "" || i == oldIndex {
-			return fmt.Errorf("TAP %s: interface index %q (the killed helper's was %s)", fc.Tap, i, oldIndex)
-		}
-		return nil
-	}, "the killed helper's TAP to go and a new helper to make its own")
+	h.killTapHelper(t, fc, index)
 	// The controller keeps a copy of each watched TAP's pipe, and drops
 	// the killed helper's once its reaper has it: one a TAP, none leaked.
 	testutil.Eventually(t, 30*time.Second, func() error {
