@@ -187,7 +187,7 @@ func (r *linkReaper) keeper() {
 			if k == nil || k.gen != ev.Pad {
 				continue
 			}
-			if r.ctl >= 0 && hungUp(r.ctl) {
+			if r.ctl >= 0 && relay.HungUp(r.ctl) {
 				// Its reaper is gone, its exit not told yet.
 				unix.Close(r.ctl)
 				r.ctl = -1
@@ -252,11 +252,4 @@ func (r *linkReaper) regive() {
 		}
 		k.run = r.run
 	}
-}
-
-// hungUp reports whether the other end of socket fd is closed.
-func hungUp(fd int) bool {
-	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
-	n, err := unix.Poll(p, 0)
-	return err == nil && n > 0 && p[0].Revents&(unix.POLLHUP|unix.POLLRDHUP|unix.POLLERR) != 0
 }

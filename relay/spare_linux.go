@@ -80,7 +80,7 @@ func Spare(ctx context.Context) error {
 		closeAll()
 		return fmt.Errorf("a spare taking the command line of %s: %w", h.Argv[0], err)
 	}
-	if hungUp(ctl) {
+	if HungUp(ctl) {
 		closeAll()
 		return nil
 	}
@@ -111,8 +111,8 @@ func Spare(ctx context.Context) error {
 	return HandedOver(ctx, os.Stdout, os.Stderr)
 }
 
-// hungUp reports whether the other end of socket fd is closed.
-func hungUp(fd int) bool {
+// HungUp reports whether the other end of socket fd is closed.
+func HungUp(fd int) bool {
 	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
 	n, err := unix.Poll(p, 0)
 	return err == nil && n > 0 && p[0].Revents&(unix.POLLHUP|unix.POLLRDHUP|unix.POLLERR) != 0
