@@ -124,6 +124,8 @@ func ReadShapings(f *os.File) (Shapings, error) {
 // WriteShapings writes s into the shaping file at path, in place (the
 // helpers hold it open), with mode 0640; it writes nothing, and says so,
 // when the file holds s already (no file, or an empty one, holds none).
+// The controller is its one writer: what the read-only look found is
+// what the write replaces.
 func WriteShapings(path string, s Shapings) (changed bool, err error) {
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -154,9 +156,6 @@ func WriteShapings(path string, s Shapings) (changed bool, err error) {
 		return false, err
 	}
 	defer f.Close()
-	if old, err := ReadShapings(f); err == nil && old == s {
-		return false, nil
-	}
 	if err := f.Truncate(0); err != nil {
 		return false, err
 	}
