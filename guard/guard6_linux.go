@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -171,6 +172,12 @@ type Guard6 struct {
 	// 2.6 ms of an attach here). Forgotten when a write fails.
 	sets    map[string]*nftables.Set
 	failLog guestlog.Limit
+	// clean is what the last Sync found the sets equal to, as a digest,
+	// and the nftables generation it read them at: a Sync that wants the
+	// same at the same generation reads nothing (an idle network's resync
+	// is one small request, not a dump of its sets). Under syncMu.
+	clean cleanSets
+	seed  maphash.Seed
 
 	// soon asks resync for a sync within removalDelay: reservations
 	// that went (syncReservedOf) leave the sets then, many at once.
@@ -211,7 +218,7 @@ func StartGuard6(n *api.Network, log *slog.Logger, inNS func(func() error) error
 	if err != nil {
 		return nil, err
 	}
-	g := &Guard6{n: n, nft: nft, inNS: inNS, log: log, kick: kick, admit: admit, soon: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	g := &Guard6{n: n, nft: nft, inNS: inNS, log: log, kick: kick, admit: admit, seed: maphash.MakeSeed(), soon: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
 	if err := g.run(ctx, func(*knftables.Transaction) {}); err != nil { // the sets, if missing
 		return nil, err
@@ -309,6 +316,19 @@ func (g *Guard6) owned(ctx context.Context) (map[netip.Addr]bool, error) {
 func (g *Guard6) Sync(ctx context.Context) error {
 	g.syncMu.Lock()
 	defer g.syncMu.Unlock()
+	// The generation before the sets: a commit between the two reads as
+	// a change at the next Sync, never as none.
+	var gen uint32
+	genErr := g.inNS(func() (err error) {
+		gen, err = hostnet.NFTGeneration()
+		return err
+	})
+	want, wantOwned := g.wanted()
+	digest := g.digest(want, wantOwned)
+	if genErr == nil && g.clean == (cleanSets{true, gen, digest}) {
+		return nil
+	}
+	g.clean = cleanSets{}
 	have, err := g.pairs(ctx)
 	if err != nil {
 		return err
@@ -317,22 +337,9 @@ func (g *Guard6) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	want := map[pair]bool{} // true: a reservation
-	wantOwned := map[netip.Addr]bool{}
-	for _, ip := range gatewayAddrs6(g.n) {
-		wantOwned[ip] = true
-	}
-	// A VM's reserved EUI-64 addresses are its own before it uses them:
-	// another VM may not advertise them, nor contest them in duplicate
-	// address detection (which would keep the owner from them for good).
-	for _, b := range g.Learner.Reserved() {
-		want[pair{b.MAC.String(), b.IP}] = true
-		wantOwned[b.IP] = true
-	}
-	for _, b := range g.Learner.Bindings() {
-		want[pair{b.MAC.String(), b.IP}] = false
-		wantOwned[b.IP] = true
-	}
+	// What the sets should hold is read again after them: a reservation
+	// that SyncReservedOf added before the read is in it.
+	want, wantOwned = g.wanted()
 	haveSet := map[pair]bool{}
 	for _, p := range have {
 		haveSet[p.pair] = true
@@ -358,7 +365,69 @@ func (g *Guard6) Sync(ctx context.Context) error {
 			ops = append(ops, ownedOps(ip, true)...)
 		}
 	}
+	if len(ops) == 0 && genErr == nil {
+		g.clean = cleanSets{true, gen, g.digest(want, wantOwned)}
+	}
 	return g.apply(ctx, ops)
+}
+
+// cleanSets is a Sync that found nothing to change: at generation gen,
+// the sets held what digest sums.
+type cleanSets struct {
+	ok     bool
+	gen    uint32
+	digest uint64
+}
+
+// digest sums a hash of each element of want and wantOwned, in any order,
+// keyed by the guard's own random seed (a guest cannot choose addresses
+// whose sums collide).
+func (g *Guard6) digest(want map[pair]bool, wantOwned map[netip.Addr]bool) uint64 {
+	var sum uint64
+	var h maphash.Hash
+	h.SetSeed(g.seed)
+	for p, reserved := range want {
+		h.Reset()
+		h.WriteString(p.mac)
+		b := p.ip.As16()
+		h.Write(b[:])
+		if reserved {
+			h.WriteByte(1)
+		} else {
+			h.WriteByte(0)
+		}
+		sum += h.Sum64()
+	}
+	for ip := range wantOwned {
+		h.Reset()
+		h.WriteByte(2)
+		b := ip.As16()
+		h.Write(b[:])
+		sum += h.Sum64()
+	}
+	return sum + uint64(len(want))<<32 + uint64(len(wantOwned))
+}
+
+// wanted is what the sets should hold: the learner's reservations and
+// bindings, and the gateway's addresses.
+func (g *Guard6) wanted() (want map[pair]bool, wantOwned map[netip.Addr]bool) {
+	want = map[pair]bool{} // true: a reservation
+	wantOwned = map[netip.Addr]bool{}
+	for _, ip := range gatewayAddrs6(g.n) {
+		wantOwned[ip] = true
+	}
+	// A VM's reserved EUI-64 addresses are its own before it uses them:
+	// another VM may not advertise them, nor contest them in duplicate
+	// address detection (which would keep the owner from them for good).
+	for _, b := range g.Learner.Reserved() {
+		want[pair{b.MAC.String(), b.IP}] = true
+		wantOwned[b.IP] = true
+	}
+	for _, b := range g.Learner.Bindings() {
+		want[pair{b.MAC.String(), b.IP}] = false
+		wantOwned[b.IP] = true
+	}
+	return want, wantOwned
 }
 
 // elemOp is the addition or deletion of one element of the guard's IPv6

@@ -986,7 +986,14 @@ type AddrGuard struct {
 
 	mu        sync.Mutex
 	installed map[string][]netip.Addr // by MAC; nil until read from the kernel
-	failLog   guestlog.Limit
+	// gen is the nftables generation at which Sync read installed, if
+	// genOK: a Sync at the same generation trusts installed without
+	// reading the set again (an idle network's resync is one small
+	// request, not a dump). Whatever changes installed otherwise (a
+	// write, a read without the generation) clears genOK.
+	gen     uint32
+	genOK   bool
+	failLog guestlog.Limit
 }
 
 func NewAddrGuard(n *api.Network, alloc *leases.Allocator, log *slog.Logger, inNS func(func() error) error) (*AddrGuard, error) {
@@ -1053,6 +1060,7 @@ func (g *AddrGuard) apply(ctx context.Context, add, del []Binding) error {
 	if len(add) == 0 && len(del) == 0 {
 		return nil
 	}
+	g.genOK = false // this commit moves the generation
 	tx := g.nft.NewTransaction()
 	for _, b := range add {
 		tx.Add(&knftables.Element{Set: SetAddrs, Key: []string{b.MAC, b.IP.String()}})
@@ -1126,12 +1134,22 @@ func (g *AddrGuard) SyncAll(ctx context.Context) error { return g.Sync(ctx, fals
 func (g *AddrGuard) Sync(ctx context.Context, addOnly bool) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	// From the kernel each time, not from what was installed: the guard
+	// From the kernel unless its nftables generation is the one
+	// installed was read at, not from what was installed: the guard
 	// table may have been deleted and made again meanwhile (drift, its
-	// repair by the ports' pass), its addresses with it.
-	g.installed = nil
-	if err := g.load(ctx); err != nil {
+	// repair by the ports' pass), its addresses with it. The generation
+	// before the set: a commit between the two reads as a change.
+	var gen uint32
+	genErr := g.inNS(func() (err error) {
+		gen, err = hostnet.NFTGeneration()
 		return err
+	})
+	if genErr != nil || !g.genOK || gen != g.gen {
+		g.installed, g.genOK = nil, false
+		if err := g.load(ctx); err != nil {
+			return err
+		}
+		g.gen, g.genOK = gen, genErr == nil
 	}
 	want := g.alloc.Bound()
 	var add, del []Binding

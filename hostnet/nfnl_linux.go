@@ -299,3 +299,45 @@ func ChangeElements(ctx context.Context, family knftables.Family, id string, cha
 	}
 	return nil
 }
+
+// NFTGeneration is the current namespace's nftables generation: the
+// kernel counts up every committed transaction (any table, any family,
+// anyone's), not reads, nor what the packet path adds to dynamic sets.
+// A reader that saw a set at generation g and sees g again knows the set
+// unchanged without reading it: one small request, not a dump.
+func NFTGeneration() (uint32, error) {
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	if err != nil {
+		return 0, fmt.Errorf("nftables: %w", err)
+	}
+	defer c.Close()
+	msgs, err := c.Execute(netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN),
+			Flags: netlink.Request,
+		},
+		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("nftables: reading the generation: %w", err)
+	}
+	for _, m := range msgs {
+		if len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return 0, err
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == unix.NFTA_GEN_ID {
+				return ad.Uint32(), nil
+			}
+		}
+		if err := ad.Err(); err != nil {
+			return 0, err
+		}
+	}
+	return 0, errors.New("nftables: no generation in the kernel's answer")
+}

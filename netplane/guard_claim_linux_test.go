@@ -248,6 +248,25 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 	if !bound() {
 		t.Error("after the resync the guard's set still lacks the VM's address")
 	}
+
+	// A resync that found the set right trusts it while the nftables
+	// generation stands; an element deleted behind its back moves the
+	// generation, and the next resync puts it back.
+	for range 2 {
+		if err := nw.guard.SyncAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guard.SetAddrs, "{", mac.String(), ".", "10.200.54.10", "}")
+	if bound() {
+		t.Fatal("the element survived its deletion")
+	}
+	if err := nw.guard.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !bound() {
+		t.Error("after the resync the guard's set still lacks the deleted element")
+	}
 }
 
 // TestGuardStalePort: the guard of a port that is gone (its helper exited)

@@ -44,3 +44,37 @@ func TestHasElement(t *testing.T) {
 		}
 	}
 }
+
+// TestNFTGeneration: the generation counts committed transactions of the
+// namespace, not reads, and not another namespace's.
+func TestNFTGeneration(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "gen-host")
+	other := testutil.NewNS(t, "gen-other")
+	gen := func(ns *testutil.NS) (g uint32) {
+		t.Helper()
+		ns.MustDo(t, func() (err error) {
+			g, err = hostnet.NFTGeneration()
+			return err
+		})
+		return g
+	}
+	g0 := gen(host)
+	host.MustRun(t, "nft", "list", "ruleset")
+	if g := gen(host); g != g0 {
+		t.Fatalf("a listing moved the generation from %d to %d", g0, g)
+	}
+	host.MustRun(t, "nft", "add", "table", "bridge", "gen-t")
+	g1 := gen(host)
+	if g1 == g0 {
+		t.Fatalf("a new table left the generation at %d", g0)
+	}
+	o0 := gen(other)
+	other.MustRun(t, "nft", "add", "table", "bridge", "gen-t")
+	if o := gen(other); o == o0 {
+		t.Fatalf("the other namespace's generation stayed %d", o)
+	}
+	if g := gen(host); g != g1 {
+		t.Fatalf("another namespace's table moved this one's generation from %d to %d", g1, g)
+	}
+}
