@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmnetctl/vmnetctl/helperexec"
 	"github.com/vmnetctl/vmnetctl/pollset"
 	"github.com/vmnetctl/vmnetctl/procid"
 	"github.com/vmnetctl/vmnetctl/relay"
@@ -27,12 +30,19 @@ import (
 type linkReaper struct {
 	bin, owner string
 
-	mu   sync.Mutex
-	ctl  int // this process's end of its socket; -1: none runs
-	run  int // counts the reapers started: which one ctl is
-	kept map[int32]*keptTAP
-	ep   *pollset.Set // kept's descriptors; nil until first used
-	gen  int32        // the last keptTAP.gen
+	mu    sync.Mutex
+	ctl   int           // this process's end of its socket; -1: none runs
+	child *procid.Child // the reaper on ctl
+	run   int           // counts the reapers started: which one ctl is
+	// restart is when a reaper may be started again after one that
+	// exited soon after its start (backoff): one that cannot run (an
+	// older vmnetctl-relay in its place, say) is not started in a loop.
+	restart time.Time
+	backoff time.Duration
+	later   *time.Timer // a regive at restart, if one waits
+	kept    map[int32]*keptTAP
+	ep      *pollset.Set // kept's descriptors; nil until first used
+	gen     int32        // the last keptTAP.gen
 }
 
 // keptTAP is a kept descriptor's TAP, the reaper (run) that has it, and
@@ -95,11 +105,16 @@ func (r *linkReaper) watch(e relay.ReapEntry) (keep, done *os.File, err error) {
 			// (Before the exit of the one before is told, maybe.)
 			r.regive()
 		}
-		if err = relay.SendReapEntry(r.ctl, e, alive[0], fin[1]); err == nil {
+		if err = relay.SendReapEntry(r.ctl, e, alive[0], fin[1], r.stallCheck()); err == nil {
 			r.keep(alive[0], e)
 			return keep, done, nil
 		}
-		// Gone, or going: another, once.
+		// Gone, going or stuck: another, once. A stuck one is killed
+		// first, so that no two reapers watch the same TAPs.
+		if errors.Is(err, errReaperStuck) {
+			fmt.Fprintf(os.Stderr, "link reaper %d: %v; killed\n", r.child.Pid, err)
+			r.child.Signal(syscall.SIGKILL)
+		}
 		unix.Close(r.ctl)
 		r.ctl = -1
 		if try == 1 {
@@ -132,9 +147,10 @@ func (r *linkReaper) start() error {
 		unix.Close(fds[0])
 		return errors.Join(errors.New("starting the link reaper"), err)
 	}
-	r.ctl = fds[0]
+	r.ctl, r.child = fds[0], child
 	r.run++
 	run := r.run
+	started := time.Now()
 	child.OnExit(func(err error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -142,10 +158,47 @@ func (r *linkReaper) start() error {
 			unix.Close(r.ctl)
 			r.ctl = -1
 		}
+		// One that lived a while is replaced at once; one that exited
+		// soon after its start, after a wait that doubles each time.
+		if lived := time.Since(started); lived < reaperMinLife {
+			r.backoff = min(max(2*r.backoff, reaperMinLife), reaperMaxBackoff)
+		} else {
+			r.backoff = 0
+		}
+		r.restart = time.Now().Add(r.backoff)
 		fmt.Fprintf(os.Stderr, "link reaper %d exited (%v): its TAPs go to another\n", child.Pid, err)
 		r.regive()
 	})
 	return nil
+}
+
+// reaperMinLife is how long a reaper must have run for its exit to be
+// no sign that the next would exit as soon; reaperMaxBackoff the longest
+// a regive waits after such exits.
+const (
+	reaperMinLife    = time.Second
+	reaperMaxBackoff = time.Minute
+)
+
+// reaperStall is how long a reaper may leave an entry unanswered while
+// it makes no progress (no CPU used, nothing runnable: stopped, say)
+// before it counts as stuck, as a helper that starts; a busy one, slow on
+// a loaded machine, is waited for. A variable for tests.
+var reaperStall = helperexec.DefaultStallTimeout
+
+// errReaperStuck is a reaper that made no progress for reaperStall with
+// an entry unanswered.
+var errReaperStuck = errors.New("stuck")
+
+// stallCheck is SendReapEntry's waiting for the reaper of the moment.
+func (r *linkReaper) stallCheck() func() error {
+	watch := helperexec.NewStallWatch(r.child.Pid, reaperStall, nil, "the link reaper")
+	return func() error {
+		if err := watch.Check(time.Now()); err != nil {
+			return fmt.Errorf("%w: %w", errReaperStuck, err)
+		}
+		return nil
+	}
 }
 
 // keep keeps a copy of alive, the read end of e's holders' pipe, which
@@ -224,6 +277,19 @@ func (r *linkReaper) regive() {
 		return
 	}
 	if r.ctl < 0 {
+		if wait := time.Until(r.restart); wait > 0 {
+			// After a wait: the reaper before exited soon after its
+			// start. (A VM's watch in between starts one itself.)
+			if r.later == nil {
+				r.later = time.AfterFunc(wait, func() {
+					r.mu.Lock()
+					defer r.mu.Unlock()
+					r.later = nil
+					r.regive()
+				})
+			}
+			return
+		}
 		if err := r.start(); err != nil {
 			fmt.Fprintf(os.Stderr, "link reaper: %v; %d TAPs left to down\n", err, len(r.kept))
 			for fd := range r.kept {
@@ -232,6 +298,7 @@ func (r *linkReaper) regive() {
 			return
 		}
 	}
+	stalled := r.stallCheck()
 	for fd, k := range r.kept {
 		if k.run == r.run {
 			continue
@@ -242,8 +309,20 @@ func (r *linkReaper) regive() {
 		err := unix.Pipe2(fin[:], unix.O_CLOEXEC)
 		if err == nil {
 			unix.Close(fin[0])
-			err = relay.SendReapEntry(r.ctl, k.e, int(fd), fin[1])
+			err = relay.SendReapEntry(r.ctl, k.e, int(fd), fin[1], stalled)
 			unix.Close(fin[1])
+		}
+		if err != nil && !errors.Is(err, relay.ErrReapRefused) {
+			// Gone, going, or stuck (killed): its exit gives what is
+			// left to the next, after the backoff of a reaper that did
+			// not last.
+			if errors.Is(err, errReaperStuck) {
+				fmt.Fprintf(os.Stderr, "link reaper %d: %v; killed\n", r.child.Pid, err)
+				r.child.Signal(syscall.SIGKILL)
+			}
+			unix.Close(r.ctl)
+			r.ctl = -1
+			return
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "link reaper: %s: %v; left to down\n", k.e.Name, err)

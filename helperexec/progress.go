@@ -5,6 +5,11 @@ import (
 	"time"
 )
 
+// DefaultStallTimeout is how long a process of ours that starts (a
+// helper, a link reaper) may make no progress before it counts as stuck:
+// the helpers' default, for the controller's and `vmnetctl run`'s alike.
+const DefaultStallTimeout = 15 * time.Second
+
 // progress is how far a starting helper has got, as readProgress sees it.
 type progress struct {
 	ticks uint64 // CPU time of the helper and its descendants

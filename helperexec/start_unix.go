@@ -27,7 +27,7 @@ type StartOptions struct {
 	// helper counts as ready.
 	SocketPath string
 	// StallTimeout is how long the helper may go without progress before
-	// it is failed (default 10s): no CPU used by it or its children,
+	// it is failed (DefaultStallTimeout): no CPU used by it or its children,
 	// nothing of theirs runnable, no log line (stallWatch). A helper that
 	// moves, however slowly on a busy machine, is waited for; where
 	// progress cannot be read (no /proc), it is a plain timeout.
@@ -123,7 +123,7 @@ func Start(ctx context.Context, cmd *exec.Cmd, opts StartOptions) (*Helper, erro
 		return notStarted(errors.New("helperexec.Start reads the helper's stdout and stderr: leave them unset"))
 	}
 	if opts.StallTimeout <= 0 {
-		opts.StallTimeout = 10 * time.Second
+		opts.StallTimeout = DefaultStallTimeout
 	}
 	if opts.StopGrace <= 0 {
 		opts.StopGrace = 5 * time.Second

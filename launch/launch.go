@@ -235,6 +235,6 @@ func HelperEnv(extra []string) []string {
 // The helpers' defaults, for the controller's and `vmnetctl run`'s alike.
 const (
 	DefaultStatsInterval = 5 * time.Second
-	DefaultStallTimeout  = 15 * time.Second
+	DefaultStallTimeout  = helperexec.DefaultStallTimeout
 	DefaultStopGrace     = 5 * time.Second
 )

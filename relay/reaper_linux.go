@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -62,6 +63,14 @@ const (
 	reapRefused  byte = 2
 )
 
+// ErrReapRefused is a reaper's answer to an entry it will not watch: the
+// reaper itself goes on.
+var ErrReapRefused = errors.New("the link reaper refused")
+
+// reapAnswerCheck is how often SendReapEntry asks its caller whether to
+// wait on for a reaper's answer.
+const reapAnswerCheck = time.Second
+
 // maxReapEntry bounds an entry's encoding (a name, a mark, an index).
 const maxReapEntry = 1024
 
@@ -78,9 +87,11 @@ func ReaperCommand(bin, owner string) *exec.Cmd {
 // SendReapEntry gives e, with alive (the read end of the holders' pipe)
 // and done (the write end of the relay's), to the reaper on socket ctl,
 // and waits for its answer: nil once it watches them. Any other error
-// says the reaper is gone or refused them; the caller's copies of alive
-// and done are its own to close either way.
-func SendReapEntry(ctl int, e ReapEntry, alive, done int) error {
+// says the reaper is gone or refused them, or is waiting's: while the
+// answer is not there, waiting (if not nil) is asked every
+// reapAnswerCheck whether to go on waiting (nil) or give up (its error).
+// The caller's copies of alive and done are its own to close either way.
+func SendReapEntry(ctl int, e ReapEntry, alive, done int, waiting func() error) error {
 	msg, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -93,6 +104,19 @@ func SendReapEntry(ctl int, e ReapEntry, alive, done int) error {
 	}
 	var b [1]byte
 	for {
+		if waiting != nil {
+			fds := []unix.PollFd{{Fd: int32(ctl), Events: unix.POLLIN}}
+			n, err := unix.Poll(fds, int(reapAnswerCheck/time.Millisecond))
+			if err == unix.EINTR {
+				continue
+			}
+			if err == nil && n == 0 {
+				if err := waiting(); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		n, err := unix.Read(ctl, b[:])
 		switch {
 		case err == unix.EINTR:
@@ -102,7 +126,7 @@ func SendReapEntry(ctl int, e ReapEntry, alive, done int) error {
 		case n == 0:
 			return errors.New("the link reaper exited")
 		case b[0] != reapWatching:
-			return fmt.Errorf("the link reaper refused %s", e.Name)
+			return fmt.Errorf("%w %s", ErrReapRefused, e.Name)
 		}
 		return nil
 	}

@@ -69,7 +69,7 @@ func TestReap(t *testing.T) {
 		if unix.Pipe2(alive[:], unix.O_CLOEXEC) != nil || unix.Pipe2(fin[:], unix.O_CLOEXEC) != nil {
 			t.Fatal("pipes")
 		}
-		if err := SendReapEntry(ctl, ReapEntry{Index: tap.index, Name: tap.name, Mark: mark}, alive[0], fin[1]); err != nil {
+		if err := SendReapEntry(ctl, ReapEntry{Index: tap.index, Name: tap.name, Mark: mark}, alive[0], fin[1], nil); err != nil {
 			t.Fatalf("%s: %v", tap.name, err)
 		}
 		unix.Close(alive[0])
