@@ -39,9 +39,8 @@ func RetryDump[T any](f func() (T, error)) (T, error) {
 
 func LinkList() ([]netlink.Link, error) { return RetryDump(netlink.LinkList) }
 
-func AddrList(link netlink.Link) ([]netlink.Addr, error) {
-	return RetryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, netlink.FAMILY_V4) })
-}
+// AddrList lists link's IPv4 addresses (AddrsOf).
+func AddrList(link netlink.Link) ([]netlink.Addr, error) { return AddrsOf(link, netlink.FAMILY_V4) }
 
 func NotFound(err error) bool {
 	var lnf netlink.LinkNotFoundError

@@ -26,6 +26,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/checksum"
 	"github.com/vmnetctl/vmnetctl/guestlog"
 	"github.com/vmnetctl/vmnetctl/rawsock"
+	"github.com/vmnetctl/vmnetctl/rtlink"
 )
 
 // A network's guests configure their IPv6 addresses themselves (SLAAC), so
@@ -137,6 +138,7 @@ type Learner struct {
 
 	file  *os.File        // the packet socket, in Go's poller
 	nl    *netlink.Handle // in the interface's namespace, for refresh
+	addrs *rtlink.Conn    // the same, for the interface's addresses alone
 	index int             // the interface's index
 
 	mu      sync.Mutex
@@ -222,14 +224,21 @@ func (l *Learner) open() error {
 		nl.Close()
 		return err
 	}
-	l.nl, l.index = nl, link.Attrs().Index
+	addrs, err := rtlink.Open()
+	if err != nil {
+		nl.Close()
+		return err
+	}
+	l.nl, l.addrs, l.index = nl, addrs, link.Attrs().Index
 	if err := l.refreshHost(); err != nil {
 		nl.Close()
+		addrs.Close()
 		return err
 	}
 	// The filter comes before bind, so no other packet is ever queued.
 	if l.file, err = rawsock.Listen(l.index, unix.ETH_P_IPV6, nd6Filter, "nd6"); err != nil {
 		nl.Close()
+		addrs.Close()
 		return fmt.Errorf("packet socket: %w", err)
 	}
 	return nil
@@ -242,15 +251,15 @@ func (l *Learner) refreshHost() error {
 	if err != nil {
 		return err
 	}
-	addrs, err := l.nl.AddrList(link, netlink.FAMILY_V6)
+	// Of the interface alone: an address dump of the host walks every
+	// link, at every sweep of every network's learner.
+	addrs, err := l.addrs.Addrs(l.index, unix.AF_INET6)
 	if err != nil {
 		return err
 	}
 	host := make(map[netip.Addr]bool, len(addrs))
 	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			host[ip.Unmap()] = true
-		}
+		host[a.Prefix.Addr().Unmap()] = true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -690,6 +699,7 @@ func (l *Learner) Close() error {
 		l.closeErr = l.file.Close() // a read under way returns
 		<-l.done
 		l.nl.Close()
+		l.addrs.Close()
 	})
 	return l.closeErr
 }

@@ -114,7 +114,7 @@ func checkIPv6(n *api.Network, br netlink.Link) []error {
 		return nil
 	}
 	var errs []error
-	addrs, err := hostnet.RetryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, netlink.FAMILY_V6) })
+	addrs, err := hostnet.AddrsOf(br, netlink.FAMILY_V6)
 	if err != nil {
 		return []error{fmt.Errorf("network %q: listing IPv6 addresses of %s: %w", n.ID, br.Attrs().Name, err)}
 	}

@@ -177,7 +177,7 @@ func ensureOnlyAddr(n *api.Network, br netlink.Link, want netip.Prefix, spare fu
 	if want.Addr().Is6() {
 		family = netlink.FAMILY_V6
 	}
-	addrs, err := hostnet.RetryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(br, family) })
+	addrs, err := hostnet.AddrsOf(br, family)
 	if err != nil {
 		return fmt.Errorf("network %q: listing addresses of %s: %w", n.ID, br.Attrs().Name, err)
 	}

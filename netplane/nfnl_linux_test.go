@@ -4,6 +4,9 @@ import (
 	"net"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
+
 	"github.com/vmnetctl/vmnetctl/guard"
 	"github.com/vmnetctl/vmnetctl/hostnet"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
@@ -77,4 +80,52 @@ func TestNFTGeneration(t *testing.T) {
 	if g := gen(host); g != g1 {
 		t.Fatalf("another namespace's table moved this one's generation from %d to %d", g1, g)
 	}
+}
+
+// TestAddrsOf: a link's addresses as the kernel filters them by index are
+// netlink.AddrList's: IPv4 with a peer and without, a label, IPv6, and
+// none of another link's.
+func TestAddrsOf(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "ao-host")
+	for _, l := range []string{"ao0", "ao1"} {
+		host.MustRun(t, "ip", "link", "add", l, "type", "bridge")
+		host.MustRun(t, "ip", "link", "set", l, "up")
+	}
+	host.MustRun(t, "ip", "addr", "add", "10.9.0.1/24", "dev", "ao0", "label", "ao0:x")
+	host.MustRun(t, "ip", "addr", "add", "10.9.1.1", "peer", "10.9.1.2/32", "dev", "ao0")
+	host.MustRun(t, "ip", "addr", "add", "fd00:9::1/64", "dev", "ao0", "nodad")
+	host.MustRun(t, "ip", "addr", "add", "10.9.2.1/24", "brd", "+", "dev", "ao1")
+	host.MustRun(t, "ip", "addr", "add", "fd00:9:1::1/64", "dev", "ao1", "nodad")
+	host.MustDo(t, func() error {
+		for _, name := range []string{"ao0", "ao1"} {
+			link, err := netlink.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+				got, err := hostnet.AddrsOf(link, family)
+				if err != nil {
+					return err
+				}
+				want, err := netlink.AddrList(link, family)
+				if err != nil {
+					return err
+				}
+				// (Lifetimes count down between the two dumps.)
+				for _, as := range [][]netlink.Addr{got, want} {
+					for i := range as {
+						as[i].PreferedLft, as[i].ValidLft = 0, 0
+					}
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("%s, family %d (-AddrList +AddrsOf):\n%s", name, family, diff)
+				}
+				if len(got) == 0 {
+					t.Errorf("%s, family %d: no address", name, family)
+				}
+			}
+		}
+		return nil
+	})
 }

@@ -368,7 +368,7 @@ func checkWireGuard(n *api.Network) []error {
 		errs = append(errs, fmt.Errorf("network %q: %s has MTU %d, want %d", n.ID, name, l.Attrs().MTU, n.VXLAN.WireGuardMTU()))
 	}
 	want := netip.PrefixFrom(n.VXLAN.TunnelAddr(idx), n.VXLAN.WireGuard.Subnet.Bits())
-	addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4)
+	addrs, _ := hostnet.AddrsOf(l, netlink.FAMILY_V4)
 	found := false
 	for _, a := range addrs {
 		if p, ok := hostnet.AddrPrefix(a.IPNet); ok && p == want {

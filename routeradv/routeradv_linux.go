@@ -242,20 +242,21 @@ func linkLocalState(iface string) string {
 	if l.Attrs().Flags&net.FlagUp == 0 {
 		return "the interface is down"
 	}
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+	addrs, err := linkAddrs6(l.Attrs().Index)
 	if err != nil {
 		return err.Error()
 	}
 	lowerUp := l.Attrs().RawFlags&unix.IFF_LOWER_UP != 0
 	for _, a := range addrs {
-		if !a.IP.IsLinkLocalUnicast() {
+		ip := a.Prefix.Addr()
+		if !ip.IsLinkLocalUnicast() {
 			continue
 		}
 		switch {
 		case a.Flags&unix.IFA_F_DADFAILED != 0:
-			return fmt.Sprintf("%s failed duplicate address detection", a.IP)
+			return fmt.Sprintf("%s failed duplicate address detection", ip)
 		case a.Flags&unix.IFA_F_TENTATIVE != 0:
-			return fmt.Sprintf("%s is tentative: DAD does not end without carrier, set accept_dad to 0 on %s", a.IP, iface)
+			return fmt.Sprintf("%s is tentative: DAD does not end without carrier, set accept_dad to 0 on %s", ip, iface)
 		}
 	}
 	if !lowerUp {

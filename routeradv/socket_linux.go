@@ -12,6 +12,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/rtlink"
 )
 
 // socket is the server's ICMPv6 socket on one interface: bound to the
@@ -134,6 +136,17 @@ func (s *socket) read(b []byte) (n, hops int, from netip.Addr, err error) {
 // Close closes the socket; a read under way returns.
 func (s *socket) Close() error { return s.f.Close() }
 
+// linkAddrs6 is the IPv6 addresses of the link of interface index, asked
+// of it alone (rtlink: an address dump of the host walks every link).
+func linkAddrs6(index int) ([]rtlink.Addr, error) {
+	c, err := rtlink.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Addrs(index, unix.AF_INET6)
+}
+
 // linkLocal is the interface name's index, MAC and first link-local
 // address, read by its name and of it alone: no dump of every link.
 func linkLocal(name string) (index int, mac net.HardwareAddr, addr netip.Addr, err error) {
@@ -141,12 +154,12 @@ func linkLocal(name string) (index int, mac net.HardwareAddr, addr netip.Addr, e
 	if err != nil {
 		return 0, nil, netip.Addr{}, err
 	}
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+	addrs, err := linkAddrs6(l.Attrs().Index)
 	if err != nil {
 		return 0, nil, netip.Addr{}, err
 	}
 	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Is6() && ip.IsLinkLocalUnicast() {
+		if ip := a.Prefix.Addr(); ip.Is6() && ip.IsLinkLocalUnicast() {
 			return l.Attrs().Index, l.Attrs().HardwareAddr, ip, nil
 		}
 	}

@@ -2,6 +2,7 @@ package rtlink
 
 import (
 	"encoding/binary"
+	"net/netip"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -57,4 +58,49 @@ func FuzzParseLink(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		parseLink(b)
 	})
+}
+
+// addrBody is an address message's body: an ifaddrmsg of family, prefix
+// length and index, then the attributes given as type and value.
+func addrBody(family, bits uint8, index uint32, attrs ...any) []byte {
+	b := make([]byte, unix.SizeofIfAddrmsg)
+	b[0], b[1] = family, bits
+	binary.NativeEndian.PutUint32(b[4:], index)
+	for i := 0; i+1 < len(attrs); i += 2 {
+		v := attrs[i+1].([]byte)
+		a := make([]byte, (4+len(v)+3)&^3)
+		binary.NativeEndian.PutUint16(a, uint16(4+len(v)))
+		binary.NativeEndian.PutUint16(a[2:], attrs[i].(uint16))
+		copy(a[4:], v)
+		b = append(b, a...)
+	}
+	return b
+}
+
+// TestParseAddr: IPv4's address from IFA_LOCAL and IFA_ADDRESS, a peer's
+// where they differ; IPv6's from IFA_ADDRESS alone; flags from IFA_FLAGS
+// over the header's; nothing from a short body or one without an address.
+func TestParseAddr(t *testing.T) {
+	ip := func(s string) []byte { return netip.MustParseAddr(s).AsSlice() }
+	flags := binary.NativeEndian.AppendUint32(nil, unix.IFA_F_NODAD|unix.IFA_F_PERMANENT)
+	for _, tc := range []struct {
+		name string
+		body []byte
+		want Addr
+		ok   bool
+	}{
+		{"ipv4", addrBody(unix.AF_INET, 24, 3, uint16(unix.IFA_ADDRESS), ip("10.0.0.1"), uint16(unix.IFA_LOCAL), ip("10.0.0.1"), uint16(unix.IFA_LABEL), []byte("br0\x00")),
+			Addr{Prefix: netip.MustParsePrefix("10.0.0.1/24"), Label: "br0"}, true},
+		{"ipv4 peer", addrBody(unix.AF_INET, 32, 3, uint16(unix.IFA_ADDRESS), ip("10.0.1.2"), uint16(unix.IFA_LOCAL), ip("10.0.1.1")),
+			Addr{Prefix: netip.MustParsePrefix("10.0.1.1/32"), Peer: netip.MustParsePrefix("10.0.1.2/32")}, true},
+		{"ipv6", addrBody(unix.AF_INET6, 64, 3, uint16(unix.IFA_ADDRESS), ip("fd00::1"), uint16(unix.IFA_FLAGS), flags),
+			Addr{Prefix: netip.MustParsePrefix("fd00::1/64"), Flags: unix.IFA_F_NODAD | unix.IFA_F_PERMANENT}, true},
+		{"short", make([]byte, unix.SizeofIfAddrmsg-1), Addr{}, false},
+		{"no address", addrBody(unix.AF_INET6, 64, 3), Addr{Prefix: netip.PrefixFrom(netip.Addr{}, 64)}, false},
+	} {
+		got, ok := parseAddr(tc.body)
+		if ok != tc.ok || (ok && got != tc.want) {
+			t.Errorf("%s: %+v %v, want %+v %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
 }

@@ -49,9 +49,10 @@ var ErrGone = unix.ENODEV
 // them: a holder that reads its TAP's counters every few seconds opens no
 // socket each time. Its calls are not for several goroutines at once.
 type Conn struct {
-	fd  int
-	seq uint32
-	buf []byte
+	fd     int
+	seq    uint32
+	buf    []byte
+	strict bool // NETLINK_GET_STRICT_CHK asked for (Addrs)
 }
 
 // Open opens a Conn in this thread's network namespace.
@@ -202,14 +203,21 @@ func (c *Conn) Delete(index int) error {
 // keep it (the buffer is read into again); it returns the errno the
 // kernel answered with, if any.
 func (c *Conn) request(typ uint16, flags uint16, index int, attrs []byte, each func(body []byte)) error {
+	var ifi [unix.SizeofIfInfomsg]byte
+	binary.NativeEndian.PutUint32(ifi[4:], uint32(int32(index)))
+	return c.ask(typ, flags, unix.RTM_NEWLINK, index, append(ifi[:], attrs...), each)
+}
+
+// ask sends a request of type typ whose body (its header, then its
+// attributes) is body, and passes the body of each message of type answer
+// in the reply to each, as request does; index names the link in errors.
+func (c *Conn) ask(typ, flags, answer uint16, index int, body []byte, each func(body []byte)) error {
 	c.seq++
 	seq := c.seq
-	req := make([]byte, unix.SizeofNlMsghdr+unix.SizeofIfInfomsg+len(attrs))
+	req := make([]byte, unix.SizeofNlMsghdr+len(body))
 	h := (*unix.NlMsghdr)(unsafe.Pointer(&req[0]))
 	*h = unix.NlMsghdr{Len: uint32(len(req)), Type: typ, Flags: unix.NLM_F_REQUEST | flags, Seq: seq}
-	ifi := (*unix.IfInfomsg)(unsafe.Pointer(&req[unix.SizeofNlMsghdr]))
-	*ifi = unix.IfInfomsg{Family: unix.AF_UNSPEC, Index: int32(index)}
-	copy(req[unix.SizeofNlMsghdr+unix.SizeofIfInfomsg:], attrs)
+	copy(req[unix.SizeofNlMsghdr:], body)
 	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("link %d: %w", index, err)
 	}
@@ -254,7 +262,7 @@ func (c *Conn) request(typ uint16, flags uint16, index int, attrs []byte, each f
 					}
 				}
 				return nil
-			case unix.RTM_NEWLINK:
+			case answer:
 				each(body)
 				answered = true
 			}
