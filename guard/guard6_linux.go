@@ -172,11 +172,12 @@ type Guard6 struct {
 	// 2.6 ms of an attach here). Forgotten when a write fails.
 	sets    map[string]*nftables.Set
 	failLog guestlog.Limit
-	// clean is what the last Sync found the sets equal to, as a digest,
-	// and the nftables generation it read them at: a Sync that wants the
-	// same at the same generation reads nothing (an idle network's resync
-	// is one small request, not a dump of its sets). Under syncMu.
-	clean cleanSets
+	// trust is what the last Syncs found the sets equal to (a digest of
+	// what they wanted) at which nftables generation: a Sync that wants
+	// the same at a generation it can trust reads nothing (an idle
+	// network's resync is one small request, not a dump of its sets).
+	// Under syncMu.
+	trust genTrust
 	seed  maphash.Seed
 
 	// soon asks resync for a sync within removalDelay: reservations
@@ -324,17 +325,17 @@ func (g *Guard6) Sync(ctx context.Context) error {
 		return err
 	})
 	want, wantOwned := g.wanted()
-	digest := g.digest(want, wantOwned)
-	if genErr == nil && g.clean == (cleanSets{true, gen, digest}) {
+	if genErr == nil && g.trust.skip(gen, g.digest(want, wantOwned)) {
 		return nil
 	}
-	g.clean = cleanSets{}
 	have, err := g.pairs(ctx)
 	if err != nil {
+		g.trust.forget()
 		return err
 	}
 	haveOwned, err := g.owned(ctx)
 	if err != nil {
+		g.trust.forget()
 		return err
 	}
 	// What the sets should hold is read again after them: a reservation
@@ -365,18 +366,8 @@ func (g *Guard6) Sync(ctx context.Context) error {
 			ops = append(ops, ownedOps(ip, true)...)
 		}
 	}
-	if len(ops) == 0 && genErr == nil {
-		g.clean = cleanSets{true, gen, g.digest(want, wantOwned)}
-	}
+	g.trust.read(gen, g.digest(want, wantOwned), len(ops) == 0 && genErr == nil)
 	return g.apply(ctx, ops)
-}
-
-// cleanSets is a Sync that found nothing to change: at generation gen,
-// the sets held what digest sums.
-type cleanSets struct {
-	ok     bool
-	gen    uint32
-	digest uint64
 }
 
 // digest sums a hash of each element of want and wantOwned, in any order,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"maps"
 	"net"
@@ -986,13 +987,13 @@ type AddrGuard struct {
 
 	mu        sync.Mutex
 	installed map[string][]netip.Addr // by MAC; nil until read from the kernel
-	// gen is the nftables generation at which Sync read installed, if
-	// genOK: a Sync at the same generation trusts installed without
-	// reading the set again (an idle network's resync is one small
-	// request, not a dump). Whatever changes installed otherwise (a
-	// write, a read without the generation) clears genOK.
-	gen     uint32
-	genOK   bool
+	// trust is what Sync's reads of the set found (a digest of
+	// installed) at which nftables generation: a Sync at a generation it
+	// can trust keeps installed without reading the set again (an idle
+	// network's resync is one small request, not a dump). A write, or a
+	// read outside Sync, forgets it.
+	trust   genTrust
+	seed    maphash.Seed
 	failLog guestlog.Limit
 }
 
@@ -1001,7 +1002,7 @@ func NewAddrGuard(n *api.Network, alloc *leases.Allocator, log *slog.Logger, inN
 	if err != nil {
 		return nil, err
 	}
-	return &AddrGuard{id: n.ID, alloc: alloc, log: log, nft: nft, inNS: inNS}, nil
+	return &AddrGuard{id: n.ID, alloc: alloc, log: log, nft: nft, inNS: inNS, seed: maphash.MakeSeed()}, nil
 }
 
 // Installed is the address pairs the kernel's guard holds, by MAC, read
@@ -1044,6 +1045,26 @@ func (g *AddrGuard) load(ctx context.Context) error {
 	return nil
 }
 
+// installedDigest sums a hash of each pair installed holds, in any
+// order, keyed by the guard's own random seed.
+func (g *AddrGuard) installedDigest() uint64 {
+	var sum uint64
+	var h maphash.Hash
+	h.SetSeed(g.seed)
+	n := 0
+	for mac, ips := range g.installed {
+		for _, ip := range ips {
+			h.Reset()
+			h.WriteString(mac)
+			b := ip.As16()
+			h.Write(b[:])
+			sum += h.Sum64()
+			n++
+		}
+	}
+	return sum + uint64(n)
+}
+
 // Change adds the pairs add and deletes del now, under the guard's lock,
 // as a sync does; deleting a pair already gone is no error.
 func (g *AddrGuard) Change(ctx context.Context, add, del []Binding) error {
@@ -1060,7 +1081,7 @@ func (g *AddrGuard) apply(ctx context.Context, add, del []Binding) error {
 	if len(add) == 0 && len(del) == 0 {
 		return nil
 	}
-	g.genOK = false // this commit moves the generation
+	g.trust.forget() // this commit moves the generation
 	tx := g.nft.NewTransaction()
 	for _, b := range add {
 		tx.Add(&knftables.Element{Set: SetAddrs, Key: []string{b.MAC, b.IP.String()}})
@@ -1134,22 +1155,24 @@ func (g *AddrGuard) SyncAll(ctx context.Context) error { return g.Sync(ctx, fals
 func (g *AddrGuard) Sync(ctx context.Context, addOnly bool) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	// From the kernel unless its nftables generation is the one
-	// installed was read at, not from what was installed: the guard
-	// table may have been deleted and made again meanwhile (drift, its
-	// repair by the ports' pass), its addresses with it. The generation
-	// before the set: a commit between the two reads as a change.
+	// From the kernel, not from what was installed (the guard table
+	// may have been deleted and made again meanwhile, by drift and the
+	// ports' pass's repair, its addresses with it), unless the nftables
+	// generation says the set is what was read (genTrust). The
+	// generation before the set: a commit between the two reads as a
+	// change.
 	var gen uint32
 	genErr := g.inNS(func() (err error) {
 		gen, err = hostnet.NFTGeneration()
 		return err
 	})
-	if genErr != nil || !g.genOK || gen != g.gen {
-		g.installed, g.genOK = nil, false
+	if genErr != nil || g.installed == nil || !g.trust.skip(gen, g.installedDigest()) {
+		g.installed = nil
 		if err := g.load(ctx); err != nil {
+			g.trust.forget()
 			return err
 		}
-		g.gen, g.genOK = gen, genErr == nil
+		g.trust.read(gen, g.installedDigest(), genErr == nil)
 	}
 	want := g.alloc.Bound()
 	var add, del []Binding

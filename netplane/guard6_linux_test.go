@@ -197,8 +197,9 @@ func TestGuard6(t *testing.T) {
 
 	// A binding deleted from the sets behind the guard's back comes back,
 	// also after a sync that found them right (and trusts them while the
-	// nftables generation stands).
-	for range 2 {
+	// nftables generation stands: a second read at the same generation
+	// confirmed the first, a third trusts them).
+	for range 3 {
 		host.MustDo(t, func() error { return nw2.guard6.Sync(context.Background()) })
 	}
 	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guard.SetAddrs6, "{", macA, ".", gA.String(), "}")

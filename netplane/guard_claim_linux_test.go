@@ -249,10 +249,11 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 		t.Error("after the resync the guard's set still lacks the VM's address")
 	}
 
-	// A resync that found the set right trusts it while the nftables
-	// generation stands; an element deleted behind its back moves the
-	// generation, and the next resync puts it back.
-	for range 2 {
+	// A resync that found the set right twice trusts it while the
+	// nftables generation stands (the third reads nothing); an element
+	// deleted behind its back moves the generation, and the next resync
+	// puts it back.
+	for range 3 {
 		if err := nw.guard.SyncAll(ctx); err != nil {
 			t.Fatal(err)
 		}
