@@ -49,9 +49,10 @@ type linkReaper struct {
 // the number its events carry (a descriptor's number is reused once it is
 // closed: an event read before then is not the new one's).
 type keptTAP struct {
-	e   relay.ReapEntry
-	run int
-	gen int32
+	e      relay.ReapEntry
+	run    int
+	gen    int32
+	polled bool // in ep
 }
 
 // reapers are this process's link reapers, by program and owner (a
@@ -97,29 +98,27 @@ func (r *linkReaper) watch(e relay.ReapEntry) (keep, done *os.File, err error) {
 	keep, done = os.NewFile(uintptr(alive[1]), "cleanup of "+e.Name), os.NewFile(uintptr(fin[0]), "cleanup of "+e.Name+" done")
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for try := range 2 {
+	for range 2 {
 		if r.ctl < 0 {
 			if err = r.start(); err != nil {
 				break
 			}
 			// (Before the exit of the one before is told, maybe.)
 			r.regive()
+			if r.ctl < 0 {
+				err = errors.New("the link reaper exited as it started")
+				continue // (abandoned by regive)
+			}
 		}
-		if err = relay.SendReapEntry(r.ctl, e, alive[0], fin[1], r.stallCheck()); err == nil {
+		err = relay.SendReapEntry(r.ctl, e, alive[0], fin[1], r.stallCheck())
+		if err == nil {
 			r.keep(alive[0], e)
 			return keep, done, nil
 		}
-		// Gone, going or stuck: another, once. A stuck one is killed
-		// first, so that no two reapers watch the same TAPs.
-		if errors.Is(err, errReaperStuck) {
-			fmt.Fprintf(os.Stderr, "link reaper %d: %v; killed\n", r.child.Pid, err)
-			r.child.Signal(syscall.SIGKILL)
+		if errors.Is(err, relay.ErrReapRefused) {
+			break // (the reaper goes on)
 		}
-		unix.Close(r.ctl)
-		r.ctl = -1
-		if try == 1 {
-			break
-		}
+		r.abandon(err) // another, once
 	}
 	keep.Close()
 	done.Close()
@@ -190,15 +189,31 @@ var reaperStall = helperexec.DefaultStallTimeout
 // an entry unanswered.
 var errReaperStuck = errors.New("stuck")
 
-// stallCheck is SendReapEntry's waiting for the reaper of the moment.
+// stallCheck is SendReapEntry's waiting for the reaper of the moment,
+// which watches its progress from the first time the answer is late.
 func (r *linkReaper) stallCheck() func() error {
-	watch := helperexec.NewStallWatch(r.child.Pid, reaperStall, nil, "the link reaper")
+	var watch *helperexec.StallWatch
+	pid := r.child.Pid
 	return func() error {
+		if watch == nil {
+			watch = helperexec.NewStallWatch(pid, reaperStall, nil, "the link reaper")
+		}
 		if err := watch.Check(time.Now()); err != nil {
 			return fmt.Errorf("%w: %w", errReaperStuck, err)
 		}
 		return nil
 	}
+}
+
+// abandon gives up the reaper of the moment after err, a failure of its
+// socket or its stall: it is killed (harmless if it is gone; through its
+// pidfd, never another process), so that no two reapers watch the same
+// TAPs once the next has been given them. Call with r.mu held.
+func (r *linkReaper) abandon(err error) {
+	fmt.Fprintf(os.Stderr, "link reaper %d: %v; killed, its TAPs go to another\n", r.child.Pid, err)
+	r.child.Signal(syscall.SIGKILL)
+	unix.Close(r.ctl)
+	r.ctl = -1
 }
 
 // keep keeps a copy of alive, the read end of e's holders' pipe, which
@@ -218,7 +233,7 @@ func (r *linkReaper) keep(alive int, e relay.ReapEntry) {
 		return
 	}
 	r.gen++
-	r.kept[int32(dup)] = &keptTAP{e: e, run: r.run, gen: r.gen}
+	r.kept[int32(dup)] = &keptTAP{e: e, run: r.run, gen: r.gen, polled: true}
 	if r.ep.Add(dup, r.gen) != nil {
 		delete(r.kept, int32(dup))
 		unix.Close(dup)
@@ -248,6 +263,17 @@ func (r *linkReaper) keeper() {
 			if k.run != r.run || r.ctl < 0 {
 				r.regive() // (the next reaper deletes the TAP)
 			}
+			if k.run != r.run || r.ctl < 0 {
+				// No reaper has it now (a restart waits out its
+				// backoff): kept, no longer polled (its EOF would
+				// wake this at once again); the regive that starts
+				// the next gives it and polls it again.
+				if k.polled {
+					r.ep.Remove(int(ev.Fd))
+					k.polled = false
+				}
+				continue
+			}
 			r.drop(ev.Fd)
 		}
 		r.mu.Unlock()
@@ -257,10 +283,13 @@ func (r *linkReaper) keeper() {
 // drop closes kept descriptor fd, if it is still kept. Call with r.mu
 // held.
 func (r *linkReaper) drop(fd int32) {
-	if r.kept[fd] == nil {
+	k := r.kept[fd]
+	if k == nil {
 		return
 	}
-	r.ep.Remove(int(fd))
+	if k.polled {
+		r.ep.Remove(int(fd))
+	}
 	unix.Close(int(fd))
 	delete(r.kept, fd)
 }
@@ -306,29 +335,33 @@ func (r *linkReaper) regive() {
 		// A done end of its own: the holder's read EOF with the
 		// reaper that died.
 		var fin [2]int
-		err := unix.Pipe2(fin[:], unix.O_CLOEXEC)
-		if err == nil {
-			unix.Close(fin[0])
-			err = relay.SendReapEntry(r.ctl, k.e, int(fd), fin[1], stalled)
-			unix.Close(fin[1])
+		if err := unix.Pipe2(fin[:], unix.O_CLOEXEC); err != nil {
+			// This process's failure (out of descriptors), not the
+			// reaper's: kept for the next regive.
+			fmt.Fprintf(os.Stderr, "link reaper: %s: %v; given later\n", k.e.Name, err)
+			continue
 		}
-		if err != nil && !errors.Is(err, relay.ErrReapRefused) {
-			// Gone, going, or stuck (killed): its exit gives what is
-			// left to the next, after the backoff of a reaper that did
-			// not last.
-			if errors.Is(err, errReaperStuck) {
-				fmt.Fprintf(os.Stderr, "link reaper %d: %v; killed\n", r.child.Pid, err)
-				r.child.Signal(syscall.SIGKILL)
-			}
-			unix.Close(r.ctl)
-			r.ctl = -1
-			return
-		}
-		if err != nil {
+		unix.Close(fin[0])
+		err := relay.SendReapEntry(r.ctl, k.e, int(fd), fin[1], stalled)
+		unix.Close(fin[1])
+		switch {
+		case errors.Is(err, relay.ErrReapRefused):
 			fmt.Fprintf(os.Stderr, "link reaper: %s: %v; left to down\n", k.e.Name, err)
 			r.drop(fd)
 			continue
+		case err != nil:
+			// Gone, going or stuck: its exit gives what is left to the
+			// next, after the backoff of a reaper that did not last.
+			r.abandon(err)
+			return
 		}
 		k.run = r.run
+		if !k.polled {
+			if r.ep.Add(int(fd), k.gen) != nil {
+				r.drop(fd) // (the reaper has its own copy)
+				continue
+			}
+			k.polled = true
+		}
 	}
 }

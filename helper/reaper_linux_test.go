@@ -82,9 +82,14 @@ func TestReaperStopped(t *testing.T) {
 	var keep0, done0, keep1, done1 *os.File
 	host.MustDo(t, func() (err error) { keep0, done0, err = r.watch(e0); return err })
 	old := r.child
+	// Its exit seen through a pidfd of the test's own: the reaper's
+	// Child has its one OnExit, the linkReaper's.
+	pidfd, err := unix.PidfdOpen(old.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
 	old.Signal(syscall.SIGSTOP)
-	exited := make(chan struct{})
-	old.OnExit(func(error) { close(exited) })
 	watched := make(chan error, 1)
 	go func() {
 		watched <- host.Do(func() (err error) { keep1, done1, err = r.watch(e1); return err })
@@ -97,10 +102,8 @@ func TestReaperStopped(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("a minute on, the watch still waits for a reaper stopped for %v", reaperStall)
 	}
-	select {
-	case <-exited:
-	case <-time.After(time.Minute):
-		t.Errorf("the stopped reaper %d was not killed", old.Pid)
+	if n, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, int(time.Minute/time.Millisecond)); n != 1 {
+		t.Errorf("the stopped reaper %d was not killed: %v", old.Pid, err)
 	}
 	if r.child == old {
 		t.Fatal("no new reaper")
@@ -165,4 +168,73 @@ func TestReaperRestartBackoff(t *testing.T) {
 	if now := time.Now(); now.Before(restart) {
 		t.Errorf("started again %v before its backoff ended", restart.Sub(now))
 	}
+}
+
+// TestReaperBackoffKeepsTAPs: a TAP whose holders go while no reaper runs
+// (its restart waits out a backoff) is kept for the next reaper, which
+// deletes it, and the descriptor kept for it is closed then.
+func TestReaperBackoffKeepsTAPs(t *testing.T) {
+	testutil.RequireRoot(t, "TAPs")
+	host := testutil.NewNS(t, "rkeep")
+	r := testReaper(t)
+	real := r.bin
+	e := reaperTap(t, host, "rkeep0")
+	var keep, done *os.File
+	host.MustDo(t, func() (err error) { keep, done, err = r.watch(e); return err })
+	defer done.Close()
+	r.mu.Lock()
+	r.bin = "/bin/false" // the next reapers exit at once
+	old := r.child
+	r.mu.Unlock()
+	old.Signal(syscall.SIGKILL)
+	testutil.Eventually(t, time.Minute, func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.ctl >= 0 || r.later == nil {
+			return fmt.Errorf("ctl %d, a restart waiting %v", r.ctl, r.later != nil)
+		}
+		return nil
+	}, "a restart that waits out its backoff")
+	// The holders go while none runs; then the reaper can run again.
+	keep.Close()
+	testutil.Eventually(t, time.Minute, func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, k := range r.kept {
+			if k.polled {
+				return fmt.Errorf("%s still polled", k.e.Name)
+			}
+		}
+		if len(r.kept) != 1 {
+			return fmt.Errorf("%d TAPs kept", len(r.kept))
+		}
+		return nil
+	}, "the TAP kept, unpolled, while no reaper runs")
+	// The restart made here, as the timer would: a reaper finds the
+	// TAP by its index in its own namespace, and the timer's would start
+	// in the host's.
+	host.MustDo(t, func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.later != nil {
+			r.later.Stop()
+			r.later = nil
+		}
+		r.bin, r.restart = real, time.Time{}
+		r.regive()
+		return nil
+	})
+	testutil.Eventually(t, time.Minute, func() error {
+		var err error
+		host.MustDo(t, func() error { _, err = netlink.LinkByIndex(e.Index); return nil })
+		if err == nil {
+			return fmt.Errorf("%s is there", e.Name)
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.kept) != 0 {
+			return fmt.Errorf("%d descriptors kept", len(r.kept))
+		}
+		return nil
+	}, "the next reaper to delete %s and the kept descriptor to be closed", e.Name)
 }
