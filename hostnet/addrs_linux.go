@@ -1,6 +1,7 @@
 package hostnet
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,9 +12,10 @@ import (
 )
 
 // AddrsOf lists the addresses of family (netlink.FAMILY_V4 or FAMILY_V6)
-// on link, as netlink.AddrList would, in a dump the kernel filters by the
-// link's index (rtlink.Conn.Addrs): netlink.AddrList asks for every
-// address of the host, and the kernel walks every link for it.
+// on link (none if it is gone), as netlink.AddrList would, in a dump the
+// kernel filters by the link's index (rtlink.Conn.Addrs):
+// netlink.AddrList asks for every address of the host, and the kernel
+// walks every link for it.
 func AddrsOf(link netlink.Link, family int) ([]netlink.Addr, error) {
 	c, err := rtlink.Open()
 	if err != nil {
@@ -23,7 +25,10 @@ func AddrsOf(link netlink.Link, family int) ([]netlink.Addr, error) {
 	index := link.Attrs().Index
 	if index == 0 {
 		l, err := c.LinkByName(link.Attrs().Name)
-		if err != nil {
+		switch {
+		case errors.Is(err, rtlink.ErrGone):
+			return nil, nil // (no link, no address)
+		case err != nil:
 			return nil, fmt.Errorf("link %s: %w", link.Attrs().Name, err)
 		}
 		index = l.Index

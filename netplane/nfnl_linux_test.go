@@ -129,3 +129,17 @@ func TestAddrsOf(t *testing.T) {
 		return nil
 	})
 }
+
+// TestAddrsOfGone: a link gone has no addresses, as netlink.AddrList
+// says, not an error.
+func TestAddrsOfGone(t *testing.T) {
+	needRoot(t)
+	host := testutil.NewNS(t, "aog-host")
+	host.MustDo(t, func() error {
+		got, err := hostnet.AddrsOf(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Index: 9999, Name: "gone"}}, netlink.FAMILY_V4)
+		if err != nil || len(got) != 0 {
+			t.Errorf("a link gone: %v, %v; want none, no error", got, err)
+		}
+		return nil
+	})
+}

@@ -2,6 +2,8 @@ package rtlink
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"net/netip"
 
 	"golang.org/x/sys/unix"
@@ -23,8 +25,10 @@ type Addr struct {
 }
 
 // Addrs reads the addresses of family (unix.AF_INET or AF_INET6) on the
-// link of interface index, in a dump the kernel filters by that index
-// (NETLINK_GET_STRICT_CHK, set on c's socket at the first call): a plain
+// link of interface index (none if there is no such link), in a dump the
+// kernel filters by that index (NETLINK_GET_STRICT_CHK, set on c's socket
+// at the first call, for its later requests too: the link requests of
+// this package pass the kernel's strict checks as well): a plain
 // address dump (netlink.AddrList's) makes the kernel walk every link of
 // the host, which beside 10,000 VM ports was a third of an idle
 // controller's netlink time. A kernel without strict checks sends every
@@ -38,17 +42,29 @@ func (c *Conn) Addrs(index int, family uint8) ([]Addr, error) {
 	var ifa [unix.SizeofIfAddrmsg]byte
 	ifa[0] = family
 	binary.NativeEndian.PutUint32(ifa[4:], uint32(index))
-	var out []Addr
-	err := c.ask(unix.RTM_GETADDR, unix.NLM_F_DUMP, unix.RTM_NEWADDR, index, ifa[:], func(m []byte) {
-		if a, ok := parseAddr(m); ok && m[0] == family && int(binary.NativeEndian.Uint32(m[4:8])) == index {
-			out = append(out, a)
+	for range dumpTries {
+		var out []Addr
+		interrupted, err := c.ask(unix.RTM_GETADDR, unix.NLM_F_DUMP, unix.RTM_NEWADDR, index, ifa[:], func(m []byte) {
+			if a, ok := parseAddr(m); ok && m[0] == family && int(binary.NativeEndian.Uint32(m[4:8])) == index {
+				out = append(out, a)
+			}
+		})
+		switch {
+		case errors.Is(err, ErrGone):
+			return nil, nil // (as netlink.AddrList: no link, no address)
+		case err != nil:
+			return nil, err
+		case !interrupted:
+			return out, nil
 		}
-	})
-	if err != nil {
-		return nil, err
 	}
-	return out, nil
+	return nil, fmt.Errorf("link %d: the address dump was interrupted %d times", index, dumpTries)
 }
+
+// dumpTries bounds the tries of an address dump that the kernel
+// interrupted (NLM_F_DUMP_INTR: the addresses changed while it ran, and
+// some may be missing from it).
+const dumpTries = 10
 
 // parseAddr reads the body m of an address's message (ifaddrmsg, then its
 // attributes); ok is false for one too short, or without an address.

@@ -205,13 +205,16 @@ func (c *Conn) Delete(index int) error {
 func (c *Conn) request(typ uint16, flags uint16, index int, attrs []byte, each func(body []byte)) error {
 	var ifi [unix.SizeofIfInfomsg]byte
 	binary.NativeEndian.PutUint32(ifi[4:], uint32(int32(index)))
-	return c.ask(typ, flags, unix.RTM_NEWLINK, index, append(ifi[:], attrs...), each)
+	_, err := c.ask(typ, flags, unix.RTM_NEWLINK, index, append(ifi[:], attrs...), each)
+	return err
 }
 
 // ask sends a request of type typ whose body (its header, then its
 // attributes) is body, and passes the body of each message of type answer
 // in the reply to each, as request does; index names the link in errors.
-func (c *Conn) ask(typ, flags, answer uint16, index int, body []byte, each func(body []byte)) error {
+// interrupted tells a dump the kernel marked NLM_F_DUMP_INTR (what it
+// lists changed while it ran: some may be missing).
+func (c *Conn) ask(typ, flags, answer uint16, index int, body []byte, each func(body []byte)) (interrupted bool, err error) {
 	c.seq++
 	seq := c.seq
 	req := make([]byte, unix.SizeofNlMsghdr+len(body))
@@ -219,7 +222,7 @@ func (c *Conn) ask(typ, flags, answer uint16, index int, body []byte, each func(
 	*h = unix.NlMsghdr{Len: uint32(len(req)), Type: typ, Flags: unix.NLM_F_REQUEST | flags, Seq: seq}
 	copy(req[unix.SizeofNlMsghdr:], body)
 	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("link %d: %w", index, err)
+		return false, fmt.Errorf("link %d: %w", index, err)
 	}
 	dump := flags&unix.NLM_F_DUMP == unix.NLM_F_DUMP
 	answered := false
@@ -229,28 +232,29 @@ func (c *Conn) ask(typ, flags, answer uint16, index int, body []byte, each func(
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("link %d: %w", index, err)
+			return interrupted, fmt.Errorf("link %d: %w", index, err)
 		}
 		for b := c.buf[:n]; len(b) >= unix.SizeofNlMsghdr; {
 			mh := (*unix.NlMsghdr)(unsafe.Pointer(&b[0]))
 			l := int(mh.Len)
 			if l < unix.SizeofNlMsghdr || l > len(b) {
-				return fmt.Errorf("link %d: a malformed answer", index)
+				return interrupted, fmt.Errorf("link %d: a malformed answer", index)
 			}
 			body := b[unix.SizeofNlMsghdr:l]
 			b = b[min((l+3)&^3, len(b)):]
 			if mh.Seq != seq {
 				continue // the rest of an earlier request's answer
 			}
+			interrupted = interrupted || mh.Flags&unix.NLM_F_DUMP_INTR != 0
 			switch mh.Type {
 			case unix.NLMSG_ERROR:
 				if len(body) < 4 {
-					return fmt.Errorf("link %d: a short error message", index)
+					return interrupted, fmt.Errorf("link %d: a short error message", index)
 				}
 				if e := int32(binary.NativeEndian.Uint32(body)); e != 0 {
-					return fmt.Errorf("link %d: %w", index, syscall.Errno(-e))
+					return interrupted, fmt.Errorf("link %d: %w", index, syscall.Errno(-e))
 				}
-				return nil // the acknowledgement
+				return interrupted, nil // the acknowledgement
 			case unix.NLMSG_DONE:
 				// A dump's end, with the error that ended it if any. (One
 				// the kernel marked NLM_F_DUMP_INTR, links having changed
@@ -258,17 +262,17 @@ func (c *Conn) ask(typ, flags, answer uint16, index int, body []byte, each func(
 				// callers read counters again at their next turn.)
 				if len(body) >= 4 {
 					if e := int32(binary.NativeEndian.Uint32(body)); e < 0 {
-						return fmt.Errorf("link dump: %w", syscall.Errno(-e))
+						return interrupted, fmt.Errorf("dump of link %d: %w", index, syscall.Errno(-e))
 					}
 				}
-				return nil
+				return interrupted, nil
 			case answer:
 				each(body)
 				answered = true
 			}
 		}
 		if answered && !dump && flags&unix.NLM_F_ACK == 0 {
-			return nil
+			return interrupted, nil
 		}
 	}
 }
