@@ -236,15 +236,19 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 	if !bound() {
 		t.Fatal("the fixed address is not in the guard's set")
 	}
+	resync := func() {
+		t.Helper()
+		if err := nw.guard.SyncAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	host.MustRun(t, "nft", "delete", "table", "bridge", hostnet.TableName(n.ID))
 	host.MustRun(t, "ip", "link", "add", "p-a", "type", "veth", "peer", "name", "p-a-peer")
 	host.MustDo(t, func() error { return guard.AddPort(ctx, n, "p-a", mac) }) // the ports' repair
 	if bound() {
 		t.Fatal("the set survived its table's deletion")
 	}
-	if err := nw.guard.SyncAll(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resync()
 	if !bound() {
 		t.Error("after the resync the guard's set still lacks the VM's address")
 	}
@@ -254,17 +258,13 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 	// deleted behind its back moves the generation, and the next resync
 	// puts it back.
 	for range 3 {
-		if err := nw.guard.SyncAll(ctx); err != nil {
-			t.Fatal(err)
-		}
+		resync()
 	}
 	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guard.SetAddrs, "{", mac.String(), ".", "10.200.54.10", "}")
 	if bound() {
 		t.Fatal("the element survived its deletion")
 	}
-	if err := nw.guard.SyncAll(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resync()
 	if !bound() {
 		t.Error("after the resync the guard's set still lacks the deleted element")
 	}

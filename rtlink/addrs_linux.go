@@ -78,13 +78,8 @@ func parseAddr(m []byte) (a Addr, ok bool) {
 	family, bits := m[0], int(m[1])
 	a.Flags, a.Scope = uint32(m[2]), m[3]
 	var local, address netip.Addr
-	for b := m[unix.SizeofIfAddrmsg:]; len(b) >= 4; {
-		n := int(binary.NativeEndian.Uint16(b))
-		if n < 4 || n > len(b) {
-			break
-		}
-		v := b[4:n]
-		switch binary.NativeEndian.Uint16(b[2:]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER) {
+	for typ, v := range attrs(m[unix.SizeofIfAddrmsg:]) {
+		switch typ {
 		case unix.IFA_ADDRESS:
 			address, _ = netip.AddrFromSlice(v)
 		case unix.IFA_LOCAL:
@@ -102,7 +97,6 @@ func parseAddr(m []byte) (a Addr, ok bool) {
 				a.PreferredLft, a.ValidLft = binary.NativeEndian.Uint32(v), binary.NativeEndian.Uint32(v[4:])
 			}
 		}
-		b = b[min((n+3)&^3, len(b)):]
 	}
 	switch {
 	case !local.IsValid():

@@ -14,6 +14,12 @@ func linkBody(index int32, flags uint32, attrs ...any) []byte {
 	b := make([]byte, unix.SizeofIfInfomsg)
 	binary.NativeEndian.PutUint32(b[4:], uint32(index))
 	binary.NativeEndian.PutUint32(b[8:], flags)
+	return appendAttrs(b, attrs...)
+}
+
+// appendAttrs appends the attributes given as type and value to b, each
+// padded to 4 bytes.
+func appendAttrs(b []byte, attrs ...any) []byte {
 	for i := 0; i+1 < len(attrs); i += 2 {
 		v := attrs[i+1].([]byte)
 		a := make([]byte, (4+len(v)+3)&^3)
@@ -66,15 +72,7 @@ func addrBody(family, bits uint8, index uint32, attrs ...any) []byte {
 	b := make([]byte, unix.SizeofIfAddrmsg)
 	b[0], b[1] = family, bits
 	binary.NativeEndian.PutUint32(b[4:], index)
-	for i := 0; i+1 < len(attrs); i += 2 {
-		v := attrs[i+1].([]byte)
-		a := make([]byte, (4+len(v)+3)&^3)
-		binary.NativeEndian.PutUint16(a, uint16(4+len(v)))
-		binary.NativeEndian.PutUint16(a[2:], attrs[i].(uint16))
-		copy(a[4:], v)
-		b = append(b, a...)
-	}
-	return b
+	return appendAttrs(b, attrs...)
 }
 
 // TestParseAddr: IPv4's address from IFA_LOCAL and IFA_ADDRESS, a peer's
@@ -102,5 +100,14 @@ func TestParseAddr(t *testing.T) {
 		if ok != tc.ok || (ok && got != tc.want) {
 			t.Errorf("%s: %+v %v, want %+v %v", tc.name, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestParseLinkAllocates: a link's counters and master are read without
+// allocating (a relay reads its TAP's every few seconds).
+func TestParseLinkAllocates(t *testing.T) {
+	body := linkBody(42, unix.IFF_UP, uint16(unix.IFLA_MASTER), binary.NativeEndian.AppendUint32(nil, 7), uint16(unix.IFLA_STATS64), make([]byte, 23*8))
+	if n := testing.AllocsPerRun(100, func() { parseLink(body) }); n != 0 {
+		t.Errorf("parseLink allocates %v times", n)
 	}
 }

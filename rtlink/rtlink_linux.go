@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"syscall"
 	"unsafe"
@@ -158,13 +159,8 @@ func parseLink(m []byte) (l Link, ok bool) {
 	}
 	ifi := (*unix.IfInfomsg)(unsafe.Pointer(&m[0]))
 	l = Link{Index: int(ifi.Index), Flags: ifi.Flags}
-	for b := m[unix.SizeofIfInfomsg:]; len(b) >= 4; {
-		n := int(binary.NativeEndian.Uint16(b))
-		if n < 4 || n > len(b) {
-			break
-		}
-		v := b[4:n]
-		switch binary.NativeEndian.Uint16(b[2:]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER) {
+	for typ, v := range attrs(m[unix.SizeofIfInfomsg:]) {
+		switch typ {
 		case unix.IFLA_IFNAME:
 			l.Name = unix.ByteSliceToString(v)
 		case unix.IFLA_IFALIAS:
@@ -180,9 +176,25 @@ func parseLink(m []byte) (l Link, ok bool) {
 					RxErrors: u(4), TxErrors: u(5), RxDropped: u(6), TxDropped: u(7)}
 			}
 		}
-		b = b[min((n+3)&^3, len(b)):]
 	}
 	return l, true
+}
+
+// attrs yields the type (its flags masked) and value of each attribute
+// of b, up to the first that is not whole and well formed.
+func attrs(b []byte) iter.Seq2[uint16, []byte] {
+	return func(yield func(uint16, []byte) bool) {
+		for len(b) >= 4 {
+			n := int(binary.NativeEndian.Uint16(b))
+			if n < 4 || n > len(b) {
+				return
+			}
+			if !yield(binary.NativeEndian.Uint16(b[2:])&^(unix.NLA_F_NESTED|unix.NLA_F_NET_BYTEORDER), b[4:n]) {
+				return
+			}
+			b = b[min((n+3)&^3, len(b)):]
+		}
+	}
 }
 
 // Delete deletes the link of interface index; one already gone is not an
