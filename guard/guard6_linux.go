@@ -319,6 +319,7 @@ func (g *Guard6) Sync(ctx context.Context) error {
 	defer g.syncMu.Unlock()
 	// The generation before the sets: a commit between the two reads as
 	// a change at the next Sync, never as none.
+	began := time.Now()
 	var gen uint32
 	genErr := g.inNS(func() (err error) {
 		gen, err = hostnet.NFTGeneration()
@@ -366,7 +367,7 @@ func (g *Guard6) Sync(ctx context.Context) error {
 			ops = append(ops, ownedOps(ip, true)...)
 		}
 	}
-	g.trust.read(gen, g.digest(want, wantOwned), len(ops) == 0 && genErr == nil)
+	g.trust.read(gen, g.digest(want, wantOwned), len(ops) == 0 && genErr == nil, began)
 	return g.apply(ctx, ops)
 }
 

@@ -1161,6 +1161,7 @@ func (g *AddrGuard) Sync(ctx context.Context, addOnly bool) error {
 	// generation says the set is what was read (genTrust). The
 	// generation before the set: a commit between the two reads as a
 	// change.
+	began := time.Now()
 	var gen uint32
 	genErr := g.inNS(func() (err error) {
 		gen, err = hostnet.NFTGeneration()
@@ -1172,7 +1173,7 @@ func (g *AddrGuard) Sync(ctx context.Context, addOnly bool) error {
 			g.trust.forget()
 			return err
 		}
-		g.trust.read(gen, g.installedDigest(), genErr == nil)
+		g.trust.read(gen, g.installedDigest(), genErr == nil, began)
 	}
 	want := g.alloc.Bound()
 	var add, del []Binding

@@ -199,7 +199,12 @@ func TestGuard6(t *testing.T) {
 	// also after a sync that found them right (and trusts them while the
 	// nftables generation stands: a second read at the same generation
 	// confirmed the first, a third trusts them).
-	for range 3 {
+	// (The sleep is the rule's own gap between two reads, guard.TrustGap,
+	// not a wait for anything.)
+	for i := range 3 {
+		if i == 1 {
+			time.Sleep(guard.TrustGap)
+		}
 		host.MustDo(t, func() error { return nw2.guard6.Sync(context.Background()) })
 	}
 	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guard.SetAddrs6, "{", macA, ".", gA.String(), "}")

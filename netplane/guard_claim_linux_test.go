@@ -253,11 +253,15 @@ func TestGuardAddressesAfterTableLoss(t *testing.T) {
 		t.Error("after the resync the guard's set still lacks the VM's address")
 	}
 
-	// A resync that found the set right twice trusts it while the
-	// nftables generation stands (the third reads nothing); an element
-	// deleted behind its back moves the generation, and the next resync
-	// puts it back.
-	for range 3 {
+	// A resync that found the set right twice, guard.TrustGap apart,
+	// trusts it while the nftables generation stands (the third reads
+	// nothing); an element deleted behind its back moves the generation,
+	// and the next resync puts it back. (The sleep is the rule's own gap
+	// between two reads, not a wait for anything.)
+	for i := range 3 {
+		if i == 1 {
+			time.Sleep(guard.TrustGap)
+		}
 		resync()
 	}
 	host.MustRun(t, "nft", "delete", "element", "bridge", hostnet.TableName(n.ID), guard.SetAddrs, "{", mac.String(), ".", "10.200.54.10", "}")
