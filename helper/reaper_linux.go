@@ -256,9 +256,10 @@ func (r *linkReaper) keeper() {
 				continue
 			}
 			if r.ctl >= 0 && relay.HungUp(r.ctl) {
-				// Its reaper is gone, its exit not told yet.
-				unix.Close(r.ctl)
-				r.ctl = -1
+				// Its reaper is gone, its exit not told yet, or it
+				// closed its socket (a failed read): killed, so that
+				// the next is the only one that has its TAPs.
+				r.abandon(errors.New("its socket hung up"))
 			}
 			if k.run != r.run || r.ctl < 0 {
 				r.regive() // (the next reaper deletes the TAP)
@@ -332,18 +333,12 @@ func (r *linkReaper) regive() {
 		if k.run == r.run {
 			continue
 		}
-		// A done end of its own: the holder's read EOF with the
-		// reaper that died.
-		var fin [2]int
-		if err := unix.Pipe2(fin[:], unix.O_CLOEXEC); err != nil {
-			// This process's failure (out of descriptors), not the
-			// reaper's: kept for the next regive.
-			fmt.Fprintf(os.Stderr, "link reaper: %s: %v; given later\n", k.e.Name, err)
-			continue
-		}
-		unix.Close(fin[0])
-		err := relay.SendReapEntry(r.ctl, k.e, int(fd), fin[1], stalled)
-		unix.Close(fin[1])
+		// The kept descriptor is its done end too: the holders read
+		// EOF from the reaper that died and wait for no other, and a
+		// reaper only closes its done end. (A pipe of its own would be
+		// a failure of this process's, out of descriptors, that left
+		// the TAP to no reaper.)
+		err := relay.SendReapEntry(r.ctl, k.e, int(fd), int(fd), stalled)
 		switch {
 		case errors.Is(err, relay.ErrReapRefused):
 			fmt.Fprintf(os.Stderr, "link reaper: %s: %v; left to down\n", k.e.Name, err)

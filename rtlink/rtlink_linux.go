@@ -274,6 +274,9 @@ func (c *Conn) ask(typ, flags, answer uint16, index int, body []byte, each func(
 				// callers read counters again at their next turn.)
 				if len(body) >= 4 {
 					if e := int32(binary.NativeEndian.Uint32(body)); e < 0 {
+						if index == 0 {
+							return interrupted, fmt.Errorf("link dump: %w", syscall.Errno(-e))
+						}
 						return interrupted, fmt.Errorf("dump of link %d: %w", index, syscall.Errno(-e))
 					}
 				}
