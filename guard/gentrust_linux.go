@@ -1,6 +1,10 @@
 package guard
 
-import "time"
+import (
+	"hash/maphash"
+	"net/netip"
+	"time"
+)
 
 // genTrust tells a guard's resync when it may trust what it last read of
 // its sets without reading them again: the namespace's nftables
@@ -59,3 +63,17 @@ func (t *genTrust) read(gen uint32, digest uint64, clean bool, now time.Time) {
 
 // forget trusts nothing: the sets were written.
 func (t *genTrust) forget() { *t = genTrust{} }
+
+// elemHash is a hash of one element of a guard's sets: a MAC as text (or
+// none), an address and a tag telling the sets apart, under h's seed (a
+// guard's own random one: a guest cannot choose addresses whose hashes
+// collide). A digest of the sets sums the hashes of their elements, in
+// any order, and adds their number.
+func elemHash(h *maphash.Hash, mac string, ip netip.Addr, tag byte) uint64 {
+	h.Reset()
+	h.WriteString(mac)
+	b := ip.As16()
+	h.Write(b[:])
+	h.WriteByte(tag)
+	return h.Sum64()
+}

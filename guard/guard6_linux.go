@@ -371,31 +371,20 @@ func (g *Guard6) Sync(ctx context.Context) error {
 	return g.apply(ctx, ops)
 }
 
-// digest sums a hash of each element of want and wantOwned, in any order,
-// keyed by the guard's own random seed (a guest cannot choose addresses
-// whose sums collide).
+// digest is a digest of want and wantOwned (elemHash).
 func (g *Guard6) digest(want map[pair]bool, wantOwned map[netip.Addr]bool) uint64 {
 	var sum uint64
 	var h maphash.Hash
 	h.SetSeed(g.seed)
 	for p, reserved := range want {
-		h.Reset()
-		h.WriteString(p.mac)
-		b := p.ip.As16()
-		h.Write(b[:])
+		tag := byte(0)
 		if reserved {
-			h.WriteByte(1)
-		} else {
-			h.WriteByte(0)
+			tag = 1
 		}
-		sum += h.Sum64()
+		sum += elemHash(&h, p.mac, p.ip, tag)
 	}
 	for ip := range wantOwned {
-		h.Reset()
-		h.WriteByte(2)
-		b := ip.As16()
-		h.Write(b[:])
-		sum += h.Sum64()
+		sum += elemHash(&h, "", ip, 2)
 	}
 	return sum + uint64(len(want))<<32 + uint64(len(wantOwned))
 }

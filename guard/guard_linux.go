@@ -1045,8 +1045,7 @@ func (g *AddrGuard) load(ctx context.Context) error {
 	return nil
 }
 
-// installedDigest sums a hash of each pair installed holds, in any
-// order, keyed by the guard's own random seed.
+// installedDigest is a digest of the pairs installed holds (elemHash).
 func (g *AddrGuard) installedDigest() uint64 {
 	var sum uint64
 	var h maphash.Hash
@@ -1054,11 +1053,7 @@ func (g *AddrGuard) installedDigest() uint64 {
 	n := 0
 	for mac, ips := range g.installed {
 		for _, ip := range ips {
-			h.Reset()
-			h.WriteString(mac)
-			b := ip.As16()
-			h.Write(b[:])
-			sum += h.Sum64()
+			sum += elemHash(&h, mac, ip, 0)
 			n++
 		}
 	}

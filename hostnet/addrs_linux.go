@@ -2,7 +2,6 @@ package hostnet
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 
@@ -13,27 +12,21 @@ import (
 
 // AddrsOf lists the addresses of family (netlink.FAMILY_V4 or FAMILY_V6)
 // on link (none if it is gone), as netlink.AddrList would, in a dump the
-// kernel filters by the link's index (rtlink.Conn.Addrs):
-// netlink.AddrList asks for every address of the host, and the kernel
-// walks every link for it.
+// kernel filters by the link's index (rtlink.Addrs): netlink.AddrList
+// asks for every address of the host, and the kernel walks every link
+// for it.
 func AddrsOf(link netlink.Link, family int) ([]netlink.Addr, error) {
-	c, err := rtlink.Open()
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
 	index := link.Attrs().Index
 	if index == 0 {
-		l, err := c.LinkByName(link.Attrs().Name)
-		switch {
+		var err error
+		switch index, err = rtlink.Index(link.Attrs().Name); {
 		case errors.Is(err, rtlink.ErrGone):
 			return nil, nil // (no link, no address)
 		case err != nil:
-			return nil, fmt.Errorf("link %s: %w", link.Attrs().Name, err)
+			return nil, err
 		}
-		index = l.Index
 	}
-	addrs, err := c.Addrs(index, uint8(family))
+	addrs, err := rtlink.Addrs(index, uint8(family))
 	if err != nil {
 		return nil, err
 	}

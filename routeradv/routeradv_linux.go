@@ -20,6 +20,8 @@ import (
 	"github.com/mdlayher/ndp"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmnetctl/vmnetctl/rtlink"
 )
 
 // A network's bridge advertises its IPv6 prefix with router advertisements
@@ -242,7 +244,7 @@ func linkLocalState(iface string) string {
 	if l.Attrs().Flags&net.FlagUp == 0 {
 		return "the interface is down"
 	}
-	addrs, err := linkAddrs6(l.Attrs().Index)
+	addrs, err := rtlink.Addrs(l.Attrs().Index, unix.AF_INET6)
 	if err != nil {
 		return err.Error()
 	}

@@ -136,17 +136,6 @@ func (s *socket) read(b []byte) (n, hops int, from netip.Addr, err error) {
 // Close closes the socket; a read under way returns.
 func (s *socket) Close() error { return s.f.Close() }
 
-// linkAddrs6 is the IPv6 addresses of the link of interface index, asked
-// of it alone (rtlink: an address dump of the host walks every link).
-func linkAddrs6(index int) ([]rtlink.Addr, error) {
-	c, err := rtlink.Open()
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	return c.Addrs(index, unix.AF_INET6)
-}
-
 // linkLocal is the interface name's index, MAC and first link-local
 // address, read by its name and of it alone: no dump of every link.
 func linkLocal(name string) (index int, mac net.HardwareAddr, addr netip.Addr, err error) {
@@ -154,7 +143,8 @@ func linkLocal(name string) (index int, mac net.HardwareAddr, addr netip.Addr, e
 	if err != nil {
 		return 0, nil, netip.Addr{}, err
 	}
-	addrs, err := linkAddrs6(l.Attrs().Index)
+	// Of the link alone (an address dump of the host walks every link).
+	addrs, err := rtlink.Addrs(l.Attrs().Index, unix.AF_INET6)
 	if err != nil {
 		return 0, nil, netip.Addr{}, err
 	}

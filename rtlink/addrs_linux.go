@@ -61,6 +61,16 @@ func (c *Conn) Addrs(index int, family uint8) ([]Addr, error) {
 	return nil, fmt.Errorf("link %d: the address dump was interrupted %d times", index, dumpTries)
 }
 
+// Addrs is Conn.Addrs on a Conn of its own, in this thread's namespace.
+func Addrs(index int, family uint8) ([]Addr, error) {
+	c, err := Open()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Addrs(index, family)
+}
+
 // dumpTries bounds the tries of an address dump that the kernel
 // interrupted (NLM_F_DUMP_INTR: the addresses changed while it ran, and
 // some may be missing from it).
