@@ -22,6 +22,7 @@ import (
 	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/ops"
 	"github.com/vmnetctl/vmnetctl/procid"
+	relaypkg "github.com/vmnetctl/vmnetctl/relay"
 	"github.com/vmnetctl/vmnetctl/statedir"
 	"github.com/vmnetctl/vmnetctl/test/testutil"
 )
@@ -149,7 +150,7 @@ func TestChurn(t *testing.T) {
 		status, statusMax, scrape  time.Duration
 		rssMB                      float64
 		threads                    int
-		idleCPU, idleController    float64 // % of one CPU: controller and helpers; the controller alone
+		idle                       idleUse
 	}
 	var rows []row
 	prev := 0
@@ -229,8 +230,11 @@ func TestChurn(t *testing.T) {
 		r.rssMB, r.threads = controllerUsage(t, state)
 		// Over a resync and then some: the controller's full pass every
 		// resync is most of what it does idle, and a window of 10 s
-		// held one or not (6.6% or 22.5% at 9,999).
-		r.idleCPU, r.idleController = idleCPU(t, state, ctlapi.DefaultResync()+5*time.Second)
+		// held one or not (6.6% or 22.5% at 9,999). And over a minute:
+		// an idle Go process wakes once a minute (sysmon), a minute
+		// from its start, so a fleet started together and a window of
+		// 35 s after it saw no helper wake at all.
+		r.idle = idleCPU(t, dir, state, max(ctlapi.DefaultResync(), sysmonPeriod)+5*time.Second)
 		rows = append(rows, r)
 		t.Logf("%d VMs: attach p50 %v, detach p50 %v", n, r.attachP50, r.detachP50)
 	}
@@ -249,15 +253,15 @@ func TestChurn(t *testing.T) {
 		down = must(vmnetctl("down", "-p", "fleet"))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| VMs | up to N (per VM; CPU a VM) | attach p50 / p99 (pass) | detach p50 / p99 (pass) | API attach p50 / p99 | API detach p50 / p99 | status --json p50 / max | scrape | controller RSS, threads | idle CPU (controller) |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| VMs | up to N (per VM; CPU a VM) | attach p50 / p99 (pass) | detach p50 / p99 (pass) | API attach p50 / p99 | API detach p50 / p99 | status --json p50 / max | scrape | controller RSS, threads | idle CPU (controller) | idle helper / Go's floor, us of CPU a minute |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %d | %v (%v; %v) | %v / %v (%v) | %v / %v (%v) | %v / %v | %v / %v | %v / %v | %v | %.0f MB, %d | %.1f%% (%.1f%%) |\n", r.n,
+		fmt.Fprintf(&b, "| %d | %v (%v; %v) | %v / %v (%v) | %v / %v (%v) | %v / %v | %v / %v | %v / %v | %v | %.0f MB, %d | %.1f%% (%.1f%%) | %.0f / %.0f |\n", r.n,
 			r.grow.Round(time.Millisecond), r.perVM.Round(100*time.Microsecond), r.cpuPerVM.Round(100*time.Microsecond),
 			r.attachP50.Round(time.Millisecond), r.attachP99.Round(time.Millisecond), r.passAtt.Round(time.Millisecond),
 			r.detachP50.Round(time.Millisecond), r.detachP99.Round(time.Millisecond), r.passDet.Round(time.Millisecond),
 			r.apiAttachP50.Round(100*time.Microsecond), r.apiAttachP99.Round(100*time.Microsecond),
 			r.apiDetachP50.Round(100*time.Microsecond), r.apiDetachP99.Round(100*time.Microsecond),
-			r.status.Round(time.Millisecond), r.statusMax.Round(time.Millisecond), r.scrape.Round(time.Millisecond), r.rssMB, r.threads, r.idleCPU, r.idleController)
+			r.status.Round(time.Millisecond), r.statusMax.Round(time.Millisecond), r.scrape.Round(time.Millisecond), r.rssMB, r.threads, r.idle.all, r.idle.controller, r.idle.helper, r.idle.floor)
 	}
 	if fleet != "" {
 		fmt.Fprintf(&b, "\nup of %d again, its controller killed: %v", prev, again.Round(time.Millisecond))
@@ -501,43 +505,120 @@ func killController(t *testing.T, state string) {
 	id.WaitExit()
 }
 
-// idleCPU is the CPU the processes of state dir state (the controller and
-// its helpers: their command lines name it) use over d, in % of one CPU,
-// and the controller's alone.
-func idleCPU(t *testing.T, state string, d time.Duration) (all, controller float64) {
+// idleUse is what the processes of a state dir cost over a window in
+// which nothing happens.
+type idleUse struct {
+	all, controller float64 // % of one CPU: the controller and its helpers; the controller alone
+	// Microseconds of CPU a minute: a helper (every process of the
+	// state dir but the controller), and beside them, in the same
+	// window, a Go program that only waits (testdata/goidle, started as
+	// an idle relay is: GOMAXPROCS=1, no collection): the floor of a Go
+	// process a VM.
+	helper, floor float64
+}
+
+// idleCPU measures idleUse over d for state dir state (the controller and
+// its helpers: their command lines name it), with as many floor programs
+// beside them as there are helpers, up to maxFloor, built into dir.
+func idleCPU(t *testing.T, dir, state string, d time.Duration) idleUse {
 	ctl := controllerPID(t, state)
-	ticks := func() (total, ofController uint64) {
-		out, err := exec.Command("pgrep", "-f", state).Output()
-		if err != nil {
-			t.Fatalf("no process of %s", state)
+	out, err := exec.Command("pgrep", "-f", state).Output()
+	if err != nil {
+		t.Fatalf("no process of %s", state)
+	}
+	pids := strings.Fields(string(out))
+	floor := startFloor(t, dir, min(len(pids)-1, maxFloor))
+	began := time.Now()
+	before, beforeCtl, beforeFloor := cpuOf(pids, ctl), cpuOf([]string{ctl}, ""), cpuOf(floor, "")
+	time.Sleep(d) // a measurement window, not a wait for anything
+	after, afterCtl, afterFloor := cpuOf(pids, ctl), cpuOf([]string{ctl}, ""), cpuOf(floor, "")
+	secs := time.Since(began).Seconds()
+	u := idleUse{
+		all:        100 * (after - before + afterCtl - beforeCtl).Seconds() / secs,
+		controller: 100 * (afterCtl - beforeCtl).Seconds() / secs,
+	}
+	if n := len(pids) - 1; n > 0 {
+		u.helper = float64((after - before).Microseconds()) / float64(n) / (secs / 60)
+	}
+	if len(floor) > 0 {
+		u.floor = float64((afterFloor - beforeFloor).Microseconds()) / float64(len(floor)) / (secs / 60)
+	}
+	return u
+}
+
+// sysmonPeriod is how often Go's runtime wakes a process in which nothing
+// runs (sysmon's sleep: half of forcegcperiod, whether it collects or not).
+const sysmonPeriod = time.Minute
+
+// maxFloor bounds the floor programs idleCPU starts.
+const maxFloor = 1000
+
+// startFloor starts n programs that only wait (testdata/goidle), as an
+// idle relay is started (relay.IdleEnv), and returns their pids once
+// their starts are over: no CPU used by any between two looks. They end
+// with the test (their standard input closed).
+func startFloor(t *testing.T, dir string, n int) []string {
+	if n <= 0 {
+		return nil
+	}
+	bin, err := testutil.Build(dir, "github.com/vmnetctl/vmnetctl/bench/testdata/goidle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var cmds []*exec.Cmd
+	t.Cleanup(func() {
+		w.Close() // each one's read returns: it exits
+		for _, c := range cmds {
+			c.Wait()
 		}
-		for _, pid := range strings.Fields(string(out)) {
-			b, err := os.ReadFile("/proc/" + pid + "/stat")
+	})
+	var pids []string
+	for range n {
+		c := exec.Command(bin)
+		c.Stdin, c.Env = r, []string{relaypkg.IdleEnv}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+		pids = append(pids, strconv.Itoa(c.Process.Pid))
+	}
+	last := time.Duration(-1)
+	testutil.Eventually(t, time.Minute, func() error {
+		now := cpuOf(pids, "")
+		if now != last {
+			last = now
+			return fmt.Errorf("the floor's programs still starting: %v of CPU", now)
+		}
+		return nil
+	}, "%d programs that only wait, started", n)
+	return pids
+}
+
+// cpuOf is the CPU time the processes pids have used, every thread's
+// (schedstat: to the nanosecond, where stat's ticks would miss the short
+// wakes of idle processes), but skip's.
+func cpuOf(pids []string, skip string) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		if pid == skip {
+			continue
+		}
+		tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/schedstat")
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
 			if err != nil {
 				continue // gone since
 			}
-			// After the command's ") ": utime and stime are the 12th
-			// and 13th fields.
-			_, rest, _ := strings.Cut(string(b), ") ")
-			f := strings.Fields(rest)
-			if len(f) > 12 {
-				u, _ := strconv.ParseUint(f[11], 10, 64)
-				s, _ := strconv.ParseUint(f[12], 10, 64)
-				total += u + s
-				if pid == ctl {
-					ofController = u + s
-				}
-			}
+			ns, _ := strconv.ParseInt(strings.Fields(string(b) + " 0")[0], 10, 64)
+			total += time.Duration(ns)
 		}
-		return total, ofController
 	}
-	began := time.Now()
-	before, beforeCtl := ticks()
-	time.Sleep(d) // a measurement window, not a wait for anything
-	after, afterCtl := ticks()
-	secs := time.Since(began).Seconds()
-	// USER_HZ
-	return 100 * float64(after-before) / 100 / secs, 100 * float64(afterCtl-beforeCtl) / 100 / secs
+	return total
 }
 
 // machineBusy is the CPU time the whole machine has spent, every CPU's,
