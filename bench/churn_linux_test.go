@@ -234,7 +234,7 @@ func TestChurn(t *testing.T) {
 		// an idle Go process wakes once a minute (sysmon), a minute
 		// from its start, so a fleet started together and a window of
 		// 35 s after it saw no helper wake at all.
-		r.idle = idleCPU(t, dir, state, max(ctlapi.DefaultResync(), sysmonPeriod)+5*time.Second)
+		r.idle = idleCPU(t, dir, state, max(ctlapi.DefaultResync(), sysmonPeriod)+5*time.Second, r.grow)
 		rows = append(rows, r)
 		t.Logf("%d VMs: attach p50 %v, detach p50 %v", n, r.attachP50, r.detachP50)
 	}
@@ -519,15 +519,16 @@ type idleUse struct {
 
 // idleCPU measures idleUse over d for state dir state (the controller and
 // its helpers: their command lines name it), with as many floor programs
-// beside them as there are helpers, up to maxFloor, built into dir.
-func idleCPU(t *testing.T, dir, state string, d time.Duration) idleUse {
+// beside them as there are helpers, up to maxFloor, built into dir, their
+// starts spread over up (the helpers' `up`), a minute at most.
+func idleCPU(t *testing.T, dir, state string, d, up time.Duration) idleUse {
 	ctl := controllerPID(t, state)
 	out, err := exec.Command("pgrep", "-f", state).Output()
 	if err != nil {
 		t.Fatalf("no process of %s", state)
 	}
 	pids := strings.Fields(string(out))
-	floor := startFloor(t, dir, min(len(pids)-1, maxFloor))
+	floor := startFloor(t, dir, min(len(pids)-1, maxFloor), min(up, sysmonPeriod))
 	began := time.Now()
 	before, beforeCtl, beforeFloor := cpuOf(pids, ctl), cpuOf([]string{ctl}, ""), cpuOf(floor, "")
 	time.Sleep(d) // a measurement window, not a wait for anything
@@ -554,10 +555,12 @@ const sysmonPeriod = time.Minute
 const maxFloor = 1000
 
 // startFloor starts n programs that only wait (testdata/goidle), as an
-// idle relay is started (relay.IdleEnv), and returns their pids once
-// their starts are over: no CPU used by any between two looks. They end
-// with the test (their standard input closed).
-func startFloor(t *testing.T, dir string, n int) []string {
+// idle relay is started (relay.IdleEnv), one after the other over spread,
+// and returns their pids once their starts are over: no CPU used by any
+// between two looks. They end with the test (their standard input
+// closed). Spread as the helpers' starts were, their sysmons wake spread
+// over the minute as the helpers' do, not all in the same instant.
+func startFloor(t *testing.T, dir string, n int, spread time.Duration) []string {
 	if n <= 0 {
 		return nil
 	}
@@ -578,7 +581,10 @@ func startFloor(t *testing.T, dir string, n int) []string {
 		}
 	})
 	var pids []string
-	for range n {
+	began := time.Now()
+	for i := range n {
+		// Pacing the starts, not a wait for anything.
+		time.Sleep(time.Until(began.Add(spread * time.Duration(i) / time.Duration(n))))
 		c := exec.Command(bin)
 		c.Stdin, c.Env = r, []string{relaypkg.IdleEnv}
 		if err := c.Start(); err != nil {
