@@ -530,10 +530,11 @@ func idleCPU(t *testing.T, dir, state string, d, up time.Duration) idleUse {
 	pids := strings.Fields(string(out))
 	floor := startFloor(t, dir, min(len(pids)-1, maxFloor), min(up, sysmonPeriod))
 	began := time.Now()
-	before, beforeCtl, beforeFloor := cpuOf(pids, ctl), cpuOf([]string{ctl}, ""), cpuOf(floor, "")
+	before, beforeCtl := cpuOf(pids, ctl), cpuOf([]string{ctl}, "")
 	time.Sleep(d) // a measurement window, not a wait for anything
-	after, afterCtl, afterFloor := cpuOf(pids, ctl), cpuOf([]string{ctl}, ""), cpuOf(floor, "")
-	secs := time.Since(began).Seconds()
+	after, afterCtl := cpuOf(pids, ctl), cpuOf([]string{ctl}, "")
+	end := time.Now()
+	secs := end.Sub(began).Seconds()
 	u := idleUse{
 		all:        100 * (after - before + afterCtl - beforeCtl).Seconds() / secs,
 		controller: 100 * (afterCtl - beforeCtl).Seconds() / secs,
@@ -541,10 +542,24 @@ func idleCPU(t *testing.T, dir, state string, d, up time.Duration) idleUse {
 	if n := len(pids) - 1; n > 0 {
 		u.helper = float64((after - before).Microseconds()) / float64(n) / (secs / 60)
 	}
-	if len(floor) > 0 {
-		u.floor = float64((afterFloor - beforeFloor).Microseconds()) / float64(len(floor)) / (secs / 60)
+	// Each floor program over its own window: from its start's end.
+	var used, over time.Duration
+	for _, f := range floor {
+		used += cpuOf([]string{f.pid}, "") - f.cpu
+		over += end.Sub(f.since)
+	}
+	if over > 0 {
+		u.floor = float64(used.Microseconds()) / over.Minutes()
 	}
 	return u
+}
+
+// floorProc is a floor program whose start is over: its CPU time then,
+// and when.
+type floorProc struct {
+	pid   string
+	cpu   time.Duration
+	since time.Time
 }
 
 // sysmonPeriod is how often Go's runtime wakes a process in which nothing
@@ -556,11 +571,11 @@ const maxFloor = 1000
 
 // startFloor starts n programs that only wait (testdata/goidle), as an
 // idle relay is started (relay.IdleEnv), one after the other over spread,
-// and returns their pids once their starts are over: no CPU used by any
-// between two looks. They end with the test (their standard input
-// closed). Spread as the helpers' starts were, their sysmons wake spread
+// and returns them once their starts are over: no CPU used by each
+// between two looks at it (spread, their wakes are never over all at
+// once). They end with the test (their standard input closed). Spread as the helpers' starts were, their sysmons wake spread
 // over the minute as the helpers' do, not all in the same instant.
-func startFloor(t *testing.T, dir string, n int, spread time.Duration) []string {
+func startFloor(t *testing.T, dir string, n int, spread time.Duration) []floorProc {
 	if n <= 0 {
 		return nil
 	}
@@ -593,16 +608,26 @@ func startFloor(t *testing.T, dir string, n int, spread time.Duration) []string 
 		cmds = append(cmds, c)
 		pids = append(pids, strconv.Itoa(c.Process.Pid))
 	}
-	last := time.Duration(-1)
+	last := make([]time.Duration, n)
+	var settled []floorProc
 	testutil.Eventually(t, time.Minute, func() error {
-		now := cpuOf(pids, "")
-		if now != last {
-			last = now
-			return fmt.Errorf("the floor's programs still starting: %v of CPU", now)
+		left := pids[:0]
+		for i, pid := range pids {
+			switch now := cpuOf([]string{pid}, ""); {
+			case now == last[i]:
+				settled = append(settled, floorProc{pid, now, time.Now()})
+			default:
+				last[len(left)] = now
+				left = append(left, pid)
+			}
+		}
+		pids = left
+		if len(pids) > 0 {
+			return fmt.Errorf("%d of the floor's programs still starting", len(pids))
 		}
 		return nil
 	}, "%d programs that only wait, started", n)
-	return pids
+	return settled
 }
 
 // cpuOf is the CPU time the processes pids have used, every thread's
