@@ -8,9 +8,11 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -186,9 +188,11 @@ func checkIsolation(n *api.Network, br netlink.Link) []error {
 //   - services: a network's DHCP or DNS listener that stopped on its own
 //     (Network.Health).
 //
-// Sends do not block: a change that comes while one is pending is folded
-// into it. The watch ends with ctx. Anything else (a rule deleted, a set
-// emptied) waits for the controller's periodic resync.
+// A notice lost (a socket that a burst of them overflowed) is reported as
+// a change, and the watch goes on (followUpdates). Sends do not block: a
+// change that comes while one is pending is folded into it. The watch
+// ends with ctx. Anything else (a rule deleted, a set emptied) waits for
+// the controller's periodic resync.
 func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	out := make(chan struct{}, 1)
@@ -198,23 +202,44 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 		default:
 		}
 	}
-	links := make(chan netlink.LinkUpdate, 64)
-	if err := netlink.LinkSubscribeWithOptions(links, ctx.Done(), netlink.LinkSubscribeOptions{
-		ErrorCallback: func(error) {},
-	}); err != nil {
+	// Resubscriptions come from other threads: the namespace is named.
+	here, err := netns.Get()
+	if err != nil {
 		cancel()
+		return nil, fmt.Errorf("watching links: the namespace: %w", err)
+	}
+	subscribeLinks := func(ch chan netlink.LinkUpdate) error {
+		return subscribeBuffered(func(force bool) error {
+			return netlink.LinkSubscribeWithOptions(ch, ctx.Done(), netlink.LinkSubscribeOptions{
+				Namespace: &here, ErrorCallback: func(error) {},
+				ReceiveBufferSize: watchBuffer, ReceiveBufferForceSize: force,
+			})
+		})
+	}
+	links := make(chan netlink.LinkUpdate, 64)
+	if err := subscribeLinks(links); err != nil {
+		cancel()
+		here.Close()
 		return nil, fmt.Errorf("watching links: %w", err)
 	}
+	subscribeAddrs := func(ch chan netlink.AddrUpdate) error {
+		return subscribeBuffered(func(force bool) error {
+			return netlink.AddrSubscribeWithOptions(ch, ctx.Done(), netlink.AddrSubscribeOptions{
+				Namespace: &here, ErrorCallback: func(error) {},
+				ReceiveBufferSize: watchBuffer, ReceiveBufferForceSize: force,
+			})
+		})
+	}
 	addrs := make(chan netlink.AddrUpdate, 64)
-	if err := netlink.AddrSubscribeWithOptions(addrs, ctx.Done(), netlink.AddrSubscribeOptions{
-		ErrorCallback: func(error) {},
-	}); err != nil {
+	if err := subscribeAddrs(addrs); err != nil {
 		cancel()
+		here.Close()
 		return nil, fmt.Errorf("watching addresses: %w", err)
 	}
 	tables, err := nl.Subscribe(unix.NETLINK_NETFILTER, unix.NFNLGRP_NFTABLES)
 	if err != nil {
 		cancel()
+		here.Close()
 		return nil, fmt.Errorf("watching nftables: %w", err)
 	}
 	// Names of links by index, in this namespace (whatever thread asks).
@@ -222,19 +247,25 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		cancel()
 		tables.Close()
+		here.Close()
 		return nil, fmt.Errorf("watching addresses: %w", err)
 	}
 	failed := make(chan struct{}, 1)
 	services.add(failed)
+	var followers sync.WaitGroup
 	go func() {
 		<-ctx.Done()
 		cancel()
 		tables.Close() // ends watchTables' Receive
+		followers.Wait()
 		h.Close()
+		here.Close()
 		services.remove(failed)
 	}()
+	followers.Add(2)
 	go func() {
-		for u := range links {
+		defer followers.Done()
+		followUpdates(ctx, links, subscribeLinks, func(u netlink.LinkUpdate) {
 			if linkChanged(u, func(index int) string {
 				if l, err := h.LinkByIndex(index); err == nil {
 					return l.Attrs().Name
@@ -243,14 +274,15 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 			}) {
 				notify()
 			}
-		}
+		}, notify)
 	}()
 	go func() {
-		for u := range addrs {
+		defer followers.Done()
+		followUpdates(ctx, addrs, subscribeAddrs, func(u netlink.AddrUpdate) {
 			if addrChanged(h, u) {
 				notify()
 			}
-		}
+		}, notify)
 	}()
 	go watchTables(ctx, tables, notify)
 	go func() {
@@ -264,6 +296,49 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 		}
 	}()
 	return out, nil
+}
+
+// watchBuffer is the receive buffer the watch asks for its link and
+// address subscriptions: an `up` of a fleet makes several notices a TAP,
+// and a socket that overflows loses them (followUpdates).
+var watchBuffer = 4 << 20
+
+// subscribeBuffered subscribes with the buffer forced past the system's
+// limit (net.core.rmem_max, which the controller's CAP_NET_ADMIN may
+// exceed), or, if that is refused, with what the limit allows.
+func subscribeBuffered(subscribe func(force bool) error) error {
+	if subscribe(true) == nil {
+		return nil
+	}
+	return subscribe(false)
+}
+
+// followUpdates hands each update of a subscription to handle until ctx
+// ends. A subscription ends at its socket's first error, closing its
+// channel (vishvananda/netlink's subscribers do, on the ENOBUFS of a
+// burst of notices that overflowed the socket): the notices lost may
+// have been drift, so it subscribes again (subscribe, onto a new
+// channel), then reports a change (notify): the pass that follows looks
+// at everything, and nothing after it goes unwatched. A subscription
+// refused is tried again after a pause that doubles, up to 30 s.
+func followUpdates[U any](ctx context.Context, ch chan U, subscribe func(chan U) error, handle func(U), notify func()) {
+	for {
+		for u := range ch {
+			handle(u)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		ch = make(chan U, cap(ch))
+		for wait := 10 * time.Millisecond; subscribe(ch) != nil; wait = min(2*wait, 30*time.Second) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		notify()
+	}
 }
 
 // linkChanged tells whether a link's notice may be drift a repair pass

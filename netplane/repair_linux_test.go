@@ -59,6 +59,63 @@ func TestWatchChanges(t *testing.T) {
 	reported("the table deleted")
 }
 
+// TestWatchChangesAfterOverflow: a burst of link notices that overflows
+// the watch's socket (a fleet's `up`; here the kernel's smallest buffer
+// and a thousand links made at once) is reported as a change, and the
+// watch goes on in its namespace: a vmnetctl bridge deleted afterwards
+// is reported too. (vishvananda/netlink's subscriber ends at the
+// socket's first error: before, the watch saw no link notice again.)
+func TestWatchChangesAfterOverflow(t *testing.T) {
+	testutil.RequireRoot(t, "watches netlink in a network namespace")
+	defer func(b int) { watchBuffer = b }(watchBuffer)
+	watchBuffer = 1 // raised to the kernel's least: a few notices
+	host := testutil.NewNS(t, "overflow")
+	br := api.BridgePrefix + "ovf"
+	host.MustRun(t, "ip", "link", "add", br, "type", "bridge")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var changes <-chan struct{}
+	host.MustDo(t, func() (err error) {
+		changes, err = WatchChanges(ctx)
+		return err
+	})
+	// Bursts of links that stay down (nothing follows their creation,
+	// and they are no vmnetctl link's: not a change themselves) until
+	// one overflowed the socket and was reported.
+	batch := filepath.Join(t.TempDir(), "batch")
+	made := 0
+	testutil.Eventually(t, time.Minute, func() error {
+		select {
+		case <-changes:
+			return nil
+		default:
+		}
+		if made >= 10_000 {
+			return errors.New("no overflow reported")
+		}
+		var b strings.Builder
+		for range 1000 {
+			fmt.Fprintf(&b, "link add ovf%d type bridge\n", made)
+			made++
+		}
+		if err := os.WriteFile(batch, []byte(b.String()), 0o644); err != nil {
+			return testutil.Permanent(err)
+		}
+		host.MustRun(t, "ip", "-batch", batch)
+		return errors.New("no overflow reported yet")
+	}, "a burst of link notices that overflowed the socket reported")
+	select {
+	case <-changes: // another overflow's
+	default:
+	}
+	host.MustRun(t, "ip", "link", "del", br)
+	select {
+	case <-changes:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a bridge deleted after the overflow was not reported")
+	}
+}
+
 // TestLinkChangedFleetChurn: the notices a fleet's VMs make as they come
 // and go (a TAP made, put on its bridge, set up, its port's state, its
 // deletion; a port's guard chain deleted) start no repair pass, each of
