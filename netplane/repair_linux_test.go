@@ -32,13 +32,7 @@ import (
 func TestWatchChanges(t *testing.T) {
 	testutil.RequireRoot(t, "watches netlink in a network namespace")
 	host := testutil.NewNS(t, "watch")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var changes <-chan struct{}
-	host.MustDo(t, func() (err error) {
-		changes, err = WatchChanges(ctx)
-		return err
-	})
+	changes := watchIn(t, host)
 	reported := func(what string) {
 		t.Helper()
 		select {
@@ -59,6 +53,20 @@ func TestWatchChanges(t *testing.T) {
 	reported("the table deleted")
 }
 
+// watchIn starts the controller's watch (WatchChanges) in host's
+// namespace, until the test ends.
+func watchIn(t *testing.T, host *testutil.NS) <-chan struct{} {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var changes <-chan struct{}
+	host.MustDo(t, func() (err error) {
+		changes, err = WatchChanges(ctx)
+		return err
+	})
+	return changes
+}
+
 // TestWatchChangesAfterOverflow: a burst of link notices that overflows
 // the watch's socket (a fleet's `up`; here the kernel's smallest buffer
 // and a thousand links made at once) is reported as a change, and the
@@ -72,13 +80,7 @@ func TestWatchChangesAfterOverflow(t *testing.T) {
 	host := testutil.NewNS(t, "overflow")
 	br := api.BridgePrefix + "ovf"
 	host.MustRun(t, "ip", "link", "add", br, "type", "bridge")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var changes <-chan struct{}
-	host.MustDo(t, func() (err error) {
-		changes, err = WatchChanges(ctx)
-		return err
-	})
+	changes := watchIn(t, host)
 	// Bursts of links that stay down (nothing follows their creation,
 	// and they are no vmnetctl link's: not a change themselves) until
 	// one overflowed the socket and was reported.
