@@ -2,17 +2,16 @@ package netplane
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmnetctl/vmnetctl/api"
@@ -202,89 +201,90 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 		default:
 		}
 	}
-	// Resubscriptions come from other threads: the namespace is named.
-	here, err := netns.Get()
-	if err != nil {
+	// Sockets of the watch's own, in this thread's namespace, read as
+	// they are (readNotices): vishvananda/netlink's subscribers end at
+	// their socket's first error, its ENOBUFS after a burst included,
+	// and watched nothing more.
+	var socks []*nl.NetlinkSocket
+	fail := func(what string, err error) (<-chan struct{}, error) {
 		cancel()
-		return nil, fmt.Errorf("watching links: the namespace: %w", err)
+		for _, s := range socks {
+			s.Close()
+		}
+		return nil, fmt.Errorf("watching %s: %w", what, err)
 	}
-	subscribeLinks := func(ch chan netlink.LinkUpdate) error {
-		return subscribeBuffered(func(force bool) error {
-			return netlink.LinkSubscribeWithOptions(ch, ctx.Done(), netlink.LinkSubscribeOptions{
-				Namespace: &here, ErrorCallback: func(error) {},
-				ReceiveBufferSize: watchBuffer, ReceiveBufferForceSize: force,
-			})
-		})
+	buf := watchBuffer
+	for _, g := range []struct {
+		what     string
+		protocol int
+		groups   []uint
+	}{
+		{"links", unix.NETLINK_ROUTE, []uint{unix.RTNLGRP_LINK}},
+		{"addresses", unix.NETLINK_ROUTE, []uint{unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV6_IFADDR}},
+		{"nftables", unix.NETLINK_NETFILTER, []uint{unix.NFNLGRP_NFTABLES}},
+	} {
+		s, err := nl.Subscribe(g.protocol, g.groups...)
+		if err != nil {
+			return fail(g.what, err)
+		}
+		socks = append(socks, s)
+		// Past net.core.rmem_max where CAP_NET_ADMIN allows it (the
+		// kernel doubles it), else what the limit allows.
+		if s.SetReceiveBufferSize(buf, true) != nil {
+			s.SetReceiveBufferSize(buf, false)
+		}
 	}
-	links := make(chan netlink.LinkUpdate, 64)
-	if err := subscribeLinks(links); err != nil {
-		cancel()
-		here.Close()
-		return nil, fmt.Errorf("watching links: %w", err)
-	}
-	subscribeAddrs := func(ch chan netlink.AddrUpdate) error {
-		return subscribeBuffered(func(force bool) error {
-			return netlink.AddrSubscribeWithOptions(ch, ctx.Done(), netlink.AddrSubscribeOptions{
-				Namespace: &here, ErrorCallback: func(error) {},
-				ReceiveBufferSize: watchBuffer, ReceiveBufferForceSize: force,
-			})
-		})
-	}
-	addrs := make(chan netlink.AddrUpdate, 64)
-	if err := subscribeAddrs(addrs); err != nil {
-		cancel()
-		here.Close()
-		return nil, fmt.Errorf("watching addresses: %w", err)
-	}
-	tables, err := nl.Subscribe(unix.NETLINK_NETFILTER, unix.NFNLGRP_NFTABLES)
-	if err != nil {
-		cancel()
-		here.Close()
-		return nil, fmt.Errorf("watching nftables: %w", err)
-	}
+	links, addrs, tables := socks[0], socks[1], socks[2]
 	// Names of links by index, in this namespace (whatever thread asks).
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		cancel()
-		tables.Close()
-		here.Close()
-		return nil, fmt.Errorf("watching addresses: %w", err)
+		return fail("addresses", err)
 	}
 	failed := make(chan struct{}, 1)
 	services.add(failed)
-	var followers sync.WaitGroup
+	var readers sync.WaitGroup
+	readers.Add(3)
 	go func() {
 		<-ctx.Done()
 		cancel()
-		tables.Close() // ends watchTables' Receive
-		followers.Wait()
+		for _, s := range socks {
+			s.Close() // ends readNotices' Receive
+		}
+		readers.Wait()
 		h.Close()
-		here.Close()
 		services.remove(failed)
 	}()
-	followers.Add(2)
+	nameOf := func(index int) string {
+		if l, err := h.LinkByIndex(index); err == nil {
+			return l.Attrs().Name
+		}
+		return ""
+	}
 	go func() {
-		defer followers.Done()
-		followUpdates(ctx, links, subscribeLinks, func(u netlink.LinkUpdate) {
-			if linkChanged(u, func(index int) string {
-				if l, err := h.LinkByIndex(index); err == nil {
-					return l.Attrs().Name
-				}
-				return ""
-			}) {
+		defer readers.Done()
+		readNotices(ctx, links, func(m syscall.NetlinkMessage) {
+			if u, ok := linkUpdate(m); ok && linkChanged(u, nameOf) {
 				notify()
 			}
 		}, notify)
 	}()
 	go func() {
-		defer followers.Done()
-		followUpdates(ctx, addrs, subscribeAddrs, func(u netlink.AddrUpdate) {
-			if addrChanged(h, u) {
+		defer readers.Done()
+		readNotices(ctx, addrs, func(m syscall.NetlinkMessage) {
+			if (m.Header.Type == unix.RTM_NEWADDR || m.Header.Type == unix.RTM_DELADDR) && len(m.Data) >= unix.SizeofIfAddrmsg &&
+				addrChanged(h, int(m.Data[0]), m.Header.Type == unix.RTM_NEWADDR, int(binary.NativeEndian.Uint32(m.Data[4:8]))) {
 				notify()
 			}
 		}, notify)
 	}()
-	go watchTables(ctx, tables, notify)
+	go func() {
+		defer readers.Done()
+		readNotices(ctx, tables, func(m syscall.NetlinkMessage) {
+			if tableDeleted(m) {
+				notify()
+			}
+		}, notify)
+	}()
 	go func() {
 		for {
 			select {
@@ -298,47 +298,51 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 	return out, nil
 }
 
-// watchBuffer is the receive buffer the watch asks for its link and
-// address subscriptions: an `up` of a fleet makes several notices a TAP,
-// and a socket that overflows loses them (followUpdates).
+// watchBuffer is the receive buffer the watch asks for each of its
+// sockets: an `up` of a fleet makes several link notices a TAP, and a
+// socket that overflows loses them (reported as a change all the same).
 var watchBuffer = 4 << 20
 
-// subscribeBuffered subscribes with the buffer forced past the system's
-// limit (net.core.rmem_max, which the controller's CAP_NET_ADMIN may
-// exceed), or, if that is refused, with what the limit allows.
-func subscribeBuffered(subscribe func(force bool) error) error {
-	if subscribe(true) == nil {
-		return nil
+// readNotices hands each message the kernel sends to s to handle, until
+// ctx ends (and s is closed). A burst that overflowed the socket (ENOBUFS:
+// notices were lost, and the socket goes on) is reported as a change
+// (notify), as is any other error, after which s is read no more: the
+// resync is left.
+func readNotices(ctx context.Context, s *nl.NetlinkSocket, handle func(syscall.NetlinkMessage), notify func()) {
+	for {
+		msgs, from, err := s.Receive()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, unix.ENOBUFS):
+			notify()
+			continue
+		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			notify()
+			return
+		case from.Pid != nl.PidKernel:
+			continue // not the kernel's
+		}
+		for _, m := range msgs {
+			handle(m)
+		}
 	}
-	return subscribe(false)
 }
 
-// followUpdates hands each update of a subscription to handle until ctx
-// ends. A subscription ends at its socket's first error, closing its
-// channel (vishvananda/netlink's subscribers do, on the ENOBUFS of a
-// burst of notices that overflowed the socket): the notices lost may
-// have been drift, so it subscribes again (subscribe, onto a new
-// channel), then reports a change (notify): the pass that follows looks
-// at everything, and nothing after it goes unwatched. A subscription
-// refused is tried again after a pause that doubles, up to 30 s.
-func followUpdates[U any](ctx context.Context, ch chan U, subscribe func(chan U) error, handle func(U), notify func()) {
-	for {
-		for u := range ch {
-			handle(u)
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		ch = make(chan U, cap(ch))
-		for wait := 10 * time.Millisecond; subscribe(ch) != nil; wait = min(2*wait, 30*time.Second) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-		}
-		notify()
+// linkUpdate is the link notice m, as vishvananda/netlink's subscriber
+// makes it; ok is false for any other message.
+func linkUpdate(m syscall.NetlinkMessage) (u netlink.LinkUpdate, ok bool) {
+	if (m.Header.Type != unix.RTM_NEWLINK && m.Header.Type != unix.RTM_DELLINK) || len(m.Data) < unix.SizeofIfInfomsg {
+		return u, false
 	}
+	hdr := unix.NlMsghdr(m.Header)
+	link, err := netlink.LinkDeserialize(&hdr, m.Data)
+	if err != nil {
+		return u, false
+	}
+	return netlink.LinkUpdate{IfInfomsg: *nl.DeserializeIfInfomsg(m.Data), Header: hdr, Link: link}, true
 }
 
 // linkChanged tells whether a link's notice may be drift a repair pass
@@ -413,38 +417,12 @@ func (s *bridgeSet) none() bool {
 // any IPv4 address of a vmnetctl bridge, or an IPv6 one removed (IPv6
 // addresses come and change state on their own: link-local, DAD). A
 // deleted bridge's addresses are the link watch's.
-func addrChanged(h *netlink.Handle, u netlink.AddrUpdate) bool {
-	if u.LinkAddress.IP.To4() == nil && u.NewAddr {
+func addrChanged(h *netlink.Handle, family int, added bool, index int) bool {
+	if family != unix.AF_INET && added {
 		return false
 	}
-	l, err := h.LinkByIndex(u.LinkIndex)
+	l, err := h.LinkByIndex(index)
 	return err == nil && strings.HasPrefix(l.Attrs().Name, api.BridgePrefix)
-}
-
-// watchTables reads nftables' notifications from s until it is closed and
-// notifies when a vmnetctl table or chain is deleted, or when the kernel
-// dropped notifications (the socket's buffer overflowed).
-func watchTables(ctx context.Context, s *nl.NetlinkSocket, notify func()) {
-	for {
-		msgs, _, err := s.Receive()
-		switch {
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, unix.ENOBUFS):
-			notify()
-			continue
-		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			notify() // and stop watching: the resync is left
-			return
-		}
-		for _, m := range msgs {
-			if tableDeleted(m) {
-				notify()
-			}
-		}
-	}
 }
 
 // tableDeleted tells whether m reports a vmnetctl table or chain deleted.
