@@ -188,7 +188,7 @@ func checkIsolation(n *api.Network, br netlink.Link) []error {
 //     (Network.Health).
 //
 // A notice lost (a socket that a burst of them overflowed) is reported as
-// a change, and the watch goes on (followUpdates). Sends do not block: a
+// a change, and the watch goes on (readNotices). Sends do not block: a
 // change that comes while one is pending is folded into it. The watch
 // ends with ctx. Anything else (a rule deleted, a set emptied) waits for
 // the controller's periodic resync.
@@ -238,7 +238,7 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 	// Names of links by index, in this namespace (whatever thread asks).
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return fail("addresses", err)
+		return fail("links", err)
 	}
 	failed := make(chan struct{}, 1)
 	services.add(failed)
@@ -305,10 +305,13 @@ var watchBuffer = 4 << 20
 
 // readNotices hands each message the kernel sends to s to handle, until
 // ctx ends (and s is closed). A burst that overflowed the socket (ENOBUFS:
-// notices were lost, and the socket goes on) is reported as a change
-// (notify), as is any other error, after which s is read no more: the
-// resync is left.
+// notices were lost) is reported as a change (notify), and again once
+// the reader has emptied the queue: until then the kernel drops every
+// notice without a word (the socket stays congested), so only a pass that
+// begins after that sees all of what was lost. Any other error is
+// reported, s closed and read no more: the resync is left.
 func readNotices(ctx context.Context, s *nl.NetlinkSocket, handle func(syscall.NetlinkMessage), notify func()) {
+	congested := false
 	for {
 		msgs, from, err := s.Receive()
 		switch {
@@ -316,19 +319,30 @@ func readNotices(ctx context.Context, s *nl.NetlinkSocket, handle func(syscall.N
 			return
 		case errors.Is(err, unix.ENOBUFS):
 			notify()
-			continue
-		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+			congested = true
 			continue
 		case err != nil:
 			notify()
+			s.Close()
 			return
-		case from.Pid != nl.PidKernel:
-			continue // not the kernel's
+		case from.Pid == nl.PidKernel:
+			for _, m := range msgs {
+				handle(m)
+			}
 		}
-		for _, m := range msgs {
-			handle(m)
+		if congested && !readable(s.GetFd()) {
+			// The read that emptied the queue ended the congestion.
+			notify()
+			congested = false
 		}
 	}
+}
+
+// readable tells whether a read of fd would find something now.
+func readable(fd int) bool {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(p, 0)
+	return err != nil || n > 0
 }
 
 // linkUpdate is the link notice m, as vishvananda/netlink's subscriber
