@@ -271,8 +271,7 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 	go func() {
 		defer readers.Done()
 		readNotices(ctx, addrs, func(m syscall.NetlinkMessage) {
-			if (m.Header.Type == unix.RTM_NEWADDR || m.Header.Type == unix.RTM_DELADDR) && len(m.Data) >= unix.SizeofIfAddrmsg &&
-				addrChanged(h, int(m.Data[0]), m.Header.Type == unix.RTM_NEWADDR, int(binary.NativeEndian.Uint32(m.Data[4:8]))) {
+			if addrChanged(h, m) {
 				notify()
 			}
 		}, notify)
@@ -427,15 +426,20 @@ func (s *bridgeSet) none() bool {
 	return len(s.names) == 0
 }
 
-// addrChanged tells whether an address change is one Check may find wrong:
-// any IPv4 address of a vmnetctl bridge, or an IPv6 one removed (IPv6
-// addresses come and change state on their own: link-local, DAD). A
-// deleted bridge's addresses are the link watch's.
-func addrChanged(h *netlink.Handle, family int, added bool, index int) bool {
-	if family != unix.AF_INET && added {
+// addrChanged tells whether the address notice m is a change Check may
+// find wrong: any IPv4 address of a vmnetctl bridge, or an IPv6 one
+// removed (IPv6 addresses come and change state on their own: link-local,
+// DAD). A deleted bridge's addresses are the link watch's.
+func addrChanged(h *netlink.Handle, m syscall.NetlinkMessage) bool {
+	added := m.Header.Type == unix.RTM_NEWADDR
+	if !added && m.Header.Type != unix.RTM_DELADDR || len(m.Data) < unix.SizeofIfAddrmsg {
 		return false
 	}
-	l, err := h.LinkByIndex(index)
+	// ifaddrmsg: the family first, the interface index at 4.
+	if m.Data[0] != unix.AF_INET && added {
+		return false
+	}
+	l, err := h.LinkByIndex(int(binary.NativeEndian.Uint32(m.Data[4:8])))
 	return err == nil && strings.HasPrefix(l.Attrs().Name, api.BridgePrefix)
 }
 

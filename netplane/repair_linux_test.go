@@ -33,24 +33,27 @@ func TestWatchChanges(t *testing.T) {
 	testutil.RequireRoot(t, "watches netlink in a network namespace")
 	host := testutil.NewNS(t, "watch")
 	changes := watchIn(t, host)
-	reported := func(what string) {
-		t.Helper()
-		select {
-		case <-changes:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no change reported after %s", what)
-		}
-	}
 
 	nw := &Network{n: &api.Network{ID: "w"}}
 	nw.fail(errors.New("the DHCP server stopped"))
-	reported("a service stopped")
+	reported(t, changes, 10*time.Second, "a service stopped")
 
 	table := hostnet.TableName("w")
 	host.MustRun(t, "nft", "add", "table", "inet", table) // not a change
 	host.MustRun(t, "nft", "add", "chain", "inet", table, "c")
 	host.MustRun(t, "nft", "delete", "table", "inet", table)
-	reported("the table deleted")
+	reported(t, changes, 10*time.Second, "the table deleted")
+}
+
+// reported waits, up to within, for the watch's next report of a change,
+// which what made.
+func reported(t *testing.T, changes <-chan struct{}, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-changes:
+	case <-time.After(within):
+		t.Fatalf("no change reported after %s", what)
+	}
 }
 
 // watchIn starts the controller's watch (WatchChanges) in host's
@@ -117,11 +120,7 @@ func TestWatchChangesAfterOverflow(t *testing.T) {
 		default:
 		}
 		host.MustRun(t, "ip", "link", "del", br)
-		select {
-		case <-changes:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("bridge %s deleted after the overflow was not reported", br)
-		}
+		reported(t, changes, 30*time.Second, "bridge "+br+" deleted after the overflow")
 	}
 }
 
