@@ -570,11 +570,12 @@ const sysmonPeriod = time.Minute
 const maxFloor = 1000
 
 // startFloor starts n programs that only wait (testdata/goidle), as an
-// idle relay is started (relay.IdleEnv), one after the other over spread,
-// and returns them once their starts are over: no CPU used by each
-// between two looks at it (spread, their wakes are never over all at
-// once). They end with the test (their standard input closed). Spread as the helpers' starts were, their sysmons wake spread
-// over the minute as the helpers' do, not all in the same instant.
+// idle relay is started (relay.IdleEnv), one after the other over spread
+// (as the helpers' starts were, so that their sysmons wake spread over
+// the minute as the helpers' do), and returns them once each one's start
+// is over: no CPU used between two looks at it (spread, their wakes are
+// never over all at once). They end with the test (their standard input
+// closed).
 func startFloor(t *testing.T, dir string, n int, spread time.Duration) []floorProc {
 	if n <= 0 {
 		return nil
@@ -595,7 +596,8 @@ func startFloor(t *testing.T, dir string, n int, spread time.Duration) []floorPr
 			c.Wait()
 		}
 	})
-	var pids []string
+	// Those whose start may not be over, with the CPU time last seen.
+	pending := make([]floorProc, 0, n)
 	began := time.Now()
 	for i := range n {
 		// Pacing the starts, not a wait for anything.
@@ -606,24 +608,23 @@ func startFloor(t *testing.T, dir string, n int, spread time.Duration) []floorPr
 			t.Fatal(err)
 		}
 		cmds = append(cmds, c)
-		pids = append(pids, strconv.Itoa(c.Process.Pid))
+		pending = append(pending, floorProc{pid: strconv.Itoa(c.Process.Pid), cpu: -1})
 	}
-	last := make([]time.Duration, n)
 	var settled []floorProc
 	testutil.Eventually(t, time.Minute, func() error {
-		left := pids[:0]
-		for i, pid := range pids {
-			switch now := cpuOf([]string{pid}, ""); {
-			case now == last[i]:
-				settled = append(settled, floorProc{pid, now, time.Now()})
-			default:
-				last[len(left)] = now
-				left = append(left, pid)
+		left := pending[:0]
+		for _, p := range pending {
+			now := cpuOf([]string{p.pid}, "")
+			if now == p.cpu {
+				settled = append(settled, floorProc{p.pid, now, time.Now()})
+				continue
 			}
+			p.cpu = now
+			left = append(left, p)
 		}
-		pids = left
-		if len(pids) > 0 {
-			return fmt.Errorf("%d of the floor's programs still starting", len(pids))
+		pending = left
+		if len(pending) > 0 {
+			return fmt.Errorf("%d of the floor's programs still starting", len(pending))
 		}
 		return nil
 	}, "%d programs that only wait, started", n)
