@@ -146,8 +146,12 @@ type Port struct {
 // rather than at its next resync.
 type Watcher interface {
 	// Changes reports a change by a send, folding changes made while one
-	// is pending into it, until ctx ends.
-	Changes(ctx context.Context) (<-chan struct{}, error)
+	// is pending into it, until ctx ends. notices, if not nil, counts
+	// what the kernel said of the networks' VM ports (their links, the
+	// guards' tables) and what it lost of that, ok false when it cannot
+	// tell: while the count stands, the ports are as a full pass last
+	// read them (netplane.Watch.Notices).
+	Changes(ctx context.Context) (changes <-chan struct{}, notices func() (n uint64, ok bool), err error)
 }
 
 // LinkShaper is a Backend whose helpers shape their links (delay,

@@ -167,6 +167,9 @@ type Controller struct {
 	// pass that changes none of a network's attachments leaves its
 	// claims as they are (claimPorts).
 	claimed map[string]bool
+	// settle tells the full passes whether the VM ports are as the last
+	// that read them left them (Run's reconcile loop alone uses it).
+	settle settled
 	// hosts is what the passes told the networks of the attachments
 	// (SetHost): a pass tells a network only of what changed, the full
 	// passes of everything (setHosts).
@@ -334,7 +337,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	var changes <-chan struct{}
 	if w, ok := c.be.(backend.Watcher); ok {
 		var err error
-		if changes, err = w.Changes(ctx); err != nil {
+		if changes, c.settle.notices, err = w.Changes(ctx); err != nil {
 			c.log.Warn("not watching the networks for changes; repairs wait for the resync", "err", err)
 		}
 	}

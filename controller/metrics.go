@@ -245,6 +245,8 @@ var (
 		"How long the latest reconcile took.")
 	famReconcilePhase = newFamily("vmnetctl_reconcile_phase_seconds_total", counter,
 		"Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, partitions, forwards, claims, start (the helpers'), bandwidth, ports, commit.", "phase")
+	famFullPasses = newFamily("vmnetctl_full_reconciles_total", counter,
+		"Full reconciles (the resync, a change seen behind the controller's back, a retry) by whether they read every VM port again (read) or left them as the last that read them found them, the kernel having said nothing of them since (settled).", "ports")
 	famLastSuccess = newFamily("vmnetctl_last_successful_reconcile_timestamp_seconds", gauge,
 		"When a reconcile last succeeded, as a Unix time.")
 	famBuildInfo = newFamily("vmnetctl_build_info", gauge,
@@ -255,7 +257,7 @@ var (
 // writes them: the controller's, its networks', then its attachments'
 // (attachmentSeries).
 var families = append([]*family{
-	famBuildInfo, famReconciles, famReconcileDuration, famReconcilePhase, famLastSuccess,
+	famBuildInfo, famReconciles, famReconcileDuration, famReconcilePhase, famFullPasses, famLastSuccess,
 	famNetworkInfo, famNetworkAttachments, famNetworkUp, famNetworkDegraded, famNetworkRepairs, famLeases, famPool,
 	famDHCPRequests, famDHCPReplies, famDHCPErrors, famDHCPSpoofed, famDHCPLimited, famDNSQueries, famDNSResponses,
 	famEgressDenied, famNeighLimited, famTunnelPeers, famTunnelMACs, famTunnelBytes, famTunnelDropped, famTunnelBGP,
@@ -333,6 +335,9 @@ func (c *Controller) readScrape() *scrape {
 	}
 	if c.reconciles["success"]+c.reconciles["error"] > 0 {
 		s.emit(famReconcileDuration, c.lastReconcileTime.Seconds())
+	}
+	for i, ports := range []string{"read", "settled"} {
+		s.emit(famFullPasses, float64(c.settle.passes[i]), ports)
 	}
 	spent := c.progress.spentIn()
 	for _, id := range slices.Sorted(maps.Keys(phases)) {

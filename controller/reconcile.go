@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"net"
 	"os"
@@ -56,6 +57,12 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	}
 	plan := spec.ComputePlan(c.applied, desired)
 	touched := newPortScope(plan, full)
+	var settle settledPass
+	if full {
+		if settle = c.settle.begin(c.portsDigest(desired)); settle.quiet {
+			touched.settle()
+		}
+	}
 	stopping := c.takeStopping(plan, desired)
 	c.mu.Unlock()
 
@@ -77,7 +84,8 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	c.progress.enter("forwards")
 	errs = append(errs, c.setForwards(ctx, desired)...)
 	c.progress.enter("claims")
-	errs = append(errs, c.claimPorts(ctx, desired, plan, touched)...)
+	claimErrs := c.claimPorts(ctx, desired, plan, touched)
+	errs = append(errs, claimErrs...)
 	c.progress.enter("start")
 	launches := c.planLaunches(desired, projects)
 	c.mu.Unlock()
@@ -90,7 +98,11 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	errs = append(errs, c.setImpairments(desired, full)...)
 	errs = append(errs, c.setShapings(desired, full)...)
 	c.progress.enter("ports")
-	errs = append(errs, c.ensurePorts(ctx, desired, touched)...)
+	portErrs := c.ensurePorts(ctx, desired, touched)
+	errs = append(errs, portErrs...)
+	if full {
+		c.settle.end(settle, len(claimErrs)+len(portErrs) == 0)
+	}
 	c.progress.enter("commit")
 	return c.commit(ctx, desired, snap, projects, errs)
 }
@@ -333,7 +345,7 @@ func (c *Controller) repairNetworks(ctx context.Context, plan *spec.Plan, desire
 	for _, ch := range plan.Networks {
 		changed[ch.ID] = true
 	}
-	checked := checkScope(plan, touched.all)
+	checked := checkScope(plan, touched.all || touched.settled)
 	type job struct {
 		n  *api.Network
 		nw backend.Network
@@ -493,6 +505,10 @@ func (c *Controller) repairFRR(ctx context.Context, n *api.Network, found error)
 type portScope struct {
 	all bool
 	ids map[string]bool
+	// settled: a full pass whose ports are as the last that read them
+	// left them (settled): it checks them as a pass asked for does, and
+	// reads no network's claims again that it did not start or repair.
+	settled bool
 }
 
 // newPortScope is the scope of a pass, full or not, before it starts or
@@ -508,24 +524,18 @@ func newPortScope(plan *spec.Plan, full bool) *portScope {
 func (s *portScope) add(id string)      { s.ids[id] = true }
 func (s *portScope) has(id string) bool { return s.all || s.ids[id] }
 
+// settle makes a full pass's scope that of a settled one.
+func (s *portScope) settle() { s.all, s.settled = false, true }
+
 // ensurePorts gives the running helpers' ports back what a repair of their
 // network (or a change behind the controller's back) took: their place on
 // the bridge and their guard. Only the networks in scope.
 func (c *Controller) ensurePorts(ctx context.Context, desired *spec.Desired, scope *portScope) []error {
 	byNet := map[string][]backend.Port{}
-	for _, a := range desired.Attachments {
-		if !scope.has(a.Network) {
-			continue
+	for network, p := range c.runningPorts(desired) {
+		if scope.has(network) {
+			byNet[network] = append(byNet[network], p)
 		}
-		h := c.helpers[a.Key()]
-		if h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
-			continue
-		}
-		p := backend.Port{Name: h.rec.Tap, SpoofCheck: a.SpoofCheck()}
-		if mac := a.PinnedMAC(); mac != "" {
-			p.MAC = mustMAC(mac)
-		}
-		byNet[a.Network] = append(byNet[a.Network], p)
 	}
 	var errs []error
 	for _, n := range desired.Networks {
@@ -537,6 +547,26 @@ func (c *Controller) ensurePorts(ctx context.Context, desired *spec.Desired, sco
 		}
 	}
 	return errs
+}
+
+// runningPorts yields the ports of desired's attachments whose helpers
+// run, with their networks. Call with c.mu held.
+func (c *Controller) runningPorts(desired *spec.Desired) iter.Seq2[string, backend.Port] {
+	return func(yield func(string, backend.Port) bool) {
+		for _, a := range desired.Attachments {
+			h := c.helpers[a.Key()]
+			if h == nil || h.state != ctlapi.StateRunning || h.rec.Tap == "" {
+				continue
+			}
+			p := backend.Port{Name: h.rec.Tap, SpoofCheck: a.SpoofCheck()}
+			if mac := a.PinnedMAC(); mac != "" {
+				p.MAC = mustMAC(mac)
+			}
+			if !yield(a.Network, p) {
+				return
+			}
+		}
+	}
 }
 
 // claimPorts reserves, on each running network, its attachments' MACs for
@@ -569,7 +599,7 @@ func (c *Controller) claimPorts(ctx context.Context, desired *spec.Desired, plan
 		if c.nets[n.ID] == nil {
 			continue // (and claimed anew once it runs: below)
 		}
-		o := backend.ClaimOptions{Reread: plan.Empty() || scope.has(n.ID)}
+		o := backend.ClaimOptions{Reread: plan.Empty() && !scope.settled || scope.has(n.ID)}
 		g := c.portsGone[n.ID]
 		if g != nil {
 			o.PortsGone, o.GonePorts = g.unknown, g.indexes

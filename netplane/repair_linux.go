@@ -191,10 +191,12 @@ func checkIsolation(n *api.Network, br netlink.Link) []error {
 // a change, and the watch goes on (readNotices). Sends do not block: a
 // change that comes while one is pending is folded into it. The watch
 // ends with ctx. Anything else (a rule deleted, a set emptied) waits for
-// the controller's periodic resync.
-func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
+// the controller's periodic resync, which skips re-reading the ports
+// while the watch counts no notice of theirs (Watch.Notices).
+func WatchChanges(ctx context.Context) (*Watch, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	out := make(chan struct{}, 1)
+	w := &Watch{C: out}
 	notify := func() {
 		select {
 		case out <- struct{}{}:
@@ -206,7 +208,7 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 	// their socket's first error, its ENOBUFS after a burst included,
 	// and watched nothing more.
 	var socks []*nl.NetlinkSocket
-	fail := func(what string, err error) (<-chan struct{}, error) {
+	fail := func(what string, err error) (*Watch, error) {
 		cancel()
 		for _, s := range socks {
 			s.Close()
@@ -247,6 +249,7 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 	go func() {
 		<-ctx.Done()
 		cancel()
+		w.deaf.Store(true)
 		for _, s := range socks {
 			s.Close() // ends readNotices' Receive
 		}
@@ -260,13 +263,21 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 		}
 		return ""
 	}
+	lost := func(ended bool) {
+		w.lost(ended)
+		notify()
+	}
 	go func() {
 		defer readers.Done()
 		readNotices(ctx, links, func(m syscall.NetlinkMessage) {
-			if u, ok := linkUpdate(m); ok && linkChanged(u, nameOf) {
+			u, ok := linkUpdate(m)
+			if !ok || portNotice(u) {
+				w.notices.Add(1)
+			}
+			if ok && linkChanged(u, nameOf) {
 				notify()
 			}
-		}, notify)
+		}, lost)
 	}()
 	go func() {
 		defer readers.Done()
@@ -274,15 +285,18 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 			if addrChanged(h, m) {
 				notify()
 			}
-		}, notify)
+		}, lost)
 	}()
 	go func() {
 		defer readers.Done()
 		readNotices(ctx, tables, func(m syscall.NetlinkMessage) {
+			if ourTables(m) {
+				w.notices.Add(1)
+			}
 			if tableDeleted(m) {
 				notify()
 			}
-		}, notify)
+		}, lost)
 	}()
 	go func() {
 		for {
@@ -294,7 +308,7 @@ func WatchChanges(ctx context.Context) (<-chan struct{}, error) {
 			}
 		}
 	}()
-	return out, nil
+	return w, nil
 }
 
 // watchBuffer is the receive buffer the watch asks for each of its
@@ -304,12 +318,12 @@ var watchBuffer = 4 << 20
 
 // readNotices hands each message the kernel sends to s to handle, until
 // ctx ends (and s is closed). A burst that overflowed the socket (ENOBUFS:
-// notices were lost) is reported as a change (notify), and again once
-// the reader has emptied the queue: until then the kernel drops every
-// notice without a word (the socket stays congested), so only a pass that
-// begins after that sees all of what was lost. Any other error is
-// reported, s closed and read no more: the resync is left.
-func readNotices(ctx context.Context, s *nl.NetlinkSocket, handle func(syscall.NetlinkMessage), notify func()) {
+// notices were lost) is reported (lost), and again once the reader has
+// emptied the queue: until then the kernel drops every notice without a
+// word (the socket stays congested), so only a pass that begins after
+// that sees all of what was lost. Any other error is reported (lost,
+// ended), s closed and read no more: the resync is left.
+func readNotices(ctx context.Context, s *nl.NetlinkSocket, handle func(syscall.NetlinkMessage), lost func(ended bool)) {
 	congested := false
 	for {
 		msgs, from, err := s.Receive()
@@ -317,11 +331,11 @@ func readNotices(ctx context.Context, s *nl.NetlinkSocket, handle func(syscall.N
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, unix.ENOBUFS):
-			notify()
+			lost(false)
 			congested = true
 			continue
 		case err != nil:
-			notify()
+			lost(true)
 			s.Close()
 			return
 		case from.Pid == nl.PidKernel:
@@ -331,7 +345,7 @@ func readNotices(ctx context.Context, s *nl.NetlinkSocket, handle func(syscall.N
 		}
 		if congested && !readable(s.GetFd()) {
 			// The read that emptied the queue ended the congestion.
-			notify()
+			lost(false)
 			congested = false
 		}
 	}
@@ -389,6 +403,30 @@ func linkChanged(u netlink.LinkUpdate, nameOf func(index int) string) bool {
 	default:
 		return a.Flags&net.FlagUp == 0
 	}
+}
+
+// portNotice tells whether a link's notice may concern a network's VM
+// port (Watch.Notices): any but a link's new state where the link is
+// no bridge's port and its name is not one of vmnetctl's. (A TAP renamed
+// on its bridge is still a port; one renamed off it is its deletion's
+// notice, or its leaving's.)
+func portNotice(u netlink.LinkUpdate) bool {
+	a := u.Link.Attrs()
+	return u.Header.Type != unix.RTM_NEWLINK || a.MasterIndex != 0 || api.OwnInterface(a.Name)
+}
+
+// ourTables tells whether an nftables notice may concern a vmnetctl
+// table (Watch.Notices): any that names one, or names no table, but the
+// generation's notice, which ends every commit of anyone's. (The table's
+// name is attribute 1 of every other kind: NFTA_TABLE_NAME,
+// NFTA_CHAIN_TABLE, NFTA_RULE_TABLE, NFTA_SET_TABLE,
+// NFTA_SET_ELEM_LIST_TABLE, NFTA_OBJ_TABLE, NFTA_FLOWTABLE_TABLE.)
+func ourTables(m syscall.NetlinkMessage) bool {
+	if m.Header.Type == unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN {
+		return false
+	}
+	name := nfAttr(m.Data, unix.NFTA_TABLE_NAME)
+	return name == "" || strings.HasPrefix(name, hostnet.TablePrefix)
 }
 
 // isolating is the bridges whose networks isolate their ports (Ensure

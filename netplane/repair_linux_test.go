@@ -32,7 +32,7 @@ import (
 func TestWatchChanges(t *testing.T) {
 	testutil.RequireRoot(t, "watches netlink in a network namespace")
 	host := testutil.NewNS(t, "watch")
-	changes := watchIn(t, host)
+	changes := watchIn(t, host).C
 
 	nw := &Network{n: &api.Network{ID: "w"}}
 	nw.fail(errors.New("the DHCP server stopped"))
@@ -58,16 +58,151 @@ func reported(t *testing.T, changes <-chan struct{}, within time.Duration, what 
 
 // watchIn starts the controller's watch (WatchChanges) in host's
 // namespace, until the test ends.
-func watchIn(t *testing.T, host *testutil.NS) <-chan struct{} {
+func watchIn(t *testing.T, host *testutil.NS) *Watch {
+	t.Helper()
+	w, _ := watchUntil(t, host)
+	return w
+}
+
+// watchUntil is watchIn, with the function that ends the watch.
+func watchUntil(t *testing.T, host *testutil.NS) (*Watch, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	var changes <-chan struct{}
+	var w *Watch
 	host.MustDo(t, func() (err error) {
-		changes, err = WatchChanges(ctx)
+		w, err = WatchChanges(ctx)
 		return err
 	})
-	return changes
+	return w, cancel
+}
+
+// TestWatchNotices: the watch counts the notices that may concern a VM's
+// port, by which the controller's resync leaves the ports unread while
+// the count stands. The kernel's notices of each change, read on sockets
+// of the test's own up to a mark of its own after them (the notices of a
+// socket come in order), are judged as the watch judges them: a TAP off
+// its bridge, or renamed on it, a TAP deleted, an element of a vmnetctl
+// table deleted, a vmnetctl table's rules flushed, each may; somebody
+// else's link (not a bridge's port) and table changed may not. The watch's count moves for
+// the first, and a watch that ended says it cannot tell.
+func TestWatchNotices(t *testing.T) {
+	testutil.RequireRoot(t, "watches netlink in a network namespace")
+	host := testutil.NewNS(t, "notices")
+	br, tap := api.BridgePrefix+"nt", api.TapPrefix+"nt0"
+	table := hostnet.TableName("nt")
+	host.MustRun(t, "ip", "link", "add", br, "type", "bridge")
+	host.MustRun(t, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
+	host.MustRun(t, "ip", "link", "set", tap, "master", br)
+	renamed := api.TapPrefix + "nt1"
+	host.MustRun(t, "ip", "tuntap", "add", "dev", renamed, "mode", "tap")
+	host.MustRun(t, "ip", "link", "set", renamed, "master", br)
+	host.MustRun(t, "nft", "add table bridge "+table+"; add set bridge "+table+" s { type ether_addr; }; add chain bridge "+table+" c; add rule bridge "+table+" c ether saddr @s drop; add element bridge "+table+" s { 02:00:00:00:00:01 }")
+	var links, tables *nl.NetlinkSocket
+	host.MustDo(t, func() (err error) {
+		if links, err = nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_LINK); err != nil {
+			return err
+		}
+		t.Cleanup(links.Close)
+		if tables, err = nl.Subscribe(unix.NETLINK_NETFILTER, unix.NFNLGRP_NFTABLES); err != nil {
+			return err
+		}
+		t.Cleanup(tables.Close)
+		return nil
+	})
+	for _, s := range []*nl.NetlinkSocket{links, tables} {
+		if err := s.SetReceiveTimeout(&unix.Timeval{Sec: 30}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// until reads s's notices up to the mark's (isMark), and tells
+	// whether the watch counts any before it (counts), and how many came.
+	marks := 0
+	until := func(s *nl.NetlinkSocket, isMark, counts func(syscall.NetlinkMessage) bool) (counted bool, n int) {
+		t.Helper()
+		for {
+			msgs, _, err := s.Receive()
+			if err != nil {
+				t.Fatalf("reading the notices: %v", err)
+			}
+			for _, m := range msgs {
+				if isMark(m) {
+					return counted, n
+				}
+				n++
+				counted = counted || counts(m)
+			}
+		}
+	}
+	linkCounts := func(m syscall.NetlinkMessage) bool {
+		u, ok := linkUpdate(m)
+		return !ok || portNotice(u)
+	}
+	// A link's mark: the loopback's alias, a new one each time.
+	linkMark := func() func(syscall.NetlinkMessage) bool {
+		marks++
+		alias := fmt.Sprint("mark", marks)
+		host.MustRun(t, "ip", "link", "set", "dev", "lo", "alias", alias)
+		return func(m syscall.NetlinkMessage) bool {
+			u, ok := linkUpdate(m)
+			return ok && u.Link.Attrs().Alias == alias
+		}
+	}
+	// A table's mark: somebody else's table, a new one each time.
+	tableMark := func() func(syscall.NetlinkMessage) bool {
+		marks++
+		name := fmt.Sprint("mark", marks)
+		host.MustRun(t, "nft", "add", "table", "inet", name)
+		return func(m syscall.NetlinkMessage) bool {
+			return m.Header.Type == unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWTABLE && nfAttr(m.Data, unix.NFTA_TABLE_NAME) == name
+		}
+	}
+	until(links, linkMark(), linkCounts) // what making them said
+	until(tables, tableMark(), ourTables)
+	for _, c := range []struct {
+		what    string
+		do      string
+		counted bool
+	}{
+		{"the loopback's alias", "ip link set dev lo alias x", false},
+		{"somebody else's veth pair", "ip link add xa type veth peer name xb", false},
+		{"somebody else's table, set, element and rule", "nft add table inet other; add set inet other s { type ipv4_addr; }; add element inet other s { 10.0.0.1 }; add chain inet other c; add rule inet other c ip saddr @s drop; delete element inet other s { 10.0.0.1 }", false},
+		{"a TAP renamed on its bridge", "ip link set " + renamed + " name x1", true},
+		{"a TAP taken off its bridge", "ip link set " + tap + " nomaster", true},
+		{"the TAP put back and taken off again", "ip link set " + tap + " master " + br + "; ip link set " + tap + " nomaster", true},
+		{"an element of a vmnetctl table deleted", "nft delete element bridge " + table + " s { 02:00:00:00:00:01 }", true},
+		{"a vmnetctl table's rules flushed", "nft flush table bridge " + table, true},
+		{"the TAP deleted", "ip link del " + tap, true},
+	} {
+		cmd := strings.Fields(c.do)
+		s, mark, counts := links, linkMark, linkCounts
+		if cmd[0] == "nft" {
+			s, mark, counts = tables, tableMark, ourTables
+			host.MustRun(t, "nft", strings.TrimPrefix(c.do, "nft "))
+		} else {
+			for _, one := range strings.Split(c.do, "; ") {
+				f := strings.Fields(one)
+				host.MustRun(t, f[0], f[1:]...)
+			}
+		}
+		counted, n := until(s, mark(), counts)
+		if n == 0 {
+			t.Errorf("%s: no notice at all", c.what)
+		}
+		if counted != c.counted {
+			t.Errorf("%s: %d notices, counted: %v, want %v", c.what, n, counted, c.counted)
+		}
+	}
+	// The watch's count, begun after all that, moves for a port's change.
+	w, end := watchUntil(t, host)
+	n, ok := w.Notices()
+	if !ok {
+		t.Fatal("a watch that runs says it cannot tell")
+	}
+	host.MustRun(t, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
+	testutil.Eventually(t, 30*time.Second, func() bool { m, _ := w.Notices(); return m > n }, "a TAP made not counted")
+	end()
+	testutil.Eventually(t, 30*time.Second, func() bool { _, ok := w.Notices(); return !ok }, "a watch that ended says it can tell")
 }
 
 // TestWatchChangesAfterOverflow: a burst of link notices that overflows
@@ -85,7 +220,9 @@ func TestWatchChangesAfterOverflow(t *testing.T) {
 	for _, br := range bridges {
 		host.MustRun(t, "ip", "link", "add", br, "type", "bridge")
 	}
-	changes := watchIn(t, host)
+	w := watchIn(t, host)
+	changes := w.C
+	before, _ := w.Notices()
 	// Bursts of notices of the loopback's alias (no vmnetctl link's:
 	// not a change themselves) until one overflowed the socket and was
 	// reported.
@@ -111,6 +248,10 @@ func TestWatchChangesAfterOverflow(t *testing.T) {
 		host.MustRun(t, "ip", "-batch", batch)
 		return errors.New("no overflow reported yet")
 	}, "a burst of link notices that overflowed the socket reported")
+	// (None of the loopback's notices counts; those lost do.)
+	if n, _ := w.Notices(); n == before {
+		t.Error("the notices lost are not counted")
+	}
 	// Each deletion is reported: the first maybe by the report that the
 	// socket's queue was emptied (the kernel drops notices until then),
 	// the second by its own notice.

@@ -71,7 +71,7 @@ type PortSpec struct {
 }
 
 func EnsurePorts(context.Context, *api.Network, []PortSpec) error { return ErrUnsupported }
-func WatchChanges(context.Context) (<-chan struct{}, error)       { return nil, ErrUnsupported }
+func WatchChanges(context.Context) (*Watch, error)                { return nil, ErrUnsupported }
 
 func CheckConflicts(*api.Network) error { return ErrUnsupported }
 func (*Network) Health() error          { return nil }

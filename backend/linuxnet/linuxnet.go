@@ -118,8 +118,12 @@ func (Backend) StoredLeases(n *api.Network, o backend.NetworkOptions) ([]backend
 
 // Changes reports vmnetctl's bridges, TAPs, bridge addresses and nftables
 // tables deleted or changed, and services stopped (netplane.WatchChanges).
-func (Backend) Changes(ctx context.Context) (<-chan struct{}, error) {
-	return netplane.WatchChanges(ctx)
+func (Backend) Changes(ctx context.Context) (<-chan struct{}, func() (uint64, bool), error) {
+	w, err := netplane.WatchChanges(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w.C, w.Notices, nil
 }
 
 // Limits: the Linux data plane honours every setting of networks.yaml;

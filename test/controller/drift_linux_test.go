@@ -78,6 +78,45 @@ func TestDriftRepaired(t *testing.T) {
 	}
 }
 
+// TestSettledPortsRepaired: once nothing changes, the resync leaves the
+// VMs' ports unread (vmnetctl_full_reconciles_total{ports="settled"});
+// a port's guard deleted behind the controller's back, which starts no
+// pass of its own (an element of a set, not a table), is a notice the
+// watch counts: the next resync reads the ports again and guards the
+// port again, and then they settle again.
+func TestSettledPortsRepaired(t *testing.T) {
+	h := newHost(t)
+	h.Env = append(h.Env, "VMNETCTL_RESYNC=1s")
+	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
+	h.MustVmnetctl("up", "-f", vms)
+	tap := h.Attachment(h.Status(), "a").Tap
+	table := hostnet.TableName("shared")
+	passes := func(ports string) float64 {
+		v, err := h.series("vmnetctl_full_reconciles_total", `ports="`+ports+`"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	settledAfter := func(v float64, what string) {
+		t.Helper()
+		testutil.Eventually(t, time.Minute, func() bool { return passes("settled") > v }, "no resync left the ports unread %s", what)
+	}
+	settledAfter(0, "after the up")
+	read := passes("read")
+	h.MustRun(t, "nft", "delete", "element", "bridge", table, "guarded", "{ \""+tap+"\" }")
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if out, _ := h.Run(context.Background(), "nft", "list", "set", "bridge", table, "guarded"); !strings.Contains(out, `"`+tap+`"`) {
+			return fmt.Errorf("%s is not guarded: %s", tap, out)
+		}
+		return nil
+	}, "the port's guard put back")
+	if passes("read") <= read {
+		t.Error("the port's guard put back without a pass that read the ports")
+	}
+	settledAfter(passes("settled"), "after the repair")
+}
+
 // TestDriftEvents repairs drift as it happens, not at the resync (an hour
 // here): a bridge's address flushed and the network's nftables tables
 // deleted are seen on netlink and put back within seconds. And a repair

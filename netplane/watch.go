@@ -1,0 +1,34 @@
+package netplane
+
+import "sync/atomic"
+
+// A Watch is the controller's watch of the kernel's networks
+// (WatchChanges).
+type Watch struct {
+	// C reports the changes the controller should look at: a send, a
+	// change that comes while one is pending folded into it.
+	C <-chan struct{}
+
+	notices atomic.Uint64
+	deaf    atomic.Bool
+}
+
+// Notices counts the notices the kernel sent that may concern a network's
+// VM ports (portNotice: a link or port changed, anything in a vmnetctl
+// nftables table), each notice lost with them; ok is false once the watch
+// stopped reading one of its sockets, when the count tells nothing.
+// While it stands, no TAP left its bridge or went and no guard's set,
+// rule or table changed: what a full pass read of the ports then still
+// holds, and the controller need not read it again (controller's
+// settled).
+func (w *Watch) Notices() (n uint64, ok bool) {
+	return w.notices.Load(), !w.deaf.Load()
+}
+
+// lost counts notices lost (ended: the socket closed too).
+func (w *Watch) lost(ended bool) {
+	w.notices.Add(1)
+	if ended {
+		w.deaf.Store(true)
+	}
+}
