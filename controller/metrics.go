@@ -246,7 +246,7 @@ var (
 	famReconcilePhase = newFamily("vmnetctl_reconcile_phase_seconds_total", counter,
 		"Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, partitions, forwards, claims, start (the helpers'), bandwidth, ports, commit.", "phase")
 	famFullPasses = newFamily("vmnetctl_full_reconciles_total", counter,
-		"Full reconciles (the resync, a change seen behind the controller's back, a retry) by whether they read every VM port again (read) or left them as the last that read them found them, the kernel having said nothing of them since (settled).", "ports")
+		"Full reconciles (the resync, a change seen behind the controller's back, a retry, a reload) by whether they read every VM port again (read) or left them as the last that read them found them, the kernel having said nothing of them since (settled).", "ports")
 	famLastSuccess = newFamily("vmnetctl_last_successful_reconcile_timestamp_seconds", gauge,
 		"When a reconcile last succeeded, as a Unix time.")
 	famBuildInfo = newFamily("vmnetctl_build_info", gauge,

@@ -200,7 +200,8 @@ type healthyNetwork struct{ backend.Network }
 
 func (healthyNetwork) Health() error { return nil }
 
-// TestCheckScope: a full pass checks every running network for drift, and
+// TestCheckScope: a full pass checks every running network for drift
+// (its ports settled or not: sysctls, routes and FRR send no notice), and
 // so does a pass asked for that changes nothing (`up` run again to put
 // things right); a pass asked for that attaches or detaches VMs checks
 // none, so that a fleet's VM does not pay an nft run per network.
@@ -215,18 +216,24 @@ func TestCheckScope(t *testing.T) {
 		{Action: spec.ActionCreate, Key: "p/vm/b", New: &spec.Attachment{Attachment: &api.Attachment{VM: "vm", Network: "b"}}},
 	}}
 	for _, tc := range []struct {
-		name string
-		plan *spec.Plan
-		full bool
-		want []string
+		name    string
+		plan    *spec.Plan
+		full    bool
+		settled bool // its ports settled (settled)
+		want    []string
 	}{
-		{"full", attach, true, []string{"a", "b", "c"}},
-		{"asked for, nothing to change", &spec.Plan{}, false, []string{"a", "b", "c"}},
-		{"asked for, a VM attached", attach, false, nil},
+		{"full", attach, true, false, []string{"a", "b", "c"}},
+		{"full, the ports settled", attach, true, true, []string{"a", "b", "c"}},
+		{"asked for, nothing to change", &spec.Plan{}, false, false, []string{"a", "b", "c"}},
+		{"asked for, a VM attached", attach, false, false, nil},
 	} {
 		be := &checksBackend{}
 		c.be = be
-		if errs := c.repairNetworks(context.Background(), tc.plan, desired, newPortScope(tc.plan, tc.full)); len(errs) > 0 {
+		scope := newPortScope(tc.plan, tc.full)
+		if tc.settled {
+			scope.settle()
+		}
+		if errs := c.repairNetworks(context.Background(), tc.plan, desired, scope); len(errs) > 0 {
 			t.Fatal(errs)
 		}
 		if !slices.Equal(be.checked, tc.want) {

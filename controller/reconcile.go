@@ -77,10 +77,17 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	errs = append(errs, c.convergeNetworks(ctx, plan, desired, touched)...)
 	errs = append(errs, c.ensureNetSockets(desired)...)
 	errs = append(errs, c.sweepStrays(ctx, desired, projects)...)
+	// What the guards hold of the VMs (their names' bindings, partitions,
+	// impairments: elements and rules of vmnetctl tables) is written
+	// again by a full pass, which puts back what changed behind the
+	// controller's back; but not by one whose ports settled, since the
+	// kernel said nothing of those tables (and a write every pass would
+	// be a notice every pass: nothing would settle).
+	rewrite := full && !touched.settled
 	c.progress.enter("names")
-	errs = append(errs, c.setHosts(desired, full)...)
+	errs = append(errs, c.setHosts(desired, rewrite)...)
 	c.progress.enter("partitions")
-	errs = append(errs, c.setPartitions(desired, full)...)
+	errs = append(errs, c.setPartitions(desired, rewrite)...)
 	c.progress.enter("forwards")
 	errs = append(errs, c.setForwards(ctx, desired)...)
 	c.progress.enter("claims")
@@ -95,7 +102,7 @@ func (c *Controller) reconcile(ctx context.Context, full bool) (done bool, err e
 	c.progress.enter("bandwidth")
 	errs = append(errs, c.setBandwidth(ctx, desired, full)...)
 	c.progress.enter("impair")
-	errs = append(errs, c.setImpairments(desired, full)...)
+	errs = append(errs, c.setImpairments(desired, rewrite)...)
 	errs = append(errs, c.setShapings(desired, full)...)
 	c.progress.enter("ports")
 	portErrs := c.ensurePorts(ctx, desired, touched)

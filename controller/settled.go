@@ -8,16 +8,19 @@ import (
 
 // settled tells a full pass whether it may leave the VM ports unread: the
 // bridges' ports (ensurePorts) and the guards' claims read again
-// (claimPorts' Reread), a third of an idle fleet's CPU at 10,000 VMs. It
-// may when the watch (backend.Watcher's notices) counted nothing of the
-// ports since a full pass that read them all began, and that pass found
-// them as they should be or put them back: a TAP that left its bridge or
-// went, a guard's element, rule or table deleted, each is a notice, and a
-// notice lost is counted too. The helpers whose ports a pass checks must
-// be those that pass checked (ports: their digest), and at most
-// settledSkips passes in a row skip, a backstop for what the kernel
-// changes without a word. The network's own check (repairNetworks) runs
-// on every full pass as before: sysctls, routes and FRR send no notice.
+// (claimPorts' Reread), three fifths of an idle fleet's controller's CPU
+// at 10,000 VMs. It may when the watch (backend.Watcher's notices)
+// counted nothing of the ports since a full pass that read them all
+// began, and that pass found them as they should be or put them back: a
+// TAP that left its bridge or went, a guard's element, rule or table
+// deleted, each is a notice, and a notice lost is counted too. The count
+// is of the notices the watch has read: one the kernel sent just before a
+// pass began and the watch reads after is the next pass's, a resync
+// later. The helpers whose ports a pass checks must be those that pass
+// checked (ports: their digest), and at most settledSkips full passes in
+// a row skip, a backstop for what the kernel changes without a word. The
+// network's own check (repairNetworks) runs on every full pass as before:
+// sysctls, routes and FRR send no notice.
 type settled struct {
 	notices func() (n uint64, ok bool) // nil: no watch
 	seed    maphash.Seed
@@ -31,7 +34,8 @@ type settled struct {
 }
 
 // settledSkips is how many full passes in a row may leave the ports
-// unread: at the default resync, at least every five minutes they are.
+// unread: every tenth reads them (at the default resync and a fleet that
+// does nothing else, every five minutes).
 const settledSkips = 9
 
 // settledPass is what a full pass knew, as it began, of its ports.
@@ -68,9 +72,10 @@ func b2i(b bool) int {
 
 // end records a full pass that began as p: one that read the ports and
 // found them clean (none of its port checks or claims failed) is the mark
-// the next passes are measured from.
+// the next passes are measured from; one that failed them (a settled one
+// too: those of the networks it started or repaired) is none.
 func (s *settled) end(p settledPass, clean bool) {
-	if p.quiet {
+	if p.quiet && clean {
 		return
 	}
 	if !p.counted || !clean {

@@ -271,7 +271,7 @@ func WatchChanges(ctx context.Context) (*Watch, error) {
 		defer readers.Done()
 		readNotices(ctx, links, func(m syscall.NetlinkMessage) {
 			u, ok := linkUpdate(m)
-			if !ok || portNotice(u) {
+			if !ok || portNotice(u, nameOf) {
 				w.notices.Add(1)
 			}
 			if ok && linkChanged(u, nameOf) {
@@ -406,13 +406,21 @@ func linkChanged(u netlink.LinkUpdate, nameOf func(index int) string) bool {
 }
 
 // portNotice tells whether a link's notice may concern a network's VM
-// port (Watch.Notices): any but a link's new state where the link is
-// no bridge's port and its name is not one of vmnetctl's. (A TAP renamed
-// on its bridge is still a port; one renamed off it is its deletion's
-// notice, or its leaving's.)
-func portNotice(u netlink.LinkUpdate) bool {
+// port (Watch.Notices): that of a link with one of vmnetctl's names, or of
+// a port of a vmnetctl bridge (or of a bridge that nameOf cannot name any
+// more), whatever its name: a TAP renamed on its bridge is still a port,
+// and its leaving the bridge is a notice of the bridge's. Somebody else's
+// links and their bridges' ports (a container's veth) are not.
+func portNotice(u netlink.LinkUpdate, nameOf func(index int) string) bool {
 	a := u.Link.Attrs()
-	return u.Header.Type != unix.RTM_NEWLINK || a.MasterIndex != 0 || api.OwnInterface(a.Name)
+	if api.OwnInterface(a.Name) {
+		return true
+	}
+	if a.MasterIndex == 0 {
+		return false
+	}
+	master := nameOf(a.MasterIndex)
+	return master == "" || api.OwnInterface(master)
 }
 
 // ourTables tells whether an nftables notice may concern a vmnetctl

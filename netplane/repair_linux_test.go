@@ -84,8 +84,9 @@ func watchUntil(t *testing.T, host *testutil.NS) (*Watch, context.CancelFunc) {
 // socket come in order), are judged as the watch judges them: a TAP off
 // its bridge, or renamed on it, a TAP deleted, an element of a vmnetctl
 // table deleted, a vmnetctl table's rules flushed, each may; somebody
-// else's link (not a bridge's port) and table changed may not. The watch's count moves for
-// the first, and a watch that ended says it cannot tell.
+// else's links (a bridge's port too) and table changed may not. The
+// watch, begun with the test's sockets, counts as many as were judged so,
+// and one that ended says it cannot tell.
 func TestWatchNotices(t *testing.T) {
 	testutil.RequireRoot(t, "watches netlink in a network namespace")
 	host := testutil.NewNS(t, "notices")
@@ -115,11 +116,15 @@ func TestWatchNotices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// until reads s's notices up to the mark's (isMark), and tells
-	// whether the watch counts any before it (counts), and how many came.
-	marks := 0
-	until := func(s *nl.NetlinkSocket, isMark, counts func(syscall.NetlinkMessage) bool) (counted bool, n int) {
+	// The watch, from here on, sees what the test's sockets see.
+	w, end := watchUntil(t, host)
+	// until reads s's notices up to the mark's (isMark), and tells how
+	// many of them the watch counts (counts), and how many came; total
+	// is what the watch should have counted in all.
+	marks, total := 0, 0
+	until := func(s *nl.NetlinkSocket, isMark, counts func(syscall.NetlinkMessage) bool) (counted, n int) {
 		t.Helper()
+		defer func() { total += counted }()
 		for {
 			msgs, _, err := s.Receive()
 			if err != nil {
@@ -130,13 +135,27 @@ func TestWatchNotices(t *testing.T) {
 					return counted, n
 				}
 				n++
-				counted = counted || counts(m)
+				if counts(m) {
+					counted++
+				}
 			}
 		}
 	}
+	var h *netlink.Handle
+	host.MustDo(t, func() (err error) {
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		return err
+	})
+	t.Cleanup(h.Close)
+	nameOf := func(index int) string {
+		if l, err := h.LinkByIndex(index); err == nil {
+			return l.Attrs().Name
+		}
+		return ""
+	}
 	linkCounts := func(m syscall.NetlinkMessage) bool {
 		u, ok := linkUpdate(m)
-		return !ok || portNotice(u)
+		return !ok || portNotice(u, nameOf)
 	}
 	// A link's mark: the loopback's alias, a new one each time.
 	linkMark := func() func(syscall.NetlinkMessage) bool {
@@ -166,6 +185,7 @@ func TestWatchNotices(t *testing.T) {
 	}{
 		{"the loopback's alias", "ip link set dev lo alias x", false},
 		{"somebody else's veth pair", "ip link add xa type veth peer name xb", false},
+		{"somebody else's bridge and a port of it", "ip link add xbr type bridge; ip link set xa master xbr; ip link set xa name xc", false},
 		{"somebody else's table, set, element and rule", "nft add table inet other; add set inet other s { type ipv4_addr; }; add element inet other s { 10.0.0.1 }; add chain inet other c; add rule inet other c ip saddr @s drop; delete element inet other s { 10.0.0.1 }", false},
 		{"a TAP renamed on its bridge", "ip link set " + renamed + " name x1", true},
 		{"a TAP taken off its bridge", "ip link set " + tap + " nomaster", true},
@@ -189,18 +209,18 @@ func TestWatchNotices(t *testing.T) {
 		if n == 0 {
 			t.Errorf("%s: no notice at all", c.what)
 		}
-		if counted != c.counted {
-			t.Errorf("%s: %d notices, counted: %v, want %v", c.what, n, counted, c.counted)
+		if (counted > 0) != c.counted {
+			t.Errorf("%s: %d notices, %d counted, want counted: %v", c.what, n, counted, c.counted)
 		}
 	}
-	// The watch's count, begun after all that, moves for a port's change.
-	w, end := watchUntil(t, host)
-	n, ok := w.Notices()
-	if !ok {
-		t.Fatal("a watch that runs says it cannot tell")
+	// The watch counted them as they were judged here, no more.
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		n, ok := w.Notices()
+		return !ok || n >= uint64(total)
+	}, "the watch counted fewer notices than %d", total)
+	if n, ok := w.Notices(); !ok || n != uint64(total) {
+		t.Errorf("the watch counted %d notices (can tell: %v), want %d", n, ok, total)
 	}
-	host.MustRun(t, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
-	testutil.Eventually(t, 30*time.Second, func() bool { m, _ := w.Notices(); return m > n }, "a TAP made not counted")
 	end()
 	testutil.Eventually(t, 30*time.Second, func() bool { _, ok := w.Notices(); return !ok }, "a watch that ended says it can tell")
 }
@@ -408,10 +428,10 @@ func TestPassesQuiet(t *testing.T) {
 	// reported reads the notices up to the sentinel's deletion and
 	// returns those the watch would report; partitionNotices counts
 	// those of the partitions set's elements among them.
-	partitionNotices := 0
+	partitionNotices, counted := 0, 0
 	reported := func() []string {
 		t.Helper()
-		partitionNotices = 0
+		partitionNotices, counted = 0, 0
 		host.MustRun(t, "nft", "add", "table", "inet", "sentinel")
 		host.MustRun(t, "nft", "delete", "table", "inet", "sentinel")
 		var out []string
@@ -426,6 +446,9 @@ func TestPassesQuiet(t *testing.T) {
 				}
 				if tableDeleted(m) {
 					out = append(out, nfAttr(m.Data, unix.NFTA_CHAIN_TABLE)+" "+nfAttr(m.Data, unix.NFTA_CHAIN_NAME))
+				}
+				if ourTables(m) {
+					counted++
 				}
 				switch m.Header.Type & 0xff {
 				case unix.NFT_MSG_NEWSETELEM, unix.NFT_MSG_DELSETELEM:
@@ -475,21 +498,52 @@ func TestPassesQuiet(t *testing.T) {
 	if err := nw.SetPartitions(nil); err != nil {
 		t.Fatal(err)
 	}
-	imp := nettypes.PortImpairment{Port: "vmt-q", Impairment: api.Impairment{LossToVM: api.LossScale / 10}}
-	for range 2 {
-		if err := nw.SetImpairments([]nettypes.PortImpairment{imp}); err != nil {
+	imp := []nettypes.PortImpairment{{Port: "vmt-q", Impairment: api.Impairment{LossToVM: api.LossScale / 10}}}
+	set := func() {
+		t.Helper()
+		if err := nw.SetImpairments(imp); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := reported(); len(got) > 0 {
-		t.Errorf("setting an impairment again deleted %q", got)
+	set()
+	if reported(); counted == 0 {
+		t.Fatal("an impairment set: no notice of the guard's table (the test cannot see them)")
+	}
+	for range 2 {
+		set()
+	}
+	if got := reported(); len(got) > 0 || counted > 0 {
+		t.Errorf("setting an impairment again as it is deleted %q, and made %d notices the watch counts, want none", got, counted)
+	}
+	// Changed behind its back (a rule, a chain's policy): written again.
+	table := hostnet.TableName(n.ID)
+	for _, drift := range []string{
+		"flush chain bridge " + table + " impair-to",
+		"add rule bridge " + table + " impair-from accept",
+		"add chain bridge " + table + " impair-to { type filter hook postrouting priority filter; policy drop; }",
+	} {
+		host.MustRun(t, "nft", drift)
+		reported()
+		set()
+		if reported(); counted == 0 {
+			t.Errorf("after %q, the impairment was not written again", drift)
+		}
+		from, to := host.MustRun(t, "nft", "list", "chain", "bridge", table, "impair-from"), host.MustRun(t, "nft", "list", "chain", "bridge", table, "impair-to")
+		if out := from + to; !strings.Contains(to, "numgen random mod 10000 < 1000") || strings.Contains(out, "policy drop") || slices.Contains(strings.Fields(from), "accept") {
+			t.Errorf("after %q and the impairment set again:\n%s", drift, out)
+		}
+	}
+	// The counters' values are not drift.
+	host.MustRun(t, "nft", "reset", "counters", "table", "bridge", table)
+	set()
+	if reported(); counted > 0 {
+		t.Errorf("after its counters were reset, the impairment was written again (%d notices)", counted)
 	}
 	for range 2 {
 		if err := nw.SetImpairments(nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	table := hostnet.TableName(n.ID)
 	if got, want := reported(), []string{table + " impair-from", table + " impair-to"}; !slices.Equal(got, want) {
 		t.Errorf("clearing an impairment twice deleted %q, want %q once", got, want)
 	}

@@ -14,13 +14,15 @@ type Watch struct {
 }
 
 // Notices counts the notices the kernel sent that may concern a network's
-// VM ports (portNotice: a link or port changed, anything in a vmnetctl
-// nftables table), each notice lost with them; ok is false once the watch
-// stopped reading one of its sockets, when the count tells nothing.
-// While it stands, no TAP left its bridge or went and no guard's set,
-// rule or table changed: what a full pass read of the ports then still
-// holds, and the controller need not read it again (controller's
-// settled).
+// VM ports (portNotice: a vmnetctl link, a port of a vmnetctl bridge;
+// ourTables: anything in a vmnetctl nftables table), and each time some
+// were lost; ok is false once the watch stopped reading one of its
+// sockets, when the count tells nothing. It counts the notices as the
+// watch reads them, a moment after the kernel sent them (longer if the
+// reader lags): while it stands, no TAP left its bridge or went and no
+// guard's set, rule or table changed before the notices read so far, and
+// what a full pass read of the ports before them still holds (the
+// controller's settled).
 func (w *Watch) Notices() (n uint64, ok bool) {
 	return w.notices.Load(), !w.deaf.Load()
 }

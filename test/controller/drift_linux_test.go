@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,43 +79,74 @@ func TestDriftRepaired(t *testing.T) {
 	}
 }
 
-// TestSettledPortsRepaired: once nothing changes, the resync leaves the
-// VMs' ports unread (vmnetctl_full_reconciles_total{ports="settled"});
-// a port's guard deleted behind the controller's back, which starts no
-// pass of its own (an element of a set, not a table), is a notice the
-// watch counts: the next resync reads the ports again and guards the
-// port again, and then they settle again.
+// TestSettledPortsRepaired: once nothing changes, a full pass leaves the
+// VMs' ports unread (vmnetctl_full_reconciles_total{ports="settled"}),
+// with an impaired VM and one of a fixed address on the network (what a
+// full pass writes again of the guards writes nothing while it is as
+// written: else every pass would be a notice for the next). A port's
+// guard deleted behind the controller's back, which starts no pass of
+// its own (an element of a set, not a table), is a notice the watch
+// counts: the next full pass reads the ports again and guards the port
+// again; then they settle again. The full passes here are reloads
+// (SIGHUP), one at a time, the resync an hour away.
 func TestSettledPortsRepaired(t *testing.T) {
 	h := newHost(t)
-	h.Env = append(h.Env, "VMNETCTL_RESYNC=1s")
-	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n")
+	h.Env = append(h.Env, "VMNETCTL_RESYNC=1h")
+	vms := h.WriteFile("vms.yaml", "vms:\n  a:\n    networks:\n      - vmnet: shared\n        impair: {loss: 1%}\n  b:\n    networks:\n      - vmnet: shared\n        ip: 10.77.0.10\n")
 	h.MustVmnetctl("up", "-f", vms)
 	tap := h.Attachment(h.Status(), "a").Tap
 	table := hostnet.TableName("shared")
-	passes := func(ports string) float64 {
-		v, err := h.series("vmnetctl_full_reconciles_total", `ports="`+ports+`"`)
+	pid := h.controllerPID()
+	series := func(name, labels string) float64 {
+		t.Helper()
+		v, err := h.series(name, labels)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
-	settledAfter := func(v float64, what string) {
-		t.Helper()
-		testutil.Eventually(t, time.Minute, func() bool { return passes("settled") > v }, "no resync left the ports unread %s", what)
+	passes := func(ports string) float64 { return series("vmnetctl_full_reconciles_total", `ports="`+ports+`"`) }
+	ended := func() float64 {
+		return series("vmnetctl_reconciles_total", `result="success"`) + series("vmnetctl_reconciles_total", `result="error"`)
 	}
-	settledAfter(0, "after the up")
+	// full has the controller make a full pass, and waits for its end;
+	// it tells whether the pass left the ports unread.
+	full := func() (settled bool) {
+		t.Helper()
+		before, settledBefore := ended(), passes("settled")
+		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, time.Minute, func() bool { return ended() > before }, "no pass after a reload")
+		return passes("settled") > settledBefore
+	}
+	// The first full passes read the ports (the up's writes are notices);
+	// within a few, one leaves them unread.
+	settledAfter := func(what string) {
+		t.Helper()
+		for range 4 {
+			if full() {
+				return
+			}
+		}
+		t.Fatalf("four full passes %s, none left the ports unread", what)
+	}
+	settledAfter("after the up")
+	if !full() {
+		t.Fatal("the next full pass, nothing changed, read the ports")
+	}
 	read := passes("read")
 	h.MustRun(t, "nft", "delete", "element", "bridge", table, "guarded", "{ \""+tap+"\" }")
-	testutil.Eventually(t, 30*time.Second, func() error {
-		if out, _ := h.Run(context.Background(), "nft", "list", "set", "bridge", table, "guarded"); !strings.Contains(out, `"`+tap+`"`) {
-			return fmt.Errorf("%s is not guarded: %s", tap, out)
-		}
-		return nil
-	}, "the port's guard put back")
-	if passes("read") <= read {
-		t.Error("the port's guard put back without a pass that read the ports")
+	if full() {
+		t.Fatal("the full pass after a port's guard was deleted left the ports unread")
 	}
-	settledAfter(passes("settled"), "after the repair")
+	if out, _ := h.Run(context.Background(), "nft", "list", "set", "bridge", table, "guarded"); !strings.Contains(out, `"`+tap+`"`) {
+		t.Errorf("after a full pass, %s is not guarded again: %s", tap, out)
+	}
+	if passes("read") <= read {
+		t.Error("no full pass read the ports")
+	}
+	settledAfter("after the repair")
 }
 
 // TestDriftEvents repairs drift as it happens, not at the resync (an hour
