@@ -247,6 +247,8 @@ var (
 		"Time the reconciles spent in each of their steps, all together: desired (reading and resolving the projects), stop, repair, networks, names, partitions, forwards, claims, start (the helpers'), bandwidth, ports, commit.", "phase")
 	famFullPasses = newFamily("vmnetctl_full_reconciles_total", counter,
 		"Full reconciles (the resync, a change seen behind the controller's back, a retry, a reload) by whether they read every VM port again (read) or left them as the last that read them found them, the kernel having said nothing of them since (settled).", "ports")
+	famPortNotices = newFamily("vmnetctl_port_notices_total", counter,
+		"Notices of the kernel's that may concern the VMs' ports (a vmnetctl link, a port of a vmnetctl bridge, anything in a vmnetctl nftables table), and losses of notices, as the controller's watch read them: while it stands, full reconciles leave the ports unread. Absent without a watch that can tell.")
 	famLastSuccess = newFamily("vmnetctl_last_successful_reconcile_timestamp_seconds", gauge,
 		"When a reconcile last succeeded, as a Unix time.")
 	famBuildInfo = newFamily("vmnetctl_build_info", gauge,
@@ -257,7 +259,7 @@ var (
 // writes them: the controller's, its networks', then its attachments'
 // (attachmentSeries).
 var families = append([]*family{
-	famBuildInfo, famReconciles, famReconcileDuration, famReconcilePhase, famFullPasses, famLastSuccess,
+	famBuildInfo, famReconciles, famReconcileDuration, famReconcilePhase, famFullPasses, famPortNotices, famLastSuccess,
 	famNetworkInfo, famNetworkAttachments, famNetworkUp, famNetworkDegraded, famNetworkRepairs, famLeases, famPool,
 	famDHCPRequests, famDHCPReplies, famDHCPErrors, famDHCPSpoofed, famDHCPLimited, famDNSQueries, famDNSResponses,
 	famEgressDenied, famNeighLimited, famTunnelPeers, famTunnelMACs, famTunnelBytes, famTunnelDropped, famTunnelBGP,
@@ -338,6 +340,11 @@ func (c *Controller) readScrape() *scrape {
 	}
 	for i, ports := range []string{"read", "settled"} {
 		s.emit(famFullPasses, float64(c.settle.passes[i]), ports)
+	}
+	if c.settle.notices != nil {
+		if n, ok := c.settle.notices(); ok {
+			s.emit(famPortNotices, float64(n))
+		}
 	}
 	spent := c.progress.spentIn()
 	for _, id := range slices.Sorted(maps.Keys(phases)) {

@@ -222,6 +222,7 @@ func EnsureTable(ctx context.Context, n *api.Network) error {
 		}
 	})
 	claimsMemo.Delete(n.ID)
+	impairMemo.Delete(n.ID)
 	if err != nil {
 		return err
 	}

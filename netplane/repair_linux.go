@@ -311,6 +311,14 @@ func WatchChanges(ctx context.Context) (*Watch, error) {
 	return w, nil
 }
 
+// lost counts notices lost (ended: the socket closed too).
+func (w *Watch) lost(ended bool) {
+	w.notices.Add(1)
+	if ended {
+		w.deaf.Store(true)
+	}
+}
+
 // watchBuffer is the receive buffer the watch asks for each of its
 // sockets: an `up` of a fleet makes several link notices a TAP, and a
 // socket that overflows loses them (reported as a change all the same).

@@ -516,6 +516,8 @@ func TestPassesQuiet(t *testing.T) {
 		t.Errorf("setting an impairment again as it is deleted %q, and made %d notices the watch counts, want none", got, counted)
 	}
 	// Changed behind its back (a rule, a chain's policy): written again.
+	// (Counters that counted are not a change: guard's
+	// TestImpairmentsAsWritten.)
 	table := hostnet.TableName(n.ID)
 	for _, drift := range []string{
 		"flush chain bridge " + table + " impair-to",
@@ -532,12 +534,6 @@ func TestPassesQuiet(t *testing.T) {
 		if out := from + to; !strings.Contains(to, "numgen random mod 10000 < 1000") || strings.Contains(out, "policy drop") || slices.Contains(strings.Fields(from), "accept") {
 			t.Errorf("after %q and the impairment set again:\n%s", drift, out)
 		}
-	}
-	// The counters' values are not drift.
-	host.MustRun(t, "nft", "reset", "counters", "table", "bridge", table)
-	set()
-	if reported(); counted > 0 {
-		t.Errorf("after its counters were reset, the impairment was written again (%d notices)", counted)
 	}
 	for range 2 {
 		if err := nw.SetImpairments(nil); err != nil {

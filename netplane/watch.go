@@ -26,11 +26,3 @@ type Watch struct {
 func (w *Watch) Notices() (n uint64, ok bool) {
 	return w.notices.Load(), !w.deaf.Load()
 }
-
-// lost counts notices lost (ended: the socket closed too).
-func (w *Watch) lost(ended bool) {
-	w.notices.Add(1)
-	if ended {
-		w.deaf.Store(true)
-	}
-}

@@ -1049,8 +1049,8 @@ func TestPartitions(t *testing.T) {
 	}
 }
 
-// series is the value of the controller's metric name{labels}, from its
-// /metrics at the default address.
+// series is the value of the controller's metric name{labels} (name
+// alone without labels), from its /metrics at the default address.
 func (h *host) series(name, labels string) (float64, error) {
 	resp, err := h.HTTPClient().Get("http://" + ctlapi.DefaultMetricsAddr + "/metrics")
 	if err != nil {
@@ -1061,7 +1061,11 @@ func (h *host) series(name, labels string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	m := regexp.MustCompile(`(?m)^` + name + `\{` + regexp.QuoteMeta(labels) + `\} (\S+)$`).FindSubmatch(b)
+	series := name + `\{` + regexp.QuoteMeta(labels) + `\}`
+	if labels == "" {
+		series = name
+	}
+	m := regexp.MustCompile(`(?m)^` + series + ` (\S+)$`).FindSubmatch(b)
 	if m == nil {
 		return 0, fmt.Errorf("no %s{%s} in the metrics", name, labels)
 	}
