@@ -151,6 +151,9 @@ type Learner struct {
 	// of the VMs' expected MACs (Reserve): no other MAC may claim them,
 	// even before their VM boots.
 	reserved map[netip.Addr][6]byte
+	// version counts the changes of the bindings (which MAC holds which
+	// address) and the reservations (Version).
+	version uint64
 
 	claims, conflicts, dropped atomic.Uint64
 	fullLog                    guestlog.Limit
@@ -502,6 +505,7 @@ func (l *Learner) Claim(mac [6]byte, ip netip.Addr, now time.Time) {
 	}
 	e := &entry{mac: mac, expires: now.Add(l.lifetime)}
 	l.byIP[ip] = e
+	l.version++
 	l.byMAC[mac] = append(l.byMAC[mac], ip)
 	l.log.Debug("learned IPv6 address", "ip", ip, "mac", net.HardwareAddr(mac[:]).String())
 	l.queue(ip, e, true)
@@ -525,10 +529,14 @@ func (l *Learner) Reserve(hw net.HardwareAddr, reserve bool) (changed bool) {
 			if had && owner == mac {
 				delete(l.reserved, ip)
 				changed = true
+				l.version++
 			}
 			continue
 		}
-		changed = changed || !had || owner != mac
+		if !had || owner != mac {
+			changed = true
+			l.version++
+		}
 		l.reserved[ip] = mac
 		if e := l.byIP[ip]; e != nil && e.mac != mac {
 			l.remove(ip, e)
@@ -541,6 +549,14 @@ func (l *Learner) Reserve(hw net.HardwareAddr, reserve bool) (changed bool) {
 		l.file.SetReadDeadline(time.Now())
 	}
 	return changed
+}
+
+// Version counts the changes of what Reserved and Bindings return, but
+// the bindings' expiries: while it stands, they return the same pairs.
+func (l *Learner) Version() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.version
 }
 
 // Reserved returns the reserved EUI-64 addresses with their MACs.
@@ -574,6 +590,7 @@ func (l *Learner) ReservedFor(ip netip.Addr) (mac [6]byte, ok bool) {
 // remove drops the binding e of ip. Call with l.mu held.
 func (l *Learner) remove(ip netip.Addr, e *entry) {
 	delete(l.byIP, ip)
+	l.version++
 	held := slices.DeleteFunc(l.byMAC[e.mac], func(a netip.Addr) bool { return a == ip })
 	if len(held) == 0 {
 		delete(l.byMAC, e.mac)

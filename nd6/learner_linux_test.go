@@ -591,3 +591,41 @@ func TestND6Reserve(t *testing.T) {
 		t.Errorf("released: %s owner %v %v, want %s", ll, o, ok, thief)
 	}
 }
+
+// TestND6Version: the learner's version moves with every change of what
+// Reserved and Bindings return (a binding made, replaced, forgotten or
+// expired, a reservation made or let go), and only then: a binding's
+// claim renewed, a claim refused and a reservation made again change
+// nothing (the IPv6 guard's Sync then reuses what it worked out).
+func TestND6Version(t *testing.T) {
+	l, err := newTable(netip.MustParsePrefix("fd00:1:2:3::/64"), time.Minute, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, other := nd6MAC("52:55:55:c6:0d:45"), nd6MAC("52:55:55:00:00:66")
+	ip, ll := nd6IP("fd00:1:2:3::77"), nd6IP("fe80::5055:55ff:fec6:d45")
+	now := time.Now()
+	for _, step := range []struct {
+		what  string
+		do    func()
+		moves bool
+	}{
+		{"a binding made", func() { l.Claim([6]byte(owner), ip, now) }, true},
+		{"its claim renewed", func() { l.Claim([6]byte(owner), ip, now.Add(time.Second)) }, false},
+		{"another MAC's claim refused", func() { l.Claim([6]byte(other), ip, now.Add(time.Second)) }, false},
+		{"a reservation made", func() { l.Reserve(owner, true) }, true},
+		{"made again", func() { l.Reserve(owner, true) }, false},
+		{"another MAC's claim of it refused", func() { l.Claim([6]byte(other), ll, now) }, false},
+		{"the reservation let go", func() { l.Reserve(owner, false) }, true},
+		{"the binding forgotten", func() { l.Forget(owner) }, true},
+		{"forgotten again", func() { l.Forget(owner) }, false},
+		{"another binding made", func() { l.Claim([6]byte(other), ip, now) }, true},
+		{"and expired", func() { l.expire(now.Add(time.Hour)) }, true},
+	} {
+		before := l.Version()
+		step.do()
+		if moved := l.Version() != before; moved != step.moves {
+			t.Errorf("%s: the version moved: %v, want %v", step.what, moved, step.moves)
+		}
+	}
+}
