@@ -36,17 +36,7 @@ func (b *portsBackend) EnsurePorts(_ context.Context, n *api.Network, ports []ba
 // the pass started or repaired, so that one VM's attach does not read the
 // thousand ports of a network it left alone.
 func TestPortScope(t *testing.T) {
-	nets := []*api.Network{{ID: "a"}, {ID: "b"}, {ID: "c"}}
-	desired := &spec.Desired{Networks: nets}
-	c := &Controller{nets: map[string]backend.Network{}, helpers: map[string]*helperProc{}}
-	for i, n := range nets {
-		a := &spec.Attachment{Attachment: &api.Attachment{VM: "vm-" + n.ID, Network: n.ID, MAC: "52:55:55:00:00:0" + string(rune('1'+i)), MACDerived: true}}
-		desired.Attachments = append(desired.Attachments, a)
-		c.helpers[a.Key()] = &helperProc{state: ctlapi.StateRunning, rec: statedir.HelperRecord{Tap: "vmt-" + n.ID}}
-	}
-	for _, n := range nets {
-		c.nets[n.ID] = runningNetwork{}
-	}
+	c, desired := runningPorts("a", "b", "c")
 	plan := &spec.Plan{Networks: []spec.NetworkChange{{ID: "b", Action: spec.ActionUpdate}}}
 	for _, tc := range []struct {
 		name  string
@@ -76,6 +66,21 @@ func TestPortScope(t *testing.T) {
 // runningNetwork stands for a network that runs (ensurePorts only asks
 // whether there is one).
 type runningNetwork struct{ backend.Network }
+
+// runningPorts is a controller running the networks ids, each with a
+// VM whose helper runs (its port a TAP), and the desired state of them.
+func runningPorts(ids ...string) (*Controller, *spec.Desired) {
+	desired := &spec.Desired{}
+	c := &Controller{nets: map[string]backend.Network{}, helpers: map[string]*helperProc{}}
+	for i, id := range ids {
+		desired.Networks = append(desired.Networks, &api.Network{ID: id})
+		a := &spec.Attachment{Attachment: &api.Attachment{VM: "vm-" + id, Network: id, MAC: "52:55:55:00:00:0" + string(rune('1'+i)), MACDerived: true}}
+		desired.Attachments = append(desired.Attachments, a)
+		c.helpers[a.Key()] = &helperProc{state: ctlapi.StateRunning, rec: statedir.HelperRecord{Tap: "vmt-" + id}}
+		c.nets[id] = runningNetwork{}
+	}
+	return c, desired
+}
 
 // TestDesiredOfProject: the part of the desired state `up` of one project
 // prints: its attachments, the networks they use and those it keeps up,

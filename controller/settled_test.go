@@ -5,11 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/vmnetctl/vmnetctl/api"
 	"github.com/vmnetctl/vmnetctl/backend"
-	"github.com/vmnetctl/vmnetctl/ctlapi"
 	"github.com/vmnetctl/vmnetctl/spec"
-	"github.com/vmnetctl/vmnetctl/statedir"
 )
 
 // TestSettled: a full pass leaves the ports unread only while the watch's
@@ -93,15 +90,8 @@ func TestSettled(t *testing.T) {
 // whose attachments changed, as a pass asked for does, where a full pass
 // reads every network's. (It still checks every network: TestCheckScope.)
 func TestSettledScope(t *testing.T) {
-	nets := []*api.Network{{ID: "a"}, {ID: "b"}}
-	desired := &spec.Desired{Networks: nets}
-	c := &Controller{nets: map[string]backend.Network{}, helpers: map[string]*helperProc{}}
-	for i, n := range nets {
-		a := &spec.Attachment{Attachment: &api.Attachment{VM: "vm-" + n.ID, Network: n.ID, MAC: "52:55:55:00:00:0" + string(rune('1'+i)), MACDerived: true}}
-		desired.Attachments = append(desired.Attachments, a)
-		c.helpers[a.Key()] = &helperProc{state: ctlapi.StateRunning, rec: statedir.HelperRecord{Tap: "vmt-" + n.ID}}
-		c.nets[n.ID] = runningNetwork{}
-	}
+	c, desired := runningPorts("a", "b")
+	nets := desired.Networks
 	nothing := &spec.Plan{}
 	for _, tc := range []struct {
 		name    string
