@@ -404,7 +404,10 @@ func (g *Guard6) digest(want map[pair]bool, wantOwned map[netip.Addr]bool) uint6
 }
 
 // wanted is what the sets should hold: the learner's reservations and
-// bindings, and the gateway's addresses.
+// bindings, and the gateway's addresses. Sync keeps its digest while the
+// learner's version stands: anything else it came to read that could
+// change (the gateway's addresses are the network's, fixed while the
+// guard lives) would have to move that too.
 func (g *Guard6) wanted() (want map[pair]bool, wantOwned map[netip.Addr]bool) {
 	want = map[pair]bool{} // true: a reservation
 	wantOwned = map[netip.Addr]bool{}

@@ -152,7 +152,9 @@ type Learner struct {
 	// even before their VM boots.
 	reserved map[netip.Addr][6]byte
 	// version counts the changes of the bindings (which MAC holds which
-	// address) and the reservations (Version).
+	// address) and the reservations (Version): bumped under mu, in the
+	// same critical section as the change, so that a version names one
+	// state.
 	version uint64
 
 	claims, conflicts, dropped atomic.Uint64
