@@ -338,9 +338,8 @@ func (c *Controller) readScrape() *scrape {
 	if c.reconciles["success"]+c.reconciles["error"] > 0 {
 		s.emit(famReconcileDuration, c.lastReconcileTime.Seconds())
 	}
-	for i, ports := range []string{"read", "settled"} {
-		s.emit(famFullPasses, float64(c.settle.passes[i]), ports)
-	}
+	s.emit(famFullPasses, float64(c.settle.read), "read")
+	s.emit(famFullPasses, float64(c.settle.unread), "settled")
 	if c.settle.notices != nil {
 		if n, ok := c.settle.notices(); ok {
 			s.emit(famPortNotices, float64(n))

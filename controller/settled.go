@@ -30,7 +30,7 @@ type settled struct {
 	ports uint64 // its ports' digest (portsDigest)
 	skips int    // full passes since that skipped the ports
 
-	passes [2]uint64 // full passes that read the ports, and that did not
+	read, unread uint64 // full passes that read the ports, and that did not
 }
 
 // settledSkips is how many full passes in a row may leave the ports
@@ -48,26 +48,20 @@ type settledPass struct {
 
 // begin tells a full pass whether it may leave the ports unread; ports is
 // their digest now. Call before the pass reads anything of the kernel's.
-func (s *settled) begin(ports uint64) (p settledPass) {
-	defer func() { s.passes[b2i(p.quiet)]++ }()
-	if s.notices == nil {
-		return settledPass{}
+func (s *settled) begin(ports uint64) settledPass {
+	var p settledPass
+	if s.notices != nil {
+		n, ok := s.notices()
+		p = settledPass{counted: ok, n: n, ports: ports}
+		p.quiet = ok && s.ok && n == s.mark && ports == s.ports && s.skips < settledSkips
 	}
-	n, ok := s.notices()
-	p = settledPass{counted: ok, n: n, ports: ports}
-	if ok && s.ok && n == s.mark && ports == s.ports && s.skips < settledSkips {
+	if p.quiet {
 		s.skips++
-		p.quiet = true
+		s.unread++
+	} else {
+		s.read++
 	}
 	return p
-}
-
-// b2i is 1 for true, 0 for false.
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // end records a full pass that began as p: one that read the ports and
